@@ -1,0 +1,543 @@
+package eventid
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/gowebpki/jcs"
+)
+
+// Rule names a way of obtaining an event ID. The value is stored in the
+// ledger as the ID's provenance.
+type Rule string
+
+const (
+	// RuleHeader takes the ID from the first present header of Config.Headers
+	// (ce_id in CloudEvents binary mode).
+	RuleHeader Rule = "header"
+	// RuleField takes the ID from the envelope: the CloudEvents "id"
+	// attribute, or Config.Fields.ID of a plain JSON object.
+	RuleField Rule = "field"
+	// RuleContent derives the ID from the content: SHA-256 over the RFC 8785
+	// canonical JSON of {data, key, source, type}. The same event produced
+	// twice gets the same ID wherever it lands, whatever its key order or
+	// white space; two different events that only differ in fields outside
+	// that set (a timestamp in a CloudEvents attribute, say) collide, which is
+	// the point.
+	RuleContent Rule = "content"
+	// RuleCoordinates derives the ID from where the record is:
+	// "topic/partition/offset". Stable for one record, but a re-send at
+	// another offset is a new event: use it only for streams whose producers
+	// never re-send.
+	RuleCoordinates Rule = "coordinates"
+)
+
+// Reason says why a record was rejected. It goes into the dead-letter
+// record's headers and into metric labels, so the set is small and fixed.
+type Reason string
+
+const (
+	ReasonUndecodable Reason = "undecodable"  // value is not JSON or not the expected shape
+	ReasonMissingType Reason = "missing_type" // no event type, or not a non-empty string
+	ReasonInvalidID   Reason = "invalid_id"   // an ID is present but unusable
+	ReasonNoID        Reason = "no_id"        // no rule of the chain produced an ID
+)
+
+// Error is a permanent decoding failure: retrying the same bytes gives the
+// same error.
+type Error struct {
+	Reason Reason
+	Err    error
+}
+
+func (e *Error) Error() string { return string(e.Reason) + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+func fail(r Reason, format string, args ...any) error {
+	return &Error{Reason: r, Err: fmt.Errorf(format, args...)}
+}
+
+// ReasonOf returns the Reason of a decoding error, or "" if err is not one.
+func ReasonOf(err error) Reason {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
+}
+
+// Header is one Kafka record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Record is the part of a Kafka record the decoder reads.
+type Record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Headers   []Header
+}
+
+// Event is a decoded record with its stable ID.
+type Event struct {
+	ID     string
+	Rule   Rule // which rule produced ID
+	Type   string
+	Source string
+	Time   string // as the producer wrote it; may be empty
+	// Data is the payload as received (compact JSON, not canonicalised), so
+	// that workflows see what the producer sent.
+	Data json.RawMessage
+	// PayloadHash is SHA-256 over the canonical JSON of {data, source,
+	// type}: two records with one ID and different hashes are a conflict.
+	PayloadHash [32]byte
+}
+
+// Format selects how values are read.
+type Format string
+
+const (
+	FormatAuto        Format = "auto"        // CloudEvents binary if ce_specversion/ce_type headers, structured if "specversion", else plain
+	FormatCloudEvents Format = "cloudevents" // binary or structured CloudEvents only
+	FormatPlain       Format = "plain"       // a JSON object read through Fields
+)
+
+// Fields are dotted paths into a plain JSON object ("meta.event_id").
+type Fields struct {
+	ID     string `yaml:"id"`
+	Type   string `yaml:"type"`
+	Source string `yaml:"source"`
+	Time   string `yaml:"time"`
+	// Data is the payload; empty means the whole object.
+	Data string `yaml:"data"`
+}
+
+// Config is the decoder's configuration. The zero value is not valid; start
+// from DefaultConfig.
+type Config struct {
+	Format Format `yaml:"format"`
+	// Chain is tried in order; the first rule that yields an ID wins. A
+	// header or field that is present but unusable (empty, too long, an
+	// object) is an error, not a fall-through: silently deriving an ID for
+	// an event that carried a broken one would hide a producer bug.
+	Chain []Rule `yaml:"chain"`
+	// Headers read by RuleHeader, first present wins.
+	Headers []string `yaml:"headers"`
+	// Fields of plain JSON objects.
+	Fields Fields `yaml:"fields"`
+	// MaxIDLength bounds IDs taken from headers or fields, in bytes; the
+	// workflow ID adds the activity ID to it, and Temporal caps workflow IDs
+	// at 1,000 bytes by default.
+	MaxIDLength int `yaml:"max_id_length"`
+}
+
+// DefaultConfig reads CloudEvents or plain JSON, takes the ID from ce_id or
+// an Idempotency-Key header, then the envelope's id field, then derives it
+// from content.
+func DefaultConfig() Config {
+	return Config{
+		Format:      FormatAuto,
+		Chain:       []Rule{RuleHeader, RuleField, RuleContent},
+		Headers:     []string{"ce_id", "idempotency-key"},
+		Fields:      Fields{ID: "id", Type: "type", Source: "source", Time: "time"},
+		MaxIDLength: 256,
+	}
+}
+
+// Validate names the first invalid field.
+func (c Config) Validate() error {
+	switch c.Format {
+	case FormatAuto, FormatCloudEvents, FormatPlain:
+	default:
+		return fmt.Errorf("event_id.format: %q is not auto, cloudevents or plain", c.Format)
+	}
+	if len(c.Chain) == 0 {
+		return errors.New("event_id.chain: empty")
+	}
+	seen := map[Rule]bool{}
+	for i, r := range c.Chain {
+		switch r {
+		case RuleHeader, RuleField, RuleContent, RuleCoordinates:
+		default:
+			return fmt.Errorf("event_id.chain[%d]: unknown rule %q (header, field, content, coordinates)", i, r)
+		}
+		if seen[r] {
+			return fmt.Errorf("event_id.chain[%d]: rule %q repeated", i, r)
+		}
+		seen[r] = true
+	}
+	if seen[RuleHeader] && len(c.Headers) == 0 {
+		return errors.New("event_id.headers: empty while the chain has the header rule")
+	}
+	if c.Format != FormatCloudEvents && c.Fields.Type == "" {
+		return errors.New("event_id.fields.type: empty")
+	}
+	if seen[RuleField] && c.Format != FormatCloudEvents && c.Fields.ID == "" {
+		return errors.New("event_id.fields.id: empty while the chain has the field rule")
+	}
+	if c.MaxIDLength <= 0 || c.MaxIDLength > 900 {
+		return fmt.Errorf("event_id.max_id_length: %d is not in 1..900", c.MaxIDLength)
+	}
+	return nil
+}
+
+// Decoder decodes records under one Config. It is safe for concurrent use.
+type Decoder struct{ cfg Config }
+
+// NewDecoder validates cfg.
+func NewDecoder(cfg Config) (*Decoder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Decoder{cfg: cfg}, nil
+}
+
+// envelope is what the three formats have in common before the ID chain.
+type envelope struct {
+	typ, source, time string
+	data              json.RawMessage
+	id                json.RawMessage // the id field, nil if absent
+}
+
+// Decode turns a record into an Event, or returns an *Error.
+func (d *Decoder) Decode(r Record) (Event, error) {
+	env, err := d.envelope(r)
+	if err != nil {
+		return Event{}, err
+	}
+	ev := Event{Type: env.typ, Source: env.source, Time: env.time, Data: env.data}
+	canon, err := canonical(env.data, env.source, env.typ, nil)
+	if err != nil {
+		return Event{}, fail(ReasonUndecodable, "canonicalising data: %v", err)
+	}
+	ev.PayloadHash = sha256.Sum256(canon)
+	for _, rule := range d.cfg.Chain {
+		id, ok, err := d.apply(rule, r, env)
+		if err != nil {
+			return Event{}, err
+		}
+		if ok {
+			ev.ID, ev.Rule = id, rule
+			return ev, nil
+		}
+	}
+	return Event{}, fail(ReasonNoID, "no rule of %v produced an ID", d.cfg.Chain)
+}
+
+func (d *Decoder) apply(rule Rule, r Record, env envelope) (string, bool, error) {
+	switch rule {
+	case RuleHeader:
+		for _, name := range d.cfg.Headers {
+			if v, ok := header(r.Headers, name); ok {
+				id, err := d.checkID(string(v), "header "+name)
+				return id, err == nil, err
+			}
+		}
+	case RuleField:
+		if env.id == nil {
+			return "", false, nil
+		}
+		var s string
+		switch env.id[0] {
+		case '"':
+			if err := json.Unmarshal(env.id, &s); err != nil {
+				return "", false, fail(ReasonInvalidID, "id field: %v", err)
+			}
+		case 'n': // null counts as absent
+			return "", false, nil
+		default:
+			// A number is an ID too; its literal text is kept as is, so 7
+			// and 7.0 are two IDs, as the producer wrote them.
+			if _, err := strconv.ParseFloat(string(env.id), 64); err != nil {
+				return "", false, fail(ReasonInvalidID, "id field is %s, not a string or number", kind(env.id))
+			}
+			s = string(env.id)
+		}
+		id, err := d.checkID(s, "id field")
+		return id, err == nil, err
+	case RuleContent:
+		canon, err := canonical(env.data, env.source, env.typ, r.Key)
+		if err != nil {
+			return "", false, fail(ReasonUndecodable, "canonicalising data: %v", err)
+		}
+		sum := sha256.Sum256(canon)
+		return "sha256-" + hex.EncodeToString(sum[:]), true, nil
+	case RuleCoordinates:
+		return fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset), true, nil
+	}
+	return "", false, nil
+}
+
+func (d *Decoder) checkID(s, where string) (string, error) {
+	switch {
+	case s == "":
+		return "", fail(ReasonInvalidID, "%s is empty", where)
+	case len(s) > d.cfg.MaxIDLength:
+		return "", fail(ReasonInvalidID, "%s is %d bytes, over %d", where, len(s), d.cfg.MaxIDLength)
+	case !utf8.ValidString(s):
+		return "", fail(ReasonInvalidID, "%s is not UTF-8", where)
+	case strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0:
+		return "", fail(ReasonInvalidID, "%s has a control character", where)
+	}
+	return s, nil
+}
+
+func (d *Decoder) envelope(r Record) (envelope, error) {
+	binary := false
+	if d.cfg.Format != FormatPlain {
+		_, spec := header(r.Headers, "ce_specversion")
+		_, typ := header(r.Headers, "ce_type")
+		binary = spec || typ
+	}
+	if binary {
+		return binaryEnvelope(r)
+	}
+	obj, err := object(r.Value)
+	if err != nil {
+		return envelope{}, err
+	}
+	_, structured := obj["specversion"]
+	switch {
+	case structured && d.cfg.Format != FormatPlain:
+		return structuredEnvelope(obj)
+	case d.cfg.Format == FormatCloudEvents:
+		return envelope{}, fail(ReasonUndecodable, "not a CloudEvent: no ce_specversion header and no specversion attribute")
+	}
+	return d.plainEnvelope(obj, r.Value)
+}
+
+func binaryEnvelope(r Record) (envelope, error) {
+	var env envelope
+	typ, _ := header(r.Headers, "ce_type")
+	if len(typ) == 0 {
+		return env, fail(ReasonMissingType, "ce_type header is missing or empty")
+	}
+	env.typ = string(typ)
+	if !utf8.Valid(typ) {
+		return env, fail(ReasonMissingType, "ce_type header is not UTF-8")
+	}
+	if src, ok := header(r.Headers, "ce_source"); ok {
+		if !utf8.Valid(src) {
+			return env, fail(ReasonUndecodable, "ce_source header is not UTF-8")
+		}
+		env.source = string(src)
+	}
+	if t, ok := header(r.Headers, "ce_time"); ok {
+		if !utf8.Valid(t) {
+			return env, fail(ReasonUndecodable, "ce_time header is not UTF-8")
+		}
+		env.time = string(t)
+	}
+	v := bytes.TrimSpace(r.Value)
+	if len(v) == 0 {
+		env.data = json.RawMessage("null")
+		return env, nil
+	}
+	if !json.Valid(v) {
+		return env, fail(ReasonUndecodable, "value is not JSON")
+	}
+	env.data = compact(v)
+	return env, nil
+}
+
+func structuredEnvelope(obj map[string]json.RawMessage) (envelope, error) {
+	var env envelope
+	var err error
+	if env.typ, err = stringAttr(obj, "type", true); err != nil {
+		return env, err
+	}
+	if env.source, err = stringAttr(obj, "source", false); err != nil {
+		return env, err
+	}
+	if env.time, err = stringAttr(obj, "time", false); err != nil {
+		return env, err
+	}
+	env.id = obj["id"]
+	switch {
+	case obj["data"] != nil:
+		env.data = compact(obj["data"])
+	case obj["data_base64"] != nil:
+		// Binary data: the base64 text itself is the payload identity.
+		env.data = compact(obj["data_base64"])
+	default:
+		env.data = json.RawMessage("null")
+	}
+	return env, nil
+}
+
+func (d *Decoder) plainEnvelope(obj map[string]json.RawMessage, value []byte) (envelope, error) {
+	var env envelope
+	f := d.cfg.Fields
+	typ, err := lookup(obj, f.Type)
+	if err != nil {
+		return env, err
+	}
+	if env.typ, err = asString(typ, f.Type, ReasonMissingType, true); err != nil {
+		return env, err
+	}
+	if f.Source != "" {
+		src, err := lookup(obj, f.Source)
+		if err != nil {
+			return env, err
+		}
+		if env.source, err = asString(src, f.Source, ReasonUndecodable, false); err != nil {
+			return env, err
+		}
+	}
+	if f.Time != "" {
+		t, err := lookup(obj, f.Time)
+		if err != nil {
+			return env, err
+		}
+		if env.time, err = asString(t, f.Time, ReasonUndecodable, false); err != nil {
+			return env, err
+		}
+	}
+	if f.ID != "" {
+		if env.id, err = lookup(obj, f.ID); err != nil {
+			return env, err
+		}
+	}
+	if f.Data == "" {
+		env.data = compact(value)
+	} else {
+		data, err := lookup(obj, f.Data)
+		if err != nil {
+			return env, err
+		}
+		if data == nil {
+			data = json.RawMessage("null")
+		}
+		env.data = compact(data)
+	}
+	return env, nil
+}
+
+// canonical returns the RFC 8785 form of {data, key, source, type}; key is
+// left out when nil.
+func canonical(data json.RawMessage, source, typ string, key []byte) ([]byte, error) {
+	doc := struct {
+		Data   json.RawMessage `json:"data"`
+		Key    *string         `json:"key,omitempty"`
+		Source string          `json:"source"`
+		Type   string          `json:"type"`
+	}{Data: data, Source: source, Type: typ}
+	if key != nil {
+		k := base64.StdEncoding.EncodeToString(key)
+		doc.Key = &k
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	return jcs.Transform(b)
+}
+
+func header(hs []Header, name string) ([]byte, bool) {
+	for _, h := range hs {
+		if h.Key == name {
+			return h.Value, true
+		}
+	}
+	return nil, false
+}
+
+func object(v []byte) (map[string]json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 || v[0] != '{' {
+		return nil, fail(ReasonUndecodable, "value is not a JSON object")
+	}
+	if err := json.Unmarshal(v, &obj); err != nil {
+		return nil, fail(ReasonUndecodable, "value is not a JSON object: %v", err)
+	}
+	return obj, nil
+}
+
+// lookup follows a dotted path; a missing member gives nil, a path through
+// a non-object is an error.
+func lookup(obj map[string]json.RawMessage, path string) (json.RawMessage, error) {
+	parts := strings.Split(path, ".")
+	cur := obj
+	for i, p := range parts {
+		v, ok := cur[p]
+		if !ok {
+			return nil, nil
+		}
+		if i == len(parts)-1 {
+			return v, nil
+		}
+		cur = nil
+		if len(v) == 0 || v[0] != '{' {
+			return nil, fail(ReasonUndecodable, "%s is %s, not an object", strings.Join(parts[:i+1], "."), kind(v))
+		}
+		if err := json.Unmarshal(v, &cur); err != nil {
+			return nil, fail(ReasonUndecodable, "%s: %v", strings.Join(parts[:i+1], "."), err)
+		}
+	}
+	return nil, nil
+}
+
+func stringAttr(obj map[string]json.RawMessage, name string, required bool) (string, error) {
+	r := ReasonUndecodable
+	if name == "type" {
+		r = ReasonMissingType
+	}
+	return asString(obj[name], name, r, required)
+}
+
+func asString(v json.RawMessage, name string, r Reason, required bool) (string, error) {
+	if v == nil || string(v) == "null" {
+		if required {
+			return "", fail(r, "%s is missing", name)
+		}
+		return "", nil
+	}
+	var s string
+	if v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		return "", fail(r, "%s is %s, not a string", name, kind(v))
+	}
+	if required && s == "" {
+		return "", fail(r, "%s is empty", name)
+	}
+	return s, nil
+}
+
+func kind(v json.RawMessage) string {
+	if len(v) == 0 {
+		return "empty"
+	}
+	switch v[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+func compact(v []byte) json.RawMessage {
+	var b bytes.Buffer
+	if err := json.Compact(&b, v); err != nil {
+		return append(json.RawMessage(nil), v...)
+	}
+	return b.Bytes()
+}
