@@ -1,0 +1,228 @@
+// Package pgcluster starts a throwaway PostgreSQL cluster in a temporary
+// directory, for tests and the dev stack. It runs the machine's initdb and
+// postgres binaries (PostgreSQL refuses to run as root, so as user postgres
+// when this process is root) and removes everything on Stop.
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Options tune the cluster.
+type Options struct {
+	// Port to listen on, 127.0.0.1 only; 0 picks a free one.
+	Port int
+	// Durable keeps fsync and synchronous_commit on. Tests and the dev stack
+	// leave it off: the data is thrown away anyway, and fsync on a shared CI
+	// disk makes timings noise. Benchmarks turn it on.
+	Durable bool
+	// Log receives the server's output; nil discards it.
+	Log *os.File
+}
+
+// Cluster is a running throwaway cluster.
+type Cluster struct {
+	dir  string
+	bin  string
+	port int
+	cred *syscall.Credential
+	cmd  *exec.Cmd
+	opts Options
+	done chan struct{}
+}
+
+// URL is the connection string of database postgres as user postgres.
+func (c *Cluster) URL() string { return c.DatabaseURL("postgres") }
+
+// DatabaseURL is the connection string of database name.
+func (c *Cluster) DatabaseURL(name string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, name)
+}
+
+// DataDir is where the cluster lives (for pg_ctl).
+func (c *Cluster) DataDir() string { return c.dir }
+
+// Start runs initdb into a temporary directory and starts postgres on it.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{bin: bin, opts: opts, port: opts.Port}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("looking up user postgres (PostgreSQL will not run as root; install the postgresql package, which creates it): %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	if c.dir, err = os.MkdirTemp("", "dedup-pg-"); err != nil {
+		return nil, fmt.Errorf("creating data directory: %w", err)
+	}
+	if c.cred != nil {
+		if err := os.Chown(c.dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+			c.cleanup()
+			return nil, fmt.Errorf("handing data directory to postgres: %w", err)
+		}
+	}
+	initdb := c.command(filepath.Join(bin, "initdb"), "-D", c.dir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--locale=C")
+	if out, err := initdb.CombinedOutput(); err != nil {
+		c.cleanup()
+		return nil, fmt.Errorf("running initdb: %w: %s", err, out)
+	}
+	if c.port == 0 {
+		if c.port, err = freePort(); err != nil {
+			c.cleanup()
+			return nil, err
+		}
+	}
+	if err := c.startServer(ctx); err != nil {
+		c.cleanup()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) startServer(ctx context.Context) error {
+	args := []string{"-D", c.dir, "-p", strconv.Itoa(c.port), "-k", c.dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
+		"-c", "shared_buffers=256MB", "-c", "max_wal_size=2GB"}
+	if !c.opts.Durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	cmd := c.command(filepath.Join(c.bin, "postgres"), args...)
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT // immediate shutdown if we die
+	if c.opts.Log != nil {
+		cmd.Stdout, cmd.Stderr = c.opts.Log, c.opts.Log
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting postgres: %w", err)
+	}
+	c.cmd, c.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(c.done) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		conn, err := pgx.Connect(ctx, c.URL())
+		if err == nil {
+			_ = conn.Close(ctx)
+			return nil
+		}
+		select {
+		case <-c.done:
+			return fmt.Errorf("postgres exited while starting: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres not ready after 60s: %w", err)
+		}
+	}
+}
+
+// Kill stops the server the way a crash would (SIGQUIT: immediate
+// shutdown, no checkpoint), keeping the data directory for Restart.
+func (c *Cluster) Kill() error {
+	if c.cmd == nil {
+		return errors.New("postgres is not running")
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGQUIT)
+	<-c.done
+	c.cmd = nil
+	return nil
+}
+
+// Restart starts the server again on the same port and data after Kill.
+func (c *Cluster) Restart(ctx context.Context) error {
+	if c.cmd != nil {
+		return errors.New("postgres is running")
+	}
+	return c.startServer(ctx)
+}
+
+// CreateDatabase creates a database and returns its URL.
+func (c *Cluster) CreateDatabase(ctx context.Context, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		return "", fmt.Errorf("connecting to create %s: %w", name, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("creating database %s: %w", name, err)
+	}
+	return c.DatabaseURL(name), nil
+}
+
+// Stop shuts the server down (fast mode) and removes its directory.
+func (c *Cluster) Stop() error {
+	if c.cmd != nil {
+		_ = c.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-c.done:
+		case <-time.After(20 * time.Second):
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+		c.cmd = nil
+	}
+	return c.cleanup()
+}
+
+func (c *Cluster) cleanup() error { return os.RemoveAll(c.dir) }
+
+func (c *Cluster) command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true}
+	cmd.Dir = os.TempDir()
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	return cmd
+}
+
+// binDir finds initdb on PATH or under /usr/lib/postgresql/*/bin (Debian
+// does not put it on PATH), newest version first.
+func binDir() (string, error) {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		return filepath.Dir(p), nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	return "", errors.New("no initdb found on PATH or in /usr/lib/postgresql/*/bin: install PostgreSQL (apt-get install postgresql) or set DATABASE_URL")
+}
+
+func version(dir string) int {
+	n, _ := strconv.Atoi(strings.Split(strings.TrimPrefix(dir, "/usr/lib/postgresql/"), "/")[0])
+	return n
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,55 @@
+package processor
+
+import "fmt"
+
+// Intent is one workflow start that one record asks for: the unit the
+// ledger claims and the starter starts.
+type Intent struct {
+	WorkflowID  string
+	ActivityID  string
+	EventID     string
+	IDRule      string
+	PayloadHash [32]byte
+	Topic       string
+	Partition   int32
+	Offset      int64
+}
+
+// Verdict is the ledger's answer to a claim.
+type Verdict uint8
+
+const (
+	// VerdictNew: first claim of this workflow ID; start it.
+	VerdictNew Verdict = iota + 1
+	// VerdictRedrive: claimed before but never marked started (a crash
+	// between claim and start, or a start still in flight elsewhere); start
+	// it again: the deterministic workflow ID makes that safe.
+	VerdictRedrive
+	// VerdictDuplicate: already started, or claimed earlier in the same
+	// batch; skip it.
+	VerdictDuplicate
+	// VerdictConflict: the ID was claimed with a different payload; never
+	// start it, keep it for inspection.
+	VerdictConflict
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case VerdictNew:
+		return "new"
+	case VerdictRedrive:
+		return "redrive"
+	case VerdictDuplicate:
+		return "duplicate"
+	case VerdictConflict:
+		return "conflict"
+	}
+	return fmt.Sprintf("verdict(%d)", uint8(v))
+}
+
+// Started reports a workflow start that Temporal accepted, or rejected as
+// already started.
+type Started struct {
+	WorkflowID string
+	RunID      string
+}

@@ -1,0 +1,31 @@
+// Package schemas holds dedup's contracts with the outside world: the
+// ledger's SQL migrations and the input every routed workflow receives.
+// Workers import this package to decode their input.
+package schemas
+
+import (
+	"embed"
+	"encoding/json"
+)
+
+// Migrations are the ledger's goose migrations, applied by `dedup migrate`
+// and at start.
+//
+//go:embed migrations/*.sql
+var Migrations embed.FS
+
+// WorkflowInput is the single argument of every workflow dedup starts.
+// Fields are only ever added, never renamed: running workflows and replays
+// depend on them.
+type WorkflowInput struct {
+	WorkflowID string `json:"workflow_id"`
+	ActivityID string `json:"activity_id"`
+	EventID    string `json:"event_id"`
+	// IDRule says how EventID was obtained: header, field, content or
+	// coordinates.
+	IDRule string          `json:"id_rule"`
+	Type   string          `json:"type"`
+	Source string          `json:"source,omitempty"`
+	Time   string          `json:"time,omitempty"`
+	Data   json.RawMessage `json:"data"`
+}

@@ -1,0 +1,358 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/schemas"
+)
+
+var _ processor.Ledger = (*Postgres)(nil)
+
+// Config says how to reach the ledger.
+type Config struct {
+	// URL is a libpq connection string; cmd/ fills it from DATABASE_URL when
+	// the file leaves it empty.
+	URL string `yaml:"url"`
+	// MaxConns bounds the pool. One router uses one connection for claims
+	// and one for marking starts; more only help ad-hoc queries.
+	MaxConns int32 `yaml:"max_conns"`
+}
+
+// DefaultConfig has everything but the URL.
+func DefaultConfig() Config { return Config{MaxConns: 4} }
+
+// Validate names the first invalid field.
+func (c Config) Validate() error {
+	if c.URL == "" {
+		return errors.New("postgres.url: empty (set it or DATABASE_URL)")
+	}
+	if _, err := pgxpool.ParseConfig(c.URL); err != nil {
+		return fmt.Errorf("postgres.url: %w", err)
+	}
+	if c.MaxConns < 2 {
+		return fmt.Errorf("postgres.max_conns: %d, want at least 2", c.MaxConns)
+	}
+	return nil
+}
+
+// Postgres is the ledger.
+type Postgres struct {
+	pool *pgxpool.Pool
+}
+
+// Open connects (lazily: the pool dials on first use).
+func Open(ctx context.Context, cfg Config) (*Postgres, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parsing postgres.url: %w", err)
+	}
+	pc.MaxConns = cfg.MaxConns
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("creating pool: %w", err)
+	}
+	return &Postgres{pool: pool}, nil
+}
+
+// Close releases the pool.
+func (p *Postgres) Close() { p.pool.Close() }
+
+// Pool exposes the pool for inspection queries (tests, the dev summary).
+func (p *Postgres) Pool() *pgxpool.Pool { return p.pool }
+
+// Ping checks that PostgreSQL answers.
+func (p *Postgres) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }
+
+// Migrate applies the embedded migrations up to the newest.
+func Migrate(ctx context.Context, url string) error {
+	pc, err := pgx.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("parsing postgres url: %w", err)
+	}
+	db := stdlib.OpenDB(*pc)
+	defer db.Close()
+	return migrate(ctx, db)
+}
+
+func migrate(ctx context.Context, db *sql.DB) error {
+	sub, err := fs.Sub(schemas.Migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	prov, err := goose.NewProvider(goose.DialectPostgres, db, sub)
+	if err != nil {
+		return fmt.Errorf("loading migrations: %w", err)
+	}
+	if _, err := prov.Up(ctx); err != nil {
+		return fmt.Errorf("applying migrations: %w", err)
+	}
+	return nil
+}
+
+// claimSQL inserts the batch; rows that exist and are pending with the same
+// payload are touched (attempts+1) and returned as re-drives; everything
+// else is answered from the statement's snapshot. Rows are inserted in
+// workflow ID order so that two routers claiming overlapping batches lock
+// in the same order and do not deadlock.
+const claimSQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int4[], $8::int8[])
+		AS t(workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
+), up AS (
+	INSERT INTO dedup_ledger AS l (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
+	SELECT * FROM input ORDER BY workflow_id
+	ON CONFLICT (workflow_id) DO UPDATE SET attempts = l.attempts + 1, updated_at = now()
+		WHERE l.state = 'pending' AND l.payload_hash = EXCLUDED.payload_hash
+	RETURNING l.workflow_id, (l.xmax = 0) AS inserted
+)
+SELECT i.workflow_id, up.inserted, cur.state, cur.payload_hash
+FROM input i
+LEFT JOIN up ON up.workflow_id = i.workflow_id
+LEFT JOIN dedup_ledger cur ON cur.workflow_id = i.workflow_id AND up.workflow_id IS NULL`
+
+type stored struct {
+	found    bool
+	inserted bool // this claim created the row
+	redrive  bool // this claim touched a pending row with the same payload
+	state    string
+	hash     []byte
+}
+
+// Claim claims the intents and returns one verdict per intent, in order.
+// Repeated workflow IDs within the batch are claimed once; later copies are
+// duplicates of the first, or conflicts if their payload differs.
+//
+// A second round trip happens only when a conflict must be recorded, or
+// when a row was committed by another router after this statement's
+// snapshot and could not be read from it.
+func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]processor.Verdict, error) {
+	if len(intents) == 0 {
+		return nil, nil
+	}
+	first := make(map[string]int, len(intents))
+	uniq := make([]int, 0, len(intents))
+	for i, in := range intents {
+		if _, ok := first[in.WorkflowID]; !ok {
+			first[in.WorkflowID] = i
+			uniq = append(uniq, i)
+		}
+	}
+	sort.Slice(uniq, func(a, b int) bool { return intents[uniq[a]].WorkflowID < intents[uniq[b]].WorkflowID })
+	n := len(uniq)
+	var (
+		wf, act, ev, rule, topic = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		hash                     = make([][]byte, n)
+		part                     = make([]int32, n)
+		off                      = make([]int64, n)
+	)
+	for j, i := range uniq {
+		in := &intents[i]
+		wf[j], act[j], ev[j], rule[j], topic[j] = in.WorkflowID, in.ActivityID, in.EventID, in.IDRule, in.Topic
+		hash[j], part[j], off[j] = in.PayloadHash[:], in.Partition, in.Offset
+	}
+	rows, err := p.pool.Query(ctx, claimSQL, wf, act, ev, rule, hash, topic, part, off)
+	if err != nil {
+		return nil, fmt.Errorf("claiming %d intents: %w", n, err)
+	}
+	got := make(map[string]stored, n)
+	var missing []string
+	for rows.Next() {
+		var (
+			id       string
+			inserted *bool
+			state    *string
+			h        []byte
+		)
+		if err := rows.Scan(&id, &inserted, &state, &h); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("reading claim verdicts: %w", err)
+		}
+		switch {
+		case inserted != nil:
+			got[id] = stored{found: true, inserted: *inserted, redrive: !*inserted}
+		case state != nil:
+			got[id] = stored{found: true, state: *state, hash: h}
+		default:
+			missing = append(missing, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claiming %d intents: %w", n, err)
+	}
+	if len(missing) > 0 {
+		if err := p.reread(ctx, missing, got); err != nil {
+			return nil, err
+		}
+	}
+	verdicts := make([]processor.Verdict, len(intents))
+	var conflicts []conflict
+	for i := range intents {
+		in := &intents[i]
+		s := got[in.WorkflowID]
+		f := first[in.WorkflowID]
+		ledgerHash := s.hash
+		if s.inserted || s.redrive {
+			ledgerHash = intents[f].PayloadHash[:]
+		}
+		same := string(ledgerHash) == string(in.PayloadHash[:])
+		switch {
+		case !same:
+			verdicts[i] = processor.VerdictConflict
+			conflicts = append(conflicts, conflict{in: in, ledgerHash: ledgerHash})
+		case i != f:
+			verdicts[i] = processor.VerdictDuplicate
+		case s.inserted:
+			verdicts[i] = processor.VerdictNew
+		case s.redrive, s.state == "pending":
+			// pending but not touched: it was started (or re-claimed) by
+			// another router after our snapshot; starting again is safe.
+			verdicts[i] = processor.VerdictRedrive
+		default:
+			verdicts[i] = processor.VerdictDuplicate
+		}
+	}
+	if len(conflicts) > 0 {
+		if err := p.recordConflicts(ctx, conflicts); err != nil {
+			return nil, err
+		}
+	}
+	return verdicts, nil
+}
+
+func (p *Postgres) reread(ctx context.Context, ids []string, got map[string]stored) error {
+	rows, err := p.pool.Query(ctx, `SELECT workflow_id, state, payload_hash FROM dedup_ledger WHERE workflow_id = ANY($1)`, ids)
+	if err != nil {
+		return fmt.Errorf("re-reading %d concurrently claimed rows: %w", len(ids), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var s stored
+		var id string
+		if err := rows.Scan(&id, &s.state, &s.hash); err != nil {
+			return fmt.Errorf("re-reading claimed rows: %w", err)
+		}
+		s.found = true
+		got[id] = s
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("re-reading claimed rows: %w", err)
+	}
+	for _, id := range ids {
+		if !got[id].found {
+			return fmt.Errorf("workflow ID %q neither inserted nor found", id)
+		}
+	}
+	return nil
+}
+
+type conflict struct {
+	in         *processor.Intent
+	ledgerHash []byte
+}
+
+func (p *Postgres) recordConflicts(ctx context.Context, cs []conflict) error {
+	n := len(cs)
+	wf, ev, topic := make([]string, n), make([]string, n), make([]string, n)
+	h, lh := make([][]byte, n), make([][]byte, n)
+	part, off := make([]int32, n), make([]int64, n)
+	for i, c := range cs {
+		wf[i], ev[i], topic[i] = c.in.WorkflowID, c.in.EventID, c.in.Topic
+		h[i], lh[i], part[i], off[i] = c.in.PayloadHash[:], c.ledgerHash, c.in.Partition, c.in.Offset
+	}
+	_, err := p.pool.Exec(ctx, `
+INSERT INTO dedup_conflicts (workflow_id, event_id, payload_hash, ledger_payload_hash, topic, kafka_partition, kafka_offset)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::int4[], $7::int8[])
+ON CONFLICT DO NOTHING`, wf, ev, h, lh, topic, part, off)
+	if err != nil {
+		return fmt.Errorf("recording %d conflicts: %w", n, err)
+	}
+	return nil
+}
+
+// MarkStarted moves rows from pending to started, in one statement.
+func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started) error {
+	if len(started) == 0 {
+		return nil
+	}
+	ids, runs := make([]string, len(started)), make([]string, len(started))
+	for i, s := range started {
+		ids[i], runs[i] = s.WorkflowID, s.RunID
+	}
+	_, err := p.pool.Exec(ctx, `
+UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), started_at = now(), updated_at = now()
+FROM unnest($1::text[], $2::text[]) AS u(workflow_id, run_id)
+WHERE l.workflow_id = u.workflow_id AND l.state = 'pending'`, ids, runs)
+	if err != nil {
+		return fmt.Errorf("marking %d workflows started: %w", len(started), err)
+	}
+	return nil
+}
+
+// Counts is a summary of the ledger.
+type Counts struct {
+	Pending, Started, Conflicts int64
+}
+
+// Count summarises the ledger (a full scan: for dashboards and tests, not
+// the hot path).
+func (p *Postgres) Count(ctx context.Context) (Counts, error) {
+	var c Counts
+	err := p.pool.QueryRow(ctx, `SELECT
+		count(*) FILTER (WHERE state = 'pending'),
+		count(*) FILTER (WHERE state = 'started'),
+		(SELECT count(*) FROM dedup_conflicts)
+		FROM dedup_ledger`).Scan(&c.Pending, &c.Started, &c.Conflicts)
+	if err != nil {
+		return c, fmt.Errorf("counting ledger rows: %w", err)
+	}
+	return c, nil
+}
+
+// Transient reports whether err is worth retrying: connection trouble,
+// deadlocks, serialization failures, server shutdown, timeouts. Anything
+// else (a constraint or syntax error) is a bug or bad data.
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "08", "40", "53", "57", "58": // connection, txn rollback, resources, operator intervention, system
+			return true
+		}
+		return false
+	}
+	// No server error: the connection or dial failed.
+	return !errors.Is(err, context.Canceled)
+}
+
+// pingTimeout bounds readiness probes.
+const pingTimeout = 2 * time.Second
+
+// Ready reports whether PostgreSQL answers within a short timeout.
+func (p *Postgres) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	return p.pool.Ping(ctx)
+}
