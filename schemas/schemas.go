@@ -29,3 +29,15 @@ type WorkflowInput struct {
 	Time   string          `json:"time,omitempty"`
 	Data   json.RawMessage `json:"data"`
 }
+
+// Headers dedup adds to a dead-lettered record, next to the original key,
+// value and headers.
+const (
+	HeaderDLQReason    = "dedup-reason"    // a fixed word: undecodable, missing_type, invalid_id, no_id, oversized, conflict, no_route, temporal_permanent
+	HeaderDLQError     = "dedup-error"     // the error text
+	HeaderDLQTopic     = "dedup-topic"     // where the record was read
+	HeaderDLQPartition = "dedup-partition" // decimal
+	HeaderDLQOffset    = "dedup-offset"    // decimal
+	HeaderDLQTimestamp = "dedup-timestamp" // the original record's timestamp, RFC 3339 with milliseconds
+	HeaderDLQWorkflow  = "dedup-workflow-id"
+)

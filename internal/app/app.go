@@ -1,0 +1,157 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/sink/ledger"
+	"github.com/dedupio/dedup/sink/starter"
+)
+
+// NewLogger builds the process logger from the config.
+func NewLogger(c LogConfig) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.Format == "text" {
+		return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+}
+
+// Options are what a caller injects into Run.
+type Options struct {
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+	Hooks    processor.Hooks
+	// Ready, if set, is closed once the admin port listens and the router
+	// is built (tests wait on it).
+	Ready chan<- string
+}
+
+// Run migrates the ledger, connects to PostgreSQL and Temporal, serves the
+// admin port and runs the router until ctx is cancelled.
+func Run(ctx context.Context, cfg Config, o Options) error {
+	log := o.Logger
+	if log == nil {
+		log = NewLogger(cfg.Log)
+	}
+	reg := o.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if err := migrateWithRetry(ctx, cfg.Postgres.URL, log); err != nil {
+		return err
+	}
+	led, err := ledger.Open(ctx, cfg.Postgres)
+	if err != nil {
+		return err
+	}
+	defer led.Close()
+	tc, err := client.DialContext(ctx, client.Options{
+		HostPort:  cfg.Temporal.HostPort,
+		Namespace: cfg.Temporal.Namespace,
+		Logger:    tlog.NewStructuredLogger(log.With("component", "temporal-sdk")),
+	})
+	if err != nil {
+		return fmt.Errorf("dialing temporal at %s: %w", cfg.Temporal.HostPort, err)
+	}
+	defer tc.Close()
+	r, err := processor.New(cfg.Kafka, led, starter.New(tc, cfg.Temporal), reg, log, o.Hooks)
+	if err != nil {
+		return err
+	}
+	addr := ""
+	if cfg.Admin.Listen != "" {
+		srv, a, err := serveAdmin(cfg.Admin, reg, log, func(ctx context.Context) error {
+			if !r.Joined() {
+				return errors.New("not in the consumer group yet")
+			}
+			if err := led.Ready(ctx); err != nil {
+				return fmt.Errorf("postgres: %w", err)
+			}
+			if _, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+				return fmt.Errorf("temporal: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		addr = a
+	}
+	if o.Ready != nil {
+		o.Ready <- addr
+	}
+	log.Info("router running", "group", cfg.Kafka.Group, "topics", cfg.Kafka.Topics, "admin", addr)
+	err = r.Run(ctx)
+	log.Info("router stopped", "err", err)
+	return err
+}
+
+// migrateWithRetry runs the migrations, waiting for PostgreSQL to come up
+// (replicas often start before the database in compose and Kubernetes).
+func migrateWithRetry(ctx context.Context, url string, log *slog.Logger) error {
+	wait := 200 * time.Millisecond
+	for {
+		err := ledger.Migrate(ctx, url)
+		if err == nil || !ledger.Transient(err) {
+			return err
+		}
+		log.Warn("waiting for postgres to migrate the ledger", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+func serveAdmin(cfg AdminConfig, reg *prometheus.Registry, log *slog.Logger, ready func(context.Context) error) (*http.Server, string, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {
+		ctx, cancel := context.WithTimeout(req.Context(), 3*time.Second)
+		defer cancel()
+		if err := ready(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	l, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, "", fmt.Errorf("admin.listen %s: %w", cfg.Listen, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("admin server stopped", "err", err)
+		}
+	}()
+	return srv, l.Addr().String(), nil
+}

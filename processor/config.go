@@ -1,0 +1,146 @@
+package processor
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dedupio/dedup/processor/eventid"
+)
+
+// Config is the router's configuration. Start from DefaultConfig.
+type Config struct {
+	Brokers []string `yaml:"brokers"`
+	// Group is the consumer group: every replica of one deployment shares it.
+	Group  string   `yaml:"group"`
+	Topics []string `yaml:"topics"`
+	// ResetOffset is where a partition starts when the group has no
+	// committed offset for it, or when its committed offset has fallen out
+	// of retention: "earliest" (nothing skipped; the ledger absorbs
+	// replays) or "latest" (skip the backlog). Required: there is no silent
+	// default for losing data.
+	ResetOffset string `yaml:"reset_offset"`
+	// SessionTimeout is how long the group waits for a silent replica before
+	// giving its partitions away. Shorter fails over faster; too short makes
+	// GC pauses and slow networks cause rebalances.
+	SessionTimeout time.Duration `yaml:"session_timeout"`
+
+	// MaxPollRecords is one poll batch: one ledger claim. Larger batches
+	// amortise the round trip; smaller ones start the first workflow sooner.
+	MaxPollRecords int `yaml:"max_poll_records"`
+	// MaxInFlight bounds polled-but-unfinished records (memory, and how
+	// much is redelivered after a crash). Polling stops while it is
+	// reached; it may be exceeded by one poll batch.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxValueBytes rejects larger records to the dead-letter topic. Keep it
+	// under Temporal's payload limit (2 MB by default), less the envelope.
+	MaxValueBytes int `yaml:"max_value_bytes"`
+
+	// StartConcurrency is how many workflow starts run at once. Starts are
+	// independent RPCs; a retried start blocks only its own record's offset.
+	StartConcurrency int `yaml:"start_concurrency"`
+	// MarkBatch and MarkInterval bound how started workflows are batched
+	// into one ledger update: a record is finished (committable) once its
+	// workflow is marked, so the interval adds to commit latency.
+	MarkBatch    int           `yaml:"mark_batch"`
+	MarkInterval time.Duration `yaml:"mark_interval"`
+	// CommitInterval is how often finished offsets are committed. A crash
+	// redelivers at most this much finished work, which the ledger skips.
+	CommitInterval time.Duration `yaml:"commit_interval"`
+	// RevokeTimeout is how long a revoked partition's in-flight records get
+	// to finish before the rebalance goes on without them. What did not
+	// finish is not committed and is redelivered to the new owner.
+	RevokeTimeout time.Duration `yaml:"revoke_timeout"`
+	// DrainTimeout is the same on shutdown (SIGTERM). Keep it under the
+	// orchestrator's grace period.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// RetryInitial and RetryMax bound the capped exponential backoff of
+	// transient PostgreSQL, Temporal and Kafka errors.
+	RetryInitial time.Duration `yaml:"retry_initial"`
+	RetryMax     time.Duration `yaml:"retry_max"`
+
+	// DeadLetterTopic receives records that can never succeed, with the
+	// reason in headers. "{topic}" stands for the source topic.
+	DeadLetterTopic string `yaml:"dead_letter_topic"`
+	// NoRoute decides what happens to an event no route matches: "skip"
+	// (count it and commit) or "dead_letter".
+	NoRoute string `yaml:"no_route"`
+
+	// EventID and Routes are top-level sections of the config file.
+	EventID eventid.Config `yaml:"-"`
+	Routes  Routes         `yaml:"-"`
+}
+
+// DefaultConfig leaves Brokers, Group, Topics, ResetOffset and Routes to
+// the user.
+func DefaultConfig() Config {
+	return Config{
+		SessionTimeout:   45 * time.Second,
+		MaxPollRecords:   1000,
+		MaxInFlight:      10000,
+		MaxValueBytes:    1 << 20,
+		StartConcurrency: 32,
+		MarkBatch:        512,
+		MarkInterval:     10 * time.Millisecond,
+		CommitInterval:   time.Second,
+		RevokeTimeout:    10 * time.Second,
+		DrainTimeout:     20 * time.Second,
+		RetryInitial:     100 * time.Millisecond,
+		RetryMax:         10 * time.Second,
+		DeadLetterTopic:  "{topic}.dlq",
+		NoRoute:          "skip",
+		EventID:          eventid.DefaultConfig(),
+	}
+}
+
+// Validate names the first invalid field and fills route defaults.
+func (c *Config) Validate() error {
+	positive := func(name string, v int) error {
+		if v <= 0 {
+			return fmt.Errorf("kafka.%s: %d, want > 0", name, v)
+		}
+		return nil
+	}
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("kafka.brokers: empty")
+	case c.Group == "":
+		return errors.New("kafka.group: empty")
+	case len(c.Topics) == 0:
+		return errors.New("kafka.topics: empty")
+	case c.ResetOffset != "earliest" && c.ResetOffset != "latest":
+		return fmt.Errorf("kafka.reset_offset: %q, want earliest or latest (required)", c.ResetOffset)
+	case c.SessionTimeout < time.Second:
+		return fmt.Errorf("kafka.session_timeout: %s, want at least 1s", c.SessionTimeout)
+	case c.DeadLetterTopic == "":
+		return errors.New("kafka.dead_letter_topic: empty")
+	case c.NoRoute != "skip" && c.NoRoute != "dead_letter":
+		return fmt.Errorf("kafka.no_route: %q, want skip or dead_letter", c.NoRoute)
+	case c.MaxValueBytes > 2<<20:
+		return fmt.Errorf("kafka.max_value_bytes: %d is over Temporal's 2 MiB payload limit", c.MaxValueBytes)
+	case c.RetryInitial <= 0 || c.RetryMax < c.RetryInitial:
+		return fmt.Errorf("kafka.retry_initial/retry_max: %s/%s, want 0 < initial <= max", c.RetryInitial, c.RetryMax)
+	case c.CommitInterval <= 0 || c.MarkInterval <= 0 || c.RevokeTimeout <= 0 || c.DrainTimeout <= 0:
+		return errors.New("kafka.commit_interval, mark_interval, revoke_timeout, drain_timeout: want > 0")
+	}
+	for _, t := range c.Topics {
+		if strings.Replace(c.DeadLetterTopic, "{topic}", t, 1) == t {
+			return fmt.Errorf("kafka.dead_letter_topic: %q is the source topic %q itself", c.DeadLetterTopic, t)
+		}
+	}
+	for name, v := range map[string]int{"max_poll_records": c.MaxPollRecords, "max_in_flight": c.MaxInFlight,
+		"max_value_bytes": c.MaxValueBytes, "start_concurrency": c.StartConcurrency, "mark_batch": c.MarkBatch} {
+		if err := positive(name, v); err != nil {
+			return err
+		}
+	}
+	if err := c.EventID.Validate(); err != nil {
+		return err
+	}
+	return c.Routes.Validate()
+}
+
+func (c *Config) deadLetterTopic(source string) string {
+	return strings.ReplaceAll(c.DeadLetterTopic, "{topic}", source)
+}

@@ -1,0 +1,72 @@
+package processor
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the router's Prometheus series. Labels are small fixed sets:
+// never an event or workflow ID.
+type metrics struct {
+	records         prometheus.Counter
+	intents         *prometheus.CounterVec // outcome: new, redrive, duplicate, conflict
+	noRoute         prometheus.Counter
+	deadLetters     *prometheus.CounterVec // reason
+	starts          *prometheus.CounterVec // result: started, already_started
+	startErrors     *prometheus.CounterVec // kind: transient, permanent
+	retries         *prometheus.CounterVec // op: claim, start, mark, dead_letter, commit
+	claimBatch      prometheus.Histogram
+	claimSeconds    prometheus.Histogram
+	startSeconds    prometheus.Histogram
+	commitSeconds   prometheus.Histogram
+	commits         *prometheus.CounterVec // result: ok, error
+	committedOffset *prometheus.GaugeVec   // topic, partition
+	inFlight        prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		records: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dedup_records_total", Help: "Kafka records polled."}),
+		intents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedup_intents_total", Help: "Workflow intents by ledger verdict: new, redrive (pending claim started again), duplicate, conflict."}, []string{"outcome"}),
+		noRoute: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dedup_records_no_route_total", Help: "Records whose event type no route matches."}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedup_dead_letters_total", Help: "Records written to the dead-letter topic, by reason."}, []string{"reason"}),
+		starts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedup_workflow_starts_total", Help: "Workflow starts that succeeded: started, or already_started in Temporal."}, []string{"result"}),
+		startErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedup_workflow_start_errors_total", Help: "Failed start attempts: transient (retried) or permanent (dead-lettered)."}, []string{"kind"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedup_retries_total", Help: "Retries after transient errors, by operation."}, []string{"op"}),
+		claimBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dedup_claim_batch_size", Help: "Intents per ledger claim.", Buckets: prometheus.ExponentialBuckets(1, 4, 8)}),
+		claimSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dedup_claim_duration_seconds", Help: "Ledger claim latency, retries included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		startSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dedup_workflow_start_duration_seconds", Help: "Temporal start call latency, per attempt.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dedup_offset_commit_duration_seconds", Help: "Offset commit latency.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedup_offset_commits_total", Help: "Offset commit requests by result."}, []string{"result"}),
+		committedOffset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dedup_committed_offset", Help: "Last offset this replica committed, per partition it owns."}, []string{"topic", "partition"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dedup_in_flight_records", Help: "Polled records not yet finished."}),
+	}
+	for _, o := range []string{"new", "redrive", "duplicate", "conflict"} {
+		m.intents.WithLabelValues(o)
+	}
+	for _, r := range []string{"started", "already_started"} {
+		m.starts.WithLabelValues(r)
+	}
+	for _, c := range []prometheus.Collector{m.records, m.intents, m.noRoute, m.deadLetters, m.starts, m.startErrors, m.retries,
+		m.claimBatch, m.claimSeconds, m.startSeconds, m.commitSeconds, m.commits, m.committedOffset, m.inFlight} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering router metrics: %w", err)
+		}
+	}
+	return m, nil
+}

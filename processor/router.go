@@ -1,0 +1,674 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/schemas"
+)
+
+// Hooks let tests stop the router at chosen points, the way a crash would.
+// Production wiring leaves them nil.
+type Hooks struct {
+	// AfterClaim runs after a batch's claims are committed in the ledger
+	// and before any of its workflows is started.
+	AfterClaim func()
+	// AfterStart runs after a workflow start succeeded and before it is
+	// marked in the ledger or its offset committed.
+	AfterStart func()
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// partition is the router's state for one partition it owns.
+type partition struct {
+	tp        topicPartition
+	ctx       context.Context // cancelled when the partition is revoked or lost
+	cancel    context.CancelFunc
+	tr        *tracker
+	inFlight  int   // records polled and not ended
+	committed int64 // offset last committed by us; -1 none
+	revoking  bool  // no new records are taken
+}
+
+// record is one polled Kafka record while it is in flight.
+type record struct {
+	part     *partition
+	kr       *kgo.Record
+	offset   int64
+	epoch    int32
+	pending  int  // intents (or a dead-letter write) not yet ended
+	failed   bool // something was abandoned: never committable
+	finished bool // set by the tracker
+}
+
+// job is one workflow start.
+type job struct {
+	rec   *record
+	req   StartRequest
+	runID string
+}
+
+// Router consumes the topics as a member of the group and turns records
+// into workflow starts, exactly once per workflow ID. See doc.go.
+type Router struct {
+	cfg     Config
+	log     *slog.Logger
+	dec     *eventid.Decoder
+	ledger  Ledger
+	starter Starter
+	hooks   Hooks
+	m       *metrics
+	cl      *kgo.Client
+
+	mu       sync.Mutex
+	cond     *sync.Cond // broadcast when records end or partitions change
+	parts    map[topicPartition]*partition
+	inFlight int
+	joined   bool
+
+	workCtx    context.Context // lives until the drain after shutdown
+	workCancel context.CancelFunc
+	startQ     chan *job
+	markQ      chan *job
+}
+
+// New validates cfg and creates the Kafka client; nothing is consumed
+// until Run.
+func New(cfg Config, ledger Ledger, starter Starter, reg prometheus.Registerer, log *slog.Logger, hooks Hooks) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	dec, err := eventid.NewDecoder(cfg.EventID)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{
+		cfg: cfg, log: log, dec: dec, ledger: ledger, starter: starter, hooks: hooks, m: m,
+		parts:  map[topicPartition]*partition{},
+		startQ: make(chan *job, cfg.StartConcurrency),
+		markQ:  make(chan *job, cfg.MarkBatch),
+	}
+	r.cond = sync.NewCond(&r.mu)
+	r.workCtx, r.workCancel = context.WithCancel(context.Background())
+	reset := kgo.NewOffset().AtStart()
+	if cfg.ResetOffset == "latest" {
+		reset = kgo.NewOffset().AtEnd()
+	}
+	r.cl, err = kgo.NewClient(
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics...),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(reset),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.OnPartitionsAssigned(r.assigned),
+		kgo.OnPartitionsRevoked(r.revoked),
+		kgo.OnPartitionsLost(r.lost),
+		kgo.ProducerBatchMaxBytes(int32(cfg.MaxValueBytes)+64<<10),
+		kgo.RecordDeliveryTimeout(30*time.Second),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("creating kafka client: %w", err)
+	}
+	return r, nil
+}
+
+// Joined reports whether the router holds a group assignment (readiness).
+func (r *Router) Joined() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.joined
+}
+
+// Run consumes until ctx is cancelled, then drains in-flight records for up
+// to DrainTimeout, commits what finished, leaves the group and returns.
+func (r *Router) Run(ctx context.Context) error {
+	var workers sync.WaitGroup
+	for i := 0; i < r.cfg.StartConcurrency; i++ {
+		workers.Add(1)
+		go func() { defer workers.Done(); r.startWorker() }()
+	}
+	markerDone := make(chan struct{})
+	go func() { defer close(markerDone); r.marker() }()
+	commitCtx, stopCommitter := context.WithCancel(context.Background())
+	committerDone := make(chan struct{})
+	go func() { defer close(committerDone); r.committer(commitCtx) }()
+
+	var runErr error
+	for {
+		if !r.waitCapacity(ctx) {
+			break
+		}
+		fetches := r.cl.PollRecords(ctx, r.cfg.MaxPollRecords)
+		if fetches.IsClientClosed() {
+			runErr = errors.New("kafka client closed")
+			break
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				r.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+			}
+		})
+		r.handle(ctx, fetches)
+	}
+
+	// Drain: let started work finish, then stop the workers.
+	r.waitDrained(r.cfg.DrainTimeout)
+	r.workCancel()
+	close(r.startQ)
+	workers.Wait()
+	close(r.markQ)
+	<-markerDone
+	stopCommitter()
+	<-committerDone
+	fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	r.commit(fctx, nil)
+	cancel()
+	r.cl.Close() // leaves the group; revoked() finds nothing more to commit
+	return runErr
+}
+
+// waitCapacity blocks while MaxInFlight records are in flight.
+func (r *Router) waitCapacity(ctx context.Context) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.inFlight >= r.cfg.MaxInFlight && ctx.Err() == nil {
+		stop := context.AfterFunc(ctx, func() { r.mu.Lock(); r.cond.Broadcast(); r.mu.Unlock() })
+		r.cond.Wait()
+		stop()
+	}
+	return ctx.Err() == nil
+}
+
+func (r *Router) waitDrained(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	t := time.AfterFunc(timeout, func() { r.mu.Lock(); r.cond.Broadcast(); r.mu.Unlock() })
+	defer t.Stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.inFlight > 0 && time.Now().Before(deadline) {
+		r.cond.Wait()
+	}
+	if r.inFlight > 0 {
+		r.log.Warn("shutting down with records in flight; they will be redelivered", "records", r.inFlight)
+	}
+}
+
+// item is a record during handle.
+type item struct {
+	rec     *record
+	ev      eventid.Event
+	intents []int // indexes into the batch's intents
+}
+
+type deadLetter struct {
+	rec      *record
+	reason   string
+	err      error
+	workflow string
+}
+
+// handle processes one poll: decode, route, claim the whole batch in one
+// ledger call, dead-letter what can never succeed, and queue the starts.
+// It returns once every start is queued, so the next poll overlaps with the
+// starts of this one.
+func (r *Router) handle(ctx context.Context, fetches kgo.Fetches) {
+	var (
+		items   []item
+		intents []Intent
+		reqs    []StartRequest
+		owners  []*record
+		dead    []deadLetter
+	)
+	fetches.EachRecord(func(kr *kgo.Record) {
+		rec := r.track(kr)
+		if rec == nil {
+			return // partition revoked since the fetch: the new owner reads it
+		}
+		r.m.records.Inc()
+		if len(kr.Value) > r.cfg.MaxValueBytes {
+			dead = append(dead, deadLetter{rec: rec, reason: "oversized",
+				err: fmt.Errorf("value is %d bytes, over max_value_bytes %d", len(kr.Value), r.cfg.MaxValueBytes)})
+			return
+		}
+		ev, err := r.dec.Decode(toEventRecord(kr))
+		if err != nil {
+			dead = append(dead, deadLetter{rec: rec, reason: string(eventid.ReasonOf(err)), err: err})
+			return
+		}
+		routes := r.cfg.Routes.Match(&ev)
+		if len(routes) == 0 {
+			r.m.noRoute.Inc()
+			if r.cfg.NoRoute == "dead_letter" {
+				dead = append(dead, deadLetter{rec: rec, reason: "no_route", err: fmt.Errorf("no route matches type %q source %q", ev.Type, ev.Source)})
+				return
+			}
+			r.end(rec, true)
+			return
+		}
+		it := item{rec: rec, ev: ev}
+		keys := make([]string, len(routes))
+		for i, rt := range routes {
+			keys[i] = ev.ID
+			if rt.Key == KeyScheduledFor {
+				if keys[i], err = scheduledFor(ev.Data); err != nil {
+					dead = append(dead, deadLetter{rec: rec, reason: "undecodable", err: fmt.Errorf("route %s: %w", rt.ID, err)})
+					return
+				}
+			}
+		}
+		for i, rt := range routes {
+			wid := WorkflowID(rt.ID, keys[i])
+			it.intents = append(it.intents, len(intents))
+			intents = append(intents, Intent{
+				WorkflowID: wid, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
+				PayloadHash: ev.PayloadHash, Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset,
+			})
+			reqs = append(reqs, StartRequest{
+				WorkflowID: wid, WorkflowType: rt.WorkflowType, TaskQueue: rt.TaskQueue, ReusePolicy: rt.IDReusePolicy,
+				Input: schemas.WorkflowInput{WorkflowID: wid, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
+					Type: ev.Type, Source: ev.Source, Time: ev.Time, Data: ev.Data},
+			})
+			owners = append(owners, rec)
+		}
+		r.mu.Lock()
+		rec.pending = len(it.intents)
+		r.mu.Unlock()
+		items = append(items, it)
+	})
+	if len(dead) > 0 {
+		r.deadLetter(ctx, dead)
+	}
+	if len(intents) == 0 {
+		return
+	}
+
+	var verdicts []Verdict
+	start := time.Now()
+	err := r.retry(ctx, "claim", func(ctx context.Context) error {
+		var err error
+		verdicts, err = r.ledger.Claim(ctx, intents)
+		return err
+	})
+	r.m.claimSeconds.Observe(time.Since(start).Seconds())
+	r.m.claimBatch.Observe(float64(len(intents)))
+	if err != nil { // shutting down
+		for _, it := range items {
+			for range it.intents {
+				r.end(it.rec, false)
+			}
+		}
+		return
+	}
+	if r.hooks.AfterClaim != nil {
+		r.hooks.AfterClaim()
+	}
+	var conflicts []deadLetter
+	for i, v := range verdicts {
+		r.m.intents.WithLabelValues(v.String()).Inc()
+		switch v {
+		case VerdictNew, VerdictRedrive:
+			select {
+			case r.startQ <- &job{rec: owners[i], req: reqs[i]}:
+			case <-r.workCtx.Done():
+				r.end(owners[i], false)
+			}
+		case VerdictConflict:
+			conflicts = append(conflicts, deadLetter{rec: owners[i], reason: "conflict", workflow: intents[i].WorkflowID,
+				err: fmt.Errorf("workflow %s was claimed with another payload; not started", intents[i].WorkflowID)})
+		default:
+			r.end(owners[i], true)
+		}
+	}
+	if len(conflicts) > 0 {
+		r.deadLetter(ctx, conflicts)
+	}
+}
+
+// track registers a polled record with its partition, or returns nil if the
+// partition is no longer ours.
+func (r *Router) track(kr *kgo.Record) *record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.parts[topicPartition{kr.Topic, kr.Partition}]
+	if p == nil || p.revoking {
+		return nil
+	}
+	rec := &record{part: p, kr: kr, offset: kr.Offset, epoch: kr.LeaderEpoch, pending: 1}
+	p.tr.add(rec)
+	p.inFlight++
+	r.inFlight++
+	r.m.inFlight.Set(float64(r.inFlight))
+	return rec
+}
+
+// end ends one of a record's pending pieces of work. ok=false abandons it:
+// the record is never committed by this router and will be redelivered.
+func (r *Router) end(rec *record, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !ok {
+		rec.failed = true
+	}
+	rec.pending--
+	if rec.pending > 0 {
+		return
+	}
+	p := rec.part
+	p.inFlight--
+	r.inFlight--
+	r.m.inFlight.Set(float64(r.inFlight))
+	if !rec.failed && r.parts[p.tp] == p {
+		p.tr.finish(rec)
+	}
+	rec.kr = nil
+	r.cond.Broadcast()
+}
+
+func (r *Router) startWorker() {
+	for j := range r.startQ {
+		var res StartResult
+		err := r.retry(j.rec.part.ctx, "start", func(ctx context.Context) error {
+			t := time.Now()
+			var err error
+			res, err = r.starter.Start(ctx, j.req)
+			r.m.startSeconds.Observe(time.Since(t).Seconds())
+			if err != nil && !IsPermanent(err) {
+				r.m.startErrors.WithLabelValues("transient").Inc()
+			}
+			return err
+		})
+		switch {
+		case err == nil:
+			if res.AlreadyStarted {
+				r.m.starts.WithLabelValues("already_started").Inc()
+			} else {
+				r.m.starts.WithLabelValues("started").Inc()
+			}
+			if r.hooks.AfterStart != nil {
+				r.hooks.AfterStart()
+			}
+			j.runID = res.RunID
+			r.markQ <- j
+		case IsPermanent(err):
+			r.m.startErrors.WithLabelValues("permanent").Inc()
+			r.deadLetter(j.rec.part.ctx, []deadLetter{{rec: j.rec, reason: "temporal_permanent", err: err, workflow: j.req.WorkflowID}})
+		default: // revoked, lost or shutting down
+			r.end(j.rec, false)
+		}
+	}
+}
+
+// marker batches started workflows into one ledger update; their records
+// finish when it succeeds.
+func (r *Router) marker() {
+	var batch []*job
+	tick := time.NewTicker(r.cfg.MarkInterval)
+	defer tick.Stop()
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		started := make([]Started, len(batch))
+		for i, j := range batch {
+			started[i] = Started{WorkflowID: j.req.WorkflowID, RunID: j.runID}
+		}
+		err := r.retry(r.workCtx, "mark", func(ctx context.Context) error { return r.ledger.MarkStarted(ctx, started) })
+		for _, j := range batch {
+			r.end(j.rec, err == nil)
+		}
+		batch = batch[:0]
+	}
+	for {
+		select {
+		case j, ok := <-r.markQ:
+			if !ok {
+				flush()
+				return
+			}
+			batch = append(batch, j)
+			if len(batch) >= r.cfg.MarkBatch {
+				flush()
+			}
+		case <-tick.C:
+			flush()
+		}
+	}
+}
+
+// deadLetter writes records to the dead-letter topic and ends them once the
+// write is acknowledged. On shutdown they are abandoned instead.
+func (r *Router) deadLetter(ctx context.Context, dls []deadLetter) {
+	krs := make([]*kgo.Record, len(dls))
+	for i, d := range dls {
+		src := d.rec.kr
+		hs := append([]kgo.RecordHeader(nil), src.Headers...)
+		hs = append(hs,
+			kgo.RecordHeader{Key: schemas.HeaderDLQReason, Value: []byte(d.reason)},
+			kgo.RecordHeader{Key: schemas.HeaderDLQError, Value: []byte(d.err.Error())},
+			kgo.RecordHeader{Key: schemas.HeaderDLQTopic, Value: []byte(src.Topic)},
+			kgo.RecordHeader{Key: schemas.HeaderDLQPartition, Value: []byte(strconv.Itoa(int(src.Partition)))},
+			kgo.RecordHeader{Key: schemas.HeaderDLQOffset, Value: []byte(strconv.FormatInt(src.Offset, 10))},
+			kgo.RecordHeader{Key: schemas.HeaderDLQTimestamp, Value: []byte(src.Timestamp.UTC().Format("2006-01-02T15:04:05.000Z07:00"))},
+		)
+		if d.workflow != "" {
+			hs = append(hs, kgo.RecordHeader{Key: schemas.HeaderDLQWorkflow, Value: []byte(d.workflow)})
+		}
+		krs[i] = &kgo.Record{Topic: r.cfg.deadLetterTopic(src.Topic), Key: src.Key, Value: src.Value, Headers: hs}
+	}
+	err := r.retry(ctx, "dead_letter", func(ctx context.Context) error {
+		return r.cl.ProduceSync(ctx, krs...).FirstErr()
+	})
+	for _, d := range dls {
+		if err == nil {
+			r.m.deadLetters.WithLabelValues(d.reason).Inc()
+			r.log.Warn("dead-lettered record", "topic", d.rec.kr.Topic, "partition", d.rec.kr.Partition,
+				"offset", d.rec.offset, "reason", d.reason, "err", d.err)
+		}
+		r.end(d.rec, err == nil)
+	}
+}
+
+// retry runs fn until it succeeds, returns a permanent error, or ctx ends,
+// backing off exponentially (with jitter) between transient errors.
+func (r *Router) retry(ctx context.Context, op string, fn func(context.Context) error) error {
+	wait := r.cfg.RetryInitial
+	for attempt := 0; ; attempt++ {
+		err := fn(ctx)
+		if err == nil || IsPermanent(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.m.retries.WithLabelValues(op).Inc()
+		if attempt == 0 || attempt%10 == 0 {
+			r.log.Warn("retrying after transient error", "op", op, "attempt", attempt+1, "err", err)
+		}
+		sleep := wait/2 + rand.N(wait/2+1)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(sleep):
+		}
+		wait = min(wait*2, r.cfg.RetryMax)
+	}
+}
+
+func (r *Router) committer(ctx context.Context) {
+	t := time.NewTicker(r.cfg.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.commit(ctx, nil)
+		}
+	}
+}
+
+// commit commits, for the partitions we own (only those in only, if set),
+// the end of the finished prefix where it moved since the last commit.
+func (r *Router) commit(ctx context.Context, only map[topicPartition]bool) {
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	want := map[topicPartition]int64{}
+	r.mu.Lock()
+	for tp, p := range r.parts {
+		if (only != nil && !only[tp]) || p.tr.next < 0 || p.tr.next <= p.committed {
+			continue
+		}
+		if offsets[tp.topic] == nil {
+			offsets[tp.topic] = map[int32]kgo.EpochOffset{}
+		}
+		offsets[tp.topic][tp.partition] = kgo.EpochOffset{Epoch: p.tr.nextEpoch, Offset: p.tr.next}
+		want[tp] = p.tr.next
+	}
+	r.mu.Unlock()
+	if len(want) == 0 {
+		return
+	}
+	start := time.Now()
+	var failed map[topicPartition]error
+	r.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		failed = map[topicPartition]error{}
+		if err != nil {
+			for tp := range want {
+				failed[tp] = err
+			}
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil {
+					failed[topicPartition{t.Topic, p.Partition}] = perr
+				}
+			}
+		}
+	})
+	r.m.commitSeconds.Observe(time.Since(start).Seconds())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for tp, off := range want {
+		if err, bad := failed[tp]; bad {
+			r.m.commits.WithLabelValues("error").Inc()
+			r.log.Warn("offset commit failed; will retry", "topic", tp.topic, "partition", tp.partition, "offset", off, "err", err)
+			continue
+		}
+		r.m.commits.WithLabelValues("ok").Inc()
+		r.m.committedOffset.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Set(float64(off))
+		if p := r.parts[tp]; p != nil && off > p.committed {
+			p.committed = off
+		}
+	}
+}
+
+func (r *Router) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t, ps := range assigned {
+		for _, p := range ps {
+			tp := topicPartition{t, p}
+			ctx, cancel := context.WithCancel(r.workCtx)
+			r.parts[tp] = &partition{tp: tp, ctx: ctx, cancel: cancel, tr: newTracker(), committed: -1}
+		}
+	}
+	r.joined = true
+	r.log.Info("partitions assigned", "partitions", assigned)
+}
+
+// revoked gives in-flight records of revoked partitions RevokeTimeout to
+// finish, commits what finished, and forgets the partitions. Whatever did
+// not finish is abandoned, uncommitted, for the new owner.
+func (r *Router) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	only := map[topicPartition]bool{}
+	r.mu.Lock()
+	for t, ps := range revoked {
+		for _, p := range ps {
+			tp := topicPartition{t, p}
+			if part := r.parts[tp]; part != nil {
+				part.revoking = true
+				only[tp] = true
+			}
+		}
+	}
+	r.mu.Unlock()
+	deadline := time.Now().Add(r.cfg.RevokeTimeout)
+	t := time.AfterFunc(r.cfg.RevokeTimeout, func() { r.mu.Lock(); r.cond.Broadcast(); r.mu.Unlock() })
+	r.mu.Lock()
+	for time.Now().Before(deadline) && r.busy(only) {
+		r.cond.Wait()
+	}
+	r.mu.Unlock()
+	t.Stop()
+	r.commit(ctx, only)
+	r.mu.Lock()
+	for tp := range only {
+		r.parts[tp].cancel()
+		delete(r.parts, tp)
+		r.m.committedOffset.DeleteLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))
+	}
+	r.cond.Broadcast()
+	r.mu.Unlock()
+	r.log.Info("partitions revoked", "partitions", revoked)
+}
+
+func (r *Router) busy(tps map[topicPartition]bool) bool {
+	for tp := range tps {
+		if r.parts[tp].inFlight > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// lost forgets partitions without committing: another member may own them
+// already, and a late commit from us could move its offsets.
+func (r *Router) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t, ps := range lost {
+		for _, p := range ps {
+			tp := topicPartition{t, p}
+			if part := r.parts[tp]; part != nil {
+				part.cancel()
+				delete(r.parts, tp)
+				r.m.committedOffset.DeleteLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))
+			}
+		}
+	}
+	r.cond.Broadcast()
+	r.log.Warn("partitions lost; their in-flight work is abandoned uncommitted", "partitions", lost)
+}
+
+func toEventRecord(kr *kgo.Record) eventid.Record {
+	hs := make([]eventid.Header, len(kr.Headers))
+	for i, h := range kr.Headers {
+		hs[i] = eventid.Header{Key: h.Key, Value: h.Value}
+	}
+	return eventid.Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Key: kr.Key, Value: kr.Value, Headers: hs}
+}

@@ -1,0 +1,133 @@
+package processor
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/dedupio/dedup/processor/eventid"
+)
+
+// ReusePolicy is the Temporal workflow ID reuse policy of a route.
+type ReusePolicy string
+
+const (
+	// ReuseRejectDuplicate: one execution per workflow ID for the namespace's
+	// retention, whatever became of it. The default: an event triggers an
+	// activity once.
+	ReuseRejectDuplicate ReusePolicy = "reject_duplicate"
+	// ReuseAllowDuplicateFailedOnly: a failed, timed-out, cancelled or
+	// terminated run may be started again by a redelivered event.
+	ReuseAllowDuplicateFailedOnly ReusePolicy = "allow_duplicate_failed_only"
+	// ReuseAllowDuplicate: any closed run may be started again. The ledger
+	// still skips events it saw started, so this only matters for replays
+	// that bypass the ledger (a purged row, dlq replay).
+	ReuseAllowDuplicate ReusePolicy = "allow_duplicate"
+)
+
+// Route maps events to one activity's workflow.
+type Route struct {
+	// ID is the activity ID: part of every workflow ID of this route,
+	// activity-{id}:{event_id}. Never change it for a live route: that
+	// changes every workflow ID and defeats deduplication.
+	ID    string `yaml:"id"`
+	Match Match  `yaml:"match"`
+	// WorkflowType is the registered workflow name to start.
+	WorkflowType string `yaml:"workflow_type"`
+	TaskQueue    string `yaml:"task_queue"`
+	// IDReusePolicy defaults to reject_duplicate.
+	IDReusePolicy ReusePolicy `yaml:"id_reuse_policy"`
+	// Key selects the second half of the workflow ID: "event_id" (default),
+	// or "scheduled_for" for cron-like triggers, whose events carry the
+	// nominal fire time in data.scheduled_for: the workflow ID is then
+	// activity-{id}:{scheduled_for} with the time normalised to
+	// 2006-01-02T15:04:05+00:00, so that a schedule fired twice for the same
+	// slot (by two schedulers, or a retry) starts once.
+	Key string `yaml:"key"`
+}
+
+// Match selects events by type and, optionally, source. Type "*" matches
+// every type; a type ending in ".*" matches that prefix.
+type Match struct {
+	Type   string `yaml:"type"`
+	Source string `yaml:"source"`
+}
+
+func (m Match) matches(ev *eventid.Event) bool {
+	switch {
+	case m.Source != "" && m.Source != ev.Source:
+		return false
+	case m.Type == "*":
+		return true
+	case strings.HasSuffix(m.Type, ".*"):
+		return strings.HasPrefix(ev.Type, m.Type[:len(m.Type)-1])
+	}
+	return m.Type == ev.Type
+}
+
+// Routes is a validated route table.
+type Routes []Route
+
+// Validate checks every route and fills defaults in place.
+func (rs Routes) Validate() error {
+	if len(rs) == 0 {
+		return errors.New("routes: empty; dedup would start nothing")
+	}
+	seen := map[string]bool{}
+	for i := range rs {
+		r := &rs[i]
+		at := fmt.Sprintf("routes[%d]", i)
+		switch {
+		case r.ID == "":
+			return fmt.Errorf("%s.id: empty", at)
+		case strings.ContainsAny(r.ID, ": \t\n"):
+			return fmt.Errorf("%s.id: %q has a colon or white space, which would make workflow IDs ambiguous", at, r.ID)
+		case seen[r.ID]:
+			return fmt.Errorf("%s.id: %q used twice", at, r.ID)
+		case r.Match.Type == "":
+			return fmt.Errorf("%s.match.type: empty (use \"*\" for every type)", at)
+		case r.WorkflowType == "":
+			return fmt.Errorf("%s.workflow_type: empty", at)
+		case r.TaskQueue == "":
+			return fmt.Errorf("%s.task_queue: empty", at)
+		}
+		seen[r.ID] = true
+		switch r.IDReusePolicy {
+		case "":
+			r.IDReusePolicy = ReuseRejectDuplicate
+		case ReuseRejectDuplicate, ReuseAllowDuplicateFailedOnly, ReuseAllowDuplicate:
+		default:
+			return fmt.Errorf("%s.id_reuse_policy: %q (reject_duplicate, allow_duplicate_failed_only, allow_duplicate)", at, r.IDReusePolicy)
+		}
+		switch r.Key {
+		case "":
+			r.Key = KeyEventID
+		case KeyEventID, KeyScheduledFor:
+		default:
+			return fmt.Errorf("%s.key: %q (event_id, scheduled_for)", at, r.Key)
+		}
+	}
+	return nil
+}
+
+// Workflow ID keys.
+const (
+	KeyEventID      = "event_id"
+	KeyScheduledFor = "scheduled_for"
+)
+
+// WorkflowID is activity-{activityID}:{key}, the seed contract's format.
+func WorkflowID(activityID, key string) string {
+	return "activity-" + activityID + ":" + key
+}
+
+// Match returns the routes an event triggers, in table order.
+func (rs Routes) Match(ev *eventid.Event) []*Route {
+	var out []*Route
+	for i := range rs {
+		if rs[i].Match.matches(ev) {
+			out = append(out, &rs[i])
+		}
+	}
+	return out
+}

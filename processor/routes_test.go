@@ -1,0 +1,88 @@
+package processor
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/dedupio/dedup/processor/eventid"
+)
+
+func TestRoutesMatch(t *testing.T) {
+	rs := Routes{
+		{ID: "a1", Match: Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"},
+		{ID: "a2", Match: Match{Type: "order.*"}, WorkflowType: "W", TaskQueue: "q", IDReusePolicy: ReuseAllowDuplicateFailedOnly},
+		{ID: "a3", Match: Match{Type: "*", Source: "billing"}, WorkflowType: "W", TaskQueue: "q"},
+	}
+	if err := rs.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].IDReusePolicy != ReuseRejectDuplicate || rs[0].Key != KeyEventID {
+		t.Fatalf("defaults not filled: %+v", rs[0])
+	}
+	ids := func(ev eventid.Event) string {
+		var s []string
+		for _, r := range rs.Match(&ev) {
+			s = append(s, r.ID)
+		}
+		return strings.Join(s, ",")
+	}
+	cases := []struct {
+		ev   eventid.Event
+		want string
+	}{
+		{eventid.Event{Type: "order.created", Source: "shop"}, "a1,a2"},
+		{eventid.Event{Type: "order.cancelled"}, "a2"},
+		{eventid.Event{Type: "orders"}, ""},
+		{eventid.Event{Type: "invoice.paid", Source: "billing"}, "a3"},
+		{eventid.Event{Type: "order.created", Source: "billing"}, "a1,a2,a3"},
+	}
+	for _, c := range cases {
+		if got := ids(c.ev); got != c.want {
+			t.Errorf("%+v: got %q want %q", c.ev, got, c.want)
+		}
+	}
+}
+
+func TestRoutesValidate(t *testing.T) {
+	ok := Route{ID: "a", Match: Match{Type: "t"}, WorkflowType: "W", TaskQueue: "q"}
+	cases := map[string]func(*Route){
+		"routes[0].id: empty":       func(r *Route) { r.ID = "" },
+		"colon":                     func(r *Route) { r.ID = "a:b" },
+		"routes[0].match.type":      func(r *Route) { r.Match.Type = "" },
+		"routes[0].workflow_type":   func(r *Route) { r.WorkflowType = "" },
+		"routes[0].task_queue":      func(r *Route) { r.TaskQueue = "" },
+		"routes[0].id_reuse_policy": func(r *Route) { r.IDReusePolicy = "sometimes" },
+		"routes[0].key":             func(r *Route) { r.Key = "offset" },
+	}
+	for want, mod := range cases {
+		r := ok
+		mod(&r)
+		err := Routes{r}.Validate()
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v", want, err)
+		}
+	}
+	if err := (Routes{ok, ok}).Validate(); err == nil || !strings.Contains(err.Error(), "used twice") {
+		t.Errorf("duplicate id: %v", err)
+	}
+}
+
+func TestWorkflowIDFormats(t *testing.T) {
+	// The seed contract's examples, verbatim.
+	if got := WorkflowID("550e8400-e29b-41d4-a716-446655440000", "evt_abc123"); got != "activity-550e8400-e29b-41d4-a716-446655440000:evt_abc123" {
+		t.Fatal(got)
+	}
+	for _, in := range []string{`"2026-03-01T09:00:00Z"`, `"2026-03-01T10:00:00+01:00"`, `"2026-03-01T09:00:00.000Z"`} {
+		key, err := scheduledFor(json.RawMessage(`{"scheduled_for":` + in + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := WorkflowID("550e8400-e29b-41d4-a716-446655440000", key); got != "activity-550e8400-e29b-41d4-a716-446655440000:2026-03-01T09:00:00+00:00" {
+			t.Fatalf("%s: %s", in, got)
+		}
+	}
+	if _, err := scheduledFor(json.RawMessage(`{"scheduled_for":7}`)); err == nil {
+		t.Fatal("number accepted as scheduled_for")
+	}
+}

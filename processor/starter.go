@@ -1,0 +1,52 @@
+package processor
+
+import (
+	"context"
+	"errors"
+
+	"github.com/dedupio/dedup/schemas"
+)
+
+// Starter starts workflows. Start must be safe to call again for the same
+// workflow ID: the router re-drives pending claims and retries transient
+// errors, relying on the ID reuse policy to keep one execution per ID.
+type Starter interface {
+	Start(ctx context.Context, req StartRequest) (StartResult, error)
+}
+
+// StartRequest is one workflow start.
+type StartRequest struct {
+	WorkflowID   string
+	WorkflowType string
+	TaskQueue    string
+	ReusePolicy  ReusePolicy
+	Input        schemas.WorkflowInput
+}
+
+// StartResult is a start that Temporal accepted, or refused because the
+// workflow ID was already started: both count as success.
+type StartResult struct {
+	RunID          string
+	AlreadyStarted bool
+}
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as not worth retrying (bad request, unknown
+// namespace): the record is dead-lettered. Unmarked errors are retried with
+// backoff for as long as the router runs.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
