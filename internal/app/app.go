@@ -46,6 +46,9 @@ type Options struct {
 // Run migrates the ledger, connects to PostgreSQL and Temporal, serves the
 // admin port and runs the router until ctx is cancelled.
 func Run(ctx context.Context, cfg Config, o Options) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	log := o.Logger
 	if log == nil {
 		log = NewLogger(cfg.Log)

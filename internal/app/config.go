@@ -76,12 +76,13 @@ func ParseConfig(b []byte) (Config, error) {
 	if cfg.Postgres.URL == "" {
 		cfg.Postgres.URL = os.Getenv("DATABASE_URL")
 	}
-	cfg.Kafka.EventID, cfg.Kafka.Routes = cfg.EventID, cfg.Routes
 	return cfg, cfg.Validate()
 }
 
-// Validate checks every section.
+// Validate checks every section, and hands event_id and routes to the
+// router's config.
 func (c *Config) Validate() error {
+	c.Kafka.EventID, c.Kafka.Routes = c.EventID, c.Routes
 	if err := c.Kafka.Validate(); err != nil {
 		return err
 	}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -291,8 +293,11 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	if len(started) == 0 {
 		return nil
 	}
-	ids, runs := make([]string, len(started)), make([]string, len(started))
-	for i, s := range started {
+	// In workflow ID order, like Claim, so that routers lock rows in one
+	// order (a deadlock would still only cost a retry).
+	sorted := slices.SortedFunc(slices.Values(started), func(a, b processor.Started) int { return strings.Compare(a.WorkflowID, b.WorkflowID) })
+	ids, runs := make([]string, len(sorted)), make([]string, len(sorted))
+	for i, s := range sorted {
 		ids[i], runs[i] = s.WorkflowID, s.RunID
 	}
 	_, err := p.pool.Exec(ctx, `

@@ -1,0 +1,109 @@
+// Package devstack runs dedup's dependencies in one process, for the dev
+// stack (cmd/devstack), the integration tests and the benchmark: franz-go's
+// kfake broker (the real Kafka protocol), a real Temporal server with an
+// in-memory store, and a throwaway PostgreSQL cluster (or DATABASE_URL).
+// It is the only package besides integration/ that links the Temporal
+// server.
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/dedupio/dedup/internal/pgcluster"
+)
+
+// Config says what to start.
+type Config struct {
+	KafkaPort    int // 0: any free port
+	TemporalPort int // 0: any free port
+	PostgresPort int // 0: any free port; ignored with DatabaseURL
+	// Topics are created with Partitions partitions each, and so is every
+	// "<topic>.dlq".
+	Topics     []string
+	Partitions int
+	Namespace  string
+	// DatabaseURL uses an existing PostgreSQL instead of a throwaway one.
+	DatabaseURL string
+	// DurablePostgres keeps fsync on (benchmarks).
+	DurablePostgres bool
+}
+
+// Stack is the running dependencies.
+type Stack struct {
+	Kafka       *kfake.Cluster
+	Temporal    *Temporal
+	Postgres    *pgcluster.Cluster // nil when DatabaseURL was given
+	DatabaseURL string
+	Namespace   string
+}
+
+// Brokers are the Kafka seed addresses.
+func (s *Stack) Brokers() []string { return s.Kafka.ListenAddrs() }
+
+// Start starts everything; on error, what started is stopped.
+func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
+	if cfg.Namespace == "" {
+		cfg.Namespace = "default"
+	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = 1
+	}
+	s := &Stack{Namespace: cfg.Namespace}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+	var topics []string
+	for _, t := range cfg.Topics {
+		topics = append(topics, t, t+".dlq")
+	}
+	kopts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(int32(cfg.Partitions), topics...), kfake.AllowAutoTopicCreation()}
+	if cfg.KafkaPort != 0 {
+		kopts = append(kopts, kfake.Ports(cfg.KafkaPort))
+	}
+	if s.Kafka, err = kfake.NewCluster(kopts...); err != nil {
+		return nil, fmt.Errorf("starting kfake: %w", err)
+	}
+	if cfg.DatabaseURL != "" {
+		s.DatabaseURL = cfg.DatabaseURL
+	} else {
+		if s.Postgres, err = pgcluster.Start(ctx, pgcluster.Options{Port: cfg.PostgresPort, Durable: cfg.DurablePostgres}); err != nil {
+			return nil, err
+		}
+		if s.DatabaseURL, err = s.Postgres.CreateDatabase(ctx, "dedup"); err != nil {
+			return nil, err
+		}
+	}
+	if s.Temporal, err = StartTemporal(TemporalConfig{FrontendPort: cfg.TemporalPort, Namespaces: []string{cfg.Namespace}}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Stop stops everything that runs.
+func (s *Stack) Stop() {
+	if s.Temporal != nil {
+		done := make(chan struct{})
+		go func() { _ = s.Temporal.Stop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			fmt.Fprintln(os.Stderr, "devstack: temporal did not stop in 20s; leaving it")
+		}
+	}
+	if s.Kafka != nil {
+		s.Kafka.Close()
+	}
+	if s.Postgres != nil {
+		if err := s.Postgres.Stop(); err != nil && !errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintln(os.Stderr, "devstack: stopping postgres:", err)
+		}
+	}
+}
