@@ -62,6 +62,10 @@ type job struct {
 	rec   *record
 	req   StartRequest
 	runID string
+	// waiters are later records that asked for the same workflow while this
+	// start was in flight: they finish with it instead of calling Temporal
+	// again.
+	waiters []*record
 }
 
 // Router consumes the topics as a member of the group and turns records
@@ -81,6 +85,7 @@ type Router struct {
 	parts    map[topicPartition]*partition
 	inFlight int
 	joined   bool
+	starting map[string]*job // workflow ID -> its start in flight here
 
 	workCtx    context.Context // lives until the drain after shutdown
 	workCancel context.CancelFunc
@@ -104,7 +109,8 @@ func New(cfg Config, ledger Ledger, starter Starter, reg prometheus.Registerer, 
 	}
 	r := &Router{
 		cfg: cfg, log: log, dec: dec, ledger: ledger, starter: starter, hooks: hooks, m: m,
-		parts:  map[topicPartition]*partition{},
+		parts:    map[topicPartition]*partition{},
+		starting: map[string]*job{},
 		startQ: make(chan *job, cfg.StartConcurrency),
 		markQ:  make(chan *job, cfg.MarkBatch),
 	}
@@ -179,8 +185,15 @@ func (r *Router) Run(ctx context.Context) error {
 	// Drain: let started work finish, then stop the workers.
 	r.waitDrained(r.cfg.DrainTimeout)
 	r.workCancel()
-	close(r.startQ)
 	workers.Wait()
+	for drained := false; !drained; {
+		select {
+		case j := <-r.startQ:
+			r.jobDone(j, false)
+		default:
+			drained = true
+		}
+	}
 	close(r.markQ)
 	<-markerDone
 	stopCommitter()
@@ -329,18 +342,29 @@ func (r *Router) handle(ctx context.Context, fetches kgo.Fetches) {
 	}
 	var conflicts []deadLetter
 	for i, v := range verdicts {
-		r.m.intents.WithLabelValues(v.String()).Inc()
 		switch v {
 		case VerdictNew, VerdictRedrive:
-			select {
-			case r.startQ <- &job{rec: owners[i], req: reqs[i]}:
-			case <-r.workCtx.Done():
-				r.end(owners[i], false)
+			r.mu.Lock()
+			if j := r.starting[intents[i].WorkflowID]; j != nil {
+				// A re-send while our own start of it is in flight: the
+				// ledger still says pending, but Temporal need not hear it
+				// twice. It finishes (or is abandoned) with that start.
+				j.waiters = append(j.waiters, owners[i])
+				r.mu.Unlock()
+				r.m.intents.WithLabelValues(VerdictDuplicate.String()).Inc()
+				continue
 			}
+			j := &job{rec: owners[i], req: reqs[i]}
+			r.starting[j.req.WorkflowID] = j
+			r.mu.Unlock()
+			r.m.intents.WithLabelValues(v.String()).Inc()
+			r.enqueue(j)
 		case VerdictConflict:
+			r.m.intents.WithLabelValues(v.String()).Inc()
 			conflicts = append(conflicts, deadLetter{rec: owners[i], reason: "conflict", workflow: intents[i].WorkflowID,
 				err: fmt.Errorf("workflow %s was claimed with another payload; not started", intents[i].WorkflowID)})
 		default:
+			r.m.intents.WithLabelValues(v.String()).Inc()
 			r.end(owners[i], true)
 		}
 	}
@@ -390,7 +414,13 @@ func (r *Router) end(rec *record, ok bool) {
 }
 
 func (r *Router) startWorker() {
-	for j := range r.startQ {
+	for {
+		var j *job
+		select {
+		case j = <-r.startQ:
+		case <-r.workCtx.Done():
+			return
+		}
 		var res StartResult
 		err := r.retry(j.rec.part.ctx, "start", func(ctx context.Context) error {
 			t := time.Now()
@@ -416,9 +446,10 @@ func (r *Router) startWorker() {
 			r.markQ <- j
 		case IsPermanent(err):
 			r.m.startErrors.WithLabelValues("permanent").Inc()
-			r.deadLetter(j.rec.part.ctx, []deadLetter{{rec: j.rec, reason: "temporal_permanent", err: err, workflow: j.req.WorkflowID}})
+			ok := r.deadLetter(j.rec.part.ctx, []deadLetter{{rec: j.rec, reason: "temporal_permanent", err: err, workflow: j.req.WorkflowID}})
+			r.releaseWaiters(j, ok) // the same event: dead-lettered once
 		default: // revoked, lost or shutting down
-			r.end(j.rec, false)
+			r.jobDone(j, false)
 		}
 	}
 }
@@ -439,7 +470,7 @@ func (r *Router) marker() {
 		}
 		err := r.retry(r.workCtx, "mark", func(ctx context.Context) error { return r.ledger.MarkStarted(ctx, started) })
 		for _, j := range batch {
-			r.end(j.rec, err == nil)
+			r.jobDone(j, err == nil)
 		}
 		batch = batch[:0]
 	}
@@ -460,9 +491,52 @@ func (r *Router) marker() {
 	}
 }
 
+// jobDone ends a start's record and the records waiting on it.
+func (r *Router) jobDone(j *job, ok bool) {
+	r.end(j.rec, ok)
+	r.releaseWaiters(j, ok)
+}
+
+func (r *Router) releaseWaiters(j *job, ok bool) {
+	r.mu.Lock()
+	if r.starting[j.req.WorkflowID] == j {
+		delete(r.starting, j.req.WorkflowID)
+	}
+	waiters := j.waiters
+	j.waiters = nil
+	if !ok {
+		// The start was abandoned (its partition went away). Waiters from
+		// partitions we still own must not be failed with it, or their
+		// partitions could never commit again: the first of them takes the
+		// start over.
+		for i, w := range waiters {
+			if w.part.ctx.Err() == nil && r.workCtx.Err() == nil {
+				nj := &job{rec: w, req: j.req, waiters: waiters[i+1:]}
+				r.starting[nj.req.WorkflowID] = nj
+				waiters = waiters[:i]
+				go r.enqueue(nj)
+				break
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, w := range waiters {
+		r.end(w, ok)
+	}
+}
+
+// enqueue hands a job to the start workers, or abandons it on shutdown.
+func (r *Router) enqueue(j *job) {
+	select {
+	case r.startQ <- j:
+	case <-r.workCtx.Done():
+		r.jobDone(j, false)
+	}
+}
+
 // deadLetter writes records to the dead-letter topic and ends them once the
 // write is acknowledged. On shutdown they are abandoned instead.
-func (r *Router) deadLetter(ctx context.Context, dls []deadLetter) {
+func (r *Router) deadLetter(ctx context.Context, dls []deadLetter) bool {
 	krs := make([]*kgo.Record, len(dls))
 	for i, d := range dls {
 		src := d.rec.kr
@@ -491,6 +565,7 @@ func (r *Router) deadLetter(ctx context.Context, dls []deadLetter) {
 		}
 		r.end(d.rec, err == nil)
 	}
+	return err == nil
 }
 
 // retry runs fn until it succeeds, returns a permanent error, or ctx ends,

@@ -1,0 +1,266 @@
+// Command devstack runs dedup on an embedded stack: kfake on
+// 127.0.0.1:9092, an in-process Temporal server on 127.0.0.1:7233, a
+// throwaway PostgreSQL (or DATABASE_URL), the router, a demo worker and a
+// demo producer that sends duplicates. Ctrl-C stops and removes it all.
+//
+//	go run ./cmd/devstack                # everything, with a summary every 5s
+//	go run ./cmd/devstack -infra-only    # only Kafka, Temporal and PostgreSQL
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/devstack"
+	"github.com/dedupio/dedup/internal/workload"
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "devstack:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		infraOnly  = flag.Bool("infra-only", false, "start Kafka, Temporal and PostgreSQL only, print their addresses and wait")
+		kafkaPort  = flag.Int("kafka-port", 9092, "kfake port on 127.0.0.1")
+		tempPort   = flag.Int("temporal-port", 7233, "Temporal frontend port on 127.0.0.1")
+		pgPort     = flag.Int("postgres-port", 0, "throwaway PostgreSQL port (0: any free one); ignored with DATABASE_URL")
+		topic      = flag.String("topic", "events", "topic to consume (and <topic>.dlq)")
+		partitions = flag.Int("partitions", 8, "partitions per topic")
+		rate       = flag.Int("rate", 200, "demo records per second")
+		records    = flag.Int("records", 0, "stop producing after this many records (0: until Ctrl-C)")
+		dupRatio   = flag.Float64("dup-ratio", 0.3, "share of demo records that re-send an earlier event")
+		every      = flag.Duration("summary-every", 5*time.Second, "how often to print the summary")
+		adminAddr  = flag.String("admin", "127.0.0.1:9464", "router admin port (/metrics, /healthz, /readyz)")
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	fmt.Println("starting kfake, Temporal and PostgreSQL ...")
+	stack, err := devstack.Start(ctx, devstack.Config{
+		KafkaPort: *kafkaPort, TemporalPort: *tempPort, PostgresPort: *pgPort,
+		Topics: []string{*topic}, Partitions: *partitions, Namespace: "default",
+		DatabaseURL: os.Getenv("DATABASE_URL"),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Println("stopping the stack ...")
+		stack.Stop()
+	}()
+
+	cfg := demoConfig(stack, *topic, *adminAddr)
+	dir, err := os.MkdirTemp("", "dedup-dev-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cfgPath := filepath.Join(dir, "dedup.yaml")
+	if err := writeConfig(cfgPath, cfg); err != nil {
+		return err
+	}
+	fmt.Printf(`
+  Kafka      %s   topics %s, %s.dlq (%d partitions)
+  Temporal   %s   namespace default
+  PostgreSQL %s
+  config     %s
+
+  produce:   kcat -b %s -t %s -P -k key1   (then type {"id":"e1","type":"order.created"})
+  read DLQ:  kcat -b %s -t %s.dlq -C -f '%%h %%s\n'
+  a router:  DATABASE_URL=%s go run ./cmd/dedup run --config %s
+`, strings.Join(stack.Brokers(), ","), *topic, *topic, *partitions, stack.Temporal.HostPort(), stack.DatabaseURL, cfgPath,
+		stack.Brokers()[0], *topic, stack.Brokers()[0], *topic, stack.DatabaseURL, cfgPath)
+
+	if *infraOnly {
+		fmt.Println("\ninfrastructure only; Ctrl-C to stop")
+		<-ctx.Done()
+		return nil
+	}
+
+	quiet := tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tc, err := client.Dial(client.Options{HostPort: stack.Temporal.HostPort(), Namespace: "default", Logger: quiet})
+	if err != nil {
+		return fmt.Errorf("dialing temporal: %w", err)
+	}
+	defer tc.Close()
+	w := worker.New(tc, "dedup-demo", worker.Options{})
+	w.RegisterWorkflowWithOptions(devstack.DemoWorkflow, workflow.RegisterOptions{Name: devstack.DemoWorkflowName})
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("starting demo worker: %w", err)
+	}
+	defer w.Stop()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	routerDone := make(chan error, 1)
+	ready := make(chan string, 1)
+	go func() { routerDone <- app.Run(ctx, cfg, app.Options{Logger: log, Registry: reg, Ready: ready}) }()
+	select {
+	case addr := <-ready:
+		fmt.Printf("  router:    running, metrics on http://%s/metrics\n\n", addr)
+	case err := <-routerDone:
+		return err
+	}
+
+	prodDone := make(chan error, 1)
+	go func() { prodDone <- produce(ctx, stack.Brokers(), *topic, *partitions, *rate, *records, *dupRatio) }()
+
+	lc := ledger.DefaultConfig()
+	lc.URL = stack.DatabaseURL
+	led, err := ledger.Open(ctx, lc)
+	if err != nil {
+		return err
+	}
+	defer led.Close()
+	tick := time.NewTicker(*every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			summary(ctx, reg, led)
+		case err := <-prodDone:
+			if err != nil && ctx.Err() == nil {
+				return err
+			}
+			prodDone = nil
+		case err := <-routerDone:
+			summary(context.Background(), reg, led)
+			return err
+		}
+	}
+}
+
+func demoConfig(stack *devstack.Stack, topic, admin string) app.Config {
+	cfg := app.DefaultConfig()
+	cfg.Kafka.Brokers = stack.Brokers()
+	cfg.Kafka.Group = "dedup-dev"
+	cfg.Kafka.Topics = []string{topic}
+	cfg.Kafka.ResetOffset = "earliest"
+	cfg.Kafka.SessionTimeout = 10 * time.Second
+	cfg.Routes = processor.Routes{
+		{ID: "order-confirmation", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: devstack.DemoWorkflowName, TaskQueue: "dedup-demo"},
+		{ID: "welcome-email", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: devstack.DemoWorkflowName, TaskQueue: "dedup-demo"},
+		{ID: "crm-sync", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: devstack.DemoWorkflowName, TaskQueue: "dedup-demo"},
+	}
+	cfg.Temporal.HostPort = stack.Temporal.HostPort()
+	cfg.Admin.Listen = admin
+	cfg.Log.Format = "text"
+	cfg.Postgres.URL = stack.DatabaseURL
+	return cfg
+}
+
+func writeConfig(path string, cfg app.Config) error {
+	file := cfg
+	file.Postgres.URL = "${DATABASE_URL}"
+	b, err := yaml.Marshal(file)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// produce sends rounds of a demo workload: each round has fresh IDs, dupRatio
+// re-sends (identical, and ID-less reshaped) and one same-ID-other-payload.
+func produce(ctx context.Context, brokers []string, topic string, partitions, rate, limit int, dupRatio float64) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	const round = 1000
+	sent := 0
+	interval := time.Second / time.Duration(max(rate, 1))
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for r := 0; limit == 0 || sent < limit; r++ {
+		w := workload.Generate(workload.Spec{Topic: topic, Partitions: partitions, Records: round, DupRatio: dupRatio,
+			Conflicts: 1, CrossPartition: 0.1, Seed: uint64(r + 1), IDPrefix: fmt.Sprintf("dev%d-", r)})
+		for _, rec := range w.Records {
+			if limit > 0 && sent >= limit {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+			cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+				if err != nil && ctx.Err() == nil {
+					fmt.Fprintln(os.Stderr, "demo producer:", err)
+				}
+			})
+			sent++
+		}
+	}
+	return cl.Flush(ctx)
+}
+
+func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return
+	}
+	val := func(name, label, value string) float64 {
+		total := 0.0
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				match := label == ""
+				for _, l := range m.GetLabel() {
+					if l.GetName() == label && l.GetValue() == value {
+						match = true
+					}
+				}
+				if match {
+					total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+		return total
+	}
+	counts, err := led.Count(ctx)
+	ledgerLine := fmt.Sprintf("ledger pending %d started %d", counts.Pending, counts.Started)
+	if err != nil {
+		ledgerLine = "ledger unavailable"
+	}
+	fmt.Printf("%s  records in %6.0f | new workflows %6.0f | duplicates skipped %6.0f | conflicts %3.0f | dead letters %3.0f | workflows started %6.0f (already started %3.0f) | committed offsets %6.0f | %s\n",
+		time.Now().Format("15:04:05"),
+		val("dedup_records_total", "", ""),
+		val("dedup_intents_total", "outcome", "new"),
+		val("dedup_intents_total", "outcome", "duplicate"),
+		val("dedup_intents_total", "outcome", "conflict"),
+		val("dedup_dead_letters_total", "", ""),
+		val("dedup_workflow_starts_total", "result", "started"),
+		val("dedup_workflow_starts_total", "result", "already_started"),
+		val("dedup_committed_offset", "", ""),
+		ledgerLine)
+}
