@@ -111,8 +111,8 @@ func New(cfg Config, ledger Ledger, starter Starter, reg prometheus.Registerer, 
 		cfg: cfg, log: log, dec: dec, ledger: ledger, starter: starter, hooks: hooks, m: m,
 		parts:    map[topicPartition]*partition{},
 		starting: map[string]*job{},
-		startQ: make(chan *job, cfg.StartConcurrency),
-		markQ:  make(chan *job, cfg.MarkBatch),
+		startQ:   make(chan *job, cfg.StartConcurrency),
+		markQ:    make(chan *job, cfg.MarkBatch),
 	}
 	r.cond = sync.NewCond(&r.mu)
 	r.workCtx, r.workCancel = context.WithCancel(context.Background())
