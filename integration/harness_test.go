@@ -34,19 +34,20 @@ import (
 // apart by topic, group, database and Temporal namespace.
 var (
 	stack     *devstack.Stack
+	faults    = &devstack.TemporalFaults{}
 	dedupBin  string
 	nsCounter int
 	nsMu      sync.Mutex
 )
 
-var namespaces = []string{"ns1", "ns2", "ns3", "ns4", "ns5", "ns6", "ns7", "ns8"}
+var namespaces = []string{"ns1", "ns2", "ns3", "ns4", "ns5", "ns6", "ns7", "ns8", "ns9", "ns10", "ns11", "ns12", "ns13", "ns14", "ns15", "ns16", "ns17", "ns18", "ns19", "ns20"}
 
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		var err error
-		stack, err = devstack.Start(ctx, devstack.Config{Namespace: "default", DatabaseURL: os.Getenv("DATABASE_URL")})
+		stack, err = devstack.Start(ctx, devstack.Config{Namespace: "default", DatabaseURL: os.Getenv("DATABASE_URL"), TemporalFaults: faults})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "starting stack:", err)
 			return 1

@@ -141,6 +141,7 @@ func (c *Config) Validate() error {
 	return c.Routes.Validate()
 }
 
-func (c *Config) deadLetterTopic(source string) string {
+// DeadLetterTopicFor names the dead-letter topic of a source topic.
+func (c *Config) DeadLetterTopicFor(source string) string {
 	return strings.ReplaceAll(c.DeadLetterTopic, "{topic}", source)
 }

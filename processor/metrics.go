@@ -9,20 +9,23 @@ import (
 // metrics are the router's Prometheus series. Labels are small fixed sets:
 // never an event or workflow ID.
 type metrics struct {
-	records         prometheus.Counter
-	intents         *prometheus.CounterVec // outcome: new, redrive, duplicate, conflict
-	noRoute         prometheus.Counter
-	deadLetters     *prometheus.CounterVec // reason
-	starts          *prometheus.CounterVec // result: started, already_started
-	startErrors     *prometheus.CounterVec // kind: transient, permanent
-	retries         *prometheus.CounterVec // op: claim, start, mark, dead_letter, commit
-	claimBatch      prometheus.Histogram
-	claimSeconds    prometheus.Histogram
-	startSeconds    prometheus.Histogram
-	commitSeconds   prometheus.Histogram
-	commits         *prometheus.CounterVec // result: ok, error
-	committedOffset *prometheus.GaugeVec   // topic, partition
-	inFlight        prometheus.Gauge
+	records          prometheus.Counter
+	intents          *prometheus.CounterVec // outcome: new, redrive, duplicate, conflict
+	noRoute          prometheus.Counter
+	deadLetters      *prometheus.CounterVec // reason
+	starts           *prometheus.CounterVec // result: started, already_started
+	startErrors      *prometheus.CounterVec // kind: transient, permanent
+	retries          *prometheus.CounterVec // op: claim, start, mark, dead_letter, commit
+	claimBatch       prometheus.Histogram
+	claimSeconds     prometheus.Histogram
+	startSeconds     prometheus.Histogram
+	commitSeconds    prometheus.Histogram
+	commits          *prometheus.CounterVec // result: ok, error
+	committedOffset  *prometheus.GaugeVec   // topic, partition
+	inFlight         prometheus.Gauge
+	pausedPartitions prometheus.Gauge
+	dependencyUp     *prometheus.GaugeVec   // dependency: postgres, temporal, kafka
+	lost             *prometheus.CounterVec // topic
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -55,6 +58,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "dedup_committed_offset", Help: "Last offset this replica committed, per partition it owns."}, []string{"topic", "partition"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "dedup_in_flight_records", Help: "Polled records not yet finished."}),
+		pausedPartitions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dedup_paused_partitions", Help: "Owned partitions whose fetching is paused because a dependency fails."}),
+		dependencyUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dedup_dependency_up", Help: "1 while the dependency answers, 0 while the router retries it."}, []string{"dependency"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedup_records_lost_total", Help: "Records deleted by retention (or lost by the broker) before this group consumed them."}, []string{"topic"}),
+	}
+	for _, d := range []string{"postgres", "temporal", "kafka"} {
+		m.dependencyUp.WithLabelValues(d).Set(1)
 	}
 	for _, o := range []string{"new", "redrive", "duplicate", "conflict"} {
 		m.intents.WithLabelValues(o)
@@ -63,7 +75,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.starts.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{m.records, m.intents, m.noRoute, m.deadLetters, m.starts, m.startErrors, m.retries,
-		m.claimBatch, m.claimSeconds, m.startSeconds, m.commitSeconds, m.commits, m.committedOffset, m.inFlight} {
+		m.claimBatch, m.claimSeconds, m.startSeconds, m.commitSeconds, m.commits, m.committedOffset, m.inFlight,
+		m.pausedPartitions, m.dependencyUp, m.lost} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering router metrics: %w", err)
 		}

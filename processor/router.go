@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -44,6 +45,12 @@ type partition struct {
 	inFlight  int   // records polled and not ended
 	committed int64 // offset last committed by us; -1 none
 	revoking  bool  // no new records are taken
+	// expect is the next offset we should see: the committed offset at
+	// assignment, then one past the last polled record; -1 unknown. A jump
+	// past it is a gap (compaction, transaction markers, or records that
+	// retention deleted before we read them: checkGap tells them apart).
+	expect   int64
+	checking bool
 }
 
 // record is one polled Kafka record while it is in flight.
@@ -75,6 +82,7 @@ type Router struct {
 	log     *slog.Logger
 	dec     *eventid.Decoder
 	ledger  Ledger
+	dlqLog  DeadLetterLog
 	starter Starter
 	hooks   Hooks
 	m       *metrics
@@ -85,7 +93,9 @@ type Router struct {
 	parts    map[topicPartition]*partition
 	inFlight int
 	joined   bool
-	starting map[string]*job // workflow ID -> its start in flight here
+	starting map[string]*job  // workflow ID -> its start in flight here
+	down     map[string]error // dependency -> last error, while it fails: fetching is paused
+	adm      *kadm.Client
 
 	workCtx    context.Context // lives until the drain after shutdown
 	workCancel context.CancelFunc
@@ -95,7 +105,7 @@ type Router struct {
 
 // New validates cfg and creates the Kafka client; nothing is consumed
 // until Run.
-func New(cfg Config, ledger Ledger, starter Starter, reg prometheus.Registerer, log *slog.Logger, hooks Hooks) (*Router, error) {
+func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg prometheus.Registerer, log *slog.Logger, hooks Hooks) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -108,9 +118,10 @@ func New(cfg Config, ledger Ledger, starter Starter, reg prometheus.Registerer, 
 		return nil, err
 	}
 	r := &Router{
-		cfg: cfg, log: log, dec: dec, ledger: ledger, starter: starter, hooks: hooks, m: m,
+		cfg: cfg, log: log, dec: dec, ledger: ledger, dlqLog: dlqLog, starter: starter, hooks: hooks, m: m,
 		parts:    map[topicPartition]*partition{},
 		starting: map[string]*job{},
+		down:     map[string]error{},
 		startQ:   make(chan *job, cfg.StartConcurrency),
 		markQ:    make(chan *job, cfg.MarkBatch),
 	}
@@ -137,14 +148,63 @@ func New(cfg Config, ledger Ledger, starter Starter, reg prometheus.Registerer, 
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka client: %w", err)
 	}
+	r.adm = kadm.NewClient(r.cl)
 	return r, nil
 }
 
-// Joined reports whether the router holds a group assignment (readiness).
-func (r *Router) Joined() bool {
+// Ready says why the router is not ready: not in the group yet, or paused
+// because a dependency fails. Nil means ready.
+func (r *Router) Ready() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.joined
+	if !r.joined {
+		return errors.New("not in the consumer group yet")
+	}
+	for dep, err := range r.down {
+		return fmt.Errorf("paused: %s failing: %w", dep, err)
+	}
+	return nil
+}
+
+// dependencyOf names what an operation depends on.
+func dependencyOf(op string) string {
+	switch op {
+	case "claim", "mark", "dead_letter_log":
+		return "postgres"
+	case "start":
+		return "temporal"
+	}
+	return "kafka"
+}
+
+// setDown records that a dependency fails (err != nil) or works again.
+// While any fails, fetching is paused (the group membership stays) and
+// polling stops; it resumes by itself when every one works again.
+func (r *Router) setDown(dep string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	was := len(r.down) > 0
+	_, wasDep := r.down[dep]
+	if err != nil {
+		r.down[dep] = err
+	} else {
+		delete(r.down, dep)
+	}
+	if _, isDep := r.down[dep]; isDep != wasDep {
+		r.m.dependencyUp.WithLabelValues(dep).Set(map[bool]float64{true: 0, false: 1}[isDep])
+	}
+	now := len(r.down) > 0
+	switch {
+	case now && !was:
+		r.cl.PauseFetchTopics(r.cfg.Topics...)
+		r.m.pausedPartitions.Set(float64(len(r.parts)))
+		r.log.Warn("pausing fetches: a dependency fails", "dependency", dep, "err", err)
+	case !now && was:
+		r.cl.ResumeFetchTopics(r.cfg.Topics...)
+		r.m.pausedPartitions.Set(0)
+		r.log.Info("resuming fetches", "dependency", dep)
+		r.cond.Broadcast()
+	}
 }
 
 // Run consumes until ctx is cancelled, then drains in-flight records for up
@@ -175,7 +235,14 @@ func (r *Router) Run(ctx context.Context) error {
 			break
 		}
 		fetches.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
+			var loss *kgo.ErrDataLoss
+			switch {
+			case errors.As(err, &loss):
+				if n := loss.ResetTo - loss.ConsumedTo; n > 0 {
+					r.m.lost.WithLabelValues(t).Add(float64(n))
+				}
+				r.log.Error("broker lost data; consumption reset", "topic", t, "partition", p, "err", err)
+			case !errors.Is(err, context.Canceled):
 				r.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 			}
 		})
@@ -205,11 +272,12 @@ func (r *Router) Run(ctx context.Context) error {
 	return runErr
 }
 
-// waitCapacity blocks while MaxInFlight records are in flight.
+// waitCapacity blocks while MaxInFlight records are in flight or fetching
+// is paused.
 func (r *Router) waitCapacity(ctx context.Context) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for r.inFlight >= r.cfg.MaxInFlight && ctx.Err() == nil {
+	for (r.inFlight >= r.cfg.MaxInFlight || len(r.down) > 0) && ctx.Err() == nil {
 		stop := context.AfterFunc(ctx, func() { r.mu.Lock(); r.cond.Broadcast(); r.mu.Unlock() })
 		r.cond.Wait()
 		stop()
@@ -382,6 +450,11 @@ func (r *Router) track(kr *kgo.Record) *record {
 	if p == nil || p.revoking {
 		return nil
 	}
+	if p.expect >= 0 && kr.Offset > p.expect && !p.checking {
+		p.checking = true
+		go r.checkGap(p, p.expect, kr.Offset)
+	}
+	p.expect = kr.Offset + 1
 	rec := &record{part: p, kr: kr, offset: kr.Offset, epoch: kr.LeaderEpoch, pending: 1}
 	p.tr.add(rec)
 	p.inFlight++
@@ -535,10 +608,28 @@ func (r *Router) enqueue(j *job) {
 }
 
 // deadLetter writes records to the dead-letter topic and ends them once the
-// write is acknowledged. On shutdown they are abandoned instead.
+// write is acknowledged and logged. Records the log says were written
+// before (a redelivery) are not written again. On shutdown they are
+// abandoned instead.
 func (r *Router) deadLetter(ctx context.Context, dls []deadLetter) bool {
-	krs := make([]*kgo.Record, len(dls))
+	entries := make([]DeadLetter, len(dls))
 	for i, d := range dls {
+		src := d.rec.kr
+		entries[i] = DeadLetter{Topic: src.Topic, Partition: src.Partition, Offset: src.Offset, WorkflowID: d.workflow,
+			Reason: d.reason, Error: d.err.Error(), DLQTopic: r.cfg.DeadLetterTopicFor(src.Topic)}
+	}
+	var written []bool
+	err := r.retry(ctx, "dead_letter_log", func(ctx context.Context) error {
+		var err error
+		written, err = r.dlqLog.Written(ctx, entries)
+		return err
+	})
+	var krs []*kgo.Record
+	var fresh []DeadLetter
+	for i, d := range dls {
+		if err != nil || written[i] {
+			continue
+		}
 		src := d.rec.kr
 		hs := append([]kgo.RecordHeader(nil), src.Headers...)
 		hs = append(hs,
@@ -552,17 +643,38 @@ func (r *Router) deadLetter(ctx context.Context, dls []deadLetter) bool {
 		if d.workflow != "" {
 			hs = append(hs, kgo.RecordHeader{Key: schemas.HeaderDLQWorkflow, Value: []byte(d.workflow)})
 		}
-		krs[i] = &kgo.Record{Topic: r.cfg.deadLetterTopic(src.Topic), Key: src.Key, Value: src.Value, Headers: hs}
+		krs = append(krs, &kgo.Record{Topic: entries[i].DLQTopic, Key: src.Key, Value: src.Value, Headers: hs})
+		fresh = append(fresh, entries[i])
 	}
-	err := r.retry(ctx, "dead_letter", func(ctx context.Context) error {
-		return r.cl.ProduceSync(ctx, krs...).FirstErr()
-	})
-	for _, d := range dls {
+	if err == nil && len(krs) > 0 {
+		err = r.retry(ctx, "dead_letter", func(ctx context.Context) error {
+			err := r.cl.ProduceSync(ctx, krs...).FirstErr()
+			if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) {
+				// The dead-letter topic will never take these values: record
+				// the reason without them (the original stays in the source
+				// topic at the offset the headers name) rather than block the
+				// partition.
+				for _, kr := range krs {
+					if kr.Value != nil {
+						kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(kr.Value)))})
+						kr.Value = nil
+					}
+				}
+			}
+			return err
+		})
 		if err == nil {
-			r.m.deadLetters.WithLabelValues(d.reason).Inc()
-			r.log.Warn("dead-lettered record", "topic", d.rec.kr.Topic, "partition", d.rec.kr.Partition,
-				"offset", d.rec.offset, "reason", d.reason, "err", d.err)
+			err = r.retry(ctx, "dead_letter_log", func(ctx context.Context) error { return r.dlqLog.Record(ctx, fresh) })
 		}
+		if err == nil {
+			for _, f := range fresh {
+				r.m.deadLetters.WithLabelValues(f.Reason).Inc()
+				r.log.Warn("dead-lettered record", "topic", f.Topic, "partition", f.Partition, "offset", f.Offset,
+					"reason", f.Reason, "err", f.Error)
+			}
+		}
+	}
+	for _, d := range dls {
 		r.end(d.rec, err == nil)
 	}
 	return err == nil
@@ -572,14 +684,19 @@ func (r *Router) deadLetter(ctx context.Context, dls []deadLetter) bool {
 // backing off exponentially (with jitter) between transient errors.
 func (r *Router) retry(ctx context.Context, op string, fn func(context.Context) error) error {
 	wait := r.cfg.RetryInitial
+	dep := dependencyOf(op)
 	for attempt := 0; ; attempt++ {
 		err := fn(ctx)
-		if err == nil || IsPermanent(err) {
-			return err
-		}
-		if ctx.Err() != nil {
+		if err == nil || IsPermanent(err) || ctx.Err() != nil {
+			if attempt > 0 {
+				r.setDown(dep, nil) // it answered, or we stopped asking
+			}
+			if err == nil || IsPermanent(err) {
+				return err
+			}
 			return ctx.Err()
 		}
+		r.setDown(dep, err)
 		r.m.retries.WithLabelValues(op).Inc()
 		if attempt == 0 || attempt%10 == 0 {
 			r.log.Warn("retrying after transient error", "op", op, "attempt", attempt+1, "err", err)
@@ -587,6 +704,7 @@ func (r *Router) retry(ctx context.Context, op string, fn func(context.Context) 
 		sleep := wait/2 + rand.N(wait/2+1)
 		select {
 		case <-ctx.Done():
+			r.setDown(dep, nil)
 			return ctx.Err()
 		case <-time.After(sleep):
 		}
@@ -662,15 +780,39 @@ func (r *Router) commit(ctx context.Context, only map[topicPartition]bool) {
 	}
 }
 
-func (r *Router) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+func (r *Router) assigned(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	// Where the group left each partition, to notice records that retention
+	// deleted before anyone read them (the client then resumes at the log
+	// start without an error).
+	committed := map[topicPartition]int64{}
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	var topics []string
+	for t := range assigned {
+		topics = append(topics, t)
+	}
+	if resp, err := r.adm.FetchOffsetsForTopics(fctx, r.cfg.Group, topics...); err == nil {
+		resp.Each(func(o kadm.OffsetResponse) {
+			if o.Err == nil && o.At >= 0 {
+				committed[topicPartition{o.Topic, o.Partition}] = o.At
+			}
+		})
+	}
+	cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for t, ps := range assigned {
 		for _, p := range ps {
 			tp := topicPartition{t, p}
 			ctx, cancel := context.WithCancel(r.workCtx)
-			r.parts[tp] = &partition{tp: tp, ctx: ctx, cancel: cancel, tr: newTracker(), committed: -1}
+			expect, ok := committed[tp]
+			if !ok {
+				expect = -1
+			}
+			r.parts[tp] = &partition{tp: tp, ctx: ctx, cancel: cancel, tr: newTracker(), committed: -1, expect: expect}
 		}
+	}
+	if len(r.down) > 0 {
+		r.m.pausedPartitions.Set(float64(len(r.parts)))
 	}
 	r.joined = true
 	r.log.Info("partitions assigned", "partitions", assigned)
@@ -738,6 +880,28 @@ func (r *Router) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32)
 	}
 	r.cond.Broadcast()
 	r.log.Warn("partitions lost; their in-flight work is abandoned uncommitted", "partitions", lost)
+}
+
+// checkGap asks where the partition's log starts now: if past from, the
+// records from `from` up to the log start (at most `to`) were deleted by
+// retention before this group read them. Logged and counted: the reset
+// policy decided to go on, and operators must know what was skipped.
+func (r *Router) checkGap(p *partition, from, to int64) {
+	defer func() { r.mu.Lock(); p.checking = false; r.mu.Unlock() }()
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	starts, err := r.adm.ListStartOffsets(ctx, p.tp.topic)
+	if err != nil {
+		return
+	}
+	o, ok := starts.Lookup(p.tp.topic, p.tp.partition)
+	if !ok || o.Err != nil || o.Offset <= from {
+		return // compaction or transaction markers, not retention
+	}
+	lost := min(o.Offset, to) - from
+	r.m.lost.WithLabelValues(p.tp.topic).Add(float64(lost))
+	r.log.Error("records deleted by retention before they were consumed; they are lost",
+		"topic", p.tp.topic, "partition", p.tp.partition, "from", from, "to", min(o.Offset, to)-1, "records", lost)
 }
 
 func toEventRecord(kr *kgo.Record) eventid.Record {

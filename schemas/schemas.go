@@ -40,4 +40,16 @@ const (
 	HeaderDLQOffset    = "dedup-offset"    // decimal
 	HeaderDLQTimestamp = "dedup-timestamp" // the original record's timestamp, RFC 3339 with milliseconds
 	HeaderDLQWorkflow  = "dedup-workflow-id"
+	// HeaderDLQValueDropped is set (to the value's size in bytes) when the
+	// dead-letter topic refused the value as too large and it was left out.
+	HeaderDLQValueDropped = "dedup-value-dropped"
+)
+
+// Headers `dedup dlq replay` puts on a record it sends back to its topic:
+// where the record was first read. The coordinates ID rule uses them, so a
+// replayed record keeps its first ID.
+const (
+	HeaderOriginTopic     = "dedup-origin-topic"
+	HeaderOriginPartition = "dedup-origin-partition"
+	HeaderOriginOffset    = "dedup-origin-offset"
 )

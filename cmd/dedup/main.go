@@ -4,6 +4,8 @@
 //	dedup run --config dedup.yaml       consume, claim, start, commit
 //	dedup migrate --config dedup.yaml   apply the ledger migrations and exit
 //	dedup validate --config dedup.yaml  check a config file and exit
+//	dedup dlq replay --config dedup.yaml [--reason R,...] [--dry-run] [--limit N]
+//	                                    send dead-lettered records back through the dedup gate
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -31,15 +34,25 @@ func main() {
 }
 
 func usage() error {
-	return errors.New("usage: dedup run|migrate|validate --config FILE")
+	return errors.New("usage: dedup run|migrate|validate --config FILE, or dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N]")
 }
 
 func run(args []string) error {
 	if len(args) == 0 {
 		return usage()
 	}
-	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	cmd := args[0]
+	if cmd == "dlq" {
+		if len(args) < 2 || args[1] != "replay" {
+			return usage()
+		}
+		cmd, args = "dlq replay", args[1:]
+	}
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	path := fs.String("config", "dedup.yaml", "config file (YAML)")
+	reasons := fs.String("reason", "", "dlq replay: comma-separated reasons to replay (default: all)")
+	dryRun := fs.Bool("dry-run", false, "dlq replay: count what would be replayed, send nothing")
+	limit := fs.Int("limit", 0, "dlq replay: replay at most this many records (0: all)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -49,7 +62,22 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	switch args[0] {
+	switch cmd {
+	case "dlq replay":
+		o := replay.Options{Brokers: cfg.Kafka.Brokers, DryRun: *dryRun, Limit: *limit}
+		for _, t := range cfg.Kafka.Topics {
+			o.DeadLetterTopics = append(o.DeadLetterTopics, cfg.Kafka.DeadLetterTopicFor(t))
+		}
+		if *reasons != "" {
+			o.Reasons = strings.Split(*reasons, ",")
+		}
+		res, err := replay.Run(ctx, o, app.NewLogger(cfg.Log))
+		verb := "replayed"
+		if *dryRun {
+			verb = "would replay"
+		}
+		fmt.Printf("read %d dead letters; %s %v; left %v\n", res.Read, verb, res.Replayed, res.Skipped)
+		return err
 	case "run":
 		hooks, err := failpoints(os.Getenv("DEDUP_FAILPOINT"))
 		if err != nil {

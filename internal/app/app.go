@@ -75,15 +75,15 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 		return fmt.Errorf("dialing temporal at %s: %w", cfg.Temporal.HostPort, err)
 	}
 	defer tc.Close()
-	r, err := processor.New(cfg.Kafka, led, starter.New(tc, cfg.Temporal), reg, log, o.Hooks)
+	r, err := processor.New(cfg.Kafka, led, led, starter.New(tc, cfg.Temporal), reg, log, o.Hooks)
 	if err != nil {
 		return err
 	}
 	addr := ""
 	if cfg.Admin.Listen != "" {
 		srv, a, err := serveAdmin(cfg.Admin, reg, log, func(ctx context.Context) error {
-			if !r.Joined() {
-				return errors.New("not in the consumer group yet")
+			if err := r.Ready(); err != nil {
+				return err
 			}
 			if err := led.Ready(ctx); err != nil {
 				return fmt.Errorf("postgres: %w", err)

@@ -32,6 +32,8 @@ type Config struct {
 	DatabaseURL string
 	// DurablePostgres keeps fsync on (benchmarks).
 	DurablePostgres bool
+	// TemporalFaults, if set, is installed on the Temporal frontend.
+	TemporalFaults *TemporalFaults
 }
 
 // Stack is the running dependencies.
@@ -81,7 +83,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
-	if s.Temporal, err = StartTemporal(TemporalConfig{FrontendPort: cfg.TemporalPort, Namespaces: []string{cfg.Namespace}}); err != nil {
+	tcfg := TemporalConfig{FrontendPort: cfg.TemporalPort, Namespaces: []string{cfg.Namespace}}
+	if cfg.TemporalFaults != nil {
+		tcfg.ExtraOptions = append(tcfg.ExtraOptions, cfg.TemporalFaults.ServerOption())
+	}
+	if s.Temporal, err = StartTemporal(tcfg); err != nil {
 		return nil, err
 	}
 	return s, nil

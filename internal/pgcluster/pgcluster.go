@@ -26,9 +26,11 @@ import (
 type Options struct {
 	// Port to listen on, 127.0.0.1 only; 0 picks a free one.
 	Port int
-	// Durable keeps fsync and synchronous_commit on. Tests and the dev stack
-	// leave it off: the data is thrown away anyway, and fsync on a shared CI
-	// disk makes timings noise. Benchmarks turn it on.
+	// Durable keeps fsync on. Tests and the dev stack leave it off: the data
+	// is thrown away anyway, and fsync on a shared CI disk makes timings
+	// noise. Benchmarks turn it on. synchronous_commit stays on either way,
+	// so a committed transaction survives the server process being killed
+	// (pg_ctl stop -m immediate), if not the machine crashing.
 	Durable bool
 	// Log receives the server's output; nil discards it.
 	Log *os.File
@@ -104,7 +106,7 @@ func (c *Cluster) startServer(ctx context.Context) error {
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
 		"-c", "shared_buffers=256MB", "-c", "max_wal_size=2GB"}
 	if !c.opts.Durable {
-		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off")
 	}
 	cmd := c.command(filepath.Join(c.bin, "postgres"), args...)
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT // immediate shutdown if we die
@@ -136,19 +138,28 @@ func (c *Cluster) startServer(ctx context.Context) error {
 	}
 }
 
-// Kill stops the server the way a crash would (SIGQUIT: immediate
-// shutdown, no checkpoint), keeping the data directory for Restart.
-func (c *Cluster) Kill() error {
+// StopImmediate stops the server the way an operator pulling the plug
+// would: `pg_ctl stop -m immediate` (no checkpoint; crash recovery on the
+// next start). The data directory stays for Restart.
+func (c *Cluster) StopImmediate() error {
 	if c.cmd == nil {
 		return errors.New("postgres is not running")
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGQUIT)
-	<-c.done
+	out, err := c.command(filepath.Join(c.bin, "pg_ctl"), "-D", c.dir, "stop", "-m", "immediate").CombinedOutput()
+	if err != nil {
+		_ = c.cmd.Process.Signal(syscall.SIGQUIT)
+	}
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("postgres still running after pg_ctl stop -m immediate: %v %s", err, out)
+	}
 	c.cmd = nil
 	return nil
 }
 
-// Restart starts the server again on the same port and data after Kill.
+// Restart starts the server again on the same port and data after
+// StopImmediate.
 func (c *Cluster) Restart(ctx context.Context) error {
 	if c.cmd != nil {
 		return errors.New("postgres is running")

@@ -275,6 +275,18 @@ func (d *Decoder) apply(rule Rule, r Record, env envelope) (string, bool, error)
 		sum := sha256.Sum256(canon)
 		return "sha256-" + hex.EncodeToString(sum[:]), true, nil
 	case RuleCoordinates:
+		// A record replayed from the dead-letter topic carries where it was
+		// first read (dedup-origin-*): it keeps that ID.
+		t, okT := header(r.Headers, "dedup-origin-topic")
+		p, okP := header(r.Headers, "dedup-origin-partition")
+		o, okO := header(r.Headers, "dedup-origin-offset")
+		if okT && okP && okO {
+			if _, err := strconv.ParseInt(string(p), 10, 32); err == nil {
+				if _, err := strconv.ParseInt(string(o), 10, 64); err == nil && utf8.Valid(t) {
+					return fmt.Sprintf("%s/%s/%s", t, p, o), true, nil
+				}
+			}
+		}
 		return fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset), true, nil
 	}
 	return "", false, nil

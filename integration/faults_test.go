@@ -1,0 +1,433 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/grpc/codes"
+
+	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/workload"
+)
+
+// The fault-injection suite: Kafka, Temporal and PostgreSQL run in this
+// process; routers run as `dedup run` processes, so that crashes and stalls
+// are real signals. Every scenario produces a workload with duplicates
+// (half before the routers start, half while the fault happens), injects
+// its fault, lets the system recover, and then asserts from Temporal, the
+// ledger and Kafka: every unique workflow ID started exactly once, nothing
+// lost, the dead-letter topic holds exactly the bad records, and the
+// committed offsets equal the end offsets.
+
+// scenario is one fault.
+type scenario struct {
+	spec    workload.Spec
+	routers int
+	// bad records mixed into the stream, and the dead-letter reason each
+	// must get.
+	bad []badRecord
+	cfg func(*app.Config)
+	// fault runs once the routers are up and the second half of the
+	// workload is being produced.
+	fault func(s *run)
+	// settle is how long to wait for committed == end.
+	settle time.Duration
+}
+
+type badRecord struct {
+	rec    *kgo.Record
+	reason string
+}
+
+// run is a scenario in progress.
+type run struct {
+	t     *testing.T
+	e     *env
+	cfg   app.Config
+	procs []*proc
+	mu    sync.Mutex
+}
+
+func (s *run) spawn(extraEnv ...string) *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.e.spawn(fmt.Sprintf("router-%d", len(s.procs)+1), s.cfg, extraEnv...)
+	s.procs = append(s.procs, p)
+	return p
+}
+
+func (s *run) live() []*proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*proc
+	for _, p := range s.procs {
+		if p.running() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// result is what a scenario reports.
+type result struct {
+	produced, unique, duplicates, workflows, executions int
+	deadLetters                                         map[string]int
+	startCalls                                          float64
+	elapsed                                             time.Duration
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("produced=%d unique_events=%d duplicate_records=%d workflows_expected=%d executions=%d dead_lettered=%v start_calls(surviving routers)=%.0f elapsed=%s",
+		r.produced, r.unique, r.duplicates, r.workflows, r.executions, r.deadLetters, r.startCalls, r.elapsed.Round(time.Millisecond))
+}
+
+func runScenario(t *testing.T, sc scenario) (*run, result) {
+	e := newEnv(t, max(sc.spec.Partitions, 1))
+	sc.spec.Topic = e.topic
+	if sc.spec.IDPrefix == "" {
+		sc.spec.IDPrefix = e.name + "-"
+	}
+	w := workload.Generate(sc.spec)
+	want := expectedWorkflows(w)
+	recs := append([]*kgo.Record(nil), w.Records...)
+	rng := rand.New(rand.NewPCG(sc.spec.Seed, 7))
+	wantDLQ := map[string]int{}
+	for _, b := range sc.bad {
+		i := rng.IntN(len(recs) + 1)
+		b.rec.Partition = int32(rng.IntN(max(sc.spec.Partitions, 1)))
+		recs = append(recs[:i], append([]*kgo.Record{b.rec}, recs[i:]...)...)
+		wantDLQ[b.reason]++
+	}
+	if w.Conflicts > 0 {
+		wantDLQ["conflict"] += w.Conflicts
+	}
+	half := len(recs) / 2
+	e.produce(&workload.Workload{Records: recs[:half]})
+
+	cfg := e.config()
+	cfg.Kafka.MaxPollRecords = 200
+	cfg.Kafka.RevokeTimeout = 3 * time.Second
+	cfg.Kafka.DrainTimeout = 10 * time.Second
+	cfg.Temporal.StartTimeout = 2 * time.Second
+	cfg.Log.Level = "error"
+	if sc.cfg != nil {
+		sc.cfg(&cfg)
+	}
+	s := &run{t: t, e: e, cfg: cfg}
+	began := time.Now()
+	for i := 0; i < max(sc.routers, 1); i++ {
+		s.spawn()
+	}
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		rest := recs[half:]
+		for i := 0; i < len(rest); i += len(rest)/10 + 1 {
+			e.produce(&workload.Workload{Records: rest[i:min(i+len(rest)/10+1, len(rest))]})
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	if sc.fault != nil {
+		sc.fault(s)
+	}
+	<-produced
+	if len(s.live()) == 0 {
+		s.spawn() // the fault left no router: recovery is a restart
+	}
+	settle := sc.settle
+	if settle == 0 {
+		settle = 4 * time.Minute
+	}
+	e.waitCommitted(settle)
+	res := result{produced: len(recs), unique: len(w.Unique), duplicates: w.Duplicates, workflows: want, elapsed: time.Since(began)}
+	for _, p := range s.live() {
+		res.startCalls += p.metric("dedup_workflow_starts_total", "", "") + p.metric("dedup_workflow_start_errors_total", "", "")
+	}
+	for _, p := range s.live() {
+		p.stop(t)
+	}
+	e.checkExactlyOnce(w, want)
+	execs, total := e.listExecutions()
+	_ = execs
+	res.executions = total
+	res.deadLetters = e.dlqReasons()
+	if fmt.Sprint(res.deadLetters) != fmt.Sprint(wantDLQ) {
+		t.Errorf("dead letters %v, want %v", res.deadLetters, wantDLQ)
+	}
+	if ok, state := e.committedAtEnd(); !ok {
+		t.Errorf("committed offsets are not at the end after the routers stopped: %s", state)
+	}
+	t.Logf("SCENARIO %s: %s", t.Name(), res)
+	return s, res
+}
+
+func baseSpec(seed uint64) workload.Spec {
+	return workload.Spec{Partitions: 4, Records: 3000, DupRatio: 0.3, CrossPartition: 0.1, Seed: seed}
+}
+
+// 1. A router is killed (as by SIGKILL: exit without flushing anything)
+// after its claims are committed and before it starts them.
+func TestFaultKillAfterClaim(t *testing.T) {
+	runScenario(t, scenario{spec: baseSpec(11), routers: 2, fault: func(s *run) {
+		p := s.spawn("DEDUP_FAILPOINT=after-claim:2")
+		if code := p.wait(t, 2*time.Minute); code != 137 {
+			t.Fatalf("failpoint router exited %d, want 137", code)
+		}
+		s.spawn()
+	}})
+}
+
+// 2. A router is killed after Temporal accepted a start and before the
+// ledger mark and the offset commit.
+func TestFaultKillAfterStart(t *testing.T) {
+	runScenario(t, scenario{spec: baseSpec(12), routers: 1, fault: func(s *run) {
+		p := s.spawn("DEDUP_FAILPOINT=after-start:150")
+		if code := p.wait(t, 2*time.Minute); code != 137 {
+			t.Fatalf("failpoint router exited %d, want 137", code)
+		}
+		s.spawn()
+	}})
+}
+
+// 3. The start RPC times out after the server accepted it: the outcome is
+// unknown to the router, which retries and gets "already started".
+func TestFaultStartOutcomeUnknown(t *testing.T) {
+	var late int
+	runScenario(t, scenario{spec: baseSpec(13), routers: 2,
+		cfg: func(c *app.Config) { c.Temporal.StartTimeout = 500 * time.Millisecond },
+		fault: func(s *run) {
+			_, before := faults.Counts()
+			faults.AnswerLate(s.e.namespace, 40, 1500*time.Millisecond)
+			eventually(time.Minute, func() bool { _, l := faults.Counts(); return l-before >= 40 })
+			_, after := faults.Counts()
+			late = after - before
+		}})
+	faults.Clear()
+	if late < 40 {
+		t.Fatalf("only %d starts were answered late", late)
+	}
+}
+
+// 4. Partitions are revoked mid-batch: a second and third router join, and
+// leave (one cleanly, one killed), during the run.
+func TestFaultRebalanceMidRun(t *testing.T) {
+	runScenario(t, scenario{spec: baseSpec(14), routers: 1, fault: func(s *run) {
+		time.Sleep(time.Second)
+		b := s.spawn()
+		time.Sleep(1500 * time.Millisecond)
+		c := s.spawn()
+		time.Sleep(2 * time.Second)
+		b.stop(t)
+		time.Sleep(time.Second)
+		c.signal(t, syscall.SIGKILL)
+		c.wait(t, 30*time.Second)
+	}})
+}
+
+// 5. A zombie: a router is stopped (SIGSTOP) past its session timeout, its
+// partitions move on, then it continues (SIGCONT). Its late commits must
+// not win: committed offsets never go backwards.
+func TestFaultZombie(t *testing.T) {
+	var regressions []string
+	runScenario(t, scenario{spec: baseSpec(15), routers: 2, fault: func(s *run) {
+		stop := s.e.committedMonitor()
+		time.Sleep(time.Second)
+		z := s.live()[0]
+		z.signal(t, syscall.SIGSTOP)
+		time.Sleep(s.cfg.Kafka.SessionTimeout + 3*time.Second)
+		z.signal(t, syscall.SIGCONT)
+		time.Sleep(5 * time.Second)
+		regressions = stop()
+	}})
+	for _, r := range regressions {
+		t.Errorf("committed offset regressed: %s", r)
+	}
+}
+
+// 6. PostgreSQL is stopped (pg_ctl stop -m immediate) mid-run and started
+// again. Routers pause fetching, report not ready, and resume by themselves.
+func TestFaultPostgresDown(t *testing.T) {
+	if stack.Postgres == nil {
+		t.Skip("DATABASE_URL given: the test cannot stop that server")
+	}
+	var notReady, paused bool
+	runScenario(t, scenario{spec: baseSpec(16), routers: 2, fault: func(s *run) {
+		time.Sleep(time.Second)
+		if err := stack.Postgres.StopImmediate(); err != nil {
+			t.Fatal(err)
+		}
+		p := s.live()[0]
+		notReady = eventually(15*time.Second, func() bool { return p.ready() == 503 })
+		paused = eventually(15*time.Second, func() bool { return p.metric("dedup_paused_partitions", "", "") > 0 })
+		time.Sleep(3 * time.Second)
+		if err := stack.Postgres.Restart(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if !eventually(time.Minute, func() bool { return p.ready() == 200 }) {
+			t.Error("router not ready again a minute after PostgreSQL came back")
+		}
+	}})
+	if !notReady || !paused {
+		t.Errorf("during the outage: /readyz 503 seen=%v, paused partitions seen=%v", notReady, paused)
+	}
+}
+
+// 7. Temporal refuses starts for a while: Unavailable, then
+// ResourceExhausted (throttling). Nothing is dead-lettered; all is retried.
+func TestFaultTemporalUnavailable(t *testing.T) {
+	var refused int
+	var notReady bool
+	runScenario(t, scenario{spec: baseSpec(17), routers: 2, fault: func(s *run) {
+		before, _ := faults.Counts()
+		time.Sleep(500 * time.Millisecond)
+		faults.Refuse(s.e.namespace, codes.Unavailable, 4*time.Second)
+		notReady = eventually(4*time.Second, func() bool { return s.live()[0].ready() == 503 })
+		time.Sleep(4 * time.Second)
+		faults.Refuse(s.e.namespace, codes.ResourceExhausted, 4*time.Second)
+		time.Sleep(4 * time.Second)
+		after, _ := faults.Counts()
+		refused = after - before
+	}})
+	faults.Clear()
+	if refused == 0 {
+		t.Fatal("no start was refused: the fault did not apply")
+	}
+	if !notReady {
+		t.Error("router stayed ready while Temporal refused every start")
+	}
+	t.Logf("%d starts refused", refused)
+}
+
+// poison returns records that can never be processed, with the reason
+// each must be dead-lettered for.
+func poison() []badRecord {
+	raw := func(v string, hs ...string) *kgo.Record {
+		r := &kgo.Record{Key: []byte("poison"), Value: []byte(v)}
+		for i := 0; i+1 < len(hs); i += 2 {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: hs[i], Value: []byte(hs[i+1])})
+		}
+		return r
+	}
+	return []badRecord{
+		{raw("\x00\x01\x02garbage\xff"), "undecodable"},
+		{raw(`[1,2,3]`), "undecodable"},
+		{raw(`{"type":"order.created","id":"x"`), "undecodable"}, // truncated
+		{raw(`{"type":7,"id":"x"}`), "missing_type"},
+		{raw(`{"id":"x","amount":3}`), "missing_type"},
+		{raw(`{"a":1}`, "ce_specversion", "1.0", "ce_id", "x"), "missing_type"},
+		{raw(`{"id":{"nested":true},"type":"order.created"}`), "invalid_id"},
+		{raw(`{"id":"","type":"order.created"}`), "invalid_id"},
+		{raw(`{"type":"order.created"}`, "idempotency-key", "bad\nid"), "invalid_id"},
+		{raw(`not json`, "ce_specversion", "1.0", "ce_id", "x", "ce_type", "order.created"), "undecodable"},
+	}
+}
+
+// 8. Poison records (garbage bytes, wrong JSON types) among good ones.
+func TestFaultPoisonRecords(t *testing.T) {
+	bad := poison()
+	bad = append(bad, poison()...)
+	runScenario(t, scenario{spec: baseSpec(18), routers: 2, bad: bad})
+}
+
+// 9. Oversized records: dead-lettered whole when the dead-letter topic
+// takes them, with the value left out when it would not.
+func TestFaultOversized(t *testing.T) {
+	big := func(n int) *kgo.Record {
+		return &kgo.Record{Key: []byte("big"), Value: []byte(`{"id":"big-` + fmt.Sprint(n) + `","type":"order.created","pad":"` + strings.Repeat("x", n) + `"}`)}
+	}
+	runScenario(t, scenario{spec: baseSpec(19), routers: 2,
+		cfg: func(c *app.Config) { c.Kafka.MaxValueBytes = 16 << 10 },
+		bad: []badRecord{{big(20 << 10), "oversized"}, {big(40 << 10), "oversized"}, {big(100 << 10), "oversized"}, {big(300 << 10), "oversized"}}})
+}
+
+// 10. The same ID with a different payload: never started, dead-lettered,
+// recorded in dedup_conflicts.
+func TestFaultConflicts(t *testing.T) {
+	spec := baseSpec(20)
+	spec.Conflicts = 30
+	runScenario(t, scenario{spec: spec, routers: 2})
+}
+
+// 11. After a full run, the group's offsets are reset to the earliest: a
+// second full pass starts nothing.
+func TestFaultResetToEarliest(t *testing.T) {
+	s, res := runScenario(t, scenario{spec: baseSpec(21), routers: 2})
+	e := s.e
+	e.resetToEarliest()
+	a, b := s.spawn(), s.spawn()
+	e.waitCommitted(3 * time.Minute)
+	calls := 0.0
+	dups := 0.0
+	for _, p := range []*proc{a, b} {
+		calls += p.metric("dedup_workflow_starts_total", "", "") + p.metric("dedup_workflow_start_errors_total", "", "")
+		dups += p.metric("dedup_intents_total", "outcome", "duplicate")
+	}
+	a.stop(t)
+	b.stop(t)
+	_, total := e.listExecutions()
+	t.Logf("replay after reset: %v duplicate intents skipped, %v Temporal calls, %d executions (was %d)", dups, calls, total, res.executions)
+	if calls != 0 || total != res.executions {
+		t.Errorf("reset replay made %v Temporal calls and left %d executions, want 0 and %d", calls, total, res.executions)
+	}
+}
+
+// 12. Broker connection churn: for a while, one request in ten has its
+// connection closed by the broker.
+func TestFaultBrokerChurn(t *testing.T) {
+	var dropped int
+	var mu sync.Mutex
+	runScenario(t, scenario{spec: baseSpec(22), routers: 2, fault: func(s *run) {
+		until := time.Now().Add(6 * time.Second)
+		rng := rand.New(rand.NewPCG(22, 22))
+		stack.Kafka.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
+			stack.Kafka.KeepControl()
+			mu.Lock()
+			defer mu.Unlock()
+			if time.Now().After(until) || rng.IntN(10) != 0 {
+				return nil, nil, false
+			}
+			dropped++
+			return nil, fmt.Errorf("injected connection drop"), true
+		})
+		time.Sleep(time.Until(until))
+	}})
+	mu.Lock()
+	defer mu.Unlock()
+	if dropped == 0 {
+		t.Fatal("no connection was dropped")
+	}
+	t.Logf("%d connections dropped", dropped)
+}
+
+// 13. The soak: random SIGKILLs of router processes during 100,000 events
+// with 30% duplicates. Long; runs when DEDUP_SOAK=1.
+func TestFaultSoak(t *testing.T) {
+	if os.Getenv("DEDUP_SOAK") == "" {
+		t.Skip("set DEDUP_SOAK=1 to run the 100,000-event soak")
+	}
+	kills := 0
+	runScenario(t, scenario{spec: workload.Spec{Partitions: 8, Records: 100000, DupRatio: 0.3, CrossPartition: 0.1, Conflicts: 50, Seed: 23},
+		routers: 3, settle: 20 * time.Minute, fault: func(s *run) {
+			rng := rand.New(rand.NewPCG(23, 23))
+			for end := time.Now().Add(90 * time.Second); time.Now().Before(end); {
+				time.Sleep(time.Duration(2000+rng.IntN(4000)) * time.Millisecond)
+				live := s.live()
+				if len(live) == 0 {
+					continue
+				}
+				live[rng.IntN(len(live))].signal(t, syscall.SIGKILL)
+				kills++
+				s.spawn()
+			}
+		}})
+	t.Logf("%d routers killed", kills)
+}

@@ -1,0 +1,180 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dedupio/dedup/internal/app"
+)
+
+// proc is a router running as an OS process (`dedup run`), so that faults
+// are real signals.
+type proc struct {
+	name  string
+	cmd   *exec.Cmd
+	admin string
+	done  chan struct{}
+	err   error
+}
+
+// spawn starts a router process with cfg, on an admin port of its own.
+func (e *env) spawn(name string, cfg app.Config, extraEnv ...string) *proc {
+	e.t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg.Admin.Listen = l.Addr().String()
+	l.Close()
+	p := &proc{name: name, admin: cfg.Admin.Listen, done: make(chan struct{})}
+	p.cmd = exec.Command(dedupBin, "run", "--config", e.writeConfig(cfg))
+	p.cmd.Env = append(os.Environ(), extraEnv...)
+	p.cmd.Stdout, p.cmd.Stderr = os.Stderr, os.Stderr
+	if err := p.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	e.t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+func (p *proc) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if p.running() {
+		if err := p.cmd.Process.Signal(sig); err != nil {
+			t.Fatalf("%s: %v", p.name, err)
+		}
+	}
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		t.Fatalf("%s did not exit in %s", p.name, timeout)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// stop sends SIGTERM and expects a clean exit.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	if !p.running() {
+		return
+	}
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Errorf("%s exited %d after SIGTERM", p.name, code)
+	}
+}
+
+// ready returns the status code of /readyz (0 if it does not answer).
+func (p *proc) ready() int {
+	c := http.Client{Timeout: 4 * time.Second}
+	resp, err := c.Get("http://" + p.admin + "/readyz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// metric sums a metric's samples (optionally only those carrying
+// label="value") from the process's /metrics.
+func (p *proc) metric(name, label, value string) float64 {
+	c := http.Client{Timeout: 4 * time.Second}
+	resp, err := c.Get("http://" + p.admin + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	total := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
+			continue
+		}
+		if label != "" && !strings.Contains(line, fmt.Sprintf("%s=%q", label, value)) {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			total += v
+		}
+	}
+	return total
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(timeout time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return false
+}
+
+// committedMonitor samples the group's committed offsets until stopped and
+// reports any partition whose committed offset went backwards.
+func (e *env) committedMonitor() (stop func() []string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan []string, 1)
+	go func() {
+		last := map[int32]int64{}
+		var regressions []string
+		for ctx.Err() == nil {
+			resp, err := e.adm.FetchOffsets(ctx, e.group)
+			if err == nil {
+				for _, ps := range resp {
+					for p, o := range ps {
+						if o.Err == nil && o.At >= 0 {
+							if prev, ok := last[p]; ok && o.At < prev {
+								regressions = append(regressions, fmt.Sprintf("partition %d went from %d back to %d", p, prev, o.At))
+							}
+							last[p] = o.At
+						}
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		done <- regressions
+	}()
+	return func() []string { cancel(); return <-done }
+}
