@@ -647,21 +647,30 @@ func (r *Router) deadLetter(ctx context.Context, dls []deadLetter) bool {
 		fresh = append(fresh, entries[i])
 	}
 	if err == nil && len(krs) > 0 {
+		unsent := krs
 		err = r.retry(ctx, "dead_letter", func(ctx context.Context) error {
-			err := r.cl.ProduceSync(ctx, krs...).FirstErr()
-			if errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) {
-				// The dead-letter topic will never take these values: record
-				// the reason without them (the original stays in the source
-				// topic at the offset the headers name) rather than block the
-				// partition.
-				for _, kr := range krs {
-					if kr.Value != nil {
-						kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(kr.Value)))})
-						kr.Value = nil
-					}
+			var failed []*kgo.Record
+			var first error
+			for _, res := range r.cl.ProduceSync(ctx, unsent...) {
+				if res.Err == nil {
+					continue
+				}
+				if errors.Is(res.Err, kerr.MessageTooLarge) || errors.Is(res.Err, kerr.RecordListTooLarge) {
+					// The dead-letter topic will never take this value:
+					// record the reason without it (the original stays in
+					// the source topic at the offset the headers name)
+					// rather than block the partition.
+					kr := res.Record
+					kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(kr.Value)))})
+					kr.Value = nil
+				}
+				failed = append(failed, res.Record)
+				if first == nil {
+					first = res.Err
 				}
 			}
-			return err
+			unsent = failed // only what failed is sent again
+			return first
 		})
 		if err == nil {
 			err = r.retry(ctx, "dead_letter_log", func(ctx context.Context) error { return r.dlqLog.Record(ctx, fresh) })
