@@ -33,6 +33,10 @@ type Config struct {
 	// much is redelivered after a crash). Polling stops while it is
 	// reached; it may be exceeded by one poll batch.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// FetchMaxBytes bounds what the Kafka client buffers per fetch (and so,
+	// with one fetch in flight per broker, its consuming memory). It must
+	// be at least the largest record the topics hold.
+	FetchMaxBytes int `yaml:"fetch_max_bytes"`
 	// MaxValueBytes rejects larger records to the dead-letter topic. Keep it
 	// under Temporal's payload limit (2 MB by default), less the envelope.
 	MaxValueBytes int `yaml:"max_value_bytes"`
@@ -80,6 +84,7 @@ func DefaultConfig() Config {
 		MaxPollRecords:   1000,
 		MaxInFlight:      10000,
 		MaxValueBytes:    1 << 20,
+		FetchMaxBytes:    16 << 20,
 		StartConcurrency: 32,
 		MarkBatch:        512,
 		MarkInterval:     10 * time.Millisecond,
@@ -130,7 +135,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	for name, v := range map[string]int{"max_poll_records": c.MaxPollRecords, "max_in_flight": c.MaxInFlight,
-		"max_value_bytes": c.MaxValueBytes, "start_concurrency": c.StartConcurrency, "mark_batch": c.MarkBatch} {
+		"max_value_bytes": c.MaxValueBytes, "start_concurrency": c.StartConcurrency, "mark_batch": c.MarkBatch,
+		"fetch_max_bytes": c.FetchMaxBytes} {
 		if err := positive(name, v); err != nil {
 			return err
 		}

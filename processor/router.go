@@ -142,6 +142,7 @@ func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg p
 		kgo.OnPartitionsAssigned(r.assigned),
 		kgo.OnPartitionsRevoked(r.revoked),
 		kgo.OnPartitionsLost(r.lost),
+		kgo.FetchMaxBytes(int32(cfg.FetchMaxBytes)),
 		kgo.ProducerBatchMaxBytes(int32(cfg.MaxValueBytes)+64<<10),
 		kgo.RecordDeliveryTimeout(30*time.Second),
 	)
