@@ -59,6 +59,9 @@ type Config struct {
 	// DrainTimeout is the same on shutdown (SIGTERM). Keep it under the
 	// orchestrator's grace period.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// LagInterval is how often consumer lag is measured (one ListOffsets
+	// request per interval).
+	LagInterval time.Duration `yaml:"lag_interval"`
 	// RetryInitial and RetryMax bound the capped exponential backoff of
 	// transient PostgreSQL, Temporal and Kafka errors.
 	RetryInitial time.Duration `yaml:"retry_initial"`
@@ -91,6 +94,7 @@ func DefaultConfig() Config {
 		CommitInterval:   time.Second,
 		RevokeTimeout:    10 * time.Second,
 		DrainTimeout:     20 * time.Second,
+		LagInterval:      15 * time.Second,
 		RetryInitial:     100 * time.Millisecond,
 		RetryMax:         10 * time.Second,
 		DeadLetterTopic:  "{topic}.dlq",
@@ -126,8 +130,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("kafka.max_value_bytes: %d is over Temporal's 2 MiB payload limit", c.MaxValueBytes)
 	case c.RetryInitial <= 0 || c.RetryMax < c.RetryInitial:
 		return fmt.Errorf("kafka.retry_initial/retry_max: %s/%s, want 0 < initial <= max", c.RetryInitial, c.RetryMax)
-	case c.CommitInterval <= 0 || c.MarkInterval <= 0 || c.RevokeTimeout <= 0 || c.DrainTimeout <= 0:
-		return errors.New("kafka.commit_interval, mark_interval, revoke_timeout, drain_timeout: want > 0")
+	case c.CommitInterval <= 0 || c.MarkInterval <= 0 || c.RevokeTimeout <= 0 || c.DrainTimeout <= 0 || c.LagInterval <= 0:
+		return errors.New("kafka.commit_interval, mark_interval, revoke_timeout, drain_timeout, lag_interval: want > 0")
 	}
 	for _, t := range c.Topics {
 		if strings.Replace(c.DeadLetterTopic, "{topic}", t, 1) == t {

@@ -26,9 +26,10 @@ type metrics struct {
 	pausedPartitions prometheus.Gauge
 	dependencyUp     *prometheus.GaugeVec   // dependency: postgres, temporal, kafka
 	lost             *prometheus.CounterVec // topic
+	lag              *prometheus.GaugeVec   // topic, partition
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 	m := &metrics{
 		records: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dedup_records_total", Help: "Kafka records polled."}),
@@ -65,8 +66,27 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dedup_records_lost_total", Help: "Records deleted by retention (or lost by the broker) before this group consumed them."}, []string{"topic"}),
 	}
+	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "dedup_consumer_lag", Help: "Records between this replica's committed offset and the log end, per partition it owns."}, []string{"topic", "partition"})
+	// Every label value that can appear is exported from the start, at 0,
+	// so that rates and alerts see the series before the first event.
 	for _, d := range []string{"postgres", "temporal", "kafka"} {
 		m.dependencyUp.WithLabelValues(d).Set(1)
+	}
+	for _, r := range []string{"undecodable", "missing_type", "invalid_id", "no_id", "oversized", "conflict", "no_route", "temporal_permanent"} {
+		m.deadLetters.WithLabelValues(r)
+	}
+	for _, k := range []string{"transient", "permanent"} {
+		m.startErrors.WithLabelValues(k)
+	}
+	for _, op := range []string{"claim", "start", "mark", "dead_letter", "dead_letter_log", "commit"} {
+		m.retries.WithLabelValues(op)
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.commits.WithLabelValues(r)
+	}
+	for _, t := range topics {
+		m.lost.WithLabelValues(t)
 	}
 	for _, o := range []string{"new", "redrive", "duplicate", "conflict"} {
 		m.intents.WithLabelValues(o)
@@ -76,7 +96,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.records, m.intents, m.noRoute, m.deadLetters, m.starts, m.startErrors, m.retries,
 		m.claimBatch, m.claimSeconds, m.startSeconds, m.commitSeconds, m.commits, m.committedOffset, m.inFlight,
-		m.pausedPartitions, m.dependencyUp, m.lost} {
+		m.pausedPartitions, m.dependencyUp, m.lost, m.lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering router metrics: %w", err)
 		}

@@ -49,8 +49,9 @@ type partition struct {
 	// assignment, then one past the last polled record; -1 unknown. A jump
 	// past it is a gap (compaction, transaction markers, or records that
 	// retention deleted before we read them: checkGap tells them apart).
-	expect   int64
-	checking bool
+	expect     int64
+	checking   bool
+	assignedAt int64 // the group's committed offset at assignment; -1 none
 }
 
 // record is one polled Kafka record while it is in flight.
@@ -105,7 +106,8 @@ type Router struct {
 
 // New validates cfg and creates the Kafka client; nothing is consumed
 // until Run.
-func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg prometheus.Registerer, log *slog.Logger, hooks Hooks) (*Router, error) {
+// Extra Kafka client options (kprom hooks, say) come last.
+func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg prometheus.Registerer, log *slog.Logger, hooks Hooks, extra ...kgo.Opt) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -113,7 +115,7 @@ func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg p
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(reg)
+	m, err := newMetrics(reg, cfg.Topics)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +133,7 @@ func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg p
 	if cfg.ResetOffset == "latest" {
 		reset = kgo.NewOffset().AtEnd()
 	}
-	r.cl, err = kgo.NewClient(
+	r.cl, err = kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topics...),
@@ -143,9 +145,9 @@ func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg p
 		kgo.OnPartitionsRevoked(r.revoked),
 		kgo.OnPartitionsLost(r.lost),
 		kgo.FetchMaxBytes(int32(cfg.FetchMaxBytes)),
-		kgo.ProducerBatchMaxBytes(int32(cfg.MaxValueBytes)+64<<10),
-		kgo.RecordDeliveryTimeout(30*time.Second),
-	)
+		kgo.ProducerBatchMaxBytes(int32(cfg.MaxValueBytes) + 64<<10),
+		kgo.RecordDeliveryTimeout(30 * time.Second),
+	}, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka client: %w", err)
 	}
@@ -221,6 +223,7 @@ func (r *Router) Run(ctx context.Context) error {
 	commitCtx, stopCommitter := context.WithCancel(context.Background())
 	committerDone := make(chan struct{})
 	go func() { defer close(committerDone); r.committer(commitCtx) }()
+	go r.lagLoop(commitCtx)
 
 	var runErr error
 	for {
@@ -434,6 +437,8 @@ func (r *Router) handle(ctx context.Context, fetches kgo.Fetches) {
 				err: fmt.Errorf("workflow %s was claimed with another payload; not started", intents[i].WorkflowID)})
 		default:
 			r.m.intents.WithLabelValues(v.String()).Inc()
+			r.log.Debug("duplicate skipped", "workflow_id", intents[i].WorkflowID, "topic", intents[i].Topic,
+				"partition", intents[i].Partition, "offset", intents[i].Offset)
 			r.end(owners[i], true)
 		}
 	}
@@ -818,7 +823,7 @@ func (r *Router) assigned(ctx context.Context, _ *kgo.Client, assigned map[strin
 			if !ok {
 				expect = -1
 			}
-			r.parts[tp] = &partition{tp: tp, ctx: ctx, cancel: cancel, tr: newTracker(), committed: -1, expect: expect}
+			r.parts[tp] = &partition{tp: tp, ctx: ctx, cancel: cancel, tr: newTracker(), committed: -1, expect: expect, assignedAt: expect}
 		}
 	}
 	if len(r.down) > 0 {
@@ -858,6 +863,7 @@ func (r *Router) revoked(ctx context.Context, _ *kgo.Client, revoked map[string]
 		r.parts[tp].cancel()
 		delete(r.parts, tp)
 		r.m.committedOffset.DeleteLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))
+		r.m.lag.DeleteLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))
 	}
 	r.cond.Broadcast()
 	r.mu.Unlock()
@@ -885,6 +891,7 @@ func (r *Router) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32)
 				part.cancel()
 				delete(r.parts, tp)
 				r.m.committedOffset.DeleteLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))
+				r.m.lag.DeleteLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))
 			}
 		}
 	}
@@ -912,6 +919,42 @@ func (r *Router) checkGap(p *partition, from, to int64) {
 	r.m.lost.WithLabelValues(p.tp.topic).Add(float64(lost))
 	r.log.Error("records deleted by retention before they were consumed; they are lost",
 		"topic", p.tp.topic, "partition", p.tp.partition, "from", from, "to", min(o.Offset, to)-1, "records", lost)
+}
+
+// lagLoop exports, for the partitions this replica owns, how far its
+// committed offset is behind the log end (dedup_consumer_lag). Summed over
+// replicas it is the group's lag.
+func (r *Router) lagLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.LagInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ends, err := r.adm.ListEndOffsets(lctx, r.cfg.Topics...)
+		cancel()
+		if err != nil {
+			continue
+		}
+		r.mu.Lock()
+		ends.Each(func(o kadm.ListedOffset) {
+			p := r.parts[topicPartition{o.Topic, o.Partition}]
+			if p == nil || o.Err != nil {
+				return
+			}
+			at := p.committed
+			if at < 0 {
+				at = p.assignedAt
+			}
+			if at >= 0 {
+				r.m.lag.WithLabelValues(o.Topic, strconv.Itoa(int(o.Partition))).Set(float64(max(o.Offset-at, 0)))
+			}
+		})
+		r.mu.Unlock()
+	}
 }
 
 func toEventRecord(kr *kgo.Record) eventid.Record {

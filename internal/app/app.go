@@ -9,11 +9,15 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
@@ -56,7 +60,12 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	reg := o.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		var are prometheus.AlreadyRegisteredError
+		if err := reg.Register(c); err != nil && !errors.As(err, &are) {
+			return fmt.Errorf("registering runtime metrics: %w", err)
+		}
 	}
 	if err := migrateWithRetry(ctx, cfg.Postgres.URL, log); err != nil {
 		return err
@@ -66,18 +75,33 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 		return err
 	}
 	defer led.Close()
+	if err := registerOps(ctx, reg, led, cfg.Postgres, log); err != nil {
+		return err
+	}
 	tc, err := client.DialContext(ctx, client.Options{
-		HostPort:  cfg.Temporal.HostPort,
-		Namespace: cfg.Temporal.Namespace,
-		Logger:    tlog.NewStructuredLogger(log.With("component", "temporal-sdk")),
+		HostPort:       cfg.Temporal.HostPort,
+		Namespace:      cfg.Temporal.Namespace,
+		Logger:         tlog.NewStructuredLogger(log.With("component", "temporal-sdk")),
+		MetricsHandler: newTemporalMetrics(reg),
 	})
 	if err != nil {
 		return fmt.Errorf("dialing temporal at %s: %w", cfg.Temporal.HostPort, err)
 	}
 	defer tc.Close()
-	r, err := processor.New(cfg.Kafka, led, led, starter.New(tc, cfg.Temporal), reg, log, o.Hooks)
+	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
+	r, err := processor.New(cfg.Kafka, led, led, starter.New(tc, cfg.Temporal), reg, log, o.Hooks, kgo.WithHooks(kafkaMetrics))
 	if err != nil {
 		return err
+	}
+	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dedup_ready", Help: "1 while the router is in the group and no dependency fails (what /readyz says without its live probes)."},
+		func() float64 {
+			if r.Ready() != nil {
+				return 0
+			}
+			return 1
+		})
+	if err := reg.Register(ready); err != nil {
+		return fmt.Errorf("registering dedup_ready: %w", err)
 	}
 	addr := ""
 	if cfg.Admin.Listen != "" {
@@ -106,6 +130,62 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	err = r.Run(ctx)
 	log.Info("router stopped", "err", err)
 	return err
+}
+
+// registerOps exports build info and the ledger's size, and runs the
+// ledger purge when a retention is set.
+func registerOps(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres, cfg ledger.Config, log *slog.Logger) error {
+	version, revision := "devel", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				revision = s.Value
+			}
+		}
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_build_info", Help: "Always 1; labels say which build runs."},
+		[]string{"version", "revision", "goversion"})
+	build.WithLabelValues(version, revision, runtime.Version()).Set(1)
+	size := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dedup_ledger_rows_estimate", Help: "Ledger rows, as PostgreSQL's planner estimates them."},
+		func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			n, err := led.RowsEstimate(ctx)
+			if err != nil {
+				return -1
+			}
+			return n
+		})
+	purged := prometheus.NewCounter(prometheus.CounterOpts{Name: "dedup_ledger_rows_purged_total", Help: "Started ledger rows deleted by the retention purge."})
+	for _, c := range []prometheus.Collector{build, size, purged} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("registering ops metrics: %w", err)
+		}
+	}
+	if cfg.Retention > 0 {
+		go func() {
+			t := time.NewTicker(cfg.PurgeInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				n, err := led.Purge(ctx, cfg.Retention, cfg.PurgeBatch)
+				purged.Add(float64(n))
+				if err != nil && ctx.Err() == nil {
+					log.Warn("ledger purge failed; next interval retries", "err", err)
+				} else if n > 0 {
+					log.Info("ledger purged", "rows", n, "older_than", cfg.Retention)
+				}
+			}
+		}()
+	}
+	return nil
 }
 
 // migrateWithRetry runs the migrations, waiting for PostgreSQL to come up

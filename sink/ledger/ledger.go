@@ -34,10 +34,21 @@ type Config struct {
 	// MaxConns bounds the pool. One router uses one connection for claims
 	// and one for marking starts; more only help ad-hoc queries.
 	MaxConns int32 `yaml:"max_conns"`
+	// Retention deletes started rows (and dead-letter log entries) older
+	// than this; 0 keeps them forever. Keep it longer than any replay you
+	// may run (Kafka retention, or how far back you would reset a group):
+	// an event older than the ledger's memory that is replayed is stopped
+	// only by Temporal's own retention of the workflow ID.
+	Retention time.Duration `yaml:"retention"`
+	// PurgeInterval is how often the purge runs, in batches of PurgeBatch.
+	PurgeInterval time.Duration `yaml:"purge_interval"`
+	PurgeBatch    int           `yaml:"purge_batch"`
 }
 
 // DefaultConfig has everything but the URL.
-func DefaultConfig() Config { return Config{MaxConns: 4} }
+func DefaultConfig() Config {
+	return Config{MaxConns: 4, PurgeInterval: time.Hour, PurgeBatch: 10000}
+}
 
 // Validate names the first invalid field.
 func (c Config) Validate() error {
@@ -49,6 +60,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConns < 2 {
 		return fmt.Errorf("postgres.max_conns: %d, want at least 2", c.MaxConns)
+	}
+	if c.Retention < 0 || (c.Retention > 0 && c.Retention < time.Hour) {
+		return fmt.Errorf("postgres.retention: %s, want 0 (keep) or at least 1h", c.Retention)
+	}
+	if c.PurgeInterval <= 0 || c.PurgeBatch <= 0 {
+		return errors.New("postgres.purge_interval, purge_batch: want > 0")
 	}
 	return nil
 }
@@ -363,6 +380,40 @@ ON CONFLICT DO NOTHING`, topic, part, off, wf, reason, errs, dlq)
 		return fmt.Errorf("recording %d dead letters: %w", len(dls), err)
 	}
 	return nil
+}
+
+// Purge deletes started rows and dead-letter log entries older than
+// olderThan, in batches of batch rows (short transactions, so claims are
+// not held up), and returns how many ledger rows it deleted. Pending rows
+// are never purged: they are work not yet done.
+func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
+	var total int64
+	for {
+		tag, err := p.pool.Exec(ctx, `
+DELETE FROM dedup_ledger WHERE workflow_id IN (
+	SELECT workflow_id FROM dedup_ledger
+	WHERE state = 'started' AND started_at < now() - $1::interval
+	LIMIT $2)`, olderThan, batch)
+		if err != nil {
+			return total, fmt.Errorf("purging ledger rows: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			break
+		}
+	}
+	if _, err := p.pool.Exec(ctx, `DELETE FROM dedup_dead_letters WHERE written_at < now() - $1::interval`, olderThan); err != nil {
+		return total, fmt.Errorf("purging dead-letter log: %w", err)
+	}
+	return total, nil
+}
+
+// RowsEstimate is the planner's estimate of the ledger's row count: cheap
+// at any size (a gauge for dashboards), exact only after ANALYZE.
+func (p *Postgres) RowsEstimate(ctx context.Context) (float64, error) {
+	var n float64
+	err := p.pool.QueryRow(ctx, `SELECT greatest(reltuples, 0)::float8 FROM pg_class WHERE oid = 'dedup_ledger'::regclass`).Scan(&n)
+	return n, err
 }
 
 // Counts is a summary of the ledger.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dedupio/dedup/internal/pgtest"
 	"github.com/dedupio/dedup/processor"
@@ -207,4 +208,27 @@ func TestDeadLetterLog(t *testing.T) {
 	if err != nil || fmt.Sprint(got) != "[false true true]" {
 		t.Fatalf("after: %v %v", got, err)
 	}
+}
+
+func TestPurgeKeepsPendingAndRecentRows(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	old, recent, pending := intent("old", "a"), intent("recent", "b"), intent("pending-old", "c")
+	claim(t, l, old, recent, pending)
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: old.WorkflowID, RunID: "r1"}, {WorkflowID: recent.WorkflowID, RunID: "r2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pool().Exec(ctx, `UPDATE dedup_ledger SET started_at = now() - interval '48 hours', claimed_at = now() - interval '48 hours' WHERE workflow_id IN ($1, $2)`, old.WorkflowID, pending.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	n, err := l.Purge(ctx, 24*time.Hour, 1)
+	if err != nil || n != 1 {
+		t.Fatalf("purged %d (%v), want 1", n, err)
+	}
+	counts, _ := l.Count(ctx)
+	if counts != (ledger.Counts{Pending: 1, Started: 1}) {
+		t.Fatalf("after purge %+v, want the pending and the recent row", counts)
+	}
+	// A purged ID is new again: the ledger forgot it (Temporal's retention is the guard left).
+	want(t, claim(t, l, old), processor.VerdictNew)
 }
