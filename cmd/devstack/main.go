@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
@@ -128,7 +127,10 @@ func run() error {
 	}
 
 	prodDone := make(chan error, 1)
-	go func() { prodDone <- produce(ctx, stack.Brokers(), *topic, *partitions, *rate, *records, *dupRatio) }()
+	go func() {
+		prodDone <- workload.Produce(ctx, workload.ProduceOptions{Brokers: stack.Brokers(), Topic: *topic, Partitions: *partitions,
+			Rate: *rate, Limit: *records, DupRatio: *dupRatio, OnError: func(err error) { fmt.Fprintln(os.Stderr, "demo producer:", err) }})
+	}()
 
 	lc := ledger.DefaultConfig()
 	lc.URL = stack.DatabaseURL
@@ -182,42 +184,6 @@ func writeConfig(path string, cfg app.Config) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o600)
-}
-
-// produce sends rounds of a demo workload: each round has fresh IDs, dupRatio
-// re-sends (identical, and ID-less reshaped) and one same-ID-other-payload.
-func produce(ctx context.Context, brokers []string, topic string, partitions, rate, limit int, dupRatio float64) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	const round = 1000
-	sent := 0
-	interval := time.Second / time.Duration(max(rate, 1))
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for r := 0; limit == 0 || sent < limit; r++ {
-		w := workload.Generate(workload.Spec{Topic: topic, Partitions: partitions, Records: round, DupRatio: dupRatio,
-			Conflicts: 1, CrossPartition: 0.1, Seed: uint64(r + 1), IDPrefix: fmt.Sprintf("dev%d-", r)})
-		for _, rec := range w.Records {
-			if limit > 0 && sent >= limit {
-				return nil
-			}
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-tick.C:
-			}
-			cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-				if err != nil && ctx.Err() == nil {
-					fmt.Fprintln(os.Stderr, "demo producer:", err)
-				}
-			})
-			sent++
-		}
-	}
-	return cl.Flush(ctx)
 }
 
 func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres) {
