@@ -376,7 +376,7 @@ func (r *Router) handle(ctx context.Context, fetches kgo.Fetches) {
 			reqs = append(reqs, StartRequest{
 				WorkflowID: wid, WorkflowType: rt.WorkflowType, TaskQueue: rt.TaskQueue, ReusePolicy: rt.IDReusePolicy,
 				Input: schemas.WorkflowInput{WorkflowID: wid, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
-					Type: ev.Type, Source: ev.Source, Time: ev.Time, Data: ev.Data},
+					Type: ev.Type, Source: ev.Source, Time: ev.Time, Data: ev.Data, Definition: rt.Definition},
 			})
 			owners = append(owners, rec)
 		}

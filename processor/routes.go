@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/schemas"
 )
 
 // ReusePolicy is the Temporal workflow ID reuse policy of a route.
@@ -37,6 +38,9 @@ type Route struct {
 	TaskQueue    string `yaml:"task_queue"`
 	// IDReusePolicy defaults to reject_duplicate.
 	IDReusePolicy ReusePolicy `yaml:"id_reuse_policy"`
+	// Definition, when set, is passed to the workflow with the event: the
+	// tasks the shipped RunActivityWorkflow spawns.
+	Definition *schemas.ActivityDefinition `yaml:"definition"`
 	// Key selects the second half of the workflow ID: "event_id" (default),
 	// or "scheduled_for" for cron-like triggers, whose events carry the
 	// nominal fire time in data.scheduled_for: the workflow ID is then
@@ -98,6 +102,16 @@ func (rs Routes) Validate() error {
 		case ReuseRejectDuplicate, ReuseAllowDuplicateFailedOnly, ReuseAllowDuplicate:
 		default:
 			return fmt.Errorf("%s.id_reuse_policy: %q (reject_duplicate, allow_duplicate_failed_only, allow_duplicate)", at, r.IDReusePolicy)
+		}
+		if d := r.Definition; d != nil {
+			for j, tk := range d.Tasks {
+				if tk.Type != "webhook" && tk.Type != "noop" {
+					return fmt.Errorf("%s.definition.tasks[%d].type: %q (webhook, noop)", at, j, tk.Type)
+				}
+			}
+			if d.ActivityTimeoutSeconds < 0 {
+				return fmt.Errorf("%s.definition.activity_timeout_seconds: %d", at, d.ActivityTimeoutSeconds)
+			}
 		}
 		switch r.Key {
 		case "":

@@ -28,6 +28,28 @@ type WorkflowInput struct {
 	Source string          `json:"source,omitempty"`
 	Time   string          `json:"time,omitempty"`
 	Data   json.RawMessage `json:"data"`
+	// Definition is the route's activity definition, when it has one: the
+	// tasks RunActivityWorkflow spawns.
+	Definition *ActivityDefinition `json:"definition,omitempty"`
+}
+
+// ActivityDefinition is what RunActivityWorkflow does for an activity.
+type ActivityDefinition struct {
+	// Tasks are spawned as child workflows task-{run_id}:{type}:{index}.
+	Tasks []TaskSpec `json:"tasks" yaml:"tasks"`
+	// ActivityTimeout bounds each activity attempt (start to close), in
+	// seconds; a worker that dies mid-activity is noticed after it.
+	// 0 means 30.
+	ActivityTimeoutSeconds int `json:"activity_timeout_seconds,omitempty" yaml:"activity_timeout_seconds"`
+}
+
+// TaskSpec is one task of an activity.
+type TaskSpec struct {
+	// Type selects the task's activity: "webhook" (POST the event, with an
+	// Idempotency-Key) or "noop".
+	Type string `json:"type" yaml:"type"`
+	// URL overrides the worker's webhook URL for a webhook task.
+	URL string `json:"url,omitempty" yaml:"url"`
 }
 
 // Headers dedup adds to a dead-lettered record, next to the original key,

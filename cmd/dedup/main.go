@@ -4,6 +4,7 @@
 //	dedup run --config dedup.yaml       consume, claim, start, commit
 //	dedup migrate --config dedup.yaml   apply the ledger migrations and exit
 //	dedup validate --config dedup.yaml  check a config file and exit
+//	dedup worker --config dedup.yaml    run RunActivityWorkflow and its activities
 //	dedup dlq replay --config dedup.yaml [--reason R,...] [--dry-run] [--limit N]
 //	                                    send dead-lettered records back through the dedup gate
 package main
@@ -34,7 +35,7 @@ func main() {
 }
 
 func usage() error {
-	return errors.New("usage: dedup run|migrate|validate --config FILE, or dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N]")
+	return errors.New("usage: dedup run|worker|migrate|validate --config FILE, or dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N]")
 }
 
 func run(args []string) error {
@@ -84,6 +85,8 @@ func run(args []string) error {
 			return err
 		}
 		return app.Run(ctx, cfg, app.Options{Hooks: hooks})
+	case "worker":
+		return app.RunWorker(ctx, cfg, nil)
 	case "migrate":
 		return ledger.Migrate(ctx, cfg.Postgres.URL)
 	case "validate":

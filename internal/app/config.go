@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -26,6 +27,19 @@ type Config struct {
 	Temporal starter.Config   `yaml:"temporal"`
 	Admin    AdminConfig      `yaml:"admin"`
 	Log      LogConfig        `yaml:"log"`
+	Worker   WorkerConfig     `yaml:"worker"`
+}
+
+// WorkerConfig configures `dedup worker`, which runs RunActivityWorkflow.
+type WorkerConfig struct {
+	TaskQueue string `yaml:"task_queue"`
+	// WebhookURL receives webhook tasks that name no URL of their own.
+	WebhookURL string `yaml:"webhook_url"`
+	// KeyLease and KeyTTL tune the idempotency key store: how long an
+	// activity may hold a key before another may take over (longer than
+	// the slowest call), and how long outcomes are kept.
+	KeyLease time.Duration `yaml:"key_lease"`
+	KeyTTL   time.Duration `yaml:"key_ttl"`
 }
 
 // AdminConfig is the operators' HTTP port: /metrics, /healthz, /readyz.
@@ -51,6 +65,7 @@ func DefaultConfig() Config {
 		Temporal: starter.DefaultConfig(),
 		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
 		Log:      LogConfig{Format: "json", Level: "info"},
+		Worker:   WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour},
 	}
 }
 
@@ -102,6 +117,9 @@ func (c *Config) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		return fmt.Errorf("log.level: %q, want debug, info, warn or error", c.Log.Level)
+	}
+	if c.Worker.TaskQueue == "" || c.Worker.KeyLease <= 0 || c.Worker.KeyTTL <= 0 {
+		return errors.New("worker.task_queue, key_lease, key_ttl: want non-empty and > 0")
 	}
 	if c.Admin.Pprof && c.Admin.Listen == "" {
 		return errors.New("admin.pprof: needs admin.listen")

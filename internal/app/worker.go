@@ -1,0 +1,65 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/dedupio/dedup/worker"
+	"github.com/dedupio/dedup/worker/idempotency"
+)
+
+// RunWorker runs RunActivityWorkflow and its activities on the configured
+// task queue until ctx is cancelled, and reaps expired idempotency keys.
+func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if log == nil {
+		log = NewLogger(cfg.Log)
+	}
+	if err := migrateWithRetry(ctx, cfg.Postgres.URL, log); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return fmt.Errorf("connecting to postgres: %w", err)
+	}
+	defer pool.Close()
+	keys, err := idempotency.New(pool, idempotency.Options{Lease: cfg.Worker.KeyLease, TTL: cfg.Worker.KeyTTL})
+	if err != nil {
+		return err
+	}
+	tc, err := client.DialContext(ctx, client.Options{
+		HostPort: cfg.Temporal.HostPort, Namespace: cfg.Temporal.Namespace,
+		Logger: tlog.NewStructuredLogger(log.With("component", "temporal-sdk")),
+	})
+	if err != nil {
+		return fmt.Errorf("dialing temporal at %s: %w", cfg.Temporal.HostPort, err)
+	}
+	defer tc.Close()
+	w := sdkworker.New(tc, cfg.Worker.TaskQueue, sdkworker.Options{})
+	worker.Register(w, &worker.Activities{Pool: pool, Keys: keys, Client: tc, WebhookURL: cfg.Worker.WebhookURL})
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("starting worker: %w", err)
+	}
+	defer w.Stop()
+	log.Info("worker running", "task_queue", cfg.Worker.TaskQueue)
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if n, err := keys.Reap(ctx, 10000); err != nil {
+				log.Warn("reaping idempotency keys", "err", err)
+			} else if n > 0 {
+				log.Info("reaped idempotency keys", "keys", n)
+			}
+		}
+	}
+}
