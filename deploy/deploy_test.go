@@ -66,7 +66,7 @@ func TestCompose(t *testing.T) {
 		} `yaml:"services"`
 	}
 	readYAML(t, "../docker-compose.yml", &compose)
-	for _, need := range []string{"kafka", "kafka-init", "postgres", "temporal", "temporal-ui", "prometheus", "grafana", "dedup-1", "dedup-2", "producer"} {
+	for _, need := range []string{"kafka", "kafka-init", "postgres", "temporal", "temporal-ui", "prometheus", "grafana", "dedup-1", "dedup-2", "worker", "producer"} {
 		if _, ok := compose.Services[need]; !ok {
 			t.Errorf("compose has no %s service", need)
 		}

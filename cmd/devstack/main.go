@@ -11,7 +11,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -21,16 +20,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/internal/devstack"
 	"github.com/dedupio/dedup/internal/workload"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/schemas"
+	"github.com/dedupio/dedup/worker"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -101,21 +98,10 @@ func run() error {
 		return nil
 	}
 
-	quiet := tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	tc, err := client.Dial(client.Options{HostPort: stack.Temporal.HostPort(), Namespace: "default", Logger: quiet})
-	if err != nil {
-		return fmt.Errorf("dialing temporal: %w", err)
-	}
-	defer tc.Close()
-	w := worker.New(tc, "dedup-demo", worker.Options{})
-	w.RegisterWorkflowWithOptions(devstack.DemoWorkflow, workflow.RegisterOptions{Name: devstack.DemoWorkflowName})
-	if err := w.Start(); err != nil {
-		return fmt.Errorf("starting demo worker: %w", err)
-	}
-	defer w.Stop()
-
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- app.RunWorker(ctx, cfg, log) }()
 	routerDone := make(chan error, 1)
 	ready := make(chan string, 1)
 	go func() { routerDone <- app.Run(ctx, cfg, app.Options{Logger: log, Registry: reg, Ready: ready}) }()
@@ -153,6 +139,11 @@ func run() error {
 		case err := <-routerDone:
 			summary(context.Background(), reg, led)
 			return err
+		case err := <-workerDone:
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("worker: %w", err)
+			}
+			workerDone = nil
 		}
 	}
 }
@@ -164,11 +155,13 @@ func demoConfig(stack *devstack.Stack, topic, admin string) app.Config {
 	cfg.Kafka.Topics = []string{topic}
 	cfg.Kafka.ResetOffset = "earliest"
 	cfg.Kafka.SessionTimeout = 10 * time.Second
+	tasks := &schemas.ActivityDefinition{Tasks: []schemas.TaskSpec{{Type: "noop"}}}
 	cfg.Routes = processor.Routes{
-		{ID: "order-confirmation", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: devstack.DemoWorkflowName, TaskQueue: "dedup-demo"},
-		{ID: "welcome-email", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: devstack.DemoWorkflowName, TaskQueue: "dedup-demo"},
-		{ID: "crm-sync", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: devstack.DemoWorkflowName, TaskQueue: "dedup-demo"},
+		{ID: "order-confirmation", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: tasks},
+		{ID: "welcome-email", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: tasks},
+		{ID: "crm-sync", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: tasks},
 	}
+	cfg.Worker.TaskQueue = "activities"
 	cfg.Temporal.HostPort = stack.Temporal.HostPort()
 	cfg.Admin.Listen = admin
 	cfg.Log.Format = "text"
