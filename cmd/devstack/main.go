@@ -27,8 +27,8 @@ import (
 	"github.com/dedupio/dedup/internal/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
-	"github.com/dedupio/dedup/worker"
 	"github.com/dedupio/dedup/sink/ledger"
+	"github.com/dedupio/dedup/worker"
 )
 
 func main() {
