@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -329,45 +331,66 @@ func (r *Router) handle(ctx context.Context, fetches kgo.Fetches) {
 		owners  []*record
 		dead    []deadLetter
 	)
+	// Track in poll order (the tracker needs offsets in order), then decode
+	// in parallel: decoding (JSON, RFC 8785, SHA-256) is most of the CPU a
+	// batch costs, and it is pure.
+	type polled struct {
+		kr  *kgo.Record
+		rec *record
+		ev  eventid.Event
+		err error
+	}
+	var batch []polled
 	fetches.EachRecord(func(kr *kgo.Record) {
-		rec := r.track(kr)
-		if rec == nil {
-			return // partition revoked since the fetch: the new owner reads it
+		if rec := r.track(kr); rec != nil { // nil: partition revoked since the fetch
+			batch = append(batch, polled{kr: kr, rec: rec})
 		}
-		r.m.records.Inc()
+	})
+	r.m.records.Add(float64(len(batch)))
+	parallel(len(batch), func(i int) {
+		p := &batch[i]
+		if len(p.kr.Value) <= r.cfg.MaxValueBytes {
+			p.ev, p.err = r.dec.Decode(toEventRecord(p.kr))
+		}
+	})
+	for i := range batch {
+		kr, rec, ev, err := batch[i].kr, batch[i].rec, batch[i].ev, batch[i].err
 		if len(kr.Value) > r.cfg.MaxValueBytes {
 			dead = append(dead, deadLetter{rec: rec, reason: "oversized",
 				err: fmt.Errorf("value is %d bytes, over max_value_bytes %d", len(kr.Value), r.cfg.MaxValueBytes)})
-			return
+			continue
 		}
-		ev, err := r.dec.Decode(toEventRecord(kr))
 		if err != nil {
 			dead = append(dead, deadLetter{rec: rec, reason: string(eventid.ReasonOf(err)), err: err})
-			return
+			continue
 		}
 		routes := r.cfg.Routes.Match(&ev)
 		if len(routes) == 0 {
 			r.m.noRoute.Inc()
 			if r.cfg.NoRoute == "dead_letter" {
 				dead = append(dead, deadLetter{rec: rec, reason: "no_route", err: fmt.Errorf("no route matches type %q source %q", ev.Type, ev.Source)})
-				return
+				continue
 			}
 			r.end(rec, true)
-			return
+			continue
 		}
 		it := item{rec: rec, ev: ev}
 		keys := make([]string, len(routes))
-		for i, rt := range routes {
-			keys[i] = ev.ID
+		var keyErr error
+		for j, rt := range routes {
+			keys[j] = ev.ID
 			if rt.Key == KeyScheduledFor {
-				if keys[i], err = scheduledFor(ev.Data); err != nil {
-					dead = append(dead, deadLetter{rec: rec, reason: "undecodable", err: fmt.Errorf("route %s: %w", rt.ID, err)})
-					return
+				if keys[j], err = scheduledFor(ev.Data); err != nil && keyErr == nil {
+					keyErr = fmt.Errorf("route %s: %w", rt.ID, err)
 				}
 			}
 		}
-		for i, rt := range routes {
-			wid := WorkflowID(rt.ID, keys[i])
+		if keyErr != nil {
+			dead = append(dead, deadLetter{rec: rec, reason: "undecodable", err: keyErr})
+			continue
+		}
+		for j, rt := range routes {
+			wid := WorkflowID(rt.ID, keys[j])
 			it.intents = append(it.intents, len(intents))
 			intents = append(intents, Intent{
 				WorkflowID: wid, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
@@ -384,7 +407,7 @@ func (r *Router) handle(ctx context.Context, fetches kgo.Fetches) {
 		rec.pending = len(it.intents)
 		r.mu.Unlock()
 		items = append(items, it)
-	})
+	}
 	if len(dead) > 0 {
 		r.deadLetter(ctx, dead)
 	}
@@ -445,6 +468,29 @@ func (r *Router) handle(ctx context.Context, fetches kgo.Fetches) {
 	if len(conflicts) > 0 {
 		r.deadLetter(ctx, conflicts)
 	}
+}
+
+// parallel runs fn(0..n-1) on up to GOMAXPROCS goroutines.
+func parallel(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/64+1)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // track registers a polled record with its partition, or returns nil if the

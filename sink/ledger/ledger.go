@@ -92,6 +92,10 @@ func Open(ctx context.Context, cfg Config) (*Postgres, error) {
 	return &Postgres{pool: pool}, nil
 }
 
+// NewFromPool wraps a pool the caller configured (a query tracer, say:
+// the benchmark counts round trips with one). The caller closes it.
+func NewFromPool(pool *pgxpool.Pool) *Postgres { return &Postgres{pool: pool} }
+
 // Close releases the pool.
 func (p *Postgres) Close() { p.pool.Close() }
 

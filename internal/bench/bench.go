@@ -1,0 +1,306 @@
+// Package bench measures dedup against the limits of its own dependencies
+// and against a naive consumer, in one run, on one machine (cmd/dedup-bench).
+//
+// Every stage runs on the same embedded stack with the same settings:
+//   - raw Temporal start capacity: the starter alone, unique IDs, at the
+//     router's start concurrency;
+//   - raw ledger claim capacity: the router's claim statement alone, at its
+//     batch size, for new and for already-started IDs;
+//   - raw consume capacity: a franz-go group consumer that commits and does
+//     nothing else;
+//   - the router, in-process, on backlogs of each duplicate ratio, with its
+//     Starter and PostgreSQL pool instrumented (calls, round trips, start
+//     times), and live at a fixed rate for latency;
+//   - the naive consumer most teams write: per record one autocommit upsert,
+//     one synchronous start, one offset commit;
+//   - claim latency as the ledger grows;
+//   - peak RSS and heap of a `dedup run` process over a large backlog.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.temporal.io/sdk/client"
+
+	"github.com/dedupio/dedup/internal/devstack"
+	"github.com/dedupio/dedup/internal/workload"
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/sink/ledger"
+	"github.com/dedupio/dedup/sink/starter"
+)
+
+// Params are the benchmark's knobs.
+type Params struct {
+	Records      int       // records per router backlog run
+	DupRatios    []float64 // backlog runs, one per ratio
+	Partitions   int
+	Concurrency  int // start concurrency (router, raw starts, naive has 1)
+	Batch        int // max poll records = claim batch
+	PayloadBytes int
+	RawStarts    int   // starts in the raw start stage
+	RawClaims    int   // rows in the raw claim stage
+	ReplayN      int   // records of the all-duplicate replay workload
+	LedgerSizes  []int // ledger sizes for the claim-latency stage
+	NaiveRecords int   // records the naive consumer gets (it is slow)
+	LiveRate     int   // records/s of the latency runs
+	LiveSeconds  int
+	RSSBacklog   int    // records behind a `dedup run` process; 0 skips
+	DedupBin     string // the dedup binary for the RSS stage
+}
+
+// Env is the stack a run measures on.
+type Env struct {
+	Stack *devstack.Stack
+	TC    client.Client
+	Log   *slog.Logger
+	P     Params
+	seq   atomic.Int64
+	kcl   *kgo.Client
+	adm   *kadm.Client
+}
+
+// NewEnv wraps a running stack.
+func NewEnv(stack *devstack.Stack, tc client.Client, p Params, log *slog.Logger) (*Env, error) {
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(stack.Brokers()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchMaxBytes(4<<20), kgo.MaxBufferedRecords(200000))
+	if err != nil {
+		return nil, err
+	}
+	return &Env{Stack: stack, TC: tc, Log: log, P: p, kcl: kcl, adm: kadm.NewClient(kcl)}, nil
+}
+
+// Close releases the Kafka client.
+func (e *Env) Close() { e.kcl.Close() }
+
+func (e *Env) name(kind string) string { return fmt.Sprintf("%s-%d", kind, e.seq.Add(1)) }
+
+// countTracer counts statements sent to PostgreSQL: each is one round trip
+// (pgx pipelines parse, bind and execute of a cached statement).
+type countTracer struct{ n atomic.Int64 }
+
+func (c *countTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *countTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// database creates a fresh migrated database and a traced pool on it.
+func (e *Env) database(ctx context.Context) (*pgxpool.Pool, *countTracer, string, error) {
+	url := e.Stack.DatabaseURL
+	if e.Stack.Postgres != nil {
+		var err error
+		if url, err = e.Stack.Postgres.CreateDatabase(ctx, "bench_"+fmt.Sprint(e.seq.Add(1))); err != nil {
+			return nil, nil, "", err
+		}
+	}
+	if err := ledger.Migrate(ctx, url); err != nil {
+		return nil, nil, "", err
+	}
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	tr := &countTracer{}
+	pc.ConnConfig.Tracer = tr
+	pc.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	return pool, tr, url, err
+}
+
+func (e *Env) topic(ctx context.Context) (string, error) {
+	t := e.name("bench")
+	_, err := e.adm.CreateTopics(ctx, int32(e.P.Partitions), 1, nil, t, t+".dlq")
+	return t, err
+}
+
+func (e *Env) produce(ctx context.Context, recs []*kgo.Record) error {
+	for i := 0; i < len(recs); i += 5000 {
+		if err := e.kcl.ProduceSync(ctx, recs[i:min(i+5000, len(recs))]...).FirstErr(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// routes are the benchmark's: order.created to one activity, user.signed_up
+// to two, as in the tests.
+func routes() processor.Routes {
+	return processor.Routes{
+		{ID: "order-confirmation", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
+		{ID: "welcome-email", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
+		{ID: "crm-sync", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
+	}
+}
+
+func (e *Env) routerConfig(topic string) processor.Config {
+	c := processor.DefaultConfig()
+	c.Brokers = e.Stack.Brokers()
+	c.Group = "g-" + topic
+	c.Topics = []string{topic}
+	c.ResetOffset = "earliest"
+	c.MaxPollRecords = e.P.Batch
+	c.StartConcurrency = e.P.Concurrency
+	c.CommitInterval = 100 * time.Millisecond
+	c.SessionTimeout = 10 * time.Second
+	c.Routes = routes()
+	_ = c.Validate()
+	return c
+}
+
+// timedStarter counts Temporal calls and records when each workflow's
+// start first succeeded, and each event's first workflow start.
+type timedStarter struct {
+	inner   processor.Starter
+	calls   atomic.Int64
+	mu      sync.Mutex
+	started map[string]time.Time // workflow ID -> first successful start
+	events  map[string]time.Time // event ID -> its first workflow's start
+}
+
+func (s *timedStarter) Start(ctx context.Context, req processor.StartRequest) (processor.StartResult, error) {
+	s.calls.Add(1)
+	res, err := s.inner.Start(ctx, req)
+	if err == nil {
+		now := time.Now()
+		s.mu.Lock()
+		if _, ok := s.started[req.WorkflowID]; !ok {
+			s.started[req.WorkflowID] = now
+		}
+		if _, ok := s.events[req.Input.EventID]; !ok {
+			s.events[req.Input.EventID] = now
+		}
+		s.mu.Unlock()
+	}
+	return res, err
+}
+
+func (e *Env) newStarter() processor.Starter {
+	return starter.New(e.TC, starter.Config{StartTimeout: 10 * time.Second})
+}
+
+// Percentiles of durations.
+type Percentiles struct {
+	P50, P95, P99 float64 // milliseconds
+	N             int
+}
+
+func percentiles(ds []time.Duration) Percentiles {
+	if len(ds) == 0 {
+		return Percentiles{}
+	}
+	slices.Sort(ds)
+	at := func(q float64) float64 {
+		return float64(ds[min(len(ds)-1, int(q*float64(len(ds))))]) / 1e6
+	}
+	return Percentiles{P50: at(0.50), P95: at(0.95), P99: at(0.99), N: len(ds)}
+}
+
+// waitConsumed waits until the group's committed offsets reach the end.
+func (e *Env) waitConsumed(ctx context.Context, group, topic string, timeout time.Duration) error {
+	ends, err := e.adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		committed, err := e.adm.FetchOffsets(ctx, group)
+		if err == nil {
+			done := true
+			ends.Each(func(o kadm.ListedOffset) {
+				c, ok := committed.Lookup(o.Topic, o.Partition)
+				if !ok || c.At < o.Offset {
+					done = false
+				}
+			})
+			if done {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("group %s did not consume %s in %s", group, topic, timeout)
+}
+
+// workflowIDs are the workflow IDs the routes make of records, computed
+// with the router's own decoder and routes (for pre-filling a ledger).
+func workflowIDs(recs []*kgo.Record) ([]processor.Intent, error) {
+	dec, rs := decoderAndRoutes()
+	seen := map[string]bool{}
+	var out []processor.Intent
+	for _, kr := range recs {
+		ev, err := dec.Decode(toEventRecord(kr))
+		if err != nil {
+			continue
+		}
+		for _, r := range rs.Match(&ev) {
+			id := processor.WorkflowID(r.ID, ev.ID)
+			if !seen[id] {
+				seen[id] = true
+				out = append(out, processor.Intent{WorkflowID: id, ActivityID: r.ID, EventID: ev.ID, IDRule: string(ev.Rule),
+					PayloadHash: ev.PayloadHash, Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset})
+			}
+		}
+	}
+	return out, nil
+}
+
+// prefill inserts intents as started rows with COPY (the state a ledger is
+// in after they were processed), so that a replay of their records is
+// all-duplicate without first starting them in Temporal.
+func prefill(ctx context.Context, pool *pgxpool.Pool, intents []processor.Intent) error {
+	rows := make([][]any, len(intents))
+	for i, in := range intents {
+		rows[i] = []any{in.WorkflowID, in.ActivityID, in.EventID, in.IDRule, in.PayloadHash[:], in.Topic, in.Partition, in.Offset, "started", "prefilled"}
+	}
+	_, err := pool.CopyFrom(ctx, pgx.Identifier{"dedup_ledger"},
+		[]string{"workflow_id", "activity_id", "event_id", "id_rule", "payload_hash", "topic", "kafka_partition", "kafka_offset", "state", "run_id"},
+		pgx.CopyFromRows(rows))
+	if err != nil {
+		return fmt.Errorf("prefilling %d ledger rows: %w", len(intents), err)
+	}
+	_, err = pool.Exec(ctx, "ANALYZE dedup_ledger")
+	return err
+}
+
+// synthetic makes n intents with fresh IDs (the shape of real ones).
+func synthetic(prefix string, n int) []processor.Intent {
+	out := make([]processor.Intent, n)
+	for i := range out {
+		id := fmt.Sprintf("%s-evt-%09d", prefix, i)
+		out[i] = processor.Intent{WorkflowID: processor.WorkflowID("order-confirmation", id), ActivityID: "order-confirmation",
+			EventID: id, IDRule: "field", Topic: "events", Partition: int32(i % 8), Offset: int64(i)}
+		out[i].PayloadHash[0] = byte(i)
+	}
+	rand.New(rand.NewPCG(uint64(n), 1)).Shuffle(n, func(a, b int) { out[a], out[b] = out[b], out[a] })
+	return out
+}
+
+func newRegistry() *prometheus.Registry { return prometheus.NewRegistry() }
+
+func decoderAndRoutes() (*eventid.Decoder, processor.Routes) {
+	dec, _ := eventid.NewDecoder(eventid.DefaultConfig())
+	rs := routes()
+	_ = rs.Validate()
+	return dec, rs
+}
+
+func toEventRecord(kr *kgo.Record) eventid.Record {
+	hs := make([]eventid.Header, len(kr.Headers))
+	for i, h := range kr.Headers {
+		hs[i] = eventid.Header{Key: h.Key, Value: h.Value}
+	}
+	return eventid.Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Key: kr.Key, Value: kr.Value, Headers: hs}
+}

@@ -1,0 +1,605 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/workload"
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/schemas"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+// Rate is a throughput measurement.
+type Rate struct {
+	N       int     `json:"n"`
+	Seconds float64 `json:"seconds"`
+	PerSec  float64 `json:"per_sec"`
+}
+
+func rate(n int, d time.Duration) Rate {
+	return Rate{N: n, Seconds: d.Seconds(), PerSec: float64(n) / d.Seconds()}
+}
+
+// RawStarts starts unique workflows with the router's starter at its
+// concurrency: what Temporal accepts, with nothing in front.
+func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
+	st := e.newStarter()
+	prefix := e.name("raw")
+	var next atomic.Int64
+	var firstErr error
+	var mu sync.Mutex
+	began := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < e.P.Concurrency; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(e.P.RawStarts) {
+					return
+				}
+				id := fmt.Sprintf("activity-raw:%s-%d", prefix, i)
+				_, err := st.Start(ctx, processor.StartRequest{WorkflowID: id, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench",
+					ReusePolicy: processor.ReuseRejectDuplicate, Input: schemas.WorkflowInput{WorkflowID: id, EventID: id}})
+				if err != nil {
+					mu.Lock()
+					firstErr = errors.Join(firstErr, err)
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return rate(e.P.RawStarts, time.Since(began)), firstErr
+}
+
+// ClaimRates are the raw claim statement's throughput.
+type ClaimRates struct {
+	New       Rate        `json:"new"`
+	Duplicate Rate        `json:"duplicate"`
+	LatencyMs Percentiles `json:"duplicate_batch_latency_ms"`
+}
+
+// RawClaims runs the router's claim statement (ledger.Claim) at the batch
+// size: RawClaims new rows, then the same rows again once started.
+func (e *Env) RawClaims(ctx context.Context) (ClaimRates, error) {
+	pool, _, _, err := e.database(ctx)
+	if err != nil {
+		return ClaimRates{}, err
+	}
+	defer pool.Close()
+	return e.claimRates(ctx, ledger.NewFromPool(pool), synthetic(e.name("claim"), e.P.RawClaims))
+}
+
+func (e *Env) claimRates(ctx context.Context, led *ledger.Postgres, intents []processor.Intent) (ClaimRates, error) {
+	var r ClaimRates
+	began := time.Now()
+	for i := 0; i < len(intents); i += e.P.Batch {
+		if _, err := led.Claim(ctx, intents[i:min(i+e.P.Batch, len(intents))]); err != nil {
+			return r, err
+		}
+	}
+	r.New = rate(len(intents), time.Since(began))
+	started := make([]processor.Started, len(intents))
+	for i, in := range intents {
+		started[i] = processor.Started{WorkflowID: in.WorkflowID, RunID: "r"}
+	}
+	for i := 0; i < len(started); i += 5000 {
+		if err := led.MarkStarted(ctx, started[i:min(i+5000, len(started))]); err != nil {
+			return r, err
+		}
+	}
+	var lat []time.Duration
+	began = time.Now()
+	for i := 0; i < len(intents); i += e.P.Batch {
+		t := time.Now()
+		v, err := led.Claim(ctx, intents[i:min(i+e.P.Batch, len(intents))])
+		if err != nil {
+			return r, err
+		}
+		lat = append(lat, time.Since(t))
+		if v[0] != processor.VerdictDuplicate {
+			return r, fmt.Errorf("claim of a started row gave %s", v[0])
+		}
+	}
+	r.Duplicate = rate(len(intents), time.Since(began))
+	r.LatencyMs = percentiles(lat)
+	return r, nil
+}
+
+// RawConsume consumes n records as a group member that commits every poll
+// and does nothing else.
+func (e *Env) RawConsume(ctx context.Context, n int) (Rate, error) {
+	topic, err := e.topic(ctx)
+	if err != nil {
+		return Rate{}, err
+	}
+	w := workload.Generate(workload.Spec{Topic: topic, Partitions: e.P.Partitions, Records: n, Seed: 9, PayloadBytes: e.P.PayloadBytes})
+	if err := e.produce(ctx, w.Records); err != nil {
+		return Rate{}, err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.Stack.Brokers()...), kgo.ConsumerGroup("g-"+topic), kgo.ConsumeTopics(topic),
+		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return Rate{}, err
+	}
+	defer cl.Close()
+	began := time.Now()
+	got := 0
+	for got < n {
+		fs := cl.PollRecords(ctx, e.P.Batch)
+		if ctx.Err() != nil {
+			return Rate{}, ctx.Err()
+		}
+		got += fs.NumRecords()
+		if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+			return Rate{}, err
+		}
+	}
+	return rate(got, time.Since(began)), nil
+}
+
+// RouterResult is one router run.
+type RouterResult struct {
+	DupRatio          float64     `json:"dup_ratio"`
+	Records           Rate        `json:"records"`
+	Workflows         Rate        `json:"workflows_started"`
+	TemporalCalls     int64       `json:"temporal_calls"`
+	TemporalPerUnique float64     `json:"temporal_calls_per_workflow"`
+	PGRoundTrips      int64       `json:"pg_round_trips"`
+	PGPerRecord       float64     `json:"pg_round_trips_per_record"`
+	LatencyMs         Percentiles `json:"latency_ms,omitempty"`
+}
+
+type routerRun struct {
+	topic   string
+	recs    []*kgo.Record
+	prefill []processor.Intent
+}
+
+// run runs an in-process router over the topic's backlog until committed.
+func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context.Context) error) (RouterResult, *timedStarter, error) {
+	var res RouterResult
+	pool, tracer, _, err := e.database(ctx)
+	if err != nil {
+		return res, nil, err
+	}
+	defer pool.Close()
+	if len(rr.prefill) > 0 {
+		if err := prefill(ctx, pool, rr.prefill); err != nil {
+			return res, nil, err
+		}
+	}
+	if live == nil {
+		if err := e.produce(ctx, rr.recs); err != nil {
+			return res, nil, err
+		}
+	}
+	led := ledger.NewFromPool(pool)
+	st := &timedStarter{inner: e.newStarter(), started: map[string]time.Time{}, events: map[string]time.Time{}}
+	cfg := e.routerConfig(rr.topic)
+	r, err := processor.New(cfg, led, led, st, newRegistry(), e.Log, processor.Hooks{})
+	if err != nil {
+		return res, nil, err
+	}
+	tracer.n.Store(0)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	// Time from the group join on: joining is a fixed cost of seconds,
+	// not throughput.
+	for r.Ready() != nil && ctx.Err() == nil {
+		time.Sleep(2 * time.Millisecond)
+	}
+	began := time.Now()
+	if live != nil {
+		if err := live(ctx); err != nil {
+			cancel()
+			<-done
+			return res, nil, err
+		}
+	}
+	err = e.waitConsumed(ctx, cfg.Group, rr.topic, 30*time.Minute)
+	elapsed := time.Since(began)
+	cancel()
+	if rerr := <-done; err == nil {
+		err = rerr
+	}
+	workflows := len(st.started)
+	res.Records = rate(len(rr.recs), elapsed)
+	res.Workflows = rate(workflows, elapsed)
+	res.TemporalCalls = st.calls.Load()
+	if workflows > 0 {
+		res.TemporalPerUnique = float64(res.TemporalCalls) / float64(workflows)
+	}
+	res.PGRoundTrips = tracer.n.Load()
+	res.PGPerRecord = float64(res.PGRoundTrips) / float64(len(rr.recs))
+	return res, st, err
+}
+
+// Backlog runs the router over n records with the duplicate ratio.
+func (e *Env) Backlog(ctx context.Context, dup float64) (RouterResult, error) {
+	topic, err := e.topic(ctx)
+	if err != nil {
+		return RouterResult{}, err
+	}
+	w := workload.Generate(workload.Spec{Topic: topic, Partitions: e.P.Partitions, Records: e.P.Records, DupRatio: dup,
+		CrossPartition: 0.1, Seed: uint64(dup*1000) + 3, PayloadBytes: e.P.PayloadBytes, IDPrefix: topic + "-"})
+	var pre []processor.Intent
+	if dup >= 1 {
+		// Every record a duplicate: the ledger has them all as started.
+		if pre, err = workflowIDs(w.Records); err != nil {
+			return RouterResult{}, err
+		}
+	}
+	res, _, err := e.runRouter(ctx, routerRun{topic: topic, recs: w.Records, prefill: pre}, nil)
+	res.DupRatio = dup
+	return res, err
+}
+
+// Replay is the all-duplicate workload: n records whose workflows the
+// ledger has as started (a group reset to earliest over a processed topic).
+func (e *Env) Replay(ctx context.Context, n int) (RouterResult, []*kgo.Record, []processor.Intent, error) {
+	topic, err := e.topic(ctx)
+	if err != nil {
+		return RouterResult{}, nil, nil, err
+	}
+	w := workload.Generate(workload.Spec{Topic: topic, Partitions: e.P.Partitions, Records: n, DupRatio: 0.3,
+		CrossPartition: 0.1, Seed: 77, PayloadBytes: e.P.PayloadBytes, IDPrefix: topic + "-"})
+	pre, err := workflowIDs(w.Records)
+	if err != nil {
+		return RouterResult{}, nil, nil, err
+	}
+	res, _, err := e.runRouter(ctx, routerRun{topic: topic, recs: w.Records, prefill: pre}, nil)
+	res.DupRatio = 1
+	return res, w.Records, pre, err
+}
+
+// Live produces at LiveRate for LiveSeconds while the router runs, and
+// measures each unique event's latency from its produce time to its
+// workflow start.
+func (e *Env) Live(ctx context.Context, dup float64) (RouterResult, error) {
+	topic, err := e.topic(ctx)
+	if err != nil {
+		return RouterResult{}, err
+	}
+	n := e.P.LiveRate * e.P.LiveSeconds
+	w := workload.Generate(workload.Spec{Topic: topic, Partitions: e.P.Partitions, Records: n, DupRatio: dup,
+		CrossPartition: 0.1, Seed: uint64(dup*1000) + 5, PayloadBytes: e.P.PayloadBytes, IDPrefix: topic + "-"})
+	var pre []processor.Intent
+	if dup >= 1 {
+		if pre, err = workflowIDs(w.Records); err != nil {
+			return RouterResult{}, err
+		}
+	}
+	produced := map[string]time.Time{}
+	var mu sync.Mutex
+	first := map[string]bool{}
+	live := func(ctx context.Context) error {
+		tick := time.NewTicker(time.Second / time.Duration(e.P.LiveRate))
+		defer tick.Stop()
+		for _, r := range w.Records {
+			<-tick.C
+			r.Timestamp = time.Now()
+			if id := eventIDOf(r); id != "" && !first[id] {
+				first[id] = true
+				mu.Lock()
+				produced[id] = r.Timestamp
+				mu.Unlock()
+			}
+			e.kcl.Produce(ctx, r, nil)
+		}
+		return e.kcl.Flush(ctx)
+	}
+	res, st, err := e.runRouter(ctx, routerRun{topic: topic, recs: w.Records, prefill: pre}, live)
+	if err != nil {
+		return res, err
+	}
+	var lat []time.Duration
+	st.mu.Lock()
+	for id, t := range st.events {
+		if p, ok := produced[id]; ok {
+			lat = append(lat, t.Sub(p))
+		}
+	}
+	st.mu.Unlock()
+	res.DupRatio = dup
+	res.LatencyMs = percentiles(lat)
+	return res, nil
+}
+
+// eventIDOf reads the ID of records that carry one (header or field).
+func eventIDOf(r *kgo.Record) string {
+	for _, h := range r.Headers {
+		if h.Key == "ce_id" {
+			return string(h.Value)
+		}
+	}
+	s := string(r.Value)
+	i := strings.Index(s, `"id":"`)
+	if i < 0 {
+		return ""
+	}
+	s = s[i+6:]
+	return s[:strings.IndexByte(s, '"')]
+}
+
+// Naive is the consumer most teams write: per record, an autocommit upsert
+// (ON CONFLICT DO NOTHING), a synchronous start when the row was new, and
+// a synchronous offset commit. (It also has the lost-event bug dedup
+// avoids: a crash between upsert and start loses the event.)
+func (e *Env) Naive(ctx context.Context, recs []*kgo.Record, pre []processor.Intent) (RouterResult, error) {
+	var res RouterResult
+	topic, err := e.topic(ctx)
+	if err != nil {
+		return res, err
+	}
+	cp := make([]*kgo.Record, len(recs))
+	for i, r := range recs {
+		c := *r
+		c.Topic = topic
+		cp[i] = &c
+	}
+	if err := e.produce(ctx, cp); err != nil {
+		return res, err
+	}
+	pool, tracer, _, err := e.database(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	if err := prefill(ctx, pool, pre); err != nil {
+		return res, err
+	}
+	tracer.n.Store(0)
+	dec, rs := decoderAndRoutes()
+	st := e.newStarter()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.Stack.Brokers()...), kgo.ConsumerGroup("g-"+topic), kgo.ConsumeTopics(topic),
+		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return res, err
+	}
+	defer cl.Close()
+	began := time.Now()
+	got, starts := 0, 0
+	var calls int64
+	for got < len(cp) {
+		fs := cl.PollRecords(ctx, 1)
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		for _, kr := range fs.Records() {
+			got++
+			ev, err := dec.Decode(toEventRecord(kr))
+			if err == nil {
+				for _, r := range rs.Match(&ev) {
+					id := processor.WorkflowID(r.ID, ev.ID)
+					tag, err := pool.Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
+						VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`, id, r.ID, ev.ID, string(ev.Rule), ev.PayloadHash[:], kr.Topic, kr.Partition, kr.Offset)
+					if err != nil {
+						return res, err
+					}
+					if tag.RowsAffected() == 1 {
+						calls++
+						if _, err := st.Start(ctx, processor.StartRequest{WorkflowID: id, WorkflowType: r.WorkflowType, TaskQueue: r.TaskQueue,
+							ReusePolicy: r.IDReusePolicy, Input: schemas.WorkflowInput{WorkflowID: id, EventID: ev.ID, Data: ev.Data}}); err != nil {
+							return res, err
+						}
+						starts++
+					}
+				}
+			}
+			if err := cl.CommitRecords(ctx, kr); err != nil {
+				return res, err
+			}
+		}
+	}
+	elapsed := time.Since(began)
+	res.Records = rate(got, elapsed)
+	res.Workflows = rate(starts, elapsed)
+	res.TemporalCalls = calls
+	res.PGRoundTrips = tracer.n.Load()
+	res.PGPerRecord = float64(res.PGRoundTrips) / float64(got)
+	return res, nil
+}
+
+// LedgerPoint is claim throughput at one ledger size.
+type LedgerPoint struct {
+	Rows       int        `json:"ledger_rows"`
+	Raw        ClaimRates `json:"raw_claim"`
+	RouterDups Rate       `json:"router_all_duplicate_records"`
+}
+
+// LedgerGrowth fills one ledger to each size in turn and measures the raw
+// claim statement, new and duplicate, at each.
+func (e *Env) LedgerGrowth(ctx context.Context) ([]LedgerPoint, error) {
+	pool, _, _, err := e.database(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	led := ledger.NewFromPool(pool)
+	var out []LedgerPoint
+	filled := 0
+	for _, size := range e.P.LedgerSizes {
+		if size > filled {
+			_, err := pool.Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, state, run_id, started_at)
+				SELECT 'activity-order-confirmation:fill-evt-' || lpad(g::text, 10, '0'), 'order-confirmation', 'fill-evt-' || g, 'field',
+					sha256(g::text::bytea), 'events', g % 8, g, 'started', 'r', now()
+				FROM generate_series($1::bigint, $2::bigint - 1) g`, filled, size)
+			if err != nil {
+				return out, fmt.Errorf("filling the ledger to %d rows: %w", size, err)
+			}
+			if _, err := pool.Exec(ctx, "VACUUM ANALYZE dedup_ledger"); err != nil {
+				return out, err
+			}
+			filled = size
+		}
+		r, err := e.claimRates(ctx, led, synthetic(e.name(fmt.Sprintf("grow%d", size)), e.P.RawClaims))
+		if err != nil {
+			return out, err
+		}
+		out = append(out, LedgerPoint{Rows: size, Raw: r})
+		e.Log.Info("ledger growth", "rows", size, "new_per_sec", int(r.New.PerSec), "dup_per_sec", int(r.Duplicate.PerSec))
+	}
+	return out, nil
+}
+
+// RSSResult is a `dedup run` process over a large all-duplicate backlog.
+type RSSResult struct {
+	Backlog     int     `json:"backlog_records"`
+	PeakRSSMiB  float64 `json:"peak_rss_mib"`
+	HeapMiB     float64 `json:"heap_inuse_mib_at_end"`
+	Records     Rate    `json:"records"`
+	StartCalls  float64 `json:"temporal_start_calls"`
+	MaxInFlight int     `json:"max_in_flight"`
+}
+
+// RSS runs `dedup run` as a process over RSSBacklog records (their
+// workflows already in the ledger) and samples its resident memory.
+func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
+	res := RSSResult{Backlog: e.P.RSSBacklog}
+	topic, err := e.topic(ctx)
+	if err != nil {
+		return res, err
+	}
+	w := workload.Generate(workload.Spec{Topic: topic, Partitions: e.P.Partitions, Records: e.P.RSSBacklog, DupRatio: 0.3,
+		Seed: 11, PayloadBytes: e.P.PayloadBytes, IDPrefix: topic + "-"})
+	pre, err := workflowIDs(w.Records)
+	if err != nil {
+		return res, err
+	}
+	pool, _, url, err := e.database(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	if err := prefill(ctx, pool, pre); err != nil {
+		return res, err
+	}
+	if err := e.produce(ctx, w.Records); err != nil {
+		return res, err
+	}
+	w = nil
+	cfg := app.DefaultConfig()
+	cfg.Kafka = e.routerConfig(topic)
+	cfg.Routes, cfg.EventID = cfg.Kafka.Routes, cfg.Kafka.EventID
+	cfg.Postgres.URL = url
+	cfg.Temporal.HostPort = e.Stack.Temporal.HostPort()
+	cfg.Temporal.Namespace = e.Stack.Namespace
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return res, err
+	}
+	cfg.Admin.Listen = l.Addr().String()
+	l.Close()
+	cfg.Log.Level = "warn"
+	res.MaxInFlight = cfg.Kafka.MaxInFlight
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		return res, err
+	}
+	dir, err := os.MkdirTemp("", "dedup-bench-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "dedup.yaml")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return res, err
+	}
+	cmd := exec.CommandContext(ctx, e.P.DedupBin, "run", "--config", path)
+	cmd.Stderr = os.Stderr
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		return res, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	stop := make(chan struct{})
+	var peak atomic.Int64
+	go func() {
+		for {
+			if kb := vmRSSKiB(cmd.Process.Pid, "VmHWM:"); kb > peak.Load() {
+				peak.Store(kb)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	err = e.waitConsumed(ctx, cfg.Kafka.Group, topic, 30*time.Minute)
+	elapsed := time.Since(began)
+	close(stop)
+	if kb := vmRSSKiB(cmd.Process.Pid, "VmHWM:"); kb > peak.Load() {
+		peak.Store(kb)
+	}
+	res.PeakRSSMiB = float64(peak.Load()) / 1024
+	res.HeapMiB = scrape(cfg.Admin.Listen, "go_memstats_heap_inuse_bytes") / (1 << 20)
+	res.StartCalls = scrape(cfg.Admin.Listen, "dedup_workflow_starts_total") + scrape(cfg.Admin.Listen, "dedup_workflow_start_errors_total")
+	res.Records = rate(e.P.RSSBacklog, elapsed)
+	return res, err
+}
+
+func vmRSSKiB(pid int, field string) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), field) {
+			n, _ := strconv.ParseInt(strings.Fields(sc.Text())[1], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func scrape(addr, name string) float64 {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	total := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			total += v
+		}
+	}
+	return total
+}
+
+// UniqueRecords is the naive consumer's unique-heavy workload: n records at
+// the first duplicate ratio.
+func UniqueRecords(p Params, n int) []*kgo.Record {
+	w := workload.Generate(workload.Spec{Topic: "naive", Partitions: p.Partitions, Records: n, DupRatio: p.DupRatios[0],
+		CrossPartition: 0.1, Seed: 99, PayloadBytes: p.PayloadBytes, IDPrefix: fmt.Sprintf("naive-%d-", time.Now().UnixNano())})
+	return w.Records
+}
