@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: deps dev test test-short fuzz vet build clean
+.PHONY: deps dev test test-short fuzz vet build clean bench bench-smoke
 
 # PostgreSQL 15 binaries for the throwaway test clusters, when missing.
 deps:
@@ -12,6 +12,7 @@ deps:
 build:
 	$(GO) build -o bin/dedup ./cmd/dedup
 	$(GO) build -o bin/devstack ./cmd/devstack
+	$(GO) build -o bin/dedup-bench ./cmd/dedup-bench
 
 dev: deps
 	$(GO) run ./cmd/devstack
@@ -28,6 +29,15 @@ test: deps vet
 
 test-short: deps
 	$(GO) test -short -count=1 ./processor/... ./sink/... ./internal/...
+
+# A short benchmark run (a few minutes); the full one is plain
+# `bin/dedup-bench -out bench-out` (see README, Performance).
+bench: deps build
+	bin/dedup-bench -records 3000 -replay 100000 -ledger-sizes 100000,1000000 -rss-backlog 200000 -out bench-out
+
+# Seconds: every stage of the benchmark on tiny sizes (CI runs it).
+bench-smoke: deps
+	$(GO) run ./cmd/dedup-bench -smoke -out $${TMPDIR:-/tmp}/dedup-bench-smoke
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime 60s ./processor/eventid

@@ -227,6 +227,17 @@ func (r *Router) Run(ctx context.Context) error {
 	go func() { defer close(committerDone); r.committer(commitCtx) }()
 	go r.lagLoop(commitCtx)
 
+	// The claim of batch N runs while batch N+1 is polled and decoded: one
+	// claimer, fed in poll order, so verdicts follow the stream's order.
+	claimQ := make(chan *claimBatch, 1)
+	claimerDone := make(chan struct{})
+	go func() {
+		defer close(claimerDone)
+		for b := range claimQ {
+			r.claim(ctx, b)
+		}
+	}()
+
 	var runErr error
 	for {
 		if !r.waitCapacity(ctx) {
@@ -252,8 +263,12 @@ func (r *Router) Run(ctx context.Context) error {
 				r.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
 			}
 		})
-		r.handle(ctx, fetches)
+		if b := r.prepare(ctx, fetches); b != nil {
+			claimQ <- b
+		}
 	}
+	close(claimQ)
+	<-claimerDone
 
 	// Drain: let started work finish, then stop the workers.
 	r.waitDrained(r.cfg.DrainTimeout)
@@ -319,11 +334,17 @@ type deadLetter struct {
 	workflow string
 }
 
-// handle processes one poll: decode, route, claim the whole batch in one
-// ledger call, dead-letter what can never succeed, and queue the starts.
-// It returns once every start is queued, so the next poll overlaps with the
-// starts of this one.
-func (r *Router) handle(ctx context.Context, fetches kgo.Fetches) {
+// claimBatch is a decoded and routed poll batch, on its way to the ledger.
+type claimBatch struct {
+	items   []item
+	intents []Intent
+	reqs    []StartRequest
+	owners  []*record
+}
+
+// prepare decodes and routes one poll, dead-letters what can never
+// succeed, and returns the batch's intents for claim (nil if none).
+func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 	var (
 		items   []item
 		intents []Intent
@@ -412,9 +433,17 @@ func (r *Router) handle(ctx context.Context, fetches kgo.Fetches) {
 		r.deadLetter(ctx, dead)
 	}
 	if len(intents) == 0 {
-		return
+		return nil
 	}
+	return &claimBatch{items: items, intents: intents, reqs: reqs, owners: owners}
+}
 
+// claim claims a batch's intents in one ledger call and queues the starts
+// of the new and re-driven ones; duplicates finish at once, conflicts are
+// dead-lettered. It returns once every start is queued, so the claim of the
+// next batch overlaps with the starts of this one.
+func (r *Router) claim(ctx context.Context, b *claimBatch) {
+	items, intents, reqs, owners := b.items, b.intents, b.reqs, b.owners
 	var verdicts []Verdict
 	start := time.Now()
 	err := r.retry(ctx, "claim", func(ctx context.Context) error {

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,7 +61,7 @@ func run() error {
 	flag.IntVar(&p.Concurrency, "concurrency", 32, "start concurrency")
 	flag.IntVar(&p.Batch, "batch", 1000, "poll batch = claim batch")
 	flag.IntVar(&p.PayloadBytes, "payload", 256, "payload bytes")
-	flag.IntVar(&p.RawStarts, "raw-starts", 3000, "starts in the raw Temporal stage")
+	flag.IntVar(&p.RawStarts, "raw-starts", 6000, "starts in each raw Temporal stage (about the workflows of one unique-heavy backlog)")
 	flag.IntVar(&p.RawClaims, "raw-claims", 100000, "rows in the raw claim stage")
 	flag.IntVar(&p.ReplayN, "replay", 200000, "records of the all-duplicate replay")
 	flag.IntVar(&p.NaiveRecords, "naive", 2000, "records the naive consumer gets, per workload")
@@ -68,7 +69,18 @@ func run() error {
 	flag.IntVar(&p.LiveSeconds, "live-seconds", 10, "seconds per latency run")
 	flag.IntVar(&p.RSSBacklog, "rss-backlog", 1000000, "records behind a dedup run process (0 skips)")
 	flag.StringVar(&p.DedupBin, "dedup-bin", "bin/dedup", "the dedup binary, for the RSS stage")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (stack included) here")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var err error
 	if p.DupRatios, err = list(*dups, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }); err != nil {
 		return err
@@ -107,11 +119,6 @@ func run() error {
 	defer env.Close()
 	r := &bench.Report{When: time.Now(), Machine: bench.Machine(), Params: p}
 
-	say("raw Temporal starts: %d at concurrency %d", p.RawStarts, p.Concurrency)
-	if r.RawStarts, err = env.RawStarts(ctx); err != nil {
-		return err
-	}
-	say("  %.0f starts/s", r.RawStarts.PerSec)
 	say("raw ledger claims: %d rows in batches of %d", p.RawClaims, p.Batch)
 	if r.RawClaims, err = env.RawClaims(ctx); err != nil {
 		return err
@@ -122,7 +129,16 @@ func run() error {
 		return err
 	}
 	say("  %.0f records/s", r.RawConsume.PerSec)
-	for _, d := range p.DupRatios {
+	for i, d := range p.DupRatios {
+		env.Settle(ctx)
+		if i == 0 {
+			say("raw Temporal starts: %d at concurrency %d", p.RawStarts, p.Concurrency)
+			if r.RawStarts, err = env.RawStarts(ctx); err != nil {
+				return err
+			}
+			say("  %.0f starts/s", r.RawStarts.PerSec)
+			env.Settle(ctx)
+		}
 		say("dedup backlog, %.0f%% duplicates, %d records", d*100, p.Records)
 		x, err := env.Backlog(ctx, d)
 		if err != nil {
@@ -130,8 +146,17 @@ func run() error {
 		}
 		say("  %.0f records/s, %.0f workflows/s, %.2f Temporal calls/workflow, %.3f PG round trips/record", x.Records.PerSec, x.Workflows.PerSec, x.TemporalPerUnique, x.PGPerRecord)
 		r.Backlogs = append(r.Backlogs, x)
+		if i == 0 {
+			env.Settle(ctx)
+			say("raw Temporal starts again: %d", p.RawStarts)
+			if r.RawStartsAfter, err = env.RawStarts(ctx); err != nil {
+				return err
+			}
+			say("  %.0f starts/s", r.RawStartsAfter.PerSec)
+		}
 	}
 	for _, d := range p.DupRatios {
+		env.Settle(ctx)
 		say("dedup live, %.0f%% duplicates, %d rec/s for %ds", d*100, p.LiveRate, p.LiveSeconds)
 		x, err := env.Live(ctx, d)
 		if err != nil {
@@ -152,6 +177,7 @@ func run() error {
 		return err
 	}
 	say("  %.0f records/s", r.NaiveReplay.Records.PerSec)
+	env.Settle(ctx)
 	say("naive consumer, unique-heavy: %d records, %.0f%% duplicates", p.NaiveRecords, p.DupRatios[0]*100)
 	uw := bench.UniqueRecords(p, p.NaiveRecords)
 	if r.NaiveUnique, err = env.Naive(ctx, uw, nil); err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/dedupio/dedup/internal/devstack"
@@ -68,8 +69,10 @@ type Env struct {
 	Log   *slog.Logger
 	P     Params
 	seq   atomic.Int64
-	kcl   *kgo.Client
-	adm   *kadm.Client
+	// workflows counts every workflow the run started, for Settle.
+	workflows atomic.Int64
+	kcl       *kgo.Client
+	adm       *kadm.Client
 }
 
 // NewEnv wraps a running stack.
@@ -80,6 +83,23 @@ func NewEnv(stack *devstack.Stack, tc client.Client, p Params, log *slog.Logger)
 		return nil, err
 	}
 	return &Env{Stack: stack, TC: tc, Log: log, P: p, kcl: kcl, adm: kadm.NewClient(kcl)}, nil
+}
+
+// Settle waits until the Temporal server's visibility has caught up with
+// every workflow started so far. The in-process server writes visibility
+// asynchronously (it is most of its CPU here): without this, one stage's
+// backlog of visibility writes would slow the next stage down.
+func (e *Env) Settle(ctx context.Context) {
+	want := e.workflows.Load()
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		resp, err := e.TC.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{})
+		if err == nil && resp.Count >= want {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	e.Log.Warn("visibility did not catch up", "want", want)
 }
 
 // Close releases the Kafka client.

@@ -20,19 +20,24 @@ import (
 
 // Report is everything one run measured.
 type Report struct {
-	When        time.Time      `json:"when"`
-	Machine     string         `json:"machine"`
-	Params      Params         `json:"params"`
-	RawStarts   Rate           `json:"raw_temporal_starts"`
-	RawClaims   ClaimRates     `json:"raw_ledger_claims"`
-	RawConsume  Rate           `json:"raw_consume"`
-	Backlogs    []RouterResult `json:"router_backlogs"`
-	Live        []RouterResult `json:"router_live"`
-	Replay      RouterResult   `json:"router_replay"`
-	NaiveUnique RouterResult   `json:"naive_unique_heavy"`
-	NaiveReplay RouterResult   `json:"naive_replay"`
-	Ledger      []LedgerPoint  `json:"ledger_growth"`
-	RSS         *RSSResult     `json:"rss,omitempty"`
+	When      time.Time `json:"when"`
+	Machine   string    `json:"machine"`
+	Params    Params    `json:"params"`
+	RawStarts Rate      `json:"raw_temporal_starts"`
+	// RawStartsAfter is measured right after the unique-heavy backlog:
+	// with no worker, every started workflow stays open and the in-process
+	// server slows as they pile up, so the first backlog is compared with
+	// the mean of the raw runs that bracket it.
+	RawStartsAfter Rate           `json:"raw_temporal_starts_after"`
+	RawClaims      ClaimRates     `json:"raw_ledger_claims"`
+	RawConsume     Rate           `json:"raw_consume"`
+	Backlogs       []RouterResult `json:"router_backlogs"`
+	Live           []RouterResult `json:"router_live"`
+	Replay         RouterResult   `json:"router_replay"`
+	NaiveUnique    RouterResult   `json:"naive_unique_heavy"`
+	NaiveReplay    RouterResult   `json:"naive_replay"`
+	Ledger         []LedgerPoint  `json:"ledger_growth"`
+	RSS            *RSSResult     `json:"rss,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -63,7 +68,7 @@ func (r *Report) Markdown() string {
 	p("Benchmark of %s on %s (%d records per backlog, %d partitions, start concurrency %d, batch %d, payload ~%d B).\n\n",
 		r.When.Format("2006-01-02 15:04"), r.Machine, r.Params.Records, r.Params.Partitions, r.Params.Concurrency, r.Params.Batch, r.Params.PayloadBytes)
 	p("| stage | records/s | workflows started/s | Temporal calls / workflow | PG round trips / record | latency p50 / p95 / p99 ms |\n|---|---|---|---|---|---|\n")
-	p("| raw Temporal starts (c=%d) | | %.0f | 1 | | |\n", r.Params.Concurrency, r.RawStarts.PerSec)
+	p("| raw Temporal starts (c=%d), before / after the unique-heavy backlog | | %.0f / %.0f | 1 | | |\n", r.Params.Concurrency, r.RawStarts.PerSec, r.RawStartsAfter.PerSec)
 	p("| raw ledger claim, new rows (batch %d) | %.0f | | | 1 per batch | |\n", r.Params.Batch, r.RawClaims.New.PerSec)
 	p("| raw ledger claim, duplicate rows | %.0f | | | 1 per batch | %.1f / %.1f / %.1f per batch |\n", r.RawClaims.Duplicate.PerSec,
 		r.RawClaims.LatencyMs.P50, r.RawClaims.LatencyMs.P95, r.RawClaims.LatencyMs.P99)
@@ -82,7 +87,7 @@ func (r *Report) Markdown() string {
 
 	unique := r.Backlogs[0]
 	p("\n| ratio | measured | target |\n|---|---|---|\n")
-	p("| dedup / raw start capacity (unique-heavy, %.0f%% dup, workflows/s) | %s | >= 0.90 |\n", unique.DupRatio*100, ratio(unique.Workflows.PerSec, r.RawStarts.PerSec))
+	p("| dedup / raw start capacity (unique-heavy, %.0f%% dup, workflows/s; raw = mean of the bracketing runs) | %s | >= 0.90 |\n", unique.DupRatio*100, ratio(unique.Workflows.PerSec, (r.RawStarts.PerSec+r.RawStartsAfter.PerSec)/2))
 	p("| dedup / raw claim capacity (all-duplicate replay, records/s vs duplicate rows/s) | %s | >= 0.60, with 0 Temporal calls (%d) |\n", ratio(r.Replay.Records.PerSec, r.RawClaims.Duplicate.PerSec), r.Replay.TemporalCalls)
 	p("| dedup / naive, replay (records/s) | %s | >= 10 |\n", ratio(r.Replay.Records.PerSec, r.NaiveReplay.Records.PerSec))
 	p("| dedup / naive, unique-heavy (records/s) | %s | >= 1.2 |\n", ratio(unique.Records.PerSec, r.NaiveUnique.Records.PerSec))

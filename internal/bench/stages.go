@@ -42,6 +42,9 @@ func rate(n int, d time.Duration) Rate {
 func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
 	st := e.newStarter()
 	prefix := e.name("raw")
+	// The same input as the router sends (an event with a payload of the
+	// run's size): the server's cost per start depends on it.
+	data := []byte(fmt.Sprintf(`{"pad":%q}`, strings.Repeat("x", max(e.P.PayloadBytes-10, 0))))
 	var next atomic.Int64
 	var firstErr error
 	var mu sync.Mutex
@@ -58,7 +61,8 @@ func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
 				}
 				id := fmt.Sprintf("activity-raw:%s-%d", prefix, i)
 				_, err := st.Start(ctx, processor.StartRequest{WorkflowID: id, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench",
-					ReusePolicy: processor.ReuseRejectDuplicate, Input: schemas.WorkflowInput{WorkflowID: id, EventID: id}})
+					ReusePolicy: processor.ReuseRejectDuplicate, Input: schemas.WorkflowInput{WorkflowID: id, ActivityID: "raw", EventID: id,
+						IDRule: "field", Type: workload.TypeOrder, Source: "demo-shop", Data: data}})
 				if err != nil {
 					mu.Lock()
 					firstErr = errors.Join(firstErr, err)
@@ -69,7 +73,9 @@ func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
 		}()
 	}
 	wg.Wait()
-	return rate(e.P.RawStarts, time.Since(began)), firstErr
+	elapsed := time.Since(began)
+	e.workflows.Add(int64(e.P.RawStarts))
+	return rate(e.P.RawStarts, elapsed), firstErr
 }
 
 // ClaimRates are the raw claim statement's throughput.
@@ -225,6 +231,7 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 		err = rerr
 	}
 	workflows := len(st.started)
+	e.workflows.Add(int64(workflows))
 	res.Records = rate(len(rr.recs), elapsed)
 	res.Workflows = rate(workflows, elapsed)
 	res.TemporalCalls = st.calls.Load()
@@ -414,6 +421,7 @@ func (e *Env) Naive(ctx context.Context, recs []*kgo.Record, pre []processor.Int
 		}
 	}
 	elapsed := time.Since(began)
+	e.workflows.Add(int64(starts))
 	res.Records = rate(got, elapsed)
 	res.Workflows = rate(starts, elapsed)
 	res.TemporalCalls = calls
