@@ -802,17 +802,22 @@ func (r *Router) retry(ctx context.Context, op string, fn func(context.Context) 
 	}
 }
 
-func (r *Router) committer(ctx context.Context) {
-	t := time.NewTicker(r.cfg.CommitInterval)
+// every runs fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			r.commit(ctx, nil)
+			fn()
 		}
 	}
+}
+
+func (r *Router) committer(ctx context.Context) {
+	every(ctx, r.cfg.CommitInterval, func() { r.commit(ctx, nil) })
 }
 
 // commit commits, for the partitions we own (only those in only, if set),
@@ -1000,36 +1005,31 @@ func (r *Router) checkGap(p *partition, from, to int64) {
 // committed offset is behind the log end (dedup_consumer_lag). Summed over
 // replicas it is the group's lag.
 func (r *Router) lagLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.LagInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		ends, err := r.adm.ListEndOffsets(lctx, r.cfg.Topics...)
-		cancel()
-		if err != nil {
-			continue
-		}
-		r.mu.Lock()
-		ends.Each(func(o kadm.ListedOffset) {
-			p := r.parts[topicPartition{o.Topic, o.Partition}]
-			if p == nil || o.Err != nil {
-				return
-			}
-			at := p.committed
-			if at < 0 {
-				at = p.assignedAt
-			}
-			if at >= 0 {
-				r.m.lag.WithLabelValues(o.Topic, strconv.Itoa(int(o.Partition))).Set(float64(max(o.Offset-at, 0)))
-			}
-		})
-		r.mu.Unlock()
+	every(ctx, r.cfg.LagInterval, func() { r.measureLag(ctx) })
+}
+
+func (r *Router) measureLag(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ends, err := r.adm.ListEndOffsets(lctx, r.cfg.Topics...)
+	cancel()
+	if err != nil {
+		return
 	}
+	r.mu.Lock()
+	ends.Each(func(o kadm.ListedOffset) {
+		p := r.parts[topicPartition{o.Topic, o.Partition}]
+		if p == nil || o.Err != nil {
+			return
+		}
+		at := p.committed
+		if at < 0 {
+			at = p.assignedAt
+		}
+		if at >= 0 {
+			r.m.lag.WithLabelValues(o.Topic, strconv.Itoa(int(o.Partition))).Set(float64(max(o.Offset-at, 0)))
+		}
+	})
+	r.mu.Unlock()
 }
 
 func toEventRecord(kr *kgo.Record) eventid.Record {

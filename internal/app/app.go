@@ -166,26 +166,31 @@ func registerOps(ctx context.Context, reg *prometheus.Registry, led *ledger.Post
 		}
 	}
 	if cfg.Retention > 0 {
-		go func() {
-			t := time.NewTicker(cfg.PurgeInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				n, err := led.Purge(ctx, cfg.Retention, cfg.PurgeBatch)
-				purged.Add(float64(n))
-				if err != nil && ctx.Err() == nil {
-					log.Warn("ledger purge failed; next interval retries", "err", err)
-				} else if n > 0 {
-					log.Info("ledger purged", "rows", n, "older_than", cfg.Retention)
-				}
+		go every(ctx, cfg.PurgeInterval, func() {
+			n, err := led.Purge(ctx, cfg.Retention, cfg.PurgeBatch)
+			purged.Add(float64(n))
+			if err != nil && ctx.Err() == nil {
+				log.Warn("ledger purge failed; next interval retries", "err", err)
+			} else if n > 0 {
+				log.Info("ledger purged", "rows", n, "older_than", cfg.Retention)
 			}
-		}()
+		})
 	}
 	return nil
+}
+
+// every runs fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
 }
 
 // migrateWithRetry runs the migrations, waiting for PostgreSQL to come up

@@ -48,18 +48,12 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer w.Stop()
 	log.Info("worker running", "task_queue", cfg.Worker.TaskQueue)
-	t := time.NewTicker(time.Hour)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if n, err := keys.Reap(ctx, 10000); err != nil {
-				log.Warn("reaping idempotency keys", "err", err)
-			} else if n > 0 {
-				log.Info("reaped idempotency keys", "keys", n)
-			}
+	every(ctx, time.Hour, func() {
+		if n, err := keys.Reap(ctx, 10000); err != nil {
+			log.Warn("reaping idempotency keys", "err", err)
+		} else if n > 0 {
+			log.Info("reaped idempotency keys", "keys", n)
 		}
-	}
+	})
+	return nil
 }
