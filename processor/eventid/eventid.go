@@ -218,13 +218,16 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 		return Event{}, err
 	}
 	ev := Event{Type: env.typ, Source: env.source, Time: env.time, Data: env.data}
-	canon, err := canonical(env.data, env.source, env.typ, nil)
+	if !utf8.ValidString(env.source) || !utf8.ValidString(env.typ) {
+		return Event{}, fail(ReasonUndecodable, "type or source is not UTF-8")
+	}
+	canonData, err := jcs.Transform(env.data)
 	if err != nil {
 		return Event{}, fail(ReasonUndecodable, "canonicalising data: %v", err)
 	}
-	ev.PayloadHash = sha256.Sum256(canon)
+	ev.PayloadHash = sha256.Sum256(assemble(canonData, env.source, env.typ, nil))
 	for _, rule := range d.cfg.Chain {
-		id, ok, err := d.apply(rule, r, env)
+		id, ok, err := d.apply(rule, r, env, canonData)
 		if err != nil {
 			return Event{}, err
 		}
@@ -236,7 +239,7 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 	return Event{}, fail(ReasonNoID, "no rule of %v produced an ID", d.cfg.Chain)
 }
 
-func (d *Decoder) apply(rule Rule, r Record, env envelope) (string, bool, error) {
+func (d *Decoder) apply(rule Rule, r Record, env envelope, canonData []byte) (string, bool, error) {
 	switch rule {
 	case RuleHeader:
 		for _, name := range d.cfg.Headers {
@@ -268,11 +271,11 @@ func (d *Decoder) apply(rule Rule, r Record, env envelope) (string, bool, error)
 		id, err := d.checkID(s, "id field")
 		return id, err == nil, err
 	case RuleContent:
-		canon, err := canonical(env.data, env.source, env.typ, r.Key)
-		if err != nil {
-			return "", false, fail(ReasonUndecodable, "canonicalising data: %v", err)
+		key := r.Key
+		if key == nil {
+			key = []byte{} // a record without a key still has the "key" member
 		}
-		sum := sha256.Sum256(canon)
+		sum := sha256.Sum256(assemble(canonData, env.source, env.typ, key))
 		return "sha256-" + hex.EncodeToString(sum[:]), true, nil
 	case RuleCoordinates:
 		// A record replayed from the dead-letter topic carries where it was
@@ -438,23 +441,61 @@ func (d *Decoder) plainEnvelope(obj map[string]json.RawMessage, value []byte) (e
 }
 
 // canonical returns the RFC 8785 form of {data, key, source, type}; key is
-// left out when nil.
+// left out when nil. RFC 8785 is compositional, so the object is assembled
+// from the canonical data and the canonical strings, in the members' sorted
+// order (data < key < source < type): one parse of the payload, not two.
 func canonical(data json.RawMessage, source, typ string, key []byte) ([]byte, error) {
-	doc := struct {
-		Data   json.RawMessage `json:"data"`
-		Key    *string         `json:"key,omitempty"`
-		Source string          `json:"source"`
-		Type   string          `json:"type"`
-	}{Data: data, Source: source, Type: typ}
-	if key != nil {
-		k := base64.StdEncoding.EncodeToString(key)
-		doc.Key = &k
-	}
-	b, err := json.Marshal(doc)
+	cd, err := jcs.Transform(data)
 	if err != nil {
 		return nil, err
 	}
-	return jcs.Transform(b)
+	return assemble(cd, source, typ, key), nil
+}
+
+func assemble(canonData []byte, source, typ string, key []byte) []byte {
+	b := make([]byte, 0, len(canonData)+len(source)+len(typ)+len(key)*4/3+48)
+	b = append(b, `{"data":`...)
+	b = append(b, canonData...)
+	if key != nil {
+		b = append(b, `,"key":"`...)
+		b = base64.StdEncoding.AppendEncode(b, key)
+		b = append(b, '"')
+	}
+	b = append(b, `,"source":`...)
+	b = appendJCSString(b, source)
+	b = append(b, `,"type":`...)
+	b = appendJCSString(b, typ)
+	return append(b, '}')
+}
+
+// appendJCSString writes s as RFC 8785 (ECMAScript JSON.stringify) does:
+// only '"', '\' and control characters are escaped, the short forms where
+// they exist, otherwise \u00xx in lower case. s is valid UTF-8 here.
+func appendJCSString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c == '\b':
+			b = append(b, '\\', 'b')
+		case c == '\t':
+			b = append(b, '\\', 't')
+		case c == '\n':
+			b = append(b, '\\', 'n')
+		case c == '\f':
+			b = append(b, '\\', 'f')
+		case c == '\r':
+			b = append(b, '\\', 'r')
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
 }
 
 func header(hs []Header, name string) ([]byte, bool) {

@@ -1,8 +1,12 @@
 package eventid
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/gowebpki/jcs"
 )
 
 func mustDecoder(t testing.TB, mod func(*Config)) *Decoder {
@@ -164,5 +168,50 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The assembled canonical form equals RFC 8785 applied to the whole
+// object (as the first version computed it), for awkward strings too.
+func TestCanonicalMatchesWholeObjectJCS(t *testing.T) {
+	reference := func(data json.RawMessage, source, typ string, key []byte) []byte {
+		doc := struct {
+			Data   json.RawMessage `json:"data"`
+			Key    *string         `json:"key,omitempty"`
+			Source string          `json:"source"`
+			Type   string          `json:"type"`
+		}{Data: data, Source: source, Type: typ}
+		if key != nil {
+			k := base64.StdEncoding.EncodeToString(key)
+			doc.Key = &k
+		}
+		b, err := json.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := jcs.Transform(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	cases := []struct {
+		data        string
+		source, typ string
+		key         []byte
+	}{
+		{`{"b":1,"a":[1.0,2e3,"x"]}`, "shop", "order.created", []byte("k1")},
+		{`null`, "", "t", nil},
+		{`"str"`, "q\"uo\\te", "tab\there\nnl\u0001ctl", []byte{}},
+		{`{"é":"ü","€":1e-7}`, "sourcé <&>", "type/ü", []byte{0, 255, 7}},
+	}
+	for _, c := range cases {
+		got, err := canonical(json.RawMessage(c.data), c.source, c.typ, c.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := reference(json.RawMessage(c.data), c.source, c.typ, c.key); string(got) != string(want) {
+			t.Errorf("%+v:\n got %s\nwant %s", c, got, want)
+		}
 	}
 }
