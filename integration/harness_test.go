@@ -156,6 +156,7 @@ func (e *env) config() app.Config {
 	cfg.Kafka.Topics = []string{e.topic}
 	cfg.Kafka.ResetOffset = "earliest"
 	cfg.Kafka.SessionTimeout = 6 * time.Second
+	cfg.Kafka.RebalanceTimeout = 10 * time.Second
 	cfg.Kafka.CommitInterval = 200 * time.Millisecond
 	cfg.Kafka.MaxPollRecords = 500
 	cfg.Kafka.RetryMax = time.Second

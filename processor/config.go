@@ -25,6 +25,10 @@ type Config struct {
 	// giving its partitions away. Shorter fails over faster; too short makes
 	// GC pauses and slow networks cause rebalances.
 	SessionTimeout time.Duration `yaml:"session_timeout"`
+	// RebalanceTimeout is how long the group waits, during a rebalance, for
+	// members to rejoin before dropping them: a replica that died mid
+	// rebalance holds every partition still for this long.
+	RebalanceTimeout time.Duration `yaml:"rebalance_timeout"`
 
 	// MaxPollRecords is one poll batch: one ledger claim. Larger batches
 	// amortise the round trip; smaller ones start the first workflow sooner.
@@ -84,6 +88,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		SessionTimeout:   45 * time.Second,
+		RebalanceTimeout: time.Minute,
 		MaxPollRecords:   1000,
 		MaxInFlight:      10000,
 		MaxValueBytes:    1 << 20,
@@ -122,6 +127,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("kafka.reset_offset: %q, want earliest or latest (required)", c.ResetOffset)
 	case c.SessionTimeout < time.Second:
 		return fmt.Errorf("kafka.session_timeout: %s, want at least 1s", c.SessionTimeout)
+	case c.RebalanceTimeout < time.Second:
+		return fmt.Errorf("kafka.rebalance_timeout: %s, want at least 1s", c.RebalanceTimeout)
 	case c.DeadLetterTopic == "":
 		return errors.New("kafka.dead_letter_topic: empty")
 	case c.NoRoute != "skip" && c.NoRoute != "dead_letter":

@@ -143,6 +143,7 @@ func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg p
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(reset),
 		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 		kgo.OnPartitionsAssigned(r.assigned),
 		kgo.OnPartitionsRevoked(r.revoked),
 		kgo.OnPartitionsLost(r.lost),
