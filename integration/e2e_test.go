@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -80,8 +79,9 @@ func TestExactlyOnceWithTwoRouters(t *testing.T) {
 }
 
 // checkExactlyOnce asserts from Temporal and the ledger that every unique
-// workflow ID has exactly one execution and nothing else exists.
-func (e *env) checkExactlyOnce(w *workload.Workload, want int) {
+// workflow ID has exactly one execution and nothing else exists, and
+// returns how many executions Temporal listed.
+func (e *env) checkExactlyOnce(w *workload.Workload, want int) int {
 	e.t.Helper()
 	execs := e.executions(want)
 	total, multi := 0, 0
@@ -111,7 +111,7 @@ func (e *env) checkExactlyOnce(w *workload.Workload, want int) {
 		for _, id := range ids {
 			if execs[id] != 1 {
 				e.t.Errorf("%s: %d executions, want 1", id, execs[id])
-				return
+				return total
 			}
 		}
 	}
@@ -142,9 +142,6 @@ func (e *env) checkExactlyOnce(w *workload.Workload, want int) {
 	if n != want {
 		e.t.Errorf("%d ledger rows carry a run ID, want %d", n, want)
 	}
-	fmt.Fprintf(testWriter{e.t}, "exactly once: %d workflow IDs, %d executions, ledger %+v\n", len(execs), total, counts)
+	e.t.Logf("exactly once: %d workflow IDs, %d executions, ledger %+v", len(execs), total, counts)
+	return total
 }
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }

@@ -155,10 +155,7 @@ func runScenario(t *testing.T, sc scenario) (*run, result) {
 	for _, p := range s.live() {
 		p.stop(t)
 	}
-	e.checkExactlyOnce(w, want)
-	execs, total := e.listExecutions()
-	_ = execs
-	res.executions = total
+	res.executions = e.checkExactlyOnce(w, want)
 	res.deadLetters = e.dlqReasons()
 	if fmt.Sprint(res.deadLetters) != fmt.Sprint(wantDLQ) {
 		t.Errorf("dead letters %v, want %v", res.deadLetters, wantDLQ)

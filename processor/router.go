@@ -324,7 +324,6 @@ func (r *Router) waitDrained(timeout time.Duration) {
 // item is a record during handle.
 type item struct {
 	rec     *record
-	ev      eventid.Event
 	intents []int // indexes into the batch's intents
 }
 
@@ -396,7 +395,7 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 			r.end(rec, true)
 			continue
 		}
-		it := item{rec: rec, ev: ev}
+		it := item{rec: rec}
 		keys := make([]string, len(routes))
 		var keyErr error
 		for j, rt := range routes {

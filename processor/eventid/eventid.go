@@ -440,18 +440,10 @@ func (d *Decoder) plainEnvelope(obj map[string]json.RawMessage, value []byte) (e
 	return env, nil
 }
 
-// canonical returns the RFC 8785 form of {data, key, source, type}; key is
-// left out when nil. RFC 8785 is compositional, so the object is assembled
-// from the canonical data and the canonical strings, in the members' sorted
-// order (data < key < source < type): one parse of the payload, not two.
-func canonical(data json.RawMessage, source, typ string, key []byte) ([]byte, error) {
-	cd, err := jcs.Transform(data)
-	if err != nil {
-		return nil, err
-	}
-	return assemble(cd, source, typ, key), nil
-}
-
+// assemble returns the RFC 8785 form of {data, key, source, type} from
+// the already canonical data; key is left out when nil. RFC 8785 is
+// compositional, so the object is the canonical members in sorted order
+// (data < key < source < type): one parse of the payload, not two.
 func assemble(canonData []byte, source, typ string, key []byte) []byte {
 	b := make([]byte, 0, len(canonData)+len(source)+len(typ)+len(key)*4/3+48)
 	b = append(b, `{"data":`...)

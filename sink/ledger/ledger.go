@@ -102,9 +102,6 @@ func (p *Postgres) Close() { p.pool.Close() }
 // Pool exposes the pool for inspection queries (tests, the dev summary).
 func (p *Postgres) Pool() *pgxpool.Pool { return p.pool }
 
-// Ping checks that PostgreSQL answers.
-func (p *Postgres) Ping(ctx context.Context) error { return p.pool.Ping(ctx) }
-
 // Migrate applies the embedded migrations up to the newest.
 func Migrate(ctx context.Context, url string) error {
 	pc, err := pgx.ParseConfig(url)
