@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/gowebpki/jcs"
 )
 
 // Rule names a way of obtaining an event ID. The value is stored in the
@@ -221,7 +219,7 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 	if !utf8.ValidString(env.source) || !utf8.ValidString(env.typ) {
 		return Event{}, fail(ReasonUndecodable, "type or source is not UTF-8")
 	}
-	canonData, err := jcs.Transform(env.data)
+	canonData, err := canonical(env.data)
 	if err != nil {
 		return Event{}, fail(ReasonUndecodable, "canonicalising data: %v", err)
 	}
@@ -255,7 +253,8 @@ func (d *Decoder) apply(rule Rule, r Record, env envelope, canonData []byte) (st
 		var s string
 		switch env.id[0] {
 		case '"':
-			if err := json.Unmarshal(env.id, &s); err != nil {
+			var err error
+			if s, err = unquote(env.id); err != nil {
 				return "", false, fail(ReasonInvalidID, "id field: %v", err)
 			}
 		case 'n': // null counts as absent
@@ -323,7 +322,7 @@ func (d *Decoder) envelope(r Record) (envelope, error) {
 	if err != nil {
 		return envelope{}, err
 	}
-	_, structured := obj["specversion"]
+	_, structured := obj.get("specversion")
 	switch {
 	case structured && d.cfg.Format != FormatPlain:
 		return structuredEnvelope(obj)
@@ -363,11 +362,11 @@ func binaryEnvelope(r Record) (envelope, error) {
 	if !json.Valid(v) {
 		return env, fail(ReasonUndecodable, "value is not JSON")
 	}
-	env.data = compact(v)
+	env.data = compactJSON(v)
 	return env, nil
 }
 
-func structuredEnvelope(obj map[string]json.RawMessage) (envelope, error) {
+func structuredEnvelope(obj members) (envelope, error) {
 	var env envelope
 	var err error
 	if env.typ, err = stringAttr(obj, "type", true); err != nil {
@@ -379,20 +378,22 @@ func structuredEnvelope(obj map[string]json.RawMessage) (envelope, error) {
 	if env.time, err = stringAttr(obj, "time", false); err != nil {
 		return env, err
 	}
-	env.id = obj["id"]
+	env.id, _ = obj.get("id")
+	data, _ := obj.get("data")
+	b64, _ := obj.get("data_base64")
 	switch {
-	case obj["data"] != nil:
-		env.data = compact(obj["data"])
-	case obj["data_base64"] != nil:
+	case data != nil:
+		env.data = compactJSON(data)
+	case b64 != nil:
 		// Binary data: the base64 text itself is the payload identity.
-		env.data = compact(obj["data_base64"])
+		env.data = compactJSON(b64)
 	default:
 		env.data = json.RawMessage("null")
 	}
 	return env, nil
 }
 
-func (d *Decoder) plainEnvelope(obj map[string]json.RawMessage, value []byte) (envelope, error) {
+func (d *Decoder) plainEnvelope(obj members, value []byte) (envelope, error) {
 	var env envelope
 	f := d.cfg.Fields
 	typ, err := lookup(obj, f.Type)
@@ -426,7 +427,7 @@ func (d *Decoder) plainEnvelope(obj map[string]json.RawMessage, value []byte) (e
 		}
 	}
 	if f.Data == "" {
-		env.data = compact(value)
+		env.data = compactJSON(value)
 	} else {
 		data, err := lookup(obj, f.Data)
 		if err != nil {
@@ -435,7 +436,7 @@ func (d *Decoder) plainEnvelope(obj map[string]json.RawMessage, value []byte) (e
 		if data == nil {
 			data = json.RawMessage("null")
 		}
-		env.data = compact(data)
+		env.data = compactJSON(data)
 	}
 	return env, nil
 }
@@ -499,13 +500,13 @@ func header(hs []Header, name string) ([]byte, bool) {
 	return nil, false
 }
 
-func object(v []byte) (map[string]json.RawMessage, error) {
-	var obj map[string]json.RawMessage
+func object(v []byte) (members, error) {
 	v = bytes.TrimSpace(v)
 	if len(v) == 0 || v[0] != '{' {
 		return nil, fail(ReasonUndecodable, "value is not a JSON object")
 	}
-	if err := json.Unmarshal(v, &obj); err != nil {
+	obj, err := scanObject(v)
+	if err != nil {
 		return nil, fail(ReasonUndecodable, "value is not a JSON object: %v", err)
 	}
 	return obj, nil
@@ -513,11 +514,11 @@ func object(v []byte) (map[string]json.RawMessage, error) {
 
 // lookup follows a dotted path; a missing member gives nil, a path through
 // a non-object is an error.
-func lookup(obj map[string]json.RawMessage, path string) (json.RawMessage, error) {
+func lookup(obj members, path string) (json.RawMessage, error) {
 	parts := strings.Split(path, ".")
 	cur := obj
 	for i, p := range parts {
-		v, ok := cur[p]
+		v, ok := cur.get(p)
 		if !ok {
 			return nil, nil
 		}
@@ -528,19 +529,21 @@ func lookup(obj map[string]json.RawMessage, path string) (json.RawMessage, error
 		if len(v) == 0 || v[0] != '{' {
 			return nil, fail(ReasonUndecodable, "%s is %s, not an object", strings.Join(parts[:i+1], "."), kind(v))
 		}
-		if err := json.Unmarshal(v, &cur); err != nil {
+		var err error
+		if cur, err = scanObject(v); err != nil {
 			return nil, fail(ReasonUndecodable, "%s: %v", strings.Join(parts[:i+1], "."), err)
 		}
 	}
 	return nil, nil
 }
 
-func stringAttr(obj map[string]json.RawMessage, name string, required bool) (string, error) {
+func stringAttr(obj members, name string, required bool) (string, error) {
 	r := ReasonUndecodable
 	if name == "type" {
 		r = ReasonMissingType
 	}
-	return asString(obj[name], name, r, required)
+	v, _ := obj.get(name)
+	return asString(v, name, r, required)
 }
 
 func asString(v json.RawMessage, name string, r Reason, required bool) (string, error) {
@@ -550,8 +553,11 @@ func asString(v json.RawMessage, name string, r Reason, required bool) (string, 
 		}
 		return "", nil
 	}
-	var s string
-	if v[0] != '"' || json.Unmarshal(v, &s) != nil {
+	if v[0] != '"' {
+		return "", fail(r, "%s is %s, not a string", name, kind(v))
+	}
+	s, err := unquote(v)
+	if err != nil {
 		return "", fail(r, "%s is %s, not a string", name, kind(v))
 	}
 	if required && s == "" {

@@ -1,0 +1,688 @@
+package eventid
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/gowebpki/jcs"
+)
+
+// The decoder's hot path: every record is scanned for its envelope members
+// and its payload canonicalised (RFC 8785) for the payload hash and content
+// IDs. The general tools (encoding/json into a map, gowebpki/jcs) build
+// trees and allocate per member; the scanners here do one pass over the
+// bytes for the JSON that producers actually send, and hand anything
+// unusual (\u escapes, escaped or non-ASCII keys, duplicate keys, deep
+// nesting, malformed input) to those general tools. The results are the
+// same bytes either way: IDs derived from content must never change with
+// the code path (FuzzFastJSON checks it against the general tools).
+
+// canonical returns the RFC 8785 form of v, exactly what jcs.Transform
+// returns (and its error when v is not canonicalisable).
+func canonical(v []byte) ([]byte, error) {
+	c := canonWriter{in: v, out: make([]byte, 0, len(v))}
+	c.ws()
+	if c.value() {
+		c.ws()
+		if c.i == len(c.in) {
+			return c.out, nil
+		}
+	}
+	return jcs.Transform(v)
+}
+
+// maxFastDepth bounds the scanners' recursion; deeper input takes the
+// general path (which has its own, larger, limits).
+const maxFastDepth = 256
+
+type canonWriter struct {
+	in    []byte
+	i     int
+	out   []byte
+	depth int
+	spans []memberSpan // members of the objects being written (a stack)
+	tmp   []byte       // scratch for reordering an object's members
+}
+
+// memberSpan is one object member already written to out: the key's raw
+// bytes (no escapes, so raw = decoded) and the member text out[start:end].
+type memberSpan struct {
+	key        []byte
+	start, end int
+}
+
+func (c *canonWriter) ws() {
+	for c.i < len(c.in) {
+		switch c.in[c.i] {
+		case ' ', '\t', '\n', '\r':
+			c.i++
+		default:
+			return
+		}
+	}
+}
+
+// value writes the canonical form of the value at c.i; false means "not
+// on the fast path" (the caller falls back), never a verdict on validity.
+func (c *canonWriter) value() bool {
+	if c.i >= len(c.in) {
+		return false
+	}
+	switch c.in[c.i] {
+	case '{':
+		return c.object()
+	case '[':
+		return c.array()
+	case '"':
+		_, _, ok := c.str()
+		return ok
+	case 't':
+		return c.literal("true")
+	case 'f':
+		return c.literal("false")
+	case 'n':
+		return c.literal("null")
+	}
+	return c.number()
+}
+
+// terminates reports whether the byte after a literal or number ends it
+// (jcs reads such tokens up to a comma, bracket, brace or whitespace).
+func (c *canonWriter) terminates(j int) bool {
+	if j >= len(c.in) {
+		return true
+	}
+	switch c.in[j] {
+	case ',', ']', '}', ' ', '\t', '\n', '\r':
+		return true
+	}
+	return false
+}
+
+func (c *canonWriter) literal(lit string) bool {
+	j := c.i + len(lit)
+	if j > len(c.in) || string(c.in[c.i:j]) != lit || !c.terminates(j) {
+		return false
+	}
+	c.out = append(c.out, lit...)
+	c.i = j
+	return true
+}
+
+func digit(b byte) bool { return '0' <= b && b <= '9' }
+
+// number writes a JSON number as ECMAScript prints the double it denotes.
+// Integers of up to 15 digits are exact doubles that print as written.
+func (c *canonWriter) number() bool {
+	in, j := c.in, c.i
+	if j < len(in) && in[j] == '-' {
+		j++
+	}
+	digits := j
+	switch {
+	case j < len(in) && in[j] == '0':
+		j++
+	case j < len(in) && '1' <= in[j] && in[j] <= '9':
+		for j < len(in) && digit(in[j]) {
+			j++
+		}
+	default:
+		return false
+	}
+	simple := j-digits <= 15
+	if j < len(in) && in[j] == '.' {
+		simple = false
+		j++
+		if j >= len(in) || !digit(in[j]) {
+			return false
+		}
+		for j < len(in) && digit(in[j]) {
+			j++
+		}
+	}
+	if j < len(in) && (in[j] == 'e' || in[j] == 'E') {
+		simple = false
+		j++
+		if j < len(in) && (in[j] == '+' || in[j] == '-') {
+			j++
+		}
+		if j >= len(in) || !digit(in[j]) {
+			return false
+		}
+		for j < len(in) && digit(in[j]) {
+			j++
+		}
+	}
+	if !c.terminates(j) {
+		return false
+	}
+	tok := in[c.i:j]
+	c.i = j
+	if simple {
+		if string(tok) == "-0" {
+			tok = tok[1:]
+		}
+		c.out = append(c.out, tok...)
+		return true
+	}
+	f, err := strconv.ParseFloat(string(tok), 64)
+	if err != nil {
+		return false
+	}
+	s, err := jcs.NumberToJSON(f)
+	if err != nil {
+		return false
+	}
+	c.out = append(c.out, s...)
+	return true
+}
+
+// str writes the string at c.i in canonical form and returns its raw
+// content; plain means it had no escapes (raw content = decoded content).
+// \u escapes leave the fast path.
+func (c *canonWriter) str() (raw []byte, plain, ok bool) {
+	in := c.in
+	start := c.i
+	j := c.i + 1
+	plain = true
+	for j < len(in) {
+		b := in[j]
+		switch {
+		case b == '"':
+			raw = in[start+1 : j]
+			c.i = j + 1
+			if plain {
+				c.out = append(c.out, in[start:c.i]...)
+				return raw, true, true
+			}
+			// The short escapes are written back as they were (RFC 8785
+			// uses the same ones), except \/, which is just '/'.
+			c.out = append(c.out, '"')
+			for k := 0; k < len(raw); k++ {
+				if raw[k] == '\\' {
+					k++
+					if raw[k] != '/' {
+						c.out = append(c.out, '\\')
+					}
+				}
+				c.out = append(c.out, raw[k])
+			}
+			c.out = append(c.out, '"')
+			return raw, false, true
+		case b == '\\':
+			if j+1 >= len(in) {
+				return nil, false, false
+			}
+			switch in[j+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				plain = false
+				j += 2
+			default:
+				return nil, false, false
+			}
+		case b < 0x20:
+			return nil, false, false
+		case b < utf8.RuneSelf:
+			j++
+		default:
+			r, size := utf8.DecodeRune(in[j:])
+			if r == utf8.RuneError && size <= 1 {
+				return nil, false, false
+			}
+			j += size
+		}
+	}
+	return nil, false, false
+}
+
+func (c *canonWriter) array() bool {
+	if c.depth++; c.depth > maxFastDepth {
+		return false
+	}
+	defer func() { c.depth-- }()
+	c.i++
+	c.out = append(c.out, '[')
+	c.ws()
+	if c.i < len(c.in) && c.in[c.i] == ']' {
+		c.i++
+		c.out = append(c.out, ']')
+		return true
+	}
+	for {
+		c.ws()
+		if !c.value() {
+			return false
+		}
+		c.ws()
+		if c.i >= len(c.in) {
+			return false
+		}
+		switch c.in[c.i] {
+		case ',':
+			c.out = append(c.out, ',')
+		case ']':
+			c.i++
+			c.out = append(c.out, ']')
+			return true
+		default:
+			return false
+		}
+		c.i++
+	}
+}
+
+func (c *canonWriter) object() bool {
+	if c.depth++; c.depth > maxFastDepth {
+		return false
+	}
+	defer func() { c.depth-- }()
+	c.i++
+	open := len(c.out)
+	c.out = append(c.out, '{')
+	base := len(c.spans)
+	defer func() { c.spans = c.spans[:base] }()
+	c.ws()
+	if c.i < len(c.in) && c.in[c.i] == '}' {
+		c.i++
+		c.out = append(c.out, '}')
+		return true
+	}
+	for {
+		c.ws()
+		if c.i >= len(c.in) || c.in[c.i] != '"' {
+			return false
+		}
+		start := len(c.out)
+		key, plain, ok := c.str()
+		if !ok || !plain {
+			return false
+		}
+		c.ws()
+		if c.i >= len(c.in) || c.in[c.i] != ':' {
+			return false
+		}
+		c.i++
+		c.out = append(c.out, ':')
+		c.ws()
+		if !c.value() {
+			return false
+		}
+		c.spans = append(c.spans, memberSpan{key: key, start: start, end: len(c.out)})
+		c.ws()
+		if c.i >= len(c.in) {
+			return false
+		}
+		if c.in[c.i] == '}' {
+			c.i++
+			break
+		}
+		if c.in[c.i] != ',' {
+			return false
+		}
+		c.i++
+		c.out = append(c.out, ',')
+	}
+	members := c.spans[base:]
+	inOrder := true
+	for k := 1; k < len(members); k++ {
+		switch cmp := utf16Compare(members[k-1].key, members[k].key); {
+		case cmp == 0:
+			return false // a duplicate key: jcs rejects it
+		case cmp > 0:
+			inOrder = false
+		}
+	}
+	if !inOrder {
+		slices.SortFunc(members, func(a, b memberSpan) int { return utf16Compare(a.key, b.key) })
+		for k := 1; k < len(members); k++ {
+			if utf16Compare(members[k-1].key, members[k].key) == 0 {
+				return false
+			}
+		}
+		c.tmp = append(c.tmp[:0], c.out[open:]...)
+		c.out = c.out[:open+1]
+		for k, m := range members {
+			if k > 0 {
+				c.out = append(c.out, ',')
+			}
+			c.out = append(c.out, c.tmp[m.start-open:m.end-open]...)
+		}
+	}
+	c.out = append(c.out, '}')
+	return true
+}
+
+// utf16Compare orders valid UTF-8 strings by their UTF-16 code units, as
+// RFC 8785 sorts object keys. Byte order is code point order, which differs
+// from UTF-16 order only where a character above U+FFFF meets one in
+// U+E000..U+FFFF; those are compared by code unit.
+func utf16Compare(a, b []byte) int {
+	n := min(len(a), len(b))
+	k := 0
+	for k < n && a[k] == b[k] {
+		k++
+	}
+	if k == n {
+		return len(a) - len(b)
+	}
+	if a[k] < utf8.RuneSelf || b[k] < utf8.RuneSelf {
+		return int(a[k]) - int(b[k])
+	}
+	// Back up to the start of the rune the strings differ in.
+	for k > 0 && !utf8.RuneStart(a[k]) {
+		k--
+	}
+	ra, _ := utf8.DecodeRune(a[k:])
+	rb, _ := utf8.DecodeRune(b[k:])
+	return int(firstUnit(ra)) - int(firstUnit(rb))
+}
+
+// firstUnit is the first UTF-16 code unit of r; two different runes with
+// the same first unit are both above U+FFFF, where code points order like
+// their second units, so the rune itself breaks the tie.
+func firstUnit(r rune) rune {
+	if r < 0x10000 {
+		return r << 10
+	}
+	return (0xD800+((r-0x10000)>>10))<<10 | (r-0x10000)&0x3ff
+}
+
+// member is one top-level member of a JSON object, as json.Unmarshal into
+// a map[string]json.RawMessage would keep it.
+type member struct {
+	key []byte
+	val json.RawMessage
+}
+
+// members is a JSON object's members in document order; a repeated key's
+// last value wins, as with encoding/json.
+type members []member
+
+func (m members) get(name string) (json.RawMessage, bool) {
+	for k := len(m) - 1; k >= 0; k-- {
+		if string(m[k].key) == name {
+			return m[k].val, true
+		}
+	}
+	return nil, false
+}
+
+// scanObject splits a JSON object into its members, accepting exactly what
+// json.Unmarshal into a map accepts; anything the scanner does not handle
+// itself (escaped or non-ASCII keys, deep nesting, invalid input) goes to
+// json.Unmarshal, whose error is the one returned.
+func scanObject(v []byte) (members, error) {
+	if ms, ok := fastMembers(v); ok {
+		return ms, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(v, &obj); err != nil {
+		return nil, err
+	}
+	ms := make(members, 0, len(obj))
+	for k, val := range obj {
+		ms = append(ms, member{key: []byte(k), val: val})
+	}
+	return ms, nil
+}
+
+func fastMembers(v []byte) (members, bool) {
+	s := skipper{in: v}
+	s.ws()
+	if s.i >= len(v) || v[s.i] != '{' {
+		return nil, false
+	}
+	s.i++
+	ms := make(members, 0, 8)
+	s.ws()
+	if s.i < len(v) && v[s.i] == '}' {
+		s.i++
+	} else {
+		for {
+			s.ws()
+			if s.i >= len(v) || v[s.i] != '"' {
+				return nil, false
+			}
+			ks := s.i + 1
+			if !s.str() {
+				return nil, false
+			}
+			key := v[ks : s.i-1]
+			for _, b := range key {
+				if b == '\\' || b >= utf8.RuneSelf {
+					return nil, false
+				}
+			}
+			s.ws()
+			if s.i >= len(v) || v[s.i] != ':' {
+				return nil, false
+			}
+			s.i++
+			s.ws()
+			vs := s.i
+			if !s.value() {
+				return nil, false
+			}
+			ms = append(ms, member{key: key, val: v[vs:s.i:s.i]})
+			s.ws()
+			if s.i >= len(v) {
+				return nil, false
+			}
+			if v[s.i] == '}' {
+				s.i++
+				break
+			}
+			if v[s.i] != ',' {
+				return nil, false
+			}
+			s.i++
+		}
+	}
+	s.ws()
+	return ms, s.i == len(v)
+}
+
+// skipper validates and skips JSON values by encoding/json's grammar: any
+// \uXXXX escape, and bytes above ASCII unchecked, in strings.
+type skipper struct {
+	in    []byte
+	i     int
+	depth int
+}
+
+func (s *skipper) ws() {
+	for s.i < len(s.in) {
+		switch s.in[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *skipper) value() bool {
+	if s.i >= len(s.in) {
+		return false
+	}
+	switch b := s.in[s.i]; b {
+	case '{', '[':
+		if s.depth++; s.depth > maxFastDepth {
+			return false
+		}
+		defer func() { s.depth-- }()
+		end := byte('}')
+		if b == '[' {
+			end = ']'
+		}
+		s.i++
+		s.ws()
+		if s.i < len(s.in) && s.in[s.i] == end {
+			s.i++
+			return true
+		}
+		for {
+			s.ws()
+			if b == '{' {
+				if s.i >= len(s.in) || s.in[s.i] != '"' || !s.str() {
+					return false
+				}
+				s.ws()
+				if s.i >= len(s.in) || s.in[s.i] != ':' {
+					return false
+				}
+				s.i++
+				s.ws()
+			}
+			if !s.value() {
+				return false
+			}
+			s.ws()
+			if s.i >= len(s.in) {
+				return false
+			}
+			if s.in[s.i] == end {
+				s.i++
+				return true
+			}
+			if s.in[s.i] != ',' {
+				return false
+			}
+			s.i++
+		}
+	case '"':
+		return s.str()
+	case 't':
+		return s.lit("true")
+	case 'f':
+		return s.lit("false")
+	case 'n':
+		return s.lit("null")
+	}
+	return s.number()
+}
+
+func (s *skipper) lit(l string) bool {
+	if !bytes.HasPrefix(s.in[s.i:], []byte(l)) {
+		return false
+	}
+	s.i += len(l)
+	return true
+}
+
+func (s *skipper) str() bool {
+	in := s.in
+	for j := s.i + 1; j < len(in); j++ {
+		switch b := in[j]; {
+		case b == '"':
+			s.i = j + 1
+			return true
+		case b == '\\':
+			j++
+			if j >= len(in) {
+				return false
+			}
+			switch in[j] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if j+4 >= len(in) {
+					return false
+				}
+				for _, h := range in[j+1 : j+5] {
+					if !digit(h) && !('a' <= h && h <= 'f') && !('A' <= h && h <= 'F') {
+						return false
+					}
+				}
+				j += 4
+			default:
+				return false
+			}
+		case b < 0x20:
+			return false
+		}
+	}
+	return false
+}
+
+func (s *skipper) number() bool {
+	in, j := s.in, s.i
+	if j < len(in) && in[j] == '-' {
+		j++
+	}
+	switch {
+	case j < len(in) && in[j] == '0':
+		j++
+	case j < len(in) && '1' <= in[j] && in[j] <= '9':
+		for j < len(in) && digit(in[j]) {
+			j++
+		}
+	default:
+		return false
+	}
+	if j < len(in) && in[j] == '.' {
+		j++
+		if j >= len(in) || !digit(in[j]) {
+			return false
+		}
+		for j < len(in) && digit(in[j]) {
+			j++
+		}
+	}
+	if j < len(in) && (in[j] == 'e' || in[j] == 'E') {
+		j++
+		if j < len(in) && (in[j] == '+' || in[j] == '-') {
+			j++
+		}
+		if j >= len(in) || !digit(in[j]) {
+			return false
+		}
+		for j < len(in) && digit(in[j]) {
+			j++
+		}
+	}
+	s.i = j
+	return true
+}
+
+// compactJSON is json.Compact of v (v itself when it has no insignificant
+// whitespace, which is what producers usually send), or a copy of v when
+// it is not valid JSON.
+func compactJSON(v []byte) json.RawMessage {
+	inString := false
+	for k := 0; k < len(v); k++ {
+		switch b := v[k]; {
+		case inString && b == '\\':
+			k++
+		case b == '"':
+			inString = !inString
+		case !inString && (b == ' ' || b == '\t' || b == '\n' || b == '\r'):
+			return compact(v)
+		}
+	}
+	return v[:len(v):len(v)]
+}
+
+// unquote is json.Unmarshal of a JSON string token into a string.
+func unquote(v []byte) (string, error) {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		body := v[1 : len(v)-1]
+		if bytes.IndexByte(body, '\\') < 0 && bytes.IndexByte(body, '"') < 0 && utf8.Valid(body) && !hasControl(body) {
+			return string(body), nil
+		}
+	}
+	var s string
+	err := json.Unmarshal(v, &s)
+	return s, err
+}
+
+func hasControl(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
+}

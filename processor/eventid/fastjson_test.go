@@ -1,0 +1,153 @@
+package eventid
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/gowebpki/jcs"
+)
+
+// The fast scanners must give the general tools' results byte for byte:
+// a content ID that changed with the code path would stop deduplicating.
+var fastJSONSeeds = []string{
+	`{"specversion":"1.0","id":"a","type":"t","source":"s","data":{"x":1}}`,
+	`{"b":1,"a":[1,2,{"z":null,"y":true}],"c":"x\ny\/z\"\\"}`,
+	`{ "amount" : 12.50 , "n" : 1e21, "m": -0, "k": 0.000001, "j": 1E-7, "i": 123456789012345678 }`,
+	`{"é":1,"e":2,"😀":3,"":4,"\u00e9":5}`,
+	`{"a":1,"a":2}`,
+	`[1, 2 ,3]`, `"x"`, `  true `, `null`, `-12`, `01`, `1.`, `{"a":tru}`, `{"a" 1}`, `{"a":1,}`,
+	`{"\ud83d\ude00":"\u0041\ud800"}`, "{\"a\":\"\x7f\xff\"}", "{\"a\":\"\x01\"}", `{"a":[[[[[]]]]]}`,
+	`{"type":"t","data":{"b":{"d":1,"c":2},"a":[{"y":1,"x":2}]}}`,
+	"{\"\uffff\":1,\"\U00010000\":2,\"\ue000\":3,\"\U0010ffff\":4}",
+}
+
+func FuzzFastJSON(f *testing.F) {
+	for _, s := range fastJSONSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		checkFastJSON(t, v)
+	})
+}
+
+func TestFastJSONSeeds(t *testing.T) {
+	for _, s := range fastJSONSeeds {
+		checkFastJSON(t, []byte(s))
+	}
+}
+
+func checkFastJSON(t *testing.T, v []byte) {
+	t.Helper()
+	// canonical = jcs.Transform, result and failure.
+	want, werr := jcs.Transform(v)
+	got, gerr := canonical(v)
+	if (werr == nil) != (gerr == nil) || !bytes.Equal(got, want) {
+		t.Fatalf("canonical(%q) = %q, %v; jcs.Transform = %q, %v", v, got, gerr, want, werr)
+	}
+	// scanObject = json.Unmarshal into a map (last repeated key wins).
+	var obj map[string]json.RawMessage
+	uerr := json.Unmarshal(v, &obj)
+	ms, serr := scanObject(v)
+	if (uerr == nil) != (serr == nil) {
+		t.Fatalf("scanObject(%q) error %v, json.Unmarshal %v", v, serr, uerr)
+	}
+	if uerr == nil {
+		if obj == nil { // JSON null
+			if len(ms) != 0 {
+				t.Fatalf("scanObject(%q) = %d members for null", v, len(ms))
+			}
+		} else {
+			for k, val := range obj {
+				if g, ok := ms.get(k); !ok || !bytes.Equal(g, val) {
+					t.Fatalf("scanObject(%q)[%q] = %q, %v; want %q", v, k, g, ok, val)
+				}
+			}
+			for _, m := range ms {
+				if _, ok := obj[string(m.key)]; !ok {
+					t.Fatalf("scanObject(%q) has %q, json.Unmarshal does not", v, m.key)
+				}
+			}
+		}
+	}
+	// compactJSON = compact.
+	if c, w := compactJSON(v), compact(v); !bytes.Equal(c, w) {
+		t.Fatalf("compactJSON(%q) = %q, compact = %q", v, c, w)
+	}
+	// unquote = json.Unmarshal into a string.
+	var s string
+	qerr := json.Unmarshal(v, &s)
+	if q, err := unquote(v); (err == nil) != (qerr == nil) || (err == nil && q != s) {
+		t.Fatalf("unquote(%q) = %q, %v; json.Unmarshal = %q, %v", v, q, err, s, qerr)
+	}
+}
+
+// TestFastJSONRandomDocuments checks generated documents (nested objects
+// with unsorted, non-ASCII and astral keys, escapes, numbers of every
+// shape, insignificant whitespace) against the general tools: random bytes
+// rarely make valid JSON, these mostly stay on the fast path.
+func TestFastJSONRandomDocuments(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	runes := []rune{'a', 'b', 'z', 'A', '0', '_', ' ', '"', '\\', '/', '\n', '\t', 0x7f, 'é', 'ß', 0x2028, 0xe000, 0xffff, 0x10000, 0x1f600, 0x10ffff}
+	numbers := []string{"0", "-0", "7", "-42", "123456789012345", "1234567890123456789", "1.5", "-0.0", "12.50", "1e3", "1E-7", "2.5e+20", "1e21", "0.000001", "5e-324", "1.7976931348623157e308"}
+	ws := func() string { return []string{"", "", "", " ", "\n  ", "\t"}[rng.IntN(6)] }
+	str := func() string {
+		var b strings.Builder
+		for n := rng.IntN(6); n > 0; n-- {
+			b.WriteRune(runes[rng.IntN(len(runes))])
+		}
+		q, _ := json.Marshal(b.String()) // escapes '"', '\\', controls, and HTML characters as \u
+		s := string(q)
+		if rng.IntN(2) == 0 {
+			s = strings.ReplaceAll(s, `/`, `\/`)
+		}
+		return s
+	}
+	var value func(depth int) string
+	value = func(depth int) string {
+		switch k := rng.IntN(8); {
+		case k < 2 && depth < 5:
+			var b strings.Builder
+			b.WriteString("{" + ws())
+			for i, n := 0, rng.IntN(6); i < n; i++ {
+				if i > 0 {
+					b.WriteString("," + ws())
+				}
+				b.WriteString(str() + ws() + ":" + ws() + value(depth+1) + ws())
+			}
+			return b.String() + "}"
+		case k < 3 && depth < 5:
+			var b strings.Builder
+			b.WriteString("[" + ws())
+			for i, n := 0, rng.IntN(5); i < n; i++ {
+				if i > 0 {
+					b.WriteString(ws() + "," + ws())
+				}
+				b.WriteString(value(depth + 1))
+			}
+			return b.String() + ws() + "]"
+		case k < 5:
+			return str()
+		case k < 7:
+			return numbers[rng.IntN(len(numbers))]
+		}
+		return []string{"true", "false", "null"}[rng.IntN(3)]
+	}
+	fast := 0
+	for i := 0; i < 20000; i++ {
+		doc := []byte(ws() + value(0) + ws())
+		checkFastJSON(t, doc)
+		c := canonWriter{in: doc}
+		c.ws()
+		if c.value() {
+			fast++
+		}
+	}
+	// Most documents must take the fast path, or this test proves little.
+	if fast < 10000 {
+		t.Fatalf("only %d of 20000 documents took the fast path", fast)
+	}
+	t.Logf("%d of 20000 documents on the fast path", fast)
+}
