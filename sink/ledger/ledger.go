@@ -128,18 +128,24 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// claimSQL inserts the batch; rows that exist and are pending with the same
-// payload are touched (attempts+1) and returned as re-drives; everything
-// else is answered from the statement's snapshot. Rows are inserted in
-// workflow ID order so that two routers claiming overlapping batches lock
-// in the same order and do not deadlock.
+// claimSQL claims the batch in one statement. Rows already started (every
+// row of a replay) are answered from the statement's snapshot and never
+// written: no row lock, no WAL, no dead tuple. The rest are inserted; rows
+// that exist and are pending with the same payload are touched
+// (attempts+1) and returned as re-drives; everything else is answered from
+// the snapshot. Rows are inserted in workflow ID order so that two routers
+// claiming overlapping batches lock in the same order and do not deadlock.
 const claimSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int4[], $8::int8[])
 		AS t(workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
+), cur AS MATERIALIZED (
+	SELECT workflow_id, state, payload_hash FROM dedup_ledger WHERE workflow_id = ANY($1::text[])
 ), up AS (
 	INSERT INTO dedup_ledger AS l (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
-	SELECT * FROM input ORDER BY workflow_id
+	SELECT * FROM input i
+	WHERE NOT EXISTS (SELECT FROM cur WHERE cur.workflow_id = i.workflow_id AND cur.state = 'started')
+	ORDER BY workflow_id
 	ON CONFLICT (workflow_id) DO UPDATE SET attempts = l.attempts + 1, updated_at = now()
 		WHERE l.state = 'pending' AND l.payload_hash = EXCLUDED.payload_hash
 	RETURNING l.workflow_id, (l.xmax = 0) AS inserted
@@ -147,7 +153,7 @@ WITH input AS (
 SELECT i.workflow_id, up.inserted, cur.state, cur.payload_hash
 FROM input i
 LEFT JOIN up ON up.workflow_id = i.workflow_id
-LEFT JOIN dedup_ledger cur ON cur.workflow_id = i.workflow_id AND up.workflow_id IS NULL`
+LEFT JOIN cur ON cur.workflow_id = i.workflow_id AND up.workflow_id IS NULL`
 
 type stored struct {
 	found    bool
