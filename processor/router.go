@@ -417,11 +417,7 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 				WorkflowID: wid, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
 				PayloadHash: ev.PayloadHash, Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset,
 			})
-			reqs = append(reqs, StartRequest{
-				WorkflowID: wid, WorkflowType: rt.WorkflowType, TaskQueue: rt.TaskQueue, ReusePolicy: rt.IDReusePolicy,
-				Input: schemas.WorkflowInput{WorkflowID: wid, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
-					Type: ev.Type, Source: ev.Source, Time: ev.Time, Data: ev.Data, Definition: rt.Definition},
-			})
+			reqs = append(reqs, NewStartRequest(rt, &ev, wid))
 			owners = append(owners, rec)
 		}
 		r.mu.Lock()

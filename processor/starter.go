@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -21,6 +22,15 @@ type StartRequest struct {
 	TaskQueue    string
 	ReusePolicy  ReusePolicy
 	Input        schemas.WorkflowInput
+}
+
+// NewStartRequest is the start of route rt's workflow wid for event ev.
+func NewStartRequest(rt *Route, ev *eventid.Event, wid string) StartRequest {
+	return StartRequest{
+		WorkflowID: wid, WorkflowType: rt.WorkflowType, TaskQueue: rt.TaskQueue, ReusePolicy: rt.IDReusePolicy,
+		Input: schemas.WorkflowInput{WorkflowID: wid, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
+			Type: ev.Type, Source: ev.Source, Time: ev.Time, Data: ev.Data, Definition: rt.Definition},
+	}
 }
 
 // StartResult is a start that Temporal accepted, or refused because the

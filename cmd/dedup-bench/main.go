@@ -20,11 +20,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/dedupio/dedup/internal/bench"
 	"github.com/dedupio/dedup/internal/devstack"
+	"github.com/dedupio/dedup/processor"
 )
 
 func main() {
@@ -49,6 +51,16 @@ func list[T any](s string, parse func(string) (T, error)) ([]T, error) {
 	return out, nil
 }
 
+// labelled runs a stage under a pprof label, so that a -cpuprofile can be
+// focused on the work a stage started (pprof -tagfocus stage=replay): the
+// embedded stack's own goroutines predate it and carry no label.
+func labelled[T any](ctx context.Context, stage string, fn func(context.Context) (T, error)) (T, error) {
+	var v T
+	var err error
+	pprof.Do(ctx, pprof.Labels("stage", stage), func(ctx context.Context) { v, err = fn(ctx) })
+	return v, err
+}
+
 func run() error {
 	var p bench.Params
 	smoke := flag.Bool("smoke", false, "a seconds-long run with tiny sizes (CI)")
@@ -56,12 +68,13 @@ func run() error {
 	dups := flag.String("dup", "0,0.3,0.9,1", "duplicate ratios of the backlog and live runs")
 	sizes := flag.String("ledger-sizes", "100000,1000000,5000000", "ledger sizes for the claim-latency stage")
 	durable := flag.Bool("durable", true, "PostgreSQL with fsync on (off: faster, not what production runs)")
-	flag.IntVar(&p.Records, "records", 5000, "records per backlog run")
+	flag.IntVar(&p.Records, "records", 2500, "records per backlog run")
+	flag.IntVar(&p.Rounds, "rounds", 3, "unique-heavy backlogs, each between two raw Temporal start runs")
 	flag.IntVar(&p.Partitions, "partitions", 8, "partitions")
 	flag.IntVar(&p.Concurrency, "concurrency", 32, "start concurrency")
 	flag.IntVar(&p.Batch, "batch", 1000, "poll batch = claim batch")
 	flag.IntVar(&p.PayloadBytes, "payload", 256, "payload bytes")
-	flag.IntVar(&p.RawStarts, "raw-starts", 6000, "starts in each raw Temporal stage (about the workflows of one unique-heavy backlog)")
+	flag.IntVar(&p.RawStarts, "raw-starts", 3000, "starts in each raw Temporal stage (about the workflows of one unique-heavy backlog)")
 	flag.IntVar(&p.RawClaims, "raw-claims", 100000, "rows in the raw claim stage")
 	flag.IntVar(&p.ReplayN, "replay", 200000, "records of the all-duplicate replay")
 	flag.IntVar(&p.NaiveRecords, "naive", 2000, "records the naive consumer gets, per workload")
@@ -89,7 +102,7 @@ func run() error {
 		return err
 	}
 	if *smoke {
-		p.Records, p.RawStarts, p.RawClaims, p.ReplayN, p.NaiveRecords = 300, 200, 5000, 3000, 150
+		p.Records, p.RawStarts, p.RawClaims, p.ReplayN, p.NaiveRecords, p.Rounds = 300, 200, 5000, 3000, 150, 1
 		p.LiveRate, p.LiveSeconds, p.RSSBacklog, p.LedgerSizes = 100, 2, 0, []int{1000, 20000}
 		*durable = false
 	}
@@ -132,12 +145,38 @@ func run() error {
 	for i, d := range p.DupRatios {
 		env.Settle(ctx)
 		if i == 0 {
+			// The unique-heavy comparison: raw starts and dedup backlogs
+			// interleaved, each backlog compared with the raw runs either
+			// side of it (the in-process server slows as workflows pile
+			// up, and a single pair is within its noise).
 			say("raw Temporal starts: %d at concurrency %d", p.RawStarts, p.Concurrency)
-			if r.RawStarts, err = env.RawStarts(ctx); err != nil {
+			raw, err := labelled(ctx, "raw-starts", env.RawStarts)
+			if err != nil {
 				return err
 			}
-			say("  %.0f starts/s", r.RawStarts.PerSec)
-			env.Settle(ctx)
+			say("  %.0f starts/s", raw.PerSec)
+			r.RawStartRuns = append(r.RawStartRuns, raw)
+			var runs []bench.RouterResult
+			for round := 0; round < p.Rounds; round++ {
+				env.Settle(ctx)
+				say("dedup backlog, %.0f%% duplicates, %d records (round %d of %d)", d*100, p.Records, round+1, p.Rounds)
+				x, err := labelled(ctx, "unique-heavy", func(ctx context.Context) (bench.RouterResult, error) { return env.Backlog(ctx, d) })
+				if err != nil {
+					return err
+				}
+				say("  %.0f records/s, %.0f workflows/s, %.2f Temporal calls/workflow, %.3f PG round trips/record", x.Records.PerSec, x.Workflows.PerSec, x.TemporalPerUnique, x.PGPerRecord)
+				runs = append(runs, x)
+				env.Settle(ctx)
+				say("raw Temporal starts: %d", p.RawStarts)
+				if raw, err = labelled(ctx, "raw-starts", env.RawStarts); err != nil {
+					return err
+				}
+				say("  %.0f starts/s", raw.PerSec)
+				r.RawStartRuns = append(r.RawStartRuns, raw)
+			}
+			r.UniqueRuns = runs
+			r.Backlogs = append(r.Backlogs, bench.Combine(runs))
+			continue
 		}
 		say("dedup backlog, %.0f%% duplicates, %d records", d*100, p.Records)
 		x, err := env.Backlog(ctx, d)
@@ -146,14 +185,6 @@ func run() error {
 		}
 		say("  %.0f records/s, %.0f workflows/s, %.2f Temporal calls/workflow, %.3f PG round trips/record", x.Records.PerSec, x.Workflows.PerSec, x.TemporalPerUnique, x.PGPerRecord)
 		r.Backlogs = append(r.Backlogs, x)
-		if i == 0 {
-			env.Settle(ctx)
-			say("raw Temporal starts again: %d", p.RawStarts)
-			if r.RawStartsAfter, err = env.RawStarts(ctx); err != nil {
-				return err
-			}
-			say("  %.0f starts/s", r.RawStartsAfter.PerSec)
-		}
 	}
 	for _, d := range p.DupRatios {
 		env.Settle(ctx)
@@ -166,12 +197,20 @@ func run() error {
 		r.Live = append(r.Live, x)
 	}
 	say("dedup replay: %d records, all duplicates", p.ReplayN)
-	replay, recs, pre, err := env.Replay(ctx, p.ReplayN)
+	var recs []*kgo.Record
+	var pre []processor.Intent
+	replay, err := labelled(ctx, "replay", func(ctx context.Context) (bench.RouterResult, error) {
+		var x bench.RouterResult
+		var err error
+		x, recs, pre, err = env.Replay(ctx, p.ReplayN, &r.ReplayRawClaim)
+		return x, err
+	})
 	if err != nil {
 		return err
 	}
 	r.Replay = replay
-	say("  %.0f records/s, %d Temporal calls, %.4f PG round trips/record", replay.Records.PerSec, replay.TemporalCalls, replay.PGPerRecord)
+	say("  %.0f records/s, %.0f intents/s, %d Temporal calls, %.4f PG round trips/record, claim in flight %.0f%% of the time; the claim alone over its IDs: %.0f rows/s",
+		replay.Records.PerSec, replay.Intents.PerSec, replay.TemporalCalls, replay.PGPerRecord, replay.ClaimBusy*100, r.ReplayRawClaim.PerSec)
 	say("naive consumer, replay: %d records", p.NaiveRecords)
 	if r.NaiveReplay, err = env.Naive(ctx, recs[:min(p.NaiveRecords, len(recs))], pre); err != nil {
 		return err

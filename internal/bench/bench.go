@@ -46,6 +46,7 @@ import (
 // Params are the benchmark's knobs.
 type Params struct {
 	Records      int       // records per router backlog run
+	Rounds       int       // unique-heavy backlogs, interleaved with raw start runs
 	DupRatios    []float64 // backlog runs, one per ratio
 	Partitions   int
 	Concurrency  int // start concurrency (router, raw starts, naive has 1)
@@ -240,8 +241,9 @@ func (e *Env) waitConsumed(ctx context.Context, group, topic string, timeout tim
 		if err == nil {
 			done := true
 			ends.Each(func(o kadm.ListedOffset) {
+				// An empty partition has nothing to commit.
 				c, ok := committed.Lookup(o.Topic, o.Partition)
-				if !ok || c.At < o.Offset {
+				if o.Offset > 0 && (!ok || c.At < o.Offset) {
 					done = false
 				}
 			})
@@ -309,6 +311,41 @@ func synthetic(prefix string, n int) []processor.Intent {
 }
 
 func newRegistry() *prometheus.Registry { return prometheus.NewRegistry() }
+
+// counterSum is the sum of the named counter over its labels.
+func counterSum(reg *prometheus.Registry, name string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// histogramSum is the sum of the named histogram's observations.
+func histogramSum(reg *prometheus.Registry, name string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			sum := 0.0
+			for _, m := range mf.GetMetric() {
+				sum += m.GetHistogram().GetSampleSum()
+			}
+			return sum
+		}
+	}
+	return 0
+}
 
 func decoderAndRoutes() (*eventid.Decoder, processor.Routes) {
 	dec, _ := eventid.NewDecoder(eventid.DefaultConfig())

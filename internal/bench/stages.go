@@ -38,13 +38,16 @@ func rate(n int, d time.Duration) Rate {
 }
 
 // RawStarts starts unique workflows with the router's starter at its
-// concurrency: what Temporal accepts, with nothing in front.
+// concurrency: what Temporal accepts, with nothing in front. The requests
+// are the router's own (processor.NewStartRequest) for a fresh unique-heavy
+// workload like the backlog runs', so the server does the same work per
+// start in both.
 func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
+	reqs, err := e.uniqueRequests(e.P.RawStarts)
+	if err != nil {
+		return Rate{}, err
+	}
 	st := e.newStarter()
-	prefix := e.name("raw")
-	// The same input as the router sends (an event with a payload of the
-	// run's size): the server's cost per start depends on it.
-	data := []byte(fmt.Sprintf(`{"pad":%q}`, strings.Repeat("x", max(e.P.PayloadBytes-10, 0))))
 	var next atomic.Int64
 	var firstErr error
 	var mu sync.Mutex
@@ -56,13 +59,10 @@ func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
 			defer wg.Done()
 			for {
 				i := next.Add(1) - 1
-				if i >= int64(e.P.RawStarts) {
+				if i >= int64(len(reqs)) {
 					return
 				}
-				id := fmt.Sprintf("activity-raw:%s-%d", prefix, i)
-				_, err := st.Start(ctx, processor.StartRequest{WorkflowID: id, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench",
-					ReusePolicy: processor.ReuseRejectDuplicate, Input: schemas.WorkflowInput{WorkflowID: id, ActivityID: "raw", EventID: id,
-						IDRule: "field", Type: workload.TypeOrder, Source: "demo-shop", Data: data}})
+				_, err := st.Start(ctx, reqs[i])
 				if err != nil {
 					mu.Lock()
 					firstErr = errors.Join(firstErr, err)
@@ -74,8 +74,32 @@ func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(began)
-	e.workflows.Add(int64(e.P.RawStarts))
-	return rate(e.P.RawStarts, elapsed), firstErr
+	e.workflows.Add(int64(len(reqs)))
+	return rate(len(reqs), elapsed), firstErr
+}
+
+// uniqueRequests are the first n start requests the router would make of a
+// fresh unique-heavy workload (first DupRatios, new event IDs).
+func (e *Env) uniqueRequests(n int) ([]processor.StartRequest, error) {
+	dec, rs := decoderAndRoutes()
+	w := workload.Generate(workload.Spec{Topic: "raw", Partitions: e.P.Partitions, Records: n, DupRatio: e.P.DupRatios[0],
+		CrossPartition: 0.1, Seed: 11, PayloadBytes: e.P.PayloadBytes, IDPrefix: e.name("raw") + "-"})
+	seen := map[string]bool{}
+	var reqs []processor.StartRequest
+	for _, kr := range w.Records {
+		ev, err := dec.Decode(toEventRecord(kr))
+		if err != nil {
+			return nil, err
+		}
+		for _, rt := range rs.Match(&ev) {
+			wid := processor.WorkflowID(rt.ID, ev.ID)
+			if !seen[wid] && len(reqs) < n {
+				seen[wid] = true
+				reqs = append(reqs, processor.NewStartRequest(rt, &ev, wid))
+			}
+		}
+	}
+	return reqs, nil
 }
 
 // ClaimRates are the raw claim statement's throughput.
@@ -114,22 +138,27 @@ func (e *Env) claimRates(ctx context.Context, led *ledger.Postgres, intents []pr
 			return r, err
 		}
 	}
+	var err error
+	r.Duplicate, r.LatencyMs, err = e.duplicateClaims(ctx, led, intents)
+	return r, err
+}
+
+// duplicateClaims claims intents whose rows are all started, in batches.
+func (e *Env) duplicateClaims(ctx context.Context, led *ledger.Postgres, intents []processor.Intent) (Rate, Percentiles, error) {
 	var lat []time.Duration
-	began = time.Now()
+	began := time.Now()
 	for i := 0; i < len(intents); i += e.P.Batch {
 		t := time.Now()
 		v, err := led.Claim(ctx, intents[i:min(i+e.P.Batch, len(intents))])
 		if err != nil {
-			return r, err
+			return Rate{}, Percentiles{}, err
 		}
 		lat = append(lat, time.Since(t))
 		if v[0] != processor.VerdictDuplicate {
-			return r, fmt.Errorf("claim of a started row gave %s", v[0])
+			return Rate{}, Percentiles{}, fmt.Errorf("claim of a started row gave %s", v[0])
 		}
 	}
-	r.Duplicate = rate(len(intents), time.Since(began))
-	r.LatencyMs = percentiles(lat)
-	return r, nil
+	return rate(len(intents), time.Since(began)), percentiles(lat), nil
 }
 
 // RawConsume consumes n records as a group member that commits every poll
@@ -174,12 +203,51 @@ type RouterResult struct {
 	PGRoundTrips      int64       `json:"pg_round_trips"`
 	PGPerRecord       float64     `json:"pg_round_trips_per_record"`
 	LatencyMs         Percentiles `json:"latency_ms,omitempty"`
+	// ClaimBusy is the share of the wall time a ledger claim was in flight
+	// (the router has one claim in flight at a time): near 1, the ledger
+	// is the limit; well below, something before it is.
+	ClaimBusy float64 `json:"claim_busy"`
+	// Intents are the workflow intents the router claimed (a record makes
+	// one per route it matches), at the records' pace.
+	Intents Rate `json:"intents"`
+}
+
+// Combine sums runs of one workload into one result.
+func Combine(runs []RouterResult) RouterResult {
+	var c RouterResult
+	var wfSec float64
+	for _, x := range runs {
+		c.DupRatio = x.DupRatio
+		c.Records.N += x.Records.N
+		c.Records.Seconds += x.Records.Seconds
+		c.Workflows.N += x.Workflows.N
+		wfSec += x.Workflows.Seconds
+		c.Intents.N += x.Intents.N
+		c.TemporalCalls += x.TemporalCalls
+		c.PGRoundTrips += x.PGRoundTrips
+		c.ClaimBusy += x.ClaimBusy * x.Records.Seconds
+	}
+	if c.Records.Seconds > 0 {
+		c.Records.PerSec = float64(c.Records.N) / c.Records.Seconds
+		c.Intents.Seconds, c.Intents.PerSec = c.Records.Seconds, float64(c.Intents.N)/c.Records.Seconds
+		c.ClaimBusy /= c.Records.Seconds
+		c.PGPerRecord = float64(c.PGRoundTrips) / float64(c.Records.N)
+	}
+	if wfSec > 0 {
+		c.Workflows.Seconds, c.Workflows.PerSec = wfSec, float64(c.Workflows.N)/wfSec
+	}
+	if c.Workflows.N > 0 {
+		c.TemporalPerUnique = float64(c.TemporalCalls) / float64(c.Workflows.N)
+	}
+	return c
 }
 
 type routerRun struct {
 	topic   string
 	recs    []*kgo.Record
 	prefill []processor.Intent
+	// after runs on the run's ledger once the router has stopped.
+	after func(ctx context.Context, led *ledger.Postgres) error
 }
 
 // run runs an in-process router over the topic's backlog until committed.
@@ -203,7 +271,8 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 	led := ledger.NewFromPool(pool)
 	st := &timedStarter{inner: e.newStarter(), started: map[string]time.Time{}, events: map[string]time.Time{}}
 	cfg := e.routerConfig(rr.topic)
-	r, err := processor.New(cfg, led, led, st, newRegistry(), e.Log, processor.Hooks{})
+	reg := newRegistry()
+	r, err := processor.New(cfg, led, led, st, reg, e.Log, processor.Hooks{})
 	if err != nil {
 		return res, nil, err
 	}
@@ -233,13 +302,29 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 	workflows := len(st.started)
 	e.workflows.Add(int64(workflows))
 	res.Records = rate(len(rr.recs), elapsed)
-	res.Workflows = rate(workflows, elapsed)
+	// Workflows started per second: up to the last start (records/s runs
+	// to the last commit, which comes up to a commit interval later).
+	var last time.Time
+	for _, t := range st.started {
+		if t.After(last) {
+			last = t
+		}
+	}
+	res.Workflows = rate(workflows, max(last.Sub(began), time.Millisecond))
+	if workflows == 0 {
+		res.Workflows = rate(0, elapsed)
+	}
 	res.TemporalCalls = st.calls.Load()
 	if workflows > 0 {
 		res.TemporalPerUnique = float64(res.TemporalCalls) / float64(workflows)
 	}
 	res.PGRoundTrips = tracer.n.Load()
 	res.PGPerRecord = float64(res.PGRoundTrips) / float64(len(rr.recs))
+	res.ClaimBusy = histogramSum(reg, "dedup_claim_duration_seconds") / elapsed.Seconds()
+	res.Intents = rate(int(counterSum(reg, "dedup_intents_total")), elapsed)
+	if err == nil && rr.after != nil {
+		err = rr.after(ctx, led)
+	}
 	return res, st, err
 }
 
@@ -265,7 +350,7 @@ func (e *Env) Backlog(ctx context.Context, dup float64) (RouterResult, error) {
 
 // Replay is the all-duplicate workload: n records whose workflows the
 // ledger has as started (a group reset to earliest over a processed topic).
-func (e *Env) Replay(ctx context.Context, n int) (RouterResult, []*kgo.Record, []processor.Intent, error) {
+func (e *Env) Replay(ctx context.Context, n int, raw *Rate) (RouterResult, []*kgo.Record, []processor.Intent, error) {
 	topic, err := e.topic(ctx)
 	if err != nil {
 		return RouterResult{}, nil, nil, err
@@ -276,7 +361,13 @@ func (e *Env) Replay(ctx context.Context, n int) (RouterResult, []*kgo.Record, [
 	if err != nil {
 		return RouterResult{}, nil, nil, err
 	}
-	res, _, err := e.runRouter(ctx, routerRun{topic: topic, recs: w.Records, prefill: pre}, nil)
+	// The claim statement alone over the same IDs, on the same database.
+	after := func(ctx context.Context, led *ledger.Postgres) error {
+		var err error
+		*raw, _, err = e.duplicateClaims(ctx, led, pre)
+		return err
+	}
+	res, _, err := e.runRouter(ctx, routerRun{topic: topic, recs: w.Records, prefill: pre, after: after}, nil)
 	res.DupRatio = 1
 	return res, w.Records, pre, err
 }
