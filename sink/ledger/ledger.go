@@ -167,9 +167,11 @@ type stored struct {
 // Repeated workflow IDs within the batch are claimed once; later copies are
 // duplicates of the first, or conflicts if their payload differs.
 //
-// A second round trip happens only when a conflict must be recorded, or
-// when a row was committed by another router after this statement's
-// snapshot and could not be read from it.
+// A read-only statement first answers the rows already started with the
+// same payload (every row of a replay: one lean round trip, nothing
+// written); the rest are claimed by claimSQL. Another round trip happens
+// only when a conflict must be recorded, or when a row was committed by
+// another router after the claim's snapshot and could not be read from it.
 func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]processor.Verdict, error) {
 	if len(intents) == 0 {
 		return nil, nil
@@ -183,6 +185,79 @@ func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]pro
 		}
 	}
 	sort.Slice(uniq, func(a, b int) bool { return intents[uniq[a]].WorkflowID < intents[uniq[b]].WorkflowID })
+	got := make(map[string]stored, len(uniq))
+	uniq, err := p.answerStarted(ctx, intents, uniq, got)
+	if err != nil {
+		return nil, err
+	}
+	if len(uniq) > 0 {
+		if err := p.claim(ctx, intents, uniq, got); err != nil {
+			return nil, err
+		}
+	}
+	return p.verdicts(ctx, intents, first, got)
+}
+
+// startedSQL returns the rows of the batch that are not started with the
+// same payload: absent (state NULL), pending, or started with another
+// payload (a conflict); the rest are duplicates.
+const startedSQL = `
+SELECT i.n, l.state, l.payload_hash
+FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS i(workflow_id, payload_hash, n)
+LEFT JOIN dedup_ledger l ON l.workflow_id = i.workflow_id
+WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash`
+
+// answerStarted records in got the rows already started and returns the
+// indexes of the intents left to claim. A started row never goes back to
+// pending, so the read needs no lock.
+func (p *Postgres) answerStarted(ctx context.Context, intents []processor.Intent, uniq []int, got map[string]stored) ([]int, error) {
+	ids, hashes := make([]string, len(uniq)), make([][]byte, len(uniq))
+	for j, i := range uniq {
+		ids[j], hashes[j] = intents[i].WorkflowID, intents[i].PayloadHash[:]
+	}
+	rows, err := p.pool.Query(ctx, startedSQL, ids, hashes)
+	if err != nil {
+		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(ids), err)
+	}
+	defer rows.Close()
+	answered := make([]bool, len(uniq))
+	var left []int // positions in uniq
+	for rows.Next() {
+		var (
+			n     int64
+			state *string
+			h     []byte
+		)
+		if err := rows.Scan(&n, &state, &h); err != nil {
+			return nil, fmt.Errorf("reading workflow IDs: %w", err)
+		}
+		j := int(n - 1)
+		answered[j] = true
+		if state != nil && *state == "started" { // with another payload
+			got[ids[j]] = stored{found: true, state: *state, hash: h}
+			continue
+		}
+		left = append(left, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(ids), err)
+	}
+	for j, ok := range answered {
+		if !ok {
+			got[ids[j]] = stored{found: true, state: "started", hash: hashes[j]}
+		}
+	}
+	slices.Sort(left) // workflow ID order, as uniq
+	todo := make([]int, len(left))
+	for k, j := range left {
+		todo[k] = uniq[j]
+	}
+	return todo, nil
+}
+
+// claim runs claimSQL for the intents uniq (in workflow ID order) and
+// records the outcome in got.
+func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq []int, got map[string]stored) error {
 	n := len(uniq)
 	var (
 		wf, act, ev, rule, topic = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -197,9 +272,8 @@ func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]pro
 	}
 	rows, err := p.pool.Query(ctx, claimSQL, wf, act, ev, rule, hash, topic, part, off)
 	if err != nil {
-		return nil, fmt.Errorf("claiming %d intents: %w", n, err)
+		return fmt.Errorf("claiming %d intents: %w", n, err)
 	}
-	got := make(map[string]stored, n)
 	var missing []string
 	for rows.Next() {
 		var (
@@ -210,7 +284,7 @@ func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]pro
 		)
 		if err := rows.Scan(&id, &inserted, &state, &h); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("reading claim verdicts: %w", err)
+			return fmt.Errorf("reading claim verdicts: %w", err)
 		}
 		switch {
 		case inserted != nil:
@@ -223,13 +297,17 @@ func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]pro
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claiming %d intents: %w", n, err)
+		return fmt.Errorf("claiming %d intents: %w", n, err)
 	}
 	if len(missing) > 0 {
-		if err := p.reread(ctx, missing, got); err != nil {
-			return nil, err
-		}
+		return p.reread(ctx, missing, got)
 	}
+	return nil
+}
+
+// verdicts turns what the ledger said about each workflow ID into one
+// verdict per intent, and records the conflicts.
+func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, first map[string]int, got map[string]stored) ([]processor.Verdict, error) {
 	verdicts := make([]processor.Verdict, len(intents))
 	var conflicts []conflict
 	for i := range intents {
