@@ -41,6 +41,7 @@ bench-smoke: deps
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime 60s ./processor/eventid
+	$(GO) test -run XXX -fuzz FuzzFastJSON -fuzztime 60s ./processor/eventid
 
 clean:
 	rm -rf bin

@@ -126,8 +126,12 @@ func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg p
 		parts:    map[topicPartition]*partition{},
 		starting: map[string]*job{},
 		down:     map[string]error{},
-		startQ:   make(chan *job, cfg.StartConcurrency),
-		markQ:    make(chan *job, cfg.MarkBatch),
+		// Room for the starts of every record in flight (one per route
+		// each, usually), so the claimer claims the next batch while this
+		// one's starts are still queued: a slow claim then does not leave
+		// the start workers idle. Fuller than that, enqueue waits.
+		startQ: make(chan *job, 2*(cfg.MaxInFlight+cfg.MaxPollRecords)),
+		markQ:  make(chan *job, cfg.MarkBatch),
 	}
 	r.cond = sync.NewCond(&r.mu)
 	r.workCtx, r.workCancel = context.WithCancel(context.Background())
@@ -436,8 +440,9 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 
 // claim claims a batch's intents in one ledger call and queues the starts
 // of the new and re-driven ones; duplicates finish at once, conflicts are
-// dead-lettered. It returns once every start is queued, so the claim of the
-// next batch overlaps with the starts of this one.
+// dead-lettered. It returns once every start is queued (the queue has room
+// for everything in flight), so the claim of the next batch overlaps with
+// the starts of this one.
 func (r *Router) claim(ctx context.Context, b *claimBatch) {
 	items, intents, reqs, owners := b.items, b.intents, b.reqs, b.owners
 	var verdicts []Verdict

@@ -74,6 +74,7 @@ type Env struct {
 	workflows atomic.Int64
 	kcl       *kgo.Client
 	adm       *kadm.Client
+	topics    []string
 }
 
 // NewEnv wraps a running stack.
@@ -144,7 +145,17 @@ func (e *Env) database(ctx context.Context) (*pgxpool.Pool, *countTracer, string
 func (e *Env) topic(ctx context.Context) (string, error) {
 	t := e.name("bench")
 	_, err := e.adm.CreateTopics(ctx, int32(e.P.Partitions), 1, nil, t, t+".dlq")
+	e.topics = append(e.topics, t, t+".dlq")
 	return t, err
+}
+
+// DropTopics deletes the topics the stages so far created: the in-process
+// broker keeps every record in this process's heap, and the next stages'
+// garbage collections would otherwise scan it.
+func (e *Env) DropTopics(ctx context.Context) error {
+	_, err := e.adm.DeleteTopics(ctx, e.topics...)
+	e.topics = nil
+	return err
 }
 
 func (e *Env) produce(ctx context.Context, recs []*kgo.Record) error {

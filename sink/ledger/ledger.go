@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,6 +75,11 @@ func (c Config) Validate() error {
 // Postgres is the ledger.
 type Postgres struct {
 	pool *pgxpool.Pool
+	// startedShare is the share of the last claimed batch's workflow IDs
+	// that were already started (float64 bits): Claim reads them first
+	// only while that share is high (replays), and otherwise goes straight
+	// to the upsert, which answers started rows too.
+	startedShare atomic.Uint64
 }
 
 // Open connects (lazily: the pool dials on first use).
@@ -167,9 +174,10 @@ type stored struct {
 // Repeated workflow IDs within the batch are claimed once; later copies are
 // duplicates of the first, or conflicts if their payload differs.
 //
-// A read-only statement first answers the rows already started with the
-// same payload (every row of a replay: one lean round trip, nothing
-// written); the rest are claimed by claimSQL. Another round trip happens
+// While most of the previous batch was already started (a replay), a
+// read-only statement first answers the rows started with the same
+// payload (one lean round trip, nothing written) and only the rest go
+// through claimSQL; otherwise claimSQL takes the whole batch. Another round trip happens
 // only when a conflict must be recorded, or when a row was committed by
 // another router after the claim's snapshot and could not be read from it.
 func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]processor.Verdict, error) {
@@ -186,15 +194,25 @@ func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]pro
 	}
 	sort.Slice(uniq, func(a, b int) bool { return intents[uniq[a]].WorkflowID < intents[uniq[b]].WorkflowID })
 	got := make(map[string]stored, len(uniq))
-	uniq, err := p.answerStarted(ctx, intents, uniq, got)
-	if err != nil {
-		return nil, err
+	all := len(uniq)
+	if math.Float64frombits(p.startedShare.Load()) >= 0.5 {
+		var err error
+		if uniq, err = p.answerStarted(ctx, intents, uniq, got); err != nil {
+			return nil, err
+		}
 	}
 	if len(uniq) > 0 {
 		if err := p.claim(ctx, intents, uniq, got); err != nil {
 			return nil, err
 		}
 	}
+	started := 0
+	for _, s := range got {
+		if s.state == "started" {
+			started++
+		}
+	}
+	p.startedShare.Store(math.Float64bits(float64(started) / float64(all)))
 	return p.verdicts(ctx, intents, first, got)
 }
 

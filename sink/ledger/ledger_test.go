@@ -105,13 +105,25 @@ func TestClaimPendingConflictIsNotRedriven(t *testing.T) {
 	want(t, claim(t, l, intent("e1", "p1")), processor.VerdictRedrive)
 }
 
+// The mixed batch, claimed in both of Claim's modes: straight through the
+// upsert (the previous batch was mostly new), and after the read of
+// started rows (the previous batch was mostly started, as in a replay).
 func TestClaimMixedBatch(t *testing.T) {
+	for _, afterReplay := range []bool{false, true} {
+		t.Run(fmt.Sprintf("after_replay=%v", afterReplay), func(t *testing.T) { claimMixedBatch(t, afterReplay) })
+	}
+}
+
+func claimMixedBatch(t *testing.T, afterReplay bool) {
 	l := open(t)
 	ctx := context.Background()
 	started, pending := intent("started", "s"), intent("pending", "p")
 	claim(t, l, started, pending)
 	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: started.WorkflowID, RunID: "r"}}); err != nil {
 		t.Fatal(err)
+	}
+	if afterReplay {
+		want(t, claim(t, l, started), processor.VerdictDuplicate) // all started
 	}
 	batch := []processor.Intent{
 		intent("fresh", "f"),       // new
