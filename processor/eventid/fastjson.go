@@ -54,15 +54,20 @@ type memberSpan struct {
 	start, end int
 }
 
-func (c *canonWriter) ws() {
-	for c.i < len(c.in) {
-		switch c.in[c.i] {
+func (c *canonWriter) ws() { c.i = skipWS(c.in, c.i) }
+
+// skipWS returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipWS(in []byte, i int) int {
+	for i < len(in) {
+		switch in[i] {
 		case ' ', '\t', '\n', '\r':
-			c.i++
+			i++
 		default:
-			return
+			return i
 		}
 	}
+	return i
 }
 
 // value writes the canonical form of the value at c.i; false means "not
@@ -117,49 +122,14 @@ func digit(b byte) bool { return '0' <= b && b <= '9' }
 // number writes a JSON number as ECMAScript prints the double it denotes.
 // Integers of up to 15 digits are exact doubles that print as written.
 func (c *canonWriter) number() bool {
-	in, j := c.in, c.i
-	if j < len(in) && in[j] == '-' {
-		j++
-	}
-	digits := j
-	switch {
-	case j < len(in) && in[j] == '0':
-		j++
-	case j < len(in) && '1' <= in[j] && in[j] <= '9':
-		for j < len(in) && digit(in[j]) {
-			j++
-		}
-	default:
+	j, simple := scanNumber(c.in, c.i)
+	if j < 0 {
 		return false
-	}
-	simple := j-digits <= 15
-	if j < len(in) && in[j] == '.' {
-		simple = false
-		j++
-		if j >= len(in) || !digit(in[j]) {
-			return false
-		}
-		for j < len(in) && digit(in[j]) {
-			j++
-		}
-	}
-	if j < len(in) && (in[j] == 'e' || in[j] == 'E') {
-		simple = false
-		j++
-		if j < len(in) && (in[j] == '+' || in[j] == '-') {
-			j++
-		}
-		if j >= len(in) || !digit(in[j]) {
-			return false
-		}
-		for j < len(in) && digit(in[j]) {
-			j++
-		}
 	}
 	if !c.terminates(j) {
 		return false
 	}
-	tok := in[c.i:j]
+	tok := c.in[c.i:j]
 	c.i = j
 	if simple {
 		if string(tok) == "-0" {
@@ -493,16 +463,7 @@ type skipper struct {
 	depth int
 }
 
-func (s *skipper) ws() {
-	for s.i < len(s.in) {
-		switch s.in[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
+func (s *skipper) ws() { s.i = skipWS(s.in, s.i) }
 
 func (s *skipper) value() bool {
 	if s.i >= len(s.in) {
@@ -608,10 +569,23 @@ func (s *skipper) str() bool {
 }
 
 func (s *skipper) number() bool {
-	in, j := s.in, s.i
+	j, _ := scanNumber(s.in, s.i)
+	if j < 0 {
+		return false
+	}
+	s.i = j
+	return true
+}
+
+// scanNumber returns the end of the JSON number at in[i:] (-1 if there is
+// none) and whether it is an integer of at most 15 digits, which a double
+// holds exactly and ECMAScript prints as written.
+func scanNumber(in []byte, i int) (end int, simple bool) {
+	j := i
 	if j < len(in) && in[j] == '-' {
 		j++
 	}
+	digits := j
 	switch {
 	case j < len(in) && in[j] == '0':
 		j++
@@ -620,31 +594,33 @@ func (s *skipper) number() bool {
 			j++
 		}
 	default:
-		return false
+		return -1, false
 	}
+	simple = j-digits <= 15
 	if j < len(in) && in[j] == '.' {
+		simple = false
 		j++
 		if j >= len(in) || !digit(in[j]) {
-			return false
+			return -1, false
 		}
 		for j < len(in) && digit(in[j]) {
 			j++
 		}
 	}
 	if j < len(in) && (in[j] == 'e' || in[j] == 'E') {
+		simple = false
 		j++
 		if j < len(in) && (in[j] == '+' || in[j] == '-') {
 			j++
 		}
 		if j >= len(in) || !digit(in[j]) {
-			return false
+			return -1, false
 		}
 		for j < len(in) && digit(in[j]) {
 			j++
 		}
 	}
-	s.i = j
-	return true
+	return j, simple
 }
 
 // compactJSON is json.Compact of v (v itself when it has no insignificant
