@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -75,11 +74,10 @@ func (c Config) Validate() error {
 // Postgres is the ledger.
 type Postgres struct {
 	pool *pgxpool.Pool
-	// startedShare is the share of the last claimed batch's workflow IDs
-	// that were already started (float64 bits): Claim reads them first
-	// only while that share is high (replays), and otherwise goes straight
-	// to the upsert, which answers started rows too.
-	startedShare atomic.Uint64
+	// replaying is set while most of the last claimed batch's workflow IDs
+	// were already started: Claim then reads them first, and otherwise goes
+	// straight to the upsert, which answers started rows too.
+	replaying atomic.Bool
 }
 
 // Open connects (lazily: the pool dials on first use).
@@ -175,11 +173,12 @@ type stored struct {
 // duplicates of the first, or conflicts if their payload differs.
 //
 // While most of the previous batch was already started (a replay), a
-// read-only statement first answers the rows started with the same
-// payload (one lean round trip, nothing written) and only the rest go
-// through claimSQL; otherwise claimSQL takes the whole batch. Another round trip happens
-// only when a conflict must be recorded, or when a row was committed by
-// another router after the claim's snapshot and could not be read from it.
+// read-only statement first answers the rows started with the same payload
+// (one lean round trip, nothing written) and only the rest go through
+// claimSQL; otherwise claimSQL takes the whole batch. Another round trip
+// happens only when a conflict must be recorded, or when a row was
+// committed by another router after the claim's snapshot and could not be
+// read from it.
 func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]processor.Verdict, error) {
 	if len(intents) == 0 {
 		return nil, nil
@@ -195,7 +194,7 @@ func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]pro
 	sort.Slice(uniq, func(a, b int) bool { return intents[uniq[a]].WorkflowID < intents[uniq[b]].WorkflowID })
 	got := make(map[string]stored, len(uniq))
 	all := len(uniq)
-	if math.Float64frombits(p.startedShare.Load()) >= 0.5 {
+	if p.replaying.Load() {
 		var err error
 		if uniq, err = p.answerStarted(ctx, intents, uniq, got); err != nil {
 			return nil, err
@@ -212,7 +211,7 @@ func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]pro
 			started++
 		}
 	}
-	p.startedShare.Store(math.Float64bits(float64(started) / float64(all)))
+	p.replaying.Store(2*started >= all)
 	return p.verdicts(ctx, intents, first, got)
 }
 
