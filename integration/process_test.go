@@ -1,20 +1,18 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/promtext"
 )
 
 // proc is a router running as an OS process (`dedup run`), so that faults
@@ -112,29 +110,7 @@ func (p *proc) ready() int {
 // metric sums a metric's samples (optionally only those carrying
 // label="value") from the process's /metrics.
 func (p *proc) metric(name, label, value string) float64 {
-	c := http.Client{Timeout: 4 * time.Second}
-	resp, err := c.Get("http://" + p.admin + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	total := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != ' ' && line[len(name)] != '{') {
-			continue
-		}
-		if label != "" && !strings.Contains(line, fmt.Sprintf("%s=%q", label, value)) {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err == nil {
-			total += v
-		}
-	}
-	return total
+	return promtext.Sum(p.admin, name, label, value)
 }
 
 // eventually polls cond until it holds or the timeout passes.

@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/api/workflowservice/v1"
@@ -323,8 +324,9 @@ func synthetic(prefix string, n int) []processor.Intent {
 
 func newRegistry() *prometheus.Registry { return prometheus.NewRegistry() }
 
-// counterSum is the sum of the named counter over its labels.
-func counterSum(reg *prometheus.Registry, name string) float64 {
+// metricSum sums, over the named metric's label sets in reg, what of
+// each sample counts: its counter value, its histogram's sum.
+func metricSum(reg *prometheus.Registry, name string, of func(*dto.Metric) float64) float64 {
 	mfs, err := reg.Gather()
 	if err != nil {
 		return 0
@@ -333,30 +335,15 @@ func counterSum(reg *prometheus.Registry, name string) float64 {
 	for _, mf := range mfs {
 		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
+				sum += of(m)
 			}
 		}
 	}
 	return sum
 }
 
-// histogramSum is the sum of the named histogram's observations.
-func histogramSum(reg *prometheus.Registry, name string) float64 {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return 0
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			sum := 0.0
-			for _, m := range mf.GetMetric() {
-				sum += m.GetHistogram().GetSampleSum()
-			}
-			return sum
-		}
-	}
-	return 0
-}
+func counterValue(m *dto.Metric) float64 { return m.GetCounter().GetValue() }
+func histogramSum(m *dto.Metric) float64 { return m.GetHistogram().GetSampleSum() }
 
 func decoderAndRoutes() (*eventid.Decoder, processor.Routes) {
 	dec, _ := eventid.NewDecoder(eventid.DefaultConfig())

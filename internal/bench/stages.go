@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/promtext"
 	"github.com/dedupio/dedup/internal/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
@@ -320,8 +320,8 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 	}
 	res.PGRoundTrips = tracer.n.Load()
 	res.PGPerRecord = float64(res.PGRoundTrips) / float64(len(rr.recs))
-	res.ClaimBusy = histogramSum(reg, "dedup_claim_duration_seconds") / elapsed.Seconds()
-	res.Intents = rate(int(counterSum(reg, "dedup_intents_total")), elapsed)
+	res.ClaimBusy = metricSum(reg, "dedup_claim_duration_seconds", histogramSum) / elapsed.Seconds()
+	res.Intents = rate(int(metricSum(reg, "dedup_intents_total", counterValue)), elapsed)
 	if err == nil && rr.after != nil {
 		err = rr.after(ctx, led)
 	}
@@ -654,8 +654,8 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 		peak.Store(kb)
 	}
 	res.PeakRSSMiB = float64(peak.Load()) / 1024
-	res.HeapMiB = scrape(cfg.Admin.Listen, "go_memstats_heap_inuse_bytes") / (1 << 20)
-	res.StartCalls = scrape(cfg.Admin.Listen, "dedup_workflow_starts_total") + scrape(cfg.Admin.Listen, "dedup_workflow_start_errors_total")
+	res.HeapMiB = promtext.Sum(cfg.Admin.Listen, "go_memstats_heap_inuse_bytes", "", "") / (1 << 20)
+	res.StartCalls = promtext.Sum(cfg.Admin.Listen, "dedup_workflow_starts_total", "", "") + promtext.Sum(cfg.Admin.Listen, "dedup_workflow_start_errors_total", "", "")
 	res.Records = rate(e.P.RSSBacklog, elapsed)
 	return res, err
 }
@@ -674,25 +674,6 @@ func vmRSSKiB(pid int, field string) int64 {
 		}
 	}
 	return 0
-}
-
-func scrape(addr, name string) float64 {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	total := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
-			f := strings.Fields(line)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			total += v
-		}
-	}
-	return total
 }
 
 // UniqueRecords is the naive consumer's unique-heavy workload: n records at

@@ -4,9 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/internal/pgtest"
 	"github.com/dedupio/dedup/processor"
@@ -34,6 +38,55 @@ func open(t *testing.T) *ledger.Postgres {
 	}
 	t.Cleanup(l.Close)
 	return l
+}
+
+// sqlLog records the statements a pool sends.
+type sqlLog struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (s *sqlLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	s.mu.Lock()
+	s.sql = append(s.sql, d.SQL)
+	s.mu.Unlock()
+	return ctx
+}
+func (s *sqlLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (s *sqlLog) sent(part string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range s.sql {
+		if strings.Contains(q, part) {
+			return true
+		}
+	}
+	return false
+}
+
+// openTraced is open with a pool that records its statements in the
+// returned log.
+func openTraced(t *testing.T) (*ledger.Postgres, *sqlLog) {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &sqlLog{}
+	pc.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return ledger.NewFromPool(pool), log
+}
+
+func (s *sqlLog) reset() {
+	s.mu.Lock()
+	s.sql = nil
+	s.mu.Unlock()
 }
 
 func intent(id, payload string) processor.Intent {
@@ -115,7 +168,7 @@ func TestClaimMixedBatch(t *testing.T) {
 }
 
 func claimMixedBatch(t *testing.T, afterReplay bool) {
-	l := open(t)
+	l, sql := openTraced(t)
 	ctx := context.Background()
 	started, pending := intent("started", "s"), intent("pending", "p")
 	claim(t, l, started, pending)
@@ -125,6 +178,14 @@ func claimMixedBatch(t *testing.T, afterReplay bool) {
 	if afterReplay {
 		want(t, claim(t, l, started), processor.VerdictDuplicate) // all started
 	}
+	// The mode shows in the statements sent: the read of started rows
+	// (WITH ORDINALITY) comes first after the replay only.
+	sql.reset()
+	defer func() {
+		if read := sql.sent("WITH ORDINALITY"); read != afterReplay {
+			t.Fatalf("read of started rows sent: %v, want %v", read, afterReplay)
+		}
+	}()
 	batch := []processor.Intent{
 		intent("fresh", "f"),       // new
 		started,                    // duplicate of a started row
