@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
@@ -123,7 +123,16 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	prov, err := goose.NewProvider(goose.DialectPostgres, db, sub)
+	// Replicas and workers that start together on a new database all get
+	// here at once: a session-level advisory lock makes one apply the
+	// migrations while the others wait, then find nothing to do.
+	// It is polled every second, for up to 5 minutes (a long first
+	// migration on a big ledger).
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
+	if err != nil {
+		return fmt.Errorf("creating migration lock: %w", err)
+	}
+	prov, err := goose.NewProvider(goose.DialectPostgres, db, sub, goose.WithSessionLocker(locker))
 	if err != nil {
 		return fmt.Errorf("loading migrations: %w", err)
 	}
@@ -133,65 +142,75 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// claimSQL claims the batch in one statement. Rows already started (every
-// row of a replay) are answered from the statement's snapshot and never
-// written: no row lock, no WAL, no dead tuple. The rest are inserted; rows
-// that exist and are pending with the same payload are touched
-// (attempts+1) and returned as re-drives; everything else is answered from
-// the snapshot. Rows are inserted in workflow ID order so that two routers
-// claiming overlapping batches lock in the same order and do not deadlock.
+// claimSQL claims the batch in one statement, one row per workflow ID.
+// Rows already started in the statement's snapshot (every row of a replay)
+// are answered from it and never written: no row lock, no WAL, no dead
+// tuple. Every other ID is inserted, or, when its row exists, locked and
+// read at its latest committed version (ON CONFLICT DO UPDATE waits for
+// and sees a row another router committed after our snapshot, so a row
+// started meanwhile is answered started, not re-driven). A pending or
+// dead_lettered row with the same payload is re-claimed (attempts+1,
+// pending). Rows are inserted in workflow ID order (ORDER BY, in SQL) so
+// that two routers claiming overlapping batches lock in the same order and
+// do not deadlock.
 const claimSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int4[], $8::int8[])
 		AS t(workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
 ), cur AS MATERIALIZED (
-	SELECT workflow_id, state, payload_hash FROM dedup_ledger WHERE workflow_id = ANY($1::text[])
+	SELECT workflow_id, state, payload_hash FROM dedup_ledger WHERE workflow_id = ANY($1::text[]) AND state = 'started'
 ), up AS (
 	INSERT INTO dedup_ledger AS l (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
 	SELECT * FROM input i
-	WHERE NOT EXISTS (SELECT FROM cur WHERE cur.workflow_id = i.workflow_id AND cur.state = 'started')
+	WHERE NOT EXISTS (SELECT FROM cur WHERE cur.workflow_id = i.workflow_id)
 	ORDER BY workflow_id
-	ON CONFLICT (workflow_id) DO UPDATE SET attempts = l.attempts + 1, updated_at = now()
-		WHERE l.state = 'pending' AND l.payload_hash = EXCLUDED.payload_hash
-	RETURNING l.workflow_id, (l.xmax = 0) AS inserted
+	ON CONFLICT (workflow_id) DO UPDATE SET
+		attempts = l.attempts + (l.state <> 'started' AND l.payload_hash = EXCLUDED.payload_hash)::int,
+		state = CASE WHEN l.state = 'dead_lettered' AND l.payload_hash = EXCLUDED.payload_hash THEN 'pending' ELSE l.state END,
+		updated_at = CASE WHEN l.state <> 'started' AND l.payload_hash = EXCLUDED.payload_hash THEN now() ELSE l.updated_at END
+	RETURNING l.workflow_id, (l.xmax = 0) AS inserted, l.state, l.payload_hash
 )
-SELECT i.workflow_id, up.inserted, cur.state, cur.payload_hash
+SELECT i.workflow_id, coalesce(up.inserted, false), coalesce(up.state, cur.state), coalesce(up.payload_hash, cur.payload_hash)
 FROM input i
 LEFT JOIN up ON up.workflow_id = i.workflow_id
-LEFT JOIN cur ON cur.workflow_id = i.workflow_id AND up.workflow_id IS NULL`
+LEFT JOIN cur ON cur.workflow_id = i.workflow_id`
 
+// stored is what the ledger holds for one workflow ID after the claim.
 type stored struct {
-	found    bool
-	inserted bool // this claim created the row
-	redrive  bool // this claim touched a pending row with the same payload
-	state    string
-	hash     []byte
+	inserted bool   // this claim created the row
+	state    string // pending, started (dead_lettered rows come back pending)
+	hash     []byte // the payload hash the row was claimed with
 }
 
 // Claim claims the intents and returns one verdict per intent, in order.
-// Repeated workflow IDs within the batch are claimed once; later copies are
-// duplicates of the first, or conflicts if their payload differs.
+//
+// The ledger answers per workflow ID, and every copy of an ID gets its
+// row's answer: a copy whose payload differs from the row's is a conflict
+// (recorded); every other copy gets the row's verdict (new when this claim
+// inserted it, re-drive while it is pending, duplicate once started),
+// whatever its position in the batch. An absent row is claimed with the
+// payload of the first copy of its ID in the batch. Which of several copies
+// starts the workflow is the router's decision (one start in flight per
+// workflow ID), not the ledger's.
 //
 // While most of the previous batch was already started (a replay), a
 // read-only statement first answers the rows started with the same payload
 // (one lean round trip, nothing written) and only the rest go through
-// claimSQL; otherwise claimSQL takes the whole batch. Another round trip
-// happens only when a conflict must be recorded, or when a row was
-// committed by another router after the claim's snapshot and could not be
-// read from it.
+// claimSQL; otherwise claimSQL takes the whole batch. This is an
+// optimisation only: both paths give the same verdicts. Another round trip
+// happens only when a conflict must be recorded.
 func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]processor.Verdict, error) {
 	if len(intents) == 0 {
 		return nil, nil
 	}
-	first := make(map[string]int, len(intents))
+	seen := make(map[string]bool, len(intents))
 	uniq := make([]int, 0, len(intents))
 	for i, in := range intents {
-		if _, ok := first[in.WorkflowID]; !ok {
-			first[in.WorkflowID] = i
+		if !seen[in.WorkflowID] {
+			seen[in.WorkflowID] = true
 			uniq = append(uniq, i)
 		}
 	}
-	sort.Slice(uniq, func(a, b int) bool { return intents[uniq[a]].WorkflowID < intents[uniq[b]].WorkflowID })
 	got := make(map[string]stored, len(uniq))
 	all := len(uniq)
 	if p.replaying.Load() {
@@ -212,7 +231,7 @@ func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]pro
 		}
 	}
 	p.replaying.Store(2*started >= all)
-	return p.verdicts(ctx, intents, first, got)
+	return p.verdicts(ctx, intents, got)
 }
 
 // startedSQL returns the rows of the batch that are not started with the
@@ -251,7 +270,7 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []processor.Intent
 		j := int(n - 1)
 		answered[j] = true
 		if state != nil && *state == "started" { // with another payload
-			got[ids[j]] = stored{found: true, state: *state, hash: h}
+			got[ids[j]] = stored{state: *state, hash: h}
 			continue
 		}
 		left = append(left, j)
@@ -261,10 +280,9 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []processor.Intent
 	}
 	for j, ok := range answered {
 		if !ok {
-			got[ids[j]] = stored{found: true, state: "started", hash: hashes[j]}
+			got[ids[j]] = stored{state: "started", hash: hashes[j]}
 		}
 	}
-	slices.Sort(left) // workflow ID order, as uniq
 	todo := make([]int, len(left))
 	for k, j := range left {
 		todo[k] = uniq[j]
@@ -291,65 +309,61 @@ func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq [
 	if err != nil {
 		return fmt.Errorf("claiming %d intents: %w", n, err)
 	}
-	var missing []string
+	defer rows.Close()
 	for rows.Next() {
 		var (
-			id       string
-			inserted *bool
-			state    *string
-			h        []byte
+			id    string
+			s     stored
+			state *string
 		)
-		if err := rows.Scan(&id, &inserted, &state, &h); err != nil {
-			rows.Close()
+		if err := rows.Scan(&id, &s.inserted, &state, &s.hash); err != nil {
 			return fmt.Errorf("reading claim verdicts: %w", err)
 		}
-		switch {
-		case inserted != nil:
-			got[id] = stored{found: true, inserted: *inserted, redrive: !*inserted}
-		case state != nil:
-			got[id] = stored{found: true, state: *state, hash: h}
-		default:
-			missing = append(missing, id)
+		if state == nil {
+			// Impossible by construction: every ID is either started in
+			// the snapshot or inserted / locked by the upsert.
+			return fmt.Errorf("claiming workflow ID %q: neither inserted nor found", id)
 		}
+		s.state = *state
+		got[id] = s
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("claiming %d intents: %w", n, err)
-	}
-	if len(missing) > 0 {
-		return p.reread(ctx, missing, got)
 	}
 	return nil
 }
 
-// verdicts turns what the ledger said about each workflow ID into one
+// verdicts turns what the ledger holds for each workflow ID into one
 // verdict per intent, and records the conflicts.
-func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, first map[string]int, got map[string]stored) ([]processor.Verdict, error) {
+func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got map[string]stored) ([]processor.Verdict, error) {
 	verdicts := make([]processor.Verdict, len(intents))
 	var conflicts []conflict
+	var revive []string
 	for i := range intents {
 		in := &intents[i]
 		s := got[in.WorkflowID]
-		f := first[in.WorkflowID]
-		ledgerHash := s.hash
-		if s.inserted || s.redrive {
-			ledgerHash = intents[f].PayloadHash[:]
-		}
-		same := string(ledgerHash) == string(in.PayloadHash[:])
 		switch {
-		case !same:
+		case string(s.hash) != string(in.PayloadHash[:]):
 			verdicts[i] = processor.VerdictConflict
-			conflicts = append(conflicts, conflict{in: in, ledgerHash: ledgerHash})
-		case i != f:
-			verdicts[i] = processor.VerdictDuplicate
+			conflicts = append(conflicts, conflict{in: in, ledgerHash: s.hash})
 		case s.inserted:
 			verdicts[i] = processor.VerdictNew
-		case s.redrive, s.state == "pending":
-			// pending but not touched: it was started (or re-claimed) by
-			// another router after our snapshot; starting again is safe.
-			verdicts[i] = processor.VerdictRedrive
-		default:
+		case s.state == "started":
 			verdicts[i] = processor.VerdictDuplicate
+		default: // pending: claimed before and not started (yet)
+			verdicts[i] = processor.VerdictRedrive
+			if s.state == "dead_lettered" {
+				// Re-claimed by a copy that was not the batch's first of
+				// its ID (the first conflicted): rare, one more statement.
+				revive = append(revive, in.WorkflowID)
+				got[in.WorkflowID] = stored{state: "pending", hash: s.hash}
+			}
+		}
+	}
+	if len(revive) > 0 {
+		if _, err := p.pool.Exec(ctx, `UPDATE dedup_ledger SET state = 'pending', attempts = attempts + 1, updated_at = now()
+WHERE workflow_id = ANY($1::text[]) AND state = 'dead_lettered'`, revive); err != nil {
+			return nil, fmt.Errorf("re-claiming %d dead-lettered rows: %w", len(revive), err)
 		}
 	}
 	if len(conflicts) > 0 {
@@ -358,32 +372,6 @@ func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, fir
 		}
 	}
 	return verdicts, nil
-}
-
-func (p *Postgres) reread(ctx context.Context, ids []string, got map[string]stored) error {
-	rows, err := p.pool.Query(ctx, `SELECT workflow_id, state, payload_hash FROM dedup_ledger WHERE workflow_id = ANY($1)`, ids)
-	if err != nil {
-		return fmt.Errorf("re-reading %d concurrently claimed rows: %w", len(ids), err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var s stored
-		var id string
-		if err := rows.Scan(&id, &s.state, &s.hash); err != nil {
-			return fmt.Errorf("re-reading claimed rows: %w", err)
-		}
-		s.found = true
-		got[id] = s
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("re-reading claimed rows: %w", err)
-	}
-	for _, id := range ids {
-		if !got[id].found {
-			return fmt.Errorf("workflow ID %q neither inserted nor found", id)
-		}
-	}
-	return nil
 }
 
 type conflict struct {
@@ -494,7 +482,8 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 		tag, err := p.pool.Exec(ctx, `
 DELETE FROM dedup_ledger WHERE workflow_id IN (
 	SELECT workflow_id FROM dedup_ledger
-	WHERE state = 'started' AND started_at < now() - $1::interval
+	WHERE (state = 'started' AND started_at < now() - $1::interval)
+	   OR (state = 'dead_lettered' AND updated_at < now() - $1::interval)
 	LIMIT $2)`, olderThan, batch)
 		if err != nil {
 			return total, fmt.Errorf("purging ledger rows: %w", err)
@@ -518,9 +507,52 @@ func (p *Postgres) RowsEstimate(ctx context.Context) (float64, error) {
 	return n, err
 }
 
+// MarkDeadLettered ends pending rows whose records were dead-lettered
+// because Temporal refused their start for good: they are not work in
+// flight any more. Replaying the record claims the row again.
+func (p *Postgres) MarkDeadLettered(ctx context.Context, workflowIDs []string) error {
+	if len(workflowIDs) == 0 {
+		return nil
+	}
+	ids := slices.Sorted(slices.Values(workflowIDs))
+	_, err := p.pool.Exec(ctx, `
+UPDATE dedup_ledger SET state = 'dead_lettered', updated_at = now()
+WHERE workflow_id = ANY($1::text[]) AND state = 'pending'`, ids)
+	if err != nil {
+		return fmt.Errorf("marking %d workflows dead-lettered: %w", len(ids), err)
+	}
+	return nil
+}
+
+// PendingStats says how long the oldest pending row has waited since it
+// was last claimed, and how many have waited longer than staleAfter. A
+// live router re-claims or starts a pending row within seconds; one that
+// stays pending longer has no live owner (its record was committed past,
+// or its partition is stuck) and needs an operator.
+type PendingStats struct {
+	Oldest time.Duration
+	Stale  int64
+}
+
+// PendingStats reads the pending rows' ages (an index scan over pending
+// rows only).
+func (p *Postgres) PendingStats(ctx context.Context, staleAfter time.Duration) (PendingStats, error) {
+	var st PendingStats
+	var oldest float64
+	err := p.pool.QueryRow(ctx, `SELECT
+		coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8,
+		count(*) FILTER (WHERE updated_at < now() - $1::interval)
+		FROM dedup_ledger WHERE state = 'pending'`, staleAfter).Scan(&oldest, &st.Stale)
+	if err != nil {
+		return st, fmt.Errorf("reading pending rows: %w", err)
+	}
+	st.Oldest = time.Duration(oldest * float64(time.Second))
+	return st, nil
+}
+
 // Counts is a summary of the ledger.
 type Counts struct {
-	Pending, Started, Conflicts int64
+	Pending, Started, DeadLettered, Conflicts int64
 }
 
 // Count summarises the ledger (a full scan: for dashboards and tests, not
@@ -530,8 +562,9 @@ func (p *Postgres) Count(ctx context.Context) (Counts, error) {
 	err := p.pool.QueryRow(ctx, `SELECT
 		count(*) FILTER (WHERE state = 'pending'),
 		count(*) FILTER (WHERE state = 'started'),
+		count(*) FILTER (WHERE state = 'dead_lettered'),
 		(SELECT count(*) FROM dedup_conflicts)
-		FROM dedup_ledger`).Scan(&c.Pending, &c.Started, &c.Conflicts)
+		FROM dedup_ledger`).Scan(&c.Pending, &c.Started, &c.DeadLettered, &c.Conflicts)
 	if err != nil {
 		return c, fmt.Errorf("counting ledger rows: %w", err)
 	}

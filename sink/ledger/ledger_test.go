@@ -191,14 +191,14 @@ func claimMixedBatch(t *testing.T, afterReplay bool) {
 		started,                    // duplicate of a started row
 		pending,                    // re-drive
 		intent("started", "s2"),    // conflict with a started row
-		intent("fresh", "f"),       // same batch, same payload: duplicate of the first copy
+		intent("fresh", "f"),       // same batch, same payload: the row's verdict (the router coalesces)
 		intent("fresh", "f2"),      // same batch, other payload: conflict
 		intent("fresh2", "x"),      // new
 		intent("pending", "p-bad"), // conflict with a pending row
 	}
 	want(t, claim(t, l, batch...),
 		processor.VerdictNew, processor.VerdictDuplicate, processor.VerdictRedrive, processor.VerdictConflict,
-		processor.VerdictDuplicate, processor.VerdictConflict, processor.VerdictNew, processor.VerdictConflict)
+		processor.VerdictNew, processor.VerdictConflict, processor.VerdictNew, processor.VerdictConflict)
 	counts, err := l.Count(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -304,4 +304,148 @@ func TestPurgeKeepsPendingAndRecentRows(t *testing.T) {
 	}
 	// A purged ID is new again: the ledger forgot it (Temporal's retention is the guard left).
 	want(t, claim(t, l, old), processor.VerdictNew)
+}
+
+// The event-loss hole: a pending row (a crash between claim and start) is
+// redelivered in a batch where a conflicting copy of the event (read from
+// another partition) comes before the original. The original must be
+// re-driven, not skipped as a duplicate of the conflicting copy; the same
+// when the row is started (the original is a duplicate, the copy a
+// conflict), in both claim modes.
+func TestClaimConflictBeforeOriginal(t *testing.T) {
+	for _, afterReplay := range []bool{false, true} {
+		t.Run(fmt.Sprintf("after_replay=%v", afterReplay), func(t *testing.T) {
+			l := open(t)
+			ctx := context.Background()
+			a, b := intent("e1", "A"), intent("e1", "B")
+			b.Partition = 2
+			done := intent("done", "d")
+			want(t, claim(t, l, a, done), processor.VerdictNew, processor.VerdictNew)
+			if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: done.WorkflowID, RunID: "r"}}); err != nil {
+				t.Fatal(err)
+			}
+			if afterReplay {
+				want(t, claim(t, l, done), processor.VerdictDuplicate)
+			}
+			want(t, claim(t, l, b, a, b), processor.VerdictConflict, processor.VerdictRedrive, processor.VerdictConflict)
+			if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "r"}}); err != nil {
+				t.Fatal(err)
+			}
+			want(t, claim(t, l, b, a), processor.VerdictConflict, processor.VerdictDuplicate)
+			// Neither absent row nor conflict: the first copy of a new ID
+			// claims it, later copies with its payload share its verdict.
+			n1, n2 := intent("n", "1"), intent("n", "2")
+			want(t, claim(t, l, n2, n1, n2), processor.VerdictNew, processor.VerdictConflict, processor.VerdictNew)
+		})
+	}
+}
+
+// A row started by another router after this claim's snapshot was taken
+// (the claim waits on that router's row lock) is a duplicate, not a
+// re-drive: re-driving it would call Temporal again, and under an allow_*
+// reuse policy could start a second execution.
+func TestClaimSeesRowStartedAfterItsSnapshot(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	a := intent("e1", "A")
+	want(t, claim(t, l, a), processor.VerdictNew)
+
+	tx, err := l.Pool().Begin(ctx) // the other router's MarkStarted, not yet committed
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `UPDATE dedup_ledger SET state = 'started', run_id = 'r' WHERE workflow_id = $1`, a.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []processor.Verdict, 1)
+	go func() {
+		v, err := l.Claim(ctx, []processor.Intent{a})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- v
+	}()
+	// Wait until the claim is blocked on the row lock: its snapshot is
+	// taken and says pending.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		if err := l.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO dedup_ledger%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the claim never waited on the row lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want(t, <-got, processor.VerdictDuplicate)
+}
+
+// A row whose record was dead-lettered (Temporal refused its start for
+// good) ends dead_lettered, not pending forever; replaying the record
+// (dlq replay after the cause is fixed) claims it again.
+func TestDeadLetteredRowEndsAndCanBeReclaimed(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	a, other := intent("e1", "A"), intent("e1", "other")
+	want(t, claim(t, l, a), processor.VerdictNew)
+	if err := l.MarkDeadLettered(ctx, []string{a.WorkflowID}); err != nil {
+		t.Fatal(err)
+	}
+	counts, err := l.Count(ctx)
+	if err != nil || counts != (ledger.Counts{DeadLettered: 1}) {
+		t.Fatalf("counts %+v (%v), want one dead_lettered row", counts, err)
+	}
+	want(t, claim(t, l, other, a), processor.VerdictConflict, processor.VerdictRedrive)
+	if counts, _ = l.Count(ctx); counts != (ledger.Counts{Pending: 1, Conflicts: 1}) {
+		t.Fatalf("counts %+v, want the row pending again", counts)
+	}
+}
+
+// Pending rows that nobody re-drives are visible: how old the oldest is,
+// and how many are older than the alerting age.
+func TestPendingStats(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	claim(t, l, intent("fresh", "a"), intent("stale", "b"), intent("staler", "c"))
+	if _, err := l.Pool().Exec(ctx, `UPDATE dedup_ledger SET updated_at = now() - interval '1 hour' WHERE event_id = 'stale';
+		UPDATE dedup_ledger SET updated_at = now() - interval '2 hours' WHERE event_id = 'staler'`); err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.PendingStats(ctx, 30*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Stale != 2 || st.Oldest < 2*time.Hour-time.Minute || st.Oldest > 2*time.Hour+time.Minute {
+		t.Fatalf("pending stats %+v, want 2 stale, oldest about 2h", st)
+	}
+}
+
+// Routers and workers that start together on an empty database all run
+// the migrations at once: none may fail (goose serialises them with a
+// PostgreSQL advisory lock).
+func TestMigrateConcurrently(t *testing.T) {
+	for round := 0; round < 10; round++ {
+		url := pgtest.NewDatabase(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, 6)
+		for i := 0; i < 6; i++ {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs <- ledger.Migrate(context.Background(), url) }()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
 }
