@@ -5,10 +5,21 @@ import "context"
 // Ledger is what the router needs from the claim ledger. Both methods must
 // be idempotent: the router retries them after transient errors.
 type Ledger interface {
-	// Claim returns one verdict per intent, in order.
+	// Claim returns one verdict per intent, in order. It answers per
+	// workflow ID: a copy whose payload differs from the one the ID was
+	// claimed with is VerdictConflict; every other copy gets the ID's
+	// verdict (VerdictNew when this call claimed it, VerdictRedrive while
+	// it is claimed and not started, VerdictDuplicate once started),
+	// wherever it stands in the batch. An unclaimed ID is claimed with the
+	// payload of its first copy in the batch. Which copy starts is the
+	// router's business (startPool.submit).
 	Claim(ctx context.Context, intents []Intent) ([]Verdict, error)
 	// MarkStarted records that Temporal has the workflows.
 	MarkStarted(ctx context.Context, started []Started) error
+	// MarkDeadLettered ends claims whose start Temporal refused for good
+	// (their records were dead-lettered); a later claim of the same
+	// payload re-claims them.
+	MarkDeadLettered(ctx context.Context, workflowIDs []string) error
 }
 
 // DeadLetter identifies one dead-letter write: a record, and the workflow

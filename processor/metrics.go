@@ -15,7 +15,7 @@ type metrics struct {
 	deadLetters      *prometheus.CounterVec // reason
 	starts           *prometheus.CounterVec // result: started, already_started
 	startErrors      *prometheus.CounterVec // kind: transient, permanent
-	retries          *prometheus.CounterVec // op: claim, start, mark, dead_letter, commit
+	retries          *prometheus.CounterVec // op: Op
 	claimBatch       prometheus.Histogram
 	claimSeconds     prometheus.Histogram
 	startSeconds     prometheus.Histogram
@@ -70,17 +70,17 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 		Name: "dedup_consumer_lag", Help: "Records between this replica's committed offset and the log end, per partition it owns."}, []string{"topic", "partition"})
 	// Every label value that can appear is exported from the start, at 0,
 	// so that rates and alerts see the series before the first event.
-	for _, d := range []string{"postgres", "temporal", "kafka"} {
-		m.dependencyUp.WithLabelValues(d).Set(1)
+	for d := Dependency(0); d < numDeps; d++ {
+		m.dependencyUp.WithLabelValues(d.String()).Set(1)
 	}
-	for _, r := range []string{"undecodable", "missing_type", "invalid_id", "no_id", "oversized", "conflict", "no_route", "temporal_permanent"} {
-		m.deadLetters.WithLabelValues(r)
+	for _, r := range Reasons {
+		m.deadLetters.WithLabelValues(string(r))
 	}
 	for _, k := range []string{"transient", "permanent"} {
 		m.startErrors.WithLabelValues(k)
 	}
-	for _, op := range []string{"claim", "start", "mark", "dead_letter", "dead_letter_log", "commit"} {
-		m.retries.WithLabelValues(op)
+	for op := Op(0); op < numOps; op++ {
+		m.retries.WithLabelValues(op.String())
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.commits.WithLabelValues(r)

@@ -1,0 +1,84 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// claimBatch is a decoded and routed poll batch, on its way to the ledger:
+// one intent per (record, route), with its start request and its record.
+type claimBatch struct {
+	intents []Intent
+	reqs    []StartRequest
+	owners  []*record
+}
+
+// claimer claims each poll batch's intents in the ledger, in poll order,
+// and acts on the verdicts. Its guarantee: every intent ends exactly once:
+// new and re-driven intents are handed to the start pool (which starts one
+// per workflow ID and makes the other copies wait), duplicates finish at
+// once, conflicts are dead-lettered. The ledger answers per workflow ID
+// (see Ledger.Claim); the claimer never deduplicates on its own, so which
+// copy starts a workflow is decided in one place, startPool.submit.
+type claimer struct {
+	log    *slog.Logger
+	m      *metrics
+	ledger Ledger
+	health *health
+	hooks  Hooks
+	starts *startPool
+	dlq    *deadLetterWriter
+	end    func(rec *record, ok bool)
+}
+
+// claim claims b and dispatches its intents. It returns once every start
+// is queued, so the claim of the next batch overlaps with the starts of
+// this one.
+func (c *claimer) claim(ctx context.Context, b *claimBatch) {
+	var verdicts []Verdict
+	start := time.Now()
+	err := c.health.retry(ctx, OpClaim, func(ctx context.Context) error {
+		var err error
+		verdicts, err = c.ledger.Claim(ctx, b.intents)
+		return err
+	})
+	c.m.claimSeconds.Observe(time.Since(start).Seconds())
+	c.m.claimBatch.Observe(float64(len(b.intents)))
+	if err != nil { // shutting down, or the ledger refused for good
+		for _, rec := range b.owners {
+			c.end(rec, false)
+		}
+		return
+	}
+	if c.hooks.AfterClaim != nil {
+		c.hooks.AfterClaim()
+	}
+	var conflicts []deadLetter
+	for i, v := range verdicts {
+		in, rec := &b.intents[i], b.owners[i]
+		switch v {
+		case VerdictNew, VerdictRedrive:
+			if c.starts.submit(rec, b.reqs[i]) {
+				// Another copy's start is in flight here: this one finishes
+				// with it, and Temporal hears of it once.
+				c.m.intents.WithLabelValues(VerdictDuplicate.String()).Inc()
+				continue
+			}
+			c.m.intents.WithLabelValues(v.String()).Inc()
+		case VerdictConflict:
+			c.m.intents.WithLabelValues(v.String()).Inc()
+			conflicts = append(conflicts, deadLetter{rec: rec, reason: ReasonConflict, workflow: in.WorkflowID,
+				err: fmt.Errorf("workflow %s was claimed with another payload; not started", in.WorkflowID)})
+		default:
+			c.m.intents.WithLabelValues(v.String()).Inc()
+			c.log.Debug("duplicate skipped", "workflow_id", in.WorkflowID, "topic", in.Topic,
+				"partition", in.Partition, "offset", in.Offset)
+			c.end(rec, true)
+		}
+	}
+	if len(conflicts) > 0 {
+		c.dlq.write(ctx, conflicts)
+	}
+}

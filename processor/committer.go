@@ -1,0 +1,436 @@
+package processor
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// partition is the committer's state for one partition the router owns.
+type partition struct {
+	tp        topicPartition
+	ctx       context.Context // cancelled when the partition is revoked or lost
+	cancel    context.CancelFunc
+	tr        *tracker
+	inFlight  int   // records polled and not ended
+	committed int64 // offset last committed by us; -1 none
+	revoking  bool  // no new records are taken
+	// expect is the next offset we should see: the committed offset at
+	// assignment, then one past the last polled record; -1 unknown. A jump
+	// past it is a gap (compaction, transaction markers, or records that
+	// retention deleted before we read them: checkGap tells them apart).
+	expect     int64
+	checking   bool
+	assignedAt int64 // the group's committed offset at assignment; -1 none
+}
+
+// record is one polled Kafka record while it is in flight. Its pieces of
+// work (one per intent, or one dead-letter write) each end once, through
+// committer.end; the record finishes when the last one ends.
+type record struct {
+	part     *partition
+	kr       *kgo.Record
+	offset   int64
+	epoch    int32
+	pending  int  // pieces of work not yet ended
+	failed   bool // something was abandoned: never committable
+	finished bool // set by the tracker
+}
+
+// committer owns partition membership and offsets. Its guarantee: an
+// offset is committed only when every record before it in its partition
+// finished (the contiguous finished prefix, tracker); nothing is committed
+// for a partition after it is revoked (beyond what finished within
+// RevokeTimeout) or lost; commits carry the group generation, so a
+// zombie's late commit is rejected by the broker; a final commit happens
+// on shutdown. It also bounds records in flight (MaxInFlight), notices
+// offsets deleted by retention before they were read (checkGap) and
+// exports consumer lag.
+//
+// Every other component finishes its work on a record through end; nothing
+// else touches offsets.
+type committer struct {
+	cfg    Config
+	log    *slog.Logger
+	m      *metrics
+	cl     *kgo.Client
+	adm    *kadm.Client
+	paused func() bool // fetching is paused (a dependency fails)
+	// parent is the parent of every partition's context: cancelled when
+	// the router's work stops.
+	parent context.Context
+
+	mu       sync.Mutex
+	cond     *sync.Cond // broadcast when records end, partitions change or the pause changes
+	parts    map[topicPartition]*partition
+	inFlight int
+	joined   bool
+}
+
+func newCommitter(cfg Config, log *slog.Logger, m *metrics, parent context.Context, paused func() bool) *committer {
+	c := &committer{cfg: cfg, log: log, m: m, parent: parent, paused: paused, parts: map[topicPartition]*partition{}}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+// wake wakes everything waiting on the committer (capacity, drain,
+// revoke): the pause changed, or a deadline passed.
+func (c *committer) wake() {
+	c.mu.Lock()
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+// track registers a polled record with its partition, or returns nil if the
+// partition is no longer ours (or is being revoked). The record starts with
+// one piece of work; the caller sets how many it really has (setPending)
+// before handing any of them out.
+func (c *committer) track(kr *kgo.Record) *record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.parts[topicPartition{kr.Topic, kr.Partition}]
+	if p == nil || p.revoking {
+		return nil
+	}
+	if p.expect >= 0 && kr.Offset > p.expect && !p.checking {
+		p.checking = true
+		go c.checkGap(p, p.expect, kr.Offset)
+	}
+	p.expect = kr.Offset + 1
+	rec := &record{part: p, kr: kr, offset: kr.Offset, epoch: kr.LeaderEpoch, pending: 1}
+	p.tr.add(rec)
+	p.inFlight++
+	c.inFlight++
+	c.m.inFlight.Set(float64(c.inFlight))
+	return rec
+}
+
+// setPending says how many pieces of work rec has (one per intent).
+func (c *committer) setPending(rec *record, n int) {
+	c.mu.Lock()
+	rec.pending = n
+	c.mu.Unlock()
+}
+
+// end ends one of a record's pieces of work. ok=false abandons it: the
+// record is never committed by this router and will be redelivered.
+func (c *committer) end(rec *record, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !ok {
+		rec.failed = true
+	}
+	rec.pending--
+	if rec.pending > 0 {
+		return
+	}
+	p := rec.part
+	p.inFlight--
+	c.inFlight--
+	c.m.inFlight.Set(float64(c.inFlight))
+	if !rec.failed && c.parts[p.tp] == p {
+		p.tr.finish(rec)
+	}
+	rec.kr = nil
+	c.cond.Broadcast()
+}
+
+// owned reports whether the router still owns rec's partition.
+func (c *committer) owned(rec *record) bool { return rec.part.ctx.Err() == nil }
+
+// waitCapacity blocks while MaxInFlight records are in flight or fetching
+// is paused; false once ctx ends.
+func (c *committer) waitCapacity(ctx context.Context) bool {
+	stop := context.AfterFunc(ctx, c.wake)
+	defer stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for (c.inFlight >= c.cfg.MaxInFlight || c.paused()) && ctx.Err() == nil {
+		c.cond.Wait()
+	}
+	return ctx.Err() == nil
+}
+
+// waitDrained waits up to timeout for every record in flight to end.
+func (c *committer) waitDrained(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	t := time.AfterFunc(timeout, c.wake)
+	defer t.Stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.inFlight > 0 && time.Now().Before(deadline) {
+		c.cond.Wait()
+	}
+	if c.inFlight > 0 {
+		c.log.Warn("shutting down with records in flight; they will be redelivered", "records", c.inFlight)
+	}
+}
+
+// ready says whether the router has joined the group.
+func (c *committer) ready() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.joined
+}
+
+// run commits on a ticker until ctx ends.
+func (c *committer) run(ctx context.Context) {
+	every(ctx, c.cfg.CommitInterval, func() { c.commit(ctx, nil) })
+}
+
+// commit commits, for the partitions we own (only those in only, if set),
+// the end of the finished prefix where it moved since the last commit.
+func (c *committer) commit(ctx context.Context, only map[topicPartition]bool) {
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	want := map[topicPartition]int64{}
+	c.mu.Lock()
+	for tp, p := range c.parts {
+		if (only != nil && !only[tp]) || p.tr.next < 0 || p.tr.next <= p.committed {
+			continue
+		}
+		if offsets[tp.topic] == nil {
+			offsets[tp.topic] = map[int32]kgo.EpochOffset{}
+		}
+		offsets[tp.topic][tp.partition] = kgo.EpochOffset{Epoch: p.tr.nextEpoch, Offset: p.tr.next}
+		want[tp] = p.tr.next
+	}
+	c.mu.Unlock()
+	if len(want) == 0 {
+		return
+	}
+	start := time.Now()
+	var failed map[topicPartition]error
+	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		failed = map[topicPartition]error{}
+		if err != nil {
+			for tp := range want {
+				failed[tp] = err
+			}
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil {
+					failed[topicPartition{t.Topic, p.Partition}] = perr
+				}
+			}
+		}
+	})
+	c.m.commitSeconds.Observe(time.Since(start).Seconds())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for tp, off := range want {
+		if err, bad := failed[tp]; bad {
+			c.m.commits.WithLabelValues("error").Inc()
+			c.log.Warn("offset commit failed; will retry", "topic", tp.topic, "partition", tp.partition, "offset", off, "err", err)
+			continue
+		}
+		c.m.commits.WithLabelValues("ok").Inc()
+		c.m.committedOffset.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Set(float64(off))
+		if p := c.parts[tp]; p != nil && off > p.committed {
+			p.committed = off
+		}
+	}
+}
+
+// assigned takes on new partitions (kgo.OnPartitionsAssigned).
+func (c *committer) assigned(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	// Where the group left each partition, to notice records that retention
+	// deleted before anyone read them (the client then resumes at the log
+	// start without an error).
+	committed := map[topicPartition]int64{}
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	var topics []string
+	for t := range assigned {
+		topics = append(topics, t)
+	}
+	if resp, err := c.adm.FetchOffsetsForTopics(fctx, c.cfg.Group, topics...); err == nil {
+		resp.Each(func(o kadm.OffsetResponse) {
+			if o.Err == nil && o.At >= 0 {
+				committed[topicPartition{o.Topic, o.Partition}] = o.At
+			}
+		})
+	}
+	cancel()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t, ps := range assigned {
+		for _, p := range ps {
+			tp := topicPartition{t, p}
+			ctx, cancel := context.WithCancel(c.parent)
+			expect, ok := committed[tp]
+			if !ok {
+				expect = -1
+			}
+			c.parts[tp] = &partition{tp: tp, ctx: ctx, cancel: cancel, tr: newTracker(), committed: -1, expect: expect, assignedAt: expect}
+		}
+	}
+	if c.paused() {
+		c.m.pausedPartitions.Set(float64(len(c.parts)))
+	}
+	c.joined = true
+	c.log.Info("partitions assigned", "partitions", assigned)
+}
+
+// revoked gives in-flight records of revoked partitions RevokeTimeout to
+// finish, commits what finished, and forgets the partitions
+// (kgo.OnPartitionsRevoked). Whatever did not finish is abandoned,
+// uncommitted, for the new owner.
+func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	only := map[topicPartition]bool{}
+	c.mu.Lock()
+	for t, ps := range revoked {
+		for _, p := range ps {
+			tp := topicPartition{t, p}
+			if part := c.parts[tp]; part != nil {
+				part.revoking = true
+				only[tp] = true
+			}
+		}
+	}
+	c.mu.Unlock()
+	deadline := time.Now().Add(c.cfg.RevokeTimeout)
+	t := time.AfterFunc(c.cfg.RevokeTimeout, c.wake)
+	c.mu.Lock()
+	for time.Now().Before(deadline) && c.busy(only) {
+		c.cond.Wait()
+	}
+	c.mu.Unlock()
+	t.Stop()
+	c.commit(ctx, only)
+	c.mu.Lock()
+	for tp := range only {
+		c.forget(tp)
+	}
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	c.log.Info("partitions revoked", "partitions", revoked)
+}
+
+func (c *committer) busy(tps map[topicPartition]bool) bool {
+	for tp := range tps {
+		if c.parts[tp].inFlight > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// forget drops a partition: its context is cancelled, so its records'
+// work is abandoned. Called with mu held.
+func (c *committer) forget(tp topicPartition) {
+	part := c.parts[tp]
+	if part == nil {
+		return
+	}
+	part.cancel()
+	delete(c.parts, tp)
+	c.m.committedOffset.DeleteLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))
+	c.m.lag.DeleteLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))
+}
+
+// lost forgets partitions without committing (kgo.OnPartitionsLost):
+// another member may own them already, and a late commit from us could
+// move its offsets.
+func (c *committer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t, ps := range lost {
+		for _, p := range ps {
+			c.forget(topicPartition{t, p})
+		}
+	}
+	c.cond.Broadcast()
+	c.log.Warn("partitions lost; their in-flight work is abandoned uncommitted", "partitions", lost)
+}
+
+// pausedPartitions exports how many owned partitions are paused.
+func (c *committer) setPaused(paused bool) {
+	c.mu.Lock()
+	n := 0
+	if paused {
+		n = len(c.parts)
+	}
+	c.m.pausedPartitions.Set(float64(n))
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+// checkGap asks where the partition's log starts now: if past from, the
+// records from `from` up to the log start (at most `to`) were deleted by
+// retention before this group read them. Logged and counted: the reset
+// policy decided to go on, and operators must know what was skipped.
+func (c *committer) checkGap(p *partition, from, to int64) {
+	defer func() { c.mu.Lock(); p.checking = false; c.mu.Unlock() }()
+	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+	defer cancel()
+	starts, err := c.adm.ListStartOffsets(ctx, p.tp.topic)
+	if err != nil {
+		return
+	}
+	o, ok := starts.Lookup(p.tp.topic, p.tp.partition)
+	if !ok || o.Err != nil || o.Offset <= from {
+		return // compaction or transaction markers, not retention
+	}
+	lost := min(o.Offset, to) - from
+	c.m.lost.WithLabelValues(p.tp.topic).Add(float64(lost))
+	c.log.Error("records deleted by retention before they were consumed; they are lost",
+		"topic", p.tp.topic, "partition", p.tp.partition, "from", from, "to", min(o.Offset, to)-1, "records", lost)
+}
+
+// lagLoop exports, for the partitions this replica owns, how far its
+// committed offset is behind the log end (dedup_consumer_lag). Summed over
+// replicas it is the group's lag.
+func (c *committer) lagLoop(ctx context.Context) {
+	every(ctx, c.cfg.LagInterval, func() { c.measureLag(ctx) })
+}
+
+func (c *committer) measureLag(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ends, err := c.adm.ListEndOffsets(lctx, c.cfg.Topics...)
+	cancel()
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	ends.Each(func(o kadm.ListedOffset) {
+		p := c.parts[topicPartition{o.Topic, o.Partition}]
+		if p == nil || o.Err != nil {
+			return
+		}
+		at := p.committed
+		if at < 0 {
+			at = p.assignedAt
+		}
+		if at >= 0 {
+			c.m.lag.WithLabelValues(o.Topic, strconv.Itoa(int(o.Partition))).Set(float64(max(o.Offset-at, 0)))
+		}
+	})
+	c.mu.Unlock()
+}
+
+// every runs fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}

@@ -1,0 +1,247 @@
+package processor
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// job is one workflow start and the records that wait on it.
+type job struct {
+	rec   *record // the owner: the copy whose start this is
+	req   StartRequest
+	runID string
+	// waiters are the other copies of the same workflow (same batch or a
+	// later one) that asked while this start was in flight: they finish
+	// with it instead of calling Temporal again.
+	waiters []*record
+}
+
+// startPool starts workflows with StartConcurrency workers and marks them
+// started in the ledger in batches.
+//
+// Its guarantee, the one coalescing rule of the router: a workflow ID has
+// at most one start in flight in this router. The first copy that needs
+// it (verdict new or re-drive) owns the start; every other copy, whether
+// in the same poll batch or a later one, waits on it and finishes with it.
+// A copy finishes only once the ledger says started (or its dead letter is
+// written), so a committed offset always means a started workflow. If the
+// owner's partition is revoked or lost, the start is abandoned for it, and
+// the first waiter whose partition is still owned takes the start over
+// (waiters are never failed with an owner that went away). A start that
+// Temporal refuses for good dead-letters the owner (temporal_permanent),
+// marks the row dead_lettered and finishes the waiters with it: it is one
+// event, dead-lettered once.
+type startPool struct {
+	cfg     Config
+	m       *metrics
+	starter Starter
+	ledger  Ledger
+	health  *health
+	hooks   Hooks
+	dlq     *deadLetterWriter
+	end     func(rec *record, ok bool)
+	// workCtx ends when the router stops working (after the drain);
+	// markCtx a little later, after the marker's final flush.
+	workCtx context.Context
+
+	mu       sync.Mutex
+	starting map[string]*job // workflow ID -> its start in flight here
+
+	startQ chan *job
+	markQ  chan *job
+}
+
+func newStartPool(cfg Config, m *metrics, starter Starter, ledger Ledger, h *health, hooks Hooks, dlq *deadLetterWriter,
+	end func(*record, bool), workCtx context.Context) *startPool {
+	return &startPool{cfg: cfg, m: m, starter: starter, ledger: ledger, health: h, hooks: hooks, dlq: dlq, end: end,
+		workCtx: workCtx, starting: map[string]*job{},
+		// Room for the starts of every record in flight (one per route
+		// each, usually), so the claimer claims the next batch while this
+		// one's starts are still queued: a slow claim then does not leave
+		// the start workers idle. Fuller than that, submit waits.
+		startQ: make(chan *job, 2*(cfg.MaxInFlight+cfg.MaxPollRecords)),
+		markQ:  make(chan *job, cfg.MarkBatch),
+	}
+}
+
+// submit asks for rec's workflow to be started: rec owns a new start, or
+// waits on the one in flight. It reports whether rec waits.
+func (s *startPool) submit(rec *record, req StartRequest) (waits bool) {
+	s.mu.Lock()
+	if j := s.starting[req.WorkflowID]; j != nil {
+		j.waiters = append(j.waiters, rec)
+		s.mu.Unlock()
+		return true
+	}
+	j := &job{rec: rec, req: req}
+	s.starting[req.WorkflowID] = j
+	s.mu.Unlock()
+	s.enqueue(j)
+	return false
+}
+
+// enqueue hands a job to the workers, or abandons it on shutdown.
+func (s *startPool) enqueue(j *job) {
+	select {
+	case s.startQ <- j:
+	case <-s.workCtx.Done():
+		s.done(j, false)
+	}
+}
+
+// run runs the workers and the marker until the work context ends and the
+// marker's queue is closed by stop; it returns when all have stopped.
+func (s *startPool) run() (stop func()) {
+	var workers sync.WaitGroup
+	for i := 0; i < s.cfg.StartConcurrency; i++ {
+		workers.Add(1)
+		go func() { defer workers.Done(); s.worker() }()
+	}
+	markerDone := make(chan struct{})
+	go func() { defer close(markerDone); s.marker() }()
+	return func() {
+		workers.Wait() // they stop when workCtx ends
+		for drained := false; !drained; {
+			select {
+			case j := <-s.startQ:
+				s.done(j, false)
+			default:
+				drained = true
+			}
+		}
+		close(s.markQ)
+		<-markerDone
+	}
+}
+
+func (s *startPool) worker() {
+	for {
+		var j *job
+		select {
+		case j = <-s.startQ:
+		case <-s.workCtx.Done():
+			return
+		}
+		var res StartResult
+		ctx := j.rec.part.ctx
+		err := s.health.retry(ctx, OpStart, func(ctx context.Context) error {
+			t := time.Now()
+			var err error
+			res, err = s.starter.Start(ctx, j.req)
+			s.m.startSeconds.Observe(time.Since(t).Seconds())
+			if err != nil && !IsPermanent(err) {
+				s.m.startErrors.WithLabelValues("transient").Inc()
+			}
+			return err
+		})
+		switch {
+		case err == nil:
+			if res.AlreadyStarted {
+				s.m.starts.WithLabelValues("already_started").Inc()
+			} else {
+				s.m.starts.WithLabelValues("started").Inc()
+			}
+			if s.hooks.AfterStart != nil {
+				s.hooks.AfterStart()
+			}
+			j.runID = res.RunID
+			s.markQ <- j
+		case IsPermanent(err):
+			s.m.startErrors.WithLabelValues("permanent").Inc()
+			s.deadLetter(ctx, j, err)
+		default: // revoked, lost or shutting down
+			s.done(j, false)
+		}
+	}
+}
+
+// deadLetter dead-letters a start Temporal refused for good: the owner's
+// record goes to the dead-letter topic, the ledger row ends dead_lettered,
+// and the waiters finish with the owner.
+func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
+	// The owner's own piece of work is ended by the writer; its waiters
+	// are released below with the same outcome.
+	ok := s.dlq.write(ctx, []deadLetter{{rec: j.rec, reason: ReasonTemporalPermanent, err: cause, workflow: j.req.WorkflowID}})
+	if ok {
+		// Best effort: a row left pending is re-driven and dead-lettered
+		// again (the dead-letter log keeps it written once).
+		_ = s.health.retry(ctx, OpMark, func(ctx context.Context) error {
+			return s.ledger.MarkDeadLettered(ctx, []string{j.req.WorkflowID})
+		})
+	}
+	s.release(j, ok)
+}
+
+// marker batches started workflows into one ledger update; their records
+// finish when it succeeds. Its final flush (after the workers stopped)
+// gets a short deadline of its own, not the cancelled work context.
+func (s *startPool) marker() {
+	var batch []*job
+	tick := time.NewTicker(s.cfg.MarkInterval)
+	defer tick.Stop()
+	flush := func(ctx context.Context) {
+		if len(batch) == 0 {
+			return
+		}
+		started := make([]Started, len(batch))
+		for i, j := range batch {
+			started[i] = Started{WorkflowID: j.req.WorkflowID, RunID: j.runID}
+		}
+		err := s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkStarted(ctx, started) })
+		for _, j := range batch {
+			s.done(j, err == nil)
+		}
+		batch = batch[:0]
+	}
+	for {
+		select {
+		case j, ok := <-s.markQ:
+			if !ok {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), 10*time.Second)
+				flush(ctx)
+				cancel()
+				return
+			}
+			batch = append(batch, j)
+			if len(batch) >= s.cfg.MarkBatch {
+				flush(s.workCtx)
+			}
+		case <-tick.C:
+			flush(s.workCtx)
+		}
+	}
+}
+
+// done ends a start's owner and the records waiting on it.
+func (s *startPool) done(j *job, ok bool) {
+	s.end(j.rec, ok)
+	s.release(j, ok)
+}
+
+// release ends the start's waiters with the owner's outcome; if the start
+// was abandoned, the first waiter whose partition is still owned takes it
+// over instead, with the waiters after it.
+func (s *startPool) release(j *job, ok bool) {
+	s.mu.Lock()
+	if s.starting[j.req.WorkflowID] == j {
+		delete(s.starting, j.req.WorkflowID)
+	}
+	waiters := j.waiters
+	j.waiters = nil
+	if !ok {
+		for i, w := range waiters {
+			if w.part.ctx.Err() == nil && s.workCtx.Err() == nil {
+				nj := &job{rec: w, req: j.req, waiters: waiters[i+1:]}
+				s.starting[nj.req.WorkflowID] = nj
+				waiters = waiters[:i]
+				go s.enqueue(nj)
+				break
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, w := range waiters {
+		s.end(w, ok)
+	}
+}
