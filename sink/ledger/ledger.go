@@ -200,6 +200,11 @@ type stored struct {
 // optimisation only: both paths give the same verdicts. Another round trip
 // happens only when a conflict must be recorded.
 func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]processor.Verdict, error) {
+	v, err := p.claimBatch(ctx, intents)
+	return v, classify(err)
+}
+
+func (p *Postgres) claimBatch(ctx context.Context, intents []processor.Intent) ([]processor.Verdict, error) {
 	if len(intents) == 0 {
 		return nil, nil
 	}
@@ -415,7 +420,7 @@ UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), star
 FROM unnest($1::text[], $2::text[]) AS u(workflow_id, run_id)
 WHERE l.workflow_id = u.workflow_id AND l.state = 'pending'`, ids, runs)
 	if err != nil {
-		return fmt.Errorf("marking %d workflows started: %w", len(started), err)
+		return classify(fmt.Errorf("marking %d workflows started: %w", len(started), err))
 	}
 	return nil
 }
@@ -437,7 +442,7 @@ SELECT i.ord, d.topic IS NOT NULL
 FROM unnest($1::text[], $2::int4[], $3::int8[], $4::text[]) WITH ORDINALITY AS i(topic, kafka_partition, kafka_offset, workflow_id, ord)
 LEFT JOIN dedup_dead_letters d USING (topic, kafka_partition, kafka_offset, workflow_id)`, topic, part, off, wf)
 	if err != nil {
-		return nil, fmt.Errorf("checking %d dead letters: %w", len(dls), err)
+		return nil, classify(fmt.Errorf("checking %d dead letters: %w", len(dls), err))
 	}
 	defer rows.Close()
 	out := make([]bool, len(dls))
@@ -467,7 +472,7 @@ INSERT INTO dedup_dead_letters (topic, kafka_partition, kafka_offset, workflow_i
 SELECT * FROM unnest($1::text[], $2::int4[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::text[])
 ON CONFLICT DO NOTHING`, topic, part, off, wf, reason, errs, dlq)
 	if err != nil {
-		return fmt.Errorf("recording %d dead letters: %w", len(dls), err)
+		return classify(fmt.Errorf("recording %d dead letters: %w", len(dls), err))
 	}
 	return nil
 }
@@ -519,7 +524,7 @@ func (p *Postgres) MarkDeadLettered(ctx context.Context, workflowIDs []string) e
 UPDATE dedup_ledger SET state = 'dead_lettered', updated_at = now()
 WHERE workflow_id = ANY($1::text[]) AND state = 'pending'`, ids)
 	if err != nil {
-		return fmt.Errorf("marking %d workflows dead-lettered: %w", len(ids), err)
+		return classify(fmt.Errorf("marking %d workflows dead-lettered: %w", len(ids), err))
 	}
 	return nil
 }
@@ -591,6 +596,16 @@ func Transient(err error) bool {
 	}
 	// No server error: the connection or dial failed.
 	return !errors.Is(err, context.Canceled)
+}
+
+// classify marks the errors that retrying cannot fix (permission denied,
+// a missing table, a constraint): the router stops on them instead of
+// reporting PostgreSQL down forever.
+func classify(err error) error {
+	if err == nil || Transient(err) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return processor.Permanent(err)
 }
 
 // pingTimeout bounds readiness probes.
