@@ -16,9 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/dedupio/dedup/internal/app"
@@ -57,6 +55,16 @@ func run(args []string) error {
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
+	// Test-only crash points (failpoints.go): before anything else, so that
+	// a binary built without them refuses DEDUP_FAILPOINT at once.
+	var hooks processor.Hooks
+	if cmd == "run" {
+		h, err := failpoints(os.Getenv("DEDUP_FAILPOINT"))
+		if err != nil {
+			return err
+		}
+		hooks = h
+	}
 	cfg, err := app.LoadConfig(*path)
 	if err != nil {
 		return err
@@ -80,10 +88,6 @@ func run(args []string) error {
 		fmt.Printf("read %d dead letters; %s %v; left %v\n", res.Read, verb, res.Replayed, res.Skipped)
 		return err
 	case "run":
-		hooks, err := failpoints(os.Getenv("DEDUP_FAILPOINT"))
-		if err != nil {
-			return err
-		}
 		return app.Run(ctx, cfg, app.Options{Hooks: hooks})
 	case "worker":
 		return app.RunWorker(ctx, cfg, nil)
@@ -94,41 +98,4 @@ func run(args []string) error {
 		return nil
 	}
 	return usage()
-}
-
-// failpoints reads DEDUP_FAILPOINT, which the crash tests set: the process
-// exits abruptly (as SIGKILL would leave it: nothing flushed, nothing
-// committed) at the named point, on its Nth visit. Values:
-// "after-claim[:N]" (claims committed, nothing started) and
-// "after-start[:N]" (a workflow started, not marked, offset not committed).
-func failpoints(spec string) (processor.Hooks, error) {
-	var h processor.Hooks
-	if spec == "" {
-		return h, nil
-	}
-	name, nth, _ := strings.Cut(spec, ":")
-	n := int64(1)
-	if nth != "" {
-		v, err := strconv.ParseInt(nth, 10, 64)
-		if err != nil || v < 1 {
-			return h, fmt.Errorf("DEDUP_FAILPOINT %q: count must be a positive integer", spec)
-		}
-		n = v
-	}
-	var seen atomic.Int64
-	crash := func() {
-		if seen.Add(1) == n {
-			fmt.Fprintf(os.Stderr, "dedup: failpoint %s hit, exiting\n", spec)
-			os.Exit(137)
-		}
-	}
-	switch name {
-	case "after-claim":
-		h.AfterClaim = crash
-	case "after-start":
-		h.AfterStart = crash
-	default:
-		return h, fmt.Errorf("DEDUP_FAILPOINT %q: unknown failpoint (after-claim, after-start)", spec)
-	}
-	return h, nil
 }

@@ -6,10 +6,11 @@
 // router, a re-drive, or a retried RPC whose first attempt did reach the
 // server) comes back as "already started", which is success.
 //
-// Errors are classified once, here: unavailable, throttled, timed out and
-// internal errors are transient (the router retries them); invalid
-// arguments, unknown namespaces and permission errors are permanent
-// (processor.Permanent: the record is dead-lettered).
+// Errors are classified once, here (Permanent): unavailable, throttled,
+// timed out and internal errors, and a namespace that is failing over, are
+// transient (the router retries them); invalid arguments, unknown
+// namespaces and permission errors are permanent (processor.Permanent: the
+// record is dead-lettered).
 package starter
 
 import (
@@ -105,9 +106,74 @@ func ReusePolicy(p processor.ReusePolicy) enumspb.WorkflowIdReusePolicy {
 }
 
 // Permanent reports whether a start error will not go away by retrying.
+// It is the one place where start errors are classified: Start marks the
+// errors it accepts with processor.Permanent (the record is dead-lettered);
+// every other error is retried by the router, with backoff, for as long as
+// it runs (and the router reports Temporal as down meanwhile).
+//
+// The question asked of each error is "does waiting heal it?", and the
+// cost of a wrong answer is asymmetric: a transient error taken for
+// permanent dead-letters every record that meets it (during a namespace
+// failover, the whole stream until an operator replays the dead letters),
+// while a permanent error taken for transient only stalls the router,
+// loudly, until someone fixes the cause. So:
+//
+// Transient (false):
+//   - context.Canceled, context.DeadlineExceeded and their gRPC codes: the
+//     attempt ended, the request was not judged.
+//   - serviceerror.NamespaceNotActive (FailedPrecondition): this cluster
+//     is the standby for the namespace; during a failover that is a
+//     matter of seconds to minutes, and the SDK or a re-dial reaches the
+//     active one.
+//   - serviceerror.NamespaceInvalidState (FailedPrecondition): the
+//     namespace is not in a state that takes starts (not Registered). It
+//     is a property of the namespace, not of the record: every record
+//     meets it, and the state is changed by an operator, not by the
+//     request, so stalling beats dead-lettering the stream.
+//   - serviceerror.NamespaceUnavailable, and Unavailable in general
+//     (including the server's "namespace replication in handover state").
+//   - serviceerror.WorkflowNotReady (FailedPrecondition): "not yet", by
+//     definition.
+//   - ResourceExhausted, Internal, Aborted, DataLoss, Unknown, and any
+//     error that is not a gRPC or Temporal service error (connection
+//     resets and the like).
+//
+// Permanent (true):
+//   - serviceerror.NamespaceNotFound (NotFound): an unknown namespace is a
+//     configuration error that waiting does not heal. A failover does not
+//     produce it: a namespace must be replicated to a cluster before it
+//     can become active there, so a failing-over namespace answers
+//     NamespaceNotActive or Unavailable (handover) until it is served. The
+//     one NotFound window that waiting would close is a namespace that is
+//     being registered while routers already send to it (the server caches
+//     the miss for a few seconds): that is a deployment ordering error, and
+//     the dead letters it leaves can be replayed (dedup dlq replay).
+//   - InvalidArgument, PermissionDenied, Unauthenticated, Unimplemented,
+//     OutOfRange (NewerBuildExists), and NotFound in general.
+//   - FailedPrecondition other than the cases above:
+//     ClientVersionNotSupported and ServerVersionNotSupported (a deploy
+//     that waiting does not fix) and the generic serviceerror
+//     FailedPrecondition, whose meaning (gRPC) is "do not retry until the
+//     system state is explicitly fixed". A bare gRPC FailedPrecondition
+//     without Temporal's details (a proxy that strips them) is taken as
+//     generic: without the details a failover cannot be told apart.
 func Permanent(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
+	}
+	var (
+		notActive    *serviceerror.NamespaceNotActive
+		invalidState *serviceerror.NamespaceInvalidState
+		unavailable  *serviceerror.NamespaceUnavailable
+		notReady     *serviceerror.WorkflowNotReady
+		notFound     *serviceerror.NamespaceNotFound
+	)
+	switch {
+	case errors.As(err, &notActive), errors.As(err, &invalidState),
+		errors.As(err, &unavailable), errors.As(err, &notReady):
+		return false
+	case errors.As(err, &notFound):
+		return true
 	}
 	switch serviceerror.ToStatus(err).Code() {
 	case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated,

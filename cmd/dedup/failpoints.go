@@ -1,0 +1,53 @@
+//go:build failpoints
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/dedupio/dedup/processor"
+)
+
+// failpoints reads DEDUP_FAILPOINT, which the crash tests set: the process
+// exits abruptly (as SIGKILL would leave it: nothing flushed, nothing
+// committed) at the named point, on its Nth visit. Values:
+// "after-claim[:N]" (claims committed, nothing started) and
+// "after-start[:N]" (a workflow started, not marked, offset not committed).
+//
+// Only test binaries have it (go build -tags failpoints); the shipped one
+// refuses the variable (nofailpoints.go).
+func failpoints(spec string) (processor.Hooks, error) {
+	var h processor.Hooks
+	if spec == "" {
+		return h, nil
+	}
+	name, nth, _ := strings.Cut(spec, ":")
+	n := int64(1)
+	if nth != "" {
+		v, err := strconv.ParseInt(nth, 10, 64)
+		if err != nil || v < 1 {
+			return h, fmt.Errorf("DEDUP_FAILPOINT %q: count must be a positive integer", spec)
+		}
+		n = v
+	}
+	var seen atomic.Int64
+	crash := func() {
+		if seen.Add(1) == n {
+			fmt.Fprintf(os.Stderr, "dedup: failpoint %s hit, exiting\n", spec)
+			os.Exit(137)
+		}
+	}
+	switch name {
+	case "after-claim":
+		h.AfterClaim = crash
+	case "after-start":
+		h.AfterStart = crash
+	default:
+		return h, fmt.Errorf("DEDUP_FAILPOINT %q: unknown failpoint (after-claim, after-start)", spec)
+	}
+	return h, nil
+}
