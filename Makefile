@@ -20,12 +20,14 @@ dev: deps
 vet:
 	gofmt -l . | tee /dev/stderr | (! read)
 	$(GO) vet ./...
+	$(GO) vet -tags failpoints ./cmd/dedup
 
 # The full suite: unit, ledger (real PostgreSQL), end-to-end (kfake,
 # in-process Temporal, routers as processes). Packages run one at a time:
 # the machine has 2 cores and the end-to-end package is heavy.
 test: deps vet
 	$(GO) test -p 1 -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -tags failpoints ./cmd/dedup
 
 test-short: deps
 	$(GO) test -short -count=1 ./processor/... ./sink/... ./internal/...
