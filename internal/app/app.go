@@ -88,6 +88,9 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 		return fmt.Errorf("dialing temporal at %s: %w", cfg.Temporal.HostPort, err)
 	}
 	defer tc.Close()
+	if err := checkHorizon(ctx, cfg, tc, log); err != nil {
+		return err
+	}
 	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
 	r, err := processor.New(cfg.Kafka, led, led, starter.New(tc, cfg.Temporal), reg, log, o.Hooks, kgo.WithHooks(kafkaMetrics))
 	if err != nil {
@@ -159,8 +162,11 @@ func registerOps(ctx context.Context, reg *prometheus.Registry, led *ledger.Post
 			}
 			return n
 		})
+	pending := &pendingCollector{led: led, staleAfter: cfg.PendingAlertAfter,
+		oldest: prometheus.NewDesc("dedup_ledger_pending_oldest_seconds", "Age of the oldest pending ledger row since it was last claimed: a claim not yet started.", nil, nil),
+		stale:  prometheus.NewDesc("dedup_ledger_pending_stale", "Pending ledger rows older than postgres.pending_alert_after: claims no live router is starting.", nil, nil)}
 	purged := prometheus.NewCounter(prometheus.CounterOpts{Name: "dedup_ledger_rows_purged_total", Help: "Started ledger rows deleted by the retention purge."})
-	for _, c := range []prometheus.Collector{build, size, purged} {
+	for _, c := range []prometheus.Collector{build, size, purged, pending} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering ops metrics: %w", err)
 		}
@@ -177,6 +183,27 @@ func registerOps(ctx context.Context, reg *prometheus.Registry, led *ledger.Post
 		})
 	}
 	return nil
+}
+
+// pendingCollector reads the pending rows' ages once per scrape.
+type pendingCollector struct {
+	led           *ledger.Postgres
+	staleAfter    time.Duration
+	oldest, stale *prometheus.Desc
+}
+
+func (c *pendingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.oldest; ch <- c.stale }
+
+func (c *pendingCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := c.led.PendingStats(ctx, c.staleAfter)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.oldest, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, st.Oldest.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.stale, prometheus.GaugeValue, float64(st.Stale))
 }
 
 // every runs fn every d until ctx ends.

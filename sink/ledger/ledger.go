@@ -41,6 +41,15 @@ type Config struct {
 	// an event older than the ledger's memory that is replayed is stopped
 	// only by Temporal's own retention of the workflow ID.
 	Retention time.Duration `yaml:"retention"`
+	// AcceptShortHorizon lets dedup start although a replay from a
+	// topic's log start could find events that both the ledger (Retention)
+	// and Temporal (the namespace retention) have forgotten, and start
+	// their workflows again. Checked at start when Retention > 0.
+	AcceptShortHorizon bool `yaml:"accept_short_horizon"`
+	// PendingAlertAfter is the age past which a pending row counts as
+	// stale (dedup_ledger_pending_stale): a live router re-drives or starts
+	// a pending row within seconds.
+	PendingAlertAfter time.Duration `yaml:"pending_alert_after"`
 	// PurgeInterval is how often the purge runs, in batches of PurgeBatch.
 	PurgeInterval time.Duration `yaml:"purge_interval"`
 	PurgeBatch    int           `yaml:"purge_batch"`
@@ -48,7 +57,7 @@ type Config struct {
 
 // DefaultConfig has everything but the URL.
 func DefaultConfig() Config {
-	return Config{MaxConns: 4, PurgeInterval: time.Hour, PurgeBatch: 10000}
+	return Config{MaxConns: 4, PurgeInterval: time.Hour, PurgeBatch: 10000, PendingAlertAfter: 10 * time.Minute}
 }
 
 // Validate names the first invalid field.
@@ -64,6 +73,9 @@ func (c Config) Validate() error {
 	}
 	if c.Retention < 0 || (c.Retention > 0 && c.Retention < time.Hour) {
 		return fmt.Errorf("postgres.retention: %s, want 0 (keep) or at least 1h", c.Retention)
+	}
+	if c.PendingAlertAfter <= 0 {
+		return fmt.Errorf("postgres.pending_alert_after: %s, want > 0", c.PendingAlertAfter)
 	}
 	if c.PurgeInterval <= 0 || c.PurgeBatch <= 0 {
 		return errors.New("postgres.purge_interval, purge_batch: want > 0")
