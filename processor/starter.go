@@ -21,7 +21,12 @@ type StartRequest struct {
 	WorkflowType string
 	TaskQueue    string
 	ReusePolicy  ReusePolicy
-	Input        schemas.WorkflowInput
+	// Generation is which run of the workflow ID this start is for: 1 (or
+	// 0) for the first. Every start of one generation is one start to
+	// Temporal (the starter derives its request ID from it), however
+	// often it is retried or re-driven.
+	Generation int
+	Input      schemas.WorkflowInput
 }
 
 // NewStartRequest is the start of route rt's workflow wid for event ev.

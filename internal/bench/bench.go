@@ -221,7 +221,7 @@ func (s *timedStarter) Start(ctx context.Context, req processor.StartRequest) (p
 }
 
 func (e *Env) newStarter() processor.Starter {
-	return starter.New(e.TC, starter.Config{StartTimeout: 10 * time.Second})
+	return starter.New(e.TC, starter.Config{Namespace: e.Stack.Namespace, StartTimeout: 10 * time.Second})
 }
 
 // Percentiles of durations.

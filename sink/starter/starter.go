@@ -17,11 +17,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"time"
 
+	"github.com/google/uuid"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"google.golang.org/grpc/codes"
 
 	"github.com/dedupio/dedup/processor"
@@ -56,34 +63,72 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Temporal starts workflows through one SDK client.
+// Temporal starts workflows through one SDK client's gRPC service.
 type Temporal struct {
-	c       client.Client
-	timeout time.Duration
+	c         client.Client
+	namespace string
+	timeout   time.Duration
+	identity  string
+	dc        converter.DataConverter
 }
 
-// New wraps an SDK client (the caller dials it and closes it).
+// New wraps an SDK client (the caller dials it and closes it). cfg's
+// Namespace must be the client's.
 func New(c client.Client, cfg Config) *Temporal {
-	return &Temporal{c: c, timeout: cfg.StartTimeout}
+	host, _ := os.Hostname()
+	return &Temporal{c: c, namespace: cfg.Namespace, timeout: cfg.StartTimeout,
+		identity: fmt.Sprintf("dedup@%s:%d", host, os.Getpid()), dc: converter.GetDefaultDataConverter()}
 }
 
-// Start starts the workflow, or finds it already started.
+// RequestID is the start's request ID: the same for every start of one
+// claim of a workflow ID (generation 1 is the first run; a run the reuse
+// policy allows again gets the next). Temporal answers a start whose
+// request ID is the current run's with that run, running or closed,
+// instead of creating one: so a re-driven claim (a crash between start
+// and mark, two routers re-driving one pending row, a start whose outcome
+// was unknown) never creates a second execution, whatever the reuse
+// policy.
+func RequestID(workflowID string, generation int) string {
+	if generation < 1 {
+		generation = 1
+	}
+	return uuid.NewSHA1(requestIDSpace, []byte(workflowID+"#"+strconv.Itoa(generation))).String()
+}
+
+// requestIDSpace namespaces dedup's request IDs (a fixed random UUID).
+var requestIDSpace = uuid.MustParse("5d1f3c0e-8f7a-4a55-9b0e-6c2d7e9a41b3")
+
+// Start starts the workflow, or finds it already started (by this claim,
+// or by any start the reuse policy refuses to repeat).
+//
+// It calls the service directly rather than client.ExecuteWorkflow: the
+// SDK does not let a caller choose the request ID.
 func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (processor.StartResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	run, err := t.c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                    req.WorkflowID,
-		TaskQueue:             req.TaskQueue,
-		WorkflowIDReusePolicy: ReusePolicy(req.ReusePolicy),
+	input, err := t.dc.ToPayloads(req.Input)
+	if err != nil {
+		return processor.StartResult{}, processor.Permanent(fmt.Errorf("encoding input of workflow %s: %w", req.WorkflowID, err))
+	}
+	resp, err := t.c.WorkflowService().StartWorkflowExecution(ctx, &workflowservice.StartWorkflowExecutionRequest{
+		Namespace:             t.namespace,
+		WorkflowId:            req.WorkflowID,
+		WorkflowType:          &commonpb.WorkflowType{Name: req.WorkflowType},
+		TaskQueue:             &taskqueuepb.TaskQueue{Name: req.TaskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+		Input:                 input,
+		Identity:              t.identity,
+		RequestId:             RequestID(req.WorkflowID, req.Generation),
+		WorkflowIdReusePolicy: ReusePolicy(req.ReusePolicy),
 		// Never attach to or terminate a running execution: a duplicate
 		// start must fail so that it is counted as one.
-		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-	}, req.WorkflowType, req.Input)
+		WorkflowIdConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+	})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
 	case err == nil:
-		return processor.StartResult{RunID: run.GetRunID()}, nil
+		// Started is false when Temporal found this request ID on the
+		// current run: an earlier attempt of this very start.
+		return processor.StartResult{RunID: resp.GetRunId(), AlreadyStarted: !resp.GetStarted()}, nil
 	case errors.As(err, &already):
 		return processor.StartResult{RunID: already.RunId, AlreadyStarted: true}, nil
 	}
