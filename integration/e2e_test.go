@@ -11,16 +11,18 @@ import (
 
 // TestExactlyOnceWithTwoRouters is the issue's end-to-end check: 10,000
 // events over 8 partitions, 30% duplicates (identical and ID-less re-sends,
-// some to other partitions) plus conflicts, consumed by two routers in one
-// group. Then the group is reset to the earliest offsets and consumed again.
+// some to other partitions) plus conflicts (half of them on another
+// partition than their original, so either copy may win), consumed by two
+// routers in one group. Then the group is reset to the earliest offsets and
+// consumed again.
 func TestExactlyOnceWithTwoRouters(t *testing.T) {
 	e := newEnv(t, 8)
 	w := workload.Generate(workload.Spec{Topic: e.topic, Partitions: 8, Records: 10000, DupRatio: 0.30,
-		Conflicts: 25, CrossPartition: 0.2, Seed: 1, IDPrefix: "e2e-"})
+		Conflicts: 25, CrossPartition: 0.2, ConflictCrossPartition: 0.5, Seed: 1, IDPrefix: "e2e-"})
 	want := expectedWorkflows(w)
-	t.Logf("workload: %d records, %d unique events (%d order, %d signup, %d unrouted), %d duplicates, %d conflicts -> %d workflows",
+	t.Logf("workload: %d records, %d unique events (%d order, %d signup, %d unrouted), %d duplicates, %d conflicts (%d on another partition) over %d event IDs -> %d workflows",
 		len(w.Records), len(w.Unique), w.CountType(workload.TypeOrder), w.CountType(workload.TypeSignup),
-		w.CountType(workload.TypeUnrouted), w.Duplicates, w.Conflicts, want)
+		w.CountType(workload.TypeUnrouted), w.Duplicates, w.Conflicts, w.CrossConflicts, len(w.ConflictSets), want)
 	e.produce(w)
 
 	began := time.Now()
@@ -42,17 +44,47 @@ func TestExactlyOnceWithTwoRouters(t *testing.T) {
 	if records < float64(len(w.Records)) {
 		t.Errorf("routers polled %v records, want at least %d", records, len(w.Records))
 	}
-	if int(started) != want {
-		t.Errorf("Temporal accepted %v new starts, want %d", started, want)
+	// What users rely on (one execution per workflow ID, the ledger, the
+	// offsets, the dead letters) is checked below. The start results are
+	// only bounded: every workflow needs one accepted start and none is
+	// accepted twice, but a start may legitimately be made twice and the
+	// second answered already_started, when a claim still pending (started,
+	// not yet marked) is claimed again and re-driven:
+	//   - a record polled twice: when r2 joins, r1's in-flight records of
+	//     the partitions it gives up are redelivered to r2 (each record has
+	//     at most 2 routes, so at most 2 re-drives per redelivered record;
+	//     measured: 199 already_started for ~2,000 records polled twice);
+	//   - a record and its cross-partition re-send claimed by the two
+	//     routers at once: both need to be in flight together, which this
+	//     workload (re-sends pick a uniformly random earlier event) makes
+	//     rare: at most 1% of the workflows.
+	redelivered := int(records) - len(w.Records)
+	if int(started) > want {
+		t.Errorf("Temporal accepted %v new starts, more than the %d workflows", started, want)
 	}
-	if counter(r1.reg, "dedup_workflow_starts_total", "result", "started") == 0 || counter(r2.reg, "dedup_workflow_starts_total", "result", "started") == 0 {
+	if int(started+already) < want {
+		t.Errorf("%v starts accepted + %v already started < %d workflows", started, already, want)
+	}
+	if bound := 2*redelivered + max(1, want/100); int(already) > bound {
+		t.Errorf("%v starts answered already_started, want at most %d (2 per record polled twice, %d, + 1%% of %d workflows): the re-drive race is not rare any more",
+			already, bound, redelivered, want)
+	}
+	if counter(r1.reg, "dedup_workflow_starts_total", "", "") == 0 || counter(r2.reg, "dedup_workflow_starts_total", "", "") == 0 {
 		t.Errorf("one router did no work: the group did not share partitions")
+	}
+	if ok, state := e.committedAtEnd(); !ok {
+		t.Errorf("committed offsets are not at the end after the routers stopped: %s", state)
 	}
 
 	e.checkExactlyOnce(w, want)
 	t.Logf("checked after %s", time.Since(began).Round(time.Millisecond))
-	if got := e.dlqReasons(); got["conflict"] != w.Conflicts || len(got) != 1 {
-		t.Errorf("dead letters %v, want exactly %d conflicts", got, w.Conflicts)
+	// Conflicts, whichever copy won: one execution per conflicted ID with
+	// one of its payloads, and the other payloads' records dead-lettered.
+	conflicts, flipped := e.workflowsWithConflicts(w, e.deadLetters())
+	t.Logf("conflicts: %d event IDs, %d won by a conflicting copy, %d records dead-lettered as conflicts (%d conflicting copies produced)",
+		len(w.ConflictSets), flipped, conflicts, w.Conflicts)
+	if got := e.dlqReasons(); got["conflict"] != conflicts || len(got) != 1 {
+		t.Errorf("dead letters %v, want exactly %d conflicts", got, conflicts)
 	}
 
 	// Replay: every record is now a duplicate, and none may reach Temporal.
@@ -76,6 +108,9 @@ func TestExactlyOnceWithTwoRouters(t *testing.T) {
 		t.Errorf("replay saw %v duplicate intents, want at least %d", replayDups, want)
 	}
 	e.checkExactlyOnce(w, want)
+	if got := e.dlqReasons(); got["conflict"] != conflicts || len(got) != 1 {
+		t.Errorf("after the replay: dead letters %v, want still exactly %d conflicts", got, conflicts)
+	}
 }
 
 // checkExactlyOnce asserts from Temporal and the ledger that every unique
@@ -119,8 +154,14 @@ func (e *env) checkExactlyOnce(w *workload.Workload, want int) int {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if counts != (ledger.Counts{Started: int64(want), Conflicts: int64(w.Conflicts)}) {
-		e.t.Errorf("ledger %+v, want %d started, 0 pending, %d conflicts", counts, want, w.Conflicts)
+	// With conflicts on other partitions than their originals, how many
+	// records are conflicts depends on which copy won.
+	conflicts := w.Conflicts
+	if w.CrossConflicts > 0 {
+		conflicts, _ = e.workflowsWithConflicts(w, e.deadLetters())
+	}
+	if counts != (ledger.Counts{Started: int64(want), Conflicts: int64(conflicts)}) {
+		e.t.Errorf("ledger %+v, want %d started, 0 pending, %d conflicts", counts, want, conflicts)
 	}
 	// Every started ledger row names a run Temporal has.
 	rows, err := e.led.Pool().Query(context.Background(), `SELECT workflow_id FROM dedup_ledger WHERE state = 'started' AND run_id IS NOT NULL`)

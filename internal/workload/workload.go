@@ -25,9 +25,17 @@ type Spec struct {
 	// with their JSON keys reordered and re-spaced (same content ID).
 	DupRatio float64
 	// Conflicts re-send an earlier TypeOrder event's ID with a different
-	// payload, in the original's partition after it (so which copy wins is
-	// fixed).
+	// payload, produced after the original. In the original's partition
+	// (the default) the original always wins; see ConflictCrossPartition.
 	Conflicts int
+	// ConflictCrossPartition is the share of conflicts sent to another
+	// partition than the original's (always another one; needs Partitions
+	// > 1). A consumer may then read the conflicting copy before the
+	// original, so which copy wins is no longer fixed by the workload: see
+	// Workload.ConflictSets for what a correct consumer guarantees. 0 (the
+	// default) keeps every conflict in the original's partition and leaves
+	// the generated records as they were before this field existed.
+	ConflictCrossPartition float64
 	// CrossPartition is the share of duplicates sent to another partition
 	// than the original (a producer that re-keyed, or a replay tool).
 	CrossPartition float64
@@ -61,8 +69,102 @@ type Workload struct {
 	// Unique are the logical events, in production order.
 	Unique []Event
 	// Duplicates counts re-sends; Conflicts counts same-ID-other-payload
-	// records.
+	// records. While every conflict is in its original's partition
+	// (CrossConflicts == 0), the original wins and Conflicts is exactly what
+	// a correct consumer dead-letters as conflicts; otherwise that depends on
+	// which copy won: see ConflictSets.
 	Duplicates, Conflicts int
+	// CrossConflicts counts the conflicts sent to another partition than
+	// their original's.
+	CrossConflicts int
+	// ConflictSets has one entry per event ID that got conflicts, in the
+	// order of their first conflict.
+	ConflictSets []*ConflictSet
+}
+
+// ConflictSet is every record of one event ID that got conflicts, grouped
+// by payload. Whatever the order of consumption, a correct consumer starts
+// exactly one workflow for the ID (its one route), with the payload of one
+// variant (the winner: the first copy claimed), and dead-letters as
+// `conflict` every record of the other variants. Re-sends of the original
+// belong to the original's variant, so if a conflicting copy wins, they
+// are dead-lettered too.
+type ConflictSet struct {
+	// Event is the original.
+	Event Event
+	// Variants are the distinct payloads; Variants[0] is the original's.
+	Variants []*Variant
+	// Fixed reports whether the winner is fixed by the workload: every
+	// conflict is in the original's partition after it, so the original
+	// (or an identical re-send) is always claimed first and Variants[0]
+	// wins.
+	Fixed bool
+}
+
+// Variant is one payload of a conflicted event ID and the records that
+// carry it.
+type Variant struct {
+	// Payload is the event's data fields as generated (for the plain
+	// formats, the record's fields other than id, type and source).
+	Payload map[string]any
+	Records []*kgo.Record
+}
+
+// Records counts the set's records.
+func (c *ConflictSet) Records() int {
+	n := 0
+	for _, v := range c.Variants {
+		n += len(v.Records)
+	}
+	return n
+}
+
+// DeadLetters is how many of the set's records a correct consumer
+// dead-letters as conflicts when variant winner won: all the others'.
+func (c *ConflictSet) DeadLetters(winner int) int {
+	return c.Records() - len(c.Variants[winner].Records)
+}
+
+// VariantOf returns the index of the variant whose payload data (a
+// workflow input's data, say) carries, or -1 if none: data must be a JSON
+// object holding every field of the variant's payload with the same value.
+func (c *ConflictSet) VariantOf(data []byte) int {
+	var got map[string]any
+	if err := json.Unmarshal(data, &got); err != nil {
+		return -1
+	}
+	for i, v := range c.Variants {
+		if carries(got, v.Payload) {
+			return i
+		}
+	}
+	return -1
+}
+
+// carries compares through JSON, so that numbers compare as decoded.
+func carries(got, want map[string]any) bool {
+	for k, wv := range want {
+		gv, ok := got[k]
+		if !ok {
+			return false
+		}
+		a, _ := json.Marshal(gv)
+		b, _ := json.Marshal(wv)
+		if string(a) != string(b) {
+			return false
+		}
+	}
+	return true
+}
+
+// ConflictSet returns the set of the event ID, or nil.
+func (w *Workload) ConflictSet(eventID string) *ConflictSet {
+	for _, c := range w.ConflictSets {
+		if c.Event.ID == eventID {
+			return c
+		}
+	}
+	return nil
 }
 
 // CountType returns how many unique events have the type.
@@ -82,6 +184,10 @@ type logical struct {
 	key     string
 	part    int32
 	payload map[string]any
+	// records are the original and its identical re-sends; set holds the
+	// conflicts once there is one.
+	records []*kgo.Record
+	set     *ConflictSet
 }
 
 // Generate builds the workload.
@@ -127,6 +233,7 @@ func Generate(s Spec) *Workload {
 			e.part = partitionOf(e.key, s.Partitions)
 			e.payload = map[string]any{"n": n, "customer": e.key, "amount": float64(rng.IntN(100000)) / 100, "pad": pad}
 			e.Record = e.record(s.Topic, e.part, false)
+			e.records = []*kgo.Record{e.Record}
 			events = append(events, e)
 			if e.ID != "" && e.Type == TypeOrder { // one route: one conflict row per conflict record
 				withID = append(withID, e)
@@ -140,7 +247,9 @@ func Generate(s Spec) *Workload {
 			if rng.Float64() < s.CrossPartition {
 				part = int32(rng.IntN(s.Partitions))
 			}
-			w.Records = append(w.Records, e.record(s.Topic, part, true))
+			r := e.record(s.Topic, part, true)
+			e.records = append(e.records, r)
+			w.Records = append(w.Records, r)
 			w.Duplicates++
 		default:
 			remainingC--
@@ -149,17 +258,50 @@ func Generate(s Spec) *Workload {
 				continue
 			}
 			e := withID[rng.IntN(len(withID))]
-			c := *e
+			c := logical{Event: e.Event, format: e.format, key: e.key}
 			c.payload = map[string]any{}
 			for k, v := range e.payload {
 				c.payload[k] = v
 			}
 			c.payload["amount"] = e.payload["amount"].(float64) + 1
-			w.Records = append(w.Records, c.record(s.Topic, e.part, false))
+			part := e.part
+			if s.ConflictCrossPartition > 0 && s.Partitions > 1 && rng.Float64() < s.ConflictCrossPartition {
+				part = (e.part + 1 + int32(rng.IntN(s.Partitions-1))) % int32(s.Partitions)
+				w.CrossConflicts++
+			}
+			r := c.record(s.Topic, part, false)
+			w.Records = append(w.Records, r)
 			w.Conflicts++
+			if e.set == nil {
+				e.set = &ConflictSet{Event: e.Event, Variants: []*Variant{{Payload: e.payload}}, Fixed: true}
+				w.ConflictSets = append(w.ConflictSets, e.set)
+			}
+			e.set.add(c.payload, r)
+			if part != e.part {
+				e.set.Fixed = false
+			}
+		}
+	}
+	// The original's variant gets its re-sends, including those sent after
+	// the conflicts were generated.
+	for _, e := range withID {
+		if e.set != nil {
+			e.set.Variants[0].Records = e.records
 		}
 	}
 	return w
+}
+
+// add files a conflicting record under its payload's variant.
+func (c *ConflictSet) add(payload map[string]any, r *kgo.Record) {
+	key := render(payload, false)
+	for _, v := range c.Variants[1:] {
+		if render(v.Payload, false) == key {
+			v.Records = append(v.Records, r)
+			return
+		}
+	}
+	c.Variants = append(c.Variants, &Variant{Payload: payload, Records: []*kgo.Record{r}})
 }
 
 // record renders the event; reshaped re-renders it with another key order
