@@ -37,7 +37,7 @@ type claimer struct {
 // is queued, so the claim of the next batch overlaps with the starts of
 // this one.
 func (c *claimer) claim(ctx context.Context, b *claimBatch) {
-	var verdicts []Verdict
+	var verdicts []Claimed
 	start := time.Now()
 	err := c.health.retry(ctx, OpClaim, func(ctx context.Context) error {
 		var err error
@@ -56,21 +56,28 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 		c.hooks.AfterClaim()
 	}
 	var conflicts []deadLetter
-	for i, v := range verdicts {
-		in, rec := &b.intents[i], b.owners[i]
-		switch v {
-		case VerdictNew, VerdictRedrive:
-			if c.starts.submit(rec, b.reqs[i]) {
+	for i, cl := range verdicts {
+		in, rec, v := &b.intents[i], b.owners[i], cl.Verdict
+		switch {
+		case v == VerdictNew || v == VerdictRedrive:
+			req := b.reqs[i]
+			req.Generation = cl.Generation
+			if c.starts.submit(rec, req, false) {
 				// Another copy's start is in flight here: this one finishes
 				// with it, and Temporal hears of it once.
 				c.m.intents.WithLabelValues(VerdictDuplicate.String()).Inc()
 				continue
 			}
 			c.m.intents.WithLabelValues(v.String()).Inc()
-		case VerdictConflict:
+		case v == VerdictConflict:
 			c.m.intents.WithLabelValues(v.String()).Inc()
 			conflicts = append(conflicts, deadLetter{rec: rec, reason: ReasonConflict, workflow: in.WorkflowID,
 				err: fmt.Errorf("workflow %s was claimed with another payload; not started", in.WorkflowID)})
+		case b.reqs[i].ReusePolicy != ReuseRejectDuplicate:
+			// Started before; the policy may allow a closed run to run
+			// again: the start pool asks Temporal how it ended.
+			c.m.intents.WithLabelValues(v.String()).Inc()
+			c.starts.submit(rec, b.reqs[i], true)
 		default:
 			c.m.intents.WithLabelValues(v.String()).Inc()
 			c.log.Debug("duplicate skipped", "workflow_id", in.WorkflowID, "topic", in.Topic,

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -72,7 +73,7 @@ type health struct {
 	cfg     Config
 	log     *slog.Logger
 	m       *metrics
-	onPause func(paused bool) // called, outside mu, when the pause changes
+	onPause func(paused bool) // called, under mu, when the pause changes
 	fatalFn func(error)
 
 	mu      sync.Mutex
@@ -80,31 +81,30 @@ type health struct {
 	failing [numDeps]int // of those, failing at their last attempt
 	lastErr [numDeps]error
 	okAt    [numDeps]time.Time // last success
-	paused  bool
+	down    [numDeps]bool      // as last evaluated (the rule depends on time)
+	// paused is read without mu (the committer asks while holding its own
+	// lock, which onPause takes under mu).
+	paused atomic.Bool
 }
 
 func newHealth(cfg Config, log *slog.Logger, m *metrics, onPause func(bool), fatal func(error)) *health {
 	return &health{cfg: cfg, log: log, m: m, onPause: onPause, fatalFn: fatal}
 }
 
-// down reports whether dependency d is down, with its last error.
+// downLocked evaluates the rule for dependency d now.
 func (h *health) downLocked(d Dependency) bool {
 	return h.failing[d] > 0 && h.failing[d] == h.active[d] && time.Since(h.okAt[d]) >= h.cfg.RetryMax
 }
 
 // Paused reports whether fetching is paused.
-func (h *health) Paused() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.paused
-}
+func (h *health) Paused() bool { return h.paused.Load() }
 
 // Why says which dependency fails, or nil.
 func (h *health) Why() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for d := Dependency(0); d < numDeps; d++ {
-		if h.downLocked(d) {
+		if h.down[d] {
 			return fmt.Errorf("paused: %s failing: %w", d, h.lastErr[d])
 		}
 	}
@@ -115,9 +115,9 @@ func (h *health) Why() error {
 // dependency's state or of the pause.
 func (h *health) update(d Dependency, fn func()) {
 	h.mu.Lock()
-	wasDown := h.downLocked(d)
 	fn()
-	isDown := h.downLocked(d)
+	wasDown, isDown := h.down[d], h.downLocked(d)
+	h.down[d] = isDown
 	if wasDown != isDown {
 		h.m.dependencyUp.WithLabelValues(d.String()).Set(map[bool]float64{true: 0, false: 1}[isDown])
 		if isDown {
@@ -128,14 +128,16 @@ func (h *health) update(d Dependency, fn func()) {
 	}
 	paused := false
 	for x := Dependency(0); x < numDeps; x++ {
-		paused = paused || h.downLocked(x)
+		paused = paused || h.down[x]
 	}
-	changed := paused != h.paused
-	h.paused = paused
+	// Under mu, so that two updates cannot apply their pauses out of order.
+	if paused != h.paused.Load() {
+		h.paused.Store(paused)
+		if h.onPause != nil {
+			h.onPause(paused)
+		}
+	}
 	h.mu.Unlock()
-	if changed && h.onPause != nil {
-		h.onPause(paused)
-	}
 }
 
 // retry runs fn until it succeeds, returns a permanent error, or ctx ends,

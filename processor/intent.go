@@ -47,6 +47,14 @@ func (v Verdict) String() string {
 	return fmt.Sprintf("verdict(%d)", uint8(v))
 }
 
+// Claimed is the ledger's answer for one intent.
+type Claimed struct {
+	Verdict Verdict
+	// Generation is the run the claim is for, with VerdictNew (1) and
+	// VerdictRedrive: the starter derives the start's request ID from it.
+	Generation int
+}
+
 // Started reports a workflow start that Temporal accepted, or rejected as
 // already started.
 type Started struct {

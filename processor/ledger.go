@@ -13,13 +13,18 @@ type Ledger interface {
 	// wherever it stands in the batch. An unclaimed ID is claimed with the
 	// payload of its first copy in the batch. Which copy starts is the
 	// router's business (startPool.submit).
-	Claim(ctx context.Context, intents []Intent) ([]Verdict, error)
+	Claim(ctx context.Context, intents []Intent) ([]Claimed, error)
 	// MarkStarted records that Temporal has the workflows.
 	MarkStarted(ctx context.Context, started []Started) error
 	// MarkDeadLettered ends claims whose start Temporal refused for good
 	// (their records were dead-lettered); a later claim of the same
 	// payload re-claims them.
 	MarkDeadLettered(ctx context.Context, workflowIDs []string) error
+	// Rerun re-claims a started workflow ID for its next run if its
+	// recorded run is failedRunID (a compare-and-set), and says whether
+	// the ID is now pending and with which generation: concurrent callers
+	// all get the same generation, so they start one run between them.
+	Rerun(ctx context.Context, workflowID, failedRunID string) (generation int, pending bool, err error)
 }
 
 // DeadLetter identifies one dead-letter write: a record, and the workflow

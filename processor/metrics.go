@@ -12,6 +12,7 @@ type metrics struct {
 	records          prometheus.Counter
 	intents          *prometheus.CounterVec // outcome: new, redrive, duplicate, conflict
 	noRoute          prometheus.Counter
+	reruns           prometheus.Counter
 	deadLetters      *prometheus.CounterVec // reason
 	starts           *prometheus.CounterVec // result: started, already_started
 	startErrors      *prometheus.CounterVec // kind: transient, permanent
@@ -35,6 +36,8 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 			Name: "dedup_records_total", Help: "Kafka records polled."}),
 		intents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dedup_intents_total", Help: "Workflow intents by ledger verdict: new, redrive (pending claim started again), duplicate, conflict."}, []string{"outcome"}),
+		reruns: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dedup_reruns_total", Help: "Redelivered events whose closed run the reuse policy let start again (one new run each)."}),
 		noRoute: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dedup_records_no_route_total", Help: "Records whose event type no route matches."}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -94,7 +97,7 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 	for _, r := range []string{"started", "already_started"} {
 		m.starts.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.records, m.intents, m.noRoute, m.deadLetters, m.starts, m.startErrors, m.retries,
+	for _, c := range []prometheus.Collector{m.records, m.intents, m.reruns, m.noRoute, m.deadLetters, m.starts, m.startErrors, m.retries,
 		m.claimBatch, m.claimSeconds, m.startSeconds, m.commitSeconds, m.commits, m.committedOffset, m.inFlight,
 		m.pausedPartitions, m.dependencyUp, m.lost, m.lag} {
 		if err := reg.Register(c); err != nil {

@@ -13,6 +13,17 @@ import (
 // errors, relying on the ID reuse policy to keep one execution per ID.
 type Starter interface {
 	Start(ctx context.Context, req StartRequest) (StartResult, error)
+	// LastRun describes the workflow ID's current (latest) run.
+	LastRun(ctx context.Context, workflowID string) (Run, error)
+}
+
+// Run is what the router needs to know of a workflow's latest run to
+// decide whether a redelivered event may run it again.
+type Run struct {
+	ID     string
+	Closed bool
+	// Failed: closed as failed, timed out, terminated or cancelled.
+	Failed bool
 }
 
 // StartRequest is one workflow start.

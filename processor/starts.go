@@ -11,6 +11,9 @@ type job struct {
 	rec   *record // the owner: the copy whose start this is
 	req   StartRequest
 	runID string
+	// check: the workflow was started before; start it again only if its
+	// last run closed the way the reuse policy allows (rerun).
+	check bool
 	// waiters are the other copies of the same workflow (same batch or a
 	// later one) that asked while this start was in flight: they finish
 	// with it instead of calling Temporal again.
@@ -65,16 +68,17 @@ func newStartPool(cfg Config, m *metrics, starter Starter, ledger Ledger, h *hea
 	}
 }
 
-// submit asks for rec's workflow to be started: rec owns a new start, or
+// submit asks for rec's workflow to be started (check: started before,
+// run it again if the reuse policy allows): rec owns a new start, or
 // waits on the one in flight. It reports whether rec waits.
-func (s *startPool) submit(rec *record, req StartRequest) (waits bool) {
+func (s *startPool) submit(rec *record, req StartRequest, check bool) (waits bool) {
 	s.mu.Lock()
 	if j := s.starting[req.WorkflowID]; j != nil {
 		j.waiters = append(j.waiters, rec)
 		s.mu.Unlock()
 		return true
 	}
-	j := &job{rec: rec, req: req}
+	j := &job{rec: rec, req: req, check: check}
 	s.starting[req.WorkflowID] = j
 	s.mu.Unlock()
 	s.enqueue(j)
@@ -123,8 +127,11 @@ func (s *startPool) worker() {
 		case <-s.workCtx.Done():
 			return
 		}
-		var res StartResult
 		ctx := j.rec.part.ctx
+		if j.check && !s.rerun(ctx, j) {
+			continue
+		}
+		var res StartResult
 		err := s.health.retry(ctx, OpStart, func(ctx context.Context) error {
 			t := time.Now()
 			var err error
@@ -154,6 +161,51 @@ func (s *startPool) worker() {
 			s.done(j, false)
 		}
 	}
+}
+
+// rerun decides whether a started workflow runs again: under
+// allow_duplicate_failed_only when its last run failed, timed out, was
+// terminated or cancelled; under allow_duplicate when it closed at all.
+// The ledger's compare-and-set on the failed run makes the redeliveries
+// that race agree on one next generation, whose start carries one request
+// ID: one new run between them, however often it is re-driven. It reports
+// whether j goes on to start; otherwise j is done.
+func (s *startPool) rerun(ctx context.Context, j *job) bool {
+	var run Run
+	err := s.health.retry(ctx, OpStart, func(ctx context.Context) error {
+		var err error
+		run, err = s.starter.LastRun(ctx, j.req.WorkflowID)
+		return err
+	})
+	if err != nil && !IsPermanent(err) { // revoked, lost or shutting down
+		s.done(j, false)
+		return false
+	}
+	// A permanent error: Temporal no longer knows the workflow (its
+	// retention passed): nothing to run again.
+	again := err == nil && run.Closed && (run.Failed || j.req.ReusePolicy == ReuseAllowDuplicate)
+	if !again {
+		s.done(j, true)
+		return false
+	}
+	var gen int
+	var pending bool
+	err = s.health.retry(ctx, OpMark, func(ctx context.Context) error {
+		var err error
+		gen, pending, err = s.ledger.Rerun(ctx, j.req.WorkflowID, run.ID)
+		return err
+	})
+	if err != nil {
+		s.done(j, false)
+		return false
+	}
+	if !pending { // another redelivery re-ran it already, and it started
+		s.done(j, true)
+		return false
+	}
+	s.m.reruns.Inc()
+	j.req.Generation, j.check = gen, false
+	return true
 }
 
 // deadLetter dead-letters a start Temporal refused for good: the owner's

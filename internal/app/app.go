@@ -199,8 +199,7 @@ func (c *pendingCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	st, err := c.led.PendingStats(ctx, c.staleAfter)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.oldest, err)
-		return
+		return // PostgreSQL does not answer: dedup_dependency_up says so; /metrics must still answer
 	}
 	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, st.Oldest.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.stale, prometheus.GaugeValue, float64(st.Stale))
@@ -241,7 +240,7 @@ func migrateWithRetry(ctx context.Context, url string, log *slog.Logger) error {
 
 func serveAdmin(cfg AdminConfig, reg *prometheus.Registry, log *slog.Logger, ready func(context.Context) error) (*http.Server, string, error) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {
 		ctx, cancel := context.WithTimeout(req.Context(), 3*time.Second)
