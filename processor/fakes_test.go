@@ -175,6 +175,7 @@ type fakeDeadLetterLog struct {
 	order   []DeadLetter // every recorded entry, in order, once
 	calls   map[string]int
 	fail    failer // Written and Record
+	recFail failer // Record only
 }
 
 type dlKey struct {
@@ -198,6 +199,14 @@ func (d *fakeDeadLetterLog) failAll(n int, err error) {
 	d.fail = failer{n: n, err: err}
 }
 
+// failRecord makes Record alone fail with err, n more times (n < 0: until
+// called again with 0): the dead letter is produced, its log entry is not.
+func (d *fakeDeadLetterLog) failRecord(n int, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.recFail = failer{n: n, err: err}
+}
+
 func (d *fakeDeadLetterLog) Written(ctx context.Context, dls []DeadLetter) ([]bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -217,6 +226,9 @@ func (d *fakeDeadLetterLog) Record(ctx context.Context, dls []DeadLetter) error 
 	defer d.mu.Unlock()
 	d.calls["Record"]++
 	if err := d.fail.next(); err != nil {
+		return err
+	}
+	if err := d.recFail.next(); err != nil {
 		return err
 	}
 	for _, dl := range dls {

@@ -1,9 +1,14 @@
 package processor
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // One execution per workflow ID, every ledger row started, every offset
@@ -325,4 +330,177 @@ func TestPermanentStartErrorWithWaiter(t *testing.T) {
 	if c := e.starter.callCount(w); c != 1 {
 		t.Errorf("Temporal asked %d times, want once", c)
 	}
+}
+
+// A dead letter that cannot be written holds its record (and the records
+// after it on its partition) uncommitted; once the write goes through, the
+// partition commits and the record is dead-lettered once.
+func TestDeadLetterWriteFailureHoldsTheOffset(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		fail func(*fakeDeadLetterLog, int, error)
+		// calls is the log call that must have been retried a few times.
+		calls string
+	}{
+		{"dead-letter log Written fails", (*fakeDeadLetterLog).failAll, "Written"},
+		// The dead letter is produced, then its log entry fails: Record is
+		// retried alone, and the topic gets it once.
+		{"dead-letter log Record fails", (*fakeDeadLetterLog).failRecord, "Record"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newTestEnv(t, 2, envOpt{})
+			c.fail(e.dlq, -1, errTransient)
+			e.produceRaw(0, []byte("not json"))
+			e.produce(0, "x", "v")
+			// Partition 1 is not asserted on while the write fails: the
+			// dead letters of a poll batch are written in the poll loop,
+			// so the whole batch (and polling) waits for them; with the
+			// dependency down, fetching is paused anyway (health).
+			e.produce(1, "y", "v")
+			rn := e.start("r1", e.config())
+			eventually(t, 10*time.Second, func() bool { return e.dlq.callCount(c.calls) >= 5 },
+				func() string { return fmt.Sprintf("%s called %d times", c.calls, e.dlq.callCount(c.calls)) })
+			stays(t, 200*time.Millisecond, func() bool { return e.committed()[0] == -1 },
+				func() string { return fmt.Sprintf("committed %v while the dead letter is not written", e.committed()) })
+			c.fail(e.dlq, 0, nil)
+			e.waitCommittedToEnd(10 * time.Second)
+			if err := rn.stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if got := e.dlq.byReason(); len(got) != 1 || got[string(ReasonUndecodable)] != 1 {
+				t.Errorf("dead-letter log holds %v, want one undecodable", got)
+			}
+			if got := e.dlqReasons(); len(got) != 1 || got[string(ReasonUndecodable)] != 1 {
+				t.Errorf("dead-letter topic holds %v, want one undecodable", got)
+			}
+			for _, id := range []string{"x", "y"} {
+				if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+					t.Errorf("%s: %d executions", id, n)
+				}
+			}
+		})
+	}
+	t.Run("dead-letter topic missing", func(t *testing.T) {
+		// Auto-creation is off (kfake's default): producing to the
+		// dead-letter topic fails until it is created.
+		e := newTestEnv(t, 1, envOpt{noDLQTopic: true})
+		e.produceRaw(0, []byte("not json"))
+		e.produce(0, "x", "v")
+		rn := e.start("r1", e.config())
+		rn.waitJoined()
+		stays(t, 500*time.Millisecond, func() bool { return e.committed()[0] == -1 },
+			func() string { return fmt.Sprintf("committed %v with no dead-letter topic", e.committed()) })
+		if n := len(e.dlq.recorded()); n != 0 {
+			t.Fatalf("%d dead letters recorded with no dead-letter topic", n)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		if _, err := e.adm.CreateTopic(ctx, 1, 1, nil, testTopic+".dlq"); err != nil {
+			t.Fatal(err)
+		}
+		e.waitCommittedToEnd(15 * time.Second)
+		if err := rn.stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if got := e.dlq.byReason(); len(got) != 1 || got[string(ReasonUndecodable)] != 1 {
+			t.Errorf("dead-letter log holds %v, want one undecodable", got)
+		}
+		if got := e.dlqReasons(); len(got) != 1 || got[string(ReasonUndecodable)] != 1 {
+			t.Errorf("dead-letter topic holds %v, want one undecodable", got)
+		}
+	})
+}
+
+// Shutdown with a start hanging past DrainTimeout: Run returns soon after
+// DrainTimeout; the records before the hanging one are committed, it and
+// the records after it are not; nothing is left running (checked here with
+// the cluster closed, and again by TestMain).
+func TestDrainTimeoutLeavesTheHungRecordUncommitted(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	release := e.starter.block(wid("b"))
+	defer release()
+	e.produce(0, "a", "v")
+	e.produce(0, "b", "v")
+	e.produce(0, "c", "v")
+	cfg := e.config()
+	cfg.DrainTimeout = 300 * time.Millisecond
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.committed()[0] == 1 && e.starter.heldCount(wid("b")) == 1 && e.led.state(wid("c")) == stateStarted
+	}, func() string {
+		return fmt.Sprintf("committed %v, b held %d", e.committed(), e.starter.heldCount(wid("b")))
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if rn.took < cfg.DrainTimeout || rn.took > cfg.DrainTimeout+5*time.Second {
+		t.Errorf("Run returned %s after cancel, want DrainTimeout (%s) plus a little", rn.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != 1 {
+		t.Errorf("committed %d, want 1 (a only)", c)
+	}
+	if n := len(e.starter.executionsOf(wid("b"))); n != 0 {
+		t.Errorf("b: %d executions after its start was abandoned", n)
+	}
+	if st := e.led.state(wid("b")); st != statePending {
+		t.Errorf("b: ledger state %q, want pending (re-driven on redelivery)", st)
+	}
+	e.close()
+	goleak.VerifyNone(t)
+}
+
+// A claim that fails transiently pauses fetching (Ready names postgres)
+// and the router resumes when PostgreSQL answers; a permanent claim error
+// stops the router: Run returns it, nothing is committed.
+func TestClaimErrors(t *testing.T) {
+	t.Run("transient", func(t *testing.T) {
+		e := newTestEnv(t, 2, envOpt{})
+		e.led.failClaims(-1, errTransient)
+		rn := e.start("r1", e.config())
+		rn.waitJoined()
+		e.produce(0, "x", "v")
+		eventually(t, 10*time.Second, func() bool {
+			err := rn.r.Ready()
+			return err != nil && strings.Contains(err.Error(), "postgres") && rn.r.health.Paused()
+		}, func() string { return fmt.Sprintf("Ready: %v", rn.r.Ready()) })
+		if c := e.committed()[0]; c != -1 {
+			t.Fatalf("committed %d while the claim fails", c)
+		}
+		e.led.failClaims(0, nil)
+		eventually(t, 10*time.Second, func() bool { return rn.r.Ready() == nil && !rn.r.health.Paused() },
+			func() string { return fmt.Sprintf("Ready: %v", rn.r.Ready()) })
+		e.produce(1, "y", "v") // fetched after the resume
+		e.waitCommittedToEnd(10 * time.Second)
+		if err := rn.stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		for _, id := range []string{"x", "y"} {
+			if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+				t.Errorf("%s: %d executions", id, n)
+			}
+		}
+	})
+	t.Run("permanent", func(t *testing.T) {
+		e := newTestEnv(t, 2, envOpt{})
+		denied := errors.New("permission denied for table dedup_ledger")
+		e.led.failClaims(-1, Permanent(denied))
+		rn := e.start("r1", e.config())
+		e.produce(0, "x", "v")
+		var err error
+		select {
+		case err = <-rn.done:
+		case <-time.After(15 * time.Second):
+			t.Fatal("Run did not return after a permanent claim error")
+		}
+		rn.once.Do(func() {}) // already returned: cleanup must not wait again
+		if !errors.Is(err, denied) {
+			t.Fatalf("Run returned %v, want the permanent error", err)
+		}
+		if c := e.committed()[0]; c != -1 {
+			t.Errorf("committed %d after a failed claim", c)
+		}
+		if n := len(e.starter.executionCounts()); n != 0 {
+			t.Errorf("%d workflows started", n)
+		}
+	})
 }
