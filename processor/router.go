@@ -90,7 +90,6 @@ func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg p
 	r.cl, err = kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(cfg.Topics...),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(reset),
@@ -108,6 +107,9 @@ func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg p
 	}
 	r.commits.cl, r.dlq.cl = r.cl, r.cl
 	r.commits.adm = kadm.NewClient(r.cl)
+	// Only now may the group call back (assigned reads adm, commit cl):
+	// with topics given to NewClient it would join before they are set.
+	r.cl.AddConsumeTopics(cfg.Topics...)
 	return r, nil
 }
 

@@ -1,0 +1,418 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// In-memory stand-ins for the router's dependencies. They behave like the
+// real ones (sink/ledger and Temporal under reject_duplicate), keep what
+// happened for the assertions, and can be told to fail: they are fakes,
+// not scripted mocks.
+
+// errTransient is what the fakes return when told to fail transiently.
+var errTransient = errors.New("fake: transient failure")
+
+// failer makes an operation fail: n more times (n < 0: until cleared),
+// with err.
+type failer struct {
+	n   int
+	err error
+}
+
+// next reports the error the next call returns, consuming one failure.
+func (f *failer) next() error {
+	if f.n == 0 {
+		return nil
+	}
+	if f.n > 0 {
+		f.n--
+	}
+	return f.err
+}
+
+// Ledger row states, as in sink/ledger.
+const (
+	statePending      = "pending"
+	stateStarted      = "started"
+	stateDeadLettered = "dead_lettered"
+)
+
+type ledgerRow struct {
+	state string
+	hash  [32]byte
+	runID string
+}
+
+// fakeLedger is the claim ledger in memory, with sink/ledger's verdict
+// rule: per workflow ID, a copy with another payload than the row's is a
+// conflict; every other copy gets the row's verdict (new if this claim
+// inserted it, redrive while pending, duplicate once started); an absent
+// ID is claimed with its first copy's payload; a dead_lettered row is
+// re-claimed by a copy with its payload.
+type fakeLedger struct {
+	mu        sync.Mutex
+	rows      map[string]*ledgerRow
+	claims    [][]Intent // every successful Claim call's intents, in order
+	calls     map[string]int
+	claimFail failer
+	markFail  failer
+}
+
+func newFakeLedger() *fakeLedger {
+	return &fakeLedger{rows: map[string]*ledgerRow{}, calls: map[string]int{}}
+}
+
+// seed puts a row in the ledger, as a previous run would have left it.
+func (l *fakeLedger) seed(wid, state string, hash [32]byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rows[wid] = &ledgerRow{state: state, hash: hash}
+}
+
+// failClaims makes the next n claims (n < 0: all, until called again with
+// 0) fail with err.
+func (l *fakeLedger) failClaims(n int, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.claimFail = failer{n: n, err: err}
+}
+
+func (l *fakeLedger) state(wid string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.rows[wid]; r != nil {
+		return r.state
+	}
+	return ""
+}
+
+func (l *fakeLedger) callCount(name string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.calls[name]
+}
+
+func (l *fakeLedger) claimLog() [][]Intent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([][]Intent(nil), l.claims...)
+}
+
+func (l *fakeLedger) Claim(ctx context.Context, intents []Intent) ([]Verdict, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls["Claim"]++
+	if err := l.claimFail.next(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	inserted := map[string]bool{}
+	for _, in := range intents {
+		if l.rows[in.WorkflowID] == nil {
+			l.rows[in.WorkflowID] = &ledgerRow{state: statePending, hash: in.PayloadHash}
+			inserted[in.WorkflowID] = true
+		}
+	}
+	out := make([]Verdict, len(intents))
+	for i, in := range intents {
+		row := l.rows[in.WorkflowID]
+		switch {
+		case row.hash != in.PayloadHash:
+			out[i] = VerdictConflict
+		case inserted[in.WorkflowID]:
+			out[i] = VerdictNew
+		case row.state == stateStarted:
+			out[i] = VerdictDuplicate
+		default: // pending, or dead_lettered re-claimed by a copy with its payload
+			row.state = statePending
+			out[i] = VerdictRedrive
+		}
+	}
+	l.claims = append(l.claims, append([]Intent(nil), intents...))
+	return out, nil
+}
+
+func (l *fakeLedger) MarkStarted(ctx context.Context, started []Started) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls["MarkStarted"]++
+	if err := l.markFail.next(); err != nil {
+		return err
+	}
+	for _, s := range started {
+		if r := l.rows[s.WorkflowID]; r != nil && r.state == statePending {
+			r.state, r.runID = stateStarted, s.RunID
+		}
+	}
+	return nil
+}
+
+func (l *fakeLedger) MarkDeadLettered(ctx context.Context, ids []string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls["MarkDeadLettered"]++
+	if err := l.markFail.next(); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if r := l.rows[id]; r != nil && r.state == statePending {
+			r.state = stateDeadLettered
+		}
+	}
+	return nil
+}
+
+// fakeDeadLetterLog is the dead-letter log in memory: entries keyed by
+// record coordinates and workflow, as in sink/ledger.
+type fakeDeadLetterLog struct {
+	mu      sync.Mutex
+	entries map[dlKey]DeadLetter
+	order   []DeadLetter // every recorded entry, in order, once
+	calls   map[string]int
+	fail    failer // Written and Record
+	recFail failer // Record only
+}
+
+type dlKey struct {
+	topic     string
+	partition int32
+	offset    int64
+	workflow  string
+}
+
+func keyOf(d DeadLetter) dlKey { return dlKey{d.Topic, d.Partition, d.Offset, d.WorkflowID} }
+
+func newFakeDeadLetterLog() *fakeDeadLetterLog {
+	return &fakeDeadLetterLog{entries: map[dlKey]DeadLetter{}, calls: map[string]int{}}
+}
+
+// failAll makes Written and Record fail with err, n more times (n < 0:
+// until called again with 0).
+func (d *fakeDeadLetterLog) failAll(n int, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fail = failer{n: n, err: err}
+}
+
+// failRecord makes Record alone fail with err, n more times (n < 0: until
+// called again with 0): the dead letter is produced, its log entry is not.
+func (d *fakeDeadLetterLog) failRecord(n int, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.recFail = failer{n: n, err: err}
+}
+
+func (d *fakeDeadLetterLog) Written(ctx context.Context, dls []DeadLetter) ([]bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls["Written"]++
+	if err := d.fail.next(); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(dls))
+	for i, dl := range dls {
+		_, out[i] = d.entries[keyOf(dl)]
+	}
+	return out, nil
+}
+
+func (d *fakeDeadLetterLog) Record(ctx context.Context, dls []DeadLetter) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls["Record"]++
+	if err := d.fail.next(); err != nil {
+		return err
+	}
+	if err := d.recFail.next(); err != nil {
+		return err
+	}
+	for _, dl := range dls {
+		if _, ok := d.entries[keyOf(dl)]; !ok {
+			d.entries[keyOf(dl)] = dl
+			d.order = append(d.order, dl)
+		}
+	}
+	return nil
+}
+
+func (d *fakeDeadLetterLog) callCount(name string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls[name]
+}
+
+// recorded returns the recorded dead letters, in order.
+func (d *fakeDeadLetterLog) recorded() []DeadLetter {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]DeadLetter(nil), d.order...)
+}
+
+// byReason counts recorded dead letters per reason.
+func (d *fakeDeadLetterLog) byReason() map[string]int {
+	out := map[string]int{}
+	for _, dl := range d.recorded() {
+		out[dl.Reason]++
+	}
+	return out
+}
+
+// execution is one workflow run in the fake Temporal.
+type execution struct {
+	runID string
+	req   StartRequest
+	by    string // which router started it
+}
+
+// fakeStarter is Temporal under reject_duplicate: one execution per
+// workflow ID; a start of an ID that has one returns AlreadyStarted. It
+// can hold the starts of a workflow ID until released, fail them
+// transiently n times, or refuse them for good (Permanent).
+type fakeStarter struct {
+	mu         sync.Mutex
+	executions map[string][]execution
+	calls      map[string]int      // Start calls per workflow ID
+	callers    map[string][]string // who called, per workflow ID, in order
+	waiting    map[string]int      // calls currently held
+	blocked    map[string]chan struct{}
+	transient  map[string]int
+	permanent  map[string]error
+	nextRun    int
+}
+
+func newFakeStarter() *fakeStarter {
+	s := &fakeStarter{executions: map[string][]execution{}, calls: map[string]int{}, callers: map[string][]string{},
+		waiting: map[string]int{}, blocked: map[string]chan struct{}{}, transient: map[string]int{}, permanent: map[string]error{}}
+	return s
+}
+
+// as is the starter as one router sees it: calls are recorded with name.
+func (s *fakeStarter) as(name string) Starter { return namedStarter{s, name} }
+
+type namedStarter struct {
+	s    *fakeStarter
+	name string
+}
+
+func (n namedStarter) Start(ctx context.Context, req StartRequest) (StartResult, error) {
+	return n.s.start(ctx, req, n.name)
+}
+
+func (s *fakeStarter) Start(ctx context.Context, req StartRequest) (StartResult, error) {
+	return s.start(ctx, req, "")
+}
+
+// block holds every start of wid until release (or the caller's context
+// ends, in which case that start does not happen).
+func (s *fakeStarter) block(wid string) (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := make(chan struct{})
+	s.blocked[wid] = ch
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.blocked[wid] == ch {
+				delete(s.blocked, wid)
+			}
+			close(ch)
+		})
+	}
+}
+
+// failTransient makes the next n starts of wid fail with a retryable error.
+func (s *fakeStarter) failTransient(wid string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.transient[wid] = n
+}
+
+// failPermanent makes every start of wid fail with a Permanent error.
+func (s *fakeStarter) failPermanent(wid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.permanent[wid] = Permanent(fmt.Errorf("fake temporal: bad request for %s", wid))
+}
+
+func (s *fakeStarter) start(ctx context.Context, req StartRequest, by string) (StartResult, error) {
+	wid := req.WorkflowID
+	s.mu.Lock()
+	s.calls[wid]++
+	s.callers[wid] = append(s.callers[wid], by)
+	if ch := s.blocked[wid]; ch != nil {
+		s.waiting[wid]++
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		s.waiting[wid]--
+		if err := ctx.Err(); err != nil {
+			s.mu.Unlock()
+			return StartResult{}, err
+		}
+	}
+	defer s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return StartResult{}, err
+	}
+	if err := s.permanent[wid]; err != nil {
+		return StartResult{}, err
+	}
+	if s.transient[wid] > 0 {
+		s.transient[wid]--
+		return StartResult{}, errTransient
+	}
+	if ex := s.executions[wid]; len(ex) > 0 {
+		return StartResult{RunID: ex[0].runID, AlreadyStarted: true}, nil
+	}
+	s.nextRun++
+	run := fmt.Sprintf("run-%d", s.nextRun)
+	s.executions[wid] = append(s.executions[wid], execution{runID: run, req: req, by: by})
+	return StartResult{RunID: run}, nil
+}
+
+// executionsOf returns wid's executions.
+func (s *fakeStarter) executionsOf(wid string) []execution {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]execution(nil), s.executions[wid]...)
+}
+
+// executionCounts returns how many executions each workflow ID has.
+func (s *fakeStarter) executionCounts() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for wid, ex := range s.executions {
+		out[wid] = len(ex)
+	}
+	return out
+}
+
+func (s *fakeStarter) callCount(wid string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[wid]
+}
+
+func (s *fakeStarter) callersOf(wid string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.callers[wid]...)
+}
+
+// heldCount is how many starts of wid are being held right now.
+func (s *fakeStarter) heldCount(wid string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting[wid]
+}

@@ -1,0 +1,335 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
+
+	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/schemas"
+)
+
+// Every test closes what it opened (routers, clients, the fake cluster):
+// no goroutine may outlive the package's tests.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const (
+	testTopic = "events"
+	testRoute = "r1"
+	testType  = "order.created"
+)
+
+// wid is the workflow ID the test route gives event id.
+func wid(id string) string { return WorkflowID(testRoute, id) }
+
+// testEnv is one test's Kafka (kfake, one broker), ledger, dead-letter log
+// and Temporal (fakes).
+type testEnv struct {
+	t       *testing.T
+	cluster *kfake.Cluster
+	group   string
+	led     *fakeLedger
+	dlq     *fakeDeadLetterLog
+	starter *fakeStarter
+	cl      *kgo.Client // producer and admin
+	adm     *kadm.Client
+	dec     *eventid.Decoder
+	closeMu sync.Once
+}
+
+type envOpt struct {
+	noDLQTopic bool // do not create the dead-letter topic
+}
+
+func newTestEnv(t *testing.T, partitions int32, o envOpt) *testEnv {
+	t.Helper()
+	topics := []string{testTopic}
+	if !o.noDLQTopic {
+		topics = append(topics, testTopic+".dlq")
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...),
+		kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	dec, err := eventid.NewDecoder(eventid.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &testEnv{t: t, cluster: c, group: "dedup-test", led: newFakeLedger(), dlq: newFakeDeadLetterLog(),
+		starter: newFakeStarter(), cl: cl, adm: kadm.NewClient(cl), dec: dec}
+	t.Cleanup(e.close)
+	return e
+}
+
+// close closes the producer and the cluster (once; also at cleanup).
+func (e *testEnv) close() {
+	e.closeMu.Do(func() {
+		e.cl.Close()
+		e.cluster.Close()
+	})
+}
+
+// config is a router config for this env with short timings.
+func (e *testEnv) config() Config {
+	cfg := DefaultConfig()
+	cfg.Brokers = e.cluster.ListenAddrs()
+	cfg.Group = e.group
+	cfg.Topics = []string{testTopic}
+	cfg.ResetOffset = "earliest"
+	cfg.SessionTimeout = time.Second
+	cfg.RebalanceTimeout = time.Second
+	cfg.CommitInterval = 50 * time.Millisecond
+	cfg.MarkInterval = 5 * time.Millisecond
+	cfg.RetryInitial = 5 * time.Millisecond
+	cfg.RetryMax = 50 * time.Millisecond
+	cfg.RevokeTimeout = 200 * time.Millisecond
+	cfg.DrainTimeout = 2 * time.Second
+	cfg.LagInterval = 200 * time.Millisecond
+	cfg.StartConcurrency = 4
+	cfg.Routes = Routes{{ID: testRoute, Match: Match{Type: testType}, WorkflowType: "W", TaskQueue: "q"}}
+	return cfg
+}
+
+// value is an event with ID id and payload v.
+func value(id, v string) []byte {
+	return fmt.Appendf(nil, `{"id":%q,"type":%q,"data":{"v":%q}}`, id, testType, v)
+}
+
+// hashOf is the payload hash the router computes for value(id, v).
+func (e *testEnv) hashOf(id, v string) [32]byte {
+	ev, err := e.dec.Decode(eventid.Record{Topic: testTopic, Value: value(id, v)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ev.PayloadHash
+}
+
+// produce writes raw to partition p and returns its offset.
+func (e *testEnv) produceRaw(p int32, raw []byte) int64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := e.cl.ProduceSync(ctx, &kgo.Record{Topic: testTopic, Partition: p, Value: raw}).First()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r.Offset
+}
+
+// produce writes event id with payload v to partition p.
+func (e *testEnv) produce(p int32, id, v string) int64 { return e.produceRaw(p, value(id, v)) }
+
+// committed is the group's committed offset per partition (-1: none).
+func (e *testEnv) committed() map[int32]int64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := e.adm.FetchOffsets(ctx, e.group)
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+		e.t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	for p := range e.ends() {
+		out[p] = -1
+		if o, ok := resp.Lookup(testTopic, p); err == nil && ok && o.Err == nil {
+			out[p] = o.At
+		}
+	}
+	return out
+}
+
+// ends is the end offset of every partition of the topic.
+func (e *testEnv) ends() map[int32]int64 {
+	return e.endsOf(testTopic)
+}
+
+func (e *testEnv) endsOf(topic string) map[int32]int64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := e.adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	l.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			e.t.Fatal(o.Err)
+		}
+		out[o.Partition] = o.Offset
+	})
+	return out
+}
+
+// atEnd reports whether every partition is committed to its end (an empty
+// partition counts as at its end with no commit).
+func (e *testEnv) atEnd() bool {
+	ends, got := e.ends(), e.committed()
+	for p, end := range ends {
+		if got[p] != end && !(end == 0 && got[p] == -1) {
+			return false
+		}
+	}
+	return true
+}
+
+func (e *testEnv) waitCommittedToEnd(within time.Duration) {
+	e.t.Helper()
+	eventually(e.t, within, e.atEnd, func() string {
+		return fmt.Sprintf("committed %v, ends %v", e.committed(), e.ends())
+	})
+}
+
+// dlqRecords reads every record of the dead-letter topic.
+func (e *testEnv) dlqRecords() []*kgo.Record {
+	e.t.Helper()
+	dlq := testTopic + ".dlq"
+	total := int64(0)
+	for _, end := range e.endsOf(dlq) {
+		total += end
+	}
+	if total == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.ConsumeTopics(dlq),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for int64(len(out)) < total && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	if int64(len(out)) < total {
+		e.t.Fatalf("read %d of %d dead letters", len(out), total)
+	}
+	return out
+}
+
+// dlqReasons counts the dead-letter topic's records by reason header.
+func (e *testEnv) dlqReasons() map[string]int {
+	out := map[string]int{}
+	for _, r := range e.dlqRecords() {
+		reason := "<none>"
+		for _, h := range r.Headers {
+			if h.Key == schemas.HeaderDLQReason {
+				reason = string(h.Value)
+			}
+		}
+		out[reason]++
+	}
+	return out
+}
+
+// runner is one router running in the background.
+type runner struct {
+	t      *testing.T
+	r      *Router
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+	took   time.Duration // from stop to Run's return
+}
+
+// start runs a router named name (the starter records who calls).
+func (e *testEnv) start(name string, cfg Config) *runner {
+	e.t.Helper()
+	r, err := New(cfg, e.led, e.dlq, e.starter.as(name), prometheus.NewRegistry(), testLogger(name), Hooks{},
+		kgo.HeartbeatInterval(100*time.Millisecond), kgo.MetadataMinAge(50*time.Millisecond))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rn := &runner{t: e.t, r: r, cancel: cancel, done: make(chan error, 1)}
+	go func() { rn.done <- r.Run(ctx) }()
+	e.t.Cleanup(func() { rn.stop() })
+	return rn
+}
+
+// waitJoined waits until the router owns partitions.
+func (rn *runner) waitJoined() {
+	rn.t.Helper()
+	eventually(rn.t, 10*time.Second, rn.r.commits.ready, func() string { return "router never joined the group" })
+}
+
+// stop cancels Run and returns its error (once; also at cleanup).
+func (rn *runner) stop() error {
+	rn.once.Do(func() {
+		t0 := time.Now()
+		rn.cancel()
+		select {
+		case rn.err = <-rn.done:
+		case <-time.After(20 * time.Second):
+			rn.err = fmt.Errorf("Run did not return within 20s of cancel")
+			rn.t.Error(rn.err)
+		}
+		rn.took = time.Since(t0)
+	})
+	return rn.err
+}
+
+// waitersOf is how many copies wait on wid's start in flight (-1: none in
+// flight).
+func waitersOf(r *Router, wid string) int {
+	r.starts.mu.Lock()
+	defer r.starts.mu.Unlock()
+	if j := r.starts.starting[wid]; j != nil {
+		return len(j.waiters)
+	}
+	return -1
+}
+
+func testLogger(name string) *slog.Logger {
+	if os.Getenv("ROUTER_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("router", name)
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// eventually polls cond until it holds or within passes.
+func eventually(t *testing.T, within time.Duration, cond func() bool, msg func() string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, msg())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stays checks that cond keeps holding for d.
+func stays(t *testing.T, d time.Duration, cond func() bool, msg func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if !cond() {
+			t.Fatalf("stopped holding: %s", msg())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,506 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// One execution per workflow ID, every ledger row started, every offset
+// committed, nothing dead-lettered: duplicates in one poll batch (same and
+// other partition) and in later batches (once started) are skipped.
+func TestHappyPathDuplicatesOneExecutionEach(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	const n = 30
+	id := func(i int) string { return fmt.Sprintf("e%02d", i) }
+	// First batch: every event on its partition, a copy on the other
+	// partition, and every third one twice on its own partition.
+	for i := 0; i < n; i++ {
+		p := int32(i % 2)
+		e.produce(p, id(i), "v")
+		e.produce(1-p, id(i), "v")
+		if i%3 == 0 {
+			e.produce(p, id(i), "v")
+		}
+	}
+	rn := e.start("r1", e.config())
+	e.waitCommittedToEnd(10 * time.Second)
+	// Later batches: every event again (now started: duplicates), and new
+	// ones with their own copies.
+	for i := 0; i < n+10; i++ {
+		e.produce(int32(i%2), id(i), "v")
+		if i >= n {
+			e.produce(int32(1-i%2), id(i), "v")
+		}
+	}
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for i := 0; i < n+10; i++ {
+		if ex := e.starter.executionsOf(wid(id(i))); len(ex) != 1 {
+			t.Errorf("%s: %d executions, want 1", id(i), len(ex))
+		}
+		if st := e.led.state(wid(id(i))); st != stateStarted {
+			t.Errorf("%s: ledger state %q, want started", id(i), st)
+		}
+	}
+	if got := len(e.starter.executionCounts()); got != n+10 {
+		t.Errorf("%d workflows started, want %d", got, n+10)
+	}
+	if dl := e.dlq.recorded(); len(dl) != 0 {
+		t.Errorf("dead letters: %+v", dl)
+	}
+	if !e.atEnd() {
+		t.Errorf("after Run: committed %v, ends %v", e.committed(), e.ends())
+	}
+}
+
+// A row pending with payload A (a previous run claimed it and crashed
+// before starting) and a copy B of the same event ID with another payload:
+// whatever the order B and A are polled in, the workflow starts once, with
+// A; B is dead-lettered as a conflict; both offsets are committed.
+func TestConflictingCopyBeforeOriginal(t *testing.T) {
+	check := func(t *testing.T, e *testEnv, offB int64, pB int32) {
+		t.Helper()
+		ex := e.starter.executionsOf(wid("e1"))
+		if len(ex) != 1 {
+			t.Fatalf("%d executions, want 1", len(ex))
+		}
+		if got := string(ex[0].req.Input.Data); got != string(value("e1", "A")) {
+			t.Errorf("started with data %s, want A's", got)
+		}
+		if st := e.led.state(wid("e1")); st != stateStarted {
+			t.Errorf("ledger state %q, want started", st)
+		}
+		dl := e.dlq.recorded()
+		if len(dl) != 1 || dl[0].Reason != string(ReasonConflict) || dl[0].Partition != pB || dl[0].Offset != offB {
+			t.Errorf("dead letters %+v, want B (partition %d offset %d) as conflict", dl, pB, offB)
+		}
+		if got := e.dlqReasons(); len(got) != 1 || got[string(ReasonConflict)] != 1 {
+			t.Errorf("dead-letter topic holds %v, want one conflict", got)
+		}
+	}
+	// bFirst reports whether one claim held B before A.
+	bFirst := func(e *testEnv, hashB [32]byte) bool {
+		for _, c := range e.led.claimLog() {
+			for _, in := range c {
+				if in.WorkflowID == wid("e1") {
+					if in.PayloadHash == hashB {
+						return len(c) > 1
+					}
+					break
+				}
+			}
+		}
+		return false
+	}
+	t.Run("same batch", func(t *testing.T) {
+		// B on one partition, A on the other, produced before the router
+		// runs: one poll. Which partition the client returns first is up
+		// to it, so both placements are tried, and B is polled first in
+		// at least one of them; a third case puts B before A on one
+		// partition, where the order is certain.
+		sawBFirst := false
+		for _, c := range []struct {
+			name   string
+			pB, pA int32
+		}{{"B on 1, A on 0", 1, 0}, {"B on 0, A on 1", 0, 1}, {"B then A on 0", 0, 0}} {
+			t.Run(c.name, func(t *testing.T) {
+				e := newTestEnv(t, 2, envOpt{})
+				hashA, hashB := e.hashOf("e1", "A"), e.hashOf("e1", "B")
+				e.led.seed(wid("e1"), statePending, hashA)
+				offB := e.produce(c.pB, "e1", "B")
+				e.produce(c.pA, "e1", "A")
+				rn := e.start("r1", e.config())
+				e.waitCommittedToEnd(10 * time.Second)
+				if err := rn.stop(); err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				check(t, e, offB, c.pB)
+				if bFirst(e, hashB) {
+					sawBFirst = true
+				}
+			})
+		}
+		if !sawBFirst {
+			t.Errorf("no case claimed B before A in one batch: the test did not test the ordering")
+		}
+	})
+	t.Run("across batches", func(t *testing.T) {
+		e := newTestEnv(t, 2, envOpt{})
+		e.led.seed(wid("e1"), statePending, e.hashOf("e1", "A"))
+		rn := e.start("r1", e.config())
+		offB := e.produce(1, "e1", "B")
+		e.waitCommittedToEnd(10 * time.Second)
+		if n := len(e.starter.executionsOf(wid("e1"))); n != 0 {
+			t.Fatalf("B started %d workflows", n)
+		}
+		e.produce(0, "e1", "A")
+		e.waitCommittedToEnd(10 * time.Second)
+		if err := rn.stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		check(t, e, offB, 1)
+	})
+}
+
+// Two records whose starts hang; a second router joins the group, and the
+// first one gives it one partition (cooperative-sticky: which one is the
+// balancer's choice, so both are blocked and the test follows the one that
+// moved). The moved record is not committed by the first router (its start
+// was still in flight past RevokeTimeout); the second router starts it;
+// one execution each.
+func TestRevokeWhileStartInFlight(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	releaseX, releaseY := e.starter.block(wid("x")), e.starter.block(wid("y"))
+	defer releaseX()
+	defer releaseY()
+	offs := map[string]int64{"x": e.produce(0, "x", "v"), "y": e.produce(1, "y", "v")}
+	parts := map[string]int32{"x": 0, "y": 1}
+	r1 := e.start("r1", e.config())
+	eventually(t, 10*time.Second, func() bool {
+		return e.starter.heldCount(wid("x")) == 1 && e.starter.heldCount(wid("y")) == 1
+	}, func() string { return "starts of x and y not in flight" })
+
+	r2 := e.start("r2", e.config())
+	var moved, kept string
+	eventually(t, 15*time.Second, func() bool {
+		for _, id := range []string{"x", "y"} {
+			for _, by := range e.starter.callersOf(wid(id)) {
+				if by == "r2" {
+					moved = id
+				}
+			}
+		}
+		return moved != ""
+	}, func() string { return "the second router never started a moved record" })
+	kept = map[string]string{"x": "y", "y": "x"}[moved]
+	// The first router's start of the moved record was abandoned (its
+	// partition context ended); the second router's is the one held now.
+	eventually(t, 5*time.Second, func() bool { return e.starter.heldCount(wid(moved)) == 1 },
+		func() string { return fmt.Sprintf("%d starts of %s held", e.starter.heldCount(wid(moved)), moved) })
+	if c := e.committed()[parts[moved]]; c > offs[moved] {
+		t.Fatalf("moved record %s committed (%d) before any router started it", moved, c)
+	}
+	map[string]func(){"x": releaseX, "y": releaseY}[moved]()
+	eventually(t, 10*time.Second, func() bool { return e.committed()[parts[moved]] == offs[moved]+1 },
+		func() string { return fmt.Sprintf("committed %v", e.committed()) })
+	if c := e.committed()[parts[kept]]; c > offs[kept] {
+		t.Fatalf("kept record %s committed (%d) while its start is held", kept, c)
+	}
+	map[string]func(){"x": releaseX, "y": releaseY}[kept]()
+	e.waitCommittedToEnd(10 * time.Second)
+	for _, rn := range []*runner{r2, r1} {
+		if err := rn.stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	}
+	for id, by := range map[string]string{moved: "r2", kept: "r1"} {
+		ex := e.starter.executionsOf(wid(id))
+		if len(ex) != 1 || ex[0].by != by {
+			t.Errorf("%s: executions %+v, want one by %s", id, ex, by)
+		}
+		if st := e.led.state(wid(id)); st != stateStarted {
+			t.Errorf("%s: ledger state %q", id, st)
+		}
+	}
+}
+
+// A lost partition (the committer's lost callback, called directly: kfake
+// does not make a member lose partitions on demand) commits nothing
+// afterwards, neither the record whose start was in flight nor later ones;
+// the other partition goes on.
+func TestLostPartitionCommitsNothing(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	release := e.starter.block(wid("x"))
+	defer release()
+	e.produce(0, "x", "v")
+	e.produce(1, "y", "v")
+	rn := e.start("r1", e.config())
+	eventually(t, 10*time.Second, func() bool {
+		return e.starter.heldCount(wid("x")) == 1 && e.committed()[1] == 1
+	}, func() string {
+		return fmt.Sprintf("x held %d, committed %v", e.starter.heldCount(wid("x")), e.committed())
+	})
+
+	rn.r.commits.lost(t.Context(), nil, map[string][]int32{testTopic: {0}})
+	// The start in flight is abandoned with the partition.
+	eventually(t, 5*time.Second, func() bool { return e.starter.heldCount(wid("x")) == 0 },
+		func() string { return "x's start still held after the loss" })
+	release()
+	e.produce(0, "z", "v")
+	e.produce(1, "w", "v")
+	eventually(t, 10*time.Second, func() bool { return e.committed()[1] == 2 },
+		func() string { return fmt.Sprintf("committed %v", e.committed()) })
+	stays(t, 300*time.Millisecond, func() bool { return e.committed()[0] == -1 },
+		func() string { return fmt.Sprintf("lost partition committed: %v", e.committed()) })
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if c := e.committed()[0]; c != -1 {
+		t.Errorf("lost partition committed to %d by the final commit", c)
+	}
+	if n := len(e.starter.executionsOf(wid("x"))); n != 0 {
+		t.Errorf("x: %d executions after its start was abandoned", n)
+	}
+}
+
+// The owner copy of a workflow (partition 0) hangs in the starter; a later
+// copy on partition 1 waits on it. Partition 0 is revoked (the committer's
+// revoked callback, called directly, because cooperative-sticky picks which
+// partition moves): the waiter takes the start over, partition 1 commits,
+// one execution; partition 0 is not committed.
+func TestWaiterTakesOverWhenOwnerRevoked(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	w := wid("x")
+	release := e.starter.block(w)
+	defer release()
+	e.produce(0, "x", "v")
+	rn := e.start("r1", e.config())
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(w) == 1 },
+		func() string { return "owner's start not in flight" })
+	e.produce(1, "x", "v")
+	eventually(t, 10*time.Second, func() bool { return waitersOf(rn.r, w) == 1 },
+		func() string { return fmt.Sprintf("waiters %d", waitersOf(rn.r, w)) })
+
+	// revoked waits RevokeTimeout for the owner, commits nothing for
+	// partition 0, and forgets it: the owner's start is abandoned.
+	rn.r.commits.revoked(t.Context(), nil, map[string][]int32{testTopic: {0}})
+	eventually(t, 5*time.Second, func() bool { return e.starter.callCount(w) == 2 && e.starter.heldCount(w) == 1 },
+		func() string {
+			return fmt.Sprintf("calls %d held %d: the waiter did not take over", e.starter.callCount(w), e.starter.heldCount(w))
+		})
+	release()
+	eventually(t, 10*time.Second, func() bool { return e.committed()[1] == 1 },
+		func() string { return fmt.Sprintf("committed %v", e.committed()) })
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := len(e.starter.executionsOf(w)); n != 1 {
+		t.Errorf("%d executions, want 1", n)
+	}
+	if st := e.led.state(w); st != stateStarted {
+		t.Errorf("ledger state %q, want started", st)
+	}
+	if c := e.committed()[0]; c != -1 {
+		t.Errorf("revoked partition committed to %d", c)
+	}
+}
+
+// Temporal refuses a start for good while another copy waits on it: both
+// records finish, one dead letter temporal_permanent (the owner's), the
+// ledger row ends dead_lettered, both offsets are committed.
+func TestPermanentStartErrorWithWaiter(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	w := wid("x")
+	release := e.starter.block(w)
+	defer release()
+	offOwner := e.produce(0, "x", "v")
+	rn := e.start("r1", e.config())
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(w) == 1 },
+		func() string { return "owner's start not in flight" })
+	e.produce(1, "x", "v")
+	eventually(t, 10*time.Second, func() bool { return waitersOf(rn.r, w) == 1 },
+		func() string { return fmt.Sprintf("waiters %d", waitersOf(rn.r, w)) })
+	e.starter.failPermanent(w)
+	release()
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	dl := e.dlq.recorded()
+	if len(dl) != 1 || dl[0].Reason != string(ReasonTemporalPermanent) || dl[0].Partition != 0 || dl[0].Offset != offOwner || dl[0].WorkflowID != w {
+		t.Errorf("dead letters %+v, want the owner's, temporal_permanent", dl)
+	}
+	if got := e.dlqReasons(); len(got) != 1 || got[string(ReasonTemporalPermanent)] != 1 {
+		t.Errorf("dead-letter topic holds %v, want one temporal_permanent", got)
+	}
+	if st := e.led.state(w); st != stateDeadLettered {
+		t.Errorf("ledger state %q, want dead_lettered", st)
+	}
+	if n := len(e.starter.executionsOf(w)); n != 0 {
+		t.Errorf("%d executions", n)
+	}
+	if c := e.starter.callCount(w); c != 1 {
+		t.Errorf("Temporal asked %d times, want once", c)
+	}
+}
+
+// A dead letter that cannot be written holds its record (and the records
+// after it on its partition) uncommitted; once the write goes through, the
+// partition commits and the record is dead-lettered once.
+func TestDeadLetterWriteFailureHoldsTheOffset(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		fail func(*fakeDeadLetterLog, int, error)
+		// calls is the log call that must have been retried a few times.
+		calls string
+	}{
+		{"dead-letter log Written fails", (*fakeDeadLetterLog).failAll, "Written"},
+		// The dead letter is produced, then its log entry fails: Record is
+		// retried alone, and the topic gets it once.
+		{"dead-letter log Record fails", (*fakeDeadLetterLog).failRecord, "Record"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newTestEnv(t, 2, envOpt{})
+			c.fail(e.dlq, -1, errTransient)
+			e.produceRaw(0, []byte("not json"))
+			e.produce(0, "x", "v")
+			// Partition 1 is not asserted on while the write fails: the
+			// dead letters of a poll batch are written in the poll loop,
+			// so the whole batch (and polling) waits for them; with the
+			// dependency down, fetching is paused anyway (health).
+			e.produce(1, "y", "v")
+			rn := e.start("r1", e.config())
+			eventually(t, 10*time.Second, func() bool { return e.dlq.callCount(c.calls) >= 5 },
+				func() string { return fmt.Sprintf("%s called %d times", c.calls, e.dlq.callCount(c.calls)) })
+			stays(t, 200*time.Millisecond, func() bool { return e.committed()[0] == -1 },
+				func() string { return fmt.Sprintf("committed %v while the dead letter is not written", e.committed()) })
+			c.fail(e.dlq, 0, nil)
+			e.waitCommittedToEnd(10 * time.Second)
+			if err := rn.stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if got := e.dlq.byReason(); len(got) != 1 || got[string(ReasonUndecodable)] != 1 {
+				t.Errorf("dead-letter log holds %v, want one undecodable", got)
+			}
+			if got := e.dlqReasons(); len(got) != 1 || got[string(ReasonUndecodable)] != 1 {
+				t.Errorf("dead-letter topic holds %v, want one undecodable", got)
+			}
+			for _, id := range []string{"x", "y"} {
+				if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+					t.Errorf("%s: %d executions", id, n)
+				}
+			}
+		})
+	}
+	t.Run("dead-letter topic missing", func(t *testing.T) {
+		// Auto-creation is off (kfake's default): producing to the
+		// dead-letter topic fails until it is created.
+		e := newTestEnv(t, 1, envOpt{noDLQTopic: true})
+		e.produceRaw(0, []byte("not json"))
+		e.produce(0, "x", "v")
+		rn := e.start("r1", e.config())
+		rn.waitJoined()
+		stays(t, 500*time.Millisecond, func() bool { return e.committed()[0] == -1 },
+			func() string { return fmt.Sprintf("committed %v with no dead-letter topic", e.committed()) })
+		if n := len(e.dlq.recorded()); n != 0 {
+			t.Fatalf("%d dead letters recorded with no dead-letter topic", n)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		if _, err := e.adm.CreateTopic(ctx, 1, 1, nil, testTopic+".dlq"); err != nil {
+			t.Fatal(err)
+		}
+		e.waitCommittedToEnd(15 * time.Second)
+		if err := rn.stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if got := e.dlq.byReason(); len(got) != 1 || got[string(ReasonUndecodable)] != 1 {
+			t.Errorf("dead-letter log holds %v, want one undecodable", got)
+		}
+		if got := e.dlqReasons(); len(got) != 1 || got[string(ReasonUndecodable)] != 1 {
+			t.Errorf("dead-letter topic holds %v, want one undecodable", got)
+		}
+	})
+}
+
+// Shutdown with a start hanging past DrainTimeout: Run returns soon after
+// DrainTimeout; the records before the hanging one are committed, it and
+// the records after it are not; nothing is left running (checked here with
+// the cluster closed, and again by TestMain).
+func TestDrainTimeoutLeavesTheHungRecordUncommitted(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	release := e.starter.block(wid("b"))
+	defer release()
+	e.produce(0, "a", "v")
+	e.produce(0, "b", "v")
+	e.produce(0, "c", "v")
+	cfg := e.config()
+	cfg.DrainTimeout = 300 * time.Millisecond
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.committed()[0] == 1 && e.starter.heldCount(wid("b")) == 1 && e.led.state(wid("c")) == stateStarted
+	}, func() string {
+		return fmt.Sprintf("committed %v, b held %d", e.committed(), e.starter.heldCount(wid("b")))
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if rn.took < cfg.DrainTimeout || rn.took > cfg.DrainTimeout+5*time.Second {
+		t.Errorf("Run returned %s after cancel, want DrainTimeout (%s) plus a little", rn.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != 1 {
+		t.Errorf("committed %d, want 1 (a only)", c)
+	}
+	if n := len(e.starter.executionsOf(wid("b"))); n != 0 {
+		t.Errorf("b: %d executions after its start was abandoned", n)
+	}
+	if st := e.led.state(wid("b")); st != statePending {
+		t.Errorf("b: ledger state %q, want pending (re-driven on redelivery)", st)
+	}
+	e.close()
+	goleak.VerifyNone(t)
+}
+
+// A claim that fails transiently pauses fetching (Ready names postgres)
+// and the router resumes when PostgreSQL answers; a permanent claim error
+// stops the router: Run returns it, nothing is committed.
+func TestClaimErrors(t *testing.T) {
+	t.Run("transient", func(t *testing.T) {
+		e := newTestEnv(t, 2, envOpt{})
+		e.led.failClaims(-1, errTransient)
+		rn := e.start("r1", e.config())
+		rn.waitJoined()
+		e.produce(0, "x", "v")
+		eventually(t, 10*time.Second, func() bool {
+			err := rn.r.Ready()
+			return err != nil && strings.Contains(err.Error(), "postgres") && rn.r.health.Paused()
+		}, func() string { return fmt.Sprintf("Ready: %v", rn.r.Ready()) })
+		if c := e.committed()[0]; c != -1 {
+			t.Fatalf("committed %d while the claim fails", c)
+		}
+		e.led.failClaims(0, nil)
+		eventually(t, 10*time.Second, func() bool { return rn.r.Ready() == nil && !rn.r.health.Paused() },
+			func() string { return fmt.Sprintf("Ready: %v", rn.r.Ready()) })
+		e.produce(1, "y", "v") // fetched after the resume
+		e.waitCommittedToEnd(10 * time.Second)
+		if err := rn.stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		for _, id := range []string{"x", "y"} {
+			if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+				t.Errorf("%s: %d executions", id, n)
+			}
+		}
+	})
+	t.Run("permanent", func(t *testing.T) {
+		e := newTestEnv(t, 2, envOpt{})
+		denied := errors.New("permission denied for table dedup_ledger")
+		e.led.failClaims(-1, Permanent(denied))
+		rn := e.start("r1", e.config())
+		e.produce(0, "x", "v")
+		var err error
+		select {
+		case err = <-rn.done:
+		case <-time.After(15 * time.Second):
+			t.Fatal("Run did not return after a permanent claim error")
+		}
+		rn.once.Do(func() {}) // already returned: cleanup must not wait again
+		if !errors.Is(err, denied) {
+			t.Fatalf("Run returned %v, want the permanent error", err)
+		}
+		if c := e.committed()[0]; c != -1 {
+			t.Errorf("committed %d after a failed claim", c)
+		}
+		if n := len(e.starter.executionCounts()); n != 0 {
+			t.Errorf("%d workflows started", n)
+		}
+	})
+}
