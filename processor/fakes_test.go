@@ -41,9 +41,10 @@ const (
 )
 
 type ledgerRow struct {
-	state string
-	hash  [32]byte
-	runID string
+	state      string
+	hash       [32]byte
+	runID      string
+	generation int
 }
 
 // fakeLedger is the claim ledger in memory, with sink/ledger's verdict
@@ -101,7 +102,7 @@ func (l *fakeLedger) claimLog() [][]Intent {
 	return append([][]Intent(nil), l.claims...)
 }
 
-func (l *fakeLedger) Claim(ctx context.Context, intents []Intent) ([]Verdict, error) {
+func (l *fakeLedger) Claim(ctx context.Context, intents []Intent) ([]Claimed, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls["Claim"]++
@@ -114,23 +115,26 @@ func (l *fakeLedger) Claim(ctx context.Context, intents []Intent) ([]Verdict, er
 	inserted := map[string]bool{}
 	for _, in := range intents {
 		if l.rows[in.WorkflowID] == nil {
-			l.rows[in.WorkflowID] = &ledgerRow{state: statePending, hash: in.PayloadHash}
+			l.rows[in.WorkflowID] = &ledgerRow{state: statePending, hash: in.PayloadHash, generation: 1}
 			inserted[in.WorkflowID] = true
 		}
 	}
-	out := make([]Verdict, len(intents))
+	out := make([]Claimed, len(intents))
 	for i, in := range intents {
 		row := l.rows[in.WorkflowID]
+		if row.generation == 0 {
+			row.generation = 1
+		}
 		switch {
 		case row.hash != in.PayloadHash:
-			out[i] = VerdictConflict
+			out[i] = Claimed{Verdict: VerdictConflict}
 		case inserted[in.WorkflowID]:
-			out[i] = VerdictNew
+			out[i] = Claimed{Verdict: VerdictNew, Generation: 1}
 		case row.state == stateStarted:
-			out[i] = VerdictDuplicate
+			out[i] = Claimed{Verdict: VerdictDuplicate}
 		default: // pending, or dead_lettered re-claimed by a copy with its payload
 			row.state = statePending
-			out[i] = VerdictRedrive
+			out[i] = Claimed{Verdict: VerdictRedrive, Generation: row.generation}
 		}
 	}
 	l.claims = append(l.claims, append([]Intent(nil), intents...))
@@ -165,6 +169,22 @@ func (l *fakeLedger) MarkDeadLettered(ctx context.Context, ids []string) error {
 		}
 	}
 	return nil
+}
+
+// Rerun is sink/ledger's compare-and-set on the recorded run.
+func (l *fakeLedger) Rerun(ctx context.Context, wid, failedRunID string) (int, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls["Rerun"]++
+	r := l.rows[wid]
+	if r == nil {
+		return 0, false, nil
+	}
+	if r.state == stateStarted && r.runID == failedRunID {
+		r.state, r.runID = statePending, ""
+		r.generation++
+	}
+	return r.generation, r.state == statePending, nil
 }
 
 // fakeDeadLetterLog is the dead-letter log in memory: entries keyed by
@@ -264,15 +284,19 @@ func (d *fakeDeadLetterLog) byReason() map[string]int {
 
 // execution is one workflow run in the fake Temporal.
 type execution struct {
-	runID string
-	req   StartRequest
-	by    string // which router started it
+	runID  string
+	req    StartRequest
+	by     string // which router started it
+	failed bool   // closed as failed (fail)
 }
 
-// fakeStarter is Temporal under reject_duplicate: one execution per
-// workflow ID; a start of an ID that has one returns AlreadyStarted. It
-// can hold the starts of a workflow ID until released, fail them
-// transiently n times, or refuse them for good (Permanent).
+// fakeStarter is Temporal as sink/starter drives it: a start whose
+// generation (request ID) already made a run returns that run; otherwise
+// a workflow ID with a run gets AlreadyStarted unless the reuse policy
+// lets its latest run be followed (allow_duplicate_failed_only: it
+// failed). Runs never close by themselves; fail closes the latest as
+// failed. It can hold the starts of a workflow ID until released, fail
+// them transiently n times, or refuse them for good (Permanent).
 type fakeStarter struct {
 	mu         sync.Mutex
 	executions map[string][]execution
@@ -301,6 +325,29 @@ type namedStarter struct {
 
 func (n namedStarter) Start(ctx context.Context, req StartRequest) (StartResult, error) {
 	return n.s.start(ctx, req, n.name)
+}
+
+func (n namedStarter) LastRun(ctx context.Context, wid string) (Run, error) { return n.s.LastRun(ctx, wid) }
+
+// LastRun describes wid's latest run.
+func (s *fakeStarter) LastRun(ctx context.Context, wid string) (Run, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ex := s.executions[wid]
+	if len(ex) == 0 {
+		return Run{}, Permanent(fmt.Errorf("fake temporal: no workflow %s", wid))
+	}
+	last := ex[len(ex)-1]
+	return Run{ID: last.runID, Closed: last.failed, Failed: last.failed}, nil
+}
+
+// fail closes wid's latest run as failed.
+func (s *fakeStarter) fail(wid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ex := s.executions[wid]; len(ex) > 0 {
+		ex[len(ex)-1].failed = true
+	}
 }
 
 func (s *fakeStarter) Start(ctx context.Context, req StartRequest) (StartResult, error) {
@@ -371,8 +418,17 @@ func (s *fakeStarter) start(ctx context.Context, req StartRequest, by string) (S
 		s.transient[wid]--
 		return StartResult{}, errTransient
 	}
+	gen := max(req.Generation, 1)
 	if ex := s.executions[wid]; len(ex) > 0 {
-		return StartResult{RunID: ex[0].runID, AlreadyStarted: true}, nil
+		for _, e := range ex {
+			if max(e.req.Generation, 1) == gen { // the same request ID
+				return StartResult{RunID: e.runID, AlreadyStarted: true}, nil
+			}
+		}
+		last := ex[len(ex)-1]
+		if !(req.ReusePolicy == ReuseAllowDuplicateFailedOnly && last.failed) {
+			return StartResult{RunID: last.runID, AlreadyStarted: true}, nil
+		}
 	}
 	s.nextRun++
 	run := fmt.Sprintf("run-%d", s.nextRun)
