@@ -1,0 +1,135 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/dedupio/dedup/internal/workload"
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/schemas"
+)
+
+// The reuse policies with a real worker that completes some runs and fails
+// others, as the README states them:
+//   - reject_duplicate: one execution per workflow ID, whatever became of it;
+//   - allow_duplicate_failed_only: each redelivery of an event whose run
+//     failed starts exactly one new run; a completed run never runs again.
+//
+// Every event is delivered three times (the original, then two replays of
+// the whole topic after the runs closed).
+func TestReusePoliciesWithARealWorker(t *testing.T) {
+	e := newEnv(t, 2)
+	queue := "reuse-" + e.namespace
+	w := sdkworker.New(e.tc, queue, sdkworker.Options{})
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, in schemas.WorkflowInput) error {
+		if strings.Contains(string(in.Data), `"fail":true`) {
+			return errors.New("this event's work fails")
+		}
+		return nil
+	}, workflow.RegisterOptions{Name: "Flaky"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	cfg := e.config()
+	cfg.Routes = processor.Routes{
+		{ID: "once", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: "Flaky", TaskQueue: queue},
+		{ID: "retry", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: "Flaky", TaskQueue: queue,
+			IDReusePolicy: processor.ReuseAllowDuplicateFailedOnly},
+	}
+	const events = 40 // every fourth fails
+	var recs []*kgo.Record
+	for i := 0; i < events; i++ {
+		v, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("reuse-%d", i), "type": workload.TypeOrder,
+			"data": map[string]any{"n": i, "fail": i%4 == 0}})
+		recs = append(recs, &kgo.Record{Partition: int32(i % 2), Value: v})
+	}
+	deliver := func(round int) {
+		for _, r := range recs {
+			r.Topic = e.topic
+		}
+		if err := e.kcl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		r := e.startRouter(cfg)
+		e.waitCommitted(2 * time.Minute)
+		r.stop(t)
+		// Let every run close before the next delivery.
+		if !eventually(time.Minute, func() bool { return e.openRuns() == 0 }) {
+			t.Fatalf("round %d: runs still open after a minute", round)
+		}
+	}
+	for round := 1; round <= 3; round++ {
+		deliver(round)
+		runs := e.runsByStatus()
+		for i := 0; i < events; i++ {
+			id := fmt.Sprintf("reuse-%d", i)
+			once, retry := runs["activity-once:"+id], runs["activity-retry:"+id]
+			wantRetry := "completed"
+			if i%4 == 0 {
+				wantRetry = strings.TrimSuffix(strings.Repeat("failed,", round), ",")
+			}
+			wantOnce := "completed"
+			if i%4 == 0 {
+				wantOnce = "failed"
+			}
+			if once != wantOnce || retry != wantRetry {
+				t.Fatalf("round %d, event %s: reject_duplicate runs [%s] (want [%s]), allow_duplicate_failed_only runs [%s] (want [%s])",
+					round, id, once, wantOnce, retry, wantRetry)
+			}
+		}
+	}
+	c, err := e.led.Count(context.Background())
+	if err != nil || c.Pending != 0 || c.Started != 2*events {
+		t.Fatalf("ledger %+v (%v), want %d started, none pending", c, err, 2*events)
+	}
+}
+
+// runsByStatus lists every run of the env's namespace: workflow ID ->
+// its runs' statuses, oldest first, comma-separated.
+func (e *env) runsByStatus() map[string]string {
+	e.t.Helper()
+	out := map[string][]string{}
+	var token []byte
+	for {
+		resp, err := e.tc.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: e.namespace, PageSize: 1000, NextPageToken: token})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, ex := range resp.Executions {
+			id := ex.GetExecution().GetWorkflowId()
+			st := strings.ToLower(strings.TrimPrefix(ex.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_"))
+			out[id] = append([]string{st}, out[id]...) // listed newest first
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			break
+		}
+	}
+	joined := map[string]string{}
+	for id, sts := range out {
+		joined[id] = strings.Join(sts, ",")
+	}
+	return joined
+}
+
+// openRuns counts the namespace's running workflows.
+func (e *env) openRuns() int {
+	n := 0
+	for _, sts := range e.runsByStatus() {
+		n += strings.Count(sts, strings.ToLower(strings.TrimPrefix(enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING.String(), "WORKFLOW_EXECUTION_STATUS_")))
+	}
+	return n
+}
