@@ -17,12 +17,14 @@ const (
 	// retention, whatever became of it. The default: an event triggers an
 	// activity once.
 	ReuseRejectDuplicate ReusePolicy = "reject_duplicate"
-	// ReuseAllowDuplicateFailedOnly: a failed, timed-out, cancelled or
-	// terminated run may be started again by a redelivered event.
+	// ReuseAllowDuplicateFailedOnly: each redelivery (or replay) of an
+	// event whose latest run failed, timed out, was cancelled or
+	// terminated starts exactly one new run; an open or completed run
+	// never runs again. Each duplicate costs one DescribeWorkflowExecution.
 	ReuseAllowDuplicateFailedOnly ReusePolicy = "allow_duplicate_failed_only"
-	// ReuseAllowDuplicate: any closed run may be started again. The ledger
-	// still skips events it saw started, so this only matters for replays
-	// that bypass the ledger (a purged row, dlq replay).
+	// ReuseAllowDuplicate: the same for any closed run, completed ones
+	// too: each redelivery after the latest run closed starts exactly one
+	// new run.
 	ReuseAllowDuplicate ReusePolicy = "allow_duplicate"
 )
 

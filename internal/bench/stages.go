@@ -154,8 +154,8 @@ func (e *Env) duplicateClaims(ctx context.Context, led *ledger.Postgres, intents
 			return Rate{}, Percentiles{}, err
 		}
 		lat = append(lat, time.Since(t))
-		if v[0] != processor.VerdictDuplicate {
-			return Rate{}, Percentiles{}, fmt.Errorf("claim of a started row gave %s", v[0])
+		if v[0].Verdict != processor.VerdictDuplicate {
+			return Rate{}, Percentiles{}, fmt.Errorf("claim of a started row gave %s", v[0].Verdict)
 		}
 	}
 	return rate(len(intents), time.Since(began)), percentiles(lat), nil

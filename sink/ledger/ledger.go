@@ -180,18 +180,20 @@ WITH input AS (
 		attempts = l.attempts + (l.state <> 'started' AND l.payload_hash = EXCLUDED.payload_hash)::int,
 		state = CASE WHEN l.state = 'dead_lettered' AND l.payload_hash = EXCLUDED.payload_hash THEN 'pending' ELSE l.state END,
 		updated_at = CASE WHEN l.state <> 'started' AND l.payload_hash = EXCLUDED.payload_hash THEN now() ELSE l.updated_at END
-	RETURNING l.workflow_id, (l.xmax = 0) AS inserted, l.state, l.payload_hash
+	RETURNING l.workflow_id, (l.xmax = 0) AS inserted, l.state, l.payload_hash, l.generation
 )
-SELECT i.workflow_id, coalesce(up.inserted, false), coalesce(up.state, cur.state), coalesce(up.payload_hash, cur.payload_hash)
+SELECT i.workflow_id, coalesce(up.inserted, false), coalesce(up.state, cur.state), coalesce(up.payload_hash, cur.payload_hash),
+	coalesce(up.generation, 0)
 FROM input i
 LEFT JOIN up ON up.workflow_id = i.workflow_id
 LEFT JOIN cur ON cur.workflow_id = i.workflow_id`
 
 // stored is what the ledger holds for one workflow ID after the claim.
 type stored struct {
-	inserted bool   // this claim created the row
-	state    string // pending, started (dead_lettered rows come back pending)
-	hash     []byte // the payload hash the row was claimed with
+	inserted   bool   // this claim created the row
+	state      string // pending, started (dead_lettered rows come back pending)
+	hash       []byte // the payload hash the row was claimed with
+	generation int    // of a pending row
 }
 
 // Claim claims the intents and returns one verdict per intent, in order.
@@ -211,12 +213,12 @@ type stored struct {
 // claimSQL; otherwise claimSQL takes the whole batch. This is an
 // optimisation only: both paths give the same verdicts. Another round trip
 // happens only when a conflict must be recorded.
-func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]processor.Verdict, error) {
+func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]processor.Claimed, error) {
 	v, err := p.claimBatch(ctx, intents)
 	return v, classify(err)
 }
 
-func (p *Postgres) claimBatch(ctx context.Context, intents []processor.Intent) ([]processor.Verdict, error) {
+func (p *Postgres) claimBatch(ctx context.Context, intents []processor.Intent) ([]processor.Claimed, error) {
 	if len(intents) == 0 {
 		return nil, nil
 	}
@@ -333,7 +335,7 @@ func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq [
 			s     stored
 			state *string
 		)
-		if err := rows.Scan(&id, &s.inserted, &state, &s.hash); err != nil {
+		if err := rows.Scan(&id, &s.inserted, &state, &s.hash, &s.generation); err != nil {
 			return fmt.Errorf("reading claim verdicts: %w", err)
 		}
 		if state == nil {
@@ -352,8 +354,8 @@ func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq [
 
 // verdicts turns what the ledger holds for each workflow ID into one
 // verdict per intent, and records the conflicts.
-func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got map[string]stored) ([]processor.Verdict, error) {
-	verdicts := make([]processor.Verdict, len(intents))
+func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got map[string]stored) ([]processor.Claimed, error) {
+	verdicts := make([]processor.Claimed, len(intents))
 	var conflicts []conflict
 	var revive []string
 	for i := range intents {
@@ -361,19 +363,19 @@ func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got
 		s := got[in.WorkflowID]
 		switch {
 		case string(s.hash) != string(in.PayloadHash[:]):
-			verdicts[i] = processor.VerdictConflict
+			verdicts[i] = processor.Claimed{Verdict: processor.VerdictConflict}
 			conflicts = append(conflicts, conflict{in: in, ledgerHash: s.hash})
 		case s.inserted:
-			verdicts[i] = processor.VerdictNew
+			verdicts[i] = processor.Claimed{Verdict: processor.VerdictNew, Generation: 1}
 		case s.state == "started":
-			verdicts[i] = processor.VerdictDuplicate
+			verdicts[i] = processor.Claimed{Verdict: processor.VerdictDuplicate}
 		default: // pending: claimed before and not started (yet)
-			verdicts[i] = processor.VerdictRedrive
+			verdicts[i] = processor.Claimed{Verdict: processor.VerdictRedrive, Generation: s.generation}
 			if s.state == "dead_lettered" {
 				// Re-claimed by a copy that was not the batch's first of
 				// its ID (the first conflicted): rare, one more statement.
 				revive = append(revive, in.WorkflowID)
-				got[in.WorkflowID] = stored{state: "pending", hash: s.hash}
+				got[in.WorkflowID] = stored{state: "pending", hash: s.hash, generation: s.generation}
 			}
 		}
 	}
@@ -539,6 +541,33 @@ WHERE workflow_id = ANY($1::text[]) AND state = 'pending'`, ids)
 		return classify(fmt.Errorf("marking %d workflows dead-lettered: %w", len(ids), err))
 	}
 	return nil
+}
+
+// Rerun re-claims a started row for its next run, if the run it recorded
+// is failedRunID (a compare-and-set on state and run_id), and returns the
+// row's generation and whether it is pending: re-claimed by this call, or
+// by a concurrent one (both then start the same generation: one request
+// ID, one run). One statement.
+func (p *Postgres) Rerun(ctx context.Context, workflowID, failedRunID string) (int, bool, error) {
+	var gen int
+	var pending bool
+	err := p.pool.QueryRow(ctx, `
+WITH upd AS (
+	UPDATE dedup_ledger SET state = 'pending', generation = generation + 1, run_id = NULL, attempts = attempts + 1, updated_at = now()
+	WHERE workflow_id = $1 AND state = 'started' AND run_id = $2
+	RETURNING generation
+)
+SELECT generation, true FROM upd
+UNION ALL
+SELECT generation, state = 'pending' FROM dedup_ledger WHERE workflow_id = $1 AND NOT EXISTS (SELECT FROM upd)`,
+		workflowID, failedRunID).Scan(&gen, &pending)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows): // purged meanwhile
+		return 0, false, nil
+	case err != nil:
+		return 0, false, classify(fmt.Errorf("re-claiming workflow %s for a new run: %w", workflowID, err))
+	}
+	return gen, pending, nil
 }
 
 // PendingStats says how long the oldest pending row has waited since it

@@ -98,12 +98,16 @@ func intent(id, payload string) processor.Intent {
 
 func claim(t *testing.T, l *ledger.Postgres, in ...processor.Intent) []processor.Verdict {
 	t.Helper()
-	v, err := l.Claim(context.Background(), in)
+	cl, err := l.Claim(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(v) != len(in) {
-		t.Fatalf("%d verdicts for %d intents", len(v), len(in))
+	if len(cl) != len(in) {
+		t.Fatalf("%d verdicts for %d intents", len(cl), len(in))
+	}
+	v := make([]processor.Verdict, len(cl))
+	for i, c := range cl {
+		v[i] = c.Verdict
 	}
 	return v
 }
@@ -231,7 +235,7 @@ func TestConcurrentClaimsGiveExactlyOneNew(t *testing.T) {
 			b[n-1-i] = a[i]
 		}
 		var wg sync.WaitGroup
-		var va, vb []processor.Verdict
+		var va, vb []processor.Claimed
 		var ea, eb error
 		wg.Add(2)
 		go func() { defer wg.Done(); va, ea = l1.Claim(context.Background(), a) }()
@@ -241,7 +245,7 @@ func TestConcurrentClaimsGiveExactlyOneNew(t *testing.T) {
 			t.Fatalf("round %d: %v / %v", r, ea, eb)
 		}
 		for i := range a {
-			x, y := va[i], vb[n-1-i]
+			x, y := va[i].Verdict, vb[n-1-i].Verdict
 			news := 0
 			for _, v := range []processor.Verdict{x, y} {
 				switch v {
@@ -360,11 +364,13 @@ func TestClaimSeesRowStartedAfterItsSnapshot(t *testing.T) {
 	}
 	got := make(chan []processor.Verdict, 1)
 	go func() {
-		v, err := l.Claim(ctx, []processor.Intent{a})
-		if err != nil {
-			t.Error(err)
+		cl, err := l.Claim(ctx, []processor.Intent{a})
+		if err != nil || len(cl) != 1 {
+			t.Error(cl, err)
+			got <- nil
+			return
 		}
-		got <- v
+		got <- []processor.Verdict{cl[0].Verdict}
 	}()
 	// Wait until the claim is blocked on the row lock: its snapshot is
 	// taken and says pending.
@@ -467,5 +473,38 @@ func TestPermanentErrorsAreMarked(t *testing.T) {
 	cancel()
 	if _, err := l.Claim(cctx, []processor.Intent{intent("e1", "A")}); err == nil || processor.IsPermanent(err) {
 		t.Fatalf("claim with a cancelled context: %v, want a non-permanent error", err)
+	}
+}
+
+// A started row whose run failed is re-claimed for the next generation
+// once: of two redeliveries that race, both learn the same generation
+// (their starts share one request ID: one run); a stale run ID (the
+// ledger already recorded a newer run) re-claims nothing; a redelivery
+// then re-drives the pending row with the new generation.
+func TestRerunIsACompareAndSet(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	a := intent("e1", "A")
+	claim(t, l, a)
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "run-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if gen, pending, err := l.Rerun(ctx, a.WorkflowID, "run-0"); err != nil || pending || gen != 1 {
+		t.Fatalf("stale run: gen %d pending %v (%v), want nothing re-claimed", gen, pending, err)
+	}
+	g1, p1, err1 := l.Rerun(ctx, a.WorkflowID, "run-1")
+	g2, p2, err2 := l.Rerun(ctx, a.WorkflowID, "run-1")
+	if err1 != nil || err2 != nil || !p1 || !p2 || g1 != 2 || g2 != 2 {
+		t.Fatalf("reruns: (%d %v %v) (%d %v %v), want generation 2 pending twice", g1, p1, err1, g2, p2, err2)
+	}
+	cl, err := l.Claim(ctx, []processor.Intent{a})
+	if err != nil || cl[0] != (processor.Claimed{Verdict: processor.VerdictRedrive, Generation: 2}) {
+		t.Fatalf("claim after rerun: %+v %v, want a re-drive of generation 2", cl, err)
+	}
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "run-2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, pending, err := l.Rerun(ctx, a.WorkflowID, "run-1"); err != nil || pending {
+		t.Fatalf("rerun of the old run after the new one started: pending %v (%v), want no", pending, err)
 	}
 }

@@ -139,6 +139,30 @@ func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 	return processor.StartResult{}, err
 }
 
+// LastRun describes the workflow ID's latest run.
+func (t *Temporal) LastRun(ctx context.Context, workflowID string) (processor.Run, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
+	resp, err := t.c.DescribeWorkflowExecution(ctx, workflowID, "")
+	if err != nil {
+		err = fmt.Errorf("describing workflow %s: %w", workflowID, err)
+		if Permanent(err) {
+			return processor.Run{}, processor.Permanent(err)
+		}
+		return processor.Run{}, err
+	}
+	info := resp.GetWorkflowExecutionInfo()
+	run := processor.Run{ID: info.GetExecution().GetRunId()}
+	switch info.GetStatus() {
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+		run.Closed = true
+	default: // failed, timed out, terminated, cancelled
+		run.Closed, run.Failed = true, true
+	}
+	return run, nil
+}
+
 // ReusePolicy maps a route's policy to Temporal's enum.
 func ReusePolicy(p processor.ReusePolicy) enumspb.WorkflowIdReusePolicy {
 	switch p {
