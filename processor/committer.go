@@ -314,6 +314,7 @@ func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 	for tp := range only {
 		c.forget(tp)
 	}
+	c.m.partitionsGone.WithLabelValues("revoked").Add(float64(len(only)))
 	c.cond.Broadcast()
 	c.mu.Unlock()
 	c.log.Info("partitions revoked", "partitions", revoked)
@@ -351,6 +352,7 @@ func (c *committer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int
 		for _, p := range ps {
 			c.forget(topicPartition{t, p})
 		}
+		c.m.partitionsGone.WithLabelValues("lost").Add(float64(len(ps)))
 	}
 	c.cond.Broadcast()
 	c.log.Warn("partitions lost; their in-flight work is abandoned uncommitted", "partitions", lost)

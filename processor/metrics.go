@@ -27,6 +27,7 @@ type metrics struct {
 	pausedPartitions prometheus.Gauge
 	dependencyUp     *prometheus.GaugeVec   // dependency: postgres, temporal, kafka
 	lost             *prometheus.CounterVec // topic
+	partitionsGone   *prometheus.CounterVec // how: revoked, lost
 	lag              *prometheus.GaugeVec   // topic, partition
 }
 
@@ -69,6 +70,11 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dedup_records_lost_total", Help: "Records deleted by retention (or lost by the broker) before this group consumed them."}, []string{"topic"}),
 	}
+	m.partitionsGone = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "dedup_partitions_released_total", Help: "Partitions this replica gave up: revoked (a rebalance; finished work committed first) or lost (fenced, e.g. after a stall: nothing committed)."}, []string{"how"})
+	for _, h := range []string{"revoked", "lost"} {
+		m.partitionsGone.WithLabelValues(h)
+	}
 	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "dedup_consumer_lag", Help: "Records between this replica's committed offset and the log end, per partition it owns."}, []string{"topic", "partition"})
 	// Every label value that can appear is exported from the start, at 0,
@@ -99,7 +105,7 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.records, m.intents, m.reruns, m.noRoute, m.deadLetters, m.starts, m.startErrors, m.retries,
 		m.claimBatch, m.claimSeconds, m.startSeconds, m.commitSeconds, m.commits, m.committedOffset, m.inFlight,
-		m.pausedPartitions, m.dependencyUp, m.lost, m.lag} {
+		m.pausedPartitions, m.dependencyUp, m.lost, m.partitionsGone, m.lag} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering router metrics: %w", err)
 		}
