@@ -32,6 +32,16 @@ func main() {
 	}
 }
 
+// stopped treats a run ended by SIGTERM or SIGINT as a clean exit, even
+// when the signal came while it was still starting (waiting for the
+// migration lock or a dependency).
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
 func usage() error {
 	return errors.New("usage: dedup run|worker|migrate|validate --config FILE, or dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N]")
 }
@@ -88,9 +98,9 @@ func run(args []string) error {
 		fmt.Printf("read %d dead letters; %s %v; left %v\n", res.Read, verb, res.Replayed, res.Skipped)
 		return err
 	case "run":
-		return app.Run(ctx, cfg, app.Options{Hooks: hooks})
+		return stopped(ctx, app.Run(ctx, cfg, app.Options{Hooks: hooks}))
 	case "worker":
-		return app.RunWorker(ctx, cfg, nil)
+		return stopped(ctx, app.RunWorker(ctx, cfg, nil))
 	case "migrate":
 		return ledger.Migrate(ctx, cfg.Postgres.URL)
 	case "validate":
