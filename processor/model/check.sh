@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# check.sh -- model-check dedup.pml with SPIN (see README.md).
+#
+#   bash processor/model/check.sh               all properties of the fixed protocol
+#                                               (exit 1 if any fails or a search is incomplete)
+#   bash processor/model/check.sh --big         the same plus liveness with 4 records (~1 min more)
+#   bash processor/model/check.sh --bug         the old in-batch Claim rule (-DOLD_INBATCH_RULE):
+#                                               expects an S1 violation and prints the trail
+#                                               (exit 1 if the bug is NOT found)
+#   bash processor/model/check.sh --failed-only reuse policy allow_duplicate_failed_only: checks S1,
+#                                               S3, S2f and liveness (exit 1 if they fail), then
+#                                               reports the known second-execution hole (S2x) with
+#                                               its trails; the hole itself does not fail the script
+#
+# Needs spin and gcc (apt-get install -y spin gcc). Works in a temporary
+# directory; the source tree is not written to.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+MODEL=$HERE/dedup.pml
+MODE=${1:-all}
+case $MODE in all|--big|--bug|--failed-only) ;; *) echo "usage: $0 [--big|--bug|--failed-only]" >&2; exit 2 ;; esac
+for tool in spin gcc; do
+	command -v $tool >/dev/null || { echo "$tool not found (apt-get install -y spin gcc)" >&2; exit 2; }
+done
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cp "$MODEL" "$WORK/"
+cd "$WORK"
+
+FAILED=0
+DEPTH=-m100000 # far above the deepest path (under 100 steps)
+
+# build NAME "SPIN_DEFINES" "GCC_DEFINES": generate and compile a verifier in $WORK/NAME
+build() {
+	local name=$1 sdefs=$2 cdefs=$3
+	mkdir -p "$name" && cp dedup.pml "$name/" || return 1
+	(cd "$name" && spin -a $sdefs dedup.pml >spin.out 2>&1 && gcc -O2 -DMEMLIM=4096 $cdefs -o pan pan.c 2>gcc.out) || {
+		echo "[$name] build failed:"; cat "$name/spin.out" "$name/gcc.out" 2>/dev/null; return 1; }
+}
+
+# summary NAME: one line from a pan log
+summary() {
+	local log=$1/pan.out
+	local states trans depth errors secs
+	states=$(awk '/states, stored/ {print $1; exit}' "$log")
+	trans=$(awk '/transitions \(= / {print $1; exit}' "$log")
+	depth=$(sed -n 's/.*depth reached \([0-9]*\),.*/\1/p' "$log" | head -1)
+	errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$log" | head -1)
+	secs=$(sed -n 's/^pan: elapsed time \([0-9.e+]*\) seconds.*/\1/p' "$log" | head -1)
+	printf '[%s] states stored %s, transitions %s, depth %s, errors %s, %ss\n' "$1" "${states:-?}" "${trans:-?}" "${depth:-?}" "${errors:-?}" "${secs:-?}"
+}
+
+# incomplete NAME: true if the search was truncated
+incomplete() {
+	grep -Eq 'max search depth too small|out of memory|reached -DMEMLIM|Search not completed|aborting|hash table is full' "$1/pan.out"
+}
+
+# expect_pass NAME "SPIN_DEFINES" "GCC_DEFINES" "PAN_FLAGS"
+expect_pass() {
+	local name=$1
+	build "$name" "$2" "$3" || { FAILED=1; return; }
+	(cd "$name" && ./pan $DEPTH $4 >pan.out 2>&1)
+	summary "$name"
+	if ! grep -q 'errors: 0' "$name/pan.out"; then
+		echo "[$name] FAILED:"; grep -E '^pan:|violated|invalid end state|acceptance cycle' "$name/pan.out" | head -5
+		(cd "$name" && spin $2 -t dedup.pml 2>&1 | grep -E 'MSC|Error|assert' | sed 's/^ *MSC: /    /')
+		FAILED=1
+	elif incomplete "$name"; then
+		echo "[$name] INCOMPLETE search:"; grep -E 'max search depth|memory|MEMLIM|not completed|aborting|full' "$name/pan.out" | head -5
+		FAILED=1
+	fi
+}
+
+# expect_violation NAME "SPIN_DEFINES" "PAN_FLAGS" REGEX: a safety search (shortest
+# trail, -i) that must end in an assertion matching REGEX; prints the trail.
+expect_violation() {
+	local name=$1 sdefs=$2 flags=$3 want=$4
+	build "$name" "$sdefs" "-DSAFETY -DNOCLAIM -DREACH" || return 1
+	(cd "$name" && ./pan $DEPTH $flags >pan.out 2>&1)
+	summary "$name"
+	if grep -q 'errors: 0' "$name/pan.out" || [ ! -f "$name/dedup.pml.trail" ]; then
+		echo "[$name] no violation found"
+		return 1
+	fi
+	(cd "$name" && spin $sdefs -t -p dedup.pml >trail.out 2>&1)
+	echo "[$name] counterexample: spin -t -p $sdefs dedup.pml, the printf lines with their step and process"
+	echo "        (each step is one atomic action; pid is SPIN's process number, the message names the replica)"
+	awk '
+		/^ *MSC: / { sub(/^ *MSC: /, ""); msg[n++] = $0; next }
+		/^ *[0-9]+:[ \t]+proc/ {
+			step = $1; pid = $3
+			for (i = 0; i < n; i++) printf "  %4s pid %s  %s\n", step, pid, msg[i]
+			n = 0; next
+		}
+		/Error|failed assertion|trail ends/ { print "  " $0 }
+	' "$name/trail.out"
+	echo "  final state:"
+	grep -E '^\s+(committed|lst|exec|dlw|cfl)\[' "$name/trail.out" | tr -s ' \t' ' ' | paste -sd' ' | sed 's/^/   /'
+	if ! grep -Eq "$want" "$name/trail.out"; then
+		echo "[$name] the violation is not the expected one ($want)"
+		return 1
+	fi
+	return 0
+}
+
+START=$(date +%s)
+case $MODE in
+all|--big)
+	echo "== fixed protocol, reuse policy reject_duplicate (two lanes in parallel) =="
+	# safety: S1, S2, S3, assertions, invalid end states
+	# liveness under weak fairness: ltl live: [](pending -> <>started)
+	lane1() {
+		expect_pass safety-3rec "" "-DSAFETY -DNOCLAIM" ""
+		expect_pass live-3rec "" "" "-a -f -N live"
+		return $FAILED
+	}
+	lane2() {
+		expect_pass safety-4rec "-DW4" "-DSAFETY -DNOCLAIM" ""
+		expect_pass safety-3rec-2crash "-DNCRASH=2 -DNRESTART=2" "-DSAFETY -DNOCLAIM" ""
+		if [ "$MODE" = --big ]; then
+			expect_pass live-4rec "-DW4" "" "-a -f -N live"
+		fi
+		return $FAILED
+	}
+	lane1 >lane1.log 2>&1 &
+	P1=$!
+	lane2 >lane2.log 2>&1 &
+	P2=$!
+	wait $P1 || FAILED=1
+	wait $P2 || FAILED=1
+	cat lane1.log lane2.log
+	;;
+--bug)
+	echo "== old in-batch Claim rule (-DOLD_INBATCH_RULE): expecting a violation of S1 =="
+	echo "-- 1. S1 at every commit, shortest trail"
+	if expect_violation bug-s1 "-DOLD_INBATCH_RULE" "-i" 'failed assertion: assert\(\(dlw\[c_\]\|\|\(exec'; then
+		echo "BUG FOUND (as expected): a record was committed while its workflow has no execution and it was not dead-lettered"
+	else
+		echo "BUG NOT FOUND (S1)"
+		FAILED=1
+	fi
+	echo "-- 2. the event lost for good (-DLOSS_ONLY: S1 checked only when the run is over), shortest trail"
+	if expect_violation bug-lost "-DOLD_INBATCH_RULE -DLOSS_ONLY" "-i" 'failed assertion: assert\(!\(\(\(dlw'; then
+		echo "BUG FOUND (as expected): every record committed, no execution ever started: the event is lost"
+	else
+		echo "BUG NOT FOUND (lost event)"
+		FAILED=1
+	fi
+	;;
+--failed-only)
+	echo "== reuse policy allow_duplicate_failed_only (-DFAILED_ONLY) =="
+	expect_pass failed-only-safety "-DFAILED_ONLY" "-DSAFETY -DNOCLAIM" ""
+	expect_pass failed-only-live "-DFAILED_ONLY" "" "-a -f -N live"
+	echo "-- known hole: a second execution the ledger never asked for (S2x; does not fail this script)"
+	expect_violation failed-only-s2x "-DFAILED_ONLY -DS2X" "-i" 'exec\[0\]==0' &&
+		echo "HOLE CONFIRMED: a start retried after a timed-out start whose run already failed"
+	expect_violation failed-only-s2x-resend "-DFAILED_ONLY -DS2X -DNTIMEOUT=0" "-i" 'exec\[0\]==0' &&
+		echo "HOLE CONFIRMED: without timeouts: two replicas start the same pending claim (A and its re-send A'), the first run failed in between"
+	expect_violation failed-only-s2x-redrive "-DFAILED_ONLY -DS2X -DNTIMEOUT=0 -DW2 -DNREVOKE=0 -DNZOMBIE=0" "-i" 'exec\[0\]==0' &&
+		echo "HOLE CONFIRMED: without timeouts, re-sends, revokes, zombies: re-drive after a crash between start and mark, the first run failed"
+	;;
+esac
+echo "total $(( $(date +%s) - START ))s"
+if [ $FAILED -ne 0 ]; then
+	echo "RESULT: FAIL"
+	exit 1
+fi
+echo "RESULT: OK"

@@ -1,0 +1,533 @@
+/*
+ * dedup.pml -- SPIN model of dedup's claim -> start -> mark -> commit
+ * protocol (Kafka -> PostgreSQL ledger -> Temporal), with a crash, a
+ * revoke (rebalance) and a zombie (a replica that lost a partition without
+ * knowing it). See README.md in this directory; run ./check.sh.
+ *
+ * Compile-time switches (spin -D...):
+ *   OLD_INBATCH_RULE  the old Claim rule: only the first copy of a workflow
+ *                     ID in a batch gets the row's verdict; later same-hash
+ *                     copies are DUPLICATE. Expected to violate S1.
+ *   LOSS_ONLY         check only that no event is lost for good (S1 when the
+ *                     run is over), not S1 at every commit nor the
+ *                     pending-row check: gives the --bug run a trail that
+ *                     ends in a lost event.
+ *   FAILED_ONLY       Temporal reuse policy allow_duplicate_failed_only:
+ *                     a run can close failed or completed; a start after a
+ *                     failed run creates a new execution.
+ *   S2X               (with FAILED_ONLY) also assert that no second
+ *                     execution is ever created (the ledger never asks for
+ *                     one). Known to fail: see README.
+ *   W4                4 records (p0: [A, A''], p1: [B, A']) instead of 3.
+ *   W2                2 records (p0: [A], p1: [B]): no re-send of A.
+ *   NCRASH=n NREVOKE=n NZOMBIE=n NTIMEOUT=n   fault budgets (default 1).
+ *
+ * Every action is one atomic step (d_step): a ledger statement, a Temporal
+ * call, a broker commit, a rebalance. Replicas interleave at those steps.
+ */
+
+#define NR    2   /* replicas */
+#define NP    2   /* partitions */
+#ifdef W4
+#define NREC  4   /* records in all partitions */
+#elif defined(W2)
+#define NREC  2
+#else
+#define NREC  3
+#endif
+#define NWID  1   /* workflow IDs (all records carry one event ID) */
+
+/* record status in one replica's tracker */
+#define S_NONE 0  /* not polled (or abandoned, or committed and forgotten) */
+#define S_INFL 1  /* polled, in flight (claim / start owner / waiter)   */
+#define S_DLQ  2  /* conflict verdict, dead-letter write pending         */
+#define S_FIN  3  /* finished                                            */
+
+/* ledger row state */
+#define L_NONE    0
+#define L_PENDING 1
+#define L_STARTED 2
+
+/* start job phase */
+#define J_NONE  0
+#define J_START 1 /* queued / calling Temporal (retried)      */
+#define J_MARK  2 /* Temporal said started; waiting for mark   */
+
+/* Temporal execution state (FAILED_ONLY) */
+#define X_NONE      0
+#define X_RUNNING   1
+#define X_COMPLETED 2
+#define X_FAILED    3
+
+mtype = { A, B };       /* payload hashes */
+
+/* ---- Kafka log: constant after init ---- */
+byte plen[NP];          /* records per partition */
+byte pbase[NP];         /* index of a partition's first record */
+byte rpart[NREC];       /* partition of a record */
+byte roff[NREC];        /* offset of a record */
+byte rwid[NREC];        /* workflow ID = f(event id) */
+mtype rhash[NREC];      /* payload hash */
+
+/* ---- broker ---- */
+byte committed[NP];     /* committed offset */
+byte bgen[NP];          /* group generation of the partition's owner */
+
+/* ---- ledger (PostgreSQL) ---- */
+byte  lst[NWID];        /* row state */
+mtype lhash[NWID];      /* row payload hash */
+bit   cfl[NREC];        /* dedup_conflicts row for the record */
+
+/* ---- Temporal ---- */
+byte exec[NWID];        /* executions created for the workflow ID */
+#ifdef FAILED_ONLY
+byte xlast[NWID];       /* state of the latest execution */
+byte nfail = 1;         /* executions that may close as failed */
+#endif
+
+/* ---- dead-letter topic ---- */
+bit dlw[NREC];          /* record written to the dead-letter topic */
+
+/* ---- history, for S3 ---- */
+bit fin[NREC];          /* some replica finished the record */
+
+/* ---- fault budgets (override with spin -DNCRASH=0 etc.) ---- */
+#ifndef NCRASH
+#define NCRASH 1        /* replica crashes (at most 1: there are 2 replicas) */
+#endif
+#ifndef NREVOKE
+#define NREVOKE 1       /* cooperative rebalances moving one partition */
+#endif
+#ifndef NZOMBIE
+#define NZOMBIE 1       /* partitions moved without the old owner knowing */
+#endif
+#ifndef NRESTART
+#define NRESTART 1      /* a crashed replica restarts and rejoins the group */
+#endif
+#ifndef NTIMEOUT
+#define NTIMEOUT 1      /* start calls that time out after creating */
+#endif
+byte ncrash = NCRASH;
+byte nrev = NREVOKE;
+byte nzom = NZOMBIE;
+byte ntmo = NTIMEOUT;
+byte nrestart = NRESTART;
+
+/* ---- replicas (in-memory state, lost on crash) ---- */
+typedef Rep {
+	bit  alive;
+	bit  own[NP];       /* the replica believes it owns the partition */
+	byte gen[NP];       /* generation it got the partition in */
+	byte pos[NP];       /* next offset to poll */
+	byte st[NREC];      /* tracker: record status */
+	bit  dlpend;        /* a claim's conflicts are being dead-lettered */
+	byte jph[NWID];     /* startPool.starting[wid]: job phase */
+	byte jown[NWID];    /* job's record */
+	byte jwait[NWID];   /* waiters (bit per record) */
+	bit  jorph[NWID];   /* job's record's partition was revoked/lost */
+};
+Rep rep[NR];
+
+/* scratch for d_steps (always reset to 0: not part of the state) */
+byte nb, i_, o_, c_, w_, f_;
+byte b[NREC];
+
+/* ================= helpers ================= */
+
+inline finish(r, c) {
+	rep[r].st[c] = S_FIN;
+	fin[c] = 1
+}
+
+/* processor.(*startPool).submit: one rule for same batch and later batch */
+inline coalesce(r, c, w) {
+	if
+	:: rep[r].jph[w] != J_NONE ->
+		rep[r].jwait[w] = rep[r].jwait[w] | (1 << c);
+		printf("MSC: r%d   rec%d waits on the in-flight start (owner rec%d)\n", r, c, rep[r].jown[w])
+	:: else ->
+		rep[r].jph[w] = J_START; rep[r].jown[w] = c; rep[r].jorph[w] = 0;
+		printf("MSC: r%d   rec%d owns a new start job\n", r, c)
+	fi
+}
+
+/* the verdict of the row for a same-hash copy */
+inline rowverdict(r, c, w) {
+	if
+	:: lst[w] == L_PENDING ->
+		printf("MSC: r%d   rec%d %e -> NEW/REDRIVE\n", r, c, rhash[c]);
+		coalesce(r, c, w)
+	:: else ->
+		printf("MSC: r%d   rec%d %e -> DUPLICATE (finished)\n", r, c, rhash[c]);
+		finish(r, c)
+	fi
+}
+
+/* poll k records of partition p into the batch */
+inline take(r, p, k) {
+	i_ = 0;
+	do
+	:: i_ < k ->
+		c_ = pbase[p] + rep[r].pos[p];
+		b[nb] = c_; nb++;
+		rep[r].st[c_] = S_INFL;
+		rep[r].pos[p]++;
+		printf("MSC: r%d   polls rec%d = p%d@%d hash %e\n", r, c_, p, roff[c_], rhash[c_]);
+		i_++
+	:: else -> break
+	od
+}
+
+/* ledger (*Postgres).Claim: one transaction, rows locked */
+inline claim(r) {
+	for (w_ : 0 .. NWID-1) {
+		f_ = 255;
+		for (i_ : 0 .. nb-1) {
+			if
+			:: f_ == 255 && rwid[b[i_]] == w_ -> f_ = i_
+			:: else
+			fi
+		}
+		if
+		:: f_ != 255 ->
+			if
+			:: lst[w_] == L_NONE ->
+				lst[w_] = L_PENDING; lhash[w_] = rhash[b[f_]];
+				printf("MSC: r%d   ledger: insert row wid%d pending hash %e\n", r, w_, lhash[w_])
+			:: else
+			fi;
+			for (i_ : 0 .. nb-1) {
+				c_ = b[i_];
+				if
+				:: rwid[c_] != w_ -> skip
+				:: rwid[c_] == w_ && rhash[c_] != lhash[w_] ->
+					cfl[c_] = 1; rep[r].st[c_] = S_DLQ; rep[r].dlpend = 1;
+					printf("MSC: r%d   rec%d %e -> CONFLICT (row has %e)\n", r, c_, rhash[c_], lhash[w_])
+				:: rwid[c_] == w_ && rhash[c_] == lhash[w_] ->
+#ifdef OLD_INBATCH_RULE
+					if
+					:: i_ != f_ ->
+						printf("MSC: r%d   rec%d %e -> DUPLICATE of the batch's first copy (OLD RULE, finished)\n", r, c_, rhash[c_]);
+						finish(r, c_)
+					:: else ->
+						rowverdict(r, c_, w_)
+					fi
+#else
+					rowverdict(r, c_, w_)
+#endif
+				fi
+			}
+		:: else
+		fi
+	}
+}
+
+/* Router.Run / prepare + claimer.claim, atomic with the ledger */
+inline pollclaim(r, k0, k1, first) {
+	nb = 0;
+	printf("MSC: r%d polls a batch and claims it:\n", r);
+	if
+	:: first == 0 -> take(r, 0, k0); take(r, 1, k1)
+	:: else       -> take(r, 1, k1); take(r, 0, k0)
+	fi;
+	claim(r);
+	nb = 0; i_ = 0; c_ = 0; w_ = 0; f_ = 0;
+	for (c_ : 0 .. NREC-1) { b[c_] = 0 }
+	c_ = 0
+}
+
+#define CANPOLL(r, k0, k1) \
+	(!rep[r].dlpend && \
+	 (k0 == 0 || (rep[r].own[0] && rep[r].pos[0] + k0 <= plen[0])) && \
+	 (k1 == 0 || (rep[r].own[1] && rep[r].pos[1] + k1 <= plen[1])))
+
+/* sink/starter (*Temporal).Start, reuse policy */
+inline tstart(r, w) {
+#ifdef FAILED_ONLY
+	if
+	:: exec[w] == 0 || xlast[w] == X_FAILED ->
+		/* S2f: a second execution only after a failed one, never after a completed one */
+		assert(exec[w] == 0 || xlast[w] == X_FAILED);
+#ifdef S2X
+		assert(exec[w] == 0);   /* S2x: the ledger never asks for a second execution */
+#endif
+		exec[w]++; xlast[w] = X_RUNNING;
+		printf("MSC: r%d   Temporal: execution %d created for wid%d\n", r, exec[w], w)
+	:: else ->
+		printf("MSC: r%d   Temporal: already started\n", r)
+	fi
+#else
+	if
+	:: exec[w] == 0 -> exec[w] = 1;
+		printf("MSC: r%d   Temporal: execution created for wid%d\n", r, w)
+	:: else ->
+		printf("MSC: r%d   Temporal: already started\n", r)
+	fi;
+	assert(exec[w] <= 1)   /* S2 */
+#endif
+}
+
+inline clearjob(r, w) {
+	rep[r].jph[w] = J_NONE; rep[r].jown[w] = 0; rep[r].jwait[w] = 0; rep[r].jorph[w] = 0
+}
+
+/* startPool.marker -> ledger MarkStarted, then finish owner and waiters */
+inline mark(r, w) {
+	if
+	:: lst[w] == L_PENDING -> lst[w] = L_STARTED
+	:: else
+	fi;
+	printf("MSC: r%d mark wid%d started; finish rec%d (orphaned=%d: not finished if 1) and waiters mask %d\n", r, w,
+		rep[r].jown[w], rep[r].jorph[w], rep[r].jwait[w]);
+	if
+	:: !rep[r].jorph[w] -> finish(r, rep[r].jown[w])
+	:: else
+	fi;
+	for (i_ : 0 .. NREC-1) {
+		if
+		:: rep[r].jwait[w] & (1 << i_) -> finish(r, i_)
+		:: else
+		fi
+	}
+	i_ = 0;
+	clearjob(r, w)
+}
+
+/* startPool.release(ok=false): the first waiter still owned takes over */
+inline takeover(r, w) {
+	if
+	:: rep[r].jwait[w] == 0 ->
+		printf("MSC: r%d start of rec%d abandoned, no waiter\n", r, rep[r].jown[w]);
+		clearjob(r, w)
+	:: else ->
+		i_ = 0;
+		do
+		:: rep[r].jwait[w] & (1 << i_) -> break
+		:: else -> i_++
+		od;
+		printf("MSC: r%d start of rec%d abandoned; waiter rec%d takes it over\n", r, rep[r].jown[w], i_);
+		rep[r].jown[w] = i_;
+		rep[r].jwait[w] = rep[r].jwait[w] & ~(1 << i_);
+		rep[r].jorph[w] = 0;
+		i_ = 0
+	fi
+}
+
+/* committer.revoked / lost: forget the partition, abandon its in-flight records */
+inline abandon(r, p) {
+	for (o_ : 0 .. plen[p]-1) {
+		c_ = pbase[p] + o_;
+		rep[r].st[c_] = S_NONE;
+		for (w_ : 0 .. NWID-1) {
+			rep[r].jwait[w_] = rep[r].jwait[w_] & ~(1 << c_);
+			if
+			:: rep[r].jph[w_] != J_NONE && rep[r].jown[w_] == c_ -> rep[r].jorph[w_] = 1
+			:: else
+			fi
+		}
+	}
+	rep[r].own[p] = 0; rep[r].gen[p] = 0; rep[r].pos[p] = 0;
+	o_ = 0; c_ = 0; w_ = 0
+}
+
+/* group coordinator assigns p to q in a new generation */
+inline assign(q, p) {
+	if
+	:: rep[q].own[p] -> abandon(q, p)   /* q had a stale view: onLost first */
+	:: else
+	fi;
+	bgen[p]++;
+	rep[q].own[p] = 1; rep[q].gen[p] = bgen[p]; rep[q].pos[p] = committed[p];
+	printf("MSC: partition p%d assigned to r%d, generation %d, from offset %d\n", p, q, bgen[p], committed[p])
+}
+
+#define FINAT(r, p) (committed[p] < plen[p] && rep[r].st[pbase[p] + committed[p]] == S_FIN)
+
+/* committer.commit: commit the end of the finished prefix */
+inline commit(r, p) {
+	if
+	:: rep[r].gen[p] == bgen[p] ->
+		do
+		:: FINAT(r, p) ->
+			rep[r].st[pbase[p] + committed[p]] = S_NONE;  /* committed: forget */
+			committed[p]++
+		:: else -> break
+		od;
+		printf("MSC: r%d commits p%d at offset %d (generation %d)\n", r, p, committed[p], bgen[p]);
+		for (o_ : 0 .. committed[p]-1) {
+			c_ = pbase[p] + o_;
+#ifndef LOSS_ONLY
+			assert(dlw[c_] || exec[rwid[c_]] > 0);   /* S1 */
+#endif
+			assert(fin[c_])                          /* S3 */
+		}
+		o_ = 0; c_ = 0
+	:: else ->
+		printf("MSC: r%d commit of p%d REJECTED (generation %d < %d): lost\n", r, p, rep[r].gen[p], bgen[p]);
+		abandon(r, p)
+	fi
+}
+
+/* the run is over: every partition committed to its end */
+#define ALLDONE (committed[0] == plen[0] && committed[1] == plen[1])
+
+inline finalcheck() {
+	for (c_ : 0 .. NREC-1) {
+		assert(!(dlw[c_] == 0 && exec[rwid[c_]] == 0))  /* S1 at the end: no lost event */
+	}
+#ifndef LOSS_ONLY
+	for (w_ : 0 .. NWID-1) {
+		assert(lst[w_] != L_PENDING)                    /* no claim left pending */
+	}
+#endif
+	c_ = 0; w_ = 0
+}
+
+/* ================= a replica ================= */
+
+proctype replica(byte r) {
+	byte q = 1 - r;
+
+	do
+	/* ---- poll + claim: any prefix of each owned partition, either order ---- */
+	:: d_step { CANPOLL(r, 1, 0) -> pollclaim(r, 1, 0, 0) }
+	:: d_step { CANPOLL(r, 2, 0) -> pollclaim(r, 2, 0, 0) }
+	:: d_step { CANPOLL(r, 0, 1) -> pollclaim(r, 0, 1, 0) }
+	:: d_step { CANPOLL(r, 0, 2) -> pollclaim(r, 0, 2, 0) }
+	:: d_step { CANPOLL(r, 1, 1) -> pollclaim(r, 1, 1, 0) }
+	:: d_step { CANPOLL(r, 1, 1) -> pollclaim(r, 1, 1, 1) }
+	:: d_step { CANPOLL(r, 1, 2) -> pollclaim(r, 1, 2, 0) }
+	:: d_step { CANPOLL(r, 1, 2) -> pollclaim(r, 1, 2, 1) }
+	:: d_step { CANPOLL(r, 2, 1) -> pollclaim(r, 2, 1, 0) }
+	:: d_step { CANPOLL(r, 2, 1) -> pollclaim(r, 2, 1, 1) }
+	:: d_step { CANPOLL(r, 2, 2) -> pollclaim(r, 2, 2, 0) }
+	:: d_step { CANPOLL(r, 2, 2) -> pollclaim(r, 2, 2, 1) }
+
+	/* ---- dead-letter the claim's conflicts, then finish them ---- */
+	:: d_step { rep[r].dlpend ->
+		for (c_ : 0 .. NREC-1) {
+			if
+			:: rep[r].st[c_] == S_DLQ -> dlw[c_] = 1; finish(r, c_);
+				printf("MSC: r%d dead-letters rec%d (conflict), finished\n", r, c_)
+			:: else
+			fi
+		}
+		c_ = 0; rep[r].dlpend = 0 }
+
+	/* ---- start (Temporal), wid 0 ---- */
+	:: d_step { rep[r].jph[0] == J_START ->
+		printf("MSC: r%d start wid0 for rec%d\n", r, rep[r].jown[0]);
+		tstart(r, 0); rep[r].jph[0] = J_MARK }
+	:: d_step { rep[r].jph[0] == J_START && ntmo > 0 ->
+		printf("MSC: r%d start wid0 for rec%d: TIMEOUT (outcome unknown), will retry\n", r, rep[r].jown[0]);
+		ntmo--; tstart(r, 0) }
+	/* ---- abandoned start (its record's partition is gone) ---- */
+	:: d_step { rep[r].jph[0] == J_START && rep[r].jorph[0] -> takeover(r, 0) }
+	/* ---- mark ---- */
+	:: d_step { rep[r].jph[0] == J_MARK -> mark(r, 0) }
+
+	/* ---- commit ---- */
+	:: d_step { rep[r].own[0] && FINAT(r, 0) -> commit(r, 0) }
+	:: d_step { rep[r].own[1] && FINAT(r, 1) -> commit(r, 1) }
+
+	/* ---- lost: a zombie learns it lost the partition ---- */
+	:: d_step { rep[r].own[0] && rep[r].gen[0] != bgen[0] ->
+		printf("MSC: r%d learns p0 was lost\n", r); abandon(r, 0) }
+	:: d_step { rep[r].own[1] && rep[r].gen[1] != bgen[1] ->
+		printf("MSC: r%d learns p1 was lost\n", r); abandon(r, 1) }
+
+	/* ---- fault: revoke (cooperative rebalance moves p to q) ---- */
+	:: d_step { nrev > 0 && rep[q].alive && rep[r].own[0] && rep[r].gen[0] == bgen[0] ->
+		nrev--; printf("MSC: REVOKE p0 from r%d\n", r); abandon(r, 0); assign(q, 0) }
+	:: d_step { nrev > 0 && rep[q].alive && rep[r].own[1] && rep[r].gen[1] == bgen[1] ->
+		nrev--; printf("MSC: REVOKE p1 from r%d\n", r); abandon(r, 1); assign(q, 1) }
+
+	/* ---- fault: zombie (p moves to q, r is not told) ---- */
+	:: d_step { nzom > 0 && rep[q].alive && rep[r].own[0] && rep[r].gen[0] == bgen[0] ->
+		nzom--; printf("MSC: ZOMBIE: p0 moves to r%d, r%d keeps working on it\n", q, r); assign(q, 0) }
+	:: d_step { nzom > 0 && rep[q].alive && rep[r].own[1] && rep[r].gen[1] == bgen[1] ->
+		nzom--; printf("MSC: ZOMBIE: p1 moves to r%d, r%d keeps working on it\n", q, r); assign(q, 1) }
+
+	/* ---- fault: crash (memory gone, partitions reassigned) ---- */
+	:: d_step { ncrash > 0 && rep[r].alive && rep[q].alive ->
+		ncrash--;
+		printf("MSC: CRASH of r%d\n", r);
+		if
+		:: rep[r].own[0] && rep[r].gen[0] == bgen[0] -> assign(q, 0)
+		:: else
+		fi;
+		if
+		:: rep[r].own[1] && rep[r].gen[1] == bgen[1] -> assign(q, 1)
+		:: else
+		fi;
+		rep[r].alive = 0;
+		rep[r].own[0] = 0; rep[r].gen[0] = 0; rep[r].pos[0] = 0;
+		rep[r].own[1] = 0; rep[r].gen[1] = 0; rep[r].pos[1] = 0;
+		for (c_ : 0 .. NREC-1) { rep[r].st[c_] = 0 }
+		c_ = 0;
+		rep[r].dlpend = 0;
+		clearjob(r, 0) }
+
+	/* ---- fault: restart after a crash; the rejoin moves one partition to r ---- */
+	:: d_step { !rep[r].alive && nrestart > 0 && rep[q].own[0] && rep[q].gen[0] == bgen[0] ->
+		nrestart--; rep[r].alive = 1;
+		printf("MSC: RESTART of r%d; rebalance revokes p0 from r%d\n", r, q);
+		abandon(q, 0); assign(r, 0) }
+	:: d_step { !rep[r].alive && nrestart > 0 && rep[q].own[1] && rep[q].gen[1] == bgen[1] ->
+		nrestart--; rep[r].alive = 1;
+		printf("MSC: RESTART of r%d; rebalance revokes p1 from r%d\n", r, q);
+		abandon(q, 1); assign(r, 1) }
+
+	/* ---- the run is over ---- */
+	:: d_step { ALLDONE && rep[r].jph[0] == J_NONE && !rep[r].dlpend ->
+		finalcheck() };
+		break
+	od
+}
+
+#ifdef FAILED_ONLY
+/* Temporal: a running execution closes, completed or (once) failed */
+active proctype temporal() {
+end:	do
+	:: d_step { xlast[0] == X_RUNNING && nfail > 0 -> nfail--; xlast[0] = X_FAILED;
+		printf("MSC: Temporal: execution %d of wid0 FAILED\n", exec[0]) }
+	:: d_step { xlast[0] == X_RUNNING -> xlast[0] = X_COMPLETED;
+		printf("MSC: Temporal: execution %d of wid0 completed\n", exec[0]) }
+	od
+}
+#endif
+
+init {
+	d_step {
+#ifdef W4
+		/* p0: [A, A'']   p1: [B, A']  -- one event ID, one workflow ID */
+		plen[0] = 2; plen[1] = 2;
+		pbase[0] = 0; pbase[1] = 2;
+		rpart[0] = 0; roff[0] = 0; rwid[0] = 0; rhash[0] = A;
+		rpart[1] = 0; roff[1] = 1; rwid[1] = 0; rhash[1] = A;
+		rpart[2] = 1; roff[2] = 0; rwid[2] = 0; rhash[2] = B;
+		rpart[3] = 1; roff[3] = 1; rwid[3] = 0; rhash[3] = A;
+#elif defined(W2)
+		/* p0: [A]   p1: [B]  -- no re-send: only redeliveries copy A */
+		plen[0] = 1; plen[1] = 1;
+		pbase[0] = 0; pbase[1] = 1;
+		rpart[0] = 0; roff[0] = 0; rwid[0] = 0; rhash[0] = A;
+		rpart[1] = 1; roff[1] = 0; rwid[1] = 0; rhash[1] = B;
+#else
+		/* p0: [A]   p1: [B, A']  -- one event ID, so one workflow ID;
+		 * A' is a cross-partition re-send of A, B a conflicting copy */
+		plen[0] = 1; plen[1] = 2;
+		pbase[0] = 0; pbase[1] = 1;
+		rpart[0] = 0; roff[0] = 0; rwid[0] = 0; rhash[0] = A;
+		rpart[1] = 1; roff[1] = 0; rwid[1] = 0; rhash[1] = B;
+		rpart[2] = 1; roff[2] = 1; rwid[2] = 0; rhash[2] = A;
+#endif
+		bgen[0] = 1; bgen[1] = 1;
+		rep[0].alive = 1; rep[0].own[0] = 1; rep[0].gen[0] = 1;
+		rep[1].alive = 1; rep[1].own[1] = 1; rep[1].gen[1] = 1
+	};
+	atomic { run replica(0); run replica(1) }
+}
+
+/* Liveness (check with -a -f): a pending claim is eventually started. */
+ltl live { [] ((lst[0] == L_PENDING) -> <> (lst[0] == L_STARTED)) }
