@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: deps dev test test-short fuzz vet build clean bench bench-smoke
+.PHONY: deps dev test test-short fuzz vet build clean bench bench-smoke model
 
 # PostgreSQL 15 binaries for the throwaway test clusters, when missing.
 deps:
@@ -25,7 +25,7 @@ vet:
 # The full suite: unit, ledger (real PostgreSQL), end-to-end (kfake,
 # in-process Temporal, routers as processes). Packages run one at a time:
 # the machine has 2 cores and the end-to-end package is heavy.
-test: deps vet
+test: deps vet model
 	$(GO) test -p 1 -count=1 -timeout 30m ./...
 	$(GO) test -count=1 -tags failpoints ./cmd/dedup
 
@@ -40,6 +40,13 @@ bench: deps build
 # Seconds: every stage of the benchmark on tiny sizes (CI runs it).
 bench-smoke: deps
 	$(GO) run ./cmd/dedup-bench -smoke -out $${TMPDIR:-/tmp}/dedup-bench-smoke
+
+# The protocol model (processor/model): every property of claim -> start ->
+# mark -> commit under crashes, revokes and zombies, checked exhaustively by
+# SPIN (about a minute); and the old in-batch rule must still be caught.
+model: deps
+	bash processor/model/check.sh
+	bash processor/model/check.sh --bug >/dev/null
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime 60s ./processor/eventid
