@@ -28,40 +28,52 @@ func TestStarterAlreadyStartedIsSuccess(t *testing.T) {
 	if err != nil || first.AlreadyStarted || first.RunID == "" {
 		t.Fatalf("first start: %+v %v", first, err)
 	}
+	// (Under the allow_* policies a start of the same claim is answered by
+	// request ID, which Temporal reports as started: the run ID says it
+	// is the first run.)
 	for _, policy := range []processor.ReusePolicy{processor.ReuseRejectDuplicate, processor.ReuseAllowDuplicateFailedOnly, processor.ReuseAllowDuplicate} {
 		req.ReusePolicy = policy
 		again, err := st.Start(ctx, req)
-		if err != nil || !again.AlreadyStarted || again.RunID != first.RunID {
-			t.Fatalf("%s: second start of a running workflow: %+v %v, want already started with run %s", policy, again, err, first.RunID)
+		if err != nil || again.RunID != first.RunID || (policy == processor.ReuseRejectDuplicate && !again.AlreadyStarted) {
+			t.Fatalf("%s: second start of a running workflow: %+v %v, want run %s", policy, again, err, first.RunID)
 		}
 	}
-	// Closed by termination: a re-drive of the same claim (generation 1)
-	// finds that run under every policy, even those that allow a closed ID
-	// to start again; the next generation starts anew where the policy
-	// allows it.
+	// Closed by termination: reject_duplicate refuses any further run.
 	if err := e.tc.TerminateWorkflow(ctx, req.WorkflowID, "", "test"); err != nil {
 		t.Fatal(err)
 	}
-	for _, policy := range []processor.ReusePolicy{processor.ReuseRejectDuplicate, processor.ReuseAllowDuplicateFailedOnly, processor.ReuseAllowDuplicate} {
+	req.ReusePolicy = processor.ReuseRejectDuplicate
+	if again, err := st.Start(ctx, req); err != nil || !again.AlreadyStarted || again.RunID != first.RunID {
+		t.Fatalf("reject_duplicate after termination: %+v %v, want the first run", again, err)
+	}
+
+	// Under allow_duplicate_failed_only, a re-drive of the same claim
+	// (generation 1) finds its run even once it closed as failed; only the
+	// next generation (a re-run the ledger handed out) starts anew, once.
+	req.WorkflowID, req.ReusePolicy = "activity-b:evt-1", processor.ReuseAllowDuplicateFailedOnly
+	gen1, err := st.Start(ctx, req)
+	if err != nil || gen1.AlreadyStarted {
+		t.Fatalf("allow_duplicate_failed_only, first start: %+v %v", gen1, err)
+	}
+	if err := e.tc.TerminateWorkflow(ctx, req.WorkflowID, "", "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, policy := range []processor.ReusePolicy{processor.ReuseAllowDuplicateFailedOnly, processor.ReuseAllowDuplicate} {
 		req.ReusePolicy = policy
-		if again, err := st.Start(ctx, req); err != nil || !again.AlreadyStarted || again.RunID != first.RunID {
-			t.Fatalf("%s: re-drive after termination: %+v %v, want the first run", policy, again, err)
+		if again, err := st.Start(ctx, req); err != nil || again.RunID != gen1.RunID {
+			t.Fatalf("%s: re-drive of generation 1 after termination: %+v %v, want run %s", policy, again, err, gen1.RunID)
 		}
 	}
-	req.ReusePolicy, req.Generation = processor.ReuseRejectDuplicate, 2
-	if again, err := st.Start(ctx, req); err != nil || !again.AlreadyStarted {
-		t.Fatalf("reject_duplicate, generation 2, after termination: %+v %v", again, err)
+	req.ReusePolicy, req.Generation = processor.ReuseAllowDuplicateFailedOnly, 2
+	gen2, err := st.Start(ctx, req)
+	if err != nil || gen2.AlreadyStarted || gen2.RunID == gen1.RunID {
+		t.Fatalf("generation 2 after a failed run: %+v %v, want a new run", gen2, err)
 	}
-	req.ReusePolicy = processor.ReuseAllowDuplicateFailedOnly
-	second, err := st.Start(ctx, req)
-	if err != nil || second.AlreadyStarted || second.RunID == first.RunID {
-		t.Fatalf("allow_duplicate_failed_only, generation 2, after termination: %+v %v, want a new run", second, err)
+	if again, err := st.Start(ctx, req); err != nil || again.RunID != gen2.RunID {
+		t.Fatalf("generation 2 again: %+v %v, want run %s", again, err, gen2.RunID)
 	}
-	if again, err := st.Start(ctx, req); err != nil || !again.AlreadyStarted || again.RunID != second.RunID {
-		t.Fatalf("generation 2 again: %+v %v, want run %s", again, err, second.RunID)
-	}
-	if execs, _ := e.listExecutions(); execs[req.WorkflowID] != 2 {
-		t.Fatalf("%d executions, want 2", execs[req.WorkflowID])
+	if execs, _ := e.listExecutions(); execs["activity-a:evt-1"] != 1 || execs[req.WorkflowID] != 2 {
+		t.Fatalf("executions %v, want 1 and 2", execs)
 	}
 
 	bad, err := client.Dial(client.Options{HostPort: stack.Temporal.HostPort(), Namespace: "no-such-namespace", Logger: quietTemporalLogger()})

@@ -95,6 +95,18 @@ func RequestID(workflowID string, generation int) string {
 	return uuid.NewSHA1(requestIDSpace, []byte(workflowID+"#"+strconv.Itoa(generation))).String()
 }
 
+// requestID is RequestID under the allow_* policies, where it is what
+// keeps a re-driven claim from creating a second run. Under
+// reject_duplicate the policy itself refuses any second run, and a fresh
+// request ID per call (as the SDK does) keeps "already started" exact:
+// Temporal reports a start deduplicated by request ID as started.
+func requestID(req processor.StartRequest) string {
+	if req.ReusePolicy == processor.ReuseRejectDuplicate || req.ReusePolicy == "" {
+		return uuid.NewString()
+	}
+	return RequestID(req.WorkflowID, req.Generation)
+}
+
 // requestIDSpace namespaces dedup's request IDs (a fixed random UUID).
 var requestIDSpace = uuid.MustParse("5d1f3c0e-8f7a-4a55-9b0e-6c2d7e9a41b3")
 
@@ -117,7 +129,7 @@ func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 		TaskQueue:             &taskqueuepb.TaskQueue{Name: req.TaskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
 		Input:                 input,
 		Identity:              t.identity,
-		RequestId:             RequestID(req.WorkflowID, req.Generation),
+		RequestId:             requestID(req),
 		WorkflowIdReusePolicy: ReusePolicy(req.ReusePolicy),
 		// Never attach to or terminate a running execution: a duplicate
 		// start must fail so that it is counted as one.
@@ -126,8 +138,10 @@ func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
 	case err == nil:
-		// Started is false when Temporal found this request ID on the
-		// current run: an earlier attempt of this very start.
+		// A start Temporal deduplicated by request ID (an earlier attempt
+		// of this claim made the run) is reported as started too: under
+		// the allow_* policies, dedup_workflow_starts_total{result=
+		// "started"} counts re-driven starts again.
 		return processor.StartResult{RunID: resp.GetRunId(), AlreadyStarted: !resp.GetStarted()}, nil
 	case errors.As(err, &already):
 		return processor.StartResult{RunID: already.RunId, AlreadyStarted: true}, nil
