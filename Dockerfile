@@ -1,6 +1,7 @@
 # dedup's image: the service (`dedup`) and the demo producer, static, on a
 # distroless base, as an unprivileged user. The embedded dev stack is not
-# in it (it links a whole Temporal server).
+# in it (it links a whole Temporal server): the lab, integration/, is a
+# module of its own and is left out of the build context (.dockerignore).
 FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./

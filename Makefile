@@ -1,7 +1,13 @@
 # dedup: the two commands that matter are `make dev` (the embedded stack)
 # and `make test` (the whole suite). Both install what they need first.
+#
+# Two modules: the service at the root, and the lab in integration/ (its own
+# go.mod: the dev stack, the benchmark, the end-to-end tests), which links
+# the Temporal server and the plotting library so that the root does not.
+# Lab commands run inside integration/.
 
 GO ?= go
+LAB = integration
 
 .PHONY: deps dev test test-short fuzz vet build clean bench bench-smoke model
 
@@ -11,23 +17,26 @@ deps:
 
 build:
 	$(GO) build -o bin/dedup ./cmd/dedup
-	$(GO) build -o bin/devstack ./cmd/devstack
-	$(GO) build -o bin/dedup-bench ./cmd/dedup-bench
+	cd $(LAB) && $(GO) build -o ../bin/devstack ./cmd/devstack
+	cd $(LAB) && $(GO) build -o ../bin/dedup-bench ./cmd/dedup-bench
 
 dev: deps
-	$(GO) run ./cmd/devstack
+	cd $(LAB) && $(GO) run ./cmd/devstack
 
 vet:
-	gofmt -l . | tee /dev/stderr | (! read)
+	gofmt -l . | tee /dev/stderr | (! read -r _)
 	$(GO) vet ./...
 	$(GO) vet -tags failpoints ./cmd/dedup
+	cd $(LAB) && $(GO) vet ./...
 
 # The full suite: unit, ledger (real PostgreSQL), end-to-end (kfake,
 # in-process Temporal, routers as processes). Packages run one at a time:
-# the machine has 2 cores and the end-to-end package is heavy.
+# the machine has 2 cores and the end-to-end package is heavy. The root
+# module first, then the lab's (integration/).
 test: deps vet model
 	$(GO) test -p 1 -count=1 -timeout 30m ./...
 	$(GO) test -count=1 -tags failpoints ./cmd/dedup
+	cd $(LAB) && $(GO) test -p 1 -count=1 -timeout 30m ./...
 
 test-short: deps
 	$(GO) test -short -count=1 ./processor/... ./sink/... ./internal/...
@@ -39,7 +48,7 @@ bench: deps build
 
 # Seconds: every stage of the benchmark on tiny sizes (CI runs it).
 bench-smoke: deps
-	$(GO) run ./cmd/dedup-bench -smoke -out $${TMPDIR:-/tmp}/dedup-bench-smoke
+	cd $(LAB) && $(GO) run ./cmd/dedup-bench -smoke -out $${TMPDIR:-/tmp}/dedup-bench-smoke
 
 # The protocol model (processor/model): every property of claim -> start ->
 # mark -> commit under crashes, revokes and zombies, checked exhaustively by

@@ -23,8 +23,8 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/internal/devstack"
 	"github.com/dedupio/dedup/internal/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -67,8 +67,9 @@ func TestMain(m *testing.M) {
 		defer os.RemoveAll(dir)
 		dedupBin = filepath.Join(dir, "dedup")
 		// -tags failpoints: the crash tests set DEDUP_FAILPOINT, which the
-		// shipped binary refuses.
-		build := exec.Command("go", "build", "-tags", "failpoints", "-o", dedupBin, "../cmd/dedup")
+		// shipped binary refuses. -C ..: the root module's cmd/dedup, with
+		// the root module's dependency versions, as shipped.
+		build := exec.Command("go", "build", "-C", "..", "-tags", "failpoints", "-o", dedupBin, "./cmd/dedup")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "building dedup:", err)

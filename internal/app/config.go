@@ -1,5 +1,5 @@
 // Package app wires dedup's components from a config file: the part of
-// cmd/dedup that cmd/devstack shares. It binds the file and the
+// cmd/dedup that integration/cmd/devstack shares. It binds the file and the
 // environment; the components themselves only see their Config structs.
 package app
 

@@ -3,6 +3,8 @@
 // throwaway PostgreSQL (or DATABASE_URL), the router, a demo worker and a
 // demo producer that sends duplicates. Ctrl-C stops and removes it all.
 //
+// From integration/ (the lab's module; `make dev` from the root):
+//
 //	go run ./cmd/devstack                # everything, with a summary every 5s
 //	go run ./cmd/devstack -infra-only    # only Kafka, Temporal and PostgreSQL
 package main
@@ -22,8 +24,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/internal/devstack"
 	"github.com/dedupio/dedup/internal/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"

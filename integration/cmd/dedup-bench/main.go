@@ -2,8 +2,12 @@
 // against a naive consumer, in one run on one machine, on the embedded
 // stack; it writes report.md, report.json and throughput.png.
 //
-//	go run ./cmd/dedup-bench -out bench-out            # the full run (minutes)
-//	go run ./cmd/dedup-bench -smoke -out /tmp/smoke    # seconds, for CI
+// From the repository root (the RSS stage runs bin/dedup):
+//
+//	make build && bin/dedup-bench -out bench-out      # the full run (minutes)
+//	make bench-smoke                                  # seconds, for CI
+//
+// It is in the lab's module: `cd integration && go run ./cmd/dedup-bench`.
 package main
 
 import (
@@ -24,8 +28,8 @@ import (
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
-	"github.com/dedupio/dedup/internal/bench"
-	"github.com/dedupio/dedup/internal/devstack"
+	"github.com/dedupio/dedup/integration/bench"
+	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/processor"
 )
 

@@ -36,7 +36,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/dedupio/dedup/internal/devstack"
+	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
