@@ -327,7 +327,9 @@ func (n namedStarter) Start(ctx context.Context, req StartRequest) (StartResult,
 	return n.s.start(ctx, req, n.name)
 }
 
-func (n namedStarter) LastRun(ctx context.Context, wid string) (Run, error) { return n.s.LastRun(ctx, wid) }
+func (n namedStarter) LastRun(ctx context.Context, wid string) (Run, error) {
+	return n.s.LastRun(ctx, wid)
+}
 
 // LastRun describes wid's latest run.
 func (s *fakeStarter) LastRun(ctx context.Context, wid string) (Run, error) {
