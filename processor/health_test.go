@@ -1,0 +1,120 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func newTestHealth(t *testing.T) (*health, func() []bool) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.RetryInitial, cfg.RetryMax = 5*time.Millisecond, 20*time.Millisecond
+	m, err := newMetrics(prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var changes []bool
+	h := newHealth(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), m, func(p bool) {
+		mu.Lock()
+		changes = append(changes, p)
+		mu.Unlock()
+	}, nil)
+	return h, func() []bool { mu.Lock(); defer mu.Unlock(); return append([]bool(nil), changes...) }
+}
+
+// The pause rule: a dependency is down while every call using it fails
+// and none succeeded for RetryMax.
+func TestHealthPauseRule(t *testing.T) {
+	down := errors.New("connection refused")
+
+	t.Run("every call fails: paused, then resumed when one succeeds", func(t *testing.T) {
+		h, changes := newTestHealth(t)
+		var mu sync.Mutex
+		failing := true
+		done := make(chan error)
+		go func() {
+			done <- h.retry(context.Background(), OpClaim, func(context.Context) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if failing {
+					return down
+				}
+				return nil
+			})
+		}()
+		waitFor(t, h.Paused, "paused")
+		if err := h.Why(); err == nil || !errors.Is(err, down) {
+			t.Fatalf("Why() = %v, want postgres failing with the last error", err)
+		}
+		mu.Lock()
+		failing = false
+		mu.Unlock()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if h.Paused() || h.Why() != nil {
+			t.Fatalf("still paused after the call succeeded: %v", h.Why())
+		}
+		if got := changes(); len(got) != 2 || !got[0] || got[1] {
+			t.Fatalf("pause changes %v, want [true false]", got)
+		}
+	})
+
+	t.Run("one workflow's start keeps failing while others succeed: never paused", func(t *testing.T) {
+		h, changes := newTestHealth(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		stuck := make(chan error)
+		go func() { stuck <- h.retry(ctx, OpStart, func(context.Context) error { return down }) }()
+		deadline := time.Now().Add(300 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			if err := h.retry(ctx, OpStart, func(context.Context) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if got := changes(); len(got) != 0 {
+			t.Fatalf("pause changes %v while other starts succeeded, want none", got)
+		}
+		cancel()
+		<-stuck
+	})
+
+	t.Run("an abandoned retry neither keeps nor clears the pause by itself", func(t *testing.T) {
+		h, _ := newTestHealth(t)
+		ctx1, cancel1 := context.WithCancel(context.Background())
+		ctx2, cancel2 := context.WithCancel(context.Background())
+		r1, r2 := make(chan error), make(chan error)
+		go func() { r1 <- h.retry(ctx1, OpMark, func(context.Context) error { return down }) }()
+		go func() { r2 <- h.retry(ctx2, OpClaim, func(context.Context) error { return down }) }()
+		waitFor(t, h.Paused, "paused")
+		cancel1() // one of the failing calls is abandoned (its partition was revoked)
+		<-r1
+		time.Sleep(50 * time.Millisecond) // the other keeps failing
+		if !h.Paused() {
+			t.Fatal("the pause cleared when a failing call was abandoned while another still fails")
+		}
+		cancel2()
+		<-r2
+		if h.Paused() {
+			t.Fatal("still paused with no call left that fails")
+		}
+	})
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("not %s within 5s", what)
+}
