@@ -58,9 +58,14 @@ func TestExactlyOnceWithTwoRouters(t *testing.T) {
 	//     routers at once: both need to be in flight together, which this
 	//     workload (re-sends pick a uniformly random earlier event) makes
 	//     rare: at most 1% of the workflows.
+	//   - under the allow_* policies (the crm-sync route), a re-driven
+	//     start carries the claim's request ID and Temporal answers it with
+	//     the run it made, reporting it as started: such a re-drive counts
+	//     as started again, so started is bounded by the re-drives too.
 	redelivered := int(records) - len(w.Records)
-	if int(started) > want {
-		t.Errorf("Temporal accepted %v new starts, more than the %d workflows", started, want)
+	redrives := counter(r1.reg, "dedup_intents_total", "outcome", "redrive") + counter(r2.reg, "dedup_intents_total", "outcome", "redrive")
+	if int(started) > want+int(redrives) {
+		t.Errorf("Temporal accepted %v new starts, more than the %d workflows + %v re-drives", started, want, redrives)
 	}
 	if int(started+already) < want {
 		t.Errorf("%v starts accepted + %v already started < %d workflows", started, already, want)

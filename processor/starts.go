@@ -14,6 +14,11 @@ type job struct {
 	// check: the workflow was started before; start it again only if its
 	// last run closed the way the reuse policy allows (rerun).
 	check bool
+	// startReq is the start a waiting copy needs (verdict new or re-drive,
+	// with its generation) when this job is a check: if the check decides
+	// not to re-run, the job starts that instead, so a waiter that needs a
+	// start never finishes without one.
+	startReq *StartRequest
 	// waiters are the other copies of the same workflow (same batch or a
 	// later one) that asked while this start was in flight: they finish
 	// with it instead of calling Temporal again.
@@ -75,6 +80,9 @@ func (s *startPool) submit(rec *record, req StartRequest, check bool) (waits boo
 	s.mu.Lock()
 	if j := s.starting[req.WorkflowID]; j != nil {
 		j.waiters = append(j.waiters, rec)
+		if j.check && !check && j.startReq == nil {
+			j.startReq = &req
+		}
 		s.mu.Unlock()
 		return true
 	}
@@ -185,8 +193,7 @@ func (s *startPool) rerun(ctx context.Context, j *job) bool {
 	// retention passed): nothing to run again.
 	again := err == nil && run.Closed && (run.Failed || j.req.ReusePolicy == ReuseAllowDuplicate)
 	if !again {
-		s.done(j, true)
-		return false
+		return s.startInstead(j)
 	}
 	var gen int
 	var pending bool
@@ -200,11 +207,25 @@ func (s *startPool) rerun(ctx context.Context, j *job) bool {
 		return false
 	}
 	if !pending { // another redelivery re-ran it already, and it started
-		s.done(j, true)
-		return false
+		return s.startInstead(j)
 	}
 	s.m.reruns.Inc()
 	j.req.Generation, j.check = gen, false
+	return true
+}
+
+// startInstead ends a check that runs nothing again: done, unless a copy
+// waiting on it needs its own claim started (a pending row re-claimed by
+// another router's re-run), which the job then starts.
+func (s *startPool) startInstead(j *job) bool {
+	s.mu.Lock()
+	req := j.startReq
+	s.mu.Unlock()
+	if req == nil {
+		s.done(j, true)
+		return false
+	}
+	j.req, j.check, j.startReq = *req, false, nil
 	return true
 }
 
@@ -284,7 +305,7 @@ func (s *startPool) release(j *job, ok bool) {
 	if !ok {
 		for i, w := range waiters {
 			if w.part.ctx.Err() == nil && s.workCtx.Err() == nil {
-				nj := &job{rec: w, req: j.req, waiters: waiters[i+1:]}
+				nj := &job{rec: w, req: j.req, check: j.check, startReq: j.startReq, waiters: waiters[i+1:]}
 				s.starting[nj.req.WorkflowID] = nj
 				waiters = waiters[:i]
 				go s.enqueue(nj)
