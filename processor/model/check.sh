@@ -153,6 +153,8 @@ all|--big)
 	echo "== reuse policy allow_duplicate_failed_only (-DFAILED_ONLY): request IDs, re-runs =="
 	echo "-- S1, S3, S2g, E (E2 off: checked below)"
 	expect_pass failed-only-safety "-DFAILED_ONLY -DE2_OFF" "-DSAFETY -DNOCLAIM" ""
+	echo "-- S1, S3, S2g, E with two failed runs (-DNFAIL=2)"
+	expect_pass failed-only-2fail "-DFAILED_ONLY -DE2_OFF -DNFAIL=2" "-DSAFETY -DNOCLAIM" "-i"
 	echo "-- E2: no row left pending when the run is over"
 	expect_pass failed-only-e2 "-DFAILED_ONLY" "-DSAFETY -DNOCLAIM" "-i"
 	echo "-- L: liveness"
