@@ -7,10 +7,12 @@
 #   bash processor/model/check.sh --bug         the old in-batch Claim rule (-DOLD_INBATCH_RULE):
 #                                               expects an S1 violation and prints the trail
 #                                               (exit 1 if the bug is NOT found)
-#   bash processor/model/check.sh --failed-only reuse policy allow_duplicate_failed_only: checks S1,
-#                                               S3, S2f and liveness (exit 1 if they fail), then
-#                                               reports the known second-execution hole (S2x) with
-#                                               its trails; the hole itself does not fail the script
+#   bash processor/model/check.sh --failed-only reuse policy allow_duplicate_failed_only with request
+#                                               IDs and re-runs: S1, S3, S2g (runs = distinct
+#                                               generations the ledger handed out, only after a
+#                                               failed run), E, then E2 and liveness; and, without
+#                                               request IDs (-DNO_REQUEST_ID), S2g must be violated
+#                                               (exit 1 if any property fails or that trail is not found)
 #
 # Needs spin and gcc (apt-get install -y spin gcc). Works in a temporary
 # directory; the source tree is not written to.
@@ -148,16 +150,22 @@ all|--big)
 	fi
 	;;
 --failed-only)
-	echo "== reuse policy allow_duplicate_failed_only (-DFAILED_ONLY) =="
-	expect_pass failed-only-safety "-DFAILED_ONLY" "-DSAFETY -DNOCLAIM" ""
+	echo "== reuse policy allow_duplicate_failed_only (-DFAILED_ONLY): request IDs, re-runs =="
+	echo "-- S1, S3, S2g, E (E2 off: checked below)"
+	expect_pass failed-only-safety "-DFAILED_ONLY -DE2_OFF" "-DSAFETY -DNOCLAIM" ""
+	echo "-- S1, S3, S2g, E with two failed runs (-DNFAIL=2)"
+	expect_pass failed-only-2fail "-DFAILED_ONLY -DE2_OFF -DNFAIL=2" "-DSAFETY -DNOCLAIM" "-i"
+	echo "-- E2: no row left pending when the run is over"
+	expect_pass failed-only-e2 "-DFAILED_ONLY" "-DSAFETY -DNOCLAIM" "-i"
+	echo "-- L: liveness"
 	expect_pass failed-only-live "-DFAILED_ONLY" "" "-a -f -N live"
-	echo "-- known hole: a second execution the ledger never asked for (S2x; does not fail this script)"
-	expect_violation failed-only-s2x "-DFAILED_ONLY -DS2X" "-i" 'exec\[0\]==0' &&
-		echo "HOLE CONFIRMED: a start retried after a timed-out start whose run already failed"
-	expect_violation failed-only-s2x-resend "-DFAILED_ONLY -DS2X -DNTIMEOUT=0" "-i" 'exec\[0\]==0' &&
-		echo "HOLE CONFIRMED: without timeouts: two replicas start the same pending claim (A and its re-send A'), the first run failed in between"
-	expect_violation failed-only-s2x-redrive "-DFAILED_ONLY -DS2X -DNTIMEOUT=0 -DW2 -DNREVOKE=0 -DNZOMBIE=0" "-i" 'exec\[0\]==0' &&
-		echo "HOLE CONFIRMED: without timeouts, re-sends, revokes, zombies: re-drive after a crash between start and mark, the first run failed"
+	echo "-- without request IDs (-DNO_REQUEST_ID): a second run of one generation must be found"
+	if expect_violation failed-only-noreqid "-DFAILED_ONLY -DNO_REQUEST_ID -DE2_OFF" "-i" 'failed assertion: assert\(\(\(xgens'; then
+		echo "FOUND (as expected): without request IDs the policy alone lets a re-driven start create a second run of one generation"
+	else
+		echo "NOT FOUND: the model no longer depends on request IDs"
+		FAILED=1
+	fi
 	;;
 esac
 echo "total $(( $(date +%s) - START ))s"

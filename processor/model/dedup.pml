@@ -14,10 +14,13 @@
  *                     ends in a lost event.
  *   FAILED_ONLY       Temporal reuse policy allow_duplicate_failed_only:
  *                     a run can close failed or completed; a start after a
- *                     failed run creates a new execution.
- *   S2X               (with FAILED_ONLY) also assert that no second
- *                     execution is ever created (the ledger never asks for
- *                     one). Known to fail: see README.
+ *                     failed run creates a new execution; a DUPLICATE
+ *                     verdict becomes a check job (LastRun, ledger Rerun,
+ *                     start of the next generation). Checks S2g.
+ *   NO_REQUEST_ID     Temporal ignores the start's request ID (the
+ *                     generation): the reuse policy alone decides. With
+ *                     FAILED_ONLY, expected to violate S2g.
+ *   NFAIL=n           (FAILED_ONLY) runs that may close failed (default 1).
  *   W4                4 records (p0: [A, A''], p1: [B, A']) instead of 3.
  *   W2                2 records (p0: [A], p1: [B]): no re-send of A.
  *   NCRASH=n NREVOKE=n NZOMBIE=n NTIMEOUT=n   fault budgets (default 1).
@@ -52,6 +55,8 @@
 #define J_NONE  0
 #define J_START 1 /* queued / calling Temporal (retried)      */
 #define J_MARK  2 /* Temporal said started; waiting for mark   */
+#define J_CHECK 3 /* check job (DUPLICATE, FAILED_ONLY): LastRun */
+#define J_RERUN 4 /* check job: last run failed; ledger Rerun   */
 
 /* Temporal execution state (FAILED_ONLY) */
 #define X_NONE      0
@@ -75,14 +80,21 @@ byte bgen[NP];          /* group generation of the partition's owner */
 
 /* ---- ledger (PostgreSQL) ---- */
 byte  lst[NWID];        /* row state */
+byte  lgen[NWID];       /* row generation (1 at insert; Rerun: +1) */
+byte  lrun[NWID];       /* row run_id: run number (1..exec), 0 = NULL */
 mtype lhash[NWID];      /* row payload hash */
 bit   cfl[NREC];        /* dedup_conflicts row for the record */
 
 /* ---- Temporal ---- */
-byte exec[NWID];        /* executions created for the workflow ID */
+byte exec[NWID];        /* executions created for the workflow ID; run n is the n-th */
+byte xgen[NWID];        /* request ID (generation) of the current (latest) run */
 #ifdef FAILED_ONLY
 byte xlast[NWID];       /* state of the latest execution */
-byte nfail = 1;         /* executions that may close as failed */
+byte xgens[NWID];       /* bit g: some run was created by a start of generation g (S2g) */
+#ifndef NFAIL
+#define NFAIL 1
+#endif
+byte nfail = NFAIL;     /* executions that may close as failed */
 #endif
 
 /* ---- dead-letter topic ---- */
@@ -122,14 +134,18 @@ typedef Rep {
 	byte st[NREC];      /* tracker: record status */
 	bit  dlpend;        /* a claim's conflicts are being dead-lettered */
 	byte jph[NWID];     /* startPool.starting[wid]: job phase */
+	byte jgen[NWID];    /* job's req.Generation (its request ID) */
+	byte jrun[NWID];    /* run ID: from Start (J_MARK) or LastRun (J_RERUN) */
 	byte jown[NWID];    /* job's record */
 	byte jwait[NWID];   /* waiters (bit per record) */
-	bit  jorph[NWID];   /* job's record's partition was revoked/lost */
+	byte jorph[NWID];   /* job's record's partition was revoked/lost (its context
+	                     * cancelled): 1 = a call in flight may still land,
+	                     * 2 = it did; every later call fails at once */
 };
 Rep rep[NR];
 
 /* scratch for d_steps (always reset to 0: not part of the state) */
-byte nb, i_, o_, c_, w_, f_;
+byte nb, i_, o_, c_, w_, f_, x_;
 byte b[NREC];
 
 /* ================= helpers ================= */
@@ -139,27 +155,35 @@ inline finish(r, c) {
 	fin[c] = 1
 }
 
-/* processor.(*startPool).submit: one rule for same batch and later batch */
-inline coalesce(r, c, w) {
+/* processor.(*startPool).submit: one rule for same batch and later batch,
+ * for starts (J_START, generation g) and checks (J_CHECK) alike */
+inline coalesce(r, c, w, ph, g) {
 	if
 	:: rep[r].jph[w] != J_NONE ->
 		rep[r].jwait[w] = rep[r].jwait[w] | (1 << c);
-		printf("MSC: r%d   rec%d waits on the in-flight start (owner rec%d)\n", r, c, rep[r].jown[w])
+		printf("MSC: r%d   rec%d waits on the in-flight job (owner rec%d)\n", r, c, rep[r].jown[w])
 	:: else ->
-		rep[r].jph[w] = J_START; rep[r].jown[w] = c; rep[r].jorph[w] = 0;
-		printf("MSC: r%d   rec%d owns a new start job\n", r, c)
+		rep[r].jph[w] = ph; rep[r].jgen[w] = g; rep[r].jown[w] = c; rep[r].jorph[w] = 0;
+		printf("MSC: r%d   rec%d owns a new job (phase %d, generation %d)\n", r, c, ph, g)
 	fi
 }
 
-/* the verdict of the row for a same-hash copy */
+/* the verdict of the row for a same-hash copy (processor.(*claimer).claim) */
 inline rowverdict(r, c, w) {
 	if
 	:: lst[w] == L_PENDING ->
-		printf("MSC: r%d   rec%d %e -> NEW/REDRIVE\n", r, c, rhash[c]);
-		coalesce(r, c, w)
+		printf("MSC: r%d   rec%d %e -> NEW/REDRIVE generation %d\n", r, c, rhash[c], lgen[w]);
+		coalesce(r, c, w, J_START, lgen[w])
 	:: else ->
+#ifdef FAILED_ONLY
+		/* DUPLICATE on a route whose policy is not reject_duplicate: a check
+		 * job; its req.Generation is 0, whose request ID is generation 1's */
+		printf("MSC: r%d   rec%d %e -> DUPLICATE: check job\n", r, c, rhash[c]);
+		coalesce(r, c, w, J_CHECK, 1)
+#else
 		printf("MSC: r%d   rec%d %e -> DUPLICATE (finished)\n", r, c, rhash[c]);
 		finish(r, c)
+#endif
 	fi
 }
 
@@ -192,7 +216,7 @@ inline claim(r) {
 		:: f_ != 255 ->
 			if
 			:: lst[w_] == L_NONE ->
-				lst[w_] = L_PENDING; lhash[w_] = rhash[b[f_]];
+				lst[w_] = L_PENDING; lhash[w_] = rhash[b[f_]]; lgen[w_] = 1;
 				printf("MSC: r%d   ledger: insert row wid%d pending hash %e\n", r, w_, lhash[w_])
 			:: else
 			fi;
@@ -241,26 +265,40 @@ inline pollclaim(r, k0, k1, first) {
 	 (k0 == 0 || (rep[r].own[0] && rep[r].pos[0] + k0 <= plen[0])) && \
 	 (k1 == 0 || (rep[r].own[1] && rep[r].pos[1] + k1 <= plen[1])))
 
-/* sink/starter (*Temporal).Start, reuse policy */
-inline tstart(r, w) {
-#ifdef FAILED_ONLY
-	if
-	:: exec[w] == 0 || xlast[w] == X_FAILED ->
-		/* S2f: a second execution only after a failed one, never after a completed one */
-		assert(exec[w] == 0 || xlast[w] == X_FAILED);
-#ifdef S2X
-		assert(exec[w] == 0);   /* S2x: the ledger never asks for a second execution */
+/* sink/starter (*Temporal).Start of generation g (request ID
+ * starter.RequestID(wid, g)); the run it answers with goes to x_.
+ * Temporal (handleConflict): a request ID of the current run is answered
+ * with that run, open or closed, before the reuse policy is applied. */
+#ifdef NO_REQUEST_ID
+#define RIDHIT(w, g) 0
+#else
+#define RIDHIT(w, g) (exec[w] > 0 && xgen[w] == g)
 #endif
-		exec[w]++; xlast[w] = X_RUNNING;
-		printf("MSC: r%d   Temporal: execution %d created for wid%d\n", r, exec[w], w)
-	:: else ->
-		printf("MSC: r%d   Temporal: already started\n", r)
+inline tstart(r, w, g) {
+	if
+	:: RIDHIT(w, g) ->
+		x_ = exec[w];
+		printf("MSC: r%d   Temporal: request ID of generation %d is the current run %d's: that run, Started=false\n", r, g, x_)
+#ifdef FAILED_ONLY
+	:: !RIDHIT(w, g) && (exec[w] == 0 || xlast[w] == X_FAILED) ->
+		/* S2g: every run is a distinct generation the ledger handed out,
+		 * a run only after none or a failed one (never after a completed one) */
+		assert(exec[w] == 0 || xlast[w] == X_FAILED);
+		assert(g >= 1 && g <= lgen[w]);
+		assert((xgens[w] & (1 << g)) == 0);
+		exec[w]++; xlast[w] = X_RUNNING; xgen[w] = g; xgens[w] = xgens[w] | (1 << g);
+		x_ = exec[w];
+		printf("MSC: r%d   Temporal: execution %d created for wid%d, generation %d\n", r, exec[w], w, g)
+	:: !RIDHIT(w, g) && !(exec[w] == 0 || xlast[w] == X_FAILED) ->
+		x_ = exec[w];
+		printf("MSC: r%d   Temporal: already started (run %d)\n", r, x_)
 	fi
 #else
-	if
-	:: exec[w] == 0 -> exec[w] = 1;
-		printf("MSC: r%d   Temporal: execution created for wid%d\n", r, w)
-	:: else ->
+	:: !RIDHIT(w, g) && exec[w] == 0 ->
+		exec[w] = 1; xgen[w] = g; x_ = 1;
+		printf("MSC: r%d   Temporal: execution created for wid%d, generation %d\n", r, w, g)
+	:: !RIDHIT(w, g) && exec[w] > 0 ->
+		x_ = exec[w];
 		printf("MSC: r%d   Temporal: already started\n", r)
 	fi;
 	assert(exec[w] <= 1)   /* S2 */
@@ -268,17 +306,12 @@ inline tstart(r, w) {
 }
 
 inline clearjob(r, w) {
-	rep[r].jph[w] = J_NONE; rep[r].jown[w] = 0; rep[r].jwait[w] = 0; rep[r].jorph[w] = 0
+	rep[r].jph[w] = J_NONE; rep[r].jown[w] = 0; rep[r].jwait[w] = 0; rep[r].jorph[w] = 0;
+	rep[r].jgen[w] = 0; rep[r].jrun[w] = 0
 }
 
-/* startPool.marker -> ledger MarkStarted, then finish owner and waiters */
-inline mark(r, w) {
-	if
-	:: lst[w] == L_PENDING -> lst[w] = L_STARTED
-	:: else
-	fi;
-	printf("MSC: r%d mark wid%d started; finish rec%d (orphaned=%d: not finished if 1) and waiters mask %d\n", r, w,
-		rep[r].jown[w], rep[r].jorph[w], rep[r].jwait[w]);
+/* startPool.done(ok=true): finish the owner (unless its partition is gone) and the waiters */
+inline doneok(r, w) {
 	if
 	:: !rep[r].jorph[w] -> finish(r, rep[r].jown[w])
 	:: else
@@ -293,11 +326,23 @@ inline mark(r, w) {
 	clearjob(r, w)
 }
 
+/* startPool.marker -> ledger MarkStarted (pending rows only: state
+ * started, run_id), then done(ok): finish owner and waiters */
+inline mark(r, w) {
+	if
+	:: lst[w] == L_PENDING -> lst[w] = L_STARTED; lrun[w] = rep[r].jrun[w]
+	:: else
+	fi;
+	printf("MSC: r%d mark wid%d started (run %d); finish rec%d (orphaned=%d: not finished if 1) and waiters mask %d\n", r, w,
+		rep[r].jrun[w], rep[r].jown[w], rep[r].jorph[w], rep[r].jwait[w]);
+	doneok(r, w)
+}
+
 /* startPool.release(ok=false): the first waiter still owned takes over */
 inline takeover(r, w) {
 	if
 	:: rep[r].jwait[w] == 0 ->
-		printf("MSC: r%d start of rec%d abandoned, no waiter\n", r, rep[r].jown[w]);
+		printf("MSC: r%d job of rec%d abandoned, no waiter\n", r, rep[r].jown[w]);
 		clearjob(r, w)
 	:: else ->
 		i_ = 0;
@@ -305,13 +350,43 @@ inline takeover(r, w) {
 		:: rep[r].jwait[w] & (1 << i_) -> break
 		:: else -> i_++
 		od;
-		printf("MSC: r%d start of rec%d abandoned; waiter rec%d takes it over\n", r, rep[r].jown[w], i_);
+		printf("MSC: r%d job of rec%d abandoned; waiter rec%d takes it over as a start of generation %d\n", r, rep[r].jown[w], i_, rep[r].jgen[w]);
+		/* the new job is {rec: w, req: j.req}: not a check, j.req's generation */
+		rep[r].jph[w] = J_START; rep[r].jrun[w] = 0;
 		rep[r].jown[w] = i_;
 		rep[r].jwait[w] = rep[r].jwait[w] & ~(1 << i_);
 		rep[r].jorph[w] = 0;
 		i_ = 0
 	fi
 }
+
+#ifdef FAILED_ONLY
+/* ledger (*Postgres).Rerun(wid, run): compare-and-set state = started AND
+ * run_id = run -> pending, generation + 1, run_id NULL */
+inline reruncas(r, w, rn) {
+	if
+	:: lst[w] == L_STARTED && lrun[w] == rn ->
+		lst[w] = L_PENDING; lgen[w]++; lrun[w] = 0;
+		printf("MSC: r%d   ledger Rerun(run %d): row pending, generation %d\n", r, rn, lgen[w])
+	:: else ->
+		printf("MSC: r%d   ledger Rerun(run %d): no change (row state %d, run %d, generation %d)\n", r, rn, lst[w], lrun[w], lgen[w])
+	fi
+}
+
+/* startPool.rerun after LastRun said run jrun failed: Rerun, then start the
+ * row's generation if the row is pending, else done(ok): a duplicate */
+inline rerun(r, w) {
+	reruncas(r, w, rep[r].jrun[w]);
+	if
+	:: lst[w] == L_PENDING ->
+		rep[r].jph[w] = J_START; rep[r].jgen[w] = lgen[w]; rep[r].jrun[w] = 0;
+		printf("MSC: r%d   row pending: start generation %d\n", r, lgen[w])
+	:: else ->
+		printf("MSC: r%d   row not pending: duplicate\n", r);
+		doneok(r, w)
+	fi
+}
+#endif
 
 /* committer.revoked / lost: forget the partition, abandon its in-flight records */
 inline abandon(r, p) {
@@ -321,7 +396,7 @@ inline abandon(r, p) {
 		for (w_ : 0 .. NWID-1) {
 			rep[r].jwait[w_] = rep[r].jwait[w_] & ~(1 << c_);
 			if
-			:: rep[r].jph[w_] != J_NONE && rep[r].jown[w_] == c_ -> rep[r].jorph[w_] = 1
+			:: rep[r].jph[w_] != J_NONE && rep[r].jown[w_] == c_ && rep[r].jorph[w_] == 0 -> rep[r].jorph[w_] = 1
 			:: else
 			fi
 		}
@@ -368,6 +443,12 @@ inline commit(r, p) {
 	fi
 }
 
+/* a job's Temporal / ledger call (wid 0): possible unless the job is
+ * orphaned and its one call in flight has already landed (health.retry
+ * calls fn(ctx) with the cancelled context, which fails at once) */
+#define MAYCALL(r) (rep[r].jorph[0] < 2)
+#define LANDED(r)  if :: rep[r].jorph[0] == 1 -> rep[r].jorph[0] = 2 :: else fi
+
 /* the run is over: every partition committed to its end */
 #define ALLDONE (committed[0] == plen[0] && committed[1] == plen[1])
 
@@ -375,9 +456,9 @@ inline finalcheck() {
 	for (c_ : 0 .. NREC-1) {
 		assert(!(dlw[c_] == 0 && exec[rwid[c_]] == 0))  /* S1 at the end: no lost event */
 	}
-#ifndef LOSS_ONLY
+#if !defined(LOSS_ONLY) && !defined(E2_OFF)
 	for (w_ : 0 .. NWID-1) {
-		assert(lst[w_] != L_PENDING)                    /* no claim left pending */
+		assert(lst[w_] != L_PENDING)                    /* E2: no claim left pending */
 	}
 #endif
 	c_ = 0; w_ = 0
@@ -415,14 +496,37 @@ proctype replica(byte r) {
 		c_ = 0; rep[r].dlpend = 0 }
 
 	/* ---- start (Temporal), wid 0 ---- */
-	:: d_step { rep[r].jph[0] == J_START ->
-		printf("MSC: r%d start wid0 for rec%d\n", r, rep[r].jown[0]);
-		tstart(r, 0); rep[r].jph[0] = J_MARK }
-	:: d_step { rep[r].jph[0] == J_START && ntmo > 0 ->
-		printf("MSC: r%d start wid0 for rec%d: TIMEOUT (outcome unknown), will retry\n", r, rep[r].jown[0]);
-		ntmo--; tstart(r, 0) }
-	/* ---- abandoned start (its record's partition is gone) ---- */
-	:: d_step { rep[r].jph[0] == J_START && rep[r].jorph[0] -> takeover(r, 0) }
+	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) -> LANDED(r);
+		printf("MSC: r%d start wid0 generation %d for rec%d\n", r, rep[r].jgen[0], rep[r].jown[0]);
+		tstart(r, 0, rep[r].jgen[0]); rep[r].jph[0] = J_MARK; rep[r].jrun[0] = x_; x_ = 0 }
+	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) && ntmo > 0 -> LANDED(r);
+		printf("MSC: r%d start wid0 generation %d for rec%d: TIMEOUT (outcome unknown), will retry\n", r, rep[r].jgen[0], rep[r].jown[0]);
+		ntmo--; tstart(r, 0, rep[r].jgen[0]); x_ = 0 }
+#ifdef FAILED_ONLY
+	/* ---- check job: LastRun; if it failed, Rerun and start the next generation ---- */
+	/* LastRun, a read: with the context cancelled it only errs (then the
+	 * job is abandoned, below), so an orphaned check makes no decision */
+	:: d_step { rep[r].jph[0] == J_CHECK && !rep[r].jorph[0] ->
+		if
+		:: xlast[0] == X_FAILED ->
+			rep[r].jph[0] = J_RERUN; rep[r].jrun[0] = exec[0];
+			printf("MSC: r%d check wid0 for rec%d: LastRun: run %d FAILED\n", r, rep[r].jown[0], exec[0])
+		:: else ->
+			printf("MSC: r%d check wid0 for rec%d: LastRun: run %d not failed: duplicate\n", r, rep[r].jown[0], exec[0]);
+			doneok(r, 0)
+		fi }
+	:: d_step { rep[r].jph[0] == J_RERUN && !rep[r].jorph[0] ->
+		printf("MSC: r%d rerun wid0 for rec%d:\n", r, rep[r].jown[0]);
+		rerun(r, 0) }
+	/* an orphaned Rerun (in flight when the context was cancelled) lands,
+	 * but its answer is lost: done(ok=false), a waiter takes over with
+	 * j.req (req.Generation 0: generation 1's request ID) */
+	:: d_step { rep[r].jph[0] == J_RERUN && rep[r].jorph[0] == 1 ->
+		printf("MSC: r%d rerun wid0 for rec%d lands, answer lost (revoked):\n", r, rep[r].jown[0]);
+		reruncas(r, 0, rep[r].jrun[0]); takeover(r, 0) }
+#endif
+	/* ---- abandoned job (its record's partition is gone) ---- */
+	:: d_step { (rep[r].jph[0] == J_START || rep[r].jph[0] == J_CHECK || rep[r].jph[0] == J_RERUN) && rep[r].jorph[0] -> takeover(r, 0) }
 	/* ---- mark ---- */
 	:: d_step { rep[r].jph[0] == J_MARK -> mark(r, 0) }
 
