@@ -394,6 +394,24 @@ func TestFaultResetToEarliest(t *testing.T) {
 
 // 12. Broker connection churn: for a while, one request in ten has its
 // connection closed by the broker.
+// A full broker restart: the only broker stops (connections refused)
+// while half the workload is still being produced, and comes back 3
+// seconds later on the same port with its data (log, committed offsets,
+// groups). The routers ride it out: nothing lost, nothing doubled.
+func TestFaultBrokerRestart(t *testing.T) {
+	runScenario(t, scenario{spec: baseSpec(23), routers: 2, fault: func(s *run) {
+		time.Sleep(time.Second)
+		if err := stack.RestartKafka(3 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range s.live() {
+			if !eventually(time.Minute, func() bool { return p.ready() == 200 }) {
+				t.Errorf("%s not ready a minute after the broker came back", p.name)
+			}
+		}
+	}})
+}
+
 func TestFaultBrokerChurn(t *testing.T) {
 	var dropped int
 	var mu sync.Mutex

@@ -40,14 +40,20 @@ var (
 	nsMu      sync.Mutex
 )
 
-var namespaces = []string{"ns1", "ns2", "ns3", "ns4", "ns5", "ns6", "ns7", "ns8", "ns9", "ns10", "ns11", "ns12", "ns13", "ns14", "ns15", "ns16", "ns17", "ns18", "ns19", "ns20", "ns21", "ns22", "ns23", "ns24", "ns25", "ns26"}
+var namespaces = []string{"ns1", "ns2", "ns3", "ns4", "ns5", "ns6", "ns7", "ns8", "ns9", "ns10", "ns11", "ns12", "ns13", "ns14", "ns15", "ns16", "ns17", "ns18", "ns19", "ns20", "ns21", "ns22", "ns23", "ns24", "ns25", "ns26", "ns27"}
 
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		var err error
-		stack, err = devstack.Start(ctx, devstack.Config{Namespace: "default", DatabaseURL: os.Getenv("DATABASE_URL"), TemporalFaults: faults})
+		kafkaDir, err := os.MkdirTemp("", "dedup-kafka-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(kafkaDir)
+		stack, err = devstack.Start(ctx, devstack.Config{Namespace: "default", DatabaseURL: os.Getenv("DATABASE_URL"), TemporalFaults: faults,
+			KafkaDataDir: kafkaDir})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "starting stack:", err)
 			return 1

@@ -1,8 +1,14 @@
 package integration
 
 import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/internal/app"
 
 	"go.temporal.io/sdk/client"
 )
@@ -46,4 +52,22 @@ func TestFaultTemporalForgotBeforeTheLedger(t *testing.T) {
 	if calls != 0 || total != 0 {
 		t.Errorf("replay made %v Temporal calls and %d executions, want none: the ledger is the guard", calls, total)
 	}
+}
+
+// The replay horizon is checked at start: with postgres.retention shorter
+// than both the topic's retention.ms and the namespace's retention, a
+// replay from the log start could start workflows again; dedup refuses to
+// start and names the settings, unless the operator accepts it.
+func TestShortHorizonIsAStartupError(t *testing.T) {
+	e := newEnv(t, 1)
+	cfg := e.config()
+	cfg.Postgres.Retention = time.Hour // the topic keeps records for 7 days (kfake's default), the namespace for a day
+	err := app.Run(context.Background(), cfg, app.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil || !strings.Contains(err.Error(), "postgres.retention") || !strings.Contains(err.Error(), e.topic) ||
+		!strings.Contains(err.Error(), "accept_short_horizon") {
+		t.Fatalf("start with a short horizon: %v, want an error naming postgres.retention, the topic and accept_short_horizon", err)
+	}
+	cfg.Postgres.AcceptShortHorizon = true
+	r := e.startRouter(cfg)
+	r.stop(t)
 }

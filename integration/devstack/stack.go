@@ -10,7 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -34,15 +36,22 @@ type Config struct {
 	DurablePostgres bool
 	// TemporalFaults, if set, is installed on the Temporal frontend.
 	TemporalFaults *TemporalFaults
+	// KafkaDataDir keeps the broker's log, offsets and groups on disk, so
+	// that RestartKafka brings it back with its data.
+	KafkaDataDir string
 }
 
 // Stack is the running dependencies.
 type Stack struct {
-	Kafka       *kfake.Cluster
-	Temporal    *Temporal
-	Postgres    *pgcluster.Cluster // nil when DatabaseURL was given
-	DatabaseURL string
-	Namespace   string
+	// Kafka is replaced by RestartKafka: read it each time.
+	Kafka     *kfake.Cluster
+	kafkaOpts []kfake.Opt
+	// kafkaPersistent: the broker keeps its data on disk (KafkaDataDir).
+	kafkaPersistent bool
+	Temporal        *Temporal
+	Postgres        *pgcluster.Cluster // nil when DatabaseURL was given
+	DatabaseURL     string
+	Namespace       string
 }
 
 // Brokers are the Kafka seed addresses.
@@ -66,11 +75,15 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	for _, t := range cfg.Topics {
 		topics = append(topics, t, t+".dlq")
 	}
-	kopts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(int32(cfg.Partitions), topics...), kfake.AllowAutoTopicCreation()}
+	kopts := []kfake.Opt{kfake.NumBrokers(1), kfake.AllowAutoTopicCreation()}
+	if cfg.KafkaDataDir != "" {
+		kopts = append(kopts, kfake.DataDir(cfg.KafkaDataDir))
+	}
+	s.kafkaOpts, s.kafkaPersistent = kopts, cfg.KafkaDataDir != ""
 	if cfg.KafkaPort != 0 {
 		kopts = append(kopts, kfake.Ports(cfg.KafkaPort))
 	}
-	if s.Kafka, err = kfake.NewCluster(kopts...); err != nil {
+	if s.Kafka, err = kfake.NewCluster(append(kopts, kfake.SeedTopics(int32(cfg.Partitions), topics...))...); err != nil {
 		return nil, fmt.Errorf("starting kfake: %w", err)
 	}
 	if cfg.DatabaseURL != "" {
@@ -91,6 +104,39 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// RestartKafka stops the broker, waits down, and starts it again on the
+// same port with the data it had (Config.KafkaDataDir): a full broker
+// restart, as a rolling upgrade of a one-broker cluster or a crash would
+// do. Clients see connections refused meanwhile.
+func (s *Stack) RestartKafka(down time.Duration) error {
+	if !s.kafkaPersistent {
+		return errors.New("devstack: RestartKafka needs Config.KafkaDataDir")
+	}
+	addr := s.Kafka.ListenAddrs()[0]
+	_, portText, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return err
+	}
+	s.Kafka.Close()
+	time.Sleep(down)
+	var c *kfake.Cluster
+	for tries := 0; ; tries++ { // the port may linger a moment after close
+		if c, err = kfake.NewCluster(append(s.kafkaOpts, kfake.Ports(port))...); err == nil || tries == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("restarting kfake on port %d: %w", port, err)
+	}
+	s.Kafka = c
+	return nil
 }
 
 // Stop stops everything that runs.
