@@ -168,7 +168,7 @@ func (e *env) config() app.Config {
 	cfg.Kafka.RebalanceTimeout = 10 * time.Second
 	cfg.Kafka.CommitInterval = 200 * time.Millisecond
 	cfg.Kafka.MaxPollRecords = 500
-	cfg.Kafka.RetryMax = time.Second
+	cfg.Retry.Max = time.Second
 	cfg.Routes = processor.Routes{
 		{ID: "order-confirmation", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: "RunActivityWorkflow", TaskQueue: "e2e"},
 		{ID: "welcome-email", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "e2e"},

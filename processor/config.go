@@ -45,14 +45,6 @@ type Config struct {
 	// under Temporal's payload limit (2 MB by default), less the envelope.
 	MaxValueBytes int `yaml:"max_value_bytes"`
 
-	// StartConcurrency is how many workflow starts run at once. Starts are
-	// independent RPCs; a retried start blocks only its own record's offset.
-	StartConcurrency int `yaml:"start_concurrency"`
-	// MarkBatch and MarkInterval bound how started workflows are batched
-	// into one ledger update: a record is finished (committable) once its
-	// workflow is marked, so the interval adds to commit latency.
-	MarkBatch    int           `yaml:"mark_batch"`
-	MarkInterval time.Duration `yaml:"mark_interval"`
 	// CommitInterval is how often finished offsets are committed. A crash
 	// redelivers at most this much finished work, which the ledger skips.
 	CommitInterval time.Duration `yaml:"commit_interval"`
@@ -66,10 +58,6 @@ type Config struct {
 	// LagInterval is how often consumer lag is measured (one ListOffsets
 	// request per interval).
 	LagInterval time.Duration `yaml:"lag_interval"`
-	// RetryInitial and RetryMax bound the capped exponential backoff of
-	// transient PostgreSQL, Temporal and Kafka errors.
-	RetryInitial time.Duration `yaml:"retry_initial"`
-	RetryMax     time.Duration `yaml:"retry_max"`
 
 	// DeadLetterTopic receives records that can never succeed, with the
 	// reason in headers. "{topic}" stands for the source topic.
@@ -78,9 +66,34 @@ type Config struct {
 	// (count it and commit) or "dead_letter".
 	NoRoute string `yaml:"no_route"`
 
-	// EventID and Routes are top-level sections of the config file.
+	// EventID, Routes, Starts and Retry are top-level sections of the
+	// config file.
 	EventID eventid.Config `yaml:"-"`
 	Routes  Routes         `yaml:"-"`
+	Starts  StartConfig    `yaml:"-"`
+	Retry   RetryConfig    `yaml:"-"`
+}
+
+// StartConfig is the config file's starts section: how workflows are
+// started and marked.
+type StartConfig struct {
+	// Concurrency is how many workflow starts run at once. Starts are
+	// independent RPCs; a retried start blocks only its own record's offset.
+	Concurrency int `yaml:"concurrency"`
+	// MarkBatch and MarkInterval bound how started workflows are batched
+	// into one ledger update: a record is finished (committable) once its
+	// workflow is marked, so the interval adds to commit latency.
+	MarkBatch    int           `yaml:"mark_batch"`
+	MarkInterval time.Duration `yaml:"mark_interval"`
+}
+
+// RetryConfig is the config file's retry section: the capped exponential
+// backoff of transient PostgreSQL, Temporal and Kafka errors. Max is also
+// how long a dependency must fail without a success before fetching is
+// paused.
+type RetryConfig struct {
+	Initial time.Duration `yaml:"initial"`
+	Max     time.Duration `yaml:"max"`
 }
 
 // DefaultConfig leaves Brokers, Group, Topics, ResetOffset and Routes to
@@ -93,18 +106,15 @@ func DefaultConfig() Config {
 		MaxInFlight:      10000,
 		MaxValueBytes:    1 << 20,
 		FetchMaxBytes:    16 << 20,
-		StartConcurrency: 32,
-		MarkBatch:        512,
-		MarkInterval:     10 * time.Millisecond,
 		CommitInterval:   time.Second,
 		RevokeTimeout:    10 * time.Second,
 		DrainTimeout:     20 * time.Second,
 		LagInterval:      15 * time.Second,
-		RetryInitial:     100 * time.Millisecond,
-		RetryMax:         10 * time.Second,
 		DeadLetterTopic:  "{topic}.dlq",
 		NoRoute:          "skip",
 		EventID:          eventid.DefaultConfig(),
+		Starts:           StartConfig{Concurrency: 32, MarkBatch: 512, MarkInterval: 10 * time.Millisecond},
+		Retry:            RetryConfig{Initial: 100 * time.Millisecond, Max: 10 * time.Second},
 	}
 }
 
@@ -135,10 +145,16 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("kafka.no_route: %q, want skip or dead_letter", c.NoRoute)
 	case c.MaxValueBytes > 2<<20:
 		return fmt.Errorf("kafka.max_value_bytes: %d is over Temporal's 2 MiB payload limit", c.MaxValueBytes)
-	case c.RetryInitial <= 0 || c.RetryMax < c.RetryInitial:
-		return fmt.Errorf("kafka.retry_initial/retry_max: %s/%s, want 0 < initial <= max", c.RetryInitial, c.RetryMax)
-	case c.CommitInterval <= 0 || c.MarkInterval <= 0 || c.RevokeTimeout <= 0 || c.DrainTimeout <= 0 || c.LagInterval <= 0:
-		return errors.New("kafka.commit_interval, mark_interval, revoke_timeout, drain_timeout, lag_interval: want > 0")
+	case c.Retry.Initial <= 0 || c.Retry.Max < c.Retry.Initial:
+		return fmt.Errorf("retry.initial/retry.max: %s/%s, want 0 < initial <= max", c.Retry.Initial, c.Retry.Max)
+	case c.Starts.Concurrency <= 0:
+		return fmt.Errorf("starts.concurrency: %d, want > 0", c.Starts.Concurrency)
+	case c.Starts.MarkBatch <= 0:
+		return fmt.Errorf("starts.mark_batch: %d, want > 0", c.Starts.MarkBatch)
+	case c.Starts.MarkInterval <= 0:
+		return fmt.Errorf("starts.mark_interval: %s, want > 0", c.Starts.MarkInterval)
+	case c.CommitInterval <= 0 || c.RevokeTimeout <= 0 || c.DrainTimeout <= 0 || c.LagInterval <= 0:
+		return errors.New("kafka.commit_interval, revoke_timeout, drain_timeout, lag_interval: want > 0")
 	}
 	for _, t := range c.Topics {
 		if strings.Replace(c.DeadLetterTopic, "{topic}", t, 1) == t {
@@ -146,7 +162,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	for name, v := range map[string]int{"max_poll_records": c.MaxPollRecords, "max_in_flight": c.MaxInFlight,
-		"max_value_bytes": c.MaxValueBytes, "start_concurrency": c.StartConcurrency, "mark_batch": c.MarkBatch,
+		"max_value_bytes": c.MaxValueBytes,
 		"fetch_max_bytes": c.FetchMaxBytes} {
 		if err := positive(name, v); err != nil {
 			return err

@@ -99,13 +99,13 @@ func (e *testEnv) config() Config {
 	cfg.SessionTimeout = time.Second
 	cfg.RebalanceTimeout = time.Second
 	cfg.CommitInterval = 50 * time.Millisecond
-	cfg.MarkInterval = 5 * time.Millisecond
-	cfg.RetryInitial = 5 * time.Millisecond
-	cfg.RetryMax = 50 * time.Millisecond
+	cfg.Starts.MarkInterval = 5 * time.Millisecond
+	cfg.Retry.Initial = 5 * time.Millisecond
+	cfg.Retry.Max = 50 * time.Millisecond
 	cfg.RevokeTimeout = 200 * time.Millisecond
 	cfg.DrainTimeout = 2 * time.Second
 	cfg.LagInterval = 200 * time.Millisecond
-	cfg.StartConcurrency = 4
+	cfg.Starts.Concurrency = 4
 	cfg.Routes = Routes{{ID: testRoute, Match: Match{Type: testType}, WorkflowType: "W", TaskQueue: "q"}}
 	return cfg
 }

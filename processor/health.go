@@ -61,7 +61,7 @@ func (o Op) Dependency() Dependency {
 
 // health owns the router's view of its dependencies and the retry policy.
 // Its guarantee: a dependency is down while every call currently using it
-// is failing and none has succeeded for RetryMax (one workflow whose start
+// is failing and none has succeeded for retry.max (one workflow whose start
 // keeps failing while others start does not pause the replica); fetching is paused while any dependency is
 // down, and resumes when a call to it succeeds or no failing call is left
 // (a retry abandoned because its partition was revoked does not count as
@@ -93,7 +93,7 @@ func newHealth(cfg Config, log *slog.Logger, m *metrics, onPause func(bool), fat
 
 // downLocked evaluates the rule for dependency d now.
 func (h *health) downLocked(d Dependency) bool {
-	return h.failing[d] > 0 && h.failing[d] == h.active[d] && time.Since(h.okAt[d]) >= h.cfg.RetryMax
+	return h.failing[d] > 0 && h.failing[d] == h.active[d] && time.Since(h.okAt[d]) >= h.cfg.Retry.Max
 }
 
 // Paused reports whether fetching is paused.
@@ -154,7 +154,7 @@ func (h *health) retry(ctx context.Context, op Op, fn func(context.Context) erro
 			}
 		})
 	}()
-	wait := h.cfg.RetryInitial
+	wait := h.cfg.Retry.Initial
 	for attempt := 0; ; attempt++ {
 		err := fn(ctx)
 		switch {
@@ -186,7 +186,7 @@ func (h *health) retry(ctx context.Context, op Op, fn func(context.Context) erro
 			return ctx.Err()
 		case <-time.After(sleep):
 		}
-		wait = min(wait*2, h.cfg.RetryMax)
+		wait = min(wait*2, h.cfg.Retry.Max)
 	}
 }
 

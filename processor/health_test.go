@@ -15,7 +15,7 @@ import (
 func newTestHealth(t *testing.T) (*health, func() []bool) {
 	t.Helper()
 	cfg := DefaultConfig()
-	cfg.RetryInitial, cfg.RetryMax = 5*time.Millisecond, 20*time.Millisecond
+	cfg.Retry.Initial, cfg.Retry.Max = 5*time.Millisecond, 20*time.Millisecond
 	m, err := newMetrics(prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +31,7 @@ func newTestHealth(t *testing.T) (*health, func() []bool) {
 }
 
 // The pause rule: a dependency is down while every call using it fails
-// and none succeeded for RetryMax.
+// and none succeeded for retry.max.
 func TestHealthPauseRule(t *testing.T) {
 	down := errors.New("connection refused")
 

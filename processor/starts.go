@@ -25,7 +25,7 @@ type job struct {
 	waiters []*record
 }
 
-// startPool starts workflows with StartConcurrency workers and marks them
+// startPool starts workflows with starts.concurrency workers and marks them
 // started in the ledger in batches.
 //
 // Its guarantee, the one coalescing rule of the router: a workflow ID has
@@ -69,7 +69,7 @@ func newStartPool(cfg Config, m *metrics, starter Starter, ledger Ledger, h *hea
 		// one's starts are still queued: a slow claim then does not leave
 		// the start workers idle. Fuller than that, submit waits.
 		startQ: make(chan *job, 2*(cfg.MaxInFlight+cfg.MaxPollRecords)),
-		markQ:  make(chan *job, cfg.MarkBatch),
+		markQ:  make(chan *job, cfg.Starts.MarkBatch),
 	}
 }
 
@@ -106,7 +106,7 @@ func (s *startPool) enqueue(j *job) {
 // marker's queue is closed by stop; it returns when all have stopped.
 func (s *startPool) run() (stop func()) {
 	var workers sync.WaitGroup
-	for i := 0; i < s.cfg.StartConcurrency; i++ {
+	for i := 0; i < s.cfg.Starts.Concurrency; i++ {
 		workers.Add(1)
 		go func() { defer workers.Done(); s.worker() }()
 	}
@@ -251,7 +251,7 @@ func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
 // gets a short deadline of its own, not the cancelled work context.
 func (s *startPool) marker() {
 	var batch []*job
-	tick := time.NewTicker(s.cfg.MarkInterval)
+	tick := time.NewTicker(s.cfg.Starts.MarkInterval)
 	defer tick.Stop()
 	flush := func(ctx context.Context) {
 		if len(batch) == 0 {
@@ -277,7 +277,7 @@ func (s *startPool) marker() {
 				return
 			}
 			batch = append(batch, j)
-			if len(batch) >= s.cfg.MarkBatch {
+			if len(batch) >= s.cfg.Starts.MarkBatch {
 				flush(s.workCtx)
 			}
 		case <-tick.C:

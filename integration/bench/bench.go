@@ -185,7 +185,7 @@ func (e *Env) routerConfig(topic string) processor.Config {
 	c.Topics = []string{topic}
 	c.ResetOffset = "earliest"
 	c.MaxPollRecords = e.P.Batch
-	c.StartConcurrency = e.P.Concurrency
+	c.Starts.Concurrency = e.P.Concurrency
 	c.CommitInterval = 100 * time.Millisecond
 	c.SessionTimeout = 10 * time.Second
 	c.Routes = routes()

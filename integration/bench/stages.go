@@ -601,7 +601,7 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 	w = nil
 	cfg := app.DefaultConfig()
 	cfg.Kafka = e.routerConfig(topic)
-	cfg.Routes, cfg.EventID = cfg.Kafka.Routes, cfg.Kafka.EventID
+	cfg.Routes, cfg.EventID, cfg.Starts, cfg.Retry = cfg.Kafka.Routes, cfg.Kafka.EventID, cfg.Kafka.Starts, cfg.Kafka.Retry
 	cfg.Postgres.URL = url
 	cfg.Temporal.HostPort = e.Stack.Temporal.HostPort()
 	cfg.Temporal.Namespace = e.Stack.Namespace

@@ -20,14 +20,18 @@ import (
 
 // Config is the whole config file.
 type Config struct {
-	Kafka    processor.Config `yaml:"kafka"`
-	EventID  eventid.Config   `yaml:"event_id"`
-	Routes   processor.Routes `yaml:"routes"`
-	Postgres ledger.Config    `yaml:"postgres"`
-	Temporal starter.Config   `yaml:"temporal"`
-	Admin    AdminConfig      `yaml:"admin"`
-	Log      LogConfig        `yaml:"log"`
-	Worker   WorkerConfig     `yaml:"worker"`
+	Kafka   processor.Config `yaml:"kafka"`
+	EventID eventid.Config   `yaml:"event_id"`
+	Routes  processor.Routes `yaml:"routes"`
+	// Starts and Retry configure the router's workflow starts and its
+	// backoff; they are sections of their own, not Kafka settings.
+	Starts   processor.StartConfig `yaml:"starts"`
+	Retry    processor.RetryConfig `yaml:"retry"`
+	Postgres ledger.Config         `yaml:"postgres"`
+	Temporal starter.Config        `yaml:"temporal"`
+	Admin    AdminConfig           `yaml:"admin"`
+	Log      LogConfig             `yaml:"log"`
+	Worker   WorkerConfig          `yaml:"worker"`
 }
 
 // WorkerConfig configures `dedup worker`, which runs RunActivityWorkflow.
@@ -61,6 +65,8 @@ func DefaultConfig() Config {
 	return Config{
 		Kafka:    processor.DefaultConfig(),
 		EventID:  eventid.DefaultConfig(),
+		Starts:   processor.DefaultConfig().Starts,
+		Retry:    processor.DefaultConfig().Retry,
 		Postgres: ledger.DefaultConfig(),
 		Temporal: starter.DefaultConfig(),
 		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
@@ -97,7 +103,7 @@ func ParseConfig(b []byte) (Config, error) {
 // Validate checks every section, and hands event_id and routes to the
 // router's config.
 func (c *Config) Validate() error {
-	c.Kafka.EventID, c.Kafka.Routes = c.EventID, c.Routes
+	c.Kafka.EventID, c.Kafka.Routes, c.Kafka.Starts, c.Kafka.Retry = c.EventID, c.Routes, c.Starts, c.Retry
 	if err := c.Kafka.Validate(); err != nil {
 		return err
 	}

@@ -20,11 +20,11 @@ func TestExampleConfigLoads(t *testing.T) {
 	if len(cfg.Kafka.Routes) != 2 || cfg.Kafka.Routes[1].Key != "scheduled_for" || cfg.Kafka.Routes[0].Key != "event_id" {
 		t.Errorf("routes not handed to the router with defaults: %+v", cfg.Kafka.Routes)
 	}
-	if cfg.Kafka.SessionTimeout != 45*time.Second || cfg.Kafka.MarkInterval != 10*time.Millisecond {
-		t.Errorf("durations: %s %s", cfg.Kafka.SessionTimeout, cfg.Kafka.MarkInterval)
+	if cfg.Kafka.SessionTimeout != 45*time.Second || cfg.Starts.MarkInterval != 10*time.Millisecond {
+		t.Errorf("durations: %s %s", cfg.Kafka.SessionTimeout, cfg.Starts.MarkInterval)
 	}
 	def := DefaultConfig()
-	if cfg.Kafka.MaxPollRecords != def.Kafka.MaxPollRecords || cfg.Kafka.StartConcurrency != def.Kafka.StartConcurrency {
+	if cfg.Kafka.MaxPollRecords != def.Kafka.MaxPollRecords || cfg.Starts.Concurrency != def.Starts.Concurrency {
 		t.Error("the example disagrees with the defaults it claims to show")
 	}
 }
