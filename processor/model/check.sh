@@ -8,11 +8,15 @@
 #                                               expects an S1 violation and prints the trail
 #                                               (exit 1 if the bug is NOT found)
 #   bash processor/model/check.sh --failed-only reuse policy allow_duplicate_failed_only with request
-#                                               IDs and re-runs: S1, S3, S2g (runs = distinct
-#                                               generations the ledger handed out, only after a
-#                                               failed run), E, then E2 and liveness; and, without
-#                                               request IDs (-DNO_REQUEST_ID), S2g must be violated
-#                                               (exit 1 if any property fails or that trail is not found)
+#                                               IDs and re-runs, one failed run: S1, S3, S2g (runs =
+#                                               distinct generations the ledger handed out, only after
+#                                               a failed run), E, E2 and liveness (also without zombies
+#                                               and orphaned Reruns); with two failed runs
+#                                               the known hole "gap 1" is reported with its trail (it
+#                                               does not fail the script, any other violation does);
+#                                               without request IDs (-DNO_REQUEST_ID), S2g must be
+#                                               violated (exit 1 if any property fails or a trail is
+#                                               not the expected one)
 #
 # Needs spin and gcc (apt-get install -y spin gcc). Works in a temporary
 # directory; the source tree is not written to.
@@ -150,15 +154,24 @@ all|--big)
 	fi
 	;;
 --failed-only)
-	echo "== reuse policy allow_duplicate_failed_only (-DFAILED_ONLY): request IDs, re-runs =="
+	echo "== reuse policy allow_duplicate_failed_only (-DFAILED_ONLY): request IDs, re-runs, one failed run =="
 	echo "-- S1, S3, S2g, E (E2 off: checked below)"
 	expect_pass failed-only-safety "-DFAILED_ONLY -DE2_OFF" "-DSAFETY -DNOCLAIM" ""
-	echo "-- S1, S3, S2g, E with two failed runs (-DNFAIL=2)"
-	expect_pass failed-only-2fail "-DFAILED_ONLY -DE2_OFF -DNFAIL=2" "-DSAFETY -DNOCLAIM" "-i"
 	echo "-- E2: no row left pending when the run is over"
 	expect_pass failed-only-e2 "-DFAILED_ONLY" "-DSAFETY -DNOCLAIM" "-i"
-	echo "-- L: liveness"
-	expect_pass failed-only-live "-DFAILED_ONLY" "" "-a -f -N live"
+	echo "-- L: liveness (E2 off: L on its own)"
+	expect_pass failed-only-live "-DFAILED_ONLY -DE2_OFF" "" "-a -f -N live"
+	echo "-- E2 and L without zombies and orphaned Reruns (-DNZOMBIE=0 -DNO_ORPHAN_RERUN): the fixed gap-2 window"
+	expect_pass failed-only-e2-nozombie "-DFAILED_ONLY -DNZOMBIE=0 -DNO_ORPHAN_RERUN" "-DSAFETY -DNOCLAIM" ""
+	expect_pass failed-only-live-nozombie "-DFAILED_ONLY -DNZOMBIE=0 -DNO_ORPHAN_RERUN" "" "-a -f -N live"
+	echo "-- known hole, gap 1 (open in Go; does not fail this script): two failed runs (-DNFAIL=2),"
+	echo "   a delayed start of an older generation creates a run after the newer generation's run failed"
+	if expect_violation failed-only-gap1 "-DFAILED_ONLY -DNFAIL=2 -DE2_OFF" "-i" 'failed assertion: assert\(\(\(exec\[0\]==0\)\|\|\(rep\[r\]\.jgen\[0\]>=xgen'; then
+		echo "KNOWN HOLE CONFIRMED (gap 1): Temporal matches only the current run's request ID"
+	else
+		echo "[failed-only-gap1] not the known hole (update the model README if gap 1 was fixed)"
+		FAILED=1
+	fi
 	echo "-- without request IDs (-DNO_REQUEST_ID): a second run of one generation must be found"
 	if expect_violation failed-only-noreqid "-DFAILED_ONLY -DNO_REQUEST_ID -DE2_OFF" "-i" 'failed assertion: assert\(\(\(xgens'; then
 		echo "FOUND (as expected): without request IDs the policy alone lets a re-driven start create a second run of one generation"

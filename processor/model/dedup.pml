@@ -21,6 +21,11 @@
  *                     generation): the reuse policy alone decides. With
  *                     FAILED_ONLY, expected to violate S2g.
  *   NFAIL=n           (FAILED_ONLY) runs that may close failed (default 1).
+ *   PRE_GAP2_FIX      (FAILED_ONLY) startPool before the gap-2 fix: a check
+ *                     that runs nothing again finishes its NEW/REDRIVE
+ *                     waiters (no startReq), a taken-over check becomes a
+ *                     start of the check's request.
+ *   NO_ORPHAN_RERUN   (FAILED_ONLY) an orphaned Rerun never lands.
  *   W4                4 records (p0: [A, A''], p1: [B, A']) instead of 3.
  *   W2                2 records (p0: [A], p1: [B]): no re-send of A.
  *   NCRASH=n NREVOKE=n NZOMBIE=n NTIMEOUT=n   fault budgets (default 1).
@@ -136,6 +141,8 @@ typedef Rep {
 	byte jph[NWID];     /* startPool.starting[wid]: job phase */
 	byte jgen[NWID];    /* job's req.Generation (its request ID) */
 	byte jrun[NWID];    /* run ID: from Start (J_MARK) or LastRun (J_RERUN) */
+	byte jsreq[NWID];   /* check job (J_CHECK/J_RERUN): job.startReq, the generation of
+	                     * the first NEW/REDRIVE copy that waits on it (0 = nil) */
 	byte jown[NWID];    /* job's record */
 	byte jwait[NWID];   /* waiters (bit per record) */
 	byte jorph[NWID];   /* job's record's partition was revoked/lost (its context
@@ -161,7 +168,14 @@ inline coalesce(r, c, w, ph, g) {
 	if
 	:: rep[r].jph[w] != J_NONE ->
 		rep[r].jwait[w] = rep[r].jwait[w] | (1 << c);
-		printf("MSC: r%d   rec%d waits on the in-flight job (owner rec%d)\n", r, c, rep[r].jown[w])
+		printf("MSC: r%d   rec%d waits on the in-flight job (owner rec%d)\n", r, c, rep[r].jown[w]);
+		/* j.check && !check && j.startReq == nil: record the start it needs */
+		if
+		:: (rep[r].jph[w] == J_CHECK || rep[r].jph[w] == J_RERUN) && ph == J_START && rep[r].jsreq[w] == 0 ->
+			rep[r].jsreq[w] = g;
+			printf("MSC: r%d   the check job records rec%d's start (generation %d)\n", r, c, g)
+		:: else
+		fi
 	:: else ->
 		rep[r].jph[w] = ph; rep[r].jgen[w] = g; rep[r].jown[w] = c; rep[r].jorph[w] = 0;
 		printf("MSC: r%d   rec%d owns a new job (phase %d, generation %d)\n", r, c, ph, g)
@@ -285,6 +299,10 @@ inline tstart(r, w, g) {
 		 * a run only after none or a failed one (never after a completed one) */
 		assert(exec[w] == 0 || xlast[w] == X_FAILED);
 		assert(g >= 1 && g <= lgen[w]);
+		/* gap 1 (open in Go): a delayed start of an older generation than
+		 * the current (failed) run's creates a run; Temporal matches only
+		 * the current run's request ID */
+		assert(exec[w] == 0 || g >= xgen[w]);
 		assert((xgens[w] & (1 << g)) == 0);
 		exec[w]++; xlast[w] = X_RUNNING; xgen[w] = g; xgens[w] = xgens[w] | (1 << g);
 		x_ = exec[w];
@@ -307,7 +325,7 @@ inline tstart(r, w, g) {
 
 inline clearjob(r, w) {
 	rep[r].jph[w] = J_NONE; rep[r].jown[w] = 0; rep[r].jwait[w] = 0; rep[r].jorph[w] = 0;
-	rep[r].jgen[w] = 0; rep[r].jrun[w] = 0
+	rep[r].jgen[w] = 0; rep[r].jrun[w] = 0; rep[r].jsreq[w] = 0
 }
 
 /* startPool.done(ok=true): finish the owner (unless its partition is gone) and the waiters */
@@ -350,9 +368,20 @@ inline takeover(r, w) {
 		:: rep[r].jwait[w] & (1 << i_) -> break
 		:: else -> i_++
 		od;
-		printf("MSC: r%d job of rec%d abandoned; waiter rec%d takes it over as a start of generation %d\n", r, rep[r].jown[w], i_, rep[r].jgen[w]);
-		/* the new job is {rec: w, req: j.req}: not a check, j.req's generation */
-		rep[r].jph[w] = J_START; rep[r].jrun[w] = 0;
+		/* the new job is {rec: w, req: j.req, check: j.check, startReq:
+		 * j.startReq}: a check stays a check (it asks LastRun again), a
+		 * start starts j.req's generation */
+		if
+#ifndef PRE_GAP2_FIX
+		:: rep[r].jph[w] == J_CHECK || rep[r].jph[w] == J_RERUN ->
+			rep[r].jph[w] = J_CHECK;
+			printf("MSC: r%d job of rec%d abandoned; waiter rec%d takes it over as a check (startReq generation %d)\n", r, rep[r].jown[w], i_, rep[r].jsreq[w])
+#endif
+		:: else ->
+			rep[r].jph[w] = J_START;
+			printf("MSC: r%d job of rec%d abandoned; waiter rec%d takes it over as a start of generation %d\n", r, rep[r].jown[w], i_, rep[r].jgen[w])
+		fi;
+		rep[r].jrun[w] = 0;
 		rep[r].jown[w] = i_;
 		rep[r].jwait[w] = rep[r].jwait[w] & ~(1 << i_);
 		rep[r].jorph[w] = 0;
@@ -361,6 +390,20 @@ inline takeover(r, w) {
 }
 
 #ifdef FAILED_ONLY
+/* startPool.startInstead: a check that runs nothing again starts the
+ * recorded startReq if a NEW/REDRIVE copy waits on it, else done(ok) */
+inline startinstead(r, w) {
+	if
+#ifndef PRE_GAP2_FIX
+	:: rep[r].jsreq[w] != 0 ->
+		rep[r].jph[w] = J_START; rep[r].jgen[w] = rep[r].jsreq[w]; rep[r].jsreq[w] = 0; rep[r].jrun[w] = 0;
+		printf("MSC: r%d   a waiter needs a start: start generation %d instead\n", r, rep[r].jgen[w])
+#endif
+	:: else ->
+		doneok(r, w)
+	fi
+}
+
 /* ledger (*Postgres).Rerun(wid, run): compare-and-set state = started AND
  * run_id = run -> pending, generation + 1, run_id NULL */
 inline reruncas(r, w, rn) {
@@ -379,11 +422,13 @@ inline rerun(r, w) {
 	reruncas(r, w, rep[r].jrun[w]);
 	if
 	:: lst[w] == L_PENDING ->
-		rep[r].jph[w] = J_START; rep[r].jgen[w] = lgen[w]; rep[r].jrun[w] = 0;
+		/* j.check = false: startReq is no longer read (Go keeps it; the
+		 * model clears it, which changes no step) */
+		rep[r].jph[w] = J_START; rep[r].jgen[w] = lgen[w]; rep[r].jrun[w] = 0; rep[r].jsreq[w] = 0;
 		printf("MSC: r%d   row pending: start generation %d\n", r, lgen[w])
 	:: else ->
 		printf("MSC: r%d   row not pending: duplicate\n", r);
-		doneok(r, w)
+		startinstead(r, w)
 	fi
 }
 #endif
@@ -452,13 +497,15 @@ inline commit(r, p) {
 /* the run is over: every partition committed to its end */
 #define ALLDONE (committed[0] == plen[0] && committed[1] == plen[1])
 
-inline finalcheck() {
+inline finalcheck(q) {
 	for (c_ : 0 .. NREC-1) {
 		assert(!(dlw[c_] == 0 && exec[rwid[c_]] == 0))  /* S1 at the end: no lost event */
 	}
 #if !defined(LOSS_ONLY) && !defined(E2_OFF)
+	/* E2 once no replica has a job left: the other replica (a zombie)
+	 * may still start and mark; the last replica to end checks it */
 	for (w_ : 0 .. NWID-1) {
-		assert(lst[w_] != L_PENDING)                    /* E2: no claim left pending */
+		assert(rep[q].jph[w_] != J_NONE || lst[w_] != L_PENDING)   /* E2: no claim left pending */
 	}
 #endif
 	c_ = 0; w_ = 0
@@ -513,17 +560,19 @@ proctype replica(byte r) {
 			printf("MSC: r%d check wid0 for rec%d: LastRun: run %d FAILED\n", r, rep[r].jown[0], exec[0])
 		:: else ->
 			printf("MSC: r%d check wid0 for rec%d: LastRun: run %d not failed: duplicate\n", r, rep[r].jown[0], exec[0]);
-			doneok(r, 0)
+			startinstead(r, 0)
 		fi }
 	:: d_step { rep[r].jph[0] == J_RERUN && !rep[r].jorph[0] ->
 		printf("MSC: r%d rerun wid0 for rec%d:\n", r, rep[r].jown[0]);
 		rerun(r, 0) }
 	/* an orphaned Rerun (in flight when the context was cancelled) lands,
-	 * but its answer is lost: done(ok=false), a waiter takes over with
-	 * j.req (req.Generation 0: generation 1's request ID) */
+	 * but its answer is lost: done(ok=false), a waiter takes the check
+	 * over (release keeps check and startReq) */
+#ifndef NO_ORPHAN_RERUN
 	:: d_step { rep[r].jph[0] == J_RERUN && rep[r].jorph[0] == 1 ->
 		printf("MSC: r%d rerun wid0 for rec%d lands, answer lost (revoked):\n", r, rep[r].jown[0]);
 		reruncas(r, 0, rep[r].jrun[0]); takeover(r, 0) }
+#endif
 #endif
 	/* ---- abandoned job (its record's partition is gone) ---- */
 	:: d_step { (rep[r].jph[0] == J_START || rep[r].jph[0] == J_CHECK || rep[r].jph[0] == J_RERUN) && rep[r].jorph[0] -> takeover(r, 0) }
@@ -584,7 +633,7 @@ proctype replica(byte r) {
 
 	/* ---- the run is over ---- */
 	:: d_step { ALLDONE && rep[r].jph[0] == J_NONE && !rep[r].dlpend ->
-		finalcheck() };
+		finalcheck(q) };
 		break
 	od
 }
