@@ -350,60 +350,25 @@ func (e *env) executions(want int) map[string]int {
 
 func (e *env) listExecutions() (map[string]int, int) {
 	e.t.Helper()
-	ctx := context.Background()
 	counts := map[string]int{}
 	total := 0
-	var token []byte
-	for {
-		resp, err := e.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{PageSize: 1000, NextPageToken: token})
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		for _, ex := range resp.Executions {
-			counts[ex.GetExecution().GetWorkflowId()]++
-			total++
-		}
-		token = resp.NextPageToken
-		if len(token) == 0 {
-			return counts, total
-		}
+	for id, statuses := range e.runsByStatus() {
+		counts[id] = strings.Count(statuses, ",") + 1
+		total += counts[id]
 	}
+	return counts, total
 }
 
 // dlqReasons counts the dead-letter topic's records by reason header.
 func (e *env) dlqReasons() map[string]int {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ends, err := e.adm.ListEndOffsets(ctx, e.topic+".dlq")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	total := int64(0)
-	ends.Each(func(o kadm.ListedOffset) { total += o.Offset })
 	out := map[string]int{}
-	if total == 0 {
-		return out
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(stack.Brokers()...), kgo.ConsumeTopics(e.topic+".dlq"),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer cl.Close()
-	for n := int64(0); n < total; {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			e.t.Fatalf("read %d of %d dead letters", n, total)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			n++
-			for _, h := range r.Headers {
-				if h.Key == "dedup-reason" {
-					out[string(h.Value)]++
-				}
+	for _, r := range e.deadLetters() {
+		for _, h := range r.Headers {
+			if h.Key == "dedup-reason" {
+				out[string(h.Value)]++
 			}
-		})
+		}
 	}
 	return out
 }

@@ -72,7 +72,13 @@ func TestStarterAlreadyStartedIsSuccess(t *testing.T) {
 	if again, err := st.Start(ctx, req); err != nil || again.RunID != gen2.RunID {
 		t.Fatalf("generation 2 again: %+v %v, want run %s", again, err, gen2.RunID)
 	}
-	if execs, _ := e.listExecutions(); execs["activity-a:evt-1"] != 1 || execs[req.WorkflowID] != 2 {
+	// Visibility is eventually consistent: wait for it, then check.
+	var execs map[string]int
+	eventually(30*time.Second, func() bool {
+		execs, _ = e.listExecutions()
+		return execs["activity-a:evt-1"] == 1 && execs[req.WorkflowID] == 2
+	})
+	if execs["activity-a:evt-1"] != 1 || execs[req.WorkflowID] != 2 {
 		t.Fatalf("executions %v, want 1 and 2", execs)
 	}
 
