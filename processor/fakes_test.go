@@ -148,6 +148,9 @@ func (l *fakeLedger) MarkStarted(ctx context.Context, started []Started) error {
 	if err := l.markFail.next(); err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil { // as pgx does
+		return err
+	}
 	for _, s := range started {
 		if r := l.rows[s.WorkflowID]; r != nil && r.state == statePending {
 			r.state, r.runID = stateStarted, s.RunID

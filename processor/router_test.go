@@ -504,3 +504,30 @@ func TestClaimErrors(t *testing.T) {
 		}
 	})
 }
+
+// A start that succeeded but is still waiting in the marker's batch when
+// shutdown's drain deadline passes is marked by the marker's final flush
+// (with a deadline of its own, not the cancelled work context), and its
+// record is committed by the final commit.
+func TestShutdownMarksAndCommitsWhatStarted(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	e.produce(0, "a", "v")
+	cfg := e.config()
+	cfg.Starts.MarkInterval = time.Minute // the batch waits for the final flush
+	cfg.DrainTimeout = 200 * time.Millisecond
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("a"))) == 1 },
+		func() string { return "a not started" })
+	if st := e.led.state(wid("a")); st != statePending {
+		t.Fatalf("a: ledger %q before shutdown, want pending (not marked yet)", st)
+	}
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if st := e.led.state(wid("a")); st != stateStarted {
+		t.Errorf("a: ledger %q after shutdown, want started (the final flush)", st)
+	}
+	if c := e.committed()[0]; c != 1 {
+		t.Errorf("committed %d, want 1", c)
+	}
+}
