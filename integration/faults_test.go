@@ -239,11 +239,29 @@ func TestFaultZombie(t *testing.T) {
 	runScenario(t, scenario{spec: baseSpec(15), routers: 2, fault: func(s *run) {
 		stop := s.e.committedMonitor()
 		time.Sleep(time.Second)
-		z := s.live()[0]
+		// The zombie must own partitions: the router with committed
+		// offsets for some (each owned partition exports one).
+		var z *proc
+		eventually(20*time.Second, func() bool {
+			for _, p := range s.live() {
+				if p.metric("dedup_committed_offset", "", "") > 0 {
+					z = p
+					return true
+				}
+			}
+			return false
+		})
+		if z == nil {
+			t.Fatal("no router owns a partition with commits")
+		}
 		errorsBefore := z.metric("dedup_offset_commits_total", "result", "error")
 		revokedBefore := z.metric("dedup_partitions_released_total", "how", "revoked")
 		z.signal(t, syscall.SIGSTOP)
-		time.Sleep(s.cfg.Kafka.SessionTimeout + 3*time.Second)
+		// Longer than the session timeout and the rebalance timeout both:
+		// a member stalled during a rebalance (the second router may still
+		// be joining) is waited for up to the rebalance timeout, and one
+		// that wakes within it simply rejoins: no zombie.
+		time.Sleep(s.cfg.Kafka.SessionTimeout + s.cfg.Kafka.RebalanceTimeout + 2*time.Second)
 		z.signal(t, syscall.SIGCONT)
 		// The zombie learns it was fenced and gives its partitions up:
 		// "lost" when the group had already moved on without it (nothing of
