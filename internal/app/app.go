@@ -19,7 +19,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -78,21 +77,20 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	if err := registerOps(ctx, reg, led, cfg.Postgres, log); err != nil {
 		return err
 	}
-	tc, err := client.DialContext(ctx, client.Options{
-		HostPort:       cfg.Temporal.HostPort,
-		Namespace:      cfg.Temporal.Namespace,
-		Logger:         tlog.NewStructuredLogger(log.With("component", "temporal-sdk")),
-		MetricsHandler: newTemporalMetrics(reg),
-	})
+	tc, err := dialTemporal(ctx, cfg, log, newTemporalMetrics(reg))
 	if err != nil {
-		return fmt.Errorf("dialing temporal at %s: %w", cfg.Temporal.HostPort, err)
+		return err
 	}
 	defer tc.Close()
-	if err := checkHorizon(ctx, cfg, tc, log); err != nil {
+	kopts, err := kafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
+	if err := checkHorizon(ctx, cfg, tc, log, kopts...); err != nil {
 		return err
 	}
 	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
-	r, err := processor.New(cfg.Kafka, led, led, starter.New(tc, cfg.Temporal), reg, log, o.Hooks, kgo.WithHooks(kafkaMetrics))
+	r, err := processor.New(cfg.Kafka, led, led, starter.New(tc, cfg.Temporal), reg, log, o.Hooks, append(kopts, kgo.WithHooks(kafkaMetrics))...)
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func checkHorizon(ctx context.Context, cfg Config, tc client.Client, log *slog.L
 		return nil
 	}
 	h.Namespace = ns.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...)}, kopts...)...)
+	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return fmt.Errorf("creating kafka admin client: %w", err)
 	}

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/dedupio/dedup/worker"
@@ -33,12 +31,9 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	tc, err := client.DialContext(ctx, client.Options{
-		HostPort: cfg.Temporal.HostPort, Namespace: cfg.Temporal.Namespace,
-		Logger: tlog.NewStructuredLogger(log.With("component", "temporal-sdk")),
-	})
+	tc, err := dialTemporal(ctx, cfg, log, nil)
 	if err != nil {
-		return fmt.Errorf("dialing temporal at %s: %w", cfg.Temporal.HostPort, err)
+		return err
 	}
 	defer tc.Close()
 	w := sdkworker.New(tc, cfg.Worker.TaskQueue, sdkworker.Options{})
