@@ -72,6 +72,10 @@ func TestStarterAlreadyStartedIsSuccess(t *testing.T) {
 	if again, err := st.Start(ctx, req); err != nil || again.RunID != gen2.RunID {
 		t.Fatalf("generation 2 again: %+v %v, want run %s", again, err, gen2.RunID)
 	}
+	// Each run carries its generation: a re-run starts after the newest.
+	if last, err := st.LastRun(ctx, req.WorkflowID); err != nil || last.ID != gen2.RunID || last.Generation != 2 || last.Closed {
+		t.Fatalf("LastRun after generation 2: %+v %v, want run %s, generation 2, open", last, err, gen2.RunID)
+	}
 	// Visibility is eventually consistent: wait for it, then check.
 	var execs map[string]int
 	eventually(30*time.Second, func() bool {

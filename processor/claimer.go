@@ -77,7 +77,9 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 			// Started before; the policy may allow a closed run to run
 			// again: the start pool asks Temporal how it ended.
 			c.m.intents.WithLabelValues(v.String()).Inc()
-			c.starts.submit(rec, b.reqs[i], true)
+			req := b.reqs[i]
+			req.Generation = cl.Generation
+			c.starts.submit(rec, req, true)
 		default:
 			c.m.intents.WithLabelValues(v.String()).Inc()
 			c.log.Debug("duplicate skipped", "workflow_id", in.WorkflowID, "topic", in.Topic,

@@ -81,6 +81,16 @@ func (l *fakeLedger) failClaims(n int, err error) {
 	l.claimFail = failer{n: n, err: err}
 }
 
+// row returns wid's recorded run and generation.
+func (l *fakeLedger) row(wid string) (runID string, generation int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r := l.rows[wid]; r != nil {
+		return r.runID, r.generation
+	}
+	return "", 0
+}
+
 func (l *fakeLedger) state(wid string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -131,7 +141,7 @@ func (l *fakeLedger) Claim(ctx context.Context, intents []Intent) ([]Claimed, er
 		case inserted[in.WorkflowID]:
 			out[i] = Claimed{Verdict: VerdictNew, Generation: 1}
 		case row.state == stateStarted:
-			out[i] = Claimed{Verdict: VerdictDuplicate}
+			out[i] = Claimed{Verdict: VerdictDuplicate, Generation: row.generation}
 		default: // pending, or dead_lettered re-claimed by a copy with its payload
 			row.state = statePending
 			out[i] = Claimed{Verdict: VerdictRedrive, Generation: row.generation}
@@ -152,8 +162,9 @@ func (l *fakeLedger) MarkStarted(ctx context.Context, started []Started) error {
 		return err
 	}
 	for _, s := range started {
-		if r := l.rows[s.WorkflowID]; r != nil && r.state == statePending {
-			r.state, r.runID = stateStarted, s.RunID
+		r := l.rows[s.WorkflowID]
+		if r != nil && (r.state == statePending || r.state == stateStarted && r.generation < s.Generation) {
+			r.state, r.runID, r.generation = stateStarted, s.RunID, max(r.generation, s.Generation)
 		}
 	}
 	return nil
@@ -172,22 +183,6 @@ func (l *fakeLedger) MarkDeadLettered(ctx context.Context, ids []string) error {
 		}
 	}
 	return nil
-}
-
-// Rerun is sink/ledger's compare-and-set on the recorded run.
-func (l *fakeLedger) Rerun(ctx context.Context, wid, failedRunID string) (int, bool, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.calls["Rerun"]++
-	r := l.rows[wid]
-	if r == nil {
-		return 0, false, nil
-	}
-	if r.state == stateStarted && r.runID == failedRunID {
-		r.state, r.runID = statePending, ""
-		r.generation++
-	}
-	return r.generation, r.state == statePending, nil
 }
 
 // fakeDeadLetterLog is the dead-letter log in memory: entries keyed by
@@ -343,7 +338,7 @@ func (s *fakeStarter) LastRun(ctx context.Context, wid string) (Run, error) {
 		return Run{}, Permanent(fmt.Errorf("fake temporal: no workflow %s", wid))
 	}
 	last := ex[len(ex)-1]
-	return Run{ID: last.runID, Closed: last.failed, Failed: last.failed}, nil
+	return Run{ID: last.runID, Closed: last.failed, Failed: last.failed, Generation: max(last.req.Generation, 1)}, nil
 }
 
 // fail closes wid's latest run as failed.
@@ -423,14 +418,13 @@ func (s *fakeStarter) start(ctx context.Context, req StartRequest, by string) (S
 		s.transient[wid]--
 		return StartResult{}, errTransient
 	}
-	gen := max(req.Generation, 1)
 	if ex := s.executions[wid]; len(ex) > 0 {
-		for _, e := range ex {
-			if max(e.req.Generation, 1) == gen { // the same request ID
-				return StartResult{RunID: e.runID, AlreadyStarted: true}, nil
-			}
-		}
+		// As Temporal does: only the current run's request ID is
+		// matched, then the reuse policy applies.
 		last := ex[len(ex)-1]
+		if max(last.req.Generation, 1) == max(req.Generation, 1) {
+			return StartResult{RunID: last.runID, AlreadyStarted: true}, nil
+		}
 		if !(req.ReusePolicy == ReuseAllowDuplicateFailedOnly && last.failed) {
 			return StartResult{RunID: last.runID, AlreadyStarted: true}, nil
 		}

@@ -52,6 +52,8 @@ type Claimed struct {
 	Verdict Verdict
 	// Generation is the run the claim is for, with VerdictNew (1) and
 	// VerdictRedrive: the starter derives the start's request ID from it.
+	// With VerdictDuplicate it is the generation of the recorded run (a
+	// re-run starts a later one).
 	Generation int
 }
 
@@ -60,4 +62,6 @@ type Claimed struct {
 type Started struct {
 	WorkflowID string
 	RunID      string
+	// Generation is the generation the start was for.
+	Generation int
 }

@@ -14,17 +14,14 @@ type Ledger interface {
 	// payload of its first copy in the batch. Which copy starts is the
 	// router's business (startPool.submit).
 	Claim(ctx context.Context, intents []Intent) ([]Claimed, error)
-	// MarkStarted records that Temporal has the workflows.
+	// MarkStarted records that Temporal has the workflows: a pending row
+	// becomes started, and a started row moves to a newer generation's
+	// run (a re-run); a mark of an older generation changes nothing.
 	MarkStarted(ctx context.Context, started []Started) error
 	// MarkDeadLettered ends claims whose start Temporal refused for good
 	// (their records were dead-lettered); a later claim of the same
 	// payload re-claims them.
 	MarkDeadLettered(ctx context.Context, workflowIDs []string) error
-	// Rerun re-claims a started workflow ID for its next run if its
-	// recorded run is failedRunID (a compare-and-set), and says whether
-	// the ID is now pending and with which generation: concurrent callers
-	// all get the same generation, so they start one run between them.
-	Rerun(ctx context.Context, workflowID, failedRunID string) (generation int, pending bool, err error)
 }
 
 // DeadLetter identifies one dead-letter write: a record, and the workflow

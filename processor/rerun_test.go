@@ -52,6 +52,9 @@ func TestFailedOnlyRerunsOnceAfterAFailure(t *testing.T) {
 				if st := e.led.state(w); st != stateStarted {
 					t.Errorf("ledger %q after the rerun, want started", st)
 				}
+				if run, gen := e.led.row(w); run != e.starter.executionsOf(w)[1].runID || gen != 2 {
+					t.Errorf("ledger records run %q generation %d after the rerun, want the second run, generation 2", run, gen)
+				}
 			}
 
 			// Redelivered again while the newest run is open: nothing.
@@ -66,7 +69,65 @@ func TestFailedOnlyRerunsOnceAfterAFailure(t *testing.T) {
 			if got := e.dlqReasons(); len(got) != 0 {
 				t.Errorf("dead letters %v", got)
 			}
-			t.Log(fmt.Sprintf("%s: %d runs, ledger calls Rerun=%d", policy, runs(), e.led.callCount("Rerun")))
+			t.Log(fmt.Sprintf("%s: %d runs, ledger calls MarkStarted=%d", policy, runs(), e.led.callCount("MarkStarted")))
 		})
+	}
+}
+
+// A re-run starts first and is recorded after, so a re-run that goes away
+// before its start (here the router stops while Temporal holds the start)
+// leaves the row started at its generation, never pending with nobody to
+// start it (the model's gap 2b, processor/model/README.md). A re-run whose
+// mark never landed is seen through LastRun: the next failure's re-run
+// starts after the newest run Temporal has, not after the ledger's.
+func TestRerunWritesNothingBeforeItsStart(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.Routes[0].IDReusePolicy = ReuseAllowDuplicateFailedOnly
+	w := wid("x")
+	e.produce(0, "x", "v")
+	rn := e.start("r1", cfg)
+	e.waitCommittedToEnd(10 * time.Second)
+	e.starter.fail(w)
+
+	// A redelivery's re-run is held by Temporal; the router stops.
+	release := e.starter.block(w)
+	e.produce(1, "x", "v")
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(w) == 1 }, func() string { return "re-run start never reached Temporal" })
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	release()
+	if st, gen := e.led.state(w), func() int { _, g := e.led.row(w); return g }(); st != stateStarted || gen != 1 {
+		t.Fatalf("after an abandoned re-run the row is %q generation %d, want started generation 1", st, gen)
+	}
+
+	// Generation 2's run is created, but its mark is lost: only Temporal
+	// knows it (the ledger still says generation 1).
+	req := e.starter.executionsOf(w)[0].req
+	req.Generation = 2
+	if _, err := e.starter.Start(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	// The uncommitted copy is redelivered to a new router: run 2 is open,
+	// nothing runs again. Then run 2 fails; a new copy re-runs once, as
+	// generation 3.
+	rn = e.start("r2", cfg)
+	e.waitCommittedToEnd(10 * time.Second)
+	if n := len(e.starter.executionsOf(w)); n != 2 {
+		t.Fatalf("redelivery while run 2 is open: %d runs, want 2", n)
+	}
+	e.starter.fail(w)
+	e.produce(0, "x", "v")
+	e.waitCommittedToEnd(10 * time.Second)
+	ex := e.starter.executionsOf(w)
+	if len(ex) != 3 || ex[2].req.Generation != 3 {
+		t.Fatalf("after run 2 failed: %d runs (last generation %d), want 3 runs, the last of generation 3", len(ex), ex[len(ex)-1].req.Generation)
+	}
+	if run, gen := e.led.row(w); run != ex[2].runID || gen != 3 || e.led.state(w) != stateStarted {
+		t.Errorf("ledger: %q run %q generation %d, want started, run %q, generation 3", e.led.state(w), run, gen, ex[2].runID)
+	}
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }

@@ -24,6 +24,9 @@ type Run struct {
 	Closed bool
 	// Failed: closed as failed, timed out, terminated or cancelled.
 	Failed bool
+	// Generation is the generation the run was started for (the starter
+	// records it with the run); 0 for a run that did not say.
+	Generation int
 }
 
 // StartRequest is one workflow start.
@@ -33,9 +36,10 @@ type StartRequest struct {
 	TaskQueue    string
 	ReusePolicy  ReusePolicy
 	// Generation is which run of the workflow ID this start is for: 1 (or
-	// 0) for the first. Every start of one generation is one start to
-	// Temporal (the starter derives its request ID from it), however
-	// often it is retried or re-driven.
+	// 0) for the first, one more for each re-run. Every start of one
+	// generation is one start to Temporal (the starter derives its request
+	// ID from it, and records the generation with the run, where LastRun
+	// reads it back), however often it is retried or re-driven.
 	Generation int
 	Input      schemas.WorkflowInput
 }

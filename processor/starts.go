@@ -174,10 +174,16 @@ func (s *startPool) worker() {
 // rerun decides whether a started workflow runs again: under
 // allow_duplicate_failed_only when its last run failed, timed out, was
 // terminated or cancelled; under allow_duplicate when it closed at all.
-// The ledger's compare-and-set on the failed run makes the redeliveries
-// that race agree on one next generation, whose start carries one request
-// ID: one new run between them, however often it is re-driven. It reports
-// whether j goes on to start; otherwise j is done.
+//
+// A re-run starts first and is recorded after: j becomes the start of the
+// generation after both the ledger's (the claim's) and the last run's
+// own, and the marker moves the row to it. The redeliveries that race see
+// the same last run and start the same generation, whose one request ID
+// makes one run between them, however often it is re-driven. Nothing is
+// written before the start, so a job that goes away (revoked, lost,
+// crashed) leaves the row started at the older generation, never pending:
+// the next copy's LastRun sees the run it made, if any, and acts on that.
+// It reports whether j goes on to start; otherwise j is done.
 func (s *startPool) rerun(ctx context.Context, j *job) bool {
 	var run Run
 	err := s.health.retry(ctx, OpStart, func(ctx context.Context) error {
@@ -195,31 +201,23 @@ func (s *startPool) rerun(ctx context.Context, j *job) bool {
 	if !again {
 		return s.startInstead(j)
 	}
-	var gen int
-	var pending bool
-	err = s.health.retry(ctx, OpMark, func(ctx context.Context) error {
-		var err error
-		gen, pending, err = s.ledger.Rerun(ctx, j.req.WorkflowID, run.ID)
-		return err
-	})
-	if err != nil {
-		s.done(j, false)
-		return false
-	}
-	if !pending { // another redelivery re-ran it already, and it started
-		return s.startInstead(j)
-	}
 	s.m.reruns.Inc()
-	j.req.Generation, j.check = gen, false
+	j.req.Generation, j.check = max(j.req.Generation, run.Generation, 1)+1, false
 	return true
 }
 
 // startInstead ends a check that runs nothing again: done, unless a copy
-// waiting on it needs its own claim started (a pending row re-claimed by
-// another router's re-run), which the job then starts.
+// waiting on it needs its own claim started (verdict new or re-drive: a
+// pending row, e.g. claimed again after the purge), which the job then
+// starts. When none does, the job leaves the in-flight map under the same
+// lock, so a copy that needs a start and comes later gets a job of its own
+// instead of finishing with this check.
 func (s *startPool) startInstead(j *job) bool {
 	s.mu.Lock()
 	req := j.startReq
+	if req == nil && s.starting[j.req.WorkflowID] == j {
+		delete(s.starting, j.req.WorkflowID)
+	}
 	s.mu.Unlock()
 	if req == nil {
 		s.done(j, true)
@@ -259,7 +257,7 @@ func (s *startPool) marker() {
 		}
 		started := make([]Started, len(batch))
 		for i, j := range batch {
-			started[i] = Started{WorkflowID: j.req.WorkflowID, RunID: j.runID}
+			started[i] = Started{WorkflowID: j.req.WorkflowID, RunID: j.runID, Generation: j.req.Generation}
 		}
 		err := s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkStarted(ctx, started) })
 		for _, j := range batch {

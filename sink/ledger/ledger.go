@@ -170,7 +170,7 @@ WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int4[], $8::int8[])
 		AS t(workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
 ), cur AS MATERIALIZED (
-	SELECT workflow_id, state, payload_hash FROM dedup_ledger WHERE workflow_id = ANY($1::text[]) AND state = 'started'
+	SELECT workflow_id, state, payload_hash, generation FROM dedup_ledger WHERE workflow_id = ANY($1::text[]) AND state = 'started'
 ), up AS (
 	INSERT INTO dedup_ledger AS l (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
 	SELECT * FROM input i
@@ -183,7 +183,7 @@ WITH input AS (
 	RETURNING l.workflow_id, (l.xmax = 0) AS inserted, l.state, l.payload_hash, l.generation
 )
 SELECT i.workflow_id, coalesce(up.inserted, false), coalesce(up.state, cur.state), coalesce(up.payload_hash, cur.payload_hash),
-	coalesce(up.generation, 0)
+	coalesce(up.generation, cur.generation, 0)
 FROM input i
 LEFT JOIN up ON up.workflow_id = i.workflow_id
 LEFT JOIN cur ON cur.workflow_id = i.workflow_id`
@@ -193,7 +193,7 @@ type stored struct {
 	inserted   bool   // this claim created the row
 	state      string // pending, started (dead_lettered rows come back pending)
 	hash       []byte // the payload hash the row was claimed with
-	generation int    // of a pending row
+	generation int    // of the claim (pending) or of the recorded run (started)
 }
 
 // Claim claims the intents and returns one verdict per intent, in order.
@@ -255,12 +255,14 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []processor.Intent) (
 
 // startedSQL returns the rows of the batch that are not started with the
 // same payload: absent (state NULL), pending, or started with another
-// payload (a conflict); the rest are duplicates.
+// payload (a conflict); and the duplicates that were re-run (generation >
+// 1, so that their verdict carries it). The rest, nearly every row of a
+// replay, are duplicates of generation 1 and cost no row in the answer.
 const startedSQL = `
-SELECT i.n, l.state, l.payload_hash
+SELECT i.n, l.state, l.payload_hash, coalesce(l.generation, 0)
 FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS i(workflow_id, payload_hash, n)
 LEFT JOIN dedup_ledger l ON l.workflow_id = i.workflow_id
-WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash`
+WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash OR l.generation > 1`
 
 // answerStarted records in got the rows already started and returns the
 // indexes of the intents left to claim. A started row never goes back to
@@ -282,14 +284,15 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []processor.Intent
 			n     int64
 			state *string
 			h     []byte
+			gen   int
 		)
-		if err := rows.Scan(&n, &state, &h); err != nil {
+		if err := rows.Scan(&n, &state, &h, &gen); err != nil {
 			return nil, fmt.Errorf("reading workflow IDs: %w", err)
 		}
 		j := int(n - 1)
 		answered[j] = true
-		if state != nil && *state == "started" { // with another payload
-			got[ids[j]] = stored{state: *state, hash: h}
+		if state != nil && *state == "started" { // with another payload, or re-run
+			got[ids[j]] = stored{state: *state, hash: h, generation: gen}
 			continue
 		}
 		left = append(left, j)
@@ -299,7 +302,7 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []processor.Intent
 	}
 	for j, ok := range answered {
 		if !ok {
-			got[ids[j]] = stored{state: "started", hash: hashes[j]}
+			got[ids[j]] = stored{state: "started", hash: hashes[j], generation: 1}
 		}
 	}
 	todo := make([]int, len(left))
@@ -368,7 +371,7 @@ func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got
 		case s.inserted:
 			verdicts[i] = processor.Claimed{Verdict: processor.VerdictNew, Generation: 1}
 		case s.state == "started":
-			verdicts[i] = processor.Claimed{Verdict: processor.VerdictDuplicate}
+			verdicts[i] = processor.Claimed{Verdict: processor.VerdictDuplicate, Generation: s.generation}
 		default: // pending: claimed before and not started (yet)
 			verdicts[i] = processor.Claimed{Verdict: processor.VerdictRedrive, Generation: s.generation}
 			if s.state == "dead_lettered" {
@@ -417,7 +420,9 @@ ON CONFLICT DO NOTHING`, wf, ev, h, lh, topic, part, off)
 	return nil
 }
 
-// MarkStarted moves rows from pending to started, in one statement.
+// MarkStarted moves rows from pending to started, and a started row to a
+// re-run's newer generation, in one statement. A mark of an older
+// generation than the row's (a slow router's) changes nothing.
 func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started) error {
 	if len(started) == 0 {
 		return nil
@@ -425,14 +430,15 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	// In workflow ID order, like Claim, so that routers lock rows in one
 	// order (a deadlock would still only cost a retry).
 	sorted := slices.SortedFunc(slices.Values(started), func(a, b processor.Started) int { return strings.Compare(a.WorkflowID, b.WorkflowID) })
-	ids, runs := make([]string, len(sorted)), make([]string, len(sorted))
+	ids, runs, gens := make([]string, len(sorted)), make([]string, len(sorted)), make([]int32, len(sorted))
 	for i, s := range sorted {
-		ids[i], runs[i] = s.WorkflowID, s.RunID
+		ids[i], runs[i], gens[i] = s.WorkflowID, s.RunID, int32(s.Generation)
 	}
 	_, err := p.pool.Exec(ctx, `
-UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), started_at = now(), updated_at = now()
-FROM unnest($1::text[], $2::text[]) AS u(workflow_id, run_id)
-WHERE l.workflow_id = u.workflow_id AND l.state = 'pending'`, ids, runs)
+UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), generation = greatest(l.generation, u.generation),
+	started_at = now(), updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::int4[]) AS u(workflow_id, run_id, generation)
+WHERE l.workflow_id = u.workflow_id AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))`, ids, runs, gens)
 	if err != nil {
 		return classify(fmt.Errorf("marking %d workflows started: %w", len(started), err))
 	}
@@ -541,33 +547,6 @@ WHERE workflow_id = ANY($1::text[]) AND state = 'pending'`, ids)
 		return classify(fmt.Errorf("marking %d workflows dead-lettered: %w", len(ids), err))
 	}
 	return nil
-}
-
-// Rerun re-claims a started row for its next run, if the run it recorded
-// is failedRunID (a compare-and-set on state and run_id), and returns the
-// row's generation and whether it is pending: re-claimed by this call, or
-// by a concurrent one (both then start the same generation: one request
-// ID, one run). One statement.
-func (p *Postgres) Rerun(ctx context.Context, workflowID, failedRunID string) (int, bool, error) {
-	var gen int
-	var pending bool
-	err := p.pool.QueryRow(ctx, `
-WITH upd AS (
-	UPDATE dedup_ledger SET state = 'pending', generation = generation + 1, run_id = NULL, attempts = attempts + 1, updated_at = now()
-	WHERE workflow_id = $1 AND state = 'started' AND run_id = $2
-	RETURNING generation
-)
-SELECT generation, true FROM upd
-UNION ALL
-SELECT generation, state = 'pending' FROM dedup_ledger WHERE workflow_id = $1 AND NOT EXISTS (SELECT FROM upd)`,
-		workflowID, failedRunID).Scan(&gen, &pending)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows): // purged meanwhile
-		return 0, false, nil
-	case err != nil:
-		return 0, false, classify(fmt.Errorf("re-claiming workflow %s for a new run: %w", workflowID, err))
-	}
-	return gen, pending, nil
 }
 
 // PendingStats says how long the oldest pending row has waited since it

@@ -476,35 +476,41 @@ func TestPermanentErrorsAreMarked(t *testing.T) {
 	}
 }
 
-// A started row whose run failed is re-claimed for the next generation
-// once: of two redeliveries that race, both learn the same generation
-// (their starts share one request ID: one run); a stale run ID (the
-// ledger already recorded a newer run) re-claims nothing; a redelivery
-// then re-drives the pending row with the new generation.
-func TestRerunIsACompareAndSet(t *testing.T) {
+// A re-run is recorded after its start: MarkStarted moves a started row to
+// the newer generation's run, and a mark of an older generation (a slow
+// router's) changes nothing. A duplicate's verdict carries the recorded
+// generation, which the router's re-run starts after.
+func TestMarkStartedMovesToNewerGenerationsOnly(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
 	a := intent("e1", "A")
 	claim(t, l, a)
-	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "run-1"}}); err != nil {
-		t.Fatal(err)
+	mark := func(run string, gen int) {
+		t.Helper()
+		if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: run, Generation: gen}}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if gen, pending, err := l.Rerun(ctx, a.WorkflowID, "run-0"); err != nil || pending || gen != 1 {
-		t.Fatalf("stale run: gen %d pending %v (%v), want nothing re-claimed", gen, pending, err)
+	row := func() (string, int) {
+		t.Helper()
+		var run string
+		var gen int
+		if err := l.Pool().QueryRow(ctx, `SELECT coalesce(run_id, ''), generation FROM dedup_ledger WHERE workflow_id = $1`, a.WorkflowID).Scan(&run, &gen); err != nil {
+			t.Fatal(err)
+		}
+		return run, gen
 	}
-	g1, p1, err1 := l.Rerun(ctx, a.WorkflowID, "run-1")
-	g2, p2, err2 := l.Rerun(ctx, a.WorkflowID, "run-1")
-	if err1 != nil || err2 != nil || !p1 || !p2 || g1 != 2 || g2 != 2 {
-		t.Fatalf("reruns: (%d %v %v) (%d %v %v), want generation 2 pending twice", g1, p1, err1, g2, p2, err2)
+	mark("run-1", 1)
+	if cl, err := l.Claim(ctx, []processor.Intent{a}); err != nil || cl[0] != (processor.Claimed{Verdict: processor.VerdictDuplicate, Generation: 1}) {
+		t.Fatalf("claim after start: %+v %v, want a duplicate of generation 1", cl, err)
 	}
-	cl, err := l.Claim(ctx, []processor.Intent{a})
-	if err != nil || cl[0] != (processor.Claimed{Verdict: processor.VerdictRedrive, Generation: 2}) {
-		t.Fatalf("claim after rerun: %+v %v, want a re-drive of generation 2", cl, err)
+	mark("run-3", 3)
+	mark("run-2", 2) // late: an older generation's mark
+	mark("run-3b", 3)
+	if run, gen := row(); run != "run-3" || gen != 3 {
+		t.Fatalf("row after marks of generations 3, 2, 3: run %q generation %d, want run-3 generation 3", run, gen)
 	}
-	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "run-2"}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, pending, err := l.Rerun(ctx, a.WorkflowID, "run-1"); err != nil || pending {
-		t.Fatalf("rerun of the old run after the new one started: pending %v (%v), want no", pending, err)
+	if cl, err := l.Claim(ctx, []processor.Intent{a}); err != nil || cl[0] != (processor.Claimed{Verdict: processor.VerdictDuplicate, Generation: 3}) {
+		t.Fatalf("claim after the re-run: %+v %v, want a duplicate of generation 3", cl, err)
 	}
 }

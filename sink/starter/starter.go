@@ -122,12 +122,20 @@ func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 	if err != nil {
 		return processor.StartResult{}, processor.Permanent(fmt.Errorf("encoding input of workflow %s: %w", req.WorkflowID, err))
 	}
+	gen, err := t.dc.ToPayload(max(req.Generation, 1))
+	if err != nil {
+		return processor.StartResult{}, processor.Permanent(fmt.Errorf("encoding generation of workflow %s: %w", req.WorkflowID, err))
+	}
 	resp, err := t.c.WorkflowService().StartWorkflowExecution(ctx, &workflowservice.StartWorkflowExecutionRequest{
-		Namespace:             t.namespace,
-		WorkflowId:            req.WorkflowID,
-		WorkflowType:          &commonpb.WorkflowType{Name: req.WorkflowType},
-		TaskQueue:             &taskqueuepb.TaskQueue{Name: req.TaskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
-		Input:                 input,
+		Namespace:    t.namespace,
+		WorkflowId:   req.WorkflowID,
+		WorkflowType: &commonpb.WorkflowType{Name: req.WorkflowType},
+		TaskQueue:    &taskqueuepb.TaskQueue{Name: req.TaskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+		Input:        input,
+		// The run says which generation it is: LastRun reads it back, so
+		// a re-run starts after the newest run Temporal has, whatever the
+		// ledger recorded.
+		Memo:                  &commonpb.Memo{Fields: map[string]*commonpb.Payload{MemoGeneration: gen}},
 		Identity:              t.identity,
 		RequestId:             requestID(req),
 		WorkflowIdReusePolicy: ReusePolicy(req.ReusePolicy),
@@ -153,6 +161,10 @@ func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 	return processor.StartResult{}, err
 }
 
+// MemoGeneration is the memo field in which each run carries the
+// generation it was started for.
+const MemoGeneration = "dedup_generation"
+
 // LastRun describes the workflow ID's latest run.
 func (t *Temporal) LastRun(ctx context.Context, workflowID string) (processor.Run, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
@@ -167,6 +179,10 @@ func (t *Temporal) LastRun(ctx context.Context, workflowID string) (processor.Ru
 	}
 	info := resp.GetWorkflowExecutionInfo()
 	run := processor.Run{ID: info.GetExecution().GetRunId()}
+	if p := info.GetMemo().GetFields()[MemoGeneration]; p != nil {
+		// A run started before dedup recorded generations has none (0).
+		_ = t.dc.FromPayload(p, &run.Generation)
+	}
 	switch info.GetStatus() {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
