@@ -58,9 +58,13 @@ type run struct {
 }
 
 func (s *run) spawn(extraEnv ...string) *proc {
+	return s.spawnBin(dedupBin, extraEnv...)
+}
+
+func (s *run) spawnBin(bin string, extraEnv ...string) *proc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := s.e.spawn(fmt.Sprintf("router-%d", len(s.procs)+1), s.cfg, extraEnv...)
+	p := s.e.spawnBin(bin, fmt.Sprintf("router-%d", len(s.procs)+1), s.cfg, extraEnv...)
 	s.procs = append(s.procs, p)
 	return p
 }

@@ -28,6 +28,12 @@ type proc struct {
 // spawn starts a router process with cfg, on an admin port of its own.
 func (e *env) spawn(name string, cfg app.Config, extraEnv ...string) *proc {
 	e.t.Helper()
+	return e.spawnBin(dedupBin, name, cfg, extraEnv...)
+}
+
+// spawnBin is spawn with another build of dedup.
+func (e *env) spawnBin(bin, name string, cfg app.Config, extraEnv ...string) *proc {
+	e.t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		e.t.Fatal(err)
@@ -35,7 +41,7 @@ func (e *env) spawn(name string, cfg app.Config, extraEnv ...string) *proc {
 	cfg.Admin.Listen = l.Addr().String()
 	l.Close()
 	p := &proc{name: name, admin: cfg.Admin.Listen, done: make(chan struct{})}
-	p.cmd = exec.Command(dedupBin, "run", "--config", e.writeConfig(cfg))
+	p.cmd = exec.Command(bin, "run", "--config", e.writeConfig(cfg))
 	p.cmd.Env = append(os.Environ(), extraEnv...)
 	p.cmd.Stdout, p.cmd.Stderr = os.Stderr, os.Stderr
 	if err := p.cmd.Start(); err != nil {
