@@ -7,6 +7,7 @@
 //	dedup worker --config dedup.yaml    run RunActivityWorkflow and its activities
 //	dedup dlq replay --config dedup.yaml [--reason R,...] [--dry-run] [--limit N]
 //	                                    send dead-lettered records back through the dedup gate
+//	dedup version                       print the version and commit (as dedup_build_info)
 package main
 
 import (
@@ -43,7 +44,7 @@ func stopped(ctx context.Context, err error) error {
 }
 
 func usage() error {
-	return errors.New("usage: dedup run|worker|migrate|validate --config FILE, or dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N]")
+	return errors.New("usage: dedup run|worker|migrate|validate --config FILE, dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N], or dedup version")
 }
 
 func run(args []string) error {
@@ -51,6 +52,11 @@ func run(args []string) error {
 		return usage()
 	}
 	cmd := args[0]
+	switch cmd {
+	case "version", "--version", "-version":
+		fmt.Println(app.VersionLine())
+		return nil
+	}
 	if cmd == "dlq" {
 		if len(args) < 2 || args[1] != "replay" {
 			return usage()

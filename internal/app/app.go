@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -136,20 +134,7 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 // registerOps exports build info and the ledger's size, and runs the
 // ledger purge when a retention is set.
 func registerOps(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres, cfg ledger.Config, log *slog.Logger) error {
-	version, revision := "devel", "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				revision = s.Value
-			}
-		}
-	}
-	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_build_info", Help: "Always 1; labels say which build runs."},
-		[]string{"version", "revision", "goversion"})
-	build.WithLabelValues(version, revision, runtime.Version()).Set(1)
+	build := newBuildInfo()
 	size := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dedup_ledger_rows_estimate", Help: "Ledger rows, as PostgreSQL's planner estimates them."},
 		func() float64 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
