@@ -32,6 +32,10 @@ type Config struct {
 	// URL is a libpq connection string; cmd/ fills it from DATABASE_URL when
 	// the file leaves it empty.
 	URL string `yaml:"url"`
+	// URLFile names a file holding URL (a mounted Secret: the URL carries
+	// the password). The config loader (internal/app) reads it into URL;
+	// set one of the two.
+	URLFile string `yaml:"url_file"`
 	// MaxConns bounds the pool. One router uses one connection for claims
 	// and one for marking starts; more only help ad-hoc queries.
 	MaxConns int32 `yaml:"max_conns"`
