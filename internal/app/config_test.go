@@ -33,7 +33,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	base := `
 kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}
 routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
-postgres: {url: "postgres://u@h/d"}
+postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 `
 	cases := map[string]string{
 		"field kafak not found":     base + "kafak: {}\n",
