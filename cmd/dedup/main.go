@@ -89,7 +89,11 @@ func run(args []string) error {
 	defer stop()
 	switch cmd {
 	case "dlq replay":
-		o := replay.Options{Brokers: cfg.Kafka.Brokers, DryRun: *dryRun, Limit: *limit}
+		kopts, err := app.KafkaOpts(cfg)
+		if err != nil {
+			return err
+		}
+		o := replay.Options{Brokers: cfg.Kafka.Brokers, ClientOpts: kopts, DryRun: *dryRun, Limit: *limit}
 		for _, t := range cfg.Kafka.Topics {
 			o.DeadLetterTopics = append(o.DeadLetterTopics, cfg.Kafka.DeadLetterTopicFor(t))
 		}

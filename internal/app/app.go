@@ -84,6 +84,9 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	if err != nil {
 		return err
 	}
+	if err := checkKafka(ctx, cfg, log, kopts); err != nil {
+		return err
+	}
 	if err := checkHorizon(ctx, cfg, tc, log, kopts...); err != nil {
 		return err
 	}

@@ -36,13 +36,16 @@ routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
 postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 `
 	cases := map[string]string{
-		"field kafak not found":     base + "kafak: {}\n",
-		"kafka.reset_offset":        strings.Replace(base, "reset_offset: earliest", "reset_offset: sometime", 1),
-		"routes[0].workflow_type":   strings.Replace(base, "workflow_type: W", "workflow_type: \"\"", 1),
-		"event_id.chain[0]":         base + "event_id: {chain: [random]}\n",
-		"log.level":                 base + "log: {level: loud}\n",
-		"kafka.dead_letter_topic":   strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, dead_letter_topic: \"{topic}\"", 1),
-		"temporal.namespace: empty": base + "temporal: {namespace: \"\"}\n",
+		"field kafak not found":                   base + "kafak: {}\n",
+		"kafka.reset_offset":                      strings.Replace(base, "reset_offset: earliest", "reset_offset: sometime", 1),
+		"routes[0].workflow_type":                 strings.Replace(base, "workflow_type: W", "workflow_type: \"\"", 1),
+		"event_id.chain[0]":                       base + "event_id: {chain: [random]}\n",
+		"log.level":                               base + "log: {level: loud}\n",
+		"kafka.dead_letter_topic":                 strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, dead_letter_topic: \"{topic}\"", 1),
+		"temporal.namespace: empty":               base + "temporal: {namespace: \"\"}\n",
+		"kafka.sasl.username: empty":              strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, sasl: {mechanism: SCRAM-SHA-256, password: x}", 1),
+		"kafka.tls.cert_file, key_file: set both": strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, tls: {cert_file: c.pem}", 1),
+		"field pasword not found":                 strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, sasl: {pasword: x}", 1),
 	}
 	for want, doc := range cases {
 		_, err := ParseConfig([]byte(doc))
