@@ -45,6 +45,8 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 		"temporal.namespace: empty":               base + "temporal: {namespace: \"\"}\n",
 		"kafka.sasl.username: empty":              strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, sasl: {mechanism: SCRAM-SHA-256, password: x}", 1),
 		"kafka.tls.cert_file, key_file: set both": strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, tls: {cert_file: c.pem}", 1),
+		"temporal.api_key, api_key_file: set one": base + "temporal: {api_key: k, api_key_file: f}\n",
+		"temporal.tls.cert_file, key_file":        base + "temporal: {tls: {key_file: k.pem}}\n",
 		"field pasword not found":                 strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, sasl: {pasword: x}", 1),
 	}
 	for want, doc := range cases {

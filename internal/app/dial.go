@@ -15,11 +15,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
+	"google.golang.org/grpc/codes"
 
 	"github.com/dedupio/dedup/internal/clienttls"
 	"github.com/dedupio/dedup/internal/kafkasasl"
+	"github.com/dedupio/dedup/internal/secret"
 )
 
 // This file is the one place that says how dedup connects to its
@@ -186,8 +189,9 @@ func caName(c clienttls.Config) string {
 	return "the system's CA roots (set kafka.tls.ca_file for a private CA)"
 }
 
-// temporalOptions are the SDK client options for cfg's Temporal. mh may be
-// nil.
+// temporalOptions are the SDK client options for cfg's Temporal: TLS
+// (temporal.tls; mutual TLS with a client certificate) and the API key
+// (temporal.api_key, api_key_file). mh may be nil.
 func temporalOptions(cfg Config, log *slog.Logger, mh client.MetricsHandler) (client.Options, error) {
 	o := client.Options{
 		HostPort:  cfg.Temporal.HostPort,
@@ -197,10 +201,40 @@ func temporalOptions(cfg Config, log *slog.Logger, mh client.MetricsHandler) (cl
 	if mh != nil {
 		o.MetricsHandler = mh
 	}
+	files, err := clienttls.Load(cfg.Temporal.TLS, "temporal.tls")
+	if err != nil {
+		return client.Options{}, err
+	}
+	if files != nil {
+		host, _, err := net.SplitHostPort(cfg.Temporal.HostPort)
+		if err != nil {
+			host = cfg.Temporal.HostPort
+		}
+		o.ConnectionOptions.TLS = files.ClientConfig(host)
+		if files.InsecureSkipVerify() {
+			log.Warn("temporal.tls.insecure_skip_verify is set: the Temporal server's certificate is NOT verified; anyone on the network path can pose as Temporal and read the workflows' inputs and the credentials sent over it",
+				"host_port", cfg.Temporal.HostPort)
+		}
+	}
+	switch {
+	case cfg.Temporal.APIKeyFile != "":
+		f, err := secret.NewFile("temporal.api_key_file", cfg.Temporal.APIKeyFile)
+		if err != nil {
+			return client.Options{}, err
+		}
+		o.Credentials = client.NewAPIKeyDynamicCredentials(func(context.Context) (string, error) { return f.Get() })
+	case cfg.Temporal.APIKey != "":
+		o.Credentials = client.NewAPIKeyStaticCredentials(cfg.Temporal.APIKey)
+	}
+	// With an API key and no temporal.tls, the SDK turns TLS on with the
+	// system's roots: a key is never sent in plaintext.
 	return o, nil
 }
 
-// dialTemporal connects an SDK client to cfg's Temporal.
+// dialTemporal connects an SDK client to cfg's Temporal. When the dial
+// fails over TLS, a TLS handshake of its own says why, in terms of
+// temporal.tls: gRPC reports a refused client certificate as whatever its
+// next write met (a broken pipe).
 func dialTemporal(ctx context.Context, cfg Config, log *slog.Logger, mh client.MetricsHandler) (client.Client, error) {
 	o, err := temporalOptions(cfg, log, mh)
 	if err != nil {
@@ -208,7 +242,55 @@ func dialTemporal(ctx context.Context, cfg Config, log *slog.Logger, mh client.M
 	}
 	tc, err := client.DialContext(ctx, o)
 	if err != nil {
-		return nil, fmt.Errorf("dialing temporal at %s: %w", cfg.Temporal.HostPort, err)
+		why := ""
+		if o.ConnectionOptions.TLS != nil {
+			why = tlsRefusal(ctx, cfg.Temporal.HostPort, o.ConnectionOptions.TLS, cfg.Temporal.TLS)
+		}
+		switch serviceerror.ToStatus(err).Code() {
+		case codes.Unauthenticated, codes.PermissionDenied:
+			why = "temporal.api_key or the client certificate (temporal.tls) is not accepted for namespace " + cfg.Temporal.Namespace + ": "
+		}
+		return nil, fmt.Errorf("dialing temporal at %s: %s%w", cfg.Temporal.HostPort, why, err)
 	}
 	return tc, nil
+}
+
+// tlsRefusal shakes hands with addr as the client does and says, naming
+// the temporal.tls setting, why the handshake fails; "" when it does not.
+func tlsRefusal(ctx context.Context, addr string, tc *tls.Config, c clienttls.Config) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := (&tls.Dialer{Config: tc.Clone()}).DialContext(ctx, "tcp", addr)
+	if err == nil {
+		// TLS 1.3: the server judges the client certificate after the
+		// client's side of the handshake; its verdict comes with the
+		// first read.
+		defer conn.Close()
+		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+		_, err = conn.Read(make([]byte, 1))
+	}
+	var (
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		op       *net.OpError
+		record   tls.RecordHeaderError
+	)
+	switch {
+	case err == nil:
+	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname):
+		roots := "the system's CA roots (set temporal.tls.ca_file for a private CA)"
+		if c.CAFile != "" {
+			roots = "temporal.tls.ca_file " + c.CAFile
+		}
+		return fmt.Sprintf("temporal.tls: the server's certificate does not verify against %s (or temporal.tls.server_name): %v: ", roots, err)
+	case errors.As(err, &op) && op.Op == "remote error":
+		if c.CertFile == "" {
+			return fmt.Sprintf("temporal.tls: the server refused the TLS handshake (%v): it wants a client certificate, temporal.tls.cert_file and key_file: ", err)
+		}
+		return fmt.Sprintf("temporal.tls: the server refused the TLS handshake (%v): it does not accept the client certificate %s: ", err, c.CertFile)
+	case errors.As(err, &record):
+		return "temporal.tls: the server does not speak TLS at this address: "
+	}
+	return ""
 }
