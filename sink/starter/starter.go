@@ -9,7 +9,7 @@
 // Errors are classified once, here (Permanent): unavailable, throttled,
 // timed out and internal errors, and a namespace that is failing over, are
 // transient (the router retries them); invalid arguments, unknown
-// namespaces and permission errors are permanent (processor.Permanent: the
+// namespaces and invalid requests are permanent (processor.Permanent: the
 // record is dead-lettered).
 package starter
 
@@ -262,6 +262,13 @@ func ReusePolicy(p processor.ReusePolicy) enumspb.WorkflowIdReusePolicy {
 //     (including the server's "namespace replication in handover state").
 //   - serviceerror.WorkflowNotReady (FailedPrecondition): "not yet", by
 //     definition.
+//   - Unauthenticated and PermissionDenied: the credentials (an API key,
+//     a client certificate) or the grants of this deployment, not the
+//     record. An API key expires, a certificate is rotated late, a grant
+//     is revoked: every record meets it until someone fixes it, and an
+//     API key file or certificate re-read on change heals it without a
+//     restart; stalling (Temporal reported down) beats dead-lettering the
+//     stream.
 //   - ResourceExhausted, Internal, Aborted, DataLoss, Unknown, and any
 //     error that is not a gRPC or Temporal service error (connection
 //     resets and the like).
@@ -276,8 +283,8 @@ func ReusePolicy(p processor.ReusePolicy) enumspb.WorkflowIdReusePolicy {
 //     being registered while routers already send to it (the server caches
 //     the miss for a few seconds): that is a deployment ordering error, and
 //     the dead letters it leaves can be replayed (dedup dlq replay).
-//   - InvalidArgument, PermissionDenied, Unauthenticated, Unimplemented,
-//     OutOfRange (NewerBuildExists), and NotFound in general.
+//   - InvalidArgument, Unimplemented, OutOfRange (NewerBuildExists), and
+//     NotFound in general.
 //   - FailedPrecondition other than the cases above:
 //     ClientVersionNotSupported and ServerVersionNotSupported (a deploy
 //     that waiting does not fix) and the generic serviceerror
@@ -304,8 +311,7 @@ func Permanent(err error) bool {
 		return true
 	}
 	switch serviceerror.ToStatus(err).Code() {
-	case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated,
-		codes.Unimplemented, codes.FailedPrecondition, codes.OutOfRange:
+	case codes.InvalidArgument, codes.NotFound, codes.Unimplemented, codes.FailedPrecondition, codes.OutOfRange:
 		return true
 	}
 	return false
