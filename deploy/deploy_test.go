@@ -389,7 +389,7 @@ func TestKustomize(t *testing.T) {
 
 	cm := kind(docs, "ConfigMap")[0]
 	doc, _ := get(cm, "data", "dedup.yaml").(string)
-	validate(t, "ConfigMap dedup", []byte(doc), map[string]string{"DATABASE_URL": "postgres://dedup@postgres/dedup"})
+	validate(t, "ConfigMap dedup", []byte(doc), map[string]string{"DATABASE_URL": "postgres://dedup@postgres/dedup?sslmode=verify-full"})
 	if n := get(kind(docs, "ScaledObject")[0], "spec", "maxReplicaCount"); n != 8 {
 		t.Errorf("ScaledObject maxReplicaCount %v, want the partition count, 8", n)
 	}
