@@ -6,7 +6,9 @@
 // re-spaced) always decode to the same Event, which is what makes the
 // workflow IDs built from it deterministic.
 //
-// Envelopes: CloudEvents binary mode (ce_* headers, the value is the data),
+// Envelopes: CloudEvents binary mode (ce_* headers, the value is the data:
+// JSON, or bytes of any other content type, such as text/plain, Protobuf or
+// Avro, kept as they are and identified by their raw bytes),
 // CloudEvents structured mode (a JSON object with specversion, id, type,
 // source, time, data), or a plain JSON object whose ID, type, source and time
 // live at configured fields.
@@ -18,5 +20,6 @@
 // produced an ID is returned with it (provenance) and stored in the ledger.
 //
 // A record that cannot be decoded yields an *Error with a Reason; the caller
-// dead-letters it. Decode never panics (see FuzzDecode).
+// dead-letters it, except a tombstone (ReasonTombstone: a null value without
+// CloudEvents headers), which is no event and is skipped. Decode never panics (see FuzzDecode).
 package eventid

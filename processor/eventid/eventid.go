@@ -47,6 +47,12 @@ const (
 	ReasonMissingType Reason = "missing_type" // no event type, or not a non-empty string
 	ReasonInvalidID   Reason = "invalid_id"   // an ID is present but unusable
 	ReasonNoID        Reason = "no_id"        // no rule of the chain produced an ID
+	// ReasonTombstone is not a dead-letter reason: the record has a null
+	// value (log compaction's delete marker) and no CloudEvents headers, so
+	// it is no event at all. The router skips and counts it. (A binary-mode
+	// CloudEvent with a null value is an event without data, not a
+	// tombstone.)
+	ReasonTombstone Reason = "tombstone"
 )
 
 // Error is a permanent decoding failure: retrying the same bytes gives the
@@ -96,8 +102,24 @@ type Event struct {
 	Source string
 	Time   string // as the producer wrote it; may be empty
 	// Data is the payload as received (compact JSON, not canonicalised), so
-	// that workflows see what the producer sent.
+	// that workflows see what the producer sent. It is null when the data
+	// is binary (Bytes).
 	Data json.RawMessage
+	// Bytes is the data of a binary-mode record that is not JSON: its
+	// content type says it is something else (text/plain, Protobuf, Avro:
+	// anything but application/json, text/json and */*+json), or it names
+	// none and the value does not parse as JSON. It is the value as it
+	// was, never re-encoded; nil for JSON data. Its identity (the content
+	// rule, the payload hash) is the base64 text of the bytes, as
+	// structured mode's data_base64 has it, so one event sent in either
+	// mode has one ID.
+	Bytes []byte
+	// ContentType is the data's media type as the producer declared it:
+	// the content-type header (the CloudEvents Kafka binding), else
+	// ce_datacontenttype, in binary mode; the datacontenttype attribute in
+	// structured mode. Empty when none was declared. It is not part of the
+	// identity.
+	ContentType string
 	// PayloadHash is SHA-256 over the canonical JSON of {data, source,
 	// type}: two records with one ID and different hashes are a conflict.
 	PayloadHash [32]byte
@@ -205,17 +227,27 @@ func NewDecoder(cfg Config) (*Decoder, error) {
 // envelope is what the three formats have in common before the ID chain.
 type envelope struct {
 	typ, source, time string
-	data              json.RawMessage
-	id                json.RawMessage // the id field, nil if absent
+	// data is what identity hashes: the JSON data, or for binary data
+	// (bytes) the base64 text as a JSON string.
+	data        json.RawMessage
+	bytes       []byte
+	contentType string
+	id          json.RawMessage // the id field, nil if absent
 }
 
 // Decode turns a record into an Event, or returns an *Error.
 func (d *Decoder) Decode(r Record) (Event, error) {
+	if r.Value == nil && !d.binary(r) {
+		return Event{}, fail(ReasonTombstone, "null value without CloudEvents headers: a tombstone, not an event")
+	}
 	env, err := d.envelope(r)
 	if err != nil {
 		return Event{}, err
 	}
-	ev := Event{Type: env.typ, Source: env.source, Time: env.time, Data: env.data}
+	ev := Event{Type: env.typ, Source: env.source, Time: env.time, Data: env.data, Bytes: env.bytes, ContentType: env.contentType}
+	if env.bytes != nil {
+		ev.Data = json.RawMessage("null")
+	}
 	if !utf8.ValidString(env.source) || !utf8.ValidString(env.typ) {
 		return Event{}, fail(ReasonUndecodable, "type or source is not UTF-8")
 	}
@@ -308,14 +340,19 @@ func (d *Decoder) checkID(s, where string) (string, error) {
 	return s, nil
 }
 
-func (d *Decoder) envelope(r Record) (envelope, error) {
-	binary := false
-	if d.cfg.Format != FormatPlain {
-		_, spec := header(r.Headers, "ce_specversion")
-		_, typ := header(r.Headers, "ce_type")
-		binary = spec || typ
+// binary reports whether r is a CloudEvents binary-mode record: a
+// ce_specversion or ce_type header, unless the format is plain.
+func (d *Decoder) binary(r Record) bool {
+	if d.cfg.Format == FormatPlain {
+		return false
 	}
-	if binary {
+	_, spec := header(r.Headers, "ce_specversion")
+	_, typ := header(r.Headers, "ce_type")
+	return spec || typ
+}
+
+func (d *Decoder) envelope(r Record) (envelope, error) {
+	if d.binary(r) {
 		return binaryEnvelope(r)
 	}
 	obj, err := object(r.Value)
@@ -354,16 +391,54 @@ func binaryEnvelope(r Record) (envelope, error) {
 		}
 		env.time = string(t)
 	}
-	v := bytes.TrimSpace(r.Value)
-	if len(v) == 0 {
-		env.data = json.RawMessage("null")
+	ct, ok := header(r.Headers, "content-type")
+	if !ok {
+		ct, _ = header(r.Headers, "ce_datacontenttype")
+	}
+	if !utf8.Valid(ct) {
+		return env, fail(ReasonUndecodable, "content type header is not UTF-8")
+	}
+	env.contentType = string(ct)
+	if len(r.Value) == 0 {
+		env.data = json.RawMessage("null") // no data
 		return env, nil
 	}
-	if !json.Valid(v) {
-		return env, fail(ReasonUndecodable, "value is not JSON")
+	declared := env.contentType != ""
+	if declared && !JSONContentType(env.contentType) {
+		env.setBytes(r.Value)
+		return env, nil
 	}
-	env.data = compactJSON(v)
+	v := bytes.TrimSpace(r.Value)
+	switch {
+	case len(v) == 0: // white space only: no data
+		env.data = json.RawMessage("null")
+	case json.Valid(v):
+		env.data = compactJSON(v)
+	case declared:
+		return env, fail(ReasonUndecodable, "value is not JSON, although its content type %q says it is", env.contentType)
+	default: // no content type, and not JSON: bytes
+		env.setBytes(r.Value)
+	}
 	return env, nil
+}
+
+// setBytes makes v the binary data: identity hashes its base64 text, as a
+// JSON string (what structured mode's data_base64 holds).
+func (env *envelope) setBytes(v []byte) {
+	env.bytes = v[:len(v):len(v)]
+	b := make([]byte, 0, base64.StdEncoding.EncodedLen(len(v))+2)
+	b = append(b, '"')
+	b = base64.StdEncoding.AppendEncode(b, v)
+	env.data = append(b, '"')
+}
+
+// JSONContentType reports whether a media type is JSON: application/json,
+// text/json or a +json suffix (parameters such as charset are ignored).
+// Binary-mode data of any other declared type is bytes.
+func JSONContentType(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.ToLower(strings.TrimSpace(mt))
+	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
 }
 
 func structuredEnvelope(obj members) (envelope, error) {
@@ -377,6 +452,9 @@ func structuredEnvelope(obj members) (envelope, error) {
 	}
 	if env.time, err = stringAttr(obj, "time", false); err != nil {
 		return env, err
+	}
+	if ct, _ := obj.get("datacontenttype"); len(ct) > 0 && ct[0] == '"' {
+		env.contentType, _ = unquote(ct) // informative only: a malformed one is left out, as before it was read
 	}
 	env.id, _ = obj.get("id")
 	data, _ := obj.get("data")

@@ -19,6 +19,8 @@ func FuzzDecode(f *testing.F) {
 		{`{"type":"t","n":1e400}`, "", ""},
 		{`{"type":"\ud800"}`, "", ""},
 		{``, "ce_type", "t"},
+		{"\x08\x96\x01", "ce_type", "t"},
+		{`{"a":1}`, "content-type", "text/plain"},
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s.value), s.hk, []byte(s.hv), []byte("key"))
@@ -31,6 +33,9 @@ func FuzzDecode(f *testing.F) {
 		r := Record{Topic: "t", Partition: 1, Offset: 2, Key: key, Value: value}
 		if hk != "" {
 			r.Headers = []Header{{Key: hk, Value: hv}}
+			if hk == "content-type" { // binary data of any type
+				r.Headers = append(r.Headers, Header{Key: "ce_type", Value: []byte("t")})
+			}
 		}
 		ev, err := d.Decode(r)
 		if err != nil {
