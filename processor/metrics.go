@@ -12,6 +12,7 @@ type metrics struct {
 	records          prometheus.Counter
 	intents          *prometheus.CounterVec // outcome: new, redrive, duplicate, conflict
 	noRoute          prometheus.Counter
+	tombstones       prometheus.Counter
 	reruns           prometheus.Counter
 	deadLetters      *prometheus.CounterVec // reason
 	starts           *prometheus.CounterVec // result: started, already_started
@@ -37,6 +38,8 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 			Name: "dedup_records_total", Help: "Kafka records polled."}),
 		intents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dedup_intents_total", Help: "Workflow intents by ledger verdict: new, redrive (pending claim started again), duplicate, conflict."}, []string{"outcome"}),
+		tombstones: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dedup_records_tombstone_total", Help: "Records with a null value and no CloudEvents headers (tombstones): skipped and committed, not dead-lettered."}),
 		reruns: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dedup_reruns_total", Help: "Redelivered events whose closed run the reuse policy let start again (one new run each)."}),
 		noRoute: prometheus.NewCounter(prometheus.CounterOpts{
@@ -103,7 +106,7 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 	for _, r := range []string{"started", "already_started"} {
 		m.starts.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.records, m.intents, m.reruns, m.noRoute, m.deadLetters, m.starts, m.startErrors, m.retries,
+	for _, c := range []prometheus.Collector{m.records, m.intents, m.reruns, m.noRoute, m.tombstones, m.deadLetters, m.starts, m.startErrors, m.retries,
 		m.claimBatch, m.claimSeconds, m.startSeconds, m.commitSeconds, m.commits, m.committedOffset, m.inFlight,
 		m.pausedPartitions, m.dependencyUp, m.lost, m.partitionsGone, m.lag} {
 		if err := reg.Register(c); err != nil {

@@ -258,12 +258,21 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 				err: fmt.Errorf("value is %d bytes, over max_value_bytes %d", len(kr.Value), r.cfg.MaxValueBytes)})
 			continue
 		}
+		if eventid.ReasonOf(err) == eventid.ReasonTombstone {
+			r.m.tombstones.Inc()
+			r.commits.end(rec, true)
+			continue
+		}
 		if err != nil {
 			dead = append(dead, deadLetter{rec: rec, reason: Reason(eventid.ReasonOf(err)), err: err})
 			continue
 		}
-		routes := r.cfg.Routes.Match(&ev)
-		if len(routes) == 0 {
+		targets, err := r.cfg.Routes.Targets(&ev)
+		if err != nil {
+			dead = append(dead, deadLetter{rec: rec, reason: ReasonUndecodable, err: err})
+			continue
+		}
+		if len(targets) == 0 {
 			r.m.noRoute.Inc()
 			if r.cfg.NoRoute == "dead_letter" {
 				dead = append(dead, deadLetter{rec: rec, reason: ReasonNoRoute, err: fmt.Errorf("no route matches type %q source %q", ev.Type, ev.Source)})
@@ -272,32 +281,15 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 			r.commits.end(rec, true)
 			continue
 		}
-		n := 0
-		keys := make([]string, len(routes))
-		var keyErr error
-		for j, rt := range routes {
-			keys[j] = ev.ID
-			if rt.Key == KeyScheduledFor {
-				if keys[j], err = scheduledFor(ev.Data); err != nil && keyErr == nil {
-					keyErr = fmt.Errorf("route %s: %w", rt.ID, err)
-				}
-			}
-		}
-		if keyErr != nil {
-			dead = append(dead, deadLetter{rec: rec, reason: ReasonUndecodable, err: keyErr})
-			continue
-		}
-		for j, rt := range routes {
-			wid := WorkflowID(rt.ID, keys[j])
-			n++
+		for _, tg := range targets {
 			intents = append(intents, Intent{
-				WorkflowID: wid, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
+				WorkflowID: tg.WorkflowID, ActivityID: tg.Route.ID, EventID: ev.ID, IDRule: string(ev.Rule),
 				PayloadHash: ev.PayloadHash, Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset,
 			})
-			reqs = append(reqs, NewStartRequest(rt, &ev, wid))
+			reqs = append(reqs, NewStartRequest(tg.Route, &ev, tg.WorkflowID))
 			owners = append(owners, rec)
 		}
-		r.commits.setPending(rec, n)
+		r.commits.setPending(rec, len(targets))
 	}
 	if len(dead) > 0 {
 		r.dlq.write(ctx, dead)

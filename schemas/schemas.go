@@ -28,6 +28,15 @@ type WorkflowInput struct {
 	Source string          `json:"source,omitempty"`
 	Time   string          `json:"time,omitempty"`
 	Data   json.RawMessage `json:"data"`
+	// DataBase64 is binary data (base64 in JSON): a CloudEvents binary-mode
+	// record whose content type is not JSON (text/plain, Protobuf, Avro),
+	// or whose value, with no content type, is not JSON. The bytes are the
+	// record's value as it was; Data is null then. (Structured mode's
+	// data_base64 still arrives in Data, as its base64 text.)
+	DataBase64 []byte `json:"data_base64,omitempty"`
+	// DataContentType is the data's media type as the producer declared it
+	// (content-type or ce_datacontenttype; datacontenttype), if it did.
+	DataContentType string `json:"datacontenttype,omitempty"`
 	// Definition is the route's activity definition, when it has one: the
 	// tasks RunActivityWorkflow spawns.
 	Definition *ActivityDefinition `json:"definition,omitempty"`

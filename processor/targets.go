@@ -1,0 +1,60 @@
+package processor
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/dedupio/dedup/processor/eventid"
+)
+
+// Target is one workflow an event starts: the route and its workflow ID.
+type Target struct {
+	Route      *Route
+	WorkflowID string
+}
+
+// Targets returns the workflows ev starts, one per matching route, in
+// table order; none when no route matches. It is the one place that turns
+// a decoded event into workflow IDs: the router calls it for every record,
+// and the producer client (package client) for the event it is about to
+// enqueue, so that both always agree. An error means the event can never
+// start (a scheduled_for route whose data has no usable time): the router
+// dead-letters the record as undecodable.
+func (rs Routes) Targets(ev *eventid.Event) ([]Target, error) {
+	routes := rs.Match(ev)
+	if len(routes) == 0 {
+		return nil, nil
+	}
+	out := make([]Target, len(routes))
+	for i, rt := range routes {
+		key := ev.ID
+		if rt.Key == KeyScheduledFor {
+			var err error
+			if key, err = scheduledFor(ev.Data); err != nil {
+				return nil, fmt.Errorf("route %s: %w", rt.ID, err)
+			}
+		}
+		out[i] = Target{Route: rt, WorkflowID: WorkflowID(rt.ID, key)}
+	}
+	return out, nil
+}
+
+// RouteOf returns the route whose workflow IDs look like workflowID
+// (activity-{route id}:...), or nil. Route IDs have no colon, so the
+// prefix names one route at most.
+func (rs Routes) RouteOf(workflowID string) *Route {
+	rest, ok := strings.CutPrefix(workflowID, "activity-")
+	if !ok {
+		return nil
+	}
+	id, _, ok := strings.Cut(rest, ":")
+	if !ok {
+		return nil
+	}
+	for i := range rs {
+		if rs[i].ID == id {
+			return &rs[i]
+		}
+	}
+	return nil
+}
