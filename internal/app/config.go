@@ -34,6 +34,9 @@ type Config struct {
 	Admin    AdminConfig           `yaml:"admin"`
 	Log      LogConfig             `yaml:"log"`
 	Worker   WorkerConfig          `yaml:"worker"`
+	// Ingress configures `dedup ingress` and the producer client (package
+	// client): ingress.go.
+	Ingress IngressConfig `yaml:"ingress"`
 }
 
 // WorkerConfig configures `dedup worker`, which runs RunActivityWorkflow.
@@ -74,6 +77,7 @@ func DefaultConfig() Config {
 		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
 		Log:      LogConfig{Format: "json", Level: "info"},
 		Worker:   WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour},
+		Ingress:  DefaultIngressConfig(),
 	}
 }
 
@@ -296,5 +300,5 @@ func (c *Config) Validate() error {
 	if c.Admin.Pprof && c.Admin.Listen == "" {
 		return errors.New("admin.pprof: needs admin.listen")
 	}
-	return nil
+	return c.Ingress.Validate(c.Kafka)
 }

@@ -1,0 +1,398 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	sdkclient "go.temporal.io/sdk/client"
+
+	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+// Config is what a Client needs. EventID and Routes must be the routers'
+// (the event_id and routes sections of their config file): they decide
+// the event and workflow IDs.
+type Config struct {
+	// Topic is where events are written: one of the topics the routers
+	// consume.
+	Topic   string
+	EventID eventid.Config
+	Routes  processor.Routes
+	// Namespace is the Temporal namespace of routes that name none
+	// (temporal.namespace).
+	Namespace string
+	// MaxValueBytes is the routers' kafka.max_value_bytes: a larger event
+	// is refused (*InvalidEventError, reason oversized) rather than
+	// written and dead-lettered. 0: 1 MiB.
+	MaxValueBytes int
+	// KafkaOpts are the seed brokers, TLS and SASL (app.KafkaOpts for a
+	// config file); the client adds its producer settings.
+	KafkaOpts []kgo.Opt
+	// Ledger answers repeats and conflicts at enqueue time and the ledger
+	// state of Status; nil: neither (Enqueue always writes).
+	Ledger *ledger.Postgres
+	// Temporal answers the run's status and Result; nil: Status has no
+	// Temporal part and Result fails.
+	Temporal sdkclient.Client
+	Logger   *slog.Logger
+}
+
+// Client enqueues events and answers their status. It is safe for
+// concurrent use.
+type Client struct {
+	cfg    Config
+	dec    *eventid.Decoder
+	kcl    *kgo.Client
+	led    *ledger.Postgres
+	tc     sdkclient.Client
+	log    *slog.Logger
+	closer func()
+}
+
+// New validates cfg and creates the Kafka producer (it connects on first
+// use). Close closes the producer; the ledger and Temporal clients stay
+// the caller's.
+func New(cfg Config) (*Client, error) {
+	if cfg.Topic == "" {
+		return nil, errors.New("client: Topic is empty")
+	}
+	if cfg.MaxValueBytes <= 0 {
+		cfg.MaxValueBytes = 1 << 20
+	}
+	cfg.Routes = slices.Clone(cfg.Routes)
+	if err := cfg.Routes.Validate(); err != nil {
+		return nil, err
+	}
+	dec, err := eventid.NewDecoder(cfg.EventID)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	// Idempotent writes (franz-go's default) with acks from every in-sync
+	// replica: a retried batch is written once, and an acknowledged record
+	// survives a broker's loss. No linger: Enqueue waits for each record.
+	kcl, err := kgo.NewClient(append(slices.Clone(cfg.KafkaOpts),
+		kgo.DefaultProduceTopic(cfg.Topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0),
+		kgo.ProducerBatchMaxBytes(int32(cfg.MaxValueBytes)+64<<10),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("creating kafka producer: %w", err)
+	}
+	return &Client{cfg: cfg, dec: dec, kcl: kcl, led: cfg.Ledger, tc: cfg.Temporal, log: cfg.Logger}, nil
+}
+
+// Open reads dedup's config file (the routers' own: its event_id and
+// routes give the same IDs) and connects as it says: Kafka (kafka.brokers,
+// tls, sasl; the topic is ingress.topic, else the first of kafka.topics),
+// PostgreSQL (postgres.url) and Temporal (temporal.*). A refused Kafka
+// login or TLS handshake, or Temporal that does not answer, is an error.
+// log may be nil. Close closes every connection.
+func Open(ctx context.Context, path string, log *slog.Logger) (*Client, error) {
+	cfg, err := app.LoadConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	return OpenConfig(ctx, cfg, log)
+}
+
+// OpenConfig is Open for a config already loaded (dedup's own commands).
+func OpenConfig(ctx context.Context, cfg app.Config, log *slog.Logger) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = app.NewLogger(cfg.Log)
+	}
+	kopts, err := app.KafkaOpts(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := app.CheckKafka(ctx, cfg, log, kopts); err != nil {
+		return nil, err
+	}
+	led, err := ledger.Open(ctx, cfg.Postgres)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := app.DialTemporal(ctx, cfg, log)
+	if err != nil {
+		led.Close()
+		return nil, err
+	}
+	c, err := New(Config{Topic: cfg.IngressTopic(), EventID: cfg.EventID, Routes: cfg.Routes, Namespace: cfg.Temporal.Namespace,
+		MaxValueBytes: cfg.Kafka.MaxValueBytes, KafkaOpts: kopts, Ledger: led, Temporal: tc, Logger: log})
+	if err != nil {
+		tc.Close()
+		led.Close()
+		return nil, err
+	}
+	c.closer = func() { tc.Close(); led.Close() }
+	return c, nil
+}
+
+// Close flushes nothing (every Enqueue waited for its record) and closes
+// the producer, and what Open opened.
+func (c *Client) Close() {
+	c.kcl.Close()
+	if c.closer != nil {
+		c.closer()
+	}
+}
+
+// Topic is where the client writes.
+func (c *Client) Topic() string { return c.cfg.Topic }
+
+// Ledger is the ledger the client reads (nil if none).
+func (c *Client) Ledger() *ledger.Postgres { return c.led }
+
+// Event is one event to enqueue, as CloudEvents attributes.
+type Event struct {
+	// Type is the event type (ce_type), which routes match: required.
+	Type string
+	// Source is ce_source (routes may match it). CloudEvents requires
+	// one; dedup does not.
+	Source string
+	// IdempotencyKey is the event's ID (ce_id) and its Kafka record key:
+	// required. Enqueue refuses a key the routers' event_id config would
+	// not take as the ID (a chain without the header rule, headers
+	// without ce_id).
+	IdempotencyKey string
+	// Data is encoded as JSON (a json.RawMessage as it is); a []byte is
+	// binary data of ContentType, written as it is. nil: no data.
+	Data any
+	// ContentType is the data's media type; default application/json, or
+	// application/octet-stream for []byte.
+	ContentType string
+	// Time, Subject and Extensions (more ce_ attributes, lower-case
+	// names) travel in headers; they are not part of the event's
+	// identity.
+	Time       time.Time
+	Subject    string
+	Extensions map[string]string
+}
+
+// Record is the CloudEvents binary-mode Kafka record of ev (the Kafka
+// protocol binding: ce_ headers, content-type, the data as the value).
+func (ev Event) Record() (*kgo.Record, error) {
+	if ev.Type == "" {
+		return nil, &InvalidEventError{Reason: string(eventid.ReasonMissingType), Err: errors.New("event type is empty")}
+	}
+	if ev.IdempotencyKey == "" {
+		return nil, ErrNoKey
+	}
+	h := func(k, v string) kgo.RecordHeader { return kgo.RecordHeader{Key: k, Value: []byte(v)} }
+	r := &kgo.Record{Key: []byte(ev.IdempotencyKey), Value: []byte{}, Headers: []kgo.RecordHeader{
+		h("ce_specversion", "1.0"), h("ce_id", ev.IdempotencyKey), h("ce_type", ev.Type)}}
+	if ev.Source != "" {
+		r.Headers = append(r.Headers, h("ce_source", ev.Source))
+	}
+	if !ev.Time.IsZero() {
+		r.Headers = append(r.Headers, h("ce_time", ev.Time.UTC().Format(time.RFC3339Nano)))
+	}
+	if ev.Subject != "" {
+		r.Headers = append(r.Headers, h("ce_subject", ev.Subject))
+	}
+	for _, k := range slices.Sorted(maps.Keys(ev.Extensions)) {
+		r.Headers = append(r.Headers, h("ce_"+k, ev.Extensions[k]))
+	}
+	ct := ev.ContentType
+	switch d := ev.Data.(type) {
+	case nil:
+		return r, nil
+	case []byte:
+		r.Value = d
+		if ct == "" {
+			ct = "application/octet-stream"
+		}
+	case json.RawMessage:
+		r.Value = d
+	default:
+		b, err := json.Marshal(d)
+		if err != nil {
+			return nil, &InvalidEventError{Reason: string(eventid.ReasonUndecodable), Err: fmt.Errorf("encoding data: %w", err)}
+		}
+		r.Value = b
+	}
+	if ct == "" {
+		ct = "application/json"
+	}
+	r.Headers = append(r.Headers, h("content-type", ct))
+	return r, nil
+}
+
+// Enqueue writes ev to Kafka, waits for the acknowledgement, and returns
+// its handle: the event ID (the key) and the workflow IDs the routes give
+// it. With a *ConflictError it returns the handle too: the record was
+// written (the router records the conflict) and will start nothing.
+func (c *Client) Enqueue(ctx context.Context, ev Event) (*Handle, error) {
+	r, err := ev.Record()
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.Prepare(r)
+	if err != nil {
+		return nil, err
+	}
+	if p.Event.ID != ev.IdempotencyKey {
+		return nil, fmt.Errorf("the routers' event_id config gives this event the ID %q (rule %s), not its key: "+
+			"a chain with the header rule first and ce_id in event_id.headers makes the key the ID", p.Event.ID, p.Event.Rule)
+	}
+	return c.Send(ctx, p)
+}
+
+// Prepared is a record decoded and routed as a router will: its event and
+// workflows, before it is written.
+type Prepared struct {
+	rec     *kgo.Record
+	Event   eventid.Event
+	Targets []processor.Target
+}
+
+// Prepare decodes r as a router will (eventid, under the routers'
+// event_id config) and routes it (processor.Routes.Targets). An event a
+// router would dead-letter or skip is refused here: *InvalidEventError
+// (undecodable, missing_type, invalid_id, oversized, no_route) or ErrNoKey
+// (no ID, or one known only once written: the coordinates rule).
+func (c *Client) Prepare(r *kgo.Record) (*Prepared, error) {
+	r.Topic = c.cfg.Topic
+	if len(r.Value) > c.cfg.MaxValueBytes {
+		return nil, &InvalidEventError{Reason: string(processor.ReasonOversized),
+			Err: fmt.Errorf("value is %d bytes, over max_value_bytes %d", len(r.Value), c.cfg.MaxValueBytes)}
+	}
+	hs := make([]eventid.Header, len(r.Headers))
+	for i, h := range r.Headers {
+		hs[i] = eventid.Header{Key: h.Key, Value: h.Value}
+	}
+	ev, err := c.dec.Decode(eventid.Record{Topic: r.Topic, Partition: -1, Offset: -1, Key: r.Key, Value: r.Value, Headers: hs})
+	if err != nil {
+		switch reason := eventid.ReasonOf(err); reason {
+		case eventid.ReasonNoID:
+			return nil, fmt.Errorf("%w: %v", ErrNoKey, err)
+		case "":
+			return nil, err
+		default:
+			return nil, &InvalidEventError{Reason: string(reason), Err: err}
+		}
+	}
+	if ev.Rule == eventid.RuleCoordinates {
+		return nil, fmt.Errorf("%w: event_id.chain gives this event the ID of where it will be written (coordinates), which no retry repeats", ErrNoKey)
+	}
+	targets, err := c.cfg.Routes.Targets(&ev)
+	if err != nil {
+		return nil, &InvalidEventError{Reason: string(processor.ReasonUndecodable), Err: err}
+	}
+	if len(targets) == 0 {
+		return nil, &InvalidEventError{Reason: string(processor.ReasonNoRoute),
+			Err: fmt.Errorf("no route matches type %q source %q: no workflow would start", ev.Type, ev.Source)}
+	}
+	return &Prepared{rec: r, Event: ev, Targets: targets}, nil
+}
+
+// Send writes a prepared record unless the ledger holds every workflow of
+// its event started with the same payload, and waits for Kafka's acknowledgement. See Enqueue
+// for *ConflictError.
+func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
+	h := c.handle(p)
+	ids := h.WorkflowIDs()
+	known, conflicts := false, []string(nil)
+	if c.led != nil {
+		entries, err := c.led.Lookup(ctx, ids)
+		if err != nil {
+			c.log.Warn("ledger lookup failed; writing the event without a conflict answer", "event_id", p.Event.ID, "err", err)
+		} else {
+			known = true
+			for _, id := range ids {
+				e, ok := entries[id]
+				switch {
+				case !ok:
+					known = false
+				case e.PayloadHash != p.Event.PayloadHash:
+					known = false
+					conflicts = append(conflicts, id)
+				case e.State != "started":
+					// Pending: a router starts it from its record, which is
+					// normally still in Kafka; written again all the same,
+					// since a stale pending row needs its record again (the
+					// runbook's re-drive). Dead-lettered: the router claims
+					// it again. A second record costs a duplicate verdict.
+					known = false
+				}
+			}
+		}
+	}
+	if !known {
+		rec := *p.rec
+		res, err := c.kcl.ProduceSync(ctx, &rec).First()
+		if err != nil {
+			return nil, fmt.Errorf("producing event %s to %s: %w", p.Event.ID, c.cfg.Topic, err)
+		}
+		h.Produced, h.Topic, h.Partition, h.Offset = true, res.Topic, res.Partition, res.Offset
+	}
+	if len(conflicts) > 0 {
+		return h, &ConflictError{EventID: p.Event.ID, WorkflowIDs: conflicts}
+	}
+	return h, nil
+}
+
+func (c *Client) handle(p *Prepared) *Handle {
+	h := &Handle{c: c, EventID: p.Event.ID, IDRule: p.Event.Rule, hash: p.Event.PayloadHash, Offset: -1, Partition: -1}
+	for _, tg := range p.Targets {
+		h.Workflows = append(h.Workflows, Workflow{ID: tg.WorkflowID, ActivityID: tg.Route.ID, Namespace: c.namespace(tg.Route)})
+	}
+	return h
+}
+
+func (c *Client) namespace(rt *processor.Route) string {
+	if rt.Namespace != "" {
+		return rt.Namespace
+	}
+	return c.cfg.Namespace
+}
+
+// Handle is an enqueued event: its ID and the workflows it starts.
+type Handle struct {
+	EventID string
+	IDRule  eventid.Rule
+	// Workflows are the workflows the routes give the event, in route
+	// table order.
+	Workflows []Workflow
+	// Produced says this call wrote a record (at Topic, Partition,
+	// Offset); false: the ledger held the event with this payload already.
+	Produced  bool
+	Topic     string
+	Partition int32
+	Offset    int64
+
+	c    *Client
+	hash [32]byte
+}
+
+// Workflow is one workflow of an event.
+type Workflow struct {
+	ID         string
+	ActivityID string
+	Namespace  string
+}
+
+// WorkflowIDs are the handle's workflow IDs, in route table order.
+func (h *Handle) WorkflowIDs() []string {
+	ids := make([]string, len(h.Workflows))
+	for i, w := range h.Workflows {
+		ids[i] = w.ID
+	}
+	return ids
+}

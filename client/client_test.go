@@ -1,0 +1,304 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupio/dedup/client"
+	"github.com/dedupio/dedup/internal/pgtest"
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const topic = "events"
+
+var routes = processor.Routes{
+	{ID: "order-confirmation", Match: processor.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"},
+	{ID: "order-audit", Match: processor.Match{Type: "order.*"}, WorkflowType: "W", TaskQueue: "q", Namespace: "audit"},
+	{ID: "nightly", Match: processor.Match{Type: "schedule.fired"}, WorkflowType: "W", TaskQueue: "q", Key: processor.KeyScheduledFor},
+}
+
+type env struct {
+	t       *testing.T
+	cluster *kfake.Cluster
+	led     *ledger.Postgres
+	c       *client.Client
+	adm     *kadm.Client
+}
+
+func newEnv(t *testing.T, mod func(*client.Config)) *env {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic, topic+".dlq"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	lc := ledger.DefaultConfig()
+	lc.URL = url
+	led, err := ledger.Open(ctx, lc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(led.Close)
+	cfg := client.Config{Topic: topic, EventID: eventid.DefaultConfig(), Routes: routes, Namespace: "default",
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}, Ledger: led}
+	if mod != nil {
+		mod(&cfg)
+	}
+	c, err := client.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kcl.Close)
+	return &env{t: t, cluster: cluster, led: led, c: c, adm: kadm.NewClient(kcl)}
+}
+
+func (e *env) records() int64 {
+	e.t.Helper()
+	ends, err := e.adm.ListEndOffsets(context.Background(), topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := int64(0)
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n
+}
+
+// recordingStarter is Temporal as the router sees it: one run per
+// workflow ID, the requests kept.
+type recordingStarter struct {
+	mu   sync.Mutex
+	reqs map[string][]processor.StartRequest
+}
+
+func (s *recordingStarter) Start(_ context.Context, req processor.StartRequest) (processor.StartResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reqs[req.WorkflowID] = append(s.reqs[req.WorkflowID], req)
+	return processor.StartResult{RunID: "run-" + req.WorkflowID, AlreadyStarted: len(s.reqs[req.WorkflowID]) > 1}, nil
+}
+
+func (s *recordingStarter) LastRun(context.Context, string, string) (processor.Run, error) {
+	return processor.Run{}, errors.New("not used")
+}
+
+// runRouter runs a real router (processor.New) over the env's Kafka and
+// ledger until every record is committed, and returns what it started.
+func (e *env) runRouter() map[string][]processor.StartRequest {
+	e.t.Helper()
+	cfg := processor.DefaultConfig()
+	cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = e.cluster.ListenAddrs(), "dedup", []string{topic}, "earliest"
+	cfg.SessionTimeout, cfg.RebalanceTimeout, cfg.CommitInterval = time.Second, time.Second, 20*time.Millisecond
+	cfg.Routes = slices.Clone(routes)
+	st := &recordingStarter{reqs: map[string][]processor.StartRequest{}}
+	r, err := processor.New(cfg, e.led, e.led, st, prometheus.NewRegistry(), slog.New(slog.DiscardHandler), processor.Hooks{}, kgo.HeartbeatInterval(100*time.Millisecond))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Fatal(err)
+		}
+	}()
+	want := e.records()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		offs, err := e.adm.FetchOffsets(context.Background(), "dedup")
+		n := int64(0)
+		if err == nil {
+			offs.Each(func(o kadm.OffsetResponse) { n += o.At })
+		}
+		if n == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("router committed %d of %d records", n, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.reqs
+}
+
+// The handle's workflow IDs are the router's: a real router, reading the
+// records Enqueue wrote, starts exactly those workflows (two routes of one
+// type, a route in another namespace, a scheduled_for key), with the data
+// as it was sent (JSON, and bytes of another content type).
+func TestEnqueueGivesTheRoutersWorkflowIDs(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	order, err := e.c.Enqueue(ctx, client.Event{Type: "order.created", Source: "shop", IdempotencyKey: "order-123", Data: map[string]any{"total": 12.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if order.EventID != "order-123" || order.IDRule != eventid.RuleHeader || !order.Produced {
+		t.Fatalf("handle %+v", order)
+	}
+	wantIDs := []string{"activity-order-confirmation:order-123", "activity-order-audit:order-123"}
+	if !slices.Equal(order.WorkflowIDs(), wantIDs) || order.Workflows[1].Namespace != "audit" || order.Workflows[0].Namespace != "default" {
+		t.Fatalf("workflows %+v, want %v", order.Workflows, wantIDs)
+	}
+	tick, err := e.c.Enqueue(ctx, client.Event{Type: "schedule.fired", IdempotencyKey: "tick-1", Data: map[string]string{"scheduled_for": "2026-03-01T10:00:00+01:00"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tick.WorkflowIDs(); !slices.Equal(got, []string{"activity-nightly:2026-03-01T09:00:00+00:00"}) {
+		t.Fatalf("scheduled workflow IDs %v", got)
+	}
+	proto := []byte{0x08, 0x96, 0x01, 0x00, 0xff}
+	bin, err := e.c.Enqueue(ctx, client.Event{Type: "order.created", IdempotencyKey: "order-proto", Data: proto, ContentType: "application/protobuf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := e.runRouter()
+	var all []string
+	for _, h := range []*client.Handle{order, tick, bin} {
+		all = append(all, h.WorkflowIDs()...)
+	}
+	var got []string
+	for id := range started {
+		got = append(got, id)
+	}
+	slices.Sort(got)
+	slices.Sort(all)
+	if !slices.Equal(got, all) {
+		t.Fatalf("router started %v, handles said %v", got, all)
+	}
+	in := started["activity-order-confirmation:order-proto"][0].Input
+	if !bytes.Equal(in.DataBase64, proto) || in.DataContentType != "application/protobuf" {
+		t.Errorf("binary data reached the workflow as %q (%q)", in.DataBase64, in.DataContentType)
+	}
+	if in := started["activity-order-confirmation:order-123"][0].Input; string(in.Data) != `{"total":12.5}` || in.Source != "shop" {
+		t.Errorf("JSON data reached the workflow as %s from %q", in.Data, in.Source)
+	}
+	// Once started: the same key gives the same handle, writes nothing, and
+	// the status names the run.
+	before := e.records()
+	again, err := e.c.Enqueue(ctx, client.Event{Type: "order.created", Source: "shop", IdempotencyKey: "order-123", Data: map[string]any{"total": 12.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Produced || !slices.Equal(again.WorkflowIDs(), order.WorkflowIDs()) || e.records() != before {
+		t.Errorf("repeat after start: %+v, %d records (was %d)", again, e.records(), before)
+	}
+	sts, err := again.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sts {
+		if st.Ledger != "started" || st.RunID != "run-"+st.WorkflowID || st.Conflict {
+			t.Errorf("status %+v", st)
+		}
+	}
+}
+
+// One key with another payload: a *ConflictError once the ledger knows the
+// first payload; the record is written (the router records the conflict)
+// and the handle says Conflict; the first workflow keeps its payload.
+func TestEnqueueConflict(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	first := client.Event{Type: "order.created", IdempotencyKey: "k1", Data: map[string]int{"v": 1}}
+	if _, err := e.c.Enqueue(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	// Before a router claimed it, the ledger cannot know: no error.
+	other := first
+	other.Data = map[string]int{"v": 2}
+	if _, err := e.c.Enqueue(ctx, other); err != nil {
+		t.Fatalf("conflict before the first is claimed: %v, want none (the router finds it)", err)
+	}
+	started := e.runRouter()
+	if len(started) != 2 || string(started["activity-order-confirmation:k1"][0].Input.Data) != `{"v":1}` {
+		t.Fatalf("started %v", started)
+	}
+	before := e.records()
+	h, err := e.c.Enqueue(ctx, other)
+	var ce *client.ConflictError
+	if !errors.As(err, &ce) || !errors.Is(err, client.ErrConflict) || len(ce.WorkflowIDs) != 2 || h == nil || !h.Produced {
+		t.Fatalf("Enqueue = %+v, %v; want a conflict on both workflows and the record written", h, err)
+	}
+	if e.records() != before+1 {
+		t.Errorf("%d records, want %d", e.records(), before+1)
+	}
+	sts, err := h.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sts[0].Conflict || sts[0].Conflicts < 1 {
+		t.Errorf("status %+v, want a conflict (the router recorded one)", sts[0])
+	}
+	if err := h.Result(ctx, nil); err == nil {
+		t.Error("Result of a two-workflow event: no error")
+	}
+}
+
+// Events a router would dead-letter or skip are refused before they are
+// written.
+func TestEnqueueRefuses(t *testing.T) {
+	e := newEnv(t, func(c *client.Config) { c.MaxValueBytes = 64 })
+	ctx := context.Background()
+	cases := map[string]struct {
+		ev     client.Event
+		reason string
+		is     error
+	}{
+		"no key":     {ev: client.Event{Type: "order.created"}, is: client.ErrNoKey},
+		"no type":    {ev: client.Event{IdempotencyKey: "k"}, reason: "missing_type"},
+		"no route":   {ev: client.Event{Type: "invoice.paid", IdempotencyKey: "k"}, reason: "no_route"},
+		"oversized":  {ev: client.Event{Type: "order.created", IdempotencyKey: "k", Data: bytes.Repeat([]byte("x"), 65)}, reason: "oversized"},
+		"bad key":    {ev: client.Event{Type: "order.created", IdempotencyKey: "a\nb"}, reason: "invalid_id"},
+		"no slot":    {ev: client.Event{Type: "schedule.fired", IdempotencyKey: "k", Data: map[string]int{}}, reason: "undecodable"},
+		"not a json": {ev: client.Event{Type: "order.created", IdempotencyKey: "k", Data: []byte("{"), ContentType: "application/json"}, reason: "undecodable"},
+	}
+	for name, tc := range cases {
+		_, err := e.c.Enqueue(ctx, tc.ev)
+		var inv *client.InvalidEventError
+		switch {
+		case tc.is != nil && !errors.Is(err, tc.is):
+			t.Errorf("%s: %v, want %v", name, err, tc.is)
+		case tc.reason != "" && (!errors.As(err, &inv) || inv.Reason != tc.reason):
+			t.Errorf("%s: %v, want reason %s", name, err, tc.reason)
+		}
+	}
+	if n := e.records(); n != 0 {
+		t.Errorf("%d records written, want 0", n)
+	}
+	// A config under which the key is not the ID: refused, not written.
+	e2 := newEnv(t, func(c *client.Config) { c.EventID.Chain = []eventid.Rule{eventid.RuleContent} })
+	if _, err := e2.c.Enqueue(ctx, client.Event{Type: "order.created", IdempotencyKey: "k"}); err == nil {
+		t.Error("key not the ID under a content-only chain: no error")
+	}
+	if n := e2.records(); n != 0 {
+		t.Errorf("%d records written, want 0", n)
+	}
+}
