@@ -153,6 +153,15 @@ func (c *Client) Close() {
 	}
 }
 
+// Ready says whether Kafka answers (a metadata request): the one
+// dependency Enqueue needs.
+func (c *Client) Ready(ctx context.Context) error {
+	if err := c.kcl.Ping(ctx); err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	return nil
+}
+
 // Topic is where the client writes.
 func (c *Client) Topic() string { return c.cfg.Topic }
 
@@ -298,6 +307,11 @@ func (c *Client) Prepare(r *kgo.Record) (*Prepared, error) {
 	if len(targets) == 0 {
 		return nil, &InvalidEventError{Reason: string(processor.ReasonNoRoute),
 			Err: fmt.Errorf("no route matches type %q source %q: no workflow would start", ev.Type, ev.Source)}
+	}
+	if r.Key == nil && ev.Rule != eventid.RuleContent {
+		// Every copy of one event on one partition (the record key is not
+		// part of header and field IDs, nor of the payload hash).
+		r.Key = []byte(ev.ID)
 	}
 	return &Prepared{rec: r, Event: ev, Targets: targets}, nil
 }

@@ -5,6 +5,7 @@
 //	dedup migrate --config dedup.yaml   apply the ledger migrations and exit
 //	dedup validate --config dedup.yaml  check a config file and exit
 //	dedup worker --config dedup.yaml    run RunActivityWorkflow and its activities
+//	dedup ingress --config dedup.yaml   the HTTP ingress: POST /v1/events, GET /v1/workflows/{id}
 //	dedup dlq replay --config dedup.yaml [--reason R,...] [--dry-run] [--limit N]
 //	                                    send dead-lettered records back through the dedup gate
 //	dedup version                       print the version and commit (as dedup_build_info)
@@ -21,6 +22,7 @@ import (
 	"syscall"
 
 	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/ingress"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -44,7 +46,7 @@ func stopped(ctx context.Context, err error) error {
 }
 
 func usage() error {
-	return errors.New("usage: dedup run|worker|migrate|validate --config FILE, dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N], or dedup version")
+	return errors.New("usage: dedup run|worker|ingress|migrate|validate --config FILE, dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N], or dedup version")
 }
 
 func run(args []string) error {
@@ -111,6 +113,8 @@ func run(args []string) error {
 		return stopped(ctx, app.Run(ctx, cfg, app.Options{Hooks: hooks}))
 	case "worker":
 		return stopped(ctx, app.RunWorker(ctx, cfg, nil))
+	case "ingress":
+		return stopped(ctx, ingress.Run(ctx, cfg, ingress.RunOptions{}))
 	case "migrate":
 		return ledger.Migrate(ctx, cfg.Postgres.URL)
 	case "validate":

@@ -1,0 +1,47 @@
+// Package ingress is dedup's HTTP ingress (`dedup ingress`): producers that
+// are not Go programs enqueue events over HTTP and get the same answers the
+// Go client (package client) gives, because it is that client.
+//
+//	POST /v1/events            CloudEvents HTTP binding (structured
+//	                           application/cloudevents+json, or binary ce-*
+//	                           headers with any content type), or plain JSON
+//	                           with an Idempotency-Key header
+//	GET  /v1/workflows/{id}    ledger state, run ID, Temporal status, result
+//
+// The contract (schemas/openapi.yaml):
+//
+//   - 202 only after Kafka acknowledged the record: a 202 never loses an
+//     event, whatever happens to the ingress or a router afterwards.
+//   - The request is translated, byte for byte, into the Kafka binding of
+//     the same event (binary: ce-* headers become ce_* headers, the
+//     Content-Type the content-type header, the body the value;
+//     structured and plain JSON: the body is the value; a plain object's
+//     Idempotency-Key becomes the idempotency-key header, which
+//     event_id.headers reads), then decoded and routed by the routers' own
+//     code (client.Prepare). The event ID is what a router will say; an
+//     Idempotency-Key that is not that ID (a CloudEvent's id is its key)
+//     is a 400.
+//   - The same key and payload again: the same 202 body (event ID, workflow
+//     IDs, status URLs are functions of the request), and one execution per
+//     workflow ID. The same key with another payload: 422 when the ledger
+//     holds the first payload (the record is written anyway, so that the
+//     router records the conflict and dead-letters it, as for any
+//     producer); before the router claimed the first (usually well under a
+//     second) the ledger cannot know: 202, and the status shows the
+//     conflict.
+//   - A second request with the key of one in flight (not yet answered):
+//     409. In flight means between decoding and Kafka's acknowledgement.
+//     Across replicas this is a PostgreSQL session advisory lock keyed by a
+//     32-bit hash of the event ID, held on one connection per ingress
+//     process (Locks): no table, nothing to expire, and a crashed process's
+//     locks go with its session. Two different keys whose hashes collide
+//     make a spurious 409 (retried); with PostgreSQL unreachable the lock
+//     is per process only (dedup_ingress_lock_degraded_total counts such
+//     requests), and two replicas may each answer 202 for one key: the
+//     routers still start the workflow once.
+//   - No key and nothing to derive one from (event_id.chain): 400. Bodies
+//     over ingress.max_body_bytes: 413; content types it cannot read: 415;
+//     a missing or unknown bearer token (ingress.tokens_file): 401. Nothing
+//     is written for any of them. Errors are application/problem+json
+//     (RFC 9457) with a reason.
+package ingress

@@ -1,0 +1,183 @@
+package ingress
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/dedupio/dedup/client"
+	"github.com/dedupio/dedup/internal/app"
+)
+
+// RunOptions are what a caller injects into Run.
+type RunOptions struct {
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+	// Ready, if set, receives the API's address once it listens.
+	Ready chan<- string
+	// Locked is Options.Locked (tests).
+	Locked func(eventID string)
+}
+
+// Run serves the ingress (cfg.Ingress) until ctx is cancelled, then
+// answers the requests in flight (each waits for its acknowledgement) and
+// returns.
+func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := o.Logger
+	if log == nil {
+		log = app.NewLogger(cfg.Log)
+	}
+	reg := o.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		var are prometheus.AlreadyRegisteredError
+		if err := reg.Register(c); err != nil && !errors.As(err, &are) {
+			return fmt.Errorf("registering runtime metrics: %w", err)
+		}
+	}
+	ic := cfg.Ingress
+	var tokens *Tokens
+	if ic.TokensFile != "" {
+		var err error
+		if tokens, err = LoadTokens("ingress.tokens_file", ic.TokensFile); err != nil {
+			return err
+		}
+	} else {
+		log.Warn("ingress.tokens_file is not set: anyone who reaches ingress.listen can enqueue events", "listen", ic.Listen)
+	}
+	var tlsCfg *tls.Config
+	if ic.TLS.CertFile != "" {
+		kp := &keyPair{cert: ic.TLS.CertFile, key: ic.TLS.KeyFile}
+		if _, err := kp.get(nil); err != nil {
+			return err
+		}
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: kp.get}
+	}
+	c, err := client.OpenConfig(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	locks := NewLocks(cfg.Postgres.URL, log, nil)
+	defer locks.Close()
+	srv, err := NewServer(c, Options{MaxBodyBytes: cfg.IngressMaxBody(), Tokens: tokens, PublicURL: ic.PublicURL,
+		ProduceTimeout: ic.ProduceTimeout, Locks: locks, Registry: reg, Logger: log, Locked: o.Locked})
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", ic.Listen)
+	if err != nil {
+		return fmt.Errorf("ingress.listen %s: %w", ic.Listen, err)
+	}
+	addr := l.Addr().String()
+	if tlsCfg != nil {
+		l = tls.NewListener(l, tlsCfg)
+	}
+	api := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- api.Serve(l) }()
+	if ic.AdminListen != "" {
+		admin, err := serveAdmin(ic.AdminListen, reg, log, c)
+		if err != nil {
+			_ = api.Close()
+			return err
+		}
+		defer admin.Close()
+	}
+	log.Info("ingress running", "listen", addr, "tls", tlsCfg != nil, "topic", c.Topic(), "admin", ic.AdminListen)
+	if o.Ready != nil {
+		o.Ready <- addr
+	}
+	select {
+	case err := <-served:
+		return fmt.Errorf("ingress server: %w", err)
+	case <-ctx.Done():
+	}
+	// In-flight requests finish: each is answered after its
+	// acknowledgement (or its produce timeout).
+	sctx, cancel := context.WithTimeout(context.Background(), ic.ProduceTimeout+5*time.Second)
+	defer cancel()
+	if err := api.Shutdown(sctx); err != nil {
+		log.Warn("ingress shutdown", "err", err)
+	}
+	log.Info("ingress stopped")
+	return nil
+}
+
+// serveAdmin serves /metrics, /healthz and /readyz (Kafka answers).
+func serveAdmin(listen string, reg *prometheus.Registry, log *slog.Logger, c *client.Client) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if err := c.Ready(ctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("ingress.admin_listen %s: %w", listen, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("ingress admin server stopped", "err", err)
+		}
+	}()
+	return srv, nil
+}
+
+// keyPair is the server certificate, loaded again when its files change.
+type keyPair struct {
+	cert, key string
+
+	mu        sync.Mutex
+	certT, kT time.Time
+	loaded    *tls.Certificate
+}
+
+func (k *keyPair) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	cs, err1 := os.Stat(k.cert)
+	ks, err2 := os.Stat(k.key)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := errors.Join(err1, err2); err != nil {
+		if k.loaded != nil {
+			return k.loaded, nil // a file mid-rotation: keep serving the last good one
+		}
+		return nil, fmt.Errorf("ingress.tls: %w", err)
+	}
+	if k.loaded != nil && cs.ModTime().Equal(k.certT) && ks.ModTime().Equal(k.kT) {
+		return k.loaded, nil
+	}
+	c, err := tls.LoadX509KeyPair(k.cert, k.key)
+	if err != nil {
+		if k.loaded != nil {
+			return k.loaded, nil
+		}
+		return nil, fmt.Errorf("ingress.tls: loading %s and %s: %w", k.cert, k.key, err)
+	}
+	k.loaded, k.certT, k.kT = &c, cs.ModTime(), ks.ModTime()
+	return k.loaded, nil
+}
