@@ -1,7 +1,8 @@
 // Command devstack runs dedup on an embedded stack: kfake on
 // 127.0.0.1:9092, an in-process Temporal server on 127.0.0.1:7233, a
-// throwaway PostgreSQL (or DATABASE_URL), the router, a demo worker and a
-// demo producer that sends duplicates. Ctrl-C stops and removes it all.
+// throwaway PostgreSQL (or DATABASE_URL), the router, the HTTP ingress on
+// 127.0.0.1:8080, a demo worker and a demo producer that sends duplicates.
+// Ctrl-C stops and removes it all.
 //
 // From integration/ (the lab's module; `make dev` from the root):
 //
@@ -26,6 +27,7 @@ import (
 
 	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/ingress"
 	"github.com/dedupio/dedup/internal/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
@@ -53,6 +55,7 @@ func run() error {
 		dupRatio   = flag.Float64("dup-ratio", 0.3, "share of demo records that re-send an earlier event")
 		every      = flag.Duration("summary-every", 5*time.Second, "how often to print the summary")
 		adminAddr  = flag.String("admin", "127.0.0.1:9464", "router admin port (/metrics, /healthz, /readyz)")
+		ingressAt  = flag.String("ingress", "127.0.0.1:8080", "HTTP ingress address (POST /v1/events); empty: no ingress")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -114,6 +117,24 @@ func run() error {
 		return err
 	}
 
+	ingressDone := make(chan error, 1)
+	if *ingressAt != "" {
+		icfg := cfg
+		icfg.Ingress.Listen, icfg.Ingress.AdminListen = *ingressAt, ""
+		iready := make(chan string, 1)
+		go func() { ingressDone <- ingress.Run(ctx, icfg, ingress.RunOptions{Logger: log, Ready: iready}) }()
+		select {
+		case addr := <-iready:
+			fmt.Printf(`  ingress:   http://%s (enqueue one event twice with one key, then ask for its one run):
+    curl -sS -X POST http://%s/v1/events -H 'Content-Type: application/json' -H 'Idempotency-Key: "order-123"' -d '{"type":"order.created","total":12.5}'
+    curl -sS http://%s/v1/workflows/activity-order-confirmation:order-123
+
+`, addr, addr, addr)
+		case err := <-ingressDone:
+			return fmt.Errorf("ingress: %w", err)
+		}
+	}
+
 	prodDone := make(chan error, 1)
 	go func() {
 		prodDone <- workload.Produce(ctx, workload.ProduceOptions{Brokers: stack.Brokers(), Topic: *topic, Partitions: *partitions,
@@ -146,6 +167,11 @@ func run() error {
 				return fmt.Errorf("worker: %w", err)
 			}
 			workerDone = nil
+		case err := <-ingressDone:
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("ingress: %w", err)
+			}
+			ingressDone = nil
 		}
 	}
 }
