@@ -33,10 +33,18 @@ type Locks struct {
 	mu   sync.Mutex
 	held map[string]bool
 
-	connMu sync.Mutex // one statement at a time on conn
-	conn   *pgx.Conn
-	gen    int // bumped when conn is replaced: older locks went with it
+	connMu    sync.Mutex // one statement at a time on conn
+	conn      *pgx.Conn
+	gen       int       // bumped when conn is replaced: older locks went with it
+	downUntil time.Time // after a failure, PostgreSQL is not tried again before this
 }
+
+// downFor is how long PostgreSQL is left alone after a failed lock: the
+// requests meanwhile are locked per process, without waiting on a dial
+// that fails.
+const downFor = 5 * time.Second
+
+var errDown = errors.New("postgres failed recently; not tried again yet")
 
 // NewLocks locks in the PostgreSQL at url; "" locks per process only.
 // degraded counts the requests locked per process only because PostgreSQL
@@ -71,7 +79,9 @@ func (l *Locks) Acquire(ctx context.Context, key string) (release func(), err er
 			return nil, ctx.Err()
 		}
 		l.degraded.Inc()
-		l.log.Warn("postgres advisory lock failed; this request is locked in this process only", "err", err)
+		if !errors.Is(err, errDown) {
+			l.log.Warn("postgres advisory lock failed; requests are locked in this process only for a while", "err", err, "retry_in", downFor)
+		}
 		return local, nil
 	case !got:
 		local()
@@ -85,9 +95,15 @@ func (l *Locks) try(ctx context.Context, key string) (bool, int, error) {
 	defer cancel()
 	l.connMu.Lock()
 	defer l.connMu.Unlock()
+	if time.Now().Before(l.downUntil) {
+		return false, 0, errDown
+	}
 	if l.conn == nil {
 		c, err := pgx.Connect(ctx, l.url)
 		if err != nil {
+			if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				l.downUntil = time.Now().Add(downFor)
+			}
 			return false, 0, err
 		}
 		l.conn = c
@@ -96,6 +112,7 @@ func (l *Locks) try(ctx context.Context, key string) (bool, int, error) {
 	var got bool
 	if err := l.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1::int4, hashtext($2))`, lockClass, key).Scan(&got); err != nil {
 		l.dropConn()
+		l.downUntil = time.Now().Add(downFor)
 		return false, 0, err
 	}
 	return got, l.gen, nil
