@@ -370,7 +370,9 @@ func poison() []badRecord {
 		{raw(`{"id":{"nested":true},"type":"order.created"}`), "invalid_id"},
 		{raw(`{"id":"","type":"order.created"}`), "invalid_id"},
 		{raw(`{"type":"order.created"}`, "idempotency-key", "bad\nid"), "invalid_id"},
-		{raw(`not json`, "ce_specversion", "1.0", "ce_id", "x", "ce_type", "order.created"), "undecodable"},
+		// Declared JSON and not JSON (binary-mode data of another type, or
+		// of none that is not JSON, is bytes: issue #15).
+		{raw(`not json`, "ce_specversion", "1.0", "ce_id", "x", "ce_type", "order.created", "content-type", "application/json"), "undecodable"},
 	}
 }
 
