@@ -178,8 +178,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Accept-Post", acceptPost)
 		writeProblem(w, http.StatusUnsupportedMediaType, "unsupported_media_type", err.Error(), nil)
 		return
-	case err != nil:
+	case errors.Is(err, errKey):
 		writeProblem(w, http.StatusBadRequest, "invalid_id", err.Error(), nil)
+		return
+	case err != nil:
+		writeProblem(w, http.StatusBadRequest, "undecodable", err.Error(), nil)
 		return
 	}
 	p, err := s.c.Prepare(rec)

@@ -240,6 +240,7 @@ func TestPostEventsRefused(t *testing.T) {
 		{"key and id disagree", order, []string{"Content-Type", "application/cloudevents+json", "Idempotency-Key", "other"}, 400, "key_mismatch"},
 		{"binary id and key disagree", "x", []string{"Content-Type", "text/plain", "Ce-Specversion", "1.0", "Ce-Id", "a", "Ce-Type", "note.added", "Idempotency-Key", "b"}, 400, "key_mismatch"},
 		{"bad key", `{"type":"order.created"}`, []string{"Content-Type", "application/json", "Idempotency-Key", `"unterminated`}, 400, "invalid_id"},
+		{"bad percent-encoding", "x", []string{"Content-Type", "text/plain", "Ce-Specversion", "1.0", "Ce-Id", "b2", "Ce-Type", "note.added", "Ce-Source", "%zz"}, 400, "undecodable"},
 		{"text without ce headers", "hello", []string{"Content-Type", "text/plain", "Idempotency-Key", "k"}, 415, "unsupported_media_type"},
 		{"no content type", `{"type":"order.created"}`, []string{"Idempotency-Key", "k"}, 415, "unsupported_media_type"},
 		{"batch", `[` + order + `]`, []string{"Content-Type", "application/cloudevents-batch+json"}, 415, "unsupported_media_type"},

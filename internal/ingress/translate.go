@@ -26,6 +26,9 @@ const (
 // errMediaType: a content type the ingress cannot read (415).
 var errMediaType = errors.New("unsupported content type")
 
+// errKey: an Idempotency-Key header that is not one (400 invalid_id).
+var errKey = errors.New("invalid Idempotency-Key")
+
 // acceptPost lists what POST /v1/events reads (RFC 9110's Accept-Post).
 const acceptPost = "application/cloudevents+json, application/json, */* (with ce-specversion and ce-type headers)"
 
@@ -45,10 +48,10 @@ func toRecord(h http.Header, body []byte) (rec *kgo.Record, m mode, key string, 
 	}
 	if v := h.Values("Idempotency-Key"); len(v) > 0 {
 		if len(v) > 1 {
-			return nil, "", "", errors.New("more than one Idempotency-Key header")
+			return nil, "", "", fmt.Errorf("%w: more than one Idempotency-Key header", errKey)
 		}
 		if key, err = parseKey(v[0]); err != nil {
-			return nil, "", "", err
+			return nil, "", "", fmt.Errorf("%w: %v", errKey, err)
 		}
 	}
 	rec = &kgo.Record{Value: body}
