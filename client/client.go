@@ -317,18 +317,26 @@ func (c *Client) Prepare(r *kgo.Record) (*Prepared, error) {
 }
 
 // Send writes a prepared record unless the ledger holds every workflow of
-// its event started with the same payload, and waits for Kafka's acknowledgement. See Enqueue
+// its event started with the same payload under reject_duplicate routes
+// (under allow_* a repeat may run a closed run again: the router decides),
+// and waits for Kafka's acknowledgement. See Enqueue
 // for *ConflictError.
 func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 	h := c.handle(p)
 	ids := h.WorkflowIDs()
 	known, conflicts := false, []string(nil)
+	// Under an allow_* reuse policy a repeat is how a closed run runs
+	// again (the router decides): it is always written.
+	rejectOnly := true
+	for _, tg := range p.Targets {
+		rejectOnly = rejectOnly && tg.Route.IDReusePolicy == processor.ReuseRejectDuplicate
+	}
 	if c.led != nil {
 		entries, err := c.led.Lookup(ctx, ids)
 		if err != nil {
 			c.log.Warn("ledger lookup failed; writing the event without a conflict answer", "event_id", p.Event.ID, "err", err)
 		} else {
-			known = true
+			known = rejectOnly
 			for _, id := range ids {
 				e, ok := entries[id]
 				switch {

@@ -221,6 +221,42 @@ func TestEnqueueGivesTheRoutersWorkflowIDs(t *testing.T) {
 	}
 }
 
+// Under an allow_* policy a repeat after the start is written: it is how
+// the router may run a failed run again.
+func TestEnqueueRepeatUnderAllowPolicyIsWritten(t *testing.T) {
+	e := newEnv(t, func(c *client.Config) {
+		c.Routes = slices.Clone(routes)
+		c.Routes[0].IDReusePolicy = processor.ReuseAllowDuplicateFailedOnly
+	})
+	ctx := context.Background()
+	ev := client.Event{Type: "order.created", IdempotencyKey: "k1", Data: map[string]int{"v": 1}}
+	h, err := e.c.Enqueue(ctx, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started []processor.Started
+	for _, id := range h.WorkflowIDs() {
+		p := processor.Intent{WorkflowID: id, ActivityID: "a", EventID: "k1", IDRule: "header", Topic: topic}
+		rec, _ := ev.Record()
+		prep, err := e.c.Prepare(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.PayloadHash = prep.Event.PayloadHash
+		if _, err := e.led.Claim(ctx, []processor.Intent{p}); err != nil {
+			t.Fatal(err)
+		}
+		started = append(started, processor.Started{WorkflowID: id, RunID: "r", Generation: 1})
+	}
+	if err := e.led.MarkStarted(ctx, started); err != nil {
+		t.Fatal(err)
+	}
+	again, err := e.c.Enqueue(ctx, ev)
+	if err != nil || !again.Produced {
+		t.Fatalf("repeat under allow_duplicate_failed_only: %+v %v, want it written", again, err)
+	}
+}
+
 // One key with another payload: a *ConflictError once the ledger knows the
 // first payload; the record is written (the router records the conflict)
 // and the handle says Conflict; the first workflow keeps its payload.

@@ -23,7 +23,9 @@
 //   - Enqueue with one key twice gives the same event ID and workflow IDs,
 //     and once started the same run: the ledger and Temporal keep one
 //     execution per workflow ID. A repeat whose workflows the ledger holds
-//     started with the same payload writes nothing.
+//     started with the same payload writes nothing, unless a route's
+//     id_reuse_policy is allow_*: there the repeat is written, and the
+//     router runs a failed (or closed) run again as the policy says.
 //   - Enqueue with one key and another payload returns a *ConflictError
 //     when the ledger already holds the key's first payload. The record is
 //     written all the same, so that the router records the conflict
