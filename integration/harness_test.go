@@ -178,6 +178,7 @@ func (e *env) config() app.Config {
 	cfg.Temporal.HostPort = stack.Temporal.HostPort()
 	cfg.Temporal.Namespace = e.namespace
 	cfg.Admin.Listen = ""
+	cfg.Worker.AdminListen = "" // tests run several workers on this host
 	cfg.Log.Level = "warn"
 	return cfg
 }
