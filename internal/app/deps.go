@@ -49,9 +49,15 @@ const (
 	wordUnknown = "unknown" // not answered yet: the first attempt is in flight
 )
 
+// dependencyUpHelp is the router's help text of dedup_dependency_up
+// (processor/metrics.go), word for word: Run hands the series over to the
+// router, and a registry refuses a name that comes back with another help
+// text (TestDependencyGaugeHandOver).
+const dependencyUpHelp = "1 while the dependency answers, 0 while the router retries it."
+
 func newDependencies(log *slog.Logger, names ...string) *dependencies {
 	d := &dependencies{log: log, names: names, states: map[string]*depState{},
-		desc: prometheus.NewDesc("dedup_dependency_up", "1 while the dependency answers, 0 while dedup waits for it or retries it.", []string{"dependency"}, nil)}
+		desc: prometheus.NewDesc("dedup_dependency_up", dependencyUpHelp, []string{"dependency"}, nil)}
 	for _, n := range names {
 		d.states[n] = &depState{since: time.Now()}
 	}
@@ -72,9 +78,9 @@ func (d *dependencies) set(name string, err error) {
 	s.known, s.up, s.since = true, up, time.Now()
 	switch {
 	case !up:
-		d.log.Warn("dependency down: waiting for it", "dependency", name, "err", err)
+		d.log.Warn("dependency down", "dependency", name, "err", err)
 	case wasKnown && !was:
-		d.log.Info("dependency answers again", "dependency", name, "down_for", downFor.Round(time.Millisecond))
+		d.log.Info("dependency answers again", "dependency", name, "down_for", downFor.Round(time.Millisecond).String())
 	default:
 		d.log.Info("dependency answers", "dependency", name)
 	}

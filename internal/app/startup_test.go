@@ -377,3 +377,26 @@ func TestRunExitsOnRefusal(t *testing.T) {
 		}
 	}
 }
+
+// Run registers dedup_dependency_up for the start-up, then hands the name
+// over to the router: the registry accepts that only when both describe
+// it alike.
+func TestDependencyGaugeHandOver(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	deps := newDependencies(slog.New(slog.DiscardHandler), depKafka, depPostgres, depTemporal)
+	if err := reg.Register(deps); err != nil {
+		t.Fatal(err)
+	}
+	if !reg.Unregister(deps) {
+		t.Fatal("dedup_dependency_up not unregistered")
+	}
+	cfg := unreachableConfig(t)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := processor.New(cfg.Kafka, nil, nil, nil, reg, slog.New(slog.DiscardHandler), processor.Hooks{})
+	if err != nil {
+		t.Fatalf("the router cannot take dedup_dependency_up over: %v", err)
+	}
+	_ = r
+}
