@@ -353,3 +353,34 @@ func TestStartWithBrokersDown(t *testing.T) { startDown(t, 43, 1, false, "kafka"
 func TestStartWithEverythingDown(t *testing.T) {
 	startDown(t, 44, 2, true, "kafka", "postgres", "temporal")
 }
+
+// What waiting does not heal ends the process, with the setting named:
+// an unknown namespace (`dedup run` and `dedup worker`), a database that
+// does not exist. The other dependencies answer meanwhile.
+func TestStartRefusedExits(t *testing.T) {
+	e := newEnv(t, 1)
+	cases := []struct {
+		sub  string
+		cfg  func(*app.Config)
+		want string
+	}{
+		{"run", func(c *app.Config) { c.Temporal.Namespace = "no-such-namespace" }, `temporal.namespace "no-such-namespace": no such namespace`},
+		{"worker", func(c *app.Config) { c.Temporal.Namespace = "no-such-namespace" }, `temporal.namespace "no-such-namespace": no such namespace`},
+		{"run", func(c *app.Config) { c.Postgres.URL = strings.Replace(e.dbURL, "/dedup_", "/no_such_", 1) }, "postgres.url: the database does not exist"},
+	}
+	if stack.Postgres == nil {
+		cases = cases[:2] // DATABASE_URL given: its URL form is not ours to rewrite
+	}
+	for _, c := range cases {
+		cfg := e.config()
+		c.cfg(&cfg)
+		p, logs := e.spawnLogged(c.sub, c.sub, cfg)
+		code := p.wait(t, time.Minute)
+		logs.mu.Lock()
+		out := logs.b.String()
+		logs.mu.Unlock()
+		if code != 1 || !strings.Contains(out, "dedup: "+c.want) {
+			t.Errorf("dedup %s: exit %d, want 1 with %q; it said:\n%s", c.sub, code, c.want, out)
+		}
+	}
+}

@@ -130,8 +130,7 @@ func (d *dependencies) waitFor(ctx context.Context, name string, retry processor
 			return nil
 		}
 		if fatal := refused(err); fatal != nil {
-			d.set(name, err)
-			return fatal
+			return fatal // the process ends with it: no "down" line before
 		}
 		d.set(name, err)
 		select {
