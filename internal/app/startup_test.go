@@ -400,3 +400,49 @@ func TestDependencyGaugeHandOver(t *testing.T) {
 	}
 	_ = r
 }
+
+// `dedup worker` with PostgreSQL and Temporal down: its own admin port
+// (worker.admin_listen) answers at once and says what it waits for.
+func TestRunWorkerWaitsForEverythingDown(t *testing.T) {
+	cfg := unreachableConfig(t)
+	cfg.Worker.AdminListen = closedAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- RunWorker(ctx, cfg, slog.New(slog.DiscardHandler)) }()
+	c := http.Client{Timeout: time.Second}
+	want := "postgres: down\ntemporal: down\nworker: starting\n"
+	var code int
+	var body string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && body != want; time.Sleep(50 * time.Millisecond) {
+		if resp, err := c.Get("http://" + cfg.Worker.AdminListen + "/readyz"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			code, body = resp.StatusCode, string(b)
+		}
+	}
+	if code != 503 || body != want {
+		t.Fatalf("worker /readyz: %d %q, want 503 %q", code, body, want)
+	}
+	if resp, err := c.Get("http://" + cfg.Worker.AdminListen + "/livez"); err != nil || resp.StatusCode != 200 {
+		t.Errorf("worker /livez: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	for _, m := range []struct {
+		name, label, value string
+		want               float64
+	}{{"dedup_dependency_up", "dependency", "postgres", 0}, {"dedup_dependency_up", "dependency", "temporal", 0}, {"dedup_worker_ready", "", "", 0}, {"dedup_build_info", "", "", 1}} {
+		if v := promtext.Sum(cfg.Worker.AdminListen, m.name, m.label, m.value); v != m.want {
+			t.Errorf("%s{%s=%q} = %v, want %v", m.name, m.label, m.value, v, m.want)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("RunWorker after cancel: %v, want context.Canceled", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("RunWorker did not return 15s after its context was cancelled")
+	}
+}
