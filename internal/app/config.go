@@ -46,9 +46,16 @@ type WorkerConfig struct {
 	// the slowest call), and how long outcomes are kept.
 	KeyLease time.Duration `yaml:"key_lease"`
 	KeyTTL   time.Duration `yaml:"key_ttl"`
+	// AdminListen is the worker's admin port (/metrics, /livez, /readyz;
+	// /debug/pprof with admin.pprof): a key of its own, so that one config
+	// file serves a router and a worker on one host without their ports
+	// colliding. Keep it off public interfaces; empty disables it.
+	AdminListen string `yaml:"admin_listen"`
 }
 
-// AdminConfig is the operators' HTTP port: /metrics, /healthz, /readyz.
+// AdminConfig is the router's HTTP port for operators: /metrics, /livez
+// (alias /healthz), /readyz (see admin.go). Pprof applies to the worker's
+// port (worker.admin_listen) too.
 type AdminConfig struct {
 	// Listen address; keep it off public interfaces. Empty disables it.
 	Listen string `yaml:"listen"`
@@ -73,7 +80,7 @@ func DefaultConfig() Config {
 		Temporal: starter.DefaultConfig(),
 		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
 		Log:      LogConfig{Format: "json", Level: "info"},
-		Worker:   WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour},
+		Worker:   WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour, AdminListen: "127.0.0.1:9465"},
 	}
 }
 
