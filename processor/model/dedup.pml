@@ -37,6 +37,10 @@
  *                     NEW/REDRIVE waiters (no startReq), a taken-over check
  *                     becomes a start of the check's request.
  *   NO_ORPHAN_RERUN   (FAILED_ONLY, RERUN_FIRST) an orphaned Rerun never lands.
+ *   GAP1_OK           (FAILED_ONLY) a run created by a start of an older
+ *                     generation than the current (failed) run's (gap 1) is
+ *                     let through instead of failing S2g, so that a search
+ *                     with NFAIL=2 checks everything else.
  *   Mutations of the start-first protocol (FAILED_ONLY; each must make a
  *   search fail or is reported as harmless in README.md):
  *   MUT_MARK_PENDING_ONLY  the marker moves pending rows only (no
@@ -342,8 +346,19 @@ inline tstart(r, w, g) {
 		/* gap 1 (open in Go): a delayed start of an older generation than
 		 * the current (failed) run's creates a run; Temporal matches only
 		 * the current run's request ID */
+#ifndef GAP1_OK
 		assert(exec[w] == 0 || g >= xgen[w]);
 		assert((xgens[w] & (1 << g)) == 0);
+#else
+		/* gap 1 let through (it is reported by the search without
+		 * GAP1_OK): S2g's distinctness is checked for the other starts */
+		assert(exec[w] == 0 || g < xgen[w] || (xgens[w] & (1 << g)) == 0);
+		if
+		:: exec[w] > 0 && g < xgen[w] ->
+			printf("MSC: r%d   GAP 1: a start of generation %d creates a run after generation %d's failed\n", r, g, xgen[w])
+		:: else
+		fi;
+#endif
 		exec[w]++; xlast[w] = X_RUNNING; xgen[w] = g; xgens[w] = xgens[w] | (1 << g);
 		x_ = exec[w];
 		printf("MSC: r%d   Temporal: execution %d created for wid%d, generation %d\n", r, exec[w], w, g)
@@ -494,15 +509,17 @@ inline rerun(r, w) {
 inline rerunnext(r, w, rn, gl) {
 #if defined(MUT_NEXT_FROM_ROW)
 	x_ = rep[r].jgen[w] + 1;
+	printf("MSC: r%d   re-run: start generation %d = row %d + 1 (MUTATION; run %d's is %d)\n", r, x_, rep[r].jgen[w], rn, gl);
 #elif defined(MUT_NEXT_FROM_RUN)
 	x_ = gl + 1;
+	printf("MSC: r%d   re-run: start generation %d = run %d's %d + 1 (MUTATION; row %d)\n", r, x_, rn, gl, rep[r].jgen[w]);
 #else
 	if
 	:: rep[r].jgen[w] >= gl -> x_ = rep[r].jgen[w] + 1
 	:: else -> x_ = gl + 1
 	fi;
-#endif
 	printf("MSC: r%d   re-run: start generation %d = max(row %d, run %d's %d) + 1\n", r, x_, rep[r].jgen[w], rn, gl);
+#endif
 	rep[r].jph[w] = J_START; rep[r].jgen[w] = x_; rep[r].jrun[w] = rn; rep[r].jsreq[w] = 0;
 	x_ = 0
 }
