@@ -27,7 +27,6 @@ import (
 	"github.com/dedupio/dedup/processor"
 )
 
-
 // syncBuffer is a log sink tests read while the code under test writes.
 type syncBuffer struct {
 	mu sync.Mutex
