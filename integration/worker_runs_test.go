@@ -98,7 +98,7 @@ func (s *sink) at(path string) (requests int, keys []string) {
 func (e *env) startWorker(queue string) *worker.Activities {
 	e.t.Helper()
 	pool := e.pool()
-	keys, err := idempotency.New(pool, idempotency.DefaultOptions())
+	keys, err := idempotency.New(pool, idempotency.DefaultOptions(), nil, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}

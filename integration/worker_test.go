@@ -76,7 +76,7 @@ func runInput(id string, def schemas.ActivityDefinition) schemas.WorkflowInput {
 func TestWebhookRetriedAfterEffectHappensOnce(t *testing.T) {
 	e := newEnv(t, 1)
 	pool := e.pool()
-	keys, err := idempotency.New(pool, idempotency.DefaultOptions())
+	keys, err := idempotency.New(pool, idempotency.DefaultOptions(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,9 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("connecting to postgres: %w", err)
 	}
 	defer pool.Close()
-	keys, err := idempotency.New(pool, idempotency.Options{Lease: cfg.Worker.KeyLease, TTL: cfg.Worker.KeyTTL})
+	// The store's metrics (keys by state, takeovers, lost leases, reaped
+	// keys) go to the worker's registry once it has one (nil: not exposed).
+	keys, err := idempotency.New(pool, idempotency.Options{Lease: cfg.Worker.KeyLease, TTL: cfg.Worker.KeyTTL}, log, nil)
 	if err != nil {
 		return err
 	}
@@ -43,12 +45,6 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer w.Stop()
 	log.Info("worker running", "task_queue", cfg.Worker.TaskQueue)
-	every(ctx, time.Hour, func() {
-		if n, err := keys.Reap(ctx, 10000); err != nil {
-			log.Warn("reaping idempotency keys", "err", err)
-		} else if n > 0 {
-			log.Info("reaped idempotency keys", "keys", n)
-		}
-	})
+	keys.Maintain(ctx, time.Hour, 10000) // reaps at start, then hourly
 	return nil
 }
