@@ -104,7 +104,9 @@ func (e *env) startWorker(queue string) *worker.Activities {
 	}
 	acts := &worker.Activities{Pool: pool, Keys: keys, Client: e.tc}
 	w := sdkworker.New(e.tc, queue, sdkworker.Options{})
-	worker.Register(w, acts)
+	if err := worker.Register(w, acts); err != nil {
+		e.t.Fatal(err)
+	}
 	if err := w.Start(); err != nil {
 		e.t.Fatal(err)
 	}

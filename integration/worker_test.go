@@ -91,7 +91,9 @@ func TestWebhookRetriedAfterEffectHappensOnce(t *testing.T) {
 			return nil
 		}}
 	w := sdkworker.New(e.tc, "wk-retry", sdkworker.Options{})
-	worker.Register(w, acts)
+	if err := worker.Register(w, acts); err != nil {
+		t.Fatal(err)
+	}
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,9 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer tc.Close()
 	w := sdkworker.New(tc, cfg.Worker.TaskQueue, sdkworker.Options{})
-	worker.Register(w, &worker.Activities{Pool: pool, Keys: keys, Client: tc, WebhookURL: cfg.Worker.WebhookURL})
+	if err := worker.Register(w, &worker.Activities{Pool: pool, Keys: keys, Client: tc, WebhookURL: cfg.Worker.WebhookURL}); err != nil {
+		return err
+	}
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("starting worker: %w", err)
 	}
