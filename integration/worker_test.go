@@ -142,7 +142,11 @@ func TestWorkerKilledMidWorkflow(t *testing.T) {
 	cfg := e.config()
 	cfg.Worker.TaskQueue = "wk-kill"
 	cfg.Worker.WebhookURL = ep.srv.URL
-	cfg.Worker.KeyLease = 2 * time.Second
+	// A lease far longer than an attempt (3s), and only 3 attempts: the
+	// killed worker's keys stay held for up to 10s after the kill, and the
+	// retries must wait for them (InProgress asks Temporal to come back
+	// when the lease runs out) instead of spending their attempts.
+	cfg.Worker.KeyLease = 10 * time.Second
 	path := e.writeConfig(cfg)
 	spawnWorker := func() *proc {
 		p := &proc{name: "worker", done: make(chan struct{})}
@@ -162,7 +166,7 @@ func TestWorkerKilledMidWorkflow(t *testing.T) {
 	}
 	w1 := spawnWorker()
 	const webhooks = 4
-	def := schemas.ActivityDefinition{ActivityTimeoutSeconds: 3}
+	def := schemas.ActivityDefinition{ActivityTimeoutSeconds: 3, MaxAttempts: 3}
 	for i := 0; i < webhooks; i++ {
 		def.Tasks = append(def.Tasks, schemas.TaskSpec{Type: "webhook"})
 	}

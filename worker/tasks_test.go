@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -319,5 +320,33 @@ func TestRegisterRefusesBadTaskTypes(t *testing.T) {
 		if err := worker.Register(s.NewTestWorkflowEnvironment(), &worker.Activities{Tasks: tasks}); err == nil {
 			t.Errorf("%v: registered", tasks)
 		}
+	}
+}
+
+// A step whose key a crashed worker still holds: the attempt fails
+// retryably, asking Temporal to come back when that lease runs out (not at
+// the retry policy's pace, which could spend every attempt first).
+func TestStepHeldByACrashedWorkerRetriesAfterItsLease(t *testing.T) {
+	var calls atomic.Int32
+	held := worker.NewTaskType("held", func(ctx context.Context, in json.RawMessage) (string, error) {
+		return worker.Step(ctx, "call", nil, func(ctx context.Context, key string) (string, error) { calls.Add(1); return "ok", nil })
+	})
+	l := newLab(t, held)
+	in := taskInput("held", `{}`)
+	fp, _ := idempotency.Fingerprint(nil)
+	if _, err := l.pool.Exec(context.Background(), `INSERT INTO idempotency_keys (key, fingerprint, status, lease_token, lease_until, expires_at)
+		VALUES ($1, $2, 'in_progress', 'crashed', now() + interval '30 seconds', now() + interval '1 day')`, worker.StepKey(in.ID, "call"), fp); err != nil {
+		t.Fatal(err)
+	}
+	err := l.runTask(in, nil)
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || app.NonRetryable() || app.Type() != "InProgress" {
+		t.Fatalf("got %v, want a retryable InProgress error", err)
+	}
+	if d := app.NextRetryDelay(); d < 25*time.Second || d > 31*time.Second {
+		t.Fatalf("next retry in %s, want when the 30s lease runs out", d)
+	}
+	if calls.Load() != 0 {
+		t.Fatal("the step ran under another holder's lease")
 	}
 }

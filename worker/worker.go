@@ -463,9 +463,10 @@ WHERE id = $1 AND status <> 'completed'`, in.ID, in.Status, out, in.Error)
 // RunTask runs the task's type (a user's, or the built-in webhook or noop)
 // with the event's data. Its guarantee is the task type's: work done in
 // steps is not repeated by a retry (see Step). Errors: Permanent and
-// unknown task types fail the task at once; a lost lease or a step in
-// progress elsewhere is retried (the next attempt reads the stored
-// outcome); everything else is retried within the definition's bounds.
+// unknown task types fail the task at once; a lost lease is retried (the
+// next attempt reads the stored outcome); a step in progress elsewhere is
+// retried when that holder's lease runs out; everything else is retried
+// within the definition's bounds.
 func (a *Activities) RunTask(ctx context.Context, in TaskInput) (json.RawMessage, error) {
 	tt, ok := a.taskType(in.Type)
 	if !ok {
@@ -498,7 +499,12 @@ func taskError(err error) error {
 	case errors.As(err, &lost):
 		return temporal.NewApplicationError(err.Error(), "LeaseLost", err)
 	case errors.As(err, &busy):
-		return temporal.NewApplicationError(err.Error(), "InProgress", err)
+		// Another attempt holds the step (it outlived its timeout, or its
+		// worker died and its lease has yet to expire): come back when the
+		// lease runs out, not at the retry policy's pace, which could spend
+		// every attempt before a dead holder's lease expires.
+		return temporal.NewApplicationErrorWithOptions(err.Error(), "InProgress", temporal.ApplicationErrorOptions{
+			Cause: err, NextRetryDelay: busy.Remaining + 250*time.Millisecond})
 	case errors.As(err, &app):
 		return err // the task chose its Temporal error
 	}

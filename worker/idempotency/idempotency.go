@@ -117,6 +117,10 @@ func New(pool *pgxpool.Pool, o Options, log *slog.Logger, reg prometheus.Registe
 type InProgressError struct {
 	Key        string
 	LeaseUntil time.Time
+	// Remaining is how long the lease still runs (by the database's
+	// clock): the earliest a retry can take over, if its holder stops
+	// renewing it.
+	Remaining time.Duration
 }
 
 func (e *InProgressError) Error() string {
@@ -330,6 +334,7 @@ func (s *Store) acquire(ctx context.Context, key string, fp []byte) (acquired, e
 			result   []byte
 			errText  *string
 			until    *time.Time
+			left     *float64
 			tookOver bool
 		)
 		err := s.pool.QueryRow(ctx, `
@@ -348,11 +353,12 @@ WITH up AS (
 			OR (k.fingerprint = EXCLUDED.fingerprint AND k.status IN ('failed', 'in_progress')))
 	RETURNING k.lease_token, k.status, k.fingerprint, k.result, k.error, k.lease_until, k.taken_over_at IS NOT DISTINCT FROM now()
 )
-SELECT lease_token, status, fingerprint, result, error, lease_until, taken_over FROM up AS u(lease_token, status, fingerprint, result, error, lease_until, taken_over)
+SELECT lease_token, status, fingerprint, result, error, lease_until, NULL::float8, taken_over
+FROM up AS u(lease_token, status, fingerprint, result, error, lease_until, taken_over)
 UNION ALL
-SELECT NULL, status, fingerprint, result, error, lease_until, false FROM idempotency_keys
+SELECT NULL, status, fingerprint, result, error, lease_until, extract(epoch FROM lease_until - now())::float8, false FROM idempotency_keys
 WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM up)`, key, fp, token, s.o.Lease, s.o.TTL).
-			Scan(&gotToken, &status, &storedFP, &result, &errText, &until, &tookOver)
+			Scan(&gotToken, &status, &storedFP, &result, &errText, &until, &left, &tookOver)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // inserted and deleted (reaped) between the two halves: try again
 		}
@@ -371,11 +377,14 @@ WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM up)`, key, fp, token, s.o.Lease, s.
 			}
 			return a, nil
 		}
-		lu := time.Time{}
+		ip := &InProgressError{Key: key}
 		if until != nil {
-			lu = *until
+			ip.LeaseUntil = *until
 		}
-		return acquired{}, &InProgressError{Key: key, LeaseUntil: lu}
+		if left != nil && *left > 0 {
+			ip.Remaining = time.Duration(*left * float64(time.Second))
+		}
+		return acquired{}, ip
 	}
 }
 
