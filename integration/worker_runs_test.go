@@ -231,6 +231,11 @@ func TestRerunAfterTerminateAdoptsTasks(t *testing.T) {
 	if n := e.activityRuns(in.WorkflowID); n != 1 {
 		t.Errorf("%d activity_runs rows for %s, want 1", n, in.WorkflowID)
 	}
+	// The terminated execution never recorded its end: the next one
+	// notes it abandoned.
+	if got := e.attempts(in.WorkflowID); got != "abandoned,completed" {
+		t.Errorf("attempts %q, want abandoned,completed", got)
+	}
 }
 
 // Resetting a completed run, to an early event and to just after the run
