@@ -186,6 +186,7 @@ func RunActivityWorkflow(ctx workflow.Context, in schemas.WorkflowInput) (RunRes
 		if err != nil && failed == nil {
 			failed = fmt.Errorf("task %s: %s", id, ErrorText(err))
 		}
+		tr.ID = id
 		res.Tasks[i] = tr
 	}
 	end := RunEnd{RunInput: run, Status: "completed"}

@@ -16,20 +16,22 @@ import (
 // A call slower than the lease keeps its lease (the holder renews it), so a
 // retry that arrives meanwhile does not run the effect a second time.
 func TestSlowHolderKeepsItsLease(t *testing.T) {
-	s, _ := store(t, idempotency.Options{Lease: 300 * time.Millisecond, TTL: time.Hour})
+	// The lease is 1s, renewed every 333ms: a loaded machine may delay a
+	// renewal by a few hundred milliseconds without losing the lease.
+	s, _ := store(t, idempotency.Options{Lease: time.Second, TTL: time.Hour})
 	ctx := context.Background()
 	holding := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
 		_, err := s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) {
 			close(holding)
-			time.Sleep(1200 * time.Millisecond) // four leases long
+			time.Sleep(3 * time.Second) // three leases long
 			return []byte("slow"), nil
 		})
 		done <- err
 	}()
 	<-holding
-	time.Sleep(700 * time.Millisecond) // past the first lease
+	time.Sleep(1500 * time.Millisecond) // past the first lease
 	var ran atomic.Bool
 	_, err := s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) { ran.Store(true); return []byte("retry"), nil })
 	var ip *idempotency.InProgressError
@@ -155,7 +157,7 @@ func TestExpiredKeyIsAbsent(t *testing.T) {
 // The reaper never deletes a key whose holder is still running, even past
 // the key's TTL.
 func TestReaperSparesALiveHolder(t *testing.T) {
-	s, pool := store(t, idempotency.Options{Lease: 300 * time.Millisecond, TTL: 200 * time.Millisecond})
+	s, pool := store(t, idempotency.Options{Lease: time.Second, TTL: 200 * time.Millisecond})
 	ctx := context.Background()
 	holding := make(chan struct{})
 	done := make(chan struct{})
@@ -163,12 +165,12 @@ func TestReaperSparesALiveHolder(t *testing.T) {
 		defer close(done)
 		_, _ = s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) {
 			close(holding)
-			time.Sleep(1200 * time.Millisecond)
+			time.Sleep(3 * time.Second)
 			return []byte("x"), nil
 		})
 	}()
 	<-holding
-	time.Sleep(700 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // past the first lease and the TTL
 	if _, err := s.Reap(ctx, 100); err != nil {
 		t.Fatal(err)
 	}
