@@ -66,6 +66,9 @@ func NewTaskType[In, Out any](name string, fn func(ctx context.Context, in In) (
 		if err != nil {
 			return nil, Permanent(fmt.Errorf("encoding the task's result: %w", err))
 		}
+		if string(b) == "null" {
+			return nil, nil // no result (task_instances.result NULL)
+		}
 		return b, nil
 	}}
 }
