@@ -536,3 +536,65 @@ func (e *env) history(id, runID string) []*historypb.HistoryEvent {
 	}
 	return out
 }
+
+// A delayed start of an older generation (the protocol model's gap 1: a
+// zombie router's start of generation 1 that lands after generation 2's
+// run has failed too, which Temporal's reuse policy cannot refuse) runs
+// nothing: the worker fences it by the generation each run carries in its
+// memo, and it fails, as the run it lands behind did, so that a later
+// redelivery still re-runs the event (generation 3 runs the task again).
+func TestDelayedOlderGenerationRunsNothing(t *testing.T) {
+	e := newEnv(t, 1)
+	const queue = "wk-superseded"
+	e.startWorker(queue)
+	s := newSink(t)
+	s.set("/a", http.StatusServiceUnavailable) // one attempt per run: each run's task fails once
+	in := runInput("evt-superseded", schemas.ActivityDefinition{ActivityTimeoutSeconds: 5, MaxAttempts: 1,
+		Tasks: []schemas.TaskSpec{{Type: "webhook", URL: s.url("/a")}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := func(gen int) error {
+		t.Helper()
+		run, err := e.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: in.WorkflowID, TaskQueue: queue,
+			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
+			Memo:                  map[string]any{schemas.MemoGeneration: gen}}, worker.RunActivityWorkflowName, in)
+		if err != nil {
+			t.Fatalf("starting generation %d: %v", gen, err)
+		}
+		return run.Get(ctx, nil)
+	}
+	for gen := 1; gen <= 2; gen++ {
+		if err := start(gen); err == nil {
+			t.Fatalf("generation %d completed; want it failed on the 503", gen)
+		}
+	}
+	if n, _ := s.at("/a"); n != 2 {
+		t.Fatalf("after two failed runs /a got %d requests, want 2", n)
+	}
+
+	err := start(1) // the delayed start
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) || appErr.Type() != "Superseded" {
+		t.Fatalf("delayed start of generation 1: %v, want it failed as Superseded", err)
+	}
+	if n, _ := s.at("/a"); n != 2 {
+		t.Errorf("the delayed start sent the webhook: /a got %d requests, want 2", n)
+	}
+	if got := e.attempts(in.WorkflowID); got != "failed,failed,superseded" {
+		t.Errorf("attempts %q, want failed,failed,superseded", got)
+	}
+	if status, _ := e.runRow(in.WorkflowID); status != "failed" {
+		t.Errorf("run %s after the delayed start, want failed (left as generation 2 ended it)", status)
+	}
+
+	s.set("/a", http.StatusOK)
+	if err := start(3); err != nil {
+		t.Fatalf("generation 3: %v", err)
+	}
+	if n, _ := s.at("/a"); n != 3 || s.effectsAt("/a") != 1 {
+		t.Errorf("after generation 3 /a got %d requests and %d effects, want 3 and 1", n, s.effectsAt("/a"))
+	}
+	if got := e.attempts(in.WorkflowID); got != "failed,failed,superseded,completed" {
+		t.Errorf("attempts %q, want failed,failed,superseded,completed", got)
+	}
+}

@@ -83,3 +83,10 @@ const (
 	HeaderOriginPartition = "dedup-origin-partition"
 	HeaderOriginOffset    = "dedup-origin-offset"
 )
+
+// MemoGeneration is the memo field in which every run dedup starts carries
+// the generation it was started for (an integer: 1 for the first run of a
+// workflow ID, one more for each re-run under an allow_* policy). The
+// router reads it back to choose the next generation; the worker fences
+// with it a delayed start of an older generation.
+const MemoGeneration = "dedup_generation"

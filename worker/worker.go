@@ -10,9 +10,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -140,7 +142,8 @@ func RunActivityWorkflow(ctx workflow.Context, in schemas.WorkflowInput) (RunRes
 	if in.Definition != nil {
 		def = *in.Definition
 	}
-	run := RunInput{RunID: runID, WorkflowID: info.WorkflowExecution.ID, ActivityID: in.ActivityID, EventID: in.EventID}
+	run := RunInput{RunID: runID, WorkflowID: info.WorkflowExecution.ID, ActivityID: in.ActivityID, EventID: in.EventID,
+		Generation: memoGeneration(info.Memo)}
 	for i, t := range def.Tasks {
 		run.TaskIDs = append(run.TaskIDs, TaskID(runID, t.Type, i))
 	}
@@ -148,6 +151,14 @@ func RunActivityWorkflow(ctx workflow.Context, in schemas.WorkflowInput) (RunRes
 	var st RunStart
 	if err := workflow.ExecuteActivity(bctx, a.StartRun, run).Get(ctx, &st); err != nil {
 		return RunResult{}, err
+	}
+	if st.SupersededBy > 0 {
+		// A delayed start of an older generation (processor/model README,
+		// gap 1): it runs nothing, and fails, as the run it lands behind
+		// did, so that a redelivery may still re-run the event.
+		return RunResult{RunID: runID, Attempt: st.Attempt}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("execution of generation %d superseded by generation %d: a delayed start, nothing run", run.Generation, st.SupersededBy),
+			"Superseded", nil)
 	}
 	res := RunResult{RunID: runID, Attempt: st.Attempt, Tasks: make([]TaskResult, len(def.Tasks))}
 	futures := make([]workflow.ChildWorkflowFuture, len(def.Tasks))
@@ -291,6 +302,9 @@ type RunInput struct {
 	ActivityID string   `json:"activity_id"`
 	EventID    string   `json:"event_id"`
 	TaskIDs    []string `json:"task_ids,omitempty"`
+	// Generation is the router's generation of this execution's start
+	// (its memo, dedup_generation); 0 when the start carried none.
+	Generation int `json:"generation,omitempty"`
 }
 
 // RunStart is what StartRun found.
@@ -299,6 +313,10 @@ type RunStart struct {
 	// Completed are the results of the run's tasks that completed in an
 	// earlier execution, by task ID.
 	Completed map[string]json.RawMessage `json:"completed,omitempty"`
+	// SupersededBy, when set, is a newer generation than this execution's
+	// that the ledger recorded or an earlier execution ran: this one is a
+	// delayed start and runs nothing.
+	SupersededBy int `json:"superseded_by,omitempty"`
 }
 
 // StartRun records the run (one row per workflow ID) and this execution as
@@ -310,13 +328,35 @@ func (a *Activities) StartRun(ctx context.Context, in RunInput) (RunStart, error
 	temporalRunID := activity.GetInfo(ctx).WorkflowExecution.RunID
 	var st RunStart
 	err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
+		if in.Generation > 0 {
+			// The fence: the newest generation the router recorded for
+			// the workflow ID, or that an execution of it ran. Under the
+			// allow_* policies a start of generation g delayed (a zombie
+			// router, a slow retry) until generation g+1's run has failed
+			// creates a run Temporal cannot refuse; it must not run the
+			// tasks again.
+			var newest int
+			if err := tx.QueryRow(ctx, `SELECT greatest(
+	(SELECT max(generation) FROM dedup_ledger WHERE workflow_id = $1),
+	(SELECT max(generation) FROM activity_run_attempts WHERE run_id = $2 AND temporal_run_id <> $3), 0)`,
+				in.WorkflowID, in.RunID, temporalRunID).Scan(&newest); err != nil {
+				return err
+			}
+			if newest > in.Generation {
+				st.SupersededBy = newest
+				attempt, err := recordAttempt(ctx, tx, in.RunID, temporalRunID, in.Generation, "superseded",
+					fmt.Sprintf("superseded by generation %d", newest))
+				st.Attempt = attempt
+				return err
+			}
+		}
 		if _, err := tx.Exec(ctx, `
 INSERT INTO activity_runs (run_id, workflow_id, activity_id, event_id) VALUES ($1, $2, $3, $4)
 ON CONFLICT (run_id) DO UPDATE SET status = 'running', error = NULL, finished_at = NULL`,
 			in.RunID, in.WorkflowID, in.ActivityID, in.EventID); err != nil {
 			return err
 		}
-		attempt, err := recordAttempt(ctx, tx, in.RunID, temporalRunID, "running", "")
+		attempt, err := recordAttempt(ctx, tx, in.RunID, temporalRunID, in.Generation, "running", "")
 		if err != nil {
 			return err
 		}
@@ -351,7 +391,7 @@ ON CONFLICT (run_id) DO UPDATE SET status = 'running', error = NULL, finished_at
 // recordAttempt upserts the execution's attempt row (numbered on first
 // sight) with status, marks other attempts still running abandoned, and
 // returns the attempt's number.
-func recordAttempt(ctx context.Context, tx pgx.Tx, runID, temporalRunID, status, errText string) (int, error) {
+func recordAttempt(ctx context.Context, tx pgx.Tx, runID, temporalRunID string, generation int, status, errText string) (int, error) {
 	if _, err := tx.Exec(ctx, `
 UPDATE activity_run_attempts SET status = 'abandoned', finished_at = now(),
 	error = 'closed without recording an end (terminated, timed out or reset)'
@@ -360,14 +400,14 @@ WHERE run_id = $1 AND temporal_run_id <> $2 AND status = 'running'`, runID, temp
 	}
 	var attempt int
 	err := tx.QueryRow(ctx, `
-INSERT INTO activity_run_attempts AS t (run_id, temporal_run_id, attempt, status, error, finished_at)
-SELECT $1, $2, coalesce(max(attempt), 0) + 1, $3, NULLIF($4, ''), CASE WHEN $3 = 'running' THEN NULL ELSE now() END
+INSERT INTO activity_run_attempts AS t (run_id, temporal_run_id, attempt, status, error, finished_at, generation)
+SELECT $1, $2, coalesce(max(attempt), 0) + 1, $3, NULLIF($4, ''), CASE WHEN $3 = 'running' THEN NULL ELSE now() END, $5
 FROM activity_run_attempts WHERE run_id = $1
 ON CONFLICT (run_id, temporal_run_id) DO UPDATE SET
 	status = CASE WHEN EXCLUDED.status = 'running' THEN t.status ELSE EXCLUDED.status END,
 	error = CASE WHEN EXCLUDED.status = 'running' THEN t.error ELSE EXCLUDED.error END,
 	finished_at = CASE WHEN EXCLUDED.status = 'running' THEN t.finished_at ELSE coalesce(t.finished_at, now()) END
-RETURNING attempt`, runID, temporalRunID, status, errText).Scan(&attempt)
+RETURNING attempt`, runID, temporalRunID, status, errText, generation).Scan(&attempt)
 	return attempt, err
 }
 
@@ -385,7 +425,7 @@ type RunEnd struct {
 func (a *Activities) EndRun(ctx context.Context, in RunEnd) error {
 	temporalRunID := activity.GetInfo(ctx).WorkflowExecution.RunID
 	err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
-		attempt, err := recordAttempt(ctx, tx, in.RunID, temporalRunID, in.Status, in.Error)
+		attempt, err := recordAttempt(ctx, tx, in.RunID, temporalRunID, in.Generation, in.Status, in.Error)
 		if err != nil {
 			return err
 		}
@@ -585,4 +625,16 @@ func Register(w worker.Registry, acts *Activities) error {
 	w.RegisterWorkflowWithOptions(TaskInstanceWorkflow, workflow.RegisterOptions{Name: TaskInstanceWorkflowName})
 	w.RegisterActivity(acts)
 	return nil
+}
+
+// memoGeneration is the generation the router started this execution for
+// (schemas.MemoGeneration), 0 when the start carried none.
+func memoGeneration(m *commonpb.Memo) int {
+	var g int
+	if p := m.GetFields()[schemas.MemoGeneration]; p != nil {
+		if err := converter.GetDefaultDataConverter().FromPayload(p, &g); err != nil {
+			return 0
+		}
+	}
+	return g
 }

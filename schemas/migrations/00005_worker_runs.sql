@@ -26,7 +26,13 @@ CREATE TABLE IF NOT EXISTS activity_run_attempts (
     attempt         integer     NOT NULL,  -- 1, 2, ...: the order in which the worker saw the executions
     -- abandoned: the execution closed without recording an end (terminated,
     -- timed out, or reset away); the worker notes it when the next one begins.
-    status          text        NOT NULL DEFAULT 'running' CHECK (status IN ('running', 'completed', 'failed', 'cancelled', 'abandoned')),
+    -- superseded: a start of an older generation that landed after a newer
+    -- generation's run (a delayed start under an allow_* policy); it ran
+    -- nothing.
+    status          text        NOT NULL DEFAULT 'running' CHECK (status IN ('running', 'completed', 'failed', 'cancelled', 'abandoned', 'superseded')),
+    -- generation: the router's generation of the start (the run's memo
+    -- dedup_generation; 0 when it carried none).
+    generation      integer     NOT NULL DEFAULT 0,
     error           text,
     started_at      timestamptz NOT NULL DEFAULT now(),
     finished_at     timestamptz,
