@@ -550,18 +550,23 @@ func story(ex *Explanation, noRoute string) []string {
 			say("Read as %s: event ID %q by rule %s; type %q, source %q; %d route(s) match.", d.Envelope, d.EventID, from, d.Type, d.Source, len(d.Routes))
 		}
 	}
+	// Each workflow's why is under it; the story sums them up.
 	for _, w := range ex.Workflows {
-		say("%s: %s: %s.", w.WorkflowID, w.Verdict, w.Why)
+		s := fmt.Sprintf("%s: %s", w.WorkflowID, w.Verdict)
+		if w.Ledger != nil {
+			s += ", ledger " + w.Ledger.State
+		}
 		if tx := w.Temporal; tx != nil {
 			if tx.Found {
-				say("%s: Temporal has run %s, %s.", w.WorkflowID, tx.RunID, tx.Status)
+				s += fmt.Sprintf(", Temporal %s (run %s)", tx.Status, tx.RunID)
 			} else {
-				say("%s: Temporal has no execution.", w.WorkflowID)
+				s += ", no execution in Temporal"
 			}
 		}
 		for _, d := range w.Disagreements {
-			say("%s: the ledger and Temporal disagree (%s): %s.", w.WorkflowID, d.Kind, d.Detail)
+			s += "; they disagree: " + d.Kind
 		}
+		say("%s.", s)
 	}
 	return out
 }

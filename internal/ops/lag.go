@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 func lagCommand() command {
@@ -117,11 +118,14 @@ func (t *Tool) Lag(ctx context.Context) (*LagReport, int, error) {
 func (t *Tool) owners(ctx context.Context, adm *kadm.Client) (map[string]map[int32]string, string, int, error) {
 	g := t.cfg.Kafka.Group
 	described, err := adm.DescribeGroups(ctx, g)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return nil, "", 0, nil
+	}
 	if err != nil {
 		return nil, "", 0, fmt.Errorf("describing group %s: %w", g, err)
 	}
 	d, ok := described[g]
-	if !ok {
+	if !ok || errors.Is(d.Err, kerr.GroupIDNotFound) {
 		return nil, "", 0, nil
 	}
 	if d.Err != nil {

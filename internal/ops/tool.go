@@ -129,7 +129,9 @@ type errs []string
 
 func (e *errs) add(what string, err error) {
 	if err != nil {
-		*e = append(*e, fmt.Sprintf("%s: %v", what, err))
+		if msg := fmt.Sprintf("%s: %v", what, err); !slices.Contains(*e, msg) {
+			*e = append(*e, msg)
+		}
 	}
 }
 
