@@ -70,6 +70,17 @@ func TestOperatorTools(t *testing.T) {
 	e := newEnv(t, 1)
 	ctx := context.Background()
 	cfg := e.config()
+	// crm-sync starts its workflows in a namespace of its own: the tools
+	// look for each workflow in its route's namespace.
+	nsMu.Lock()
+	if nsCounter == len(namespaces) {
+		nsMu.Unlock()
+		t.Fatal("out of namespaces: add one to the list")
+	}
+	crmNamespace := namespaces[nsCounter]
+	nsCounter++
+	nsMu.Unlock()
+	cfg.Routes[2].Namespace = crmNamespace
 	config := e.writeConfig(cfg)
 	records := []*kgo.Record{
 		{Value: cloudEvent("ord-a", workload.TypeOrder, "1")},        // 0: new
@@ -157,7 +168,11 @@ func TestOperatorTools(t *testing.T) {
 		t.Fatalf("record 5: %v", v)
 	}
 	for _, w := range ex.Workflows {
-		if !w.Temporal.Found || w.Temporal.RunID != w.Ledger.RunID || w.Temporal.Generation != 1 {
+		ns := e.namespace
+		if w.Route.ID == "crm-sync" {
+			ns = crmNamespace
+		}
+		if !w.Temporal.Found || w.Temporal.Namespace != ns || w.Temporal.RunID != w.Ledger.RunID || w.Temporal.Generation != 1 {
 			t.Fatalf("record 5, %s: %+v %+v", w.WorkflowID, w.Ledger, w.Temporal)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
@@ -19,7 +20,9 @@ import (
 type Execution struct {
 	// Found is false when Temporal has no execution of the ID (never
 	// started, or closed and past the namespace's retention).
-	Found        bool       `json:"found"`
+	Found bool `json:"found"`
+	// Namespace is where it was looked for: the route's namespace.
+	Namespace    string     `json:"namespace,omitempty"`
 	RunID        string     `json:"run_id,omitempty"`
 	Status       string     `json:"status,omitempty"` // Running, Completed, Failed, Canceled, Terminated, ContinuedAsNew, TimedOut
 	WorkflowType string     `json:"workflow_type,omitempty"`
@@ -44,9 +47,6 @@ type Run struct {
 	CloseTime *time.Time `json:"close_time,omitempty"`
 }
 
-// Closed reports whether the run has closed.
-func (e *Execution) Closed() bool { return e.Found && e.Status != "Running" }
-
 // status names a workflow execution status the way Temporal's UI does.
 func status(s enumspb.WorkflowExecutionStatus) string {
 	name := strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_")
@@ -66,16 +66,18 @@ func (t *Tool) describe(ctx context.Context, workflowID string, runs bool) (*Exe
 	if err != nil {
 		return nil, err
 	}
-	resp, err := tc.DescribeWorkflowExecution(ctx, workflowID, "")
+	ns := t.namespace(workflowID)
+	resp, err := tc.WorkflowService().DescribeWorkflowExecution(ctx, &workflowservice.DescribeWorkflowExecutionRequest{
+		Namespace: ns, Execution: &commonpb.WorkflowExecution{WorkflowId: workflowID}})
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		return &Execution{}, nil
+		return &Execution{Namespace: ns}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("describing workflow %s: %w", workflowID, err)
+		return nil, fmt.Errorf("describing workflow %s in namespace %s: %w", workflowID, ns, err)
 	}
 	info := resp.GetWorkflowExecutionInfo()
-	ex := &Execution{Found: true, RunID: info.GetExecution().GetRunId(), Status: status(info.GetStatus()),
+	ex := &Execution{Found: true, Namespace: ns, RunID: info.GetExecution().GetRunId(), Status: status(info.GetStatus()),
 		WorkflowType: info.GetType().GetName(), TaskQueue: info.GetTaskQueue()}
 	if ts := info.GetStartTime(); ts != nil {
 		v := ts.AsTime()
@@ -104,7 +106,8 @@ func (t *Tool) listRuns(ctx context.Context, workflowID string) ([]Run, error) {
 	var out []Run
 	var token []byte
 	for {
-		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token})
+		resp, err := tc.WorkflowService().ListWorkflowExecutions(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: t.namespace(workflowID), Query: q, NextPageToken: token})
 		if err != nil {
 			return nil, err
 		}

@@ -19,7 +19,9 @@ import (
 )
 
 // Tool holds one command's config and its connections, each opened on
-// first use and closed by Close.
+// first use and closed by Close. They are built as dedup run builds its
+// own (app.KafkaOpts, app.DialToolTemporal, ledger.Open): the same TLS,
+// SASL and credentials apply.
 type Tool struct {
 	cfg app.Config
 	log *slog.Logger
@@ -60,7 +62,7 @@ func (t *Tool) kafka() (*kadm.Client, error) {
 	if t.adm != nil {
 		return t.adm, nil
 	}
-	opts, err := app.ToolKafkaOpts(t.cfg)
+	opts, err := app.KafkaOpts(t.cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +111,15 @@ func (t *Tool) temporal(ctx context.Context) (client.Client, error) {
 		t.tc, t.tcErr = app.DialToolTemporal(dctx, t.cfg, t.log.With("component", "temporal-sdk"))
 	})
 	return t.tc, t.tcErr
+}
+
+// namespace is the Temporal namespace of a workflow ID: its route's, else
+// temporal.namespace (a route no longer in the config).
+func (t *Tool) namespace(workflowID string) string {
+	if rt := routeOf(t.cfg.Routes, workflowID); rt != nil && rt.Namespace != "" {
+		return rt.Namespace
+	}
+	return t.cfg.Temporal.Namespace
 }
 
 // decide is the router's decision for kr (processor.Decider).
