@@ -106,10 +106,12 @@ func (s *syncBuffer) lines(t *testing.T) []map[string]any {
 	return out
 }
 
-// TestDecisionLog: at info, each non-duplicate decision is one line with
+// TestDecisionLog: at info, each non-duplicate decision (new, re-drive,
+// conflict, dead letter, no-route skip) is one line with
 // the fields operators filter on (decision, workflow_id, event_id, rule,
 // topic, partition, offset), and a redelivered record does not log its
-// dead letter again; duplicates are sampled.
+// dead letter again; duplicates are sampled. (The rerun line is logged by
+// the start pool where an allow_* route runs a closed workflow again.)
 func TestDecisionLog(t *testing.T) {
 	e := newTestEnv(t, 1, envOpt{})
 	cfg := e.config()
@@ -135,6 +137,8 @@ func TestDecisionLog(t *testing.T) {
 	e.produce(0, "a", "2")                                      // 2: conflict
 	e.produceRaw(0, []byte("garbage"))                          // 3: undecodable
 	e.produceRaw(0, []byte(`{"id":"n","type":"audit.logged"}`)) // 4: no route, skipped
+	e.led.seed(wid("p"), statePending, e.hashOf("p", "1"))      // a claim a crash left pending
+	e.produce(0, "p", "1")                                      // 5: re-drive
 	run()
 	// Redeliver everything: only duplicates now, and the conflict and the
 	// dead letter are found written already.
@@ -153,7 +157,7 @@ func TestDecisionLog(t *testing.T) {
 		}
 		count[d]++
 		off := l["offset"].(float64)
-		want := map[string]float64{"new": 0, "conflict": 2, "dead_letter": 3, "skipped_no_route": 4}
+		want := map[string]float64{"new": 0, "conflict": 2, "dead_letter": 3, "skipped_no_route": 4, "redrive": 5}
 		if w, ok := want[d]; ok && off != w {
 			t.Errorf("%s logged at offset %v, want %v: %v", d, off, w, l)
 		}
@@ -161,6 +165,10 @@ func TestDecisionLog(t *testing.T) {
 		case "new", "conflict":
 			if l["workflow_id"] != wid("a") || l["event_id"] != "a" || l["rule"] != "field" || l["topic"] != testTopic || l["partition"] != 0.0 {
 				t.Errorf("%s line lacks its fields: %v", d, l)
+			}
+		case "redrive":
+			if l["workflow_id"] != wid("p") || l["event_id"] != "p" || l["generation"] == nil {
+				t.Errorf("redrive line lacks its fields: %v", l)
 			}
 		case "dead_letter":
 			if l["reason"] != "undecodable" || l["event_id"] != "" {
@@ -179,7 +187,7 @@ func TestDecisionLog(t *testing.T) {
 	// Each router logs its first duplicate; the second run's two
 	// duplicates of a are one poll batch, well within a second: one line.
 	if count["new"] != 1 || count["conflict"] != 1 || count["dead_letter"] != 1 || count["skipped_no_route"] != 2 ||
-		count["duplicate"] != 2 || count["redrive"] != 0 {
-		t.Fatalf("decision lines %v; want new 1, conflict 1, dead_letter 1, skipped_no_route 2 (one per read), duplicate 2", count)
+		count["duplicate"] != 2 || count["redrive"] != 1 {
+		t.Fatalf("decision lines %v; want new 1, redrive 1, conflict 1, dead_letter 1, skipped_no_route 2 (one per read), duplicate 2", count)
 	}
 }
