@@ -441,6 +441,10 @@ func verdict(at *Coordinates, g *Group, recHash []byte, row *ledger.Row, mine *l
 	state := stateStory(row, rt)
 	claimedHere := at != nil && row.Topic == at.Topic && row.Partition == at.Partition && row.Offset == at.Offset
 	if recHash != nil && !bytes.Equal(recHash, row.PayloadHash) {
+		if g == nil {
+			return "unknown", fmt.Sprintf("the row was claimed by %s/%d/%d with another payload; no conflict is recorded for this record, "+
+				"and whether the group read it is unknown (Kafka did not answer)", row.Topic, row.Partition, row.Offset)
+		}
 		if !behind {
 			return "not_read_yet", fmt.Sprintf("when read, a conflict: the row was claimed by %s/%d/%d with another payload (hash %.12s…, this record's %.12s…)",
 				row.Topic, row.Partition, row.Offset, hex.EncodeToString(row.PayloadHash), hex.EncodeToString(recHash))
@@ -453,6 +457,9 @@ func verdict(at *Coordinates, g *Group, recHash []byte, row *ledger.Row, mine *l
 		return "claimed", "this record claimed the workflow (verdict new); " + state
 	case claimedHere:
 		return "claimed", "this record claimed the workflow (verdict new), and the group has not committed past it yet; " + state
+	case g == nil:
+		return "unknown", fmt.Sprintf("%s/%d/%d claimed the workflow; whether the group read this record is unknown (Kafka did not answer); %s",
+			row.Topic, row.Partition, row.Offset, state)
 	case behind:
 		return "duplicate", fmt.Sprintf("a copy of the event that %s/%d/%d claimed first: this record was skipped as a duplicate "+
 			"(or, while the row was pending, re-drove it); %s", row.Topic, row.Partition, row.Offset, state)
