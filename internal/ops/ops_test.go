@@ -395,3 +395,43 @@ func eventually(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// TestJudge: each disagreement between a ledger row and Temporal's latest
+// run is named, and agreement names none.
+func TestJudge(t *testing.T) {
+	now := time.Now()
+	row := func(state, run string, gen int, age time.Duration) *ledger.Row {
+		return &ledger.Row{State: state, RunID: run, Generation: gen, UpdatedAt: now.Add(-age)}
+	}
+	run := func(id string, gen int) *Execution { return &Execution{Found: true, RunID: id, Status: "Running", Generation: gen} }
+	none := &Execution{}
+	cases := []struct {
+		name string
+		row  *ledger.Row
+		ex   *Execution
+		want string
+	}{
+		{"started, same run", row("started", "r1", 1, 0), run("r1", 1), ""},
+		{"started, run not recorded", row("started", "", 1, 0), run("r1", 1), ""},
+		{"started, no execution", row("started", "r1", 1, 0), none, TemporalForgot},
+		{"started, newer generation", row("started", "r1", 1, 0), run("r2", 2), RerunNotRecorded},
+		{"started, another run", row("started", "r1", 1, 0), run("r9", 1), RunMismatch},
+		{"pending, a run", row("pending", "", 1, 0), run("r1", 1), MarkNotLanded},
+		{"pending, none", row("pending", "", 1, 0), none, ""},
+		{"pending for long", row("pending", "", 1, time.Hour), none, PendingStale},
+		{"dead_lettered, none", row("dead_lettered", "", 1, 0), none, ""},
+		{"dead_lettered, a run", row("dead_lettered", "", 1, 0), run("r1", 1), DeadLetteredButStarted},
+		{"no row, a run", nil, run("r1", 1), TemporalOnly},
+		{"no row, none", nil, none, ""},
+		{"Temporal not asked", row("started", "r1", 1, 0), nil, ""},
+	}
+	for _, c := range cases {
+		var kinds []string
+		for _, d := range judge(c.row, c.ex, now, 10*time.Minute) {
+			kinds = append(kinds, d.Kind)
+		}
+		if got := strings.Join(kinds, ","); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
