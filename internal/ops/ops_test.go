@@ -403,7 +403,9 @@ func TestJudge(t *testing.T) {
 	row := func(state, run string, gen int, age time.Duration) *ledger.Row {
 		return &ledger.Row{State: state, RunID: run, Generation: gen, UpdatedAt: now.Add(-age)}
 	}
-	run := func(id string, gen int) *Execution { return &Execution{Found: true, RunID: id, Status: "Running", Generation: gen} }
+	run := func(id string, gen int) *Execution {
+		return &Execution{Found: true, RunID: id, Status: "Running", Generation: gen}
+	}
 	none := &Execution{}
 	cases := []struct {
 		name string
