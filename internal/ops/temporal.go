@@ -13,7 +13,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/dedupio/dedup/sink/starter"
+	"github.com/dedupio/dedup/schemas"
 )
 
 // Execution is Temporal's view of a workflow ID: its latest run.
@@ -87,7 +87,7 @@ func (t *Tool) describe(ctx context.Context, workflowID string, runs bool) (*Exe
 		v := ts.AsTime()
 		ex.CloseTime = &v
 	}
-	if p := info.GetMemo().GetFields()[starter.MemoGeneration]; p != nil {
+	if p := info.GetMemo().GetFields()[schemas.MemoGeneration]; p != nil {
 		_ = converter.GetDefaultDataConverter().FromPayload(p, &ex.Generation)
 	}
 	if runs {
