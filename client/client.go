@@ -51,7 +51,7 @@ type Config struct {
 // concurrent use.
 type Client struct {
 	cfg    Config
-	dec    *eventid.Decoder
+	dec    *processor.Decider
 	kcl    *kgo.Client
 	led    *ledger.Postgres
 	tc     sdkclient.Client
@@ -73,7 +73,13 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.Routes.Validate(); err != nil {
 		return nil, err
 	}
-	dec, err := eventid.NewDecoder(cfg.EventID)
+	if err := cfg.EventID.Validate(); err != nil {
+		return nil, err
+	}
+	// The router's own decision, under the routers' event_id, routes and
+	// max_value_bytes (no_route skip: the client refuses such an event
+	// either way).
+	dec, err := processor.NewDecider(processor.Config{EventID: cfg.EventID, Routes: cfg.Routes, MaxValueBytes: cfg.MaxValueBytes, NoRoute: "skip"})
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +269,7 @@ func (c *Client) Enqueue(ctx context.Context, ev Event) (*Handle, error) {
 	return c.Send(ctx, p)
 }
 
-// Prepared is a record decoded and routed as a router will: its event and
+// Prepared is a record decided as a router will: its event and
 // workflows, before it is written.
 type Prepared struct {
 	rec     *kgo.Record
@@ -271,42 +277,33 @@ type Prepared struct {
 	Targets []processor.Target
 }
 
-// Prepare decodes r as a router will (eventid, under the routers'
-// event_id config) and routes it (processor.Routes.Targets). An event a
-// router would dead-letter or skip is refused here: *InvalidEventError
-// (undecodable, missing_type, invalid_id, oversized, no_route) or ErrNoKey
-// (no ID, or one known only once written: the coordinates rule).
+// Prepare decides r as a router will (processor.Decider: eventid under
+// the routers' event_id config, then the routes). An event a router would
+// dead-letter or skip is refused here: *InvalidEventError (undecodable,
+// missing_type, invalid_id, oversized, no_route) or ErrNoKey (no ID, or
+// one known only once written: the coordinates rule).
 func (c *Client) Prepare(r *kgo.Record) (*Prepared, error) {
 	r.Topic = c.cfg.Topic
-	if len(r.Value) > c.cfg.MaxValueBytes {
-		return nil, &InvalidEventError{Reason: string(processor.ReasonOversized),
-			Err: fmt.Errorf("value is %d bytes, over max_value_bytes %d", len(r.Value), c.cfg.MaxValueBytes)}
-	}
-	hs := make([]eventid.Header, len(r.Headers))
-	for i, h := range r.Headers {
-		hs[i] = eventid.Header{Key: h.Key, Value: h.Value}
-	}
-	ev, err := c.dec.Decode(eventid.Record{Topic: r.Topic, Partition: -1, Offset: -1, Key: r.Key, Value: r.Value, Headers: hs})
-	if err != nil {
-		switch reason := eventid.ReasonOf(err); reason {
-		case eventid.ReasonNoID:
-			return nil, fmt.Errorf("%w: %v", ErrNoKey, err)
-		case "":
-			return nil, err
-		default:
-			return nil, &InvalidEventError{Reason: string(reason), Err: err}
-		}
-	}
-	if ev.Rule == eventid.RuleCoordinates {
+	probe := *r
+	probe.Partition, probe.Offset = -1, -1 // not written yet
+	d := c.dec.Decide(&probe)
+	switch {
+	case d.Tombstone:
+		return nil, &InvalidEventError{Reason: string(eventid.ReasonTombstone), Err: d.Err}
+	case d.DeadLetter == processor.Reason(eventid.ReasonNoID):
+		return nil, fmt.Errorf("%w: %v", ErrNoKey, d.Err)
+	case d.DeadLetter != "":
+		return nil, &InvalidEventError{Reason: string(d.DeadLetter), Err: d.Err}
+	case d.NoRoute:
+		return nil, &InvalidEventError{Reason: string(processor.ReasonNoRoute),
+			Err: fmt.Errorf("no route matches type %q source %q: no workflow would start", d.Event.Type, d.Event.Source)}
+	case d.Event.Rule == eventid.RuleCoordinates:
 		return nil, fmt.Errorf("%w: event_id.chain gives this event the ID of where it will be written (coordinates), which no retry repeats", ErrNoKey)
 	}
-	targets, err := c.cfg.Routes.Targets(&ev)
-	if err != nil {
-		return nil, &InvalidEventError{Reason: string(processor.ReasonUndecodable), Err: err}
-	}
-	if len(targets) == 0 {
-		return nil, &InvalidEventError{Reason: string(processor.ReasonNoRoute),
-			Err: fmt.Errorf("no route matches type %q source %q: no workflow would start", ev.Type, ev.Source)}
+	ev := d.Event
+	targets := make([]processor.Target, len(d.Intents))
+	for i, in := range d.Intents {
+		targets[i] = processor.Target{Route: d.Routes[i], WorkflowID: in.WorkflowID}
 	}
 	if r.Key == nil && ev.Rule != eventid.RuleContent {
 		// Every copy of one event on one partition (the record key is not

@@ -16,8 +16,8 @@
 //     idempotency key, which is the event ID, and the Kafka record key (one
 //     key, one partition).
 //   - The workflow IDs of the handle are computed by the routers' own code:
-//     the record Enqueue writes is decoded by eventid and routed by
-//     processor.Routes.Targets, as a router does, under the same event_id
+//     the record Enqueue writes is decided by processor.Decider (eventid,
+//     then Routes.Targets), as a router decides it, under the same event_id
 //     and routes config. Open reads them from the routers' config file; with
 //     New, pass the same sections.
 //   - Enqueue with one key twice gives the same event ID and workflow IDs,

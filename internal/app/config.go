@@ -44,14 +44,22 @@ type WorkerConfig struct {
 	TaskQueue string `yaml:"task_queue"`
 	// WebhookURL receives webhook tasks that name no URL of their own.
 	WebhookURL string `yaml:"webhook_url"`
-	// KeyLease and KeyTTL tune the idempotency key store: how long an
-	// activity may hold a key before another may take over (longer than
-	// the slowest call), and how long outcomes are kept.
+	// KeyLease and KeyTTL tune the idempotency key store: how long a key
+	// whose holder stopped renewing it (crashed) stays blocked before a
+	// retry may take it over (a live holder renews it every third of it),
+	// and how long outcomes are kept (how late a re-run still adopts them).
 	KeyLease time.Duration `yaml:"key_lease"`
 	KeyTTL   time.Duration `yaml:"key_ttl"`
+	// AdminListen is the worker's admin port (/metrics, /livez, /readyz;
+	// /debug/pprof with admin.pprof): a key of its own, so that one config
+	// file serves a router and a worker on one host without their ports
+	// colliding. Keep it off public interfaces; empty disables it.
+	AdminListen string `yaml:"admin_listen"`
 }
 
-// AdminConfig is the operators' HTTP port: /metrics, /healthz, /readyz.
+// AdminConfig is the router's HTTP port for operators: /metrics, /livez
+// (alias /healthz), /readyz (see admin.go). Pprof applies to the worker's
+// port (worker.admin_listen) too.
 type AdminConfig struct {
 	// Listen address; keep it off public interfaces. Empty disables it.
 	Listen string `yaml:"listen"`
@@ -76,7 +84,7 @@ func DefaultConfig() Config {
 		Temporal: starter.DefaultConfig(),
 		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
 		Log:      LogConfig{Format: "json", Level: "info"},
-		Worker:   WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour},
+		Worker:   WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour, AdminListen: "127.0.0.1:9465"},
 		Ingress:  DefaultIngressConfig(),
 	}
 }

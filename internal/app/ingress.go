@@ -62,7 +62,7 @@ type IngressTLS struct {
 
 // DefaultIngressConfig is the ingress section's defaults.
 func DefaultIngressConfig() IngressConfig {
-	return IngressConfig{Listen: "127.0.0.1:8080", ProduceTimeout: 10 * time.Second, AdminListen: "127.0.0.1:9465"}
+	return IngressConfig{Listen: "127.0.0.1:8080", ProduceTimeout: 10 * time.Second, AdminListen: "127.0.0.1:9466"}
 }
 
 // Validate names the first invalid field; k is the validated kafka

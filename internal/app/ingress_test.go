@@ -15,7 +15,7 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.IngressTopic() != "t" || cfg.IngressMaxBody() != 1000 || cfg.Ingress.Listen != "127.0.0.1:8080" || cfg.Ingress.AdminListen != "127.0.0.1:9465" {
+	if cfg.IngressTopic() != "t" || cfg.IngressMaxBody() != 1000 || cfg.Ingress.Listen != "127.0.0.1:8080" || cfg.Ingress.AdminListen != "127.0.0.1:9466" {
 		t.Errorf("defaults: topic %q, max body %d, %+v", cfg.IngressTopic(), cfg.IngressMaxBody(), cfg.Ingress)
 	}
 	cfg, err = ParseConfig([]byte(base + "ingress: {topic: u, max_body_bytes: 10, public_url: \"https://events.example.com/api\"}\n"))

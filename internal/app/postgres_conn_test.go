@@ -3,8 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -80,9 +78,8 @@ func TestPostgresVerifyFull(t *testing.T) {
 			if ledger.Transient(err) {
 				t.Errorf("a certificate that does not verify is taken for an outage (retried for ever): %v", err)
 			}
-			start := time.Now()
-			if err := migrateWithRetry(ctx, tc.url, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil || time.Since(start) > 10*time.Second {
-				t.Errorf("start-up migration: %v after %s", err, time.Since(start))
+			if refusedPostgres(err) == nil {
+				t.Errorf("start-up would wait on a certificate that does not verify: %v", err)
 			}
 		})
 	}
