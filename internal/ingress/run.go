@@ -121,11 +121,14 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 	return nil
 }
 
-// serveAdmin serves /metrics, /healthz and /readyz (Kafka answers).
+// serveAdmin serves /metrics, /livez (and /healthz) and /readyz (Kafka
+// answers).
 func serveAdmin(listen string, reg *prometheus.Registry, log *slog.Logger, c *client.Client) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	live := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
+	mux.HandleFunc("/livez", live)
+	mux.HandleFunc("/healthz", live) // as dedup run's admin port: an alias of /livez
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
