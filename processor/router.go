@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/schemas"
 )
 
 // Hooks let tests stop the router at chosen points, the way a crash would.
@@ -290,11 +291,19 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 		for j, rt := range routes {
 			wid := WorkflowID(rt.ID, keys[j])
 			n++
+			hash, req := ev.PayloadHash, NewStartRequest(rt, &ev, wid)
+			if rt.Key == KeyScheduledFor {
+				// A slot is one run whoever fires it: every fire of it
+				// hashes equal, so a second fire is a duplicate (of the
+				// scheduler's too), never a conflict.
+				hash = SlotPayloadHash(rt.ID, keys[j])
+				req.Input.TriggerKind, req.Input.ScheduledFor = schemas.TriggerCron, keys[j]
+			}
 			intents = append(intents, Intent{
 				WorkflowID: wid, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
-				PayloadHash: ev.PayloadHash, Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset,
+				PayloadHash: hash, Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset,
 			})
-			reqs = append(reqs, NewStartRequest(rt, &ev, wid))
+			reqs = append(reqs, req)
 			owners = append(owners, rec)
 		}
 		r.commits.setPending(rec, n)

@@ -114,6 +114,11 @@ func (rs Routes) Validate() error {
 			if d.ActivityTimeoutSeconds < 0 {
 				return fmt.Errorf("%s.definition.activity_timeout_seconds: %d", at, d.ActivityTimeoutSeconds)
 			}
+			switch d.DedupeKeyStrategy {
+			case "", "skip", "catchup", "compress":
+			default:
+				return fmt.Errorf("%s.definition.dedupe_key_strategy: %q (skip, catchup, compress)", at, d.DedupeKeyStrategy)
+			}
 		}
 		switch r.Key {
 		case "":

@@ -49,7 +49,7 @@ func NewStartRequest(rt *Route, ev *eventid.Event, wid string) StartRequest {
 	return StartRequest{
 		WorkflowID: wid, WorkflowType: rt.WorkflowType, TaskQueue: rt.TaskQueue, ReusePolicy: rt.IDReusePolicy,
 		Input: schemas.WorkflowInput{WorkflowID: wid, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
-			Type: ev.Type, Source: ev.Source, Time: ev.Time, Data: ev.Data, Definition: rt.Definition},
+			Type: ev.Type, Source: ev.Source, Time: ev.Time, Data: ev.Data, Definition: rt.Definition, TriggerKind: schemas.TriggerEvent},
 	}
 }
 
