@@ -26,11 +26,17 @@ func TestConfigValidation(t *testing.T) {
 		{"unknown policy", func(tr *Trigger) { tr.MisfirePolicy, tr.Definition.DedupeKeyStrategy = "retry", "retry" },
 			[]string{`schedules.triggers[0].misfire_policy: "retry", want skip, catchup or compress`}},
 		{"no policy", func(tr *Trigger) { tr.MisfirePolicy = "" }, []string{"schedules.triggers[0].misfire_policy: empty"}},
-		{"N zero", func(tr *Trigger) { tr.MisfirePolicy, tr.Definition.DedupeKeyStrategy, tr.CatchupLimit = Catchup, "catchup", n(0) },
+		{"N zero", func(tr *Trigger) {
+			tr.MisfirePolicy, tr.Definition.DedupeKeyStrategy, tr.CatchupLimit = Catchup, "catchup", n(0)
+		},
 			[]string{"schedules.triggers[0].catchup_limit: 0, want 1 to 100"}},
-		{"N over the cap", func(tr *Trigger) { tr.MisfirePolicy, tr.Definition.DedupeKeyStrategy, tr.CatchupLimit = Catchup, "catchup", n(101) },
+		{"N over the cap", func(tr *Trigger) {
+			tr.MisfirePolicy, tr.Definition.DedupeKeyStrategy, tr.CatchupLimit = Catchup, "catchup", n(101)
+		},
 			[]string{"schedules.triggers[0].catchup_limit: 101, want 1 to 100"}},
-		{"N on skip", func(tr *Trigger) { tr.MisfirePolicy, tr.Definition.DedupeKeyStrategy, tr.CatchupLimit = Skip, "skip", n(5) },
+		{"N on skip", func(tr *Trigger) {
+			tr.MisfirePolicy, tr.Definition.DedupeKeyStrategy, tr.CatchupLimit = Skip, "skip", n(5)
+		},
 			[]string{`schedules.triggers[0].catchup_limit: 5 on a trigger with misfire_policy "skip"`}},
 		{"N on compress", func(tr *Trigger) { tr.CatchupLimit = n(10) },
 			[]string{`schedules.triggers[0].catchup_limit: 10 on a trigger with misfire_policy "compress"`}},
