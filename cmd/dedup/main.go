@@ -7,6 +7,8 @@
 //	dedup worker --config dedup.yaml    run RunActivityWorkflow and its activities
 //	dedup dlq replay --config dedup.yaml [--reason R,...] [--dry-run] [--limit N]
 //	                                    send dead-lettered records back through the dedup gate
+//	dedup schedule pause|resume NAME --config dedup.yaml
+//	                                    pause or resume a scheduled trigger (docs/schedules.md)
 package main
 
 import (
@@ -43,7 +45,7 @@ func stopped(ctx context.Context, err error) error {
 }
 
 func usage() error {
-	return errors.New("usage: dedup run|worker|migrate|validate --config FILE, or dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N]")
+	return errors.New("usage: dedup run|worker|migrate|validate --config FILE, or dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N], or dedup schedule pause|resume NAME --config FILE")
 }
 
 func run(args []string) error {
@@ -56,6 +58,13 @@ func run(args []string) error {
 			return usage()
 		}
 		cmd, args = "dlq replay", args[1:]
+	}
+	var trigger string
+	if cmd == "schedule" { // dedup schedule pause|resume NAME --config FILE
+		if len(args) < 3 || (args[1] != "pause" && args[1] != "resume") || strings.HasPrefix(args[2], "-") {
+			return usage()
+		}
+		cmd, trigger, args = "schedule "+args[1], args[2], args[2:]
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	path := fs.String("config", "dedup.yaml", "config file (YAML)")
@@ -103,6 +112,8 @@ func run(args []string) error {
 		return stopped(ctx, app.RunWorker(ctx, cfg, nil))
 	case "migrate":
 		return ledger.Migrate(ctx, cfg.Postgres.URL)
+	case "schedule pause", "schedule resume":
+		return app.SetSchedulePaused(ctx, cfg, trigger, cmd == "schedule pause", os.Stdout)
 	case "validate":
 		fmt.Printf("%s: ok (%d routes, topics %s)\n", *path, len(cfg.Routes), strings.Join(cfg.Kafka.Topics, ","))
 		return nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
 )
@@ -32,6 +33,8 @@ type Config struct {
 	Admin    AdminConfig           `yaml:"admin"`
 	Log      LogConfig             `yaml:"log"`
 	Worker   WorkerConfig          `yaml:"worker"`
+	// Schedules are the cron triggers `dedup run` fires (docs/schedules.md).
+	Schedules schedule.Config `yaml:"schedules"`
 }
 
 // WorkerConfig configures `dedup worker`, which runs RunActivityWorkflow.
@@ -72,6 +75,8 @@ func DefaultConfig() Config {
 		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
 		Log:      LogConfig{Format: "json", Level: "info"},
 		Worker:   WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour},
+
+		Schedules: schedule.DefaultConfig(),
 	}
 }
 
@@ -130,5 +135,5 @@ func (c *Config) Validate() error {
 	if c.Admin.Pprof && c.Admin.Listen == "" {
 		return errors.New("admin.pprof: needs admin.listen")
 	}
-	return nil
+	return c.Schedules.Validate()
 }
