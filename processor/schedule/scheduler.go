@@ -122,8 +122,14 @@ func New(cfg Config, store Store, ledger processor.Ledger, starter processor.Sta
 	return s, nil
 }
 
-// Run ticks every cfg.Tick until ctx ends. A failed tick is logged and the
-// next one tries again: decided fires stay in PostgreSQL until started.
+// stopGrace is how long a tick in progress may go on once Run's context
+// ends: long enough to start what it decided, so that a clean shutdown
+// leaves no fire for the next tick to replay.
+const stopGrace = 10 * time.Second
+
+// Run ticks every cfg.Tick until ctx ends, then lets the tick in progress
+// finish (for up to stopGrace). A failed tick is logged and the next one
+// tries again: decided fires stay in PostgreSQL until started.
 func (s *Scheduler) Run(ctx context.Context) {
 	if len(s.names) == 0 {
 		return
@@ -131,8 +137,15 @@ func (s *Scheduler) Run(ctx context.Context) {
 	t := time.NewTicker(s.cfg.Tick)
 	defer t.Stop()
 	for {
-		if err := s.Tick(ctx); err != nil && ctx.Err() == nil {
+		tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stop := context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, cancel) })
+		if err := s.Tick(tctx); err != nil && tctx.Err() == nil {
 			s.log.Warn("schedule tick failed; the next tick retries", "err", err)
+		}
+		stop()
+		cancel()
+		if ctx.Err() != nil {
+			return
 		}
 		select {
 		case <-ctx.Done():

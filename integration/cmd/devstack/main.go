@@ -28,6 +28,7 @@ import (
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/internal/workload"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/worker"
@@ -163,6 +164,11 @@ func demoConfig(stack *devstack.Stack, topic, admin string) app.Config {
 		{ID: "welcome-email", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: tasks},
 		{ID: "crm-sync", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: tasks},
 	}
+	// A demo schedule every five seconds (docs/schedules.md): its fires
+	// show in the summary line.
+	cfg.Schedules.Triggers = []schedule.Trigger{{Name: "demo-report", ActivityID: "demo-report", Cron: "*/5 * * * * *",
+		MisfirePolicy: schedule.Compress, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities",
+		Definition: &schemas.ActivityDefinition{DedupeKeyStrategy: "compress", Tasks: []schemas.TaskSpec{{Type: "noop"}}}}}
 	cfg.Worker.TaskQueue = "activities"
 	cfg.Temporal.HostPort = stack.Temporal.HostPort()
 	cfg.Admin.Listen = admin
@@ -211,7 +217,7 @@ func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres
 	if err != nil {
 		ledgerLine = "ledger unavailable"
 	}
-	fmt.Printf("%s  records in %6.0f | new workflows %6.0f | duplicates skipped %6.0f | conflicts %3.0f | dead letters %3.0f | workflows started %6.0f (already started %3.0f) | committed offsets %6.0f | %s\n",
+	fmt.Printf("%s  records in %6.0f | new workflows %6.0f | duplicates skipped %6.0f | conflicts %3.0f | dead letters %3.0f | workflows started %6.0f (already started %3.0f) | committed offsets %6.0f | %s | schedule runs %3.0f (slots on time %.0f, late %.0f, skipped %.0f)\n",
 		time.Now().Format("15:04:05"),
 		val("dedup_records_total", "", ""),
 		val("dedup_intents_total", "outcome", "new"),
@@ -221,5 +227,9 @@ func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres
 		val("dedup_workflow_starts_total", "result", "started"),
 		val("dedup_workflow_starts_total", "result", "already_started"),
 		val("dedup_committed_offset", "", ""),
-		ledgerLine)
+		ledgerLine,
+		val("dedup_schedule_starts_total", "result", "started"),
+		val("dedup_schedule_fires_total", "outcome", "on_time"),
+		val("dedup_schedule_fires_total", "outcome", "catchup")+val("dedup_schedule_fires_total", "outcome", "compressed"),
+		val("dedup_schedule_fires_total", "outcome", "skipped"))
 }
