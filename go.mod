@@ -18,6 +18,7 @@ require (
 	go.temporal.io/sdk v1.50.0
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.5
+	golang.org/x/oauth2 v0.37.0
 	google.golang.org/grpc v1.83.2
 )
 

@@ -1,18 +1,28 @@
 // Package deploy holds dedup's deployment files; its tests check what can
 // be checked without a Docker engine or a cluster: every file parses, every
-// service has what it needs, images are pinned, and every dedup config in
-// them validates with dedup's own loader.
+// service has what it needs, images are pinned, every dedup config in them
+// validates with dedup's own loader, published ports stay on 127.0.0.1,
+// GOMEMLIMIT sits under the memory limit, pods are locked down, the
+// version is injected, every alert is annotated, linked to its runbook
+// section and tested, and the dashboard's queries follow its variables.
+// `make rules` (promtool) and `make k8s` (kustomize build) check the rest.
 package deploy
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 
@@ -63,6 +73,8 @@ func TestCompose(t *testing.T) {
 			Environment map[string]string `yaml:"environment"`
 			Volumes     []string          `yaml:"volumes"`
 			DependsOn   map[string]any    `yaml:"depends_on"`
+			Ports       []string          `yaml:"ports"`
+			MemLimit    string            `yaml:"mem_limit"`
 		} `yaml:"services"`
 	}
 	readYAML(t, "../docker-compose.yml", &compose)
@@ -75,6 +87,12 @@ func TestCompose(t *testing.T) {
 	for name, s := range compose.Services {
 		if s.Build != nil {
 			built = true
+			// The image says which build it is (make compose sets them).
+			b, _ := s.Build.(map[string]any)
+			args, _ := b["args"].(map[string]any)
+			if args["VERSION"] == nil || args["COMMIT"] == nil {
+				t.Errorf("%s builds the image without the VERSION and COMMIT build args: %v", name, s.Build)
+			}
 		} else if s.Image == "" {
 			t.Errorf("%s: neither image nor build", name)
 		}
@@ -83,6 +101,15 @@ func TestCompose(t *testing.T) {
 		}
 		if s.Image == "dedup:dev" && s.Build == nil && s.DependsOn == nil {
 			t.Errorf("%s uses the locally built image but depends on no service that builds it", name)
+		}
+		// A laptop demo: nothing is published beyond the loopback interface.
+		for _, p := range s.Ports {
+			if !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("%s publishes %q on every interface: want 127.0.0.1:HOST:CONTAINER", name, p)
+			}
+		}
+		if len(s.Command) > 0 && (s.Command[0] == "run" || s.Command[0] == "worker") {
+			checkMemLimit(t, name, s.Environment["GOMEMLIMIT"], s.MemLimit, dockerBytes)
 		}
 		for dep := range s.DependsOn {
 			if _, ok := compose.Services[dep]; !ok {
@@ -124,6 +151,54 @@ func TestCompose(t *testing.T) {
 	if !built {
 		t.Error("no service builds the dedup image")
 	}
+	// Grafana asks for a login, with a password that is not in the file.
+	g := compose.Services["grafana"].Environment
+	if g["GF_AUTH_ANONYMOUS_ENABLED"] != "false" {
+		t.Errorf("grafana: GF_AUTH_ANONYMOUS_ENABLED %q, want \"false\"", g["GF_AUTH_ANONYMOUS_ENABLED"])
+	}
+	if pw := g["GF_SECURITY_ADMIN_PASSWORD"]; !regexp.MustCompile(`^\$\{GRAFANA_ADMIN_PASSWORD:\?.+\}$`).MatchString(pw) {
+		t.Errorf("grafana: GF_SECURITY_ADMIN_PASSWORD %q, want ${GRAFANA_ADMIN_PASSWORD:?…}: required, no default", pw)
+	}
+}
+
+// checkMemLimit: GOMEMLIMIT is about 90% of the container's memory limit,
+// so that the GC works harder before the kernel kills the process.
+func checkMemLimit(t *testing.T, where, gomemlimit, limit string, parseLimit func(string) (float64, bool)) {
+	t.Helper()
+	soft, ok1 := goBytes(gomemlimit)
+	hard, ok2 := parseLimit(limit)
+	if !ok1 || !ok2 {
+		t.Errorf("%s: GOMEMLIMIT %q, memory limit %q: want both set", where, gomemlimit, limit)
+		return
+	}
+	if r := soft / hard; r < 0.85 || r > 0.95 {
+		t.Errorf("%s: GOMEMLIMIT %s is %.0f%% of the memory limit %s, want about 90%%", where, gomemlimit, 100*r, limit)
+	}
+}
+
+// goBytes parses GOMEMLIMIT's syntax: a number and B, KiB, MiB, GiB or TiB.
+func goBytes(s string) (float64, bool) {
+	return scaled(s, []string{"TiB", "GiB", "MiB", "KiB", "B"}, []float64{1 << 40, 1 << 30, 1 << 20, 1 << 10, 1})
+}
+
+// k8sBytes parses a Kubernetes memory quantity (256Mi, 1G, 134217728).
+func k8sBytes(s string) (float64, bool) {
+	return scaled(s, []string{"Ti", "Gi", "Mi", "Ki", "T", "G", "M", "k", ""}, []float64{1 << 40, 1 << 30, 1 << 20, 1 << 10, 1e12, 1e9, 1e6, 1e3, 1})
+}
+
+// dockerBytes parses compose's mem_limit (256m: binary units).
+func dockerBytes(s string) (float64, bool) {
+	return scaled(strings.ToLower(s), []string{"gb", "mb", "kb", "g", "m", "k", "b", ""}, []float64{1 << 30, 1 << 20, 1 << 10, 1 << 30, 1 << 20, 1 << 10, 1, 1})
+}
+
+func scaled(s string, suffixes []string, factors []float64) (float64, bool) {
+	for i, suf := range suffixes {
+		if n, ok := strings.CutSuffix(s, suf); ok && n != "" {
+			v, err := strconv.ParseFloat(n, 64)
+			return v * factors[i], err == nil
+		}
+	}
+	return 0, false
 }
 
 func TestDockerfile(t *testing.T) {
@@ -150,16 +225,64 @@ func TestDockerfile(t *testing.T) {
 	if !strings.Contains(froms[len(froms)-1], "static") || user == "" || strings.HasPrefix(user, "root") || strings.HasPrefix(user, "0") {
 		t.Errorf("final stage %s runs as %q: want a static base and a non-root user", froms[len(froms)-1], user)
 	}
+	// The build args VERSION and COMMIT reach the binary.
+	for _, want := range []string{"ARG VERSION", "ARG COMMIT", versionVar + "=${VERSION}", commitVar + "=${COMMIT}"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("Dockerfile does not say %q: the image would report devel", want)
+		}
+	}
 }
 
-func TestKustomizeBase(t *testing.T) {
-	var k struct {
-		Resources []string `yaml:"resources"`
+// The variables -ldflags sets; cmd/dedup's TestVersionInjectedByLdflags
+// checks that a binary linked so reports them.
+const (
+	versionVar = "-X github.com/dedupio/dedup/internal/app.Version"
+	commitVar  = "-X github.com/dedupio/dedup/internal/app.Commit"
+)
+
+// make build injects the version; make test runs the promtool and
+// kustomize checks.
+func TestMakefile(t *testing.T) {
+	b, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
 	}
-	readYAML(t, "k8s/base/kustomization.yaml", &k)
-	kinds := map[string]map[string]any{}
+	mk := string(b)
+	for _, want := range []string{versionVar + "=$(VERSION)", commitVar + "=$(COMMIT)", `$(GO) build -ldflags "$(LDFLAGS)" -o bin/dedup ./cmd/dedup`} {
+		if !strings.Contains(mk, want) {
+			t.Errorf("Makefile does not say %q", want)
+		}
+	}
+	test := regexp.MustCompile(`(?m)^test:(.*)$`).FindStringSubmatch(mk)
+	if test == nil || !slices.Contains(strings.Fields(test[1]), "rules") || !slices.Contains(strings.Fields(test[1]), "k8s") {
+		t.Errorf("make test does not run the rules and k8s checks: %q", test)
+	}
+	for _, want := range []string{"promtool check config deploy/prometheus/prometheus.yml", "promtool check rules deploy/prometheus/rules.yml", "promtool test rules deploy/prometheus/rules_test.yml"} {
+		if !strings.Contains(mk, want) {
+			t.Errorf("Makefile does not run %q", want)
+		}
+	}
+}
+
+// kustomization is what the tests read of a kustomization or component.
+type kustomization struct {
+	Resources  []string `yaml:"resources"`
+	Components []string `yaml:"components"`
+	Labels     []struct {
+		Pairs map[string]string `yaml:"pairs"`
+	} `yaml:"labels"`
+	Images []map[string]string `yaml:"images"`
+}
+
+// k8sDocs reads the resources the kustomization in dir lists, with the
+// labels its labels transformer adds to their metadata.
+func k8sDocs(t *testing.T, dir string) (kustomization, []map[string]any) {
+	t.Helper()
+	var k kustomization
+	readYAML(t, filepath.Join(dir, "kustomization.yaml"), &k)
+	var docs []map[string]any
 	for _, r := range k.Resources {
-		b, err := os.ReadFile(filepath.Join("k8s/base", r))
+		b, err := os.ReadFile(filepath.Join(dir, r))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,71 +292,298 @@ func TestKustomizeBase(t *testing.T) {
 			if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
 				break
 			} else if err != nil {
-				t.Fatalf("%s: %v", r, err)
+				t.Fatalf("%s/%s: %v", dir, r, err)
 			}
-			kind, _ := doc["kind"].(string)
-			if kind == "" || doc["apiVersion"] == nil {
-				t.Errorf("%s: a document without kind or apiVersion", r)
+			if doc["kind"] == nil || doc["apiVersion"] == nil {
+				t.Errorf("%s/%s: a document without kind or apiVersion", dir, r)
 			}
-			kinds[kind] = doc
+			md, _ := doc["metadata"].(map[string]any)
+			labels, _ := md["labels"].(map[string]any)
+			if labels == nil {
+				labels = map[string]any{}
+			}
+			for _, l := range k.Labels {
+				for k, v := range l.Pairs {
+					labels[k] = v
+				}
+			}
+			if md != nil {
+				md["labels"] = labels
+			}
+			docs = append(docs, doc)
 		}
 	}
-	for _, need := range []string{"Deployment", "ConfigMap", "Service", "PodDisruptionBudget", "ScaledObject", "ServiceMonitor"} {
-		if kinds[need] == nil {
+	return k, docs
+}
+
+// get walks a parsed YAML document: keys of maps, indexes of lists.
+func get(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			l, _ := v.([]any)
+			if k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+// list is v as a list (nil when it is none).
+func list(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+func kind(docs []map[string]any, k string) []map[string]any {
+	var out []map[string]any
+	for _, d := range docs {
+		if d["kind"] == k {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// subset: every label of sel is in labels (a selector matching them).
+func subset(sel, labels any) bool {
+	s, _ := sel.(map[string]any)
+	l, _ := labels.(map[string]any)
+	if len(s) == 0 {
+		return false
+	}
+	for k, v := range s {
+		if l[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// The kustomize base (the routers) and the worker component: every
+// resource parses, pods are locked down and sized, a NetworkPolicy covers
+// each Deployment, every ServiceMonitor scrapes one Service. `make k8s`
+// builds the base and every overlay with kustomize.
+func TestKustomize(t *testing.T) {
+	base, docs := k8sDocs(t, "k8s/base")
+	for _, need := range []string{"Deployment", "ConfigMap", "Service", "PodDisruptionBudget", "ScaledObject", "ServiceMonitor", "NetworkPolicy"} {
+		if len(kind(docs, need)) == 0 {
 			t.Errorf("kustomize base has no %s", need)
 		}
 	}
-	var dep struct {
-		Spec struct {
-			Template struct {
-				Spec struct {
-					Containers []struct {
-						Env            []map[string]any `yaml:"env"`
-						ReadinessProbe struct {
-							HTTPGet struct{ Path string } `yaml:"httpGet"`
-						} `yaml:"readinessProbe"`
-						LivenessProbe struct {
-							HTTPGet struct{ Path string } `yaml:"httpGet"`
-						} `yaml:"livenessProbe"`
-					} `yaml:"containers"`
-				} `yaml:"spec"`
-			} `yaml:"template"`
-		} `yaml:"spec"`
-	}
-	b, _ := yaml.Marshal(kinds["Deployment"])
-	if err := yaml.Unmarshal(b, &dep); err != nil || len(dep.Spec.Template.Spec.Containers) != 1 {
-		t.Fatalf("deployment: %v", err)
-	}
-	c := dep.Spec.Template.Spec.Containers[0]
-	if c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.LivenessProbe.HTTPGet.Path != "/healthz" {
-		t.Errorf("probes: readiness %q liveness %q", c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
-	}
-	secretRef := false
-	for _, e := range c.Env {
-		if e["name"] == "DATABASE_URL" && e["valueFrom"] != nil {
-			secretRef = true
+	worker, wdocs := k8sDocs(t, "k8s/components/worker")
+	for _, need := range []string{"Deployment", "Service", "PodDisruptionBudget", "ServiceMonitor", "NetworkPolicy"} {
+		if len(kind(wdocs, need)) == 0 {
+			t.Errorf("worker component has no %s", need)
 		}
 	}
-	if !secretRef {
-		t.Error("DATABASE_URL does not come from a Secret")
+	// One image, one tag, wherever it is named.
+	if !reflect.DeepEqual(base.Images, worker.Images) || len(base.Images) != 1 {
+		t.Errorf("images: base %v, worker component %v: want the same one", base.Images, worker.Images)
 	}
-	data, _ := kinds["ConfigMap"]["data"].(map[string]any)
-	doc, _ := data["dedup.yaml"].(string)
-	validate(t, "ConfigMap dedup", []byte(doc), map[string]string{"DATABASE_URL": "postgres://dedup@postgres/dedup"})
-	spec, _ := kinds["ScaledObject"]["spec"].(map[string]any)
-	if spec["maxReplicaCount"] != 8 {
-		t.Errorf("ScaledObject maxReplicaCount %v, want the partition count, 8", spec["maxReplicaCount"])
+
+	cm := kind(docs, "ConfigMap")[0]
+	doc, _ := get(cm, "data", "dedup.yaml").(string)
+	validate(t, "ConfigMap dedup", []byte(doc), map[string]string{"DATABASE_URL": "postgres://dedup@postgres/dedup?sslmode=verify-full"})
+	if n := get(kind(docs, "ScaledObject")[0], "spec", "maxReplicaCount"); n != 8 {
+		t.Errorf("ScaledObject maxReplicaCount %v, want the partition count, 8", n)
+	}
+
+	all := append(append([]map[string]any{}, docs...), wdocs...)
+	for _, dep := range kind(all, "Deployment") {
+		name, _ := get(dep, "metadata", "name").(string)
+		router := name == "dedup"
+		checkPod(t, name, get(dep, "spec", "template").(map[string]any), all, router)
+	}
+	for _, sm := range kind(all, "ServiceMonitor") {
+		n := 0
+		for _, svc := range kind(all, "Service") {
+			if subset(get(sm, "spec", "selector", "matchLabels"), get(svc, "metadata", "labels")) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("ServiceMonitor %v selects %d Services, want 1", get(sm, "metadata", "name"), n)
+		}
+	}
+	for _, svc := range kind(all, "Service") {
+		n := 0
+		for _, dep := range kind(all, "Deployment") {
+			if subset(get(svc, "spec", "selector"), get(dep, "spec", "template", "metadata", "labels")) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("Service %v selects the pods of %d Deployments, want 1", get(svc, "metadata", "name"), n)
+		}
+	}
+
+	// Every overlay names what exists; `make k8s` builds them.
+	overlays, _ := filepath.Glob("k8s/overlays/*/kustomization.yaml")
+	if len(overlays) == 0 {
+		t.Error("no overlay under k8s/overlays")
+	}
+	for _, o := range overlays {
+		var k kustomization
+		readYAML(t, o, &k)
+		for _, r := range append(k.Resources, k.Components...) {
+			if _, err := os.Stat(filepath.Join(filepath.Dir(o), r)); err != nil {
+				t.Errorf("%s: %v", o, err)
+			}
+		}
 	}
 }
 
+// checkPod: a pod template that mounts no service-account token, keeps
+// GOMEMLIMIT under its memory limit, takes DATABASE_URL from a Secret, is
+// probed on its admin port, and has a NetworkPolicy: ingress to the admin
+// port from the monitoring namespace only, egress to DNS, PostgreSQL,
+// Temporal (and Kafka for the routers).
+func checkPod(t *testing.T, name string, tmpl map[string]any, all []map[string]any, router bool) {
+	t.Helper()
+	if get(tmpl, "spec", "automountServiceAccountToken") != false {
+		t.Errorf("%s: automountServiceAccountToken is not false: the pod would mount a token it never uses", name)
+	}
+	cs := list(get(tmpl, "spec", "containers"))
+	if len(cs) != 1 {
+		t.Fatalf("%s: %d containers, want 1", name, len(cs))
+	}
+	c := cs[0]
+	env := map[string]any{}
+	for _, e := range list(get(c, "env")) {
+		env[fmt.Sprint(get(e, "name"))] = e
+	}
+	gml, _ := get(env["GOMEMLIMIT"], "value").(string)
+	lim, _ := get(c, "resources", "limits", "memory").(string)
+	checkMemLimit(t, name, gml, lim, k8sBytes)
+	if get(env["DATABASE_URL"], "valueFrom", "secretKeyRef") == nil {
+		t.Errorf("%s: DATABASE_URL does not come from a Secret", name)
+	}
+	if p := get(c, "readinessProbe", "httpGet", "path"); p != "/readyz" {
+		t.Errorf("%s: readiness probe %v, want /readyz", name, p)
+	}
+	live := map[bool]string{true: "/healthz", false: "/livez"}[router]
+	if p := get(c, "livenessProbe", "httpGet", "path"); p != live {
+		t.Errorf("%s: liveness probe %v, want %s", name, p, live)
+	}
+	if get(c, "readinessProbe", "httpGet", "port") != "admin" || get(c, "ports", 0, "name") != "admin" {
+		t.Errorf("%s: probes and ports do not use the admin port", name)
+	}
+
+	var np map[string]any
+	for _, p := range kind(all, "NetworkPolicy") {
+		if subset(get(p, "spec", "podSelector", "matchLabels"), get(tmpl, "metadata", "labels")) {
+			np = p
+		}
+	}
+	if np == nil {
+		t.Errorf("%s: no NetworkPolicy selects its pods", name)
+		return
+	}
+	types := fmt.Sprint(get(np, "spec", "policyTypes"))
+	if !strings.Contains(types, "Ingress") || !strings.Contains(types, "Egress") {
+		t.Errorf("%s: NetworkPolicy policyTypes %s, want Ingress and Egress", name, types)
+	}
+	ingress := list(get(np, "spec", "ingress"))
+	for _, rule := range ingress {
+		if len(list(get(rule, "from"))) == 0 {
+			t.Errorf("%s: a NetworkPolicy ingress rule admits every source", name)
+		}
+		for _, from := range list(get(rule, "from")) {
+			if get(from, "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name") != "monitoring" || get(from, "podSelector") != nil || get(from, "ipBlock") != nil {
+				t.Errorf("%s: NetworkPolicy admits %v, want the monitoring namespace only", name, from)
+			}
+		}
+		if ports := fmt.Sprint(get(rule, "ports")); ports != "[map[port:admin protocol:TCP]]" {
+			t.Errorf("%s: NetworkPolicy admits ports %s, want the admin port only", name, ports)
+		}
+	}
+	if len(ingress) != 1 {
+		t.Errorf("%s: NetworkPolicy has %d ingress rules, want 1 (the monitoring namespace)", name, len(ingress))
+	}
+	egress := map[string]bool{}
+	for _, rule := range list(get(np, "spec", "egress")) {
+		if len(list(get(rule, "ports"))) == 0 {
+			t.Errorf("%s: a NetworkPolicy egress rule allows every port: %v", name, rule)
+		}
+		for _, to := range list(get(rule, "to")) {
+			// kustomize's labels transformer adds the base's labels to a
+			// podSelector inside a rule: it would select nothing.
+			if get(to, "podSelector") != nil {
+				t.Errorf("%s: an egress rule selects pods by label (%v): kustomize adds its labels to it", name, to)
+			}
+		}
+		for _, p := range list(get(rule, "ports")) {
+			egress[fmt.Sprintf("%v/%v", get(p, "port"), get(p, "protocol"))] = true
+		}
+	}
+	need := []string{"53/UDP", "53/TCP", "5432/TCP", "7233/TCP"}
+	if router {
+		need = append(need, "9092/TCP")
+	}
+	for _, p := range need {
+		if !egress[p] {
+			t.Errorf("%s: NetworkPolicy allows no egress to port %s", name, p)
+		}
+	}
+}
+
+// The compose demo's Prometheus: rule files relative to the config (as
+// promtool and the container both read them), mounted beside it; a job for
+// the routers and one for the worker, at services compose runs.
 func TestPrometheusConfig(t *testing.T) {
 	var p struct {
-		RuleFiles     []string         `yaml:"rule_files"`
-		ScrapeConfigs []map[string]any `yaml:"scrape_configs"`
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
 	}
 	readYAML(t, "prometheus/prometheus.yml", &p)
 	if len(p.RuleFiles) == 0 || len(p.ScrapeConfigs) == 0 {
 		t.Fatalf("prometheus.yml: %+v", p)
+	}
+	var compose struct {
+		Services map[string]struct {
+			Volumes []string `yaml:"volumes"`
+		} `yaml:"services"`
+	}
+	readYAML(t, "../docker-compose.yml", &compose)
+	mounts := strings.Join(compose.Services["prometheus"].Volumes, " ")
+	for _, f := range p.RuleFiles {
+		if filepath.IsAbs(f) {
+			t.Errorf("rule file %s: absolute; promtool check config reads it relative to prometheus.yml", f)
+		}
+		if _, err := os.Stat(filepath.Join("prometheus", f)); err != nil {
+			t.Errorf("rule file %s: %v", f, err)
+		}
+		if !strings.Contains(mounts, "./deploy/prometheus/"+f+":/etc/prometheus/"+f) {
+			t.Errorf("compose does not mount %s beside prometheus.yml (/etc/prometheus): %s", f, mounts)
+		}
+	}
+	jobs := map[string][]string{}
+	for _, sc := range p.ScrapeConfigs {
+		for _, s := range sc.StaticConfigs {
+			jobs[sc.JobName] = append(jobs[sc.JobName], s.Targets...)
+		}
+	}
+	want := map[string][]string{"dedup": {"dedup-1:9464", "dedup-2:9464"}, "dedup-worker": {"worker:9465"}}
+	if !reflect.DeepEqual(jobs, want) {
+		t.Errorf("scrape jobs %v, want %v", jobs, want)
+	}
+	for _, targets := range jobs {
+		for _, tg := range targets {
+			if _, ok := compose.Services[strings.Split(tg, ":")[0]]; !ok {
+				t.Errorf("scrape target %s: no such compose service", tg)
+			}
+		}
 	}
 	var ds struct {
 		Datasources []struct{ Type, URL string } `yaml:"datasources"`
@@ -241,5 +591,231 @@ func TestPrometheusConfig(t *testing.T) {
 	readYAML(t, "grafana/provisioning/datasources/prometheus.yaml", &ds)
 	if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" {
 		t.Errorf("grafana datasources: %+v", ds)
+	}
+}
+
+type rule struct {
+	Record      string            `yaml:"record"`
+	Alert       string            `yaml:"alert"`
+	Expr        string            `yaml:"expr"`
+	For         string            `yaml:"for"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+func readRules(t *testing.T) []rule {
+	t.Helper()
+	var f struct {
+		Groups []struct {
+			Rules []rule `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	readYAML(t, "prometheus/rules.yml", &f)
+	var out []rule
+	for _, g := range f.Groups {
+		out = append(out, g.Rules...)
+	}
+	if len(out) == 0 {
+		t.Fatal("rules.yml has no rules")
+	}
+	return out
+}
+
+const runbookURL = "https://github.com/dedupio/dedup/blob/main/docs/runbook.md#"
+
+// Every alert says what fired and links to its section of the runbook: an
+// anchor GitHub generates for a heading of docs/runbook.md.
+func TestAlertsAnnotatedAndLinked(t *testing.T) {
+	anchors := markdownAnchors(t, "../docs/runbook.md")
+	for _, r := range readRules(t) {
+		if r.Alert == "" {
+			continue
+		}
+		for _, a := range []string{"summary", "description", "runbook_url"} {
+			if strings.TrimSpace(r.Annotations[a]) == "" {
+				t.Errorf("alert %s has no %s", r.Alert, a)
+			}
+		}
+		if r.Labels["severity"] != "warning" && r.Labels["severity"] != "critical" {
+			t.Errorf("alert %s: severity %q, want warning or critical", r.Alert, r.Labels["severity"])
+		}
+		u := r.Annotations["runbook_url"]
+		anchor, ok := strings.CutPrefix(u, runbookURL)
+		if !ok {
+			t.Errorf("alert %s: runbook_url %q, want %sANCHOR", r.Alert, u, runbookURL)
+		} else if !anchors[anchor] {
+			t.Errorf("alert %s: runbook_url %s: docs/runbook.md has no heading with anchor #%s", r.Alert, u, anchor)
+		}
+	}
+	// The README's and the runbook's own links into the runbook resolve too.
+	for _, doc := range []string{"../README.md", "../docs/runbook.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`\]\((?:docs/)?(runbook\.md)?#([^)]+)\)`).FindAllStringSubmatch(string(b), -1) {
+			if (m[1] != "" || doc == "../docs/runbook.md") && !anchors[m[2]] {
+				t.Errorf("%s links to runbook.md#%s, which is no heading", doc, m[2])
+			}
+		}
+	}
+}
+
+// markdownAnchors are the anchors GitHub generates for a file's headings:
+// lower case, spaces to hyphens, punctuation other than - and _ dropped,
+// -1, -2… on repeats. Lines in code fences are no headings.
+func markdownAnchors(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	fenced := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+		}
+		h := regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`).FindStringSubmatch(line)
+		if fenced || h == nil {
+			continue
+		}
+		var a strings.Builder
+		for _, r := range strings.ToLower(h[1]) {
+			switch {
+			case unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_':
+				a.WriteRune(r)
+			case r == ' ':
+				a.WriteRune('-')
+			}
+		}
+		anchor := a.String()
+		for i := 1; anchors[anchor]; i++ {
+			anchor = fmt.Sprintf("%s-%d", a.String(), i)
+		}
+		anchors[anchor] = true
+	}
+	return anchors
+}
+
+// rules_test.yml makes every alert fire at least once and stay quiet at
+// least once (promtool runs it: make rules).
+func TestEveryAlertTested(t *testing.T) {
+	var f struct {
+		RuleFiles []string `yaml:"rule_files"`
+		Tests     []struct {
+			AlertRuleTest []struct {
+				Alertname string `yaml:"alertname"`
+				ExpAlerts []any  `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	readYAML(t, "prometheus/rules_test.yml", &f)
+	if !reflect.DeepEqual(f.RuleFiles, []string{"rules.yml"}) {
+		t.Errorf("rules_test.yml tests %v, want [rules.yml]", f.RuleFiles)
+	}
+	fires, quiet := map[string]bool{}, map[string]bool{}
+	for _, tc := range f.Tests {
+		for _, a := range tc.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			} else {
+				quiet[a.Alertname] = true
+			}
+		}
+	}
+	for _, r := range readRules(t) {
+		if r.Alert != "" && (!fires[r.Alert] || !quiet[r.Alert]) {
+			t.Errorf("rules_test.yml: alert %s fires in a test: %v, stays quiet in one: %v; want both", r.Alert, fires[r.Alert], quiet[r.Alert])
+		}
+	}
+}
+
+var aggregation = regexp.MustCompile(`\b(sum|min|max|avg|count|stddev|stdvar|group|topk|bottomk|quantile)\s*(by\s*\(([^)]*)\)|without\s*\([^)]*\))?\s*\(`)
+
+// Recording rules and alerts keep `job` through every aggregation, so that
+// two deployments scraped by one Prometheus stay apart (absent() has no
+// labels to keep).
+func TestRulesKeepJob(t *testing.T) {
+	for _, r := range readRules(t) {
+		for _, m := range aggregation.FindAllStringSubmatch(r.Expr, -1) {
+			if m[2] == "" || !slices.Contains(strings.Fields(strings.ReplaceAll(m[3], ",", " ")), "job") {
+				t.Errorf("%s%s: %q drops job: want %s by (job, ...)", r.Record, r.Alert, m[0], m[1])
+			}
+		}
+	}
+}
+
+// The dashboard: every query follows the job (router or worker) and
+// instance variables and uses $__rate_interval, every panel says what it
+// shows, and a row shows the worker.
+func TestDashboard(t *testing.T) {
+	var dash struct {
+		Templating struct {
+			List []struct {
+				Name  string `json:"name"`
+				Query any    `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []struct {
+			Type        string `json:"type"`
+			Title       string `json:"title"`
+			Description string `json:"description"`
+			Targets     []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	b, err := os.ReadFile("grafana/dashboards/dedup.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]bool{}
+	for _, v := range dash.Templating.List {
+		vars[v.Name] = true
+	}
+	for _, v := range []string{"datasource", "job", "worker_job", "instance"} {
+		if !vars[v] {
+			t.Errorf("dashboard has no %s variable", v)
+		}
+	}
+	selector := regexp.MustCompile(`\b((?:dedup|kafka|temporal|go|process)_[a-zA-Z0-9_]+|up)\b(\{[^}]*\})?`)
+	workerRow := map[string]bool{}
+	for _, p := range dash.Panels {
+		if strings.TrimSpace(p.Description) == "" {
+			t.Errorf("panel %q has no description", p.Title)
+		}
+		if p.Type == "row" {
+			continue
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			for _, r := range regexp.MustCompile(`\[[^\]]*\]`).FindAllString(tg.Expr, -1) {
+				if r != "[$__rate_interval]" {
+					t.Errorf("panel %q: range %s in %s: want [$__rate_interval]", p.Title, r, tg.Expr)
+				}
+			}
+			for _, m := range selector.FindAllStringSubmatch(tg.Expr, -1) {
+				job := `job=~"$job"`
+				if strings.Contains(tg.Expr, "$worker_job") {
+					job = `job=~"$worker_job"`
+					workerRow[m[1]] = true
+				}
+				if !strings.Contains(m[2], job) || !strings.Contains(m[2], `instance=~"$instance"`) {
+					t.Errorf("panel %q: %s%s does not select %s and instance=~\"$instance\"", p.Title, m[1], m[2], job)
+				}
+			}
+		}
+	}
+	// What `dedup worker` exports on its admin port.
+	for _, m := range []string{"dedup_dependency_up", "dedup_build_info", "temporal_worker_task_slots_available", "temporal_activity_execution_latency_seconds_bucket"} {
+		if !workerRow[m] {
+			t.Errorf("the worker row does not show %s", m)
+		}
 	}
 }

@@ -73,7 +73,7 @@ func TestStarterAlreadyStartedIsSuccess(t *testing.T) {
 		t.Fatalf("generation 2 again: %+v %v, want run %s", again, err, gen2.RunID)
 	}
 	// Each run carries its generation: a re-run starts after the newest.
-	if last, err := st.LastRun(ctx, req.WorkflowID); err != nil || last.ID != gen2.RunID || last.Generation != 2 || last.Closed {
+	if last, err := st.LastRun(ctx, "", req.WorkflowID); err != nil || last.ID != gen2.RunID || last.Generation != 2 || last.Closed {
 		t.Fatalf("LastRun after generation 2: %+v %v, want run %s, generation 2, open", last, err, gen2.RunID)
 	}
 	// Visibility is eventually consistent: wait for it, then check.

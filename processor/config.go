@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dedupio/dedup/internal/clienttls"
+	"github.com/dedupio/dedup/internal/kafkasasl"
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
@@ -65,6 +67,13 @@ type Config struct {
 	// NoRoute decides what happens to an event no route matches: "skip"
 	// (count it and commit) or "dead_letter".
 	NoRoute string `yaml:"no_route"`
+
+	// TLS and SASL say how every Kafka client of dedup connects: the
+	// consumer, the dead-letter producer (the same client) and the admin
+	// clients. The router does not read them: the caller turns them into
+	// client options (internal/app kafkaOpts) and passes those to New.
+	TLS  clienttls.Config `yaml:"tls"`
+	SASL kafkasasl.Config `yaml:"sasl"`
 
 	// EventID, Routes, Starts and Retry are top-level sections of the
 	// config file.
@@ -155,6 +164,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("starts.mark_interval: %s, want > 0", c.Starts.MarkInterval)
 	case c.CommitInterval <= 0 || c.RevokeTimeout <= 0 || c.DrainTimeout <= 0 || c.LagInterval <= 0:
 		return errors.New("kafka.commit_interval, revoke_timeout, drain_timeout, lag_interval: want > 0")
+	}
+	if err := c.TLS.Validate("kafka.tls"); err != nil {
+		return err
+	}
+	if err := c.SASL.Validate(); err != nil {
+		return err
 	}
 	for _, t := range c.Topics {
 		if strings.Replace(c.DeadLetterTopic, "{topic}", t, 1) == t {

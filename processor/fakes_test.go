@@ -325,12 +325,12 @@ func (n namedStarter) Start(ctx context.Context, req StartRequest) (StartResult,
 	return n.s.start(ctx, req, n.name)
 }
 
-func (n namedStarter) LastRun(ctx context.Context, wid string) (Run, error) {
-	return n.s.LastRun(ctx, wid)
+func (n namedStarter) LastRun(ctx context.Context, ns, wid string) (Run, error) {
+	return n.s.LastRun(ctx, ns, wid)
 }
 
-// LastRun describes wid's latest run.
-func (s *fakeStarter) LastRun(ctx context.Context, wid string) (Run, error) {
+// LastRun describes wid's latest run (one namespace: ns is not looked at).
+func (s *fakeStarter) LastRun(ctx context.Context, _, wid string) (Run, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ex := s.executions[wid]

@@ -196,3 +196,28 @@ func (h *health) fatal(err error) {
 		h.fatalFn(err)
 	}
 }
+
+// Health is the router's state as the admin port reports it.
+type Health struct {
+	// InGroup: the router joined its consumer group (it has been assigned
+	// its partitions, possibly none).
+	InGroup bool
+	// Down lists the dependencies the router holds down by the rule of
+	// health (every call using one failed for retry.max): while any is,
+	// fetching is paused.
+	Down []Dependency
+}
+
+// Health says whether the router is in its group and which dependencies
+// it holds down.
+func (r *Router) Health() Health {
+	h := Health{InGroup: r.commits.ready()}
+	r.health.mu.Lock()
+	defer r.health.mu.Unlock()
+	for d := Dependency(0); d < numDeps; d++ {
+		if r.health.down[d] {
+			h.Down = append(h.Down, d)
+		}
+	}
+	return h
+}

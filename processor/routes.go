@@ -40,6 +40,11 @@ type Route struct {
 	TaskQueue    string `yaml:"task_queue"`
 	// IDReusePolicy defaults to reject_duplicate.
 	IDReusePolicy ReusePolicy `yaml:"id_reuse_policy"`
+	// Namespace is the Temporal namespace this route's workflows start
+	// in; empty: the starter's (temporal.namespace). The ledger knows
+	// workflow IDs, not namespaces: moving a live route to another
+	// namespace does not start its already started events again there.
+	Namespace string `yaml:"namespace"`
 	// Definition, when set, is passed to the workflow with the event: the
 	// tasks the shipped RunActivityWorkflow spawns.
 	Definition *schemas.ActivityDefinition `yaml:"definition"`

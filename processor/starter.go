@@ -13,8 +13,9 @@ import (
 // errors, relying on the ID reuse policy to keep one execution per ID.
 type Starter interface {
 	Start(ctx context.Context, req StartRequest) (StartResult, error)
-	// LastRun describes the workflow ID's current (latest) run.
-	LastRun(ctx context.Context, workflowID string) (Run, error)
+	// LastRun describes the workflow ID's current (latest) run in
+	// namespace (empty: the starter's default, as for StartRequest).
+	LastRun(ctx context.Context, namespace, workflowID string) (Run, error)
 }
 
 // Run is what the router needs to know of a workflow's latest run to
@@ -31,6 +32,9 @@ type Run struct {
 
 // StartRequest is one workflow start.
 type StartRequest struct {
+	// Namespace is the route's Temporal namespace; empty: the starter's
+	// default.
+	Namespace    string
 	WorkflowID   string
 	WorkflowType string
 	TaskQueue    string
@@ -47,7 +51,7 @@ type StartRequest struct {
 // NewStartRequest is the start of route rt's workflow wid for event ev.
 func NewStartRequest(rt *Route, ev *eventid.Event, wid string) StartRequest {
 	return StartRequest{
-		WorkflowID: wid, WorkflowType: rt.WorkflowType, TaskQueue: rt.TaskQueue, ReusePolicy: rt.IDReusePolicy,
+		Namespace: rt.Namespace, WorkflowID: wid, WorkflowType: rt.WorkflowType, TaskQueue: rt.TaskQueue, ReusePolicy: rt.IDReusePolicy,
 		Input: schemas.WorkflowInput{WorkflowID: wid, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
 			Type: ev.Type, Source: ev.Source, Time: ev.Time, Data: ev.Data, Definition: rt.Definition, TriggerKind: schemas.TriggerEvent},
 	}

@@ -188,7 +188,7 @@ func (s *startPool) rerun(ctx context.Context, j *job) bool {
 	var run Run
 	err := s.health.retry(ctx, OpStart, func(ctx context.Context) error {
 		var err error
-		run, err = s.starter.LastRun(ctx, j.req.WorkflowID)
+		run, err = s.starter.LastRun(ctx, j.req.Namespace, j.req.WorkflowID)
 		return err
 	})
 	if err != nil && !IsPermanent(err) { // revoked, lost or shutting down

@@ -9,6 +9,7 @@
 //	                                    send dead-lettered records back through the dedup gate
 //	dedup schedule pause|resume NAME --config dedup.yaml
 //	                                    pause or resume a scheduled trigger (docs/schedules.md)
+//	dedup version                       print the version and commit (as dedup_build_info)
 package main
 
 import (
@@ -45,7 +46,7 @@ func stopped(ctx context.Context, err error) error {
 }
 
 func usage() error {
-	return errors.New("usage: dedup run|worker|migrate|validate --config FILE, or dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N], or dedup schedule pause|resume NAME --config FILE")
+	return errors.New("usage: dedup run|worker|migrate|validate --config FILE, dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N], dedup schedule pause|resume NAME --config FILE, or dedup version")
 }
 
 func run(args []string) error {
@@ -53,6 +54,11 @@ func run(args []string) error {
 		return usage()
 	}
 	cmd := args[0]
+	switch cmd {
+	case "version", "--version", "-version":
+		fmt.Println(app.VersionLine())
+		return nil
+	}
 	if cmd == "dlq" {
 		if len(args) < 2 || args[1] != "replay" {
 			return usage()
@@ -92,7 +98,11 @@ func run(args []string) error {
 	defer stop()
 	switch cmd {
 	case "dlq replay":
-		o := replay.Options{Brokers: cfg.Kafka.Brokers, DryRun: *dryRun, Limit: *limit}
+		kopts, err := app.KafkaOpts(cfg)
+		if err != nil {
+			return err
+		}
+		o := replay.Options{Brokers: cfg.Kafka.Brokers, ClientOpts: kopts, DryRun: *dryRun, Limit: *limit}
 		for _, t := range cfg.Kafka.Topics {
 			o.DeadLetterTopics = append(o.DeadLetterTopics, cfg.Kafka.DeadLetterTopicFor(t))
 		}

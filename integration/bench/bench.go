@@ -222,8 +222,8 @@ func (s *timedStarter) Start(ctx context.Context, req processor.StartRequest) (p
 
 // LastRun is the inner starter's (the benchmark's routes reject
 // duplicates: it is never called).
-func (s *timedStarter) LastRun(ctx context.Context, workflowID string) (processor.Run, error) {
-	return s.inner.LastRun(ctx, workflowID)
+func (s *timedStarter) LastRun(ctx context.Context, namespace, workflowID string) (processor.Run, error) {
+	return s.inner.LastRun(ctx, namespace, workflowID)
 }
 
 func (e *Env) newStarter() processor.Starter {

@@ -48,14 +48,24 @@ type Stack struct {
 	kafkaOpts []kfake.Opt
 	// kafkaPersistent: the broker keeps its data on disk (KafkaDataDir).
 	kafkaPersistent bool
-	Temporal        *Temporal
-	Postgres        *pgcluster.Cluster // nil when DatabaseURL was given
-	DatabaseURL     string
-	Namespace       string
+	// kafkaPort and kafkaAddrs are the stopped broker's (StopKafka); 0
+	// and nil while it runs.
+	kafkaPort   int
+	kafkaAddrs  []string
+	Temporal    *Temporal
+	Postgres    *pgcluster.Cluster // nil when DatabaseURL was given
+	DatabaseURL string
+	Namespace   string
 }
 
-// Brokers are the Kafka seed addresses.
-func (s *Stack) Brokers() []string { return s.Kafka.ListenAddrs() }
+// Brokers are the Kafka seed addresses (while the broker is stopped, the
+// addresses it will come back on).
+func (s *Stack) Brokers() []string {
+	if s.kafkaAddrs != nil {
+		return s.kafkaAddrs
+	}
+	return s.Kafka.ListenAddrs()
+}
 
 // Start starts everything; on error, what started is stopped.
 func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
@@ -111,31 +121,53 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 // restart, as a rolling upgrade of a one-broker cluster or a crash would
 // do. Clients see connections refused meanwhile.
 func (s *Stack) RestartKafka(down time.Duration) error {
+	if err := s.StopKafka(); err != nil {
+		return err
+	}
+	time.Sleep(down)
+	return s.StartKafka()
+}
+
+// StopKafka stops the broker (connections refused from now on) and keeps
+// its data for StartKafka (Config.KafkaDataDir).
+func (s *Stack) StopKafka() error {
 	if !s.kafkaPersistent {
-		return errors.New("devstack: RestartKafka needs Config.KafkaDataDir")
+		return errors.New("devstack: StopKafka needs Config.KafkaDataDir")
+	}
+	if s.kafkaPort != 0 {
+		return errors.New("devstack: kafka is already stopped")
 	}
 	addr := s.Kafka.ListenAddrs()[0]
 	_, portText, err := net.SplitHostPort(addr)
 	if err != nil {
 		return err
 	}
-	port, err := strconv.Atoi(portText)
-	if err != nil {
+	if s.kafkaPort, err = strconv.Atoi(portText); err != nil {
 		return err
 	}
+	s.kafkaAddrs = s.Kafka.ListenAddrs()
 	s.Kafka.Close()
-	time.Sleep(down)
+	return nil
+}
+
+// StartKafka starts the broker StopKafka stopped, on the same port, with
+// its data (log, committed offsets, groups).
+func (s *Stack) StartKafka() error {
+	if s.kafkaPort == 0 {
+		return errors.New("devstack: kafka is not stopped")
+	}
 	var c *kfake.Cluster
+	var err error
 	for tries := 0; ; tries++ { // the port may linger a moment after close
-		if c, err = kfake.NewCluster(append(s.kafkaOpts, kfake.Ports(port))...); err == nil || tries == 50 {
+		if c, err = kfake.NewCluster(append(s.kafkaOpts, kfake.Ports(s.kafkaPort))...); err == nil || tries == 50 {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	if err != nil {
-		return fmt.Errorf("restarting kfake on port %d: %w", port, err)
+		return fmt.Errorf("restarting kfake on port %d: %w", s.kafkaPort, err)
 	}
-	s.Kafka = c
+	s.Kafka, s.kafkaPort, s.kafkaAddrs = c, 0, nil
 	return nil
 }
 
@@ -150,7 +182,7 @@ func (s *Stack) Stop() {
 			fmt.Fprintln(os.Stderr, "devstack: temporal did not stop in 20s; leaving it")
 		}
 	}
-	if s.Kafka != nil {
+	if s.Kafka != nil && s.kafkaPort == 0 {
 		s.Kafka.Close()
 	}
 	if s.Postgres != nil {

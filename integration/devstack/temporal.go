@@ -37,6 +37,23 @@ type TemporalConfig struct {
 	ExtraOptions []temporal.ServerOption
 	// Dynamic overrides dynamic config, e.g. frontend rate limits.
 	Dynamic dynamicconfig.StaticClient
+	// TLS, when set, serves the frontend over TLS (the server's own
+	// config, Global.TLS, as a production cluster sets it).
+	TLS *TemporalTLS
+}
+
+// TemporalTLS is the frontend's TLS. Files are PEM.
+type TemporalTLS struct {
+	// CertFile and KeyFile are the frontend's certificate and key.
+	CertFile, KeyFile string
+	// ClientCAFile, when set, makes the frontend want a client
+	// certificate signed by it (requireClientAuth: mutual TLS).
+	ClientCAFile string
+	// The server's own system worker dials the frontend too: with
+	// WorkerCertFile and WorkerKeyFile as its client certificate,
+	// verifying the frontend against CAFile and ServerName.
+	WorkerCertFile, WorkerKeyFile string
+	CAFile, ServerName            string
 }
 
 // Temporal is a running in-process Temporal server.
@@ -109,6 +126,17 @@ func StartTemporal(cfg TemporalConfig) (*Temporal, error) {
 		Visibility: config.VisibilityArchival{State: "disabled"},
 	}
 	sc.PublicClient = config.PublicClient{HostPort: front}
+	if t := cfg.TLS; t != nil {
+		client := config.ClientTLS{ServerName: t.ServerName, RootCAFiles: []string{t.CAFile}}
+		server := config.ServerTLS{CertFile: t.CertFile, KeyFile: t.KeyFile}
+		if t.ClientCAFile != "" {
+			server.ClientCAFiles, server.RequireClientAuth = []string{t.ClientCAFile}, true
+		}
+		sc.Global.TLS = config.RootTLS{
+			Frontend:     config.GroupTLS{Server: server, Client: client},
+			SystemWorker: config.WorkerTLS{CertFile: t.WorkerCertFile, KeyFile: t.WorkerKeyFile, Client: client},
+		}
+	}
 	sc.NamespaceDefaults = config.NamespaceDefaults{Archival: config.ArchivalNamespaceDefaults{
 		History:    config.HistoryArchivalNamespaceDefaults{State: "disabled"},
 		Visibility: config.VisibilityArchivalNamespaceDefaults{State: "disabled"},

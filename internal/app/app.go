@@ -5,19 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
-	"runtime"
-	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/dedupio/dedup/processor"
@@ -46,8 +43,14 @@ type Options struct {
 	Ready chan<- string
 }
 
-// Run migrates the ledger, connects to PostgreSQL and Temporal, serves the
-// admin port and runs the router until ctx is cancelled.
+// Run serves the admin port, waits for Kafka, PostgreSQL and Temporal
+// (whichever is down), migrates the ledger and runs the router until ctx
+// is cancelled. It returns early only for what waiting does not heal: a
+// config error, or a dependency refusing dedup for good (refused.go).
+//
+// The router is built, and joins its consumer group, only once all three
+// answered: a replica that cannot work yet takes no partitions from one
+// that can, and nothing is fetched before PostgreSQL and Temporal answer.
 func Run(ctx context.Context, cfg Config, o Options) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -60,70 +63,106 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
-		var are prometheus.AlreadyRegisteredError
-		if err := reg.Register(c); err != nil && !errors.As(err, &are) {
-			return fmt.Errorf("registering runtime metrics: %w", err)
+	deps := newDependencies(log, depKafka, depPostgres, depTemporal)
+	var router atomic.Pointer[processor.Router]
+	report := func() []status {
+		if r := router.Load(); r != nil {
+			h := r.Health()
+			return routerStatus(deps, &h)
 		}
+		return routerStatus(deps, nil)
 	}
-	if err := migrateWithRetry(ctx, cfg.Postgres.URL, log); err != nil {
+	if err := registerProcessMetrics(reg, "dedup_ready", "1 while the router is in its group and every dependency answers (what /readyz says).", report); err != nil {
 		return err
 	}
-	led, err := ledger.Open(ctx, cfg.Postgres)
-	if err != nil {
-		return err
-	}
-	defer led.Close()
-	if err := registerOps(ctx, reg, led, cfg.Postgres, log); err != nil {
-		return err
-	}
-	tc, err := dialTemporal(ctx, cfg, log, newTemporalMetrics(reg))
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
-	kopts, err := kafkaOpts(cfg)
-	if err != nil {
-		return err
-	}
-	if err := checkHorizon(ctx, cfg, tc, log, kopts...); err != nil {
-		return err
-	}
-	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
-	r, err := processor.New(cfg.Kafka, led, led, starter.New(tc, cfg.Temporal), reg, log, o.Hooks, append(kopts, kgo.WithHooks(kafkaMetrics))...)
-	if err != nil {
-		return err
-	}
-	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dedup_ready", Help: "1 while the router is in the group and no dependency fails (what /readyz says without its live probes)."},
-		func() float64 {
-			if r.Ready() != nil {
-				return 0
-			}
-			return 1
-		})
-	if err := reg.Register(ready); err != nil {
-		return fmt.Errorf("registering dedup_ready: %w", err)
+	// The router exports dedup_dependency_up once it runs (its retry view);
+	// until then, the start-up waits do.
+	if err := reg.Register(deps); err != nil {
+		return fmt.Errorf("registering dedup_dependency_up: %w", err)
 	}
 	addr := ""
 	if cfg.Admin.Listen != "" {
-		srv, a, err := serveAdmin(cfg.Admin, reg, log, func(ctx context.Context) error {
-			if err := r.Ready(); err != nil {
-				return err
-			}
-			if err := led.Ready(ctx); err != nil {
-				return fmt.Errorf("postgres: %w", err)
-			}
-			if _, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
-				return fmt.Errorf("temporal: %w", err)
-			}
-			return nil
-		})
+		srv, a, err := serveAdmin("admin.listen", cfg.Admin.Listen, cfg.Admin.Pprof, reg, log, report)
 		if err != nil {
 			return err
 		}
 		defer srv.Close()
 		addr = a
 	}
+	log.Info("router starting: waiting for its dependencies", "admin", addr)
+
+	// What fails here is the config, not a dependency: no client has
+	// connected yet.
+	kopts, err := kafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
+	// A refused login or TLS handshake ends start-up at once, naming the
+	// broker and mechanism; a broker that does not answer is waited for.
+	if err := checkKafka(ctx, cfg, log, kopts); err != nil {
+		return err
+	}
+	kcl, err := kgo.NewClient(kopts...)
+	if err != nil {
+		return fmt.Errorf("creating kafka client: %w", err)
+	}
+	defer kcl.Close()
+	led, err := ledger.Open(ctx, cfg.Postgres)
+	if err != nil {
+		return err
+	}
+	defer led.Close()
+	if _, err := temporalOptions(cfg, log, nil); err != nil {
+		return err
+	}
+	mh := newTemporalMetrics(reg)
+	var tc client.Client
+	err = waitAll(ctx,
+		func(ctx context.Context) error {
+			return deps.waitFor(ctx, depPostgres, cfg.Retry, refusedPostgres, func(ctx context.Context) error {
+				if err := led.Ready(ctx); err != nil {
+					return err
+				}
+				return ledger.Migrate(ctx, cfg.Postgres.URL)
+			})
+		},
+		func(ctx context.Context) (err error) {
+			tc, err = waitTemporal(ctx, cfg, log, mh, deps)
+			return err
+		},
+		func(ctx context.Context) error {
+			return deps.waitFor(ctx, depKafka, cfg.Retry, refusedKafka, func(ctx context.Context) error {
+				return kafkaAnswers(ctx, kcl, cfg.Kafka.Topics)
+			})
+		})
+	if tc != nil {
+		defer tc.Close()
+	}
+	if err != nil {
+		return err
+	}
+	if err := registerOps(ctx, reg, led, cfg.Postgres, log); err != nil {
+		return err
+	}
+	if err := checkHorizon(ctx, cfg, tc, log, kopts...); err != nil {
+		return err
+	}
+	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
+	reg.Unregister(deps)
+	r, err := processor.New(cfg.Kafka, led, led, starter.New(tc, cfg.Temporal), reg, log, o.Hooks, append(kopts, kgo.WithHooks(kafkaMetrics))...)
+	if err != nil {
+		return err
+	}
+	router.Store(r)
+	stopProbes := goProbe(ctx, deps, map[string]func(context.Context) error{
+		depKafka:    kcl.Ping,
+		depPostgres: led.Ready,
+		depTemporal: func(ctx context.Context) error {
+			_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+			return err
+		},
+	})
+	defer stopProbes()
 	if o.Ready != nil {
 		o.Ready <- addr
 	}
@@ -138,23 +177,62 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	return err
 }
 
-// registerOps exports build info and the ledger's size, and runs the
-// ledger purge when a retention is set.
-func registerOps(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres, cfg ledger.Config, log *slog.Logger) error {
-	version, revision := "devel", "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				revision = s.Value
+// waitTemporal dials Temporal and describes the namespace until both
+// answer (a client whose dial succeeded is kept: it reconnects by itself).
+func waitTemporal(ctx context.Context, cfg Config, log *slog.Logger, mh client.MetricsHandler, deps *dependencies) (client.Client, error) {
+	var tc client.Client
+	err := deps.waitFor(ctx, depTemporal, cfg.Retry, refusedTemporal(cfg), func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if tc == nil {
+			c, err := dialTemporal(ctx, cfg, log, mh)
+			if err != nil {
+				return err
 			}
+			tc = c
+		}
+		if _, err := tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: cfg.Temporal.Namespace}); err != nil {
+			return fmt.Errorf("describing namespace %s: %w", cfg.Temporal.Namespace, err)
+		}
+		return nil
+	})
+	if err != nil && tc != nil {
+		tc.Close()
+		tc = nil
+	}
+	return tc, err
+}
+
+// kafkaAnswers asks the brokers for the topics' metadata: an answer (even
+// one saying a topic does not exist yet) means Kafka is up; a topic the
+// user may not describe is a refusal (refusedKafka).
+func kafkaAnswers(ctx context.Context, cl *kgo.Client, topics []string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	md, err := kadm.NewClient(cl).Metadata(ctx, topics...)
+	if err != nil {
+		return err
+	}
+	for _, t := range md.Topics {
+		if errors.Is(t.Err, kerr.TopicAuthorizationFailed) {
+			return fmt.Errorf("topic %s: %w", t.Topic, t.Err)
 		}
 	}
-	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_build_info", Help: "Always 1; labels say which build runs."},
-		[]string{"version", "revision", "goversion"})
-	build.WithLabelValues(version, revision, runtime.Version()).Set(1)
+	return nil
+}
+
+// goProbe runs deps.probe in the background; the returned func stops it
+// and waits until it has (before the clients it calls are closed).
+func goProbe(ctx context.Context, deps *dependencies, probes map[string]func(context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); deps.probe(ctx, probes) }()
+	return func() { cancel(); <-done }
+}
+
+// registerOps exports the ledger's size, and runs the
+// ledger purge when a retention is set.
+func registerOps(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres, cfg ledger.Config, log *slog.Logger) error {
 	size := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dedup_ledger_rows_estimate", Help: "Ledger rows, as PostgreSQL's planner estimates them."},
 		func() float64 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -169,7 +247,7 @@ func registerOps(ctx context.Context, reg *prometheus.Registry, led *ledger.Post
 		oldest: prometheus.NewDesc("dedup_ledger_pending_oldest_seconds", "Age of the oldest pending ledger row since it was last claimed: a claim not yet started.", nil, nil),
 		stale:  prometheus.NewDesc("dedup_ledger_pending_stale", "Pending ledger rows older than postgres.pending_alert_after: claims no live router is starting.", nil, nil)}
 	purged := prometheus.NewCounter(prometheus.CounterOpts{Name: "dedup_ledger_rows_purged_total", Help: "Started ledger rows deleted by the retention purge."})
-	for _, c := range []prometheus.Collector{build, size, purged, pending} {
+	for _, c := range []prometheus.Collector{size, purged, pending} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering ops metrics: %w", err)
 		}
@@ -220,55 +298,4 @@ func every(ctx context.Context, d time.Duration, fn func()) {
 			fn()
 		}
 	}
-}
-
-// migrateWithRetry runs the migrations, waiting for PostgreSQL to come up
-// (replicas often start before the database in compose and Kubernetes).
-func migrateWithRetry(ctx context.Context, url string, log *slog.Logger) error {
-	wait := 200 * time.Millisecond
-	for {
-		err := ledger.Migrate(ctx, url)
-		if err == nil || !ledger.Transient(err) {
-			return err
-		}
-		log.Warn("waiting for postgres to migrate the ledger", "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 5*time.Second)
-	}
-}
-
-func serveAdmin(cfg AdminConfig, reg *prometheus.Registry, log *slog.Logger, ready func(context.Context) error) (*http.Server, string, error) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, req *http.Request) {
-		ctx, cancel := context.WithTimeout(req.Context(), 3*time.Second)
-		defer cancel()
-		if err := ready(ctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ready\n"))
-	})
-	if cfg.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	l, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, "", fmt.Errorf("admin.listen %s: %w", cfg.Listen, err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("admin server stopped", "err", err)
-		}
-	}()
-	return srv, l.Addr().String(), nil
 }

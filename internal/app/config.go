@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/dedupio/dedup/internal/secret"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/schedule"
@@ -47,9 +49,16 @@ type WorkerConfig struct {
 	// the slowest call), and how long outcomes are kept.
 	KeyLease time.Duration `yaml:"key_lease"`
 	KeyTTL   time.Duration `yaml:"key_ttl"`
+	// AdminListen is the worker's admin port (/metrics, /livez, /readyz;
+	// /debug/pprof with admin.pprof): a key of its own, so that one config
+	// file serves a router and a worker on one host without their ports
+	// colliding. Keep it off public interfaces; empty disables it.
+	AdminListen string `yaml:"admin_listen"`
 }
 
-// AdminConfig is the operators' HTTP port: /metrics, /healthz, /readyz.
+// AdminConfig is the router's HTTP port for operators: /metrics, /livez
+// (alias /healthz), /readyz (see admin.go). Pprof applies to the worker's
+// port (worker.admin_listen) too.
 type AdminConfig struct {
 	// Listen address; keep it off public interfaces. Empty disables it.
 	Listen string `yaml:"listen"`
@@ -74,15 +83,16 @@ func DefaultConfig() Config {
 		Temporal: starter.DefaultConfig(),
 		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
 		Log:      LogConfig{Format: "json", Level: "info"},
-		Worker:   WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour},
+		Worker:   WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour, AdminListen: "127.0.0.1:9465"},
 
 		Schedules: schedule.DefaultConfig(),
 	}
 }
 
-// LoadConfig reads a YAML file over the defaults. ${VAR} references are
-// expanded from the environment (for secrets); DATABASE_URL fills
-// postgres.url when the file leaves it empty. Unknown keys are errors.
+// LoadConfig reads a YAML file over the defaults. ${VAR} references in
+// values are expanded from the environment (ExpandEnv); postgres.url_file
+// fills postgres.url, and DATABASE_URL fills it when the file sets
+// neither. Unknown keys are errors.
 func LoadConfig(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -94,15 +104,178 @@ func LoadConfig(path string) (Config, error) {
 // ParseConfig is LoadConfig on bytes.
 func ParseConfig(b []byte) (Config, error) {
 	cfg := DefaultConfig()
-	dec := yaml.NewDecoder(bytes.NewReader([]byte(os.ExpandEnv(string(b)))))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
+	// Unknown keys: yaml's own check, on the file as written (expansion
+	// never touches keys). Only its "not found" errors count here: a
+	// ${VAR} in a number's place is a type error until it is expanded.
+	strict := yaml.NewDecoder(bytes.NewReader(b))
+	strict.KnownFields(true)
+	shadow := DefaultConfig()
+	if err := strict.Decode(&shadow); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return Config{}, fmt.Errorf("parsing config: %w", err)
+		}
+		var unknown []string
+		for _, e := range te.Errors {
+			if strings.Contains(e, " not found in type ") {
+				unknown = append(unknown, e)
+			}
+		}
+		if len(unknown) > 0 {
+			return Config{}, fmt.Errorf("parsing config: %s", strings.Join(unknown, "; "))
+		}
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return Config{}, fmt.Errorf("parsing config: %w", err)
+	}
+	if err := ExpandEnv(&doc, os.LookupEnv); err != nil {
+		return Config{}, err
+	}
+	if err := doc.Decode(&cfg); err != nil {
+		return Config{}, fmt.Errorf("parsing config: %w", err)
+	}
+	if err := cfg.readSecretFiles(); err != nil {
+		return Config{}, err
 	}
 	if cfg.Postgres.URL == "" {
 		cfg.Postgres.URL = os.Getenv("DATABASE_URL")
 	}
 	return cfg, cfg.Validate()
+}
+
+// readSecretFiles reads the *_file keys that are read once, at start:
+// postgres.url_file. (Kafka's SASL secrets and Temporal's API key are
+// re-read by the clients that use them, so that rotating the file needs no
+// restart.)
+func (c *Config) readSecretFiles() error {
+	if c.Postgres.URLFile == "" {
+		return nil
+	}
+	if c.Postgres.URL != "" {
+		return errors.New("postgres.url and postgres.url_file: set one, not both")
+	}
+	url, err := secret.Read("postgres.url_file", c.Postgres.URLFile)
+	if err != nil {
+		return err
+	}
+	c.Postgres.URL = url
+	return nil
+}
+
+// ExpandEnv replaces ${VAR} in the scalar values of a parsed YAML document
+// with the variable's value, looked up by lookup (os.LookupEnv). Only the
+// braced form is a reference; $$ stands for one $, and any other $ is
+// kept as it is (a password "pa$word" stays intact). A variable that is
+// not set is an error naming the key; a variable that is set but empty
+// expands to nothing. Keys are never expanded, and a value stays one
+// scalar whatever the variable holds: a newline or "key: value" in it
+// cannot add keys. An expanded value is typed by what it expands to (a
+// port number decodes as a number, quoted or not; a string field keeps
+// the text), except that it is never null: a password "null" stays the
+// string "null".
+func ExpandEnv(doc *yaml.Node, lookup func(string) (string, bool)) error {
+	return expandNode(doc, "", lookup)
+}
+
+func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool)) error {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			if err := expandNode(c, path, lookup); err != nil {
+				return err
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key := n.Content[i].Value
+			if path != "" {
+				key = path + "." + key
+			}
+			if err := expandNode(n.Content[i+1], key, lookup); err != nil {
+				return err
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := expandNode(c, fmt.Sprintf("%s[%d]", path, i), lookup); err != nil {
+				return err
+			}
+		}
+	case yaml.ScalarNode:
+		if !strings.Contains(n.Value, "$") {
+			return nil
+		}
+		v, err := expandString(n.Value, lookup)
+		if err != nil {
+			if path == "" {
+				path = "(document)"
+			}
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if v == n.Value {
+			return nil
+		}
+		n.Value = v
+		if n.Style&yaml.TaggedStyle == 0 {
+			// Typed again by what it now says, quoted or not (in a flow
+			// mapping, {max_conns: "${N}"} must be quoted); a string
+			// field keeps the text either way.
+			n.Tag, n.Style = "", 0
+			if n.ShortTag() == "!!null" {
+				n.Tag = "!!str"
+			}
+		}
+	}
+	// Aliases point at a node expanded where its anchor is.
+	return nil
+}
+
+// expandString expands one value. Its errors never quote the value: it
+// may be a secret.
+func expandString(s string, lookup func(string) (string, bool)) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '{':
+			end := strings.IndexByte(s[i+2:], '}')
+			if end < 0 {
+				return "", fmt.Errorf("unterminated ${ at byte %d (write $$ for a literal $)", i)
+			}
+			name := s[i+2 : i+2+end]
+			if !envName(name) {
+				return "", fmt.Errorf("${...} at byte %d: want a variable name of letters, digits and _ (write $$ for a literal $)", i)
+			}
+			v, ok := lookup(name)
+			if !ok {
+				return "", fmt.Errorf("environment variable %s is not set", name)
+			}
+			b.WriteString(v)
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String(), nil
+}
+
+func envName(s string) bool {
+	if s == "" || s[0] >= '0' && s[0] <= '9' {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate checks every section, and hands event_id and routes to the

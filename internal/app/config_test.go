@@ -33,16 +33,21 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	base := `
 kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}
 routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
-postgres: {url: "postgres://u@h/d"}
+postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 `
 	cases := map[string]string{
-		"field kafak not found":     base + "kafak: {}\n",
-		"kafka.reset_offset":        strings.Replace(base, "reset_offset: earliest", "reset_offset: sometime", 1),
-		"routes[0].workflow_type":   strings.Replace(base, "workflow_type: W", "workflow_type: \"\"", 1),
-		"event_id.chain[0]":         base + "event_id: {chain: [random]}\n",
-		"log.level":                 base + "log: {level: loud}\n",
-		"kafka.dead_letter_topic":   strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, dead_letter_topic: \"{topic}\"", 1),
-		"temporal.namespace: empty": base + "temporal: {namespace: \"\"}\n",
+		"field kafak not found":                   base + "kafak: {}\n",
+		"kafka.reset_offset":                      strings.Replace(base, "reset_offset: earliest", "reset_offset: sometime", 1),
+		"routes[0].workflow_type":                 strings.Replace(base, "workflow_type: W", "workflow_type: \"\"", 1),
+		"event_id.chain[0]":                       base + "event_id: {chain: [random]}\n",
+		"log.level":                               base + "log: {level: loud}\n",
+		"kafka.dead_letter_topic":                 strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, dead_letter_topic: \"{topic}\"", 1),
+		"temporal.namespace: empty":               base + "temporal: {namespace: \"\"}\n",
+		"kafka.sasl.username: empty":              strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, sasl: {mechanism: SCRAM-SHA-256, password: x}", 1),
+		"kafka.tls.cert_file, key_file: set both": strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, tls: {cert_file: c.pem}", 1),
+		"temporal.api_key, api_key_file: set one": base + "temporal: {api_key: k, api_key_file: f}\n",
+		"temporal.tls.cert_file, key_file":        base + "temporal: {tls: {key_file: k.pem}}\n",
+		"field pasword not found":                 strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, sasl: {pasword: x}", 1),
 	}
 	for want, doc := range cases {
 		_, err := ParseConfig([]byte(doc))
@@ -62,7 +67,7 @@ func TestScheduleConfig(t *testing.T) {
 	base := `
 kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}
 routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
-postgres: {url: "postgres://u@h/d"}
+postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 schedules:
   triggers:
     - activity_id: 550e8400-e29b-41d4-a716-446655440000

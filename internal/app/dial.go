@@ -2,26 +2,196 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"slices"
+	"sync/atomic"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
+	"google.golang.org/grpc/codes"
+
+	"github.com/dedupio/dedup/internal/clienttls"
+	"github.com/dedupio/dedup/internal/kafkasasl"
+	"github.com/dedupio/dedup/internal/secret"
 )
 
 // This file is the one place that says how dedup connects to its
 // dependencies: every Kafka client (consumer, dead-letter producer, kadm)
 // takes kafkaOpts, every Temporal client temporalOptions.
 
-// kafkaOpts are the options every Kafka client of dedup shares: the seed
-// brokers and (when configured) how to authenticate and encrypt.
+// KafkaOpts are the options every Kafka client of dedup shares: the seed
+// brokers, TLS (kafka.tls) and SASL (kafka.sasl). Certificate and secret
+// files are read here once (a missing one is an error naming its key) and
+// again, when they changed, at each new connection.
+func KafkaOpts(cfg Config) ([]kgo.Opt, error) { return kafkaOpts(cfg) }
+
 func kafkaOpts(cfg Config) ([]kgo.Opt, error) {
-	return []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...)}, nil
+	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...)}
+	files, err := clienttls.Load(cfg.Kafka.TLS, "kafka.tls")
+	if err != nil {
+		return nil, err
+	}
+	if files != nil {
+		// A dialer of our own rather than kgo.DialTLSConfig: each broker's
+		// tls.Config is built for its host at the dial, so that the CA
+		// file is read as it is then.
+		nd := &net.Dialer{Timeout: 10 * time.Second}
+		opts = append(opts, kgo.Dialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				host = addr
+			}
+			return (&tls.Dialer{NetDialer: nd, Config: files.ClientConfig(host)}).DialContext(ctx, network, addr)
+		}))
+	}
+	m, err := cfg.Kafka.SASL.Build()
+	if err != nil {
+		return nil, err
+	}
+	if m != nil {
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts, nil
 }
 
-// temporalOptions are the SDK client options for cfg's Temporal. mh may be
-// nil.
+// checkKafka asks each seed broker for metadata, with the clients'
+// options, before any client of the router connects. A refused login
+// (SASL) or a TLS handshake that fails (a certificate that does not
+// verify, a client certificate the broker wants or refuses, plaintext at a
+// TLS port) does not heal by retrying: it stops start-up at once with an
+// error naming the broker and the mechanism, rather than a consumer that
+// retries it forever. A broker that does not answer is not an error:
+// dedup starts while Kafka is down, and its clients retry.
+func checkKafka(ctx context.Context, cfg Config, log *slog.Logger, kopts []kgo.Opt) error {
+	if cfg.Kafka.TLS.InsecureSkipVerify {
+		log.Warn("kafka.tls.insecure_skip_verify is set: the brokers' certificates are NOT verified; anyone on the network path can pose as Kafka, read the events and the credentials sent over it",
+			"brokers", cfg.Kafka.Brokers)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	type result struct {
+		seed string
+		err  error
+	}
+	results := make(chan result, len(cfg.Kafka.Brokers))
+	for _, seed := range cfg.Kafka.Brokers {
+		go func() { results <- result{seed, pingSeed(ctx, seed, kopts)} }()
+	}
+	var last error
+	for range cfg.Kafka.Brokers {
+		r := <-results
+		if r.err == nil {
+			return nil
+		}
+		if err := permanentKafkaError(cfg, r.seed, r.err); err != nil {
+			return err
+		}
+		last = r.err
+	}
+	log.Warn("no kafka seed broker answered at start; starting anyway (the clients retry)", "brokers", cfg.Kafka.Brokers, "err", last)
+	return nil
+}
+
+// saslFailure is the error of a SASL exchange, as the client read it.
+type saslFailure struct{ err atomic.Pointer[error] }
+
+// OnBrokerRead implements kgo.HookBrokerRead: a broker that refuses a
+// login may answer with an error code or close the connection in the
+// middle of the exchange (the latter reaches Ping as a bare EOF).
+func (h *saslFailure) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if err != nil && (key == int16(kmsg.SASLHandshake) || key == int16(kmsg.SASLAuthenticate)) {
+		h.err.CompareAndSwap(nil, &err)
+	}
+}
+
+// pingSeed is one metadata request to one seed broker, on a client of
+// its own: one connection attempt, no retries.
+func pingSeed(ctx context.Context, seed string, kopts []kgo.Opt) error {
+	h := &saslFailure{}
+	cl, err := kgo.NewClient(append(slices.Clone(kopts), kgo.SeedBrokers(seed), kgo.WithHooks(h))...)
+	if err != nil {
+		return fmt.Errorf("creating kafka client: %w", err)
+	}
+	defer cl.Close()
+	err = cl.Ping(ctx)
+	if p := h.err.Load(); err != nil && p != nil {
+		return &saslError{err: err, exchange: *p}
+	}
+	return err
+}
+
+type saslError struct{ err, exchange error }
+
+func (e *saslError) Error() string {
+	if errors.Is(e.err, e.exchange) {
+		return fmt.Sprintf("the connection ended in the SASL exchange: %v", e.err)
+	}
+	return fmt.Sprintf("%v (during authentication: %v)", e.err, e.exchange)
+}
+func (e *saslError) Unwrap() error { return e.err }
+
+// permanentKafkaError says, naming the broker and the setting, why err
+// will not heal by retrying; nil when it may.
+func permanentKafkaError(cfg Config, seed string, err error) error {
+	var (
+		se       *saslError
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		op       *net.OpError
+		record   tls.RecordHeaderError
+		eof      *kgo.ErrFirstReadEOF
+	)
+	sasl := cfg.Kafka.SASL
+	who := fmt.Sprintf("user %q", sasl.Username)
+	if sasl.Name() == kafkasasl.OAuthBearer {
+		who = "an OAuth token"
+		if sasl.ClientID != "" {
+			who = fmt.Sprintf("client %q", sasl.ClientID)
+		}
+	}
+	switch {
+	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid):
+		return fmt.Errorf("kafka.tls: broker %s: its certificate does not verify against %s: %w", seed, caName(cfg.Kafka.TLS), err)
+	case errors.As(err, &op) && op.Op == "remote error": // a TLS alert from the broker
+		return fmt.Errorf("kafka.tls: broker %s refused the TLS handshake (does it want a client certificate, kafka.tls.cert_file and key_file, or another one?): %w", seed, err)
+	case errors.As(err, &record):
+		return fmt.Errorf("kafka.tls: broker %s does not speak TLS at this address: %w", seed, err)
+	case sasl.On() && (errors.As(err, &se) || errors.Is(err, kerr.SaslAuthenticationFailed) ||
+		errors.Is(err, kerr.UnsupportedSaslMechanism) || errors.Is(err, kerr.IllegalSaslState)):
+		return fmt.Errorf("kafka.sasl: broker %s refused %s authentication of %s (wrong credentials, or a mechanism the broker does not enable): %w",
+			seed, sasl.Name(), who, err)
+	case errors.As(err, &eof):
+		hint := "kafka.sasl and kafka.tls"
+		if !sasl.On() && !cfg.Kafka.TLS.On() {
+			hint = "kafka.sasl or kafka.tls: the broker may require either"
+		}
+		return fmt.Errorf("kafka: broker %s closed the connection at once (check %s): %w", seed, hint, err)
+	}
+	return nil
+}
+
+func caName(c clienttls.Config) string {
+	if c.CAFile != "" {
+		return "kafka.tls.ca_file " + c.CAFile
+	}
+	return "the system's CA roots (set kafka.tls.ca_file for a private CA)"
+}
+
+// temporalOptions are the SDK client options for cfg's Temporal: TLS
+// (temporal.tls; mutual TLS with a client certificate) and the API key
+// (temporal.api_key, api_key_file). mh may be nil.
 func temporalOptions(cfg Config, log *slog.Logger, mh client.MetricsHandler) (client.Options, error) {
 	o := client.Options{
 		HostPort:  cfg.Temporal.HostPort,
@@ -31,10 +201,40 @@ func temporalOptions(cfg Config, log *slog.Logger, mh client.MetricsHandler) (cl
 	if mh != nil {
 		o.MetricsHandler = mh
 	}
+	files, err := clienttls.Load(cfg.Temporal.TLS, "temporal.tls")
+	if err != nil {
+		return client.Options{}, err
+	}
+	if files != nil {
+		host, _, err := net.SplitHostPort(cfg.Temporal.HostPort)
+		if err != nil {
+			host = cfg.Temporal.HostPort
+		}
+		o.ConnectionOptions.TLS = files.ClientConfig(host)
+		if files.InsecureSkipVerify() {
+			log.Warn("temporal.tls.insecure_skip_verify is set: the Temporal server's certificate is NOT verified; anyone on the network path can pose as Temporal and read the workflows' inputs and the credentials sent over it",
+				"host_port", cfg.Temporal.HostPort)
+		}
+	}
+	switch {
+	case cfg.Temporal.APIKeyFile != "":
+		f, err := secret.NewFile("temporal.api_key_file", cfg.Temporal.APIKeyFile)
+		if err != nil {
+			return client.Options{}, err
+		}
+		o.Credentials = client.NewAPIKeyDynamicCredentials(func(context.Context) (string, error) { return f.Get() })
+	case cfg.Temporal.APIKey != "":
+		o.Credentials = client.NewAPIKeyStaticCredentials(cfg.Temporal.APIKey)
+	}
+	// With an API key and no temporal.tls, the SDK turns TLS on with the
+	// system's roots: a key is never sent in plaintext.
 	return o, nil
 }
 
-// dialTemporal connects an SDK client to cfg's Temporal.
+// dialTemporal connects an SDK client to cfg's Temporal. When the dial
+// fails over TLS, a TLS handshake of its own says why, in terms of
+// temporal.tls: gRPC reports a refused client certificate as whatever its
+// next write met (a broken pipe).
 func dialTemporal(ctx context.Context, cfg Config, log *slog.Logger, mh client.MetricsHandler) (client.Client, error) {
 	o, err := temporalOptions(cfg, log, mh)
 	if err != nil {
@@ -42,7 +242,55 @@ func dialTemporal(ctx context.Context, cfg Config, log *slog.Logger, mh client.M
 	}
 	tc, err := client.DialContext(ctx, o)
 	if err != nil {
-		return nil, fmt.Errorf("dialing temporal at %s: %w", cfg.Temporal.HostPort, err)
+		why := ""
+		if o.ConnectionOptions.TLS != nil {
+			why = tlsRefusal(ctx, cfg.Temporal.HostPort, o.ConnectionOptions.TLS, cfg.Temporal.TLS)
+		}
+		switch serviceerror.ToStatus(err).Code() {
+		case codes.Unauthenticated, codes.PermissionDenied:
+			why = "temporal.api_key or the client certificate (temporal.tls) is not accepted for namespace " + cfg.Temporal.Namespace + ": "
+		}
+		return nil, fmt.Errorf("dialing temporal at %s: %s%w", cfg.Temporal.HostPort, why, err)
 	}
 	return tc, nil
+}
+
+// tlsRefusal shakes hands with addr as the client does and says, naming
+// the temporal.tls setting, why the handshake fails; "" when it does not.
+func tlsRefusal(ctx context.Context, addr string, tc *tls.Config, c clienttls.Config) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := (&tls.Dialer{Config: tc.Clone()}).DialContext(ctx, "tcp", addr)
+	if err == nil {
+		// TLS 1.3: the server judges the client certificate after the
+		// client's side of the handshake; its verdict comes with the
+		// first read.
+		defer conn.Close()
+		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+		_, err = conn.Read(make([]byte, 1))
+	}
+	var (
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		op       *net.OpError
+		record   tls.RecordHeaderError
+	)
+	switch {
+	case err == nil:
+	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname):
+		roots := "the system's CA roots (set temporal.tls.ca_file for a private CA)"
+		if c.CAFile != "" {
+			roots = "temporal.tls.ca_file " + c.CAFile
+		}
+		return fmt.Sprintf("temporal.tls: the server's certificate does not verify against %s (or temporal.tls.server_name): %v: ", roots, err)
+	case errors.As(err, &op) && op.Op == "remote error":
+		if c.CertFile == "" {
+			return fmt.Sprintf("temporal.tls: the server refused the TLS handshake (%v): it wants a client certificate, temporal.tls.cert_file and key_file: ", err)
+		}
+		return fmt.Sprintf("temporal.tls: the server refused the TLS handshake (%v): it does not accept the client certificate %s: ", err, c.CertFile)
+	case errors.As(err, &record):
+		return "temporal.tls: the server does not speak TLS at this address: "
+	}
+	return ""
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,6 +69,22 @@ func (h Horizon) Check() error {
 		"or accept it with postgres.accept_short_horizon: true", span(guard), by, why, strings.Join(short, ", "))
 }
 
+// routeNamespaces are the namespaces the routes start workflows in, in
+// route order, each once.
+func routeNamespaces(cfg Config) []string {
+	var out []string
+	for _, rt := range cfg.Routes {
+		ns := rt.Namespace
+		if ns == "" {
+			ns = cfg.Temporal.Namespace
+		}
+		if !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	return out
+}
+
 func span(d time.Duration) string {
 	if d == forever {
 		return "forever"
@@ -92,12 +109,16 @@ func checkHorizon(ctx context.Context, cfg Config, tc client.Client, log *slog.L
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ns, err := tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: cfg.Temporal.Namespace})
-	if err != nil {
-		log.Warn("cannot read the namespace retention; the replay horizon is not checked", "namespace", cfg.Temporal.Namespace, "err", err)
-		return nil
+	// Every route's namespace: the one that forgets first decides.
+	h.Namespace = forever
+	for _, name := range routeNamespaces(cfg) {
+		ns, err := tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: name})
+		if err != nil {
+			log.Warn("cannot read the namespace retention; the replay horizon is not checked", "namespace", name, "err", err)
+			return nil
+		}
+		h.Namespace = min(h.Namespace, ns.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration())
 	}
-	h.Namespace = ns.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration()
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return fmt.Errorf("creating kafka admin client: %w", err)

@@ -1,9 +1,12 @@
 package app
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/processor"
 )
 
 func TestHorizon(t *testing.T) {
@@ -34,5 +37,15 @@ func TestHorizon(t *testing.T) {
 				t.Fatalf("error %v does not name the setting that accepts it", err)
 			}
 		})
+	}
+}
+
+// The horizon check reads every namespace the routes start workflows in.
+func TestRouteNamespaces(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Temporal.Namespace = "main"
+	cfg.Routes = processor.Routes{{ID: "a"}, {ID: "b", Namespace: "other"}, {ID: "c", Namespace: "main"}, {ID: "d", Namespace: "other"}}
+	if got := routeNamespaces(cfg); !slices.Equal(got, []string{"main", "other"}) {
+		t.Errorf("routeNamespaces = %v", got)
 	}
 }

@@ -4,45 +4,97 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/worker"
 	"github.com/dedupio/dedup/worker/idempotency"
 )
 
 // RunWorker runs RunActivityWorkflow and its activities on the configured
 // task queue until ctx is cancelled, and reaps expired idempotency keys.
+// Like Run, it serves its admin port (worker.admin_listen) first and waits
+// for PostgreSQL and Temporal, whichever is down; it polls its task queue
+// once both answer, and returns early only for what waiting does not heal.
 func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if log == nil {
 		log = NewLogger(cfg.Log)
 	}
-	if err := migrateWithRetry(ctx, cfg.Postgres.URL, log); err != nil {
+	reg := prometheus.NewRegistry()
+	deps := newDependencies(log, depPostgres, depTemporal)
+	var running atomic.Bool
+	report := func() []status { return workerStatus(deps, running.Load()) }
+	if err := registerProcessMetrics(reg, "dedup_worker_ready", "1 while the worker polls its task queue and PostgreSQL and Temporal answer (what /readyz says).", report); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, cfg.Postgres.URL)
+	if err := reg.Register(deps); err != nil {
+		return fmt.Errorf("registering dedup_dependency_up: %w", err)
+	}
+	addr := ""
+	if cfg.Worker.AdminListen != "" {
+		srv, a, err := serveAdmin("worker.admin_listen", cfg.Worker.AdminListen, cfg.Admin.Pprof, reg, log, report)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		addr = a
+	}
+	log.Info("worker starting: waiting for its dependencies", "admin", addr)
+
+	pool, err := pgxpool.New(ctx, cfg.Postgres.URL) // connects lazily
 	if err != nil {
-		return fmt.Errorf("connecting to postgres: %w", err)
+		return fmt.Errorf("postgres.url: %w", err)
 	}
 	defer pool.Close()
+	if _, err := temporalOptions(cfg, log, nil); err != nil {
+		return err
+	}
+	var tc client.Client
+	err = waitAll(ctx,
+		func(ctx context.Context) error {
+			return deps.waitFor(ctx, depPostgres, cfg.Retry, refusedPostgres, func(ctx context.Context) error {
+				if err := ping(ctx, pool); err != nil {
+					return err
+				}
+				return ledger.Migrate(ctx, cfg.Postgres.URL)
+			})
+		},
+		func(ctx context.Context) (err error) {
+			tc, err = waitTemporal(ctx, cfg, log, newTemporalMetrics(reg), deps)
+			return err
+		})
+	if tc != nil {
+		defer tc.Close()
+	}
+	if err != nil {
+		return err
+	}
 	keys, err := idempotency.New(pool, idempotency.Options{Lease: cfg.Worker.KeyLease, TTL: cfg.Worker.KeyTTL})
 	if err != nil {
 		return err
 	}
-	tc, err := dialTemporal(ctx, cfg, log, nil)
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
 	w := sdkworker.New(tc, cfg.Worker.TaskQueue, sdkworker.Options{})
 	worker.Register(w, &worker.Activities{Pool: pool, Keys: keys, Client: tc, WebhookURL: cfg.Worker.WebhookURL})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("starting worker: %w", err)
 	}
 	defer w.Stop()
-	log.Info("worker running", "task_queue", cfg.Worker.TaskQueue)
+	running.Store(true)
+	stopProbes := goProbe(ctx, deps, map[string]func(context.Context) error{
+		depPostgres: func(ctx context.Context) error { return ping(ctx, pool) },
+		depTemporal: func(ctx context.Context) error {
+			_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+			return err
+		},
+	})
+	defer stopProbes()
+	log.Info("worker running", "task_queue", cfg.Worker.TaskQueue, "admin", addr)
 	every(ctx, time.Hour, func() {
 		if n, err := keys.Reap(ctx, 10000); err != nil {
 			log.Warn("reaping idempotency keys", "err", err)
@@ -51,4 +103,11 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	})
 	return nil
+}
+
+// ping asks PostgreSQL to answer within probeTimeout.
+func ping(ctx context.Context, pool *pgxpool.Pool) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	return pool.Ping(ctx)
 }

@@ -34,6 +34,14 @@ type Options struct {
 	Durable bool
 	// Log receives the server's output; nil discards it.
 	Log *os.File
+	// TLS, when set, turns ssl on with this server certificate and key.
+	// Connections without TLS are still accepted (sslmode decides).
+	TLS *TLS
+}
+
+// TLS is the server's certificate (with its chain) and private key, PEM.
+type TLS struct {
+	CertPEM, KeyPEM []byte
 }
 
 // Cluster is a running throwaway cluster.
@@ -88,6 +96,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		c.cleanup()
 		return nil, fmt.Errorf("running initdb: %w: %s", err, out)
 	}
+	if opts.TLS != nil {
+		if err := c.writeTLS(); err != nil {
+			c.cleanup()
+			return nil, err
+		}
+	}
 	if c.port == 0 {
 		if c.port, err = freePort(); err != nil {
 			c.cleanup()
@@ -107,6 +121,9 @@ func (c *Cluster) startServer(ctx context.Context) error {
 		"-c", "shared_buffers=256MB", "-c", "max_wal_size=2GB"}
 	if !c.opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off")
+	}
+	if c.opts.TLS != nil {
+		args = append(args, "-c", "ssl=on", "-c", "ssl_cert_file=server.crt", "-c", "ssl_key_file=server.key")
 	}
 	cmd := c.command(filepath.Join(c.bin, "postgres"), args...)
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT // immediate shutdown if we die
@@ -136,6 +153,24 @@ func (c *Cluster) startServer(ctx context.Context) error {
 			return fmt.Errorf("postgres not ready after 60s: %w", err)
 		}
 	}
+}
+
+// writeTLS puts the certificate and key in the data directory, where
+// ssl_cert_file and ssl_key_file find them (relative paths), readable only
+// by the server's user as PostgreSQL demands of a key.
+func (c *Cluster) writeTLS() error {
+	for name, b := range map[string][]byte{"server.crt": c.opts.TLS.CertPEM, "server.key": c.opts.TLS.KeyPEM} {
+		p := filepath.Join(c.dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			return fmt.Errorf("writing %s: %w", name, err)
+		}
+		if c.cred != nil {
+			if err := os.Chown(p, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+				return fmt.Errorf("handing %s to postgres: %w", name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // StopImmediate stops the server the way an operator pulling the plug

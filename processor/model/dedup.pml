@@ -15,17 +15,41 @@
  *   FAILED_ONLY       Temporal reuse policy allow_duplicate_failed_only:
  *                     a run can close failed or completed; a start after a
  *                     failed run creates a new execution; a DUPLICATE
- *                     verdict becomes a check job (LastRun, ledger Rerun,
- *                     start of the next generation). Checks S2g.
+ *                     verdict becomes a check job. Start first, record
+ *                     after: the check's LastRun reads the current run L
+ *                     (closed? failed? its generation g_L, from the run's
+ *                     memo); if L failed, the job starts generation
+ *                     max(g_row, g_L) + 1 (g_row: the row's generation, from
+ *                     the claim), and the marker records the start with a
+ *                     generation guard. No ledger Rerun: a row is pending
+ *                     only after a claim's insert. Checks S2g and R.
+ *   RERUN_FIRST       (FAILED_ONLY) the protocol before: LastRun, then the
+ *                     ledger's Rerun compare-and-set (row pending,
+ *                     generation + 1), then the start of the row's
+ *                     generation; MarkStarted on pending rows only. Violates
+ *                     E2 and L (gap 2b: a re-run orphaned after its Rerun).
  *   NO_REQUEST_ID     Temporal ignores the start's request ID (the
  *                     generation): the reuse policy alone decides. With
  *                     FAILED_ONLY, expected to violate S2g.
  *   NFAIL=n           (FAILED_ONLY) runs that may close failed (default 1).
- *   PRE_GAP2_FIX      (FAILED_ONLY) startPool before the gap-2 fix: a check
- *                     that runs nothing again finishes its NEW/REDRIVE
- *                     waiters (no startReq), a taken-over check becomes a
- *                     start of the check's request.
- *   NO_ORPHAN_RERUN   (FAILED_ONLY) an orphaned Rerun never lands.
+ *   PRE_GAP2_FIX      (FAILED_ONLY, RERUN_FIRST) startPool before the gap-2
+ *                     fix: a check that runs nothing again finishes its
+ *                     NEW/REDRIVE waiters (no startReq), a taken-over check
+ *                     becomes a start of the check's request.
+ *   NO_ORPHAN_RERUN   (FAILED_ONLY, RERUN_FIRST) an orphaned Rerun never lands.
+ *   GAP1_OK           (FAILED_ONLY) a run created by a start of an older
+ *                     generation than the current (failed) run's (gap 1) is
+ *                     let through instead of failing S2g, so that a search
+ *                     with NFAIL=2 checks everything else.
+ *   Mutations of the start-first protocol (FAILED_ONLY; each must make a
+ *   search fail or is reported as harmless in README.md):
+ *   MUT_MARK_PENDING_ONLY  the marker moves pending rows only (no
+ *                     "started AND generation < next" case).
+ *   MUT_MARK_NO_GUARD the marker overwrites a started row's run and
+ *                     generation whatever its generation.
+ *   MUT_NEXT_FROM_ROW next = g_row + 1 (LastRun's generation ignored, as
+ *                     for runs made before the memo: g_L = 0).
+ *   MUT_NEXT_FROM_RUN next = g_L + 1 (the claim's generation ignored).
  *   W4                4 records (p0: [A, A''], p1: [B, A']) instead of 3.
  *   W2                2 records (p0: [A], p1: [B]): no re-send of A.
  *   NCRASH=n NREVOKE=n NZOMBIE=n NTIMEOUT=n   fault budgets (default 1).
@@ -61,7 +85,7 @@
 #define J_START 1 /* queued / calling Temporal (retried)      */
 #define J_MARK  2 /* Temporal said started; waiting for mark   */
 #define J_CHECK 3 /* check job (DUPLICATE, FAILED_ONLY): LastRun */
-#define J_RERUN 4 /* check job: last run failed; ledger Rerun   */
+#define J_RERUN 4 /* (RERUN_FIRST) check job: last run failed; ledger Rerun */
 
 /* Temporal execution state (FAILED_ONLY) */
 #define X_NONE      0
@@ -85,14 +109,20 @@ byte bgen[NP];          /* group generation of the partition's owner */
 
 /* ---- ledger (PostgreSQL) ---- */
 byte  lst[NWID];        /* row state */
-byte  lgen[NWID];       /* row generation (1 at insert; Rerun: +1) */
-byte  lrun[NWID];       /* row run_id: run number (1..exec), 0 = NULL */
+byte  lgen[NWID];       /* row generation (1 at insert; mark: greatest(generation,
+                         * the start's); RERUN_FIRST: Rerun +1) */
+#ifdef RERUN_FIRST
+byte  lrun[NWID];       /* row run_id: run number (1..exec), 0 = NULL (read by Rerun's
+                         * compare-and-set; the start-first protocol never reads
+                         * it back, so the model does not keep it) */
+#endif
 mtype lhash[NWID];      /* row payload hash */
 bit   cfl[NREC];        /* dedup_conflicts row for the record */
 
 /* ---- Temporal ---- */
 byte exec[NWID];        /* executions created for the workflow ID; run n is the n-th */
-byte xgen[NWID];        /* request ID (generation) of the current (latest) run */
+byte xgen[NWID];        /* request ID (generation) of the current (latest) run; with
+                         * FAILED_ONLY also its memo, which LastRun reads (g_L) */
 #ifdef FAILED_ONLY
 byte xlast[NWID];       /* state of the latest execution */
 byte xgens[NWID];       /* bit g: some run was created by a start of generation g (S2g) */
@@ -140,7 +170,8 @@ typedef Rep {
 	bit  dlpend;        /* a claim's conflicts are being dead-lettered */
 	byte jph[NWID];     /* startPool.starting[wid]: job phase */
 	byte jgen[NWID];    /* job's req.Generation (its request ID) */
-	byte jrun[NWID];    /* run ID: from Start (J_MARK) or LastRun (J_RERUN) */
+	byte jrun[NWID];    /* run ID: from Start (J_MARK) or LastRun (J_RERUN); a re-run's
+	                     * start (J_START after a check): the failed run L it replaces (R) */
 	byte jsreq[NWID];   /* check job (J_CHECK/J_RERUN): job.startReq, the generation of
 	                     * the first NEW/REDRIVE copy that waits on it (0 = nil) */
 	byte jown[NWID];    /* job's record */
@@ -190,10 +221,17 @@ inline rowverdict(r, c, w) {
 		coalesce(r, c, w, J_START, lgen[w])
 	:: else ->
 #ifdef FAILED_ONLY
+#ifdef RERUN_FIRST
 		/* DUPLICATE on a route whose policy is not reject_duplicate: a check
 		 * job; its req.Generation is 0, whose request ID is generation 1's */
 		printf("MSC: r%d   rec%d %e -> DUPLICATE: check job\n", r, c, rhash[c]);
 		coalesce(r, c, w, J_CHECK, 1)
+#else
+		/* DUPLICATE on a route whose policy is not reject_duplicate: a check
+		 * job; its req.Generation is the row's (g_row, from the claim) */
+		printf("MSC: r%d   rec%d %e -> DUPLICATE: check job (row generation %d)\n", r, c, rhash[c], lgen[w]);
+		coalesce(r, c, w, J_CHECK, lgen[w])
+#endif
 #else
 		printf("MSC: r%d   rec%d %e -> DUPLICATE (finished)\n", r, c, rhash[c]);
 		finish(r, c)
@@ -295,15 +333,32 @@ inline tstart(r, w, g) {
 		printf("MSC: r%d   Temporal: request ID of generation %d is the current run %d's: that run, Started=false\n", r, g, x_)
 #ifdef FAILED_ONLY
 	:: !RIDHIT(w, g) && (exec[w] == 0 || xlast[w] == X_FAILED) ->
-		/* S2g: every run is a distinct generation the ledger handed out,
-		 * a run only after none or a failed one (never after a completed one) */
+		/* S2g: a run only after none or a failed one (never after a
+		 * completed one: the model of Temporal); the first run is
+		 * generation 1 (RERUN_FIRST: every generation is one the ledger
+		 * handed out); no two runs of one generation (below) */
 		assert(exec[w] == 0 || xlast[w] == X_FAILED);
+#ifdef RERUN_FIRST
 		assert(g >= 1 && g <= lgen[w]);
+#else
+		assert(g >= 1 && (exec[w] > 0 || g == 1));
+#endif
 		/* gap 1 (open in Go): a delayed start of an older generation than
 		 * the current (failed) run's creates a run; Temporal matches only
 		 * the current run's request ID */
+#ifndef GAP1_OK
 		assert(exec[w] == 0 || g >= xgen[w]);
 		assert((xgens[w] & (1 << g)) == 0);
+#else
+		/* gap 1 let through (it is reported by the search without
+		 * GAP1_OK): S2g's distinctness is checked for the other starts */
+		assert(exec[w] == 0 || g < xgen[w] || (xgens[w] & (1 << g)) == 0);
+		if
+		:: exec[w] > 0 && g < xgen[w] ->
+			printf("MSC: r%d   GAP 1: a start of generation %d creates a run after generation %d's failed\n", r, g, xgen[w])
+		:: else
+		fi;
+#endif
 		exec[w]++; xlast[w] = X_RUNNING; xgen[w] = g; xgens[w] = xgens[w] | (1 << g);
 		x_ = exec[w];
 		printf("MSC: r%d   Temporal: execution %d created for wid%d, generation %d\n", r, exec[w], w, g)
@@ -344,15 +399,29 @@ inline doneok(r, w) {
 	clearjob(r, w)
 }
 
-/* startPool.marker -> ledger MarkStarted (pending rows only: state
- * started, run_id), then done(ok): finish owner and waiters */
+/* startPool.marker -> ledger MarkStarted, then done(ok): finish owner and
+ * waiters. Start first, record after: SET state = 'started', run_id,
+ * generation = greatest(generation, g) WHERE state = 'pending' OR
+ * (state = 'started' AND generation < g), g the start's generation.
+ * RERUN_FIRST: pending rows only. */
 inline mark(r, w) {
 	if
+#if defined(RERUN_FIRST)
 	:: lst[w] == L_PENDING -> lst[w] = L_STARTED; lrun[w] = rep[r].jrun[w]
+#elif defined(MUT_MARK_PENDING_ONLY)
+	:: lst[w] == L_PENDING -> lst[w] = L_STARTED;
+		if :: lgen[w] < rep[r].jgen[w] -> lgen[w] = rep[r].jgen[w] :: else fi
+#elif defined(MUT_MARK_NO_GUARD)
+	:: lst[w] != L_NONE -> lst[w] = L_STARTED; lgen[w] = rep[r].jgen[w]
+#else
+	:: lst[w] == L_PENDING || (lst[w] == L_STARTED && lgen[w] < rep[r].jgen[w]) ->
+		lst[w] = L_STARTED;
+		if :: lgen[w] < rep[r].jgen[w] -> lgen[w] = rep[r].jgen[w] :: else fi
+#endif
 	:: else
 	fi;
-	printf("MSC: r%d mark wid%d started (run %d); finish rec%d (orphaned=%d: not finished if 1) and waiters mask %d\n", r, w,
-		rep[r].jrun[w], rep[r].jown[w], rep[r].jorph[w], rep[r].jwait[w]);
+	printf("MSC: r%d mark wid%d started (run %d, generation %d): row %d generation %d; finish rec%d (orphaned=%d: not finished if 1) and waiters mask %d\n", r, w,
+		rep[r].jrun[w], rep[r].jgen[w], lst[w], lgen[w], rep[r].jown[w], rep[r].jorph[w], rep[r].jwait[w]);
 	doneok(r, w)
 }
 
@@ -404,6 +473,7 @@ inline startinstead(r, w) {
 	fi
 }
 
+#ifdef RERUN_FIRST
 /* ledger (*Postgres).Rerun(wid, run): compare-and-set state = started AND
  * run_id = run -> pending, generation + 1, run_id NULL */
 inline reruncas(r, w, rn) {
@@ -431,6 +501,29 @@ inline rerun(r, w) {
 		startinstead(r, w)
 	fi
 }
+#else
+/* startPool.rerun after LastRun said the current run L (number rn,
+ * generation gl) failed: no ledger step; the job becomes the start of
+ * generation next = max(g_row, g_L) + 1, g_row being the check's
+ * req.Generation (the claim's); jrun keeps L for R */
+inline rerunnext(r, w, rn, gl) {
+#if defined(MUT_NEXT_FROM_ROW)
+	x_ = rep[r].jgen[w] + 1;
+	printf("MSC: r%d   re-run: start generation %d = row %d + 1 (MUTATION; run %d's is %d)\n", r, x_, rep[r].jgen[w], rn, gl);
+#elif defined(MUT_NEXT_FROM_RUN)
+	x_ = gl + 1;
+	printf("MSC: r%d   re-run: start generation %d = run %d's %d + 1 (MUTATION; row %d)\n", r, x_, rn, gl, rep[r].jgen[w]);
+#else
+	if
+	:: rep[r].jgen[w] >= gl -> x_ = rep[r].jgen[w] + 1
+	:: else -> x_ = gl + 1
+	fi;
+	printf("MSC: r%d   re-run: start generation %d = max(row %d, run %d's %d) + 1\n", r, x_, rep[r].jgen[w], rn, gl);
+#endif
+	rep[r].jph[w] = J_START; rep[r].jgen[w] = x_; rep[r].jrun[w] = rn; rep[r].jsreq[w] = 0;
+	x_ = 0
+}
+#endif
 #endif
 
 /* committer.revoked / lost: forget the partition, abandon its in-flight records */
@@ -545,14 +638,30 @@ proctype replica(byte r) {
 	/* ---- start (Temporal), wid 0 ---- */
 	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) -> LANDED(r);
 		printf("MSC: r%d start wid0 generation %d for rec%d\n", r, rep[r].jgen[0], rep[r].jown[0]);
-		tstart(r, 0, rep[r].jgen[0]); rep[r].jph[0] = J_MARK; rep[r].jrun[0] = x_; x_ = 0 }
+		tstart(r, 0, rep[r].jgen[0]);
+		/* R: a re-run decided on the failed run L is answered with a run
+		 * newer than L (never with L itself) */
+		assert(rep[r].jrun[0] == 0 || x_ > rep[r].jrun[0]);
+		rep[r].jph[0] = J_MARK; rep[r].jrun[0] = x_; x_ = 0 }
 	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) && ntmo > 0 -> LANDED(r);
 		printf("MSC: r%d start wid0 generation %d for rec%d: TIMEOUT (outcome unknown), will retry\n", r, rep[r].jgen[0], rep[r].jown[0]);
 		ntmo--; tstart(r, 0, rep[r].jgen[0]); x_ = 0 }
 #ifdef FAILED_ONLY
-	/* ---- check job: LastRun; if it failed, Rerun and start the next generation ---- */
+	/* ---- check job: LastRun; if it failed, start the next generation ---- */
 	/* LastRun, a read: with the context cancelled it only errs (then the
 	 * job is abandoned, below), so an orphaned check makes no decision */
+#ifndef RERUN_FIRST
+	:: d_step { rep[r].jph[0] == J_CHECK && !rep[r].jorph[0] ->
+		assert(exec[0] > 0);   /* a started row has a run */
+		if
+		:: xlast[0] == X_FAILED ->
+			printf("MSC: r%d check wid0 for rec%d: LastRun: run %d (generation %d) FAILED\n", r, rep[r].jown[0], exec[0], xgen[0]);
+			rerunnext(r, 0, exec[0], xgen[0])
+		:: else ->
+			printf("MSC: r%d check wid0 for rec%d: LastRun: run %d (generation %d) not failed: duplicate\n", r, rep[r].jown[0], exec[0], xgen[0]);
+			startinstead(r, 0)
+		fi }
+#else
 	:: d_step { rep[r].jph[0] == J_CHECK && !rep[r].jorph[0] ->
 		if
 		:: xlast[0] == X_FAILED ->
@@ -573,6 +682,7 @@ proctype replica(byte r) {
 		printf("MSC: r%d rerun wid0 for rec%d lands, answer lost (revoked):\n", r, rep[r].jown[0]);
 		reruncas(r, 0, rep[r].jrun[0]); takeover(r, 0) }
 #endif
+#endif /* RERUN_FIRST */
 #endif
 	/* ---- abandoned job (its record's partition is gone) ---- */
 	:: d_step { (rep[r].jph[0] == J_START || rep[r].jph[0] == J_CHECK || rep[r].jph[0] == J_RERUN) && rep[r].jorph[0] -> takeover(r, 0) }

@@ -30,6 +30,9 @@ import (
 // Options select what to replay.
 type Options struct {
 	Brokers []string
+	// ClientOpts are the Kafka connection options every dedup client
+	// shares (TLS, SASL: internal/app KafkaOpts); they come after Brokers.
+	ClientOpts []kgo.Opt
 	// DeadLetterTopics to read.
 	DeadLetterTopics []string
 	// Reasons to replay; empty means all.
@@ -53,8 +56,8 @@ func Run(ctx context.Context, o Options, log *slog.Logger) (Result, error) {
 	if len(o.DeadLetterTopics) == 0 {
 		return res, errors.New("no dead-letter topics to read")
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(o.Brokers...), kgo.ConsumeTopics(o.DeadLetterTopics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...), kgo.ConsumeTopics(o.DeadLetterTopics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil))}, o.ClientOpts...)...)
 	if err != nil {
 		return res, fmt.Errorf("creating kafka client: %w", err)
 	}

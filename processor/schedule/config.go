@@ -75,6 +75,10 @@ type Trigger struct {
 	MisfireThreshold time.Duration `yaml:"misfire_threshold"`
 	WorkflowType     string        `yaml:"workflow_type"`
 	TaskQueue        string        `yaml:"task_queue"`
+	// Namespace is the Temporal namespace the runs start in; empty: the
+	// starter's (temporal.namespace). A route with key scheduled_for that
+	// should agree with the trigger must name the same one.
+	Namespace string `yaml:"namespace"`
 	// Definition is passed to the workflow (the tasks RunActivityWorkflow
 	// spawns) and must say dedupe_key_strategy.
 	Definition *schemas.ActivityDefinition `yaml:"definition"`

@@ -258,7 +258,7 @@ func (s *Scheduler) start(ctx context.Context, fires []Fire) error {
 			ends = append(ends, end)
 			continue
 		default:
-			req := processor.StartRequest{WorkflowID: f.WorkflowID, WorkflowType: t.WorkflowType, TaskQueue: t.TaskQueue,
+			req := processor.StartRequest{Namespace: t.Namespace, WorkflowID: f.WorkflowID, WorkflowType: t.WorkflowType, TaskQueue: t.TaskQueue,
 				ReusePolicy: processor.ReuseRejectDuplicate, Generation: v.Generation, Input: input(t, f, intents[i].EventID)}
 			res, err := s.starter.Start(ctx, req)
 			switch {

@@ -82,7 +82,7 @@ func (f *temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 	return processor.StartResult{RunID: f.ids[req.WorkflowID]}, nil
 }
 
-func (f *temporal) LastRun(context.Context, string) (processor.Run, error) {
+func (f *temporal) LastRun(context.Context, string, string) (processor.Run, error) {
 	return processor.Run{}, errors.New("not used")
 }
 

@@ -2,11 +2,15 @@ package ledger
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -30,8 +34,23 @@ var (
 // Config says how to reach the ledger.
 type Config struct {
 	// URL is a libpq connection string; cmd/ fills it from DATABASE_URL when
-	// the file leaves it empty.
+	// the file leaves it empty. In production use sslmode=verify-full (and
+	// sslrootcert=FILE for a private CA, such as RDS's bundle): Validate
+	// refuses a connection that does not verify the server's certificate
+	// unless AllowInsecure says so.
 	URL string `yaml:"url"`
+	// URLFile names a file holding URL (a mounted Secret: the URL carries
+	// the password). The config loader (internal/app) reads it into URL;
+	// set one of the two.
+	URLFile string `yaml:"url_file"`
+	// AllowInsecure lets dedup connect to a PostgreSQL that is not on
+	// this machine without verifying its certificate (sslmode disable,
+	// allow, prefer, or require without sslrootcert): anyone on the path
+	// can read the ledger's traffic or pose as the server. Connections to
+	// a loopback address or a Unix socket never leave the machine and are
+	// allowed without it (the dev stack, tests, a local TLS proxy such as
+	// the Cloud SQL Auth Proxy).
+	AllowInsecure bool `yaml:"allow_insecure"`
 	// MaxConns bounds the pool. One router uses one connection for claims
 	// and one for marking starts; more only help ad-hoc queries.
 	MaxConns int32 `yaml:"max_conns"`
@@ -65,8 +84,14 @@ func (c Config) Validate() error {
 	if c.URL == "" {
 		return errors.New("postgres.url: empty (set it or DATABASE_URL)")
 	}
-	if _, err := pgxpool.ParseConfig(c.URL); err != nil {
+	pc, err := pgxpool.ParseConfig(c.URL)
+	if err != nil {
 		return fmt.Errorf("postgres.url: %w", err)
+	}
+	if !c.AllowInsecure {
+		if err := verifiedTLS(pc.ConnConfig.Config); err != nil {
+			return err
+		}
 	}
 	if c.MaxConns < 2 {
 		return fmt.Errorf("postgres.max_conns: %d, want at least 2", c.MaxConns)
@@ -81,6 +106,42 @@ func (c Config) Validate() error {
 		return errors.New("postgres.purge_interval, purge_batch: want > 0")
 	}
 	return nil
+}
+
+// verifiedTLS says which host of a parsed connection string (its first
+// host, or a fallback: a second host, or sslmode=prefer's plaintext retry)
+// is reached without verifying the server's certificate, unless it is on
+// this machine.
+func verifiedTLS(c pgconn.Config) error {
+	try := []*pgconn.FallbackConfig{{Host: c.Host, Port: c.Port, TLSConfig: c.TLSConfig}}
+	try = append(try, c.Fallbacks...)
+	for _, f := range try {
+		if onThisMachine(f.Host) {
+			continue
+		}
+		how := ""
+		switch {
+		case f.TLSConfig == nil:
+			how = "without TLS"
+		case f.TLSConfig.InsecureSkipVerify && f.TLSConfig.VerifyPeerCertificate == nil:
+			how = "over TLS without verifying the server's certificate"
+		default:
+			continue
+		}
+		return fmt.Errorf("postgres.url: connects to %s %s (sslmode disable, allow, prefer, or require without sslrootcert): "+
+			"use sslmode=verify-full (with sslrootcert=FILE for a private CA), or accept it with postgres.allow_insecure: true",
+			net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))), how)
+	}
+	return nil
+}
+
+// onThisMachine: a Unix socket or a loopback host.
+func onThisMachine(host string) bool {
+	if strings.HasPrefix(host, "/") || strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Postgres is the ledger.
@@ -614,8 +675,21 @@ func Transient(err error) bool {
 		}
 		return false
 	}
-	// No server error: the connection or dial failed.
-	return !errors.Is(err, context.Canceled)
+	// No server error: the connection or dial failed; waiting may heal
+	// that, unless the server's certificate does not verify (another CA,
+	// another host name): a setting to fix, not an outage to wait out.
+	return !errors.Is(err, context.Canceled) && !certificateRefused(err)
+}
+
+// certificateRefused: the server's certificate did not verify.
+func certificateRefused(err error) bool {
+	var (
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+	)
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) || errors.As(err, &invalid)
 }
 
 // classify marks the errors that retrying cannot fix (permission denied,

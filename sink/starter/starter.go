@@ -9,7 +9,7 @@
 // Errors are classified once, here (Permanent): unavailable, throttled,
 // timed out and internal errors, and a namespace that is failing over, are
 // transient (the router retries them); invalid arguments, unknown
-// namespaces and permission errors are permanent (processor.Permanent: the
+// namespaces and invalid requests are permanent (processor.Permanent: the
 // record is dead-lettered).
 package starter
 
@@ -31,6 +31,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/grpc/codes"
 
+	"github.com/dedupio/dedup/internal/clienttls"
 	"github.com/dedupio/dedup/processor"
 )
 
@@ -38,11 +39,24 @@ var _ processor.Starter = (*Temporal)(nil)
 
 // Config says how to reach Temporal.
 type Config struct {
-	HostPort  string `yaml:"host_port"`
+	HostPort string `yaml:"host_port"`
+	// Namespace is where workflows start unless their route names its own
+	// (routes[].namespace).
 	Namespace string `yaml:"namespace"`
 	// StartTimeout bounds one start attempt (the SDK retries transient gRPC
 	// errors inside it); the router retries past it with backoff.
 	StartTimeout time.Duration `yaml:"start_timeout"`
+	// TLS is the connection's TLS: a client certificate and key for
+	// mutual TLS (Temporal Cloud's namespace endpoints, a self-hosted
+	// frontend with requireClientAuth), the CA of a private server, the
+	// server name. The files are read again when they change.
+	TLS clienttls.Config `yaml:"tls"`
+	// APIKey authenticates every call with an API key (Temporal Cloud);
+	// TLS is on whenever a key is set. APIKeyFile is the same from a file,
+	// read again when it changes (a rotated key needs no restart). Set
+	// one of the two, or neither.
+	APIKey     string `yaml:"api_key"`
+	APIKeyFile string `yaml:"api_key_file"`
 }
 
 // DefaultConfig points at a local Temporal.
@@ -59,8 +73,10 @@ func (c Config) Validate() error {
 		return errors.New("temporal.namespace: empty")
 	case c.StartTimeout <= 0:
 		return fmt.Errorf("temporal.start_timeout: %s, want > 0", c.StartTimeout)
+	case c.APIKey != "" && c.APIKeyFile != "":
+		return errors.New("temporal.api_key, api_key_file: set one, not both")
 	}
-	return nil
+	return c.TLS.Validate("temporal.tls")
 }
 
 // Temporal starts workflows through one SDK client's gRPC service.
@@ -73,7 +89,8 @@ type Temporal struct {
 }
 
 // New wraps an SDK client (the caller dials it and closes it). cfg's
-// Namespace must be the client's.
+// Namespace is the default of requests that name none; every request
+// carries its namespace, so one client serves every route's.
 func New(c client.Client, cfg Config) *Temporal {
 	host, _ := os.Hostname()
 	return &Temporal{c: c, namespace: cfg.Namespace, timeout: cfg.StartTimeout,
@@ -127,7 +144,7 @@ func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 		return processor.StartResult{}, processor.Permanent(fmt.Errorf("encoding generation of workflow %s: %w", req.WorkflowID, err))
 	}
 	resp, err := t.c.WorkflowService().StartWorkflowExecution(ctx, &workflowservice.StartWorkflowExecutionRequest{
-		Namespace:    t.namespace,
+		Namespace:    t.ns(req.Namespace),
 		WorkflowId:   req.WorkflowID,
 		WorkflowType: &commonpb.WorkflowType{Name: req.WorkflowType},
 		TaskQueue:    &taskqueuepb.TaskQueue{Name: req.TaskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
@@ -165,11 +182,23 @@ func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 // generation it was started for.
 const MemoGeneration = "dedup_generation"
 
-// LastRun describes the workflow ID's latest run.
-func (t *Temporal) LastRun(ctx context.Context, workflowID string) (processor.Run, error) {
+// ns is namespace, or the default when it is empty.
+func (t *Temporal) ns(namespace string) string {
+	if namespace == "" {
+		return t.namespace
+	}
+	return namespace
+}
+
+// LastRun describes the workflow ID's latest run in namespace (empty:
+// the default).
+func (t *Temporal) LastRun(ctx context.Context, namespace, workflowID string) (processor.Run, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	resp, err := t.c.DescribeWorkflowExecution(ctx, workflowID, "")
+	resp, err := t.c.WorkflowService().DescribeWorkflowExecution(ctx, &workflowservice.DescribeWorkflowExecutionRequest{
+		Namespace: t.ns(namespace),
+		Execution: &commonpb.WorkflowExecution{WorkflowId: workflowID},
+	})
 	if err != nil {
 		err = fmt.Errorf("describing workflow %s: %w", workflowID, err)
 		if Permanent(err) {
@@ -233,6 +262,13 @@ func ReusePolicy(p processor.ReusePolicy) enumspb.WorkflowIdReusePolicy {
 //     (including the server's "namespace replication in handover state").
 //   - serviceerror.WorkflowNotReady (FailedPrecondition): "not yet", by
 //     definition.
+//   - Unauthenticated and PermissionDenied: the credentials (an API key,
+//     a client certificate) or the grants of this deployment, not the
+//     record. An API key expires, a certificate is rotated late, a grant
+//     is revoked: every record meets it until someone fixes it, and an
+//     API key file or certificate re-read on change heals it without a
+//     restart; stalling (Temporal reported down) beats dead-lettering the
+//     stream.
 //   - ResourceExhausted, Internal, Aborted, DataLoss, Unknown, and any
 //     error that is not a gRPC or Temporal service error (connection
 //     resets and the like).
@@ -247,8 +283,8 @@ func ReusePolicy(p processor.ReusePolicy) enumspb.WorkflowIdReusePolicy {
 //     being registered while routers already send to it (the server caches
 //     the miss for a few seconds): that is a deployment ordering error, and
 //     the dead letters it leaves can be replayed (dedup dlq replay).
-//   - InvalidArgument, PermissionDenied, Unauthenticated, Unimplemented,
-//     OutOfRange (NewerBuildExists), and NotFound in general.
+//   - InvalidArgument, Unimplemented, OutOfRange (NewerBuildExists), and
+//     NotFound in general.
 //   - FailedPrecondition other than the cases above:
 //     ClientVersionNotSupported and ServerVersionNotSupported (a deploy
 //     that waiting does not fix) and the generic serviceerror
@@ -275,8 +311,7 @@ func Permanent(err error) bool {
 		return true
 	}
 	switch serviceerror.ToStatus(err).Code() {
-	case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated,
-		codes.Unimplemented, codes.FailedPrecondition, codes.OutOfRange:
+	case codes.InvalidArgument, codes.NotFound, codes.Unimplemented, codes.FailedPrecondition, codes.OutOfRange:
 		return true
 	}
 	return false

@@ -73,8 +73,12 @@ func TestPermanent(t *testing.T) {
 		// Permanent service errors: this request will never succeed.
 		{"invalid argument", serviceerror.NewInvalidArgument("bad"), true},
 		{"invalid argument, wrapped", fmt.Errorf("x: %w", serviceerror.NewInvalidArgument("bad")), true},
-		{"permission denied", serviceerror.NewPermissionDenied("no", "reason"), true},
-		{"permission denied, wrapped", fmt.Errorf("x: %w", serviceerror.NewPermissionDenied("no", "")), true},
+		// Credentials and grants: the deployment's, not the record's
+		// (an expired API key must not dead-letter the stream).
+		{"permission denied", serviceerror.NewPermissionDenied("no", "reason"), false},
+		{"permission denied, wrapped", fmt.Errorf("x: %w", serviceerror.NewPermissionDenied("no", "")), false},
+		{"unauthenticated, over the wire", serviceerror.FromStatus(status.New(codes.Unauthenticated, "expired")), false},
+
 		{"not found", serviceerror.NewNotFound("gone"), true},
 		{"unimplemented", serviceerror.NewUnimplemented("no"), true},
 		{"failed precondition, generic", serviceerror.NewFailedPrecondition("no"), true},
@@ -94,9 +98,9 @@ func TestPermanent(t *testing.T) {
 		{"grpc unknown", status.Error(codes.Unknown, "?"), false},
 		{"grpc invalid argument", status.Error(codes.InvalidArgument, "bad"), true},
 		{"grpc invalid argument, wrapped", fmt.Errorf("x: %w", status.Error(codes.InvalidArgument, "bad")), true},
-		{"grpc permission denied", status.Error(codes.PermissionDenied, "no"), true},
-		{"grpc unauthenticated", status.Error(codes.Unauthenticated, "who"), true},
-		{"grpc unauthenticated, wrapped", fmt.Errorf("x: %w", status.Error(codes.Unauthenticated, "who")), true},
+		{"grpc permission denied", status.Error(codes.PermissionDenied, "no"), false},
+		{"grpc unauthenticated", status.Error(codes.Unauthenticated, "who"), false},
+		{"grpc unauthenticated, wrapped", fmt.Errorf("x: %w", status.Error(codes.Unauthenticated, "who")), false},
 		{"grpc not found", status.Error(codes.NotFound, "gone"), true},
 		{"grpc unimplemented", status.Error(codes.Unimplemented, "no"), true},
 		{"grpc out of range", status.Error(codes.OutOfRange, "no"), true},

@@ -1,0 +1,9 @@
+package app
+
+import (
+	"testing"
+
+	"github.com/dedupio/dedup/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }

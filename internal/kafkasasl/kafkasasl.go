@@ -1,0 +1,202 @@
+// Package kafkasasl is kafka.sasl: how dedup's Kafka clients authenticate
+// (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER). Secrets come inline
+// (usually ${VAR}) or from files, which are read again when they change, at
+// the next authentication: rotating a mounted Secret needs no restart.
+package kafkasasl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/clientcredentials"
+
+	"github.com/dedupio/dedup/internal/secret"
+)
+
+// The mechanisms, as Kafka names them.
+const (
+	Plain       = "PLAIN"
+	ScramSHA256 = "SCRAM-SHA-256"
+	ScramSHA512 = "SCRAM-SHA-512"
+	OAuthBearer = "OAUTHBEARER"
+)
+
+// Config is the kafka.sasl section. Mechanism empty: no SASL.
+type Config struct {
+	Mechanism string `yaml:"mechanism"`
+	// Username and Password (or PasswordFile) for PLAIN and SCRAM.
+	Username     string `yaml:"username"`
+	Password     string `yaml:"password"`
+	PasswordFile string `yaml:"password_file"`
+	// OAUTHBEARER takes either TokenFile, a token some other process keeps
+	// fresh (read again when it changes), or the client-credentials grant
+	// against TokenURL with ClientID and ClientSecret (or
+	// ClientSecretFile) and optional Scopes; dedup refreshes the token
+	// before it expires.
+	TokenFile        string   `yaml:"token_file"`
+	TokenURL         string   `yaml:"token_url"`
+	ClientID         string   `yaml:"client_id"`
+	ClientSecret     string   `yaml:"client_secret"`
+	ClientSecretFile string   `yaml:"client_secret_file"`
+	Scopes           []string `yaml:"scopes"`
+	// Extensions are OAUTHBEARER SASL extensions (Confluent Cloud wants
+	// logicalCluster and identityPoolId).
+	Extensions map[string]string `yaml:"extensions"`
+}
+
+// On reports whether SASL is used.
+func (c Config) On() bool { return c.Mechanism != "" }
+
+// Name is the mechanism as Kafka spells it (the config accepts any case).
+func (c Config) Name() string { return strings.ToUpper(c.Mechanism) }
+
+// Validate names the first invalid field.
+func (c Config) Validate() error {
+	one := func(a, b string) bool { return (a == "") != (b == "") }
+	userPass := c.Username != "" || c.Password != "" || c.PasswordFile != ""
+	oauthAny := c.TokenFile != "" || c.TokenURL != "" || c.ClientID != "" || c.ClientSecret != "" ||
+		c.ClientSecretFile != "" || len(c.Scopes) > 0 || len(c.Extensions) > 0
+	switch c.Name() {
+	case "":
+		if userPass || oauthAny {
+			return errors.New("kafka.sasl.mechanism: empty, but other kafka.sasl keys are set: want PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
+		}
+	case Plain, ScramSHA256, ScramSHA512:
+		switch {
+		case c.Username == "":
+			return fmt.Errorf("kafka.sasl.username: empty (mechanism %s)", c.Name())
+		case !one(c.Password, c.PasswordFile):
+			return fmt.Errorf("kafka.sasl.password, password_file: set one (mechanism %s)", c.Name())
+		case oauthAny:
+			return fmt.Errorf("kafka.sasl: token and client keys are for OAUTHBEARER, not %s", c.Name())
+		}
+	case OAuthBearer:
+		switch {
+		case userPass:
+			return errors.New("kafka.sasl.username, password: not used by OAUTHBEARER (token_file, or token_url with client_id and client_secret)")
+		case !one(c.TokenFile, c.TokenURL):
+			return errors.New("kafka.sasl.token_file, token_url: set one (OAUTHBEARER)")
+		case c.TokenFile != "" && (c.ClientID != "" || c.ClientSecret != "" || c.ClientSecretFile != "" || len(c.Scopes) > 0):
+			return errors.New("kafka.sasl.client_id, client_secret, scopes: only with token_url")
+		case c.TokenURL != "" && c.ClientID == "":
+			return errors.New("kafka.sasl.client_id: empty (token_url)")
+		case c.TokenURL != "" && !one(c.ClientSecret, c.ClientSecretFile):
+			return errors.New("kafka.sasl.client_secret, client_secret_file: set one (token_url)")
+		case c.TokenURL != "" && !strings.HasPrefix(c.TokenURL, "https://") && !strings.HasPrefix(c.TokenURL, "http://"):
+			return errors.New("kafka.sasl.token_url: want an http(s) URL")
+		}
+	default:
+		return fmt.Errorf("kafka.sasl.mechanism: %q, want PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", c.Mechanism)
+	}
+	return nil
+}
+
+// Build builds the franz-go mechanism. Secret files are read once here
+// (a missing file is a start-up error naming its key) and again, when they
+// changed, at each authentication. nil when SASL is off.
+func (c Config) Build() (sasl.Mechanism, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	switch c.Name() {
+	case "":
+		return nil, nil
+	case Plain, ScramSHA256, ScramSHA512:
+		password, err := value("kafka.sasl.password_file", c.Password, c.PasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		switch c.Name() {
+		case Plain:
+			return plain.Plain(func(context.Context) (plain.Auth, error) {
+				p, err := password()
+				return plain.Auth{User: c.Username, Pass: p}, err
+			}), nil
+		case ScramSHA256:
+			return scram.Sha256(func(context.Context) (scram.Auth, error) {
+				p, err := password()
+				return scram.Auth{User: c.Username, Pass: p}, err
+			}), nil
+		default:
+			return scram.Sha512(func(context.Context) (scram.Auth, error) {
+				p, err := password()
+				return scram.Auth{User: c.Username, Pass: p}, err
+			}), nil
+		}
+	}
+	token, err := c.tokens()
+	if err != nil {
+		return nil, err
+	}
+	return oauth.Oauth(func(ctx context.Context) (oauth.Auth, error) {
+		t, err := token(ctx)
+		return oauth.Auth{Token: t, Extensions: c.Extensions}, err
+	}), nil
+}
+
+// tokens is where OAUTHBEARER's token comes from.
+func (c Config) tokens() (func(context.Context) (string, error), error) {
+	if c.TokenFile != "" {
+		f, err := secret.NewFile("kafka.sasl.token_file", c.TokenFile)
+		if err != nil {
+			return nil, err
+		}
+		return func(context.Context) (string, error) { return f.Get() }, nil
+	}
+	clientSecret, err := value("kafka.sasl.client_secret_file", c.ClientSecret, c.ClientSecretFile)
+	if err != nil {
+		return nil, err
+	}
+	src := oauth2.ReuseTokenSource(nil, &clientCredentials{
+		cfg:    clientcredentials.Config{ClientID: c.ClientID, TokenURL: c.TokenURL, Scopes: c.Scopes},
+		secret: clientSecret,
+	})
+	return func(context.Context) (string, error) {
+		t, err := src.Token()
+		if err != nil {
+			return "", fmt.Errorf("kafka.sasl.token_url: getting a token: %w", err)
+		}
+		return t.AccessToken, nil
+	}, nil
+}
+
+// clientCredentials runs the client-credentials grant with the client
+// secret as it is now (its file may have been rotated).
+type clientCredentials struct {
+	cfg    clientcredentials.Config
+	secret func() (string, error)
+}
+
+func (s *clientCredentials) Token() (*oauth2.Token, error) {
+	sec, err := s.secret()
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.cfg
+	cfg.ClientSecret = sec
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctx = context.WithValue(ctx, oauth2.HTTPClient, &http.Client{Timeout: 30 * time.Second})
+	return cfg.Token(ctx)
+}
+
+// value is an inline secret or a file's, read again when it changes.
+func value(fileKey, inline, path string) (func() (string, error), error) {
+	if path == "" {
+		return func() (string, error) { return inline, nil }, nil
+	}
+	f, err := secret.NewFile(fileKey, path)
+	if err != nil {
+		return nil, err
+	}
+	return f.Get, nil
+}

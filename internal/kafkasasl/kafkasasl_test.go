@@ -1,0 +1,151 @@
+package kafkasasl
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestValidateNamesTheField(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, ""},
+		{Config{Username: "u"}, "kafka.sasl.mechanism: empty"},
+		{Config{Mechanism: "GSSAPI"}, `kafka.sasl.mechanism: "GSSAPI"`},
+		{Config{Mechanism: "scram-sha-512", Username: "u", Password: "p"}, ""},
+		{Config{Mechanism: "PLAIN", Password: "p"}, "kafka.sasl.username: empty"},
+		{Config{Mechanism: "PLAIN", Username: "u"}, "kafka.sasl.password, password_file: set one"},
+		{Config{Mechanism: "PLAIN", Username: "u", Password: "p", PasswordFile: "f"}, "kafka.sasl.password, password_file: set one"},
+		{Config{Mechanism: "PLAIN", Username: "u", Password: "p", TokenFile: "f"}, "not PLAIN"},
+		{Config{Mechanism: "OAUTHBEARER"}, "kafka.sasl.token_file, token_url: set one"},
+		{Config{Mechanism: "OAUTHBEARER", TokenFile: "f", Username: "u"}, "not used by OAUTHBEARER"},
+		{Config{Mechanism: "OAUTHBEARER", TokenURL: "https://idp/token"}, "kafka.sasl.client_id: empty"},
+		{Config{Mechanism: "OAUTHBEARER", TokenURL: "https://idp/token", ClientID: "c"}, "kafka.sasl.client_secret, client_secret_file: set one"},
+		{Config{Mechanism: "OAUTHBEARER", TokenURL: "idp/token", ClientID: "c", ClientSecret: "s"}, "kafka.sasl.token_url: want an http(s) URL"},
+		{Config{Mechanism: "OAUTHBEARER", TokenFile: "f", ClientID: "c"}, "only with token_url"},
+		{Config{Mechanism: "OAUTHBEARER", TokenURL: "https://idp/token", ClientID: "c", ClientSecretFile: "f", Scopes: []string{"kafka"}}, ""},
+	} {
+		err := tc.cfg.Validate()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// initial is the first message the mechanism sends to a broker.
+func initial(t *testing.T, c Config) (string, error) {
+	t.Helper()
+	m, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, msg, err := m.Authenticate(context.Background(), "broker:9092")
+	return string(msg), err
+}
+
+// Secret files are read again when they change, at the next
+// authentication.
+func TestSecretFilesAreReadAgain(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "password")
+	write := func(p, s string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// A new modification time even on a coarse clock.
+		later := time.Now().Add(time.Duration(len(s)) * time.Second)
+		if err := os.Chtimes(p, later, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(pw, "first\n")
+	c := Config{Mechanism: Plain, Username: "u", PasswordFile: pw}
+	m, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, msg, _ := m.Authenticate(context.Background(), "b")
+	if string(msg) != "\x00u\x00first" {
+		t.Fatalf("PLAIN message %q", msg)
+	}
+	write(pw, "second-one\n")
+	_, msg, _ = m.Authenticate(context.Background(), "b")
+	if string(msg) != "\x00u\x00second-one" {
+		t.Fatalf("after rotation: %q", msg)
+	}
+	if _, err := (Config{Mechanism: Plain, Username: "u", PasswordFile: filepath.Join(dir, "missing")}).Build(); err == nil ||
+		!strings.Contains(err.Error(), "kafka.sasl.password_file") {
+		t.Errorf("a missing file: %v", err)
+	}
+
+	tok := filepath.Join(dir, "token")
+	write(tok, "tok-a")
+	msg1, err := initial(t, Config{Mechanism: OAuthBearer, TokenFile: tok, Extensions: map[string]string{"logicalCluster": "lkc-1"}})
+	if err != nil || !strings.Contains(msg1, "auth=Bearer tok-a\x01") || !strings.Contains(msg1, "logicalCluster=lkc-1") {
+		t.Fatalf("OAUTHBEARER token file: %q %v", msg1, err)
+	}
+}
+
+// The client-credentials grant against a token endpoint (a real HTTP
+// server speaking RFC 6749): the token is fetched once and reused until
+// it expires; a refused client is an error that names the key and never
+// quotes the secret.
+func TestClientCredentials(t *testing.T) {
+	var issued atomic.Int64
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := r.ParseForm(); err != nil || r.Form.Get("grant_type") != "client_credentials" {
+			http.Error(w, `{"error":"unsupported_grant_type"}`, http.StatusBadRequest)
+			return
+		}
+		id, sec, ok := r.BasicAuth()
+		if !ok {
+			id, sec = r.Form.Get("client_id"), r.Form.Get("client_secret")
+		}
+		if id != "dedup" || sec != "cl1ent-s3cret" || r.Form.Get("scope") != "kafka" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":"invalid_client"}`))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": "tok-" + string(rune('0'+issued.Add(1))), "token_type": "Bearer", "expires_in": 3600})
+	}))
+	defer idp.Close()
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secretFile, []byte("cl1ent-s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := Config{Mechanism: OAuthBearer, TokenURL: idp.URL, ClientID: "dedup", ClientSecretFile: secretFile, Scopes: []string{"kafka"}}
+	m, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		_, msg, err := m.Authenticate(context.Background(), "b")
+		if err != nil || !strings.Contains(string(msg), "auth=Bearer tok-1\x01") {
+			t.Fatalf("%q %v", msg, err)
+		}
+	}
+	if issued.Load() != 1 {
+		t.Errorf("%d tokens issued for three logins, want one (reused until it expires)", issued.Load())
+	}
+	c.ClientSecretFile, c.ClientSecret = "", "wr0ng-s3cret"
+	_, err = initial(t, c)
+	if err == nil || !strings.Contains(err.Error(), "kafka.sasl.token_url") || !strings.Contains(err.Error(), "invalid_client") {
+		t.Fatalf("a refused client: %v", err)
+	}
+	if strings.Contains(err.Error(), "wr0ng-s3cret") {
+		t.Errorf("the error quotes the secret: %v", err)
+	}
+}
