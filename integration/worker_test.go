@@ -76,7 +76,7 @@ func runInput(id string, def schemas.ActivityDefinition) schemas.WorkflowInput {
 func TestWebhookRetriedAfterEffectHappensOnce(t *testing.T) {
 	e := newEnv(t, 1)
 	pool := e.pool()
-	keys, err := idempotency.New(pool, idempotency.DefaultOptions())
+	keys, err := idempotency.New(pool, idempotency.DefaultOptions(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,9 @@ func TestWebhookRetriedAfterEffectHappensOnce(t *testing.T) {
 			return nil
 		}}
 	w := sdkworker.New(e.tc, "wk-retry", sdkworker.Options{})
-	worker.Register(w, acts)
+	if err := worker.Register(w, acts); err != nil {
+		t.Fatal(err)
+	}
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +142,11 @@ func TestWorkerKilledMidWorkflow(t *testing.T) {
 	cfg := e.config()
 	cfg.Worker.TaskQueue = "wk-kill"
 	cfg.Worker.WebhookURL = ep.srv.URL
-	cfg.Worker.KeyLease = 2 * time.Second
+	// A lease far longer than an attempt (3s), and only 3 attempts: the
+	// killed worker's keys stay held for up to 10s after the kill, and the
+	// retries must wait for them (InProgress asks Temporal to come back
+	// when the lease runs out) instead of spending their attempts.
+	cfg.Worker.KeyLease = 10 * time.Second
 	path := e.writeConfig(cfg)
 	spawnWorker := func() *proc {
 		p := &proc{name: "worker", done: make(chan struct{})}
@@ -160,7 +166,7 @@ func TestWorkerKilledMidWorkflow(t *testing.T) {
 	}
 	w1 := spawnWorker()
 	const webhooks = 4
-	def := schemas.ActivityDefinition{ActivityTimeoutSeconds: 3}
+	def := schemas.ActivityDefinition{ActivityTimeoutSeconds: 3, MaxAttempts: 3}
 	for i := 0; i < webhooks; i++ {
 		def.Tasks = append(def.Tasks, schemas.TaskSpec{Type: "webhook"})
 	}
@@ -187,10 +193,21 @@ func TestWorkerKilledMidWorkflow(t *testing.T) {
 	w2.wait(t, 30*time.Second)
 
 	pool := e.pool()
+	if res.RunID != worker.RunID(in.WorkflowID) {
+		t.Errorf("run ID %s, want RunID(workflow ID) %s", res.RunID, worker.RunID(in.WorkflowID))
+	}
 	var runs int
-	_ = pool.QueryRow(ctx, `SELECT count(*) FROM activity_runs WHERE workflow_id = $1`, in.WorkflowID).Scan(&runs)
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM activity_runs WHERE workflow_id = $1 AND status = 'completed'`, in.WorkflowID).Scan(&runs)
 	if runs != 1 {
-		t.Errorf("%d activity_runs rows, want 1", runs)
+		t.Errorf("%d completed activity_runs rows, want 1", runs)
+	}
+	if got := e.attempts(in.WorkflowID); got != "completed" {
+		t.Errorf("attempts %q, want one (a worker crash is not a new execution)", got)
+	}
+	var reruns int
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM task_instances WHERE run_id = $1 AND (executions <> 1 OR status <> 'completed')`, res.RunID).Scan(&reruns)
+	if reruns != 0 {
+		t.Errorf("%d task instances not completed in one execution", reruns)
 	}
 	rows, err := pool.Query(ctx, `SELECT id FROM task_instances WHERE run_id = $1 ORDER BY task_index`, res.RunID)
 	if err != nil {
@@ -220,16 +237,26 @@ func TestWorkerKilledMidWorkflow(t *testing.T) {
 	if len(ep.effects) != webhooks {
 		t.Errorf("webhook effects for %d keys, want %d", len(ep.effects), webhooks)
 	}
-	for k, n := range ep.effects {
-		if n != 1 {
-			t.Errorf("key %s applied %d times", k, n)
+	repeats := 0
+	for i := 0; i < webhooks; i++ {
+		key := worker.StepKey(worker.TaskID(res.RunID, "webhook", i), "post")
+		if ep.effects[key] != 1 {
+			t.Errorf("key %s applied %d times, want once", key, ep.effects[key])
 		}
+		repeats += ep.requests[key] - 1
 	}
-	t.Logf("webhook requests per key (a repeat means the store could not see a call cut short by the kill; the key let the endpoint drop it): %v", ep.requests)
+	// A repeat is a call the kill cut short after it reached the endpoint
+	// and before its outcome was stored: the new worker sent it again
+	// under the same key, and the endpoint dropped it. At most one per
+	// webhook in flight at the kill, so at most one per webhook.
+	if repeats > webhooks {
+		t.Errorf("%d repeated requests, more than the %d webhooks that can be in flight at the kill", repeats, webhooks)
+	}
+	t.Logf("deliveries: %d keys applied once each; %d repeated requests dropped by the endpoint (requests per key %v)", len(ep.effects), repeats, ep.requests)
 	ep.mu.Unlock()
 
 	if path := os.Getenv("DEDUP_RECORD_HISTORY"); path != "" {
-		saveHistory(t, e.tc, in.WorkflowID, res.RunID, path)
+		saveHistory(t, e.tc, in.WorkflowID, run.GetRunID(), path) // the Temporal run, not the logical run ID
 	}
 }
 

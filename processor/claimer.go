@@ -31,6 +31,12 @@ type claimer struct {
 	starts *startPool
 	dlq    *deadLetterWriter
 	end    func(rec *record, ok bool)
+
+	// The decision log samples duplicates: the first of each second is
+	// logged at info, with how many went unlogged before it (claim runs on
+	// one goroutine: no lock).
+	dupLoggedAt time.Time
+	dupUnlogged int
 }
 
 // claim claims b and dispatches its intents. It returns once every start
@@ -66,28 +72,55 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 				// Another copy's start is in flight here: this one finishes
 				// with it, and Temporal hears of it once.
 				c.m.intents.WithLabelValues(VerdictDuplicate.String()).Inc()
+				c.duplicate(in, "start_in_flight")
 				continue
 			}
 			c.m.intents.WithLabelValues(v.String()).Inc()
+			c.log.Info("decision", "decision", v.String(), "workflow_id", in.WorkflowID, "event_id", in.EventID, "rule", in.IDRule,
+				"topic", in.Topic, "partition", in.Partition, "offset", in.Offset, "generation", cl.Generation)
 		case v == VerdictConflict:
+			// Logged by the dead-letter writer once the dead letter is
+			// written (decision "conflict").
 			c.m.intents.WithLabelValues(v.String()).Inc()
 			conflicts = append(conflicts, deadLetter{rec: rec, reason: ReasonConflict, workflow: in.WorkflowID,
-				err: fmt.Errorf("workflow %s was claimed with another payload; not started", in.WorkflowID)})
+				err:     fmt.Errorf("workflow %s was claimed with another payload; not started", in.WorkflowID),
+				eventID: in.EventID, rule: in.IDRule})
 		case b.reqs[i].ReusePolicy != ReuseRejectDuplicate:
 			// Started before; the policy may allow a closed run to run
 			// again: the start pool asks Temporal how it ended.
 			c.m.intents.WithLabelValues(v.String()).Inc()
+			c.duplicate(in, "started_rerun_check")
 			req := b.reqs[i]
 			req.Generation = cl.Generation
 			c.starts.submit(rec, req, true)
 		default:
 			c.m.intents.WithLabelValues(v.String()).Inc()
-			c.log.Debug("duplicate skipped", "workflow_id", in.WorkflowID, "topic", in.Topic,
-				"partition", in.Partition, "offset", in.Offset)
+			c.duplicate(in, "started")
 			c.end(rec, true)
 		}
 	}
 	if len(conflicts) > 0 {
 		c.dlq.write(ctx, conflicts)
+	}
+}
+
+// duplicate logs a duplicate: each one at debug, and the first of each
+// second at info with sampled=true and how many were not logged at info
+// since the previous sample (the decision log's duplicates). ledger says
+// what the copy is a duplicate of: a started row ("started", or
+// "started_rerun_check" under an allow_* policy, which asks Temporal next)
+// or a start in flight in this router ("start_in_flight").
+func (c *claimer) duplicate(in *Intent, ledger string) {
+	if now := time.Now(); now.Sub(c.dupLoggedAt) >= time.Second {
+		c.log.Info("decision", "decision", "duplicate", "sampled", true, "not_logged_since_last_sample", c.dupUnlogged,
+			"ledger", ledger, "workflow_id", in.WorkflowID, "event_id", in.EventID, "rule", in.IDRule,
+			"topic", in.Topic, "partition", in.Partition, "offset", in.Offset)
+		c.dupLoggedAt, c.dupUnlogged = now, 0
+		return
+	}
+	c.dupUnlogged++
+	if c.log.Enabled(context.Background(), slog.LevelDebug) {
+		c.log.Debug("decision", "decision", "duplicate", "ledger", ledger, "workflow_id", in.WorkflowID, "event_id", in.EventID,
+			"rule", in.IDRule, "topic", in.Topic, "partition", in.Partition, "offset", in.Offset)
 	}
 }

@@ -37,12 +37,14 @@ var Reasons = []Reason{ReasonUndecodable, ReasonMissingType, ReasonInvalidID, Re
 	ReasonConflict, ReasonNoRoute, ReasonTemporalPermanent}
 
 // deadLetter is one record to dead-letter: for per-workflow reasons
-// (conflict, temporal_permanent) workflow names the workflow.
+// (conflict, temporal_permanent) workflow names the workflow; eventID and
+// rule, when the record decoded, are for the decision log only.
 type deadLetter struct {
-	rec      *record
-	reason   Reason
-	err      error
-	workflow string
+	rec           *record
+	reason        Reason
+	err           error
+	workflow      string
+	eventID, rule string
 }
 
 // deadLetterWriter writes records that can never succeed to the
@@ -81,12 +83,14 @@ func (w *deadLetterWriter) write(ctx context.Context, dls []deadLetter) bool {
 	})
 	var krs []*kgo.Record
 	var fresh []DeadLetter
+	var freshDLs []*deadLetter
 	for i, d := range dls {
 		if err != nil || written[i] {
 			continue
 		}
 		krs = append(krs, w.kafkaRecord(d, entries[i].DLQTopic))
 		fresh = append(fresh, entries[i])
+		freshDLs = append(freshDLs, &dls[i])
 	}
 	if err == nil && len(krs) > 0 {
 		err = w.produce(ctx, krs)
@@ -94,10 +98,18 @@ func (w *deadLetterWriter) write(ctx context.Context, dls []deadLetter) bool {
 			err = w.health.retry(ctx, OpDeadLetterLog, func(ctx context.Context) error { return w.dlqLog.Record(ctx, fresh) })
 		}
 		if err == nil {
-			for _, f := range fresh {
+			for i, f := range fresh {
 				w.m.deadLetters.WithLabelValues(f.Reason).Inc()
-				w.log.Warn("dead-lettered record", "topic", f.Topic, "partition", f.Partition, "offset", f.Offset,
-					"reason", f.Reason, "err", f.Error)
+				// The decision log's line for this record: once, when the
+				// write is acknowledged and logged (a redelivery that finds
+				// it written logs nothing). A conflict is its own decision.
+				decision := "dead_letter"
+				if f.Reason == string(ReasonConflict) {
+					decision = "conflict"
+				}
+				w.log.Warn("dead-lettered record", "decision", decision, "reason", f.Reason, "workflow_id", f.WorkflowID,
+					"event_id", freshDLs[i].eventID, "rule", freshDLs[i].rule,
+					"topic", f.Topic, "partition", f.Partition, "offset", f.Offset, "dlq_topic", f.DLQTopic, "err", f.Error)
 			}
 		}
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/eventid"
-	"github.com/dedupio/dedup/schemas"
 )
 
 // Hooks let tests stop the router at chosen points, the way a crash would.
@@ -42,11 +41,11 @@ type Hooks struct {
 //   - deadLetterWriter (deadletter.go): dead letters, written once;
 //   - health (health.go): retries, dependency state, the pause.
 type Router struct {
-	cfg Config
-	log *slog.Logger
-	dec *eventid.Decoder
-	m   *metrics
-	cl  *kgo.Client
+	cfg     Config
+	log     *slog.Logger
+	decider *Decider
+	m       *metrics
+	cl      *kgo.Client
 
 	commits *committer
 	claims  *claimer
@@ -69,7 +68,7 @@ func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg p
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	dec, err := eventid.NewDecoder(cfg.EventID)
+	decider, err := NewDecider(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -77,12 +76,12 @@ func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg p
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, log: log, dec: dec, m: m}
+	r := &Router{cfg: cfg, log: log, decider: decider, m: m}
 	r.workCtx, r.workCancel = context.WithCancel(context.Background())
 	r.health = newHealth(cfg, log, m, r.pause, r.fatal)
 	r.commits = newCommitter(cfg, log, m, r.workCtx, r.health.Paused)
 	r.dlq = &deadLetterWriter{cfg: cfg, log: log, m: m, dlqLog: dlqLog, health: r.health, end: r.commits.end}
-	r.starts = newStartPool(cfg, m, starter, ledger, r.health, hooks, r.dlq, r.commits.end, r.workCtx)
+	r.starts = newStartPool(cfg, log, m, starter, ledger, r.health, hooks, r.dlq, r.commits.end, r.workCtx)
 	r.claims = &claimer{log: log, m: m, ledger: ledger, health: r.health, hooks: hooks, starts: r.starts, dlq: r.dlq, end: r.commits.end}
 	reset := kgo.NewOffset().AtStart()
 	if cfg.ResetOffset == "latest" {
@@ -221,8 +220,9 @@ func (r *Router) Run(ctx context.Context) error {
 	return runErr
 }
 
-// prepare decodes and routes one poll, dead-letters what can never
-// succeed, and returns the batch's intents for claim (nil if none).
+// prepare decides one poll (Decider.Decide: decode, route, workflow IDs),
+// dead-letters what can never succeed, and returns the batch's intents for
+// claim (nil if none).
 func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 	var (
 		intents []Intent
@@ -230,14 +230,13 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 		owners  []*record
 		dead    []deadLetter
 	)
-	// Track in poll order (the tracker needs offsets in order), then decode
+	// Track in poll order (the tracker needs offsets in order), then decide
 	// in parallel: decoding (JSON, RFC 8785, SHA-256) is most of the CPU a
 	// batch costs, and it is pure.
 	type polled struct {
 		kr  *kgo.Record
 		rec *record
-		ev  eventid.Event
-		err error
+		d   Decision
 	}
 	var batch []polled
 	fetches.EachRecord(func(kr *kgo.Record) {
@@ -248,65 +247,29 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 	r.m.records.Add(float64(len(batch)))
 	parallel(len(batch), func(i int) {
 		p := &batch[i]
-		if len(p.kr.Value) <= r.cfg.MaxValueBytes {
-			p.ev, p.err = r.dec.Decode(toEventRecord(p.kr))
-		}
+		p.d = r.decider.Decide(p.kr)
 	})
 	for i := range batch {
-		kr, rec, ev, err := batch[i].kr, batch[i].rec, batch[i].ev, batch[i].err
-		if len(kr.Value) > r.cfg.MaxValueBytes {
-			dead = append(dead, deadLetter{rec: rec, reason: ReasonOversized,
-				err: fmt.Errorf("value is %d bytes, over max_value_bytes %d", len(kr.Value), r.cfg.MaxValueBytes)})
-			continue
-		}
-		if err != nil {
-			dead = append(dead, deadLetter{rec: rec, reason: Reason(eventid.ReasonOf(err)), err: err})
-			continue
-		}
-		routes := r.cfg.Routes.Match(&ev)
-		if len(routes) == 0 {
+		kr, rec, d := batch[i].kr, batch[i].rec, &batch[i].d
+		if d.NoRoute {
 			r.m.noRoute.Inc()
-			if r.cfg.NoRoute == "dead_letter" {
-				dead = append(dead, deadLetter{rec: rec, reason: ReasonNoRoute, err: fmt.Errorf("no route matches type %q source %q", ev.Type, ev.Source)})
-				continue
-			}
+		}
+		if d.DeadLetter != "" {
+			dead = append(dead, deadLetter{rec: rec, reason: d.DeadLetter, err: d.Err, eventID: d.Event.ID, rule: string(d.Event.Rule)})
+			continue
+		}
+		if d.Skipped() {
+			r.log.Info("decision", "decision", "skipped_no_route", "event_id", d.Event.ID, "rule", string(d.Event.Rule),
+				"type", d.Event.Type, "source", d.Event.Source, "topic", kr.Topic, "partition", kr.Partition, "offset", kr.Offset)
 			r.commits.end(rec, true)
 			continue
 		}
-		n := 0
-		keys := make([]string, len(routes))
-		var keyErr error
-		for j, rt := range routes {
-			keys[j] = ev.ID
-			if rt.Key == KeyScheduledFor {
-				if keys[j], err = scheduledFor(ev.Data); err != nil && keyErr == nil {
-					keyErr = fmt.Errorf("route %s: %w", rt.ID, err)
-				}
-			}
-		}
-		if keyErr != nil {
-			dead = append(dead, deadLetter{rec: rec, reason: ReasonUndecodable, err: keyErr})
-			continue
-		}
-		for j, rt := range routes {
-			wid := WorkflowID(rt.ID, keys[j])
-			n++
-			hash, req := ev.PayloadHash, NewStartRequest(rt, &ev, wid)
-			if rt.Key == KeyScheduledFor {
-				// A slot is one run whoever fires it: every fire of it
-				// hashes equal, so a second fire is a duplicate (of the
-				// scheduler's too), never a conflict.
-				hash = SlotPayloadHash(rt.ID, keys[j])
-				req.Input.TriggerKind, req.Input.ScheduledFor = schemas.TriggerCron, keys[j]
-			}
-			intents = append(intents, Intent{
-				WorkflowID: wid, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
-				PayloadHash: hash, Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset,
-			})
-			reqs = append(reqs, req)
+		intents = append(intents, d.Intents...)
+		reqs = append(reqs, d.Starts...)
+		for range d.Intents {
 			owners = append(owners, rec)
 		}
-		r.commits.setPending(rec, n)
+		r.commits.setPending(rec, len(d.Intents))
 	}
 	if len(dead) > 0 {
 		r.dlq.write(ctx, dead)

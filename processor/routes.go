@@ -3,11 +3,16 @@ package processor
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/schemas"
 )
+
+// taskTypeName is the shape of a definition's task type (part of task IDs
+// task-{run_id}:{type}:{index}, so never a colon).
+var taskTypeName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
 // ReusePolicy is the Temporal workflow ID reuse policy of a route.
 type ReusePolicy string
@@ -112,12 +117,20 @@ func (rs Routes) Validate() error {
 		}
 		if d := r.Definition; d != nil {
 			for j, tk := range d.Tasks {
-				if tk.Type != "webhook" && tk.Type != "noop" {
-					return fmt.Errorf("%s.definition.tasks[%d].type: %q (webhook, noop)", at, j, tk.Type)
+				// The worker knows which types it has (built-in webhook and
+				// noop, and its users' task types); here only the name's
+				// shape, which is part of task IDs.
+				if !taskTypeName.MatchString(tk.Type) {
+					return fmt.Errorf("%s.definition.tasks[%d].type: %q (webhook, noop, or a task type the worker registers: letters, digits, '_', '.', '-')", at, j, tk.Type)
 				}
 			}
-			if d.ActivityTimeoutSeconds < 0 {
+			switch {
+			case d.ActivityTimeoutSeconds < 0:
 				return fmt.Errorf("%s.definition.activity_timeout_seconds: %d", at, d.ActivityTimeoutSeconds)
+			case d.MaxAttempts < 0:
+				return fmt.Errorf("%s.definition.max_attempts: %d", at, d.MaxAttempts)
+			case d.ScheduleToCloseSeconds < 0:
+				return fmt.Errorf("%s.definition.schedule_to_close_seconds: %d", at, d.ScheduleToCloseSeconds)
 			}
 			switch d.DedupeKeyStrategy {
 			case "", "skip", "catchup", "compress":

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/schemas"
 )
 
 func TestRoutesMatch(t *testing.T) {
@@ -54,6 +55,13 @@ func TestRoutesValidate(t *testing.T) {
 		"routes[0].task_queue":      func(r *Route) { r.TaskQueue = "" },
 		"routes[0].id_reuse_policy": func(r *Route) { r.IDReusePolicy = "sometimes" },
 		"routes[0].key":             func(r *Route) { r.Key = "offset" },
+		"routes[0].definition.tasks[1].type": func(r *Route) {
+			r.Definition = &schemas.ActivityDefinition{Tasks: []schemas.TaskSpec{{Type: "welcome_email"}, {Type: "a:b"}}}
+		},
+		"routes[0].definition.max_attempts": func(r *Route) { r.Definition = &schemas.ActivityDefinition{MaxAttempts: -1} },
+		"routes[0].definition.schedule_to_close_seconds": func(r *Route) {
+			r.Definition = &schemas.ActivityDefinition{ScheduleToCloseSeconds: -1}
+		},
 	}
 	for want, mod := range cases {
 		r := ok
@@ -62,6 +70,12 @@ func TestRoutesValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v", want, err)
 		}
+	}
+	// Task types the worker registers (not only webhook and noop) pass.
+	user := ok
+	user.Definition = &schemas.ActivityDefinition{Tasks: []schemas.TaskSpec{{Type: "send_welcome_email"}, {Type: "webhook"}}, MaxAttempts: 3}
+	if err := (Routes{user}).Validate(); err != nil {
+		t.Errorf("user task types: %v", err)
 	}
 	if err := (Routes{ok, ok}).Validate(); err == nil || !strings.Contains(err.Error(), "used twice") {
 		t.Errorf("duplicate id: %v", err)

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -42,6 +43,7 @@ type job struct {
 // event, dead-lettered once.
 type startPool struct {
 	cfg     Config
+	log     *slog.Logger
 	m       *metrics
 	starter Starter
 	ledger  Ledger
@@ -60,9 +62,9 @@ type startPool struct {
 	markQ  chan *job
 }
 
-func newStartPool(cfg Config, m *metrics, starter Starter, ledger Ledger, h *health, hooks Hooks, dlq *deadLetterWriter,
+func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, ledger Ledger, h *health, hooks Hooks, dlq *deadLetterWriter,
 	end func(*record, bool), workCtx context.Context) *startPool {
-	return &startPool{cfg: cfg, m: m, starter: starter, ledger: ledger, health: h, hooks: hooks, dlq: dlq, end: end,
+	return &startPool{cfg: cfg, log: log, m: m, starter: starter, ledger: ledger, health: h, hooks: hooks, dlq: dlq, end: end,
 		workCtx: workCtx, starting: map[string]*job{},
 		// Room for the starts of every record in flight (one per route
 		// each, usually), so the claimer claims the next batch while this
@@ -203,6 +205,10 @@ func (s *startPool) rerun(ctx context.Context, j *job) bool {
 	}
 	s.m.reruns.Inc()
 	j.req.Generation, j.check = max(j.req.Generation, run.Generation, 1)+1, false
+	in, src := &j.req.Input, j.rec.kr
+	s.log.Info("decision", "decision", "rerun", "workflow_id", j.req.WorkflowID, "event_id", in.EventID, "rule", in.IDRule,
+		"topic", src.Topic, "partition", src.Partition, "offset", src.Offset, "generation", j.req.Generation,
+		"last_run_id", run.ID, "reuse_policy", string(j.req.ReusePolicy))
 	return true
 }
 
@@ -233,7 +239,8 @@ func (s *startPool) startInstead(j *job) bool {
 func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
 	// The owner's own piece of work is ended by the writer; its waiters
 	// are released below with the same outcome.
-	ok := s.dlq.write(ctx, []deadLetter{{rec: j.rec, reason: ReasonTemporalPermanent, err: cause, workflow: j.req.WorkflowID}})
+	ok := s.dlq.write(ctx, []deadLetter{{rec: j.rec, reason: ReasonTemporalPermanent, err: cause, workflow: j.req.WorkflowID,
+		eventID: j.req.Input.EventID, rule: j.req.Input.IDRule}})
 	if ok {
 		// Best effort: a row left pending is re-driven and dead-lettered
 		// again (the dead-letter log keeps it written once).

@@ -72,12 +72,19 @@ const (
 
 // ActivityDefinition is what RunActivityWorkflow does for an activity.
 type ActivityDefinition struct {
-	// Tasks are spawned as child workflows task-{run_id}:{type}:{index}.
+	// Tasks are spawned as child workflows task-{run_id}:{type}:{index},
+	// run_id being the name-based UUID of the workflow ID (package worker).
 	Tasks []TaskSpec `json:"tasks" yaml:"tasks"`
-	// ActivityTimeout bounds each activity attempt (start to close), in
-	// seconds; a worker that dies mid-activity is noticed after it.
+	// ActivityTimeout bounds each attempt of a task's work (start to
+	// close), in seconds; a worker that dies mid-task is noticed after it.
 	// 0 means 30.
 	ActivityTimeoutSeconds int `json:"activity_timeout_seconds,omitempty" yaml:"activity_timeout_seconds"`
+	// MaxAttempts bounds the attempts of each task's work (errors the task
+	// marks permanent are never retried). 0 means 10.
+	MaxAttempts int `json:"max_attempts,omitempty" yaml:"max_attempts"`
+	// ScheduleToCloseSeconds bounds each task's work across all its
+	// attempts, waiting for a worker included. 0 means 3600.
+	ScheduleToCloseSeconds int `json:"schedule_to_close_seconds,omitempty" yaml:"schedule_to_close_seconds"`
 	// DedupeKeyStrategy is how the activity handles missed runs of a
 	// scheduled trigger: skip, catchup or compress. A trigger's definition
 	// must say it, and it must match the trigger's misfire_policy (the
@@ -88,8 +95,9 @@ type ActivityDefinition struct {
 
 // TaskSpec is one task of an activity.
 type TaskSpec struct {
-	// Type selects the task's activity: "webhook" (POST the event, with an
-	// Idempotency-Key) or "noop".
+	// Type selects the task type: the built-in "webhook" (POST the event,
+	// with an Idempotency-Key) or "noop", or a type registered in the
+	// worker (worker.NewTaskType). Letters, digits, '_', '.', '-'.
 	Type string `json:"type" yaml:"type"`
 	// URL overrides the worker's webhook URL for a webhook task.
 	URL string `json:"url,omitempty" yaml:"url"`
@@ -118,3 +126,10 @@ const (
 	HeaderOriginPartition = "dedup-origin-partition"
 	HeaderOriginOffset    = "dedup-origin-offset"
 )
+
+// MemoGeneration is the memo field in which every run dedup starts carries
+// the generation it was started for (an integer: 1 for the first run of a
+// workflow ID, one more for each re-run under an allow_* policy). The
+// router reads it back to choose the next generation; the worker fences
+// with it a delayed start of an older generation.
+const MemoGeneration = "dedup_generation"

@@ -1,19 +1,20 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -28,10 +29,23 @@ const (
 	TaskInstanceWorkflowName = "TaskInstanceWorkflow"
 )
 
+// changeRunIdentity is the workflow change that made the run's identity
+// the workflow ID (version 1). Runs started before it replay the legacy
+// code path (legacy.go).
+const changeRunIdentity = "run-identity-by-workflow-id"
+
+// Defaults of a task's activity, when the definition leaves them 0.
+const (
+	DefaultActivityTimeout = 30 * time.Second // start to close, per attempt
+	DefaultMaxAttempts     = 10
+	DefaultScheduleToClose = time.Hour // all attempts, waiting included
+)
+
 // RunResult is what RunActivityWorkflow returns.
 type RunResult struct {
-	RunID string       `json:"run_id"`
-	Tasks []TaskResult `json:"tasks"`
+	RunID   string       `json:"run_id"`
+	Attempt int          `json:"attempt,omitempty"` // this execution's number among the run's executions
+	Tasks   []TaskResult `json:"tasks"`
 }
 
 // TaskInput is a task instance's input.
@@ -43,262 +57,584 @@ type TaskInput struct {
 	URL     string                `json:"url,omitempty"`
 	Event   schemas.WorkflowInput `json:"event"`
 	Timeout int                   `json:"activity_timeout_seconds"`
+	// Retry bounds of the task's activity (0: the defaults).
+	MaxAttempts            int `json:"max_attempts,omitempty"`
+	ScheduleToCloseSeconds int `json:"schedule_to_close_seconds,omitempty"`
 }
 
 // TaskResult is a task instance's outcome.
 type TaskResult struct {
 	ID     string          `json:"id"`
 	Output json.RawMessage `json:"output,omitempty"`
+	// Adopted: the task had completed in an earlier execution of the run;
+	// this is its stored result, and it did not run again.
+	Adopted bool `json:"adopted,omitempty"`
 }
 
-// TaskID is the child workflow ID of a task: the seed contract's
-// task-{run_id}:{task_type}:{index}.
-func TaskID(runID, taskType string, index int) string {
-	return fmt.Sprintf("task-%s:%s:%d", runID, taskType, index)
-}
+var a *Activities // method values name the activities; never called on nil
 
-func activityOptions(ctx workflow.Context, timeoutSeconds int) workflow.Context {
-	if timeoutSeconds <= 0 {
-		timeoutSeconds = 30
-	}
+// bookkeeping is the activity options of the activities that only write
+// dedup's own tables: retried until PostgreSQL answers.
+func bookkeeping(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: time.Duration(timeoutSeconds) * time.Second,
+		StartToCloseTimeout: 30 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, BackoffCoefficient: 2,
 			MaximumInterval: 10 * time.Second, NonRetryableErrorTypes: []string{"BadTask"}},
 	})
 }
 
-var a *Activities // method values name the activities; never called on nil
+// taskOptions is the activity options of a task's work: bounded by the
+// definition's max_attempts and schedule_to_close_seconds.
+func taskOptions(ctx workflow.Context, in TaskInput) workflow.Context {
+	timeout, attempts, total := DefaultActivityTimeout, DefaultMaxAttempts, DefaultScheduleToClose
+	if in.Timeout > 0 {
+		timeout = time.Duration(in.Timeout) * time.Second
+	}
+	if in.MaxAttempts > 0 {
+		attempts = in.MaxAttempts
+	}
+	if in.ScheduleToCloseSeconds > 0 {
+		total = time.Duration(in.ScheduleToCloseSeconds) * time.Second
+	}
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout:    timeout,
+		ScheduleToCloseTimeout: total,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 200 * time.Millisecond, BackoffCoefficient: 2,
+			MaximumInterval: 10 * time.Second, MaximumAttempts: int32(attempts),
+			NonRetryableErrorTypes: []string{"BadTask", "Permanent"}},
+	})
+}
 
-// RunActivityWorkflow logs the run, runs the definition's tasks as child
-// workflows (in parallel), and marks the run completed.
+// awaitOptions is the options of AwaitTask, which waits (heartbeating) for
+// a task workflow that an earlier execution started.
+func awaitOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 24 * time.Hour,
+		HeartbeatTimeout:    time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2,
+			MaximumInterval: 30 * time.Second},
+	})
+}
+
+// RunActivityWorkflow runs the definition's tasks as child workflows, all
+// in parallel, as one logical run per workflow ID:
+//
+//   - StartRun records this execution as an attempt of the run
+//     (RunID(workflow ID)) and returns the tasks an earlier execution
+//     completed: those are adopted (their stored result), not started;
+//   - every other task starts as the child workflow TaskID(run, type,
+//     index), reuse policy allow-duplicate-failed-only: a child that
+//     failed runs again, one that an earlier execution left running or
+//     that completed meanwhile is found taken and awaited (AwaitTask);
+//   - a task that fails does not stop its siblings: every task runs to its
+//     end (so that what can complete is stored, and a re-run adopts it),
+//     then the run fails with the first failed task's error (by index);
+//   - EndRun records the run and the attempt completed, failed (with the
+//     error) or cancelled (the workflow was cancelled; the children are
+//     cancelled with it).
 func RunActivityWorkflow(ctx workflow.Context, in schemas.WorkflowInput) (RunResult, error) {
+	if workflow.GetVersion(ctx, changeRunIdentity, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return legacyRunActivityWorkflow(ctx, in)
+	}
 	info := workflow.GetInfo(ctx)
-	runID := info.WorkflowExecution.RunID
+	runID := RunID(info.WorkflowExecution.ID)
 	var def schemas.ActivityDefinition
 	if in.Definition != nil {
 		def = *in.Definition
 	}
-	ctx = activityOptions(ctx, def.ActivityTimeoutSeconds)
-	if err := workflow.ExecuteActivity(ctx, a.LogRun, LogRunInput{RunID: runID, WorkflowID: info.WorkflowExecution.ID,
-		ActivityID: in.ActivityID, EventID: in.EventID}).Get(ctx, nil); err != nil {
+	run := RunInput{RunID: runID, WorkflowID: info.WorkflowExecution.ID, ActivityID: in.ActivityID, EventID: in.EventID,
+		Generation: memoGeneration(info.Memo)}
+	for i, t := range def.Tasks {
+		run.TaskIDs = append(run.TaskIDs, TaskID(runID, t.Type, i))
+	}
+	bctx := bookkeeping(ctx)
+	var st RunStart
+	if err := workflow.ExecuteActivity(bctx, a.StartRun, run).Get(ctx, &st); err != nil {
 		return RunResult{}, err
 	}
-	type child struct {
-		id string
-		f  workflow.ChildWorkflowFuture
+	if st.SupersededBy > 0 {
+		// A delayed start of an older generation (processor/model README,
+		// gap 1): it runs nothing, and fails, as the run it lands behind
+		// did, so that a redelivery may still re-run the event.
+		return RunResult{RunID: runID, Attempt: st.Attempt}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("execution of generation %d superseded by generation %d: a delayed start, nothing run", run.Generation, st.SupersededBy),
+			"Superseded", nil)
 	}
-	children := make([]child, len(def.Tasks))
+	res := RunResult{RunID: runID, Attempt: st.Attempt, Tasks: make([]TaskResult, len(def.Tasks))}
+	futures := make([]workflow.ChildWorkflowFuture, len(def.Tasks))
 	for i, t := range def.Tasks {
-		id := TaskID(runID, t.Type, i)
+		id := run.TaskIDs[i]
+		if out, ok := st.Completed[id]; ok {
+			res.Tasks[i] = TaskResult{ID: id, Output: out, Adopted: true}
+			continue
+		}
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-			WorkflowID:            id,
-			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+			WorkflowID: id,
+			// A failed (or terminated, timed-out) task runs again; a
+			// completed or running one is found taken and awaited.
+			WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 			// A child outlives a parent that is terminated or reset, so
-			// that the next run of the parent can adopt it.
-			ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_ABANDON,
+			// that the next execution can await it instead of starting
+			// it again.
+			ParentClosePolicy:   enumspb.PARENT_CLOSE_POLICY_ABANDON,
+			WaitForCancellation: true,
 		})
-		children[i] = child{id: id, f: workflow.ExecuteChildWorkflow(cctx, TaskInstanceWorkflowName, TaskInput{
-			ID: id, RunID: runID, Type: t.Type, Index: i, URL: t.URL, Event: in, Timeout: def.ActivityTimeoutSeconds})}
+		futures[i] = workflow.ExecuteChildWorkflow(cctx, TaskInstanceWorkflowName, TaskInput{
+			ID: id, RunID: runID, Type: t.Type, Index: i, URL: t.URL, Event: in, Timeout: def.ActivityTimeoutSeconds,
+			MaxAttempts: def.MaxAttempts, ScheduleToCloseSeconds: def.ScheduleToCloseSeconds})
 	}
-	res := RunResult{RunID: runID}
-	for _, c := range children {
+	var failed error
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		id := run.TaskIDs[i]
 		var tr TaskResult
-		err := c.f.Get(ctx, &tr)
+		err := f.Get(ctx, &tr)
 		if temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-			// Started before (by an earlier attempt of this run): adopt it.
-			err = workflow.ExecuteActivity(ctx, a.AwaitTask, c.id).Get(ctx, &tr)
+			err = workflow.ExecuteActivity(awaitOptions(ctx), a.AwaitTask, id).Get(ctx, &tr)
 		}
-		if err != nil {
-			_ = workflow.ExecuteActivity(ctx, a.FinishRun, runID, "failed").Get(ctx, nil)
-			return res, fmt.Errorf("task %s: %w", c.id, err)
+		if err != nil && failed == nil {
+			failed = fmt.Errorf("task %s: %s", id, ErrorText(err))
 		}
-		res.Tasks = append(res.Tasks, tr)
+		tr.ID = id
+		res.Tasks[i] = tr
 	}
-	if err := workflow.ExecuteActivity(ctx, a.FinishRun, runID, "completed").Get(ctx, nil); err != nil {
+	end := RunEnd{RunInput: run, Status: "completed"}
+	switch {
+	case ctx.Err() != nil:
+		end.Status, end.Error = "cancelled", "the workflow was cancelled"
+		dctx, cancel := workflow.NewDisconnectedContext(bctx)
+		defer cancel()
+		_ = workflow.ExecuteActivity(dctx, a.EndRun, end).Get(dctx, nil)
+		return res, temporal.NewCanceledError()
+	case failed != nil:
+		end.Status, end.Error = "failed", failed.Error()
+	}
+	if err := workflow.ExecuteActivity(bctx, a.EndRun, end).Get(ctx, nil); err != nil {
 		return res, err
+	}
+	if failed != nil {
+		return res, temporal.NewNonRetryableApplicationError(failed.Error(), "TaskFailed", nil)
 	}
 	return res, nil
 }
 
-// TaskInstanceWorkflow records the task instance, runs its activity and
-// records the outcome.
+// TaskInstanceWorkflow records the task instance (StartTask: a task that
+// completed before returns its stored result and does not run), runs its
+// work (RunTask, bounded retries), and records the outcome: completed with
+// the result, failed with the error, or cancelled.
 func TaskInstanceWorkflow(ctx workflow.Context, in TaskInput) (TaskResult, error) {
-	ctx = activityOptions(ctx, in.Timeout)
-	if err := workflow.ExecuteActivity(ctx, a.LogTask, in).Get(ctx, nil); err != nil {
-		return TaskResult{}, err
+	if workflow.GetVersion(ctx, changeRunIdentity, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return legacyTaskInstanceWorkflow(ctx, in)
 	}
-	res := TaskResult{ID: in.ID}
-	switch in.Type {
-	case "webhook":
-		if err := workflow.ExecuteActivity(ctx, a.SendWebhook, WebhookInput{URL: in.URL, Event: in.Event}).Get(ctx, &res.Output); err != nil {
-			return res, err
+	bctx := bookkeeping(ctx)
+	var st TaskStart
+	if err := workflow.ExecuteActivity(bctx, a.StartTask, in).Get(ctx, &st); err != nil {
+		return TaskResult{ID: in.ID}, err
+	}
+	if st.Completed {
+		return TaskResult{ID: in.ID, Output: st.Result, Adopted: true}, nil
+	}
+	var out json.RawMessage
+	err := workflow.ExecuteActivity(taskOptions(ctx, in), a.RunTask, in).Get(ctx, &out)
+	if err != nil {
+		end := TaskEnd{ID: in.ID, Status: "failed", Error: ErrorText(err)}
+		ectx := bctx
+		if ctx.Err() != nil {
+			end.Status = "cancelled"
+			dctx, cancel := workflow.NewDisconnectedContext(bctx)
+			defer cancel()
+			ectx = dctx
 		}
-	case "noop":
-	default:
-		return res, temporal.NewNonRetryableApplicationError("unknown task type "+in.Type, "BadTask", nil)
+		if eerr := workflow.ExecuteActivity(ectx, a.EndTask, end).Get(ectx, nil); eerr != nil {
+			return TaskResult{ID: in.ID}, errors.Join(err, eerr)
+		}
+		return TaskResult{ID: in.ID}, err
 	}
-	if err := workflow.ExecuteActivity(ctx, a.FinishTask, in.ID, res.Output).Get(ctx, nil); err != nil {
-		return res, err
+	if err := workflow.ExecuteActivity(bctx, a.EndTask, TaskEnd{ID: in.ID, Status: "completed", Output: out}).Get(ctx, nil); err != nil {
+		return TaskResult{ID: in.ID}, err
 	}
-	return res, nil
+	return TaskResult{ID: in.ID, Output: out}, nil
+}
+
+// ErrorText is the message of a Temporal error chain's cause (an
+// application error's message, a timeout's kind), without the wrapping
+// that names activities and workflows.
+func ErrorText(err error) string {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return app.Message()
+	}
+	var to *temporal.TimeoutError
+	if errors.As(err, &to) {
+		return to.Error()
+	}
+	var ce *temporal.CanceledError
+	if errors.As(err, &ce) {
+		return "cancelled"
+	}
+	return err.Error()
 }
 
 // Activities are the workflow's side effects. Each documents its
 // idempotency guarantee.
 type Activities struct {
-	Pool       *pgxpool.Pool
-	Keys       *idempotency.Store
-	Client     client.Client // for AwaitTask
-	HTTP       *http.Client
-	WebhookURL string // default for webhook tasks
+	Pool   *pgxpool.Pool
+	Keys   *idempotency.Store
+	Client client.Client // for AwaitTask
+	HTTP   *http.Client
+	// WebhookURL is the default target of webhook tasks.
+	WebhookURL string
+	// Tasks are the users' task types, next to the built-in webhook and
+	// noop (which they may not redefine).
+	Tasks []TaskType
 	// AfterWebhook, if set, runs after a webhook's outcome is stored and
 	// before the activity returns (tests make it fail, as a crash there
 	// would).
 	AfterWebhook func(ctx context.Context) error
 }
 
-// LogRunInput identifies a run.
-type LogRunInput struct {
-	RunID, WorkflowID, ActivityID, EventID string
+// RunInput identifies a run and its tasks.
+type RunInput struct {
+	RunID      string   `json:"run_id"`
+	WorkflowID string   `json:"workflow_id"`
+	ActivityID string   `json:"activity_id"`
+	EventID    string   `json:"event_id"`
+	TaskIDs    []string `json:"task_ids,omitempty"`
+	// Generation is the router's generation of this execution's start
+	// (its memo, dedup_generation); 0 when the start carried none.
+	Generation int `json:"generation,omitempty"`
 }
 
-// LogRun records the run. Idempotent: INSERT ... ON CONFLICT DO NOTHING on
-// run_id, so a retry leaves one row.
-func (a *Activities) LogRun(ctx context.Context, in LogRunInput) error {
-	_, err := a.Pool.Exec(ctx, `INSERT INTO activity_runs (run_id, workflow_id, activity_id, event_id) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (run_id) DO NOTHING`, in.RunID, in.WorkflowID, in.ActivityID, in.EventID)
-	if err != nil {
-		return fmt.Errorf("logging run %s: %w", in.RunID, err)
-	}
-	return nil
+// RunStart is what StartRun found.
+type RunStart struct {
+	Attempt int `json:"attempt"`
+	// Completed are the results of the run's tasks that completed in an
+	// earlier execution, by task ID.
+	Completed map[string]json.RawMessage `json:"completed,omitempty"`
+	// SupersededBy, when set, is a newer generation than this execution's
+	// that the ledger recorded or an earlier execution ran: this one is a
+	// delayed start and runs nothing.
+	SupersededBy int `json:"superseded_by,omitempty"`
 }
 
-// FinishRun sets the run's final status. Idempotent: a plain UPDATE to a
-// fixed value.
-func (a *Activities) FinishRun(ctx context.Context, runID, status string) error {
-	_, err := a.Pool.Exec(ctx, `UPDATE activity_runs SET status = $2, finished_at = coalesce(finished_at, now()) WHERE run_id = $1`, runID, status)
-	if err != nil {
-		return fmt.Errorf("finishing run %s: %w", runID, err)
-	}
-	return nil
-}
-
-// LogTask records a task instance. Idempotent: upsert on its ID.
-func (a *Activities) LogTask(ctx context.Context, in TaskInput) error {
-	_, err := a.Pool.Exec(ctx, `INSERT INTO task_instances (id, run_id, task_type, task_index) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (id) DO NOTHING`, in.ID, in.RunID, in.Type, in.Index)
-	if err != nil {
-		return fmt.Errorf("logging task %s: %w", in.ID, err)
-	}
-	return nil
-}
-
-// FinishTask records a task's outcome. Idempotent: an UPDATE to fixed
-// values.
-func (a *Activities) FinishTask(ctx context.Context, id string, output json.RawMessage) error {
-	if len(output) == 0 {
-		output = nil
-	}
-	_, err := a.Pool.Exec(ctx, `UPDATE task_instances SET status = 'completed', result = $2, finished_at = coalesce(finished_at, now()) WHERE id = $1`, id, []byte(output))
-	if err != nil {
-		return fmt.Errorf("finishing task %s: %w", id, err)
-	}
-	return nil
-}
-
-// AwaitTask waits for an already-started task workflow's result (adoption).
-// Idempotent: it only reads.
-func (a *Activities) AwaitTask(ctx context.Context, id string) (TaskResult, error) {
-	var tr TaskResult
-	err := a.Client.GetWorkflow(ctx, id, "").Get(ctx, &tr)
-	return tr, err
-}
-
-// WebhookInput is one webhook call.
-type WebhookInput struct {
-	URL   string                `json:"url,omitempty"`
-	Event schemas.WorkflowInput `json:"event"`
-}
-
-// IdempotencyKey is the key of the running activity: stable across its
-// retries, different for every activity of every workflow.
-func IdempotencyKey(ctx context.Context) string {
-	info := activity.GetInfo(ctx)
-	return fmt.Sprintf("%s:%s:%s", info.WorkflowExecution.ID, info.ActivityType.Name, info.ActivityID)
-}
-
-// SendWebhook POSTs the event to the URL with an Idempotency-Key header.
-// Idempotent: it runs under that key in the idempotency store, so a retry
-// after a delivered webhook returns the stored response without sending it
-// again; a retry after a crash mid-call sends the same key, for the
-// endpoint to drop.
-func (a *Activities) SendWebhook(ctx context.Context, in WebhookInput) (json.RawMessage, error) {
-	url := in.URL
-	if url == "" {
-		url = a.WebhookURL
-	}
-	if url == "" {
-		return nil, temporal.NewNonRetryableApplicationError("no webhook URL configured", "BadTask", nil)
-	}
-	body, err := json.Marshal(in.Event)
-	if err != nil {
-		return nil, err
-	}
-	key := IdempotencyKey(ctx)
-	fp, err := idempotency.Fingerprint(struct {
-		URL  string
-		Body []byte
-	}{url, body})
-	if err != nil {
-		return nil, err
-	}
-	out, err := a.Keys.Do(ctx, key, fp, func(ctx context.Context) ([]byte, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+// StartRun records the run (one row per workflow ID) and this execution as
+// one of its attempts, marks any earlier attempt still 'running' as
+// abandoned (only one execution of a workflow ID is ever open), and
+// returns the tasks that already completed. Idempotent: upserts on run_id
+// and on (run_id, Temporal run ID); a retry finds its attempt.
+func (a *Activities) StartRun(ctx context.Context, in RunInput) (RunStart, error) {
+	temporalRunID := activity.GetInfo(ctx).WorkflowExecution.RunID
+	var st RunStart
+	err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
+		if in.Generation > 0 {
+			// The fence: the newest generation the router recorded for
+			// the workflow ID, or that an execution of it ran. Under the
+			// allow_* policies a start of generation g delayed (a zombie
+			// router, a slow retry) until generation g+1's run has failed
+			// creates a run Temporal cannot refuse; it must not run the
+			// tasks again.
+			var newest int
+			if err := tx.QueryRow(ctx, `SELECT greatest(
+	(SELECT max(generation) FROM dedup_ledger WHERE workflow_id = $1),
+	(SELECT max(generation) FROM activity_run_attempts WHERE run_id = $2 AND temporal_run_id <> $3), 0)`,
+				in.WorkflowID, in.RunID, temporalRunID).Scan(&newest); err != nil {
+				return err
+			}
+			if newest > in.Generation {
+				st.SupersededBy = newest
+				attempt, err := recordAttempt(ctx, tx, in.RunID, temporalRunID, in.Generation, "superseded",
+					fmt.Sprintf("superseded by generation %d", newest))
+				st.Attempt = attempt
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `
+INSERT INTO activity_runs (run_id, workflow_id, activity_id, event_id) VALUES ($1, $2, $3, $4)
+ON CONFLICT (run_id) DO UPDATE SET status = 'running', error = NULL, finished_at = NULL`,
+			in.RunID, in.WorkflowID, in.ActivityID, in.EventID); err != nil {
+			return err
+		}
+		attempt, err := recordAttempt(ctx, tx, in.RunID, temporalRunID, in.Generation, "running", "")
 		if err != nil {
-			return nil, err
+			return err
 		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := a.httpClient().Do(req)
+		st.Attempt = attempt
+		rows, err := tx.Query(ctx, `SELECT id, coalesce(result, 'null'::jsonb) FROM task_instances WHERE id = ANY($1) AND status = 'completed'`, in.TaskIDs)
 		if err != nil {
-			return nil, fmt.Errorf("posting webhook: %w", err)
+			return err
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		if resp.StatusCode/100 != 2 {
-			return nil, fmt.Errorf("webhook answered %s", resp.Status)
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var out []byte
+			if err := rows.Scan(&id, &out); err != nil {
+				return err
+			}
+			if st.Completed == nil {
+				st.Completed = map[string]json.RawMessage{}
+			}
+			if string(out) == "null" {
+				out = nil
+			}
+			st.Completed[id] = out
 		}
-		if !json.Valid(b) {
-			b, _ = json.Marshal(string(b))
-		}
-		return b, nil
+		return rows.Err()
 	})
-	var mm *idempotency.MismatchError
-	if errors.As(err, &mm) {
-		return nil, temporal.NewNonRetryableApplicationError(err.Error(), "BadTask", err)
-	}
 	if err != nil {
-		return nil, err
+		return RunStart{}, fmt.Errorf("starting run %s: %w", in.RunID, err)
 	}
-	if a.AfterWebhook != nil {
-		if err := a.AfterWebhook(ctx); err != nil {
-			return nil, err
+	return st, nil
+}
+
+// recordAttempt upserts the execution's attempt row (numbered on first
+// sight) with status, marks other attempts still running abandoned, and
+// returns the attempt's number.
+func recordAttempt(ctx context.Context, tx pgx.Tx, runID, temporalRunID string, generation int, status, errText string) (int, error) {
+	if _, err := tx.Exec(ctx, `
+UPDATE activity_run_attempts SET status = 'abandoned', finished_at = now(),
+	error = 'closed without recording an end (terminated, timed out or reset)'
+WHERE run_id = $1 AND temporal_run_id <> $2 AND status = 'running'`, runID, temporalRunID); err != nil {
+		return 0, err
+	}
+	var attempt int
+	err := tx.QueryRow(ctx, `
+INSERT INTO activity_run_attempts AS t (run_id, temporal_run_id, attempt, status, error, finished_at, generation)
+SELECT $1, $2, coalesce(max(attempt), 0) + 1, $3, NULLIF($4, ''), CASE WHEN $3 = 'running' THEN NULL ELSE now() END, $5
+FROM activity_run_attempts WHERE run_id = $1
+ON CONFLICT (run_id, temporal_run_id) DO UPDATE SET
+	status = CASE WHEN EXCLUDED.status = 'running' THEN t.status ELSE EXCLUDED.status END,
+	error = CASE WHEN EXCLUDED.status = 'running' THEN t.error ELSE EXCLUDED.error END,
+	finished_at = CASE WHEN EXCLUDED.status = 'running' THEN t.finished_at ELSE coalesce(t.finished_at, now()) END
+RETURNING attempt`, runID, temporalRunID, status, errText, generation).Scan(&attempt)
+	return attempt, err
+}
+
+// RunEnd is how an execution of a run ended.
+type RunEnd struct {
+	RunInput
+	Status string `json:"status"` // completed, failed, cancelled
+	Error  string `json:"error,omitempty"`
+}
+
+// EndRun records how this execution ended, on its attempt and, unless a
+// later execution has begun, on the run. Idempotent: upserts to fixed
+// values (the run's row is created if an execution never ran StartRun, as
+// after a reset past it).
+func (a *Activities) EndRun(ctx context.Context, in RunEnd) error {
+	temporalRunID := activity.GetInfo(ctx).WorkflowExecution.RunID
+	err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
+		attempt, err := recordAttempt(ctx, tx, in.RunID, temporalRunID, in.Generation, in.Status, in.Error)
+		if err != nil {
+			return err
 		}
+		_, err = tx.Exec(ctx, `
+INSERT INTO activity_runs AS r (run_id, workflow_id, activity_id, event_id, status, error, finished_at)
+SELECT $1, $2, $3, $4, $5, NULLIF($6, ''), now()
+WHERE NOT EXISTS (SELECT 1 FROM activity_run_attempts WHERE run_id = $1 AND attempt > $7)
+ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, error = EXCLUDED.error, finished_at = now()`,
+			in.RunID, in.WorkflowID, in.ActivityID, in.EventID, in.Status, in.Error, attempt)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("ending run %s: %w", in.RunID, err)
+	}
+	return nil
+}
+
+// TaskStart is what StartTask found.
+type TaskStart struct {
+	Completed bool            `json:"completed,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+}
+
+// StartTask records the task instance as running (counting a new
+// execution of its workflow once), unless it completed before: then it
+// returns the stored result. Idempotent: an upsert on the task ID that a
+// retry of the same execution leaves as it was.
+func (a *Activities) StartTask(ctx context.Context, in TaskInput) (TaskStart, error) {
+	temporalRunID := activity.GetInfo(ctx).WorkflowExecution.RunID
+	var (
+		status string
+		result []byte
+	)
+	err := a.Pool.QueryRow(ctx, `
+INSERT INTO task_instances AS t (id, run_id, task_type, task_index, temporal_run_id) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (id) DO UPDATE SET
+	executions = t.executions + (t.temporal_run_id IS DISTINCT FROM EXCLUDED.temporal_run_id)::int,
+	temporal_run_id = EXCLUDED.temporal_run_id,
+	status = CASE WHEN t.status = 'completed' THEN t.status ELSE 'running' END,
+	error = CASE WHEN t.status = 'completed' THEN t.error ELSE NULL END,
+	finished_at = CASE WHEN t.status = 'completed' THEN t.finished_at ELSE NULL END
+RETURNING status, result`, in.ID, in.RunID, in.Type, in.Index, temporalRunID).Scan(&status, &result)
+	if err != nil {
+		return TaskStart{}, fmt.Errorf("starting task %s: %w", in.ID, err)
+	}
+	if status == "completed" {
+		return TaskStart{Completed: true, Result: result}, nil
+	}
+	return TaskStart{}, nil
+}
+
+// TaskEnd is how a task instance ended.
+type TaskEnd struct {
+	ID     string          `json:"id"`
+	Status string          `json:"status"` // completed, failed, cancelled
+	Output json.RawMessage `json:"output,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// EndTask records a task's outcome. Idempotent: an update to fixed values;
+// a completed task stays completed.
+func (a *Activities) EndTask(ctx context.Context, in TaskEnd) error {
+	out := []byte(in.Output)
+	if len(out) == 0 {
+		out = nil
+	}
+	_, err := a.Pool.Exec(ctx, `
+UPDATE task_instances SET status = $2, result = $3, error = NULLIF($4, ''), finished_at = now()
+WHERE id = $1 AND status <> 'completed'`, in.ID, in.Status, out, in.Error)
+	if err != nil {
+		return fmt.Errorf("ending task %s: %w", in.ID, err)
+	}
+	return nil
+}
+
+// RunTask runs the task's type (a user's, or the built-in webhook or noop)
+// with the event's data. Its guarantee is the task type's: work done in
+// steps is not repeated by a retry (see Step). Errors: Permanent and
+// unknown task types fail the task at once; a lost lease is retried (the
+// next attempt reads the stored outcome); a step in progress elsewhere is
+// retried when that holder's lease runs out; everything else is retried
+// within the definition's bounds.
+func (a *Activities) RunTask(ctx context.Context, in TaskInput) (json.RawMessage, error) {
+	tt, ok := a.taskType(in.Type)
+	if !ok {
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("unknown task type %q (this worker has %v)", in.Type, a.taskNames()), "BadTask", nil)
+	}
+	info := activity.GetInfo(ctx)
+	ctx = withTask(ctx, &running{keys: a.Keys, info: TaskInfo{ID: in.ID, RunID: in.RunID, WorkflowID: in.Event.WorkflowID,
+		Type: in.Type, Index: in.Index, URL: in.URL, Event: in.Event, Attempt: info.Attempt}})
+	out, err := tt.run(ctx, in.Event.Data)
+	if err != nil {
+		return nil, taskError(err)
 	}
 	return out, nil
 }
 
-func (a *Activities) httpClient() *http.Client {
-	if a.HTTP != nil {
-		return a.HTTP
+// taskError classifies a task's error for Temporal: the one place that
+// decides which task errors are retried.
+func taskError(err error) error {
+	var (
+		mm   *idempotency.MismatchError
+		lost *idempotency.LeaseLostError
+		busy *idempotency.InProgressError
+		app  *temporal.ApplicationError
+	)
+	switch {
+	case IsPermanent(err):
+		return temporal.NewNonRetryableApplicationError(err.Error(), "Permanent", err)
+	case errors.As(err, &mm):
+		return temporal.NewNonRetryableApplicationError(err.Error(), "BadTask", err)
+	case errors.As(err, &lost):
+		return temporal.NewApplicationError(err.Error(), "LeaseLost", err)
+	case errors.As(err, &busy):
+		// Another attempt holds the step (it outlived its timeout, or its
+		// worker died and its lease has yet to expire): come back when the
+		// lease runs out, not at the retry policy's pace, which could spend
+		// every attempt before a dead holder's lease expires.
+		return temporal.NewApplicationErrorWithOptions(err.Error(), "InProgress", temporal.ApplicationErrorOptions{
+			Cause: err, NextRetryDelay: busy.Remaining + 250*time.Millisecond})
+	case errors.As(err, &app):
+		return err // the task chose its Temporal error
 	}
-	return &http.Client{Timeout: 20 * time.Second}
+	return temporal.NewApplicationError(err.Error(), "TaskError", err)
 }
 
-// Register registers the workflows and activities on w.
-func Register(w worker.Registry, acts *Activities) {
+func (a *Activities) taskType(name string) (TaskType, bool) {
+	switch name {
+	case "webhook":
+		return NewTaskType("webhook", a.webhook), true
+	case "noop":
+		return NewTaskType("noop", func(context.Context, json.RawMessage) (json.RawMessage, error) { return nil, nil }), true
+	}
+	for _, t := range a.Tasks {
+		if t.name == name {
+			return t, true
+		}
+	}
+	return TaskType{}, false
+}
+
+func (a *Activities) taskNames() []string {
+	names := []string{"webhook", "noop"}
+	for _, t := range a.Tasks {
+		names = append(names, t.name)
+	}
+	return names
+}
+
+// AwaitTask waits for a task workflow that is already started (by an
+// earlier execution of the run, or completed meanwhile) and returns its
+// result: the run adopts it instead of starting it again. It polls and
+// heartbeats, so a long task does not time it out. The task's own failure
+// is final here (the task recorded it); only failures to ask are retried.
+// Idempotent: it only reads.
+func (a *Activities) AwaitTask(ctx context.Context, id string) (TaskResult, error) {
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		var tr TaskResult
+		err := a.Client.GetWorkflow(pctx, id, "").Get(pctx, &tr)
+		timedOut := pctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil:
+			return tr, nil
+		case ctx.Err() != nil:
+			return tr, ctx.Err()
+		case timedOut:
+			activity.RecordHeartbeat(ctx)
+			continue
+		}
+		var we *temporal.WorkflowExecutionError
+		if errors.As(err, &we) {
+			return tr, temporal.NewNonRetryableApplicationError(ErrorText(err), "TaskFailed", nil)
+		}
+		return tr, err
+	}
+}
+
+// Register registers the workflows and activities on w. It refuses task
+// types without a name, with a name that is not [A-Za-z0-9_.-]+ (it is
+// part of task IDs), or whose name is taken.
+func Register(w worker.Registry, acts *Activities) error {
+	seen := map[string]bool{"webhook": true, "noop": true}
+	for _, t := range acts.Tasks {
+		switch {
+		case !taskName.MatchString(t.name):
+			return fmt.Errorf("task type %q: want a name of letters, digits, '_', '.' or '-'", t.name)
+		case seen[t.name]:
+			return fmt.Errorf("task type %q: registered twice (or a built-in)", t.name)
+		case t.run == nil:
+			return fmt.Errorf("task type %q: no function (use NewTaskType)", t.name)
+		}
+		seen[t.name] = true
+	}
 	w.RegisterWorkflowWithOptions(RunActivityWorkflow, workflow.RegisterOptions{Name: RunActivityWorkflowName})
 	w.RegisterWorkflowWithOptions(TaskInstanceWorkflow, workflow.RegisterOptions{Name: TaskInstanceWorkflowName})
 	w.RegisterActivity(acts)
+	return nil
+}
+
+// memoGeneration is the generation the router started this execution for
+// (schemas.MemoGeneration), 0 when the start carried none.
+func memoGeneration(m *commonpb.Memo) int {
+	var g int
+	if p := m.GetFields()[schemas.MemoGeneration]; p != nil {
+		if err := converter.GetDefaultDataConverter().FromPayload(p, &g); err != nil {
+			return 0
+		}
+	}
+	return g
 }

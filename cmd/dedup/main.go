@@ -10,6 +10,14 @@
 //	dedup schedule pause|resume NAME --config dedup.yaml
 //	                                    pause or resume a scheduled trigger (docs/schedules.md)
 //	dedup version                       print the version and commit (as dedup_build_info)
+//
+// The operators' commands (internal/ops; each has --help with an example):
+//
+//	dedup explain --config F --topic T --partition P --offset O   what dedup decided for a record, and why
+//	dedup inspect --config F WORKFLOW_ID                          the ledger's and Temporal's view of a workflow
+//	dedup lag --config F                                          committed offset, end, lag and owner per partition
+//	dedup offsets reset --config F --to earliest|latest|TIME|OFFSET [--dry-run]
+//	dedup ledger stats --config F | dedup ledger purge --config F --older-than D [--dry-run]
 package main
 
 import (
@@ -23,12 +31,16 @@ import (
 	"syscall"
 
 	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/ops"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
 func main() {
+	if len(os.Args) > 1 && ops.Handles(os.Args[1]) {
+		os.Exit(ops.Main(os.Args[1:], os.Stdout, os.Stderr)) // exit codes 0 found, 1 not found, 2 error
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "dedup:", err)
 		os.Exit(1)
@@ -46,7 +58,8 @@ func stopped(ctx context.Context, err error) error {
 }
 
 func usage() error {
-	return errors.New("usage: dedup run|worker|migrate|validate --config FILE, dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N], dedup schedule pause|resume NAME --config FILE, or dedup version")
+	return errors.New("usage: dedup run|worker|migrate|validate --config FILE, dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N], " +
+		"dedup explain|inspect|lag|offsets reset|ledger stats|ledger purge (--help for each), dedup schedule pause|resume NAME --config FILE, or dedup version")
 }
 
 func run(args []string) error {

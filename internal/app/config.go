@@ -44,9 +44,10 @@ type WorkerConfig struct {
 	TaskQueue string `yaml:"task_queue"`
 	// WebhookURL receives webhook tasks that name no URL of their own.
 	WebhookURL string `yaml:"webhook_url"`
-	// KeyLease and KeyTTL tune the idempotency key store: how long an
-	// activity may hold a key before another may take over (longer than
-	// the slowest call), and how long outcomes are kept.
+	// KeyLease and KeyTTL tune the idempotency key store: how long a key
+	// whose holder stopped renewing it (crashed) stays blocked before a
+	// retry may take it over (a live holder renews it every third of it),
+	// and how long outcomes are kept (how late a re-run still adopts them).
 	KeyLease time.Duration `yaml:"key_lease"`
 	KeyTTL   time.Duration `yaml:"key_ttl"`
 	// AdminListen is the worker's admin port (/metrics, /livez, /readyz;

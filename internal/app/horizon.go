@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -92,7 +93,7 @@ func span(d time.Duration) string {
 	return d.String()
 }
 
-// checkHorizon reads the namespace's and the topics' retention and checks
+// checkHorizon reads the namespaces' and the topics' retention and checks
 // the horizon at start. It only asks when the ledger purges (postgres.
 // retention > 0) and the operator has not accepted a short horizon. What
 // cannot be read is logged, not fatal: dedup starts while Temporal or
@@ -101,37 +102,96 @@ func checkHorizon(ctx context.Context, cfg Config, tc client.Client, log *slog.L
 	if cfg.Postgres.Retention == 0 || cfg.Postgres.AcceptShortHorizon {
 		return nil
 	}
-	h := Horizon{Ledger: cfg.Postgres.Retention, Topics: map[string]time.Duration{}}
-	for _, rt := range cfg.Routes {
-		if rt.IDReusePolicy != processor.ReuseRejectDuplicate {
-			h.OnlyLedger = true
-		}
-	}
+	h := Horizon{Ledger: cfg.Postgres.Retention, OnlyLedger: onlyLedger(cfg)}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	// Every route's namespace: the one that forgets first decides.
-	h.Namespace = forever
-	for _, name := range routeNamespaces(cfg) {
-		ns, err := tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: name})
-		if err != nil {
-			log.Warn("cannot read the namespace retention; the replay horizon is not checked", "namespace", name, "err", err)
-			return nil
-		}
-		h.Namespace = min(h.Namespace, ns.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration())
+	ns, err := namespaceRetention(ctx, cfg, tc)
+	if err != nil {
+		log.Warn("cannot read the namespace retention; the replay horizon is not checked", "err", err)
+		return nil
 	}
+	h.Namespace = ns
 	cl, err := kgo.NewClient(kopts...)
 	if err != nil {
 		return fmt.Errorf("creating kafka admin client: %w", err)
 	}
 	defer cl.Close()
-	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, cfg.Kafka.Topics...)
+	topics, unread, err := topicRetentions(ctx, kadm.NewClient(cl), cfg.Kafka.Topics)
 	if err != nil {
 		log.Warn("cannot read the topics' retention; the replay horizon is not checked", "err", err)
 		return nil
 	}
+	for t, err := range unread {
+		log.Warn("cannot read a topic's retention; the replay horizon is not checked for it", "topic", t, "err", err)
+	}
+	h.Topics = topics
+	return h.Check()
+}
+
+// ReadHorizon is cfg's horizon were the ledger to remember ledgerMemory
+// (postgres.retention, or what a manual purge would keep): the namespaces'
+// and the topics' retention as Temporal and Kafka tell them now. Unlike
+// the check at start, it fails when any of it cannot be read: its callers
+// are about to forget rows (dedup ledger purge), which is only safe on a
+// complete answer.
+func ReadHorizon(ctx context.Context, cfg Config, ledgerMemory time.Duration, tc client.Client, adm *kadm.Client) (Horizon, error) {
+	h := Horizon{Ledger: ledgerMemory, OnlyLedger: onlyLedger(cfg)}
+	if h.Ledger == 0 {
+		h.Ledger = forever
+	}
+	ns, err := namespaceRetention(ctx, cfg, tc)
+	if err != nil {
+		return h, err
+	}
+	h.Namespace = ns
+	topics, unread, err := topicRetentions(ctx, adm, cfg.Kafka.Topics)
+	if err != nil {
+		return h, fmt.Errorf("reading the topics' retention.ms: %w", err)
+	}
+	for t, err := range unread {
+		return h, fmt.Errorf("reading the retention.ms of topic %s: %w", t, err)
+	}
+	h.Topics = topics
+	return h, nil
+}
+
+// onlyLedger says whether a route's reuse policy lets Temporal start a
+// closed ID again (allow_*): then only the ledger guards replays.
+func onlyLedger(cfg Config) bool {
+	for _, rt := range cfg.Routes {
+		if rt.IDReusePolicy != processor.ReuseRejectDuplicate {
+			return true
+		}
+	}
+	return false
+}
+
+// namespaceRetention is the shortest workflow execution retention of the
+// routes' namespaces: the one that forgets first decides.
+func namespaceRetention(ctx context.Context, cfg Config, tc client.Client) (time.Duration, error) {
+	ret := forever
+	for _, name := range routeNamespaces(cfg) {
+		ns, err := tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: name})
+		if err != nil {
+			return 0, fmt.Errorf("reading the retention of Temporal namespace %s: %w", name, err)
+		}
+		ret = min(ret, ns.GetConfig().GetWorkflowExecutionRetentionTtl().AsDuration())
+	}
+	return ret, nil
+}
+
+// topicRetentions reads the topics' retention.ms (forever for -1). unread
+// names the topics whose retention could not be read, with why; err is a
+// request that failed as a whole.
+func topicRetentions(ctx context.Context, adm *kadm.Client, topics []string) (map[string]time.Duration, map[string]error, error) {
+	rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, unread := map[string]time.Duration{}, map[string]error{}
 	for _, rc := range rcs {
 		if rc.Err != nil {
-			log.Warn("cannot read a topic's retention; the replay horizon is not checked for it", "topic", rc.Name, "err", rc.Err)
+			unread[rc.Name] = rc.Err
 			continue
 		}
 		for _, c := range rc.Configs {
@@ -141,13 +201,18 @@ func checkHorizon(ctx context.Context, cfg Config, tc client.Client, log *slog.L
 			ms, err := strconv.ParseInt(c.MaybeValue(), 10, 64)
 			switch {
 			case err != nil:
-				log.Warn("unreadable retention.ms", "topic", rc.Name, "value", c.MaybeValue())
+				unread[rc.Name] = fmt.Errorf("unreadable retention.ms %q", c.MaybeValue())
 			case ms < 0:
-				h.Topics[rc.Name] = forever
+				out[rc.Name] = forever
 			default:
-				h.Topics[rc.Name] = time.Duration(ms) * time.Millisecond
+				out[rc.Name] = time.Duration(ms) * time.Millisecond
 			}
 		}
 	}
-	return h.Check()
+	for _, t := range topics {
+		if _, ok := out[t]; !ok && unread[t] == nil {
+			unread[t] = errors.New("the broker did not say its retention.ms")
+		}
+	}
+	return out, unread, nil
 }

@@ -75,12 +75,15 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	keys, err := idempotency.New(pool, idempotency.Options{Lease: cfg.Worker.KeyLease, TTL: cfg.Worker.KeyTTL})
+	// The store's metrics: keys by state, takeovers, lost leases, reaped keys.
+	keys, err := idempotency.New(pool, idempotency.Options{Lease: cfg.Worker.KeyLease, TTL: cfg.Worker.KeyTTL}, log, reg)
 	if err != nil {
 		return err
 	}
 	w := sdkworker.New(tc, cfg.Worker.TaskQueue, sdkworker.Options{})
-	worker.Register(w, &worker.Activities{Pool: pool, Keys: keys, Client: tc, WebhookURL: cfg.Worker.WebhookURL})
+	if err := worker.Register(w, &worker.Activities{Pool: pool, Keys: keys, Client: tc, WebhookURL: cfg.Worker.WebhookURL}); err != nil {
+		return err
+	}
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("starting worker: %w", err)
 	}
@@ -95,13 +98,7 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 	})
 	defer stopProbes()
 	log.Info("worker running", "task_queue", cfg.Worker.TaskQueue, "admin", addr)
-	every(ctx, time.Hour, func() {
-		if n, err := keys.Reap(ctx, 10000); err != nil {
-			log.Warn("reaping idempotency keys", "err", err)
-		} else if n > 0 {
-			log.Info("reaped idempotency keys", "keys", n)
-		}
-	})
+	keys.Maintain(ctx, time.Hour, 10000) // reaps at start, then hourly
 	return nil
 }
 

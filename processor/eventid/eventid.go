@@ -101,7 +101,28 @@ type Event struct {
 	// PayloadHash is SHA-256 over the canonical JSON of {data, source,
 	// type}: two records with one ID and different hashes are a conflict.
 	PayloadHash [32]byte
+	// Envelope is the format the record was read as, and IDFrom where Rule
+	// found the ID: the header's name (RuleHeader), the field's path
+	// (RuleField), OriginHeaders when RuleCoordinates used the
+	// dedup-origin-* headers of a replayed dead letter, else empty. Both
+	// explain a decision to an operator (dedup explain); neither is part of
+	// the ID or the hash.
+	Envelope Envelope
+	IDFrom   string
 }
+
+// Envelope names the format a record was read as.
+type Envelope string
+
+const (
+	EnvelopeBinary     Envelope = "cloudevents-binary"     // ce_* headers, the value is the data
+	EnvelopeStructured Envelope = "cloudevents-structured" // a JSON object with specversion
+	EnvelopePlain      Envelope = "plain"                  // a JSON object read through Fields
+)
+
+// OriginHeaders is Event.IDFrom when RuleCoordinates took a replayed
+// record's first coordinates from its dedup-origin-* headers.
+const OriginHeaders = "dedup-origin-*"
 
 // Format selects how values are read.
 type Format string
@@ -204,6 +225,7 @@ func NewDecoder(cfg Config) (*Decoder, error) {
 
 // envelope is what the three formats have in common before the ID chain.
 type envelope struct {
+	kind              Envelope
 	typ, source, time string
 	data              json.RawMessage
 	id                json.RawMessage // the id field, nil if absent
@@ -215,7 +237,7 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	ev := Event{Type: env.typ, Source: env.source, Time: env.time, Data: env.data}
+	ev := Event{Type: env.typ, Source: env.source, Time: env.time, Data: env.data, Envelope: env.kind}
 	if !utf8.ValidString(env.source) || !utf8.ValidString(env.typ) {
 		return Event{}, fail(ReasonUndecodable, "type or source is not UTF-8")
 	}
@@ -225,57 +247,59 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 	}
 	ev.PayloadHash = sha256.Sum256(assemble(canonData, env.source, env.typ, nil))
 	for _, rule := range d.cfg.Chain {
-		id, ok, err := d.apply(rule, r, env, canonData)
+		id, from, ok, err := d.apply(rule, r, env, canonData)
 		if err != nil {
 			return Event{}, err
 		}
 		if ok {
-			ev.ID, ev.Rule = id, rule
+			ev.ID, ev.Rule, ev.IDFrom = id, rule, from
 			return ev, nil
 		}
 	}
 	return Event{}, fail(ReasonNoID, "no rule of %v produced an ID", d.cfg.Chain)
 }
 
-func (d *Decoder) apply(rule Rule, r Record, env envelope, canonData []byte) (string, bool, error) {
+// apply tries one rule: the ID, where it came from (Event.IDFrom), and
+// whether the rule yielded one.
+func (d *Decoder) apply(rule Rule, r Record, env envelope, canonData []byte) (string, string, bool, error) {
 	switch rule {
 	case RuleHeader:
 		for _, name := range d.cfg.Headers {
 			if v, ok := header(r.Headers, name); ok {
 				id, err := d.checkID(string(v), "header "+name)
-				return id, err == nil, err
+				return id, name, err == nil, err
 			}
 		}
 	case RuleField:
 		if env.id == nil {
-			return "", false, nil
+			return "", "", false, nil
 		}
 		var s string
 		switch env.id[0] {
 		case '"':
 			var err error
 			if s, err = unquote(env.id); err != nil {
-				return "", false, fail(ReasonInvalidID, "id field: %v", err)
+				return "", "", false, fail(ReasonInvalidID, "id field: %v", err)
 			}
 		case 'n': // null counts as absent
-			return "", false, nil
+			return "", "", false, nil
 		default:
 			// A number is an ID too; its literal text is kept as is, so 7
 			// and 7.0 are two IDs, as the producer wrote them.
 			if _, err := strconv.ParseFloat(string(env.id), 64); err != nil {
-				return "", false, fail(ReasonInvalidID, "id field is %s, not a string or number", kind(env.id))
+				return "", "", false, fail(ReasonInvalidID, "id field is %s, not a string or number", kind(env.id))
 			}
 			s = string(env.id)
 		}
 		id, err := d.checkID(s, "id field")
-		return id, err == nil, err
+		return id, d.idField(env), err == nil, err
 	case RuleContent:
 		key := r.Key
 		if key == nil {
 			key = []byte{} // a record without a key still has the "key" member
 		}
 		sum := sha256.Sum256(assemble(canonData, env.source, env.typ, key))
-		return "sha256-" + hex.EncodeToString(sum[:]), true, nil
+		return "sha256-" + hex.EncodeToString(sum[:]), "", true, nil
 	case RuleCoordinates:
 		// A record replayed from the dead-letter topic carries where it was
 		// first read (dedup-origin-*): it keeps that ID.
@@ -285,13 +309,21 @@ func (d *Decoder) apply(rule Rule, r Record, env envelope, canonData []byte) (st
 		if okT && okP && okO {
 			if _, err := strconv.ParseInt(string(p), 10, 32); err == nil {
 				if _, err := strconv.ParseInt(string(o), 10, 64); err == nil && utf8.Valid(t) {
-					return fmt.Sprintf("%s/%s/%s", t, p, o), true, nil
+					return fmt.Sprintf("%s/%s/%s", t, p, o), OriginHeaders, true, nil
 				}
 			}
 		}
-		return fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset), true, nil
+		return fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset), "", true, nil
 	}
-	return "", false, nil
+	return "", "", false, nil
+}
+
+// idField is the path of the ID field of env's format.
+func (d *Decoder) idField(env envelope) string {
+	if env.kind == EnvelopePlain {
+		return d.cfg.Fields.ID
+	}
+	return "id"
 }
 
 func (d *Decoder) checkID(s, where string) (string, error) {
@@ -333,7 +365,7 @@ func (d *Decoder) envelope(r Record) (envelope, error) {
 }
 
 func binaryEnvelope(r Record) (envelope, error) {
-	var env envelope
+	env := envelope{kind: EnvelopeBinary}
 	typ, _ := header(r.Headers, "ce_type")
 	if len(typ) == 0 {
 		return env, fail(ReasonMissingType, "ce_type header is missing or empty")
@@ -367,7 +399,7 @@ func binaryEnvelope(r Record) (envelope, error) {
 }
 
 func structuredEnvelope(obj members) (envelope, error) {
-	var env envelope
+	env := envelope{kind: EnvelopeStructured}
 	var err error
 	if env.typ, err = stringAttr(obj, "type", true); err != nil {
 		return env, err
@@ -394,7 +426,7 @@ func structuredEnvelope(obj members) (envelope, error) {
 }
 
 func (d *Decoder) plainEnvelope(obj members, value []byte) (envelope, error) {
-	var env envelope
+	env := envelope{kind: EnvelopePlain}
 	f := d.cfg.Fields
 	typ, err := lookup(obj, f.Type)
 	if err != nil {

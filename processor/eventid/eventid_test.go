@@ -216,3 +216,40 @@ func TestCanonicalMatchesWholeObjectJCS(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeProvenance: every event says which envelope it was read as and
+// where its ID came from (what dedup explain prints).
+func TestDecodeProvenance(t *testing.T) {
+	cases := []struct {
+		name     string
+		mod      func(*Config)
+		r        Record
+		envelope Envelope
+		rule     Rule
+		from     string
+	}{
+		{"structured id", nil, rec(`{"specversion":"1.0","id":"e1","type":"t","source":"s"}`), EnvelopeStructured, RuleField, "id"},
+		{"binary ce_id", nil, rec(`{}`, "ce_specversion", "1.0", "ce_id", "e2", "ce_type", "t"), EnvelopeBinary, RuleHeader, "ce_id"},
+		{"plain idempotency-key", nil, rec(`{"type":"t"}`, "idempotency-key", "k"), EnvelopePlain, RuleHeader, "idempotency-key"},
+		{"plain nested field", func(c *Config) {
+			c.Format = FormatPlain
+			c.Fields = Fields{ID: "meta.id", Type: "meta.kind"}
+		}, rec(`{"meta":{"id":"n1","kind":"k"}}`), EnvelopePlain, RuleField, "meta.id"},
+		{"content", nil, rec(`{"type":"t"}`), EnvelopePlain, RuleContent, ""},
+		{"coordinates", func(c *Config) { c.Chain = []Rule{RuleCoordinates} }, rec(`{"type":"t"}`), EnvelopePlain, RuleCoordinates, ""},
+		{"coordinates of a replayed record", func(c *Config) { c.Chain = []Rule{RuleCoordinates} },
+			rec(`{"type":"t"}`, "dedup-origin-topic", "events", "dedup-origin-partition", "5", "dedup-origin-offset", "77"),
+			EnvelopePlain, RuleCoordinates, OriginHeaders},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ev, err := mustDecoder(t, c.mod).Decode(c.r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Envelope != c.envelope || ev.Rule != c.rule || ev.IDFrom != c.from {
+				t.Fatalf("envelope %q rule %q from %q, want %q %q %q", ev.Envelope, ev.Rule, ev.IDFrom, c.envelope, c.rule, c.from)
+			}
+		})
+	}
+}

@@ -558,6 +558,16 @@ ON CONFLICT DO NOTHING`, topic, part, off, wf, reason, errs, dlq)
 	return nil
 }
 
+// purgeable selects the ledger rows a purge of rows older than $1
+// deletes (Purge, and PurgeCount's dry run): started and dead-lettered
+// rows, by when they ended; never pending rows.
+const purgeable = `((state = 'started' AND started_at < now() - $1::interval)
+	OR (state = 'dead_lettered' AND updated_at < now() - $1::interval))`
+
+// purgeableDeadLetters selects the dead-letter log entries a purge
+// deletes.
+const purgeableDeadLetters = `written_at < now() - $1::interval`
+
 // Purge deletes started rows and dead-letter log entries older than
 // olderThan, in batches of batch rows (short transactions, so claims are
 // not held up), and returns how many ledger rows it deleted. Pending rows
@@ -567,9 +577,7 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 	for {
 		tag, err := p.pool.Exec(ctx, `
 DELETE FROM dedup_ledger WHERE workflow_id IN (
-	SELECT workflow_id FROM dedup_ledger
-	WHERE (state = 'started' AND started_at < now() - $1::interval)
-	   OR (state = 'dead_lettered' AND updated_at < now() - $1::interval)
+	SELECT workflow_id FROM dedup_ledger WHERE `+purgeable+`
 	LIMIT $2)`, olderThan, batch)
 		if err != nil {
 			return total, fmt.Errorf("purging ledger rows: %w", err)
@@ -579,7 +587,7 @@ DELETE FROM dedup_ledger WHERE workflow_id IN (
 			break
 		}
 	}
-	if _, err := p.pool.Exec(ctx, `DELETE FROM dedup_dead_letters WHERE written_at < now() - $1::interval`, olderThan); err != nil {
+	if _, err := p.pool.Exec(ctx, `DELETE FROM dedup_dead_letters WHERE `+purgeableDeadLetters, olderThan); err != nil {
 		return total, fmt.Errorf("purging dead-letter log: %w", err)
 	}
 	return total, nil

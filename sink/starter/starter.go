@@ -33,6 +33,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/clienttls"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/schemas"
 )
 
 var _ processor.Starter = (*Temporal)(nil)
@@ -152,7 +153,7 @@ func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 		// The run says which generation it is: LastRun reads it back, so
 		// a re-run starts after the newest run Temporal has, whatever the
 		// ledger recorded.
-		Memo:                  &commonpb.Memo{Fields: map[string]*commonpb.Payload{MemoGeneration: gen}},
+		Memo:                  &commonpb.Memo{Fields: map[string]*commonpb.Payload{schemas.MemoGeneration: gen}},
 		Identity:              t.identity,
 		RequestId:             requestID(req),
 		WorkflowIdReusePolicy: ReusePolicy(req.ReusePolicy),
@@ -177,10 +178,6 @@ func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 	}
 	return processor.StartResult{}, err
 }
-
-// MemoGeneration is the memo field in which each run carries the
-// generation it was started for.
-const MemoGeneration = "dedup_generation"
 
 // ns is namespace, or the default when it is empty.
 func (t *Temporal) ns(namespace string) string {
@@ -208,7 +205,7 @@ func (t *Temporal) LastRun(ctx context.Context, namespace, workflowID string) (p
 	}
 	info := resp.GetWorkflowExecutionInfo()
 	run := processor.Run{ID: info.GetExecution().GetRunId()}
-	if p := info.GetMemo().GetFields()[MemoGeneration]; p != nil {
+	if p := info.GetMemo().GetFields()[schemas.MemoGeneration]; p != nil {
 		// A run started before dedup recorded generations has none (0).
 		_ = t.dc.FromPayload(p, &run.Generation)
 	}

@@ -3,12 +3,15 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupio/dedup/internal/pgtest"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -19,6 +22,12 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func store(t *testing.T, o idempotency.Options) (*idempotency.Store, *pgxpool.Pool) {
 	t.Helper()
+	s, pool, _ := storeWithMetrics(t, o)
+	return s, pool
+}
+
+func storeWithMetrics(t *testing.T, o idempotency.Options) (*idempotency.Store, *pgxpool.Pool, *prometheus.Registry) {
+	t.Helper()
 	url := pgtest.NewDatabase(t)
 	if err := ledger.Migrate(context.Background(), url); err != nil {
 		t.Fatal(err)
@@ -28,11 +37,35 @@ func store(t *testing.T, o idempotency.Options) (*idempotency.Store, *pgxpool.Po
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	s, err := idempotency.New(pool, o)
+	reg := prometheus.NewRegistry()
+	s, err := idempotency.New(pool, o, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, pool
+	return s, pool, reg
+}
+
+// metric sums a metric's samples (optionally those with label=value).
+func metric(reg *prometheus.Registry, name string, labelValue ...string) float64 {
+	mfs, _ := reg.Gather()
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			ok := len(labelValue) == 0
+			for _, l := range m.GetLabel() {
+				if len(labelValue) == 2 && l.GetName() == labelValue[0] && l.GetValue() == labelValue[1] {
+					ok = true
+				}
+			}
+			if ok {
+				total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return total
 }
 
 var fp = []byte("params-1")
@@ -90,21 +123,19 @@ func TestFailedAttemptIsRetried(t *testing.T) {
 	}
 }
 
-func TestLiveLeaseIsInProgressAndExpiredLeaseIsTakenOver(t *testing.T) {
+func TestLiveLeaseIsInProgress(t *testing.T) {
 	s, _ := store(t, idempotency.Options{Lease: 500 * time.Millisecond, TTL: time.Hour})
 	ctx := context.Background()
 	holding := make(chan struct{})
 	release := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
-	var firstErr error
 	go func() {
 		defer wg.Done()
-		// A holder that stalls past its lease (a hung or dead worker).
-		_, firstErr = s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) {
+		_, _ = s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) {
 			close(holding)
 			<-release
-			return []byte("late"), nil
+			return []byte("first"), nil
 		})
 	}()
 	<-holding
@@ -112,20 +143,32 @@ func TestLiveLeaseIsInProgressAndExpiredLeaseIsTakenOver(t *testing.T) {
 	if _, err := s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) { return nil, nil }); !errors.As(err, &ip) {
 		t.Fatalf("during a live lease: %v, want InProgressError", err)
 	}
-	time.Sleep(700 * time.Millisecond) // the lease expires
+	close(release)
+	wg.Wait()
+}
+
+// A holder that crashed leaves its key in_progress; once its lease has
+// expired (it no longer renews it), the next caller takes the key over,
+// runs the call again under the same key, and the takeover is counted.
+func TestExpiredLeaseIsTakenOver(t *testing.T) {
+	s, pool, reg := storeWithMetrics(t, idempotency.Options{Lease: 500 * time.Millisecond, TTL: time.Hour})
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO idempotency_keys (key, fingerprint, status, lease_token, lease_until, expires_at)
+		VALUES ('k1', $1, 'in_progress', 'crashed-holder', now() - interval '1 second', now() + interval '1 hour')`, fp); err != nil {
+		t.Fatal(err)
+	}
 	out, err := s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) { return []byte("taken over"), nil })
 	if err != nil || string(out) != "taken over" {
 		t.Fatalf("takeover: %s %v", out, err)
 	}
-	close(release)
-	wg.Wait()
-	if firstErr != nil {
-		t.Fatalf("stale holder: %v", firstErr)
+	if n := metric(reg, "dedup_idempotency_takeovers_total"); n != 1 {
+		t.Fatalf("takeovers %v, want 1", n)
 	}
-	// The stale holder's late outcome does not overwrite the new holder's.
-	out, err = s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) { t.Fatal("ran again"); return nil, nil })
-	if err != nil || string(out) != "taken over" {
-		t.Fatalf("stored: %s %v", out, err)
+	var attempts int
+	var takenOver bool
+	_ = pool.QueryRow(ctx, `SELECT attempts, taken_over_at IS NOT NULL FROM idempotency_keys WHERE key = 'k1'`).Scan(&attempts, &takenOver)
+	if attempts != 2 || !takenOver {
+		t.Fatalf("attempts %d, taken over %v; want 2, true", attempts, takenOver)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
@@ -73,7 +74,12 @@ func run() error {
 		stack.Stop()
 	}()
 
-	cfg := demoConfig(stack, *topic, *adminAddr)
+	hooks, err := devstack.StartWebhooks()
+	if err != nil {
+		return err
+	}
+	defer hooks.Close()
+	cfg := demoConfig(stack, *topic, *adminAddr, hooks.URL())
 	dir, err := os.MkdirTemp("", "dedup-dev-")
 	if err != nil {
 		return err
@@ -87,12 +93,13 @@ func run() error {
   Kafka      %s   topics %s, %s.dlq (%d partitions)
   Temporal   %s   namespace default
   PostgreSQL %s
+  webhooks   %s   (the demo routes' webhook tasks; counts deliveries per Idempotency-Key)
   config     %s
 
   produce:   kcat -b %s -t %s -P -k key1   (then type {"id":"e1","type":"order.created"})
   read DLQ:  kcat -b %s -t %s.dlq -C -f '%%h %%s\n'
   a router:  DATABASE_URL=%s go run ./cmd/dedup run --config %s
-`, strings.Join(stack.Brokers(), ","), *topic, *topic, *partitions, stack.Temporal.HostPort(), stack.DatabaseURL, cfgPath,
+`, strings.Join(stack.Brokers(), ","), *topic, *topic, *partitions, stack.Temporal.HostPort(), stack.DatabaseURL, hooks.URL(), cfgPath,
 		stack.Brokers()[0], *topic, stack.Brokers()[0], *topic, stack.DatabaseURL, cfgPath)
 
 	if *infraOnly {
@@ -128,19 +135,24 @@ func run() error {
 		return err
 	}
 	defer led.Close()
+	keys, err := pgxpool.New(ctx, stack.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer keys.Close()
 	tick := time.NewTicker(*every)
 	defer tick.Stop()
 	for {
 		select {
 		case <-tick.C:
-			summary(ctx, reg, led)
+			summary(ctx, reg, led, keys, hooks)
 		case err := <-prodDone:
 			if err != nil && ctx.Err() == nil {
 				return err
 			}
 			prodDone = nil
 		case err := <-routerDone:
-			summary(context.Background(), reg, led)
+			summary(context.Background(), reg, led, keys, hooks)
 			return err
 		case err := <-workerDone:
 			if err != nil && ctx.Err() == nil {
@@ -151,18 +163,21 @@ func run() error {
 	}
 }
 
-func demoConfig(stack *devstack.Stack, topic, admin string) app.Config {
+func demoConfig(stack *devstack.Stack, topic, admin, webhookURL string) app.Config {
 	cfg := app.DefaultConfig()
 	cfg.Kafka.Brokers = stack.Brokers()
 	cfg.Kafka.Group = "dedup-dev"
 	cfg.Kafka.Topics = []string{topic}
 	cfg.Kafka.ResetOffset = "earliest"
 	cfg.Kafka.SessionTimeout = 10 * time.Second
-	tasks := &schemas.ActivityDefinition{Tasks: []schemas.TaskSpec{{Type: "noop"}}}
+	// Two routes send a webhook (a real side effect, under the step key
+	// {task_id}:post, to the local counting endpoint); one does nothing.
+	webhook := &schemas.ActivityDefinition{Tasks: []schemas.TaskSpec{{Type: "webhook"}}, MaxAttempts: 5}
+	noop := &schemas.ActivityDefinition{Tasks: []schemas.TaskSpec{{Type: "noop"}}}
 	cfg.Routes = processor.Routes{
-		{ID: "order-confirmation", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: tasks},
-		{ID: "welcome-email", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: tasks},
-		{ID: "crm-sync", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: tasks},
+		{ID: "order-confirmation", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: webhook},
+		{ID: "welcome-email", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: webhook},
+		{ID: "crm-sync", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: noop},
 	}
 	// A demo schedule every five seconds (docs/schedules.md): its fires
 	// show in the summary line.
@@ -170,6 +185,7 @@ func demoConfig(stack *devstack.Stack, topic, admin string) app.Config {
 		MisfirePolicy: schedule.Compress, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities",
 		Definition: &schemas.ActivityDefinition{DedupeKeyStrategy: "compress", Tasks: []schemas.TaskSpec{{Type: "noop"}}}}}
 	cfg.Worker.TaskQueue = "activities"
+	cfg.Worker.WebhookURL = webhookURL
 	cfg.Temporal.HostPort = stack.Temporal.HostPort()
 	cfg.Admin.Listen = admin
 	cfg.Log.Format = "text"
@@ -187,7 +203,7 @@ func writeConfig(path string, cfg app.Config) error {
 	return os.WriteFile(path, b, 0o600)
 }
 
-func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres) {
+func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres, keys *pgxpool.Pool, hooks *devstack.Webhooks) {
 	mfs, err := reg.Gather()
 	if err != nil {
 		return
@@ -217,7 +233,16 @@ func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres
 	if err != nil {
 		ledgerLine = "ledger unavailable"
 	}
-	fmt.Printf("%s  records in %6.0f | new workflows %6.0f | duplicates skipped %6.0f | conflicts %3.0f | dead letters %3.0f | workflows started %6.0f (already started %3.0f) | committed offsets %6.0f | %s | schedule runs %3.0f (slots on time %.0f, late %.0f, skipped %.0f)\n",
+	// Deliveries next to keys: each webhook step's key completed in the
+	// store once, and delivered once at the endpoint (a repeat after a
+	// crash reaches it with the same key and is dropped).
+	var completed int64
+	keysLine := "webhook keys unavailable"
+	if err := keys.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE status = 'completed' AND key LIKE '%:webhook:%:post'`).Scan(&completed); err == nil {
+		keysLine = fmt.Sprintf("webhook keys completed %6d", completed)
+	}
+	hc := hooks.Counts()
+	fmt.Printf("%s  records in %6.0f | new workflows %6.0f | duplicates skipped %6.0f | conflicts %3.0f | dead letters %3.0f | workflows started %6.0f (already started %3.0f) | committed offsets %6.0f | %s | %s | webhooks delivered %6d (repeats dropped %d) | schedule runs %3.0f (slots on time %.0f, late %.0f, skipped %.0f)\n",
 		time.Now().Format("15:04:05"),
 		val("dedup_records_total", "", ""),
 		val("dedup_intents_total", "outcome", "new"),
@@ -227,7 +252,7 @@ func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres
 		val("dedup_workflow_starts_total", "result", "started"),
 		val("dedup_workflow_starts_total", "result", "already_started"),
 		val("dedup_committed_offset", "", ""),
-		ledgerLine,
+		ledgerLine, keysLine, hc.Deliveries, hc.Dropped,
 		val("dedup_schedule_starts_total", "result", "started"),
 		val("dedup_schedule_fires_total", "outcome", "on_time"),
 		val("dedup_schedule_fires_total", "outcome", "catchup")+val("dedup_schedule_fires_total", "outcome", "compressed"),

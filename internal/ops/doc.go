@@ -1,0 +1,19 @@
+// Package ops is the operators' command line: dedup explain, inspect, lag,
+// offsets reset and ledger stats / purge.
+//
+// It adds no state and no write to the router's path: every answer comes
+// from what dedup already keeps (the record in Kafka, the group's committed
+// offsets, dedup_ledger, dedup_conflicts, dedup_dead_letters, Temporal's
+// executions), and the decision is re-computed with the router's own code
+// (processor.Decider), never a second implementation of it.
+//
+// Every command is read-only except `offsets reset` and `ledger purge`
+// without --dry-run, which log what they did. Clients are built the way
+// dedup run builds its own (internal/app: ToolKafkaOpts, DialToolTemporal;
+// ledger.Open), so the same TLS and SASL settings apply.
+//
+// Exit codes, for scripts: 0 found (or done), 1 not found, 2 an error (a
+// dependency that did not answer, so the answer is incomplete; bad usage;
+// or a refusal: offsets reset while the group has live members, a purge
+// that would cross the replay horizon).
+package ops

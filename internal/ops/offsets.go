@@ -1,0 +1,458 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+func offsetsResetCommand() command {
+	return command{
+		name:  "offsets reset",
+		usage: "dedup offsets reset --config FILE --to earliest|latest|TIME|OFFSET [--topic T] [--partition P,...] [--dry-run] [--output json]",
+		help: `Moves the group's committed offsets, for a replay (back) or to skip a backlog (forward).
+
+--to is earliest (the log start), latest (the log end), a time (RFC 3339: the first record at or
+after it) or an offset (clamped to the log). --topic and --partition narrow it (default: every
+partition of the config's topics).
+
+It refuses while the group has live members: stop every replica first (a member would overwrite
+the reset with its own commits). --dry-run changes nothing: it reads the records that would be
+re-read, decides each with the router's code and asks the ledger (read-only) what it would do:
+how many workflows are expected to start anew, how many the ledger skips as started, re-drives or
+starts again, and how many are conflicts, dead letters or skipped for no route. A move forward
+skips records: it says how many.
+
+Without --dry-run it commits the new offsets and logs each move (group, topic, partition, from,
+to). Exit code 0 when done (or forecast), 2 on an error or a refusal.
+
+Example:
+  dedup offsets reset --config dedup.yaml --to 2026-03-01T00:00:00Z --dry-run
+  dedup offsets reset --config dedup.yaml --to earliest --partition 0,3`,
+		flags: func(fs *flag.FlagSet) func(context.Context, *Tool, []string) (any, int, error) {
+			to := fs.String("to", "", "earliest, latest, a time (RFC 3339) or an offset (required)")
+			topic := fs.String("topic", "", "only this topic (default: the config's topics)")
+			partitions := fs.String("partition", "", "only these partitions, comma-separated")
+			dryRun := fs.Bool("dry-run", false, "change nothing; forecast what the replay would do")
+			return func(ctx context.Context, t *Tool, args []string) (any, int, error) {
+				if len(args) > 0 {
+					return nil, ExitError, fmt.Errorf("unexpected arguments %q", args)
+				}
+				target, err := parseTarget(*to)
+				if err != nil {
+					return nil, ExitError, err
+				}
+				topics := t.cfg.Kafka.Topics
+				if *topic != "" {
+					if !slices.Contains(topics, *topic) {
+						return nil, ExitError, fmt.Errorf("--topic %s is not one of the config's topics %v", *topic, topics)
+					}
+					topics = []string{*topic}
+				}
+				var parts []int32
+				if *partitions != "" {
+					for _, s := range strings.Split(*partitions, ",") {
+						p, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
+						if err != nil || p < 0 {
+							return nil, ExitError, fmt.Errorf("--partition: %q is not a partition number", s)
+						}
+						parts = append(parts, int32(p))
+					}
+				}
+				return t.ResetOffsets(ctx, target, topics, parts, *dryRun)
+			}
+		},
+	}
+}
+
+// Target is where offsets reset moves to: one of Earliest, Latest, a
+// time or an offset.
+type Target struct {
+	Earliest, Latest bool
+	Time             *time.Time
+	Offset           *int64
+}
+
+func (t Target) String() string {
+	switch {
+	case t.Earliest:
+		return "earliest"
+	case t.Latest:
+		return "latest"
+	case t.Time != nil:
+		return t.Time.UTC().Format(time.RFC3339Nano)
+	}
+	return strconv.FormatInt(*t.Offset, 10)
+}
+
+// parseTarget reads --to.
+func parseTarget(s string) (Target, error) {
+	switch s {
+	case "":
+		return Target{}, errors.New("--to is required: earliest, latest, a time (RFC 3339) or an offset")
+	case "earliest":
+		return Target{Earliest: true}, nil
+	case "latest":
+		return Target{Latest: true}, nil
+	}
+	if o, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if o < 0 {
+			return Target{}, fmt.Errorf("--to %d: an offset is not negative", o)
+		}
+		return Target{Offset: &o}, nil
+	}
+	if tm, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return Target{Time: &tm}, nil
+	}
+	return Target{}, fmt.Errorf("--to %q: want earliest, latest, a time (RFC 3339, 2026-03-01T00:00:00Z) or an offset", s)
+}
+
+// ResetReport is dedup offsets reset's answer.
+type ResetReport struct {
+	Group      string          `json:"group"`
+	To         string          `json:"to"`
+	DryRun     bool            `json:"dry_run"`
+	Partitions []PartitionMove `json:"partitions"`
+	// Forecast is what the re-read records will do (dry runs only).
+	Forecast *Forecast `json:"forecast,omitempty"`
+	Notes    []string  `json:"notes,omitempty"`
+}
+
+// PartitionMove is one partition's move.
+type PartitionMove struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// From is where the group resumes now: its committed offset, or where
+	// kafka.reset_offset starts a partition without one.
+	From      int64 `json:"from"`
+	Committed bool  `json:"committed"` // From is a committed offset
+	To        int64 `json:"to"`
+	Reread    int64 `json:"reread"`  // records read again (To < From)
+	Skipped   int64 `json:"skipped"` // records the group will never read (To > From)
+}
+
+// Forecast counts what the records of a replay will do, as the ledger
+// stands now. Intents are (record, route) pairs.
+type Forecast struct {
+	Records int `json:"records"`
+	Intents int `json:"intents"`
+	// NewWorkflows are intents whose workflow ID the ledger does not know
+	// (each counted once): workflows expected to start.
+	NewWorkflows int `json:"new_workflows"`
+	// Duplicates are intents of started rows: skipped without a Temporal
+	// call, except MayRerun of them, whose routes use an allow_* policy:
+	// each asks Temporal and runs again if its last run closed the way the
+	// policy allows.
+	Duplicates int `json:"duplicates"`
+	MayRerun   int `json:"may_rerun"`
+	// Redrives are intents of pending rows (started again: the reuse
+	// policy or request ID makes that safe), Reclaims of dead_lettered
+	// rows (claimed and started again).
+	Redrives int `json:"redrives"`
+	Reclaims int `json:"reclaims"`
+	// Conflicts are intents whose payload differs from the row's.
+	Conflicts int `json:"conflicts"`
+	// DeadLetters are records dead-lettered before any claim, of which
+	// DeadLettersLogged are in the dead-letter log already (not written
+	// again).
+	DeadLetters       int `json:"dead_letters"`
+	DeadLettersLogged int `json:"dead_letters_logged"`
+	NoRoute           int `json:"no_route"`
+}
+
+// ResetOffsets answers dedup offsets reset.
+func (t *Tool) ResetOffsets(ctx context.Context, to Target, topics []string, parts []int32, dryRun bool) (*ResetReport, int, error) {
+	adm, err := t.kafka()
+	if err != nil {
+		return nil, ExitError, err
+	}
+	g := t.cfg.Kafka.Group
+	rep := &ResetReport{Group: g, To: to.String(), DryRun: dryRun, Partitions: []PartitionMove{}}
+	if err := t.refuseLiveMembers(ctx, adm); err != nil {
+		return rep, ExitError, err
+	}
+	bs, err := t.partitionBounds(ctx, topics...)
+	if err != nil {
+		return rep, ExitError, err
+	}
+	for _, p := range parts {
+		for _, topic := range topics {
+			if _, ok := bs[topic][p]; !ok {
+				return rep, ExitError, fmt.Errorf("--partition %d: topic %s has no such partition", p, topic)
+			}
+		}
+	}
+	cm, err := t.committed(ctx)
+	if err != nil {
+		return rep, ExitError, err
+	}
+	var at kadm.ListedOffsets
+	if to.Time != nil {
+		if at, err = adm.ListOffsetsAfterMilli(ctx, to.Time.UnixMilli(), topics...); err != nil {
+			return rep, ExitError, fmt.Errorf("listing offsets at %s: %w", to, err)
+		}
+	}
+	for _, topic := range topics {
+		for p, b := range bs[topic] {
+			if len(parts) > 0 && !slices.Contains(parts, p) {
+				continue
+			}
+			mv := PartitionMove{Topic: topic, Partition: p}
+			if c, ok := cm[topic][p]; ok {
+				mv.From, mv.Committed = c, true
+			} else if t.cfg.Kafka.ResetOffset == "earliest" {
+				mv.From = b.start
+			} else {
+				mv.From = b.end
+			}
+			switch {
+			case to.Earliest:
+				mv.To = b.start
+			case to.Latest:
+				mv.To = b.end
+			case to.Time != nil:
+				o, ok := at.Lookup(topic, p)
+				if !ok || o.Err != nil {
+					return rep, ExitError, fmt.Errorf("no offset of %s/%d at %s", topic, p, to)
+				}
+				mv.To = o.Offset
+			default:
+				mv.To = min(max(*to.Offset, b.start), b.end)
+				if mv.To != *to.Offset {
+					rep.Notes = append(rep.Notes, fmt.Sprintf("%s/%d: offset %d is outside the log %d..%d: moved to %d", topic, p, *to.Offset, b.start, b.end, mv.To))
+				}
+			}
+			// What the group reads from To: at least the log start.
+			from := max(mv.From, b.start)
+			if mv.To < from {
+				mv.Reread = from - mv.To
+			} else {
+				mv.Skipped = mv.To - from
+			}
+			rep.Partitions = append(rep.Partitions, mv)
+		}
+	}
+	sort.Slice(rep.Partitions, func(i, j int) bool {
+		a, b := rep.Partitions[i], rep.Partitions[j]
+		return a.Topic < b.Topic || a.Topic == b.Topic && a.Partition < b.Partition
+	})
+	skipped := int64(0)
+	for _, mv := range rep.Partitions {
+		skipped += mv.Skipped
+	}
+	if skipped > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d records are skipped: the group will never read them, no workflow starts for them", skipped))
+	}
+	if dryRun {
+		f, err := t.forecast(ctx, rep.Partitions)
+		rep.Forecast = f
+		if err != nil {
+			return rep, ExitError, err
+		}
+		if f.NewWorkflows > 0 {
+			rep.Notes = append(rep.Notes, "new workflows are the workflow IDs the ledger does not know (never claimed, or purged): "+
+				"Temporal still refuses those whose run it keeps under reject_duplicate (already started)")
+		}
+		return rep, ExitFound, nil
+	}
+	var os kadm.Offsets
+	for _, mv := range rep.Partitions {
+		os.Add(kadm.Offset{Topic: mv.Topic, Partition: mv.Partition, At: mv.To, LeaderEpoch: -1})
+	}
+	resp, err := adm.CommitOffsets(ctx, g, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		return rep, ExitError, fmt.Errorf("committing the new offsets of group %s (a member may have joined meanwhile): %w", g, err)
+	}
+	for _, mv := range rep.Partitions {
+		t.log.Info("offsets reset", "group", g, "topic", mv.Topic, "partition", mv.Partition, "from", mv.From,
+			"from_committed", mv.Committed, "to", mv.To, "reread", mv.Reread, "skipped", mv.Skipped, "target", rep.To)
+	}
+	// A member that joined between the check and the commit would commit
+	// over the reset: say so.
+	if err := t.refuseLiveMembers(ctx, adm); err != nil {
+		rep.Notes = append(rep.Notes, "after the reset: "+err.Error()+"; check the offsets with dedup lag")
+	}
+	return rep, ExitFound, nil
+}
+
+// refuseLiveMembers fails when the group has members.
+func (t *Tool) refuseLiveMembers(ctx context.Context, adm *kadm.Client) error {
+	owners, state, members, err := t.owners(ctx, adm)
+	if err != nil {
+		return err
+	}
+	if members == 0 {
+		return nil
+	}
+	var who []string
+	seen := map[string]bool{}
+	for _, ps := range owners {
+		for _, o := range ps {
+			if !seen[o] {
+				seen[o] = true
+				who = append(who, o)
+			}
+		}
+	}
+	sort.Strings(who)
+	return fmt.Errorf("group %s has %d live member(s) (state %s; %s): stop every replica first, their commits would overwrite the reset",
+		t.cfg.Kafka.Group, members, state, strings.Join(who, ", "))
+}
+
+// forecast reads the records the moves re-read, decides each with the
+// router's code and asks the ledger what it would answer.
+func (t *Tool) forecast(ctx context.Context, moves []PartitionMove) (*Forecast, error) {
+	f := &Forecast{}
+	from := map[string]map[int32]kgo.Offset{}
+	until := map[string]map[int32]int64{}
+	left := 0
+	for _, mv := range moves {
+		if mv.Reread == 0 {
+			continue
+		}
+		if from[mv.Topic] == nil {
+			from[mv.Topic], until[mv.Topic] = map[int32]kgo.Offset{}, map[int32]int64{}
+		}
+		from[mv.Topic][mv.Partition] = kgo.NewOffset().At(mv.To)
+		until[mv.Topic][mv.Partition] = mv.To + mv.Reread
+		left++
+	}
+	if left == 0 {
+		return f, nil
+	}
+	led, err := t.ledger(ctx)
+	if err != nil {
+		return f, err
+	}
+	cl, err := t.consumer(from)
+	if err != nil {
+		return f, err
+	}
+	defer cl.Close()
+	seen := map[string]string{} // workflow ID -> what the replay has made of it so far
+	done := map[string]map[int32]bool{}
+	for left > 0 {
+		fs := cl.PollRecords(ctx, 5000)
+		if ctx.Err() != nil {
+			return f, fmt.Errorf("reading the records to re-read: %w", ctx.Err())
+		}
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
+		if ferr != nil {
+			return f, fmt.Errorf("reading the records to re-read: %w", ferr)
+		}
+		var batch []*kgo.Record
+		fs.EachRecord(func(r *kgo.Record) {
+			end := until[r.Topic][r.Partition]
+			if done[r.Topic][r.Partition] {
+				return
+			}
+			if r.Offset < end {
+				batch = append(batch, r)
+			}
+			if r.Offset+1 >= end {
+				if done[r.Topic] == nil {
+					done[r.Topic] = map[int32]bool{}
+				}
+				done[r.Topic][r.Partition] = true
+				left--
+			}
+		})
+		if err := t.forecastBatch(ctx, led, batch, seen, f); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
+}
+
+// forecastBatch adds the records of one poll to f.
+func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []*kgo.Record, seen map[string]string, f *Forecast) error {
+	var (
+		intents []processor.Intent
+		reqs    []processor.StartRequest
+		dls     []processor.DeadLetter
+	)
+	for _, kr := range batch {
+		f.Records++
+		d, err := t.decide(kr)
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.DeadLetter != "":
+			f.DeadLetters++
+			dls = append(dls, processor.DeadLetter{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset})
+		case d.Skipped():
+			f.NoRoute++
+		default:
+			intents = append(intents, d.Intents...)
+			reqs = append(reqs, d.Starts...)
+		}
+	}
+	if len(dls) > 0 {
+		written, err := led.Written(ctx, dls)
+		if err != nil {
+			return err
+		}
+		for _, w := range written {
+			if w {
+				f.DeadLettersLogged++
+			}
+		}
+	}
+	if len(intents) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(intents))
+	for _, in := range intents {
+		ids = append(ids, in.WorkflowID)
+	}
+	rows, err := led.Rows(ctx, ids)
+	if err != nil {
+		return err
+	}
+	byID := make(map[string]*ledger.Row, len(rows))
+	for i := range rows {
+		byID[rows[i].WorkflowID] = &rows[i]
+	}
+	for i, in := range intents {
+		f.Intents++
+		row := byID[in.WorkflowID]
+		switch {
+		case row != nil && string(row.PayloadHash) != string(in.PayloadHash[:]):
+			f.Conflicts++
+		case row == nil && seen[in.WorkflowID] == "":
+			// The replay's first copy claims it; later copies are
+			// duplicates of that claim.
+			f.NewWorkflows++
+			seen[in.WorkflowID] = "new"
+		case row == nil || row.State == "started" || seen[in.WorkflowID] != "":
+			f.Duplicates++
+			if reqs[i].ReusePolicy != processor.ReuseRejectDuplicate && row != nil && row.State == "started" {
+				f.MayRerun++
+			}
+		case row.State == "pending":
+			f.Redrives++
+			seen[in.WorkflowID] = "redrive"
+		case row.State == "dead_lettered":
+			f.Reclaims++
+			seen[in.WorkflowID] = "reclaim"
+		}
+	}
+	return nil
+}

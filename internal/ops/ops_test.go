@@ -1,0 +1,439 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/pgtest"
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/schemas"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+// These tests run the commands against kfake and a real PostgreSQL, with
+// the ledger's state made the way the router makes it (Claim, MarkStarted,
+// Record) from the router's own decisions; Temporal is not in the root
+// module's tests (the lab's TestOperatorTools runs them against all three,
+// with a real router).
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const topic = "events"
+
+type fixture struct {
+	t   *testing.T
+	cl  *kgo.Client
+	adm *kadm.Client
+	cfg app.Config
+	led *ledger.Postgres
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic, topic+".dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	url := pgtest.NewDatabase(t)
+	if err := ledger.Migrate(context.Background(), url); err != nil {
+		t.Fatal(err)
+	}
+	cfg := app.DefaultConfig()
+	cfg.Kafka.Brokers = c.ListenAddrs()
+	cfg.Kafka.Group = "dedup-ops"
+	cfg.Kafka.Topics = []string{topic}
+	cfg.Kafka.ResetOffset = "earliest"
+	cfg.Routes = processor.Routes{
+		{ID: "confirm", Match: processor.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"},
+		{ID: "crm", Match: processor.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q", IDReusePolicy: processor.ReuseAllowDuplicate},
+	}
+	cfg.Postgres.URL = url
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	led, err := ledger.Open(context.Background(), cfg.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(led.Close)
+	return &fixture{t: t, cl: cl, adm: kadm.NewClient(cl), cfg: cfg, led: led}
+}
+
+// tool is a Tool on the fixture, whose Temporal does not answer.
+func (f *fixture) tool() *Tool {
+	t := newTool(f.cfg, slog.New(slog.DiscardHandler))
+	t.tcOnce.Do(func() { t.tcErr = errors.New("no Temporal in the root module's tests") })
+	f.t.Cleanup(t.Close)
+	return t
+}
+
+func (f *fixture) produce(p int32, value string) *kgo.Record {
+	f.t.Helper()
+	r, err := f.cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Partition: p, Value: []byte(value)}).First()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return r
+}
+
+func order(id, v string) string {
+	return fmt.Sprintf(`{"specversion":"1.0","id":%q,"type":"order.created","source":"shop","data":{"v":%q}}`, id, v)
+}
+
+// route does what the router does with kr, up to the ledger: claim its
+// intents (and mark them started, as a start would), or log its dead
+// letter after writing it to the dead-letter topic.
+func (f *fixture) route(tl *Tool, kr *kgo.Record, start bool) {
+	f.t.Helper()
+	ctx := context.Background()
+	d, err := tl.decide(kr)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	deadLetter := func(reason, wid, msg string) {
+		dlq := &kgo.Record{Topic: topic + ".dlq", Partition: 1, Value: kr.Value, Headers: []kgo.RecordHeader{
+			{Key: schemas.HeaderDLQReason, Value: []byte(reason)}, {Key: schemas.HeaderDLQTopic, Value: []byte(kr.Topic)},
+			{Key: schemas.HeaderDLQPartition, Value: []byte(fmt.Sprint(kr.Partition))}, {Key: schemas.HeaderDLQOffset, Value: []byte(fmt.Sprint(kr.Offset))},
+		}}
+		if wid != "" {
+			dlq.Headers = append(dlq.Headers, kgo.RecordHeader{Key: schemas.HeaderDLQWorkflow, Value: []byte(wid)})
+		}
+		if err := f.cl.ProduceSync(ctx, dlq).FirstErr(); err != nil {
+			f.t.Fatal(err)
+		}
+		if err := f.led.Record(ctx, []processor.DeadLetter{{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, WorkflowID: wid,
+			Reason: reason, Error: msg, DLQTopic: topic + ".dlq"}}); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	if d.DeadLetter != "" {
+		deadLetter(string(d.DeadLetter), "", d.Err.Error())
+		return
+	}
+	if len(d.Intents) == 0 {
+		return
+	}
+	verdicts, err := f.led.Claim(ctx, d.Intents)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var started []processor.Started
+	for i, v := range verdicts {
+		switch v.Verdict {
+		case processor.VerdictConflict:
+			deadLetter("conflict", d.Intents[i].WorkflowID, "claimed with another payload")
+		case processor.VerdictNew, processor.VerdictRedrive:
+			started = append(started, processor.Started{WorkflowID: d.Intents[i].WorkflowID, RunID: "run-" + d.Intents[i].EventID, Generation: 1})
+		}
+	}
+	if start {
+		if err := f.led.MarkStarted(ctx, started); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+func (f *fixture) commit(p int32, at int64) {
+	f.t.Helper()
+	var os kadm.Offsets
+	os.Add(kadm.Offset{Topic: topic, Partition: p, At: at, LeaderEpoch: -1})
+	if err := f.adm.CommitAllOffsets(context.Background(), f.cfg.Kafka.Group, os); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func TestExplainFromKafkaAndTheLedger(t *testing.T) {
+	f := newFixture(t)
+	tl := f.tool()
+	rA := f.produce(0, order("a", "1"))                        // 0: claims a, started
+	rDup := f.produce(0, order("a", "1"))                      // 1: duplicate
+	rConf := f.produce(0, order("a", "other"))                 // 2: conflict
+	rBad := f.produce(0, "not json")                           // 3: undecodable
+	rAudit := f.produce(0, `{"id":"n","type":"audit.logged"}`) // 4: no route
+	rPend := f.produce(0, order("p", "1"))                     // 5: claimed, not started
+	rNew := f.produce(0, order("b", "1"))                      // 6: never read
+	for _, r := range []*kgo.Record{rA, rDup, rConf, rBad, rAudit} {
+		f.route(tl, r, true)
+	}
+	f.route(tl, rPend, false)
+	f.commit(0, rPend.Offset+1)
+	ctx := context.Background()
+	explain := func(q Query) *Explanation {
+		t.Helper()
+		ex, code, err := tl.Explain(ctx, q)
+		// Temporal does not answer here: exit code 2 when it was asked
+		// (there are workflows), with the rest of the answer.
+		if ex == nil || (len(ex.Workflows) > 0) != (code == ExitError) || (code == ExitError) != (err != nil) {
+			t.Fatalf("explain %+v: code %d, err %v", q, code, err)
+		}
+		for _, e := range ex.Errors {
+			if !strings.HasPrefix(e, "temporal") {
+				t.Fatalf("explain %+v: unexpected error %s", q, e)
+			}
+		}
+		return ex
+	}
+	at := func(r *kgo.Record) Query { return Query{Topic: r.Topic, Partition: &r.Partition, Offset: &r.Offset} }
+	verdicts := func(ex *Explanation) string {
+		var v []string
+		for _, w := range ex.Workflows {
+			v = append(v, w.WorkflowID+"="+w.Verdict)
+		}
+		slices.Sort(v)
+		return strings.Join(v, ",")
+	}
+
+	ex := explain(at(rA))
+	if ex.Record.State != RecordRead || !ex.Group.Behind || ex.Decision.Envelope != "cloudevents-structured" || ex.Decision.Rule != "field" ||
+		ex.Decision.IDFrom != "id" || ex.Decision.EventID != "a" || len(ex.Decision.Routes) != 2 {
+		t.Fatalf("record a: %+v %+v %+v", ex.Record, ex.Group, ex.Decision)
+	}
+	if got := verdicts(ex); got != "activity-confirm:a=claimed,activity-crm:a=claimed" {
+		t.Fatalf("record a: %s", got)
+	}
+	w := ex.Workflows[0]
+	if w.Ledger == nil || w.Ledger.State != "started" || w.Ledger.RunID != "run-a" || w.SamePayload == nil || !*w.SamePayload ||
+		len(w.Conflicts) != 1 || w.Conflicts[0].Record.Offset != rConf.Offset {
+		t.Fatalf("record a, workflow: %+v", w)
+	}
+	if got := verdicts(explain(at(rDup))); got != "activity-confirm:a=duplicate,activity-crm:a=duplicate" {
+		t.Fatalf("record 1: %s", got)
+	}
+	ex = explain(at(rConf))
+	if got := verdicts(ex); got != "activity-confirm:a=conflict,activity-crm:a=conflict" {
+		t.Fatalf("conflicting record: %s", got)
+	}
+	w = ex.Workflows[0]
+	if *w.SamePayload || len(w.DeadLetters) != 1 || w.DeadLetters[0].Reason != "conflict" || w.DeadLetters[0].DLQ == nil ||
+		w.DeadLetters[0].DLQ.Topic != topic+".dlq" || w.Conflicts[0].LedgerPayloadHash != w.Ledger.PayloadHash ||
+		w.Conflicts[0].PayloadHash != ex.Decision.PayloadHash {
+		t.Fatalf("conflicting record, workflow: %+v", w)
+	}
+	ex = explain(at(rBad))
+	if ex.Decision.DeadLetter != "undecodable" || len(ex.DeadLetters) != 1 || ex.DeadLetters[0].DLQ == nil ||
+		ex.DeadLetters[0].DLQ.Partition != 1 || len(ex.Workflows) != 0 {
+		t.Fatalf("undecodable record: %+v %+v", ex.Decision, ex.DeadLetters)
+	}
+	ex = explain(at(rAudit))
+	if !ex.Decision.NoRoute || ex.Decision.NoRoutePolicy != "skip" || len(ex.Workflows) != 0 || !ex.Found {
+		t.Fatalf("no-route record: %+v", ex.Decision)
+	}
+	ex = explain(at(rPend))
+	if got := verdicts(ex); got != "activity-confirm:p=claimed,activity-crm:p=claimed" || ex.Workflows[0].Ledger.State != "pending" {
+		t.Fatalf("pending record: %s %+v", got, ex.Workflows[0].Ledger)
+	}
+	ex = explain(at(rNew))
+	if got := verdicts(ex); got != "activity-confirm:b=not_read_yet,activity-crm:b=not_read_yet" || ex.Group.Behind {
+		t.Fatalf("unread record: %s", got)
+	}
+	// By workflow or event ID: the record that claimed it.
+	for _, q := range []Query{{WorkflowID: "activity-crm:a"}, {EventID: "a"}, {EventID: "a", Scan: true}} {
+		if ex := explain(q); ex.Record == nil || ex.Record.Offset != rA.Offset || verdicts(ex) != "activity-confirm:a=claimed,activity-crm:a=claimed" {
+			t.Fatalf("%+v: %+v %s", q, ex.Record, verdicts(ex))
+		}
+	}
+	// Past the log end: nothing is known (the workflows of an unknown
+	// event cannot be named; Temporal would still be asked of named ones).
+	off := int64(99)
+	ex, code, _ := tl.Explain(ctx, Query{Topic: topic, Partition: &rA.Partition, Offset: &off})
+	if code == ExitFound || ex.Found || ex.Record.State != RecordNotProduced {
+		t.Fatalf("offset 99: code %d %+v", code, ex.Record)
+	}
+}
+
+func TestLagAndOffsetsReset(t *testing.T) {
+	f := newFixture(t)
+	tl := f.tool()
+	ctx := context.Background()
+	if _, code, err := tl.Lag(ctx); code != ExitNotFound || err != nil {
+		t.Fatalf("lag of a group that never ran: %d %v", code, err)
+	}
+	var recs []*kgo.Record
+	for i := range 4 {
+		recs = append(recs, f.produce(0, order(fmt.Sprint("e", i), "1")))
+	}
+	recs = append(recs, f.produce(0, "garbage"), f.produce(0, order("e0", "1")), f.produce(0, order("e3", "changed")))
+	f.produce(1, order("x", "1"))
+	for _, r := range recs[:5] {
+		f.route(tl, r, true)
+	}
+	f.commit(0, 5)
+	lag, code, err := tl.Lag(ctx)
+	if err != nil || code != ExitFound || lag.Total != 3 || len(lag.Partitions) != 2 || *lag.Partitions[0].Committed != 5 ||
+		lag.Partitions[0].Lag != 2 || lag.Partitions[1].Committed != nil || lag.Partitions[1].Lag != 1 {
+		t.Fatalf("lag: %d %v %+v", code, err, lag)
+	}
+
+	// A live member: the reset is refused, and lag names the owner.
+	member, err := kgo.NewClient(kgo.SeedBrokers(f.cfg.Kafka.Brokers...), kgo.ConsumerGroup(f.cfg.Kafka.Group), kgo.ConsumeTopics(topic),
+		kgo.DisableAutoCommit(), kgo.ClientID("replica-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		member.PollFetches(pctx)
+		cancel()
+		lag, _, err = tl.Lag(ctx)
+		if err == nil && lag.Members == 1 && strings.HasPrefix(lag.Partitions[0].Owner, "replica-1@") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the member never showed: %+v %v", lag, err)
+		}
+	}
+	if _, code, err := tl.ResetOffsets(ctx, Target{Earliest: true}, []string{topic}, nil, true); code != ExitError || err == nil ||
+		!strings.Contains(err.Error(), "live member") {
+		t.Fatalf("reset with a live member: %d %v", code, err)
+	}
+	member.Close()
+	eventually(t, func() bool { l, _, err := tl.Lag(ctx); return err == nil && l.Members == 0 })
+
+	// Dry run back to 0 on partition 0: records 0..4 re-read. e0..e3 (2
+	// routes each) are started: 8 duplicates, 4 of the allow_duplicate
+	// route; the garbage is logged already.
+	rep, code, err := tl.ResetOffsets(ctx, Target{Earliest: true}, []string{topic}, []int32{0}, true)
+	if err != nil || code != ExitFound || len(rep.Partitions) != 1 || rep.Partitions[0].From != 5 || rep.Partitions[0].To != 0 ||
+		rep.Partitions[0].Reread != 5 {
+		t.Fatalf("dry run: %d %v %+v", code, err, rep)
+	}
+	if fc := *rep.Forecast; fc != (Forecast{Records: 5, Intents: 8, Duplicates: 8, MayRerun: 4, DeadLetters: 1, DeadLettersLogged: 1}) {
+		t.Fatalf("forecast %+v", fc)
+	}
+	// Forget e1 (as a purge would): its two workflows are expected anew.
+	if _, err := f.led.Pool().Exec(ctx, `DELETE FROM dedup_ledger WHERE event_id = 'e1'`); err != nil {
+		t.Fatal(err)
+	}
+	rep, _, err = tl.ResetOffsets(ctx, Target{Earliest: true}, []string{topic}, []int32{0}, true)
+	if err != nil || rep.Forecast.NewWorkflows != 2 || rep.Forecast.Duplicates != 6 {
+		t.Fatalf("forecast after forgetting e1: %v %+v", err, rep.Forecast)
+	}
+	if c, _ := tl.committed(ctx); c[topic][0] != 5 {
+		t.Fatalf("a dry run moved the offset: %v", c)
+	}
+	// Forward past the end of the log: clamped, and the skip is counted.
+	rep, code, err = tl.ResetOffsets(ctx, Target{Offset: ptr(int64(100))}, []string{topic}, []int32{0}, true)
+	if err != nil || code != ExitFound || rep.Partitions[0].To != 7 || rep.Partitions[0].Skipped != 2 || len(rep.Notes) != 2 {
+		t.Fatalf("forward: %d %v %+v", code, err, rep)
+	}
+	// The real run to offset 2, and lag sees it.
+	rep, code, err = tl.ResetOffsets(ctx, Target{Offset: ptr(int64(2))}, []string{topic}, []int32{0}, false)
+	if err != nil || code != ExitFound || rep.Forecast != nil {
+		t.Fatalf("reset: %d %v %+v", code, err, rep)
+	}
+	if c, _ := tl.committed(ctx); c[topic][0] != 2 {
+		t.Fatalf("committed after the reset: %v", c)
+	}
+	// A time: the first record at or after it.
+	rep, _, err = tl.ResetOffsets(ctx, Target{Time: &recs[3].Timestamp}, []string{topic}, []int32{0}, true)
+	if err != nil || rep.Partitions[0].To > 3 {
+		t.Fatalf("to a time: %v %+v", err, rep)
+	}
+}
+
+func TestLedgerStats(t *testing.T) {
+	f := newFixture(t)
+	tl := f.tool()
+	f.route(tl, f.produce(0, order("a", "1")), true)
+	f.route(tl, f.produce(0, order("b", "1")), false)
+	f.route(tl, f.produce(0, "x"), false)
+	st, code, err := tl.LedgerStats(context.Background())
+	if err != nil || code != ExitFound || st.Total != 4 || st.ByState["started"] != 2 || st.ByState["pending"] != 2 ||
+		st.OldestPending == nil || st.OldestPending.EventID != "b" || len(st.DeadLetters) != 1 || len(st.Tables) != 3 {
+		t.Fatalf("stats: %d %v %+v", code, err, st)
+	}
+}
+
+// TestCommandLine: flags after a positional argument, help on stdout with
+// exit code 0, bad usage and a missing config with exit code 2.
+func TestCommandLine(t *testing.T) {
+	var out, errOut strings.Builder
+	if code := run(context.Background(), []string{"inspect", "--help"}, &out, &errOut, nil); code != ExitFound ||
+		!strings.Contains(out.String(), "Example:") || errOut.Len() != 0 {
+		t.Fatalf("--help: %d %q %q", code, out.String(), errOut.String())
+	}
+	for _, args := range [][]string{{"explain", "--bogus"}, {"offsets"}, {"inspect", "x", "--config", "/nonexistent"}, {"lag", "--output", "yaml"}} {
+		if code := run(context.Background(), args, io.Discard, io.Discard, nil); code != ExitError {
+			t.Errorf("%v: exit code %d, want 2", args, code)
+		}
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.String("output", "", "")
+	fs.Bool("dry-run", false, "")
+	if got := strings.Join(interleave(fs, []string{"wid", "--output", "json", "--dry-run", "x"}), " "); got != "--output json --dry-run wid x" {
+		t.Fatalf("interleave: %s", got)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 20s")
+		}
+	}
+}
+
+// TestJudge: each disagreement between a ledger row and Temporal's latest
+// run is named, and agreement names none.
+func TestJudge(t *testing.T) {
+	now := time.Now()
+	row := func(state, run string, gen int, age time.Duration) *ledger.Row {
+		return &ledger.Row{State: state, RunID: run, Generation: gen, UpdatedAt: now.Add(-age)}
+	}
+	run := func(id string, gen int) *Execution {
+		return &Execution{Found: true, RunID: id, Status: "Running", Generation: gen}
+	}
+	none := &Execution{}
+	cases := []struct {
+		name string
+		row  *ledger.Row
+		ex   *Execution
+		want string
+	}{
+		{"started, same run", row("started", "r1", 1, 0), run("r1", 1), ""},
+		{"started, run not recorded", row("started", "", 1, 0), run("r1", 1), ""},
+		{"started, no execution", row("started", "r1", 1, 0), none, TemporalForgot},
+		{"started, newer generation", row("started", "r1", 1, 0), run("r2", 2), RerunNotRecorded},
+		{"started, another run", row("started", "r1", 1, 0), run("r9", 1), RunMismatch},
+		{"pending, a run", row("pending", "", 1, 0), run("r1", 1), MarkNotLanded},
+		{"pending, none", row("pending", "", 1, 0), none, ""},
+		{"pending for long", row("pending", "", 1, time.Hour), none, PendingStale},
+		{"dead_lettered, none", row("dead_lettered", "", 1, 0), none, ""},
+		{"dead_lettered, a run", row("dead_lettered", "", 1, 0), run("r1", 1), DeadLetteredButStarted},
+		{"no row, a run", nil, run("r1", 1), TemporalOnly},
+		{"no row, none", nil, none, ""},
+		{"Temporal not asked", row("started", "r1", 1, 0), nil, ""},
+	}
+	for _, c := range cases {
+		var kinds []string
+		for _, d := range judge(c.row, c.ex, now, 10*time.Minute) {
+			kinds = append(kinds, d.Kind)
+		}
+		if got := strings.Join(kinds, ","); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}

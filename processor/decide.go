@@ -1,0 +1,111 @@
+package processor
+
+import (
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/schemas"
+)
+
+// Decision is what the router decides for one record before it asks the
+// ledger: the decoded event, and either one intent (and start request) per
+// matching route, or why the record goes no further: dead-lettered before
+// any claim (DeadLetter), or skipped because no route matches (NoRoute
+// under kafka.no_route: skip).
+//
+// It is the one implementation of that step: the router's poll loop and
+// the operators' dedup explain and dedup offsets reset --dry-run all call
+// Decider.Decide, so what they print is what the router does.
+type Decision struct {
+	// Event is the decoded event; its zero value when decoding failed.
+	Event eventid.Event
+	// DeadLetter, when set, is why the record is dead-lettered without a
+	// claim (undecodable, missing_type, invalid_id, no_id, oversized,
+	// no_route under kafka.no_route: dead_letter), and Err what was wrong.
+	DeadLetter Reason
+	Err        error
+	// NoRoute: no route matches the event. Under kafka.no_route: skip the
+	// record is skipped (committed, nothing else); under dead_letter,
+	// DeadLetter is ReasonNoRoute.
+	NoRoute bool
+	// Routes are the matching routes, in table order; Intents and Starts
+	// hold one entry per route, in the same order (none when the record is
+	// dead-lettered: a route keyed by scheduled_for whose event has no
+	// usable data.scheduled_for dead-letters the record as undecodable).
+	Routes  []*Route
+	Intents []Intent
+	Starts  []StartRequest
+}
+
+// Skipped reports whether the record ends without a claim or a dead
+// letter: no route matches and kafka.no_route is skip.
+func (d *Decision) Skipped() bool { return d.NoRoute && d.DeadLetter == "" }
+
+// Decider decides records under one router config. It is pure (no I/O,
+// no clock) and safe for concurrent use.
+type Decider struct {
+	cfg Config
+	dec *eventid.Decoder
+}
+
+// NewDecider builds the decider of cfg, which must have been validated
+// (Config.Validate fills the routes' defaults).
+func NewDecider(cfg Config) (*Decider, error) {
+	dec, err := eventid.NewDecoder(cfg.EventID)
+	if err != nil {
+		return nil, err
+	}
+	return &Decider{cfg: cfg, dec: dec}, nil
+}
+
+// Decide decodes kr, derives its event ID, matches the routes and builds
+// their workflow IDs.
+func (d *Decider) Decide(kr *kgo.Record) Decision {
+	if len(kr.Value) > d.cfg.MaxValueBytes {
+		return Decision{DeadLetter: ReasonOversized,
+			Err: fmt.Errorf("value is %d bytes, over max_value_bytes %d", len(kr.Value), d.cfg.MaxValueBytes)}
+	}
+	ev, err := d.dec.Decode(toEventRecord(kr))
+	if err != nil {
+		return Decision{DeadLetter: Reason(eventid.ReasonOf(err)), Err: err}
+	}
+	out := Decision{Event: ev, Routes: d.cfg.Routes.Match(&ev)}
+	if len(out.Routes) == 0 {
+		out.NoRoute = true
+		if d.cfg.NoRoute == "dead_letter" {
+			out.DeadLetter, out.Err = ReasonNoRoute, fmt.Errorf("no route matches type %q source %q", ev.Type, ev.Source)
+		}
+		return out
+	}
+	keys := make([]string, len(out.Routes))
+	for j, rt := range out.Routes {
+		keys[j] = ev.ID
+		if rt.Key == KeyScheduledFor {
+			if keys[j], err = scheduledFor(ev.Data); err != nil {
+				out.DeadLetter, out.Err = ReasonUndecodable, fmt.Errorf("route %s: %w", rt.ID, err)
+				return out
+			}
+		}
+	}
+	out.Intents = make([]Intent, len(out.Routes))
+	out.Starts = make([]StartRequest, len(out.Routes))
+	for j, rt := range out.Routes {
+		wid := WorkflowID(rt.ID, keys[j])
+		hash, req := ev.PayloadHash, NewStartRequest(rt, &ev, wid)
+		if rt.Key == KeyScheduledFor {
+			// A slot is one run whoever fires it: every fire of it hashes
+			// equal, so a second fire (another scheduler's, a retry, dedup's
+			// own scheduler's) is a duplicate, never a conflict.
+			hash = SlotPayloadHash(rt.ID, keys[j])
+			req.Input.TriggerKind, req.Input.ScheduledFor = schemas.TriggerCron, keys[j]
+		}
+		out.Intents[j] = Intent{
+			WorkflowID: wid, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
+			PayloadHash: hash, Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset,
+		}
+		out.Starts[j] = req
+	}
+	return out
+}
