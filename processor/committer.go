@@ -65,15 +65,15 @@ type record struct {
 // Every other component finishes its work on a record through end; nothing
 // else touches offsets.
 type committer struct {
-	cfg    Config
-	log    *slog.Logger
-	m      *metrics
-	cl     *kgo.Client
-	adm    *kadm.Client
+	cfg Config
+	log *slog.Logger
+	m   *metrics
+	cl  *kgo.Client
+	adm *kadm.Client
 	// groupCommitted reads the group's committed offsets of topics (kadm,
 	// unless a test sets it).
 	groupCommitted func(ctx context.Context, topics []string) (map[topicPartition]int64, error)
-	paused func() bool // fetching is paused (a dependency fails)
+	paused         func() bool // fetching is paused (a dependency fails)
 	// parent is the parent of every partition's context: cancelled when
 	// the router's work stops.
 	parent context.Context
