@@ -275,6 +275,7 @@ type Prepared struct {
 	rec     *kgo.Record
 	Event   eventid.Event
 	Targets []processor.Target
+	hashes  [][32]byte // each workflow's payload hash, as the router claims it
 }
 
 // Prepare decides r as a router will (processor.Decider: eventid under
@@ -302,15 +303,17 @@ func (c *Client) Prepare(r *kgo.Record) (*Prepared, error) {
 	}
 	ev := d.Event
 	targets := make([]processor.Target, len(d.Intents))
+	hashes := make([][32]byte, len(d.Intents))
 	for i, in := range d.Intents {
 		targets[i] = processor.Target{Route: d.Routes[i], WorkflowID: in.WorkflowID}
+		hashes[i] = in.PayloadHash // the ledger's per workflow (a schedule slot's is the slot's)
 	}
 	if r.Key == nil && ev.Rule != eventid.RuleContent {
 		// Every copy of one event on one partition (the record key is not
 		// part of header and field IDs, nor of the payload hash).
 		r.Key = []byte(ev.ID)
 	}
-	return &Prepared{rec: r, Event: ev, Targets: targets}, nil
+	return &Prepared{rec: r, Event: ev, Targets: targets, hashes: hashes}, nil
 }
 
 // Send writes a prepared record unless the ledger holds every workflow of
@@ -334,12 +337,12 @@ func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 			c.log.Warn("ledger lookup failed; writing the event without a conflict answer", "event_id", p.Event.ID, "err", err)
 		} else {
 			known = rejectOnly
-			for _, id := range ids {
+			for i, id := range ids {
 				e, ok := entries[id]
 				switch {
 				case !ok:
 					known = false
-				case e.PayloadHash != p.Event.PayloadHash:
+				case e.PayloadHash != p.hashes[i]:
 					known = false
 					conflicts = append(conflicts, id)
 				case e.State != "started":
@@ -368,9 +371,9 @@ func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 }
 
 func (c *Client) handle(p *Prepared) *Handle {
-	h := &Handle{c: c, EventID: p.Event.ID, IDRule: p.Event.Rule, hash: p.Event.PayloadHash, Offset: -1, Partition: -1}
-	for _, tg := range p.Targets {
-		h.Workflows = append(h.Workflows, Workflow{ID: tg.WorkflowID, ActivityID: tg.Route.ID, Namespace: c.namespace(tg.Route)})
+	h := &Handle{c: c, EventID: p.Event.ID, IDRule: p.Event.Rule, Offset: -1, Partition: -1}
+	for i, tg := range p.Targets {
+		h.Workflows = append(h.Workflows, Workflow{ID: tg.WorkflowID, ActivityID: tg.Route.ID, Namespace: c.namespace(tg.Route), hash: p.hashes[i]})
 	}
 	return h
 }
@@ -396,8 +399,7 @@ type Handle struct {
 	Partition int32
 	Offset    int64
 
-	c    *Client
-	hash [32]byte
+	c *Client
 }
 
 // Workflow is one workflow of an event.
@@ -405,6 +407,8 @@ type Workflow struct {
 	ID         string
 	ActivityID string
 	Namespace  string
+
+	hash [32]byte // the payload hash the router claims it with (zero: unknown)
 }
 
 // WorkflowIDs are the handle's workflow IDs, in route table order.

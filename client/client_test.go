@@ -210,6 +210,12 @@ func TestEnqueueGivesTheRoutersWorkflowIDs(t *testing.T) {
 	if again.Produced || !slices.Equal(again.WorkflowIDs(), order.WorkflowIDs()) || e.records() != before {
 		t.Errorf("repeat after start: %+v, %d records (was %d)", again, e.records(), before)
 	}
+	// A schedule slot is claimed with the slot's hash, not the event's:
+	// the same fire again is a repeat, not a conflict.
+	tickAgain, err := e.c.Enqueue(ctx, client.Event{Type: "schedule.fired", IdempotencyKey: "tick-1", Data: map[string]string{"scheduled_for": "2026-03-01T10:00:00+01:00"}})
+	if err != nil || tickAgain.Produced {
+		t.Errorf("the same fire again: %+v %v, want a repeat (nothing written)", tickAgain, err)
+	}
 	sts, err := again.Status(ctx)
 	if err != nil {
 		t.Fatal(err)

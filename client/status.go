@@ -62,7 +62,7 @@ func (h *Handle) Status(ctx context.Context) ([]Status, error) {
 		if err != nil {
 			return nil, err
 		}
-		st.Conflict = ok && e.PayloadHash != h.hash
+		st.Conflict = ok && e.PayloadHash != w.hash
 		out[i] = st
 	}
 	return out, nil
@@ -77,7 +77,8 @@ func (h *Handle) Result(ctx context.Context, out any) error {
 	if len(h.Workflows) != 1 {
 		return fmt.Errorf("event %s starts %d workflows: ask Client.Result for one of %v", h.EventID, len(h.Workflows), h.WorkflowIDs())
 	}
-	return h.c.result(ctx, h.Workflows[0], &h.hash, out)
+	w := h.Workflows[0]
+	return h.c.result(ctx, w, &w.hash, out)
 }
 
 // Status says what became of the workflow ID (any event's).

@@ -239,7 +239,7 @@ func TestFaultRebalanceMidRun(t *testing.T) {
 // not win: committed offsets never go backwards.
 func TestFaultZombie(t *testing.T) {
 	var regressions []string
-	var lost, revoked, commitErrors float64
+	var lost, revoked, commitErrors, behind float64
 	runScenario(t, scenario{spec: baseSpec(15), routers: 2, fault: func(s *run) {
 		stop := s.e.committedMonitor()
 		time.Sleep(time.Second)
@@ -281,6 +281,7 @@ func TestFaultZombie(t *testing.T) {
 		lost = z.metric("dedup_partitions_released_total", "how", "lost")
 		revoked = z.metric("dedup_partitions_released_total", "how", "revoked") - revokedBefore
 		commitErrors = z.metric("dedup_offset_commits_total", "result", "error") - errorsBefore
+		behind = z.metric("dedup_offset_commits_total", "result", "behind")
 		regressions = stop()
 	}})
 	if lost <= 0 && revoked <= 0 {
@@ -290,7 +291,7 @@ func TestFaultZombie(t *testing.T) {
 	// of the fencing is a race of two goroutines woken together: a commit
 	// it sends is rejected by the broker (stale generation) and counted as
 	// an error; the committed offsets never regress either way.
-	t.Logf("zombie: %v partitions lost, %v revoked, %v commits rejected after it woke", lost, revoked, commitErrors)
+	t.Logf("zombie: %v partitions lost, %v revoked, %v commits rejected after it woke, %v held back behind the group's", lost, revoked, commitErrors, behind)
 	for _, r := range regressions {
 		t.Errorf("committed offset regressed: %s", r)
 	}

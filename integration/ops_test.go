@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dedupio/dedup/internal/workload"
+	"github.com/dedupio/dedup/processor/schedule"
 )
 
 // exprs returns every PromQL expression of the routers in the dashboard
@@ -116,6 +117,9 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 	e.produce(w)
 	cfg := e.config()
 	cfg.Kafka.LagInterval = 200 * time.Millisecond
+	// A per-second trigger: the scheduler's series are exported too.
+	cfg.Schedules = schedConfig(schedule.Skip)
+	cfg.Schedules.Triggers[0].Cron = "* * * * * *"
 	r := e.startRouter(cfg)
 	e.waitCommitted(time.Minute)
 	time.Sleep(time.Second) // one lag measurement after the commits
@@ -155,7 +159,8 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 			t.Log("exported: " + n)
 		}
 	}
-	for _, must := range []string{"dedup_build_info", "dedup_consumer_lag", "kafka_fetch_bytes_total", "temporal_request_total", "go_goroutines", "process_resident_memory_bytes"} {
+	for _, must := range []string{"dedup_build_info", "dedup_consumer_lag", "kafka_fetch_bytes_total", "temporal_request_total", "go_goroutines", "process_resident_memory_bytes",
+		"dedup_schedule_fires_total", "dedup_schedule_last_fire_timestamp_seconds", "dedup_schedule_interval_seconds", "dedup_schedule_paused", "dedup_schedule_lag_seconds"} {
 		if !exported[must] {
 			t.Errorf("%s not exported", must)
 		}

@@ -54,20 +54,26 @@ type record struct {
 // finished (the contiguous finished prefix, tracker); nothing is committed
 // for a partition after it is revoked (beyond what finished within
 // RevokeTimeout) or lost; commits carry the group generation, so a
-// zombie's late commit is rejected by the broker; a final commit happens
-// on shutdown. It also bounds records in flight (MaxInFlight), notices
+// zombie's late commit is rejected by the broker; a commit never moves a
+// partition's committed offset backwards (it reads the group's committed
+// offsets first and leaves out a partition another member committed past:
+// a stale owner that the broker let back into the group with its old
+// position must not rewind the group); a final commit happens on shutdown. It also bounds records in flight (MaxInFlight), notices
 // offsets deleted by retention before they were read (checkGap) and
 // exports consumer lag.
 //
 // Every other component finishes its work on a record through end; nothing
 // else touches offsets.
 type committer struct {
-	cfg    Config
-	log    *slog.Logger
-	m      *metrics
-	cl     *kgo.Client
-	adm    *kadm.Client
-	paused func() bool // fetching is paused (a dependency fails)
+	cfg Config
+	log *slog.Logger
+	m   *metrics
+	cl  *kgo.Client
+	adm *kadm.Client
+	// groupCommitted reads the group's committed offsets of topics (kadm,
+	// unless a test sets it).
+	groupCommitted func(ctx context.Context, topics []string) (map[topicPartition]int64, error)
+	paused         func() bool // fetching is paused (a dependency fails)
 	// parent is the parent of every partition's context: cancelled when
 	// the router's work stops.
 	parent context.Context
@@ -210,6 +216,32 @@ func (c *committer) commit(ctx context.Context, only map[topicPartition]bool) {
 	if len(want) == 0 {
 		return
 	}
+	// Never backwards: what the group committed is read first, and a
+	// partition committed past our offset is left out. (Between this read
+	// and our commit another member could still commit; that window is
+	// one round trip, against the seconds a stalled replica lags.)
+	topics := make([]string, 0, len(offsets))
+	for t := range offsets {
+		topics = append(topics, t)
+	}
+	group, err := c.readGroupCommitted(ctx, topics)
+	if err != nil {
+		c.m.commits.WithLabelValues("error").Add(float64(len(want)))
+		c.log.Warn("reading the group's committed offsets before a commit failed; will retry", "err", err)
+		return
+	}
+	for tp, off := range want {
+		if g, ok := group[tp]; ok && g > off {
+			delete(want, tp)
+			delete(offsets[tp.topic], tp.partition)
+			c.m.commits.WithLabelValues("behind").Inc()
+			c.log.Warn("not committing: the group's committed offset is past ours (another member has owned the partition since); leaving it as it is",
+				"topic", tp.topic, "partition", tp.partition, "offset", off, "group_committed", g)
+		}
+	}
+	if len(want) == 0 {
+		return
+	}
 	start := time.Now()
 	var failed map[topicPartition]error
 	c.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
@@ -243,6 +275,31 @@ func (c *committer) commit(ctx context.Context, only map[topicPartition]bool) {
 			p.committed = off
 		}
 	}
+}
+
+// readGroupCommitted is the group's committed offset per partition of
+// topics (partitions with none are absent).
+func (c *committer) readGroupCommitted(ctx context.Context, topics []string) (map[topicPartition]int64, error) {
+	if c.groupCommitted != nil {
+		return c.groupCommitted(ctx, topics)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := c.adm.FetchOffsetsForTopics(ctx, c.cfg.Group, topics...)
+	if err != nil {
+		return nil, err
+	}
+	out := map[topicPartition]int64{}
+	var perr error
+	resp.Each(func(o kadm.OffsetResponse) {
+		switch {
+		case o.Err != nil:
+			perr = o.Err
+		case o.At >= 0:
+			out[topicPartition{o.Topic, o.Partition}] = o.At
+		}
+	})
+	return out, perr
 }
 
 // assigned takes on new partitions (kgo.OnPartitionsAssigned).

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/schemas"
 )
 
 // Decision is what the router decides for one record before it asks the
@@ -93,11 +94,20 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 	out.Intents = make([]Intent, len(targets))
 	out.Starts = make([]StartRequest, len(targets))
 	for j, tg := range targets {
-		out.Intents[j] = Intent{
-			WorkflowID: tg.WorkflowID, ActivityID: tg.Route.ID, EventID: ev.ID, IDRule: string(ev.Rule),
-			PayloadHash: ev.PayloadHash, Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset,
+		rt := tg.Route
+		hash, req := ev.PayloadHash, NewStartRequest(rt, &ev, tg.WorkflowID)
+		if rt.Key == KeyScheduledFor {
+			// A slot is one run whoever fires it: every fire of it hashes
+			// equal, so a second fire (another scheduler's, a retry, dedup's
+			// own scheduler's) is a duplicate, never a conflict.
+			hash = SlotPayloadHash(rt.ID, tg.Key)
+			req.Input.TriggerKind, req.Input.ScheduledFor = schemas.TriggerCron, tg.Key
 		}
-		out.Starts[j] = NewStartRequest(tg.Route, &ev, tg.WorkflowID)
+		out.Intents[j] = Intent{
+			WorkflowID: tg.WorkflowID, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
+			PayloadHash: hash, Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset,
+		}
+		out.Starts[j] = req
 	}
 	return out
 }

@@ -258,10 +258,21 @@ type runner struct {
 // start runs a router named name (the starter records who calls).
 func (e *testEnv) start(name string, cfg Config) *runner {
 	e.t.Helper()
-	r, err := New(cfg, e.led, e.dlq, e.starter.as(name), prometheus.NewRegistry(), testLogger(name), Hooks{},
+	return e.startWith(name, cfg, nil)
+}
+
+// startWith is start with the router's registry, and a change to the
+// router before it runs.
+func (e *testEnv) startWith(name string, cfg Config, change func(*Router, *prometheus.Registry)) *runner {
+	e.t.Helper()
+	reg := prometheus.NewRegistry()
+	r, err := New(cfg, e.led, e.dlq, e.starter.as(name), reg, testLogger(name), Hooks{},
 		kgo.HeartbeatInterval(100*time.Millisecond), kgo.MetadataMinAge(50*time.Millisecond))
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	if change != nil {
+		change(r, reg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rn := &runner{t: e.t, r: r, cancel: cancel, done: make(chan error, 1)}

@@ -75,6 +75,7 @@ type health struct {
 	m       *metrics
 	onPause func(paused bool) // called, under mu, when the pause changes
 	fatalFn func(error)
+	now     func() time.Time // the clock of the rule (tests step it)
 
 	mu      sync.Mutex
 	active  [numDeps]int // calls in a retry loop
@@ -88,12 +89,12 @@ type health struct {
 }
 
 func newHealth(cfg Config, log *slog.Logger, m *metrics, onPause func(bool), fatal func(error)) *health {
-	return &health{cfg: cfg, log: log, m: m, onPause: onPause, fatalFn: fatal}
+	return &health{cfg: cfg, log: log, m: m, onPause: onPause, fatalFn: fatal, now: time.Now}
 }
 
 // downLocked evaluates the rule for dependency d now.
 func (h *health) downLocked(d Dependency) bool {
-	return h.failing[d] > 0 && h.failing[d] == h.active[d] && time.Since(h.okAt[d]) >= h.cfg.Retry.Max
+	return h.failing[d] > 0 && h.failing[d] == h.active[d] && h.now().Sub(h.okAt[d]) >= h.cfg.Retry.Max
 }
 
 // Paused reports whether fetching is paused.
@@ -159,7 +160,7 @@ func (h *health) retry(ctx context.Context, op Op, fn func(context.Context) erro
 		err := fn(ctx)
 		switch {
 		case err == nil:
-			h.update(d, func() { h.okAt[d] = time.Now() })
+			h.update(d, func() { h.okAt[d] = h.now() })
 			return nil
 		case IsPermanent(err):
 			if d == DepPostgres {

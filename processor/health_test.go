@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,19 +71,36 @@ func TestHealthPauseRule(t *testing.T) {
 
 	t.Run("one workflow's start keeps failing while others succeed: never paused", func(t *testing.T) {
 		h, changes := newTestHealth(t)
+		// The rule's clock is stepped by the test (5 ms per success,
+		// retry.max is 20 ms), so a loaded machine that stalls this
+		// goroutine cannot make "no success for retry.max" true.
+		var clockMu sync.Mutex
+		now := time.Unix(1_000_000, 0)
+		h.now = func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
+		step := func(d time.Duration) { clockMu.Lock(); now = now.Add(d); clockMu.Unlock() }
 		ctx, cancel := context.WithCancel(context.Background())
 		stuck := make(chan error)
-		go func() { stuck <- h.retry(ctx, OpStart, func(context.Context) error { return down }) }()
-		deadline := time.Now().Add(300 * time.Millisecond)
-		for time.Now().Before(deadline) {
+		var stuckCalls atomic.Int64
+		go func() {
+			stuck <- h.retry(ctx, OpStart, func(context.Context) error { stuckCalls.Add(1); return down })
+		}()
+		for i := 0; i < 60; i++ {
 			if err := h.retry(ctx, OpStart, func(context.Context) error { return nil }); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(5 * time.Millisecond)
+			step(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the stuck start retries meanwhile
 		}
 		if got := changes(); len(got) != 0 {
 			t.Fatalf("pause changes %v while other starts succeeded, want none", got)
 		}
+		if stuckCalls.Load() < 2 {
+			t.Fatalf("the failing start was tried %d times, want it retrying throughout", stuckCalls.Load())
+		}
+		// The same failing start, once nothing else succeeds for
+		// retry.max: the replica pauses (the rule is not vacuous).
+		step(25 * time.Millisecond)
+		waitFor(t, h.Paused, "paused once no start succeeded for retry.max")
 		cancel()
 		<-stuck
 	})

@@ -22,7 +22,7 @@ type metrics struct {
 	claimSeconds     prometheus.Histogram
 	startSeconds     prometheus.Histogram
 	commitSeconds    prometheus.Histogram
-	commits          *prometheus.CounterVec // result: ok, error
+	commits          *prometheus.CounterVec // result: ok, error, behind
 	committedOffset  *prometheus.GaugeVec   // topic, partition
 	inFlight         prometheus.Gauge
 	pausedPartitions prometheus.Gauge
@@ -61,7 +61,7 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "dedup_offset_commit_duration_seconds", Help: "Offset commit latency.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
 		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "dedup_offset_commits_total", Help: "Offset commit requests by result."}, []string{"result"}),
+			Name: "dedup_offset_commits_total", Help: "Offset commits per partition by result: ok, error, or behind (not sent: the group's committed offset is already past ours, another member owns the partition)."}, []string{"result"}),
 		committedOffset: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "dedup_committed_offset", Help: "Last offset this replica committed, per partition it owns."}, []string{"topic", "partition"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -94,7 +94,7 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 	for op := Op(0); op < numOps; op++ {
 		m.retries.WithLabelValues(op.String())
 	}
-	for _, r := range []string{"ok", "error"} {
+	for _, r := range []string{"ok", "error", "behind"} {
 		m.commits.WithLabelValues(r)
 	}
 	for _, t := range topics {

@@ -132,6 +132,11 @@ func (rs Routes) Validate() error {
 			case d.ScheduleToCloseSeconds < 0:
 				return fmt.Errorf("%s.definition.schedule_to_close_seconds: %d", at, d.ScheduleToCloseSeconds)
 			}
+			switch d.DedupeKeyStrategy {
+			case "", "skip", "catchup", "compress":
+			default:
+				return fmt.Errorf("%s.definition.dedupe_key_strategy: %q (skip, catchup, compress)", at, d.DedupeKeyStrategy)
+			}
 		}
 		switch r.Key {
 		case "":

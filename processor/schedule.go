@@ -1,15 +1,39 @@
 package processor
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"time"
 )
 
-// scheduledFor reads data.scheduled_for (RFC 3339) and formats it the way
-// the seed contract's example does (Python's isoformat of an aware UTC
-// datetime): 2026-03-01T09:00:00+00:00. Two spellings of one instant
-// (09:00:00Z, 10:00:00+01:00) give one key.
+// ScheduledForKey formats a slot's nominal time the way the seed
+// contract's example does (Python's isoformat of an aware UTC datetime):
+// 2026-03-01T09:00:00+00:00, with microseconds only when the time has a
+// fraction. It is the second half of a scheduled workflow ID,
+// activity-{id}:{scheduled_for}; the scheduler (processor/schedule) and
+// routes with key scheduled_for both use it, so they agree on the ID.
+func ScheduledForKey(t time.Time) string {
+	t = t.UTC()
+	if t.Nanosecond() != 0 {
+		return t.Format("2006-01-02T15:04:05.000000+00:00")
+	}
+	return t.Format("2006-01-02T15:04:05+00:00")
+}
+
+// SlotPayloadHash is the payload hash a scheduled slot is claimed with:
+// SHA-256 over the activity ID and the slot's key, nothing else. A slot is
+// one run whoever fires it, so every fire of it (two schedulers, a retry,
+// dedup's scheduler and an event routed with key scheduled_for, two
+// events of one slot whose data differ) hashes equal: a duplicate, never a
+// conflict. The first claim's input is the one that runs.
+func SlotPayloadHash(activityID, key string) [32]byte {
+	return sha256.Sum256([]byte("dedup-slot\x00" + activityID + "\x00" + key))
+}
+
+// scheduledFor reads data.scheduled_for (RFC 3339) and formats it with
+// ScheduledForKey. Two spellings of one instant (09:00:00Z,
+// 10:00:00+01:00) give one key.
 func scheduledFor(data json.RawMessage) (string, error) {
 	var v struct {
 		ScheduledFor *string `json:"scheduled_for"`
@@ -21,9 +45,5 @@ func scheduledFor(data json.RawMessage) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("data.scheduled_for: %w", err)
 	}
-	t = t.UTC()
-	if t.Nanosecond() != 0 {
-		return t.Format("2006-01-02T15:04:05.000000+00:00"), nil
-	}
-	return t.Format("2006-01-02T15:04:05+00:00"), nil
+	return ScheduledForKey(t), nil
 }

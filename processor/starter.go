@@ -54,7 +54,7 @@ func NewStartRequest(rt *Route, ev *eventid.Event, wid string) StartRequest {
 		Namespace: rt.Namespace, WorkflowID: wid, WorkflowType: rt.WorkflowType, TaskQueue: rt.TaskQueue, ReusePolicy: rt.IDReusePolicy,
 		Input: schemas.WorkflowInput{WorkflowID: wid, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
 			Type: ev.Type, Source: ev.Source, Time: ev.Time, Data: ev.Data, DataBase64: ev.Bytes, DataContentType: ev.ContentType,
-			Definition: rt.Definition},
+			Definition: rt.Definition, TriggerKind: schemas.TriggerEvent},
 	}
 }
 

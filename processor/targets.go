@@ -7,10 +7,14 @@ import (
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
-// Target is one workflow an event starts: the route and its workflow ID.
+// Target is one workflow an event starts: the route and its workflow ID,
+// activity-{route id}:{Key}.
 type Target struct {
 	Route      *Route
 	WorkflowID string
+	// Key is the workflow ID's second half: the event ID, or the
+	// normalised data.scheduled_for of a scheduled_for route.
+	Key string
 }
 
 // Targets returns the workflows ev starts, one per matching route, in
@@ -34,7 +38,7 @@ func (rs Routes) Targets(ev *eventid.Event) ([]Target, error) {
 				return nil, fmt.Errorf("route %s: %w", rt.ID, err)
 			}
 		}
-		out[i] = Target{Route: rt, WorkflowID: WorkflowID(rt.ID, key)}
+		out[i] = Target{Route: rt, WorkflowID: WorkflowID(rt.ID, key), Key: key}
 	}
 	return out, nil
 }

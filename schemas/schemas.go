@@ -40,7 +40,44 @@ type WorkflowInput struct {
 	// Definition is the route's activity definition, when it has one: the
 	// tasks RunActivityWorkflow spawns.
 	Definition *ActivityDefinition `json:"definition,omitempty"`
+
+	// TriggerKind is what started the workflow: TriggerEvent (a Kafka
+	// record routed by its event ID) or TriggerCron (a scheduled slot: a
+	// fire of dedup's scheduler, or a record routed with key
+	// scheduled_for). Empty in inputs of dedup versions before schedules:
+	// an event.
+	TriggerKind string `json:"trigger_kind,omitempty"`
+	// ScheduledFor is the slot's nominal time (TriggerCron), UTC, as in
+	// the workflow ID: 2026-03-01T09:00:00+00:00.
+	ScheduledFor string `json:"scheduled_for,omitempty"`
+	// The fields below are set by dedup's scheduler only.
+	//
+	// Schedule is the name of the trigger that fired.
+	Schedule string `json:"schedule,omitempty"`
+	// Fire says how the slot fired: on_time (within the trigger's
+	// misfire_threshold), catchup (a missed slot replayed late, under
+	// misfire_policy catchup) or compressed (one run for every missed slot,
+	// under misfire_policy compress).
+	Fire string `json:"fire,omitempty"`
+	// WindowStart and WindowEnd are the interval (WindowStart, WindowEnd]
+	// the run covers, in the same format as ScheduledFor. WindowEnd is
+	// always ScheduledFor; WindowStart is the slot before it, or, for a
+	// compressed run, the last slot that ran (the trigger's first
+	// activation if none ran yet).
+	WindowStart string `json:"window_start,omitempty"`
+	WindowEnd   string `json:"window_end,omitempty"`
+	// MissedCount is how many slots in the window misfired (passed by more
+	// than misfire_threshold before the scheduler decided them): 0 on time,
+	// 1 for a catch-up run (its own slot), every missed slot for a
+	// compressed run (the one it runs at included).
+	MissedCount int64 `json:"missed_count,omitempty"`
 }
+
+// Trigger kinds of WorkflowInput.TriggerKind.
+const (
+	TriggerEvent = "event"
+	TriggerCron  = "cron"
+)
 
 // ActivityDefinition is what RunActivityWorkflow does for an activity.
 type ActivityDefinition struct {
@@ -57,6 +94,12 @@ type ActivityDefinition struct {
 	// ScheduleToCloseSeconds bounds each task's work across all its
 	// attempts, waiting for a worker included. 0 means 3600.
 	ScheduleToCloseSeconds int `json:"schedule_to_close_seconds,omitempty" yaml:"schedule_to_close_seconds"`
+	// DedupeKeyStrategy is how the activity handles missed runs of a
+	// scheduled trigger: skip, catchup or compress. A trigger's definition
+	// must say it, and it must match the trigger's misfire_policy (the
+	// seed contract's rule): the schedule decides how it fires, the
+	// workflow how it treats the window it gets.
+	DedupeKeyStrategy string `json:"dedupe_key_strategy,omitempty" yaml:"dedupe_key_strategy"`
 }
 
 // TaskSpec is one task of an activity.

@@ -8,6 +8,8 @@
 //	dedup ingress --config dedup.yaml   the HTTP ingress: POST /v1/events, GET /v1/workflows/{id}
 //	dedup dlq replay --config dedup.yaml [--reason R,...] [--dry-run] [--limit N]
 //	                                    send dead-lettered records back through the dedup gate
+//	dedup schedule pause|resume NAME --config dedup.yaml
+//	                                    pause or resume a scheduled trigger (docs/schedules.md)
 //	dedup version                       print the version and commit (as dedup_build_info)
 //
 // The operators' commands (internal/ops; each has --help with an example):
@@ -59,7 +61,7 @@ func stopped(ctx context.Context, err error) error {
 
 func usage() error {
 	return errors.New("usage: dedup run|worker|ingress|migrate|validate --config FILE, dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N], " +
-		"dedup explain|inspect|lag|offsets reset|ledger stats|ledger purge (--help for each), or dedup version")
+		"dedup explain|inspect|lag|offsets reset|ledger stats|ledger purge (--help for each), dedup schedule pause|resume NAME --config FILE, or dedup version")
 }
 
 func run(args []string) error {
@@ -77,6 +79,13 @@ func run(args []string) error {
 			return usage()
 		}
 		cmd, args = "dlq replay", args[1:]
+	}
+	var trigger string
+	if cmd == "schedule" { // dedup schedule pause|resume NAME --config FILE
+		if len(args) < 3 || (args[1] != "pause" && args[1] != "resume") || strings.HasPrefix(args[2], "-") {
+			return usage()
+		}
+		cmd, trigger, args = "schedule "+args[1], args[2], args[2:]
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	path := fs.String("config", "dedup.yaml", "config file (YAML)")
@@ -130,6 +139,8 @@ func run(args []string) error {
 		return stopped(ctx, ingress.Run(ctx, cfg, ingress.RunOptions{}))
 	case "migrate":
 		return ledger.Migrate(ctx, cfg.Postgres.URL)
+	case "schedule pause", "schedule resume":
+		return app.SetSchedulePaused(ctx, cfg, trigger, cmd == "schedule pause", os.Stdout)
 	case "validate":
 		fmt.Printf("%s: ok (%d routes, topics %s)\n", *path, len(cfg.Routes), strings.Join(cfg.Kafka.Topics, ","))
 		return nil

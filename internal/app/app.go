@@ -166,6 +166,11 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	if o.Ready != nil {
 		o.Ready <- addr
 	}
+	stopSchedules, err := startSchedules(ctx, cfg, led, starter.New(tc, cfg.Temporal), reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopSchedules()
 	log.Info("router running", "group", cfg.Kafka.Group, "topics", cfg.Kafka.Topics, "admin", addr)
 	err = r.Run(ctx)
 	log.Info("router stopped", "err", err)

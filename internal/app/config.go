@@ -16,6 +16,7 @@ import (
 	"github.com/dedupio/dedup/internal/secret"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
 )
@@ -34,6 +35,8 @@ type Config struct {
 	Admin    AdminConfig           `yaml:"admin"`
 	Log      LogConfig             `yaml:"log"`
 	Worker   WorkerConfig          `yaml:"worker"`
+	// Schedules are the cron triggers `dedup run` fires (docs/schedules.md).
+	Schedules schedule.Config `yaml:"schedules"`
 	// Ingress configures `dedup ingress` and the producer client (package
 	// client): ingress.go.
 	Ingress IngressConfig `yaml:"ingress"`
@@ -76,16 +79,17 @@ type LogConfig struct {
 // DefaultConfig is every default; the file overrides what it names.
 func DefaultConfig() Config {
 	return Config{
-		Kafka:    processor.DefaultConfig(),
-		EventID:  eventid.DefaultConfig(),
-		Starts:   processor.DefaultConfig().Starts,
-		Retry:    processor.DefaultConfig().Retry,
-		Postgres: ledger.DefaultConfig(),
-		Temporal: starter.DefaultConfig(),
-		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
-		Log:      LogConfig{Format: "json", Level: "info"},
-		Worker:   WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour, AdminListen: "127.0.0.1:9465"},
-		Ingress:  DefaultIngressConfig(),
+		Kafka:     processor.DefaultConfig(),
+		EventID:   eventid.DefaultConfig(),
+		Starts:    processor.DefaultConfig().Starts,
+		Retry:     processor.DefaultConfig().Retry,
+		Postgres:  ledger.DefaultConfig(),
+		Temporal:  starter.DefaultConfig(),
+		Admin:     AdminConfig{Listen: "127.0.0.1:9464"},
+		Log:       LogConfig{Format: "json", Level: "info"},
+		Worker:    WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour, AdminListen: "127.0.0.1:9465"},
+		Ingress:   DefaultIngressConfig(),
+		Schedules: schedule.DefaultConfig(),
 	}
 }
 
@@ -307,6 +311,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Admin.Pprof && c.Admin.Listen == "" {
 		return errors.New("admin.pprof: needs admin.listen")
+	}
+	if err := c.Schedules.Validate(); err != nil {
+		return err
 	}
 	return c.Ingress.Validate(c.Kafka)
 }

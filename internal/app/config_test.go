@@ -59,3 +59,40 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 		t.Fatalf("minimal config: %v", err)
 	}
 }
+
+// The schedules section: parsed with its defaults, and a trigger whose
+// definition's dedupe_key_strategy is not its misfire_policy is refused
+// with both fields and values named.
+func TestScheduleConfig(t *testing.T) {
+	base := `
+kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}
+routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
+postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
+schedules:
+  triggers:
+    - activity_id: 550e8400-e29b-41d4-a716-446655440000
+      cron: "30 2 * * *"
+      time_zone: America/New_York
+      misfire_policy: catchup
+      catchup_limit: 5
+      workflow_type: RunActivityWorkflow
+      task_queue: activities
+      definition: {dedupe_key_strategy: catchup, tasks: [{type: noop}]}
+`
+	cfg, err := ParseConfig([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := cfg.Schedules.Triggers[0]
+	if cfg.Schedules.Tick != time.Second || tr.Name != "550e8400-e29b-41d4-a716-446655440000" || tr.Limit() != 5 || tr.MisfireThreshold != time.Minute {
+		t.Errorf("schedules: %+v", cfg.Schedules)
+	}
+	_, err = ParseConfig([]byte(strings.Replace(base, "dedupe_key_strategy: catchup", "dedupe_key_strategy: compress", 1)))
+	if err == nil || !strings.Contains(err.Error(), `schedules.triggers[0].definition.dedupe_key_strategy "compress" does not match schedules.triggers[0].misfire_policy "catchup"`) {
+		t.Errorf("mismatch: %v", err)
+	}
+	_, err = ParseConfig([]byte(strings.Replace(base, "catchup_limit: 5", "catchup_limit: 5\n      misfire_treshold: 1m", 1)))
+	if err == nil || !strings.Contains(err.Error(), "misfire_treshold") {
+		t.Errorf("unknown key: %v", err)
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/dedupio/dedup/internal/ingress"
 	"github.com/dedupio/dedup/internal/workload"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/worker"
@@ -204,6 +205,11 @@ func demoConfig(stack *devstack.Stack, topic, admin, webhookURL string) app.Conf
 		{ID: "welcome-email", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: webhook},
 		{ID: "crm-sync", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: noop},
 	}
+	// A demo schedule every five seconds (docs/schedules.md): its fires
+	// show in the summary line.
+	cfg.Schedules.Triggers = []schedule.Trigger{{Name: "demo-report", ActivityID: "demo-report", Cron: "*/5 * * * * *",
+		MisfirePolicy: schedule.Compress, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities",
+		Definition: &schemas.ActivityDefinition{DedupeKeyStrategy: "compress", Tasks: []schemas.TaskSpec{{Type: "noop"}}}}}
 	cfg.Worker.TaskQueue = "activities"
 	cfg.Worker.WebhookURL = webhookURL
 	cfg.Temporal.HostPort = stack.Temporal.HostPort()
@@ -262,7 +268,7 @@ func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres
 		keysLine = fmt.Sprintf("webhook keys completed %6d", completed)
 	}
 	hc := hooks.Counts()
-	fmt.Printf("%s  records in %6.0f | new workflows %6.0f | duplicates skipped %6.0f | conflicts %3.0f | dead letters %3.0f | workflows started %6.0f (already started %3.0f) | committed offsets %6.0f | %s | %s | webhooks delivered %6d (repeats dropped %d)\n",
+	fmt.Printf("%s  records in %6.0f | new workflows %6.0f | duplicates skipped %6.0f | conflicts %3.0f | dead letters %3.0f | workflows started %6.0f (already started %3.0f) | committed offsets %6.0f | %s | %s | webhooks delivered %6d (repeats dropped %d) | schedule runs %3.0f (slots on time %.0f, late %.0f, skipped %.0f)\n",
 		time.Now().Format("15:04:05"),
 		val("dedup_records_total", "", ""),
 		val("dedup_intents_total", "outcome", "new"),
@@ -272,5 +278,9 @@ func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres
 		val("dedup_workflow_starts_total", "result", "started"),
 		val("dedup_workflow_starts_total", "result", "already_started"),
 		val("dedup_committed_offset", "", ""),
-		ledgerLine, keysLine, hc.Deliveries, hc.Dropped)
+		ledgerLine, keysLine, hc.Deliveries, hc.Dropped,
+		val("dedup_schedule_starts_total", "result", "started"),
+		val("dedup_schedule_fires_total", "outcome", "on_time"),
+		val("dedup_schedule_fires_total", "outcome", "catchup")+val("dedup_schedule_fires_total", "outcome", "compressed"),
+		val("dedup_schedule_fires_total", "outcome", "skipped"))
 }

@@ -1,0 +1,63 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/schedule"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+// startSchedules runs the scheduler of cfg.Schedules (nothing without
+// triggers) on PostgreSQL's clock, beside the router. stop ends it and
+// waits for its tick in progress.
+func startSchedules(ctx context.Context, cfg Config, led *ledger.Postgres, st processor.Starter, reg prometheus.Registerer,
+	log *slog.Logger) (stop func(), err error) {
+	if len(cfg.Schedules.Triggers) == 0 {
+		return func() {}, nil
+	}
+	// A ledger handle of its own over the same pool: the router's replay
+	// heuristic (Postgres.Claim) stays the router's.
+	sl := ledger.NewFromPool(led.Pool())
+	s, err := schedule.New(cfg.Schedules, sl, sl, st, schedule.ClockFunc(sl.Now), reg, log.With("component", "schedule"), schedule.Hooks{})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	log.Info("scheduler running", "triggers", len(cfg.Schedules.Triggers))
+	return func() { cancel(); <-done }, nil
+}
+
+// SetSchedulePaused is `dedup schedule pause|resume NAME`: it pauses or
+// resumes the named trigger in PostgreSQL for every replica. On resume,
+// the next tick applies the trigger's misfire policy to the slots of the
+// pause.
+func SetSchedulePaused(ctx context.Context, cfg Config, name string, paused bool, out io.Writer) error {
+	if _, err := cfg.Schedules.Trigger(name); err != nil {
+		return err
+	}
+	if err := ledger.Migrate(ctx, cfg.Postgres.URL); err != nil {
+		return err
+	}
+	led, err := ledger.Open(ctx, cfg.Postgres)
+	if err != nil {
+		return err
+	}
+	defer led.Close()
+	if err := schedule.SetPaused(ctx, cfg.Schedules, led, schedule.ClockFunc(led.Now), name, paused); err != nil {
+		return err
+	}
+	verb := "resumed"
+	if paused {
+		verb = "paused"
+	}
+	_, err = fmt.Fprintf(out, "trigger %s %s\n", name, verb)
+	return err
+}

@@ -1,0 +1,88 @@
+package schedule
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dedupio/dedup/schemas"
+)
+
+func TestConfigValidation(t *testing.T) {
+	ok := func() Trigger {
+		return Trigger{ActivityID: "report", Cron: "0 9 * * *", MisfirePolicy: Compress, WorkflowType: "W", TaskQueue: "q",
+			Definition: &schemas.ActivityDefinition{DedupeKeyStrategy: "compress"}}
+	}
+	n := func(v int) *int { return &v }
+	cases := []struct {
+		name string
+		mod  func(*Trigger)
+		want []string // every part must be in the error
+	}{
+		{"strategy mismatch", func(tr *Trigger) { tr.Definition.DedupeKeyStrategy = "skip" },
+			[]string{`schedules.triggers[0].definition.dedupe_key_strategy "skip"`, `schedules.triggers[0].misfire_policy "compress"`}},
+		{"strategy missing", func(tr *Trigger) { tr.Definition = nil },
+			[]string{"schedules.triggers[0].definition.dedupe_key_strategy: empty", `misfire_policy "compress"`}},
+		{"unknown policy", func(tr *Trigger) { tr.MisfirePolicy, tr.Definition.DedupeKeyStrategy = "retry", "retry" },
+			[]string{`schedules.triggers[0].misfire_policy: "retry", want skip, catchup or compress`}},
+		{"no policy", func(tr *Trigger) { tr.MisfirePolicy = "" }, []string{"schedules.triggers[0].misfire_policy: empty"}},
+		{"N zero", func(tr *Trigger) {
+			tr.MisfirePolicy, tr.Definition.DedupeKeyStrategy, tr.CatchupLimit = Catchup, "catchup", n(0)
+		},
+			[]string{"schedules.triggers[0].catchup_limit: 0, want 1 to 100"}},
+		{"N over the cap", func(tr *Trigger) {
+			tr.MisfirePolicy, tr.Definition.DedupeKeyStrategy, tr.CatchupLimit = Catchup, "catchup", n(101)
+		},
+			[]string{"schedules.triggers[0].catchup_limit: 101, want 1 to 100"}},
+		{"N on skip", func(tr *Trigger) {
+			tr.MisfirePolicy, tr.Definition.DedupeKeyStrategy, tr.CatchupLimit = Skip, "skip", n(5)
+		},
+			[]string{`schedules.triggers[0].catchup_limit: 5 on a trigger with misfire_policy "skip"`}},
+		{"N on compress", func(tr *Trigger) { tr.CatchupLimit = n(10) },
+			[]string{`schedules.triggers[0].catchup_limit: 10 on a trigger with misfire_policy "compress"`}},
+		{"bad cron", func(tr *Trigger) { tr.Cron = "0 25 * * *" }, []string{"schedules.triggers[0].cron"}},
+		{"zone in the spec", func(tr *Trigger) { tr.Cron = "CRON_TZ=UTC 0 9 * * *" }, []string{"schedules.triggers[0].cron", "time_zone"}},
+		{"bad zone", func(tr *Trigger) { tr.TimeZone = "Mars/Olympus" }, []string{"schedules.triggers[0].time_zone"}},
+		{"never fires", func(tr *Trigger) { tr.Cron = "0 9 30 2 *" }, []string{"schedules.triggers[0].cron", "no slot"}},
+		{"threshold under the tick", func(tr *Trigger) { tr.MisfireThreshold = 500 * time.Millisecond },
+			[]string{"schedules.triggers[0].misfire_threshold: 500ms, want more than schedules.tick (1s)"}},
+		{"activity id", func(tr *Trigger) { tr.ActivityID = "a:b" }, []string{"schedules.triggers[0].activity_id"}},
+		{"no task queue", func(tr *Trigger) { tr.TaskQueue = "" }, []string{"schedules.triggers[0].task_queue"}},
+		{"bad task", func(tr *Trigger) { tr.Definition.Tasks = []schemas.TaskSpec{{Type: "email"}} },
+			[]string{"schedules.triggers[0].definition.tasks[0].type"}},
+	}
+	for _, c := range cases {
+		tr := ok()
+		c.mod(&tr)
+		cfg := Config{Tick: time.Second, Triggers: []Trigger{tr}}
+		err := cfg.Validate()
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: got %v, want it to say %s", c.name, err, w)
+			}
+		}
+	}
+	// Defaults, and two triggers with one name.
+	cfg := Config{Tick: time.Second, Triggers: []Trigger{ok()}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if tr := cfg.Triggers[0]; tr.Name != "report" || tr.MisfireThreshold != time.Minute || tr.Limit() != 10 {
+		t.Errorf("defaults: %+v", tr)
+	}
+	cfg = Config{Tick: time.Second, Triggers: []Trigger{ok(), ok()}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `schedules.triggers[1].name: "report" used twice`) {
+		t.Errorf("duplicate name: %v", err)
+	}
+	cfg = Config{Tick: 0}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "schedules.tick") {
+		t.Errorf("tick: %v", err)
+	}
+	cfg = Config{Tick: time.Second, Triggers: []Trigger{ok()}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.Trigger("nope"); err == nil || !strings.Contains(err.Error(), "report") {
+		t.Errorf("unknown trigger: %v", err)
+	}
+}

@@ -1,0 +1,277 @@
+package schedule
+
+import "time"
+
+// Outcome is what became of one due slot. Every slot the scheduler
+// decides gets exactly one.
+type Outcome string
+
+const (
+	// OnTime: the slot ran, decided within the misfire threshold.
+	OnTime Outcome = "on_time"
+	// CatchUp: the slot misfired and ran late with its own workflow ID
+	// (misfire_policy catchup).
+	CatchUp Outcome = "catchup"
+	// Compressed: the slot is covered by one compressed run (misfire_policy
+	// compress); the run itself is at the latest of them.
+	Compressed Outcome = "compressed"
+	// Skipped: the slot misfired and never runs.
+	Skipped Outcome = "skipped"
+)
+
+// Outcomes lists every outcome, for metrics.
+var Outcomes = []Outcome{OnTime, CatchUp, Compressed, Skipped}
+
+// MaxWalk bounds the slots one decision looks at from the cursor forward
+// (go-cron's Next costs well under a microsecond for dense schedules):
+// after an outage of more slots than this (a year of a per-minute
+// schedule, twelve days of a per-second one) the decision finds the
+// latest slots by searching back from now instead, and the count of
+// missed slots is a lower bound.
+const MaxWalk = 1_000_000
+
+// Cursor is a trigger's state in PostgreSQL.
+type Cursor struct {
+	Trigger string
+	// LastSlot is the newest slot decided (run or not); the next decision
+	// looks at the slots after it. A new cursor starts at its creation
+	// time (Since): slots before a trigger existed never fire.
+	LastSlot time.Time
+	// LastFired is the newest slot that was decided to run (zero if none):
+	// a compressed run's window starts there.
+	LastFired time.Time
+	// Since is when the cursor was created.
+	Since  time.Time
+	Paused bool
+}
+
+// Fire is one run the scheduler decided: stored with the decision, before
+// any start, so that every replay of it (a crash, another replica) starts
+// the same workflow with the same window.
+type Fire struct {
+	Trigger      string
+	ActivityID   string
+	WorkflowID   string
+	ScheduledFor time.Time
+	Kind         Outcome // OnTime, CatchUp or Compressed
+	WindowStart  time.Time
+	WindowEnd    time.Time
+	MissedCount  int64
+}
+
+// Decision is what one tick decides for one trigger.
+type Decision struct {
+	Fires  []Fire
+	Counts map[Outcome]int64 // slots by outcome
+	Cursor Cursor            // the cursor after the decision
+	// Capped: the walk hit MaxWalk; the missed count is a lower bound.
+	Capped bool
+	// Walked counts the Next calls the decision made (tests bound it).
+	Walked int
+}
+
+// Decide decides which of the trigger's slots after cur.LastSlot and up to
+// now run, and with which windows. It is pure: the scheduler calls it
+// with the cursor locked and stores its result before starting anything.
+//
+// A due slot is on time when now is within the misfire threshold of it;
+// otherwise it misfired, and the policy decides: skip runs none of the
+// misfired slots, catchup the most recent CatchupLimit of them (oldest
+// first), compress one run at the latest due slot for all of them. On-time
+// slots always run, each with its own window, except under compress when
+// something misfired: then the one compressed run covers them too. A
+// paused trigger, or a clock behind the cursor, decides nothing.
+func Decide(t *Trigger, cur Cursor, now time.Time, maxWalk int) Decision {
+	d := Decision{Cursor: cur, Counts: map[Outcome]int64{}}
+	if cur.Paused || !now.After(cur.LastSlot) {
+		return d
+	}
+	cutoff := now.Add(-t.MisfireThreshold)
+	keep := 1 // misfired slots to keep: the one before the first on-time slot (its window start)
+	if t.MisfirePolicy == Catchup {
+		keep = t.Limit() + 1
+	}
+	w := walkDue(t.cron, cur.LastSlot, now, cutoff, keep, maxWalk)
+	d.Walked, d.Capped = w.walked, w.capped
+	if w.total == 0 {
+		return d
+	}
+	var misfired, onTime []time.Time
+	for _, s := range w.slots {
+		if s.After(cutoff) {
+			onTime = append(onTime, s)
+		} else {
+			misfired = append(misfired, s)
+		}
+	}
+	m := w.total - int64(len(onTime)) // every misfired slot, kept or not
+	// prev is the due slot before w.slots[i] (window starts).
+	prev := func(i int) time.Time {
+		if i == 0 {
+			return w.before
+		}
+		return w.slots[i-1]
+	}
+	fire := func(i int, kind Outcome, missed int64) {
+		s := w.slots[i]
+		d.Fires = append(d.Fires, Fire{Trigger: t.Name, ActivityID: t.ActivityID, ScheduledFor: s, Kind: kind,
+			WindowStart: prev(i), WindowEnd: s, MissedCount: missed})
+		d.Counts[kind]++
+	}
+	firstOnTime := len(misfired)
+	switch {
+	case t.MisfirePolicy == Compress && m > 0:
+		latest := w.slots[len(w.slots)-1]
+		start := cur.LastFired
+		if start.IsZero() {
+			start = cur.Since
+		}
+		d.Fires = append(d.Fires, Fire{Trigger: t.Name, ActivityID: t.ActivityID, ScheduledFor: latest, Kind: Compressed,
+			WindowStart: start, WindowEnd: latest, MissedCount: m})
+		d.Counts[Compressed] = w.total
+	case t.MisfirePolicy == Catchup:
+		n := min(int64(t.Limit()), m)
+		for i := firstOnTime - int(n); i < firstOnTime; i++ {
+			fire(i, CatchUp, 1)
+		}
+		d.Counts[Skipped] = m - n
+		for i := firstOnTime; i < len(w.slots); i++ {
+			fire(i, OnTime, 0)
+		}
+	default: // skip, or compress with nothing missed
+		d.Counts[Skipped] = m
+		for i := firstOnTime; i < len(w.slots); i++ {
+			fire(i, OnTime, 0)
+		}
+	}
+	d.Cursor.LastSlot = w.slots[len(w.slots)-1]
+	if len(d.Fires) > 0 {
+		d.Cursor.LastFired = d.Fires[len(d.Fires)-1].ScheduledFor
+	}
+	return d
+}
+
+// walked is the result of walkDue.
+type walked struct {
+	// slots are the last due slots, oldest first: every on-time one (after
+	// the cutoff) and up to keep misfired ones before them.
+	slots []time.Time
+	// before is the due slot before slots[0], or the cursor when slots[0]
+	// is the first due slot.
+	before time.Time
+	total  int64 // due slots (a lower bound when capped)
+	capped bool
+	walked int // Next calls
+}
+
+// walkDue walks the slots in (after, now]. It calls Next at most maxWalk
+// times from after; if that does not reach now, it finds the latest slots
+// by walking windows back from now that double in length (each walk
+// bounded by maxWalk too), and total counts only what it walked.
+func walkDue(c *Cron, after, now, cutoff time.Time, keep, maxWalk int) walked {
+	var w walked
+	w.before = after
+	tail := &tailBuf{cutoff: cutoff, keep: keep}
+	s := after
+	for {
+		if w.walked == maxWalk {
+			w.capped = true
+			break
+		}
+		n := c.Next(s)
+		w.walked++
+		if n.IsZero() || n.After(now) {
+			break
+		}
+		w.total++
+		tail.push(n, &w.before)
+		s = n
+	}
+	if !w.capped {
+		w.slots = tail.slots()
+		return w
+	}
+	// Capped at s: search back from now for the latest slots, down to s.
+	floor := s
+	var found []time.Time // oldest first
+	before := floor
+	hi, span := now, time.Second
+	for hi.After(floor) {
+		lo := hi.Add(-span)
+		if !lo.After(floor) {
+			lo = floor
+		}
+		seg, complete, calls := segment(c, lo, hi, maxWalk)
+		w.walked += calls
+		if !complete && span > time.Second {
+			span /= 4 // too dense a window: look at a shorter one
+			continue
+		}
+		found = append(seg, found...)
+		w.total += int64(len(seg))
+		hi, span = lo, span*2
+		if enough(found, cutoff, keep+1) {
+			break
+		}
+	}
+	// Keep what the decision needs; the slot before the kept ones is its
+	// window start.
+	t2 := &tailBuf{cutoff: cutoff, keep: keep}
+	for _, x := range found {
+		t2.push(x, &before)
+	}
+	w.slots, w.before = t2.slots(), before
+	return w
+}
+
+// segment returns the slots in (lo, hi], and whether it saw them all
+// within maxWalk Next calls.
+func segment(c *Cron, lo, hi time.Time, maxWalk int) (slots []time.Time, complete bool, calls int) {
+	for s := lo; calls < maxWalk; {
+		n := c.Next(s)
+		calls++
+		if n.IsZero() || n.After(hi) {
+			return slots, true, calls
+		}
+		slots = append(slots, n)
+		s = n
+	}
+	return slots, false, calls
+}
+
+// enough: found holds at least n misfired slots (at or before cutoff).
+func enough(found []time.Time, cutoff time.Time, n int) bool {
+	k := 0
+	for _, s := range found {
+		if !s.After(cutoff) {
+			k++
+		}
+	}
+	return k >= n
+}
+
+// tailBuf keeps the slots pushed in order that a decision needs: all
+// after the cutoff, and the last keep at or before it.
+type tailBuf struct {
+	cutoff time.Time
+	keep   int
+	buf    []time.Time
+	start  int
+}
+
+// push adds s; a slot it drops becomes *before (the slot before the kept
+// ones).
+func (b *tailBuf) push(s time.Time, before *time.Time) {
+	b.buf = append(b.buf, s)
+	// Drop the oldest while more than keep kept slots are misfired.
+	for len(b.buf)-b.start > b.keep && !b.buf[b.start+b.keep].After(b.cutoff) {
+		*before = b.buf[b.start]
+		b.start++
+	}
+	if b.start > 1024 && b.start > len(b.buf)/2 {
+		b.buf = append([]time.Time(nil), b.buf[b.start:]...)
+		b.start = 0
+	}
+}
+
+func (b *tailBuf) slots() []time.Time { return b.buf[b.start:] }

@@ -1,0 +1,356 @@
+package schedule
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/schemas"
+)
+
+// Clock tells the scheduler the time. Production uses PostgreSQL's clock
+// (one clock for every replica, whatever their hosts' clocks say); tests
+// inject theirs.
+type Clock interface {
+	Now(ctx context.Context) (time.Time, error)
+}
+
+// ClockFunc adapts a function to Clock.
+type ClockFunc func(ctx context.Context) (time.Time, error)
+
+// Now calls f.
+func (f ClockFunc) Now(ctx context.Context) (time.Time, error) { return f(ctx) }
+
+// Store keeps the triggers' cursors and decided fires (sink/ledger
+// implements it in PostgreSQL). Every method is safe to retry.
+type Store interface {
+	// Decide runs one decision round in one transaction: it creates the
+	// cursors of triggers seen for the first time (at now), locks the
+	// cursors of the named triggers that no other scheduler holds
+	// (skipping the held ones: no waiting), calls decide for each locked
+	// cursor, stores each decision (the new cursor, and its fires, a slot's
+	// first decision kept if one exists) and commits. It returns the fires
+	// of the locked triggers not ended yet, oldest first per trigger: the
+	// ones just decided and any an earlier round decided but did not see
+	// started (a crash, a failed start).
+	Decide(ctx context.Context, triggers []string, now time.Time, decide func(Cursor) Decision) ([]Fire, error)
+	// EndFires records how fires ended (started, failed, conflict).
+	EndFires(ctx context.Context, ends []FireEnd) error
+	// SetPaused pauses or resumes a trigger (creating its cursor at now if
+	// it has none).
+	SetPaused(ctx context.Context, trigger string, paused bool, now time.Time) error
+	// Cursors reads the named triggers' cursors (no lock) and, per
+	// trigger, the newest slot whose run started.
+	Cursors(ctx context.Context, triggers []string) ([]CursorState, error)
+}
+
+// FireEnd says how a fire ended.
+type FireEnd struct {
+	Trigger      string
+	ScheduledFor time.Time
+	State        string // FireStarted, FireFailed, FireConflict
+	RunID        string
+}
+
+// Fire states once ended.
+const (
+	FireStarted  = "started"
+	FireFailed   = "failed"   // Temporal refused the start for good (logged; the ledger row is dead_lettered)
+	FireConflict = "conflict" // the workflow ID was claimed with another payload (not a slot): never started
+)
+
+// CursorState is a cursor with the newest started slot.
+type CursorState struct {
+	Cursor
+	LastStarted time.Time // zero if no run started
+}
+
+// Hooks let tests stop a tick where a crash would.
+type Hooks struct {
+	// AfterDecide runs after the decisions are committed and before any
+	// start; an error ends the tick there.
+	AfterDecide func() error
+	// AfterStart runs after a fire's start and before it is marked; an
+	// error ends the tick there.
+	AfterStart func() error
+}
+
+// Scheduler fires the configured triggers. Any number of replicas may run
+// one against the same PostgreSQL: each trigger's cursor is locked by at
+// most one of them per tick, the decision is committed before any start,
+// and every fire is claimed in the ledger and started with
+// reject-duplicate, like an event, so a crash or a second replica replays
+// a fire without a second run.
+type Scheduler struct {
+	cfg     Config
+	store   Store
+	ledger  processor.Ledger
+	starter processor.Starter
+	clock   Clock
+	log     *slog.Logger
+	m       *metrics
+	hooks   Hooks
+	names   []string
+	byName  map[string]*Trigger
+	maxWalk int
+}
+
+// New validates cfg and builds a scheduler.
+func New(cfg Config, store Store, ledger processor.Ledger, starter processor.Starter, clock Clock,
+	reg prometheus.Registerer, log *slog.Logger, hooks Hooks) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Scheduler{cfg: cfg, store: store, ledger: ledger, starter: starter, clock: clock, log: log, hooks: hooks,
+		byName: map[string]*Trigger{}, maxWalk: MaxWalk}
+	for i := range s.cfg.Triggers {
+		t := &s.cfg.Triggers[i]
+		s.names = append(s.names, t.Name)
+		s.byName[t.Name] = t
+	}
+	m, err := newMetrics(reg, s.names)
+	if err != nil {
+		return nil, err
+	}
+	s.m = m
+	return s, nil
+}
+
+// stopGrace is how long a tick in progress may go on once Run's context
+// ends: long enough to start what it decided, so that a clean shutdown
+// leaves no fire for the next tick to replay.
+const stopGrace = 10 * time.Second
+
+// Run ticks every cfg.Tick until ctx ends, then lets the tick in progress
+// finish (for up to stopGrace). A failed tick is logged and the next one
+// tries again: decided fires stay in PostgreSQL until started.
+func (s *Scheduler) Run(ctx context.Context) {
+	if len(s.names) == 0 {
+		return
+	}
+	t := time.NewTicker(s.cfg.Tick)
+	defer t.Stop()
+	for {
+		tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stop := context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, cancel) })
+		if err := s.Tick(tctx); err != nil && tctx.Err() == nil {
+			s.log.Warn("schedule tick failed; the next tick retries", "err", err)
+		}
+		stop()
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Tick decides the due slots of every trigger whose cursor it can lock and
+// starts the fires decided (now or by an earlier, interrupted tick).
+func (s *Scheduler) Tick(ctx context.Context) error {
+	now, err := s.clock.Now(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the clock: %w", err)
+	}
+	now = now.UTC()
+	var decided []Decision
+	pending, err := s.store.Decide(ctx, s.names, now, func(cur Cursor) Decision {
+		t := s.byName[cur.Trigger]
+		d := Decide(t, cur, now, s.maxWalk)
+		for i := range d.Fires {
+			d.Fires[i].WorkflowID = processor.WorkflowID(t.ActivityID, processor.ScheduledForKey(d.Fires[i].ScheduledFor))
+		}
+		decided = append(decided, d)
+		return d
+	})
+	if err != nil {
+		return fmt.Errorf("deciding schedules: %w", err)
+	}
+	for _, d := range decided { // committed: count them once, here
+		for o, n := range d.Counts {
+			s.m.fires.WithLabelValues(d.Cursor.Trigger, string(o)).Add(float64(n))
+		}
+		if d.Capped {
+			s.log.Warn("schedule outage longer than the walk bound; missed_count is a lower bound",
+				"trigger", d.Cursor.Trigger, "max_walk", s.maxWalk)
+		}
+		if len(d.Fires) > 0 || d.Counts[Skipped] > 0 {
+			s.log.Info("schedule decided", "trigger", d.Cursor.Trigger, "fires", len(d.Fires),
+				"skipped", d.Counts[Skipped], "compressed", d.Counts[Compressed])
+		}
+	}
+	if s.hooks.AfterDecide != nil {
+		if err := s.hooks.AfterDecide(); err != nil {
+			return err
+		}
+	}
+	err = s.start(ctx, pending)
+	if gerr := s.gauges(ctx); err == nil {
+		err = gerr
+	}
+	return err
+}
+
+// start claims the fires in the ledger (one call), starts the new and
+// re-driven ones in order with reject-duplicate, marks them started and
+// ends them. It stops at the first transient error: the next tick goes on
+// from there, oldest first.
+func (s *Scheduler) start(ctx context.Context, fires []Fire) error {
+	if len(fires) == 0 {
+		return nil
+	}
+	intents := make([]processor.Intent, len(fires))
+	for i, f := range fires {
+		key := processor.ScheduledForKey(f.ScheduledFor)
+		intents[i] = processor.Intent{WorkflowID: f.WorkflowID, ActivityID: f.ActivityID,
+			EventID: "schedule/" + f.Trigger + "/" + key, IDRule: "schedule",
+			PayloadHash: processor.SlotPayloadHash(f.ActivityID, key)}
+	}
+	verdicts, err := s.ledger.Claim(ctx, intents)
+	if err != nil {
+		return fmt.Errorf("claiming %d fires: %w", len(fires), err)
+	}
+	var (
+		started []processor.Started
+		ends    []FireEnd
+		runErr  error
+	)
+	flush := func() error {
+		if len(started) > 0 {
+			if err := s.ledger.MarkStarted(ctx, started); err != nil {
+				return fmt.Errorf("marking %d fires started: %w", len(started), err)
+			}
+		}
+		if len(ends) > 0 {
+			if err := s.store.EndFires(ctx, ends); err != nil {
+				return fmt.Errorf("ending %d fires: %w", len(ends), err)
+			}
+		}
+		return nil
+	}
+	for i, f := range fires {
+		t := s.byName[f.Trigger]
+		end := FireEnd{Trigger: f.Trigger, ScheduledFor: f.ScheduledFor}
+		switch v := verdicts[i]; v.Verdict {
+		case processor.VerdictDuplicate:
+			// Started already: by an earlier tick that crashed before
+			// ending the fire, another replica, or an event routed with
+			// key scheduled_for.
+			end.State = FireStarted
+			s.m.starts.WithLabelValues(f.Trigger, "duplicate").Inc()
+			ends = append(ends, end)
+			continue
+		case processor.VerdictConflict:
+			end.State = FireConflict
+			s.m.starts.WithLabelValues(f.Trigger, "conflict").Inc()
+			s.log.Error("schedule fire conflicts with a ledger row claimed with another payload; not started",
+				"trigger", f.Trigger, "workflow_id", f.WorkflowID)
+			ends = append(ends, end)
+			continue
+		default:
+			req := processor.StartRequest{Namespace: t.Namespace, WorkflowID: f.WorkflowID, WorkflowType: t.WorkflowType, TaskQueue: t.TaskQueue,
+				ReusePolicy: processor.ReuseRejectDuplicate, Generation: v.Generation, Input: input(t, f, intents[i].EventID)}
+			res, err := s.starter.Start(ctx, req)
+			switch {
+			case err == nil:
+				end.State, end.RunID = FireStarted, res.RunID
+				started = append(started, processor.Started{WorkflowID: f.WorkflowID, RunID: res.RunID, Generation: v.Generation})
+				result := "started"
+				if res.AlreadyStarted {
+					result = "duplicate"
+				}
+				s.m.starts.WithLabelValues(f.Trigger, result).Inc()
+				if now, err := s.clock.Now(ctx); err == nil {
+					s.m.lag.WithLabelValues(f.Trigger).Set(now.Sub(f.ScheduledFor).Seconds())
+				}
+				if s.hooks.AfterStart != nil {
+					if err := s.hooks.AfterStart(); err != nil {
+						return err
+					}
+				}
+			case processor.IsPermanent(err):
+				end.State = FireFailed
+				s.m.starts.WithLabelValues(f.Trigger, "failed").Inc()
+				s.log.Error("temporal refused a schedule fire for good; not retried", "trigger", f.Trigger,
+					"workflow_id", f.WorkflowID, "err", err)
+				if merr := s.ledger.MarkDeadLettered(ctx, []string{f.WorkflowID}); merr != nil {
+					runErr = merr
+				}
+			default:
+				runErr = fmt.Errorf("starting %s: %w", f.WorkflowID, err)
+			}
+		}
+		if runErr != nil {
+			break
+		}
+		ends = append(ends, end)
+	}
+	return errors.Join(runErr, flush())
+}
+
+// input is the workflow input of a fire.
+func input(t *Trigger, f Fire, eventID string) schemas.WorkflowInput {
+	key := processor.ScheduledForKey(f.ScheduledFor)
+	data, _ := json.Marshal(map[string]any{"schedule": f.Trigger, "scheduled_for": key})
+	return schemas.WorkflowInput{WorkflowID: f.WorkflowID, ActivityID: f.ActivityID, EventID: eventID, IDRule: "schedule",
+		Type: "dedup.schedule.fired", Source: "dedup/schedule/" + f.Trigger, Time: key, Data: data, Definition: t.Definition,
+		TriggerKind: schemas.TriggerCron, ScheduledFor: key, Schedule: f.Trigger, Fire: string(f.Kind),
+		WindowStart: processor.ScheduledForKey(f.WindowStart), WindowEnd: processor.ScheduledForKey(f.WindowEnd),
+		MissedCount: f.MissedCount}
+}
+
+// gauges export each trigger's next slot, interval, newest started slot
+// and pause, from the cursors as PostgreSQL has them (every replica
+// exports the same values).
+func (s *Scheduler) gauges(ctx context.Context) error {
+	cs, err := s.store.Cursors(ctx, s.names)
+	if err != nil {
+		return fmt.Errorf("reading schedule cursors: %w", err)
+	}
+	for _, c := range cs {
+		t := s.byName[c.Trigger]
+		if t == nil {
+			continue
+		}
+		next := t.cron.Next(c.LastSlot)
+		if !next.IsZero() {
+			s.m.next.WithLabelValues(c.Trigger).Set(float64(next.Unix()))
+			s.m.interval.WithLabelValues(c.Trigger).Set(next.Sub(c.LastSlot).Seconds())
+		}
+		last := c.LastStarted
+		if last.IsZero() {
+			last = c.Since // never fired: count from the trigger's start
+		}
+		s.m.lastFire.WithLabelValues(c.Trigger).Set(float64(last.Unix()))
+		paused := 0.0
+		if c.Paused {
+			paused = 1
+		}
+		s.m.paused.WithLabelValues(c.Trigger).Set(paused)
+	}
+	return nil
+}
+
+// SetPaused pauses or resumes the named trigger. While paused, no slot
+// fires; on resume, the next tick applies the trigger's misfire policy to
+// the slots of the pause.
+func SetPaused(ctx context.Context, cfg Config, store Store, clock Clock, name string, paused bool) error {
+	if _, err := cfg.Trigger(name); err != nil {
+		return err
+	}
+	now, err := clock.Now(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the clock: %w", err)
+	}
+	return store.SetPaused(ctx, name, paused, now.UTC())
+}

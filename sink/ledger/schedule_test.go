@@ -1,0 +1,108 @@
+package ledger_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dedupio/dedup/processor/schedule"
+)
+
+func at(s string) time.Time {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t.UTC()
+}
+
+// One decision round per cursor at a time: a round that finds a cursor
+// locked by another skips it without waiting; a slot decided again (a
+// cursor moved back by hand) keeps its first decision and window.
+func TestScheduleDecideLocksAndKeepsTheFirstDecision(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	now := at("2026-03-01T09:00:30Z")
+	fire := func(c schedule.Cursor, start string) schedule.Decision {
+		f := schedule.Fire{Trigger: c.Trigger, ActivityID: "a", WorkflowID: "activity-a:2026-03-01T09:00:00+00:00",
+			ScheduledFor: at("2026-03-01T09:00:00Z"), Kind: schedule.Compressed, WindowStart: at(start),
+			WindowEnd: at("2026-03-01T09:00:00Z"), MissedCount: 3}
+		c.LastSlot, c.LastFired = f.ScheduledFor, f.ScheduledFor
+		return schedule.Decision{Cursor: c, Fires: []schedule.Fire{f}}
+	}
+	// The cursor exists (a first round created it; a round that creates
+	// one holds others back until it commits).
+	if _, err := l.Decide(ctx, []string{"t1"}, at("2026-03-01T08:00:00Z"), func(c schedule.Cursor) schedule.Decision {
+		return schedule.Decision{Cursor: c}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	holding, release, done := make(chan struct{}), make(chan struct{}), make(chan []schedule.Fire)
+	go func() {
+		fs, err := l.Decide(ctx, []string{"t1"}, now, func(c schedule.Cursor) schedule.Decision {
+			close(holding)
+			<-release
+			return fire(c, "2026-03-01T08:00:00Z")
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- fs
+	}()
+	<-holding
+	called := false
+	start := time.Now()
+	fs, err := l.Decide(ctx, []string{"t1"}, now, func(c schedule.Cursor) schedule.Decision { called = true; return schedule.Decision{Cursor: c} })
+	if err != nil || called || len(fs) != 0 || time.Since(start) > 5*time.Second {
+		t.Fatalf("a round beside a locked cursor: called %v, fires %v, err %v, took %s", called, fs, err, time.Since(start))
+	}
+	close(release)
+	if fs := <-done; len(fs) != 1 || !fs[0].WindowStart.Equal(at("2026-03-01T08:00:00Z")) {
+		t.Fatalf("the holder's pending fires: %+v", fs)
+	}
+	// Moved back by hand, decided again with another window: the first stays.
+	if _, err := l.Pool().Exec(ctx, `UPDATE dedup_schedule_cursors SET last_slot = $1`, at("2026-03-01T08:00:00Z")); err != nil {
+		t.Fatal(err)
+	}
+	fs, err = l.Decide(ctx, []string{"t1"}, now, func(c schedule.Cursor) schedule.Decision { return fire(c, "2026-03-01T08:30:00Z") })
+	if err != nil || len(fs) != 1 || !fs[0].WindowStart.Equal(at("2026-03-01T08:00:00Z")) || fs[0].MissedCount != 3 {
+		t.Fatalf("decided again: %+v %v", fs, err)
+	}
+	// Ended once; a second end (a replica that also started it) keeps the first.
+	for _, run := range []string{"run-1", "run-2"} {
+		if err := l.EndFires(ctx, []schedule.FireEnd{{Trigger: "t1", ScheduledFor: fs[0].ScheduledFor, State: schedule.FireStarted, RunID: run}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var run string
+	if err := l.Pool().QueryRow(ctx, `SELECT run_id FROM dedup_schedule_fires`).Scan(&run); err != nil || run != "run-1" {
+		t.Fatalf("run %q %v", run, err)
+	}
+	cs, err := l.Cursors(ctx, []string{"t1"})
+	if err != nil || len(cs) != 1 || !cs[0].LastStarted.Equal(at("2026-03-01T09:00:00Z")) || !cs[0].Since.Equal(at("2026-03-01T08:00:00Z")) {
+		t.Fatalf("cursors %+v %v", cs, err)
+	}
+	// Pause twice keeps the first pause time; resume clears it.
+	for _, p := range []struct {
+		paused bool
+		now    string
+		want   *string
+	}{{true, "2026-03-01T10:00:00Z", ptr("2026-03-01T10:00:00Z")}, {true, "2026-03-01T11:00:00Z", ptr("2026-03-01T10:00:00Z")}, {false, "2026-03-01T12:00:00Z", nil}} {
+		if err := l.SetPaused(ctx, "t1", p.paused, at(p.now)); err != nil {
+			t.Fatal(err)
+		}
+		var got *time.Time
+		var paused bool
+		if err := l.Pool().QueryRow(ctx, `SELECT paused, paused_at FROM dedup_schedule_cursors WHERE trigger_name = 't1'`).Scan(&paused, &got); err != nil {
+			t.Fatal(err)
+		}
+		if paused != p.paused || (got == nil) != (p.want == nil) || (got != nil && !got.Equal(at(*p.want))) {
+			t.Errorf("after SetPaused(%v) at %s: paused %v at %v", p.paused, p.now, paused, got)
+		}
+	}
+	if n, err := l.Now(ctx); err != nil || time.Since(n).Abs() > time.Minute {
+		t.Errorf("PostgreSQL's clock: %s %v", n, err)
+	}
+}
+
+func ptr(s string) *string { return &s }
