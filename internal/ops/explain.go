@@ -315,7 +315,7 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 
 	now := time.Now()
 	for _, w := range wids {
-		wf := Workflow{WorkflowID: w, Route: routeView(routeOf(t.cfg.Routes, w))}
+		wf := Workflow{WorkflowID: w, Route: routeView(t.cfg.Routes.RouteOf(w))}
 		row := rows[w]
 		if row != nil {
 			wf.Ledger = rowView(*row)

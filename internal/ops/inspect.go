@@ -60,7 +60,7 @@ type Inspection struct {
 
 // Inspect answers dedup inspect for workflowID.
 func (t *Tool) Inspect(ctx context.Context, workflowID string) (*Inspection, int, error) {
-	in := &Inspection{WorkflowID: workflowID, Route: routeView(routeOf(t.cfg.Routes, workflowID)), Disagreements: []Disagreement{}}
+	in := &Inspection{WorkflowID: workflowID, Route: routeView(t.cfg.Routes.RouteOf(workflowID)), Disagreements: []Disagreement{}}
 	var problems errs
 	var row *ledger.Row
 	if led, err := t.ledger(ctx); err != nil {

@@ -116,7 +116,7 @@ func (t *Tool) temporal(ctx context.Context) (client.Client, error) {
 // namespace is the Temporal namespace of a workflow ID: its route's, else
 // temporal.namespace (a route no longer in the config).
 func (t *Tool) namespace(workflowID string) string {
-	if rt := routeOf(t.cfg.Routes, workflowID); rt != nil && rt.Namespace != "" {
+	if rt := t.cfg.Routes.RouteOf(workflowID); rt != nil && rt.Namespace != "" {
 		return rt.Namespace
 	}
 	return t.cfg.Temporal.Namespace

@@ -3,7 +3,6 @@ package ops
 import (
 	"encoding/hex"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/dedupio/dedup/processor"
@@ -93,25 +92,6 @@ func routeView(rt *processor.Route) *Route {
 		return nil
 	}
 	return &Route{ID: rt.ID, WorkflowType: rt.WorkflowType, TaskQueue: rt.TaskQueue, IDReusePolicy: string(rt.IDReusePolicy), Key: rt.Key}
-}
-
-// routeOf is the config's route of a workflow ID (activity-{id}:{key});
-// nil when the config has none (a route removed since).
-func routeOf(routes processor.Routes, workflowID string) *processor.Route {
-	rest, ok := strings.CutPrefix(workflowID, "activity-")
-	if !ok {
-		return nil
-	}
-	id, _, ok := strings.Cut(rest, ":")
-	if !ok {
-		return nil
-	}
-	for i := range routes {
-		if routes[i].ID == id {
-			return &routes[i]
-		}
-	}
-	return nil
 }
 
 // Disagreement is where the ledger and Temporal tell different stories of
