@@ -2,12 +2,14 @@ package processor
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // A commit never moves the group's committed offset backwards: while the
@@ -54,6 +56,38 @@ func TestCommitsNeverGoBackwards(t *testing.T) {
 	ahead = 4
 	mu.Unlock()
 	e.waitCommittedToEnd(10 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// The guard does not stop a router from repairing an offset that is past
+// the log (the topic was truncated or recreated below it): the group's
+// offset there is where it was when the router was assigned the partition,
+// which is no other member's progress. The client restarts from the log
+// start, and the router's commits bring the group's offset back into the
+// log.
+func TestCommitRepairsAnOffsetPastTheLog(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	for i := 0; i < 10; i++ {
+		e.produce(0, "e"+string(rune('a'+i)), "v")
+	}
+	// The empty group was left at 1000 (a simple commit, as after the
+	// topic was recreated with fewer records).
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: testTopic, Partition: 0, At: 1000, LeaderEpoch: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if resp, err := e.adm.CommitOffsets(ctx, e.group, offs); err != nil || resp.Error() != nil {
+		t.Fatalf("committing 1000 for the empty group: %v %v", err, resp.Error())
+	}
+	rn := e.start("r1", e.config())
+	eventually(t, 15*time.Second, func() bool { return e.committed()[0] == 10 }, func() string {
+		return fmt.Sprintf("group offset %d, want 10 (the router's prefix, repairing 1000)", e.committed()[0])
+	})
+	if n := len(e.starter.executionCounts()); n != 10 {
+		t.Errorf("%d workflows started, want 10", n)
+	}
 	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}

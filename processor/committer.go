@@ -56,9 +56,9 @@ type record struct {
 // RevokeTimeout) or lost; commits carry the group generation, so a
 // zombie's late commit is rejected by the broker; a commit never moves a
 // partition's committed offset backwards (it reads the group's committed
-// offsets first and leaves out a partition another member committed past:
-// a stale owner that the broker let back into the group with its old
-// position must not rewind the group); a final commit happens on shutdown. It also bounds records in flight (MaxInFlight), notices
+// offsets first and leaves out a partition another member committed past
+// since this one was assigned it: a stale owner that the broker let back
+// into the group with its old position must not rewind the group); a final commit happens on shutdown. It also bounds records in flight (MaxInFlight), notices
 // offsets deleted by retention before they were read (checkGap) and
 // exports consumer lag.
 //
@@ -201,6 +201,7 @@ func (c *committer) run(ctx context.Context) {
 func (c *committer) commit(ctx context.Context, only map[topicPartition]bool) {
 	offsets := map[string]map[int32]kgo.EpochOffset{}
 	want := map[topicPartition]int64{}
+	assignedAt := map[topicPartition]int64{}
 	c.mu.Lock()
 	for tp, p := range c.parts {
 		if (only != nil && !only[tp]) || p.tr.next < 0 || p.tr.next <= p.committed {
@@ -211,6 +212,7 @@ func (c *committer) commit(ctx context.Context, only map[topicPartition]bool) {
 		}
 		offsets[tp.topic][tp.partition] = kgo.EpochOffset{Epoch: p.tr.nextEpoch, Offset: p.tr.next}
 		want[tp] = p.tr.next
+		assignedAt[tp] = p.assignedAt
 	}
 	c.mu.Unlock()
 	if len(want) == 0 {
@@ -231,7 +233,12 @@ func (c *committer) commit(ctx context.Context, only map[topicPartition]bool) {
 		return
 	}
 	for tp, off := range want {
-		if g, ok := group[tp]; ok && g > off {
+		// Past ours and moved since we were assigned the partition:
+		// another member committed it. (Past ours but where it was at
+		// assignment is no one's progress: the log was truncated or
+		// recreated below it and the client restarted from its start;
+		// committing then repairs the group's offset.)
+		if g, ok := group[tp]; ok && g > off && g != assignedAt[tp] {
 			delete(want, tp)
 			delete(offsets[tp.topic], tp.partition)
 			c.m.commits.WithLabelValues("behind").Inc()
