@@ -83,7 +83,8 @@ image:
 compose: compose-env
 	DEDUP_VERSION=$(VERSION) DEDUP_COMMIT=$(COMMIT) docker compose up --build -d
 	@echo "Grafana     http://127.0.0.1:3000  (dashboard dedup; user admin, password $${GRAFANA_ADMIN_PASSWORD:-$$(sed -n 's/^GRAFANA_ADMIN_PASSWORD=//p' .env)})"
-	@echo "Temporal UI http://127.0.0.1:8080"
+	@echo "Ingress     http://127.0.0.1:8080  (POST /v1/events)"
+	@echo "Temporal UI http://127.0.0.1:8233"
 	@echo "Prometheus  http://127.0.0.1:9090"
 
 compose-env:

@@ -49,7 +49,11 @@ func checkImage(t *testing.T, where, image string) {
 	}
 }
 
-func validate(t *testing.T, where string, doc []byte, env map[string]string) {
+// validate parses a dedup config with dedup's own loader, and checks that
+// every address a process serves (the routers', the worker's and the
+// ingress's admin ports, the ingress's API) listens beyond the loopback
+// interface, for Prometheus, probes and the ingress's clients.
+func validate(t *testing.T, where string, doc []byte, env map[string]string) app.Config {
 	t.Helper()
 	for k, v := range env {
 		t.Setenv(k, v)
@@ -57,11 +61,22 @@ func validate(t *testing.T, where string, doc []byte, env map[string]string) {
 	cfg, err := app.ParseConfig(doc)
 	if err != nil {
 		t.Errorf("%s: dedup rejects its config: %v", where, err)
-		return
+		return cfg
 	}
-	if cfg.Admin.Listen == "" || strings.HasPrefix(cfg.Admin.Listen, "127.") {
-		t.Errorf("%s: admin.listen %q is not reachable by Prometheus or probes", where, cfg.Admin.Listen)
+	for key, addr := range map[string]string{"admin.listen": cfg.Admin.Listen, "worker.admin_listen": cfg.Worker.AdminListen,
+		"ingress.listen": cfg.Ingress.Listen, "ingress.admin_listen": cfg.Ingress.AdminListen} {
+		if addr == "" || strings.HasPrefix(addr, "127.") || strings.HasPrefix(addr, "localhost:") {
+			t.Errorf("%s: %s %q is not reachable from outside its container", where, key, addr)
+		}
 	}
+	return cfg
+}
+
+// listenPort is the port of a listen address (0.0.0.0:9466: 9466).
+func listenPort(addr string) int {
+	_, p, _ := strings.Cut(addr, ":")
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 func TestCompose(t *testing.T) {
@@ -78,12 +93,13 @@ func TestCompose(t *testing.T) {
 		} `yaml:"services"`
 	}
 	readYAML(t, "../docker-compose.yml", &compose)
-	for _, need := range []string{"kafka", "kafka-init", "postgres", "temporal", "temporal-ui", "prometheus", "grafana", "dedup-1", "dedup-2", "worker", "producer"} {
+	for _, need := range []string{"kafka", "kafka-init", "postgres", "temporal", "temporal-ui", "prometheus", "grafana", "dedup-1", "dedup-2", "worker", "ingress", "producer"} {
 		if _, ok := compose.Services[need]; !ok {
 			t.Errorf("compose has no %s service", need)
 		}
 	}
 	built := false
+	published := map[string]string{}
 	for name, s := range compose.Services {
 		if s.Build != nil {
 			built = true
@@ -107,8 +123,15 @@ func TestCompose(t *testing.T) {
 			if !strings.HasPrefix(p, "127.0.0.1:") {
 				t.Errorf("%s publishes %q on every interface: want 127.0.0.1:HOST:CONTAINER", name, p)
 			}
+			// Two services on one host port: the second would not start.
+			host := strings.Join(strings.Split(p, ":")[:2], ":")
+			if other, ok := published[host]; ok {
+				t.Errorf("%s and %s both publish %s", name, other, host)
+			}
+			published[host] = name
 		}
-		if len(s.Command) > 0 && (s.Command[0] == "run" || s.Command[0] == "worker") {
+		process := len(s.Command) > 0 && slices.Contains([]string{"run", "worker", "ingress"}, s.Command[0])
+		if process {
 			checkMemLimit(t, name, s.Environment["GOMEMLIMIT"], s.MemLimit, dockerBytes)
 		}
 		for dep := range s.DependsOn {
@@ -124,9 +147,17 @@ func TestCompose(t *testing.T) {
 				}
 			}
 		}
-		if strings.HasPrefix(name, "dedup-") {
-			if len(s.Command) < 3 || s.Command[0] != "run" {
-				t.Errorf("%s: command %v, want run --config FILE", name, s.Command)
+		if strings.HasPrefix(name, "dedup-") && (len(s.Command) == 0 || s.Command[0] != "run") {
+			t.Errorf("%s: command %v, want run --config FILE", name, s.Command)
+		}
+		if name == "ingress" && (len(s.Command) == 0 || s.Command[0] != "ingress") {
+			t.Errorf("%s: command %v, want ingress --config FILE", name, s.Command)
+		}
+		// Every dedup process (router, worker, ingress) reads a mounted
+		// config that dedup accepts.
+		if process {
+			if len(s.Command) < 3 || s.Command[1] != "--config" {
+				t.Errorf("%s: command %v, want %s --config FILE", name, s.Command, s.Command[0])
 				continue
 			}
 			cfgPath := s.Command[2]
@@ -145,7 +176,14 @@ func TestCompose(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			validate(t, name, doc, s.Environment)
+			cfg := validate(t, name, doc, s.Environment)
+			if s.Command[0] == "ingress" {
+				// The published port is the one the API listens on.
+				want := fmt.Sprintf(":%d", listenPort(cfg.Ingress.Listen))
+				if len(s.Ports) != 1 || !strings.HasSuffix(s.Ports[0], want) {
+					t.Errorf("%s publishes %v, want 127.0.0.1:HOST%s (ingress.listen %s)", name, s.Ports, want, cfg.Ingress.Listen)
+				}
+			}
 		}
 	}
 	if !built {
@@ -535,7 +573,8 @@ func checkPod(t *testing.T, name string, tmpl map[string]any, all []map[string]a
 
 // The compose demo's Prometheus: rule files relative to the config (as
 // promtool and the container both read them), mounted beside it; a job for
-// the routers and one for the worker, at services compose runs.
+// the routers, one for the worker and one for the ingress, at services
+// compose runs.
 func TestPrometheusConfig(t *testing.T) {
 	var p struct {
 		RuleFiles     []string `yaml:"rule_files"`
@@ -574,7 +613,7 @@ func TestPrometheusConfig(t *testing.T) {
 			jobs[sc.JobName] = append(jobs[sc.JobName], s.Targets...)
 		}
 	}
-	want := map[string][]string{"dedup": {"dedup-1:9464", "dedup-2:9464"}, "dedup-worker": {"worker:9465"}}
+	want := map[string][]string{"dedup": {"dedup-1:9464", "dedup-2:9464"}, "dedup-worker": {"worker:9465"}, "dedup-ingress": {"ingress:9466"}}
 	if !reflect.DeepEqual(jobs, want) {
 		t.Errorf("scrape jobs %v, want %v", jobs, want)
 	}
