@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -403,10 +404,12 @@ func subset(sel, labels any) bool {
 	return true
 }
 
-// The kustomize base (the routers) and the worker component: every
-// resource parses, pods are locked down and sized, a NetworkPolicy covers
-// each Deployment, every ServiceMonitor scrapes one Service. `make k8s`
-// builds the base and every overlay with kustomize.
+// The kustomize base (the routers) and the worker and ingress components:
+// every resource parses, pods are locked down and sized, probed and
+// scraped on the port their config serves, a NetworkPolicy covers each
+// Deployment, every ServiceMonitor scrapes one Service, every component is
+// in an overlay. `make k8s` builds the base and every overlay with
+// kustomize.
 func TestKustomize(t *testing.T) {
 	base, docs := k8sDocs(t, "k8s/base")
 	for _, need := range []string{"Deployment", "ConfigMap", "Service", "PodDisruptionBudget", "ScaledObject", "ServiceMonitor", "NetworkPolicy"} {
@@ -414,29 +417,60 @@ func TestKustomize(t *testing.T) {
 			t.Errorf("kustomize base has no %s", need)
 		}
 	}
-	worker, wdocs := k8sDocs(t, "k8s/components/worker")
-	for _, need := range []string{"Deployment", "Service", "PodDisruptionBudget", "ServiceMonitor", "NetworkPolicy"} {
-		if len(kind(wdocs, need)) == 0 {
-			t.Errorf("worker component has no %s", need)
+	all := append([]map[string]any{}, docs...)
+	for _, c := range []string{"worker", "ingress"} {
+		comp, cdocs := k8sDocs(t, "k8s/components/"+c)
+		for _, need := range []string{"Deployment", "Service", "PodDisruptionBudget", "ServiceMonitor", "NetworkPolicy"} {
+			if len(kind(cdocs, need)) == 0 {
+				t.Errorf("%s component has no %s", c, need)
+			}
 		}
-	}
-	// One image, one tag, wherever it is named.
-	if !reflect.DeepEqual(base.Images, worker.Images) || len(base.Images) != 1 {
-		t.Errorf("images: base %v, worker component %v: want the same one", base.Images, worker.Images)
+		// One image, one tag, wherever it is named.
+		if !reflect.DeepEqual(base.Images, comp.Images) || len(base.Images) != 1 {
+			t.Errorf("images: base %v, %s component %v: want the same one", base.Images, c, comp.Images)
+		}
+		all = append(all, cdocs...)
 	}
 
 	cm := kind(docs, "ConfigMap")[0]
 	doc, _ := get(cm, "data", "dedup.yaml").(string)
-	validate(t, "ConfigMap dedup", []byte(doc), map[string]string{"DATABASE_URL": "postgres://dedup@postgres/dedup?sslmode=verify-full"})
+	cfg := validate(t, "ConfigMap dedup", []byte(doc), map[string]string{"DATABASE_URL": "postgres://dedup@postgres/dedup?sslmode=verify-full"})
 	if n := get(kind(docs, "ScaledObject")[0], "spec", "maxReplicaCount"); n != 8 {
 		t.Errorf("ScaledObject maxReplicaCount %v, want the partition count, 8", n)
 	}
 
-	all := append(append([]map[string]any{}, docs...), wdocs...)
+	// Each Deployment by the process it runs (its first argument), with
+	// the ports its config section serves.
+	ports := map[string]map[string]int{
+		"run":     {"admin": listenPort(cfg.Admin.Listen)},
+		"worker":  {"admin": listenPort(cfg.Worker.AdminListen)},
+		"ingress": {"admin": listenPort(cfg.Ingress.AdminListen), "http": listenPort(cfg.Ingress.Listen)},
+	}
+	seen := map[string]bool{}
 	for _, dep := range kind(all, "Deployment") {
 		name, _ := get(dep, "metadata", "name").(string)
-		router := name == "dedup"
-		checkPod(t, name, get(dep, "spec", "template").(map[string]any), all, router)
+		tmpl := get(dep, "spec", "template").(map[string]any)
+		process, _ := get(tmpl, "spec", "containers", 0, "args", 0).(string)
+		if ports[process] == nil {
+			t.Errorf("%s runs %q, want run, worker or ingress", name, process)
+			continue
+		}
+		seen[process] = true
+		checkPod(t, name, tmpl, all, process)
+		got := map[string]int{}
+		for _, p := range list(get(tmpl, "spec", "containers", 0, "ports")) {
+			n, _ := get(p, "containerPort").(int)
+			got[fmt.Sprint(get(p, "name"))] = n
+		}
+		if !reflect.DeepEqual(got, ports[process]) {
+			t.Errorf("%s: container ports %v, want %v (its config's listen addresses)", name, got, ports[process])
+		}
+		if process == "ingress" {
+			checkTokensMount(t, name, tmpl, cfg.Ingress.TokensFile)
+		}
+	}
+	if len(seen) != len(ports) {
+		t.Errorf("Deployments run %v, want each of run, worker and ingress", seen)
 	}
 	for _, sm := range kind(all, "ServiceMonitor") {
 		n := 0
@@ -461,11 +495,13 @@ func TestKustomize(t *testing.T) {
 		}
 	}
 
-	// Every overlay names what exists; `make k8s` builds them.
+	// Every overlay names what exists, and every component is in one;
+	// `make k8s` builds them.
 	overlays, _ := filepath.Glob("k8s/overlays/*/kustomization.yaml")
 	if len(overlays) == 0 {
 		t.Error("no overlay under k8s/overlays")
 	}
+	used := map[string]bool{}
 	for _, o := range overlays {
 		var k kustomization
 		readYAML(t, o, &k)
@@ -474,15 +510,72 @@ func TestKustomize(t *testing.T) {
 				t.Errorf("%s: %v", o, err)
 			}
 		}
+		for _, c := range k.Components {
+			used[filepath.Base(c)] = true
+		}
+	}
+	components, _ := filepath.Glob("k8s/components/*/kustomization.yaml")
+	for _, c := range components {
+		if c := filepath.Base(filepath.Dir(c)); !used[c] {
+			t.Errorf("component %s is in no overlay: make k8s would never build it", c)
+		}
 	}
 }
 
-// checkPod: a pod template that mounts no service-account token, keeps
-// GOMEMLIMIT under its memory limit, takes DATABASE_URL from a Secret, is
-// probed on its admin port, and has a NetworkPolicy: ingress to the admin
-// port from the monitoring namespace only, egress to DNS, PostgreSQL,
-// Temporal (and Kafka for the routers).
-func checkPod(t *testing.T, name string, tmpl map[string]any, all []map[string]any, router bool) {
+// checkTokensMount: the ingress's bearer tokens are a Secret, mounted as a
+// directory at ingress.tokens_file's (a subPath mount is never updated,
+// and a token revoked in the Secret would stay valid), readable by the
+// pod's non-root user.
+func checkTokensMount(t *testing.T, name string, tmpl map[string]any, tokensFile string) {
+	t.Helper()
+	if tokensFile == "" {
+		t.Errorf("%s: the ConfigMap's ingress.tokens_file is empty: the API would take any request", name)
+		return
+	}
+	dir, key := filepath.Dir(tokensFile), filepath.Base(tokensFile)
+	var vol string
+	for _, m := range list(get(tmpl, "spec", "containers", 0, "volumeMounts")) {
+		if get(m, "mountPath") == dir {
+			vol, _ = get(m, "name").(string)
+			if get(m, "subPath") != nil || get(m, "readOnly") != true {
+				t.Errorf("%s: mount %v: want the whole Secret, read-only, no subPath", name, m)
+			}
+		}
+	}
+	for _, v := range list(get(tmpl, "spec", "volumes")) {
+		if vol == "" || get(v, "name") != vol {
+			continue
+		}
+		if get(v, "secret", "secretName") == nil {
+			t.Errorf("%s: %s is not a Secret: %v", name, dir, v)
+		}
+		if items := list(get(v, "secret", "items")); items != nil {
+			t.Errorf("%s: the tokens Secret's items %v: want its keys as they are (key %s)", name, items, key)
+		}
+		// The kubelet writes the files owned by root (group: the pod's
+		// fsGroup): the non-root user reads them as other, or through
+		// fsGroup.
+		mode, ok := get(v, "secret", "defaultMode").(int)
+		if !ok {
+			mode = 0o644
+		}
+		fsGroup := get(tmpl, "spec", "securityContext", "fsGroup") != nil
+		if mode&0o004 == 0 && (mode&0o040 == 0 || !fsGroup) {
+			t.Errorf("%s: the tokens Secret's defaultMode %#o (fsGroup set: %v): the non-root user cannot read the file", name, mode, fsGroup)
+		}
+		return
+	}
+	t.Errorf("%s: nothing is mounted at %s, the directory of ingress.tokens_file %s", name, dir, tokensFile)
+}
+
+// checkPod: a pod template of process (run, worker or ingress) that mounts
+// no service-account token, keeps GOMEMLIMIT under its memory limit, takes
+// DATABASE_URL from a Secret, is probed on its admin port, and has a
+// NetworkPolicy: ingress to the admin port from the monitoring namespace
+// (and, for the ingress only, to its http port from one other namespace,
+// the ingress controller's), egress to DNS, PostgreSQL, Temporal (and
+// Kafka for the routers and the ingress).
+func checkPod(t *testing.T, name string, tmpl map[string]any, all []map[string]any, process string) {
 	t.Helper()
 	if get(tmpl, "spec", "automountServiceAccountToken") != false {
 		t.Errorf("%s: automountServiceAccountToken is not false: the pod would mount a token it never uses", name)
@@ -505,12 +598,15 @@ func checkPod(t *testing.T, name string, tmpl map[string]any, all []map[string]a
 	if p := get(c, "readinessProbe", "httpGet", "path"); p != "/readyz" {
 		t.Errorf("%s: readiness probe %v, want /readyz", name, p)
 	}
-	live := map[bool]string{true: "/healthz", false: "/livez"}[router]
+	live := map[bool]string{true: "/healthz", false: "/livez"}[process == "run"]
 	if p := get(c, "livenessProbe", "httpGet", "path"); p != live {
 		t.Errorf("%s: liveness probe %v, want %s", name, p, live)
 	}
-	if get(c, "readinessProbe", "httpGet", "port") != "admin" || get(c, "ports", 0, "name") != "admin" {
+	if get(c, "readinessProbe", "httpGet", "port") != "admin" || get(c, "livenessProbe", "httpGet", "port") != "admin" || get(c, "ports", 0, "name") != "admin" {
 		t.Errorf("%s: probes and ports do not use the admin port", name)
+	}
+	if sp := get(c, "startupProbe"); sp != nil && get(sp, "httpGet", "port") != "admin" {
+		t.Errorf("%s: the startup probe does not use the admin port", name)
 	}
 
 	var np map[string]any
@@ -527,22 +623,41 @@ func checkPod(t *testing.T, name string, tmpl map[string]any, all []map[string]a
 	if !strings.Contains(types, "Ingress") || !strings.Contains(types, "Egress") {
 		t.Errorf("%s: NetworkPolicy policyTypes %s, want Ingress and Egress", name, types)
 	}
+	// Each ingress rule admits one port from whole namespaces (no pod
+	// selector: kustomize's labels transformer would add to it; no
+	// ipBlock): the admin port from monitoring, and for the ingress its
+	// API port from the ingress controller's namespace.
 	ingress := list(get(np, "spec", "ingress"))
+	want := map[string]bool{"admin": true}
+	if process == "ingress" {
+		want["http"] = true
+	}
+	admitted := map[string]bool{}
 	for _, rule := range ingress {
 		if len(list(get(rule, "from"))) == 0 {
 			t.Errorf("%s: a NetworkPolicy ingress rule admits every source", name)
 		}
+		ports := list(get(rule, "ports"))
+		port, _ := get(ports, 0, "port").(string)
+		if len(ports) != 1 || get(ports, 0, "protocol") != "TCP" || !want[port] {
+			t.Errorf("%s: NetworkPolicy admits ports %v, want one rule for each of %v", name, ports, slices.Sorted(maps.Keys(want)))
+			continue
+		}
+		if admitted[port] {
+			t.Errorf("%s: NetworkPolicy has two ingress rules for port %s", name, port)
+		}
+		admitted[port] = true
 		for _, from := range list(get(rule, "from")) {
-			if get(from, "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name") != "monitoring" || get(from, "podSelector") != nil || get(from, "ipBlock") != nil {
-				t.Errorf("%s: NetworkPolicy admits %v, want the monitoring namespace only", name, from)
+			ns, _ := get(from, "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name").(string)
+			ok := ns != "" && get(from, "podSelector") == nil && get(from, "ipBlock") == nil
+			if port == "admin" && ns != "monitoring" || port == "http" && ns == "monitoring" || !ok {
+				t.Errorf("%s: NetworkPolicy admits %v to port %s, want %s", name, from, port,
+					map[string]string{"admin": "the monitoring namespace only", "http": "the ingress controller's namespace"}[port])
 			}
 		}
-		if ports := fmt.Sprint(get(rule, "ports")); ports != "[map[port:admin protocol:TCP]]" {
-			t.Errorf("%s: NetworkPolicy admits ports %s, want the admin port only", name, ports)
-		}
 	}
-	if len(ingress) != 1 {
-		t.Errorf("%s: NetworkPolicy has %d ingress rules, want 1 (the monitoring namespace)", name, len(ingress))
+	if len(admitted) != len(want) {
+		t.Errorf("%s: NetworkPolicy admits ports %v, want %v", name, admitted, want)
 	}
 	egress := map[string]bool{}
 	for _, rule := range list(get(np, "spec", "egress")) {
@@ -561,7 +676,7 @@ func checkPod(t *testing.T, name string, tmpl map[string]any, all []map[string]a
 		}
 	}
 	need := []string{"53/UDP", "53/TCP", "5432/TCP", "7233/TCP"}
-	if router {
+	if process == "run" || process == "ingress" {
 		need = append(need, "9092/TCP")
 	}
 	for _, p := range need {
