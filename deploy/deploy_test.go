@@ -900,9 +900,9 @@ func TestRulesKeepJob(t *testing.T) {
 	}
 }
 
-// The dashboard: every query follows the job (router or worker) and
-// instance variables and uses $__rate_interval, every panel says what it
-// shows, and a row shows the worker.
+// The dashboard: every query follows the job (router, worker or ingress)
+// and instance variables and uses $__rate_interval, every panel says what
+// it shows, and rows show the worker and the ingress.
 func TestDashboard(t *testing.T) {
 	var dash struct {
 		Templating struct {
@@ -931,13 +931,13 @@ func TestDashboard(t *testing.T) {
 	for _, v := range dash.Templating.List {
 		vars[v.Name] = true
 	}
-	for _, v := range []string{"datasource", "job", "worker_job", "instance"} {
+	for _, v := range []string{"datasource", "job", "worker_job", "ingress_job", "instance"} {
 		if !vars[v] {
 			t.Errorf("dashboard has no %s variable", v)
 		}
 	}
 	selector := regexp.MustCompile(`\b((?:dedup|kafka|temporal|go|process)_[a-zA-Z0-9_]+|up)\b(\{[^}]*\})?`)
-	workerRow := map[string]bool{}
+	workerRow, ingressRow := map[string]bool{}, map[string]bool{}
 	for _, p := range dash.Panels {
 		if strings.TrimSpace(p.Description) == "" {
 			t.Errorf("panel %q has no description", p.Title)
@@ -960,6 +960,10 @@ func TestDashboard(t *testing.T) {
 					job = `job=~"$worker_job"`
 					workerRow[m[1]] = true
 				}
+				if strings.Contains(tg.Expr, "$ingress_job") {
+					job = `job=~"$ingress_job"`
+					ingressRow[m[1]] = true
+				}
 				if !strings.Contains(m[2], job) || !strings.Contains(m[2], `instance=~"$instance"`) {
 					t.Errorf("panel %q: %s%s does not select %s and instance=~\"$instance\"", p.Title, m[1], m[2], job)
 				}
@@ -970,6 +974,12 @@ func TestDashboard(t *testing.T) {
 	for _, m := range []string{"dedup_dependency_up", "dedup_build_info", "temporal_worker_task_slots_available", "temporal_activity_execution_latency_seconds_bucket"} {
 		if !workerRow[m] {
 			t.Errorf("the worker row does not show %s", m)
+		}
+	}
+	// What `dedup ingress` exports on its admin port.
+	for _, m := range []string{"dedup_ingress_requests_total", "dedup_ingress_request_duration_seconds_bucket", "dedup_ingress_lock_degraded_total"} {
+		if !ingressRow[m] {
+			t.Errorf("the ingress row does not show %s", m)
 		}
 	}
 }
