@@ -105,7 +105,9 @@ func New(cfg Config) (*Client, error) {
 // routes give the same IDs) and connects as it says: Kafka (kafka.brokers,
 // tls, sasl; the topic is ingress.topic, else the first of kafka.topics),
 // PostgreSQL (postgres.url) and Temporal (temporal.*). A refused Kafka
-// login or TLS handshake, or Temporal that does not answer, is an error.
+// login or TLS handshake, or refused Temporal credentials, is an error; a
+// Temporal that does not answer yet is waited for until ctx ends (give
+// ctx a deadline to bound it).
 // log may be nil. Close closes every connection.
 func Open(ctx context.Context, path string, log *slog.Logger) (*Client, error) {
 	cfg, err := app.LoadConfig(path)

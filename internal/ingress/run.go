@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,11 +70,23 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 		}
 		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: kp.get}
 	}
+	// The admin port first, as dedup run's and dedup worker's: /livez
+	// answers while the dependencies are still being reached, /readyz
+	// says "starting" until they answered.
+	var opened atomic.Pointer[client.Client]
+	if ic.AdminListen != "" {
+		admin, err := serveAdmin(ic.AdminListen, reg, log, &opened)
+		if err != nil {
+			return err
+		}
+		defer admin.Close()
+	}
 	c, err := client.OpenConfig(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	opened.Store(c)
 	locks := NewLocks(cfg.Postgres.URL, log, nil)
 	defer locks.Close()
 	srv, err := NewServer(c, Options{MaxBodyBytes: cfg.IngressMaxBody(), Tokens: tokens, PublicURL: ic.PublicURL,
@@ -93,14 +106,6 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- api.Serve(l) }()
-	if ic.AdminListen != "" {
-		admin, err := serveAdmin(ic.AdminListen, reg, log, c)
-		if err != nil {
-			_ = api.Close()
-			return err
-		}
-		defer admin.Close()
-	}
 	log.Info("ingress running", "listen", addr, "tls", tlsCfg != nil, "topic", c.Topic(), "admin", ic.AdminListen)
 	if o.Ready != nil {
 		o.Ready <- addr
@@ -122,14 +127,19 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 }
 
 // serveAdmin serves /metrics, /livez (and /healthz) and /readyz (Kafka
-// answers).
-func serveAdmin(listen string, reg *prometheus.Registry, log *slog.Logger, c *client.Client) (*http.Server, error) {
+// answers; "starting" until the client is opened).
+func serveAdmin(listen string, reg *prometheus.Registry, log *slog.Logger, opened *atomic.Pointer[client.Client]) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorHandling: promhttp.ContinueOnError}))
 	live := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
 	mux.HandleFunc("/livez", live)
 	mux.HandleFunc("/healthz", live) // as dedup run's admin port: an alias of /livez
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		c := opened.Load()
+		if c == nil {
+			http.Error(w, "not ready: starting (reaching kafka, postgres and temporal)", http.StatusServiceUnavailable)
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
 		if err := c.Ready(ctx); err != nil {
