@@ -142,6 +142,9 @@ type Decision struct {
 	// claim, with Error.
 	DeadLetter string `json:"dead_letter,omitempty"`
 	Error      string `json:"error,omitempty"`
+	// Tombstone: a null value without CloudEvents headers, which the
+	// router skips and counts (dedup_records_tombstone_total).
+	Tombstone bool `json:"tombstone,omitempty"`
 	// NoRoute: no route matches; NoRoutePolicy is kafka.no_route.
 	NoRoute       bool         `json:"no_route"`
 	NoRoutePolicy string       `json:"no_route_policy,omitempty"`
@@ -402,11 +405,11 @@ func printable(b []byte) string {
 func decisionView(d *processor.Decision, noRoute string) *Decision {
 	v := &Decision{Envelope: string(d.Event.Envelope), EventID: d.Event.ID, Rule: string(d.Event.Rule), IDFrom: d.Event.IDFrom,
 		Type: d.Event.Type, Source: d.Event.Source, Time: d.Event.Time, DeadLetter: string(d.DeadLetter), NoRoute: d.NoRoute,
-		Routes: []RouteMatch{}}
+		Tombstone: d.Tombstone, Routes: []RouteMatch{}}
 	if d.Event.ID != "" {
 		v.PayloadHash = hex.EncodeToString(d.Event.PayloadHash[:])
 	}
-	if d.Err != nil {
+	if d.Err != nil && !d.Tombstone {
 		v.Error = d.Err.Error()
 	}
 	if d.NoRoute {
@@ -530,6 +533,8 @@ func story(ex *Explanation, noRoute string) []string {
 	}
 	if d := ex.Decision; d != nil {
 		switch {
+		case d.Tombstone:
+			say("The record is a tombstone (a null value without CloudEvents headers): the router skips it and counts it (dedup_records_tombstone_total); no workflow, no ledger row, no dead letter.")
 		case d.DeadLetter != "":
 			say("The router dead-letters it before any claim: %s (%s).", d.DeadLetter, d.Error)
 			behind := ex.Group != nil && ex.Group.Behind

@@ -32,7 +32,7 @@ It refuses while the group has live members: stop every replica first (a member 
 the reset with its own commits). --dry-run changes nothing: it reads the records that would be
 re-read, decides each with the router's code and asks the ledger (read-only) what it would do:
 how many workflows are expected to start anew, how many the ledger skips as started, re-drives or
-starts again, and how many are conflicts, dead letters or skipped for no route. A move forward
+starts again, and how many are conflicts, dead letters, or skipped (no route, tombstones). A move forward
 skips records: it says how many.
 
 Without --dry-run it commits the new offsets and logs each move (group, topic, partition, from,
@@ -170,6 +170,9 @@ type Forecast struct {
 	DeadLetters       int `json:"dead_letters"`
 	DeadLettersLogged int `json:"dead_letters_logged"`
 	NoRoute           int `json:"no_route"`
+	// Tombstones are records with a null value and no CloudEvents
+	// headers: skipped, as the router does.
+	Tombstones int `json:"tombstones"`
 }
 
 // ResetOffsets answers dedup offsets reset.
@@ -394,6 +397,8 @@ func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []
 			return err
 		}
 		switch {
+		case d.Tombstone:
+			f.Tombstones++
 		case d.DeadLetter != "":
 			f.DeadLetters++
 			dls = append(dls, processor.DeadLetter{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset})

@@ -87,8 +87,13 @@ func (f *fixture) tool() *Tool {
 }
 
 func (f *fixture) produce(p int32, value string) *kgo.Record {
+	return f.produceValue(p, []byte(value))
+}
+
+// produceValue produces value as it is (nil: a tombstone).
+func (f *fixture) produceValue(p int32, value []byte) *kgo.Record {
 	f.t.Helper()
-	r, err := f.cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Partition: p, Value: []byte(value)}).First()
+	r, err := f.cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Partition: p, Value: value}).First()
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -171,6 +176,7 @@ func TestExplainFromKafkaAndTheLedger(t *testing.T) {
 	rAudit := f.produce(0, `{"id":"n","type":"audit.logged"}`) // 4: no route
 	rPend := f.produce(0, order("p", "1"))                     // 5: claimed, not started
 	rNew := f.produce(0, order("b", "1"))                      // 6: never read
+	rTomb := f.produceValue(0, nil)                            // 7: a tombstone, never read
 	for _, r := range []*kgo.Record{rA, rDup, rConf, rBad, rAudit} {
 		f.route(tl, r, true)
 	}
@@ -244,6 +250,11 @@ func TestExplainFromKafkaAndTheLedger(t *testing.T) {
 	ex = explain(at(rNew))
 	if got := verdicts(ex); got != "activity-confirm:b=not_read_yet,activity-crm:b=not_read_yet" || ex.Group.Behind {
 		t.Fatalf("unread record: %s", got)
+	}
+	ex = explain(at(rTomb))
+	if !ex.Decision.Tombstone || ex.Decision.DeadLetter != "" || ex.Decision.NoRoute || len(ex.Workflows) != 0 ||
+		!strings.Contains(strings.Join(ex.Story, " "), "tombstone") {
+		t.Fatalf("tombstone: %+v %q", ex.Decision, ex.Story)
 	}
 	// By workflow or event ID: the record that claimed it.
 	for _, q := range []Query{{WorkflowID: "activity-crm:a"}, {EventID: "a"}, {EventID: "a", Scan: true}} {
@@ -348,6 +359,13 @@ func TestLagAndOffsetsReset(t *testing.T) {
 	rep, _, err = tl.ResetOffsets(ctx, Target{Time: &recs[3].Timestamp}, []string{topic}, []int32{0}, true)
 	if err != nil || rep.Partitions[0].To > 3 {
 		t.Fatalf("to a time: %v %+v", err, rep)
+	}
+	// A tombstone is named in the forecast, not counted as anything else.
+	f.produceValue(1, nil)
+	f.commit(1, 2)
+	rep, _, err = tl.ResetOffsets(ctx, Target{Earliest: true}, []string{topic}, []int32{1}, true)
+	if err != nil || rep.Forecast == nil || *rep.Forecast != (Forecast{Records: 2, Intents: 2, NewWorkflows: 2, Tombstones: 1}) {
+		t.Fatalf("forecast with a tombstone: %v %+v", err, rep.Forecast)
 	}
 }
 

@@ -172,6 +172,7 @@ func (r *ResetReport) text(w io.Writer) {
 		fmt.Fprintf(w, "  conflicts (dead-lettered unless logged already)  %d\n", f.Conflicts)
 		fmt.Fprintf(w, "  dead letters before any claim: %d (%d logged already, not written again)\n", f.DeadLetters, f.DeadLettersLogged)
 		fmt.Fprintf(w, "  skipped, no route             %d\n", f.NoRoute)
+		fmt.Fprintf(w, "  skipped, tombstones           %d\n", f.Tombstones)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "- %s\n", n)
