@@ -31,10 +31,28 @@ type Rate struct {
 	N       int     `json:"n"`
 	Seconds float64 `json:"seconds"`
 	PerSec  float64 `json:"per_sec"`
+	// CPUSeconds is the measuring process's CPU time (user + system)
+	// over the same window; 0 where not measured.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
+}
+
+// CPUPer is CPU microseconds per unit (0 when nothing was measured).
+func (r Rate) CPUPer() float64 {
+	if r.N == 0 {
+		return 0
+	}
+	return r.CPUSeconds * 1e6 / float64(r.N)
 }
 
 func rate(n int, d time.Duration) Rate {
 	return Rate{N: n, Seconds: d.Seconds(), PerSec: float64(n) / d.Seconds()}
+}
+
+// measured is the rate of n over the window, with its CPU time.
+func (w window) measured(n int) Rate {
+	r := rate(n, time.Since(w.wall))
+	r.CPUSeconds = w.cpuSeconds()
+	return r
 }
 
 // RawStarts starts unique workflows with the router's starter at its
@@ -51,7 +69,7 @@ func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
 	var next atomic.Int64
 	var firstErr error
 	var mu sync.Mutex
-	began := time.Now()
+	win := startWindow()
 	var wg sync.WaitGroup
 	for w := 0; w < e.P.Concurrency; w++ {
 		wg.Add(1)
@@ -73,9 +91,9 @@ func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(began)
+	r := win.measured(len(reqs))
 	e.workflows.Add(int64(len(reqs)))
-	return rate(len(reqs), elapsed), firstErr
+	return r, firstErr
 }
 
 // uniqueRequests are the first n start requests the router would make of a
@@ -122,13 +140,13 @@ func (e *Env) RawClaims(ctx context.Context) (ClaimRates, error) {
 
 func (e *Env) claimRates(ctx context.Context, led *ledger.Postgres, intents []processor.Intent) (ClaimRates, error) {
 	var r ClaimRates
-	began := time.Now()
+	win := startWindow()
 	for i := 0; i < len(intents); i += e.P.Batch {
 		if _, err := led.Claim(ctx, intents[i:min(i+e.P.Batch, len(intents))]); err != nil {
 			return r, err
 		}
 	}
-	r.New = rate(len(intents), time.Since(began))
+	r.New = win.measured(len(intents))
 	started := make([]processor.Started, len(intents))
 	for i, in := range intents {
 		started[i] = processor.Started{WorkflowID: in.WorkflowID, RunID: "r"}
@@ -146,7 +164,7 @@ func (e *Env) claimRates(ctx context.Context, led *ledger.Postgres, intents []pr
 // duplicateClaims claims intents whose rows are all started, in batches.
 func (e *Env) duplicateClaims(ctx context.Context, led *ledger.Postgres, intents []processor.Intent) (Rate, Percentiles, error) {
 	var lat []time.Duration
-	began := time.Now()
+	win := startWindow()
 	for i := 0; i < len(intents); i += e.P.Batch {
 		t := time.Now()
 		v, err := led.Claim(ctx, intents[i:min(i+e.P.Batch, len(intents))])
@@ -158,7 +176,7 @@ func (e *Env) duplicateClaims(ctx context.Context, led *ledger.Postgres, intents
 			return Rate{}, Percentiles{}, fmt.Errorf("claim of a started row gave %s", v[0].Verdict)
 		}
 	}
-	return rate(len(intents), time.Since(began)), percentiles(lat), nil
+	return win.measured(len(intents)), percentiles(lat), nil
 }
 
 // RawConsume consumes n records as a group member that commits every poll
@@ -172,13 +190,13 @@ func (e *Env) RawConsume(ctx context.Context, n int) (Rate, error) {
 	if err := e.produce(ctx, w.Records); err != nil {
 		return Rate{}, err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.Stack.Brokers()...), kgo.ConsumerGroup("g-"+topic), kgo.ConsumeTopics(topic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.In.Brokers...), kgo.ConsumerGroup("g-"+topic), kgo.ConsumeTopics(topic),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return Rate{}, err
 	}
 	defer cl.Close()
-	began := time.Now()
+	win := startWindow()
 	got := 0
 	for got < n {
 		fs := cl.PollRecords(ctx, e.P.Batch)
@@ -190,7 +208,7 @@ func (e *Env) RawConsume(ctx context.Context, n int) (Rate, error) {
 			return Rate{}, err
 		}
 	}
-	return rate(got, time.Since(began)), nil
+	return win.measured(got), nil
 }
 
 // RouterResult is one router run.
@@ -210,6 +228,27 @@ type RouterResult struct {
 	// Intents are the workflow intents the router claimed (a record makes
 	// one per route it matches), at the records' pace.
 	Intents Rate `json:"intents"`
+	// CPUSeconds is the measured process's CPU time (user + system) from
+	// the group join to the last commit: the router (or the naive
+	// consumer) and the benchmark's own bookkeeping (a committed-offset
+	// poll every 20 ms, start timestamps).
+	CPUSeconds float64 `json:"cpu_seconds"`
+}
+
+// CPUPerRecord and CPUPerWorkflow are CPU microseconds per record consumed
+// and per workflow started (0 when there were none).
+func (x RouterResult) CPUPerRecord() float64 {
+	if x.Records.N == 0 {
+		return 0
+	}
+	return x.CPUSeconds * 1e6 / float64(x.Records.N)
+}
+
+func (x RouterResult) CPUPerWorkflow() float64 {
+	if x.Workflows.N == 0 {
+		return 0
+	}
+	return x.CPUSeconds * 1e6 / float64(x.Workflows.N)
 }
 
 // Combine sums runs of one workload into one result.
@@ -226,6 +265,7 @@ func Combine(runs []RouterResult) RouterResult {
 		c.TemporalCalls += x.TemporalCalls
 		c.PGRoundTrips += x.PGRoundTrips
 		c.ClaimBusy += x.ClaimBusy * x.Records.Seconds
+		c.CPUSeconds += x.CPUSeconds
 	}
 	if c.Records.Seconds > 0 {
 		c.Records.PerSec = float64(c.Records.N) / c.Records.Seconds
@@ -285,7 +325,8 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 	for r.Ready() != nil && ctx.Err() == nil {
 		time.Sleep(2 * time.Millisecond)
 	}
-	began := time.Now()
+	win := startWindow()
+	began := win.wall
 	if live != nil {
 		if err := live(ctx); err != nil {
 			cancel()
@@ -295,6 +336,7 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 	}
 	err = e.waitConsumed(ctx, cfg.Group, rr.topic, 30*time.Minute)
 	elapsed := time.Since(began)
+	res.CPUSeconds = win.cpuSeconds()
 	cancel()
 	if rerr := <-done; err == nil {
 		err = rerr
@@ -348,28 +390,48 @@ func (e *Env) Backlog(ctx context.Context, dup float64) (RouterResult, error) {
 	return res, err
 }
 
-// Replay is the all-duplicate workload: n records whose workflows the
-// ledger has as started (a group reset to earliest over a processed topic).
-func (e *Env) Replay(ctx context.Context, n int, raw *Rate) (RouterResult, []*kgo.Record, []processor.Intent, error) {
+// replayWorkload is n records whose workflows a fresh ledger has as
+// started (a group reset to earliest over a processed topic).
+func (e *Env) replayWorkload(ctx context.Context, n int) (string, []*kgo.Record, []processor.Intent, error) {
 	topic, err := e.topic(ctx)
 	if err != nil {
-		return RouterResult{}, nil, nil, err
+		return "", nil, nil, err
 	}
 	w := workload.Generate(workload.Spec{Topic: topic, Partitions: e.P.Partitions, Records: n, DupRatio: 0.3,
 		CrossPartition: 0.1, Seed: 77, PayloadBytes: e.P.PayloadBytes, IDPrefix: topic + "-"})
 	pre, err := workflowIDs(w.Records)
+	return topic, w.Records, pre, err
+}
+
+// Replay is the all-duplicate workload: ReplayN records whose workflows the
+// ledger has as started. It also returns the claim statement alone over
+// the same IDs, on the same database, right after the router.
+func (e *Env) Replay(ctx context.Context) (RouterResult, Rate, error) {
+	topic, recs, pre, err := e.replayWorkload(ctx, e.P.ReplayN)
 	if err != nil {
-		return RouterResult{}, nil, nil, err
+		return RouterResult{}, Rate{}, err
 	}
-	// The claim statement alone over the same IDs, on the same database.
+	var raw Rate
 	after := func(ctx context.Context, led *ledger.Postgres) error {
 		var err error
-		*raw, _, err = e.duplicateClaims(ctx, led, pre)
+		raw, _, err = e.duplicateClaims(ctx, led, pre)
 		return err
 	}
-	res, _, err := e.runRouter(ctx, routerRun{topic: topic, recs: w.Records, prefill: pre, after: after}, nil)
+	res, _, err := e.runRouter(ctx, routerRun{topic: topic, recs: recs, prefill: pre, after: after}, nil)
 	res.DupRatio = 1
-	return res, w.Records, pre, err
+	return res, raw, err
+}
+
+// NaiveReplay is the naive consumer over the replay's workload, on
+// NaiveRecords records.
+func (e *Env) NaiveReplay(ctx context.Context) (RouterResult, error) {
+	_, recs, pre, err := e.replayWorkload(ctx, e.P.NaiveRecords)
+	if err != nil {
+		return RouterResult{}, err
+	}
+	res, err := e.Naive(ctx, recs, pre)
+	res.DupRatio = 1
+	return res, err
 }
 
 // Live produces at LiveRate for LiveSeconds while the router runs, and
@@ -471,13 +533,14 @@ func (e *Env) Naive(ctx context.Context, recs []*kgo.Record, pre []processor.Int
 	tracer.n.Store(0)
 	dec, rs := decoderAndRoutes()
 	st := e.newStarter()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.Stack.Brokers()...), kgo.ConsumerGroup("g-"+topic), kgo.ConsumeTopics(topic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.In.Brokers...), kgo.ConsumerGroup("g-"+topic), kgo.ConsumeTopics(topic),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return res, err
 	}
 	defer cl.Close()
-	began := time.Now()
+	win := startWindow()
+	began := win.wall
 	got, starts := 0, 0
 	var calls int64
 	for got < len(cp) {
@@ -512,10 +575,14 @@ func (e *Env) Naive(ctx context.Context, recs []*kgo.Record, pre []processor.Int
 		}
 	}
 	elapsed := time.Since(began)
+	res.CPUSeconds = win.cpuSeconds()
 	e.workflows.Add(int64(starts))
 	res.Records = rate(got, elapsed)
 	res.Workflows = rate(starts, elapsed)
 	res.TemporalCalls = calls
+	if starts > 0 {
+		res.TemporalPerUnique = float64(calls) / float64(starts)
+	}
 	res.PGRoundTrips = tracer.n.Load()
 	res.PGPerRecord = float64(res.PGRoundTrips) / float64(got)
 	return res, nil
@@ -603,8 +670,8 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 	cfg.Kafka = e.routerConfig(topic)
 	cfg.Routes, cfg.EventID, cfg.Starts, cfg.Retry = cfg.Kafka.Routes, cfg.Kafka.EventID, cfg.Kafka.Starts, cfg.Kafka.Retry
 	cfg.Postgres.URL = url
-	cfg.Temporal.HostPort = e.Stack.Temporal.HostPort()
-	cfg.Temporal.Namespace = e.Stack.Namespace
+	cfg.Temporal.HostPort = e.In.Temporal
+	cfg.Temporal.Namespace = e.In.Namespace
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return res, err
