@@ -61,15 +61,7 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (*Infra, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var kafkaBack string
-	listen := func(network, address string) (net.Listener, error) {
-		l, err := net.Listen(network, address)
-		if err != nil {
-			return nil, err
-		}
-		kafkaBack = l.Addr().String()
-		return advertised{Listener: l, addr: kafkaFront}, nil
-	}
+	listen, kafkaBack := advertising(kafkaFront)
 	stack, err := devstack.Start(ctx, devstack.Config{Namespace: "default", DurablePostgres: cfg.Durable, DatabaseURL: cfg.DatabaseURL, KafkaListen: listen})
 	if err != nil {
 		return nil, nil, err
@@ -88,7 +80,7 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (*Infra, func(), error) {
 		}
 		return p.Listen, nil
 	}
-	if _, err := add("kafka", kafkaFront, kafkaBack); err != nil {
+	if _, err := add("kafka", kafkaFront, *kafkaBack); err != nil {
 		stop()
 		return nil, nil, err
 	}
@@ -111,25 +103,46 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (*Infra, func(), error) {
 		return nil, nil, err
 	}
 	in.DatabaseURL = u.String()
-	api, err := freeAddr()
-	if err != nil {
+	if in.ProxyAPI, err = serveAPI(srv); err != nil {
 		stop()
 		return nil, nil, err
 	}
+	in.Affinity = affinityOf(os.Getpid(), true)
+	return in, stop, nil
+}
+
+// serveAPI serves toxiproxy's HTTP API on a free port and returns its URL
+// once it answers.
+func serveAPI(srv *toxiproxy.ApiServer) (string, error) {
+	api, err := freeAddr()
+	if err != nil {
+		return "", err
+	}
 	host, port, _ := net.SplitHostPort(api)
 	go srv.Listen(host, port)
-	in.ProxyAPI = "http://" + api
-	for i := 0; ; i++ { // wait for the API to answer
-		if _, err := toxiclient.NewClient(in.ProxyAPI).Proxies(); err == nil {
-			break
+	for i := 0; ; i++ {
+		if _, err := toxiclient.NewClient("http://" + api).Proxies(); err == nil {
+			return "http://" + api, nil
 		} else if i == 100 {
-			stop()
-			return nil, nil, fmt.Errorf("toxiproxy API on %s: %w", api, err)
+			return "", fmt.Errorf("toxiproxy API on %s: %w", api, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	in.Affinity = affinityOf(os.Getpid(), true)
-	return in, stop, nil
+}
+
+// advertising is a kfake.ListenFn whose listener reports front as its
+// address (the broker advertises it in metadata); *back is the real
+// address once the broker listens.
+func advertising(front string) (func(network, address string) (net.Listener, error), *string) {
+	back := new(string)
+	return func(network, address string) (net.Listener, error) {
+		l, err := net.Listen(network, address)
+		if err != nil {
+			return nil, err
+		}
+		*back = l.Addr().String()
+		return advertised{Listener: l, addr: front}, nil
+	}, back
 }
 
 type advertised struct {
