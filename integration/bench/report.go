@@ -339,6 +339,11 @@ func (r *Report) plot(path string) error {
 	bp.X.Label.Text = "duplicate ratio (%)"
 	bp.Y.Label.Text = "ms"
 	bp.Y.Min = 0
+	bp.X.Min, bp.X.Max = 0, 100
+	if !r.Placement.Pinned {
+		tp.Title.Text += " - NOT PINNED"
+		bp.Title.Text += " - NOT PINNED"
+	}
 	bl := plot.NewLegend()
 	line := func(pl *plot.Plot, lg *plot.Legend, name string, xys plotter.XYs, c color.Color, dashes []vg.Length, shape draw.GlyphDrawer) error {
 		l, sc, err := plotter.NewLinePoints(xys)
