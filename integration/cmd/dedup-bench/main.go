@@ -62,21 +62,21 @@ func list[T any](s string, parse func(string) (T, error)) ([]T, error) {
 	return out, nil
 }
 
-// latency parses NAME=TEMPORAL/POSTGRES, e.g. 20ms=20ms/1ms.
+// latency parses NAME=TEMPORAL/POSTGRES[/KAFKA] round trips, e.g. 20ms=20ms/1ms.
 func latency(s string) (bench.Latency, error) {
 	name, rest, ok := strings.Cut(s, "=")
-	t, pg, ok2 := strings.Cut(rest, "/")
-	if !ok || !ok2 {
-		return bench.Latency{}, fmt.Errorf("want NAME=TEMPORAL_RTT/POSTGRES_RTT, such as 20ms=20ms/1ms")
+	parts := strings.Split(rest, "/")
+	if !ok || name == "" || len(parts) < 2 || len(parts) > 3 {
+		return bench.Latency{}, fmt.Errorf("want NAME=TEMPORAL_RTT/POSTGRES_RTT[/KAFKA_RTT], such as 20ms=20ms/1ms")
 	}
-	var l bench.Latency
-	var err error
-	l.Name = name
-	if l.Temporal, err = time.ParseDuration(t); err != nil {
-		return l, err
+	l := bench.Latency{Name: name}
+	for i, d := range []*time.Duration{&l.Temporal, &l.Postgres, &l.Kafka}[:len(parts)] {
+		var err error
+		if *d, err = time.ParseDuration(parts[i]); err != nil {
+			return l, err
+		}
 	}
-	l.Postgres, err = time.ParseDuration(pg)
-	return l, err
+	return l, nil
 }
 
 func signalContext() (context.Context, context.CancelFunc) {
@@ -135,7 +135,7 @@ func run() error {
 	out := flag.String("out", "bench-out", "directory for report.md, report.json, throughput.png")
 	dups := flag.String("dup", "0,0.3,0.9,1", "duplicate ratios of the backlog and live runs")
 	sizes := flag.String("ledger-sizes", "100000,1000000,5000000", "ledger sizes for the claim-latency stage")
-	lats := flag.String("latency", "0ms=0s/0s,20ms=20ms/1ms", "latency profiles, NAME=TEMPORAL_RTT/POSTGRES_RTT, comma-separated (Kafka: no added latency)")
+	lats := flag.String("latency", "0ms=0s/0s,20ms=20ms/1ms", "latency profiles the proxies add, NAME=TEMPORAL_RTT/POSTGRES_RTT[/KAFKA_RTT], comma-separated (Kafka: none unless given)")
 	reps := flag.Int("reps", 3, "repetitions per latency profile")
 	noPin := flag.Bool("no-pin", false, "do not pin the infrastructure to CPU 0 and the stages to CPU 1 (the report says so)")
 	durable := flag.Bool("durable", true, "PostgreSQL with fsync on (off: faster, not what production runs)")
