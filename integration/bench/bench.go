@@ -279,31 +279,55 @@ func percentiles(ds []time.Duration) Percentiles {
 	return Percentiles{P50: at(0.50), P95: at(0.95), P99: at(0.99), N: len(ds)}
 }
 
-// waitConsumed waits until the group's committed offsets reach the end.
-func (e *Env) waitConsumed(ctx context.Context, group, topic string, timeout time.Duration) error {
+// waitConsumed waits until the group's committed offsets reach the end,
+// and returns how many times it read them.
+func (e *Env) waitConsumed(ctx context.Context, group, topic string, timeout time.Duration) (int, error) {
 	ends, err := e.adm.ListEndOffsets(ctx, topic)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	deadline := time.Now().Add(timeout)
+	polls := 0
 	for time.Now().Before(deadline) {
-		committed, err := e.adm.FetchOffsets(ctx, group)
-		if err == nil {
-			done := true
-			ends.Each(func(o kadm.ListedOffset) {
-				// An empty partition has nothing to commit.
-				c, ok := committed.Lookup(o.Topic, o.Partition)
-				if o.Offset > 0 && (!ok || c.At < o.Offset) {
-					done = false
-				}
-			})
-			if done {
-				return nil
-			}
+		polls++
+		if e.consumed(ctx, group, ends) {
+			return polls, nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("group %s did not consume %s in %s", group, topic, timeout)
+	return polls, fmt.Errorf("group %s did not consume %s in %s", group, topic, timeout)
+}
+
+// consumed reads the group's committed offsets once: do they reach ends?
+func (e *Env) consumed(ctx context.Context, group string, ends kadm.ListedOffsets) bool {
+	committed, err := e.adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return false
+	}
+	done := true
+	ends.Each(func(o kadm.ListedOffset) {
+		// An empty partition has nothing to commit.
+		c, ok := committed.Lookup(o.Topic, o.Partition)
+		if o.Offset > 0 && (!ok || c.At < o.Offset) {
+			done = false
+		}
+	})
+	return done
+}
+
+// pollCost is the CPU time of one of waitConsumed's reads, measured over
+// n reads: the benchmark's own work inside a router's measured window,
+// which runRouter takes out of the router's CPU time.
+func (e *Env) pollCost(ctx context.Context, group, topic string, n int) (time.Duration, error) {
+	ends, err := e.adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	w := startWindow()
+	for range n {
+		e.consumed(ctx, group, ends)
+	}
+	return time.Duration(w.cpuSeconds() * float64(time.Second) / float64(n)), nil
 }
 
 // workflowIDs are the workflow IDs the routes make of records, computed
