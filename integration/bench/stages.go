@@ -616,6 +616,9 @@ type RSSResult struct {
 	Records     Rate    `json:"records"`
 	StartCalls  float64 `json:"temporal_start_calls"`
 	MaxInFlight int     `json:"max_in_flight"`
+	// Affinity is `taskset -cp` of the dedup process (forked from the
+	// stage, it inherits its CPU).
+	Affinity string `json:"affinity"`
 }
 
 // RSS runs `dedup run` as a process over RSSBacklog records (their
@@ -678,6 +681,7 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 		return res, err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	res.Affinity = affinityOf(cmd.Process.Pid, false)[0]
 	stop := make(chan struct{})
 	var peak atomic.Int64
 	go func() {
