@@ -218,6 +218,9 @@ func (r *Report) Markdown() string {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("Benchmark of %s on %s: %d records per backlog, %d partitions, start concurrency %d, batch %d, payload ~%d B; %d repetitions per latency profile, figures as min / **median** / max over them.\n\n",
 		r.When.Format("2006-01-02 15:04"), r.Machine, r.Params.Records, r.Params.Partitions, r.Params.Concurrency, r.Params.Batch, r.Params.PayloadBytes, r.Reps)
+	if r.Reps < 3 {
+		p("**%d repetition(s): fewer than the 3 a spread needs; these figures check the harness, not dedup.**\n\n", r.Reps)
+	}
 	if r.Placement.Pinned {
 		p("Placement: the infrastructure (kfake, Temporal, PostgreSQL, the latency proxies) on CPU %s, each measured stage alone in its own process on CPU %s.\n",
 			r.Placement.InfraCPU, r.Placement.StageCPU)

@@ -133,9 +133,16 @@ func (e *Env) dispatch(ctx context.Context, cfg StageConfig, res *StageResult) e
 		r, err = e.RSS(ctx)
 		res.RSS = &r
 	case StageWatermill:
-		// The Watermill peer (integration/bench/peer, another change)
-		// plugs in here: run peer.Run over a backlog like Backlog's and
-		// fill res.Router from its result, with the CPU window around it.
+		// WIRE THE WATERMILL PEER IN HERE (integration/bench/peer, built
+		// in another change). A few lines, with what the router's runs use:
+		//   topic, recs, _, err := e.backlogWorkload(ctx, cfg.Dup)
+		//   e.produce(ctx, recs); pool, _, url, err := e.database(ctx) (if it needs one)
+		//   win := startWindow(); pr, err := peer.Run(ctx, peer.Config{Brokers: e.In.Brokers,
+		//       Topic: topic, TemporalHostPort: e.In.Temporal, ...})
+		//   res.Router = &RouterResult{DupRatio: cfg.Dup, Records: win.measured(len(recs)),
+		//       CPUSeconds: win.cpuSeconds(), ...}; e.workflows.Add(started)
+		// and in runRep (orchestrate.go), next to the naive consumer:
+		//   x.Watermill, err = router(StageWatermill, p.DupRatios[0])
 		return ErrNotBuilt
 	default:
 		return fmt.Errorf("unknown stage %q (stages: %v)", cfg.Name, Stages)

@@ -350,9 +350,23 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 
 // Backlog runs the router over n records with the duplicate ratio.
 func (e *Env) Backlog(ctx context.Context, dup float64) (RouterResult, error) {
-	topic, err := e.topic(ctx)
+	topic, recs, pre, err := e.backlogWorkload(ctx, dup)
 	if err != nil {
 		return RouterResult{}, err
+	}
+	res, _, err := e.runRouter(ctx, routerRun{topic: topic, recs: recs, prefill: pre}, nil)
+	res.DupRatio = dup
+	return res, err
+}
+
+// backlogWorkload is a fresh topic and Records records for it at the
+// duplicate ratio (not produced yet), and, when every record is a
+// duplicate, the intents a ledger must hold as started. Any consumer
+// compared with the router's backlog runs gets its workload here.
+func (e *Env) backlogWorkload(ctx context.Context, dup float64) (string, []*kgo.Record, []processor.Intent, error) {
+	topic, err := e.topic(ctx)
+	if err != nil {
+		return "", nil, nil, err
 	}
 	w := workload.Generate(workload.Spec{Topic: topic, Partitions: e.P.Partitions, Records: e.P.Records, DupRatio: dup,
 		CrossPartition: 0.1, Seed: uint64(dup*1000) + 3, PayloadBytes: e.P.PayloadBytes, IDPrefix: topic + "-"})
@@ -360,12 +374,10 @@ func (e *Env) Backlog(ctx context.Context, dup float64) (RouterResult, error) {
 	if dup >= 1 {
 		// Every record a duplicate: the ledger has them all as started.
 		if pre, err = workflowIDs(w.Records); err != nil {
-			return RouterResult{}, err
+			return "", nil, nil, err
 		}
 	}
-	res, _, err := e.runRouter(ctx, routerRun{topic: topic, recs: w.Records, prefill: pre}, nil)
-	res.DupRatio = dup
-	return res, err
+	return topic, w.Records, pre, nil
 }
 
 // replayWorkload is n records whose workflows a fresh ledger has as
