@@ -40,9 +40,34 @@ type RunConfig struct {
 
 const infraCPU, stageCPU = "0", "1"
 
+// Validate says which field is wrong.
+func (c RunConfig) Validate() error {
+	switch {
+	case c.Reps < 1:
+		return fmt.Errorf("bench: Reps must be at least 1, not %d", c.Reps)
+	case len(c.Latencies) == 0:
+		return fmt.Errorf("bench: Latencies is empty")
+	case len(c.Params.DupRatios) == 0:
+		return fmt.Errorf("bench: Params.DupRatios is empty")
+	case c.Exe == "":
+		return fmt.Errorf("bench: Exe is empty")
+	case c.Say == nil:
+		return fmt.Errorf("bench: Say is nil")
+	}
+	for _, l := range c.Latencies {
+		if l.Name == "" || l.Temporal < 0 || l.Postgres < 0 || l.Kafka < 0 {
+			return fmt.Errorf("bench: latency profile %+v: a name and round trips >= 0", l)
+		}
+	}
+	return nil
+}
+
 // Run starts the infra process, runs every stage in its own process per
 // latency profile and repetition, and returns the report.
 func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	say := cfg.Say
 	r := &Report{When: time.Now(), Machine: Machine(), Params: cfg.Params, Reps: cfg.Reps,
 		Placement: Placement{Pinned: cfg.Pin}}

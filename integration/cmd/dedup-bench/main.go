@@ -158,9 +158,6 @@ func run() error {
 	if p.DupRatios, err = list(*dups, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }); err != nil {
 		return err
 	}
-	if len(p.DupRatios) == 0 {
-		return fmt.Errorf("-dup: no ratio")
-	}
 	if p.LedgerSizes, err = list(*sizes, strconv.Atoi); err != nil {
 		return err
 	}
@@ -176,9 +173,6 @@ func run() error {
 		cfg.Reps, cfg.Infra.Durable = 1, false
 	}
 	cfg.Params = p
-	if cfg.Reps < 1 {
-		return fmt.Errorf("-reps must be at least 1")
-	}
 	ctx, stop := signalContext()
 	defer stop()
 	cfg.Say = func(format string, args ...any) {
