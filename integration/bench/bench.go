@@ -11,13 +11,18 @@
 //     batch size, for new and for already-started IDs;
 //   - raw consume capacity: a franz-go group consumer that commits and does
 //     nothing else;
-//   - the router, in-process, on backlogs of each duplicate ratio, with its
+//   - the router, in the stage's process, on backlogs of each duplicate ratio, with its
 //     Starter and PostgreSQL pool instrumented (calls, round trips, start
 //     times), and live at a fixed rate for latency;
 //   - the naive consumer most teams write: per record one autocommit upsert,
 //     one synchronous start, one offset commit;
 //   - claim latency as the ledger grows;
 //   - peak RSS and heap of a `dedup run` process over a large backlog.
+//
+// Each measured stage reports its process's CPU time (getrusage) over its
+// measured window, so that the router's CPU per record and per workflow
+// can be set beside the bare stages' (Report.Ratios). Run orchestrates:
+// latency profiles (SetLatency), repetitions, the report.
 package bench
 
 import (
