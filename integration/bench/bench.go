@@ -1,20 +1,28 @@
 // Package bench measures dedup against the limits of its own dependencies
-// and against a naive consumer, in one run, on one machine (cmd/dedup-bench).
+// and against a naive consumer, on one machine (cmd/dedup-bench), with the
+// infrastructure (kfake, Temporal, PostgreSQL: StartInfra) in one process
+// pinned to CPU 0 and each measured stage (RunStage) alone in its own
+// process pinned to CPU 1, behind latency-injecting proxies.
 //
-// Every stage runs on the same embedded stack with the same settings:
+// Every stage runs on the same stack with the same settings:
 //   - raw Temporal start capacity: the starter alone, unique IDs, at the
 //     router's start concurrency;
 //   - raw ledger claim capacity: the router's claim statement alone, at its
 //     batch size, for new and for already-started IDs;
 //   - raw consume capacity: a franz-go group consumer that commits and does
 //     nothing else;
-//   - the router, in-process, on backlogs of each duplicate ratio, with its
+//   - the router, in the stage's process, on backlogs of each duplicate ratio, with its
 //     Starter and PostgreSQL pool instrumented (calls, round trips, start
 //     times), and live at a fixed rate for latency;
 //   - the naive consumer most teams write: per record one autocommit upsert,
 //     one synchronous start, one offset commit;
 //   - claim latency as the ledger grows;
 //   - peak RSS and heap of a `dedup run` process over a large backlog.
+//
+// Each measured stage reports its process's CPU time (getrusage) over its
+// measured window, so that the router's CPU per record and per workflow
+// can be set beside the bare stages' (Report.Ratios). Run orchestrates:
+// latency profiles (SetLatency), repetitions, the report.
 package bench
 
 import (
@@ -22,6 +30,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,7 +46,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
@@ -64,51 +73,60 @@ type Params struct {
 	DedupBin     string // the dedup binary for the RSS stage
 }
 
-// Env is the stack a run measures on.
+// Env is what a stage process measures with: the infrastructure's
+// (proxied) addresses, a Temporal client on them, and its own Kafka client
+// for producing backlogs.
 type Env struct {
-	Stack *devstack.Stack
-	TC    client.Client
-	Log   *slog.Logger
-	P     Params
-	seq   atomic.Int64
-	// workflows counts every workflow the run started, for Settle.
+	In  *Infra
+	TC  client.Client
+	Log *slog.Logger
+	P   Params
+	seq atomic.Int64
+	// workflows counts every workflow this process started (the
+	// orchestrator waits for visibility to catch up with them: Settle).
 	workflows atomic.Int64
 	kcl       *kgo.Client
 	adm       *kadm.Client
 	topics    []string
 }
 
-// NewEnv wraps a running stack.
-func NewEnv(stack *devstack.Stack, tc client.Client, p Params, log *slog.Logger) (*Env, error) {
-	kcl, err := kgo.NewClient(kgo.SeedBrokers(stack.Brokers()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+// NewEnv dials the infrastructure's Kafka.
+func NewEnv(in *Infra, tc client.Client, p Params, log *slog.Logger) (*Env, error) {
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(in.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchMaxBytes(4<<20), kgo.MaxBufferedRecords(200000))
 	if err != nil {
 		return nil, err
 	}
-	return &Env{Stack: stack, TC: tc, Log: log, P: p, kcl: kcl, adm: kadm.NewClient(kcl)}, nil
+	return &Env{In: in, TC: tc, Log: log, P: p, kcl: kcl, adm: kadm.NewClient(kcl)}, nil
 }
 
+// Workflows is how many workflows this process started.
+func (e *Env) Workflows() int64 { return e.workflows.Load() }
+
 // Settle waits until the Temporal server's visibility has caught up with
-// every workflow started so far. The in-process server writes visibility
-// asynchronously (it is most of its CPU here): without this, one stage's
-// backlog of visibility writes would slow the next stage down.
-func (e *Env) Settle(ctx context.Context) {
-	want := e.workflows.Load()
+// want workflows. The in-process server writes visibility asynchronously
+// (it is most of its CPU here): without this, one stage's backlog of
+// visibility writes would slow the next stage down.
+func Settle(ctx context.Context, tc client.Client, want int64, log *slog.Logger) {
 	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		resp, err := e.TC.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{})
+		resp, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{})
 		if err == nil && resp.Count >= want {
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	e.Log.Warn("visibility did not catch up", "want", want)
+	log.Warn("visibility did not catch up", "want", want)
 }
 
 // Close releases the Kafka client.
 func (e *Env) Close() { e.kcl.Close() }
 
-func (e *Env) name(kind string) string { return fmt.Sprintf("%s-%d", kind, e.seq.Add(1)) }
+// name is unique across the run's processes (topics, databases and event
+// IDs are made of it).
+func (e *Env) name(kind string) string {
+	return fmt.Sprintf("%s-%d-%d", kind, os.Getpid(), e.seq.Add(1))
+}
 
 // countTracer counts statements sent to PostgreSQL: each is one round trip
 // (pgx pipelines parse, bind and execute of a cached statement).
@@ -122,10 +140,10 @@ func (c *countTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEn
 
 // database creates a fresh migrated database and a traced pool on it.
 func (e *Env) database(ctx context.Context) (*pgxpool.Pool, *countTracer, string, error) {
-	url := e.Stack.DatabaseURL
-	if e.Stack.Postgres != nil {
+	url := e.In.DatabaseURL
+	if e.In.CreateDatabases {
 		var err error
-		if url, err = e.Stack.Postgres.CreateDatabase(ctx, "bench_"+fmt.Sprint(e.seq.Add(1))); err != nil {
+		if url, err = createDatabase(ctx, url, fmt.Sprintf("bench_%d_%d", os.Getpid(), e.seq.Add(1))); err != nil {
 			return nil, nil, "", err
 		}
 	}
@@ -143,6 +161,25 @@ func (e *Env) database(ctx context.Context) (*pgxpool.Pool, *countTracer, string
 	return pool, tr, url, err
 }
 
+// createDatabase creates database name next to the admin database and
+// returns its URL.
+func createDatabase(ctx context.Context, admin, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return "", fmt.Errorf("connecting to create %s: %w", name, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", fmt.Errorf("creating database %s: %w", name, err)
+	}
+	u, err := url.Parse(admin)
+	if err != nil {
+		return "", err
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
 func (e *Env) topic(ctx context.Context) (string, error) {
 	t := e.name("bench")
 	_, err := e.adm.CreateTopics(ctx, int32(e.P.Partitions), 1, nil, t, t+".dlq")
@@ -150,9 +187,9 @@ func (e *Env) topic(ctx context.Context) (string, error) {
 	return t, err
 }
 
-// DropTopics deletes the topics the stages so far created: the in-process
-// broker keeps every record in this process's heap, and the next stages'
-// garbage collections would otherwise scan it.
+// DropTopics deletes the topics this process created: the broker keeps
+// every record in the infra process's heap, and its garbage collections
+// would otherwise scan them for the rest of the run.
 func (e *Env) DropTopics(ctx context.Context) error {
 	_, err := e.adm.DeleteTopics(ctx, e.topics...)
 	e.topics = nil
@@ -180,7 +217,7 @@ func routes() processor.Routes {
 
 func (e *Env) routerConfig(topic string) processor.Config {
 	c := processor.DefaultConfig()
-	c.Brokers = e.Stack.Brokers()
+	c.Brokers = e.In.Brokers
 	c.Group = "g-" + topic
 	c.Topics = []string{topic}
 	c.ResetOffset = "earliest"
@@ -227,7 +264,7 @@ func (s *timedStarter) LastRun(ctx context.Context, namespace, workflowID string
 }
 
 func (e *Env) newStarter() processor.Starter {
-	return starter.New(e.TC, starter.Config{Namespace: e.Stack.Namespace, StartTimeout: 10 * time.Second})
+	return starter.New(e.TC, starter.Config{Namespace: e.In.Namespace, StartTimeout: 10 * time.Second})
 }
 
 // Percentiles of durations.
@@ -247,31 +284,55 @@ func percentiles(ds []time.Duration) Percentiles {
 	return Percentiles{P50: at(0.50), P95: at(0.95), P99: at(0.99), N: len(ds)}
 }
 
-// waitConsumed waits until the group's committed offsets reach the end.
-func (e *Env) waitConsumed(ctx context.Context, group, topic string, timeout time.Duration) error {
+// waitConsumed waits until the group's committed offsets reach the end,
+// and returns how many times it read them.
+func (e *Env) waitConsumed(ctx context.Context, group, topic string, timeout time.Duration) (int, error) {
 	ends, err := e.adm.ListEndOffsets(ctx, topic)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	deadline := time.Now().Add(timeout)
+	polls := 0
 	for time.Now().Before(deadline) {
-		committed, err := e.adm.FetchOffsets(ctx, group)
-		if err == nil {
-			done := true
-			ends.Each(func(o kadm.ListedOffset) {
-				// An empty partition has nothing to commit.
-				c, ok := committed.Lookup(o.Topic, o.Partition)
-				if o.Offset > 0 && (!ok || c.At < o.Offset) {
-					done = false
-				}
-			})
-			if done {
-				return nil
-			}
+		polls++
+		if e.consumed(ctx, group, ends) {
+			return polls, nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("group %s did not consume %s in %s", group, topic, timeout)
+	return polls, fmt.Errorf("group %s did not consume %s in %s", group, topic, timeout)
+}
+
+// consumed reads the group's committed offsets once: do they reach ends?
+func (e *Env) consumed(ctx context.Context, group string, ends kadm.ListedOffsets) bool {
+	committed, err := e.adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return false
+	}
+	done := true
+	ends.Each(func(o kadm.ListedOffset) {
+		// An empty partition has nothing to commit.
+		c, ok := committed.Lookup(o.Topic, o.Partition)
+		if o.Offset > 0 && (!ok || c.At < o.Offset) {
+			done = false
+		}
+	})
+	return done
+}
+
+// pollCost is the CPU time of one of waitConsumed's reads, measured over
+// n reads: the benchmark's own work inside a router's measured window,
+// which runRouter takes out of the router's CPU time.
+func (e *Env) pollCost(ctx context.Context, group, topic string, n int) (time.Duration, error) {
+	ends, err := e.adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	w := startWindow()
+	for range n {
+		e.consumed(ctx, group, ends)
+	}
+	return time.Duration(w.cpuSeconds() * float64(time.Second) / float64(n)), nil
 }
 
 // workflowIDs are the workflow IDs the routes make of records, computed

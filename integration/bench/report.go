@@ -7,12 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
@@ -20,30 +20,172 @@ import (
 
 // Report is everything one run measured.
 type Report struct {
-	When    time.Time `json:"when"`
-	Machine string    `json:"machine"`
-	Params  Params    `json:"params"`
-	// RawStartRuns are the raw Temporal start runs, one before each
-	// unique-heavy backlog in UniqueRuns and one after the last: with no
-	// worker every started workflow stays open and the in-process server
-	// slows as they pile up, so each backlog is compared with the mean of
-	// the raw runs either side of it.
-	RawStartRuns []Rate         `json:"raw_temporal_start_runs"`
-	UniqueRuns   []RouterResult `json:"unique_heavy_runs"`
-	RawClaims    ClaimRates     `json:"raw_ledger_claims"`
+	When      time.Time `json:"when"`
+	Machine   string    `json:"machine"`
+	Params    Params    `json:"params"`
+	Reps      int       `json:"repetitions"`
+	Placement Placement `json:"placement"`
+	// Profiles has one entry per latency profile, each with its
+	// repetitions.
+	Profiles []Profile `json:"profiles"`
+	// Ratios are computed from the profiles (Finish): each a spread over
+	// the repetitions, with its target where one is set.
+	Ratios []RatioRow    `json:"ratios"`
+	Ledger []LedgerPoint `json:"ledger_growth"`
+	RSS    *RSSResult    `json:"rss,omitempty"`
+}
+
+// Profile is the repetitions at one latency profile.
+type Profile struct {
+	Latency Latency `json:"latency"`
+	Reps    []Rep   `json:"repetitions"`
+}
+
+// Rep is one repetition of every comparison, its stages run back to back.
+type Rep struct {
+	RawStarts   Rate         `json:"raw_temporal_starts"`
+	Unique      RouterResult `json:"router_unique_heavy"`
+	NaiveUnique RouterResult `json:"naive_unique_heavy"`
+	RawClaims   ClaimRates   `json:"raw_ledger_claims"`
+	Replay      RouterResult `json:"router_replay"`
 	// ReplayRawClaim is the claim statement alone over the replay's own
 	// workflow IDs (all started), on its database, right after it.
-	ReplayRawClaim Rate `json:"replay_raw_claim"`
-	RawConsume     Rate `json:"raw_consume"`
-	// Backlogs has one run per duplicate ratio; the 0% one combines
-	// UniqueRuns.
-	Backlogs    []RouterResult `json:"router_backlogs"`
-	Live        []RouterResult `json:"router_live"`
-	Replay      RouterResult   `json:"router_replay"`
-	NaiveUnique RouterResult   `json:"naive_unique_heavy"`
-	NaiveReplay RouterResult   `json:"naive_replay"`
-	Ledger      []LedgerPoint  `json:"ledger_growth"`
-	RSS         *RSSResult     `json:"rss,omitempty"`
+	ReplayRawClaim Rate         `json:"replay_raw_claim"`
+	NaiveReplay    RouterResult `json:"naive_replay"`
+	RawConsume     Rate         `json:"raw_consume"`
+	// Backlogs has one run per duplicate ratio (the first is Unique).
+	Backlogs []RouterResult `json:"router_backlogs"`
+	Live     []RouterResult `json:"router_live"`
+}
+
+// Spread is a figure over the repetitions.
+type Spread struct {
+	Min    float64 `json:"min"`
+	Median float64 `json:"median"`
+	Max    float64 `json:"max"`
+	N      int     `json:"n"`
+}
+
+func spread(xs []float64) Spread {
+	if len(xs) == 0 {
+		return Spread{}
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return Spread{Min: s[0], Median: m, Max: s[len(s)-1], N: len(s)}
+}
+
+func (s Spread) String() string {
+	switch s.N {
+	case 0:
+		return "n/a"
+	case 1:
+		return num(s.Median)
+	}
+	return fmt.Sprintf("%s / **%s** / %s", num(s.Min), num(s.Median), num(s.Max))
+}
+
+func num(x float64) string {
+	switch {
+	case x == 0:
+		return "0"
+	case x >= 100 || x <= -100:
+		return fmt.Sprintf("%.0f", x)
+	case x >= 10 || x <= -10:
+		return fmt.Sprintf("%.1f", x)
+	default:
+		return fmt.Sprintf("%.2f", x)
+	}
+}
+
+// RatioRow is one ratio at one latency profile.
+type RatioRow struct {
+	Name    string `json:"name"`
+	Profile string `json:"profile"`
+	Spread  Spread `json:"spread"`
+	// Target is the bound ("<= 1.3"), empty for figures shown for scale;
+	// Met compares the median with it (nil: no target at this profile).
+	Target string `json:"target,omitempty"`
+	Met    *bool  `json:"met,omitempty"`
+}
+
+// ratioDef is a ratio of a repetition, with its target: met when the
+// median is at most (or, with atLeast, at least) bound; onlyAt names the
+// latency profile the target is set for ("" for every one).
+type ratioDef struct {
+	name    string
+	of      func(Rep) float64
+	target  bool
+	bound   float64
+	atLeast bool
+	onlyAt  string
+}
+
+func ratioDefs() []ratioDef {
+	div := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	return []ratioDef{
+		{name: "router CPU per started workflow / raw SDK start's CPU per start (unique-heavy)",
+			of: func(x Rep) float64 { return div(x.Unique.CPUPerWorkflow(), x.RawStarts.CPUPer()) }, target: true, bound: 1.3},
+		{name: "router CPU per duplicate record, µs (all-duplicate replay)",
+			of: func(x Rep) float64 { return x.Replay.CPUPerRecord() }, target: true, bound: 8},
+		{name: "router workflows/s / raw start capacity at the same concurrency (unique-heavy)",
+			of: func(x Rep) float64 { return div(x.Unique.Workflows.PerSec, x.RawStarts.PerSec) }, target: true, bound: 0.90, atLeast: true, onlyAt: "20ms"},
+		{name: "router / naive consumer, records/s (unique-heavy)",
+			of: func(x Rep) float64 { return div(x.Unique.Records.PerSec, x.NaiveUnique.Records.PerSec) }, target: true, bound: 10, atLeast: true, onlyAt: "20ms"},
+		{name: "router records/s / raw duplicate-claim rows/s (all-duplicate replay)",
+			of: func(x Rep) float64 { return div(x.Replay.Records.PerSec, x.RawClaims.Duplicate.PerSec) }, target: true, bound: 0.60, atLeast: true},
+		{name: "Temporal calls during the all-duplicate replay",
+			of: func(x Rep) float64 { return float64(x.Replay.TemporalCalls) }, target: true, bound: 0},
+		{name: "router CPU per workflow, µs (unique-heavy)", of: func(x Rep) float64 { return x.Unique.CPUPerWorkflow() }},
+		{name: "raw SDK start CPU per start, µs", of: func(x Rep) float64 { return x.RawStarts.CPUPer() }},
+		{name: "raw claim CPU per duplicate row, µs", of: func(x Rep) float64 { return x.RawClaims.Duplicate.CPUPer() }},
+		{name: "router CPU per duplicate record / raw claim CPU per duplicate row",
+			of: func(x Rep) float64 { return div(x.Replay.CPUPerRecord(), x.RawClaims.Duplicate.CPUPer()) }},
+		{name: "naive consumer CPU per workflow, µs (unique-heavy)", of: func(x Rep) float64 { return x.NaiveUnique.CPUPerWorkflow() }},
+		{name: "router replay / the claim alone over its own IDs right after it (records/s vs rows/s)",
+			of: func(x Rep) float64 { return div(x.Replay.Records.PerSec, x.ReplayRawClaim.PerSec) }},
+		{name: "router / naive consumer, records/s (all-duplicate replay)",
+			of: func(x Rep) float64 { return div(x.Replay.Records.PerSec, x.NaiveReplay.Records.PerSec) }},
+	}
+}
+
+// Finish computes the ratios from the profiles.
+func (r *Report) Finish() {
+	r.Ratios = nil
+	for _, d := range ratioDefs() {
+		for _, p := range r.Profiles {
+			xs := make([]float64, len(p.Reps))
+			for i, x := range p.Reps {
+				xs[i] = d.of(x)
+			}
+			row := RatioRow{Name: d.name, Profile: p.Latency.Name, Spread: spread(xs)}
+			if d.onlyAt == "" || d.onlyAt == p.Latency.Name {
+				if d.target {
+					op := "<="
+					if d.bound == 0 {
+						op = "="
+					}
+					met := row.Spread.Median <= d.bound
+					if d.atLeast {
+						op, met = ">=", row.Spread.Median >= d.bound
+					}
+					row.Target, row.Met = fmt.Sprintf("%s %s", op, num(d.bound)), &met
+				}
+			} else if d.target {
+				row.Target = fmt.Sprintf("(set at %s)", d.onlyAt)
+			}
+			r.Ratios = append(r.Ratios, row)
+		}
+	}
 }
 
 // Machine describes where the run happened.
@@ -60,92 +202,110 @@ func Machine() string {
 	return fmt.Sprintf("%s, %d cores, %s/%s, %s", model, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
 }
 
-func ratio(a, b float64) string {
-	if b == 0 {
-		return "n/a"
+// over is a figure's spread over a profile's repetitions.
+func (p Profile) over(f func(Rep) float64) Spread {
+	xs := make([]float64, len(p.Reps))
+	for i, x := range p.Reps {
+		xs[i] = f(x)
 	}
-	return fmt.Sprintf("%.2f", a/b)
+	return spread(xs)
 }
 
-// Markdown renders the report with its ratios and targets.
+// Markdown renders the report: placement, targets, ratios, then each
+// profile's figures (median over the repetitions, min–max beside).
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	p("Benchmark of %s on %s (%d records per backlog, %d partitions, start concurrency %d, batch %d, payload ~%d B).\n\n",
-		r.When.Format("2006-01-02 15:04"), r.Machine, r.Params.Records, r.Params.Partitions, r.Params.Concurrency, r.Params.Batch, r.Params.PayloadBytes)
-	p("| stage | records/s | workflows started/s | Temporal calls / workflow | PG round trips / record | latency p50 / p95 / p99 ms |\n|---|---|---|---|---|---|\n")
-	raws := make([]string, len(r.RawStartRuns))
-	for i, x := range r.RawStartRuns {
-		raws[i] = fmt.Sprintf("%.0f", x.PerSec)
+	p("Benchmark of %s on %s: %d records per backlog, %d partitions, start concurrency %d, batch %d, payload ~%d B; %d repetitions per latency profile, figures as min / **median** / max over them.\n\n",
+		r.When.Format("2006-01-02 15:04"), r.Machine, r.Params.Records, r.Params.Partitions, r.Params.Concurrency, r.Params.Batch, r.Params.PayloadBytes, r.Reps)
+	if r.Reps < 3 {
+		p("**%d repetition(s): fewer than the 3 a spread needs; these figures check the harness, not dedup.**\n\n", r.Reps)
 	}
-	p("| raw Temporal starts (c=%d, %d each), runs interleaved with the unique-heavy backlogs | | %s | 1 | | |\n", r.Params.Concurrency, r.Params.RawStarts, strings.Join(raws, " / "))
-	p("| raw ledger claim, new rows (batch %d) | %.0f | | | 1 per batch | |\n", r.Params.Batch, r.RawClaims.New.PerSec)
-	p("| raw ledger claim, duplicate rows | %.0f | | | 1 per batch | %.1f / %.1f / %.1f per batch |\n", r.RawClaims.Duplicate.PerSec,
-		r.RawClaims.LatencyMs.P50, r.RawClaims.LatencyMs.P95, r.RawClaims.LatencyMs.P99)
-	p("| raw consume with commits | %.0f | | | | |\n", r.RawConsume.PerSec)
-	for i, x := range r.UniqueRuns {
-		p("| dedup, backlog, %.0f%% duplicates, round %d | %.0f | %.0f | %.2f | %.3f | |\n", x.DupRatio*100, i+1, x.Records.PerSec, x.Workflows.PerSec, x.TemporalPerUnique, x.PGPerRecord)
+	if r.Placement.Pinned {
+		p("Placement: the infrastructure (kfake, Temporal, PostgreSQL, the latency proxies) on CPU %s, each measured stage alone in its own process on CPU %s.\n",
+			r.Placement.InfraCPU, r.Placement.StageCPU)
+	} else {
+		p("Placement: **not pinned** (-no-pin): the infrastructure and the measured process share every CPU; figures move with noise.\n")
 	}
-	for _, x := range r.Backlogs {
-		p("| dedup, backlog, %.0f%% duplicates | %.0f | %.0f | %.2f | %.3f | |\n", x.DupRatio*100, x.Records.PerSec, x.Workflows.PerSec, x.TemporalPerUnique, x.PGPerRecord)
+	for _, a := range r.Placement.Infra {
+		p("- infra: `%s`\n", a)
 	}
-	for _, x := range r.Live {
-		p("| dedup, live at %d rec/s, %.0f%% duplicates | %.0f | %.0f | %.2f | %.3f | %.0f / %.0f / %.0f |\n", r.Params.LiveRate, x.DupRatio*100,
-			x.Records.PerSec, x.Workflows.PerSec, x.TemporalPerUnique, x.PGPerRecord, x.LatencyMs.P50, x.LatencyMs.P95, x.LatencyMs.P99)
+	if r.Placement.Stage != "" {
+		p("- a stage: `%s`\n", r.Placement.Stage)
 	}
-	p("| dedup, replay (all duplicates, %d records, %d intents = %.0f intents/s; claim in flight %.0f%% of the time) | %.0f | %.0f | %d calls | %.4f | |\n",
-		r.Replay.Records.N, r.Replay.Intents.N, r.Replay.Intents.PerSec, r.Replay.ClaimBusy*100, r.Replay.Records.PerSec, r.Replay.Workflows.PerSec, r.Replay.TemporalCalls, r.Replay.PGPerRecord)
-	p("| raw ledger claim of the replay's own workflow IDs (all started), right after it | %.0f rows/s | | | 1 per batch | |\n", r.ReplayRawClaim.PerSec)
-	p("| naive, unique-heavy (%d records) | %.0f | %.0f | %.2f | %.2f | |\n", r.NaiveUnique.Records.N, r.NaiveUnique.Records.PerSec, r.NaiveUnique.Workflows.PerSec,
-		float64(r.NaiveUnique.TemporalCalls)/max(1, float64(r.NaiveUnique.Workflows.N)), r.NaiveUnique.PGPerRecord)
-	p("| naive, replay (%d records) | %.0f | | %d calls | %.2f | |\n", r.NaiveReplay.Records.N, r.NaiveReplay.Records.PerSec, r.NaiveReplay.TemporalCalls, r.NaiveReplay.PGPerRecord)
+	p("\nLatency profiles (round trips the proxies add):")
+	for _, x := range r.Profiles {
+		p(" **%s**: Temporal %s, PostgreSQL %s, Kafka %s;", x.Latency.Name, x.Latency.Temporal, x.Latency.Postgres, x.Latency.Kafka)
+	}
+	p(" CPU is the measured process's user + system time (getrusage) over the measured window only.\n\n")
 
-	unique := r.Backlogs[0]
-	p("\n| ratio | measured | target |\n|---|---|---|\n")
-	rs := r.UniqueRatios()
-	each := make([]string, len(rs))
-	for i, x := range rs {
-		each[i] = fmt.Sprintf("%.2f", x)
+	p("| ratio or figure | profile | min / **median** / max | target | |\n|---|---|---|---|---|\n")
+	for _, x := range r.Ratios {
+		verdict := ""
+		if x.Met != nil {
+			verdict = map[bool]string{true: "met", false: "**missed**"}[*x.Met]
+		}
+		p("| %s | %s | %s | %s | %s |\n", x.Name, x.Profile, x.Spread, x.Target, verdict)
 	}
-	p("| dedup / raw start capacity (unique-heavy, %.0f%% dup, workflows/s; each round vs the mean of the raw runs either side: %s) | %s | >= 0.90 |\n", unique.DupRatio*100, strings.Join(each, ", "), ratio(mean(rs), 1))
-	p("| dedup / raw claim capacity (all-duplicate replay, records/s vs duplicate rows/s of the raw stage) | %s | >= 0.60, with 0 Temporal calls (%d) |\n", ratio(r.Replay.Records.PerSec, r.RawClaims.Duplicate.PerSec), r.Replay.TemporalCalls)
-	p("| stricter: dedup / the claim alone over the replay's own IDs, on its database, right after it (records/s vs rows/s) | %s | (none set; shown for scale) |\n", ratio(r.Replay.Records.PerSec, r.ReplayRawClaim.PerSec))
-	p("| dedup / naive, replay (records/s) | %s | >= 10 |\n", ratio(r.Replay.Records.PerSec, r.NaiveReplay.Records.PerSec))
-	p("| dedup / naive, unique-heavy (records/s) | %s | >= 1.2 |\n", ratio(unique.Records.PerSec, r.NaiveUnique.Records.PerSec))
+	if r.RSS != nil {
+		target, met := "< 256", map[bool]string{true: "met", false: "**missed**"}[r.RSS.PeakRSSMiB < 256]
+		if r.RSS.Backlog < 1_000_000 {
+			target, met = "(< 256 over 1M records)", ""
+		}
+		p("| peak RSS of `dedup run` over a %d-record backlog, MiB (max_in_flight %d; one run) | none | %.0f | %s | %s |\n",
+			r.RSS.Backlog, r.RSS.MaxInFlight, r.RSS.PeakRSSMiB, target, met)
+	}
+	for _, pr := range r.Profiles {
+		p("\n### Profile %s: Temporal %s, PostgreSQL %s round trip\n\n", pr.Latency.Name, pr.Latency.Temporal, pr.Latency.Postgres)
+		p("| stage | records/s | workflows started/s | CPU µs / record | CPU µs / workflow | Temporal calls / workflow | PG round trips / record |\n|---|---|---|---|---|---|---|\n")
+		p("| raw Temporal starts (c=%d, %d each) | | %s | | %s | 1 | |\n", r.Params.Concurrency, r.Params.RawStarts,
+			pr.over(func(x Rep) float64 { return x.RawStarts.PerSec }), pr.over(func(x Rep) float64 { return x.RawStarts.CPUPer() }))
+		p("| raw ledger claim, new rows (batch %d) | %s | | %s | | | 1 per batch |\n", r.Params.Batch,
+			pr.over(func(x Rep) float64 { return x.RawClaims.New.PerSec }), pr.over(func(x Rep) float64 { return x.RawClaims.New.CPUPer() }))
+		p("| raw ledger claim, duplicate rows | %s | | %s | | | 1 per batch |\n",
+			pr.over(func(x Rep) float64 { return x.RawClaims.Duplicate.PerSec }), pr.over(func(x Rep) float64 { return x.RawClaims.Duplicate.CPUPer() }))
+		p("| raw consume with commits | %s | | %s | | | |\n",
+			pr.over(func(x Rep) float64 { return x.RawConsume.PerSec }), pr.over(func(x Rep) float64 { return x.RawConsume.CPUPer() }))
+		row := func(label string, f func(Rep) RouterResult) {
+			p("| %s | %s | %s | %s | %s | %s | %s |\n", label,
+				pr.over(func(x Rep) float64 { return f(x).Records.PerSec }), pr.over(func(x Rep) float64 { return f(x).Workflows.PerSec }),
+				pr.over(func(x Rep) float64 { return f(x).CPUPerRecord() }), pr.over(func(x Rep) float64 { return f(x).CPUPerWorkflow() }),
+				pr.over(func(x Rep) float64 { return f(x).TemporalPerUnique }), pr.over(func(x Rep) float64 { return f(x).PGPerRecord }))
+		}
+		for i, d := range r.Params.DupRatios {
+			row(fmt.Sprintf("dedup, backlog, %.0f%% duplicates", d*100), func(x Rep) RouterResult { return at(x.Backlogs, i) })
+		}
+		row(fmt.Sprintf("dedup, all-duplicate replay (%d records)", r.Params.ReplayN), func(x Rep) RouterResult { return x.Replay })
+		p("| raw claim of the replay's own IDs, right after it | %s | | %s | | | 1 per batch |\n",
+			pr.over(func(x Rep) float64 { return x.ReplayRawClaim.PerSec }), pr.over(func(x Rep) float64 { return x.ReplayRawClaim.CPUPer() }))
+		row(fmt.Sprintf("naive, unique-heavy (%d records)", r.Params.NaiveRecords), func(x Rep) RouterResult { return x.NaiveUnique })
+		row(fmt.Sprintf("naive, all-duplicate replay (%d records)", r.Params.NaiveRecords), func(x Rep) RouterResult { return x.NaiveReplay })
+		p("\nLive at %d records/s for %d s, produce -> workflow started, ms:\n\n| duplicates | p50 | p95 | p99 |\n|---|---|---|---|\n", r.Params.LiveRate, r.Params.LiveSeconds)
+		for i, d := range r.Params.DupRatios {
+			l := func(f func(Percentiles) float64) Spread {
+				return pr.over(func(x Rep) float64 { return f(at(x.Live, i).LatencyMs) })
+			}
+			p("| %.0f%% | %s | %s | %s |\n", d*100, l(func(q Percentiles) float64 { return q.P50 }), l(func(q Percentiles) float64 { return q.P95 }), l(func(q Percentiles) float64 { return q.P99 }))
+		}
+	}
 	if len(r.Ledger) > 0 {
-		p("\nClaim statement as the ledger grows (batches of %d):\n\n| ledger rows | new rows/s | duplicate rows/s | duplicate batch p50 / p99 ms | duplicate rows/s vs smallest ledger |\n|---|---|---|---|---|\n", r.Params.Batch)
+		p("\nClaim statement as the ledger grows (batches of %d, no added latency, one run):\n\n| ledger rows | new rows/s | duplicate rows/s | duplicate batch p50 / p99 ms |\n|---|---|---|---|\n", r.Params.Batch)
 		for _, l := range r.Ledger {
-			p("| %d | %.0f | %.0f | %.1f / %.1f | %s |\n", l.Rows, l.Raw.New.PerSec, l.Raw.Duplicate.PerSec, l.Raw.LatencyMs.P50, l.Raw.LatencyMs.P99, ratio(l.Raw.Duplicate.PerSec, r.Ledger[0].Raw.Duplicate.PerSec))
+			p("| %d | %.0f | %.0f | %.1f / %.1f |\n", l.Rows, l.Raw.New.PerSec, l.Raw.Duplicate.PerSec, l.Raw.LatencyMs.P50, l.Raw.LatencyMs.P99)
 		}
 	}
 	if r.RSS != nil {
-		p("\n`dedup run` over a %d-record backlog (max_in_flight %d): peak RSS %.0f MiB (target < 256), heap in use at the end %.0f MiB, %.0f records/s, %.0f Temporal start calls.\n",
-			r.RSS.Backlog, r.RSS.MaxInFlight, r.RSS.PeakRSSMiB, r.RSS.HeapMiB, r.RSS.Records.PerSec, r.RSS.StartCalls)
+		p("\n`dedup run` over a %d-record backlog (max_in_flight %d): peak RSS %.0f MiB (target < 256), heap in use at the end %.0f MiB, %.0f records/s, %.0f Temporal start calls (`%s`).\n",
+			r.RSS.Backlog, r.RSS.MaxInFlight, r.RSS.PeakRSSMiB, r.RSS.HeapMiB, r.RSS.Records.PerSec, r.RSS.StartCalls, r.RSS.Affinity)
 	}
 	return b.String()
 }
 
-// UniqueRatios are, per unique-heavy round, its workflows/s over the mean
-// of the raw start runs either side of it.
-func (r *Report) UniqueRatios() []float64 {
-	var out []float64
-	for i, x := range r.UniqueRuns {
-		if i+1 < len(r.RawStartRuns) {
-			out = append(out, x.Workflows.PerSec/((r.RawStartRuns[i].PerSec+r.RawStartRuns[i+1].PerSec)/2))
-		}
+func at(xs []RouterResult, i int) RouterResult {
+	if i < len(xs) {
+		return xs[i]
 	}
-	return out
-}
-
-func mean(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := 0.0
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
+	return RouterResult{}
 }
 
 // Write saves report.md, report.json and throughput.png in dir.
@@ -166,61 +326,97 @@ func (r *Report) Write(dir string) error {
 	return r.plot(filepath.Join(dir, "throughput.png"))
 }
 
-// plot draws, against the duplicate ratio, records/s and workflows
-// started/s of the backlog runs (log scale, with the raw start capacity
-// for reference) above the p99 latency of the live runs.
+// plot draws, against the duplicate ratio and per latency profile, the
+// backlog runs' records/s and workflows started/s (log scale) with the raw
+// start capacity and the naive consumer on the same axes, above the live
+// runs' p99 and p50 latency. Medians over the repetitions. Legends sit in
+// a column of their own, right of the plots, clear of the data.
 func (r *Report) plot(path string) error {
+	palette := []color.Color{color.RGBA{R: 31, G: 119, B: 180, A: 255}, color.RGBA{R: 214, G: 39, B: 40, A: 255},
+		color.RGBA{R: 44, G: 160, B: 44, A: 255}, color.RGBA{R: 148, G: 103, B: 189, A: 255}}
+	dashed := []vg.Length{vg.Points(6), vg.Points(3)}
+	dotted := []vg.Length{vg.Points(2), vg.Points(3)}
 	tp := plot.New()
-	tp.Title.Text = "dedup: throughput (backlog runs) vs duplicate ratio"
+	tp.Title.Text = "throughput of backlog runs vs duplicate ratio (median of the repetitions)"
 	tp.X.Label.Text = "duplicate ratio (%)"
 	tp.Y.Label.Text = "per second (log)"
-	var recs, wfs plotter.XYs
-	for _, x := range r.Backlogs {
-		recs = append(recs, plotter.XY{X: x.DupRatio * 100, Y: max(x.Records.PerSec, 1)})
-		wfs = append(wfs, plotter.XY{X: x.DupRatio * 100, Y: max(x.Workflows.PerSec, 1)})
-	}
-	if err := plotutil.AddLinePoints(tp, "records/s", recs, "workflows started/s (1 = none)", wfs); err != nil {
-		return err
-	}
-	var rawMean float64
-	for _, x := range r.RawStartRuns {
-		rawMean += x.PerSec / float64(len(r.RawStartRuns))
-	}
-	raw, err := plotter.NewLine(plotter.XYs{{X: 0, Y: rawMean}, {X: 100, Y: rawMean}})
-	if err != nil {
-		return err
-	}
-	raw.Color = color.RGBA{R: 128, G: 128, B: 128, A: 255}
-	raw.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
-	tp.Add(raw)
-	tp.Legend.Add("raw Temporal start capacity (mean of the runs)", raw)
-	tp.Legend.Top = true
 	tp.Y.Scale = plot.LogScale{}
 	tp.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-
+	tl := plot.NewLegend()
 	bp := plot.New()
-	bp.Title.Text = fmt.Sprintf("p99 latency, produce -> workflow started (live, %d records/s)", r.Params.LiveRate)
+	bp.Title.Text = fmt.Sprintf("latency, produce -> workflow started (live, %d records/s)", r.Params.LiveRate)
 	bp.X.Label.Text = "duplicate ratio (%)"
 	bp.Y.Label.Text = "ms"
-	var p99, p50 plotter.XYs
-	for _, x := range r.Live {
-		if x.LatencyMs.N > 0 {
-			p99 = append(p99, plotter.XY{X: x.DupRatio * 100, Y: x.LatencyMs.P99})
-			p50 = append(p50, plotter.XY{X: x.DupRatio * 100, Y: x.LatencyMs.P50})
+	bp.Y.Min = 0
+	bp.X.Min, bp.X.Max = 0, 100
+	if !r.Placement.Pinned {
+		tp.Title.Text += " - NOT PINNED"
+		bp.Title.Text += " - NOT PINNED"
+	}
+	bl := plot.NewLegend()
+	line := func(pl *plot.Plot, lg *plot.Legend, name string, xys plotter.XYs, c color.Color, dashes []vg.Length, shape draw.GlyphDrawer) error {
+		l, sc, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return err
+		}
+		l.Color, l.Dashes, l.Width = c, dashes, vg.Points(1.5)
+		sc.Color, sc.Shape, sc.Radius = c, shape, vg.Points(3)
+		pl.Add(l, sc)
+		lg.Add(name, l, sc)
+		return nil
+	}
+	for i, pr := range r.Profiles {
+		c := palette[i%len(palette)]
+		var recs, wfs, p99, p50 plotter.XYs
+		for j, d := range r.Params.DupRatios {
+			x := d * 100
+			recs = append(recs, plotter.XY{X: x, Y: max(pr.over(func(x Rep) float64 { return at(x.Backlogs, j).Records.PerSec }).Median, 1)})
+			wfs = append(wfs, plotter.XY{X: x, Y: max(pr.over(func(x Rep) float64 { return at(x.Backlogs, j).Workflows.PerSec }).Median, 1)})
+			// No latency where no workflow started (all duplicates).
+			if pr.over(func(x Rep) float64 { return float64(at(x.Live, j).LatencyMs.N) }).Max > 0 {
+				p99 = append(p99, plotter.XY{X: x, Y: pr.over(func(x Rep) float64 { return at(x.Live, j).LatencyMs.P99 }).Median})
+				p50 = append(p50, plotter.XY{X: x, Y: pr.over(func(x Rep) float64 { return at(x.Live, j).LatencyMs.P50 }).Median})
+			}
+		}
+		name := pr.Latency.Name
+		if err := line(tp, &tl, name+": dedup records/s", recs, c, nil, draw.CircleGlyph{}); err != nil {
+			return err
+		}
+		if err := line(tp, &tl, name+": dedup workflows started/s (1 = none)", wfs, c, dashed, draw.TriangleGlyph{}); err != nil {
+			return err
+		}
+		raw := pr.over(func(x Rep) float64 { return x.RawStarts.PerSec }).Median
+		if err := line(tp, &tl, name+": raw Temporal start capacity", plotter.XYs{{X: 0, Y: raw}, {X: 100, Y: raw}}, c, dotted, draw.BoxGlyph{}); err != nil {
+			return err
+		}
+		naive := plotter.XYs{{X: r.Params.DupRatios[0] * 100, Y: pr.over(func(x Rep) float64 { return x.NaiveUnique.Records.PerSec }).Median},
+			{X: 100, Y: pr.over(func(x Rep) float64 { return x.NaiveReplay.Records.PerSec }).Median}}
+		if err := line(tp, &tl, name+": naive consumer records/s", naive, c, []vg.Length{vg.Points(8), vg.Points(3), vg.Points(2), vg.Points(3)}, draw.CrossGlyph{}); err != nil {
+			return err
+		}
+		if len(p99) == 0 {
+			continue
+		}
+		if err := line(bp, &bl, name+": p99", p99, c, nil, draw.CircleGlyph{}); err != nil {
+			return err
+		}
+		if err := line(bp, &bl, name+": p50", p50, c, dashed, draw.TriangleGlyph{}); err != nil {
+			return err
 		}
 	}
-	if err := plotutil.AddLinePoints(bp, "p99", p99, "p50", p50); err != nil {
-		return err
-	}
-	bp.Y.Min = 0
+	tl.Top, bl.Top, tl.Left, bl.Left = true, true, true, true
 
-	const w, h = 9 * vg.Inch, 9 * vg.Inch
+	const w, h, legendW = 13 * vg.Inch, 9 * vg.Inch, 4 * vg.Inch
 	img := vgimg.New(w, h)
 	dc := draw.New(img)
+	plots := draw.Crop(dc, 0, -legendW, 0, 0)
 	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadX: vg.Points(4), PadY: vg.Points(12)}
-	canvases := plot.Align([][]*plot.Plot{{tp}, {bp}}, tiles, dc)
+	canvases := plot.Align([][]*plot.Plot{{tp}, {bp}}, tiles, plots)
 	tp.Draw(canvases[0][0])
 	bp.Draw(canvases[1][0])
+	legends := draw.Crop(dc, w-legendW+vg.Points(8), 0, 0, -vg.Points(30))
+	tl.Draw(draw.Crop(legends, 0, 0, h/2, 0))
+	bl.Draw(draw.Crop(legends, 0, 0, 0, -h/2))
 	f, err := os.Create(path)
 	if err != nil {
 		return err

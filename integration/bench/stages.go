@@ -31,10 +31,28 @@ type Rate struct {
 	N       int     `json:"n"`
 	Seconds float64 `json:"seconds"`
 	PerSec  float64 `json:"per_sec"`
+	// CPUSeconds is the measuring process's CPU time (user + system)
+	// over the same window; 0 where not measured.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
+}
+
+// CPUPer is CPU microseconds per unit (0 when nothing was measured).
+func (r Rate) CPUPer() float64 {
+	if r.N == 0 {
+		return 0
+	}
+	return r.CPUSeconds * 1e6 / float64(r.N)
 }
 
 func rate(n int, d time.Duration) Rate {
 	return Rate{N: n, Seconds: d.Seconds(), PerSec: float64(n) / d.Seconds()}
+}
+
+// measured is the rate of n over the window, with its CPU time.
+func (w window) measured(n int) Rate {
+	r := rate(n, time.Since(w.wall))
+	r.CPUSeconds = w.cpuSeconds()
+	return r
 }
 
 // RawStarts starts unique workflows with the router's starter at its
@@ -51,7 +69,7 @@ func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
 	var next atomic.Int64
 	var firstErr error
 	var mu sync.Mutex
-	began := time.Now()
+	win := startWindow()
 	var wg sync.WaitGroup
 	for w := 0; w < e.P.Concurrency; w++ {
 		wg.Add(1)
@@ -73,9 +91,9 @@ func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(began)
+	r := win.measured(len(reqs))
 	e.workflows.Add(int64(len(reqs)))
-	return rate(len(reqs), elapsed), firstErr
+	return r, firstErr
 }
 
 // uniqueRequests are the first n start requests the router would make of a
@@ -122,13 +140,13 @@ func (e *Env) RawClaims(ctx context.Context) (ClaimRates, error) {
 
 func (e *Env) claimRates(ctx context.Context, led *ledger.Postgres, intents []processor.Intent) (ClaimRates, error) {
 	var r ClaimRates
-	began := time.Now()
+	win := startWindow()
 	for i := 0; i < len(intents); i += e.P.Batch {
 		if _, err := led.Claim(ctx, intents[i:min(i+e.P.Batch, len(intents))]); err != nil {
 			return r, err
 		}
 	}
-	r.New = rate(len(intents), time.Since(began))
+	r.New = win.measured(len(intents))
 	started := make([]processor.Started, len(intents))
 	for i, in := range intents {
 		started[i] = processor.Started{WorkflowID: in.WorkflowID, RunID: "r"}
@@ -146,7 +164,7 @@ func (e *Env) claimRates(ctx context.Context, led *ledger.Postgres, intents []pr
 // duplicateClaims claims intents whose rows are all started, in batches.
 func (e *Env) duplicateClaims(ctx context.Context, led *ledger.Postgres, intents []processor.Intent) (Rate, Percentiles, error) {
 	var lat []time.Duration
-	began := time.Now()
+	win := startWindow()
 	for i := 0; i < len(intents); i += e.P.Batch {
 		t := time.Now()
 		v, err := led.Claim(ctx, intents[i:min(i+e.P.Batch, len(intents))])
@@ -158,7 +176,7 @@ func (e *Env) duplicateClaims(ctx context.Context, led *ledger.Postgres, intents
 			return Rate{}, Percentiles{}, fmt.Errorf("claim of a started row gave %s", v[0].Verdict)
 		}
 	}
-	return rate(len(intents), time.Since(began)), percentiles(lat), nil
+	return win.measured(len(intents)), percentiles(lat), nil
 }
 
 // RawConsume consumes n records as a group member that commits every poll
@@ -172,13 +190,13 @@ func (e *Env) RawConsume(ctx context.Context, n int) (Rate, error) {
 	if err := e.produce(ctx, w.Records); err != nil {
 		return Rate{}, err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.Stack.Brokers()...), kgo.ConsumerGroup("g-"+topic), kgo.ConsumeTopics(topic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.In.Brokers...), kgo.ConsumerGroup("g-"+topic), kgo.ConsumeTopics(topic),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return Rate{}, err
 	}
 	defer cl.Close()
-	began := time.Now()
+	win := startWindow()
 	got := 0
 	for got < n {
 		fs := cl.PollRecords(ctx, e.P.Batch)
@@ -190,7 +208,7 @@ func (e *Env) RawConsume(ctx context.Context, n int) (Rate, error) {
 			return Rate{}, err
 		}
 	}
-	return rate(got, time.Since(began)), nil
+	return win.measured(got), nil
 }
 
 // RouterResult is one router run.
@@ -210,36 +228,30 @@ type RouterResult struct {
 	// Intents are the workflow intents the router claimed (a record makes
 	// one per route it matches), at the records' pace.
 	Intents Rate `json:"intents"`
+	// CPUSeconds is the measured process's CPU time (user + system) from
+	// the group join to the last commit: the router (or the naive
+	// consumer), less PollCPUSeconds. What remains of the benchmark's own
+	// work is small: a timestamp per start.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// PollCPUSeconds is the benchmark's committed-offset reads in the
+	// window (one every 20 ms), at their CPU cost measured right after.
+	PollCPUSeconds float64 `json:"poll_cpu_seconds,omitempty"`
 }
 
-// Combine sums runs of one workload into one result.
-func Combine(runs []RouterResult) RouterResult {
-	var c RouterResult
-	var wfSec float64
-	for _, x := range runs {
-		c.DupRatio = x.DupRatio
-		c.Records.N += x.Records.N
-		c.Records.Seconds += x.Records.Seconds
-		c.Workflows.N += x.Workflows.N
-		wfSec += x.Workflows.Seconds
-		c.Intents.N += x.Intents.N
-		c.TemporalCalls += x.TemporalCalls
-		c.PGRoundTrips += x.PGRoundTrips
-		c.ClaimBusy += x.ClaimBusy * x.Records.Seconds
+// CPUPerRecord and CPUPerWorkflow are CPU microseconds per record consumed
+// and per workflow started (0 when there were none).
+func (x RouterResult) CPUPerRecord() float64 {
+	if x.Records.N == 0 {
+		return 0
 	}
-	if c.Records.Seconds > 0 {
-		c.Records.PerSec = float64(c.Records.N) / c.Records.Seconds
-		c.Intents.Seconds, c.Intents.PerSec = c.Records.Seconds, float64(c.Intents.N)/c.Records.Seconds
-		c.ClaimBusy /= c.Records.Seconds
-		c.PGPerRecord = float64(c.PGRoundTrips) / float64(c.Records.N)
+	return x.CPUSeconds * 1e6 / float64(x.Records.N)
+}
+
+func (x RouterResult) CPUPerWorkflow() float64 {
+	if x.Workflows.N == 0 {
+		return 0
 	}
-	if wfSec > 0 {
-		c.Workflows.Seconds, c.Workflows.PerSec = wfSec, float64(c.Workflows.N)/wfSec
-	}
-	if c.Workflows.N > 0 {
-		c.TemporalPerUnique = float64(c.TemporalCalls) / float64(c.Workflows.N)
-	}
-	return c
+	return x.CPUSeconds * 1e6 / float64(x.Workflows.N)
 }
 
 type routerRun struct {
@@ -285,7 +297,8 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 	for r.Ready() != nil && ctx.Err() == nil {
 		time.Sleep(2 * time.Millisecond)
 	}
-	began := time.Now()
+	win := startWindow()
+	began := win.wall
 	if live != nil {
 		if err := live(ctx); err != nil {
 			cancel()
@@ -293,8 +306,9 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 			return res, nil, err
 		}
 	}
-	err = e.waitConsumed(ctx, cfg.Group, rr.topic, 30*time.Minute)
+	polls, err := e.waitConsumed(ctx, cfg.Group, rr.topic, 30*time.Minute)
 	elapsed := time.Since(began)
+	res.CPUSeconds = win.cpuSeconds()
 	cancel()
 	if rerr := <-done; err == nil {
 		err = rerr
@@ -322,6 +336,12 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 	res.PGPerRecord = float64(res.PGRoundTrips) / float64(len(rr.recs))
 	res.ClaimBusy = metricSum(reg, "dedup_claim_duration_seconds", histogramSum) / elapsed.Seconds()
 	res.Intents = rate(int(metricSum(reg, "dedup_intents_total", counterValue)), elapsed)
+	if err == nil {
+		var per time.Duration
+		per, err = e.pollCost(ctx, cfg.Group, rr.topic, 50)
+		res.PollCPUSeconds = per.Seconds() * float64(polls)
+		res.CPUSeconds = max(0, res.CPUSeconds-res.PollCPUSeconds)
+	}
 	if err == nil && rr.after != nil {
 		err = rr.after(ctx, led)
 	}
@@ -330,9 +350,23 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 
 // Backlog runs the router over n records with the duplicate ratio.
 func (e *Env) Backlog(ctx context.Context, dup float64) (RouterResult, error) {
-	topic, err := e.topic(ctx)
+	topic, recs, pre, err := e.backlogWorkload(ctx, dup)
 	if err != nil {
 		return RouterResult{}, err
+	}
+	res, _, err := e.runRouter(ctx, routerRun{topic: topic, recs: recs, prefill: pre}, nil)
+	res.DupRatio = dup
+	return res, err
+}
+
+// backlogWorkload is a fresh topic and Records records for it at the
+// duplicate ratio (not produced yet), and, when every record is a
+// duplicate, the intents a ledger must hold as started. Any consumer
+// compared with the router's backlog runs gets its workload here.
+func (e *Env) backlogWorkload(ctx context.Context, dup float64) (string, []*kgo.Record, []processor.Intent, error) {
+	topic, err := e.topic(ctx)
+	if err != nil {
+		return "", nil, nil, err
 	}
 	w := workload.Generate(workload.Spec{Topic: topic, Partitions: e.P.Partitions, Records: e.P.Records, DupRatio: dup,
 		CrossPartition: 0.1, Seed: uint64(dup*1000) + 3, PayloadBytes: e.P.PayloadBytes, IDPrefix: topic + "-"})
@@ -340,36 +374,54 @@ func (e *Env) Backlog(ctx context.Context, dup float64) (RouterResult, error) {
 	if dup >= 1 {
 		// Every record a duplicate: the ledger has them all as started.
 		if pre, err = workflowIDs(w.Records); err != nil {
-			return RouterResult{}, err
+			return "", nil, nil, err
 		}
 	}
-	res, _, err := e.runRouter(ctx, routerRun{topic: topic, recs: w.Records, prefill: pre}, nil)
-	res.DupRatio = dup
-	return res, err
+	return topic, w.Records, pre, nil
 }
 
-// Replay is the all-duplicate workload: n records whose workflows the
-// ledger has as started (a group reset to earliest over a processed topic).
-func (e *Env) Replay(ctx context.Context, n int, raw *Rate) (RouterResult, []*kgo.Record, []processor.Intent, error) {
+// replayWorkload is n records whose workflows a fresh ledger has as
+// started (a group reset to earliest over a processed topic).
+func (e *Env) replayWorkload(ctx context.Context, n int) (string, []*kgo.Record, []processor.Intent, error) {
 	topic, err := e.topic(ctx)
 	if err != nil {
-		return RouterResult{}, nil, nil, err
+		return "", nil, nil, err
 	}
 	w := workload.Generate(workload.Spec{Topic: topic, Partitions: e.P.Partitions, Records: n, DupRatio: 0.3,
 		CrossPartition: 0.1, Seed: 77, PayloadBytes: e.P.PayloadBytes, IDPrefix: topic + "-"})
 	pre, err := workflowIDs(w.Records)
+	return topic, w.Records, pre, err
+}
+
+// Replay is the all-duplicate workload: ReplayN records whose workflows the
+// ledger has as started. It also returns the claim statement alone over
+// the same IDs, on the same database, right after the router.
+func (e *Env) Replay(ctx context.Context) (RouterResult, Rate, error) {
+	topic, recs, pre, err := e.replayWorkload(ctx, e.P.ReplayN)
 	if err != nil {
-		return RouterResult{}, nil, nil, err
+		return RouterResult{}, Rate{}, err
 	}
-	// The claim statement alone over the same IDs, on the same database.
+	var raw Rate
 	after := func(ctx context.Context, led *ledger.Postgres) error {
 		var err error
-		*raw, _, err = e.duplicateClaims(ctx, led, pre)
+		raw, _, err = e.duplicateClaims(ctx, led, pre)
 		return err
 	}
-	res, _, err := e.runRouter(ctx, routerRun{topic: topic, recs: w.Records, prefill: pre, after: after}, nil)
+	res, _, err := e.runRouter(ctx, routerRun{topic: topic, recs: recs, prefill: pre, after: after}, nil)
 	res.DupRatio = 1
-	return res, w.Records, pre, err
+	return res, raw, err
+}
+
+// NaiveReplay is the naive consumer over the replay's workload, on
+// NaiveRecords records.
+func (e *Env) NaiveReplay(ctx context.Context) (RouterResult, error) {
+	_, recs, pre, err := e.replayWorkload(ctx, e.P.NaiveRecords)
+	if err != nil {
+		return RouterResult{}, err
+	}
+	res, err := e.Naive(ctx, recs, pre)
+	res.DupRatio = 1
+	return res, err
 }
 
 // Live produces at LiveRate for LiveSeconds while the router runs, and
@@ -471,13 +523,14 @@ func (e *Env) Naive(ctx context.Context, recs []*kgo.Record, pre []processor.Int
 	tracer.n.Store(0)
 	dec, rs := decoderAndRoutes()
 	st := e.newStarter()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.Stack.Brokers()...), kgo.ConsumerGroup("g-"+topic), kgo.ConsumeTopics(topic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.In.Brokers...), kgo.ConsumerGroup("g-"+topic), kgo.ConsumeTopics(topic),
 		kgo.DisableAutoCommit(), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return res, err
 	}
 	defer cl.Close()
-	began := time.Now()
+	win := startWindow()
+	began := win.wall
 	got, starts := 0, 0
 	var calls int64
 	for got < len(cp) {
@@ -512,10 +565,14 @@ func (e *Env) Naive(ctx context.Context, recs []*kgo.Record, pre []processor.Int
 		}
 	}
 	elapsed := time.Since(began)
+	res.CPUSeconds = win.cpuSeconds()
 	e.workflows.Add(int64(starts))
 	res.Records = rate(got, elapsed)
 	res.Workflows = rate(starts, elapsed)
 	res.TemporalCalls = calls
+	if starts > 0 {
+		res.TemporalPerUnique = float64(calls) / float64(starts)
+	}
 	res.PGRoundTrips = tracer.n.Load()
 	res.PGPerRecord = float64(res.PGRoundTrips) / float64(got)
 	return res, nil
@@ -571,6 +628,9 @@ type RSSResult struct {
 	Records     Rate    `json:"records"`
 	StartCalls  float64 `json:"temporal_start_calls"`
 	MaxInFlight int     `json:"max_in_flight"`
+	// Affinity is `taskset -cp` of the dedup process (forked from the
+	// stage, it inherits its CPU).
+	Affinity string `json:"affinity"`
 }
 
 // RSS runs `dedup run` as a process over RSSBacklog records (their
@@ -603,8 +663,8 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 	cfg.Kafka = e.routerConfig(topic)
 	cfg.Routes, cfg.EventID, cfg.Starts, cfg.Retry = cfg.Kafka.Routes, cfg.Kafka.EventID, cfg.Kafka.Starts, cfg.Kafka.Retry
 	cfg.Postgres.URL = url
-	cfg.Temporal.HostPort = e.Stack.Temporal.HostPort()
-	cfg.Temporal.Namespace = e.Stack.Namespace
+	cfg.Temporal.HostPort = e.In.Temporal
+	cfg.Temporal.Namespace = e.In.Namespace
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return res, err
@@ -633,6 +693,7 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 		return res, err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	res.Affinity = affinityOf(cmd.Process.Pid, false)[0]
 	stop := make(chan struct{})
 	var peak atomic.Int64
 	go func() {
@@ -647,7 +708,7 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 			}
 		}
 	}()
-	err = e.waitConsumed(ctx, cfg.Kafka.Group, topic, 30*time.Minute)
+	_, err = e.waitConsumed(ctx, cfg.Kafka.Group, topic, 30*time.Minute)
 	elapsed := time.Since(began)
 	close(stop)
 	if kb := vmRSSKiB(cmd.Process.Pid, "VmHWM:"); kb > peak.Load() {

@@ -39,6 +39,11 @@ type Config struct {
 	// KafkaDataDir keeps the broker's log, offsets and groups on disk, so
 	// that RestartKafka brings it back with its data.
 	KafkaDataDir string
+	// KafkaListen, if set, opens the broker's listener (kfake.ListenFn).
+	// The broker advertises the listener's Addr in metadata, so a
+	// listener that reports a proxy's address makes every client dial
+	// through that proxy (the benchmark's latency proxy).
+	KafkaListen func(network, address string) (net.Listener, error)
 }
 
 // Stack is the running dependencies.
@@ -88,6 +93,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	kopts := []kfake.Opt{kfake.NumBrokers(1), kfake.AllowAutoTopicCreation()}
 	if cfg.KafkaDataDir != "" {
 		kopts = append(kopts, kfake.DataDir(cfg.KafkaDataDir))
+	}
+	if cfg.KafkaListen != nil {
+		kopts = append(kopts, kfake.ListenFn(cfg.KafkaListen))
 	}
 	s.kafkaOpts, s.kafkaPersistent = kopts, cfg.KafkaDataDir != ""
 	if cfg.KafkaPort != 0 {

@@ -1,6 +1,10 @@
 // Command dedup-bench measures dedup against its dependencies' limits and
-// against a naive consumer, in one run on one machine, on the embedded
-// stack; it writes report.md, report.json and throughput.png.
+// against a naive consumer, and writes report.md, report.json and
+// throughput.png. It runs as three kinds of process:
+//
+//	dedup-bench [flags]                  the orchestrator: starts the others, writes the report
+//	dedup-bench infra [-durable]         kfake, Temporal, PostgreSQL and toxiproxy (pinned to CPU 0)
+//	dedup-bench stage -name NAME ...     one measured stage, alone (pinned to CPU 1); prints JSON
 //
 // From the repository root (the RSS stage runs bin/dedup):
 //
@@ -12,29 +16,32 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/pprof"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
-
 	"github.com/dedupio/dedup/integration/bench"
-	"github.com/dedupio/dedup/integration/devstack"
-	"github.com/dedupio/dedup/processor"
 )
 
 func main() {
-	if err := run(); err != nil {
+	var err error
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "infra":
+		err = infra(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "stage":
+		err = stage(os.Args[2:])
+	default:
+		err = run()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "dedup-bench:", err)
 		os.Exit(1)
 	}
@@ -55,49 +62,98 @@ func list[T any](s string, parse func(string) (T, error)) ([]T, error) {
 	return out, nil
 }
 
-// labelled runs a stage under a pprof label, so that a -cpuprofile can be
-// focused on the work a stage started (pprof -tagfocus stage=replay): the
-// embedded stack's own goroutines predate it and carry no label.
-func labelled[T any](ctx context.Context, stage string, fn func(context.Context) (T, error)) (T, error) {
-	var v T
-	var err error
-	pprof.Do(ctx, pprof.Labels("stage", stage), func(ctx context.Context) { v, err = fn(ctx) })
-	return v, err
+// latency parses NAME=TEMPORAL/POSTGRES[/KAFKA] round trips, e.g. 20ms=20ms/1ms.
+func latency(s string) (bench.Latency, error) {
+	name, rest, ok := strings.Cut(s, "=")
+	parts := strings.Split(rest, "/")
+	if !ok || name == "" || len(parts) < 2 || len(parts) > 3 {
+		return bench.Latency{}, fmt.Errorf("want NAME=TEMPORAL_RTT/POSTGRES_RTT[/KAFKA_RTT], such as 20ms=20ms/1ms")
+	}
+	l := bench.Latency{Name: name}
+	for i, d := range []*time.Duration{&l.Temporal, &l.Postgres, &l.Kafka}[:len(parts)] {
+		var err error
+		if *d, err = time.ParseDuration(parts[i]); err != nil {
+			return l, err
+		}
+	}
+	return l, nil
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+}
+
+func logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func infra(args []string) error {
+	fs := flag.NewFlagSet("infra", flag.ExitOnError)
+	durable := fs.Bool("durable", true, "PostgreSQL with fsync on")
+	cpuprofile := fs.String("cpuprofile", "", "write this process's CPU profile here")
+	_ = fs.Parse(args)
+	ctx, stop := signalContext()
+	defer stop()
+	if *cpuprofile != "" {
+		done, err := bench.StartCPUProfile(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer done()
+	}
+	return bench.ServeInfra(ctx, bench.InfraConfig{Durable: *durable, DatabaseURL: os.Getenv("DATABASE_URL")}, os.Stdin, os.Stdout)
+}
+
+func stage(args []string) error {
+	fs := flag.NewFlagSet("stage", flag.ExitOnError)
+	var cfg bench.StageConfig
+	fs.StringVar(&cfg.Name, "name", "", "the stage: "+strings.Join(bench.Stages, ", "))
+	fs.Float64Var(&cfg.Dup, "dup", 0, "duplicate ratio (backlog, live)")
+	infraPath := fs.String("infra", "", "the infra process's addresses (JSON, written by the orchestrator)")
+	paramsPath := fs.String("params", "", "the run's sizes (JSON, written by the orchestrator)")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write this stage process's CPU profile here")
+	_ = fs.Parse(args)
+	cfg.Infra = &bench.Infra{}
+	if err := bench.ReadJSON(*infraPath, cfg.Infra); err != nil {
+		return fmt.Errorf("reading -infra: %w", err)
+	}
+	if err := bench.ReadJSON(*paramsPath, &cfg.Params); err != nil {
+		return fmt.Errorf("reading -params: %w", err)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	res, err := bench.RunStage(ctx, cfg, logger())
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
 func run() error {
 	var p bench.Params
-	smoke := flag.Bool("smoke", false, "a seconds-long run with tiny sizes (CI)")
+	smoke := flag.Bool("smoke", false, "a seconds-long run with tiny sizes and one repetition (CI)")
 	out := flag.String("out", "bench-out", "directory for report.md, report.json, throughput.png")
 	dups := flag.String("dup", "0,0.3,0.9,1", "duplicate ratios of the backlog and live runs")
 	sizes := flag.String("ledger-sizes", "100000,1000000,5000000", "ledger sizes for the claim-latency stage")
+	lats := flag.String("latency", "0ms=0s/0s,20ms=20ms/1ms", "latency profiles the proxies add, NAME=TEMPORAL_RTT/POSTGRES_RTT[/KAFKA_RTT], comma-separated (Kafka: none unless given)")
+	reps := flag.Int("reps", 3, "repetitions per latency profile")
+	noPin := flag.Bool("no-pin", false, "do not pin the infrastructure to CPU 0 and the stages to CPU 1 (the report says so)")
 	durable := flag.Bool("durable", true, "PostgreSQL with fsync on (off: faster, not what production runs)")
 	flag.IntVar(&p.Records, "records", 2500, "records per backlog run")
-	flag.IntVar(&p.Rounds, "rounds", 3, "unique-heavy backlogs, each between two raw Temporal start runs")
 	flag.IntVar(&p.Partitions, "partitions", 8, "partitions")
 	flag.IntVar(&p.Concurrency, "concurrency", 32, "start concurrency")
 	flag.IntVar(&p.Batch, "batch", 1000, "poll batch = claim batch")
 	flag.IntVar(&p.PayloadBytes, "payload", 256, "payload bytes")
 	flag.IntVar(&p.RawStarts, "raw-starts", 3000, "starts in each raw Temporal stage (about the workflows of one unique-heavy backlog)")
 	flag.IntVar(&p.RawClaims, "raw-claims", 100000, "rows in the raw claim stage")
-	flag.IntVar(&p.ReplayN, "replay", 200000, "records of the all-duplicate replay")
-	flag.IntVar(&p.NaiveRecords, "naive", 2000, "records the naive consumer gets, per workload")
+	flag.IntVar(&p.ReplayN, "replay", 200000, "records of the all-duplicate replay (and of the raw consume)")
+	flag.IntVar(&p.NaiveRecords, "naive", 500, "records the naive consumer gets, per workload (it is slow: ~25 ms a record at 20 ms RTT)")
 	flag.IntVar(&p.LiveRate, "live-rate", 150, "records/s of the latency runs")
 	flag.IntVar(&p.LiveSeconds, "live-seconds", 10, "seconds per latency run")
 	flag.IntVar(&p.RSSBacklog, "rss-backlog", 1000000, "records behind a dedup run process (0 skips)")
 	flag.StringVar(&p.DedupBin, "dedup-bin", "bin/dedup", "the dedup binary, for the RSS stage")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (stack included) here")
+	cpuprofile := flag.String("cpuprofile", "", "a directory: one CPU profile per stage process (NN-PROFILE-repN-STAGE.pprof) and infra.pprof")
 	flag.Parse()
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
 	var err error
 	if p.DupRatios, err = list(*dups, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }); err != nil {
 		return err
@@ -105,148 +161,46 @@ func run() error {
 	if p.LedgerSizes, err = list(*sizes, strconv.Atoi); err != nil {
 		return err
 	}
-	if *smoke {
-		p.Records, p.RawStarts, p.RawClaims, p.ReplayN, p.NaiveRecords, p.Rounds = 300, 200, 5000, 3000, 150, 1
-		p.LiveRate, p.LiveSeconds, p.RSSBacklog, p.LedgerSizes = 100, 2, 0, []int{1000, 20000}
-		*durable = false
+	cfg := bench.RunConfig{Reps: *reps, Pin: !*noPin, CPUProfileDir: *cpuprofile,
+		Infra: bench.InfraConfig{Durable: *durable, DatabaseURL: os.Getenv("DATABASE_URL")}}
+	if cfg.Latencies, err = list(*lats, latency); err != nil {
+		return fmt.Errorf("-latency: %w", err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	if *smoke {
+		p.Records, p.RawStarts, p.RawClaims, p.ReplayN, p.NaiveRecords = 300, 200, 5000, 3000, 40
+		p.LiveRate, p.LiveSeconds, p.RSSBacklog, p.LedgerSizes = 100, 1, 0, []int{1000, 20000}
+		p.DupRatios = []float64{0, 0.9, 1}
+		cfg.Reps, cfg.Infra.Durable = 1, false
+	}
+	cfg.Params = p
+	ctx, stop := signalContext()
 	defer stop()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	say := func(format string, args ...any) {
+	cfg.Say = func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", args...)
 	}
-
-	say("starting the embedded stack")
-	stack, err := devstack.Start(ctx, devstack.Config{Namespace: "default", DurablePostgres: *durable, DatabaseURL: os.Getenv("DATABASE_URL")})
-	if err != nil {
-		return err
-	}
-	defer stack.Stop()
-	tc, err := client.Dial(client.Options{HostPort: stack.Temporal.HostPort(), Namespace: "default",
-		Logger: tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
-	env, err := bench.NewEnv(stack, tc, p, log)
-	if err != nil {
-		return err
-	}
-	defer env.Close()
-	r := &bench.Report{When: time.Now(), Machine: bench.Machine(), Params: p}
-
-	say("raw ledger claims: %d rows in batches of %d", p.RawClaims, p.Batch)
-	if r.RawClaims, err = env.RawClaims(ctx); err != nil {
-		return err
-	}
-	say("  new %.0f rows/s, duplicate %.0f rows/s", r.RawClaims.New.PerSec, r.RawClaims.Duplicate.PerSec)
-	say("raw consume: %d records", p.ReplayN)
-	if r.RawConsume, err = env.RawConsume(ctx, p.ReplayN); err != nil {
-		return err
-	}
-	say("  %.0f records/s", r.RawConsume.PerSec)
-	// The all-duplicate stages run before any workflow is started: the
-	// in-process Temporal server keeps working on open workflows for a
-	// while after each start-heavy stage, and a replay does not involve
-	// Temporal at all (nor, in production, share its cores).
-	say("dedup replay: %d records, all duplicates", p.ReplayN)
-	var recs []*kgo.Record
-	var pre []processor.Intent
-	replay, err := labelled(ctx, "replay", func(ctx context.Context) (bench.RouterResult, error) {
-		var x bench.RouterResult
-		var err error
-		x, recs, pre, err = env.Replay(ctx, p.ReplayN, &r.ReplayRawClaim)
-		return x, err
-	})
-	if err != nil {
-		return err
-	}
-	r.Replay = replay
-	say("  %.0f records/s, %.0f intents/s, %d Temporal calls, %.4f PG round trips/record, claim in flight %.0f%% of the time; the claim alone over its IDs: %.0f rows/s",
-		replay.Records.PerSec, replay.Intents.PerSec, replay.TemporalCalls, replay.PGPerRecord, replay.ClaimBusy*100, r.ReplayRawClaim.PerSec)
-	say("naive consumer, replay: %d records", p.NaiveRecords)
-	if r.NaiveReplay, err = env.Naive(ctx, recs[:min(p.NaiveRecords, len(recs))], pre); err != nil {
-		return err
-	}
-	say("  %.0f records/s", r.NaiveReplay.Records.PerSec)
-	recs, pre = nil, nil
-	if err := env.DropTopics(ctx); err != nil {
-		return err
-	}
-	for i, d := range p.DupRatios {
-		env.Settle(ctx)
-		if i == 0 {
-			// The unique-heavy comparison: raw starts and dedup backlogs
-			// interleaved, each backlog compared with the raw runs either
-			// side of it (the in-process server slows as workflows pile
-			// up, and a single pair is within its noise).
-			say("raw Temporal starts: %d at concurrency %d", p.RawStarts, p.Concurrency)
-			raw, err := labelled(ctx, "raw-starts", env.RawStarts)
-			if err != nil {
-				return err
-			}
-			say("  %.0f starts/s", raw.PerSec)
-			r.RawStartRuns = append(r.RawStartRuns, raw)
-			var runs []bench.RouterResult
-			for round := 0; round < p.Rounds; round++ {
-				env.Settle(ctx)
-				say("dedup backlog, %.0f%% duplicates, %d records (round %d of %d)", d*100, p.Records, round+1, p.Rounds)
-				x, err := labelled(ctx, "unique-heavy", func(ctx context.Context) (bench.RouterResult, error) { return env.Backlog(ctx, d) })
-				if err != nil {
-					return err
-				}
-				say("  %.0f records/s, %.0f workflows/s, %.2f Temporal calls/workflow, %.3f PG round trips/record", x.Records.PerSec, x.Workflows.PerSec, x.TemporalPerUnique, x.PGPerRecord)
-				runs = append(runs, x)
-				env.Settle(ctx)
-				say("raw Temporal starts: %d", p.RawStarts)
-				if raw, err = labelled(ctx, "raw-starts", env.RawStarts); err != nil {
-					return err
-				}
-				say("  %.0f starts/s", raw.PerSec)
-				r.RawStartRuns = append(r.RawStartRuns, raw)
-			}
-			r.UniqueRuns = runs
-			r.Backlogs = append(r.Backlogs, bench.Combine(runs))
-			continue
-		}
-		say("dedup backlog, %.0f%% duplicates, %d records", d*100, p.Records)
-		x, err := env.Backlog(ctx, d)
-		if err != nil {
+	if cfg.Pin {
+		if err := bench.CheckPinning(); err != nil && *smoke {
+			// CI may have one CPU: a smoke run checks the harness, not figures.
+			cfg.Say("not pinning: %v", err)
+			cfg.Pin = false
+		} else if err != nil {
 			return err
 		}
-		say("  %.0f records/s, %.0f workflows/s, %.2f Temporal calls/workflow, %.3f PG round trips/record", x.Records.PerSec, x.Workflows.PerSec, x.TemporalPerUnique, x.PGPerRecord)
-		r.Backlogs = append(r.Backlogs, x)
 	}
-	for _, d := range p.DupRatios {
-		env.Settle(ctx)
-		say("dedup live, %.0f%% duplicates, %d rec/s for %ds", d*100, p.LiveRate, p.LiveSeconds)
-		x, err := env.Live(ctx, d)
-		if err != nil {
-			return err
-		}
-		say("  latency p50 %.0f p95 %.0f p99 %.0f ms over %d workflows", x.LatencyMs.P50, x.LatencyMs.P95, x.LatencyMs.P99, x.LatencyMs.N)
-		r.Live = append(r.Live, x)
-	}
-	env.Settle(ctx)
-	say("naive consumer, unique-heavy: %d records, %.0f%% duplicates", p.NaiveRecords, p.DupRatios[0]*100)
-	uw := bench.UniqueRecords(p, p.NaiveRecords)
-	if r.NaiveUnique, err = env.Naive(ctx, uw, nil); err != nil {
+	if cfg.Exe, err = os.Executable(); err != nil {
 		return err
 	}
-	say("  %.0f records/s, %.0f workflows/s", r.NaiveUnique.Records.PerSec, r.NaiveUnique.Workflows.PerSec)
-	say("ledger growth: %v", p.LedgerSizes)
-	if r.Ledger, err = env.LedgerGrowth(ctx); err != nil {
-		return err
-	}
-	if p.RSSBacklog > 0 {
-		say("dedup run process over %d records", p.RSSBacklog)
-		rss, err := env.RSS(ctx)
-		if err != nil {
+	if *cpuprofile != "" {
+		if err := os.MkdirAll(*cpuprofile, 0o755); err != nil {
 			return err
 		}
-		r.RSS = &rss
-		say("  peak RSS %.0f MiB, %.0f records/s", rss.PeakRSSMiB, rss.Records.PerSec)
+	}
+	if abs, err := filepath.Abs(p.DedupBin); err == nil {
+		cfg.Params.DedupBin = abs
+	}
+	r, err := bench.Run(ctx, cfg, logger())
+	if err != nil {
+		return err
 	}
 	if err := r.Write(*out); err != nil {
 		return err

@@ -1,0 +1,89 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/pprof"
+	"syscall"
+	"time"
+)
+
+// cpuClock reads this process's CPU time (getrusage RUSAGE_SELF, user +
+// system, all threads). A stage reads it at the start and the end of its
+// measured window only, so that set-up (producing the backlog, prefilling
+// the ledger, dialling) is not counted.
+func cpuClock() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// window is a measured window: wall and CPU time from its start.
+type window struct {
+	wall time.Time
+	cpu  time.Duration
+}
+
+func startWindow() window { return window{wall: time.Now(), cpu: cpuClock()} }
+
+// cpuSeconds is the CPU time the process used since the window started.
+func (w window) cpuSeconds() float64 { return (cpuClock() - w.cpu).Seconds() }
+
+// Placement is where the benchmark's processes run.
+type Placement struct {
+	Pinned bool `json:"pinned"`
+	// InfraCPU and StageCPU are the CPUs (taskset -c lists) of the
+	// infrastructure and of the measured process.
+	InfraCPU string `json:"infra_cpu"`
+	StageCPU string `json:"stage_cpu"`
+	// Infra is `taskset -cp` of the infra process and its children (the
+	// throwaway PostgreSQL), as it reported them.
+	Infra []string `json:"infra_affinity"`
+	// Stage is `taskset -cp` of one stage process, as it reported it.
+	Stage string `json:"stage_affinity"`
+}
+
+// CheckPinning says why the benchmark cannot pin its processes to CPUs 0
+// and 1 (nil: it can).
+func CheckPinning() error {
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return fmt.Errorf("taskset is not installed (util-linux); pass -no-pin to run unpinned, which the report then says")
+	}
+	if runtime.NumCPU() < 2 {
+		return fmt.Errorf("this process may use %d CPU; isolation needs 2 (infrastructure on CPU 0, the measured process on CPU 1); pass -no-pin to run unpinned", runtime.NumCPU())
+	}
+	if err := exec.Command("taskset", "-c", "1", "true").Run(); err != nil {
+		return fmt.Errorf("taskset -c 1 fails (%v): CPU 1 is not available to this process; pass -no-pin to run unpinned", err)
+	}
+	return nil
+}
+
+// Pinned is the command line that runs args on cpus (taskset -c), or
+// args alone when cpus is empty.
+func Pinned(cpus string, args ...string) *exec.Cmd {
+	if cpus == "" {
+		return exec.Command(args[0], args[1:]...)
+	}
+	return exec.Command("taskset", append([]string{"-c", cpus}, args...)...)
+}
+
+// SelfAffinity is `taskset -cp` of this process.
+func SelfAffinity() string { return affinityOf(os.Getpid(), false)[0] }
+
+// StartCPUProfile writes this process's CPU profile to path until the
+// returned func is called.
+func StartCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}

@@ -1,0 +1,353 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+)
+
+// RunConfig is one benchmark run: its sizes, the latency profiles, the
+// repetitions and where the processes run.
+type RunConfig struct {
+	Params    Params
+	Latencies []Latency
+	// Reps is the repetitions per latency profile: in each, every
+	// comparison's stages run back to back, so every ratio has Reps
+	// samples taken under the same conditions.
+	Reps int
+	// Pin runs the infrastructure on CPU 0 and each stage on CPU 1
+	// (taskset); without it nothing is pinned and the report says so.
+	Pin bool
+	// Exe is this program (re-run as `infra` and `stage NAME`).
+	Exe string
+	// CPUProfileDir, if set, gets one CPU profile per stage process.
+	CPUProfileDir string
+	Infra         InfraConfig
+	// Say reports progress.
+	Say func(format string, args ...any)
+}
+
+const infraCPU, stageCPU = "0", "1"
+
+// Validate says which field is wrong.
+func (c RunConfig) Validate() error {
+	switch {
+	case c.Reps < 1:
+		return fmt.Errorf("bench: Reps must be at least 1, not %d", c.Reps)
+	case len(c.Latencies) == 0:
+		return fmt.Errorf("bench: Latencies is empty")
+	case len(c.Params.DupRatios) == 0:
+		return fmt.Errorf("bench: Params.DupRatios is empty")
+	case c.Exe == "":
+		return fmt.Errorf("bench: Exe is empty")
+	case c.Say == nil:
+		return fmt.Errorf("bench: Say is nil")
+	}
+	for _, l := range c.Latencies {
+		if l.Name == "" || l.Temporal < 0 || l.Postgres < 0 || l.Kafka < 0 {
+			return fmt.Errorf("bench: latency profile %+v: a name and round trips >= 0", l)
+		}
+	}
+	return nil
+}
+
+// Run starts the infra process, runs every stage in its own process per
+// latency profile and repetition, and returns the report.
+func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	say := cfg.Say
+	r := &Report{When: time.Now(), Machine: Machine(), Params: cfg.Params, Reps: cfg.Reps,
+		Placement: Placement{Pinned: cfg.Pin}}
+	icpu, scpu := "", ""
+	if cfg.Pin {
+		icpu, scpu = infraCPU, stageCPU
+		r.Placement.InfraCPU, r.Placement.StageCPU = infraCPU, stageCPU
+	}
+	dir, err := os.MkdirTemp("", "dedup-bench-run-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+
+	say("starting the infrastructure (kfake, Temporal, PostgreSQL, toxiproxy)%s", map[bool]string{true: " on CPU " + infraCPU, false: ", unpinned"}[cfg.Pin])
+	in, stopInfra, err := startInfraProcess(cfg, icpu)
+	if err != nil {
+		return nil, err
+	}
+	defer stopInfra()
+	r.Placement.Infra = in.Affinity
+	for _, a := range in.Affinity {
+		say("  %s", a)
+	}
+	infraPath, paramsPath := filepath.Join(dir, "infra.json"), filepath.Join(dir, "params.json")
+	if err := writeJSON(infraPath, in); err != nil {
+		return nil, err
+	}
+	if err := writeJSON(paramsPath, cfg.Params); err != nil {
+		return nil, err
+	}
+	tc, err := client.Dial(client.Options{HostPort: in.TemporalDirect, Namespace: in.Namespace,
+		Logger: tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
+	if err != nil {
+		return nil, err
+	}
+	defer tc.Close()
+
+	var workflows int64
+	seq := 0
+	stage := func(name string, dup float64, tag string) (StageResult, error) {
+		seq++
+		args := []string{cfg.Exe, "stage", "-name", name, "-dup", strconv.FormatFloat(dup, 'g', -1, 64), "-infra", infraPath, "-params", paramsPath}
+		if cfg.CPUProfileDir != "" {
+			args = append(args, "-cpuprofile", filepath.Join(cfg.CPUProfileDir, fmt.Sprintf("%02d-%s-%s.pprof", seq, tag, name)))
+		}
+		cmd := Pinned(scpu, args...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return StageResult{}, fmt.Errorf("stage %s (dup %.2f, %s): %w", name, dup, tag, err)
+		}
+		var res StageResult
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			return res, fmt.Errorf("reading stage %s's result: %w", name, err)
+		}
+		if r.Placement.Stage == "" {
+			r.Placement.Stage = res.Affinity
+		}
+		workflows += res.Workflows
+		Settle(ctx, tc, workflows, log)
+		return res, nil
+	}
+
+	for _, lat := range cfg.Latencies {
+		say("latency profile %s: Temporal %s, PostgreSQL %s, Kafka %s round trip", lat.Name, lat.Temporal, lat.Postgres, lat.Kafka)
+		if err := SetLatency(in.ProxyAPI, lat); err != nil {
+			return nil, err
+		}
+		prof := Profile{Latency: lat}
+		for rep := 1; rep <= cfg.Reps; rep++ {
+			tag := fmt.Sprintf("%s-rep%d", lat.Name, rep)
+			x, err := runRep(ctx, cfg.Params, rep, tag, stage, say)
+			if err != nil {
+				return nil, err
+			}
+			prof.Reps = append(prof.Reps, x)
+		}
+		r.Profiles = append(r.Profiles, prof)
+	}
+	if err := SetLatency(in.ProxyAPI, Latency{}); err != nil {
+		return nil, err
+	}
+	say("ledger growth (no added latency): %v", cfg.Params.LedgerSizes)
+	lg, err := stage(StageLedgerGrowth, 0, "nolat")
+	if err != nil {
+		return nil, err
+	}
+	r.Ledger = lg.Ledger
+	if cfg.Params.RSSBacklog > 0 {
+		say("dedup run process over %d records (no added latency)", cfg.Params.RSSBacklog)
+		x, err := stage(StageRSS, 0, "nolat")
+		if err != nil {
+			return nil, err
+		}
+		r.RSS = x.RSS
+		say("  peak RSS %.0f MiB, %.0f records/s", x.RSS.PeakRSSMiB, x.RSS.Records.PerSec)
+	}
+	r.Finish()
+	return r, nil
+}
+
+// runRep runs one repetition of every comparison at one latency profile.
+// The unique-heavy comparison alternates its order (raw first in odd
+// repetitions, dedup first in even ones): with no worker, every started
+// workflow stays open and the server slows a little as they pile up.
+func runRep(ctx context.Context, p Params, rep int, tag string, stage func(string, float64, string) (StageResult, error), say func(string, ...any)) (Rep, error) {
+	var x Rep
+	run := func(name string, dup float64) (StageResult, error) {
+		res, err := stage(name, dup, tag)
+		if err != nil {
+			return res, err
+		}
+		switch {
+		case res.Rate != nil:
+			say("  %s %s: %.0f/s, CPU %.1f µs each", tag, name, res.Rate.PerSec, res.Rate.CPUPer())
+		case res.Claims != nil:
+			say("  %s %s: new %.0f rows/s (%.1f µs CPU/row), duplicate %.0f rows/s (%.1f µs CPU/row)", tag, name,
+				res.Claims.New.PerSec, res.Claims.New.CPUPer(), res.Claims.Duplicate.PerSec, res.Claims.Duplicate.CPUPer())
+		case res.Router != nil:
+			rr := res.Router
+			say("  %s %s dup %.0f%%: %.0f records/s, %.0f workflows/s, CPU %.1f µs/record %.1f µs/workflow, %d Temporal calls, p99 %.0f ms",
+				tag, name, dup*100, rr.Records.PerSec, rr.Workflows.PerSec, rr.CPUPerRecord(), rr.CPUPerWorkflow(), rr.TemporalCalls, rr.LatencyMs.P99)
+		}
+		return res, nil
+	}
+	router := func(name string, dup float64) (RouterResult, error) {
+		res, err := run(name, dup)
+		if err != nil || res.Router == nil {
+			return RouterResult{}, err
+		}
+		return *res.Router, nil
+	}
+	rawStarts := func() error {
+		res, err := run(StageRawStarts, 0)
+		if err == nil {
+			x.RawStarts = *res.Rate
+		}
+		return err
+	}
+	unique := func() (err error) {
+		x.Unique, err = router(StageBacklog, p.DupRatios[0])
+		return err
+	}
+	first, second := rawStarts, unique
+	if rep%2 == 0 {
+		first, second = unique, rawStarts
+	}
+	if err := first(); err != nil {
+		return x, err
+	}
+	if err := second(); err != nil {
+		return x, err
+	}
+	var err error
+	if x.NaiveUnique, err = router(StageNaiveUnique, p.DupRatios[0]); err != nil {
+		return x, err
+	}
+	res, err := run(StageRawClaims, 0)
+	if err != nil {
+		return x, err
+	}
+	x.RawClaims = *res.Claims
+	if res, err = run(StageReplay, 1); err != nil {
+		return x, err
+	}
+	x.Replay, x.ReplayRawClaim = *res.Router, *res.ReplayRawClaim
+	if x.NaiveReplay, err = router(StageNaiveReplay, 1); err != nil {
+		return x, err
+	}
+	if res, err = run(StageRawConsume, 0); err != nil {
+		return x, err
+	}
+	x.RawConsume = *res.Rate
+	x.Backlogs = []RouterResult{x.Unique}
+	for _, d := range p.DupRatios[1:] {
+		b, err := router(StageBacklog, d)
+		if err != nil {
+			return x, err
+		}
+		x.Backlogs = append(x.Backlogs, b)
+	}
+	for _, d := range p.DupRatios {
+		l, err := router(StageLive, d)
+		if err != nil {
+			return x, err
+		}
+		x.Live = append(x.Live, l)
+	}
+	// The Watermill peer (StageWatermill) joins the unique-heavy
+	// comparison here once it is built: router(StageWatermill, p.DupRatios[0]).
+	return x, nil
+}
+
+// startInfraProcess runs `Exe infra` (pinned to cpus) and reads the
+// addresses it prints; the returned func stops it (closing its stdin).
+func startInfraProcess(cfg RunConfig, cpus string) (*Infra, func(), error) {
+	args := []string{cfg.Exe, "infra", "-durable=" + strconv.FormatBool(cfg.Infra.Durable)}
+	if cfg.CPUProfileDir != "" {
+		args = append(args, "-cpuprofile", filepath.Join(cfg.CPUProfileDir, "infra.pprof"))
+	}
+	cmd := Pinned(cpus, args...)
+	cmd.Stderr = os.Stderr
+	if cfg.Infra.DatabaseURL != "" {
+		cmd.Env = append(os.Environ(), "DATABASE_URL="+cfg.Infra.DatabaseURL)
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("starting the infra process: %w", err)
+	}
+	stop := func() {
+		_ = stdin.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	line, err := bufio.NewReader(stdout).ReadBytes('\n')
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("the infra process did not start: %w", err)
+	}
+	var in Infra
+	if err := json.Unmarshal(line, &in); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("reading the infra process's addresses: %w", err)
+	}
+	return &in, stop, nil
+}
+
+// ServeInfra is the infra process: it starts the infrastructure, prints
+// its addresses as one JSON line on stdout, and runs until stdin closes
+// (the orchestrator exits) or ctx ends.
+func ServeInfra(ctx context.Context, cfg InfraConfig, stdin io.Reader, stdout io.Writer) error {
+	in, stop, err := StartInfra(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	b, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(stdout, "%s\n", b); err != nil {
+		return err
+	}
+	closed := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, stdin); close(closed) }()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// ReadJSON reads a file written by the orchestrator (infra.json,
+// params.json).
+func ReadJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}

@@ -1,0 +1,151 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/pprof"
+
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+)
+
+// The stages a measured process can run (`dedup-bench stage NAME`).
+const (
+	StageRawStarts    = "raw-starts"    // the router's starter alone: unique start requests at its concurrency
+	StageRawClaims    = "raw-claims"    // the router's claim statement alone, new rows then duplicate rows
+	StageRawConsume   = "raw-consume"   // a group consumer that commits each poll and does nothing else
+	StageBacklog      = "backlog"       // the router over a backlog at -dup
+	StageLive         = "live"          // the router on live traffic at -dup, for latency
+	StageReplay       = "replay"        // the router over an all-duplicate backlog, then the claim alone over its IDs
+	StageNaiveUnique  = "naive-unique"  // the naive consumer, unique-heavy
+	StageNaiveReplay  = "naive-replay"  // the naive consumer, all duplicates
+	StageLedgerGrowth = "ledger-growth" // the claim statement as the ledger grows
+	StageRSS          = "rss"           // a `dedup run` process over RSSBacklog records, its peak RSS
+	StageWatermill    = "watermill"     // the Watermill peer consumer (integration/bench/peer): not built yet
+)
+
+// Stages lists every stage name.
+var Stages = []string{StageRawStarts, StageRawClaims, StageRawConsume, StageBacklog, StageLive, StageReplay,
+	StageNaiveUnique, StageNaiveReplay, StageLedgerGrowth, StageRSS, StageWatermill}
+
+// ErrNotBuilt is the watermill stage's answer until the peer is wired in.
+var ErrNotBuilt = errors.New("stage watermill: not built (integration/bench/peer is wired in later)")
+
+// StageResult is what a stage process prints (JSON on stdout). One of
+// Rate, Claims, Router, Ledger, RSS is set, by stage.
+type StageResult struct {
+	Stage  string        `json:"stage"`
+	Dup    float64       `json:"dup_ratio"`
+	Rate   *Rate         `json:"rate,omitempty"`
+	Claims *ClaimRates   `json:"claims,omitempty"`
+	Router *RouterResult `json:"router,omitempty"`
+	// ReplayRawClaim is the replay stage's claim statement alone over its
+	// own IDs, right after the router.
+	ReplayRawClaim *Rate         `json:"replay_raw_claim,omitempty"`
+	Ledger         []LedgerPoint `json:"ledger,omitempty"`
+	RSS            *RSSResult    `json:"rss,omitempty"`
+	// Workflows is how many workflows the stage started (Settle).
+	Workflows int64 `json:"workflows"`
+	// Affinity is `taskset -cp` of the stage process.
+	Affinity string `json:"affinity"`
+}
+
+// StageConfig is what one stage process runs.
+type StageConfig struct {
+	Name       string
+	Dup        float64
+	Infra      *Infra
+	Params     Params
+	CPUProfile string // file for this process's CPU profile; "" for none
+}
+
+// RunStage runs one stage in this process, against the infrastructure, and
+// returns its result.
+func RunStage(ctx context.Context, cfg StageConfig, log *slog.Logger) (StageResult, error) {
+	res := StageResult{Stage: cfg.Name, Dup: cfg.Dup, Affinity: SelfAffinity()}
+	tc, err := client.Dial(client.Options{HostPort: cfg.Infra.Temporal, Namespace: cfg.Infra.Namespace,
+		Logger: tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
+	if err != nil {
+		return res, fmt.Errorf("dialling Temporal at %s: %w", cfg.Infra.Temporal, err)
+	}
+	defer tc.Close()
+	e, err := NewEnv(cfg.Infra, tc, cfg.Params, log)
+	if err != nil {
+		return res, err
+	}
+	defer e.Close()
+	if cfg.CPUProfile != "" {
+		done, err := StartCPUProfile(cfg.CPUProfile)
+		if err != nil {
+			return res, err
+		}
+		defer done()
+	}
+	// A label, so that a profile can be focused on the measured work
+	// (pprof -tagfocus stage=replay) rather than the set-up.
+	pprof.Do(ctx, pprof.Labels("stage", cfg.Name), func(ctx context.Context) { err = e.dispatch(ctx, cfg, &res) })
+	res.Workflows = e.Workflows()
+	if derr := e.DropTopics(context.WithoutCancel(ctx)); err == nil && derr != nil {
+		err = fmt.Errorf("dropping the stage's topics: %w", derr)
+	}
+	return res, err
+}
+
+func (e *Env) dispatch(ctx context.Context, cfg StageConfig, res *StageResult) error {
+	var err error
+	router := func(x RouterResult, err error) error {
+		res.Router = &x
+		return err
+	}
+	switch cfg.Name {
+	case StageRawStarts:
+		var r Rate
+		r, err = e.RawStarts(ctx)
+		res.Rate = &r
+	case StageRawConsume:
+		var r Rate
+		r, err = e.RawConsume(ctx, e.P.ReplayN)
+		res.Rate = &r
+	case StageRawClaims:
+		var c ClaimRates
+		c, err = e.RawClaims(ctx)
+		res.Claims = &c
+	case StageBacklog:
+		err = router(e.Backlog(ctx, cfg.Dup))
+	case StageLive:
+		err = router(e.Live(ctx, cfg.Dup))
+	case StageReplay:
+		var x RouterResult
+		var raw Rate
+		x, raw, err = e.Replay(ctx)
+		res.Router, res.ReplayRawClaim = &x, &raw
+	case StageNaiveUnique:
+		err = router(e.Naive(ctx, UniqueRecords(e.P, e.P.NaiveRecords), nil))
+	case StageNaiveReplay:
+		err = router(e.NaiveReplay(ctx))
+	case StageLedgerGrowth:
+		res.Ledger, err = e.LedgerGrowth(ctx)
+	case StageRSS:
+		var r RSSResult
+		r, err = e.RSS(ctx)
+		res.RSS = &r
+	case StageWatermill:
+		// WIRE THE WATERMILL PEER IN HERE (integration/bench/peer, built
+		// in another change). A few lines, with what the router's runs use:
+		//   topic, recs, _, err := e.backlogWorkload(ctx, cfg.Dup)
+		//   e.produce(ctx, recs); pool, _, url, err := e.database(ctx) (if it needs one)
+		//   win := startWindow(); pr, err := peer.Run(ctx, peer.Config{Brokers: e.In.Brokers,
+		//       Topic: topic, TemporalHostPort: e.In.Temporal, ...})
+		//   res.Router = &RouterResult{DupRatio: cfg.Dup, Records: win.measured(len(recs)),
+		//       CPUSeconds: win.cpuSeconds(), ...}; e.workflows.Add(started)
+		// and in runRep (orchestrate.go), next to the naive consumer:
+		//   x.Watermill, err = router(StageWatermill, p.DupRatios[0])
+		return ErrNotBuilt
+	default:
+		return fmt.Errorf("unknown stage %q (stages: %v)", cfg.Name, Stages)
+	}
+	return err
+}
