@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc/codes"
 
 	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/workload"
@@ -49,7 +50,13 @@ type GuaranteeParams struct {
 	Dedup bool
 	// Timeout bounds each pass (default 2 minutes).
 	Timeout time.Duration
-	Log     *slog.Logger
+	// StartTimeout bounds one start call of either job (default 10s).
+	StartTimeout time.Duration
+	// Faults, when set, must be the stack's Temporal faults
+	// (devstack.Config.TemporalFaults): the outage scenario runs, in
+	// which Temporal refuses every start for StartTimeout + 2s.
+	Faults *devstack.TemporalFaults
+	Log    *slog.Logger
 }
 
 // Pass is one consumption of a backlog, by one job.
@@ -63,8 +70,11 @@ type Pass struct {
 	// Handled is per replica (Watermill: messages acked, including
 	// those the deduplicator dropped; dedup: not counted).
 	Handled []int64 `json:"handled_per_replica,omitempty"`
-	// Deduplicated is the messages Watermill's deduplicator dropped.
+	// Deduplicated is the messages Watermill's deduplicator dropped;
+	// Lost those it dropped after the handler had failed for them
+	// (Result.Lost).
 	Deduplicated int64 `json:"deduplicated,omitempty"`
+	Lost         int64 `json:"lost_to_deduplicator,omitempty"`
 }
 
 // Side is what one job did in each scenario.
@@ -85,6 +95,12 @@ type Side struct {
 	// TwoReplicas consumes another backlog, all its duplicates on another
 	// partition than their original, with two replicas in one group.
 	TwoReplicas Pass `json:"two_replicas"`
+	// Outage consumes a third backlog while Temporal refuses every start
+	// (Unavailable) for StartTimeout + 2s, from before its first record
+	// is produced; OutageMissing is how many of its workflow IDs have no
+	// execution afterwards (events lost).
+	Outage        *Pass `json:"temporal_outage,omitempty"`
+	OutageMissing int   `json:"temporal_outage_missing_workflows"`
 }
 
 // GuaranteesResult is both jobs' sides.
@@ -93,6 +109,7 @@ type GuaranteesResult struct {
 	// exactly-once starts), TwoReplicaWorkflows the second backlog's.
 	Workflows           int    `json:"workflows"`
 	TwoReplicaWorkflows int    `json:"two_replica_workflows"`
+	OutageWorkflows     int    `json:"outage_workflows,omitempty"`
 	Watermill           Side   `json:"watermill"`
 	Dedup               *Side  `json:"dedup,omitempty"`
 	RetentionEmulation  string `json:"retention_emulation"`
@@ -120,6 +137,9 @@ func Guarantees(ctx context.Context, p GuaranteeParams) (GuaranteesResult, error
 	if p.Timeout <= 0 {
 		p.Timeout = 2 * time.Minute
 	}
+	if p.StartTimeout <= 0 {
+		p.StartTimeout = 10 * time.Second
+	}
 	if p.Log == nil {
 		p.Log = slog.New(slog.DiscardHandler)
 	}
@@ -134,8 +154,8 @@ func Guarantees(ctx context.Context, p GuaranteeParams) (GuaranteesResult, error
 		jobs = append(jobs, &dedupJob{g: g})
 	}
 	for _, j := range jobs {
-		side, w, w2, err := g.side(ctx, j)
-		res.Workflows, res.TwoReplicaWorkflows = w, w2
+		side, w, err := g.side(ctx, j)
+		res.Workflows, res.TwoReplicaWorkflows, res.OutageWorkflows = w[0], w[1], w[2]
 		if j.name() == "watermill" {
 			res.Watermill = side
 		} else {
@@ -178,37 +198,39 @@ func (g *guarantees) name(kind string) string {
 	return fmt.Sprintf("peer-%s-%d-%d", kind, g.stamp, g.seq.Add(1))
 }
 
-func (g *guarantees) side(ctx context.Context, j job) (Side, int, int, error) {
+func (g *guarantees) side(ctx context.Context, j job) (Side, [3]int, error) {
+	var n [3]int
 	side := Side{Job: j.name()}
 	defer j.close()
 	topic, group := g.name(j.name()), g.name(j.name()+"-g")
 	if err := g.createTopic(ctx, topic); err != nil {
-		return side, 0, 0, err
+		return side, n, err
 	}
 	w := workload.Generate(workload.Spec{Topic: topic, Partitions: g.p.Partitions, Records: g.p.Records, DupRatio: g.p.DupRatio,
 		CrossPartition: g.p.CrossPartition, Seed: 21, IDPrefix: topic + "-"})
 	ids := g.workflowIDs(w.Records)
+	n[0] = len(ids)
 	if err := g.kcl.ProduceSync(ctx, w.Records...).FirstErr(); err != nil {
-		return side, 0, 0, err
+		return side, n, err
 	}
 	var err error
 	if side.First, err = j.pass(ctx, topic, group, 1, len(w.Records)); err != nil {
-		return side, len(ids), 0, fmt.Errorf("first pass: %w", err)
+		return side, n, fmt.Errorf("first pass: %w", err)
 	}
 	if err := g.resetGroup(ctx, group); err != nil {
-		return side, len(ids), 0, err
+		return side, n, err
 	}
 	if side.Restart, err = j.pass(ctx, topic, group, 1, len(w.Records)); err != nil {
-		return side, len(ids), 0, fmt.Errorf("replay after restart: %w", err)
+		return side, n, fmt.Errorf("replay after restart: %w", err)
 	}
 	if err := g.deleteExecutions(ctx, ids); err != nil {
-		return side, len(ids), 0, err
+		return side, n, err
 	}
 	if err := g.resetGroup(ctx, group); err != nil {
-		return side, len(ids), 0, err
+		return side, n, err
 	}
 	if side.AfterRetention, err = j.pass(ctx, topic, group, 1, len(w.Records)); err != nil {
-		return side, len(ids), 0, fmt.Errorf("replay after retention: %w", err)
+		return side, n, fmt.Errorf("replay after retention: %w", err)
 	}
 	if len(ids) > 0 {
 		side.ExecutionsPerWorkflow = float64(side.First.NewStarts+side.AfterRetention.NewStarts) / float64(len(ids))
@@ -217,14 +239,35 @@ func (g *guarantees) side(ctx context.Context, j job) (Side, int, int, error) {
 	// partition than their original.
 	topic2, group2 := g.name(j.name()), g.name(j.name()+"-g")
 	if err := g.createTopic(ctx, topic2); err != nil {
-		return side, len(ids), 0, err
+		return side, n, err
 	}
 	w2 := workload.Generate(workload.Spec{Topic: topic2, Partitions: g.p.Partitions, Records: g.p.Records, DupRatio: max(g.p.DupRatio, 0.3),
 		CrossPartition: 1, Seed: 22, IDPrefix: topic2 + "-"})
-	ids2 := g.workflowIDs(w2.Records)
+	n[1] = len(g.workflowIDs(w2.Records))
 	j2 := &producing{job: j, g: g, recs: w2.Records}
-	side.TwoReplicas, err = j2.pass(ctx, topic2, group2, 2, len(w2.Records))
-	return side, len(ids), len(ids2), err
+	if side.TwoReplicas, err = j2.pass(ctx, topic2, group2, 2, len(w2.Records)); err != nil || g.p.Faults == nil {
+		return side, n, err
+	}
+	// A Temporal outage longer than a start's timeout.
+	topic3, group3 := g.name(j.name()), g.name(j.name()+"-g")
+	if err := g.createTopic(ctx, topic3); err != nil {
+		return side, n, err
+	}
+	w3 := workload.Generate(workload.Spec{Topic: topic3, Partitions: g.p.Partitions, Records: g.p.Records, DupRatio: g.p.DupRatio,
+		CrossPartition: g.p.CrossPartition, Seed: 23, IDPrefix: topic3 + "-"})
+	ids3 := g.workflowIDs(w3.Records)
+	n[2] = len(ids3)
+	j3 := &producing{job: j, g: g, recs: w3.Records, before: func() {
+		g.p.Faults.Refuse(g.p.Namespace, codes.Unavailable, g.p.StartTimeout+2*time.Second)
+	}}
+	outage, err := j3.pass(ctx, topic3, group3, 1, len(w3.Records))
+	g.p.Faults.Clear()
+	side.Outage = &outage
+	if err != nil {
+		return side, n, err
+	}
+	side.OutageMissing, err = g.missing(ctx, ids3)
+	return side, n, err
 }
 
 // producing produces its records once every replica of the pass has
@@ -233,6 +276,8 @@ type producing struct {
 	job
 	g    *guarantees
 	recs []*kgo.Record
+	// before, if set, runs just before the records are produced.
+	before func()
 }
 
 func (g *guarantees) createTopic(ctx context.Context, topic string) error {
@@ -353,6 +398,23 @@ func (g *guarantees) deleteExecutions(ctx context.Context, ids []string) error {
 	return nil
 }
 
+// missing counts the workflow IDs of ids without an execution.
+func (g *guarantees) missing(ctx context.Context, ids []string) (int, error) {
+	n := 0
+	for _, id := range ids {
+		_, err := g.p.Temporal.WorkflowService().DescribeWorkflowExecution(ctx, &workflowservice.DescribeWorkflowExecutionRequest{
+			Namespace: g.p.Namespace, Execution: &commonpb.WorkflowExecution{WorkflowId: id}})
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+			n++
+		case err != nil:
+			return n, fmt.Errorf("describing workflow %s: %w", id, err)
+		}
+	}
+	return n, nil
+}
+
 // watermillJob runs the Watermill peer.
 type watermillJob struct{ g *guarantees }
 
@@ -362,7 +424,7 @@ func (w *watermillJob) close()       {}
 func (w *watermillJob) config(topic, group string) Config {
 	p := w.g.p
 	return Config{Brokers: p.Stack.Brokers(), Topic: topic, Group: group, Temporal: p.Temporal, Namespace: p.Namespace,
-		Routes: p.Routes, Window: p.Window, Log: p.Log}
+		Routes: p.Routes, Window: p.Window, StartTimeout: p.StartTimeout, Log: p.Log}
 }
 
 func (w *watermillJob) pass(ctx context.Context, topic, group string, replicas, records int) (Pass, error) {
@@ -397,7 +459,7 @@ func (w *watermillJob) run(ctx context.Context, topic, group string, replicas, r
 	stop()
 	o := <-done
 	pass := Pass{Records: records, TemporalCalls: o.total.TemporalCalls, NewStarts: o.total.NewStarts,
-		AlreadyStarted: o.total.AlreadyStarted, Errors: o.total.Errors, Seconds: time.Since(began).Seconds(), Deduplicated: o.total.Deduplicated}
+		AlreadyStarted: o.total.AlreadyStarted, Errors: o.total.Errors, Seconds: time.Since(began).Seconds(), Deduplicated: o.total.Deduplicated, Lost: o.total.Lost}
 	for _, r := range o.each {
 		pass.Handled = append(pass.Handled, r.Handled)
 	}
@@ -405,7 +467,12 @@ func (w *watermillJob) run(ctx context.Context, topic, group string, replicas, r
 }
 
 func (p *producing) pass(ctx context.Context, topic, group string, replicas, records int) (Pass, error) {
-	produce := func(ctx context.Context) error { return p.g.kcl.ProduceSync(ctx, p.recs...).FirstErr() }
+	produce := func(ctx context.Context) error {
+		if p.before != nil {
+			p.before()
+		}
+		return p.g.kcl.ProduceSync(ctx, p.recs...).FirstErr()
+	}
 	switch j := p.job.(type) {
 	case *watermillJob:
 		return j.run(ctx, topic, group, replicas, records, produce)
@@ -471,7 +538,8 @@ func (d *dedupJob) run(ctx context.Context, topic, group string, replicas, recor
 	cfg.CommitInterval = 100 * time.Millisecond
 	cfg.SessionTimeout = 10 * time.Second
 	cfg.Routes = p.Routes
-	st := &countingStarter{inner: starter.New(p.Temporal, starter.Config{Namespace: p.Namespace, StartTimeout: 10 * time.Second})}
+	cfg.Retry.Max = time.Second
+	st := &countingStarter{inner: starter.New(p.Temporal, starter.Config{Namespace: p.Namespace, StartTimeout: p.StartTimeout})}
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup

@@ -19,14 +19,17 @@ import (
 // small backlog against the embedded stack (kfake, Temporal, PostgreSQL):
 // the Watermill job starts one workflow per distinct workflow ID, and a
 // replay after a restart calls Temporal for every one of them again, where
-// dedup's ledger answers the replay without a call.
+// dedup's ledger answers the replay without a call; and an outage of
+// Temporal longer than a start's timeout loses events to the
+// deduplicator (it recorded them before the handler failed), not to dedup.
 func TestWatermillStartsOncePerProcessAndAgainOnReplay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Temporal, Kafka and PostgreSQL")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	stack, err := devstack.Start(ctx, devstack.Config{Namespace: "default", DatabaseURL: os.Getenv("DATABASE_URL")})
+	faults := &devstack.TemporalFaults{}
+	stack, err := devstack.Start(ctx, devstack.Config{Namespace: "default", DatabaseURL: os.Getenv("DATABASE_URL"), TemporalFaults: faults})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +41,8 @@ func TestWatermillStartsOncePerProcessAndAgainOnReplay(t *testing.T) {
 	}
 	defer tc.Close()
 	res, err := peer.Guarantees(ctx, peer.GuaranteeParams{Stack: stack, Temporal: tc, Namespace: "default",
-		Records: 120, Partitions: 4, DupRatio: 0.3, CrossPartition: 0.5, Window: time.Hour, Dedup: true, Log: quiet})
+		Records: 120, Partitions: 4, DupRatio: 0.3, CrossPartition: 0.5, Window: time.Hour, Dedup: true,
+		StartTimeout: 2 * time.Second, Faults: faults, Log: quiet})
 	b, _ := json.MarshalIndent(res, "", "  ")
 	t.Logf("%s", b)
 	if err != nil {
@@ -68,6 +72,12 @@ func TestWatermillStartsOncePerProcessAndAgainOnReplay(t *testing.T) {
 	if dd.First.NewStarts != n || dd.Restart.TemporalCalls != 0 || dd.AfterRetention.TemporalCalls != 0 || dd.ExecutionsPerWorkflow != 1 {
 		t.Errorf("dedup: first %+v, replay %+v, after retention %+v (%.2f executions per workflow ID), want %d new starts, then no calls",
 			dd.First, dd.Restart, dd.AfterRetention, dd.ExecutionsPerWorkflow, n)
+	}
+	// The outage: Watermill's redelivery of a failed message is dropped
+	// as a duplicate, so its workflows never start; dedup retries.
+	if wm.OutageMissing == 0 || wm.Outage.Lost == 0 || dd.OutageMissing != 0 {
+		t.Errorf("outage: watermill %d of %d workflows missing (%+v), dedup %d missing; want some, then none",
+			wm.OutageMissing, res.OutageWorkflows, wm.Outage, dd.OutageMissing)
 	}
 	// Two replicas: a running workflow's ID is rejected by Temporal, so
 	// neither job starts one twice; how many extra calls Watermill makes
