@@ -263,6 +263,18 @@ type RetentionResult struct {
 	LookupPlain       Rate `json:"lookup_plain"`
 	LookupPartitioned Rate `json:"lookup_partitioned"`
 	Partitions        int  `json:"partitions"`
+	// PurgeScans is how the purge read the ledger (pg_stat_user_tables
+	// over the Purge call): its statement has no index on started_at, so
+	// each batch finds its rows by a sequential scan, and the planner may
+	// join them back by another full scan rather than the primary key.
+	PurgeScans TableScans `json:"purge_scans"`
+}
+
+// TableScans are a table's scan counters over an interval.
+type TableScans struct {
+	SeqScans      int64 `json:"seq_scans"`
+	SeqTuplesRead int64 `json:"seq_tuples_read"`
+	IndexScans    int64 `json:"index_scans"`
 }
 
 // RetentionCost fills a fresh ledger with rows started over days days,
@@ -298,10 +310,32 @@ func (e *Env) RetentionCost(ctx context.Context, rows, days int) (RetentionResul
 	if res.LookupPartitioned, err = lookupRate(ctx, pool, "dedup_ledger_by_day", probe); err != nil {
 		return res, err
 	}
-	// Today's purge: everything started more than days-1 days ago.
-	led := ledger.NewFromPool(pool)
+	// Today's purge: everything started more than days-1 days ago, on a
+	// one-connection pool, whose statistics are flushed on demand.
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return res, err
+	}
+	pc.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return res, err
+	}
+	defer one.Close()
+	led := ledger.NewFromPool(one)
 	res.Delete, err = measureRemoval(ctx, pool, "dedup_ledger", true, func(ctx context.Context) (int64, error) {
-		return led.Purge(ctx, window-day, ledger.DefaultConfig().PurgeBatch)
+		before, err := tableScans(ctx, one, "dedup_ledger")
+		if err != nil {
+			return 0, err
+		}
+		n, err := led.Purge(ctx, window-day, ledger.DefaultConfig().PurgeBatch)
+		if err != nil {
+			return n, err
+		}
+		after, err := tableScans(ctx, one, "dedup_ledger")
+		res.PurgeScans = TableScans{SeqScans: after.SeqScans - before.SeqScans, SeqTuplesRead: after.SeqTuplesRead - before.SeqTuplesRead,
+			IndexScans: after.IndexScans - before.IndexScans}
+		return n, err
 	})
 	if err != nil {
 		return res, err
@@ -387,6 +421,21 @@ func (e *Env) dropDatabase(ctx context.Context, pool *pgxpool.Pool, url string) 
 	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{cfg.Database}.Sanitize()+` WITH (FORCE)`); err != nil {
 		e.Log.Warn("dropping a ledger-size database", "err", err)
 	}
+}
+
+// tableScans reads table's scan counters on pool's one connection, after
+// flushing that connection's pending statistics.
+func tableScans(ctx context.Context, one *pgxpool.Pool, table string) (TableScans, error) {
+	var s TableScans
+	if _, err := one.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		return s, err
+	}
+	if _, err := one.Exec(ctx, `SELECT pg_stat_clear_snapshot()`); err != nil {
+		return s, err
+	}
+	err := one.QueryRow(ctx, `SELECT coalesce(seq_scan, 0), coalesce(seq_tup_read, 0), coalesce(idx_scan, 0)
+		FROM pg_stat_user_tables WHERE relname = $1`, table).Scan(&s.SeqScans, &s.SeqTuplesRead, &s.IndexScans)
+	return s, err
 }
 
 func pgMessage(err error) string {
