@@ -330,10 +330,15 @@ func (g *guarantees) waitConsumed(ctx context.Context, group, topic string) erro
 	return fmt.Errorf("group %s did not consume %s: %w", group, topic, ctx.Err())
 }
 
-// waitMembers waits until the group is stable with n members.
 func (g *guarantees) waitMembers(ctx context.Context, group string, n int) error {
+	return WaitGroupMembers(ctx, g.adm, group, n)
+}
+
+// WaitGroupMembers waits until the consumer group is stable with n
+// members (Watermill's replicas, or dedup's routers).
+func WaitGroupMembers(ctx context.Context, adm *kadm.Client, group string, n int) error {
 	for ctx.Err() == nil {
-		gs, err := g.adm.DescribeGroups(ctx, group)
+		gs, err := adm.DescribeGroups(ctx, group)
 		if err == nil {
 			if d, ok := gs[group]; ok && d.State == "Stable" && len(d.Members) == n {
 				return nil

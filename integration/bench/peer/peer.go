@@ -129,7 +129,10 @@ func Run(ctx context.Context, cfg Config, want int) (Result, error) {
 // group (each its own process in effect: its own subscriber, router and
 // in-memory deduplicator) until they handled want messages between them
 // (want <= 0: until ctx is done). It returns each replica's result and
-// their sum.
+// their sum. The replicas join one after the other: on a backlog produced
+// before the call, the first to join consumes alone until the group
+// rebalances (within a second or two). To split a backlog between them,
+// produce it once WaitGroupMembers says all have joined.
 func RunGroup(ctx context.Context, cfg Config, replicas, want int) ([]Result, Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
