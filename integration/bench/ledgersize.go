@@ -340,16 +340,16 @@ func (e *Env) RetentionCost(ctx context.Context, rows, days int) (RetentionResul
 	if err != nil {
 		return res, err
 	}
+	var oldest int64 // counted outside the timing
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM dedup_ledger_by_day_0`).Scan(&oldest); err != nil {
+		return res, err
+	}
 	res.DropPartition, err = measureRemoval(ctx, pool, "dedup_ledger_by_day", false, func(ctx context.Context) (int64, error) {
-		var n int64
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM dedup_ledger_by_day_0`).Scan(&n); err != nil {
-			return 0, err
-		}
 		if _, err := pool.Exec(ctx, `ALTER TABLE dedup_ledger_by_day DETACH PARTITION dedup_ledger_by_day_0`); err != nil {
 			return 0, err
 		}
 		_, err := pool.Exec(ctx, `DROP TABLE dedup_ledger_by_day_0`)
-		return n, err
+		return oldest, err
 	})
 	e.Log.Info("retention cost", "rows", rows, "delete_s", res.Delete.Seconds, "delete_wal", res.Delete.WALBytes,
 		"drop_s", res.DropPartition.Seconds, "drop_wal", res.DropPartition.WALBytes)
