@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dedupio/dedup/internal/pgcluster"
+)
+
+// TestLedgerScaleAndRetentionSmall runs the ledger-size stages at small
+// sizes on a throwaway PostgreSQL (or DATABASE_URL): every claim gets its
+// verdict at each size, and the retention comparison removes the same
+// day of rows both ways, with PostgreSQL refusing a workflow_id-only key
+// on the partitioned ledger and a second claim there inserting a second
+// row. The timings are printed, not asserted.
+func TestLedgerScaleAndRetentionSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	in := &Infra{DatabaseURL: os.Getenv("DATABASE_URL")}
+	if in.DatabaseURL == "" {
+		pg, err := pgcluster.Start(ctx, pgcluster.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pg.Stop()
+		in.DatabaseURL, in.CreateDatabases = pg.URL(), true
+	}
+	e := &Env{In: in, Log: slog.New(slog.DiscardHandler)}
+
+	const claims = 2000
+	pts, err := e.LedgerScale(ctx, []int{10000, 50000}, claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.MarshalIndent(pts, "", "  ")
+	t.Logf("ledger scale: %s", b)
+	if len(pts) != 2 || pts[0].New.N != claims || pts[1].Duplicate.N != claims {
+		t.Fatalf("want 2 points of %d claims each way", claims)
+	}
+	if pts[1].TableMiB <= pts[0].TableMiB {
+		t.Errorf("the table did not grow from %d to %d rows: %.1f MiB, then %.1f", pts[0].Rows, pts[1].Rows, pts[0].TableMiB, pts[1].TableMiB)
+	}
+
+	const rows, days = 50000, 7
+	r, err := e.RetentionCost(ctx, rows, days)
+	b, _ = json.MarshalIndent(r, "", "  ")
+	t.Logf("retention cost: %s", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The oldest day is a seventh of the rows: the purge may take a few
+	// more (rows that aged past the cut-off while the test ran).
+	day := int64(rows / days)
+	if r.DropPartition.Rows < day || r.DropPartition.Rows > day+1 || r.Delete.Rows < day || r.Delete.Rows > day+rows/100 {
+		t.Errorf("removed %d rows by DELETE and %d by dropping the partition, want about %d each", r.Delete.Rows, r.DropPartition.Rows, day)
+	}
+	if r.Delete.TableAfter != r.Delete.TableBefore || r.DropPartition.TableAfter >= r.DropPartition.TableBefore {
+		t.Errorf("heap bytes: DELETE %d -> %d (want unchanged), DROP %d -> %d (want smaller)",
+			r.Delete.TableBefore, r.Delete.TableAfter, r.DropPartition.TableBefore, r.DropPartition.TableAfter)
+	}
+	if r.Delete.WALBytes <= r.DropPartition.WALBytes {
+		t.Errorf("WAL: DELETE %d bytes, DROP %d, want DELETE's larger", r.Delete.WALBytes, r.DropPartition.WALBytes)
+	}
+	// PostgreSQL: a unique key on a partitioned table must contain the
+	// partition key (feature_not_supported), so the claim's conflict
+	// target has no index (invalid_column_reference), and a second claim
+	// of one workflow ID at another time is a second row.
+	if !strings.HasPrefix(r.UniqueWorkflowIDError, "0A000") || !strings.HasPrefix(r.OnConflictError, "42P10") || r.RowsAfterTwoClaims != 2 {
+		t.Errorf("partitioned ledger: key %q, ON CONFLICT %q, %d rows after two claims; want 0A000, 42P10, 2",
+			r.UniqueWorkflowIDError, r.OnConflictError, r.RowsAfterTwoClaims)
+	}
+}
