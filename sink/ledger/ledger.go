@@ -572,19 +572,30 @@ const purgeableDeadLetters = `written_at < now() - $1::interval`
 // olderThan, in batches of batch rows (short transactions, so claims are
 // not held up), and returns how many ledger rows it deleted. Pending rows
 // are never purged: they are work not yet done.
+//
+// Each batch takes the oldest victims along a partial index
+// (dedup_ledger_started, dedup_ledger_dead_lettered) and goes on from
+// the newest end time the batch before deleted, so a purge reads the rows
+// it deletes and not the ledger: its cost grows with what it removes, not
+// with the ledger's size.
 func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
 	var total int64
-	for {
-		tag, err := p.pool.Exec(ctx, `
-DELETE FROM dedup_ledger WHERE workflow_id IN (
-	SELECT workflow_id FROM dedup_ledger WHERE `+purgeable+`
-	LIMIT $2)`, olderThan, batch)
-		if err != nil {
-			return total, fmt.Errorf("purging ledger rows: %w", err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batch) {
-			break
+	for _, q := range []struct{ what, sql string }{
+		{"started", purgeStarted},
+		{"dead-lettered", purgeDeadLettered},
+	} {
+		from := time.Time{} // the oldest end time still to look at
+		for {
+			var victims, n int64
+			var last *time.Time
+			if err := p.pool.QueryRow(ctx, q.sql, olderThan, batch, from).Scan(&victims, &n, &last); err != nil {
+				return total, fmt.Errorf("purging %s ledger rows: %w", q.what, err)
+			}
+			total += n
+			if victims < int64(batch) || last == nil {
+				break
+			}
+			from = *last
 		}
 	}
 	if _, err := p.pool.Exec(ctx, `DELETE FROM dedup_dead_letters WHERE `+purgeableDeadLetters, olderThan); err != nil {
@@ -592,6 +603,37 @@ DELETE FROM dedup_ledger WHERE workflow_id IN (
 	}
 	return total, nil
 }
+
+// purgeStarted deletes up to $2 started rows that ended before now() -
+// $1 and at or after $3, oldest first (an index range scan of
+// dedup_ledger_started), and returns how many it chose, how many it
+// deleted and the newest end time among them. The DELETE checks the row again: one re-run meanwhile (a
+// newer started_at) is not a victim any more.
+const purgeStarted = `
+WITH victims AS (
+	SELECT workflow_id, started_at AS t FROM dedup_ledger
+	WHERE state = 'started' AND started_at < now() - $1::interval AND started_at >= $3
+	ORDER BY started_at LIMIT $2
+), gone AS (
+	DELETE FROM dedup_ledger l USING victims v
+	WHERE l.workflow_id = v.workflow_id AND l.state = 'started' AND l.started_at < now() - $1::interval
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM victims), (SELECT count(*) FROM gone), (SELECT max(t) FROM victims)`
+
+// purgeDeadLettered is purgeStarted for dead-lettered rows, by when they
+// were dead-lettered (dedup_ledger_dead_lettered).
+const purgeDeadLettered = `
+WITH victims AS (
+	SELECT workflow_id, updated_at AS t FROM dedup_ledger
+	WHERE state = 'dead_lettered' AND updated_at < now() - $1::interval AND updated_at >= $3
+	ORDER BY updated_at LIMIT $2
+), gone AS (
+	DELETE FROM dedup_ledger l USING victims v
+	WHERE l.workflow_id = v.workflow_id AND l.state = 'dead_lettered' AND l.updated_at < now() - $1::interval
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM victims), (SELECT count(*) FROM gone), (SELECT max(t) FROM victims)`
 
 // RowsEstimate is the planner's estimate of the ledger's row count: cheap
 // at any size (a gauge for dashboards), exact only after ANALYZE.
