@@ -1,9 +1,13 @@
 package app
 
 import (
+	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"go.temporal.io/sdk/client"
 )
 
 // The example shipped in deploy/ is the config reference the README points
@@ -47,6 +51,7 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 		"kafka.tls.cert_file, key_file: set both": strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, tls: {cert_file: c.pem}", 1),
 		"temporal.api_key, api_key_file: set one": base + "temporal: {api_key: k, api_key_file: f}\n",
 		"temporal.tls.cert_file, key_file":        base + "temporal: {tls: {key_file: k.pem}}\n",
+		"temporal.compression: \"zstd\"":          base + "temporal: {compression: zstd}\n",
 		"field pasword not found":                 strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, sasl: {pasword: x}", 1),
 	}
 	for want, doc := range cases {
@@ -94,5 +99,22 @@ schedules:
 	_, err = ParseConfig([]byte(strings.Replace(base, "catchup_limit: 5", "catchup_limit: 5\n      misfire_treshold: 1m", 1)))
 	if err == nil || !strings.Contains(err.Error(), "misfire_treshold") {
 		t.Errorf("unknown key: %v", err)
+	}
+}
+
+// temporal.compression reaches the SDK: none unless gzip is asked for.
+func TestTemporalCompression(t *testing.T) {
+	for name, want := range map[string]client.GrpcCompression{"": &client.GrpcCompressionNone{}, "none": &client.GrpcCompressionNone{}, "gzip": &client.GrpcCompressionGzip{}} {
+		cfg := DefaultConfig()
+		if name != "" {
+			cfg.Temporal.Compression = name
+		}
+		o, err := temporalOptions(cfg, slog.New(slog.DiscardHandler), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := o.ConnectionOptions.GrpcCompression; reflect.TypeOf(got) != reflect.TypeOf(want) {
+			t.Errorf("temporal.compression %q: the SDK gets %T, want %T", name, got, want)
+		}
 	}
 }

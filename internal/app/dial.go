@@ -23,6 +23,7 @@ import (
 	"github.com/dedupio/dedup/internal/clienttls"
 	"github.com/dedupio/dedup/internal/kafkasasl"
 	"github.com/dedupio/dedup/internal/secret"
+	"github.com/dedupio/dedup/sink/starter"
 )
 
 // This file is the one place that says how dedup connects to its
@@ -197,6 +198,9 @@ func temporalOptions(cfg Config, log *slog.Logger, mh client.MetricsHandler) (cl
 		HostPort:  cfg.Temporal.HostPort,
 		Namespace: cfg.Temporal.Namespace,
 		Logger:    tlog.NewStructuredLogger(log.With("component", "temporal-sdk")),
+		ConnectionOptions: client.ConnectionOptions{
+			GrpcCompression: starter.Compression(cfg.Temporal.Compression),
+		},
 	}
 	if mh != nil {
 		o.MetricsHandler = mh

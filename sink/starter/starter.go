@@ -58,11 +58,30 @@ type Config struct {
 	// one of the two, or neither.
 	APIKey     string `yaml:"api_key"`
 	APIKeyFile string `yaml:"api_key_file"`
+	// Compression is the gRPC compression of requests to Temporal: none
+	// (the default) or gzip (the SDK's own default). A start request is
+	// about a kilobyte plus the event's data; gzipping it and the answer
+	// was about half of the client's CPU per start in the benchmark, to
+	// save a few hundred bytes. Choose gzip for large event data over a
+	// link whose bytes cost more than CPU.
+	Compression string `yaml:"compression"`
+}
+
+// Compression names the SDK's gRPC compression of name (temporal.compression):
+// "none" or "" is none, "gzip" is gzip; anything else is nil.
+func Compression(name string) client.GrpcCompression {
+	switch name {
+	case "", "none":
+		return &client.GrpcCompressionNone{}
+	case "gzip":
+		return &client.GrpcCompressionGzip{}
+	}
+	return nil
 }
 
 // DefaultConfig points at a local Temporal.
 func DefaultConfig() Config {
-	return Config{HostPort: "127.0.0.1:7233", Namespace: "default", StartTimeout: 10 * time.Second}
+	return Config{HostPort: "127.0.0.1:7233", Namespace: "default", StartTimeout: 10 * time.Second, Compression: "none"}
 }
 
 // Validate names the first invalid field.
@@ -76,6 +95,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("temporal.start_timeout: %s, want > 0", c.StartTimeout)
 	case c.APIKey != "" && c.APIKeyFile != "":
 		return errors.New("temporal.api_key, api_key_file: set one, not both")
+	case Compression(c.Compression) == nil:
+		return fmt.Errorf("temporal.compression: %q, want none or gzip", c.Compression)
 	}
 	return c.TLS.Validate("temporal.tls")
 }
