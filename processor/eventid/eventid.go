@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -273,13 +275,16 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 	if !utf8.ValidString(env.source) || !utf8.ValidString(env.typ) {
 		return Event{}, fail(ReasonUndecodable, "type or source is not UTF-8")
 	}
-	canonData, err := canonical(env.data)
+	s := scratchPool.Get().(*scratch)
+	defer s.release()
+	canonData, err := s.c.canonical(env.data)
 	if err != nil {
 		return Event{}, fail(ReasonUndecodable, "canonicalising data: %v", err)
 	}
-	ev.PayloadHash = sha256.Sum256(assemble(canonData, env.source, env.typ, nil))
+	s.buf = appendAssembled(s.buf[:0], canonData, env.source, env.typ, nil)
+	ev.PayloadHash = sha256.Sum256(s.buf)
 	for _, rule := range d.cfg.Chain {
-		id, from, ok, err := d.apply(rule, r, env, canonData)
+		id, from, ok, err := d.apply(rule, r, env, canonData, s)
 		if err != nil {
 			return Event{}, err
 		}
@@ -293,7 +298,7 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 
 // apply tries one rule: the ID, where it came from (Event.IDFrom), and
 // whether the rule yielded one.
-func (d *Decoder) apply(rule Rule, r Record, env envelope, canonData []byte) (string, string, bool, error) {
+func (d *Decoder) apply(rule Rule, r Record, env envelope, canonData []byte, s *scratch) (string, string, bool, error) {
 	switch rule {
 	case RuleHeader:
 		for _, name := range d.cfg.Headers {
@@ -330,7 +335,8 @@ func (d *Decoder) apply(rule Rule, r Record, env envelope, canonData []byte) (st
 		if key == nil {
 			key = []byte{} // a record without a key still has the "key" member
 		}
-		sum := sha256.Sum256(assemble(canonData, env.source, env.typ, key))
+		s.buf = appendAssembled(s.buf[:0], canonData, env.source, env.typ, key)
+		sum := sha256.Sum256(s.buf)
 		return "sha256-" + hex.EncodeToString(sum[:]), "", true, nil
 	case RuleCoordinates:
 		// A record replayed from the dead-letter topic carries where it was
@@ -556,7 +562,12 @@ func (d *Decoder) plainEnvelope(obj members, value []byte) (envelope, error) {
 // compositional, so the object is the canonical members in sorted order
 // (data < key < source < type): one parse of the payload, not two.
 func assemble(canonData []byte, source, typ string, key []byte) []byte {
-	b := make([]byte, 0, len(canonData)+len(source)+len(typ)+len(key)*4/3+48)
+	return appendAssembled(nil, canonData, source, typ, key)
+}
+
+// appendAssembled appends assemble's bytes to b.
+func appendAssembled(b []byte, canonData []byte, source, typ string, key []byte) []byte {
+	b = slices.Grow(b, len(canonData)+len(source)+len(typ)+len(key)*4/3+48)
 	b = append(b, `{"data":`...)
 	b = append(b, canonData...)
 	if key != nil {
@@ -569,6 +580,26 @@ func assemble(canonData []byte, source, typ string, key []byte) []byte {
 	b = append(b, `,"type":`...)
 	b = appendJCSString(b, typ)
 	return append(b, '}')
+}
+
+// scratch is one Decode's reusable buffers: the canonical writer (whose
+// output is the canonical data) and the bytes a hash is taken of. Nothing
+// of it outlives the Decode: IDs and hashes are copied out.
+type scratch struct {
+	c   canonWriter
+	buf []byte
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// release returns s to the pool; buffers grown by an unusually large
+// record are dropped rather than kept.
+func (s *scratch) release() {
+	if cap(s.c.out) > 64<<10 || cap(s.buf) > 64<<10 {
+		return
+	}
+	s.c.reset()
+	scratchPool.Put(s)
 }
 
 // appendJCSString writes s as RFC 8785 (ECMAScript JSON.stringify) does:
@@ -625,26 +656,27 @@ func object(v []byte) (members, error) {
 // lookup follows a dotted path; a missing member gives nil, a path through
 // a non-object is an error.
 func lookup(obj members, path string) (json.RawMessage, error) {
-	parts := strings.Split(path, ".")
-	cur := obj
-	for i, p := range parts {
+	cur, rest, done := obj, path, 0 // done: the length of path walked
+	for {
+		p, more, deeper := strings.Cut(rest, ".")
 		v, ok := cur.get(p)
 		if !ok {
 			return nil, nil
 		}
-		if i == len(parts)-1 {
+		if !deeper {
 			return v, nil
 		}
-		cur = nil
+		done += len(p)
 		if len(v) == 0 || v[0] != '{' {
-			return nil, fail(ReasonUndecodable, "%s is %s, not an object", strings.Join(parts[:i+1], "."), kind(v))
+			return nil, fail(ReasonUndecodable, "%s is %s, not an object", path[:done], kind(v))
 		}
 		var err error
 		if cur, err = scanObject(v); err != nil {
-			return nil, fail(ReasonUndecodable, "%s: %v", strings.Join(parts[:i+1], "."), err)
+			return nil, fail(ReasonUndecodable, "%s: %v", path[:done], err)
 		}
+		done++ // the dot
+		rest = more
 	}
-	return nil, nil
 }
 
 func stringAttr(obj members, name string, required bool) (string, error) {

@@ -23,7 +23,15 @@ import (
 // canonical returns the RFC 8785 form of v, exactly what jcs.Transform
 // returns (and its error when v is not canonicalisable).
 func canonical(v []byte) ([]byte, error) {
-	c := canonWriter{in: v, out: make([]byte, 0, len(v))}
+	return (&canonWriter{}).canonical(v)
+}
+
+// canonical is canonical(v) written into c's buffers, which the result
+// shares: it is valid until c writes again.
+func (c *canonWriter) canonical(v []byte) ([]byte, error) {
+	c.in, c.i, c.depth = v, 0, 0
+	c.out = slices.Grow(c.out[:0], len(v))
+	c.spans = c.spans[:0]
 	c.ws()
 	if c.value() {
 		c.ws()
@@ -32,6 +40,12 @@ func canonical(v []byte) ([]byte, error) {
 		}
 	}
 	return jcs.Transform(v)
+}
+
+// reset lets c go back to a pool without keeping its last input alive.
+func (c *canonWriter) reset() {
+	clear(c.spans[:cap(c.spans)])
+	c.in, c.spans = nil, c.spans[:0]
 }
 
 // maxFastDepth bounds the scanners' recursion; deeper input takes the

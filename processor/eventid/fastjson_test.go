@@ -47,6 +47,16 @@ func checkFastJSON(t *testing.T, v []byte) {
 	if (werr == nil) != (gerr == nil) || !bytes.Equal(got, want) {
 		t.Fatalf("canonical(%q) = %q, %v; jcs.Transform = %q, %v", v, got, gerr, want, werr)
 	}
+	// A writer reused across inputs (Decode's pooled one) gives the
+	// same: one that wrote a seed before, and one that failed on one.
+	for _, before := range [][]byte{[]byte(fastJSONSeeds[len(fastJSONSeeds)-2]), []byte(`{"a":[{"b":1,"a":`)} {
+		var c canonWriter
+		_, _ = c.canonical(before)
+		c.reset()
+		if got, gerr := c.canonical(v); (werr == nil) != (gerr == nil) || !bytes.Equal(got, want) {
+			t.Fatalf("a reused writer: canonical(%q) = %q, %v; jcs.Transform = %q, %v", v, got, gerr, want, werr)
+		}
+	}
 	// scanObject = json.Unmarshal into a map (last repeated key wins).
 	var obj map[string]json.RawMessage
 	uerr := json.Unmarshal(v, &obj)
