@@ -11,7 +11,7 @@ import (
 // one intent per (record, route), with its start request and its record.
 type claimBatch struct {
 	intents []Intent
-	reqs    []StartRequest
+	reqs    []*StartRequest // into the records' decisions: never copied
 	owners  []*record
 }
 
@@ -62,39 +62,49 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 		c.hooks.AfterClaim()
 	}
 	var conflicts []deadLetter
+	// Counted per batch, not per intent: a replay claims a million a
+	// minute.
+	var counts [VerdictConflict + 1]float64
+	defer func() {
+		for v := VerdictNew; v <= VerdictConflict; v++ {
+			if counts[v] > 0 {
+				c.m.intents.WithLabelValues(v.String()).Add(counts[v])
+			}
+		}
+	}()
 	for i, cl := range verdicts {
 		in, rec, v := &b.intents[i], b.owners[i], cl.Verdict
 		switch {
 		case v == VerdictNew || v == VerdictRedrive:
-			req := b.reqs[i]
+			req := *b.reqs[i]
 			req.Generation = cl.Generation
 			if c.starts.submit(rec, req, false) {
 				// Another copy's start is in flight here: this one finishes
 				// with it, and Temporal hears of it once.
-				c.m.intents.WithLabelValues(VerdictDuplicate.String()).Inc()
+				counts[VerdictDuplicate]++
 				c.duplicate(in, "start_in_flight")
 				continue
 			}
-			c.m.intents.WithLabelValues(v.String()).Inc()
+			counts[v]++
 			c.log.Info("decision", "decision", v.String(), "workflow_id", in.WorkflowID, "event_id", in.EventID, "rule", in.IDRule,
 				"topic", in.Topic, "partition", in.Partition, "offset", in.Offset, "generation", cl.Generation)
 		case v == VerdictConflict:
 			// Logged by the dead-letter writer once the dead letter is
 			// written (decision "conflict").
-			c.m.intents.WithLabelValues(v.String()).Inc()
+			counts[v]++
 			conflicts = append(conflicts, deadLetter{rec: rec, reason: ReasonConflict, workflow: in.WorkflowID,
 				err:     fmt.Errorf("workflow %s was claimed with another payload; not started", in.WorkflowID),
 				eventID: in.EventID, rule: in.IDRule})
 		case b.reqs[i].ReusePolicy != ReuseRejectDuplicate:
 			// Started before; the policy may allow a closed run to run
 			// again: the start pool asks Temporal how it ended.
-			c.m.intents.WithLabelValues(v.String()).Inc()
+			counts[v]++
 			c.duplicate(in, "started_rerun_check")
-			req := b.reqs[i]
+			req := *b.reqs[i]
 			req.Generation = cl.Generation
 			c.starts.submit(rec, req, true)
 		default:
-			c.m.intents.WithLabelValues(v.String()).Inc()
+			counts[v]++
 			c.duplicate(in, "started")
 			c.end(rec, true)
 		}

@@ -226,7 +226,7 @@ func (r *Router) Run(ctx context.Context) error {
 func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 	var (
 		intents []Intent
-		reqs    []StartRequest
+		reqs    []*StartRequest
 		owners  []*record
 		dead    []deadLetter
 	)
@@ -270,7 +270,9 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 			continue
 		}
 		intents = append(intents, d.Intents...)
-		reqs = append(reqs, d.Starts...)
+		for j := range d.Starts {
+			reqs = append(reqs, &d.Starts[j])
+		}
 		for range d.Intents {
 			owners = append(owners, rec)
 		}

@@ -73,6 +73,9 @@ func fail(r Reason, format string, args ...any) error {
 
 // ReasonOf returns the Reason of a decoding error, or "" if err is not one.
 func ReasonOf(err error) Reason {
+	if err == nil {
+		return "" // and no allocation: the router asks of every record
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Reason
