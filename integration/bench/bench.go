@@ -69,8 +69,11 @@ type Params struct {
 	NaiveRecords int   // records the naive consumer gets (it is slow)
 	LiveRate     int   // records/s of the latency runs
 	LiveSeconds  int
-	RSSBacklog   int    // records behind a `dedup run` process; 0 skips
-	DedupBin     string // the dedup binary for the RSS stage
+	// GuaranteeRecords is the records per backlog of the guarantees stage
+	// (peer.Guarantees); 0 skips it.
+	GuaranteeRecords int
+	RSSBacklog       int    // records behind a `dedup run` process; 0 skips
+	DedupBin         string // the dedup binary for the RSS stage
 }
 
 // Env is what a stage process measures with: the infrastructure's
