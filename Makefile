@@ -103,7 +103,7 @@ BENCH_FLAGS ?=
 bench: deps build
 	bin/dedup-bench -out bench-out $(BENCH_FLAGS)
 
-# Under a minute: every stage of the benchmark on tiny sizes, one repetition,
+# About a minute: every stage of the benchmark on tiny sizes, one repetition,
 # pinned when there are two CPUs (CI runs it).
 bench-smoke: deps
 	cd $(LAB) && $(GO) run ./cmd/dedup-bench -smoke -out $${TMPDIR:-/tmp}/dedup-bench-smoke

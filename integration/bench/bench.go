@@ -16,6 +16,10 @@
 //     times), and live at a fixed rate for latency;
 //   - the naive consumer most teams write: per record one autocommit upsert,
 //     one synchronous start, one offset commit;
+//   - the same job built with Watermill (package peer), on the same
+//     backlogs, and once per run what it and dedup guarantee on a replay
+//     after a restart or after Temporal's retention, with two replicas and
+//     through a Temporal outage (peer.Guarantees);
 //   - claim latency as the ledger grows;
 //   - peak RSS and heap of a `dedup run` process over a large backlog.
 //
@@ -69,8 +73,11 @@ type Params struct {
 	NaiveRecords int   // records the naive consumer gets (it is slow)
 	LiveRate     int   // records/s of the latency runs
 	LiveSeconds  int
-	RSSBacklog   int    // records behind a `dedup run` process; 0 skips
-	DedupBin     string // the dedup binary for the RSS stage
+	// GuaranteeRecords is the records per backlog of the guarantees stage
+	// (peer.Guarantees); 0 skips it.
+	GuaranteeRecords int
+	RSSBacklog       int    // records behind a `dedup run` process; 0 skips
+	DedupBin         string // the dedup binary for the RSS stage
 }
 
 // Env is what a stage process measures with: the infrastructure's

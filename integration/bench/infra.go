@@ -2,20 +2,24 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	toxiclient "github.com/Shopify/toxiproxy/v2/client"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
 
 	"github.com/dedupio/dedup/integration/devstack"
 )
@@ -39,6 +43,10 @@ type Infra struct {
 	TemporalDirect string `json:"temporal_direct"`
 	// ProxyAPI is toxiproxy's HTTP API (SetLatency).
 	ProxyAPI string `json:"proxy_api"`
+	// FaultsAPI is the Temporal server's fault injection
+	// (devstack.TemporalFaults) over HTTP: the guarantees stage's outage
+	// (RemoteFaults).
+	FaultsAPI string `json:"faults_api"`
 	// Affinity is `taskset -cp` of the infra process and of its children
 	// (PostgreSQL): where the infrastructure runs.
 	Affinity []string `json:"affinity"`
@@ -62,7 +70,10 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (*Infra, func(), error) {
 		return nil, nil, err
 	}
 	listen, kafkaBack := advertising(kafkaFront)
-	stack, err := devstack.Start(ctx, devstack.Config{Namespace: "default", DurablePostgres: cfg.Durable, DatabaseURL: cfg.DatabaseURL, KafkaListen: listen})
+	// The faults interceptor costs a lock per start while no fault is set.
+	faults := &devstack.TemporalFaults{}
+	stack, err := devstack.Start(ctx, devstack.Config{Namespace: "default", DurablePostgres: cfg.Durable, DatabaseURL: cfg.DatabaseURL,
+		KafkaListen: listen, TemporalFaults: faults})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -107,6 +118,10 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (*Infra, func(), error) {
 		stop()
 		return nil, nil, err
 	}
+	if in.FaultsAPI, err = serveFaults(faults); err != nil {
+		stop()
+		return nil, nil, err
+	}
 	in.Affinity = affinityOf(os.Getpid(), true)
 	return in, stop, nil
 }
@@ -127,6 +142,66 @@ func serveAPI(srv *toxiproxy.ApiServer) (string, error) {
 			return "", fmt.Errorf("toxiproxy API on %s: %w", api, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// serveFaults serves f over HTTP on a free port (POST /refuse?namespace=
+// NS&code=GRPC_CODE&ms=MILLISECONDS, POST /clear) and returns its URL.
+func serveFaults(f *devstack.TemporalFaults) (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /refuse", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		code, err1 := strconv.Atoi(q.Get("code"))
+		ms, err2 := strconv.Atoi(q.Get("ms"))
+		if err := errors.Join(err1, err2); err != nil || q.Get("namespace") == "" {
+			http.Error(w, fmt.Sprintf("want namespace, code and ms: %v", err), http.StatusBadRequest)
+			return
+		}
+		f.Refuse(q.Get("namespace"), codes.Code(code), time.Duration(ms)*time.Millisecond)
+	})
+	mux.HandleFunc("POST /clear", func(http.ResponseWriter, *http.Request) { f.Clear() })
+	go func() { _ = http.Serve(l, mux) }()
+	return "http://" + l.Addr().String(), nil
+}
+
+// RemoteFaults is a client of an infra process's FaultsAPI
+// (peer.Faults). Its methods cannot fail by their signature: Err says
+// whether a call did.
+type RemoteFaults struct {
+	API string
+	mu  sync.Mutex
+	err error
+}
+
+func (f *RemoteFaults) Refuse(namespace string, code codes.Code, d time.Duration) {
+	f.post(fmt.Sprintf("/refuse?namespace=%s&code=%d&ms=%d", url.QueryEscape(namespace), code, d.Milliseconds()))
+}
+
+func (f *RemoteFaults) Clear() { f.post("/clear") }
+
+// Err is the first failed call's error.
+func (f *RemoteFaults) Err() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+func (f *RemoteFaults) post(path string) {
+	resp, err := http.Post(f.API+path, "text/plain", nil)
+	if err == nil {
+		if resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s", path, resp.Status)
+		}
+		resp.Body.Close()
+	}
+	if err != nil {
+		f.mu.Lock()
+		f.err = errors.Join(f.err, err)
+		f.mu.Unlock()
 	}
 }
 

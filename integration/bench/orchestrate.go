@@ -151,6 +151,18 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 	if err := SetLatency(in.ProxyAPI, Latency{}); err != nil {
 		return nil, err
 	}
+	if cfg.Params.GuaranteeRecords > 0 {
+		say("what Watermill and dedup guarantee (no added latency, proxies in the path): %d records per backlog", cfg.Params.GuaranteeRecords)
+		x, err := stage(StageGuarantees, GuaranteeDupRatio, "nolat")
+		if err != nil {
+			return nil, err
+		}
+		r.Guarantees = x.Guarantees
+		if g := x.Guarantees; g != nil && g.Dedup != nil {
+			say("  replay after restart: Watermill %d Temporal calls, dedup %d; executions per workflow ID after retention: Watermill %.2f, dedup %.2f",
+				g.Watermill.Restart.TemporalCalls, g.Dedup.Restart.TemporalCalls, g.Watermill.ExecutionsPerWorkflow, g.Dedup.ExecutionsPerWorkflow)
+		}
+	}
 	say("ledger growth (no added latency): %v", cfg.Params.LedgerSizes)
 	lg, err := stage(StageLedgerGrowth, 0, "nolat")
 	if err != nil {
@@ -226,6 +238,9 @@ func runRep(ctx context.Context, p Params, rep int, tag string, stage func(strin
 	if x.NaiveUnique, err = router(StageNaiveUnique, p.DupRatios[0]); err != nil {
 		return x, err
 	}
+	if x.Watermill, err = router(StageWatermill, p.DupRatios[0]); err != nil {
+		return x, err
+	}
 	res, err := run(StageRawClaims, 0)
 	if err != nil {
 		return x, err
@@ -236,6 +251,9 @@ func runRep(ctx context.Context, p Params, rep int, tag string, stage func(strin
 	}
 	x.Replay, x.ReplayRawClaim = *res.Router, *res.ReplayRawClaim
 	if x.NaiveReplay, err = router(StageNaiveReplay, 1); err != nil {
+		return x, err
+	}
+	if x.WatermillReplay, err = router(StageWatermillReplay, 1); err != nil {
 		return x, err
 	}
 	if res, err = run(StageRawConsume, 0); err != nil {
@@ -257,8 +275,6 @@ func runRep(ctx context.Context, p Params, rep int, tag string, stage func(strin
 		}
 		x.Live = append(x.Live, l)
 	}
-	// The Watermill peer (StageWatermill) joins the unique-heavy
-	// comparison here once it is built: router(StageWatermill, p.DupRatios[0]).
 	return x, nil
 }
 

@@ -16,6 +16,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/dedupio/dedup/integration/bench/peer"
 )
 
 // Report is everything one run measured.
@@ -33,6 +35,9 @@ type Report struct {
 	Ratios []RatioRow    `json:"ratios"`
 	Ledger []LedgerPoint `json:"ledger_growth"`
 	RSS    *RSSResult    `json:"rss,omitempty"`
+	// Guarantees is the guarantees stage's (one run, no added latency);
+	// nil when skipped (GuaranteeRecords 0).
+	Guarantees *peer.GuaranteesResult `json:"guarantees,omitempty"`
 }
 
 // Profile is the repetitions at one latency profile.
@@ -52,7 +57,12 @@ type Rep struct {
 	// workflow IDs (all started), on its database, right after it.
 	ReplayRawClaim Rate         `json:"replay_raw_claim"`
 	NaiveReplay    RouterResult `json:"naive_replay"`
-	RawConsume     Rate         `json:"raw_consume"`
+	// Watermill is the Watermill peer over the unique-heavy backlog (the
+	// router's records), WatermillReplay over an all-duplicate backlog
+	// whose workflows Temporal has started.
+	Watermill       RouterResult `json:"watermill_unique_heavy"`
+	WatermillReplay RouterResult `json:"watermill_replay"`
+	RawConsume      Rate         `json:"raw_consume"`
 	// Backlogs has one run per duplicate ratio (the first is Unique).
 	Backlogs []RouterResult `json:"router_backlogs"`
 	Live     []RouterResult `json:"router_live"`
@@ -155,6 +165,11 @@ func ratioDefs() []ratioDef {
 			of: func(x Rep) float64 { return div(x.Replay.Records.PerSec, x.ReplayRawClaim.PerSec) }},
 		{name: "router / naive consumer, records/s (all-duplicate replay)",
 			of: func(x Rep) float64 { return div(x.Replay.Records.PerSec, x.NaiveReplay.Records.PerSec) }},
+		{name: "router / Watermill peer, records/s (unique-heavy)",
+			of: func(x Rep) float64 { return div(x.Unique.Records.PerSec, x.Watermill.Records.PerSec) }},
+		{name: "router / Watermill peer, records/s (all-duplicate replay)",
+			of: func(x Rep) float64 { return div(x.Replay.Records.PerSec, x.WatermillReplay.Records.PerSec) }},
+		{name: "Watermill peer CPU per workflow, µs (unique-heavy)", of: func(x Rep) float64 { return x.Watermill.CPUPerWorkflow() }},
 	}
 }
 
@@ -280,6 +295,9 @@ func (r *Report) Markdown() string {
 			pr.over(func(x Rep) float64 { return x.ReplayRawClaim.PerSec }), pr.over(func(x Rep) float64 { return x.ReplayRawClaim.CPUPer() }))
 		row(fmt.Sprintf("naive, unique-heavy (%d records)", r.Params.NaiveRecords), func(x Rep) RouterResult { return x.NaiveUnique })
 		row(fmt.Sprintf("naive, all-duplicate replay (%d records)", r.Params.NaiveRecords), func(x Rep) RouterResult { return x.NaiveReplay })
+		row(fmt.Sprintf("Watermill peer, unique-heavy (%d records, the router's backlog)", r.Params.Records), func(x Rep) RouterResult { return x.Watermill })
+		row(fmt.Sprintf("Watermill peer, all-duplicate replay (%d records, their workflows already started in Temporal; Temporal calls per workflow ID, each rejected as already started)", r.Params.Records),
+			func(x Rep) RouterResult { return x.WatermillReplay })
 		p("\nLive at %d records/s for %d s, produce -> workflow started, ms:\n\n| duplicates | p50 | p95 | p99 |\n|---|---|---|---|\n", r.Params.LiveRate, r.Params.LiveSeconds)
 		for i, d := range r.Params.DupRatios {
 			l := func(f func(Percentiles) float64) Spread {
@@ -288,6 +306,7 @@ func (r *Report) Markdown() string {
 			p("| %.0f%% | %s | %s | %s |\n", d*100, l(func(q Percentiles) float64 { return q.P50 }), l(func(q Percentiles) float64 { return q.P95 }), l(func(q Percentiles) float64 { return q.P99 }))
 		}
 	}
+	b.WriteString(r.guaranteesMarkdown())
 	if len(r.Ledger) > 0 {
 		p("\nClaim statement as the ledger grows (batches of %d, no added latency, one run):\n\n| ledger rows | new rows/s | duplicate rows/s | duplicate batch p50 / p99 ms |\n|---|---|---|---|\n", r.Params.Batch)
 		for _, l := range r.Ledger {
@@ -392,6 +411,11 @@ func (r *Report) plot(path string) error {
 		naive := plotter.XYs{{X: r.Params.DupRatios[0] * 100, Y: pr.over(func(x Rep) float64 { return x.NaiveUnique.Records.PerSec }).Median},
 			{X: 100, Y: pr.over(func(x Rep) float64 { return x.NaiveReplay.Records.PerSec }).Median}}
 		if err := line(tp, &tl, name+": naive consumer records/s", naive, c, []vg.Length{vg.Points(8), vg.Points(3), vg.Points(2), vg.Points(3)}, draw.CrossGlyph{}); err != nil {
+			return err
+		}
+		wm := plotter.XYs{{X: r.Params.DupRatios[0] * 100, Y: max(pr.over(func(x Rep) float64 { return x.Watermill.Records.PerSec }).Median, 1)},
+			{X: 100, Y: max(pr.over(func(x Rep) float64 { return x.WatermillReplay.Records.PerSec }).Median, 1)}}
+		if err := line(tp, &tl, name+": Watermill peer records/s", wm, c, []vg.Length{vg.Points(14), vg.Points(4)}, draw.RingGlyph{}); err != nil {
 			return err
 		}
 		if len(p99) == 0 {

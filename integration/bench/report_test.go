@@ -1,6 +1,11 @@
 package bench
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"github.com/dedupio/dedup/integration/bench/peer"
+)
 
 func TestSpread(t *testing.T) {
 	for _, c := range []struct {
@@ -49,5 +54,42 @@ func TestFinishJudgesTargetsOnTheMedian(t *testing.T) {
 	}
 	if seen != 2 {
 		t.Fatalf("%d rows for the unique-heavy ratio, want one per profile", seen)
+	}
+}
+
+// The Watermill peer's throughput and its guarantees sit beside dedup's in
+// one table, and the router / Watermill ratios are per repetition.
+func TestWatermillBesideDedup(t *testing.T) {
+	rep := func(router, wm float64) Rep {
+		return Rep{Unique: RouterResult{Records: Rate{N: 100, PerSec: router}}, Watermill: RouterResult{Records: Rate{N: 100, PerSec: wm}},
+			Replay: RouterResult{Records: Rate{N: 100, PerSec: 9000}}, WatermillReplay: RouterResult{Records: Rate{N: 100, PerSec: 300}, TemporalPerUnique: 1}}
+	}
+	pass := func(calls, started, already int64) peer.Pass {
+		return peer.Pass{TemporalCalls: calls, NewStarts: started, AlreadyStarted: already}
+	}
+	r := &Report{Params: Params{Records: 100, ReplayN: 1000, GuaranteeRecords: 40}, Reps: 3,
+		Profiles: []Profile{{Latency: Latency{Name: "20ms"}, Reps: []Rep{rep(200, 100), rep(300, 100), rep(250, 50)}}},
+		Guarantees: &peer.GuaranteesResult{Workflows: 31,
+			Watermill: peer.Side{First: pass(31, 31, 0), Restart: pass(31, 0, 31), AfterRetention: pass(31, 31, 0), ExecutionsPerWorkflow: 2},
+			Dedup:     &peer.Side{First: pass(31, 31, 0), ExecutionsPerWorkflow: 1}}}
+	r.Finish()
+	var got []RatioRow
+	for _, row := range r.Ratios {
+		if strings.HasPrefix(row.Name, "router / Watermill peer") {
+			got = append(got, row)
+		}
+	}
+	if len(got) != 2 || got[0].Spread != (Spread{2, 3, 5, 3}) || got[1].Spread != (Spread{30, 30, 30, 3}) || got[0].Target != "" {
+		t.Errorf("router / Watermill rows: %+v, want unique-heavy 2 / 3 / 5 and replay 30, no target", got)
+	}
+	md := r.Markdown()
+	for _, want := range []string{
+		"| throughput at 20ms, unique-heavy (100 records), median records/s | 100 | 250 |",
+		"| replay after a restart (a new process, the group's offsets deleted): Temporal calls | 31 calls: 0 started, 31 already started, 0 failed | 0 calls: 0 started, 0 already started, 0 failed |",
+		"(1 = exactly once) | 2.00 | 1.00 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
 	}
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,29 +9,30 @@ import (
 
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
+
+	"github.com/dedupio/dedup/integration/bench/peer"
 )
 
 // The stages a measured process can run (`dedup-bench stage NAME`).
 const (
-	StageRawStarts    = "raw-starts"    // the router's starter alone: unique start requests at its concurrency
-	StageRawClaims    = "raw-claims"    // the router's claim statement alone, new rows then duplicate rows
-	StageRawConsume   = "raw-consume"   // a group consumer that commits each poll and does nothing else
-	StageBacklog      = "backlog"       // the router over a backlog at -dup
-	StageLive         = "live"          // the router on live traffic at -dup, for latency
-	StageReplay       = "replay"        // the router over an all-duplicate backlog, then the claim alone over its IDs
-	StageNaiveUnique  = "naive-unique"  // the naive consumer, unique-heavy
-	StageNaiveReplay  = "naive-replay"  // the naive consumer, all duplicates
-	StageLedgerGrowth = "ledger-growth" // the claim statement as the ledger grows
-	StageRSS          = "rss"           // a `dedup run` process over RSSBacklog records, its peak RSS
-	StageWatermill    = "watermill"     // the Watermill peer consumer (integration/bench/peer): not built yet
+	StageRawStarts       = "raw-starts"       // the router's starter alone: unique start requests at its concurrency
+	StageRawClaims       = "raw-claims"       // the router's claim statement alone, new rows then duplicate rows
+	StageRawConsume      = "raw-consume"      // a group consumer that commits each poll and does nothing else
+	StageBacklog         = "backlog"          // the router over a backlog at -dup
+	StageLive            = "live"             // the router on live traffic at -dup, for latency
+	StageReplay          = "replay"           // the router over an all-duplicate backlog, then the claim alone over its IDs
+	StageNaiveUnique     = "naive-unique"     // the naive consumer, unique-heavy
+	StageNaiveReplay     = "naive-replay"     // the naive consumer, all duplicates
+	StageLedgerGrowth    = "ledger-growth"    // the claim statement as the ledger grows
+	StageRSS             = "rss"              // a `dedup run` process over RSSBacklog records, its peak RSS
+	StageWatermill       = "watermill"        // the Watermill peer (integration/bench/peer) over the backlog at -dup
+	StageWatermillReplay = "watermill-replay" // the Watermill peer over an all-duplicate backlog whose workflows Temporal has started
+	StageGuarantees      = "guarantees"       // peer.Guarantees: restart, retention, two replicas, outage; Watermill and dedup
 )
 
 // Stages lists every stage name.
 var Stages = []string{StageRawStarts, StageRawClaims, StageRawConsume, StageBacklog, StageLive, StageReplay,
-	StageNaiveUnique, StageNaiveReplay, StageLedgerGrowth, StageRSS, StageWatermill}
-
-// ErrNotBuilt is the watermill stage's answer until the peer is wired in.
-var ErrNotBuilt = errors.New("stage watermill: not built (integration/bench/peer is wired in later)")
+	StageNaiveUnique, StageNaiveReplay, StageLedgerGrowth, StageRSS, StageWatermill, StageWatermillReplay, StageGuarantees}
 
 // StageResult is what a stage process prints (JSON on stdout). One of
 // Rate, Claims, Router, Ledger, RSS is set, by stage.
@@ -47,6 +47,8 @@ type StageResult struct {
 	ReplayRawClaim *Rate         `json:"replay_raw_claim,omitempty"`
 	Ledger         []LedgerPoint `json:"ledger,omitempty"`
 	RSS            *RSSResult    `json:"rss,omitempty"`
+	// Guarantees is the guarantees stage's.
+	Guarantees *peer.GuaranteesResult `json:"guarantees,omitempty"`
 	// Workflows is how many workflows the stage started (Settle).
 	Workflows int64 `json:"workflows"`
 	// Affinity is `taskset -cp` of the stage process.
@@ -133,17 +135,13 @@ func (e *Env) dispatch(ctx context.Context, cfg StageConfig, res *StageResult) e
 		r, err = e.RSS(ctx)
 		res.RSS = &r
 	case StageWatermill:
-		// WIRE THE WATERMILL PEER IN HERE (integration/bench/peer, built
-		// in another change). A few lines, with what the router's runs use:
-		//   topic, recs, _, err := e.backlogWorkload(ctx, cfg.Dup)
-		//   e.produce(ctx, recs); pool, _, url, err := e.database(ctx) (if it needs one)
-		//   win := startWindow(); pr, err := peer.Run(ctx, peer.Config{Brokers: e.In.Brokers,
-		//       Topic: topic, TemporalHostPort: e.In.Temporal, ...})
-		//   res.Router = &RouterResult{DupRatio: cfg.Dup, Records: win.measured(len(recs)),
-		//       CPUSeconds: win.cpuSeconds(), ...}; e.workflows.Add(started)
-		// and in runRep (orchestrate.go), next to the naive consumer:
-		//   x.Watermill, err = router(StageWatermill, p.DupRatios[0])
-		return ErrNotBuilt
+		err = router(e.WatermillBacklog(ctx, cfg.Dup))
+	case StageWatermillReplay:
+		err = router(e.WatermillReplay(ctx))
+	case StageGuarantees:
+		var g peer.GuaranteesResult
+		g, err = e.Guarantees(ctx)
+		res.Guarantees = &g
 	default:
 		return fmt.Errorf("unknown stage %q (stages: %v)", cfg.Name, Stages)
 	}

@@ -233,6 +233,11 @@ type RouterResult struct {
 	// consumer), less PollCPUSeconds. What remains of the benchmark's own
 	// work is small: a timestamp per start.
 	CPUSeconds float64 `json:"cpu_seconds"`
+	// AlreadyStarted and StartErrors are Temporal calls rejected as
+	// already started, and failed (the Watermill peer's; the router's
+	// starter counts neither here).
+	AlreadyStarted int64 `json:"already_started,omitempty"`
+	StartErrors    int64 `json:"start_errors,omitempty"`
 	// PollCPUSeconds is the benchmark's committed-offset reads in the
 	// window (one every 20 ms), at their CPU cost measured right after.
 	PollCPUSeconds float64 `json:"poll_cpu_seconds,omitempty"`

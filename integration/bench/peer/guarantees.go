@@ -28,9 +28,26 @@ import (
 	"github.com/dedupio/dedup/sink/starter"
 )
 
+// Faults makes Temporal refuse starts for a while: *devstack.TemporalFaults
+// in the process that runs the server, or a client of it elsewhere.
+type Faults interface {
+	// Refuse fails every start in namespace with code for d.
+	Refuse(namespace string, code codes.Code, d time.Duration)
+	// Clear removes every fault.
+	Clear()
+}
+
 // GuaranteeParams say what Guarantees runs on.
 type GuaranteeParams struct {
+	// Stack, if set, is where the dependencies run; it fills Brokers,
+	// DatabaseURL and CreateDatabase where they are unset.
 	Stack *devstack.Stack
+	// Brokers are Kafka's seed brokers.
+	Brokers []string
+	// DatabaseURL is PostgreSQL's (dedup's ledger); with CreateDatabase
+	// set, the dedup side creates its own database beside it instead.
+	DatabaseURL    string
+	CreateDatabase func(ctx context.Context, name string) (string, error)
 	// Temporal is a client bound to Namespace.
 	Temporal  client.Client
 	Namespace string
@@ -52,10 +69,10 @@ type GuaranteeParams struct {
 	Timeout time.Duration
 	// StartTimeout bounds one start call of either job (default 10s).
 	StartTimeout time.Duration
-	// Faults, when set, must be the stack's Temporal faults
-	// (devstack.Config.TemporalFaults): the outage scenario runs, in
-	// which Temporal refuses every start for StartTimeout + 2s.
-	Faults *devstack.TemporalFaults
+	// Faults, when set (a non-nil value), act on the Temporal server the
+	// client reaches (devstack.Config.TemporalFaults): the outage scenario
+	// runs, in which Temporal refuses every start for StartTimeout + 2s.
+	Faults Faults
 	Log    *slog.Logger
 }
 
@@ -143,7 +160,21 @@ func Guarantees(ctx context.Context, p GuaranteeParams) (GuaranteesResult, error
 	if p.Log == nil {
 		p.Log = slog.New(slog.DiscardHandler)
 	}
-	kcl, err := kgo.NewClient(kgo.SeedBrokers(p.Stack.Brokers()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if st := p.Stack; st != nil {
+		if len(p.Brokers) == 0 {
+			p.Brokers = st.Brokers()
+		}
+		if p.DatabaseURL == "" {
+			p.DatabaseURL = st.DatabaseURL
+		}
+		if p.CreateDatabase == nil && st.Postgres != nil {
+			p.CreateDatabase = st.Postgres.CreateDatabase
+		}
+	}
+	if len(p.Brokers) == 0 {
+		return res, errors.New("peer: Guarantees: no Brokers (and no Stack)")
+	}
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(p.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		return res, err
 	}
@@ -428,7 +459,7 @@ func (w *watermillJob) close()       {}
 
 func (w *watermillJob) config(topic, group string) Config {
 	p := w.g.p
-	return Config{Brokers: p.Stack.Brokers(), Topic: topic, Group: group, Temporal: p.Temporal, Namespace: p.Namespace,
+	return Config{Brokers: p.Brokers, Topic: topic, Group: group, Temporal: p.Temporal, Namespace: p.Namespace,
 		Routes: p.Routes, Window: p.Window, StartTimeout: p.StartTimeout, Log: p.Log}
 }
 
@@ -503,12 +534,12 @@ func (d *dedupJob) close() {
 
 func (d *dedupJob) ledger(ctx context.Context) (*ledger.Postgres, error) {
 	if d.pool == nil {
-		st := d.g.p.Stack
-		url := st.DatabaseURL
-		if st.Postgres != nil {
+		p := d.g.p
+		url := p.DatabaseURL
+		if p.CreateDatabase != nil {
 			var err error
 			name := strings.ReplaceAll(d.g.name("dedup_ledger"), "-", "_")
-			if url, err = st.Postgres.CreateDatabase(ctx, name); err != nil {
+			if url, err = p.CreateDatabase(ctx, name); err != nil {
 				return nil, err
 			}
 		}
@@ -537,7 +568,7 @@ func (d *dedupJob) run(ctx context.Context, topic, group string, replicas, recor
 	}
 	p := d.g.p
 	cfg := processor.DefaultConfig()
-	cfg.Brokers, cfg.Group, cfg.Topics = p.Stack.Brokers(), group, []string{topic}
+	cfg.Brokers, cfg.Group, cfg.Topics = p.Brokers, group, []string{topic}
 	cfg.ResetOffset = "earliest"
 	cfg.MaxPollRecords = 500
 	cfg.CommitInterval = 100 * time.Millisecond

@@ -54,6 +54,14 @@ type Config struct {
 	Dial func(network, addr string) (net.Conn, error)
 	// Log receives Watermill's and sarama's errors; nil discards them.
 	Log *slog.Logger
+	// OnFirst, if set, is called once per replica when its first message
+	// enters the handler chain (before it is decoded): the start of a
+	// measured window that leaves the group join out.
+	OnFirst func()
+	// OnHandled, if set, is called after each message the replica counts
+	// as handled, with the total handled so far (over RunGroup's replicas,
+	// its shared total). It runs on the handler's goroutine.
+	OnHandled func(total int64)
 }
 
 // Validate names the first invalid field.
@@ -170,6 +178,7 @@ type replica struct {
 	mu      sync.Mutex
 	lat     []time.Duration
 	failed  map[string]bool // event IDs whose handler failed, not started since
+	first   sync.Once
 }
 
 type ctxKey struct{}
@@ -252,6 +261,9 @@ func run(ctx context.Context, cfg Config, handled *atomic.Int64, want int64) (Re
 // times the rest of the chain and counts what it did.
 func (r *replica) measure(next message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
+		if r.cfg.OnFirst != nil {
+			r.first.Do(r.cfg.OnFirst)
+		}
 		began := time.Now()
 		ev, err := r.dec.Decode(r.record(msg))
 		if err != nil || ev.ID == "" {
@@ -287,7 +299,11 @@ func (r *replica) measure(next message.HandlerFunc) message.HandlerFunc {
 }
 
 func (r *replica) count() {
-	if n := r.handled.Add(1); r.want > 0 && n >= r.want {
+	n := r.handled.Add(1)
+	if r.cfg.OnHandled != nil {
+		r.cfg.OnHandled(n)
+	}
+	if r.want > 0 && n >= r.want {
 		r.stop()
 	}
 }

@@ -150,6 +150,7 @@ func run() error {
 	flag.IntVar(&p.NaiveRecords, "naive", 500, "records the naive consumer gets, per workload (it is slow: ~25 ms a record at 20 ms RTT)")
 	flag.IntVar(&p.LiveRate, "live-rate", 150, "records/s of the latency runs")
 	flag.IntVar(&p.LiveSeconds, "live-seconds", 10, "seconds per latency run")
+	flag.IntVar(&p.GuaranteeRecords, "guarantee-records", 300, "records per backlog of the guarantees stage (Watermill and dedup on restart, retention, two replicas, outage; 0 skips)")
 	flag.IntVar(&p.RSSBacklog, "rss-backlog", 1000000, "records behind a dedup run process (0 skips)")
 	flag.StringVar(&p.DedupBin, "dedup-bin", "bin/dedup", "the dedup binary, for the RSS stage")
 	cpuprofile := flag.String("cpuprofile", "", "a directory: one CPU profile per stage process (NN-PROFILE-repN-STAGE.pprof) and infra.pprof")
@@ -169,7 +170,7 @@ func run() error {
 	if *smoke {
 		p.Records, p.RawStarts, p.RawClaims, p.ReplayN, p.NaiveRecords = 300, 200, 5000, 3000, 40
 		p.LiveRate, p.LiveSeconds, p.RSSBacklog, p.LedgerSizes = 100, 1, 0, []int{1000, 20000}
-		p.DupRatios = []float64{0, 0.9, 1}
+		p.DupRatios, p.GuaranteeRecords = []float64{0, 0.9, 1}, 40
 		cfg.Reps, cfg.Infra.Durable = 1, false
 	}
 	cfg.Params = p
