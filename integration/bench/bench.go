@@ -59,11 +59,14 @@ import (
 
 // Params are the benchmark's knobs.
 type Params struct {
-	Records      int       // records per router backlog run
-	Rounds       int       // unique-heavy backlogs, interleaved with raw start runs
-	DupRatios    []float64 // backlog runs, one per ratio
-	Partitions   int
-	Concurrency  int // start concurrency (router, raw starts, naive has 1)
+	Records     int       // records per router backlog run
+	Rounds      int       // unique-heavy backlogs, interleaved with raw start runs
+	DupRatios   []float64 // backlog runs, one per ratio
+	Partitions  int
+	Concurrency int // start concurrency (router, raw starts, naive has 1)
+	// Compression is every stage's gRPC compression to Temporal
+	// (temporal.compression: none, dedup's default, or gzip, the SDK's).
+	Compression  string
 	Batch        int // max poll records = claim batch
 	PayloadBytes int
 	RawStarts    int   // starts in the raw start stage

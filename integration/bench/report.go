@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"image/color"
@@ -231,8 +232,9 @@ func (p Profile) over(f func(Rep) float64) Spread {
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	p("Benchmark of %s on %s: %d records per backlog, %d partitions, start concurrency %d, batch %d, payload ~%d B; %d repetitions per latency profile, figures as min / **median** / max over them.\n\n",
-		r.When.Format("2006-01-02 15:04"), r.Machine, r.Params.Records, r.Params.Partitions, r.Params.Concurrency, r.Params.Batch, r.Params.PayloadBytes, r.Reps)
+	p("Benchmark of %s on %s: %d records per backlog, %d partitions, start concurrency %d, batch %d, payload ~%d B, Temporal gRPC compression %s (every stage); %d repetitions per latency profile, figures as min / **median** / max over them.\n\n",
+		r.When.Format("2006-01-02 15:04"), r.Machine, r.Params.Records, r.Params.Partitions, r.Params.Concurrency, r.Params.Batch, r.Params.PayloadBytes,
+		cmp.Or(r.Params.Compression, "none"), r.Reps)
 	if r.Reps < 3 {
 		p("**%d repetition(s): fewer than the 3 a spread needs; these figures check the harness, not dedup.**\n\n", r.Reps)
 	}

@@ -11,6 +11,7 @@ import (
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/dedupio/dedup/integration/bench/peer"
+	"github.com/dedupio/dedup/sink/starter"
 )
 
 // The stages a measured process can run (`dedup-bench stage NAME`).
@@ -68,8 +69,12 @@ type StageConfig struct {
 // returns its result.
 func RunStage(ctx context.Context, cfg StageConfig, log *slog.Logger) (StageResult, error) {
 	res := StageResult{Stage: cfg.Name, Dup: cfg.Dup, Affinity: SelfAffinity()}
+	// Every stage's Temporal client is the same: the router's starter,
+	// the bare SDK start it is compared with, the naive consumer and the
+	// Watermill peer differ in what they do, not in their transport.
 	tc, err := client.Dial(client.Options{HostPort: cfg.Infra.Temporal, Namespace: cfg.Infra.Namespace,
-		Logger: tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))})
+		Logger:            tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		ConnectionOptions: client.ConnectionOptions{GrpcCompression: starter.Compression(cfg.Params.Compression)}})
 	if err != nil {
 		return res, fmt.Errorf("dialling Temporal at %s: %w", cfg.Infra.Temporal, err)
 	}

@@ -142,6 +142,7 @@ func run() error {
 	flag.IntVar(&p.Records, "records", 2500, "records per backlog run")
 	flag.IntVar(&p.Partitions, "partitions", 8, "partitions")
 	flag.IntVar(&p.Concurrency, "concurrency", 32, "start concurrency")
+	flag.StringVar(&p.Compression, "temporal-compression", "none", "gRPC compression of every stage's Temporal requests: none (dedup's default) or gzip (the SDK's)")
 	flag.IntVar(&p.Batch, "batch", 1000, "poll batch = claim batch")
 	flag.IntVar(&p.PayloadBytes, "payload", 256, "payload bytes")
 	flag.IntVar(&p.RawStarts, "raw-starts", 3000, "starts in each raw Temporal stage (about the workflows of one unique-heavy backlog)")
