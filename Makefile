@@ -9,7 +9,7 @@
 GO ?= go
 LAB = integration
 
-.PHONY: deps dev test test-short fuzz vet build clean bench bench-smoke model \
+.PHONY: deps dev test test-short fuzz vet build clean bench bench-smoke bench-ledger model \
 	rules k8s image compose compose-env compose-down
 
 # What `dedup version` and dedup_build_info report (internal/app/version.go):
@@ -102,6 +102,11 @@ compose-down:
 BENCH_FLAGS ?=
 bench: deps build
 	bin/dedup-bench -out bench-out $(BENCH_FLAGS)
+
+# On demand (an hour or more, ~45 GB of disk at 50M rows): claims as the
+# ledger grows from 0.1M to 50M rows, and the retention cost at 50M.
+bench-ledger: deps build
+	bin/dedup-bench -ledger-only -ledger-scale 100000,1000000,10000000,50000000 -retention-rows 50000000 -out bench-ledger-out $(BENCH_FLAGS)
 
 # About a minute: every stage of the benchmark on tiny sizes, one repetition,
 # pinned when there are two CPUs (CI runs it).

@@ -64,6 +64,16 @@ type Params struct {
 	DupRatios   []float64 // backlog runs, one per ratio
 	Partitions  int
 	Concurrency int // start concurrency (router, raw starts, naive has 1)
+	// ScaleSizes, if set, are the ledger sizes of the ledger-scale stage
+	// (claims of ScaleClaims intents at each); RetentionRows, if set, the
+	// ledger of the retention stage (RetentionDays days of rows). Both are
+	// on-demand runs (make bench-ledger), not part of make bench.
+	ScaleSizes    []int
+	ScaleClaims   int
+	RetentionRows int
+	RetentionDays int
+	// LedgerOnly runs the ledger stages alone (no latency profiles).
+	LedgerOnly bool
 	// Compression is every stage's gRPC compression to Temporal
 	// (temporal.compression: none, dedup's default, or gzip, the SDK's).
 	Compression  string

@@ -264,9 +264,9 @@ type RetentionResult struct {
 	LookupPartitioned Rate `json:"lookup_partitioned"`
 	Partitions        int  `json:"partitions"`
 	// PurgeScans is how the purge read the ledger (pg_stat_user_tables
-	// over the Purge call): its statement has no index on started_at, so
-	// each batch finds its rows by a sequential scan, and the planner may
-	// join them back by another full scan rather than the primary key.
+	// over the Purge call). Before migration 00007 each batch found its
+	// rows by a sequential scan (no index on started_at); now each walks
+	// the partial index dedup_ledger_started.
 	PurgeScans TableScans `json:"purge_scans"`
 }
 

@@ -132,6 +132,9 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 		return res, nil
 	}
 
+	if cfg.Params.LedgerOnly {
+		return r, ledgerStages(cfg.Params, r, stage, say)
+	}
 	for _, lat := range cfg.Latencies {
 		say("latency profile %s: Temporal %s, PostgreSQL %s, Kafka %s round trip", lat.Name, lat.Temporal, lat.Postgres, lat.Kafka)
 		if err := SetLatency(in.ProxyAPI, lat); err != nil {
@@ -169,6 +172,9 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 		return nil, err
 	}
 	r.Ledger = lg.Ledger
+	if err := ledgerStages(cfg.Params, r, stage, say); err != nil {
+		return nil, err
+	}
 	if cfg.Params.RSSBacklog > 0 {
 		say("dedup run process over %d records (no added latency)", cfg.Params.RSSBacklog)
 		x, err := stage(StageRSS, 0, "nolat")
@@ -180,6 +186,33 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 	}
 	r.Finish()
 	return r, nil
+}
+
+// ledgerStages runs the on-demand ledger stages p asks for: claims as the
+// ledger grows to its ScaleSizes, and the retention cost at RetentionRows.
+func ledgerStages(p Params, r *Report, stage func(string, float64, string) (StageResult, error), say func(string, ...any)) error {
+	if len(p.ScaleSizes) > 0 {
+		say("ledger scale (no added latency): %v rows, %d claims each way at each", p.ScaleSizes, p.ScaleClaims)
+		x, err := stage(StageLedgerScale, 0, "nolat")
+		if err != nil {
+			return err
+		}
+		r.Scale = x.Scale
+		for _, pt := range x.Scale {
+			say("  %d rows: new %.0f/s (%.2f of the first size), duplicate %.0f/s (%.2f)", pt.Rows, pt.New.PerSec, pt.NewVsFirst, pt.Duplicate.PerSec, pt.DupVsFirst)
+		}
+	}
+	if p.RetentionRows > 0 {
+		say("retention cost (no added latency): %d rows over %d days", p.RetentionRows, p.RetentionDays)
+		x, err := stage(StageRetention, 0, "nolat")
+		if err != nil {
+			return err
+		}
+		r.Retention = x.Retention
+		say("  ledger.Purge: %d rows in %.2f s; dropping a partition: %.3f s", x.Retention.Delete.Rows, x.Retention.Delete.Seconds, x.Retention.DropPartition.Seconds)
+	}
+	r.Finish()
+	return nil
 }
 
 // runRep runs one repetition of every comparison at one latency profile.

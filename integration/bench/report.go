@@ -39,6 +39,9 @@ type Report struct {
 	// Guarantees is the guarantees stage's (one run, no added latency);
 	// nil when skipped (GuaranteeRecords 0).
 	Guarantees *peer.GuaranteesResult `json:"guarantees,omitempty"`
+	// Scale and Retention are the on-demand ledger stages'.
+	Scale     []ScalePoint     `json:"ledger_scale,omitempty"`
+	Retention *RetentionResult `json:"retention,omitempty"`
 }
 
 // Profile is the repetitions at one latency profile.
@@ -250,6 +253,10 @@ func (r *Report) Markdown() string {
 	if r.Placement.Stage != "" {
 		p("- a stage: `%s`\n", r.Placement.Stage)
 	}
+	if len(r.Profiles) == 0 { // a ledger-only run (make bench-ledger)
+		b.WriteString(r.ledgerMarkdown())
+		return b.String()
+	}
 	p("\nLatency profiles (round trips the proxies add):")
 	for _, x := range r.Profiles {
 		p(" **%s**: Temporal %s, PostgreSQL %s, Kafka %s;", x.Latency.Name, x.Latency.Temporal, x.Latency.Postgres, x.Latency.Kafka)
@@ -315,6 +322,7 @@ func (r *Report) Markdown() string {
 			p("| %d | %.0f | %.0f | %.1f / %.1f |\n", l.Rows, l.Raw.New.PerSec, l.Raw.Duplicate.PerSec, l.Raw.LatencyMs.P50, l.Raw.LatencyMs.P99)
 		}
 	}
+	b.WriteString(r.ledgerMarkdown())
 	if r.RSS != nil {
 		p("\n`dedup run` over a %d-record backlog (max_in_flight %d): peak RSS %.0f MiB (target < 256), heap in use at the end %.0f MiB, %.0f records/s, %.0f Temporal start calls (`%s`).\n",
 			r.RSS.Backlog, r.RSS.MaxInFlight, r.RSS.PeakRSSMiB, r.RSS.HeapMiB, r.RSS.Records.PerSec, r.RSS.StartCalls, r.RSS.Affinity)
@@ -343,6 +351,9 @@ func (r *Report) Write(dir string) error {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644); err != nil {
 		return err
+	}
+	if len(r.Profiles) == 0 { // a ledger-only run: nothing to plot
+		return nil
 	}
 	return r.plot(filepath.Join(dir, "throughput.png"))
 }
@@ -450,4 +461,29 @@ func (r *Report) plot(path string) error {
 	defer f.Close()
 	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(f)
 	return err
+}
+
+// ledgerMarkdown renders the on-demand ledger stages.
+func (r *Report) ledgerMarkdown() string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	if len(r.Scale) > 0 {
+		p("\nClaims as the ledger grows (batches of %d, one run; target: within 10%% of the smallest size):\n\n", ClaimBatch)
+		p("| ledger rows | new rows/s | vs smallest | duplicate rows/s | vs smallest | duplicate batch p50 / p99 ms | heap / index MiB |\n|---|---|---|---|---|---|---|\n")
+		for _, s := range r.Scale {
+			p("| %d | %.0f | %.2f | %.0f | %.2f | %.1f / %.1f | %.0f / %.0f |\n", s.Rows, s.New.PerSec, s.NewVsFirst, s.Duplicate.PerSec, s.DupVsFirst,
+				s.DupMs.P50, s.DupMs.P99, s.TableMiB, s.IndexMiB)
+		}
+	}
+	if x := r.Retention; x != nil {
+		p("\nRetention at %d rows over %d days, removing the oldest day (full_page_writes %s):\n\n", x.Rows, x.Days, x.FullPageWrites)
+		p("| way | rows removed | seconds | WAL MiB | VACUUM seconds | scans of the ledger |\n|---|---|---|---|---|---|\n")
+		p("| ledger.Purge (batched DELETE along the end-time index) | %d | %.2f | %.1f | %.2f | %d sequential (%d tuples), %d index |\n", x.Delete.Rows, x.Delete.Seconds,
+			float64(x.Delete.WALBytes)/(1<<20), x.Delete.VacuumSeconds, x.PurgeScans.SeqScans, x.PurgeScans.SeqTuplesRead, x.PurgeScans.IndexScans)
+		p("| DETACH + DROP of a day partition | %d | %.3f | %.2f | %.3f | |\n", x.DropPartition.Rows, x.DropPartition.Seconds,
+			float64(x.DropPartition.WALBytes)/(1<<20), x.DropPartition.VacuumSeconds)
+		p("\nA ledger partitioned by time cannot keep a workflow ID unique: %q; the claim's ON CONFLICT (workflow_id) there: %q; with the key (workflow_id, claimed_at), two claims of one ID leave %d rows. Reading %d existing IDs per statement: %.0f rows/s plain, %.0f partitioned (%d partitions).\n",
+			x.UniqueWorkflowIDError, x.OnConflictError, x.RowsAfterTwoClaims, ClaimBatch, x.LookupPlain.PerSec, x.LookupPartitioned.PerSec, x.Partitions)
+	}
+	return b.String()
 }

@@ -29,11 +29,14 @@ const (
 	StageWatermill       = "watermill"        // the Watermill peer (integration/bench/peer) over the backlog at -dup
 	StageWatermillReplay = "watermill-replay" // the Watermill peer over an all-duplicate backlog whose workflows Temporal has started
 	StageGuarantees      = "guarantees"       // peer.Guarantees: restart, retention, two replicas, outage; Watermill and dedup
+	StageLedgerScale     = "ledger-scale"     // claims at ledger sizes ScaleSizes (on demand)
+	StageRetention       = "retention"        // ledger.Purge vs dropping a day partition, RetentionRows rows (on demand)
 )
 
 // Stages lists every stage name.
 var Stages = []string{StageRawStarts, StageRawClaims, StageRawConsume, StageBacklog, StageLive, StageReplay,
-	StageNaiveUnique, StageNaiveReplay, StageLedgerGrowth, StageRSS, StageWatermill, StageWatermillReplay, StageGuarantees}
+	StageNaiveUnique, StageNaiveReplay, StageLedgerGrowth, StageRSS, StageWatermill, StageWatermillReplay, StageGuarantees,
+	StageLedgerScale, StageRetention}
 
 // StageResult is what a stage process prints (JSON on stdout). One of
 // Rate, Claims, Router, Ledger, RSS is set, by stage.
@@ -50,6 +53,8 @@ type StageResult struct {
 	RSS            *RSSResult    `json:"rss,omitempty"`
 	// Guarantees is the guarantees stage's.
 	Guarantees *peer.GuaranteesResult `json:"guarantees,omitempty"`
+	Scale      []ScalePoint           `json:"ledger_scale,omitempty"`
+	Retention  *RetentionResult       `json:"retention,omitempty"`
 	// Workflows is how many workflows the stage started (Settle).
 	Workflows int64 `json:"workflows"`
 	// Affinity is `taskset -cp` of the stage process.
@@ -147,6 +152,12 @@ func (e *Env) dispatch(ctx context.Context, cfg StageConfig, res *StageResult) e
 		var g peer.GuaranteesResult
 		g, err = e.Guarantees(ctx)
 		res.Guarantees = &g
+	case StageLedgerScale:
+		res.Scale, err = e.LedgerScale(ctx, e.P.ScaleSizes, e.P.ScaleClaims)
+	case StageRetention:
+		var r RetentionResult
+		r, err = e.RetentionCost(ctx, e.P.RetentionRows, e.P.RetentionDays)
+		res.Retention = &r
 	default:
 		return fmt.Errorf("unknown stage %q (stages: %v)", cfg.Name, Stages)
 	}

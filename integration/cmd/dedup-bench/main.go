@@ -142,6 +142,11 @@ func run() error {
 	flag.IntVar(&p.Records, "records", 2500, "records per backlog run")
 	flag.IntVar(&p.Partitions, "partitions", 8, "partitions")
 	flag.IntVar(&p.Concurrency, "concurrency", 32, "start concurrency")
+	scaleSizes := flag.String("ledger-scale", "", "on demand: ledger sizes for claims as the ledger grows, e.g. 100000,1000000,10000000,50000000 (empty: skipped)")
+	flag.IntVar(&p.ScaleClaims, "scale-claims", 20000, "claims each way at each -ledger-scale size")
+	flag.IntVar(&p.RetentionRows, "retention-rows", 0, "on demand: ledger rows of the retention-cost stage (0: skipped)")
+	flag.IntVar(&p.RetentionDays, "retention-days", 7, "days the retention-cost stage's rows span")
+	flag.BoolVar(&p.LedgerOnly, "ledger-only", false, "run only the on-demand ledger stages (-ledger-scale, -retention-rows), no latency profiles")
 	flag.StringVar(&p.Compression, "temporal-compression", "none", "gRPC compression of every stage's Temporal requests: none (dedup's default) or gzip (the SDK's)")
 	flag.IntVar(&p.Batch, "batch", 1000, "poll batch = claim batch")
 	flag.IntVar(&p.PayloadBytes, "payload", 256, "payload bytes")
@@ -158,6 +163,9 @@ func run() error {
 	flag.Parse()
 	var err error
 	if p.DupRatios, err = list(*dups, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }); err != nil {
+		return err
+	}
+	if p.ScaleSizes, err = list(*scaleSizes, strconv.Atoi); err != nil {
 		return err
 	}
 	if p.LedgerSizes, err = list(*sizes, strconv.Atoi); err != nil {
