@@ -66,7 +66,7 @@ func TestBinaryModeDataOfAnyContentType(t *testing.T) {
 			if !bytes.Equal(ev.Bytes, tc.wantBytes) || (tc.wantBytes == nil) != (ev.Bytes == nil) {
 				t.Errorf("bytes = %q, want %q", ev.Bytes, tc.wantBytes)
 			}
-			if string(ev.Data) != tc.wantData || ev.ContentType != tc.wantCT {
+			if compacted(ev.Data) != tc.wantData || ev.ContentType != tc.wantCT {
 				t.Errorf("data = %s, content type %q; want %s, %q", ev.Data, ev.ContentType, tc.wantData, tc.wantCT)
 			}
 		})

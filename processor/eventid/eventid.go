@@ -106,7 +106,8 @@ type Event struct {
 	Type   string
 	Source string
 	Time   string // as the producer wrote it; may be empty
-	// Data is the payload as received (compact JSON, not canonicalised), so
+	// Data is the payload as received (its bytes in the record: encoding
+	// it into a workflow input compacts it; not canonicalised), so
 	// that workflows see what the producer sent. It is null when the data
 	// is binary (Bytes).
 	Data json.RawMessage
@@ -454,7 +455,7 @@ func binaryEnvelope(r Record) (envelope, error) {
 	case len(v) == 0: // white space only: no data
 		env.data = json.RawMessage("null")
 	case json.Valid(v):
-		env.data = compactJSON(v)
+		env.data = rawJSON(v)
 	case declared:
 		return env, fail(ReasonUndecodable, "value is not JSON, although its content type %q says it is", env.contentType)
 	default: // no content type, and not JSON: bytes
@@ -502,10 +503,10 @@ func structuredEnvelope(obj members) (envelope, error) {
 	b64, _ := obj.get("data_base64")
 	switch {
 	case data != nil:
-		env.data = compactJSON(data)
+		env.data = rawJSON(data)
 	case b64 != nil:
 		// Binary data: the base64 text itself is the payload identity.
-		env.data = compactJSON(b64)
+		env.data = rawJSON(b64)
 	default:
 		env.data = json.RawMessage("null")
 	}
@@ -546,7 +547,7 @@ func (d *Decoder) plainEnvelope(obj members, value []byte) (envelope, error) {
 		}
 	}
 	if f.Data == "" {
-		env.data = compactJSON(value)
+		env.data = rawJSON(value)
 	} else {
 		data, err := lookup(obj, f.Data)
 		if err != nil {
@@ -555,7 +556,7 @@ func (d *Decoder) plainEnvelope(obj members, value []byte) (envelope, error) {
 		if data == nil {
 			data = json.RawMessage("null")
 		}
-		env.data = compactJSON(data)
+		env.data = rawJSON(data)
 	}
 	return env, nil
 }
@@ -728,12 +729,4 @@ func kind(v json.RawMessage) string {
 		return "null"
 	}
 	return "a number"
-}
-
-func compact(v []byte) json.RawMessage {
-	var b bytes.Buffer
-	if err := json.Compact(&b, v); err != nil {
-		return append(json.RawMessage(nil), v...)
-	}
-	return b.Bytes()
 }

@@ -101,7 +101,7 @@ func TestDecodeIDChain(t *testing.T) {
 			if ev.ID != tc.wantID || ev.Rule != tc.wantRule || ev.Type != tc.wantType {
 				t.Fatalf("got id=%q rule=%q type=%q, want id=%q rule=%q type=%q", ev.ID, ev.Rule, ev.Type, tc.wantID, tc.wantRule, tc.wantType)
 			}
-			if tc.wantData != "" && string(ev.Data) != tc.wantData {
+			if tc.wantData != "" && compacted(ev.Data) != tc.wantData {
 				t.Fatalf("data = %s, want %s", ev.Data, tc.wantData)
 			}
 		})
@@ -254,4 +254,14 @@ func TestDecodeProvenance(t *testing.T) {
 			}
 		})
 	}
+}
+
+// compacted is data as a workflow input carries it: encoding/json
+// compacts a RawMessage.
+func compacted(data json.RawMessage) string {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return "invalid: " + err.Error()
+	}
+	return string(b)
 }
