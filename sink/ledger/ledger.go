@@ -607,33 +607,30 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 // purgeStarted deletes up to $2 started rows that ended before now() -
 // $1 and at or after $3, oldest first (an index range scan of
 // dedup_ledger_started), and returns how many it chose, how many it
-// deleted and the newest end time among them. The DELETE checks the row again: one re-run meanwhile (a
-// newer started_at) is not a victim any more.
-const purgeStarted = `
-WITH victims AS (
-	SELECT workflow_id, started_at AS t FROM dedup_ledger
-	WHERE state = 'started' AND started_at < now() - $1::interval AND started_at >= $3
-	ORDER BY started_at LIMIT $2
-), gone AS (
-	DELETE FROM dedup_ledger l USING victims v
-	WHERE l.workflow_id = v.workflow_id AND l.state = 'started' AND l.started_at < now() - $1::interval
-	RETURNING 1
+// deleted and the newest end time among them. The DELETE checks the row
+// again: one re-run meanwhile (a newer started_at) is not a victim any
+// more. purgeDeadLettered is the same for dead-lettered rows, by when
+// they were dead-lettered (dedup_ledger_dead_lettered).
+var (
+	purgeStarted      = purgeBatchSQL("started", "started_at")
+	purgeDeadLettered = purgeBatchSQL("dead_lettered", "updated_at")
 )
-SELECT (SELECT count(*) FROM victims), (SELECT count(*) FROM gone), (SELECT max(t) FROM victims)`
 
-// purgeDeadLettered is purgeStarted for dead-lettered rows, by when they
-// were dead-lettered (dedup_ledger_dead_lettered).
-const purgeDeadLettered = `
+// purgeBatchSQL is one purge batch of the rows in state, by their end
+// time ended (the column of that state's partial index).
+func purgeBatchSQL(state, ended string) string {
+	return fmt.Sprintf(`
 WITH victims AS (
-	SELECT workflow_id, updated_at AS t FROM dedup_ledger
-	WHERE state = 'dead_lettered' AND updated_at < now() - $1::interval AND updated_at >= $3
-	ORDER BY updated_at LIMIT $2
+	SELECT workflow_id, %[2]s AS t FROM dedup_ledger
+	WHERE state = '%[1]s' AND %[2]s < now() - $1::interval AND %[2]s >= $3
+	ORDER BY %[2]s LIMIT $2
 ), gone AS (
 	DELETE FROM dedup_ledger l USING victims v
-	WHERE l.workflow_id = v.workflow_id AND l.state = 'dead_lettered' AND l.updated_at < now() - $1::interval
+	WHERE l.workflow_id = v.workflow_id AND l.state = '%[1]s' AND l.%[2]s < now() - $1::interval
 	RETURNING 1
 )
-SELECT (SELECT count(*) FROM victims), (SELECT count(*) FROM gone), (SELECT max(t) FROM victims)`
+SELECT (SELECT count(*) FROM victims), (SELECT count(*) FROM gone), (SELECT max(t) FROM victims)`, state, ended)
+}
 
 // RowsEstimate is the planner's estimate of the ledger's row count: cheap
 // at any size (a gauge for dashboards), exact only after ANALYZE.
