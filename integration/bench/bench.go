@@ -74,6 +74,9 @@ type Params struct {
 	RetentionDays int
 	// LedgerOnly runs the ledger stages alone (no latency profiles).
 	LedgerOnly bool
+	// MarkInterval, if set, is the router's starts.mark_interval (0:
+	// dedup's default).
+	MarkInterval time.Duration
 	// Compression is every stage's gRPC compression to Temporal
 	// (temporal.compression: none, dedup's default, or gzip, the SDK's).
 	Compression  string
@@ -243,6 +246,9 @@ func (e *Env) routerConfig(topic string) processor.Config {
 	c.ResetOffset = "earliest"
 	c.MaxPollRecords = e.P.Batch
 	c.Starts.Concurrency = e.P.Concurrency
+	if e.P.MarkInterval > 0 {
+		c.Starts.MarkInterval = e.P.MarkInterval
+	}
 	c.CommitInterval = 100 * time.Millisecond
 	c.SessionTimeout = 10 * time.Second
 	c.Routes = routes()
