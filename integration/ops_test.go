@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -109,7 +110,8 @@ func exprs(t *testing.T) (map[string]string, map[string]bool) {
 
 var metricName = regexp.MustCompile(`\b((?:dedup|kafka|temporal|go|process)_[a-zA-Z0-9_]+)\b`)
 
-// A running router exports every metric the dashboard and the rules use.
+// A running router and ingress export every metric the dashboard and the
+// rules use.
 func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 	e := newEnv(t, 2)
 	w := workload.Generate(workload.Spec{Topic: e.topic, Partitions: 2, Records: 200, DupRatio: 0.3, Seed: 5, IDPrefix: "ops-"})
@@ -128,8 +130,26 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The ingress's own series (the dashboard's ingress row, its alert),
+	// once it has answered a request.
+	in := e.startIngress(cfg, nil)
+	req, _ := http.NewRequest("POST", in.url+"/v1/events", strings.NewReader(`{"type":"order.created","total":1}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", `"ops-metrics-1"`)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST /v1/events: %d", res.StatusCode)
+	}
+	imfs, err := in.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
 	exported := map[string]bool{}
-	for _, mf := range mfs {
+	for _, mf := range append(mfs, imfs...) {
 		exported[mf.GetName()] = true
 	}
 	all, recorded := exprs(t)
@@ -144,7 +164,7 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 			}
 			used[base] = true
 			if !exported[base] {
-				t.Errorf("%s uses %s, which the router does not export", where, m)
+				t.Errorf("%s uses %s, which neither the router nor the ingress exports", where, m)
 			}
 		}
 		for _, rec := range regexp.MustCompile(`\bdedup:[a-z0-9_:]+`).FindAllString(expr, -1) {
