@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -22,16 +24,72 @@ func cpuClock() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// window is a measured window: wall and CPU time from its start.
+// window is a measured window: wall and CPU time from its start, and the
+// infrastructure core's jiffies.
 type window struct {
-	wall time.Time
-	cpu  time.Duration
+	wall  time.Time
+	cpu   time.Duration
+	infra coreTimes
 }
 
-func startWindow() window { return window{wall: time.Now(), cpu: cpuClock()} }
+func startWindow() window {
+	return window{wall: time.Now(), cpu: cpuClock(), infra: readCore(infraCore)}
+}
 
 // cpuSeconds is the CPU time the process used since the window started.
 func (w window) cpuSeconds() float64 { return (cpuClock() - w.cpu).Seconds() }
+
+// infraBusy is the share of the window the infrastructure's core was busy
+// (all its processes: kfake, Temporal, PostgreSQL, the proxies), from
+// /proc/stat; 0 when unreadable. Near 1, the infrastructure (one core
+// here, machines of their own in a deployment) is what limits the stage,
+// not the measured process.
+func (w window) infraBusy() float64 { return w.infra.busySince(readCore(infraCore)) }
+
+// infraCore is the CPU the infrastructure is pinned to (Placement.InfraCPU).
+const infraCore = 0
+
+// coreTimes are one CPU's busy and total jiffies (/proc/stat).
+type coreTimes struct{ busy, total uint64 }
+
+func (c coreTimes) busySince(now coreTimes) float64 {
+	if now.total <= c.total || c.total == 0 {
+		return 0
+	}
+	return float64(now.busy-c.busy) / float64(now.total-c.total)
+}
+
+// readCore reads the cpuN line of /proc/stat: user nice system idle
+// iowait irq softirq steal ...; idle and iowait are not busy.
+func readCore(n int) coreTimes {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return coreTimes{}
+	}
+	return parseCore(string(b), n)
+}
+
+func parseCore(stat string, n int) coreTimes {
+	prefix := fmt.Sprintf("cpu%d ", n)
+	for _, line := range strings.Split(stat, "\n") {
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		var t coreTimes
+		for i, f := range strings.Fields(line)[1:] {
+			v, err := strconv.ParseUint(f, 10, 64)
+			if err != nil || i >= 8 { // guest times are inside user already
+				break
+			}
+			t.total += v
+			if i != 3 && i != 4 {
+				t.busy += v
+			}
+		}
+		return t
+	}
+	return coreTimes{}
+}
 
 // Placement is where the benchmark's processes run.
 type Placement struct {

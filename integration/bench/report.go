@@ -261,7 +261,7 @@ func (r *Report) Markdown() string {
 	for _, x := range r.Profiles {
 		p(" **%s**: Temporal %s, PostgreSQL %s, Kafka %s;", x.Latency.Name, x.Latency.Temporal, x.Latency.Postgres, x.Latency.Kafka)
 	}
-	p(" CPU is the measured process's user + system time (getrusage) over the measured window only.\n\n")
+	p(" CPU is the measured process's user + system time (getrusage) over the measured window only; infra core busy is the share of that window the infrastructure's CPU was busy (/proc/stat): near 100%%, the infrastructure, not the measured process, sets the pace.\n\n")
 
 	p("| ratio or figure | profile | min / **median** / max | target | |\n|---|---|---|---|---|\n")
 	for _, x := range r.Ratios {
@@ -281,27 +281,34 @@ func (r *Report) Markdown() string {
 	}
 	for _, pr := range r.Profiles {
 		p("\n### Profile %s: Temporal %s, PostgreSQL %s round trip\n\n", pr.Latency.Name, pr.Latency.Temporal, pr.Latency.Postgres)
-		p("| stage | records/s | workflows started/s | CPU µs / record | CPU µs / workflow | Temporal calls / workflow | PG round trips / record |\n|---|---|---|---|---|---|---|\n")
-		p("| raw Temporal starts (c=%d, %d each) | | %s | | %s | 1 | |\n", r.Params.Concurrency, r.Params.RawStarts,
-			pr.over(func(x Rep) float64 { return x.RawStarts.PerSec }), pr.over(func(x Rep) float64 { return x.RawStarts.CPUPer() }))
-		p("| raw ledger claim, new rows (batch %d) | %s | | %s | | | 1 per batch |\n", r.Params.Batch,
-			pr.over(func(x Rep) float64 { return x.RawClaims.New.PerSec }), pr.over(func(x Rep) float64 { return x.RawClaims.New.CPUPer() }))
-		p("| raw ledger claim, duplicate rows | %s | | %s | | | 1 per batch |\n",
-			pr.over(func(x Rep) float64 { return x.RawClaims.Duplicate.PerSec }), pr.over(func(x Rep) float64 { return x.RawClaims.Duplicate.CPUPer() }))
-		p("| raw consume with commits | %s | | %s | | | |\n",
-			pr.over(func(x Rep) float64 { return x.RawConsume.PerSec }), pr.over(func(x Rep) float64 { return x.RawConsume.CPUPer() }))
+		p("| stage | records/s | workflows started/s | CPU µs / record | CPU µs / workflow | Temporal calls / workflow | PG round trips / record | infra core busy %% |\n|---|---|---|---|---|---|---|---|\n")
+		busy := func(f func(Rep) float64) Spread { return pr.over(func(x Rep) float64 { return 100 * f(x) }) }
+		p("| raw Temporal starts (c=%d, %d each) | | %s | | %s | 1 | | %s |\n", r.Params.Concurrency, r.Params.RawStarts,
+			pr.over(func(x Rep) float64 { return x.RawStarts.PerSec }), pr.over(func(x Rep) float64 { return x.RawStarts.CPUPer() }),
+			busy(func(x Rep) float64 { return x.RawStarts.InfraBusy }))
+		p("| raw ledger claim, new rows (batch %d) | %s | | %s | | | 1 per batch | %s |\n", r.Params.Batch,
+			pr.over(func(x Rep) float64 { return x.RawClaims.New.PerSec }), pr.over(func(x Rep) float64 { return x.RawClaims.New.CPUPer() }),
+			busy(func(x Rep) float64 { return x.RawClaims.New.InfraBusy }))
+		p("| raw ledger claim, duplicate rows | %s | | %s | | | 1 per batch | %s |\n",
+			pr.over(func(x Rep) float64 { return x.RawClaims.Duplicate.PerSec }), pr.over(func(x Rep) float64 { return x.RawClaims.Duplicate.CPUPer() }),
+			busy(func(x Rep) float64 { return x.RawClaims.Duplicate.InfraBusy }))
+		p("| raw consume with commits | %s | | %s | | | | %s |\n",
+			pr.over(func(x Rep) float64 { return x.RawConsume.PerSec }), pr.over(func(x Rep) float64 { return x.RawConsume.CPUPer() }),
+			busy(func(x Rep) float64 { return x.RawConsume.InfraBusy }))
 		row := func(label string, f func(Rep) RouterResult) {
-			p("| %s | %s | %s | %s | %s | %s | %s |\n", label,
+			p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", label,
 				pr.over(func(x Rep) float64 { return f(x).Records.PerSec }), pr.over(func(x Rep) float64 { return f(x).Workflows.PerSec }),
 				pr.over(func(x Rep) float64 { return f(x).CPUPerRecord() }), pr.over(func(x Rep) float64 { return f(x).CPUPerWorkflow() }),
-				pr.over(func(x Rep) float64 { return f(x).TemporalPerUnique }), pr.over(func(x Rep) float64 { return f(x).PGPerRecord }))
+				pr.over(func(x Rep) float64 { return f(x).TemporalPerUnique }), pr.over(func(x Rep) float64 { return f(x).PGPerRecord }),
+				busy(func(x Rep) float64 { return f(x).InfraBusy }))
 		}
 		for i, d := range r.Params.DupRatios {
 			row(fmt.Sprintf("dedup, backlog, %.0f%% duplicates", d*100), func(x Rep) RouterResult { return at(x.Backlogs, i) })
 		}
 		row(fmt.Sprintf("dedup, all-duplicate replay (%d records)", r.Params.ReplayN), func(x Rep) RouterResult { return x.Replay })
-		p("| raw claim of the replay's own IDs, right after it | %s | | %s | | | 1 per batch |\n",
-			pr.over(func(x Rep) float64 { return x.ReplayRawClaim.PerSec }), pr.over(func(x Rep) float64 { return x.ReplayRawClaim.CPUPer() }))
+		p("| raw claim of the replay's own IDs, right after it | %s | | %s | | | 1 per batch | %s |\n",
+			pr.over(func(x Rep) float64 { return x.ReplayRawClaim.PerSec }), pr.over(func(x Rep) float64 { return x.ReplayRawClaim.CPUPer() }),
+			busy(func(x Rep) float64 { return x.ReplayRawClaim.InfraBusy }))
 		row(fmt.Sprintf("naive, unique-heavy (%d records)", r.Params.NaiveRecords), func(x Rep) RouterResult { return x.NaiveUnique })
 		row(fmt.Sprintf("naive, all-duplicate replay (%d records)", r.Params.NaiveRecords), func(x Rep) RouterResult { return x.NaiveReplay })
 		row(fmt.Sprintf("Watermill peer, unique-heavy (%d records, the router's backlog)", r.Params.Records), func(x Rep) RouterResult { return x.Watermill })

@@ -93,3 +93,26 @@ func TestWatermillBesideDedup(t *testing.T) {
 		}
 	}
 }
+
+func TestInfraCoreBusyFromProcStat(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice
+	before := "cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 100 0 50 800 50 0 0 0 7 0\ncpu1 1 1 1 1 1 1 1 1 0 0\n"
+	after := "cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 400 0 100 900 50 0 50 0 9 0\ncpu1 1 1 1 1 1 1 1 1 0 0\n"
+	b, a := parseCore(before, 0), parseCore(after, 0)
+	if b.total != 1000 || b.busy != 150 {
+		t.Fatalf("cpu0 before: %+v, want busy 150 of 1000 (idle and iowait not busy, guest not counted twice)", b)
+	}
+	// 300 user + 50 system + 50 softirq busy of 500 jiffies.
+	if got := b.busySince(a); got != 0.8 {
+		t.Fatalf("busy share %v, want 0.8", got)
+	}
+	if got := (coreTimes{}).busySince(a); got != 0 {
+		t.Fatalf("no first reading: %v, want 0", got)
+	}
+	if got := parseCore(before, 7); got != (coreTimes{}) {
+		t.Fatalf("a CPU not in /proc/stat: %+v", got)
+	}
+	if w := startWindow(); w.infra.total == 0 {
+		t.Fatal("this machine's /proc/stat has no cpu0 line")
+	}
+}

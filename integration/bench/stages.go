@@ -34,6 +34,9 @@ type Rate struct {
 	// CPUSeconds is the measuring process's CPU time (user + system)
 	// over the same window; 0 where not measured.
 	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
+	// InfraBusy is the share of the window the infrastructure's core was
+	// busy (window.infraBusy).
+	InfraBusy float64 `json:"infra_cpu_busy,omitempty"`
 }
 
 // CPUPer is CPU microseconds per unit (0 when nothing was measured).
@@ -52,6 +55,7 @@ func rate(n int, d time.Duration) Rate {
 func (w window) measured(n int) Rate {
 	r := rate(n, time.Since(w.wall))
 	r.CPUSeconds = w.cpuSeconds()
+	r.InfraBusy = w.infraBusy()
 	return r
 }
 
@@ -241,6 +245,9 @@ type RouterResult struct {
 	// PollCPUSeconds is the benchmark's committed-offset reads in the
 	// window (one every 20 ms), at their CPU cost measured right after.
 	PollCPUSeconds float64 `json:"poll_cpu_seconds,omitempty"`
+	// InfraBusy is the share of the window the infrastructure's core was
+	// busy (window.infraBusy).
+	InfraBusy float64 `json:"infra_cpu_busy"`
 }
 
 // CPUPerRecord and CPUPerWorkflow are CPU microseconds per record consumed
@@ -314,6 +321,7 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 	polls, err := e.waitConsumed(ctx, cfg.Group, rr.topic, 30*time.Minute)
 	elapsed := time.Since(began)
 	res.CPUSeconds = win.cpuSeconds()
+	res.InfraBusy = win.infraBusy()
 	cancel()
 	if rerr := <-done; err == nil {
 		err = rerr
@@ -571,6 +579,7 @@ func (e *Env) Naive(ctx context.Context, recs []*kgo.Record, pre []processor.Int
 	}
 	elapsed := time.Since(began)
 	res.CPUSeconds = win.cpuSeconds()
+	res.InfraBusy = win.infraBusy()
 	e.workflows.Add(int64(starts))
 	res.Records = rate(got, elapsed)
 	res.Workflows = rate(starts, elapsed)

@@ -130,7 +130,7 @@ func (e *Env) Watermill(ctx context.Context, topic string, recs []*kgo.Record) (
 		OnFirst: func() { win = startWindow() },
 		OnHandled: func(n int64) {
 			if n == want {
-				end <- window{wall: time.Now(), cpu: cpuClock()}
+				end <- window{wall: time.Now(), cpu: cpuClock(), infra: readCore(infraCore)}
 			}
 		},
 	}
@@ -157,6 +157,7 @@ func (e *Env) Watermill(ctx context.Context, topic string, recs []*kgo.Record) (
 	}
 	elapsed := stop.wall.Sub(win.wall)
 	res.CPUSeconds = (stop.cpu - win.cpu).Seconds()
+	res.InfraBusy = win.infra.busySince(stop.infra)
 	_, err = e.waitConsumed(ctx, group, topic, time.Minute)
 	cancel()
 	o := <-done
