@@ -11,9 +11,20 @@ import (
 // one intent per (record, route), with its start request and its record.
 type claimBatch struct {
 	intents []Intent
-	reqs    []*StartRequest // into the records' decisions: never copied
+	starts  []startRef // intent i is decision starts[i].d's intent starts[i].j
 	owners  []*record
 }
+
+// startRef points at one intent of a decision, whose start request is
+// built only if the intent is to start.
+type startRef struct {
+	d *Decision
+	j int
+}
+
+func (s startRef) request() StartRequest { return s.d.Start(s.j) }
+
+func (s startRef) policy() ReusePolicy { return s.d.Routes[s.j].IDReusePolicy }
 
 // claimer claims each poll batch's intents in the ledger, in poll order,
 // and acts on the verdicts. Its guarantee: every intent ends exactly once:
@@ -76,7 +87,7 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 		in, rec, v := &b.intents[i], b.owners[i], cl.Verdict
 		switch {
 		case v == VerdictNew || v == VerdictRedrive:
-			req := *b.reqs[i]
+			req := b.starts[i].request()
 			req.Generation = cl.Generation
 			if c.starts.submit(rec, req, false) {
 				// Another copy's start is in flight here: this one finishes
@@ -95,12 +106,12 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 			conflicts = append(conflicts, deadLetter{rec: rec, reason: ReasonConflict, workflow: in.WorkflowID,
 				err:     fmt.Errorf("workflow %s was claimed with another payload; not started", in.WorkflowID),
 				eventID: in.EventID, rule: in.IDRule})
-		case b.reqs[i].ReusePolicy != ReuseRejectDuplicate:
+		case b.starts[i].policy() != ReuseRejectDuplicate:
 			// Started before; the policy may allow a closed run to run
 			// again: the start pool asks Temporal how it ended.
 			counts[v]++
 			c.duplicate(in, "started_rerun_check")
-			req := *b.reqs[i]
+			req := b.starts[i].request()
 			req.Generation = cl.Generation
 			c.starts.submit(rec, req, true)
 		default:

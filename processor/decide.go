@@ -34,13 +34,24 @@ type Decision struct {
 	// compaction's delete marker) is no event: the record is skipped and
 	// counted (dedup_records_tombstone_total), never dead-lettered.
 	Tombstone bool
-	// Routes are the matching routes, in table order; Intents and Starts
-	// hold one entry per route, in the same order (none when the record is
+	// Routes are the matching routes, in table order; Intents hold one
+	// intent per route, in the same order (none when the record is
 	// dead-lettered: a route keyed by scheduled_for whose event has no
 	// usable data.scheduled_for dead-letters the record as undecodable).
+	// Start(j) is intent j's start request.
 	Routes  []*Route
 	Intents []Intent
-	Starts  []StartRequest
+}
+
+// Start builds the start request of Intents[j]. It is built on demand,
+// not by Decide: a duplicate (most records of a replay) never needs one.
+func (d *Decision) Start(j int) StartRequest {
+	rt, wid := d.Routes[j], d.Intents[j].WorkflowID
+	req := NewStartRequest(rt, &d.Event, wid)
+	if rt.Key == KeyScheduledFor {
+		req.Input.TriggerKind, req.Input.ScheduledFor = schemas.TriggerCron, workflowKey(rt.ID, wid)
+	}
+	return req
 }
 
 // Skipped reports whether the record ends without a claim or a dead
@@ -86,28 +97,25 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 		}
 		return out
 	}
-	targets, err := d.cfg.Routes.Targets(&ev)
+	targets, err := targetsOf(out.Routes, &ev) // Routes.Targets, matched once
 	if err != nil {
 		out.DeadLetter, out.Err = ReasonUndecodable, err
 		return out
 	}
 	out.Intents = make([]Intent, len(targets))
-	out.Starts = make([]StartRequest, len(targets))
 	for j, tg := range targets {
 		rt := tg.Route
-		hash, req := ev.PayloadHash, NewStartRequest(rt, &ev, tg.WorkflowID)
+		hash := ev.PayloadHash
 		if rt.Key == KeyScheduledFor {
 			// A slot is one run whoever fires it: every fire of it hashes
 			// equal, so a second fire (another scheduler's, a retry, dedup's
 			// own scheduler's) is a duplicate, never a conflict.
 			hash = SlotPayloadHash(rt.ID, tg.Key)
-			req.Input.TriggerKind, req.Input.ScheduledFor = schemas.TriggerCron, tg.Key
 		}
 		out.Intents[j] = Intent{
 			WorkflowID: tg.WorkflowID, ActivityID: rt.ID, EventID: ev.ID, IDRule: string(ev.Rule),
 			PayloadHash: hash, Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset,
 		}
-		out.Starts[j] = req
 	}
 	return out
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupio/dedup/schemas"
 )
 
 func TestDecide(t *testing.T) {
@@ -64,13 +66,16 @@ func TestDecide(t *testing.T) {
 			for i, in := range dec.Intents {
 				wids = append(wids, in.WorkflowID)
 				hash := dec.Event.PayloadHash // a slot's claims hash the activity and the slot only
+				kind, slot := schemas.TriggerEvent, ""
 				if rt := dec.Routes[i]; rt.Key == KeyScheduledFor {
-					hash = SlotPayloadHash(rt.ID, strings.TrimPrefix(in.WorkflowID, "activity-"+rt.ID+":"))
+					slot = strings.TrimPrefix(in.WorkflowID, "activity-"+rt.ID+":")
+					hash, kind = SlotPayloadHash(rt.ID, slot), schemas.TriggerCron
 				}
+				st := dec.Start(i)
 				if in.Topic != testTopic || in.Partition != 2 || in.Offset != 9 || in.EventID != dec.Event.ID ||
-					in.PayloadHash != hash || dec.Starts[i].WorkflowID != in.WorkflowID ||
-					dec.Starts[i].ReusePolicy != dec.Routes[i].IDReusePolicy {
-					t.Errorf("intent %d %+v does not match the record, event or start %+v", i, in, dec.Starts[i])
+					in.PayloadHash != hash || st.WorkflowID != in.WorkflowID || st.Input.WorkflowID != in.WorkflowID ||
+					st.ReusePolicy != dec.Routes[i].IDReusePolicy || st.Input.TriggerKind != kind || st.Input.ScheduledFor != slot {
+					t.Errorf("intent %d %+v does not match the record, event or start %+v", i, in, st)
 				}
 			}
 			if dec.DeadLetter != c.deadLetter || dec.Skipped() != c.skipped || strings.Join(wids, ",") != c.workflows {

@@ -226,7 +226,7 @@ func (r *Router) Run(ctx context.Context) error {
 func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 	var (
 		intents []Intent
-		reqs    []*StartRequest
+		starts  []startRef
 		owners  []*record
 		dead    []deadLetter
 	)
@@ -270,8 +270,8 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 			continue
 		}
 		intents = append(intents, d.Intents...)
-		for j := range d.Starts {
-			reqs = append(reqs, &d.Starts[j])
+		for j := range d.Intents {
+			starts = append(starts, startRef{d: d, j: j})
 		}
 		for range d.Intents {
 			owners = append(owners, rec)
@@ -284,7 +284,7 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 	if len(intents) == 0 {
 		return nil
 	}
-	return &claimBatch{intents: intents, reqs: reqs, owners: owners}
+	return &claimBatch{intents: intents, starts: starts, owners: owners}
 }
 
 // parallel runs fn(0..n-1) on up to GOMAXPROCS goroutines.

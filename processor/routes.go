@@ -160,6 +160,11 @@ func WorkflowID(activityID, key string) string {
 	return "activity-" + activityID + ":" + key
 }
 
+// workflowKey is the key of WorkflowID(activityID, key): its inverse.
+func workflowKey(activityID, workflowID string) string {
+	return workflowID[len("activity-")+len(activityID)+1:]
+}
+
 // Match returns the routes an event triggers, in table order.
 func (rs Routes) Match(ev *eventid.Event) []*Route {
 	var out []*Route

@@ -25,7 +25,11 @@ type Target struct {
 // start (a scheduled_for route whose data has no usable time): the router
 // dead-letters the record as undecodable.
 func (rs Routes) Targets(ev *eventid.Event) ([]Target, error) {
-	routes := rs.Match(ev)
+	return targetsOf(rs.Match(ev), ev)
+}
+
+// targetsOf are the targets of ev's matching routes (Routes.Match).
+func targetsOf(routes []*Route, ev *eventid.Event) ([]Target, error) {
 	if len(routes) == 0 {
 		return nil, nil
 	}

@@ -406,7 +406,9 @@ func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []
 			f.NoRoute++
 		default:
 			intents = append(intents, d.Intents...)
-			reqs = append(reqs, d.Starts...)
+			for j := range d.Intents {
+				reqs = append(reqs, d.Start(j))
+			}
 		}
 	}
 	if len(dls) > 0 {
