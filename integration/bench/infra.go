@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,8 +55,23 @@ type Infra struct {
 
 // InfraConfig is what StartInfra starts.
 type InfraConfig struct {
-	Durable     bool   // PostgreSQL with fsync on
-	DatabaseURL string // an existing PostgreSQL instead of a throwaway one
+	Durable bool // PostgreSQL with fsync on
+	// SharedBuffers is the throwaway PostgreSQL's shared_buffers ("":
+	// 256MB); ignored with DatabaseURL.
+	SharedBuffers string
+	DatabaseURL   string // an existing PostgreSQL instead of a throwaway one
+}
+
+// describe says which PostgreSQL the stages use, for the report.
+func (c InfraConfig) describe() string {
+	if c.DatabaseURL != "" {
+		return "DATABASE_URL (settings as that server has them)"
+	}
+	fsync := "fsync off, full_page_writes off"
+	if c.Durable {
+		fsync = "fsync on, full_page_writes on"
+	}
+	return fmt.Sprintf("throwaway PostgreSQL 15 cluster: %s, shared_buffers %s, max_wal_size 2GB", fsync, cmp.Or(c.SharedBuffers, "256MB"))
 }
 
 // StartInfra starts the embedded stack (kfake, Temporal, PostgreSQL) with a
@@ -73,7 +89,8 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (*Infra, func(), error) {
 	// The faults interceptor costs a lock per start while no fault is set.
 	faults := &devstack.TemporalFaults{}
 	stack, err := devstack.Start(ctx, devstack.Config{Namespace: "default", DurablePostgres: cfg.Durable, DatabaseURL: cfg.DatabaseURL,
-		KafkaListen: listen, TemporalFaults: faults})
+		PostgresSharedBuffers: cfg.SharedBuffers,
+		KafkaListen:           listen, TemporalFaults: faults})
 	if err != nil {
 		return nil, nil, err
 	}

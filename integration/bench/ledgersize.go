@@ -48,6 +48,13 @@ type ScalePoint struct {
 	NewVsFirst float64 `json:"new_vs_first"`
 	DupVsFirst float64 `json:"duplicate_vs_first"`
 	// TableMiB and IndexMiB are the ledger's heap and indexes.
+	// NewWAL and DupWAL are the WAL bytes the claims wrote per row
+	// (pg_current_wal_lsn before and after; the server's full-page images
+	// included: the first change of a page after a checkpoint logs the
+	// whole 8 KiB page, and random keys touch a new leaf page per row
+	// once the index outgrows what a checkpoint interval rewrites).
+	NewWAL      float64 `json:"new_wal_bytes_per_row"`
+	DupWAL      float64 `json:"duplicate_wal_bytes_per_row"`
 	TableMiB    float64 `json:"table_mib"`
 	IndexMiB    float64 `json:"index_mib"`
 	FillSeconds float64 `json:"fill_seconds"`
@@ -87,13 +94,30 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int) ([]Scale
 		pt := ScalePoint{Rows: size, FillSeconds: time.Since(began).Seconds()}
 		led := ledger.NewFromPool(pool)
 		intents := uuidIntents(uint64(i+1), claims)
+		// Every size starts right after a checkpoint (best effort: a
+		// DATABASE_URL user may not be allowed), so that each pays the
+		// full-page images of its first touches alike.
+		_, _ = pool.Exec(ctx, `CHECKPOINT`)
+		from, err := walLSN(ctx, pool)
+		if err != nil {
+			return out, err
+		}
 		if pt.New, pt.NewMs, err = claimAll(ctx, led, intents, processor.VerdictNew); err != nil {
+			return out, err
+		}
+		if pt.NewWAL, err = walPerRow(ctx, pool, from, len(intents)); err != nil {
 			return out, err
 		}
 		if err := markAllStarted(ctx, led, intents); err != nil {
 			return out, err
 		}
+		if from, err = walLSN(ctx, pool); err != nil {
+			return out, err
+		}
 		if pt.Duplicate, pt.DupMs, err = claimAll(ctx, led, intents, processor.VerdictDuplicate); err != nil {
+			return out, err
+		}
+		if pt.DupWAL, err = walPerRow(ctx, pool, from, len(intents)); err != nil {
 			return out, err
 		}
 		var table, index int64
@@ -111,6 +135,22 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int) ([]Scale
 			"index_mib", int(pt.IndexMiB), "fill_s", int(pt.FillSeconds))
 	}
 	return out, nil
+}
+
+// walLSN is the server's current WAL position.
+func walLSN(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var s string
+	err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&s)
+	return s, err
+}
+
+// walPerRow is the WAL written since from, per row of n.
+func walPerRow(ctx context.Context, pool *pgxpool.Pool, from string, n int) (float64, error) {
+	var b int64
+	if err := pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::int8`, from).Scan(&b); err != nil {
+		return 0, err
+	}
+	return float64(b) / float64(n), nil
 }
 
 // fillLedger adds the rows [from, to) of a ledger of final rows to table:

@@ -45,6 +45,14 @@ func TestLedgerScaleAndRetentionSmall(t *testing.T) {
 	if len(pts) != 2 || pts[0].New.N != claims || pts[1].Duplicate.N != claims {
 		t.Fatalf("want 2 points of %d claims each way", claims)
 	}
+	for _, pt := range pts {
+		// A new row writes at least its heap tuple and index entry; a
+		// duplicate claim of a started row writes nothing (a few bytes of
+		// other WAL at most).
+		if pt.NewWAL < 100 || pt.DupWAL >= pt.NewWAL/10 {
+			t.Errorf("%d rows: WAL per new row %.0f B, per duplicate %.0f B", pt.Rows, pt.NewWAL, pt.DupWAL)
+		}
+	}
 	if pts[1].TableMiB <= pts[0].TableMiB {
 		t.Errorf("the table did not grow from %d to %d rows: %.1f MiB, then %.1f", pts[0].Rows, pts[1].Rows, pts[0].TableMiB, pts[1].TableMiB)
 	}

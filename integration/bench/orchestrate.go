@@ -70,7 +70,7 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 	}
 	say := cfg.Say
 	r := &Report{When: time.Now(), Machine: Machine(), Params: cfg.Params, Reps: cfg.Reps,
-		Placement: Placement{Pinned: cfg.Pin}}
+		Placement: Placement{Pinned: cfg.Pin}, Postgres: cfg.Infra.describe()}
 	icpu, scpu := "", ""
 	if cfg.Pin {
 		icpu, scpu = infraCPU, stageCPU
@@ -314,7 +314,7 @@ func runRep(ctx context.Context, p Params, rep int, tag string, stage func(strin
 // startInfraProcess runs `Exe infra` (pinned to cpus) and reads the
 // addresses it prints; the returned func stops it (closing its stdin).
 func startInfraProcess(cfg RunConfig, cpus string) (*Infra, func(), error) {
-	args := []string{cfg.Exe, "infra", "-durable=" + strconv.FormatBool(cfg.Infra.Durable)}
+	args := []string{cfg.Exe, "infra", "-durable=" + strconv.FormatBool(cfg.Infra.Durable), "-shared-buffers=" + cfg.Infra.SharedBuffers}
 	if cfg.CPUProfileDir != "" {
 		args = append(args, "-cpuprofile", filepath.Join(cfg.CPUProfileDir, "infra.pprof"))
 	}

@@ -28,6 +28,8 @@ type Report struct {
 	Params    Params    `json:"params"`
 	Reps      int       `json:"repetitions"`
 	Placement Placement `json:"placement"`
+	// Postgres says which PostgreSQL the run used and how it was set.
+	Postgres string `json:"postgres"`
 	// Profiles has one entry per latency profile, each with its
 	// repetitions.
 	Profiles []Profile `json:"profiles"`
@@ -253,6 +255,9 @@ func (r *Report) Markdown() string {
 	if r.Placement.Stage != "" {
 		p("- a stage: `%s`\n", r.Placement.Stage)
 	}
+	if r.Postgres != "" {
+		p("\nPostgreSQL: %s.\n", r.Postgres)
+	}
 	if len(r.Profiles) == 0 { // a ledger-only run (make bench-ledger)
 		b.WriteString(r.ledgerMarkdown())
 		return b.String()
@@ -476,10 +481,10 @@ func (r *Report) ledgerMarkdown() string {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	if len(r.Scale) > 0 {
 		p("\nClaims as the ledger grows (batches of %d, one run; target: within 10%% of the smallest size):\n\n", ClaimBatch)
-		p("| ledger rows | new rows/s | vs smallest | duplicate rows/s | vs smallest | duplicate batch p50 / p99 ms | heap / index MiB |\n|---|---|---|---|---|---|---|\n")
+		p("| ledger rows | new rows/s | vs smallest | new batch p50 / p99 ms | WAL bytes / new row | duplicate rows/s | vs smallest | duplicate batch p50 / p99 ms | heap / index MiB |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range r.Scale {
-			p("| %d | %.0f | %.2f | %.0f | %.2f | %.1f / %.1f | %.0f / %.0f |\n", s.Rows, s.New.PerSec, s.NewVsFirst, s.Duplicate.PerSec, s.DupVsFirst,
-				s.DupMs.P50, s.DupMs.P99, s.TableMiB, s.IndexMiB)
+			p("| %d | %.0f | %.2f | %.1f / %.1f | %.0f | %.0f | %.2f | %.1f / %.1f | %.0f / %.0f |\n", s.Rows, s.New.PerSec, s.NewVsFirst, s.NewMs.P50, s.NewMs.P99, s.NewWAL,
+				s.Duplicate.PerSec, s.DupVsFirst, s.DupMs.P50, s.DupMs.P99, s.TableMiB, s.IndexMiB)
 		}
 	}
 	if x := r.Retention; x != nil {

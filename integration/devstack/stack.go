@@ -34,6 +34,9 @@ type Config struct {
 	DatabaseURL string
 	// DurablePostgres keeps fsync on (benchmarks).
 	DurablePostgres bool
+	// PostgresSharedBuffers is the throwaway cluster's shared_buffers
+	// ("": 256MB).
+	PostgresSharedBuffers string
 	// TemporalFaults, if set, is installed on the Temporal frontend.
 	TemporalFaults *TemporalFaults
 	// KafkaDataDir keeps the broker's log, offsets and groups on disk, so
@@ -107,7 +110,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if cfg.DatabaseURL != "" {
 		s.DatabaseURL = cfg.DatabaseURL
 	} else {
-		if s.Postgres, err = pgcluster.Start(ctx, pgcluster.Options{Port: cfg.PostgresPort, Durable: cfg.DurablePostgres}); err != nil {
+		if s.Postgres, err = pgcluster.Start(ctx, pgcluster.Options{Port: cfg.PostgresPort, Durable: cfg.DurablePostgres,
+			SharedBuffers: cfg.PostgresSharedBuffers}); err != nil {
 			return nil, err
 		}
 		if s.DatabaseURL, err = s.Postgres.CreateDatabase(ctx, "dedup"); err != nil {

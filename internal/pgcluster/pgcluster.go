@@ -5,6 +5,7 @@
 package pgcluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,6 +33,8 @@ type Options struct {
 	// so a committed transaction survives the server process being killed
 	// (pg_ctl stop -m immediate), if not the machine crashing.
 	Durable bool
+	// SharedBuffers is PostgreSQL's shared_buffers ("" : 256MB).
+	SharedBuffers string
 	// Log receives the server's output; nil discards it.
 	Log *os.File
 	// TLS, when set, turns ssl on with this server certificate and key.
@@ -118,7 +121,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 func (c *Cluster) startServer(ctx context.Context) error {
 	args := []string{"-D", c.dir, "-p", strconv.Itoa(c.port), "-k", c.dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
-		"-c", "shared_buffers=256MB", "-c", "max_wal_size=2GB"}
+		"-c", "shared_buffers=" + cmp.Or(c.opts.SharedBuffers, "256MB"), "-c", "max_wal_size=2GB"}
 	if !c.opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off")
 	}
