@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,10 +55,22 @@ type Infra struct {
 // InfraConfig is what StartInfra starts.
 type InfraConfig struct {
 	Durable bool // PostgreSQL with fsync on
-	// SharedBuffers is the throwaway PostgreSQL's shared_buffers ("":
-	// 256MB); ignored with DatabaseURL.
-	SharedBuffers string
+	// PGSettings are more settings of the throwaway PostgreSQL, comma-
+	// separated name=value (shared_buffers=4GB,wal_compression=lz4);
+	// ignored with DatabaseURL.
+	PGSettings string
 	DatabaseURL   string // an existing PostgreSQL instead of a throwaway one
+}
+
+// pgSettings splits -pg-settings.
+func pgSettings(s string) []string {
+	var out []string
+	for _, kv := range strings.Split(s, ",") {
+		if kv = strings.TrimSpace(kv); kv != "" {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // describe says which PostgreSQL the stages use, for the report.
@@ -71,7 +82,11 @@ func (c InfraConfig) describe() string {
 	if c.Durable {
 		fsync = "fsync on, full_page_writes on"
 	}
-	return fmt.Sprintf("throwaway PostgreSQL 15 cluster: %s, shared_buffers %s, max_wal_size 2GB", fsync, cmp.Or(c.SharedBuffers, "256MB"))
+	extra := ""
+	if c.PGSettings != "" {
+		extra = ", then " + c.PGSettings
+	}
+	return fmt.Sprintf("throwaway PostgreSQL 15 cluster: %s, shared_buffers 256MB, max_wal_size 2GB%s", fsync, extra)
 }
 
 // StartInfra starts the embedded stack (kfake, Temporal, PostgreSQL) with a
@@ -89,7 +104,7 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (*Infra, func(), error) {
 	// The faults interceptor costs a lock per start while no fault is set.
 	faults := &devstack.TemporalFaults{}
 	stack, err := devstack.Start(ctx, devstack.Config{Namespace: "default", DurablePostgres: cfg.Durable, DatabaseURL: cfg.DatabaseURL,
-		PostgresSharedBuffers: cfg.SharedBuffers,
+		PostgresSettings: pgSettings(cfg.PGSettings),
 		KafkaListen:           listen, TemporalFaults: faults})
 	if err != nil {
 		return nil, nil, err

@@ -314,7 +314,7 @@ func runRep(ctx context.Context, p Params, rep int, tag string, stage func(strin
 // startInfraProcess runs `Exe infra` (pinned to cpus) and reads the
 // addresses it prints; the returned func stops it (closing its stdin).
 func startInfraProcess(cfg RunConfig, cpus string) (*Infra, func(), error) {
-	args := []string{cfg.Exe, "infra", "-durable=" + strconv.FormatBool(cfg.Infra.Durable), "-shared-buffers=" + cfg.Infra.SharedBuffers}
+	args := []string{cfg.Exe, "infra", "-durable=" + strconv.FormatBool(cfg.Infra.Durable), "-pg-settings=" + cfg.Infra.PGSettings}
 	if cfg.CPUProfileDir != "" {
 		args = append(args, "-cpuprofile", filepath.Join(cfg.CPUProfileDir, "infra.pprof"))
 	}

@@ -34,9 +34,9 @@ type Config struct {
 	DatabaseURL string
 	// DurablePostgres keeps fsync on (benchmarks).
 	DurablePostgres bool
-	// PostgresSharedBuffers is the throwaway cluster's shared_buffers
-	// ("": 256MB).
-	PostgresSharedBuffers string
+	// PostgresSettings are more settings of the throwaway cluster
+	// (name=value each; pgcluster.Options.Settings).
+	PostgresSettings []string
 	// TemporalFaults, if set, is installed on the Temporal frontend.
 	TemporalFaults *TemporalFaults
 	// KafkaDataDir keeps the broker's log, offsets and groups on disk, so
@@ -111,7 +111,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		s.DatabaseURL = cfg.DatabaseURL
 	} else {
 		if s.Postgres, err = pgcluster.Start(ctx, pgcluster.Options{Port: cfg.PostgresPort, Durable: cfg.DurablePostgres,
-			SharedBuffers: cfg.PostgresSharedBuffers}); err != nil {
+			Settings: cfg.PostgresSettings}); err != nil {
 			return nil, err
 		}
 		if s.DatabaseURL, err = s.Postgres.CreateDatabase(ctx, "dedup"); err != nil {

@@ -5,7 +5,6 @@
 package pgcluster
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,8 +32,9 @@ type Options struct {
 	// so a committed transaction survives the server process being killed
 	// (pg_ctl stop -m immediate), if not the machine crashing.
 	Durable bool
-	// SharedBuffers is PostgreSQL's shared_buffers ("" : 256MB).
-	SharedBuffers string
+	// Settings are more server settings, name=value each (passed as -c),
+	// after the defaults: shared_buffers=4GB replaces 256MB.
+	Settings []string
 	// Log receives the server's output; nil discards it.
 	Log *os.File
 	// TLS, when set, turns ssl on with this server certificate and key.
@@ -121,7 +121,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 func (c *Cluster) startServer(ctx context.Context) error {
 	args := []string{"-D", c.dir, "-p", strconv.Itoa(c.port), "-k", c.dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
-		"-c", "shared_buffers=" + cmp.Or(c.opts.SharedBuffers, "256MB"), "-c", "max_wal_size=2GB"}
+		"-c", "shared_buffers=256MB", "-c", "max_wal_size=2GB"}
+	for _, s := range c.opts.Settings {
+		args = append(args, "-c", s)
+	}
 	if !c.opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off")
 	}

@@ -90,7 +90,7 @@ func logger() *slog.Logger {
 func infra(args []string) error {
 	fs := flag.NewFlagSet("infra", flag.ExitOnError)
 	durable := fs.Bool("durable", true, "PostgreSQL with fsync on")
-	sharedBuffers := fs.String("shared-buffers", "", "PostgreSQL shared_buffers (empty: 256MB)")
+	pgSettings := fs.String("pg-settings", "", "more PostgreSQL settings, comma-separated name=value")
 	cpuprofile := fs.String("cpuprofile", "", "write this process's CPU profile here")
 	_ = fs.Parse(args)
 	ctx, stop := signalContext()
@@ -102,7 +102,7 @@ func infra(args []string) error {
 		}
 		defer done()
 	}
-	return bench.ServeInfra(ctx, bench.InfraConfig{Durable: *durable, SharedBuffers: *sharedBuffers, DatabaseURL: os.Getenv("DATABASE_URL")}, os.Stdin, os.Stdout)
+	return bench.ServeInfra(ctx, bench.InfraConfig{Durable: *durable, PGSettings: *pgSettings, DatabaseURL: os.Getenv("DATABASE_URL")}, os.Stdin, os.Stdout)
 }
 
 func stage(args []string) error {
@@ -140,7 +140,7 @@ func run() error {
 	reps := flag.Int("reps", 3, "repetitions per latency profile")
 	noPin := flag.Bool("no-pin", false, "do not pin the infrastructure to CPU 0 and the stages to CPU 1 (the report says so)")
 	durable := flag.Bool("durable", true, "PostgreSQL with fsync on (off: faster, not what production runs)")
-	sharedBuffers := flag.String("pg-shared-buffers", "", "the throwaway PostgreSQL's shared_buffers, e.g. 4GB (empty: 256MB; a managed instance sets about a quarter of its memory)")
+	pgSettings := flag.String("pg-settings", "", "more settings of the throwaway PostgreSQL, comma-separated name=value, e.g. shared_buffers=4GB,wal_compression=lz4 (default: shared_buffers=256MB, max_wal_size=2GB; a managed instance gives shared_buffers about a quarter of its memory)")
 	flag.IntVar(&p.Records, "records", 2500, "records per backlog run")
 	flag.IntVar(&p.Partitions, "partitions", 8, "partitions")
 	flag.IntVar(&p.Concurrency, "concurrency", 32, "start concurrency")
@@ -175,7 +175,7 @@ func run() error {
 		return err
 	}
 	cfg := bench.RunConfig{Reps: *reps, Pin: !*noPin, CPUProfileDir: *cpuprofile,
-		Infra: bench.InfraConfig{Durable: *durable, SharedBuffers: *sharedBuffers, DatabaseURL: os.Getenv("DATABASE_URL")}}
+		Infra: bench.InfraConfig{Durable: *durable, PGSettings: *pgSettings, DatabaseURL: os.Getenv("DATABASE_URL")}}
 	if cfg.Latencies, err = list(*lats, latency); err != nil {
 		return fmt.Errorf("-latency: %w", err)
 	}
