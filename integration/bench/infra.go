@@ -58,8 +58,8 @@ type InfraConfig struct {
 	// PGSettings are more settings of the throwaway PostgreSQL, comma-
 	// separated name=value (shared_buffers=4GB,wal_compression=lz4);
 	// ignored with DatabaseURL.
-	PGSettings string
-	DatabaseURL   string // an existing PostgreSQL instead of a throwaway one
+	PGSettings  string
+	DatabaseURL string // an existing PostgreSQL instead of a throwaway one
 }
 
 // pgSettings splits -pg-settings.
@@ -105,7 +105,7 @@ func StartInfra(ctx context.Context, cfg InfraConfig) (*Infra, func(), error) {
 	faults := &devstack.TemporalFaults{}
 	stack, err := devstack.Start(ctx, devstack.Config{Namespace: "default", DurablePostgres: cfg.Durable, DatabaseURL: cfg.DatabaseURL,
 		PostgresSettings: pgSettings(cfg.PGSettings),
-		KafkaListen:           listen, TemporalFaults: faults})
+		KafkaListen:      listen, TemporalFaults: faults})
 	if err != nil {
 		return nil, nil, err
 	}
