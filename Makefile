@@ -103,7 +103,7 @@ BENCH_FLAGS ?=
 bench: deps build
 	bin/dedup-bench -out bench-out $(BENCH_FLAGS)
 
-# On demand (an hour or more, ~45 GB of disk at 50M rows): claims as the
+# On demand (about 45 minutes, ~45 GB of disk at its peak): claims as the
 # ledger grows from 0.1M to 50M rows, and the retention cost at 50M.
 bench-ledger: deps build
 	bin/dedup-bench -ledger-only -ledger-scale 100000,1000000,10000000,50000000 -retention-rows 50000000 -out bench-ledger-out $(BENCH_FLAGS)
