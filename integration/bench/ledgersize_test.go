@@ -47,9 +47,9 @@ func TestLedgerScaleAndRetentionSmall(t *testing.T) {
 	}
 	for _, pt := range pts {
 		// A new row writes at least its heap tuple and index entry; a
-		// duplicate claim of a started row writes nothing (a few bytes of
-		// other WAL at most).
-		if pt.NewWAL < 100 || pt.DupWAL >= pt.NewWAL/10 {
+		// duplicate claim of a started row writes nothing of its own (the
+		// WAL position is the cluster's: leave room for other writers).
+		if pt.NewWAL < 100 || pt.DupWAL >= pt.NewWAL/2 {
 			t.Errorf("%d rows: WAL per new row %.0f B, per duplicate %.0f B", pt.Rows, pt.NewWAL, pt.DupWAL)
 		}
 	}
