@@ -10,8 +10,8 @@ import (
 )
 
 // Decision is what the router decides for one record before it asks the
-// ledger: the decoded event, and either one intent (and start request) per
-// matching route, or why the record goes no further: dead-lettered before
+// ledger: the decoded event, and either one intent per matching route (its
+// start request built on demand, Start), or why the record goes no further: dead-lettered before
 // any claim (DeadLetter), or skipped because no route matches (NoRoute
 // under kafka.no_route: skip).
 //

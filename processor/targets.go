@@ -19,9 +19,10 @@ type Target struct {
 
 // Targets returns the workflows ev starts, one per matching route, in
 // table order; none when no route matches. It is the one place that turns
-// a decoded event into workflow IDs: Decider.Decide calls it, for the
-// router, the operators' tools and the producer client (package client)
-// alike, so that they always agree. An error means the event can never
+// a decoded event into workflow IDs: Decider.Decide uses it (through
+// targetsOf, on the routes it matched), for the router, the operators'
+// tools and the producer client (package client) alike, so that they always
+// agree. An error means the event can never
 // start (a scheduled_for route whose data has no usable time): the router
 // dead-letters the record as undecodable.
 func (rs Routes) Targets(ev *eventid.Event) ([]Target, error) {

@@ -387,7 +387,7 @@ func (t *Tool) forecast(ctx context.Context, moves []PartitionMove) (*Forecast, 
 func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []*kgo.Record, seen map[string]string, f *Forecast) error {
 	var (
 		intents []processor.Intent
-		reqs    []processor.StartRequest
+		policy  []processor.ReusePolicy // of each intent's route
 		dls     []processor.DeadLetter
 	)
 	for _, kr := range batch {
@@ -407,7 +407,7 @@ func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []
 		default:
 			intents = append(intents, d.Intents...)
 			for j := range d.Intents {
-				reqs = append(reqs, d.Start(j))
+				policy = append(policy, d.Routes[j].IDReusePolicy)
 			}
 		}
 	}
@@ -450,7 +450,7 @@ func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []
 			seen[in.WorkflowID] = "new"
 		case row == nil || row.State == "started" || seen[in.WorkflowID] != "":
 			f.Duplicates++
-			if reqs[i].ReusePolicy != processor.ReuseRejectDuplicate && row != nil && row.State == "started" {
+			if policy[i] != processor.ReuseRejectDuplicate && row != nil && row.State == "started" {
 				f.MayRerun++
 			}
 		case row.State == "pending":
