@@ -11,9 +11,9 @@ import (
 
 // Decision is what the router decides for one record before it asks the
 // ledger: the decoded event, and either one intent per matching route (its
-// start request built on demand, Start), or why the record goes no further: dead-lettered before
-// any claim (DeadLetter), or skipped because no route matches (NoRoute
-// under kafka.no_route: skip).
+// start request built on demand, Start), or why the record goes no
+// further: dead-lettered before any claim (DeadLetter), or skipped because
+// no route matches (NoRoute under kafka.no_route: skip).
 //
 // It is the one implementation of that step: the router's poll loop and
 // the operators' dedup explain and dedup offsets reset --dry-run all call
