@@ -163,17 +163,18 @@ func run() error {
 	defer keys.Close()
 	tick := time.NewTicker(*every)
 	defer tick.Stop()
+	var committed float64 // the last summary's, for the one after the router left
 	for {
 		select {
 		case <-tick.C:
-			summary(ctx, reg, led, keys, hooks)
+			committed = summary(ctx, reg, led, keys, hooks, 0)
 		case err := <-prodDone:
 			if err != nil && ctx.Err() == nil {
 				return err
 			}
 			prodDone = nil
 		case err := <-routerDone:
-			summary(context.Background(), reg, led, keys, hooks)
+			summary(context.Background(), reg, led, keys, hooks, committed)
 			return err
 		case err := <-workerDone:
 			if err != nil && ctx.Err() == nil {
@@ -229,10 +230,14 @@ func writeConfig(path string, cfg app.Config) error {
 	return os.WriteFile(path, b, 0o600)
 }
 
-func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres, keys *pgxpool.Pool, hooks *devstack.Webhooks) {
+// summary prints one summary line and returns its committed offsets. A
+// router that has left the group exports no committed offsets (its
+// per-partition gauges go with its partitions): the line then shows
+// lastCommitted, the previous summary's, marked as such.
+func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres, keys *pgxpool.Pool, hooks *devstack.Webhooks, lastCommitted float64) float64 {
 	mfs, err := reg.Gather()
 	if err != nil {
-		return
+		return lastCommitted
 	}
 	val := func(name, label, value string) float64 {
 		total := 0.0
@@ -268,7 +273,11 @@ func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres
 		keysLine = fmt.Sprintf("webhook keys completed %6d", completed)
 	}
 	hc := hooks.Counts()
-	fmt.Printf("%s  records in %6.0f | new workflows %6.0f | duplicates skipped %6.0f | conflicts %3.0f | dead letters %3.0f | workflows started %6.0f (already started %3.0f) | committed offsets %6.0f | %s | %s | webhooks delivered %6d (repeats dropped %d) | schedule runs %3.0f (slots on time %.0f, late %.0f, skipped %.0f)\n",
+	committed, committedNote := val("dedup_committed_offset", "", ""), ""
+	if committed == 0 && lastCommitted > 0 {
+		committed, committedNote = lastCommitted, " (before the router left the group)"
+	}
+	fmt.Printf("%s  records in %6.0f | new workflows %6.0f | duplicates skipped %6.0f | conflicts %3.0f | dead letters %3.0f | workflows started %6.0f (already started %3.0f) | committed offsets %6.0f%s | %s | %s | webhooks delivered %6d (repeats dropped %d) | schedule runs %3.0f (slots on time %.0f, late %.0f, skipped %.0f)\n",
 		time.Now().Format("15:04:05"),
 		val("dedup_records_total", "", ""),
 		val("dedup_intents_total", "outcome", "new"),
@@ -277,10 +286,11 @@ func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres
 		val("dedup_dead_letters_total", "", ""),
 		val("dedup_workflow_starts_total", "result", "started"),
 		val("dedup_workflow_starts_total", "result", "already_started"),
-		val("dedup_committed_offset", "", ""),
+		committed, committedNote,
 		ledgerLine, keysLine, hc.Deliveries, hc.Dropped,
 		val("dedup_schedule_starts_total", "result", "started"),
 		val("dedup_schedule_fires_total", "outcome", "on_time"),
 		val("dedup_schedule_fires_total", "outcome", "catchup")+val("dedup_schedule_fires_total", "outcome", "compressed"),
 		val("dedup_schedule_fires_total", "outcome", "skipped"))
+	return committed
 }
