@@ -68,8 +68,11 @@ type Params struct {
 	// (claims of ScaleClaims intents at each); RetentionRows, if set, the
 	// ledger of the retention stage (RetentionDays days of rows). Both are
 	// on-demand runs (make bench-ledger), not part of make bench.
-	ScaleSizes    []int
-	ScaleClaims   int
+	ScaleSizes  []int
+	ScaleClaims int
+	// ScaleOrdered gives the ledger-scale stage time-ordered event IDs
+	// (UUIDv7: a millisecond timestamp first) instead of random ones.
+	ScaleOrdered  bool
 	RetentionRows int
 	RetentionDays int
 	// LedgerOnly runs the ledger stages alone (no latency profiles).

@@ -68,8 +68,10 @@ const scaleWindow = 7 * 24 * time.Hour
 
 // LedgerScale grows one fresh ledger to each size in turn (ascending) and
 // measures, at each, claims of claims new workflow IDs and then of the same
-// IDs once started, in batches of ClaimBatch.
-func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int) ([]ScalePoint, error) {
+// IDs once started, in batches of ClaimBatch. With ordered, every event ID
+// is a UUIDv7 (time first), the fill's and the claims' alike: the claims
+// land on the newest pages of the primary key instead of random ones.
+func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered bool) ([]ScalePoint, error) {
 	pool, _, url, err := e.database(ctx)
 	if err != nil {
 		return nil, err
@@ -87,13 +89,13 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int) ([]Scale
 			return out, fmt.Errorf("ledger scale: sizes must ascend (%d after %d)", size, filled)
 		}
 		began := time.Now()
-		if err := fillLedger(ctx, pool, "dedup_ledger", filled, size, final, t0, scaleWindow, true); err != nil {
+		if err := fillLedger(ctx, pool, "dedup_ledger", filled, size, final, t0, scaleWindow, true, ordered); err != nil {
 			return out, err
 		}
 		filled = size
 		pt := ScalePoint{Rows: size, FillSeconds: time.Since(began).Seconds()}
 		led := ledger.NewFromPool(pool)
-		intents := uuidIntents(uint64(i+1), claims)
+		intents := uuidIntents(uint64(i+1), claims, ordered)
 		// Every size starts right after a checkpoint (best effort: a
 		// DATABASE_URL user may not be allowed), so that each pays the
 		// full-page images of its first touches alike.
@@ -155,8 +157,9 @@ func walPerRow(ctx context.Context, pool *pgxpool.Pool, from string, n int) (flo
 
 // fillLedger adds the rows [from, to) of a ledger of final rows to table:
 // row g was claimed at t0 - window*(1-g/final), oldest first. With
-// rebuild, the primary key is dropped first and built again after.
-func fillLedger(ctx context.Context, pool *pgxpool.Pool, table string, from, to, final int, t0 time.Time, window time.Duration, rebuild bool) error {
+// rebuild, the primary key is dropped first and built again after. With
+// ordered, the event IDs are time-ordered (UUIDv7), else random.
+func fillLedger(ctx context.Context, pool *pgxpool.Pool, table string, from, to, final int, t0 time.Time, window time.Duration, rebuild, ordered bool) error {
 	if to <= from {
 		return nil
 	}
@@ -177,12 +180,21 @@ func fillLedger(ctx context.Context, pool *pgxpool.Pool, table string, from, to,
 			return fmt.Errorf("dropping the primary key for the fill: %w", err)
 		}
 	}
+	// A random event ID is a UUID of g's md5; an ordered one a UUIDv7 of
+	// the row's claim time (48 bits of Unix milliseconds, then the md5's
+	// bits), so the IDs sort in the order the rows were written.
+	id := `md5(g::text)::uuid::text`
+	if ordered {
+		id = `substr(v.h, 1, 8) || '-' || substr(v.h, 9, 4) || '-7' || substr(v.r, 1, 3) || '-' || substr(v.r, 4, 4) || '-' || substr(v.r, 8, 12)`
+	}
 	err = exec(fmt.Sprintf(`INSERT INTO %s (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset,
 		state, run_id, attempts, claimed_at, started_at, updated_at, generation)
-	SELECT 'activity-order-confirmation:' || x.e, 'order-confirmation', x.e, 'field', sha256(g::text::bytea), 'events', (g %% 12)::int, g,
+	SELECT 'activity-order-confirmation:' || y.e, 'order-confirmation', y.e, 'field', sha256(g::text::bytea), 'events', (g %% 12)::int, g,
 		'started', md5('run' || g)::uuid::text, 1, x.t, x.t + interval '50 milliseconds', x.t + interval '50 milliseconds', 1
 	FROM generate_series($1::bigint, $2::bigint - 1) g,
-		LATERAL (SELECT md5(g::text)::uuid::text AS e, $3::timestamptz - make_interval(secs => $4::float8 * (1 - g::float8 / $5::float8)) AS t) x`, table),
+		LATERAL (SELECT $3::timestamptz - make_interval(secs => $4::float8 * (1 - g::float8 / $5::float8)) AS t) x,
+		LATERAL (SELECT lpad(to_hex(floor(extract(epoch FROM x.t) * 1000)::bigint), 12, '0') AS h, md5(g::text) AS r) v,
+		LATERAL (SELECT %s AS e) y`, table, id),
 		from, to, t0, window.Seconds(), final)
 	if err != nil {
 		return fmt.Errorf("filling %s to %d rows: %w", table, to, err)
@@ -195,13 +207,18 @@ func fillLedger(ctx context.Context, pool *pgxpool.Pool, table string, from, to,
 	return exec(`VACUUM ANALYZE ` + table)
 }
 
-// uuidIntents are n intents with random UUID event IDs, as fresh events
-// have.
-func uuidIntents(seed uint64, n int) []processor.Intent {
+// uuidIntents are n intents with fresh event IDs: random UUIDs, or with
+// ordered UUIDv7s of now on, ten events a millisecond.
+func uuidIntents(seed uint64, n int, ordered bool) []processor.Intent {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	now := time.Now().UnixMilli()
 	out := make([]processor.Intent, n)
 	for i := range out {
 		id := fmt.Sprintf("%08x-%04x-4%03x-%04x-%012x", rng.Uint32(), rng.Uint32()&0xffff, rng.Uint32()&0xfff, rng.Uint32()&0xffff|0x8000, rng.Uint64()&0xffffffffffff)
+		if ordered {
+			ms := now + int64(i/10)
+			id = fmt.Sprintf("%08x-%04x-7%03x-%04x-%012x", ms>>16, ms&0xffff, rng.Uint32()&0xfff, rng.Uint32()&0xffff|0x8000, rng.Uint64()&0xffffffffffff)
+		}
 		out[i] = processor.Intent{WorkflowID: processor.WorkflowID("order-confirmation", id), ActivityID: "order-confirmation",
 			EventID: id, IDRule: "field", Topic: "events", Partition: int32(i % 12), Offset: int64(i)}
 		out[i].PayloadHash[0], out[i].PayloadHash[1] = byte(i), byte(i>>8)
@@ -334,7 +351,7 @@ func (e *Env) RetentionCost(ctx context.Context, rows, days int) (RetentionResul
 	day := 24 * time.Hour
 	window := time.Duration(days) * day
 	t0 := time.Now().Truncate(time.Second)
-	if err := fillLedger(ctx, pool, "dedup_ledger", 0, rows, rows, t0, window, true); err != nil {
+	if err := fillLedger(ctx, pool, "dedup_ledger", 0, rows, rows, t0, window, true, false); err != nil {
 		return res, err
 	}
 	if err := pool.QueryRow(ctx, `SHOW full_page_writes`).Scan(&res.FullPageWrites); err != nil {

@@ -480,7 +480,11 @@ func (r *Report) ledgerMarkdown() string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	if len(r.Scale) > 0 {
-		p("\nClaims as the ledger grows (batches of %d, one run; target: within 10%% of the smallest size):\n\n", ClaimBatch)
+		ids := "random event IDs (UUIDv4)"
+		if r.Params.ScaleOrdered {
+			ids = "time-ordered event IDs (UUIDv7)"
+		}
+		p("\nClaims as the ledger grows (%s, batches of %d, one run; target: within 10%% of the smallest size):\n\n", ids, ClaimBatch)
 		p("| ledger rows | new rows/s | vs smallest | new batch p50 / p99 ms | WAL bytes / new row | duplicate rows/s | vs smallest | duplicate batch p50 / p99 ms | heap / index MiB |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range r.Scale {
 			p("| %d | %.0f | %.2f | %.1f / %.1f | %.0f | %.0f | %.2f | %.1f / %.1f | %.0f / %.0f |\n", s.Rows, s.New.PerSec, s.NewVsFirst, s.NewMs.P50, s.NewMs.P99, s.NewWAL,

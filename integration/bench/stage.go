@@ -153,7 +153,7 @@ func (e *Env) dispatch(ctx context.Context, cfg StageConfig, res *StageResult) e
 		g, err = e.Guarantees(ctx)
 		res.Guarantees = &g
 	case StageLedgerScale:
-		res.Scale, err = e.LedgerScale(ctx, e.P.ScaleSizes, e.P.ScaleClaims)
+		res.Scale, err = e.LedgerScale(ctx, e.P.ScaleSizes, e.P.ScaleClaims, e.P.ScaleOrdered)
 	case StageRetention:
 		var r RetentionResult
 		r, err = e.RetentionCost(ctx, e.P.RetentionRows, e.P.RetentionDays)

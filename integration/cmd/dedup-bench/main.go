@@ -146,6 +146,7 @@ func run() error {
 	flag.IntVar(&p.Concurrency, "concurrency", 32, "start concurrency")
 	scaleSizes := flag.String("ledger-scale", "", "on demand: ledger sizes for claims as the ledger grows, e.g. 100000,1000000,10000000,50000000 (empty: skipped)")
 	flag.IntVar(&p.ScaleClaims, "scale-claims", 20000, "claims each way at each -ledger-scale size")
+	scaleIDs := flag.String("ledger-ids", "random", "event IDs of the -ledger-scale stage: random (UUIDv4, content hashes) or ordered (UUIDv7: time first, as producers can choose)")
 	flag.IntVar(&p.RetentionRows, "retention-rows", 0, "on demand: ledger rows of the retention-cost stage (0: skipped)")
 	flag.IntVar(&p.RetentionDays, "retention-days", 7, "days the retention-cost stage's rows span")
 	flag.BoolVar(&p.LedgerOnly, "ledger-only", false, "run only the on-demand ledger stages (-ledger-scale, -retention-rows), no latency profiles")
@@ -167,6 +168,13 @@ func run() error {
 	var err error
 	if p.DupRatios, err = list(*dups, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }); err != nil {
 		return err
+	}
+	switch *scaleIDs {
+	case "random":
+	case "ordered":
+		p.ScaleOrdered = true
+	default:
+		return fmt.Errorf("-ledger-ids: %q is neither random nor ordered", *scaleIDs)
 	}
 	if p.ScaleSizes, err = list(*scaleSizes, strconv.Atoi); err != nil {
 		return err
