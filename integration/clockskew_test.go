@@ -21,7 +21,7 @@ import (
 // through the vDSO, not libc, so libfaketime cannot do this; the build
 // overlays the standard library's time.Now instead (go build -overlay).
 var skewedBin = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "dedup-skewed-")
+	dir, err := os.MkdirTemp(binDir, "dedup-skewed-") // removed with binDir after the tests
 	if err != nil {
 		return "", err
 	}

@@ -36,6 +36,7 @@ var (
 	stack     *devstack.Stack
 	faults    = &devstack.TemporalFaults{}
 	dedupBin  string
+	binDir    string // dedupBin's directory, and the skewed build's: removed after the tests
 	nsCounter int
 	nsMu      sync.Mutex
 )
@@ -80,7 +81,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		dedupBin = filepath.Join(dir, "dedup")
+		binDir, dedupBin = dir, filepath.Join(dir, "dedup")
 		// -tags failpoints: the crash tests set DEDUP_FAILPOINT, which the
 		// shipped binary refuses. -C ..: the root module's cmd/dedup, with
 		// the root module's dependency versions, as shipped.
