@@ -33,8 +33,10 @@ build:
 	cd $(LAB) && $(GO) build -o ../bin/devstack ./cmd/devstack
 	cd $(LAB) && $(GO) build -o ../bin/dedup-bench ./cmd/dedup-bench
 
+# DEV_FLAGS: devstack's flags, e.g. DEV_FLAGS='-rate 200' (demo records/s;
+# the default 20 is what the demo worker keeps up with on two cores).
 dev: deps
-	cd $(LAB) && $(GO) run ./cmd/devstack
+	cd $(LAB) && $(GO) run ./cmd/devstack $(DEV_FLAGS)
 
 vet:
 	gofmt -l . | tee /dev/stderr | (! read -r _)
