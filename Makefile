@@ -106,7 +106,8 @@ bench: deps build
 	bin/dedup-bench -out bench-out $(BENCH_FLAGS)
 
 # On demand (about 45 minutes, ~45 GB of disk at its peak): claims as the
-# ledger grows from 0.1M to 50M rows, and the retention cost at 50M.
+# ledger grows from 0.1M to 50M rows (random event IDs; BENCH_FLAGS='-ledger-ids
+# ordered' for time-ordered ones), and the retention cost at 50M.
 bench-ledger: deps build
 	bin/dedup-bench -ledger-only -ledger-scale 100000,1000000,10000000,50000000 -retention-rows 50000000 -out bench-ledger-out $(BENCH_FLAGS)
 
