@@ -25,16 +25,7 @@ func TestLedgerScaleAndRetentionSmall(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	in := &Infra{DatabaseURL: os.Getenv("DATABASE_URL")}
-	if in.DatabaseURL == "" {
-		pg, err := pgcluster.Start(ctx, pgcluster.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pg.Stop()
-		in.DatabaseURL, in.CreateDatabases = pg.URL(), true
-	}
-	e := &Env{In: in, Log: slog.New(slog.DiscardHandler)}
+	e := ledgerEnv(ctx, t)
 
 	const claims = 2000
 	pts, err := e.LedgerScale(ctx, []int{10000, 50000}, claims, false)
@@ -123,16 +114,7 @@ func TestOrderedFillAndIntents(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	in2 := &Infra{DatabaseURL: os.Getenv("DATABASE_URL")}
-	if in2.DatabaseURL == "" {
-		pg, err := pgcluster.Start(ctx, pgcluster.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pg.Stop()
-		in2.DatabaseURL, in2.CreateDatabases = pg.URL(), true
-	}
-	e := &Env{In: in2, Log: slog.New(slog.DiscardHandler)}
+	e := ledgerEnv(ctx, t)
 	pool, _, url, err := e.database(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -155,4 +137,19 @@ FROM (SELECT event_id, claimed_at, lag(claimed_at) OVER (ORDER BY event_id) AS p
 	if wrongTime != 0 || outOfOrder != 0 {
 		t.Errorf("ordered fill: %d rows whose ID is not the UUIDv7 of their claim time, %d out of order", wrongTime, outOfOrder)
 	}
+}
+
+// ledgerEnv is an Env on DATABASE_URL, or on a throwaway PostgreSQL
+// stopped when the test ends.
+func ledgerEnv(ctx context.Context, t *testing.T) *Env {
+	in := &Infra{DatabaseURL: os.Getenv("DATABASE_URL")}
+	if in.DatabaseURL == "" {
+		pg, err := pgcluster.Start(ctx, pgcluster.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = pg.Stop() })
+		in.DatabaseURL, in.CreateDatabases = pg.URL(), true
+	}
+	return &Env{In: in, Log: slog.New(slog.DiscardHandler)}
 }
