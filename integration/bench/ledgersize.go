@@ -181,11 +181,12 @@ func fillLedger(ctx context.Context, pool *pgxpool.Pool, table string, from, to,
 		}
 	}
 	// A random event ID is a UUID of g's md5; an ordered one a UUIDv7 of
-	// the row's claim time (48 bits of Unix milliseconds, then the md5's
-	// bits), so the IDs sort in the order the rows were written.
+	// the row's claim time (48 bits of Unix milliseconds, version 7, the
+	// variant 10, the md5's bits), so the IDs sort in the order the rows
+	// were written.
 	id := `md5(g::text)::uuid::text`
 	if ordered {
-		id = `substr(v.h, 1, 8) || '-' || substr(v.h, 9, 4) || '-7' || substr(v.r, 1, 3) || '-' || substr(v.r, 4, 4) || '-' || substr(v.r, 8, 12)`
+		id = `substr(v.h, 1, 8) || '-' || substr(v.h, 9, 4) || '-7' || substr(v.r, 1, 3) || '-' || to_hex(8 + ('x' || substr(v.r, 4, 1))::bit(4)::int % 4) || substr(v.r, 5, 3) || '-' || substr(v.r, 8, 12)`
 	}
 	err = exec(fmt.Sprintf(`INSERT INTO %s (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset,
 		state, run_id, attempts, claimed_at, started_at, updated_at, generation)
@@ -214,10 +215,10 @@ func uuidIntents(seed uint64, n int, ordered bool) []processor.Intent {
 	now := time.Now().UnixMilli()
 	out := make([]processor.Intent, n)
 	for i := range out {
-		id := fmt.Sprintf("%08x-%04x-4%03x-%04x-%012x", rng.Uint32(), rng.Uint32()&0xffff, rng.Uint32()&0xfff, rng.Uint32()&0xffff|0x8000, rng.Uint64()&0xffffffffffff)
+		id := fmt.Sprintf("%08x-%04x-4%03x-%04x-%012x", rng.Uint32(), rng.Uint32()&0xffff, rng.Uint32()&0xfff, rng.Uint32()&0x3fff|0x8000, rng.Uint64()&0xffffffffffff)
 		if ordered {
 			ms := now + int64(i/10)
-			id = fmt.Sprintf("%08x-%04x-7%03x-%04x-%012x", ms>>16, ms&0xffff, rng.Uint32()&0xfff, rng.Uint32()&0xffff|0x8000, rng.Uint64()&0xffffffffffff)
+			id = fmt.Sprintf("%08x-%04x-7%03x-%04x-%012x", ms>>16, ms&0xffff, rng.Uint32()&0xfff, rng.Uint32()&0x3fff|0x8000, rng.Uint64()&0xffffffffffff)
 		}
 		out[i] = processor.Intent{WorkflowID: processor.WorkflowID("order-confirmation", id), ActivityID: "order-confirmation",
 			EventID: id, IDRule: "field", Topic: "events", Partition: int32(i % 12), Offset: int64(i)}

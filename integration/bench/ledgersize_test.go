@@ -98,7 +98,7 @@ func TestLedgerScaleAndRetentionSmall(t *testing.T) {
 func TestOrderedFillAndIntents(t *testing.T) {
 	in := uuidIntents(1, 50, true)
 	for i, x := range in {
-		if len(x.EventID) != 36 || x.EventID[14] != '7' {
+		if len(x.EventID) != 36 || x.EventID[14] != '7' || !strings.ContainsRune("89ab", rune(x.EventID[19])) {
 			t.Fatalf("intent %d: %q is not a UUIDv7", i, x.EventID)
 		}
 		if i > 0 && x.EventID[:13] < in[i-1].EventID[:13] {
@@ -124,12 +124,12 @@ func TestOrderedFillAndIntents(t *testing.T) {
 	if err := fillLedger(ctx, pool, "dedup_ledger", 0, 1000, 1000, t0, time.Hour, true, true); err != nil {
 		t.Fatal(err)
 	}
-	// Every row's ID carries its claim time's milliseconds, and sorting by
-	// ID is sorting by claim time.
+	// Every row's ID carries its claim time's milliseconds, version 7 and
+	// variant 10, and sorting by ID is sorting by claim time.
 	var wrongTime, outOfOrder int
 	if err := pool.QueryRow(ctx, `
 SELECT count(*) FILTER (WHERE lpad(to_hex(floor(extract(epoch FROM claimed_at) * 1000)::bigint), 12, '0') <> replace(left(event_id, 13), '-', '')
-	OR substr(event_id, 15, 1) <> '7' OR length(event_id) <> 36),
+	OR substr(event_id, 15, 1) <> '7' OR substr(event_id, 20, 1) NOT IN ('8', '9', 'a', 'b') OR length(event_id) <> 36),
 	count(*) FILTER (WHERE claimed_at < prev)
 FROM (SELECT event_id, claimed_at, lag(claimed_at) OVER (ORDER BY event_id) AS prev FROM dedup_ledger) x`).Scan(&wrongTime, &outOfOrder); err != nil {
 		t.Fatal(err)
@@ -142,7 +142,9 @@ FROM (SELECT event_id, claimed_at, lag(claimed_at) OVER (ORDER BY event_id) AS p
 // ledgerEnv is an Env on DATABASE_URL, or on a throwaway PostgreSQL
 // stopped when the test ends.
 func ledgerEnv(ctx context.Context, t *testing.T) *Env {
-	in := &Infra{DatabaseURL: os.Getenv("DATABASE_URL")}
+	// A database of its own per stage either way (on DATABASE_URL's
+	// server too): the stages fill and check the whole ledger.
+	in := &Infra{DatabaseURL: os.Getenv("DATABASE_URL"), CreateDatabases: true}
 	if in.DatabaseURL == "" {
 		pg, err := pgcluster.Start(ctx, pgcluster.Options{})
 		if err != nil {

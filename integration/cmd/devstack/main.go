@@ -180,9 +180,10 @@ func run() error {
 			committed, queued = summary(ctx, reg, led, keys, hooks, hooked, 0)
 			if queued > demoLagNote && !lagNoted {
 				lagNoted = true
-				fmt.Printf("  note: the demo worker runs behind the router (%d webhook workflows started and not yet run): the in-process Temporal\n"+
+				fmt.Printf("  note: the demo worker runs behind the router (%d webhook workflows started and not completed): the in-process Temporal\n"+
 					"        server (one shard, in memory) shares this machine's cores with everything else, and a workflow's tasks cost it more\n"+
-					"        than a start. The router's figures are not held up by it; at -rate 20 (the default) the worker keeps up on two cores.\n", queued)
+					"        than a start. The router's figures are not held up by it. A lower -rate lets the worker keep up (20, the default,\n"+
+					"        did on a two-core machine).\n", queued)
 			}
 		case err := <-prodDone:
 			if err != nil && ctx.Err() == nil {
@@ -251,8 +252,9 @@ func writeConfig(path string, cfg app.Config) error {
 const demoLagNote = 1000
 
 // summary prints one summary line and returns its committed offsets and
-// the webhook workflows the demo worker has yet to run (started in the
-// ledger, their webhook key not completed). A router that has left the
+// the webhook workflows the demo worker has not completed (started in the
+// ledger, their webhook key not completed: queued, running, or failed for
+// good). A router that has left the
 // group exports no committed offsets (its per-partition gauges go with its
 // partitions): the line then shows lastCommitted, the previous summary's,
 // marked as such.
@@ -295,7 +297,7 @@ func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres
 		keysLine = fmt.Sprintf("webhook keys completed %6d", completed)
 		if err := keys.QueryRow(ctx, `SELECT count(*) FROM dedup_ledger WHERE state = 'started' AND activity_id = ANY($1::text[])`, webhookRoutes).Scan(&started); err == nil && started > completed {
 			queued = started - completed
-			keysLine += fmt.Sprintf(" (%d started workflows still to run)", queued)
+			keysLine += fmt.Sprintf(" (%d started workflows not completed)", queued)
 		}
 	}
 	hc := hooks.Counts()
