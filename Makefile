@@ -35,8 +35,11 @@ build:
 
 # DEV_FLAGS: devstack's flags, e.g. DEV_FLAGS='-rate 200' (demo records/s;
 # the default 20 is what the demo worker keeps up with on two cores).
+# Built, then exec'd (not go run): make's child is devstack itself, so a
+# SIGTERM (an IDE's stop button, timeout) reaches it, and make returns once
+# the stack has stopped and freed its ports, as after Ctrl-C.
 dev: deps
-	cd $(LAB) && $(GO) run ./cmd/devstack $(DEV_FLAGS)
+	cd $(LAB) && $(GO) build -o ../bin/devstack ./cmd/devstack && exec ../bin/devstack $(DEV_FLAGS)
 
 vet:
 	gofmt -l . | tee /dev/stderr | (! read -r _)
