@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/dedupio/dedup/internal/clienttls"
 	"github.com/dedupio/dedup/internal/kafkasasl"
 	"github.com/dedupio/dedup/processor/eventid"
@@ -23,6 +25,13 @@ type Config struct {
 	// replays) or "latest" (skip the backlog). Required: there is no silent
 	// default for losing data.
 	ResetOffset string `yaml:"reset_offset"`
+	// IsolationLevel is what every consumer of dedup reads of a topic that
+	// transactional producers write: "read_committed" (the default: records
+	// of aborted transactions, and of transactions still open, are never
+	// read, claimed or started) or "read_uncommitted" (every record as soon
+	// as it is written, aborted ones included; only for topics no
+	// transactional producer writes, or when aborted records must count).
+	IsolationLevel string `yaml:"isolation_level"`
 	// SessionTimeout is how long the group waits for a silent replica before
 	// giving its partitions away. Shorter fails over faster; too short makes
 	// GC pauses and slow networks cause rebalances.
@@ -109,6 +118,7 @@ type RetryConfig struct {
 // the user.
 func DefaultConfig() Config {
 	return Config{
+		IsolationLevel:   IsolationReadCommitted,
 		SessionTimeout:   45 * time.Second,
 		RebalanceTimeout: time.Minute,
 		MaxPollRecords:   1000,
@@ -144,6 +154,8 @@ func (c *Config) Validate() error {
 		return errors.New("kafka.topics: empty")
 	case c.ResetOffset != "earliest" && c.ResetOffset != "latest":
 		return fmt.Errorf("kafka.reset_offset: %q, want earliest or latest (required)", c.ResetOffset)
+	case c.IsolationLevel != IsolationReadCommitted && c.IsolationLevel != IsolationReadUncommitted:
+		return fmt.Errorf("kafka.isolation_level: %q, want %s (the default) or %s", c.IsolationLevel, IsolationReadCommitted, IsolationReadUncommitted)
 	case c.SessionTimeout < time.Second:
 		return fmt.Errorf("kafka.session_timeout: %s, want at least 1s", c.SessionTimeout)
 	case c.RebalanceTimeout < time.Second:
@@ -187,6 +199,22 @@ func (c *Config) Validate() error {
 		return err
 	}
 	return c.Routes.Validate()
+}
+
+// The values of kafka.isolation_level.
+const (
+	IsolationReadCommitted   = "read_committed"
+	IsolationReadUncommitted = "read_uncommitted"
+)
+
+// FetchIsolation is the Kafka client option for IsolationLevel: every
+// consumer dedup runs (the router, the operators' forecasts and replays)
+// takes it. Anything but read_uncommitted reads committed records only.
+func (c *Config) FetchIsolation() kgo.Opt {
+	if c.IsolationLevel == IsolationReadUncommitted {
+		return kgo.FetchIsolationLevel(kgo.ReadUncommitted())
+	}
+	return kgo.FetchIsolationLevel(kgo.ReadCommitted())
 }
 
 // DeadLetterTopicFor names the dead-letter topic of a source topic.

@@ -93,6 +93,7 @@ func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg p
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(reset),
+		cfg.FetchIsolation(),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 		kgo.OnPartitionsAssigned(r.commits.assigned),

@@ -31,13 +31,15 @@ import (
 // takes kafkaOpts, every Temporal client temporalOptions.
 
 // KafkaOpts are the options every Kafka client of dedup shares: the seed
-// brokers, TLS (kafka.tls) and SASL (kafka.sasl). Certificate and secret
+// brokers, the fetch isolation level (kafka.isolation_level), TLS (kafka.tls) and SASL (kafka.sasl). Certificate and secret
 // files are read here once (a missing one is an error naming its key) and
 // again, when they changed, at each new connection.
 func KafkaOpts(cfg Config) ([]kgo.Opt, error) { return kafkaOpts(cfg) }
 
 func kafkaOpts(cfg Config) ([]kgo.Opt, error) {
-	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...)}
+	// The isolation level matters to consumers only; producers and admin
+	// clients ignore it.
+	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...), cfg.Kafka.FetchIsolation()}
 	files, err := clienttls.Load(cfg.Kafka.TLS, "kafka.tls")
 	if err != nil {
 		return nil, err
