@@ -220,11 +220,41 @@ func TestFaultStartOutcomeUnknown(t *testing.T) {
 }
 
 // 4. Partitions are revoked mid-batch: a second and third router join, and
-// leave (one cleanly, one killed), during the run.
+// leave (one cleanly, one killed), during the run. While the second joins,
+// Temporal holds every start past the router's start timeout, so that the
+// first router's records cannot finish: it must have claims in flight
+// (pending ledger rows) on every partition when the second one joins, give
+// partitions up as revoked (not lost) with them still in flight, and the
+// second must re-drive the claims it inherits (they were abandoned
+// uncommitted at the revoke timeout, and redelivered).
 func TestFaultRebalanceMidRun(t *testing.T) {
+	var revoked, lost, redrives float64
+	var inFlight int
 	runScenario(t, scenario{spec: baseSpec(14), routers: 1, fault: func(s *run) {
+		a := s.live()[0]
 		time.Sleep(time.Second)
+		// Every start from now on is answered after 3s, past the 2s start
+		// timeout: no attempt succeeds until Clear (the server does start
+		// the workflows: the retries after Clear are told so).
+		faults.AnswerLate(s.e.namespace, 1<<30, 3*time.Second)
+		defer faults.Clear()
+		if !eventually(30*time.Second, func() bool { inFlight = s.e.pendingPartitions(); return inFlight == 4 }) {
+			t.Fatalf("setup: the first router has pending claims on %d partitions, want 4", inFlight)
+		}
+		revokedBefore := a.metric("dedup_partitions_released_total", "how", "revoked")
 		b := s.spawn()
+		if !eventually(time.Minute, func() bool { return a.metric("dedup_partitions_released_total", "how", "revoked") > revokedBefore }) {
+			t.Fatal("the second router joined, and the first had no partition revoked")
+		}
+		revoked = a.metric("dedup_partitions_released_total", "how", "revoked") - revokedBefore
+		lost = a.metric("dedup_partitions_released_total", "how", "lost")
+		// Still no start has succeeded: the revoked partitions' claims were
+		// in flight through the revoke.
+		if n := s.e.pendingPartitions(); n != 4 {
+			t.Errorf("after the revoke, pending claims on %d partitions, want still 4 (did a start succeed?)", n)
+		}
+		eventually(30*time.Second, func() bool { redrives = b.metric("dedup_intents_total", "outcome", "redrive"); return redrives > 0 })
+		faults.Clear()
 		time.Sleep(1500 * time.Millisecond)
 		c := s.spawn()
 		time.Sleep(2 * time.Second)
@@ -233,6 +263,25 @@ func TestFaultRebalanceMidRun(t *testing.T) {
 		c.signal(t, syscall.SIGKILL)
 		c.wait(t, 30*time.Second)
 	}})
+	t.Logf("second router's join: the first had claims in flight on %d partitions, %v partitions revoked, %v lost; the second re-drove %v claims it inherited", inFlight, revoked, lost, redrives)
+	if lost != 0 {
+		t.Errorf("the first router lost %v partitions, want them revoked", lost)
+	}
+	if redrives == 0 {
+		t.Error("the second router re-drove no claim: no record was in flight on the partitions revoked from the first")
+	}
+}
+
+// pendingPartitions is how many partitions have pending ledger rows
+// (claims whose start is not marked).
+func (e *env) pendingPartitions() int {
+	e.t.Helper()
+	var n int
+	if err := e.led.Pool().QueryRow(context.Background(),
+		`SELECT count(DISTINCT kafka_partition) FROM dedup_ledger WHERE state = 'pending'`).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
 }
 
 // 5. A zombie: a router is stopped (SIGSTOP) past its session timeout, its
