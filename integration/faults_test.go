@@ -1,23 +1,26 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/grpc/codes"
 
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/internal/workload"
+	"github.com/dedupio/dedup/schemas"
 )
 
 // The fault-injection suite: Kafka, Temporal and PostgreSQL run in this
@@ -36,7 +39,9 @@ type scenario struct {
 	// bad records mixed into the stream, and the dead-letter reason each
 	// must get.
 	bad []badRecord
-	cfg func(*app.Config)
+	// setup runs once the env's topics exist, before anything is produced.
+	setup func(e *env)
+	cfg   func(*app.Config)
 	// fault runs once the routers are up and the second half of the
 	// workload is being produced.
 	fault func(s *run)
@@ -97,6 +102,9 @@ func (r result) String() string {
 
 func runScenario(t *testing.T, sc scenario) (*run, result) {
 	e := newEnv(t, max(sc.spec.Partitions, 1))
+	if sc.setup != nil {
+		sc.setup(e)
+	}
 	sc.spec.Topic = e.topic
 	if sc.spec.IDPrefix == "" {
 		sc.spec.IDPrefix = e.name + "-"
@@ -478,15 +486,77 @@ func TestFaultPoisonRecords(t *testing.T) {
 	runScenario(t, scenario{spec: baseSpec(18), routers: 2, bad: bad})
 }
 
-// 9. Oversized records: dead-lettered whole when the dead-letter topic
-// takes them, with the value left out when it would not.
+// 9. Oversized records (over max_value_bytes, 16 KiB): dead-lettered whole
+// when the dead-letter topic takes them, and without their value, the
+// header dedup-value-dropped giving its size, when it would not. The
+// dead-letter topic takes at most 40 KiB (max.message.bytes, of a
+// compressed batch; the padding is random, so compresses little): the 20
+// and 36 KiB records go whole; the broker refuses the 64 KiB one; the 100
+// and 300 KiB ones are over the router's own producer limit
+// (max_value_bytes + 64 KiB, uncompressed) and refused before they reach
+// the broker. The three records that may go whole or be refused by the
+// broker have keys that put their dead letters on three different
+// partitions: a refusal is of a whole batch, and none may share one.
 func TestFaultOversized(t *testing.T) {
-	big := func(n int) *kgo.Record {
-		return &kgo.Record{Key: []byte("big"), Value: []byte(`{"id":"big-` + fmt.Sprint(n) + `","type":"order.created","pad":"` + strings.Repeat("x", n) + `"}`)}
+	const dlqMax = 40 << 10
+	sizes := []int{20 << 10, 36 << 10, 64 << 10, 100 << 10, 300 << 10}
+	rng := rand.New(rand.NewPCG(19, 19))
+	dlqPart := kgo.StickyKeyPartitioner(nil).ForTopic("")
+	used := map[int]bool{}
+	var bad []badRecord
+	for _, n := range sizes {
+		key := ""
+		if n > 16<<10+64<<10 {
+			key = fmt.Sprintf("big-%d", n) // never in a batch
+		}
+		for i := 0; key == ""; i++ {
+			k := fmt.Sprintf("big-%d-%d", n, i)
+			if p := dlqPart.Partition(&kgo.Record{Key: []byte(k)}, 4); !used[p] {
+				used[p], key = true, k
+			}
+		}
+		pad := make([]byte, n*3/4)
+		for i := range pad {
+			pad[i] = byte(rng.Uint32())
+		}
+		v := `{"id":"` + key + `","type":"order.created","pad":"` + base64.StdEncoding.EncodeToString(pad) + `"}`
+		bad = append(bad, badRecord{&kgo.Record{Key: []byte(key), Value: []byte(v)}, "oversized"})
 	}
-	runScenario(t, scenario{spec: baseSpec(19), routers: 2,
-		cfg: func(c *app.Config) { c.Kafka.MaxValueBytes = 16 << 10 },
-		bad: []badRecord{{big(20 << 10), "oversized"}, {big(40 << 10), "oversized"}, {big(100 << 10), "oversized"}, {big(300 << 10), "oversized"}}})
+	s, _ := runScenario(t, scenario{spec: baseSpec(19), routers: 2, bad: bad,
+		setup: func(e *env) {
+			resp, err := e.adm.AlterTopicConfigs(context.Background(),
+				[]kadm.AlterConfig{{Name: "max.message.bytes", Value: kadm.StringPtr(fmt.Sprint(dlqMax))}}, e.topic+".dlq")
+			if err == nil {
+				err = resp[0].Err
+			}
+			if err != nil {
+				t.Fatalf("setting the dead-letter topic's max.message.bytes: %v", err)
+			}
+		},
+		cfg: func(c *app.Config) { c.Kafka.MaxValueBytes = 16 << 10 }})
+	dead := map[string]*kgo.Record{}
+	for _, d := range s.e.deadLetters() {
+		dead[string(d.Key)] = d
+	}
+	for i, b := range bad {
+		d := dead[string(b.rec.Key)]
+		if d == nil {
+			t.Errorf("%d bytes: no dead letter", sizes[i])
+			continue
+		}
+		if got, want := fmt.Sprintf("%s p%s@%s", header(d, schemas.HeaderDLQReason), header(d, schemas.HeaderDLQPartition), header(d, schemas.HeaderDLQOffset)),
+			fmt.Sprintf("oversized p%d@%d", b.rec.Partition, b.rec.Offset); got != want {
+			t.Errorf("%d bytes: dead letter %s, want %s", sizes[i], got, want)
+		}
+		dropped := header(d, schemas.HeaderDLQValueDropped)
+		if sizes[i] < dlqMax {
+			if dropped != "" || !bytes.Equal(d.Value, b.rec.Value) {
+				t.Errorf("%d bytes: dead letter of %d bytes, %s=%q, want it whole and no such header", sizes[i], len(d.Value), schemas.HeaderDLQValueDropped, dropped)
+			}
+		} else if len(d.Value) != 0 || dropped != fmt.Sprint(len(b.rec.Value)) {
+			t.Errorf("%d bytes: dead letter of %d bytes, %s=%q, want no value and %q", sizes[i], len(d.Value), schemas.HeaderDLQValueDropped, dropped, fmt.Sprint(len(b.rec.Value)))
+		}
+	}
 }
 
 // 10. The same ID with a different payload: never started, dead-lettered,
