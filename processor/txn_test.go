@@ -130,7 +130,10 @@ func TestTransactionalTopics(t *testing.T) {
 			eventually(t, 5*time.Second, func() bool {
 				n, sum := lagOf(t, reg)
 				return n == 2 && sum == 0
-			}, func() string { n, sum := lagOf(t, reg); return fmt.Sprintf("dedup_consumer_lag: %d series summing to %v", n, sum) })
+			}, func() string {
+				n, sum := lagOf(t, reg)
+				return fmt.Sprintf("dedup_consumer_lag: %d series summing to %v", n, sum)
+			})
 			if err := rn.stop(); err != nil {
 				t.Fatalf("Run: %v", err)
 			}
