@@ -60,6 +60,15 @@ type fakeLedger struct {
 	calls     map[string]int
 	claimFail failer
 	markFail  failer
+	deadFail  failer // MarkDeadLettered only
+}
+
+// failMarkDeadLettered makes the next n MarkDeadLettered calls (n < 0: all,
+// until called again with 0) fail with err.
+func (l *fakeLedger) failMarkDeadLettered(n int, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.deadFail = failer{n: n, err: err}
 }
 
 func newFakeLedger() *fakeLedger {
@@ -175,6 +184,12 @@ func (l *fakeLedger) MarkDeadLettered(ctx context.Context, ids []string) error {
 	defer l.mu.Unlock()
 	l.calls["MarkDeadLettered"]++
 	if err := l.markFail.next(); err != nil {
+		return err
+	}
+	if err := l.deadFail.next(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil { // as pgx does
 		return err
 	}
 	for _, id := range ids {

@@ -234,21 +234,23 @@ func (s *startPool) startInstead(j *job) bool {
 }
 
 // deadLetter dead-letters a start Temporal refused for good: the owner's
-// record goes to the dead-letter topic, the ledger row ends dead_lettered,
-// and the waiters finish with the owner.
+// record goes to the dead-letter topic, then the ledger row ends
+// dead_lettered, and only then do the owner and its waiters finish. Two
+// steps, and the record waits for both: finished after the write alone, a
+// revoke or shutdown before the mark landed would commit past a row left
+// pending with no owner (hole A). If either step is abandoned (revoked,
+// lost, shutting down), nothing is committed: the redelivery re-drives the
+// row, Temporal refuses again, the dead-letter log says the record was
+// written (no second write), and the mark is tried again.
 func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
-	// The owner's own piece of work is ended by the writer; its waiters
-	// are released below with the same outcome.
-	ok := s.dlq.write(ctx, []deadLetter{{rec: j.rec, reason: ReasonTemporalPermanent, err: cause, workflow: j.req.WorkflowID,
+	err := s.dlq.put(ctx, []deadLetter{{rec: j.rec, reason: ReasonTemporalPermanent, err: cause, workflow: j.req.WorkflowID,
 		eventID: j.req.Input.EventID, rule: j.req.Input.IDRule}})
-	if ok {
-		// Best effort: a row left pending is re-driven and dead-lettered
-		// again (the dead-letter log keeps it written once).
-		_ = s.health.retry(ctx, OpMark, func(ctx context.Context) error {
+	if err == nil {
+		err = s.health.retry(ctx, OpMark, func(ctx context.Context) error {
 			return s.ledger.MarkDeadLettered(ctx, []string{j.req.WorkflowID})
 		})
 	}
-	s.release(j, ok)
+	s.done(j, err == nil)
 }
 
 // marker batches started workflows into one ledger update; their records
