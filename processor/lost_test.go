@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -55,5 +56,60 @@ func TestLostPartitionsThroughTheClient(t *testing.T) {
 	}
 	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Records of one poll are tracked under the assignment they were fetched
+// in: no rebalance (revoke, loss, assignment) runs between a poll and the
+// tracking of its records (kgo.BlockRebalanceOnPoll), so a partition
+// revoked and assigned back meanwhile cannot take records of the older
+// assignment. The test holds the poll loop right after a poll, has a
+// second member join (a rebalance that moves a partition), and checks
+// that nothing is revoked until the records are tracked.
+func TestNoRebalanceBetweenPollAndTracking(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	e.produce(0, "a", "v")
+	e.produce(1, "b", "v")
+	hold := make(chan struct{})
+	held := make(chan struct{})
+	var once atomic.Bool
+	cfg := e.config()
+	cfg.RebalanceTimeout = 10 * time.Second // the member rejoins once it allows the rebalance
+	rn1 := e.startWith("r1", cfg, func(r *Router, _ *prometheus.Registry) {
+		r.afterPoll = func() {
+			if once.CompareAndSwap(false, true) {
+				close(held)
+				<-hold
+			}
+		}
+	})
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the router never polled")
+	}
+	revoked := func() float64 {
+		var m dto.Metric
+		if err := rn1.r.m.partitionsGone.WithLabelValues("revoked").Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	rn2 := e.start("r2", cfg)
+	stays(t, 2*time.Second, func() bool { return revoked() == 0 },
+		func() string { return "a partition was revoked between a poll and the tracking of its records" })
+	close(hold)
+	eventually(t, 15*time.Second, func() bool { return revoked() >= 1 },
+		func() string { return "the second member never got a partition" })
+	e.waitCommittedToEnd(15 * time.Second)
+	for _, id := range []string{"a", "b"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+	for _, rn := range []*runner{rn1, rn2} {
+		if err := rn.stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
 	}
 }

@@ -59,6 +59,10 @@ type Router struct {
 	fatalMu  sync.Mutex
 	fatalErr error
 	stopPoll context.CancelFunc // set by Run
+
+	// afterPoll, if set (tests only), runs after each poll that returned
+	// records, before they are tracked.
+	afterPoll func()
 }
 
 // New validates cfg and creates the Kafka client; nothing is consumed
@@ -195,6 +199,9 @@ func (r *Router) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			r.cl.AllowRebalance()
 			break
+		}
+		if r.afterPoll != nil && !fetches.Empty() {
+			r.afterPoll()
 		}
 		fetches.EachError(func(t string, p int32, err error) {
 			var loss *kgo.ErrDataLoss
