@@ -276,7 +276,7 @@ type stored struct {
 // happens only when a conflict must be recorded.
 func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]processor.Claimed, error) {
 	v, err := p.claimBatch(ctx, intents)
-	return v, classify(err)
+	return v, p.classify(err)
 }
 
 func (p *Postgres) claimBatch(ctx context.Context, intents []processor.Intent) ([]processor.Claimed, error) {
@@ -501,7 +501,7 @@ UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), gene
 FROM unnest($1::text[], $2::text[], $3::int4[]) AS u(workflow_id, run_id, generation)
 WHERE l.workflow_id = u.workflow_id AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))`, ids, runs, gens)
 	if err != nil {
-		return classify(fmt.Errorf("marking %d workflows started: %w", len(started), err))
+		return p.classify(fmt.Errorf("marking %d workflows started: %w", len(started), err))
 	}
 	return nil
 }
@@ -523,7 +523,7 @@ SELECT i.ord, d.topic IS NOT NULL
 FROM unnest($1::text[], $2::int4[], $3::int8[], $4::text[]) WITH ORDINALITY AS i(topic, kafka_partition, kafka_offset, workflow_id, ord)
 LEFT JOIN dedup_dead_letters d USING (topic, kafka_partition, kafka_offset, workflow_id)`, topic, part, off, wf)
 	if err != nil {
-		return nil, classify(fmt.Errorf("checking %d dead letters: %w", len(dls), err))
+		return nil, p.classify(fmt.Errorf("checking %d dead letters: %w", len(dls), err))
 	}
 	defer rows.Close()
 	out := make([]bool, len(dls))
@@ -553,7 +553,7 @@ INSERT INTO dedup_dead_letters (topic, kafka_partition, kafka_offset, workflow_i
 SELECT * FROM unnest($1::text[], $2::int4[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::text[])
 ON CONFLICT DO NOTHING`, topic, part, off, wf, reason, errs, dlq)
 	if err != nil {
-		return classify(fmt.Errorf("recording %d dead letters: %w", len(dls), err))
+		return p.classify(fmt.Errorf("recording %d dead letters: %w", len(dls), err))
 	}
 	return nil
 }
@@ -652,7 +652,7 @@ func (p *Postgres) MarkDeadLettered(ctx context.Context, workflowIDs []string) e
 UPDATE dedup_ledger SET state = 'dead_lettered', updated_at = now()
 WHERE workflow_id = ANY($1::text[]) AND state = 'pending'`, ids)
 	if err != nil {
-		return classify(fmt.Errorf("marking %d workflows dead-lettered: %w", len(ids), err))
+		return p.classify(fmt.Errorf("marking %d workflows dead-lettered: %w", len(ids), err))
 	}
 	return nil
 }
@@ -787,11 +787,34 @@ func certificateRefused(err error) bool {
 // classify marks the errors that retrying cannot fix (permission denied,
 // a missing table, a constraint): the router stops on them instead of
 // reporting PostgreSQL down forever.
-func classify(err error) error {
-	if err == nil || Transient(err) || errors.Is(err, context.Canceled) {
+//
+// A read-only answer (25006) also resets the pool: the session that gave
+// it is connected to a server that is not a writable primary (a demoted
+// primary that still serves, a standby reached through a stale DNS
+// answer), and stays read-only for its whole life, however long the
+// router retries. Every pooled session is suspect, as they all reached
+// the same host, so all are closed (the ones in use when they are
+// returned) and the retry dials again, which reaches the new primary
+// once the failover is done. (target_session_attrs=read-write in
+// postgres.url makes the dial itself skip a server that is not one.)
+func (p *Postgres) classify(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return err
+	}
+	if readOnlyServer(err) {
+		p.pool.Reset()
+	}
+	if Transient(err) {
 		return err
 	}
 	return processor.Permanent(err)
+}
+
+// readOnlyServer: the server refused a write because the session is
+// read-only (SQLSTATE 25006 read_only_sql_transaction).
+func readOnlyServer(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25006"
 }
 
 // pingTimeout bounds readiness probes.
