@@ -236,6 +236,12 @@ func TestRefusedOrWait(t *testing.T) {
 		{"temporal", serviceerror.NewUnavailable("connection error: desc = \"transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority\""), "temporal.host_port temporal:7233: the TLS handshake"},
 		{"temporal", serviceerror.NewUnavailable("connection error: desc = \"error reading server preface: remote error: tls: certificate required\""), "temporal.host_port temporal:7233: the TLS handshake"},
 		{"temporal", serviceerror.NewInvalidArgument("bad"), `temporal.host_port temporal:7233, temporal.namespace "orders": Temporal refused for good`},
+		// A proxy or ingress in front of Temporal is not Temporal: its 404
+		// (gRPC Unimplemented) or a NotFound without Temporal's details
+		// waits, as an unreachable Temporal does.
+		{"temporal", fmt.Errorf("failed reaching server: %w", serviceerror.FromStatus(grpcstatus.New(codes.Unimplemented,
+			"unexpected HTTP status code received from server: 404 (Not Found)"))), ""},
+		{"temporal", fmt.Errorf("describing namespace orders: %w", serviceerror.FromStatus(grpcstatus.New(codes.NotFound, "no healthy upstream"))), ""},
 
 		{"kafka", refused, ""},
 		{"kafka", context.DeadlineExceeded, ""},
