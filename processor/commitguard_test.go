@@ -92,3 +92,78 @@ func TestCommitRepairsAnOffsetPastTheLog(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// Hole C: the commit ticker reads the finished prefix (2), then the group's
+// offsets for its guard; meanwhile the partition's last record finishes
+// and the revoke commits 3 and forgets the partition; the ticker's commit
+// of 2, sent after it, must not land: committed offsets never decrease.
+// The test holds the ticker's commit between its read of the prefix and
+// its read of the group's offsets, runs the revoke, then lets the ticker
+// go on.
+func TestTickerCommitNeverLandsBehindTheRevokes(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	e.produce(0, "a", "v")
+	e.produce(0, "b", "v")
+	e.produce(0, "c", "v")
+	release := e.starter.block(wid("c"))
+	defer release()
+
+	entered := make(chan struct{})
+	gate := make(chan struct{})
+	var once sync.Once
+	var rt *Router
+	rn := e.startWith("r1", e.config(), func(r *Router, _ *prometheus.Registry) {
+		rt = r
+		r.commits.groupCommitted = func(ctx context.Context, topics []string) (map[topicPartition]int64, error) {
+			first := false
+			once.Do(func() { first = true })
+			if first { // the ticker's first commit: prefix 2 (c is held)
+				close(entered)
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return map[topicPartition]int64{}, nil
+		}
+	})
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ticker never committed")
+	}
+	if got := e.committed()[0]; got != -1 {
+		t.Fatalf("committed %d before the ticker's commit was let go", got)
+	}
+	// c finishes; the revoke commits what finished (3).
+	release()
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("c")) == stateStarted },
+		func() string { return "c never marked started" })
+	revoked := make(chan struct{})
+	go func() {
+		defer close(revoked)
+		rt.commits.revoked(context.Background(), nil, map[string][]int32{testTopic: {0}})
+	}()
+	select {
+	case <-revoked:
+	case <-time.After(500 * time.Millisecond): // the revoke waits for the ticker's commit
+	}
+	close(gate)
+	select {
+	case <-revoked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revoke never returned")
+	}
+	// Let the ticker's commit land, if it is to land.
+	time.Sleep(300 * time.Millisecond)
+	if got := e.committed()[0]; got != 3 {
+		t.Fatalf("group's committed offset %d after the revoke committed 3: the ticker's older commit landed after it", got)
+	}
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := e.committed()[0]; got != 3 {
+		t.Fatalf("group's committed offset %d after stop, want 3", got)
+	}
+}

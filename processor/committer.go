@@ -78,6 +78,13 @@ type committer struct {
 	// the router's work stops.
 	parent context.Context
 
+	// commitMu makes each commit one step: read the finished prefix, read
+	// the group's offsets, send, record what landed. Without it the
+	// ticker's commit could read an older prefix, then send it after the
+	// revoke committed a newer one (hole C). Never held while waiting for
+	// records (revoked waits first, then commits).
+	commitMu sync.Mutex
+
 	mu       sync.Mutex
 	cond     *sync.Cond // broadcast when records end, partitions change or the pause changes
 	parts    map[topicPartition]*partition
@@ -198,10 +205,19 @@ func (c *committer) run(ctx context.Context) {
 
 // commit commits, for the partitions we own (only those in only, if set),
 // the end of the finished prefix where it moved since the last commit.
+//
+// Offsets this router commits never decrease: commits are serialised
+// (commitMu) from the read of the prefix to the record of what landed, so
+// an offset is sent only above the last one that landed for the same
+// assignment of the partition, and only while the partition is still
+// owned (a revoke forgets it under commitMu, after its own commit).
 func (c *committer) commit(ctx context.Context, only map[topicPartition]bool) {
+	c.commitMu.Lock()
+	defer c.commitMu.Unlock()
 	offsets := map[string]map[int32]kgo.EpochOffset{}
 	want := map[topicPartition]int64{}
 	assignedAt := map[topicPartition]int64{}
+	parts := map[topicPartition]*partition{}
 	c.mu.Lock()
 	for tp, p := range c.parts {
 		if (only != nil && !only[tp]) || p.tr.next < 0 || p.tr.next <= p.committed {
@@ -213,6 +229,7 @@ func (c *committer) commit(ctx context.Context, only map[topicPartition]bool) {
 		offsets[tp.topic][tp.partition] = kgo.EpochOffset{Epoch: p.tr.nextEpoch, Offset: p.tr.next}
 		want[tp] = p.tr.next
 		assignedAt[tp] = p.assignedAt
+		parts[tp] = p
 	}
 	c.mu.Unlock()
 	if len(want) == 0 {
@@ -246,6 +263,16 @@ func (c *committer) commit(ctx context.Context, only map[topicPartition]bool) {
 				"topic", tp.topic, "partition", tp.partition, "offset", off, "group_committed", g)
 		}
 	}
+	// Still ours, as read (lost forgets without commitMu): a partition lost
+	// meanwhile is left out.
+	c.mu.Lock()
+	for tp := range want {
+		if c.parts[tp] != parts[tp] {
+			delete(want, tp)
+			delete(offsets[tp.topic], tp.partition)
+		}
+	}
+	c.mu.Unlock()
 	if len(want) == 0 {
 		return
 	}
@@ -374,6 +401,9 @@ func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 	c.mu.Unlock()
 	t.Stop()
 	c.commit(ctx, only)
+	// Forgotten under commitMu, so that no commit that read the partition
+	// before it was forgotten is sent after the revoke's.
+	c.commitMu.Lock()
 	c.mu.Lock()
 	for tp := range only {
 		c.forget(tp)
@@ -381,6 +411,7 @@ func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 	c.m.partitionsGone.WithLabelValues("revoked").Add(float64(len(only)))
 	c.cond.Broadcast()
 	c.mu.Unlock()
+	c.commitMu.Unlock()
 	c.log.Info("partitions revoked", "partitions", revoked)
 }
 

@@ -69,6 +69,17 @@ type deadLetterWriter struct {
 // write dead-letters dls and ends their records; it reports whether all
 // were written (or had been).
 func (w *deadLetterWriter) write(ctx context.Context, dls []deadLetter) bool {
+	err := w.put(ctx, dls)
+	for _, d := range dls {
+		w.end(d.rec, err == nil)
+	}
+	return err == nil
+}
+
+// put dead-letters dls without ending their records (the caller ends them,
+// once what else the record needs is done too). It returns nil when all
+// were written (or had been).
+func (w *deadLetterWriter) put(ctx context.Context, dls []deadLetter) error {
 	entries := make([]DeadLetter, len(dls))
 	for i, d := range dls {
 		src := d.rec.kr
@@ -113,10 +124,7 @@ func (w *deadLetterWriter) write(ctx context.Context, dls []deadLetter) bool {
 			}
 		}
 	}
-	for _, d := range dls {
-		w.end(d.rec, err == nil)
-	}
-	return err == nil
+	return err
 }
 
 // kafkaRecord is the dead letter of d: the original key, value and

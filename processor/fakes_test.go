@@ -60,6 +60,15 @@ type fakeLedger struct {
 	calls     map[string]int
 	claimFail failer
 	markFail  failer
+	deadFail  failer // MarkDeadLettered only
+}
+
+// failMarkDeadLettered makes the next n MarkDeadLettered calls (n < 0: all,
+// until called again with 0) fail with err.
+func (l *fakeLedger) failMarkDeadLettered(n int, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.deadFail = failer{n: n, err: err}
 }
 
 func newFakeLedger() *fakeLedger {
@@ -177,6 +186,12 @@ func (l *fakeLedger) MarkDeadLettered(ctx context.Context, ids []string) error {
 	if err := l.markFail.next(); err != nil {
 		return err
 	}
+	if err := l.deadFail.next(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil { // as pgx does
+		return err
+	}
 	for _, id := range ids {
 		if r := l.rows[id]; r != nil && r.state == statePending {
 			r.state = stateDeadLettered
@@ -282,34 +297,43 @@ func (d *fakeDeadLetterLog) byReason() map[string]int {
 
 // execution is one workflow run in the fake Temporal.
 type execution struct {
-	runID  string
-	req    StartRequest
-	by     string // which router started it
-	failed bool   // closed as failed (fail)
+	runID     string
+	req       StartRequest
+	by        string // which router started it
+	failed    bool   // closed as failed (fail)
+	completed bool   // closed as completed (complete)
 }
 
-// fakeStarter is Temporal as sink/starter drives it: a start whose
-// generation (request ID) already made a run returns that run; otherwise
-// a workflow ID with a run gets AlreadyStarted unless the reuse policy
-// lets its latest run be followed (allow_duplicate_failed_only: it
-// failed). Runs never close by themselves; fail closes the latest as
-// failed. It can hold the starts of a workflow ID until released, fail
-// them transiently n times, or refuse them for good (Permanent).
+func (x execution) closed() bool { return x.failed || x.completed }
+
+// fakeStarter is Temporal as sink/starter drives it, with the server's
+// rules for a workflow ID that has runs: a start whose request ID (its
+// generation) made the current run returns that run; otherwise an open
+// current run answers already-started, and a closed one is followed by a
+// new run only if the start's reuse policy allows it (allow_duplicate:
+// any close; allow_duplicate_failed_only: failed; reject_duplicate:
+// never). Runs close only when the test says (fail, complete). It counts
+// every Start call, can hold the starts of a workflow ID until released,
+// fail them transiently n times, create the run and lose the answer
+// (loseAnswer), or refuse them for good (Permanent).
 type fakeStarter struct {
 	mu         sync.Mutex
 	executions map[string][]execution
 	calls      map[string]int      // Start calls per workflow ID
+	lastRuns   map[string]int      // LastRun calls per workflow ID
 	callers    map[string][]string // who called, per workflow ID, in order
 	waiting    map[string]int      // calls currently held
 	blocked    map[string]chan struct{}
 	transient  map[string]int
+	lost       map[string]int // starts whose run is created and whose answer is lost
 	permanent  map[string]error
 	nextRun    int
 }
 
 func newFakeStarter() *fakeStarter {
-	s := &fakeStarter{executions: map[string][]execution{}, calls: map[string]int{}, callers: map[string][]string{},
-		waiting: map[string]int{}, blocked: map[string]chan struct{}{}, transient: map[string]int{}, permanent: map[string]error{}}
+	s := &fakeStarter{executions: map[string][]execution{}, calls: map[string]int{}, lastRuns: map[string]int{}, callers: map[string][]string{},
+		waiting: map[string]int{}, blocked: map[string]chan struct{}{}, transient: map[string]int{}, lost: map[string]int{},
+		permanent: map[string]error{}}
 	return s
 }
 
@@ -333,12 +357,13 @@ func (n namedStarter) LastRun(ctx context.Context, ns, wid string) (Run, error) 
 func (s *fakeStarter) LastRun(ctx context.Context, _, wid string) (Run, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.lastRuns[wid]++
 	ex := s.executions[wid]
 	if len(ex) == 0 {
 		return Run{}, Permanent(fmt.Errorf("fake temporal: no workflow %s", wid))
 	}
 	last := ex[len(ex)-1]
-	return Run{ID: last.runID, Closed: last.failed, Failed: last.failed, Generation: max(last.req.Generation, 1)}, nil
+	return Run{ID: last.runID, Closed: last.closed(), Failed: last.failed, Generation: max(last.req.Generation, 1)}, nil
 }
 
 // fail closes wid's latest run as failed.
@@ -348,6 +373,30 @@ func (s *fakeStarter) fail(wid string) {
 	if ex := s.executions[wid]; len(ex) > 0 {
 		ex[len(ex)-1].failed = true
 	}
+}
+
+// complete closes wid's latest run as completed.
+func (s *fakeStarter) complete(wid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ex := s.executions[wid]; len(ex) > 0 {
+		ex[len(ex)-1].completed = true
+	}
+}
+
+// loseAnswer makes the next n starts of wid that create a run lose their
+// answer: the run exists, the caller gets a transient error.
+func (s *fakeStarter) loseAnswer(wid string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lost[wid] = n
+}
+
+// lastRunCount is how many times LastRun was asked about wid.
+func (s *fakeStarter) lastRunCount(wid string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastRuns[wid]
 }
 
 func (s *fakeStarter) Start(ctx context.Context, req StartRequest) (StartResult, error) {
@@ -420,18 +469,25 @@ func (s *fakeStarter) start(ctx context.Context, req StartRequest, by string) (S
 	}
 	if ex := s.executions[wid]; len(ex) > 0 {
 		// As Temporal does: only the current run's request ID is
-		// matched, then the reuse policy applies.
+		// matched, then an open run is already started, then the reuse
+		// policy decides whether a closed one may be followed.
 		last := ex[len(ex)-1]
 		if max(last.req.Generation, 1) == max(req.Generation, 1) {
 			return StartResult{RunID: last.runID, AlreadyStarted: true}, nil
 		}
-		if !(req.ReusePolicy == ReuseAllowDuplicateFailedOnly && last.failed) {
+		follow := last.closed() && (req.ReusePolicy == ReuseAllowDuplicate ||
+			req.ReusePolicy == ReuseAllowDuplicateFailedOnly && last.failed)
+		if !follow {
 			return StartResult{RunID: last.runID, AlreadyStarted: true}, nil
 		}
 	}
 	s.nextRun++
 	run := fmt.Sprintf("run-%d", s.nextRun)
 	s.executions[wid] = append(s.executions[wid], execution{runID: run, req: req, by: by})
+	if s.lost[wid] > 0 {
+		s.lost[wid]--
+		return StartResult{}, errTransient
+	}
 	return StartResult{RunID: run}, nil
 }
 

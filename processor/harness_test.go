@@ -303,13 +303,13 @@ func (rn *runner) stop() error {
 	return rn.err
 }
 
-// waitersOf is how many copies wait on wid's start in flight (-1: none in
-// flight).
+// waitersOf is how many copies wait on wid's start in flight, rechecks
+// included (-1: none in flight).
 func waitersOf(r *Router, wid string) int {
 	r.starts.mu.Lock()
 	defer r.starts.mu.Unlock()
 	if j := r.starts.starting[wid]; j != nil {
-		return len(j.waiters)
+		return len(j.waiters) + len(j.rechecks)
 	}
 	return -1
 }

@@ -131,3 +131,111 @@ func TestRerunWritesNothingBeforeItsStart(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// Duplicates never reach Temporal's start: under reject_duplicate a
+// redelivered copy of a started workflow makes no Temporal call at all;
+// under allow_duplicate_failed_only a completed or open run is asked about
+// (LastRun) and never started again; under allow_duplicate a completed run
+// is followed by exactly one new run, an open one by none. The fake
+// Temporal lets through what the server lets through (a second run after a
+// close the policy allows), so a router that started a duplicate would be
+// seen in the executions, and in the call counts even where the server
+// would refuse it.
+func TestDuplicatesNeverCallTemporalsStart(t *testing.T) {
+	for _, policy := range []ReusePolicy{ReuseRejectDuplicate, ReuseAllowDuplicateFailedOnly, ReuseAllowDuplicate} {
+		t.Run(string(policy), func(t *testing.T) {
+			e := newTestEnv(t, 2, envOpt{})
+			cfg := e.config()
+			cfg.Routes[0].IDReusePolicy = policy
+			w := wid("x")
+			e.produce(0, "x", "v")
+			rn := e.start("r1", cfg)
+			e.waitCommittedToEnd(10 * time.Second)
+			if n := e.starter.callCount(w); n != 1 {
+				t.Fatalf("first delivery: %d start calls, want 1", n)
+			}
+			// Redelivered while the run is open, on both partitions.
+			e.produce(0, "x", "v")
+			e.produce(1, "x", "v")
+			e.waitCommittedToEnd(10 * time.Second)
+			if n := e.starter.callCount(w); n != 1 {
+				t.Fatalf("redeliveries of an open run: %d start calls, want 1", n)
+			}
+			if policy == ReuseRejectDuplicate {
+				if n := e.starter.lastRunCount(w); n != 0 {
+					t.Errorf("reject_duplicate asked Temporal about the last run %d times, want 0", n)
+				}
+			}
+			// The run completes; redelivered again.
+			e.starter.complete(w)
+			e.produce(1, "x", "v")
+			e.waitCommittedToEnd(10 * time.Second)
+			runs, calls := len(e.starter.executionsOf(w)), e.starter.callCount(w)
+			wantRuns, wantCalls := 1, 1
+			if policy == ReuseAllowDuplicate {
+				wantRuns, wantCalls = 2, 2
+			}
+			if runs != wantRuns || calls != wantCalls {
+				t.Fatalf("after the run completed and a redelivery: %d runs, %d start calls, want %d and %d", runs, calls, wantRuns, wantCalls)
+			}
+			if policy == ReuseAllowDuplicate {
+				if g := e.starter.executionsOf(w)[1].req.Generation; g != 2 {
+					t.Errorf("the re-run's generation %d, want 2", g)
+				}
+			}
+			if err := rn.stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		})
+	}
+}
+
+// Hole B: under allow_duplicate_failed_only a redelivery after a failure
+// gets one new run, even when it arrives while another copy's re-run is
+// still being retried. Run 1 fails; copy A re-runs it as generation 2,
+// whose start creates run 2 but loses the answer, so it is retried; run 2
+// fails; copy B arrives while A's retry is in flight. B must not finish
+// with A's answer (run 2, failed): it asks again once A's job ended, and
+// re-runs as generation 3.
+func TestRerunCheckArrivingDuringARetriedRerunIsNotSwallowed(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.Routes[0].IDReusePolicy = ReuseAllowDuplicateFailedOnly
+	cfg.Retry.Initial, cfg.Retry.Max = 300*time.Millisecond, 2*time.Second
+	w := wid("x")
+	e.produce(0, "x", "v")
+	rn := e.start("r1", cfg)
+	e.waitCommittedToEnd(10 * time.Second)
+	e.starter.fail(w)
+
+	// Copy A: its re-run creates run 2, the answer is lost.
+	e.starter.loseAnswer(w, 1)
+	e.produce(0, "x", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(w)) == 2 },
+		func() string { return "copy A's re-run never created run 2" })
+	release := e.starter.block(w) // A's retry is held
+	defer release()
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(w) == 1 },
+		func() string { return "copy A's retry never reached Temporal" })
+	e.starter.fail(w) // run 2 fails
+
+	// Copy B arrives while A's retry is in flight.
+	e.produce(1, "x", "v")
+	eventually(t, 10*time.Second, func() bool { return waitersOf(rn.r, w) == 1 },
+		func() string { return fmt.Sprintf("copy B is not waiting on A's job (waiters %d)", waitersOf(rn.r, w)) })
+	release()
+	e.waitCommittedToEnd(10 * time.Second)
+	ex := e.starter.executionsOf(w)
+	if len(ex) != 3 {
+		t.Fatalf("%d runs, want 3: copy B saw run 2 failed and finished without a newer run", len(ex))
+	}
+	if g := ex[2].req.Generation; g != 3 {
+		t.Errorf("run 3's generation %d, want 3", g)
+	}
+	if run, gen := e.led.row(w); run != ex[2].runID || gen != 3 {
+		t.Errorf("ledger records run %q generation %d, want %q generation 3", run, gen, ex[2].runID)
+	}
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}

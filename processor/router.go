@@ -59,6 +59,10 @@ type Router struct {
 	fatalMu  sync.Mutex
 	fatalErr error
 	stopPoll context.CancelFunc // set by Run
+
+	// afterPoll, if set (tests only), runs after each poll that returned
+	// records, before they are tracked.
+	afterPoll func()
 }
 
 // New validates cfg and creates the Kafka client; nothing is consumed
@@ -94,6 +98,16 @@ func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg p
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(reset),
 		cfg.FetchIsolation(),
+		// Transaction markers come to the poll loop as control records,
+		// which finish at once (prepare): the committed offset then moves
+		// past a marker once everything before it finished, and the lag of
+		// a fully processed transactional partition reaches 0.
+		kgo.KeepControlRecords(),
+		// No assignment changes between a poll and the tracking of its
+		// records (AllowRebalance in prepare): records fetched under an
+		// assignment that was revoked or lost meanwhile, and assigned back,
+		// must not be taken by the newer assignment.
+		kgo.BlockRebalanceOnPoll(),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 		kgo.OnPartitionsAssigned(r.commits.assigned),
@@ -178,11 +192,16 @@ func (r *Router) Run(ctx context.Context) error {
 	for r.commits.waitCapacity(ctx) {
 		fetches := r.cl.PollRecords(ctx, r.cfg.MaxPollRecords)
 		if fetches.IsClientClosed() {
+			r.cl.AllowRebalance()
 			runErr = errors.New("kafka client closed")
 			break
 		}
 		if ctx.Err() != nil {
+			r.cl.AllowRebalance()
 			break
+		}
+		if r.afterPoll != nil && !fetches.Empty() {
+			r.afterPoll()
 		}
 		fetches.EachError(func(t string, p int32, err error) {
 			var loss *kgo.ErrDataLoss
@@ -244,10 +263,20 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 		dead    []deadLetter
 	)
 	fetches.EachRecord(func(kr *kgo.Record) {
-		if rec := r.commits.track(kr); rec != nil { // nil: partition revoked since the fetch
+		rec := r.commits.track(kr)
+		switch {
+		case rec == nil: // partition revoked since the fetch
+		case kr.Attrs.IsControl():
+			// A transaction's commit or abort marker: no event. It ends
+			// at once, so the offset after it is committable once every
+			// record before it finished.
+			r.commits.end(rec, true)
+		default:
 			batch = append(batch, polled{kr: kr, rec: rec})
 		}
 	})
+	// Tracked: the group may rebalance again (BlockRebalanceOnPoll).
+	r.cl.AllowRebalance()
 	r.m.records.Add(float64(len(batch)))
 	parallel(len(batch), func(i int) {
 		p := &batch[i]

@@ -380,6 +380,36 @@ func TestDeadLetterWriteFailureHoldsTheOffset(t *testing.T) {
 			}
 		})
 	}
+	// The router stops while the write still fails: nothing is committed
+	// (a record ended as done although its dead letter was never written
+	// would be committed by the final commit).
+	for _, c := range []struct {
+		name string
+		fail func(*fakeDeadLetterLog, int, error)
+		call string
+	}{
+		{"stopped while Written fails", (*fakeDeadLetterLog).failAll, "Written"},
+		{"stopped while Record fails", (*fakeDeadLetterLog).failRecord, "Record"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newTestEnv(t, 1, envOpt{})
+			c.fail(e.dlq, -1, errTransient)
+			e.produceRaw(0, []byte("not json"))
+			e.produce(0, "x", "v")
+			rn := e.start("r1", e.config())
+			eventually(t, 10*time.Second, func() bool { return e.dlq.callCount(c.call) >= 3 },
+				func() string { return fmt.Sprintf("%s called %d times", c.call, e.dlq.callCount(c.call)) })
+			if err := rn.stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if got := e.committed()[0]; got != -1 {
+				t.Fatalf("committed %d although the dead letter was never logged", got)
+			}
+			if n := len(e.dlq.recorded()); n != 0 {
+				t.Fatalf("%d dead letters logged while the log failed", n)
+			}
+		})
+	}
 	t.Run("dead-letter topic missing", func(t *testing.T) {
 		// Auto-creation is off (kfake's default): producing to the
 		// dead-letter topic fails until it is created.
@@ -529,5 +559,56 @@ func TestShutdownMarksAndCommitsWhatStarted(t *testing.T) {
 	}
 	if c := e.committed()[0]; c != 1 {
 		t.Errorf("committed %d, want 1", c)
+	}
+}
+
+// Hole A: Temporal refuses a start for good; the dead letter is written,
+// but MarkDeadLettered keeps failing, and the router stops (or the
+// partition is revoked) before it lands. The record must not be committed:
+// its row is still pending, and only a redelivery can end it. The next
+// router re-drives it: the dead letter is not written again, the row ends
+// dead_lettered, and then the offset is committed.
+func TestPermanentStartErrorCommitsOnlyOnceTheRowIsDeadLettered(t *testing.T) {
+	for _, how := range []string{"shutdown", "revoke"} {
+		t.Run(how, func(t *testing.T) {
+			e := newTestEnv(t, 1, envOpt{})
+			w := wid("x")
+			e.starter.failPermanent(w)
+			e.led.failMarkDeadLettered(-1, errTransient)
+			e.produce(0, "x", "v")
+			rn := e.start("r1", e.config())
+			eventually(t, 10*time.Second, func() bool {
+				return len(e.dlq.recorded()) == 1 && e.led.callCount("MarkDeadLettered") >= 3
+			}, func() string {
+				return fmt.Sprintf("dead letters %d, MarkDeadLettered calls %d", len(e.dlq.recorded()), e.led.callCount("MarkDeadLettered"))
+			})
+			stays(t, 200*time.Millisecond, func() bool { return e.committed()[0] == -1 },
+				func() string { return fmt.Sprintf("committed %v while the row is pending", e.committed()) })
+			if how == "revoke" {
+				rn.r.commits.revoked(t.Context(), nil, map[string][]int32{testTopic: {0}})
+			}
+			if err := rn.stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if st := e.led.state(w); st != statePending {
+				t.Fatalf("row %q, want pending (MarkDeadLettered never landed)", st)
+			}
+			if c := e.committed()[0]; c != -1 {
+				t.Fatalf("committed %d past a record whose row is pending with no owner", c)
+			}
+
+			e.led.failMarkDeadLettered(0, nil)
+			rn = e.start("r2", e.config())
+			e.waitCommittedToEnd(10 * time.Second)
+			if err := rn.stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if st := e.led.state(w); st != stateDeadLettered {
+				t.Errorf("row %q after the redelivery, want dead_lettered", st)
+			}
+			if got := e.dlqReasons(); len(got) != 1 || got[string(ReasonTemporalPermanent)] != 1 {
+				t.Errorf("dead-letter topic holds %v, want one temporal_permanent (written once)", got)
+			}
+		})
 	}
 }

@@ -7,7 +7,10 @@ import (
 	"time"
 )
 
-// job is one workflow start and the records that wait on it.
+// job is one workflow start and the records that wait on it. Its fields
+// are the pool's: written under startPool.mu, except runID (the worker
+// sets it before handing the job to the marker) and what only the worker
+// holding the job reads.
 type job struct {
 	rec   *record // the owner: the copy whose start this is
 	req   StartRequest
@@ -15,6 +18,10 @@ type job struct {
 	// check: the workflow was started before; start it again only if its
 	// last run closed the way the reuse policy allows (rerun).
 	check bool
+	// checking: the check's LastRun read has begun. A check copy that
+	// comes later may have seen a newer run than that read will: it
+	// re-checks after this job instead of waiting on it (rechecks).
+	checking bool
 	// startReq is the start a waiting copy needs (verdict new or re-drive,
 	// with its generation) when this job is a check: if the check decides
 	// not to re-run, the job starts that instead, so a waiter that needs a
@@ -24,6 +31,20 @@ type job struct {
 	// later one) that asked while this start was in flight: they finish
 	// with it instead of calling Temporal again.
 	waiters []*record
+	// rechecks are check copies (duplicates under an allow_* policy) that
+	// came when this job could no longer answer them: it was a start, or a
+	// check whose LastRun read had begun. Finishing with it could swallow
+	// a redelivery that saw a failed run (hole B: this job's retried start
+	// answered with a run that failed since). When the job ends they are
+	// submitted again, as checks: the first asks LastRun anew, after this
+	// job's run exists, the others wait on it.
+	rechecks []recheck
+}
+
+// recheck is a check copy waiting for a job to end, with its own request.
+type recheck struct {
+	rec *record
+	req StartRequest
 }
 
 // startPool starts workflows with starts.concurrency workers and marks them
@@ -78,9 +99,19 @@ func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, led
 // submit asks for rec's workflow to be started (check: started before,
 // run it again if the reuse policy allows): rec owns a new start, or
 // waits on the one in flight. It reports whether rec waits.
+//
+// A check waits on a job only while that job is a check that has not yet
+// read LastRun: the read then happens after this copy was claimed, so its
+// answer is at least as new as anything this copy saw. Any other job in
+// flight (a start, a re-run, a check already reading) makes it a recheck.
 func (s *startPool) submit(rec *record, req StartRequest, check bool) (waits bool) {
 	s.mu.Lock()
 	if j := s.starting[req.WorkflowID]; j != nil {
+		if check && !(j.check && !j.checking) {
+			j.rechecks = append(j.rechecks, recheck{rec: rec, req: req})
+			s.mu.Unlock()
+			return true
+		}
 		j.waiters = append(j.waiters, rec)
 		if j.check && !check && j.startReq == nil {
 			j.startReq = &req
@@ -138,7 +169,11 @@ func (s *startPool) worker() {
 			return
 		}
 		ctx := j.rec.part.ctx
-		if j.check && !s.rerun(ctx, j) {
+		s.mu.Lock()
+		check := j.check
+		j.checking = check
+		s.mu.Unlock()
+		if check && !s.rerun(ctx, j) {
 			continue
 		}
 		var res StartResult
@@ -204,7 +239,9 @@ func (s *startPool) rerun(ctx context.Context, j *job) bool {
 		return s.startInstead(j)
 	}
 	s.m.reruns.Inc()
+	s.mu.Lock()
 	j.req.Generation, j.check = max(j.req.Generation, run.Generation, 1)+1, false
+	s.mu.Unlock()
 	in, src := &j.req.Input, j.rec.kr
 	s.log.Info("decision", "decision", "rerun", "workflow_id", j.req.WorkflowID, "event_id", in.EventID, "rule", in.IDRule,
 		"topic", src.Topic, "partition", src.Partition, "offset", src.Offset, "generation", j.req.Generation,
@@ -224,31 +261,35 @@ func (s *startPool) startInstead(j *job) bool {
 	if req == nil && s.starting[j.req.WorkflowID] == j {
 		delete(s.starting, j.req.WorkflowID)
 	}
+	if req != nil {
+		j.req, j.check, j.startReq = *req, false, nil
+	}
 	s.mu.Unlock()
 	if req == nil {
 		s.done(j, true)
 		return false
 	}
-	j.req, j.check, j.startReq = *req, false, nil
 	return true
 }
 
 // deadLetter dead-letters a start Temporal refused for good: the owner's
-// record goes to the dead-letter topic, the ledger row ends dead_lettered,
-// and the waiters finish with the owner.
+// record goes to the dead-letter topic, then the ledger row ends
+// dead_lettered, and only then do the owner and its waiters finish. Two
+// steps, and the record waits for both: finished after the write alone, a
+// revoke or shutdown before the mark landed would commit past a row left
+// pending with no owner (hole A). If either step is abandoned (revoked,
+// lost, shutting down), nothing is committed: the redelivery re-drives the
+// row, Temporal refuses again, the dead-letter log says the record was
+// written (no second write), and the mark is tried again.
 func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
-	// The owner's own piece of work is ended by the writer; its waiters
-	// are released below with the same outcome.
-	ok := s.dlq.write(ctx, []deadLetter{{rec: j.rec, reason: ReasonTemporalPermanent, err: cause, workflow: j.req.WorkflowID,
+	err := s.dlq.put(ctx, []deadLetter{{rec: j.rec, reason: ReasonTemporalPermanent, err: cause, workflow: j.req.WorkflowID,
 		eventID: j.req.Input.EventID, rule: j.req.Input.IDRule}})
-	if ok {
-		// Best effort: a row left pending is re-driven and dead-lettered
-		// again (the dead-letter log keeps it written once).
-		_ = s.health.retry(ctx, OpMark, func(ctx context.Context) error {
+	if err == nil {
+		err = s.health.retry(ctx, OpMark, func(ctx context.Context) error {
 			return s.ledger.MarkDeadLettered(ctx, []string{j.req.WorkflowID})
 		})
 	}
-	s.release(j, ok)
+	s.done(j, err == nil)
 }
 
 // marker batches started workflows into one ledger update; their records
@@ -299,14 +340,16 @@ func (s *startPool) done(j *job, ok bool) {
 
 // release ends the start's waiters with the owner's outcome; if the start
 // was abandoned, the first waiter whose partition is still owned takes it
-// over instead, with the waiters after it.
+// over instead, with the waiters after it. Either way its rechecks are
+// submitted again, as checks, once the job has left the in-flight map (or
+// its takeover is in it).
 func (s *startPool) release(j *job, ok bool) {
 	s.mu.Lock()
 	if s.starting[j.req.WorkflowID] == j {
 		delete(s.starting, j.req.WorkflowID)
 	}
-	waiters := j.waiters
-	j.waiters = nil
+	waiters, rechecks := j.waiters, j.rechecks
+	j.waiters, j.rechecks = nil, nil
 	if !ok {
 		for i, w := range waiters {
 			if w.part.ctx.Err() == nil && s.workCtx.Err() == nil {
@@ -321,5 +364,14 @@ func (s *startPool) release(j *job, ok bool) {
 	s.mu.Unlock()
 	for _, w := range waiters {
 		s.end(w, ok)
+	}
+	if len(rechecks) > 0 {
+		// Not on the caller's goroutine: submit may wait for room in the
+		// start queue, and the caller may be a worker or the marker.
+		go func() {
+			for _, rc := range rechecks {
+				s.submit(rc.rec, rc.req, true)
+			}
+		}()
 	}
 }

@@ -53,9 +53,11 @@ func refusedPostgres(err error) error {
 
 // refusedTemporal classifies an error of dialing Temporal or describing
 // cfg's namespace. The transient/permanent rule is the starter's
-// (starter.Permanent: Unavailable, timeouts, throttling and a namespace
-// failing over wait); this adds the TLS refusals (which gRPC reports as
-// Unavailable) and names the setting.
+// (starter.Permanent: Unavailable, timeouts, throttling, a namespace
+// failing over, and what a proxy or ingress in front of Temporal answers,
+// an HTTP 404 or a NotFound without Temporal's details, wait); this adds
+// the TLS refusals (which gRPC reports as Unavailable) and names the
+// setting.
 func refusedTemporal(cfg Config) func(error) error {
 	at := fmt.Sprintf("temporal.host_port %s", cfg.Temporal.HostPort)
 	ns := fmt.Sprintf("temporal.namespace %q", cfg.Temporal.Namespace)

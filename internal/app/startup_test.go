@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -25,6 +26,7 @@ import (
 	"github.com/dedupio/dedup/internal/pgtest"
 	"github.com/dedupio/dedup/internal/promtext"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/sink/ledger"
 )
 
 // syncBuffer is a log sink tests read while the code under test writes.
@@ -204,6 +206,16 @@ func TestRefusedOrWait(t *testing.T) {
 		{"postgres", pg("57P03"), ""}, // the database system is starting up
 		{"postgres", pg("53300"), ""}, // too many connections
 		{"postgres", pg("08006"), ""},
+		// A failover or contention heals: a demoted primary or a standby
+		// (read-only), a lock held by another replica's migration, a
+		// shutdown, a serialization failure or a deadlock.
+		{"postgres", pg("25006"), ""},
+		{"postgres", fmt.Errorf("applying migrations: %w", pg("25006")), ""},
+		{"postgres", pg("55P03"), ""},
+		{"postgres", pg("57P01"), ""},
+		{"postgres", pg("57P02"), ""},
+		{"postgres", pg("40001"), ""},
+		{"postgres", pg("40P01"), ""},
 		{"postgres", pg("28P01"), "postgres.url: PostgreSQL refused the user or password"},
 		{"postgres", pg("28000"), "postgres.url: PostgreSQL refused the user or password"},
 		{"postgres", pg("3D000"), "postgres.url: the database does not exist"},
@@ -224,6 +236,12 @@ func TestRefusedOrWait(t *testing.T) {
 		{"temporal", serviceerror.NewUnavailable("connection error: desc = \"transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority\""), "temporal.host_port temporal:7233: the TLS handshake"},
 		{"temporal", serviceerror.NewUnavailable("connection error: desc = \"error reading server preface: remote error: tls: certificate required\""), "temporal.host_port temporal:7233: the TLS handshake"},
 		{"temporal", serviceerror.NewInvalidArgument("bad"), `temporal.host_port temporal:7233, temporal.namespace "orders": Temporal refused for good`},
+		// A proxy or ingress in front of Temporal is not Temporal: its 404
+		// (gRPC Unimplemented) or a NotFound without Temporal's details
+		// waits, as an unreachable Temporal does.
+		{"temporal", fmt.Errorf("failed reaching server: %w", serviceerror.FromStatus(grpcstatus.New(codes.Unimplemented,
+			"unexpected HTTP status code received from server: 404 (Not Found)"))), ""},
+		{"temporal", fmt.Errorf("describing namespace orders: %w", serviceerror.FromStatus(grpcstatus.New(codes.NotFound, "no healthy upstream"))), ""},
 
 		{"kafka", refused, ""},
 		{"kafka", context.DeadlineExceeded, ""},
@@ -352,6 +370,39 @@ func TestRunWaitsForEverythingDown(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("Run did not return 15s after its context was cancelled")
+	}
+}
+
+// A PostgreSQL that answers read-only (a standby, a primary that a
+// failover demoted) is waited for at start-up, not refused: the failover
+// ends and the migrations then apply. Real server: the database turns
+// default_transaction_read_only on.
+func TestStartupWaitsOnReadOnlyPostgres(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := pgtest.NewDatabase(t)
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	db := pgx.Identifier{admin.Config().Database}.Sanitize()
+	if _, err := admin.Exec(ctx, `ALTER DATABASE `+db+` SET default_transaction_read_only = on`); err != nil {
+		t.Fatal(err)
+	}
+	err = ledger.Migrate(ctx, url)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "25006" {
+		t.Fatalf("migrating a read-only database: %v, want SQLSTATE 25006", err)
+	}
+	if refused := refusedPostgres(err); refused != nil {
+		t.Fatalf("start-up exits on a read-only PostgreSQL: %v, want it to wait", refused)
+	}
+	if _, err := admin.Exec(ctx, `ALTER DATABASE `+db+` RESET default_transaction_read_only`); err != nil {
+		t.Fatal(err)
+	}
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatalf("migrating once the database takes writes again: %v", err)
 	}
 }
 

@@ -48,7 +48,7 @@ SELECT l.workflow_id, l.event_id, l.id_rule, l.state, l.payload_hash, coalesce(l
 	(SELECT count(*) FROM dedup_conflicts c WHERE c.workflow_id = l.workflow_id)
 FROM dedup_ledger l WHERE l.workflow_id = ANY($1::text[])`, ids)
 	if err != nil {
-		return nil, classify(fmt.Errorf("looking up %d workflow IDs: %w", len(ids), err))
+		return nil, p.classify(fmt.Errorf("looking up %d workflow IDs: %w", len(ids), err))
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -64,7 +64,7 @@ FROM dedup_ledger l WHERE l.workflow_id = ANY($1::text[])`, ids)
 		out[e.WorkflowID] = e
 	}
 	if err := rows.Err(); err != nil {
-		return nil, classify(fmt.Errorf("looking up %d workflow IDs: %w", len(ids), err))
+		return nil, p.classify(fmt.Errorf("looking up %d workflow IDs: %w", len(ids), err))
 	}
 	return out, nil
 }

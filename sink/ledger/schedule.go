@@ -24,7 +24,7 @@ const keepFires = 1000
 func (p *Postgres) Now(ctx context.Context) (time.Time, error) {
 	var t time.Time
 	if err := p.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t); err != nil {
-		return t, classify(fmt.Errorf("reading the clock: %w", err))
+		return t, p.classify(fmt.Errorf("reading the clock: %w", err))
 	}
 	return t.UTC(), nil
 }
@@ -139,7 +139,7 @@ FROM dedup_schedule_fires WHERE trigger_name = ANY($1::text[]) AND state = 'pend
 		}
 		return nil
 	})
-	return pending, classify(err)
+	return pending, p.classify(err)
 }
 
 // EndFires records how fires ended; a fire already ended keeps its state.
@@ -163,7 +163,7 @@ func (p *Postgres) EndFires(ctx context.Context, ends []schedule.FireEnd) error 
 FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[]) AS u(trigger_name, scheduled_for, state, run_id)
 WHERE f.trigger_name = u.trigger_name AND f.scheduled_for = u.scheduled_for AND f.state = 'pending'`, trig, at, state, run)
 	if err != nil {
-		return classify(fmt.Errorf("ending %d fires: %w", n, err))
+		return p.classify(fmt.Errorf("ending %d fires: %w", n, err))
 	}
 	return nil
 }
@@ -178,7 +178,7 @@ ON CONFLICT (trigger_name) DO UPDATE SET paused = EXCLUDED.paused,
 	paused_at = CASE WHEN NOT EXCLUDED.paused THEN NULL WHEN c.paused THEN c.paused_at ELSE EXCLUDED.paused_at END,
 	updated_at = now()`, trigger, since, paused, now)
 	if err != nil {
-		return classify(fmt.Errorf("pausing trigger %s: %w", trigger, err))
+		return p.classify(fmt.Errorf("pausing trigger %s: %w", trigger, err))
 	}
 	return nil
 }
@@ -190,7 +190,7 @@ func (p *Postgres) Cursors(ctx context.Context, triggers []string) ([]schedule.C
 	(SELECT max(f.scheduled_for) FROM dedup_schedule_fires f WHERE f.trigger_name = c.trigger_name AND f.state = 'started')
 FROM dedup_schedule_cursors c WHERE c.trigger_name = ANY($1::text[]) ORDER BY c.trigger_name`, triggers)
 	if err != nil {
-		return nil, classify(fmt.Errorf("reading cursors: %w", err))
+		return nil, p.classify(fmt.Errorf("reading cursors: %w", err))
 	}
 	cs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (schedule.CursorState, error) {
 		var c schedule.CursorState
@@ -206,7 +206,7 @@ FROM dedup_schedule_cursors c WHERE c.trigger_name = ANY($1::text[]) ORDER BY c.
 		return c, err
 	})
 	if err != nil {
-		return nil, classify(fmt.Errorf("reading cursors: %w", err))
+		return nil, p.classify(fmt.Errorf("reading cursors: %w", err))
 	}
 	return cs, nil
 }

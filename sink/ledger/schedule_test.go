@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ func at(s string) time.Time {
 // cursor moved back by hand) keeps its first decision and window.
 func TestScheduleDecideLocksAndKeepsTheFirstDecision(t *testing.T) {
 	l := open(t)
-	ctx := context.Background()
+	ctx := deadline(t, time.Minute)
 	now := at("2026-03-01T09:00:30Z")
 	fire := func(c schedule.Cursor, start string) schedule.Decision {
 		f := schedule.Fire{Trigger: c.Trigger, ActivityID: "a", WorkflowID: "activity-a:2026-03-01T09:00:00+00:00",
@@ -37,28 +38,67 @@ func TestScheduleDecideLocksAndKeepsTheFirstDecision(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	holding, release, done := make(chan struct{}), make(chan struct{}), make(chan []schedule.Fire)
+	// The holder keeps its transaction (and its pooled connection) open
+	// until release is closed. Whatever way the test ends, release is
+	// closed and the holder waited for before the pool is closed (cleanups
+	// run last-in first-out; open's l.Close was registered first): a
+	// failed assertion below fails the test instead of hanging it in
+	// pool.Close, which waits for every connection to be returned.
+	holding, release := make(chan struct{}), make(chan struct{})
+	type result struct {
+		fs  []schedule.Fire
+		err error
+	}
+	done := make(chan result, 1) // never blocks the holder
+	var releaseOnce sync.Once
+	releaseHolder := func() { releaseOnce.Do(func() { close(release) }) }
 	go func() {
 		fs, err := l.Decide(ctx, []string{"t1"}, now, func(c schedule.Cursor) schedule.Decision {
 			close(holding)
-			<-release
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
 			return fire(c, "2026-03-01T08:00:00Z")
 		})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- fs
+		done <- result{fs, err} // reported to the test goroutine: no t.Error after the test ended
 	}()
-	<-holding
+	var held *result
+	t.Cleanup(func() {
+		releaseHolder()
+		if held == nil {
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Error("the holder's Decide did not return after its release")
+			}
+		}
+	})
+	select {
+	case <-holding:
+	case r := <-done:
+		held = &r
+		t.Fatalf("the holder's Decide returned before deciding: %v", r.err)
+	case <-ctx.Done():
+		t.Fatalf("waiting for the holder to lock the cursor: %v", ctx.Err())
+	}
 	called := false
 	start := time.Now()
-	fs, err := l.Decide(ctx, []string{"t1"}, now, func(c schedule.Cursor) schedule.Decision { called = true; return schedule.Decision{Cursor: c} })
+	bctx, cancel := context.WithTimeout(ctx, 5*time.Second) // SKIP LOCKED: never waits for the holder
+	fs, err := l.Decide(bctx, []string{"t1"}, now, func(c schedule.Cursor) schedule.Decision { called = true; return schedule.Decision{Cursor: c} })
+	cancel()
 	if err != nil || called || len(fs) != 0 || time.Since(start) > 5*time.Second {
 		t.Fatalf("a round beside a locked cursor: called %v, fires %v, err %v, took %s", called, fs, err, time.Since(start))
 	}
-	close(release)
-	if fs := <-done; len(fs) != 1 || !fs[0].WindowStart.Equal(at("2026-03-01T08:00:00Z")) {
-		t.Fatalf("the holder's pending fires: %+v", fs)
+	releaseHolder()
+	select {
+	case r := <-done:
+		held = &r
+	case <-ctx.Done():
+		t.Fatalf("waiting for the holder's round: %v", ctx.Err())
+	}
+	if fs := held.fs; held.err != nil || len(fs) != 1 || !fs[0].WindowStart.Equal(at("2026-03-01T08:00:00Z")) {
+		t.Fatalf("the holder's pending fires: %+v %v", fs, held.err)
 	}
 	// Moved back by hand, decided again with another window: the first stays.
 	if _, err := l.Pool().Exec(ctx, `UPDATE dedup_schedule_cursors SET last_slot = $1`, at("2026-03-01T08:00:00Z")); err != nil {
@@ -106,3 +146,13 @@ func TestScheduleDecideLocksAndKeepsTheFirstDecision(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// deadline is the test's context, ended after d (or when the test ends):
+// every statement of a schedule test fails within it instead of waiting
+// for a lock, or a connection, for ever.
+func deadline(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -70,7 +70,8 @@ func TestPermanent(t *testing.T) {
 		{"data loss", serviceerror.NewDataLoss("lost"), false},
 		{"plain error", errors.New("connection reset"), false},
 
-		// Permanent service errors: this request will never succeed.
+		// Permanent service errors: Temporal says this request will never
+		// succeed.
 		{"invalid argument", serviceerror.NewInvalidArgument("bad"), true},
 		{"invalid argument, wrapped", fmt.Errorf("x: %w", serviceerror.NewInvalidArgument("bad")), true},
 		// Credentials and grants: the deployment's, not the record's
@@ -79,15 +80,32 @@ func TestPermanent(t *testing.T) {
 		{"permission denied, wrapped", fmt.Errorf("x: %w", serviceerror.NewPermissionDenied("no", "")), false},
 		{"unauthenticated, over the wire", serviceerror.FromStatus(status.New(codes.Unauthenticated, "expired")), false},
 
+		// Temporal's NotFound (workflow unknown) carries its details.
 		{"not found", serviceerror.NewNotFound("gone"), true},
-		{"unimplemented", serviceerror.NewUnimplemented("no"), true},
+		{"not found, wrapped", fmt.Errorf("x: %w", serviceerror.NewNotFound("gone")), true},
+		{"not found, over the wire", wire(serviceerror.NewNotFound("gone")), true},
+		{"not found, over the wire, wrapped", fmt.Errorf("x: %w", wire(serviceerror.NewNotFound("gone"))), true},
+		// A proxy's NotFound has none: not Temporal's verdict.
+		{"not found without details, over the wire", serviceerror.FromStatus(status.New(codes.NotFound, "no healthy upstream")), false},
+		{"not found without details, wrapped", fmt.Errorf("x: %w", serviceerror.FromStatus(status.New(codes.NotFound, "no healthy upstream"))), false},
+		// Unimplemented is never Temporal's answer to a start or a
+		// describe: an ingress's 404, a server that is not Temporal.
+		{"unimplemented", serviceerror.NewUnimplemented("no"), false},
+		{"ingress 404, over the wire", serviceerror.FromStatus(status.New(codes.Unimplemented,
+			`unexpected HTTP status code received from server: 404 (Not Found); transport: received unexpected content-type "text/plain; charset=utf-8"`)), false},
+		{"ingress 404, wrapped", fmt.Errorf("starting workflow wf-1: %w", serviceerror.FromStatus(status.New(codes.Unimplemented,
+			"unexpected HTTP status code received from server: 404 (Not Found)"))), false},
 		{"failed precondition, generic", serviceerror.NewFailedPrecondition("no"), true},
 		{"failed precondition, generic, wrapped", fmt.Errorf("x: %w", serviceerror.NewFailedPrecondition("no")), true},
 		{"client version not supported", serviceerror.NewClientVersionNotSupported("0.1", "go", ">1"), true},
 		{"server version not supported", serviceerror.NewServerVersionNotSupported("0.1", ">1"), true},
 		{"newer build exists", serviceerror.NewNewerBuildExists("b2"), true},
+		{"newer build exists, over the wire", wire(serviceerror.NewNewerBuildExists("b2")), true},
 
-		// Plain gRPC status errors (no Temporal details), bare and wrapped.
+		// Plain gRPC status errors (no Temporal details), bare and wrapped:
+		// NotFound, Unimplemented and OutOfRange are a proxy's, not
+		// Temporal's; InvalidArgument and FailedPrecondition, which no
+		// proxy or transport produces, are taken as Temporal's.
 		{"grpc unavailable", status.Error(codes.Unavailable, "down"), false},
 		{"grpc unavailable, wrapped", fmt.Errorf("x: %w", status.Error(codes.Unavailable, "down")), false},
 		{"grpc resource exhausted", status.Error(codes.ResourceExhausted, "slow"), false},
@@ -101,9 +119,10 @@ func TestPermanent(t *testing.T) {
 		{"grpc permission denied", status.Error(codes.PermissionDenied, "no"), false},
 		{"grpc unauthenticated", status.Error(codes.Unauthenticated, "who"), false},
 		{"grpc unauthenticated, wrapped", fmt.Errorf("x: %w", status.Error(codes.Unauthenticated, "who")), false},
-		{"grpc not found", status.Error(codes.NotFound, "gone"), true},
-		{"grpc unimplemented", status.Error(codes.Unimplemented, "no"), true},
-		{"grpc out of range", status.Error(codes.OutOfRange, "no"), true},
+		{"grpc not found", status.Error(codes.NotFound, "gone"), false},
+		{"grpc not found, wrapped", fmt.Errorf("x: %w", status.Error(codes.NotFound, "gone")), false},
+		{"grpc unimplemented", status.Error(codes.Unimplemented, "no"), false},
+		{"grpc out of range", status.Error(codes.OutOfRange, "no"), false},
 		{"grpc failed precondition", status.Error(codes.FailedPrecondition, "no"), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
