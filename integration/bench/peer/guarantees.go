@@ -581,7 +581,7 @@ func (d *dedupJob) run(ctx context.Context, topic, group string, replicas, recor
 	var wg sync.WaitGroup
 	errs := make([]error, replicas)
 	for i := range replicas {
-		r, err := processor.New(cfg, led, led, st, prometheus.NewRegistry(), p.Log, processor.Hooks{})
+		r, err := processor.New(cfg, processor.Options{Ledger: led, DeadLetterLog: led, Starter: st, Registerer: prometheus.NewRegistry(), Log: p.Log})
 		if err != nil {
 			stop()
 			wg.Wait()
