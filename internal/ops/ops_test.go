@@ -455,3 +455,111 @@ func TestJudge(t *testing.T) {
 		}
 	}
 }
+
+// withRoute adds a route to the fixture's config (before f.tool()).
+func (f *fixture) withRoute(rt processor.Route) {
+	f.t.Helper()
+	f.cfg.Routes = append(f.cfg.Routes, rt)
+	if err := f.cfg.Validate(); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// workflowVerdicts are an explanation's workflows as "id=verdict", sorted.
+func workflowVerdicts(ex *Explanation) string {
+	var v []string
+	for _, w := range ex.Workflows {
+		v = append(v, w.WorkflowID+"="+w.Verdict)
+	}
+	slices.Sort(v)
+	return strings.Join(v, ",")
+}
+
+// TestExplainEventIDListsOnlyMatchedRoutes: --event-id looks up the
+// workflow IDs of every route keyed by event ID, but a route the record
+// does not match is not one of its workflows: it is not listed (least of
+// all as forgotten), unless some source has a trace of it.
+func TestExplainEventIDListsOnlyMatchedRoutes(t *testing.T) {
+	f := newFixture(t)
+	f.withRoute(processor.Route{ID: "welcome", Match: processor.Match{Type: "user.signed_up"}, WorkflowType: "W", TaskQueue: "q"})
+	tl := f.tool()
+	ctx := context.Background()
+	rA := f.produce(0, order("a", "1"))
+	f.route(tl, rA, true)
+	f.commit(0, rA.Offset+1)
+	for _, q := range []Query{{EventID: "a"}, {EventID: "a", Scan: true}, {WorkflowID: "activity-confirm:a"}, {Topic: topic, Partition: &rA.Partition, Offset: &rA.Offset}} {
+		ex, _, _ := tl.Explain(ctx, q)
+		if got := workflowVerdicts(ex); got != "activity-confirm:a=claimed,activity-crm:a=claimed" {
+			t.Errorf("explain %+v: %s, want only the two routes order.created matches, claimed", q, got)
+		}
+	}
+	// Another record, of another type, with the same event ID claims the
+	// welcome route: explained from the order, that row is listed as
+	// another record's, not as a conflict or a duplicate of this one.
+	rU := f.produce(0, `{"specversion":"1.0","id":"a","type":"user.signed_up","source":"shop"}`)
+	f.route(tl, rU, true)
+	f.commit(0, rU.Offset+1)
+	ex, _, _ := tl.Explain(ctx, Query{EventID: "a"})
+	if got := workflowVerdicts(ex); ex.Record == nil || ex.Record.Offset != rA.Offset ||
+		got != "activity-confirm:a=claimed,activity-crm:a=claimed,activity-welcome:a=not_matched" {
+		t.Errorf("event a under two types: %+v %s", ex.Record, got)
+	}
+	for _, w := range ex.Workflows {
+		if w.Verdict == "not_matched" && !strings.Contains(w.Why, fmt.Sprintf("claimed by %s/0/%d", topic, rU.Offset)) {
+			t.Errorf("not_matched: %s", w.Why)
+		}
+	}
+	ex, _, _ = tl.Explain(ctx, Query{Topic: topic, Partition: &rU.Partition, Offset: &rU.Offset})
+	if got := workflowVerdicts(ex); got != "activity-welcome:a=claimed" {
+		t.Errorf("the user record: %s", got)
+	}
+	// An event ID nothing knows: no record, no row, no workflow to name
+	// (Temporal, not answering here, is the one source asked).
+	ex, code, _ := tl.Explain(ctx, Query{EventID: "zzz"})
+	if ex.Found || code == ExitFound || len(ex.Workflows) != 0 {
+		t.Errorf("unknown event: code %d, found %v, workflows %s", code, ex.Found, workflowVerdicts(ex))
+	}
+}
+
+// TestExplainForgotten: a workflow the record matches, behind the
+// committed offset, whose ledger row is gone (purged) is forgotten: a
+// replay starts it again. Its sibling route keeps its row.
+func TestExplainForgotten(t *testing.T) {
+	f := newFixture(t)
+	f.withRoute(processor.Route{ID: "welcome", Match: processor.Match{Type: "user.signed_up"}, WorkflowType: "W", TaskQueue: "q"})
+	tl := f.tool()
+	ctx := context.Background()
+	rA := f.produce(0, order("a", "1"))
+	rB := f.produce(0, order("b", "1"))
+	f.route(tl, rA, true)
+	f.route(tl, rB, true)
+	f.commit(0, rB.Offset+1)
+	// As a purge would: a's crm row, and both of b's rows.
+	if _, err := f.led.Pool().Exec(ctx, `DELETE FROM dedup_ledger WHERE workflow_id IN ('activity-crm:a', 'activity-confirm:b', 'activity-crm:b')`); err != nil {
+		t.Fatal(err)
+	}
+	want := "activity-confirm:a=claimed,activity-crm:a=forgotten"
+	for _, q := range []Query{{EventID: "a"}, {Topic: topic, Partition: &rA.Partition, Offset: &rA.Offset}} {
+		ex, _, _ := tl.Explain(ctx, q)
+		if got := workflowVerdicts(ex); got != want {
+			t.Errorf("explain %+v: %s, want %s", q, got, want)
+		}
+		for _, w := range ex.Workflows {
+			if w.Verdict == "forgotten" && (w.Ledger != nil || !strings.Contains(w.Why, "replay of this record starts the workflow again")) {
+				t.Errorf("forgotten workflow: %+v", w)
+			}
+		}
+	}
+	// Every row of b is gone: the record, named by its coordinates, still
+	// says which workflows it has, both forgotten.
+	ex, _, _ := tl.Explain(ctx, Query{Topic: topic, Partition: &rB.Partition, Offset: &rB.Offset})
+	if got := workflowVerdicts(ex); got != "activity-confirm:b=forgotten,activity-crm:b=forgotten" {
+		t.Errorf("record b: %s", got)
+	}
+	// Not yet behind the committed offset: not forgotten, not read yet.
+	f.commit(0, rB.Offset)
+	ex, _, _ = tl.Explain(ctx, Query{Topic: topic, Partition: &rB.Partition, Offset: &rB.Offset})
+	if got := workflowVerdicts(ex); got != "activity-confirm:b=not_read_yet,activity-crm:b=not_read_yet" {
+		t.Errorf("record b before the committed offset: %s", got)
+	}
+}
