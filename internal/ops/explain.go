@@ -115,10 +115,14 @@ type Explanation struct {
 type Record struct {
 	Coordinates
 	// State is where it stands: read, out_of_retention, not_produced,
-	// absent, unknown.
-	State      string     `json:"state"`
-	LogStart   int64      `json:"log_start"`
-	LogEnd     int64      `json:"log_end"`
+	// absent, uncommitted (in a transaction still open), unknown.
+	State    string `json:"state"`
+	LogStart int64  `json:"log_start"`
+	LogEnd   int64  `json:"log_end"`
+	// LastStable is where the router (kafka.isolation_level) reads the
+	// partition up to now: under read_committed, the first offset of the
+	// oldest transaction still open (the log end when none is).
+	LastStable int64      `json:"last_stable"`
 	Timestamp  *time.Time `json:"timestamp,omitempty"`
 	Key        string     `json:"key,omitempty"` // as text, or "base64:..." when not UTF-8
 	Headers    []Header   `json:"headers,omitempty"`
@@ -270,7 +274,7 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 	if at != nil {
 		rec, state, b, err := t.readRecord(ctx, at.Topic, at.Partition, at.Offset)
 		problems.add("kafka", err)
-		ex.Record = &Record{Coordinates: *at, State: state, LogStart: b.start, LogEnd: b.end}
+		ex.Record = &Record{Coordinates: *at, State: state, LogStart: b.start, LogEnd: b.end, LastStable: b.stable}
 		if rec != nil {
 			fillRecord(ex.Record, rec)
 			d, err := t.decide(rec)
@@ -563,7 +567,10 @@ func story(ex *Explanation, noRoute string) []string {
 		case RecordNotProduced:
 			say("There is no record %s yet: the partition's log ends at %d.", r.Coordinates, r.LogEnd)
 		case RecordAbsent:
-			say("There is no record at %s: compacted away, or a transaction marker.", r.Coordinates)
+			say("There is no record at %s for the router: compacted away, a record of an aborted transaction, or a transaction marker.", r.Coordinates)
+		case RecordUncommitted:
+			say("Record %s is in a transaction still open (the partition's last stable offset is %d): the router reads it once the transaction commits, never if it aborts.",
+				r.Coordinates, r.LastStable)
 		default:
 			say("Record %s could not be read from Kafka.", r.Coordinates)
 		}

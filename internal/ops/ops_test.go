@@ -563,3 +563,129 @@ func TestExplainForgotten(t *testing.T) {
 		t.Errorf("record b before the committed offset: %s", got)
 	}
 }
+
+// begin produces values to partition p of topic in a transaction of the
+// transactional ID id, left open; the client is closed at the test's end.
+func (f *fixture) begin(id string, p int32, values ...string) (*kgo.Client, []*kgo.Record) {
+	f.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.cfg.Kafka.Brokers...), kgo.TransactionalID(id),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(5*time.Minute))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(cl.Close)
+	if err := cl.BeginTransaction(); err != nil {
+		f.t.Fatal(err)
+	}
+	var out []*kgo.Record
+	for _, v := range values {
+		r, err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Partition: p, Value: []byte(v)}).First()
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return cl, out
+}
+
+// txn produces values to partition p of topic in one transaction of the
+// transactional ID id, committed or aborted (end nil: left open until the
+// test's end).
+func (f *fixture) txn(id string, p int32, end *kgo.TransactionEndTry, values ...string) []*kgo.Record {
+	f.t.Helper()
+	cl, out := f.begin(id, p, values...)
+	if end != nil {
+		if err := cl.EndTransaction(context.Background(), *end); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	return out
+}
+
+var (
+	commit = ptr(kgo.TryCommit)
+	abort  = ptr(kgo.TryAbort)
+)
+
+// TestReadCommittedOnly: under kafka.isolation_level read_committed (the
+// default) the forecast of offsets reset and explain read what the router
+// reads: committed records, never an aborted one, and they stop at the last
+// stable offset rather than wait for a transaction still open to end.
+// Partition 0 holds: a committed transaction (0, 1; marker 2), an aborted
+// one (3, 4; marker 5), a committed one (6; marker 7), and one still open
+// (8): the log ends at 9, the last stable offset is 8.
+func TestReadCommittedOnly(t *testing.T) {
+	f := newFixture(t)
+	c := f.txn("t1", 0, commit, order("c1", "1"), order("c2", "1"))
+	x := f.txn("t1", 0, abort, order("x1", "1"), order("x2", "1"))
+	c = append(c, f.txn("t1", 0, commit, order("c3", "1"))...)
+	o := f.txn("t2", 0, nil, order("o1", "1"))
+	if c[2].Offset != 6 || x[0].Offset != 3 || o[0].Offset != 8 {
+		t.Fatalf("offsets: %d %d %d", c[2].Offset, x[0].Offset, o[0].Offset)
+	}
+	tl := f.tool()
+	// Each step has 15 s: a read that waits for the open transaction
+	// never ends.
+	step := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	// The group read every committed record and committed the log end as
+	// it stands (as kafka-consumer-groups --to-latest does).
+	f.commit(0, 9)
+	start := time.Now()
+	rep, code, err := tl.ResetOffsets(step(), Target{Earliest: true}, []string{topic}, []int32{0}, true)
+	if err != nil || code != ExitFound || rep.Forecast == nil || *rep.Forecast != (Forecast{Records: 3, Intents: 6, NewWorkflows: 6}) {
+		t.Errorf("dry run from the log end, after %s: %d %v %+v, want a forecast of the 3 committed records only",
+			time.Since(start).Round(time.Millisecond), code, err, rep)
+	}
+	// Committed at the last stable offset, past the last commit marker.
+	f.commit(0, 8)
+	rep, code, err = tl.ResetOffsets(step(), Target{Earliest: true}, []string{topic}, []int32{0}, true)
+	if err != nil || code != ExitFound || rep.Forecast == nil || *rep.Forecast != (Forecast{Records: 3, Intents: 6, NewWorkflows: 6}) {
+		t.Errorf("dry run from the last stable offset: %d %v %+v", code, err, rep)
+	}
+	// latest is where a read_committed consumer ends: the last stable
+	// offset, not past the open transaction (which would skip it).
+	rep, _, err = tl.ResetOffsets(step(), Target{Latest: true}, []string{topic}, []int32{0}, true)
+	if err != nil || rep.Partitions[0].To != 8 {
+		t.Errorf("to latest with a transaction open: %v %+v, want 8", err, rep.Partitions)
+	}
+	// explain: the aborted record is not there for the router; the open
+	// one is not yet.
+	at := func(off int64) Query { p := int32(0); return Query{Topic: topic, Partition: &p, Offset: &off} }
+	ex, _, err := tl.Explain(step(), at(3))
+	if ex == nil || ex.Record.State != RecordAbsent || ex.Decision != nil {
+		t.Errorf("explain the aborted record: %v %+v", err, ex)
+	}
+	start = time.Now()
+	ex, _, err = tl.Explain(step(), at(8))
+	if ex == nil || ex.Record.State != RecordUncommitted || ex.Decision != nil || time.Since(start) > 10*time.Second {
+		t.Errorf("explain the open transaction's record, after %s: %v %+v", time.Since(start).Round(time.Millisecond), err, ex)
+	}
+	if ex, _, err := tl.Explain(step(), at(6)); ex == nil || ex.Record.State != RecordRead || ex.Decision.EventID != "c3" {
+		t.Errorf("explain a committed record: %v %+v", err, ex)
+	}
+
+	// Partition 1: a transaction aborted (0; marker 2) after another one
+	// opened (1): below the last stable offset (1) only an aborted record,
+	// which a read_committed consumer never gets. The forecast ends the
+	// partition once idle, and says so.
+	tl.idle = time.Second
+	a, _ := f.begin("t3", 1, order("y1", "1"))
+	f.begin("t4", 1, order("o2", "1"))
+	if err := a.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	f.commit(1, 1)
+	start = time.Now()
+	rep, code, err = tl.ResetOffsets(step(), Target{Earliest: true}, []string{topic}, []int32{1}, true)
+	if err != nil || code != ExitFound || rep.Forecast == nil || *rep.Forecast != (Forecast{}) || time.Since(start) > 10*time.Second ||
+		!strings.Contains(strings.Join(rep.Notes, " "), "events/1: offsets 0..0 gave no record to read") {
+		t.Errorf("dry run over an aborted record below an open transaction, after %s: %d %v %+v", time.Since(start).Round(time.Millisecond), code, err, rep)
+	}
+	if ex, _, err := tl.Explain(step(), Query{Topic: topic, Partition: ptr(int32(1)), Offset: ptr(int64(0))}); ex == nil || ex.Record.State != RecordAbsent {
+		t.Errorf("explain the aborted record below an open transaction: %v %+v", err, ex)
+	}
+}

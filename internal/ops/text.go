@@ -20,7 +20,11 @@ func ts(t *time.Time) string {
 func (ex *Explanation) text(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	if r := ex.Record; r != nil {
-		p("record     %s  %s  (log %d..%d)", r.Coordinates, r.State, r.LogStart, r.LogEnd)
+		if r.LastStable < r.LogEnd && r.State != RecordUnknown {
+			p("record     %s  %s  (log %d..%d, last stable offset %d: a transaction is open)", r.Coordinates, r.State, r.LogStart, r.LogEnd, r.LastStable)
+		} else {
+			p("record     %s  %s  (log %d..%d)", r.Coordinates, r.State, r.LogStart, r.LogEnd)
+		}
 		if r.State == RecordRead {
 			p("           timestamp %s, key %q, %d bytes", ts(r.Timestamp), r.Key, r.ValueBytes)
 			for _, h := range r.Headers {
