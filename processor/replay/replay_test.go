@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -169,5 +170,29 @@ func TestReplayEndsWhereOnlyAbortedRecordsAreLeft(t *testing.T) {
 	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Idle: time.Second}, slog.New(slog.DiscardHandler))
 	if err != nil || res.Read != 1 || res.Replayed["conflict"] != 1 || time.Since(start) > 10*time.Second {
 		t.Fatalf("replay, after %s: %v %+v, want the one committed dead letter", time.Since(start).Round(time.Millisecond), err, res)
+	}
+}
+
+// TestReplaySkipsPartitionsEmptiedByRetention: a dead-letter partition
+// whose records all left retention (log start = end > 0) has nothing to
+// replay: the replay does not wait for it.
+func TestReplaySkipsPartitionsEmptiedByRetention(t *testing.T) {
+	c := newCluster(t, 2)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, deadLetter(0, "conflict", 0), deadLetter(0, "conflict", 1), deadLetter(1, "conflict", 2)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kadm.NewClient(cl).DeleteRecords(ctx, kadm.Offsets{dlq: {0: {Topic: dlq, Partition: 0, At: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}}, slog.New(slog.DiscardHandler))
+	if err != nil || res.Read != 1 || res.Replayed["conflict"] != 1 {
+		t.Fatalf("replay: %v %+v, want the one dead letter left", err, res)
 	}
 }
