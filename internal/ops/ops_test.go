@@ -15,6 +15,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	namespacepb "go.temporal.io/api/namespace/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/internal/pgtest"
@@ -687,5 +692,53 @@ func TestReadCommittedOnly(t *testing.T) {
 	}
 	if ex, _, err := tl.Explain(step(), Query{Topic: topic, Partition: ptr(int32(1)), Offset: ptr(int64(0))}); ex == nil || ex.Record.State != RecordAbsent {
 		t.Errorf("explain the aborted record below an open transaction: %v %+v", err, ex)
+	}
+}
+
+// retainingTemporal is a Temporal client whose namespaces keep closed runs
+// for retention (DescribeNamespace is all the purge's horizon asks).
+type retainingTemporal struct {
+	client.Client
+	retention time.Duration
+}
+
+func (retainingTemporal) Close() {}
+
+func (r retainingTemporal) WorkflowService() workflowservice.WorkflowServiceClient {
+	return describeNamespace{retention: r.retention}
+}
+
+type describeNamespace struct {
+	workflowservice.WorkflowServiceClient
+	retention time.Duration
+}
+
+func (d describeNamespace) DescribeNamespace(context.Context, *workflowservice.DescribeNamespaceRequest, ...grpc.CallOption) (*workflowservice.DescribeNamespaceResponse, error) {
+	return &workflowservice.DescribeNamespaceResponse{Config: &namespacepb.NamespaceConfig{WorkflowExecutionRetentionTtl: durationpb.New(d.retention)}}, nil
+}
+
+// TestPurgeHorizon: dedup ledger purge refuses to forget rows a replay
+// from the log start may still meet. The topic keeps records 7 days
+// (retention.ms) in segments of up to 7 days (segment.ms, kfake's
+// defaults): a record may stay 14 days, so a purge of rows older than
+// 200 h is refused, naming the settings, and one of 400 h is done.
+func TestPurgeHorizon(t *testing.T) {
+	f := newFixture(t)
+	tl := f.tool()
+	tl.tc = retainingTemporal{retention: 24 * time.Hour}
+	tl.tcErr = nil
+	ctx := context.Background()
+	f.route(tl, f.produce(0, order("a", "1")), true)
+	if _, err := f.led.Pool().Exec(ctx, `UPDATE dedup_ledger SET started_at = now() - interval '500 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	_, code, err := tl.Purge(ctx, 200*time.Hour, true)
+	if code != ExitError || err == nil || !strings.Contains(err.Error(), "refusing to purge") || !strings.Contains(err.Error(), "--older-than") ||
+		!strings.Contains(err.Error(), topic+" (retention.ms 168h0m0s + segment.ms 168h0m0s") {
+		t.Errorf("purge of rows older than 200h: %d %v, want a refusal naming --older-than, the topic, retention.ms and segment.ms", code, err)
+	}
+	rep, code, err := tl.Purge(ctx, 400*time.Hour, true)
+	if code != ExitFound || err != nil || rep.Rows != 2 {
+		t.Errorf("purge of rows older than 400h: %d %v %+v", code, err, rep)
 	}
 }
