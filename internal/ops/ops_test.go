@@ -732,10 +732,16 @@ func TestPurgeHorizon(t *testing.T) {
 	if _, err := f.led.Pool().Exec(ctx, `UPDATE dedup_ledger SET started_at = now() - interval '500 hours'`); err != nil {
 		t.Fatal(err)
 	}
-	_, code, err := tl.Purge(ctx, 200*time.Hour, true)
+	refused, code, err := tl.Purge(ctx, 200*time.Hour, true)
 	if code != ExitError || err == nil || !strings.Contains(err.Error(), "refusing to purge") || !strings.Contains(err.Error(), "--older-than") ||
 		!strings.Contains(err.Error(), topic+" (retention.ms 168h0m0s + segment.ms 168h0m0s") {
 		t.Errorf("purge of rows older than 200h: %d %v, want a refusal naming --older-than, the topic, retention.ms and segment.ms", code, err)
+	}
+	// The refusal's report counts nothing: it does not say "would purge 0".
+	var out strings.Builder
+	refused.text(&out)
+	if !refused.Refused || strings.Contains(out.String(), "would purge") || !strings.Contains(out.String(), "not purged") {
+		t.Errorf("the refused purge's report: %+v %q", refused, out.String())
 	}
 	rep, code, err := tl.Purge(ctx, 400*time.Hour, true)
 	if code != ExitFound || err != nil || rep.Rows != 2 {

@@ -220,9 +220,12 @@ func bytesText(n int64) string {
 }
 
 func (p *PurgeReport) text(w io.Writer) {
-	if p.DryRun {
+	switch {
+	case p.Refused:
+		fmt.Fprintf(w, "not purged: nothing older than %s was counted or deleted (the reason follows)\n", p.OlderThan)
+	case p.DryRun:
 		fmt.Fprintf(w, "would purge %d ledger rows and %d dead-letter log entries older than %s\n", p.Rows, p.DeadLetters, p.OlderThan)
-	} else {
+	default:
 		fmt.Fprintf(w, "purged %d ledger rows (and dead-letter log entries) older than %s\n", p.Rows, p.OlderThan)
 	}
 	for _, n := range p.Notes {
