@@ -657,6 +657,10 @@ func TestReadCommittedOnly(t *testing.T) {
 	if err != nil || rep.Partitions[0].To != 8 {
 		t.Errorf("to latest with a transaction open: %v %+v, want 8", err, rep.Partitions)
 	}
+	// lag says why the group does not get past offset 8.
+	if lag, _, err := tl.Lag(step()); err != nil || len(lag.Partitions) != 2 || !strings.Contains(lag.Partitions[0].Note, "a transaction is open from offset 8") {
+		t.Errorf("lag with a transaction open: %v %+v", err, lag)
+	}
 	// explain: the aborted record is not there for the router; the open
 	// one is not yet.
 	at := func(off int64) Query { p := int32(0); return Query{Topic: topic, Partition: &p, Offset: &off} }
