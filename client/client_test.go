@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/client"
-	"github.com/dedupio/dedup/internal/pgtest"
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -115,7 +115,8 @@ func (e *env) runRouter() map[string][]processor.StartRequest {
 	cfg.SessionTimeout, cfg.RebalanceTimeout, cfg.CommitInterval = time.Second, time.Second, 20*time.Millisecond
 	cfg.Routes = slices.Clone(routes)
 	st := &recordingStarter{reqs: map[string][]processor.StartRequest{}}
-	r, err := processor.New(cfg, e.led, e.led, st, prometheus.NewRegistry(), slog.New(slog.DiscardHandler), processor.Hooks{}, kgo.HeartbeatInterval(100*time.Millisecond))
+	r, err := processor.New(cfg, processor.Options{Ledger: e.led, DeadLetterLog: e.led, Starter: st, Registerer: prometheus.NewRegistry(),
+		Log: slog.New(slog.DiscardHandler), KafkaOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupio/dedup/internal/workload"
+	"github.com/dedupio/dedup/internal/testsupport/workload"
 )
 
 // TestCrashBetweenClaimAndStart runs the router as a real process that

@@ -25,7 +25,7 @@ import (
 
 	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/internal/workload"
+	"github.com/dedupio/dedup/internal/testsupport/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
 )

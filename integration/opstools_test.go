@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/dedupio/dedup/internal/ops"
-	"github.com/dedupio/dedup/internal/workload"
+	"github.com/dedupio/dedup/internal/testsupport/workload"
 )
 
 // opsRun runs `dedup ARGS --config CONFIG --output json` and returns its
@@ -331,17 +331,17 @@ VALUES ('activity-order-confirmation:gone', 'order-confirmation', 'gone', 'field
 		!strings.Contains(stderr, e.topic) {
 		t.Fatalf("purge across the horizon: %s", stderr)
 	}
-	// ... and one of rows older than 200h is done: the old row goes.
-	if _, err := pool.Exec(ctx, `UPDATE dedup_ledger SET started_at = now() - interval '300 hours' WHERE workflow_id = $1`, orderA); err != nil {
+	// ... and one of rows older than 400h (past retention.ms + segment.ms, 7 days each in kfake) is done: the old row goes.
+	if _, err := pool.Exec(ctx, `UPDATE dedup_ledger SET started_at = now() - interval '500 hours' WHERE workflow_id = $1`, orderA); err != nil {
 		t.Fatal(err)
 	}
 	var pr ops.PurgeReport
-	e.opsJSON(0, &pr, config, "ledger", "purge", "--older-than", "200h", "--dry-run")
+	e.opsJSON(0, &pr, config, "ledger", "purge", "--older-than", "400h", "--dry-run")
 	if pr.Rows != 1 {
 		t.Fatalf("purge dry run: %+v", pr)
 	}
 	pr = ops.PurgeReport{}
-	if stderr := e.opsJSON(0, &pr, config, "ledger", "purge", "--older-than", "200h"); pr.Rows != 1 || !strings.Contains(stderr, "ledger purged") {
+	if stderr := e.opsJSON(0, &pr, config, "ledger", "purge", "--older-than", "400h"); pr.Rows != 1 || !strings.Contains(stderr, "ledger purged") {
 		t.Fatalf("purge: %+v %s", pr, stderr)
 	}
 

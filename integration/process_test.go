@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/internal/promtext"
+	"github.com/dedupio/dedup/internal/testsupport/promtext"
 )
 
 // proc is a router running as an OS process (`dedup run`), so that faults

@@ -23,7 +23,7 @@ import (
 
 	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/internal/testpki"
+	"github.com/dedupio/dedup/internal/testsupport/testpki"
 )
 
 // syncBuffer is a log sink several goroutines write to.

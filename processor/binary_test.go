@@ -39,7 +39,8 @@ func TestBinaryDataStartsAndTombstonesAreSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	r, err := New(e.config(), e.led, e.dlq, e.starter.as("r1"), reg, testLogger("r1"), Hooks{}, kgo.HeartbeatInterval(100*time.Millisecond))
+	r, err := New(e.config(), Options{Ledger: e.led, DeadLetterLog: e.dlq, Starter: e.starter.as("r1"), Registerer: reg, Log: testLogger("r1"),
+		KafkaOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}})
 	if err != nil {
 		t.Fatal(err)
 	}

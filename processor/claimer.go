@@ -89,7 +89,7 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 		case v == VerdictNew || v == VerdictRedrive:
 			req := b.starts[i].request()
 			req.Generation = cl.Generation
-			if c.starts.submit(rec, req, false) {
+			if c.starts.submit(ctx, rec, req, false) {
 				// Another copy's start is in flight here: this one finishes
 				// with it, and Temporal hears of it once.
 				counts[VerdictDuplicate]++
@@ -113,7 +113,7 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 			c.duplicate(in, "started_rerun_check")
 			req := b.starts[i].request()
 			req.Generation = cl.Generation
-			c.starts.submit(rec, req, true)
+			c.starts.submit(ctx, rec, req, true)
 		default:
 			counts[v]++
 			c.duplicate(in, "started")

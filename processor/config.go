@@ -8,8 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/dedupio/dedup/internal/clienttls"
-	"github.com/dedupio/dedup/internal/kafkasasl"
+	"github.com/dedupio/dedup/connect/clienttls"
+	"github.com/dedupio/dedup/connect/kafkasasl"
 	"github.com/dedupio/dedup/processor/eventid"
 )
 

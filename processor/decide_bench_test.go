@@ -3,7 +3,7 @@ package processor
 import (
 	"testing"
 
-	"github.com/dedupio/dedup/internal/workload"
+	"github.com/dedupio/dedup/internal/testsupport/workload"
 )
 
 // BenchmarkDecide decides the benchmark's mixed workload (256-byte

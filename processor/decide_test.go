@@ -127,8 +127,8 @@ func TestDecisionLog(t *testing.T) {
 	var buf syncBuffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	run := func() {
-		r, err := New(cfg, e.led, e.dlq, e.starter.as("r"), prometheus.NewRegistry(), log, Hooks{},
-			kgo.HeartbeatInterval(100*time.Millisecond), kgo.MetadataMinAge(50*time.Millisecond))
+		r, err := New(cfg, Options{Ledger: e.led, DeadLetterLog: e.dlq, Starter: e.starter.as("r"), Registerer: prometheus.NewRegistry(), Log: log, KafkaOpts: []kgo.Opt{
+			kgo.HeartbeatInterval(100 * time.Millisecond), kgo.MetadataMinAge(50 * time.Millisecond)}})
 		if err != nil {
 			t.Fatal(err)
 		}

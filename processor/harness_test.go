@@ -266,8 +266,8 @@ func (e *testEnv) start(name string, cfg Config) *runner {
 func (e *testEnv) startWith(name string, cfg Config, change func(*Router, *prometheus.Registry)) *runner {
 	e.t.Helper()
 	reg := prometheus.NewRegistry()
-	r, err := New(cfg, e.led, e.dlq, e.starter.as(name), reg, testLogger(name), Hooks{},
-		kgo.HeartbeatInterval(100*time.Millisecond), kgo.MetadataMinAge(50*time.Millisecond))
+	r, err := New(cfg, Options{Ledger: e.led, DeadLetterLog: e.dlq, Starter: e.starter.as(name), Registerer: reg, Log: testLogger(name), KafkaOpts: []kgo.Opt{
+		kgo.HeartbeatInterval(100 * time.Millisecond), kgo.MetadataMinAge(50 * time.Millisecond)}})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 func TestNewWiresTheRouterBeforeJoining(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	for i := 0; i < 10; i++ {
-		r, err := New(e.config(), e.led, e.dlq, e.starter, prometheus.NewRegistry(), testLogger("r"), Hooks{},
-			kgo.HeartbeatInterval(100*time.Millisecond))
+		r, err := New(e.config(), Options{Ledger: e.led, DeadLetterLog: e.dlq, Starter: e.starter, Registerer: prometheus.NewRegistry(),
+			Log: testLogger("r"), KafkaOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}})
 		if err != nil {
 			t.Fatal(err)
 		}

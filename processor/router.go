@@ -18,7 +18,8 @@ import (
 )
 
 // Hooks let tests stop the router at chosen points, the way a crash would.
-// Production wiring leaves them nil.
+// Test only: production wiring leaves them nil (dedup sets them only in a
+// build with -tags failpoints, cmd/dedup/failpoints.go).
 type Hooks struct {
 	// AfterClaim runs after a batch's claims are committed in the ledger
 	// and before any of its workflows is started.
@@ -65,12 +66,46 @@ type Router struct {
 	afterPoll func()
 }
 
-// New validates cfg and creates the Kafka client; nothing is consumed
-// until Run.
-// Extra Kafka client options (kprom hooks, say) come last.
-func New(cfg Config, ledger Ledger, dlqLog DeadLetterLog, starter Starter, reg prometheus.Registerer, log *slog.Logger, hooks Hooks, extra ...kgo.Opt) (*Router, error) {
+// Options are what a router works with besides its Config.
+type Options struct {
+	// Ledger claims and marks workflow IDs (sink/ledger); required.
+	Ledger Ledger
+	// DeadLetterLog remembers which records were dead-lettered, so that a
+	// redelivery is not written twice (sink/ledger); required.
+	DeadLetterLog DeadLetterLog
+	// Starter starts workflows in Temporal (sink/starter); required.
+	Starter Starter
+	// Registerer takes the router's metrics; nil registers them nowhere.
+	Registerer prometheus.Registerer
+	// Log is the router's logger; nil discards.
+	Log *slog.Logger
+	// KafkaOpts are extra Kafka client options (TLS, SASL, kprom hooks),
+	// applied after the router's own.
+	KafkaOpts []kgo.Opt
+	// Hooks are test-only stops (see Hooks); zero in production.
+	Hooks Hooks
+}
+
+// New validates cfg and o and creates the Kafka client; nothing is
+// consumed until Run.
+func New(cfg Config, o Options) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	switch {
+	case o.Ledger == nil:
+		return nil, errors.New("processor.New: Options.Ledger is nil")
+	case o.DeadLetterLog == nil:
+		return nil, errors.New("processor.New: Options.DeadLetterLog is nil")
+	case o.Starter == nil:
+		return nil, errors.New("processor.New: Options.Starter is nil")
+	}
+	ledger, dlqLog, starter, reg, log, hooks, extra := o.Ledger, o.DeadLetterLog, o.Starter, o.Registerer, o.Log, o.Hooks, o.KafkaOpts
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	decider, err := NewDecider(cfg)
 	if err != nil {

@@ -104,7 +104,11 @@ func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, led
 // read LastRun: the read then happens after this copy was claimed, so its
 // answer is at least as new as anything this copy saw. Any other job in
 // flight (a start, a re-run, a check already reading) makes it a recheck.
-func (s *startPool) submit(rec *record, req StartRequest, check bool) (waits bool) {
+//
+// ctx is the caller's: if it ends while the start queue is full (the
+// claimer at shutdown, with Temporal hanging), the job is abandoned
+// uncommitted rather than holding the shutdown up.
+func (s *startPool) submit(ctx context.Context, rec *record, req StartRequest, check bool) (waits bool) {
 	s.mu.Lock()
 	if j := s.starting[req.WorkflowID]; j != nil {
 		if check && !(j.check && !j.checking) {
@@ -122,14 +126,17 @@ func (s *startPool) submit(rec *record, req StartRequest, check bool) (waits boo
 	j := &job{rec: rec, req: req, check: check}
 	s.starting[req.WorkflowID] = j
 	s.mu.Unlock()
-	s.enqueue(j)
+	s.enqueue(ctx, j)
 	return false
 }
 
-// enqueue hands a job to the workers, or abandons it on shutdown.
-func (s *startPool) enqueue(j *job) {
+// enqueue hands a job to the workers, or abandons it when ctx or the work
+// context ends first.
+func (s *startPool) enqueue(ctx context.Context, j *job) {
 	select {
 	case s.startQ <- j:
+	case <-ctx.Done():
+		s.done(j, false)
 	case <-s.workCtx.Done():
 		s.done(j, false)
 	}
@@ -285,6 +292,17 @@ func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
 	err := s.dlq.put(ctx, []deadLetter{{rec: j.rec, reason: ReasonTemporalPermanent, err: cause, workflow: j.req.WorkflowID,
 		eventID: j.req.Input.EventID, rule: j.req.Input.IDRule}})
 	if err == nil {
+		// The job leaves the in-flight map before the mark: once the row
+		// is dead_lettered, a copy claimed after it re-claims the row
+		// (pending again) and must start on its own, not wait on this
+		// job and finish with it, leaving the row pending with no owner.
+		// The copies already waiting were claimed before the mark: the
+		// mark ends their row too.
+		s.mu.Lock()
+		if s.starting[j.req.WorkflowID] == j {
+			delete(s.starting, j.req.WorkflowID)
+		}
+		s.mu.Unlock()
 		err = s.health.retry(ctx, OpMark, func(ctx context.Context) error {
 			return s.ledger.MarkDeadLettered(ctx, []string{j.req.WorkflowID})
 		})
@@ -350,13 +368,19 @@ func (s *startPool) release(j *job, ok bool) {
 	}
 	waiters, rechecks := j.waiters, j.rechecks
 	j.waiters, j.rechecks = nil, nil
-	if !ok {
+	var resubmit []*record
+	if cur := s.starting[j.req.WorkflowID]; !ok && cur != nil {
+		// A newer job of this workflow is in flight (this one left the
+		// map before its dead letter's mark): the waiters ask again, and
+		// wait on it or start on their own, rather than take over.
+		resubmit, waiters = waiters, nil
+	} else if !ok {
 		for i, w := range waiters {
 			if w.part.ctx.Err() == nil && s.workCtx.Err() == nil {
 				nj := &job{rec: w, req: j.req, check: j.check, startReq: j.startReq, waiters: waiters[i+1:]}
 				s.starting[nj.req.WorkflowID] = nj
 				waiters = waiters[:i]
-				go s.enqueue(nj)
+				go s.enqueue(s.workCtx, nj)
 				break
 			}
 		}
@@ -365,12 +389,16 @@ func (s *startPool) release(j *job, ok bool) {
 	for _, w := range waiters {
 		s.end(w, ok)
 	}
-	if len(rechecks) > 0 {
+	if len(rechecks) > 0 || len(resubmit) > 0 {
 		// Not on the caller's goroutine: submit may wait for room in the
 		// start queue, and the caller may be a worker or the marker.
+		req, check := j.req, j.check
 		go func() {
+			for _, w := range resubmit {
+				s.submit(s.workCtx, w, req, check)
+			}
 			for _, rc := range rechecks {
-				s.submit(rc.rec, rc.req, true)
+				s.submit(s.workCtx, rc.rec, rc.req, true)
 			}
 		}()
 	}

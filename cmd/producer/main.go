@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/dedupio/dedup/internal/workload"
+	"github.com/dedupio/dedup/internal/testsupport/workload"
 )
 
 func main() {

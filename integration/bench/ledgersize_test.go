@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupio/dedup/internal/pgcluster"
+	"github.com/dedupio/dedup/internal/testsupport/pgcluster"
 )
 
 // TestLedgerScaleAndRetentionSmall runs the ledger-size stages at small

@@ -19,8 +19,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/internal/promtext"
-	"github.com/dedupio/dedup/internal/workload"
+	"github.com/dedupio/dedup/internal/testsupport/promtext"
+	"github.com/dedupio/dedup/internal/testsupport/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -296,7 +296,7 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 	st := &timedStarter{inner: e.newStarter(), started: map[string]time.Time{}, events: map[string]time.Time{}}
 	cfg := e.routerConfig(rr.topic)
 	reg := newRegistry()
-	r, err := processor.New(cfg, led, led, st, reg, e.Log, processor.Hooks{})
+	r, err := processor.New(cfg, processor.Options{Ledger: led, DeadLetterLog: led, Starter: st, Registerer: reg, Log: e.Log})
 	if err != nil {
 		return res, nil, err
 	}

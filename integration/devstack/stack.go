@@ -17,7 +17,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/dedupio/dedup/internal/pgcluster"
+	"github.com/dedupio/dedup/internal/testsupport/pgcluster"
 )
 
 // Config says what to start.

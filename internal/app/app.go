@@ -149,7 +149,8 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	}
 	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
 	reg.Unregister(deps)
-	r, err := processor.New(cfg.Kafka, led, led, starter.New(tc, cfg.Temporal), reg, log, o.Hooks, append(kopts, kgo.WithHooks(kafkaMetrics))...)
+	r, err := processor.New(cfg.Kafka, processor.Options{Ledger: led, DeadLetterLog: led, Starter: starter.New(tc, cfg.Temporal),
+		Registerer: reg, Log: log, Hooks: o.Hooks, KafkaOpts: append(kopts, kgo.WithHooks(kafkaMetrics))})
 	if err != nil {
 		return err
 	}

@@ -20,8 +20,8 @@ import (
 	tlog "go.temporal.io/sdk/log"
 	"google.golang.org/grpc/codes"
 
-	"github.com/dedupio/dedup/internal/clienttls"
-	"github.com/dedupio/dedup/internal/kafkasasl"
+	"github.com/dedupio/dedup/connect/clienttls"
+	"github.com/dedupio/dedup/connect/kafkasasl"
 	"github.com/dedupio/dedup/internal/secret"
 	"github.com/dedupio/dedup/sink/starter"
 )

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,21 +27,68 @@ const forever = time.Duration(math.MaxInt64)
 // Horizon is what decides whether a replay from a topic's log start can
 // start a workflow a second time: how long the ledger remembers a started
 // workflow ID, how long Temporal keeps a closed run (and so, under
-// reject_duplicate, refuses its ID), and how far back each topic's log
-// reaches.
+// reject_duplicate, refuses its ID), and how long each topic's log may
+// keep a record.
+//
+// The rule: whatever remembers an event (the ledger, or Temporal under
+// reject_duplicate) must remember it longer than any copy of it can stay
+// in a topic. A started row is purged postgres.retention after its start,
+// which comes after its record's timestamp. Kafka deletes a record with its
+// segment, once the segment's newest record is older than retention.ms; a
+// segment takes records for up to segment.ms (segment.bytes may close it
+// sooner, never later). So a record stays up to retention.ms + segment.ms
+// after its timestamp, and the memory must be longer than that. What dedup
+// cannot read is the operator's to add: how long after the first copy a
+// producer may re-send an event (the copy lives from its own timestamp),
+// producers' clocks ahead of the brokers' (CreateTime), and the brokers'
+// log.retention.check.interval.ms. A topic whose retention.ms is -1, or
+// that is compacted and not deleted (cleanup.policy compact), keeps records
+// forever: no memory short of forever covers it.
 type Horizon struct {
-	Ledger    time.Duration            // postgres.retention; forever when 0
-	Namespace time.Duration            // the namespace's workflow execution retention
-	Topics    map[string]time.Duration // retention.ms per source topic; forever when -1
+	Ledger time.Duration // postgres.retention; forever when 0
+	// LedgerBy names the setting Ledger comes from (postgres.retention
+	// when empty; dedup ledger purge says --older-than).
+	LedgerBy  string
+	Namespace time.Duration             // the namespace's workflow execution retention
+	Topics    map[string]TopicRetention // per source topic
 	// OnlyLedger is set when a route's reuse policy lets Temporal start a
 	// closed ID again (allow_*): then only the ledger guards replays.
 	OnlyLedger bool
 }
 
+// TopicRetention is what decides how long a topic keeps a record.
+type TopicRetention struct {
+	Retention time.Duration // retention.ms; forever for -1
+	Segment   time.Duration // segment.ms
+	// Compacted: cleanup.policy has compact and not delete: the newest
+	// record of each key is kept whatever retention.ms says.
+	Compacted bool
+}
+
+// Keeps is how long after its timestamp the topic may keep a record:
+// retention.ms + segment.ms, or forever.
+func (r TopicRetention) Keeps() time.Duration {
+	if r.Compacted || r.Retention == forever || r.Segment == forever || r.Retention > forever-r.Segment {
+		return forever
+	}
+	return r.Retention + r.Segment
+}
+
+func (r TopicRetention) String() string {
+	switch {
+	case r.Compacted:
+		return "cleanup.policy compact: the newest record of each key is kept forever"
+	case r.Retention == forever:
+		return "retention.ms -1: kept forever"
+	}
+	return fmt.Sprintf("retention.ms %s + segment.ms %s: a record stays up to %s", span(r.Retention), span(r.Segment), span(r.Keeps()))
+}
+
 // Check says, naming the settings, how a replay from a log start could
 // re-open duplicates; nil when it cannot.
 func (h Horizon) Check() error {
-	guard, by := h.Ledger, "postgres.retention"
+	ledgerBy := cmp.Or(h.LedgerBy, "postgres.retention")
+	guard, by := h.Ledger, ledgerBy
 	if !h.OnlyLedger && h.Namespace > guard {
 		guard, by = h.Namespace, "the Temporal namespace retention"
 	}
@@ -54,8 +102,8 @@ func (h Horizon) Check() error {
 	sort.Strings(topics)
 	var short []string
 	for _, t := range topics {
-		if r := h.Topics[t]; r > guard {
-			short = append(short, fmt.Sprintf("%s (retention.ms %s)", t, span(r)))
+		if r := h.Topics[t]; r.Keeps() >= guard {
+			short = append(short, fmt.Sprintf("%s (%s)", t, r))
 		}
 	}
 	if len(short) == 0 {
@@ -65,9 +113,15 @@ func (h Horizon) Check() error {
 	if h.OnlyLedger {
 		why = " (a route uses an allow_* reuse policy, so Temporal does not refuse a closed ID)"
 	}
-	return fmt.Errorf("postgres.retention: events older than %s (%s%s) are forgotten, but topics %s keep them longer: "+
-		"replaying from the log start would start their workflows again; set postgres.retention to 0 or at least the topics' retention, "+
-		"or accept it with postgres.accept_short_horizon: true", span(guard), by, why, strings.Join(short, ", "))
+	fix := "set postgres.retention to 0 (keep rows forever) or"
+	if h.LedgerBy != "" {
+		fix = "use " + h.LedgerBy
+	}
+	return fmt.Errorf("%s: events older than %s (%s%s) are forgotten, but topics %s may keep them as long or longer "+
+		"(Kafka deletes whole segments, once a segment's newest record is older than retention.ms): "+
+		"replaying from the log start would start their workflows again; %s longer than each topic's retention.ms + segment.ms "+
+		"(plus the longest delay after which your producers re-send an event), lower the topics' segment.ms or retention.ms, "+
+		"or accept it with postgres.accept_short_horizon: true", ledgerBy, span(guard), by, why, strings.Join(short, ", "), fix)
 }
 
 // routeNamespaces are the namespaces the routes start workflows in, in
@@ -146,10 +200,10 @@ func ReadHorizon(ctx context.Context, cfg Config, ledgerMemory time.Duration, tc
 	h.Namespace = ns
 	topics, unread, err := topicRetentions(ctx, adm, cfg.Kafka.Topics)
 	if err != nil {
-		return h, fmt.Errorf("reading the topics' retention.ms: %w", err)
+		return h, fmt.Errorf("reading the topics' retention.ms and segment.ms: %w", err)
 	}
 	for t, err := range unread {
-		return h, fmt.Errorf("reading the retention.ms of topic %s: %w", t, err)
+		return h, fmt.Errorf("reading the retention of topic %s: %w", t, err)
 	}
 	h.Topics = topics
 	return h, nil
@@ -180,33 +234,57 @@ func namespaceRetention(ctx context.Context, cfg Config, tc client.Client) (time
 	return ret, nil
 }
 
-// topicRetentions reads the topics' retention.ms (forever for -1). unread
-// names the topics whose retention could not be read, with why; err is a
-// request that failed as a whole.
-func topicRetentions(ctx context.Context, adm *kadm.Client, topics []string) (map[string]time.Duration, map[string]error, error) {
+// topicRetentions reads the topics' retention.ms (forever for -1),
+// segment.ms and cleanup.policy. unread names the topics whose retention
+// could not be read, with why; err is a request that failed as a whole.
+func topicRetentions(ctx context.Context, adm *kadm.Client, topics []string) (map[string]TopicRetention, map[string]error, error) {
 	rcs, err := adm.DescribeTopicConfigs(ctx, topics...)
 	if err != nil {
 		return nil, nil, err
 	}
-	out, unread := map[string]time.Duration{}, map[string]error{}
+	out, unread := map[string]TopicRetention{}, map[string]error{}
 	for _, rc := range rcs {
 		if rc.Err != nil {
 			unread[rc.Name] = rc.Err
 			continue
 		}
+		var tr TopicRetention
+		seen := map[string]bool{}
 		for _, c := range rc.Configs {
-			if c.Key != "retention.ms" {
+			switch c.Key {
+			case "retention.ms", "segment.ms":
+				ms, err := strconv.ParseInt(c.MaybeValue(), 10, 64)
+				d := time.Duration(ms) * time.Millisecond
+				switch {
+				case err != nil:
+					unread[rc.Name] = fmt.Errorf("unreadable %s %q", c.Key, c.MaybeValue())
+					continue
+				case ms < 0 || ms > int64(forever/time.Millisecond):
+					d = forever
+				}
+				if c.Key == "retention.ms" {
+					tr.Retention = d
+				} else {
+					tr.Segment = d
+				}
+			case "cleanup.policy":
+				policies := strings.Split(strings.ReplaceAll(c.MaybeValue(), " ", ""), ",")
+				tr.Compacted = slices.Contains(policies, "compact") && !slices.Contains(policies, "delete")
+			default:
 				continue
 			}
-			ms, err := strconv.ParseInt(c.MaybeValue(), 10, 64)
-			switch {
-			case err != nil:
-				unread[rc.Name] = fmt.Errorf("unreadable retention.ms %q", c.MaybeValue())
-			case ms < 0:
-				out[rc.Name] = forever
-			default:
-				out[rc.Name] = time.Duration(ms) * time.Millisecond
+			seen[c.Key] = true
+		}
+		if unread[rc.Name] != nil {
+			continue
+		}
+		for _, k := range []string{"retention.ms", "segment.ms"} {
+			if !seen[k] {
+				unread[rc.Name] = fmt.Errorf("the broker did not say its %s", k)
 			}
+		}
+		if unread[rc.Name] == nil {
+			out[rc.Name] = tr
 		}
 	}
 	for _, t := range topics {

@@ -1,30 +1,50 @@
 package app
 
 import (
+	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	namespacepb "go.temporal.io/api/namespace/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/dedupio/dedup/processor"
 )
 
 func TestHorizon(t *testing.T) {
 	const day = 24 * time.Hour
+	topic := func(retention, segment time.Duration) map[string]TopicRetention {
+		return map[string]TopicRetention{"a": {Retention: retention, Segment: segment}}
+	}
 	for _, tc := range []struct {
 		name string
 		h    Horizon
 		want string // substring of the error; "" for none
 	}{
-		{"ledger keeps forever", Horizon{Ledger: forever, Namespace: day, Topics: map[string]time.Duration{"a": forever}}, ""},
-		{"ledger covers the topic", Horizon{Ledger: 7 * day, Namespace: day, Topics: map[string]time.Duration{"a": 7 * day}}, ""},
-		{"namespace covers the topic", Horizon{Ledger: day, Namespace: 7 * day, Topics: map[string]time.Duration{"a": 3 * day}}, ""},
-		{"both short", Horizon{Ledger: day, Namespace: 3 * day, Topics: map[string]time.Duration{"a": 7 * day, "b": day}},
-			"events older than 72h0m0s (the Temporal namespace retention) are forgotten, but topics a (retention.ms 168h0m0s)"},
-		{"topic kept forever", Horizon{Ledger: 30 * day, Namespace: day, Topics: map[string]time.Duration{"a": forever}},
-			"topics a (retention.ms forever)"},
-		{"allow_* ignores the namespace", Horizon{Ledger: day, Namespace: 30 * day, Topics: map[string]time.Duration{"a": 7 * day}, OnlyLedger: true},
+		{"ledger keeps forever", Horizon{Ledger: forever, Namespace: day, Topics: topic(forever, 7*day)}, ""},
+		{"ledger covers the topic", Horizon{Ledger: 15 * day, Namespace: day, Topics: topic(7*day, 7*day)}, ""},
+		{"ledger covers retention.ms, not the segment's span", Horizon{Ledger: 10 * day, Namespace: day, Topics: topic(7*day, 7*day)},
+			"postgres.retention: events older than 240h0m0s (postgres.retention) are forgotten, but topics a (retention.ms 168h0m0s + segment.ms 168h0m0s: a record stays up to 336h0m0s)"},
+		{"as long is not longer", Horizon{Ledger: 8 * day, Namespace: day, Topics: topic(7*day, day)}, "a record stays up to 192h0m0s"},
+		{"namespace covers the topic", Horizon{Ledger: day, Namespace: 7 * day, Topics: topic(3*day, day)}, ""},
+		{"both short", Horizon{Ledger: day, Namespace: 3 * day, Topics: map[string]TopicRetention{"a": {7 * day, day, false}, "b": {day, day / 2, false}}},
+			"events older than 72h0m0s (the Temporal namespace retention) are forgotten, but topics a (retention.ms 168h0m0s + segment.ms 24h0m0s: a record stays up to 192h0m0s) may"},
+		{"topic kept forever", Horizon{Ledger: 30 * day, Namespace: day, Topics: topic(forever, day)}, "topics a (retention.ms -1: kept forever)"},
+		{"segment.ms forever", Horizon{Ledger: 30 * day, Namespace: day, Topics: topic(day, forever)}, "a record stays up to forever"},
+		{"compacted", Horizon{Ledger: 30 * day, Namespace: day, Topics: map[string]TopicRetention{"a": {day, day, true}}}, "topics a (cleanup.policy compact"},
+		{"allow_* ignores the namespace", Horizon{Ledger: day, Namespace: 30 * day, Topics: topic(7*day, day), OnlyLedger: true},
 			"(postgres.retention (a route uses an allow_* reuse policy"},
+		{"a purge names its flag", Horizon{Ledger: day, LedgerBy: "--older-than", Namespace: day, Topics: topic(7*day, day)},
+			"--older-than: events older than 24h0m0s (--older-than) are forgotten"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.h.Check()
@@ -35,6 +55,8 @@ func TestHorizon(t *testing.T) {
 				t.Fatalf("error %v, want it to contain %q", err, tc.want)
 			case err != nil && !strings.Contains(err.Error(), "accept_short_horizon"):
 				t.Fatalf("error %v does not name the setting that accepts it", err)
+			case err != nil && !strings.Contains(err.Error(), "re-send"):
+				t.Fatalf("error %v does not name the producers' re-send delay", err)
 			}
 		})
 	}
@@ -49,3 +71,106 @@ func TestRouteNamespaces(t *testing.T) {
 		t.Errorf("routeNamespaces = %v", got)
 	}
 }
+
+// namespaceOf is a Temporal client whose namespaces all keep closed runs
+// for retention (DescribeNamespace is all the horizon asks).
+type namespaceOf struct {
+	client.Client
+	retention time.Duration
+}
+
+func (n namespaceOf) WorkflowService() workflowservice.WorkflowServiceClient {
+	return describeNamespace{retention: n.retention}
+}
+
+type describeNamespace struct {
+	workflowservice.WorkflowServiceClient
+	retention time.Duration
+}
+
+func (d describeNamespace) DescribeNamespace(context.Context, *workflowservice.DescribeNamespaceRequest, ...grpc.CallOption) (*workflowservice.DescribeNamespaceResponse, error) {
+	return &workflowservice.DescribeNamespaceResponse{Config: &namespacepb.NamespaceConfig{WorkflowExecutionRetentionTtl: durationpb.New(d.retention)}}, nil
+}
+
+// TestHorizonCountsTheSegmentSpan: Kafka deletes whole segments, once the
+// newest record of a segment is older than retention.ms, and a segment
+// takes records for up to segment.ms: a record stays up to retention.ms +
+// segment.ms. A ledger that remembers longer than retention.ms but not
+// than the sum forgets events a replay from the log start still meets.
+func TestHorizonCountsTheSegmentSpan(t *testing.T) {
+	const day = 24 * time.Hour
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx := context.Background()
+	ms := func(d time.Duration) *string { s := strconv.FormatInt(d.Milliseconds(), 10); return &s }
+	for name, cfgs := range map[string]map[string]*string{
+		"orders":  {"retention.ms": ms(7 * day), "segment.ms": ms(7 * day)},
+		"signups": {"retention.ms": ms(7 * day), "segment.ms": ms(day)},
+	} {
+		if _, err := adm.CreateTopic(ctx, 1, 1, cfgs, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Kafka.Topics = []string{"orders", "signups"}
+	cfg.Routes = processor.Routes{{ID: "a", IDReusePolicy: processor.ReuseRejectDuplicate}}
+	// The ledger remembers 10 days, Temporal a day: longer than retention.ms
+	// (7 days), but not than the 14 days an orders record may stay.
+	h, err := ReadHorizon(ctx, cfg, 10*day, namespaceOf{retention: day}, adm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = h.Check()
+	if err == nil || !strings.Contains(err.Error(), "orders") || !strings.Contains(err.Error(), "segment.ms") || strings.Contains(err.Error(), "signups") {
+		t.Fatalf("a ledger of 10 days over orders (retention.ms 7d, segment.ms 7d) and signups (7d, 1d): %v, want an error naming orders and segment.ms, not signups", err)
+	}
+	// 15 days cover both.
+	if h, err = ReadHorizon(ctx, cfg, 15*day, namespaceOf{retention: day}, adm); err != nil || h.Check() != nil {
+		t.Fatalf("a ledger of 15 days: %v %v", err, h.Check())
+	}
+}
+
+// TestHorizonCompactedTopicKeepsForever: a topic compacted and not deleted
+// (cleanup.policy compact) keeps the newest record of each key whatever its
+// retention.ms: no ledger retention covers it.
+func TestHorizonCompactedTopicKeepsForever(t *testing.T) {
+	const day = 24 * time.Hour
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx := context.Background()
+	for name, policy := range map[string]string{"profiles": "compact", "orders": "compact,delete"} {
+		if _, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": &policy, "retention.ms": ptr("3600000"), "segment.ms": ptr("3600000")}, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Kafka.Topics = []string{"profiles", "orders"}
+	cfg.Routes = processor.Routes{{ID: "a", IDReusePolicy: processor.ReuseRejectDuplicate}}
+	h, err := ReadHorizon(ctx, cfg, 365*day, namespaceOf{retention: day}, adm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Check(); err == nil || !strings.Contains(err.Error(), "profiles (cleanup.policy compact") || strings.Contains(err.Error(), "orders") {
+		t.Fatalf("a ledger of a year over a compacted topic: %v, want an error naming profiles and its cleanup.policy, not orders", err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

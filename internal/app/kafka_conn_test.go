@@ -21,8 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.temporal.io/sdk/client"
 
-	"github.com/dedupio/dedup/internal/pgtest"
-	"github.com/dedupio/dedup/internal/testpki"
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
+	"github.com/dedupio/dedup/internal/testsupport/testpki"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
@@ -171,7 +171,8 @@ func runRouter(t *testing.T, cfg Config, kopts []kgo.Opt) (stop func()) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	r, err := processor.New(cfg.Kafka, led, led, starter.New(tc, cfg.Temporal), prometheus.NewRegistry(), log, processor.Hooks{}, kopts...)
+	r, err := processor.New(cfg.Kafka, processor.Options{Ledger: led, DeadLetterLog: led, Starter: starter.New(tc, cfg.Temporal),
+		Registerer: prometheus.NewRegistry(), Log: log, KafkaOpts: kopts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package app
 import (
 	"testing"
 
-	"github.com/dedupio/dedup/internal/pgtest"
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

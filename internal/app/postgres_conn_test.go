@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/dedupio/dedup/internal/pgcluster"
-	"github.com/dedupio/dedup/internal/testpki"
+	"github.com/dedupio/dedup/internal/testsupport/pgcluster"
+	"github.com/dedupio/dedup/internal/testsupport/testpki"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
 )

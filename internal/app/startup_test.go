@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
-	"github.com/dedupio/dedup/internal/pgtest"
-	"github.com/dedupio/dedup/internal/promtext"
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
+	"github.com/dedupio/dedup/internal/testsupport/promtext"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -443,7 +443,8 @@ func TestDependencyGaugeHandOver(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := processor.New(cfg.Kafka, nil, nil, nil, reg, slog.New(slog.DiscardHandler), processor.Hooks{})
+	r, err := processor.New(cfg.Kafka, processor.Options{Ledger: idle{}, DeadLetterLog: idle{}, Starter: idle{}, Registerer: reg,
+		Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("the router cannot take dedup_dependency_up over: %v", err)
 	}
@@ -494,4 +495,24 @@ func TestRunWorkerWaitsForEverythingDown(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("RunWorker did not return 15s after its context was cancelled")
 	}
+}
+
+// idle is a ledger, dead-letter log and starter that is never called: a
+// router that is only created, never run.
+type idle struct{}
+
+func (idle) Claim(context.Context, []processor.Intent) ([]processor.Claimed, error) {
+	return nil, errors.New("idle")
+}
+func (idle) MarkStarted(context.Context, []processor.Started) error { return errors.New("idle") }
+func (idle) MarkDeadLettered(context.Context, []string) error       { return errors.New("idle") }
+func (idle) Written(context.Context, []processor.DeadLetter) ([]bool, error) {
+	return nil, errors.New("idle")
+}
+func (idle) Record(context.Context, []processor.DeadLetter) error { return errors.New("idle") }
+func (idle) Start(context.Context, processor.StartRequest) (processor.StartResult, error) {
+	return processor.StartResult{}, errors.New("idle")
+}
+func (idle) LastRun(context.Context, string, string) (processor.Run, error) {
+	return processor.Run{}, errors.New("idle")
 }

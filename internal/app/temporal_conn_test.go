@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dedupio/dedup/internal/testpki"
+	"github.com/dedupio/dedup/internal/testsupport/testpki"
 )
 
 // temporal.tls and the API key become the SDK's options; a file that

@@ -8,10 +8,13 @@ import (
 )
 
 // The operators' commands (internal/ops: dedup explain, inspect, lag,
-// offsets, ledger) connect the way dedup run does: through dial.go, so
-// that the same brokers, TLS and SASL settings (KafkaOpts), and the same
-// Temporal options, apply to them. (PostgreSQL: ledger.Open with
-// cfg.Postgres.)
+// offsets, ledger; dedup dlq replay) connect the way dedup run does:
+// through dial.go, so that the same brokers, TLS and SASL settings and the
+// same fetch isolation level (KafkaOpts), and the same Temporal options,
+// apply to them. Those that read a topic read it as the router does, with
+// processor/replay's Reader: under kafka.isolation_level read_committed,
+// committed records only, up to the last stable offset. (PostgreSQL:
+// ledger.Open with cfg.Postgres.)
 
 // DialToolTemporal connects an operator's Temporal client (dialTemporal,
 // without metrics).

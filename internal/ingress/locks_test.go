@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/dedupio/dedup/internal/pgtest"
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 )
 
 // With PostgreSQL unreachable, a lock is per process (counted), answered

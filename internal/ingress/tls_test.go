@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupio/dedup/internal/testpki"
+	"github.com/dedupio/dedup/internal/testsupport/testpki"
 )
 
 // The server certificate is read from its files, and again when they

@@ -34,6 +34,10 @@ from the ledger alone (a scan of dedup_ledger by the claiming record).
 --event-id looks up the workflow IDs the config's routes give that ID (routes keyed by event_id);
 --scan also scans dedup_ledger for rows of that event ID under any route (no index: a full scan).
 --workflow-id starts from that ledger row. Both then explain the record that claimed the row.
+A record's workflows are the routes it matches: a route keyed by event_id that the record does
+not match is not listed, unless a row of it exists (claimed by another record with the same ID:
+verdict not_matched). With no record at hand (no row, no conflict), only the workflow IDs some
+source knows (a dead letter, a Temporal run) are listed.
 
 Read-only. Exit code 0 when the record or any trace of it was found, 1 when nothing is known of it,
 2 on an error (what the other sources said is still printed).
@@ -111,10 +115,14 @@ type Explanation struct {
 type Record struct {
 	Coordinates
 	// State is where it stands: read, out_of_retention, not_produced,
-	// absent, unknown.
-	State      string     `json:"state"`
-	LogStart   int64      `json:"log_start"`
-	LogEnd     int64      `json:"log_end"`
+	// absent, uncommitted (in a transaction still open), unknown.
+	State    string `json:"state"`
+	LogStart int64  `json:"log_start"`
+	LogEnd   int64  `json:"log_end"`
+	// LastStable is where the router (kafka.isolation_level) reads the
+	// partition up to now: under read_committed, the first offset of the
+	// oldest transaction still open (the log end when none is).
+	LastStable int64      `json:"last_stable"`
 	Timestamp  *time.Time `json:"timestamp,omitempty"`
 	Key        string     `json:"key,omitempty"` // as text, or "base64:..." when not UTF-8
 	Headers    []Header   `json:"headers,omitempty"`
@@ -183,7 +191,9 @@ type Workflow struct {
 	Temporal    *Execution   `json:"temporal,omitempty"`
 	// Verdict is what the record is to this workflow: claimed (it claimed
 	// the row: verdict new), duplicate, conflict, not_read_yet, forgotten
-	// (behind the committed offset, no row), unknown.
+	// (a route the record matches, behind the committed offset, no row),
+	// not_matched (the record, read, does not match the workflow's route:
+	// its row is another record's), unknown.
 	Verdict       string         `json:"verdict"`
 	Why           string         `json:"why"`
 	Disagreements []Disagreement `json:"disagreements,omitempty"`
@@ -212,6 +222,10 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 
 	// Name the record: asked for, or the one that claimed the rows asked for.
 	var at *Coordinates
+	// candidates are the workflow IDs --event-id looks up: one per route
+	// keyed by event ID, whether or not the event matches it. They only
+	// find the record; the record's workflows are the routes it matches.
+	candidates := map[string]bool{}
 	switch {
 	case q.Topic != "":
 		at = &Coordinates{q.Topic, *q.Partition, *q.Offset}
@@ -220,7 +234,9 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 	case q.EventID != "":
 		for i := range t.cfg.Routes {
 			if rt := &t.cfg.Routes[i]; rt.Key == processor.KeyEventID {
-				addWID(processor.WorkflowID(rt.ID, q.EventID))
+				w := processor.WorkflowID(rt.ID, q.EventID)
+				candidates[w] = true
+				addWID(w)
 			}
 		}
 	}
@@ -252,10 +268,13 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 	}
 
 	var recHash []byte // the record's payload hash, when it was read and decoded
+	// matched are the workflow IDs the record gives, when it was read and
+	// decided (nil otherwise).
+	var matched map[string]bool
 	if at != nil {
 		rec, state, b, err := t.readRecord(ctx, at.Topic, at.Partition, at.Offset)
 		problems.add("kafka", err)
-		ex.Record = &Record{Coordinates: *at, State: state, LogStart: b.start, LogEnd: b.end}
+		ex.Record = &Record{Coordinates: *at, State: state, LogStart: b.start, LogEnd: b.end, LastStable: b.stable}
 		if rec != nil {
 			fillRecord(ex.Record, rec)
 			d, err := t.decide(rec)
@@ -263,8 +282,10 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 				return nil, ExitError, err
 			}
 			ex.Decision = decisionView(&d, t.cfg.Kafka.NoRoute)
+			matched = map[string]bool{}
 			for _, in := range d.Intents {
 				addWID(in.WorkflowID)
+				matched[in.WorkflowID] = true
 			}
 			if d.DeadLetter == "" && !d.Skipped() {
 				recHash = d.Event.PayloadHash[:]
@@ -342,10 +363,24 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 				wf.DeadLetters = append(wf.DeadLetters, t.locate(ctx, d, &problems))
 			}
 		}
+		traced := row != nil || len(wf.Conflicts) > 0 || len(wf.DeadLetters) > 0
+		if candidates[w] && !matched[w] && !traced && matched != nil {
+			// A route of --event-id that the record does not match, and
+			// that nothing claimed: not one of its workflows.
+			continue
+		}
 		tex, err := t.describe(ctx, w, false)
 		problems.add("temporal", err)
+		if candidates[w] && !matched[w] && !traced && (tex == nil || !tex.Found) {
+			// No record decided, and no source knows this workflow ID:
+			// the event may not match its route at all.
+			continue
+		}
 		wf.Temporal = tex
 		wf.Verdict, wf.Why = verdict(at, ex.Group, recHash, row, mine, wf.Route)
+		if matched != nil && !matched[w] {
+			wf.Verdict, wf.Why = notMatched(at, row, wf.Route, len(matched))
+		}
 		wf.Disagreements = judge(row, tex, now, t.cfg.Postgres.PendingAlertAfter)
 		ex.Workflows = append(ex.Workflows, wf)
 		if row != nil || len(wf.Conflicts) > 0 || len(wf.DeadLetters) > 0 || (tex != nil && tex.Found) {
@@ -477,6 +512,26 @@ func verdict(at *Coordinates, g *Group, recHash []byte, row *ledger.Row, mine *l
 	return "not_read_yet", fmt.Sprintf("not read yet; when read, %s of what %s/%d/%d claimed; %s", next, row.Topic, row.Partition, row.Offset, state)
 }
 
+// notMatched is the verdict on a workflow ID that the record, read and
+// decided, does not give: a route it does not match (as the config
+// stands), whose row another record with the same event ID claimed, or
+// this one under an earlier config.
+func notMatched(at *Coordinates, row *ledger.Row, rt *Route, n int) (string, string) {
+	route := "its route"
+	if rt != nil {
+		route = "route " + rt.ID
+	}
+	why := fmt.Sprintf("this record does not match %s as the config stands (it matches %d route(s)): not one of its workflows", route, n)
+	switch {
+	case row == nil:
+	case at != nil && row.Topic == at.Topic && row.Partition == at.Partition && row.Offset == at.Offset:
+		why += "; yet it claimed this row: the route's match or ID changed since"
+	default:
+		why += fmt.Sprintf("; the row was claimed by %s/%d/%d (explain that record)", row.Topic, row.Partition, row.Offset)
+	}
+	return "not_matched", why
+}
+
 // stateStory tells a row's state.
 func stateStory(row *ledger.Row, rt *Route) string {
 	var s string
@@ -512,7 +567,10 @@ func story(ex *Explanation, noRoute string) []string {
 		case RecordNotProduced:
 			say("There is no record %s yet: the partition's log ends at %d.", r.Coordinates, r.LogEnd)
 		case RecordAbsent:
-			say("There is no record at %s: compacted away, or a transaction marker.", r.Coordinates)
+			say("There is no record at %s for the router: compacted away, a record of an aborted transaction, or a transaction marker.", r.Coordinates)
+		case RecordUncommitted:
+			say("Record %s is in a transaction still open (the partition's last stable offset is %d): the router reads it once the transaction commits, never if it aborts.",
+				r.Coordinates, r.LastStable)
 		default:
 			say("Record %s could not be read from Kafka.", r.Coordinates)
 		}

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -19,15 +21,22 @@ const (
 	RecordRead           = "read"             // read back from Kafka
 	RecordOutOfRetention = "out_of_retention" // before the log start: deleted by retention
 	RecordNotProduced    = "not_produced"     // at or past the log end
-	RecordAbsent         = "absent"           // inside the log but not there (compacted away, or a transaction marker)
-	RecordUnknown        = "unknown"          // Kafka did not answer, or no record was named
+	RecordAbsent         = "absent"           // inside the log but not there (compacted away, aborted, or a transaction marker)
+	// RecordUncommitted: at or past the last stable offset, in a
+	// transaction still open, which a read_committed consumer (the router)
+	// reads once it commits and never if it aborts.
+	RecordUncommitted = "uncommitted"
+	RecordUnknown     = "unknown" // Kafka did not answer, or no record was named
 )
 
-// bounds is a partition's log start and end.
-type bounds struct{ start, end int64 }
+// bounds is a partition's log start and end, and where a consumer of
+// kafka.isolation_level can read it up to now: under read_committed the
+// last stable offset (the first offset of the oldest transaction still
+// open, or the end), else the end.
+type bounds struct{ start, end, stable int64 }
 
-// partitionBounds reads the log start and end of every partition of the
-// topics.
+// partitionBounds reads the log start, end and readable end of every
+// partition of the topics.
 func (t *Tool) partitionBounds(ctx context.Context, topics ...string) (map[string]map[int32]bounds, error) {
 	adm, err := t.kafka()
 	if err != nil {
@@ -41,26 +50,35 @@ func (t *Tool) partitionBounds(ctx context.Context, topics ...string) (map[strin
 	if err != nil {
 		return nil, fmt.Errorf("listing end offsets: %w", err)
 	}
+	stables := ends
+	if replay.Committed(t.kcl) {
+		if stables, err = replay.Ends(ctx, adm, true, topics...); err != nil {
+			return nil, fmt.Errorf("listing last stable offsets: %w", err)
+		}
+	}
 	out := map[string]map[int32]bounds{}
 	var first error
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Err != nil {
-			if first == nil {
-				first = fmt.Errorf("end offset of %s/%d: %w", o.Topic, o.Partition, o.Err)
-			}
+			first = cmp.Or(first, fmt.Errorf("end offset of %s/%d: %w", o.Topic, o.Partition, o.Err))
 			return
 		}
 		s, ok := starts.Lookup(o.Topic, o.Partition)
 		if !ok || s.Err != nil {
-			if first == nil {
-				first = fmt.Errorf("start offset of %s/%d: missing", o.Topic, o.Partition)
-			}
+			first = cmp.Or(first, fmt.Errorf("start offset of %s/%d: missing", o.Topic, o.Partition))
+			return
+		}
+		st, ok := stables.Lookup(o.Topic, o.Partition)
+		if !ok || st.Err != nil {
+			first = cmp.Or(first, fmt.Errorf("last stable offset of %s/%d: missing", o.Topic, o.Partition))
 			return
 		}
 		if out[o.Topic] == nil {
 			out[o.Topic] = map[int32]bounds{}
 		}
-		out[o.Topic][o.Partition] = bounds{start: s.Offset, end: o.Offset}
+		// Listed one after the other: the stable offset never past the
+		// end nor before the start.
+		out[o.Topic][o.Partition] = bounds{start: s.Offset, end: o.Offset, stable: min(max(st.Offset, s.Offset), o.Offset)}
 	})
 	if first != nil {
 		return out, first
@@ -74,7 +92,10 @@ func (t *Tool) partitionBounds(ctx context.Context, topics ...string) (map[strin
 }
 
 // readRecord reads the record at topic/partition/offset, and says where
-// it stands when it cannot be read (with the partition's bounds).
+// it stands when it cannot be read (with the partition's bounds). It reads
+// as the router does (kafka.isolation_level): under read_committed a
+// record of an aborted transaction is absent, and one of a transaction
+// still open is uncommitted.
 func (t *Tool) readRecord(ctx context.Context, topic string, partition int32, offset int64) (*kgo.Record, string, bounds, error) {
 	all, err := t.partitionBounds(ctx, topic)
 	if err != nil {
@@ -88,39 +109,28 @@ func (t *Tool) readRecord(ctx context.Context, topic string, partition int32, of
 		return nil, RecordOutOfRetention, b, nil
 	case offset >= b.end:
 		return nil, RecordNotProduced, b, nil
+	case offset >= b.stable:
+		return nil, RecordUncommitted, b, nil
 	}
-	cl, err := t.consumer(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(offset)}})
+	rd, err := t.reader(map[string]map[int32]replay.Span{topic: {partition: {From: offset, Until: b.stable}}})
 	if err != nil {
 		return nil, RecordUnknown, b, err
 	}
-	defer cl.Close()
+	defer rd.Close()
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	for {
-		fs := cl.PollRecords(rctx, 1)
-		if rctx.Err() != nil {
-			return nil, RecordUnknown, b, fmt.Errorf("reading %s/%d/%d: %w", topic, partition, offset, rctx.Err())
+	for !rd.Done() && rd.Next(topic, partition) <= offset {
+		recs, err := rd.Poll(rctx, 1)
+		if err != nil {
+			return nil, RecordUnknown, b, fmt.Errorf("reading %s/%d/%d: %w", topic, partition, offset, err)
 		}
-		var ferr error
-		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
-		if ferr != nil {
-			return nil, RecordUnknown, b, fmt.Errorf("reading %s/%d/%d: %w", topic, partition, offset, ferr)
-		}
-		var got *kgo.Record
-		fs.EachRecord(func(r *kgo.Record) {
-			if got == nil {
-				got = r
-			}
-		})
-		switch {
-		case got == nil:
-			continue
-		case got.Offset == offset:
-			return got, RecordRead, b, nil
-		case got.Offset > offset:
-			return nil, RecordAbsent, b, nil
+		if len(recs) > 0 && recs[0].Offset == offset {
+			return recs[0], RecordRead, b, nil
 		}
 	}
+	// Past it without a record (a marker, an aborted or compacted
+	// record), or nothing readable up to the stable offset.
+	return nil, RecordAbsent, b, nil
 }
 
 // committed is the group's committed offset of each partition of the
@@ -183,47 +193,38 @@ func (t *Tool) findDeadLetter(ctx context.Context, dlqTopic, topic string, parti
 		return nil, err
 	}
 	ends := all[dlqTopic]
-	start := map[int32]kgo.Offset{}
-	left := 0
+	spans := map[int32]replay.Span{}
 	from.Each(func(o kadm.ListedOffset) {
-		if o.Err == nil && o.Offset < ends[o.Partition].end {
-			start[o.Partition] = kgo.NewOffset().At(o.Offset)
-			left++
+		if b, ok := ends[o.Partition]; ok && o.Err == nil && o.Offset < b.stable {
+			spans[o.Partition] = replay.Span{From: o.Offset, Until: b.stable}
 		}
 	})
-	if left == 0 {
+	if len(spans) == 0 {
 		return nil, nil
 	}
-	cl, err := t.consumer(map[string]map[int32]kgo.Offset{dlqTopic: start})
+	rd, err := t.reader(map[string]map[int32]replay.Span{dlqTopic: spans})
 	if err != nil {
 		return nil, err
 	}
-	defer cl.Close()
+	defer rd.Close()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	done := map[int32]bool{}
 	wantP, wantO := strconv.Itoa(int(partition)), strconv.FormatInt(offset, 10)
-	for len(done) < left {
-		fs := cl.PollFetches(rctx)
-		if rctx.Err() != nil {
-			return nil, fmt.Errorf("searching %s: %w", dlqTopic, rctx.Err())
+	for !rd.Done() {
+		recs, err := rd.Poll(rctx, 0)
+		if err != nil {
+			return nil, fmt.Errorf("searching %s: %w", dlqTopic, err)
 		}
-		var found *DLQCoordinates
-		fs.EachRecord(func(r *kgo.Record) {
-			if done[r.Partition] || found != nil {
-				return
-			}
-			if r.Offset+1 >= ends[r.Partition].end || r.Timestamp.After(writtenAt.Add(slack)) {
-				done[r.Partition] = true
+		for _, r := range recs {
+			if r.Timestamp.After(writtenAt.Add(slack)) {
+				rd.Finish(r.Topic, r.Partition)
+				continue
 			}
 			h := headers(r)
 			if h[schemas.HeaderDLQTopic] == topic && h[schemas.HeaderDLQPartition] == wantP && h[schemas.HeaderDLQOffset] == wantO &&
 				h[schemas.HeaderDLQWorkflow] == workflow {
-				found = &DLQCoordinates{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+				return &DLQCoordinates{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}, nil
 			}
-		})
-		if found != nil {
-			return found, nil
 		}
 	}
 	return nil, nil

@@ -17,7 +17,9 @@ func lagCommand() command {
 		usage: "dedup lag --config FILE [--output json]",
 		help: `Prints, for every partition of the config's topics, the group's committed offset, the log's
 start and end, the lag (end minus committed; with no committed offset, what the group would read
-under kafka.reset_offset) and the member that owns the partition now.
+under kafka.reset_offset) and the member that owns the partition now. Under kafka.isolation_level
+read_committed, a partition with a transaction still open says so: the group reads nothing past its
+first offset (the last stable offset) until it commits or aborts.
 
 Read-only. Exit code 0, 1 when the group has neither members nor committed offsets (it never ran),
 2 on an error.
@@ -98,6 +100,15 @@ func (t *Tool) Lag(ctx context.Context) (*LagReport, int, error) {
 				pl.Note = "no committed offset: reads from the log start (reset_offset earliest)"
 			default:
 				pl.Note = "no committed offset: starts at the log end (reset_offset latest)"
+			}
+			if b.stable < b.end {
+				// Under read_committed the group reads nothing past the
+				// last stable offset while that transaction is open.
+				open := fmt.Sprintf("a transaction is open from offset %d: the group reads nothing past it until it commits or aborts", b.stable)
+				if pl.Note != "" {
+					open = pl.Note + "; " + open
+				}
+				pl.Note = open
 			}
 			rep.Total += pl.Lag
 			rep.Partitions = append(rep.Partitions, pl)

@@ -84,9 +84,11 @@ in batches of postgres.purge_batch: what postgres.retention does on a schedule, 
 are never purged: they are work not done.
 
 It refuses a purge that would cross the replay horizon, the rule dedup run checks at start: when a
-source topic keeps records longer than both DURATION and the Temporal namespace's retention (or,
-with a route under an allow_* policy, longer than DURATION alone), a replay from the log start
-would start forgotten workflows again. It asks Temporal and Kafka, and refuses when either does not
+source topic may keep a record as long as or longer than both DURATION and the Temporal namespace's
+retention (or, with a route under an allow_* policy, DURATION alone), a replay from the log start
+would start forgotten workflows again. A topic may keep a record for its retention.ms + segment.ms
+(Kafka deletes whole segments), forever with retention.ms -1 or cleanup.policy compact. Producers
+that re-send an event late: add that delay to DURATION yourself (dedup cannot know it). It asks Temporal and Kafka, and refuses when either does not
 answer. postgres.accept_short_horizon: true in the config accepts the risk, as for dedup run.
 DURATION is at least 1h, as postgres.retention.
 
@@ -117,29 +119,37 @@ type PurgeReport struct {
 	DryRun    bool   `json:"dry_run"`
 	// Rows are the ledger rows deleted (or, in a dry run, that would be);
 	// DeadLetters the dead-letter log entries (counted in dry runs only).
-	Rows        int64    `json:"rows"`
-	DeadLetters int64    `json:"dead_letters,omitempty"`
-	Notes       []string `json:"notes,omitempty"`
+	Rows        int64 `json:"rows"`
+	DeadLetters int64 `json:"dead_letters,omitempty"`
+	// Refused: the replay horizon (or a dependency that did not answer)
+	// stopped the purge before anything was counted or deleted.
+	Refused bool     `json:"refused,omitempty"`
+	Notes   []string `json:"notes,omitempty"`
 }
 
 // Purge answers dedup ledger purge.
 func (t *Tool) Purge(ctx context.Context, olderThan time.Duration, dryRun bool) (*PurgeReport, int, error) {
 	rep := &PurgeReport{OlderThan: olderThan.String(), DryRun: dryRun}
+	refuse := func(err error) (*PurgeReport, int, error) {
+		rep.Refused = true
+		return rep, ExitError, err
+	}
 	tc, err := t.temporal(ctx)
 	if err != nil {
-		return rep, ExitError, fmt.Errorf("cannot check the replay horizon without Temporal: %w", err)
+		return refuse(fmt.Errorf("cannot check the replay horizon without Temporal: %w", err))
 	}
 	adm, err := t.kafka()
 	if err != nil {
-		return rep, ExitError, err
+		return refuse(err)
 	}
 	h, err := app.ReadHorizon(ctx, t.cfg, olderThan, tc, adm)
 	if err != nil {
-		return rep, ExitError, fmt.Errorf("cannot check the replay horizon, so not purging: %w", err)
+		return refuse(fmt.Errorf("cannot check the replay horizon, so not purging: %w", err))
 	}
+	h.LedgerBy = "--older-than"
 	if err := h.Check(); err != nil {
 		if !t.cfg.Postgres.AcceptShortHorizon {
-			return rep, ExitError, fmt.Errorf("refusing to purge: %w", err)
+			return refuse(fmt.Errorf("refusing to purge: %w", err))
 		}
 		rep.Notes = append(rep.Notes, "the purge crosses the replay horizon, accepted by postgres.accept_short_horizon: "+err.Error())
 		t.log.Warn("ledger purge crosses the replay horizon; postgres.accept_short_horizon accepts it", "err", err)

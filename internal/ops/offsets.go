@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -24,16 +25,18 @@ func offsetsResetCommand() command {
 		usage: "dedup offsets reset --config FILE --to earliest|latest|TIME|OFFSET [--topic T] [--partition P,...] [--dry-run] [--output json]",
 		help: `Moves the group's committed offsets, for a replay (back) or to skip a backlog (forward).
 
---to is earliest (the log start), latest (the log end), a time (RFC 3339: the first record at or
-after it) or an offset (clamped to the log). --topic and --partition narrow it (default: every
+--to is earliest (the log start), latest (the log end; under kafka.isolation_level read_committed,
+the last stable offset: a transaction still open is not skipped), a time (RFC 3339: the first
+record at or after it) or an offset (clamped to the log). --topic and --partition narrow it (default: every
 partition of the config's topics).
 
 It refuses while the group has live members: stop every replica first (a member would overwrite
 the reset with its own commits). --dry-run changes nothing: it reads the records that would be
 re-read, decides each with the router's code and asks the ledger (read-only) what it would do:
 how many workflows are expected to start anew, how many the ledger skips as started, re-drives or
-starts again, and how many are conflicts, dead letters, or skipped (no route, tombstones). A move forward
-skips records: it says how many.
+starts again, and how many are conflicts, dead letters, or skipped (no route, tombstones). It reads
+what the router reads: under read_committed, committed records only, up to the last stable offset.
+A move forward skips records: it says how many offsets.
 
 Without --dry-run it commits the new offsets and logs each move (group, topic, partition, from,
 to). Exit code 0 when done (or forecast), 2 on an error or a refusal.
@@ -139,8 +142,11 @@ type PartitionMove struct {
 	From      int64 `json:"from"`
 	Committed bool  `json:"committed"` // From is a committed offset
 	To        int64 `json:"to"`
-	Reread    int64 `json:"reread"`  // records read again (To < From)
-	Skipped   int64 `json:"skipped"` // records the group will never read (To > From)
+	// Reread and Skipped count offsets: records, and where transactions
+	// wrote, their markers and aborted records too (the forecast counts
+	// the records).
+	Reread  int64 `json:"reread"`  // offsets read again (To < From)
+	Skipped int64 `json:"skipped"` // offsets the group will never read (To > From)
 }
 
 // Forecast counts what the records of a replay will do, as the ledger
@@ -213,24 +219,31 @@ func (t *Tool) ResetOffsets(ctx context.Context, to Target, topics []string, par
 				continue
 			}
 			mv := PartitionMove{Topic: topic, Partition: p}
+			// The end, for the group, is where its consumer (under
+			// kafka.isolation_level) reads up to: under read_committed
+			// the last stable offset; past it, a transaction still open
+			// would be skipped once it commits.
 			if c, ok := cm[topic][p]; ok {
 				mv.From, mv.Committed = c, true
 			} else if t.cfg.Kafka.ResetOffset == "earliest" {
 				mv.From = b.start
 			} else {
-				mv.From = b.end
+				mv.From = b.stable
 			}
 			switch {
 			case to.Earliest:
 				mv.To = b.start
 			case to.Latest:
-				mv.To = b.end
+				mv.To = b.stable
 			case to.Time != nil:
 				o, ok := at.Lookup(topic, p)
 				if !ok || o.Err != nil {
 					return rep, ExitError, fmt.Errorf("no offset of %s/%d at %s", topic, p, to)
 				}
 				mv.To = o.Offset
+				if mv.To >= b.end {
+					mv.To = b.stable // no record at or after the time: the end
+				}
 			default:
 				mv.To = min(max(*to.Offset, b.start), b.end)
 				if mv.To != *to.Offset {
@@ -256,11 +269,19 @@ func (t *Tool) ResetOffsets(ctx context.Context, to Target, topics []string, par
 		skipped += mv.Skipped
 	}
 	if skipped > 0 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("%d records are skipped: the group will never read them, no workflow starts for them", skipped))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d offsets are skipped: the group will never read their records, no workflow starts for them", skipped))
 	}
 	if dryRun {
-		f, err := t.forecast(ctx, rep.Partitions)
+		stable := map[string]map[int32]int64{}
+		for topic, ps := range bs {
+			stable[topic] = map[int32]int64{}
+			for p, b := range ps {
+				stable[topic][p] = b.stable
+			}
+		}
+		f, notes, err := t.forecast(ctx, rep.Partitions, stable)
 		rep.Forecast = f
+		rep.Notes = append(rep.Notes, notes...)
 		if err != nil {
 			return rep, ExitError, err
 		}
@@ -318,69 +339,55 @@ func (t *Tool) refuseLiveMembers(ctx context.Context, adm *kadm.Client) error {
 }
 
 // forecast reads the records the moves re-read, decides each with the
-// router's code and asks the ledger what it would answer.
-func (t *Tool) forecast(ctx context.Context, moves []PartitionMove) (*Forecast, error) {
+// router's code and asks the ledger what it would answer. It reads what
+// the router reads (kafka.isolation_level): under read_committed no record
+// of an aborted transaction, and none at or past the last stable offset
+// (stable), whose transaction is still open; notes says so.
+func (t *Tool) forecast(ctx context.Context, moves []PartitionMove, stable map[string]map[int32]int64) (*Forecast, []string, error) {
 	f := &Forecast{}
-	from := map[string]map[int32]kgo.Offset{}
-	until := map[string]map[int32]int64{}
-	left := 0
+	var notes []string
+	spans := map[string]map[int32]replay.Span{}
 	for _, mv := range moves {
 		if mv.Reread == 0 {
 			continue
 		}
-		if from[mv.Topic] == nil {
-			from[mv.Topic], until[mv.Topic] = map[int32]kgo.Offset{}, map[int32]int64{}
+		until := mv.To + mv.Reread
+		if s := stable[mv.Topic][mv.Partition]; until > s {
+			notes = append(notes, fmt.Sprintf("%s/%d: offsets %d..%d are in a transaction still open: not forecast "+
+				"(the router reads the records of it once it commits, none if it aborts)", mv.Topic, mv.Partition, s, until-1))
+			until = s
 		}
-		from[mv.Topic][mv.Partition] = kgo.NewOffset().At(mv.To)
-		until[mv.Topic][mv.Partition] = mv.To + mv.Reread
-		left++
+		if spans[mv.Topic] == nil {
+			spans[mv.Topic] = map[int32]replay.Span{}
+		}
+		spans[mv.Topic][mv.Partition] = replay.Span{From: mv.To, Until: until}
 	}
-	if left == 0 {
-		return f, nil
+	if len(spans) == 0 {
+		return f, notes, nil
 	}
 	led, err := t.ledger(ctx)
 	if err != nil {
-		return f, err
+		return f, notes, err
 	}
-	cl, err := t.consumer(from)
+	rd, err := t.reader(spans)
 	if err != nil {
-		return f, err
+		return f, notes, err
 	}
-	defer cl.Close()
+	defer rd.Close()
 	seen := map[string]string{} // workflow ID -> what the replay has made of it so far
-	done := map[string]map[int32]bool{}
-	for left > 0 {
-		fs := cl.PollRecords(ctx, 5000)
-		if ctx.Err() != nil {
-			return f, fmt.Errorf("reading the records to re-read: %w", ctx.Err())
+	for !rd.Done() {
+		batch, err := rd.Poll(ctx, 5000)
+		if err != nil {
+			return f, notes, fmt.Errorf("reading the records to re-read: %w", err)
 		}
-		var ferr error
-		fs.EachError(func(_ string, _ int32, err error) { ferr = err })
-		if ferr != nil {
-			return f, fmt.Errorf("reading the records to re-read: %w", ferr)
-		}
-		var batch []*kgo.Record
-		fs.EachRecord(func(r *kgo.Record) {
-			end := until[r.Topic][r.Partition]
-			if done[r.Topic][r.Partition] {
-				return
-			}
-			if r.Offset < end {
-				batch = append(batch, r)
-			}
-			if r.Offset+1 >= end {
-				if done[r.Topic] == nil {
-					done[r.Topic] = map[int32]bool{}
-				}
-				done[r.Topic][r.Partition] = true
-				left--
-			}
-		})
 		if err := t.forecastBatch(ctx, led, batch, seen, f); err != nil {
-			return f, err
+			return f, notes, err
 		}
 	}
-	return f, nil
+	for _, s := range rd.Stalls {
+		notes = append(notes, "not read to the end: "+s.String())
+	}
+	return f, notes, nil
 }
 
 // forecastBatch adds the records of one poll to f.

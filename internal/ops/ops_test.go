@@ -15,9 +15,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	namespacepb "go.temporal.io/api/namespace/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/internal/pgtest"
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -453,5 +458,297 @@ func TestJudge(t *testing.T) {
 		if got := strings.Join(kinds, ","); got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
+	}
+}
+
+// withRoute adds a route to the fixture's config (before f.tool()).
+func (f *fixture) withRoute(rt processor.Route) {
+	f.t.Helper()
+	f.cfg.Routes = append(f.cfg.Routes, rt)
+	if err := f.cfg.Validate(); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// workflowVerdicts are an explanation's workflows as "id=verdict", sorted.
+func workflowVerdicts(ex *Explanation) string {
+	var v []string
+	for _, w := range ex.Workflows {
+		v = append(v, w.WorkflowID+"="+w.Verdict)
+	}
+	slices.Sort(v)
+	return strings.Join(v, ",")
+}
+
+// TestExplainEventIDListsOnlyMatchedRoutes: --event-id looks up the
+// workflow IDs of every route keyed by event ID, but a route the record
+// does not match is not one of its workflows: it is not listed (least of
+// all as forgotten), unless some source has a trace of it.
+func TestExplainEventIDListsOnlyMatchedRoutes(t *testing.T) {
+	f := newFixture(t)
+	f.withRoute(processor.Route{ID: "welcome", Match: processor.Match{Type: "user.signed_up"}, WorkflowType: "W", TaskQueue: "q"})
+	tl := f.tool()
+	ctx := context.Background()
+	rA := f.produce(0, order("a", "1"))
+	f.route(tl, rA, true)
+	f.commit(0, rA.Offset+1)
+	for _, q := range []Query{{EventID: "a"}, {EventID: "a", Scan: true}, {WorkflowID: "activity-confirm:a"}, {Topic: topic, Partition: &rA.Partition, Offset: &rA.Offset}} {
+		ex, _, _ := tl.Explain(ctx, q)
+		if got := workflowVerdicts(ex); got != "activity-confirm:a=claimed,activity-crm:a=claimed" {
+			t.Errorf("explain %+v: %s, want only the two routes order.created matches, claimed", q, got)
+		}
+	}
+	// Another record, of another type, with the same event ID claims the
+	// welcome route: explained from the order, that row is listed as
+	// another record's, not as a conflict or a duplicate of this one.
+	rU := f.produce(0, `{"specversion":"1.0","id":"a","type":"user.signed_up","source":"shop"}`)
+	f.route(tl, rU, true)
+	f.commit(0, rU.Offset+1)
+	ex, _, _ := tl.Explain(ctx, Query{EventID: "a"})
+	if got := workflowVerdicts(ex); ex.Record == nil || ex.Record.Offset != rA.Offset ||
+		got != "activity-confirm:a=claimed,activity-crm:a=claimed,activity-welcome:a=not_matched" {
+		t.Errorf("event a under two types: %+v %s", ex.Record, got)
+	}
+	for _, w := range ex.Workflows {
+		if w.Verdict == "not_matched" && !strings.Contains(w.Why, fmt.Sprintf("claimed by %s/0/%d", topic, rU.Offset)) {
+			t.Errorf("not_matched: %s", w.Why)
+		}
+	}
+	ex, _, _ = tl.Explain(ctx, Query{Topic: topic, Partition: &rU.Partition, Offset: &rU.Offset})
+	if got := workflowVerdicts(ex); got != "activity-welcome:a=claimed" {
+		t.Errorf("the user record: %s", got)
+	}
+	// An event ID nothing knows: no record, no row, no workflow to name
+	// (Temporal, not answering here, is the one source asked).
+	ex, code, _ := tl.Explain(ctx, Query{EventID: "zzz"})
+	if ex.Found || code == ExitFound || len(ex.Workflows) != 0 {
+		t.Errorf("unknown event: code %d, found %v, workflows %s", code, ex.Found, workflowVerdicts(ex))
+	}
+}
+
+// TestExplainForgotten: a workflow the record matches, behind the
+// committed offset, whose ledger row is gone (purged) is forgotten: a
+// replay starts it again. Its sibling route keeps its row.
+func TestExplainForgotten(t *testing.T) {
+	f := newFixture(t)
+	f.withRoute(processor.Route{ID: "welcome", Match: processor.Match{Type: "user.signed_up"}, WorkflowType: "W", TaskQueue: "q"})
+	tl := f.tool()
+	ctx := context.Background()
+	rA := f.produce(0, order("a", "1"))
+	rB := f.produce(0, order("b", "1"))
+	f.route(tl, rA, true)
+	f.route(tl, rB, true)
+	f.commit(0, rB.Offset+1)
+	// As a purge would: a's crm row, and both of b's rows.
+	if _, err := f.led.Pool().Exec(ctx, `DELETE FROM dedup_ledger WHERE workflow_id IN ('activity-crm:a', 'activity-confirm:b', 'activity-crm:b')`); err != nil {
+		t.Fatal(err)
+	}
+	want := "activity-confirm:a=claimed,activity-crm:a=forgotten"
+	for _, q := range []Query{{EventID: "a"}, {Topic: topic, Partition: &rA.Partition, Offset: &rA.Offset}} {
+		ex, _, _ := tl.Explain(ctx, q)
+		if got := workflowVerdicts(ex); got != want {
+			t.Errorf("explain %+v: %s, want %s", q, got, want)
+		}
+		for _, w := range ex.Workflows {
+			if w.Verdict == "forgotten" && (w.Ledger != nil || !strings.Contains(w.Why, "replay of this record starts the workflow again")) {
+				t.Errorf("forgotten workflow: %+v", w)
+			}
+		}
+	}
+	// Every row of b is gone: the record, named by its coordinates, still
+	// says which workflows it has, both forgotten.
+	ex, _, _ := tl.Explain(ctx, Query{Topic: topic, Partition: &rB.Partition, Offset: &rB.Offset})
+	if got := workflowVerdicts(ex); got != "activity-confirm:b=forgotten,activity-crm:b=forgotten" {
+		t.Errorf("record b: %s", got)
+	}
+	// Not yet behind the committed offset: not forgotten, not read yet.
+	f.commit(0, rB.Offset)
+	ex, _, _ = tl.Explain(ctx, Query{Topic: topic, Partition: &rB.Partition, Offset: &rB.Offset})
+	if got := workflowVerdicts(ex); got != "activity-confirm:b=not_read_yet,activity-crm:b=not_read_yet" {
+		t.Errorf("record b before the committed offset: %s", got)
+	}
+}
+
+// begin produces values to partition p of topic in a transaction of the
+// transactional ID id, left open; the client is closed at the test's end.
+func (f *fixture) begin(id string, p int32, values ...string) (*kgo.Client, []*kgo.Record) {
+	f.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.cfg.Kafka.Brokers...), kgo.TransactionalID(id),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(5*time.Minute))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(cl.Close)
+	if err := cl.BeginTransaction(); err != nil {
+		f.t.Fatal(err)
+	}
+	var out []*kgo.Record
+	for _, v := range values {
+		r, err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Partition: p, Value: []byte(v)}).First()
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return cl, out
+}
+
+// txn produces values to partition p of topic in one transaction of the
+// transactional ID id, committed or aborted (end nil: left open until the
+// test's end).
+func (f *fixture) txn(id string, p int32, end *kgo.TransactionEndTry, values ...string) []*kgo.Record {
+	f.t.Helper()
+	cl, out := f.begin(id, p, values...)
+	if end != nil {
+		if err := cl.EndTransaction(context.Background(), *end); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	return out
+}
+
+var (
+	commit = ptr(kgo.TryCommit)
+	abort  = ptr(kgo.TryAbort)
+)
+
+// TestReadCommittedOnly: under kafka.isolation_level read_committed (the
+// default) the forecast of offsets reset and explain read what the router
+// reads: committed records, never an aborted one, and they stop at the last
+// stable offset rather than wait for a transaction still open to end.
+// Partition 0 holds: a committed transaction (0, 1; marker 2), an aborted
+// one (3, 4; marker 5), a committed one (6; marker 7), and one still open
+// (8): the log ends at 9, the last stable offset is 8.
+func TestReadCommittedOnly(t *testing.T) {
+	f := newFixture(t)
+	c := f.txn("t1", 0, commit, order("c1", "1"), order("c2", "1"))
+	x := f.txn("t1", 0, abort, order("x1", "1"), order("x2", "1"))
+	c = append(c, f.txn("t1", 0, commit, order("c3", "1"))...)
+	o := f.txn("t2", 0, nil, order("o1", "1"))
+	if c[2].Offset != 6 || x[0].Offset != 3 || o[0].Offset != 8 {
+		t.Fatalf("offsets: %d %d %d", c[2].Offset, x[0].Offset, o[0].Offset)
+	}
+	tl := f.tool()
+	// Each step has 15 s: a read that waits for the open transaction
+	// never ends.
+	step := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	// The group read every committed record and committed the log end as
+	// it stands (as kafka-consumer-groups --to-latest does).
+	f.commit(0, 9)
+	start := time.Now()
+	rep, code, err := tl.ResetOffsets(step(), Target{Earliest: true}, []string{topic}, []int32{0}, true)
+	if err != nil || code != ExitFound || rep.Forecast == nil || *rep.Forecast != (Forecast{Records: 3, Intents: 6, NewWorkflows: 6}) {
+		t.Errorf("dry run from the log end, after %s: %d %v %+v, want a forecast of the 3 committed records only",
+			time.Since(start).Round(time.Millisecond), code, err, rep)
+	}
+	// Committed at the last stable offset, past the last commit marker.
+	f.commit(0, 8)
+	rep, code, err = tl.ResetOffsets(step(), Target{Earliest: true}, []string{topic}, []int32{0}, true)
+	if err != nil || code != ExitFound || rep.Forecast == nil || *rep.Forecast != (Forecast{Records: 3, Intents: 6, NewWorkflows: 6}) {
+		t.Errorf("dry run from the last stable offset: %d %v %+v", code, err, rep)
+	}
+	// latest is where a read_committed consumer ends: the last stable
+	// offset, not past the open transaction (which would skip it).
+	rep, _, err = tl.ResetOffsets(step(), Target{Latest: true}, []string{topic}, []int32{0}, true)
+	if err != nil || rep.Partitions[0].To != 8 {
+		t.Errorf("to latest with a transaction open: %v %+v, want 8", err, rep.Partitions)
+	}
+	// lag says why the group does not get past offset 8.
+	if lag, _, err := tl.Lag(step()); err != nil || len(lag.Partitions) != 2 || !strings.Contains(lag.Partitions[0].Note, "a transaction is open from offset 8") {
+		t.Errorf("lag with a transaction open: %v %+v", err, lag)
+	}
+	// explain: the aborted record is not there for the router; the open
+	// one is not yet.
+	at := func(off int64) Query { p := int32(0); return Query{Topic: topic, Partition: &p, Offset: &off} }
+	ex, _, err := tl.Explain(step(), at(3))
+	if ex == nil || ex.Record.State != RecordAbsent || ex.Decision != nil {
+		t.Errorf("explain the aborted record: %v %+v", err, ex)
+	}
+	start = time.Now()
+	ex, _, err = tl.Explain(step(), at(8))
+	if ex == nil || ex.Record.State != RecordUncommitted || ex.Decision != nil || time.Since(start) > 10*time.Second {
+		t.Errorf("explain the open transaction's record, after %s: %v %+v", time.Since(start).Round(time.Millisecond), err, ex)
+	}
+	if ex, _, err := tl.Explain(step(), at(6)); ex == nil || ex.Record.State != RecordRead || ex.Decision.EventID != "c3" {
+		t.Errorf("explain a committed record: %v %+v", err, ex)
+	}
+
+	// Partition 1: a transaction aborted (0; marker 2) after another one
+	// opened (1): below the last stable offset (1) only an aborted record,
+	// which a read_committed consumer never gets. The forecast ends the
+	// partition once idle, and says so.
+	tl.idle = time.Second
+	a, _ := f.begin("t3", 1, order("y1", "1"))
+	f.begin("t4", 1, order("o2", "1"))
+	if err := a.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	f.commit(1, 1)
+	start = time.Now()
+	rep, code, err = tl.ResetOffsets(step(), Target{Earliest: true}, []string{topic}, []int32{1}, true)
+	if err != nil || code != ExitFound || rep.Forecast == nil || *rep.Forecast != (Forecast{}) || time.Since(start) > 10*time.Second ||
+		!strings.Contains(strings.Join(rep.Notes, " "), "events/1: offsets 0..0 gave no record to read") {
+		t.Errorf("dry run over an aborted record below an open transaction, after %s: %d %v %+v", time.Since(start).Round(time.Millisecond), code, err, rep)
+	}
+	if ex, _, err := tl.Explain(step(), Query{Topic: topic, Partition: ptr(int32(1)), Offset: ptr(int64(0))}); ex == nil || ex.Record.State != RecordAbsent {
+		t.Errorf("explain the aborted record below an open transaction: %v %+v", err, ex)
+	}
+}
+
+// retainingTemporal is a Temporal client whose namespaces keep closed runs
+// for retention (DescribeNamespace is all the purge's horizon asks).
+type retainingTemporal struct {
+	client.Client
+	retention time.Duration
+}
+
+func (retainingTemporal) Close() {}
+
+func (r retainingTemporal) WorkflowService() workflowservice.WorkflowServiceClient {
+	return describeNamespace{retention: r.retention}
+}
+
+type describeNamespace struct {
+	workflowservice.WorkflowServiceClient
+	retention time.Duration
+}
+
+func (d describeNamespace) DescribeNamespace(context.Context, *workflowservice.DescribeNamespaceRequest, ...grpc.CallOption) (*workflowservice.DescribeNamespaceResponse, error) {
+	return &workflowservice.DescribeNamespaceResponse{Config: &namespacepb.NamespaceConfig{WorkflowExecutionRetentionTtl: durationpb.New(d.retention)}}, nil
+}
+
+// TestPurgeHorizon: dedup ledger purge refuses to forget rows a replay
+// from the log start may still meet. The topic keeps records 7 days
+// (retention.ms) in segments of up to 7 days (segment.ms, kfake's
+// defaults): a record may stay 14 days, so a purge of rows older than
+// 200 h is refused, naming the settings, and one of 400 h is done.
+func TestPurgeHorizon(t *testing.T) {
+	f := newFixture(t)
+	tl := f.tool()
+	tl.tc = retainingTemporal{retention: 24 * time.Hour}
+	tl.tcErr = nil
+	ctx := context.Background()
+	f.route(tl, f.produce(0, order("a", "1")), true)
+	if _, err := f.led.Pool().Exec(ctx, `UPDATE dedup_ledger SET started_at = now() - interval '500 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	refused, code, err := tl.Purge(ctx, 200*time.Hour, true)
+	if code != ExitError || err == nil || !strings.Contains(err.Error(), "refusing to purge") || !strings.Contains(err.Error(), "--older-than") ||
+		!strings.Contains(err.Error(), topic+" (retention.ms 168h0m0s + segment.ms 168h0m0s") {
+		t.Errorf("purge of rows older than 200h: %d %v, want a refusal naming --older-than, the topic, retention.ms and segment.ms", code, err)
+	}
+	// The refusal's report counts nothing: it does not say "would purge 0".
+	var out strings.Builder
+	refused.text(&out)
+	if !refused.Refused || strings.Contains(out.String(), "would purge") || !strings.Contains(out.String(), "not purged") {
+		t.Errorf("the refused purge's report: %+v %q", refused, out.String())
+	}
+	rep, code, err := tl.Purge(ctx, 400*time.Hour, true)
+	if code != ExitFound || err != nil || rep.Rows != 2 {
+		t.Errorf("purge of rows older than 400h: %d %v %+v", code, err, rep)
 	}
 }

@@ -20,7 +20,11 @@ func ts(t *time.Time) string {
 func (ex *Explanation) text(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	if r := ex.Record; r != nil {
-		p("record     %s  %s  (log %d..%d)", r.Coordinates, r.State, r.LogStart, r.LogEnd)
+		if r.LastStable < r.LogEnd && r.State != RecordUnknown {
+			p("record     %s  %s  (log %d..%d, last stable offset %d: a transaction is open)", r.Coordinates, r.State, r.LogStart, r.LogEnd, r.LastStable)
+		} else {
+			p("record     %s  %s  (log %d..%d)", r.Coordinates, r.State, r.LogStart, r.LogEnd)
+		}
 		if r.State == RecordRead {
 			p("           timestamp %s, key %q, %d bytes", ts(r.Timestamp), r.Key, r.ValueBytes)
 			for _, h := range r.Headers {
@@ -216,9 +220,12 @@ func bytesText(n int64) string {
 }
 
 func (p *PurgeReport) text(w io.Writer) {
-	if p.DryRun {
+	switch {
+	case p.Refused:
+		fmt.Fprintf(w, "not purged: nothing older than %s was counted or deleted (the reason follows)\n", p.OlderThan)
+	case p.DryRun:
 		fmt.Fprintf(w, "would purge %d ledger rows and %d dead-letter log entries older than %s\n", p.Rows, p.DeadLetters, p.OlderThan)
-	} else {
+	default:
 		fmt.Fprintf(w, "purged %d ledger rows (and dead-letter log entries) older than %s\n", p.Rows, p.OlderThan)
 	}
 	for _, n := range p.Notes {

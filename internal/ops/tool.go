@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -37,6 +38,10 @@ type Tool struct {
 	tcErr  error
 
 	decider *processor.Decider
+
+	// idle is how long a read waits for a record of a partition before it
+	// ends the partition (replay.Reader.Idle; its default when 0).
+	idle time.Duration
 }
 
 func newTool(cfg app.Config, log *slog.Logger) *Tool {
@@ -74,18 +79,19 @@ func (t *Tool) kafka() (*kadm.Client, error) {
 	return t.adm, nil
 }
 
-// consumer is a client of its own that reads the given partitions from
-// the given offsets (outside any group: nothing is committed).
-func (t *Tool) consumer(from map[string]map[int32]kgo.Offset) (*kgo.Client, error) {
+// reader reads the spans with a client of its own (outside any group:
+// nothing is committed), as the router reads them (replay.Reader: under
+// kafka.isolation_level, up to the last stable offset at most).
+func (t *Tool) reader(spans map[string]map[int32]replay.Span) (*replay.Reader, error) {
 	if _, err := t.kafka(); err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(append(slices.Clone(t.kopts), kgo.ConsumePartitions(from),
-		kgo.FetchMaxBytes(int32(t.cfg.Kafka.FetchMaxBytes)))...)
+	rd, err := replay.NewReader(append(slices.Clone(t.kopts), kgo.FetchMaxBytes(int32(t.cfg.Kafka.FetchMaxBytes))), spans)
 	if err != nil {
-		return nil, fmt.Errorf("creating kafka consumer: %w", err)
+		return nil, err
 	}
-	return cl, nil
+	rd.Idle = t.idle
+	return rd, nil
 }
 
 // ledger is the ledger (ledger.Open: the pool dials on first use).

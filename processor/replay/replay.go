@@ -2,7 +2,9 @@
 //
 // It reads dead-letter topics from the start up to their end offsets as of
 // the call (so records dead-lettered again during the replay are not read
-// again), keeps those whose reason matches, and produces each back to its
+// again): under read_committed (kafka.isolation_level; the default here
+// too) the committed dead letters, up to the last stable offset (Reader).
+// It keeps those whose reason matches, and produces each back to its
 // original topic with its original key, value and headers. The router then
 // treats it like any record: workflows already started stay skipped by the
 // ledger, the others start. The original coordinates travel in
@@ -15,11 +17,13 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -31,7 +35,9 @@ import (
 type Options struct {
 	Brokers []string
 	// ClientOpts are the Kafka connection options every dedup client
-	// shares (TLS, SASL: internal/app KafkaOpts); they come after Brokers.
+	// shares (the isolation level, TLS, SASL: internal/app KafkaOpts); they
+	// come after Brokers. Without an isolation level, the replay reads
+	// committed records only.
 	ClientOpts []kgo.Opt
 	// DeadLetterTopics to read.
 	DeadLetterTopics []string
@@ -41,6 +47,10 @@ type Options struct {
 	DryRun bool
 	// Limit stops after this many replayed records; 0 means no limit.
 	Limit int
+	// Idle is how long the replay waits for a dead letter of a partition
+	// it has not read to its end before it ends that partition, when Kafka
+	// still answers (Reader.Idle; DefaultIdle when 0).
+	Idle time.Duration
 }
 
 // Result counts what happened, by dead-letter reason.
@@ -56,73 +66,93 @@ func Run(ctx context.Context, o Options, log *slog.Logger) (Result, error) {
 	if len(o.DeadLetterTopics) == 0 {
 		return res, errors.New("no dead-letter topics to read")
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...), kgo.ConsumeTopics(o.DeadLetterTopics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil))}, o.ClientOpts...)...)
+	// Committed records only unless ClientOpts say otherwise
+	// (kafka.isolation_level): an aborted dead letter was never written.
+	opts := append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil))}, o.ClientOpts...)
+	spans, err := deadLetterSpans(ctx, opts, o.DeadLetterTopics)
 	if err != nil {
-		return res, fmt.Errorf("creating kafka client: %w", err)
+		return res, err
 	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, o.DeadLetterTopics...)
+	rd, err := NewReader(opts, spans)
 	if err != nil {
-		return res, fmt.Errorf("listing dead-letter end offsets: %w", err)
+		return res, err
 	}
-	remaining := map[string]map[int32]int64{}
-	ends.Each(func(lo kadm.ListedOffset) {
-		if lo.Offset > 0 {
-			if remaining[lo.Topic] == nil {
-				remaining[lo.Topic] = map[int32]int64{}
-			}
-			remaining[lo.Topic][lo.Partition] = lo.Offset
-		}
-	})
+	defer rd.Close()
+	rd.Idle = o.Idle
 	want := map[string]bool{}
 	for _, r := range o.Reasons {
 		want[r] = true
 	}
-	for len(remaining) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
+	for !rd.Done() {
+		recs, err := rd.Poll(ctx, 0)
+		if err != nil {
 			return res, err
 		}
 		var out []*kgo.Record
-		var ferr error
-		fs.EachError(func(t string, p int32, err error) { ferr = fmt.Errorf("reading %s/%d: %w", t, p, err) })
-		if ferr != nil {
-			return res, ferr
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			end, ok := remaining[r.Topic][r.Partition]
-			if !ok || r.Offset >= end {
-				return
-			}
-			if r.Offset == end-1 {
-				delete(remaining[r.Topic], r.Partition)
-				if len(remaining[r.Topic]) == 0 {
-					delete(remaining, r.Topic)
-				}
-			}
+		for _, r := range recs {
 			res.Read++
 			reason := header(r, schemas.HeaderDLQReason)
 			if (len(want) > 0 && !want[reason]) || (o.Limit > 0 && total(res.Replayed) >= o.Limit) {
 				res.Skipped[reason]++
-				return
+				continue
 			}
 			rec, err := original(r)
 			if err != nil {
 				log.Warn("not replayable", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
 				res.Skipped[reason]++
-				return
+				continue
 			}
 			res.Replayed[reason]++
 			out = append(out, rec)
-		})
+		}
 		if len(out) > 0 && !o.DryRun {
-			if err := cl.ProduceSync(ctx, out...).FirstErr(); err != nil {
+			if err := rd.Client().ProduceSync(ctx, out...).FirstErr(); err != nil {
 				return res, fmt.Errorf("producing replayed records: %w", err)
 			}
 		}
 	}
+	for _, s := range rd.Stalls {
+		log.Warn("dead-letter partition ended before its end offset", "stall", s.String())
+	}
 	return res, nil
+}
+
+// deadLetterSpans are the dead-letter topics' partitions from their log
+// start to where a consumer of opts' isolation level can read them now
+// (Ends): dead letters written during the replay are not read.
+func deadLetterSpans(ctx context.Context, opts []kgo.Opt, topics []string) (map[string]map[int32]Span, error) {
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("creating kafka client: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	starts, err := adm.ListStartOffsets(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("listing dead-letter start offsets: %w", err)
+	}
+	ends, err := Ends(ctx, adm, Committed(cl), topics...)
+	if err != nil {
+		return nil, fmt.Errorf("listing dead-letter end offsets: %w", err)
+	}
+	spans := map[string]map[int32]Span{}
+	var first error
+	ends.Each(func(e kadm.ListedOffset) {
+		s, ok := starts.Lookup(e.Topic, e.Partition)
+		switch {
+		case e.Err != nil:
+			first = cmp.Or(first, fmt.Errorf("end offset of %s/%d: %w", e.Topic, e.Partition, e.Err))
+		case !ok || s.Err != nil:
+			first = cmp.Or(first, fmt.Errorf("start offset of %s/%d: missing", e.Topic, e.Partition))
+		case s.Offset < e.Offset:
+			if spans[e.Topic] == nil {
+				spans[e.Topic] = map[int32]Span{}
+			}
+			spans[e.Topic][e.Partition] = Span{From: s.Offset, Until: e.Offset}
+		}
+	})
+	return spans, first
 }
 
 // original rebuilds the record the router dead-lettered.

@@ -35,7 +35,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/dedupio/dedup/internal/clienttls"
+	"github.com/dedupio/dedup/connect/clienttls"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
 )

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/dedupio/dedup/integration/devstack"
-	"github.com/dedupio/dedup/internal/workload"
+	"github.com/dedupio/dedup/internal/testsupport/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -581,7 +581,7 @@ func (d *dedupJob) run(ctx context.Context, topic, group string, replicas, recor
 	var wg sync.WaitGroup
 	errs := make([]error, replicas)
 	for i := range replicas {
-		r, err := processor.New(cfg, led, led, st, prometheus.NewRegistry(), p.Log, processor.Hooks{})
+		r, err := processor.New(cfg, processor.Options{Ledger: led, DeadLetterLog: led, Starter: st, Registerer: prometheus.NewRegistry(), Log: p.Log})
 		if err != nil {
 			stop()
 			wg.Wait()

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupio/dedup/internal/testpki"
+	"github.com/dedupio/dedup/internal/testsupport/testpki"
 )
 
 // server is a TLS listener that wants a client certificate from ca and

@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/dedupio/dedup/internal/pgcluster"
+	"github.com/dedupio/dedup/internal/testsupport/pgcluster"
 )
 
 var (

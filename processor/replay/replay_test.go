@@ -1,0 +1,198 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupio/dedup/schemas"
+)
+
+const (
+	topic = "events"
+	dlq   = "events.dlq"
+)
+
+type cluster struct {
+	t     *testing.T
+	addrs []string
+}
+
+func newCluster(t *testing.T, partitions int32) *cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return &cluster{t: t, addrs: c.ListenAddrs()}
+}
+
+// deadLetter is a dead letter of reason for the record at events/0/offset.
+func deadLetter(p int32, reason string, offset int) *kgo.Record {
+	return &kgo.Record{Topic: dlq, Partition: p, Value: fmt.Appendf(nil, `{"n":%d}`, offset), Headers: []kgo.RecordHeader{
+		{Key: schemas.HeaderDLQReason, Value: []byte(reason)}, {Key: schemas.HeaderDLQTopic, Value: []byte(topic)},
+		{Key: schemas.HeaderDLQPartition, Value: []byte("0")}, {Key: schemas.HeaderDLQOffset, Value: fmt.Appendf(nil, "%d", offset)},
+	}}
+}
+
+// begin produces rs in a transaction of the transactional ID id, left
+// open; the client is closed when the test ends.
+func (c *cluster) begin(id string, rs ...*kgo.Record) *kgo.Client {
+	c.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.TransactionalID(id),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(5*time.Minute))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(cl.Close)
+	if err := cl.BeginTransaction(); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := cl.ProduceSync(context.Background(), rs...).FirstErr(); err != nil {
+		c.t.Fatal(err)
+	}
+	return cl
+}
+
+// txn produces rs in one transaction of the transactional ID id,
+// committed or aborted (end nil: left open until the test ends).
+func (c *cluster) txn(id string, end *kgo.TransactionEndTry, rs ...*kgo.Record) {
+	c.t.Helper()
+	cl := c.begin(id, rs...)
+	if end == nil {
+		return
+	}
+	if err := cl.EndTransaction(context.Background(), *end); err != nil {
+		c.t.Fatal(err)
+	}
+	cl.Close()
+}
+
+// produced reads the records of topic (read_uncommitted: everything).
+func (c *cluster) produced(want int) []*kgo.Record {
+	c.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) <= want && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+var (
+	commit = ptrTo(kgo.TryCommit)
+	abort  = ptrTo(kgo.TryAbort)
+)
+
+func ptrTo[T any](v T) *T { return &v }
+
+// TestReplayReadsCommittedRecordsOnly: a dead-letter topic written by
+// transactional producers is replayed as a read_committed consumer reads
+// it: the committed dead letters, not the aborted ones; and the replay
+// ends at the last stable offset instead of waiting for a transaction
+// still open. Without the isolation option (kafka.isolation_level), the
+// replay reads committed records all the same.
+func TestReplayReadsCommittedRecordsOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []kgo.Opt
+		want string // the dead letters replayed
+	}{
+		{"read_committed", []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}, "0 1 3"},
+		{"isolation not given", nil, "0 1 3"},
+		// read_uncommitted reads every record as soon as it is written,
+		// aborted and still open ones too, up to the high watermark.
+		{"read_uncommitted", []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadUncommitted())}, "0 1 2 3 4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 2)
+			c.txn("t1", commit, deadLetter(0, "conflict", 0), deadLetter(0, "temporal_permanent", 1)) // 0, 1; marker 2
+			c.txn("t1", abort, deadLetter(0, "conflict", 2))                                          // 3; marker 4
+			c.txn("t1", commit, deadLetter(1, "conflict", 3))                                         // partition 1: 0; marker 1
+			c.txn("t2", nil, deadLetter(0, "conflict", 4))                                            // 5, open
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			start := time.Now()
+			res, err := Run(ctx, Options{Brokers: c.addrs, ClientOpts: tc.opts, DeadLetterTopics: []string{dlq}}, slog.New(slog.DiscardHandler))
+			n := len(strings.Fields(tc.want))
+			if err != nil || res.Read != n || res.Replayed["conflict"] != n-1 || res.Replayed["temporal_permanent"] != 1 {
+				t.Fatalf("replay, after %s: %v %+v, want the dead letters %s", time.Since(start).Round(time.Millisecond), err, res, tc.want)
+			}
+			var got []string
+			for _, r := range c.produced(n) {
+				var v struct{ N int }
+				if err := json.Unmarshal(r.Value, &v); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, strconv.Itoa(v.N))
+			}
+			slices.Sort(got)
+			if strings.Join(got, " ") != tc.want {
+				t.Errorf("replayed to %s: %v, want %s", topic, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestReplayEndsWhereOnlyAbortedRecordsAreLeft: a partition whose last
+// records below the last stable offset are of an aborted transaction whose
+// abort marker lies past it (a transaction opened before the abort) gives
+// a read_committed consumer nothing more: the replay ends it once idle,
+// rather than wait for the open transaction, and replays the rest.
+func TestReplayEndsWhereOnlyAbortedRecordsAreLeft(t *testing.T) {
+	c := newCluster(t, 2)
+	c.txn("t0", commit, deadLetter(1, "conflict", 9))
+	a := c.begin("t1", deadLetter(0, "conflict", 0)) // partition 0: 0, aborted below
+	c.begin("t2", deadLetter(0, "conflict", 1))      // 1, open: the last stable offset
+	if err := a.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Idle: time.Second}, slog.New(slog.DiscardHandler))
+	if err != nil || res.Read != 1 || res.Replayed["conflict"] != 1 || time.Since(start) > 10*time.Second {
+		t.Fatalf("replay, after %s: %v %+v, want the one committed dead letter", time.Since(start).Round(time.Millisecond), err, res)
+	}
+}
+
+// TestReplaySkipsPartitionsEmptiedByRetention: a dead-letter partition
+// whose records all left retention (log start = end > 0) has nothing to
+// replay: the replay does not wait for it.
+func TestReplaySkipsPartitionsEmptiedByRetention(t *testing.T) {
+	c := newCluster(t, 2)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, deadLetter(0, "conflict", 0), deadLetter(0, "conflict", 1), deadLetter(1, "conflict", 2)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kadm.NewClient(cl).DeleteRecords(ctx, kadm.Offsets{dlq: {0: {Topic: dlq, Partition: 0, At: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}}, slog.New(slog.DiscardHandler))
+	if err != nil || res.Read != 1 || res.Replayed["conflict"] != 1 {
+		t.Fatalf("replay: %v %+v, want the one dead letter left", err, res)
+	}
+}
