@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	sdkclient "go.temporal.io/sdk/client"
 
-	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -35,8 +34,9 @@ type Config struct {
 	// is refused (*InvalidEventError, reason oversized) rather than
 	// written and dead-lettered. 0: 1 MiB.
 	MaxValueBytes int
-	// KafkaOpts are the seed brokers, TLS and SASL (app.KafkaOpts for a
-	// config file); the client adds its producer settings.
+	// KafkaOpts are the seed brokers, TLS and SASL (dedup's own commands
+	// build them from the config file); the client adds its producer
+	// settings.
 	KafkaOpts []kgo.Opt
 	// Ledger answers repeats and conflicts at enqueue time and the ledger
 	// state of Status; nil: neither (Enqueue always writes).
@@ -45,6 +45,10 @@ type Config struct {
 	// Temporal part and Result fails.
 	Temporal sdkclient.Client
 	Logger   *slog.Logger
+	// OnClose, if set, runs when the Client is closed, after its producer:
+	// for what the caller opened for it (the ledger's pool, the Temporal
+	// client).
+	OnClose func()
 }
 
 // Client enqueues events and answers their status. It is safe for
@@ -98,62 +102,11 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka producer: %w", err)
 	}
-	return &Client{cfg: cfg, dec: dec, kcl: kcl, led: cfg.Ledger, tc: cfg.Temporal, log: cfg.Logger}, nil
-}
-
-// Open reads dedup's config file (the routers' own: its event_id and
-// routes give the same IDs) and connects as it says: Kafka (kafka.brokers,
-// tls, sasl; the topic is ingress.topic, else the first of kafka.topics),
-// PostgreSQL (postgres.url) and Temporal (temporal.*). A refused Kafka
-// login or TLS handshake, or refused Temporal credentials, is an error; a
-// Temporal that does not answer yet is waited for until ctx ends (give
-// ctx a deadline to bound it).
-// log may be nil. Close closes every connection.
-func Open(ctx context.Context, path string, log *slog.Logger) (*Client, error) {
-	cfg, err := app.LoadConfig(path)
-	if err != nil {
-		return nil, err
-	}
-	return OpenConfig(ctx, cfg, log)
-}
-
-// OpenConfig is Open for a config already loaded (dedup's own commands).
-func OpenConfig(ctx context.Context, cfg app.Config, log *slog.Logger) (*Client, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if log == nil {
-		log = app.NewLogger(cfg.Log)
-	}
-	kopts, err := app.KafkaOpts(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := app.CheckKafka(ctx, cfg, log, kopts); err != nil {
-		return nil, err
-	}
-	led, err := ledger.Open(ctx, cfg.Postgres)
-	if err != nil {
-		return nil, err
-	}
-	tc, err := app.DialTemporal(ctx, cfg, log)
-	if err != nil {
-		led.Close()
-		return nil, err
-	}
-	c, err := New(Config{Topic: cfg.IngressTopic(), EventID: cfg.EventID, Routes: cfg.Routes, Namespace: cfg.Temporal.Namespace,
-		MaxValueBytes: cfg.Kafka.MaxValueBytes, KafkaOpts: kopts, Ledger: led, Temporal: tc, Logger: log})
-	if err != nil {
-		tc.Close()
-		led.Close()
-		return nil, err
-	}
-	c.closer = func() { tc.Close(); led.Close() }
-	return c, nil
+	return &Client{cfg: cfg, dec: dec, kcl: kcl, led: cfg.Ledger, tc: cfg.Temporal, log: cfg.Logger, closer: cfg.OnClose}, nil
 }
 
 // Close flushes nothing (every Enqueue waited for its record) and closes
-// the producer, and what Open opened.
+// the producer, then runs Config.OnClose.
 func (c *Client) Close() {
 	c.kcl.Close()
 	if c.closer != nil {

@@ -2,7 +2,14 @@
 // event with an idempotency key and learns which workflows dedup's routes
 // give it, then asks what became of them.
 //
-//	c, err := client.Open(ctx, "dedup.yaml", nil) // the routers' own config file
+//	c, err := client.New(client.Config{
+//		Topic:     "events",
+//		EventID:   eventID, // the routers' event_id and routes sections
+//		Routes:    routes,
+//		KafkaOpts: []kgo.Opt{kgo.SeedBrokers("kafka:9092")},
+//		Ledger:    led, // optional: repeats and conflicts at enqueue time
+//		Temporal:  tc,  // optional: Status's run and Result
+//	})
 //	h, err := c.Enqueue(ctx, client.Event{Type: "order.created", Source: "shop",
 //		IdempotencyKey: "order-123", Data: order})
 //	st, err := h.Status(ctx)           // ledger state, Temporal run ID and status
@@ -18,8 +25,8 @@
 //   - The workflow IDs of the handle are computed by the routers' own code:
 //     the record Enqueue writes is decided by processor.Decider (eventid,
 //     then Routes.Targets), as a router decides it, under the same event_id
-//     and routes config. Open reads them from the routers' config file; with
-//     New, pass the same sections.
+//     and routes config: pass the routers' sections (dedup ingress reads
+//     them from the routers' config file).
 //   - Enqueue with one key twice gives the same event ID and workflow IDs,
 //     and once started the same run: the ledger and Temporal keep one
 //     execution per workflow ID. A repeat whose workflows the ledger holds

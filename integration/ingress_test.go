@@ -166,7 +166,7 @@ func TestIngressSameKeyOneRun(t *testing.T) {
 	st := waitRun(t, in.url, wid)
 
 	// The Go client, with the routers' config: same IDs, same run.
-	gc, err := client.OpenConfig(ctx, cfg, nil)
+	gc, err := app.OpenClient(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 		}
 		defer admin.Close()
 	}
-	c, err := client.OpenConfig(ctx, cfg, log)
+	c, err := app.OpenClient(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
