@@ -98,14 +98,6 @@ func newCommitter(cfg Config, log *slog.Logger, m *metrics, parent context.Conte
 	return c
 }
 
-// wake wakes everything waiting on the committer (capacity, drain,
-// revoke): the pause changed, or a deadline passed.
-func (c *committer) wake() {
-	c.mu.Lock()
-	c.cond.Broadcast()
-	c.mu.Unlock()
-}
-
 // track registers a polled record with its partition, or returns nil if the
 // partition is no longer ours (or is being revoked). The record starts with
 // one piece of work; the caller sets how many it really has (setPending)
@@ -128,13 +120,6 @@ func (c *committer) track(kr *kgo.Record) *record {
 	c.inFlight++
 	c.m.inFlight.Set(float64(c.inFlight))
 	return rec
-}
-
-// setPending says how many pieces of work rec has (one per intent).
-func (c *committer) setPending(rec *record, n int) {
-	c.mu.Lock()
-	rec.pending = n
-	c.mu.Unlock()
 }
 
 // end ends one of a record's pieces of work. ok=false abandons it: the
@@ -162,34 +147,6 @@ func (c *committer) end(rec *record, ok bool) {
 
 // owned reports whether the router still owns rec's partition.
 func (c *committer) owned(rec *record) bool { return rec.part.ctx.Err() == nil }
-
-// waitCapacity blocks while MaxInFlight records are in flight or fetching
-// is paused; false once ctx ends.
-func (c *committer) waitCapacity(ctx context.Context) bool {
-	stop := context.AfterFunc(ctx, c.wake)
-	defer stop()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for (c.inFlight >= c.cfg.MaxInFlight || c.paused()) && ctx.Err() == nil {
-		c.cond.Wait()
-	}
-	return ctx.Err() == nil
-}
-
-// waitDrained waits up to timeout for every record in flight to end.
-func (c *committer) waitDrained(timeout time.Duration) {
-	deadline := time.Now().Add(timeout)
-	t := time.AfterFunc(timeout, c.wake)
-	defer t.Stop()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for c.inFlight > 0 && time.Now().Before(deadline) {
-		c.cond.Wait()
-	}
-	if c.inFlight > 0 {
-		c.log.Warn("shutting down with records in flight; they will be redelivered", "records", c.inFlight)
-	}
-}
 
 // ready says whether the router has joined the group.
 func (c *committer) ready() bool {
@@ -462,59 +419,6 @@ func (c *committer) setPaused(paused bool) {
 	}
 	c.m.pausedPartitions.Set(float64(n))
 	c.cond.Broadcast()
-	c.mu.Unlock()
-}
-
-// checkGap asks where the partition's log starts now: if past from, the
-// records from `from` up to the log start (at most `to`) were deleted by
-// retention before this group read them. Logged and counted: the reset
-// policy decided to go on, and operators must know what was skipped.
-func (c *committer) checkGap(p *partition, from, to int64) {
-	defer func() { c.mu.Lock(); p.checking = false; c.mu.Unlock() }()
-	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
-	defer cancel()
-	starts, err := c.adm.ListStartOffsets(ctx, p.tp.topic)
-	if err != nil {
-		return
-	}
-	o, ok := starts.Lookup(p.tp.topic, p.tp.partition)
-	if !ok || o.Err != nil || o.Offset <= from {
-		return // compaction or transaction markers, not retention
-	}
-	lost := min(o.Offset, to) - from
-	c.m.lost.WithLabelValues(p.tp.topic).Add(float64(lost))
-	c.log.Error("records deleted by retention before they were consumed; they are lost",
-		"topic", p.tp.topic, "partition", p.tp.partition, "from", from, "to", min(o.Offset, to)-1, "records", lost)
-}
-
-// lagLoop exports, for the partitions this replica owns, how far its
-// committed offset is behind the log end (dedup_consumer_lag). Summed over
-// replicas it is the group's lag.
-func (c *committer) lagLoop(ctx context.Context) {
-	every(ctx, c.cfg.LagInterval, func() { c.measureLag(ctx) })
-}
-
-func (c *committer) measureLag(ctx context.Context) {
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	ends, err := c.adm.ListEndOffsets(lctx, c.cfg.Topics...)
-	cancel()
-	if err != nil {
-		return
-	}
-	c.mu.Lock()
-	ends.Each(func(o kadm.ListedOffset) {
-		p := c.parts[topicPartition{o.Topic, o.Partition}]
-		if p == nil || o.Err != nil {
-			return
-		}
-		at := p.committed
-		if at < 0 {
-			at = p.assignedAt
-		}
-		if at >= 0 {
-			c.m.lag.WithLabelValues(o.Topic, strconv.Itoa(int(o.Partition))).Set(float64(max(o.Offset-at, 0)))
-		}
-	})
 	c.mu.Unlock()
 }
 
