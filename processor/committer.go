@@ -24,7 +24,7 @@ type partition struct {
 	ctx       context.Context // cancelled when the partition is revoked or lost
 	cancel    context.CancelFunc
 	tr        *tracker
-	inFlight  int   // records polled and not ended
+	inFlight  int   // records tracked and not ended; guarded by inFlight.mu
 	committed int64 // offset last committed by us; -1 none
 	revoking  bool  // no new records are taken
 	// expect is the next offset we should see: the committed offset at
@@ -44,26 +44,33 @@ type record struct {
 	kr       *kgo.Record
 	offset   int64
 	epoch    int32
-	pending  int  // pieces of work not yet ended
-	failed   bool // something was abandoned: never committable
+	pending  int  // pieces of work not yet ended; guarded by inFlight.mu
+	failed   bool // something was abandoned: never committable; guarded by inFlight.mu
 	finished bool // set by the tracker
 }
 
-// committer owns partition membership and offsets. Its guarantee: an
-// offset is committed only when every record before it in its partition
-// finished (the contiguous finished prefix, tracker); nothing is committed
-// for a partition after it is revoked (beyond what finished within
-// RevokeTimeout) or lost; commits carry the group generation, so a
-// zombie's late commit is rejected by the broker; a commit never moves a
-// partition's committed offset backwards (it reads the group's committed
-// offsets first and leaves out a partition another member committed past
-// since this one was assigned it: a stale owner that the broker let back
-// into the group with its old position must not rewind the group); a final commit happens on shutdown. It also bounds records in flight (MaxInFlight), notices
-// offsets deleted by retention before they were read (checkGap) and
-// exports consumer lag.
+// committer owns partition membership and offsets. Its guarantee: an offset
+// is committed only when every record before it in its partition finished
+// (the contiguous finished prefix, tracker); nothing is committed for a
+// partition after it is revoked (beyond what finished within RevokeTimeout)
+// or lost; commits carry the group generation, so a zombie's late commit is
+// rejected by the broker; a commit never moves a partition's committed
+// offset backwards (it reads the group's committed offsets first and leaves
+// out a partition another member committed past since this one was assigned
+// it: a stale owner that the broker let back into the group with its old
+// position must not rewind the group); a final commit happens on shutdown.
+// It counts records in and out of the in-flight accounting (flight,
+// inflight.go: capacity, drain, the revoke's wait), notices offsets deleted
+// by retention before they were read (checkGap) and exports consumer lag.
 //
 // Every other component finishes its work on a record through end; nothing
 // else touches offsets.
+//
+// Lock order: commitMu, then mu, then flight.mu; health.mu comes before mu
+// and flight.mu (health.update calls setPaused under it; the committer and
+// flight read the pause without a lock). flight takes no other lock, and
+// no one waits on its condition holding commitMu or mu: revoked waits,
+// then commits; track and end hold mu only to count in and out.
 type committer struct {
 	cfg Config
 	log *slog.Logger
@@ -85,23 +92,23 @@ type committer struct {
 	// records (revoked waits first, then commits).
 	commitMu sync.Mutex
 
-	mu       sync.Mutex
-	cond     *sync.Cond // broadcast when records end, partitions change or the pause changes
-	parts    map[topicPartition]*partition
-	inFlight int
-	joined   bool
+	// flight counts the records in flight, under its own lock.
+	flight *inFlight
+
+	mu     sync.Mutex
+	parts  map[topicPartition]*partition
+	joined bool
 }
 
 func newCommitter(cfg Config, log *slog.Logger, m *metrics, parent context.Context, paused func() bool) *committer {
-	c := &committer{cfg: cfg, log: log, m: m, parent: parent, paused: paused, parts: map[topicPartition]*partition{}}
-	c.cond = sync.NewCond(&c.mu)
-	return c
+	return &committer{cfg: cfg, log: log, m: m, parent: parent, paused: paused, parts: map[topicPartition]*partition{},
+		flight: newInFlight(cfg.MaxInFlight, paused, m.inFlight, log)}
 }
 
 // track registers a polled record with its partition, or returns nil if the
 // partition is no longer ours (or is being revoked). The record starts with
-// one piece of work; the caller sets how many it really has (setPending)
-// before handing any of them out.
+// one piece of work; the caller sets how many it really has
+// (flight.setPending) before handing any of them out.
 func (c *committer) track(kr *kgo.Record) *record {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -116,33 +123,30 @@ func (c *committer) track(kr *kgo.Record) *record {
 	p.expect = kr.Offset + 1
 	rec := &record{part: p, kr: kr, offset: kr.Offset, epoch: kr.LeaderEpoch, pending: 1}
 	p.tr.add(rec)
-	p.inFlight++
-	c.inFlight++
-	c.m.inFlight.Set(float64(c.inFlight))
+	c.flight.add(p)
 	return rec
 }
 
 // end ends one of a record's pieces of work. ok=false abandons it: the
 // record is never committed by this router and will be redelivered.
+//
+// The last piece finishes the record in its partition's tracker, under mu
+// and only if the partition is still this assignment, then counts it out
+// of flight: whoever sees the partition with nothing in flight finds the
+// record in the prefix.
 func (c *committer) end(rec *record, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !ok {
-		rec.failed = true
-	}
-	rec.pending--
-	if rec.pending > 0 {
+	last, committable := c.flight.endPiece(rec, ok)
+	if !last {
 		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	p := rec.part
-	p.inFlight--
-	c.inFlight--
-	c.m.inFlight.Set(float64(c.inFlight))
-	if !rec.failed && c.parts[p.tp] == p {
+	if committable && c.parts[p.tp] == p {
 		p.tr.finish(rec)
 	}
 	rec.kr = nil
-	c.cond.Broadcast()
+	c.flight.done(p)
 }
 
 // owned reports whether the router still owns rec's partition.
@@ -338,6 +342,7 @@ func (c *committer) assigned(ctx context.Context, _ *kgo.Client, assigned map[st
 // uncommitted, for the new owner.
 func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	only := map[topicPartition]bool{}
+	var parts []*partition
 	c.mu.Lock()
 	for t, ps := range revoked {
 		for _, p := range ps {
@@ -345,18 +350,12 @@ func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 			if part := c.parts[tp]; part != nil {
 				part.revoking = true
 				only[tp] = true
+				parts = append(parts, part)
 			}
 		}
 	}
 	c.mu.Unlock()
-	deadline := time.Now().Add(c.cfg.RevokeTimeout)
-	t := time.AfterFunc(c.cfg.RevokeTimeout, c.wake)
-	c.mu.Lock()
-	for time.Now().Before(deadline) && c.busy(only) {
-		c.cond.Wait()
-	}
-	c.mu.Unlock()
-	t.Stop()
+	c.flight.waitIdle(parts, c.cfg.RevokeTimeout)
 	c.commit(ctx, only)
 	// Forgotten under commitMu, so that no commit that read the partition
 	// before it was forgotten is sent after the revoke's.
@@ -366,19 +365,9 @@ func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 		c.forget(tp)
 	}
 	c.m.partitionsGone.WithLabelValues("revoked").Add(float64(len(only)))
-	c.cond.Broadcast()
 	c.mu.Unlock()
 	c.commitMu.Unlock()
 	c.log.Info("partitions revoked", "partitions", revoked)
-}
-
-func (c *committer) busy(tps map[topicPartition]bool) bool {
-	for tp := range tps {
-		if c.parts[tp].inFlight > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // forget drops a partition: its context is cancelled, so its records'
@@ -406,11 +395,11 @@ func (c *committer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int
 		}
 		c.m.partitionsGone.WithLabelValues("lost").Add(float64(len(ps)))
 	}
-	c.cond.Broadcast()
 	c.log.Warn("partitions lost; their in-flight work is abandoned uncommitted", "partitions", lost)
 }
 
-// pausedPartitions exports how many owned partitions are paused.
+// setPaused exports how many owned partitions are paused, and wakes the
+// poll loop's wait for capacity (waitCapacity asks whether it is paused).
 func (c *committer) setPaused(paused bool) {
 	c.mu.Lock()
 	n := 0
@@ -418,8 +407,8 @@ func (c *committer) setPaused(paused bool) {
 		n = len(c.parts)
 	}
 	c.m.pausedPartitions.Set(float64(n))
-	c.cond.Broadcast()
 	c.mu.Unlock()
+	c.flight.wake()
 }
 
 // every runs fn every d until ctx ends.

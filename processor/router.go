@@ -35,7 +35,8 @@ type Hooks struct {
 // is done by one component per concern:
 //
 //   - committer (committer.go): partitions, the finished prefix, commits,
-//     revoke and loss, capacity, gaps and lag;
+//     revoke and loss, gaps and lag; the records in flight, capacity and
+//     drain (inFlight, inflight.go);
 //   - claimer (claimer.go): one ledger claim per batch, verdicts;
 //   - startPool (starts.go): one start in flight per workflow ID, waiters,
 //     the marker;
@@ -224,7 +225,7 @@ func (r *Router) Run(ctx context.Context) error {
 	}()
 
 	var runErr error
-	for r.commits.waitCapacity(ctx) {
+	for r.commits.flight.waitCapacity(ctx) {
 		fetches := r.cl.PollRecords(ctx, r.cfg.MaxPollRecords)
 		if fetches.IsClientClosed() {
 			r.cl.AllowRebalance()
@@ -258,7 +259,7 @@ func (r *Router) Run(ctx context.Context) error {
 	<-claimerDone
 
 	// Drain: let started work finish, then stop the workers and the marker.
-	r.commits.waitDrained(r.cfg.DrainTimeout)
+	r.commits.flight.waitDrained(r.cfg.DrainTimeout)
 	r.workCancel()
 	stopStarts()
 	stopCommitter()
@@ -344,7 +345,7 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 		for range d.Intents {
 			owners = append(owners, rec)
 		}
-		r.commits.setPending(rec, len(d.Intents))
+		r.commits.flight.setPending(rec, len(d.Intents))
 	}
 	if len(dead) > 0 {
 		r.dlq.write(ctx, dead)
