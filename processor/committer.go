@@ -27,13 +27,9 @@ type partition struct {
 	inFlight  int   // records tracked and not ended; guarded by inFlight.mu
 	committed int64 // offset last committed by us; -1 none
 	revoking  bool  // no new records are taken
-	// expect is the next offset we should see: the committed offset at
-	// assignment, then one past the last polled record; -1 unknown. A jump
-	// past it is a gap (compaction, transaction markers, or records that
-	// retention deleted before we read them: checkGap tells them apart).
-	expect     int64
-	checking   bool
-	assignedAt int64 // the group's committed offset at assignment; -1 none
+	// assignedAt is the group's committed offset at assignment; -1 none.
+	assignedAt int64
+	watch      *watched // this assignment in the lag watch
 }
 
 // record is one polled Kafka record while it is in flight. Its pieces of
@@ -60,17 +56,19 @@ type record struct {
 // it: a stale owner that the broker let back into the group with its old
 // position must not rewind the group); a final commit happens on shutdown.
 // It counts records in and out of the in-flight accounting (flight,
-// inflight.go: capacity, drain, the revoke's wait), notices offsets deleted
-// by retention before they were read (checkGap) and exports consumer lag.
+// inflight.go: capacity, drain, the revoke's wait), and tells the lag watch
+// (lag, lag.go: consumer lag, offsets deleted by retention before they were
+// read) what it was assigned, polled, committed and forgot.
 //
 // Every other component finishes its work on a record through end; nothing
 // else touches offsets.
 //
-// Lock order: commitMu, then mu, then flight.mu; health.mu comes before mu
-// and flight.mu (health.update calls setPaused under it; the committer and
-// flight read the pause without a lock). flight takes no other lock, and
-// no one waits on its condition holding commitMu or mu: revoked waits,
-// then commits; track and end hold mu only to count in and out.
+// Lock order: commitMu, then mu, then flight.mu or lag.mu (never both);
+// health.mu comes before mu and flight.mu (health.update calls setPaused
+// under it; the committer and flight read the pause without a lock).
+// flight and lag take no other lock, and no one waits on flight's
+// condition holding commitMu or mu: revoked waits, then commits; track and
+// end hold mu only to count in and out.
 type committer struct {
 	cfg Config
 	log *slog.Logger
@@ -94,6 +92,8 @@ type committer struct {
 
 	// flight counts the records in flight, under its own lock.
 	flight *inFlight
+	// lag exports lag and checks gaps, under its own lock.
+	lag *lagWatch
 
 	mu     sync.Mutex
 	parts  map[topicPartition]*partition
@@ -102,7 +102,7 @@ type committer struct {
 
 func newCommitter(cfg Config, log *slog.Logger, m *metrics, parent context.Context, paused func() bool) *committer {
 	return &committer{cfg: cfg, log: log, m: m, parent: parent, paused: paused, parts: map[topicPartition]*partition{},
-		flight: newInFlight(cfg.MaxInFlight, paused, m.inFlight, log)}
+		flight: newInFlight(cfg.MaxInFlight, paused, m.inFlight, log), lag: newLagWatch(cfg, log, m)}
 }
 
 // track registers a polled record with its partition, or returns nil if the
@@ -116,11 +116,7 @@ func (c *committer) track(kr *kgo.Record) *record {
 	if p == nil || p.revoking {
 		return nil
 	}
-	if p.expect >= 0 && kr.Offset > p.expect && !p.checking {
-		p.checking = true
-		go c.checkGap(p, p.expect, kr.Offset)
-	}
-	p.expect = kr.Offset + 1
+	c.lag.polled(p.watch, kr.Offset)
 	rec := &record{part: p, kr: kr, offset: kr.Offset, epoch: kr.LeaderEpoch, pending: 1}
 	p.tr.add(rec)
 	c.flight.add(p)
@@ -268,6 +264,7 @@ func (c *committer) commit(ctx context.Context, only map[topicPartition]bool) {
 		c.m.committedOffset.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Set(float64(off))
 		if p := c.parts[tp]; p != nil && off > p.committed {
 			p.committed = off
+			c.lag.committed(p.watch, off)
 		}
 	}
 }
@@ -326,7 +323,8 @@ func (c *committer) assigned(ctx context.Context, _ *kgo.Client, assigned map[st
 			if !ok {
 				expect = -1
 			}
-			c.parts[tp] = &partition{tp: tp, ctx: ctx, cancel: cancel, tr: newTracker(), committed: -1, expect: expect, assignedAt: expect}
+			c.parts[tp] = &partition{tp: tp, ctx: ctx, cancel: cancel, tr: newTracker(), committed: -1, assignedAt: expect,
+				watch: c.lag.assign(tp, ctx, expect)}
 		}
 	}
 	if c.paused() {
@@ -380,7 +378,7 @@ func (c *committer) forget(tp topicPartition) {
 	part.cancel()
 	delete(c.parts, tp)
 	c.m.committedOffset.DeleteLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))
-	c.m.lag.DeleteLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))
+	c.lag.forget(tp)
 }
 
 // lost forgets partitions without committing (kgo.OnPartitionsLost):

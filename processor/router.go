@@ -35,8 +35,8 @@ type Hooks struct {
 // is done by one component per concern:
 //
 //   - committer (committer.go): partitions, the finished prefix, commits,
-//     revoke and loss, gaps and lag; the records in flight, capacity and
-//     drain (inFlight, inflight.go);
+//     revoke and loss; the records in flight, capacity and drain
+//     (inFlight, inflight.go); gaps and lag (lagWatch, lag.go);
 //   - claimer (claimer.go): one ledger claim per batch, verdicts;
 //   - startPool (starts.go): one start in flight per workflow ID, waiters,
 //     the marker;
@@ -158,6 +158,7 @@ func New(cfg Config, o Options) (*Router, error) {
 	}
 	r.commits.cl, r.dlq.cl = r.cl, r.cl
 	r.commits.adm = kadm.NewClient(r.cl)
+	r.commits.lag.adm = r.commits.adm
 	// Only now may the group call back (assigned reads adm, commit cl):
 	// with topics given to NewClient it would join before they are set.
 	r.cl.AddConsumeTopics(cfg.Topics...)
@@ -211,7 +212,7 @@ func (r *Router) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Add(2)
 	go func() { defer loops.Done(); r.commits.run(commitCtx) }()
-	go func() { defer loops.Done(); r.commits.lagLoop(commitCtx) }()
+	go func() { defer loops.Done(); r.commits.lag.run(commitCtx) }()
 
 	// The claim of batch N runs while batch N+1 is polled and decoded: one
 	// claimer, fed in poll order, so verdicts follow the stream's order.
