@@ -24,16 +24,12 @@ type partition struct {
 	ctx       context.Context // cancelled when the partition is revoked or lost
 	cancel    context.CancelFunc
 	tr        *tracker
-	inFlight  int   // records polled and not ended
+	inFlight  int   // records tracked and not ended; guarded by inFlight.mu
 	committed int64 // offset last committed by us; -1 none
 	revoking  bool  // no new records are taken
-	// expect is the next offset we should see: the committed offset at
-	// assignment, then one past the last polled record; -1 unknown. A jump
-	// past it is a gap (compaction, transaction markers, or records that
-	// retention deleted before we read them: checkGap tells them apart).
-	expect     int64
-	checking   bool
-	assignedAt int64 // the group's committed offset at assignment; -1 none
+	// assignedAt is the group's committed offset at assignment; -1 none.
+	assignedAt int64
+	watch      *watched // this assignment in the lag watch
 }
 
 // record is one polled Kafka record while it is in flight. Its pieces of
@@ -44,26 +40,35 @@ type record struct {
 	kr       *kgo.Record
 	offset   int64
 	epoch    int32
-	pending  int  // pieces of work not yet ended
-	failed   bool // something was abandoned: never committable
+	pending  int  // pieces of work not yet ended; guarded by inFlight.mu
+	failed   bool // something was abandoned: never committable; guarded by inFlight.mu
 	finished bool // set by the tracker
 }
 
-// committer owns partition membership and offsets. Its guarantee: an
-// offset is committed only when every record before it in its partition
-// finished (the contiguous finished prefix, tracker); nothing is committed
-// for a partition after it is revoked (beyond what finished within
-// RevokeTimeout) or lost; commits carry the group generation, so a
-// zombie's late commit is rejected by the broker; a commit never moves a
-// partition's committed offset backwards (it reads the group's committed
-// offsets first and leaves out a partition another member committed past
-// since this one was assigned it: a stale owner that the broker let back
-// into the group with its old position must not rewind the group); a final commit happens on shutdown. It also bounds records in flight (MaxInFlight), notices
-// offsets deleted by retention before they were read (checkGap) and
-// exports consumer lag.
+// committer owns partition membership and offsets. Its guarantee: an offset
+// is committed only when every record before it in its partition finished
+// (the contiguous finished prefix, tracker); nothing is committed for a
+// partition after it is revoked (beyond what finished within RevokeTimeout)
+// or lost; commits carry the group generation, so a zombie's late commit is
+// rejected by the broker; a commit never moves a partition's committed
+// offset backwards (it reads the group's committed offsets first and leaves
+// out a partition another member committed past since this one was assigned
+// it: a stale owner that the broker let back into the group with its old
+// position must not rewind the group); a final commit happens on shutdown.
+// It counts records in and out of the in-flight accounting (flight,
+// inflight.go: capacity, drain, the revoke's wait), and tells the lag watch
+// (lag, lag.go: consumer lag, offsets deleted by retention before they were
+// read) what it was assigned, polled, committed and forgot.
 //
 // Every other component finishes its work on a record through end; nothing
 // else touches offsets.
+//
+// Lock order: commitMu, then mu, then flight.mu or lag.mu (never both);
+// health.mu comes before mu and flight.mu (health.update calls setPaused
+// under it; the committer and flight read the pause without a lock).
+// flight and lag take no other lock, and no one waits on flight's
+// condition holding commitMu or mu: revoked waits, then commits; track and
+// end hold mu only to count in and out.
 type committer struct {
 	cfg Config
 	log *slog.Logger
@@ -85,31 +90,25 @@ type committer struct {
 	// records (revoked waits first, then commits).
 	commitMu sync.Mutex
 
-	mu       sync.Mutex
-	cond     *sync.Cond // broadcast when records end, partitions change or the pause changes
-	parts    map[topicPartition]*partition
-	inFlight int
-	joined   bool
+	// flight counts the records in flight, under its own lock.
+	flight *inFlight
+	// lag exports lag and checks gaps, under its own lock.
+	lag *lagWatch
+
+	mu     sync.Mutex
+	parts  map[topicPartition]*partition
+	joined bool
 }
 
 func newCommitter(cfg Config, log *slog.Logger, m *metrics, parent context.Context, paused func() bool) *committer {
-	c := &committer{cfg: cfg, log: log, m: m, parent: parent, paused: paused, parts: map[topicPartition]*partition{}}
-	c.cond = sync.NewCond(&c.mu)
-	return c
-}
-
-// wake wakes everything waiting on the committer (capacity, drain,
-// revoke): the pause changed, or a deadline passed.
-func (c *committer) wake() {
-	c.mu.Lock()
-	c.cond.Broadcast()
-	c.mu.Unlock()
+	return &committer{cfg: cfg, log: log, m: m, parent: parent, paused: paused, parts: map[topicPartition]*partition{},
+		flight: newInFlight(cfg.MaxInFlight, paused, m.inFlight, log), lag: newLagWatch(cfg, log, m)}
 }
 
 // track registers a polled record with its partition, or returns nil if the
 // partition is no longer ours (or is being revoked). The record starts with
-// one piece of work; the caller sets how many it really has (setPending)
-// before handing any of them out.
+// one piece of work; the caller sets how many it really has
+// (flight.setPending) before handing any of them out.
 func (c *committer) track(kr *kgo.Record) *record {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -117,79 +116,37 @@ func (c *committer) track(kr *kgo.Record) *record {
 	if p == nil || p.revoking {
 		return nil
 	}
-	if p.expect >= 0 && kr.Offset > p.expect && !p.checking {
-		p.checking = true
-		go c.checkGap(p, p.expect, kr.Offset)
-	}
-	p.expect = kr.Offset + 1
+	c.lag.polled(p.watch, kr.Offset)
 	rec := &record{part: p, kr: kr, offset: kr.Offset, epoch: kr.LeaderEpoch, pending: 1}
 	p.tr.add(rec)
-	p.inFlight++
-	c.inFlight++
-	c.m.inFlight.Set(float64(c.inFlight))
+	c.flight.add(p)
 	return rec
-}
-
-// setPending says how many pieces of work rec has (one per intent).
-func (c *committer) setPending(rec *record, n int) {
-	c.mu.Lock()
-	rec.pending = n
-	c.mu.Unlock()
 }
 
 // end ends one of a record's pieces of work. ok=false abandons it: the
 // record is never committed by this router and will be redelivered.
+//
+// The last piece finishes the record in its partition's tracker, under mu
+// and only if the partition is still this assignment, then counts it out
+// of flight: whoever sees the partition with nothing in flight finds the
+// record in the prefix.
 func (c *committer) end(rec *record, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !ok {
-		rec.failed = true
-	}
-	rec.pending--
-	if rec.pending > 0 {
+	last, committable := c.flight.endPiece(rec, ok)
+	if !last {
 		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	p := rec.part
-	p.inFlight--
-	c.inFlight--
-	c.m.inFlight.Set(float64(c.inFlight))
-	if !rec.failed && c.parts[p.tp] == p {
+	if committable && c.parts[p.tp] == p {
 		p.tr.finish(rec)
 	}
 	rec.kr = nil
-	c.cond.Broadcast()
+	c.flight.done(p)
 }
 
 // owned reports whether the router still owns rec's partition.
 func (c *committer) owned(rec *record) bool { return rec.part.ctx.Err() == nil }
-
-// waitCapacity blocks while MaxInFlight records are in flight or fetching
-// is paused; false once ctx ends.
-func (c *committer) waitCapacity(ctx context.Context) bool {
-	stop := context.AfterFunc(ctx, c.wake)
-	defer stop()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for (c.inFlight >= c.cfg.MaxInFlight || c.paused()) && ctx.Err() == nil {
-		c.cond.Wait()
-	}
-	return ctx.Err() == nil
-}
-
-// waitDrained waits up to timeout for every record in flight to end.
-func (c *committer) waitDrained(timeout time.Duration) {
-	deadline := time.Now().Add(timeout)
-	t := time.AfterFunc(timeout, c.wake)
-	defer t.Stop()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for c.inFlight > 0 && time.Now().Before(deadline) {
-		c.cond.Wait()
-	}
-	if c.inFlight > 0 {
-		c.log.Warn("shutting down with records in flight; they will be redelivered", "records", c.inFlight)
-	}
-}
 
 // ready says whether the router has joined the group.
 func (c *committer) ready() bool {
@@ -307,6 +264,7 @@ func (c *committer) commit(ctx context.Context, only map[topicPartition]bool) {
 		c.m.committedOffset.WithLabelValues(tp.topic, strconv.Itoa(int(tp.partition))).Set(float64(off))
 		if p := c.parts[tp]; p != nil && off > p.committed {
 			p.committed = off
+			c.lag.committed(p.watch, off)
 		}
 	}
 }
@@ -365,7 +323,8 @@ func (c *committer) assigned(ctx context.Context, _ *kgo.Client, assigned map[st
 			if !ok {
 				expect = -1
 			}
-			c.parts[tp] = &partition{tp: tp, ctx: ctx, cancel: cancel, tr: newTracker(), committed: -1, expect: expect, assignedAt: expect}
+			c.parts[tp] = &partition{tp: tp, ctx: ctx, cancel: cancel, tr: newTracker(), committed: -1, assignedAt: expect,
+				watch: c.lag.assign(tp, ctx, expect)}
 		}
 	}
 	if c.paused() {
@@ -381,6 +340,7 @@ func (c *committer) assigned(ctx context.Context, _ *kgo.Client, assigned map[st
 // uncommitted, for the new owner.
 func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	only := map[topicPartition]bool{}
+	var parts []*partition
 	c.mu.Lock()
 	for t, ps := range revoked {
 		for _, p := range ps {
@@ -388,18 +348,12 @@ func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 			if part := c.parts[tp]; part != nil {
 				part.revoking = true
 				only[tp] = true
+				parts = append(parts, part)
 			}
 		}
 	}
 	c.mu.Unlock()
-	deadline := time.Now().Add(c.cfg.RevokeTimeout)
-	t := time.AfterFunc(c.cfg.RevokeTimeout, c.wake)
-	c.mu.Lock()
-	for time.Now().Before(deadline) && c.busy(only) {
-		c.cond.Wait()
-	}
-	c.mu.Unlock()
-	t.Stop()
+	c.flight.waitIdle(parts, c.cfg.RevokeTimeout)
 	c.commit(ctx, only)
 	// Forgotten under commitMu, so that no commit that read the partition
 	// before it was forgotten is sent after the revoke's.
@@ -409,19 +363,9 @@ func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 		c.forget(tp)
 	}
 	c.m.partitionsGone.WithLabelValues("revoked").Add(float64(len(only)))
-	c.cond.Broadcast()
 	c.mu.Unlock()
 	c.commitMu.Unlock()
 	c.log.Info("partitions revoked", "partitions", revoked)
-}
-
-func (c *committer) busy(tps map[topicPartition]bool) bool {
-	for tp := range tps {
-		if c.parts[tp].inFlight > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // forget drops a partition: its context is cancelled, so its records'
@@ -434,7 +378,7 @@ func (c *committer) forget(tp topicPartition) {
 	part.cancel()
 	delete(c.parts, tp)
 	c.m.committedOffset.DeleteLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))
-	c.m.lag.DeleteLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))
+	c.lag.forget(tp)
 }
 
 // lost forgets partitions without committing (kgo.OnPartitionsLost):
@@ -449,11 +393,11 @@ func (c *committer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int
 		}
 		c.m.partitionsGone.WithLabelValues("lost").Add(float64(len(ps)))
 	}
-	c.cond.Broadcast()
 	c.log.Warn("partitions lost; their in-flight work is abandoned uncommitted", "partitions", lost)
 }
 
-// pausedPartitions exports how many owned partitions are paused.
+// setPaused exports how many owned partitions are paused, and wakes the
+// poll loop's wait for capacity (waitCapacity asks whether it is paused).
 func (c *committer) setPaused(paused bool) {
 	c.mu.Lock()
 	n := 0
@@ -461,61 +405,8 @@ func (c *committer) setPaused(paused bool) {
 		n = len(c.parts)
 	}
 	c.m.pausedPartitions.Set(float64(n))
-	c.cond.Broadcast()
 	c.mu.Unlock()
-}
-
-// checkGap asks where the partition's log starts now: if past from, the
-// records from `from` up to the log start (at most `to`) were deleted by
-// retention before this group read them. Logged and counted: the reset
-// policy decided to go on, and operators must know what was skipped.
-func (c *committer) checkGap(p *partition, from, to int64) {
-	defer func() { c.mu.Lock(); p.checking = false; c.mu.Unlock() }()
-	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
-	defer cancel()
-	starts, err := c.adm.ListStartOffsets(ctx, p.tp.topic)
-	if err != nil {
-		return
-	}
-	o, ok := starts.Lookup(p.tp.topic, p.tp.partition)
-	if !ok || o.Err != nil || o.Offset <= from {
-		return // compaction or transaction markers, not retention
-	}
-	lost := min(o.Offset, to) - from
-	c.m.lost.WithLabelValues(p.tp.topic).Add(float64(lost))
-	c.log.Error("records deleted by retention before they were consumed; they are lost",
-		"topic", p.tp.topic, "partition", p.tp.partition, "from", from, "to", min(o.Offset, to)-1, "records", lost)
-}
-
-// lagLoop exports, for the partitions this replica owns, how far its
-// committed offset is behind the log end (dedup_consumer_lag). Summed over
-// replicas it is the group's lag.
-func (c *committer) lagLoop(ctx context.Context) {
-	every(ctx, c.cfg.LagInterval, func() { c.measureLag(ctx) })
-}
-
-func (c *committer) measureLag(ctx context.Context) {
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	ends, err := c.adm.ListEndOffsets(lctx, c.cfg.Topics...)
-	cancel()
-	if err != nil {
-		return
-	}
-	c.mu.Lock()
-	ends.Each(func(o kadm.ListedOffset) {
-		p := c.parts[topicPartition{o.Topic, o.Partition}]
-		if p == nil || o.Err != nil {
-			return
-		}
-		at := p.committed
-		if at < 0 {
-			at = p.assignedAt
-		}
-		if at >= 0 {
-			c.m.lag.WithLabelValues(o.Topic, strconv.Itoa(int(o.Partition))).Set(float64(max(o.Offset-at, 0)))
-		}
-	})
-	c.mu.Unlock()
+	c.flight.wake()
 }
 
 // every runs fn every d until ctx ends.

@@ -35,7 +35,8 @@ type Hooks struct {
 // is done by one component per concern:
 //
 //   - committer (committer.go): partitions, the finished prefix, commits,
-//     revoke and loss, capacity, gaps and lag;
+//     revoke and loss; the records in flight, capacity and drain
+//     (inFlight, inflight.go); gaps and lag (lagWatch, lag.go);
 //   - claimer (claimer.go): one ledger claim per batch, verdicts;
 //   - startPool (starts.go): one start in flight per workflow ID, waiters,
 //     the marker;
@@ -157,6 +158,7 @@ func New(cfg Config, o Options) (*Router, error) {
 	}
 	r.commits.cl, r.dlq.cl = r.cl, r.cl
 	r.commits.adm = kadm.NewClient(r.cl)
+	r.commits.lag.adm = r.commits.adm
 	// Only now may the group call back (assigned reads adm, commit cl):
 	// with topics given to NewClient it would join before they are set.
 	r.cl.AddConsumeTopics(cfg.Topics...)
@@ -210,7 +212,7 @@ func (r *Router) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Add(2)
 	go func() { defer loops.Done(); r.commits.run(commitCtx) }()
-	go func() { defer loops.Done(); r.commits.lagLoop(commitCtx) }()
+	go func() { defer loops.Done(); r.commits.lag.run(commitCtx) }()
 
 	// The claim of batch N runs while batch N+1 is polled and decoded: one
 	// claimer, fed in poll order, so verdicts follow the stream's order.
@@ -224,7 +226,7 @@ func (r *Router) Run(ctx context.Context) error {
 	}()
 
 	var runErr error
-	for r.commits.waitCapacity(ctx) {
+	for r.commits.flight.waitCapacity(ctx) {
 		fetches := r.cl.PollRecords(ctx, r.cfg.MaxPollRecords)
 		if fetches.IsClientClosed() {
 			r.cl.AllowRebalance()
@@ -258,7 +260,7 @@ func (r *Router) Run(ctx context.Context) error {
 	<-claimerDone
 
 	// Drain: let started work finish, then stop the workers and the marker.
-	r.commits.waitDrained(r.cfg.DrainTimeout)
+	r.commits.flight.waitDrained(r.cfg.DrainTimeout)
 	r.workCancel()
 	stopStarts()
 	stopCommitter()
@@ -344,7 +346,7 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 		for range d.Intents {
 			owners = append(owners, rec)
 		}
-		r.commits.setPending(rec, len(d.Intents))
+		r.commits.flight.setPending(rec, len(d.Intents))
 	}
 	if len(dead) > 0 {
 		r.dlq.write(ctx, dead)

@@ -1,0 +1,151 @@
+package processor
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// inFlight accounts for the records in flight: tracked (committer.track)
+// and not yet ended, every one of their pieces of work (committer.end). On
+// that count it bounds the poll loop (waitCapacity: MaxInFlight, and the
+// pause), lets the drain on shutdown wait for the records (waitDrained) and
+// a revoke wait for its partitions' records (waitIdle).
+//
+// Its rule: a record counts, in all and for its partition, from its
+// tracking until its last piece ended and the committer finished it in its
+// partition's tracker (done comes after the tracker, under committer.mu).
+// So a wait that sees a partition with no records in flight finds all of
+// them in the tracker: a revoke then commits every record that finished.
+// It decides nothing about offsets or membership: a partition's count is
+// that assignment's (*partition), owned or not.
+//
+// Its lock is the innermost (committer.go has the order): taken under
+// committer.mu by track and end, it never takes another lock of the
+// router's, and nothing waits on its condition holding another lock.
+type inFlight struct {
+	max    int         // MaxInFlight
+	paused func() bool // fetching is paused (health; an atomic, no lock)
+	gauge  prometheus.Gauge
+	log    *slog.Logger
+
+	// mu guards n, and also the in-flight fields of others: partition.inFlight,
+	// record.pending and record.failed.
+	mu   sync.Mutex
+	cond *sync.Cond // broadcast when a record ends, the pause changes or a deadline passes
+	n    int        // records in flight
+}
+
+func newInFlight(max int, paused func() bool, gauge prometheus.Gauge, log *slog.Logger) *inFlight {
+	f := &inFlight{max: max, paused: paused, gauge: gauge, log: log}
+	f.cond = sync.NewCond(&f.mu)
+	return f
+}
+
+// wake wakes everything waiting on records in flight (capacity, drain,
+// revoke): the pause changed, or a deadline passed.
+func (f *inFlight) wake() {
+	f.mu.Lock()
+	f.cond.Broadcast()
+	f.mu.Unlock()
+}
+
+// add counts a record of p in, as it is tracked (committer.track, under
+// committer.mu, so that a revoke that marked p first never misses it).
+func (f *inFlight) add(p *partition) {
+	f.mu.Lock()
+	p.inFlight++
+	f.n++
+	f.gauge.Set(float64(f.n))
+	f.mu.Unlock()
+}
+
+// setPending says how many pieces of work rec has (one per intent).
+func (f *inFlight) setPending(rec *record, n int) {
+	f.mu.Lock()
+	rec.pending = n
+	f.mu.Unlock()
+}
+
+// endPiece ends one of rec's pieces of work; ok=false abandons it. It
+// reports whether that was the last piece and, if so, whether none was
+// abandoned (the record may be finished in its tracker). After the last
+// piece the caller finishes the record and counts it out (done).
+func (f *inFlight) endPiece(rec *record, ok bool) (last, committable bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !ok {
+		rec.failed = true
+	}
+	rec.pending--
+	if rec.pending > 0 {
+		return false, false
+	}
+	return true, !rec.failed
+}
+
+// done counts one of p's records out, after its last piece ended and its
+// tracker was told, and wakes the waits.
+func (f *inFlight) done(p *partition) {
+	f.mu.Lock()
+	p.inFlight--
+	f.n--
+	f.gauge.Set(float64(f.n))
+	f.cond.Broadcast()
+	f.mu.Unlock()
+}
+
+// waitCapacity blocks while MaxInFlight records are in flight or fetching
+// is paused; false once ctx ends.
+func (f *inFlight) waitCapacity(ctx context.Context) bool {
+	stop := context.AfterFunc(ctx, f.wake)
+	defer stop()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for (f.n >= f.max || f.paused()) && ctx.Err() == nil {
+		f.cond.Wait()
+	}
+	return ctx.Err() == nil
+}
+
+// waitDrained waits up to timeout for every record in flight to end.
+func (f *inFlight) waitDrained(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	t := time.AfterFunc(timeout, f.wake)
+	defer t.Stop()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.n > 0 && time.Now().Before(deadline) {
+		f.cond.Wait()
+	}
+	if f.n > 0 {
+		f.log.Warn("shutting down with records in flight; they will be redelivered", "records", f.n)
+	}
+}
+
+// waitIdle waits up to timeout for every record of parts to end (a revoke
+// gives its partitions' records RevokeTimeout).
+func (f *inFlight) waitIdle(parts []*partition, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	t := time.AfterFunc(timeout, f.wake)
+	defer t.Stop()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for time.Now().Before(deadline) && busy(parts) {
+		f.cond.Wait()
+	}
+}
+
+// busy says whether any of parts has records in flight. Called with
+// inFlight.mu held.
+func busy(parts []*partition) bool {
+	for _, p := range parts {
+		if p.inFlight > 0 {
+			return true
+		}
+	}
+	return false
+}

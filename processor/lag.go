@@ -1,0 +1,147 @@
+package processor
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+// lagWatch watches the partitions this replica owns from outside the
+// commit path: it exports how far the group's offset of each is behind the
+// log end (dedup_consumer_lag; summed over replicas, the group's lag), and
+// notices records that retention deleted before the group read them
+// (checkGap: dedup_records_lost_total and an error log, since the reset
+// policy went on without them and operators must know what was skipped).
+//
+// Its rule: it knows a partition from its assignment to its forgetting,
+// as the committer tells it (assign, polled, committed, forget, all under
+// committer.mu), and exports a lag series only for a partition it knows:
+// the series is set and deleted under its lock, so a measurement never
+// brings back the series of a partition that is gone. It decides nothing:
+// what it sees is counted and logged.
+//
+// Its lock is innermost, like inFlight's (committer.go has the order): it
+// takes no other lock, and calls Kafka only without it.
+type lagWatch struct {
+	topics   []string
+	interval time.Duration // LagInterval
+	log      *slog.Logger
+	lag      *prometheus.GaugeVec   // topic, partition
+	lost     *prometheus.CounterVec // topic
+	adm      *kadm.Client           // the committer's, set by New
+
+	mu    sync.Mutex
+	parts map[topicPartition]*watched
+}
+
+// watched is the lag watch's state of one assignment of a partition.
+// Guarded by lagWatch.mu.
+type watched struct {
+	tp  topicPartition
+	ctx context.Context // the assignment's: a gap check ends with it
+	// at is where the group's offset is, as far as this replica knows: its
+	// last commit, else the group's offset at assignment; -1 unknown.
+	at int64
+	// expect is the next offset we should see: the committed offset at
+	// assignment, then one past the last polled record; -1 unknown. A jump
+	// past it is a gap (compaction, transaction markers, or records that
+	// retention deleted before we read them: checkGap tells them apart).
+	expect   int64
+	checking bool
+}
+
+func newLagWatch(cfg Config, log *slog.Logger, m *metrics) *lagWatch {
+	return &lagWatch{topics: cfg.Topics, interval: cfg.LagInterval, log: log, lag: m.lag, lost: m.lost,
+		parts: map[topicPartition]*watched{}}
+}
+
+// assign starts watching an assignment of tp, whose group offset was
+// committed at assignment (-1 none).
+func (l *lagWatch) assign(tp topicPartition, ctx context.Context, committed int64) *watched {
+	w := &watched{tp: tp, ctx: ctx, at: committed, expect: committed}
+	l.mu.Lock()
+	l.parts[tp] = w
+	l.mu.Unlock()
+	return w
+}
+
+// polled notes a polled record of w's partition: past the offset
+// expected, it checks the gap (one check at a time per partition).
+func (l *lagWatch) polled(w *watched, offset int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w.expect >= 0 && offset > w.expect && !w.checking {
+		w.checking = true
+		go l.checkGap(w, w.expect, offset)
+	}
+	w.expect = offset + 1
+}
+
+// committed notes that this replica committed w's partition at offset.
+func (l *lagWatch) committed(w *watched, offset int64) {
+	l.mu.Lock()
+	w.at = offset
+	l.mu.Unlock()
+}
+
+// forget stops watching tp and drops its lag series.
+func (l *lagWatch) forget(tp topicPartition) {
+	l.mu.Lock()
+	delete(l.parts, tp)
+	l.lag.DeleteLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))
+	l.mu.Unlock()
+}
+
+// checkGap asks where the partition's log starts now: if past from, the
+// records from `from` up to the log start (at most `to`) were deleted by
+// retention before this group read them. Logged and counted: the reset
+// policy decided to go on, and operators must know what was skipped.
+func (l *lagWatch) checkGap(w *watched, from, to int64) {
+	defer func() { l.mu.Lock(); w.checking = false; l.mu.Unlock() }()
+	ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
+	defer cancel()
+	starts, err := l.adm.ListStartOffsets(ctx, w.tp.topic)
+	if err != nil {
+		return
+	}
+	o, ok := starts.Lookup(w.tp.topic, w.tp.partition)
+	if !ok || o.Err != nil || o.Offset <= from {
+		return // compaction or transaction markers, not retention
+	}
+	lost := min(o.Offset, to) - from
+	l.lost.WithLabelValues(w.tp.topic).Add(float64(lost))
+	l.log.Error("records deleted by retention before they were consumed; they are lost",
+		"topic", w.tp.topic, "partition", w.tp.partition, "from", from, "to", min(o.Offset, to)-1, "records", lost)
+}
+
+// run exports, for the partitions this replica owns, how far its committed
+// offset is behind the log end (dedup_consumer_lag), every LagInterval
+// until ctx ends. Summed over replicas it is the group's lag.
+func (l *lagWatch) run(ctx context.Context) {
+	every(ctx, l.interval, func() { l.measure(ctx) })
+}
+
+func (l *lagWatch) measure(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ends, err := l.adm.ListEndOffsets(lctx, l.topics...)
+	cancel()
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	ends.Each(func(o kadm.ListedOffset) {
+		w := l.parts[topicPartition{o.Topic, o.Partition}]
+		if w == nil || o.Err != nil {
+			return
+		}
+		if w.at >= 0 {
+			l.lag.WithLabelValues(o.Topic, strconv.Itoa(int(o.Partition))).Set(float64(max(o.Offset-w.at, 0)))
+		}
+	})
+	l.mu.Unlock()
+}
