@@ -87,9 +87,9 @@ func TestAdv2ShutdownWaitsRevokeTimeoutForARecheckQueuedAfterTheDrain(t *testing
 	left := len(rn.r.starts.starting)
 	rn.r.starts.mu.Unlock()
 	queued := len(rn.r.starts.startQ)
-	rn.r.commits.mu.Lock()
-	inFlight := rn.r.commits.inFlight
-	rn.r.commits.mu.Unlock()
+	rn.r.commits.flight.mu.Lock()
+	inFlight := rn.r.commits.flight.n
+	rn.r.commits.flight.mu.Unlock()
 	t.Logf("Run returned %s after cancel; after Run: %d jobs in the in-flight map, %d in the start queue, %d records in flight", rn.took, left, queued, inFlight)
 	if limit := cfg1.DrainTimeout + 5*time.Second; rn.took > limit {
 		t.Fatalf("Run returned %s after cancel, over drain_timeout (%s) + 5s: rechecks re-submitted by the final flush were queued after the drain (start queue %d, in-flight map %d, records in flight %d after Run) and leaving the group waited revoke_timeout (%s) for their records",

@@ -81,6 +81,11 @@ type startPool struct {
 
 	startQ chan *job
 	markQ  chan *job
+	// qmu guards closed: senders to startQ hold it for reading, and stop
+	// sets closed under it, so that no job is put in the queue after its
+	// final drain (one would never end: nothing reads the queue then).
+	qmu    sync.RWMutex
+	closed bool
 }
 
 func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, ledger Ledger, h *health, hooks Hooks, dlq *deadLetterWriter,
@@ -130,14 +135,21 @@ func (s *startPool) submit(ctx context.Context, rec *record, req StartRequest, c
 	return false
 }
 
-// enqueue hands a job to the workers, or abandons it when ctx or the work
-// context ends first.
+// enqueue hands a job to the workers, or abandons it when ctx ends first
+// or the pool has stopped (a re-check or a takeover submitted after the
+// drain, by the marker's final flush say).
 func (s *startPool) enqueue(ctx context.Context, j *job) {
+	s.qmu.RLock()
+	if s.closed {
+		s.qmu.RUnlock()
+		s.done(j, false)
+		return
+	}
 	select {
 	case s.startQ <- j:
+		s.qmu.RUnlock()
 	case <-ctx.Done():
-		s.done(j, false)
-	case <-s.workCtx.Done():
+		s.qmu.RUnlock()
 		s.done(j, false)
 	}
 }
@@ -154,12 +166,32 @@ func (s *startPool) run() (stop func()) {
 	go func() { defer close(markerDone); s.marker() }()
 	return func() {
 		workers.Wait() // they stop when workCtx ends
-		for drained := false; !drained; {
+		// Close the queue: a drainer abandons what senders blocked on a
+		// full queue put in, so that they let go of qmu; once closed is
+		// set no one sends again, and the last drain empties it.
+		stopDrain, drained := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(drained)
+			for {
+				select {
+				case j := <-s.startQ:
+					s.done(j, false)
+				case <-stopDrain:
+					return
+				}
+			}
+		}()
+		s.qmu.Lock()
+		s.closed = true
+		s.qmu.Unlock()
+		close(stopDrain)
+		<-drained
+		for empty := false; !empty; {
 			select {
 			case j := <-s.startQ:
 				s.done(j, false)
 			default:
-				drained = true
+				empty = true
 			}
 		}
 		close(s.markQ)
