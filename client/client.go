@@ -347,7 +347,7 @@ func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 				case e.PayloadHash != p.hashes[i]:
 					known = false
 					conflicts = append(conflicts, id)
-				case e.State != "started":
+				case e.State != ledger.StateStarted:
 					// Pending: a router starts it from its record, which is
 					// normally still in Kafka; written again all the same,
 					// since a stale pending row needs its record again (the

@@ -124,7 +124,7 @@ func (c *Client) lookup(ctx context.Context, ids []string) (map[string]ledger.En
 func (c *Client) status(ctx context.Context, w Workflow, e ledger.Entry, ok bool) (Status, error) {
 	st := Status{WorkflowID: w.ID, ActivityID: w.ActivityID, Namespace: w.Namespace}
 	if ok {
-		st.Ledger, st.EventID, st.RunID, st.Conflicts = e.State, e.EventID, e.RunID, e.Conflicts
+		st.Ledger, st.EventID, st.RunID, st.Conflicts = string(e.State), e.EventID, e.RunID, e.Conflicts
 	}
 	if c.tc == nil {
 		return st, nil
@@ -230,10 +230,10 @@ func (c *Client) result(ctx context.Context, w Workflow, hash *[32]byte, out any
 		switch {
 		case ok && hash != nil && e.PayloadHash != *hash:
 			return &ConflictError{EventID: e.EventID, WorkflowIDs: []string{w.ID}}
-		case ok && e.State == "dead_lettered":
+		case ok && e.State == ledger.StateDeadLettered:
 			return fmt.Errorf("%s: %w", w.ID, ErrNotStarted)
 		}
-		if ok && e.State == "started" || c.led == nil {
+		if ok && e.State == ledger.StateStarted || c.led == nil {
 			break
 		}
 		select {

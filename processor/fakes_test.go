@@ -33,15 +33,15 @@ func (f *failer) next() error {
 	return f.err
 }
 
-// Ledger row states, as in sink/ledger.
+// Ledger row states: the router tests' short names of LedgerState's.
 const (
-	statePending      = "pending"
-	stateStarted      = "started"
-	stateDeadLettered = "dead_lettered"
+	statePending      = LedgerPending
+	stateStarted      = LedgerStarted
+	stateDeadLettered = LedgerDeadLettered
 )
 
 type ledgerRow struct {
-	state      string
+	state      LedgerState
 	hash       [32]byte
 	runID      string
 	generation int
@@ -76,7 +76,7 @@ func newFakeLedger() *fakeLedger {
 }
 
 // seed puts a row in the ledger, as a previous run would have left it.
-func (l *fakeLedger) seed(wid, state string, hash [32]byte) {
+func (l *fakeLedger) seed(wid string, state LedgerState, hash [32]byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.rows[wid] = &ledgerRow{state: state, hash: hash}
@@ -100,7 +100,7 @@ func (l *fakeLedger) row(wid string) (runID string, generation int) {
 	return "", 0
 }
 
-func (l *fakeLedger) state(wid string) string {
+func (l *fakeLedger) state(wid string) LedgerState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r := l.rows[wid]; r != nil {

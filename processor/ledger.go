@@ -24,6 +24,33 @@ type Ledger interface {
 	MarkDeadLettered(ctx context.Context, workflowIDs []string) error
 }
 
+// LedgerState is the state of a ledger row, stored as its text
+// (dedup_ledger.state in sink/ledger, which names the type ledger.State).
+// The Ledger's methods move a row between the states:
+//
+//	(no row) --Claim--> pending --MarkStarted--> started (never leaves; a re-run moves its generation)
+//	pending --MarkDeadLettered--> dead_lettered --Claim with the row's payload--> pending
+//
+// It is declared here, beside the Ledger interface whose contract names
+// the states, because the router's tests (their fake ledger) need the
+// states and the verdict rule (ClaimVerdict), and processor does not
+// import sink/ledger (the sink depends on the processor, not the reverse).
+type LedgerState string
+
+const (
+	// LedgerPending: claimed and not started yet (a start in flight, or a
+	// crash between claim and start): work in flight, which the next claim
+	// re-drives.
+	LedgerPending LedgerState = "pending"
+	// LedgerStarted: Temporal has the workflow (the run of the row's
+	// generation); every later copy is a duplicate.
+	LedgerStarted LedgerState = "started"
+	// LedgerDeadLettered: Temporal refused the start for good and the
+	// record went to the dead-letter topic; a claim with the row's payload
+	// (the record replayed) claims it again.
+	LedgerDeadLettered LedgerState = "dead_lettered"
+)
+
 // DeadLetter identifies one dead-letter write: a record, and the workflow
 // for per-workflow reasons (conflict, temporal_permanent), else "".
 type DeadLetter struct {

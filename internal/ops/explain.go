@@ -504,9 +504,9 @@ func verdict(at *Coordinates, g *Group, recHash []byte, row *ledger.Row, mine *l
 	}
 	next := "a duplicate"
 	switch row.State {
-	case "pending":
+	case ledger.StatePending:
 		next = "a re-drive (the row is pending)"
-	case "dead_lettered":
+	case ledger.StateDeadLettered:
 		next = "a new claim of the dead-lettered row (started again)"
 	}
 	return "not_read_yet", fmt.Sprintf("not read yet; when read, %s of what %s/%d/%d claimed; %s", next, row.Topic, row.Partition, row.Offset, state)
@@ -536,7 +536,7 @@ func notMatched(at *Coordinates, row *ledger.Row, rt *Route, n int) (string, str
 func stateStory(row *ledger.Row, rt *Route) string {
 	var s string
 	switch row.State {
-	case "started":
+	case ledger.StateStarted:
 		s = fmt.Sprintf("the ledger says started, run %s, generation %d", orNone(row.RunID), row.Generation)
 		if row.StartedAt != nil {
 			s += ", at " + row.StartedAt.UTC().Format(time.RFC3339)
@@ -544,12 +544,12 @@ func stateStory(row *ledger.Row, rt *Route) string {
 		if row.Generation > 1 && rt != nil {
 			s += fmt.Sprintf(" (re-run %d time(s) under %s)", row.Generation-1, rt.IDReusePolicy)
 		}
-	case "pending":
+	case ledger.StatePending:
 		s = fmt.Sprintf("the ledger says pending: claimed %d time(s), not started yet (last claimed %s)", row.Attempts, row.UpdatedAt.UTC().Format(time.RFC3339))
-	case "dead_lettered":
+	case ledger.StateDeadLettered:
 		s = "the ledger says dead_lettered: Temporal refused the start for good (temporal_permanent); replaying the record claims it again"
 	default:
-		s = "the ledger says " + row.State
+		s = "the ledger says " + string(row.State)
 	}
 	return s
 }
@@ -624,7 +624,7 @@ func story(ex *Explanation, noRoute string) []string {
 	for _, w := range ex.Workflows {
 		s := fmt.Sprintf("%s: %s", w.WorkflowID, w.Verdict)
 		if w.Ledger != nil {
-			s += ", ledger " + w.Ledger.State
+			s += ", ledger " + string(w.Ledger.State)
 		}
 		if tx := w.Temporal; tx != nil {
 			if tx.Found {

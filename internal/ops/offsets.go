@@ -455,15 +455,15 @@ func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []
 			// duplicates of that claim.
 			f.NewWorkflows++
 			seen[in.WorkflowID] = "new"
-		case row == nil || row.State == "started" || seen[in.WorkflowID] != "":
+		case row == nil || row.State == ledger.StateStarted || seen[in.WorkflowID] != "":
 			f.Duplicates++
-			if policy[i] != processor.ReuseRejectDuplicate && row != nil && row.State == "started" {
+			if policy[i] != processor.ReuseRejectDuplicate && row != nil && row.State == ledger.StateStarted {
 				f.MayRerun++
 			}
-		case row.State == "pending":
+		case row.State == ledger.StatePending:
 			f.Redrives++
 			seen[in.WorkflowID] = "redrive"
-		case row.State == "dead_lettered":
+		case row.State == ledger.StateDeadLettered:
 			f.Reclaims++
 			seen[in.WorkflowID] = "reclaim"
 		}

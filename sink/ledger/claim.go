@@ -44,7 +44,7 @@ LEFT JOIN cur ON cur.workflow_id = i.workflow_id`
 // stored is what the ledger holds for one workflow ID after the claim.
 type stored struct {
 	inserted   bool   // this claim created the row
-	state      string // pending, started (dead_lettered rows come back pending)
+	state      State  // pending, started (dead_lettered rows come back pending)
 	hash       []byte // the payload hash the row was claimed with
 	generation int    // of the claim (pending) or of the recorded run (started)
 }
@@ -98,7 +98,7 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []processor.Intent) (
 	}
 	started := 0
 	for _, s := range got {
-		if s.state == "started" {
+		if s.state == StateStarted {
 			started++
 		}
 	}
@@ -135,7 +135,7 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []processor.Intent
 	for rows.Next() {
 		var (
 			n     int64
-			state *string
+			state *State
 			h     []byte
 			gen   int
 		)
@@ -144,7 +144,7 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []processor.Intent
 		}
 		j := int(n - 1)
 		answered[j] = true
-		if state != nil && *state == "started" { // with another payload, or re-run
+		if state != nil && *state == StateStarted { // with another payload, or re-run
 			got[ids[j]] = stored{state: *state, hash: h, generation: gen}
 			continue
 		}
@@ -155,7 +155,7 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []processor.Intent
 	}
 	for j, ok := range answered {
 		if !ok {
-			got[ids[j]] = stored{state: "started", hash: hashes[j], generation: 1}
+			got[ids[j]] = stored{state: StateStarted, hash: hashes[j], generation: 1}
 		}
 	}
 	todo := make([]int, len(left))
@@ -189,7 +189,7 @@ func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq [
 		var (
 			id    string
 			s     stored
-			state *string
+			state *State
 		)
 		if err := rows.Scan(&id, &s.inserted, &state, &s.hash, &s.generation); err != nil {
 			return fmt.Errorf("reading claim verdicts: %w", err)
@@ -223,15 +223,15 @@ func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got
 			conflicts = append(conflicts, conflict{in: in, ledgerHash: s.hash})
 		case s.inserted:
 			verdicts[i] = processor.Claimed{Verdict: processor.VerdictNew, Generation: 1}
-		case s.state == "started":
+		case s.state == StateStarted:
 			verdicts[i] = processor.Claimed{Verdict: processor.VerdictDuplicate, Generation: s.generation}
 		default: // pending: claimed before and not started (yet)
 			verdicts[i] = processor.Claimed{Verdict: processor.VerdictRedrive, Generation: s.generation}
-			if s.state == "dead_lettered" {
+			if s.state == StateDeadLettered {
 				// Re-claimed by a copy that was not the batch's first of
 				// its ID (the first conflicted): rare, one more statement.
 				revive = append(revive, in.WorkflowID)
-				got[in.WorkflowID] = stored{state: "pending", hash: s.hash, generation: s.generation}
+				got[in.WorkflowID] = stored{state: StatePending, hash: s.hash, generation: s.generation}
 			}
 		}
 	}

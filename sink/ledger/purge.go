@@ -60,13 +60,13 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 // more. purgeDeadLettered is the same for dead-lettered rows, by when
 // they were dead-lettered (dedup_ledger_dead_lettered).
 var (
-	purgeStarted      = purgeBatchSQL("started", "started_at")
-	purgeDeadLettered = purgeBatchSQL("dead_lettered", "updated_at")
+	purgeStarted      = purgeBatchSQL(StateStarted, "started_at")
+	purgeDeadLettered = purgeBatchSQL(StateDeadLettered, "updated_at")
 )
 
 // purgeBatchSQL is one purge batch of the rows in state, by their end
 // time ended (the column of that state's partial index).
-func purgeBatchSQL(state, ended string) string {
+func purgeBatchSQL(state State, ended string) string {
 	return fmt.Sprintf(`
 WITH victims AS (
 	SELECT workflow_id, %[2]s AS t FROM dedup_ledger

@@ -101,7 +101,7 @@ func TestPurgeBatchesUseTheEndTimeIndexes(t *testing.T) {
 	if _, err := conn.Exec(ctx, `SET enable_seqscan = off`); err != nil {
 		t.Fatal(err)
 	}
-	for state, index := range map[string]string{"started": "dedup_ledger_started", "dead_lettered": "dedup_ledger_dead_lettered"} {
+	for state, index := range map[ledger.State]string{ledger.StateStarted: "dedup_ledger_started", ledger.StateDeadLettered: "dedup_ledger_dead_lettered"} {
 		rows, err := conn.Query(ctx, `EXPLAIN `+ledger.PurgeStatements[state], "24 hours", 1000, time.Time{})
 		if err != nil {
 			t.Fatal(err)
