@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -62,7 +63,7 @@ func (h *Handle) Status(ctx context.Context) ([]Status, error) {
 		if err != nil {
 			return nil, err
 		}
-		st.Conflict = ok && e.PayloadHash != w.hash
+		st.Conflict = claimVerdict(e, ok, &w.hash).Verdict == processor.VerdictConflict
 		out[i] = st
 	}
 	return out, nil
@@ -110,6 +111,15 @@ func (c *Client) workflow(id string) (Workflow, error) {
 		return Workflow{}, fmt.Errorf("%w: %q", ErrUnknownWorkflow, id)
 	}
 	return Workflow{ID: id, ActivityID: rt.ID, Namespace: c.namespace(rt)}, nil
+}
+
+// claimVerdict is the router's verdict (processor.ClaimVerdict) on a copy
+// of the workflow ID with payload hash (nil: any payload, the entry's)
+// against the ledger's entry as it stands (ok: the ledger has one; if
+// not, the copy would claim the ID).
+func claimVerdict(e ledger.Entry, ok bool, hash *[32]byte) processor.Claimed {
+	v, _ := processor.ClaimVerdict(e.State, !ok || hash == nil || e.PayloadHash == *hash, !ok, e.Generation)
+	return v
 }
 
 func (c *Client) lookup(ctx context.Context, ids []string) (map[string]ledger.Entry, error) {
@@ -228,7 +238,7 @@ func (c *Client) result(ctx context.Context, w Workflow, hash *[32]byte, out any
 		}
 		e, ok := entries[w.ID]
 		switch {
-		case ok && hash != nil && e.PayloadHash != *hash:
+		case claimVerdict(e, ok, hash).Verdict == processor.VerdictConflict:
 			return &ConflictError{EventID: e.EventID, WorkflowIDs: []string{w.ID}}
 		case ok && e.State == ledger.StateDeadLettered:
 			return fmt.Errorf("%s: %w", w.ID, ErrNotStarted)

@@ -47,12 +47,12 @@ type ledgerRow struct {
 	generation int
 }
 
-// fakeLedger is the claim ledger in memory, with sink/ledger's verdict
-// rule: per workflow ID, a copy with another payload than the row's is a
-// conflict; every other copy gets the row's verdict (new if this claim
-// inserted it, redrive while pending, duplicate once started); an absent
-// ID is claimed with its first copy's payload; a dead_lettered row is
-// re-claimed by a copy with its payload.
+// fakeLedger is the claim ledger in memory, with the ledgers' verdict
+// rule (ClaimVerdict): per workflow ID, a copy with another payload than
+// the row's is a conflict; every other copy gets the row's verdict (new if
+// this claim inserted it, redrive while pending, duplicate once started);
+// an absent ID is claimed with its first copy's payload; a dead_lettered
+// row is re-claimed by a copy with its payload.
 type fakeLedger struct {
 	mu        sync.Mutex
 	rows      map[string]*ledgerRow
@@ -79,7 +79,7 @@ func newFakeLedger() *fakeLedger {
 func (l *fakeLedger) seed(wid string, state LedgerState, hash [32]byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.rows[wid] = &ledgerRow{state: state, hash: hash}
+	l.rows[wid] = &ledgerRow{state: state, hash: hash, generation: 1}
 }
 
 // failClaims makes the next n claims (n < 0: all, until called again with
@@ -141,19 +141,10 @@ func (l *fakeLedger) Claim(ctx context.Context, intents []Intent) ([]Claimed, er
 	out := make([]Claimed, len(intents))
 	for i, in := range intents {
 		row := l.rows[in.WorkflowID]
-		if row.generation == 0 {
-			row.generation = 1
-		}
-		switch {
-		case row.hash != in.PayloadHash:
-			out[i] = Claimed{Verdict: VerdictConflict}
-		case inserted[in.WorkflowID]:
-			out[i] = Claimed{Verdict: VerdictNew, Generation: 1}
-		case row.state == stateStarted:
-			out[i] = Claimed{Verdict: VerdictDuplicate, Generation: row.generation}
-		default: // pending, or dead_lettered re-claimed by a copy with its payload
-			row.state = statePending
-			out[i] = Claimed{Verdict: VerdictRedrive, Generation: row.generation}
+		var reclaims bool
+		out[i], reclaims = ClaimVerdict(row.state, row.hash == in.PayloadHash, inserted[in.WorkflowID], row.generation)
+		if reclaims {
+			row.state = LedgerPending
 		}
 	}
 	l.claims = append(l.claims, append([]Intent(nil), intents...))

@@ -478,7 +478,10 @@ func verdict(at *Coordinates, g *Group, recHash []byte, row *ledger.Row, mine *l
 	}
 	state := stateStory(row, rt)
 	claimedHere := at != nil && row.Topic == at.Topic && row.Partition == at.Partition && row.Offset == at.Offset
-	if recHash != nil && !bytes.Equal(recHash, row.PayloadHash) {
+	// What a claim of this record gets from the row as it stands (without
+	// the record's payload, the row's is assumed).
+	next, reclaims := processor.ClaimVerdict(row.State, recHash == nil || bytes.Equal(recHash, row.PayloadHash), false, row.Generation)
+	if next.Verdict == processor.VerdictConflict {
 		if g == nil {
 			return "unknown", fmt.Sprintf("the row was claimed by %s/%d/%d with another payload; no conflict is recorded for this record, "+
 				"and whether the group read it is unknown (Kafka did not answer)", row.Topic, row.Partition, row.Offset)
@@ -502,14 +505,14 @@ func verdict(at *Coordinates, g *Group, recHash []byte, row *ledger.Row, mine *l
 		return "duplicate", fmt.Sprintf("a copy of the event that %s/%d/%d claimed first: this record was skipped as a duplicate "+
 			"(or, while the row was pending, re-drove it); %s", row.Topic, row.Partition, row.Offset, state)
 	}
-	next := "a duplicate"
-	switch row.State {
-	case ledger.StatePending:
-		next = "a re-drive (the row is pending)"
-	case ledger.StateDeadLettered:
-		next = "a new claim of the dead-lettered row (started again)"
+	what := "a duplicate"
+	switch {
+	case reclaims:
+		what = "a new claim of the dead-lettered row (started again)"
+	case next.Verdict == processor.VerdictRedrive:
+		what = "a re-drive (the row is pending)"
 	}
-	return "not_read_yet", fmt.Sprintf("not read yet; when read, %s of what %s/%d/%d claimed; %s", next, row.Topic, row.Partition, row.Offset, state)
+	return "not_read_yet", fmt.Sprintf("not read yet; when read, %s of what %s/%d/%d claimed; %s", what, row.Topic, row.Partition, row.Offset, state)
 }
 
 // notMatched is the verdict on a workflow ID that the record, read and

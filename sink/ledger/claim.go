@@ -44,7 +44,7 @@ LEFT JOIN cur ON cur.workflow_id = i.workflow_id`
 // stored is what the ledger holds for one workflow ID after the claim.
 type stored struct {
 	inserted   bool   // this claim created the row
-	state      State  // pending, started (dead_lettered rows come back pending)
+	state      State  // pending, started; dead_lettered only when the ID's first copy conflicted (else re-claimed: pending)
 	hash       []byte // the payload hash the row was claimed with
 	generation int    // of the claim (pending) or of the recorded run (started)
 }
@@ -208,8 +208,10 @@ func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq [
 	return nil
 }
 
-// verdicts turns what the ledger holds for each workflow ID into one
-// verdict per intent, and records the conflicts.
+// verdicts turns what the ledger holds for each workflow ID (the claim
+// statement's row answer, or the read of started rows) into one verdict
+// per intent, by processor.ClaimVerdict, and records the conflicts and the
+// re-claims the statement did not write.
 func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got map[string]stored) ([]processor.Claimed, error) {
 	verdicts := make([]processor.Claimed, len(intents))
 	var conflicts []conflict
@@ -217,22 +219,17 @@ func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got
 	for i := range intents {
 		in := &intents[i]
 		s := got[in.WorkflowID]
+		v, reclaims := processor.ClaimVerdict(s.state, string(s.hash) == string(in.PayloadHash[:]), s.inserted, s.generation)
+		verdicts[i] = v
 		switch {
-		case string(s.hash) != string(in.PayloadHash[:]):
-			verdicts[i] = processor.Claimed{Verdict: processor.VerdictConflict}
+		case v.Verdict == processor.VerdictConflict:
 			conflicts = append(conflicts, conflict{in: in, ledgerHash: s.hash})
-		case s.inserted:
-			verdicts[i] = processor.Claimed{Verdict: processor.VerdictNew, Generation: 1}
-		case s.state == StateStarted:
-			verdicts[i] = processor.Claimed{Verdict: processor.VerdictDuplicate, Generation: s.generation}
-		default: // pending: claimed before and not started (yet)
-			verdicts[i] = processor.Claimed{Verdict: processor.VerdictRedrive, Generation: s.generation}
-			if s.state == StateDeadLettered {
-				// Re-claimed by a copy that was not the batch's first of
-				// its ID (the first conflicted): rare, one more statement.
-				revive = append(revive, in.WorkflowID)
-				got[in.WorkflowID] = stored{state: StatePending, hash: s.hash, generation: s.generation}
-			}
+		case reclaims:
+			// A dead_lettered row the upsert left alone: re-claimed by a
+			// copy that was not the batch's first of its ID (the first
+			// conflicted): rare, one more statement.
+			revive = append(revive, in.WorkflowID)
+			got[in.WorkflowID] = stored{state: StatePending, hash: s.hash, generation: s.generation}
 		}
 	}
 	if len(revive) > 0 {
