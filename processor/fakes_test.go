@@ -518,3 +518,19 @@ func (s *fakeStarter) heldCount(wid string) int {
 	defer s.mu.Unlock()
 	return s.waiting[wid]
 }
+
+// NewFakeLedger is the fake ledger and a read of its rows, for the Ledger
+// contract suite (contract_test.go, package processor_test, runs
+// processor/ledgertest, which this package's own tests cannot import).
+func NewFakeLedger() (Ledger, func(ctx context.Context, workflowID string) (LedgerState, string, bool, error)) {
+	l := newFakeLedger()
+	return l, func(_ context.Context, wid string) (LedgerState, string, bool, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		r := l.rows[wid]
+		if r == nil {
+			return "", "", false, nil
+		}
+		return r.state, r.runID, true, nil
+	}
+}

@@ -2,8 +2,10 @@ package processor
 
 import "context"
 
-// Ledger is what the router needs from the claim ledger. Both methods must
+// Ledger is what the router needs from the claim ledger. Its methods must
 // be idempotent: the router retries them after transient errors.
+// processor/ledgertest is this contract as a test suite, which every
+// implementation runs (sink/ledger's, the router tests' fake).
 type Ledger interface {
 	// Claim returns one verdict per intent, in order, each by
 	// ClaimVerdict's rule. It answers per workflow ID: a copy whose
