@@ -294,18 +294,19 @@ func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 			known = rejectOnly
 			for i, id := range ids {
 				e, ok := entries[id]
-				switch {
-				case !ok:
-					known = false
-				case e.PayloadHash != p.hashes[i]:
+				switch claimVerdict(e, ok, &p.hashes[i]).Verdict {
+				case processor.VerdictDuplicate: // started: the router skips the record
+				case processor.VerdictConflict:
 					known = false
 					conflicts = append(conflicts, id)
-				case e.State != "started":
-					// Pending: a router starts it from its record, which is
-					// normally still in Kafka; written again all the same,
-					// since a stale pending row needs its record again (the
-					// runbook's re-drive). Dead-lettered: the router claims
-					// it again. A second record costs a duplicate verdict.
+				default:
+					// New: no router has claimed it yet. Re-drive of a
+					// pending row: a router starts it from its record,
+					// which is normally still in Kafka; written again all
+					// the same, since a stale pending row needs its record
+					// again (the runbook's re-drive). Re-claim of a
+					// dead-lettered row: the router claims it again. A
+					// second record costs a duplicate verdict.
 					known = false
 				}
 			}

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -62,7 +63,7 @@ func (h *Handle) Status(ctx context.Context) ([]Status, error) {
 		if err != nil {
 			return nil, err
 		}
-		st.Conflict = ok && e.PayloadHash != w.hash
+		st.Conflict = claimVerdict(e, ok, &w.hash).Verdict == processor.VerdictConflict
 		out[i] = st
 	}
 	return out, nil
@@ -112,6 +113,15 @@ func (c *Client) workflow(id string) (Workflow, error) {
 	return Workflow{ID: id, ActivityID: rt.ID, Namespace: c.namespace(rt)}, nil
 }
 
+// claimVerdict is the router's verdict (processor.ClaimVerdict) on a copy
+// of the workflow ID with payload hash (nil: any payload, the entry's)
+// against the ledger's entry as it stands (ok: the ledger has one; if
+// not, the copy would claim the ID).
+func claimVerdict(e ledger.Entry, ok bool, hash *[32]byte) processor.Claimed {
+	v, _ := processor.ClaimVerdict(e.State, !ok || hash == nil || e.PayloadHash == *hash, !ok, e.Generation)
+	return v
+}
+
 func (c *Client) lookup(ctx context.Context, ids []string) (map[string]ledger.Entry, error) {
 	if c.led == nil {
 		return map[string]ledger.Entry{}, nil
@@ -124,7 +134,7 @@ func (c *Client) lookup(ctx context.Context, ids []string) (map[string]ledger.En
 func (c *Client) status(ctx context.Context, w Workflow, e ledger.Entry, ok bool) (Status, error) {
 	st := Status{WorkflowID: w.ID, ActivityID: w.ActivityID, Namespace: w.Namespace}
 	if ok {
-		st.Ledger, st.EventID, st.RunID, st.Conflicts = e.State, e.EventID, e.RunID, e.Conflicts
+		st.Ledger, st.EventID, st.RunID, st.Conflicts = string(e.State), e.EventID, e.RunID, e.Conflicts
 	}
 	if c.tc == nil {
 		return st, nil
@@ -228,12 +238,12 @@ func (c *Client) result(ctx context.Context, w Workflow, hash *[32]byte, out any
 		}
 		e, ok := entries[w.ID]
 		switch {
-		case ok && hash != nil && e.PayloadHash != *hash:
+		case claimVerdict(e, ok, hash).Verdict == processor.VerdictConflict:
 			return &ConflictError{EventID: e.EventID, WorkflowIDs: []string{w.ID}}
-		case ok && e.State == "dead_lettered":
+		case ok && e.State == ledger.StateDeadLettered:
 			return fmt.Errorf("%s: %w", w.ID, ErrNotStarted)
 		}
-		if ok && e.State == "started" || c.led == nil {
+		if ok && e.State == ledger.StateStarted || c.led == nil {
 			break
 		}
 		select {

@@ -33,26 +33,26 @@ func (f *failer) next() error {
 	return f.err
 }
 
-// Ledger row states, as in sink/ledger.
+// Ledger row states: the router tests' short names of LedgerState's.
 const (
-	statePending      = "pending"
-	stateStarted      = "started"
-	stateDeadLettered = "dead_lettered"
+	statePending      = LedgerPending
+	stateStarted      = LedgerStarted
+	stateDeadLettered = LedgerDeadLettered
 )
 
 type ledgerRow struct {
-	state      string
+	state      LedgerState
 	hash       [32]byte
 	runID      string
 	generation int
 }
 
-// fakeLedger is the claim ledger in memory, with sink/ledger's verdict
-// rule: per workflow ID, a copy with another payload than the row's is a
-// conflict; every other copy gets the row's verdict (new if this claim
-// inserted it, redrive while pending, duplicate once started); an absent
-// ID is claimed with its first copy's payload; a dead_lettered row is
-// re-claimed by a copy with its payload.
+// fakeLedger is the claim ledger in memory, with the ledgers' verdict
+// rule (ClaimVerdict): per workflow ID, a copy with another payload than
+// the row's is a conflict; every other copy gets the row's verdict (new if
+// this claim inserted it, redrive while pending, duplicate once started);
+// an absent ID is claimed with its first copy's payload; a dead_lettered
+// row is re-claimed by a copy with its payload.
 type fakeLedger struct {
 	mu        sync.Mutex
 	rows      map[string]*ledgerRow
@@ -76,10 +76,10 @@ func newFakeLedger() *fakeLedger {
 }
 
 // seed puts a row in the ledger, as a previous run would have left it.
-func (l *fakeLedger) seed(wid, state string, hash [32]byte) {
+func (l *fakeLedger) seed(wid string, state LedgerState, hash [32]byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.rows[wid] = &ledgerRow{state: state, hash: hash}
+	l.rows[wid] = &ledgerRow{state: state, hash: hash, generation: 1}
 }
 
 // failClaims makes the next n claims (n < 0: all, until called again with
@@ -100,7 +100,7 @@ func (l *fakeLedger) row(wid string) (runID string, generation int) {
 	return "", 0
 }
 
-func (l *fakeLedger) state(wid string) string {
+func (l *fakeLedger) state(wid string) LedgerState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r := l.rows[wid]; r != nil {
@@ -141,19 +141,10 @@ func (l *fakeLedger) Claim(ctx context.Context, intents []Intent) ([]Claimed, er
 	out := make([]Claimed, len(intents))
 	for i, in := range intents {
 		row := l.rows[in.WorkflowID]
-		if row.generation == 0 {
-			row.generation = 1
-		}
-		switch {
-		case row.hash != in.PayloadHash:
-			out[i] = Claimed{Verdict: VerdictConflict}
-		case inserted[in.WorkflowID]:
-			out[i] = Claimed{Verdict: VerdictNew, Generation: 1}
-		case row.state == stateStarted:
-			out[i] = Claimed{Verdict: VerdictDuplicate, Generation: row.generation}
-		default: // pending, or dead_lettered re-claimed by a copy with its payload
-			row.state = statePending
-			out[i] = Claimed{Verdict: VerdictRedrive, Generation: row.generation}
+		var reclaims bool
+		out[i], reclaims = ClaimVerdict(row.state, row.hash == in.PayloadHash, inserted[in.WorkflowID], row.generation)
+		if reclaims {
+			row.state = LedgerPending
 		}
 	}
 	l.claims = append(l.claims, append([]Intent(nil), intents...))
@@ -526,4 +517,20 @@ func (s *fakeStarter) heldCount(wid string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.waiting[wid]
+}
+
+// NewFakeLedger is the fake ledger and a read of its rows, for the Ledger
+// contract suite (contract_test.go, package processor_test, runs
+// processor/ledgertest, which this package's own tests cannot import).
+func NewFakeLedger() (Ledger, func(ctx context.Context, workflowID string) (LedgerState, string, bool, error)) {
+	l := newFakeLedger()
+	return l, func(_ context.Context, wid string) (LedgerState, string, bool, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		r := l.rows[wid]
+		if r == nil {
+			return "", "", false, nil
+		}
+		return r.state, r.runID, true, nil
+	}
 }

@@ -2,17 +2,20 @@ package processor
 
 import "context"
 
-// Ledger is what the router needs from the claim ledger. Both methods must
+// Ledger is what the router needs from the claim ledger. Its methods must
 // be idempotent: the router retries them after transient errors.
+// processor/ledgertest is this contract as a test suite, which every
+// implementation runs (sink/ledger's, the router tests' fake).
 type Ledger interface {
-	// Claim returns one verdict per intent, in order. It answers per
-	// workflow ID: a copy whose payload differs from the one the ID was
-	// claimed with is VerdictConflict; every other copy gets the ID's
-	// verdict (VerdictNew when this call claimed it, VerdictRedrive while
-	// it is claimed and not started, VerdictDuplicate once started),
-	// wherever it stands in the batch. An unclaimed ID is claimed with the
-	// payload of its first copy in the batch. Which copy starts is the
-	// router's business (startPool.submit).
+	// Claim returns one verdict per intent, in order, each by
+	// ClaimVerdict's rule. It answers per workflow ID: a copy whose
+	// payload differs from the one the ID was claimed with is
+	// VerdictConflict; every other copy gets the ID's verdict (VerdictNew
+	// when this call claimed it, VerdictRedrive while it is claimed and
+	// not started, VerdictDuplicate once started), wherever it stands in
+	// the batch. An unclaimed ID is claimed with the payload of its first
+	// copy in the batch. Which copy starts is the router's business
+	// (startPool.submit).
 	Claim(ctx context.Context, intents []Intent) ([]Claimed, error)
 	// MarkStarted records that Temporal has the workflows: a pending row
 	// becomes started, and a started row moves to a newer generation's
@@ -22,6 +25,71 @@ type Ledger interface {
 	// (their records were dead-lettered); a later claim of the same
 	// payload re-claims them.
 	MarkDeadLettered(ctx context.Context, workflowIDs []string) error
+}
+
+// LedgerState is the state of a ledger row, stored as its text
+// (dedup_ledger.state in sink/ledger, which names the type ledger.State).
+// The Ledger's methods move a row between the states:
+//
+//	(no row) --Claim--> pending --MarkStarted--> started (never leaves; a re-run moves its generation)
+//	pending --MarkDeadLettered--> dead_lettered --Claim with the row's payload--> pending
+//
+// It is declared here, beside the Ledger interface whose contract names
+// the states, because the router's tests (their fake ledger) need the
+// states and the verdict rule (ClaimVerdict), and processor does not
+// import sink/ledger (the sink depends on the processor, not the reverse).
+type LedgerState string
+
+const (
+	// LedgerPending: claimed and not started yet (a start in flight, or a
+	// crash between claim and start): work in flight, which the next claim
+	// re-drives.
+	LedgerPending LedgerState = "pending"
+	// LedgerStarted: Temporal has the workflow (the run of the row's
+	// generation); every later copy is a duplicate.
+	LedgerStarted LedgerState = "started"
+	// LedgerDeadLettered: Temporal refused the start for good and the
+	// record went to the dead-letter topic; a claim with the row's payload
+	// (the record replayed) claims it again.
+	LedgerDeadLettered LedgerState = "dead_lettered"
+)
+
+// ClaimVerdict is the verdict rule of Ledger.Claim, for one copy of a
+// workflow ID: what the ledger holds for the ID when the claim reaches it
+// (the row's state, whether the copy's payload hash equals the row's,
+// whether this claim inserted the row, the row's generation) decides the
+// copy's answer:
+//
+//   - another payload than the row's: VerdictConflict (generation 0); the
+//     row is not touched, whatever its state;
+//   - a row this claim inserted (with the payload of the ID's first copy
+//     in the batch): VerdictNew, generation 1, for every copy;
+//   - a started row: VerdictDuplicate, with the row's generation (the
+//     recorded run; a re-run under an allow_* policy starts a later one);
+//   - a pending row: VerdictRedrive, with the row's generation;
+//   - a dead_lettered row: VerdictRedrive too, and reclaims is true: the
+//     copy claims the row again, which the ledger must write back to
+//     pending.
+//
+// It is the one place of the rule: the ledgers (sink/ledger interprets its
+// claim statement's row answer with it; the router tests' fake) and every
+// reader that predicts or restates a claim's answer (dedup explain, the
+// forecast of dedup offsets reset, the producer client) call it. A
+// prediction for an ID the ledger does not know passes inserted = true:
+// the claim would insert it. The reuse policy is not an input: no ledger
+// sees it; it changes what the router does with a duplicate (it asks
+// Temporal whether the last run may run again), not the verdict.
+func ClaimVerdict(state LedgerState, sameHash, inserted bool, generation int) (c Claimed, reclaims bool) {
+	switch {
+	case !sameHash:
+		return Claimed{Verdict: VerdictConflict}, false
+	case inserted:
+		return Claimed{Verdict: VerdictNew, Generation: 1}, false
+	case state == LedgerStarted:
+		return Claimed{Verdict: VerdictDuplicate, Generation: generation}, false
+	default: // pending: claimed before and not started (yet); or dead_lettered
+		return Claimed{Verdict: VerdictRedrive, Generation: generation}, state == LedgerDeadLettered
+	}
 }
 
 // DeadLetter identifies one dead-letter write: a record, and the workflow

@@ -478,7 +478,10 @@ func verdict(at *Coordinates, g *Group, recHash []byte, row *ledger.Row, mine *l
 	}
 	state := stateStory(row, rt)
 	claimedHere := at != nil && row.Topic == at.Topic && row.Partition == at.Partition && row.Offset == at.Offset
-	if recHash != nil && !bytes.Equal(recHash, row.PayloadHash) {
+	// What a claim of this record gets from the row as it stands (without
+	// the record's payload, the row's is assumed).
+	next, reclaims := processor.ClaimVerdict(row.State, recHash == nil || bytes.Equal(recHash, row.PayloadHash), false, row.Generation)
+	if next.Verdict == processor.VerdictConflict {
 		if g == nil {
 			return "unknown", fmt.Sprintf("the row was claimed by %s/%d/%d with another payload; no conflict is recorded for this record, "+
 				"and whether the group read it is unknown (Kafka did not answer)", row.Topic, row.Partition, row.Offset)
@@ -502,14 +505,14 @@ func verdict(at *Coordinates, g *Group, recHash []byte, row *ledger.Row, mine *l
 		return "duplicate", fmt.Sprintf("a copy of the event that %s/%d/%d claimed first: this record was skipped as a duplicate "+
 			"(or, while the row was pending, re-drove it); %s", row.Topic, row.Partition, row.Offset, state)
 	}
-	next := "a duplicate"
-	switch row.State {
-	case "pending":
-		next = "a re-drive (the row is pending)"
-	case "dead_lettered":
-		next = "a new claim of the dead-lettered row (started again)"
+	what := "a duplicate"
+	switch {
+	case reclaims:
+		what = "a new claim of the dead-lettered row (started again)"
+	case next.Verdict == processor.VerdictRedrive:
+		what = "a re-drive (the row is pending)"
 	}
-	return "not_read_yet", fmt.Sprintf("not read yet; when read, %s of what %s/%d/%d claimed; %s", next, row.Topic, row.Partition, row.Offset, state)
+	return "not_read_yet", fmt.Sprintf("not read yet; when read, %s of what %s/%d/%d claimed; %s", what, row.Topic, row.Partition, row.Offset, state)
 }
 
 // notMatched is the verdict on a workflow ID that the record, read and
@@ -536,7 +539,7 @@ func notMatched(at *Coordinates, row *ledger.Row, rt *Route, n int) (string, str
 func stateStory(row *ledger.Row, rt *Route) string {
 	var s string
 	switch row.State {
-	case "started":
+	case ledger.StateStarted:
 		s = fmt.Sprintf("the ledger says started, run %s, generation %d", orNone(row.RunID), row.Generation)
 		if row.StartedAt != nil {
 			s += ", at " + row.StartedAt.UTC().Format(time.RFC3339)
@@ -544,12 +547,12 @@ func stateStory(row *ledger.Row, rt *Route) string {
 		if row.Generation > 1 && rt != nil {
 			s += fmt.Sprintf(" (re-run %d time(s) under %s)", row.Generation-1, rt.IDReusePolicy)
 		}
-	case "pending":
+	case ledger.StatePending:
 		s = fmt.Sprintf("the ledger says pending: claimed %d time(s), not started yet (last claimed %s)", row.Attempts, row.UpdatedAt.UTC().Format(time.RFC3339))
-	case "dead_lettered":
+	case ledger.StateDeadLettered:
 		s = "the ledger says dead_lettered: Temporal refused the start for good (temporal_permanent); replaying the record claims it again"
 	default:
-		s = "the ledger says " + row.State
+		s = "the ledger says " + string(row.State)
 	}
 	return s
 }
@@ -624,7 +627,7 @@ func story(ex *Explanation, noRoute string) []string {
 	for _, w := range ex.Workflows {
 		s := fmt.Sprintf("%s: %s", w.WorkflowID, w.Verdict)
 		if w.Ledger != nil {
-			s += ", ledger " + w.Ledger.State
+			s += ", ledger " + string(w.Ledger.State)
 		}
 		if tx := w.Temporal; tx != nil {
 			if tx.Found {

@@ -111,10 +111,10 @@ func summary(row *ledger.Row, ex *Execution, in *Inspection) string {
 	case row == nil:
 		return "the ledger has no row of this workflow ID"
 	case ex == nil:
-		return "the ledger says " + row.State + "; Temporal was not asked (see errors)"
-	case row.State == "started":
+		return "the ledger says " + string(row.State) + "; Temporal was not asked (see errors)"
+	case row.State == ledger.StateStarted:
 		return fmt.Sprintf("they agree: started, run %s (%s)", ex.RunID, ex.Status)
-	case row.State == "pending":
+	case row.State == ledger.StatePending:
 		return "they agree: claimed, not started yet"
 	}
 	return "they agree: dead-lettered, no run in Temporal"

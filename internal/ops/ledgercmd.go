@@ -36,14 +36,14 @@ Example:
 
 // StatsReport is dedup ledger stats' answer.
 type StatsReport struct {
-	Rows             []ledger.StateCount  `json:"rows"`
-	ByState          map[string]int64     `json:"by_state"`
-	Total            int64                `json:"total"`
-	OldestPending    *LedgerRow           `json:"oldest_pending,omitempty"`
-	OldestPendingAge string               `json:"oldest_pending_age,omitempty"`
-	Conflicts        int64                `json:"conflicts"`
-	DeadLetters      []ledger.ReasonCount `json:"dead_letters"`
-	Tables           []ledger.TableSize   `json:"tables"`
+	Rows             []ledger.StateCount    `json:"rows"`
+	ByState          map[ledger.State]int64 `json:"by_state"`
+	Total            int64                  `json:"total"`
+	OldestPending    *LedgerRow             `json:"oldest_pending,omitempty"`
+	OldestPendingAge string                 `json:"oldest_pending_age,omitempty"`
+	Conflicts        int64                  `json:"conflicts"`
+	DeadLetters      []ledger.ReasonCount   `json:"dead_letters"`
+	Tables           []ledger.TableSize     `json:"tables"`
 }
 
 // LedgerStats answers dedup ledger stats.
@@ -56,7 +56,7 @@ func (t *Tool) LedgerStats(ctx context.Context) (*StatsReport, int, error) {
 	if err != nil {
 		return nil, ExitError, err
 	}
-	rep := &StatsReport{Rows: st.Rows, ByState: map[string]int64{}, Conflicts: st.Conflicts,
+	rep := &StatsReport{Rows: st.Rows, ByState: map[ledger.State]int64{}, Conflicts: st.Conflicts,
 		DeadLetters: st.DeadLetters, Tables: st.Tables}
 	if rep.Rows == nil {
 		rep.Rows = []ledger.StateCount{}

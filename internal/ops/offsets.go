@@ -447,25 +447,40 @@ func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []
 	for i, in := range intents {
 		f.Intents++
 		row := byID[in.WorkflowID]
+		// The ledger's verdict on the row as it stands; an ID it does
+		// not know, the replay's first copy claims (inserts).
+		state, same, inserted, gen := ledger.StatePending, true, true, 0
+		if row != nil {
+			state, same, inserted, gen = row.State, string(row.PayloadHash) == string(in.PayloadHash[:]), false, row.Generation
+		}
+		v, reclaims := processor.ClaimVerdict(state, same, inserted, gen)
 		switch {
-		case row != nil && string(row.PayloadHash) != string(in.PayloadHash[:]):
+		case row == nil && seen[in.WorkflowID] != "":
+			// A later copy of an ID the replay's first copy claims: a
+			// duplicate of that claim. (Its payload is not compared with
+			// the first copy's: a copy with another payload, a conflict
+			// when replayed, is counted here too.)
+			f.Duplicates++
+		case v.Verdict == processor.VerdictConflict:
 			f.Conflicts++
-		case row == nil && seen[in.WorkflowID] == "":
-			// The replay's first copy claims it; later copies are
-			// duplicates of that claim.
+		case v.Verdict == processor.VerdictNew:
 			f.NewWorkflows++
 			seen[in.WorkflowID] = "new"
-		case row == nil || row.State == "started" || seen[in.WorkflowID] != "":
+		case v.Verdict == processor.VerdictDuplicate:
 			f.Duplicates++
-			if policy[i] != processor.ReuseRejectDuplicate && row != nil && row.State == "started" {
+			if policy[i] != processor.ReuseRejectDuplicate {
 				f.MayRerun++
 			}
-		case row.State == "pending":
-			f.Redrives++
-			seen[in.WorkflowID] = "redrive"
-		case row.State == "dead_lettered":
+		case seen[in.WorkflowID] != "":
+			// Re-driven or re-claimed by an earlier copy of the replay:
+			// one start, which this copy joins.
+			f.Duplicates++
+		case reclaims:
 			f.Reclaims++
 			seen[in.WorkflowID] = "reclaim"
+		default: // a re-drive of a pending row
+			f.Redrives++
+			seen[in.WorkflowID] = "redrive"
 		}
 	}
 	return nil

@@ -423,7 +423,7 @@ func eventually(t *testing.T, cond func() bool) {
 // run is named, and agreement names none.
 func TestJudge(t *testing.T) {
 	now := time.Now()
-	row := func(state, run string, gen int, age time.Duration) *ledger.Row {
+	row := func(state ledger.State, run string, gen int, age time.Duration) *ledger.Row {
 		return &ledger.Row{State: state, RunID: run, Generation: gen, UpdatedAt: now.Add(-age)}
 	}
 	run := func(id string, gen int) *Execution {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/dedupio/dedup/sink/ledger"
 )
 
 // The text forms of the answers: for people. Scripts use --output json.
@@ -190,7 +192,7 @@ func (s *StatsReport) text(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.ActivityID, r.State, r.Rows, r.Oldest.UTC().Format(time.RFC3339), r.Newest.UTC().Format(time.RFC3339))
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\nrows: %d (pending %d, started %d, dead_lettered %d)\n", s.Total, s.ByState["pending"], s.ByState["started"], s.ByState["dead_lettered"])
+	fmt.Fprintf(w, "\nrows: %d (pending %d, started %d, dead_lettered %d)\n", s.Total, s.ByState[ledger.StatePending], s.ByState[ledger.StateStarted], s.ByState[ledger.StateDeadLettered])
 	if o := s.OldestPending; o != nil {
 		fmt.Fprintf(w, "oldest pending: %s, claimed by %s, waiting %s\n", o.WorkflowID, o.ClaimedBy, s.OldestPendingAge)
 	} else {

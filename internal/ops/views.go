@@ -20,19 +20,19 @@ func (c Coordinates) String() string { return fmt.Sprintf("%s/%d/%d", c.Topic, c
 
 // LedgerRow is a dedup_ledger row as the commands print it.
 type LedgerRow struct {
-	WorkflowID  string      `json:"workflow_id"`
-	ActivityID  string      `json:"activity_id"`
-	EventID     string      `json:"event_id"`
-	IDRule      string      `json:"id_rule"`
-	PayloadHash string      `json:"payload_hash"`
-	State       string      `json:"state"`
-	RunID       string      `json:"run_id,omitempty"`
-	Attempts    int         `json:"attempts"`
-	Generation  int         `json:"generation"`
-	ClaimedBy   Coordinates `json:"claimed_by"`
-	ClaimedAt   time.Time   `json:"claimed_at"`
-	StartedAt   *time.Time  `json:"started_at,omitempty"`
-	UpdatedAt   time.Time   `json:"updated_at"`
+	WorkflowID  string       `json:"workflow_id"`
+	ActivityID  string       `json:"activity_id"`
+	EventID     string       `json:"event_id"`
+	IDRule      string       `json:"id_rule"`
+	PayloadHash string       `json:"payload_hash"`
+	State       ledger.State `json:"state"`
+	RunID       string       `json:"run_id,omitempty"`
+	Attempts    int          `json:"attempts"`
+	Generation  int          `json:"generation"`
+	ClaimedBy   Coordinates  `json:"claimed_by"`
+	ClaimedAt   time.Time    `json:"claimed_at"`
+	StartedAt   *time.Time   `json:"started_at,omitempty"`
+	UpdatedAt   time.Time    `json:"updated_at"`
 }
 
 func rowView(r ledger.Row) *LedgerRow {
@@ -128,7 +128,7 @@ func judge(row *ledger.Row, ex *Execution, now time.Time, staleAfter time.Durati
 	add := func(kind, format string, args ...any) {
 		out = append(out, Disagreement{Kind: kind, Detail: fmt.Sprintf(format, args...)})
 	}
-	if row != nil && row.State == "pending" && now.Sub(row.UpdatedAt) > staleAfter {
+	if row != nil && row.State == ledger.StatePending && now.Sub(row.UpdatedAt) > staleAfter {
 		add(PendingStale, "claimed %s ago (past postgres.pending_alert_after %s) and not started since: no live router is starting it "+
 			"(its record was committed past, or its partition is stuck); re-produce the record to re-drive it (runbook: DedupLedgerPendingStale)",
 			now.Sub(row.UpdatedAt).Round(time.Second), staleAfter)
@@ -142,20 +142,20 @@ func judge(row *ledger.Row, ex *Execution, now time.Time, staleAfter time.Durati
 			"or the ledger was reset, or the workflow was started outside dedup; a replay of the event is refused by Temporal under "+
 			"reject_duplicate while it keeps the run, and runs again under allow_*", ex.RunID, ex.Status)
 	case row == nil:
-	case row.State == "started" && !ex.Found:
+	case row.State == ledger.StateStarted && !ex.Found:
 		add(TemporalForgot, "the ledger says started (run %s) but Temporal has no execution: the run closed and the namespace's "+
 			"retention passed (or it was deleted); the ledger still makes dedup skip this ID", orNone(row.RunID))
-	case row.State == "started" && ex.Generation > row.Generation:
+	case row.State == ledger.StateStarted && ex.Generation > row.Generation:
 		add(RerunNotRecorded, "Temporal's latest run %s is generation %d, the ledger records generation %d (run %s): "+
 			"a re-run whose mark has not landed yet (the next duplicate finds it)", ex.RunID, ex.Generation, row.Generation, orNone(row.RunID))
-	case row.State == "started" && row.RunID != "" && ex.RunID != row.RunID:
+	case row.State == ledger.StateStarted && row.RunID != "" && ex.RunID != row.RunID:
 		add(RunMismatch, "Temporal's latest run %s (%s) is not the one the ledger records (%s): the workflow was reset, "+
 			"continued as new, or started again outside dedup", ex.RunID, ex.Status, row.RunID)
-	case row.State == "pending" && ex.Found:
+	case row.State == ledger.StatePending && ex.Found:
 		add(MarkNotLanded, "the ledger says pending but Temporal has run %s (%s): the start happened and its mark has not landed "+
 			"(a crash between start and mark, or the mark is in flight); a redelivery of the record re-drives it, finds it "+
 			"already started and marks it", ex.RunID, ex.Status)
-	case row.State == "dead_lettered" && ex.Found:
+	case row.State == ledger.StateDeadLettered && ex.Found:
 		add(DeadLetteredButStarted, "the ledger says Temporal refused the start for good (dead_lettered) but Temporal has run %s (%s): "+
 			"it was started since, outside dedup, or by a replay not yet marked", ex.RunID, ex.Status)
 	}

@@ -1,4 +1,4 @@
 package ledger
 
 // PurgeStatements are the purge's batch statements, for plan tests.
-var PurgeStatements = map[string]string{"started": purgeStarted, "dead_lettered": purgeDeadLettered}
+var PurgeStatements = map[State]string{StateStarted: purgeStarted, StateDeadLettered: purgeDeadLettered}

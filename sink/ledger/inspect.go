@@ -24,7 +24,7 @@ type Row struct {
 	Topic      string
 	Partition  int32
 	Offset     int64
-	State      string // pending, started, dead_lettered
+	State      State  // pending, started, dead_lettered
 	RunID      string // the Temporal run ID once started ("" if Temporal did not say)
 	Attempts   int    // claims of the row while not started (1 + re-drives)
 	Generation int
@@ -191,7 +191,7 @@ type Stats struct {
 // StateCount is the rows of one activity in one state.
 type StateCount struct {
 	ActivityID string
-	State      string
+	State      State
 	Rows       int64
 	// Oldest and Newest are the rows' oldest and newest last change
 	// (updated_at).

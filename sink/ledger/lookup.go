@@ -14,7 +14,7 @@ type Entry struct {
 	IDRule     string
 	// State is pending (claimed, not started yet), started or
 	// dead_lettered.
-	State       string
+	State       State
 	PayloadHash [32]byte
 	// RunID is the Temporal run the row was marked started with (the
 	// latest generation's); empty before.

@@ -1,0 +1,271 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dedupio/dedup/processor"
+)
+
+// claimSQL claims the batch in one statement, one row per workflow ID.
+// Rows already started in the statement's snapshot (every row of a replay)
+// are answered from it and never written: no row lock, no WAL, no dead
+// tuple. Every other ID is inserted, or, when its row exists, locked and
+// read at its latest committed version (ON CONFLICT DO UPDATE waits for
+// and sees a row another router committed after our snapshot, so a row
+// started meanwhile is answered started, not re-driven). A pending or
+// dead_lettered row with the same payload is re-claimed (attempts+1,
+// pending). Rows are inserted in workflow ID order (ORDER BY, in SQL) so
+// that two routers claiming overlapping batches lock in the same order and
+// do not deadlock.
+const claimSQL = `
+WITH input AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int4[], $8::int8[])
+		AS t(workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
+), cur AS MATERIALIZED (
+	SELECT workflow_id, state, payload_hash, generation FROM dedup_ledger WHERE workflow_id = ANY($1::text[]) AND state = 'started'
+), up AS (
+	INSERT INTO dedup_ledger AS l (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
+	SELECT * FROM input i
+	WHERE NOT EXISTS (SELECT FROM cur WHERE cur.workflow_id = i.workflow_id)
+	ORDER BY workflow_id
+	ON CONFLICT (workflow_id) DO UPDATE SET
+		attempts = l.attempts + (l.state <> 'started' AND l.payload_hash = EXCLUDED.payload_hash)::int,
+		state = CASE WHEN l.state = 'dead_lettered' AND l.payload_hash = EXCLUDED.payload_hash THEN 'pending' ELSE l.state END,
+		updated_at = CASE WHEN l.state <> 'started' AND l.payload_hash = EXCLUDED.payload_hash THEN now() ELSE l.updated_at END
+	RETURNING l.workflow_id, (l.xmax = 0) AS inserted, l.state, l.payload_hash, l.generation
+)
+SELECT i.workflow_id, coalesce(up.inserted, false), coalesce(up.state, cur.state), coalesce(up.payload_hash, cur.payload_hash),
+	coalesce(up.generation, cur.generation, 0)
+FROM input i
+LEFT JOIN up ON up.workflow_id = i.workflow_id
+LEFT JOIN cur ON cur.workflow_id = i.workflow_id`
+
+// stored is what the ledger holds for one workflow ID after the claim.
+type stored struct {
+	inserted   bool   // this claim created the row
+	state      State  // pending, started; dead_lettered only when the ID's first copy conflicted (else re-claimed: pending)
+	hash       []byte // the payload hash the row was claimed with
+	generation int    // of the claim (pending) or of the recorded run (started)
+}
+
+// Claim claims the intents and returns one verdict per intent, in order.
+//
+// The ledger answers per workflow ID, and every copy of an ID gets its
+// row's answer: a copy whose payload differs from the row's is a conflict
+// (recorded); every other copy gets the row's verdict (new when this claim
+// inserted it, re-drive while it is pending, duplicate once started),
+// whatever its position in the batch. An absent row is claimed with the
+// payload of the first copy of its ID in the batch. Which of several copies
+// starts the workflow is the router's decision (one start in flight per
+// workflow ID), not the ledger's.
+//
+// While most of the previous batch was already started (a replay), a
+// read-only statement first answers the rows started with the same payload
+// (one lean round trip, nothing written) and only the rest go through
+// claimSQL; otherwise claimSQL takes the whole batch. This is an
+// optimisation only: both paths give the same verdicts. Another round trip
+// happens only when a conflict must be recorded.
+func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]processor.Claimed, error) {
+	v, err := p.claimBatch(ctx, intents)
+	return v, p.classify(err)
+}
+
+func (p *Postgres) claimBatch(ctx context.Context, intents []processor.Intent) ([]processor.Claimed, error) {
+	if len(intents) == 0 {
+		return nil, nil
+	}
+	seen := make(map[string]bool, len(intents))
+	uniq := make([]int, 0, len(intents))
+	for i, in := range intents {
+		if !seen[in.WorkflowID] {
+			seen[in.WorkflowID] = true
+			uniq = append(uniq, i)
+		}
+	}
+	got := make(map[string]stored, len(uniq))
+	all := len(uniq)
+	if p.replaying.Load() {
+		var err error
+		if uniq, err = p.answerStarted(ctx, intents, uniq, got); err != nil {
+			return nil, err
+		}
+	}
+	if len(uniq) > 0 {
+		if err := p.claim(ctx, intents, uniq, got); err != nil {
+			return nil, err
+		}
+	}
+	started := 0
+	for _, s := range got {
+		if s.state == StateStarted {
+			started++
+		}
+	}
+	p.replaying.Store(2*started >= all)
+	return p.verdicts(ctx, intents, got)
+}
+
+// startedSQL returns the rows of the batch that are not started with the
+// same payload: absent (state NULL), pending, or started with another
+// payload (a conflict); and the duplicates that were re-run (generation >
+// 1, so that their verdict carries it). The rest, nearly every row of a
+// replay, are duplicates of generation 1 and cost no row in the answer.
+const startedSQL = `
+SELECT i.n, l.state, l.payload_hash, coalesce(l.generation, 0)
+FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS i(workflow_id, payload_hash, n)
+LEFT JOIN dedup_ledger l ON l.workflow_id = i.workflow_id
+WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash OR l.generation > 1`
+
+// answerStarted records in got the rows already started and returns the
+// indexes of the intents left to claim. A started row never goes back to
+// pending, so the read needs no lock.
+func (p *Postgres) answerStarted(ctx context.Context, intents []processor.Intent, uniq []int, got map[string]stored) ([]int, error) {
+	ids, hashes := make([]string, len(uniq)), make([][]byte, len(uniq))
+	for j, i := range uniq {
+		ids[j], hashes[j] = intents[i].WorkflowID, intents[i].PayloadHash[:]
+	}
+	rows, err := p.pool.Query(ctx, startedSQL, ids, hashes)
+	if err != nil {
+		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(ids), err)
+	}
+	defer rows.Close()
+	answered := make([]bool, len(uniq))
+	var left []int // positions in uniq
+	for rows.Next() {
+		var (
+			n     int64
+			state *State
+			h     []byte
+			gen   int
+		)
+		if err := rows.Scan(&n, &state, &h, &gen); err != nil {
+			return nil, fmt.Errorf("reading workflow IDs: %w", err)
+		}
+		j := int(n - 1)
+		answered[j] = true
+		if state != nil && *state == StateStarted { // with another payload, or re-run
+			got[ids[j]] = stored{state: *state, hash: h, generation: gen}
+			continue
+		}
+		left = append(left, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(ids), err)
+	}
+	for j, ok := range answered {
+		if !ok {
+			got[ids[j]] = stored{state: StateStarted, hash: hashes[j], generation: 1}
+		}
+	}
+	todo := make([]int, len(left))
+	for k, j := range left {
+		todo[k] = uniq[j]
+	}
+	return todo, nil
+}
+
+// claim runs claimSQL for the intents uniq (in workflow ID order) and
+// records the outcome in got.
+func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq []int, got map[string]stored) error {
+	n := len(uniq)
+	var (
+		wf, act, ev, rule, topic = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		hash                     = make([][]byte, n)
+		part                     = make([]int32, n)
+		off                      = make([]int64, n)
+	)
+	for j, i := range uniq {
+		in := &intents[i]
+		wf[j], act[j], ev[j], rule[j], topic[j] = in.WorkflowID, in.ActivityID, in.EventID, in.IDRule, in.Topic
+		hash[j], part[j], off[j] = in.PayloadHash[:], in.Partition, in.Offset
+	}
+	rows, err := p.pool.Query(ctx, claimSQL, wf, act, ev, rule, hash, topic, part, off)
+	if err != nil {
+		return fmt.Errorf("claiming %d intents: %w", n, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id    string
+			s     stored
+			state *State
+		)
+		if err := rows.Scan(&id, &s.inserted, &state, &s.hash, &s.generation); err != nil {
+			return fmt.Errorf("reading claim verdicts: %w", err)
+		}
+		if state == nil {
+			// Impossible by construction: every ID is either started in
+			// the snapshot or inserted / locked by the upsert.
+			return fmt.Errorf("claiming workflow ID %q: neither inserted nor found", id)
+		}
+		s.state = *state
+		got[id] = s
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("claiming %d intents: %w", n, err)
+	}
+	return nil
+}
+
+// verdicts turns what the ledger holds for each workflow ID (the claim
+// statement's row answer, or the read of started rows) into one verdict
+// per intent, by processor.ClaimVerdict, and records the conflicts and the
+// re-claims the statement did not write.
+func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got map[string]stored) ([]processor.Claimed, error) {
+	verdicts := make([]processor.Claimed, len(intents))
+	var conflicts []conflict
+	var revive []string
+	for i := range intents {
+		in := &intents[i]
+		s := got[in.WorkflowID]
+		v, reclaims := processor.ClaimVerdict(s.state, string(s.hash) == string(in.PayloadHash[:]), s.inserted, s.generation)
+		verdicts[i] = v
+		switch {
+		case v.Verdict == processor.VerdictConflict:
+			conflicts = append(conflicts, conflict{in: in, ledgerHash: s.hash})
+		case reclaims:
+			// A dead_lettered row the upsert left alone: re-claimed by a
+			// copy that was not the batch's first of its ID (the first
+			// conflicted): rare, one more statement.
+			revive = append(revive, in.WorkflowID)
+			got[in.WorkflowID] = stored{state: StatePending, hash: s.hash, generation: s.generation}
+		}
+	}
+	if len(revive) > 0 {
+		if _, err := p.pool.Exec(ctx, `UPDATE dedup_ledger SET state = 'pending', attempts = attempts + 1, updated_at = now()
+WHERE workflow_id = ANY($1::text[]) AND state = 'dead_lettered'`, revive); err != nil {
+			return nil, fmt.Errorf("re-claiming %d dead-lettered rows: %w", len(revive), err)
+		}
+	}
+	if len(conflicts) > 0 {
+		if err := p.recordConflicts(ctx, conflicts); err != nil {
+			return nil, err
+		}
+	}
+	return verdicts, nil
+}
+
+type conflict struct {
+	in         *processor.Intent
+	ledgerHash []byte
+}
+
+func (p *Postgres) recordConflicts(ctx context.Context, cs []conflict) error {
+	n := len(cs)
+	wf, ev, topic := make([]string, n), make([]string, n), make([]string, n)
+	h, lh := make([][]byte, n), make([][]byte, n)
+	part, off := make([]int32, n), make([]int64, n)
+	for i, c := range cs {
+		wf[i], ev[i], topic[i] = c.in.WorkflowID, c.in.EventID, c.in.Topic
+		h[i], lh[i], part[i], off[i] = c.in.PayloadHash[:], c.ledgerHash, c.in.Partition, c.in.Offset
+	}
+	_, err := p.pool.Exec(ctx, `
+INSERT INTO dedup_conflicts (workflow_id, event_id, payload_hash, ledger_payload_hash, topic, kafka_partition, kafka_offset)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::int4[], $7::int8[])
+ON CONFLICT DO NOTHING`, wf, ev, h, lh, topic, part, off)
+	if err != nil {
+		return fmt.Errorf("recording %d conflicts: %w", n, err)
+	}
+	return nil
+}

@@ -1,0 +1,240 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+func TestClaimLifecycle(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	e1 := intent("e1", "p1")
+
+	want(t, claim(t, l, e1), processor.VerdictNew)
+	// Claimed, not started: a crash happened; the redelivered record re-drives.
+	want(t, claim(t, l, e1), processor.VerdictRedrive)
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: e1.WorkflowID, RunID: "run-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, e1), processor.VerdictDuplicate)
+	// Same ID, different payload: a conflict, recorded once per record.
+	c := intent("e1", "p2")
+	want(t, claim(t, l, c), processor.VerdictConflict)
+	want(t, claim(t, l, c), processor.VerdictConflict)
+
+	var state, run string
+	var attempts int
+	var hash []byte
+	err := l.Pool().QueryRow(ctx, `SELECT state, run_id, attempts, payload_hash FROM dedup_ledger WHERE workflow_id = $1`, e1.WorkflowID).Scan(&state, &run, &attempts, &hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state != "started" || run != "run-1" || attempts != 2 || string(hash) != string(e1.PayloadHash[:]) {
+		t.Fatalf("row: state=%s run=%s attempts=%d, hash kept=%v", state, run, attempts, string(hash) == string(e1.PayloadHash[:]))
+	}
+	counts, err := l.Count(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts != (ledger.Counts{Started: 1, Conflicts: 1}) {
+		t.Fatalf("counts %+v", counts)
+	}
+}
+
+func TestClaimPendingConflictIsNotRedriven(t *testing.T) {
+	l := open(t)
+	want(t, claim(t, l, intent("e1", "p1")), processor.VerdictNew)
+	want(t, claim(t, l, intent("e1", "other")), processor.VerdictConflict)
+	want(t, claim(t, l, intent("e1", "p1")), processor.VerdictRedrive)
+}
+
+// The mixed batch, claimed in both of Claim's modes: straight through the
+// upsert (the previous batch was mostly new), and after the read of
+// started rows (the previous batch was mostly started, as in a replay).
+func TestClaimMixedBatch(t *testing.T) {
+	for _, afterReplay := range []bool{false, true} {
+		t.Run(fmt.Sprintf("after_replay=%v", afterReplay), func(t *testing.T) { claimMixedBatch(t, afterReplay) })
+	}
+}
+
+func claimMixedBatch(t *testing.T, afterReplay bool) {
+	l, sql := openTraced(t)
+	ctx := context.Background()
+	started, pending := intent("started", "s"), intent("pending", "p")
+	claim(t, l, started, pending)
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: started.WorkflowID, RunID: "r"}}); err != nil {
+		t.Fatal(err)
+	}
+	if afterReplay {
+		want(t, claim(t, l, started), processor.VerdictDuplicate) // all started
+	}
+	// The mode shows in the statements sent: the read of started rows
+	// (WITH ORDINALITY) comes first after the replay only.
+	sql.reset()
+	defer func() {
+		if read := sql.sent("WITH ORDINALITY"); read != afterReplay {
+			t.Fatalf("read of started rows sent: %v, want %v", read, afterReplay)
+		}
+	}()
+	batch := []processor.Intent{
+		intent("fresh", "f"),       // new
+		started,                    // duplicate of a started row
+		pending,                    // re-drive
+		intent("started", "s2"),    // conflict with a started row
+		intent("fresh", "f"),       // same batch, same payload: the row's verdict (the router coalesces)
+		intent("fresh", "f2"),      // same batch, other payload: conflict
+		intent("fresh2", "x"),      // new
+		intent("pending", "p-bad"), // conflict with a pending row
+	}
+	want(t, claim(t, l, batch...),
+		processor.VerdictNew, processor.VerdictDuplicate, processor.VerdictRedrive, processor.VerdictConflict,
+		processor.VerdictNew, processor.VerdictConflict, processor.VerdictNew, processor.VerdictConflict)
+	counts, err := l.Count(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts != (ledger.Counts{Pending: 3, Started: 1, Conflicts: 3}) {
+		t.Fatalf("counts %+v", counts)
+	}
+}
+
+// Two connections claim the same 500 IDs at once, in opposite orders, many
+// times: every ID gets exactly one VerdictNew, and no claim fails (no
+// deadlock: rows are locked in workflow ID order).
+func TestConcurrentClaimsGiveExactlyOneNew(t *testing.T) {
+	l1 := open(t)
+	// A second pool on the same database: a second router.
+	cfg := ledger.DefaultConfig()
+	cfg.URL = l1.Pool().Config().ConnString()
+	l2, err := ledger.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+
+	const rounds, n = 20, 500
+	for r := 0; r < rounds; r++ {
+		a := make([]processor.Intent, n)
+		b := make([]processor.Intent, n)
+		for i := range a {
+			a[i] = intent(fmt.Sprintf("r%d-e%d", r, i), "same")
+			b[n-1-i] = a[i]
+		}
+		var wg sync.WaitGroup
+		var va, vb []processor.Claimed
+		var ea, eb error
+		wg.Add(2)
+		go func() { defer wg.Done(); va, ea = l1.Claim(context.Background(), a) }()
+		go func() { defer wg.Done(); vb, eb = l2.Claim(context.Background(), b) }()
+		wg.Wait()
+		if ea != nil || eb != nil {
+			t.Fatalf("round %d: %v / %v", r, ea, eb)
+		}
+		for i := range a {
+			x, y := va[i].Verdict, vb[n-1-i].Verdict
+			news := 0
+			for _, v := range []processor.Verdict{x, y} {
+				switch v {
+				case processor.VerdictNew:
+					news++
+				case processor.VerdictRedrive:
+				default:
+					t.Fatalf("round %d id %d: unexpected verdict %v", r, i, v)
+				}
+			}
+			if news != 1 {
+				t.Fatalf("round %d id %d: %v and %v, want exactly one new", r, i, x, y)
+			}
+		}
+	}
+}
+
+// The event-loss hole: a pending row (a crash between claim and start) is
+// redelivered in a batch where a conflicting copy of the event (read from
+// another partition) comes before the original. The original must be
+// re-driven, not skipped as a duplicate of the conflicting copy; the same
+// when the row is started (the original is a duplicate, the copy a
+// conflict), in both claim modes.
+func TestClaimConflictBeforeOriginal(t *testing.T) {
+	for _, afterReplay := range []bool{false, true} {
+		t.Run(fmt.Sprintf("after_replay=%v", afterReplay), func(t *testing.T) {
+			l := open(t)
+			ctx := context.Background()
+			a, b := intent("e1", "A"), intent("e1", "B")
+			b.Partition = 2
+			done := intent("done", "d")
+			want(t, claim(t, l, a, done), processor.VerdictNew, processor.VerdictNew)
+			if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: done.WorkflowID, RunID: "r"}}); err != nil {
+				t.Fatal(err)
+			}
+			if afterReplay {
+				want(t, claim(t, l, done), processor.VerdictDuplicate)
+			}
+			want(t, claim(t, l, b, a, b), processor.VerdictConflict, processor.VerdictRedrive, processor.VerdictConflict)
+			if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "r"}}); err != nil {
+				t.Fatal(err)
+			}
+			want(t, claim(t, l, b, a), processor.VerdictConflict, processor.VerdictDuplicate)
+			// Neither absent row nor conflict: the first copy of a new ID
+			// claims it, later copies with its payload share its verdict.
+			n1, n2 := intent("n", "1"), intent("n", "2")
+			want(t, claim(t, l, n2, n1, n2), processor.VerdictNew, processor.VerdictConflict, processor.VerdictNew)
+		})
+	}
+}
+
+// A row started by another router after this claim's snapshot was taken
+// (the claim waits on that router's row lock) is a duplicate, not a
+// re-drive: re-driving it would call Temporal again, and under an allow_*
+// reuse policy could start a second execution.
+func TestClaimSeesRowStartedAfterItsSnapshot(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	a := intent("e1", "A")
+	want(t, claim(t, l, a), processor.VerdictNew)
+
+	tx, err := l.Pool().Begin(ctx) // the other router's MarkStarted, not yet committed
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `UPDATE dedup_ledger SET state = 'started', run_id = 'r' WHERE workflow_id = $1`, a.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []processor.Verdict, 1)
+	go func() {
+		cl, err := l.Claim(ctx, []processor.Intent{a})
+		if err != nil || len(cl) != 1 {
+			t.Error(cl, err)
+			got <- nil
+			return
+		}
+		got <- []processor.Verdict{cl[0].Verdict}
+	}()
+	// Wait until the claim is blocked on the row lock: its snapshot is
+	// taken and says pending.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		if err := l.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO dedup_ledger%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the claim never waited on the row lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want(t, <-got, processor.VerdictDuplicate)
+}

@@ -1,0 +1,126 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config says how to reach the ledger.
+type Config struct {
+	// URL is a libpq connection string; cmd/ fills it from DATABASE_URL when
+	// the file leaves it empty. In production use sslmode=verify-full (and
+	// sslrootcert=FILE for a private CA, such as RDS's bundle): Validate
+	// refuses a connection that does not verify the server's certificate
+	// unless AllowInsecure says so.
+	URL string `yaml:"url"`
+	// URLFile names a file holding URL (a mounted Secret: the URL carries
+	// the password). The config loader (internal/app) reads it into URL;
+	// set one of the two.
+	URLFile string `yaml:"url_file"`
+	// AllowInsecure lets dedup connect to a PostgreSQL that is not on
+	// this machine without verifying its certificate (sslmode disable,
+	// allow, prefer, or require without sslrootcert): anyone on the path
+	// can read the ledger's traffic or pose as the server. Connections to
+	// a loopback address or a Unix socket never leave the machine and are
+	// allowed without it (the dev stack, tests, a local TLS proxy such as
+	// the Cloud SQL Auth Proxy).
+	AllowInsecure bool `yaml:"allow_insecure"`
+	// MaxConns bounds the pool. One router uses one connection for claims
+	// and one for marking starts; more only help ad-hoc queries.
+	MaxConns int32 `yaml:"max_conns"`
+	// Retention deletes started rows (and dead-letter log entries) older
+	// than this; 0 keeps them forever. Keep it longer than any replay you
+	// may run (Kafka retention, or how far back you would reset a group):
+	// an event older than the ledger's memory that is replayed is stopped
+	// only by Temporal's own retention of the workflow ID.
+	Retention time.Duration `yaml:"retention"`
+	// AcceptShortHorizon lets dedup start although a replay from a
+	// topic's log start could find events that both the ledger (Retention)
+	// and Temporal (the namespace retention) have forgotten, and start
+	// their workflows again. Checked at start when Retention > 0.
+	AcceptShortHorizon bool `yaml:"accept_short_horizon"`
+	// PendingAlertAfter is the age past which a pending row counts as
+	// stale (dedup_ledger_pending_stale): a live router re-drives or starts
+	// a pending row within seconds.
+	PendingAlertAfter time.Duration `yaml:"pending_alert_after"`
+	// PurgeInterval is how often the purge runs, in batches of PurgeBatch.
+	PurgeInterval time.Duration `yaml:"purge_interval"`
+	PurgeBatch    int           `yaml:"purge_batch"`
+}
+
+// DefaultConfig has everything but the URL.
+func DefaultConfig() Config {
+	return Config{MaxConns: 4, PurgeInterval: time.Hour, PurgeBatch: 10000, PendingAlertAfter: 10 * time.Minute}
+}
+
+// Validate names the first invalid field.
+func (c Config) Validate() error {
+	if c.URL == "" {
+		return errors.New("postgres.url: empty (set it or DATABASE_URL)")
+	}
+	pc, err := pgxpool.ParseConfig(c.URL)
+	if err != nil {
+		return fmt.Errorf("postgres.url: %w", err)
+	}
+	if !c.AllowInsecure {
+		if err := verifiedTLS(pc.ConnConfig.Config); err != nil {
+			return err
+		}
+	}
+	if c.MaxConns < 2 {
+		return fmt.Errorf("postgres.max_conns: %d, want at least 2", c.MaxConns)
+	}
+	if c.Retention < 0 || (c.Retention > 0 && c.Retention < time.Hour) {
+		return fmt.Errorf("postgres.retention: %s, want 0 (keep) or at least 1h", c.Retention)
+	}
+	if c.PendingAlertAfter <= 0 {
+		return fmt.Errorf("postgres.pending_alert_after: %s, want > 0", c.PendingAlertAfter)
+	}
+	if c.PurgeInterval <= 0 || c.PurgeBatch <= 0 {
+		return errors.New("postgres.purge_interval, purge_batch: want > 0")
+	}
+	return nil
+}
+
+// verifiedTLS says which host of a parsed connection string (its first
+// host, or a fallback: a second host, or sslmode=prefer's plaintext retry)
+// is reached without verifying the server's certificate, unless it is on
+// this machine.
+func verifiedTLS(c pgconn.Config) error {
+	try := []*pgconn.FallbackConfig{{Host: c.Host, Port: c.Port, TLSConfig: c.TLSConfig}}
+	try = append(try, c.Fallbacks...)
+	for _, f := range try {
+		if onThisMachine(f.Host) {
+			continue
+		}
+		how := ""
+		switch {
+		case f.TLSConfig == nil:
+			how = "without TLS"
+		case f.TLSConfig.InsecureSkipVerify && f.TLSConfig.VerifyPeerCertificate == nil:
+			how = "over TLS without verifying the server's certificate"
+		default:
+			continue
+		}
+		return fmt.Errorf("postgres.url: connects to %s %s (sslmode disable, allow, prefer, or require without sslrootcert): "+
+			"use sslmode=verify-full (with sslrootcert=FILE for a private CA), or accept it with postgres.allow_insecure: true",
+			net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))), how)
+	}
+	return nil
+}
+
+// onThisMachine: a Unix socket or a loopback host.
+func onThisMachine(host string) bool {
+	if strings.HasPrefix(host, "/") || strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

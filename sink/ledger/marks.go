@@ -1,0 +1,52 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dedupio/dedup/processor"
+)
+
+// MarkStarted moves rows from pending to started, and a started row to a
+// re-run's newer generation, in one statement. A mark of an older
+// generation than the row's (a slow router's) changes nothing.
+func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started) error {
+	if len(started) == 0 {
+		return nil
+	}
+	// In workflow ID order, like Claim, so that routers lock rows in one
+	// order (a deadlock would still only cost a retry).
+	sorted := slices.SortedFunc(slices.Values(started), func(a, b processor.Started) int { return strings.Compare(a.WorkflowID, b.WorkflowID) })
+	ids, runs, gens := make([]string, len(sorted)), make([]string, len(sorted)), make([]int32, len(sorted))
+	for i, s := range sorted {
+		ids[i], runs[i], gens[i] = s.WorkflowID, s.RunID, int32(s.Generation)
+	}
+	_, err := p.pool.Exec(ctx, `
+UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), generation = greatest(l.generation, u.generation),
+	started_at = now(), updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::int4[]) AS u(workflow_id, run_id, generation)
+WHERE l.workflow_id = u.workflow_id AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))`, ids, runs, gens)
+	if err != nil {
+		return p.classify(fmt.Errorf("marking %d workflows started: %w", len(started), err))
+	}
+	return nil
+}
+
+// MarkDeadLettered ends pending rows whose records were dead-lettered
+// because Temporal refused their start for good: they are not work in
+// flight any more. Replaying the record claims the row again.
+func (p *Postgres) MarkDeadLettered(ctx context.Context, workflowIDs []string) error {
+	if len(workflowIDs) == 0 {
+		return nil
+	}
+	ids := slices.Sorted(slices.Values(workflowIDs))
+	_, err := p.pool.Exec(ctx, `
+UPDATE dedup_ledger SET state = 'dead_lettered', updated_at = now()
+WHERE workflow_id = ANY($1::text[]) AND state = 'pending'`, ids)
+	if err != nil {
+		return p.classify(fmt.Errorf("marking %d workflows dead-lettered: %w", len(ids), err))
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// purgeable selects the ledger rows a purge of rows older than $1
+// deletes (Purge, and PurgeCount's dry run): started and dead-lettered
+// rows, by when they ended; never pending rows.
+const purgeable = `((state = 'started' AND started_at < now() - $1::interval)
+	OR (state = 'dead_lettered' AND updated_at < now() - $1::interval))`
+
+// purgeableDeadLetters selects the dead-letter log entries a purge
+// deletes.
+const purgeableDeadLetters = `written_at < now() - $1::interval`
+
+// Purge deletes started rows and dead-letter log entries older than
+// olderThan, in batches of batch rows (short transactions, so claims are
+// not held up), and returns how many ledger rows it deleted. Pending rows
+// are never purged: they are work not yet done.
+//
+// Each batch takes the oldest victims along a partial index
+// (dedup_ledger_started, dedup_ledger_dead_lettered) and goes on from
+// the newest end time the batch before deleted, so a purge reads the rows
+// it deletes and not the ledger: its cost grows with what it removes, not
+// with the ledger's size.
+func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
+	var total int64
+	for _, q := range []struct{ what, sql string }{
+		{"started", purgeStarted},
+		{"dead-lettered", purgeDeadLettered},
+	} {
+		from := time.Time{} // the oldest end time still to look at
+		for {
+			var victims, n int64
+			var last *time.Time
+			if err := p.pool.QueryRow(ctx, q.sql, olderThan, batch, from).Scan(&victims, &n, &last); err != nil {
+				return total, fmt.Errorf("purging %s ledger rows: %w", q.what, err)
+			}
+			total += n
+			if victims < int64(batch) || last == nil {
+				break
+			}
+			from = *last
+		}
+	}
+	if _, err := p.pool.Exec(ctx, `DELETE FROM dedup_dead_letters WHERE `+purgeableDeadLetters, olderThan); err != nil {
+		return total, fmt.Errorf("purging dead-letter log: %w", err)
+	}
+	return total, nil
+}
+
+// purgeStarted deletes up to $2 started rows that ended before now() -
+// $1 and at or after $3, oldest first (an index range scan of
+// dedup_ledger_started), and returns how many it chose, how many it
+// deleted and the newest end time among them. The DELETE checks the row
+// again: one re-run meanwhile (a newer started_at) is not a victim any
+// more. purgeDeadLettered is the same for dead-lettered rows, by when
+// they were dead-lettered (dedup_ledger_dead_lettered).
+var (
+	purgeStarted      = purgeBatchSQL(StateStarted, "started_at")
+	purgeDeadLettered = purgeBatchSQL(StateDeadLettered, "updated_at")
+)
+
+// purgeBatchSQL is one purge batch of the rows in state, by their end
+// time ended (the column of that state's partial index).
+func purgeBatchSQL(state State, ended string) string {
+	return fmt.Sprintf(`
+WITH victims AS (
+	SELECT workflow_id, %[2]s AS t FROM dedup_ledger
+	WHERE state = '%[1]s' AND %[2]s < now() - $1::interval AND %[2]s >= $3
+	ORDER BY %[2]s LIMIT $2
+), gone AS (
+	DELETE FROM dedup_ledger l USING victims v
+	WHERE l.workflow_id = v.workflow_id AND l.state = '%[1]s' AND l.%[2]s < now() - $1::interval
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM victims), (SELECT count(*) FROM gone), (SELECT max(t) FROM victims)`, state, ended)
+}
