@@ -186,7 +186,7 @@ func (e *testEnv) endsOf(topic string) map[int32]int64 {
 func (e *testEnv) atEnd() bool {
 	ends, got := e.ends(), e.committed()
 	for p, end := range ends {
-		if got[p] != end && !(end == 0 && got[p] == -1) {
+		if got[p] != end && (end != 0 || got[p] != -1) {
 			return false
 		}
 	}

@@ -218,11 +218,11 @@ func (s *Store) Do(ctx context.Context, key string, fingerprint []byte, fn func(
 			}
 			return nil, err
 		}
-		switch {
-		case a.status == StatusCompleted:
+		switch a.status {
+		case StatusCompleted:
 			s.metrics.calls.WithLabelValues("stored").Inc()
 			return a.result, nil
-		case a.status == StatusFailedPermanent:
+		case StatusFailedPermanent:
 			s.metrics.calls.WithLabelValues("stored").Inc()
 			return nil, &PermanentError{Err: errors.New(a.errText)}
 		}
