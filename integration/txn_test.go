@@ -335,7 +335,7 @@ func (p *proc) gauges(name, label string) map[string]float64 {
 	if err != nil {
 		return out
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {

@@ -228,7 +228,7 @@ func (f *RemoteFaults) post(path string) {
 		if resp.StatusCode != http.StatusOK {
 			err = fmt.Errorf("%s: %s", path, resp.Status)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 	if err != nil {
 		f.mu.Lock()
@@ -267,7 +267,7 @@ func freeAddr() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("reserving a port: %w", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().String(), nil
 }
 

@@ -314,7 +314,9 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 	if live != nil {
 		if err := live(ctx); err != nil {
 			cancel()
-			<-done
+			if rerr := <-done; rerr != nil {
+				e.Log.Warn("the router, stopped after the live load failed", "err", rerr)
+			}
 			return res, nil, err
 		}
 	}
@@ -684,7 +686,9 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 		return res, err
 	}
 	cfg.Admin.Listen = l.Addr().String()
-	l.Close()
+	if err := l.Close(); err != nil {
+		return res, err
+	}
 	cfg.Log.Level = "warn"
 	res.MaxInFlight = cfg.Kafka.MaxInFlight
 	b, err := yaml.Marshal(cfg)
@@ -695,7 +699,7 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	path := filepath.Join(dir, "dedup.yaml")
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return res, err
@@ -740,7 +744,7 @@ func vmRSSKiB(pid int, field string) int64 {
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if strings.HasPrefix(sc.Text(), field) {
