@@ -209,10 +209,15 @@ type RemoteFaults struct {
 	err error
 }
 
+// Refuse makes the infra process's Temporal fail every start in namespace
+// with code for d (devstack.TemporalFaults.Refuse). A failed call is kept
+// for Err.
 func (f *RemoteFaults) Refuse(namespace string, code codes.Code, d time.Duration) {
 	f.post(fmt.Sprintf("/refuse?namespace=%s&code=%d&ms=%d", url.QueryEscape(namespace), code, d.Milliseconds()))
 }
 
+// Clear removes every fault (devstack.TemporalFaults.Clear). A failed call
+// is kept for Err.
 func (f *RemoteFaults) Clear() { f.post("/clear") }
 
 // Err is the first failed call's error.

@@ -250,8 +250,8 @@ type RouterResult struct {
 	InfraBusy float64 `json:"infra_cpu_busy"`
 }
 
-// CPUPerRecord and CPUPerWorkflow are CPU microseconds per record consumed
-// and per workflow started (0 when there were none).
+// CPUPerRecord is the CPU microseconds per record consumed (0 when there
+// were none).
 func (x RouterResult) CPUPerRecord() float64 {
 	if x.Records.N == 0 {
 		return 0
@@ -259,6 +259,8 @@ func (x RouterResult) CPUPerRecord() float64 {
 	return x.CPUSeconds * 1e6 / float64(x.Records.N)
 }
 
+// CPUPerWorkflow is the CPU microseconds per workflow started (0 when there
+// were none).
 func (x RouterResult) CPUPerWorkflow() float64 {
 	if x.Workflows.N == 0 {
 		return 0
