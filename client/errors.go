@@ -6,8 +6,9 @@ import (
 	"strings"
 )
 
-// ErrNoKey: the event has no idempotency key, and the routers' event_id
-// chain derives none (or only one known once written: coordinates).
+// ErrNoKey is returned when the event has no idempotency key and the
+// routers' event_id chain derives none (or only one known once written:
+// coordinates).
 var ErrNoKey = errors.New("no idempotency key, and nothing to derive one from")
 
 // ErrConflict matches every *ConflictError (errors.Is).
@@ -54,9 +55,10 @@ func (e *WorkflowError) Error() string {
 	return msg
 }
 
-// ErrNotStarted: the ledger says Temporal refused the workflow's start for
-// good (dead_lettered): it has no run to wait for.
+// ErrNotStarted is returned when the ledger says Temporal refused the
+// workflow's start for good (dead_lettered): it has no run to wait for.
 var ErrNotStarted = errors.New("workflow not started: Temporal refused its start and the record was dead-lettered")
 
-// ErrUnknownWorkflow: no route makes workflow IDs of this form.
+// ErrUnknownWorkflow is returned when no route makes workflow IDs of this
+// form.
 var ErrUnknownWorkflow = errors.New("no route makes this workflow ID")

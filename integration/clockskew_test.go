@@ -2,10 +2,10 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,7 +25,14 @@ var skewedBin = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	src, err := os.ReadFile(filepath.Join(runtime.GOROOT(), "src", "time", "time.go"))
+	// The standard library of the go command that builds the binary below
+	// (go build -C ..), which the overlay replaces a file of.
+	out, err := exec.Command("go", "env", "-C", "..", "GOROOT").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOROOT: %w", err)
+	}
+	stdTime := filepath.Join(strings.TrimSpace(string(out)), "src", "time", "time.go")
+	src, err := os.ReadFile(stdTime)
 	if err != nil {
 		return "", err
 	}
@@ -59,7 +66,7 @@ var wallSkew = func() int64 {
 	if err := os.WriteFile(timeGo, []byte(patched), 0o644); err != nil {
 		return "", err
 	}
-	ov, _ := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(runtime.GOROOT(), "src", "time", "time.go"): timeGo}})
+	ov, _ := json.Marshal(map[string]map[string]string{"Replace": {stdTime: timeGo}})
 	overlay := filepath.Join(dir, "overlay.json")
 	if err := os.WriteFile(overlay, ov, 0o644); err != nil {
 		return "", err

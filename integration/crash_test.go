@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -72,7 +73,7 @@ func waitExit(cmd *exec.Cmd, timeout time.Duration) error {
 		return err
 	case <-time.After(timeout):
 		_ = cmd.Process.Kill()
-		<-done
-		return errors.New("timed out; killed")
+		werr := <-done
+		return fmt.Errorf("timed out; killed (%v)", werr)
 	}
 }

@@ -61,7 +61,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		defer os.RemoveAll(kafkaDir)
+		defer func() { _ = os.RemoveAll(kafkaDir) }()
 		stack, err = devstack.Start(ctx, devstack.Config{Namespace: "default", DatabaseURL: os.Getenv("DATABASE_URL"), TemporalFaults: faults,
 			KafkaDataDir: kafkaDir})
 		if err != nil {
@@ -80,7 +80,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }()
 		binDir, dedupBin = dir, filepath.Join(dir, "dedup")
 		// -tags failpoints: the crash tests set DEDUP_FAILPOINT, which the
 		// shipped binary refuses. -C ..: the root module's cmd/dedup, with

@@ -97,7 +97,7 @@ func getStatus(t *testing.T, base, workflowID string, header ...string) (int, cl
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer res.Body.Close()
+	defer func() { _ = res.Body.Close() }()
 	var st client.Status
 	b, _ := io.ReadAll(res.Body)
 	if res.StatusCode == 200 {
@@ -282,7 +282,7 @@ func TestIngressConcurrentOneKey(t *testing.T) {
 			t.Error(err)
 			return 0
 		}
-		res.Body.Close()
+		_ = res.Body.Close()
 		return res.StatusCode
 	}
 	first := make(chan int, 1)
@@ -339,7 +339,7 @@ func TestKafkaBinaryDataStartsIntact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sender.Close(context.Background())
+	defer func() { _ = sender.Close(context.Background()) }()
 	proto := []byte{0x08, 0x96, 0x01, 0x12, 0x07, 't', 'e', 's', 't', 'i', 'n', 'g', 0x1a, 0x02, 0x00, 0xff}
 	events := map[string]struct {
 		ct   string
@@ -398,7 +398,9 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Ingress.Listen = l.Addr().String()
-	l.Close()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Ingress.AdminListen = ""
 	cfg.Ingress.TokensFile = tokens
 	cfg.Ingress.MaxBodyBytes = 4096
@@ -413,7 +415,7 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 		c, err := net.Dial("tcp", cfg.Ingress.Listen)
 		ok := err == nil
 		if ok {
-			c.Close()
+			_ = c.Close()
 		}
 		return ok
 	}) {
@@ -428,7 +430,9 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 		s := string(out)
 		i := strings.LastIndex(s, "\n")
 		var code int
-		fmt.Sscan(s[i+1:], &code)
+		if _, err := fmt.Sscan(s[i+1:], &code); err != nil {
+			t.Fatalf("curl %v: no status code after the body in %q: %v", args, s, err)
+		}
 		return code, s[:i]
 	}
 	auth := []string{"-H", "Authorization: Bearer s3cret"}

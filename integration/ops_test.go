@@ -140,7 +140,7 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res.Body.Close()
+	_ = res.Body.Close()
 	if res.StatusCode != http.StatusAccepted {
 		t.Fatalf("POST /v1/events: %d", res.StatusCode)
 	}

@@ -39,7 +39,9 @@ func (e *env) spawnBin(bin, name string, cfg app.Config, extraEnv ...string) *pr
 		e.t.Fatal(err)
 	}
 	cfg.Admin.Listen = l.Addr().String()
-	l.Close()
+	if err := l.Close(); err != nil {
+		e.t.Fatal(err)
+	}
 	p := &proc{name: name, admin: cfg.Admin.Listen, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, "run", "--config", e.writeConfig(cfg))
 	p.cmd.Env = append(os.Environ(), extraEnv...)
@@ -109,7 +111,7 @@ func (p *proc) ready() int {
 	if err != nil {
 		return 0
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return resp.StatusCode
 }
 

@@ -88,7 +88,7 @@ func TestSecureConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer temporal.Stop()
+	defer func() { _ = temporal.Stop() }()
 
 	const (
 		kafkaPassword = "kafka-Pa55-$ecret-4e1d"

@@ -83,7 +83,9 @@ func (e *env) spawnLogged(name, sub string, cfg app.Config) (*proc, *logBuffer) 
 		e.t.Fatal(err)
 	}
 	admin := l.Addr().String()
-	l.Close()
+	if err := l.Close(); err != nil {
+		e.t.Fatal(err)
+	}
 	if sub == "worker" {
 		cfg.Worker.AdminListen = admin
 	} else {
@@ -115,7 +117,7 @@ func (p *proc) readyz() (int, string) {
 	if err != nil {
 		return 0, err.Error()
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
@@ -135,7 +137,7 @@ func liveness(p *proc) (stop func() []string) {
 			code := 0
 			if resp, err := c.Get("http://" + p.admin + "/livez"); err == nil {
 				code = resp.StatusCode
-				resp.Body.Close()
+				_ = resp.Body.Close()
 			}
 			switch {
 			case code == 200:

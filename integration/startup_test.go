@@ -79,7 +79,7 @@ func TestManyReplicasStartAtOnceOnAnEmptyDatabase(t *testing.T) {
 		}
 		var version int64
 		err = conn.QueryRow(context.Background(), `SELECT max(version_id) FROM goose_db_version`).Scan(&version)
-		conn.Close(context.Background())
+		_ = conn.Close(context.Background())
 		if err != nil || version != newest {
 			t.Fatalf("round %d: schema version %d (%v), want %d", round, version, err, newest)
 		}

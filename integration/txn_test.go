@@ -231,14 +231,14 @@ func TestTransactionalTopicReadCommitted(t *testing.T) {
 	// 1. Everything settled is read: the committed records start, the
 	// aborted ones are never claimed; nothing of the open transactions, and
 	// nothing behind them, is read while they are open.
-	execs := e.executions(len(x.committed))
+	e.executions(len(x.committed)) // waits for the committed records' workflows; read again below
 	if !eventually(30*time.Second, func() bool {
 		return p.metric("dedup_records_total", "", "") >= float64(len(x.committed))
 	}) {
 		t.Fatalf("the router read %v records, want %d", p.metric("dedup_records_total", "", ""), len(x.committed))
 	}
 	time.Sleep(3 * time.Second) // several polls with the transactions open
-	execs, _ = e.listExecutions()
+	execs, _ := e.listExecutions()
 	unread := slices.Concat(x.openCommit, x.openAbort, x.behind)
 	x.checkRuns("transactions open", execs, x.committed, slices.Concat(x.aborted, unread))
 	if len(execs) != len(x.committed) {
@@ -335,7 +335,7 @@ func (p *proc) gauges(name, label string) map[string]float64 {
 	if err != nil {
 		return out
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {

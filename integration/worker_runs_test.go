@@ -62,7 +62,7 @@ func newSink(t *testing.T) *sink {
 		}
 		s.mu.Unlock()
 		w.WriteHeader(code)
-		fmt.Fprintf(w, `{"key":%q}`, key)
+		_, _ = fmt.Fprintf(w, `{"key":%q}`, key)
 	}))
 	t.Cleanup(s.srv.Close)
 	return s

@@ -50,7 +50,7 @@ func newEndpoint(t *testing.T, delay time.Duration) *endpoint {
 			ep.effects[key] = 1
 		}
 		ep.mu.Unlock()
-		fmt.Fprintf(w, `{"accepted":%q}`, key)
+		_, _ = fmt.Fprintf(w, `{"accepted":%q}`, key)
 	}))
 	t.Cleanup(ep.srv.Close)
 	return ep

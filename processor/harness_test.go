@@ -186,7 +186,7 @@ func (e *testEnv) endsOf(topic string) map[int32]int64 {
 func (e *testEnv) atEnd() bool {
 	ends, got := e.ends(), e.committed()
 	for p, end := range ends {
-		if got[p] != end && !(end == 0 && got[p] == -1) {
+		if got[p] != end && (end != 0 || got[p] != -1) {
 			return false
 		}
 	}
@@ -277,7 +277,7 @@ func (e *testEnv) startWith(name string, cfg Config, change func(*Router, *prome
 	ctx, cancel := context.WithCancel(context.Background())
 	rn := &runner{t: e.t, r: r, cancel: cancel, done: make(chan error, 1)}
 	go func() { rn.done <- r.Run(ctx) }()
-	e.t.Cleanup(func() { rn.stop() })
+	e.t.Cleanup(func() { _ = rn.stop() }) // tests that care about Run's error call stop themselves
 	return rn
 }
 

@@ -13,10 +13,11 @@ import (
 // Dependency is a service the router cannot work without.
 type Dependency uint8
 
+// The dependencies the router reports the health of.
 const (
-	DepPostgres Dependency = iota
-	DepTemporal
-	DepKafka
+	DepPostgres Dependency = iota // the ledger and the dead-letter log
+	DepTemporal                   // workflow starts
+	DepKafka                      // the dead-letter topic
 	numDeps
 )
 
@@ -35,6 +36,7 @@ func (d Dependency) String() string {
 // Op is one kind of call the router retries.
 type Op uint8
 
+// The calls the router retries, by kind.
 const (
 	OpClaim         Op = iota // Ledger.Claim
 	OpStart                   // Starter.Start

@@ -102,7 +102,9 @@ func TestHealthPauseRule(t *testing.T) {
 		step(25 * time.Millisecond)
 		waitFor(t, h.Paused, "paused once no start succeeded for retry.max")
 		cancel()
-		<-stuck
+		if err := <-stuck; !errors.Is(err, context.Canceled) {
+			t.Errorf("the failing start after cancel: %v, want context.Canceled", err)
+		}
 	})
 
 	t.Run("an abandoned retry neither keeps nor clears the pause by itself", func(t *testing.T) {
@@ -114,13 +116,17 @@ func TestHealthPauseRule(t *testing.T) {
 		go func() { r2 <- h.retry(ctx2, OpClaim, func(context.Context) error { return down }) }()
 		waitFor(t, h.Paused, "paused")
 		cancel1() // one of the failing calls is abandoned (its partition was revoked)
-		<-r1
+		if err := <-r1; !errors.Is(err, context.Canceled) {
+			t.Errorf("the abandoned call: %v, want context.Canceled", err)
+		}
 		time.Sleep(50 * time.Millisecond) // the other keeps failing
 		if !h.Paused() {
 			t.Fatal("the pause cleared when a failing call was abandoned while another still fails")
 		}
 		cancel2()
-		<-r2
+		if err := <-r2; !errors.Is(err, context.Canceled) {
+			t.Errorf("the second call after cancel: %v, want context.Canceled", err)
+		}
 		if h.Paused() {
 			t.Fatal("still paused with no call left that fails")
 		}

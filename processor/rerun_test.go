@@ -69,7 +69,7 @@ func TestFailedOnlyRerunsOnceAfterAFailure(t *testing.T) {
 			if got := e.dlqReasons(); len(got) != 0 {
 				t.Errorf("dead letters %v", got)
 			}
-			t.Log(fmt.Sprintf("%s: %d runs, ledger calls MarkStarted=%d", policy, runs(), e.led.callCount("MarkStarted")))
+			t.Logf("%s: %d runs, ledger calls MarkStarted=%d", policy, runs(), e.led.callCount("MarkStarted"))
 		})
 	}
 }

@@ -18,16 +18,16 @@ var taskTypeName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 type ReusePolicy string
 
 const (
-	// ReuseRejectDuplicate: one execution per workflow ID for the namespace's
-	// retention, whatever became of it. The default: an event triggers an
-	// activity once.
+	// ReuseRejectDuplicate allows one execution per workflow ID for the
+	// namespace's retention, whatever became of it. The default: an event
+	// triggers an activity once.
 	ReuseRejectDuplicate ReusePolicy = "reject_duplicate"
-	// ReuseAllowDuplicateFailedOnly: each redelivery (or replay) of an
+	// ReuseAllowDuplicateFailedOnly makes each redelivery (or replay) of an
 	// event whose latest run failed, timed out, was cancelled or
-	// terminated starts exactly one new run; an open or completed run
+	// terminated start exactly one new run; an open or completed run
 	// never runs again. Each duplicate costs one DescribeWorkflowExecution.
 	ReuseAllowDuplicateFailedOnly ReusePolicy = "allow_duplicate_failed_only"
-	// ReuseAllowDuplicate: the same for any closed run, completed ones
+	// ReuseAllowDuplicate does the same for any closed run, completed ones
 	// too: each redelivery after the latest run closed starts exactly one
 	// new run.
 	ReuseAllowDuplicate ReusePolicy = "allow_duplicate"

@@ -116,7 +116,7 @@ func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, led
 func (s *startPool) submit(ctx context.Context, rec *record, req StartRequest, check bool) (waits bool) {
 	s.mu.Lock()
 	if j := s.starting[req.WorkflowID]; j != nil {
-		if check && !(j.check && !j.checking) {
+		if check && (!j.check || j.checking) {
 			j.rechecks = append(j.rechecks, recheck{rec: rec, req: req})
 			s.mu.Unlock()
 			return true

@@ -105,7 +105,7 @@ func TaskInfoFrom(ctx context.Context) (info TaskInfo, ok bool) {
 	return r.info, true
 }
 
-// ErrNoTask: Step was called outside a running task.
+// ErrNoTask is returned when Step is called outside a running task.
 var ErrNoTask = errors.New("worker.Step: not inside a running task")
 
 // Step runs fn at most once to an outcome per task and step name, under

@@ -239,7 +239,7 @@ func TestWebhookClassifiesAnswers(t *testing.T) {
 		hits.Add(1)
 		gotKey.Store(r.Header.Get("Idempotency-Key"))
 		w.WriteHeader(int(status.Load()))
-		fmt.Fprint(w, `{"ok":true}`)
+		_, _ = fmt.Fprint(w, `{"ok":true}`)
 	}))
 	defer srv.Close()
 	l := newLab(t)

@@ -67,7 +67,7 @@ func (a *Activities) post(ctx context.Context, url, key string, body []byte) (js
 	if err != nil {
 		return nil, fmt.Errorf("posting webhook: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	switch c := resp.StatusCode; {
 	case c/100 == 2:

@@ -53,7 +53,9 @@ func TestVersionFallback(t *testing.T) {
 	os.Stdout = w
 	err = run([]string{"version"})
 	os.Stdout = stdout
-	w.Close()
+	if cerr := w.Close(); cerr != nil {
+		t.Fatal(cerr)
+	}
 	out, _ := io.ReadAll(r)
 	if err != nil {
 		t.Fatalf("dedup version: %v", err)

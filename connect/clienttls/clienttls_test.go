@@ -34,7 +34,7 @@ func newServer(t *testing.T, clientCA *testpki.CA, cert tls.Certificate) *server
 	if s.l, err = tls.Listen("tcp", "127.0.0.1:0", cfg); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.l.Close() })
+	t.Cleanup(func() { _ = s.l.Close() })
 	go func() {
 		for {
 			c, err := s.l.Accept()
@@ -42,7 +42,7 @@ func newServer(t *testing.T, clientCA *testpki.CA, cert tls.Certificate) *server
 				return
 			}
 			go func() {
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				tc := c.(*tls.Conn)
 				if tc.Handshake() == nil {
 					s.seen <- tc.ConnectionState().PeerCertificates[0].Subject.CommonName
@@ -60,7 +60,7 @@ func (s *server) dial(f *Files) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	// TLS 1.3: the server judges the client certificate after the
 	// client's handshake ended; a read tells.
 	_ = c.SetReadDeadline(deadline())

@@ -194,7 +194,7 @@ func createDatabase(ctx context.Context, admin, name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("connecting to create %s: %w", name, err)
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", fmt.Errorf("creating database %s: %w", name, err)
 	}

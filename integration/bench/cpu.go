@@ -133,8 +133,8 @@ func Pinned(cpus string, args ...string) *exec.Cmd {
 func SelfAffinity() string { return affinityOf(os.Getpid(), false)[0] }
 
 // StartCPUProfile writes this process's CPU profile to path until the
-// returned func is called.
-func StartCPUProfile(path string) (func(), error) {
+// returned func is called; it returns the error of closing the file.
+func StartCPUProfile(path string) (func() error, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
@@ -144,8 +144,8 @@ func StartCPUProfile(path string) (func(), error) {
 	// (measured: 197 ms of samples for 780 ms of CPU). For enough samples,
 	// profile longer stages (-records, -replay).
 	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
+		_ = f.Close() // nothing was written: the start's error is the one to return
 		return nil, err
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return func() error { pprof.StopCPUProfile(); return f.Close() }, nil
 }

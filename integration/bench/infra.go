@@ -209,10 +209,15 @@ type RemoteFaults struct {
 	err error
 }
 
+// Refuse makes the infra process's Temporal fail every start in namespace
+// with code for d (devstack.TemporalFaults.Refuse). A failed call is kept
+// for Err.
 func (f *RemoteFaults) Refuse(namespace string, code codes.Code, d time.Duration) {
 	f.post(fmt.Sprintf("/refuse?namespace=%s&code=%d&ms=%d", url.QueryEscape(namespace), code, d.Milliseconds()))
 }
 
+// Clear removes every fault (devstack.TemporalFaults.Clear). A failed call
+// is kept for Err.
 func (f *RemoteFaults) Clear() { f.post("/clear") }
 
 // Err is the first failed call's error.
@@ -228,7 +233,7 @@ func (f *RemoteFaults) post(path string) {
 		if resp.StatusCode != http.StatusOK {
 			err = fmt.Errorf("%s: %s", path, resp.Status)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 	if err != nil {
 		f.mu.Lock()
@@ -267,7 +272,7 @@ func freeAddr() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("reserving a port: %w", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().String(), nil
 }
 

@@ -475,7 +475,7 @@ func (e *Env) dropDatabase(ctx context.Context, pool *pgxpool.Pool, url string) 
 		e.Log.Warn("dropping a ledger-size database", "err", err)
 		return
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{cfg.Database}.Sanitize()+` WITH (FORCE)`); err != nil {
 		e.Log.Warn("dropping a ledger-size database", "err", err)
 	}

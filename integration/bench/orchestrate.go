@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 
 	say("starting the infrastructure (kfake, Temporal, PostgreSQL, toxiproxy)%s", map[bool]string{true: " on CPU " + infraCPU, false: ", unpinned"}[cfg.Pin])
 	in, stopInfra, err := startInfraProcess(cfg, icpu)

@@ -470,9 +470,11 @@ func (r *Report) plot(path string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(f)
-	return err
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // ledgerMarkdown renders the on-demand ledger stages.

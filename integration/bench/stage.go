@@ -72,8 +72,8 @@ type StageConfig struct {
 
 // RunStage runs one stage in this process, against the infrastructure, and
 // returns its result.
-func RunStage(ctx context.Context, cfg StageConfig, log *slog.Logger) (StageResult, error) {
-	res := StageResult{Stage: cfg.Name, Dup: cfg.Dup, Affinity: SelfAffinity()}
+func RunStage(ctx context.Context, cfg StageConfig, log *slog.Logger) (res StageResult, err error) {
+	res = StageResult{Stage: cfg.Name, Dup: cfg.Dup, Affinity: SelfAffinity()}
 	// Every stage's Temporal client is the same: the router's starter,
 	// the bare SDK start it is compared with, the naive consumer and the
 	// Watermill peer differ in what they do, not in their transport.
@@ -90,11 +90,15 @@ func RunStage(ctx context.Context, cfg StageConfig, log *slog.Logger) (StageResu
 	}
 	defer e.Close()
 	if cfg.CPUProfile != "" {
-		done, err := StartCPUProfile(cfg.CPUProfile)
-		if err != nil {
-			return res, err
+		done, perr := StartCPUProfile(cfg.CPUProfile)
+		if perr != nil {
+			return res, perr
 		}
-		defer done()
+		defer func() {
+			if perr := done(); err == nil && perr != nil {
+				err = fmt.Errorf("writing the CPU profile: %w", perr)
+			}
+		}()
 	}
 	// A label, so that a profile can be focused on the measured work
 	// (pprof -tagfocus stage=replay) rather than the set-up.

@@ -250,8 +250,8 @@ type RouterResult struct {
 	InfraBusy float64 `json:"infra_cpu_busy"`
 }
 
-// CPUPerRecord and CPUPerWorkflow are CPU microseconds per record consumed
-// and per workflow started (0 when there were none).
+// CPUPerRecord is the CPU microseconds per record consumed (0 when there
+// were none).
 func (x RouterResult) CPUPerRecord() float64 {
 	if x.Records.N == 0 {
 		return 0
@@ -259,6 +259,8 @@ func (x RouterResult) CPUPerRecord() float64 {
 	return x.CPUSeconds * 1e6 / float64(x.Records.N)
 }
 
+// CPUPerWorkflow is the CPU microseconds per workflow started (0 when there
+// were none).
 func (x RouterResult) CPUPerWorkflow() float64 {
 	if x.Workflows.N == 0 {
 		return 0
@@ -314,7 +316,9 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 	if live != nil {
 		if err := live(ctx); err != nil {
 			cancel()
-			<-done
+			if rerr := <-done; rerr != nil {
+				e.Log.Warn("the router, stopped after the live load failed", "err", rerr)
+			}
 			return res, nil, err
 		}
 	}
@@ -684,7 +688,9 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 		return res, err
 	}
 	cfg.Admin.Listen = l.Addr().String()
-	l.Close()
+	if err := l.Close(); err != nil {
+		return res, err
+	}
 	cfg.Log.Level = "warn"
 	res.MaxInFlight = cfg.Kafka.MaxInFlight
 	b, err := yaml.Marshal(cfg)
@@ -695,7 +701,7 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	path := filepath.Join(dir, "dedup.yaml")
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		return res, err
@@ -740,7 +746,7 @@ func vmRSSKiB(pid int, field string) int64 {
 	if err != nil {
 		return 0
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if strings.HasPrefix(sc.Text(), field) {

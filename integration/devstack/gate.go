@@ -33,7 +33,9 @@ func NewGate(target string, open bool) (*Gate, error) {
 	}
 	g := &Gate{target: target, addr: l.Addr().String(), conns: map[net.Conn]struct{}{}}
 	if !open {
-		l.Close()
+		if err := l.Close(); err != nil {
+			return nil, fmt.Errorf("gate: %w", err)
+		}
 		return g, nil
 	}
 	g.mu.Lock()
@@ -69,11 +71,11 @@ func (g *Gate) Close() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.l != nil {
-		g.l.Close()
+		_ = g.l.Close()
 		g.l = nil
 	}
 	for c := range g.conns {
-		c.Close()
+		_ = c.Close()
 		delete(g.conns, c)
 	}
 }
@@ -95,14 +97,14 @@ func (g *Gate) serve(l net.Listener) {
 func (g *Gate) forward(c net.Conn) {
 	up, err := net.DialTimeout("tcp", g.target, 5*time.Second)
 	if err != nil {
-		c.Close()
+		_ = c.Close()
 		return
 	}
 	g.mu.Lock()
 	if g.l == nil { // closed meanwhile
 		g.mu.Unlock()
-		c.Close()
-		up.Close()
+		_ = c.Close()
+		_ = up.Close()
 		return
 	}
 	g.conns[c], g.conns[up] = struct{}{}, struct{}{}
@@ -110,8 +112,8 @@ func (g *Gate) forward(c net.Conn) {
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src) // until either side closes, or Close cuts both
-		dst.Close()
-		src.Close()
+		_ = dst.Close()
+		_ = src.Close()
 		done <- struct{}{}
 	}
 	go pipe(up, c)

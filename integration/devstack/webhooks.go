@@ -54,7 +54,7 @@ func (w *Webhooks) serve(rw http.ResponseWriter, r *http.Request) {
 	}
 	w.mu.Unlock()
 	rw.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(rw, `{"delivered":%q}`, key)
+	_, _ = fmt.Fprintf(rw, `{"delivered":%q}`, key)
 }
 
 // URL is the endpoint's address.

@@ -21,7 +21,7 @@ func TestWebhooksCountDeliveriesPerKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 	if c := w.Counts(); c != (WebhookCounts{Requests: 4, Deliveries: 2, Dropped: 1, NoKey: 1}) {
 		t.Fatalf("%+v", c)

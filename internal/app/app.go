@@ -86,7 +86,7 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 		if err != nil {
 			return err
 		}
-		defer srv.Close()
+		defer func() { _ = srv.Close() }()
 		addr = a
 	}
 	log.Info("router starting: waiting for its dependencies", "admin", addr)

@@ -271,7 +271,7 @@ func tlsRefusal(ctx context.Context, addr string, tc *tls.Config, c clienttls.Co
 		// TLS 1.3: the server judges the client certificate after the
 		// client's side of the handshake; its verdict comes with the
 		// first read.
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
 		_, err = conn.Read(make([]byte, 1))
 	}

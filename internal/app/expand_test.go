@@ -117,7 +117,9 @@ routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
 				t.Setenv(k, v)
 			}
 			t.Setenv("DATABASE_URL", "")
-			os.Unsetenv("NOPE")
+			if err := os.Unsetenv("NOPE"); err != nil {
+				t.Fatal(err)
+			}
 			c, err := ParseConfig([]byte(tc.doc))
 			switch {
 			case tc.err == "" && err != nil:

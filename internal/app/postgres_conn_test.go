@@ -34,7 +34,7 @@ func TestPostgresVerifyFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pc.Stop()
+	defer func() { _ = pc.Stop() }()
 	plain, err := pc.CreateDatabase(ctx, "dedup_tls")
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func TestPostgresVerifyFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pc2.Stop()
+	defer func() { _ = pc2.Stop() }()
 	u2 := strings.Replace(pc2.URL(), "sslmode=disable", "sslmode=verify-full&sslrootcert="+rightCA, 1)
 	if err := connect(ctx, u2); err == nil || !strings.Contains(err.Error(), "cannot validate certificate for 127.0.0.1") || ledger.Transient(err) {
 		t.Errorf("verify-full, certificate for another host: %v", err)

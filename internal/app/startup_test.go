@@ -108,7 +108,7 @@ func TestAdminPortHidesErrorText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	defer func() { _ = srv.Close() }()
 	for i := 0; i < 3; i++ {
 		deps.set(depPostgres, errors.New(secret))
 	}
@@ -117,7 +117,7 @@ func TestAdminPortHidesErrorText(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
@@ -285,7 +285,9 @@ func closedAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	l.Close()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	return addr
 }
 
@@ -312,7 +314,9 @@ func TestRunWaitsForEverythingDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Admin.Listen = l.Addr().String()
-	l.Close()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	var logs syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -323,7 +327,7 @@ func TestRunWaitsForEverythingDown(t *testing.T) {
 		if err != nil {
 			return 0, err.Error()
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
@@ -385,7 +389,7 @@ func TestStartupWaitsOnReadOnlyPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close(ctx)
+	defer func() { _ = admin.Close(ctx) }()
 	db := pgx.Identifier{admin.Config().Database}.Sanitize()
 	if _, err := admin.Exec(ctx, `ALTER DATABASE `+db+` SET default_transaction_read_only = on`); err != nil {
 		t.Fatal(err)
@@ -466,7 +470,7 @@ func TestRunWorkerWaitsForEverythingDown(t *testing.T) {
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && body != want; time.Sleep(50 * time.Millisecond) {
 		if resp, err := c.Get("http://" + cfg.Worker.AdminListen + "/readyz"); err == nil {
 			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			code, body = resp.StatusCode, string(b)
 		}
 	}
@@ -476,7 +480,7 @@ func TestRunWorkerWaitsForEverythingDown(t *testing.T) {
 	if resp, err := c.Get("http://" + cfg.Worker.AdminListen + "/livez"); err != nil || resp.StatusCode != 200 {
 		t.Errorf("worker /livez: %v %v", resp, err)
 	} else {
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 	for _, m := range []struct {
 		name, label, value string

@@ -16,7 +16,12 @@ import (
 // COMMIT) do. Left empty, BuildVersion falls back to what the Go toolchain
 // recorded. They are the only package-level variables here: the linker can
 // set nothing else.
-var Version, Commit string
+var (
+	// Version is the release version (v1.2.3) injected at link time.
+	Version string
+	// Commit is the VCS revision injected at link time.
+	Commit string
+)
 
 // BuildVersion is the version and commit this binary reports, in
 // `dedup version` and in dedup_build_info: the ones injected with -ldflags;

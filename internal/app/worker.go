@@ -42,7 +42,7 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		defer srv.Close()
+		defer func() { _ = srv.Close() }()
 		addr = a
 	}
 	log.Info("worker starting: waiting for its dependencies", "admin", addr)

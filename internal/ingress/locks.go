@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// ErrInFlight: a request with this event's key is being answered (here,
-// or by another ingress replica).
+// ErrInFlight is returned when a request with this event's key is being
+// answered (here, or by another ingress replica).
 var ErrInFlight = errors.New("a request with this idempotency key is in flight")
 
 // lockClass is the first half of the two-int advisory lock key: it keeps

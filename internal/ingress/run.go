@@ -79,7 +79,7 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 		if err != nil {
 			return err
 		}
-		defer admin.Close()
+		defer func() { _ = admin.Close() }()
 	}
 	c, err := app.OpenClient(ctx, cfg, log)
 	if err != nil {

@@ -23,7 +23,7 @@ func TestAdminPortBeforeDependencies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close()
+		defer func() { _ = l.Close() }()
 		return l.Addr().String()
 	}
 	cfg := app.DefaultConfig()
@@ -44,7 +44,7 @@ func TestAdminPortBeforeDependencies(t *testing.T) {
 		if err != nil {
 			return 0, err.Error()
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
@@ -76,7 +76,8 @@ func TestAdminPortBeforeDependencies(t *testing.T) {
 	}
 	cancel()
 	select {
-	case <-done:
+	case err := <-done:
+		t.Logf("Run after its context ended: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its context ended")
 	}

@@ -150,7 +150,7 @@ func do(t *testing.T, method, url, body string, headers ...string) resp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer res.Body.Close()
+	defer func() { _ = res.Body.Close() }()
 	b, _ := io.ReadAll(res.Body)
 	return resp{code: res.StatusCode, header: res.Header, body: b}
 }
@@ -259,7 +259,7 @@ func TestPostEventsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res.Body.Close()
+	_ = res.Body.Close()
 	if res.StatusCode != 413 || req.ContentLength != 0 {
 		t.Errorf("chunked oversized body: %d (content length %d)", res.StatusCode, req.ContentLength)
 	}

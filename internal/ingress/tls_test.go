@@ -31,12 +31,12 @@ func TestServerCertificateReloads(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }),
 		ErrorLog: log.New(io.Discard, "", 0)} // the old CA's handshake fails, as it must
 	go func() { _ = srv.Serve(tls.NewListener(l, &tls.Config{GetCertificate: kp.get})) }()
-	defer srv.Close()
+	defer func() { _ = srv.Close() }()
 	get := func(ca *testpki.CA) error {
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
 		res, err := c.Get("https://" + l.Addr().String())
 		if err == nil {
-			res.Body.Close()
+			_ = res.Body.Close()
 		}
 		return err
 	}

@@ -70,9 +70,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, setup fun
 		}
 	}
 	if cmd == nil {
-		fmt.Fprintf(stderr, "dedup: unknown command %q; one of:\n", strings.Join(args[:min(len(args), 2)], " "))
+		_, _ = fmt.Fprintf(stderr, "dedup: unknown command %q; one of:\n", strings.Join(args[:min(len(args), 2)], " "))
 		for _, c := range commands() {
-			fmt.Fprintf(stderr, "  %s\n", c.usage)
+			_, _ = fmt.Fprintf(stderr, "  %s\n", c.usage)
 		}
 		return ExitError
 	}
@@ -87,21 +87,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, setup fun
 	fs.Usage = func() {}
 	if err := fs.Parse(interleave(fs, rest)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stdout, "usage: %s\n\n%s\n\nflags:\n", cmd.usage, strings.TrimSpace(cmd.help))
+			_, _ = fmt.Fprintf(stdout, "usage: %s\n\n%s\n\nflags:\n", cmd.usage, strings.TrimSpace(cmd.help))
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return ExitFound
 		}
-		fmt.Fprintf(stderr, "usage: %s (--help for more)\n", cmd.usage)
+		_, _ = fmt.Fprintf(stderr, "usage: %s (--help for more)\n", cmd.usage)
 		return ExitError
 	}
 	if *output != "text" && *output != "json" {
-		fmt.Fprintf(stderr, "dedup %s: --output %q, want text or json\n", cmd.name, *output)
+		_, _ = fmt.Fprintf(stderr, "dedup %s: --output %q, want text or json\n", cmd.name, *output)
 		return ExitError
 	}
 	cfg, err := app.LoadConfig(*path)
 	if err != nil {
-		fmt.Fprintf(stderr, "dedup %s: %v\n", cmd.name, err)
+		_, _ = fmt.Fprintf(stderr, "dedup %s: %v\n", cmd.name, err)
 		return ExitError
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
@@ -117,15 +117,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, setup fun
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
 			if err := enc.Encode(res); err != nil {
-				fmt.Fprintf(stderr, "dedup %s: writing the answer: %v\n", cmd.name, err)
+				_, _ = fmt.Fprintf(stderr, "dedup %s: writing the answer: %v\n", cmd.name, err)
 				return ExitError
 			}
-		} else if r, ok := res.(interface{ text(w io.Writer) }); ok {
-			r.text(stdout)
+		} else if r, ok := res.(interface{ text(w *strings.Builder) }); ok {
+			var b strings.Builder
+			r.text(&b)
+			if _, err := io.WriteString(stdout, b.String()); err != nil {
+				_, _ = fmt.Fprintf(stderr, "dedup %s: writing the answer: %v\n", cmd.name, err)
+				return ExitError
+			}
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "dedup %s: %v\n", cmd.name, err)
+		_, _ = fmt.Fprintf(stderr, "dedup %s: %v\n", cmd.name, err)
 		if code == ExitFound {
 			code = ExitError
 		}

@@ -2,7 +2,6 @@ package ops
 
 import (
 	"fmt"
-	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -11,6 +10,9 @@ import (
 )
 
 // The text forms of the answers: for people. Scripts use --output json.
+// They are written into a strings.Builder, where no write fails (through a
+// tabwriter too: it fails only when the writer under it does); run writes
+// the whole answer to stdout at once and reports the error of that write.
 
 func ts(t *time.Time) string {
 	if t == nil {
@@ -19,7 +21,7 @@ func ts(t *time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-func (ex *Explanation) text(w io.Writer) {
+func (ex *Explanation) text(w *strings.Builder) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	if r := ex.Record; r != nil {
 		if r.LastStable < r.LogEnd && r.State != RecordUnknown {
@@ -74,7 +76,7 @@ func (ex *Explanation) text(w io.Writer) {
 	}
 }
 
-func workflowText(w io.Writer, rt *Route, row *LedgerRow, same *bool, cs []Conflict, dls []DeadLetter, tx *Execution, ds []Disagreement) {
+func workflowText(w *strings.Builder, rt *Route, row *LedgerRow, same *bool, cs []Conflict, dls []DeadLetter, tx *Execution, ds []Disagreement) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	if rt != nil {
 		p("  route    %s: %s on %s, %s, key %s", rt.ID, rt.WorkflowType, rt.TaskQueue, rt.IDReusePolicy, rt.Key)
@@ -118,7 +120,7 @@ func workflowText(w io.Writer, rt *Route, row *LedgerRow, same *bool, cs []Confl
 	}
 }
 
-func deadLetterText(w io.Writer, label string, dl DeadLetter) {
+func deadLetterText(w *strings.Builder, label string, dl DeadLetter) {
 	where := "not found in " + dl.DLQTopic
 	if dl.DLQ != nil {
 		where = fmt.Sprintf("at %s/%d/%d", dl.DLQ.Topic, dl.DLQ.Partition, dl.DLQ.Offset)
@@ -126,7 +128,7 @@ func deadLetterText(w io.Writer, label string, dl DeadLetter) {
 	fmt.Fprintf(w, "%s %s (%s) of %s, written %s, %s\n", label, dl.Reason, dl.Error, dl.Record, dl.WrittenAt.UTC().Format(time.RFC3339), where)
 }
 
-func (in *Inspection) text(w io.Writer) {
+func (in *Inspection) text(w *strings.Builder) {
 	fmt.Fprintf(w, "workflow   %s\n", in.WorkflowID)
 	workflowText(w, in.Route, in.Ledger, nil, in.Conflicts, in.DeadLetters, in.Temporal, in.Disagreements)
 	fmt.Fprintf(w, "\n- %s\n", in.Summary)
@@ -135,18 +137,18 @@ func (in *Inspection) text(w io.Writer) {
 	}
 }
 
-func (l *LagReport) text(w io.Writer) {
+func (l *LagReport) text(w *strings.Builder) {
 	fmt.Fprintf(w, "group %s  state %s  members %d  total lag %d\n", l.Group, orDash(l.State), l.Members, l.Total)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tPARTITION\tCOMMITTED\tSTART\tEND\tLAG\tOWNER\tNOTE")
+	_, _ = fmt.Fprintln(tw, "TOPIC\tPARTITION\tCOMMITTED\tSTART\tEND\tLAG\tOWNER\tNOTE")
 	for _, p := range l.Partitions {
 		c := "-"
 		if p.Committed != nil {
 			c = fmt.Sprint(*p.Committed)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%s\t%s\n", p.Topic, p.Partition, c, p.Start, p.End, p.Lag, orDash(p.Owner), p.Note)
+		_, _ = fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%s\t%s\n", p.Topic, p.Partition, c, p.Start, p.End, p.Lag, orDash(p.Owner), p.Note)
 	}
-	tw.Flush()
+	_ = tw.Flush()
 }
 
 func orDash(s string) string {
@@ -156,18 +158,18 @@ func orDash(s string) string {
 	return s
 }
 
-func (r *ResetReport) text(w io.Writer) {
+func (r *ResetReport) text(w *strings.Builder) {
 	verb := "reset"
 	if r.DryRun {
 		verb = "would reset"
 	}
 	fmt.Fprintf(w, "group %s: %s to %s\n", r.Group, verb, r.To)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tPARTITION\tFROM\tTO\tRE-READ\tSKIPPED")
+	_, _ = fmt.Fprintln(tw, "TOPIC\tPARTITION\tFROM\tTO\tRE-READ\tSKIPPED")
 	for _, p := range r.Partitions {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", p.Topic, p.Partition, p.From, p.To, p.Reread, p.Skipped)
+		_, _ = fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", p.Topic, p.Partition, p.From, p.To, p.Reread, p.Skipped)
 	}
-	tw.Flush()
+	_ = tw.Flush()
 	if f := r.Forecast; f != nil {
 		fmt.Fprintf(w, "\nof the %d records re-read (%d workflow intents):\n", f.Records, f.Intents)
 		fmt.Fprintf(w, "  new workflows expected        %d\n", f.NewWorkflows)
@@ -185,13 +187,13 @@ func (r *ResetReport) text(w io.Writer) {
 	}
 }
 
-func (s *StatsReport) text(w io.Writer) {
+func (s *StatsReport) text(w *strings.Builder) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ACTIVITY\tSTATE\tROWS\tOLDEST UPDATE\tNEWEST UPDATE")
+	_, _ = fmt.Fprintln(tw, "ACTIVITY\tSTATE\tROWS\tOLDEST UPDATE\tNEWEST UPDATE")
 	for _, r := range s.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.ActivityID, r.State, r.Rows, r.Oldest.UTC().Format(time.RFC3339), r.Newest.UTC().Format(time.RFC3339))
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.ActivityID, r.State, r.Rows, r.Oldest.UTC().Format(time.RFC3339), r.Newest.UTC().Format(time.RFC3339))
 	}
-	tw.Flush()
+	_ = tw.Flush()
 	fmt.Fprintf(w, "\nrows: %d (pending %d, started %d, dead_lettered %d)\n", s.Total, s.ByState[ledger.StatePending], s.ByState[ledger.StateStarted], s.ByState[ledger.StateDeadLettered])
 	if o := s.OldestPending; o != nil {
 		fmt.Fprintf(w, "oldest pending: %s, claimed by %s, waiting %s\n", o.WorkflowID, o.ClaimedBy, s.OldestPendingAge)
@@ -221,7 +223,7 @@ func bytesText(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-func (p *PurgeReport) text(w io.Writer) {
+func (p *PurgeReport) text(w *strings.Builder) {
 	switch {
 	case p.Refused:
 		fmt.Fprintf(w, "not purged: nothing older than %s was counted or deleted (the reason follows)\n", p.OlderThan)

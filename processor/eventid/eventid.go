@@ -44,6 +44,7 @@ const (
 // record's headers and into metric labels, so the set is small and fixed.
 type Reason string
 
+// The reasons a record is rejected (or, for ReasonTombstone, skipped).
 const (
 	ReasonUndecodable Reason = "undecodable"  // value is not JSON or not the expected shape
 	ReasonMissingType Reason = "missing_type" // no event type, or not a non-empty string
@@ -142,6 +143,7 @@ type Event struct {
 // Envelope names the format a record was read as.
 type Envelope string
 
+// The envelopes a record is read as.
 const (
 	EnvelopeBinary     Envelope = "cloudevents-binary"     // ce_* headers, the value is the data
 	EnvelopeStructured Envelope = "cloudevents-structured" // a JSON object with specversion
@@ -155,6 +157,7 @@ const OriginHeaders = "dedup-origin-*"
 // Format selects how values are read.
 type Format string
 
+// The formats a decoder reads values in.
 const (
 	FormatAuto        Format = "auto"        // CloudEvents binary if ce_specversion/ce_type headers, structured if "specversion", else plain
 	FormatCloudEvents Format = "cloudevents" // binary or structured CloudEvents only

@@ -567,7 +567,7 @@ func (s *skipper) str() bool {
 					return false
 				}
 				for _, h := range in[j+1 : j+5] {
-					if !digit(h) && !('a' <= h && h <= 'f') && !('A' <= h && h <= 'F') {
+					if !digit(h) && (h < 'a' || 'f' < h) && (h < 'A' || 'F' < h) {
 						return false
 					}
 				}

@@ -12,7 +12,7 @@ import (
 // parser reads cron specs: 5 fields, or 6 with seconds first; descriptors
 // (@hourly, @daily, @every 5m, ...); day of month and day of week OR-ed
 // when both are restricted, as in ISC (Vixie) cron.
-var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow |
+var parser = cron.MustNewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow |
 	cron.Descriptor | cron.DowOrDom)
 
 // dstSpan bounds how far a time-zone transition moves the wall clock (an

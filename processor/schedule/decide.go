@@ -7,15 +7,15 @@ import "time"
 type Outcome string
 
 const (
-	// OnTime: the slot ran, decided within the misfire threshold.
+	// OnTime means the slot ran, decided within the misfire threshold.
 	OnTime Outcome = "on_time"
-	// CatchUp: the slot misfired and ran late with its own workflow ID
+	// CatchUp means the slot misfired and ran late with its own workflow ID
 	// (misfire_policy catchup).
 	CatchUp Outcome = "catchup"
-	// Compressed: the slot is covered by one compressed run (misfire_policy
-	// compress); the run itself is at the latest of them.
+	// Compressed means the slot is covered by one compressed run
+	// (misfire_policy compress); the run itself is at the latest of them.
 	Compressed Outcome = "compressed"
-	// Skipped: the slot misfired and never runs.
+	// Skipped means the slot misfired and never runs.
 	Skipped Outcome = "skipped"
 )
 

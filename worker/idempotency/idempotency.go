@@ -74,7 +74,7 @@ type Options struct {
 	FinishTimeout time.Duration
 }
 
-// DefaultOptions: a one-minute lease, keys kept a day, no waiting.
+// DefaultOptions returns a one-minute lease, keys kept a day, no waiting.
 func DefaultOptions() Options { return Options{Lease: time.Minute, TTL: 24 * time.Hour} }
 
 // Status values of a key.
@@ -113,7 +113,8 @@ func New(pool *pgxpool.Pool, o Options, log *slog.Logger, reg prometheus.Registe
 	return &Store{pool: pool, o: o, log: log, metrics: m}, nil
 }
 
-// InProgressError: another caller holds a live lease on the key.
+// InProgressError is returned when another caller holds a live lease on
+// the key.
 type InProgressError struct {
 	Key        string
 	LeaseUntil time.Time
@@ -127,18 +128,19 @@ func (e *InProgressError) Error() string {
 	return fmt.Sprintf("idempotency key %s is in progress elsewhere until %s", e.Key, e.LeaseUntil.Format(time.RFC3339))
 }
 
-// MismatchError: the key was used with other request parameters.
+// MismatchError is returned when the key was used with other request
+// parameters.
 type MismatchError struct{ Key string }
 
 func (e *MismatchError) Error() string {
 	return fmt.Sprintf("idempotency key %s was used with different parameters", e.Key)
 }
 
-// LeaseLostError: this holder's lease was taken over while fn ran, so fn
-// may have run twice (here and in the holder that took over). Stored says
-// whether this holder's success was kept anyway (the key had none); Err is
-// fn's own error, if it failed. The key's stored outcome, not this
-// holder's, is the answer: call Do again to read it.
+// LeaseLostError is returned when this holder's lease was taken over while
+// fn ran, so fn may have run twice (here and in the holder that took
+// over). Stored says whether this holder's success was kept anyway (the
+// key had none); Err is fn's own error, if it failed. The key's stored
+// outcome, not this holder's, is the answer: call Do again to read it.
 type LeaseLostError struct {
 	Key    string
 	Stored bool
@@ -216,11 +218,11 @@ func (s *Store) Do(ctx context.Context, key string, fingerprint []byte, fn func(
 			}
 			return nil, err
 		}
-		switch {
-		case a.status == StatusCompleted:
+		switch a.status {
+		case StatusCompleted:
 			s.metrics.calls.WithLabelValues("stored").Inc()
 			return a.result, nil
-		case a.status == StatusFailedPermanent:
+		case StatusFailedPermanent:
 			s.metrics.calls.WithLabelValues("stored").Inc()
 			return nil, &PermanentError{Err: errors.New(a.errText)}
 		}

@@ -226,7 +226,7 @@ func run(ctx context.Context, cfg Config, handled *atomic.Int64, want int64) (Re
 	if err != nil {
 		return Result{}, nil, fmt.Errorf("creating the subscriber: %w", err)
 	}
-	defer sub.Close()
+	defer func() { _ = sub.Close() }()
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, log)
 	if err != nil {
 		return Result{}, nil, err

@@ -87,7 +87,7 @@ func logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-func infra(args []string) error {
+func infra(args []string) (err error) {
 	fs := flag.NewFlagSet("infra", flag.ExitOnError)
 	durable := fs.Bool("durable", true, "PostgreSQL with fsync on")
 	pgSettings := fs.String("pg-settings", "", "more PostgreSQL settings, comma-separated name=value")
@@ -96,11 +96,15 @@ func infra(args []string) error {
 	ctx, stop := signalContext()
 	defer stop()
 	if *cpuprofile != "" {
-		done, err := bench.StartCPUProfile(*cpuprofile)
-		if err != nil {
-			return err
+		done, perr := bench.StartCPUProfile(*cpuprofile)
+		if perr != nil {
+			return perr
 		}
-		defer done()
+		defer func() {
+			if perr := done(); err == nil && perr != nil {
+				err = fmt.Errorf("writing the CPU profile: %w", perr)
+			}
+		}()
 	}
 	return bench.ServeInfra(ctx, bench.InfraConfig{Durable: *durable, PGSettings: *pgSettings, DatabaseURL: os.Getenv("DATABASE_URL")}, os.Stdin, os.Stdout)
 }

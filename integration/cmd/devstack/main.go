@@ -87,7 +87,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	cfgPath := filepath.Join(dir, "dedup.yaml")
 	if err := writeConfig(cfgPath, cfg); err != nil {
 		return err

@@ -90,29 +90,29 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if c.cred != nil {
 		if err := os.Chown(c.dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
-			c.cleanup()
+			_ = c.cleanup()
 			return nil, fmt.Errorf("handing data directory to postgres: %w", err)
 		}
 	}
 	initdb := c.command(filepath.Join(bin, "initdb"), "-D", c.dir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync", "--locale=C")
 	if out, err := initdb.CombinedOutput(); err != nil {
-		c.cleanup()
+		_ = c.cleanup()
 		return nil, fmt.Errorf("running initdb: %w: %s", err, out)
 	}
 	if opts.TLS != nil {
 		if err := c.writeTLS(); err != nil {
-			c.cleanup()
+			_ = c.cleanup()
 			return nil, err
 		}
 	}
 	if c.port == 0 {
 		if c.port, err = freePort(); err != nil {
-			c.cleanup()
+			_ = c.cleanup()
 			return nil, err
 		}
 	}
 	if err := c.startServer(ctx); err != nil {
-		c.cleanup()
+		_ = c.cleanup()
 		return nil, err
 	}
 	return c, nil
@@ -214,7 +214,7 @@ func (c *Cluster) CreateDatabase(ctx context.Context, name string) (string, erro
 	if err != nil {
 		return "", fmt.Errorf("connecting to create %s: %w", name, err)
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", fmt.Errorf("creating database %s: %w", name, err)
 	}
@@ -275,6 +275,6 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("finding a free port: %w", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -66,7 +66,7 @@ func NewDatabase(t testing.TB) string {
 		if err != nil {
 			t.Fatalf("connecting to DATABASE_URL: %v", err)
 		}
-		defer conn.Close(ctx)
+		defer func() { _ = conn.Close(ctx) }()
 		if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 			t.Fatalf("creating %s: %v", name, err)
 		}

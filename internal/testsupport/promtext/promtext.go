@@ -21,7 +21,7 @@ func Sum(addr, name, label, value string) float64 {
 	if err != nil {
 		return -1
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	total := 0.0
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {

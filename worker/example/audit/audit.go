@@ -232,7 +232,7 @@ func (t *Tenants) send(ctx context.Context, to, msg string) error {
 		_ = conn.SetDeadline(time.Now().Add(time.Minute))
 	}
 	c := smtp.NewClient(conn)
-	defer c.Close()
+	defer func() { _ = c.Close() }() // after Quit, or on a failure already returned
 	err = func() error {
 		if err := c.Mail(t.From, nil); err != nil {
 			return err
