@@ -68,7 +68,7 @@ vet:
 # The root module's fast packages run once more under the race detector
 # (the router's tests rely on it: its components share state under locks).
 RACE_PKGS = ./processor/... ./connect/... ./internal/secret/... ./schemas/...
-test: deps vet rules k8s model
+test: deps vet lint rules k8s model
 	$(GO) test -p 1 -count=1 -timeout 30m ./...
 	$(GO) test -race -p 1 -count=1 -timeout 10m $(RACE_PKGS)
 	$(GO) test -count=1 -tags failpoints ./cmd/dedup

@@ -145,9 +145,6 @@ func (c *committer) end(rec *record, ok bool) {
 	c.flight.done(p)
 }
 
-// owned reports whether the router still owns rec's partition.
-func (c *committer) owned(rec *record) bool { return rec.part.ctx.Err() == nil }
-
 // ready says whether the router has joined the group.
 func (c *committer) ready() bool {
 	c.mu.Lock()

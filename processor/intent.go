@@ -19,16 +19,16 @@ type Intent struct {
 type Verdict uint8
 
 const (
-	// VerdictNew: first claim of this workflow ID; start it.
+	// VerdictNew is the first claim of this workflow ID; start it.
 	VerdictNew Verdict = iota + 1
-	// VerdictRedrive: claimed before but never marked started (a crash
+	// VerdictRedrive is a row claimed before but never marked started (a crash
 	// between claim and start, or a start still in flight elsewhere); start
 	// it again: the deterministic workflow ID makes that safe.
 	VerdictRedrive
-	// VerdictDuplicate: already started, or claimed earlier in the same
+	// VerdictDuplicate is a row already started, or claimed earlier in the same
 	// batch; skip it.
 	VerdictDuplicate
-	// VerdictConflict: the ID was claimed with a different payload; never
+	// VerdictConflict is an ID claimed with a different payload; never
 	// start it, keep it for inspection.
 	VerdictConflict
 )

@@ -41,14 +41,14 @@ type Ledger interface {
 type LedgerState string
 
 const (
-	// LedgerPending: claimed and not started yet (a start in flight, or a
+	// LedgerPending is a row claimed and not started yet (a start in flight, or a
 	// crash between claim and start): work in flight, which the next claim
 	// re-drives.
 	LedgerPending LedgerState = "pending"
-	// LedgerStarted: Temporal has the workflow (the run of the row's
+	// LedgerStarted is a row whose workflow Temporal has the workflow (the run of the row's
 	// generation); every later copy is a duplicate.
 	LedgerStarted LedgerState = "started"
-	// LedgerDeadLettered: Temporal refused the start for good and the
+	// LedgerDeadLettered is a row Temporal refused to start: it refused the start for good and the
 	// record went to the dead-letter topic; a claim with the row's payload
 	// (the record replayed) claims it again.
 	LedgerDeadLettered LedgerState = "dead_lettered"

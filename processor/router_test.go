@@ -612,3 +612,27 @@ func TestPermanentStartErrorCommitsOnlyOnceTheRowIsDeadLettered(t *testing.T) {
 		})
 	}
 }
+
+// A start that fails transiently is retried, never dead-lettered: three
+// failures, then one execution, the offset committed, nothing in the
+// dead-letter topic.
+func TestTransientStartErrorsAreRetried(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	w := wid("x")
+	e.starter.failTransient(w, 3)
+	e.produce(0, "x", "v")
+	rn := e.start("r1", e.config())
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := e.starter.callCount(w); n != 4 {
+		t.Errorf("%d start calls, want 4 (3 transient failures, then the start)", n)
+	}
+	if n := len(e.starter.executionsOf(w)); n != 1 {
+		t.Errorf("%d executions, want 1", n)
+	}
+	if got := e.dlqReasons(); len(got) != 0 {
+		t.Errorf("dead letters %v after transient errors", got)
+	}
+}

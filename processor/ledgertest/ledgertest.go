@@ -330,7 +330,7 @@ func testConcurrentClaims(t *testing.T, l Subject) {
 		}
 		for i := range a {
 			x, y := va[i], vb[n-1-i]
-			if !(x == new1 && y == redrive(1) || x == redrive(1) && y == new1) {
+			if (x != new1 || y != redrive(1)) && (x != redrive(1) || y != new1) {
 				t.Fatalf("round %d, %s: %s and %s, want one new and one re-drive", r, a[i].WorkflowID, show([]processor.Claimed{x}), show([]processor.Claimed{y}))
 			}
 		}

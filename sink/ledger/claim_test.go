@@ -203,7 +203,7 @@ func TestClaimSeesRowStartedAfterItsSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(ctx)
+	defer func() { _ = tx.Rollback(ctx) }()
 	if _, err := tx.Exec(ctx, `UPDATE dedup_ledger SET state = 'started', run_id = 'r' WHERE workflow_id = $1`, a.WorkflowID); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package ledger_test
 import (
 	"context"
 	"crypto/sha256"
-	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -114,7 +114,7 @@ func claim(t *testing.T, l *ledger.Postgres, in ...processor.Intent) []processor
 
 func want(t *testing.T, got []processor.Verdict, want ...processor.Verdict) {
 	t.Helper()
-	if fmt.Sprint(got) != fmt.Sprint(want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("verdicts %v, want %v", got, want)
 	}
 }

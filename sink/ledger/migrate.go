@@ -21,8 +21,11 @@ func Migrate(ctx context.Context, url string) error {
 		return fmt.Errorf("parsing postgres url: %w", err)
 	}
 	db := stdlib.OpenDB(*pc)
-	defer db.Close()
-	return migrate(ctx, db)
+	err = migrate(ctx, db)
+	if cerr := db.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("closing the migration connection: %w", cerr)
+	}
+	return err
 }
 
 func migrate(ctx context.Context, db *sql.DB) error {

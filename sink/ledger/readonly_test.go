@@ -29,7 +29,7 @@ func TestReadOnlyServerIsTransientAndHeals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close(ctx)
+	defer func() { _ = admin.Close(ctx) }()
 	db := pgx.Identifier{l.Pool().Config().ConnConfig.Database}.Sanitize()
 	if _, err := admin.Exec(ctx, `ALTER DATABASE `+db+` SET default_transaction_read_only = on`); err != nil {
 		t.Fatal(err)
