@@ -284,7 +284,7 @@ func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 	// again (the router decides): it is always written.
 	rejectOnly := true
 	for _, tg := range p.Targets {
-		rejectOnly = rejectOnly && tg.Route.IDReusePolicy == processor.ReuseRejectDuplicate
+		rejectOnly = rejectOnly && !tg.Route.IDReusePolicy.MayRerun()
 	}
 	if c.led != nil {
 		entries, err := c.led.Lookup(ctx, ids)

@@ -106,7 +106,7 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 			conflicts = append(conflicts, deadLetter{rec: rec, reason: ReasonConflict, workflow: in.WorkflowID,
 				err:     fmt.Errorf("workflow %s was claimed with another payload; not started", in.WorkflowID),
 				eventID: in.EventID, rule: in.IDRule})
-		case b.starts[i].policy() != ReuseRejectDuplicate:
+		case b.starts[i].policy().MayRerun():
 			// Started before; the policy may allow a closed run to run
 			// again: the start pool asks Temporal how it ended.
 			counts[v]++

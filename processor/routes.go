@@ -33,6 +33,26 @@ const (
 	ReuseAllowDuplicate ReusePolicy = "allow_duplicate"
 )
 
+// MayRerun says whether a started workflow can ever run again under the
+// policy: then a duplicate of it is not finished at once but checked
+// (LastRun), and a producer's repeat is always written. The one place the
+// router, the operators' forecast and the producer client ask it.
+func (p ReusePolicy) MayRerun() bool { return p != "" && p != ReuseRejectDuplicate }
+
+// RerunsAfter says whether a workflow whose last run closed as run says
+// runs again under the policy: allow_duplicate after any close,
+// allow_duplicate_failed_only after a failure (failed, timed out,
+// terminated, cancelled), reject_duplicate never.
+func (p ReusePolicy) RerunsAfter(run Run) bool {
+	switch p {
+	case ReuseAllowDuplicate:
+		return run.Closed
+	case ReuseAllowDuplicateFailedOnly:
+		return run.Closed && run.Failed
+	}
+	return false
+}
+
 // Route maps events to one activity's workflow.
 type Route struct {
 	// ID is the activity ID: part of every workflow ID of this route,

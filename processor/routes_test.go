@@ -100,3 +100,30 @@ func TestWorkflowIDFormats(t *testing.T) {
 		t.Fatal("number accepted as scheduled_for")
 	}
 }
+
+// The reuse-policy rule, asked in one place by the router, the forecast
+// and the client.
+func TestReusePolicyRerunRule(t *testing.T) {
+	open, completed, failed := Run{}, Run{Closed: true}, Run{Closed: true, Failed: true}
+	for _, c := range []struct {
+		p                     ReusePolicy
+		may                   bool
+		open, completed, fail bool
+	}{
+		{ReuseRejectDuplicate, false, false, false, false},
+		{ReuseAllowDuplicateFailedOnly, true, false, false, true},
+		{ReuseAllowDuplicate, true, false, true, true},
+	} {
+		if got := c.p.MayRerun(); got != c.may {
+			t.Errorf("%s.MayRerun() = %v, want %v", c.p, got, c.may)
+		}
+		for _, r := range []struct {
+			run  Run
+			want bool
+		}{{open, c.open}, {completed, c.completed}, {failed, c.fail}} {
+			if got := c.p.RerunsAfter(r.run); got != r.want {
+				t.Errorf("%s.RerunsAfter(%+v) = %v, want %v", c.p, r.run, got, r.want)
+			}
+		}
+	}
+}

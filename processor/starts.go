@@ -273,7 +273,7 @@ func (s *startPool) rerun(ctx context.Context, j *job) bool {
 	}
 	// A permanent error: Temporal no longer knows the workflow (its
 	// retention passed): nothing to run again.
-	again := err == nil && run.Closed && (run.Failed || j.req.ReusePolicy == ReuseAllowDuplicate)
+	again := err == nil && j.req.ReusePolicy.RerunsAfter(run)
 	if !again {
 		return s.startInstead(j)
 	}

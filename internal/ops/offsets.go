@@ -468,7 +468,7 @@ func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []
 			seen[in.WorkflowID] = "new"
 		case v.Verdict == processor.VerdictDuplicate:
 			f.Duplicates++
-			if policy[i] != processor.ReuseRejectDuplicate {
+			if policy[i].MayRerun() {
 				f.MayRerun++
 			}
 		case seen[in.WorkflowID] != "":
