@@ -15,6 +15,10 @@ import (
 	"unicode/utf8"
 )
 
+// This file is one concern, over ~450 lines: the decoder (envelopes, the ID
+// chain, the payload hash, the decode reasons), which every caller reaches
+// through Decode. The JSON scanners it uses are fastjson.go.
+
 // Rule names a way of obtaining an event ID. The value is stored in the
 // ledger as the ID's provenance.
 type Rule string

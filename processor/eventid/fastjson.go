@@ -10,6 +10,8 @@ import (
 	"github.com/gowebpki/jcs"
 )
 
+// One concern, over ~450 lines: the decoder's one-pass JSON scanners.
+//
 // The decoder's hot path: every record is scanned for its envelope members
 // and its payload canonicalised (RFC 8785) for the payload hash and content
 // IDs. The general tools (encoding/json into a map, gowebpki/jcs) build
