@@ -63,8 +63,9 @@ func cloudEvent(id, typ, v string) []byte {
 // undecodable record (dead-lettered), one no route matches, one that
 // triggers two workflows, and one never read; then inspect's
 // disagreements, lag and its owner, an offsets reset (refused while a
-// replica runs, forecast, done), the ledger's stats and a purge refused
-// across the horizon and done within it; and a record gone from the log,
+// replica runs, planned and forecast without --execute, done with it), the
+// ledger's stats and a purge refused across the horizon, planned within it
+// (nothing deleted) and done with --execute; and a record gone from the log,
 // explained from the ledger alone.
 func TestOperatorTools(t *testing.T) {
 	e := newEnv(t, 1)
@@ -268,7 +269,7 @@ VALUES ('activity-order-confirmation:gone', 'order-confirmation', 'gone', 'field
 		time.Sleep(200 * time.Millisecond)
 		e.opsJSON(0, &lag, config, "lag")
 	}
-	if stderr := e.opsJSON(2, nil, config, "offsets", "reset", "--to", "earliest", "--dry-run"); !strings.Contains(stderr, "live member") {
+	if stderr := e.opsJSON(2, nil, config, "offsets", "reset", "--to", "earliest", "--execute"); !strings.Contains(stderr, "live member") {
 		t.Fatalf("reset with a live replica: %s", stderr)
 	}
 	e.waitCommitted(time.Minute) // it reads record 6
@@ -286,26 +287,32 @@ VALUES ('activity-order-confirmation:gone', 'order-confirmation', 'gone', 'field
 		time.Sleep(200 * time.Millisecond)
 	}
 
-	// offsets reset --dry-run: what a replay from the start would do.
+	// offsets reset without --execute: the plan, what a replay from the
+	// start would do, and no change.
 	var rep ops.ResetReport
-	e.opsJSON(0, &rep, config, "offsets", "reset", "--to", "earliest", "--dry-run")
+	e.opsJSON(0, &rep, config, "offsets", "reset", "--to", "earliest")
 	want := ops.Forecast{Records: 7, Intents: 6, Duplicates: 5, MayRerun: 1, Conflicts: 1, DeadLetters: 1, DeadLettersLogged: 1, NoRoute: 1}
-	if len(rep.Partitions) != 1 || rep.Partitions[0].From != 7 || rep.Partitions[0].Reread != 7 || rep.Forecast == nil || *rep.Forecast != want {
-		t.Fatalf("dry run: %+v %+v, want %+v", rep.Partitions, rep.Forecast, want)
+	if !rep.DryRun || len(rep.Partitions) != 1 || rep.Partitions[0].From != 7 || rep.Partitions[0].Reread != 7 || rep.Forecast == nil || *rep.Forecast != want {
+		t.Fatalf("the plan: %+v %+v, want %+v", rep.Partitions, rep.Forecast, want)
+	}
+	lag = ops.LagReport{}
+	e.opsJSON(0, &lag, config, "lag")
+	if *lag.Partitions[0].Committed != 7 {
+		t.Fatalf("offsets reset without --execute moved the offset: %+v", lag)
 	}
 	// Forget ord-b, as a purge would: one new workflow expected.
 	if _, err := pool.Exec(ctx, `DELETE FROM dedup_ledger WHERE workflow_id = $1`, orderB); err != nil {
 		t.Fatal(err)
 	}
 	rep = ops.ResetReport{}
-	e.opsJSON(0, &rep, config, "offsets", "reset", "--to", "earliest", "--dry-run")
+	e.opsJSON(0, &rep, config, "offsets", "reset", "--to", "earliest", "--dry-run") // the default, spelt out
 	if rep.Forecast.NewWorkflows != 1 || rep.Forecast.Duplicates != 4 {
 		t.Fatalf("dry run after forgetting ord-b: %+v", rep.Forecast)
 	}
 	// The real reset, logged.
 	rep = ops.ResetReport{}
-	stderr := e.opsJSON(0, &rep, config, "offsets", "reset", "--to", "5")
-	if rep.Partitions[0].To != 5 || !strings.Contains(stderr, `"msg":"offsets reset"`) || !strings.Contains(stderr, `"to":5`) {
+	stderr := e.opsJSON(0, &rep, config, "offsets", "reset", "--to", "5", "--execute")
+	if rep.DryRun || rep.Partitions[0].To != 5 || !strings.Contains(stderr, `"msg":"offsets reset"`) || !strings.Contains(stderr, `"to":5`) {
 		t.Fatalf("reset: %+v\n%s", rep, stderr)
 	}
 	lag = ops.LagReport{}
@@ -327,7 +334,7 @@ VALUES ('activity-order-confirmation:gone', 'order-confirmation', 'gone', 'field
 	// ledger purge: the topic keeps records 7 days (kfake), and crm-sync
 	// is allow_duplicate_failed_only: only the ledger guards a replay, so
 	// a purge of rows older than an hour is refused...
-	if stderr := e.opsJSON(2, nil, config, "ledger", "purge", "--older-than", "1h", "--dry-run"); !strings.Contains(stderr, "refusing to purge") ||
+	if stderr := e.opsJSON(2, nil, config, "ledger", "purge", "--older-than", "1h", "--execute"); !strings.Contains(stderr, "refusing to purge") ||
 		!strings.Contains(stderr, e.topic) {
 		t.Fatalf("purge across the horizon: %s", stderr)
 	}
@@ -335,13 +342,23 @@ VALUES ('activity-order-confirmation:gone', 'order-confirmation', 'gone', 'field
 	if _, err := pool.Exec(ctx, `UPDATE dedup_ledger SET started_at = now() - interval '500 hours' WHERE workflow_id = $1`, orderA); err != nil {
 		t.Fatal(err)
 	}
+	rowsOfA := func() int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM dedup_ledger WHERE workflow_id = $1`, orderA).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Without --execute: the plan, and nothing deleted.
 	var pr ops.PurgeReport
-	e.opsJSON(0, &pr, config, "ledger", "purge", "--older-than", "400h", "--dry-run")
-	if pr.Rows != 1 {
-		t.Fatalf("purge dry run: %+v", pr)
+	e.opsJSON(0, &pr, config, "ledger", "purge", "--older-than", "400h")
+	if !pr.DryRun || pr.Rows != 1 || rowsOfA() != 1 {
+		t.Fatalf("the purge's plan: %+v (rows of %s left: %d)", pr, orderA, rowsOfA())
 	}
 	pr = ops.PurgeReport{}
-	if stderr := e.opsJSON(0, &pr, config, "ledger", "purge", "--older-than", "400h"); pr.Rows != 1 || !strings.Contains(stderr, "ledger purged") {
+	if stderr := e.opsJSON(0, &pr, config, "ledger", "purge", "--older-than", "400h", "--execute"); pr.DryRun || pr.Rows != 1 ||
+		!strings.Contains(stderr, "ledger purged") || rowsOfA() != 0 {
 		t.Fatalf("purge: %+v %s", pr, stderr)
 	}
 

@@ -16,7 +16,7 @@ import (
 // no route matches (NoRoute under kafka.no_route: skip).
 //
 // It is the one implementation of that step: the router's poll loop and
-// the operators' dedup explain and dedup offsets reset --dry-run all call
+// the operators' dedup explain and dedup offsets reset's plan all call
 // Decider.Decide, so what they print is what the router does.
 type Decision struct {
 	// Event is the decoded event; its zero value when decoding failed.

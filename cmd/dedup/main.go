@@ -17,8 +17,8 @@
 //	dedup explain --config F --topic T --partition P --offset O   what dedup decided for a record, and why
 //	dedup inspect --config F WORKFLOW_ID                          the ledger's and Temporal's view of a workflow
 //	dedup lag --config F                                          committed offset, end, lag and owner per partition
-//	dedup offsets reset --config F --to earliest|latest|TIME|OFFSET [--dry-run]
-//	dedup ledger stats --config F | dedup ledger purge --config F --older-than D [--dry-run]
+//	dedup offsets reset --config F --to earliest|latest|TIME|OFFSET [--execute]
+//	dedup ledger stats --config F | dedup ledger purge --config F --older-than D [--execute]
 package main
 
 import (

@@ -138,6 +138,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, setup fun
 	return code
 }
 
+// planFlags declares --execute and --dry-run, the flags of a command that
+// changes something (offsets reset, ledger purge). As kafka-consumer-groups
+// --reset-offsets, it prints its plan and changes nothing unless --execute.
+// --dry-run is the default's explicit spelling, kept so that a script
+// written for the old default (change unless --dry-run) stays safe; with
+// --execute it is a usage error. The answer is whether to change nothing.
+func planFlags(fs *flag.FlagSet) func() (dryRun bool, err error) {
+	execute := fs.Bool("execute", false, "make the change (without it: print the plan, change nothing)")
+	dryRun := fs.Bool("dry-run", false, "print the plan, change nothing (the default, spelt out)")
+	return func() (bool, error) {
+		if *execute && *dryRun {
+			return false, errors.New("--dry-run and --execute together: choose one (without --execute nothing changes)")
+		}
+		return !*execute, nil
+	}
+}
+
 // commandName splits "offsets reset ..." and "ledger stats ..." into the
 // two-word name and the rest.
 func commandName(args []string) (string, []string) {

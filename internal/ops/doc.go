@@ -8,7 +8,8 @@
 // (processor.Decider), never a second implementation of it.
 //
 // Every command is read-only except `offsets reset` and `ledger purge`
-// without --dry-run, which log what they did. Clients are built the way
+// with --execute, which log what they did; without it they print their
+// plan and change nothing (as kafka-consumer-groups --reset-offsets). Clients are built the way
 // dedup run builds its own (internal/app: ToolKafkaOpts, DialToolTemporal;
 // ledger.Open), so the same TLS and SASL settings apply.
 //

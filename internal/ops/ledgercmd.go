@@ -78,7 +78,7 @@ func (t *Tool) LedgerStats(ctx context.Context) (*StatsReport, int, error) {
 func ledgerPurgeCommand() command {
 	return command{
 		name:  "ledger purge",
-		usage: "dedup ledger purge --config FILE --older-than DURATION [--dry-run] [--output json]",
+		usage: "dedup ledger purge --config FILE --older-than DURATION [--execute] [--output json]",
 		help: `Deletes started and dead-lettered ledger rows (and dead-letter log entries) older than DURATION,
 in batches of postgres.purge_batch: what postgres.retention does on a schedule, once. Pending rows
 are never purged: they are work not done.
@@ -92,22 +92,29 @@ that re-send an event late: add that delay to DURATION yourself (dedup cannot kn
 answer. postgres.accept_short_horizon: true in the config accepts the risk, as for dedup run.
 DURATION is at least 1h, as postgres.retention.
 
---dry-run deletes nothing and counts what would go. Without it, it logs what it deleted.
-Exit code 0 when done (or counted), 2 on an error or a refusal.
+Without --execute it deletes nothing, as kafka-consumer-groups --reset-offsets: it checks the
+horizon and prints the plan ("would purge", the rows and dead-letter log entries that would go).
+--dry-run is the same, spelt out. With --execute it deletes them, prints "purged" and logs it.
+Exit code 0 when done (or planned), 2 on an error or a refusal.
 
 Example:
-  dedup ledger purge --config dedup.yaml --older-than 2160h --dry-run`,
+  dedup ledger purge --config dedup.yaml --older-than 2160h             # the plan
+  dedup ledger purge --config dedup.yaml --older-than 2160h --execute   # the purge`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *Tool, []string) (any, int, error) {
 			olderThan := fs.Duration("older-than", 0, "purge rows that ended longer ago than this (at least 1h; required)")
-			dryRun := fs.Bool("dry-run", false, "count, delete nothing")
+			dryRun := planFlags(fs)
 			return func(ctx context.Context, t *Tool, args []string) (any, int, error) {
 				if len(args) > 0 {
 					return nil, ExitError, fmt.Errorf("unexpected arguments %q", args)
 				}
+				dry, err := dryRun()
+				if err != nil {
+					return nil, ExitError, err
+				}
 				if *olderThan < time.Hour {
 					return nil, ExitError, fmt.Errorf("--older-than %s: want at least 1h (as postgres.retention)", *olderThan)
 				}
-				return t.Purge(ctx, *olderThan, *dryRun)
+				return t.Purge(ctx, *olderThan, dry)
 			}
 		},
 	}

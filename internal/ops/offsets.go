@@ -22,7 +22,7 @@ import (
 func offsetsResetCommand() command {
 	return command{
 		name:  "offsets reset",
-		usage: "dedup offsets reset --config FILE --to earliest|latest|TIME|OFFSET [--topic T] [--partition P,...] [--dry-run] [--output json]",
+		usage: "dedup offsets reset --config FILE --to earliest|latest|TIME|OFFSET [--topic T] [--partition P,...] [--execute] [--output json]",
 		help: `Moves the group's committed offsets, for a replay (back) or to skip a backlog (forward).
 
 --to is earliest (the log start), latest (the log end; under kafka.isolation_level read_committed,
@@ -31,27 +31,35 @@ record at or after it) or an offset (clamped to the log). --topic and --partitio
 partition of the config's topics).
 
 It refuses while the group has live members: stop every replica first (a member would overwrite
-the reset with its own commits). --dry-run changes nothing: it reads the records that would be
+the reset with its own commits).
+
+Without --execute it changes nothing, as kafka-consumer-groups --reset-offsets: it prints the plan
+("would reset", a table of each partition's move) and a forecast: it reads the records that would be
 re-read, decides each with the router's code and asks the ledger (read-only) what it would do:
 how many workflows are expected to start anew, how many the ledger skips as started, re-drives or
 starts again, and how many are conflicts, dead letters, or skipped (no route, tombstones). It reads
 what the router reads: under read_committed, committed records only, up to the last stable offset.
-A move forward skips records: it says how many offsets.
+A move forward skips records: it says how many offsets. --dry-run is the same, spelt out.
 
-Without --dry-run it commits the new offsets and logs each move (group, topic, partition, from,
-to). Exit code 0 when done (or forecast), 2 on an error or a refusal.
+With --execute it commits the new offsets, prints the same table ("reset") and logs each move
+(group, topic, partition, from, to). Exit code 0 when done (or planned), 2 on an error or a refusal.
 
 Example:
-  dedup offsets reset --config dedup.yaml --to 2026-03-01T00:00:00Z --dry-run
-  dedup offsets reset --config dedup.yaml --to earliest --partition 0,3`,
+  dedup offsets reset --config dedup.yaml --to 2026-03-01T00:00:00Z             # the plan and forecast
+  dedup offsets reset --config dedup.yaml --to 2026-03-01T00:00:00Z --execute   # the reset
+  dedup offsets reset --config dedup.yaml --to earliest --partition 0,3 --execute`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *Tool, []string) (any, int, error) {
 			to := fs.String("to", "", "earliest, latest, a time (RFC 3339) or an offset (required)")
 			topic := fs.String("topic", "", "only this topic (default: the config's topics)")
 			partitions := fs.String("partition", "", "only these partitions, comma-separated")
-			dryRun := fs.Bool("dry-run", false, "change nothing; forecast what the replay would do")
+			dryRun := planFlags(fs)
 			return func(ctx context.Context, t *Tool, args []string) (any, int, error) {
 				if len(args) > 0 {
 					return nil, ExitError, fmt.Errorf("unexpected arguments %q", args)
+				}
+				dry, err := dryRun()
+				if err != nil {
+					return nil, ExitError, err
 				}
 				target, err := parseTarget(*to)
 				if err != nil {
@@ -74,7 +82,7 @@ Example:
 						parts = append(parts, int32(p))
 					}
 				}
-				return t.ResetOffsets(ctx, target, topics, parts, *dryRun)
+				return t.ResetOffsets(ctx, target, topics, parts, dry)
 			}
 		},
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -750,5 +752,112 @@ func TestPurgeHorizon(t *testing.T) {
 	rep, code, err := tl.Purge(ctx, 400*time.Hour, true)
 	if code != ExitFound || err != nil || rep.Rows != 2 {
 		t.Errorf("purge of rows older than 400h: %d %v %+v", code, err, rep)
+	}
+}
+
+// configFile writes the fixture's config as a file for the command line.
+func (f *fixture) configFile() string {
+	f.t.Helper()
+	path := filepath.Join(f.t.TempDir(), "dedup.yaml")
+	y := fmt.Sprintf(`kafka:
+  brokers: [%s]
+  group: %s
+  topics: [%s]
+  reset_offset: earliest
+routes:
+  - {id: confirm, match: {type: order.created}, workflow_type: W, task_queue: q}
+  - {id: crm, match: {type: order.created}, workflow_type: W, task_queue: q, id_reuse_policy: allow_duplicate}
+postgres:
+  url: %q
+log:
+  format: text
+`, strings.Join(f.cfg.Kafka.Brokers, ", "), f.cfg.Kafka.Group, topic, f.cfg.Postgres.URL)
+	if err := os.WriteFile(path, []byte(y), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	return path
+}
+
+// TestChangesOnlyWithExecute: offsets reset and ledger purge print their
+// plan and change nothing unless --execute, as kafka-consumer-groups
+// --reset-offsets; --dry-run is the default's explicit spelling, and with
+// --execute a usage error. The plan and the change's report use the same
+// words and table ("would reset" / "reset").
+func TestChangesOnlyWithExecute(t *testing.T) {
+	f := newFixture(t)
+	tl := f.tool()
+	ctx := context.Background()
+	for i := range 4 {
+		f.route(tl, f.produce(0, order(fmt.Sprint("e", i), "1")), true)
+	}
+	f.commit(0, 4)
+	cfg := f.configFile()
+	committed := func() int64 {
+		t.Helper()
+		c, err := tl.committed(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c[topic][0]
+	}
+	reset := []string{"offsets", "reset", "--config", cfg, "--to", "earliest", "--partition", "0"}
+	for _, extra := range [][]string{nil, {"--dry-run"}} {
+		var out, errOut strings.Builder
+		code := run(ctx, append(slices.Clone(reset), extra...), &out, &errOut, nil)
+		if code != ExitFound || !strings.Contains(out.String(), "would reset to earliest") ||
+			!strings.Contains(out.String(), "--execute") || committed() != 4 {
+			t.Fatalf("offsets reset %v: %d %q %q, committed %d: want the plan, naming --execute, and no change", extra, code, out.String(), errOut.String(), committed())
+		}
+	}
+	var out, errOut strings.Builder
+	if code := run(ctx, append(slices.Clone(reset), "--dry-run", "--execute"), &out, &errOut, nil); code != ExitError ||
+		!strings.Contains(errOut.String(), "--execute") || committed() != 4 {
+		t.Fatalf("--dry-run --execute: %d %q, want a usage error", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run(ctx, append(slices.Clone(reset), "--execute"), &out, &errOut, nil); code != ExitFound ||
+		!strings.Contains(out.String(), "group dedup-ops: reset to earliest") || strings.Contains(out.String(), "would") ||
+		!strings.Contains(errOut.String(), "offsets reset") || committed() != 0 {
+		t.Fatalf("offsets reset --execute: %d %q %q, committed %d", code, out.String(), errOut.String(), committed())
+	}
+
+	// ledger purge: the same pair, before Temporal or the ledger is asked.
+	if _, err := f.led.Pool().Exec(ctx, `UPDATE dedup_ledger SET started_at = now() - interval '500 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	temporal := func(tl *Tool) {
+		tl.tcOnce.Do(func() {})
+		tl.tc = retainingTemporal{retention: 24 * time.Hour}
+	}
+	rows := func() int {
+		t.Helper()
+		var n int
+		if err := f.led.Pool().QueryRow(ctx, `SELECT count(*) FROM dedup_ledger`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	purge := []string{"ledger", "purge", "--config", cfg, "--older-than", "400h"}
+	for _, extra := range [][]string{nil, {"--dry-run"}} {
+		out.Reset()
+		errOut.Reset()
+		code := run(ctx, append(slices.Clone(purge), extra...), &out, &errOut, temporal)
+		if code != ExitFound || !strings.Contains(out.String(), "would purge 8 ledger rows") ||
+			!strings.Contains(out.String(), "--execute") || rows() != 8 {
+			t.Fatalf("ledger purge %v: %d %q %q, %d rows: want the plan, naming --execute, and no change", extra, code, out.String(), errOut.String(), rows())
+		}
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run(ctx, append(slices.Clone(purge), "--execute", "--dry-run"), &out, &errOut, temporal); code != ExitError ||
+		!strings.Contains(errOut.String(), "--execute") || rows() != 8 {
+		t.Fatalf("ledger purge --execute --dry-run: %d %q, want a usage error", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run(ctx, append(slices.Clone(purge), "--execute"), &out, &errOut, temporal); code != ExitFound ||
+		!strings.Contains(out.String(), "purged 8 ledger rows") || strings.Contains(out.String(), "would") || rows() != 0 {
+		t.Fatalf("ledger purge --execute: %d %q %q, %d rows", code, out.String(), errOut.String(), rows())
 	}
 }

@@ -185,6 +185,9 @@ func (r *ResetReport) text(w *strings.Builder) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "- %s\n", n)
 	}
+	if r.DryRun {
+		fmt.Fprintln(w, "nothing changed: this is the plan; run again with --execute to reset")
+	}
 }
 
 func (s *StatsReport) text(w *strings.Builder) {
@@ -234,5 +237,8 @@ func (p *PurgeReport) text(w *strings.Builder) {
 	}
 	for _, n := range p.Notes {
 		fmt.Fprintf(w, "- %s\n", n)
+	}
+	if p.DryRun && !p.Refused {
+		fmt.Fprintln(w, "nothing deleted: this is the plan; run again with --execute to purge")
 	}
 }

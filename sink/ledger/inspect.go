@@ -9,7 +9,7 @@ import (
 )
 
 // This file is the operators' read-only view of the ledger (dedup explain,
-// inspect, offsets reset --dry-run, ledger stats): nothing here writes, and
+// inspect, the offsets reset plan, ledger stats): nothing here writes, and
 // nothing here runs on the router's path.
 
 // Row is one dedup_ledger row.
