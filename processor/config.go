@@ -83,6 +83,13 @@ type Config struct {
 	// client options (internal/app kafkaOpts) and passes those to New.
 	TLS  clienttls.Config `yaml:"tls"`
 	SASL kafkasasl.Config `yaml:"sasl"`
+	// AllowInsecure lets a Kafka credential cross the network unencrypted:
+	// SASL to a broker not on this machine without TLS, or a
+	// kafka.sasl.token_url over http:// to a host not on this machine
+	// (anyone on the path can read or replay it). Validate refuses both
+	// without it; loopback brokers and token URLs (127.0.0.0/8, ::1,
+	// localhost) are always allowed. As postgres.allow_insecure.
+	AllowInsecure bool `yaml:"allow_insecure"`
 
 	// EventID, Routes, Starts and Retry are top-level sections of the
 	// config file.
@@ -182,6 +189,11 @@ func (c *Config) Validate() error {
 	}
 	if err := c.SASL.Validate(); err != nil {
 		return err
+	}
+	if !c.AllowInsecure {
+		if err := c.SASL.Plaintext(c.Brokers, c.TLS.On()); err != nil {
+			return fmt.Errorf("%w, or accept the risk with kafka.allow_insecure: true", err)
+		}
 	}
 	for _, t := range c.Topics {
 		if strings.Replace(c.DeadLetterTopic, "{topic}", t, 1) == t {

@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -98,6 +100,46 @@ func (c Config) Validate() error {
 		return fmt.Errorf("kafka.sasl.mechanism: %q, want PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", c.Mechanism)
 	}
 	return nil
+}
+
+// Plaintext says where a credential of c would cross a network
+// unencrypted, naming the key: SASL (any mechanism: PLAIN sends the
+// password itself, SCRAM's exchange and an OAUTHBEARER token can be
+// replayed or downgraded) to a broker not on this machine when tls is off,
+// or a token_url over http:// to a host not on this machine (the client
+// secret goes in the request). On this machine is a loopback address
+// (127.0.0.0/8, ::1) or localhost. nil when nothing would.
+func (c Config) Plaintext(brokers []string, tls bool) error {
+	if !c.On() {
+		return nil
+	}
+	if !tls {
+		for _, b := range brokers {
+			host, _, err := net.SplitHostPort(b)
+			if err != nil {
+				host = b // no port: franz-go's default
+			}
+			if !loopback(host) {
+				return fmt.Errorf("kafka.sasl.mechanism %s sends credentials to %s without TLS: turn kafka.tls on (enabled: true, or its files)", c.Name(), b)
+			}
+		}
+	}
+	if c.TokenURL != "" {
+		u, err := url.Parse(c.TokenURL)
+		if err == nil && u.Scheme == "http" && !loopback(u.Hostname()) {
+			return fmt.Errorf("kafka.sasl.token_url: http:// to %s sends the client secret without TLS: use https://", u.Hostname())
+		}
+	}
+	return nil
+}
+
+// loopback: localhost, or an address in 127.0.0.0/8 or ::1.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Build builds the franz-go mechanism. Secret files are read once here

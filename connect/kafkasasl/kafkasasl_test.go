@@ -149,3 +149,37 @@ func TestClientCredentials(t *testing.T) {
 		t.Errorf("the error quotes the secret: %v", err)
 	}
 }
+
+// TestPlaintext: where a credential would cross a network unencrypted
+// (SASL to a broker off this machine without TLS; a token_url over http://
+// to a host off this machine), Plaintext names the key; loopback
+// (127.0.0.0/8, ::1, localhost) is this machine.
+func TestPlaintext(t *testing.T) {
+	plainCfg := Config{Mechanism: "plain", Username: "u", Password: "p"}
+	idp := func(u string) Config {
+		return Config{Mechanism: OAuthBearer, TokenURL: u, ClientID: "c", ClientSecret: "s"}
+	}
+	for _, tc := range []struct {
+		cfg     Config
+		brokers []string
+		tls     bool
+		want    string
+	}{
+		{Config{}, []string{"kafka:9092"}, false, ""},
+		{plainCfg, []string{"kafka:9092"}, false, "kafka.sasl.mechanism PLAIN sends credentials to kafka:9092 without TLS"},
+		{plainCfg, []string{"127.0.0.1:9092", "[::1]:9092", "localhost:9092", "127.9.9.9"}, false, ""},
+		{plainCfg, []string{"127.0.0.1:9092", "[2001:db8::1]:9092"}, false, "[2001:db8::1]:9092"},
+		{plainCfg, []string{"kafka:9092"}, true, ""},
+		{Config{Mechanism: ScramSHA256, Username: "u", Password: "p"}, []string{"10.0.0.1:9092"}, false, "SCRAM-SHA-256"},
+		{idp("http://idp.example.com/token"), []string{"kafka:9092"}, true, "kafka.sasl.token_url: http:// to idp.example.com"},
+		{idp("HTTP://idp.example.com/token"), []string{"kafka:9092"}, true, "kafka.sasl.token_url"},
+		{idp("http://localhost:8080/token"), []string{"kafka:9092"}, true, ""},
+		{idp("http://[::1]:8080/token"), []string{"kafka:9092"}, true, ""},
+		{idp("https://idp.example.com/token"), []string{"kafka:9092"}, true, ""},
+	} {
+		err := tc.cfg.Plaintext(tc.brokers, tc.tls)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%+v %v tls=%v: %v, want %q", tc.cfg, tc.brokers, tc.tls, err, tc.want)
+		}
+	}
+}

@@ -118,3 +118,59 @@ func TestTemporalCompression(t *testing.T) {
 		}
 	}
 }
+
+// TestNoCredentialInPlaintext: a Kafka credential is never sent in
+// plaintext to a broker or token endpoint off this machine: SASL to a
+// non-loopback broker needs kafka.tls, an OAUTHBEARER token_url to a
+// non-loopback host needs https, unless kafka.allow_insecure: true (as
+// postgres.allow_insecure). Each refusal names the key to fix.
+func TestNoCredentialInPlaintext(t *testing.T) {
+	doc := func(brokers, kafka string) string {
+		return `
+kafka: {brokers: [` + brokers + `], group: g, topics: [t], reset_offset: earliest` + kafka + `}
+routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
+postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
+`
+	}
+	const (
+		plain  = ", sasl: {mechanism: PLAIN, username: u, password: p}"
+		scram  = ", sasl: {mechanism: SCRAM-SHA-512, username: u, password: p}"
+		token  = ", sasl: {mechanism: OAUTHBEARER, token_file: /run/token}"
+		idp    = ", sasl: {mechanism: OAUTHBEARER, token_url: %s, client_id: c, client_secret: s}"
+		tlsOn  = ", tls: {enabled: true}"
+		allow  = ", allow_insecure: true"
+		remote = "kafka-1.example.com:9092"
+	)
+	url := func(u string) string { return strings.Replace(idp, "%s", u, 1) }
+	for _, tc := range []struct {
+		name, doc, want string // want: a substring of the error; "" passes
+	}{
+		{"PLAIN to a remote broker", doc(remote, plain), "kafka.sasl.mechanism PLAIN"},
+		{"SCRAM to a remote broker", doc(remote, scram), "kafka.sasl.mechanism SCRAM-SHA-512"},
+		{"OAUTHBEARER to a remote broker", doc(remote, token), "kafka.sasl.mechanism OAUTHBEARER"},
+		{"one remote broker of two", doc("127.0.0.1:9092, 10.0.0.7:9092", plain), "10.0.0.7:9092"},
+		{"a broker without a port", doc("kafka-1", plain), "kafka-1"},
+		{"an http token_url to a remote host", doc(remote, url("http://idp.example.com/token")+tlsOn), "kafka.sasl.token_url"},
+		{"an http token_url, on a loopback broker", doc("127.0.0.1:9092", url("http://10.1.1.1/token")), "kafka.sasl.token_url"},
+		{"the refusal names the way out", doc(remote, plain), "kafka.allow_insecure: true"},
+		{"the refusal names kafka.tls", doc(remote, plain), "kafka.tls"},
+
+		{"PLAIN over TLS", doc(remote, plain+tlsOn), ""},
+		{"PLAIN over TLS with a CA", doc(remote, plain+", tls: {ca_file: /etc/ca.pem}"), ""},
+		{"OAUTHBEARER over TLS, https token_url", doc(remote, url("https://idp.example.com/token")+tlsOn), ""},
+		{"PLAIN to 127.0.0.1", doc("127.0.0.1:9092", plain), ""},
+		{"PLAIN to 127.1.2.3", doc("127.1.2.3:9092", plain), ""},
+		{"PLAIN to ::1", doc(`"[::1]:9092"`, plain), ""},
+		{"PLAIN to localhost", doc("localhost:9092, LOCALHOST:9093", plain), ""},
+		{"an http token_url to localhost", doc("127.0.0.1:9092", url("http://localhost:8080/token")), ""},
+		{"an http token_url to 127.0.0.1", doc("127.0.0.1:9092", url("http://127.0.0.1:8080/token")), ""},
+		{"no SASL to a remote broker", doc(remote, ""), ""},
+		{"PLAIN to a remote broker, allowed", doc(remote, plain+allow), ""},
+		{"an http token_url, allowed", doc(remote, url("http://idp.example.com/token")+allow), ""},
+	} {
+		_, err := ParseConfig([]byte(tc.doc))
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
