@@ -390,7 +390,7 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 	e := newEnv(t, 1)
 	cfg := e.config()
 	tokens := e.t.TempDir() + "/tokens"
-	if err := os.WriteFile(tokens, []byte("s3cret\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("s3cret-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -435,7 +435,7 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 		}
 		return code, s[:i]
 	}
-	auth := []string{"-H", "Authorization: Bearer s3cret"}
+	auth := []string{"-H", "Authorization: Bearer s3cret-0123456789"}
 	post := func(body string, extra ...string) (int, string) {
 		return curl(append(append([]string{"-X", "POST", base + "/v1/events", "-H", "Content-Type: application/json", "--data-binary", body}, auth...), extra...)...)
 	}
@@ -487,12 +487,12 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 		t.Fatalf("router did not crash at the failpoint: %v", err)
 	}
 	wid := acc.Workflows[0].WorkflowID
-	if _, st := getStatus(t, base, wid, "Authorization", "Bearer s3cret"); st.Ledger != "pending" || st.RunID != "" {
+	if _, st := getStatus(t, base, wid, "Authorization", "Bearer s3cret-0123456789"); st.Ledger != "pending" || st.RunID != "" {
 		t.Fatalf("after the crash: %+v, want claimed and not started", st)
 	}
 	restarted := e.process(e.writeConfig(cfg))
 	defer func() { _ = restarted.Process.Signal(os.Interrupt); _ = waitExit(restarted, time.Minute) }()
-	st := waitRun(t, base, wid, "Authorization", "Bearer s3cret")
+	st := waitRun(t, base, wid, "Authorization", "Bearer s3cret-0123456789")
 	code, raw := curl(append([]string{base + acc.Workflows[0].StatusURL}, auth...)...)
 	if code != 200 || !strings.Contains(raw, st.RunID) {
 		t.Errorf("curl status: %d %s", code, raw)

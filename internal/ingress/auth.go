@@ -3,6 +3,7 @@ package ingress
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"strings"
 
 	"github.com/dedupio/dedup/internal/secret"
@@ -12,18 +13,38 @@ import (
 // line; blank lines and # comments ignored), read again when it changes.
 type Tokens struct{ f *secret.File }
 
-// LoadTokens reads the file once: a missing or empty file, or one without
-// a token, is a start-up error naming key.
+// MinTokenBytes is the shortest bearer token LoadTokens accepts: 16 bytes
+// (128 bits when random) make guessing hopeless.
+const MinTokenBytes = 16
+
+// LoadTokens reads the file once: a missing or empty file, one without a
+// token (only blank lines and comments), or one with a token shorter than
+// MinTokenBytes is a start-up error naming key (and the token's line,
+// never the token).
 func LoadTokens(key, path string) (*Tokens, error) {
 	f, err := secret.NewFile(key, path)
 	if err != nil {
 		return nil, err
 	}
-	t := &Tokens{f: f}
-	if _, err := t.list(); err != nil {
+	v, err := f.Get()
+	if err != nil {
 		return nil, err
 	}
-	return t, nil
+	n := 0
+	for i, line := range strings.Split(v, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if len(line) < MinTokenBytes {
+			return nil, fmt.Errorf("%s: %s line %d: a token of %d bytes, want at least %d (e.g. openssl rand -hex 32)", key, path, i+1, len(line), MinTokenBytes)
+		}
+		n++
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%s: %s holds no token (only blank lines and comments): add one a line, or leave %s empty for no authentication", key, path, key)
+	}
+	return &Tokens{f: f}, nil
 }
 
 func (t *Tokens) list() ([]string, error) {

@@ -275,7 +275,7 @@ func TestPostEventsRefused(t *testing.T) {
 func TestBearerTokens(t *testing.T) {
 	e := newEnv(t, nil)
 	path := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(path, []byte("# producers\ns3cret\n\nother\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("# producers\ns3cret-0123456789\n\nother-token-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tokens, err := LoadTokens("ingress.tokens_file", path)
@@ -283,7 +283,7 @@ func TestBearerTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := e.server(func(o *Options) { o.Tokens = tokens })
-	for _, auth := range []string{"", "Bearer nope", "Basic s3cret", "Bearer ", "Bearer # producers"} {
+	for _, auth := range []string{"", "Bearer nope", "Basic s3cret-0123456789", "Bearer ", "Bearer # producers"} {
 		r := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json", "Authorization", auth)
 		if r.code != 401 || r.header.Get("WWW-Authenticate") == "" || r.json(t)["reason"] != "unauthorized" {
 			t.Errorf("Authorization %q: %d %s", auth, r.code, r.body)
@@ -292,7 +292,7 @@ func TestBearerTokens(t *testing.T) {
 	if r := do(t, "GET", ts.URL+"/v1/workflows/activity-confirm:x", ""); r.code != 401 {
 		t.Errorf("status without a token: %d", r.code)
 	}
-	if r := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json", "Authorization", "Bearer s3cret"); r.code != 202 {
+	if r := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json", "Authorization", "Bearer s3cret-0123456789"); r.code != 202 {
 		t.Errorf("good token: %d %s", r.code, r.body)
 	}
 	if n := e.written(); n != 1 {
@@ -300,13 +300,13 @@ func TestBearerTokens(t *testing.T) {
 	}
 	// Rotated: the old token no longer works, the new one does.
 	time.Sleep(10 * time.Millisecond)
-	if err := os.WriteFile(path, []byte("n3w-token\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("n3w-token-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if r := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json", "Authorization", "Bearer s3cret"); r.code != 401 {
+	if r := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json", "Authorization", "Bearer s3cret-0123456789"); r.code != 401 {
 		t.Errorf("old token after rotation: %d", r.code)
 	}
-	if r := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json", "Authorization", "bearer n3w-token"); r.code != 202 {
+	if r := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json", "Authorization", "bearer n3w-token-0123456789"); r.code != 202 {
 		t.Errorf("new token: %d %s", r.code, r.body)
 	}
 }
