@@ -962,15 +962,19 @@ inline groupcheck(r, p, off) {
 	fi
 }
 
-/* committer.revoked: the revoke's commit of p, (a) to (c) in one step (the
- * fixed rule holds the commit lock across them; the partition stays ours
- * until the revoke forgets it). The wait for records in flight is the
- * interleaving before this step. */
-inline revokecommit(r, p) {
+/* a commit of p, (a) to (c) in one step: committer.revoked's (rv = 1; the
+ * fixed rule holds the commit lock across them, and the partition stays
+ * ours until the revoke forgets it; the wait for records in flight is the
+ * interleaving before this step), or, with -DATOMIC_COMMIT, the ticker's
+ * (rv = 0) */
+inline commitnow(r, p, rv) {
 	if
 	:: FINAT(r, p) ->
 		prefixend(r, p);
-		printf("MSC: r%d   the revoke commits p%d: finished prefix to %d\n", r, p, k_);
+		if
+		:: rv -> printf("MSC: r%d   the revoke commits p%d: finished prefix to %d\n", r, p, k_)
+		:: else -> printf("MSC: r%d ticker commit (a-c in one step): p%d's finished prefix ends at %d\n", r, p, k_)
+		fi;
 		x_ = k_; k_ = 0;
 		groupcheck(r, p, x_);
 		if
@@ -1140,9 +1144,9 @@ proctype replica(byte r) {
 	 * send; the fixed rule holds the commit lock from (a) to (c) ---- */
 #ifdef ATOMIC_COMMIT
 	:: d_step { rep[r].own[0] && FINAT(r, 0) ->
-		printf("MSC: r%d ticker commit (a-c in one step):\n", r); revokecommit(r, 0) }
+		commitnow(r, 0, 0) }
 	:: d_step { rep[r].own[1] && FINAT(r, 1) ->
-		printf("MSC: r%d ticker commit (a-c in one step):\n", r); revokecommit(r, 1) }
+		commitnow(r, 1, 0) }
 #else
 	:: d_step { rep[r].tph == 0 && rep[r].own[0] && FINAT(r, 0) ->
 		prefixend(r, 0); rep[r].tph = 1; rep[r].tpart = 0; rep[r].toff = k_; k_ = 0;
@@ -1175,9 +1179,9 @@ proctype replica(byte r) {
 	/* ---- fault: revoke (cooperative rebalance moves p to q): committer.revoked
 	 * commits what finished (under the commit lock), forgets p ---- */
 	:: d_step { nrev > 0 && rep[q].alive && rep[r].own[0] && rep[r].gen[0] == bgen[0] && LOCKFREE(r) ->
-		nrev--; printf("MSC: REVOKE p0 from r%d\n", r); revokecommit(r, 0); abandon(r, 0); assign(q, 0) }
+		nrev--; printf("MSC: REVOKE p0 from r%d\n", r); commitnow(r, 0, 1); abandon(r, 0); assign(q, 0) }
 	:: d_step { nrev > 0 && rep[q].alive && rep[r].own[1] && rep[r].gen[1] == bgen[1] && LOCKFREE(r) ->
-		nrev--; printf("MSC: REVOKE p1 from r%d\n", r); revokecommit(r, 1); abandon(r, 1); assign(q, 1) }
+		nrev--; printf("MSC: REVOKE p1 from r%d\n", r); commitnow(r, 1, 1); abandon(r, 1); assign(q, 1) }
 
 	/* ---- fault: zombie (p moves to q, r is not told) ---- */
 	:: d_step { nzom > 0 && rep[q].alive && rep[r].own[0] && rep[r].gen[0] == bgen[0] ->
@@ -1210,11 +1214,11 @@ proctype replica(byte r) {
 	:: d_step { !rep[r].alive && nrestart > 0 && rep[q].own[0] && rep[q].gen[0] == bgen[0] && LOCKFREE(q) ->
 		nrestart--; rep[r].alive = 1;
 		printf("MSC: RESTART of r%d; rebalance revokes p0 from r%d\n", r, q);
-		revokecommit(q, 0); abandon(q, 0); assign(r, 0) }
+		commitnow(q, 0, 1); abandon(q, 0); assign(r, 0) }
 	:: d_step { !rep[r].alive && nrestart > 0 && rep[q].own[1] && rep[q].gen[1] == bgen[1] && LOCKFREE(q) ->
 		nrestart--; rep[r].alive = 1;
 		printf("MSC: RESTART of r%d; rebalance revokes p1 from r%d\n", r, q);
-		revokecommit(q, 1); abandon(q, 1); assign(r, 1) }
+		commitnow(q, 1, 1); abandon(q, 1); assign(r, 1) }
 
 	/* ---- the run is over ---- */
 	:: d_step { ALLDONE && rep[r].jph[0] == J_NONE && !rep[r].dlpend && rep[r].tph == 0 ->
