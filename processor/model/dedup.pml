@@ -144,17 +144,17 @@
 
 mtype = { A, B };       /* payload hashes */
 
-/* ---- Kafka log: constant after init ---- */
-byte plen[NP];          /* records per partition */
-byte pbase[NP];         /* index of a partition's first record */
-byte rpart[NREC];       /* partition of a record */
-byte roff[NREC];        /* offset of a record */
-byte rwid[NREC];        /* workflow ID = f(event id) */
-mtype rhash[NREC];      /* payload hash */
+/* ---- Kafka log: constant after init, so hidden (not in the state vector) ---- */
+hidden byte plen[NP];   /* records per partition */
+hidden byte pbase[NP];  /* index of a partition's first record */
+hidden byte rpart[NREC]; /* partition of a record */
+hidden byte roff[NREC]; /* offset of a record */
+hidden byte rwid[NREC]; /* workflow ID = f(event id) */
+hidden mtype rhash[NREC]; /* payload hash */
 #ifdef TXN
-bit   abrt[NREC];       /* the record belongs to an aborted transaction */
-bit   ctl[NREC];        /* a control record (transaction marker) */
-byte  avl[NREC];        /* records a poll can return at and after this offset */
+hidden bit  abrt[NREC]; /* the record belongs to an aborted transaction */
+hidden bit  ctl[NREC];  /* a control record (transaction marker) */
+hidden byte avl[NREC];  /* records a poll can return at and after this offset */
 #endif
 
 /* ---- broker ---- */
@@ -258,9 +258,10 @@ typedef Rep {
 };
 Rep rep[NR];
 
-/* scratch for d_steps (always reset to 0: not part of the state) */
-byte nb, i_, o_, c_, w_, f_, x_, p_, k_, m_, j_, sg_, sn_;
-byte b[NREC];
+/* scratch for d_steps: hidden (not in the state vector; every d_step sets
+ * what it reads, and resets it to 0 as well) */
+hidden byte nb, i_, o_, c_, w_, f_, x_, p_, k_, m_, j_, sg_, sn_;
+hidden byte b[NREC];
 
 /* ================= helpers ================= */
 
