@@ -152,8 +152,8 @@ hidden byte roff[NREC]; /* offset of a record */
 hidden byte rwid[NREC]; /* workflow ID = f(event id) */
 hidden mtype rhash[NREC]; /* payload hash */
 #ifdef TXN
-hidden bit  abrt[NREC]; /* the record belongs to an aborted transaction */
-hidden bit  ctl[NREC];  /* a control record (transaction marker) */
+hidden byte abrt[NREC]; /* the record belongs to an aborted transaction (hidden: no bit) */
+hidden byte ctl[NREC];  /* a control record (transaction marker) */
 hidden byte avl[NREC];  /* records a poll can return at and after this offset */
 #endif
 
