@@ -116,9 +116,9 @@ expect_pass() {
 # expect_violation NAME "SPIN_DEFINES" "PAN_FLAGS" REGEX ["GCC_DEFINES"]: a safety
 # search that must end in an assertion (or pan's message) matching REGEX; prints
 # the trail. The shortest trail: breadth-first (GCC_DEFINES -DBFS, the default)
-# or PAN_FLAGS -i.
+# or PAN_FLAGS -i. (-DNOHIDE: breadth-first search cannot have hidden variables.)
 expect_violation() {
-	local name=$1 sdefs=$2 flags=$3 want=$4 cextra=${5--DBFS}
+	local name=$1 sdefs="$2 -DNOHIDE" flags=$3 want=$4 cextra=${5--DBFS}
 	build "$name" "$sdefs" "-DSAFETY -DNOCLAIM -DREACH $cextra" || return 1
 	(cd "$name" && ./pan $DEPTH $flags >pan.out 2>&1)
 	summary "$name"
