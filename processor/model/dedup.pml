@@ -239,6 +239,16 @@ typedef Rep {
 	                     * read (a), 2 group's offsets read (b), send (c) next */
 	bit  tpart;         /* its partition (one partition per commit) */
 	byte toff;          /* its offset, read at (a) */
+	bit  tlo[NP];       /* the ticker's last commit of the partition was left
+	                     * out at (b) and nothing of it changed since (no
+	                     * record finished, no new assignment): the ticker
+	                     * does not read it again, since a repeat would be left
+	                     * out again (the group's offset only grows). Go's
+	                     * ticker repeats it every CommitInterval; in the model
+	                     * the repeats would be a cycle of stutter steps that
+	                     * keeps the replica's other steps from running under
+	                     * weak fairness (the ticker is a goroutine of its own
+	                     * in Go, an action of the replica here) */
 	byte st[NREC];      /* tracker: record status */
 	bit  dlpend;        /* a claim's conflicts are being dead-lettered */
 	byte jph[NWID];     /* startPool.starting[wid]: job phase */
@@ -273,6 +283,7 @@ hidden byte b[NREC];
 
 inline finish(r, c) {
 	rep[r].st[c] = S_FIN;
+	rep[r].tlo[rpart[c]] = 0;
 	fin[c] = 1
 }
 
@@ -806,7 +817,7 @@ inline abandon(r, p) {
 			fi
 		}
 	}
-	rep[r].own[p] = 0; rep[r].gen[p] = 0; rep[r].pos[p] = 0; rep[r].cmt[p] = 0;
+	rep[r].own[p] = 0; rep[r].gen[p] = 0; rep[r].pos[p] = 0; rep[r].cmt[p] = 0; rep[r].tlo[p] = 0;
 #ifndef OLD_COMMIT
 	/* the ticker's commit in progress leaves the partition out: its send
 	 * carries only partitions still owned (this assignment) */
@@ -827,7 +838,7 @@ inline assign(q, p) {
 	:: else
 	fi;
 	bgen[p]++;
-	rep[q].own[p] = 1; rep[q].gen[p] = bgen[p]; rep[q].pos[p] = committed[p]; rep[q].cmt[p] = committed[p];
+	rep[q].own[p] = 1; rep[q].gen[p] = bgen[p]; rep[q].pos[p] = committed[p]; rep[q].cmt[p] = committed[p]; rep[q].tlo[p] = 0;
 	printf("MSC: partition p%d assigned to r%d, generation %d, from offset %d\n", p, q, bgen[p], committed[p])
 }
 
@@ -964,6 +975,7 @@ inline groupcheck(r, p, off) {
 	if
 	:: committed[p] > off ->
 		printf("MSC: r%d   group's committed offset of p%d is %d, past our %d: left out\n", r, p, committed[p], off);
+		rep[r].tlo[p] = 1;
 		f_ = 0
 	:: else -> f_ = 1
 	fi
@@ -1150,15 +1162,15 @@ proctype replica(byte r) {
 	 * (a) the finished prefix, (b) the group's committed offsets, (c) the
 	 * send; the fixed rule holds the commit lock from (a) to (c) ---- */
 #ifdef ATOMIC_COMMIT
-	:: d_step { rep[r].own[0] && FINAT(r, 0) ->
+	:: d_step { rep[r].own[0] && !rep[r].tlo[0] && FINAT(r, 0) ->
 		commitnow(r, 0, 0) }
-	:: d_step { rep[r].own[1] && FINAT(r, 1) ->
+	:: d_step { rep[r].own[1] && !rep[r].tlo[1] && FINAT(r, 1) ->
 		commitnow(r, 1, 0) }
 #else
-	:: d_step { rep[r].tph == 0 && rep[r].own[0] && FINAT(r, 0) ->
+	:: d_step { rep[r].tph == 0 && rep[r].own[0] && !rep[r].tlo[0] && FINAT(r, 0) ->
 		prefixend(r, 0); rep[r].tph = 1; rep[r].tpart = 0; rep[r].toff = k_; k_ = 0;
 		printf("MSC: r%d ticker commit (a): p0's finished prefix ends at %d\n", r, rep[r].toff) }
-	:: d_step { rep[r].tph == 0 && rep[r].own[1] && FINAT(r, 1) ->
+	:: d_step { rep[r].tph == 0 && rep[r].own[1] && !rep[r].tlo[1] && FINAT(r, 1) ->
 		prefixend(r, 1); rep[r].tph = 1; rep[r].tpart = 1; rep[r].toff = k_; k_ = 0;
 		printf("MSC: r%d ticker commit (a): p1's finished prefix ends at %d\n", r, rep[r].toff) }
 	:: d_step { rep[r].tph == 1 ->
@@ -1209,8 +1221,8 @@ proctype replica(byte r) {
 		:: else
 		fi;
 		rep[r].alive = 0;
-		rep[r].own[0] = 0; rep[r].gen[0] = 0; rep[r].pos[0] = 0; rep[r].cmt[0] = 0;
-		rep[r].own[1] = 0; rep[r].gen[1] = 0; rep[r].pos[1] = 0; rep[r].cmt[1] = 0;
+		rep[r].own[0] = 0; rep[r].gen[0] = 0; rep[r].pos[0] = 0; rep[r].cmt[0] = 0; rep[r].tlo[0] = 0;
+		rep[r].own[1] = 0; rep[r].gen[1] = 0; rep[r].pos[1] = 0; rep[r].cmt[1] = 0; rep[r].tlo[1] = 0;
 		rep[r].tph = 0; rep[r].tpart = 0; rep[r].toff = 0;
 		for (c_ : 0 .. NREC-1) { rep[r].st[c_] = 0 }
 		c_ = 0;
