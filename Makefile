@@ -143,6 +143,7 @@ bench-smoke: deps
 model: deps
 	bash processor/model/check.sh
 	bash processor/model/check.sh --bug >/dev/null
+	bash processor/model/check.sh --holes >/dev/null
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime 60s ./processor/eventid

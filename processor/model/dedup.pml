@@ -9,7 +9,7 @@
  *                     ID in a batch gets the row's verdict; later same-hash
  *                     copies are DUPLICATE. Expected to violate S1.
  *   LOSS_ONLY         check only that no event is lost for good (S1 when the
- *                     run is over), not S1 at every commit nor the
+ *                     run is over), not S1 nor D at every commit nor the
  *                     pending-row check: gives the --bug run a trail that
  *                     ends in a lost event.
  *   FAILED_ONLY       Temporal reuse policy allow_duplicate_failed_only:
@@ -52,16 +52,61 @@
  *   MUT_NEXT_FROM_RUN next = g_L + 1 (the claim's generation ignored).
  *   W4                4 records (p0: [A, A''], p1: [B, A']) instead of 3.
  *   W2                2 records (p0: [A], p1: [B]): no re-send of A.
+ *   TXN               transactional workload, 4 log entries (p0: [X, M],
+ *                     p1: [A, C]): X (hash B) belongs to an aborted
+ *                     transaction, M is its abort marker, C the commit
+ *                     marker of A's transaction. Read with read_committed:
+ *                     a poll never returns X; markers are returned and
+ *                     finish at once. Checks I (an aborted record is never
+ *                     claimed) and, through E, that the committed offsets
+ *                     reach the log ends past the markers.
+ *   READ_UNCOMMITTED  (TXN) the old isolation: aborted records are polled,
+ *                     claimed and started. Expected to violate I.
+ *   NO_CONTROL        (TXN) markers are not returned to the router (kgo's
+ *                     default without KeepControlRecords): expected to end
+ *                     in an invalid end state (a partition never committed
+ *                     to its end).
+ *   OLD_COMMIT        the old commit: the ticker's commit (a: read the
+ *                     finished prefix, b: read the group's committed
+ *                     offsets, c: send) and the revoke's commit interleave
+ *                     (no per-replica commit lock), and the send does not
+ *                     leave out a partition no longer owned. Expected to
+ *                     violate M (a committed offset goes backwards).
+ *   PERM              Temporal refuses every start of the workflow ID for
+ *                     good (temporal_permanent): the owner is written to the
+ *                     dead-letter topic, then the row is marked
+ *                     dead_lettered, then the owner and its waiters finish.
+ *                     A dead_lettered row is re-claimed (pending, REDRIVE)
+ *                     by a copy with its payload. Not with FAILED_ONLY.
+ *   OLD_DL_FINISH     (PERM) the old rule: the owner finishes right after
+ *                     the dead-letter write, MarkDeadLettered is best effort
+ *                     (abandoned when the partition goes away) and the
+ *                     waiters finish after it. Expected to violate D.
+ *   OLD_CHECK_WAIT    (FAILED_ONLY) the old coalescing of check copies: a
+ *                     DUPLICATE copy waits plainly on any job in flight,
+ *                     even one past its LastRun read. Expected to violate
+ *                     RC.
+ *   ATOMIC_COMMIT     the ticker's commit (a)-(c) in one step (the fixed
+ *                     rule only): the failed-only searches use it to stay
+ *                     in memory (README.md says why it loses nothing there).
+ *   D_OFF             drop D (a committed record's row is started or
+ *                     dead_lettered), so that a search checks E2 alone.
+ *   E2_OFF            drop E2 (as before; D stays).
  *   NCRASH=n NREVOKE=n NZOMBIE=n NTIMEOUT=n   fault budgets (default 1).
  *
  * Every action is one atomic step (d_step): a ledger statement, a Temporal
- * call, a broker commit, a rebalance. Replicas interleave at those steps.
+ * call, one of the three parts of a broker commit, a rebalance. Replicas
+ * interleave at those steps.
  */
+
+#if defined(PERM) && defined(FAILED_ONLY)
+#error "PERM is modelled under reject_duplicate only"
+#endif
 
 #define NR    2   /* replicas */
 #define NP    2   /* partitions */
-#ifdef W4
-#define NREC  4   /* records in all partitions */
+#if defined(W4) || defined(TXN)
+#define NREC  4   /* records in all partitions (TXN: log entries, markers included) */
 #elif defined(W2)
 #define NREC  2
 #else
@@ -79,6 +124,7 @@
 #define L_NONE    0
 #define L_PENDING 1
 #define L_STARTED 2
+#define L_DEAD    3 /* dead_lettered (PERM) */
 
 /* start job phase */
 #define J_NONE  0
@@ -86,6 +132,9 @@
 #define J_MARK  2 /* Temporal said started; waiting for mark   */
 #define J_CHECK 3 /* check job (DUPLICATE, FAILED_ONLY): LastRun */
 #define J_RERUN 4 /* (RERUN_FIRST) check job: last run failed; ledger Rerun */
+#define J_LR    5 /* check job whose LastRun call has begun (FAILED_ONLY) */
+#define J_DLW   6 /* (PERM) start refused for good: dead-letter write of the owner */
+#define J_MDL   7 /* (PERM) written: ledger MarkDeadLettered */
 
 /* Temporal execution state (FAILED_ONLY) */
 #define X_NONE      0
@@ -95,13 +144,24 @@
 
 mtype = { A, B };       /* payload hashes */
 
-/* ---- Kafka log: constant after init ---- */
-byte plen[NP];          /* records per partition */
-byte pbase[NP];         /* index of a partition's first record */
-byte rpart[NREC];       /* partition of a record */
-byte roff[NREC];        /* offset of a record */
-byte rwid[NREC];        /* workflow ID = f(event id) */
-mtype rhash[NREC];      /* payload hash */
+/* hidden: not in the state vector. pan cannot search breadth-first (-DBFS)
+ * with hidden variables: check.sh's violation searches give spin -DNOHIDE */
+#ifdef NOHIDE
+#define hidden
+#endif
+
+/* ---- Kafka log: constant after init, so hidden ---- */
+hidden byte plen[NP];   /* records per partition */
+hidden byte pbase[NP];  /* index of a partition's first record */
+hidden byte rpart[NREC]; /* partition of a record */
+hidden byte roff[NREC]; /* offset of a record */
+hidden byte rwid[NREC]; /* workflow ID = f(event id) */
+hidden mtype rhash[NREC]; /* payload hash */
+#ifdef TXN
+hidden byte abrt[NREC]; /* the record belongs to an aborted transaction (hidden: no bit) */
+hidden byte ctl[NREC];  /* a control record (transaction marker) */
+hidden byte avl[NREC];  /* records a poll can return at and after this offset */
+#endif
 
 /* ---- broker ---- */
 byte committed[NP];     /* committed offset */
@@ -117,6 +177,11 @@ byte  lrun[NWID];       /* row run_id: run number (1..exec), 0 = NULL (read by R
                          * it back, so the model does not keep it) */
 #endif
 mtype lhash[NWID];      /* row payload hash */
+#ifdef PERM
+bit   rcl[NWID];        /* history for D: a copy re-claimed the row from
+                         * dead_lettered (pending again) since it was last
+                         * marked dead_lettered */
+#endif
 bit   cfl[NREC];        /* dedup_conflicts row for the record */
 
 /* ---- Temporal ---- */
@@ -166,6 +231,24 @@ typedef Rep {
 	bit  own[NP];       /* the replica believes it owns the partition */
 	byte gen[NP];       /* generation it got the partition in */
 	byte pos[NP];       /* next offset to poll */
+	byte cmt[NP];       /* committer: where the partition's finished prefix
+	                     * starts: the committed offset at assignment, then
+	                     * the offset of our last accepted commit
+	                     * (partition.committed) */
+	byte tph;           /* the ticker's commit in progress: 0 none, 1 prefix
+	                     * read (a), 2 group's offsets read (b), send (c) next */
+	bit  tpart;         /* its partition (one partition per commit) */
+	byte toff;          /* its offset, read at (a) */
+	bit  tlo[NP];       /* the ticker's last commit of the partition was left
+	                     * out at (b) and nothing of it changed since (no
+	                     * record finished, no new assignment): the ticker
+	                     * does not read it again, since a repeat would be left
+	                     * out again (the group's offset only grows). Go's
+	                     * ticker repeats it every CommitInterval; in the model
+	                     * the repeats would be a cycle of stutter steps that
+	                     * keeps the replica's other steps from running under
+	                     * weak fairness (the ticker is a goroutine of its own
+	                     * in Go, an action of the replica here) */
 	byte st[NREC];      /* tracker: record status */
 	bit  dlpend;        /* a claim's conflicts are being dead-lettered */
 	byte jph[NWID];     /* startPool.starting[wid]: job phase */
@@ -179,17 +262,28 @@ typedef Rep {
 	byte jorph[NWID];   /* job's record's partition was revoked/lost (its context
 	                     * cancelled): 1 = a call in flight may still land,
 	                     * 2 = it did; every later call fails at once */
+#if defined(FAILED_ONLY) && !defined(RERUN_FIRST)
+	byte jrck[NWID];    /* re-check waiters (bit per record): check copies that
+	                     * found the job past its LastRun read; submitted again
+	                     * as checks when the job ends */
+	byte jneed[NWID];   /* history for RC: the newest failed run that a check
+	                     * copy of the job (owner or plain waiter) saw at its
+	                     * claim (0: none); the job must end with a newer run */
+	byte rneed[NWID];   /* the same for the re-check waiters */
+#endif
 };
 Rep rep[NR];
 
-/* scratch for d_steps (always reset to 0: not part of the state) */
-byte nb, i_, o_, c_, w_, f_, x_;
-byte b[NREC];
+/* scratch for d_steps: hidden (not in the state vector; every d_step sets
+ * what it reads, and resets it to 0 as well) */
+hidden byte nb, i_, o_, c_, w_, f_, x_, p_, k_, m_, j_, sg_, sn_;
+hidden byte b[NREC];
 
 /* ================= helpers ================= */
 
 inline finish(r, c) {
 	rep[r].st[c] = S_FIN;
+	rep[r].tlo[rpart[c]] = 0;
 	fin[c] = 1
 }
 
@@ -202,7 +296,7 @@ inline coalesce(r, c, w, ph, g) {
 		printf("MSC: r%d   rec%d waits on the in-flight job (owner rec%d)\n", r, c, rep[r].jown[w]);
 		/* j.check && !check && j.startReq == nil: record the start it needs */
 		if
-		:: (rep[r].jph[w] == J_CHECK || rep[r].jph[w] == J_RERUN) && ph == J_START && rep[r].jsreq[w] == 0 ->
+		:: (rep[r].jph[w] == J_CHECK || rep[r].jph[w] == J_LR || rep[r].jph[w] == J_RERUN) && ph == J_START && rep[r].jsreq[w] == 0 ->
 			rep[r].jsreq[w] = g;
 			printf("MSC: r%d   the check job records rec%d's start (generation %d)\n", r, c, g)
 		:: else
@@ -212,6 +306,55 @@ inline coalesce(r, c, w, ph, g) {
 		printf("MSC: r%d   rec%d owns a new job (phase %d, generation %d)\n", r, c, ph, g)
 	fi
 }
+
+#if defined(FAILED_ONLY) && !defined(RERUN_FIRST)
+#define RAISE(v, n) if :: v < n -> v = n :: else fi
+/* processor.(*startPool).submit(rec, req, check=true) of a check copy c
+ * (generation g; n: the newest run, if it had failed at c's claim, else
+ * 0): c owns a new check job; or waits plainly on a check job whose
+ * LastRun has not begun (that read comes after c's claim); or, on a job
+ * past that point (a start, a re-run's start, a check whose LastRun
+ * began), it becomes a re-check waiter, submitted again as a check when
+ * that job ends. -DOLD_CHECK_WAIT: it always waits plainly. */
+inline checkcopy(r, c, w, g, n) {
+	if
+	:: rep[r].jph[w] == J_NONE ->
+		rep[r].jph[w] = J_CHECK; rep[r].jgen[w] = g; rep[r].jown[w] = c; rep[r].jorph[w] = 0;
+		RAISE(rep[r].jneed[w], n);
+		printf("MSC: r%d   rec%d owns a new check job (generation %d)\n", r, c, g)
+#ifndef OLD_CHECK_WAIT
+	:: rep[r].jph[w] == J_CHECK ->
+#else
+	:: rep[r].jph[w] != J_NONE ->
+#endif
+		rep[r].jwait[w] = rep[r].jwait[w] | (1 << c);
+		RAISE(rep[r].jneed[w], n);
+		printf("MSC: r%d   rec%d waits on the in-flight job (owner rec%d, phase %d)\n", r, c, rep[r].jown[w], rep[r].jph[w])
+#ifndef OLD_CHECK_WAIT
+	:: rep[r].jph[w] != J_NONE && rep[r].jph[w] != J_CHECK ->
+		rep[r].jrck[w] = rep[r].jrck[w] | (1 << c);
+		RAISE(rep[r].rneed[w], n);
+		printf("MSC: r%d   rec%d: the job in flight (owner rec%d, phase %d) is past its LastRun read: re-check waiter\n", r, c, rep[r].jown[w], rep[r].jph[w])
+#endif
+	fi
+}
+
+/* the job of wid w ended (cleared): its re-check waiters (mask m_, need
+ * sn_) are submitted again as checks with the job's request (generation
+ * sg_), in record order: the first owns a new check job (its LastRun comes
+ * after the ended job's run exists), the others wait on it */
+inline resubmit(r, w) {
+	for (j_ : 0 .. NREC-1) {
+		if
+		:: m_ & (1 << j_) ->
+			printf("MSC: r%d   re-check waiter rec%d submitted again as a check\n", r, j_);
+			checkcopy(r, j_, w, sg_, sn_)
+		:: else
+		fi
+	}
+	j_ = 0; m_ = 0; sg_ = 0; sn_ = 0
+}
+#endif
 
 /* the verdict of the row for a same-hash copy (processor.(*claimer).claim) */
 inline rowverdict(r, c, w) {
@@ -229,8 +372,13 @@ inline rowverdict(r, c, w) {
 #else
 		/* DUPLICATE on a route whose policy is not reject_duplicate: a check
 		 * job; its req.Generation is the row's (g_row, from the claim) */
-		printf("MSC: r%d   rec%d %e -> DUPLICATE: check job (row generation %d)\n", r, c, rhash[c], lgen[w]);
-		coalesce(r, c, w, J_CHECK, lgen[w])
+		printf("MSC: r%d   rec%d %e -> DUPLICATE: check (row generation %d)\n", r, c, rhash[c], lgen[w]);
+		if
+		:: xlast[w] == X_FAILED -> x_ = exec[w]
+		:: else -> x_ = 0
+		fi;
+		checkcopy(r, c, w, lgen[w], x_);
+		x_ = 0
 #endif
 #else
 		printf("MSC: r%d   rec%d %e -> DUPLICATE (finished)\n", r, c, rhash[c]);
@@ -239,17 +387,50 @@ inline rowverdict(r, c, w) {
 	fi
 }
 
-/* poll k records of partition p into the batch */
+#ifdef TXN
+/* a poll does not return the record: aborted (read_committed), or a
+ * marker that the client drops (NO_CONTROL) */
+#if defined(NO_CONTROL) && defined(READ_UNCOMMITTED)
+#define SKIPPED(c) (ctl[c])
+#elif defined(NO_CONTROL)
+#define SKIPPED(c) (abrt[c] || ctl[c])
+#elif defined(READ_UNCOMMITTED)
+#define SKIPPED(c) 0
+#else
+#define SKIPPED(c) (abrt[c])
+#endif
+/* not an event: never claimed, left out of S1 and S3 */
+#define NOTEV(c) (ctl[c] || SKIPPED(c))
+#else
+#define SKIPPED(c) 0
+#define NOTEV(c) 0
+#endif
+
+/* poll k records of partition p into the batch (TXN: a skipped record is
+ * not returned; a marker is returned and finishes at once) */
 inline take(r, p, k) {
 	i_ = 0;
 	do
 	:: i_ < k ->
 		c_ = pbase[p] + rep[r].pos[p];
-		b[nb] = c_; nb++;
-		rep[r].st[c_] = S_INFL;
 		rep[r].pos[p]++;
-		printf("MSC: r%d   polls rec%d = p%d@%d hash %e\n", r, c_, p, roff[c_], rhash[c_]);
-		i_++
+#ifdef TXN
+		if
+		:: SKIPPED(c_) ->
+			printf("MSC: r%d   the poll skips p%d@%d (aborted or marker)\n", r, p, roff[c_])
+		:: !SKIPPED(c_) && ctl[c_] ->
+			printf("MSC: r%d   polls p%d@%d, a transaction marker: finished\n", r, p, roff[c_]);
+			finish(r, c_); i_++
+		:: !SKIPPED(c_) && !ctl[c_] ->
+			assert(!abrt[c_]);   /* I: an aborted record is never claimed */
+#endif
+			b[nb] = c_; nb++;
+			rep[r].st[c_] = S_INFL;
+			printf("MSC: r%d   polls rec%d = p%d@%d hash %e\n", r, c_, p, roff[c_], rhash[c_]);
+			i_++
+#ifdef TXN
+		fi
+#endif
 	:: else -> break
 	od
 }
@@ -280,6 +461,16 @@ inline claim(r) {
 					cfl[c_] = 1; rep[r].st[c_] = S_DLQ; rep[r].dlpend = 1;
 					printf("MSC: r%d   rec%d %e -> CONFLICT (row has %e)\n", r, c_, rhash[c_], lhash[w_])
 				:: rwid[c_] == w_ && rhash[c_] == lhash[w_] ->
+#ifdef PERM
+					/* a dead_lettered row with the copy's payload is
+					 * claimed again: pending (attempts + 1) */
+					if
+					:: lst[w_] == L_DEAD ->
+						lst[w_] = L_PENDING; rcl[w_] = 1;
+						printf("MSC: r%d   ledger: row wid%d dead_lettered -> pending (re-claimed)\n", r, w_)
+					:: else
+					fi;
+#endif
 #ifdef OLD_INBATCH_RULE
 					if
 					:: i_ != f_ ->
@@ -312,10 +503,15 @@ inline pollclaim(r, k0, k1, first) {
 	c_ = 0
 }
 
+#ifdef TXN
+#define AVAIL(r, p, k) (rep[r].pos[p] < plen[p] && avl[pbase[p] + rep[r].pos[p]] >= k)
+#else
+#define AVAIL(r, p, k) (rep[r].pos[p] + k <= plen[p])
+#endif
 #define CANPOLL(r, k0, k1) \
 	(!rep[r].dlpend && \
-	 (k0 == 0 || (rep[r].own[0] && rep[r].pos[0] + k0 <= plen[0])) && \
-	 (k1 == 0 || (rep[r].own[1] && rep[r].pos[1] + k1 <= plen[1])))
+	 (k0 == 0 || (rep[r].own[0] && AVAIL(r, 0, k0))) && \
+	 (k1 == 0 || (rep[r].own[1] && AVAIL(r, 1, k1))))
 
 /* sink/starter (*Temporal).Start of generation g (request ID
  * starter.RequestID(wid, g)); the run it answers with goes to x_.
@@ -360,6 +556,11 @@ inline tstart(r, w, g) {
 		fi;
 #endif
 		exec[w]++; xlast[w] = X_RUNNING; xgen[w] = g; xgens[w] = xgens[w] | (1 << g);
+#ifndef RERUN_FIRST
+		/* RC's needs older than the new run are met for good: forget them
+		 * (no behaviour changes; equal states merge) */
+		rep[0].jneed[w] = 0; rep[0].rneed[w] = 0; rep[1].jneed[w] = 0; rep[1].rneed[w] = 0;
+#endif
 		x_ = exec[w];
 		printf("MSC: r%d   Temporal: execution %d created for wid%d, generation %d\n", r, exec[w], w, g)
 	:: !RIDHIT(w, g) && !(exec[w] == 0 || xlast[w] == X_FAILED) ->
@@ -381,22 +582,42 @@ inline tstart(r, w, g) {
 inline clearjob(r, w) {
 	rep[r].jph[w] = J_NONE; rep[r].jown[w] = 0; rep[r].jwait[w] = 0; rep[r].jorph[w] = 0;
 	rep[r].jgen[w] = 0; rep[r].jrun[w] = 0; rep[r].jsreq[w] = 0
+#if defined(FAILED_ONLY) && !defined(RERUN_FIRST)
+	; rep[r].jrck[w] = 0; rep[r].jneed[w] = 0; rep[r].rneed[w] = 0
+#endif
 }
 
-/* startPool.done(ok=true): finish the owner (unless its partition is gone) and the waiters */
-inline doneok(r, w) {
-	if
-	:: !rep[r].jorph[w] -> finish(r, rep[r].jown[w])
-	:: else
-	fi;
+/* finish the job's (plain) waiters */
+inline finishwaiters(r, w) {
 	for (i_ : 0 .. NREC-1) {
 		if
 		:: rep[r].jwait[w] & (1 << i_) -> finish(r, i_)
 		:: else
 		fi
 	}
-	i_ = 0;
+	i_ = 0
+}
+
+/* startPool.done(ok=true): finish the owner (unless its partition is gone)
+ * and the waiters; the re-check waiters are submitted again as checks */
+inline doneok(r, w) {
+#if defined(FAILED_ONLY) && !defined(RERUN_FIRST)
+	/* RC: the check copies that finish now (owner, plain waiters) saw at
+	 * their claims no failed run as new as the newest run now */
+	assert(rep[r].jneed[w] == 0 || exec[w] > rep[r].jneed[w]);
+#endif
+	if
+	:: !rep[r].jorph[w] -> finish(r, rep[r].jown[w])
+	:: else
+	fi;
+	finishwaiters(r, w);
+#if defined(FAILED_ONLY) && !defined(RERUN_FIRST)
+	m_ = rep[r].jrck[w]; sg_ = rep[r].jgen[w]; sn_ = rep[r].rneed[w];
+	clearjob(r, w);
+	resubmit(r, w)
+#else
 	clearjob(r, w)
+#endif
 }
 
 /* startPool.marker -> ledger MarkStarted, then done(ok): finish owner and
@@ -425,8 +646,14 @@ inline mark(r, w) {
 	doneok(r, w)
 }
 
-/* startPool.release(ok=false): the first waiter still owned takes over */
+/* startPool.release(ok=false): the first waiter still owned takes over;
+ * the re-check waiters are submitted again as checks (to the job taken
+ * over, or the first owns a new check job) */
 inline takeover(r, w) {
+#if defined(FAILED_ONLY) && !defined(RERUN_FIRST)
+	m_ = rep[r].jrck[w]; sg_ = rep[r].jgen[w]; sn_ = rep[r].rneed[w];
+	rep[r].jrck[w] = 0; rep[r].rneed[w] = 0;
+#endif
 	if
 	:: rep[r].jwait[w] == 0 ->
 		printf("MSC: r%d job of rec%d abandoned, no waiter\n", r, rep[r].jown[w]);
@@ -442,7 +669,7 @@ inline takeover(r, w) {
 		 * start starts j.req's generation */
 		if
 #ifndef PRE_GAP2_FIX
-		:: rep[r].jph[w] == J_CHECK || rep[r].jph[w] == J_RERUN ->
+		:: rep[r].jph[w] == J_CHECK || rep[r].jph[w] == J_LR || rep[r].jph[w] == J_RERUN ->
 			rep[r].jph[w] = J_CHECK;
 			printf("MSC: r%d job of rec%d abandoned; waiter rec%d takes it over as a check (startReq generation %d)\n", r, rep[r].jown[w], i_, rep[r].jsreq[w])
 #endif
@@ -456,6 +683,9 @@ inline takeover(r, w) {
 		rep[r].jorph[w] = 0;
 		i_ = 0
 	fi
+#if defined(FAILED_ONLY) && !defined(RERUN_FIRST)
+	; resubmit(r, w)
+#endif
 }
 
 #ifdef FAILED_ONLY
@@ -526,6 +756,51 @@ inline rerunnext(r, w, rn, gl) {
 #endif
 #endif
 
+#ifdef PERM
+/* startPool.deadLetter, first step: deadLetterWriter.write of the owner
+ * (reason temporal_permanent): the dead-letter log says whether it was
+ * written before (a redelivery), else it is produced and logged.
+ * -DOLD_DL_FINISH: the writer ends the owner's record here (finished,
+ * committable) */
+inline dlwrite(r, w) {
+	c_ = rep[r].jown[w];
+	if
+	:: dlw[c_] ->
+		printf("MSC: r%d dead-letter rec%d (temporal_permanent): the dead-letter log says already written\n", r, c_)
+	:: else ->
+		dlw[c_] = 1;
+		printf("MSC: r%d dead-letter rec%d (temporal_permanent): written and logged\n", r, c_)
+	fi;
+#ifdef OLD_DL_FINISH
+	if
+	:: !rep[r].jorph[w] -> finish(r, c_);
+		printf("MSC: r%d   rec%d finished by the writer (OLD RULE)\n", r, c_)
+	:: else
+	fi;
+#endif
+	c_ = 0;
+	rep[r].jph[w] = J_MDL
+}
+
+/* startPool.deadLetter, second step: Ledger.MarkDeadLettered (pending ->
+ * dead_lettered), then the owner and the waiters finish (done(ok));
+ * -DOLD_DL_FINISH: the waiters only (the owner finished at the write) */
+inline markdl(r, w) {
+	if
+	:: lst[w] == L_PENDING -> lst[w] = L_DEAD; rcl[w] = 0
+	:: else
+	fi;
+	printf("MSC: r%d MarkDeadLettered wid%d: row %d; finish rec%d (orphaned=%d: not finished if 1) and waiters mask %d\n", r, w,
+		lst[w], rep[r].jown[w], rep[r].jorph[w], rep[r].jwait[w]);
+#ifdef OLD_DL_FINISH
+	finishwaiters(r, w);
+	clearjob(r, w)
+#else
+	doneok(r, w)
+#endif
+}
+#endif
+
 /* committer.revoked / lost: forget the partition, abandon its in-flight records */
 inline abandon(r, p) {
 	for (o_ : 0 .. plen[p]-1) {
@@ -533,13 +808,26 @@ inline abandon(r, p) {
 		rep[r].st[c_] = S_NONE;
 		for (w_ : 0 .. NWID-1) {
 			rep[r].jwait[w_] = rep[r].jwait[w_] & ~(1 << c_);
+#if defined(FAILED_ONLY) && !defined(RERUN_FIRST)
+			rep[r].jrck[w_] = rep[r].jrck[w_] & ~(1 << c_);
+#endif
 			if
 			:: rep[r].jph[w_] != J_NONE && rep[r].jown[w_] == c_ && rep[r].jorph[w_] == 0 -> rep[r].jorph[w_] = 1
 			:: else
 			fi
 		}
 	}
-	rep[r].own[p] = 0; rep[r].gen[p] = 0; rep[r].pos[p] = 0;
+	rep[r].own[p] = 0; rep[r].gen[p] = 0; rep[r].pos[p] = 0; rep[r].cmt[p] = 0; rep[r].tlo[p] = 0;
+#ifndef OLD_COMMIT
+	/* the ticker's commit in progress leaves the partition out: its send
+	 * carries only partitions still owned (this assignment) */
+	if
+	:: rep[r].tph != 0 && rep[r].tpart == p ->
+		printf("MSC: r%d   the ticker's commit in progress leaves p%d out (no longer owned)\n", r, p);
+		rep[r].tph = 0; rep[r].tpart = 0; rep[r].toff = 0
+	:: else
+	fi;
+#endif
 	o_ = 0; c_ = 0; w_ = 0
 }
 
@@ -550,36 +838,179 @@ inline assign(q, p) {
 	:: else
 	fi;
 	bgen[p]++;
-	rep[q].own[p] = 1; rep[q].gen[p] = bgen[p]; rep[q].pos[p] = committed[p];
+	rep[q].own[p] = 1; rep[q].gen[p] = bgen[p]; rep[q].pos[p] = committed[p]; rep[q].cmt[p] = committed[p]; rep[q].tlo[p] = 0;
 	printf("MSC: partition p%d assigned to r%d, generation %d, from offset %d\n", p, q, bgen[p], committed[p])
 }
 
-#define FINAT(r, p) (committed[p] < plen[p] && rep[r].st[pbase[p] + committed[p]] == S_FIN)
+/* something to commit: the tracker's finished prefix (from cmt, past a
+ * record the poll skipped) reaches past cmt. TXN: at most one skipped
+ * record in a row. */
+#define STAT(r, p, o) rep[r].st[pbase[p] + o]
+#define FINAT(r, p) (rep[r].cmt[p] < plen[p] && \
+	(STAT(r, p, rep[r].cmt[p]) == S_FIN || \
+	 (SKIPPED(pbase[p] + rep[r].cmt[p]) && rep[r].cmt[p] + 1 < plen[p] && STAT(r, p, rep[r].cmt[p] + 1) == S_FIN)))
 
-/* committer.commit: commit the end of the finished prefix */
-inline commit(r, p) {
-	if
-	:: rep[r].gen[p] == bgen[p] ->
-		do
-		:: FINAT(r, p) ->
-			rep[r].st[pbase[p] + committed[p]] = S_NONE;  /* committed: forget */
-			committed[p]++
-		:: else -> break
-		od;
-		printf("MSC: r%d commits p%d at offset %d (generation %d)\n", r, p, committed[p], bgen[p]);
-		for (o_ : 0 .. committed[p]-1) {
-			c_ = pbase[p] + o_;
+/* tracker.next: one past the last record of the contiguous finished prefix
+ * that starts at cmt (records the poll skipped are not in it) -> k_ */
+inline prefixend(r, p) {
+	k_ = rep[r].cmt[p]; o_ = rep[r].cmt[p];
+	do
+	:: o_ < plen[p] && STAT(r, p, o_) == S_FIN -> o_++; k_ = o_
+	:: o_ < plen[p] && STAT(r, p, o_) != S_FIN && SKIPPED(pbase[p] + o_) -> o_++
+	:: else -> break
+	od;
+	o_ = 0
+}
+
+#ifdef PERM
+/* the event of wid w was dead-lettered as temporal_permanent (a copy with
+ * the row's payload written: one event, dead-lettered once) -> f_ */
+inline evdl(w) {
+	f_ = 0;
+	for (j_ : 0 .. NREC-1) {
+		if
+		:: rwid[j_] == w && dlw[j_] && !cfl[j_] -> f_ = 1
+		:: else
+		fi
+	}
+	j_ = 0
+}
+#endif
+
+/* the broker accepts r's OffsetCommit of p at off (the member's generation
+ * is current): M, then S1, S3 over every offset below, D over the newly
+ * committed ones; the committer records its commit */
+inline accept(r, p, off) {
+	printf("MSC: r%d commits p%d at offset %d (group's committed offset was %d)\n", r, p, off, committed[p]);
+	assert(off >= committed[p]);   /* M: a committed offset never goes backwards */
+	for (o_ : 0 .. off-1) {
+		c_ = pbase[p] + o_;
+		if
+		:: NOTEV(c_)
+		:: else ->
 #ifndef LOSS_ONLY
+#ifdef PERM
+			evdl(rwid[c_]);
+			assert(dlw[c_] || exec[rwid[c_]] > 0 || f_);   /* S1 */
+			f_ = 0;
+#else
 			assert(dlw[c_] || exec[rwid[c_]] > 0);   /* S1 */
 #endif
+#endif
 			assert(fin[c_])                          /* S3 */
-		}
-		o_ = 0; c_ = 0
-	:: else ->
-		printf("MSC: r%d commit of p%d REJECTED (generation %d < %d): lost\n", r, p, rep[r].gen[p], bgen[p]);
-		abandon(r, p)
+		fi
+	}
+#if !defined(LOSS_ONLY) && !defined(D_OFF) && !defined(RERUN_FIRST)
+	/* D: a newly committed record (not a conflict copy) has its row
+	 * started or dead_lettered (PERM: or re-claimed since it was last
+	 * dead_lettered, by a copy that now owns it) */
+	for (o_ : committed[p] .. off-1) {
+		c_ = pbase[p] + o_;
+		if
+		:: NOTEV(c_) || cfl[c_]
+		:: else ->
+#ifdef PERM
+			assert(lst[rwid[c_]] == L_STARTED || lst[rwid[c_]] == L_DEAD || rcl[rwid[c_]])   /* D */
+#else
+			assert(lst[rwid[c_]] == L_STARTED)   /* D */
+#endif
+		fi
+	}
+#endif
+	o_ = 0; c_ = 0;
+	committed[p] = off;
+	if
+	:: rep[r].own[p] && rep[r].gen[p] == bgen[p] && off > rep[r].cmt[p] ->
+		/* committed: the tracker forgets the prefix */
+		for (o_ : rep[r].cmt[p] .. off-1) { STAT(r, p, o_) = S_NONE }
+		o_ = 0;
+		rep[r].cmt[p] = off
+	:: else
 	fi
 }
+
+/* a member of the group in good standing: not fenced (the model's zombie,
+ * whose generation of a partition it still believes it owns is stale) */
+#define MEMBER(r) (rep[r].alive && \
+	!(rep[r].own[0] && rep[r].gen[0] != bgen[0]) && !(rep[r].own[1] && rep[r].gen[1] != bgen[1]))
+
+/* the broker's answer to r's OffsetCommit of p at off, sent with the
+ * member's current generation: the broker checks the generation, not who
+ * owns p. A stale owner (a zombie) is rejected and learns the partition
+ * was lost (franz-go rejoins and calls onLost). */
+inline broker(r, p, off) {
+	if
+	:: rep[r].own[p] && rep[r].gen[p] == bgen[p] -> accept(r, p, off)
+	:: rep[r].own[p] && rep[r].gen[p] != bgen[p] ->
+		printf("MSC: r%d commit of p%d at %d REJECTED (generation %d < %d): lost\n", r, p, off, rep[r].gen[p], bgen[p]);
+		abandon(r, p)
+	:: !rep[r].own[p] && MEMBER(r) ->
+		printf("MSC: r%d sends p%d at %d, a partition it no longer owns; its generation is current\n", r, p, off);
+		accept(r, p, off)
+	:: !rep[r].own[p] && !MEMBER(r) ->
+		printf("MSC: r%d commit of p%d at %d REJECTED (fenced)\n", r, p, off)
+	fi
+}
+
+/* committer.commit (c): the send. The fixed rule leaves out a partition
+ * no longer owned (abandon already dropped it from the ticker's commit)
+ * and an offset not above our last commit. */
+inline send(r, p, off) {
+#ifndef OLD_COMMIT
+	if
+	:: !rep[r].own[p] || off <= rep[r].cmt[p] ->
+		printf("MSC: r%d   the send leaves p%d out (offset %d, last committed %d)\n", r, p, off, rep[r].cmt[p])
+	:: else -> broker(r, p, off)
+	fi
+#else
+	broker(r, p, off)
+#endif
+}
+
+/* committer.commit (b): the group's committed offsets; a partition the
+ * group committed past our offset is left out (never backwards). (Its
+ * second condition, "and moved since we were assigned it", always holds
+ * here: our offset is past the assignment's.) -> f_ = 1 to go on */
+inline groupcheck(r, p, off) {
+	if
+	:: committed[p] > off ->
+		printf("MSC: r%d   group's committed offset of p%d is %d, past our %d: left out\n", r, p, committed[p], off);
+		rep[r].tlo[p] = 1;
+		f_ = 0
+	:: else -> f_ = 1
+	fi
+}
+
+/* a commit of p, (a) to (c) in one step: committer.revoked's (rv = 1; the
+ * fixed rule holds the commit lock across them, and the partition stays
+ * ours until the revoke forgets it; the wait for records in flight is the
+ * interleaving before this step), or, with -DATOMIC_COMMIT, the ticker's
+ * (rv = 0) */
+inline commitnow(r, p, rv) {
+	if
+	:: FINAT(r, p) ->
+		prefixend(r, p);
+		if
+		:: rv -> printf("MSC: r%d   the revoke commits p%d: finished prefix to %d\n", r, p, k_)
+		:: else -> printf("MSC: r%d ticker commit (a-c in one step): p%d's finished prefix ends at %d\n", r, p, k_)
+		fi;
+		x_ = k_; k_ = 0;
+		groupcheck(r, p, x_);
+		if
+		:: f_ -> send(r, p, x_)
+		:: else
+		fi;
+		f_ = 0; x_ = 0
+	:: else
+	fi
+}
+
+/* the commit lock: the revoke's commit waits for the ticker's (fixed) */
+#ifndef OLD_COMMIT
+#define LOCKFREE(r) (rep[r].tph == 0)
+#else
+#define LOCKFREE(r) 1
+#endif
 
 /* a job's Temporal / ledger call (wid 0): possible unless the job is
  * orphaned and its one call in flight has already landed (health.retry
@@ -592,7 +1023,17 @@ inline commit(r, p) {
 
 inline finalcheck(q) {
 	for (c_ : 0 .. NREC-1) {
-		assert(!(dlw[c_] == 0 && exec[rwid[c_]] == 0))  /* S1 at the end: no lost event */
+		if
+		:: NOTEV(c_)
+		:: else ->
+#ifdef PERM
+			evdl(rwid[c_]);
+			assert(!(dlw[c_] == 0 && exec[rwid[c_]] == 0 && !f_));  /* S1 at the end: no lost event */
+			f_ = 0
+#else
+			assert(!(dlw[c_] == 0 && exec[rwid[c_]] == 0))  /* S1 at the end: no lost event */
+#endif
+		fi
 	}
 #if !defined(LOSS_ONLY) && !defined(E2_OFF)
 	/* E2 once no replica has a job left: the other replica (a zombie)
@@ -636,6 +1077,7 @@ proctype replica(byte r) {
 		c_ = 0; rep[r].dlpend = 0 }
 
 	/* ---- start (Temporal), wid 0 ---- */
+#ifndef PERM
 	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) -> LANDED(r);
 		printf("MSC: r%d start wid0 generation %d for rec%d\n", r, rep[r].jgen[0], rep[r].jown[0]);
 		tstart(r, 0, rep[r].jgen[0]);
@@ -646,12 +1088,32 @@ proctype replica(byte r) {
 	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) && ntmo > 0 -> LANDED(r);
 		printf("MSC: r%d start wid0 generation %d for rec%d: TIMEOUT (outcome unknown), will retry\n", r, rep[r].jgen[0], rep[r].jown[0]);
 		ntmo--; tstart(r, 0, rep[r].jgen[0]); x_ = 0 }
+#else
+	/* ---- start refused for good; dead-letter write; MarkDeadLettered ---- */
+	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) -> LANDED(r);
+		printf("MSC: r%d start wid0 generation %d for rec%d: Temporal refuses it for good (permanent)\n", r, rep[r].jgen[0], rep[r].jown[0]);
+		rep[r].jph[0] = J_DLW }
+	:: d_step { rep[r].jph[0] == J_DLW && MAYCALL(r) -> LANDED(r); dlwrite(r, 0) }
+	:: d_step { rep[r].jph[0] == J_MDL && MAYCALL(r) -> LANDED(r); markdl(r, 0) }
+#ifdef OLD_DL_FINISH
+	/* the old best-effort mark: abandoned when the partition goes away;
+	 * release(j, ok=true) finishes the waiters, the row stays pending */
+	:: d_step { rep[r].jph[0] == J_MDL && rep[r].jorph[0] ->
+		printf("MSC: r%d MarkDeadLettered for rec%d abandoned (partition gone); the waiters finish (OLD RULE), the row stays %d\n", r, rep[r].jown[0], lst[0]);
+		finishwaiters(r, 0); clearjob(r, 0) }
+#endif
+#endif
 #ifdef FAILED_ONLY
 	/* ---- check job: LastRun; if it failed, start the next generation ---- */
 	/* LastRun, a read: with the context cancelled it only errs (then the
 	 * job is abandoned, below), so an orphaned check makes no decision */
 #ifndef RERUN_FIRST
+	/* the LastRun call begins: from here on, a check copy that comes is a
+	 * re-check waiter (the read may already have happened) */
 	:: d_step { rep[r].jph[0] == J_CHECK && !rep[r].jorph[0] ->
+		printf("MSC: r%d check wid0 for rec%d: LastRun call begins\n", r, rep[r].jown[0]);
+		rep[r].jph[0] = J_LR }
+	:: d_step { rep[r].jph[0] == J_LR && !rep[r].jorph[0] ->
 		assert(exec[0] > 0);   /* a started row has a run */
 		if
 		:: xlast[0] == X_FAILED ->
@@ -685,13 +1147,47 @@ proctype replica(byte r) {
 #endif /* RERUN_FIRST */
 #endif
 	/* ---- abandoned job (its record's partition is gone) ---- */
-	:: d_step { (rep[r].jph[0] == J_START || rep[r].jph[0] == J_CHECK || rep[r].jph[0] == J_RERUN) && rep[r].jorph[0] -> takeover(r, 0) }
+	:: d_step { (rep[r].jph[0] == J_START || rep[r].jph[0] == J_CHECK || rep[r].jph[0] == J_RERUN || rep[r].jph[0] == J_LR
+#ifdef PERM
+		|| rep[r].jph[0] == J_DLW
+#ifndef OLD_DL_FINISH
+		|| rep[r].jph[0] == J_MDL
+#endif
+#endif
+		) && rep[r].jorph[0] -> takeover(r, 0) }
 	/* ---- mark ---- */
 	:: d_step { rep[r].jph[0] == J_MARK -> mark(r, 0) }
 
-	/* ---- commit ---- */
-	:: d_step { rep[r].own[0] && FINAT(r, 0) -> commit(r, 0) }
-	:: d_step { rep[r].own[1] && FINAT(r, 1) -> commit(r, 1) }
+	/* ---- the ticker's commit (committer.run -> commit), one partition:
+	 * (a) the finished prefix, (b) the group's committed offsets, (c) the
+	 * send; the fixed rule holds the commit lock from (a) to (c) ---- */
+#ifdef ATOMIC_COMMIT
+	:: d_step { rep[r].own[0] && !rep[r].tlo[0] && FINAT(r, 0) ->
+		commitnow(r, 0, 0) }
+	:: d_step { rep[r].own[1] && !rep[r].tlo[1] && FINAT(r, 1) ->
+		commitnow(r, 1, 0) }
+#else
+	:: d_step { rep[r].tph == 0 && rep[r].own[0] && !rep[r].tlo[0] && FINAT(r, 0) ->
+		prefixend(r, 0); rep[r].tph = 1; rep[r].tpart = 0; rep[r].toff = k_; k_ = 0;
+		printf("MSC: r%d ticker commit (a): p0's finished prefix ends at %d\n", r, rep[r].toff) }
+	:: d_step { rep[r].tph == 0 && rep[r].own[1] && !rep[r].tlo[1] && FINAT(r, 1) ->
+		prefixend(r, 1); rep[r].tph = 1; rep[r].tpart = 1; rep[r].toff = k_; k_ = 0;
+		printf("MSC: r%d ticker commit (a): p1's finished prefix ends at %d\n", r, rep[r].toff) }
+	:: d_step { rep[r].tph == 1 ->
+		printf("MSC: r%d ticker commit (b): reads the group's committed offset of p%d: %d\n", r, rep[r].tpart, committed[rep[r].tpart]);
+		groupcheck(r, rep[r].tpart, rep[r].toff);
+		if
+		:: f_ -> rep[r].tph = 2
+		:: else -> rep[r].tph = 0; rep[r].tpart = 0; rep[r].toff = 0
+		fi;
+		f_ = 0 }
+	:: d_step { rep[r].tph == 2 ->
+		p_ = rep[r].tpart; x_ = rep[r].toff;
+		rep[r].tph = 0; rep[r].tpart = 0; rep[r].toff = 0;
+		printf("MSC: r%d ticker commit (c): sends p%d at %d\n", r, p_, x_);
+		send(r, p_, x_);
+		p_ = 0; x_ = 0 }
+#endif
 
 	/* ---- lost: a zombie learns it lost the partition ---- */
 	:: d_step { rep[r].own[0] && rep[r].gen[0] != bgen[0] ->
@@ -699,11 +1195,12 @@ proctype replica(byte r) {
 	:: d_step { rep[r].own[1] && rep[r].gen[1] != bgen[1] ->
 		printf("MSC: r%d learns p1 was lost\n", r); abandon(r, 1) }
 
-	/* ---- fault: revoke (cooperative rebalance moves p to q) ---- */
-	:: d_step { nrev > 0 && rep[q].alive && rep[r].own[0] && rep[r].gen[0] == bgen[0] ->
-		nrev--; printf("MSC: REVOKE p0 from r%d\n", r); abandon(r, 0); assign(q, 0) }
-	:: d_step { nrev > 0 && rep[q].alive && rep[r].own[1] && rep[r].gen[1] == bgen[1] ->
-		nrev--; printf("MSC: REVOKE p1 from r%d\n", r); abandon(r, 1); assign(q, 1) }
+	/* ---- fault: revoke (cooperative rebalance moves p to q): committer.revoked
+	 * commits what finished (under the commit lock), forgets p ---- */
+	:: d_step { nrev > 0 && rep[q].alive && rep[r].own[0] && rep[r].gen[0] == bgen[0] && LOCKFREE(r) ->
+		nrev--; printf("MSC: REVOKE p0 from r%d\n", r); commitnow(r, 0, 1); abandon(r, 0); assign(q, 0) }
+	:: d_step { nrev > 0 && rep[q].alive && rep[r].own[1] && rep[r].gen[1] == bgen[1] && LOCKFREE(r) ->
+		nrev--; printf("MSC: REVOKE p1 from r%d\n", r); commitnow(r, 1, 1); abandon(r, 1); assign(q, 1) }
 
 	/* ---- fault: zombie (p moves to q, r is not told) ---- */
 	:: d_step { nzom > 0 && rep[q].alive && rep[r].own[0] && rep[r].gen[0] == bgen[0] ->
@@ -724,25 +1221,26 @@ proctype replica(byte r) {
 		:: else
 		fi;
 		rep[r].alive = 0;
-		rep[r].own[0] = 0; rep[r].gen[0] = 0; rep[r].pos[0] = 0;
-		rep[r].own[1] = 0; rep[r].gen[1] = 0; rep[r].pos[1] = 0;
+		rep[r].own[0] = 0; rep[r].gen[0] = 0; rep[r].pos[0] = 0; rep[r].cmt[0] = 0; rep[r].tlo[0] = 0;
+		rep[r].own[1] = 0; rep[r].gen[1] = 0; rep[r].pos[1] = 0; rep[r].cmt[1] = 0; rep[r].tlo[1] = 0;
+		rep[r].tph = 0; rep[r].tpart = 0; rep[r].toff = 0;
 		for (c_ : 0 .. NREC-1) { rep[r].st[c_] = 0 }
 		c_ = 0;
 		rep[r].dlpend = 0;
 		clearjob(r, 0) }
 
 	/* ---- fault: restart after a crash; the rejoin moves one partition to r ---- */
-	:: d_step { !rep[r].alive && nrestart > 0 && rep[q].own[0] && rep[q].gen[0] == bgen[0] ->
+	:: d_step { !rep[r].alive && nrestart > 0 && rep[q].own[0] && rep[q].gen[0] == bgen[0] && LOCKFREE(q) ->
 		nrestart--; rep[r].alive = 1;
 		printf("MSC: RESTART of r%d; rebalance revokes p0 from r%d\n", r, q);
-		abandon(q, 0); assign(r, 0) }
-	:: d_step { !rep[r].alive && nrestart > 0 && rep[q].own[1] && rep[q].gen[1] == bgen[1] ->
+		commitnow(q, 0, 1); abandon(q, 0); assign(r, 0) }
+	:: d_step { !rep[r].alive && nrestart > 0 && rep[q].own[1] && rep[q].gen[1] == bgen[1] && LOCKFREE(q) ->
 		nrestart--; rep[r].alive = 1;
 		printf("MSC: RESTART of r%d; rebalance revokes p1 from r%d\n", r, q);
-		abandon(q, 1); assign(r, 1) }
+		commitnow(q, 1, 1); abandon(q, 1); assign(r, 1) }
 
 	/* ---- the run is over ---- */
-	:: d_step { ALLDONE && rep[r].jph[0] == J_NONE && !rep[r].dlpend ->
+	:: d_step { ALLDONE && rep[r].jph[0] == J_NONE && !rep[r].dlpend && rep[r].tph == 0 ->
 		finalcheck(q) };
 		break
 	od
@@ -776,6 +1274,27 @@ init {
 		pbase[0] = 0; pbase[1] = 1;
 		rpart[0] = 0; roff[0] = 0; rwid[0] = 0; rhash[0] = A;
 		rpart[1] = 1; roff[1] = 0; rwid[1] = 0; rhash[1] = B;
+#elif defined(TXN)
+		/* p0: [X, M]   p1: [A, C]  -- X (hash B, the event's ID) was written
+		 * in a transaction that aborted, M is its abort marker; A was
+		 * written in a transaction that committed, C is its commit marker */
+		plen[0] = 2; plen[1] = 2;
+		pbase[0] = 0; pbase[1] = 2;
+		rpart[0] = 0; roff[0] = 0; rwid[0] = 0; rhash[0] = B; abrt[0] = 1;
+		rpart[1] = 0; roff[1] = 1; rwid[1] = 0; rhash[1] = A; ctl[1] = 1;
+		rpart[2] = 1; roff[2] = 0; rwid[2] = 0; rhash[2] = A;
+		rpart[3] = 1; roff[3] = 1; rwid[3] = 0; rhash[3] = A; ctl[3] = 1;
+		/* avl: records a poll can return from each offset on */
+		for (c_ : 0 .. NREC-1) {
+			avl[c_] = 0;
+			for (o_ : c_ .. pbase[rpart[c_]] + plen[rpart[c_]] - 1) {
+				if
+				:: !SKIPPED(o_) -> avl[c_]++
+				:: else
+				fi
+			}
+		}
+		c_ = 0; o_ = 0;
 #else
 		/* p0: [A]   p1: [B, A']  -- one event ID, so one workflow ID;
 		 * A' is a cross-partition re-send of A, B a conflicting copy */
@@ -792,5 +1311,10 @@ init {
 	atomic { run replica(0); run replica(1) }
 }
 
-/* Liveness (check with -a -f): a pending claim is eventually started. */
+/* Liveness (check with -a -f): a pending claim is eventually started
+ * (PERM: or dead_lettered). */
+#ifdef PERM
+ltl live { [] ((lst[0] == L_PENDING) -> <> (lst[0] == L_STARTED || lst[0] == L_DEAD)) }
+#else
 ltl live { [] ((lst[0] == L_PENDING) -> <> (lst[0] == L_STARTED)) }
+#endif
