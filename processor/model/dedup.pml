@@ -92,6 +92,8 @@
  *   D_OFF             drop D (a committed record's row is started or
  *                     dead_lettered), so that a search checks E2 alone.
  *   E2_OFF            drop E2 (as before; D stays).
+ *   NOHIDE            no hidden variables (pan refuses -DBFS with them):
+ *                     check.sh's breadth-first violation searches.
  *   NCRASH=n NREVOKE=n NZOMBIE=n NTIMEOUT=n   fault budgets (default 1).
  *
  * Every action is one atomic step (d_step): a ledger statement, a Temporal
