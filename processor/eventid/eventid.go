@@ -142,6 +142,9 @@ type Event struct {
 	// the ID or the hash.
 	Envelope Envelope
 	IDFrom   string
+	// Tenant is the TenantHeader's value, "" without one: ID is then
+	// ScopedID(Tenant, the chain's ID).
+	Tenant string
 }
 
 // Envelope names the format a record was read as.
@@ -286,6 +289,9 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 	if !utf8.ValidString(env.source) || !utf8.ValidString(env.typ) {
 		return Event{}, fail(ReasonUndecodable, "type or source is not UTF-8")
 	}
+	if ev.Tenant, err = tenantOf(r); err != nil {
+		return Event{}, err
+	}
 	s := scratchPool.Get().(*scratch)
 	defer s.release()
 	canonData, err := s.c.canonical(env.data)
@@ -300,7 +306,7 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 			return Event{}, err
 		}
 		if ok {
-			ev.ID, ev.Rule, ev.IDFrom = id, rule, from
+			ev.ID, ev.Rule, ev.IDFrom = ScopedID(ev.Tenant, id), rule, from
 			return ev, nil
 		}
 	}
