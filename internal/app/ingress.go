@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"slices"
 	"time"
@@ -32,11 +33,27 @@ type IngressConfig struct {
 	// 0: kafka.max_value_bytes, which it may not exceed (the router would
 	// dead-letter the record as oversized).
 	MaxBodyBytes int `yaml:"max_body_bytes"`
-	// TokensFile holds the bearer tokens that may call the API, one a line
-	// (blank lines and lines starting with # are ignored), read again when
-	// the file changes. Empty: no authentication (dedup ingress warns at
-	// start).
+	// TokensFile holds the bearer tokens that may call the API, each with
+	// its tenant and what it may do (YAML, see docs/ingress.md), read again
+	// when the file changes. A tenant's idempotency keys are its own: its
+	// event IDs are {tenant}/{key}. Empty: no authentication and no
+	// tenants, which dedup ingress accepts only on a loopback listen
+	// address unless AllowUnauthenticated.
 	TokensFile string `yaml:"tokens_file"`
+	// AllowUnauthenticated lets an ingress without tokens_file listen on
+	// a non-loopback address (behind an authenticating proxy, say).
+	// Default false: such a config is refused at start.
+	AllowUnauthenticated bool `yaml:"allow_unauthenticated"`
+	// RequireKey (default true) refuses (400) an event that carries no
+	// key: neither an Idempotency-Key header nor a CloudEvents id nor an
+	// event_id.fields.id field. false lets the routers' event_id chain
+	// derive IDs from content (two identical events are then one event).
+	RequireKey bool `yaml:"require_key"`
+	// Limits bound what one tenant and one process take.
+	Limits IngressLimits `yaml:"limits"`
+	// LookupTimeout bounds each PostgreSQL and Temporal call a request
+	// makes (the ledger lookup of a POST, a status). Default 2s.
+	LookupTimeout time.Duration `yaml:"lookup_timeout"`
 	// TLS serves HTTPS with this certificate and key (PEM; read again when
 	// they change). Neither: plain HTTP (terminate TLS in front).
 	TLS IngressTLS `yaml:"tls"`
@@ -54,6 +71,22 @@ type IngressConfig struct {
 	AdminListen string `yaml:"admin_listen"`
 }
 
+// IngressLimits are the ingress's limits. Memory: at most MaxConcurrent
+// requests are read at once, each at most max_body_bytes, so request
+// bodies take at most MaxConcurrent x max_body_bytes (64 MiB by default)
+// on top of the process's baseline; the k8s memory limit is set from it
+// (deploy/k8s/components/ingress).
+type IngressLimits struct {
+	// Rate is each tenant's requests per second (the anonymous caller's
+	// without tokens_file); past it and Burst: 429 with Retry-After.
+	Rate float64 `yaml:"rate"`
+	// Burst is how many requests a tenant may send at once above Rate.
+	Burst int `yaml:"burst"`
+	// MaxConcurrent is how many requests one process answers at once;
+	// more: 503 with Retry-After, at once.
+	MaxConcurrent int `yaml:"max_concurrent"`
+}
+
 // IngressTLS is the ingress's server certificate.
 type IngressTLS struct {
 	CertFile string `yaml:"cert_file"`
@@ -62,7 +95,9 @@ type IngressTLS struct {
 
 // DefaultIngressConfig is the ingress section's defaults.
 func DefaultIngressConfig() IngressConfig {
-	return IngressConfig{Listen: "127.0.0.1:8080", ProduceTimeout: 10 * time.Second, AdminListen: "127.0.0.1:9466"}
+	return IngressConfig{Listen: "127.0.0.1:8080", ProduceTimeout: 10 * time.Second, AdminListen: "127.0.0.1:9466",
+		RequireKey: true, LookupTimeout: 2 * time.Second,
+		Limits: IngressLimits{Rate: 100, Burst: 200, MaxConcurrent: 64}}
 }
 
 // Validate names the first invalid field; k is the validated kafka
@@ -77,6 +112,14 @@ func (c IngressConfig) Validate(k processor.Config) error {
 		return errors.New("ingress.tls.cert_file, key_file: set both or neither")
 	case c.ProduceTimeout <= 0:
 		return fmt.Errorf("ingress.produce_timeout: %s, want > 0", c.ProduceTimeout)
+	case c.LookupTimeout <= 0:
+		return fmt.Errorf("ingress.lookup_timeout: %s, want > 0", c.LookupTimeout)
+	case c.Limits.Rate <= 0:
+		return fmt.Errorf("ingress.limits.rate: %g, want > 0 (requests per second per tenant)", c.Limits.Rate)
+	case c.Limits.Burst < 1:
+		return fmt.Errorf("ingress.limits.burst: %d, want >= 1", c.Limits.Burst)
+	case c.Limits.MaxConcurrent < 1:
+		return fmt.Errorf("ingress.limits.max_concurrent: %d, want >= 1", c.Limits.MaxConcurrent)
 	}
 	if c.PublicURL != "" {
 		u, err := url.Parse(c.PublicURL)
@@ -85,6 +128,33 @@ func (c IngressConfig) Validate(k processor.Config) error {
 		}
 	}
 	return nil
+}
+
+// CheckExposure is dedup ingress's start-up check (not Validate's: the
+// routers share the file): without tokens_file it listens on loopback
+// addresses only, unless allow_unauthenticated.
+func (c IngressConfig) CheckExposure() error {
+	if c.TokensFile == "" && !c.AllowUnauthenticated && !loopback(c.Listen) {
+		return fmt.Errorf("ingress.listen: %s is not a loopback address and ingress.tokens_file is empty: "+
+			"anyone who reaches it could enqueue events; set ingress.tokens_file, or ingress.allow_unauthenticated: true "+
+			"when something in front authenticates", c.Listen)
+	}
+	return nil
+}
+
+// loopback says whether listen (host:port) binds loopback addresses only:
+// 127.0.0.0/8, ::1 or localhost. An empty host or 0.0.0.0 binds every
+// interface; any other name may resolve to anything.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // IngressTopic is where producers write: ingress.topic, else the first

@@ -30,10 +30,39 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 		"ingress.public_url":               "ingress: {public_url: \"events.example.com\"}\n",
 		"field tokens not found":           "ingress: {tokens: x}\n",
 		"ingress.max_body_bytes: -1, want": "ingress: {max_body_bytes: -1}\n",
+		"ingress.lookup_timeout":           "ingress: {lookup_timeout: 0s}\n",
+		"ingress.limits.rate":              "ingress: {limits: {rate: 0}}\n",
+		"ingress.limits.burst":             "ingress: {limits: {burst: 0}}\n",
+		"ingress.limits.max_concurrent":    "ingress: {limits: {max_concurrent: 0}}\n",
 	} {
 		_, err := ParseConfig([]byte(base + doc))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v", want, err)
 		}
+	}
+	for _, doc := range []string{
+		"ingress: {listen: \"127.0.0.1:8080\"}\n",
+		"ingress: {listen: \"[::1]:8080\"}\n",
+		"ingress: {listen: \"localhost:8080\"}\n",
+		"ingress: {listen: \"0.0.0.0:8080\", allow_unauthenticated: true}\n",
+		"ingress: {listen: \"0.0.0.0:8080\", tokens_file: /etc/dedup/tokens.yaml}\n",
+	} {
+		if cfg, err := ParseConfig([]byte(base + doc)); err != nil || cfg.Ingress.CheckExposure() != nil {
+			t.Errorf("%s: %v %v", doc, err, cfg.Ingress.CheckExposure())
+		}
+	}
+	// Without tokens, dedup ingress listens on loopback only unless
+	// allowed (the routers sharing the file do not care).
+	for _, listen := range []string{"0.0.0.0:8080", ":8080", "ingress:8080", "10.0.0.7:8080"} {
+		cfg, err := ParseConfig([]byte(base + "ingress: {listen: \"" + listen + "\"}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Ingress.CheckExposure(); err == nil || !strings.Contains(err.Error(), "ingress.listen: "+listen+" is not a loopback address") {
+			t.Errorf("%s: %v", listen, err)
+		}
+	}
+	if cfg, _ := ParseConfig([]byte(base)); !cfg.Ingress.RequireKey || cfg.Ingress.Limits.MaxConcurrent != 64 {
+		t.Errorf("defaults: %+v", cfg.Ingress)
 	}
 }

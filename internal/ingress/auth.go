@@ -1,88 +1,219 @@
 package ingress
 
 import (
+	"bytes"
 	"crypto/sha256"
-	"crypto/subtle"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"path"
 	"strings"
+	"sync"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/dedupio/dedup/internal/secret"
+	"github.com/dedupio/dedup/processor/eventid"
 )
 
-// Tokens are the bearer tokens that may call the API, from a file (one a
-// line; blank lines and # comments ignored), read again when it changes.
-type Tokens struct{ f *secret.File }
+// Tokens are the bearer tokens that may call the API and who each one is:
+// a tenant and what it may do. They come from a YAML file, read again when
+// it changes:
+//
+//	tokens:
+//	  - tenant: acme                 # a-z, 0-9, '.', '_', '-'; scopes its keys
+//	    token_sha256: 9f86d0...      # hex SHA-256 of the token (the file holds no secret),
+//	    # token: "..."               # or the token itself, at least 16 bytes
+//	    event_types: ["order.*"]     # required: path.Match patterns of the types it may send ("*": any)
+//	    routes: [confirm]            # optional: the only routes its events may start
+//	    read_status: true            # GET /v1/workflows/{id} of its own workflows; default false
+//
+// A tenant may have several tokens (rotation); a token names one tenant.
+type Tokens struct {
+	key string
+	f   *secret.File
+
+	mu      sync.Mutex
+	content string
+	table   map[[32]byte]*Principal
+	err     error
+}
+
+// Principal is who a request is: its tenant and what it may do. The
+// anonymous principal (no tokens_file) is tenant "" and may do everything.
+type Principal struct {
+	Tenant     string
+	eventTypes []string
+	routes     map[string]bool // nil: any
+	ReadStatus bool
+}
+
+// anonymous is the principal of every request when no tokens_file is set.
+var anonymous = &Principal{eventTypes: []string{"*"}, ReadStatus: true}
+
+// MayType says whether p may send events of type typ.
+func (p *Principal) MayType(typ string) bool {
+	for _, pat := range p.eventTypes {
+		if ok, _ := path.Match(pat, typ); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// MayRoute says whether p's events may start workflows of route id.
+func (p *Principal) MayRoute(id string) bool { return p.routes == nil || p.routes[id] }
 
 // MinTokenBytes is the shortest bearer token LoadTokens accepts: 16 bytes
 // (128 bits when random) make guessing hopeless.
 const MinTokenBytes = 16
 
-// LoadTokens reads the file once: a missing or empty file, one without a
-// token (only blank lines and comments), or one with a token shorter than
-// MinTokenBytes is a start-up error naming key (and the token's line,
-// never the token).
+type tokensFile struct {
+	Tokens []tokenEntry `yaml:"tokens"`
+}
+
+type tokenEntry struct {
+	Tenant      string   `yaml:"tenant"`
+	Token       string   `yaml:"token"`
+	TokenSHA256 string   `yaml:"token_sha256"`
+	EventTypes  []string `yaml:"event_types"`
+	Routes      []string `yaml:"routes"`
+	ReadStatus  bool     `yaml:"read_status"`
+}
+
+// LoadTokens reads the file once: a missing or empty file, one that is not
+// the YAML above (the old one-token-a-line file included), an entry
+// without a valid tenant or event_types, a token shorter than
+// MinTokenBytes, or one token given twice is a start-up error naming key
+// and the entry (never the token).
 func LoadTokens(key, path string) (*Tokens, error) {
 	f, err := secret.NewFile(key, path)
 	if err != nil {
 		return nil, err
 	}
-	v, err := f.Get()
-	if err != nil {
+	t := &Tokens{key: fmt.Sprintf("%s (%s)", key, path), f: f}
+	if _, err := t.current(); err != nil {
 		return nil, err
 	}
-	n := 0
-	for i, line := range strings.Split(v, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if len(line) < MinTokenBytes {
-			return nil, fmt.Errorf("%s: %s line %d: a token of %d bytes, want at least %d (e.g. openssl rand -hex 32)", key, path, i+1, len(line), MinTokenBytes)
-		}
-		n++
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("%s: %s holds no token (only blank lines and comments): add one a line, or leave %s empty for no authentication", key, path, key)
-	}
-	return &Tokens{f: f}, nil
+	return t, nil
 }
 
-func (t *Tokens) list() ([]string, error) {
+// current is the table of the file as it is now; an unreadable or invalid
+// file is an error, and then nobody may call the API (no stale token stays
+// valid after an edit that broke the file).
+func (t *Tokens) current() (map[[32]byte]*Principal, error) {
 	v, err := t.f.Get()
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if err != nil {
+		t.content, t.table, t.err = "", nil, err
 		return nil, err
 	}
-	var out []string
-	for _, line := range strings.Split(v, "\n") {
-		line = strings.TrimSpace(line)
-		if line != "" && !strings.HasPrefix(line, "#") {
-			out = append(out, line)
-		}
+	if v != t.content || (t.table == nil && t.err == nil) {
+		t.content = v
+		t.table, t.err = parseTokens(t.key, []byte(v))
 	}
-	return out, nil
+	return t.table, t.err
 }
 
-// allowed reports whether the Authorization header carries one of the
-// tokens (compared in constant time, over their hashes so that lengths do
-// not leak either). An unreadable file allows nobody.
-func (t *Tokens) allowed(authorization string) bool {
+func parseTokens(key string, b []byte) (map[[32]byte]*Principal, error) {
+	var tf tokensFile
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&tf); errors.Is(err, io.EOF) {
+		tf = tokensFile{}
+	} else if err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) && !strings.Contains(string(b), "tokens:") {
+			return nil, fmt.Errorf("%s: not a tokens file: want YAML `tokens: [{tenant: ..., token_sha256: ..., event_types: [...]}]` "+
+				"(the one-token-a-line format is gone: every token names its tenant)", key)
+		}
+		// yaml's errors quote the offending value: never show it (it
+		// may be a token).
+		return nil, fmt.Errorf("%s: not a tokens file (YAML: tokens: [{tenant, token_sha256 or token, event_types, routes, read_status}])", key)
+	}
+	if len(tf.Tokens) == 0 {
+		return nil, fmt.Errorf("%s: holds no token: add entries under tokens:, or leave ingress.tokens_file empty (loopback only, or ingress.allow_unauthenticated)", key)
+	}
+	table := make(map[[32]byte]*Principal, len(tf.Tokens))
+	for i, e := range tf.Tokens {
+		where := fmt.Sprintf("%s: tokens[%d] (tenant %q)", key, i, e.Tenant)
+		if err := eventid.ValidTenant(e.Tenant); err != nil {
+			return nil, fmt.Errorf("%s: tenant: %w", where, err)
+		}
+		var sum [32]byte
+		switch {
+		case e.Token != "" && e.TokenSHA256 != "":
+			return nil, fmt.Errorf("%s: token and token_sha256: give one", where)
+		case e.Token != "":
+			if len(e.Token) < MinTokenBytes {
+				return nil, fmt.Errorf("%s: token: %d bytes, want at least %d (e.g. openssl rand -hex 32)", where, len(e.Token), MinTokenBytes)
+			}
+			sum = sha256.Sum256([]byte(e.Token))
+		case e.TokenSHA256 != "":
+			h, err := hex.DecodeString(e.TokenSHA256)
+			if err != nil || len(h) != 32 {
+				return nil, fmt.Errorf("%s: token_sha256: want 64 hex digits (sha256sum of the token)", where)
+			}
+			copy(sum[:], h)
+		default:
+			return nil, fmt.Errorf("%s: token or token_sha256: missing", where)
+		}
+		if _, dup := table[sum]; dup {
+			return nil, fmt.Errorf("%s: the same token as an entry before it: a token names one tenant", where)
+		}
+		if len(e.EventTypes) == 0 {
+			return nil, fmt.Errorf(`%s: event_types: missing: list the types it may send (["*"]: any)`, where)
+		}
+		for j, pat := range e.EventTypes {
+			if _, err := path.Match(pat, ""); err != nil || pat == "" {
+				return nil, fmt.Errorf("%s: event_types[%d]: %q is not a path.Match pattern", where, j, pat)
+			}
+		}
+		p := &Principal{Tenant: e.Tenant, eventTypes: e.EventTypes, ReadStatus: e.ReadStatus}
+		if len(e.Routes) > 0 {
+			p.routes = map[string]bool{}
+			for _, r := range e.Routes {
+				p.routes[r] = true
+			}
+		}
+		table[sum] = p
+	}
+	return table, nil
+}
+
+// unknownRoutes lists the routes a tokens file names that no route has, for a
+// start-up check (a typo would silently forbid everything).
+func (t *Tokens) unknownRoutes(known func(string) bool) []string {
+	table, _ := t.current()
+	var out []string
+	for _, p := range table {
+		for r := range p.routes {
+			if !known(r) {
+				out = append(out, p.Tenant+": "+r)
+			}
+		}
+	}
+	return out
+}
+
+// principal is who the Authorization header says the caller is; nil: no
+// token, an unknown one, or an unreadable file. The token is hashed
+// before it is looked up, so that the lookup's timing says nothing about
+// the tokens.
+func (t *Tokens) principal(authorization string) *Principal {
 	scheme, tok, ok := strings.Cut(authorization, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
+		return nil
 	}
 	tok = strings.TrimSpace(tok)
 	if tok == "" {
-		return false
+		return nil
 	}
-	list, err := t.list()
+	table, err := t.current()
 	if err != nil {
-		return false
+		return nil
 	}
-	got := sha256.Sum256([]byte(tok))
-	match := 0
-	for _, want := range list {
-		w := sha256.Sum256([]byte(want))
-		match |= subtle.ConstantTimeCompare(got[:], w[:])
-	}
-	return match == 1
+	return table[sha256.Sum256([]byte(tok))]
 }

@@ -7,25 +7,38 @@ import (
 	"testing"
 )
 
-// TestLoadTokensRefuses: a tokens file without a token (only blank lines
-// and comments) and one with a token shorter than 16 bytes are start-up
-// errors naming ingress.tokens_file (and the line, never the token).
+// TestLoadTokensRefuses: a tokens file that is not the YAML of tenants'
+// tokens (the old one-token-a-line file included), has no token, or has
+// an entry without a valid tenant, event_types or token is a start-up
+// error naming ingress.tokens_file and the entry, never the token.
 func TestLoadTokensRefuses(t *testing.T) {
+	const ok = "tokens:\n- {tenant: acme, token: 0123456789abcdef, event_types: [\"order.*\"], routes: [confirm], read_status: true}\n" +
+		"- {tenant: acme, token_sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08, event_types: [\"*\"]}\n"
 	for _, tc := range []struct {
 		name, file, want string // want: a substring of the error; "" loads
 	}{
-		{"comments only", "# producers\n\n   \n# none yet\n", "ingress.tokens_file: " + "%s holds no token"},
-		{"a short token", "# producers\n0123456789abcdef\nshort-token\n", "ingress.tokens_file: %s line 3: a token of 11 bytes, want at least 16"},
-		{"tokens of 16 bytes or more", "# producers\n0123456789abcdef\n  another-token-of-some-length  \n", ""},
+		{"comments only", "# producers\n\n   \n# none yet\n", "holds no token"},
+		{"empty list", "tokens: []\n", "holds no token"},
+		{"the old format", "# producers\n0123456789abcdef\nshort-token-0123456789\n", "the one-token-a-line format is gone"},
+		{"a short token", "tokens: [{tenant: acme, token: short-token, event_types: [\"*\"]}]\n", "tokens[0] (tenant \"acme\"): token: 11 bytes, want at least 16"},
+		{"no tenant", "tokens: [{token: 0123456789abcdef, event_types: [\"*\"]}]\n", "tokens[0] (tenant \"\"): tenant:"},
+		{"a bad tenant", "tokens: [{tenant: Acme/x, token: 0123456789abcdef, event_types: [\"*\"]}]\n", "tenant: tenant \"Acme/x\""},
+		{"no event types", "tokens: [{tenant: acme, token: 0123456789abcdef}]\n", "event_types: missing"},
+		{"a bad pattern", "tokens: [{tenant: acme, token: 0123456789abcdef, event_types: [\"[\"]}]\n", "event_types[0]"},
+		{"no token", "tokens: [{tenant: acme, event_types: [\"*\"]}]\n", "token or token_sha256: missing"},
+		{"both", "tokens: [{tenant: acme, token: 0123456789abcdef, token_sha256: ab, event_types: [\"*\"]}]\n", "give one"},
+		{"a bad hash", "tokens: [{tenant: acme, token_sha256: short-token, event_types: [\"*\"]}]\n", "want 64 hex digits"},
+		{"one token twice", "tokens:\n- {tenant: acme, token: 0123456789abcdef, event_types: [\"*\"]}\n- {tenant: globex, token: 0123456789abcdef, event_types: [\"*\"]}\n", "tokens[1] (tenant \"globex\"): the same token"},
+		{"an unknown key", "tokens: [{tenant: acme, token: short-token-0123456789, event_types: [\"*\"], admin: true}]\n", "not a tokens file"},
+		{"good", ok, ""},
 	} {
 		path := filepath.Join(t.TempDir(), "tokens")
 		if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		_, err := LoadTokens("ingress.tokens_file", path)
-		want := strings.Replace(tc.want, "%s", path, 1)
-		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
-			t.Errorf("%s: %v, want %q", tc.name, err, want)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "ingress.tokens_file")) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 		if err != nil && strings.Contains(err.Error(), "short-token") {
 			t.Errorf("%s: the error shows the token: %v", tc.name, err)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/processor"
 )
 
 // RunOptions are what a caller injects into Run.
@@ -53,14 +55,24 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 		}
 	}
 	ic := cfg.Ingress
+	if err := ic.CheckExposure(); err != nil {
+		return err
+	}
 	var tokens *Tokens
 	if ic.TokensFile != "" {
 		var err error
 		if tokens, err = LoadTokens("ingress.tokens_file", ic.TokensFile); err != nil {
 			return err
 		}
+		known := func(id string) bool {
+			return slices.ContainsFunc(cfg.Routes, func(r processor.Route) bool { return r.ID == id })
+		}
+		if bad := tokens.unknownRoutes(known); len(bad) > 0 {
+			return fmt.Errorf("ingress.tokens_file: routes that no route has (tenant: route): %v", bad)
+		}
 	} else {
-		log.Warn("ingress.tokens_file is not set: anyone who reaches ingress.listen can enqueue events", "listen", ic.Listen)
+		log.Warn("ingress.tokens_file is not set: anyone who reaches ingress.listen can enqueue events, as one anonymous tenant", "listen", ic.Listen,
+			"allow_unauthenticated", ic.AllowUnauthenticated)
 	}
 	var tlsCfg *tls.Config
 	if ic.TLS.CertFile != "" {
@@ -90,7 +102,9 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 	locks := NewLocks(cfg.Postgres.URL, log, nil)
 	defer locks.Close()
 	srv, err := NewServer(c, Options{MaxBodyBytes: cfg.IngressMaxBody(), Tokens: tokens, PublicURL: ic.PublicURL,
-		ProduceTimeout: ic.ProduceTimeout, Locks: locks, Registry: reg, Logger: log, Locked: o.Locked})
+		ProduceTimeout: ic.ProduceTimeout, Locks: locks, Registry: reg, Logger: log, Locked: o.Locked,
+		Limits:     Limits{Rate: ic.Limits.Rate, Burst: ic.Limits.Burst, MaxConcurrent: ic.Limits.MaxConcurrent},
+		AllowNoKey: !ic.RequireKey, LookupTimeout: ic.LookupTimeout})
 	if err != nil {
 		return err
 	}
@@ -102,7 +116,11 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 	if tlsCfg != nil {
 		l = tls.NewListener(l, tlsCfg)
 	}
+	// Every phase of a request is bounded: its headers (size and time),
+	// its body (ReadTimeout, max_body_bytes), the answer (WriteTimeout:
+	// past the produce timeout and the lookup's, with room to write).
 	api := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
+		WriteTimeout: writeTimeout(ic.ProduceTimeout, ic.LookupTimeout), MaxHeaderBytes: MaxHeaderBytes,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- api.Serve(l) }()
@@ -124,6 +142,19 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 	}
 	log.Info("ingress stopped")
 	return nil
+}
+
+// MaxHeaderBytes bounds a request's header block (Go's default is 1 MiB):
+// CloudEvents binary mode carries attributes in headers, which 64 KiB
+// holds with room to spare.
+const MaxHeaderBytes = 64 << 10
+
+// writeTimeout is the ingress's WriteTimeout: from the end of the
+// request's headers to the end of its answer, which waits for at most a
+// lookup and Kafka's acknowledgement (produce_timeout), plus the minute
+// a body may take to arrive (ReadTimeout) and 10 s to write the answer.
+func writeTimeout(produce, lookup time.Duration) time.Duration {
+	return time.Minute + lookup + produce + 10*time.Second
 }
 
 // serveAdmin serves /metrics, /livez (and /healthz) and /readyz (Kafka

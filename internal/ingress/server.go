@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -25,8 +27,20 @@ type Options struct {
 	// MaxBodyBytes refuses larger bodies (413); at most the routers'
 	// kafka.max_value_bytes.
 	MaxBodyBytes int
-	// Tokens, when set, are the bearer tokens that may call the API.
+	// Tokens, when set, are the bearer tokens that may call the API and
+	// their tenants; nil: every caller is the anonymous principal (no
+	// tenant, every right).
 	Tokens *Tokens
+	// Limits are the per-tenant rate and the cap on requests at once;
+	// zero: none.
+	Limits Limits
+	// AllowNoKey lets an event without a key (no Idempotency-Key, no
+	// CloudEvents id, no id field) through, its ID derived from content
+	// by the routers' chain; false (ingress.require_key): 400.
+	AllowNoKey bool
+	// LookupTimeout bounds each PostgreSQL and Temporal call of a status
+	// request; 0: 2s.
+	LookupTimeout time.Duration
 	// PublicURL prefixes status URLs; "": absolute paths.
 	PublicURL string
 	// ProduceTimeout bounds the wait for Kafka's acknowledgement.
@@ -46,12 +60,14 @@ type Server struct {
 	o   Options
 	mux *http.ServeMux
 	m   *metrics
+	lim *limiter
 }
 
 type metrics struct {
 	requests *prometheus.CounterVec   // api, code
 	seconds  *prometheus.HistogramVec // api
 	degraded prometheus.Counter
+	limited  *prometheus.CounterVec // tenant, limit
 }
 
 // NewServer builds the API. It registers its metrics in o.Registry.
@@ -68,6 +84,9 @@ func NewServer(c *client.Client, o Options) (*Server, error) {
 	if o.ProduceTimeout <= 0 {
 		o.ProduceTimeout = 10 * time.Second
 	}
+	if o.LookupTimeout <= 0 {
+		o.LookupTimeout = 2 * time.Second
+	}
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_ingress_requests_total",
 			Help: "Ingress API requests by API (events, workflows) and status code."}, []string{"api", "code"}),
@@ -75,8 +94,10 @@ func NewServer(c *client.Client, o Options) (*Server, error) {
 			Help: "Ingress API request latency (for events: until Kafka acknowledged).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"api"}),
 		degraded: prometheus.NewCounter(prometheus.CounterOpts{Name: "dedup_ingress_lock_degraded_total",
 			Help: "Requests whose in-flight lock was taken in this process only, because PostgreSQL failed (no 409 across replicas for them)."}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_ingress_limited_total",
+			Help: "Requests refused by a limit: rate (429, by tenant) or concurrency (503, this process)."}, []string{"tenant", "limit"}),
 	}
-	for _, col := range []prometheus.Collector{m.requests, m.seconds, m.degraded} {
+	for _, col := range []prometheus.Collector{m.requests, m.seconds, m.degraded, m.limited} {
 		if err := o.Registry.Register(col); err != nil {
 			return nil, fmt.Errorf("registering ingress metrics: %w", err)
 		}
@@ -86,7 +107,7 @@ func NewServer(c *client.Client, o Options) (*Server, error) {
 	} else {
 		o.Locks.degraded = m.degraded
 	}
-	s := &Server{c: c, o: o, mux: http.NewServeMux(), m: m}
+	s := &Server{c: c, o: o, mux: http.NewServeMux(), m: m, lim: newLimiter(o.Limits)}
 	s.mux.HandleFunc("/v1/events", s.instrument("events", s.events))
 	s.mux.HandleFunc("/v1/workflows/{id...}", s.instrument("workflows", s.workflow))
 	s.mux.HandleFunc("GET /v1/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
@@ -113,16 +134,43 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// instrument counts and times a handler, and checks the bearer token.
+type principalKey struct{}
+
+// principalOf is the request's caller (instrument put it there).
+func principalOf(r *http.Request) *Principal {
+	p, _ := r.Context().Value(principalKey{}).(*Principal)
+	return p
+}
+
+// instrument counts and times a handler, and before it checks the bearer
+// token (401), the tenant's rate (429) and the process's cap on requests
+// at once (503).
 func (s *Server) instrument(api string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		t0 := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
-		if s.o.Tokens != nil && !s.o.Tokens.allowed(r.Header.Get("Authorization")) {
+		p := anonymous
+		if s.o.Tokens != nil {
+			p = s.o.Tokens.principal(r.Header.Get("Authorization"))
+		}
+		if p == nil {
 			sw.Header().Set("WWW-Authenticate", `Bearer realm="dedup"`)
 			writeProblem(sw, http.StatusUnauthorized, "unauthorized", "a bearer token from ingress.tokens_file is required", nil)
+		} else if ok, retry := s.lim.allow(p.Tenant, t0); !ok {
+			s.m.limited.WithLabelValues(p.Tenant, "rate").Inc()
+			sw.Header().Set("Retry-After", retry)
+			writeProblem(sw, http.StatusTooManyRequests, "rate_limited",
+				fmt.Sprintf("over this tenant's rate (ingress.limits: %g requests/s, burst %d): retry after %s s", s.o.Limits.Rate, s.o.Limits.Burst, retry), nil)
+		} else if !s.lim.acquire() {
+			s.m.limited.WithLabelValues(p.Tenant, "concurrency").Inc()
+			sw.Header().Set("Retry-After", "1")
+			writeProblem(sw, http.StatusServiceUnavailable, "overloaded",
+				fmt.Sprintf("this ingress answers %d requests at once (ingress.limits.max_concurrent): retry", s.o.Limits.MaxConcurrent), nil)
 		} else {
-			h(sw, r)
+			func() {
+				defer s.lim.release()
+				h(sw, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+			}()
 		}
 		if sw.code == 0 {
 			sw.code = http.StatusOK
@@ -185,6 +233,15 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, "undecodable", err.Error(), nil)
 		return
 	}
+	pr := principalOf(r)
+	if pr.Tenant != "" {
+		// The tenant scopes the event's ID (eventid.TenantHeader): the
+		// request cannot set this header (only ce-* headers are copied).
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: eventid.TenantHeader, Value: []byte(pr.Tenant)})
+		if rec.Key != nil {
+			rec.Key = []byte(eventid.ScopedID(pr.Tenant, string(rec.Key))) // the record key is the event ID
+		}
+	}
 	p, err := s.c.Prepare(rec)
 	var invalid *client.InvalidEventError
 	switch {
@@ -201,7 +258,28 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadRequest, "undecodable", err.Error(), nil)
 		return
 	}
-	if key != "" && p.Event.ID != key {
+	if key == "" && !s.o.AllowNoKey && p.Event.Rule != eventid.RuleHeader && p.Event.Rule != eventid.RuleField {
+		writeProblem(w, http.StatusBadRequest, "no_key",
+			"an Idempotency-Key header is required (RFC 8941 sf-string, e.g. Idempotency-Key: \"order-123\"), or a CloudEvents id; "+
+				"IDs derived from content are off (ingress.require_key)", nil)
+		return
+	}
+	if !pr.MayType(p.Event.Type) {
+		writeProblem(w, http.StatusForbidden, "forbidden", fmt.Sprintf("this token may not send events of type %q (event_types)", p.Event.Type), nil)
+		return
+	}
+	for _, tg := range p.Targets {
+		switch {
+		case pr.Tenant != "" && tg.Route.Key == processor.KeyScheduledFor:
+			writeProblem(w, http.StatusForbidden, "forbidden",
+				fmt.Sprintf("route %s keys its workflows by scheduled_for, not by event: tenants cannot start it", tg.Route.ID), nil)
+			return
+		case !pr.MayRoute(tg.Route.ID):
+			writeProblem(w, http.StatusForbidden, "forbidden", fmt.Sprintf("this token may not start route %s (routes)", tg.Route.ID), nil)
+			return
+		}
+	}
+	if key != "" && p.Event.ID != eventid.ScopedID(pr.Tenant, key) {
 		writeProblem(w, http.StatusBadRequest, "key_mismatch",
 			fmt.Sprintf("the event's ID is %q (rule %s), not the Idempotency-Key: send one or the other, or the same", p.Event.ID, p.Event.Rule),
 			func(pr *problem) { pr.EventID = p.Event.ID })
@@ -255,11 +333,22 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusMethodNotAllowed, "method_not_allowed", "GET a workflow's status", nil)
 		return
 	}
+	pr := principalOf(r)
+	if !pr.ReadStatus {
+		writeProblem(w, http.StatusForbidden, "forbidden", "this token may not read status (read_status)", nil)
+		return
+	}
 	id := r.PathValue("id")
-	st, err := s.c.Status(r.Context(), id)
+	if !owns(pr, id) {
+		notFound(w, id)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.o.LookupTimeout)
+	defer cancel()
+	st, err := s.c.Status(ctx, id)
 	switch {
-	case errors.Is(err, client.ErrUnknownWorkflow):
-		writeProblem(w, http.StatusNotFound, "unknown_workflow", err.Error(), nil)
+	case errors.Is(err, client.ErrUnknownWorkflow), err == nil && st.Ledger == "" && st.Temporal == "":
+		notFound(w, id)
 		return
 	case err != nil:
 		s.o.Logger.Warn("reading a workflow's status failed", "workflow_id", id, "err", err)
@@ -268,6 +357,29 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// owns says whether p may read workflow id: p's tenant's own workflows
+// (activity-{route}:{tenant}/...) only; the anonymous principal any.
+func owns(p *Principal, id string) bool {
+	if p.Tenant == "" {
+		return true
+	}
+	rest, ok := strings.CutPrefix(id, "activity-")
+	if !ok {
+		return false
+	}
+	_, eventID, ok := strings.Cut(rest, ":")
+	return ok && strings.HasPrefix(eventID, p.Tenant+"/")
+}
+
+// notFound is the one answer for a workflow ID this caller cannot read:
+// no route makes it, no router claimed it and Temporal has no run of it,
+// or another tenant's. The same body for all, so that it tells nothing.
+// (An event just accepted answers it too until a router claims it,
+// usually well under a second.)
+func notFound(w http.ResponseWriter, id string) {
+	writeProblem(w, http.StatusNotFound, "unknown_workflow", fmt.Sprintf("no workflow %q that this caller may read", id), nil)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -1,0 +1,224 @@
+package ingress
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/eventid"
+)
+
+// A made-up workflow ID under a real route prefix is as unknown as one
+// under no route: the same 404, body and all (the status answers only IDs
+// the ledger or Temporal knows).
+func TestMadeUpWorkflowIs404(t *testing.T) {
+	e := newEnv(t, nil)
+	ts := e.server(nil)
+	made := do(t, "GET", ts.URL+"/v1/workflows/activity-confirm:never-sent", "")
+	none := do(t, "GET", ts.URL+"/v1/workflows/activity-nosuchroute:never-sent", "")
+	if made.code != 404 || none.code != 404 {
+		t.Fatalf("made-up ID under a route: %d %s; under none: %d %s", made.code, made.body, none.code, none.body)
+	}
+	if !bytes.Equal(bytes.ReplaceAll(made.body, []byte("activity-confirm"), nil), bytes.ReplaceAll(none.body, []byte("activity-nosuchroute"), nil)) {
+		t.Errorf("the two 404s differ:\n%s\n%s", made.body, none.body)
+	}
+}
+
+func writeTokens(t *testing.T, content string) *Tokens {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := LoadTokens("ingress.tokens_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tokens
+}
+
+const tenantsFile = `tokens:
+- {tenant: acme, token: acme-token-0123456789, event_types: ["order.*"], read_status: true}
+- {tenant: globex, token: globex-token-0123456789, event_types: ["*"], read_status: true}
+- {tenant: initech, token: initech-token-0123456789, event_types: ["*"], routes: [notes]}
+`
+
+// Two tenants with one Idempotency-Key are two events and two workflows
+// ({tenant}/{key}); each reads its own status only, and another tenant's
+// workflow answers the same 404 as one that does not exist.
+func TestTenantsScopeKeysAndStatus(t *testing.T) {
+	e := newEnv(t, nil)
+	ts := e.server(func(o *Options) { o.Tokens = writeTokens(t, tenantsFile) })
+	post := func(token, body string, headers ...string) resp {
+		t.Helper()
+		return do(t, "POST", ts.URL+"/v1/events", body, append([]string{"Content-Type", "application/json", "Authorization", "Bearer " + token}, headers...)...)
+	}
+	const plain = `{"type":"order.created","total":3}`
+	a := post("acme-token-0123456789", plain, "Idempotency-Key", `"order-123"`)
+	g := post("globex-token-0123456789", plain, "Idempotency-Key", `"order-123"`)
+	if a.code != 202 || g.code != 202 {
+		t.Fatalf("acme %d %s; globex %d %s", a.code, a.body, g.code, g.body)
+	}
+	wa := a.json(t)["workflows"].([]any)[0].(map[string]any)["workflow_id"]
+	wg := g.json(t)["workflows"].([]any)[0].(map[string]any)["workflow_id"]
+	if a.json(t)["event_id"] != "acme/order-123" || wa != "activity-confirm:acme/order-123" || wg != "activity-confirm:globex/order-123" {
+		t.Fatalf("acme %s; globex %s", a.body, g.body)
+	}
+	recs := e.records(2)
+	for i, tenant := range []string{"acme", "globex"} {
+		if hdr(recs[i])[eventid.TenantHeader] != tenant || string(recs[i].Key) != tenant+"/order-123" {
+			t.Errorf("record %d: key %q headers %v", i, recs[i].Key, hdr(recs[i]))
+		}
+	}
+	// A router claims both (as the ledger sees them).
+	ctx := context.Background()
+	for _, tenant := range []string{"acme", "globex"} {
+		p, err := e.c.Prepare(&kgo.Record{Value: []byte(plain), Headers: []kgo.RecordHeader{
+			{Key: "idempotency-key", Value: []byte("order-123")}, {Key: eventid.TenantHeader, Value: []byte(tenant)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := processor.Intent{WorkflowID: p.Targets[0].WorkflowID, ActivityID: "confirm", EventID: p.Event.ID, IDRule: "header", PayloadHash: p.Event.PayloadHash, Topic: topic}
+		if _, err := e.led.Claim(ctx, []processor.Intent{in}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(token, id string) resp {
+		t.Helper()
+		return do(t, "GET", ts.URL+"/v1/workflows/"+id, "", "Authorization", "Bearer "+token)
+	}
+	if r := get("acme-token-0123456789", "activity-confirm:acme/order-123"); r.code != 200 || r.json(t)["ledger_state"] != "pending" {
+		t.Errorf("acme's own: %d %s", r.code, r.body)
+	}
+	if r := get("globex-token-0123456789", "activity-confirm:globex/order-123"); r.code != 200 || r.json(t)["event_id"] != "globex/order-123" {
+		t.Errorf("globex's own: %d %s", r.code, r.body)
+	}
+	other := get("acme-token-0123456789", "activity-confirm:globex/order-123")
+	madeUp := get("acme-token-0123456789", "activity-confirm:acme/never-sent")
+	unscoped := get("acme-token-0123456789", "activity-confirm:order-123")
+	for name, r := range map[string]resp{"another tenant's": other, "made up": madeUp, "unscoped": unscoped} {
+		if r.code != 404 {
+			t.Errorf("%s: %d %s", name, r.code, r.body)
+		}
+	}
+	strip := func(r resp, id string) string { return strings.ReplaceAll(string(r.body), id, "ID") }
+	if strip(other, "activity-confirm:globex/order-123") != strip(madeUp, "activity-confirm:acme/never-sent") {
+		t.Errorf("another tenant's workflow and a made-up one answer differently:\n%s\n%s", other.body, madeUp.body)
+	}
+	// What a token may do: acme sends order.* only; initech starts route
+	// notes only and may not read status.
+	if r := post("acme-token-0123456789", `{"type":"note.added"}`, "Idempotency-Key", `"n-1"`); r.code != 403 || r.json(t)["reason"] != "forbidden" {
+		t.Errorf("acme, note.added: %d %s", r.code, r.body)
+	}
+	if r := post("initech-token-0123456789", plain, "Idempotency-Key", `"o-1"`); r.code != 403 || !strings.Contains(r.json(t)["detail"].(string), "route confirm") {
+		t.Errorf("initech, route confirm: %d %s", r.code, r.body)
+	}
+	if r := post("initech-token-0123456789", `{"type":"note.added"}`, "Idempotency-Key", `"n-1"`); r.code != 202 {
+		t.Errorf("initech, route notes: %d %s", r.code, r.body)
+	}
+	if r := get("initech-token-0123456789", "activity-notes:initech/n-1"); r.code != 403 {
+		t.Errorf("initech reads status: %d %s", r.code, r.body)
+	}
+	// A CloudEvent's id is its key, scoped alike; an Idempotency-Key must
+	// be that id (unscoped, as the caller wrote it).
+	if r := post("globex-token-0123456789", order, "Content-Type", "application/cloudevents+json", "Idempotency-Key", `"order-1"`); r.code != 202 || r.json(t)["event_id"] != "globex/order-1" {
+		t.Errorf("globex CloudEvent: %d %s", r.code, r.body)
+	}
+	if r := post("globex-token-0123456789", order, "Content-Type", "application/cloudevents+json", "Idempotency-Key", `"order-2"`); r.code != 400 || r.json(t)["reason"] != "key_mismatch" {
+		t.Errorf("globex CloudEvent, other key: %d %s", r.code, r.body)
+	}
+}
+
+// Without a key, a plain event is refused (400 no_key) unless the ingress
+// allows content-derived IDs (ingress.require_key: false).
+func TestKeyRequired(t *testing.T) {
+	e := newEnv(t, nil)
+	strict := e.server(nil)
+	lax := e.server(func(o *Options) { o.AllowNoKey = true })
+	const plain = `{"type":"order.created","total":3}`
+	if r := do(t, "POST", strict.URL+"/v1/events", plain, "Content-Type", "application/json"); r.code != 400 || r.json(t)["reason"] != "no_key" {
+		t.Errorf("strict: %d %s", r.code, r.body)
+	}
+	if n := e.written(); n != 0 {
+		t.Errorf("%d records written for a refused request", n)
+	}
+	if r := do(t, "POST", lax.URL+"/v1/events", plain, "Content-Type", "application/json"); r.code != 202 || r.json(t)["id_rule"] != "content" {
+		t.Errorf("lax: %d %s", r.code, r.body)
+	}
+	// A CloudEvent carries its key (id): accepted without the header.
+	if r := do(t, "POST", strict.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json"); r.code != 202 {
+		t.Errorf("CloudEvent without the header: %d %s", r.code, r.body)
+	}
+}
+
+// Past a tenant's rate: 429 with Retry-After, nothing written, and another
+// tenant is not slowed. Past the process's cap on requests at once: 503.
+func TestLimits(t *testing.T) {
+	e := newEnv(t, nil)
+	hold, held := make(chan struct{}), make(chan struct{}, 4)
+	ts := e.server(func(o *Options) {
+		o.Tokens = writeTokens(t, tenantsFile)
+		o.Limits = Limits{Rate: 1, Burst: 3, MaxConcurrent: 2}
+		o.Locked = func(id string) {
+			if strings.HasPrefix(id, "globex/hold") {
+				held <- struct{}{}
+				<-hold
+			}
+		}
+	})
+	post := func(token, key string) resp {
+		t.Helper()
+		return do(t, "POST", ts.URL+"/v1/events", `{"type":"order.created"}`, "Content-Type", "application/json",
+			"Authorization", "Bearer "+token, "Idempotency-Key", `"`+key+`"`)
+	}
+	codes := map[int]int{}
+	var limited resp
+	for i := range 6 {
+		r := post("acme-token-0123456789", "o-"+string(rune('a'+i)))
+		codes[r.code]++
+		if r.code == 429 {
+			limited = r
+		}
+	}
+	if codes[202] < 3 || codes[429] < 2 || codes[202]+codes[429] != 6 {
+		t.Fatalf("acme, 6 requests at rate 1/s burst 3: %v", codes)
+	}
+	if ra := limited.header.Get("Retry-After"); ra != "1" || limited.json(t)["reason"] != "rate_limited" {
+		t.Errorf("429: Retry-After %q %s", ra, limited.body)
+	}
+	if n := e.written(); n != int64(codes[202]) {
+		t.Errorf("%d records for %d accepted", n, codes[202])
+	}
+	if r := post("globex-token-0123456789", "g-1"); r.code != 202 {
+		t.Errorf("globex after acme's burst: %d %s", r.code, r.body)
+	}
+	// Two requests held in flight fill the cap: a third is 503 at once.
+	done := make(chan resp, 2)
+	for _, k := range []string{"hold-1", "hold-2"} {
+		go func() { done <- post("globex-token-0123456789", k) }()
+		<-held
+	}
+	if r := post("initech-token-0123456789", "x"); r.code != 503 || r.header.Get("Retry-After") == "" || r.json(t)["reason"] != "overloaded" {
+		t.Errorf("over the cap: %d %s", r.code, r.body)
+	}
+	close(hold)
+	for range 2 {
+		if r := <-done; r.code != 202 {
+			t.Errorf("held: %d %s", r.code, r.body)
+		}
+	}
+}
+
+func hdr(r *kgo.Record) map[string]string {
+	m := map[string]string{}
+	for _, h := range r.Headers {
+		m[h.Key] = string(h.Value)
+	}
+	return m
+}
