@@ -34,7 +34,7 @@ import (
 
 // The ingress tests' namespaces, registered by TestMain with the others.
 func init() {
-	namespaces = append(namespaces, "ingress1", "ingress2", "ingress3", "ingress4", "ingress5", "ingress6")
+	namespaces = append(namespaces, "ingress1", "ingress2", "ingress3", "ingress4", "ingress5", "ingress6", "ingress7")
 }
 
 // ingressRun is an in-process `dedup ingress`.
@@ -390,7 +390,7 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 	e := newEnv(t, 1)
 	cfg := e.config()
 	tokens := e.t.TempDir() + "/tokens"
-	if err := os.WriteFile(tokens, []byte("s3cret-0123456789\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(`tokens: [{tenant: shop, token: s3cret-0123456789, event_types: ["*"], read_status: true}]`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -452,13 +452,13 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 		return n
 	}
 	// Refused, nothing written.
-	if code, body := post(`{"type":"order.created","pad":"`+strings.Repeat("x", 5000)+`"}`, "-H", "Idempotency-Key: big"); code != 413 || !strings.Contains(body, "oversized") {
+	if code, body := post(`{"type":"order.created","pad":"`+strings.Repeat("x", 5000)+`"}`, "-H", `Idempotency-Key: "big"`); code != 413 || !strings.Contains(body, "oversized") {
 		t.Errorf("oversized: %d %s", code, body)
 	}
-	if code, body := post(`{"type":"order.created",`, "-H", "Idempotency-Key: bad"); code != 400 || !strings.Contains(body, "undecodable") {
+	if code, body := post(`{"type":"order.created",`, "-H", `Idempotency-Key: "bad"`); code != 400 || !strings.Contains(body, "undecodable") {
 		t.Errorf("malformed: %d %s", code, body)
 	}
-	if code, _ := curl("-X", "POST", base+"/v1/events", "-H", "Content-Type: application/json", "--data-binary", `{"type":"order.created"}`, "-H", "Idempotency-Key: x"); code != 401 {
+	if code, _ := curl("-X", "POST", base+"/v1/events", "-H", "Content-Type: application/json", "--data-binary", `{"type":"order.created"}`, "-H", `Idempotency-Key: "x"`); code != 401 {
 		t.Errorf("no token: %d", code)
 	}
 	if n := ends(); n != 0 {
@@ -479,7 +479,7 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 			StatusURL  string `json:"status_url"`
 		} `json:"workflows"`
 	}
-	if err := json.Unmarshal([]byte(body1), &acc); err != nil || acc.EventID != "order-crash" || len(acc.Workflows) != 1 {
+	if err := json.Unmarshal([]byte(body1), &acc); err != nil || acc.EventID != "shop/order-crash" || len(acc.Workflows) != 1 {
 		t.Fatalf("202 body %s: %v", body1, err)
 	}
 	var exit *exec.ExitError
@@ -504,4 +504,67 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 	if in := e.workflowInput(wid); string(in.Data) != `{"type":"order.created","total":42}` || in.IDRule != "header" {
 		t.Errorf("input %+v", in)
 	}
+}
+
+// Two tenants post one Idempotency-Key over HTTP: two events, two
+// workflows, two runs; each tenant reads its own status, and the other's
+// workflow answers the 404 of one that does not exist.
+func TestIngressTenantsOneKeyTwoWorkflows(t *testing.T) {
+	e := newEnv(t, 1)
+	cfg := e.config()
+	tokens := e.t.TempDir() + "/tokens.yaml"
+	if err := os.WriteFile(tokens, []byte(`tokens:
+- {tenant: acme, token: acme-token-0123456789, event_types: ["order.*"], read_status: true}
+- {tenant: globex, token: globex-token-0123456789, event_types: ["order.*"], read_status: true}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Ingress.TokensFile = tokens
+	r := e.startRouter(cfg)
+	defer r.stop(t)
+	in := e.startIngress(cfg, nil)
+	post := func(token string) string {
+		t.Helper()
+		req, _ := http.NewRequest("POST", in.url+"/v1/events", strings.NewReader(`{"type":"order.created","total":123}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", `"order-123"`)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = res.Body.Close() }()
+		var acc struct {
+			Workflows []struct {
+				WorkflowID string `json:"workflow_id"`
+			} `json:"workflows"`
+		}
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != 202 || json.Unmarshal(b, &acc) != nil || len(acc.Workflows) != 1 {
+			t.Fatalf("%s: %d %s", token, res.StatusCode, b)
+		}
+		return acc.Workflows[0].WorkflowID
+	}
+	wa, wg := post("acme-token-0123456789"), post("globex-token-0123456789")
+	if wa != "activity-order-confirmation:acme/order-123" || wg != "activity-order-confirmation:globex/order-123" {
+		t.Fatalf("workflow IDs %s %s", wa, wg)
+	}
+	asA := []string{"Authorization", "Bearer acme-token-0123456789"}
+	asG := []string{"Authorization", "Bearer globex-token-0123456789"}
+	sa, sg := waitRun(t, in.url, wa, asA...), waitRun(t, in.url, wg, asG...)
+	if sa.RunID == sg.RunID || sa.EventID != "acme/order-123" || sg.EventID != "globex/order-123" {
+		t.Errorf("acme %+v; globex %+v", sa, sg)
+	}
+	if execs := e.executions(2); len(execs) != 2 {
+		t.Errorf("executions %v, want 2", execs)
+	}
+	for _, c := range []struct {
+		id   string
+		auth []string
+	}{{wg, asA}, {wa, asG}, {"activity-order-confirmation:acme/never-sent", asA}} {
+		if code, _ := getStatus(t, in.url, c.id, c.auth...); code != 404 {
+			t.Errorf("%s as %s: %d, want 404", c.id, c.auth[1], code)
+		}
+	}
+	e.waitCommitted(30 * time.Second)
 }
