@@ -14,7 +14,7 @@ type problem struct {
 	// Reason is the machine-readable cause (undecodable, missing_type,
 	// invalid_id, no_id, no_route, oversized, key_mismatch, conflict,
 	// in_flight, unsupported_media_type, unauthorized, unavailable,
-	// unknown_workflow).
+	// unknown_workflow, no_key, forbidden, rate_limited, overloaded).
 	Reason      string   `json:"reason"`
 	EventID     string   `json:"event_id,omitempty"`
 	WorkflowIDs []string `json:"workflow_ids,omitempty"`
@@ -30,6 +30,9 @@ func writeProblem(w http.ResponseWriter, status int, reason, detail string, extr
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
+	// The documentation of every answer (the Idempotency-Key draft's
+	// "link pointing to relevant documentation", §2.7).
+	w.Header().Set("Link", `</v1/openapi.yaml>; rel="describedby"; type="application/yaml"`)
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(p)
 }

@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 	srv, err := NewServer(c, Options{MaxBodyBytes: cfg.IngressMaxBody(), Tokens: tokens, PublicURL: ic.PublicURL,
 		ProduceTimeout: ic.ProduceTimeout, Locks: locks, Registry: reg, Logger: log, Locked: o.Locked,
 		Limits:     Limits{Rate: ic.Limits.Rate, Burst: ic.Limits.Burst, MaxConcurrent: ic.Limits.MaxConcurrent},
-		AllowNoKey: !ic.RequireKey, LookupTimeout: ic.LookupTimeout})
+		AllowNoKey: !ic.RequireKey, LookupTimeout: ic.LookupTimeout, KeyRetention: cfg.Postgres.Retention})
 	if err != nil {
 		return err
 	}

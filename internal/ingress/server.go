@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,6 +39,10 @@ type Options struct {
 	// CloudEvents id, no id field) through, its ID derived from content
 	// by the routers' chain; false (ingress.require_key): 400.
 	AllowNoKey bool
+	// KeyRetention is the ledger's postgres.retention (0: forever), which
+	// the OpenAPI description served at /v1/openapi.yaml publishes as
+	// x-idempotency-key-expiry (the draft's expiry policy, §2.3).
+	KeyRetention time.Duration
 	// LookupTimeout bounds each PostgreSQL and Temporal call of a status
 	// request; 0: 2s.
 	LookupTimeout time.Duration
@@ -110,14 +115,24 @@ func NewServer(c *client.Client, o Options) (*Server, error) {
 	s := &Server{c: c, o: o, mux: http.NewServeMux(), m: m, lim: newLimiter(o.Limits)}
 	s.mux.HandleFunc("/v1/events", s.instrument("events", s.events))
 	s.mux.HandleFunc("/v1/workflows/{id...}", s.instrument("workflows", s.workflow))
+	doc := openAPI(o.KeyRetention)
 	s.mux.HandleFunc("GET /v1/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
-		_, _ = w.Write(schemas.OpenAPI)
+		_, _ = w.Write(doc)
 	})
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, "not_found", "no such resource: "+r.URL.Path, nil)
 	})
 	return s, nil
+}
+
+// openAPI is the OpenAPI description with this ingress's key expiry.
+func openAPI(retention time.Duration) []byte {
+	v := `"never: postgres.retention is 0"`
+	if retention > 0 {
+		v = strconv.Quote(retention.String() + " after the workflow started (postgres.retention)")
+	}
+	return bytes.Replace(schemas.OpenAPI, []byte("x-idempotency-key-expiry: postgres.retention"), []byte("x-idempotency-key-expiry: "+v), 1)
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
