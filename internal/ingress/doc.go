@@ -39,9 +39,27 @@
 //     is per process only (dedup_ingress_lock_degraded_total counts such
 //     requests), and two replicas may each answer 202 for one key: the
 //     routers still start the workflow once.
-//   - No key and nothing to derive one from (event_id.chain): 400. Bodies
-//     over ingress.max_body_bytes: 413; content types it cannot read: 415;
-//     a missing or unknown bearer token (ingress.tokens_file): 401. Nothing
-//     is written for any of them. Errors are application/problem+json
-//     (RFC 9457) with a reason.
+//   - Tenants (auth.go): each bearer token of ingress.tokens_file names a
+//     tenant and what it may do (event types, routes, reading status: 403
+//     otherwise). The ingress adds the tenant as the record's dedup-tenant
+//     header, which the routers' eventid turns into the event ID
+//     {tenant}/{key}: two tenants' keys never meet. A status request
+//     answers the owning tenant only; any other workflow ID (another
+//     tenant's, a made-up one, one no router claimed yet) gets one and the
+//     same 404. Without tokens_file every caller is the anonymous tenant
+//     (unscoped keys, every right), and only on a loopback address unless
+//     ingress.allow_unauthenticated.
+//   - Limits (limits.go): each tenant's request rate (429 with
+//     Retry-After), the requests one process answers at once (503 at
+//     once, never queued), so that request bodies take at most
+//     max_concurrent x max_body_bytes; header size and every phase's time
+//     are bounded by the http.Server (run.go), and each PostgreSQL and
+//     Temporal call by ingress.lookup_timeout.
+//   - No key (ingress.require_key, the default: an Idempotency-Key, a
+//     CloudEvents id or the id field): 400; an Idempotency-Key that is not
+//     one RFC 8941 sf-string: 400. Bodies over ingress.max_body_bytes: 413;
+//     content types it cannot read: 415; a missing or unknown bearer token:
+//     401. Nothing is written for any of them. Errors are
+//     application/problem+json (RFC 9457) with a reason and a Link to the
+//     OpenAPI description.
 package ingress
