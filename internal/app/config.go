@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -133,11 +134,12 @@ func ParseConfig(b []byte) (Config, error) {
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return Config{}, fmt.Errorf("parsing config: %w", err)
 	}
-	if err := ExpandEnv(&doc, os.LookupEnv); err != nil {
+	expanded := map[int][]string{} // line: the keys whose values ${VAR} gave
+	if err := expandEnv(&doc, os.LookupEnv, expanded); err != nil {
 		return Config{}, err
 	}
 	if err := doc.Decode(&cfg); err != nil {
-		return Config{}, fmt.Errorf("parsing config: %w", err)
+		return Config{}, fmt.Errorf("parsing config: %w", redactTypeErrors(err, expanded))
 	}
 	if err := cfg.readSecretFiles(); err != nil {
 		return Config{}, err
@@ -179,14 +181,44 @@ func (c *Config) readSecretFiles() error {
 // the text), except that it is never null: a password "null" stays the
 // string "null".
 func ExpandEnv(doc *yaml.Node, lookup func(string) (string, bool)) error {
-	return expandNode(doc, "", lookup)
+	return expandNode(doc, "", lookup, nil)
 }
 
-func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool)) error {
+// expandEnv is ExpandEnv that also notes, by line, the keys whose values
+// it changed (for redactTypeErrors).
+func expandEnv(doc *yaml.Node, lookup func(string) (string, bool), expanded map[int][]string) error {
+	return expandNode(doc, "", lookup, expanded)
+}
+
+// typeErrorValue is the value a yaml type error quotes (`...`).
+var typeErrorValue = regexp.MustCompile("`[^`]*`")
+
+// redactTypeErrors rewrites yaml's type errors on the lines where ${VAR}
+// gave a value: the value they quote may be a secret (a password in a
+// number's place), so it is dropped and the keys are named instead.
+func redactTypeErrors(err error, expanded map[int][]string) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	msgs := make([]string, len(te.Errors))
+	for i, m := range te.Errors {
+		msgs[i] = m
+		var line int
+		if _, scanErr := fmt.Sscanf(m, "line %d:", &line); scanErr != nil || len(expanded[line]) == 0 {
+			continue
+		}
+		msgs[i] = fmt.Sprintf("%s (line %d, from ${...}): %s", strings.Join(expanded[line], ", "), line,
+			typeErrorValue.ReplaceAllString(strings.TrimSpace(strings.SplitN(m, ":", 2)[1]), "a value (not shown: it came from the environment)"))
+	}
+	return fmt.Errorf("yaml: unmarshal errors:\n  %s", strings.Join(msgs, "\n  "))
+}
+
+func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool), expanded map[int][]string) error {
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			if err := expandNode(c, path, lookup); err != nil {
+			if err := expandNode(c, path, lookup, expanded); err != nil {
 				return err
 			}
 		}
@@ -196,13 +228,13 @@ func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool)) e
 			if path != "" {
 				key = path + "." + key
 			}
-			if err := expandNode(n.Content[i+1], key, lookup); err != nil {
+			if err := expandNode(n.Content[i+1], key, lookup, expanded); err != nil {
 				return err
 			}
 		}
 	case yaml.SequenceNode:
 		for i, c := range n.Content {
-			if err := expandNode(c, fmt.Sprintf("%s[%d]", path, i), lookup); err != nil {
+			if err := expandNode(c, fmt.Sprintf("%s[%d]", path, i), lookup, expanded); err != nil {
 				return err
 			}
 		}
@@ -219,6 +251,9 @@ func expandNode(n *yaml.Node, path string, lookup func(string) (string, bool)) e
 		}
 		if v == n.Value {
 			return nil
+		}
+		if expanded != nil {
+			expanded[n.Line] = append(expanded[n.Line], path)
 		}
 		n.Value = v
 		if n.Style&yaml.TaggedStyle == 0 {

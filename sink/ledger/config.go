@@ -67,7 +67,12 @@ func (c Config) Validate() error {
 	}
 	pc, err := pgxpool.ParseConfig(c.URL)
 	if err != nil {
-		return fmt.Errorf("postgres.url: %w", err)
+		// pgx's message quotes the string, password masked only where
+		// it could parse it: a key=value password with a space shows its
+		// second word. Say what to do instead, never the value.
+		return errors.New("postgres.url: not a postgres:// URL nor a key=value connection string " +
+			"(the parser's message is not shown: it would quote the password); in key=value form quote a value " +
+			"that holds a space or a quote: password='two words', with \\' for a quote")
 	}
 	if !c.AllowInsecure {
 		if err := verifiedTLS(pc.ConnConfig.Config); err != nil {

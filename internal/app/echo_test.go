@@ -1,0 +1,45 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A secret is never echoed by an error: a ${VAR} in the wrong field (a
+// number's), a postgres.url_file holding a key=value string whose
+// password has a space. The error names the key instead.
+func TestConfigErrorsNeverEchoSecrets(t *testing.T) {
+	const secretValue = "hunter2-s3cr3t-value"
+	t.Setenv("PGPASS", secretValue)
+	base := `
+kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}
+routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
+`
+	dir := t.TempDir()
+	dsnFile := filepath.Join(dir, "dsn")
+	if err := os.WriteFile(dsnFile, []byte("host=db.example.com user=dedup password=hunter2 s3cr3t-value sslmode=verify-full\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{"a variable in a number's place", "postgres: {url: \"postgres://127.0.0.1/d\", max_conns: \"${PGPASS}\"}\n", "postgres.max_conns"},
+		{"a variable in a duration's place", "postgres: {url: \"postgres://127.0.0.1/d\", retention: \"${PGPASS}\"}\n", "postgres.retention"},
+		{"a variable in a list's place", "event_id: {headers: \"${PGPASS}\"}\n", "event_id.headers"},
+		{"a key=value string with a space in its password", "postgres: {url_file: " + dsnFile + "}\n", "postgres.url"},
+		{"the same in url", "postgres: {url: \"host=db.example.com password=hunter2 s3cr3t-value\"}\n", "postgres.url"},
+	} {
+		_, err := ParseConfig([]byte(base + tc.doc))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %s", tc.name, err, tc.want)
+			continue
+		}
+		for _, part := range []string{"hunter2", "s3cr3t", "s3c", "hun"} {
+			if strings.Contains(err.Error(), part) {
+				t.Errorf("%s: the error shows the secret (%q): %v", tc.name, part, err)
+			}
+		}
+	}
+}
