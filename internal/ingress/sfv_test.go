@@ -297,6 +297,119 @@ func TestSFVErrorNamesTheRule(t *testing.T) {
 	}
 }
 
+func TestParseIdempotencyKey(t *testing.T) {
+	long := strings.Repeat("k", maxIdempotencyKeyLen)
+	for _, tc := range []struct {
+		lines []string
+		want  string
+	}{
+		{[]string{`"order-123"`}, "order-123"},
+		{[]string{`  "8e03978e-40d5-43e8-bc93-6894a57f9324"  `}, "8e03978e-40d5-43e8-bc93-6894a57f9324"},
+		{[]string{`"order-123";v=1;retry`}, "order-123"}, // parameters are ignored
+		{[]string{`"a \"b\" \\c"`}, `a "b" \c`},
+		{[]string{`" "`}, " "},
+		{[]string{`"` + long + `"`}, long},
+		{[]string{`"` + strings.Repeat(`\"`, maxIdempotencyKeyLen) + `"`}, strings.Repeat(`"`, maxIdempotencyKeyLen)}, // the limit is on the value
+	} {
+		got, err := parseIdempotencyKey(tc.lines)
+		if err != nil || got != tc.want {
+			t.Errorf("%q: got %q, %v; want %q", tc.lines, got, err, tc.want)
+		}
+	}
+}
+
+func TestParseIdempotencyKeyRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lines []string
+		want  string // the message; "…" stands for any text
+	}{
+		{"token", []string{`order-123`},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3), got a token: quote it, as in Idempotency-Key: "order-123"`},
+		{"token with parameters", []string{`order-123;v=1`},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3), got a token: quote it, as in Idempotency-Key: "order-123"`},
+		{"integer", []string{`042`},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3), got an integer: quote it, as in Idempotency-Key: "042"`},
+		{"decimal", []string{`4.5`},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3), got a decimal: quote it, as in Idempotency-Key: "4.5"`},
+		{"byte sequence", []string{`:aGVsbG8=:`},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3), got a byte sequence: quote it, as in Idempotency-Key: ":aGVsbG8=:"`},
+		{"boolean", []string{`?1`},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3), got a boolean: quote it, as in Idempotency-Key: "?1"`},
+		{"bare UUID", []string{`8e03978e-40d5-43e8-bc93-6894a57f9324`},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3), got text that is not a Structured Field Item (RFC 8941 §4.2 (Parsing Structured Fields), at offset 1: 'e' after the Item: an Item is one bare item and its parameters): quote it, as in Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`},
+		{"bare text with a space", []string{`order 123`},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3), got text that is not a Structured Field Item (… quote it, as in Idempotency-Key: "order 123"`},
+		{"single quotes", []string{`'order-123'`},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3), got text that is not a Structured Field Item (RFC 8941 §4.2.3.1 (Parsing a Bare Item), at offset 0: '\'' begins no bare item… quote it, as in Idempotency-Key: "'order-123'"`},
+		{"RFC 9651 display string", []string{`%"order-123"`},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3), got text that is not a Structured Field Item (… quote it, as in Idempotency-Key: "order-123"`},
+		{"two field lines", []string{`"a"`, `"b"`},
+			`Idempotency-Key must be one sf-string (RFC 8941 §3.3.3), got 2 field lines: send the key once, as in Idempotency-Key: "order-123"`},
+		{"a string split over two lines", []string{`"a`, `b"`},
+			`Idempotency-Key must be one sf-string (RFC 8941 §3.3.3), got 2 field lines…`},
+		{"no field line", nil, `no Idempotency-Key field`},
+		{"empty field", []string{``},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3), got text that is not a Structured Field Item (RFC 8941 §4.2.3.1 (Parsing a Bare Item), at offset 0: the value is empty: an Item needs a bare item): quote it, as in Idempotency-Key: "order-123"`},
+		{"empty string", []string{`""`},
+			`Idempotency-Key is the empty string (""): a key needs at least one character, as in Idempotency-Key: "order-123"`},
+		{"empty string with parameters", []string{`"";a=1`},
+			`Idempotency-Key is the empty string ("")…`},
+		{"non-ASCII string", []string{"\"ord\xc3\xa9r-123\""},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3), which holds printable ASCII only: RFC 8941 §4.2 (Parsing Structured Fields), at offset 4: byte 0xc3 is not ASCII`},
+		{"non-ASCII bare text", []string{"ord\xc3\xa9r-123"},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3), which holds printable ASCII only: RFC 8941 §4.2 (Parsing Structured Fields), at offset 3: byte 0xc3 is not ASCII`},
+		{"control character", []string{"\"order\x01\""},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3): RFC 8941 §4.2.5 (Parsing a String), at offset 6: a string holds printable ASCII only (0x20-0x7E), not '\x01'`},
+		{"unknown escape", []string{`"order\-123"`},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3): RFC 8941 §4.2.5 (Parsing a String), at offset 7: a string escapes only \" and \\, not \-`},
+		{"unterminated string", []string{`"order-123`},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3): RFC 8941 §4.2.5 (Parsing a String), at offset 10: the value ends before the string's closing "`},
+		{"text after the string", []string{`"order" 123`},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3): RFC 8941 §4.2 (Parsing Structured Fields), at offset 8: '1' after the Item…`},
+		{"tab before the string", []string{"\t\"order-123\""},
+			`Idempotency-Key must be an sf-string (RFC 8941 §3.3.3), got text that is not a Structured Field Item (RFC 8941 §4.2.3.1 (Parsing a Bare Item), at offset 0: '\t' begins no bare item…: quote it, as in Idempotency-Key: "order-123"`},
+		{"over-long", []string{`"` + strings.Repeat("k", maxIdempotencyKeyLen+1) + `"`},
+			`Idempotency-Key is 256 bytes long, over the limit of 255 bytes`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseIdempotencyKey(tc.lines)
+			if err == nil {
+				t.Fatalf("%q: accepted as %q", tc.lines, got)
+			}
+			if !matchElided(err.Error(), tc.want) {
+				t.Errorf("%q:\n got %s\nwant %s", tc.lines, err, tc.want)
+			}
+		})
+	}
+	// The split string is one Item by RFC 8941 §4.2; the key refuses it
+	// by the draft's rule of one field line.
+	if it, err := parseSFVItem([]string{`"a`, `b"`}); err != nil || it.Bare.Str != "a, b" {
+		t.Errorf(`"a + b": got %+v, %v; want the string "a, b"`, it, err)
+	}
+}
+
+// matchElided reports whether s is pattern, where "…" in pattern stands
+// for any text.
+func matchElided(s, pattern string) bool {
+	parts := strings.Split(pattern, "…")
+	if len(parts) == 1 {
+		return s == pattern
+	}
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return strings.HasSuffix(s, parts[len(parts)-1])
+}
+
 func FuzzParseItem(f *testing.F) {
 	files, _ := filepath.Glob("testdata/sfv/*.json")
 	for _, path := range files {
@@ -336,6 +449,28 @@ func FuzzParseItem(f *testing.F) {
 			if s2, _ := back.serialize(); s2 != s {
 				t.Fatalf("%q: serialized as %q, then as %q", data, s, s2)
 			}
+		}
+		key, err := parseIdempotencyKey(lines)
+		if err != nil {
+			return
+		}
+		if it.Bare.Kind != sfString || it.Bare.Str != key || len(lines) != 1 {
+			t.Fatalf("%q: key %q, but the Item is %+v", data, key, it)
+		}
+		if key == "" || len(key) > maxIdempotencyKeyLen {
+			t.Fatalf("%q: key %q of %d bytes", data, key, len(key))
+		}
+		for i := 0; i < len(key); i++ {
+			if key[i] < 0x20 || key[i] > 0x7e {
+				t.Fatalf("%q: key %q holds byte 0x%02x", data, key, key[i])
+			}
+		}
+		quoted, err := sfItem{Bare: sfBareItem{Kind: sfString, Str: key}}.serialize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, err := parseIdempotencyKey([]string{quoted}); err != nil || again != key {
+			t.Fatalf("%q: key %q, quoted %s, read back as %q (%v)", data, key, quoted, again, err)
 		}
 	})
 }
