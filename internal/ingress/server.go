@@ -241,7 +241,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Accept-Post", acceptPost)
 		writeProblem(w, http.StatusUnsupportedMediaType, "unsupported_media_type", err.Error(), nil)
 		return
-	case errors.Is(err, errKey):
+	case errors.As(err, new(*keyError)):
 		writeProblem(w, http.StatusBadRequest, "invalid_id", err.Error(), nil)
 		return
 	case err != nil:

@@ -167,7 +167,7 @@ func TestPostEvents(t *testing.T) {
 	if structured.code != 202 {
 		t.Fatalf("structured: %d %s", structured.code, structured.body)
 	}
-	again := do(t, "POST", ts.URL+"/v1/events", " "+order, "Content-Type", "application/cloudevents+json; charset=utf-8", "Idempotency-Key", "order-1")
+	again := do(t, "POST", ts.URL+"/v1/events", " "+order, "Content-Type", "application/cloudevents+json; charset=utf-8", "Idempotency-Key", `"order-1"`)
 	if again.code != 202 || !bytes.Equal(again.body, structured.body) {
 		t.Fatalf("the same event again: %d %s, first %s", again.code, again.body, structured.body)
 	}
@@ -231,19 +231,19 @@ func TestPostEventsRefused(t *testing.T) {
 		code   int
 		reason string
 	}{
-		{"oversized", big, []string{"Content-Type", "application/json", "Idempotency-Key", "k"}, 413, "oversized"},
-		{"malformed JSON", `{"type":"order.created",`, []string{"Content-Type", "application/json", "Idempotency-Key", "k"}, 400, "undecodable"},
+		{"oversized", big, []string{"Content-Type", "application/json", "Idempotency-Key", `"k"`}, 413, "oversized"},
+		{"malformed JSON", `{"type":"order.created",`, []string{"Content-Type", "application/json", "Idempotency-Key", `"k"`}, 400, "undecodable"},
 		{"malformed structured", `{"specversion":"1.0","type":`, []string{"Content-Type", "application/cloudevents+json"}, 400, "undecodable"},
 		{"JSON binary data that is not JSON", `{x`, []string{"Content-Type", "application/json", "Ce-Specversion", "1.0", "Ce-Id", "b1", "Ce-Type", "order.created"}, 400, "undecodable"},
 		{"no key, nothing to derive", `{"type":"order.created"}`, []string{"Content-Type", "application/json"}, 400, "no_id"},
-		{"no type", `{"total":1}`, []string{"Content-Type", "application/json", "Idempotency-Key", "k"}, 400, "missing_type"},
-		{"no route", `{"type":"invoice.paid"}`, []string{"Content-Type", "application/json", "Idempotency-Key", "k"}, 400, "no_route"},
-		{"key and id disagree", order, []string{"Content-Type", "application/cloudevents+json", "Idempotency-Key", "other"}, 400, "key_mismatch"},
-		{"binary id and key disagree", "x", []string{"Content-Type", "text/plain", "Ce-Specversion", "1.0", "Ce-Id", "a", "Ce-Type", "note.added", "Idempotency-Key", "b"}, 400, "key_mismatch"},
+		{"no type", `{"total":1}`, []string{"Content-Type", "application/json", "Idempotency-Key", `"k"`}, 400, "missing_type"},
+		{"no route", `{"type":"invoice.paid"}`, []string{"Content-Type", "application/json", "Idempotency-Key", `"k"`}, 400, "no_route"},
+		{"key and id disagree", order, []string{"Content-Type", "application/cloudevents+json", "Idempotency-Key", `"other"`}, 400, "key_mismatch"},
+		{"binary id and key disagree", "x", []string{"Content-Type", "text/plain", "Ce-Specversion", "1.0", "Ce-Id", "a", "Ce-Type", "note.added", "Idempotency-Key", `"b"`}, 400, "key_mismatch"},
 		{"bad key", `{"type":"order.created"}`, []string{"Content-Type", "application/json", "Idempotency-Key", `"unterminated`}, 400, "invalid_id"},
 		{"bad percent-encoding", "x", []string{"Content-Type", "text/plain", "Ce-Specversion", "1.0", "Ce-Id", "b2", "Ce-Type", "note.added", "Ce-Source", "%zz"}, 400, "undecodable"},
-		{"text without ce headers", "hello", []string{"Content-Type", "text/plain", "Idempotency-Key", "k"}, 415, "unsupported_media_type"},
-		{"no content type", `{"type":"order.created"}`, []string{"Idempotency-Key", "k"}, 415, "unsupported_media_type"},
+		{"text without ce headers", "hello", []string{"Content-Type", "text/plain", "Idempotency-Key", `"k"`}, 415, "unsupported_media_type"},
+		{"no content type", `{"type":"order.created"}`, []string{"Idempotency-Key", `"k"`}, 415, "unsupported_media_type"},
 		{"batch", `[` + order + `]`, []string{"Content-Type", "application/cloudevents-batch+json"}, 415, "unsupported_media_type"},
 	}
 	for _, tc := range cases {
@@ -255,7 +255,7 @@ func TestPostEventsRefused(t *testing.T) {
 	// A body over the limit without a Content-Length (chunked).
 	req, _ := http.NewRequest("POST", ts.URL+"/v1/events", io.MultiReader(strings.NewReader(big)))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", "k")
+	req.Header.Set("Idempotency-Key", `"k"`)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package ingress
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -221,4 +223,47 @@ func hdr(r *kgo.Record) map[string]string {
 		m[h.Key] = string(h.Value)
 	}
 	return m
+}
+
+// Over HTTP, the Idempotency-Key is one RFC 8941 sf-string: bare text, a
+// token, a number are 400 invalid_id naming the rule; parameters are
+// ignored; nothing is written for a refusal.
+func TestIdempotencyKeyOverHTTP(t *testing.T) {
+	e := newEnv(t, nil)
+	ts := e.server(nil)
+	const plain = `{"type":"order.created","total":3}`
+	post := func(keys ...string) resp {
+		t.Helper()
+		req := []string{"Content-Type", "application/json"}
+		r, err := http.NewRequest("POST", ts.URL+"/v1/events", strings.NewReader(plain))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Header.Set(req[0], req[1])
+		for _, k := range keys {
+			r.Header.Add("Idempotency-Key", k)
+		}
+		res, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = res.Body.Close() }()
+		b, _ := io.ReadAll(res.Body)
+		return resp{code: res.StatusCode, header: res.Header, body: b}
+	}
+	for _, bad := range [][]string{{"order-123"}, {"8e03978e-40d5-43e8-bc93-6894a57f9324"}, {"123"}, {"?1"}, {":b3JkZXI=:"}, {`"a"`, `"b"`}, {`""`}, {`"caf` + "\u00e9" + `"`}} {
+		r := post(bad...)
+		if r.code != 400 || r.json(t)["reason"] != "invalid_id" || !strings.Contains(r.json(t)["detail"].(string), "Idempotency-Key") {
+			t.Errorf("Idempotency-Key %q: %d %s", bad, r.code, r.body)
+		}
+	}
+	if n := e.written(); n != 0 {
+		t.Errorf("%d records written for refused keys", n)
+	}
+	if r := post(`"order-123";client=7`); r.code != 202 || r.json(t)["event_id"] != "order-123" {
+		t.Errorf("a key with parameters: %d %s", r.code, r.body)
+	}
+	if r := post(`"a \"quoted\" key"`); r.code != 202 || r.json(t)["event_id"] != `a "quoted" key` {
+		t.Errorf("escapes: %d %s", r.code, r.body)
+	}
 }

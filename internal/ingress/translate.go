@@ -26,8 +26,12 @@ const (
 // errMediaType: a content type the ingress cannot read (415).
 var errMediaType = errors.New("unsupported content type")
 
-// errKey: an Idempotency-Key header that is not one (400 invalid_id).
-var errKey = errors.New("invalid Idempotency-Key")
+// keyError is an Idempotency-Key header that is not one (400
+// invalid_id); its message is parseIdempotencyKey's.
+type keyError struct{ err error }
+
+func (e *keyError) Error() string { return e.err.Error() }
+func (e *keyError) Unwrap() error { return e.err }
 
 // acceptPost lists what POST /v1/events reads (RFC 9110's Accept-Post).
 const acceptPost = "application/cloudevents+json, application/json, */* (with ce-specversion and ce-type headers)"
@@ -47,11 +51,10 @@ func toRecord(h http.Header, body []byte) (rec *kgo.Record, m mode, key string, 
 		}
 	}
 	if v := h.Values("Idempotency-Key"); len(v) > 0 {
-		if len(v) > 1 {
-			return nil, "", "", fmt.Errorf("%w: more than one Idempotency-Key header", errKey)
-		}
-		if key, err = parseKey(v[0]); err != nil {
-			return nil, "", "", fmt.Errorf("%w: %v", errKey, err)
+		// One RFC 8941 sf-string (the draft's §2.1), parsed strictly
+		// (sfv.go); its errors name the rule.
+		if key, err = parseIdempotencyKey(v); err != nil {
+			return nil, "", "", &keyError{err}
 		}
 	}
 	rec = &kgo.Record{Value: body}
@@ -100,42 +103,4 @@ func toRecord(h http.Header, body []byte) (rec *kgo.Record, m mode, key string, 
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "idempotency-key", Value: []byte(key)})
 	}
 	return rec, m, key, nil
-}
-
-// parseKey reads an Idempotency-Key value: an RFC 8941 string, as the IETF
-// httpapi draft has it ("8e03978e-..."), or, as many clients send it, the
-// bare text.
-func parseKey(v string) (string, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return "", errors.New("Idempotency-Key is empty")
-	}
-	if v[0] != '"' {
-		return v, nil
-	}
-	var b strings.Builder
-	for i := 1; i < len(v); i++ {
-		c := v[i]
-		switch {
-		case c == '\\':
-			if i+1 == len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
-				return "", errors.New(`Idempotency-Key: a structured-field string escapes only \" and \\`)
-			}
-			i++
-			b.WriteByte(v[i])
-		case c == '"':
-			if i != len(v)-1 {
-				return "", errors.New("Idempotency-Key: text after the closing quote")
-			}
-			if b.Len() == 0 {
-				return "", errors.New("Idempotency-Key is empty")
-			}
-			return b.String(), nil
-		case c < 0x20 || c > 0x7e:
-			return "", errors.New("Idempotency-Key: a structured-field string holds printable ASCII only")
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return "", errors.New("Idempotency-Key: unterminated string")
 }
