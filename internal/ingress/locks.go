@@ -50,6 +50,7 @@ type Locks struct {
 	gen       int       // bumped when conn is replaced: older locks went with it
 	locked    int       // advisory locks conn holds (taken, not yet unlocked)
 	downUntil time.Time // after a failure, PostgreSQL is not tried again before this
+	downFor   time.Duration
 }
 
 // downFor is how long PostgreSQL is left alone after a failed lock: the
@@ -67,7 +68,7 @@ var errDown = errors.New("postgres failed recently; not tried again yet")
 // degraded counts the requests locked per process only because PostgreSQL
 // failed, and those whose lock went with a failed connection.
 func NewLocks(url string, log *slog.Logger, degraded prometheus.Counter) *Locks {
-	return &Locks{url: url, log: log, degraded: degraded, held: map[string]bool{}, turn: make(chan struct{}, 1)}
+	return &Locks{url: url, log: log, degraded: degraded, held: map[string]bool{}, turn: make(chan struct{}, 1), downFor: downFor}
 }
 
 // Acquire takes key's lock, or returns ErrInFlight. release must be called
@@ -99,7 +100,7 @@ func (l *Locks) Acquire(ctx context.Context, key string) (release func(), err er
 	case err != nil:
 		l.addDegraded(1)
 		if !errors.Is(err, errDown) {
-			l.log.Warn("postgres advisory lock failed; requests are locked in this process only for a while", "err", err, "retry_in", downFor)
+			l.log.Warn("postgres advisory lock failed; requests are locked in this process only for a while", "err", err, "retry_in", l.downFor)
 		}
 		return local, nil
 	case !got:
@@ -134,7 +135,7 @@ func (l *Locks) try(key string) (bool, int, error) {
 	if l.conn == nil {
 		c, err := pgx.Connect(ctx, l.url)
 		if err != nil {
-			l.downUntil = time.Now().Add(downFor)
+			l.downUntil = time.Now().Add(l.downFor)
 			return false, 0, err
 		}
 		l.conn = c
@@ -147,7 +148,7 @@ func (l *Locks) try(key string) (bool, int, error) {
 			// No answer, or a broken connection: the session (and every
 			// lock on it) is as good as gone; make sure it is.
 			l.dropConn(true)
-			l.downUntil = time.Now().Add(downFor)
+			l.downUntil = time.Now().Add(l.downFor)
 		}
 		// An error PostgreSQL answered leaves the session and its locks
 		// as they were: this request alone is locked per process.

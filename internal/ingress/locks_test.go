@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -295,4 +296,67 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// A session that fails with requests in flight: their locks went with it,
+// so they count as degraded; the next session's lock on the same hash
+// (another key, here a real hashtext collision) is not released by the
+// unlock of a key taken in the session before.
+func TestLocksNewSessionKeepsItsLocks(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = admin.Close(ctx) }()
+	var k1, k2 string
+	if err := admin.QueryRow(ctx, `SELECT min(k), max(k) FROM (SELECT 'c'||i AS k, hashtext('c'||i) AS h FROM generate_series(1, 300000) i) s
+		GROUP BY h HAVING count(*) > 1 LIMIT 1`).Scan(&k1, &k2); err != nil {
+		t.Fatalf("finding two keys whose hashtext collide: %v", err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	degA := prometheus.NewCounter(prometheus.CounterOpts{Name: "a"})
+	a := NewLocks(dbURL, log, degA)
+	a.downFor = 50 * time.Millisecond
+	defer a.Close()
+	b := NewLocks(dbURL, log, prometheus.NewCounter(prometheus.CounterOpts{Name: "b"}))
+	defer b.Close()
+
+	rel1, err := a.Acquire(ctx, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server ends A's session (a restart, a failover, an
+	// administrator); A learns it at its next statement.
+	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1`, lockClass); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if rel, err := a.Acquire(ctx, "probe"); err != nil {
+		t.Fatal(err)
+	} else {
+		rel()
+	}
+	if d := counterValue(t, degA); d != 2 {
+		t.Errorf("degraded after the session failed: %v, want 2 (%s, lost; probe, per process)", d, k1)
+	}
+	time.Sleep(a.downFor)
+	rel2, err := a.Acquire(ctx, k2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel1() // taken in the failed session: must not unlock k2's
+	if _, err := b.Acquire(ctx, k2); !errors.Is(err, ErrInFlight) {
+		t.Errorf("B: %s, held in A's new session after %s's release: %v, want ErrInFlight", k2, k1, err)
+	}
+	rel2()
+	if rel, err := b.Acquire(ctx, k2); err != nil {
+		t.Errorf("B: %s after its release: %v", k2, err)
+	} else {
+		rel()
+	}
+	if d := counterValue(t, degA); d != 2 {
+		t.Errorf("degraded at the end: %v, want 2", d)
+	}
 }
