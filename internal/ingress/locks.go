@@ -47,10 +47,10 @@ type Locks struct {
 	// the caller's context.
 	turn      chan struct{}
 	conn      *pgx.Conn
-	gen       int       // bumped when conn is replaced: older locks went with it
-	locked    int       // advisory locks conn holds (taken, not yet unlocked)
-	downUntil time.Time // after a failure, PostgreSQL is not tried again before this
-	downFor   time.Duration
+	gen       int           // bumped when conn is replaced: older locks went with it
+	locked    int           // advisory locks conn holds (taken, not yet unlocked)
+	downUntil time.Time     // after a failure, PostgreSQL is not tried again before this
+	downFor   time.Duration // the const downFor; shorter in tests
 }
 
 // downFor is how long PostgreSQL is left alone after a failed lock: the
@@ -100,7 +100,7 @@ func (l *Locks) Acquire(ctx context.Context, key string) (release func(), err er
 	case err != nil:
 		l.addDegraded(1)
 		if !errors.Is(err, errDown) {
-			l.log.Warn("postgres advisory lock failed; requests are locked in this process only for a while", "err", err, "retry_in", l.downFor)
+			l.log.Warn("postgres advisory lock failed; the request is locked in this process only", "err", err)
 		}
 		return local, nil
 	case !got:
