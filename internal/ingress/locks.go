@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -25,6 +26,14 @@ const lockClass = 0x64647570 // "ddup"
 // lock per ID on one connection of this process, held until the request
 // is answered. See the package doc for what it costs and when it is per
 // process only.
+//
+// The connection runs one statement at a time; requests queue for it.
+// A request gives up while it waits if its context ends; once it has the
+// connection its statement runs on its own clock (stmtTimeout), whatever
+// the caller does meanwhile, because a statement cut in the middle costs
+// the connection, and the connection holds every request's lock. Only a
+// failure of the connection itself (no answer in stmtTimeout, a broken
+// socket) ends the session.
 type Locks struct {
 	url      string
 	log      *slog.Logger
@@ -33,10 +42,15 @@ type Locks struct {
 	mu   sync.Mutex
 	held map[string]bool
 
-	connMu    sync.Mutex // one statement at a time on conn
+	// turn holds a token while a statement or a dial owns the fields
+	// below: a channel, not a mutex, so that waiting for it can end with
+	// the caller's context.
+	turn      chan struct{}
 	conn      *pgx.Conn
-	gen       int       // bumped when conn is replaced: older locks went with it
-	downUntil time.Time // after a failure, PostgreSQL is not tried again before this
+	gen       int           // bumped when conn is replaced: older locks went with it
+	locked    int           // advisory locks conn holds (taken, not yet unlocked)
+	downUntil time.Time     // after a failure, PostgreSQL is not tried again before this
+	downFor   time.Duration // the const downFor; shorter in tests
 }
 
 // downFor is how long PostgreSQL is left alone after a failed lock: the
@@ -44,17 +58,22 @@ type Locks struct {
 // that fails.
 const downFor = 5 * time.Second
 
+// stmtTimeout bounds a dial or a statement once it has the connection
+// (not the wait for it): past it PostgreSQL is taken as failed.
+const stmtTimeout = 2 * time.Second
+
 var errDown = errors.New("postgres failed recently; not tried again yet")
 
 // NewLocks locks in the PostgreSQL at url; "" locks per process only.
 // degraded counts the requests locked per process only because PostgreSQL
-// failed.
+// failed, and those whose lock went with a failed connection.
 func NewLocks(url string, log *slog.Logger, degraded prometheus.Counter) *Locks {
-	return &Locks{url: url, log: log, degraded: degraded, held: map[string]bool{}}
+	return &Locks{url: url, log: log, degraded: degraded, held: map[string]bool{}, turn: make(chan struct{}, 1), downFor: downFor}
 }
 
 // Acquire takes key's lock, or returns ErrInFlight. release must be called
-// once the request is answered.
+// once the request is answered. An error other than ErrInFlight is ctx's:
+// it ended while the request waited for the connection.
 func (l *Locks) Acquire(ctx context.Context, key string) (release func(), err error) {
 	l.mu.Lock()
 	if l.held[key] {
@@ -71,16 +90,17 @@ func (l *Locks) Acquire(ctx context.Context, key string) (release func(), err er
 	if l.url == "" {
 		return local, nil
 	}
-	got, gen, err := l.try(ctx, key)
+	if err := l.take(ctx); err != nil {
+		local()
+		return nil, err
+	}
+	got, gen, err := l.try(key)
+	l.give()
 	switch {
 	case err != nil:
-		if ctx.Err() != nil {
-			local()
-			return nil, ctx.Err()
-		}
-		l.degraded.Inc()
+		l.addDegraded(1)
 		if !errors.Is(err, errDown) {
-			l.log.Warn("postgres advisory lock failed; requests are locked in this process only for a while", "err", err, "retry_in", downFor)
+			l.log.Warn("postgres advisory lock failed; the request is locked in this process only", "err", err)
 		}
 		return local, nil
 	case !got:
@@ -90,20 +110,32 @@ func (l *Locks) Acquire(ctx context.Context, key string) (release func(), err er
 	return func() { l.unlock(key, gen); local() }, nil
 }
 
-func (l *Locks) try(ctx context.Context, key string) (bool, int, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	l.connMu.Lock()
-	defer l.connMu.Unlock()
+// take waits for the connection's turn, or for ctx to end.
+func (l *Locks) take(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case l.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *Locks) give() { <-l.turn }
+
+// try takes key's advisory lock (the turn held).
+func (l *Locks) try(key string) (bool, int, error) {
 	if time.Now().Before(l.downUntil) {
 		return false, 0, errDown
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), stmtTimeout)
+	defer cancel()
 	if l.conn == nil {
 		c, err := pgx.Connect(ctx, l.url)
 		if err != nil {
-			if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				l.downUntil = time.Now().Add(downFor)
-			}
+			l.downUntil = time.Now().Add(l.downFor)
 			return false, 0, err
 		}
 		l.conn = c
@@ -111,41 +143,76 @@ func (l *Locks) try(ctx context.Context, key string) (bool, int, error) {
 	}
 	var got bool
 	if err := l.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1::int4, hashtext($2))`, lockClass, key).Scan(&got); err != nil {
-		l.dropConn()
-		l.downUntil = time.Now().Add(downFor)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || l.conn.IsClosed() {
+			// No answer, or a broken connection: the session (and every
+			// lock on it) is as good as gone; make sure it is.
+			l.dropConn(true)
+			l.downUntil = time.Now().Add(l.downFor)
+		}
+		// An error PostgreSQL answered leaves the session and its locks
+		// as they were: this request alone is locked per process.
 		return false, 0, err
+	}
+	if got {
+		l.locked++
 	}
 	return got, l.gen, nil
 }
 
+// unlock releases key's advisory lock, taken in session gen. It waits for
+// its turn whatever happens: a lock must not outlive its request, so
+// when the statement fails the session is ended instead.
 func (l *Locks) unlock(key string, gen int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	l.connMu.Lock()
-	defer l.connMu.Unlock()
+	_ = l.take(context.Background())
+	defer l.give()
 	if l.conn == nil || gen != l.gen {
-		return // the session that held it is gone, and the lock with it
+		// The session that held it is gone, and the lock with it; a newer
+		// session's lock on the same hash is another request's.
+		return
 	}
-	if _, err := l.conn.Exec(ctx, `SELECT pg_advisory_unlock($1::int4, hashtext($2))`, lockClass, key); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), stmtTimeout)
+	defer cancel()
+	var was bool
+	if err := l.conn.QueryRow(ctx, `SELECT pg_advisory_unlock($1::int4, hashtext($2))`, lockClass, key).Scan(&was); err != nil {
 		l.log.Warn("postgres advisory unlock failed; dropping the connection (its locks go with it)", "err", err)
-		l.dropConn()
+		l.locked-- // not lost: its request is answered
+		l.dropConn(true)
+		return
+	}
+	l.locked--
+	if !was {
+		l.log.Warn("postgres advisory unlock: the session did not hold the lock", "key", key)
 	}
 }
 
-// dropConn closes conn (connMu held): the server ends its session and
-// releases every lock it held.
-func (l *Locks) dropConn() {
-	if l.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = l.conn.Close(ctx)
-		cancel()
-		l.conn = nil
+// dropConn closes conn (the turn held): the server ends its session and
+// releases every lock it held. failed counts the requests still in flight
+// with one of them as degraded: their lock is per process from now on.
+func (l *Locks) dropConn(failed bool) {
+	if l.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = l.conn.Close(ctx)
+	cancel()
+	l.conn = nil
+	if failed && l.locked > 0 {
+		l.log.Warn("postgres locking session ended with requests in flight: they are locked in this process only", "requests", l.locked)
+		l.addDegraded(l.locked)
+	}
+	l.locked = 0
+}
+
+func (l *Locks) addDegraded(n int) {
+	if l.degraded != nil {
+		l.degraded.Add(float64(n))
 	}
 }
 
 // Close ends the locking session.
 func (l *Locks) Close() {
-	l.connMu.Lock()
-	defer l.connMu.Unlock()
-	l.dropConn()
+	_ = l.take(context.Background())
+	defer l.give()
+	l.dropConn(false)
 }

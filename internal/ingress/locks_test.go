@@ -3,11 +3,17 @@ package ingress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 )
@@ -86,5 +92,271 @@ func TestLocksAcrossSessions(t *testing.T) {
 			t.Fatalf("after the holder's session ended: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// latencyProxy forwards loopback TCP connections to target, delivering
+// every chunk oneWay later in each direction (a PostgreSQL some
+// milliseconds away), and returns its address.
+func latencyProxy(t *testing.T, target string, oneWay time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	pipe := func(dst, src net.Conn) {
+		type chunk struct {
+			b  []byte
+			at time.Time
+		}
+		q := make(chan chunk, 1024)
+		go func() {
+			defer close(q)
+			for {
+				b := make([]byte, 32<<10)
+				n, err := src.Read(b)
+				if n > 0 {
+					q <- chunk{b[:n], time.Now().Add(oneWay)}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		for c := range q {
+			time.Sleep(time.Until(c.at))
+			if _, err := dst.Write(c.b); err != nil {
+				break
+			}
+		}
+		_ = dst.Close()
+		_ = src.Close()
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go pipe(s, c)
+			go pipe(c, s)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// viaProxy is url with its host:port replaced by a latencyProxy's.
+func viaProxy(t *testing.T, dbURL string, oneWay time.Duration) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil || u.Host == "" {
+		t.Skipf("needs a postgres:// URL with a host, not %q", dbURL)
+	}
+	u.Host = latencyProxy(t, u.Host, oneWay)
+	return u.String()
+}
+
+// Under load the requests queue for the process's one locking connection;
+// a request that waited longer than a statement may take still gets its
+// lock, and no request's wait costs the others theirs: 200 keys held at
+// once on one replica (10 ms from PostgreSQL: 20 ms a statement, 4 s for
+// the queue, twice the statement timeout) are all 409 on the other, none
+// is degraded, and once released every key is free on the other.
+func TestLocksUnderLoadLoseNoLock(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	log := slog.New(slog.DiscardHandler)
+	degA := prometheus.NewCounter(prometheus.CounterOpts{Name: "a"})
+	degB := prometheus.NewCounter(prometheus.CounterOpts{Name: "b"})
+	a := NewLocks(viaProxy(t, dbURL, 10*time.Millisecond), log, degA)
+	defer a.Close()
+	b := NewLocks(dbURL, log, degB)
+	defer b.Close()
+	ctx := context.Background()
+
+	const n = 200
+	key := func(i int) string { return fmt.Sprintf("load-%d", i) }
+	releases := make([]func(), n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range n {
+		wg.Go(func() { releases[i], errs[i] = a.Acquire(ctx, key(i)) })
+	}
+	wg.Wait()
+	t.Logf("%d locks taken on A in %s", n, time.Since(t0).Round(time.Millisecond))
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("A: acquire %s: %v", key(i), err)
+		}
+	}
+	lost := 0
+	for i := range n {
+		rel, err := b.Acquire(ctx, key(i))
+		if err == nil {
+			lost++
+			rel()
+		} else if !errors.Is(err, ErrInFlight) {
+			t.Fatalf("B: acquire %s: %v", key(i), err)
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d keys held on A were free on B: their advisory locks were lost", lost, n)
+	}
+	if d := counterValue(t, degA); d != 0 {
+		t.Errorf("A's degraded counter: %v, want 0", d)
+	}
+
+	t0 = time.Now()
+	for i := range n {
+		wg.Go(releases[i])
+	}
+	wg.Wait()
+	t.Logf("%d locks released on A in %s", n, time.Since(t0).Round(time.Millisecond))
+	for i := range n {
+		rel, err := b.Acquire(ctx, key(i))
+		if err != nil {
+			t.Fatalf("B: %s after A released it: %v", key(i), err)
+		}
+		rel()
+	}
+	if d := counterValue(t, degA) + counterValue(t, degB); d != 0 {
+		t.Errorf("degraded counters after release: %v, want 0", d)
+	}
+}
+
+// A request whose client goes away while its lock statement is on the
+// connection costs nobody else their lock: the statement finishes on its
+// own clock and the session stays. A request cancelled while it waits its
+// turn gives up at once.
+func TestLocksCallerCancelKeepsSession(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	log := slog.New(slog.DiscardHandler)
+	degA := prometheus.NewCounter(prometheus.CounterOpts{Name: "a"})
+	a := NewLocks(viaProxy(t, dbURL, 50*time.Millisecond), log, degA)
+	defer a.Close()
+	b := NewLocks(dbURL, log, prometheus.NewCounter(prometheus.CounterOpts{Name: "b"}))
+	defer b.Close()
+	ctx := context.Background()
+
+	relHeld, err := a.Acquire(ctx, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cancelled mid-statement (a statement takes 100 ms here).
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(30*time.Millisecond, cancel)
+	if rel, err := a.Acquire(cctx, "gone"); err == nil {
+		rel()
+	}
+	// Cancelled while waiting its turn behind a slow statement.
+	var wg sync.WaitGroup
+	var relBusy func()
+	wg.Go(func() { relBusy, _ = a.Acquire(ctx, "busy") })
+	time.Sleep(10 * time.Millisecond)
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	t0 := time.Now()
+	_, werr := a.Acquire(wctx, "waiting")
+	wcancel()
+	// Bound: had it waited, it would have returned after busy's statement
+	// and its own (about 190 ms); 150 ms leaves a loaded machine room.
+	if !errors.Is(werr, context.DeadlineExceeded) || time.Since(t0) > 150*time.Millisecond {
+		t.Errorf("cancelled while waiting its turn: %v after %s, want the deadline at once", werr, time.Since(t0))
+	}
+	wg.Wait()
+	if relBusy != nil {
+		relBusy()
+	}
+
+	// A dropped session ends a moment later (pgx closes it in the
+	// background): ask for half a second.
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if rel, err := b.Acquire(ctx, "held"); !errors.Is(err, ErrInFlight) {
+			if err == nil {
+				rel()
+			}
+			t.Fatalf("B: the key A still holds: %v, want ErrInFlight (A's session was dropped)", err)
+		}
+	}
+	if d := counterValue(t, degA); d != 0 {
+		t.Errorf("A's degraded counter: %v, want 0", d)
+	}
+	relHeld()
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// A session that fails with requests in flight: their locks went with it,
+// so they count as degraded; the next session's lock on the same hash
+// (another key, here a real hashtext collision) is not released by the
+// unlock of a key taken in the session before.
+func TestLocksNewSessionKeepsItsLocks(t *testing.T) {
+	dbURL := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = admin.Close(ctx) }()
+	var k1, k2 string
+	if err := admin.QueryRow(ctx, `SELECT min(k), max(k) FROM (SELECT 'c'||i AS k, hashtext('c'||i) AS h FROM generate_series(1, 300000) i) s
+		GROUP BY h HAVING count(*) > 1 LIMIT 1`).Scan(&k1, &k2); err != nil {
+		t.Fatalf("finding two keys whose hashtext collide: %v", err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	degA := prometheus.NewCounter(prometheus.CounterOpts{Name: "a"})
+	a := NewLocks(dbURL, log, degA)
+	a.downFor = 50 * time.Millisecond
+	defer a.Close()
+	b := NewLocks(dbURL, log, prometheus.NewCounter(prometheus.CounterOpts{Name: "b"}))
+	defer b.Close()
+
+	rel1, err := a.Acquire(ctx, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server ends A's session (a restart, a failover, an
+	// administrator); A learns it at its next statement.
+	if _, err := admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1`, lockClass); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if rel, err := a.Acquire(ctx, "probe"); err != nil {
+		t.Fatal(err)
+	} else {
+		rel()
+	}
+	if d := counterValue(t, degA); d != 2 {
+		t.Errorf("degraded after the session failed: %v, want 2 (%s, lost; probe, per process)", d, k1)
+	}
+	time.Sleep(a.downFor)
+	rel2, err := a.Acquire(ctx, k2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel1() // taken in the failed session: must not unlock k2's
+	if _, err := b.Acquire(ctx, k2); !errors.Is(err, ErrInFlight) {
+		t.Errorf("B: %s, held in A's new session after %s's release: %v, want ErrInFlight", k2, k1, err)
+	}
+	rel2()
+	if rel, err := b.Acquire(ctx, k2); err != nil {
+		t.Errorf("B: %s after its release: %v", k2, err)
+	} else {
+		rel()
+	}
+	if d := counterValue(t, degA); d != 2 {
+		t.Errorf("degraded at the end: %v, want 2", d)
 	}
 }
