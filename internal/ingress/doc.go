@@ -34,11 +34,15 @@
 //     Across replicas this is a PostgreSQL session advisory lock keyed by a
 //     32-bit hash of the event ID, held on one connection per ingress
 //     process (Locks): no table, nothing to expire, and a crashed process's
-//     locks go with its session. Two different keys whose hashes collide
-//     make a spurious 409 (retried); with PostgreSQL unreachable the lock
-//     is per process only (dedup_ingress_lock_degraded_total counts such
-//     requests), and two replicas may each answer 202 for one key: the
-//     routers still start the workflow once.
+//     locks go with its session. Requests take turns on that connection, one
+//     statement at a time; a statement runs to its end (at most 2 s) even if
+//     its client hangs up, and only a failure of the connection ends the
+//     session. Two different keys whose hashes collide, in flight on two
+//     replicas at once, make a spurious 409 (retried); with PostgreSQL
+//     unreachable, or its connection failed, the lock is per process only
+//     (dedup_ingress_lock_degraded_total counts such requests, including
+//     those in flight when the connection failed), and two replicas may each
+//     answer 202 for one key: the routers still start the workflow once.
 //   - Tenants (auth.go): each bearer token of ingress.tokens_file names a
 //     tenant and what it may do (event types, routes, reading status: 403
 //     otherwise). The ingress adds the tenant as the record's dedup-tenant

@@ -98,7 +98,7 @@ func NewServer(c *client.Client, o Options) (*Server, error) {
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "dedup_ingress_request_duration_seconds",
 			Help: "Ingress API request latency (for events: until Kafka acknowledged).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}, []string{"api"}),
 		degraded: prometheus.NewCounter(prometheus.CounterOpts{Name: "dedup_ingress_lock_degraded_total",
-			Help: "Requests whose in-flight lock was taken in this process only, because PostgreSQL failed (no 409 across replicas for them)."}),
+			Help: "Requests whose in-flight lock was per process only because PostgreSQL failed: taken so, or lost with a failed locking connection (no 409 across replicas for them)."}),
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_ingress_limited_total",
 			Help: "Requests refused by a limit: rate (429, by tenant) or concurrency (503, this process)."}, []string{"tenant", "limit"}),
 	}
