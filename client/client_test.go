@@ -24,6 +24,9 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// The routers' ledger (write access) satisfies the client's reader too.
+var _ client.LedgerReader = (*ledger.Postgres)(nil)
+
 const topic = "events"
 
 var routes = processor.Routes{

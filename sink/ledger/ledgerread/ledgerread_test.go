@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -17,6 +18,8 @@ import (
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var _ client.LedgerReader = (*ledgerread.Reader)(nil)
 
 // migrated is a migrated ledger (the routers' side, which writes) and a
 // Reader of it.
