@@ -10,7 +10,7 @@ GO ?= go
 LAB = integration
 
 .PHONY: deps dev test test-short loadtest fuzz vet lint build clean bench bench-smoke bench-ledger model \
-	rules k8s image compose compose-env compose-down
+	rules k8s image compose compose-env compose-down stranger
 
 # What `dedup version` and dedup_build_info report (internal/app/version.go):
 # `git describe` and the commit; override with make build VERSION=v1.2.3.
@@ -67,8 +67,8 @@ vet:
 # module first, then the lab's (integration/).
 # The root module's fast packages run once more under the race detector
 # (the router's tests rely on it: its components share state under locks).
-RACE_PKGS = ./processor/... ./connect/... ./internal/secret/... ./schemas/...
-test: deps vet lint rules k8s model
+RACE_PKGS = ./processor/... ./connect/... ./schemas/...
+test: deps vet lint rules k8s model stranger
 	$(GO) test -p 1 -count=1 -timeout 30m ./...
 	$(GO) test -race -p 1 -count=1 -timeout 10m $(RACE_PKGS)
 	$(GO) test -count=1 -tags failpoints ./cmd/dedup
@@ -82,6 +82,18 @@ test-short: deps
 # loopback, about 20 s. make test runs it too (skipped under -short).
 loadtest: deps
 	$(GO) test -count=1 -run '^TestLoad$$' -v ./internal/ingress
+
+# Package client is public: a module outside the tree
+# (client/testdata/stranger: its own go.mod, with dedup replaced by this
+# checkout) builds against it, enqueues through kfake and checks the
+# answers, and links neither goose nor gRPC nor the Temporal SDK. Its
+# go.sum is used as committed (-mod=readonly, whatever GOFLAGS says).
+# client/deps_test.go holds the same line for package client itself.
+stranger:
+	cd client/testdata/stranger && GOFLAGS=-mod=readonly $(GO) run .
+	@cd client/testdata/stranger && GOFLAGS=-mod=readonly $(GO) list -deps . >/dev/null && \
+	if GOFLAGS=-mod=readonly $(GO) list -deps . | grep -E 'goose|grpc|go.temporal.io|jackc/pgx|promhttp|dedupio/dedup/internal/'; then \
+		echo "client/testdata/stranger links the packages above: package client must not pull them"; exit 1; fi
 
 # Prometheus (seconds): the config and the rules load, and every alert
 # fires on its failure and stays quiet on a healthy series

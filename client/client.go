@@ -11,11 +11,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	sdkclient "go.temporal.io/sdk/client"
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
-	"github.com/dedupio/dedup/sink/ledger"
 )
 
 // Config is what a Client needs. EventID and Routes must be the routers'
@@ -23,7 +21,7 @@ import (
 // the event and workflow IDs.
 type Config struct {
 	// Topic is where events are written: one of the topics the routers
-	// consume.
+	// consume (kafka.topics).
 	Topic   string
 	EventID eventid.Config
 	Routes  processor.Routes
@@ -34,22 +32,37 @@ type Config struct {
 	// is refused (*InvalidEventError, reason oversized) rather than
 	// written and dead-lettered. 0: 1 MiB.
 	MaxValueBytes int
-	// KafkaOpts are the seed brokers, TLS and SASL (dedup's own commands
-	// build them from the config file); the client adds its producer
-	// settings.
+	// KafkaOpts say how to reach Kafka: the seed brokers
+	// (kgo.SeedBrokers), TLS (kgo.DialTLSConfig) and SASL (kgo.SASL). The
+	// client adds its producer settings (idempotent, acks from all
+	// in-sync replicas, DefaultProduceTopic Topic), which override the
+	// same options here.
 	KafkaOpts []kgo.Opt
-	// Ledger answers repeats and conflicts at enqueue time and the ledger
-	// state of Status; nil: neither (Enqueue always writes).
-	Ledger *ledger.Postgres
-	// Temporal answers the run's status and Result; nil: Status has no
-	// Temporal part and Result fails.
-	Temporal sdkclient.Client
-	Logger   *slog.Logger
+	// Ledger answers, at enqueue time, whether the routers hold the event
+	// already (Handle.Repeat; a started repeat is not written again) or
+	// hold its key with another payload (*ConflictError), and the ledger
+	// part of Status and Result. nil: none of these; Enqueue always
+	// writes. sink/ledger/ledgerread.Reader is PostgreSQL's, read-only.
+	Ledger LedgerReader
+	// LookupTimeout bounds each ledger lookup Send makes. A lookup that
+	// fails or takes longer is logged, and the event is written without
+	// the ledger's answer (no conflict known, Repeat false): Kafka is the
+	// one dependency Enqueue needs. 0: 2s.
+	LookupTimeout time.Duration
+	// Runs answers the Temporal part of Status (the run, its outcome) and
+	// Result. nil: Status has no Temporal part and Result returns
+	// ErrNoRuns. client/temporalread reads them through a Temporal SDK
+	// client.
+	Runs   RunReader
+	Logger *slog.Logger
 	// OnClose, if set, runs when the Client is closed, after its producer:
 	// for what the caller opened for it (the ledger's pool, the Temporal
 	// client).
 	OnClose func()
 }
+
+// DefaultLookupTimeout is Config.LookupTimeout's default.
+const DefaultLookupTimeout = 2 * time.Second
 
 // Client enqueues events and answers their status. It is safe for
 // concurrent use.
@@ -57,35 +70,42 @@ type Client struct {
 	cfg    Config
 	dec    *processor.Decider
 	kcl    *kgo.Client
-	led    *ledger.Postgres
-	tc     sdkclient.Client
+	led    LedgerReader
+	runs   RunReader
 	log    *slog.Logger
 	closer func()
 }
 
-// New validates cfg and creates the Kafka producer (it connects on first
-// use). Close closes the producer; the ledger and Temporal clients stay
-// the caller's.
+// New validates cfg (a *ConfigError names the field) and creates the
+// Kafka producer, which connects on first use: New does not wait for
+// Kafka, PostgreSQL or Temporal. Close closes the producer and runs
+// cfg.OnClose.
 func New(cfg Config) (*Client, error) {
 	if cfg.Topic == "" {
-		return nil, errors.New("client: Topic is empty")
+		return nil, &ConfigError{Field: "Topic", Err: errors.New("empty")}
 	}
 	if cfg.MaxValueBytes <= 0 {
 		cfg.MaxValueBytes = 1 << 20
 	}
+	switch {
+	case cfg.LookupTimeout < 0:
+		return nil, &ConfigError{Field: "LookupTimeout", Err: fmt.Errorf("%s, want > 0 (0: %s)", cfg.LookupTimeout, DefaultLookupTimeout)}
+	case cfg.LookupTimeout == 0:
+		cfg.LookupTimeout = DefaultLookupTimeout
+	}
 	cfg.Routes = slices.Clone(cfg.Routes)
 	if err := cfg.Routes.Validate(); err != nil {
-		return nil, err
+		return nil, &ConfigError{Field: "Routes", Err: err}
 	}
 	if err := cfg.EventID.Validate(); err != nil {
-		return nil, err
+		return nil, &ConfigError{Field: "EventID", Err: err}
 	}
 	// The router's own decision, under the routers' event_id, routes and
 	// max_value_bytes (no_route skip: the client refuses such an event
 	// either way).
 	dec, err := processor.NewDecider(processor.Config{EventID: cfg.EventID, Routes: cfg.Routes, MaxValueBytes: cfg.MaxValueBytes, NoRoute: "skip"})
 	if err != nil {
-		return nil, err
+		return nil, &ConfigError{Field: "EventID", Err: err}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -100,9 +120,9 @@ func New(cfg Config) (*Client, error) {
 		kgo.ProducerBatchMaxBytes(int32(cfg.MaxValueBytes)+64<<10),
 	)...)
 	if err != nil {
-		return nil, fmt.Errorf("creating kafka producer: %w", err)
+		return nil, &ConfigError{Field: "KafkaOpts", Err: err}
 	}
-	return &Client{cfg: cfg, dec: dec, kcl: kcl, led: cfg.Ledger, tc: cfg.Temporal, log: cfg.Logger, closer: cfg.OnClose}, nil
+	return &Client{cfg: cfg, dec: dec, kcl: kcl, led: cfg.Ledger, runs: cfg.Runs, log: cfg.Logger, closer: cfg.OnClose}, nil
 }
 
 // Close flushes nothing (every Enqueue waited for its record) and closes
@@ -125,9 +145,6 @@ func (c *Client) Ready(ctx context.Context) error {
 
 // Topic is where the client writes.
 func (c *Client) Topic() string { return c.cfg.Topic }
-
-// Ledger is the ledger the client reads (nil if none).
-func (c *Client) Ledger() *ledger.Postgres { return c.led }
 
 // Event is one event to enqueue, as CloudEvents attributes.
 type Event struct {
@@ -204,10 +221,12 @@ func (ev Event) Record() (*kgo.Record, error) {
 	return r, nil
 }
 
-// Enqueue writes ev to Kafka, waits for the acknowledgement, and returns
-// its handle: the event ID (the key) and the workflow IDs the routes give
-// it. With a *ConflictError it returns the handle too: the record was
-// written (the router records the conflict) and will start nothing.
+// Enqueue decides ev as a router will (Prepare) and sends it (Send): it
+// writes ev to Kafka, waits for the acknowledgement, and returns its
+// handle: the event ID (the key) and the workflow IDs the routes give it.
+// A key the routers' event_id config would not take as the ID is a
+// *KeyMismatchError, nothing written. With a *ConflictError it returns the
+// handle too (see Send).
 func (c *Client) Enqueue(ctx context.Context, ev Event) (*Handle, error) {
 	r, err := ev.Record()
 	if err != nil {
@@ -218,8 +237,7 @@ func (c *Client) Enqueue(ctx context.Context, ev Event) (*Handle, error) {
 		return nil, err
 	}
 	if p.Event.ID != ev.IdempotencyKey {
-		return nil, fmt.Errorf("the routers' event_id config gives this event the ID %q (rule %s), not its key: "+
-			"a chain with the header rule first and ce_id in event_id.headers makes the key the ID", p.Event.ID, p.Event.Rule)
+		return nil, &KeyMismatchError{Key: ev.IdempotencyKey, EventID: p.Event.ID, Rule: p.Event.Rule}
 	}
 	return c.Send(ctx, p)
 }
@@ -271,52 +289,52 @@ func (c *Client) Prepare(r *kgo.Record) (*Prepared, error) {
 	return &Prepared{rec: r, Event: ev, Targets: targets, hashes: hashes}, nil
 }
 
-// Send writes a prepared record unless the ledger holds every workflow of
-// its event started with the same payload under reject_duplicate routes
-// (under allow_* a repeat may run a closed run again: the router decides),
-// and waits for Kafka's acknowledgement. See Enqueue
-// for *ConflictError.
+// Send asks the ledger (Config.Ledger, within Config.LookupTimeout) what
+// it holds for the prepared event's workflows, writes the record unless
+// the routers need it for none of them, and waits for Kafka's
+// acknowledgement. The routers need the record for a workflow
+// (needsRecord) unless the ledger holds it started with the same payload
+// under a reject_duplicate route (a repeat: the router would skip it; an
+// allow_* route may run a closed run again, and the router decides), or
+// holds it with another payload whose conflict the routers have recorded
+// already (a copy of that payload again).
+//
+// Errors:
+//   - *ConflictError (with the handle): the ledger holds the key with
+//     another payload for some workflows; they never start for this
+//     event. The record was written (Handle.Produced) when the conflict
+//     was not recorded yet, so that the router records it (dedup_conflicts,
+//     the dead-letter topic, the conflict metric), and not when it was.
+//   - *ProduceError: Kafka did not acknowledge the record (ctx ended, or
+//     the producer gave up): it may or may not be written; a retry with
+//     the same key is safe.
 func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 	h := c.handle(p)
-	ids := h.WorkflowIDs()
-	known, conflicts := false, []string(nil)
-	// Under an allow_* reuse policy a repeat is how a closed run runs
-	// again (the router decides): it is always written.
-	rejectOnly := true
-	for _, tg := range p.Targets {
-		rejectOnly = rejectOnly && !tg.Route.IDReusePolicy.MayRerun()
-	}
+	write, conflicts := true, []string(nil)
 	if c.led != nil {
-		entries, err := c.led.Lookup(ctx, ids)
+		lctx, cancel := context.WithTimeout(ctx, c.cfg.LookupTimeout)
+		entries, err := c.led.Lookup(lctx, h.WorkflowIDs())
+		cancel()
 		if err != nil {
-			c.log.Warn("ledger lookup failed; writing the event without a conflict answer", "event_id", p.Event.ID, "err", err)
+			c.log.Warn("ledger lookup failed; writing the event without the ledger's answer", "event_id", p.Event.ID, "err", err)
 		} else {
-			known = rejectOnly
-			for i, id := range ids {
-				e, ok := entries[id]
-				switch claimVerdict(e, ok, &p.hashes[i]).Verdict {
-				case processor.VerdictDuplicate: // started: the router skips the record
-				case processor.VerdictConflict:
-					known = false
-					conflicts = append(conflicts, id)
-				default:
-					// New: no router has claimed it yet. Re-drive of a
-					// pending row: a router starts it from its record,
-					// which is normally still in Kafka; written again all
-					// the same, since a stale pending row needs its record
-					// again (the runbook's re-drive). Re-claim of a
-					// dead-lettered row: the router claims it again. A
-					// second record costs a duplicate verdict.
-					known = false
+			write, h.Repeat = false, true
+			for i, tg := range p.Targets {
+				e, ok := entries[tg.WorkflowID]
+				needed, conflict := needsRecord(tg.Route, e, ok, &p.hashes[i])
+				write = write || needed
+				h.Repeat = h.Repeat && ok && e.PayloadHash == p.hashes[i]
+				if conflict {
+					conflicts = append(conflicts, tg.WorkflowID)
 				}
 			}
 		}
 	}
-	if !known {
+	if write {
 		rec := *p.rec
 		res, err := c.kcl.ProduceSync(ctx, &rec).First()
 		if err != nil {
-			return nil, fmt.Errorf("producing event %s to %s: %w", p.Event.ID, c.cfg.Topic, err)
+			return nil, &ProduceError{EventID: p.Event.ID, Topic: c.cfg.Topic, Err: err}
 		}
 		h.Produced, h.Topic, h.Partition, h.Offset = true, res.Topic, res.Partition, res.Offset
 	}
@@ -324,6 +342,32 @@ func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 		return h, &ConflictError{EventID: p.Event.ID, WorkflowIDs: conflicts}
 	}
 	return h, nil
+}
+
+// needsRecord is the rule of Send for one workflow of an event: whether a
+// router needs the event's record for it, given the ledger's entry (ok: the
+// ledger has one) and the payload hash the router would claim it with, and
+// whether the copy conflicts with the entry.
+func needsRecord(rt *processor.Route, e LedgerEntry, ok bool, hash *[32]byte) (needed, conflict bool) {
+	switch claimVerdict(e, ok, hash).Verdict {
+	case processor.VerdictDuplicate:
+		// Started with this payload: the router skips the record, unless
+		// the route's reuse policy may run a closed run again (the router
+		// asks Temporal).
+		return rt.IDReusePolicy.MayRerun(), false
+	case processor.VerdictConflict:
+		// Another payload: the router records the conflict, once per
+		// payload; a conflict recorded already needs no second record.
+		return !slices.Contains(e.ConflictHashes, *hash), true
+	default:
+		// New: no router has claimed it yet. Re-drive of a pending row: a
+		// router starts it from its record, which is normally still in
+		// Kafka; written again all the same, since a stale pending row
+		// needs its record again (the runbook's re-drive). Re-claim of a
+		// dead-lettered row: the router claims it again. A second record
+		// costs a duplicate verdict.
+		return true, false
+	}
 }
 
 func (c *Client) handle(p *Prepared) *Handle {
@@ -349,8 +393,14 @@ type Handle struct {
 	// table order.
 	Workflows []Workflow
 	// Produced says this call wrote a record (at Topic, Partition,
-	// Offset); false: the ledger held the event with this payload already.
-	Produced  bool
+	// Offset); false: the routers needed none (see Send).
+	Produced bool
+	// Repeat says the ledger holds every workflow of the event with this
+	// event's payload: the same request was accepted before, whether or
+	// not this call wrote a record (under an allow_* route it does). False
+	// when the ledger could not say: no Config.Ledger, a failed lookup, or
+	// the first copy still waiting in Kafka for a router.
+	Repeat    bool
 	Topic     string
 	Partition int32
 	Offset    int64

@@ -24,6 +24,9 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// The routers' ledger (write access) satisfies the client's reader too.
+var _ client.LedgerReader = (*ledger.Postgres)(nil)
+
 const topic = "events"
 
 var routes = processor.Routes{
@@ -161,7 +164,7 @@ func TestEnqueueGivesTheRoutersWorkflowIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if order.EventID != "order-123" || order.IDRule != eventid.RuleHeader || !order.Produced {
+	if order.EventID != "order-123" || order.IDRule != eventid.RuleHeader || !order.Produced || order.Repeat {
 		t.Fatalf("handle %+v", order)
 	}
 	wantIDs := []string{"activity-order-confirmation:order-123", "activity-order-audit:order-123"}
@@ -208,13 +211,13 @@ func TestEnqueueGivesTheRoutersWorkflowIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.Produced || !slices.Equal(again.WorkflowIDs(), order.WorkflowIDs()) || e.records() != before {
+	if again.Produced || !again.Repeat || !slices.Equal(again.WorkflowIDs(), order.WorkflowIDs()) || e.records() != before {
 		t.Errorf("repeat after start: %+v, %d records (was %d)", again, e.records(), before)
 	}
 	// A schedule slot is claimed with the slot's hash, not the event's:
 	// the same fire again is a repeat, not a conflict.
 	tickAgain, err := e.c.Enqueue(ctx, client.Event{Type: "schedule.fired", IdempotencyKey: "tick-1", Data: map[string]string{"scheduled_for": "2026-03-01T10:00:00+01:00"}})
-	if err != nil || tickAgain.Produced {
+	if err != nil || tickAgain.Produced || !tickAgain.Repeat {
 		t.Errorf("the same fire again: %+v %v, want a repeat (nothing written)", tickAgain, err)
 	}
 	sts, err := again.Status(ctx)
@@ -259,14 +262,17 @@ func TestEnqueueRepeatUnderAllowPolicyIsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, err := e.c.Enqueue(ctx, ev)
-	if err != nil || !again.Produced {
-		t.Fatalf("repeat under allow_duplicate_failed_only: %+v %v, want it written", again, err)
+	if err != nil || !again.Produced || !again.Repeat {
+		t.Fatalf("repeat under allow_duplicate_failed_only: %+v %v, want it written, and said a repeat", again, err)
 	}
 }
 
 // One key with another payload: a *ConflictError once the ledger knows the
-// first payload; the record is written (the router records the conflict)
-// and the handle says Conflict; the first workflow keeps its payload.
+// first payload, and the handle says Conflict; the first workflow keeps
+// its payload. Here the router recorded the conflict already (it read the
+// second copy, written before the first was claimed), so nothing more is
+// written (TestEnqueueRecordedConflictIsNotWrittenAgain has the first
+// conflict).
 func TestEnqueueConflict(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
@@ -287,11 +293,11 @@ func TestEnqueueConflict(t *testing.T) {
 	before := e.records()
 	h, err := e.c.Enqueue(ctx, other)
 	var ce *client.ConflictError
-	if !errors.As(err, &ce) || !errors.Is(err, client.ErrConflict) || len(ce.WorkflowIDs) != 2 || h == nil || !h.Produced {
-		t.Fatalf("Enqueue = %+v, %v; want a conflict on both workflows and the record written", h, err)
+	if !errors.As(err, &ce) || !errors.Is(err, client.ErrConflict) || len(ce.WorkflowIDs) != 2 || h == nil || h.Produced || h.Repeat {
+		t.Fatalf("Enqueue = %+v, %v; want a conflict on both workflows, nothing written (recorded already)", h, err)
 	}
-	if e.records() != before+1 {
-		t.Errorf("%d records, want %d", e.records(), before+1)
+	if e.records() != before {
+		t.Errorf("%d records, want %d", e.records(), before)
 	}
 	sts, err := h.Status(ctx)
 	if err != nil {
@@ -300,8 +306,8 @@ func TestEnqueueConflict(t *testing.T) {
 	if !sts[0].Conflict || sts[0].Conflicts < 1 {
 		t.Errorf("status %+v, want a conflict (the router recorded one)", sts[0])
 	}
-	if err := h.Result(ctx, nil); err == nil {
-		t.Error("Result of a two-workflow event: no error")
+	if err := h.Result(ctx, nil); !errors.Is(err, client.ErrSeveralWorkflows) {
+		t.Errorf("Result of a two-workflow event: %v, want ErrSeveralWorkflows", err)
 	}
 }
 
@@ -338,10 +344,50 @@ func TestEnqueueRefuses(t *testing.T) {
 	}
 	// A config under which the key is not the ID: refused, not written.
 	e2 := newEnv(t, func(c *client.Config) { c.EventID.Chain = []eventid.Rule{eventid.RuleContent} })
-	if _, err := e2.c.Enqueue(ctx, client.Event{Type: "order.created", IdempotencyKey: "k"}); err == nil {
-		t.Error("key not the ID under a content-only chain: no error")
+	var mismatch *client.KeyMismatchError
+	if _, err := e2.c.Enqueue(ctx, client.Event{Type: "order.created", IdempotencyKey: "k"}); !errors.As(err, &mismatch) ||
+		mismatch.Key != "k" || mismatch.Rule != eventid.RuleContent || mismatch.EventID == "k" {
+		t.Errorf("key not the ID under a content-only chain: %v, want a *KeyMismatchError", err)
 	}
 	if n := e2.records(); n != 0 {
 		t.Errorf("%d records written, want 0", n)
+	}
+}
+
+// A conflict the routers recorded already (the same key with the same
+// other payload) is answered from the ledger: a *ConflictError, and no
+// record (each one would be one more dedup_conflicts row and dead letter).
+// A conflict not recorded yet, such as a third payload, is written so that
+// the router records it.
+func TestEnqueueRecordedConflictIsNotWrittenAgain(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	first := client.Event{Type: "order.created", IdempotencyKey: "k1", Data: map[string]int{"v": 1}}
+	if _, err := e.c.Enqueue(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	e.runRouter()
+	other := first
+	other.Data = map[string]int{"v": 2}
+	h, err := e.c.Enqueue(ctx, other)
+	if !errors.Is(err, client.ErrConflict) || !h.Produced {
+		t.Fatalf("first conflict: %+v %v, want a *ConflictError and the record written", h, err)
+	}
+	e.runRouter() // records the conflict
+	before := e.records()
+	for i := range 3 {
+		h, err := e.c.Enqueue(ctx, other)
+		var ce *client.ConflictError
+		if !errors.As(err, &ce) || len(ce.WorkflowIDs) != 2 || h == nil || h.Produced {
+			t.Fatalf("recorded conflict again (%d): %+v %v, want a *ConflictError on both workflows and nothing written", i, h, err)
+		}
+	}
+	if n := e.records(); n != before {
+		t.Errorf("%d records after the recorded conflict was sent again, want %d", n, before)
+	}
+	third := first
+	third.Data = map[string]int{"v": 3}
+	if h, err := e.c.Enqueue(ctx, third); !errors.Is(err, client.ErrConflict) || !h.Produced {
+		t.Errorf("a conflict not recorded yet: %+v %v, want it written", h, err)
 	}
 }

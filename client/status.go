@@ -3,20 +3,10 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	commonpb "go.temporal.io/api/common/v1"
-	enumspb "go.temporal.io/api/enums/v1"
-	historypb "go.temporal.io/api/history/v1"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/converter"
-
 	"github.com/dedupio/dedup/processor"
-	"github.com/dedupio/dedup/sink/ledger"
 )
 
 // Status is what became of one workflow of an event.
@@ -40,7 +30,7 @@ type Status struct {
 	RunID string `json:"run_id,omitempty"`
 	// Temporal is the latest run's status: running, completed, failed,
 	// canceled, terminated, continued_as_new, timed_out; "" when Temporal
-	// has no run of the workflow ID (or no Temporal client was given).
+	// has no run of the workflow ID (or the Client has no Config.Runs).
 	Temporal string `json:"temporal_status,omitempty"`
 	Closed   bool   `json:"closed"`
 	// Result is a completed run's result (JSON); Failure a failed run's
@@ -49,8 +39,14 @@ type Status struct {
 	Failure string          `json:"failure,omitempty"`
 }
 
-// Status says what became of each of the handle's workflows, in order.
+// Status says what became of each of the handle's workflows, in order,
+// from the ledger (Config.Ledger) and Temporal (Config.Runs); a part whose
+// reader is not configured is left empty. With neither: ErrNoLedger and
+// ErrNoRuns (errors.Is holds for both).
 func (h *Handle) Status(ctx context.Context) ([]Status, error) {
+	if err := h.c.canStatus(); err != nil {
+		return nil, err
+	}
 	ids := h.WorkflowIDs()
 	entries, err := h.c.lookup(ctx, ids)
 	if err != nil {
@@ -70,20 +66,29 @@ func (h *Handle) Status(ctx context.Context) ([]Status, error) {
 }
 
 // Result waits for the handle's workflow to close and decodes its result
-// into out (as the Temporal SDK does). An event with several workflows
-// (several routes) has no one result: use Client.Result per workflow ID.
-// A failed, timed out, terminated or cancelled run is a *WorkflowError; a
-// conflict a *ConflictError.
+// into out (with the RunReader's decoder: the Temporal SDK's data
+// converter for client/temporalread). It waits while the event's record
+// waits for a router, then for the run, following re-runs and
+// continue-as-new; give ctx a deadline to bound it. Errors: ErrNoRuns
+// without Config.Runs; ErrSeveralWorkflows for an event several routes give
+// a workflow (use Client.Result per workflow ID); a *ConflictError when
+// the ledger holds the workflow with another payload; ErrNotStarted when
+// Temporal refused its start; a *WorkflowError for a run that failed,
+// timed out, was terminated or cancelled.
 func (h *Handle) Result(ctx context.Context, out any) error {
 	if len(h.Workflows) != 1 {
-		return fmt.Errorf("event %s starts %d workflows: ask Client.Result for one of %v", h.EventID, len(h.Workflows), h.WorkflowIDs())
+		return fmt.Errorf("event %s: %w: ask Client.Result for one of %v", h.EventID, ErrSeveralWorkflows, h.WorkflowIDs())
 	}
 	w := h.Workflows[0]
 	return h.c.result(ctx, w, &w.hash, out)
 }
 
-// Status says what became of the workflow ID (any event's).
+// Status says what became of the workflow ID (any event's); see
+// Handle.Status. A workflow ID no route makes is ErrUnknownWorkflow.
 func (c *Client) Status(ctx context.Context, workflowID string) (Status, error) {
+	if err := c.canStatus(); err != nil {
+		return Status{}, err
+	}
 	w, err := c.workflow(workflowID)
 	if err != nil {
 		return Status{}, err
@@ -96,7 +101,8 @@ func (c *Client) Status(ctx context.Context, workflowID string) (Status, error) 
 	return c.status(ctx, w, e, ok)
 }
 
-// Result waits for the workflow to close and decodes its result into out.
+// Result waits for the workflow to close and decodes its result into out;
+// see Handle.Result (without the conflict check: any event's payload).
 func (c *Client) Result(ctx context.Context, workflowID string, out any) error {
 	w, err := c.workflow(workflowID)
 	if err != nil {
@@ -113,113 +119,74 @@ func (c *Client) workflow(id string) (Workflow, error) {
 	return Workflow{ID: id, ActivityID: rt.ID, Namespace: c.namespace(rt)}, nil
 }
 
+func (c *Client) canStatus() error {
+	if c.led == nil && c.runs == nil {
+		return fmt.Errorf("%w and %w: Status would know nothing", ErrNoLedger, ErrNoRuns)
+	}
+	return nil
+}
+
 // claimVerdict is the router's verdict (processor.ClaimVerdict) on a copy
 // of the workflow ID with payload hash (nil: any payload, the entry's)
 // against the ledger's entry as it stands (ok: the ledger has one; if
 // not, the copy would claim the ID).
-func claimVerdict(e ledger.Entry, ok bool, hash *[32]byte) processor.Claimed {
+func claimVerdict(e LedgerEntry, ok bool, hash *[32]byte) processor.Claimed {
 	v, _ := processor.ClaimVerdict(e.State, !ok || hash == nil || e.PayloadHash == *hash, !ok, e.Generation)
 	return v
 }
 
-func (c *Client) lookup(ctx context.Context, ids []string) (map[string]ledger.Entry, error) {
+func (c *Client) lookup(ctx context.Context, ids []string) (map[string]LedgerEntry, error) {
 	if c.led == nil {
-		return map[string]ledger.Entry{}, nil
+		return map[string]LedgerEntry{}, nil
 	}
 	return c.led.Lookup(ctx, ids)
 }
 
 // status is one workflow's status from its ledger entry (ok: present) and
 // Temporal.
-func (c *Client) status(ctx context.Context, w Workflow, e ledger.Entry, ok bool) (Status, error) {
+func (c *Client) status(ctx context.Context, w Workflow, e LedgerEntry, ok bool) (Status, error) {
 	st := Status{WorkflowID: w.ID, ActivityID: w.ActivityID, Namespace: w.Namespace}
 	if ok {
 		st.Ledger, st.EventID, st.RunID, st.Conflicts = string(e.State), e.EventID, e.RunID, e.Conflicts
 	}
-	if c.tc == nil {
+	if c.runs == nil {
 		return st, nil
 	}
-	resp, err := c.tc.WorkflowService().DescribeWorkflowExecution(ctx, &workflowservice.DescribeWorkflowExecutionRequest{
-		Namespace: w.Namespace, Execution: &commonpb.WorkflowExecution{WorkflowId: w.ID}})
-	var notFound *serviceerror.NotFound
+	run, found, err := c.runs.Describe(ctx, w.Namespace, w.ID)
 	switch {
-	case errors.As(err, &notFound):
-		return st, nil
 	case err != nil:
 		return st, fmt.Errorf("describing workflow %s: %w", w.ID, err)
+	case !found:
+		return st, nil
 	}
-	info := resp.GetWorkflowExecutionInfo()
-	st.RunID = info.GetExecution().GetRunId()
-	st.Temporal = statusName(info.GetStatus())
-	st.Closed = info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	st.RunID, st.Temporal, st.Closed = run.ID, run.Status, run.Closed()
 	if st.Closed {
-		ev, err := c.closeEvent(ctx, w, st.RunID, false)
+		o, closed, err := c.runs.Outcome(ctx, w.Namespace, w.ID, run.ID, false)
 		if err != nil {
-			return st, err
+			return st, fmt.Errorf("reading the close of workflow %s: %w", w.ID, err)
 		}
-		if ev != nil {
-			st.Result, st.Failure = closeOutcome(ev)
+		if closed {
+			st.Result, st.Failure = resultJSON(o), o.Failure
 		}
 	}
 	return st, nil
 }
 
-func statusName(s enumspb.WorkflowExecutionStatus) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_"))
-}
-
-// closeEvent is the run's close event; with wait, it long-polls until the
-// run closes. nil: none (without wait, the run is open).
-func (c *Client) closeEvent(ctx context.Context, w Workflow, runID string, wait bool) (*historypb.HistoryEvent, error) {
-	var token []byte
-	for {
-		resp, err := c.tc.WorkflowService().GetWorkflowExecutionHistory(ctx, &workflowservice.GetWorkflowExecutionHistoryRequest{
-			Namespace: w.Namespace, Execution: &commonpb.WorkflowExecution{WorkflowId: w.ID, RunId: runID},
-			WaitNewEvent: wait, HistoryEventFilterType: enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT,
-			NextPageToken: token, SkipArchival: true})
-		if err != nil {
-			return nil, fmt.Errorf("reading the close of workflow %s: %w", w.ID, err)
-		}
-		if evs := resp.GetHistory().GetEvents(); len(evs) > 0 {
-			return evs[len(evs)-1], nil
-		}
-		token = resp.GetNextPageToken()
-		if !wait && len(token) == 0 {
-			return nil, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
+// resultJSON is a completed run's result as JSON; nil when there is none
+// or it does not decode into a JSON value.
+func resultJSON(o Outcome) json.RawMessage {
+	if o.Decode == nil {
+		return nil
 	}
-}
-
-// closeOutcome is a close event's result (JSON) or failure message.
-func closeOutcome(ev *historypb.HistoryEvent) (json.RawMessage, string) {
-	switch ev.GetEventType() {
-	case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
-		ps := ev.GetWorkflowExecutionCompletedEventAttributes().GetResult()
-		if len(ps.GetPayloads()) == 0 {
-			return nil, ""
-		}
-		var v any
-		if err := converter.GetDefaultDataConverter().FromPayloads(ps, &v); err != nil {
-			return nil, ""
-		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, ""
-		}
-		return b, ""
-	case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
-		return nil, ev.GetWorkflowExecutionFailedEventAttributes().GetFailure().GetMessage()
-	case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT:
-		return nil, "timed out"
-	case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED:
-		return nil, "terminated: " + ev.GetWorkflowExecutionTerminatedEventAttributes().GetReason()
-	case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED:
-		return nil, "canceled"
+	var v any
+	if err := o.Decode(&v); err != nil {
+		return nil
 	}
-	return nil, ""
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // result waits until the workflow has a run (its record may still wait in
@@ -227,12 +194,23 @@ func closeOutcome(ev *historypb.HistoryEvent) (json.RawMessage, string) {
 // continue-as-new, and decodes the result into out. hash, when given, is
 // the event's payload hash: a ledger row with another is a conflict.
 func (c *Client) result(ctx context.Context, w Workflow, hash *[32]byte, out any) error {
-	if c.tc == nil {
-		return errors.New("client: no Temporal client: Result needs one")
+	if c.runs == nil {
+		return fmt.Errorf("result of workflow %s: %w", w.ID, ErrNoRuns)
 	}
 	wait := 50 * time.Millisecond
-	for {
-		entries, err := c.lookup(ctx, []string{w.ID})
+	backOff := func() error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+		return nil
+	}
+	// The ledger first, when there is one: it says when the run exists,
+	// and whether it never will (a conflict, a refused start).
+	for c.led != nil {
+		entries, err := c.led.Lookup(ctx, []string{w.ID})
 		if err != nil {
 			return err
 		}
@@ -240,41 +218,41 @@ func (c *Client) result(ctx context.Context, w Workflow, hash *[32]byte, out any
 		switch {
 		case claimVerdict(e, ok, hash).Verdict == processor.VerdictConflict:
 			return &ConflictError{EventID: e.EventID, WorkflowIDs: []string{w.ID}}
-		case ok && e.State == ledger.StateDeadLettered:
+		case ok && e.State == processor.LedgerDeadLettered:
 			return fmt.Errorf("%s: %w", w.ID, ErrNotStarted)
 		}
-		if ok && e.State == ledger.StateStarted || c.led == nil {
+		if ok && e.State == processor.LedgerStarted {
 			break
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 2*time.Second)
-	}
-	for {
-		// RunId empty: the current run, whichever generation or
-		// continuation it is when it closes.
-		ev, err := c.closeEvent(ctx, w, "", true)
-		if err != nil {
+		if err := backOff(); err != nil {
 			return err
 		}
-		switch ev.GetEventType() {
-		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
-			if out == nil {
-				return nil
+	}
+	for {
+		// RunID empty: the current run, whichever generation or
+		// continuation it is when it closes.
+		o, found, err := c.runs.Outcome(ctx, w.Namespace, w.ID, "", true)
+		switch {
+		case err != nil:
+			return fmt.Errorf("waiting for workflow %s: %w", w.ID, err)
+		case !found:
+			// No run yet (without a ledger, the record may still wait
+			// for a router).
+			if err := backOff(); err != nil {
+				return err
 			}
-			ps := ev.GetWorkflowExecutionCompletedEventAttributes().GetResult()
-			if len(ps.GetPayloads()) == 0 {
-				return nil
-			}
-			return converter.GetDefaultDataConverter().FromPayloads(ps, out)
-		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
 			continue
 		}
-		_, msg := closeOutcome(ev)
-		st, _ := c.Status(ctx, w.ID)
-		return &WorkflowError{WorkflowID: w.ID, RunID: st.RunID, Status: strings.ToLower(strings.TrimPrefix(ev.GetEventType().String(), "EVENT_TYPE_WORKFLOW_EXECUTION_")), Message: msg}
+		switch o.Status {
+		case "completed":
+			if out == nil || o.Decode == nil {
+				return nil
+			}
+			return o.Decode(out)
+		case "continued_as_new":
+			continue
+		}
+		run, _, _ := c.runs.Describe(ctx, w.Namespace, w.ID)
+		return &WorkflowError{WorkflowID: w.ID, RunID: run.ID, Status: o.Status, Message: o.Failure}
 	}
 }

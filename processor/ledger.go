@@ -1,6 +1,9 @@
 package processor
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Ledger is what the router needs from the claim ledger. Its methods must
 // be idempotent: the router retries them after transient errors.
@@ -53,6 +56,38 @@ const (
 	// (the record replayed) claims it again.
 	LedgerDeadLettered LedgerState = "dead_lettered"
 )
+
+// LedgerEntry is what a ledger holds for one workflow ID, as its readers
+// see it (sink/ledger's Lookup, the read-only sink/ledger/ledgerread, the
+// producer client's LedgerReader). It is declared here, beside
+// LedgerState, so that the ledger and the client name one type without
+// importing each other; sink/ledger calls it ledger.Entry.
+type LedgerEntry struct {
+	WorkflowID string
+	EventID    string
+	IDRule     string
+	// State is pending (claimed, not started yet), started or
+	// dead_lettered.
+	State       LedgerState
+	PayloadHash [32]byte
+	// RunID is the Temporal run the row was marked started with (the
+	// latest generation's); empty before.
+	RunID      string
+	Generation int
+	// Topic, Partition and Offset are where the claiming record was read.
+	Topic     string
+	Partition int32
+	Offset    int64
+	ClaimedAt time.Time
+	UpdatedAt time.Time
+	// Conflicts counts the copies with another payload recorded for this
+	// workflow ID (dedup_conflicts).
+	Conflicts int64
+	// ConflictHashes are the distinct payload hashes of those copies, in
+	// byte order: a copy whose hash is among them is a conflict the
+	// routers have recorded already.
+	ConflictHashes [][32]byte
+}
 
 // ClaimVerdict is the verdict rule of Ledger.Claim, for one copy of a
 // workflow ID: what the ledger holds for the ID when the claim reaches it

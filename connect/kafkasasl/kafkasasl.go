@@ -21,7 +21,7 @@ import (
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
 
-	"github.com/dedupio/dedup/internal/secret"
+	"github.com/dedupio/dedup/connect/secretfile"
 )
 
 // The mechanisms, as Kafka names them.
@@ -188,7 +188,7 @@ func (c Config) Build() (sasl.Mechanism, error) {
 // tokens is where OAUTHBEARER's token comes from.
 func (c Config) tokens() (func(context.Context) (string, error), error) {
 	if c.TokenFile != "" {
-		f, err := secret.NewFile("kafka.sasl.token_file", c.TokenFile)
+		f, err := secretfile.NewFile("kafka.sasl.token_file", c.TokenFile)
 		if err != nil {
 			return nil, err
 		}
@@ -236,7 +236,7 @@ func value(fileKey, inline, path string) (func() (string, error), error) {
 	if path == "" {
 		return func() (string, error) { return inline, nil }, nil
 	}
-	f, err := secret.NewFile(fileKey, path)
+	f, err := secretfile.NewFile(fileKey, path)
 	if err != nil {
 		return nil, err
 	}

@@ -2,10 +2,14 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
+	sdkclient "go.temporal.io/sdk/client"
+
 	"github.com/dedupio/dedup/client"
-	"github.com/dedupio/dedup/sink/ledger"
+	"github.com/dedupio/dedup/client/temporalread"
+	"github.com/dedupio/dedup/sink/ledger/ledgerread"
 )
 
 // OpenClientFile reads dedup's config file (the routers' own: its event_id
@@ -22,11 +26,13 @@ func OpenClientFile(ctx context.Context, path string, log *slog.Logger) (*client
 // OpenClient opens the producer client (package client) of dedup's own
 // commands (dedup ingress) from a loaded config: Kafka (kafka.brokers,
 // tls, sasl; the topic is ingress.topic, else the first of kafka.topics),
-// PostgreSQL (postgres.url) and Temporal (temporal.*). A refused Kafka
-// login or TLS handshake, or refused Temporal credentials, is an error; a
-// Temporal that does not answer yet is waited for until ctx ends (give
-// ctx a deadline to bound it). log may be nil. The client's Close closes
-// every connection.
+// the ledger read-only (postgres.url, through sink/ledger/ledgerread:
+// read-only sessions, no migrations) and Temporal read-only (temporal.*,
+// through client/temporalread). A refused Kafka login or TLS handshake is
+// an error (CheckKafka). PostgreSQL and Temporal are reached lazily, on
+// the first lookup and the first Status or Result: OpenClient waits for
+// neither, and a credential they refuse is that call's error. log may be
+// nil. The client's Close closes every connection.
 func OpenClient(ctx context.Context, cfg Config, log *slog.Logger) (*client.Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -41,17 +47,17 @@ func OpenClient(ctx context.Context, cfg Config, log *slog.Logger) (*client.Clie
 	if err := CheckKafka(ctx, cfg, log, kopts); err != nil {
 		return nil, err
 	}
-	led, err := ledger.Open(ctx, cfg.Postgres)
+	led, err := ledgerread.Open(ctx, cfg.Postgres.URL, ledgerread.Options{AllowInsecure: cfg.Postgres.AllowInsecure, MaxConns: cfg.Postgres.MaxConns})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("postgres.url: %w", err)
 	}
-	tc, err := DialTemporal(ctx, cfg, log)
+	tc, err := lazyTemporal(cfg, log)
 	if err != nil {
 		led.Close()
 		return nil, err
 	}
 	c, err := client.New(client.Config{Topic: cfg.IngressTopic(), EventID: cfg.EventID, Routes: cfg.Routes, Namespace: cfg.Temporal.Namespace,
-		MaxValueBytes: cfg.Kafka.MaxValueBytes, KafkaOpts: kopts, Ledger: led, Temporal: tc, Logger: log,
+		MaxValueBytes: cfg.Kafka.MaxValueBytes, KafkaOpts: kopts, Ledger: led, Runs: temporalread.New(tc, nil), Logger: log,
 		OnClose: func() { tc.Close(); led.Close() }})
 	if err != nil {
 		tc.Close()
@@ -59,4 +65,18 @@ func OpenClient(ctx context.Context, cfg Config, log *slog.Logger) (*client.Clie
 		return nil, err
 	}
 	return c, nil
+}
+
+// lazyTemporal is a Temporal SDK client with the options of every dedup
+// client (temporalOptions: TLS, API key) that connects on its first call.
+func lazyTemporal(cfg Config, log *slog.Logger) (sdkclient.Client, error) {
+	o, err := temporalOptions(cfg, log, nil)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := sdkclient.NewLazyClient(o)
+	if err != nil {
+		return nil, fmt.Errorf("temporal: %w", err)
+	}
+	return tc, nil
 }

@@ -14,7 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/dedupio/dedup/internal/secret"
+	"github.com/dedupio/dedup/connect/secretfile"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/schedule"
@@ -161,7 +161,7 @@ func (c *Config) readSecretFiles() error {
 	if c.Postgres.URL != "" {
 		return errors.New("postgres.url and postgres.url_file: set one, not both")
 	}
-	url, err := secret.Read("postgres.url_file", c.Postgres.URLFile)
+	url, err := secretfile.Read("postgres.url_file", c.Postgres.URLFile)
 	if err != nil {
 		return err
 	}

@@ -22,7 +22,7 @@ import (
 
 	"github.com/dedupio/dedup/connect/clienttls"
 	"github.com/dedupio/dedup/connect/kafkasasl"
-	"github.com/dedupio/dedup/internal/secret"
+	"github.com/dedupio/dedup/connect/secretfile"
 	"github.com/dedupio/dedup/sink/starter"
 )
 
@@ -224,7 +224,7 @@ func temporalOptions(cfg Config, log *slog.Logger, mh client.MetricsHandler) (cl
 	}
 	switch {
 	case cfg.Temporal.APIKeyFile != "":
-		f, err := secret.NewFile("temporal.api_key_file", cfg.Temporal.APIKeyFile)
+		f, err := secretfile.NewFile("temporal.api_key_file", cfg.Temporal.APIKeyFile)
 		if err != nil {
 			return client.Options{}, err
 		}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.temporal.io/sdk/client"
 
 	"github.com/dedupio/dedup/processor"
 )
@@ -172,15 +171,6 @@ func (c Config) IngressMaxBody() int {
 		return c.Ingress.MaxBodyBytes
 	}
 	return c.Kafka.MaxValueBytes
-}
-
-// DialTemporal is the router's start-up dial for the producers' clients
-// (package client, dedup ingress): the same TLS and API key as every
-// Temporal client, and the same waiting: until the frontend answers and
-// knows temporal.namespace, backing off as retry says; refused
-// credentials end it at once, and so does ctx.
-func DialTemporal(ctx context.Context, cfg Config, log *slog.Logger) (client.Client, error) {
-	return waitTemporal(ctx, cfg, log, nil, newDependencies(log, depTemporal))
 }
 
 // CheckKafka is the start-up check of the Kafka settings (checkKafka) for

@@ -3,13 +3,12 @@ package ledger
 import (
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dedupio/dedup/sink/ledger/ledgerread"
 )
 
 // Config says how to reach the ledger.
@@ -94,38 +93,14 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// verifiedTLS says which host of a parsed connection string (its first
-// host, or a fallback: a second host, or sslmode=prefer's plaintext retry)
-// is reached without verifying the server's certificate, unless it is on
-// this machine.
+// verifiedTLS refuses a connection string that reaches a host other than
+// this machine without verifying its certificate (ledgerread.Unverified's
+// rule), naming the setting that allows it.
 func verifiedTLS(c pgconn.Config) error {
-	try := []*pgconn.FallbackConfig{{Host: c.Host, Port: c.Port, TLSConfig: c.TLSConfig}}
-	try = append(try, c.Fallbacks...)
-	for _, f := range try {
-		if onThisMachine(f.Host) {
-			continue
-		}
-		how := ""
-		switch {
-		case f.TLSConfig == nil:
-			how = "without TLS"
-		case f.TLSConfig.InsecureSkipVerify && f.TLSConfig.VerifyPeerCertificate == nil:
-			how = "over TLS without verifying the server's certificate"
-		default:
-			continue
-		}
+	if addr, how, bad := ledgerread.Unverified(c); bad {
 		return fmt.Errorf("postgres.url: connects to %s %s (sslmode disable, allow, prefer, or require without sslrootcert): "+
 			"use sslmode=verify-full (with sslrootcert=FILE for a private CA), or accept it with postgres.allow_insecure: true",
-			net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))), how)
+			addr, how)
 	}
 	return nil
-}
-
-// onThisMachine: a Unix socket or a loopback host.
-func onThisMachine(host string) bool {
-	if strings.HasPrefix(host, "/") || strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -14,4 +14,8 @@
 //
 // Deadlocks and lost connections surface as errors; all of them are safe to
 // retry, because Claim and MarkStarted are idempotent.
+//
+// Lookup's query lives in the subpackage ledgerread, which producers use
+// to read the ledger over read-only sessions without this package's
+// migration code (goose); Lookup runs the same query on the ledger's pool.
 package ledger

@@ -1,0 +1,198 @@
+// Package ledgerread reads dedup's ledger (PostgreSQL) without the right
+// to change it: the lookup that answers a producer (the same key again,
+// another payload, a workflow's status), for the producer client (package
+// client, whose LedgerReader *Reader satisfies) and the HTTP ingress.
+//
+// It is the one place of the lookup query: sink/ledger's Lookup runs it
+// too (Lookup with the ledger's pool). It imports no migration tool: a
+// producer reads a ledger the routers migrated, and a ledger that is not
+// migrated (no dedup_ledger table) is an error of the lookup, not a
+// migration.
+//
+// What it guarantees:
+//   - Open's sessions are read-only (default_transaction_read_only=on, a
+//     runtime parameter of every connection): even a user with write
+//     grants cannot change the ledger through a Reader. Give it a user
+//     with SELECT on dedup_ledger and dedup_conflicts only.
+//   - A lookup takes no lock and decides nothing: the routers' claim
+//     decides a start. What a lookup says may be stale a moment later (a
+//     router claims a record right after it).
+//   - A credential never crosses a network in plaintext: Open refuses a
+//     URL that reaches a host other than this machine without verifying
+//     its certificate, unless Options.AllowInsecure says so.
+package ledgerread
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dedupio/dedup/processor"
+)
+
+// Options say how Open connects.
+type Options struct {
+	// AllowInsecure lets the Reader connect to a PostgreSQL that is not
+	// on this machine without verifying its certificate (sslmode disable,
+	// allow, prefer, or require without sslrootcert): anyone on the path
+	// could read the password and the rows, or pose as the server. dedup's
+	// config calls it postgres.allow_insecure.
+	AllowInsecure bool
+	// MaxConns bounds the pool; 0: 4. A lookup holds one connection for
+	// one round trip.
+	MaxConns int32
+}
+
+// Reader looks up ledger rows over a read-only pool. It is safe for
+// concurrent use.
+type Reader struct {
+	pool *pgxpool.Pool
+}
+
+// Open parses url (a libpq connection string), checks its TLS, and
+// creates a pool of read-only sessions. It connects lazily: a PostgreSQL
+// that is down (or refuses the login) shows up as the first lookup's
+// error.
+func Open(ctx context.Context, url string, o Options) (*Reader, error) {
+	if url == "" {
+		return nil, errors.New("ledgerread: the connection URL is empty")
+	}
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// pgx's parse errors do not repeat the password.
+		return nil, fmt.Errorf("ledgerread: parsing the connection URL: %w", err)
+	}
+	if !o.AllowInsecure {
+		if addr, how, bad := Unverified(pc.ConnConfig.Config); bad {
+			return nil, fmt.Errorf("ledgerread: the URL connects to %s %s (sslmode disable, allow, prefer, or require without sslrootcert): "+
+				"use sslmode=verify-full (with sslrootcert=FILE for a private CA), or accept it with Options.AllowInsecure", addr, how)
+		}
+	}
+	if o.MaxConns > 0 {
+		pc.MaxConns = o.MaxConns
+	} else {
+		pc.MaxConns = 4
+	}
+	if pc.ConnConfig.RuntimeParams == nil {
+		pc.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("ledgerread: creating the pool: %w", err)
+	}
+	return &Reader{pool: pool}, nil
+}
+
+// Close releases the pool.
+func (r *Reader) Close() { r.pool.Close() }
+
+// Lookup is what the ledger holds for each of workflowIDs; an ID it does
+// not know (never claimed, or purged) is absent from the map. One query,
+// one round trip.
+func (r *Reader) Lookup(ctx context.Context, workflowIDs []string) (map[string]processor.LedgerEntry, error) {
+	return Lookup(ctx, r.pool, workflowIDs)
+}
+
+// Querier runs a query: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// lookupSQL reads the rows of a set of workflow IDs, each with the
+// conflicts recorded for it (their count and distinct payload hashes).
+// dedup_conflicts holds only conflicts; it has no index by workflow ID,
+// so each row's subquery scans it.
+const lookupSQL = `
+SELECT l.workflow_id, l.event_id, l.id_rule, l.state, l.payload_hash, coalesce(l.run_id, ''), l.generation,
+	l.topic, l.kafka_partition, l.kafka_offset, l.claimed_at, l.updated_at,
+	c.n, coalesce(c.hashes, '{}')
+FROM dedup_ledger l
+CROSS JOIN LATERAL (
+	SELECT count(*) AS n, array_agg(DISTINCT d.payload_hash ORDER BY d.payload_hash) AS hashes
+	FROM dedup_conflicts d WHERE d.workflow_id = l.workflow_id
+) c
+WHERE l.workflow_id = ANY($1::text[])`
+
+// Lookup runs the lookup query on q: what Reader.Lookup does, for a
+// caller with a pool of its own (sink/ledger's Lookup). It writes
+// nothing.
+func Lookup(ctx context.Context, q Querier, workflowIDs []string) (map[string]processor.LedgerEntry, error) {
+	out := make(map[string]processor.LedgerEntry, len(workflowIDs))
+	if len(workflowIDs) == 0 {
+		return out, nil
+	}
+	ids := slices.Compact(slices.Sorted(slices.Values(workflowIDs)))
+	rows, err := q.Query(ctx, lookupSQL, ids)
+	if err != nil {
+		return nil, fmt.Errorf("looking up %d workflow IDs: %w", len(ids), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			e      processor.LedgerEntry
+			hash   []byte
+			hashes [][]byte
+		)
+		if err := rows.Scan(&e.WorkflowID, &e.EventID, &e.IDRule, &e.State, &hash, &e.RunID, &e.Generation,
+			&e.Topic, &e.Partition, &e.Offset, &e.ClaimedAt, &e.UpdatedAt, &e.Conflicts, &hashes); err != nil {
+			return nil, fmt.Errorf("reading ledger rows: %w", err)
+		}
+		copy(e.PayloadHash[:], hash)
+		if len(hashes) > 0 {
+			e.ConflictHashes = make([][32]byte, len(hashes))
+			for i, h := range hashes {
+				copy(e.ConflictHashes[i][:], h)
+			}
+		}
+		out[e.WorkflowID] = e
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("looking up %d workflow IDs: %w", len(ids), err)
+	}
+	return out, nil
+}
+
+// Unverified says which host of a parsed connection string (its first
+// host, or a fallback: a second host, or sslmode=prefer's plaintext
+// retry) is reached without verifying the server's certificate, unless it
+// is on this machine (a Unix socket, a loopback address): its address,
+// how ("without TLS", "over TLS without verifying the server's
+// certificate"), and true. It is the rule behind Open's refusal and
+// sink/ledger's postgres.allow_insecure.
+func Unverified(c pgconn.Config) (addr, how string, bad bool) {
+	try := []*pgconn.FallbackConfig{{Host: c.Host, Port: c.Port, TLSConfig: c.TLSConfig}}
+	try = append(try, c.Fallbacks...)
+	for _, f := range try {
+		if onThisMachine(f.Host) {
+			continue
+		}
+		switch {
+		case f.TLSConfig == nil:
+			how = "without TLS"
+		case f.TLSConfig.InsecureSkipVerify && f.TLSConfig.VerifyPeerCertificate == nil:
+			how = "over TLS without verifying the server's certificate"
+		default:
+			continue
+		}
+		return net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))), how, true
+	}
+	return "", "", false
+}
+
+// onThisMachine: a Unix socket or a loopback host.
+func onThisMachine(host string) bool {
+	if strings.HasPrefix(host, "/") || strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
