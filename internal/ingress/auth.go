@@ -13,7 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/dedupio/dedup/internal/secret"
+	"github.com/dedupio/dedup/connect/secretfile"
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
@@ -32,7 +32,7 @@ import (
 // A tenant may have several tokens (rotation); a token names one tenant.
 type Tokens struct {
 	key string
-	f   *secret.File
+	f   *secretfile.File
 
 	mu      sync.Mutex
 	content string
@@ -88,7 +88,7 @@ type tokenEntry struct {
 // MinTokenBytes, or one token given twice is a start-up error naming key
 // and the entry (never the token).
 func LoadTokens(key, path string) (*Tokens, error) {
-	f, err := secret.NewFile(key, path)
+	f, err := secretfile.NewFile(key, path)
 	if err != nil {
 		return nil, err
 	}

@@ -168,7 +168,7 @@ func serveAdmin(listen string, reg *prometheus.Registry, log *slog.Logger, opene
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		c := opened.Load()
 		if c == nil {
-			http.Error(w, "not ready: starting (reaching kafka, postgres and temporal)", http.StatusServiceUnavailable)
+			http.Error(w, "not ready: starting (reaching kafka)", http.StatusServiceUnavailable)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)

@@ -339,6 +339,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if len(body202.Workflows) == 1 {
 		w.Header().Set("Location", body202.Workflows[0].StatusURL)
 	}
+	if h.Repeat {
+		// The ledger held every workflow of the event with this payload:
+		// this answer replays the first one's.
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
 	writeJSON(w, http.StatusAccepted, body202)
 }
 

@@ -267,3 +267,33 @@ func TestIdempotencyKeyOverHTTP(t *testing.T) {
 		t.Errorf("escapes: %d %s", r.code, r.body)
 	}
 }
+
+// A repeat of an accepted request gets the first one's 202 with
+// Idempotent-Replayed: true once the ledger holds the event with this
+// payload; the first answer (and one the ledger cannot know yet) has no
+// such header.
+func TestReplayedHeader(t *testing.T) {
+	e := newEnv(t, nil)
+	ts := e.server(nil)
+	first := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json")
+	early := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json")
+	if first.code != 202 || first.header.Get("Idempotent-Replayed") != "" || early.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("first: %d %q; before a router claimed it: %q", first.code, first.header.Get("Idempotent-Replayed"), early.header.Get("Idempotent-Replayed"))
+	}
+	p, err := e.c.Prepare(&kgo.Record{Value: []byte(order), Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/cloudevents+json")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := processor.Intent{WorkflowID: p.Targets[0].WorkflowID, ActivityID: "confirm", EventID: p.Event.ID, IDRule: "field", PayloadHash: p.Event.PayloadHash, Topic: topic}
+	ctx := context.Background()
+	if _, err := e.led.Claim(ctx, []processor.Intent{in}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.led.MarkStarted(ctx, []processor.Started{{WorkflowID: in.WorkflowID, RunID: "run-1", Generation: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	again := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json")
+	if again.code != 202 || again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.body, first.body) {
+		t.Errorf("repeat: %d %q %s, want the first body %s", again.code, again.header.Get("Idempotent-Replayed"), again.body, first.body)
+	}
+}
