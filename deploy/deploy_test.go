@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -94,13 +95,14 @@ func TestCompose(t *testing.T) {
 		} `yaml:"services"`
 	}
 	readYAML(t, "../docker-compose.yml", &compose)
-	for _, need := range []string{"kafka", "kafka-init", "postgres", "temporal", "temporal-ui", "prometheus", "grafana", "dedup-1", "dedup-2", "worker", "ingress", "producer"} {
+	for _, need := range []string{"kafka", "kafka-init", "postgres", "migrate", "temporal", "temporal-ui", "prometheus", "grafana", "dedup-1", "dedup-2", "worker", "ingress", "producer"} {
 		if _, ok := compose.Services[need]; !ok {
 			t.Errorf("compose has no %s service", need)
 		}
 	}
 	built := false
 	published := map[string]string{}
+	dbUsers := map[string]string{} // PostgreSQL user: the process that logs in as it
 	for name, s := range compose.Services {
 		if s.Build != nil {
 			built = true
@@ -131,9 +133,21 @@ func TestCompose(t *testing.T) {
 			}
 			published[host] = name
 		}
-		process := len(s.Command) > 0 && slices.Contains([]string{"run", "worker", "ingress"}, s.Command[0])
+		process := len(s.Command) > 0 && slices.Contains([]string{"run", "worker", "ingress", "migrate"}, s.Command[0])
 		if process {
 			checkMemLimit(t, name, s.Environment["GOMEMLIMIT"], s.MemLimit, dockerBytes)
+			// Least privilege: each kind of process logs in as its own
+			// user (TestComposePostgresInit checks each user's role), and
+			// only the migrate service changes the schema: the others
+			// start once it exited 0.
+			user := composeDBUser(t, name, s.Environment["DATABASE_URL"])
+			if other, ok := dbUsers[user]; ok && other != s.Command[0] {
+				t.Errorf("%s (%s) logs in to PostgreSQL as %q, the user of `dedup %s` too: want a user per process", name, s.Command[0], user, other)
+			}
+			dbUsers[user] = s.Command[0]
+			if s.Command[0] != "migrate" && get(s.DependsOn["migrate"], "condition") != "service_completed_successfully" {
+				t.Errorf("%s does not wait for the migrate service (depends_on migrate: service_completed_successfully): its role may not migrate", name)
+			}
 		}
 		for dep := range s.DependsOn {
 			if _, ok := compose.Services[dep]; !ok {
@@ -198,6 +212,18 @@ func TestCompose(t *testing.T) {
 	if pw := g["GF_SECURITY_ADMIN_PASSWORD"]; !regexp.MustCompile(`^\$\{GRAFANA_ADMIN_PASSWORD:\?.+\}$`).MatchString(pw) {
 		t.Errorf("grafana: GF_SECURITY_ADMIN_PASSWORD %q, want ${GRAFANA_ADMIN_PASSWORD:?…}: required, no default", pw)
 	}
+}
+
+// composeDBUser is the PostgreSQL user of a compose service's
+// DATABASE_URL.
+func composeDBUser(t *testing.T, service, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil || u.User == nil || u.User.Username() == "" {
+		t.Errorf("%s: DATABASE_URL %q names no PostgreSQL user (%v)", service, dbURL, err)
+		return ""
+	}
+	return u.User.Username()
 }
 
 // checkMemLimit: GOMEMLIMIT is about 90% of the container's memory limit,
