@@ -72,8 +72,13 @@ BEGIN
 		FROM pg_class c WHERE c.oid = rel;
 		CONTINUE WHEN NOT pg_has_role(own, 'USAGE');
 		-- (a sequence follows its table)
-		IF kind = 'TABLE' AND own <> 'dedup_owner'::regrole::oid AND pg_has_role('dedup_owner', 'MEMBER') THEN
-			EXECUTE format('ALTER TABLE %s OWNER TO dedup_owner', rel);
+		IF kind = 'TABLE' AND own <> 'dedup_owner'::regrole::oid THEN
+			IF pg_has_role('dedup_owner', 'MEMBER') THEN
+				EXECUTE format('ALTER TABLE %s OWNER TO dedup_owner', rel);
+			ELSE
+				RAISE WARNING 'table % is owned by %, not dedup_owner, and % may not hand it over: the migrator cannot change it (GRANT dedup_owner TO %, then run this file again)',
+					rel, own::regrole, current_user, current_user;
+			END IF;
 		END IF;
 		FOREACH r IN ARRAY roles LOOP
 			CONTINUE WHEN to_regrole(r) IS NULL;

@@ -506,3 +506,50 @@ AND relkind IN ('r', 'S') AND relowner <> 'dedup_owner'::regrole`).Scan(&notOwne
 	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
 	want(t, claim(t, router, intent("e1", "A")), processor.VerdictNew)
 }
+
+// A ledger whose tables a plain user owns (not a superuser, no member of
+// dedup_owner): grants.sql run as that user still grants the roles, and
+// warns that it cannot hand the tables to dedup_owner, naming the GRANT
+// that lets it.
+func TestGrantsWarnWhenTheyCannotHandTablesOver(t *testing.T) {
+	ctx := deadline(t, 2*time.Minute)
+	admin := pgtest.NewDatabase(t)
+	if err := ledger.ApplyRoles(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	old := pgtest.NewLogin(t, admin, "")
+	c := connect(t, admin)
+	var oldName string
+	if err := connect(t, old).QueryRow(ctx, `SELECT current_user`).Scan(&oldName); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, `GRANT CREATE ON SCHEMA public TO `+pgx.Identifier{oldName}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ledger.Migrate(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgx.ParseConfig(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warnings []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if n.Severity == "WARNING" {
+			warnings = append(warnings, n.Message)
+		}
+	}
+	oc, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = oc.Close(ctx) }()
+	if _, err := oc.Exec(ctx, ledger.GrantsSQL); err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) == 0 || !strings.Contains(warnings[0], "not dedup_owner") || !strings.Contains(warnings[0], "GRANT dedup_owner TO "+oldName) {
+		t.Fatalf("warnings %q, want one per table naming GRANT dedup_owner TO %s", warnings, oldName)
+	}
+	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
+	want(t, claim(t, router, intent("e1", "A")), processor.VerdictNew)
+}

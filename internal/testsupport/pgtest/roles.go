@@ -19,7 +19,8 @@ import (
 // setRole is not empty, the user's sessions start as that role (ALTER ROLE
 // ... SET role), as a migrator's do, so that what it creates is owned by
 // the group. The user is dropped when the test ends. Roles are per cluster:
-// the groups must exist (ledger.ApplyRoles).
+// the groups must exist (ledger.ApplyRoles). What the user owns in
+// adminURL's database is dropped with it.
 func NewLogin(t testing.TB, adminURL, setRole string, groups ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -55,7 +56,8 @@ func NewLogin(t testing.TB, adminURL, setRole string, groups ...string) string {
 			return
 		}
 		defer func() { _ = admin.Close(ctx) }()
-		if _, err := admin.Exec(ctx, `DROP ROLE IF EXISTS `+user); err != nil {
+		// What it owns or was granted in adminURL's database goes first.
+		if _, err := admin.Exec(ctx, `DROP OWNED BY `+user+`; DROP ROLE `+user); err != nil {
 			t.Errorf("dropping login %s: %v", name, err)
 		}
 	})
