@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -94,13 +95,14 @@ func TestCompose(t *testing.T) {
 		} `yaml:"services"`
 	}
 	readYAML(t, "../docker-compose.yml", &compose)
-	for _, need := range []string{"kafka", "kafka-init", "postgres", "temporal", "temporal-ui", "prometheus", "grafana", "dedup-1", "dedup-2", "worker", "ingress", "producer"} {
+	for _, need := range []string{"kafka", "kafka-init", "postgres", "migrate", "temporal", "temporal-ui", "prometheus", "grafana", "dedup-1", "dedup-2", "worker", "ingress", "producer"} {
 		if _, ok := compose.Services[need]; !ok {
 			t.Errorf("compose has no %s service", need)
 		}
 	}
 	built := false
 	published := map[string]string{}
+	dbUsers := map[string]string{} // PostgreSQL user: the process that logs in as it
 	for name, s := range compose.Services {
 		if s.Build != nil {
 			built = true
@@ -131,9 +133,21 @@ func TestCompose(t *testing.T) {
 			}
 			published[host] = name
 		}
-		process := len(s.Command) > 0 && slices.Contains([]string{"run", "worker", "ingress"}, s.Command[0])
+		process := len(s.Command) > 0 && slices.Contains([]string{"run", "worker", "ingress", "migrate"}, s.Command[0])
 		if process {
 			checkMemLimit(t, name, s.Environment["GOMEMLIMIT"], s.MemLimit, dockerBytes)
+			// Least privilege: each kind of process logs in as its own
+			// user (TestComposePostgresInit checks each user's role), and
+			// only the migrate service changes the schema: the others
+			// start once it exited 0.
+			user := composeDBUser(t, name, s.Environment["DATABASE_URL"])
+			if other, ok := dbUsers[user]; ok && other != s.Command[0] {
+				t.Errorf("%s (%s) logs in to PostgreSQL as %q, the user of `dedup %s` too: want a user per process", name, s.Command[0], user, other)
+			}
+			dbUsers[user] = s.Command[0]
+			if s.Command[0] != "migrate" && get(s.DependsOn["migrate"], "condition") != "service_completed_successfully" {
+				t.Errorf("%s does not wait for the migrate service (depends_on migrate: service_completed_successfully): its role may not migrate", name)
+			}
 		}
 		for dep := range s.DependsOn {
 			if _, ok := compose.Services[dep]; !ok {
@@ -198,6 +212,18 @@ func TestCompose(t *testing.T) {
 	if pw := g["GF_SECURITY_ADMIN_PASSWORD"]; !regexp.MustCompile(`^\$\{GRAFANA_ADMIN_PASSWORD:\?.+\}$`).MatchString(pw) {
 		t.Errorf("grafana: GF_SECURITY_ADMIN_PASSWORD %q, want ${GRAFANA_ADMIN_PASSWORD:?…}: required, no default", pw)
 	}
+}
+
+// composeDBUser is the PostgreSQL user of a compose service's
+// DATABASE_URL.
+func composeDBUser(t *testing.T, service, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil || u.User == nil || u.User.Username() == "" {
+		t.Errorf("%s: DATABASE_URL %q names no PostgreSQL user (%v)", service, dbURL, err)
+		return ""
+	}
+	return u.User.Username()
 }
 
 // checkMemLimit: GOMEMLIMIT is about 90% of the container's memory limit,
@@ -404,12 +430,13 @@ func subset(sel, labels any) bool {
 	return true
 }
 
-// The kustomize base (the routers) and the worker and ingress components:
-// every resource parses, pods are locked down and sized, probed and
-// scraped on the port their config serves, a NetworkPolicy covers each
-// Deployment, every ServiceMonitor scrapes one Service, every component is
-// in an overlay. `make k8s` builds the base and every overlay with
-// kustomize.
+// The kustomize base (the routers) and the worker, ingress and migrate
+// components: every resource parses, pods are locked down and sized,
+// probed and scraped on the port their config serves, a NetworkPolicy
+// covers each Deployment and the migration Job, each process reads its own
+// PostgreSQL Secret, every ServiceMonitor scrapes one Service, every
+// component is in an overlay and every overlay runs the migration Job.
+// `make k8s` builds the base and every overlay with kustomize.
 func TestKustomize(t *testing.T) {
 	base, docs := k8sDocs(t, "k8s/base")
 	for _, need := range []string{"Deployment", "ConfigMap", "Service", "PodDisruptionBudget", "ScaledObject", "ServiceMonitor", "NetworkPolicy"} {
@@ -431,6 +458,19 @@ func TestKustomize(t *testing.T) {
 		}
 		all = append(all, cdocs...)
 	}
+	// The migration Job: the one pod whose PostgreSQL user may change the
+	// schema.
+	mig, mdocs := k8sDocs(t, "k8s/components/migrate")
+	if len(kind(mdocs, "Job")) != 1 || len(kind(mdocs, "NetworkPolicy")) != 1 {
+		t.Errorf("migrate component: want one Job and its NetworkPolicy")
+	}
+	if !reflect.DeepEqual(base.Images, mig.Images) {
+		t.Errorf("images: base %v, migrate component %v: want the same one", base.Images, mig.Images)
+	}
+	all = append(all, mdocs...)
+	for _, job := range kind(all, "Job") {
+		checkJob(t, job, all)
+	}
 
 	cm := kind(docs, "ConfigMap")[0]
 	doc, _ := get(cm, "data", "dedup.yaml").(string)
@@ -447,6 +487,25 @@ func TestKustomize(t *testing.T) {
 		"ingress": {"admin": listenPort(cfg.Ingress.AdminListen), "http": listenPort(cfg.Ingress.Listen)},
 	}
 	seen := map[string]bool{}
+	// Least privilege: each process's DATABASE_URL is its own Secret (a
+	// PostgreSQL user with that process's role; docs/security.md).
+	dbSecrets := map[string]string{} // Secret: the process that reads it
+	for _, w := range append(kind(all, "Deployment"), kind(all, "Job")...) {
+		name, _ := get(w, "metadata", "name").(string)
+		tmpl := get(w, "spec", "template").(map[string]any)
+		process, _ := get(tmpl, "spec", "containers", 0, "args", 0).(string)
+		secret := ""
+		for _, e := range list(get(tmpl, "spec", "containers", 0, "env")) {
+			if get(e, "name") == "DATABASE_URL" {
+				secret, _ = get(e, "valueFrom", "secretKeyRef", "name").(string)
+			}
+		}
+		if other, ok := dbSecrets[secret]; ok && other != process {
+			t.Errorf("%s (%s) reads DATABASE_URL from the Secret %q, as `dedup %s` does: want a Secret (a PostgreSQL user) per process", name, process, secret, other)
+		}
+		dbSecrets[secret] = process
+		checkLockedDown(t, name, tmpl)
+	}
 	for _, dep := range kind(all, "Deployment") {
 		name, _ := get(dep, "metadata", "name").(string)
 		tmpl := get(dep, "spec", "template").(map[string]any)
@@ -513,12 +572,90 @@ func TestKustomize(t *testing.T) {
 		for _, c := range k.Components {
 			used[filepath.Base(c)] = true
 		}
+		// Every overlay runs the routers (the base), whose role may not
+		// migrate: the migration Job comes with them.
+		if !slices.Contains(k.Components, "../../components/migrate") {
+			t.Errorf("%s: no components/migrate: nothing would apply the ledger's migrations", o)
+		}
 	}
 	components, _ := filepath.Glob("k8s/components/*/kustomization.yaml")
 	for _, c := range components {
 		if c := filepath.Base(filepath.Dir(c)); !used[c] {
 			t.Errorf("component %s is in no overlay: make k8s would never build it", c)
 		}
+	}
+}
+
+// checkLockedDown: a pod template that runs as a non-root user under the
+// runtime's seccomp profile, with a read-only root file system, no
+// privilege escalation and no capabilities.
+func checkLockedDown(t *testing.T, name string, tmpl map[string]any) {
+	t.Helper()
+	if get(tmpl, "spec", "securityContext", "runAsNonRoot") != true || get(tmpl, "spec", "securityContext", "seccompProfile", "type") != "RuntimeDefault" {
+		t.Errorf("%s: the pod's securityContext %v: want runAsNonRoot and seccompProfile RuntimeDefault", name, get(tmpl, "spec", "securityContext"))
+	}
+	for _, c := range list(get(tmpl, "spec", "containers")) {
+		sc := get(c, "securityContext")
+		if get(sc, "allowPrivilegeEscalation") != false || get(sc, "readOnlyRootFilesystem") != true || fmt.Sprint(get(sc, "capabilities", "drop")) != "[ALL]" {
+			t.Errorf("%s: container %v securityContext %v: want allowPrivilegeEscalation false, readOnlyRootFilesystem, capabilities drop [ALL]", name, get(c, "name"), sc)
+		}
+	}
+}
+
+// checkJob: the migration Job runs `dedup migrate`, mounts no
+// service-account token, keeps GOMEMLIMIT under its memory limit, takes
+// DATABASE_URL from a Secret, removes itself once finished (a Job's pod
+// template cannot change: the next version's apply would be refused), and
+// its NetworkPolicy admits nothing and lets out DNS and PostgreSQL only.
+func checkJob(t *testing.T, job map[string]any, all []map[string]any) {
+	t.Helper()
+	name, _ := get(job, "metadata", "name").(string)
+	tmpl, _ := get(job, "spec", "template").(map[string]any)
+	c := get(tmpl, "spec", "containers", 0)
+	if args := fmt.Sprint(get(c, "args")); args != "[migrate --config /etc/dedup/dedup.yaml]" {
+		t.Errorf("%s runs %s, want migrate --config /etc/dedup/dedup.yaml", name, args)
+	}
+	if get(tmpl, "spec", "automountServiceAccountToken") != false {
+		t.Errorf("%s: automountServiceAccountToken is not false", name)
+	}
+	if rp := get(tmpl, "spec", "restartPolicy"); rp != "OnFailure" && rp != "Never" {
+		t.Errorf("%s: restartPolicy %v", name, rp)
+	}
+	if _, ok := get(job, "spec", "ttlSecondsAfterFinished").(int); !ok {
+		t.Errorf("%s: no ttlSecondsAfterFinished: the finished Job would stay, and the next version's apply fail on its pod template", name)
+	}
+	env := map[string]any{}
+	for _, e := range list(get(c, "env")) {
+		env[fmt.Sprint(get(e, "name"))] = e
+	}
+	gml, _ := get(env["GOMEMLIMIT"], "value").(string)
+	lim, _ := get(c, "resources", "limits", "memory").(string)
+	checkMemLimit(t, name, gml, lim, k8sBytes)
+	if get(env["DATABASE_URL"], "valueFrom", "secretKeyRef") == nil {
+		t.Errorf("%s: DATABASE_URL does not come from a Secret", name)
+	}
+	var np map[string]any
+	for _, p := range kind(all, "NetworkPolicy") {
+		if subset(get(p, "spec", "podSelector", "matchLabels"), get(tmpl, "metadata", "labels")) {
+			np = p
+		}
+	}
+	if np == nil {
+		t.Errorf("%s: no NetworkPolicy selects its pods", name)
+		return
+	}
+	if types := fmt.Sprint(get(np, "spec", "policyTypes")); types != "[Ingress Egress]" || len(list(get(np, "spec", "ingress"))) != 0 {
+		t.Errorf("%s: NetworkPolicy policyTypes %s, ingress %v: want both types and no ingress rule", name, types, get(np, "spec", "ingress"))
+	}
+	var egress []string
+	for _, rule := range list(get(np, "spec", "egress")) {
+		for _, p := range list(get(rule, "ports")) {
+			egress = append(egress, fmt.Sprintf("%v/%v", get(p, "port"), get(p, "protocol")))
+		}
+	}
+	slices.Sort(egress)
+	if want := []string{"53/TCP", "53/UDP", "5432/TCP"}; !slices.Equal(egress, want) {
+		t.Errorf("%s: NetworkPolicy lets out %v, want %v", name, egress, want)
 	}
 }
 

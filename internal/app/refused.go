@@ -43,6 +43,8 @@ func refusedPostgres(err error) error {
 		return fmt.Errorf("postgres.url: PostgreSQL refused the user or password (SQLSTATE %s; fix the credentials in postgres.url or DATABASE_URL): %w", pgErr.Code, err)
 	case errors.As(err, &pgErr) && pgErr.Code == "3D000":
 		return fmt.Errorf("postgres.url: the database does not exist (SQLSTATE 3D000; create it or fix the name): %w", err)
+	case errors.Is(err, ledger.ErrMayNotMigrate):
+		return err // it names postgres.url and `dedup migrate`
 	case errors.As(err, &pgErr) && pgErr.Code == "42501":
 		return fmt.Errorf("postgres.url: the user lacks a privilege dedup needs (SQLSTATE 42501; grant it): %w", err)
 	case ledger.Transient(err):

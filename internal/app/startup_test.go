@@ -220,6 +220,10 @@ func TestRefusedOrWait(t *testing.T) {
 		{"postgres", pg("28000"), "postgres.url: PostgreSQL refused the user or password"},
 		{"postgres", pg("3D000"), "postgres.url: the database does not exist"},
 		{"postgres", fmt.Errorf("applying migrations: %w", pg("42501")), "postgres.url: the user lacks a privilege"},
+		// A least-privilege role meeting a schema behind: ledger.Migrate's
+		// error names `dedup migrate`, and is not told to grant DDL.
+		{"postgres", fmt.Errorf("postgres.url: the ledger's schema is at version 6, this dedup needs 7, and postgres user %q may not change it (%w): run `dedup migrate` ...: %w",
+			"router", ledger.ErrMayNotMigrate, pg("42501")), "postgres.url: the ledger's schema is at version 6"},
 		{"postgres", pg("42P01"), "postgres: an error waiting does not fix"},
 		{"postgres", x509Err, "postgres.url: the TLS handshake"},
 		{"postgres", errors.New("server refused TLS connection"), "postgres.url: the TLS handshake"},

@@ -3,10 +3,12 @@ package ledger
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io/fs"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -14,7 +16,13 @@ import (
 	"github.com/dedupio/dedup/schemas"
 )
 
-// Migrate applies the embedded migrations up to the newest.
+// Migrate applies the embedded migrations up to the newest, then
+// GrantsSQL. A schema already current is left alone: nothing but reading
+// goose_db_version, which dedup's roles may (a router connecting with
+// dedup_router checks it at every start). A schema behind (or absent) that
+// the user may not change is an error with ErrMayNotMigrate in it, naming
+// `dedup migrate`: the migrations are the schema owner's to run, not
+// granted to every process.
 func Migrate(ctx context.Context, url string) error {
 	pc, err := pgx.ParseConfig(url)
 	if err != nil {
@@ -46,8 +54,41 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return fmt.Errorf("loading migrations: %w", err)
 	}
-	if _, err := prov.Up(ctx); err != nil {
-		return fmt.Errorf("applying migrations: %w", err)
+	// HasPending first: Up takes the migration lock and, on a schema
+	// without goose_db_version, creates it; a schema already current
+	// needs neither.
+	pending, err := prov.HasPending(ctx)
+	if err != nil {
+		return mayNotMigrate(ctx, db, prov, fmt.Errorf("reading the ledger's schema version: %w", err))
+	}
+	if pending {
+		if _, err := prov.Up(ctx); err != nil {
+			return mayNotMigrate(ctx, db, prov, fmt.Errorf("applying migrations: %w", err))
+		}
+	}
+	if _, err := db.ExecContext(ctx, GrantsSQL); err != nil {
+		return fmt.Errorf("granting dedup's roles their privileges (grants.sql): %w", err)
 	}
 	return nil
+}
+
+// mayNotMigrate turns a refused privilege (SQLSTATE 42501: on the schema,
+// or "must be owner of table") met while migrating into an error that says
+// what to do; any other error is returned as it is.
+func mayNotMigrate(ctx context.Context, db *sql.DB, prov *goose.Provider, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42501" {
+		return err
+	}
+	var user string
+	if qerr := db.QueryRowContext(ctx, `SELECT current_user`).Scan(&user); qerr != nil {
+		user = "?"
+	}
+	schema := "the ledger has no schema yet"
+	if cur, target, verr := prov.GetVersions(ctx); verr == nil {
+		schema = fmt.Sprintf("the ledger's schema is at version %d, this dedup needs %d", cur, target)
+	}
+	return fmt.Errorf("postgres.url: %s, and postgres user %q may not change it (%w): run `dedup migrate` "+
+		"with the URL of the schema's owner (a member of dedup_owner; docs/security.md, Least privilege), then start again: %w",
+		schema, user, ErrMayNotMigrate, err)
 }
