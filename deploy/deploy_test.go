@@ -193,6 +193,9 @@ func TestCompose(t *testing.T) {
 			}
 			cfg := validate(t, name, doc, s.Environment)
 			if s.Command[0] == "ingress" {
+				if err := cfg.Ingress.CheckExposure(); err != nil {
+					t.Errorf("%s: dedup ingress would refuse to start: %v", name, err)
+				}
 				// The published port is the one the API listens on.
 				want := fmt.Sprintf(":%d", listenPort(cfg.Ingress.Listen))
 				if len(s.Ports) != 1 || !strings.HasSuffix(s.Ports[0], want) {
@@ -526,6 +529,7 @@ func TestKustomize(t *testing.T) {
 		}
 		if process == "ingress" {
 			checkTokensMount(t, name, tmpl, cfg.Ingress.TokensFile)
+			checkIngressMemory(t, name, tmpl, cfg)
 		}
 	}
 	if len(seen) != len(ports) {
@@ -712,6 +716,26 @@ func checkTokensMount(t *testing.T, name string, tmpl map[string]any, tokensFile
 // (and, for the ingress only, to its http port from one other namespace,
 // the ingress controller's), egress to DNS, PostgreSQL, Temporal (and
 // Kafka for the routers and the ingress).
+// checkIngressMemory: the ingress's memory limit holds its stated bound,
+// 2 x ingress.limits.max_concurrent x max body (a body read, and its copy
+// in the producer's batch) + 64 MiB of baseline (app.IngressLimits), under
+// GOMEMLIMIT.
+func checkIngressMemory(t *testing.T, name string, tmpl map[string]any, cfg app.Config) {
+	t.Helper()
+	var gml string
+	for _, e := range list(get(tmpl, "spec", "containers", 0, "env")) {
+		if get(e, "name") == "GOMEMLIMIT" {
+			gml, _ = get(e, "value").(string)
+		}
+	}
+	limit, ok := goBytes(gml)
+	bound := float64(2*cfg.Ingress.Limits.MaxConcurrent*cfg.IngressMaxBody() + 64<<20)
+	if !ok || bound > limit {
+		t.Errorf("%s: GOMEMLIMIT %q under the ingress's bound %.0f MiB = 2 x ingress.limits.max_concurrent %d x max body %d KiB + 64 MiB",
+			name, gml, bound/(1<<20), cfg.Ingress.Limits.MaxConcurrent, cfg.IngressMaxBody()>>10)
+	}
+}
+
 func checkPod(t *testing.T, name string, tmpl map[string]any, all []map[string]any, process string) {
 	t.Helper()
 	if get(tmpl, "spec", "automountServiceAccountToken") != false {

@@ -71,10 +71,13 @@ type IngressConfig struct {
 }
 
 // IngressLimits are the ingress's limits. Memory: at most MaxConcurrent
-// requests are read at once, each at most max_body_bytes, so request
-// bodies take at most MaxConcurrent x max_body_bytes (64 MiB by default)
-// on top of the process's baseline; the k8s memory limit is set from it
-// (deploy/k8s/components/ingress).
+// requests are read at once, each body at most max_body_bytes and held
+// twice at most (as read, and in the producer's batch), so request
+// bodies take at most 2 x MaxConcurrent x max_body_bytes (128 MiB with
+// the defaults and 1 MiB bodies) on top of the process's baseline (about
+// 64 MiB); the k8s pod's GOMEMLIMIT is checked against it
+// (deploy/deploy_test.go) and the load test measures it
+// (internal/ingress TestLoad).
 type IngressLimits struct {
 	// Rate is each tenant's requests per second (the anonymous caller's
 	// without tokens_file); past it and Burst: 429 with Retry-After.

@@ -19,8 +19,8 @@ import (
 )
 
 // The load test's shape. Memory: each process's peak resident set must
-// stay under loadConnsPerProc+probeConns concurrent requests times
-// loadMaxBody, plus loadBaseline: an idle ingress, just started, has a
+// stay under twice loadConnsPerProc+probeConns concurrent requests times
+// loadMaxBody (app.IngressLimits's bound), plus loadBaseline: an idle ingress, just started, has a
 // VmHWM of about 31 MiB on the 2-core test machine; the rest of the
 // baseline is for what a body-size term does not cover: the Go heap's
 // headroom (GOGC=100 lets it reach twice the live heap), the Kafka
@@ -324,10 +324,10 @@ func testLoadMixed(t *testing.T, e *loadEnv) {
 		float64(total)/wall.Seconds(), q(.5), q(.99), q(1))
 	t.Logf("codes %v; per process %v; same-key pairs: %d of %d answered 202+409 (overlapping), the rest 202 twice", codes, perProc, pairsOverlapped, loadPairs)
 	t.Logf("%d keys held in flight on one process under the load: %d of them 409 from both processes, then the same 202 from the other", loadProbes, loadProbes-len(probeFails))
-	bound := int64((loadConnsPerProc+probeConns)*loadMaxBody + loadBaseline)
+	bound := int64(2*(loadConnsPerProc+probeConns)*loadMaxBody + loadBaseline) // app.IngressLimits's bound
 	for i, p := range procs {
 		peak, now := p.memory(t)
-		t.Logf("%s: peak RSS (VmHWM) %.1f MiB (idle after start %.1f MiB), RSS now %.1f MiB; bound %.1f MiB = (ingress.limits.max_concurrent %d x max_body_bytes %d KiB) + %d MiB",
+		t.Logf("%s: peak RSS (VmHWM) %.1f MiB (idle after start %.1f MiB), RSS now %.1f MiB; bound %.1f MiB = 2 x ingress.limits.max_concurrent %d x max_body_bytes %d KiB + %d MiB",
 			p.name, mib(peak), mib(idle[i]), mib(now), mib(bound), loadConnsPerProc+probeConns, loadMaxBody>>10, loadBaseline>>20)
 		if peak > bound {
 			t.Errorf("%s: peak RSS %.1f MiB over the bound %.1f MiB", p.name, mib(peak), mib(bound))

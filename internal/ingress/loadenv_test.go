@@ -2,8 +2,8 @@ package ingress
 
 // The load test's surroundings: the dedup binary, an in-process Kafka
 // (kfake) that can hold one produce request on demand, a throwaway
-// PostgreSQL, a stand-in for Temporal's frontend, and `dedup ingress`
-// processes on loopback ports.
+// PostgreSQL, and `dedup ingress` processes on loopback ports (no
+// Temporal: the ingress dials it lazily, and POST never needs it).
 
 import (
 	"bufio"
@@ -27,12 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.temporal.io/api/namespace/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.yaml.in/yaml/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
@@ -138,37 +133,6 @@ func (k *loadKafka) written(t *testing.T) int64 {
 	return n
 }
 
-// fakeTemporal answers what `dedup ingress` asks Temporal's frontend at
-// start (the SDK's dial: health and system info; then the namespace) and
-// nothing else. POST /v1/events never reaches Temporal; GET
-// /v1/workflows/{id}, which does, is not part of the load.
-type fakeTemporal struct {
-	workflowservice.UnimplementedWorkflowServiceServer
-}
-
-func (fakeTemporal) GetSystemInfo(context.Context, *workflowservice.GetSystemInfoRequest) (*workflowservice.GetSystemInfoResponse, error) {
-	return &workflowservice.GetSystemInfoResponse{Capabilities: &workflowservice.GetSystemInfoResponse_Capabilities{}}, nil
-}
-
-func (fakeTemporal) DescribeNamespace(_ context.Context, r *workflowservice.DescribeNamespaceRequest) (*workflowservice.DescribeNamespaceResponse, error) {
-	return &workflowservice.DescribeNamespaceResponse{NamespaceInfo: &namespace.NamespaceInfo{Name: r.GetNamespace()}}, nil
-}
-
-func startFakeTemporal(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	workflowservice.RegisterWorkflowServiceServer(s, fakeTemporal{})
-	hs := health.NewServer()
-	hs.SetServingStatus("temporal.api.workflowservice.v1.WorkflowService", healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(s, hs)
-	go func() { _ = s.Serve(ln) }()
-	t.Cleanup(s.Stop)
-	return ln.Addr().String()
-}
 
 // loadEnv is what the ingress processes share.
 type loadEnv struct {
@@ -176,12 +140,11 @@ type loadEnv struct {
 	bin      string
 	kafka    *loadKafka
 	dbURL    string
-	temporal string
 }
 
 func newLoadEnv(t *testing.T) *loadEnv {
 	t.Helper()
-	e := &loadEnv{t: t, bin: buildDedup(t, t.TempDir()), kafka: newLoadKafka(t), dbURL: pgtest.NewDatabase(t), temporal: startFakeTemporal(t)}
+	e := &loadEnv{t: t, bin: buildDedup(t, t.TempDir()), kafka: newLoadKafka(t), dbURL: pgtest.NewDatabase(t)}
 	if err := ledger.Migrate(context.Background(), e.dbURL); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +180,9 @@ func (e *loadEnv) config(maxBody int) app.Config {
 	cfg.Kafka.Topics = []string{loadTopic}
 	cfg.Routes = processor.Routes{{ID: "confirm", Match: processor.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
 	cfg.Postgres.URL = e.dbURL
-	cfg.Temporal.HostPort = e.temporal
+	// No Temporal: dedup ingress dials it lazily, and POST /v1/events
+	// never reaches it (a status request would fail on this address).
+	cfg.Temporal.HostPort = "127.0.0.1:1"
 	cfg.Log.Level = "warn"
 	cfg.Ingress.Listen = freeAddr(e.t)
 	cfg.Ingress.AdminListen = freeAddr(e.t)
