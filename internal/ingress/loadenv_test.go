@@ -133,13 +133,12 @@ func (k *loadKafka) written(t *testing.T) int64 {
 	return n
 }
 
-
 // loadEnv is what the ingress processes share.
 type loadEnv struct {
-	t        *testing.T
-	bin      string
-	kafka    *loadKafka
-	dbURL    string
+	t     *testing.T
+	bin   string
+	kafka *loadKafka
+	dbURL string
 }
 
 func newLoadEnv(t *testing.T) *loadEnv {
