@@ -110,3 +110,26 @@ func TestAdvWorkflowIDOverTemporalLimitIsNot202(t *testing.T) {
 		}
 	}
 }
+
+// ADVERSARY FINDING: event_types ["*"] is not "any type".
+//
+// The tokens file documents event_types as path.Match patterns with
+// `["*"]: any`, but path.Match's '*' never matches '/', so a token with
+// ["*"] is refused (403) every event type that holds a slash (URL- or
+// path-like CloudEvents types, "com.example/order.created"), although a
+// route matches it (routes' Match: "*" is every type, "x.*" a plain
+// prefix). The two pattern languages disagree: a tenant's ["order.*"]
+// refuses "order.eu/created", which route "order.*" starts.
+func TestAdvStarEventTypesIsAnyType(t *testing.T) {
+	e := newEnv(t, func(c *client.Config) {
+		c.Routes = processor.Routes{{ID: "all", Match: processor.Match{Type: "*"}, WorkflowType: "W", TaskQueue: "q"}}
+	})
+	ts := e.server(func(o *Options) { o.Tokens = writeTokens(t, tenantsFile) }) // globex: event_types ["*"]
+	for _, typ := range []string{"com.example/order.created", "https://example.com/events/order"} {
+		r := do(t, "POST", ts.URL+"/v1/events", `{"type":"`+typ+`"}`, "Content-Type", "application/json",
+			"Authorization", "Bearer globex-token-0123456789", "Idempotency-Key", `"k-`+typ[:3]+`"`)
+		if r.code != 202 {
+			t.Errorf("globex (event_types [\"*\"]: any), type %q: %d %s", typ, r.code, r.body)
+		}
+	}
+}
