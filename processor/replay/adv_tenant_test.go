@@ -1,0 +1,86 @@
+package replay
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/schemas"
+)
+
+// ADVERSARY FINDING: `dedup dlq replay` strips the tenant.
+//
+// The ingress scopes a tenant's event by the record header dedup-tenant
+// (eventid.TenantHeader): acme's "order-123" is the event acme/order-123
+// and the workflow activity-confirm:acme/order-123. The router's dead
+// letter copies every original header, dedup-tenant included
+// (processor/deadletter.go kafkaRecord). But replay's original() drops
+// every header that starts with "dedup-" other than the three it maps to
+// dedup-origin-*, and dedup-tenant starts with "dedup-". The replayed
+// record therefore has no tenant: its ID becomes the unscoped
+// "order-123", its workflow activity-confirm:order-123.
+//
+// Why it matters: a replay (the runbook's answer to temporal_permanent and
+// friends) moves a tenant's event out of its tenant's space. The workflow
+// the tenant was told about (the 202's status_url) never starts; another
+// one does, which the tenant may not read (404: not its prefix); and two
+// tenants' replayed "order-123" are one event in the unscoped space: the
+// second is a duplicate or a conflict of the first, i.e. lost, and it
+// collides with a direct Kafka producer's "order-123" too. "Two tenants'
+// keys never meet" stops holding at the first replay.
+func TestAdvReplayKeepsTheTenant(t *testing.T) {
+	c := newCluster(t, 1)
+	// The router's dead letter of acme's binary-mode event: the original
+	// headers (ce_*, dedup-tenant) and the dead-letter headers.
+	dl := &kgo.Record{Topic: dlq, Partition: 0, Key: []byte("acme/order-123"), Value: []byte(`{"total":1}`), Headers: []kgo.RecordHeader{
+		{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte("order-123")},
+		{Key: "ce_type", Value: []byte("order.created")}, {Key: "content-type", Value: []byte("application/json")},
+		{Key: eventid.TenantHeader, Value: []byte("acme")},
+		{Key: schemas.HeaderDLQReason, Value: []byte("temporal_permanent")}, {Key: schemas.HeaderDLQTopic, Value: []byte(topic)},
+		{Key: schemas.HeaderDLQPartition, Value: []byte("0")}, {Key: schemas.HeaderDLQOffset, Value: []byte("7")},
+	}}
+	c.txn("adv", commit, dl)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}}, slog.New(slog.DiscardHandler))
+	if err != nil || res.Replayed["temporal_permanent"] != 1 {
+		t.Fatalf("replay: %v %+v", err, res)
+	}
+	got := c.produced(1)
+	if len(got) != 1 {
+		t.Fatalf("%d records replayed, want 1", len(got))
+	}
+	dec, err := eventid.NewDecoder(eventid.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	toRec := func(r *kgo.Record) eventid.Record {
+		er := eventid.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value}
+		for _, h := range r.Headers {
+			er.Headers = append(er.Headers, eventid.Header{Key: h.Key, Value: h.Value})
+		}
+		return er
+	}
+	first, err := dec.Decode(toRec(dl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := dec.Decode(toRec(got[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := ""
+	for _, h := range got[0].Headers {
+		if h.Key == eventid.TenantHeader {
+			tenant = string(h.Value)
+		}
+	}
+	if again.ID != first.ID || tenant != "acme" {
+		t.Errorf("the dead letter's event ID is %q; replayed, it is %q (dedup-tenant header on the replayed record: %q): "+
+			"the replay moved acme's event out of acme's space", first.ID, again.ID, tenant)
+	}
+}
