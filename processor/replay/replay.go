@@ -28,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -170,6 +171,11 @@ func original(r *kgo.Record) (*kgo.Record, error) {
 			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: schemas.HeaderOriginPartition, Value: h.Value})
 		case schemas.HeaderDLQOffset:
 			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: schemas.HeaderOriginOffset, Value: h.Value})
+		case eventid.TenantHeader:
+			// The event's own header (its ID is the tenant's), not one
+			// dedup's dead-lettering added: replayed, the event keeps its
+			// ID and its workflows.
+			rec.Headers = append(rec.Headers, h)
 		default:
 			if !strings.HasPrefix(h.Key, "dedup-") {
 				rec.Headers = append(rec.Headers, h)
