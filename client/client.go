@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor"
@@ -333,7 +334,14 @@ func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 	if write {
 		rec := *p.rec
 		res, err := c.kcl.ProduceSync(ctx, &rec).First()
-		if err != nil {
+		switch {
+		case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+			// The broker (or the producer, against its batch limit)
+			// refuses the record as it is: a retry would be refused
+			// alike, so it is no *ProduceError (which says retry).
+			return nil, &InvalidEventError{Reason: string(processor.ReasonOversized),
+				Err: fmt.Errorf("Kafka refuses the record of event %s as too large (value %d bytes, %d headers): %w; send less data or fewer attributes", p.Event.ID, len(rec.Value), len(rec.Headers), err)}
+		case err != nil:
 			return nil, &ProduceError{EventID: p.Event.ID, Topic: c.cfg.Topic, Err: err}
 		}
 		h.Produced, h.Topic, h.Partition, h.Offset = true, res.Topic, res.Partition, res.Offset

@@ -479,7 +479,7 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 			StatusURL  string `json:"status_url"`
 		} `json:"workflows"`
 	}
-	if err := json.Unmarshal([]byte(body1), &acc); err != nil || acc.EventID != "shop/order-crash" || len(acc.Workflows) != 1 {
+	if err := json.Unmarshal([]byte(body1), &acc); err != nil || acc.EventID != "@shop/order-crash" || len(acc.Workflows) != 1 {
 		t.Fatalf("202 body %s: %v", body1, err)
 	}
 	var exit *exec.ExitError
@@ -546,13 +546,13 @@ func TestIngressTenantsOneKeyTwoWorkflows(t *testing.T) {
 		return acc.Workflows[0].WorkflowID
 	}
 	wa, wg := post("acme-token-0123456789"), post("globex-token-0123456789")
-	if wa != "activity-order-confirmation:acme/order-123" || wg != "activity-order-confirmation:globex/order-123" {
+	if wa != "activity-order-confirmation:@acme/order-123" || wg != "activity-order-confirmation:@globex/order-123" {
 		t.Fatalf("workflow IDs %s %s", wa, wg)
 	}
 	asA := []string{"Authorization", "Bearer acme-token-0123456789"}
 	asG := []string{"Authorization", "Bearer globex-token-0123456789"}
 	sa, sg := waitRun(t, in.url, wa, asA...), waitRun(t, in.url, wg, asG...)
-	if sa.RunID == sg.RunID || sa.EventID != "acme/order-123" || sg.EventID != "globex/order-123" {
+	if sa.RunID == sg.RunID || sa.EventID != "@acme/order-123" || sg.EventID != "@globex/order-123" {
 		t.Errorf("acme %+v; globex %+v", sa, sg)
 	}
 	if execs := e.executions(2); len(execs) != 2 {
@@ -561,7 +561,7 @@ func TestIngressTenantsOneKeyTwoWorkflows(t *testing.T) {
 	for _, c := range []struct {
 		id   string
 		auth []string
-	}{{wg, asA}, {wa, asG}, {"activity-order-confirmation:acme/never-sent", asA}} {
+	}{{wg, asA}, {wa, asG}, {"activity-order-confirmation:@acme/never-sent", asA}} {
 		if code, _ := getStatus(t, in.url, c.id, c.auth...); code != 404 {
 			t.Errorf("%s as %s: %d, want 404", c.id, c.auth[1], code)
 		}

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -100,6 +101,9 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 	targets, err := targetsOf(out.Routes, &ev) // Routes.Targets, matched once
 	if err != nil {
 		out.DeadLetter, out.Err = ReasonUndecodable, err
+		if errors.Is(err, ErrWorkflowIDTooLong) {
+			out.DeadLetter = ReasonInvalidID
+		}
 		return out
 	}
 	out.Intents = make([]Intent, len(targets))

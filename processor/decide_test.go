@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -198,5 +200,37 @@ func TestDecisionLog(t *testing.T) {
 	if count["new"] != 1 || count["conflict"] != 1 || count["dead_letter"] != 1 || count["skipped_no_route"] != 2 ||
 		count["duplicate"] != 2 || count["redrive"] != 1 {
 		t.Fatalf("decision lines %v; want new 1, redrive 1, conflict 1, dead_letter 1, skipped_no_route 2 (one per read), duplicate 2", count)
+	}
+}
+
+// A workflow ID over Temporal's 1,000 bytes (limit.maxIDLength) can never
+// start: the record is dead-lettered before any claim, as invalid_id,
+// rather than claimed and refused by Temporal for good. Here: a 900-byte
+// ID (event_id.max_id_length allows it), a UUID route ID and a 63-byte
+// tenant: 1,010 bytes.
+func TestDecideWorkflowIDTooLong(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = []string{"x:1"}, "g", []string{testTopic}, "earliest"
+	cfg.EventID.MaxIDLength = 900
+	cfg.Routes = Routes{{ID: "550e8400-e29b-41d4-a716-446655440000", Match: Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDecider(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(tenant string) *kgo.Record {
+		r := &kgo.Record{Topic: testTopic, Value: []byte(`{"id":"` + strings.Repeat("i", 900) + `","type":"order.created"}`)}
+		if tenant != "" {
+			r.Headers = []kgo.RecordHeader{{Key: eventid.TenantHeader, Value: []byte(tenant)}}
+		}
+		return r
+	}
+	if dec := d.Decide(rec(strings.Repeat("t", eventid.MaxTenantLength))); dec.DeadLetter != ReasonInvalidID || !strings.Contains(fmt.Sprint(dec.Err), "1000") {
+		t.Errorf("1,010-byte workflow ID: dead letter %q (%v), want invalid_id naming the limit", dec.DeadLetter, dec.Err)
+	}
+	if dec := d.Decide(rec("")); dec.DeadLetter != "" || len(dec.Intents) != 1 {
+		t.Errorf("946-byte workflow ID: dead letter %q (%v), want one workflow", dec.DeadLetter, dec.Err)
 	}
 }

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -43,10 +44,24 @@ func targetsOf(routes []*Route, ev *eventid.Event) ([]Target, error) {
 				return nil, fmt.Errorf("route %s: %w", rt.ID, err)
 			}
 		}
-		out[i] = Target{Route: rt, WorkflowID: WorkflowID(rt.ID, key), Key: key}
+		wid := WorkflowID(rt.ID, key)
+		if len(wid) > MaxWorkflowIDBytes {
+			return nil, fmt.Errorf("%w: route %s makes a workflow ID of %d bytes, over Temporal's %d (limit.maxIDLength): "+
+				"a shorter event ID (event_id.max_id_length), tenant or route ID", ErrWorkflowIDTooLong, rt.ID, len(wid), MaxWorkflowIDBytes)
+		}
+		out[i] = Target{Route: rt, WorkflowID: wid, Key: key}
 	}
 	return out, nil
 }
+
+// MaxWorkflowIDBytes is Temporal's default limit on a workflow ID
+// (the dynamic config limit.maxIDLength): a longer one is refused for good.
+const MaxWorkflowIDBytes = 1000
+
+// ErrWorkflowIDTooLong: an event whose workflow ID would be over
+// MaxWorkflowIDBytes; the router dead-letters it before any claim, as
+// invalid_id.
+var ErrWorkflowIDTooLong = errors.New("workflow ID too long")
 
 // RouteOf returns the route whose workflow IDs look like workflowID
 // (activity-{route id}:...), or nil. Route IDs have no colon, so the

@@ -87,6 +87,10 @@ type IngressLimits struct {
 	// MaxConcurrent is how many requests one process answers at once;
 	// more: 503 with Retry-After, at once.
 	MaxConcurrent int `yaml:"max_concurrent"`
+	// MaxConcurrentPerTenant is one tenant's share of MaxConcurrent, so
+	// that a tenant sending its bodies slowly cannot take every slot;
+	// default 32 (half of 64).
+	MaxConcurrentPerTenant int `yaml:"max_concurrent_per_tenant"`
 }
 
 // IngressTLS is the ingress's server certificate.
@@ -99,7 +103,7 @@ type IngressTLS struct {
 func DefaultIngressConfig() IngressConfig {
 	return IngressConfig{Listen: "127.0.0.1:8080", ProduceTimeout: 10 * time.Second, AdminListen: "127.0.0.1:9466",
 		RequireKey: true, LookupTimeout: 2 * time.Second,
-		Limits: IngressLimits{Rate: 100, Burst: 200, MaxConcurrent: 64}}
+		Limits: IngressLimits{Rate: 100, Burst: 200, MaxConcurrent: 64, MaxConcurrentPerTenant: 32}}
 }
 
 // Validate names the first invalid field; k is the validated kafka
@@ -122,6 +126,8 @@ func (c IngressConfig) Validate(k processor.Config) error {
 		return fmt.Errorf("ingress.limits.burst: %d, want >= 1", c.Limits.Burst)
 	case c.Limits.MaxConcurrent < 1:
 		return fmt.Errorf("ingress.limits.max_concurrent: %d, want >= 1", c.Limits.MaxConcurrent)
+	case c.Limits.MaxConcurrentPerTenant < 1 || c.Limits.MaxConcurrentPerTenant > c.Limits.MaxConcurrent:
+		return fmt.Errorf("ingress.limits.max_concurrent_per_tenant: %d, want 1 to max_concurrent %d", c.Limits.MaxConcurrentPerTenant, c.Limits.MaxConcurrent)
 	}
 	if c.PublicURL != "" {
 		u, err := url.Parse(c.PublicURL)

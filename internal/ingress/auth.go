@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path"
 	"strings"
 	"sync"
 
@@ -25,7 +24,7 @@ import (
 //	  - tenant: acme                 # a-z, 0-9, '.', '_', '-'; scopes its keys
 //	    token_sha256: 9f86d0...      # hex SHA-256 of the token (the file holds no secret),
 //	    # token: "..."               # or the token itself, at least 16 bytes
-//	    event_types: ["order.*"]     # required: path.Match patterns of the types it may send ("*": any)
+//	    event_types: ["order.*"]     # required: the types it may send; * stands for any run of characters ("*": any)
 //	    routes: [confirm]            # optional: the only routes its events may start
 //	    read_status: true            # GET /v1/workflows/{id} of its own workflows; default false
 //
@@ -55,11 +54,34 @@ var anonymous = &Principal{eventTypes: []string{"*"}, ReadStatus: true}
 // MayType says whether p may send events of type typ.
 func (p *Principal) MayType(typ string) bool {
 	for _, pat := range p.eventTypes {
-		if ok, _ := path.Match(pat, typ); ok {
+		if globMatch(pat, typ) {
 			return true
 		}
 	}
 	return false
+}
+
+// globMatch matches s against pattern, where '*' stands for any run of
+// characters ('/' included: event types are often URIs) and every other
+// character for itself.
+func globMatch(pattern, s string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == s
+	}
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	last := parts[len(parts)-1]
+	for _, part := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, part)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(part):]
+	}
+	return len(s) >= len(last) && strings.HasSuffix(s, last)
 }
 
 // MayRoute says whether p's events may start workflows of route id.
@@ -167,9 +189,12 @@ func parseTokens(key string, b []byte) (map[[32]byte]*Principal, error) {
 			return nil, fmt.Errorf(`%s: event_types: missing: list the types it may send (["*"]: any)`, where)
 		}
 		for j, pat := range e.EventTypes {
-			if _, err := path.Match(pat, ""); err != nil || pat == "" {
-				return nil, fmt.Errorf("%s: event_types[%d]: %q is not a path.Match pattern", where, j, pat)
+			if pat == "" {
+				return nil, fmt.Errorf(`%s: event_types[%d]: empty (a type, or a pattern whose * stands for any run of characters; "*": any)`, where, j)
 			}
+		}
+		if e.Routes != nil && len(e.Routes) == 0 {
+			return nil, fmt.Errorf("%s: routes: an empty list would allow no route: list the routes it may start, or leave routes out for any", where)
 		}
 		p := &Principal{Tenant: e.Tenant, eventTypes: e.EventTypes, ReadStatus: e.ReadStatus}
 		if len(e.Routes) > 0 {

@@ -24,7 +24,8 @@ func TestLoadTokensRefuses(t *testing.T) {
 		{"no tenant", "tokens: [{token: 0123456789abcdef, event_types: [\"*\"]}]\n", "tokens[0] (tenant \"\"): tenant:"},
 		{"a bad tenant", "tokens: [{tenant: Acme/x, token: 0123456789abcdef, event_types: [\"*\"]}]\n", "tenant: tenant \"Acme/x\""},
 		{"no event types", "tokens: [{tenant: acme, token: 0123456789abcdef}]\n", "event_types: missing"},
-		{"a bad pattern", "tokens: [{tenant: acme, token: 0123456789abcdef, event_types: [\"[\"]}]\n", "event_types[0]"},
+		{"an empty pattern", "tokens: [{tenant: acme, token: 0123456789abcdef, event_types: [\"\"]}]\n", "event_types[0]"},
+		{"routes: []", "tokens: [{tenant: acme, token: 0123456789abcdef, event_types: [\"*\"], routes: []}]\n", "routes: an empty list"},
 		{"no token", "tokens: [{tenant: acme, event_types: [\"*\"]}]\n", "token or token_sha256: missing"},
 		{"both", "tokens: [{tenant: acme, token: 0123456789abcdef, token_sha256: ab, event_types: [\"*\"]}]\n", "give one"},
 		{"a bad hash", "tokens: [{tenant: acme, token_sha256: short-token, event_types: [\"*\"]}]\n", "want 64 hex digits"},
@@ -42,6 +43,22 @@ func TestLoadTokensRefuses(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), "short-token") {
 			t.Errorf("%s: the error shows the token: %v", tc.name, err)
+		}
+	}
+}
+
+func TestGlobMatch(t *testing.T) {
+	for _, c := range []struct {
+		pat, s string
+		ok     bool
+	}{
+		{"*", "https://example.com/events/order", true}, {"*", "", true}, {"order.*", "order.created", true},
+		{"order.*", "orders.created", false}, {"order.created", "order.created", true}, {"order.created", "order.createdx", false},
+		{"com.example/*.created", "com.example/order.created", true}, {"*.created", "order.deleted", false},
+		{"a*b*c", "abc", true}, {"a*b*c", "axxbyyc", true}, {"a*b*c", "acb", false}, {"ab*ba", "aba", false}, {"[", "[", true},
+	} {
+		if got := globMatch(c.pat, c.s); got != c.ok {
+			t.Errorf("globMatch(%q, %q) = %v, want %v", c.pat, c.s, got, c.ok)
 		}
 	}
 }

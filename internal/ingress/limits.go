@@ -19,6 +19,11 @@ type Limits struct {
 	Burst int
 	// MaxConcurrent caps the requests answered at once; 0: no cap.
 	MaxConcurrent int
+	// MaxConcurrentPerTenant caps one tenant's share of them, so that a
+	// tenant sending its bodies slowly cannot take every slot; 0: half of
+	// MaxConcurrent (at least 1). The anonymous caller (no tokens file)
+	// has the whole of MaxConcurrent.
+	MaxConcurrentPerTenant int
 }
 
 // limiter applies Limits.
@@ -28,12 +33,16 @@ type limiter struct {
 
 	mu      sync.Mutex
 	tenants map[string]*rate.Limiter // bounded by the tokens file's tenants
+	busy    map[string]int           // slots held per tenant
 }
 
 func newLimiter(l Limits) *limiter {
-	lim := &limiter{l: l, tenants: map[string]*rate.Limiter{}}
+	lim := &limiter{l: l, tenants: map[string]*rate.Limiter{}, busy: map[string]int{}}
 	if l.MaxConcurrent > 0 {
 		lim.slot = make(chan struct{}, l.MaxConcurrent)
+		if lim.l.MaxConcurrentPerTenant <= 0 {
+			lim.l.MaxConcurrentPerTenant = max(1, l.MaxConcurrent/2)
+		}
 	}
 	return lim
 }
@@ -63,22 +72,45 @@ func (lim *limiter) allow(tenant string, now time.Time) (ok bool, retryAfter str
 	return true, ""
 }
 
-// acquire takes one of the process's slots without waiting; release gives
-// it back. false: every slot is taken.
-func (lim *limiter) acquire() bool {
+// acquire takes one of the process's slots for tenant without waiting;
+// release gives it back. false: every slot is taken, or the tenant holds
+// its share ("" is the anonymous caller: no share).
+func (lim *limiter) acquire(tenant string) bool {
 	if lim.slot == nil {
 		return true
+	}
+	if tenant != "" {
+		lim.mu.Lock()
+		if lim.busy[tenant] >= lim.l.MaxConcurrentPerTenant {
+			lim.mu.Unlock()
+			return false
+		}
+		lim.busy[tenant]++
+		lim.mu.Unlock()
 	}
 	select {
 	case lim.slot <- struct{}{}:
 		return true
 	default:
+		lim.untake(tenant)
 		return false
 	}
 }
 
-func (lim *limiter) release() {
+func (lim *limiter) untake(tenant string) {
+	if tenant == "" {
+		return
+	}
+	lim.mu.Lock()
+	if lim.busy[tenant]--; lim.busy[tenant] == 0 {
+		delete(lim.busy, tenant)
+	}
+	lim.mu.Unlock()
+}
+
+func (lim *limiter) release(tenant string) {
 	if lim.slot != nil {
 		<-lim.slot
+		lim.untake(tenant)
 	}
 }

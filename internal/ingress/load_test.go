@@ -136,7 +136,7 @@ func testLoadMixed(t *testing.T, e *loadEnv) {
 		// No rate limit here (the limits subtest has one); the cap on
 		// requests at once is what the clients can send, which the
 		// memory bound is computed from.
-		cfg.Ingress.Limits = app.IngressLimits{Rate: 1e6, Burst: 1 << 20, MaxConcurrent: loadConnsPerProc + probeConns}
+		cfg.Ingress.Limits = app.IngressLimits{Rate: 1e6, Burst: 1 << 20, MaxConcurrent: loadConnsPerProc + probeConns, MaxConcurrentPerTenant: loadConnsPerProc + probeConns}
 		p, err := e.start(fmt.Sprintf("ingress%d", i+1), cfg, configYAML(t, cfg, nil))
 		if err != nil {
 			t.Fatal(err)
@@ -411,7 +411,7 @@ func testLoadTenantLimits(t *testing.T, e *loadEnv) {
 	}
 	cfg := e.config(loadMaxBody)
 	cfg.Ingress.TokensFile = tokens
-	cfg.Ingress.Limits = app.IngressLimits{Rate: rate, Burst: burst, MaxConcurrent: 256}
+	cfg.Ingress.Limits = app.IngressLimits{Rate: rate, Burst: burst, MaxConcurrent: 256, MaxConcurrentPerTenant: 128}
 	p, err := e.start("ingress-limits", cfg, configYAML(t, cfg, nil))
 	if err != nil {
 		t.Fatal(err)

@@ -176,14 +176,15 @@ func (s *Server) instrument(api string, h http.HandlerFunc) http.HandlerFunc {
 			sw.Header().Set("Retry-After", retry)
 			writeProblem(sw, http.StatusTooManyRequests, "rate_limited",
 				fmt.Sprintf("over this tenant's rate (ingress.limits: %g requests/s, burst %d): retry after %s s", s.o.Limits.Rate, s.o.Limits.Burst, retry), nil)
-		} else if !s.lim.acquire() {
+		} else if !s.lim.acquire(p.Tenant) {
 			s.m.limited.WithLabelValues(p.Tenant, "concurrency").Inc()
 			sw.Header().Set("Retry-After", "1")
 			writeProblem(sw, http.StatusServiceUnavailable, "overloaded",
-				fmt.Sprintf("this ingress answers %d requests at once (ingress.limits.max_concurrent): retry", s.o.Limits.MaxConcurrent), nil)
+				fmt.Sprintf("this ingress answers %d requests at once, %d of one tenant (ingress.limits.max_concurrent, max_concurrent_per_tenant): retry",
+					s.lim.l.MaxConcurrent, s.lim.l.MaxConcurrentPerTenant), nil)
 		} else {
 			func() {
-				defer s.lim.release()
+				defer s.lim.release(p.Tenant)
 				h(sw, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 			}()
 		}
@@ -311,19 +312,25 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusServiceUnavailable, "unavailable", err.Error(), nil)
 		return
 	}
+	// Released however the request ends, a panic included: a lock
+	// left held would answer 409 for this key on every replica.
+	defer release()
 	if s.o.Locked != nil {
 		s.o.Locked(p.Event.ID)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.o.ProduceTimeout)
 	h, err := s.c.Send(ctx, p)
 	cancel()
-	release()
 	var conflict *client.ConflictError
 	switch {
 	case errors.As(err, &conflict):
 		writeProblem(w, http.StatusUnprocessableEntity, "conflict",
 			"the Idempotency-Key was used before with another payload; the first one's workflows keep it, and this request starts nothing",
 			func(pr *problem) { pr.EventID, pr.WorkflowIDs = conflict.EventID, conflict.WorkflowIDs })
+		return
+	case errors.As(err, &invalid):
+		// Kafka refused the record as too large: permanent, not a 503.
+		writeProblem(w, http.StatusRequestEntityTooLarge, invalid.Reason, invalid.Error(), func(pr *problem) { pr.EventID = p.Event.ID })
 		return
 	case err != nil:
 		s.o.Logger.Warn("writing an event to kafka failed", "event_id", p.Event.ID, "err", err)
@@ -380,7 +387,7 @@ func (s *Server) workflow(w http.ResponseWriter, r *http.Request) {
 }
 
 // owns says whether p may read workflow id: p's tenant's own workflows
-// (activity-{route}:{tenant}/...) only; the anonymous principal any.
+// (activity-{route}:@{tenant}/...) only; the anonymous principal any.
 func owns(p *Principal, id string) bool {
 	if p.Tenant == "" {
 		return true
@@ -390,7 +397,7 @@ func owns(p *Principal, id string) bool {
 		return false
 	}
 	_, eventID, ok := strings.Cut(rest, ":")
-	return ok && strings.HasPrefix(eventID, p.Tenant+"/")
+	return ok && eventid.TenantOf(eventID) == p.Tenant
 }
 
 // notFound is the one answer for a workflow ID this caller cannot read:

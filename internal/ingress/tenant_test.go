@@ -69,12 +69,12 @@ func TestTenantsScopeKeysAndStatus(t *testing.T) {
 	}
 	wa := a.json(t)["workflows"].([]any)[0].(map[string]any)["workflow_id"]
 	wg := g.json(t)["workflows"].([]any)[0].(map[string]any)["workflow_id"]
-	if a.json(t)["event_id"] != "acme/order-123" || wa != "activity-confirm:acme/order-123" || wg != "activity-confirm:globex/order-123" {
+	if a.json(t)["event_id"] != "@acme/order-123" || wa != "activity-confirm:@acme/order-123" || wg != "activity-confirm:@globex/order-123" {
 		t.Fatalf("acme %s; globex %s", a.body, g.body)
 	}
 	recs := e.records(2)
 	for i, tenant := range []string{"acme", "globex"} {
-		if hdr(recs[i])[eventid.TenantHeader] != tenant || string(recs[i].Key) != tenant+"/order-123" {
+		if hdr(recs[i])[eventid.TenantHeader] != tenant || string(recs[i].Key) != "@"+tenant+"/order-123" {
 			t.Errorf("record %d: key %q headers %v", i, recs[i].Key, hdr(recs[i]))
 		}
 	}
@@ -95,14 +95,14 @@ func TestTenantsScopeKeysAndStatus(t *testing.T) {
 		t.Helper()
 		return do(t, "GET", ts.URL+"/v1/workflows/"+id, "", "Authorization", "Bearer "+token)
 	}
-	if r := get("acme-token-0123456789", "activity-confirm:acme/order-123"); r.code != 200 || r.json(t)["ledger_state"] != "pending" {
+	if r := get("acme-token-0123456789", "activity-confirm:@acme/order-123"); r.code != 200 || r.json(t)["ledger_state"] != "pending" {
 		t.Errorf("acme's own: %d %s", r.code, r.body)
 	}
-	if r := get("globex-token-0123456789", "activity-confirm:globex/order-123"); r.code != 200 || r.json(t)["event_id"] != "globex/order-123" {
+	if r := get("globex-token-0123456789", "activity-confirm:@globex/order-123"); r.code != 200 || r.json(t)["event_id"] != "@globex/order-123" {
 		t.Errorf("globex's own: %d %s", r.code, r.body)
 	}
-	other := get("acme-token-0123456789", "activity-confirm:globex/order-123")
-	madeUp := get("acme-token-0123456789", "activity-confirm:acme/never-sent")
+	other := get("acme-token-0123456789", "activity-confirm:@globex/order-123")
+	madeUp := get("acme-token-0123456789", "activity-confirm:@acme/never-sent")
 	unscoped := get("acme-token-0123456789", "activity-confirm:order-123")
 	for name, r := range map[string]resp{"another tenant's": other, "made up": madeUp, "unscoped": unscoped} {
 		if r.code != 404 {
@@ -110,7 +110,7 @@ func TestTenantsScopeKeysAndStatus(t *testing.T) {
 		}
 	}
 	strip := func(r resp, id string) string { return strings.ReplaceAll(string(r.body), id, "ID") }
-	if strip(other, "activity-confirm:globex/order-123") != strip(madeUp, "activity-confirm:acme/never-sent") {
+	if strip(other, "activity-confirm:@globex/order-123") != strip(madeUp, "activity-confirm:@acme/never-sent") {
 		t.Errorf("another tenant's workflow and a made-up one answer differently:\n%s\n%s", other.body, madeUp.body)
 	}
 	// What a token may do: acme sends order.* only; initech starts route
@@ -124,12 +124,12 @@ func TestTenantsScopeKeysAndStatus(t *testing.T) {
 	if r := post("initech-token-0123456789", `{"type":"note.added"}`, "Idempotency-Key", `"n-1"`); r.code != 202 {
 		t.Errorf("initech, route notes: %d %s", r.code, r.body)
 	}
-	if r := get("initech-token-0123456789", "activity-notes:initech/n-1"); r.code != 403 {
+	if r := get("initech-token-0123456789", "activity-notes:@initech/n-1"); r.code != 403 {
 		t.Errorf("initech reads status: %d %s", r.code, r.body)
 	}
 	// A CloudEvent's id is its key, scoped alike; an Idempotency-Key must
 	// be that id (unscoped, as the caller wrote it).
-	if r := post("globex-token-0123456789", order, "Content-Type", "application/cloudevents+json", "Idempotency-Key", `"order-1"`); r.code != 202 || r.json(t)["event_id"] != "globex/order-1" {
+	if r := post("globex-token-0123456789", order, "Content-Type", "application/cloudevents+json", "Idempotency-Key", `"order-1"`); r.code != 202 || r.json(t)["event_id"] != "@globex/order-1" {
 		t.Errorf("globex CloudEvent: %d %s", r.code, r.body)
 	}
 	if r := post("globex-token-0123456789", order, "Content-Type", "application/cloudevents+json", "Idempotency-Key", `"order-2"`); r.code != 400 || r.json(t)["reason"] != "key_mismatch" {
@@ -166,9 +166,9 @@ func TestLimits(t *testing.T) {
 	hold, held := make(chan struct{}), make(chan struct{}, 4)
 	ts := e.server(func(o *Options) {
 		o.Tokens = writeTokens(t, tenantsFile)
-		o.Limits = Limits{Rate: 1, Burst: 3, MaxConcurrent: 2}
+		o.Limits = Limits{Rate: 1, Burst: 3, MaxConcurrent: 2, MaxConcurrentPerTenant: 2}
 		o.Locked = func(id string) {
-			if strings.HasPrefix(id, "globex/hold") {
+			if strings.HasPrefix(id, "@globex/hold") {
 				held <- struct{}{}
 				<-hold
 			}

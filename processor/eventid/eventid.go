@@ -306,6 +306,11 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 			return Event{}, err
 		}
 		if ok {
+			if ev.Tenant == "" {
+				if err := unscoped(id, "the event ID"); err != nil {
+					return Event{}, err
+				}
+			}
 			ev.ID, ev.Rule, ev.IDFrom = ScopedID(ev.Tenant, id), rule, from
 			return ev, nil
 		}

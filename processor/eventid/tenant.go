@@ -1,15 +1,20 @@
 package eventid
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // TenantHeader is the record header that scopes an event's ID to a tenant:
-// a record carrying it with the value T has the ID "T/" followed by the ID
-// the chain gives (whatever the rule), so two tenants' "order-123" are two
-// events (acme/order-123, globex/order-123) and two workflows
-// (activity-{activity_id}:acme/order-123). dedup ingress sets it from the
+// a record carrying it with the value T has the ID "@T/" followed by the
+// ID the chain gives (whatever the rule), so two tenants' "order-123" are
+// two events (@acme/order-123, @globex/order-123) and two workflows
+// (activity-{activity_id}:@acme/order-123). dedup ingress sets it from the
 // caller's bearer token and never copies it from a request. A record
 // without it (a producer writing to Kafka directly) keeps the chain's ID
-// as it is: activity-{activity_id}:{event_id}.
+// as it is, activity-{activity_id}:{event_id}, except that such an ID may
+// not start with '@' (invalid_id): the tenants' IDs and the others never
+// meet.
 const TenantHeader = "dedup-tenant"
 
 // MaxTenantLength bounds a tenant name, in bytes: a scoped ID is at most
@@ -35,13 +40,37 @@ func ValidTenant(name string) error {
 	return nil
 }
 
+// TenantPrefix starts every tenant's event ID, and no other.
+const TenantPrefix = "@"
+
 // ScopedID is the ID of an event of tenant with the chain's ID id ("" tenant:
 // id as it is).
 func ScopedID(tenant, id string) string {
 	if tenant == "" {
 		return id
 	}
-	return tenant + "/" + id
+	return TenantPrefix + tenant + "/" + id
+}
+
+// TenantOf is the tenant of an event ID ("" for an unscoped one).
+func TenantOf(id string) string {
+	rest, ok := strings.CutPrefix(id, TenantPrefix)
+	if !ok {
+		return ""
+	}
+	tenant, _, ok := strings.Cut(rest, "/")
+	if !ok {
+		return ""
+	}
+	return tenant
+}
+
+// unscoped refuses an ID without a tenant that looks like a tenant's.
+func unscoped(id, where string) error {
+	if strings.HasPrefix(id, TenantPrefix) {
+		return fail(ReasonInvalidID, "%s %q starts with %q, which only tenants' IDs do (%s header): a producer writing to Kafka directly may not use it", where, id, TenantPrefix, TenantHeader)
+	}
+	return nil
 }
 
 // tenantOf reads the tenant header: "" when absent, an invalid_id error
