@@ -3,6 +3,8 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -50,7 +52,16 @@ func TestAdvExtensionsAreNotIdentity(t *testing.T) {
 		}
 		return p.Event.PayloadHash
 	}
-	if a, b := hash(map[string]string{"source": "shop-a"}), hash(map[string]string{"source": "shop-b"}); a != b {
+	// Fixed by refusing an extension named after a context attribute
+	// (the CloudEvents spec forbids it): the identity cannot move.
+	for _, name := range []string{"source", "type", "id", "Source", "trace-parent"} {
+		_, err := client.Event{Type: "order.created", IdempotencyKey: "order-1", Extensions: map[string]string{name: "x"}}.Record()
+		var invalid *client.InvalidEventError
+		if !errors.As(err, &invalid) || !strings.Contains(err.Error(), name) {
+			t.Errorf("extension %q: %v, want an *InvalidEventError naming it", name, err)
+		}
+	}
+	if a, b := hash(map[string]string{"traceparent": "a"}), hash(map[string]string{"traceparent": "b"}); a != b {
 		t.Errorf("two events that differ in Extensions only have two payload hashes (%x, %x): the second would be a conflict", a[:4], b[:4])
 	}
 }
@@ -106,5 +117,17 @@ func TestAdvRestoredHandleDoesNotPanic(t *testing.T) {
 	}()
 	if _, err := h.Status(context.Background()); err == nil {
 		t.Errorf("Status of a handle with no client: no error")
+	}
+}
+
+// After Close, Enqueue says ErrClosed (permanent), not a *ProduceError
+// that says a retry is safe.
+func TestEnqueueAfterCloseIsErrClosed(t *testing.T) {
+	c := newOffline(t, nil)
+	c.Close()
+	_, err := c.Enqueue(context.Background(), client.Event{Type: "order.created", IdempotencyKey: "order-1"})
+	var pe *client.ProduceError
+	if !errors.Is(err, client.ErrClosed) || errors.As(err, &pe) {
+		t.Errorf("Enqueue after Close: %v, want ErrClosed", err)
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -75,6 +78,9 @@ type Client struct {
 	runs   RunReader
 	log    *slog.Logger
 	closer func()
+
+	closeOnce sync.Once
+	closed    atomic.Bool
 }
 
 // New validates cfg (a *ConfigError names the field) and creates the
@@ -129,11 +135,17 @@ func New(cfg Config) (*Client, error) {
 // Close flushes nothing (every Enqueue waited for its record) and closes
 // the producer, then runs Config.OnClose.
 func (c *Client) Close() {
-	c.kcl.Close()
-	if c.closer != nil {
-		c.closer()
-	}
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		c.kcl.Close()
+		if c.closer != nil {
+			c.closer()
+		}
+	})
 }
+
+// ErrClosed is returned by a Client's calls after Close.
+var ErrClosed = errors.New("client: closed")
 
 // Ready says whether Kafka answers (a metadata request): the one
 // dependency Enqueue needs.
@@ -195,6 +207,9 @@ func (ev Event) Record() (*kgo.Record, error) {
 		r.Headers = append(r.Headers, h("ce_subject", ev.Subject))
 	}
 	for _, k := range slices.Sorted(maps.Keys(ev.Extensions)) {
+		if err := extensionName(k); err != nil {
+			return nil, &InvalidEventError{Reason: string(eventid.ReasonUndecodable), Err: err}
+		}
 		r.Headers = append(r.Headers, h("ce_"+k, ev.Extensions[k]))
 	}
 	ct := ev.ContentType
@@ -220,6 +235,23 @@ func (ev Event) Record() (*kgo.Record, error) {
 	}
 	r.Headers = append(r.Headers, h("content-type", ct))
 	return r, nil
+}
+
+// contextAttributes are CloudEvents' own attributes: no extension may be
+// named after one (it would set the attribute, and with it the event's
+// identity).
+var contextAttributes = []string{"id", "source", "specversion", "type", "datacontenttype", "dataschema", "subject", "time", "data", "data_base64"}
+
+// extensionName says why name is not a CloudEvents extension name: a-z
+// and 0-9 only (the spec's rule), and not a context attribute.
+func extensionName(name string) error {
+	if name == "" || strings.IndexFunc(name, func(r rune) bool { return (r < 'a' || r > 'z') && (r < '0' || r > '9') }) >= 0 {
+		return fmt.Errorf("extension %q: a CloudEvents extension name is a-z and 0-9 only", name)
+	}
+	if slices.Contains(contextAttributes, name) {
+		return fmt.Errorf("extension %q is a CloudEvents context attribute: set it with the Event's own field", name)
+	}
+	return nil
 }
 
 // Enqueue decides ev as a router will (Prepare) and sends it (Send): it
@@ -310,6 +342,12 @@ func (c *Client) Prepare(r *kgo.Record) (*Prepared, error) {
 //     the producer gave up): it may or may not be written; a retry with
 //     the same key is safe.
 func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	if p == nil || p.rec == nil {
+		return nil, errors.New("client: Send takes a *Prepared from Prepare")
+	}
 	h := c.handle(p)
 	write, conflicts := true, []string(nil)
 	if c.led != nil {

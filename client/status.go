@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -76,6 +77,9 @@ func (h *Handle) Status(ctx context.Context) ([]Status, error) {
 // Temporal refused its start; a *WorkflowError for a run that failed,
 // timed out, was terminated or cancelled.
 func (h *Handle) Result(ctx context.Context, out any) error {
+	if h.c == nil {
+		return ErrDetachedHandle
+	}
 	if len(h.Workflows) != 1 {
 		return fmt.Errorf("event %s: %w: ask Client.Result for one of %v", h.EventID, ErrSeveralWorkflows, h.WorkflowIDs())
 	}
@@ -119,7 +123,15 @@ func (c *Client) workflow(id string) (Workflow, error) {
 	return Workflow{ID: id, ActivityID: rt.ID, Namespace: c.namespace(rt)}, nil
 }
 
+// ErrDetachedHandle is returned by a Handle's Status and Result when the
+// handle was not made by a Client (rebuilt from its fields, say): ask
+// Client.Status and Client.Result with its workflow IDs.
+var ErrDetachedHandle = errors.New("client: the handle has no Client: use Client.Status or Client.Result with its workflow IDs")
+
 func (c *Client) canStatus() error {
+	if c == nil {
+		return ErrDetachedHandle
+	}
 	if c.led == nil && c.runs == nil {
 		return fmt.Errorf("%w and %w: Status would know nothing", ErrNoLedger, ErrNoRuns)
 	}
