@@ -35,7 +35,7 @@ type IngressConfig struct {
 	// TokensFile holds the bearer tokens that may call the API, each with
 	// its tenant and what it may do (YAML, see docs/ingress.md), read again
 	// when the file changes. A tenant's idempotency keys are its own: its
-	// event IDs are {tenant}/{key}. Empty: no authentication and no
+	// event IDs are @{tenant}/{key}. Empty: no authentication and no
 	// tenants, which dedup ingress accepts only on a loopback listen
 	// address unless AllowUnauthenticated.
 	TokensFile string `yaml:"tokens_file"`

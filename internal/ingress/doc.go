@@ -47,7 +47,7 @@
 //     tenant and what it may do (event types, routes, reading status: 403
 //     otherwise). The ingress adds the tenant as the record's dedup-tenant
 //     header, which the routers' eventid turns into the event ID
-//     {tenant}/{key}: two tenants' keys never meet. A status request
+//     @{tenant}/{key}: two tenants' keys never meet. A status request
 //     answers the owning tenant only; any other workflow ID (another
 //     tenant's, a made-up one, one no router claimed yet) gets one and the
 //     same 404. Without tokens_file every caller is the anonymous tenant

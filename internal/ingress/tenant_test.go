@@ -52,7 +52,7 @@ const tenantsFile = `tokens:
 `
 
 // Two tenants with one Idempotency-Key are two events and two workflows
-// ({tenant}/{key}); each reads its own status only, and another tenant's
+// (@{tenant}/{key}); each reads its own status only, and another tenant's
 // workflow answers the same 404 as one that does not exist.
 func TestTenantsScopeKeysAndStatus(t *testing.T) {
 	e := newEnv(t, nil)
