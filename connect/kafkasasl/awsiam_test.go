@@ -1,0 +1,344 @@
+package kafkasasl
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sasl"
+
+	"github.com/dedupio/dedup/internal/testsupport/mskiamtest"
+)
+
+// Example keys, in AWS's documented format; not real credentials.
+const (
+	keyID1, secret1 = "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+	keyID2, secret2 = "AKIAI44QH8DHBEXAMPLE", "je7MtGbClwBF/2Zp9Utk/h3yCo8nvbEXAMPLEKEY"
+	// An MSK broker's name: the signature's region comes from it.
+	mskBroker, mskHost = "b-1.mycluster.abc123.c2.kafka.eu-west-1.amazonaws.com:9098", "b-1.mycluster.abc123.c2.kafka.eu-west-1.amazonaws.com"
+)
+
+// noAWSEnv clears the AWS_* variables the credential chain and franz-go's
+// signer read, so that the machine's own do not leak into a test.
+func noAWSEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ROLE_ARN",
+		"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_SESSION_NAME", "AWS_REGION", "AWS_DEFAULT_REGION",
+		"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_STS"} {
+		t.Setenv(k, "")
+	}
+}
+
+func TestAWSMSKIAMValidate(t *testing.T) {
+	iam := func(id, secret, token string) Config {
+		return Config{Mechanism: "aws_msk_iam", AccessKeyIDFile: id, SecretAccessKeyFile: secret, SessionTokenFile: token}
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"nothing: the environment's credentials", iam("", "", ""), ""},
+		{"both files", iam("/k/id", "/k/secret", ""), ""},
+		{"both files and a session token", iam("/k/id", "/k/secret", "/k/token"), ""},
+		{"the ID alone", iam("/k/id", "", ""), "kafka.sasl.access_key_id_file, secret_access_key_file: set both, or neither"},
+		{"the secret alone", iam("", "/k/secret", "/k/token"), "kafka.sasl.access_key_id_file, secret_access_key_file: set both, or neither"},
+		{"a session token alone", iam("", "", "/k/token"), "kafka.sasl.session_token_file: only with access_key_id_file and secret_access_key_file"},
+		{"a username", Config{Mechanism: AWSMSKIAM, Username: "u"}, "not used by AWS_MSK_IAM"},
+		{"a password file", Config{Mechanism: AWSMSKIAM, PasswordFile: "/p"}, "not used by AWS_MSK_IAM"},
+		{"a token_url", Config{Mechanism: AWSMSKIAM, TokenURL: "https://idp/token"}, "not used by AWS_MSK_IAM"},
+		{"AWS keys with PLAIN", Config{Mechanism: Plain, Username: "u", Password: "p", AccessKeyIDFile: "/k/id"}, "kafka.sasl.access_key_id_file, secret_access_key_file, session_token_file: for AWS_MSK_IAM, not PLAIN"},
+		{"AWS keys without a mechanism", Config{SecretAccessKeyFile: "/k/secret"}, "kafka.sasl.mechanism: empty, but other kafka.sasl keys are set"},
+		{"a misspelt mechanism", Config{Mechanism: "AWS_IAM"}, `kafka.sasl.mechanism: "AWS_IAM", want PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM`},
+	} {
+		err := tc.cfg.Validate()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// login runs the mechanism's client side against a broker named host
+// and checks the payload as the broker would (mskiamtest.Verify: fields,
+// and the signature recomputed by AWS's own signer).
+func login(t *testing.T, m sasl.Mechanism, broker, host string, secrets keys) mskiamtest.Login {
+	t.Helper()
+	if m.Name() != "AWS_MSK_IAM" {
+		t.Fatalf("mechanism %s, want AWS_MSK_IAM", m.Name())
+	}
+	s, msg, err := m.Authenticate(context.Background(), broker)
+	if err != nil {
+		t.Fatalf("authenticate: %v", err)
+	}
+	l, err := mskiamtest.Verify(msg, host, secrets.secret, time.Now())
+	if err != nil {
+		t.Fatalf("the broker would refuse %s: %v", msg, err)
+	}
+	if sec, _ := secrets.secret(l.AccessKey); strings.Contains(string(msg), sec) {
+		t.Fatalf("the payload carries the secret key: %s", msg)
+	}
+	// MSK's answer ends the exchange.
+	if done, _, err := s.Challenge([]byte(`{"version":"2020_10_22","request-id":"r"}`)); !done || err != nil {
+		t.Fatalf("the broker's answer: done %v, %v", done, err)
+	}
+	return l
+}
+
+// keys are the access keys a broker knows: their secret keys.
+type keys interface {
+	secret(accessKey string) (string, bool)
+}
+
+type keyMap map[string]string
+
+func (m keyMap) secret(k string) (string, bool) { s, ok := m[k]; return s, ok }
+
+func writeFile(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A new modification time even on a coarse clock.
+	later := time.Now().Add(time.Duration(len(s)) * time.Second)
+	if err := os.Chtimes(p, later, later); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The key files are read at each login, again when they change (a
+// rotated Secret is used without a restart); the signature's region is
+// the broker's, from its name; the payload carries the access key and
+// session token, never the secret key.
+func TestAWSMSKIAMKeyFiles(t *testing.T) {
+	noAWSEnv(t)
+	dir := t.TempDir()
+	id, secret, token := filepath.Join(dir, "id"), filepath.Join(dir, "secret"), filepath.Join(dir, "token")
+	writeFile(t, id, keyID1+"\n")
+	writeFile(t, secret, secret1+"\n")
+	writeFile(t, token, "session-token-1\n")
+	c := Config{Mechanism: AWSMSKIAM, AccessKeyIDFile: id, SecretAccessKeyFile: secret, SessionTokenFile: token}
+	m, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := keyMap{keyID1: secret1, keyID2: secret2}
+	l := login(t, m, mskBroker, mskHost, secrets)
+	if l.AccessKey != keyID1 || l.Region != "eu-west-1" || l.SessionToken != "session-token-1" {
+		t.Errorf("first login: key %s region %s token %q", l.AccessKey, l.Region, l.SessionToken)
+	}
+	for _, k := range []string{"user-agent", "x-amz-expires"} {
+		t.Logf("%s: %s", k, l.Fields[k])
+	}
+
+	writeFile(t, id, keyID2+"\n\n")
+	writeFile(t, secret, secret2+"\n\n")
+	writeFile(t, token, "session-token-2, longer\n")
+	l = login(t, m, mskBroker, mskHost, secrets)
+	if l.AccessKey != keyID2 || l.SessionToken != "session-token-2, longer" {
+		t.Errorf("after rotation: key %s token %q", l.AccessKey, l.SessionToken)
+	}
+
+	// No session token file: no x-amz-security-token.
+	c.SessionTokenFile = ""
+	if m, err = c.Build(); err != nil {
+		t.Fatal(err)
+	}
+	if l = login(t, m, mskBroker, mskHost, secrets); l.SessionToken != "" {
+		t.Errorf("without session_token_file: token %q", l.SessionToken)
+	}
+	if got := c.Identity(); got != "the AWS access key in kafka.sasl.access_key_id_file" {
+		t.Errorf("Identity %q", got)
+	}
+
+	// A missing file is a start-up error naming its key, not its content.
+	for key, cfg := range map[string]Config{
+		"kafka.sasl.access_key_id_file":     {Mechanism: AWSMSKIAM, AccessKeyIDFile: filepath.Join(dir, "missing"), SecretAccessKeyFile: secret},
+		"kafka.sasl.secret_access_key_file": {Mechanism: AWSMSKIAM, AccessKeyIDFile: id, SecretAccessKeyFile: filepath.Join(dir, "missing")},
+		"kafka.sasl.session_token_file":     {Mechanism: AWSMSKIAM, AccessKeyIDFile: id, SecretAccessKeyFile: secret, SessionTokenFile: filepath.Join(dir, "missing")},
+	} {
+		_, err := cfg.Build()
+		if err == nil || !strings.HasPrefix(err.Error(), key+":") {
+			t.Errorf("%s missing: %v", key, err)
+		}
+	}
+	// A file removed after start: the login fails, naming the key.
+	if err := os.Remove(secret); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Authenticate(context.Background(), mskBroker); err == nil || !strings.Contains(err.Error(), "kafka.sasl.secret_access_key_file") {
+		t.Errorf("secret file removed: %v", err)
+	}
+}
+
+// With no key file, the credentials are the environment's:
+// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN. A source
+// half set is an error, as is no source at all. A broker whose name has
+// no region signs with AWS_REGION.
+func TestAWSMSKIAMEnvironment(t *testing.T) {
+	noAWSEnv(t)
+	secrets := keyMap{keyID1: secret1}
+	c := Config{Mechanism: AWSMSKIAM}
+	if _, err := c.Build(); err == nil || !strings.Contains(err.Error(), "no AWS credentials: set kafka.sasl.access_key_id_file and secret_access_key_file, or in the environment AWS_ACCESS_KEY_ID") {
+		t.Errorf("no credentials anywhere: %v", err)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", keyID1)
+	if _, err := c.Build(); err == nil || !strings.Contains(err.Error(), "set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY") {
+		t.Errorf("AWS_ACCESS_KEY_ID alone: %v", err)
+	}
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret1)
+	t.Setenv("AWS_SESSION_TOKEN", "env-session-token")
+	m, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := login(t, m, mskBroker, mskHost, secrets); l.AccessKey != keyID1 || l.Region != "eu-west-1" || l.SessionToken != "env-session-token" {
+		t.Errorf("from the environment: key %s region %s token %q", l.AccessKey, l.Region, l.SessionToken)
+	}
+	if got := c.Identity(); got != "the AWS access key in AWS_ACCESS_KEY_ID" {
+		t.Errorf("Identity %q", got)
+	}
+
+	// A broker name without a region (a tunnel, a test broker).
+	if _, _, err := m.Authenticate(context.Background(), "127.0.0.1:9098"); err == nil || !strings.Contains(err.Error(), "region") {
+		t.Errorf("no region anywhere: %v", err)
+	}
+	t.Setenv("AWS_REGION", "ap-southeast-2")
+	if l := login(t, m, "127.0.0.1:9098", "127.0.0.1", secrets); l.Region != "ap-southeast-2" {
+		t.Errorf("AWS_REGION: region %s", l.Region)
+	}
+}
+
+// fakeSTS is an STS endpoint (the query protocol, as aws-sdk-go-v2 speaks
+// it) that exchanges one valid web identity token at a time for
+// credentials of one role.
+type fakeSTS struct {
+	role     string
+	lifetime time.Duration
+
+	mu     sync.Mutex
+	token  string   // the token it accepts
+	calls  []string // RoleSessionName of each exchange
+	issued int
+}
+
+func (s *fakeSTS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil || r.Method != http.MethodPost || r.Form.Get("Action") != "AssumeRoleWithWebIdentity" || r.Form.Get("Version") != "2011-06-15" {
+		http.Error(w, "<ErrorResponse><Error><Code>InvalidAction</Code></Error></ErrorResponse>", http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.Header().Set("Content-Type", "text/xml")
+	if r.Form.Get("RoleArn") != s.role || r.Form.Get("WebIdentityToken") != s.token {
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `<ErrorResponse><Error><Type>Sender</Type><Code>InvalidIdentityToken</Code><Message>Incorrect token audience</Message></Error></ErrorResponse>`)
+		return
+	}
+	s.calls = append(s.calls, r.Form.Get("RoleSessionName"))
+	s.issued++
+	fmt.Fprintf(w, `<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleWithWebIdentityResult>
+<Credentials><AccessKeyId>ASIAFAKE%d</AccessKeyId><SecretAccessKey>sts-secret-%d</SecretAccessKey><SessionToken>sts-session-%d</SessionToken><Expiration>%s</Expiration></Credentials>
+</AssumeRoleWithWebIdentityResult><ResponseMetadata><RequestId>r</RequestId></ResponseMetadata></AssumeRoleWithWebIdentityResponse>`,
+		s.issued, s.issued, s.issued, time.Now().Add(s.lifetime).UTC().Format(time.RFC3339))
+}
+
+// secret is the secret key of a key s issued.
+func (s *fakeSTS) secret(key string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int
+	if _, err := fmt.Sscanf(key, "ASIAFAKE%d", &n); err != nil || n < 1 || n > s.issued {
+		return "", false
+	}
+	return fmt.Sprintf("sts-secret-%d", n), true
+}
+
+// IRSA: AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE are exchanged at STS
+// (AssumeRoleWithWebIdentity, against a fake STS at
+// AWS_ENDPOINT_URL_STS) for temporary credentials, which are kept until
+// five minutes before they expire; the token file is read again for each
+// exchange (the kubelet rotates it). A refused token is an error naming
+// the role and the variables, without the token.
+func TestAWSMSKIAMWebIdentity(t *testing.T) {
+	noAWSEnv(t)
+	const role = "arn:aws:iam::123456789012:role/dedup"
+	fake := &fakeSTS{role: role, token: "jwt-one", lifetime: time.Hour}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenFile, "jwt-one")
+	t.Setenv("AWS_ROLE_ARN", role)
+	c := Config{Mechanism: AWSMSKIAM}
+	if _, err := c.Build(); err == nil || !strings.Contains(err.Error(), "set both AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE") {
+		t.Errorf("AWS_ROLE_ARN alone: %v", err)
+	}
+	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", filepath.Join(t.TempDir(), "missing"))
+	if _, err := c.Build(); err == nil || !strings.HasPrefix(err.Error(), "AWS_WEB_IDENTITY_TOKEN_FILE:") {
+		t.Errorf("a missing token file: %v", err)
+	}
+	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
+	t.Setenv("AWS_ENDPOINT_URL_STS", srv.URL)
+	t.Setenv("AWS_REGION", "eu-west-1")
+	t.Setenv("AWS_ROLE_SESSION_NAME", "dedup-test")
+	m, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Identity(); got != `AWS role "`+role+`" (AWS_ROLE_ARN, web identity)` {
+		t.Errorf("Identity %q", got)
+	}
+	for range 3 {
+		if l := login(t, m, mskBroker, mskHost, fake); l.AccessKey != "ASIAFAKE1" || l.SessionToken != "sts-session-1" {
+			t.Fatalf("login: key %s token %q", l.AccessKey, l.SessionToken)
+		}
+	}
+	if len(fake.calls) != 1 || fake.calls[0] != "dedup-test" {
+		t.Errorf("STS exchanges %q for three logins, want one, session dedup-test (credentials kept until near expiry)", fake.calls)
+	}
+
+	// Credentials within five minutes of expiry are renewed at the next
+	// login, with the token as the file holds it then.
+	fake.mu.Lock()
+	fake.lifetime, fake.token = 4*time.Minute, "jwt-two"
+	fake.mu.Unlock()
+	writeFile(t, tokenFile, "jwt-two")
+	// The cached ones (an hour) are still good: no exchange yet.
+	login(t, m, mskBroker, mskHost, fake)
+	if fake.issued != 1 {
+		t.Errorf("%d exchanges while the first credentials are good, want 1", fake.issued)
+	}
+	m2, err := c.Build() // a new client's cache: exchanges jwt-two for short-lived credentials
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := login(t, m2, mskBroker, mskHost, fake); l.AccessKey != "ASIAFAKE2" {
+		t.Errorf("with the rotated token: key %s", l.AccessKey)
+	}
+	if l := login(t, m2, mskBroker, mskHost, fake); l.AccessKey != "ASIAFAKE3" {
+		t.Errorf("credentials 4 minutes from expiry are renewed: key %s", l.AccessKey)
+	}
+
+	// A token STS refuses.
+	writeFile(t, tokenFile, "jwt-s3cret-but-wrong")
+	m3, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = m3.Authenticate(context.Background(), mskBroker)
+	if err == nil || !strings.Contains(err.Error(), "assuming role "+role) || !strings.Contains(err.Error(), "InvalidIdentityToken") {
+		t.Fatalf("a refused token: %v", err)
+	}
+	if strings.Contains(err.Error(), "jwt-s3cret") {
+		t.Errorf("the error quotes the token: %v", err)
+	}
+	b, _ := json.Marshal(err.Error())
+	t.Logf("refused: %s", b)
+}
