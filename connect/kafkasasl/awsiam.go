@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -53,6 +54,29 @@ func (c Config) awsIdentity(getenv func(string) string) string {
 		return fmt.Sprintf("AWS role %q (AWS_ROLE_ARN, web identity)", getenv("AWS_ROLE_ARN"))
 	}
 	return "no AWS credentials"
+}
+
+// CheckBrokers says, for AWS_MSK_IAM, which seed broker a login could
+// not be signed for: the signature's region is the one in the broker's
+// name (b-1.….kafka.us-east-1.amazonaws.com), else AWS_REGION or
+// AWS_DEFAULT_REGION, and a name with no region (an IP address, a DNS
+// alias, a tunnel) needs one of those. It asks franz-go's signer itself,
+// with a throwaway key, so that the rule is franz-go's. nil for other
+// mechanisms.
+func (c Config) CheckBrokers(brokers []string) error {
+	if c.Name() != AWSMSKIAM {
+		return nil
+	}
+	dry := mskiam.Auth{AccessKey: "check", SecretKey: "check"}.AsManagedStreamingIAMMechanism()
+	for _, b := range brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			b = net.JoinHostPort(b, "9092") // franz-go's default port
+		}
+		if _, _, err := dry.Authenticate(context.Background(), b); err != nil {
+			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s: %v: set AWS_REGION to the cluster's region (an MSK broker's own name, ….kafka.REGION.amazonaws.com, carries it)", b, err)
+		}
+	}
+	return nil
 }
 
 // awsCredentials is the credentials callback of the AWS_MSK_IAM

@@ -342,3 +342,33 @@ func TestAWSMSKIAMWebIdentity(t *testing.T) {
 	b, _ := json.Marshal(err.Error())
 	t.Logf("refused: %s", b)
 }
+
+// A broker whose name carries no region (an IP address, an alias) cannot
+// be signed for without AWS_REGION: a start-up error naming the broker
+// and the variable, not a login that fails at every retry.
+func TestAWSMSKIAMCheckBrokers(t *testing.T) {
+	noAWSEnv(t)
+	c := Config{Mechanism: AWSMSKIAM}
+	for _, tc := range []struct {
+		brokers []string
+		want    string
+	}{
+		{[]string{mskBroker, "b-2.mycluster.abc123.c2.kafka.eu-west-1.amazonaws.com:9098"}, ""},
+		{[]string{"boot-abc.c2.kafka-serverless.us-east-2.amazonaws.com:9098"}, ""},
+		{[]string{mskBroker, "10.0.0.7:9098"}, "kafka.sasl.mechanism AWS_MSK_IAM: broker 10.0.0.7:9098"},
+		{[]string{"kafka-1"}, "broker kafka-1:9092"},
+		{[]string{"127.0.0.1:9098"}, "set AWS_REGION"},
+	} {
+		err := c.CheckBrokers(tc.brokers)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%v: %v, want %q", tc.brokers, err, tc.want)
+		}
+	}
+	if err := (Config{Mechanism: Plain, Username: "u", Password: "p"}).CheckBrokers([]string{"10.0.0.7:9092"}); err != nil {
+		t.Errorf("PLAIN: %v", err)
+	}
+	t.Setenv("AWS_DEFAULT_REGION", "us-west-2")
+	if err := c.CheckBrokers([]string{"10.0.0.7:9098", "kafka-1"}); err != nil {
+		t.Errorf("with AWS_DEFAULT_REGION: %v", err)
+	}
+}

@@ -60,6 +60,9 @@ func kafkaOpts(cfg Config) ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := cfg.Kafka.SASL.CheckBrokers(cfg.Kafka.Brokers); err != nil {
+		return nil, err
+	}
 	if m != nil {
 		opts = append(opts, kgo.SASL(m))
 	}

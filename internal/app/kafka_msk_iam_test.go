@@ -73,8 +73,7 @@ func TestKafkaOverMSKIAM(t *testing.T) {
 	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_DEFAULT_REGION"} {
 		t.Setenv(k, "")
 	}
-	// kfake's 127.0.0.1 names no region; MSK's brokers do.
-	t.Setenv("AWS_REGION", "us-east-1")
+	// kfake's 127.0.0.1 names no region (MSK's brokers do): AWS_REGION.
 	const keyID, secret = "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 	ca := testpki.NewCA(t, "msk-ca")
 	dir := t.TempDir()
@@ -111,6 +110,11 @@ postgres: {url: "postgres://u@127.0.0.1/d"}
 	defer cancel()
 
 	cfg := config(testpki.Write(t, dir, "secret", []byte(secret+"\n")))
+	t.Setenv("AWS_REGION", "")
+	if _, err := kafkaOpts(cfg); err == nil || !strings.Contains(err.Error(), "set AWS_REGION") {
+		t.Errorf("no region for 127.0.0.1: %v", err)
+	}
+	t.Setenv("AWS_REGION", "us-east-1")
 	kopts, err := kafkaOpts(cfg)
 	if err != nil {
 		t.Fatal(err)
