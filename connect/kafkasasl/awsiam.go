@@ -2,15 +2,18 @@ package kafkasasl
 
 import (
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
-	"github.com/aws/aws-sdk-go-v2/service/sts"
 	mskiam "github.com/twmb/franz-go/pkg/sasl/aws"
 
 	"github.com/dedupio/dedup/connect/secretfile"
@@ -141,11 +144,8 @@ func (c Config) awsFiles() (func(context.Context) (mskiam.Auth, error), error) {
 // webIdentity exchanges the token in AWS_WEB_IDENTITY_TOKEN_FILE (which
 // the kubelet keeps fresh) for temporary credentials of AWS_ROLE_ARN, by
 // STS AssumeRoleWithWebIdentity, as the AWS SDKs do for EKS IAM roles for
-// service accounts (IRSA). The credentials are kept until five minutes
-// before they expire; the token file is read again for each exchange.
-// STS is the regional endpoint of AWS_REGION (else AWS_DEFAULT_REGION,
-// else the global one), or AWS_ENDPOINT_URL_STS (else AWS_ENDPOINT_URL)
-// when set. AWS_ROLE_SESSION_NAME names the session, if set.
+// service accounts (IRSA). AWS_ROLE_SESSION_NAME names the session, if
+// set. See stsWebIdentity for the endpoint and the renewal.
 func webIdentity(getenv func(string) string) (func(context.Context) (mskiam.Auth, error), error) {
 	role, path := getenv("AWS_ROLE_ARN"), getenv("AWS_WEB_IDENTITY_TOKEN_FILE")
 	if role == "" || path == "" {
@@ -155,34 +155,178 @@ func webIdentity(getenv func(string) string) (func(context.Context) (mskiam.Auth
 	if err != nil {
 		return nil, err
 	}
-	o := sts.Options{Region: first(getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"), "aws-global")}
-	if ep := first(getenv("AWS_ENDPOINT_URL_STS"), getenv("AWS_ENDPOINT_URL")); ep != "" {
-		o.BaseEndpoint = &ep
+	endpoint, err := stsEndpoint(getenv)
+	if err != nil {
+		return nil, err
 	}
-	session := first(getenv("AWS_ROLE_SESSION_NAME"), "dedup-"+strconv.FormatInt(time.Now().UnixNano(), 10))
-	provider := stscreds.NewWebIdentityRoleProvider(sts.New(o), role, identityToken{token},
-		func(o *stscreds.WebIdentityRoleOptions) { o.RoleSessionName = session })
-	creds := aws.NewCredentialsCache(provider, func(o *aws.CredentialsCacheOptions) { o.ExpiryWindow = 5 * time.Minute })
+	s := &stsWebIdentity{
+		endpoint: endpoint,
+		role:     role,
+		session:  first(getenv("AWS_ROLE_SESSION_NAME"), "dedup-"+strconv.FormatInt(time.Now().UnixNano(), 10)),
+		token:    token,
+		client:   &http.Client{Timeout: 30 * time.Second},
+	}
 	return func(ctx context.Context) (mskiam.Auth, error) {
-		// franz-go calls this with its client's context, which has no
-		// deadline: STS gets 30s (with the SDK's retries).
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		cr, err := creds.Retrieve(ctx)
+		a, err := s.get(ctx)
 		if err != nil {
 			return mskiam.Auth{}, fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: assuming role %s with the web identity token in %s (AWS_ROLE_ARN, AWS_WEB_IDENTITY_TOKEN_FILE): %w", role, path, err)
 		}
-		return mskiam.Auth{AccessKey: cr.AccessKeyID, SecretKey: cr.SecretAccessKey, SessionToken: cr.SessionToken}, nil
+		return a, nil
 	}, nil
 }
 
-// identityToken reads the web identity token as any secret file: again
-// when it changed, without its trailing newline.
-type identityToken struct{ f *secretfile.File }
+// stsEndpoint is where AssumeRoleWithWebIdentity goes:
+// AWS_ENDPOINT_URL_STS (else AWS_ENDPOINT_URL) when set, as the AWS SDKs
+// read them (a VPC endpoint, a proxy); else STS's regional endpoint in
+// AWS_REGION (else AWS_DEFAULT_REGION), which EKS sets in pods; else the
+// global one. The token is a bearer credential: http:// is refused but to
+// a loopback host.
+func stsEndpoint(getenv func(string) string) (string, error) {
+	if ep := first(getenv("AWS_ENDPOINT_URL_STS"), getenv("AWS_ENDPOINT_URL")); ep != "" {
+		u, err := url.Parse(ep)
+		switch {
+		case err != nil || u.Host == "" || u.Scheme != "https" && u.Scheme != "http":
+			return "", fmt.Errorf("AWS_ENDPOINT_URL_STS (or AWS_ENDPOINT_URL): %q is not an http(s) URL", ep)
+		case u.Scheme == "http" && !loopback(u.Hostname()):
+			return "", fmt.Errorf("AWS_ENDPOINT_URL_STS (or AWS_ENDPOINT_URL): http:// to %s would send the web identity token without TLS: use https://", u.Hostname())
+		}
+		return ep, nil
+	}
+	region := first(getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"))
+	if region == "" {
+		return "https://sts.amazonaws.com/", nil
+	}
+	// The partitions' DNS suffixes (as franz-go's signer knows them);
+	// another partition: AWS_ENDPOINT_URL_STS.
+	suffix := "amazonaws.com"
+	switch {
+	case strings.HasPrefix(region, "cn-"):
+		suffix = "amazonaws.com.cn"
+	case strings.HasPrefix(region, "us-isob-"):
+		suffix = "sc2s.sgov.gov"
+	case strings.HasPrefix(region, "us-iso-"):
+		suffix = "c2s.ic.gov"
+	}
+	return "https://sts." + region + "." + suffix + "/", nil
+}
 
-func (t identityToken) GetIdentityToken() ([]byte, error) {
-	s, err := t.f.Get()
-	return []byte(s), err
+// stsWebIdentity holds the credentials of one role, renewed by STS
+// AssumeRoleWithWebIdentity when they are within five minutes of expiry,
+// with the token as its file holds it then. The call is STS's query API,
+// unsigned (the token is the proof of identity), over HTTPS:
+// https://docs.aws.amazon.com/STS/latest/APIReference/API_AssumeRoleWithWebIdentity.html
+// A renewal that fails while the held credentials are still valid keeps
+// them: an STS hiccup does not fail logins.
+type stsWebIdentity struct {
+	endpoint, role, session string
+	token                   *secretfile.File
+	client                  *http.Client
+
+	mu      sync.Mutex // held across a renewal: concurrent logins wait for it
+	creds   mskiam.Auth
+	expires time.Time
+}
+
+func (s *stsWebIdentity) get(ctx context.Context) (mskiam.Auth, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if time.Until(s.expires) > 5*time.Minute {
+		return s.creds, nil
+	}
+	// franz-go calls with its client's context, which has no deadline.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var (
+		creds   mskiam.Auth
+		expires time.Time
+		err     error
+	)
+	// Three tries, as the AWS SDKs, of what they retry: STS's 5xx,
+	// IDPCommunicationError (the identity provider did not answer STS)
+	// and InvalidIdentityToken (which can pass while STS fetches the
+	// provider's keys).
+	for try := 1; ; try++ {
+		var retry bool
+		creds, expires, retry, err = s.assumeRole(ctx)
+		if err == nil || !retry || try == 3 || !pause(ctx, time.Duration(try)*200*time.Millisecond) {
+			break
+		}
+	}
+	if err != nil {
+		if time.Now().Before(s.expires) {
+			return s.creds, nil
+		}
+		return mskiam.Auth{}, err
+	}
+	s.creds, s.expires = creds, expires
+	return creds, nil
+}
+
+// assumeRole is one AssumeRoleWithWebIdentity call; retry says whether
+// STS asks for another try.
+func (s *stsWebIdentity) assumeRole(ctx context.Context) (mskiam.Auth, time.Time, bool, error) {
+	token, err := s.token.Get()
+	if err != nil {
+		return mskiam.Auth{}, time.Time{}, false, err
+	}
+	form := url.Values{
+		"Action":           {"AssumeRoleWithWebIdentity"},
+		"Version":          {"2011-06-15"},
+		"RoleArn":          {s.role},
+		"RoleSessionName":  {s.session},
+		"WebIdentityToken": {token},
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, strings.NewReader(form.Encode()))
+	if err != nil {
+		return mskiam.Auth{}, time.Time{}, false, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded; charset=utf-8")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return mskiam.Auth{}, time.Time{}, true, fmt.Errorf("calling STS: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return mskiam.Auth{}, time.Time{}, true, fmt.Errorf("reading STS's answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Code    string `xml:"Error>Code"`
+			Message string `xml:"Error>Message"`
+		}
+		_ = xml.Unmarshal(body, &e)
+		retry := resp.StatusCode >= 500 || e.Code == "InvalidIdentityToken" || e.Code == "IDPCommunicationError"
+		if e.Code == "" {
+			return mskiam.Auth{}, time.Time{}, retry, fmt.Errorf("STS answered %s", resp.Status)
+		}
+		return mskiam.Auth{}, time.Time{}, retry, fmt.Errorf("STS answered %s: %s: %s", resp.Status, e.Code, e.Message)
+	}
+	var r struct {
+		AccessKeyID     string    `xml:"AssumeRoleWithWebIdentityResult>Credentials>AccessKeyId"`
+		SecretAccessKey string    `xml:"AssumeRoleWithWebIdentityResult>Credentials>SecretAccessKey"`
+		SessionToken    string    `xml:"AssumeRoleWithWebIdentityResult>Credentials>SessionToken"`
+		Expiration      time.Time `xml:"AssumeRoleWithWebIdentityResult>Credentials>Expiration"`
+	}
+	if err := xml.Unmarshal(body, &r); err != nil {
+		return mskiam.Auth{}, time.Time{}, false, fmt.Errorf("reading STS's answer: %w", err)
+	}
+	if r.AccessKeyID == "" || r.SecretAccessKey == "" || r.SessionToken == "" || r.Expiration.IsZero() {
+		return mskiam.Auth{}, time.Time{}, false, errors.New("STS's answer has no credentials")
+	}
+	return mskiam.Auth{AccessKey: r.AccessKeyID, SecretKey: r.SecretAccessKey, SessionToken: r.SessionToken}, r.Expiration, false, nil
+}
+
+// pause waits d, or less if ctx ends first: then it returns false.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 func first(s ...string) string {

@@ -2,7 +2,6 @@ package kafkasasl
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -216,38 +215,65 @@ func TestAWSMSKIAMEnvironment(t *testing.T) {
 	}
 }
 
-// fakeSTS is an STS endpoint (the query protocol, as aws-sdk-go-v2 speaks
-// it) that exchanges one valid web identity token at a time for
-// credentials of one role.
+// fakeSTS is an STS endpoint speaking AssumeRoleWithWebIdentity in the
+// query protocol (the request as aws-sdk-go-v2's sts client sends it; the
+// test was first run against that client), exchanging one valid web
+// identity token at a time for credentials of one role.
 type fakeSTS struct {
 	role     string
 	lifetime time.Duration
 
 	mu     sync.Mutex
 	token  string   // the token it accepts
-	calls  []string // RoleSessionName of each exchange
+	fail   []int    // answers before the next success: an HTTP status (503), or 400 IDPCommunicationError
+	calls  []string // RoleSessionName of each request
 	issued int
 }
 
 func (s *fakeSTS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := r.ParseForm(); err != nil || r.Method != http.MethodPost || r.Form.Get("Action") != "AssumeRoleWithWebIdentity" || r.Form.Get("Version") != "2011-06-15" {
+	if r.Method != http.MethodPost || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+		http.Error(w, "<ErrorResponse><Error><Code>InvalidRequest</Code></Error></ErrorResponse>", http.StatusBadRequest)
+		return
+	}
+	if err := r.ParseForm(); err != nil || r.Form.Get("Action") != "AssumeRoleWithWebIdentity" || r.Form.Get("Version") != "2011-06-15" {
 		http.Error(w, "<ErrorResponse><Error><Code>InvalidAction</Code></Error></ErrorResponse>", http.StatusBadRequest)
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.calls = append(s.calls, r.Form.Get("RoleSessionName"))
 	w.Header().Set("Content-Type", "text/xml")
+	if len(s.fail) > 0 {
+		status := s.fail[0]
+		s.fail = s.fail[1:]
+		w.WriteHeader(status)
+		if status == http.StatusBadRequest {
+			fmt.Fprint(w, `<ErrorResponse><Error><Type>Sender</Type><Code>IDPCommunicationError</Code><Message>the IdP did not answer</Message></Error></ErrorResponse>`)
+		}
+		return
+	}
 	if r.Form.Get("RoleArn") != s.role || r.Form.Get("WebIdentityToken") != s.token {
 		w.WriteHeader(http.StatusBadRequest)
 		fmt.Fprint(w, `<ErrorResponse><Error><Type>Sender</Type><Code>InvalidIdentityToken</Code><Message>Incorrect token audience</Message></Error></ErrorResponse>`)
 		return
 	}
-	s.calls = append(s.calls, r.Form.Get("RoleSessionName"))
 	s.issued++
 	fmt.Fprintf(w, `<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleWithWebIdentityResult>
 <Credentials><AccessKeyId>ASIAFAKE%d</AccessKeyId><SecretAccessKey>sts-secret-%d</SecretAccessKey><SessionToken>sts-session-%d</SessionToken><Expiration>%s</Expiration></Credentials>
 </AssumeRoleWithWebIdentityResult><ResponseMetadata><RequestId>r</RequestId></ResponseMetadata></AssumeRoleWithWebIdentityResponse>`,
 		s.issued, s.issued, s.issued, time.Now().Add(s.lifetime).UTC().Format(time.RFC3339))
+}
+
+func (s *fakeSTS) set(f func(s *fakeSTS)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s)
+}
+
+func (s *fakeSTS) counts() (calls, issued int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.calls), s.issued
 }
 
 // secret is the secret key of a key s issued.
@@ -265,8 +291,10 @@ func (s *fakeSTS) secret(key string) (string, bool) {
 // (AssumeRoleWithWebIdentity, against a fake STS at
 // AWS_ENDPOINT_URL_STS) for temporary credentials, which are kept until
 // five minutes before they expire; the token file is read again for each
-// exchange (the kubelet rotates it). A refused token is an error naming
-// the role and the variables, without the token.
+// exchange (the kubelet rotates it); what STS asks to retry is retried,
+// three tries at most; a renewal that fails while the held credentials
+// are valid keeps them. A refused token is an error naming the role and
+// the variables, without the token.
 func TestAWSMSKIAMWebIdentity(t *testing.T) {
 	noAWSEnv(t)
 	const role = "arn:aws:iam::123456789012:role/dedup"
@@ -274,7 +302,7 @@ func TestAWSMSKIAMWebIdentity(t *testing.T) {
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	writeFile(t, tokenFile, "jwt-one")
+	writeFile(t, tokenFile, "jwt-one\n")
 	t.Setenv("AWS_ROLE_ARN", role)
 	c := Config{Mechanism: AWSMSKIAM}
 	if _, err := c.Build(); err == nil || !strings.Contains(err.Error(), "set both AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE") {
@@ -301,21 +329,18 @@ func TestAWSMSKIAMWebIdentity(t *testing.T) {
 		}
 	}
 	if len(fake.calls) != 1 || fake.calls[0] != "dedup-test" {
-		t.Errorf("STS exchanges %q for three logins, want one, session dedup-test (credentials kept until near expiry)", fake.calls)
+		t.Errorf("STS requests %q for three logins, want one, session dedup-test (credentials kept until near expiry)", fake.calls)
 	}
 
-	// Credentials within five minutes of expiry are renewed at the next
-	// login, with the token as the file holds it then.
-	fake.mu.Lock()
-	fake.lifetime, fake.token = 4*time.Minute, "jwt-two"
-	fake.mu.Unlock()
-	writeFile(t, tokenFile, "jwt-two")
-	// The cached ones (an hour) are still good: no exchange yet.
-	login(t, m, mskBroker, mskHost, fake)
-	if fake.issued != 1 {
-		t.Errorf("%d exchanges while the first credentials are good, want 1", fake.issued)
+	// The kubelet rotates the token; STS now issues credentials that
+	// expire in four minutes, inside the renewal window.
+	fake.set(func(s *fakeSTS) { s.lifetime, s.token = 4*time.Minute, "jwt-two, longer" })
+	writeFile(t, tokenFile, "jwt-two, longer\n")
+	login(t, m, mskBroker, mskHost, fake) // the hour-long ones are still held
+	if _, issued := fake.counts(); issued != 1 {
+		t.Errorf("%d exchanges while the first credentials are good, want 1", issued)
 	}
-	m2, err := c.Build() // a new client's cache: exchanges jwt-two for short-lived credentials
+	m2, err := c.Build() // a new client: exchanges the rotated token
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,24 +348,71 @@ func TestAWSMSKIAMWebIdentity(t *testing.T) {
 		t.Errorf("with the rotated token: key %s", l.AccessKey)
 	}
 	if l := login(t, m2, mskBroker, mskHost, fake); l.AccessKey != "ASIAFAKE3" {
-		t.Errorf("credentials 4 minutes from expiry are renewed: key %s", l.AccessKey)
+		t.Errorf("credentials 4 minutes from expiry are renewed at the next login: key %s", l.AccessKey)
 	}
 
-	// A token STS refuses.
-	writeFile(t, tokenFile, "jwt-s3cret-but-wrong")
+	// STS unavailable, then the identity provider unreachable: retried.
+	fake.set(func(s *fakeSTS) { s.fail = []int{http.StatusServiceUnavailable, http.StatusBadRequest} })
+	calls, _ := fake.counts()
+	if l := login(t, m2, mskBroker, mskHost, fake); l.AccessKey != "ASIAFAKE4" {
+		t.Errorf("after a 503 and an IDPCommunicationError: key %s", l.AccessKey)
+	}
+	if n, _ := fake.counts(); n-calls != 3 {
+		t.Errorf("%d requests for a 503, an IDPCommunicationError and a success, want 3", n-calls)
+	}
+	// A renewal that fails while the held credentials (four minutes
+	// left) are valid: they are used.
+	fake.set(func(s *fakeSTS) { s.fail = []int{503, 503, 503} })
+	if l := login(t, m2, mskBroker, mskHost, fake); l.AccessKey != "ASIAFAKE4" {
+		t.Errorf("renewal failing, held credentials valid: key %s", l.AccessKey)
+	}
+
+	// A token STS refuses: tried three times (InvalidIdentityToken may
+	// pass), then an error that names the role, not the token.
+	writeFile(t, tokenFile, "jwt-s3cret-but-wrong-and-longer")
 	m3, err := c.Build()
 	if err != nil {
 		t.Fatal(err)
 	}
+	calls, _ = fake.counts()
 	_, _, err = m3.Authenticate(context.Background(), mskBroker)
-	if err == nil || !strings.Contains(err.Error(), "assuming role "+role) || !strings.Contains(err.Error(), "InvalidIdentityToken") {
+	if err == nil || !strings.Contains(err.Error(), "assuming role "+role) || !strings.Contains(err.Error(), "InvalidIdentityToken: Incorrect token audience") {
 		t.Fatalf("a refused token: %v", err)
+	}
+	if n, _ := fake.counts(); n-calls != 3 {
+		t.Errorf("%d requests for a refused token, want 3", n-calls)
 	}
 	if strings.Contains(err.Error(), "jwt-s3cret") {
 		t.Errorf("the error quotes the token: %v", err)
 	}
-	b, _ := json.Marshal(err.Error())
-	t.Logf("refused: %s", b)
+	t.Logf("refused: %v", err)
+}
+
+// Where AssumeRoleWithWebIdentity goes: the regional endpoint of
+// AWS_REGION (its partition's domain), the global one without a region,
+// AWS_ENDPOINT_URL_STS or AWS_ENDPOINT_URL when set, never http:// off
+// this machine (the token is a bearer credential).
+func TestSTSEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		env       map[string]string
+		want, err string
+	}{
+		{map[string]string{}, "https://sts.amazonaws.com/", ""},
+		{map[string]string{"AWS_REGION": "eu-west-1"}, "https://sts.eu-west-1.amazonaws.com/", ""},
+		{map[string]string{"AWS_DEFAULT_REGION": "us-gov-west-1"}, "https://sts.us-gov-west-1.amazonaws.com/", ""},
+		{map[string]string{"AWS_REGION": "cn-north-1", "AWS_DEFAULT_REGION": "eu-west-1"}, "https://sts.cn-north-1.amazonaws.com.cn/", ""},
+		{map[string]string{"AWS_REGION": "us-iso-east-1"}, "https://sts.us-iso-east-1.c2s.ic.gov/", ""},
+		{map[string]string{"AWS_REGION": "us-isob-east-1"}, "https://sts.us-isob-east-1.sc2s.sgov.gov/", ""},
+		{map[string]string{"AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL_STS": "https://vpce-1.sts.eu-west-1.vpce.amazonaws.com"}, "https://vpce-1.sts.eu-west-1.vpce.amazonaws.com", ""},
+		{map[string]string{"AWS_ENDPOINT_URL": "http://127.0.0.1:4566"}, "http://127.0.0.1:4566", ""},
+		{map[string]string{"AWS_ENDPOINT_URL_STS": "http://sts.internal:8080"}, "", "AWS_ENDPOINT_URL_STS (or AWS_ENDPOINT_URL): http:// to sts.internal would send the web identity token without TLS"},
+		{map[string]string{"AWS_ENDPOINT_URL_STS": "sts.internal"}, "", "is not an http(s) URL"},
+	} {
+		got, err := stsEndpoint(func(k string) string { return tc.env[k] })
+		if got != tc.want || tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%v: %q %v, want %q %q", tc.env, got, err, tc.want, tc.err)
+		}
+	}
 }
 
 // A broker whose name carries no region (an IP address, an alias) cannot
