@@ -248,17 +248,17 @@ func (s *fakeSTS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail = s.fail[1:]
 		w.WriteHeader(status)
 		if status == http.StatusBadRequest {
-			fmt.Fprint(w, `<ErrorResponse><Error><Type>Sender</Type><Code>IDPCommunicationError</Code><Message>the IdP did not answer</Message></Error></ErrorResponse>`)
+			_, _ = fmt.Fprint(w, `<ErrorResponse><Error><Type>Sender</Type><Code>IDPCommunicationError</Code><Message>the IdP did not answer</Message></Error></ErrorResponse>`)
 		}
 		return
 	}
 	if r.Form.Get("RoleArn") != s.role || r.Form.Get("WebIdentityToken") != s.token {
 		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprint(w, `<ErrorResponse><Error><Type>Sender</Type><Code>InvalidIdentityToken</Code><Message>Incorrect token audience</Message></Error></ErrorResponse>`)
+		_, _ = fmt.Fprint(w, `<ErrorResponse><Error><Type>Sender</Type><Code>InvalidIdentityToken</Code><Message>Incorrect token audience</Message></Error></ErrorResponse>`)
 		return
 	}
 	s.issued++
-	fmt.Fprintf(w, `<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleWithWebIdentityResult>
+	_, _ = fmt.Fprintf(w, `<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleWithWebIdentityResult>
 <Credentials><AccessKeyId>ASIAFAKE%d</AccessKeyId><SecretAccessKey>sts-secret-%d</SecretAccessKey><SessionToken>sts-session-%d</SessionToken><Expiration>%s</Expiration></Credentials>
 </AssumeRoleWithWebIdentityResult><ResponseMetadata><RequestId>r</RequestId></ResponseMetadata></AssumeRoleWithWebIdentityResponse>`,
 		s.issued, s.issued, s.issued, time.Now().Add(s.lifetime).UTC().Format(time.RFC3339))
