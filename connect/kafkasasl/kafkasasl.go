@@ -1,7 +1,9 @@
 // Package kafkasasl is kafka.sasl: how dedup's Kafka clients authenticate
-// (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER). Secrets come inline
-// (usually ${VAR}) or from files, which are read again when they change, at
-// the next authentication: rotating a mounted Secret needs no restart.
+// (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER, AWS_MSK_IAM). Secrets
+// come inline (usually ${VAR}) or from files, which are read again when they
+// change, at the next authentication: rotating a mounted Secret needs no
+// restart. AWS_MSK_IAM may instead take its credentials from the
+// environment, as AWS SDKs do in a pod (see awsiam.go).
 package kafkasasl
 
 import (
@@ -11,10 +13,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/sasl"
+	mskiam "github.com/twmb/franz-go/pkg/sasl/aws"
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -30,7 +34,11 @@ const (
 	ScramSHA256 = "SCRAM-SHA-256"
 	ScramSHA512 = "SCRAM-SHA-512"
 	OAuthBearer = "OAUTHBEARER"
+	AWSMSKIAM   = "AWS_MSK_IAM"
 )
+
+// want lists the mechanisms, for errors.
+const want = "want PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM"
 
 // Config is the kafka.sasl section. Mechanism empty: no SASL.
 type Config struct {
@@ -53,6 +61,23 @@ type Config struct {
 	// Extensions are OAUTHBEARER SASL extensions (Confluent Cloud wants
 	// logicalCluster and identityPoolId).
 	Extensions map[string]string `yaml:"extensions"`
+	// AWS_MSK_IAM (Amazon MSK's IAM access control; the only mechanism of
+	// MSK Serverless) signs each login with AWS credentials: those in
+	// AccessKeyIDFile and SecretAccessKeyFile, with SessionTokenFile for
+	// temporary credentials, read again when they change; or, when none
+	// is set, those of the environment: AWS_ACCESS_KEY_ID,
+	// AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, else a web identity
+	// (EKS IAM roles for service accounts: AWS_ROLE_ARN and
+	// AWS_WEB_IDENTITY_TOKEN_FILE, exchanged at STS for temporary
+	// credentials that are renewed before they expire). Nothing else of
+	// the AWS SDKs' chain is read: no ~/.aws files or profiles, no EKS Pod
+	// Identity or ECS container endpoint, no EC2 instance metadata. The
+	// signature's region is the one in the broker's name
+	// (….kafka.us-east-1.amazonaws.com), else AWS_REGION or
+	// AWS_DEFAULT_REGION.
+	AccessKeyIDFile     string `yaml:"access_key_id_file"`
+	SecretAccessKeyFile string `yaml:"secret_access_key_file"`
+	SessionTokenFile    string `yaml:"session_token_file"`
 }
 
 // On reports whether SASL is used.
@@ -67,10 +92,14 @@ func (c Config) Validate() error {
 	userPass := c.Username != "" || c.Password != "" || c.PasswordFile != ""
 	oauthAny := c.TokenFile != "" || c.TokenURL != "" || c.ClientID != "" || c.ClientSecret != "" ||
 		c.ClientSecretFile != "" || len(c.Scopes) > 0 || len(c.Extensions) > 0
+	awsAny := c.AccessKeyIDFile != "" || c.SecretAccessKeyFile != "" || c.SessionTokenFile != ""
+	if awsAny && c.Name() != AWSMSKIAM && c.Name() != "" {
+		return fmt.Errorf("kafka.sasl.access_key_id_file, secret_access_key_file, session_token_file: for AWS_MSK_IAM, not %s", c.Name())
+	}
 	switch c.Name() {
 	case "":
-		if userPass || oauthAny {
-			return errors.New("kafka.sasl.mechanism: empty, but other kafka.sasl keys are set: want PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
+		if userPass || oauthAny || awsAny {
+			return errors.New("kafka.sasl.mechanism: empty, but other kafka.sasl keys are set: " + want)
 		}
 	case Plain, ScramSHA256, ScramSHA512:
 		switch {
@@ -96,8 +125,17 @@ func (c Config) Validate() error {
 		case c.TokenURL != "" && !strings.HasPrefix(c.TokenURL, "https://") && !strings.HasPrefix(c.TokenURL, "http://"):
 			return errors.New("kafka.sasl.token_url: want an http(s) URL")
 		}
+	case AWSMSKIAM:
+		switch {
+		case userPass || oauthAny:
+			return errors.New("kafka.sasl: username, password, token and client keys are not used by AWS_MSK_IAM (access_key_id_file and secret_access_key_file, or the AWS credentials of the environment)")
+		case c.SessionTokenFile != "" && c.AccessKeyIDFile == "" && c.SecretAccessKeyFile == "":
+			return errors.New("kafka.sasl.session_token_file: only with access_key_id_file and secret_access_key_file")
+		case (c.AccessKeyIDFile == "") != (c.SecretAccessKeyFile == ""):
+			return errors.New("kafka.sasl.access_key_id_file, secret_access_key_file: set both, or neither for the AWS credentials of the environment (AWS_MSK_IAM)")
+		}
 	default:
-		return fmt.Errorf("kafka.sasl.mechanism: %q, want PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER", c.Mechanism)
+		return fmt.Errorf("kafka.sasl.mechanism: %q, %s", c.Mechanism, want)
 	}
 	return nil
 }
@@ -105,7 +143,9 @@ func (c Config) Validate() error {
 // Plaintext says where a credential of c would cross a network
 // unencrypted, naming the key: SASL (any mechanism: PLAIN sends the
 // password itself, SCRAM's exchange and an OAUTHBEARER token can be
-// replayed or downgraded) to a broker not on this machine when tls is off,
+// replayed or downgraded, an AWS_MSK_IAM signature is a bearer credential
+// for its five minutes, and MSK's IAM listener is TLS-only anyway) to a
+// broker not on this machine when tls is off,
 // or a token_url over http:// to a host not on this machine (the client
 // secret goes in the request). On this machine is a loopback address
 // (127.0.0.0/8, ::1) or localhost. nil when nothing would.
@@ -175,6 +215,13 @@ func (c Config) Build() (sasl.Mechanism, error) {
 			}), nil
 		}
 	}
+	if c.Name() == AWSMSKIAM {
+		creds, err := c.awsCredentials(os.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		return mskiam.ManagedStreamingIAM(creds), nil
+	}
 	token, err := c.tokens()
 	if err != nil {
 		return nil, err
@@ -183,6 +230,21 @@ func (c Config) Build() (sasl.Mechanism, error) {
 		t, err := token(ctx)
 		return oauth.Auth{Token: t, Extensions: c.Extensions}, err
 	}), nil
+}
+
+// Identity says whose credentials c sends, for errors: a user, an OAuth
+// client, where AWS credentials come from. It quotes no secret.
+func (c Config) Identity() string {
+	switch c.Name() {
+	case OAuthBearer:
+		if c.ClientID != "" {
+			return fmt.Sprintf("client %q", c.ClientID)
+		}
+		return "an OAuth token"
+	case AWSMSKIAM:
+		return c.awsIdentity(os.Getenv)
+	}
+	return fmt.Sprintf("user %q", c.Username)
 }
 
 // tokens is where OAUTHBEARER's token comes from.

@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/dedupio/dedup/connect/clienttls"
-	"github.com/dedupio/dedup/connect/kafkasasl"
 	"github.com/dedupio/dedup/connect/secretfile"
 	"github.com/dedupio/dedup/sink/starter"
 )
@@ -31,7 +30,7 @@ import (
 // takes kafkaOpts, every Temporal client temporalOptions.
 
 // KafkaOpts are the options every Kafka client of dedup shares: the seed
-// brokers, the fetch isolation level (kafka.isolation_level), TLS (kafka.tls) and SASL (kafka.sasl). Certificate and secret
+// brokers, the fetch isolation level (kafka.isolation_level), TLS (kafka.tls) and SASL (kafka.sasl; AWS_MSK_IAM may read the AWS_* environment). Certificate and secret
 // files are read here once (a missing one is an error naming its key) and
 // again, when they changed, at each new connection.
 func KafkaOpts(cfg Config) ([]kgo.Opt, error) { return kafkaOpts(cfg) }
@@ -59,6 +58,9 @@ func kafkaOpts(cfg Config) ([]kgo.Opt, error) {
 	}
 	m, err := cfg.Kafka.SASL.Build()
 	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Kafka.SASL.CheckBrokers(cfg.Kafka.Brokers); err != nil {
 		return nil, err
 	}
 	if m != nil {
@@ -157,13 +159,7 @@ func permanentKafkaError(cfg Config, seed string, err error) error {
 		eof      *kgo.ErrFirstReadEOF
 	)
 	sasl := cfg.Kafka.SASL
-	who := fmt.Sprintf("user %q", sasl.Username)
-	if sasl.Name() == kafkasasl.OAuthBearer {
-		who = "an OAuth token"
-		if sasl.ClientID != "" {
-			who = fmt.Sprintf("client %q", sasl.ClientID)
-		}
-	}
+	who := sasl.Identity()
 	switch {
 	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid):
 		return fmt.Errorf("kafka.tls: broker %s: its certificate does not verify against %s: %w", seed, caName(cfg.Kafka.TLS), err)

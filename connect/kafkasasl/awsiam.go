@@ -1,0 +1,339 @@
+package kafkasasl
+
+import (
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	mskiam "github.com/twmb/franz-go/pkg/sasl/aws"
+
+	"github.com/dedupio/dedup/connect/secretfile"
+)
+
+// AWS_MSK_IAM's credentials come from the first of these that is set,
+// in the order the AWS SDKs look at them (the part of their chain that
+// applies to a pod): the kafka.sasl files, the environment's keys, a web
+// identity. A source that is set but incomplete is an error, not a reason
+// to fall through to the next: credentials from a source nobody meant
+// would be worse than none.
+const (
+	awsNone = iota
+	awsFiles
+	awsEnvKeys
+	awsWebIdentity
+)
+
+// awsSource is the source AWS_MSK_IAM's credentials come from.
+func (c Config) awsSource(getenv func(string) string) int {
+	switch {
+	case c.AccessKeyIDFile != "" || c.SecretAccessKeyFile != "":
+		return awsFiles
+	case getenv("AWS_ACCESS_KEY_ID") != "" || getenv("AWS_SECRET_ACCESS_KEY") != "":
+		return awsEnvKeys
+	case getenv("AWS_ROLE_ARN") != "" || getenv("AWS_WEB_IDENTITY_TOKEN_FILE") != "":
+		return awsWebIdentity
+	}
+	return awsNone
+}
+
+// awsIdentity says where the credentials come from, for errors. It quotes
+// no key: a role ARN is a name, not a secret.
+func (c Config) awsIdentity(getenv func(string) string) string {
+	switch c.awsSource(getenv) {
+	case awsFiles:
+		return "the AWS access key in kafka.sasl.access_key_id_file"
+	case awsEnvKeys:
+		return "the AWS access key in AWS_ACCESS_KEY_ID"
+	case awsWebIdentity:
+		return fmt.Sprintf("AWS role %q (AWS_ROLE_ARN, web identity)", getenv("AWS_ROLE_ARN"))
+	}
+	return "no AWS credentials"
+}
+
+// CheckBrokers says, for AWS_MSK_IAM, which seed broker a login could
+// not be signed for: the signature's region is the one in the broker's
+// name (b-1.….kafka.us-east-1.amazonaws.com), else AWS_REGION or
+// AWS_DEFAULT_REGION, and a name with no region (an IP address, a DNS
+// alias, a tunnel) needs one of those. It asks franz-go's signer itself,
+// with a throwaway key, so that the rule is franz-go's. nil for other
+// mechanisms.
+func (c Config) CheckBrokers(brokers []string) error {
+	if c.Name() != AWSMSKIAM {
+		return nil
+	}
+	dry := mskiam.Auth{AccessKey: "check", SecretKey: "check"}.AsManagedStreamingIAMMechanism()
+	for _, b := range brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			b = net.JoinHostPort(b, "9092") // franz-go's default port
+		}
+		if _, _, err := dry.Authenticate(context.Background(), b); err != nil {
+			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s: %v: set AWS_REGION to the cluster's region (an MSK broker's own name, ….kafka.REGION.amazonaws.com, carries it)", b, err)
+		}
+	}
+	return nil
+}
+
+// awsCredentials is the credentials callback of the AWS_MSK_IAM
+// mechanism, called at each login. Files and the web identity token are
+// read once here, so that a missing one is a start-up error naming it.
+func (c Config) awsCredentials(getenv func(string) string) (func(context.Context) (mskiam.Auth, error), error) {
+	switch c.awsSource(getenv) {
+	case awsFiles:
+		return c.awsFiles()
+	case awsEnvKeys:
+		id, secret := getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY")
+		if id == "" || secret == "" {
+			return nil, errors.New("kafka.sasl.mechanism AWS_MSK_IAM: set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment, or neither")
+		}
+		auth := mskiam.Auth{AccessKey: id, SecretKey: secret, SessionToken: getenv("AWS_SESSION_TOKEN")}
+		return func(context.Context) (mskiam.Auth, error) { return auth, nil }, nil
+	case awsWebIdentity:
+		return webIdentity(getenv)
+	}
+	return nil, errors.New("kafka.sasl.mechanism AWS_MSK_IAM: no AWS credentials: set kafka.sasl.access_key_id_file and secret_access_key_file, " +
+		"or in the environment AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE (EKS IAM roles for service accounts)")
+}
+
+// awsFiles reads the key files at each login, each again only when it
+// changed. The two (three) files are read one after the other: a rotation
+// that replaces them one by one can pair an old ID with a new secret for
+// one login, which the broker refuses and the client retries. A mounted
+// Kubernetes Secret is replaced whole, at once.
+func (c Config) awsFiles() (func(context.Context) (mskiam.Auth, error), error) {
+	id, err := secretfile.NewFile("kafka.sasl.access_key_id_file", c.AccessKeyIDFile)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := secretfile.NewFile("kafka.sasl.secret_access_key_file", c.SecretAccessKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	var token *secretfile.File
+	if c.SessionTokenFile != "" {
+		if token, err = secretfile.NewFile("kafka.sasl.session_token_file", c.SessionTokenFile); err != nil {
+			return nil, err
+		}
+	}
+	return func(context.Context) (mskiam.Auth, error) {
+		var a mskiam.Auth
+		var err error
+		if a.AccessKey, err = id.Get(); err != nil {
+			return mskiam.Auth{}, err
+		}
+		if a.SecretKey, err = secret.Get(); err != nil {
+			return mskiam.Auth{}, err
+		}
+		if token != nil {
+			if a.SessionToken, err = token.Get(); err != nil {
+				return mskiam.Auth{}, err
+			}
+		}
+		return a, nil
+	}, nil
+}
+
+// webIdentity exchanges the token in AWS_WEB_IDENTITY_TOKEN_FILE (which
+// the kubelet keeps fresh) for temporary credentials of AWS_ROLE_ARN, by
+// STS AssumeRoleWithWebIdentity, as the AWS SDKs do for EKS IAM roles for
+// service accounts (IRSA). AWS_ROLE_SESSION_NAME names the session, if
+// set. See stsWebIdentity for the endpoint and the renewal.
+func webIdentity(getenv func(string) string) (func(context.Context) (mskiam.Auth, error), error) {
+	role, path := getenv("AWS_ROLE_ARN"), getenv("AWS_WEB_IDENTITY_TOKEN_FILE")
+	if role == "" || path == "" {
+		return nil, errors.New("kafka.sasl.mechanism AWS_MSK_IAM: set both AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE in the environment, or neither")
+	}
+	token, err := secretfile.NewFile("AWS_WEB_IDENTITY_TOKEN_FILE", path)
+	if err != nil {
+		return nil, err
+	}
+	endpoint, err := stsEndpoint(getenv)
+	if err != nil {
+		return nil, err
+	}
+	s := &stsWebIdentity{
+		endpoint: endpoint,
+		role:     role,
+		session:  first(getenv("AWS_ROLE_SESSION_NAME"), "dedup-"+strconv.FormatInt(time.Now().UnixNano(), 10)),
+		token:    token,
+		client:   &http.Client{Timeout: 30 * time.Second},
+	}
+	return func(ctx context.Context) (mskiam.Auth, error) {
+		a, err := s.get(ctx)
+		if err != nil {
+			return mskiam.Auth{}, fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: assuming role %s with the web identity token in %s (AWS_ROLE_ARN, AWS_WEB_IDENTITY_TOKEN_FILE): %w", role, path, err)
+		}
+		return a, nil
+	}, nil
+}
+
+// stsEndpoint is where AssumeRoleWithWebIdentity goes:
+// AWS_ENDPOINT_URL_STS (else AWS_ENDPOINT_URL) when set, as the AWS SDKs
+// read them (a VPC endpoint, a proxy); else STS's regional endpoint in
+// AWS_REGION (else AWS_DEFAULT_REGION), which EKS sets in pods; else the
+// global one. The token is a bearer credential: http:// is refused but to
+// a loopback host.
+func stsEndpoint(getenv func(string) string) (string, error) {
+	if ep := first(getenv("AWS_ENDPOINT_URL_STS"), getenv("AWS_ENDPOINT_URL")); ep != "" {
+		u, err := url.Parse(ep)
+		switch {
+		case err != nil || u.Host == "" || u.Scheme != "https" && u.Scheme != "http":
+			return "", fmt.Errorf("AWS_ENDPOINT_URL_STS (or AWS_ENDPOINT_URL): %q is not an http(s) URL", ep)
+		case u.Scheme == "http" && !loopback(u.Hostname()):
+			return "", fmt.Errorf("AWS_ENDPOINT_URL_STS (or AWS_ENDPOINT_URL): http:// to %s would send the web identity token without TLS: use https://", u.Hostname())
+		}
+		return ep, nil
+	}
+	region := first(getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"))
+	if region == "" {
+		return "https://sts.amazonaws.com/", nil
+	}
+	// The partitions' DNS suffixes (as franz-go's signer knows them);
+	// another partition: AWS_ENDPOINT_URL_STS.
+	suffix := "amazonaws.com"
+	switch {
+	case strings.HasPrefix(region, "cn-"):
+		suffix = "amazonaws.com.cn"
+	case strings.HasPrefix(region, "us-isob-"):
+		suffix = "sc2s.sgov.gov"
+	case strings.HasPrefix(region, "us-iso-"):
+		suffix = "c2s.ic.gov"
+	}
+	return "https://sts." + region + "." + suffix + "/", nil
+}
+
+// stsWebIdentity holds the credentials of one role, renewed by STS
+// AssumeRoleWithWebIdentity when they are within five minutes of expiry,
+// with the token as its file holds it then. The call is STS's query API,
+// unsigned (the token is the proof of identity), over HTTPS:
+// https://docs.aws.amazon.com/STS/latest/APIReference/API_AssumeRoleWithWebIdentity.html
+// A renewal that fails while the held credentials are still valid keeps
+// them: an STS hiccup does not fail logins.
+type stsWebIdentity struct {
+	endpoint, role, session string
+	token                   *secretfile.File
+	client                  *http.Client
+
+	mu      sync.Mutex // held across a renewal: concurrent logins wait for it
+	creds   mskiam.Auth
+	expires time.Time
+}
+
+func (s *stsWebIdentity) get(ctx context.Context) (mskiam.Auth, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if time.Until(s.expires) > 5*time.Minute {
+		return s.creds, nil
+	}
+	// franz-go calls with its client's context, which has no deadline.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var (
+		creds   mskiam.Auth
+		expires time.Time
+		err     error
+	)
+	// Three tries, as the AWS SDKs, of what they retry: STS's 5xx,
+	// IDPCommunicationError (the identity provider did not answer STS)
+	// and InvalidIdentityToken (which can pass while STS fetches the
+	// provider's keys).
+	for try := 1; ; try++ {
+		var retry bool
+		creds, expires, retry, err = s.assumeRole(ctx)
+		if err == nil || !retry || try == 3 || !pause(ctx, time.Duration(try)*200*time.Millisecond) {
+			break
+		}
+	}
+	if err != nil {
+		if time.Now().Before(s.expires) {
+			return s.creds, nil
+		}
+		return mskiam.Auth{}, err
+	}
+	s.creds, s.expires = creds, expires
+	return creds, nil
+}
+
+// assumeRole is one AssumeRoleWithWebIdentity call; retry says whether
+// STS asks for another try.
+func (s *stsWebIdentity) assumeRole(ctx context.Context) (mskiam.Auth, time.Time, bool, error) {
+	token, err := s.token.Get()
+	if err != nil {
+		return mskiam.Auth{}, time.Time{}, false, err
+	}
+	form := url.Values{
+		"Action":           {"AssumeRoleWithWebIdentity"},
+		"Version":          {"2011-06-15"},
+		"RoleArn":          {s.role},
+		"RoleSessionName":  {s.session},
+		"WebIdentityToken": {token},
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.endpoint, strings.NewReader(form.Encode()))
+	if err != nil {
+		return mskiam.Auth{}, time.Time{}, false, err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded; charset=utf-8")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return mskiam.Auth{}, time.Time{}, true, fmt.Errorf("calling STS: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return mskiam.Auth{}, time.Time{}, true, fmt.Errorf("reading STS's answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Code    string `xml:"Error>Code"`
+			Message string `xml:"Error>Message"`
+		}
+		_ = xml.Unmarshal(body, &e)
+		retry := resp.StatusCode >= 500 || e.Code == "InvalidIdentityToken" || e.Code == "IDPCommunicationError"
+		if e.Code == "" {
+			return mskiam.Auth{}, time.Time{}, retry, fmt.Errorf("STS answered %s", resp.Status)
+		}
+		return mskiam.Auth{}, time.Time{}, retry, fmt.Errorf("STS answered %s: %s: %s", resp.Status, e.Code, e.Message)
+	}
+	var r struct {
+		AccessKeyID     string    `xml:"AssumeRoleWithWebIdentityResult>Credentials>AccessKeyId"`
+		SecretAccessKey string    `xml:"AssumeRoleWithWebIdentityResult>Credentials>SecretAccessKey"`
+		SessionToken    string    `xml:"AssumeRoleWithWebIdentityResult>Credentials>SessionToken"`
+		Expiration      time.Time `xml:"AssumeRoleWithWebIdentityResult>Credentials>Expiration"`
+	}
+	if err := xml.Unmarshal(body, &r); err != nil {
+		return mskiam.Auth{}, time.Time{}, false, fmt.Errorf("reading STS's answer: %w", err)
+	}
+	if r.AccessKeyID == "" || r.SecretAccessKey == "" || r.SessionToken == "" || r.Expiration.IsZero() {
+		return mskiam.Auth{}, time.Time{}, false, errors.New("STS's answer has no credentials")
+	}
+	return mskiam.Auth{AccessKey: r.AccessKeyID, SecretKey: r.SecretAccessKey, SessionToken: r.SessionToken}, r.Expiration, false, nil
+}
+
+// pause waits d, or less if ctx ends first: then it returns false.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func first(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

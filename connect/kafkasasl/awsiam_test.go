@@ -1,0 +1,446 @@
+package kafkasasl
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sasl"
+
+	"github.com/dedupio/dedup/internal/testsupport/mskiamtest"
+)
+
+// Example keys, in AWS's documented format; not real credentials.
+const (
+	keyID1, secret1 = "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+	keyID2, secret2 = "AKIAI44QH8DHBEXAMPLE", "je7MtGbClwBF/2Zp9Utk/h3yCo8nvbEXAMPLEKEY"
+	// An MSK broker's name: the signature's region comes from it.
+	mskBroker, mskHost = "b-1.mycluster.abc123.c2.kafka.eu-west-1.amazonaws.com:9098", "b-1.mycluster.abc123.c2.kafka.eu-west-1.amazonaws.com"
+)
+
+// noAWSEnv clears the AWS_* variables the credential chain and franz-go's
+// signer read, so that the machine's own do not leak into a test.
+func noAWSEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ROLE_ARN",
+		"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_SESSION_NAME", "AWS_REGION", "AWS_DEFAULT_REGION",
+		"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_STS"} {
+		t.Setenv(k, "")
+	}
+}
+
+func TestAWSMSKIAMValidate(t *testing.T) {
+	iam := func(id, secret, token string) Config {
+		return Config{Mechanism: "aws_msk_iam", AccessKeyIDFile: id, SecretAccessKeyFile: secret, SessionTokenFile: token}
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"nothing: the environment's credentials", iam("", "", ""), ""},
+		{"both files", iam("/k/id", "/k/secret", ""), ""},
+		{"both files and a session token", iam("/k/id", "/k/secret", "/k/token"), ""},
+		{"the ID alone", iam("/k/id", "", ""), "kafka.sasl.access_key_id_file, secret_access_key_file: set both, or neither"},
+		{"the secret alone", iam("", "/k/secret", "/k/token"), "kafka.sasl.access_key_id_file, secret_access_key_file: set both, or neither"},
+		{"a session token alone", iam("", "", "/k/token"), "kafka.sasl.session_token_file: only with access_key_id_file and secret_access_key_file"},
+		{"a username", Config{Mechanism: AWSMSKIAM, Username: "u"}, "not used by AWS_MSK_IAM"},
+		{"a password file", Config{Mechanism: AWSMSKIAM, PasswordFile: "/p"}, "not used by AWS_MSK_IAM"},
+		{"a token_url", Config{Mechanism: AWSMSKIAM, TokenURL: "https://idp/token"}, "not used by AWS_MSK_IAM"},
+		{"AWS keys with PLAIN", Config{Mechanism: Plain, Username: "u", Password: "p", AccessKeyIDFile: "/k/id"}, "kafka.sasl.access_key_id_file, secret_access_key_file, session_token_file: for AWS_MSK_IAM, not PLAIN"},
+		{"AWS keys without a mechanism", Config{SecretAccessKeyFile: "/k/secret"}, "kafka.sasl.mechanism: empty, but other kafka.sasl keys are set"},
+		{"a misspelt mechanism", Config{Mechanism: "AWS_IAM"}, `kafka.sasl.mechanism: "AWS_IAM", want PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM`},
+	} {
+		err := tc.cfg.Validate()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// login runs the mechanism's client side against a broker named host
+// and checks the payload as the broker would (mskiamtest.Verify: fields,
+// and the signature recomputed by AWS's own signer).
+func login(t *testing.T, m sasl.Mechanism, broker, host string, secrets keys) mskiamtest.Login {
+	t.Helper()
+	if m.Name() != "AWS_MSK_IAM" {
+		t.Fatalf("mechanism %s, want AWS_MSK_IAM", m.Name())
+	}
+	s, msg, err := m.Authenticate(context.Background(), broker)
+	if err != nil {
+		t.Fatalf("authenticate: %v", err)
+	}
+	l, err := mskiamtest.Verify(msg, host, secrets.secret, time.Now())
+	if err != nil {
+		t.Fatalf("the broker would refuse %s: %v", msg, err)
+	}
+	if sec, _ := secrets.secret(l.AccessKey); strings.Contains(string(msg), sec) {
+		t.Fatalf("the payload carries the secret key: %s", msg)
+	}
+	// MSK's answer ends the exchange.
+	if done, _, err := s.Challenge([]byte(`{"version":"2020_10_22","request-id":"r"}`)); !done || err != nil {
+		t.Fatalf("the broker's answer: done %v, %v", done, err)
+	}
+	return l
+}
+
+// keys are the access keys a broker knows: their secret keys.
+type keys interface {
+	secret(accessKey string) (string, bool)
+}
+
+type keyMap map[string]string
+
+func (m keyMap) secret(k string) (string, bool) { s, ok := m[k]; return s, ok }
+
+func writeFile(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A new modification time even on a coarse clock.
+	later := time.Now().Add(time.Duration(len(s)) * time.Second)
+	if err := os.Chtimes(p, later, later); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The key files are read at each login, again when they change (a
+// rotated Secret is used without a restart); the signature's region is
+// the broker's, from its name; the payload carries the access key and
+// session token, never the secret key.
+func TestAWSMSKIAMKeyFiles(t *testing.T) {
+	noAWSEnv(t)
+	dir := t.TempDir()
+	id, secret, token := filepath.Join(dir, "id"), filepath.Join(dir, "secret"), filepath.Join(dir, "token")
+	writeFile(t, id, keyID1+"\n")
+	writeFile(t, secret, secret1+"\n")
+	writeFile(t, token, "session-token-1\n")
+	c := Config{Mechanism: AWSMSKIAM, AccessKeyIDFile: id, SecretAccessKeyFile: secret, SessionTokenFile: token}
+	m, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := keyMap{keyID1: secret1, keyID2: secret2}
+	l := login(t, m, mskBroker, mskHost, secrets)
+	if l.AccessKey != keyID1 || l.Region != "eu-west-1" || l.SessionToken != "session-token-1" {
+		t.Errorf("first login: key %s region %s token %q", l.AccessKey, l.Region, l.SessionToken)
+	}
+	for _, k := range []string{"user-agent", "x-amz-expires"} {
+		t.Logf("%s: %s", k, l.Fields[k])
+	}
+
+	writeFile(t, id, keyID2+"\n\n")
+	writeFile(t, secret, secret2+"\n\n")
+	writeFile(t, token, "session-token-2, longer\n")
+	l = login(t, m, mskBroker, mskHost, secrets)
+	if l.AccessKey != keyID2 || l.SessionToken != "session-token-2, longer" {
+		t.Errorf("after rotation: key %s token %q", l.AccessKey, l.SessionToken)
+	}
+
+	// No session token file: no x-amz-security-token.
+	c.SessionTokenFile = ""
+	if m, err = c.Build(); err != nil {
+		t.Fatal(err)
+	}
+	if l = login(t, m, mskBroker, mskHost, secrets); l.SessionToken != "" {
+		t.Errorf("without session_token_file: token %q", l.SessionToken)
+	}
+	if got := c.Identity(); got != "the AWS access key in kafka.sasl.access_key_id_file" {
+		t.Errorf("Identity %q", got)
+	}
+
+	// A missing file is a start-up error naming its key, not its content.
+	for key, cfg := range map[string]Config{
+		"kafka.sasl.access_key_id_file":     {Mechanism: AWSMSKIAM, AccessKeyIDFile: filepath.Join(dir, "missing"), SecretAccessKeyFile: secret},
+		"kafka.sasl.secret_access_key_file": {Mechanism: AWSMSKIAM, AccessKeyIDFile: id, SecretAccessKeyFile: filepath.Join(dir, "missing")},
+		"kafka.sasl.session_token_file":     {Mechanism: AWSMSKIAM, AccessKeyIDFile: id, SecretAccessKeyFile: secret, SessionTokenFile: filepath.Join(dir, "missing")},
+	} {
+		_, err := cfg.Build()
+		if err == nil || !strings.HasPrefix(err.Error(), key+":") {
+			t.Errorf("%s missing: %v", key, err)
+		}
+	}
+	// A file removed after start: the login fails, naming the key.
+	if err := os.Remove(secret); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Authenticate(context.Background(), mskBroker); err == nil || !strings.Contains(err.Error(), "kafka.sasl.secret_access_key_file") {
+		t.Errorf("secret file removed: %v", err)
+	}
+}
+
+// With no key file, the credentials are the environment's:
+// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN. A source
+// half set is an error, as is no source at all. A broker whose name has
+// no region signs with AWS_REGION.
+func TestAWSMSKIAMEnvironment(t *testing.T) {
+	noAWSEnv(t)
+	secrets := keyMap{keyID1: secret1}
+	c := Config{Mechanism: AWSMSKIAM}
+	if _, err := c.Build(); err == nil || !strings.Contains(err.Error(), "no AWS credentials: set kafka.sasl.access_key_id_file and secret_access_key_file, or in the environment AWS_ACCESS_KEY_ID") {
+		t.Errorf("no credentials anywhere: %v", err)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", keyID1)
+	if _, err := c.Build(); err == nil || !strings.Contains(err.Error(), "set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY") {
+		t.Errorf("AWS_ACCESS_KEY_ID alone: %v", err)
+	}
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret1)
+	t.Setenv("AWS_SESSION_TOKEN", "env-session-token")
+	m, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := login(t, m, mskBroker, mskHost, secrets); l.AccessKey != keyID1 || l.Region != "eu-west-1" || l.SessionToken != "env-session-token" {
+		t.Errorf("from the environment: key %s region %s token %q", l.AccessKey, l.Region, l.SessionToken)
+	}
+	if got := c.Identity(); got != "the AWS access key in AWS_ACCESS_KEY_ID" {
+		t.Errorf("Identity %q", got)
+	}
+
+	// A broker name without a region (a tunnel, a test broker).
+	if _, _, err := m.Authenticate(context.Background(), "127.0.0.1:9098"); err == nil || !strings.Contains(err.Error(), "region") {
+		t.Errorf("no region anywhere: %v", err)
+	}
+	t.Setenv("AWS_REGION", "ap-southeast-2")
+	if l := login(t, m, "127.0.0.1:9098", "127.0.0.1", secrets); l.Region != "ap-southeast-2" {
+		t.Errorf("AWS_REGION: region %s", l.Region)
+	}
+}
+
+// fakeSTS is an STS endpoint speaking AssumeRoleWithWebIdentity in the
+// query protocol (the request as aws-sdk-go-v2's sts client sends it; the
+// test was first run against that client), exchanging one valid web
+// identity token at a time for credentials of one role.
+type fakeSTS struct {
+	role     string
+	lifetime time.Duration
+
+	mu     sync.Mutex
+	token  string   // the token it accepts
+	fail   []int    // answers before the next success: an HTTP status (503), or 400 IDPCommunicationError
+	calls  []string // RoleSessionName of each request
+	issued int
+}
+
+func (s *fakeSTS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
+		http.Error(w, "<ErrorResponse><Error><Code>InvalidRequest</Code></Error></ErrorResponse>", http.StatusBadRequest)
+		return
+	}
+	if err := r.ParseForm(); err != nil || r.Form.Get("Action") != "AssumeRoleWithWebIdentity" || r.Form.Get("Version") != "2011-06-15" {
+		http.Error(w, "<ErrorResponse><Error><Code>InvalidAction</Code></Error></ErrorResponse>", http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, r.Form.Get("RoleSessionName"))
+	w.Header().Set("Content-Type", "text/xml")
+	if len(s.fail) > 0 {
+		status := s.fail[0]
+		s.fail = s.fail[1:]
+		w.WriteHeader(status)
+		if status == http.StatusBadRequest {
+			_, _ = fmt.Fprint(w, `<ErrorResponse><Error><Type>Sender</Type><Code>IDPCommunicationError</Code><Message>the IdP did not answer</Message></Error></ErrorResponse>`)
+		}
+		return
+	}
+	if r.Form.Get("RoleArn") != s.role || r.Form.Get("WebIdentityToken") != s.token {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = fmt.Fprint(w, `<ErrorResponse><Error><Type>Sender</Type><Code>InvalidIdentityToken</Code><Message>Incorrect token audience</Message></Error></ErrorResponse>`)
+		return
+	}
+	s.issued++
+	_, _ = fmt.Fprintf(w, `<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleWithWebIdentityResult>
+<Credentials><AccessKeyId>ASIAFAKE%d</AccessKeyId><SecretAccessKey>sts-secret-%d</SecretAccessKey><SessionToken>sts-session-%d</SessionToken><Expiration>%s</Expiration></Credentials>
+</AssumeRoleWithWebIdentityResult><ResponseMetadata><RequestId>r</RequestId></ResponseMetadata></AssumeRoleWithWebIdentityResponse>`,
+		s.issued, s.issued, s.issued, time.Now().Add(s.lifetime).UTC().Format(time.RFC3339))
+}
+
+func (s *fakeSTS) set(f func(s *fakeSTS)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s)
+}
+
+func (s *fakeSTS) counts() (calls, issued int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.calls), s.issued
+}
+
+// secret is the secret key of a key s issued.
+func (s *fakeSTS) secret(key string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int
+	if _, err := fmt.Sscanf(key, "ASIAFAKE%d", &n); err != nil || n < 1 || n > s.issued {
+		return "", false
+	}
+	return fmt.Sprintf("sts-secret-%d", n), true
+}
+
+// IRSA: AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE are exchanged at STS
+// (AssumeRoleWithWebIdentity, against a fake STS at
+// AWS_ENDPOINT_URL_STS) for temporary credentials, which are kept until
+// five minutes before they expire; the token file is read again for each
+// exchange (the kubelet rotates it); what STS asks to retry is retried,
+// three tries at most; a renewal that fails while the held credentials
+// are valid keeps them. A refused token is an error naming the role and
+// the variables, without the token.
+func TestAWSMSKIAMWebIdentity(t *testing.T) {
+	noAWSEnv(t)
+	const role = "arn:aws:iam::123456789012:role/dedup"
+	fake := &fakeSTS{role: role, token: "jwt-one", lifetime: time.Hour}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenFile, "jwt-one\n")
+	t.Setenv("AWS_ROLE_ARN", role)
+	c := Config{Mechanism: AWSMSKIAM}
+	if _, err := c.Build(); err == nil || !strings.Contains(err.Error(), "set both AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE") {
+		t.Errorf("AWS_ROLE_ARN alone: %v", err)
+	}
+	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", filepath.Join(t.TempDir(), "missing"))
+	if _, err := c.Build(); err == nil || !strings.HasPrefix(err.Error(), "AWS_WEB_IDENTITY_TOKEN_FILE:") {
+		t.Errorf("a missing token file: %v", err)
+	}
+	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
+	t.Setenv("AWS_ENDPOINT_URL_STS", srv.URL)
+	t.Setenv("AWS_REGION", "eu-west-1")
+	t.Setenv("AWS_ROLE_SESSION_NAME", "dedup-test")
+	m, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Identity(); got != `AWS role "`+role+`" (AWS_ROLE_ARN, web identity)` {
+		t.Errorf("Identity %q", got)
+	}
+	for range 3 {
+		if l := login(t, m, mskBroker, mskHost, fake); l.AccessKey != "ASIAFAKE1" || l.SessionToken != "sts-session-1" {
+			t.Fatalf("login: key %s token %q", l.AccessKey, l.SessionToken)
+		}
+	}
+	if len(fake.calls) != 1 || fake.calls[0] != "dedup-test" {
+		t.Errorf("STS requests %q for three logins, want one, session dedup-test (credentials kept until near expiry)", fake.calls)
+	}
+
+	// The kubelet rotates the token; STS now issues credentials that
+	// expire in four minutes, inside the renewal window.
+	fake.set(func(s *fakeSTS) { s.lifetime, s.token = 4*time.Minute, "jwt-two, longer" })
+	writeFile(t, tokenFile, "jwt-two, longer\n")
+	login(t, m, mskBroker, mskHost, fake) // the hour-long ones are still held
+	if _, issued := fake.counts(); issued != 1 {
+		t.Errorf("%d exchanges while the first credentials are good, want 1", issued)
+	}
+	m2, err := c.Build() // a new client: exchanges the rotated token
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := login(t, m2, mskBroker, mskHost, fake); l.AccessKey != "ASIAFAKE2" {
+		t.Errorf("with the rotated token: key %s", l.AccessKey)
+	}
+	if l := login(t, m2, mskBroker, mskHost, fake); l.AccessKey != "ASIAFAKE3" {
+		t.Errorf("credentials 4 minutes from expiry are renewed at the next login: key %s", l.AccessKey)
+	}
+
+	// STS unavailable, then the identity provider unreachable: retried.
+	fake.set(func(s *fakeSTS) { s.fail = []int{http.StatusServiceUnavailable, http.StatusBadRequest} })
+	calls, _ := fake.counts()
+	if l := login(t, m2, mskBroker, mskHost, fake); l.AccessKey != "ASIAFAKE4" {
+		t.Errorf("after a 503 and an IDPCommunicationError: key %s", l.AccessKey)
+	}
+	if n, _ := fake.counts(); n-calls != 3 {
+		t.Errorf("%d requests for a 503, an IDPCommunicationError and a success, want 3", n-calls)
+	}
+	// A renewal that fails while the held credentials (four minutes
+	// left) are valid: they are used.
+	fake.set(func(s *fakeSTS) { s.fail = []int{503, 503, 503} })
+	if l := login(t, m2, mskBroker, mskHost, fake); l.AccessKey != "ASIAFAKE4" {
+		t.Errorf("renewal failing, held credentials valid: key %s", l.AccessKey)
+	}
+
+	// A token STS refuses: tried three times (InvalidIdentityToken may
+	// pass), then an error that names the role, not the token.
+	writeFile(t, tokenFile, "jwt-s3cret-but-wrong-and-longer")
+	m3, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, _ = fake.counts()
+	_, _, err = m3.Authenticate(context.Background(), mskBroker)
+	if err == nil || !strings.Contains(err.Error(), "assuming role "+role) || !strings.Contains(err.Error(), "InvalidIdentityToken: Incorrect token audience") {
+		t.Fatalf("a refused token: %v", err)
+	}
+	if n, _ := fake.counts(); n-calls != 3 {
+		t.Errorf("%d requests for a refused token, want 3", n-calls)
+	}
+	if strings.Contains(err.Error(), "jwt-s3cret") {
+		t.Errorf("the error quotes the token: %v", err)
+	}
+	t.Logf("refused: %v", err)
+}
+
+// Where AssumeRoleWithWebIdentity goes: the regional endpoint of
+// AWS_REGION (its partition's domain), the global one without a region,
+// AWS_ENDPOINT_URL_STS or AWS_ENDPOINT_URL when set, never http:// off
+// this machine (the token is a bearer credential).
+func TestSTSEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		env       map[string]string
+		want, err string
+	}{
+		{map[string]string{}, "https://sts.amazonaws.com/", ""},
+		{map[string]string{"AWS_REGION": "eu-west-1"}, "https://sts.eu-west-1.amazonaws.com/", ""},
+		{map[string]string{"AWS_DEFAULT_REGION": "us-gov-west-1"}, "https://sts.us-gov-west-1.amazonaws.com/", ""},
+		{map[string]string{"AWS_REGION": "cn-north-1", "AWS_DEFAULT_REGION": "eu-west-1"}, "https://sts.cn-north-1.amazonaws.com.cn/", ""},
+		{map[string]string{"AWS_REGION": "us-iso-east-1"}, "https://sts.us-iso-east-1.c2s.ic.gov/", ""},
+		{map[string]string{"AWS_REGION": "us-isob-east-1"}, "https://sts.us-isob-east-1.sc2s.sgov.gov/", ""},
+		{map[string]string{"AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL_STS": "https://vpce-1.sts.eu-west-1.vpce.amazonaws.com"}, "https://vpce-1.sts.eu-west-1.vpce.amazonaws.com", ""},
+		{map[string]string{"AWS_ENDPOINT_URL": "http://127.0.0.1:4566"}, "http://127.0.0.1:4566", ""},
+		{map[string]string{"AWS_ENDPOINT_URL_STS": "http://sts.internal:8080"}, "", "AWS_ENDPOINT_URL_STS (or AWS_ENDPOINT_URL): http:// to sts.internal would send the web identity token without TLS"},
+		{map[string]string{"AWS_ENDPOINT_URL_STS": "sts.internal"}, "", "is not an http(s) URL"},
+	} {
+		got, err := stsEndpoint(func(k string) string { return tc.env[k] })
+		if got != tc.want || tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%v: %q %v, want %q %q", tc.env, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// A broker whose name carries no region (an IP address, an alias) cannot
+// be signed for without AWS_REGION: a start-up error naming the broker
+// and the variable, not a login that fails at every retry.
+func TestAWSMSKIAMCheckBrokers(t *testing.T) {
+	noAWSEnv(t)
+	c := Config{Mechanism: AWSMSKIAM}
+	for _, tc := range []struct {
+		brokers []string
+		want    string
+	}{
+		{[]string{mskBroker, "b-2.mycluster.abc123.c2.kafka.eu-west-1.amazonaws.com:9098"}, ""},
+		{[]string{"boot-abc.c2.kafka-serverless.us-east-2.amazonaws.com:9098"}, ""},
+		{[]string{mskBroker, "10.0.0.7:9098"}, "kafka.sasl.mechanism AWS_MSK_IAM: broker 10.0.0.7:9098"},
+		{[]string{"kafka-1"}, "broker kafka-1:9092"},
+		{[]string{"127.0.0.1:9098"}, "set AWS_REGION"},
+	} {
+		err := c.CheckBrokers(tc.brokers)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%v: %v, want %q", tc.brokers, err, tc.want)
+		}
+	}
+	if err := (Config{Mechanism: Plain, Username: "u", Password: "p"}).CheckBrokers([]string{"10.0.0.7:9092"}); err != nil {
+		t.Errorf("PLAIN: %v", err)
+	}
+	t.Setenv("AWS_DEFAULT_REGION", "us-west-2")
+	if err := c.CheckBrokers([]string{"10.0.0.7:9098", "kafka-1"}); err != nil {
+		t.Errorf("with AWS_DEFAULT_REGION: %v", err)
+	}
+}
