@@ -172,7 +172,9 @@ func TestGenerationZeroIsUnfenced(t *testing.T) {
 // may be making the effect right now): it waits; once the older holder
 // fails, it runs.
 func TestNewerGenerationWaitsForAnOlderLiveHolder(t *testing.T) {
-	s, _ := store(t, idempotency.Options{Lease: 600 * time.Millisecond, TTL: time.Hour})
+	// A 1s lease renewed every 333ms: a loaded machine may delay a
+	// renewal by a few hundred milliseconds without losing the lease.
+	s, _ := store(t, idempotency.Options{Lease: time.Second, TTL: time.Hour})
 	ctx := context.Background()
 	holding, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
@@ -185,7 +187,7 @@ func TestNewerGenerationWaitsForAnOlderLiveHolder(t *testing.T) {
 		done <- err
 	}()
 	<-holding
-	time.Sleep(time.Second)
+	time.Sleep(1500 * time.Millisecond) // past the first lease
 	var ran atomic.Int32
 	var ip *idempotency.InProgressError
 	if _, err := s.DoInGeneration(ctx, "k", 2, fpNew, counted(&ran, "x")); !errors.As(err, &ip) {

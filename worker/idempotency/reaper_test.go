@@ -100,7 +100,7 @@ func TestRenewalTakesBackAReapedKey(t *testing.T) {
 	var cancelled atomic.Bool
 	out, err := s.Do(ctx, "k1", fp, func(ctx context.Context) ([]byte, error) {
 		stallAndReap(t, s, pool, "k1")
-		time.Sleep(time.Second) // a renewal (every 200ms) runs meanwhile
+		time.Sleep(1500 * time.Millisecond) // renewals (every 200ms) run meanwhile
 		var ip *idempotency.InProgressError
 		if _, err := s.Do(context.Background(), "k1", fp, func(context.Context) ([]byte, error) {
 			t.Error("a second caller ran the effect while the holder was back")
@@ -113,5 +113,37 @@ func TestRenewalTakesBackAReapedKey(t *testing.T) {
 	})
 	if err != nil || string(out) != "done" || cancelled.Load() {
 		t.Fatalf("holder: %s %v (cancelled %v), want its result and its call not cancelled", out, err, cancelled.Load())
+	}
+}
+
+// Two generations and the reaper: generation 1's holder stalls, its key is
+// reaped, generation 2 takes the absent key, is refused (a permanent
+// failure) and its run fails; then generation 1's late success arrives. The
+// success is stored over the failure (the effect happened): generation 3
+// reads it and does not run, and generation 2's own retry reads it too.
+func TestLateSuccessAfterTheReaperOverANewerFailure(t *testing.T) {
+	s, pool := store(t, idempotency.DefaultOptions())
+	ctx := context.Background()
+	var runs atomic.Int32
+	_, lateErr := s.DoInGeneration(ctx, "k1", 1, fpOld, func(context.Context) ([]byte, error) {
+		runs.Add(1)
+		stallAndReap(t, s, pool, "k1")
+		if _, err := s.DoInGeneration(ctx, "k1", 2, fpNew, permanent("400")); !idempotency.IsPermanent(err) {
+			t.Errorf("generation 2 on the reaped key: %v, want its own 400", err)
+		}
+		return []byte("late"), nil
+	})
+	var ll *idempotency.LeaseLostError
+	if !errors.As(lateErr, &ll) || !ll.Stored {
+		t.Fatalf("generation 1's late success: %v, want a LeaseLostError, stored", lateErr)
+	}
+	for _, gen := range []int{3, 2} {
+		out, err := s.DoInGeneration(ctx, "k1", gen, fpNew, counted(&runs, "again"))
+		if err != nil || string(out) != "late" {
+			t.Errorf("generation %d: %s %v, want the late success", gen, out, err)
+		}
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("ran %d times, want 1", runs.Load())
 	}
 }
