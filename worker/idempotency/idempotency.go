@@ -63,7 +63,7 @@
 // on to the outside service as its idempotency key (an Idempotency-Key
 // header, a Message-ID) so that it can drop that second call.
 //
-// The package is one file, over ~450 lines, because it is one concern: the
+// The package is one file, over ~650 lines, because it is one concern: the
 // key store's protocol (take, renew, finish, expire) and its SQL.
 package idempotency
 
