@@ -255,7 +255,7 @@ func (a *Activities) RunTask(ctx context.Context, in TaskInput) (json.RawMessage
 	}
 	info := activity.GetInfo(ctx)
 	ctx = withTask(ctx, &running{keys: a.Keys, info: TaskInfo{ID: in.ID, RunID: in.RunID, WorkflowID: in.Event.WorkflowID,
-		Type: in.Type, Index: in.Index, URL: in.URL, Event: in.Event, Attempt: info.Attempt}})
+		Type: in.Type, Index: in.Index, URL: in.URL, Event: in.Event, Attempt: info.Attempt, Generation: in.Generation}})
 	out, err := tt.run(ctx, in.Event.Data)
 	if err != nil {
 		return nil, taskError(err)
@@ -268,6 +268,7 @@ func (a *Activities) RunTask(ctx context.Context, in TaskInput) (json.RawMessage
 func taskError(err error) error {
 	var (
 		mm   *idempotency.MismatchError
+		sup  *idempotency.SupersededError
 		lost *idempotency.LeaseLostError
 		busy *idempotency.InProgressError
 		app  *temporal.ApplicationError
@@ -277,6 +278,9 @@ func taskError(err error) error {
 		return temporal.NewNonRetryableApplicationError(err.Error(), "Permanent", err)
 	case errors.As(err, &mm):
 		return temporal.NewNonRetryableApplicationError(err.Error(), "BadTask", err)
+	case errors.As(err, &sup):
+		// A stale execution: a newer generation of the run holds the step.
+		return temporal.NewNonRetryableApplicationError(err.Error(), "Superseded", err)
 	case errors.As(err, &lost):
 		return temporal.NewApplicationError(err.Error(), "LeaseLost", err)
 	case errors.As(err, &busy):

@@ -83,6 +83,11 @@ type TaskInfo struct {
 	URL        string // the task spec's url, if any
 	Event      schemas.WorkflowInput
 	Attempt    int32 // the activity's attempt, from 1
+	// Generation is the run's generation (1 for the first run of the
+	// workflow ID, one more per re-run; 0 when its start carried none).
+	// Steps run in it: a step that failed in an older generation runs
+	// again, one that failed in this one keeps its outcome.
+	Generation int
 }
 
 type taskKey struct{}
@@ -117,10 +122,18 @@ var ErrNoTask = errors.New("worker.Step: not inside a running task")
 //     without running fn: on a retry of the task, on a re-run of the
 //     workflow ID, after a reset.
 //   - A step that failed runs again on the next attempt; one that failed
-//     with Permanent(err) returns that error again without running fn.
-//   - params are the step's inputs: their fingerprint is stored with the
-//     key, and the same step with other params is a permanent error (a
-//     changed definition must not reuse an old result).
+//     with Permanent(err) returns that error again without running fn,
+//     for the rest of the run's generation (TaskInfo.Generation: its
+//     retries, a reset). A failure belongs to the generation that failed:
+//     a re-run (a newer generation) runs the step again, once more, under
+//     the same key.
+//   - params identify the step's effect (what it does and to whom; never
+//     delivery metadata such as the event's time): their fingerprint is
+//     stored with the key. Within a generation the same step with other
+//     params is a permanent error (never a stale result). A newer
+//     generation may bring other params (the operator fixed the
+//     definition): a step that failed runs again with them, one that
+//     completed returns its stored result (the effect happened once).
 //   - While fn runs, the key's lease is renewed; a second attempt of the
 //     same task that finds it running gets a retryable error, and the
 //     attempt after that reads the outcome.
@@ -140,7 +153,7 @@ func Step[Out any](ctx context.Context, name string, params any, fn func(ctx con
 	if err != nil {
 		return zero, Permanent(err)
 	}
-	raw, err := r.keys.Do(ctx, key, fp, func(ctx context.Context) ([]byte, error) {
+	raw, err := r.keys.DoInGeneration(ctx, key, r.info.Generation, fp, func(ctx context.Context) ([]byte, error) {
 		out, err := fn(ctx, key)
 		if err != nil {
 			return nil, err

@@ -3,18 +3,70 @@ package worker
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/dedupio/dedup/schemas"
 )
 
-// webhookParams fingerprint a webhook call (field names without tags:
-// keys stored before tasks had steps hash the same).
+// webhookParams is the fingerprint of the legacy SendWebhook (legacy.go),
+// kept so that the keys of workflows started before tasks had steps still
+// match. (Field names without tags: they hash as they always did.)
 type webhookParams struct {
 	URL  string
 	Body []byte
+}
+
+// webhookEffect is what identifies a webhook call's effect, and so its
+// step's fingerprint: the event (its ID and a hash of its data), the step
+// and the target. Never delivery metadata: the request's body is the whole
+// event, whose time (and definition) a redelivered copy may change without
+// being another event. A target changed after a failure (the operator's
+// fix: a new URL) is a new attempt of the same effect in the next
+// generation (idempotency.Store.DoInGeneration), under the same key.
+type webhookEffect struct {
+	EventID string `json:"event_id"`
+	Data    string `json:"data_sha256"`
+	Step    string `json:"step"`
+	URL     string `json:"url"`
+}
+
+// dataHash is the SHA-256 of the event's data: JSON data in a canonical
+// form (object keys sorted, no insignificant space, numbers as written), so
+// that a copy re-encoded by its producer hashes the same; binary data as
+// its bytes.
+func dataHash(ev schemas.WorkflowInput) string {
+	var b []byte
+	switch {
+	case ev.DataBase64 != nil:
+		b = append([]byte("base64:"), ev.DataBase64...)
+	default:
+		b = canonicalJSON(ev.Data)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// canonicalJSON re-encodes JSON with sorted object keys and no space;
+// numbers keep their text. Bytes that do not decode are returned as they
+// are.
+func canonicalJSON(raw json.RawMessage) []byte {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil || d.More() {
+		return raw
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return raw
+	}
+	return b
 }
 
 // webhook is the built-in webhook task: it POSTs the event (JSON) to the
@@ -24,7 +76,9 @@ type webhookParams struct {
 // stored answer without calling again; a call cut short by a crash is
 // repeated with the same key, for the endpoint to drop. A 4xx other than
 // 408, 425 and 429 is permanent (the same request will be refused again):
-// the task fails at once.
+// the task fails at once, and the rest of its generation gets the stored
+// answer; a re-run (a newer generation) calls again, once, under the same
+// key, at the task's URL as the route now says it.
 func (a *Activities) webhook(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
 	info, _ := TaskInfoFrom(ctx)
 	url := info.URL
@@ -38,7 +92,8 @@ func (a *Activities) webhook(ctx context.Context, _ json.RawMessage) (json.RawMe
 	if err != nil {
 		return nil, Permanent(err)
 	}
-	out, err := Step(ctx, "post", webhookParams{URL: url, Body: body}, func(ctx context.Context, key string) (json.RawMessage, error) {
+	effect := webhookEffect{EventID: info.Event.EventID, Data: dataHash(info.Event), Step: "post", URL: url}
+	out, err := Step(ctx, "post", effect, func(ctx context.Context, key string) (json.RawMessage, error) {
 		return a.post(ctx, url, key, body)
 	})
 	if err != nil {

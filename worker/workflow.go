@@ -52,6 +52,9 @@ type TaskInput struct {
 	// Retry bounds of the task's activity (0: the defaults).
 	MaxAttempts            int `json:"max_attempts,omitempty"`
 	ScheduleToCloseSeconds int `json:"schedule_to_close_seconds,omitempty"`
+	// Generation is the run's (RunInput.Generation): its steps' keys are
+	// held, and their failures owned, by it (worker/idempotency).
+	Generation int `json:"generation,omitempty"`
 }
 
 // TaskResult is a task instance's outcome.
@@ -173,7 +176,7 @@ func RunActivityWorkflow(ctx workflow.Context, in schemas.WorkflowInput) (RunRes
 		})
 		futures[i] = workflow.ExecuteChildWorkflow(cctx, TaskInstanceWorkflowName, TaskInput{
 			ID: id, RunID: runID, Type: t.Type, Index: i, URL: t.URL, Event: in, Timeout: def.ActivityTimeoutSeconds,
-			MaxAttempts: def.MaxAttempts, ScheduleToCloseSeconds: def.ScheduleToCloseSeconds})
+			MaxAttempts: def.MaxAttempts, ScheduleToCloseSeconds: def.ScheduleToCloseSeconds, Generation: run.Generation})
 	}
 	var failed error
 	for i, f := range futures {

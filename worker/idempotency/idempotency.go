@@ -11,34 +11,59 @@
 //     result without running fn;
 //   - fn's error is stored as failed, and the next call runs fn again; an
 //     error wrapped with Permanent is stored as failed_permanent and
-//     returned to every later call, without running fn again;
+//     returned to every later call of the same generation, without running
+//     fn again;
 //   - a call while another caller holds a live lease gets *InProgressError
 //     (or waits for it, with Options.Wait);
 //   - a lease that expired (its holder crashed or stalled past it) is taken
 //     over; the stalled holder, if it comes back, finds its lease token
-//     gone: its fn is cancelled (renewal notices first) or its outcome is
+//     gone: its fn is cancelled (renewal notices first) or its failure is
 //     refused, and it gets *LeaseLostError, a double execution that is
-//     logged and counted. One exception to the fence: a success is never
-//     dropped. If the key has no stored success, the stalled holder's
-//     success is stored (the effect did happen), so a third call does not
-//     run the effect again;
+//     logged and counted;
+//   - a success is never dropped: a holder's success is stored unless the
+//     key already holds one, even when its lease was taken over (the
+//     effect did happen, so a third call must not run it again) and even
+//     when the reaper deleted its key while it stalled (the outcome is
+//     inserted again). Reaping is invisible to a holder: one that comes
+//     back to a reaped key takes it back at its next renewal, as it would
+//     have renewed the expired row;
 //   - the same key with another fingerprint (other request parameters) is a
 //     *MismatchError, never a silent reuse of the stored result;
 //   - the outcome is stored on a context detached from the caller's, with
 //     its own timeout (Options.FinishTimeout): an effect that happened just
 //     before the caller's deadline is still recorded.
 //
+// Generations (DoInGeneration): a key records the generation of the run
+// that holds it or recorded its outcome (dedup's dedup_generation: 1 for
+// the first run of a workflow ID, one more per re-run). A failed outcome,
+// permanent or not, belongs to the generation that failed:
+//   - a newer generation takes the key over and runs fn again, under the
+//     same key, with its own parameters (a new attempt of the same effect,
+//     say after an operator fixed a URL: no *MismatchError); a completed key
+//     returns its stored result to it, whatever its parameters (the effect
+//     happened once);
+//   - the same generation gets what it got before: the stored success, the
+//     stored permanent failure, or a new attempt after a retryable one;
+//   - an older generation (a stale caller: its run was superseded) never
+//     runs fn and never changes the key: it gets the stored success, if
+//     any, else *SupersededError.
+//
+// Generation 0 (Do, or a run started without a generation) is unfenced:
+// it is never older than the key's, never newer; it never takes over a
+// permanent failure.
+//
 // Keys expire TTL after their outcome. An expired key is absent: the next
-// call runs fn again, with any parameters, whether or not the reaper has
-// deleted it yet. Maintain reaps expired keys (never a live lease) at start
-// and then periodically, and refreshes the keys-by-state gauge.
+// call runs fn again, with any parameters and in any generation, whether
+// or not the reaper has deleted it yet. Maintain reaps expired keys (never
+// a live lease) at start and then periodically, and refreshes the
+// keys-by-state gauge.
 //
 // What it cannot promise: if fn's effect happened but the process died
 // before the outcome was stored, the next holder runs fn again. Pass the key
 // on to the outside service as its idempotency key (an Idempotency-Key
 // header, a Message-ID) so that it can drop that second call.
 //
-// The package is one file, over ~450 lines, because it is one concern: the
+// The package is one file, over ~650 lines, because it is one concern: the
 // key store's protocol (take, renew, finish, expire) and its SQL.
 package idempotency
 
@@ -139,6 +164,20 @@ func (e *MismatchError) Error() string {
 	return fmt.Sprintf("idempotency key %s was used with different parameters", e.Key)
 }
 
+// SupersededError is returned to a caller of an older generation than the
+// key's (a stale execution of a run that a newer generation re-ran): it
+// does not run fn. A key with a stored success returns that instead.
+type SupersededError struct {
+	Key string
+	// Generation is the caller's, KeyGeneration the key's.
+	Generation, KeyGeneration int
+}
+
+func (e *SupersededError) Error() string {
+	return fmt.Sprintf("idempotency key %s is held by generation %d: generation %d is superseded and does not run it",
+		e.Key, e.KeyGeneration, e.Generation)
+}
+
 // LeaseLostError is returned when this holder's lease was taken over while
 // fn ran, so fn may have run twice (here and in the holder that took
 // over). Stored says whether this holder's success was kept anyway (the
@@ -201,11 +240,24 @@ func Fingerprint(params any) ([]byte, error) {
 // renewal finds the lease gone (context.Cause).
 var ErrLeaseLost = errors.New("idempotency lease lost")
 
-// Do runs fn under key unless an outcome for key is stored already.
+// Do runs fn under key unless an outcome for key is stored already. It
+// is DoInGeneration in generation 0 (unfenced).
 func (s *Store) Do(ctx context.Context, key string, fingerprint []byte, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+	return s.DoInGeneration(ctx, key, 0, fingerprint, fn)
+}
+
+// DoInGeneration runs fn under key for a caller of generation gen (the
+// run's generation; 0: none, unfenced), unless the key's outcome answers
+// it (see the package doc: a failed outcome of an older generation is
+// tried again, a success answers every generation).
+func (s *Store) DoInGeneration(ctx context.Context, key string, gen int, fingerprint []byte, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+	if gen < 0 {
+		return nil, fmt.Errorf("idempotency key %s: generation %d: want 0 or more", key, gen)
+	}
+	c := call{key: key, gen: gen, fp: fingerprint}
 	deadline := time.Now().Add(s.o.Wait)
 	for {
-		a, err := s.acquire(ctx, key, fingerprint)
+		a, err := s.acquire(ctx, c)
 		if err != nil {
 			var ip *InProgressError
 			if errors.As(err, &ip) {
@@ -218,6 +270,11 @@ func (s *Store) Do(ctx context.Context, key string, fingerprint []byte, fn func(
 					}
 					continue
 				}
+			}
+			var se *SupersededError
+			if errors.As(err, &se) {
+				s.log.Warn("a caller of an older generation than its idempotency key's: not run", "key", key,
+					"generation", gen, "key_generation", se.KeyGeneration)
 			}
 			return nil, err
 		}
@@ -234,12 +291,26 @@ func (s *Store) Do(ctx context.Context, key string, fingerprint []byte, fn func(
 			s.log.Warn("took over an idempotency key whose holder's lease expired; the call runs again", "key", key)
 		}
 		s.metrics.calls.WithLabelValues("ran").Inc()
-		return s.run(ctx, key, fingerprint, a.token, fn)
+		c.token, c.held = a.token, a.held
+		return s.run(ctx, c, fn)
 	}
 }
 
+// call is one caller of a key: what it asks for, and its lease token once
+// it holds the key.
+type call struct {
+	key   string
+	gen   int
+	fp    []byte
+	token string
+	// held is the generation the key records for this holder's lease:
+	// its own, or the key's when the caller's is 0 (unfenced). Whatever
+	// this holder writes carries it.
+	held int
+}
+
 // run runs fn under the lease token, renewing it, and stores the outcome.
-func (s *Store) run(ctx context.Context, key string, fp []byte, token string, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+func (s *Store) run(ctx context.Context, c call, fn func(context.Context) ([]byte, error)) ([]byte, error) {
 	fctx, cancelFn := context.WithCancelCause(ctx)
 	defer cancelFn(nil)
 	// Renewal lasts as long as fn does, even past the caller's deadline:
@@ -248,7 +319,7 @@ func (s *Store) run(ctx context.Context, key string, fp []byte, token string, fn
 	renewed := make(chan struct{})
 	go func() {
 		defer close(renewed)
-		s.renew(rctx, key, token, func() { cancelFn(ErrLeaseLost) })
+		s.renew(rctx, c, func() { cancelFn(ErrLeaseLost) })
 	}()
 	out, ferr := fn(fctx)
 	stopRenew()
@@ -256,28 +327,25 @@ func (s *Store) run(ctx context.Context, key string, fp []byte, token string, fn
 
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.FinishTimeout)
 	defer cancel()
-	if ferr == nil {
-		ours, stored, err := s.complete(dctx, key, fp, token, out)
-		if err != nil {
-			return nil, err
+	o := outcome{status: StatusCompleted, result: out}
+	if ferr != nil {
+		o = outcome{status: StatusFailed, errText: ferr.Error()}
+		if IsPermanent(ferr) {
+			o.status = StatusFailedPermanent
 		}
-		if !ours {
-			return nil, s.lost(key, stored, nil)
-		}
-		return out, nil
 	}
-	status := StatusFailed
-	if IsPermanent(ferr) {
-		status = StatusFailedPermanent
-	}
-	ours, err := s.fail(dctx, key, token, status, ferr.Error())
-	if err != nil {
+	ours, stored, err := s.finish(dctx, c, o)
+	switch {
+	case err != nil && ferr != nil:
 		return nil, errors.Join(ferr, err)
+	case err != nil:
+		return nil, err
+	case !ours:
+		return nil, s.lost(c.key, stored, ferr)
+	case ferr != nil:
+		return nil, ferr
 	}
-	if !ours {
-		return nil, s.lost(key, false, ferr)
-	}
-	return nil, ferr
+	return out, nil
 }
 
 func (s *Store) lost(key string, stored bool, ferr error) error {
@@ -288,8 +356,11 @@ func (s *Store) lost(key string, stored bool, ferr error) error {
 }
 
 // renew extends the lease every third of it until ctx ends; it calls lost
-// (once) and returns when the lease is no longer this holder's.
-func (s *Store) renew(ctx context.Context, key, token string, lost func()) {
+// (once) and returns when the lease is no longer this holder's. A key the
+// reaper deleted while this holder stalled (past its lease and the key's
+// expiry) is taken back if nobody took it meanwhile: reaping an expired
+// key changes nothing that renewing the expired row would not.
+func (s *Store) renew(ctx context.Context, c call, lost func()) {
 	t := time.NewTicker(s.o.Lease / 3)
 	defer t.Stop()
 	for {
@@ -299,9 +370,7 @@ func (s *Store) renew(ctx context.Context, key, token string, lost func()) {
 		case <-t.C:
 		}
 		qctx, cancel := context.WithTimeout(ctx, s.o.Lease/3)
-		tag, err := s.pool.Exec(qctx, `
-UPDATE idempotency_keys SET lease_until = now() + $3::interval, expires_at = greatest(expires_at, now() + $3::interval), updated_at = now()
-WHERE key = $1 AND lease_token = $2 AND status = 'in_progress'`, key, token, s.o.Lease)
+		held, back, err := s.renewOnce(qctx, c)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -310,16 +379,38 @@ WHERE key = $1 AND lease_token = $2 AND status = 'in_progress'`, key, token, s.o
 			// PostgreSQL did not answer: try again at the next tick. If
 			// the lease runs out meanwhile, another caller may take over,
 			// and the next renewal (or the outcome) says so.
-			s.log.Warn("renewing an idempotency lease", "key", key, "err", err)
-		case tag.RowsAffected() == 0:
+			s.log.Warn("renewing an idempotency lease", "key", c.key, "err", err)
+		case back:
+			s.log.Warn("an idempotency key was reaped while its holder stalled past its lease; the holder took it back", "key", c.key)
+		case !held:
 			lost()
 			return
 		}
 	}
 }
 
+// renewOnce extends the lease (held), or re-inserts the holder's lease on
+// a reaped key (held, back); neither: another caller has the key.
+func (s *Store) renewOnce(ctx context.Context, c call) (held, back bool, err error) {
+	tag, err := s.pool.Exec(ctx, `
+UPDATE idempotency_keys SET lease_until = now() + $3::interval, expires_at = greatest(expires_at, now() + $3::interval), updated_at = now()
+WHERE key = $1 AND lease_token = $2 AND status = 'in_progress'`, c.key, c.token, s.o.Lease)
+	if err != nil || tag.RowsAffected() == 1 {
+		return err == nil, false, err
+	}
+	tag, err = s.pool.Exec(ctx, `
+INSERT INTO idempotency_keys (key, fingerprint, status, lease_token, lease_until, expires_at, generation)
+VALUES ($1, $2, 'in_progress', $3, now() + $4::interval, now() + $4::interval, $5)
+ON CONFLICT (key) DO NOTHING`, c.key, c.fp, c.token, s.o.Lease, c.held)
+	if err != nil {
+		return false, false, err
+	}
+	return tag.RowsAffected() == 1, tag.RowsAffected() == 1, nil
+}
+
 type acquired struct {
 	token    string // set when this caller holds the lease
+	held     int    // the key's generation under this caller's lease
 	status   string
 	result   []byte
 	errText  string
@@ -327,9 +418,16 @@ type acquired struct {
 }
 
 // acquire takes the lease (token != "") or finds the stored outcome, in one
-// statement. An expired key (past expires_at, and no live lease) is
-// treated as absent: it is taken as new, whatever its fingerprint.
-func (s *Store) acquire(ctx context.Context, key string, fp []byte) (acquired, error) {
+// statement. The lease is taken when no live lease holds the key and
+//   - the key is expired (past expires_at): absent, taken as new, whatever
+//     its fingerprint and generation;
+//   - it is failed, or in_progress with an expired lease, and the caller's
+//     generation is newer than the key's (any fingerprint), or neither
+//     newer nor older with the same fingerprint;
+//   - it is failed_permanent and the caller's generation is newer.
+//
+// Otherwise the row answers: decide says how.
+func (s *Store) acquire(ctx context.Context, c call) (acquired, error) {
 	token := newToken()
 	for {
 		var (
@@ -341,106 +439,147 @@ func (s *Store) acquire(ctx context.Context, key string, fp []byte) (acquired, e
 			until    *time.Time
 			left     *float64
 			tookOver bool
+			keyGen   int
 		)
 		err := s.pool.QueryRow(ctx, `
 WITH up AS (
-	INSERT INTO idempotency_keys AS k (key, fingerprint, status, lease_token, lease_until, expires_at)
-	VALUES ($1, $2, 'in_progress', $3, now() + $4::interval, now() + greatest($4::interval, $5::interval))
+	INSERT INTO idempotency_keys AS k (key, fingerprint, status, lease_token, lease_until, expires_at, generation)
+	VALUES ($1, $2, 'in_progress', $3, now() + $4::interval, now() + greatest($4::interval, $5::interval), $6)
 	ON CONFLICT (key) DO UPDATE SET
 		status = 'in_progress', lease_token = EXCLUDED.lease_token, lease_until = EXCLUDED.lease_until,
 		error = NULL, result = NULL, updated_at = now(), fingerprint = EXCLUDED.fingerprint,
 		attempts = CASE WHEN k.expires_at < now() THEN 1 ELSE k.attempts + 1 END,
 		created_at = CASE WHEN k.expires_at < now() THEN now() ELSE k.created_at END,
 		expires_at = CASE WHEN k.expires_at < now() THEN EXCLUDED.expires_at ELSE greatest(k.expires_at, EXCLUDED.lease_until) END,
-		taken_over_at = CASE WHEN k.status = 'in_progress' THEN now() ELSE k.taken_over_at END
+		taken_over_at = CASE WHEN k.status = 'in_progress' THEN now() ELSE k.taken_over_at END,
+		generation = CASE WHEN k.expires_at < now() THEN EXCLUDED.generation ELSE greatest(k.generation, EXCLUDED.generation) END
 	WHERE NOT (k.status = 'in_progress' AND k.lease_until >= now())
 		AND (k.expires_at < now()
-			OR (k.fingerprint = EXCLUDED.fingerprint AND k.status IN ('failed', 'in_progress')))
-	RETURNING k.lease_token, k.status, k.fingerprint, k.result, k.error, k.lease_until, k.taken_over_at IS NOT DISTINCT FROM now()
+			OR (k.status IN ('failed', 'in_progress') AND (EXCLUDED.generation > k.generation
+				OR (NOT (EXCLUDED.generation > 0 AND EXCLUDED.generation < k.generation) AND k.fingerprint = EXCLUDED.fingerprint)))
+			OR (k.status = 'failed_permanent' AND EXCLUDED.generation > k.generation))
+	RETURNING k.lease_token, k.status, k.fingerprint, k.result, k.error, k.lease_until, k.taken_over_at IS NOT DISTINCT FROM now(), k.generation
 )
-SELECT lease_token, status, fingerprint, result, error, lease_until, NULL::float8, taken_over
-FROM up AS u(lease_token, status, fingerprint, result, error, lease_until, taken_over)
+SELECT lease_token, status, fingerprint, result, error, lease_until, NULL::float8, taken_over, generation
+FROM up AS u(lease_token, status, fingerprint, result, error, lease_until, taken_over, generation)
 UNION ALL
-SELECT NULL, status, fingerprint, result, error, lease_until, extract(epoch FROM lease_until - now())::float8, false FROM idempotency_keys
-WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM up)`, key, fp, token, s.o.Lease, s.o.TTL).
-			Scan(&gotToken, &status, &storedFP, &result, &errText, &until, &left, &tookOver)
+SELECT NULL, status, fingerprint, result, error, lease_until, extract(epoch FROM lease_until - now())::float8, false, generation FROM idempotency_keys
+WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM up)`, c.key, c.fp, token, s.o.Lease, s.o.TTL, c.gen).
+			Scan(&gotToken, &status, &storedFP, &result, &errText, &until, &left, &tookOver, &keyGen)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // inserted and deleted (reaped) between the two halves: try again
 		}
 		if err != nil {
-			return acquired{}, fmt.Errorf("acquiring idempotency key %s: %w", key, err)
+			return acquired{}, fmt.Errorf("acquiring idempotency key %s: %w", c.key, err)
 		}
-		switch {
-		case gotToken != nil && *gotToken == token:
-			return acquired{token: token, status: status, tookOver: tookOver}, nil
-		case string(storedFP) != string(fp):
-			return acquired{}, &MismatchError{Key: key}
-		case status == StatusCompleted || status == StatusFailedPermanent:
-			a := acquired{status: status, result: result}
-			if errText != nil {
-				a.errText = *errText
-			}
-			return a, nil
+		if gotToken != nil && *gotToken == token {
+			return acquired{token: token, held: keyGen, status: status, tookOver: tookOver}, nil
 		}
-		ip := &InProgressError{Key: key}
-		if until != nil {
-			ip.LeaseUntil = *until
+		a := acquired{status: status, result: result}
+		if errText != nil {
+			a.errText = *errText
 		}
+		var remaining time.Duration
 		if left != nil && *left > 0 {
-			ip.Remaining = time.Duration(*left * float64(time.Second))
+			remaining = time.Duration(*left * float64(time.Second))
 		}
-		return acquired{}, ip
+		return decide(c, a, storedFP, keyGen, until, remaining)
 	}
 }
 
-// complete stores fn's success. It is ours if our lease was the key's
-// lease. A success is never dropped: if the lease was taken over but the
-// key holds no success yet (the other holder is still running, or failed),
-// ours is stored all the same (stored), since the effect did happen. A
-// success already stored stands.
-func (s *Store) complete(ctx context.Context, key string, fp []byte, token string, result []byte) (ours, stored bool, err error) {
+// decide is the answer of a key that the caller did not take: the one
+// place that says which caller gets a stored outcome, a mismatch, a
+// superseded error or a busy key.
+func decide(c call, a acquired, storedFP []byte, keyGen int, until *time.Time, remaining time.Duration) (acquired, error) {
+	newer := c.gen > keyGen
+	older := c.gen > 0 && c.gen < keyGen
+	same := string(storedFP) == string(c.fp)
+	switch {
+	case a.status == StatusCompleted && (same || newer || older):
+		return a, nil // a success answers every generation
+	case older:
+		return acquired{}, &SupersededError{Key: c.key, Generation: c.gen, KeyGeneration: keyGen}
+	case !same && !newer:
+		return acquired{}, &MismatchError{Key: c.key}
+	case a.status == StatusFailedPermanent:
+		return a, nil
+	}
+	// in_progress under a live lease (a newer generation waits for it too:
+	// the older holder may be making the effect right now).
+	ip := &InProgressError{Key: c.key, Remaining: remaining}
+	if until != nil {
+		ip.LeaseUntil = *until
+	}
+	return acquired{}, ip
+}
+
+// outcome is what fn came to.
+type outcome struct {
+	status  string // completed, failed, failed_permanent
+	result  []byte
+	errText string
+}
+
+// finish stores fn's outcome. It is ours if our lease was still the key's
+// lease: then the outcome is stored. Otherwise:
+//   - a success is never dropped: it is stored (stored) unless the key
+//     holds a success already, even over another holder's lease or
+//     failure, with our fingerprint and generation (so that a newer
+//     generation reads it as the effect made, not as a mismatch), since
+//     the effect did happen; the other holder's renewal or finish then
+//     finds its lease gone;
+//   - a failure never overwrites another holder's state.
+//
+// A key the reaper deleted while we stalled (past our lease and its
+// expiry), and that nobody took since, gets our outcome inserted, as if it
+// had not been reaped (ours).
+func (s *Store) finish(ctx context.Context, c call, o outcome) (ours, stored bool, err error) {
+	var reaped bool
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var (
-			leaseToken  *string
-			status      string
-			fingerprint []byte
-		)
-		err := tx.QueryRow(ctx, `SELECT lease_token, status, fingerprint FROM idempotency_keys WHERE key = $1 FOR UPDATE`, key).
-			Scan(&leaseToken, &status, &fingerprint)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // reaped after our lease lapsed: nothing to store in
-		}
-		if err != nil {
+		for {
+			var (
+				leaseToken *string
+				status     string
+			)
+			err := tx.QueryRow(ctx, `SELECT lease_token, status FROM idempotency_keys WHERE key = $1 FOR UPDATE`, c.key).
+				Scan(&leaseToken, &status)
+			if errors.Is(err, pgx.ErrNoRows) {
+				tag, err := tx.Exec(ctx, `
+INSERT INTO idempotency_keys (key, fingerprint, status, result, error, expires_at, generation)
+VALUES ($1, $2, $3, $4, NULLIF($5, ''), now() + $6::interval, $7)
+ON CONFLICT (key) DO NOTHING`, c.key, c.fp, o.status, o.result, o.errText, s.o.TTL, c.held)
+				if err != nil {
+					return err
+				}
+				if tag.RowsAffected() == 0 {
+					continue // another caller inserted it meanwhile: decide on its row
+				}
+				ours, stored, reaped = true, true, true
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			ours = leaseToken != nil && *leaseToken == c.token
+			if !ours && (o.status != StatusCompleted || status == StatusCompleted) {
+				return nil
+			}
+			_, err = tx.Exec(ctx, `
+UPDATE idempotency_keys SET status = $2, result = $3, error = NULLIF($4, ''), lease_token = NULL, lease_until = NULL,
+	fingerprint = $5, generation = $6, updated_at = now(), expires_at = now() + $7::interval
+WHERE key = $1`, c.key, o.status, o.result, o.errText, c.fp, c.held, s.o.TTL)
+			stored = err == nil
 			return err
 		}
-		ours = leaseToken != nil && *leaseToken == token
-		if !ours && (status == StatusCompleted || string(fingerprint) != string(fp)) {
-			return nil
-		}
-		_, err = tx.Exec(ctx, `
-UPDATE idempotency_keys SET status = 'completed', result = $2, error = NULL, lease_token = NULL, lease_until = NULL,
-	updated_at = now(), expires_at = now() + $3::interval
-WHERE key = $1`, key, result, s.o.TTL)
-		stored = err == nil
-		return err
 	})
 	if err != nil {
-		return false, false, fmt.Errorf("storing the outcome of idempotency key %s: %w", key, err)
+		return false, false, fmt.Errorf("storing the outcome of idempotency key %s: %w", c.key, err)
+	}
+	if reaped {
+		s.log.Warn("an idempotency key was reaped while its holder stalled past its lease; its outcome is recorded anew",
+			"key", c.key, "status", o.status)
 	}
 	return ours, stored, nil
-}
-
-// fail stores fn's error, only while our lease is the key's lease: a
-// failure never overwrites another holder's state.
-func (s *Store) fail(ctx context.Context, key, token, status, errText string) (ours bool, err error) {
-	tag, err := s.pool.Exec(ctx, `
-UPDATE idempotency_keys SET status = $3, error = $4, lease_token = NULL, lease_until = NULL,
-	updated_at = now(), expires_at = now() + $5::interval
-WHERE key = $1 AND lease_token = $2`, key, token, status, errText, s.o.TTL)
-	if err != nil {
-		return false, fmt.Errorf("storing the outcome of idempotency key %s: %w", key, err)
-	}
-	return tag.RowsAffected() == 1, nil
 }
 
 // Reap deletes expired keys, batch rows per statement, and returns how
