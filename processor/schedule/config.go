@@ -107,6 +107,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("schedules.tick: %s, want > 0", c.Tick)
 	}
 	names := map[string]bool{}
+	activities := map[string]int{} // activity_id: the trigger that has it
 	for i := range c.Triggers {
 		t := &c.Triggers[i]
 		at := fmt.Sprintf("schedules.triggers[%d]", i)
@@ -130,7 +131,16 @@ func (c *Config) Validate() error {
 		case t.MisfireThreshold <= c.Tick:
 			return fmt.Errorf("%s.misfire_threshold: %s, want more than schedules.tick (%s): a slot is decided up to a tick late", at, t.MisfireThreshold, c.Tick)
 		}
+		if j, ok := activities[t.ActivityID]; ok {
+			// The workflow ID is activity-{activity_id}:{scheduled_for}: the
+			// slots the two share would be one workflow, started by
+			// whichever fired first, and the other's run would be a
+			// duplicate of it, counted on time.
+			return fmt.Errorf("%s.activity_id: %q of trigger %q is also schedules.triggers[%d] (%q)'s: their slots would share workflow IDs; give each trigger its own activity_id",
+				at, t.ActivityID, t.Name, j, c.Triggers[j].Name)
+		}
 		names[t.Name] = true
+		activities[t.ActivityID] = i
 		switch t.MisfirePolicy {
 		case Skip, Catchup, Compress:
 		case "":

@@ -74,6 +74,15 @@ func TestConfigValidation(t *testing.T) {
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `schedules.triggers[1].name: "report" used twice`) {
 		t.Errorf("duplicate name: %v", err)
 	}
+	// Two triggers, one activity: their slots would have the same workflow
+	// IDs (the second's runs would be duplicates of the first's).
+	second := ok()
+	second.Name, second.Cron = "hourly", "0 * * * *"
+	cfg = Config{Tick: time.Second, Triggers: []Trigger{ok(), second}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `schedules.triggers[1].activity_id: "report"`) ||
+		!strings.Contains(err.Error(), `"hourly"`) || !strings.Contains(err.Error(), `schedules.triggers[0] ("report")`) {
+		t.Errorf("shared activity_id: %v", err)
+	}
 	cfg = Config{Tick: 0}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "schedules.tick") {
 		t.Errorf("tick: %v", err)
