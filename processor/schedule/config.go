@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -80,7 +81,8 @@ type Trigger struct {
 	// should agree with the trigger must name the same one.
 	Namespace string `yaml:"namespace"`
 	// Definition is passed to the workflow (the tasks RunActivityWorkflow
-	// spawns) and must say dedupe_key_strategy.
+	// spawns) and must say dedupe_key_strategy. Its task types are checked
+	// as routes' are, by shape only: any type a worker registers.
 	Definition *schemas.ActivityDefinition `yaml:"definition"`
 
 	cron *Cron // parsed by Validate
@@ -159,10 +161,10 @@ func (c *Config) Validate() error {
 		if err := t.checkStrategy(at); err != nil {
 			return err
 		}
-		for j, tk := range t.Definition.Tasks {
-			if tk.Type != "webhook" && tk.Type != "noop" {
-				return fmt.Errorf("%s.definition.tasks[%d].type: %q (webhook, noop)", at, j, tk.Type)
-			}
+		// The routes' rule: any task type a worker may register (the
+		// worker is where types are known), in the shape of task IDs.
+		if err := processor.ValidateDefinition(at+".definition", t.Definition); err != nil {
+			return err
 		}
 		cr, err := ParseCron(t.Cron, t.TimeZone)
 		if err != nil {

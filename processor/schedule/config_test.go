@@ -48,8 +48,10 @@ func TestConfigValidation(t *testing.T) {
 			[]string{"schedules.triggers[0].misfire_threshold: 500ms, want more than schedules.tick (1s)"}},
 		{"activity id", func(tr *Trigger) { tr.ActivityID = "a:b" }, []string{"schedules.triggers[0].activity_id"}},
 		{"no task queue", func(tr *Trigger) { tr.TaskQueue = "" }, []string{"schedules.triggers[0].task_queue"}},
-		{"bad task", func(tr *Trigger) { tr.Definition.Tasks = []schemas.TaskSpec{{Type: "email"}} },
-			[]string{"schedules.triggers[0].definition.tasks[0].type"}},
+		{"task type shape", func(tr *Trigger) { tr.Definition.Tasks = []schemas.TaskSpec{{Type: "send:email"}} },
+			[]string{`schedules.triggers[0].definition.tasks[0].type: "send:email"`, "a task type the worker registers"}},
+		{"negative timeout", func(tr *Trigger) { tr.Definition.ActivityTimeoutSeconds = -1 },
+			[]string{"schedules.triggers[0].definition.activity_timeout_seconds: -1"}},
 	}
 	for _, c := range cases {
 		tr := ok()
@@ -82,6 +84,14 @@ func TestConfigValidation(t *testing.T) {
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `schedules.triggers[1].activity_id: "report"`) ||
 		!strings.Contains(err.Error(), `"hourly"`) || !strings.Contains(err.Error(), `schedules.triggers[0] ("report")`) {
 		t.Errorf("shared activity_id: %v", err)
+	}
+	// Any task type a worker may register (its shape only): routes accept
+	// them, and so do triggers; the worker is where types are known.
+	anyType := ok()
+	anyType.Definition.Tasks = []schemas.TaskSpec{{Type: "email"}, {Type: "billing.invoice-v2"}, {Type: "webhook"}, {Type: "noop"}}
+	cfg = Config{Tick: time.Second, Triggers: []Trigger{anyType}}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("a task type the worker registers: %v", err)
 	}
 	cfg = Config{Tick: 0}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "schedules.tick") {
