@@ -105,10 +105,19 @@ func Decide(t *Trigger, cur Cursor, now time.Time, maxWalk int) Decision {
 		}
 	}
 	m := w.total - int64(len(onTime)) // every misfired slot, kept or not
+	// A cursor that never decided a slot (its last slot is still the
+	// moment the trigger was first seen) has no slot before its first
+	// due one: that window starts at the slot before it, which came
+	// before the trigger existed.
+	fresh := cur.LastSlot.Equal(cur.Since)
+	before := w.before
+	if fresh && before.Equal(cur.LastSlot) {
+		before = prevSlot(t.cron, w.slots[0], cur.Since, maxWalk)
+	}
 	// prev is the due slot before w.slots[i] (window starts).
 	prev := func(i int) time.Time {
 		if i == 0 {
-			return w.before
+			return before
 		}
 		return w.slots[i-1]
 	}
@@ -121,13 +130,16 @@ func Decide(t *Trigger, cur Cursor, now time.Time, maxWalk int) Decision {
 	firstOnTime := len(misfired)
 	switch {
 	case t.MisfirePolicy == Compress && m > 0:
+		// One run covers every due slot, on time or not: its window
+		// starts at the newest slot decided before them, and its
+		// missed_count is the slots it covers, as fires_total counts them.
 		latest := w.slots[len(w.slots)-1]
-		start := cur.LastFired
-		if start.IsZero() {
-			start = cur.Since
+		start := cur.LastSlot
+		if fresh {
+			start = prevSlot(t.cron, t.cron.Next(cur.LastSlot), cur.Since, maxWalk)
 		}
 		d.Fires = append(d.Fires, Fire{Trigger: t.Name, ActivityID: t.ActivityID, ScheduledFor: latest, Kind: Compressed,
-			WindowStart: start, WindowEnd: latest, MissedCount: m})
+			WindowStart: start, WindowEnd: latest, MissedCount: w.total})
 		d.Counts[Compressed] = w.total
 	case t.MisfirePolicy == Catchup:
 		n := min(int64(t.Limit()), m)
@@ -222,6 +234,28 @@ func walkDue(c *Cron, after, now, cutoff time.Time, keep, maxWalk int) walked {
 	}
 	w.slots, w.before = t2.slots(), before
 	return w
+}
+
+// prevSearch bounds how far back prevSlot looks: a schedule has a slot in
+// every five years (Validate), and the longest gap between two (a 29
+// February job over a century year) is eight.
+const prevSearch = 10 * 366 * 24 * time.Hour
+
+// prevSlot is the schedule's latest slot before s, found by walking
+// windows back from s that double in length (each walk bounded by
+// maxWalk); fallback when there is none within prevSearch. (A window with
+// more than maxWalk slots right after an empty one half its length would
+// give a slot before s that is not the latest: no schedule dedup accepts
+// is that dense for that long, since the empty half bounds the window.)
+func prevSlot(c *Cron, s, fallback time.Time, maxWalk int) time.Time {
+	hi := s.Add(-time.Nanosecond)
+	for span := time.Second; span <= 2*prevSearch; span *= 2 {
+		seg, _, _ := segment(c, s.Add(-span), hi, maxWalk)
+		if len(seg) > 0 {
+			return seg[len(seg)-1]
+		}
+	}
+	return fallback
 }
 
 // segment returns the slots in (lo, hi], and whether it saw them all

@@ -95,9 +95,11 @@ func TestDecideOutageOf25Slots(t *testing.T) {
 func TestDecideMissedThenOnTime(t *testing.T) {
 	now := utc("2026-03-01T09:05:05Z") // 09:01..09:04 missed, 09:05 on time
 	cases := map[Policy]string{
-		Skip:     "on_time 09:05 (09:04, 09:05] missed 0; ",
-		Catchup:  "catchup 09:01 (09:00, 09:01] missed 1; catchup 09:02 (09:01, 09:02] missed 1; catchup 09:03 (09:02, 09:03] missed 1; catchup 09:04 (09:03, 09:04] missed 1; on_time 09:05 (09:04, 09:05] missed 0; ",
-		Compress: "compressed 09:05 (09:00, 09:05] missed 4; ",
+		Skip:    "on_time 09:05 (09:04, 09:05] missed 0; ",
+		Catchup: "catchup 09:01 (09:00, 09:01] missed 1; catchup 09:02 (09:01, 09:02] missed 1; catchup 09:03 (09:02, 09:03] missed 1; catchup 09:04 (09:03, 09:04] missed 1; on_time 09:05 (09:04, 09:05] missed 0; ",
+		// The compressed run covers five slots, its own on time: its
+		// missed_count is what fires_total and the log count, 5.
+		Compress: "compressed 09:05 (09:00, 09:05] missed 5; ",
 	}
 	for p, want := range cases {
 		d := Decide(trigger(t, "* * * * *", p, 10*time.Second), at0900, now, MaxWalk)
@@ -111,16 +113,33 @@ func TestDecideMissedThenOnTime(t *testing.T) {
 		if sum != 5 {
 			t.Errorf("%s: outcomes %v do not add up to the 5 due slots", p, d.Counts)
 		}
+		if p == Compress && d.Counts[Compressed] != d.Fires[0].MissedCount {
+			t.Errorf("compress: %d slots counted compressed, the run's missed_count %d", d.Counts[Compressed], d.Fires[0].MissedCount)
+		}
 	}
 }
 
-// A compressed run with nothing run before starts its window at the
-// trigger's creation.
-func TestDecideCompressFirstWindow(t *testing.T) {
+// A trigger's first window starts at the slot before its first slot (a
+// slot that came before the trigger was first seen), not at the moment it
+// was first seen: compressed or on time.
+func TestDecideFirstWindow(t *testing.T) {
 	cur := Cursor{Trigger: "report", LastSlot: utc("2026-03-01T08:59:30Z"), Since: utc("2026-03-01T08:59:30Z")}
 	d := Decide(trigger(t, "* * * * *", Compress, 10*time.Second), cur, utc("2026-03-01T09:03:30Z"), MaxWalk)
-	if got, want := fireList(d.Fires), "compressed 09:03 (08:59, 09:03] missed 4; "; got != want || !d.Fires[0].WindowStart.Equal(cur.Since) {
-		t.Errorf("%s, want %s", got, want)
+	if got, want := fireList(d.Fires), "compressed 09:03 (08:59, 09:03] missed 4; "; got != want || !d.Fires[0].WindowStart.Equal(utc("2026-03-01T08:59:00Z")) {
+		t.Errorf("compressed: %s, want %s from 08:59:00", got, want)
+	}
+	for _, p := range []Policy{Skip, Catchup, Compress} {
+		d = Decide(trigger(t, "* * * * *", p, 10*time.Second), cur, utc("2026-03-01T09:00:00.5Z"), MaxWalk)
+		if len(d.Fires) != 1 || !d.Fires[0].WindowStart.Equal(utc("2026-03-01T08:59:00Z")) {
+			t.Errorf("%s, on time: %s, want the window from 08:59:00", p, fireList(d.Fires))
+		}
+	}
+	// A daily schedule first seen at noon: its first run's window is the
+	// day before it.
+	cur = Cursor{Trigger: "report", LastSlot: utc("2026-03-01T12:00:00Z"), Since: utc("2026-03-01T12:00:00Z")}
+	d = Decide(trigger(t, "0 9 * * *", Skip, 10*time.Second), cur, utc("2026-03-02T09:00:01Z"), MaxWalk)
+	if len(d.Fires) != 1 || !d.Fires[0].WindowStart.Equal(utc("2026-03-01T09:00:00Z")) {
+		t.Errorf("daily: %+v", d.Fires)
 	}
 }
 

@@ -2,11 +2,12 @@ package schedule_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -140,22 +141,53 @@ func (w *world) open() *ledger.Postgres {
 	return l
 }
 
-// replica is one dedup replica's scheduler (its own connections and
-// registry).
+// replica is one dedup replica's scheduler (its own connections,
+// registry and log).
 type replica struct {
 	*schedule.Scheduler
-	reg *prometheus.Registry
+	reg  *prometheus.Registry
+	logs *logBuffer
 }
 
 func (w *world) replica(cfg schedule.Config, hooks schedule.Hooks) *replica {
 	w.t.Helper()
 	l := w.open()
 	reg := prometheus.NewRegistry()
-	s, err := schedule.New(cfg, l, l, w.tmp, w.clock, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), hooks)
+	logs := &logBuffer{}
+	s, err := schedule.New(cfg, l, l, w.tmp, w.clock, reg, slog.New(slog.NewTextHandler(logs, nil)), hooks)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	return &replica{Scheduler: s, reg: reg}
+	return &replica{Scheduler: s, reg: reg, logs: logs}
+}
+
+// logBuffer keeps a replica's log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines returns the lines that contain every one of parts.
+func (b *logBuffer) lines(parts ...string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(b.buf.String(), "\n") {
+		ok := l != ""
+		for _, p := range parts {
+			ok = ok && strings.Contains(l, p)
+		}
+		if ok {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 func (r *replica) tick(t *testing.T) {
@@ -396,24 +428,33 @@ func TestCrashBetweenStartAndMark(t *testing.T) {
 }
 
 // The input carries the trigger kind, the slot, the window and the missed
-// count; the workflow ID is the seed contract's.
+// count; the workflow ID is the seed contract's. A compressed run whose own
+// slot is on time counts the same slots in its input, its log line and
+// fires_total; the trigger's first window starts at the slot before its
+// first slot.
 func TestFireInput(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(oneTrigger("0 9 * * *", schedule.Compress, time.Minute), schedule.Hooks{})
 	w.clock.set("2026-02-25T12:00:00Z")
 	r.tick(t)
-	w.clock.set("2026-03-01T09:00:30Z") // 28 Feb 09:00 .. 26 Feb missed; 1 Mar on time
+	w.clock.set("2026-03-01T09:00:30Z") // 26, 27, 28 Feb 09:00 missed; 1 Mar on time
 	r.tick(t)
 	in := w.tmp.input("2026-03-01T09:00:00+00:00")
 	want := schemas.WorkflowInput{WorkflowID: "activity-550e8400-e29b-41d4-a716-446655440000:2026-03-01T09:00:00+00:00",
 		ActivityID: "550e8400-e29b-41d4-a716-446655440000", TriggerKind: "cron", ScheduledFor: "2026-03-01T09:00:00+00:00",
-		Schedule: "report", Fire: "compressed", WindowStart: "2026-02-25T12:00:00+00:00", WindowEnd: "2026-03-01T09:00:00+00:00", MissedCount: 3,
+		Schedule: "report", Fire: "compressed", WindowStart: "2026-02-25T09:00:00+00:00", WindowEnd: "2026-03-01T09:00:00+00:00", MissedCount: 4,
 		IDRule: "schedule", EventID: "schedule/report/2026-03-01T09:00:00+00:00"}
 	if in.WorkflowID != want.WorkflowID || in.TriggerKind != want.TriggerKind || in.ScheduledFor != want.ScheduledFor ||
 		in.Schedule != want.Schedule || in.Fire != want.Fire || in.WindowStart != want.WindowStart || in.WindowEnd != want.WindowEnd ||
 		in.MissedCount != want.MissedCount || in.IDRule != want.IDRule || in.EventID != want.EventID || in.ActivityID != want.ActivityID ||
 		in.Definition == nil || in.Definition.DedupeKeyStrategy != "compress" {
 		t.Errorf("input\n%+v\nwant\n%+v", in, want)
+	}
+	if o := outcomes(r.reg); o["compressed"] != 4 || o["on_time"] != 0 {
+		t.Errorf("fires_total %v, want the 4 slots the run covers compressed", o)
+	}
+	if l := r.logs.lines("schedule decided", "compressed=4"); len(l) != 1 {
+		t.Errorf("log: %q, want one decision with compressed=4", r.logs.lines("schedule decided"))
 	}
 	if g := gauge(r.reg, "dedup_schedule_last_fire_timestamp_seconds"); g != float64(utc("2026-03-01T09:00:00Z").Unix()) {
 		t.Errorf("last fire gauge %v", g)
@@ -423,6 +464,37 @@ func TestFireInput(t *testing.T) {
 	}
 	if g := gauge(r.reg, "dedup_schedule_interval_seconds"); g != 86400 {
 		t.Errorf("interval gauge %v", g)
+	}
+}
+
+// An on-time run's input says missed_count 0 (present, as the docs'
+// table has it; an event's input has none), and a new trigger's first run
+// covers the interval from the slot before it.
+func TestOnTimeInput(t *testing.T) {
+	w := newWorld(t)
+	r := w.replica(oneTrigger("* * * * *", schedule.Skip, 10*time.Second), schedule.Hooks{})
+	w.clock.set("2026-03-01T09:00:30Z") // first seen
+	r.tick(t)
+	w.clock.set("2026-03-01T09:01:00.5Z")
+	r.tick(t)
+	in := w.tmp.input("2026-03-01T09:01:00+00:00")
+	if in.Fire != "on_time" || in.WindowStart != "2026-03-01T09:00:00+00:00" || in.WindowEnd != "2026-03-01T09:01:00+00:00" {
+		t.Errorf("first run: %s (%s, %s], want on_time (09:00, 09:01]", in.Fire, in.WindowStart, in.WindowEnd)
+	}
+	raw, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := fields["missed_count"]; !ok || n != 0.0 {
+		t.Errorf("on-time input: missed_count %v (present %v), want 0: %s", n, ok, raw)
+	}
+	raw, _ = json.Marshal(schemas.WorkflowInput{WorkflowID: "activity-a:e1", TriggerKind: schemas.TriggerEvent, Data: json.RawMessage(`{}`)})
+	if strings.Contains(string(raw), "missed_count") {
+		t.Errorf("an event's input has a missed_count: %s", raw)
 	}
 }
 
