@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer, triggers []string) (*metrics, error) 
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_schedule_lag_seconds",
 			Help: "Seconds between the nominal time of this replica's latest schedule start and the start."}, []string{"trigger"}),
 		next: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_schedule_next_fire_timestamp_seconds",
-			Help: "Unix time of the trigger's next slot (after the newest slot decided)."}, []string{"trigger"}),
+			Help: "Unix time of the trigger's next slot (after the newest slot decided; while paused, after now)."}, []string{"trigger"}),
 		interval: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_schedule_interval_seconds",
 			Help: "Seconds between the trigger's newest decided slot and its next one: its current interval."}, []string{"trigger"}),
 		lastFire: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_schedule_last_fire_timestamp_seconds",

@@ -195,7 +195,7 @@ func (s *Scheduler) Tick(ctx context.Context) error {
 		}
 	}
 	err = s.start(ctx, pending)
-	if gerr := s.gauges(ctx); err == nil {
+	if gerr := s.gauges(ctx, now); err == nil {
 		err = gerr
 	}
 	return err
@@ -311,8 +311,9 @@ func input(t *Trigger, f Fire, eventID string) schemas.WorkflowInput {
 
 // gauges export each trigger's next slot, interval, newest started slot
 // and pause, from the cursors as PostgreSQL has them (every replica
-// exports the same values).
-func (s *Scheduler) gauges(ctx context.Context) error {
+// exports the same values). The next slot of a paused trigger is the next
+// after now: its cursor stands still, and the slot after it is long past.
+func (s *Scheduler) gauges(ctx context.Context, now time.Time) error {
 	cs, err := s.store.Cursors(ctx, s.names)
 	if err != nil {
 		return fmt.Errorf("reading schedule cursors: %w", err)
@@ -324,8 +325,13 @@ func (s *Scheduler) gauges(ctx context.Context) error {
 		}
 		next := t.cron.Next(c.LastSlot)
 		if !next.IsZero() {
-			s.m.next.WithLabelValues(c.Trigger).Set(float64(next.Unix()))
 			s.m.interval.WithLabelValues(c.Trigger).Set(next.Sub(c.LastSlot).Seconds())
+		}
+		if c.Paused && now.After(c.LastSlot) {
+			next = t.cron.Next(now)
+		}
+		if !next.IsZero() {
+			s.m.next.WithLabelValues(c.Trigger).Set(float64(next.Unix()))
 		}
 		last := c.LastStarted
 		if last.IsZero() {

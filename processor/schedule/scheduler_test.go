@@ -529,6 +529,10 @@ func TestPauseResume(t *testing.T) {
 			if g := gauge(r.reg, "dedup_schedule_paused"); g != 1 {
 				t.Errorf("paused gauge %v", g)
 			}
+			// Not in the past while paused: the next slot after now (09:26:30).
+			if g := gauge(r.reg, "dedup_schedule_next_fire_timestamp_seconds"); g != float64(utc("2026-03-01T09:27:00Z").Unix()) {
+				t.Errorf("next fire gauge while paused: %s, want 09:27:00", time.Unix(int64(g), 0).UTC())
+			}
 			w.clock.set("2026-03-01T09:26:40Z")
 			if err := schedule.SetPaused(context.Background(), cfg, w.led, w.clock, "report", false); err != nil {
 				t.Fatal(err)
