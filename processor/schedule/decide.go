@@ -43,6 +43,10 @@ type Cursor struct {
 	// Since is when the cursor was created.
 	Since  time.Time
 	Paused bool
+	// ResumedAt is the trigger's last resume after a pause (zero if
+	// none): slots up to it came due in the pause, and misfired whenever
+	// they are decided.
+	ResumedAt time.Time
 }
 
 // Fire is one run the scheduler decided: stored with the decision, before
@@ -74,8 +78,9 @@ type Decision struct {
 // now run, and with which windows. It is pure: the scheduler calls it
 // with the cursor locked and stores its result before starting anything.
 //
-// A due slot is on time when now is within the misfire threshold of it;
-// otherwise it misfired, and the policy decides: skip runs none of the
+// A due slot is on time when now is within the misfire threshold of it
+// and it did not come due while the trigger was paused (at or before
+// cur.ResumedAt); otherwise it misfired, and the policy decides: skip runs none of the
 // misfired slots, catchup the most recent CatchupLimit of them (oldest
 // first), compress one run at the latest due slot for all of them. On-time
 // slots always run, each with its own window, except under compress when
@@ -87,6 +92,11 @@ func Decide(t *Trigger, cur Cursor, now time.Time, maxWalk int) Decision {
 		return d
 	}
 	cutoff := now.Add(-t.MisfireThreshold)
+	if cur.ResumedAt.After(cutoff) {
+		// A slot that came due while the trigger was paused was missed
+		// for the pause, however soon after it the resume came.
+		cutoff = cur.ResumedAt
+	}
 	keep := 1 // misfired slots to keep: the one before the first on-time slot (its window start)
 	if t.MisfirePolicy == Catchup {
 		keep = t.Limit() + 1

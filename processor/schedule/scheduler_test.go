@@ -293,9 +293,39 @@ func TestTwoReplicasOneRunPerSlot(t *testing.T) {
 	}
 }
 
-// A replica decides a slot and stops before starting it (a crash, or a
-// pause longer than a tick); the other replica, ticking meanwhile, starts
-// it; then the first goes on and starts it too. One execution.
+// Two replicas whose ticks line up (started together, every second, for a
+// minute): one start call per slot, never a second one sent to Temporal
+// for a fire the other replica decided and is starting. The cursor one
+// holds is left to it until its tick has started what it decided.
+func TestTwoReplicasTickingTogetherSendEachFireOnce(t *testing.T) {
+	w := newWorld(t)
+	cfg := oneTrigger("* * * * * *", schedule.Skip, 5*time.Second)
+	a, b := w.replica(cfg, schedule.Hooks{}), w.replica(cfg, schedule.Hooks{})
+	w.clock.set("2026-03-01T09:00:00.2Z")
+	for i := 0; i <= 60; i++ {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, r := range []*replica{a, b} {
+			wg.Add(1)
+			go func() { defer wg.Done(); <-start; r.tick(t) }()
+		}
+		close(start)
+		wg.Wait()
+		w.clock.add(time.Second)
+	}
+	if got, want := w.tmp.executions(), keys("2026-03-01T09:00:01Z", 60, time.Second); !same(got, want) {
+		t.Fatalf("executions %v, want one per slot %v", got, want)
+	}
+	dup := counter(a.reg, "dedup_schedule_starts_total", "duplicate") + counter(b.reg, "dedup_schedule_starts_total", "duplicate")
+	if w.tmp.starts != 60 || dup != 0 {
+		t.Errorf("%d start calls for 60 slots, %v counted duplicate; want 60 and 0", w.tmp.starts, dup)
+	}
+}
+
+// A replica decides a slot and stops before starting it for longer than
+// its hold of the trigger (a crash, or a pause: threshold 10s, tick 1s, a
+// hold of 9s); the other replica, ticking after the hold, starts it; then
+// the first goes on and starts it too. One execution.
 func TestDoubleFireFromTwoReplicasAndACrash(t *testing.T) {
 	w := newWorld(t)
 	cfg := oneTrigger("* * * * *", schedule.Compress, 10*time.Second)
@@ -315,13 +345,15 @@ func TestDoubleFireFromTwoReplicasAndACrash(t *testing.T) {
 	go func() { done <- a.Tick(context.Background()) }()
 	go func() {
 		defer close(bDone)
-		// Wait for a's decision to commit, then tick b over the same fire.
+		// Wait for a's decision to commit, then tick b over the same
+		// fire once a's hold has ended.
 		for i := 0; i < 200; i++ {
 			if w.fireStates()["pending"] == 1 {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+		w.clock.set("2026-03-01T09:01:10Z")
 		b.tick(t)
 	}()
 	<-bDone
@@ -329,13 +361,19 @@ func TestDoubleFireFromTwoReplicasAndACrash(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	// And a crash: a decides 09:02 and dies before starting it; b replays it.
+	// And a crash: a decides 09:02 and dies before starting it; b leaves
+	// it while the dead replica's hold lasts, then replays it.
 	crash := w.replica(cfg, schedule.Hooks{AfterDecide: func() error { return errors.New("crash") }})
 	w.clock.set("2026-03-01T09:02:00.5Z")
 	if err := crash.Tick(context.Background()); err == nil {
 		t.Fatal("crash hook not called")
 	}
 	w.clock.set("2026-03-01T09:02:01.5Z")
+	b.tick(t)
+	if n := len(w.tmp.executions()); n != 1 {
+		t.Fatalf("%d executions: b started a fire the crashed replica still held", n)
+	}
+	w.clock.set("2026-03-01T09:02:10Z")
 	b.tick(t)
 	if got, want := w.tmp.executions(), keys("2026-03-01T09:01:00Z", 2, time.Minute); !same(got, want) {
 		t.Fatalf("executions %v, want %v", got, want)
@@ -417,7 +455,7 @@ func TestCrashBetweenStartAndMark(t *testing.T) {
 	if err := crash.Tick(context.Background()); err == nil {
 		t.Fatal("no crash")
 	}
-	w.clock.set("2026-03-01T09:01:01.5Z")
+	w.clock.set("2026-03-01T09:01:10Z") // the crashed replica's hold (9s) has ended
 	ok.tick(t)
 	if got := w.tmp.executions(); !same(got, []string{"2026-03-01T09:01:00+00:00"}) || w.tmp.starts != 2 {
 		t.Fatalf("executions %v after %d starts, want one after two", got, w.tmp.starts)
@@ -562,6 +600,50 @@ func TestPauseResume(t *testing.T) {
 	w := newWorld(t)
 	if err := schedule.SetPaused(context.Background(), oneTrigger("* * * * *", schedule.Skip, 10*time.Second), w.led, w.clock, "nope", true); err == nil {
 		t.Error("paused an unknown trigger")
+	}
+}
+
+// A slot that came due while the trigger was paused follows the misfire
+// policy on resume even when the resume comes within misfire_threshold of
+// it: paused at 09:01:30, resumed at 09:02:20, decided at 09:02:21 (21 s
+// after 09:02, threshold 60 s). Skip skips it, catchup runs it as a
+// catch-up, compress as a compressed run; 09:03 then runs on time.
+func TestPauseSlotWithinThresholdFollowsThePolicy(t *testing.T) {
+	for p, want := range map[schedule.Policy]string{schedule.Skip: "", schedule.Catchup: "catchup", schedule.Compress: "compressed"} {
+		t.Run(string(p), func(t *testing.T) {
+			w := newWorld(t)
+			cfg := oneTrigger("* * * * *", p, time.Minute)
+			r := w.replica(cfg, schedule.Hooks{})
+			w.clock.set("2026-03-01T09:00:30Z")
+			r.tick(t)
+			w.clock.set("2026-03-01T09:01:00.5Z")
+			r.tick(t)
+			w.clock.set("2026-03-01T09:01:30Z")
+			if err := schedule.SetPaused(context.Background(), cfg, w.led, w.clock, "report", true); err != nil {
+				t.Fatal(err)
+			}
+			w.clock.set("2026-03-01T09:02:00.5Z")
+			r.tick(t)
+			w.clock.set("2026-03-01T09:02:20Z")
+			if err := schedule.SetPaused(context.Background(), cfg, w.led, w.clock, "report", false); err != nil {
+				t.Fatal(err)
+			}
+			w.clock.set("2026-03-01T09:02:21Z")
+			r.tick(t)
+			w.clock.set("2026-03-01T09:03:00.5Z")
+			r.tick(t)
+			in := w.tmp.input("2026-03-01T09:02:00+00:00")
+			if in.Fire != want {
+				t.Errorf("09:02, due while paused: fire %q, want %q", in.Fire, want)
+			}
+			if in := w.tmp.input("2026-03-01T09:03:00+00:00"); in.Fire != "on_time" {
+				t.Errorf("09:03 after the resume: fire %q, want on_time", in.Fire)
+			}
+			o := outcomes(r.reg)
+			if p == schedule.Skip && (o["skipped"] != 1 || o["on_time"] != 2) {
+				t.Errorf("outcomes %v, want 09:02 skipped, 09:01 and 09:03 on time", o)
+			}
+		})
 	}
 }
 
