@@ -37,8 +37,8 @@ func startSchedules(ctx context.Context, cfg Config, led *ledger.Postgres, st pr
 }
 
 // CheckedTriggers is what `dedup validate` says of cfg's validated
-// triggers: each by name, with its schedule and misfire policy, or "no
-// triggers".
+// triggers: each by name, with its schedule and its misfire and overlap
+// policies (defaults filled in), or "no triggers".
 func CheckedTriggers(cfg Config) string {
 	ts := cfg.Schedules.Triggers
 	if len(ts) == 0 {
@@ -50,7 +50,7 @@ func CheckedTriggers(cfg Config) string {
 		if tz == "" {
 			tz = "UTC"
 		}
-		parts[i] = fmt.Sprintf("%s (%q %s, misfire %s)", t.Name, t.Cron, tz, t.MisfirePolicy)
+		parts[i] = fmt.Sprintf("%s (%q %s, misfire %s, overlap %s)", t.Name, t.Cron, tz, t.MisfirePolicy, t.Overlap)
 	}
 	n := "triggers"
 	if len(ts) == 1 {

@@ -32,7 +32,8 @@ schedules:
 		t.Fatal(err)
 	}
 	got := CheckedTriggers(cfg)
-	for _, want := range []string{"2 triggers: ", `nightly ("0 2 * * *" America/New_York, misfire skip`, `sync ("@every 10m" UTC, misfire catchup`} {
+	for _, want := range []string{"2 triggers: ", `nightly ("0 2 * * *" America/New_York, misfire skip, overlap skip)`,
+		`sync ("@every 10m" UTC, misfire catchup, overlap allow_all)`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("%q, want it to say %s", got, want)
 		}

@@ -26,6 +26,32 @@ const (
 	Compress Policy = "compress"
 )
 
+// Overlap is what a trigger does with a slot that comes due while its
+// previous run is still open: Temporal's ScheduleOverlapPolicy, of which
+// dedup has two.
+type Overlap string
+
+const (
+	// OverlapSkip starts nothing while the trigger's previous run is open
+	// (ScheduleOverlapPolicy.SKIP): the slot is counted skipped_overlap
+	// and logged, and a decision starts one run at most. The default under
+	// misfire_policy skip, which the seed contract maps to it.
+	OverlapSkip Overlap = "skip"
+	// OverlapAllowAll starts every slot whatever runs are open
+	// (ScheduleOverlapPolicy.ALLOW_ALL). The default under catchup and
+	// compress, whose runs each cover their own interval and which promise
+	// to run the slots they replay or fold.
+	OverlapAllowAll Overlap = "allow_all"
+)
+
+// DefaultOverlap is a misfire policy's overlap policy.
+func DefaultOverlap(p Policy) Overlap {
+	if p == Skip {
+		return OverlapSkip
+	}
+	return OverlapAllowAll
+}
+
 // Defaults and bounds.
 const (
 	DefaultCatchupLimit     = 10
@@ -74,8 +100,13 @@ type Trigger struct {
 	// MisfireThreshold is how late a slot may be decided and still count
 	// as on time (default 60s). Keep it above Tick.
 	MisfireThreshold time.Duration `yaml:"misfire_threshold"`
-	WorkflowType     string        `yaml:"workflow_type"`
-	TaskQueue        string        `yaml:"task_queue"`
+	// Overlap is skip or allow_all: whether a slot starts while the
+	// trigger's previous run is still open. Default: skip under
+	// misfire_policy skip, allow_all otherwise (DefaultOverlap). Skip costs
+	// a DescribeWorkflowExecution of the previous run per slot due.
+	Overlap      Overlap `yaml:"overlap"`
+	WorkflowType string  `yaml:"workflow_type"`
+	TaskQueue    string  `yaml:"task_queue"`
 	// Namespace is the Temporal namespace the runs start in; empty: the
 	// starter's (temporal.namespace). A route with key scheduled_for that
 	// should agree with the trigger must name the same one.
@@ -149,6 +180,13 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s.misfire_policy: empty, want skip, catchup or compress", at)
 		default:
 			return fmt.Errorf("%s.misfire_policy: %q, want skip, catchup or compress", at, t.MisfirePolicy)
+		}
+		switch t.Overlap {
+		case "":
+			t.Overlap = DefaultOverlap(t.MisfirePolicy)
+		case OverlapSkip, OverlapAllowAll:
+		default:
+			return fmt.Errorf("%s.overlap: %q, want skip or allow_all (buffer_one, buffer_all, cancel_other and terminate_other are not implemented)", at, t.Overlap)
 		}
 		if t.CatchupLimit != nil {
 			switch n := *t.CatchupLimit; {

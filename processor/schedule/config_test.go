@@ -48,6 +48,8 @@ func TestConfigValidation(t *testing.T) {
 			[]string{"schedules.triggers[0].misfire_threshold: 500ms, want more than schedules.tick (1s)"}},
 		{"activity id", func(tr *Trigger) { tr.ActivityID = "a:b" }, []string{"schedules.triggers[0].activity_id"}},
 		{"no task queue", func(tr *Trigger) { tr.TaskQueue = "" }, []string{"schedules.triggers[0].task_queue"}},
+		{"overlap", func(tr *Trigger) { tr.Overlap = "buffer_one" },
+			[]string{`schedules.triggers[0].overlap: "buffer_one", want skip or allow_all`, "not implemented"}},
 		{"task type shape", func(tr *Trigger) { tr.Definition.Tasks = []schemas.TaskSpec{{Type: "send:email"}} },
 			[]string{`schedules.triggers[0].definition.tasks[0].type: "send:email"`, "a task type the worker registers"}},
 		{"negative timeout", func(tr *Trigger) { tr.Definition.ActivityTimeoutSeconds = -1 },
@@ -69,7 +71,7 @@ func TestConfigValidation(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if tr := cfg.Triggers[0]; tr.Name != "report" || tr.MisfireThreshold != time.Minute || tr.Limit() != 10 {
+	if tr := cfg.Triggers[0]; tr.Name != "report" || tr.MisfireThreshold != time.Minute || tr.Limit() != 10 || tr.Overlap != OverlapAllowAll {
 		t.Errorf("defaults: %+v", tr)
 	}
 	cfg = Config{Tick: time.Second, Triggers: []Trigger{ok(), ok()}}

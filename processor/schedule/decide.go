@@ -17,10 +17,14 @@ const (
 	Compressed Outcome = "compressed"
 	// Skipped means the slot misfired and never runs.
 	Skipped Outcome = "skipped"
+	// SkippedOverlap means the slot would have run but never runs: the
+	// trigger's overlap is skip and its previous run was still open (or
+	// another slot of the same decision ran).
+	SkippedOverlap Outcome = "skipped_overlap"
 )
 
 // Outcomes lists every outcome, for metrics.
-var Outcomes = []Outcome{OnTime, CatchUp, Compressed, Skipped}
+var Outcomes = []Outcome{OnTime, CatchUp, Compressed, Skipped, SkippedOverlap}
 
 // MaxWalk bounds the slots one decision looks at from the cursor forward
 // (go-cron's Next costs well under a microsecond for dense schedules):
@@ -47,6 +51,16 @@ type Cursor struct {
 	// none): slots up to it came due in the pause, and misfired whenever
 	// they are decided.
 	ResumedAt time.Time
+	// Previous is the trigger's newest fire (zero if none): the run an
+	// overlap policy looks at.
+	Previous PreviousFire
+}
+
+// PreviousFire is a trigger's newest decided fire and its state.
+type PreviousFire struct {
+	ScheduledFor time.Time
+	WorkflowID   string
+	State        string // pending, or FireStarted, FireFailed, FireConflict
 }
 
 // Fire is one run the scheduler decided: stored with the decision, before
@@ -72,6 +86,9 @@ type Decision struct {
 	Capped bool
 	// Walked counts the Next calls the decision made (tests bound it).
 	Walked int
+	// Overlapped are the slots that would have run and were skipped for
+	// overlap (ApplyOverlap).
+	Overlapped []time.Time
 }
 
 // Decide decides which of the trigger's slots after cur.LastSlot and up to
@@ -169,6 +186,38 @@ func Decide(t *Trigger, cur Cursor, now time.Time, maxWalk int) Decision {
 	d.Cursor.LastSlot = w.slots[len(w.slots)-1]
 	if len(d.Fires) > 0 {
 		d.Cursor.LastFired = d.Fires[len(d.Fires)-1].ScheduledFor
+	}
+	return d
+}
+
+// ApplyOverlap applies the trigger's overlap policy to its decision d.
+// previousOpen says whether the trigger's previous run (its newest fire
+// before d's) is still open. Under OverlapSkip a decision starts one run
+// at most, and none while the previous run is open: each fire it would
+// have started beyond that is dropped, and the slots it stood for (one, or
+// for a compressed run every slot it covers) are counted SkippedOverlap.
+// It is pure, like Decide.
+func ApplyOverlap(t *Trigger, cur Cursor, d Decision, previousOpen bool) Decision {
+	if t.Overlap != OverlapSkip || len(d.Fires) == 0 {
+		return d
+	}
+	n := 1
+	if previousOpen {
+		n = 0
+	}
+	for _, f := range d.Fires[n:] {
+		k := int64(1)
+		if f.Kind == Compressed {
+			k = f.MissedCount // every slot it covers: what Decide counted compressed
+		}
+		d.Counts[f.Kind] -= k
+		d.Counts[SkippedOverlap] += k
+		d.Overlapped = append(d.Overlapped, f.ScheduledFor)
+	}
+	d.Fires = d.Fires[:n:n]
+	d.Cursor.LastFired = cur.LastFired
+	if n > 0 {
+		d.Cursor.LastFired = d.Fires[0].ScheduledFor
 	}
 	return d
 }

@@ -201,3 +201,40 @@ func TestDecideOutageOfYearsIsBounded(t *testing.T) {
 		t.Errorf("daily: capped %v skipped %d fires %d", d.Capped, d.Counts[Skipped], len(d.Fires))
 	}
 }
+
+// Overlap skip: while the previous run is open, nothing the decision would
+// start runs, and the slots are counted skipped_overlap (a compressed run:
+// every slot it covers); once closed, one run per decision, the first.
+// allow_all changes nothing.
+func TestApplyOverlap(t *testing.T) {
+	now := utc("2026-03-01T09:05:05Z") // 09:01..09:04 missed, 09:05 on time
+	catchup := trigger(t, "* * * * *", Catchup, 10*time.Second)
+	if catchup.Overlap != OverlapAllowAll {
+		t.Fatalf("catchup's default overlap %q, want allow_all", catchup.Overlap)
+	}
+	d := Decide(catchup, at0900, now, MaxWalk)
+	if got := ApplyOverlap(catchup, at0900, d, true); len(got.Fires) != 5 || got.Counts[SkippedOverlap] != 0 {
+		t.Errorf("allow_all: %s %v", fireList(got.Fires), got.Counts)
+	}
+	catchup.Overlap = OverlapSkip
+	d = ApplyOverlap(catchup, at0900, Decide(catchup, at0900, now, MaxWalk), false)
+	if got, want := fireList(d.Fires), "catchup 09:01 (09:00, 09:01] missed 1; "; got != want || d.Counts[SkippedOverlap] != 4 ||
+		d.Counts[CatchUp] != 1 || d.Counts[OnTime] != 0 || !d.Cursor.LastFired.Equal(utc("2026-03-01T09:01:00Z")) || len(d.Overlapped) != 4 {
+		t.Errorf("skip, previous closed: %s %v last fired %s, want %s and 4 skipped_overlap", got, d.Counts, d.Cursor.LastFired, want)
+	}
+	d = ApplyOverlap(catchup, at0900, Decide(catchup, at0900, now, MaxWalk), true)
+	if len(d.Fires) != 0 || d.Counts[SkippedOverlap] != 5 || !d.Cursor.LastFired.Equal(at0900.LastFired) ||
+		!d.Cursor.LastSlot.Equal(utc("2026-03-01T09:05:00Z")) {
+		t.Errorf("skip, previous open: %s %v cursor %+v", fireList(d.Fires), d.Counts, d.Cursor)
+	}
+	compress := trigger(t, "* * * * *", Compress, 10*time.Second)
+	compress.Overlap = OverlapSkip
+	d = ApplyOverlap(compress, at0900, Decide(compress, at0900, now, MaxWalk), true)
+	if len(d.Fires) != 0 || d.Counts[SkippedOverlap] != 5 || d.Counts[Compressed] != 0 {
+		t.Errorf("compress, previous open: %s %v", fireList(d.Fires), d.Counts)
+	}
+	skip := trigger(t, "* * * * *", Skip, 10*time.Second)
+	if skip.Overlap != OverlapSkip {
+		t.Errorf("skip's default overlap %q, want skip", skip.Overlap)
+	}
+}

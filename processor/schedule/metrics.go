@@ -21,7 +21,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, triggers []string) (*metrics, error) {
 	m := &metrics{
 		fires: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_schedule_fires_total",
-			Help: "Due schedule slots by outcome, counted once by the replica that decided them: on_time, catchup (run late), compressed (covered by one compressed run), skipped (never run)."},
+			Help: "Due schedule slots by outcome, counted once by the replica that decided them: on_time, catchup (run late), compressed (covered by one compressed run), skipped (misfired, never run), skipped_overlap (not run: overlap skip, the previous run still open)."},
 			[]string{"trigger", "outcome"}),
 		starts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_schedule_starts_total",
 			Help: "Schedule fires sent to Temporal by result: started, duplicate (already started: a replay), failed (refused for good), conflict."},

@@ -80,8 +80,9 @@ type FireEnd struct {
 	RunID        string
 }
 
-// Fire states once ended.
+// Fire states: pending until ended.
 const (
+	FirePending  = "pending"
 	FireStarted  = "started"
 	FireFailed   = "failed"   // Temporal refused the start for good (logged; the ledger row is dead_lettered)
 	FireConflict = "conflict" // the workflow ID was claimed with another payload (not a slot): never started
@@ -219,15 +220,30 @@ func (s *Scheduler) Tick(ctx context.Context) (err error) {
 		return fmt.Errorf("reading the clock: %w", err)
 	}
 	now = now.UTC()
-	var decided []Decision
+	type decidedTrigger struct {
+		Decision
+		previous PreviousFire
+	}
+	var decided []decidedTrigger
 	r := Round{Triggers: s.names, Now: now, Holder: s.holder, HoldUntil: now.Add(s.hold)}
 	pending, err := s.store.Decide(ctx, r, func(cur Cursor) Decision {
 		t := s.byName[cur.Trigger]
 		d := Decide(t, cur, now, s.maxWalk)
+		if t.Overlap == OverlapSkip && len(d.Fires) > 0 {
+			// Inside the round's transaction: the trigger is locked, so the
+			// previous fire is the newest one while this asks Temporal.
+			open, err := s.previousOpen(ctx, t, cur.Previous)
+			if err != nil {
+				s.log.Warn("schedule: cannot tell whether the previous run is still open; the slots wait for the next tick",
+					"trigger", t.Name, "previous_workflow_id", cur.Previous.WorkflowID, "err", err)
+				return Decision{Cursor: cur, Counts: map[Outcome]int64{}} // decided nothing
+			}
+			d = ApplyOverlap(t, cur, d, open)
+		}
 		for i := range d.Fires {
 			d.Fires[i].WorkflowID = processor.WorkflowID(t.ActivityID, processor.ScheduledForKey(d.Fires[i].ScheduledFor))
 		}
-		decided = append(decided, d)
+		decided = append(decided, decidedTrigger{d, cur.Previous})
 		return d
 	})
 	if err != nil {
@@ -256,9 +272,21 @@ func (s *Scheduler) Tick(ctx context.Context) (err error) {
 			s.log.Warn("schedule outage longer than the walk bound; missed_count is a lower bound",
 				"trigger", d.Cursor.Trigger, "max_walk", s.maxWalk)
 		}
-		if len(d.Fires) > 0 || d.Counts[Skipped] > 0 {
+		if len(d.Fires) > 0 || d.Counts[Skipped] > 0 || d.Counts[SkippedOverlap] > 0 {
 			s.log.Info("schedule decided", "trigger", d.Cursor.Trigger, "fires", len(d.Fires),
-				"skipped", d.Counts[Skipped], "compressed", d.Counts[Compressed])
+				"skipped", d.Counts[Skipped], "compressed", d.Counts[Compressed], "skipped_overlap", d.Counts[SkippedOverlap])
+		}
+		if len(d.Overlapped) > 0 {
+			slots := make([]string, len(d.Overlapped))
+			for i, x := range d.Overlapped {
+				slots[i] = processor.ScheduledForKey(x)
+			}
+			previous := d.previous.WorkflowID
+			if len(d.Fires) > 0 { // the decision's own first run
+				previous = d.Fires[0].WorkflowID
+			}
+			s.log.Info("schedule slot skipped for overlap: the previous run is still open (overlap skip)",
+				"trigger", d.Cursor.Trigger, "slots", slots, "skipped_overlap", d.Counts[SkippedOverlap], "previous_workflow_id", previous)
 		}
 	}
 	if s.hooks.AfterDecide != nil {
@@ -368,6 +396,31 @@ func (s *Scheduler) start(ctx context.Context, fires []Fire) error {
 		ends = append(ends, end)
 	}
 	return errors.Join(runErr, flush())
+}
+
+// previousOpen says whether a trigger's previous run is still open: a
+// fire still pending is (it starts before any later one); a started one is
+// if Temporal says its run is running; a failed or conflicting one never
+// ran. A workflow Temporal does not know (past the namespace's retention)
+// is closed. Any other error is returned: the caller decides nothing.
+func (s *Scheduler) previousOpen(ctx context.Context, t *Trigger, prev PreviousFire) (bool, error) {
+	switch prev.State {
+	case "":
+		return false, nil
+	case FirePending:
+		return true, nil
+	case FireStarted:
+	default:
+		return false, nil
+	}
+	run, err := s.starter.LastRun(ctx, t.Namespace, prev.WorkflowID)
+	switch {
+	case err == nil:
+		return !run.Closed, nil
+	case processor.IsPermanent(err):
+		return false, nil
+	}
+	return false, err
 }
 
 // heldBy lists the triggers of fires, once each: the ones a round holds.

@@ -56,16 +56,20 @@ func (c *clock) add(d time.Duration) {
 }
 
 // temporal stands in for Temporal under reject_duplicate: one execution
-// per workflow ID; a second start is "already started" with its run.
+// per workflow ID; a second start is "already started" with its run. Runs
+// close as soon as they start, unless the test holds them open (no worker
+// polls their task queue, or their workflow blocks).
 type temporal struct {
-	mu     sync.Mutex
-	runs   map[string]schemas.WorkflowInput
-	ids    map[string]string
-	starts int
+	mu       sync.Mutex
+	runs     map[string]schemas.WorkflowInput
+	ids      map[string]string
+	starts   int
+	holdOpen bool            // runs started from now on stay open
+	open     map[string]bool // workflow IDs whose run is open
 }
 
 func newTemporal() *temporal {
-	return &temporal{runs: map[string]schemas.WorkflowInput{}, ids: map[string]string{}}
+	return &temporal{runs: map[string]schemas.WorkflowInput{}, ids: map[string]string{}, open: map[string]bool{}}
 }
 
 func (f *temporal) Start(ctx context.Context, req processor.StartRequest) (processor.StartResult, error) {
@@ -80,11 +84,31 @@ func (f *temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 	}
 	f.ids[req.WorkflowID] = fmt.Sprintf("run-%d", len(f.ids)+1)
 	f.runs[req.WorkflowID] = req.Input
+	if f.holdOpen {
+		f.open[req.WorkflowID] = true
+	}
 	return processor.StartResult{RunID: f.ids[req.WorkflowID]}, nil
 }
 
-func (f *temporal) LastRun(context.Context, string, string) (processor.Run, error) {
-	return processor.Run{}, errors.New("not used")
+func (f *temporal) LastRun(_ context.Context, _, workflowID string) (processor.Run, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id, ok := f.ids[workflowID]
+	if !ok {
+		return processor.Run{}, processor.Permanent(fmt.Errorf("workflow %s not found", workflowID))
+	}
+	return processor.Run{ID: id, Closed: !f.open[workflowID]}, nil
+}
+
+// hold makes the runs started from now on stay open, or, with false,
+// closes every run and lets later ones close at once.
+func (f *temporal) hold(open bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holdOpen = open
+	if !open {
+		clear(f.open)
+	}
 }
 
 // executions lists the scheduled_for keys of the executions, sorted.
@@ -644,6 +668,39 @@ func TestPauseSlotWithinThresholdFollowsThePolicy(t *testing.T) {
 				t.Errorf("outcomes %v, want 09:02 skipped, 09:01 and 09:03 on time", o)
 			}
 		})
+	}
+}
+
+// A skip trigger whose runs stay open (no worker, or a workflow that
+// blocks): one run at a time, as Temporal's ScheduleOverlapPolicy.SKIP
+// would have it. 22 slots come due while the first run is open: none of
+// them starts; each is counted skipped_overlap and logged. When the run
+// closes, the next slot runs.
+func TestOverlapSkipWhileThePreviousRunIsOpen(t *testing.T) {
+	w := newWorld(t)
+	cfg := oneTrigger("* * * * *", schedule.Skip, 10*time.Second)
+	r := w.replica(cfg, schedule.Hooks{})
+	w.tmp.hold(true)
+	w.clock.set("2026-03-01T09:00:30Z")
+	r.tick(t)
+	for m := 1; m <= 23; m++ {
+		w.clock.set(fmt.Sprintf("2026-03-01T09:%02d:00.5Z", m))
+		r.tick(t)
+	}
+	if got := w.tmp.executions(); !same(got, []string{"2026-03-01T09:01:00+00:00"}) {
+		t.Fatalf("%d runs open at once %v, want the first only", len(got), got)
+	}
+	if o := outcomes(r.reg); o["skipped_overlap"] != 22 || o["on_time"] != 1 {
+		t.Errorf("outcomes %v, want 1 on time and 22 skipped_overlap", o)
+	}
+	if l := r.logs.lines("previous run is still open", "trigger=report"); len(l) != 22 {
+		t.Errorf("%d overlap log lines, want 22: %q", len(l), l)
+	}
+	w.tmp.hold(false) // the run completes
+	w.clock.set("2026-03-01T09:24:00.5Z")
+	r.tick(t)
+	if got := w.tmp.executions(); !same(got, []string{"2026-03-01T09:01:00+00:00", "2026-03-01T09:24:00+00:00"}) {
+		t.Errorf("after the run closed: executions %v", got)
 	}
 }
 

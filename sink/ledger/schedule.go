@@ -45,22 +45,32 @@ func (p *Postgres) Decide(ctx context.Context, r schedule.Round, decide func(sch
 SELECT n, $2, $2 FROM unnest($1::text[]) AS n ON CONFLICT DO NOTHING`, triggers, since); err != nil {
 			return fmt.Errorf("creating cursors: %w", err)
 		}
-		rows, err := tx.Query(ctx, `SELECT trigger_name, last_slot, last_fired, since, paused, resumed_at FROM dedup_schedule_cursors
-WHERE trigger_name = ANY($1::text[]) AND (held_until IS NULL OR held_until <= $2 OR held_by = $3)
-ORDER BY trigger_name FOR UPDATE SKIP LOCKED`, triggers, now, r.Holder)
+		// With each cursor, its trigger's newest fire (the run an overlap
+		// policy looks at), through the fires' primary key.
+		rows, err := tx.Query(ctx, `SELECT c.trigger_name, c.last_slot, c.last_fired, c.since, c.paused, c.resumed_at,
+	f.scheduled_for, f.workflow_id, f.state
+FROM dedup_schedule_cursors c
+LEFT JOIN LATERAL (SELECT scheduled_for, workflow_id, state FROM dedup_schedule_fires
+	WHERE trigger_name = c.trigger_name ORDER BY scheduled_for DESC LIMIT 1) f ON true
+WHERE c.trigger_name = ANY($1::text[]) AND (c.held_until IS NULL OR c.held_until <= $2 OR c.held_by = $3)
+ORDER BY c.trigger_name FOR UPDATE OF c SKIP LOCKED`, triggers, now, r.Holder)
 		if err != nil {
 			return fmt.Errorf("locking cursors: %w", err)
 		}
 		cursors, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (schedule.Cursor, error) {
 			var c schedule.Cursor
-			var fired, resumed *time.Time
-			err := r.Scan(&c.Trigger, &c.LastSlot, &fired, &c.Since, &c.Paused, &resumed)
+			var fired, resumed, prevAt *time.Time
+			var prevWID, prevState *string
+			err := r.Scan(&c.Trigger, &c.LastSlot, &fired, &c.Since, &c.Paused, &resumed, &prevAt, &prevWID, &prevState)
 			c.LastSlot, c.Since = c.LastSlot.UTC(), c.Since.UTC()
 			if fired != nil {
 				c.LastFired = fired.UTC()
 			}
 			if resumed != nil {
 				c.ResumedAt = resumed.UTC()
+			}
+			if prevAt != nil && prevWID != nil && prevState != nil {
+				c.Previous = schedule.PreviousFire{ScheduledFor: prevAt.UTC(), WorkflowID: *prevWID, State: *prevState}
 			}
 			return c, err
 		})

@@ -116,6 +116,12 @@ func TestScheduleDecideLocksAndKeepsTheFirstDecision(t *testing.T) {
 			t.Fatalf("%s's round at %s: called %v, fires %v, err %v; want %v", c.holder, c.now, called, fs, err, c.want)
 		}
 	}
+	// A round's cursor carries the trigger's newest fire.
+	var prev schedule.PreviousFire
+	if _, err := l.Decide(ctx, round("r2", now.Add(time.Minute)), func(c schedule.Cursor) schedule.Decision { prev = c.Previous; return schedule.Decision{Cursor: c} }); err != nil ||
+		!prev.ScheduledFor.Equal(at("2026-03-01T09:00:00Z")) || prev.WorkflowID != "activity-a:2026-03-01T09:00:00+00:00" || prev.State != schedule.FirePending {
+		t.Fatalf("previous fire %+v, %v", prev, err)
+	}
 	// r2 holds it now (until now+2m); r1's round is left out until r2
 	// releases it.
 	called = false
