@@ -18,6 +18,11 @@
 //     same transaction) until it has started them, and other replicas
 //     leave it alone meanwhile. A holder that dies is waited for until its
 //     hold ends (min(MaxHold, misfire threshold - tick)).
+//   - Overlap (Trigger.Overlap, Temporal's ScheduleOverlapPolicy): under
+//     skip, the default of misfire_policy skip, no slot starts while the
+//     trigger's newest fire is pending or its run is open (Temporal's
+//     DescribeWorkflowExecution, asked inside the round, the trigger
+//     locked); such slots are counted skipped_overlap and logged.
 //   - No slot lost, no second window: a decided fire stays pending in
 //     PostgreSQL until started; the next tick of any replica holding the
 //     trigger starts it as it was decided. A slot is decided once: the
