@@ -111,13 +111,15 @@ func TestScheduleOneExecutionPerSlot(t *testing.T) {
 	tickBoth()
 	clock.set("2026-03-01T09:01:00.5Z")
 	tickBoth()
-	// Decided, committed, crashed before the start: the others replay it.
+	// Decided, committed, crashed before the start: the others replay it
+	// once the dead replica's hold of the trigger (9s: threshold 10s, tick
+	// 1s) has ended.
 	crashed := e.scheduler(cfg, clock, schedule.Hooks{AfterDecide: func() error { return errors.New("crash") }})
 	clock.set("2026-03-01T09:02:00.5Z")
 	if err := crashed.Tick(ctx); err == nil {
 		t.Fatal("no crash")
 	}
-	clock.set("2026-03-01T09:02:01.5Z")
+	clock.set("2026-03-01T09:02:10Z")
 	tickBoth()
 	// 28 slots missed; started, then crashed before the mark.
 	crashed = e.scheduler(cfg, clock, schedule.Hooks{AfterStart: func() error { return errors.New("crash") }})
@@ -125,7 +127,7 @@ func TestScheduleOneExecutionPerSlot(t *testing.T) {
 	if err := crashed.Tick(ctx); err == nil {
 		t.Fatal("no crash")
 	}
-	clock.set("2026-03-01T09:30:31Z")
+	clock.set("2026-03-01T09:30:40Z")
 	tickBoth()
 
 	want := []string{slotID("2026-03-01T09:01:00+00:00"), slotID("2026-03-01T09:02:00+00:00"), slotID("2026-03-01T09:30:00+00:00")}
@@ -188,7 +190,12 @@ func TestScheduleAndScheduledForRouteAgree(t *testing.T) {
 		}
 	}
 	clock := &fakeClock{}
-	s := e.scheduler(schedConfig(schedule.Skip), clock, schedule.Hooks{})
+	// No worker polls "sched": every run stays open. allow_all, so that
+	// the scheduler starts 09:02 while 09:01 is open (overlap skip, skip's
+	// default, would not: TestScheduleOverlapSkipHoldsOneRunOpen).
+	scfg := schedConfig(schedule.Skip)
+	scfg.Triggers[0].Overlap = schedule.OverlapAllowAll
+	s := e.scheduler(scfg, clock, schedule.Hooks{})
 	clock.set("2026-03-01T09:00:30Z")
 	if err := s.Tick(ctx); err != nil {
 		t.Fatal(err)
@@ -243,6 +250,8 @@ func TestScheduleInDedupRun(t *testing.T) {
 	cfg.Schedules = schedConfig(schedule.Skip)
 	cfg.Schedules.Triggers[0].Cron = "* * * * * *"
 	cfg.Schedules.Triggers[0].MisfireThreshold = 2 * time.Second
+	// No worker: every run stays open; allow_all so that every slot starts.
+	cfg.Schedules.Triggers[0].Overlap = schedule.OverlapAllowAll
 	procs := []*proc{e.spawn("r1", cfg), e.spawn("r2", cfg)}
 	for _, p := range procs {
 		if !eventually(time.Minute, func() bool { return p.ready() == 200 }) {

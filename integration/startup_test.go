@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"sync"
 	"syscall"
 	"testing"
@@ -30,7 +31,13 @@ func TestManyReplicasStartAtOnceOnAnEmptyDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newest := int64(len(files)) // migrations are numbered 1..n
+	var newest int64 // the highest number (00010_*.sql: 10; numbers may have gaps)
+	for _, f := range files {
+		var n int64
+		if _, err := fmt.Sscanf(path.Base(f), "%d_", &n); err == nil && n > newest {
+			newest = n
+		}
+	}
 	for round := 0; round < 10; round++ {
 		url, err := stack.Postgres.CreateDatabase(context.Background(), fmt.Sprintf("dedup_startup_%d", round))
 		if err != nil {

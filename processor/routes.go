@@ -14,6 +14,38 @@ import (
 // task-{run_id}:{type}:{index}, so never a colon).
 var taskTypeName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 
+// ValidateDefinition checks an activity definition (nil: none) where the
+// config has one, at (routes[0].definition, schedules.triggers[0].definition):
+// the shape of its task types, its bounds, its dedupe_key_strategy. It is
+// the one rule for routes and triggers alike. Which task types exist is not
+// checked: the worker knows its types (built-in webhook and noop, and its
+// users' task types), and a run naming a type its worker lacks fails there.
+func ValidateDefinition(at string, d *schemas.ActivityDefinition) error {
+	if d == nil {
+		return nil
+	}
+	for j, tk := range d.Tasks {
+		// Only the name's shape, which is part of task IDs.
+		if !taskTypeName.MatchString(tk.Type) {
+			return fmt.Errorf("%s.tasks[%d].type: %q (webhook, noop, or a task type the worker registers: letters, digits, '_', '.', '-')", at, j, tk.Type)
+		}
+	}
+	switch {
+	case d.ActivityTimeoutSeconds < 0:
+		return fmt.Errorf("%s.activity_timeout_seconds: %d", at, d.ActivityTimeoutSeconds)
+	case d.MaxAttempts < 0:
+		return fmt.Errorf("%s.max_attempts: %d", at, d.MaxAttempts)
+	case d.ScheduleToCloseSeconds < 0:
+		return fmt.Errorf("%s.schedule_to_close_seconds: %d", at, d.ScheduleToCloseSeconds)
+	}
+	switch d.DedupeKeyStrategy {
+	case "", "skip", "catchup", "compress":
+	default:
+		return fmt.Errorf("%s.dedupe_key_strategy: %q (skip, catchup, compress)", at, d.DedupeKeyStrategy)
+	}
+	return nil
+}
+
 // ReusePolicy is the Temporal workflow ID reuse policy of a route.
 type ReusePolicy string
 
@@ -135,28 +167,8 @@ func (rs Routes) Validate() error {
 		default:
 			return fmt.Errorf("%s.id_reuse_policy: %q (reject_duplicate, allow_duplicate_failed_only, allow_duplicate)", at, r.IDReusePolicy)
 		}
-		if d := r.Definition; d != nil {
-			for j, tk := range d.Tasks {
-				// The worker knows which types it has (built-in webhook and
-				// noop, and its users' task types); here only the name's
-				// shape, which is part of task IDs.
-				if !taskTypeName.MatchString(tk.Type) {
-					return fmt.Errorf("%s.definition.tasks[%d].type: %q (webhook, noop, or a task type the worker registers: letters, digits, '_', '.', '-')", at, j, tk.Type)
-				}
-			}
-			switch {
-			case d.ActivityTimeoutSeconds < 0:
-				return fmt.Errorf("%s.definition.activity_timeout_seconds: %d", at, d.ActivityTimeoutSeconds)
-			case d.MaxAttempts < 0:
-				return fmt.Errorf("%s.definition.max_attempts: %d", at, d.MaxAttempts)
-			case d.ScheduleToCloseSeconds < 0:
-				return fmt.Errorf("%s.definition.schedule_to_close_seconds: %d", at, d.ScheduleToCloseSeconds)
-			}
-			switch d.DedupeKeyStrategy {
-			case "", "skip", "catchup", "compress":
-			default:
-				return fmt.Errorf("%s.definition.dedupe_key_strategy: %q (skip, catchup, compress)", at, d.DedupeKeyStrategy)
-			}
+		if err := ValidateDefinition(at+".definition", r.Definition); err != nil {
+			return err
 		}
 		switch r.Key {
 		case "":

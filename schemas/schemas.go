@@ -62,15 +62,33 @@ type WorkflowInput struct {
 	// WindowStart and WindowEnd are the interval (WindowStart, WindowEnd]
 	// the run covers, in the same format as ScheduledFor. WindowEnd is
 	// always ScheduledFor; WindowStart is the slot before it, or, for a
-	// compressed run, the last slot that ran (the trigger's first
-	// activation if none ran yet).
+	// compressed run, the newest slot decided before the ones it covers
+	// (for a trigger's first run: the slot before its first slot).
 	WindowStart string `json:"window_start,omitempty"`
 	WindowEnd   string `json:"window_end,omitempty"`
-	// MissedCount is how many slots in the window misfired (passed by more
-	// than misfire_threshold before the scheduler decided them): 0 on time,
-	// 1 for a catch-up run (its own slot), every missed slot for a
-	// compressed run (the one it runs at included).
+	// MissedCount is how many slots the run stands for that misfired
+	// (passed by more than misfire_threshold before the scheduler decided
+	// them): 0 on time, 1 for a catch-up run (its own slot), and for a
+	// compressed run every slot its window covers, its own included (the
+	// slots dedup_schedule_fires_total counts compressed). Present in
+	// every input of dedup's scheduler, 0 included (MarshalJSON); absent
+	// from events' inputs.
 	MissedCount int64 `json:"missed_count,omitempty"`
+}
+
+// MarshalJSON writes the input with missed_count present (0 included)
+// when dedup's scheduler fired it (Schedule set), and without it
+// otherwise, so that a scheduled run's input says "missed nothing" rather
+// than leaving it out.
+func (in WorkflowInput) MarshalJSON() ([]byte, error) {
+	type plain WorkflowInput // without this method
+	if in.Schedule == "" {
+		return json.Marshal(plain(in))
+	}
+	return json.Marshal(struct {
+		plain
+		MissedCount int64 `json:"missed_count"` // shallower: replaces plain's omitempty field
+	}{plain(in), in.MissedCount})
 }
 
 // Trigger kinds of WorkflowInput.TriggerKind.

@@ -142,7 +142,7 @@ func run(args []string) error {
 	case "schedule pause", "schedule resume":
 		return app.SetSchedulePaused(ctx, cfg, trigger, cmd == "schedule pause", os.Stdout)
 	case "validate":
-		fmt.Printf("%s: ok (%d routes, topics %s)\n", *path, len(cfg.Routes), strings.Join(cfg.Kafka.Topics, ","))
+		fmt.Printf("%s: ok (%d routes, topics %s; %s)\n", *path, len(cfg.Routes), strings.Join(cfg.Kafka.Topics, ","), app.CheckedTriggers(cfg))
 		return nil
 	}
 	return usage()

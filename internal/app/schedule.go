@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -33,6 +34,29 @@ func startSchedules(ctx context.Context, cfg Config, led *ledger.Postgres, st pr
 	go func() { defer close(done); s.Run(ctx) }()
 	log.Info("scheduler running", "triggers", len(cfg.Schedules.Triggers))
 	return func() { cancel(); <-done }, nil
+}
+
+// CheckedTriggers is what `dedup validate` says of cfg's validated
+// triggers: each by name, with its schedule and its misfire and overlap
+// policies (defaults filled in), or "no triggers".
+func CheckedTriggers(cfg Config) string {
+	ts := cfg.Schedules.Triggers
+	if len(ts) == 0 {
+		return "no triggers"
+	}
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		tz := t.TimeZone
+		if tz == "" {
+			tz = "UTC"
+		}
+		parts[i] = fmt.Sprintf("%s (%q %s, misfire %s, overlap %s)", t.Name, t.Cron, tz, t.MisfirePolicy, t.Overlap)
+	}
+	n := "triggers"
+	if len(ts) == 1 {
+		n = "trigger"
+	}
+	return fmt.Sprintf("%d %s: %s", len(ts), n, strings.Join(parts, ", "))
 }
 
 // SetSchedulePaused is `dedup schedule pause|resume NAME`: it pauses or

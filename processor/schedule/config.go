@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -24,6 +25,32 @@ const (
 	// covers every missed slot since the last run.
 	Compress Policy = "compress"
 )
+
+// Overlap is what a trigger does with a slot that comes due while its
+// previous run is still open: Temporal's ScheduleOverlapPolicy, of which
+// dedup has two.
+type Overlap string
+
+const (
+	// OverlapSkip starts nothing while the trigger's previous run is open
+	// (ScheduleOverlapPolicy.SKIP): the slot is counted skipped_overlap
+	// and logged, and a decision starts one run at most. The default under
+	// misfire_policy skip, which the seed contract maps to it.
+	OverlapSkip Overlap = "skip"
+	// OverlapAllowAll starts every slot whatever runs are open
+	// (ScheduleOverlapPolicy.ALLOW_ALL). The default under catchup and
+	// compress, whose runs each cover their own interval and which promise
+	// to run the slots they replay or fold.
+	OverlapAllowAll Overlap = "allow_all"
+)
+
+// DefaultOverlap is a misfire policy's overlap policy.
+func DefaultOverlap(p Policy) Overlap {
+	if p == Skip {
+		return OverlapSkip
+	}
+	return OverlapAllowAll
+}
 
 // Defaults and bounds.
 const (
@@ -73,14 +100,20 @@ type Trigger struct {
 	// MisfireThreshold is how late a slot may be decided and still count
 	// as on time (default 60s). Keep it above Tick.
 	MisfireThreshold time.Duration `yaml:"misfire_threshold"`
-	WorkflowType     string        `yaml:"workflow_type"`
-	TaskQueue        string        `yaml:"task_queue"`
+	// Overlap is skip or allow_all: whether a slot starts while the
+	// trigger's previous run is still open. Default: skip under
+	// misfire_policy skip, allow_all otherwise (DefaultOverlap). Skip costs
+	// a DescribeWorkflowExecution of the previous run per slot due.
+	Overlap      Overlap `yaml:"overlap"`
+	WorkflowType string  `yaml:"workflow_type"`
+	TaskQueue    string  `yaml:"task_queue"`
 	// Namespace is the Temporal namespace the runs start in; empty: the
 	// starter's (temporal.namespace). A route with key scheduled_for that
 	// should agree with the trigger must name the same one.
 	Namespace string `yaml:"namespace"`
 	// Definition is passed to the workflow (the tasks RunActivityWorkflow
-	// spawns) and must say dedupe_key_strategy.
+	// spawns) and must say dedupe_key_strategy. Its task types are checked
+	// as routes' are, by shape only: any type a worker registers.
 	Definition *schemas.ActivityDefinition `yaml:"definition"`
 
 	cron *Cron // parsed by Validate
@@ -107,6 +140,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("schedules.tick: %s, want > 0", c.Tick)
 	}
 	names := map[string]bool{}
+	activities := map[string]int{} // activity_id: the trigger that has it
 	for i := range c.Triggers {
 		t := &c.Triggers[i]
 		at := fmt.Sprintf("schedules.triggers[%d]", i)
@@ -130,13 +164,29 @@ func (c *Config) Validate() error {
 		case t.MisfireThreshold <= c.Tick:
 			return fmt.Errorf("%s.misfire_threshold: %s, want more than schedules.tick (%s): a slot is decided up to a tick late", at, t.MisfireThreshold, c.Tick)
 		}
+		if j, ok := activities[t.ActivityID]; ok {
+			// The workflow ID is activity-{activity_id}:{scheduled_for}: the
+			// slots the two share would be one workflow, started by
+			// whichever fired first, and the other's run would be a
+			// duplicate of it, counted on time.
+			return fmt.Errorf("%s.activity_id: %q of trigger %q is also schedules.triggers[%d] (%q)'s: their slots would share workflow IDs; give each trigger its own activity_id",
+				at, t.ActivityID, t.Name, j, c.Triggers[j].Name)
+		}
 		names[t.Name] = true
+		activities[t.ActivityID] = i
 		switch t.MisfirePolicy {
 		case Skip, Catchup, Compress:
 		case "":
 			return fmt.Errorf("%s.misfire_policy: empty, want skip, catchup or compress", at)
 		default:
 			return fmt.Errorf("%s.misfire_policy: %q, want skip, catchup or compress", at, t.MisfirePolicy)
+		}
+		switch t.Overlap {
+		case "":
+			t.Overlap = DefaultOverlap(t.MisfirePolicy)
+		case OverlapSkip, OverlapAllowAll:
+		default:
+			return fmt.Errorf("%s.overlap: %q, want skip or allow_all (buffer_one, buffer_all, cancel_other and terminate_other are not implemented)", at, t.Overlap)
 		}
 		if t.CatchupLimit != nil {
 			switch n := *t.CatchupLimit; {
@@ -149,10 +199,10 @@ func (c *Config) Validate() error {
 		if err := t.checkStrategy(at); err != nil {
 			return err
 		}
-		for j, tk := range t.Definition.Tasks {
-			if tk.Type != "webhook" && tk.Type != "noop" {
-				return fmt.Errorf("%s.definition.tasks[%d].type: %q (webhook, noop)", at, j, tk.Type)
-			}
+		// The routes' rule: any task type a worker may register (the
+		// worker is where types are known), in the shape of task IDs.
+		if err := processor.ValidateDefinition(at+".definition", t.Definition); err != nil {
+			return err
 		}
 		cr, err := ParseCron(t.Cron, t.TimeZone)
 		if err != nil {

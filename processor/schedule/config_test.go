@@ -48,8 +48,12 @@ func TestConfigValidation(t *testing.T) {
 			[]string{"schedules.triggers[0].misfire_threshold: 500ms, want more than schedules.tick (1s)"}},
 		{"activity id", func(tr *Trigger) { tr.ActivityID = "a:b" }, []string{"schedules.triggers[0].activity_id"}},
 		{"no task queue", func(tr *Trigger) { tr.TaskQueue = "" }, []string{"schedules.triggers[0].task_queue"}},
-		{"bad task", func(tr *Trigger) { tr.Definition.Tasks = []schemas.TaskSpec{{Type: "email"}} },
-			[]string{"schedules.triggers[0].definition.tasks[0].type"}},
+		{"overlap", func(tr *Trigger) { tr.Overlap = "buffer_one" },
+			[]string{`schedules.triggers[0].overlap: "buffer_one", want skip or allow_all`, "not implemented"}},
+		{"task type shape", func(tr *Trigger) { tr.Definition.Tasks = []schemas.TaskSpec{{Type: "send:email"}} },
+			[]string{`schedules.triggers[0].definition.tasks[0].type: "send:email"`, "a task type the worker registers"}},
+		{"negative timeout", func(tr *Trigger) { tr.Definition.ActivityTimeoutSeconds = -1 },
+			[]string{"schedules.triggers[0].definition.activity_timeout_seconds: -1"}},
 	}
 	for _, c := range cases {
 		tr := ok()
@@ -67,12 +71,29 @@ func TestConfigValidation(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if tr := cfg.Triggers[0]; tr.Name != "report" || tr.MisfireThreshold != time.Minute || tr.Limit() != 10 {
+	if tr := cfg.Triggers[0]; tr.Name != "report" || tr.MisfireThreshold != time.Minute || tr.Limit() != 10 || tr.Overlap != OverlapAllowAll {
 		t.Errorf("defaults: %+v", tr)
 	}
 	cfg = Config{Tick: time.Second, Triggers: []Trigger{ok(), ok()}}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `schedules.triggers[1].name: "report" used twice`) {
 		t.Errorf("duplicate name: %v", err)
+	}
+	// Two triggers, one activity: their slots would have the same workflow
+	// IDs (the second's runs would be duplicates of the first's).
+	second := ok()
+	second.Name, second.Cron = "hourly", "0 * * * *"
+	cfg = Config{Tick: time.Second, Triggers: []Trigger{ok(), second}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `schedules.triggers[1].activity_id: "report"`) ||
+		!strings.Contains(err.Error(), `"hourly"`) || !strings.Contains(err.Error(), `schedules.triggers[0] ("report")`) {
+		t.Errorf("shared activity_id: %v", err)
+	}
+	// Any task type a worker may register (its shape only): routes accept
+	// them, and so do triggers; the worker is where types are known.
+	anyType := ok()
+	anyType.Definition.Tasks = []schemas.TaskSpec{{Type: "email"}, {Type: "billing.invoice-v2"}, {Type: "webhook"}, {Type: "noop"}}
+	cfg = Config{Tick: time.Second, Triggers: []Trigger{anyType}}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("a task type the worker registers: %v", err)
 	}
 	cfg = Config{Tick: 0}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "schedules.tick") {

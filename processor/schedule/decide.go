@@ -17,10 +17,14 @@ const (
 	Compressed Outcome = "compressed"
 	// Skipped means the slot misfired and never runs.
 	Skipped Outcome = "skipped"
+	// SkippedOverlap means the slot would have run but never runs: the
+	// trigger's overlap is skip and its previous run was still open (or
+	// another slot of the same decision ran).
+	SkippedOverlap Outcome = "skipped_overlap"
 )
 
 // Outcomes lists every outcome, for metrics.
-var Outcomes = []Outcome{OnTime, CatchUp, Compressed, Skipped}
+var Outcomes = []Outcome{OnTime, CatchUp, Compressed, Skipped, SkippedOverlap}
 
 // MaxWalk bounds the slots one decision looks at from the cursor forward
 // (go-cron's Next costs well under a microsecond for dense schedules):
@@ -43,6 +47,20 @@ type Cursor struct {
 	// Since is when the cursor was created.
 	Since  time.Time
 	Paused bool
+	// ResumedAt is the trigger's last resume after a pause (zero if
+	// none): slots up to it came due in the pause, and misfired whenever
+	// they are decided.
+	ResumedAt time.Time
+	// Previous is the trigger's newest fire (zero if none): the run an
+	// overlap policy looks at.
+	Previous PreviousFire
+}
+
+// PreviousFire is a trigger's newest decided fire and its state.
+type PreviousFire struct {
+	ScheduledFor time.Time
+	WorkflowID   string
+	State        string // pending, or FireStarted, FireFailed, FireConflict
 }
 
 // Fire is one run the scheduler decided: stored with the decision, before
@@ -68,14 +86,18 @@ type Decision struct {
 	Capped bool
 	// Walked counts the Next calls the decision made (tests bound it).
 	Walked int
+	// Overlapped are the slots that would have run and were skipped for
+	// overlap (ApplyOverlap).
+	Overlapped []time.Time
 }
 
 // Decide decides which of the trigger's slots after cur.LastSlot and up to
 // now run, and with which windows. It is pure: the scheduler calls it
 // with the cursor locked and stores its result before starting anything.
 //
-// A due slot is on time when now is within the misfire threshold of it;
-// otherwise it misfired, and the policy decides: skip runs none of the
+// A due slot is on time when now is within the misfire threshold of it
+// and it did not come due while the trigger was paused (at or before
+// cur.ResumedAt); otherwise it misfired, and the policy decides: skip runs none of the
 // misfired slots, catchup the most recent CatchupLimit of them (oldest
 // first), compress one run at the latest due slot for all of them. On-time
 // slots always run, each with its own window, except under compress when
@@ -87,6 +109,11 @@ func Decide(t *Trigger, cur Cursor, now time.Time, maxWalk int) Decision {
 		return d
 	}
 	cutoff := now.Add(-t.MisfireThreshold)
+	if cur.ResumedAt.After(cutoff) {
+		// A slot that came due while the trigger was paused was missed
+		// for the pause, however soon after it the resume came.
+		cutoff = cur.ResumedAt
+	}
 	keep := 1 // misfired slots to keep: the one before the first on-time slot (its window start)
 	if t.MisfirePolicy == Catchup {
 		keep = t.Limit() + 1
@@ -105,10 +132,19 @@ func Decide(t *Trigger, cur Cursor, now time.Time, maxWalk int) Decision {
 		}
 	}
 	m := w.total - int64(len(onTime)) // every misfired slot, kept or not
+	// A cursor that never decided a slot (its last slot is still the
+	// moment the trigger was first seen) has no slot before its first
+	// due one: that window starts at the slot before it, which came
+	// before the trigger existed.
+	fresh := cur.LastSlot.Equal(cur.Since)
+	before := w.before
+	if fresh && before.Equal(cur.LastSlot) {
+		before = prevSlot(t.cron, w.slots[0], cur.Since, maxWalk)
+	}
 	// prev is the due slot before w.slots[i] (window starts).
 	prev := func(i int) time.Time {
 		if i == 0 {
-			return w.before
+			return before
 		}
 		return w.slots[i-1]
 	}
@@ -121,13 +157,16 @@ func Decide(t *Trigger, cur Cursor, now time.Time, maxWalk int) Decision {
 	firstOnTime := len(misfired)
 	switch {
 	case t.MisfirePolicy == Compress && m > 0:
+		// One run covers every due slot, on time or not: its window
+		// starts at the newest slot decided before them, and its
+		// missed_count is the slots it covers, as fires_total counts them.
 		latest := w.slots[len(w.slots)-1]
-		start := cur.LastFired
-		if start.IsZero() {
-			start = cur.Since
+		start := cur.LastSlot
+		if fresh {
+			start = prevSlot(t.cron, t.cron.Next(cur.LastSlot), cur.Since, maxWalk)
 		}
 		d.Fires = append(d.Fires, Fire{Trigger: t.Name, ActivityID: t.ActivityID, ScheduledFor: latest, Kind: Compressed,
-			WindowStart: start, WindowEnd: latest, MissedCount: m})
+			WindowStart: start, WindowEnd: latest, MissedCount: w.total})
 		d.Counts[Compressed] = w.total
 	case t.MisfirePolicy == Catchup:
 		n := min(int64(t.Limit()), m)
@@ -147,6 +186,38 @@ func Decide(t *Trigger, cur Cursor, now time.Time, maxWalk int) Decision {
 	d.Cursor.LastSlot = w.slots[len(w.slots)-1]
 	if len(d.Fires) > 0 {
 		d.Cursor.LastFired = d.Fires[len(d.Fires)-1].ScheduledFor
+	}
+	return d
+}
+
+// ApplyOverlap applies the trigger's overlap policy to its decision d.
+// previousOpen says whether the trigger's previous run (its newest fire
+// before d's) is still open. Under OverlapSkip a decision starts one run
+// at most, and none while the previous run is open: each fire it would
+// have started beyond that is dropped, and the slots it stood for (one, or
+// for a compressed run every slot it covers) are counted SkippedOverlap.
+// It is pure, like Decide.
+func ApplyOverlap(t *Trigger, cur Cursor, d Decision, previousOpen bool) Decision {
+	if t.Overlap != OverlapSkip || len(d.Fires) == 0 {
+		return d
+	}
+	n := 1
+	if previousOpen {
+		n = 0
+	}
+	for _, f := range d.Fires[n:] {
+		k := int64(1)
+		if f.Kind == Compressed {
+			k = f.MissedCount // every slot it covers: what Decide counted compressed
+		}
+		d.Counts[f.Kind] -= k
+		d.Counts[SkippedOverlap] += k
+		d.Overlapped = append(d.Overlapped, f.ScheduledFor)
+	}
+	d.Fires = d.Fires[:n:n]
+	d.Cursor.LastFired = cur.LastFired
+	if n > 0 {
+		d.Cursor.LastFired = d.Fires[0].ScheduledFor
 	}
 	return d
 }
@@ -222,6 +293,28 @@ func walkDue(c *Cron, after, now, cutoff time.Time, keep, maxWalk int) walked {
 	}
 	w.slots, w.before = t2.slots(), before
 	return w
+}
+
+// prevSearch bounds how far back prevSlot looks: a schedule has a slot in
+// every five years (Validate), and the longest gap between two (a 29
+// February job over a century year) is eight.
+const prevSearch = 10 * 366 * 24 * time.Hour
+
+// prevSlot is the schedule's latest slot before s, found by walking
+// windows back from s that double in length (each walk bounded by
+// maxWalk); fallback when there is none within prevSearch. (A window with
+// more than maxWalk slots right after an empty one half its length would
+// give a slot before s that is not the latest: no schedule dedup accepts
+// is that dense for that long, since the empty half bounds the window.)
+func prevSlot(c *Cron, s, fallback time.Time, maxWalk int) time.Time {
+	hi := s.Add(-time.Nanosecond)
+	for span := time.Second; span <= 2*prevSearch; span *= 2 {
+		seg, _, _ := segment(c, s.Add(-span), hi, maxWalk)
+		if len(seg) > 0 {
+			return seg[len(seg)-1]
+		}
+	}
+	return fallback
 }
 
 // segment returns the slots in (lo, hi], and whether it saw them all

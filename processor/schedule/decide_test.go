@@ -95,9 +95,11 @@ func TestDecideOutageOf25Slots(t *testing.T) {
 func TestDecideMissedThenOnTime(t *testing.T) {
 	now := utc("2026-03-01T09:05:05Z") // 09:01..09:04 missed, 09:05 on time
 	cases := map[Policy]string{
-		Skip:     "on_time 09:05 (09:04, 09:05] missed 0; ",
-		Catchup:  "catchup 09:01 (09:00, 09:01] missed 1; catchup 09:02 (09:01, 09:02] missed 1; catchup 09:03 (09:02, 09:03] missed 1; catchup 09:04 (09:03, 09:04] missed 1; on_time 09:05 (09:04, 09:05] missed 0; ",
-		Compress: "compressed 09:05 (09:00, 09:05] missed 4; ",
+		Skip:    "on_time 09:05 (09:04, 09:05] missed 0; ",
+		Catchup: "catchup 09:01 (09:00, 09:01] missed 1; catchup 09:02 (09:01, 09:02] missed 1; catchup 09:03 (09:02, 09:03] missed 1; catchup 09:04 (09:03, 09:04] missed 1; on_time 09:05 (09:04, 09:05] missed 0; ",
+		// The compressed run covers five slots, its own on time: its
+		// missed_count is what fires_total and the log count, 5.
+		Compress: "compressed 09:05 (09:00, 09:05] missed 5; ",
 	}
 	for p, want := range cases {
 		d := Decide(trigger(t, "* * * * *", p, 10*time.Second), at0900, now, MaxWalk)
@@ -111,16 +113,33 @@ func TestDecideMissedThenOnTime(t *testing.T) {
 		if sum != 5 {
 			t.Errorf("%s: outcomes %v do not add up to the 5 due slots", p, d.Counts)
 		}
+		if p == Compress && d.Counts[Compressed] != d.Fires[0].MissedCount {
+			t.Errorf("compress: %d slots counted compressed, the run's missed_count %d", d.Counts[Compressed], d.Fires[0].MissedCount)
+		}
 	}
 }
 
-// A compressed run with nothing run before starts its window at the
-// trigger's creation.
-func TestDecideCompressFirstWindow(t *testing.T) {
+// A trigger's first window starts at the slot before its first slot (a
+// slot that came before the trigger was first seen), not at the moment it
+// was first seen: compressed or on time.
+func TestDecideFirstWindow(t *testing.T) {
 	cur := Cursor{Trigger: "report", LastSlot: utc("2026-03-01T08:59:30Z"), Since: utc("2026-03-01T08:59:30Z")}
 	d := Decide(trigger(t, "* * * * *", Compress, 10*time.Second), cur, utc("2026-03-01T09:03:30Z"), MaxWalk)
-	if got, want := fireList(d.Fires), "compressed 09:03 (08:59, 09:03] missed 4; "; got != want || !d.Fires[0].WindowStart.Equal(cur.Since) {
-		t.Errorf("%s, want %s", got, want)
+	if got, want := fireList(d.Fires), "compressed 09:03 (08:59, 09:03] missed 4; "; got != want || !d.Fires[0].WindowStart.Equal(utc("2026-03-01T08:59:00Z")) {
+		t.Errorf("compressed: %s, want %s from 08:59:00", got, want)
+	}
+	for _, p := range []Policy{Skip, Catchup, Compress} {
+		d = Decide(trigger(t, "* * * * *", p, 10*time.Second), cur, utc("2026-03-01T09:00:00.5Z"), MaxWalk)
+		if len(d.Fires) != 1 || !d.Fires[0].WindowStart.Equal(utc("2026-03-01T08:59:00Z")) {
+			t.Errorf("%s, on time: %s, want the window from 08:59:00", p, fireList(d.Fires))
+		}
+	}
+	// A daily schedule first seen at noon: its first run's window is the
+	// day before it.
+	cur = Cursor{Trigger: "report", LastSlot: utc("2026-03-01T12:00:00Z"), Since: utc("2026-03-01T12:00:00Z")}
+	d = Decide(trigger(t, "0 9 * * *", Skip, 10*time.Second), cur, utc("2026-03-02T09:00:01Z"), MaxWalk)
+	if len(d.Fires) != 1 || !d.Fires[0].WindowStart.Equal(utc("2026-03-01T09:00:00Z")) {
+		t.Errorf("daily: %+v", d.Fires)
 	}
 }
 
@@ -180,5 +199,42 @@ func TestDecideOutageOfYearsIsBounded(t *testing.T) {
 	d = Decide(trigger(t, "0 9 * * *", Skip, 10*time.Second), cur, now, MaxWalk)
 	if d.Capped || d.Counts[Skipped] != 2251 || len(d.Fires) != 1 {
 		t.Errorf("daily: capped %v skipped %d fires %d", d.Capped, d.Counts[Skipped], len(d.Fires))
+	}
+}
+
+// Overlap skip: while the previous run is open, nothing the decision would
+// start runs, and the slots are counted skipped_overlap (a compressed run:
+// every slot it covers); once closed, one run per decision, the first.
+// allow_all changes nothing.
+func TestApplyOverlap(t *testing.T) {
+	now := utc("2026-03-01T09:05:05Z") // 09:01..09:04 missed, 09:05 on time
+	catchup := trigger(t, "* * * * *", Catchup, 10*time.Second)
+	if catchup.Overlap != OverlapAllowAll {
+		t.Fatalf("catchup's default overlap %q, want allow_all", catchup.Overlap)
+	}
+	d := Decide(catchup, at0900, now, MaxWalk)
+	if got := ApplyOverlap(catchup, at0900, d, true); len(got.Fires) != 5 || got.Counts[SkippedOverlap] != 0 {
+		t.Errorf("allow_all: %s %v", fireList(got.Fires), got.Counts)
+	}
+	catchup.Overlap = OverlapSkip
+	d = ApplyOverlap(catchup, at0900, Decide(catchup, at0900, now, MaxWalk), false)
+	if got, want := fireList(d.Fires), "catchup 09:01 (09:00, 09:01] missed 1; "; got != want || d.Counts[SkippedOverlap] != 4 ||
+		d.Counts[CatchUp] != 1 || d.Counts[OnTime] != 0 || !d.Cursor.LastFired.Equal(utc("2026-03-01T09:01:00Z")) || len(d.Overlapped) != 4 {
+		t.Errorf("skip, previous closed: %s %v last fired %s, want %s and 4 skipped_overlap", got, d.Counts, d.Cursor.LastFired, want)
+	}
+	d = ApplyOverlap(catchup, at0900, Decide(catchup, at0900, now, MaxWalk), true)
+	if len(d.Fires) != 0 || d.Counts[SkippedOverlap] != 5 || !d.Cursor.LastFired.Equal(at0900.LastFired) ||
+		!d.Cursor.LastSlot.Equal(utc("2026-03-01T09:05:00Z")) {
+		t.Errorf("skip, previous open: %s %v cursor %+v", fireList(d.Fires), d.Counts, d.Cursor)
+	}
+	compress := trigger(t, "* * * * *", Compress, 10*time.Second)
+	compress.Overlap = OverlapSkip
+	d = ApplyOverlap(compress, at0900, Decide(compress, at0900, now, MaxWalk), true)
+	if len(d.Fires) != 0 || d.Counts[SkippedOverlap] != 5 || d.Counts[Compressed] != 0 {
+		t.Errorf("compress, previous open: %s %v", fireList(d.Fires), d.Counts)
+	}
+	skip := trigger(t, "* * * * *", Skip, 10*time.Second)
+	if skip.Overlap != OverlapSkip {
+		t.Errorf("skip's default overlap %q, want skip", skip.Overlap)
 	}
 }

@@ -13,10 +13,20 @@
 //     like an event (processor.Intent, processor.Starter), so a replay of
 //     it (a crash after the decision or after the start, a second replica)
 //     is "already started".
+//   - One start call per fire in the common case: the replica that
+//     decided a trigger's fires holds the trigger (Round.Holder, in the
+//     same transaction) until it has started them, and other replicas
+//     leave it alone meanwhile. A holder that dies is waited for until its
+//     hold ends (min(MaxHold, misfire threshold - tick)).
+//   - Overlap (Trigger.Overlap, Temporal's ScheduleOverlapPolicy): under
+//     skip, the default of misfire_policy skip, no slot starts while the
+//     trigger's newest fire is pending or its run is open (Temporal's
+//     DescribeWorkflowExecution, asked inside the round, the trigger
+//     locked); such slots are counted skipped_overlap and logged.
 //   - No slot lost, no second window: a decided fire stays pending in
-//     PostgreSQL until started; the next tick of any replica starts it as
-//     it was decided. A slot is decided once: the cursor moves past it in
-//     the same transaction.
+//     PostgreSQL until started; the next tick of any replica holding the
+//     trigger starts it as it was decided. A slot is decided once: the
+//     cursor moves past it in the same transaction.
 //   - No refire when the clock goes backwards: nothing after the cursor
 //     is due. Production reads PostgreSQL's clock (one clock for every
 //     replica); tests inject theirs (Clock).

@@ -21,7 +21,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, triggers []string) (*metrics, error) {
 	m := &metrics{
 		fires: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_schedule_fires_total",
-			Help: "Due schedule slots by outcome, counted once by the replica that decided them: on_time, catchup (run late), compressed (covered by one compressed run), skipped (never run)."},
+			Help: "Due schedule slots by outcome, counted once by the replica that decided them: on_time, catchup (run late), compressed (covered by one compressed run), skipped (misfired, never run), skipped_overlap (not run: overlap skip, the previous run still open)."},
 			[]string{"trigger", "outcome"}),
 		starts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_schedule_starts_total",
 			Help: "Schedule fires sent to Temporal by result: started, duplicate (already started: a replay), failed (refused for good), conflict."},
@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer, triggers []string) (*metrics, error) 
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_schedule_lag_seconds",
 			Help: "Seconds between the nominal time of this replica's latest schedule start and the start."}, []string{"trigger"}),
 		next: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_schedule_next_fire_timestamp_seconds",
-			Help: "Unix time of the trigger's next slot (after the newest slot decided)."}, []string{"trigger"}),
+			Help: "Unix time of the trigger's next slot (after the newest slot decided; while paused, after now)."}, []string{"trigger"}),
 		interval: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_schedule_interval_seconds",
 			Help: "Seconds between the trigger's newest decided slot and its next one: its current interval."}, []string{"trigger"}),
 		lastFire: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "dedup_schedule_last_fire_timestamp_seconds",

@@ -2,10 +2,13 @@ package schedule
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,23 +34,42 @@ func (f ClockFunc) Now(ctx context.Context) (time.Time, error) { return f(ctx) }
 // implements it in PostgreSQL). Every method is safe to retry.
 type Store interface {
 	// Decide runs one decision round in one transaction: it creates the
-	// cursors of triggers seen for the first time (at now), locks the
-	// cursors of the named triggers that no other scheduler holds
-	// (skipping the held ones: no waiting), calls decide for each locked
-	// cursor, stores each decision (the new cursor, and its fires, a slot's
-	// first decision kept if one exists) and commits. It returns the fires
-	// of the locked triggers not ended yet, oldest first per trigger: the
+	// cursors of triggers seen for the first time (at r.Now), locks the
+	// cursors of r.Triggers that no other scheduler holds (skipping, with
+	// no waiting, those locked by another round in progress and those
+	// another holder holds until after r.Now), calls decide for each
+	// locked cursor, stores each decision (the new cursor, and its fires,
+	// a slot's first decision kept if one exists), holds every locked
+	// trigger left with fires to start for r.Holder until r.HoldUntil,
+	// and commits. It returns those fires, oldest first per trigger: the
 	// ones just decided and any an earlier round decided but did not see
 	// started (a crash, a failed start).
-	Decide(ctx context.Context, triggers []string, now time.Time, decide func(Cursor) Decision) ([]Fire, error)
+	Decide(ctx context.Context, r Round, decide func(Cursor) Decision) ([]Fire, error)
+	// Release ends holder's holds of the triggers (once their fires are
+	// started or given up for this tick).
+	Release(ctx context.Context, holder string, triggers []string) error
 	// EndFires records how fires ended (started, failed, conflict).
 	EndFires(ctx context.Context, ends []FireEnd) error
 	// SetPaused pauses or resumes a trigger (creating its cursor at now if
-	// it has none).
+	// it has none); a resume of a paused trigger records now as its
+	// resume (Cursor.ResumedAt).
 	SetPaused(ctx context.Context, trigger string, paused bool, now time.Time) error
 	// Cursors reads the named triggers' cursors (no lock) and, per
 	// trigger, the newest slot whose run started.
 	Cursors(ctx context.Context, triggers []string) ([]CursorState, error)
+}
+
+// Round is one scheduler's decision round (Store.Decide).
+type Round struct {
+	Triggers []string
+	Now      time.Time // the scheduler's clock
+	// Holder names the scheduler. A trigger it leaves the round with
+	// fires to start is its own until HoldUntil (or its Release): another
+	// scheduler's round leaves the trigger and its fires alone meanwhile,
+	// so that a fire is sent to Temporal by the replica that decided it,
+	// once, not also by one whose tick came a few milliseconds later.
+	Holder    string
+	HoldUntil time.Time
 }
 
 // FireEnd says how a fire ended.
@@ -58,8 +80,9 @@ type FireEnd struct {
 	RunID        string
 }
 
-// Fire states once ended.
+// Fire states: pending until ended.
 const (
+	FirePending  = "pending"
 	FireStarted  = "started"
 	FireFailed   = "failed"   // Temporal refused the start for good (logged; the ledger row is dead_lettered)
 	FireConflict = "conflict" // the workflow ID was claimed with another payload (not a slot): never started
@@ -71,15 +94,21 @@ type CursorState struct {
 	LastStarted time.Time // zero if no run started
 }
 
-// Hooks let tests stop a tick where a crash would.
+// Hooks let tests stop a tick where a crash would: a hook's error ends
+// the tick there, as a crash would, leaving the triggers held until their
+// hold ends (a failed tick releases them).
 type Hooks struct {
 	// AfterDecide runs after the decisions are committed and before any
-	// start; an error ends the tick there.
+	// start.
 	AfterDecide func() error
-	// AfterStart runs after a fire's start and before it is marked; an
-	// error ends the tick there.
+	// AfterStart runs after a fire's start and before it is marked.
 	AfterStart func() error
 }
+
+// crash is a hook's error: the tick ends as if the process had died.
+type crash struct{ error }
+
+func (c crash) Unwrap() error { return c.error }
 
 // Scheduler fires the configured triggers. Any number of replicas may run
 // one against the same PostgreSQL: each trigger's cursor is locked by at
@@ -99,6 +128,28 @@ type Scheduler struct {
 	names   []string
 	byName  map[string]*Trigger
 	maxWalk int
+	holder  string        // this scheduler, in the cursors it holds
+	hold    time.Duration // how long it holds a trigger it decided fires for
+}
+
+// MaxHold bounds a scheduler's hold of a trigger (Round.HoldUntil): a
+// replica that dies after deciding leaves its triggers to the others that
+// long at most.
+const MaxHold = 30 * time.Second
+
+// holdFor is how long a scheduler holds the triggers it decides fires for:
+// long enough for its tick to start them, and short enough that a replica
+// dying mid-tick delays the next decision of its triggers by less than
+// their misfire threshold (minus the tick that decides it): MaxHold, or
+// less for a trigger with a short threshold. A tick that takes longer than
+// that may see its fires started a second time by another replica, which
+// Temporal answers "already started": a duplicate, never a second run.
+func holdFor(cfg Config) time.Duration {
+	h := MaxHold
+	for _, t := range cfg.Triggers {
+		h = min(h, t.MisfireThreshold-cfg.Tick)
+	}
+	return h
 }
 
 // New validates cfg and builds a scheduler.
@@ -107,8 +158,12 @@ func New(cfg Config, store Store, ledger processor.Ledger, starter processor.Sta
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	host, _ := os.Hostname()
 	s := &Scheduler{cfg: cfg, store: store, ledger: ledger, starter: starter, clock: clock, log: log, hooks: hooks,
-		byName: map[string]*Trigger{}, maxWalk: MaxWalk}
+		byName: map[string]*Trigger{}, maxWalk: MaxWalk, hold: holdFor(cfg),
+		holder: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(id[:]))}
 	for i := range s.cfg.Triggers {
 		t := &s.cfg.Triggers[i]
 		s.names = append(s.names, t.Name)
@@ -156,25 +211,58 @@ func (s *Scheduler) Run(ctx context.Context) {
 }
 
 // Tick decides the due slots of every trigger whose cursor it can lock and
-// starts the fires decided (now or by an earlier, interrupted tick).
-func (s *Scheduler) Tick(ctx context.Context) error {
+// starts the fires decided (now or by an earlier, interrupted tick). It
+// holds the triggers it has fires to start for until they are started,
+// then releases them.
+func (s *Scheduler) Tick(ctx context.Context) (err error) {
 	now, err := s.clock.Now(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the clock: %w", err)
 	}
 	now = now.UTC()
-	var decided []Decision
-	pending, err := s.store.Decide(ctx, s.names, now, func(cur Cursor) Decision {
+	type decidedTrigger struct {
+		Decision
+		previous PreviousFire
+	}
+	var decided []decidedTrigger
+	r := Round{Triggers: s.names, Now: now, Holder: s.holder, HoldUntil: now.Add(s.hold)}
+	pending, err := s.store.Decide(ctx, r, func(cur Cursor) Decision {
 		t := s.byName[cur.Trigger]
 		d := Decide(t, cur, now, s.maxWalk)
+		if t.Overlap == OverlapSkip && len(d.Fires) > 0 {
+			// Inside the round's transaction: the trigger is locked, so the
+			// previous fire is the newest one while this asks Temporal.
+			open, err := s.previousOpen(ctx, t, cur.Previous)
+			if err != nil {
+				s.log.Warn("schedule: cannot tell whether the previous run is still open; the slots wait for the next tick",
+					"trigger", t.Name, "previous_workflow_id", cur.Previous.WorkflowID, "err", err)
+				return Decision{Cursor: cur, Counts: map[Outcome]int64{}} // decided nothing
+			}
+			d = ApplyOverlap(t, cur, d, open)
+		}
 		for i := range d.Fires {
 			d.Fires[i].WorkflowID = processor.WorkflowID(t.ActivityID, processor.ScheduledForKey(d.Fires[i].ScheduledFor))
 		}
-		decided = append(decided, d)
+		decided = append(decided, decidedTrigger{d, cur.Previous})
 		return d
 	})
 	if err != nil {
 		return fmt.Errorf("deciding schedules: %w", err)
+	}
+	if held := heldBy(pending); len(held) > 0 {
+		defer func() {
+			if errors.As(err, new(crash)) {
+				return // a test's crash: the holds stay until they end
+			}
+			// The tick's context may have ended (shutdown): release anyway,
+			// briefly; a release that fails leaves the holds to expire.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if rerr := s.store.Release(rctx, s.holder, held); rerr != nil {
+				s.log.Warn("releasing schedule triggers failed; they are held until their hold ends",
+					"triggers", held, "hold", s.hold, "err", rerr)
+			}
+		}()
 	}
 	for _, d := range decided { // committed: count them once, here
 		for o, n := range d.Counts {
@@ -184,18 +272,30 @@ func (s *Scheduler) Tick(ctx context.Context) error {
 			s.log.Warn("schedule outage longer than the walk bound; missed_count is a lower bound",
 				"trigger", d.Cursor.Trigger, "max_walk", s.maxWalk)
 		}
-		if len(d.Fires) > 0 || d.Counts[Skipped] > 0 {
+		if len(d.Fires) > 0 || d.Counts[Skipped] > 0 || d.Counts[SkippedOverlap] > 0 {
 			s.log.Info("schedule decided", "trigger", d.Cursor.Trigger, "fires", len(d.Fires),
-				"skipped", d.Counts[Skipped], "compressed", d.Counts[Compressed])
+				"skipped", d.Counts[Skipped], "compressed", d.Counts[Compressed], "skipped_overlap", d.Counts[SkippedOverlap])
+		}
+		if len(d.Overlapped) > 0 {
+			slots := make([]string, len(d.Overlapped))
+			for i, x := range d.Overlapped {
+				slots[i] = processor.ScheduledForKey(x)
+			}
+			previous := d.previous.WorkflowID
+			if len(d.Fires) > 0 { // the decision's own first run
+				previous = d.Fires[0].WorkflowID
+			}
+			s.log.Info("schedule slot skipped for overlap: the previous run is still open (overlap skip)",
+				"trigger", d.Cursor.Trigger, "slots", slots, "skipped_overlap", d.Counts[SkippedOverlap], "previous_workflow_id", previous)
 		}
 	}
 	if s.hooks.AfterDecide != nil {
 		if err := s.hooks.AfterDecide(); err != nil {
-			return err
+			return crash{err}
 		}
 	}
 	err = s.start(ctx, pending)
-	if gerr := s.gauges(ctx); err == nil {
+	if gerr := s.gauges(ctx, now); err == nil {
 		err = gerr
 	}
 	return err
@@ -275,7 +375,7 @@ func (s *Scheduler) start(ctx context.Context, fires []Fire) error {
 				}
 				if s.hooks.AfterStart != nil {
 					if err := s.hooks.AfterStart(); err != nil {
-						return err
+						return crash{err}
 					}
 				}
 			case processor.IsPermanent(err):
@@ -298,6 +398,42 @@ func (s *Scheduler) start(ctx context.Context, fires []Fire) error {
 	return errors.Join(runErr, flush())
 }
 
+// previousOpen says whether a trigger's previous run is still open: a
+// fire still pending is (it starts before any later one); a started one is
+// if Temporal says its run is running; a failed or conflicting one never
+// ran. A workflow Temporal does not know (past the namespace's retention)
+// is closed. Any other error is returned: the caller decides nothing.
+func (s *Scheduler) previousOpen(ctx context.Context, t *Trigger, prev PreviousFire) (bool, error) {
+	switch prev.State {
+	case "":
+		return false, nil
+	case FirePending:
+		return true, nil
+	case FireStarted:
+	default:
+		return false, nil
+	}
+	run, err := s.starter.LastRun(ctx, t.Namespace, prev.WorkflowID)
+	switch {
+	case err == nil:
+		return !run.Closed, nil
+	case processor.IsPermanent(err):
+		return false, nil
+	}
+	return false, err
+}
+
+// heldBy lists the triggers of fires, once each: the ones a round holds.
+func heldBy(fires []Fire) []string {
+	var out []string
+	for i, f := range fires {
+		if i == 0 || f.Trigger != fires[i-1].Trigger { // grouped by trigger
+			out = append(out, f.Trigger)
+		}
+	}
+	return out
+}
+
 // input is the workflow input of a fire.
 func input(t *Trigger, f Fire, eventID string) schemas.WorkflowInput {
 	key := processor.ScheduledForKey(f.ScheduledFor)
@@ -311,8 +447,9 @@ func input(t *Trigger, f Fire, eventID string) schemas.WorkflowInput {
 
 // gauges export each trigger's next slot, interval, newest started slot
 // and pause, from the cursors as PostgreSQL has them (every replica
-// exports the same values).
-func (s *Scheduler) gauges(ctx context.Context) error {
+// exports the same values). The next slot of a paused trigger is the next
+// after now: its cursor stands still, and the slot after it is long past.
+func (s *Scheduler) gauges(ctx context.Context, now time.Time) error {
 	cs, err := s.store.Cursors(ctx, s.names)
 	if err != nil {
 		return fmt.Errorf("reading schedule cursors: %w", err)
@@ -324,8 +461,13 @@ func (s *Scheduler) gauges(ctx context.Context) error {
 		}
 		next := t.cron.Next(c.LastSlot)
 		if !next.IsZero() {
-			s.m.next.WithLabelValues(c.Trigger).Set(float64(next.Unix()))
 			s.m.interval.WithLabelValues(c.Trigger).Set(next.Sub(c.LastSlot).Seconds())
+		}
+		if c.Paused && now.After(c.LastSlot) {
+			next = t.cron.Next(now)
+		}
+		if !next.IsZero() {
+			s.m.next.WithLabelValues(c.Trigger).Set(float64(next.Unix()))
 		}
 		last := c.LastStarted
 		if last.IsZero() {

@@ -2,11 +2,12 @@ package schedule_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -55,16 +56,20 @@ func (c *clock) add(d time.Duration) {
 }
 
 // temporal stands in for Temporal under reject_duplicate: one execution
-// per workflow ID; a second start is "already started" with its run.
+// per workflow ID; a second start is "already started" with its run. Runs
+// close as soon as they start, unless the test holds them open (no worker
+// polls their task queue, or their workflow blocks).
 type temporal struct {
-	mu     sync.Mutex
-	runs   map[string]schemas.WorkflowInput
-	ids    map[string]string
-	starts int
+	mu       sync.Mutex
+	runs     map[string]schemas.WorkflowInput
+	ids      map[string]string
+	starts   int
+	holdOpen bool            // runs started from now on stay open
+	open     map[string]bool // workflow IDs whose run is open
 }
 
 func newTemporal() *temporal {
-	return &temporal{runs: map[string]schemas.WorkflowInput{}, ids: map[string]string{}}
+	return &temporal{runs: map[string]schemas.WorkflowInput{}, ids: map[string]string{}, open: map[string]bool{}}
 }
 
 func (f *temporal) Start(ctx context.Context, req processor.StartRequest) (processor.StartResult, error) {
@@ -79,11 +84,31 @@ func (f *temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 	}
 	f.ids[req.WorkflowID] = fmt.Sprintf("run-%d", len(f.ids)+1)
 	f.runs[req.WorkflowID] = req.Input
+	if f.holdOpen {
+		f.open[req.WorkflowID] = true
+	}
 	return processor.StartResult{RunID: f.ids[req.WorkflowID]}, nil
 }
 
-func (f *temporal) LastRun(context.Context, string, string) (processor.Run, error) {
-	return processor.Run{}, errors.New("not used")
+func (f *temporal) LastRun(_ context.Context, _, workflowID string) (processor.Run, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id, ok := f.ids[workflowID]
+	if !ok {
+		return processor.Run{}, processor.Permanent(fmt.Errorf("workflow %s not found", workflowID))
+	}
+	return processor.Run{ID: id, Closed: !f.open[workflowID]}, nil
+}
+
+// hold makes the runs started from now on stay open, or, with false,
+// closes every run and lets later ones close at once.
+func (f *temporal) hold(open bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holdOpen = open
+	if !open {
+		clear(f.open)
+	}
 }
 
 // executions lists the scheduled_for keys of the executions, sorted.
@@ -140,22 +165,53 @@ func (w *world) open() *ledger.Postgres {
 	return l
 }
 
-// replica is one dedup replica's scheduler (its own connections and
-// registry).
+// replica is one dedup replica's scheduler (its own connections,
+// registry and log).
 type replica struct {
 	*schedule.Scheduler
-	reg *prometheus.Registry
+	reg  *prometheus.Registry
+	logs *logBuffer
 }
 
 func (w *world) replica(cfg schedule.Config, hooks schedule.Hooks) *replica {
 	w.t.Helper()
 	l := w.open()
 	reg := prometheus.NewRegistry()
-	s, err := schedule.New(cfg, l, l, w.tmp, w.clock, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), hooks)
+	logs := &logBuffer{}
+	s, err := schedule.New(cfg, l, l, w.tmp, w.clock, reg, slog.New(slog.NewTextHandler(logs, nil)), hooks)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	return &replica{Scheduler: s, reg: reg}
+	return &replica{Scheduler: s, reg: reg, logs: logs}
+}
+
+// logBuffer keeps a replica's log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines returns the lines that contain every one of parts.
+func (b *logBuffer) lines(parts ...string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(b.buf.String(), "\n") {
+		ok := l != ""
+		for _, p := range parts {
+			ok = ok && strings.Contains(l, p)
+		}
+		if ok {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 func (r *replica) tick(t *testing.T) {
@@ -261,9 +317,39 @@ func TestTwoReplicasOneRunPerSlot(t *testing.T) {
 	}
 }
 
-// A replica decides a slot and stops before starting it (a crash, or a
-// pause longer than a tick); the other replica, ticking meanwhile, starts
-// it; then the first goes on and starts it too. One execution.
+// Two replicas whose ticks line up (started together, every second, for a
+// minute): one start call per slot, never a second one sent to Temporal
+// for a fire the other replica decided and is starting. The cursor one
+// holds is left to it until its tick has started what it decided.
+func TestTwoReplicasTickingTogetherSendEachFireOnce(t *testing.T) {
+	w := newWorld(t)
+	cfg := oneTrigger("* * * * * *", schedule.Skip, 5*time.Second)
+	a, b := w.replica(cfg, schedule.Hooks{}), w.replica(cfg, schedule.Hooks{})
+	w.clock.set("2026-03-01T09:00:00.2Z")
+	for i := 0; i <= 60; i++ {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, r := range []*replica{a, b} {
+			wg.Add(1)
+			go func() { defer wg.Done(); <-start; r.tick(t) }()
+		}
+		close(start)
+		wg.Wait()
+		w.clock.add(time.Second)
+	}
+	if got, want := w.tmp.executions(), keys("2026-03-01T09:00:01Z", 60, time.Second); !same(got, want) {
+		t.Fatalf("executions %v, want one per slot %v", got, want)
+	}
+	dup := counter(a.reg, "dedup_schedule_starts_total", "duplicate") + counter(b.reg, "dedup_schedule_starts_total", "duplicate")
+	if w.tmp.starts != 60 || dup != 0 {
+		t.Errorf("%d start calls for 60 slots, %v counted duplicate; want 60 and 0", w.tmp.starts, dup)
+	}
+}
+
+// A replica decides a slot and stops before starting it for longer than
+// its hold of the trigger (a crash, or a pause: threshold 10s, tick 1s, a
+// hold of 9s); the other replica, ticking after the hold, starts it; then
+// the first goes on and starts it too. One execution.
 func TestDoubleFireFromTwoReplicasAndACrash(t *testing.T) {
 	w := newWorld(t)
 	cfg := oneTrigger("* * * * *", schedule.Compress, 10*time.Second)
@@ -283,13 +369,15 @@ func TestDoubleFireFromTwoReplicasAndACrash(t *testing.T) {
 	go func() { done <- a.Tick(context.Background()) }()
 	go func() {
 		defer close(bDone)
-		// Wait for a's decision to commit, then tick b over the same fire.
+		// Wait for a's decision to commit, then tick b over the same
+		// fire once a's hold has ended.
 		for i := 0; i < 200; i++ {
 			if w.fireStates()["pending"] == 1 {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+		w.clock.set("2026-03-01T09:01:10Z")
 		b.tick(t)
 	}()
 	<-bDone
@@ -297,13 +385,19 @@ func TestDoubleFireFromTwoReplicasAndACrash(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	// And a crash: a decides 09:02 and dies before starting it; b replays it.
+	// And a crash: a decides 09:02 and dies before starting it; b leaves
+	// it while the dead replica's hold lasts, then replays it.
 	crash := w.replica(cfg, schedule.Hooks{AfterDecide: func() error { return errors.New("crash") }})
 	w.clock.set("2026-03-01T09:02:00.5Z")
 	if err := crash.Tick(context.Background()); err == nil {
 		t.Fatal("crash hook not called")
 	}
 	w.clock.set("2026-03-01T09:02:01.5Z")
+	b.tick(t)
+	if n := len(w.tmp.executions()); n != 1 {
+		t.Fatalf("%d executions: b started a fire the crashed replica still held", n)
+	}
+	w.clock.set("2026-03-01T09:02:10Z")
 	b.tick(t)
 	if got, want := w.tmp.executions(), keys("2026-03-01T09:01:00Z", 2, time.Minute); !same(got, want) {
 		t.Fatalf("executions %v, want %v", got, want)
@@ -385,7 +479,7 @@ func TestCrashBetweenStartAndMark(t *testing.T) {
 	if err := crash.Tick(context.Background()); err == nil {
 		t.Fatal("no crash")
 	}
-	w.clock.set("2026-03-01T09:01:01.5Z")
+	w.clock.set("2026-03-01T09:01:10Z") // the crashed replica's hold (9s) has ended
 	ok.tick(t)
 	if got := w.tmp.executions(); !same(got, []string{"2026-03-01T09:01:00+00:00"}) || w.tmp.starts != 2 {
 		t.Fatalf("executions %v after %d starts, want one after two", got, w.tmp.starts)
@@ -396,24 +490,33 @@ func TestCrashBetweenStartAndMark(t *testing.T) {
 }
 
 // The input carries the trigger kind, the slot, the window and the missed
-// count; the workflow ID is the seed contract's.
+// count; the workflow ID is the seed contract's. A compressed run whose own
+// slot is on time counts the same slots in its input, its log line and
+// fires_total; the trigger's first window starts at the slot before its
+// first slot.
 func TestFireInput(t *testing.T) {
 	w := newWorld(t)
 	r := w.replica(oneTrigger("0 9 * * *", schedule.Compress, time.Minute), schedule.Hooks{})
 	w.clock.set("2026-02-25T12:00:00Z")
 	r.tick(t)
-	w.clock.set("2026-03-01T09:00:30Z") // 28 Feb 09:00 .. 26 Feb missed; 1 Mar on time
+	w.clock.set("2026-03-01T09:00:30Z") // 26, 27, 28 Feb 09:00 missed; 1 Mar on time
 	r.tick(t)
 	in := w.tmp.input("2026-03-01T09:00:00+00:00")
 	want := schemas.WorkflowInput{WorkflowID: "activity-550e8400-e29b-41d4-a716-446655440000:2026-03-01T09:00:00+00:00",
 		ActivityID: "550e8400-e29b-41d4-a716-446655440000", TriggerKind: "cron", ScheduledFor: "2026-03-01T09:00:00+00:00",
-		Schedule: "report", Fire: "compressed", WindowStart: "2026-02-25T12:00:00+00:00", WindowEnd: "2026-03-01T09:00:00+00:00", MissedCount: 3,
+		Schedule: "report", Fire: "compressed", WindowStart: "2026-02-25T09:00:00+00:00", WindowEnd: "2026-03-01T09:00:00+00:00", MissedCount: 4,
 		IDRule: "schedule", EventID: "schedule/report/2026-03-01T09:00:00+00:00"}
 	if in.WorkflowID != want.WorkflowID || in.TriggerKind != want.TriggerKind || in.ScheduledFor != want.ScheduledFor ||
 		in.Schedule != want.Schedule || in.Fire != want.Fire || in.WindowStart != want.WindowStart || in.WindowEnd != want.WindowEnd ||
 		in.MissedCount != want.MissedCount || in.IDRule != want.IDRule || in.EventID != want.EventID || in.ActivityID != want.ActivityID ||
 		in.Definition == nil || in.Definition.DedupeKeyStrategy != "compress" {
 		t.Errorf("input\n%+v\nwant\n%+v", in, want)
+	}
+	if o := outcomes(r.reg); o["compressed"] != 4 || o["on_time"] != 0 {
+		t.Errorf("fires_total %v, want the 4 slots the run covers compressed", o)
+	}
+	if l := r.logs.lines("schedule decided", "compressed=4"); len(l) != 1 {
+		t.Errorf("log: %q, want one decision with compressed=4", r.logs.lines("schedule decided"))
 	}
 	if g := gauge(r.reg, "dedup_schedule_last_fire_timestamp_seconds"); g != float64(utc("2026-03-01T09:00:00Z").Unix()) {
 		t.Errorf("last fire gauge %v", g)
@@ -423,6 +526,37 @@ func TestFireInput(t *testing.T) {
 	}
 	if g := gauge(r.reg, "dedup_schedule_interval_seconds"); g != 86400 {
 		t.Errorf("interval gauge %v", g)
+	}
+}
+
+// An on-time run's input says missed_count 0 (present, as the docs'
+// table has it; an event's input has none), and a new trigger's first run
+// covers the interval from the slot before it.
+func TestOnTimeInput(t *testing.T) {
+	w := newWorld(t)
+	r := w.replica(oneTrigger("* * * * *", schedule.Skip, 10*time.Second), schedule.Hooks{})
+	w.clock.set("2026-03-01T09:00:30Z") // first seen
+	r.tick(t)
+	w.clock.set("2026-03-01T09:01:00.5Z")
+	r.tick(t)
+	in := w.tmp.input("2026-03-01T09:01:00+00:00")
+	if in.Fire != "on_time" || in.WindowStart != "2026-03-01T09:00:00+00:00" || in.WindowEnd != "2026-03-01T09:01:00+00:00" {
+		t.Errorf("first run: %s (%s, %s], want on_time (09:00, 09:01]", in.Fire, in.WindowStart, in.WindowEnd)
+	}
+	raw, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := fields["missed_count"]; !ok || n != 0.0 {
+		t.Errorf("on-time input: missed_count %v (present %v), want 0: %s", n, ok, raw)
+	}
+	raw, _ = json.Marshal(schemas.WorkflowInput{WorkflowID: "activity-a:e1", TriggerKind: schemas.TriggerEvent, Data: json.RawMessage(`{}`)})
+	if strings.Contains(string(raw), "missed_count") {
+		t.Errorf("an event's input has a missed_count: %s", raw)
 	}
 }
 
@@ -457,6 +591,10 @@ func TestPauseResume(t *testing.T) {
 			if g := gauge(r.reg, "dedup_schedule_paused"); g != 1 {
 				t.Errorf("paused gauge %v", g)
 			}
+			// Not in the past while paused: the next slot after now (09:26:30).
+			if g := gauge(r.reg, "dedup_schedule_next_fire_timestamp_seconds"); g != float64(utc("2026-03-01T09:27:00Z").Unix()) {
+				t.Errorf("next fire gauge while paused: %s, want 09:27:00", time.Unix(int64(g), 0).UTC())
+			}
 			w.clock.set("2026-03-01T09:26:40Z")
 			if err := schedule.SetPaused(context.Background(), cfg, w.led, w.clock, "report", false); err != nil {
 				t.Fatal(err)
@@ -486,6 +624,83 @@ func TestPauseResume(t *testing.T) {
 	w := newWorld(t)
 	if err := schedule.SetPaused(context.Background(), oneTrigger("* * * * *", schedule.Skip, 10*time.Second), w.led, w.clock, "nope", true); err == nil {
 		t.Error("paused an unknown trigger")
+	}
+}
+
+// A slot that came due while the trigger was paused follows the misfire
+// policy on resume even when the resume comes within misfire_threshold of
+// it: paused at 09:01:30, resumed at 09:02:20, decided at 09:02:21 (21 s
+// after 09:02, threshold 60 s). Skip skips it, catchup runs it as a
+// catch-up, compress as a compressed run; 09:03 then runs on time.
+func TestPauseSlotWithinThresholdFollowsThePolicy(t *testing.T) {
+	for p, want := range map[schedule.Policy]string{schedule.Skip: "", schedule.Catchup: "catchup", schedule.Compress: "compressed"} {
+		t.Run(string(p), func(t *testing.T) {
+			w := newWorld(t)
+			cfg := oneTrigger("* * * * *", p, time.Minute)
+			r := w.replica(cfg, schedule.Hooks{})
+			w.clock.set("2026-03-01T09:00:30Z")
+			r.tick(t)
+			w.clock.set("2026-03-01T09:01:00.5Z")
+			r.tick(t)
+			w.clock.set("2026-03-01T09:01:30Z")
+			if err := schedule.SetPaused(context.Background(), cfg, w.led, w.clock, "report", true); err != nil {
+				t.Fatal(err)
+			}
+			w.clock.set("2026-03-01T09:02:00.5Z")
+			r.tick(t)
+			w.clock.set("2026-03-01T09:02:20Z")
+			if err := schedule.SetPaused(context.Background(), cfg, w.led, w.clock, "report", false); err != nil {
+				t.Fatal(err)
+			}
+			w.clock.set("2026-03-01T09:02:21Z")
+			r.tick(t)
+			w.clock.set("2026-03-01T09:03:00.5Z")
+			r.tick(t)
+			in := w.tmp.input("2026-03-01T09:02:00+00:00")
+			if in.Fire != want {
+				t.Errorf("09:02, due while paused: fire %q, want %q", in.Fire, want)
+			}
+			if in := w.tmp.input("2026-03-01T09:03:00+00:00"); in.Fire != "on_time" {
+				t.Errorf("09:03 after the resume: fire %q, want on_time", in.Fire)
+			}
+			o := outcomes(r.reg)
+			if p == schedule.Skip && (o["skipped"] != 1 || o["on_time"] != 2) {
+				t.Errorf("outcomes %v, want 09:02 skipped, 09:01 and 09:03 on time", o)
+			}
+		})
+	}
+}
+
+// A skip trigger whose runs stay open (no worker, or a workflow that
+// blocks): one run at a time, as Temporal's ScheduleOverlapPolicy.SKIP
+// would have it. 22 slots come due while the first run is open: none of
+// them starts; each is counted skipped_overlap and logged. When the run
+// closes, the next slot runs.
+func TestOverlapSkipWhileThePreviousRunIsOpen(t *testing.T) {
+	w := newWorld(t)
+	cfg := oneTrigger("* * * * *", schedule.Skip, 10*time.Second)
+	r := w.replica(cfg, schedule.Hooks{})
+	w.tmp.hold(true)
+	w.clock.set("2026-03-01T09:00:30Z")
+	r.tick(t)
+	for m := 1; m <= 23; m++ {
+		w.clock.set(fmt.Sprintf("2026-03-01T09:%02d:00.5Z", m))
+		r.tick(t)
+	}
+	if got := w.tmp.executions(); !same(got, []string{"2026-03-01T09:01:00+00:00"}) {
+		t.Fatalf("%d runs open at once %v, want the first only", len(got), got)
+	}
+	if o := outcomes(r.reg); o["skipped_overlap"] != 22 || o["on_time"] != 1 {
+		t.Errorf("outcomes %v, want 1 on time and 22 skipped_overlap", o)
+	}
+	if l := r.logs.lines("previous run is still open", "trigger=report"); len(l) != 22 {
+		t.Errorf("%d overlap log lines, want 22: %q", len(l), l)
+	}
+	w.tmp.hold(false) // the run completes
+	w.clock.set("2026-03-01T09:24:00.5Z")
+	r.tick(t)
+	if got := w.tmp.executions(); !same(got, []string{"2026-03-01T09:01:00+00:00", "2026-03-01T09:24:00+00:00"}) {
+		t.Errorf("after the run closed: executions %v", got)
 	}
 }
 

@@ -30,11 +30,14 @@ func (p *Postgres) Now(ctx context.Context) (time.Time, error) {
 }
 
 // Decide runs one decision round in one transaction (see schedule.Store):
-// cursors created, locked with FOR UPDATE SKIP LOCKED (a cursor another
-// replica holds is left to it), decided, updated with their fires, and the
-// locked triggers' pending fires returned.
-func (p *Postgres) Decide(ctx context.Context, triggers []string, now time.Time, decide func(schedule.Cursor) schedule.Decision) ([]schedule.Fire, error) {
+// cursors created, locked with FOR UPDATE SKIP LOCKED unless another
+// scheduler holds them (held_by, held_until: a cursor another replica
+// holds is left to it, for its decision and its starts), decided, updated
+// with their fires, the triggers left with pending fires held for
+// r.Holder, and those fires returned.
+func (p *Postgres) Decide(ctx context.Context, r schedule.Round, decide func(schedule.Cursor) schedule.Decision) ([]schedule.Fire, error) {
 	var pending []schedule.Fire
+	triggers, now := r.Triggers, r.Now
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		pending = nil
 		since := now.Truncate(time.Second)
@@ -42,18 +45,32 @@ func (p *Postgres) Decide(ctx context.Context, triggers []string, now time.Time,
 SELECT n, $2, $2 FROM unnest($1::text[]) AS n ON CONFLICT DO NOTHING`, triggers, since); err != nil {
 			return fmt.Errorf("creating cursors: %w", err)
 		}
-		rows, err := tx.Query(ctx, `SELECT trigger_name, last_slot, last_fired, since, paused FROM dedup_schedule_cursors
-WHERE trigger_name = ANY($1::text[]) ORDER BY trigger_name FOR UPDATE SKIP LOCKED`, triggers)
+		// With each cursor, its trigger's newest fire (the run an overlap
+		// policy looks at), through the fires' primary key.
+		rows, err := tx.Query(ctx, `SELECT c.trigger_name, c.last_slot, c.last_fired, c.since, c.paused, c.resumed_at,
+	f.scheduled_for, f.workflow_id, f.state
+FROM dedup_schedule_cursors c
+LEFT JOIN LATERAL (SELECT scheduled_for, workflow_id, state FROM dedup_schedule_fires
+	WHERE trigger_name = c.trigger_name ORDER BY scheduled_for DESC LIMIT 1) f ON true
+WHERE c.trigger_name = ANY($1::text[]) AND (c.held_until IS NULL OR c.held_until <= $2 OR c.held_by = $3)
+ORDER BY c.trigger_name FOR UPDATE OF c SKIP LOCKED`, triggers, now, r.Holder)
 		if err != nil {
 			return fmt.Errorf("locking cursors: %w", err)
 		}
 		cursors, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (schedule.Cursor, error) {
 			var c schedule.Cursor
-			var fired *time.Time
-			err := r.Scan(&c.Trigger, &c.LastSlot, &fired, &c.Since, &c.Paused)
+			var fired, resumed, prevAt *time.Time
+			var prevWID, prevState *string
+			err := r.Scan(&c.Trigger, &c.LastSlot, &fired, &c.Since, &c.Paused, &resumed, &prevAt, &prevWID, &prevState)
 			c.LastSlot, c.Since = c.LastSlot.UTC(), c.Since.UTC()
 			if fired != nil {
 				c.LastFired = fired.UTC()
+			}
+			if resumed != nil {
+				c.ResumedAt = resumed.UTC()
+			}
+			if prevAt != nil && prevWID != nil && prevState != nil {
+				c.Previous = schedule.PreviousFire{ScheduledFor: prevAt.UTC(), WorkflowID: *prevWID, State: *prevState}
 			}
 			return c, err
 		})
@@ -137,9 +154,31 @@ FROM dedup_schedule_fires WHERE trigger_name = ANY($1::text[]) AND state = 'pend
 		if err != nil {
 			return fmt.Errorf("reading pending fires: %w", err)
 		}
+		var held []string
+		for i, f := range pending {
+			if i == 0 || f.Trigger != pending[i-1].Trigger {
+				held = append(held, f.Trigger)
+			}
+		}
+		if len(held) > 0 {
+			if _, err := tx.Exec(ctx, `UPDATE dedup_schedule_cursors SET held_by = $2, held_until = $3
+WHERE trigger_name = ANY($1::text[])`, held, r.Holder, r.HoldUntil); err != nil {
+				return fmt.Errorf("holding %d triggers: %w", len(held), err)
+			}
+		}
 		return nil
 	})
 	return pending, p.classify(err)
+}
+
+// Release ends holder's holds of the triggers (see schedule.Store); a
+// hold another scheduler took since (after this one's ended) is left.
+func (p *Postgres) Release(ctx context.Context, holder string, triggers []string) error {
+	if _, err := p.pool.Exec(ctx, `UPDATE dedup_schedule_cursors SET held_by = NULL, held_until = NULL
+WHERE trigger_name = ANY($1::text[]) AND held_by = $2`, triggers, holder); err != nil {
+		return p.classify(fmt.Errorf("releasing %d triggers: %w", len(triggers), err))
+	}
+	return nil
 }
 
 // EndFires records how fires ended; a fire already ended keeps its state.
@@ -169,13 +208,16 @@ WHERE f.trigger_name = u.trigger_name AND f.scheduled_for = u.scheduled_for AND 
 }
 
 // SetPaused pauses or resumes a trigger, creating its cursor at now when
-// it has none (a trigger paused before its first tick starts there).
+// it has none (a trigger paused before its first tick starts there). The
+// resume of a paused trigger is recorded (resumed_at): its slots up to
+// then came due in the pause.
 func (p *Postgres) SetPaused(ctx context.Context, trigger string, paused bool, now time.Time) error {
 	since := now.Truncate(time.Second)
 	_, err := p.pool.Exec(ctx, `INSERT INTO dedup_schedule_cursors AS c (trigger_name, last_slot, since, paused, paused_at)
 VALUES ($1, $2, $2, $3, CASE WHEN $3 THEN $4::timestamptz END)
 ON CONFLICT (trigger_name) DO UPDATE SET paused = EXCLUDED.paused,
 	paused_at = CASE WHEN NOT EXCLUDED.paused THEN NULL WHEN c.paused THEN c.paused_at ELSE EXCLUDED.paused_at END,
+	resumed_at = CASE WHEN c.paused AND NOT EXCLUDED.paused THEN $4::timestamptz ELSE c.resumed_at END,
 	updated_at = now()`, trigger, since, paused, now)
 	if err != nil {
 		return p.classify(fmt.Errorf("pausing trigger %s: %w", trigger, err))
