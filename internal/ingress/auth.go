@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -37,6 +38,8 @@ type Tokens struct {
 	content string
 	table   map[[32]byte]*Principal
 	err     error
+	known   func(route string) bool // nil: any route name
+	log     *slog.Logger
 }
 
 // Principal is who a request is: its tenant and what it may do. The
@@ -134,12 +137,15 @@ func (t *Tokens) current() (map[[32]byte]*Principal, error) {
 	}
 	if v != t.content || (t.table == nil && t.err == nil) {
 		t.content = v
-		t.table, t.err = parseTokens(t.key, []byte(v))
+		t.table, t.err = parseTokens(t.key, []byte(v), t.known)
+		if t.err != nil && t.log != nil {
+			t.log.Error("the tokens file is invalid: every request gets 401 until it is fixed", "err", t.err)
+		}
 	}
 	return t.table, t.err
 }
 
-func parseTokens(key string, b []byte) (map[[32]byte]*Principal, error) {
+func parseTokens(key string, b []byte, known func(string) bool) (map[[32]byte]*Principal, error) {
 	var tf tokensFile
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -155,6 +161,10 @@ func parseTokens(key string, b []byte) (map[[32]byte]*Principal, error) {
 		// may be a token).
 		return nil, fmt.Errorf("%s: not a tokens file (YAML: tokens: [{tenant, token_sha256 or token, event_types, routes, read_status}])", key)
 	}
+	var more any
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: more than one YAML document (a --- line): keep every token under the first document's tokens:", key)
+	}
 	if len(tf.Tokens) == 0 {
 		return nil, fmt.Errorf("%s: holds no token: add entries under tokens:, or leave ingress.tokens_file empty (loopback only, or ingress.allow_unauthenticated)", key)
 	}
@@ -169,6 +179,9 @@ func parseTokens(key string, b []byte) (map[[32]byte]*Principal, error) {
 		case e.Token != "" && e.TokenSHA256 != "":
 			return nil, fmt.Errorf("%s: token and token_sha256: give one", where)
 		case e.Token != "":
+			if strings.TrimSpace(e.Token) != e.Token {
+				return nil, fmt.Errorf("%s: token: it starts or ends with white space, which no Authorization header can carry", where)
+			}
 			if len(e.Token) < MinTokenBytes {
 				return nil, fmt.Errorf("%s: token: %d bytes, want at least %d (e.g. openssl rand -hex 32)", where, len(e.Token), MinTokenBytes)
 			}
@@ -199,7 +212,10 @@ func parseTokens(key string, b []byte) (map[[32]byte]*Principal, error) {
 		p := &Principal{Tenant: e.Tenant, eventTypes: e.EventTypes, ReadStatus: e.ReadStatus}
 		if len(e.Routes) > 0 {
 			p.routes = map[string]bool{}
-			for _, r := range e.Routes {
+			for j, r := range e.Routes {
+				if known != nil && !known(r) {
+					return nil, fmt.Errorf("%s: routes[%d]: no route has the ID %q", where, j, r)
+				}
 				p.routes[r] = true
 			}
 		}
@@ -208,19 +224,16 @@ func parseTokens(key string, b []byte) (map[[32]byte]*Principal, error) {
 	return table, nil
 }
 
-// unknownRoutes lists the routes a tokens file names that no route has, for a
-// start-up check (a typo would silently forbid everything).
-func (t *Tokens) unknownRoutes(known func(string) bool) []string {
-	table, _ := t.current()
-	var out []string
-	for _, p := range table {
-		for r := range p.routes {
-			if !known(r) {
-				out = append(out, p.Tenant+": "+r)
-			}
-		}
-	}
-	return out
+// Check makes every version of the file, this one and each change, name
+// only routes known says exist (a typo would silently forbid a route), and
+// logs on log a change that makes the file invalid (then nobody may call
+// the API until it is fixed). It returns this version's error.
+func (t *Tokens) Check(known func(route string) bool, log *slog.Logger) error {
+	t.mu.Lock()
+	t.known, t.log, t.content, t.table, t.err = known, log, "", nil, nil
+	t.mu.Unlock()
+	_, err := t.current()
+	return err
 }
 
 // principal is who the Authorization header says the caller is; nil: no

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestLoadTokensRefuses: a tokens file that is not the YAML of tenants'
@@ -31,6 +32,8 @@ func TestLoadTokensRefuses(t *testing.T) {
 		{"a bad hash", "tokens: [{tenant: acme, token_sha256: short-token, event_types: [\"*\"]}]\n", "want 64 hex digits"},
 		{"one token twice", "tokens:\n- {tenant: acme, token: 0123456789abcdef, event_types: [\"*\"]}\n- {tenant: globex, token: 0123456789abcdef, event_types: [\"*\"]}\n", "tokens[1] (tenant \"globex\"): the same token"},
 		{"an unknown key", "tokens: [{tenant: acme, token: short-token-0123456789, event_types: [\"*\"], admin: true}]\n", "not a tokens file"},
+		{"two documents", ok + "---\ntokens: [{tenant: globex, token: 0123456789abcdef-2, event_types: [\"*\"]}]\n", "more than one YAML document"},
+		{"a token with a space", "tokens: [{tenant: acme, token: \" 0123456789abcdef\", event_types: [\"*\"]}]\n", "white space"},
 		{"good", ok, ""},
 	} {
 		path := filepath.Join(t.TempDir(), "tokens")
@@ -60,5 +63,37 @@ func TestGlobMatch(t *testing.T) {
 		if got := globMatch(c.pat, c.s); got != c.ok {
 			t.Errorf("globMatch(%q, %q) = %v, want %v", c.pat, c.s, got, c.ok)
 		}
+	}
+}
+
+// Check: a tokens file naming a route no route has is refused, at start
+// and after a change (then nobody is let in until it is fixed).
+func TestTokensCheckRoutes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("tokens: [{tenant: acme, token: 0123456789abcdef, event_types: [\"*\"], routes: [confirm]}]\n")
+	tokens, err := LoadTokens("ingress.tokens_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := func(r string) bool { return r == "confirm" }
+	if err := tokens.Check(known, nil); err != nil {
+		t.Fatal(err)
+	}
+	if p := tokens.principal("Bearer 0123456789abcdef"); p == nil || p.Tenant != "acme" {
+		t.Fatalf("principal %v", p)
+	}
+	time.Sleep(10 * time.Millisecond)
+	write("tokens: [{tenant: acme, token: 0123456789abcdef, event_types: [\"*\"], routes: [confrim]}]\n")
+	if p := tokens.principal("Bearer 0123456789abcdef"); p != nil {
+		t.Errorf("a file naming route confrim after a change: %v let in", p.Tenant)
+	}
+	if _, err := tokens.current(); err == nil || !strings.Contains(err.Error(), `routes[0]: no route has the ID "confrim"`) {
+		t.Errorf("err %v", err)
 	}
 }

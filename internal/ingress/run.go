@@ -67,8 +67,8 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 		known := func(id string) bool {
 			return slices.ContainsFunc(cfg.Routes, func(r processor.Route) bool { return r.ID == id })
 		}
-		if bad := tokens.unknownRoutes(known); len(bad) > 0 {
-			return fmt.Errorf("ingress.tokens_file: routes that no route has (tenant: route): %v", bad)
+		if err := tokens.Check(known, log); err != nil {
+			return err
 		}
 	} else {
 		log.Warn("ingress.tokens_file is not set: anyone who reaches ingress.listen can enqueue events, as one anonymous tenant", "listen", ic.Listen,
