@@ -80,7 +80,7 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	w := sdkworker.New(tc, cfg.Worker.TaskQueue, sdkworker.Options{})
+	w := sdkworker.New(tc, cfg.Worker.TaskQueue, workerOptions(cfg.Worker))
 	if err := worker.Register(w, &worker.Activities{Pool: pool, Keys: keys, Client: tc, WebhookURL: cfg.Worker.WebhookURL}); err != nil {
 		return err
 	}
@@ -99,7 +99,13 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer stopProbes()
 	log.Info("worker running", "task_queue", cfg.Worker.TaskQueue, "admin", addr)
 	keys.Maintain(ctx, time.Hour, 10000) // reaps at start, then hourly
-	return nil
+	log.Info("worker stopping: in-flight activities may finish", "stop_timeout", cfg.Worker.StopTimeout)
+	return nil // w.Stop waits for them
+}
+
+// workerOptions are the SDK worker's options from the worker section.
+func workerOptions(c WorkerConfig) sdkworker.Options {
+	return sdkworker.Options{WorkerStopTimeout: c.StopTimeout}
 }
 
 // ping asks PostgreSQL to answer within probeTimeout.
