@@ -20,6 +20,7 @@ import (
 	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
+	"github.com/dedupio/dedup/worker/tenants"
 )
 
 // Config is the whole config file.
@@ -67,6 +68,11 @@ type WorkerConfig struct {
 	// is given to stop (the worker pod's terminationGracePeriodSeconds,
 	// 45s); 0 cancels them at once.
 	StopTimeout time.Duration `yaml:"stop_timeout"`
+	// Tenants registers the audit seed's five task types
+	// (create_tenant_schema, run_migrations, send_welcome_email,
+	// drop_tenant_schema, soft_delete_tenant; package worker/tenants),
+	// with the mail server the welcome email goes through.
+	Tenants tenants.Config `yaml:"tenants"`
 }
 
 // AdminConfig is the router's HTTP port for operators: /metrics, /livez
@@ -97,7 +103,7 @@ func DefaultConfig() Config {
 		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
 		Log:      LogConfig{Format: "json", Level: "info"},
 		Worker: WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour, AdminListen: "127.0.0.1:9465",
-			StopTimeout: 30 * time.Second},
+			StopTimeout: 30 * time.Second, Tenants: tenants.DefaultConfig()},
 		Ingress:   DefaultIngressConfig(),
 		Schedules: schedule.DefaultConfig(),
 	}
@@ -355,6 +361,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Worker.StopTimeout < 0 {
 		return fmt.Errorf("worker.stop_timeout: %s, want >= 0", c.Worker.StopTimeout)
+	}
+	if err := c.Worker.Tenants.Validate("worker.tenants"); err != nil {
+		return err
 	}
 	if c.Admin.Pprof && c.Admin.Listen == "" {
 		return errors.New("admin.pprof: needs admin.listen")
