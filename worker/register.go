@@ -42,8 +42,8 @@ type TaskTypeCheck struct {
 	Have []string `json:"have"`
 }
 
-// Error is the run's failure when some types are unknown.
-func (c TaskTypeCheck) Error() string {
+// Message is the run's failure when some types are unknown.
+func (c TaskTypeCheck) Message() string {
 	quoted := make([]string, len(c.Unknown))
 	for i, u := range c.Unknown {
 		quoted[i] = strconv.Quote(u)

@@ -245,7 +245,7 @@ func checkTaskTypes(ctx, bctx workflow.Context, def schemas.ActivityDefinition, 
 	if len(check.Unknown) == 0 {
 		return nil
 	}
-	msg := check.Error()
+	msg := check.Message()
 	if err := workflow.ExecuteActivity(bctx, a.EndRun, RunEnd{RunInput: run, Status: "failed", Error: msg}).Get(ctx, nil); err != nil {
 		return err
 	}
