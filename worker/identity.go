@@ -14,7 +14,8 @@ var runNamespace = uuid.MustParse("39355116-75eb-52b4-9344-7f3665737919")
 // RunID is the logical run of a workflow ID: the name-based UUID (v5) of
 // the workflow ID, the same for every Temporal execution of that ID (an
 // activity retry, a replay, a reset, a re-run that the reuse policy
-// allows). It is activity_runs' primary key. One database serves one
+// allows). It is activity_runs' primary key (a uuid column, as run_id is
+// in activity_run_attempts and task_instances). One database serves one
 // Temporal namespace: workflow IDs are unique only within a namespace.
 func RunID(workflowID string) string {
 	return uuid.NewSHA1(runNamespace, []byte(workflowID)).String()

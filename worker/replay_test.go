@@ -28,12 +28,16 @@ import (
 //     with the change that introduced it;
 //   - run_activity_workflow_v0.json: a run started before that change (run
 //     ID = Temporal run ID, no version marker), which must still finish on
-//     an upgraded worker: it replays through the legacy code path.
+//     an upgraded worker: it replays through the legacy code path;
+//   - run_activity_workflow_v2.json: with version 1 of check-task-types
+//     too (CheckTaskTypes before the tasks start), recorded with that
+//     change; run_activity_workflow.json, without its marker, replays
+//     without the check.
 func TestReplayRunActivityWorkflow(t *testing.T) {
 	for _, c := range []struct {
 		file   string
 		marker bool
-	}{{"testdata/run_activity_workflow.json", true}, {"testdata/run_activity_workflow_v0.json", false}} {
+	}{{"testdata/run_activity_workflow.json", true}, {"testdata/run_activity_workflow_v0.json", false}, {"testdata/run_activity_workflow_v2.json", true}} {
 		b, err := os.ReadFile(c.file)
 		if err != nil {
 			t.Fatal(err)

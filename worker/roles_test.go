@@ -97,9 +97,11 @@ VALUES ($1, 'signup', 'evt-1', 'field', '\x00', 'events', 0, 0, 2)`, in.Event.Wo
 	if _, err := env.ExecuteActivity(acts.EndRun, worker.RunEnd{RunInput: run, Status: "completed"}); err != nil {
 		t.Fatalf("EndRun as the worker: %v", err)
 	}
-	// The legacy path (runs started before run IDs were name-based).
-	legacy := worker.TaskInput{ID: "task-legacy:greet:0", RunID: "legacy", Type: "greet", Event: in.Event}
-	if _, err := env.ExecuteActivity(acts.LogRun, worker.LogRunInput{RunID: "legacy", WorkflowID: "w", ActivityID: "signup", EventID: "evt-0"}); err != nil {
+	// The legacy path (runs started before run IDs were name-based): the
+	// run ID is the Temporal run ID, a UUID (activity_runs.run_id is one).
+	const legacyRun = "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"
+	legacy := worker.TaskInput{ID: "task-" + legacyRun + ":greet:0", RunID: legacyRun, Type: "greet", Event: in.Event}
+	if _, err := env.ExecuteActivity(acts.LogRun, worker.LogRunInput{RunID: legacyRun, WorkflowID: "w", ActivityID: "signup", EventID: "evt-0"}); err != nil {
 		t.Fatalf("LogRun as the worker: %v", err)
 	}
 	if _, err := env.ExecuteActivity(acts.LogTask, legacy); err != nil {
@@ -108,7 +110,7 @@ VALUES ($1, 'signup', 'evt-1', 'field', '\x00', 'events', 0, 0, 2)`, in.Event.Wo
 	if _, err := env.ExecuteActivity(acts.FinishTask, legacy.ID, json.RawMessage(`{}`)); err != nil {
 		t.Fatalf("FinishTask as the worker: %v", err)
 	}
-	if _, err := env.ExecuteActivity(acts.FinishRun, "legacy", "completed"); err != nil {
+	if _, err := env.ExecuteActivity(acts.FinishRun, legacyRun, "completed"); err != nil {
 		t.Fatalf("FinishRun as the worker: %v", err)
 	}
 	// The key store's maintenance: the reaper and the gauge.

@@ -26,6 +26,11 @@ const (
 // code path (legacy.go).
 const changeRunIdentity = "run-identity-by-workflow-id"
 
+// changeCheckTaskTypes is the workflow change that checks the task types
+// of the tasks a run is to start (CheckTaskTypes) before it starts any
+// (version 1). Runs started before it replay without the check.
+const changeCheckTaskTypes = "check-task-types"
+
 // Defaults of a task's activity, when the definition leaves them 0.
 const (
 	DefaultActivityTimeout = 30 * time.Second // start to close, per attempt
@@ -156,6 +161,9 @@ func RunActivityWorkflow(ctx workflow.Context, in schemas.WorkflowInput) (RunRes
 			"Superseded", nil)
 	}
 	res := RunResult{RunID: runID, Attempt: st.Attempt, Tasks: make([]TaskResult, len(def.Tasks))}
+	if err := checkTaskTypes(ctx, bctx, def, run, st); err != nil {
+		return res, err
+	}
 	futures := make([]workflow.ChildWorkflowFuture, len(def.Tasks))
 	for i, t := range def.Tasks {
 		id := run.TaskIDs[i]
@@ -213,6 +221,38 @@ func RunActivityWorkflow(ctx workflow.Context, in schemas.WorkflowInput) (RunRes
 		return res, temporal.NewNonRetryableApplicationError(failed.Error(), "TaskFailed", nil)
 	}
 	return res, nil
+}
+
+// checkTaskTypes asks a worker (CheckTaskTypes) whether it has the types
+// of the tasks the run is to start (those not adopted). If it lacks any,
+// the run starts none of them: it records itself failed (EndRun) and
+// fails with a non-retryable UnknownTaskType error that names the types
+// missing and the types the worker has. A definition that names a type
+// no worker registered is a configuration error: no task of the run can
+// be allowed to spend its side effect on a run that cannot complete, and
+// a re-run once the type is registered runs the whole definition.
+func checkTaskTypes(ctx, bctx workflow.Context, def schemas.ActivityDefinition, run RunInput, st RunStart) error {
+	var types []string
+	for i, t := range def.Tasks {
+		if _, adopted := st.Completed[run.TaskIDs[i]]; !adopted {
+			types = append(types, t.Type)
+		}
+	}
+	if len(types) == 0 || workflow.GetVersion(ctx, changeCheckTaskTypes, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	var check TaskTypeCheck
+	if err := workflow.ExecuteActivity(bctx, a.CheckTaskTypes, types).Get(ctx, &check); err != nil {
+		return err
+	}
+	if len(check.Unknown) == 0 {
+		return nil
+	}
+	msg := check.Message()
+	if err := workflow.ExecuteActivity(bctx, a.EndRun, RunEnd{RunInput: run, Status: "failed", Error: msg}).Get(ctx, nil); err != nil {
+		return err
+	}
+	return temporal.NewNonRetryableApplicationError(msg, "UnknownTaskType", nil)
 }
 
 // TaskInstanceWorkflow records the task instance (StartTask: a task that

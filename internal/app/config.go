@@ -20,6 +20,7 @@ import (
 	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
+	"github.com/dedupio/dedup/worker/tenants"
 )
 
 // Config is the whole config file.
@@ -59,6 +60,19 @@ type WorkerConfig struct {
 	// file serves a router and a worker on one host without their ports
 	// colliding. Keep it off public interfaces; empty disables it.
 	AdminListen string `yaml:"admin_listen"`
+	// StopTimeout is how long a stopping worker (SIGTERM) lets the
+	// activities it runs finish and report before it cancels them (the
+	// SDK's WorkerStopTimeout). Cancelled, an activity's attempt is lost
+	// and Temporal retries it after its timeout (a webhook cut short is
+	// posted again, under its key). Keep it under the time the process
+	// is given to stop (the worker pod's terminationGracePeriodSeconds,
+	// 45s); 0 cancels them at once.
+	StopTimeout time.Duration `yaml:"stop_timeout"`
+	// Tenants registers the audit seed's five task types
+	// (create_tenant_schema, run_migrations, send_welcome_email,
+	// drop_tenant_schema, soft_delete_tenant; package worker/tenants),
+	// with the mail server the welcome email goes through.
+	Tenants tenants.Config `yaml:"tenants"`
 }
 
 // AdminConfig is the router's HTTP port for operators: /metrics, /livez
@@ -80,15 +94,16 @@ type LogConfig struct {
 // DefaultConfig is every default; the file overrides what it names.
 func DefaultConfig() Config {
 	return Config{
-		Kafka:     processor.DefaultConfig(),
-		EventID:   eventid.DefaultConfig(),
-		Starts:    processor.DefaultConfig().Starts,
-		Retry:     processor.DefaultConfig().Retry,
-		Postgres:  ledger.DefaultConfig(),
-		Temporal:  starter.DefaultConfig(),
-		Admin:     AdminConfig{Listen: "127.0.0.1:9464"},
-		Log:       LogConfig{Format: "json", Level: "info"},
-		Worker:    WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour, AdminListen: "127.0.0.1:9465"},
+		Kafka:    processor.DefaultConfig(),
+		EventID:  eventid.DefaultConfig(),
+		Starts:   processor.DefaultConfig().Starts,
+		Retry:    processor.DefaultConfig().Retry,
+		Postgres: ledger.DefaultConfig(),
+		Temporal: starter.DefaultConfig(),
+		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
+		Log:      LogConfig{Format: "json", Level: "info"},
+		Worker: WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour, AdminListen: "127.0.0.1:9465",
+			StopTimeout: 30 * time.Second, Tenants: tenants.DefaultConfig()},
 		Ingress:   DefaultIngressConfig(),
 		Schedules: schedule.DefaultConfig(),
 	}
@@ -343,6 +358,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Worker.TaskQueue == "" || c.Worker.KeyLease <= 0 || c.Worker.KeyTTL <= 0 {
 		return errors.New("worker.task_queue, key_lease, key_ttl: want non-empty and > 0")
+	}
+	if c.Worker.StopTimeout < 0 {
+		return fmt.Errorf("worker.stop_timeout: %s, want >= 0", c.Worker.StopTimeout)
+	}
+	if err := c.Worker.Tenants.Validate("worker.tenants"); err != nil {
+		return err
 	}
 	if c.Admin.Pprof && c.Admin.Listen == "" {
 		return errors.New("admin.pprof: needs admin.listen")

@@ -15,6 +15,7 @@ import (
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/worker"
 	"github.com/dedupio/dedup/worker/idempotency"
+	"github.com/dedupio/dedup/worker/tenants"
 )
 
 // RunWorker runs RunActivityWorkflow and its activities on the configured
@@ -80,8 +81,12 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	w := sdkworker.New(tc, cfg.Worker.TaskQueue, sdkworker.Options{})
-	if err := worker.Register(w, &worker.Activities{Pool: pool, Keys: keys, Client: tc, WebhookURL: cfg.Worker.WebhookURL}); err != nil {
+	tasks, err := workerTasks(ctx, cfg.Worker, pool)
+	if err != nil {
+		return err
+	}
+	w := sdkworker.New(tc, cfg.Worker.TaskQueue, workerOptions(cfg.Worker))
+	if err := worker.Register(w, &worker.Activities{Pool: pool, Keys: keys, Client: tc, WebhookURL: cfg.Worker.WebhookURL, Tasks: tasks}); err != nil {
 		return err
 	}
 	if err := w.Start(); err != nil {
@@ -99,7 +104,30 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer stopProbes()
 	log.Info("worker running", "task_queue", cfg.Worker.TaskQueue, "admin", addr)
 	keys.Maintain(ctx, time.Hour, 10000) // reaps at start, then hourly
-	return nil
+	log.Info("worker stopping: in-flight activities may finish", "stop_timeout", cfg.Worker.StopTimeout)
+	return nil // w.Stop waits for them
+}
+
+// workerTasks are the task types the worker registers next to the
+// built-in webhook and noop: the tenant task types when worker.tenants is
+// enabled (their tenants table set up first, in the worker's database).
+func workerTasks(ctx context.Context, c WorkerConfig, pool *pgxpool.Pool) ([]worker.TaskType, error) {
+	if !c.Tenants.Enabled {
+		return nil, nil
+	}
+	t, err := tenants.New(pool, c.Tenants, "worker.tenants")
+	if err != nil {
+		return nil, err
+	}
+	if err := tenants.Setup(ctx, pool); err != nil {
+		return nil, fmt.Errorf("worker.tenants: %w (the worker's postgres user needs CREATE on its database for the tenant task types)", err)
+	}
+	return t.TaskTypes(), nil
+}
+
+// workerOptions are the SDK worker's options from the worker section.
+func workerOptions(c WorkerConfig) sdkworker.Options {
+	return sdkworker.Options{WorkerStopTimeout: c.StopTimeout}
 }
 
 // ping asks PostgreSQL to answer within probeTimeout.

@@ -82,7 +82,12 @@ func run() error {
 		return err
 	}
 	defer hooks.Close()
-	cfg := demoConfig(stack, *topic, *adminAddr, hooks.URL())
+	mails, err := devstack.StartMailbox()
+	if err != nil {
+		return err
+	}
+	defer mails.Close()
+	cfg := demoConfig(stack, *topic, *adminAddr, hooks.URL(), mails)
 	dir, err := os.MkdirTemp("", "dedup-dev-")
 	if err != nil {
 		return err
@@ -97,12 +102,13 @@ func run() error {
   Temporal   %s   namespace default
   PostgreSQL %s
   webhooks   %s   (the demo routes' webhook tasks; counts deliveries per Idempotency-Key)
+  mailbox    smtp://%s:%d   (the tenant onboarding's welcome emails; counts deliveries per Message-ID)
   config     %s
 
   produce:   kcat -b %s -t %s -P -k key1   (then type {"id":"e1","type":"order.created"})
   read DLQ:  kcat -b %s -t %s.dlq -C -f '%%h %%s\n'
   a router:  DATABASE_URL=%s go run ./cmd/dedup run --config %s
-`, strings.Join(stack.Brokers(), ","), *topic, *topic, *partitions, stack.Temporal.HostPort(), stack.DatabaseURL, hooks.URL(), cfgPath,
+`, strings.Join(stack.Brokers(), ","), *topic, *topic, *partitions, stack.Temporal.HostPort(), stack.DatabaseURL, hooks.URL(), mails.Host(), mails.Port(), cfgPath,
 		stack.Brokers()[0], *topic, stack.Brokers()[0], *topic, stack.DatabaseURL, cfgPath)
 
 	if *infraOnly {
@@ -136,8 +142,11 @@ func run() error {
 			fmt.Printf(`  ingress:   http://%s (enqueue one event twice with one key, then ask for its one run):
     curl -sS -X POST http://%s/v1/events -H 'Content-Type: application/json' -H 'Idempotency-Key: "order-123"' -d '{"type":"order.created","total":12.5}'
     curl -sS http://%s/v1/workflows/activity-order-confirmation:order-123
+             onboard a tenant (the audit seed's create_tenant_schema, run_migrations, send_welcome_email), then offboard it:
+    curl -sS -X POST http://%s/v1/events -H 'Content-Type: application/json' -H 'Idempotency-Key: "acme-created"' -d '{"type":"tenant.created","tenant_id":"acme","name":"Acme","email":"owner@acme.example"}'
+    curl -sS -X POST http://%s/v1/events -H 'Content-Type: application/json' -H 'Idempotency-Key: "acme-deleted"' -d '{"type":"tenant.deleted","tenant_id":"acme"}'
 
-`, addr, addr, addr)
+`, addr, addr, addr, addr, addr)
 		case err := <-ingressDone:
 			return fmt.Errorf("ingress: %w", err)
 		}
@@ -177,7 +186,7 @@ func run() error {
 		select {
 		case <-tick.C:
 			var queued int64
-			committed, queued = summary(ctx, reg, led, keys, hooks, hooked, 0)
+			committed, queued = summary(ctx, reg, led, keys, hooks, mails, hooked, 0)
 			if queued > demoLagNote && !lagNoted {
 				lagNoted = true
 				fmt.Printf("  note: the demo worker runs behind the router (%d webhook workflows started and not completed): the in-process Temporal\n"+
@@ -191,7 +200,7 @@ func run() error {
 			}
 			prodDone = nil
 		case err := <-routerDone:
-			summary(context.Background(), reg, led, keys, hooks, hooked, committed)
+			summary(context.Background(), reg, led, keys, hooks, mails, hooked, committed)
 			return err
 		case err := <-workerDone:
 			if err != nil && ctx.Err() == nil {
@@ -207,7 +216,7 @@ func run() error {
 	}
 }
 
-func demoConfig(stack *devstack.Stack, topic, admin, webhookURL string) app.Config {
+func demoConfig(stack *devstack.Stack, topic, admin, webhookURL string, mails *devstack.Mailbox) app.Config {
 	cfg := app.DefaultConfig()
 	cfg.Kafka.Brokers = stack.Brokers()
 	cfg.Kafka.Group = "dedup-dev"
@@ -222,6 +231,13 @@ func demoConfig(stack *devstack.Stack, topic, admin, webhookURL string) app.Conf
 		{ID: "order-confirmation", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: webhook},
 		{ID: "welcome-email", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: webhook},
 		{ID: "crm-sync", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: noop},
+		// The activity-idempotency audit seed's five activities
+		// (worker/tenants, worker.tenants below), on events sent by hand
+		// through the ingress (the printed curl lines).
+		{ID: "tenant-onboarding", Match: processor.Match{Type: "tenant.created"}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities",
+			Definition: &schemas.ActivityDefinition{Tasks: []schemas.TaskSpec{{Type: "create_tenant_schema"}, {Type: "run_migrations"}, {Type: "send_welcome_email"}}, MaxAttempts: 5}},
+		{ID: "tenant-offboarding", Match: processor.Match{Type: "tenant.deleted"}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities",
+			Definition: &schemas.ActivityDefinition{Tasks: []schemas.TaskSpec{{Type: "drop_tenant_schema"}, {Type: "soft_delete_tenant"}}, MaxAttempts: 5}},
 	}
 	// A demo schedule every five seconds (docs/schedules.md): its fires
 	// show in the summary line.
@@ -230,6 +246,9 @@ func demoConfig(stack *devstack.Stack, topic, admin, webhookURL string) app.Conf
 		Definition: &schemas.ActivityDefinition{DedupeKeyStrategy: "compress", Tasks: []schemas.TaskSpec{{Type: "noop"}}}}}
 	cfg.Worker.TaskQueue = "activities"
 	cfg.Worker.WebhookURL = webhookURL
+	cfg.Worker.Tenants.Enabled = true
+	cfg.Worker.Tenants.SMTP.Host, cfg.Worker.Tenants.SMTP.Port = mails.Host(), mails.Port() // loopback: no TLS needed
+	cfg.Worker.Tenants.SMTP.From = "hello@dedup.dev"
 	cfg.Temporal.HostPort = stack.Temporal.HostPort()
 	cfg.Admin.Listen = admin
 	cfg.Log.Format = "text"
@@ -258,7 +277,7 @@ const demoLagNote = 1000
 // group exports no committed offsets (its per-partition gauges go with its
 // partitions): the line then shows lastCommitted, the previous summary's,
 // marked as such.
-func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres, keys *pgxpool.Pool, hooks *devstack.Webhooks, webhookRoutes []string, lastCommitted float64) (float64, int64) {
+func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres, keys *pgxpool.Pool, hooks *devstack.Webhooks, mails *devstack.Mailbox, webhookRoutes []string, lastCommitted float64) (float64, int64) {
 	mfs, err := reg.Gather()
 	if err != nil {
 		return lastCommitted, 0
@@ -300,12 +319,12 @@ func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres
 			keysLine += fmt.Sprintf(" (%d started workflows not completed)", queued)
 		}
 	}
-	hc := hooks.Counts()
+	hc, mc := hooks.Counts(), mails.Counts()
 	committed, committedNote := val("dedup_committed_offset", "", ""), ""
 	if committed == 0 && lastCommitted > 0 {
 		committed, committedNote = lastCommitted, " (before the router left the group)"
 	}
-	fmt.Printf("%s  records in %6.0f | new workflows %6.0f | duplicates skipped %6.0f | conflicts %3.0f | dead letters %3.0f | workflows started %6.0f (already started %3.0f) | committed offsets %6.0f%s | %s | %s | webhooks delivered %6d (repeats dropped %d) | schedule runs %3.0f (slots on time %.0f, late %.0f, skipped %.0f)\n",
+	fmt.Printf("%s  records in %6.0f | new workflows %6.0f | duplicates skipped %6.0f | conflicts %3.0f | dead letters %3.0f | workflows started %6.0f (already started %3.0f) | committed offsets %6.0f%s | %s | %s | webhooks delivered %6d (repeats dropped %d) | welcome emails %d (repeats dropped %d) | schedule runs %3.0f (slots on time %.0f, late %.0f, skipped %.0f)\n",
 		time.Now().Format("15:04:05"),
 		val("dedup_records_total", "", ""),
 		val("dedup_intents_total", "outcome", "new"),
@@ -315,7 +334,7 @@ func summary(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres
 		val("dedup_workflow_starts_total", "result", "started"),
 		val("dedup_workflow_starts_total", "result", "already_started"),
 		committed, committedNote,
-		ledgerLine, keysLine, hc.Deliveries, hc.Dropped,
+		ledgerLine, keysLine, hc.Deliveries, hc.Dropped, mc.Deliveries, mc.Dropped,
 		val("dedup_schedule_starts_total", "result", "started"),
 		val("dedup_schedule_fires_total", "outcome", "on_time"),
 		val("dedup_schedule_fires_total", "outcome", "catchup")+val("dedup_schedule_fires_total", "outcome", "compressed"),

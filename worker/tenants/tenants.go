@@ -1,24 +1,4 @@
-// Package audit is the activity-idempotency audit (the seed "Temporal
-// workflows/activities missing idempotency guarantees") as runnable dedup
-// task types: the five audited activities, each made safe to retry with the
-// pattern the audit names, and each with its guarantee written on it.
-//
-//	| task type              | pattern                                  | a retry ...                                   |
-//	|------------------------|------------------------------------------|-----------------------------------------------|
-//	| create_tenant_schema   | CREATE SCHEMA IF NOT EXISTS              | finds the schema and returns the same result  |
-//	| run_tenant_migrations  | check-then-act with a guard (lock + log) | applies no migration twice, same version      |
-//	| send_welcome_email     | idempotency key (worker.Step)            | returns the stored send, sends no second mail |
-//	| drop_tenant_schema     | DROP SCHEMA IF EXISTS                    | finds it gone and returns the same result     |
-//	| soft_delete_tenant     | check-then-act with a guard (WHERE)      | returns the first deletion's time             |
-//
-// Register them with worker.Activities{Tasks: tenants.TaskTypes()}; a route
-// lists them in its definition, e.g. onboarding [create_tenant_schema,
-// run_tenant_migrations, send_welcome_email] and offboarding
-// [drop_tenant_schema, soft_delete_tenant]. A definition's tasks run in
-// parallel, so none of these depends on another having run first
-// (run_tenant_migrations creates the schema too). The event's data is the
-// Tenant.
-package audit
+package tenants
 
 import (
 	"context"
@@ -26,12 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
+	"mime"
+	"net/mail"
 	"regexp"
 	"strings"
 	"time"
 
-	"github.com/emersion/go-smtp"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -45,29 +25,36 @@ type Tenant struct {
 	Email string `json:"email"` // the welcome email's recipient
 }
 
-// Tenants runs the tasks against one database and one SMTP server.
+// Tenants runs the tasks against one database and one mail server.
 type Tenants struct {
 	Pool *pgxpool.Pool
-	// SMTPAddr is the mail server (host:port) the welcome email goes to;
-	// From is its sender.
-	SMTPAddr string
-	From     string
+	Mail *Mailer
 
 	afterSend func() error // tests: a crash after the mail server took the message
+}
+
+// New makes the task types' runner from the worker.tenants section
+// (prefix names it in errors): it reads the SMTP files once.
+func New(pool *pgxpool.Pool, c Config, prefix string) (*Tenants, error) {
+	m, err := NewMailer(c.SMTP, prefix+".smtp")
+	if err != nil {
+		return nil, err
+	}
+	return &Tenants{Pool: pool, Mail: m}, nil
 }
 
 // TaskTypes are the five task types, for worker.Activities.Tasks.
 func (t *Tenants) TaskTypes() []worker.TaskType {
 	return []worker.TaskType{
 		worker.NewTaskType("create_tenant_schema", t.CreateTenantSchema),
-		worker.NewTaskType("run_tenant_migrations", t.RunTenantMigrations),
+		worker.NewTaskType("run_migrations", t.RunMigrations),
 		worker.NewTaskType("send_welcome_email", t.SendWelcomeEmail),
 		worker.NewTaskType("drop_tenant_schema", t.DropTenantSchema),
 		worker.NewTaskType("soft_delete_tenant", t.SoftDeleteTenant),
 	}
 }
 
-// Setup creates the example's tenants table. Idempotent: IF NOT EXISTS.
+// Setup creates the tenants table. Idempotent: IF NOT EXISTS.
 func Setup(ctx context.Context, pool *pgxpool.Pool) error {
 	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS tenants (
 	id         text PRIMARY KEY,
@@ -99,21 +86,32 @@ type SchemaResult struct {
 	Schema string `json:"schema"`
 }
 
-// CreateTenantSchema creates the tenant's schema.
+// CreateTenantSchema records the tenant (the row soft_delete_tenant
+// marks) and creates its schema, in one transaction.
 //
-// Guarantee: CREATE SCHEMA IF NOT EXISTS. A retry (after a crash, or after
-// the schema was created and the answer lost) finds the schema and returns
-// the same result; it never fails because the schema exists. (Two attempts
-// at the very same moment can still race inside PostgreSQL's catalog: the
-// loser gets a unique violation, a retryable error, and its retry finds the
-// schema.)
+// Guarantee: INSERT ... ON CONFLICT (id) DO NOTHING and CREATE SCHEMA IF
+// NOT EXISTS. A retry (after a crash, or after both were done and the
+// answer lost) finds the tenant and the schema and returns the same
+// result; it never fails because they exist, and never changes a tenant
+// recorded before (a tenant soft-deleted stays deleted). (Two attempts at
+// the very same moment can still race inside PostgreSQL's catalog: the
+// loser gets a unique violation, a retryable error, and its retry finds
+// the schema.)
 func (t *Tenants) CreateTenantSchema(ctx context.Context, in Tenant) (SchemaResult, error) {
 	name, q, err := schema(in)
 	if err != nil {
 		return SchemaResult{}, err
 	}
-	if _, err := t.Pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+q); err != nil {
-		return SchemaResult{}, fmt.Errorf("creating schema %s: %w", name, err)
+	err = pgx.BeginFunc(ctx, t.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO tenants (id, name, email) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING`,
+			in.ID, in.Name, in.Email); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+q)
+		return err
+	})
+	if err != nil {
+		return SchemaResult{}, fmt.Errorf("creating tenant %s and schema %s: %w", in.ID, name, err)
 	}
 	return SchemaResult{Schema: name}, nil
 }
@@ -133,7 +131,7 @@ type MigrationResult struct {
 	Version int    `json:"version"`
 }
 
-// RunTenantMigrations brings the tenant's schema to the latest version
+// RunMigrations brings the tenant's schema to the latest version
 // (creating the schema if needed).
 //
 // Guarantee: check-then-act with a guard, as Alembic's version table does.
@@ -143,7 +141,7 @@ type MigrationResult struct {
 // applied together with its row there. A retry applies nothing that was
 // applied (a migration and its row commit together or not at all) and
 // returns the same version.
-func (t *Tenants) RunTenantMigrations(ctx context.Context, in Tenant) (MigrationResult, error) {
+func (t *Tenants) RunMigrations(ctx context.Context, in Tenant) (MigrationResult, error) {
 	name, q, err := schema(in)
 	if err != nil {
 		return MigrationResult{}, err
@@ -195,19 +193,24 @@ type EmailResult struct {
 // key, so the one case the store cannot see (the server accepted the
 // message, then the worker died before storing it) resends the same
 // Message-ID, which a receiving mailbox can drop. A recipient or message
-// the server refuses for good (5xx) fails the task at once.
+// the server refuses for good (5xx) fails the task at once, and so does
+// an address or name that cannot go into a header.
 func (t *Tenants) SendWelcomeEmail(ctx context.Context, in Tenant) (EmailResult, error) {
-	if in.Email == "" || strings.ContainsAny(in.Email, "\r\n<>") {
+	to, err := mail.ParseAddress(in.Email)
+	if err != nil || to.Name != "" || strings.ContainsAny(in.Email, "\r\n<>") {
 		return EmailResult{}, worker.Permanent(fmt.Errorf("email %q: not an address", in.Email))
+	}
+	if strings.ContainsAny(in.Name, "\r\n") {
+		return EmailResult{}, worker.Permanent(fmt.Errorf("name %q: a line break cannot go into the subject", in.Name))
 	}
 	return worker.Step(ctx, "send", in, func(ctx context.Context, key string) (EmailResult, error) {
 		sum := sha256.Sum256([]byte(key))
-		res := EmailResult{MessageID: "<" + hex.EncodeToString(sum[:16]) + "@dedup.invalid>", To: in.Email}
-		msg := fmt.Sprintf("From: %s\r\nTo: %s\r\nSubject: Welcome to %s\r\nMessage-ID: %s\r\nX-Idempotency-Key: %s\r\n"+
-			"Content-Type: text/plain; charset=utf-8\r\n\r\nWelcome, %s. Your workspace is ready.\r\n",
-			t.From, in.Email, in.Name, res.MessageID, key, in.Name)
-		if err := t.send(ctx, in.Email, msg); err != nil {
-			return EmailResult{}, err
+		res := EmailResult{MessageID: "<" + hex.EncodeToString(sum[:16]) + "@dedup.invalid>", To: to.Address}
+		msg := fmt.Sprintf("From: %s\r\nTo: %s\r\nSubject: %s\r\nMessage-ID: %s\r\nX-Idempotency-Key: %s\r\n"+
+			"MIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nWelcome, %s. Your workspace is ready.\r\n",
+			t.Mail.From(), to.Address, mime.QEncoding.Encode("utf-8", "Welcome to "+in.Name), res.MessageID, key, in.Name)
+		if err := t.Mail.Send(ctx, to.Address, msg); err != nil {
+			return EmailResult{}, fmt.Errorf("sending the welcome email: %w", err)
 		}
 		if t.afterSend != nil {
 			if err := t.afterSend(); err != nil {
@@ -216,48 +219,6 @@ func (t *Tenants) SendWelcomeEmail(ctx context.Context, in Tenant) (EmailResult,
 		}
 		return res, nil
 	})
-}
-
-// send delivers msg over SMTP within ctx's deadline; 5xx answers are
-// permanent, everything else retryable.
-func (t *Tenants) send(ctx context.Context, to, msg string) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", t.SMTPAddr)
-	if err != nil {
-		return fmt.Errorf("connecting to %s: %w", t.SMTPAddr, err)
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	} else {
-		_ = conn.SetDeadline(time.Now().Add(time.Minute))
-	}
-	c := smtp.NewClient(conn)
-	defer func() { _ = c.Close() }() // after Quit, or on a failure already returned
-	err = func() error {
-		if err := c.Mail(t.From, nil); err != nil {
-			return err
-		}
-		if err := c.Rcpt(to, nil); err != nil {
-			return err
-		}
-		w, err := c.Data()
-		if err != nil {
-			return err
-		}
-		if _, err := w.Write([]byte(msg)); err != nil {
-			return err
-		}
-		return w.Close() // the server's answer to the message
-	}()
-	if err != nil {
-		var se *smtp.SMTPError
-		if errors.As(err, &se) && se.Code/100 == 5 {
-			return worker.Permanent(fmt.Errorf("sending the welcome email to %s: %w", to, err))
-		}
-		return fmt.Errorf("sending the welcome email to %s: %w", to, err)
-	}
-	_ = c.Quit() // accepted: a failed goodbye does not unsend it
-	return nil
 }
 
 // DropResult says the tenant's schema is gone.

@@ -1,7 +1,8 @@
-package audit
+package tenants
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/temporal"
@@ -25,26 +27,59 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// mailbox is a real SMTP server (go-smtp) in front of a mailbox that, like
-// a receiving mail system, keeps one message per Message-ID: it counts
-// every delivery the server accepted and every message the mailbox kept.
+// mailbox is a real SMTP server (go-smtp's server side) in front of a
+// mailbox that, like a receiving mail system, keeps one message per
+// Message-ID: it counts every delivery the server accepted and every
+// message the mailbox kept, and notes whether each session was over TLS
+// and who logged in.
 type mailbox struct {
 	mu         sync.Mutex
 	deliveries int               // messages the server accepted (DATA answered 250)
 	kept       map[string]string // Message-ID -> the message
+	sessions   []sessionNote     // one per MAIL command
+	logins     []string          // AUTH PLAIN attempts: user:password
+	users      map[string]string // the accounts AUTH PLAIN accepts (nil: no AUTH)
 	refuse     string            // a recipient answered 550
 	addr       string
+	port       int
 }
 
-func newMailbox(t *testing.T) *mailbox {
-	mb := &mailbox{kept: map[string]string{}, refuse: "nobody@example.com"}
-	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) { return &session{mb: mb}, nil }))
+type sessionNote struct {
+	tls  bool
+	user string
+}
+
+// mailboxOptions: TLS offers STARTTLS (or, implicit, speaks TLS from the
+// first byte); users are the accounts AUTH PLAIN accepts (none: no AUTH).
+type mailboxOptions struct {
+	tls      *tls.Config
+	implicit bool
+	users    map[string]string
+}
+
+func newMailbox(t *testing.T) *mailbox { return newMailboxWith(t, mailboxOptions{}) }
+
+func newMailboxWith(t *testing.T, o mailboxOptions) *mailbox {
+	t.Helper()
+	mb := &mailbox{kept: map[string]string{}, refuse: "nobody@example.com", users: o.users}
+	srv := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) {
+		return &session{mb: mb, conn: c}, nil
+	}))
 	srv.Domain = "localhost"
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	srv.AllowInsecureAuth = o.tls == nil // a server without TLS: the client must not care (loopback)
+	var l net.Listener
+	var err error
+	if o.implicit {
+		l, err = tls.Listen("tcp", "127.0.0.1:0", o.tls)
+	} else {
+		srv.TLSConfig = o.tls
+		l, err = net.Listen("tcp", "127.0.0.1:0")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	mb.addr = l.Addr().String()
+	mb.port = l.Addr().(*net.TCPAddr).Port
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return mb
@@ -57,13 +92,41 @@ func (mb *mailbox) counts() (deliveries, kept int) {
 }
 
 type session struct {
-	mb *mailbox
-	to string
+	mb   *mailbox
+	conn *smtp.Conn
+	user string
+	to   string
 }
 
 func (s *session) Reset()        {}
 func (s *session) Logout() error { return nil }
+func (s *session) AuthMechanisms() []string {
+	if s.mb.users == nil {
+		return nil
+	}
+	return []string{sasl.Plain}
+}
+func (s *session) Auth(string) (sasl.Server, error) {
+	return sasl.NewPlainServer(func(_, user, password string) error {
+		s.mb.mu.Lock()
+		s.mb.logins = append(s.mb.logins, user+":"+password)
+		p, ok := s.mb.users[user]
+		s.mb.mu.Unlock()
+		if !ok || p != password {
+			return &smtp.SMTPError{Code: 535, EnhancedCode: smtp.EnhancedCode{5, 7, 8}, Message: "bad credentials"}
+		}
+		s.user = user
+		return nil
+	}), nil
+}
 func (s *session) Mail(string, *smtp.MailOptions) error {
+	if s.mb.users != nil && s.user == "" {
+		return &smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0}, Message: "authentication required"}
+	}
+	_, secure := s.conn.TLSConnectionState()
+	s.mb.mu.Lock()
+	s.mb.sessions = append(s.mb.sessions, sessionNote{tls: secure, user: s.user})
+	s.mb.mu.Unlock()
 	return nil
 }
 func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
@@ -91,7 +154,12 @@ func (s *session) Data(r io.Reader) error {
 	return nil
 }
 
-// lab runs the audit's task types through the worker's RunTask activity
+// smtpTo is the section for a plaintext mailbox on loopback.
+func smtpTo(mb *mailbox) SMTPConfig {
+	return SMTPConfig{Host: "127.0.0.1", Port: mb.port, From: "hello@dedup.example"}
+}
+
+// lab runs the tenant task types through the worker's RunTask activity
 // (the SDK's test activity environment; PostgreSQL and SMTP are real).
 type lab struct {
 	t       *testing.T
@@ -122,7 +190,10 @@ func newLab(t *testing.T) *lab {
 		t.Fatal(err)
 	}
 	l := &lab{t: t, pool: pool, mb: newMailbox(t)}
-	l.tenants = &Tenants{Pool: pool, SMTPAddr: l.mb.addr, From: "hello@dedup.example"}
+	l.tenants, err = New(pool, Config{Enabled: true, SMTP: smtpTo(l.mb)}, "worker.tenants")
+	if err != nil {
+		t.Fatal(err)
+	}
 	l.acts = &worker.Activities{Pool: pool, Keys: keys, Tasks: l.tenants.TaskTypes()}
 	var s testsuite.WorkflowTestSuite
 	l.env = s.NewTestActivityEnvironment()
@@ -179,11 +250,35 @@ func TestCreateTenantSchemaRetried(t *testing.T) {
 	if res.Schema != "tenant_acme" || l.count(`SELECT count(*) FROM pg_namespace WHERE nspname = 'tenant_acme'`) != 1 {
 		t.Fatalf("result %+v; want the schema tenant_acme, once", res)
 	}
+	if n := l.count(`SELECT count(*) FROM tenants WHERE id = 'acme' AND email = $1 AND deleted_at IS NULL`, acme.Email); n != 1 {
+		t.Fatalf("%d tenant rows, want the tenant recorded once", n)
+	}
 }
 
-func TestRunTenantMigrationsRetried(t *testing.T) {
+// A name or address that would break out of its header fails the task
+// for good, before anything is sent.
+func TestSendWelcomeEmailRefusesHeaderInjection(t *testing.T) {
 	l := newLab(t)
-	res := retried[MigrationResult](l, "run_tenant_migrations", acme)
+	for _, bad := range []Tenant{
+		{ID: "evil", Name: "Evil\r\nBcc: victim@example.com", Email: "owner@evil.example"},
+		{ID: "evil", Name: "Evil", Email: "owner@evil.example\r\nBcc: victim@example.com"},
+		{ID: "evil", Name: "Evil", Email: "Evil <owner@evil.example>"},
+	} {
+		var res EmailResult
+		err := l.run("send_welcome_email", bad, &res)
+		var app *temporal.ApplicationError
+		if !errors.As(err, &app) || !app.NonRetryable() {
+			t.Errorf("%+v: %v, want a permanent failure", bad, err)
+		}
+	}
+	if d, _ := l.mb.counts(); d != 0 {
+		t.Fatalf("%d deliveries", d)
+	}
+}
+
+func TestRunMigrationsRetried(t *testing.T) {
+	l := newLab(t)
+	res := retried[MigrationResult](l, "run_migrations", acme)
 	if res != (MigrationResult{Schema: "tenant_acme", Version: 3}) {
 		t.Fatalf("result %+v", res)
 	}
@@ -198,15 +293,15 @@ func TestRunTenantMigrationsRetried(t *testing.T) {
 
 // Two attempts at once (an attempt that timed out still running next to
 // its retry): the guard lets one apply, the other finds it done.
-func TestRunTenantMigrationsConcurrent(t *testing.T) {
+func TestRunMigrationsConcurrent(t *testing.T) {
 	l := newLab(t)
 	other := newLabOn(t, l)
 	var wg sync.WaitGroup
 	var r1, r2 MigrationResult
 	var e1, e2 error
 	wg.Add(2)
-	go func() { defer wg.Done(); e1 = l.run("run_tenant_migrations", acme, &r1) }()
-	go func() { defer wg.Done(); e2 = other.run("run_tenant_migrations", acme, &r2) }()
+	go func() { defer wg.Done(); e1 = l.run("run_migrations", acme, &r1) }()
+	go func() { defer wg.Done(); e2 = other.run("run_migrations", acme, &r2) }()
 	wg.Wait()
 	if e1 != nil || e2 != nil || r1 != r2 {
 		t.Fatalf("concurrent attempts: %+v %v / %+v %v", r1, e1, r2, e2)
