@@ -173,7 +173,8 @@ func (a *Activities) EndRun(ctx context.Context, in RunEnd) error {
 INSERT INTO activity_runs AS r (run_id, workflow_id, activity_id, event_id, status, error, finished_at)
 SELECT $1, $2, $3, $4, $5, NULLIF($6, ''), now()
 WHERE NOT EXISTS (SELECT 1 FROM activity_run_attempts WHERE run_id = $1 AND attempt > $7)
-ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, error = EXCLUDED.error, finished_at = now()`,
+ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, error = EXCLUDED.error,
+	finished_at = (SELECT finished_at FROM activity_run_attempts WHERE run_id = $1 AND attempt = $7)`,
 			in.RunID, in.WorkflowID, in.ActivityID, in.EventID, in.Status, in.Error, attempt)
 		return err
 	})
@@ -233,7 +234,7 @@ func (a *Activities) EndTask(ctx context.Context, in TaskEnd) error {
 		out = nil
 	}
 	_, err := a.Pool.Exec(ctx, `
-UPDATE task_instances SET status = $2, result = $3, error = NULLIF($4, ''), finished_at = now()
+UPDATE task_instances SET status = $2, result = $3, error = NULLIF($4, ''), finished_at = coalesce(finished_at, now())
 WHERE id = $1 AND status <> 'completed'`, in.ID, in.Status, out, in.Error)
 	if err != nil {
 		return fmt.Errorf("ending task %s: %w", in.ID, err)

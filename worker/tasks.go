@@ -44,7 +44,7 @@ var taskName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 // fn runs in a Temporal activity and may run again (a retry after an error
 // or a crash, a re-run of a failed run), from the start: whatever it does
 // outside must be in a Step, or idempotent by itself (an IF NOT EXISTS, a
-// guarded update; see worker/example/audit). Return Permanent(err) for an
+// guarded update; see worker/tenants). Return Permanent(err) for an
 // error that trying again cannot fix: the task fails at once, without the
 // remaining attempts. Other errors are retried, up to the definition's
 // max_attempts within its schedule_to_close_seconds.
