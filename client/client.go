@@ -378,7 +378,7 @@ func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 			// refuses the record as it is: a retry would be refused
 			// alike, so it is no *ProduceError (which says retry).
 			return nil, &InvalidEventError{Reason: string(processor.ReasonOversized),
-				Err: fmt.Errorf("Kafka refuses the record of event %s as too large (value %d bytes, %d headers): %w; send less data or fewer attributes", p.Event.ID, len(rec.Value), len(rec.Headers), err)}
+				Err: fmt.Errorf("the Kafka cluster refuses the record of event %s as too large (value %d bytes, %d headers): %w; send less data or fewer attributes", p.Event.ID, len(rec.Value), len(rec.Headers), err)}
 		case err != nil:
 			return nil, &ProduceError{EventID: p.Event.ID, Topic: c.cfg.Topic, Err: err}
 		}

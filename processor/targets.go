@@ -58,7 +58,7 @@ func targetsOf(routes []*Route, ev *eventid.Event) ([]Target, error) {
 // (the dynamic config limit.maxIDLength): a longer one is refused for good.
 const MaxWorkflowIDBytes = 1000
 
-// ErrWorkflowIDTooLong: an event whose workflow ID would be over
+// ErrWorkflowIDTooLong is the error of an event whose workflow ID would be over
 // MaxWorkflowIDBytes; the router dead-letters it before any claim, as
 // invalid_id.
 var ErrWorkflowIDTooLong = errors.New("workflow ID too long")

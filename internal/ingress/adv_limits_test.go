@@ -37,7 +37,7 @@ func TestAdvSlowTenantStarvesOtherTenants(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = c.Close() }) // before the server's Close (cleanups run last first)
 		// Headers, and 10 of the 100 body bytes announced.
-		fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer acme-token-0123456789\r\n"+
+		_, _ = fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer acme-token-0123456789\r\n"+
 			"Idempotency-Key: \"slow-%d\"\r\nContent-Length: 100\r\n\r\n{\"type\":\"o", i)
 	}
 	time.Sleep(300 * time.Millisecond) // the two requests are in their handlers, reading

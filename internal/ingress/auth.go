@@ -163,7 +163,7 @@ func parseTokens(key string, b []byte, known func(string) bool) (map[[32]byte]*P
 	}
 	var more any
 	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%s: more than one YAML document (a --- line): keep every token under the first document's tokens:", key)
+		return nil, fmt.Errorf("%s: more than one YAML document (a --- line): keep every token in the first document's tokens list", key)
 	}
 	if len(tf.Tokens) == 0 {
 		return nil, fmt.Errorf("%s: holds no token: add entries under tokens:, or leave ingress.tokens_file empty (loopback only, or ingress.allow_unauthenticated)", key)
