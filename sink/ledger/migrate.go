@@ -17,9 +17,11 @@ import (
 )
 
 // Migrate applies the embedded migrations up to the newest, then
-// GrantsSQL. A schema already current is left alone: nothing but reading
+// GrantsSQL. A schema already current is not migrated: reading
 // goose_db_version, which dedup's roles may (a router connecting with
-// dedup_router checks it at every start). A schema behind (or absent) that
+// dedup_router checks it at every start), and GrantsSQL under an advisory
+// lock, which grants only on the tables the user owns (none, for a
+// process's own role). A schema behind (or absent) that
 // the user may not change is an error with ErrMayNotMigrate in it, naming
 // `dedup migrate`: the migrations are the schema owner's to run, not
 // granted to every process.
