@@ -479,9 +479,9 @@ func TestKustomize(t *testing.T) {
 	cm := kind(docs, "ConfigMap")[0]
 	doc, _ := get(cm, "data", "dedup.yaml").(string)
 	// The PostgreSQL URL is a file, postgres.url_file, that each pod mounts
-	// from its own Secret (key url), never ${DATABASE_URL}: environment
-	// variables show in kubectl describe, /proc/*/environ, crash dumps and
-	// child processes. dedup's loader reads the file: it reads a stand-in.
+	// from its own Secret (key url), never ${DATABASE_URL}: an environment
+	// variable is in /proc/*/environ, crash dumps and every child process.
+	// dedup's loader reads the file: here, a stand-in.
 	var pg struct {
 		Postgres struct {
 			URL     string `yaml:"url"`
