@@ -437,8 +437,9 @@ func subset(sel, labels any) bool {
 // components: every resource parses, pods are locked down and sized,
 // probed and scraped on the port their config serves, a NetworkPolicy
 // covers each Deployment and the migration Job, each process reads its own
-// PostgreSQL Secret, every ServiceMonitor scrapes one Service, every
-// component is in an overlay and every overlay runs the migration Job.
+// PostgreSQL Secret, mounted as a file (postgres.url_file) and never in its
+// environment, every ServiceMonitor scrapes one Service, every component is
+// in an overlay and every overlay runs the migration Job.
 // `make k8s` builds the base and every overlay with kustomize.
 func TestKustomize(t *testing.T) {
 	base, docs := k8sDocs(t, "k8s/base")
@@ -477,7 +478,31 @@ func TestKustomize(t *testing.T) {
 
 	cm := kind(docs, "ConfigMap")[0]
 	doc, _ := get(cm, "data", "dedup.yaml").(string)
-	cfg := validate(t, "ConfigMap dedup", []byte(doc), map[string]string{"DATABASE_URL": "postgres://dedup@postgres/dedup?sslmode=verify-full"})
+	// The PostgreSQL URL is a file, postgres.url_file, that each pod mounts
+	// from its own Secret (key url), never ${DATABASE_URL}: an environment
+	// variable is in /proc/*/environ, crash dumps and every child process.
+	// dedup's loader reads the file: here, a stand-in.
+	var pg struct {
+		Postgres struct {
+			URL     string `yaml:"url"`
+			URLFile string `yaml:"url_file"`
+		} `yaml:"postgres"`
+	}
+	if err := yaml.Unmarshal([]byte(doc), &pg); err != nil {
+		t.Fatalf("ConfigMap dedup: %v", err)
+	}
+	urlFile := pg.Postgres.URLFile
+	if pg.Postgres.URL != "" || !filepath.IsAbs(urlFile) || filepath.Base(urlFile) != "url" {
+		t.Errorf("ConfigMap dedup: postgres.url %q, url_file %q: want no url, and url_file DIR/url (the key url of each process's Secret, mounted at DIR)", pg.Postgres.URL, urlFile)
+	}
+	if urlFile != "" {
+		standIn := filepath.Join(t.TempDir(), "url")
+		if err := os.WriteFile(standIn, []byte("postgres://dedup@postgres/dedup?sslmode=verify-full\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		doc = strings.ReplaceAll(doc, urlFile, standIn)
+	}
+	cfg := validate(t, "ConfigMap dedup", []byte(doc), nil)
 	if n := get(kind(docs, "ScaledObject")[0], "spec", "maxReplicaCount"); n != 8 {
 		t.Errorf("ScaledObject maxReplicaCount %v, want the partition count, 8", n)
 	}
@@ -490,23 +515,20 @@ func TestKustomize(t *testing.T) {
 		"ingress": {"admin": listenPort(cfg.Ingress.AdminListen), "http": listenPort(cfg.Ingress.Listen)},
 	}
 	seen := map[string]bool{}
-	// Least privilege: each process's DATABASE_URL is its own Secret (a
-	// PostgreSQL user with that process's role; docs/security.md).
+	// Least privilege: each process's PostgreSQL URL is its own Secret (a
+	// PostgreSQL user with that process's role; docs/security.md), mounted
+	// where the shared ConfigMap's postgres.url_file points.
 	dbSecrets := map[string]string{} // Secret: the process that reads it
 	for _, w := range append(kind(all, "Deployment"), kind(all, "Job")...) {
 		name, _ := get(w, "metadata", "name").(string)
 		tmpl := get(w, "spec", "template").(map[string]any)
 		process, _ := get(tmpl, "spec", "containers", 0, "args", 0).(string)
-		secret := ""
-		for _, e := range list(get(tmpl, "spec", "containers", 0, "env")) {
-			if get(e, "name") == "DATABASE_URL" {
-				secret, _ = get(e, "valueFrom", "secretKeyRef", "name").(string)
+		if secret := checkPostgresSecret(t, name, tmpl, urlFile); secret != "" {
+			if other, ok := dbSecrets[secret]; ok && other != process {
+				t.Errorf("%s (%s) reads its PostgreSQL URL from the Secret %q, as `dedup %s` does: want a Secret (a PostgreSQL user) per process", name, process, secret, other)
 			}
+			dbSecrets[secret] = process
 		}
-		if other, ok := dbSecrets[secret]; ok && other != process {
-			t.Errorf("%s (%s) reads DATABASE_URL from the Secret %q, as `dedup %s` does: want a Secret (a PostgreSQL user) per process", name, process, secret, other)
-		}
-		dbSecrets[secret] = process
 		checkLockedDown(t, name, tmpl)
 	}
 	for _, dep := range kind(all, "Deployment") {
@@ -607,10 +629,11 @@ func checkLockedDown(t *testing.T, name string, tmpl map[string]any) {
 }
 
 // checkJob: the migration Job runs `dedup migrate`, mounts no
-// service-account token, keeps GOMEMLIMIT under its memory limit, takes
-// DATABASE_URL from a Secret, removes itself once finished (a Job's pod
-// template cannot change: the next version's apply would be refused), and
-// its NetworkPolicy admits nothing and lets out DNS and PostgreSQL only.
+// service-account token, keeps GOMEMLIMIT under its memory limit (its
+// PostgreSQL Secret: checkPostgresSecret), removes itself once finished
+// (a Job's pod template cannot change: the next version's apply would be
+// refused), and its NetworkPolicy admits nothing and lets out DNS and
+// PostgreSQL only.
 func checkJob(t *testing.T, job map[string]any, all []map[string]any) {
 	t.Helper()
 	name, _ := get(job, "metadata", "name").(string)
@@ -635,9 +658,6 @@ func checkJob(t *testing.T, job map[string]any, all []map[string]any) {
 	gml, _ := get(env["GOMEMLIMIT"], "value").(string)
 	lim, _ := get(c, "resources", "limits", "memory").(string)
 	checkMemLimit(t, name, gml, lim, k8sBytes)
-	if get(env["DATABASE_URL"], "valueFrom", "secretKeyRef") == nil {
-		t.Errorf("%s: DATABASE_URL does not come from a Secret", name)
-	}
 	var np map[string]any
 	for _, p := range kind(all, "NetworkPolicy") {
 		if subset(get(p, "spec", "podSelector", "matchLabels"), get(tmpl, "metadata", "labels")) {
@@ -665,57 +685,92 @@ func checkJob(t *testing.T, job map[string]any, all []map[string]any) {
 
 // checkTokensMount: the ingress's bearer tokens are a Secret, mounted as a
 // directory at ingress.tokens_file's (a subPath mount is never updated,
-// and a token revoked in the Secret would stay valid), readable by the
-// pod's non-root user.
+// and a token revoked in the Secret would stay valid).
 func checkTokensMount(t *testing.T, name string, tmpl map[string]any, tokensFile string) {
 	t.Helper()
 	if tokensFile == "" {
 		t.Errorf("%s: the ConfigMap's ingress.tokens_file is empty: the API would take any request", name)
 		return
 	}
-	dir, key := filepath.Dir(tokensFile), filepath.Base(tokensFile)
+	checkSecretMount(t, name, tmpl, "ingress.tokens_file", tokensFile)
+}
+
+// checkPostgresSecret: the pod reads its PostgreSQL URL from the file
+// postgres.url_file names, a Secret mounted at its directory
+// (checkSecretMount), and no container has it in its environment: no
+// DATABASE_URL, nothing from that Secret, no Secret's keys as a whole
+// (envFrom). It returns the Secret's name.
+func checkPostgresSecret(t *testing.T, name string, tmpl map[string]any, urlFile string) string {
+	t.Helper()
+	secret := ""
+	if urlFile != "" {
+		secret = checkSecretMount(t, name, tmpl, "postgres.url_file", urlFile)
+	}
+	for _, c := range append(list(get(tmpl, "spec", "initContainers")), list(get(tmpl, "spec", "containers"))...) {
+		for _, e := range list(get(c, "env")) {
+			ref, _ := get(e, "valueFrom", "secretKeyRef", "name").(string)
+			if get(e, "name") == "DATABASE_URL" || secret != "" && ref == secret {
+				t.Errorf("%s: container %v has the PostgreSQL URL in its environment (%v): want postgres.url_file only", name, get(c, "name"), e)
+			}
+		}
+		for _, e := range list(get(c, "envFrom")) {
+			if get(e, "secretRef") != nil {
+				t.Errorf("%s: container %v takes a Secret's keys into its environment (%v)", name, get(c, "name"), e)
+			}
+		}
+	}
+	return secret
+}
+
+// checkSecretMount: the file a config key names (ingress.tokens_file,
+// postgres.url_file) is a key of a Secret mounted read-only as a directory
+// at the file's directory: no subPath (the kubelet never updates one), no
+// items (the Secret's keys as they are), readable by the pod's non-root
+// user through the pod's fsGroup and by no one else (defaultMode 0440). It
+// returns the Secret's name ("" when there is none).
+func checkSecretMount(t *testing.T, name string, tmpl map[string]any, key, file string) string {
+	t.Helper()
+	dir := filepath.Dir(file)
 	var vol string
 	for _, m := range list(get(tmpl, "spec", "containers", 0, "volumeMounts")) {
-		if get(m, "mountPath") == dir {
-			vol, _ = get(m, "name").(string)
-			if get(m, "subPath") != nil || get(m, "readOnly") != true {
-				t.Errorf("%s: mount %v: want the whole Secret, read-only, no subPath", name, m)
-			}
+		if get(m, "mountPath") != dir {
+			continue
+		}
+		if vol != "" {
+			t.Errorf("%s: two volumes are mounted at %s", name, dir)
+		}
+		vol, _ = get(m, "name").(string)
+		if get(m, "subPath") != nil || get(m, "readOnly") != true {
+			t.Errorf("%s: mount %v: want the whole Secret, read-only, no subPath", name, m)
 		}
 	}
 	for _, v := range list(get(tmpl, "spec", "volumes")) {
 		if vol == "" || get(v, "name") != vol {
 			continue
 		}
-		if get(v, "secret", "secretName") == nil {
-			t.Errorf("%s: %s is not a Secret: %v", name, dir, v)
+		secret, _ := get(v, "secret", "secretName").(string)
+		if secret == "" {
+			t.Errorf("%s: %s (%s) is not a Secret: %v", name, dir, key, v)
 		}
 		if items := list(get(v, "secret", "items")); items != nil {
-			t.Errorf("%s: the tokens Secret's items %v: want its keys as they are (key %s)", name, items, key)
+			t.Errorf("%s: the Secret %s's items %v: want its keys as they are (key %s, %s)", name, secret, items, filepath.Base(file), key)
 		}
-		// The kubelet writes the files owned by root (group: the pod's
-		// fsGroup): the non-root user reads them as other, or through
-		// fsGroup.
+		// The kubelet writes the files owned by root, group the pod's
+		// fsGroup: the non-root user reads them through fsGroup.
 		mode, ok := get(v, "secret", "defaultMode").(int)
 		if !ok {
 			mode = 0o644
 		}
 		fsGroup := get(tmpl, "spec", "securityContext", "fsGroup") != nil
-		if mode&0o004 == 0 && (mode&0o040 == 0 || !fsGroup) {
-			t.Errorf("%s: the tokens Secret's defaultMode %#o (fsGroup set: %v): the non-root user cannot read the file", name, mode, fsGroup)
+		if mode&0o040 == 0 || !fsGroup || mode&0o007 != 0 {
+			t.Errorf("%s: the Secret %s's defaultMode %#o (fsGroup set: %v): want 0440 and the pod's fsGroup, readable by the pod's user only", name, secret, mode, fsGroup)
 		}
-		return
+		return secret
 	}
-	t.Errorf("%s: nothing is mounted at %s, the directory of ingress.tokens_file %s", name, dir, tokensFile)
+	t.Errorf("%s: no Secret is mounted at %s, the directory of %s %s", name, dir, key, file)
+	return ""
 }
 
-// checkPod: a pod template of process (run, worker or ingress) that mounts
-// no service-account token, keeps GOMEMLIMIT under its memory limit, takes
-// DATABASE_URL from a Secret, is probed on its admin port, and has a
-// NetworkPolicy: ingress to the admin port from the monitoring namespace
-// (and, for the ingress only, to its http port from one other namespace,
-// the ingress controller's), egress to DNS, PostgreSQL, Temporal (and
-// Kafka for the routers and the ingress).
 // checkIngressMemory: the ingress's memory limit holds its stated bound,
 // 2 x ingress.limits.max_concurrent x max body (a body read, and its copy
 // in the producer's batch) + 64 MiB of baseline (app.IngressLimits), under
@@ -736,6 +791,13 @@ func checkIngressMemory(t *testing.T, name string, tmpl map[string]any, cfg app.
 	}
 }
 
+// checkPod: a pod template of process (run, worker or ingress) that mounts
+// no service-account token, keeps GOMEMLIMIT under its memory limit, is
+// probed on its admin port (its PostgreSQL Secret: checkPostgresSecret),
+// and has a NetworkPolicy: ingress to the admin port from the monitoring
+// namespace (and, for the ingress only, to its http port from one other
+// namespace, the ingress controller's), egress to DNS, PostgreSQL,
+// Temporal (and Kafka for the routers and the ingress).
 func checkPod(t *testing.T, name string, tmpl map[string]any, all []map[string]any, process string) {
 	t.Helper()
 	if get(tmpl, "spec", "automountServiceAccountToken") != false {
@@ -753,9 +815,6 @@ func checkPod(t *testing.T, name string, tmpl map[string]any, all []map[string]a
 	gml, _ := get(env["GOMEMLIMIT"], "value").(string)
 	lim, _ := get(c, "resources", "limits", "memory").(string)
 	checkMemLimit(t, name, gml, lim, k8sBytes)
-	if get(env["DATABASE_URL"], "valueFrom", "secretKeyRef") == nil {
-		t.Errorf("%s: DATABASE_URL does not come from a Secret", name)
-	}
 	if p := get(c, "readinessProbe", "httpGet", "path"); p != "/readyz" {
 		t.Errorf("%s: readiness probe %v, want /readyz", name, p)
 	}
