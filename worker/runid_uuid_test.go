@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"io/fs"
+	"slices"
 	"testing"
 
 	"github.com/google/uuid"
@@ -65,9 +66,10 @@ func TestRunIDBecomesUUID(t *testing.T) {
 		}
 	}
 	current := worker.RunID("activity-signup:evt-1")   // a run of today's code: v5
-	temporal := "7A1F0C2E-9B4D-4E5F-8A6B-1C2D3E4F5A6B" // a legacy run: a Temporal run ID (upper case here)
+	temporal := "7a1f0c2e-9b4d-4e5f-8a6b-1c2d3e4f5a6b" // a legacy run: a Temporal run ID (canonical, as Temporal writes them)
+	upper := "7A1F0C2E-9B4D-4E5F-8A6B-1C2D3E4F5A6C"    // another spelling of a UUID: a name like any other text
 	foreign := "legacy-run-7"                          // not a UUID
-	for _, id := range []string{current, temporal, foreign} {
+	for _, id := range []string{current, temporal, upper, foreign} {
 		exec(`INSERT INTO activity_runs (run_id, workflow_id, activity_id, event_id) VALUES ($1, 'wf-' || $1, 'a', 'e')`, id)
 		exec(`INSERT INTO activity_run_attempts (run_id, temporal_run_id, attempt) VALUES ($1, 'r1', 1)`, id)
 		exec(`INSERT INTO task_instances (id, run_id, task_type, task_index) VALUES ('task-' || $1 || ':noop:0', $1, 'noop', 0)`, id)
@@ -88,9 +90,10 @@ func TestRunIDBecomesUUID(t *testing.T) {
 	ns := uuid.NewSHA1(uuid.NameSpaceURL, []byte("https://github.com/dedupio/dedup/worker/activity_runs"))
 	mapped := uuid.NewMD5(ns, []byte(foreign)).String()
 	want := map[string]string{ // run_id -> original_run_id
-		current:                                "",
-		"7a1f0c2e-9b4d-4e5f-8a6b-1c2d3e4f5a6b": "",
-		mapped:                                 foreign,
+		current:                                 "",
+		temporal:                                "",
+		uuid.NewMD5(ns, []byte(upper)).String(): upper,
+		mapped:                                  foreign,
 	}
 	rows, err := pool.Query(ctx, `SELECT r.run_id::text, coalesce(r.original_run_id, ''),
 	(SELECT count(*) FROM activity_run_attempts a WHERE a.run_id = r.run_id),
@@ -146,7 +149,7 @@ FROM activity_runs r`)
 		}
 		back = append(back, id)
 	}
-	if len(back) != 3 || back[2] != foreign {
-		t.Fatalf("after down: %v, want the three runs, %s among them, joined as before", back, foreign)
+	if len(back) != 4 || !slices.Contains(back, foreign) || !slices.Contains(back, upper) {
+		t.Fatalf("after down: %v, want the four runs, %s and %s among them, joined as before", back, foreign, upper)
 	}
 }

@@ -6,8 +6,7 @@
 --
 -- Every run_id dedup writes is a UUID: RunID(workflow ID), the name-based
 -- UUID (v5) of the workflow ID, or, for runs started before 00005, the
--- Temporal run ID. A UUID stays that UUID (written in its canonical, lower
--- case form). A value that is not a UUID (a row written by hand or by
+-- Temporal run ID. A UUID in its canonical form stays that UUID. A value that is not a UUID (a row written by hand or by
 -- another tool) is not dropped, and does not stop the migration (which
 -- would keep every router and worker from starting over a history row):
 -- it becomes the name-based UUID (v3, MD5) of the old text in the run
@@ -24,10 +23,13 @@
 
 -- +goose Up
 -- +goose StatementBegin
--- The forms PostgreSQL's uuid input takes: 32 hex digits, a hyphen allowed
--- after any group of four but the last, in braces or not.
+-- A UUID in its canonical form only (lower case, hyphens 8-4-4-4-12: what
+-- dedup and Temporal write). Other spellings PostgreSQL's uuid input would
+-- take (upper case, braces, no hyphens) are names like any other text: two
+-- spellings of one UUID are two distinct keys before, and must stay two
+-- after (TestAdvRunIDMigrationSurvivesTwoSpellingsOfOneUUID).
 CREATE OR REPLACE FUNCTION pg_temp.dedup_is_uuid(v text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
-	SELECT v ~* '^([0-9a-f]{4}-?){7}[0-9a-f]{4}$' OR v ~* '^\{([0-9a-f]{4}-?){7}[0-9a-f]{4}\}$'
+	SELECT v ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
 $$;
 -- +goose StatementEnd
 -- +goose StatementBegin
