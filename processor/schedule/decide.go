@@ -1,6 +1,9 @@
 package schedule
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Outcome is what became of one due slot. Every slot the scheduler
 // decides gets exactly one.
@@ -47,10 +50,11 @@ type Cursor struct {
 	// Since is when the cursor was created.
 	Since  time.Time
 	Paused bool
-	// ResumedAt is the trigger's last resume after a pause (zero if
-	// none): slots up to it came due in the pause, and misfired whenever
-	// they are decided.
-	ResumedAt time.Time
+	// PausedAt and ResumedAt are the trigger's last pause and the resume
+	// after it (zero if none): slots after PausedAt up to ResumedAt came
+	// due in the pause, and misfired whenever they are decided. (A slot
+	// due before the pause is judged by the misfire threshold alone.)
+	PausedAt, ResumedAt time.Time
 	// Previous is the trigger's newest fire (zero if none): the run an
 	// overlap policy looks at.
 	Previous PreviousFire
@@ -109,11 +113,10 @@ func Decide(t *Trigger, cur Cursor, now time.Time, maxWalk int) Decision {
 		return d
 	}
 	cutoff := now.Add(-t.MisfireThreshold)
-	if cur.ResumedAt.After(cutoff) {
-		// A slot that came due while the trigger was paused was missed
-		// for the pause, however soon after it the resume came.
-		cutoff = cur.ResumedAt
-	}
+	// A slot that came due while the trigger was paused was missed for
+	// the pause, however soon after it the resume came; one due before
+	// the pause is on time within the threshold.
+	inPause := func(s time.Time) bool { return s.After(cur.PausedAt) && !s.After(cur.ResumedAt) }
 	keep := 1 // misfired slots to keep: the one before the first on-time slot (its window start)
 	if t.MisfirePolicy == Catchup {
 		keep = t.Limit() + 1
@@ -123,12 +126,12 @@ func Decide(t *Trigger, cur Cursor, now time.Time, maxWalk int) Decision {
 	if w.total == 0 {
 		return d
 	}
-	var misfired, onTime []time.Time
-	for _, s := range w.slots {
-		if s.After(cutoff) {
-			onTime = append(onTime, s)
+	var misfired, onTime []int // indexes into w.slots, oldest first
+	for i, s := range w.slots {
+		if s.After(cutoff) && !inPause(s) {
+			onTime = append(onTime, i)
 		} else {
-			misfired = append(misfired, s)
+			misfired = append(misfired, i)
 		}
 	}
 	m := w.total - int64(len(onTime)) // every misfired slot, kept or not
@@ -154,7 +157,6 @@ func Decide(t *Trigger, cur Cursor, now time.Time, maxWalk int) Decision {
 			WindowStart: prev(i), WindowEnd: s, MissedCount: missed})
 		d.Counts[kind]++
 	}
-	firstOnTime := len(misfired)
 	switch {
 	case t.MisfirePolicy == Compress && m > 0:
 		// One run covers every due slot, on time or not: its window
@@ -169,17 +171,25 @@ func Decide(t *Trigger, cur Cursor, now time.Time, maxWalk int) Decision {
 			WindowStart: start, WindowEnd: latest, MissedCount: w.total})
 		d.Counts[Compressed] = w.total
 	case t.MisfirePolicy == Catchup:
+		// The most recent Limit misfired slots, and every on-time one,
+		// in slot order.
 		n := min(int64(t.Limit()), m)
-		for i := firstOnTime - int(n); i < firstOnTime; i++ {
-			fire(i, CatchUp, 1)
+		caught := map[int]bool{}
+		for _, i := range misfired[max(0, len(misfired)-int(n)):] {
+			caught[i] = true
+		}
+		for i := range w.slots {
+			switch {
+			case caught[i]:
+				fire(i, CatchUp, 1)
+			case slices.Contains(onTime, i):
+				fire(i, OnTime, 0)
+			}
 		}
 		d.Counts[Skipped] = m - n
-		for i := firstOnTime; i < len(w.slots); i++ {
-			fire(i, OnTime, 0)
-		}
 	default: // skip, or compress with nothing missed
 		d.Counts[Skipped] = m
-		for i := firstOnTime; i < len(w.slots); i++ {
+		for _, i := range onTime {
 			fire(i, OnTime, 0)
 		}
 	}

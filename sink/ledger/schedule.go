@@ -47,7 +47,7 @@ SELECT n, $2, $2 FROM unnest($1::text[]) AS n ON CONFLICT DO NOTHING`, triggers,
 		}
 		// With each cursor, its trigger's newest fire (the run an overlap
 		// policy looks at), through the fires' primary key.
-		rows, err := tx.Query(ctx, `SELECT c.trigger_name, c.last_slot, c.last_fired, c.since, c.paused, c.resumed_at,
+		rows, err := tx.Query(ctx, `SELECT c.trigger_name, c.last_slot, c.last_fired, c.since, c.paused, c.resumed_at, c.paused_at,
 	f.scheduled_for, f.workflow_id, f.state
 FROM dedup_schedule_cursors c
 LEFT JOIN LATERAL (SELECT scheduled_for, workflow_id, state FROM dedup_schedule_fires
@@ -59,15 +59,18 @@ ORDER BY c.trigger_name FOR UPDATE OF c SKIP LOCKED`, triggers, now, r.Holder)
 		}
 		cursors, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (schedule.Cursor, error) {
 			var c schedule.Cursor
-			var fired, resumed, prevAt *time.Time
+			var fired, resumed, pausedAt, prevAt *time.Time
 			var prevWID, prevState *string
-			err := r.Scan(&c.Trigger, &c.LastSlot, &fired, &c.Since, &c.Paused, &resumed, &prevAt, &prevWID, &prevState)
+			err := r.Scan(&c.Trigger, &c.LastSlot, &fired, &c.Since, &c.Paused, &resumed, &pausedAt, &prevAt, &prevWID, &prevState)
 			c.LastSlot, c.Since = c.LastSlot.UTC(), c.Since.UTC()
 			if fired != nil {
 				c.LastFired = fired.UTC()
 			}
 			if resumed != nil {
 				c.ResumedAt = resumed.UTC()
+			}
+			if pausedAt != nil {
+				c.PausedAt = pausedAt.UTC()
 			}
 			if prevAt != nil && prevWID != nil && prevState != nil {
 				c.Previous = schedule.PreviousFire{ScheduledFor: prevAt.UTC(), WorkflowID: *prevWID, State: *prevState}
@@ -138,8 +141,12 @@ WHERE f.trigger_name = old.trigger_name AND f.scheduled_for = old.scheduled_for 
 				return fmt.Errorf("pruning fires: %w", err)
 			}
 		}
-		rows, err = tx.Query(ctx, `SELECT trigger_name, scheduled_for, workflow_id, activity_id, kind, window_start, window_end, missed_count
-FROM dedup_schedule_fires WHERE trigger_name = ANY($1::text[]) AND state = 'pending' ORDER BY trigger_name, scheduled_for`, locked)
+		// A paused trigger's pending fires wait for its resume: while
+		// paused, nothing of it starts (a fire decided before the pause
+		// included).
+		rows, err = tx.Query(ctx, `SELECT f.trigger_name, f.scheduled_for, f.workflow_id, f.activity_id, f.kind, f.window_start, f.window_end, f.missed_count
+FROM dedup_schedule_fires f JOIN dedup_schedule_cursors c USING (trigger_name)
+WHERE f.trigger_name = ANY($1::text[]) AND f.state = 'pending' AND NOT c.paused ORDER BY f.trigger_name, f.scheduled_for`, locked)
 		if err != nil {
 			return fmt.Errorf("reading pending fires: %w", err)
 		}
@@ -209,14 +216,15 @@ WHERE f.trigger_name = u.trigger_name AND f.scheduled_for = u.scheduled_for AND 
 
 // SetPaused pauses or resumes a trigger, creating its cursor at now when
 // it has none (a trigger paused before its first tick starts there). The
-// resume of a paused trigger is recorded (resumed_at): its slots up to
-// then came due in the pause.
+// pause's start (paused_at, kept after the resume) and the resume of a
+// paused trigger (resumed_at) are recorded: the slots between them came
+// due in the pause.
 func (p *Postgres) SetPaused(ctx context.Context, trigger string, paused bool, now time.Time) error {
 	since := now.Truncate(time.Second)
 	_, err := p.pool.Exec(ctx, `INSERT INTO dedup_schedule_cursors AS c (trigger_name, last_slot, since, paused, paused_at)
 VALUES ($1, $2, $2, $3, CASE WHEN $3 THEN $4::timestamptz END)
 ON CONFLICT (trigger_name) DO UPDATE SET paused = EXCLUDED.paused,
-	paused_at = CASE WHEN NOT EXCLUDED.paused THEN NULL WHEN c.paused THEN c.paused_at ELSE EXCLUDED.paused_at END,
+	paused_at = CASE WHEN NOT EXCLUDED.paused THEN c.paused_at WHEN c.paused THEN c.paused_at ELSE EXCLUDED.paused_at END,
 	resumed_at = CASE WHEN c.paused AND NOT EXCLUDED.paused THEN $4::timestamptz ELSE c.resumed_at END,
 	updated_at = now()`, trigger, since, paused, now)
 	if err != nil {

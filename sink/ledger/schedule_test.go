@@ -163,14 +163,15 @@ func TestScheduleDecideLocksAndKeepsTheFirstDecision(t *testing.T) {
 	if err != nil || len(cs) != 1 || !cs[0].LastStarted.Equal(at("2026-03-01T09:00:00Z")) || !cs[0].Since.Equal(at("2026-03-01T08:00:00Z")) {
 		t.Fatalf("cursors %+v %v", cs, err)
 	}
-	// Pause twice keeps the first pause time; resume clears it and
-	// records the resume; a second resume keeps the first.
+	// Pause twice keeps the first pause time; resume keeps it (the last
+	// pause's start: the slots between it and the resume came due in the
+	// pause) and records the resume; a second resume keeps the first.
 	for _, p := range []struct {
 		paused          bool
 		now             string
 		want, wantResum *string
 	}{{true, "2026-03-01T10:00:00Z", ptr("2026-03-01T10:00:00Z"), nil}, {true, "2026-03-01T11:00:00Z", ptr("2026-03-01T10:00:00Z"), nil},
-		{false, "2026-03-01T12:00:00Z", nil, ptr("2026-03-01T12:00:00Z")}, {false, "2026-03-01T13:00:00Z", nil, ptr("2026-03-01T12:00:00Z")}} {
+		{false, "2026-03-01T12:00:00Z", ptr("2026-03-01T10:00:00Z"), ptr("2026-03-01T12:00:00Z")}, {false, "2026-03-01T13:00:00Z", ptr("2026-03-01T10:00:00Z"), ptr("2026-03-01T12:00:00Z")}} {
 		if err := l.SetPaused(ctx, "t1", p.paused, at(p.now)); err != nil {
 			t.Fatal(err)
 		}
