@@ -25,15 +25,16 @@ type Options struct {
 	// from the channel or carried in, new and repeated alike: each read is
 	// an event in the run's history), ShouldContinueAsNew is true. The run
 	// holds at most Keep carried IDs plus MaxSeen of its own. Lower keeps
-	// histories and memory small; higher continues-as-new less often.
-	// 0 means DefaultMaxSeen.
+	// histories and memory small; higher continues-as-new less often. The
+	// server's own suggestion (4096 history events or 4 MB, by default)
+	// often comes first. 0 means DefaultMaxSeen.
 	MaxSeen int
 	// Keep is how many event IDs State carries into the next run: the most
 	// recently delivered ones. A repeat that reaches a later run is dropped
 	// only if its ID is among them. Higher drops older repeats; each ID
-	// costs its length plus about 20 bytes of the continue-as-new input,
-	// which must fit the namespace's payload limit (2 MB by default, with
-	// a warning from 512 KB). 0 means DefaultKeep.
+	// costs its length plus about 25 bytes of the continue-as-new input,
+	// which must fit the namespace's payload limit (limit.blobSize.error,
+	// 2 MB by default; the server warns before). 0 means DefaultKeep.
 	Keep int
 	// KeepFor, if set, also limits the carried IDs to those delivered
 	// within KeepFor (workflow time, whole seconds) before State: set it to

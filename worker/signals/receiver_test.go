@@ -339,6 +339,29 @@ func TestFloodOfRepeatsEndsTheRun(t *testing.T) {
 	}
 }
 
+// A carried backlog larger than MaxSeen is delivered over several runs,
+// MaxSeen events each, in order, and the rest carried on: every run makes
+// progress.
+func TestCarriedBacklogLargerThanMaxSeenMakesProgress(t *testing.T) {
+	in := probeInput{Opts: signals.Options{MaxSeen: 2}}
+	for _, id := range []string{"e1", "e2", "e1", "e3", "e4", "e5"} {
+		in.Carried.Pending = append(in.Carried.Pending, ev(id))
+	}
+	runs := 0
+	for continued := true; continued; runs++ {
+		if runs > 5 {
+			t.Fatalf("still continuing as new after %d runs: %s", runs, ids(in.Log))
+		}
+		in, continued, _ = runProbe(t, epoch.Add(time.Duration(runs)*time.Hour), in, nil, time.Minute)
+	}
+	if got, want := flat(in.Log), []string{"e1", "e2", "e3", "e4", "e5"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("delivered %v, want %v (%s)", got, want, ids(in.Log))
+	}
+	if runs != 3 {
+		t.Fatalf("%d runs, want 3: e1 e2 (State drops e1's repeat from the backlog) | e3 e4 | e5, cancelled (%s)", runs, ids(in.Log))
+	}
+}
+
 // ReceiveBatch folds the events that arrive within the window after the
 // first (a workflow timer), drops repeats inside and across batches, and
 // leaves later events to the next batch.
