@@ -9,7 +9,7 @@
 //		return st, err
 //	}
 //	for {
-//		ev, ok := r.Receive(ctx) // or r.ReceiveBatch(ctx, window, max)
+//		ev, ok := r.Receive(ctx) // or r.ReceiveBatch(ctx, window, limit)
 //		if !ok {
 //			break
 //		}

@@ -164,22 +164,23 @@ func (r *Receiver) Receive(ctx workflow.Context) (ev Event, ok bool) {
 }
 
 // ReceiveBatch folds a burst: it waits for the next event (as Receive),
-// then collects the events that arrive within window after it, up to max
-// events in all (max <= 0: no limit), and returns them in order, each with
-// its ID: the audit of what was folded. The window is a workflow timer,
-// started only if the first events do not already fill max, and cancelled
-// if max fills before it fires; window <= 0 takes only what is already
+// then collects the events that arrive within window after it, up to
+// limit events in all (limit <= 0: no limit), and returns them in order,
+// each with its ID: the audit of what was folded. The window is a workflow
+// timer, started only if the first events do not already fill the batch,
+// and cancelled if it fills before the timer fires; window <= 0 takes only
+// what is already
 // buffered. Cancellation of ctx, or ShouldContinueAsNew becoming true,
 // ends the window early: the events collected so far are returned (they
 // are delivered: recorded as seen). ok is false when Receive's would be,
 // with no event.
-func (r *Receiver) ReceiveBatch(ctx workflow.Context, window time.Duration, max int) (batch []Event, ok bool) {
+func (r *Receiver) ReceiveBatch(ctx workflow.Context, window time.Duration, limit int) (batch []Event, ok bool) {
 	first, ok := r.Receive(ctx)
 	if !ok {
 		return nil, false
 	}
 	batch = []Event{first}
-	full := func() bool { return max > 0 && len(batch) >= max }
+	full := func() bool { return limit > 0 && len(batch) >= limit }
 	var timer workflow.Future
 	cancelTimer := func() {}
 	defer func() { cancelTimer() }()
@@ -206,13 +207,16 @@ func (r *Receiver) ReceiveBatch(ctx workflow.Context, window time.Duration, max 
 	return batch, true
 }
 
-// ShouldContinueAsNew says the run has handled MaxSeen events, or the
-// server suggests continuing as new (the history is long or large), or
-// State was called. Receive and ReceiveBatch return false then; a
+// ShouldContinueAsNew says the run has handled MaxSeen events, or has
+// handled one or more and the server suggests continuing as new (the
+// history is long or large: a run always handles one, so that a chain
+// whose every run starts above the server's threshold still progresses),
+// or State was called. Receive and ReceiveBatch return false then; a
 // workflow that does more than receive (activities, timers of its own)
 // can ask too.
 func (r *Receiver) ShouldContinueAsNew() bool {
-	return r.closed || r.handled >= r.opts.MaxSeen || workflow.GetInfo(r.ctx).GetContinueAsNewSuggested()
+	return r.closed || r.handled >= r.opts.MaxSeen ||
+		(r.handled > 0 && workflow.GetInfo(r.ctx).GetContinueAsNewSuggested())
 }
 
 // State drains the signal channel and returns what the next run needs:

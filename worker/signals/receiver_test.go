@@ -362,6 +362,34 @@ func TestCarriedBacklogLargerThanMaxSeenMakesProgress(t *testing.T) {
 	}
 }
 
+// The server's suggestion to continue as new ends the run, but only once
+// it has handled an event: a run that starts above the server's threshold
+// (a large carried input) still delivers one, so the chain progresses.
+func TestServerSuggestionEndsTheRunAfterOneEvent(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.SetStartTime(epoch)
+	env.SetContinueAsNewSuggested(true)
+	env.RegisterWorkflow(probe)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflowSkippingWorkflowTask(signals.DefaultSignal, ev("e1"))
+		env.SignalWorkflow(signals.DefaultSignal, ev("e2"))
+	}, time.Second)
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Minute)
+	env.ExecuteWorkflow(probe, probeInput{Carried: signals.State{Pending: []signals.Event{ev("e0")}}})
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("run ended with %v, want continue-as-new", err)
+	}
+	var next probeInput
+	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+		t.Fatal(err)
+	}
+	if got := flat(next.Log); !reflect.DeepEqual(got, []string{"e0"}) {
+		t.Fatalf("delivered %v, want the carried e0 only", got)
+	}
+}
+
 // ReceiveBatch folds the events that arrive within the window after the
 // first (a workflow timer), drops repeats inside and across batches, and
 // leaves later events to the next batch.
