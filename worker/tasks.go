@@ -114,9 +114,12 @@ func TaskInfoFrom(ctx context.Context) (info TaskInfo, ok bool) {
 var ErrNoTask = errors.New("worker.Step: not inside a running task")
 
 // Step runs fn at most once to an outcome per task and step name, under
-// the idempotency key {task_id}:{step} (StepKey), which fn should pass on
-// to the outside service (an Idempotency-Key header, a Message-ID) so that
-// it can drop a repeat the store could not see (a crash mid-call).
+// the idempotency key {task_id}:{step} (StepKey) in the key store. fn gets
+// the step's external key, which it should pass on to the outside service
+// (an Idempotency-Key header, a Message-ID) so that it can drop a repeat
+// the store could not see (a crash mid-call): StepKey, and
+// {task_id}:{step}:{n} once re-runs took over failures that service
+// answered n times (see below).
 //
 //   - A step that completed returns its stored result (decoded into Out)
 //     without running fn: on a retry of the task, on a re-run of the
@@ -126,7 +129,20 @@ var ErrNoTask = errors.New("worker.Step: not inside a running task")
 //     for the rest of the run's generation (TaskInfo.Generation: its
 //     retries, a reset). A failure belongs to the generation that failed:
 //     a re-run (a newer generation) runs the step again, once more, under
-//     the same key.
+//     the same store key.
+//   - The external key changes only when a re-run takes over a failure
+//     the service answered (fn returned an error not marked Unanswered,
+//     before its context ended): services that honour idempotency keys
+//     (Stripe) bind a key to its first answer, a 500 too, and refuse it
+//     with another body (422), so the re-run calls under
+//     {task_id}:{step}:{n}, one more n per such takeover. A call of
+//     unknown outcome keeps the key: a crash or a lease that ran out
+//     mid-call (in any generation), an Unanswered error (no answer, a
+//     timeout), a call cut short by the attempt's deadline; the service
+//     may have made the effect, and the same key lets it drop the repeat.
+//     The retries within a generation keep it too (a service that saved a
+//     5xx answers it again until the attempts run out; the re-run gets a
+//     new key).
 //   - params identify the step's effect (what it does and to whom; never
 //     delivery metadata such as the event's time): their fingerprint is
 //     stored with the key. Within a generation the same step with other
@@ -138,7 +154,9 @@ var ErrNoTask = errors.New("worker.Step: not inside a running task")
 //     same task that finds it running gets a retryable error, and the
 //     attempt after that reads the outcome.
 //
-// Step names must be unique within a task.
+// Step names must be unique within a task, and may not end in a colon and
+// digits (":2"), the form of an external key's epoch: the external keys of
+// two steps never meet.
 func Step[Out any](ctx context.Context, name string, params any, fn func(ctx context.Context, key string) (Out, error)) (Out, error) {
 	var zero Out
 	r, ok := ctx.Value(taskKey{}).(*running)
@@ -148,13 +166,16 @@ func Step[Out any](ctx context.Context, name string, params any, fn func(ctx con
 	if name == "" {
 		return zero, Permanent(errors.New("worker.Step: empty step name"))
 	}
+	if epochLike.MatchString(name) {
+		return zero, Permanent(fmt.Errorf("worker.Step: step name %q ends in a colon and digits, the form of an external key's epoch", name))
+	}
 	key := StepKey(r.info.ID, name)
 	fp, err := idempotency.Fingerprint(params)
 	if err != nil {
 		return zero, Permanent(err)
 	}
-	raw, err := r.keys.DoInGeneration(ctx, key, r.info.Generation, fp, func(ctx context.Context) ([]byte, error) {
-		out, err := fn(ctx, key)
+	raw, err := r.keys.DoKeyed(ctx, key, r.info.Generation, fp, func(ctx context.Context, external string) ([]byte, error) {
+		out, err := fn(ctx, external)
 		if err != nil {
 			return nil, err
 		}
@@ -174,6 +195,10 @@ func Step[Out any](ctx context.Context, name string, params any, fn func(ctx con
 	return out, nil
 }
 
+// epochLike is a step name that would read as another step's external key
+// (idempotency.ExternalKey: key:epoch).
+var epochLike = regexp.MustCompile(`:[0-9]+$`)
+
 // Permanent marks err as permanent: trying again cannot fix it (a rejected
 // request, an unknown address). A step stores it and returns it to every
 // later attempt; the task fails at once (a non-retryable Temporal error)
@@ -182,3 +207,14 @@ func Permanent(err error) error { return idempotency.Permanent(err) }
 
 // IsPermanent says whether err is, or wraps, a permanent error.
 func IsPermanent(err error) bool { return idempotency.IsPermanent(err) }
+
+// Unanswered marks err as a failure of unknown outcome: the outside service
+// gave no answer (no response, a timeout, a connection cut after the
+// request went out), so it may have made the effect. The step is retried
+// like any failure, but a re-run keeps its external key (see Step), for
+// the service to drop the repeat. Errors returned after the step's context
+// ended count as unanswered without it. nil stays nil.
+func Unanswered(err error) error { return idempotency.Unanswered(err) }
+
+// IsUnanswered says whether err is, or wraps, an unanswered failure.
+func IsUnanswered(err error) bool { return idempotency.IsUnanswered(err) }

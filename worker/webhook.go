@@ -28,7 +28,8 @@ type webhookParams struct {
 // event, whose time (and definition) a redelivered copy may change without
 // being another event. A target changed after a failure (the operator's
 // fix: a new URL) is a new attempt of the same effect in the next
-// generation (idempotency.Store.DoInGeneration), under the same key.
+// generation (idempotency.Store.DoKeyed), under the same store key (its
+// Idempotency-Key: see webhook).
 type webhookEffect struct {
 	EventID string `json:"event_id"`
 	Data    string `json:"data_sha256"`
@@ -71,14 +72,23 @@ func canonicalJSON(raw json.RawMessage) []byte {
 
 // webhook is the built-in webhook task: it POSTs the event (JSON) to the
 // task's url (or the worker's webhook_url) in the step "post", under the
-// key {task_id}:post, which it sends as the Idempotency-Key header.
+// key {task_id}:post, and sends the step's external key as the
+// Idempotency-Key header: {task_id}:post, or {task_id}:post:{n} after n
+// re-runs took over a failure the endpoint answered.
 // Guarantee: a retry or re-run after the endpoint answered 2xx returns the
-// stored answer without calling again; a call cut short by a crash is
-// repeated with the same key, for the endpoint to drop. A 4xx other than
-// 408, 425 and 429 is permanent (the same request will be refused again):
-// the task fails at once, and the rest of its generation gets the stored
-// answer; a re-run (a newer generation) calls again, once, under the same
-// key, at the task's URL as the route now says it.
+// stored answer without calling again; a call cut short by a crash, or
+// left without an answer (no response, a timeout, a 502 or 504 from a
+// gateway), is repeated with the same Idempotency-Key, for the endpoint to
+// drop. A 4xx other than 408, 425 and 429 is permanent (the same request
+// will be refused again): the task fails at once, and the rest of its
+// generation gets the stored answer. A re-run (a newer generation) calls
+// again, once, at the task's URL as the route now says it: under a new
+// Idempotency-Key if the endpoint answered the failure (a 4xx, a 5xx other
+// than 502 and 504), since an endpoint with Stripe's semantics replays the
+// answer it saved for a key and refuses the key with another body (a
+// redelivered copy's time differs: 422); under the same one otherwise.
+// Within a generation retries keep the key: such an endpoint answers them
+// with the 5xx it saved, until the attempts run out and a re-run comes.
 func (a *Activities) webhook(ctx context.Context, _ json.RawMessage) (json.RawMessage, error) {
 	info, _ := TaskInfoFrom(ctx)
 	url := info.URL
@@ -110,7 +120,8 @@ func (a *Activities) webhook(ctx context.Context, _ json.RawMessage) (json.RawMe
 // post sends one webhook request and classifies the answer: 2xx is the
 // result (JSON, or the body as a JSON string), 4xx other than 408, 425 and
 // 429 is Permanent, anything else (5xx, 408, 425, 429, no answer) is
-// retryable.
+// retryable. No answer, and a gateway's 502 or 504 (the endpoint behind it
+// may have run the request), are Unanswered: a re-run keeps the key.
 func (a *Activities) post(ctx context.Context, url, key string, body []byte) (json.RawMessage, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
@@ -120,7 +131,7 @@ func (a *Activities) post(ctx context.Context, url, key string, body []byte) (js
 	req.Header.Set("Idempotency-Key", key)
 	resp, err := a.httpClient().Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("posting webhook: %w", err)
+		return nil, Unanswered(fmt.Errorf("posting webhook: %w", err))
 	}
 	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -128,6 +139,8 @@ func (a *Activities) post(ctx context.Context, url, key string, body []byte) (js
 	case c/100 == 2:
 	case c/100 == 4 && c != http.StatusRequestTimeout && c != http.StatusTooEarly && c != http.StatusTooManyRequests:
 		return nil, Permanent(fmt.Errorf("webhook answered %s", resp.Status))
+	case c == http.StatusBadGateway || c == http.StatusGatewayTimeout:
+		return nil, Unanswered(fmt.Errorf("webhook answered %s", resp.Status))
 	default:
 		return nil, fmt.Errorf("webhook answered %s", resp.Status)
 	}

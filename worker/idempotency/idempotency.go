@@ -38,10 +38,11 @@
 // the first run of a workflow ID, one more per re-run). A failed outcome,
 // permanent or not, belongs to the generation that failed:
 //   - a newer generation takes the key over and runs fn again, under the
-//     same key, with its own parameters (a new attempt of the same effect,
-//     say after an operator fixed a URL: no *MismatchError); a completed key
-//     returns its stored result to it, whatever its parameters (the effect
-//     happened once);
+//     same store key, with its own parameters (a new attempt of the same
+//     effect, say after an operator fixed a URL: no *MismatchError), and
+//     under a new external key if the failure was answered (see External
+//     keys); a completed key returns its stored result to it, whatever its
+//     parameters (the effect happened once);
 //   - the same generation gets what it got before: the stored success, the
 //     stored permanent failure, or a new attempt after a retryable one;
 //   - an older generation (a stale caller: its run was superseded) never
@@ -52,6 +53,33 @@
 // it is never older than the key's, never newer; it never takes over a
 // permanent failure.
 //
+// External keys (DoKeyed): what fn sends to the outside service as its
+// idempotency key. Services that honour one (Stripe; the IETF draft
+// draft-ietf-httpapi-idempotency-key-header) bind it to its first request
+// for good: a repeat gets the saved answer, a saved 500 as well, and a
+// repeat with another body is refused (422). So the external key is the
+// store key plus the key's epoch (ExternalKey: key at epoch 0, key:epoch
+// after), and the epoch grows by one when a newer generation takes over a
+// failure the service answered (a failed or failed_permanent outcome whose
+// error was not marked Unanswered and whose call was not cut short): the
+// new attempt goes out under a key the service has not bound to that
+// failure. Everything else keeps the external key:
+//   - an in_progress key taken over after its lease expired (a crashed or
+//     stalled holder), in any generation, and a failure of unknown outcome
+//     (Unanswered, or fn's context ended): the service may have made the
+//     effect, and only the same key lets it drop the repeat;
+//   - the retries of a generation: a retryable failure runs again under
+//     the same external key (a 5xx does not prove the effect was not made;
+//     a service that saves failures, as Stripe does, answers them with the
+//     saved 5xx until the generation's attempts run out, and the next
+//     generation's attempt goes out under a new key);
+//   - an expired key starts again at epoch 0, as it starts again as new.
+//
+// A service that honours the key answers a repeat with its first answer,
+// so an answered failure means that the key is not bound to a success
+// there: a new key cannot repeat an effect the service made under the old
+// one.
+//
 // Keys expire TTL after their outcome. An expired key is absent: the next
 // call runs fn again, with any parameters and in any generation, whether
 // or not the reaper has deleted it yet. Maintain reaps expired keys (never
@@ -59,11 +87,12 @@
 // keys-by-state gauge.
 //
 // What it cannot promise: if fn's effect happened but the process died
-// before the outcome was stored, the next holder runs fn again. Pass the key
-// on to the outside service as its idempotency key (an Idempotency-Key
-// header, a Message-ID) so that it can drop that second call.
+// before the outcome was stored, the next holder runs fn again. Pass the
+// external key (DoKeyed) on to the outside service as its idempotency key
+// (an Idempotency-Key header, a Message-ID) so that it can drop that second
+// call.
 //
-// The package is one file, over ~650 lines, because it is one concern: the
+// The package is one file, over ~750 lines, because it is one concern: the
 // key store's protocol (take, renew, finish, expire) and its SQL.
 package idempotency
 
@@ -226,6 +255,40 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &pe)
 }
 
+// UnansweredError marks a failure of unknown outcome: the outside service
+// gave no answer (no response, a timeout, a connection cut after the
+// request went out), so the call may have been made. Do stores it as failed
+// like any error, but a newer generation that takes the key over keeps its
+// external key (see the package doc): the service can drop the repeat. An
+// error returned after fn's context ended counts as unanswered too.
+type UnansweredError struct{ Err error }
+
+func (e *UnansweredError) Error() string { return e.Err.Error() }
+func (e *UnansweredError) Unwrap() error { return e.Err }
+
+// Unanswered wraps err as an *UnansweredError (nil stays nil).
+func Unanswered(err error) error {
+	if err == nil || IsUnanswered(err) {
+		return err
+	}
+	return &UnansweredError{Err: err}
+}
+
+// IsUnanswered says whether err is, or wraps, an *UnansweredError.
+func IsUnanswered(err error) bool {
+	var ue *UnansweredError
+	return errors.As(err, &ue)
+}
+
+// ExternalKey is the key a call of key at epoch sends to the outside
+// service: key itself at epoch 0, key:epoch after (see the package doc).
+func ExternalKey(key string, epoch int) string {
+	if epoch <= 0 {
+		return key
+	}
+	return fmt.Sprintf("%s:%d", key, epoch)
+}
+
 // Fingerprint hashes request parameters (JSON-encoded) for Do.
 func Fingerprint(params any) ([]byte, error) {
 	b, err := json.Marshal(params)
@@ -249,8 +312,17 @@ func (s *Store) Do(ctx context.Context, key string, fingerprint []byte, fn func(
 // DoInGeneration runs fn under key for a caller of generation gen (the
 // run's generation; 0: none, unfenced), unless the key's outcome answers
 // it (see the package doc: a failed outcome of an older generation is
-// tried again, a success answers every generation).
+// tried again, a success answers every generation). It is DoKeyed for an
+// fn that sends no key.
 func (s *Store) DoInGeneration(ctx context.Context, key string, gen int, fingerprint []byte, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+	return s.DoKeyed(ctx, key, gen, fingerprint, func(ctx context.Context, _ string) ([]byte, error) { return fn(ctx) })
+}
+
+// DoKeyed is DoInGeneration with fn given the external key of this call
+// (ExternalKey: the key, with the key's epoch once a newer generation took
+// over a failure the service answered), for fn to send to the outside
+// service as its idempotency key.
+func (s *Store) DoKeyed(ctx context.Context, key string, gen int, fingerprint []byte, fn func(ctx context.Context, externalKey string) ([]byte, error)) ([]byte, error) {
 	if gen < 0 {
 		return nil, fmt.Errorf("idempotency key %s: generation %d: want 0 or more", key, gen)
 	}
@@ -286,12 +358,13 @@ func (s *Store) DoInGeneration(ctx context.Context, key string, gen int, fingerp
 			s.metrics.calls.WithLabelValues("stored").Inc()
 			return nil, &PermanentError{Err: errors.New(a.errText)}
 		}
+		c.token, c.held, c.epoch = a.token, a.held, a.epoch
 		if a.tookOver {
 			s.metrics.takeovers.Inc()
-			s.log.Warn("took over an idempotency key whose holder's lease expired; the call runs again", "key", key)
+			s.log.Warn("took over an idempotency key whose holder's lease expired; the call runs again, under the same external key",
+				"key", key, "external_key", ExternalKey(key, c.epoch))
 		}
 		s.metrics.calls.WithLabelValues("ran").Inc()
-		c.token, c.held = a.token, a.held
 		return s.run(ctx, c, fn)
 	}
 }
@@ -307,10 +380,13 @@ type call struct {
 	// its own, or the key's when the caller's is 0 (unfenced). Whatever
 	// this holder writes carries it.
 	held int
+	// epoch is the key's epoch under this holder's lease: its call goes
+	// out under ExternalKey(key, epoch), and what it writes carries it.
+	epoch int
 }
 
 // run runs fn under the lease token, renewing it, and stores the outcome.
-func (s *Store) run(ctx context.Context, c call, fn func(context.Context) ([]byte, error)) ([]byte, error) {
+func (s *Store) run(ctx context.Context, c call, fn func(context.Context, string) ([]byte, error)) ([]byte, error) {
 	fctx, cancelFn := context.WithCancelCause(ctx)
 	defer cancelFn(nil)
 	// Renewal lasts as long as fn does, even past the caller's deadline:
@@ -321,7 +397,11 @@ func (s *Store) run(ctx context.Context, c call, fn func(context.Context) ([]byt
 		defer close(renewed)
 		s.renew(rctx, c, func() { cancelFn(ErrLeaseLost) })
 	}()
-	out, ferr := fn(fctx)
+	out, ferr := fn(fctx, ExternalKey(c.key, c.epoch))
+	// A failure after fn's context ended (the caller's deadline, a lost
+	// lease) is of unknown outcome, whatever fn made of it: the call was
+	// cut short.
+	cutShort := fctx.Err() != nil
 	stopRenew()
 	<-renewed
 
@@ -329,7 +409,7 @@ func (s *Store) run(ctx context.Context, c call, fn func(context.Context) ([]byt
 	defer cancel()
 	o := outcome{status: StatusCompleted, result: out}
 	if ferr != nil {
-		o = outcome{status: StatusFailed, errText: ferr.Error()}
+		o = outcome{status: StatusFailed, errText: ferr.Error(), answered: !IsUnanswered(ferr) && !cutShort}
 		if IsPermanent(ferr) {
 			o.status = StatusFailedPermanent
 		}
@@ -399,9 +479,9 @@ WHERE key = $1 AND lease_token = $2 AND status = 'in_progress'`, c.key, c.token,
 		return err == nil, false, err
 	}
 	tag, err = s.pool.Exec(ctx, `
-INSERT INTO idempotency_keys (key, fingerprint, status, lease_token, lease_until, expires_at, generation)
-VALUES ($1, $2, 'in_progress', $3, now() + $4::interval, now() + $4::interval, $5)
-ON CONFLICT (key) DO NOTHING`, c.key, c.fp, c.token, s.o.Lease, c.held)
+INSERT INTO idempotency_keys (key, fingerprint, status, lease_token, lease_until, expires_at, generation, epoch)
+VALUES ($1, $2, 'in_progress', $3, now() + $4::interval, now() + $4::interval, $5, $6)
+ON CONFLICT (key) DO NOTHING`, c.key, c.fp, c.token, s.o.Lease, c.held, c.epoch)
 	if err != nil {
 		return false, false, err
 	}
@@ -411,6 +491,7 @@ ON CONFLICT (key) DO NOTHING`, c.key, c.fp, c.token, s.o.Lease, c.held)
 type acquired struct {
 	token    string // set when this caller holds the lease
 	held     int    // the key's generation under this caller's lease
+	epoch    int    // the key's epoch under this caller's lease
 	status   string
 	result   []byte
 	errText  string
@@ -426,6 +507,9 @@ type acquired struct {
 //     newer nor older with the same fingerprint;
 //   - it is failed_permanent and the caller's generation is newer.
 //
+// Taking the lease sets the key's epoch: 0 for an expired key, one more
+// when a newer generation takes over an answered failure, else unchanged.
+//
 // Otherwise the row answers: decide says how.
 func (s *Store) acquire(ctx context.Context, c call) (acquired, error) {
 	token := newToken()
@@ -440,6 +524,7 @@ func (s *Store) acquire(ctx context.Context, c call) (acquired, error) {
 			left     *float64
 			tookOver bool
 			keyGen   int
+			epoch    int
 		)
 		err := s.pool.QueryRow(ctx, `
 WITH up AS (
@@ -452,20 +537,24 @@ WITH up AS (
 		created_at = CASE WHEN k.expires_at < now() THEN now() ELSE k.created_at END,
 		expires_at = CASE WHEN k.expires_at < now() THEN EXCLUDED.expires_at ELSE greatest(k.expires_at, EXCLUDED.lease_until) END,
 		taken_over_at = CASE WHEN k.status = 'in_progress' THEN now() ELSE k.taken_over_at END,
-		generation = CASE WHEN k.expires_at < now() THEN EXCLUDED.generation ELSE greatest(k.generation, EXCLUDED.generation) END
+		generation = CASE WHEN k.expires_at < now() THEN EXCLUDED.generation ELSE greatest(k.generation, EXCLUDED.generation) END,
+		epoch = CASE WHEN k.expires_at < now() THEN 0
+			WHEN k.status IN ('failed', 'failed_permanent') AND k.answered AND EXCLUDED.generation > k.generation THEN k.epoch + 1
+			ELSE k.epoch END,
+		answered = false
 	WHERE NOT (k.status = 'in_progress' AND k.lease_until >= now())
 		AND (k.expires_at < now()
 			OR (k.status IN ('failed', 'in_progress') AND (EXCLUDED.generation > k.generation
 				OR (NOT (EXCLUDED.generation > 0 AND EXCLUDED.generation < k.generation) AND k.fingerprint = EXCLUDED.fingerprint)))
 			OR (k.status = 'failed_permanent' AND EXCLUDED.generation > k.generation))
-	RETURNING k.lease_token, k.status, k.fingerprint, k.result, k.error, k.lease_until, k.taken_over_at IS NOT DISTINCT FROM now(), k.generation
+	RETURNING k.lease_token, k.status, k.fingerprint, k.result, k.error, k.lease_until, k.taken_over_at IS NOT DISTINCT FROM now(), k.generation, k.epoch
 )
-SELECT lease_token, status, fingerprint, result, error, lease_until, NULL::float8, taken_over, generation
-FROM up AS u(lease_token, status, fingerprint, result, error, lease_until, taken_over, generation)
+SELECT lease_token, status, fingerprint, result, error, lease_until, NULL::float8, taken_over, generation, epoch
+FROM up AS u(lease_token, status, fingerprint, result, error, lease_until, taken_over, generation, epoch)
 UNION ALL
-SELECT NULL, status, fingerprint, result, error, lease_until, extract(epoch FROM lease_until - now())::float8, false, generation FROM idempotency_keys
+SELECT NULL, status, fingerprint, result, error, lease_until, extract(epoch FROM lease_until - now())::float8, false, generation, epoch FROM idempotency_keys
 WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM up)`, c.key, c.fp, token, s.o.Lease, s.o.TTL, c.gen).
-			Scan(&gotToken, &status, &storedFP, &result, &errText, &until, &left, &tookOver, &keyGen)
+			Scan(&gotToken, &status, &storedFP, &result, &errText, &until, &left, &tookOver, &keyGen, &epoch)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // inserted and deleted (reaped) between the two halves: try again
 		}
@@ -473,7 +562,7 @@ WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM up)`, c.key, c.fp, token, s.o.Lease
 			return acquired{}, fmt.Errorf("acquiring idempotency key %s: %w", c.key, err)
 		}
 		if gotToken != nil && *gotToken == token {
-			return acquired{token: token, held: keyGen, status: status, tookOver: tookOver}, nil
+			return acquired{token: token, held: keyGen, epoch: epoch, status: status, tookOver: tookOver}, nil
 		}
 		a := acquired{status: status, result: result}
 		if errText != nil {
@@ -518,13 +607,17 @@ type outcome struct {
 	status  string // completed, failed, failed_permanent
 	result  []byte
 	errText string
+	// answered: a failure the outside service answered (not Unanswered,
+	// not cut short); a newer generation takes it over under a new
+	// external key.
+	answered bool
 }
 
 // finish stores fn's outcome. It is ours if our lease was still the key's
 // lease: then the outcome is stored. Otherwise:
 //   - a success is never dropped: it is stored (stored) unless the key
 //     holds a success already, even over another holder's lease or
-//     failure, with our fingerprint and generation (so that a newer
+//     failure, with our fingerprint, generation and epoch (so that a newer
 //     generation reads it as the effect made, not as a mismatch), since
 //     the effect did happen; the other holder's renewal or finish then
 //     finds its lease gone;
@@ -545,9 +638,9 @@ func (s *Store) finish(ctx context.Context, c call, o outcome) (ours, stored boo
 				Scan(&leaseToken, &status)
 			if errors.Is(err, pgx.ErrNoRows) {
 				tag, err := tx.Exec(ctx, `
-INSERT INTO idempotency_keys (key, fingerprint, status, result, error, expires_at, generation)
-VALUES ($1, $2, $3, $4, NULLIF($5, ''), now() + $6::interval, $7)
-ON CONFLICT (key) DO NOTHING`, c.key, c.fp, o.status, o.result, o.errText, s.o.TTL, c.held)
+INSERT INTO idempotency_keys (key, fingerprint, status, result, error, expires_at, generation, epoch, answered)
+VALUES ($1, $2, $3, $4, NULLIF($5, ''), now() + $6::interval, $7, $8, $9)
+ON CONFLICT (key) DO NOTHING`, c.key, c.fp, o.status, o.result, o.errText, s.o.TTL, c.held, c.epoch, o.answered)
 				if err != nil {
 					return err
 				}
@@ -566,8 +659,8 @@ ON CONFLICT (key) DO NOTHING`, c.key, c.fp, o.status, o.result, o.errText, s.o.T
 			}
 			_, err = tx.Exec(ctx, `
 UPDATE idempotency_keys SET status = $2, result = $3, error = NULLIF($4, ''), lease_token = NULL, lease_until = NULL,
-	fingerprint = $5, generation = $6, updated_at = now(), expires_at = now() + $7::interval
-WHERE key = $1`, c.key, o.status, o.result, o.errText, c.fp, c.held, s.o.TTL)
+	fingerprint = $5, generation = $6, updated_at = now(), expires_at = now() + $7::interval, epoch = $8, answered = $9
+WHERE key = $1`, c.key, o.status, o.result, o.errText, c.fp, c.held, s.o.TTL, c.epoch, o.answered)
 			stored = err == nil
 			return err
 		}
