@@ -100,6 +100,7 @@ func (m *Mailer) Send(ctx context.Context, to, msg string) error {
 			return fmt.Errorf("logging in to %s as %s: %w", addr, m.cfg.Username, err)
 		}
 	}
+	inData := false // the message went (or began to go) to the server
 	err = func() error {
 		if err := c.Mail(m.cfg.From, nil); err != nil {
 			return err
@@ -111,6 +112,7 @@ func (m *Mailer) Send(ctx context.Context, to, msg string) error {
 		if err != nil {
 			return err
 		}
+		inData = true
 		if _, err := w.Write([]byte(msg)); err != nil {
 			return err
 		}
@@ -118,8 +120,14 @@ func (m *Mailer) Send(ctx context.Context, to, msg string) error {
 	}()
 	if err != nil {
 		var se *smtp.SMTPError
-		if errors.As(err, &se) && se.Code/100 == 5 {
+		switch {
+		case errors.As(err, &se) && se.Code/100 == 5:
 			return worker.Permanent(fmt.Errorf("sending to %s: %w", to, err))
+		case !errors.As(err, &se) && inData:
+			// No answer to a message the server may have taken: a re-run
+			// keeps the Message-ID's key, so that a server (or reader)
+			// that drops repeats can.
+			return worker.Unanswered(fmt.Errorf("sending to %s: %w", to, err))
 		}
 		return fmt.Errorf("sending to %s: %w", to, err)
 	}
