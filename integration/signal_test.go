@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/converter"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -85,15 +88,36 @@ func signalRoute(queue string, policy processor.ReusePolicy) processor.Route {
 		WorkflowIDTemplate: "ent-{data.entity}", WorkflowType: "Entity", TaskQueue: queue, IDReusePolicy: policy}
 }
 
-// signalsIn are the request IDs of the signals in a run's history, in
-// order (one per WorkflowExecutionSignaled event).
-func (e *env) signalsIn(id, runID string) []string {
-	var out []string
+// signal is one signal in a run's history: the event it carried
+// (schemas.SignalEvent) and its request ID.
+type signal struct{ EventID, RequestID string }
+
+// signalsIn are the signals in a run's history, in order (one per
+// WorkflowExecutionSignaled event).
+func (e *env) signalsIn(id, runID string) []signal {
+	e.t.Helper()
+	var out []signal
 	for _, ev := range e.history(id, runID) {
-		if ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED {
-			out = append(out, ev.GetWorkflowExecutionSignaledEventAttributes().GetRequestId())
+		if ev.GetEventType() != enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED {
+			continue
 		}
+		a := ev.GetWorkflowExecutionSignaledEventAttributes()
+		var in schemas.SignalEvent
+		if err := converter.GetDefaultDataConverter().FromPayloads(a.GetInput(), &in); err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, signal{EventID: in.EventID, RequestID: a.GetRequestId()})
 	}
+	return out
+}
+
+// eventIDs are the signals' event IDs, sorted.
+func eventIDs(ss []signal) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = s.EventID
+	}
+	slices.Sort(out)
 	return out
 }
 
@@ -107,6 +131,36 @@ func (e *env) runStatus(id, runID string) (enumspb.WorkflowExecutionStatus, stri
 	}
 	info := d.GetWorkflowExecutionInfo()
 	return info.GetStatus(), info.GetExecution().GetRunId()
+}
+
+// settledSignals is signalsIn once the run has no workflow task pending: a
+// signal that arrives while a workflow task runs is buffered, out of the
+// history, until that task completes; with none pending, every signal
+// Temporal accepted before is in the history.
+func (e *env) settledSignals(id, runID string) []signal {
+	e.t.Helper()
+	settled := eventually(time.Minute, func() bool {
+		d, err := e.tc.DescribeWorkflowExecution(context.Background(), id, runID)
+		return err == nil && d.GetPendingWorkflowTask() == nil
+	})
+	if !settled {
+		e.t.Fatalf("workflow %s run %s still has a workflow task pending after a minute", id, runID)
+	}
+	return e.signalsIn(id, runID)
+}
+
+// currentRun is the workflow's current run, if it has one.
+func (e *env) currentRun(id string) (string, bool) {
+	e.t.Helper()
+	d, err := e.tc.DescribeWorkflowExecution(context.Background(), id, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return "", false
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return d.GetWorkflowExecutionInfo().GetExecution().GetRunId(), true
 }
 
 // What Temporal v1.32 drops of a re-sent SignalWithStart with the same
@@ -127,10 +181,26 @@ func TestSignalWhatTemporalDedups(t *testing.T) {
 	startEntityWorker(t, e, queue)
 	st := starter.New(e.tc, starter.Config{Namespace: e.namespace, StartTimeout: 10 * time.Second})
 	const entity = "ent-1"
-	rid := func(event string) string { return starter.SignalRequestID(processor.DeliveryKey("entities", event)) }
+	// check: the run's signals carry exactly these events, each with its
+	// delivery's request ID.
+	check := func(run string, events ...string) {
+		t.Helper()
+		got := e.settledSignals(entity, run)
+		var want []signal
+		for _, ev := range events {
+			want = append(want, signal{ev, starter.SignalRequestID(processor.DeliveryKey("entities", ev))})
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("run %s has signals %v, want %v", run, got, want)
+		}
+	}
 	deliver := func(event, typ string, policy processor.ReusePolicy) (processor.StartResult, error) {
 		t.Helper()
-		rt := signalRoute(queue, policy)
+		rts := processor.Routes{signalRoute(queue, policy)}
+		if err := rts.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		rt := rts[0]
 		ev := eventid.Event{ID: event, Rule: eventid.RuleField, Type: typ, Data: json.RawMessage(`{"entity":"1"}`)}
 		req := processor.NewSignalRequest(&rt, &ev, entity)
 		// Transient errors are retried, as the router does: a new run of
@@ -174,9 +244,7 @@ func TestSignalWhatTemporalDedups(t *testing.T) {
 			t.Errorf("e2: %+v, want run %s signalled", res, run1)
 		}
 	}
-	if got, want := e.signalsIn(entity, run1), []string{rid("e1"), rid("e2")}; !slices.Equal(got, want) {
-		t.Fatalf("run 1 has signals %v, want e1 and e2 once each %v", got, want)
-	}
+	check(run1, "e1", "e2") // once each
 
 	// 3. Continue-as-new: the next run has no record of e2's request ID.
 	mustDeliver("e3", entityRollover)
@@ -187,9 +255,8 @@ func TestSignalWhatTemporalDedups(t *testing.T) {
 			t.Errorf("e2 after continue-as-new: %+v, want run %s", res, run2)
 		}
 	}
-	if got, want := e.signalsIn(entity, run2), []string{rid("e2")}; !slices.Equal(got, want) {
-		t.Fatalf("run 2 has signals %v, want e2 once more %v: re-sent across continue-as-new, it is delivered again (once per run)", got, want)
-	}
+	// Re-sent across continue-as-new, e2 is delivered again (once per run).
+	check(run2, "e2")
 	t.Logf("e2's request ID: once in run %s, and again in run %s after continue-as-new", run1, run2)
 
 	// 4. The entity closes; a re-send under allow_duplicate starts a new run.
@@ -200,9 +267,7 @@ func TestSignalWhatTemporalDedups(t *testing.T) {
 		t.Fatalf("e4 re-sent after the entity closed (allow_duplicate): %+v, want a new run", res)
 	}
 	run3 := res.RunID
-	if got := e.signalsIn(entity, run3); !slices.Equal(got, []string{rid("e4")}) {
-		t.Errorf("run 3 has signals %v, want e4's", got)
-	}
+	check(run3, "e4")
 	waitStatus(run3, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED)
 
 	// 5. Under reject_duplicate: the closed run 3 was started by e4's
@@ -233,19 +298,17 @@ func TestSignalRouteEachEventOnce(t *testing.T) {
 	cfg.Routes = processor.Routes{signalRoute(queue, "")}
 	const n, k = 60, 6
 	var recs []*kgo.Record
-	want := map[string][]string{}   // entity -> its deliveries' request IDs
-	events := map[string][]string{} // entity -> its event IDs
+	want := map[string][]string{} // entity -> its event IDs
 	for i := range n {
 		id, ent := fmt.Sprintf("sig-%d", i), fmt.Sprintf("%d", i%k)
-		v, err := json.Marshal(map[string]any{"id": id, "type": entityEvent, "data": map[string]any{"entity": ent, "n": i}})
+		v, err := json.Marshal(map[string]any{"specversion": "1.0", "id": id, "type": entityEvent, "data": map[string]any{"entity": ent, "n": i}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for p := range int32(2) {
 			recs = append(recs, &kgo.Record{Topic: e.topic, Partition: p, Value: v})
 		}
-		want["ent-"+ent] = append(want["ent-"+ent], starter.SignalRequestID(processor.DeliveryKey("entities", id)))
-		events["ent-"+ent] = append(events["ent-"+ent], id)
+		want["ent-"+ent] = append(want["ent-"+ent], id)
 	}
 	if err := e.kcl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
@@ -254,26 +317,23 @@ func TestSignalRouteEachEventOnce(t *testing.T) {
 	e.waitCommitted(2 * time.Minute)
 	r.stop(t)
 
-	for entity, rids := range want {
+	for entity, ids := range want {
+		slices.Sort(ids)
 		status, run := e.runStatus(entity, "")
-		got := e.signalsIn(entity, run)
-		slices.Sort(got)
-		slices.Sort(rids)
-		if status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || !slices.Equal(got, rids) {
-			t.Errorf("%s (%s): %d signals %v, want each of its %d events once", entity, status, len(got), got, len(rids))
+		if got := eventIDs(e.settledSignals(entity, run)); status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || !slices.Equal(got, ids) {
+			t.Errorf("%s (%s): %d signals %v, want each of its %d events once", entity, status, len(got), got, len(ids))
 		}
 		// What the workflow itself received (it keeps every signal).
 		var seen []string
 		if !eventually(30*time.Second, func() bool {
 			v, err := e.tc.QueryWorkflow(context.Background(), entity, "", "events")
 			seen = nil
-			return err == nil && v.Get(&seen) == nil && len(seen) >= len(events[entity])
+			return err == nil && v.Get(&seen) == nil && len(seen) >= len(ids)
 		}) {
-			t.Errorf("%s: the workflow answered %v, want its %d events", entity, seen, len(events[entity]))
+			t.Errorf("%s: the workflow answered %v, want its %d events", entity, seen, len(ids))
 			continue
 		}
 		slices.Sort(seen)
-		ids := slices.Sorted(slices.Values(events[entity]))
 		if !slices.Equal(seen, ids) {
 			t.Errorf("%s: the workflow received %v, want each of %v once", entity, seen, ids)
 		}
@@ -313,12 +373,12 @@ func TestSignalCrashBetweenSignalAndMark(t *testing.T) {
 	want := map[string][]string{}
 	for i := range n {
 		id, ent := fmt.Sprintf("crash-%d", i), fmt.Sprintf("%d", i%k)
-		v, err := json.Marshal(map[string]any{"id": id, "type": entityEvent, "data": map[string]any{"entity": ent}})
+		v, err := json.Marshal(map[string]any{"specversion": "1.0", "id": id, "type": entityEvent, "data": map[string]any{"entity": ent}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		recs = append(recs, &kgo.Record{Topic: e.topic, Partition: int32(i % 2), Value: v})
-		want["ent-"+ent] = append(want["ent-"+ent], starter.SignalRequestID(processor.DeliveryKey("entities", id)))
+		want["ent-"+ent] = append(want["ent-"+ent], id)
 	}
 	if err := e.kcl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
@@ -334,9 +394,12 @@ func TestSignalCrashBetweenSignalAndMark(t *testing.T) {
 	// window a re-drive re-sends into.
 	signalled := map[string]bool{}
 	for entity := range want {
-		_, run := e.runStatus(entity, "")
-		for _, r := range e.signalsIn(entity, run) {
-			signalled[r] = true
+		run, ok := e.currentRun(entity) // not every entity was reached before the crash
+		if !ok {
+			continue
+		}
+		for _, sg := range e.settledSignals(entity, run) {
+			signalled[sg.EventID] = true
 		}
 	}
 	rows, err := e.led.Pool().Query(context.Background(), `SELECT workflow_id FROM dedup_ledger WHERE state = 'pending'`)
@@ -349,7 +412,7 @@ func TestSignalCrashBetweenSignalAndMark(t *testing.T) {
 		if err := rows.Scan(&key); err != nil {
 			t.Fatal(err)
 		}
-		if signalled[starter.SignalRequestID(key)] {
+		if signalled[strings.TrimPrefix(key, "signal-entities:")] {
 			window = append(window, key)
 		}
 	}
@@ -382,13 +445,11 @@ func TestSignalCrashBetweenSignalAndMark(t *testing.T) {
 			t.Errorf("%s: %s after %d claim(s), want started after a re-drive", key, state, attempts)
 		}
 	}
-	for entity, rids := range want {
+	for entity, ids := range want {
+		slices.Sort(ids)
 		_, run := e.runStatus(entity, "")
-		got := e.signalsIn(entity, run)
-		slices.Sort(got)
-		slices.Sort(rids)
-		if !slices.Equal(got, rids) {
-			t.Errorf("%s: %d signals, want each of its %d events once", entity, len(got), len(rids))
+		if got := eventIDs(e.settledSignals(entity, run)); !slices.Equal(got, ids) {
+			t.Errorf("%s: %d signals, want each of its %d events once", entity, len(got), len(ids))
 		}
 	}
 }

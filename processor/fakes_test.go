@@ -299,9 +299,6 @@ type execution struct {
 	// SignalRequestedIds: per run).
 	signals   []SignalRequest
 	signalIDs map[string]bool
-	// continued: closed by continue-as-new (continueAsNew); the next run
-	// is already open.
-	continued bool
 }
 
 func (x execution) closed() bool { return x.failed || x.completed }
@@ -471,9 +468,10 @@ func (s *fakeStarter) continueAsNew(entity string) {
 	if len(ex) == 0 || ex[len(ex)-1].closed() {
 		return
 	}
-	ex[len(ex)-1].completed, ex[len(ex)-1].continued = true, true
+	ex[len(ex)-1].completed = true
 	s.nextRun++
-	s.executions[entity] = append(ex, execution{runID: fmt.Sprintf("run-%d", s.nextRun), req: ex[len(ex)-1].req, by: "continue-as-new"})
+	s.executions[entity] = append(ex, execution{runID: fmt.Sprintf("run-%d", s.nextRun), req: ex[len(ex)-1].req, by: "continue-as-new",
+		signalIDs: map[string]bool{}})
 }
 
 // signalWithStart is SignalWithStartWorkflowExecution with Temporal's

@@ -102,7 +102,15 @@ func TestSignalRouteDeliversEachEventOnce(t *testing.T) {
 // pending; the redelivered record re-drives it, and SignalWithStart is
 // sent again with the same request ID: the run recorded it with the first
 // signal, so it is not signalled twice. The row ends started with that run.
+// If the entity continued as new in between, the new run has no record of
+// the request ID and receives the event again: the case the workflow
+// covers by deduplicating by event ID (docs/signals.md).
 func TestSignalRedriveIsNotSignalledTwice(t *testing.T) {
+	t.Run("same run", func(t *testing.T) { testSignalRedrive(t, false) })
+	t.Run("continued as new", func(t *testing.T) { testSignalRedrive(t, true) })
+}
+
+func testSignalRedrive(t *testing.T, continued bool) {
 	e := newTestEnv(t, 1, envOpt{})
 	cfg := e.signalConfig("")
 	if err := cfg.Validate(); err != nil {
@@ -120,6 +128,9 @@ func TestSignalRedriveIsNotSignalledTwice(t *testing.T) {
 	if _, err := e.starter.Start(context.Background(), dec.Start(0)); err != nil {
 		t.Fatal(err)
 	}
+	if continued {
+		e.starter.continueAsNew("order-o1")
+	}
 
 	e.produceRaw(0, raw)
 	rn := e.start("r1", cfg)
@@ -130,11 +141,16 @@ func TestSignalRedriveIsNotSignalledTwice(t *testing.T) {
 	if c := len(e.starter.swsCalls()); c != 2 {
 		t.Errorf("%d SignalWithStart calls, want 2 (the crashed router's and the re-drive)", c)
 	}
-	if got := e.starter.signalsOf("order-o1"); len(got) != 1 || !slices.Equal(got[0], []string{"e1"}) {
+	got := e.starter.signalsOf("order-o1")
+	runs := e.starter.executionsOf("order-o1")
+	if !continued && (len(got) != 1 || !slices.Equal(got[0], []string{"e1"})) {
 		t.Errorf("order-o1 received %v, want one run with e1 once", got)
 	}
-	if run, _ := e.led.row(key); e.led.state(key) != stateStarted || run != e.starter.executionsOf("order-o1")[0].runID {
-		t.Errorf("ledger %q run %q, want started with the entity's run", e.led.state(key), run)
+	if continued && (len(got) != 2 || !slices.Equal(got[0], []string{"e1"}) || !slices.Equal(got[1], []string{"e1"})) {
+		t.Errorf("order-o1 received %v, want e1 in the first run and again in the run it continued as", got)
+	}
+	if run, _ := e.led.row(key); e.led.state(key) != stateStarted || run != runs[len(runs)-1].runID {
+		t.Errorf("ledger %q run %q, want started with the entity's run that has the re-drive's answer", e.led.state(key), run)
 	}
 }
 
@@ -144,7 +160,11 @@ func TestSignalRedriveIsNotSignalledTwice(t *testing.T) {
 // (temporal_permanent), its row dead_lettered. Neither asks LastRun.
 func TestSignalToAClosedEntity(t *testing.T) {
 	for _, policy := range []ReusePolicy{"", ReuseRejectDuplicate} {
-		t.Run(string(policy), func(t *testing.T) {
+		name := string(policy)
+		if name == "" {
+			name = "default_allow_duplicate"
+		}
+		t.Run(name, func(t *testing.T) {
 			e := newTestEnv(t, 1, envOpt{})
 			cfg := e.signalConfig(policy)
 			e.produceRaw(0, orderEvent("e1", "o1", "v"))

@@ -6,6 +6,12 @@
 // router, a re-drive, or a retried RPC whose first attempt did reach the
 // server) comes back as "already started", which is success.
 //
+// A signal route's delivery (processor.StartRequest.Signal) is one
+// SignalWithStartWorkflowExecution to the entity workflow, with a request
+// ID per delivery key (SignalRequestID), which Temporal records in the run
+// it signals and so drops a re-sent delivery within that run (not across
+// continue-as-new or a new run: docs/signals.md).
+//
 // Errors are classified once, here (Permanent): unavailable, throttled,
 // timed out and internal errors, a namespace that is failing over, and
 // whatever a proxy or load balancer in front of Temporal answers (an HTTP
