@@ -105,8 +105,8 @@ type SignalEvent struct {
 	// workflow deduplicates signals by.
 	EventID string `json:"event_id"`
 	// DeliveryID is the ledger key of this delivery,
-	// signal-{activity_id}:{workflow_id}|{event_id}: unique per entity and
-	// event, the same on every re-delivery.
+	// signal-{activity_id}:{event_id}: one per route and event (whatever
+	// entity the event's data names), the same on every re-delivery.
 	DeliveryID string `json:"delivery_id"`
 	// ActivityID is the route that delivered the event.
 	ActivityID string `json:"activity_id"`
