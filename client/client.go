@@ -400,7 +400,7 @@ func needsRecord(rt *processor.Route, e LedgerEntry, ok bool, hash *[32]byte) (n
 		// Started with this payload: the router skips the record, unless
 		// the route's reuse policy may run a closed run again (the router
 		// asks Temporal).
-		return rt.IDReusePolicy.MayRerun(), false
+		return rt.MayRerun(), false
 	case processor.VerdictConflict:
 		// Another payload: the router records the conflict, once per
 		// payload; a conflict recorded already needs no second record.

@@ -24,7 +24,15 @@ type startRef struct {
 
 func (s startRef) request() StartRequest { return s.d.Start(s.j) }
 
-func (s startRef) policy() ReusePolicy { return s.d.Routes[s.j].IDReusePolicy }
+func (s startRef) route() *Route { return s.d.Routes[s.j] }
+
+// entity is the intent's entity workflow ID (signal routes), else "".
+func (s startRef) entity() string {
+	if s.d.Entities == nil {
+		return ""
+	}
+	return s.d.Entities[s.j]
+}
 
 // claimer claims each poll batch's intents in the ledger, in poll order,
 // and acts on the verdicts. Its guarantee: every intent ends exactly once:
@@ -97,6 +105,11 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 				continue
 			}
 			counts[v]++
+			if e := b.starts[i].entity(); e != "" {
+				c.log.Info("decision", "decision", v.String(), "workflow_id", in.WorkflowID, "entity_workflow_id", e, "event_id", in.EventID,
+					"rule", in.IDRule, "topic", in.Topic, "partition", in.Partition, "offset", in.Offset)
+				continue
+			}
 			c.log.Info("decision", "decision", v.String(), "workflow_id", in.WorkflowID, "event_id", in.EventID, "rule", in.IDRule,
 				"topic", in.Topic, "partition", in.Partition, "offset", in.Offset, "generation", cl.Generation)
 		case v == VerdictConflict:
@@ -106,7 +119,7 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 			conflicts = append(conflicts, deadLetter{rec: rec, reason: ReasonConflict, workflow: in.WorkflowID,
 				err:     fmt.Errorf("workflow %s was claimed with another payload; not started", in.WorkflowID),
 				eventID: in.EventID, rule: in.IDRule})
-		case b.starts[i].policy().MayRerun():
+		case b.starts[i].route().MayRerun():
 			// Started before; the policy may allow a closed run to run
 			// again: the start pool asks Temporal how it ended.
 			counts[v]++

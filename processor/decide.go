@@ -42,12 +42,19 @@ type Decision struct {
 	// Start(j) is intent j's start request.
 	Routes  []*Route
 	Intents []Intent
+	// Entities[j] is intent j's entity workflow ID when route j is a
+	// signal route (the intent's WorkflowID is then the delivery key,
+	// signal-{route}:{event_id}), else "".
+	Entities []string
 }
 
 // Start builds the start request of Intents[j]. It is built on demand,
 // not by Decide: a duplicate (most records of a replay) never needs one.
 func (d *Decision) Start(j int) StartRequest {
 	rt, wid := d.Routes[j], d.Intents[j].WorkflowID
+	if rt.Mode == ModeSignal {
+		return NewSignalRequest(rt, &d.Event, d.Entities[j])
+	}
 	req := NewStartRequest(rt, &d.Event, wid)
 	if rt.Key == KeyScheduledFor {
 		req.Input.TriggerKind, req.Input.ScheduledFor = schemas.TriggerCron, workflowKey(rt.ID, wid)
@@ -108,6 +115,12 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 	}
 	out.Intents = make([]Intent, len(targets))
 	for j, tg := range targets {
+		if tg.Entity != "" {
+			if out.Entities == nil {
+				out.Entities = make([]string, len(targets))
+			}
+			out.Entities[j] = tg.Entity
+		}
 		rt := tg.Route
 		hash := ev.PayloadHash
 		if rt.Key == KeyScheduledFor {

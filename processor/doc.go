@@ -8,6 +8,15 @@
 // ones through the Starter with bounded concurrency, marks them started in
 // the ledger in batches, and commits offsets.
 //
+// A signal route (mode: signal) delivers each event instead, as a signal,
+// into the entity workflow its workflow ID template names
+// (SignalWithStart): its intents are claimed under the delivery key
+// signal-{route}:{event_id} (DeliveryKey) with the same verdicts, and go
+// through the same start pool, marker and commits; a delivered event is
+// never delivered again by the router (Route.MayRerun), and a re-driven
+// delivery carries one request ID, which Temporal drops within a run.
+// docs/signals.md.
+//
 // Guarantees, and how they are kept:
 //   - Nothing is lost: a record's offset is committed only when every one
 //     of its intents is started (or already started), skipped as a

@@ -293,6 +293,12 @@ type execution struct {
 	by        string // which router started it
 	failed    bool   // closed as failed (fail)
 	completed bool   // closed as completed (complete)
+	// signals are the signals the run received, in order (an entity
+	// workflow's, started or signalled by SignalWithStart), and
+	// signalIDs the request IDs it recorded with them (Temporal's
+	// SignalRequestedIds: per run).
+	signals   []SignalRequest
+	signalIDs map[string]bool
 }
 
 func (x execution) closed() bool { return x.failed || x.completed }
@@ -319,6 +325,7 @@ type fakeStarter struct {
 	lost       map[string]int // starts whose run is created and whose answer is lost
 	permanent  map[string]error
 	nextRun    int
+	sws        []StartRequest // SignalWithStart calls
 }
 
 func newFakeStarter() *fakeStarter {
@@ -428,6 +435,83 @@ func (s *fakeStarter) failPermanent(wid string) {
 	s.permanent[wid] = Permanent(fmt.Errorf("fake temporal: bad request for %s", wid))
 }
 
+// swsCalls are every SignalWithStart call, in order (retries and
+// re-drives included).
+func (s *fakeStarter) swsCalls() []StartRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]StartRequest(nil), s.sws...)
+}
+
+// signalsOf returns the event IDs every run of entity received, run by
+// run, in order.
+func (s *fakeStarter) signalsOf(entity string) [][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out [][]string
+	for _, x := range s.executions[entity] {
+		var ids []string
+		for _, sg := range x.signals {
+			ids = append(ids, sg.Input.EventID)
+		}
+		out = append(out, ids)
+	}
+	return out
+}
+
+// continueAsNew closes entity's open run as continued-as-new and opens the
+// next one, which, as in Temporal, starts with no signal request IDs.
+func (s *fakeStarter) continueAsNew(entity string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ex := s.executions[entity]
+	if len(ex) == 0 || ex[len(ex)-1].closed() {
+		return
+	}
+	ex[len(ex)-1].completed = true
+	s.nextRun++
+	s.executions[entity] = append(ex, execution{runID: fmt.Sprintf("run-%d", s.nextRun), req: ex[len(ex)-1].req, by: "continue-as-new",
+		signalIDs: map[string]bool{}})
+}
+
+// signalWithStart is SignalWithStartWorkflowExecution with Temporal's
+// rules (server v1.32, docs/signals.md): an open run is signalled, unless
+// it recorded the request ID already (then nothing happens, and the run is
+// answered); no run, or a closed one the reuse policy lets be followed,
+// gets a new run with the signal; a closed one the policy refuses is
+// "already started", which the starter turns into success only when that
+// run was started by this very request ID, else into a permanent error.
+// The request ID is the delivery key (sink/starter hashes it into a UUID:
+// equal keys, equal IDs). Called with s.mu held.
+func (s *fakeStarter) signalWithStart(req StartRequest, by string) (StartResult, error) {
+	entity, rid := req.Signal.WorkflowID, req.WorkflowID
+	s.sws = append(s.sws, req)
+	ex := s.executions[entity]
+	if len(ex) > 0 {
+		last := &ex[len(ex)-1]
+		switch {
+		case !last.closed() && last.signalIDs[rid]:
+			return StartResult{RunID: last.runID, AlreadyStarted: true}, nil
+		case !last.closed():
+			last.signals = append(last.signals, *req.Signal)
+			last.signalIDs[rid] = true
+			return StartResult{RunID: last.runID, AlreadyStarted: true}, nil
+		}
+		follow := req.ReusePolicy == ReuseAllowDuplicate || req.ReusePolicy == ReuseAllowDuplicateFailedOnly && last.failed
+		if !follow {
+			if last.req.WorkflowID == rid {
+				return StartResult{RunID: last.runID, AlreadyStarted: true}, nil
+			}
+			return StartResult{}, Permanent(fmt.Errorf("fake temporal: workflow %s closed, policy %s", entity, req.ReusePolicy))
+		}
+	}
+	s.nextRun++
+	run := fmt.Sprintf("run-%d", s.nextRun)
+	s.executions[entity] = append(ex, execution{runID: run, req: req, by: by, signals: []SignalRequest{*req.Signal},
+		signalIDs: map[string]bool{rid: true}})
+	return StartResult{RunID: run}, nil
+}
+
 func (s *fakeStarter) start(ctx context.Context, req StartRequest, by string) (StartResult, error) {
 	wid := req.WorkflowID
 	s.mu.Lock()
@@ -457,6 +541,14 @@ func (s *fakeStarter) start(ctx context.Context, req StartRequest, by string) (S
 	if s.transient[wid] > 0 {
 		s.transient[wid]--
 		return StartResult{}, errTransient
+	}
+	if req.Signal != nil {
+		res, err := s.signalWithStart(req, by)
+		if err == nil && s.lost[wid] > 0 {
+			s.lost[wid]--
+			return StartResult{}, errTransient
+		}
+		return res, err
 	}
 	if ex := s.executions[wid]; len(ex) > 0 {
 		// As Temporal does: only the current run's request ID is

@@ -16,6 +16,7 @@ type metrics struct {
 	reruns           prometheus.Counter
 	deadLetters      *prometheus.CounterVec // reason
 	starts           *prometheus.CounterVec // result: started, already_started
+	signals          *prometheus.CounterVec // result: started, signaled
 	startErrors      *prometheus.CounterVec // kind: transient, permanent
 	retries          *prometheus.CounterVec // op: Op
 	claimBatch       prometheus.Histogram
@@ -48,6 +49,8 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 			Name: "dedup_dead_letters_total", Help: "Records written to the dead-letter topic, by reason."}, []string{"reason"}),
 		starts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dedup_workflow_starts_total", Help: "Workflow starts that succeeded: started, or already_started in Temporal."}, []string{"result"}),
+		signals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dedup_signals_delivered_total", Help: "Signal routes' deliveries that Temporal accepted: started (the event started a new run of its entity workflow) or signaled (a run was open: it was signalled, or already had this delivery's request ID)."}, []string{"result"}),
 		startErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dedup_workflow_start_errors_total", Help: "Failed start attempts: transient (retried) or permanent (dead-lettered)."}, []string{"kind"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -106,7 +109,10 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 	for _, r := range []string{"started", "already_started"} {
 		m.starts.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.records, m.intents, m.reruns, m.noRoute, m.tombstones, m.deadLetters, m.starts, m.startErrors, m.retries,
+	for _, r := range []string{"started", "signaled"} {
+		m.signals.WithLabelValues(r)
+	}
+	for _, c := range []prometheus.Collector{m.records, m.intents, m.reruns, m.noRoute, m.tombstones, m.deadLetters, m.starts, m.signals, m.startErrors, m.retries,
 		m.claimBatch, m.claimSeconds, m.startSeconds, m.commitSeconds, m.commits, m.committedOffset, m.inFlight,
 		m.pausedPartitions, m.dependencyUp, m.lost, m.partitionsGone, m.lag} {
 		if err := reg.Register(c); err != nil {

@@ -27,6 +27,10 @@ type Hooks struct {
 	// AfterStart runs after a workflow start succeeded and before it is
 	// marked in the ledger or its offset committed.
 	AfterStart func()
+	// AfterSignal runs after a signal route's SignalWithStart succeeded
+	// and before the delivery is marked in the ledger or its offset
+	// committed (AfterStart does not run for deliveries).
+	AfterSignal func()
 }
 
 // Router consumes the topics as a member of the group and turns records

@@ -85,17 +85,54 @@ func (p ReusePolicy) RerunsAfter(run Run) bool {
 	return false
 }
 
+// MayRerun says whether a started workflow of the route can ever run
+// again, for the router's duplicates, the operators' forecast and the
+// producer client: under an allow_* policy, for a start route. A signal
+// route never delivers a delivered event again, whatever its policy
+// (which governs only the start half of its SignalWithStart).
+func (r *Route) MayRerun() bool { return r.Mode != ModeSignal && r.IDReusePolicy.MayRerun() }
+
+// Route modes.
+const (
+	// ModeStart starts one workflow per event, activity-{id}:{event_id}
+	// (or {scheduled_for}). The default.
+	ModeStart = "start"
+	// ModeSignal delivers each event once, as a signal, into the entity
+	// workflow its workflow_id_template names, starting it if it is not
+	// running (SignalWithStartWorkflowExecution). docs/signals.md.
+	ModeSignal = "signal"
+)
+
 // Route maps events to one activity's workflow.
 type Route struct {
 	// ID is the activity ID: part of every workflow ID of this route,
-	// activity-{id}:{event_id}. Never change it for a live route: that
+	// activity-{id}:{event_id} (a signal route: of every delivery key,
+	// signal-{id}:{event_id}). Never change it for a live route: that
 	// changes every workflow ID and defeats deduplication.
 	ID    string `yaml:"id"`
 	Match Match  `yaml:"match"`
-	// WorkflowType is the registered workflow name to start.
+	// Mode is start (the default: one workflow per event) or signal (each
+	// event delivered once into a long-lived entity workflow, named by
+	// WorkflowIDTemplate, with SignalWithStart).
+	Mode string `yaml:"mode"`
+	// WorkflowIDTemplate (signal routes only, required there) names the
+	// entity workflow an event goes to: literal text and the placeholders
+	// {activity_id} and {data.<dotted path>} (IDTemplate), e.g.
+	// "order-{data.order_id}".
+	WorkflowIDTemplate string `yaml:"workflow_id_template"`
+	// Signal (signal routes only) is the signal's name; default "event".
+	Signal string `yaml:"signal"`
+	// WorkflowType is the registered workflow name to start (for a signal
+	// route: the entity workflow's, started when no run is open).
 	WorkflowType string `yaml:"workflow_type"`
 	TaskQueue    string `yaml:"task_queue"`
-	// IDReusePolicy defaults to reject_duplicate.
+	// IDReusePolicy defaults to reject_duplicate for start routes. For a
+	// signal route it governs the start half of SignalWithStart when the
+	// entity's last run has closed, and defaults to allow_duplicate (an
+	// event for a closed entity starts a new run of it);
+	// allow_duplicate_failed_only starts one only after a failed run,
+	// reject_duplicate never: the event is then dead-lettered
+	// (temporal_permanent).
 	IDReusePolicy ReusePolicy `yaml:"id_reuse_policy"`
 	// Namespace is the Temporal namespace this route's workflows start
 	// in; empty: the starter's (temporal.namespace). The ledger knows
@@ -105,6 +142,8 @@ type Route struct {
 	// Definition, when set, is passed to the workflow with the event: the
 	// tasks the shipped RunActivityWorkflow spawns.
 	Definition *schemas.ActivityDefinition `yaml:"definition"`
+	// tmpl is WorkflowIDTemplate, parsed by Validate.
+	tmpl *IDTemplate
 	// Key selects the second half of the workflow ID: "event_id" (default),
 	// or "scheduled_for" for cron-like triggers, whose events carry the
 	// nominal fire time in data.scheduled_for: the workflow ID is then
@@ -160,9 +199,15 @@ func (rs Routes) Validate() error {
 			return fmt.Errorf("%s.task_queue: empty", at)
 		}
 		seen[r.ID] = true
+		if err := r.validateMode(at); err != nil {
+			return err
+		}
 		switch r.IDReusePolicy {
 		case "":
 			r.IDReusePolicy = ReuseRejectDuplicate
+			if r.Mode == ModeSignal {
+				r.IDReusePolicy = ReuseAllowDuplicate
+			}
 		case ReuseRejectDuplicate, ReuseAllowDuplicateFailedOnly, ReuseAllowDuplicate:
 		default:
 			return fmt.Errorf("%s.id_reuse_policy: %q (reject_duplicate, allow_duplicate_failed_only, allow_duplicate)", at, r.IDReusePolicy)
@@ -177,8 +222,67 @@ func (rs Routes) Validate() error {
 		default:
 			return fmt.Errorf("%s.key: %q (event_id, scheduled_for)", at, r.Key)
 		}
+		if r.Mode == ModeSignal && r.Key != KeyEventID {
+			return fmt.Errorf("%s.key: %q; a signal route delivers each event by its event ID (key event_id)", at, r.Key)
+		}
 	}
 	return nil
+}
+
+// validateMode checks the mode and the fields that belong to it, and
+// fills the signal route's defaults (signal name, parsed template).
+func (r *Route) validateMode(at string) error {
+	switch r.Mode {
+	case "":
+		r.Mode = ModeStart
+	case ModeStart, ModeSignal:
+	default:
+		return fmt.Errorf("%s.mode: %q (start, signal)", at, r.Mode)
+	}
+	if r.Mode == ModeStart {
+		switch {
+		case r.WorkflowIDTemplate != "":
+			return fmt.Errorf("%s.workflow_id_template: set on a start route (its workflow IDs are activity-%s:{event_id}); use mode: signal", at, r.ID)
+		case r.Signal != "":
+			return fmt.Errorf("%s.signal: set on a start route; use mode: signal", at)
+		}
+		r.tmpl = nil
+		return nil
+	}
+	if r.WorkflowIDTemplate == "" {
+		return fmt.Errorf("%s.workflow_id_template: empty; a signal route needs the entity workflow's ID, e.g. \"order-{data.order_id}\"", at)
+	}
+	t, err := ParseIDTemplate(r.WorkflowIDTemplate)
+	if err != nil {
+		return fmt.Errorf("%s.workflow_id_template: %w", at, err)
+	}
+	r.tmpl = &t
+	if r.Signal == "" {
+		r.Signal = schemas.DefaultSignalName
+	}
+	if hasControl(r.Signal) || len(r.Signal) > MaxWorkflowIDBytes {
+		return fmt.Errorf("%s.signal: %q has a control character or is over %d bytes", at, r.Signal, MaxWorkflowIDBytes)
+	}
+	if r.Definition != nil {
+		return fmt.Errorf("%s.definition: a signal route starts its entity workflow without input; the definition would be lost", at)
+	}
+	return nil
+}
+
+// Template is a signal route's parsed workflow ID template (nil for a
+// start route). A route that was not validated has it parsed on demand.
+func (r *Route) Template() (*IDTemplate, error) {
+	if r.Mode != ModeSignal {
+		return nil, nil
+	}
+	if r.tmpl != nil {
+		return r.tmpl, nil
+	}
+	t, err := ParseIDTemplate(r.WorkflowIDTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("route %s: workflow_id_template: %w", r.ID, err)
+	}
+	return &t, nil
 }
 
 // Workflow ID keys.
@@ -190,6 +294,19 @@ const (
 // WorkflowID is activity-{activityID}:{key}, the seed contract's format.
 func WorkflowID(activityID, key string) string {
 	return "activity-" + activityID + ":" + key
+}
+
+// DeliveryKey is the ledger key of a signal route's delivery of one
+// event, signal-{activityID}:{eventID}: the "workflow ID" its ledger row
+// is claimed under. It is not a Temporal workflow ID (the entity's is the
+// template's): the prefix keeps it apart from every start route's
+// activity-{id}:{key}, and route IDs are unique across modes. It names
+// the route and the event, not the entity, so that one event ID is one
+// delivery per route whatever its data says: a copy with another payload
+// is a conflict even if that payload would name another entity, and a
+// changed template does not deliver old events again.
+func DeliveryKey(activityID, eventID string) string {
+	return "signal-" + activityID + ":" + eventID
 }
 
 // workflowKey is the key of WorkflowID(activityID, key): its inverse.

@@ -46,6 +46,53 @@ type StartRequest struct {
 	// reads it back), however often it is retried or re-driven.
 	Generation int
 	Input      schemas.WorkflowInput
+	// Signal, when set, makes the request a signal route's delivery
+	// rather than a start: WorkflowID is then the delivery key (the
+	// ledger's, signal-{route}:{event_id}: the one the start pool
+	// coalesces and the marker marks), Input is unused, and the starter
+	// signals Signal.WorkflowID with SignalWithStart, starting it
+	// (WorkflowType, TaskQueue, ReusePolicy, no input) if no run is open.
+	Signal *SignalRequest
+}
+
+// SignalRequest is the signal half of a signal route's delivery.
+type SignalRequest struct {
+	// WorkflowID is the entity workflow's ID (the route's template).
+	WorkflowID string
+	// Name is the signal's name (the route's signal).
+	Name  string
+	Input schemas.SignalEvent
+}
+
+// EventID is the event the request is for, for logs and dead letters.
+func (r *StartRequest) EventID() string {
+	if r.Signal != nil {
+		return r.Signal.Input.EventID
+	}
+	return r.Input.EventID
+}
+
+// IDRule is how the request's event ID was obtained.
+func (r *StartRequest) IDRule() string {
+	if r.Signal != nil {
+		return r.Signal.Input.IDRule
+	}
+	return r.Input.IDRule
+}
+
+// NewSignalRequest is signal route rt's delivery of event ev into the
+// entity workflow entity: the request's WorkflowID is the delivery key.
+// A delivery is always of generation 1: a delivered event is never
+// delivered again (Route.MayRerun), so its request ID is one per key.
+func NewSignalRequest(rt *Route, ev *eventid.Event, entity string) StartRequest {
+	key := DeliveryKey(rt.ID, ev.ID)
+	return StartRequest{
+		Namespace: rt.Namespace, WorkflowID: key, WorkflowType: rt.WorkflowType, TaskQueue: rt.TaskQueue, ReusePolicy: rt.IDReusePolicy,
+		Signal: &SignalRequest{WorkflowID: entity, Name: rt.Signal, Input: schemas.SignalEvent{
+			EventID: ev.ID, DeliveryID: key, ActivityID: rt.ID, WorkflowID: entity, IDRule: string(ev.Rule),
+			Type: ev.Type, Source: ev.Source, Subject: ev.Subject, Time: ev.Time, Data: ev.Data, DataBase64: ev.Bytes,
+			DataContentType: ev.ContentType}},
+	}
 }
 
 // NewStartRequest is the start of route rt's workflow wid for event ev.
@@ -59,7 +106,11 @@ func NewStartRequest(rt *Route, ev *eventid.Event, wid string) StartRequest {
 }
 
 // StartResult is a start that Temporal accepted, or refused because the
-// workflow ID was already started: both count as success.
+// workflow ID was already started: both count as success. For a signal
+// delivery, RunID is the run that has the signal, and AlreadyStarted says
+// it was a run already open (SignalWithStart signalled it, or found this
+// delivery's request ID already recorded in it) rather than one the
+// delivery started.
 type StartResult struct {
 	RunID          string
 	AlreadyStarted bool

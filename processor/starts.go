@@ -227,6 +227,13 @@ func (s *startPool) worker() {
 			return err
 		})
 		switch {
+		case err == nil && j.req.Signal != nil:
+			s.delivered(j, res)
+			if s.hooks.AfterSignal != nil {
+				s.hooks.AfterSignal()
+			}
+			j.runID = res.RunID
+			s.markQ <- j
 		case err == nil:
 			if res.AlreadyStarted {
 				s.m.starts.WithLabelValues("already_started").Inc()
@@ -246,6 +253,23 @@ func (s *startPool) worker() {
 		default: // revoked, lost or shutting down
 			s.done(j, false)
 		}
+	}
+}
+
+// delivered counts and logs a signal route's delivery that Temporal
+// accepted: into a run it started (started) or one already open
+// (signaled; a re-sent delivery whose request ID the run had recorded
+// is counted here too: Temporal answers it alike, without a second
+// signal).
+func (s *startPool) delivered(j *job, res StartResult) {
+	result := "started"
+	if res.AlreadyStarted {
+		result = "signaled"
+	}
+	s.m.signals.WithLabelValues(result).Inc()
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.Debug("event delivered", "workflow_id", j.req.WorkflowID, "entity_workflow_id", j.req.Signal.WorkflowID,
+			"run_id", res.RunID, "event_id", j.req.Signal.Input.EventID, "result", result)
 	}
 }
 
@@ -324,7 +348,7 @@ func (s *startPool) startInstead(j *job) bool {
 // written (no second write), and the mark is tried again.
 func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
 	err := s.dlq.put(ctx, []deadLetter{{rec: j.rec, reason: ReasonTemporalPermanent, err: cause, workflow: j.req.WorkflowID,
-		eventID: j.req.Input.EventID, rule: j.req.Input.IDRule}})
+		eventID: j.req.EventID(), rule: j.req.IDRule()}})
 	if err == nil {
 		// The job leaves the in-flight map before the mark: once the row
 		// is dead_lettered, a copy claimed after it re-claims the row

@@ -9,13 +9,18 @@ import (
 )
 
 // Target is one workflow an event starts: the route and its workflow ID,
-// activity-{route id}:{Key}.
+// activity-{route id}:{Key}; or, for a signal route, one delivery: its
+// ledger key WorkflowID, signal-{route id}:{Key} (DeliveryKey), and the
+// entity workflow the event is signalled into.
 type Target struct {
 	Route      *Route
 	WorkflowID string
 	// Key is the workflow ID's second half: the event ID, or the
 	// normalised data.scheduled_for of a scheduled_for route.
 	Key string
+	// Entity is a signal route's entity workflow ID (its template,
+	// rendered); empty for a start route.
+	Entity string
 }
 
 // Targets returns the workflows ev starts, one per matching route, in
@@ -37,6 +42,18 @@ func targetsOf(routes []*Route, ev *eventid.Event) ([]Target, error) {
 	}
 	out := make([]Target, len(routes))
 	for i, rt := range routes {
+		if rt.Mode == ModeSignal {
+			t, err := rt.Template()
+			if err != nil {
+				return nil, err
+			}
+			entity, err := t.Render(rt.ID, ev.Data)
+			if err != nil {
+				return nil, fmt.Errorf("route %s: %w", rt.ID, err)
+			}
+			out[i] = Target{Route: rt, WorkflowID: DeliveryKey(rt.ID, ev.ID), Key: ev.ID, Entity: entity}
+			continue
+		}
 		key := ev.ID
 		if rt.Key == KeyScheduledFor {
 			var err error
@@ -64,19 +81,24 @@ const MaxWorkflowIDBytes = 1000
 var ErrWorkflowIDTooLong = errors.New("workflow ID too long")
 
 // RouteOf returns the route whose workflow IDs look like workflowID
-// (activity-{route id}:...), or nil. Route IDs have no colon, so the
-// prefix names one route at most.
+// (activity-{route id}:..., or a signal route's delivery key
+// signal-{route id}:...), or nil. Route IDs have no colon, so the prefix
+// names one route at most.
 func (rs Routes) RouteOf(workflowID string) *Route {
 	rest, ok := strings.CutPrefix(workflowID, "activity-")
+	signal := false
 	if !ok {
-		return nil
+		if rest, ok = strings.CutPrefix(workflowID, "signal-"); !ok {
+			return nil
+		}
+		signal = true
 	}
 	id, _, ok := strings.Cut(rest, ":")
 	if !ok {
 		return nil
 	}
 	for i := range rs {
-		if rs[i].ID == id {
+		if rs[i].ID == id && (rs[i].Mode == ModeSignal) == signal {
 			return &rs[i]
 		}
 	}

@@ -91,6 +91,46 @@ func (in WorkflowInput) MarshalJSON() ([]byte, error) {
 	}{plain(in), in.MissedCount})
 }
 
+// SignalEvent is the input of the signal a signal route (mode: signal)
+// sends to its entity workflow, with SignalWithStartWorkflowExecution: one
+// signal per event. Its event fields mirror WorkflowInput's. Fields are
+// only ever added, never renamed.
+//
+// A workflow must deduplicate the signals it receives by EventID: dedup
+// delivers each event at least once, and Temporal drops a re-sent signal
+// (same request ID) only within the run that recorded it, not across
+// continue-as-new or a new run (docs/signals.md).
+type SignalEvent struct {
+	// EventID is the event's ID under the route's ID rule: the key a
+	// workflow deduplicates signals by.
+	EventID string `json:"event_id"`
+	// DeliveryID is the ledger key of this delivery,
+	// signal-{activity_id}:{event_id}: one per route and event (whatever
+	// entity the event's data names), the same on every re-delivery.
+	DeliveryID string `json:"delivery_id"`
+	// ActivityID is the route that delivered the event.
+	ActivityID string `json:"activity_id"`
+	// WorkflowID is the entity workflow's ID, from the route's template.
+	WorkflowID string `json:"workflow_id"`
+	// IDRule says how EventID was obtained: header, field, content or
+	// coordinates.
+	IDRule string `json:"id_rule"`
+	Type   string `json:"type"`
+	Source string `json:"source,omitempty"`
+	// Subject is the CloudEvents subject, when the event has one.
+	Subject string          `json:"subject,omitempty"`
+	Time    string          `json:"time,omitempty"`
+	Data    json.RawMessage `json:"data"`
+	// DataBase64 is binary data, as in WorkflowInput: Data is null then.
+	DataBase64 []byte `json:"data_base64,omitempty"`
+	// DataContentType is the data's media type as the producer declared
+	// it, if it did.
+	DataContentType string `json:"datacontenttype,omitempty"`
+}
+
+// DefaultSignalName is the signal name of a signal route that names none.
+const DefaultSignalName = "event"
+
 // Trigger kinds of WorkflowInput.TriggerKind.
 const (
 	TriggerEvent = "event"

@@ -15,8 +15,10 @@ import (
 // failpoints reads DEDUP_FAILPOINT, which the crash tests set: the process
 // exits abruptly (as SIGKILL would leave it: nothing flushed, nothing
 // committed) at the named point, on its Nth visit. Values:
-// "after-claim[:N]" (claims committed, nothing started) and
-// "after-start[:N]" (a workflow started, not marked, offset not committed).
+// "after-claim[:N]" (claims committed, nothing started),
+// "after-start[:N]" (a workflow started, not marked, offset not committed)
+// and "after-signal[:N]" (a signal route's SignalWithStart accepted, the
+// delivery not marked, offset not committed).
 //
 // Only test binaries have it (go build -tags failpoints); the shipped one
 // refuses the variable (nofailpoints.go).
@@ -46,8 +48,10 @@ func failpoints(spec string) (processor.Hooks, error) {
 		h.AfterClaim = crash
 	case "after-start":
 		h.AfterStart = crash
+	case "after-signal":
+		h.AfterSignal = crash
 	default:
-		return h, fmt.Errorf("DEDUP_FAILPOINT %q: unknown failpoint (after-claim, after-start)", spec)
+		return h, fmt.Errorf("DEDUP_FAILPOINT %q: unknown failpoint (after-claim, after-start, after-signal)", spec)
 	}
 	return h, nil
 }

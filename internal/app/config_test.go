@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+
+	"github.com/dedupio/dedup/processor"
 )
 
 // The example shipped in deploy/ is the config reference the README points
@@ -21,8 +23,15 @@ func TestExampleConfigLoads(t *testing.T) {
 	if cfg.Postgres.URL != "postgres://u@localhost/db" {
 		t.Errorf("postgres.url = %q, want it expanded from DATABASE_URL", cfg.Postgres.URL)
 	}
-	if len(cfg.Kafka.Routes) != 2 || cfg.Kafka.Routes[1].Key != "scheduled_for" || cfg.Kafka.Routes[0].Key != "event_id" {
+	if len(cfg.Kafka.Routes) != 3 || cfg.Kafka.Routes[1].Key != "scheduled_for" || cfg.Kafka.Routes[0].Key != "event_id" ||
+		cfg.Kafka.Routes[0].Mode != processor.ModeStart {
 		t.Errorf("routes not handed to the router with defaults: %+v", cfg.Kafka.Routes)
+	}
+	if sig := cfg.Kafka.Routes[2]; sig.Mode != processor.ModeSignal || sig.WorkflowIDTemplate != "order-{data.order_id}" || sig.Signal != "event" ||
+		sig.IDReusePolicy != processor.ReuseAllowDuplicate {
+		t.Errorf("the signal route: %+v", sig)
+	} else if tm, err := sig.Template(); err != nil || tm.String() != sig.WorkflowIDTemplate {
+		t.Errorf("the signal route's template: %v, %v", tm, err)
 	}
 	if cfg.Kafka.SessionTimeout != 45*time.Second || cfg.Starts.MarkInterval != 10*time.Millisecond {
 		t.Errorf("durations: %s %s", cfg.Kafka.SessionTimeout, cfg.Starts.MarkInterval)

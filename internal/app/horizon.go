@@ -210,10 +210,12 @@ func ReadHorizon(ctx context.Context, cfg Config, ledgerMemory time.Duration, tc
 }
 
 // onlyLedger says whether a route's reuse policy lets Temporal start a
-// closed ID again (allow_*): then only the ledger guards replays.
+// closed ID again (allow_*), or a route is a signal route (Temporal drops
+// a re-sent signal only within the run that recorded it): then only the
+// ledger guards replays.
 func onlyLedger(cfg Config) bool {
 	for _, rt := range cfg.Routes {
-		if rt.IDReusePolicy != processor.ReuseRejectDuplicate {
+		if rt.IDReusePolicy != processor.ReuseRejectDuplicate || rt.Mode == processor.ModeSignal {
 			return true
 		}
 	}

@@ -159,10 +159,14 @@ type Decision struct {
 	Routes        []RouteMatch `json:"routes"`
 }
 
-// RouteMatch is a matching route and the workflow ID it gives.
+// RouteMatch is a matching route and the workflow ID it gives: for a
+// signal route, the delivery key the ledger claims
+// (signal-{route}:{event_id}) and the entity workflow the event is
+// signalled into.
 type RouteMatch struct {
-	Route      Route  `json:"route"`
-	WorkflowID string `json:"workflow_id"`
+	Route            Route  `json:"route"`
+	WorkflowID       string `json:"workflow_id"`
+	EntityWorkflowID string `json:"entity_workflow_id,omitempty"`
 }
 
 // Group is the consumer group's progress on the record's partition.
@@ -180,6 +184,13 @@ type Group struct {
 type Workflow struct {
 	WorkflowID string `json:"workflow_id"`
 	Route      *Route `json:"route,omitempty"` // nil when the config has no route of its activity
+	// EntityWorkflowID is, for a signal route's delivery key, the entity
+	// workflow the record's event is signalled into (when the record was
+	// read and decided): Temporal is its execution, and the ledger's run
+	// the entity run that took the signal. No ledger/Temporal disagreement
+	// is judged for a delivery but a stale pending row: an entity's
+	// latest run moves on (continue-as-new, later events) by design.
+	EntityWorkflowID string `json:"entity_workflow_id,omitempty"`
 	// Ledger is its row; nil when there is none (or PostgreSQL did not
 	// answer).
 	Ledger *LedgerRow `json:"ledger,omitempty"`
@@ -235,6 +246,9 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 		for i := range t.cfg.Routes {
 			if rt := &t.cfg.Routes[i]; rt.Key == processor.KeyEventID {
 				w := processor.WorkflowID(rt.ID, q.EventID)
+				if rt.Mode == processor.ModeSignal {
+					w = processor.DeliveryKey(rt.ID, q.EventID)
+				}
 				candidates[w] = true
 				addWID(w)
 			}
@@ -271,6 +285,7 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 	// matched are the workflow IDs the record gives, when it was read and
 	// decided (nil otherwise).
 	var matched map[string]bool
+	entities := map[string]string{} // a delivery key's entity workflow, from the decision
 	if at != nil {
 		rec, state, b, err := t.readRecord(ctx, at.Topic, at.Partition, at.Offset)
 		problems.add("kafka", err)
@@ -283,9 +298,12 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 			}
 			ex.Decision = decisionView(&d, t.cfg.Kafka.NoRoute)
 			matched = map[string]bool{}
-			for _, in := range d.Intents {
+			for j, in := range d.Intents {
 				addWID(in.WorkflowID)
 				matched[in.WorkflowID] = true
+				if d.Entities != nil && d.Entities[j] != "" {
+					entities[in.WorkflowID] = d.Entities[j]
+				}
 			}
 			if d.DeadLetter == "" && !d.Skipped() {
 				recHash = d.Event.PayloadHash[:]
@@ -369,7 +387,18 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 			// that nothing claimed: not one of its workflows.
 			continue
 		}
-		tex, err := t.describe(ctx, w, false)
+		rt := t.cfg.Routes.RouteOf(w)
+		signal := rt != nil && rt.Mode == processor.ModeSignal
+		var tex *Execution
+		var err error
+		switch {
+		case !signal:
+			tex, err = t.describe(ctx, w, false)
+		case entities[w] != "":
+			// A delivery key is no Temporal workflow: its entity is.
+			wf.EntityWorkflowID = entities[w]
+			tex, err = t.describeIn(ctx, t.namespace(w), entities[w], false)
+		}
 		problems.add("temporal", err)
 		if candidates[w] && !matched[w] && !traced && (tex == nil || !tex.Found) {
 			// No record decided, and no source knows this workflow ID:
@@ -381,7 +410,11 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 		if matched != nil && !matched[w] {
 			wf.Verdict, wf.Why = notMatched(at, row, wf.Route, len(matched))
 		}
-		wf.Disagreements = judge(row, tex, now, t.cfg.Postgres.PendingAlertAfter)
+		if signal {
+			wf.Disagreements = judge(row, nil, now, t.cfg.Postgres.PendingAlertAfter)
+		} else {
+			wf.Disagreements = judge(row, tex, now, t.cfg.Postgres.PendingAlertAfter)
+		}
 		ex.Workflows = append(ex.Workflows, wf)
 		if row != nil || len(wf.Conflicts) > 0 || len(wf.DeadLetters) > 0 || (tex != nil && tex.Found) {
 			ex.Found = true
@@ -451,7 +484,11 @@ func decisionView(d *processor.Decision, noRoute string) *Decision {
 		v.NoRoutePolicy = noRoute
 	}
 	for i, in := range d.Intents {
-		v.Routes = append(v.Routes, RouteMatch{Route: *routeView(d.Routes[i]), WorkflowID: in.WorkflowID})
+		m := RouteMatch{Route: *routeView(d.Routes[i]), WorkflowID: in.WorkflowID}
+		if d.Entities != nil {
+			m.EntityWorkflowID = d.Entities[i]
+		}
+		v.Routes = append(v.Routes, m)
 	}
 	return v
 }

@@ -402,7 +402,7 @@ func (t *Tool) forecast(ctx context.Context, moves []PartitionMove, stable map[s
 func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []*kgo.Record, seen map[string]string, f *Forecast) error {
 	var (
 		intents []processor.Intent
-		policy  []processor.ReusePolicy // of each intent's route
+		routes  []*processor.Route // of each intent
 		dls     []processor.DeadLetter
 	)
 	for _, kr := range batch {
@@ -422,7 +422,7 @@ func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []
 		default:
 			intents = append(intents, d.Intents...)
 			for j := range d.Intents {
-				policy = append(policy, d.Routes[j].IDReusePolicy)
+				routes = append(routes, d.Routes[j])
 			}
 		}
 	}
@@ -476,7 +476,7 @@ func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []
 			seen[in.WorkflowID] = "new"
 		case v.Verdict == processor.VerdictDuplicate:
 			f.Duplicates++
-			if policy[i].MayRerun() {
+			if routes[i].MayRerun() {
 				f.MayRerun++
 			}
 		case seen[in.WorkflowID] != "":

@@ -62,11 +62,16 @@ func status(s enumspb.WorkflowExecutionStatus) string {
 // describe asks Temporal for workflowID's latest run (and, with runs, for
 // every run visibility lists).
 func (t *Tool) describe(ctx context.Context, workflowID string, runs bool) (*Execution, error) {
+	return t.describeIn(ctx, t.namespace(workflowID), workflowID, runs)
+}
+
+// describeIn is describe in namespace ns (a signal route's entity
+// workflow, whose ID names no route).
+func (t *Tool) describeIn(ctx context.Context, ns, workflowID string, runs bool) (*Execution, error) {
 	tc, err := t.temporal(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ns := t.namespace(workflowID)
 	resp, err := tc.WorkflowService().DescribeWorkflowExecution(ctx, &workflowservice.DescribeWorkflowExecutionRequest{
 		Namespace: ns, Execution: &commonpb.WorkflowExecution{WorkflowId: workflowID}})
 	var nf *serviceerror.NotFound

@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -54,6 +55,11 @@ func (ex *Explanation) text(w *strings.Builder) {
 			p("           type %q source %q time %q", d.Type, d.Source, d.Time)
 			p("           payload hash %s", d.PayloadHash)
 			for _, m := range d.Routes {
+				if m.EntityWorkflowID != "" {
+					p("           route %s (signal %q to %s, %s) -> delivery %s into workflow %s", m.Route.ID, m.Route.Signal,
+						m.Route.WorkflowType, m.Route.IDReusePolicy, m.WorkflowID, m.EntityWorkflowID)
+					continue
+				}
 				p("           route %s (%s, %s) -> %s", m.Route.ID, m.Route.WorkflowType, m.Route.IDReusePolicy, m.WorkflowID)
 			}
 		}
@@ -63,7 +69,11 @@ func (ex *Explanation) text(w *strings.Builder) {
 	}
 	for _, wf := range ex.Workflows {
 		p("")
-		p("workflow   %s", wf.WorkflowID)
+		if wf.EntityWorkflowID != "" {
+			p("delivery   %s  into workflow %s", wf.WorkflowID, wf.EntityWorkflowID)
+		} else {
+			p("workflow   %s", wf.WorkflowID)
+		}
 		workflowText(w, wf.Route, wf.Ledger, wf.SamePayload, wf.Conflicts, wf.DeadLetters, wf.Temporal, wf.Disagreements)
 		p("  verdict  %s: %s", wf.Verdict, wf.Why)
 	}
@@ -79,7 +89,11 @@ func (ex *Explanation) text(w *strings.Builder) {
 func workflowText(w *strings.Builder, rt *Route, row *LedgerRow, same *bool, cs []Conflict, dls []DeadLetter, tx *Execution, ds []Disagreement) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	if rt != nil {
-		p("  route    %s: %s on %s, %s, key %s", rt.ID, rt.WorkflowType, rt.TaskQueue, rt.IDReusePolicy, rt.Key)
+		if rt.Mode == processor.ModeSignal {
+			p("  route    %s: signal %q, workflow ID %s, %s on %s, %s", rt.ID, rt.Signal, rt.WorkflowIDTemplate, rt.WorkflowType, rt.TaskQueue, rt.IDReusePolicy)
+		} else {
+			p("  route    %s: %s on %s, %s, key %s", rt.ID, rt.WorkflowType, rt.TaskQueue, rt.IDReusePolicy, rt.Key)
+		}
 	} else {
 		p("  route    none in the config")
 	}

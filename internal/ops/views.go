@@ -85,13 +85,19 @@ type Route struct {
 	TaskQueue     string `json:"task_queue"`
 	IDReusePolicy string `json:"id_reuse_policy"`
 	Key           string `json:"key"`
+	// Mode is start or signal; a signal route's workflow ID template and
+	// signal name follow.
+	Mode               string `json:"mode,omitempty"`
+	WorkflowIDTemplate string `json:"workflow_id_template,omitempty"`
+	Signal             string `json:"signal,omitempty"`
 }
 
 func routeView(rt *processor.Route) *Route {
 	if rt == nil {
 		return nil
 	}
-	return &Route{ID: rt.ID, WorkflowType: rt.WorkflowType, TaskQueue: rt.TaskQueue, IDReusePolicy: string(rt.IDReusePolicy), Key: rt.Key}
+	return &Route{ID: rt.ID, WorkflowType: rt.WorkflowType, TaskQueue: rt.TaskQueue, IDReusePolicy: string(rt.IDReusePolicy), Key: rt.Key,
+		Mode: rt.Mode, WorkflowIDTemplate: rt.WorkflowIDTemplate, Signal: rt.Signal}
 }
 
 // Disagreement is where the ledger and Temporal tell different stories of

@@ -110,7 +110,10 @@ type Event struct {
 	Rule   Rule // which rule produced ID
 	Type   string
 	Source string
-	Time   string // as the producer wrote it; may be empty
+	// Subject is the CloudEvents subject, when the event has a string one
+	// (ce_subject, subject); informative, not part of the identity.
+	Subject string
+	Time    string // as the producer wrote it; may be empty
 	// Data is the payload as received (its bytes in the record: encoding
 	// it into a workflow input compacts it; not canonicalised), so
 	// that workflows see what the producer sent. It is null when the data
@@ -265,6 +268,7 @@ func NewDecoder(cfg Config) (*Decoder, error) {
 type envelope struct {
 	kind              Envelope
 	typ, source, time string
+	subject           string
 	// data is what identity hashes: the JSON data, or for binary data
 	// (bytes) the base64 text as a JSON string.
 	data        json.RawMessage
@@ -282,7 +286,7 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	ev := Event{Type: env.typ, Source: env.source, Time: env.time, Data: env.data, Envelope: env.kind, Bytes: env.bytes, ContentType: env.contentType}
+	ev := Event{Type: env.typ, Source: env.source, Subject: env.subject, Time: env.time, Data: env.data, Envelope: env.kind, Bytes: env.bytes, ContentType: env.contentType}
 	if env.bytes != nil {
 		ev.Data = json.RawMessage("null")
 	}
@@ -445,6 +449,9 @@ func binaryEnvelope(r Record) (envelope, error) {
 		}
 		env.source = string(src)
 	}
+	if sub, ok := header(r.Headers, "ce_subject"); ok && utf8.Valid(sub) {
+		env.subject = string(sub) // informative only: never a reason to refuse the event
+	}
 	if t, ok := header(r.Headers, "ce_time"); ok {
 		if !utf8.Valid(t) {
 			return env, fail(ReasonUndecodable, "ce_time header is not UTF-8")
@@ -512,6 +519,9 @@ func structuredEnvelope(obj members) (envelope, error) {
 	}
 	if env.time, err = stringAttr(obj, "time", false); err != nil {
 		return env, err
+	}
+	if sub, _ := obj.get("subject"); len(sub) > 0 && sub[0] == '"' {
+		env.subject, _ = unquote(sub) // informative only, as datacontenttype
 	}
 	if ct, _ := obj.get("datacontenttype"); len(ct) > 0 && ct[0] == '"' {
 		env.contentType, _ = unquote(ct) // informative only: a malformed one is left out, as before it was read

@@ -6,6 +6,12 @@
 // router, a re-drive, or a retried RPC whose first attempt did reach the
 // server) comes back as "already started", which is success.
 //
+// A signal route's delivery (processor.StartRequest.Signal) is one
+// SignalWithStartWorkflowExecution to the entity workflow, with a request
+// ID per delivery key (SignalRequestID), which Temporal records in the run
+// it signals and so drops a re-sent delivery within that run (not across
+// continue-as-new or a new run: docs/signals.md).
+//
 // Errors are classified once, here (Permanent): unavailable, throttled,
 // timed out and internal errors, a namespace that is failing over, and
 // whatever a proxy or load balancer in front of Temporal answers (an HTTP
@@ -161,6 +167,9 @@ var requestIDSpace = uuid.MustParse("5d1f3c0e-8f7a-4a55-9b0e-6c2d7e9a41b3")
 func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (processor.StartResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
+	if req.Signal != nil {
+		return t.signalWithStart(ctx, req)
+	}
 	input, err := t.dc.ToPayloads(req.Input)
 	if err != nil {
 		return processor.StartResult{}, processor.Permanent(fmt.Errorf("encoding input of workflow %s: %w", req.WorkflowID, err))
@@ -198,6 +207,72 @@ func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 		return processor.StartResult{RunID: already.RunId, AlreadyStarted: true}, nil
 	}
 	err = fmt.Errorf("starting workflow %s: %w", req.WorkflowID, err)
+	if Permanent(err) {
+		return processor.StartResult{}, processor.Permanent(err)
+	}
+	return processor.StartResult{}, err
+}
+
+// SignalRequestID is the request ID of every SignalWithStart of one
+// delivery (its ledger key, signal-{route}:{event_id}): a name-based UUID,
+// the same on every retry and re-drive. Temporal (v1.32) records a
+// signal's request ID in the run that received it (the run SignalWithStart
+// started included) and drops a signal whose request ID that run has
+// recorded: so a re-driven delivery (a crash between the signal and the
+// mark) is not signalled twice into one run. The record is per run: a run
+// that continued as new, or a new run after the entity closed, does not
+// have it (docs/signals.md).
+func SignalRequestID(deliveryKey string) string {
+	return uuid.NewSHA1(signalRequestIDSpace, []byte(deliveryKey)).String()
+}
+
+// signalRequestIDSpace namespaces deliveries' request IDs (a fixed random
+// UUID, other than requestIDSpace: a delivery key and a workflow ID never
+// share a request ID).
+var signalRequestIDSpace = uuid.MustParse("0b8f6f1e-2c47-4f0e-9a53-7d1e5c3a9b64")
+
+// signalWithStart delivers a signal route's event: it signals the entity
+// workflow's open run, or starts one (the route's workflow type, task
+// queue and reuse policy, no input) with the signal as its first event.
+// The request ID is SignalRequestID's.
+//
+// If the entity's last run is closed and the reuse policy refuses a new
+// run, Temporal answers "already started": the event cannot be delivered
+// (permanent: dead-lettered as temporal_permanent), unless that closed run
+// was started by this very delivery (its start carries our request ID; a
+// re-drive after the run got the signal and closed): that is success.
+func (t *Temporal) signalWithStart(ctx context.Context, req processor.StartRequest) (processor.StartResult, error) {
+	sig := req.Signal
+	input, err := t.dc.ToPayloads(sig.Input)
+	if err != nil {
+		return processor.StartResult{}, processor.Permanent(fmt.Errorf("encoding signal of workflow %s: %w", sig.WorkflowID, err))
+	}
+	rid := SignalRequestID(req.WorkflowID)
+	resp, err := t.c.WorkflowService().SignalWithStartWorkflowExecution(ctx, &workflowservice.SignalWithStartWorkflowExecutionRequest{
+		Namespace:             t.ns(req.Namespace),
+		WorkflowId:            sig.WorkflowID,
+		WorkflowType:          &commonpb.WorkflowType{Name: req.WorkflowType},
+		TaskQueue:             &taskqueuepb.TaskQueue{Name: req.TaskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+		Identity:              t.identity,
+		RequestId:             rid,
+		WorkflowIdReusePolicy: ReusePolicy(req.ReusePolicy),
+		// Signal the open run; never fail or terminate it (FAIL is
+		// refused for SignalWithStart anyway).
+		WorkflowIdConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		SignalName:               sig.Name,
+		SignalInput:              input,
+	})
+	var already *serviceerror.WorkflowExecutionAlreadyStarted
+	switch {
+	case err == nil:
+		return processor.StartResult{RunID: resp.GetRunId(), AlreadyStarted: !resp.GetStarted()}, nil
+	case errors.As(err, &already) && already.StartRequestId == rid:
+		return processor.StartResult{RunID: already.RunId, AlreadyStarted: true}, nil
+	case errors.As(err, &already):
+		return processor.StartResult{}, processor.Permanent(fmt.Errorf("delivering event %s to workflow %s: its last run %s is closed "+
+			"and id_reuse_policy %s refuses a new run: %w", sig.Input.EventID, sig.WorkflowID, already.RunId, req.ReusePolicy, err))
+	}
+	err = fmt.Errorf("signalling workflow %s with start: %w", sig.WorkflowID, err)
 	if Permanent(err) {
 		return processor.StartResult{}, processor.Permanent(err)
 	}

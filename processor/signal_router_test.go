@@ -1,0 +1,202 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// signalConfig is the env's config with one signal route: order.* events
+// go to the entity workflow order-{data.order_id}.
+func (e *testEnv) signalConfig(policy ReusePolicy) Config {
+	cfg := e.config()
+	cfg.Routes = Routes{{ID: "orders", Mode: ModeSignal, Match: Match{Type: "order.*"}, WorkflowType: "Order", TaskQueue: "q",
+		WorkflowIDTemplate: "order-{data.order_id}", IDReusePolicy: policy}}
+	return cfg
+}
+
+// orderEvent is event id of order order with payload v.
+func orderEvent(id, order, v string) []byte {
+	return fmt.Appendf(nil, `{"specversion":"1.0","id":%q,"type":"order.updated","source":"shop","data":{"order_id":%q,"v":%q}}`, id, order, v)
+}
+
+// N events for K entities, every one sent twice (on both partitions, so
+// copies race): each entity workflow has one run, which received each of
+// its events exactly once; every delivery key is started with that run;
+// no duplicate asked Temporal anything; a copy with another payload is a
+// conflict, not a second signal.
+func TestSignalRouteDeliversEachEventOnce(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.signalConfig("")
+	const n, k = 24, 3
+	want := map[string][]string{}
+	for i := range n {
+		id, order := fmt.Sprintf("e%d", i), fmt.Sprintf("o%d", i%k)
+		e.produceRaw(0, orderEvent(id, order, "v"))
+		e.produceRaw(1, orderEvent(id, order, "v"))
+		want["order-"+order] = append(want["order-"+order], id)
+	}
+	rn := e.start("r1", cfg)
+	e.waitCommittedToEnd(10 * time.Second)
+
+	for entity, ids := range want {
+		runs := e.starter.signalsOf(entity)
+		if len(runs) != 1 {
+			t.Fatalf("%s: %d runs, want 1", entity, len(runs))
+		}
+		got := slices.Clone(runs[0])
+		slices.Sort(got)
+		slices.Sort(ids)
+		if !slices.Equal(got, ids) {
+			t.Errorf("%s received %v, want each of %v once", entity, runs[0], ids)
+		}
+	}
+	for i := range n {
+		key := DeliveryKey("orders", fmt.Sprintf("e%d", i))
+		run, _ := e.led.row(key)
+		entity := fmt.Sprintf("order-o%d", i%k)
+		if st := e.led.state(key); st != stateStarted || run != e.starter.executionsOf(entity)[0].runID {
+			t.Errorf("%s: ledger %q run %q, want started with %s's run", key, st, run, entity)
+		}
+		if c := e.starter.lastRunCount(key); c != 0 {
+			t.Errorf("%s: %d LastRun calls; a signal route never re-checks a delivered event", key, c)
+		}
+	}
+	if c := len(e.starter.swsCalls()); c != n {
+		t.Errorf("%d SignalWithStart calls, want %d (one per event: copies wait on the delivery in flight or are duplicates)", c, n)
+	}
+	count := func(result string) float64 {
+		var m dto.Metric
+		if err := rn.r.m.signals.WithLabelValues(result).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	started, signaled := count("started"), count("signaled")
+	if started != k || signaled != n-k {
+		t.Errorf("dedup_signals_delivered_total started %v signaled %v, want %d and %d", started, signaled, k, n-k)
+	}
+
+	// A copy of e0 with another payload, then another whose data names
+	// another order: both conflicts of signal-orders:e0.
+	e.produceRaw(0, orderEvent("e0", "o0", "other"))
+	e.produceRaw(1, orderEvent("e0", "o1", "v"))
+	e.waitCommittedToEnd(10 * time.Second)
+	if got := e.dlqReasons(); got[string(ReasonConflict)] != 2 || len(got) != 1 {
+		t.Errorf("dead letters %v, want 2 conflicts", got)
+	}
+	if c := len(e.starter.swsCalls()); c != n {
+		t.Errorf("%d SignalWithStart calls after the conflicts, want still %d", c, n)
+	}
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A crash between the signal and the mark leaves the delivery's row
+// pending; the redelivered record re-drives it, and SignalWithStart is
+// sent again with the same request ID: the run recorded it with the first
+// signal, so it is not signalled twice. The row ends started with that run.
+// If the entity continued as new in between, the new run has no record of
+// the request ID and receives the event again: the case the workflow
+// covers by deduplicating by event ID (docs/signals.md).
+func TestSignalRedriveIsNotSignalledTwice(t *testing.T) {
+	t.Run("same run", func(t *testing.T) { testSignalRedrive(t, false) })
+	t.Run("continued as new", func(t *testing.T) { testSignalRedrive(t, true) })
+}
+
+func testSignalRedrive(t *testing.T, continued bool) {
+	e := newTestEnv(t, 1, envOpt{})
+	cfg := e.signalConfig("")
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDecider(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := orderEvent("e1", "o1", "v")
+	dec := d.Decide(&kgo.Record{Topic: testTopic, Value: raw})
+	key := dec.Intents[0].WorkflowID
+	// What the crashed router did: claimed, then signalled, not marked.
+	e.led.seed(key, statePending, dec.Intents[0].PayloadHash)
+	if _, err := e.starter.Start(context.Background(), dec.Start(0)); err != nil {
+		t.Fatal(err)
+	}
+	if continued {
+		e.starter.continueAsNew("order-o1")
+	}
+
+	e.produceRaw(0, raw)
+	rn := e.start("r1", cfg)
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if c := len(e.starter.swsCalls()); c != 2 {
+		t.Errorf("%d SignalWithStart calls, want 2 (the crashed router's and the re-drive)", c)
+	}
+	got := e.starter.signalsOf("order-o1")
+	runs := e.starter.executionsOf("order-o1")
+	if !continued && (len(got) != 1 || !slices.Equal(got[0], []string{"e1"})) {
+		t.Errorf("order-o1 received %v, want one run with e1 once", got)
+	}
+	if continued && (len(got) != 2 || !slices.Equal(got[0], []string{"e1"}) || !slices.Equal(got[1], []string{"e1"})) {
+		t.Errorf("order-o1 received %v, want e1 in the first run and again in the run it continued as", got)
+	}
+	if run, _ := e.led.row(key); e.led.state(key) != stateStarted || run != runs[len(runs)-1].runID {
+		t.Errorf("ledger %q run %q, want started with the entity's run that has the re-drive's answer", e.led.state(key), run)
+	}
+}
+
+// An event for an entity whose run closed: under allow_duplicate (the
+// signal routes' default) it starts the entity's next run; under
+// reject_duplicate it cannot be delivered and is dead-lettered
+// (temporal_permanent), its row dead_lettered. Neither asks LastRun.
+func TestSignalToAClosedEntity(t *testing.T) {
+	for _, policy := range []ReusePolicy{"", ReuseRejectDuplicate} {
+		name := string(policy)
+		if name == "" {
+			name = "default_allow_duplicate"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newTestEnv(t, 1, envOpt{})
+			cfg := e.signalConfig(policy)
+			e.produceRaw(0, orderEvent("e1", "o1", "v"))
+			rn := e.start("r1", cfg)
+			e.waitCommittedToEnd(10 * time.Second)
+			e.starter.complete("order-o1")
+			e.produceRaw(0, orderEvent("e2", "o1", "v"))
+			e.produceRaw(0, orderEvent("e1", "o1", "v")) // a duplicate: never delivered again
+			e.waitCommittedToEnd(10 * time.Second)
+			if err := rn.stop(); err != nil {
+				t.Fatal(err)
+			}
+			got := e.starter.signalsOf("order-o1")
+			key2 := DeliveryKey("orders", "e2")
+			if policy == "" {
+				if len(got) != 2 || !slices.Equal(got[0], []string{"e1"}) || !slices.Equal(got[1], []string{"e2"}) {
+					t.Errorf("runs received %v, want [e1] then a new run [e2]", got)
+				}
+				if e.led.state(key2) != stateStarted || len(e.dlqReasons()) != 0 {
+					t.Errorf("e2: ledger %q, dead letters %v", e.led.state(key2), e.dlqReasons())
+				}
+			} else {
+				if len(got) != 1 || !slices.Equal(got[0], []string{"e1"}) {
+					t.Errorf("runs received %v, want [e1] only", got)
+				}
+				if e.led.state(key2) != stateDeadLettered || e.dlqReasons()[string(ReasonTemporalPermanent)] != 1 {
+					t.Errorf("e2: ledger %q, dead letters %v; want dead_lettered, one temporal_permanent", e.led.state(key2), e.dlqReasons())
+				}
+			}
+			if c := e.starter.lastRunCount(DeliveryKey("orders", "e1")) + e.starter.lastRunCount("order-o1"); c != 0 {
+				t.Errorf("%d LastRun calls", c)
+			}
+		})
+	}
+}
