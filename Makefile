@@ -162,6 +162,7 @@ model: deps
 	bash processor/model/check.sh
 	bash processor/model/check.sh --bug >/dev/null
 	bash processor/model/check.sh --holes >/dev/null
+	bash processor/model/check.sh --signals >/dev/null
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime 60s ./processor/eventid
