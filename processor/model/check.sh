@@ -51,8 +51,10 @@
 #                                               by Temporal within one run), mark, commit; the entity
 #                                               workflow's seen-set, carried across continue-as-new:
 #                                               SD (delivered at least once), SO (observed at most once),
-#                                               exactly once at the end, S3, D, M, E, E2, with and
-#                                               without the request ID (the commit in one step); each of
+#                                               exactly once at the end, S3, D, M, E, E2 and liveness,
+#                                               on two records (p0: [A], p1: [A'], -DWA) with all the
+#                                               faults; without the request ID, the request ID alone in
+#                                               one run, and an eviction in one run, which pass; each of
 #                                               these must show its counterexample: no seen-set (SO,
 #                                               via continue-as-new), the seen-set's bound evicting the
 #                                               ID (SO), the same without request IDs in one run (SO),
@@ -61,10 +63,9 @@
 #                                               without failing: the entity workflow completes, and a
 #                                               retried or re-driven SignalWithStart starts a new run
 #                                               that admits the event again (SO)
-#   bash processor/model/check.sh --signals-big the same plus the commit's three parts, liveness, two
-#                                               continues-as-new, and the request ID alone (no
-#                                               seen-set) and the seen-set's eviction without a
-#                                               continue-as-new, which must pass (minutes)
+#   bash processor/model/check.sh --signals-big the same plus the passing searches on the default
+#                                               workload (3 records; the commit in one step, and
+#                                               safety with the commit's three parts) (minutes)
 #
 # `make model` runs the default mode, --bug, --holes and --signals.
 #
@@ -353,26 +354,39 @@ all|--big)
 	echo "== signal routes (-DSIGNAL): claim -> deliver (SignalWithStart) -> mark -> commit (two lanes${CHECK_SERIAL:+, one after the other}) =="
 	SO='failed assertion: assert\(\(nobs<=1\)\)'
 	ONCE='failed assertion: assert\(\(dlv&&\(nobs==1\)\)\)'
+	# the passing searches: the two-record workload WA (p0: [A], p1: [A'],
+	# all the faults, the commit's three parts), and with --signals-big
+	# also the default workload (3 records) with the commit in one step
+	# (the commit's three parts and 3 records: signal-split-commit)
 	signals1() {
-		echo "-- SD, SO, exactly once, S3, D, M, E, E2: request ID and seen-set, one continue-as-new (the commit in one step)"
-		expect_pass signal-safety "-DSIGNAL -DATOMIC_COMMIT" "-DSAFETY -DNOCLAIM" ""
+		echo "-- SD, SO, exactly once, S3, D, M, E, E2: request ID and seen-set, one continue-as-new"
+		OPT=-O0 expect_pass signal-safety-wa "-DSIGNAL -DWA" "-DSAFETY -DNOCLAIM" ""
+		echo "-- L: a claimed delivery is marked"
+		OPT=-O0 expect_pass signal-live-wa "-DSIGNAL -DWA" "" "-a -f -N live"
+		echo "-- two continues-as-new (-DNCAN=2)"
+		OPT=-O0 expect_pass signal-2can-wa "-DSIGNAL -DWA -DNCAN=2" "-DSAFETY -DNOCLAIM" ""
 		if [ "$MODE" = --signals-big ]; then
-			echo "-- the same with the commit's three parts"
-			expect_pass signal-split-commit "-DSIGNAL" "-DSAFETY -DNOCLAIM" ""
-			echo "-- the same with two continues-as-new"
-			expect_pass signal-2can "-DSIGNAL -DATOMIC_COMMIT -DNCAN=2" "-DSAFETY -DNOCLAIM" ""
-			echo "-- L: a claimed delivery is marked"
+			echo "-- 3 records (the commit in one step): SD, SO, exactly once, S3, D, M, E, E2; L"
+			expect_pass signal-safety "-DSIGNAL -DATOMIC_COMMIT" "-DSAFETY -DNOCLAIM" ""
 			expect_pass signal-live "-DSIGNAL -DATOMIC_COMMIT" "" "-a -f -N live"
+			echo "-- 3 records, the commit's three parts"
+			expect_pass signal-split-commit "-DSIGNAL" "-DSAFETY -DNOCLAIM" ""
+			echo "-- 3 records, two continues-as-new"
+			expect_pass signal-2can "-DSIGNAL -DATOMIC_COMMIT -DNCAN=2" "-DSAFETY -DNOCLAIM" ""
 		fi
 		return $FAILED
 	}
 	signals2() {
 		echo "-- without the request ID (-DSIG_NO_REQID): the seen-set alone; SD, SO, exactly once, S3, D, M, E, E2"
-		expect_pass signal-noreqid "-DSIGNAL -DSIG_NO_REQID -DATOMIC_COMMIT" "-DSAFETY -DNOCLAIM" ""
+		OPT=-O0 expect_pass signal-noreqid-wa "-DSIGNAL -DWA -DSIG_NO_REQID" "-DSAFETY -DNOCLAIM" ""
+		echo "-- the request ID alone (-DSIG_NO_WFDEDUP) in one run (-DNCAN=0): SO holds"
+		OPT=-O0 expect_pass signal-no-wfdedup-nocan-wa "-DSIGNAL -DWA -DSIG_NO_WFDEDUP -DNCAN=0" "-DSAFETY -DNOCLAIM" ""
+		echo "-- the seen-set's bound evicts the ID (-DNDROP=1) in one run (-DNCAN=0): the request ID covers it, SO holds"
+		OPT=-O0 expect_pass signal-evict-nocan-wa "-DSIGNAL -DWA -DNDROP=1 -DNCAN=0" "-DSAFETY -DNOCLAIM" ""
 		if [ "$MODE" = --signals-big ]; then
-			echo "-- the request ID alone (-DSIG_NO_WFDEDUP) in one run (-DNCAN=0): SO holds"
+			echo "-- the same three, 3 records (the commit in one step)"
+			expect_pass signal-noreqid "-DSIGNAL -DSIG_NO_REQID -DATOMIC_COMMIT" "-DSAFETY -DNOCLAIM" ""
 			expect_pass signal-no-wfdedup-nocan "-DSIGNAL -DSIG_NO_WFDEDUP -DNCAN=0 -DATOMIC_COMMIT" "-DSAFETY -DNOCLAIM" ""
-			echo "-- the seen-set's bound evicts the ID (-DNDROP=1) in one run (-DNCAN=0): the request ID covers it, SO holds"
 			expect_pass signal-evict-nocan "-DSIGNAL -DNDROP=1 -DNCAN=0 -DATOMIC_COMMIT" "-DSAFETY -DNOCLAIM" ""
 		fi
 		echo "-- no seen-set, the request ID alone (-DSIG_NO_WFDEDUP): SO must fail, by a continue-as-new"

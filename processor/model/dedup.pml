@@ -52,6 +52,9 @@
  *   MUT_NEXT_FROM_RUN next = g_L + 1 (the claim's generation ignored).
  *   W4                4 records (p0: [A, A''], p1: [B, A']) instead of 3.
  *   W2                2 records (p0: [A], p1: [B]): no re-send of A.
+ *   WA                2 records (p0: [A], p1: [A']): the event and its
+ *                     cross-partition re-send, no conflicting copy (the
+ *                     signal searches of make model).
  *   TXN               transactional workload, 4 log entries (p0: [X, M],
  *                     p1: [A, C]): X (hash B) belongs to an aborted
  *                     transaction, M is its abort marker, C the commit
@@ -147,7 +150,7 @@
 #define NP    2   /* partitions */
 #if defined(W4) || defined(TXN)
 #define NREC  4   /* records in all partitions (TXN: log entries, markers included) */
-#elif defined(W2)
+#elif defined(W2) || defined(WA)
 #define NREC  2
 #else
 #define NREC  3
@@ -1460,6 +1463,12 @@ init {
 		pbase[0] = 0; pbase[1] = 1;
 		rpart[0] = 0; roff[0] = 0; rwid[0] = 0; rhash[0] = A;
 		rpart[1] = 1; roff[1] = 0; rwid[1] = 0; rhash[1] = B;
+#elif defined(WA)
+		/* p0: [A]   p1: [A']  -- the event and a cross-partition re-send */
+		plen[0] = 1; plen[1] = 1;
+		pbase[0] = 0; pbase[1] = 1;
+		rpart[0] = 0; roff[0] = 0; rwid[0] = 0; rhash[0] = A;
+		rpart[1] = 1; roff[1] = 0; rwid[1] = 0; rhash[1] = A;
 #elif defined(TXN)
 		/* p0: [X, M]   p1: [A, C]  -- X (hash B, the event's ID) was written
 		 * in a transaction that aborted, M is its abort marker; A was
