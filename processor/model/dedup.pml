@@ -1194,7 +1194,10 @@ proctype replica(byte r) {
 
 	/* ---- start (Temporal), wid 0 ---- */
 #ifdef SIGNAL
-	/* ---- deliver: SignalWithStart to the entity workflow ---- */
+	/* ---- deliver: processor.(*startPool).deliver ->
+	 * sink/starter.(*Temporal).SignalWithStart (intended names), the job's
+	 * call in the worker, retried by (*health).retry; a timeout after it
+	 * landed leaves the job to retry it ---- */
 	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) -> LANDED(r);
 		printf("MSC: r%d deliver rec%d's event: SignalWithStart (request ID of the delivery key)\n", r, rep[r].jown[0]);
 		tsignal(r);
