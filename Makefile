@@ -157,11 +157,15 @@ bench-smoke: deps
 
 # The protocol model (processor/model): every property of claim -> start ->
 # mark -> commit under crashes, revokes and zombies, checked exhaustively by
-# SPIN (about a minute); and the old in-batch rule must still be caught.
+# SPIN (about a minute); the old in-batch rule and the review's holes must
+# still be caught; and signal routes (claim -> SignalWithStart -> mark ->
+# commit, the entity workflow's seen-set): delivered at least once, observed
+# at most once, and the counterexamples without the seen-set.
 model: deps
 	bash processor/model/check.sh
 	bash processor/model/check.sh --bug >/dev/null
 	bash processor/model/check.sh --holes >/dev/null
+	bash processor/model/check.sh --signals >/dev/null
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime 60s ./processor/eventid

@@ -52,6 +52,9 @@
  *   MUT_NEXT_FROM_RUN next = g_L + 1 (the claim's generation ignored).
  *   W4                4 records (p0: [A, A''], p1: [B, A']) instead of 3.
  *   W2                2 records (p0: [A], p1: [B]): no re-send of A.
+ *   WA                2 records (p0: [A], p1: [A']): the event and its
+ *                     cross-partition re-send, no conflicting copy (the
+ *                     signal searches of make model).
  *   TXN               transactional workload, 4 log entries (p0: [X, M],
  *                     p1: [A, C]): X (hash B) belongs to an aborted
  *                     transaction, M is its abort marker, C the commit
@@ -96,6 +99,41 @@
  *                     check.sh's breadth-first violation searches.
  *   NCRASH=n NREVOKE=n NZOMBIE=n NTIMEOUT=n   fault budgets (default 1).
  *
+ *   SIGNAL            a route of mode signal: the job of a claim delivers
+ *                     the event to its entity workflow instead of starting
+ *                     a workflow. The ledger row is keyed by the delivery
+ *                     key (entity workflow ID + event ID; NWID = 1: one
+ *                     event, one entity workflow); claim, coalescing,
+ *                     mark and commit are the starts' (reject_duplicate:
+ *                     a DUPLICATE copy is finished). The deliver step is
+ *                     SignalWithStart with a request ID derived from the
+ *                     delivery key. Temporal (the entity proctype):
+ *                     an open run dedups that request ID (its mutable
+ *                     state's signal requested IDs); a closed run or none
+ *                     makes SignalWithStart start a new run (with the
+ *                     request ID in its set); continue-as-new starts a run
+ *                     with a fresh set. The entity workflow handles each
+ *                     accepted signal in a step of its own: it drops an
+ *                     event ID its seen-set holds, else admits it
+ *                     (observed) and adds it; the seen-set is carried
+ *                     across continue-as-new, not to a new run after the
+ *                     close. Checks SD (a committed record's event was
+ *                     delivered), SO (observed at most once) and, when all
+ *                     is over, exactly once. Not with FAILED_ONLY, PERM,
+ *                     TXN.
+ *   NCAN=n NCLOSE=n NDROP=n   (SIGNAL) continues-as-new of the entity
+ *                     workflow (default 1), closes (completed; default 0:
+ *                     a known hole, README.md), evictions of the event ID
+ *                     from the seen-set by its bound (default 0).
+ *   SIG_NO_REQID      (SIGNAL) no request ID (a fresh one per call):
+ *                     Temporal accepts every SignalWithStart.
+ *   SIG_NO_WFDEDUP    (SIGNAL) no seen-set: the entity workflow admits
+ *                     every signal it handles. Expected to violate SO
+ *                     (continue-as-new, then a re-drive).
+ *   SIG_UNDRAINED     (SIGNAL) the entity workflow may continue as new or
+ *                     complete with accepted signals it has not handled
+ *                     (they are lost). Expected to fail "exactly once".
+ *
  * Every action is one atomic step (d_step): a ledger statement, a Temporal
  * call, one of the three parts of a broker commit, a rebalance. Replicas
  * interleave at those steps.
@@ -104,12 +142,15 @@
 #if defined(PERM) && defined(FAILED_ONLY)
 #error "PERM is modelled under reject_duplicate only"
 #endif
+#if defined(SIGNAL) && (defined(FAILED_ONLY) || defined(PERM) || defined(TXN))
+#error "SIGNAL is modelled without FAILED_ONLY, PERM and TXN"
+#endif
 
 #define NR    2   /* replicas */
 #define NP    2   /* partitions */
 #if defined(W4) || defined(TXN)
 #define NREC  4   /* records in all partitions (TXN: log entries, markers included) */
-#elif defined(W2)
+#elif defined(W2) || defined(WA)
 #define NREC  2
 #else
 #define NREC  3
@@ -197,6 +238,32 @@ byte xgens[NWID];       /* bit g: some run was created by a start of generation 
 #define NFAIL 1
 #endif
 byte nfail = NFAIL;     /* executions that may close as failed */
+#endif
+
+#ifdef SIGNAL
+/* ---- Temporal: the entity workflow of the event (SIGNAL) ---- */
+#ifndef NCAN
+#define NCAN 1          /* continues-as-new */
+#endif
+#ifndef NCLOSE
+#define NCLOSE 0        /* closes (completed): 1 shows the known hole */
+#endif
+#ifndef NDROP
+#define NDROP 0         /* the seen-set's bound evicts the event ID */
+#endif
+bit  eopen;             /* the entity workflow has an open run */
+bit  erid;              /* the open run's mutable state holds the delivery's
+                         * request ID (its signal requested IDs) */
+bit  eseen;             /* the entity workflow's seen-set holds the event ID */
+byte epend;             /* signals of the event the open run accepted and the
+                         * workflow has not handled yet */
+byte ncan = NCAN;
+byte nclose = NCLOSE;
+byte ndrop = NDROP;
+/* history, for SD, SO and "exactly once" */
+bit  dlv;               /* a run accepted a signal of the event: delivered */
+byte nobs;              /* times the entity workflow admitted the event: observed */
+byte nend;              /* replicas whose run is over */
 #endif
 
 /* ---- dead-letter topic ---- */
@@ -581,6 +648,43 @@ inline tstart(r, w, g) {
 #endif
 }
 
+#ifdef SIGNAL
+/* processor.(*startPool).deliver (intended name: the worker's step for a
+ * signal route's job) -> sink/starter.(*Temporal).SignalWithStart
+ * (intended name): SignalWithStartWorkflowExecution to the entity
+ * workflow, request ID derived from the delivery key. Temporal
+ * (service/history/api/signalwithstart): a running current run takes the
+ * signal unless its mutable state holds the request ID (IsSignalRequested:
+ * a duplicate, answered with success), and records it (AddSignalRequested);
+ * with no run or a closed one, a new run is started with the signal
+ * (NewWorkflowWithSignal, which records the request ID in the new run). */
+#ifdef SIG_NO_REQID
+#define SIGRID 0
+#else
+#define SIGRID erid
+#endif
+inline tsignal(r) {
+	if
+	:: eopen && SIGRID ->
+		printf("MSC: r%d   Temporal: the open run holds the request ID: duplicate signal, not added (success)\n", r)
+	:: eopen && !SIGRID ->
+#ifndef SIG_NO_REQID
+		erid = 1;
+#endif
+		epend++; dlv = 1;
+		printf("MSC: r%d   Temporal: the open run accepts the signal (%d not handled)\n", r, epend)
+	:: !eopen ->
+		/* a new run: a fresh mutable state and a fresh seen-set (the
+		 * workflow's input carries none) */
+		eopen = 1; eseen = 0; epend = 1; dlv = 1;
+#ifndef SIG_NO_REQID
+		erid = 1;
+#endif
+		printf("MSC: r%d   Temporal: no open run: a new run of the entity workflow is started with the signal\n", r)
+	fi
+}
+#endif
+
 inline clearjob(r, w) {
 	rep[r].jph[w] = J_NONE; rep[r].jown[w] = 0; rep[r].jwait[w] = 0; rep[r].jorph[w] = 0;
 	rep[r].jgen[w] = 0; rep[r].jrun[w] = 0; rep[r].jsreq[w] = 0
@@ -626,7 +730,8 @@ inline doneok(r, w) {
  * waiters. Start first, record after: SET state = 'started', run_id,
  * generation = greatest(generation, g) WHERE state = 'pending' OR
  * (state = 'started' AND generation < g), g the start's generation.
- * RERUN_FIRST: pending rows only. */
+ * RERUN_FIRST: pending rows only. SIGNAL: the same marker and MarkStarted
+ * after the delivery (intended: the row marked delivered, i.e. started). */
 inline mark(r, w) {
 	if
 #if defined(RERUN_FIRST)
@@ -643,8 +748,13 @@ inline mark(r, w) {
 #endif
 	:: else
 	fi;
+#ifdef SIGNAL
+	printf("MSC: r%d mark wid%d started (delivered): row %d; finish rec%d (orphaned=%d: not finished if 1) and waiters mask %d\n", r, w,
+		lst[w], rep[r].jown[w], rep[r].jorph[w], rep[r].jwait[w]);
+#else
 	printf("MSC: r%d mark wid%d started (run %d, generation %d): row %d generation %d; finish rec%d (orphaned=%d: not finished if 1) and waiters mask %d\n", r, w,
 		rep[r].jrun[w], rep[r].jgen[w], lst[w], lgen[w], rep[r].jown[w], rep[r].jorph[w], rep[r].jwait[w]);
+#endif
 	doneok(r, w)
 }
 
@@ -895,6 +1005,8 @@ inline accept(r, p, off) {
 			evdl(rwid[c_]);
 			assert(dlw[c_] || exec[rwid[c_]] > 0 || f_);   /* S1 */
 			f_ = 0;
+#elif defined(SIGNAL)
+			assert(dlw[c_] || dlv);   /* SD (S1): the event was delivered */
 #else
 			assert(dlw[c_] || exec[rwid[c_]] > 0);   /* S1 */
 #endif
@@ -1032,6 +1144,8 @@ inline finalcheck(q) {
 			evdl(rwid[c_]);
 			assert(!(dlw[c_] == 0 && exec[rwid[c_]] == 0 && !f_));  /* S1 at the end: no lost event */
 			f_ = 0
+#elif defined(SIGNAL)
+			assert(!(dlw[c_] == 0 && !dlv))  /* SD at the end: no event left undelivered */
 #else
 			assert(!(dlw[c_] == 0 && exec[rwid[c_]] == 0))  /* S1 at the end: no lost event */
 #endif
@@ -1079,7 +1193,19 @@ proctype replica(byte r) {
 		c_ = 0; rep[r].dlpend = 0 }
 
 	/* ---- start (Temporal), wid 0 ---- */
-#ifndef PERM
+#ifdef SIGNAL
+	/* ---- deliver: processor.(*startPool).deliver ->
+	 * sink/starter.(*Temporal).SignalWithStart (intended names), the job's
+	 * call in the worker, retried by (*health).retry; a timeout after it
+	 * landed leaves the job to retry it ---- */
+	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) -> LANDED(r);
+		printf("MSC: r%d deliver rec%d's event: SignalWithStart (request ID of the delivery key)\n", r, rep[r].jown[0]);
+		tsignal(r);
+		rep[r].jph[0] = J_MARK }
+	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) && ntmo > 0 -> LANDED(r);
+		printf("MSC: r%d deliver rec%d's event: SignalWithStart TIMEOUT (outcome unknown), will retry\n", r, rep[r].jown[0]);
+		ntmo--; tsignal(r) }
+#elif !defined(PERM)
 	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) -> LANDED(r);
 		printf("MSC: r%d start wid0 generation %d for rec%d\n", r, rep[r].jgen[0], rep[r].jown[0]);
 		tstart(r, 0, rep[r].jgen[0]);
@@ -1243,7 +1369,11 @@ proctype replica(byte r) {
 
 	/* ---- the run is over ---- */
 	:: d_step { ALLDONE && rep[r].jph[0] == J_NONE && !rep[r].dlpend && rep[r].tph == 0 ->
-		finalcheck(q) };
+		finalcheck(q)
+#ifdef SIGNAL
+		; nend++
+#endif
+		};
 		break
 	od
 }
@@ -1256,6 +1386,66 @@ end:	do
 		printf("MSC: Temporal: execution %d of wid0 FAILED\n", exec[0]) }
 	:: d_step { xlast[0] == X_RUNNING -> xlast[0] = X_COMPLETED;
 		printf("MSC: Temporal: execution %d of wid0 completed\n", exec[0]) }
+	od
+}
+#endif
+
+#ifdef SIGNAL
+#ifdef SIG_NO_WFDEDUP
+#define SEEN 0
+#else
+#define SEEN eseen
+#endif
+#ifdef SIG_UNDRAINED
+#define DRAINED 1
+#else
+#define DRAINED (epend == 0)
+#endif
+/* Temporal and the entity workflow (the workflow side of signal routes,
+ * branch h-sigwf; its function names are not fixed yet) */
+active proctype entity() {
+end:	do
+	/* the workflow handles an accepted signal: the seen-set check drops an
+	 * event ID it holds, else admits the event (observed) and adds its ID */
+	:: d_step { epend > 0 -> epend--;
+		if
+		:: SEEN ->
+			printf("MSC: entity workflow: the event's ID is in the seen-set: dropped\n")
+		:: else ->
+			eseen = 1; nobs++;
+			printf("MSC: entity workflow: event admitted (observed %d times)\n", nobs);
+			assert(nobs <= 1)   /* SO: observed at most once */
+		fi }
+	/* continue-as-new (workflow.NewContinueAsNewError with the seen-set in
+	 * its input): the new run has a fresh mutable state, so no signal
+	 * request ID; the seen-set is carried. Only once every accepted signal
+	 * is handled (the workflow drains its signal channel first; Temporal
+	 * refuses a CAN while new signals are buffered) */
+	:: d_step { eopen && DRAINED && ncan > 0 -> ncan--;
+		erid = 0;
+#ifdef SIG_UNDRAINED
+		if :: epend > 0 -> printf("MSC: entity workflow: %d accepted signals not handled: lost\n", epend) :: else fi;
+		epend = 0;
+#endif
+		printf("MSC: entity workflow: CONTINUE-AS-NEW (request IDs reset; seen-set carried: %d)\n", eseen) }
+	/* the run completes: a later SignalWithStart starts a new run, with no
+	 * seen-set and no request ID */
+	:: d_step { eopen && DRAINED && nclose > 0 -> nclose--;
+		eopen = 0; erid = 0; eseen = 0;
+#ifdef SIG_UNDRAINED
+		if :: epend > 0 -> printf("MSC: entity workflow: %d accepted signals not handled: lost\n", epend) :: else fi;
+		epend = 0;
+#endif
+		printf("MSC: entity workflow: run COMPLETED (closed)\n") }
+	/* the seen-set's bound evicts the event's ID (it saw that many other
+	 * events since) */
+	:: d_step { eseen && ndrop > 0 -> ndrop--; eseen = 0;
+		printf("MSC: entity workflow: the seen-set's bound EVICTS the event's ID\n") }
+	/* all is over: the event was delivered and observed exactly once */
+	:: d_step { nend == NR && epend == 0 ->
+		printf("MSC: the end: delivered %d, observed %d times\n", dlv, nobs);
+		assert(dlv && nobs == 1) };
+		break
 	od
 }
 #endif
@@ -1276,6 +1466,12 @@ init {
 		pbase[0] = 0; pbase[1] = 1;
 		rpart[0] = 0; roff[0] = 0; rwid[0] = 0; rhash[0] = A;
 		rpart[1] = 1; roff[1] = 0; rwid[1] = 0; rhash[1] = B;
+#elif defined(WA)
+		/* p0: [A]   p1: [A']  -- the event and a cross-partition re-send */
+		plen[0] = 1; plen[1] = 1;
+		pbase[0] = 0; pbase[1] = 1;
+		rpart[0] = 0; roff[0] = 0; rwid[0] = 0; rhash[0] = A;
+		rpart[1] = 1; roff[1] = 0; rwid[1] = 0; rhash[1] = A;
 #elif defined(TXN)
 		/* p0: [X, M]   p1: [A, C]  -- X (hash B, the event's ID) was written
 		 * in a transaction that aborted, M is its abort marker; A was
