@@ -649,9 +649,9 @@ inline tstart(r, w, g) {
 }
 
 #ifdef SIGNAL
-/* processor.(*startPool).deliver (intended name: the worker's step for a
- * signal route's job) -> sink/starter.(*Temporal).SignalWithStart
- * (intended name): SignalWithStartWorkflowExecution to the entity
+/* processor.(*startPool).worker (a signal route's job: StartRequest.Signal set) for a
+ * signal route's job) -> sink/starter.(*Temporal).Start ->
+ * signalWithStart: SignalWithStartWorkflowExecution to the entity
  * workflow, request ID derived from the delivery key. Temporal
  * (service/history/api/signalwithstart): a running current run takes the
  * signal unless its mutable state holds the request ID (IsSignalRequested:
@@ -731,7 +731,7 @@ inline doneok(r, w) {
  * generation = greatest(generation, g) WHERE state = 'pending' OR
  * (state = 'started' AND generation < g), g the start's generation.
  * RERUN_FIRST: pending rows only. SIGNAL: the same marker and MarkStarted
- * after the delivery (intended: the row marked delivered, i.e. started). */
+ * after the delivery (the row marked started: delivered). */
 inline mark(r, w) {
 	if
 #if defined(RERUN_FIRST)
@@ -1194,8 +1194,8 @@ proctype replica(byte r) {
 
 	/* ---- start (Temporal), wid 0 ---- */
 #ifdef SIGNAL
-	/* ---- deliver: processor.(*startPool).deliver ->
-	 * sink/starter.(*Temporal).SignalWithStart (intended names), the job's
+	/* ---- deliver: processor.(*startPool).worker ->
+	 * sink/starter.(*Temporal).Start -> signalWithStart, the job's
 	 * call in the worker, retried by (*health).retry; a timeout after it
 	 * landed leaves the job to retry it ---- */
 	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) -> LANDED(r);
