@@ -46,6 +46,9 @@ func TestAdvSignalResultOfDeliveryKeyHangs(t *testing.T) {
 	t0 := time.Now()
 	var out any
 	err = c.Result(ctx, key, &out)
+	if !errors.Is(err, client.ErrSignalDelivery) {
+		t.Errorf("Client.Result(%s): %v, want ErrSignalDelivery at once", key, err)
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Client.Result(%s) (a delivered event of a signal route) waited %s until the caller's deadline: %v; "+
 			"it polls Temporal for a workflow that cannot exist", key, time.Since(t0).Round(100*time.Millisecond), err)

@@ -84,6 +84,9 @@ func (h *Handle) Result(ctx context.Context, out any) error {
 		return fmt.Errorf("event %s: %w: ask Client.Result for one of %v", h.EventID, ErrSeveralWorkflows, h.WorkflowIDs())
 	}
 	w := h.Workflows[0]
+	if rt := h.c.cfg.Routes.RouteOf(w.ID); rt != nil && rt.Mode == processor.ModeSignal {
+		return fmt.Errorf("%w: %s", ErrSignalDelivery, w.ID)
+	}
 	return h.c.result(ctx, w, &w.hash, out)
 }
 
@@ -112,8 +115,17 @@ func (c *Client) Result(ctx context.Context, workflowID string, out any) error {
 	if err != nil {
 		return err
 	}
+	if rt := c.cfg.Routes.RouteOf(workflowID); rt != nil && rt.Mode == processor.ModeSignal {
+		return fmt.Errorf("%w: %s", ErrSignalDelivery, workflowID)
+	}
 	return c.result(ctx, w, nil, out)
 }
+
+// ErrSignalDelivery is returned by Result for a signal route's delivery
+// key (signal-{route}:{event_id}): the event went into an entity workflow
+// as a signal, and has no run or result of its own; ask the entity
+// workflow (its ID is the route's template of the event's data).
+var ErrSignalDelivery = errors.New("client: a signal route's delivery has no result of its own (the event was signalled into its entity workflow)")
 
 func (c *Client) workflow(id string) (Workflow, error) {
 	rt := c.cfg.Routes.RouteOf(id)

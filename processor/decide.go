@@ -108,7 +108,7 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 	targets, err := targetsOf(out.Routes, &ev) // Routes.Targets, matched once
 	if err != nil {
 		out.DeadLetter, out.Err = ReasonUndecodable, err
-		if errors.Is(err, ErrWorkflowIDTooLong) {
+		if errors.Is(err, ErrWorkflowIDTooLong) || errors.Is(err, ErrWorkflowIDReserved) {
 			out.DeadLetter = ReasonInvalidID
 		}
 		return out

@@ -226,6 +226,21 @@ func (rs Routes) Validate() error {
 			return fmt.Errorf("%s.key: %q; a signal route delivers each event by its event ID (key event_id)", at, r.Key)
 		}
 	}
+	// Signal routes that name one entity (the same template) must agree
+	// on what it is: whichever event comes first starts it, and the
+	// others' signals go into that run.
+	for i := range rs {
+		for j := i + 1; j < len(rs); j++ {
+			a, b := &rs[i], &rs[j]
+			if a.Mode != ModeSignal || b.Mode != ModeSignal || a.WorkflowIDTemplate != b.WorkflowIDTemplate {
+				continue
+			}
+			if a.WorkflowType != b.WorkflowType || a.TaskQueue != b.TaskQueue || a.Signal != b.Signal || a.Namespace != b.Namespace {
+				return fmt.Errorf("routes[%d] (%s) and routes[%d] (%s): both signal the entities of %s but with another workflow_type, task_queue, signal or namespace: "+
+					"whichever event comes first starts the entity, and the other route's signals go into a run that does not read them", i, a.ID, j, b.ID, a.WorkflowIDTemplate)
+			}
+		}
+	}
 	return nil
 }
 

@@ -80,6 +80,11 @@ const MaxWorkflowIDBytes = 1000
 // invalid_id.
 var ErrWorkflowIDTooLong = errors.New("workflow ID too long")
 
+// ErrWorkflowIDReserved is the error of a signal route's entity workflow
+// ID that its template rendered with a prefix of dedup's own IDs
+// (activity-, signal-): dead-lettered as invalid_id.
+var ErrWorkflowIDReserved = errors.New("workflow ID reserved")
+
 // RouteOf returns the route whose workflow IDs look like workflowID
 // (activity-{route id}:..., or a signal route's delivery key
 // signal-{route id}:...), or nil. Route IDs have no colon, so the prefix

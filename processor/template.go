@@ -135,6 +135,14 @@ func (t IDTemplate) Render(activityID string, data json.RawMessage) (string, err
 		}
 	}
 	id := b.String()
+	if strings.HasPrefix(id, "activity-") || strings.HasPrefix(id, "signal-") {
+		// The event's data would choose a workflow ID of dedup's own:
+		// a start route's (activity-{route}:{key}) or a ledger delivery
+		// key's form. Refused, so that no event can take over another
+		// route's workflow (TestAdvSignalTemplateRendersIntoStartRouteIDs).
+		return "", fmt.Errorf("%w: template %s renders %q, which has the prefix of dedup's own IDs (activity-, signal-)",
+			ErrWorkflowIDReserved, t.src, truncate(id, 80))
+	}
 	if len(id) > MaxWorkflowIDBytes {
 		return "", fmt.Errorf("%w: template %s makes a workflow ID of %d bytes, over Temporal's %d (limit.maxIDLength)",
 			ErrWorkflowIDTooLong, t.src, len(id), MaxWorkflowIDBytes)
@@ -222,4 +230,11 @@ func kindOf(raw []byte) string {
 // which Temporal's UI and CLI cannot show and an operator cannot type.
 func hasControl(s string) bool {
 	return strings.ContainsFunc(s, unicode.IsControl)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

@@ -286,6 +286,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, tg := range p.Targets {
 		switch {
+		case pr.Tenant != "" && tg.Route.Mode == processor.ModeSignal:
+			writeProblem(w, http.StatusForbidden, "forbidden",
+				fmt.Sprintf("route %s signals an entity workflow named by the event's data, not by the event: tenants cannot send to it", tg.Route.ID), nil)
+			return
 		case pr.Tenant != "" && tg.Route.Key == processor.KeyScheduledFor:
 			writeProblem(w, http.StatusForbidden, "forbidden",
 				fmt.Sprintf("route %s keys its workflows by scheduled_for, not by event: tenants cannot start it", tg.Route.ID), nil)

@@ -136,7 +136,7 @@ func NewReceiver(ctx workflow.Context, opts Options, carried State) (*Receiver, 
 }
 
 // Receive returns the next event whose ID this chain of runs has not
-// delivered before (carried events first, then signals in arrival order),
+// delivered before (carried events first, then signals in the order Temporal received them, which is not the events' order in Kafka: docs/signals.md),
 // dropping repeats. It blocks until there is one.
 //
 // ok is false when the run should stop receiving: ctx is cancelled (and
