@@ -58,6 +58,16 @@ type ScalePoint struct {
 	TableMiB    float64 `json:"table_mib"`
 	IndexMiB    float64 `json:"index_mib"`
 	FillSeconds float64 `json:"fill_seconds"`
+	// Why (ledgerio.go): the blocks and full-page images of each phase,
+	// bytes per row, the unique index's shape and, at the largest size,
+	// where a row's heap bytes go.
+	NewIO            IOPhase            `json:"new_io"`
+	DupIO            IOPhase            `json:"duplicate_io"`
+	HeapBytesPerRow  float64            `json:"heap_bytes_per_row"`
+	IndexBytesPerRow float64            `json:"index_bytes_per_row"`
+	Key              KeyShape           `json:"key_index"`
+	Settings         string             `json:"settings,omitempty"`
+	Columns          map[string]float64 `json:"column_bytes,omitempty"`
 }
 
 // ClaimBatch is the batch the ledger-size stages claim in.
@@ -100,6 +110,14 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered 
 		// DATABASE_URL user may not be allowed), so that each pays the
 		// full-page images of its first touches alike.
 		_, _ = pool.Exec(ctx, `CHECKPOINT`)
+		key, err := keyIndex(ctx, pool)
+		if err != nil {
+			return out, err
+		}
+		io0, err := readIO(ctx, pool, key)
+		if err != nil {
+			return out, err
+		}
 		from, err := walLSN(ctx, pool)
 		if err != nil {
 			return out, err
@@ -110,7 +128,15 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered 
 		if pt.NewWAL, err = walPerRow(ctx, pool, from, len(intents)); err != nil {
 			return out, err
 		}
+		io1, err := readIO(ctx, pool, key)
+		if err != nil {
+			return out, err
+		}
+		pt.NewIO = phase(io0, io1, len(intents))
 		if err := markAllStarted(ctx, led, intents); err != nil {
+			return out, err
+		}
+		if io0, err = readIO(ctx, pool, key); err != nil {
 			return out, err
 		}
 		if from, err = walLSN(ctx, pool); err != nil {
@@ -122,11 +148,26 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered 
 		if pt.DupWAL, err = walPerRow(ctx, pool, from, len(intents)); err != nil {
 			return out, err
 		}
+		if io1, err = readIO(ctx, pool, key); err != nil {
+			return out, err
+		}
+		pt.DupIO = phase(io0, io1, len(intents))
 		var table, index int64
 		if err := pool.QueryRow(ctx, `SELECT pg_relation_size('dedup_ledger'), pg_indexes_size('dedup_ledger')`).Scan(&table, &index); err != nil {
 			return out, err
 		}
 		pt.TableMiB, pt.IndexMiB = float64(table)/(1<<20), float64(index)/(1<<20)
+		rows := size + len(intents)
+		pt.HeapBytesPerRow, pt.IndexBytesPerRow = float64(table)/float64(rows), float64(index)/float64(rows)
+		pt.Key = keyShape(ctx, pool, key, rows)
+		if i == len(sizes)-1 {
+			if pt.Columns, err = columnBytes(ctx, pool, rows, 50000); err != nil {
+				return out, err
+			}
+		}
+		_ = pool.QueryRow(ctx, `SELECT format('shared_buffers %s, effective_cache_size %s, max_wal_size %s, checkpoint_timeout %s, full_page_writes %s, wal_compression %s, fsync %s, PostgreSQL %s',
+			current_setting('shared_buffers'), current_setting('effective_cache_size'), current_setting('max_wal_size'), current_setting('checkpoint_timeout'),
+			current_setting('full_page_writes'), current_setting('wal_compression'), current_setting('fsync'), current_setting('server_version'))`).Scan(&pt.Settings)
 		if len(out) > 0 {
 			pt.NewVsFirst, pt.DupVsFirst = pt.New.PerSec/out[0].New.PerSec, pt.Duplicate.PerSec/out[0].Duplicate.PerSec
 		} else {
@@ -175,9 +216,22 @@ func fillLedger(ctx context.Context, pool *pgxpool.Pool, table string, from, to,
 	if err := exec(`SET maintenance_work_mem = '1GB'`); err != nil {
 		return err
 	}
+	// The unique key (the primary key on workflow_id before migration
+	// 00012, the index dedup_ledger_key after) is dropped and built again
+	// from its own definition.
+	var drop, create string
 	if rebuild {
-		if err := exec(fmt.Sprintf(`ALTER TABLE %s DROP CONSTRAINT %s_pkey`, table, table)); err != nil {
-			return fmt.Errorf("dropping the primary key for the fill: %w", err)
+		err := conn.QueryRow(ctx, `SELECT CASE WHEN c.conname IS NULL THEN format('DROP INDEX %s', x.indexrelid::regclass)
+				ELSE format('ALTER TABLE %s DROP CONSTRAINT %I', x.indrelid::regclass, c.conname) END,
+			CASE WHEN c.conname IS NULL THEN pg_get_indexdef(x.indexrelid)
+				ELSE format('ALTER TABLE %s ADD CONSTRAINT %I %s', x.indrelid::regclass, c.conname, pg_get_constraintdef(c.oid)) END
+			FROM pg_index x LEFT JOIN pg_constraint c ON c.conindid = x.indexrelid AND c.contype IN ('p', 'u')
+			WHERE x.indrelid = $1::regclass AND x.indisunique ORDER BY x.indexrelid LIMIT 1`, table).Scan(&drop, &create)
+		if err != nil {
+			return fmt.Errorf("reading the unique key of %s: %w", table, err)
+		}
+		if err := exec(drop); err != nil {
+			return fmt.Errorf("dropping the unique key for the fill: %w", err)
 		}
 	}
 	// A random event ID is a UUID of g's md5; an ordered one a UUIDv7 of
@@ -201,8 +255,8 @@ func fillLedger(ctx context.Context, pool *pgxpool.Pool, table string, from, to,
 		return fmt.Errorf("filling %s to %d rows: %w", table, to, err)
 	}
 	if rebuild {
-		if err := exec(fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s_pkey PRIMARY KEY (workflow_id)`, table, table)); err != nil {
-			return fmt.Errorf("rebuilding the primary key: %w", err)
+		if err := exec(create); err != nil {
+			return fmt.Errorf("rebuilding the unique key: %w", err)
 		}
 	}
 	return exec(`VACUUM ANALYZE ` + table)
@@ -541,11 +595,17 @@ func lookupRate(ctx context.Context, pool *pgxpool.Pool, table string, probe []i
 		ids = append(ids, s)
 	}
 	rows.Close()
+	// The plain ledger is found by its unique key: the expression index
+	// of migration 00012 where it exists.
+	pred := `workflow_id = ANY($1::text[])`
+	if key, err := keyIndex(ctx, pool); err == nil && key == "dedup_ledger_key" && table == "dedup_ledger" {
+		pred = `dedup_ledger_key(workflow_id) = ANY(ARRAY(SELECT dedup_ledger_key(w) FROM unnest($1::text[]) w)) AND workflow_id = ANY($1::text[])`
+	}
 	began := time.Now()
 	for i := 0; i < len(ids); i += ClaimBatch {
 		batch := ids[i:min(i+ClaimBatch, len(ids))]
 		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE workflow_id = ANY($1::text[]) AND state = 'started'`, batch).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE `+pred+` AND state = 'started'`, batch).Scan(&n); err != nil {
 			return Rate{}, err
 		}
 		if n != len(batch) {
@@ -627,8 +687,12 @@ func measureRemoval(ctx context.Context, pool *pgxpool.Pool, table string, bloat
 		return c, err
 	}
 	if stattuple {
+		key, err := keyIndex(ctx, pool)
+		if err != nil {
+			return c, err
+		}
 		err = pool.QueryRow(ctx, `SELECT (SELECT free_percent FROM pgstattuple($1::regclass)), (SELECT avg_leaf_density FROM pgstatindex($2::regclass))`,
-			table, table+"_pkey").Scan(&c.FreePctAfter, &c.IndexLeafDensity)
+			table, key).Scan(&c.FreePctAfter, &c.IndexLeafDensity)
 	}
 	return c, err
 }

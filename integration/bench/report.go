@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -491,6 +492,29 @@ func (r *Report) ledgerMarkdown() string {
 		for _, s := range r.Scale {
 			p("| %d | %.0f | %.2f | %.1f / %.1f | %.0f | %.0f | %.2f | %.1f / %.1f | %.0f / %.0f |\n", s.Rows, s.New.PerSec, s.NewVsFirst, s.NewMs.P50, s.NewMs.P99, s.NewWAL,
 				s.Duplicate.PerSec, s.DupVsFirst, s.DupMs.P50, s.DupMs.P99, s.TableMiB, s.IndexMiB)
+		}
+		p("\nWhy (per row claimed; a block read is one shared_buffers did not hold, from the page cache or the disk; FPI: full-page images in the WAL):\n\n")
+		p("| ledger rows | heap B/row | all indexes B/row | unique index: MiB, B/row, levels, leaf pages, leaf fill %% | new: key blocks read, key hit ratio, heap blocks read, other index blocks read, FPI, WAL records | duplicate: key blocks read, key hit ratio, heap blocks read, heap hit ratio |\n|---|---|---|---|---|---|\n")
+		for _, s := range r.Scale {
+			n, d := s.NewIO, s.DupIO
+			p("| %d | %.0f | %.0f | %.0f, %.1f, %d, %d, %.0f | %.2f, %.3f, %.2f, %.2f, %.2f, %.1f | %.2f, %.3f, %.2f, %.3f |\n", s.Rows, s.HeapBytesPerRow, s.IndexBytesPerRow,
+				s.Key.MiB, s.Key.BytesPerRow, s.Key.Depth, s.Key.LeafPages, s.Key.LeafDensity,
+				n.KeyReadsPerRow, n.KeyHitRatio, n.HeapReadsPerRow, n.OtherReadsPerRow, n.FPIPerRow, n.WALRecordsPerRow,
+				d.KeyReadsPerRow, d.KeyHitRatio, d.HeapReadsPerRow, d.HeapHitRatio)
+		}
+		last := r.Scale[len(r.Scale)-1]
+		p("\nUnique index: `%s`. Server: %s.\n", last.Key.Definition, last.Settings)
+		if len(last.Columns) > 0 {
+			names := make([]string, 0, len(last.Columns))
+			for c := range last.Columns {
+				names = append(names, c)
+			}
+			sort.Strings(names)
+			p("\nAverage stored bytes per column at %d rows (pg_column_size on a sample):", last.Rows)
+			for _, c := range names {
+				p(" %s %.1f;", c, last.Columns[c])
+			}
+			p("\n")
 		}
 	}
 	if x := r.Retention; x != nil {
