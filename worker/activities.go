@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/worker/idempotency"
 )
 
@@ -77,7 +78,7 @@ func (a *Activities) StartRun(ctx context.Context, in RunInput) (RunStart, error
 			// tasks again.
 			var newest int
 			if err := tx.QueryRow(ctx, `SELECT greatest(
-	(SELECT max(generation) FROM dedup_ledger WHERE workflow_id = $1),
+	(SELECT max(l.generation) FROM dedup_ledger l WHERE `+schemas.LedgerRowIs("l", "$1::text")+`),
 	(SELECT max(generation) FROM activity_run_attempts WHERE run_id = $2 AND temporal_run_id <> $3), 0)`,
 				in.WorkflowID, in.RunID, temporalRunID).Scan(&newest); err != nil {
 				return err

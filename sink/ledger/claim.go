@@ -3,8 +3,10 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/schemas"
 )
 
 // claimSQL claims the batch in one statement, one row per workflow ID.
@@ -15,24 +17,33 @@ import (
 // and sees a row another router committed after our snapshot, so a row
 // started meanwhile is answered started, not re-driven). A pending or
 // dead_lettered row with the same payload is re-claimed (attempts+1,
-// pending). Rows are inserted in workflow ID order (ORDER BY, in SQL) so
-// that two routers claiming overlapping batches lock in the same order and
-// do not deadlock.
-const claimSQL = `
+// pending). Rows are inserted in key order (ORDER BY, in SQL) so that two
+// routers claiming overlapping batches lock in the same order and do not
+// deadlock.
+//
+// The unique key is dedup_ledger_key(workflow_id) (migration 00012): an
+// ID whose digest another ID's row holds (a collision) is neither inserted
+// nor updated (the DO UPDATE's WHERE, and DISTINCT ON within the batch),
+// so it comes back without a row: claim answers it a conflict.
+var claimSQL = `
 WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int4[], $8::int8[])
+	SELECT t.*, dedup_ledger_key(t.workflow_id) AS key
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int4[], $8::int8[])
 		AS t(workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
 ), cur AS MATERIALIZED (
-	SELECT workflow_id, state, payload_hash, generation FROM dedup_ledger WHERE workflow_id = ANY($1::text[]) AND state = 'started'
+	SELECT l.workflow_id, l.state, l.payload_hash, l.generation FROM dedup_ledger l
+	WHERE dedup_ledger_key(l.workflow_id) = ANY(ARRAY(SELECT key FROM input)) AND l.workflow_id = ANY($1::text[]) AND l.state = 'started'
 ), up AS (
 	INSERT INTO dedup_ledger AS l (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
-	SELECT * FROM input i
+	SELECT DISTINCT ON (i.key) i.workflow_id, i.activity_id, i.event_id, i.id_rule, i.payload_hash, i.topic, i.kafka_partition, i.kafka_offset
+	FROM input i
 	WHERE NOT EXISTS (SELECT FROM cur WHERE cur.workflow_id = i.workflow_id)
-	ORDER BY workflow_id
-	ON CONFLICT (workflow_id) DO UPDATE SET
+	ORDER BY i.key, i.workflow_id
+	ON CONFLICT ((dedup_ledger_key(workflow_id))) DO UPDATE SET
 		attempts = l.attempts + (l.state <> 'started' AND l.payload_hash = EXCLUDED.payload_hash)::int,
 		state = CASE WHEN l.state = 'dead_lettered' AND l.payload_hash = EXCLUDED.payload_hash THEN 'pending' ELSE l.state END,
 		updated_at = CASE WHEN l.state <> 'started' AND l.payload_hash = EXCLUDED.payload_hash THEN now() ELSE l.updated_at END
+	WHERE l.workflow_id = EXCLUDED.workflow_id
 	RETURNING l.workflow_id, (l.xmax = 0) AS inserted, l.state, l.payload_hash, l.generation
 )
 SELECT i.workflow_id, coalesce(up.inserted, false), coalesce(up.state, cur.state), coalesce(up.payload_hash, cur.payload_hash),
@@ -111,10 +122,10 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []processor.Intent) (
 // payload (a conflict); and the duplicates that were re-run (generation >
 // 1, so that their verdict carries it). The rest, nearly every row of a
 // replay, are duplicates of generation 1 and cost no row in the answer.
-const startedSQL = `
+var startedSQL = `
 SELECT i.n, l.state, l.payload_hash, coalesce(l.generation, 0)
 FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS i(workflow_id, payload_hash, n)
-LEFT JOIN dedup_ledger l ON l.workflow_id = i.workflow_id
+LEFT JOIN dedup_ledger l ON ` + schemas.LedgerRowIs("l", "i.workflow_id") + `
 WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash OR l.generation > 1`
 
 // answerStarted records in got the rows already started and returns the
@@ -195,15 +206,26 @@ func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq [
 			return fmt.Errorf("reading claim verdicts: %w", err)
 		}
 		if state == nil {
-			// Impossible by construction: every ID is either started in
-			// the snapshot or inserted / locked by the upsert.
-			return fmt.Errorf("claiming workflow ID %q: neither inserted nor found", id)
+			// Another workflow ID's row holds this one's digest: no row
+			// of its own (below).
+			continue
 		}
 		s.state = *state
 		got[id] = s
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("claiming %d intents: %w", n, err)
+	}
+	for _, id := range wf {
+		if _, ok := got[id]; !ok {
+			// Every other ID is started in the snapshot or inserted /
+			// locked by the upsert. This one's dedup_ledger_key is held by
+			// another workflow ID's row (or by another ID of this batch):
+			// a conflict with no hash of its own in the ledger, recorded
+			// and dead-lettered, never started under the other's row.
+			slog.Error("ledger: two workflow IDs share one dedup_ledger_key; the second is a conflict", "workflow_id", id)
+			got[id] = stored{state: StateStarted, hash: []byte{}}
+		}
 	}
 	return nil
 }
@@ -234,7 +256,7 @@ func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got
 	}
 	if len(revive) > 0 {
 		if _, err := p.pool.Exec(ctx, `UPDATE dedup_ledger SET state = 'pending', attempts = attempts + 1, updated_at = now()
-WHERE workflow_id = ANY($1::text[]) AND state = 'dead_lettered'`, revive); err != nil {
+WHERE `+schemas.LedgerRowsOf("", "$1")+` AND state = 'dead_lettered'`, revive); err != nil {
 			return nil, fmt.Errorf("re-claiming %d dead-lettered rows: %w", len(revive), err)
 		}
 	}

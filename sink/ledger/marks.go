@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/schemas"
 )
 
 // MarkStarted moves rows from pending to started, and a started row to a
@@ -27,7 +28,7 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), generation = greatest(l.generation, u.generation),
 	started_at = now(), updated_at = now()
 FROM unnest($1::text[], $2::text[], $3::int4[]) AS u(workflow_id, run_id, generation)
-WHERE l.workflow_id = u.workflow_id AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))`, ids, runs, gens)
+WHERE `+schemas.LedgerRowIs("l", "u.workflow_id")+` AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))`, ids, runs, gens)
 	if err != nil {
 		return p.classify(fmt.Errorf("marking %d workflows started: %w", len(started), err))
 	}
@@ -44,7 +45,7 @@ func (p *Postgres) MarkDeadLettered(ctx context.Context, workflowIDs []string) e
 	ids := slices.Sorted(slices.Values(workflowIDs))
 	_, err := p.pool.Exec(ctx, `
 UPDATE dedup_ledger SET state = 'dead_lettered', updated_at = now()
-WHERE workflow_id = ANY($1::text[]) AND state = 'pending'`, ids)
+WHERE `+schemas.LedgerRowsOf("", "$1")+` AND state = 'pending'`, ids)
 	if err != nil {
 		return p.classify(fmt.Errorf("marking %d workflows dead-lettered: %w", len(ids), err))
 	}

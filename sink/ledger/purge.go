@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/dedupio/dedup/schemas"
 )
 
 // purgeable selects the ledger rows a purge of rows older than $1
@@ -74,8 +76,8 @@ WITH victims AS (
 	ORDER BY %[2]s LIMIT $2
 ), gone AS (
 	DELETE FROM dedup_ledger l USING victims v
-	WHERE l.workflow_id = v.workflow_id AND l.state = '%[1]s' AND l.%[2]s < now() - $1::interval
+	WHERE %[3]s AND l.state = '%[1]s' AND l.%[2]s < now() - $1::interval
 	RETURNING 1
 )
-SELECT (SELECT count(*) FROM victims), (SELECT count(*) FROM gone), (SELECT max(t) FROM victims)`, state, ended)
+SELECT (SELECT count(*) FROM victims), (SELECT count(*) FROM gone), (SELECT max(t) FROM victims)`, state, ended, schemas.LedgerRowIs("l", "v.workflow_id"))
 }

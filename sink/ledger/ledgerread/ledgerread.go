@@ -36,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/schemas"
 )
 
 // Options say how Open connects.
@@ -111,7 +112,7 @@ type Querier interface {
 // conflicts recorded for it (their count and distinct payload hashes).
 // dedup_conflicts holds only conflicts; it has no index by workflow ID,
 // so each row's subquery scans it.
-const lookupSQL = `
+var lookupSQL = `
 SELECT l.workflow_id, l.event_id, l.id_rule, l.state, l.payload_hash, coalesce(l.run_id, ''), l.generation,
 	l.topic, l.kafka_partition, l.kafka_offset, l.claimed_at, l.updated_at,
 	c.n, coalesce(c.hashes, '{}')
@@ -120,7 +121,7 @@ CROSS JOIN LATERAL (
 	SELECT count(*) AS n, array_agg(DISTINCT d.payload_hash ORDER BY d.payload_hash) AS hashes
 	FROM dedup_conflicts d WHERE d.workflow_id = l.workflow_id
 ) c
-WHERE l.workflow_id = ANY($1::text[])`
+WHERE ` + schemas.LedgerRowsOf("l", "$1")
 
 // Lookup runs the lookup query on q: what Reader.Lookup does, for a
 // caller with a pool of its own (sink/ledger's Lookup). It writes

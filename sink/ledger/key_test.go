@@ -1,0 +1,375 @@
+package ledger_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/schemas"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+// The ledger's unique key (migration 00012): dedup_ledger_key(workflow_id).
+
+var (
+	uuidv7Suffix = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	ulidSuffix   = regexp.MustCompile(`[0-7][0-9A-HJKMNP-TV-Z]{25}$`)
+)
+
+// wantKey is the digest, as the migration's comment states it: a workflow
+// ID ending with a lowercase UUIDv7 or an uppercase ULID keeps its 48 bits
+// of milliseconds first and 80 bits of the ID's SHA-256 after; any other
+// ID is the first 128 bits of its SHA-256.
+func wantKey(id string) string {
+	h := sha256.Sum256([]byte(id))
+	hx := hex.EncodeToString(h[:])
+	if uuidv7Suffix.MatchString(id) {
+		u := id[len(id)-36:]
+		return uuid.MustParse(u[:8] + u[9:13] + hx[:20]).String()
+	}
+	if ulidSuffix.MatchString(id) {
+		var ms uint64
+		for _, c := range id[len(id)-26 : len(id)-16] {
+			ms = ms<<5 | uint64(strings.IndexRune("0123456789ABCDEFGHJKMNPQRSTVWXYZ", c))
+		}
+		return uuid.MustParse(fmt.Sprintf("%012x", ms) + hx[:20]).String()
+	}
+	return uuid.MustParse(hx[:32]).String()
+}
+
+func TestLedgerKeyDigest(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	ids := []string{
+		"activity-a:0190a1b2-c3d4-7e5f-8a9b-0123456789ab",      // UUIDv7: time first
+		"activity-a:@acme/0190a1b2-c3d4-7e5f-8a9b-0123456789ab", // a tenant's
+		"signal-totals:0190a1b2-c3d4-7e5f-bfff-0123456789ab",
+		"activity-a:0190A1B2-C3D4-7E5F-8A9B-0123456789AB", // upper case: hashed whole
+		"activity-a:0190a1b2-c3d4-4e5f-8a9b-0123456789ab", // UUIDv4
+		"activity-a:0190a1b2-c3d4-7e5f-ca9b-0123456789ab", // variant 110: not RFC 9562
+		"activity-a:0190a1b2-c3d4-7e5f-8a9b-0123456789ab-x",
+		"activity-a:sha256-3f2a9c",
+		`activity-a:back\slash\\and \x41`,
+		"activity-a:héllo wörld ✓",
+		"activity-a:01ARZ3NDEKTSV4RRFFQ69G5FAV", // ULID
+		"activity-a:7ZZZZZZZZZZZZZZZZZZZZZZZZZ", // the last ULID
+		"activity-a:01arz3ndektsv4rrffq69g5fav", // lower case: hashed whole
+		"activity-a:81ARZ3NDEKTSV4RRFFQ69G5FAV", // past 48 bits
+		"activity-a:01ARZ3NDEKTSV4RRFFQ69G5FAU", // U is not Crockford
+		"7", "", "-7", "activity-crm:2026-11-26T04:00:00Z",
+	}
+	for _, id := range ids {
+		var got string
+		if err := l.Pool().QueryRow(ctx, `SELECT dedup_ledger_key($1)::text`, id).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if w := wantKey(id); got != w {
+			t.Errorf("dedup_ledger_key(%q) = %s, want %s", id, got, w)
+		}
+	}
+	// Time-ordered IDs keep their order in the key.
+	var ordered bool
+	if err := l.Pool().QueryRow(ctx, `SELECT dedup_ledger_key('activity-a:0190a1b2-c3d4-7e5f-8a9b-ffffffffffff') < dedup_ledger_key('activity-b:0190a1b2-c3d5-7000-8000-000000000000')`).Scan(&ordered); err != nil {
+		t.Fatal(err)
+	}
+	if !ordered {
+		t.Error("a UUIDv7 one millisecond later sorts before in dedup_ledger_key")
+	}
+	if err := l.Pool().QueryRow(ctx, `SELECT dedup_ledger_key('activity-a:01ARZ3NDEKZZZZZZZZZZZZZZZZ') < dedup_ledger_key('activity-b:01ARZ3NDEM0000000000000000')`).Scan(&ordered); err != nil {
+		t.Fatal(err)
+	}
+	if !ordered {
+		t.Error("a ULID one millisecond later sorts before in dedup_ledger_key")
+	}
+}
+
+// Every spelling of a lookup by workflow ID goes through the key's index.
+func TestLedgerKeyLookupsUseTheIndex(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	conn, err := l.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET enable_seqscan = off; SET enable_bitmapscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`SELECT * FROM dedup_ledger WHERE ` + schemas.LedgerRowsOf("", "$1"),
+		`SELECT * FROM dedup_ledger l WHERE ` + schemas.LedgerRowsOf("l", "$1"),
+		`SELECT * FROM unnest($1::text[]) u(w) JOIN dedup_ledger l ON ` + schemas.LedgerRowIs("l", "u.w"),
+	} {
+		rows, err := conn.Query(ctx, `EXPLAIN `+q, []string{"activity-a:x", "activity-a:y"})
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, s)
+		}
+		rows.Close()
+		if p := strings.Join(plan, "\n"); !strings.Contains(p, "using dedup_ledger_key") {
+			t.Errorf("%s\ndoes not use the index dedup_ledger_key:\n%s", q, p)
+		}
+	}
+}
+
+// Two workflow IDs with one digest never share a row: the second is a
+// conflict (recorded, never started), and no mark for it changes the
+// first's row. The digest is made constant here to force the collision
+// that SHA-256 never gives.
+func TestLedgerKeyCollisionIsAConflict(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	if _, err := l.Pool().Exec(ctx, `CREATE OR REPLACE FUNCTION dedup_ledger_key(workflow_id text) RETURNS uuid
+		LANGUAGE sql IMMUTABLE AS $$ SELECT '00000000-0000-0000-0000-000000000001'::uuid $$;
+		REINDEX INDEX dedup_ledger_key`); err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := intent("a", "p"), intent("b", "p"), intent("c", "p")
+	want(t, claim(t, l, a), processor.VerdictNew)
+	want(t, claim(t, l, b), processor.VerdictConflict)
+	want(t, claim(t, l, b, a), processor.VerdictConflict, processor.VerdictRedrive)
+	// Two new IDs of one batch sharing a digest (a started meanwhile).
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: b.WorkflowID, RunID: "rb", Generation: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.MarkDeadLettered(ctx, []string{b.WorkflowID}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := l.Rows(ctx, []string{a.WorkflowID, b.WorkflowID, c.WorkflowID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].WorkflowID != a.WorkflowID || rows[0].State != ledger.StatePending || rows[0].RunID != "" {
+		t.Fatalf("rows %+v: want a's row alone, pending, untouched by b's marks", rows)
+	}
+	got, err := l.Lookup(ctx, []string{b.WorkflowID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got[b.WorkflowID]; ok {
+		t.Fatalf("Lookup(b) = %+v: b has no row", got)
+	}
+	var conflicts int
+	if err := l.Pool().QueryRow(ctx, `SELECT count(*) FROM dedup_conflicts WHERE workflow_id = $1`, b.WorkflowID).Scan(&conflicts); err != nil {
+		t.Fatal(err)
+	}
+	if conflicts != 1 {
+		t.Fatalf("%d conflicts recorded for b, want 1 (a redelivered record is one conflict)", conflicts)
+	}
+	if _, err := l.Pool().Exec(ctx, `DELETE FROM dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, c, b), processor.VerdictConflict, processor.VerdictNew)
+}
+
+// provider runs the embedded migrations on url one by one.
+func provider(t *testing.T, url string) (*goose.Provider, *sql.DB) {
+	t.Helper()
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	sub, err := fs.Sub(schemas.Migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov, err := goose.NewProvider(goose.DialectPostgres, db, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prov, db
+}
+
+// A populated ledger (every state) is converted while a router of the
+// version before goes on claiming: every row, the old router's included,
+// is found through the new key afterwards, no ID has two rows, and the
+// old router's claims fail only once the primary key is gone (42P10:
+// nothing written).
+func TestMigrationConvertsAPopulatedLedgerOnline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a ledger")
+	}
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	prov, db := provider(t, url)
+	if _, err := prov.UpTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	const rows = 200000
+	if _, err := db.ExecContext(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, state, run_id, started_at)
+		SELECT 'activity-a:' || g, 'a', g::text, 'field', sha256(g::text::bytea), 'events', 0, g,
+			(ARRAY['started', 'pending', 'dead_lettered'])[1 + g % 3], CASE WHEN g % 3 = 0 THEN 'run' END, CASE WHEN g % 3 = 0 THEN now() END
+		FROM generate_series(1, $1::int) g`, rows); err != nil {
+		t.Fatal(err)
+	}
+
+	// The old router: the claim of the version before (ON CONFLICT on
+	// the primary key), of new IDs and of IDs the fill holds.
+	old, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = old.Close(ctx) }()
+	var (
+		stop     atomic.Bool
+		wg       sync.WaitGroup
+		inserted atomic.Int64
+		oldErr   error
+		refused  int
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for n := 0; !stop.Load(); n++ {
+			tag, err := old.Exec(ctx, `INSERT INTO dedup_ledger AS l (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
+				SELECT 'activity-a:' || g, 'a', g::text, 'field', sha256(g::text::bytea), 'events', 0, g FROM unnest($1::int8[]) g
+				ON CONFLICT (workflow_id) DO UPDATE SET attempts = l.attempts`, []int64{int64(rows + 1 + n), int64(1 + n%rows)})
+			var pe *pgconn.PgError
+			switch {
+			case errors.As(err, &pe) && pe.Code == "42P10":
+				refused++ // the primary key is gone
+			case err != nil:
+				oldErr = err
+				return
+			case refused > 0:
+				oldErr = fmt.Errorf("the old claim worked again after it was refused")
+				return
+			default:
+				if tag.RowsAffected() != 2 {
+					oldErr = fmt.Errorf("old claim: %d rows", tag.RowsAffected())
+					return
+				}
+				inserted.Add(1)
+			}
+		}
+	}()
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if oldErr != nil {
+		t.Fatal(oldErr)
+	}
+	t.Logf("the old router claimed %d new IDs during the migration; refused %d times after it", inserted.Load(), refused)
+	total := rows + int(inserted.Load())
+
+	var pk, valid, unique bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'dedup_ledger'::regclass AND contype = 'p'),
+		indisvalid, indisunique FROM pg_index WHERE indexrelid = 'dedup_ledger_key'::regclass`).Scan(&pk, &valid, &unique); err != nil {
+		t.Fatal(err)
+	}
+	if pk || !valid || !unique {
+		t.Fatalf("primary key %v, dedup_ledger_key valid %v unique %v: want no primary key, a valid unique key", pk, valid, unique)
+	}
+
+	// Claim every ID again, with its payload, through the new key.
+	cfg := ledger.DefaultConfig()
+	cfg.URL = url
+	l, err := ledger.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	counts := map[processor.Verdict]int{}
+	for from := 1; from <= total+10; from += 1000 {
+		var batch []processor.Intent
+		for g := from; g < from+1000 && g <= total+10; g++ {
+			s := strconv.Itoa(g)
+			batch = append(batch, processor.Intent{WorkflowID: "activity-a:" + s, ActivityID: "a", EventID: s, IDRule: "field",
+				PayloadHash: sha256.Sum256([]byte(s)), Topic: "events", Offset: int64(g)})
+		}
+		vs, err := l.Claim(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vs {
+			g, _ := strconv.Atoi(batch[i].EventID)
+			want := processor.VerdictRedrive // pending, dead_lettered, and the old router's
+			switch {
+			case g > total:
+				want = processor.VerdictNew
+			case g <= rows && g%3 == 0:
+				want = processor.VerdictDuplicate
+			}
+			if v.Verdict != want {
+				t.Fatalf("%s: %s, want %s", batch[i].WorkflowID, v.Verdict, want)
+			}
+			counts[v.Verdict]++
+		}
+	}
+	var n, distinct int
+	if err := db.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT workflow_id) FROM dedup_ledger`).Scan(&n, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if n != total+10 || distinct != n {
+		t.Fatalf("%d rows, %d workflow IDs: want %d of each", n, distinct, total+10)
+	}
+	t.Logf("verdicts after the migration: %v", counts)
+}
+
+// An interrupted build leaves an INVALID index: the migration keeps the
+// primary key, stops and names the index; once it is dropped, it runs.
+func TestMigrationKeepsThePrimaryKeyOverAnInvalidIndex(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	prov, db := provider(t, url)
+	if _, err := prov.UpTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE FUNCTION dedup_ledger_key(workflow_id text) RETURNS uuid LANGUAGE sql IMMUTABLE AS $$ SELECT md5(workflow_id)::uuid $$;
+		CREATE UNIQUE INDEX dedup_ledger_key ON dedup_ledger (dedup_ledger_key(workflow_id));
+		UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'dedup_ledger_key'::regclass`); err != nil {
+		t.Fatal(err)
+	}
+	err := ledger.Migrate(ctx, url)
+	if err == nil || !strings.Contains(err.Error(), "dedup_ledger_key is invalid") || !strings.Contains(err.Error(), "DROP INDEX") {
+		t.Fatalf("Migrate over an invalid index: %v", err)
+	}
+	var pk bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'dedup_ledger'::regclass AND contype = 'p')`).Scan(&pk); err != nil {
+		t.Fatal(err)
+	}
+	if !pk {
+		t.Fatal("the primary key was dropped over an invalid index")
+	}
+	if _, err := db.ExecContext(ctx, `DROP INDEX dedup_ledger_key`); err != nil {
+		t.Fatal(err)
+	}
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	if err := db.QueryRowContext(ctx, `SELECT dedup_ledger_key('activity-a:x')::text`).Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	if key != wantKey("activity-a:x") {
+		t.Fatalf("after the second run dedup_ledger_key is %s, want the migration's (%s)", key, wantKey("activity-a:x"))
+	}
+}
