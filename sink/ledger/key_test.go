@@ -59,7 +59,7 @@ func TestLedgerKeyDigest(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
 	ids := []string{
-		"activity-a:0190a1b2-c3d4-7e5f-8a9b-0123456789ab",      // UUIDv7: time first
+		"activity-a:0190a1b2-c3d4-7e5f-8a9b-0123456789ab",       // UUIDv7: time first
 		"activity-a:@acme/0190a1b2-c3d4-7e5f-8a9b-0123456789ab", // a tenant's
 		"signal-totals:0190a1b2-c3d4-7e5f-bfff-0123456789ab",
 		"activity-a:0190A1B2-C3D4-7E5F-8A9B-0123456789AB", // upper case: hashed whole
