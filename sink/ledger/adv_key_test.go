@@ -1,0 +1,293 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/schemas"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+// argLog records the statements a pool sends, with their arguments.
+type argLog struct {
+	mu sync.Mutex
+	q  []tracedQuery
+}
+
+type tracedQuery struct {
+	sql  string
+	args []any
+}
+
+func (s *argLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	s.mu.Lock()
+	s.q = append(s.q, tracedQuery{d.SQL, d.Args})
+	s.mu.Unlock()
+	return ctx
+}
+
+func (s *argLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (s *argLog) take() []tracedQuery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.q
+	s.q = nil
+	return q
+}
+
+func openArgTraced(t *testing.T) (*ledger.Postgres, *argLog) {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &argLog{}
+	pc.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return ledger.NewFromPool(pool), log
+}
+
+// explain returns the plan of q on a connection of pool, with generic
+// plans forced or not.
+func explain(t *testing.T, pool *pgxpool.Pool, q tracedQuery, generic bool) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	mode := "auto"
+	if generic {
+		mode = "force_generic_plan"
+	}
+	if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(ctx, "RESET plan_cache_mode")
+	rows, err := conn.Query(ctx, "EXPLAIN "+q.sql, q.args...)
+	if err != nil {
+		t.Fatalf("EXPLAIN %s: %v", q.sql, err)
+	}
+	var plan []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, s)
+	}
+	rows.Close()
+	if rows.Err() != nil {
+		t.Fatalf("EXPLAIN %s: %v", q.sql, rows.Err())
+	}
+	return strings.Join(plan, "\n")
+}
+
+// fillLedger inserts n rows (a third each started, pending, dead_lettered,
+// ended long ago) with random workflow IDs and analyzes the table.
+func fillLedger(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, state, run_id, started_at, updated_at)
+		SELECT 'activity-a:fill-' || gen_random_uuid(), 'a', g::text, 'field', sha256(g::text::bytea), 'events', 0, g,
+			(ARRAY['started', 'pending', 'dead_lettered'])[1 + g % 3], CASE WHEN g % 3 = 0 THEN 'run' END,
+			CASE WHEN g % 3 = 0 THEN now() - interval '30 days' END, now() - interval '30 days'
+		FROM generate_series(1, $1::int) g`, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAdvKeyExplorePlans(t *testing.T) {
+	l, log := openArgTraced(t)
+	ctx := context.Background()
+	fillLedger(t, l.Pool(), 300000)
+	var ids []string
+	rows, err := l.Pool().Query(ctx, `SELECT workflow_id FROM dedup_ledger TABLESAMPLE SYSTEM (5) LIMIT 1000`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		_ = rows.Scan(&s)
+		ids = append(ids, s)
+	}
+	rows.Close()
+	log.take()
+	var batch []processor.Intent
+	for i := 0; i < 1000; i++ {
+		in := intent(fmt.Sprintf("new-%d", i), "p")
+		batch = append(batch, in)
+	}
+	if _, err := l.Claim(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	var st []processor.Started
+	for i := 0; i < 512; i++ {
+		st = append(st, processor.Started{WorkflowID: batch[i].WorkflowID, RunID: "r", Generation: 1})
+	}
+	if err := l.MarkStarted(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.MarkDeadLettered(ctx, ids[:512]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Claim(ctx, batch); err != nil { // replaying: answerStarted
+		t.Fatal(err)
+	}
+	if _, err := l.Claim(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Rows(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Lookup(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	qs := log.take()
+	qs = append(qs,
+		tracedQuery{`SELECT (SELECT max(l.generation) FROM dedup_ledger l WHERE ` + schemas.LedgerRowIs("l", "$1::text") + `)`, []any{ids[0]}},
+	)
+	for s, q := range ledger.PurgeStatements {
+		_ = s
+		qs = append(qs, tracedQuery{q, []any{24 * time.Hour, 10000, time.Time{}}})
+	}
+	for _, q := range qs {
+		if !strings.Contains(q.sql, "dedup_ledger") {
+			continue
+		}
+		for _, g := range []bool{false, true} {
+			p := explain(t, l.Pool(), q, g)
+			t.Logf("generic=%v\n%s\n---\n%s\n=====", g, q.sql, p)
+		}
+	}
+}
+
+
+// waitBlocked waits until a backend running a statement containing part
+// waits for a lock.
+func waitBlocked(t *testing.T, pool *pgxpool.Pool, part string) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < 500; i++ {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()`, part).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no statement with %q ever waited for a lock", part)
+}
+
+// The claim locks a batch's rows in dedup_ledger_key order (claimSQL's
+// ORDER BY i.key); MarkStarted still sorts its IDs by workflow ID ("like
+// Claim, so that routers lock rows in one order") and its UPDATE ... FROM
+// unnest locks them in that order. Since migration 00012 the two orders
+// differ, so a router claiming (re-driving) rows while another router
+// marks the same rows started deadlock: PostgreSQL aborts one of them
+// (40P01). Before the change both statements locked in workflow ID order.
+// The blockers below only pace the two statements so that each takes its
+// first row before the other takes its last; no blocker is in the cycle.
+func TestAdvKeyClaimAndMarkStartedLockInDifferentOrders(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	// An index-sized ledger, so that MarkStarted's plan is what it is in
+	// production: a nested loop over unnest probing dedup_ledger_key.
+	fillLedger(t, l.Pool(), 20000)
+
+	wf := func(n int) string { return intent(fmt.Sprintf("dl-%d", n), "p").WorkflowID }
+	key := func(n int) string { return wantKey(wf(n)) }
+	// X < Y by workflow ID, key(Y) < key(W) < key(X); W2 between X and Y
+	// by workflow ID.
+	var x, y, w, w2 = -1, -1, -1, -1
+search:
+	for a := 0; a < 200; a++ {
+		for b := 0; b < 200; b++ {
+			if !(wf(a) < wf(b) && key(b) < key(a)) {
+				continue
+			}
+			wi, w2i := -1, -1
+			for c := 0; c < 400; c++ {
+				if c == a || c == b {
+					continue
+				}
+				if wi < 0 && key(b) < key(c) && key(c) < key(a) {
+					wi = c
+				} else if w2i < 0 && wf(a) < wf(c) && wf(c) < wf(b) && !(key(b) < key(c) && key(c) < key(a)) {
+					w2i = c
+				}
+			}
+			if wi >= 0 && w2i >= 0 {
+				x, y, w, w2 = a, b, wi, w2i
+				break search
+			}
+		}
+	}
+	if x < 0 {
+		t.Fatal("no IDs found")
+	}
+	in := func(n int) processor.Intent { return intent(fmt.Sprintf("dl-%d", n), "p") }
+	want(t, claim(t, l, in(x), in(y), in(w), in(w2)), processor.VerdictNew, processor.VerdictNew, processor.VerdictNew, processor.VerdictNew)
+	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+
+	side, err := pgxpool.New(ctx, l.Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer side.Close()
+	lockRow := func(id string) pgx.Tx {
+		tx, err := side.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, id); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	t1, t2 := lockRow(wf(w)), lockRow(wf(w2))
+
+	var wg sync.WaitGroup
+	var claimErr, markErr error
+	wg.Add(2)
+	go func() { // router A re-drives Y, W, X (locks Y, waits for W)
+		defer wg.Done()
+		_, claimErr = l.Claim(ctx, []processor.Intent{in(x), in(y), in(w)})
+	}()
+	waitBlocked(t, side, "INSERT INTO dedup_ledger AS l")
+	go func() { // router B marks X, W2, Y started (locks X, waits for W2)
+		defer wg.Done()
+		markErr = l.MarkStarted(ctx, []processor.Started{{WorkflowID: wf(y), RunID: "r", Generation: 1}, {WorkflowID: wf(x), RunID: "r", Generation: 1}, {WorkflowID: wf(w2), RunID: "r", Generation: 1}})
+	}()
+	waitBlocked(t, side, "UPDATE dedup_ledger l SET state = 'started'")
+	_ = t1.Rollback(ctx) // A takes W, then waits for X (B's)
+	time.Sleep(200 * time.Millisecond)
+	_ = t2.Rollback(ctx) // B takes W2, then waits for Y (A's)
+	wg.Wait()
+	if claimErr != nil || markErr != nil {
+		t.Fatalf("a claim and a mark of the same rows by two routers: claim: %v; MarkStarted: %v\n"+
+			"(claim locks in key order: key(%s)=%s < key(%s)=%s; MarkStarted in workflow ID order: %s < %s)",
+			claimErr, markErr, wf(y), key(y), wf(x), key(x), wf(x), wf(y))
+	}
+}
