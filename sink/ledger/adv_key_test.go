@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -289,5 +290,94 @@ search:
 		t.Fatalf("a claim and a mark of the same rows by two routers: claim: %v; MarkStarted: %v\n"+
 			"(claim locks in key order: key(%s)=%s < key(%s)=%s; MarkStarted in workflow ID order: %s < %s)",
 			claimErr, markErr, wf(y), key(y), wf(x), key(x), wf(x), wf(y))
+	}
+}
+
+// The Down of 00012 is not re-runnable: its first run, stopped after it
+// put the primary key back (here DROP FUNCTION refuses, because an
+// operator's view uses dedup_ledger_key; an interrupted DROP INDEX
+// CONCURRENTLY or a crash stops it at the same place), leaves goose at
+// version 12, and every later run fails at ADD CONSTRAINT ... PRIMARY KEY
+// (55000 "index dedup_ledger_pkey is already associated with a constraint"), unlike the Up, which is written to be run
+// again after a partial run.
+func TestAdvKeyDownMigrationRerunAfterPartialRun(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	prov, db := provider(t, url)
+	if _, err := db.ExecContext(ctx, `CREATE VIEW ops_ledger_keys AS SELECT workflow_id, dedup_ledger_key(workflow_id) AS key FROM dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prov.Down(ctx); err == nil {
+		t.Fatal("Down dropped a function a view depends on")
+	} else {
+		t.Logf("first Down (partial): %v", err)
+	}
+	if _, err := db.ExecContext(ctx, `DROP VIEW ops_ledger_keys`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prov.Down(ctx); err != nil {
+		t.Fatalf("Down again, once what stopped it is gone: %v", err)
+	}
+	v, err := prov.GetDBVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != 11 {
+		t.Fatalf("version %d after Down, want 11", v)
+	}
+}
+
+// Down to 11 and Up again keeps every row and one row per workflow ID.
+func TestAdvKeyDownAndUpKeepTheLedger(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	cfg := ledger.DefaultConfig()
+	cfg.URL = url
+	l, err := ledger.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var batch []processor.Intent
+	for i := 0; i < 500; i++ {
+		batch = append(batch, intent(fmt.Sprintf("du-%d", i), "p"))
+	}
+	if _, err := l.Claim(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	l.Pool().Reset()
+	prov, db := provider(t, url)
+	if _, err := prov.DownTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
+		VALUES ('activity-a:du-0', 'a', 'x', 'field', '\x00', 'events', 0, 0)`); err == nil {
+		t.Fatal("after Down, a second row for one workflow ID was inserted")
+	}
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	l.Pool().Reset()
+	vs, err := l.Claim(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vs {
+		if v.Verdict != processor.VerdictRedrive {
+			t.Fatalf("%s after Down and Up: %s, want redrive", batch[i].WorkflowID, v.Verdict)
+		}
+	}
+	var n, d int
+	if err := db.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT workflow_id) FROM dedup_ledger`).Scan(&n, &d); err != nil {
+		t.Fatal(err)
+	}
+	if n != 500 || d != 500 {
+		t.Fatalf("%d rows, %d IDs, want 500", n, d)
 	}
 }
