@@ -180,7 +180,6 @@ func TestAdvKeyExplorePlans(t *testing.T) {
 	}
 }
 
-
 // waitBlocked waits until a backend running a statement containing part
 // waits for a lock.
 func waitBlocked(t *testing.T, pool *pgxpool.Pool, part string) {
