@@ -380,3 +380,273 @@ func TestAdvKeyDownAndUpKeepTheLedger(t *testing.T) {
 		t.Fatalf("%d rows, %d IDs, want 500", n, d)
 	}
 }
+
+// A ledger in a database of another encoding: the key of a non-ASCII ID
+// is the same in every session, and every lookup finds the row.
+func TestAdvKeyNonUTF8Databases(t *testing.T) {
+	ctx := context.Background()
+	c := pgtest.Cluster(t)
+	admin, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	for i, enc := range []string{"SQL_ASCII", "LATIN1"} {
+		name := fmt.Sprintf("adv_enc_%d_%d", i, time.Now().UnixNano())
+		if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s ENCODING '%s' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0`, name, enc)); err != nil {
+			t.Fatal(err)
+		}
+		url := c.DatabaseURL(name)
+		if err := ledger.Migrate(ctx, url); err != nil {
+			t.Fatalf("%s: %v", enc, err)
+		}
+		cfg := ledger.DefaultConfig()
+		cfg.URL = url
+		l, err := ledger.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := []string{"héllo wörld", `back\slash \101`, "Ünïcödé:0190a1b2-c3d4-7e5f-8a9b-0123456789ab", "é:01ARZ3NDEKTSV4RRFFQ69G5FAV", "ÿ"}
+		var batch []processor.Intent
+		for _, id := range ids {
+			batch = append(batch, intent(id, "p"))
+		}
+		want(t, claim(t, l, batch...), processor.VerdictNew, processor.VerdictNew, processor.VerdictNew, processor.VerdictNew, processor.VerdictNew)
+		l.Pool().Reset()
+		want(t, claim(t, l, batch...), processor.VerdictRedrive, processor.VerdictRedrive, processor.VerdictRedrive, processor.VerdictRedrive, processor.VerdictRedrive)
+		var wfs []string
+		for _, in := range batch {
+			wfs = append(wfs, in.WorkflowID)
+		}
+		got, err := l.Lookup(ctx, wfs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := l.Rows(ctx, wfs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(ids) || len(rows) != len(ids) {
+			t.Errorf("%s: Lookup found %d, Rows %d of %d", enc, len(got), len(rows), len(ids))
+		}
+		var bad int
+		if err := l.Pool().QueryRow(ctx, `SELECT count(*) FROM dedup_ledger WHERE dedup_ledger_key(workflow_id) IS DISTINCT FROM dedup_ledger_key(workflow_id || '')`).Scan(&bad); err != nil {
+			t.Fatal(err)
+		}
+		if bad != 0 {
+			t.Errorf("%s: %d keys differ", enc, bad)
+		}
+		if enc == "SQL_ASCII" {
+			for _, id := range wfs {
+				var k string
+				if err := l.Pool().QueryRow(ctx, `SELECT dedup_ledger_key($1)::text`, id).Scan(&k); err != nil {
+					t.Fatal(err)
+				}
+				if k != wantKey(id) {
+					t.Errorf("%s: key(%q) = %s, want %s", enc, id, k, wantKey(id))
+				}
+			}
+		}
+		l.Close()
+	}
+}
+
+// Odd workflow IDs: the SQL digest is the one the migration states
+// (key_test.go's wantKey), and each ID claims and finds its own row.
+func TestAdvKeyOddIDs(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	long := strings.Repeat("x", 100000)
+	ids := []string{
+		"A:0190A1B2-C3D4-7E5F-8A9B-0123456789AB", // uppercase UUIDv7
+		"a:0190a1b2-c3d4-7e5f-8a9b-0123456789Ab", // mixed case
+		"a:01arz3ndektsv4rrffq69g5fav",           // lowercase ULID
+		"a:01ARZ3NDEKTSV4RRFFQ69G5FAI",           // I
+		"a:01ARZ3NDEKTSV4RRFFQ69G5FAL",           // L
+		"a:01ARZ3NDEKTSV4RRFFQ69G5FAO",           // O
+		"a:81ARZ3NDEKTSV4RRFFQ69G5FAV",           // first char 8
+		"a:91ARZ3NDEKTSV4RRFFQ69G5FAV",           // 9
+		"01ARZ3NDEKTSV4RRFFQ69G5FAV",             // bare ULID, 26 chars
+		"1ARZ3NDEKTSV4RRFFQ69G5FAV",              // 25 chars
+		"0190a1b2-c3d4-7e5f-8a9b-0123456789ab",   // bare UUIDv7, 36
+		"190a1b2-c3d4-7e5f-8a9b-0123456789ab",    // 35
+		"a:0190a1b2-c3d4-7e5f-8a9b-0123456789ab\n",
+		"a:01ARZ3NDEKTSV4RRFFQ69G5FAV\n",
+		"a:01ARZ3NDEKTSV4RRFFQ69G5FAV ",
+		"é0190a1b2-c3d4-7e5f-8a9b-0123456789ab",
+		"ü01ARZ3NDEKTSV4RRFFQ69G5FAV",
+		"a:00000000000000000000000000", // digits only: a "ULID" of time 0
+		"a:00000000-0000-7000-8000-000000000000",
+		"a:ffffffff-ffff-7fff-bfff-ffffffffffff",
+		"a:0190a1b2-c3d4-7e5f-8a9b-0123456789ab0190a1b2-c3d4-7e5f-8a9b-0123456789ab",
+		`\`, `\\`, `\000`, `\x00`, "\\'", "'", "%", "_", "\t", " ", "😀", "e\u0301", "é", "İ", "ß", "SS",
+		long, long + "0190a1b2-c3d4-7e5f-8a9b-0123456789ab", long + "01ARZ3NDEKTSV4RRFFQ69G5FAV",
+		"activity-a:X", "activity-a:x",
+	}
+	for _, id := range ids {
+		var got string
+		if err := l.Pool().QueryRow(ctx, `SELECT dedup_ledger_key($1)::text`, id).Scan(&got); err != nil {
+			t.Fatalf("%q: %v", id, err)
+		}
+		if w := wantKey(id); got != w {
+			t.Errorf("dedup_ledger_key(%q) = %s, want %s", id, got, w)
+		}
+	}
+	var batch []processor.Intent
+	var wfs []string
+	for i, id := range ids {
+		in := intent("", fmt.Sprint(i))
+		in.WorkflowID = id
+		batch = append(batch, in)
+		wfs = append(wfs, id)
+	}
+	for _, v := range claim(t, l, batch...) {
+		if v != processor.VerdictNew {
+			t.Fatalf("verdict %s for a new odd ID", v)
+		}
+	}
+	got, err := l.Lookup(ctx, wfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := l.Rows(ctx, wfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(ids) || len(rows) != len(ids) {
+		t.Fatalf("Lookup %d, Rows %d, want %d", len(got), len(rows), len(ids))
+	}
+	for _, v := range claim(t, l, batch...) {
+		if v != processor.VerdictRedrive {
+			t.Fatalf("verdict %s for an odd ID claimed again", v)
+		}
+	}
+}
+
+// Two routers (two pools) claim, mark and re-claim overlapping batches
+// under forced digest collisions (the key is the ID's last character:
+// ten keys for sixty IDs). Every key has one row, an ID is New at most
+// once, an ID with no row is a conflict, and a row's marks are its own
+// ID's.
+func TestAdvKeyTwoRoutersUnderCollisions(t *testing.T) {
+	l1 := open(t)
+	ctx := context.Background()
+	if _, err := l1.Pool().Exec(ctx, `CREATE OR REPLACE FUNCTION dedup_ledger_key(workflow_id text) RETURNS uuid
+		LANGUAGE sql IMMUTABLE AS $$ SELECT md5(right(workflow_id, 1))::uuid $$;
+		REINDEX INDEX dedup_ledger_key`); err != nil {
+		t.Fatal(err)
+	}
+	l1.Pool().Reset()
+	l2 := ledger.NewFromPool(func() *pgxpool.Pool {
+		p, err := pgxpool.New(ctx, l1.Pool().Config().ConnString())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return p
+	}())
+	var (
+		mu   sync.Mutex
+		news = map[string]int{}
+		errs []error
+		wg   sync.WaitGroup
+	)
+	router := func(l *ledger.Postgres, seed int) {
+		defer wg.Done()
+		for it := 0; it < 150; it++ {
+			var batch []processor.Intent
+			for j := 0; j < 12; j++ {
+				n := (seed*7919 + it*31 + j*17) % 60
+				batch = append(batch, intent(fmt.Sprintf("c-%d", n), "p"))
+			}
+			vs, err := l.Claim(ctx, batch)
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				continue
+			}
+			var st []processor.Started
+			var dl []string
+			for i, v := range vs {
+				id := batch[i].WorkflowID
+				switch v.Verdict {
+				case processor.VerdictNew:
+					mu.Lock()
+					news[id]++
+					mu.Unlock()
+					if it%3 == 0 {
+						dl = append(dl, id)
+					} else {
+						st = append(st, processor.Started{WorkflowID: id, RunID: "run-" + id, Generation: 1})
+					}
+				case processor.VerdictRedrive:
+					st = append(st, processor.Started{WorkflowID: id, RunID: "run-" + id, Generation: 1})
+				case processor.VerdictConflict:
+					dl = append(dl, id)
+				}
+			}
+			if err := l.MarkStarted(ctx, st); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			if err := l.MarkDeadLettered(ctx, dl); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}
+	}
+	wg.Add(2)
+	go router(l1, 1)
+	go router(l2, 2)
+	wg.Wait()
+	for _, err := range errs {
+		t.Errorf("router error: %v", err)
+	}
+	for id, n := range news {
+		if n > 1 {
+			t.Errorf("%s: New %d times", id, n)
+		}
+	}
+	var bad int
+	if err := l1.Pool().QueryRow(ctx, `SELECT count(*) FROM dedup_ledger WHERE state = 'started' AND run_id <> 'run-' || workflow_id`).Scan(&bad); err != nil {
+		t.Fatal(err)
+	}
+	if bad != 0 {
+		t.Errorf("%d started rows carry another ID's run", bad)
+	}
+	var rows, keys int
+	if err := l1.Pool().QueryRow(ctx, `SELECT count(*), count(DISTINCT right(workflow_id, 1)) FROM dedup_ledger`).Scan(&rows, &keys); err != nil {
+		t.Fatal(err)
+	}
+	if rows != keys {
+		t.Errorf("%d rows for %d keys", rows, keys)
+	}
+	t.Logf("%d rows, %d IDs were New once", rows, len(news))
+}
+
+// The row's own ID loses its row to a colliding ID of the same batch: the
+// claim's DISTINCT ON (key) keeps the batch's smallest workflow ID of each
+// key and drops the others before ON CONFLICT looks at the row. When the
+// row's owner ("b", pending) sorts after the colliding ID ("a"), "a" is
+// tried against b's row (no row: conflict) and "b" was never tried: b is
+// answered a conflict too, recorded, dead-lettered, and its pending row
+// never started, though its record is the one the row was claimed for.
+// (key_test.go's collision test only has the owner sorting first.)
+func TestAdvKeyCollisionInBatchTakesTheOwnersRow(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	if _, err := l.Pool().Exec(ctx, `CREATE OR REPLACE FUNCTION dedup_ledger_key(workflow_id text) RETURNS uuid
+		LANGUAGE sql IMMUTABLE AS $$ SELECT '00000000-0000-0000-0000-000000000001'::uuid $$;
+		REINDEX INDEX dedup_ledger_key`); err != nil {
+		t.Fatal(err)
+	}
+	l.Pool().Reset()
+	a, b := intent("a", "p"), intent("b", "p")
+	want(t, claim(t, l, b), processor.VerdictNew) // b's row, pending (its start failed, the router re-drives)
+	want(t, claim(t, l, b), processor.VerdictRedrive)
+	// The same record of b again, in a batch with a colliding new ID.
+	want(t, claim(t, l, a, b), processor.VerdictConflict, processor.VerdictRedrive)
+}
