@@ -650,3 +650,68 @@ func TestAdvKeyCollisionInBatchTakesTheOwnersRow(t *testing.T) {
 	// The same record of b again, in a batch with a colliding new ID.
 	want(t, claim(t, l, a, b), processor.VerdictConflict, processor.VerdictRedrive)
 }
+
+// Three Migrate calls at once on a populated ledger at version 11 (replicas
+// starting together): all succeed, and the ledger ends with the key.
+func TestAdvKeyConcurrentMigrate(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	prov, db := provider(t, url)
+	if _, err := prov.UpTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
+		SELECT 'activity-a:' || g, 'a', g::text, 'field', sha256(g::text::bytea), 'events', 0, g FROM generate_series(1, 50000) g`); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = ledger.Migrate(ctx, url) }()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	var pk, valid bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'dedup_ledger'::regclass AND contype = 'p'),
+		indisvalid FROM pg_index WHERE indexrelid = 'dedup_ledger_key'::regclass`).Scan(&pk, &valid); err != nil {
+		t.Fatal(err)
+	}
+	if pk || !valid {
+		t.Fatalf("pk %v valid %v", pk, valid)
+	}
+}
+
+// grants.sql is "the one list of dedup's privileges" and exact for
+// tables, but says nothing of the function every statement by workflow
+// ID now calls: the roles reach dedup_ledger_key only through PUBLIC's
+// default EXECUTE. In a database whose owner's new functions are not
+// executable by PUBLIC (ALTER DEFAULT PRIVILEGES ... REVOKE EXECUTE ON
+// FUNCTIONS FROM PUBLIC, a common hardening step), the router's claim
+// and the ingress's lookup are refused (42501, permanent: the router
+// stops) after migration 00012, and nothing in grants.sql gives EXECUTE.
+func TestAdvKeyRolesWithoutPublicExecute(t *testing.T) {
+	ctx := deadline(t, 2*time.Minute)
+	admin := pgtest.NewDatabase(t)
+	if err := ledger.ApplyRoles(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := connect(t, admin).Exec(ctx, `ALTER DEFAULT PRIVILEGES FOR ROLE dedup_owner REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC`); err != nil {
+		t.Fatal(err)
+	}
+	if err := ledger.Migrate(ctx, pgtest.NewLogin(t, admin, "dedup_owner", "dedup_owner")); err != nil {
+		t.Fatal(err)
+	}
+	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
+	if _, err := router.Claim(ctx, []processor.Intent{intent("e1", "A")}); err != nil {
+		t.Errorf("router claim: %v", err)
+	}
+	ingress := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_ingress"))
+	if _, err := ingress.Lookup(ctx, []string{"activity-a:e1"}); err != nil {
+		t.Errorf("ingress lookup: %v", err)
+	}
+}
