@@ -30,6 +30,11 @@
 -- just before rolling the routers out. If the build is interrupted,
 -- PostgreSQL leaves an INVALID index: the primary key is then kept, and
 -- the migration stops, naming the index to drop before running it again.
+-- The lock that drops the primary key is asked for a second at a time
+-- (lock_timeout), so that readers queue behind it for a second at most.
+-- Every role that finds rows by workflow ID calls the function: grants.sql
+-- grants it EXECUTE (a database whose default privileges keep functions
+-- from PUBLIC needs it).
 -- The heap's fillfactor goes from 90 to 100 (new pages only): a claim's
 -- updates change indexed columns (state, updated_at), so they were never
 -- HOT and the room was never used.
@@ -63,19 +68,44 @@ $$;
 CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS dedup_ledger_key ON dedup_ledger (dedup_ledger_key(workflow_id));
 -- +goose StatementBegin
 DO $$
+DECLARE
+	tries int := 0;
 BEGIN
 	IF NOT (SELECT indisvalid FROM pg_index WHERE indexrelid = 'dedup_ledger_key'::regclass) THEN
 		RAISE EXCEPTION 'index dedup_ledger_key is invalid (its build was interrupted): DROP INDEX CONCURRENTLY dedup_ledger_key; then run dedup migrate again';
 	END IF;
+	-- The exclusive lock waits behind every open transaction that read
+	-- the ledger, and every statement on the ledger queues behind it: so
+	-- it is asked for a second at a time, a second apart, for two minutes.
+	LOOP
+		BEGIN
+			SET LOCAL lock_timeout = '1s';
+			ALTER TABLE dedup_ledger DROP CONSTRAINT IF EXISTS dedup_ledger_pkey;
+			EXIT;
+		EXCEPTION WHEN lock_not_available THEN
+			tries := tries + 1;
+			IF tries >= 60 THEN
+				RAISE EXCEPTION 'could not lock dedup_ledger for a moment in % tries: a long transaction holds it (pg_stat_activity, pg_locks); end it and run dedup migrate again', tries;
+			END IF;
+			PERFORM pg_sleep(1);
+		END;
+	END LOOP;
 END
 $$;
 -- +goose StatementEnd
-ALTER TABLE dedup_ledger DROP CONSTRAINT IF EXISTS dedup_ledger_pkey;
 ALTER TABLE dedup_ledger SET (fillfactor = 100);
 
 -- +goose Down
 ALTER TABLE dedup_ledger SET (fillfactor = 90);
 CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS dedup_ledger_pkey ON dedup_ledger (workflow_id);
-ALTER TABLE dedup_ledger ADD CONSTRAINT dedup_ledger_pkey PRIMARY KEY USING INDEX dedup_ledger_pkey;
+-- +goose StatementBegin
+DO $$
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'dedup_ledger'::regclass AND contype = 'p') THEN
+		ALTER TABLE dedup_ledger ADD CONSTRAINT dedup_ledger_pkey PRIMARY KEY USING INDEX dedup_ledger_pkey;
+	END IF;
+END
+$$;
+-- +goose StatementEnd
 DROP INDEX CONCURRENTLY IF EXISTS dedup_ledger_key;
 DROP FUNCTION IF EXISTS dedup_ledger_key(text);

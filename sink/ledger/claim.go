@@ -24,7 +24,7 @@ import (
 // The unique key is dedup_ledger_key(workflow_id) (migration 00012): an
 // ID whose digest another ID's row holds (a collision) is neither inserted
 // nor updated (the DO UPDATE's WHERE, and DISTINCT ON within the batch),
-// so it comes back without a row: claim answers it a conflict.
+// so it comes back without a row (claim).
 var claimSQL = `
 WITH input AS (
 	SELECT t.*, dedup_ledger_key(t.workflow_id) AS key
@@ -176,9 +176,39 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []processor.Intent
 	return todo, nil
 }
 
-// claim runs claimSQL for the intents uniq (in workflow ID order) and
-// records the outcome in got.
+// claim runs claimSQL for the intents uniq and records the outcome in
+// got. An ID that comes back without a row shares its digest with another
+// ID: the other's row holds the key, or the other took its place in the
+// batch's insert (DISTINCT ON keeps one ID per key, and it may not be the
+// row's owner). Each such ID is claimed again alone, so that the owner of
+// a row always gets its own row's answer; one still without a row after
+// that is a conflict.
 func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq []int, got map[string]stored) error {
+	if err := p.claimOnce(ctx, intents, uniq, got); err != nil {
+		return err
+	}
+	for _, i := range uniq {
+		id := intents[i].WorkflowID
+		if _, ok := got[id]; ok {
+			continue
+		}
+		if err := p.claimOnce(ctx, intents, []int{i}, got); err != nil {
+			return err
+		}
+		if _, ok := got[id]; !ok {
+			// Another workflow ID's row holds this one's dedup_ledger_key:
+			// a conflict with no hash of its own in the ledger, recorded
+			// and dead-lettered, never started under the other's row.
+			slog.Error("ledger: two workflow IDs share one dedup_ledger_key; the second is a conflict", "workflow_id", id)
+			got[id] = stored{state: StateStarted, hash: []byte{}}
+		}
+	}
+	return nil
+}
+
+// claimOnce runs claimSQL once for the intents uniq; an ID without a row
+// in its answer is left out of got.
+func (p *Postgres) claimOnce(ctx context.Context, intents []processor.Intent, uniq []int, got map[string]stored) error {
 	n := len(uniq)
 	var (
 		wf, act, ev, rule, topic = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -207,7 +237,7 @@ func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq [
 		}
 		if state == nil {
 			// Another workflow ID's row holds this one's digest: no row
-			// of its own (below).
+			// of its own (claim).
 			continue
 		}
 		s.state = *state
@@ -215,17 +245,6 @@ func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq [
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("claiming %d intents: %w", n, err)
-	}
-	for _, id := range wf {
-		if _, ok := got[id]; !ok {
-			// Every other ID is started in the snapshot or inserted /
-			// locked by the upsert. This one's dedup_ledger_key is held by
-			// another workflow ID's row (or by another ID of this batch):
-			// a conflict with no hash of its own in the ledger, recorded
-			// and dead-lettered, never started under the other's row.
-			slog.Error("ledger: two workflow IDs share one dedup_ledger_key; the second is a conflict", "workflow_id", id)
-			got[id] = stored{state: StateStarted, hash: []byte{}}
-		}
 	}
 	return nil
 }

@@ -89,4 +89,15 @@ BEGIN
 			EXECUTE format('GRANT %s ON %s %s TO %I', g[3], kind, rel, g[1]);
 		END LOOP;
 	END LOOP;
+	-- The ledger's key (migration 00012): every role that reads or
+	-- changes dedup_ledger by workflow ID calls dedup_ledger_key, so each
+	-- gets EXECUTE, not only through PUBLIC's default (which a hardened
+	-- database revokes).
+	IF to_regprocedure('dedup_ledger_key(text)') IS NOT NULL
+		AND pg_has_role((SELECT proowner FROM pg_proc WHERE oid = to_regprocedure('dedup_ledger_key(text)')), 'USAGE') THEN
+		FOREACH r IN ARRAY roles LOOP
+			CONTINUE WHEN to_regrole(r) IS NULL;
+			EXECUTE format('GRANT EXECUTE ON FUNCTION dedup_ledger_key(text) TO %I', r);
+		END LOOP;
+	END IF;
 END $grants$;

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
@@ -17,17 +16,18 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	if len(started) == 0 {
 		return nil
 	}
-	// In workflow ID order, like Claim, so that routers lock rows in one
-	// order (a deadlock would still only cost a retry).
-	sorted := slices.SortedFunc(slices.Values(started), func(a, b processor.Started) int { return strings.Compare(a.WorkflowID, b.WorkflowID) })
-	ids, runs, gens := make([]string, len(sorted)), make([]string, len(sorted)), make([]int32, len(sorted))
-	for i, s := range sorted {
+	// In key order (dedup_ledger_key), like Claim's insert and the
+	// dead-letter marks' index scan, so that routers lock rows in one
+	// order: the subquery's ORDER BY drives the nested loop over the key's
+	// index (a deadlock would still only cost a retry).
+	ids, runs, gens := make([]string, len(started)), make([]string, len(started)), make([]int32, len(started))
+	for i, s := range started {
 		ids[i], runs[i], gens[i] = s.WorkflowID, s.RunID, int32(s.Generation)
 	}
 	_, err := p.pool.Exec(ctx, `
 UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), generation = greatest(l.generation, u.generation),
 	started_at = now(), updated_at = now()
-FROM unnest($1::text[], $2::text[], $3::int4[]) AS u(workflow_id, run_id, generation)
+FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::int4[]) AS u(workflow_id, run_id, generation) ORDER BY dedup_ledger_key(u.workflow_id)) u
 WHERE `+schemas.LedgerRowIs("l", "u.workflow_id")+` AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))`, ids, runs, gens)
 	if err != nil {
 		return p.classify(fmt.Errorf("marking %d workflows started: %w", len(started), err))
@@ -42,6 +42,7 @@ func (p *Postgres) MarkDeadLettered(ctx context.Context, workflowIDs []string) e
 	if len(workflowIDs) == 0 {
 		return nil
 	}
+	// The key's index scan (= ANY) takes the rows in key order.
 	ids := slices.Sorted(slices.Values(workflowIDs))
 	_, err := p.pool.Exec(ctx, `
 UPDATE dedup_ledger SET state = 'dead_lettered', updated_at = now()
