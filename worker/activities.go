@@ -78,9 +78,9 @@ func (a *Activities) StartRun(ctx context.Context, in RunInput) (RunStart, error
 			// tasks again.
 			var newest int
 			if err := tx.QueryRow(ctx, `SELECT greatest(
-	(SELECT max(l.generation) FROM dedup_ledger l WHERE `+schemas.LedgerRowIs("l", "$1::text")+`),
+	(SELECT max(l.generation) FROM dedup_ledger l WHERE `+schemas.LedgerRowIs("l", "$1::text", "$4::uuid")+`),
 	(SELECT max(generation) FROM activity_run_attempts WHERE run_id = $2 AND temporal_run_id <> $3), 0)`,
-				in.WorkflowID, in.RunID, temporalRunID).Scan(&newest); err != nil {
+				in.WorkflowID, in.RunID, temporalRunID, schemas.LedgerKey(in.WorkflowID)).Scan(&newest); err != nil {
 				return err
 			}
 			if newest > in.Generation {

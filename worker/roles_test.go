@@ -21,7 +21,7 @@ import (
 
 // `dedup worker` under its least-privilege role (sink/ledger roles.sql,
 // grants.sql): every activity and the key store's maintenance work, the
-// generation fence reads the two ledger columns it needs, and the rest of
+// generation fence reads the three ledger columns it needs (workflow_id, key, generation), and the rest of
 // the ledger, its writes and DDL are refused (SQLSTATE 42501).
 func TestWorkerRoleRunsTheWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -21,25 +21,25 @@ import (
 // routers claiming overlapping batches lock in the same order and do not
 // deadlock.
 //
-// The unique key is dedup_ledger_key(workflow_id) (migration 00012): an
-// ID whose digest another ID's row holds (a collision) is neither inserted
-// nor updated (the DO UPDATE's WHERE, and DISTINCT ON within the batch),
-// so it comes back without a row (claim).
+// The unique key is the column key, schemas.LedgerKey of the workflow ID
+// (migration 00012), passed in by the caller: an ID whose key another
+// ID's row holds (a collision) is neither inserted nor updated (the DO
+// UPDATE's WHERE, and DISTINCT ON within the batch), so it comes back
+// without a row (claim).
 var claimSQL = `
 WITH input AS (
-	SELECT t.*, dedup_ledger_key(t.workflow_id) AS key
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int4[], $8::int8[])
-		AS t(workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int4[], $8::int8[], $9::uuid[])
+		AS t(workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key)
 ), cur AS MATERIALIZED (
 	SELECT l.workflow_id, l.state, l.payload_hash, l.generation FROM dedup_ledger l
-	WHERE dedup_ledger_key(l.workflow_id) = ANY(ARRAY(SELECT key FROM input)) AND l.workflow_id = ANY($1::text[]) AND l.state = 'started'
+	WHERE ` + schemas.LedgerRowsOf("l", "$1", "$9") + ` AND l.state = 'started'
 ), up AS (
-	INSERT INTO dedup_ledger AS l (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
-	SELECT DISTINCT ON (i.key) i.workflow_id, i.activity_id, i.event_id, i.id_rule, i.payload_hash, i.topic, i.kafka_partition, i.kafka_offset
+	INSERT INTO dedup_ledger AS l (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key)
+	SELECT DISTINCT ON (i.key) i.workflow_id, i.activity_id, i.event_id, i.id_rule, i.payload_hash, i.topic, i.kafka_partition, i.kafka_offset, i.key
 	FROM input i
 	WHERE NOT EXISTS (SELECT FROM cur WHERE cur.workflow_id = i.workflow_id)
 	ORDER BY i.key, i.workflow_id
-	ON CONFLICT ((dedup_ledger_key(workflow_id))) DO UPDATE SET
+	ON CONFLICT (key) DO UPDATE SET
 		attempts = l.attempts + (l.state <> 'started' AND l.payload_hash = EXCLUDED.payload_hash)::int,
 		state = CASE WHEN l.state = 'dead_lettered' AND l.payload_hash = EXCLUDED.payload_hash THEN 'pending' ELSE l.state END,
 		updated_at = CASE WHEN l.state <> 'started' AND l.payload_hash = EXCLUDED.payload_hash THEN now() ELSE l.updated_at END
@@ -124,8 +124,8 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []processor.Intent) (
 // replay, are duplicates of generation 1 and cost no row in the answer.
 var startedSQL = `
 SELECT i.n, l.state, l.payload_hash, coalesce(l.generation, 0)
-FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS i(workflow_id, payload_hash, n)
-LEFT JOIN dedup_ledger l ON ` + schemas.LedgerRowIs("l", "i.workflow_id") + `
+FROM unnest($1::text[], $2::bytea[], $3::uuid[]) WITH ORDINALITY AS i(workflow_id, payload_hash, key, n)
+LEFT JOIN dedup_ledger l ON ` + schemas.LedgerRowIs("l", "i.workflow_id", "i.key") + `
 WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash OR l.generation > 1`
 
 // answerStarted records in got the rows already started and returns the
@@ -136,7 +136,7 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []processor.Intent
 	for j, i := range uniq {
 		ids[j], hashes[j] = intents[i].WorkflowID, intents[i].PayloadHash[:]
 	}
-	rows, err := p.pool.Query(ctx, startedSQL, ids, hashes)
+	rows, err := p.pool.Query(ctx, startedSQL, ids, hashes, keysOf(ids))
 	if err != nil {
 		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(ids), err)
 	}
@@ -196,10 +196,10 @@ func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq [
 			return err
 		}
 		if _, ok := got[id]; !ok {
-			// Another workflow ID's row holds this one's dedup_ledger_key:
+			// Another workflow ID's row holds this one's key:
 			// a conflict with no hash of its own in the ledger, recorded
 			// and dead-lettered, never started under the other's row.
-			slog.Error("ledger: two workflow IDs share one dedup_ledger_key; the second is a conflict", "workflow_id", id)
+			slog.Error("ledger: two workflow IDs share one ledger key; the second is a conflict", "workflow_id", id)
 			got[id] = stored{state: StateStarted, hash: []byte{}}
 		}
 	}
@@ -221,7 +221,7 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []processor.Intent, un
 		wf[j], act[j], ev[j], rule[j], topic[j] = in.WorkflowID, in.ActivityID, in.EventID, in.IDRule, in.Topic
 		hash[j], part[j], off[j] = in.PayloadHash[:], in.Partition, in.Offset
 	}
-	rows, err := p.pool.Query(ctx, claimSQL, wf, act, ev, rule, hash, topic, part, off)
+	rows, err := p.pool.Query(ctx, claimSQL, wf, act, ev, rule, hash, topic, part, off, keysOf(wf))
 	if err != nil {
 		return fmt.Errorf("claiming %d intents: %w", n, err)
 	}
@@ -275,7 +275,7 @@ func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got
 	}
 	if len(revive) > 0 {
 		if _, err := p.pool.Exec(ctx, `UPDATE dedup_ledger SET state = 'pending', attempts = attempts + 1, updated_at = now()
-WHERE `+schemas.LedgerRowsOf("", "$1")+` AND state = 'dead_lettered'`, revive); err != nil {
+WHERE `+schemas.LedgerRowsOf("", "$1", "$2")+` AND state = 'dead_lettered'`, revive, keysOf(revive)); err != nil {
 			return nil, fmt.Errorf("re-claiming %d dead-lettered rows: %w", len(revive), err)
 		}
 	}

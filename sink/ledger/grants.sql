@@ -33,7 +33,7 @@ DECLARE
 		['dedup_router',   'dedup_schedule_cursors', 'SELECT, INSERT, UPDATE'],         -- the scheduler's cursors (FOR UPDATE SKIP LOCKED)
 		['dedup_router',   'dedup_schedule_fires',   'SELECT, INSERT, UPDATE, DELETE'], -- its fires, pruned
 		['dedup_router',   'goose_db_version',       'SELECT'],                         -- the migration check at start
-		['dedup_worker',   'dedup_ledger',           'SELECT (workflow_id, generation)'], -- StartRun's generation fence
+		['dedup_worker',   'dedup_ledger',           'SELECT (workflow_id, key, generation)'], -- StartRun's generation fence (by key)
 		['dedup_worker',   'activity_runs',          'SELECT, INSERT, UPDATE'],
 		['dedup_worker',   'activity_run_attempts',  'SELECT, INSERT, UPDATE'],
 		['dedup_worker',   'task_instances',         'SELECT, INSERT, UPDATE'],

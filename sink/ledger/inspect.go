@@ -55,7 +55,7 @@ func scanRows(rows pgx.Rows) ([]Row, error) {
 // Rows reads the rows of the given workflow IDs (primary key lookups), in
 // workflow ID order; absent IDs have no row.
 func (p *Postgres) Rows(ctx context.Context, workflowIDs []string) ([]Row, error) {
-	rows, err := p.pool.Query(ctx, `SELECT `+rowColumns+` FROM dedup_ledger WHERE `+schemas.LedgerRowsOf("", "$1")+` ORDER BY workflow_id`, workflowIDs)
+	rows, err := p.pool.Query(ctx, `SELECT `+rowColumns+` FROM dedup_ledger WHERE `+schemas.LedgerRowsOf("", "$1", "$2")+` ORDER BY workflow_id`, workflowIDs, keysOf(workflowIDs))
 	if err != nil {
 		return nil, fmt.Errorf("reading %d ledger rows: %w", len(workflowIDs), err)
 	}

@@ -27,7 +27,9 @@ import (
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
-// The ledger's unique key (migration 00012): dedup_ledger_key(workflow_id).
+// The ledger's unique key (migration 00012): the column key, computed by
+// schemas.LedgerKey (Go) and, for rows written without it, by the SQL
+// function dedup_ledger_key.
 
 var (
 	uuidv7Suffix = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
@@ -84,6 +86,9 @@ func TestLedgerKeyDigest(t *testing.T) {
 		if w := wantKey(id); got != w {
 			t.Errorf("dedup_ledger_key(%q) = %s, want %s", id, got, w)
 		}
+		if g := uuid.UUID(schemas.LedgerKey(id)).String(); g != wantKey(id) {
+			t.Errorf("schemas.LedgerKey(%q) = %s, want %s", id, g, wantKey(id))
+		}
 	}
 	// Time-ordered IDs keep their order in the key.
 	var ordered bool
@@ -113,12 +118,13 @@ func TestLedgerKeyLookupsUseTheIndex(t *testing.T) {
 	if _, err := conn.Exec(ctx, `SET enable_seqscan = off; SET enable_bitmapscan = off`); err != nil {
 		t.Fatal(err)
 	}
+	ids := []string{"activity-a:x", "activity-a:y"}
 	for _, q := range []string{
-		`SELECT * FROM dedup_ledger WHERE ` + schemas.LedgerRowsOf("", "$1"),
-		`SELECT * FROM dedup_ledger l WHERE ` + schemas.LedgerRowsOf("l", "$1"),
-		`SELECT * FROM unnest($1::text[]) u(w) JOIN dedup_ledger l ON ` + schemas.LedgerRowIs("l", "u.w"),
+		`SELECT * FROM dedup_ledger WHERE ` + schemas.LedgerRowsOf("", "$1", "$2"),
+		`SELECT * FROM dedup_ledger l WHERE ` + schemas.LedgerRowsOf("l", "$1", "$2"),
+		`SELECT * FROM unnest($1::text[], $2::uuid[]) u(w, k) JOIN dedup_ledger l ON ` + schemas.LedgerRowIs("l", "u.w", "u.k"),
 	} {
-		rows, err := conn.Query(ctx, `EXPLAIN `+q, []string{"activity-a:x", "activity-a:y"})
+		rows, err := conn.Query(ctx, `EXPLAIN `+q, ids, schemas.LedgerKeys(ids))
 		if err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
@@ -131,29 +137,48 @@ func TestLedgerKeyLookupsUseTheIndex(t *testing.T) {
 			plan = append(plan, s)
 		}
 		rows.Close()
-		if p := strings.Join(plan, "\n"); !strings.Contains(p, "using dedup_ledger_key") {
-			t.Errorf("%s\ndoes not use the index dedup_ledger_key:\n%s", q, p)
+		if p := strings.Join(plan, "\n"); !strings.Contains(p, "using dedup_ledger_pkey") {
+			t.Errorf("%s\ndoes not use the primary key (key):\n%s", q, p)
 		}
 	}
 }
 
-// Two workflow IDs with one digest never share a row: the second is a
+// Every row holds the key of its workflow ID: the routers' (Go) and the
+// trigger's (SQL, a row inserted without one) agree.
+func TestLedgerKeyOfEveryRow(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	var batch []processor.Intent
+	for _, id := range []string{"0190a1b2-c3d4-7e5f-8a9b-0123456789ab", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "héllo", `back\slash`, "x"} {
+		batch = append(batch, intent(id, "p"))
+	}
+	want(t, claim(t, l, batch...), processor.VerdictNew, processor.VerdictNew, processor.VerdictNew, processor.VerdictNew, processor.VerdictNew)
+	if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
+		VALUES ('activity-a:by-hand', 'a', 'by-hand', 'field', '\x00', 'events', 0, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	var n, bad int
+	if err := l.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE key IS DISTINCT FROM dedup_ledger_key(workflow_id)) FROM dedup_ledger`).Scan(&n, &bad); err != nil {
+		t.Fatal(err)
+	}
+	if n != 6 || bad != 0 {
+		t.Fatalf("%d rows, %d of them with a key that is not dedup_ledger_key(workflow_id)", n, bad)
+	}
+	want(t, claim(t, l, intent("by-hand", "x")), processor.VerdictConflict) // found by its key: another payload
+}
+
+// Two workflow IDs with one key never share a row: the second is a
 // conflict (recorded, never started), and no mark for it changes the
-// first's row. The digest is made constant here to force the collision
-// that SHA-256 never gives.
+// first's row. The key is made constant here to force the collision that
+// SHA-256 never gives.
 func TestLedgerKeyCollisionIsAConflict(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
-	if _, err := l.Pool().Exec(ctx, `CREATE OR REPLACE FUNCTION dedup_ledger_key(workflow_id text) RETURNS uuid
-		LANGUAGE sql IMMUTABLE AS $$ SELECT '00000000-0000-0000-0000-000000000001'::uuid $$;
-		REINDEX INDEX dedup_ledger_key`); err != nil {
-		t.Fatal(err)
-	}
+	defer ledger.SetKeyFunc(func(string) [16]byte { return [16]byte{15: 1} })()
 	a, b, c := intent("a", "p"), intent("b", "p"), intent("c", "p")
 	want(t, claim(t, l, a), processor.VerdictNew)
 	want(t, claim(t, l, b), processor.VerdictConflict)
 	want(t, claim(t, l, b, a), processor.VerdictConflict, processor.VerdictRedrive)
-	// Two new IDs of one batch sharing a digest (a started meanwhile).
 	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: b.WorkflowID, RunID: "rb", Generation: 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -167,13 +192,6 @@ func TestLedgerKeyCollisionIsAConflict(t *testing.T) {
 	if len(rows) != 1 || rows[0].WorkflowID != a.WorkflowID || rows[0].State != ledger.StatePending || rows[0].RunID != "" {
 		t.Fatalf("rows %+v: want a's row alone, pending, untouched by b's marks", rows)
 	}
-	got, err := l.Lookup(ctx, []string{b.WorkflowID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := got[b.WorkflowID]; ok {
-		t.Fatalf("Lookup(b) = %+v: b has no row", got)
-	}
 	var conflicts int
 	if err := l.Pool().QueryRow(ctx, `SELECT count(*) FROM dedup_conflicts WHERE workflow_id = $1`, b.WorkflowID).Scan(&conflicts); err != nil {
 		t.Fatal(err)
@@ -184,7 +202,25 @@ func TestLedgerKeyCollisionIsAConflict(t *testing.T) {
 	if _, err := l.Pool().Exec(ctx, `DELETE FROM dedup_ledger`); err != nil {
 		t.Fatal(err)
 	}
+	// Two new IDs of one batch sharing a key: the first in key order
+	// (then ID order) gets the row.
 	want(t, claim(t, l, c, b), processor.VerdictConflict, processor.VerdictNew)
+}
+
+// checkKeyIsThePrimaryKey: the primary key is on the column key, valid,
+// and key is NOT NULL.
+func checkKeyIsThePrimaryKey(t *testing.T, db *sql.DB) {
+	t.Helper()
+	var cols string
+	var valid, notNull bool
+	if err := db.QueryRowContext(context.Background(), `SELECT (SELECT string_agg(a.attname, ',') FROM pg_attribute a WHERE a.attrelid = x.indrelid AND a.attnum = ANY(x.indkey)),
+		x.indisvalid, (SELECT attnotnull FROM pg_attribute WHERE attrelid = 'dedup_ledger'::regclass AND attname = 'key')
+		FROM pg_constraint c JOIN pg_index x ON x.indexrelid = c.conindid WHERE c.conrelid = 'dedup_ledger'::regclass AND c.contype = 'p'`).Scan(&cols, &valid, &notNull); err != nil {
+		t.Fatal(err)
+	}
+	if cols != "key" || !valid || !notNull {
+		t.Fatalf("primary key on %q (valid %v), key NOT NULL %v: want a valid primary key on key", cols, valid, notNull)
+	}
 }
 
 // provider runs the embedded migrations on url one by one.
@@ -280,14 +316,7 @@ func TestMigrationConvertsAPopulatedLedgerOnline(t *testing.T) {
 	t.Logf("the old router claimed %d new IDs during the migration; refused %d times after it", inserted.Load(), refused)
 	total := rows + int(inserted.Load())
 
-	var pk, valid, unique bool
-	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'dedup_ledger'::regclass AND contype = 'p'),
-		indisvalid, indisunique FROM pg_index WHERE indexrelid = 'dedup_ledger_key'::regclass`).Scan(&pk, &valid, &unique); err != nil {
-		t.Fatal(err)
-	}
-	if pk || !valid || !unique {
-		t.Fatalf("primary key %v, dedup_ledger_key valid %v unique %v: want no primary key, a valid unique key", pk, valid, unique)
-	}
+	checkKeyIsThePrimaryKey(t, db)
 
 	// Claim every ID again, with its payload, through the new key.
 	cfg := ledger.DefaultConfig()
@@ -324,18 +353,19 @@ func TestMigrationConvertsAPopulatedLedgerOnline(t *testing.T) {
 			counts[v.Verdict]++
 		}
 	}
-	var n, distinct int
-	if err := db.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT workflow_id) FROM dedup_ledger`).Scan(&n, &distinct); err != nil {
+	var n, distinct, bad int
+	if err := db.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT workflow_id), count(*) FILTER (WHERE key IS DISTINCT FROM dedup_ledger_key(workflow_id)) FROM dedup_ledger`).Scan(&n, &distinct, &bad); err != nil {
 		t.Fatal(err)
 	}
-	if n != total+10 || distinct != n {
-		t.Fatalf("%d rows, %d workflow IDs: want %d of each", n, distinct, total+10)
+	if n != total+10 || distinct != n || bad != 0 {
+		t.Fatalf("%d rows, %d workflow IDs, %d keys not dedup_ledger_key(workflow_id): want %d, %d, 0", n, distinct, bad, total+10, total+10)
 	}
 	t.Logf("verdicts after the migration: %v", counts)
 }
 
 // An interrupted build leaves an INVALID index: the migration keeps the
-// primary key, stops and names the index; once it is dropped, it runs.
+// primary key on workflow_id, stops and names the index; once it is
+// dropped, the migration runs.
 func TestMigrationKeepsThePrimaryKeyOverAnInvalidIndex(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
@@ -343,8 +373,8 @@ func TestMigrationKeepsThePrimaryKeyOverAnInvalidIndex(t *testing.T) {
 	if _, err := prov.UpTo(ctx, 11); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, `CREATE FUNCTION dedup_ledger_key(workflow_id text) RETURNS uuid LANGUAGE sql IMMUTABLE AS $$ SELECT md5(workflow_id)::uuid $$;
-		CREATE UNIQUE INDEX dedup_ledger_key ON dedup_ledger (dedup_ledger_key(workflow_id));
+	if _, err := db.ExecContext(ctx, `ALTER TABLE dedup_ledger ADD COLUMN key uuid;
+		CREATE UNIQUE INDEX dedup_ledger_key ON dedup_ledger (key);
 		UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'dedup_ledger_key'::regclass`); err != nil {
 		t.Fatal(err)
 	}
@@ -352,12 +382,14 @@ func TestMigrationKeepsThePrimaryKeyOverAnInvalidIndex(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "dedup_ledger_key is invalid") || !strings.Contains(err.Error(), "DROP INDEX") {
 		t.Fatalf("Migrate over an invalid index: %v", err)
 	}
-	var pk bool
-	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'dedup_ledger'::regclass AND contype = 'p')`).Scan(&pk); err != nil {
+	var pkOnID bool
+	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT FROM pg_constraint c JOIN pg_index x ON x.indexrelid = c.conindid
+		JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = x.indkey[0]
+		WHERE c.conrelid = 'dedup_ledger'::regclass AND c.contype = 'p' AND a.attname = 'workflow_id')`).Scan(&pkOnID); err != nil {
 		t.Fatal(err)
 	}
-	if !pk {
-		t.Fatal("the primary key was dropped over an invalid index")
+	if !pkOnID {
+		t.Fatal("the primary key on workflow_id was dropped over an invalid index")
 	}
 	if _, err := db.ExecContext(ctx, `DROP INDEX dedup_ledger_key`); err != nil {
 		t.Fatal(err)
@@ -365,11 +397,5 @@ func TestMigrationKeepsThePrimaryKeyOverAnInvalidIndex(t *testing.T) {
 	if err := ledger.Migrate(ctx, url); err != nil {
 		t.Fatal(err)
 	}
-	var key string
-	if err := db.QueryRowContext(ctx, `SELECT dedup_ledger_key('activity-a:x')::text`).Scan(&key); err != nil {
-		t.Fatal(err)
-	}
-	if key != wantKey("activity-a:x") {
-		t.Fatalf("after the second run dedup_ledger_key is %s, want the migration's (%s)", key, wantKey("activity-a:x"))
-	}
+	checkKeyIsThePrimaryKey(t, db)
 }

@@ -9,12 +9,26 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/schemas"
 )
 
 var (
 	_ processor.Ledger        = (*Postgres)(nil)
 	_ processor.DeadLetterLog = (*Postgres)(nil)
 )
+
+// keyOf is the ledger's key of a workflow ID (schemas.LedgerKey; a test
+// may make it collide).
+var keyOf = schemas.LedgerKey
+
+// keysOf is keyOf of each ID, in order.
+func keysOf(ids []string) [][16]byte {
+	out := make([][16]byte, len(ids))
+	for i, id := range ids {
+		out[i] = keyOf(id)
+	}
+	return out
+}
 
 // Postgres is the ledger.
 type Postgres struct {

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -16,19 +17,27 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	if len(started) == 0 {
 		return nil
 	}
-	// In key order (dedup_ledger_key), like Claim's insert and the
-	// dead-letter marks' index scan, so that routers lock rows in one
-	// order: the subquery's ORDER BY drives the nested loop over the key's
-	// index (a deadlock would still only cost a retry).
-	ids, runs, gens := make([]string, len(started)), make([]string, len(started)), make([]int32, len(started))
+	// In key order, like Claim's insert and the dead-letter marks' index
+	// scan, so that routers lock rows in one order (a deadlock would still
+	// only cost a retry).
+	type mark struct {
+		s   processor.Started
+		key [16]byte
+	}
+	ms := make([]mark, len(started))
 	for i, s := range started {
-		ids[i], runs[i], gens[i] = s.WorkflowID, s.RunID, int32(s.Generation)
+		ms[i] = mark{s, keyOf(s.WorkflowID)}
+	}
+	slices.SortFunc(ms, func(a, b mark) int { return bytes.Compare(a.key[:], b.key[:]) })
+	ids, runs, gens, keys := make([]string, len(ms)), make([]string, len(ms)), make([]int32, len(ms)), make([][16]byte, len(ms))
+	for i, m := range ms {
+		ids[i], runs[i], gens[i], keys[i] = m.s.WorkflowID, m.s.RunID, int32(m.s.Generation), m.key
 	}
 	_, err := p.pool.Exec(ctx, `
 UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), generation = greatest(l.generation, u.generation),
 	started_at = now(), updated_at = now()
-FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::int4[]) AS u(workflow_id, run_id, generation) ORDER BY dedup_ledger_key(u.workflow_id)) u
-WHERE `+schemas.LedgerRowIs("l", "u.workflow_id")+` AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))`, ids, runs, gens)
+FROM unnest($1::text[], $2::text[], $3::int4[], $4::uuid[]) AS u(workflow_id, run_id, generation, key)
+WHERE `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+` AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))`, ids, runs, gens, keys)
 	if err != nil {
 		return p.classify(fmt.Errorf("marking %d workflows started: %w", len(started), err))
 	}
@@ -46,7 +55,7 @@ func (p *Postgres) MarkDeadLettered(ctx context.Context, workflowIDs []string) e
 	ids := slices.Sorted(slices.Values(workflowIDs))
 	_, err := p.pool.Exec(ctx, `
 UPDATE dedup_ledger SET state = 'dead_lettered', updated_at = now()
-WHERE `+schemas.LedgerRowsOf("", "$1")+` AND state = 'pending'`, ids)
+WHERE `+schemas.LedgerRowsOf("", "$1", "$2")+` AND state = 'pending'`, ids, keysOf(ids))
 	if err != nil {
 		return p.classify(fmt.Errorf("marking %d workflows dead-lettered: %w", len(ids), err))
 	}

@@ -71,7 +71,7 @@ var (
 func purgeBatchSQL(state State, ended string) string {
 	return fmt.Sprintf(`
 WITH victims AS (
-	SELECT workflow_id, %[2]s AS t FROM dedup_ledger
+	SELECT workflow_id, key, %[2]s AS t FROM dedup_ledger
 	WHERE state = '%[1]s' AND %[2]s < now() - $1::interval AND %[2]s >= $3
 	ORDER BY %[2]s LIMIT $2
 ), gone AS (
@@ -79,5 +79,5 @@ WITH victims AS (
 	WHERE %[3]s AND l.state = '%[1]s' AND l.%[2]s < now() - $1::interval
 	RETURNING 1
 )
-SELECT (SELECT count(*) FROM victims), (SELECT count(*) FROM gone), (SELECT max(t) FROM victims)`, state, ended, schemas.LedgerRowIs("l", "v.workflow_id"))
+SELECT (SELECT count(*) FROM victims), (SELECT count(*) FROM gone), (SELECT max(t) FROM victims)`, state, ended, schemas.LedgerRowIs("l", "v.workflow_id", "v.key"))
 }

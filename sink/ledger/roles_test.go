@@ -395,7 +395,7 @@ var wantGrants = map[string][]string{
 		"dedup_schedule_fires SELECT, INSERT, UPDATE, DELETE", "goose_db_version SELECT",
 	},
 	"dedup_worker": {
-		"dedup_ledger.workflow_id SELECT", "dedup_ledger.generation SELECT",
+		"dedup_ledger.workflow_id SELECT", "dedup_ledger.generation SELECT", "dedup_ledger.key SELECT",
 		"activity_runs SELECT, INSERT, UPDATE", "activity_run_attempts SELECT, INSERT, UPDATE",
 		"task_instances SELECT, INSERT, UPDATE", "idempotency_keys SELECT, INSERT, UPDATE, DELETE", "goose_db_version SELECT",
 	},

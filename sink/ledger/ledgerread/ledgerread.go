@@ -121,7 +121,7 @@ CROSS JOIN LATERAL (
 	SELECT count(*) AS n, array_agg(DISTINCT d.payload_hash ORDER BY d.payload_hash) AS hashes
 	FROM dedup_conflicts d WHERE d.workflow_id = l.workflow_id
 ) c
-WHERE ` + schemas.LedgerRowsOf("l", "$1")
+WHERE ` + schemas.LedgerRowsOf("l", "$1", "$2")
 
 // Lookup runs the lookup query on q: what Reader.Lookup does, for a
 // caller with a pool of its own (sink/ledger's Lookup). It writes
@@ -132,7 +132,7 @@ func Lookup(ctx context.Context, q Querier, workflowIDs []string) (map[string]pr
 		return out, nil
 	}
 	ids := slices.Compact(slices.Sorted(slices.Values(workflowIDs)))
-	rows, err := q.Query(ctx, lookupSQL, ids)
+	rows, err := q.Query(ctx, lookupSQL, ids, schemas.LedgerKeys(ids))
 	if err != nil {
 		return nil, fmt.Errorf("looking up %d workflow IDs: %w", len(ids), err)
 	}
