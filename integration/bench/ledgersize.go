@@ -242,14 +242,24 @@ func fillLedger(ctx context.Context, pool *pgxpool.Pool, table string, from, to,
 	if ordered {
 		id = `substr(v.h, 1, 8) || '-' || substr(v.h, 9, 4) || '-7' || substr(v.r, 1, 3) || '-' || to_hex(8 + ('x' || substr(v.r, 4, 1))::bit(4)::int % 4) || substr(v.r, 5, 3) || '-' || substr(v.r, 8, 12)`
 	}
+	// Since migration 00012 the key column is filled here, as a router
+	// fills it (the trigger would too, a row at a time).
+	var keyed bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'key' AND NOT attisdropped)`, table).Scan(&keyed); err != nil {
+		return err
+	}
+	keyCol, keyVal := "", ""
+	if keyed {
+		keyCol, keyVal = ", key", ", dedup_ledger_key('activity-order-confirmation:' || y.e)"
+	}
 	err = exec(fmt.Sprintf(`INSERT INTO %s (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset,
-		state, run_id, attempts, claimed_at, started_at, updated_at, generation)
+		state, run_id, attempts, claimed_at, started_at, updated_at, generation%s)
 	SELECT 'activity-order-confirmation:' || y.e, 'order-confirmation', y.e, 'field', sha256(g::text::bytea), 'events', (g %% 12)::int, g,
-		'started', md5('run' || g)::uuid::text, 1, x.t, x.t + interval '50 milliseconds', x.t + interval '50 milliseconds', 1
+		'started', md5('run' || g)::uuid::text, 1, x.t, x.t + interval '50 milliseconds', x.t + interval '50 milliseconds', 1%s
 	FROM generate_series($1::bigint, $2::bigint - 1) g,
 		LATERAL (SELECT $3::timestamptz - make_interval(secs => $4::float8 * (1 - g::float8 / $5::float8)) AS t) x,
 		LATERAL (SELECT lpad(to_hex(floor(extract(epoch FROM x.t) * 1000)::bigint), 12, '0') AS h, md5(g::text) AS r) v,
-		LATERAL (SELECT %s AS e) y`, table, id),
+		LATERAL (SELECT %s AS e) y`, table, keyCol, keyVal, id),
 		from, to, t0, window.Seconds(), final)
 	if err != nil {
 		return fmt.Errorf("filling %s to %d rows: %w", table, to, err)
@@ -477,6 +487,14 @@ func (e *Env) partitionedCopy(ctx context.Context, pool *pgxpool.Pool, res *Rete
 		PARTITION BY RANGE (claimed_at)`); err != nil {
 		return err
 	}
+	// The key column of migration 00012 is not this comparison's: its
+	// rows below are inserted without one.
+	if _, err := pool.Exec(ctx, `DO $$ BEGIN
+		IF EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'dedup_ledger_by_day'::regclass AND attname = 'key') THEN
+			ALTER TABLE dedup_ledger_by_day ALTER COLUMN key DROP NOT NULL;
+		END IF; END $$`); err != nil {
+		return err
+	}
 	start := t0.Add(-window)
 	for i := 0; i <= days; i++ {
 		from, to := start.Add(time.Duration(i)*24*time.Hour), start.Add(time.Duration(i+1)*24*time.Hour)
@@ -598,8 +616,12 @@ func lookupRate(ctx context.Context, pool *pgxpool.Pool, table string, probe []i
 	// The plain ledger is found by its unique key: the expression index
 	// of migration 00012 where it exists.
 	pred := `workflow_id = ANY($1::text[])`
-	if key, err := keyIndex(ctx, pool); err == nil && key == "dedup_ledger_key" && table == "dedup_ledger" {
-		pred = `dedup_ledger_key(workflow_id) = ANY(ARRAY(SELECT dedup_ledger_key(w) FROM unnest($1::text[]) w)) AND workflow_id = ANY($1::text[])`
+	var keyed bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'key' AND NOT attisdropped)`, table).Scan(&keyed); err != nil {
+		return Rate{}, err
+	}
+	if keyed && table == "dedup_ledger" {
+		pred = `key = ANY(ARRAY(SELECT dedup_ledger_key(w) FROM unnest($1::text[]) w)) AND workflow_id = ANY($1::text[])`
 	}
 	began := time.Now()
 	for i := 0; i < len(ids); i += ClaimBatch {
