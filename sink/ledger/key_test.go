@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -398,4 +400,59 @@ func TestMigrationKeepsThePrimaryKeyOverAnInvalidIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkKeyIsThePrimaryKey(t, db)
+}
+
+// TestMigrationAtScale measures migration 00012 on a ledger of
+// $DEDUP_MIGRATION_ROWS rows (skipped without it; docs/runbook.md quotes
+// its figures): how long the conversion takes, the WAL it writes, and the
+// heap before and after. It asserts only that every row ends with its key.
+func TestMigrationAtScale(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("DEDUP_MIGRATION_ROWS"))
+	if n <= 0 {
+		t.Skip("set DEDUP_MIGRATION_ROWS to measure")
+	}
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	prov, db := provider(t, url)
+	if _, err := prov.UpTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, state, run_id, started_at)
+		SELECT 'activity-order-confirmation:' || e, 'order-confirmation', e, 'field', sha256(g::text::bytea), 'events', g % 12, g, 'started', md5('run' || g)::uuid::text, now()
+		FROM generate_series(1, $1::int) g, LATERAL (SELECT md5(g::text)::uuid::text AS e) x`, n); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`VACUUM ANALYZE dedup_ledger`, `CHECKPOINT`} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var heap0 int64
+	var lsn0 string
+	if err := db.QueryRowContext(ctx, `SELECT pg_relation_size('dedup_ledger'), pg_current_wal_lsn()::text`).Scan(&heap0, &lsn0); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	var heap1, wal int64
+	if err := db.QueryRowContext(ctx, `SELECT pg_relation_size('dedup_ledger'), pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::int8`, lsn0).Scan(&heap1, &wal); err != nil {
+		t.Fatal(err)
+	}
+	vacuum := time.Now()
+	if _, err := db.ExecContext(ctx, `VACUUM dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	var bad int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM dedup_ledger TABLESAMPLE SYSTEM (1) WHERE key IS DISTINCT FROM dedup_ledger_key(workflow_id)`).Scan(&bad); err != nil {
+		t.Fatal(err)
+	}
+	if bad != 0 {
+		t.Fatalf("%d sampled rows without their key", bad)
+	}
+	checkKeyIsThePrimaryKey(t, db)
+	t.Logf("migration 00012 on %d rows: %s, %.0f MiB of WAL (%.0f B a row); heap %.0f -> %.0f MiB; VACUUM after: %s",
+		n, took.Round(time.Second), float64(wal)/(1<<20), float64(wal)/float64(n), float64(heap0)/(1<<20), float64(heap1)/(1<<20), time.Since(vacuum).Round(time.Second))
 }
