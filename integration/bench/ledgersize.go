@@ -713,7 +713,7 @@ func measureRemoval(ctx context.Context, pool *pgxpool.Pool, table string, bloat
 		if err != nil {
 			return c, err
 		}
-		err = pool.QueryRow(ctx, `SELECT (SELECT free_percent FROM pgstattuple($1::regclass)), (SELECT avg_leaf_density FROM pgstatindex($2::regclass))`,
+		return c, pool.QueryRow(ctx, `SELECT (SELECT free_percent FROM pgstattuple($1::regclass)), (SELECT avg_leaf_density FROM pgstatindex($2::regclass))`,
 			table, key).Scan(&c.FreePctAfter, &c.IndexLeafDensity)
 	}
 	return c, err

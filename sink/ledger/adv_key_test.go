@@ -79,7 +79,7 @@ func explain(t *testing.T, pool *pgxpool.Pool, q tracedQuery, generic bool) stri
 	if _, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode); err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Exec(ctx, "RESET plan_cache_mode")
+	defer func() { _, _ = conn.Exec(ctx, "RESET plan_cache_mode") }()
 	rows, err := conn.Query(ctx, "EXPLAIN "+q.sql, q.args...)
 	if err != nil {
 		t.Fatalf("EXPLAIN %s: %v", q.sql, err)
@@ -226,7 +226,7 @@ func TestAdvKeyClaimAndMarkStartedLockInDifferentOrders(t *testing.T) {
 search:
 	for a := 0; a < 200; a++ {
 		for b := 0; b < 200; b++ {
-			if !(wf(a) < wf(b) && key(b) < key(a)) {
+			if wf(a) >= wf(b) || key(b) >= key(a) {
 				continue
 			}
 			wi, w2i := -1, -1
@@ -236,7 +236,7 @@ search:
 				}
 				if wi < 0 && key(b) < key(c) && key(c) < key(a) {
 					wi = c
-				} else if w2i < 0 && wf(a) < wf(c) && wf(c) < wf(b) && !(key(b) < key(c) && key(c) < key(a)) {
+				} else if w2i < 0 && wf(a) < wf(c) && wf(c) < wf(b) && (key(b) >= key(c) || key(c) >= key(a)) {
 					w2i = c
 				}
 			}
@@ -394,7 +394,7 @@ func TestAdvKeyNonUTF8Databases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close(ctx)
+	defer func() { _ = admin.Close(ctx) }()
 	for i, enc := range []string{"SQL_ASCII", "LATIN1"} {
 		name := fmt.Sprintf("adv_enc_%d_%d", i, time.Now().UnixNano())
 		if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s ENCODING '%s' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0`, name, enc)); err != nil {
