@@ -38,26 +38,27 @@ SELECT 'plain' AS t, tree_level, leaf_pages, pg_size_pretty(index_size) FROM pgs
 UNION ALL SELECT 'partition ' || i, tree_level, leaf_pages, pg_size_pretty(index_size) FROM generate_series(0, 15) i, pgstatindex(format('hp_part_%s_pkey', i)) WHERE i < 3
 UNION ALL SELECT 'all partitions', max(tree_level), sum(leaf_pages), pg_size_pretty(sum(index_size)) FROM generate_series(0, 15) i, pgstatindex(format('hp_part_%s_pkey', i));
 -- 20,000 new claims, 1000 a statement, into each.
+CREATE TEMP TABLE l0 (l pg_lsn);
 CREATE TEMP TABLE new_ids AS SELECT 'activity-order-confirmation:' || gen_random_uuid() AS w, g FROM generate_series(1, 20000) g;
 CHECKPOINT;
-SELECT pg_current_wal_lsn() AS l0 \gset
+TRUNCATE l0; INSERT INTO l0 SELECT pg_current_wal_lsn();
 SELECT format($$INSERT INTO hp_plain SELECT dedup_ledger_key(w), w, 'a', 'e', 'field', '\x00', 'events', 0, g, 'pending', NULL, 1, now(), NULL, now(), 1
     FROM new_ids WHERE g > %s AND g <= %s ON CONFLICT (key) DO NOTHING$$, b, b + 1000) FROM generate_series(0, 19000, 1000) b \gexec
-SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), :'l0') / 20000) AS plain_wal_per_new_row;
+SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), (SELECT l FROM l0)) / 20000) AS plain_wal_per_new_row;
 CHECKPOINT;
-SELECT pg_current_wal_lsn() AS l0 \gset
+TRUNCATE l0; INSERT INTO l0 SELECT pg_current_wal_lsn();
 SELECT format($$INSERT INTO hp_part SELECT dedup_ledger_key(w), w, 'a', 'e', 'field', '\x00', 'events', 0, g, 'pending', NULL, 1, now(), NULL, now(), 1
     FROM new_ids WHERE g > %s AND g <= %s ON CONFLICT (key) DO NOTHING$$, b, b + 1000) FROM generate_series(0, 19000, 1000) b \gexec
-SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), :'l0') / 20000) AS partitioned_wal_per_new_row;
+SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), (SELECT l FROM l0)) / 20000) AS partitioned_wal_per_new_row;
 -- The oldest day: DELETE (as the purge, in one statement here), then VACUUM.
 CHECKPOINT;
-SELECT pg_current_wal_lsn() AS l0 \gset
+TRUNCATE l0; INSERT INTO l0 SELECT pg_current_wal_lsn();
 DELETE FROM hp_plain WHERE state = 'started' AND started_at < now() - interval '6 days';
 VACUUM hp_plain;
-SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), :'l0')) AS plain_purge_and_vacuum_wal;
+SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), (SELECT l FROM l0))) AS plain_purge_and_vacuum_wal;
 CHECKPOINT;
-SELECT pg_current_wal_lsn() AS l0 \gset
+TRUNCATE l0; INSERT INTO l0 SELECT pg_current_wal_lsn();
 DELETE FROM hp_part WHERE state = 'started' AND started_at < now() - interval '6 days';
 VACUUM hp_part;
-SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), :'l0')) AS partitioned_purge_and_vacuum_wal;
+SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), (SELECT l FROM l0))) AS partitioned_purge_and_vacuum_wal;
 DROP TABLE hp_plain, hp_part;
