@@ -1,0 +1,361 @@
+package ledger_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+// Second adversary of migration 00012 (the ledger key).
+
+// oldClaim is the claim of the version before 00012 (ON CONFLICT on the
+// workflow ID; no key), reduced to what matters here: the rows are
+// inserted, or locked and updated, in workflow ID order.
+const oldClaim = `/* adv2 old claim */ INSERT INTO dedup_ledger AS l (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
+SELECT w, 'a', w, 'field', $2::bytea, 'events', 1, 7 FROM unnest($1::text[]) w ORDER BY w
+ON CONFLICT (workflow_id) DO UPDATE SET attempts = l.attempts + 1, updated_at = now()`
+
+func pHash(payload string) []byte { h := sha256.Sum256([]byte(payload)); return h[:] }
+
+// migrateWithPausedFill starts ledger.Migrate(migrateURL) on a ledger at
+// version 11 and stops it inside the backfill, deterministically: the
+// column key and the trigger exist, and dedup_ledger_fill_keys waits for
+// the row of pauseID, which a session locked right after ADD COLUMN
+// committed (queued behind ADD COLUMN's lock while a reader held the
+// table). It returns release (ends that lock: the fill goes on) and the
+// channel of Migrate's result. side is a superuser pool of the database.
+func migrateWithPausedFill(t *testing.T, side *pgxpool.Pool, migrateURL, pauseID string) (release func(), done <-chan error) {
+	t.Helper()
+	ctx := context.Background()
+	reader, err := side.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.Exec(ctx, `SELECT 1 FROM dedup_ledger LIMIT 1`); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() { res <- ledger.Migrate(ctx, migrateURL) }()
+	waitBlocked(t, side, "ADD COLUMN IF NOT EXISTS key")
+	pauser, err := side.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := make(chan error, 1)
+	go func() {
+		_, err := pauser.Exec(ctx, `/* adv2 pause */ SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, pauseID)
+		locked <- err
+	}()
+	waitBlocked(t, side, "adv2 pause")
+	_ = reader.Rollback(ctx)
+	if err := <-locked; err != nil {
+		t.Fatal(err)
+	}
+	var hasKey bool
+	if err := side.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'dedup_ledger'::regclass AND attname = 'key' AND NOT attisdropped)`).Scan(&hasKey); err != nil {
+		t.Fatal(err)
+	}
+	if !hasKey {
+		_ = pauser.Rollback(ctx)
+		t.Fatal("timing: the pause took its lock before ADD COLUMN (lock_timeout 1s passed); run again")
+	}
+	waitBlocked(t, side, "dedup_ledger_fill_keys")
+	var once bool
+	return func() {
+		if !once {
+			once = true
+			_ = pauser.Rollback(ctx)
+		}
+	}, res
+}
+
+// A hardened database (the owner's new functions not executable by PUBLIC,
+// the case grants.sql's EXECUTE grant is for): grants.sql runs only after
+// the whole migration, but the trigger that 00012 adds at its start calls
+// dedup_ledger_key as the inserting user. During the migration (the
+// backfill of a big ledger: minutes to hours), every claim of a router of
+// the version before, connected as dedup_router, that inserts a row is
+// refused: 42501, a permanent error, so the old routers stop (crash loop)
+// for the length of the backfill, although the migration is "online" for
+// them until the primary key is swapped.
+func TestAdv2HardenedOldRouterRefusedDuringMigration(t *testing.T) {
+	ctx := deadline(t, 3*time.Minute)
+	admin := pgtest.NewDatabase(t)
+	if err := ledger.ApplyRoles(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := connect(t, admin).Exec(ctx, `ALTER DEFAULT PRIVILEGES FOR ROLE dedup_owner REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC`); err != nil {
+		t.Fatal(err)
+	}
+	migrator := pgtest.NewLogin(t, admin, "dedup_owner", "dedup_owner")
+	prov, _ := provider(t, migrator)
+	if _, err := prov.UpTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	adm := connect(t, admin)
+	if _, err := adm.Exec(ctx, ledger.GrantsSQL); err != nil { // what Migrate did at version 11
+		t.Fatal(err)
+	}
+	router := connect(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
+	if _, err := router.Exec(ctx, oldClaim, []string{"activity-a:first", "activity-a:pause"}, pHash("p")); err != nil {
+		t.Fatalf("the old router's claim at version 11: %v", err)
+	}
+	side, err := pgxpool.New(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer side.Close()
+	release, done := migrateWithPausedFill(t, side, migrator, "activity-a:pause")
+	// The migration is in its backfill: the old router claims a new ID.
+	_, claimErr := router.Exec(ctx, oldClaim, []string{"activity-a:during-the-fill"}, pHash("p"))
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if claimErr != nil {
+		t.Fatalf("the old router's claim (as dedup_router) during the backfill of 00012: %v", claimErr)
+	}
+}
+
+// The backfill (dedup_ledger_fill_keys) updates a thousand pages of rows in
+// one transaction, in physical order, and has no retry: a router of the
+// version before, whose claim locks rows in workflow ID order, deadlocks
+// with it, and when the backfill is the one PostgreSQL aborts (it waited
+// first), the migration fails (40P01). Here: the old router's claim of
+// [a-late, m-new, z-early] has locked a-late (a late page) and waits for
+// m-new (another router's insert in flight); the backfill locks z-early
+// (page 0) and waits for a-late; m-new commits, the old router asks for
+// z-early: a cycle.
+func TestAdv2BackfillDeadlocksWithOldRouter(t *testing.T) {
+	ctx := deadline(t, 3*time.Minute)
+	url := pgtest.NewDatabase(t)
+	prov, _ := provider(t, url)
+	if _, err := prov.UpTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	side, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer side.Close()
+	const (
+		pause = "activity-a:e-pause"
+		early = "activity-a:z-early"
+		late  = "activity-a:a-late"
+		newID = "activity-a:m-new"
+	)
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{oldClaim, []any{[]string{pause}, pHash("p")}},
+		{oldClaim, []any{[]string{early}, pHash("p")}},
+		{`INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
+			SELECT 'activity-a:fill-' || g, 'a', g::text, 'field', sha256(g::text::bytea), 'events', 0, g FROM generate_series(1, 3000) g`, nil},
+		{oldClaim, []any{[]string{late}, pHash("p")}},
+	} {
+		if _, err := side.Exec(ctx, q.sql, q.args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var pEarly, pLate int
+	if err := side.QueryRow(ctx, `SELECT (SELECT (ctid::text::point)[0]::int FROM dedup_ledger WHERE workflow_id = $1), (SELECT (ctid::text::point)[0]::int FROM dedup_ledger WHERE workflow_id = $2)`, early, late).Scan(&pEarly, &pLate); err != nil {
+		t.Fatal(err)
+	}
+	if !(pEarly < pLate && pLate < 1000) {
+		t.Fatalf("setup: pages %d, %d", pEarly, pLate)
+	}
+
+	release, done := migrateWithPausedFill(t, side, url, pause)
+	defer release()
+	// Another router's insert of m-new, in flight.
+	other, err := side.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Rollback(ctx) }()
+	if _, err := other.Exec(ctx, oldClaim, []string{newID}, pHash("p")); err != nil {
+		t.Fatal(err)
+	}
+	// The old router: locks a-late, waits for m-new.
+	old, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = old.Close(context.Background()) }()
+	oldPID := old.PgConn().PID()
+	oldDone := make(chan error, 1)
+	go func() {
+		_, err := old.Exec(ctx, oldClaim, []string{late, newID, early}, pHash("p"))
+		oldDone <- err
+	}()
+	waitBlocked(t, side, "adv2 old claim")
+	// The backfill goes on: z-early, then waits for a-late (the old router's).
+	release()
+	for i := 0; ; i++ {
+		var waits bool
+		if err := side.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE query LIKE '%dedup_ledger_fill_keys%' AND $1::int = ANY(pg_blocking_pids(pid)))`, oldPID).Scan(&waits); err != nil {
+			t.Fatal(err)
+		}
+		if waits {
+			break
+		}
+		if i > 1000 {
+			t.Fatal("the backfill never waited for the old router")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := other.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	oldErr := <-oldDone
+	migErr := <-done
+	t.Logf("old router's claim: %v", oldErr)
+	if migErr != nil {
+		t.Fatalf("Migrate, with routers of the version before claiming: %v", migErr)
+	}
+}
+
+// After 00012 no index leads by workflow_id (the primary key is on key):
+// every statement of the version before that finds a row by workflow ID
+// (the worker's generation fence at each StartRun, the ingress's and the
+// client's Lookup, the router's marks) reads the whole ledger. Those
+// processes keep running during a rollout (only the old routers' claims
+// stop, 42P10); the migration's comment names only the claims.
+func TestAdv2OldStatementsScanTheLedgerAfterMigration(t *testing.T) {
+	ctx := deadline(t, 5*time.Minute)
+	url := pgtest.NewDatabase(t)
+	prov, _ := provider(t, url)
+	if _, err := prov.UpTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	fillLedger(t, pool, 300000)
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"activity-a:x", "activity-a:y"}
+	for name, q := range map[string]tracedQuery{
+		"worker fence (v11)": {`SELECT greatest((SELECT max(generation) FROM dedup_ledger WHERE workflow_id = $1), 0)`, []any{ids[0]}},
+		"Lookup (v11)":       {`SELECT l.workflow_id, l.state FROM dedup_ledger l WHERE l.workflow_id = ANY($1::text[])`, []any{ids}},
+		"MarkDeadLettered (v11)": {`UPDATE dedup_ledger SET state = 'dead_lettered', updated_at = now()
+WHERE workflow_id = ANY($1::text[]) AND state = 'pending'`, []any{ids}},
+	} {
+		for _, g := range []bool{false, true} {
+			if p := explain(t, pool, q, g); strings.Contains(p, "Seq Scan on dedup_ledger") {
+				t.Errorf("%s (generic %v) after 00012:\n%s", name, g, p)
+			}
+		}
+	}
+}
+
+// While the backfill runs, the new Lookup (ledgerread: the ingress, the
+// producer client; neither runs Migrate) finds no row that the backfill has
+// not filled yet: a started workflow is reported as never claimed.
+func TestAdv2LookupDuringBackfill(t *testing.T) {
+	ctx := deadline(t, 3*time.Minute)
+	url := pgtest.NewDatabase(t)
+	prov, _ := provider(t, url)
+	if _, err := prov.UpTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	side, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer side.Close()
+	if _, err := side.Exec(ctx, oldClaim, []string{"activity-a:e-pause", "activity-a:started"}, pHash("p")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := side.Exec(ctx, `UPDATE dedup_ledger SET state = 'started', run_id = 'r', started_at = now() WHERE workflow_id = 'activity-a:started'`); err != nil {
+		t.Fatal(err)
+	}
+	release, done := migrateWithPausedFill(t, side, url, "activity-a:e-pause")
+	l := ledger.NewFromPool(side)
+	got, lerr := l.Lookup(ctx, []string{"activity-a:started"})
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if lerr != nil {
+		t.Fatalf("Lookup during the backfill: %v", lerr)
+	}
+	if _, ok := got["activity-a:started"]; !ok {
+		t.Fatalf("Lookup during the backfill: a started workflow is absent (%v)", got)
+	}
+}
+
+// A migration cancelled while it builds the key's index (the router's
+// start-up context ends: SIGTERM during a rollout, or waitAll cancelling the
+// PostgreSQL wait because Kafka or Temporal refused; an operator's Ctrl-C)
+// leaves an INVALID index dedup_ledger_key, and every later Migrate (every
+// router's and worker's start) fails on it until a person drops the index
+// by hand: the migration does not converge by being run again, as it does
+// after a stop at any other step.
+func TestAdv2MigrationCancelledDuringIndexBuildConverges(t *testing.T) {
+	ctx := deadline(t, 3*time.Minute)
+	url := pgtest.NewDatabase(t)
+	prov, _ := provider(t, url)
+	if _, err := prov.UpTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	side, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer side.Close()
+	if _, err := side.Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
+		SELECT 'activity-a:' || g, 'a', g::text, 'field', sha256(g::text::bytea), 'events', 0, g FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction with a snapshot (a report, a backup): the concurrent
+	// build waits for it before it marks the index valid.
+	snap, err := side.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snap.Exec(ctx, `SELECT txid_current()`); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ledger.Migrate(mctx, url) }()
+	waitBlocked(t, side, "CREATE UNIQUE INDEX CONCURRENTLY")
+	cancel() // the process ends its migration (and its session: as pg_cancel_backend does)
+	if _, err := side.Exec(ctx, `SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE 'CREATE UNIQUE INDEX CONCURRENTLY%'`); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cancelled Migrate: %v", <-done)
+	_ = snap.Rollback(ctx)
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatalf("Migrate again after a cancel during the index build: %v", err)
+	}
+}
+
+// isCode: err is a PostgreSQL error of SQLSTATE code.
+func isCode(err error, code string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == code
+}
+
+var _ = fmt.Sprint
+var _ = processor.VerdictNew
