@@ -351,11 +351,56 @@ func TestAdv2MigrationCancelledDuringIndexBuildConverges(t *testing.T) {
 	}
 }
 
+// dedup_ledger_key hashes convert_to(workflow_id, 'UTF8'): the ID's
+// UTF-8 bytes only when the database's encoding maps them back to the same
+// code points. EUC_JP does not for U+00A6 (¦): the server stores it as
+// EUC_JP 0x8FA2C3 and converts that back to U+FFE4 (￤). The row a router
+// of the version before claimed for an ID with ¦ is filled by the
+// migration with the key of the ID with ￤; the new router (schemas.LedgerKey
+// of the ID it reads, with ¦) does not find it and claims the ID again:
+// New a second time for one workflow ID, and two rows of it.
+func TestAdv2EUCJPRowClaimedTwiceAfterMigration(t *testing.T) {
+	ctx := deadline(t, 3*time.Minute)
+	c := pgtest.Cluster(t)
+	admin, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	name := fmt.Sprintf("adv2_eucjp_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, `CREATE DATABASE `+name+` ENCODING 'EUC_JP' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0`); err != nil {
+		t.Fatal(err)
+	}
+	url := c.DatabaseURL(name)
+	prov, _ := provider(t, url)
+	if _, err := prov.UpTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	in := intent("price¦list", "p")
+	old, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close(ctx)
+	if _, err := old.Exec(ctx, oldClaim, []string{in.WorkflowID}, pHash("p")); err != nil { // claimed, its start in flight
+		t.Fatal(err)
+	}
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	l := openAs(t, url)
+	got := claim(t, l, in)
+	var rows int
+	if err := l.Pool().QueryRow(ctx, `SELECT count(*) FROM dedup_ledger WHERE workflow_id = $1`, in.WorkflowID).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != processor.VerdictRedrive || rows != 1 {
+		t.Fatalf("the record of %q, claimed before the migration, claimed again after it: %s (want redrive); %d rows for the ID", in.WorkflowID, got[0], rows)
+	}
+}
+
 // isCode: err is a PostgreSQL error of SQLSTATE code.
 func isCode(err error, code string) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == code
 }
-
-var _ = fmt.Sprint
-var _ = processor.VerdictNew
