@@ -105,7 +105,8 @@ func TestAdv2HardenedOldRouterRefusedDuringMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	adm := connect(t, admin)
-	if _, err := adm.Exec(ctx, ledger.GrantsSQL); err != nil { // what Migrate did at version 11
+	// What grants.sql of version 11 gave the router on the ledger.
+	if _, err := adm.Exec(ctx, `GRANT SELECT, INSERT, UPDATE, DELETE ON dedup_ledger TO dedup_router`); err != nil {
 		t.Fatal(err)
 	}
 	router := connect(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
@@ -396,6 +397,23 @@ func TestAdv2EUCJPRowClaimedTwiceAfterMigration(t *testing.T) {
 	}
 	if got[0] != processor.VerdictRedrive || rows != 1 {
 		t.Fatalf("the record of %q, claimed before the migration, claimed again after it: %s (want redrive); %d rows for the ID", in.WorkflowID, got[0], rows)
+	}
+}
+
+// docs/security.md, "An existing single-user ledger": run roles.sql and
+// grants.sql as an administrator (ledger.ApplyRoles). On a ledger at the
+// schema of the version before (11: the column key does not exist yet),
+// this release's grants.sql fails (42703, column "key" does not exist:
+// the dedup_worker's column grant) and, being one DO block, grants nothing.
+func TestAdv2GrantsOnAVersion11Ledger(t *testing.T) {
+	ctx := deadline(t, 2*time.Minute)
+	url := pgtest.NewDatabase(t)
+	prov, _ := provider(t, url)
+	if _, err := prov.UpTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	if err := ledger.ApplyRoles(ctx, url); err != nil {
+		t.Fatalf("roles.sql and grants.sql on an existing ledger of the version before: %v", err)
 	}
 }
 
