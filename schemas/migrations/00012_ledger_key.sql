@@ -32,9 +32,11 @@
 -- Routers of the version before claim with ON CONFLICT (workflow_id) and
 -- fail (42P10: nothing written, no offset committed) once the primary key
 -- is swapped, until they are replaced: run `dedup migrate` just before
--- rolling the routers out. If the index build is interrupted, PostgreSQL
--- leaves an INVALID index: the migration stops and names it; drop it and
--- run the migration again.
+-- rolling the routers out, and roll the worker and the ingress with them:
+-- the previous version's lookups by workflow_id scan the table once the
+-- key is swapped, and this version's find rows only once they have a key.
+-- If the index build is interrupted, PostgreSQL leaves an INVALID index:
+-- the next run drops it and builds it again.
 -- The heap's fillfactor goes from 90 to 100 (new pages only): a claim's
 -- updates change indexed columns (state, updated_at), so they were never
 -- HOT and the room was never used.
@@ -73,6 +75,22 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
+-- The old routers' inserts run the trigger, so their roles need EXECUTE
+-- now, not only when grants.sql runs after the migration (a database whose
+-- default privileges keep functions from PUBLIC).
+-- +goose StatementBegin
+DO $$
+DECLARE
+	r text;
+BEGIN
+	FOREACH r IN ARRAY ARRAY['dedup_router', 'dedup_worker', 'dedup_ingress', 'dedup_reader', 'dedup_operator'] LOOP
+		IF to_regrole(r) IS NOT NULL THEN
+			EXECUTE format('GRANT EXECUTE ON FUNCTION dedup_ledger_key(text), dedup_ledger_fill_key() TO %I', r);
+		END IF;
+	END LOOP;
+END
+$$;
+-- +goose StatementEnd
 -- A DDL statement whose lock would queue the ledger's readers: asked for
 -- a second at a time, a second apart, for a minute.
 -- +goose StatementBegin
@@ -101,15 +119,42 @@ CREATE OR REPLACE PROCEDURE dedup_ledger_fill_keys() LANGUAGE plpgsql AS $$
 DECLARE
 	pages bigint := pg_relation_size('dedup_ledger') / current_setting('block_size')::int;
 	b bigint := 0;
+	done boolean;
+	tries int := 0;
 BEGIN
+	-- A hundred pages a transaction, in page order; a router of the
+	-- version before locks rows in workflow ID order, so a batch that
+	-- deadlocks with it (or waits a second for its lock) is tried again.
 	WHILE b <= pages LOOP
-		UPDATE dedup_ledger SET key = dedup_ledger_key(workflow_id)
-		WHERE ctid >= format('(%s,0)', b)::tid AND ctid < format('(%s,0)', b + 1000)::tid AND key IS NULL;
+		done := false;
+		BEGIN
+			SET LOCAL lock_timeout = '1s';
+			UPDATE dedup_ledger SET key = dedup_ledger_key(workflow_id)
+			WHERE ctid >= format('(%s,0)', b)::tid AND ctid < format('(%s,0)', b + 100)::tid AND key IS NULL;
+			done := true;
+		EXCEPTION WHEN deadlock_detected OR lock_not_available THEN
+			tries := tries + 1;
+			IF tries >= 600 THEN
+				RAISE;
+			END IF;
+		END;
 		COMMIT;
-		b := b + 1000;
+		IF done THEN
+			b := b + 100;
+		END IF;
 	END LOOP;
 	-- Rows whose new version went past the last page: one scan.
-	UPDATE dedup_ledger SET key = dedup_ledger_key(workflow_id) WHERE key IS NULL;
+	LOOP
+		BEGIN
+			UPDATE dedup_ledger SET key = dedup_ledger_key(workflow_id) WHERE key IS NULL;
+			EXIT;
+		EXCEPTION WHEN deadlock_detected THEN
+			tries := tries + 1;
+			IF tries >= 600 THEN
+				RAISE;
+			END IF;
+		END;
+	END LOOP;
 	COMMIT;
 END
 $$;
@@ -117,12 +162,23 @@ $$;
 CALL dedup_ledger_ddl('ALTER TABLE dedup_ledger ADD COLUMN IF NOT EXISTS key uuid');
 CALL dedup_ledger_ddl($$CREATE OR REPLACE TRIGGER dedup_ledger_fill_key BEFORE INSERT ON dedup_ledger FOR EACH ROW WHEN (NEW.key IS NULL) EXECUTE FUNCTION dedup_ledger_fill_key()$$);
 CALL dedup_ledger_fill_keys();
+-- An INVALID index is what an interrupted build leaves (a router's start
+-- cancelled, a lost connection): dropped, and built again.
+-- +goose StatementBegin
+DO $$
+BEGIN
+	IF EXISTS (SELECT FROM pg_index WHERE indexrelid = to_regclass('dedup_ledger_key') AND NOT indisvalid) THEN
+		CALL dedup_ledger_ddl('DROP INDEX dedup_ledger_key');
+	END IF;
+END
+$$;
+-- +goose StatementEnd
 CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS dedup_ledger_key ON dedup_ledger (key);
 -- +goose StatementBegin
 DO $$
 BEGIN
 	IF EXISTS (SELECT FROM pg_index WHERE indexrelid = 'dedup_ledger_key'::regclass AND NOT indisvalid) THEN
-		RAISE EXCEPTION 'index dedup_ledger_key is invalid (its build was interrupted): DROP INDEX CONCURRENTLY dedup_ledger_key; then run dedup migrate again';
+		RAISE EXCEPTION 'index dedup_ledger_key is invalid (its build was interrupted again): run dedup migrate again';
 	END IF;
 	IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = 'dedup_ledger'::regclass AND conname = 'dedup_ledger_key_not_null') THEN
 		CALL dedup_ledger_ddl('ALTER TABLE dedup_ledger ADD CONSTRAINT dedup_ledger_key_not_null CHECK (key IS NOT NULL) NOT VALID');

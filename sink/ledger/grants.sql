@@ -86,7 +86,11 @@ BEGIN
 		END LOOP;
 		FOREACH g SLICE 1 IN ARRAY m LOOP
 			CONTINUE WHEN g[2] <> obj OR to_regrole(g[1]) IS NULL;
-			EXECUTE format('GRANT %s ON %s %s TO %I', g[3], kind, rel, g[1]);
+			-- dedup_ledger.key exists from migration 00012 on: a ledger
+			-- still before it grants the columns it has.
+			EXECUTE format('GRANT %s ON %s %s TO %I', CASE WHEN g[3] LIKE '%(%key%)%'
+				AND NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = rel AND attname = 'key' AND NOT attisdropped)
+				THEN replace(g[3], ', key', '') ELSE g[3] END, kind, rel, g[1]);
 		END LOOP;
 	END LOOP;
 	-- The ledger's key (migration 00012): every role that reads or
