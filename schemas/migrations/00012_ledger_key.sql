@@ -23,7 +23,7 @@
 -- upgrade; an operator's INSERT).
 --
 -- Online, in steps a re-run resumes: add the column (no rewrite), the
--- trigger, fill the existing rows a thousand pages per transaction, build
+-- trigger, fill the existing rows a hundred pages per transaction, build
 -- the unique index CONCURRENTLY, prove the column NOT NULL by a validated
 -- CHECK (a scan that blocks nothing), then swap the primary key (a brief
 -- exclusive lock, asked for a second at a time so that the ledger's

@@ -151,7 +151,7 @@ func TestAdv2HardenedOldRouterRefusedDuringMigration(t *testing.T) {
 	}
 }
 
-// The backfill (dedup_ledger_fill_keys) updates a thousand pages of rows in
+// The backfill (dedup_ledger_fill_keys) updated a thousand pages of rows (a hundred since) in
 // one transaction, in physical order, and has no retry: a router of the
 // version before, whose claim locks rows in workflow ID order, deadlocks
 // with it, and when the backfill is the one PostgreSQL aborts (it waited
