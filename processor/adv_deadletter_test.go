@@ -18,8 +18,8 @@ type advLedger struct {
 	afterDead func() // after a MarkDeadLettered that succeeded
 }
 
-func (l *advLedger) MarkDeadLettered(ctx context.Context, ids []string) error {
-	err := l.fakeLedger.MarkDeadLettered(ctx, ids)
+func (l *advLedger) MarkDeadLettered(ctx context.Context, rows []DeadLettered) error {
+	err := l.fakeLedger.MarkDeadLettered(ctx, rows)
 	if err == nil && l.afterDead != nil {
 		l.afterDead()
 	}

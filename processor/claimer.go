@@ -50,6 +50,8 @@ type claimer struct {
 	starts *startPool
 	dlq    *deadLetterWriter
 	end    func(rec *record, ok bool)
+	// fenced forgets partitions the ledger's fence refused (committer).
+	fenced func(*FencedError)
 
 	// The decision log samples duplicates: the first of each second is
 	// logged at info, with how many went unlogged before it (claim runs on
@@ -71,6 +73,15 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	})
 	c.m.claimSeconds.Observe(time.Since(start).Seconds())
 	c.m.claimBatch.Observe(float64(len(b.intents)))
+	if f, ok := IsFenced(err); ok {
+		// Nothing of the batch was written: the moved partitions' records
+		// are abandoned (the new owner has them), the rest claimed again.
+		c.fenced(f)
+		if rest := c.unfenced(b, f); rest != nil {
+			c.claim(ctx, rest)
+		}
+		return
+	}
 	if err != nil { // shutting down, or the ledger refused for good
 		for _, rec := range b.owners {
 			c.end(rec, false)
@@ -136,6 +147,26 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	if len(conflicts) > 0 {
 		c.dlq.write(ctx, conflicts)
 	}
+}
+
+// unfenced ends the pieces of b whose partitions f names (abandoned) and
+// returns the batch of the others, or nil if none is left.
+func (c *claimer) unfenced(b *claimBatch, f *FencedError) *claimBatch {
+	var rest claimBatch
+	for i := range b.intents {
+		in := &b.intents[i]
+		if f.Has(in.Topic, in.Partition, in.Fence) {
+			c.end(b.owners[i], false)
+			continue
+		}
+		rest.intents = append(rest.intents, *in)
+		rest.starts = append(rest.starts, b.starts[i])
+		rest.owners = append(rest.owners, b.owners[i])
+	}
+	if len(rest.intents) == 0 {
+		return nil
+	}
+	return &rest
 }
 
 // duplicate logs a duplicate: each one at debug, and the first of each

@@ -30,6 +30,9 @@ type partition struct {
 	// assignedAt is the group's committed offset at assignment; -1 none.
 	assignedAt int64
 	watch      *watched // this assignment in the lag watch
+	// fence is this assignment's ownership in the ledger (Ledger.Own),
+	// carried by every claim and mark of its records.
+	fence Fence
 }
 
 // record is one polled Kafka record while it is in flight. Its pieces of
@@ -82,6 +85,9 @@ type committer struct {
 	// parent is the parent of every partition's context: cancelled when
 	// the router's work stops.
 	parent context.Context
+	// own takes partitions in the ledger's fence (Ledger.Own, retried)
+	// and returns their epochs.
+	own func(ctx context.Context, member string, parts []PartitionRef) ([]int64, error)
 
 	// commitMu makes each commit one step: read the finished prefix, read
 	// the group's offsets, send, record what landed. Without it the
@@ -291,8 +297,33 @@ func (c *committer) readGroupCommitted(ctx context.Context, topics []string) (ma
 	return out, perr
 }
 
-// assigned takes on new partitions (kgo.OnPartitionsAssigned).
-func (c *committer) assigned(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
+// assigned takes on new partitions (kgo.OnPartitionsAssigned). It first
+// takes them in the ledger's fence (a new epoch each), before any of their
+// records is polled: from then on, a claim or mark that a previous owner
+// still sends for them changes no row. A partition the ledger could not
+// fence (the router is stopping) is not taken: its records are not
+// tracked, hence never claimed or committed here.
+func (c *committer) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	var refs []PartitionRef
+	for t, ps := range assigned {
+		for _, p := range ps {
+			refs = append(refs, PartitionRef{Topic: t, Partition: p})
+		}
+	}
+	var member string
+	if cl != nil {
+		member, _ = cl.GroupMetadata()
+	}
+	epochs, err := c.own(ctx, member, refs)
+	if err != nil {
+		c.log.Warn("partitions assigned but not taken in the ledger's fence; their records are left for the next owner",
+			"partitions", assigned, "err", err)
+		return
+	}
+	fences := make(map[topicPartition]Fence, len(refs))
+	for i, ref := range refs {
+		fences[topicPartition{ref.Topic, ref.Partition}] = Fence{Group: c.cfg.Group, Epoch: epochs[i]}
+	}
 	// Where the group left each partition, to notice records that retention
 	// deleted before anyone read them (the client then resumes at the log
 	// start without an error).
@@ -321,14 +352,14 @@ func (c *committer) assigned(ctx context.Context, _ *kgo.Client, assigned map[st
 				expect = -1
 			}
 			c.parts[tp] = &partition{tp: tp, ctx: ctx, cancel: cancel, tr: newTracker(), committed: -1, assignedAt: expect,
-				watch: c.lag.assign(tp, ctx, expect)}
+				watch: c.lag.assign(tp, ctx, expect), fence: fences[tp]}
 		}
 	}
 	if c.paused() {
 		c.m.pausedPartitions.Set(float64(len(c.parts)))
 	}
 	c.joined = true
-	c.log.Info("partitions assigned", "partitions", assigned)
+	c.log.Info("partitions assigned", "partitions", assigned, "fence", fences)
 }
 
 // revoked gives in-flight records of revoked partitions RevokeTimeout to
@@ -391,6 +422,28 @@ func (c *committer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int
 		c.m.partitionsGone.WithLabelValues("lost").Add(float64(len(ps)))
 	}
 	c.log.Warn("partitions lost; their in-flight work is abandoned uncommitted", "partitions", lost)
+}
+
+// fenced forgets the partitions the ledger's fence refused (another member
+// took them over since this assignment: this router is a zombie for them),
+// without committing, like lost; an assignment newer than the refused
+// fence is kept.
+func (c *committer) fenced(e *FencedError) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, st := range e.Stale {
+		tp := topicPartition{st.Topic, st.Partition}
+		if part := c.parts[tp]; part != nil && part.fence.Epoch == st.Epoch && part.fence.Group == st.Group {
+			c.forget(tp)
+			n++
+		}
+	}
+	if n > 0 {
+		c.m.partitionsGone.WithLabelValues("fenced").Add(float64(n))
+		c.log.Warn("partitions taken over by another member (the ledger's fence refused this router's writes); their in-flight work is abandoned uncommitted",
+			"err", e)
+	}
 }
 
 // setPaused exports how many owned partitions are paused, and wakes the

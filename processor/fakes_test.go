@@ -61,6 +61,48 @@ type fakeLedger struct {
 	claimFail failer
 	markFail  failer
 	deadFail  failer // MarkDeadLettered only
+	// epochs is the fence: each partition's epoch, bumped by Own.
+	epochs map[PartitionEpoch]int64 // key: group, topic, partition (Epoch 0)
+}
+
+func ownerKey(group, topic string, partition int32) PartitionEpoch {
+	return PartitionEpoch{Group: group, Topic: topic, Partition: partition}
+}
+
+// stale returns the fences of the writes that no longer hold, as the
+// ledger names them (under l.mu).
+func (l *fakeLedger) stale(n int, at func(i int) (string, int32, Fence)) *FencedError {
+	var e FencedError
+	seen := map[PartitionEpoch]bool{}
+	for i := 0; i < n; i++ {
+		topic, part, f := at(i)
+		pe := PartitionEpoch{Group: f.Group, Topic: topic, Partition: part, Epoch: f.Epoch}
+		if !f.Fenced() || seen[pe] || l.epochs[ownerKey(f.Group, topic, part)] == f.Epoch {
+			continue
+		}
+		seen[pe] = true
+		e.Stale = append(e.Stale, pe)
+	}
+	if len(e.Stale) == 0 {
+		return nil
+	}
+	return &e
+}
+
+func (l *fakeLedger) Own(ctx context.Context, group, _ string, parts []PartitionRef) ([]int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls["Own"]++
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(parts))
+	for i, p := range parts {
+		k := ownerKey(group, p.Topic, p.Partition)
+		l.epochs[k]++
+		out[i] = l.epochs[k]
+	}
+	return out, nil
 }
 
 // failMarkDeadLettered makes the next n MarkDeadLettered calls (n < 0: all,
@@ -72,7 +114,7 @@ func (l *fakeLedger) failMarkDeadLettered(n int, err error) {
 }
 
 func newFakeLedger() *fakeLedger {
-	return &fakeLedger{rows: map[string]*ledgerRow{}, calls: map[string]int{}}
+	return &fakeLedger{rows: map[string]*ledgerRow{}, calls: map[string]int{}, epochs: map[PartitionEpoch]int64{}}
 }
 
 // seed puts a row in the ledger, as a previous run would have left it.
@@ -131,6 +173,11 @@ func (l *fakeLedger) Claim(ctx context.Context, intents []Intent) ([]Claimed, er
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if e := l.stale(len(intents), func(i int) (string, int32, Fence) {
+		return intents[i].Topic, intents[i].Partition, intents[i].Fence
+	}); e != nil {
+		return nil, e
+	}
 	inserted := map[string]bool{}
 	for _, in := range intents {
 		if l.rows[in.WorkflowID] == nil {
@@ -161,16 +208,25 @@ func (l *fakeLedger) MarkStarted(ctx context.Context, started []Started) error {
 	if err := ctx.Err(); err != nil { // as pgx does
 		return err
 	}
+	e := l.stale(len(started), func(i int) (string, int32, Fence) {
+		return started[i].Topic, started[i].Partition, started[i].Fence
+	})
 	for _, s := range started {
+		if e != nil && e.Has(s.Topic, s.Partition, s.Fence) {
+			continue
+		}
 		r := l.rows[s.WorkflowID]
 		if r != nil && (r.state == statePending || r.state == stateStarted && r.generation < s.Generation) {
 			r.state, r.runID, r.generation = stateStarted, s.RunID, max(r.generation, s.Generation)
 		}
 	}
+	if e != nil {
+		return e
+	}
 	return nil
 }
 
-func (l *fakeLedger) MarkDeadLettered(ctx context.Context, ids []string) error {
+func (l *fakeLedger) MarkDeadLettered(ctx context.Context, rows []DeadLettered) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls["MarkDeadLettered"]++
@@ -183,10 +239,17 @@ func (l *fakeLedger) MarkDeadLettered(ctx context.Context, ids []string) error {
 	if err := ctx.Err(); err != nil { // as pgx does
 		return err
 	}
-	for _, id := range ids {
-		if r := l.rows[id]; r != nil && r.state == statePending {
+	e := l.stale(len(rows), func(i int) (string, int32, Fence) { return rows[i].Topic, rows[i].Partition, rows[i].Fence })
+	for _, d := range rows {
+		if e != nil && e.Has(d.Topic, d.Partition, d.Fence) {
+			continue
+		}
+		if r := l.rows[d.WorkflowID]; r != nil && r.state == statePending {
 			r.state = stateDeadLettered
 		}
+	}
+	if e != nil {
+		return e
 	}
 	return nil
 }

@@ -43,17 +43,18 @@ const (
 	OpMark                    // Ledger.MarkStarted, MarkDeadLettered
 	OpDeadLetter              // producing to the dead-letter topic
 	OpDeadLetterLog           // DeadLetterLog.Written, Record
+	OpOwn                     // Ledger.Own (the fence's epochs, on assignment)
 	numOps
 )
 
 func (o Op) String() string {
-	return [...]string{"claim", "start", "mark", "dead_letter", "dead_letter_log"}[o]
+	return [...]string{"claim", "start", "mark", "dead_letter", "dead_letter_log", "own"}[o]
 }
 
 // Dependency is what the operation calls.
 func (o Op) Dependency() Dependency {
 	switch o {
-	case OpClaim, OpMark, OpDeadLetterLog:
+	case OpClaim, OpMark, OpDeadLetterLog, OpOwn:
 		return DepPostgres
 	case OpStart:
 		return DepTemporal
@@ -164,6 +165,11 @@ func (h *health) retry(ctx context.Context, op Op, fn func(context.Context) erro
 		case err == nil:
 			h.update(d, func() { h.okAt[d] = h.now() })
 			return nil
+		case isFenced(err):
+			// The ledger answered: the partition moved to another owner.
+			// Not a failure of the dependency, and no retry changes it.
+			h.update(d, func() { h.okAt[d] = h.now() })
+			return err
 		case IsPermanent(err):
 			if d == DepPostgres {
 				h.fatal(fmt.Errorf("%s: postgres refused for good (fix and restart): %w", op, err))

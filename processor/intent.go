@@ -13,6 +13,9 @@ type Intent struct {
 	Topic       string
 	Partition   int32
 	Offset      int64
+	// Fence is the ownership of the record's partition the claim
+	// carries (zero: unfenced, the scheduler's fires).
+	Fence Fence
 }
 
 // Verdict is the ledger's answer to a claim.
@@ -64,4 +67,20 @@ type Started struct {
 	RunID      string
 	// Generation is the generation the start was for.
 	Generation int
+	// Topic, Partition and Fence are the claiming record's partition and
+	// its ownership: the mark changes the row only while the fence
+	// holds (zero Fence: unfenced).
+	Topic     string
+	Partition int32
+	Fence     Fence
+}
+
+// DeadLettered names a row whose start Temporal refused for good, for
+// MarkDeadLettered: its workflow ID and the fence of the record that
+// claimed it (zero Fence: unfenced).
+type DeadLettered struct {
+	WorkflowID string
+	Topic      string
+	Partition  int32
+	Fence      Fence
 }

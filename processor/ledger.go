@@ -19,15 +19,31 @@ type Ledger interface {
 	// the batch. An unclaimed ID is claimed with the payload of its first
 	// copy in the batch. Which copy starts is the router's business
 	// (startPool.submit).
+	//
+	// A claim whose intents carry a Fence is written only if every fenced
+	// partition's epoch is still the intent's, checked in the same
+	// statement and ordered against Own; otherwise nothing of the claim
+	// is written and the error is a *FencedError naming the partitions
+	// that moved.
 	Claim(ctx context.Context, intents []Intent) ([]Claimed, error)
 	// MarkStarted records that Temporal has the workflows: a pending row
 	// becomes started, and a started row moves to a newer generation's
-	// run (a re-run); a mark of an older generation changes nothing.
+	// run (a re-run); a mark of an older generation changes nothing, and
+	// so does a mark whose fence no longer holds.
 	MarkStarted(ctx context.Context, started []Started) error
 	// MarkDeadLettered ends claims whose start Temporal refused for good
 	// (their records were dead-lettered); a later claim of the same
-	// payload re-claims them.
-	MarkDeadLettered(ctx context.Context, workflowIDs []string) error
+	// payload re-claims them. A mark whose fence no longer holds changes
+	// nothing.
+	MarkDeadLettered(ctx context.Context, rows []DeadLettered) error
+	// Own makes member the owner of the partitions for group: it bumps
+	// each partition's epoch and returns the new epochs, in order. The
+	// router calls it when it is assigned partitions, before it claims
+	// any of their records; from then on, claims and marks fenced with an
+	// older epoch change nothing. It waits for the claims and marks in
+	// flight under the old epoch, so each one either lands before the
+	// new owner's first claim or not at all.
+	Own(ctx context.Context, group, member string, parts []PartitionRef) ([]int64, error)
 }
 
 // LedgerState is the state of a ledger row, stored as its text

@@ -77,8 +77,8 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 			Name: "dedup_records_lost_total", Help: "Records deleted by retention (or lost by the broker) before this group consumed them."}, []string{"topic"}),
 	}
 	m.partitionsGone = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "dedup_partitions_released_total", Help: "Partitions this replica gave up: revoked (a rebalance; finished work committed first) or lost (fenced, e.g. after a stall: nothing committed)."}, []string{"how"})
-	for _, h := range []string{"revoked", "lost"} {
+		Name: "dedup_partitions_released_total", Help: "Partitions this replica gave up: revoked (a rebalance; finished work committed first), lost (the group fenced it, e.g. after a stall: nothing committed) or fenced (the ledger refused its writes: another member owns the partition; nothing committed)."}, []string{"how"})
+	for _, h := range []string{"revoked", "lost", "fenced"} {
 		m.partitionsGone.WithLabelValues(h)
 	}
 	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{

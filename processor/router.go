@@ -124,9 +124,20 @@ func New(cfg Config, o Options) (*Router, error) {
 	r.workCtx, r.workCancel = context.WithCancel(context.Background())
 	r.health = newHealth(cfg, log, m, r.pause, r.fatal)
 	r.commits = newCommitter(cfg, log, m, r.workCtx, r.health.Paused)
+	r.commits.own = func(ctx context.Context, member string, parts []PartitionRef) ([]int64, error) {
+		var epochs []int64
+		err := r.health.retry(ctx, OpOwn, func(ctx context.Context) error {
+			var err error
+			epochs, err = ledger.Own(ctx, cfg.Group, member, parts)
+			return err
+		})
+		return epochs, err
+	}
 	r.dlq = &deadLetterWriter{cfg: cfg, log: log, m: m, dlqLog: dlqLog, health: r.health, end: r.commits.end}
 	r.starts = newStartPool(cfg, log, m, starter, ledger, r.health, hooks, r.dlq, r.commits.end, r.workCtx)
-	r.claims = &claimer{log: log, m: m, ledger: ledger, health: r.health, hooks: hooks, starts: r.starts, dlq: r.dlq, end: r.commits.end}
+	r.starts.fenced = r.commits.fenced
+	r.claims = &claimer{log: log, m: m, ledger: ledger, health: r.health, hooks: hooks, starts: r.starts, dlq: r.dlq, end: r.commits.end,
+		fenced: r.commits.fenced}
 	reset := kgo.NewOffset().AtStart()
 	if cfg.ResetOffset == "latest" {
 		reset = kgo.NewOffset().AtEnd()
@@ -343,7 +354,10 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 			r.commits.end(rec, true)
 			continue
 		}
-		intents = append(intents, d.Intents...)
+		for _, in := range d.Intents {
+			in.Fence = rec.part.fence
+			intents = append(intents, in)
+		}
 		for j := range d.Intents {
 			starts = append(starts, startRef{d: d, j: j})
 		}

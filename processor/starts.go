@@ -72,6 +72,8 @@ type startPool struct {
 	hooks   Hooks
 	dlq     *deadLetterWriter
 	end     func(rec *record, ok bool)
+	// fenced forgets partitions the ledger's fence refused (committer).
+	fenced func(*FencedError)
 	// workCtx ends when the router stops working (after the drain);
 	// markCtx a little later, after the marker's final flush.
 	workCtx context.Context
@@ -361,9 +363,15 @@ func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
 			delete(s.starting, j.req.WorkflowID)
 		}
 		s.mu.Unlock()
-		err = s.health.retry(ctx, OpMark, func(ctx context.Context) error {
-			return s.ledger.MarkDeadLettered(ctx, []string{j.req.WorkflowID})
-		})
+		dl := []DeadLettered{{WorkflowID: j.req.WorkflowID, Topic: j.rec.part.tp.topic, Partition: j.rec.part.tp.partition,
+			Fence: j.rec.part.fence}}
+		err = s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkDeadLettered(ctx, dl) })
+		if f, ok := IsFenced(err); ok {
+			// The owner's partition moved: the row is the new owner's. The
+			// record is abandoned; a waiter of a partition still ours
+			// takes the job over under its own fence.
+			s.fenced(f)
+		}
 	}
 	s.done(j, err == nil)
 }
@@ -381,11 +389,19 @@ func (s *startPool) marker() {
 		}
 		started := make([]Started, len(batch))
 		for i, j := range batch {
-			started[i] = Started{WorkflowID: j.req.WorkflowID, RunID: j.runID, Generation: j.req.Generation}
+			started[i] = Started{WorkflowID: j.req.WorkflowID, RunID: j.runID, Generation: j.req.Generation,
+				Topic: j.rec.part.tp.topic, Partition: j.rec.part.tp.partition, Fence: j.rec.part.fence}
 		}
 		err := s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkStarted(ctx, started) })
-		for _, j := range batch {
-			s.done(j, err == nil)
+		f, fenced := IsFenced(err)
+		if fenced {
+			// The rows of the other partitions are marked; a job whose
+			// owner's partition moved is abandoned (a waiter of a
+			// partition still ours takes it over and marks it).
+			s.fenced(f)
+		}
+		for i, j := range batch {
+			s.done(j, err == nil || (fenced && !f.Has(started[i].Topic, started[i].Partition, started[i].Fence)))
 		}
 		batch = batch[:0]
 	}

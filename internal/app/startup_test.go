@@ -513,7 +513,12 @@ func (idle) Claim(context.Context, []processor.Intent) ([]processor.Claimed, err
 	return nil, errors.New("idle")
 }
 func (idle) MarkStarted(context.Context, []processor.Started) error { return errors.New("idle") }
-func (idle) MarkDeadLettered(context.Context, []string) error       { return errors.New("idle") }
+func (idle) MarkDeadLettered(context.Context, []processor.DeadLettered) error {
+	return errors.New("idle")
+}
+func (idle) Own(_ context.Context, _, _ string, parts []processor.PartitionRef) ([]int64, error) {
+	return make([]int64, len(parts)), nil
+}
 func (idle) Written(context.Context, []processor.DeadLetter) ([]bool, error) {
 	return nil, errors.New("idle")
 }

@@ -50,6 +50,9 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"MarkDeadLetteredOnlyPending", testMarkDeadLetteredOnlyPending},
 		{"ConcurrentClaimsGiveOneNew", testConcurrentClaims},
 		{"CancelledContext", testCancelledContext},
+		{"AStaleOwnerChangesNoRow", testStaleOwnerChangesNoRow},
+		{"AFencedClaimWritesNothingOfItsBatch", testFencedClaimWritesNothing},
+		{"AFencedMarkWritesTheOtherPartitions", testFencedMarkWritesTheOthers},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.test(t, newSubject(t)) })
@@ -150,7 +153,7 @@ func holds(t *testing.T, l Subject, in processor.Intent, state processor.LedgerS
 
 func markDeadLettered(t *testing.T, l Subject, in processor.Intent) {
 	t.Helper()
-	if err := l.Ledger.MarkDeadLettered(context.Background(), []string{in.WorkflowID}); err != nil {
+	if err := l.Ledger.MarkDeadLettered(context.Background(), []processor.DeadLettered{{WorkflowID: in.WorkflowID}}); err != nil {
 		t.Fatalf("marking %s dead-lettered: %v", in.WorkflowID, err)
 	}
 }
@@ -351,11 +354,134 @@ func testCancelledContext(t *testing.T, l Subject) {
 	if err := l.Ledger.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "run-a", Generation: 1}}); err == nil {
 		t.Fatal("MarkStarted with a cancelled context: no error")
 	}
-	if err := l.Ledger.MarkDeadLettered(ctx, []string{b.WorkflowID}); err == nil {
+	if err := l.Ledger.MarkDeadLettered(ctx, []processor.DeadLettered{{WorkflowID: b.WorkflowID}}); err == nil {
 		t.Fatal("MarkDeadLettered with a cancelled context: no error")
 	}
 	holds(t, l, a, processor.LedgerPending, "")
 	holds(t, l, b, processor.LedgerPending, "")
 	markStarted(t, l, b, "run-b", 1) // pending still (not dead-lettered): started
 	claim(t, l, batch(a, b), redrive(1), dup(1))
+}
+
+// own takes the partitions for group "g" and returns their fences.
+func own(t *testing.T, l Subject, member string, parts ...processor.PartitionRef) []processor.Fence {
+	t.Helper()
+	epochs, err := l.Ledger.Own(context.Background(), "g", member, parts)
+	if err != nil {
+		t.Fatalf("Own(%v): %v", parts, err)
+	}
+	if len(epochs) != len(parts) {
+		t.Fatalf("Own(%v): %d epochs", parts, len(epochs))
+	}
+	out := make([]processor.Fence, len(epochs))
+	for i, e := range epochs {
+		if e == 0 {
+			t.Fatalf("Own(%v): epoch 0 (the unfenced value)", parts)
+		}
+		out[i] = processor.Fence{Group: "g", Epoch: e}
+	}
+	return out
+}
+
+func fenced(in processor.Intent, f processor.Fence) processor.Intent {
+	in.Fence = f
+	return in
+}
+
+// wantFenced checks that err is the fence's refusal naming exactly the
+// partitions of stale (topic/partition at the fence's epoch).
+func wantFenced(t *testing.T, what string, err error, stale ...processor.PartitionEpoch) {
+	t.Helper()
+	f, ok := processor.IsFenced(err)
+	if !ok {
+		t.Fatalf("%s: err %v, want a *processor.FencedError", what, err)
+	}
+	if fmt.Sprint(f.Stale) != fmt.Sprint(stale) {
+		t.Fatalf("%s: stale %v, want %v", what, f.Stale, stale)
+	}
+}
+
+// A router that lost a partition (the new owner took it in the ledger,
+// Own) can neither claim, re-drive, re-claim a dead_lettered row, nor mark
+// rows for the partition's records: the row stays as the new owner left
+// it, and each call says the partition moved. The new owner's own writes
+// go through.
+func testStaleOwnerChangesNoRow(t *testing.T, l Subject) {
+	ctx := context.Background()
+	p := processor.PartitionRef{Topic: "events", Partition: 1}
+	old := own(t, l, "zombie", p)[0]
+	a := intent("a", "A")
+	claim(t, l, batch(fenced(a, old)), new1)
+	cur := own(t, l, "owner", p)[0]
+	if cur.Epoch <= old.Epoch {
+		t.Fatalf("Own: epoch %d after %d, want it to grow", cur.Epoch, old.Epoch)
+	}
+	claim(t, l, batch(fenced(a, cur)), redrive(1))
+	if err := l.Ledger.MarkDeadLettered(ctx, []processor.DeadLettered{{WorkflowID: a.WorkflowID, Topic: p.Topic, Partition: p.Partition, Fence: cur}}); err != nil {
+		t.Fatalf("the owner's MarkDeadLettered: %v", err)
+	}
+	holds(t, l, a, processor.LedgerDeadLettered, "")
+	stale := processor.PartitionEpoch{Group: "g", Topic: p.Topic, Partition: p.Partition, Epoch: old.Epoch}
+
+	// The zombie's claim of the same record (slow, or retried after the
+	// revoke): it would re-claim the dead_lettered row, pending with no
+	// owner.
+	_, err := l.Ledger.Claim(ctx, batch(fenced(a, old)))
+	wantFenced(t, "the zombie's claim", err, stale)
+	holds(t, l, a, processor.LedgerDeadLettered, "")
+	err = l.Ledger.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "zombie-run", Generation: 1,
+		Topic: p.Topic, Partition: p.Partition, Fence: old}})
+	wantFenced(t, "the zombie's MarkStarted", err, stale)
+	holds(t, l, a, processor.LedgerDeadLettered, "")
+
+	// A pending row of the new owner is not the zombie's to end.
+	b := intent("b", "B")
+	claim(t, l, batch(fenced(b, cur)), new1)
+	err = l.Ledger.MarkDeadLettered(ctx, []processor.DeadLettered{{WorkflowID: b.WorkflowID, Topic: p.Topic, Partition: p.Partition, Fence: old}})
+	wantFenced(t, "the zombie's MarkDeadLettered", err, stale)
+	holds(t, l, b, processor.LedgerPending, "")
+	// The new owner's replay re-claims its dead_lettered row.
+	claim(t, l, batch(fenced(a, cur)), redrive(1))
+	holds(t, l, a, processor.LedgerPending, "")
+}
+
+// A claim with one stale partition writes nothing, not even the rows of
+// its partitions that still hold: the caller drops the stale partition's
+// records and claims the rest again.
+func testFencedClaimWritesNothing(t *testing.T, l Subject) {
+	ctx := context.Background()
+	p1, p2 := processor.PartitionRef{Topic: "events", Partition: 1}, processor.PartitionRef{Topic: "events", Partition: 2}
+	fs := own(t, l, "r", p1, p2)
+	old1 := fs[0]
+	own(t, l, "other", p1)
+	a := intent("a", "A")
+	b := intent("b", "B")
+	b.Partition = 2
+	_, err := l.Ledger.Claim(ctx, batch(fenced(a, old1), fenced(b, fs[1])))
+	wantFenced(t, "a claim with a stale partition", err, processor.PartitionEpoch{Group: "g", Topic: "events", Partition: 1, Epoch: old1.Epoch})
+	holds(t, l, a, "", "")
+	holds(t, l, b, "", "")
+	claim(t, l, batch(fenced(b, fs[1])), new1)
+	// Unfenced intents (the scheduler's fires) are not fenced.
+	claim(t, l, batch(a), new1)
+}
+
+// A mark of rows of two partitions, one stale: the other partition's row
+// is marked, the stale one's is not, and the error names the stale one.
+func testFencedMarkWritesTheOthers(t *testing.T, l Subject) {
+	ctx := context.Background()
+	p1, p2 := processor.PartitionRef{Topic: "events", Partition: 1}, processor.PartitionRef{Topic: "events", Partition: 2}
+	fs := own(t, l, "r", p1, p2)
+	a := intent("a", "A")
+	b := intent("b", "B")
+	b.Partition = 2
+	claim(t, l, batch(fenced(a, fs[0]), fenced(b, fs[1])), new1, new1)
+	own(t, l, "other", p1)
+	err := l.Ledger.MarkStarted(ctx, []processor.Started{
+		{WorkflowID: a.WorkflowID, RunID: "run-a", Generation: 1, Topic: "events", Partition: 1, Fence: fs[0]},
+		{WorkflowID: b.WorkflowID, RunID: "run-b", Generation: 1, Topic: "events", Partition: 2, Fence: fs[1]},
+	})
+	wantFenced(t, "a mark with a stale partition", err, processor.PartitionEpoch{Group: "g", Topic: "events", Partition: 1, Epoch: fs[0].Epoch})
+	holds(t, l, a, processor.LedgerPending, "")
+	holds(t, l, b, processor.LedgerStarted, "run-b")
 }

@@ -383,7 +383,7 @@ func (s *Scheduler) start(ctx context.Context, fires []Fire) error {
 				s.m.starts.WithLabelValues(f.Trigger, "failed").Inc()
 				s.log.Error("temporal refused a schedule fire for good; not retried", "trigger", f.Trigger,
 					"workflow_id", f.WorkflowID, "err", err)
-				if merr := s.ledger.MarkDeadLettered(ctx, []string{f.WorkflowID}); merr != nil {
+				if merr := s.ledger.MarkDeadLettered(ctx, []processor.DeadLettered{{WorkflowID: f.WorkflowID}}); merr != nil {
 					runErr = merr
 				}
 			default:

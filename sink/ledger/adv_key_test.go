@@ -149,7 +149,7 @@ func TestAdvKeyPlansAtScale(t *testing.T) {
 	if err := l.MarkStarted(ctx, st); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.MarkDeadLettered(ctx, ids[:512]); err != nil {
+	if err := l.MarkDeadLettered(ctx, unfenced(ids[:512]...)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Claim(ctx, batch); err != nil { // replaying: answerStarted
@@ -590,7 +590,7 @@ func TestAdvKeyTwoRoutersUnderCollisions(t *testing.T) {
 				errs = append(errs, err)
 				mu.Unlock()
 			}
-			if err := l.MarkDeadLettered(ctx, dl); err != nil {
+			if err := l.MarkDeadLettered(ctx, unfenced(dl...)); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()

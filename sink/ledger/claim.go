@@ -26,10 +26,16 @@ import (
 // ID's row holds (a collision) is neither inserted nor updated (the DO
 // UPDATE's WHERE, and DISTINCT ON within the batch), so it comes back
 // without a row (claim).
+//
+// The fence ($10 to $13: the batch's distinct fenced partitions, fence.go)
+// is share-locked first; unless every one still holds, nothing is
+// inserted or updated and the answer's last column (held) is false.
 var claimSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int4[], $8::int8[], $9::uuid[])
 		AS t(workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key)
+), ` + fenceCTE(10) + `, held AS MATERIALIZED (
+	SELECT count(*) = cardinality($13::int8[]) AS ok FROM fence
 ), cur AS MATERIALIZED (
 	SELECT l.workflow_id, l.state, l.payload_hash, l.generation FROM dedup_ledger l
 	WHERE ` + schemas.LedgerRowsOf("l", "$1", "$9") + ` AND l.state = 'started'
@@ -37,7 +43,7 @@ WITH input AS (
 	INSERT INTO dedup_ledger AS l (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key)
 	SELECT DISTINCT ON (i.key) i.workflow_id, i.activity_id, i.event_id, i.id_rule, i.payload_hash, i.topic, i.kafka_partition, i.kafka_offset, i.key
 	FROM input i
-	WHERE NOT EXISTS (SELECT FROM cur WHERE cur.workflow_id = i.workflow_id)
+	WHERE (SELECT ok FROM held) AND NOT EXISTS (SELECT FROM cur WHERE cur.workflow_id = i.workflow_id)
 	ORDER BY i.key, i.workflow_id
 	ON CONFLICT (key) DO UPDATE SET
 		attempts = l.attempts + (l.state <> 'started' AND l.payload_hash = EXCLUDED.payload_hash)::int,
@@ -47,7 +53,7 @@ WITH input AS (
 	RETURNING l.workflow_id, (l.xmax = 0) AS inserted, l.state, l.payload_hash, l.generation
 )
 SELECT i.workflow_id, coalesce(up.inserted, false), coalesce(up.state, cur.state), coalesce(up.payload_hash, cur.payload_hash),
-	coalesce(up.generation, cur.generation, 0)
+	coalesce(up.generation, cur.generation, 0), (SELECT ok FROM held)
 FROM input i
 LEFT JOIN up ON up.workflow_id = i.workflow_id
 LEFT JOIN cur ON cur.workflow_id = i.workflow_id`
@@ -96,6 +102,10 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []processor.Intent) (
 	}
 	got := make(map[string]stored, len(uniq))
 	all := len(uniq)
+	fences := fencesOf(len(intents), func(i int) processor.PartitionEpoch {
+		in := &intents[i]
+		return processor.PartitionEpoch{Group: in.Fence.Group, Topic: in.Topic, Partition: in.Partition, Epoch: in.Fence.Epoch}
+	})
 	if p.replaying.Load() {
 		var err error
 		if uniq, err = p.answerStarted(ctx, intents, uniq, got); err != nil {
@@ -103,7 +113,7 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []processor.Intent) (
 		}
 	}
 	if len(uniq) > 0 {
-		if err := p.claim(ctx, intents, uniq, got); err != nil {
+		if err := p.claim(ctx, intents, uniq, got, fences); err != nil {
 			return nil, err
 		}
 	}
@@ -114,7 +124,7 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []processor.Intent) (
 		}
 	}
 	p.replaying.Store(2*started >= all)
-	return p.verdicts(ctx, intents, got)
+	return p.verdicts(ctx, intents, got, fences)
 }
 
 // startedSQL returns the rows of the batch that are not started with the
@@ -183,8 +193,8 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []processor.Intent
 // row's owner). Each such ID is claimed again alone, so that the owner of
 // a row always gets its own row's answer; one still without a row after
 // that is a conflict.
-func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq []int, got map[string]stored) error {
-	if err := p.claimOnce(ctx, intents, uniq, got); err != nil {
+func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq []int, got map[string]stored, f fenceArgs) error {
+	if err := p.claimOnce(ctx, intents, uniq, got, f); err != nil {
 		return err
 	}
 	for _, i := range uniq {
@@ -192,7 +202,7 @@ func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq [
 		if _, ok := got[id]; ok {
 			continue
 		}
-		if err := p.claimOnce(ctx, intents, []int{i}, got); err != nil {
+		if err := p.claimOnce(ctx, intents, []int{i}, got, f); err != nil {
 			return err
 		}
 		if _, ok := got[id]; !ok {
@@ -208,7 +218,9 @@ func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq [
 
 // claimOnce runs claimSQL once for the intents uniq; an ID without a row
 // in its answer is left out of got.
-func (p *Postgres) claimOnce(ctx context.Context, intents []processor.Intent, uniq []int, got map[string]stored) error {
+// A fence that no longer holds fails it with a *processor.FencedError,
+// nothing written.
+func (p *Postgres) claimOnce(ctx context.Context, intents []processor.Intent, uniq []int, got map[string]stored, f fenceArgs) error {
 	n := len(uniq)
 	var (
 		wf, act, ev, rule, topic = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -221,19 +233,24 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []processor.Intent, un
 		wf[j], act[j], ev[j], rule[j], topic[j] = in.WorkflowID, in.ActivityID, in.EventID, in.IDRule, in.Topic
 		hash[j], part[j], off[j] = in.PayloadHash[:], in.Partition, in.Offset
 	}
-	rows, err := p.pool.Query(ctx, claimSQL, wf, act, ev, rule, hash, topic, part, off, keysOf(wf))
+	rows, err := p.pool.Query(ctx, claimSQL, wf, act, ev, rule, hash, topic, part, off, keysOf(wf),
+		f.groups, f.topics, f.parts, f.epochs)
 	if err != nil {
 		return fmt.Errorf("claiming %d intents: %w", n, err)
 	}
 	defer rows.Close()
+	held := true
 	for rows.Next() {
 		var (
 			id    string
 			s     stored
 			state *State
 		)
-		if err := rows.Scan(&id, &s.inserted, &state, &s.hash, &s.generation); err != nil {
+		if err := rows.Scan(&id, &s.inserted, &state, &s.hash, &s.generation, &held); err != nil {
 			return fmt.Errorf("reading claim verdicts: %w", err)
+		}
+		if !held {
+			break
 		}
 		if state == nil {
 			// Another workflow ID's row holds this one's digest: no row
@@ -246,6 +263,10 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []processor.Intent, un
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("claiming %d intents: %w", n, err)
 	}
+	if !held {
+		rows.Close()
+		return p.fenced(ctx, f)
+	}
 	return nil
 }
 
@@ -253,7 +274,7 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []processor.Intent, un
 // statement's row answer, or the read of started rows) into one verdict
 // per intent, by processor.ClaimVerdict, and records the conflicts and the
 // re-claims the statement did not write.
-func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got map[string]stored) ([]processor.Claimed, error) {
+func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got map[string]stored, f fenceArgs) ([]processor.Claimed, error) {
 	verdicts := make([]processor.Claimed, len(intents))
 	var conflicts []conflict
 	var revive []string
@@ -274,9 +295,20 @@ func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got
 		}
 	}
 	if len(revive) > 0 {
-		if _, err := p.pool.Exec(ctx, `UPDATE dedup_ledger SET state = 'pending', attempts = attempts + 1, updated_at = now()
-WHERE `+schemas.LedgerRowsOf("", "$1", "$2")+` AND state = 'dead_lettered'`, revive, keysOf(revive)); err != nil {
+		// Under the batch's fence, like the claim: a zombie's revive
+		// would leave the row pending with no owner.
+		var held bool
+		if err := p.pool.QueryRow(ctx, `WITH `+fenceCTE(3)+`, held AS MATERIALIZED (
+	SELECT count(*) = cardinality($6::int8[]) AS ok FROM fence
+), up AS (
+	UPDATE dedup_ledger SET state = 'pending', attempts = attempts + 1, updated_at = now()
+	WHERE `+schemas.LedgerRowsOf("", "$1", "$2")+` AND state = 'dead_lettered' AND (SELECT ok FROM held)
+)
+SELECT ok FROM held`, revive, keysOf(revive), f.groups, f.topics, f.parts, f.epochs).Scan(&held); err != nil {
 			return nil, fmt.Errorf("re-claiming %d dead-lettered rows: %w", len(revive), err)
+		}
+		if !held {
+			return nil, p.fenced(ctx, f)
 		}
 	}
 	if len(conflicts) > 0 {

@@ -105,7 +105,7 @@ func certificateRefused(err error) bool {
 // once the failover is done. (target_session_attrs=read-write in
 // postgres.url makes the dial itself skip a server that is not one.)
 func (p *Postgres) classify(err error) error {
-	if err == nil || errors.Is(err, context.Canceled) {
+	if _, fenced := processor.IsFenced(err); err == nil || fenced || errors.Is(err, context.Canceled) {
 		return err
 	}
 	if readOnlyServer(err) {

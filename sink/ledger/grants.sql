@@ -32,6 +32,7 @@ DECLARE
 		['dedup_router',   'dedup_dead_letters',     'SELECT, INSERT, DELETE'],         -- the dead-letter log; purge
 		['dedup_router',   'dedup_schedule_cursors', 'SELECT, INSERT, UPDATE'],         -- the scheduler's cursors (FOR UPDATE SKIP LOCKED)
 		['dedup_router',   'dedup_schedule_fires',   'SELECT, INSERT, UPDATE, DELETE'], -- its fires, pruned
+		['dedup_router',   'dedup_partition_owners', 'SELECT, INSERT, UPDATE'],         -- the fence: epochs bumped on assignment, share-locked by claims and marks
 		['dedup_router',   'goose_db_version',       'SELECT'],                         -- the migration check at start
 		['dedup_worker',   'dedup_ledger',           'SELECT (workflow_id, key, generation)'], -- StartRun's generation fence (by key)
 		['dedup_worker',   'activity_runs',          'SELECT, INSERT, UPDATE'],
@@ -46,6 +47,7 @@ DECLARE
 		['dedup_reader',   'dedup_dead_letters',     'SELECT'],
 		['dedup_reader',   'dedup_schedule_cursors', 'SELECT'],
 		['dedup_reader',   'dedup_schedule_fires',   'SELECT'],
+		['dedup_reader',   'dedup_partition_owners', 'SELECT'],
 		['dedup_operator', 'dedup_ledger',           'DELETE'],                         -- ledger purge --execute
 		['dedup_operator', 'dedup_dead_letters',     'DELETE'],
 		['dedup_operator', 'dedup_schedule_cursors', 'INSERT, UPDATE'],                 -- schedule pause|resume (an upsert)

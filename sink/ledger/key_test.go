@@ -184,7 +184,7 @@ func TestLedgerKeyCollisionIsAConflict(t *testing.T) {
 	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: b.WorkflowID, RunID: "rb", Generation: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.MarkDeadLettered(ctx, []string{b.WorkflowID}); err != nil {
+	if err := l.MarkDeadLettered(ctx, unfenced(b.WorkflowID)); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := l.Rows(ctx, []string{a.WorkflowID, b.WorkflowID, c.WorkflowID})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
@@ -12,7 +13,9 @@ import (
 
 // MarkStarted moves rows from pending to started, and a started row to a
 // re-run's newer generation, in one statement. A mark of an older
-// generation than the row's (a slow router's) changes nothing.
+// generation than the row's (a slow router's) changes nothing, and so does
+// a mark whose fence no longer holds: the others are written, and the
+// error is a *processor.FencedError naming the stale fences.
 func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started) error {
 	if len(started) == 0 {
 		return nil
@@ -29,35 +32,74 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 		ms[i] = mark{s, keyOf(s.WorkflowID)}
 	}
 	slices.SortFunc(ms, func(a, b mark) int { return bytes.Compare(a.key[:], b.key[:]) })
-	ids, runs, gens, keys := make([]string, len(ms)), make([]string, len(ms)), make([]int32, len(ms)), make([][16]byte, len(ms))
+	n := len(ms)
+	ids, runs, gens, keys := make([]string, n), make([]string, n), make([]int32, n), make([][16]byte, n)
+	groups, topics, parts, epochs := make([]string, n), make([]string, n), make([]int32, n), make([]int64, n)
 	for i, m := range ms {
 		ids[i], runs[i], gens[i], keys[i] = m.s.WorkflowID, m.s.RunID, int32(m.s.Generation), m.key
+		groups[i], topics[i], parts[i], epochs[i] = m.s.Fence.Group, m.s.Topic, m.s.Partition, m.s.Fence.Epoch
 	}
-	_, err := p.pool.Exec(ctx, `
-UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), generation = greatest(l.generation, u.generation),
-	started_at = now(), updated_at = now()
-FROM unnest($1::text[], $2::text[], $3::int4[], $4::uuid[]) AS u(workflow_id, run_id, generation, key)
-WHERE `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+` AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))`, ids, runs, gens, keys)
+	f := fencesOf(n, func(i int) processor.PartitionEpoch {
+		return processor.PartitionEpoch{Group: groups[i], Topic: topics[i], Partition: parts[i], Epoch: epochs[i]}
+	})
+	var held bool
+	err := p.pool.QueryRow(ctx, `
+WITH `+fenceCTE(9)+`, up AS (
+	UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), generation = greatest(l.generation, u.generation),
+		started_at = now(), updated_at = now()
+	FROM unnest($1::text[], $2::text[], $3::int4[], $4::uuid[], $5::text[], $6::text[], $7::int4[], $8::int8[])
+		AS u(workflow_id, run_id, generation, key, consumer_group, topic, kafka_partition, epoch)
+	WHERE `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+` AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))
+		AND (u.epoch = 0 OR EXISTS (SELECT FROM fence WHERE (fence.consumer_group, fence.topic, fence.kafka_partition, fence.epoch) =
+			(u.consumer_group, u.topic, u.kafka_partition, u.epoch)))
+)
+SELECT count(*) = cardinality($12::int8[]) FROM fence`, ids, runs, gens, keys, groups, topics, parts, epochs,
+		f.groups, f.topics, f.parts, f.epochs).Scan(&held)
 	if err != nil {
 		return p.classify(fmt.Errorf("marking %d workflows started: %w", len(started), err))
+	}
+	if !held {
+		return p.classify(p.fenced(ctx, f))
 	}
 	return nil
 }
 
 // MarkDeadLettered ends pending rows whose records were dead-lettered
 // because Temporal refused their start for good: they are not work in
-// flight any more. Replaying the record claims the row again.
-func (p *Postgres) MarkDeadLettered(ctx context.Context, workflowIDs []string) error {
-	if len(workflowIDs) == 0 {
+// flight any more. Replaying the record claims the row again. A row whose
+// fence no longer holds is left as it is (the error names the fence).
+func (p *Postgres) MarkDeadLettered(ctx context.Context, rows []processor.DeadLettered) error {
+	if len(rows) == 0 {
 		return nil
 	}
 	// The key's index scan (= ANY) takes the rows in key order.
-	ids := slices.Sorted(slices.Values(workflowIDs))
-	_, err := p.pool.Exec(ctx, `
-UPDATE dedup_ledger SET state = 'dead_lettered', updated_at = now()
-WHERE `+schemas.LedgerRowsOf("", "$1", "$2")+` AND state = 'pending'`, ids, keysOf(ids))
+	rows = slices.Clone(rows)
+	slices.SortFunc(rows, func(a, b processor.DeadLettered) int { return strings.Compare(a.WorkflowID, b.WorkflowID) })
+	n := len(rows)
+	ids, groups, topics, parts, epochs := make([]string, n), make([]string, n), make([]string, n), make([]int32, n), make([]int64, n)
+	for i, r := range rows {
+		ids[i], groups[i], topics[i], parts[i], epochs[i] = r.WorkflowID, r.Fence.Group, r.Topic, r.Partition, r.Fence.Epoch
+	}
+	f := fencesOf(n, func(i int) processor.PartitionEpoch {
+		return processor.PartitionEpoch{Group: groups[i], Topic: topics[i], Partition: parts[i], Epoch: epochs[i]}
+	})
+	var held bool
+	err := p.pool.QueryRow(ctx, `
+WITH `+fenceCTE(7)+`, up AS (
+	UPDATE dedup_ledger l SET state = 'dead_lettered', updated_at = now()
+	FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::int4[], $6::int8[])
+		AS u(workflow_id, key, consumer_group, topic, kafka_partition, epoch)
+	WHERE `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+` AND l.state = 'pending'
+		AND (u.epoch = 0 OR EXISTS (SELECT FROM fence WHERE (fence.consumer_group, fence.topic, fence.kafka_partition, fence.epoch) =
+			(u.consumer_group, u.topic, u.kafka_partition, u.epoch)))
+)
+SELECT count(*) = cardinality($10::int8[]) FROM fence`, ids, keysOf(ids), groups, topics, parts, epochs,
+		f.groups, f.topics, f.parts, f.epochs).Scan(&held)
 	if err != nil {
-		return p.classify(fmt.Errorf("marking %d workflows dead-lettered: %w", len(ids), err))
+		return p.classify(fmt.Errorf("marking %d workflows dead-lettered: %w", n, err))
+	}
+	if !held {
+		return p.classify(p.fenced(ctx, f))
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ func TestDeadLetteredRowEndsAndCanBeReclaimed(t *testing.T) {
 	ctx := context.Background()
 	a, other := intent("e1", "A"), intent("e1", "other")
 	want(t, claim(t, l, a), processor.VerdictNew)
-	if err := l.MarkDeadLettered(ctx, []string{a.WorkflowID}); err != nil {
+	if err := l.MarkDeadLettered(ctx, unfenced(a.WorkflowID)); err != nil {
 		t.Fatal(err)
 	}
 	counts, err := l.Count(ctx)
@@ -66,4 +66,13 @@ func TestMarkStartedMovesToNewerGenerationsOnly(t *testing.T) {
 	if cl, err := l.Claim(ctx, []processor.Intent{a}); err != nil || cl[0] != (processor.Claimed{Verdict: processor.VerdictDuplicate, Generation: 3}) {
 		t.Fatalf("claim after the re-run: %+v %v, want a duplicate of generation 3", cl, err)
 	}
+}
+
+// unfenced names rows for MarkDeadLettered without a fence.
+func unfenced(ids ...string) []processor.DeadLettered {
+	out := make([]processor.DeadLettered, len(ids))
+	for i, id := range ids {
+		out[i] = processor.DeadLettered{WorkflowID: id}
+	}
+	return out
 }

@@ -59,7 +59,7 @@ func TestPurgeInBatchesAlongTheEndTime(t *testing.T) {
 	if err := l.MarkStarted(ctx, started); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.MarkDeadLettered(ctx, []string{dead.WorkflowID, deadNew.WorkflowID}); err != nil {
+	if err := l.MarkDeadLettered(ctx, unfenced(dead.WorkflowID, deadNew.WorkflowID)); err != nil {
 		t.Fatal(err)
 	}
 	exec := func(sql string, args ...any) {

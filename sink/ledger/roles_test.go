@@ -211,7 +211,7 @@ func TestRolesRouterRunsTheRouter(t *testing.T) {
 	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: w("e1"), RunID: "run-1", Generation: 1}}); err != nil {
 		t.Fatalf("MarkStarted: %v", err)
 	}
-	if err := l.MarkDeadLettered(ctx, []string{w("e3")}); err != nil {
+	if err := l.MarkDeadLettered(ctx, unfenced(w("e3"))); err != nil {
 		t.Fatalf("MarkDeadLettered: %v", err)
 	}
 	dl := []processor.DeadLetter{{Topic: "events", Partition: 1, Offset: 9, WorkflowID: w("e3"), Reason: "temporal_permanent", Error: "no", DLQTopic: "events.dlq"}}

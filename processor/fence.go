@@ -1,0 +1,79 @@
+package processor
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Fence is the ownership a ledger write carries: the consumer group and
+// the epoch the ledger gave this router's assignment of the record's
+// partition (Ledger.Own). The ledger changes rows for a fenced write only
+// while the partition's epoch is still that one, checked in the same
+// statement as the write and ordered against the next owner's Own: a
+// router that lost the partition (a zombie after a long pause, or a claim
+// that was slow or retried across an ordinary revoke) cannot claim,
+// re-drive or mark a row after the new owner took over. The zero Fence
+// is an unfenced write (the scheduler's fires, which no partition owns).
+type Fence struct {
+	Group string
+	Epoch int64
+}
+
+// Fenced says whether the write carries a partition's ownership.
+func (f Fence) Fenced() bool { return f.Epoch != 0 }
+
+// PartitionRef names a partition of a topic.
+type PartitionRef struct {
+	Topic     string
+	Partition int32
+}
+
+func (p PartitionRef) String() string { return fmt.Sprintf("%s/%d", p.Topic, p.Partition) }
+
+// PartitionEpoch is a partition's ownership as a write carried it.
+type PartitionEpoch struct {
+	Group     string
+	Topic     string
+	Partition int32
+	Epoch     int64
+}
+
+// FencedError is the ledger's refusal of writes whose partitions moved to
+// another owner (Stale: the ownership they carried). A Claim wrote nothing
+// at all; a mark wrote the rows of the other partitions only. The router
+// treats the partitions as lost: their records are abandoned uncommitted,
+// for the new owner, and the rest of a claim is claimed again.
+type FencedError struct {
+	Stale []PartitionEpoch
+}
+
+func (e *FencedError) Error() string {
+	ps := make([]string, len(e.Stale))
+	for i, p := range e.Stale {
+		ps[i] = fmt.Sprintf("%s/%d (group %q, epoch %d)", p.Topic, p.Partition, p.Group, p.Epoch)
+	}
+	return "ledger fence: " + strings.Join(ps, ", ") + " moved to another owner since this router took it; its rows were not changed"
+}
+
+// Has says whether the refusal names the partition at that epoch.
+func (e *FencedError) Has(topic string, partition int32, f Fence) bool {
+	for _, p := range e.Stale {
+		if p.Topic == topic && p.Partition == partition && p.Group == f.Group && p.Epoch == f.Epoch {
+			return true
+		}
+	}
+	return false
+}
+
+// IsFenced returns the fence's refusal in err's chain, if any.
+func IsFenced(err error) (*FencedError, bool) {
+	var f *FencedError
+	ok := errors.As(err, &f)
+	return f, ok
+}
+
+func isFenced(err error) bool {
+	_, ok := IsFenced(err)
+	return ok
+}

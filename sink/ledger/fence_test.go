@@ -1,0 +1,186 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+// openWithURL is open, with the database's URL for a second connection.
+func openWithURL(t *testing.T) (*ledger.Postgres, string) {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	cfg := ledger.DefaultConfig()
+	cfg.URL = url
+	l, err := ledger.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l, url
+}
+
+// waitLockWait waits until some session of the database waits for a lock.
+func waitLockWait(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		if err := conn.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no session waits for a lock after 10 s")
+}
+
+// A claim whose statement began while the new owner's bump was not
+// committed yet (its snapshot still shows the old epoch) waits for the
+// bump and then finds the fence moved: nothing written. This is the
+// interleaving of a slow claim across a revoke: the fence is checked
+// against the owner row's latest version, under a lock, not against the
+// statement's snapshot.
+func TestClaimThatWaitedForTheNewOwnersBumpWritesNothing(t *testing.T) {
+	l, url := openWithURL(t)
+	ctx := context.Background()
+	p := processor.PartitionRef{Topic: "events", Partition: 0}
+	epochs, err := l.Own(ctx, "g", "old", []processor.PartitionRef{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := processor.Fence{Group: "g", Epoch: epochs[0]}
+
+	bump, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bump.Close(ctx)
+	tx, err := bump.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE dedup_partition_owners SET epoch = epoch + 1 WHERE consumer_group = 'g' AND topic = 'events' AND kafka_partition = 0`); err != nil {
+		t.Fatal(err)
+	}
+	a := intent("a", "A")
+	a.Topic, a.Partition, a.Fence = p.Topic, p.Partition, old
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Claim(ctx, []processor.Intent{a})
+		done <- err
+	}()
+	watch, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(ctx)
+	waitLockWait(t, watch)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
+	var f *processor.FencedError
+	if !errors.As(err, &f) || len(f.Stale) != 1 || f.Stale[0].Epoch != old.Epoch {
+		t.Fatalf("claim under epoch %d after the bump: err %v, want the fence's refusal", old.Epoch, err)
+	}
+	rows, err := l.Lookup(ctx, []string{a.WorkflowID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rows[a.WorkflowID]; ok {
+		t.Fatalf("the fenced claim wrote row %+v", rows[a.WorkflowID])
+	}
+}
+
+// The new owner's bump waits for a claim in flight under the old epoch
+// (its share lock on the owner row), so that claim lands whole before the
+// new owner's first claim, which then sees its row: re-drive, not lost.
+func TestOwnWaitsForTheOldOwnersClaimInFlight(t *testing.T) {
+	l, url := openWithURL(t)
+	ctx := context.Background()
+	p := processor.PartitionRef{Topic: "events", Partition: 0}
+	epochs, err := l.Own(ctx, "g", "old", []processor.PartitionRef{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A claim's lock, held open: the statement's share lock on the owner
+	// row, as the claim statement takes it.
+	claimConn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer claimConn.Close(ctx)
+	tx, err := claimConn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e int64
+	if err := tx.QueryRow(ctx, `SELECT epoch FROM dedup_partition_owners WHERE consumer_group = 'g' AND topic = 'events' AND kafka_partition = 0 FOR SHARE`).Scan(&e); err != nil {
+		t.Fatal(err)
+	}
+	if e != epochs[0] {
+		t.Fatalf("epoch %d, want %d", e, epochs[0])
+	}
+	type owned struct {
+		epochs []int64
+		err    error
+	}
+	done := make(chan owned, 1)
+	go func() {
+		e, err := l.Own(ctx, "g", "new", []processor.PartitionRef{p})
+		done <- owned{e, err}
+	}()
+	watch, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(ctx)
+	waitLockWait(t, watch)
+	select {
+	case o := <-done:
+		t.Fatalf("Own returned %v, %v while a claim held the old epoch", o.epochs, o.err)
+	default:
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil || len(o.epochs) != 1 || o.epochs[0] != epochs[0]+1 {
+		t.Fatalf("Own after the claim: %v, %v; want epoch %d", o.epochs, o.err, epochs[0]+1)
+	}
+}
+
+// Two consumer groups that read one topic into one ledger fence only
+// their own routers: a bump in one group leaves the other's epochs.
+func TestFenceIsPerConsumerGroup(t *testing.T) {
+	l, _ := openWithURL(t)
+	ctx := context.Background()
+	p := []processor.PartitionRef{{Topic: "events", Partition: 0}}
+	ea, err := l.Own(ctx, "a", "m", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Own(ctx, "b", "m", p); err != nil {
+		t.Fatal(err)
+	}
+	in := intent("x", "X")
+	in.Topic, in.Partition, in.Fence = "events", 0, processor.Fence{Group: "a", Epoch: ea[0]}
+	if v, err := l.Claim(ctx, []processor.Intent{in}); err != nil || v[0].Verdict != processor.VerdictNew {
+		t.Fatalf("group a's claim after group b's bump: %v, %v; want new", v, err)
+	}
+}
