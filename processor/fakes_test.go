@@ -63,6 +63,11 @@ type fakeLedger struct {
 	deadFail  failer // MarkDeadLettered only
 	// epochs is the fence: each partition's epoch, bumped by Own.
 	epochs map[PartitionEpoch]int64 // key: group, topic, partition (Epoch 0)
+	// gate, if set, runs before each Claim, outside the lock; when it
+	// returns true the claim was in flight at the server already (as a
+	// statement sent before its context ended): it lands whatever the
+	// context says.
+	gate func(intents []Intent) bool
 }
 
 func ownerKey(group, topic string, partition int32) PartitionEpoch {
@@ -164,6 +169,12 @@ func (l *fakeLedger) claimLog() [][]Intent {
 }
 
 func (l *fakeLedger) Claim(ctx context.Context, intents []Intent) ([]Claimed, error) {
+	l.mu.Lock()
+	gate := l.gate
+	l.mu.Unlock()
+	if gate != nil && gate(intents) {
+		ctx = context.WithoutCancel(ctx)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls["Claim"]++

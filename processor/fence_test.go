@@ -1,0 +1,82 @@
+package processor
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A claim that is slow across an ordinary revoke (a rebalance moves its
+// partition while the statement is still on its way) lands after the new
+// owner claimed the record, dead-lettered it (Temporal refused its start
+// for good), marked the row dead_lettered and committed it. Without the
+// ledger's fence the late claim takes the dead_lettered row back to
+// pending, where it stays with no owner: the record is committed, so
+// nothing re-drives it. With the fence the late claim changes no row: the
+// moved partition's records are dropped and the rest of the batch is
+// claimed again.
+func TestClaimSlowAcrossARevokeChangesNoRowOfTheNewOwner(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	e.starter.failPermanent(wid("x"))
+	e.starter.failPermanent(wid("y"))
+	var blocking atomic.Bool
+	blocking.Store(true)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	defer releaseOnce.Do(func() { close(release) })
+	var held atomic.Int32
+	e.led.mu.Lock()
+	e.led.gate = func([]Intent) bool {
+		if !blocking.Load() {
+			return false
+		}
+		held.Add(1)
+		<-release
+		return true
+	}
+	e.led.mu.Unlock()
+	offs := map[string]int64{"x": e.produce(0, "x", "v"), "y": e.produce(1, "y", "v")}
+	parts := map[string]int32{"x": 0, "y": 1}
+	r1 := e.start("r1", e.config())
+	eventually(t, 10*time.Second, func() bool { return held.Load() == 1 }, func() string { return "r1's claim never reached the ledger" })
+	blocking.Store(false)
+
+	r2 := e.start("r2", e.config())
+	var moved string
+	eventually(t, 15*time.Second, func() bool {
+		for _, id := range []string{"x", "y"} {
+			for _, by := range e.starter.callersOf(wid(id)) {
+				if by == "r2" {
+					moved = id
+				}
+			}
+		}
+		return moved != ""
+	}, func() string { return "the second router never started a moved record" })
+	eventually(t, 10*time.Second, func() bool {
+		return e.committed()[parts[moved]] == offs[moved]+1 && e.led.state(wid(moved)) == stateDeadLettered
+	}, func() string {
+		return fmt.Sprintf("moved %s: committed %v, row %q", moved, e.committed(), e.led.state(wid(moved)))
+	})
+
+	// The slow claim lands now.
+	releaseOnce.Do(func() { close(release) })
+	e.waitCommittedToEnd(15 * time.Second)
+	stays(t, time.Second, func() bool { return e.led.state(wid(moved)) == stateDeadLettered },
+		func() string {
+			return fmt.Sprintf("row of %s is %q after r1's late claim: the new owner dead-lettered it and committed its record",
+				moved, e.led.state(wid(moved)))
+		})
+	for _, rn := range []*runner{r2, r1} {
+		if err := rn.stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	}
+	for _, id := range []string{"x", "y"} {
+		if st := e.led.state(wid(id)); st != stateDeadLettered {
+			t.Errorf("%s: row %q, want dead_lettered", id, st)
+		}
+	}
+}
