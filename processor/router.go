@@ -69,6 +69,9 @@ type Router struct {
 	// afterPoll, if set (tests only), runs after each poll that returned
 	// records, before they are tracked.
 	afterPoll func()
+	// closed is closed once the Kafka client has closed (leave), which
+	// may be after Run returned.
+	closed chan struct{}
 }
 
 // Options are what a router works with besides its Config.
@@ -120,7 +123,7 @@ func New(cfg Config, o Options) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, log: log, decider: decider, m: m}
+	r := &Router{cfg: cfg, log: log, decider: decider, m: m, closed: make(chan struct{})}
 	r.workCtx, r.workCancel = context.WithCancel(context.Background())
 	r.health = newHealth(cfg, log, m, r.pause, r.fatal)
 	r.commits = newCommitter(cfg, log, m, r.workCtx, r.health.Paused)
@@ -274,22 +277,50 @@ func (r *Router) Run(ctx context.Context) error {
 	close(claimQ)
 	<-claimerDone
 
+	// Shutdown takes at most DrainTimeout from here, whatever the group
+	// is doing: the drain gets most of it, the final commit and the
+	// leave what is left (a pod's grace period must cover DrainTimeout).
+	deadline := time.Now().Add(r.cfg.DrainTimeout)
+	reserve := min(r.cfg.DrainTimeout/4, 5*time.Second)
 	// Drain: let started work finish, then stop the workers and the marker.
-	r.commits.flight.waitDrained(r.cfg.DrainTimeout)
+	r.commits.flight.waitDrained(time.Until(deadline) - reserve)
 	r.workCancel()
 	stopStarts()
 	stopCommitter()
 	loops.Wait()
-	fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	fctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-reserve/2))
 	r.commits.commit(fctx, nil)
 	cancel()
-	r.cl.Close() // leaves the group; revoked() finds nothing more to commit
+	r.leave(deadline)
 	r.fatalMu.Lock()
 	defer r.fatalMu.Unlock()
 	if r.fatalErr != nil {
 		return r.fatalErr
 	}
 	return runErr
+}
+
+// leave leaves the group and closes the client, waiting until deadline
+// at most. Leaving waits for a rebalance in progress (a join the
+// coordinator holds for members that died without leaving can take a
+// whole rebalance timeout): past the deadline the router stops waiting,
+// and the group gives its partitions away once the session times out.
+// Its revoked callback finds nothing more to commit.
+func (r *Router) leave(deadline time.Time) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	go func() {
+		defer close(r.closed)
+		_ = r.cl.LeaveGroupContext(ctx)
+		r.cl.Close()
+	}()
+	select {
+	case <-r.closed:
+	case <-ctx.Done():
+		r.log.Warn("leaving the consumer group did not finish within drain_timeout (a rebalance is in progress); "+
+			"stopping without waiting: the group reassigns this member's partitions once its session times out",
+			"session_timeout", r.cfg.SessionTimeout)
+	}
 }
 
 // prepare decides one poll (Decider.Decide: decode, route, workflow IDs),

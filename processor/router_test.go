@@ -441,7 +441,7 @@ func TestDeadLetterWriteFailureHoldsTheOffset(t *testing.T) {
 	})
 }
 
-// Shutdown with a start hanging past DrainTimeout: Run returns soon after
+// Shutdown with a start hanging past DrainTimeout: Run returns within about
 // DrainTimeout; the records before the hanging one are committed, it and
 // the records after it are not; nothing is left running (checked here with
 // the cluster closed, and again by TestMain).
@@ -463,8 +463,10 @@ func TestDrainTimeoutLeavesTheHungRecordUncommitted(t *testing.T) {
 	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if rn.took < cfg.DrainTimeout || rn.took > cfg.DrainTimeout+5*time.Second {
-		t.Errorf("Run returned %s after cancel, want DrainTimeout (%s) plus a little", rn.took, cfg.DrainTimeout)
+	// The drain waits DrainTimeout less the final commit's and the
+	// leave's share (a quarter): the whole shutdown fits in DrainTimeout.
+	if rn.took < cfg.DrainTimeout*3/4 || rn.took > cfg.DrainTimeout+5*time.Second {
+		t.Errorf("Run returned %s after cancel, want about DrainTimeout (%s): the drain's three quarters and the leave", rn.took, cfg.DrainTimeout)
 	}
 	if c := e.committed()[0]; c != 1 {
 		t.Errorf("committed %d, want 1 (a only)", c)
