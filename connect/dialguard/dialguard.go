@@ -22,8 +22,11 @@ package dialguard
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
+	"reflect"
+	"strings"
 	"syscall"
 	"time"
 
@@ -57,6 +60,13 @@ func (e *RefusedError) Error() string {
 // Loopback reports whether ip is on this machine: 127.0.0.0/8 or ::1
 // (IPv4-mapped loopback included).
 func Loopback(ip net.IP) bool { return ip != nil && ip.IsLoopback() }
+
+// LoopbackHost reports whether a configured host (a name or an IP, with
+// no port) is on this machine as far as a check of the config can tell:
+// localhost, or a loopback IP. The dial checks the address it resolves to.
+func LoopbackHost(host string) bool {
+	return strings.EqualFold(host, "localhost") || Loopback(net.ParseIP(host))
+}
 
 // Unverified reports whether tc (nil: no TLS) lets a client talk to a
 // server it has not verified: no TLS, or InsecureSkipVerify without a
@@ -140,15 +150,16 @@ func GuardKafka(opts []kgo.Opt, allowInsecure bool) ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer probe.Close()
-	if mechs, _ := probe.OptValue(kgo.SASL).([]sasl.Mechanism); len(mechs) == 0 {
-		return opts, nil
-	}
-	if d, _ := probe.OptValue(kgo.Dialer).(func(context.Context, string, string) (net.Conn, error)); d != nil {
+	mechs, _ := probe.OptValue(kgo.SASL).([]sasl.Mechanism)
+	tc, _ := probe.OptValue(kgo.DialTLSConfig).(*tls.Config)
+	probe.Close()
+	if len(mechs) == 0 {
 		return opts, nil
 	}
 	var tlsFor func(string) *tls.Config
-	if tc, _ := probe.OptValue(kgo.DialTLSConfig).(*tls.Config); tc != nil {
+	if tc != nil {
+		// (franz-go refuses kgo.Dialer with kgo.DialTLSConfig: no
+		// dialer of the caller's.)
 		tlsFor = func(host string) *tls.Config {
 			c := tc.Clone()
 			if c.ServerName == "" {
@@ -156,9 +167,25 @@ func GuardKafka(opts []kgo.Opt, allowInsecure bool) ([]kgo.Opt, error) {
 			}
 			return c
 		}
+	} else {
+		// franz-go fills in its own dialer when none is set: a marker
+		// dialer first tells whether opts set one.
+		probe, err := kgo.NewClient(append([]kgo.Opt{kgo.Dialer(unset)}, opts...)...)
+		if err != nil {
+			return nil, err
+		}
+		d := probe.OptValue(kgo.Dialer)
+		probe.Close()
+		if reflect.ValueOf(d).Pointer() != reflect.ValueOf(unset).Pointer() {
+			return opts, nil
+		}
 	}
-	out := append(append([]kgo.Opt(nil), opts...), kgo.DialTLSConfig(nil), kgo.Dialer(KafkaDialer(tlsFor, true, allowInsecure)))
-	return out, nil
+	return append(append([]kgo.Opt(nil), opts...), kgo.DialTLSConfig(nil), kgo.Dialer(KafkaDialer(tlsFor, true, allowInsecure))), nil
+}
+
+// unset marks a client whose options set no kgo.Dialer (GuardKafka).
+func unset(context.Context, string, string) (net.Conn, error) {
+	return nil, errors.New("dialguard: the marker dialer dials nothing")
 }
 
 func hostOf(addr string) string {

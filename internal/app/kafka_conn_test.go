@@ -24,8 +24,8 @@ import (
 
 	"github.com/dedupio/dedup/connect/dialguard"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
-	"github.com/dedupio/dedup/internal/testsupport/tunnelkafka"
 	"github.com/dedupio/dedup/internal/testsupport/testpki"
+	"github.com/dedupio/dedup/internal/testsupport/tunnelkafka"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
