@@ -27,7 +27,7 @@ DECLARE
 	-- role, table (or sequence), privileges
 	m CONSTANT text[] := ARRAY[
 		['dedup_router',   'dedup_ledger',           'SELECT, INSERT, UPDATE, DELETE'], -- claim (upsert), marks, purge
-		['dedup_router',   'dedup_conflicts',        'SELECT, INSERT'],                 -- record conflicts; stats count them
+		['dedup_router',   'dedup_conflicts',        'SELECT, INSERT, UPDATE, DELETE'], -- record conflicts (an upsert per payload); stats count them; purge
 		['dedup_router',   'dedup_conflicts_id_seq', 'USAGE'],                          -- its bigserial
 		['dedup_router',   'dedup_dead_letters',     'SELECT, INSERT, DELETE'],         -- the dead-letter log; purge
 		['dedup_router',   'dedup_schedule_cursors', 'SELECT, INSERT, UPDATE'],         -- the scheduler's cursors (FOR UPDATE SKIP LOCKED)
