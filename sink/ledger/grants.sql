@@ -47,6 +47,7 @@ DECLARE
 		['dedup_reader',   'dedup_schedule_cursors', 'SELECT'],
 		['dedup_reader',   'dedup_schedule_fires',   'SELECT'],
 		['dedup_operator', 'dedup_ledger',           'DELETE'],                         -- ledger purge --execute
+		['dedup_operator', 'dedup_conflicts',        'DELETE'],                         -- its conflicts (the purge's last step)
 		['dedup_operator', 'dedup_dead_letters',     'DELETE'],
 		['dedup_operator', 'dedup_schedule_cursors', 'INSERT, UPDATE'],                 -- schedule pause|resume (an upsert)
 		['dedup_operator', 'goose_db_version',       'SELECT']                          -- its migration check
