@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/dedupio/dedup/connect/dialguard"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
 )
@@ -42,6 +43,15 @@ type Config struct {
 	// in-sync replicas, DefaultProduceTopic Topic), which override the
 	// same options here.
 	KafkaOpts []kgo.Opt
+	// AllowInsecure lets SASL (kgo.SASL) reach a broker not on this
+	// machine without TLS, or over TLS that does not verify it
+	// (InsecureSkipVerify): anyone on the path could read or replay the
+	// credentials. Without it, every broker the producer dials (the seeds
+	// and every one their metadata advertises) is checked at the dial and
+	// such a dial is refused (connect/dialguard), unless KafkaOpts has a
+	// kgo.Dialer of its own, which is the caller's to check. dedup's
+	// config calls it kafka.allow_insecure.
+	AllowInsecure bool
 	// Ledger answers, at enqueue time, whether the routers hold the event
 	// already (Handle.Repeat; a started repeat is not written again) or
 	// hold its key with another payload (*ConflictError), and the ledger
@@ -120,7 +130,11 @@ func New(cfg Config) (*Client, error) {
 	// Idempotent writes (franz-go's default) with acks from every in-sync
 	// replica: a retried batch is written once, and an acknowledged record
 	// survives a broker's loss. No linger: Enqueue waits for each record.
-	kcl, err := kgo.NewClient(append(slices.Clone(cfg.KafkaOpts),
+	kopts, err := dialguard.GuardKafka(cfg.KafkaOpts, cfg.AllowInsecure)
+	if err != nil {
+		return nil, &ConfigError{Field: "KafkaOpts", Err: err}
+	}
+	kcl, err := kgo.NewClient(append(slices.Clone(kopts),
 		kgo.DefaultProduceTopic(cfg.Topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),

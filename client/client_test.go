@@ -14,9 +14,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
+	"github.com/dedupio/dedup/internal/testsupport/tunnelkafka"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -389,5 +391,39 @@ func TestEnqueueRecordedConflictIsNotWrittenAgain(t *testing.T) {
 	third.Data = map[string]int{"v": 3}
 	if h, err := e.c.Enqueue(ctx, third); !errors.Is(err, client.ErrConflict) || !h.Produced {
 		t.Errorf("a conflict not recorded yet: %+v %v, want it written", h, err)
+	}
+}
+
+// A producer that builds its own Kafka options (kgo.SASL, no TLS) through a
+// seed on this machine that advertises brokers off it: Enqueue never sends
+// the credentials to an advertised broker in plaintext (the dial is
+// refused; nothing is written), unless Config.AllowInsecure. The bound:
+// the refused write retries until its context ends (3s).
+func TestEnqueueNeverSendsSASLInPlaintextToAnAdvertisedRemoteBroker(t *testing.T) {
+	tk := tunnelkafka.Start(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "producer", "pa55"), kfake.SeedTopics(1, topic))
+	enqueue := func(allow bool) error {
+		c, err := client.New(client.Config{Topic: topic, EventID: eventid.DefaultConfig(), Routes: routes, Namespace: "default",
+			KafkaOpts:     []kgo.Opt{kgo.SeedBrokers(tk.Seed), kgo.SASL(plain.Auth{User: "producer", Pass: "pa55"}.AsMechanism())},
+			AllowInsecure: allow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err = c.Enqueue(ctx, client.Event{Type: "order.created", IdempotencyKey: "order-1", Data: map[string]int{"n": 1}})
+		return err
+	}
+	if err := enqueue(false); err == nil {
+		t.Error("Enqueue through the tunnel wrote the event, want it refused")
+	}
+	if n := tk.RemoteConns(); n != 0 {
+		t.Fatalf("%d connections reached the advertised broker %s with SASL and no TLS", n, tk.Advertised)
+	}
+	if err := enqueue(true); err != nil {
+		t.Fatalf("with AllowInsecure: %v", err)
+	}
+	if tk.RemoteConns() == 0 {
+		t.Fatal("with AllowInsecure no connection reached the advertised address: the test cannot see one")
 	}
 }

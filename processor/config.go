@@ -3,12 +3,14 @@ package processor
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/connect/clienttls"
+	"github.com/dedupio/dedup/connect/dialguard"
 	"github.com/dedupio/dedup/connect/kafkasasl"
 	"github.com/dedupio/dedup/processor/eventid"
 )
@@ -91,7 +93,10 @@ type Config struct {
 	// kafka.sasl.token_url over http:// to a host not on this machine
 	// (anyone on the path can read or replay it). Validate refuses both
 	// without it; loopback brokers and token URLs (127.0.0.0/8, ::1,
-	// localhost) are always allowed. As postgres.allow_insecure.
+	// localhost) are always allowed; nor SASL over TLS that does not verify
+	// the broker (kafka.tls.insecure_skip_verify). Every broker the clients
+	// dial, advertised ones too, is checked again at the dial against the
+	// address dialled (connect/dialguard). As postgres.allow_insecure.
 	AllowInsecure bool `yaml:"allow_insecure"`
 
 	// EventID, Routes, Starts and Retry are top-level sections of the
@@ -196,6 +201,18 @@ func (c *Config) Validate() error {
 	if !c.AllowInsecure {
 		if err := c.SASL.Plaintext(c.Brokers, c.TLS.On()); err != nil {
 			return fmt.Errorf("%w, or accept the risk with kafka.allow_insecure: true", err)
+		}
+		if c.SASL.On() && c.TLS.InsecureSkipVerify {
+			for _, b := range c.Brokers {
+				host, _, err := net.SplitHostPort(b)
+				if err != nil {
+					host = b
+				}
+				if !dialguard.LoopbackHost(host) {
+					return fmt.Errorf("kafka.tls.insecure_skip_verify: kafka.sasl.mechanism %s would send credentials to %s without verifying who it is: "+
+						"drop it (kafka.tls.ca_file for a private CA), or accept the risk with kafka.allow_insecure: true", c.SASL.Name(), b)
+				}
+			}
 		}
 	}
 	for _, t := range c.Topics {

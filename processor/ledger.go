@@ -97,7 +97,9 @@ type LedgerEntry struct {
 	ClaimedAt time.Time
 	UpdatedAt time.Time
 	// Conflicts counts the copies with another payload recorded for this
-	// workflow ID (dedup_conflicts).
+	// workflow ID (dedup_conflicts: a row per distinct payload with its
+	// count of copies), over the payloads seen last, at most
+	// ledgerread.MaxConflictHashes of them.
 	Conflicts int64
 	// ConflictHashes are the distinct payload hashes of those copies, in
 	// byte order: a copy whose hash is among them is a conflict the

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/dedupio/dedup/connect/dialguard"
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
@@ -145,7 +146,7 @@ func New(cfg Config, o Options) (*Router, error) {
 	if cfg.ResetOffset == "latest" {
 		reset = kgo.NewOffset().AtEnd()
 	}
-	r.cl, err = kgo.NewClient(append([]kgo.Opt{
+	kopts := append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
@@ -170,7 +171,13 @@ func New(cfg Config, o Options) (*Router, error) {
 		kgo.FetchMaxBytes(int32(cfg.FetchMaxBytes)),
 		kgo.ProducerBatchMaxBytes(int32(cfg.MaxValueBytes) + 64<<10),
 		kgo.RecordDeliveryTimeout(30 * time.Second),
-	}, extra...)...)
+	}, extra...)
+	// SASL in o.KafkaOpts goes off this machine only over verified TLS,
+	// checked at each broker's dial, unless kafka.allow_insecure.
+	if kopts, err = dialguard.GuardKafka(kopts, cfg.AllowInsecure); err != nil {
+		return nil, fmt.Errorf("creating kafka client: %w", err)
+	}
+	r.cl, err = kgo.NewClient(kopts...)
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka client: %w", err)
 	}

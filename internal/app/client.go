@@ -57,7 +57,7 @@ func OpenClient(ctx context.Context, cfg Config, log *slog.Logger) (*client.Clie
 		return nil, err
 	}
 	c, err := client.New(client.Config{Topic: cfg.IngressTopic(), EventID: cfg.EventID, Routes: cfg.Routes, Namespace: cfg.Temporal.Namespace,
-		MaxValueBytes: cfg.Kafka.MaxValueBytes, KafkaOpts: kopts, Ledger: led, Runs: temporalread.New(tc, nil), Logger: log,
+		MaxValueBytes: cfg.Kafka.MaxValueBytes, KafkaOpts: kopts, AllowInsecure: cfg.Kafka.AllowInsecure, Ledger: led, Runs: temporalread.New(tc, nil), Logger: log,
 		LookupTimeout: cfg.Ingress.LookupTimeout,
 		OnClose:       func() { tc.Close(); led.Close() }})
 	if err != nil {

@@ -148,6 +148,7 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 		idp    = ", sasl: {mechanism: OAUTHBEARER, token_url: %s, client_id: c, client_secret: s}"
 		tlsOn  = ", tls: {enabled: true}"
 		allow  = ", allow_insecure: true"
+		skip   = ", tls: {insecure_skip_verify: true}"
 		remote = "kafka-1.example.com:9092"
 	)
 	url := func(u string) string { return strings.Replace(idp, "%s", u, 1) }
@@ -164,6 +165,11 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 		{"the refusal names the way out", doc(remote, plain), "kafka.allow_insecure: true"},
 		{"the refusal names kafka.tls", doc(remote, plain), "kafka.tls"},
 
+		{"PLAIN over TLS that verifies nothing", doc(remote, plain+skip), "kafka.tls.insecure_skip_verify"},
+		{"OAUTHBEARER over TLS that verifies nothing", doc(remote, token+skip), "kafka.allow_insecure: true"},
+		{"PLAIN over TLS that verifies nothing, on loopback", doc("127.0.0.1:9092", plain+skip), ""},
+		{"PLAIN over TLS that verifies nothing, allowed", doc(remote, plain+skip+allow), ""},
+		{"no SASL over TLS that verifies nothing", doc(remote, skip), ""},
 		{"PLAIN over TLS", doc(remote, plain+tlsOn), ""},
 		{"PLAIN over TLS with a CA", doc(remote, plain+", tls: {ca_file: /etc/ca.pem}"), ""},
 		{"OAUTHBEARER over TLS, https token_url", doc(remote, url("https://idp.example.com/token")+tlsOn), ""},
@@ -178,6 +184,36 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 		{"an http token_url, allowed", doc(remote, url("http://idp.example.com/token")+allow), ""},
 	} {
 		_, err := ParseConfig([]byte(tc.doc))
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestTemporalAPIKeyNeverToAnUnverifiedServer: temporal.api_key (or
+// api_key_file) with temporal.tls.insecure_skip_verify to a host off this
+// machine is refused, naming the key and temporal.allow_insecure, as
+// postgres.allow_insecure: anyone on the path could pose as Temporal and
+// read the key.
+func TestTemporalAPIKeyNeverToAnUnverifiedServer(t *testing.T) {
+	doc := func(temporal string) string {
+		return `
+kafka: {brokers: [127.0.0.1:9092], group: g, topics: [t], reset_offset: earliest}
+routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
+postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
+temporal: {` + temporal + `}
+`
+	}
+	const skip = ", tls: {insecure_skip_verify: true}"
+	for _, tc := range []struct{ name, temporal, want string }{
+		{"an API key to a remote server, unverified", "host_port: t.example.com:7233, api_key: k" + skip, "temporal.tls.insecure_skip_verify"},
+		{"an API key file to a remote server, unverified", "host_port: 10.0.0.9:7233, api_key_file: /run/key" + skip, "temporal.allow_insecure: true"},
+		{"an API key to a remote server, unverified, allowed", "host_port: t.example.com:7233, api_key: k, allow_insecure: true" + skip, ""},
+		{"an API key on loopback, unverified", "host_port: 127.0.0.1:7233, api_key: k" + skip, ""},
+		{"an API key to a remote server, verified", "host_port: t.example.com:7233, api_key: k", ""},
+		{"no API key, unverified", "host_port: t.example.com:7233" + skip, ""},
+	} {
+		_, err := ParseConfig([]byte(doc(tc.temporal)))
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/dedupio/dedup/connect/clienttls"
+	"github.com/dedupio/dedup/connect/dialguard"
 	"github.com/dedupio/dedup/connect/secretfile"
 	"github.com/dedupio/dedup/sink/starter"
 )
@@ -43,19 +44,6 @@ func kafkaOpts(cfg Config) ([]kgo.Opt, error) {
 	if err != nil {
 		return nil, err
 	}
-	if files != nil {
-		// A dialer of our own rather than kgo.DialTLSConfig: each broker's
-		// tls.Config is built for its host at the dial, so that the CA
-		// file is read as it is then.
-		nd := &net.Dialer{Timeout: 10 * time.Second}
-		opts = append(opts, kgo.Dialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
-			host, _, err := net.SplitHostPort(addr)
-			if err != nil {
-				host = addr
-			}
-			return (&tls.Dialer{NetDialer: nd, Config: files.ClientConfig(host)}).DialContext(ctx, network, addr)
-		}))
-	}
 	m, err := cfg.Kafka.SASL.Build()
 	if err != nil {
 		return nil, err
@@ -66,6 +54,17 @@ func kafkaOpts(cfg Config) ([]kgo.Opt, error) {
 	if m != nil {
 		opts = append(opts, kgo.SASL(m))
 	}
+	// A dialer of our own rather than kgo.DialTLSConfig: each broker's
+	// tls.Config is built for its host at the dial, so that the CA file is
+	// read as it is then; and every broker the client dials (the seeds and
+	// every one the metadata advertises) is checked at the dial: SASL
+	// without TLS that verifies the broker goes only to an address on this
+	// machine, unless kafka.allow_insecure (connect/dialguard).
+	var tlsFor func(host string) *tls.Config
+	if files != nil {
+		tlsFor = files.ClientConfig
+	}
+	opts = append(opts, kgo.Dialer(dialguard.KafkaDialer(tlsFor, m != nil, cfg.Kafka.AllowInsecure)))
 	return opts, nil
 }
 
@@ -132,7 +131,22 @@ func pingSeed(ctx context.Context, seed string, kopts []kgo.Opt) error {
 	if p := h.err.Load(); err != nil && p != nil {
 		return &saslError{err: err, exchange: *p}
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	// Every broker the seed advertises, dialled as the clients will: one
+	// whose dial the guard refuses (SASL in plaintext off this machine)
+	// stops start-up; one that does not answer is the clients' to retry.
+	if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl); err != nil {
+		return nil
+	}
+	for _, b := range cl.DiscoveredBrokers() {
+		var refused *dialguard.RefusedError
+		if _, err := b.Request(ctx, kmsg.NewPtrApiVersionsRequest()); errors.As(err, &refused) {
+			return err
+		}
+	}
+	return nil
 }
 
 type saslError struct{ err, exchange error }
@@ -160,7 +174,10 @@ func permanentKafkaError(cfg Config, seed string, err error) error {
 	)
 	sasl := cfg.Kafka.SASL
 	who := sasl.Identity()
+	var refused *dialguard.RefusedError
 	switch {
+	case errors.As(err, &refused):
+		return fmt.Errorf("kafka: a broker that seed %s advertises: %w", seed, refused)
 	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid):
 		return fmt.Errorf("kafka.tls: broker %s: its certificate does not verify against %s: %w", seed, caName(cfg.Kafka.TLS), err)
 	case errors.As(err, &op) && op.Op == "remote error": // a TLS alert from the broker

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,8 +22,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.temporal.io/sdk/client"
 
+	"github.com/dedupio/dedup/connect/dialguard"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/internal/testsupport/testpki"
+	"github.com/dedupio/dedup/internal/testsupport/tunnelkafka"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
@@ -267,5 +270,80 @@ func TestKafkaRefusalsAreClearStartupErrors(t *testing.T) {
 			}
 			t.Logf("%s: %v", took.Round(time.Millisecond), err)
 		})
+	}
+}
+
+// tunnelConfig is a router config whose one seed is tk's loopback seed,
+// with kafka.sasl PLAIN as tk's superuser, no TLS, and extra (more keys of
+// the kafka section, a flow mapping's tail).
+func tunnelConfig(t *testing.T, tk *tunnelkafka.Cluster, extra string) Config {
+	t.Helper()
+	doc := fmt.Sprintf(`
+kafka: {brokers: [%q], group: g, topics: [events], reset_offset: earliest,
+  sasl: {mechanism: PLAIN, username: %s, password: %q}%s}
+routes: [{id: a, match: {type: routed}, workflow_type: W, task_queue: q}]
+postgres: {url: "postgres://u@db.example.com/d?sslmode=verify-full"}
+`, tk.Seed, plainUser, strings.ReplaceAll(plainPass, "$", "$$"), extra)
+	cfg, err := ParseConfig([]byte(doc))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, doc)
+	}
+	return cfg
+}
+
+// A seed on this machine (an SSH tunnel, a port-forward) that advertises
+// brokers off it does not get kafka.sasl's credentials sent to them in
+// plaintext: every broker is checked at the dial, against the address
+// dialled, and refused before a byte is sent, naming the broker and
+// kafka.allow_insecure; the start-up check stops on it. With
+// kafka.allow_insecure: true the same request reaches the broker (the
+// control: the test sees such a connection).
+func TestKafkaSASLNeverInPlaintextToAnAdvertisedRemoteBroker(t *testing.T) {
+	tk := tunnelkafka.Start(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", plainUser, plainPass), kfake.SeedTopics(1, "events"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	// askBroker asks the advertised broker itself for its API versions,
+	// through a client with cfg's options.
+	askBroker := func(cfg Config) error {
+		t.Helper()
+		kopts, err := kafkaOpts(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := kgo.NewClient(kopts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl); err != nil {
+			t.Fatalf("metadata from the seed %s: %v", tk.Seed, err)
+		}
+		_, err = cl.Broker(0).Request(ctx, kmsg.NewPtrApiVersionsRequest())
+		return err
+	}
+
+	cfg := tunnelConfig(t, tk, "")
+	err := askBroker(cfg)
+	var refused *dialguard.RefusedError
+	if !errors.As(err, &refused) || !strings.Contains(err.Error(), tk.Advertised) || !strings.Contains(err.Error(), "kafka.allow_insecure: true") {
+		t.Errorf("a request to the advertised broker %s: %v, want a refusal naming it and kafka.allow_insecure", tk.Advertised, err)
+	}
+	kopts, err := kafkaOpts(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkKafka(ctx, cfg, log, kopts); err == nil || !strings.Contains(err.Error(), tk.Advertised) {
+		t.Errorf("start-up check: %v, want a refusal naming the advertised broker %s", err, tk.Advertised)
+	}
+	if n := tk.RemoteConns(); n != 0 {
+		t.Fatalf("%d connections reached the broker at its advertised address %s with SASL and no TLS", n, tk.Advertised)
+	}
+
+	if err := askBroker(tunnelConfig(t, tk, ", allow_insecure: true")); err != nil {
+		t.Fatalf("with kafka.allow_insecure: %v", err)
+	}
+	if tk.RemoteConns() == 0 {
+		t.Fatal("with kafka.allow_insecure no connection reached the advertised address: the test cannot see one")
 	}
 }

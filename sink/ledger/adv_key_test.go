@@ -310,6 +310,9 @@ func TestAdvKeyDownMigrationRerunAfterPartialRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	prov, db := provider(t, url)
+	if _, err := prov.DownTo(ctx, 12); err != nil { // the migrations after 00012
+		t.Fatal(err)
+	}
 	if _, err := db.ExecContext(ctx, `CREATE VIEW ops_ledger_keys AS SELECT workflow_id, dedup_ledger_key(workflow_id) AS key FROM dedup_ledger`); err != nil {
 		t.Fatal(err)
 	}

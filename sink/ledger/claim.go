@@ -324,21 +324,50 @@ type conflict struct {
 	ledgerHash []byte
 }
 
+// recordConflictsSQL records conflicts one row per workflow ID and
+// payload hash (migration 00014): a new payload inserts its row, a payload
+// recorded already adds its copies to the row's count and moves the row's
+// last_seen_at and coordinates to the newest record. A redelivery of the
+// record the row counted last is not counted again. The input holds one
+// entry per (workflow ID, payload hash): ON CONFLICT cannot touch one row
+// twice in a statement.
+const recordConflictsSQL = `
+INSERT INTO dedup_conflicts AS c (workflow_id, event_id, payload_hash, ledger_payload_hash, topic, kafka_partition, kafka_offset, copies, last_seen_at)
+SELECT t.*, now() FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::int4[], $7::int8[], $8::int8[]) AS t
+ON CONFLICT (workflow_id, payload_hash) WHERE last_seen_at IS NOT NULL DO UPDATE SET
+	copies = c.copies + EXCLUDED.copies,
+	last_seen_at = now(),
+	event_id = EXCLUDED.event_id,
+	ledger_payload_hash = EXCLUDED.ledger_payload_hash,
+	topic = EXCLUDED.topic, kafka_partition = EXCLUDED.kafka_partition, kafka_offset = EXCLUDED.kafka_offset
+WHERE (c.topic, c.kafka_partition, c.kafka_offset) IS DISTINCT FROM (EXCLUDED.topic, EXCLUDED.kafka_partition, EXCLUDED.kafka_offset)`
+
 func (p *Postgres) recordConflicts(ctx context.Context, cs []conflict) error {
-	n := len(cs)
-	wf, ev, topic := make([]string, n), make([]string, n), make([]string, n)
-	h, lh := make([][]byte, n), make([][]byte, n)
-	part, off := make([]int32, n), make([]int64, n)
-	for i, c := range cs {
-		wf[i], ev[i], topic[i] = c.in.WorkflowID, c.in.EventID, c.in.Topic
-		h[i], lh[i], part[i], off[i] = c.in.PayloadHash[:], c.ledgerHash, c.in.Partition, c.in.Offset
+	type key struct{ wf, hash string }
+	at := make(map[key]int, len(cs))
+	var (
+		wf, ev, topic []string
+		h, lh         [][]byte
+		part          []int32
+		off, copies   []int64
+	)
+	for _, c := range cs {
+		k := key{c.in.WorkflowID, string(c.in.PayloadHash[:])}
+		i, ok := at[k]
+		if !ok {
+			i = len(wf)
+			at[k] = i
+			wf, ev, topic = append(wf, c.in.WorkflowID), append(ev, c.in.EventID), append(topic, c.in.Topic)
+			h, lh = append(h, c.in.PayloadHash[:]), append(lh, c.ledgerHash)
+			part, off, copies = append(part, c.in.Partition), append(off, c.in.Offset), append(copies, 0)
+		}
+		// The batch's copies of one payload: counted together, the row
+		// at the newest record's coordinates.
+		copies[i]++
+		topic[i], part[i], off[i] = c.in.Topic, c.in.Partition, c.in.Offset
 	}
-	_, err := p.pool.Exec(ctx, `
-INSERT INTO dedup_conflicts (workflow_id, event_id, payload_hash, ledger_payload_hash, topic, kafka_partition, kafka_offset)
-SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::int4[], $7::int8[])
-ON CONFLICT DO NOTHING`, wf, ev, h, lh, topic, part, off)
-	if err != nil {
-		return fmt.Errorf("recording %d conflicts: %w", n, err)
+	if _, err := p.pool.Exec(ctx, recordConflictsSQL, wf, ev, h, lh, topic, part, off, copies); err != nil {
+		return fmt.Errorf("recording %d conflicts: %w", len(cs), err)
 	}
 	return nil
 }

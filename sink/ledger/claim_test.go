@@ -238,3 +238,59 @@ func TestClaimSeesRowStartedAfterItsSnapshot(t *testing.T) {
 	}
 	want(t, <-got, processor.VerdictDuplicate)
 }
+
+// Conflicts are kept one row per workflow ID and distinct payload hash,
+// with how many copies carried it and when the last was seen: copies of
+// one conflicting payload from many records (a producer retrying it) add
+// to one row's count instead of a row each; another payload is a row of
+// its own; a redelivery of the last record counted is not counted again.
+func TestClaimRecordsOneConflictRowPerPayloadHash(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	claim(t, l, intent("k", "original"))
+	copyAt := func(payload string, offset int64) processor.Intent {
+		in := intent("k", payload)
+		in.Offset = offset
+		return in
+	}
+	// In one batch and across batches.
+	want(t, claim(t, l, copyAt("other", 10), copyAt("other", 11), copyAt("third", 12)),
+		processor.VerdictConflict, processor.VerdictConflict, processor.VerdictConflict)
+	for off := int64(13); off < 20; off++ {
+		want(t, claim(t, l, copyAt("other", off)), processor.VerdictConflict)
+	}
+	want(t, claim(t, l, copyAt("other", 19)), processor.VerdictConflict) // offset 19 redelivered
+	rows, err := l.Pool().Query(ctx, `SELECT payload_hash, copies, kafka_offset, last_seen_at >= detected_at FROM dedup_conflicts WHERE workflow_id = $1 ORDER BY copies`, intent("k", "").WorkflowID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		hash    []byte
+		copies  int64
+		offset  int64
+		ordered bool
+	}
+	var got []row
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.hash, &r.copies, &r.offset, &r.ordered); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	other, third := intent("k", "other").PayloadHash, intent("k", "third").PayloadHash
+	if len(got) != 2 || string(got[0].hash) != string(third[:]) || got[0].copies != 1 ||
+		string(got[1].hash) != string(other[:]) || got[1].copies != 9 || got[1].offset != 19 || !got[1].ordered {
+		t.Fatalf("conflict rows %+v, want third (1 copy) and other (9 copies, last at offset 19)", got)
+	}
+	e, err := l.Lookup(ctx, []string{intent("k", "").WorkflowID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if le := e[intent("k", "").WorkflowID]; le.Conflicts != 10 || len(le.ConflictHashes) != 2 {
+		t.Fatalf("lookup: %d conflicts, %d hashes, want 10 copies of 2 payloads", le.Conflicts, len(le.ConflictHashes))
+	}
+}

@@ -27,7 +27,7 @@ DECLARE
 	-- role, table (or sequence), privileges
 	m CONSTANT text[] := ARRAY[
 		['dedup_router',   'dedup_ledger',           'SELECT, INSERT, UPDATE, DELETE'], -- claim (upsert), marks, purge
-		['dedup_router',   'dedup_conflicts',        'SELECT, INSERT'],                 -- record conflicts; stats count them
+		['dedup_router',   'dedup_conflicts',        'SELECT, INSERT, UPDATE, DELETE'], -- record conflicts (an upsert per payload); stats count them; purge
 		['dedup_router',   'dedup_conflicts_id_seq', 'USAGE'],                          -- its bigserial
 		['dedup_router',   'dedup_dead_letters',     'SELECT, INSERT, DELETE'],         -- the dead-letter log; purge
 		['dedup_router',   'dedup_schedule_cursors', 'SELECT, INSERT, UPDATE'],         -- the scheduler's cursors (FOR UPDATE SKIP LOCKED)
@@ -49,6 +49,7 @@ DECLARE
 		['dedup_reader',   'dedup_schedule_fires',   'SELECT'],
 		['dedup_reader',   'dedup_partition_owners', 'SELECT'],
 		['dedup_operator', 'dedup_ledger',           'DELETE'],                         -- ledger purge --execute
+		['dedup_operator', 'dedup_conflicts',        'DELETE'],                         -- its conflicts (the purge's last step)
 		['dedup_operator', 'dedup_dead_letters',     'DELETE'],
 		['dedup_operator', 'dedup_schedule_cursors', 'INSERT, UPDATE'],                 -- schedule pause|resume (an upsert)
 		['dedup_operator', 'goose_db_version',       'SELECT']                          -- its migration check

@@ -18,7 +18,7 @@ const purgeable = `((state = 'started' AND started_at < now() - $1::interval)
 // deletes.
 const purgeableDeadLetters = `written_at < now() - $1::interval`
 
-// Purge deletes started rows and dead-letter log entries older than
+// Purge deletes started rows, dead-letter log entries and conflicts older than
 // olderThan, in batches of batch rows (short transactions, so claims are
 // not held up), and returns how many ledger rows it deleted. Pending rows
 // are never purged: they are work not yet done.
@@ -51,8 +51,28 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 	if _, err := p.pool.Exec(ctx, `DELETE FROM dedup_dead_letters WHERE `+purgeableDeadLetters, olderThan); err != nil {
 		return total, fmt.Errorf("purging dead-letter log: %w", err)
 	}
+	for {
+		n, err := p.pool.Exec(ctx, purgeConflicts, olderThan, batch)
+		if err != nil {
+			return total, fmt.Errorf("purging conflicts: %w", err)
+		}
+		if n.RowsAffected() < int64(batch) {
+			break
+		}
+	}
 	return total, nil
 }
+
+// purgeConflicts deletes up to $2 conflict rows last seen before now() -
+// $1, oldest first along dedup_conflicts_seen (migration 00014): a
+// conflict lives one retention period after its last copy, whatever its
+// ledger row's state (a payload sent again meanwhile keeps its row). A
+// row written before 00014 has no last_seen_at and goes by detected_at.
+const purgeConflicts = `
+DELETE FROM dedup_conflicts WHERE id IN (
+	SELECT id FROM dedup_conflicts
+	WHERE coalesce(last_seen_at, detected_at) < now() - $1::interval
+	ORDER BY coalesce(last_seen_at, detected_at) LIMIT $2)`
 
 // purgeStarted deletes up to $2 started rows that ended before now() -
 // $1 and at or after $3, oldest first (an index range scan of

@@ -121,3 +121,37 @@ func TestPurgeBatchesUseTheEndTimeIndexes(t *testing.T) {
 		}
 	}
 }
+
+// Conflict rows go with the ledger's retention: a purge deletes those
+// last seen before the horizon (whatever their ledger row's state) and
+// keeps those seen since, so the table a producer's conflicting copies
+// grow is bounded by what they send in one retention period.
+func TestPurgeDeletesConflictsLastSeenBeforeTheHorizon(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	claim(t, l, intent("old", "a"), intent("recent", "a"))
+	old, recent := intent("old", "b"), intent("recent", "b")
+	old.Offset, recent.Offset = 20, 21
+	want(t, claim(t, l, old, recent), processor.VerdictConflict, processor.VerdictConflict)
+	if _, err := l.Pool().Exec(ctx, `UPDATE dedup_conflicts SET detected_at = now() - interval '48 hours', last_seen_at = now() - interval '48 hours' WHERE workflow_id = $1`, old.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Purge(ctx, 24*time.Hour, 1); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	rows, err := l.Pool().Query(ctx, `SELECT workflow_id FROM dedup_conflicts`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, id)
+	}
+	if len(left) != 1 || left[0] != recent.WorkflowID {
+		t.Fatalf("conflicts left after the purge: %v, want only %s", left, recent.WorkflowID)
+	}
+}

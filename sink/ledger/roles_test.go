@@ -181,8 +181,7 @@ VALUES ('w', 'a', 'e', 'field', '\x00', 't', 0, 0)`,
 		`DELETE FROM dedup_ledger`,
 		`INSERT INTO dedup_conflicts (workflow_id, event_id, payload_hash, ledger_payload_hash, topic, kafka_partition, kafka_offset)
 VALUES ('w', 'e', '\x00', '\x01', 't', 0, 0)`,
-		`UPDATE dedup_conflicts SET event_id = 'x'`,
-		`DELETE FROM dedup_conflicts`,
+		`TRUNCATE dedup_conflicts`,
 		`SELECT count(*) FROM dedup_dead_letters`,
 		`SELECT count(*) FROM dedup_schedule_fires`,
 		`SELECT count(*) FROM idempotency_keys`,
@@ -274,8 +273,7 @@ UPDATE dedup_dead_letters SET written_at = now() - interval '2 hours'`); err != 
 		`SELECT count(*) FROM activity_runs`,
 		`SELECT count(*) FROM task_instances`,
 		`SELECT count(*) FROM idempotency_keys`,
-		`UPDATE dedup_conflicts SET event_id = 'x'`,
-		`DELETE FROM dedup_conflicts`,
+		`TRUNCATE dedup_conflicts`,
 		`UPDATE dedup_dead_letters SET error = 'x'`,
 		`DELETE FROM dedup_schedule_cursors`,
 		`INSERT INTO goose_db_version (version_id, is_applied) VALUES (999, true)`,
@@ -390,7 +388,7 @@ func TestRolesReaderAndOperator(t *testing.T) {
 // on each relation (relation.column for a column's), and nothing else.
 var wantGrants = map[string][]string{
 	"dedup_router": {
-		"dedup_ledger SELECT, INSERT, UPDATE, DELETE", "dedup_conflicts SELECT, INSERT", "dedup_conflicts_id_seq USAGE",
+		"dedup_ledger SELECT, INSERT, UPDATE, DELETE", "dedup_conflicts SELECT, INSERT, UPDATE, DELETE", "dedup_conflicts_id_seq USAGE",
 		"dedup_dead_letters SELECT, INSERT, DELETE", "dedup_schedule_cursors SELECT, INSERT, UPDATE",
 		"dedup_schedule_fires SELECT, INSERT, UPDATE, DELETE", "goose_db_version SELECT",
 	},
@@ -404,7 +402,7 @@ var wantGrants = map[string][]string{
 		"dedup_ledger SELECT", "dedup_conflicts SELECT", "dedup_dead_letters SELECT",
 		"dedup_schedule_cursors SELECT", "dedup_schedule_fires SELECT",
 	},
-	"dedup_operator": {"dedup_ledger DELETE", "dedup_dead_letters DELETE", "dedup_schedule_cursors INSERT, UPDATE", "goose_db_version SELECT"},
+	"dedup_operator": {"dedup_ledger DELETE", "dedup_conflicts DELETE", "dedup_dead_letters DELETE", "dedup_schedule_cursors INSERT, UPDATE", "goose_db_version SELECT"},
 }
 
 // grantsOf lists the privileges granted to dedup's roles (all but the

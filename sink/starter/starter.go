@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"time"
@@ -42,6 +43,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dedupio/dedup/connect/clienttls"
+	"github.com/dedupio/dedup/connect/dialguard"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
 )
@@ -68,6 +70,11 @@ type Config struct {
 	// one of the two, or neither.
 	APIKey     string `yaml:"api_key"`
 	APIKeyFile string `yaml:"api_key_file"`
+	// AllowInsecure lets the API key go to a server not on this machine
+	// over TLS that does not verify it (tls.insecure_skip_verify): anyone
+	// on the path could pose as Temporal and read the key. Validate
+	// refuses that without it. As postgres.allow_insecure.
+	AllowInsecure bool `yaml:"allow_insecure"`
 	// Compression is the gRPC compression of requests to Temporal: none
 	// (the default) or gzip (the SDK's own default). A start request is
 	// about a kilobyte plus the event's data; gzipping it and the answer
@@ -108,7 +115,20 @@ func (c Config) Validate() error {
 	case Compression(c.Compression) == nil:
 		return fmt.Errorf("temporal.compression: %q, want none or gzip", c.Compression)
 	}
-	return c.TLS.Validate("temporal.tls")
+	if err := c.TLS.Validate("temporal.tls"); err != nil {
+		return err
+	}
+	if (c.APIKey != "" || c.APIKeyFile != "") && c.TLS.InsecureSkipVerify && !c.AllowInsecure {
+		host, _, err := net.SplitHostPort(c.HostPort)
+		if err != nil {
+			host = c.HostPort
+		}
+		if !dialguard.LoopbackHost(host) {
+			return fmt.Errorf("temporal.tls.insecure_skip_verify: the API key would go to %s without verifying who it is: "+
+				"drop it (temporal.tls.ca_file for a private CA), or accept the risk with temporal.allow_insecure: true", c.HostPort)
+		}
+	}
+	return nil
 }
 
 // Temporal starts workflows through one SDK client's gRPC service.

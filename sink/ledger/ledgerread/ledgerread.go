@@ -108,18 +108,34 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
+// MaxConflictHashes bounds the conflicts a lookup reads per workflow ID:
+// the payload hashes (LedgerEntry.ConflictHashes) and copies
+// (LedgerEntry.Conflicts) of at most this many distinct conflicting
+// payloads, the ones seen last. A producer that sent more payloads under
+// one key makes its own lookups no slower than this; a payload beyond
+// them is written again by the producer client (not known as recorded),
+// and its router adds it to its row's count.
+const MaxConflictHashes = 64
+
 // lookupSQL reads the rows of a set of workflow IDs, each with the
-// conflicts recorded for it (their count and distinct payload hashes).
-// dedup_conflicts holds only conflicts; it has no index by workflow ID,
-// so each row's subquery scans it.
+// conflicts recorded for it (their copies and distinct payload hashes),
+// along the index dedup_conflicts_workflow (migration 00014): its cost is
+// the ID's own conflicts, at most MaxConflictHashes rows, whatever the
+// table holds. (A row per record written before 00014 counts as a copy of
+// its own.)
 var lookupSQL = `
 SELECT l.workflow_id, l.event_id, l.id_rule, l.state, l.payload_hash, coalesce(l.run_id, ''), l.generation,
 	l.topic, l.kafka_partition, l.kafka_offset, l.claimed_at, l.updated_at,
 	c.n, coalesce(c.hashes, '{}')
 FROM dedup_ledger l
 CROSS JOIN LATERAL (
-	SELECT count(*) AS n, array_agg(DISTINCT d.payload_hash ORDER BY d.payload_hash) AS hashes
-	FROM dedup_conflicts d WHERE d.workflow_id = l.workflow_id
+	SELECT coalesce(sum(d.copies), 0)::int8 AS n, array_agg(DISTINCT d.payload_hash ORDER BY d.payload_hash) AS hashes
+	FROM (
+		SELECT copies, payload_hash FROM dedup_conflicts
+		WHERE workflow_id = l.workflow_id
+		ORDER BY coalesce(last_seen_at, detected_at) DESC
+		LIMIT ` + strconv.Itoa(MaxConflictHashes) + `
+	) d
 ) c
 WHERE ` + schemas.LedgerRowsOf("l", "$1", "$2")
 
