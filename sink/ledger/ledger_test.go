@@ -18,7 +18,7 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func open(t *testing.T) *ledger.Postgres {
+func open(t testing.TB) *ledger.Postgres {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
