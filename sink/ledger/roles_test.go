@@ -204,13 +204,21 @@ func TestRolesRouterRunsTheRouter(t *testing.T) {
 		t.Fatalf("the router's migration check on a current schema: %v", err)
 	}
 	l := openAs(t, url)
-	want(t, claim(t, l, intent("e1", "A"), intent("e2", "B"), intent("e3", "C")), processor.VerdictNew, processor.VerdictNew, processor.VerdictNew)
-	want(t, claim(t, l, intent("e1", "A"), intent("e2", "other")), processor.VerdictRedrive, processor.VerdictConflict)
+	// The fence: the router takes its partitions and claims and marks
+	// under their epochs.
+	epochs, err := l.Own(ctx, "g", "router", []processor.PartitionRef{{Topic: "events", Partition: 1}})
+	if err != nil {
+		t.Fatalf("Own: %v", err)
+	}
+	f := processor.Fence{Group: "g", Epoch: epochs[0]}
+	fenced := func(in processor.Intent) processor.Intent { in.Fence = f; return in }
+	want(t, claim(t, l, fenced(intent("e1", "A")), fenced(intent("e2", "B")), fenced(intent("e3", "C"))), processor.VerdictNew, processor.VerdictNew, processor.VerdictNew)
+	want(t, claim(t, l, fenced(intent("e1", "A")), fenced(intent("e2", "other"))), processor.VerdictRedrive, processor.VerdictConflict)
 	w := func(id string) string { return intent(id, "").WorkflowID }
-	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: w("e1"), RunID: "run-1", Generation: 1}}); err != nil {
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: w("e1"), RunID: "run-1", Generation: 1, Topic: "events", Partition: 1, Fence: f}}); err != nil {
 		t.Fatalf("MarkStarted: %v", err)
 	}
-	if err := l.MarkDeadLettered(ctx, unfenced(w("e3"))); err != nil {
+	if err := l.MarkDeadLettered(ctx, []processor.DeadLettered{{WorkflowID: w("e3"), Topic: "events", Partition: 1, Fence: f}}); err != nil {
 		t.Fatalf("MarkDeadLettered: %v", err)
 	}
 	dl := []processor.DeadLetter{{Topic: "events", Partition: 1, Offset: 9, WorkflowID: w("e3"), Reason: "temporal_permanent", Error: "no", DLQTopic: "events.dlq"}}
@@ -390,7 +398,7 @@ var wantGrants = map[string][]string{
 	"dedup_router": {
 		"dedup_ledger SELECT, INSERT, UPDATE, DELETE", "dedup_conflicts SELECT, INSERT, UPDATE, DELETE", "dedup_conflicts_id_seq USAGE",
 		"dedup_dead_letters SELECT, INSERT, DELETE", "dedup_schedule_cursors SELECT, INSERT, UPDATE",
-		"dedup_schedule_fires SELECT, INSERT, UPDATE, DELETE", "goose_db_version SELECT",
+		"dedup_schedule_fires SELECT, INSERT, UPDATE, DELETE", "dedup_partition_owners SELECT, INSERT, UPDATE", "goose_db_version SELECT",
 	},
 	"dedup_worker": {
 		"dedup_ledger.workflow_id SELECT", "dedup_ledger.generation SELECT", "dedup_ledger.key SELECT",
@@ -400,7 +408,7 @@ var wantGrants = map[string][]string{
 	"dedup_ingress": {"dedup_ledger SELECT", "dedup_conflicts SELECT"},
 	"dedup_reader": {
 		"dedup_ledger SELECT", "dedup_conflicts SELECT", "dedup_dead_letters SELECT",
-		"dedup_schedule_cursors SELECT", "dedup_schedule_fires SELECT",
+		"dedup_schedule_cursors SELECT", "dedup_schedule_fires SELECT", "dedup_partition_owners SELECT",
 	},
 	"dedup_operator": {"dedup_ledger DELETE", "dedup_conflicts DELETE", "dedup_dead_letters DELETE", "dedup_schedule_cursors INSERT, UPDATE", "goose_db_version SELECT"},
 }
