@@ -347,6 +347,10 @@ func TestFaultZombie(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		stalled = time.Since(began)
+		// Every row the ledger has ended (started, dead_lettered) as the
+		// zombie wakes: nothing the zombie still holds (a polled batch, a
+		// claim or mark on its way) may change one (the ledger's fence).
+		before := endedRows(t, s.e)
 		z.signal(t, syscall.SIGCONT)
 		// The zombie learns it was fenced (its heartbeat: unknown member)
 		// and gives its partitions up as lost: nothing of them may be
@@ -358,6 +362,13 @@ func TestFaultZombie(t *testing.T) {
 		commitErrors = z.metric("dedup_offset_commits_total", "result", "error") - errorsBefore
 		behind = z.metric("dedup_offset_commits_total", "result", "behind")
 		regressions = stop()
+		after := endedRows(t, s.e)
+		for id, row := range before {
+			if after[id] != row {
+				t.Errorf("row %s changed after the zombie woke: %s, then %s", id, row, after[id])
+			}
+		}
+		t.Logf("zombie: %d ended rows unchanged after it woke", len(before))
 	}})
 	if lost <= 0 {
 		t.Errorf("the zombie never reported its partitions lost (lost %v, revoked %v)", lost, revoked)
@@ -371,6 +382,29 @@ func TestFaultZombie(t *testing.T) {
 	for _, r := range regressions {
 		t.Errorf("committed offset regressed: %s", r)
 	}
+}
+
+// endedRows reads every started or dead_lettered ledger row: state,
+// attempts, generation, run and last update, by workflow ID.
+func endedRows(t *testing.T, e *env) map[string]string {
+	t.Helper()
+	rows, err := e.led.Pool().Query(context.Background(), `SELECT workflow_id,
+	concat_ws(' ', state, attempts, generation, coalesce(run_id, ''), updated_at) FROM dedup_ledger WHERE state <> 'pending'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for rows.Next() {
+		var id, row string
+		if err := rows.Scan(&id, &row); err != nil {
+			t.Fatal(err)
+		}
+		out[id] = row
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // groupState is the env's group's state and how many partitions each member
