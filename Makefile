@@ -157,7 +157,7 @@ bench-smoke: deps
 
 # The protocol model (processor/model): every property of claim -> start ->
 # mark -> commit under crashes, revokes and zombies, checked exhaustively by
-# SPIN (about a minute); the old in-batch rule and the review's holes must
+# SPIN (a few minutes: 3.6 min CPU); the old in-batch rule, the review's holes and the ledger without its fence must
 # still be caught; and signal routes (claim -> SignalWithStart -> mark ->
 # commit, the entity workflow's seen-set): delivered at least once, observed
 # at most once, and the counterexamples without the seen-set.

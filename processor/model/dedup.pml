@@ -98,6 +98,24 @@
  *   NOHIDE            no hidden variables (pan refuses -DBFS with them):
  *                     check.sh's breadth-first violation searches.
  *   NCRASH=n NREVOKE=n NZOMBIE=n NTIMEOUT=n   fault budgets (default 1).
+ *   NO_FENCE          the ledger without its fence (before migration 00013):
+ *                     no partition epochs, no Own step; a zombie's or an
+ *                     orphaned job's claim and marks always write. With
+ *                     PERM and a zombie, expected to violate E2 (a zombie's
+ *                     claim takes a dead_lettered row back to pending).
+ *
+ *   ZOMBIE_IN_OWN     (fence) the zombie fault may also strike a replica
+ *                     whose Own of the partition has not landed yet (its
+ *                     assignment callback still in the ledger): its late
+ *                     Own fences the new owner out of the partition.
+ *                     Expected to end in an invalid end state (E).
+ *
+ *   The fence (default): the ledger keeps an epoch per partition
+ *   (dedup_partition_owners); a replica assigned a partition takes a new
+ *   epoch (Ledger.Own, a step of its own in the assignment callback) before
+ *   it can poll it, and every claim and mark carries the epoch of its
+ *   record's partition; a stale one writes nothing (the claim: nothing of
+ *   the batch; a mark: not that row) and the replica forgets the partition.
  *
  *   SIGNAL            a route of mode signal: the job of a claim delivers
  *                     the event to its entity workflow instead of starting
@@ -226,6 +244,10 @@ bit   rcl[NWID];        /* history for D: a copy re-claimed the row from
                          * marked dead_lettered */
 #endif
 bit   cfl[NREC];        /* dedup_conflicts row for the record */
+#ifndef NO_FENCE
+byte  lep[NP];          /* the fence: dedup_partition_owners' epoch of the
+                         * partition, bumped by Ledger.Own */
+#endif
 
 /* ---- Temporal ---- */
 byte exec[NWID];        /* executions created for the workflow ID; run n is the n-th */
@@ -299,6 +321,13 @@ typedef Rep {
 	bit  alive;
 	bit  own[NP];       /* the replica believes it owns the partition */
 	byte gen[NP];       /* generation it got the partition in */
+#ifndef NO_FENCE
+	byte ep[NP];        /* the fence: the epoch its Own took for this
+	                     * assignment (partition.fence); 0 = not taken yet */
+	byte jep[NWID];     /* the fence the job's marks carry: the epoch of
+	                     * its owner record's partition at the owner's
+	                     * claim (j.rec.part.fence) */
+#endif
 	byte pos[NP];       /* next offset to poll */
 	byte cmt[NP];       /* committer: where the partition's finished prefix
 	                     * starts: the committed offset at assignment, then
@@ -356,6 +385,13 @@ inline finish(r, c) {
 	fin[c] = 1
 }
 
+/* the job's fence: its owner record c's partition's (j.rec.part.fence) */
+#ifndef NO_FENCE
+#define JEP(r, w, c) rep[r].jep[w] = rep[r].ep[rpart[c]]
+#else
+#define JEP(r, w, c) skip
+#endif
+
 /* processor.(*startPool).submit: one rule for same batch and later batch,
  * for starts (J_START, generation g) and checks (J_CHECK) alike */
 inline coalesce(r, c, w, ph, g) {
@@ -371,7 +407,7 @@ inline coalesce(r, c, w, ph, g) {
 		:: else
 		fi
 	:: else ->
-		rep[r].jph[w] = ph; rep[r].jgen[w] = g; rep[r].jown[w] = c; rep[r].jorph[w] = 0;
+		rep[r].jph[w] = ph; rep[r].jgen[w] = g; rep[r].jown[w] = c; rep[r].jorph[w] = 0; JEP(r, w, c);
 		printf("MSC: r%d   rec%d owns a new job (phase %d, generation %d)\n", r, c, ph, g)
 	fi
 }
@@ -388,7 +424,7 @@ inline coalesce(r, c, w, ph, g) {
 inline checkcopy(r, c, w, g, n) {
 	if
 	:: rep[r].jph[w] == J_NONE ->
-		rep[r].jph[w] = J_CHECK; rep[r].jgen[w] = g; rep[r].jown[w] = c; rep[r].jorph[w] = 0;
+		rep[r].jph[w] = J_CHECK; rep[r].jgen[w] = g; rep[r].jown[w] = c; rep[r].jorph[w] = 0; JEP(r, w, c);
 		RAISE(rep[r].jneed[w], n);
 		printf("MSC: r%d   rec%d owns a new check job (generation %d)\n", r, c, g)
 #ifndef OLD_CHECK_WAIT
@@ -566,6 +602,38 @@ inline pollclaim(r, k0, k1, first) {
 	:: first == 0 -> take(r, 0, k0); take(r, 1, k1)
 	:: else       -> take(r, 1, k1); take(r, 0, k0)
 	fi;
+#ifndef NO_FENCE
+	/* the claim statement's fence (sink/ledger/claim.go): unless the epoch
+	 * of every partition of the batch still holds, it writes nothing and
+	 * names the stale partitions (FencedError). claimer.claim: the
+	 * committer forgets them (committer.fenced, as the lost step:
+	 * abandon, their polled records too) and the rest of the batch is
+	 * claimed again, a new statement. Both in this one step: the refused
+	 * statement wrote nothing, and an Own between the two statements could
+	 * only make the second refused too, the same as that Own before the
+	 * first */
+	m_ = 0;
+	if :: k0 > 0 && rep[r].ep[0] != lep[0] -> m_ = m_ | 1 :: else fi;
+	if :: k1 > 0 && rep[r].ep[1] != lep[1] -> m_ = m_ | 2 :: else fi;
+	if
+	:: m_ != 0 ->
+		printf("MSC: r%d   ledger fence: the claim is refused, nothing written (stale: p0 %d, p1 %d; epochs now %d, %d)\n", r,
+			m_ & 1, (m_ >> 1) & 1, lep[0], lep[1]);
+		if :: m_ & 1 -> printf("MSC: r%d   forgets p0 (fenced), abandons its records\n", r); abandon(r, 0) :: else fi;
+		if :: m_ & 2 -> printf("MSC: r%d   forgets p1 (fenced), abandons its records\n", r); abandon(r, 1) :: else fi;
+		j_ = 0;
+		for (i_ : 0 .. nb-1) {
+			if
+			:: m_ & (1 << rpart[b[i_]]) -> skip
+			:: else -> b[j_] = b[i_]; j_++
+			fi
+		}
+		nb = j_; j_ = 0; i_ = 0;
+		if :: nb > 0 -> printf("MSC: r%d   claims the rest of the batch again:\n", r) :: else fi
+	:: else
+	fi;
+	m_ = 0;
+#endif
 	claim(r);
 	nb = 0; i_ = 0; c_ = 0; w_ = 0; f_ = 0;
 	for (c_ : 0 .. NREC-1) { b[c_] = 0 }
@@ -577,10 +645,28 @@ inline pollclaim(r, k0, k1, first) {
 #else
 #define AVAIL(r, p, k) (rep[r].pos[p] + k <= plen[p])
 #endif
+/* the fence: a partition's records are polled only once the assignment
+ * took its epoch (committer.assigned calls Ledger.Own before it tracks
+ * the partition) */
+#ifndef NO_FENCE
+#define TAKEN(r, p) (rep[r].ep[p] != 0)
+#else
+#define TAKEN(r, p) 1
+#endif
+/* the zombie fault needs the replica's Own of the partition landed: a
+ * replica dropped from the group while its assignment callback's Own is
+ * still in flight, whose Own then lands after the new owner's, fences
+ * the new owner out (a known hole of the fence, README.md);
+ * -DZOMBIE_IN_OWN lets the zombie come before the Own */
+#if defined(NO_FENCE) || defined(ZOMBIE_IN_OWN)
+#define ZTAKEN(r, p) 1
+#else
+#define ZTAKEN(r, p) TAKEN(r, p)
+#endif
 #define CANPOLL(r, k0, k1) \
 	(!rep[r].dlpend && \
-	 (k0 == 0 || (rep[r].own[0] && AVAIL(r, 0, k0))) && \
-	 (k1 == 0 || (rep[r].own[1] && AVAIL(r, 1, k1))))
+	 (k0 == 0 || (rep[r].own[0] && TAKEN(r, 0) && AVAIL(r, 0, k0))) && \
+	 (k1 == 0 || (rep[r].own[1] && TAKEN(r, 1) && AVAIL(r, 1, k1))))
 
 /* sink/starter (*Temporal).Start of generation g (request ID
  * starter.RequestID(wid, g)); the run it answers with goes to x_.
@@ -688,6 +774,9 @@ inline tsignal(r) {
 inline clearjob(r, w) {
 	rep[r].jph[w] = J_NONE; rep[r].jown[w] = 0; rep[r].jwait[w] = 0; rep[r].jorph[w] = 0;
 	rep[r].jgen[w] = 0; rep[r].jrun[w] = 0; rep[r].jsreq[w] = 0
+#ifndef NO_FENCE
+	; rep[r].jep[w] = 0
+#endif
 #if defined(FAILED_ONLY) && !defined(RERUN_FIRST)
 	; rep[r].jrck[w] = 0; rep[r].jneed[w] = 0; rep[r].rneed[w] = 0
 #endif
@@ -732,7 +821,7 @@ inline doneok(r, w) {
  * (state = 'started' AND generation < g), g the start's generation.
  * RERUN_FIRST: pending rows only. SIGNAL: the same marker and MarkStarted
  * after the delivery (the row marked started: delivered). */
-inline mark(r, w) {
+inline markrow(r, w) {
 	if
 #if defined(RERUN_FIRST)
 	:: lst[w] == L_PENDING -> lst[w] = L_STARTED; lrun[w] = rep[r].jrun[w]
@@ -790,13 +879,47 @@ inline takeover(r, w) {
 			printf("MSC: r%d job of rec%d abandoned; waiter rec%d takes it over as a start of generation %d\n", r, rep[r].jown[w], i_, rep[r].jgen[w])
 		fi;
 		rep[r].jrun[w] = 0;
-		rep[r].jown[w] = i_;
+		rep[r].jown[w] = i_; JEP(r, w, i_);
 		rep[r].jwait[w] = rep[r].jwait[w] & ~(1 << i_);
 		rep[r].jorph[w] = 0;
 		i_ = 0
 	fi
 #if defined(FAILED_ONLY) && !defined(RERUN_FIRST)
 	; resubmit(r, w)
+#endif
+}
+
+#ifndef NO_FENCE
+/* a mark refused by the fence (the job's owner record's partition p moved:
+ * its epoch is no longer the job's): the row is not changed;
+ * committer.fenced forgets p if this assignment is the refused one, and
+ * the job is done(ok=false): the owner is abandoned, a waiter of a
+ * partition still owned takes the job over (under its own fence) */
+inline fencedmark(r, w, p) {
+	printf("MSC: r%d   ledger fence: the mark of wid%d for rec%d is refused (p%d's epoch %d, the job's %d): row %d unchanged\n", r, w,
+		rep[r].jown[w], p, lep[p], rep[r].jep[w], lst[w]);
+	if
+	:: rep[r].own[p] && rep[r].ep[p] == rep[r].jep[w] ->
+		printf("MSC: r%d   forgets p%d (fenced), abandons its records\n", r, p);
+		abandon(r, p)
+	:: else
+	fi;
+	takeover(r, w)
+}
+#endif
+
+/* MarkStarted with the job's fence (Started.Fence); the marker's
+ * done(ok=false) for a refused row */
+inline mark(r, w) {
+#ifndef NO_FENCE
+	p_ = rpart[rep[r].jown[w]];
+	if
+	:: rep[r].jep[w] != lep[p_] -> fencedmark(r, w, p_)
+	:: else -> markrow(r, w)
+	fi;
+	p_ = 0
+#else
+	markrow(r, w)
 #endif
 }
 
@@ -897,7 +1020,7 @@ inline dlwrite(r, w) {
 /* startPool.deadLetter, second step: Ledger.MarkDeadLettered (pending ->
  * dead_lettered), then the owner and the waiters finish (done(ok));
  * -DOLD_DL_FINISH: the waiters only (the owner finished at the write) */
-inline markdl(r, w) {
+inline markdlrow(r, w) {
 	if
 	:: lst[w] == L_PENDING -> lst[w] = L_DEAD; rcl[w] = 0
 	:: else
@@ -909,6 +1032,21 @@ inline markdl(r, w) {
 	clearjob(r, w)
 #else
 	doneok(r, w)
+#endif
+}
+
+/* MarkDeadLettered with the job's fence (DeadLettered.Fence); refused:
+ * deadLetter's done(j, false) */
+inline markdl(r, w) {
+#ifndef NO_FENCE
+	p_ = rpart[rep[r].jown[w]];
+	if
+	:: rep[r].jep[w] != lep[p_] -> fencedmark(r, w, p_)
+	:: else -> markdlrow(r, w)
+	fi;
+	p_ = 0
+#else
+	markdlrow(r, w)
 #endif
 }
 #endif
@@ -930,6 +1068,9 @@ inline abandon(r, p) {
 		}
 	}
 	rep[r].own[p] = 0; rep[r].gen[p] = 0; rep[r].pos[p] = 0; rep[r].cmt[p] = 0; rep[r].tlo[p] = 0;
+#ifndef NO_FENCE
+	rep[r].ep[p] = 0;
+#endif
 #ifndef OLD_COMMIT
 	/* the ticker's commit in progress leaves the partition out: its send
 	 * carries only partitions still owned (this assignment) */
@@ -951,6 +1092,9 @@ inline assign(q, p) {
 	fi;
 	bgen[p]++;
 	rep[q].own[p] = 1; rep[q].gen[p] = bgen[p]; rep[q].pos[p] = committed[p]; rep[q].cmt[p] = committed[p]; rep[q].tlo[p] = 0;
+#ifndef NO_FENCE
+	rep[q].ep[p] = 0;   /* its Own is a step of its own, below */
+#endif
 	printf("MSC: partition p%d assigned to r%d, generation %d, from offset %d\n", p, q, bgen[p], committed[p])
 }
 
@@ -1317,6 +1461,17 @@ proctype replica(byte r) {
 		p_ = 0; x_ = 0 }
 #endif
 
+#ifndef NO_FENCE
+	/* ---- the fence: the new owner's assignment callback
+	 * (committer.assigned -> Ledger.Own) takes a new epoch of the
+	 * partition, before any of its records is polled; from then on the
+	 * previous owner's claims and marks of it write nothing ---- */
+	:: d_step { rep[r].own[0] && rep[r].ep[0] == 0 -> lep[0]++; rep[r].ep[0] = lep[0];
+		printf("MSC: r%d takes p0 in the ledger's fence: epoch %d\n", r, lep[0]) }
+	:: d_step { rep[r].own[1] && rep[r].ep[1] == 0 -> lep[1]++; rep[r].ep[1] = lep[1];
+		printf("MSC: r%d takes p1 in the ledger's fence: epoch %d\n", r, lep[1]) }
+#endif
+
 	/* ---- lost: a zombie learns it lost the partition ---- */
 	:: d_step { rep[r].own[0] && rep[r].gen[0] != bgen[0] ->
 		printf("MSC: r%d learns p0 was lost\n", r); abandon(r, 0) }
@@ -1330,10 +1485,11 @@ proctype replica(byte r) {
 	:: d_step { nrev > 0 && rep[q].alive && rep[r].own[1] && rep[r].gen[1] == bgen[1] && LOCKFREE(r) ->
 		nrev--; printf("MSC: REVOKE p1 from r%d\n", r); commitnow(r, 1, 1); abandon(r, 1); assign(q, 1) }
 
-	/* ---- fault: zombie (p moves to q, r is not told) ---- */
-	:: d_step { nzom > 0 && rep[q].alive && rep[r].own[0] && rep[r].gen[0] == bgen[0] ->
+	/* ---- fault: zombie (p moves to q, r is not told); not while r's
+	 * Own of p is still to land (ZTAKEN, see ZOMBIE_IN_OWN) ---- */
+	:: d_step { nzom > 0 && rep[q].alive && rep[r].own[0] && rep[r].gen[0] == bgen[0] && ZTAKEN(r, 0) ->
 		nzom--; printf("MSC: ZOMBIE: p0 moves to r%d, r%d keeps working on it\n", q, r); assign(q, 0) }
-	:: d_step { nzom > 0 && rep[q].alive && rep[r].own[1] && rep[r].gen[1] == bgen[1] ->
+	:: d_step { nzom > 0 && rep[q].alive && rep[r].own[1] && rep[r].gen[1] == bgen[1] && ZTAKEN(r, 1) ->
 		nzom--; printf("MSC: ZOMBIE: p1 moves to r%d, r%d keeps working on it\n", q, r); assign(q, 1) }
 
 	/* ---- fault: crash (memory gone, partitions reassigned) ---- */
@@ -1351,6 +1507,9 @@ proctype replica(byte r) {
 		rep[r].alive = 0;
 		rep[r].own[0] = 0; rep[r].gen[0] = 0; rep[r].pos[0] = 0; rep[r].cmt[0] = 0; rep[r].tlo[0] = 0;
 		rep[r].own[1] = 0; rep[r].gen[1] = 0; rep[r].pos[1] = 0; rep[r].cmt[1] = 0; rep[r].tlo[1] = 0;
+#ifndef NO_FENCE
+		rep[r].ep[0] = 0; rep[r].ep[1] = 0;
+#endif
 		rep[r].tph = 0; rep[r].tpart = 0; rep[r].toff = 0;
 		for (c_ : 0 .. NREC-1) { rep[r].st[c_] = 0 }
 		c_ = 0;
@@ -1505,6 +1664,10 @@ init {
 		bgen[0] = 1; bgen[1] = 1;
 		rep[0].alive = 1; rep[0].own[0] = 1; rep[0].gen[0] = 1;
 		rep[1].alive = 1; rep[1].own[1] = 1; rep[1].gen[1] = 1
+#ifndef NO_FENCE
+		/* the first assignment's Own has taken epoch 1 of each partition */
+		; lep[0] = 1; lep[1] = 1; rep[0].ep[0] = 1; rep[1].ep[1] = 1
+#endif
 	};
 	atomic { run replica(0); run replica(1) }
 }
