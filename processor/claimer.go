@@ -13,6 +13,7 @@ type claimBatch struct {
 	intents []Intent
 	starts  []startRef // intent i is decision starts[i].d's intent starts[i].j
 	owners  []*record
+	refused int // times the ledger's fence refused this batch
 }
 
 // startRef points at one intent of a decision, whose start request is
@@ -50,8 +51,10 @@ type claimer struct {
 	starts *startPool
 	dlq    *deadLetterWriter
 	end    func(rec *record, ok bool)
-	// fenced forgets partitions the ledger's fence refused (committer).
-	fenced func(*FencedError)
+	// fenced answers the ledger's fence (committer.fenced): the refused
+	// partitions the router took again, with their new fences; it forgot
+	// the others.
+	fenced func(*FencedError) map[PartitionRef]Fence
 
 	// The decision log samples duplicates: the first of each second is
 	// logged at info, with how many went unlogged before it (claim runs on
@@ -75,9 +78,9 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	c.m.claimBatch.Observe(float64(len(b.intents)))
 	if f, ok := IsFenced(err); ok {
 		// Nothing of the batch was written: the moved partitions' records
-		// are abandoned (the new owner has them), the rest claimed again.
-		c.fenced(f)
-		if rest := c.unfenced(b, f); rest != nil {
+		// are abandoned (the new owner has them), the rest claimed again,
+		// with the new fence of a partition the router took again.
+		if rest := c.unfenced(b, f, c.fenced(f)); rest != nil {
 			c.claim(ctx, rest)
 		}
 		return
@@ -149,17 +152,23 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	}
 }
 
-// unfenced ends the pieces of b whose partitions f names (abandoned) and
-// returns the batch of the others, or nil if none is left.
-func (c *claimer) unfenced(b *claimBatch, f *FencedError) *claimBatch {
-	var rest claimBatch
+// unfenced ends the pieces of b whose partitions f names (abandoned),
+// except those of partitions taken again (again: their new fence), and
+// returns the batch of the others, or nil if none is left. A batch refused
+// three times abandons its refused pieces whatever again says.
+func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef]Fence) *claimBatch {
+	rest := claimBatch{refused: b.refused + 1}
 	for i := range b.intents {
-		in := &b.intents[i]
+		in := b.intents[i]
 		if f.Has(in.Topic, in.Partition, in.Fence) {
-			c.end(b.owners[i], false)
-			continue
+			nf, ok := again[PartitionRef{in.Topic, in.Partition}]
+			if !ok || rest.refused > 3 {
+				c.end(b.owners[i], false)
+				continue
+			}
+			in.Fence = nf
 		}
-		rest.intents = append(rest.intents, *in)
+		rest.intents = append(rest.intents, in)
 		rest.starts = append(rest.starts, b.starts[i])
 		rest.owners = append(rest.owners, b.owners[i])
 	}

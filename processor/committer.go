@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -30,10 +31,15 @@ type partition struct {
 	// assignedAt is the group's committed offset at assignment; -1 none.
 	assignedAt int64
 	watch      *watched // this assignment in the lag watch
-	// fence is this assignment's ownership in the ledger (Ledger.Own),
-	// carried by every claim and mark of its records.
-	fence Fence
+	// epoch is this assignment's ownership in the ledger (Ledger.Own),
+	// carried by every claim and mark of its records (fence); it changes
+	// when the router takes the partition again (committer.fenced).
+	group string
+	epoch atomic.Int64
 }
+
+// fence is the partition's ownership as its records' writes carry it now.
+func (p *partition) fence() Fence { return Fence{Group: p.group, Epoch: p.epoch.Load()} }
 
 // record is one polled Kafka record while it is in flight. Its pieces of
 // work (one per intent, or one dead-letter write) each end once, through
@@ -88,6 +94,9 @@ type committer struct {
 	// own takes partitions in the ledger's fence (Ledger.Own, retried)
 	// and returns their epochs.
 	own func(ctx context.Context, member string, parts []PartitionRef) ([]int64, error)
+
+	// fenceMu serialises fenced (a partition is taken again once).
+	fenceMu sync.Mutex
 
 	// commitMu makes each commit one step: read the finished prefix, read
 	// the group's offsets, send, record what landed. Without it the
@@ -351,8 +360,10 @@ func (c *committer) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 			if !ok {
 				expect = -1
 			}
-			c.parts[tp] = &partition{tp: tp, ctx: ctx, cancel: cancel, tr: newTracker(), committed: -1, assignedAt: expect,
-				watch: c.lag.assign(tp, ctx, expect), fence: fences[tp]}
+			part := &partition{tp: tp, ctx: ctx, cancel: cancel, tr: newTracker(), committed: -1, assignedAt: expect,
+				watch: c.lag.assign(tp, ctx, expect), group: c.cfg.Group}
+			part.epoch.Store(fences[tp].Epoch)
+			c.parts[tp] = part
 		}
 	}
 	if c.paused() {
@@ -424,26 +435,113 @@ func (c *committer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int
 	c.log.Warn("partitions lost; their in-flight work is abandoned uncommitted", "partitions", lost)
 }
 
-// fenced forgets the partitions the ledger's fence refused (another member
-// took them over since this assignment: this router is a zombie for them),
-// without committing, like lost; an assignment newer than the refused
-// fence is kept.
-func (c *committer) fenced(e *FencedError) {
+// fenced answers the ledger's refusal of this router's writes for the
+// partitions e names (another Own moved their epoch). The group
+// coordinator decides who owns a partition: a partition it still assigns
+// to this member (the other Own was a late one, by a member the group had
+// already dropped) is taken again in the ledger (a new epoch) and returned
+// with its new fence, so that the caller writes again under it; any other
+// is forgotten without committing, like lost (this router is the zombie).
+// An assignment newer than the refused fence is left alone. Calls are
+// serialised, so that the claimer and the marker, refused together, take
+// a partition again once.
+func (c *committer) fenced(e *FencedError) map[PartitionRef]Fence {
+	c.fenceMu.Lock()
+	defer c.fenceMu.Unlock()
+	out := map[PartitionRef]Fence{}
+	var cands []*partition
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
 	for _, st := range e.Stale {
 		tp := topicPartition{st.Topic, st.Partition}
-		if part := c.parts[tp]; part != nil && part.fence.Epoch == st.Epoch && part.fence.Group == st.Group {
-			c.forget(tp)
+		part := c.parts[tp]
+		switch {
+		case part == nil || part.group != st.Group || part.epoch.Load() < st.Epoch:
+		case part.epoch.Load() > st.Epoch: // taken again meanwhile
+			out[PartitionRef{st.Topic, st.Partition}] = part.fence()
+		default:
+			cands = append(cands, part)
+		}
+	}
+	c.mu.Unlock()
+	if len(cands) == 0 {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(c.parent, 10*time.Second)
+	defer cancel()
+	mine, member := c.assignedToMe(ctx)
+	var again []*partition
+	var refs []PartitionRef
+	for _, part := range cands {
+		if mine[part.tp] {
+			again = append(again, part)
+			refs = append(refs, PartitionRef{part.tp.topic, part.tp.partition})
+		}
+	}
+	var epochs []int64
+	if len(refs) > 0 {
+		var err error
+		if epochs, err = c.own(ctx, member, refs); err != nil {
+			c.log.Warn("could not take partitions again in the ledger's fence; forgetting them", "partitions", refs, "err", err)
+			again, epochs = nil, nil
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, part := range again {
+		if c.parts[part.tp] == part {
+			part.epoch.Store(epochs[i])
+			out[refs[i]] = part.fence()
+		}
+	}
+	n := 0
+	for _, part := range cands {
+		if _, ok := out[PartitionRef{part.tp.topic, part.tp.partition}]; !ok && c.parts[part.tp] == part {
+			c.forget(part.tp)
 			n++
 		}
+	}
+	if len(again) > 0 {
+		c.log.Warn("the ledger's fence refused writes for partitions the group still assigns to this router (a late Own of a member the group had dropped); taken again",
+			"partitions", refs, "err", e)
 	}
 	if n > 0 {
 		c.m.partitionsGone.WithLabelValues("fenced").Add(float64(n))
 		c.log.Warn("partitions taken over by another member (the ledger's fence refused this router's writes); their in-flight work is abandoned uncommitted",
 			"err", e)
 	}
+	return out
+}
+
+// assignedToMe asks the group coordinator which partitions it assigns to
+// this member now (none if it cannot say).
+func (c *committer) assignedToMe(ctx context.Context) (map[topicPartition]bool, string) {
+	if c.cl == nil || c.adm == nil {
+		return nil, ""
+	}
+	member, _ := c.cl.GroupMetadata()
+	groups, err := c.adm.DescribeGroups(ctx, c.cfg.Group)
+	if err != nil {
+		c.log.Warn("describing the consumer group to check a partition the ledger's fence refused", "err", err)
+		return nil, member
+	}
+	out := map[topicPartition]bool{}
+	g, ok := groups[c.cfg.Group]
+	if !ok || g.Err != nil {
+		return out, member
+	}
+	for _, m := range g.Members {
+		if m.MemberID != member {
+			continue
+		}
+		if a, ok := m.Assigned.AsConsumer(); ok {
+			for _, t := range a.Topics {
+				for _, p := range t.Partitions {
+					out[topicPartition{t.Topic, p}] = true
+				}
+			}
+		}
+	}
+	return out, member
 }
 
 // setPaused exports how many owned partitions are paused, and wakes the

@@ -80,3 +80,34 @@ func TestClaimSlowAcrossARevokeChangesNoRowOfTheNewOwner(t *testing.T) {
 		}
 	}
 }
+
+// A late Own (a member the group had already dropped took the partition in
+// the ledger after its new owner did: its Own was retried while PostgreSQL
+// was down, and landed last) must not stall the partition: the router whose
+// writes are then refused asks the group coordinator, which still assigns it
+// the partition, takes the partition again in the ledger and goes on. Found
+// by the model (hole-late-own, -DZOMBIE_IN_OWN): without this the owner
+// forgets the partition, the late member's commits are rejected, and nobody
+// commits the partition again.
+func TestALateOwnOfADroppedMemberDoesNotStallThePartition(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	e.produce(0, "x", "v")
+	rn := e.start("r1", e.config())
+	e.waitCommittedToEnd(10 * time.Second)
+	if _, err := e.led.Own(t.Context(), e.group, "dropped-member", []PartitionRef{{Topic: testTopic, Partition: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	e.produce(0, "y", "v")
+	e.waitCommittedToEnd(15 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, id := range []string{"x", "y"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+		if st := e.led.state(wid(id)); st != stateStarted {
+			t.Errorf("%s: row %q, want started", id, st)
+		}
+	}
+}

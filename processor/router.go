@@ -393,7 +393,7 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 			continue
 		}
 		for _, in := range d.Intents {
-			in.Fence = rec.part.fence
+			in.Fence = rec.part.fence()
 			intents = append(intents, in)
 		}
 		for j := range d.Intents {

@@ -72,8 +72,9 @@ type startPool struct {
 	hooks   Hooks
 	dlq     *deadLetterWriter
 	end     func(rec *record, ok bool)
-	// fenced forgets partitions the ledger's fence refused (committer).
-	fenced func(*FencedError)
+	// fenced answers the ledger's fence (committer.fenced): the refused
+	// partitions the router took again, with their new fences.
+	fenced func(*FencedError) map[PartitionRef]Fence
 	// workCtx ends when the router stops working (after the drain);
 	// markCtx a little later, after the marker's final flush.
 	workCtx context.Context
@@ -363,14 +364,22 @@ func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
 			delete(s.starting, j.req.WorkflowID)
 		}
 		s.mu.Unlock()
-		dl := []DeadLettered{{WorkflowID: j.req.WorkflowID, Topic: j.rec.part.tp.topic, Partition: j.rec.part.tp.partition,
-			Fence: j.rec.part.fence}}
-		err = s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkDeadLettered(ctx, dl) })
-		if f, ok := IsFenced(err); ok {
-			// The owner's partition moved: the row is the new owner's. The
-			// record is abandoned; a waiter of a partition still ours
-			// takes the job over under its own fence.
-			s.fenced(f)
+		// A refusal of the ledger's fence: the owner's partition moved,
+		// and the row is the new owner's (the record is abandoned; a
+		// waiter of a partition still ours takes the job over under its
+		// own fence), unless the router took the partition again: then
+		// the mark is sent again under the new fence.
+		for try := 0; ; try++ {
+			dl := []DeadLettered{{WorkflowID: j.req.WorkflowID, Topic: j.rec.part.tp.topic, Partition: j.rec.part.tp.partition,
+				Fence: j.rec.part.fence()}}
+			err = s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkDeadLettered(ctx, dl) })
+			f, ok := IsFenced(err)
+			if !ok || try == 3 {
+				break
+			}
+			if _, again := s.fenced(f)[PartitionRef{dl[0].Topic, dl[0].Partition}]; !again {
+				break
+			}
 		}
 	}
 	s.done(j, err == nil)
@@ -387,23 +396,34 @@ func (s *startPool) marker() {
 		if len(batch) == 0 {
 			return
 		}
-		started := make([]Started, len(batch))
-		for i, j := range batch {
-			started[i] = Started{WorkflowID: j.req.WorkflowID, RunID: j.runID, Generation: j.req.Generation,
-				Topic: j.rec.part.tp.topic, Partition: j.rec.part.tp.partition, Fence: j.rec.part.fence}
+		// A refusal of the ledger's fence marks the rows of the other
+		// partitions; a job whose owner's partition moved is abandoned (a
+		// waiter of a partition still ours takes it over and marks it),
+		// unless the router took the partition again: then its mark is
+		// sent again under the new fence.
+		for try := 0; len(batch) > 0; try++ {
+			started := make([]Started, len(batch))
+			for i, j := range batch {
+				started[i] = Started{WorkflowID: j.req.WorkflowID, RunID: j.runID, Generation: j.req.Generation,
+					Topic: j.rec.part.tp.topic, Partition: j.rec.part.tp.partition, Fence: j.rec.part.fence()}
+			}
+			err := s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkStarted(ctx, started) })
+			f, fenced := IsFenced(err)
+			var again map[PartitionRef]Fence
+			if fenced && try < 3 {
+				again = s.fenced(f)
+			}
+			var retry []*job
+			for i, j := range batch {
+				refused := fenced && f.Has(started[i].Topic, started[i].Partition, started[i].Fence)
+				if _, ok := again[PartitionRef{started[i].Topic, started[i].Partition}]; refused && ok {
+					retry = append(retry, j)
+					continue
+				}
+				s.done(j, err == nil || (fenced && !refused))
+			}
+			batch = append(batch[:0], retry...)
 		}
-		err := s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkStarted(ctx, started) })
-		f, fenced := IsFenced(err)
-		if fenced {
-			// The rows of the other partitions are marked; a job whose
-			// owner's partition moved is abandoned (a waiter of a
-			// partition still ours takes it over and marks it).
-			s.fenced(f)
-		}
-		for i, j := range batch {
-			s.done(j, err == nil || (fenced && !f.Has(started[i].Topic, started[i].Partition, started[i].Fence)))
-		}
-		batch = batch[:0]
 	}
 	for {
 		select {
