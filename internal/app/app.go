@@ -147,6 +147,11 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	if err := checkHorizon(ctx, cfg, tc, log, kopts...); err != nil {
 		return err
 	}
+	// A failover that can rewind the ledger, refused where only the
+	// ledger guards (replication.go).
+	if err := checkReplication(ctx, cfg, led, tc, deps, log); err != nil {
+		return err
+	}
 	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
 	reg.Unregister(deps)
 	r, err := processor.New(cfg.Kafka, processor.Options{Ledger: led, DeadLetterLog: led, Starter: starter.New(tc, cfg.Temporal),

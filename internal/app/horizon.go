@@ -17,8 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-
-	"github.com/dedupio/dedup/processor"
 )
 
 // forever stands for "kept forever" (retention.ms -1, postgres.retention 0).
@@ -209,18 +207,9 @@ func ReadHorizon(ctx context.Context, cfg Config, ledgerMemory time.Duration, tc
 	return h, nil
 }
 
-// onlyLedger says whether a route's reuse policy lets Temporal start a
-// closed ID again (allow_*), or a route is a signal route (Temporal drops
-// a re-sent signal only within the run that recorded it): then only the
-// ledger guards replays.
-func onlyLedger(cfg Config) bool {
-	for _, rt := range cfg.Routes {
-		if rt.IDReusePolicy != processor.ReuseRejectDuplicate || rt.Mode == processor.ModeSignal {
-			return true
-		}
-	}
-	return false
-}
+// onlyLedger says whether a route's repeats only the ledger refuses for
+// good (ledgerOnlyRoutes: an allow_* reuse policy, a signal route).
+func onlyLedger(cfg Config) bool { return len(ledgerOnlyRoutes(cfg)) > 0 }
 
 // namespaceRetention is the shortest workflow execution retention of the
 // routes' namespaces: the one that forgets first decides.

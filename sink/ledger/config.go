@@ -45,6 +45,15 @@ type Config struct {
 	// and Temporal (the namespace retention) have forgotten, and start
 	// their workflows again. Checked at start when Retention > 0.
 	AcceptShortHorizon bool `yaml:"accept_short_horizon"`
+	// AcceptAsyncReplication lets dedup start although the server
+	// acknowledges commits that no standby has yet (streaming standbys
+	// but no synchronous one, or synchronous_commit off/local) while a
+	// route relies on the ledger alone (an allow_* reuse policy, a signal
+	// route) or the ledger remembers events longer than Temporal's
+	// namespace retention. A failover to such a standby rewinds the
+	// ledger: the started rows it lost are claimed as new events again.
+	// Checked at start (internal/app/replication.go).
+	AcceptAsyncReplication bool `yaml:"accept_async_replication"`
 	// PendingAlertAfter is the age past which a pending row counts as
 	// stale (dedup_ledger_pending_stale): a live router re-drives or starts
 	// a pending row within seconds.

@@ -1,0 +1,93 @@
+package app
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+// A ledger a failover can rewind is refused at start when a route relies
+// on the ledger alone or the ledger outlives Temporal's retention, unless
+// postgres.accept_async_replication accepts it; what cannot lose a commit
+// starts, with a warning where a failover could still pick the wrong
+// standby.
+func TestReplicationCheckRefusesARewindableLedger(t *testing.T) {
+	lone := ledger.Replication{SynchronousCommit: "on", DetailsVisible: true}
+	async := ledger.Replication{SynchronousCommit: "on", Senders: 1, DetailsVisible: true, Async: []string{"b"}}
+	sync := ledger.Replication{SynchronousCommit: "on", SynchronousStandbyNames: "a", Senders: 1, DetailsVisible: true}
+	allow := []string{"routes[2] (id crm-sync, id_reuse_policy allow_duplicate)"}
+	const forever = "postgres.retention 0 keeps started rows forever, longer than the Temporal namespace retention"
+	for _, tc := range []struct {
+		name string
+		c    replicationCheck
+		err  []string // substrings of the error; nil: none
+		warn string   // substring of a warning; "": none
+	}{
+		{"a lone server", replicationCheck{Replication: lone, Routes: allow, Outlives: forever}, nil, ""},
+		{"a synchronous standby", replicationCheck{Replication: sync, Routes: allow, Outlives: forever}, nil, ""},
+		{"an asynchronous standby and an allow_* route", replicationCheck{Replication: async, Routes: allow},
+			[]string{"routes[2] (id crm-sync, id_reuse_policy allow_duplicate) relies on the ledger alone", "1 standby(s) replicate asynchronously (synchronous_standby_names is empty)",
+				"postgres.accept_async_replication: true"}, ""},
+		{"an asynchronous standby and a ledger kept forever", replicationCheck{Replication: async, Outlives: forever},
+			[]string{"postgres.retention 0 keeps started rows forever", "synchronous_standby_names on the server"}, ""},
+		{"an asynchronous standby, reject_duplicate, a ledger no longer than Temporal", replicationCheck{Replication: async},
+			nil, "Temporal refuses the second start"},
+		{"accepted", replicationCheck{Replication: async, Routes: allow, Outlives: forever, Accept: true},
+			nil, "accepted by postgres.accept_async_replication"},
+		{"a disconnected standby's slot", replicationCheck{Replication: ledger.Replication{SynchronousCommit: "on", IdleSlots: 1}, Routes: allow},
+			[]string{"1 standby(s) replicate asynchronously"}, ""},
+		{"synchronous_commit local", replicationCheck{Replication: ledger.Replication{SynchronousCommit: "local", SynchronousStandbyNames: "a", Senders: 1}, Routes: allow},
+			[]string{"synchronous_commit is local for dedup's sessions"}, ""},
+		{"synchronous_commit off on a lone server", replicationCheck{Replication: ledger.Replication{SynchronousCommit: "off"}, Outlives: forever},
+			[]string{"synchronous_commit is off", "a crash loses it"}, ""},
+		{"an asynchronous standby beside the synchronous one", replicationCheck{Replication: ledger.Replication{SynchronousCommit: "remote_write",
+			SynchronousStandbyNames: "a", Senders: 2, DetailsVisible: true, Async: []string{"dr"}}, Routes: allow, Outlives: forever},
+			nil, "standbys dr replicate asynchronously beside the synchronous ones"},
+		{"a role that cannot see which standbys are synchronous", replicationCheck{Replication: ledger.Replication{SynchronousCommit: "on",
+			SynchronousStandbyNames: "ANY 1 (a, b)", Senders: 3}, Routes: allow, Outlives: forever},
+			nil, "cannot see which are synchronous (grant it pg_monitor"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			warnings, err := tc.c.Check()
+			switch {
+			case tc.err == nil && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.err != nil && err == nil:
+				t.Fatalf("no error, want one naming %q (warnings %q)", tc.err, warnings)
+			}
+			for _, s := range tc.err {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %v, want it to contain %q", err, s)
+				}
+			}
+			if tc.err != nil && !strings.HasPrefix(err.Error(), "postgres.accept_async_replication: ") {
+				t.Errorf("error %v does not start with the setting's name", err)
+			}
+			if got := strings.Join(warnings, "\n"); (tc.warn == "") != (got == "") || !strings.Contains(got, tc.warn) {
+				t.Errorf("warnings %q, want one containing %q", warnings, tc.warn)
+			}
+		})
+	}
+}
+
+// The rule and the replay horizon name the same routes: those whose
+// repeats only the ledger refuses.
+func TestLedgerOnlyRoutes(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Routes = processor.Routes{
+		{ID: "a", IDReusePolicy: processor.ReuseRejectDuplicate},
+		{ID: "b", IDReusePolicy: processor.ReuseAllowDuplicateFailedOnly},
+		{ID: "c", IDReusePolicy: processor.ReuseRejectDuplicate, Mode: processor.ModeSignal},
+	}
+	want := []string{"routes[1] (id b, id_reuse_policy allow_duplicate_failed_only)", "routes[2] (id c, a signal route)"}
+	if got := ledgerOnlyRoutes(cfg); !slices.Equal(got, want) || !onlyLedger(cfg) {
+		t.Errorf("ledgerOnlyRoutes = %q, want %q", got, want)
+	}
+	cfg.Routes = cfg.Routes[:1]
+	if onlyLedger(cfg) {
+		t.Error("a reject_duplicate start route relies on the ledger alone")
+	}
+}
