@@ -184,3 +184,53 @@ func TestFenceIsPerConsumerGroup(t *testing.T) {
 		t.Fatalf("group a's claim after group b's bump: %v, %v; want new", v, err)
 	}
 }
+
+// A claim under a stale epoch is refused even when the ledger answers it
+// from the started rows alone (the replay path: the previous batch was
+// mostly started, so a read-only statement answers first and the claim
+// statement, which checks the fence, never runs). Here a zombie's copy
+// with another payload of a started row: the ledger answers it a
+// conflict, records the conflict (a write to dedup_conflicts) and the
+// router dead-letters the record, although the partition moved. Fails on
+// the current code: the claim returns a conflict verdict, no FencedError,
+// and the conflict row is written.
+func TestAStaleClaimAnsweredFromStartedRowsIsRefused(t *testing.T) {
+	l, _ := openWithURL(t)
+	ctx := context.Background()
+	p := processor.PartitionRef{Topic: "events", Partition: 0}
+	epochs, err := l.Own(ctx, "g", "zombie", []processor.PartitionRef{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := processor.Fence{Group: "g", Epoch: epochs[0]}
+	a := intent("a", "A")
+	a.Topic, a.Partition, a.Fence = p.Topic, p.Partition, old
+	if _, err := l.Claim(ctx, []processor.Intent{a}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "run", Generation: 1,
+		Topic: p.Topic, Partition: p.Partition, Fence: old}}); err != nil {
+		t.Fatal(err)
+	}
+	// A batch of started rows: the ledger takes the replay path next.
+	if v, err := l.Claim(ctx, []processor.Intent{a}); err != nil || v[0].Verdict != processor.VerdictDuplicate {
+		t.Fatalf("claim of a started row: %v, %v; want a duplicate", v, err)
+	}
+	if _, err := l.Own(ctx, "g", "owner", []processor.PartitionRef{p}); err != nil {
+		t.Fatal(err)
+	}
+
+	other := intent("a", "other payload")
+	other.Topic, other.Partition, other.Fence, other.Offset = p.Topic, p.Partition, old, 7
+	v, err := l.Claim(ctx, []processor.Intent{other})
+	if _, ok := processor.IsFenced(err); !ok {
+		t.Errorf("the zombie's claim after the new owner's bump: %v, %v; want the fence's refusal", v, err)
+	}
+	var n int
+	if err := l.Pool().QueryRow(ctx, `SELECT count(*) FROM dedup_conflicts WHERE workflow_id = $1`, a.WorkflowID).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("the zombie's claim recorded %d conflicts after the partition moved", n)
+	}
+}
