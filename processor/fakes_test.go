@@ -68,6 +68,9 @@ type fakeLedger struct {
 	// statement sent before its context ended): it lands whatever the
 	// context says.
 	gate func(intents []Intent) bool
+	// ownGate, if set, runs before each Own, outside the lock (a bump
+	// held up on its way to the server: a retry's backoff, a slow pool).
+	ownGate func(member string, parts []PartitionRef)
 }
 
 func ownerKey(group, topic string, partition int32) PartitionEpoch {
@@ -94,7 +97,13 @@ func (l *fakeLedger) stale(n int, at func(i int) (string, int32, Fence)) *Fenced
 	return &e
 }
 
-func (l *fakeLedger) Own(ctx context.Context, group, _ string, parts []PartitionRef) ([]int64, error) {
+func (l *fakeLedger) Own(ctx context.Context, group, member string, parts []PartitionRef) ([]int64, error) {
+	l.mu.Lock()
+	gate := l.ownGate
+	l.mu.Unlock()
+	if gate != nil {
+		gate(member, parts)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls["Own"]++

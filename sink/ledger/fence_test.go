@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -182,5 +183,209 @@ func TestFenceIsPerConsumerGroup(t *testing.T) {
 	in.Topic, in.Partition, in.Fence = "events", 0, processor.Fence{Group: "a", Epoch: ea[0]}
 	if v, err := l.Claim(ctx, []processor.Intent{in}); err != nil || v[0].Verdict != processor.VerdictNew {
 		t.Fatalf("group a's claim after group b's bump: %v, %v; want new", v, err)
+	}
+}
+
+// A claim under a stale epoch is refused even when the ledger answers it
+// from the started rows alone (the replay path: the previous batch was
+// mostly started, so a read-only statement answers first and the claim
+// statement, which checks the fence, never runs). Here a zombie's copy
+// with another payload of a started row: the ledger answers it a
+// conflict, records the conflict (a write to dedup_conflicts) and the
+// router dead-letters the record, although the partition moved. Fails on
+// the current code: the claim returns a conflict verdict, no FencedError,
+// and the conflict row is written.
+func TestAStaleClaimAnsweredFromStartedRowsIsRefused(t *testing.T) {
+	l, _ := openWithURL(t)
+	ctx := context.Background()
+	p := processor.PartitionRef{Topic: "events", Partition: 0}
+	epochs, err := l.Own(ctx, "g", "zombie", []processor.PartitionRef{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := processor.Fence{Group: "g", Epoch: epochs[0]}
+	a := intent("a", "A")
+	a.Topic, a.Partition, a.Fence = p.Topic, p.Partition, old
+	if _, err := l.Claim(ctx, []processor.Intent{a}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "run", Generation: 1,
+		Topic: p.Topic, Partition: p.Partition, Fence: old}}); err != nil {
+		t.Fatal(err)
+	}
+	// A batch of started rows: the ledger takes the replay path next.
+	if v, err := l.Claim(ctx, []processor.Intent{a}); err != nil || v[0].Verdict != processor.VerdictDuplicate {
+		t.Fatalf("claim of a started row: %v, %v; want a duplicate", v, err)
+	}
+	if _, err := l.Own(ctx, "g", "owner", []processor.PartitionRef{p}); err != nil {
+		t.Fatal(err)
+	}
+
+	other := intent("a", "other payload")
+	other.Topic, other.Partition, other.Fence, other.Offset = p.Topic, p.Partition, old, 7
+	v, err := l.Claim(ctx, []processor.Intent{other})
+	if _, ok := processor.IsFenced(err); !ok {
+		t.Errorf("the zombie's claim after the new owner's bump: %v, %v; want the fence's refusal", v, err)
+	}
+	var n int
+	if err := l.Pool().QueryRow(ctx, `SELECT count(*) FROM dedup_conflicts WHERE workflow_id = $1`, a.WorkflowID).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("the zombie's claim recorded %d conflicts after the partition moved", n)
+	}
+}
+
+// A claim refused by the fence wrote nothing (processor.Ledger.Claim,
+// FencedError: "its rows were not changed"; the router then re-claims the
+// rest of the batch as if it never ran). The claim of a batch that
+// re-claims a dead_lettered row through a copy that is not the first of its
+// ID (the first conflicts) takes two statements: the claim statement, then
+// the revive, each under the fence. When the new owner's bump is queued
+// behind the claim statement, it lands between the two: the revive is
+// refused and Claim returns a FencedError, after the claim statement
+// inserted the batch's other rows. Interleaving: the claim statement is
+// held on a ledger row lock until the bump waits for its share lock, so
+// the bump goes as soon as the claim statement commits, a round trip
+// before the revive is sent; the bump is then held open until the revive
+// waits for it. Fails on the current code: the refused claim left row y
+// pending (the rows of partitions that held are claimed twice: the router
+// re-claims them, re-drive instead of new, attempts counted twice).
+func TestAClaimRefusedAtItsReviveWroteNothing(t *testing.T) {
+	l, url := openWithURL(t)
+	// Which copy of x the claim statement writes is a tie in its sort:
+	// when it takes the second copy no revive is needed. Up to 20 rounds
+	// (each one revive with odds of about a half).
+	for round := 0; round < 20; round++ {
+		if refusedAtRevive(t, l, url, round) {
+			return
+		}
+	}
+	t.Fatal("no round of 20 needed a revive")
+}
+
+// refusedAtRevive runs the interleaving once, with IDs of its own, and
+// reports whether the claim sent a revive.
+func refusedAtRevive(t *testing.T, l *ledger.Postgres, url string, round int) bool {
+	ctx := context.Background()
+	p1, p2 := processor.PartitionRef{Topic: "events", Partition: 1}, processor.PartitionRef{Topic: "events", Partition: 2}
+	epochs, err := l.Own(ctx, "g", "r", []processor.PartitionRef{p1, p2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f1, f2 := processor.Fence{Group: "g", Epoch: epochs[0]}, processor.Fence{Group: "g", Epoch: epochs[1]}
+	x := intent(fmt.Sprintf("x%d", round), "A")
+	x.Fence = f1
+	if _, err := l.Claim(ctx, []processor.Intent{x}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.MarkDeadLettered(ctx, []processor.DeadLettered{{WorkflowID: x.WorkflowID, Topic: "events", Partition: 1, Fence: f1}}); err != nil {
+		t.Fatal(err)
+	}
+	conflicting := intent(fmt.Sprintf("x%d", round), "B")
+	conflicting.Fence = f1
+	y := intent(fmt.Sprintf("y%d", round), "Y")
+	y.Partition, y.Fence = 2, f2
+
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, x.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := l.Claim(ctx, []processor.Intent{conflicting, x, y})
+		claimed <- err
+	}()
+	watch, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(ctx)
+	waitLockWait(t, watch) // the claim statement, on row x
+	// The new owner's bump, in a transaction held open until the revive
+	// waits for it: it waits for the claim statement's share lock first.
+	bumper, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bumper.Close(ctx)
+	btx, err := bumper.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bumped := make(chan error, 1)
+	go func() {
+		_, err := btx.Exec(ctx, `UPDATE dedup_partition_owners SET epoch = epoch + 1, owner = 'new' WHERE consumer_group = 'g' AND topic = 'events' AND kafka_partition = 1`)
+		bumped <- err
+	}()
+	waitLockWaits(t, watch, 2) // the claim statement on row x, the bump on the claim's share lock
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bumped; err != nil {
+		t.Fatal(err)
+	}
+	// The claim statement committed (the bump went on); its revive, if
+	// any, now waits for the bump.
+	var claimErr error
+	for waiting := 0; waiting == 0; {
+		select {
+		case claimErr = <-claimed:
+			// No revive was sent: the claim statement took the reviving copy.
+			if err := btx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if claimErr != nil {
+				t.Fatalf("claim: %v", claimErr)
+			}
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+		if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := btx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	claimErr = <-claimed
+	if _, ok := processor.IsFenced(claimErr); !ok {
+		t.Fatalf("claim: %v; want the revive refused", claimErr)
+	}
+	rows, err := l.Lookup(ctx, []string{y.WorkflowID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := rows[y.WorkflowID]; ok {
+		t.Errorf("the claim refused by the fence (%v) wrote row y: state %s", claimErr, r.State)
+	}
+	return true
+}
+
+// waitLockWaits waits until n sessions of the database wait for a lock.
+func waitLockWaits(t *testing.T, conn *pgx.Conn, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var got int
+		if err := conn.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions wait for a lock after 10 s, want %d", got, n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
