@@ -41,7 +41,8 @@ type PartitionEpoch struct {
 
 // FencedError is the ledger's refusal of writes whose partitions moved to
 // another owner (Stale: the ownership they carried). A Claim wrote nothing
-// at all; a mark wrote the rows of the other partitions only. The router
+// after the new owner's bump (see Ledger.Claim); a mark wrote the rows of
+// the other partitions only. The router
 // treats the partitions as lost: their records are abandoned uncommitted,
 // for the new owner, and the rest of a claim is claimed again.
 type FencedError struct {

