@@ -180,9 +180,9 @@ func (w *deadLetterWriter) putEach(ctx context.Context, dls []deadLetter) (errs 
 type reduction int
 
 const (
-	whole     reduction = iota // key, value, headers
-	noValue                    // key and headers; dedup-value-dropped
-	summarised                 // reason, error, coordinates, dedup-origin-*; dedup-key-dropped, dedup-headers-dropped
+	whole      reduction = iota // key, value, headers
+	noValue                     // key and headers; dedup-value-dropped
+	summarised                  // reason, error, coordinates, dedup-origin-*; dedup-key-dropped, dedup-headers-dropped
 )
 
 func (r reduction) String() string {
