@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -131,5 +133,57 @@ func TestDeadLetterThatNeverFitsStallsItsPartitionOnly(t *testing.T) {
 	}
 	if n := len(e.dlq.recorded()); n != 0 {
 		t.Errorf("dead-letter log holds %d entries, want none", n)
+	}
+}
+
+// A record whose ID is its coordinates keeps that ID however often it is
+// dead-lettered and replayed: the origin travels with every copy, so the
+// whole dead-letter topic replayed round after round claims one workflow
+// ID only. Also when the dead letters are summarised (the original's
+// headers too large for the dead-letter topic) and replay reads each copy
+// back from the source topic.
+func TestReplayedCoordinatesEventKeepsItsIDOverRoundTrips(t *testing.T) {
+	for _, summarised := range []bool{false, true} {
+		t.Run(fmt.Sprintf("summarised=%v", summarised), func(t *testing.T) {
+			e := newTestEnv(t, 1, envOpt{})
+			cfg := e.config()
+			cfg.EventID.Chain = []eventid.Rule{eventid.RuleCoordinates}
+			raw := fmt.Appendf(nil, `{"type":%q,"data":{"v":1}}`, testType)
+			var off int64
+			if summarised {
+				e.limitDeadLetterTopic(4096)
+				off = e.produceWithHeaders(0, raw, 40, 200)
+			} else {
+				off = e.produceRaw(0, raw)
+			}
+			w := WorkflowID(testRoute, fmt.Sprintf("%s/0/%d", testTopic, off))
+			e.starter.failPermanent(w)
+			rn := e.start("r1", cfg)
+			e.waitCommittedToEnd(10 * time.Second)
+			const rounds = 3
+			for i := 0; i < rounds; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				res, err := replay.Run(ctx, replay.Options{Brokers: e.cluster.ListenAddrs(), DeadLetterTopics: []string{testTopic + ".dlq"},
+					Idle: time.Second, Execute: true}, testLogger("replay"))
+				cancel()
+				fromSource := res.FromSource[string(ReasonTemporalPermanent)] == res.Replayed[string(ReasonTemporalPermanent)]
+				if err != nil || len(res.Refused) != 0 || res.Replayed[string(ReasonTemporalPermanent)] == 0 || fromSource != summarised {
+					t.Fatalf("replay %d: %v %+v", i+1, err, res)
+				}
+				e.waitCommittedToEnd(10 * time.Second)
+			}
+			if err := rn.stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			claimed := map[string]int{}
+			for _, batch := range e.led.claimLog() {
+				for _, in := range batch {
+					claimed[in.WorkflowID]++
+				}
+			}
+			if len(claimed) != 1 || claimed[w] < rounds+1 {
+				t.Errorf("claimed %v over %d replays of the dead-letter topic, want only %s, at least %d times", claimed, rounds, w, rounds+1)
+			}
+		})
 	}
 }

@@ -117,7 +117,7 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		o := replay.Options{Brokers: cfg.Kafka.Brokers, ClientOpts: kopts, DryRun: *dryRun, Limit: *limit}
+		o := replay.Options{Brokers: cfg.Kafka.Brokers, ClientOpts: kopts, Execute: !*dryRun, Limit: *limit}
 		for _, t := range cfg.Kafka.Topics {
 			o.DeadLetterTopics = append(o.DeadLetterTopics, cfg.Kafka.DeadLetterTopicFor(t))
 		}
