@@ -198,7 +198,9 @@ const (
 
 // Headers `dedup dlq replay` puts on a record it sends back to its topic:
 // where the record was first read. The coordinates ID rule uses them, so a
-// replayed record keeps its first ID.
+// replayed record keeps its first ID. A replayed copy dead-lettered again
+// keeps them (in every form of its dead letter), and the next replay sends
+// them on as they are: the origin travels with every copy.
 const (
 	HeaderOriginTopic     = "dedup-origin-topic"
 	HeaderOriginPartition = "dedup-origin-partition"
