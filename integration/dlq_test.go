@@ -16,7 +16,8 @@ import (
 )
 
 // Records dead-lettered for having no route are replayed with
-// `dedup dlq replay` once a route exists: each starts once, duplicates stay
+// `dedup dlq replay --execute` once a route exists (without --execute it
+// prints its plan and writes nothing): each starts once, duplicates stay
 // skipped, and replaying again starts nothing.
 func TestDLQReplayAfterRouteAdded(t *testing.T) {
 	e := newEnv(t, 2)
@@ -57,14 +58,15 @@ func TestDLQReplayAfterRouteAdded(t *testing.T) {
 		return n
 	}
 	before := endOf()
-	out := replay("--dry-run", "--reason", "no_route")
-	if !strings.Contains(out, "would replay map[no_route:60]") || endOf() != before {
-		t.Fatalf("dry run: %s (topic grew by %d)", out, endOf()-before)
+	// Without --execute: the plan, nothing written.
+	out := replay("--reason", "no_route")
+	if !strings.Contains(out, "would replay 60: no_route 60") || !strings.Contains(out, "--execute") || endOf() != before {
+		t.Fatalf("plan: %s (topic grew by %d)", out, endOf()-before)
 	}
-	if out := replay("--reason", "conflict"); !strings.Contains(out, "replayed map[]") {
+	if out := replay("--reason", "conflict", "--execute"); !strings.Contains(out, "replayed 0: none") {
 		t.Fatalf("filtered replay: %s", out)
 	}
-	out = replay("--reason", "no_route")
+	out = replay("--reason", "no_route", "--execute")
 	t.Log(strings.TrimSpace(out))
 	if endOf() != before+60 {
 		t.Fatalf("replay sent %d records, want 60", endOf()-before)
@@ -74,7 +76,7 @@ func TestDLQReplayAfterRouteAdded(t *testing.T) {
 	if n := counter(r.reg, "dedup_workflow_starts_total", "result", "started"); n != 50 {
 		t.Errorf("replay started %v workflows, want 50", n)
 	}
-	replay("--reason", "no_route") // again: everything is already started
+	replay("--reason", "no_route", "--execute") // again: everything is already started
 	e.waitCommitted(time.Minute)
 	r.stop(t)
 	if n := counter(r.reg, "dedup_workflow_starts_total", "", ""); n != 50 {

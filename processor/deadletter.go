@@ -1,11 +1,14 @@
 package processor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -52,9 +55,17 @@ type deadLetter struct {
 // dead letter is acknowledged by Kafka and logged in the DeadLetterLog;
 // a redelivered record that the log says was written is not written
 // again (a crash between the write and the log can still duplicate one:
-// the log narrows that to one batch); a value the topic refuses as too
-// large is dropped from the dead letter (header dedup-value-dropped)
-// rather than block the partition. On shutdown or revoke the records are
+// the log narrows that to one batch). A dead letter always fits when the
+// topic takes a kilobyte: one the topic refuses as too large is written
+// again without the value (header dedup-value-dropped), then, still too
+// large, without the key and the original headers too (dedup-key-dropped,
+// dedup-headers-dropped), keeping its reason, the error (cut to
+// maxErrorBytes), the coordinates and the original's dedup-origin-*
+// headers: what finds the original, which replay reads from the source
+// topic. A dead letter too large even then (a dead-letter topic whose
+// max.message.bytes is below a few hundred bytes) is logged with the
+// reason and leaves its record unfinished: that partition stops committing
+// there, the others go on. On shutdown or revoke the records are
 // abandoned, uncommitted.
 type deadLetterWriter struct {
 	cfg    Config
@@ -66,20 +77,38 @@ type deadLetterWriter struct {
 	end    func(rec *record, ok bool)
 }
 
-// write dead-letters dls and ends their records; it reports whether all
-// were written (or had been).
+// write dead-letters dls and ends their records, each ok when its dead
+// letter was written (or had been); it reports whether all were.
 func (w *deadLetterWriter) write(ctx context.Context, dls []deadLetter) bool {
-	err := w.put(ctx, dls)
-	for _, d := range dls {
-		w.end(d.rec, err == nil)
+	errs, err := w.putEach(ctx, dls)
+	for i, d := range dls {
+		w.end(d.rec, err == nil && errs[i] == nil)
 	}
-	return err == nil
+	return err == nil && !slices.ContainsFunc(errs, func(e error) bool { return e != nil })
 }
 
 // put dead-letters dls without ending their records (the caller ends them,
 // once what else the record needs is done too). It returns nil when all
-// were written (or had been).
+// were written (or had been), else the first error (a Permanent one for a
+// dead letter the topic can never take).
 func (w *deadLetterWriter) put(ctx context.Context, dls []deadLetter) error {
+	errs, err := w.putEach(ctx, dls)
+	if err != nil {
+		return err
+	}
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// putEach is put with an answer per dead letter: err is an error of the
+// whole call (a dependency, the context); otherwise errs[i] is non-nil
+// for a dead letter the topic can never take (Permanent), nil for one
+// written (or that had been).
+func (w *deadLetterWriter) putEach(ctx context.Context, dls []deadLetter) (errs []error, err error) {
 	entries := make([]DeadLetter, len(dls))
 	for i, d := range dls {
 		src := d.rec.kr
@@ -87,89 +116,173 @@ func (w *deadLetterWriter) put(ctx context.Context, dls []deadLetter) error {
 			Reason: string(d.reason), Error: d.err.Error(), DLQTopic: w.cfg.DeadLetterTopicFor(src.Topic)}
 	}
 	var written []bool
-	err := w.health.retry(ctx, OpDeadLetterLog, func(ctx context.Context) error {
+	err = w.health.retry(ctx, OpDeadLetterLog, func(ctx context.Context) error {
 		var err error
 		written, err = w.dlqLog.Written(ctx, entries)
 		return err
 	})
-	var krs []*kgo.Record
+	if err != nil {
+		return nil, err
+	}
+	errs = make([]error, len(dls))
+	var out []*outgoing
+	for i := range dls {
+		if !written[i] {
+			out = append(out, &outgoing{i: i, d: &dls[i], topic: entries[i].DLQTopic})
+		}
+	}
+	if len(out) == 0 {
+		return errs, nil
+	}
+	if err := w.produce(ctx, out); err != nil {
+		return nil, err
+	}
 	var fresh []DeadLetter
-	var freshDLs []*deadLetter
-	for i, d := range dls {
-		if err != nil || written[i] {
+	var freshOut []*outgoing
+	for _, o := range out {
+		if o.err != nil {
+			errs[o.i] = o.err
+			src := o.d.rec.kr
+			w.log.Error("dead letter refused by its topic for good: the partition stops at this record until the topic takes it",
+				"reason", string(o.d.reason), "topic", src.Topic, "partition", src.Partition, "offset", src.Offset,
+				"dlq_topic", o.topic, "err", o.err)
 			continue
 		}
-		krs = append(krs, w.kafkaRecord(d, entries[i].DLQTopic))
-		fresh = append(fresh, entries[i])
-		freshDLs = append(freshDLs, &dls[i])
+		fresh = append(fresh, entries[o.i])
+		freshOut = append(freshOut, o)
 	}
-	if err == nil && len(krs) > 0 {
-		err = w.produce(ctx, krs)
-		if err == nil {
-			err = w.health.retry(ctx, OpDeadLetterLog, func(ctx context.Context) error { return w.dlqLog.Record(ctx, fresh) })
-		}
-		if err == nil {
-			for i, f := range fresh {
-				w.m.deadLetters.WithLabelValues(f.Reason).Inc()
-				// The decision log's line for this record: once, when the
-				// write is acknowledged and logged (a redelivery that finds
-				// it written logs nothing). A conflict is its own decision.
-				decision := "dead_letter"
-				if f.Reason == string(ReasonConflict) {
-					decision = "conflict"
-				}
-				w.log.Warn("dead-lettered record", "decision", decision, "reason", f.Reason, "workflow_id", f.WorkflowID,
-					"event_id", freshDLs[i].eventID, "rule", freshDLs[i].rule,
-					"topic", f.Topic, "partition", f.Partition, "offset", f.Offset, "dlq_topic", f.DLQTopic, "err", f.Error)
-			}
-		}
+	if len(fresh) == 0 {
+		return errs, nil
 	}
-	return err
+	if err := w.health.retry(ctx, OpDeadLetterLog, func(ctx context.Context) error { return w.dlqLog.Record(ctx, fresh) }); err != nil {
+		return nil, err
+	}
+	for i, f := range fresh {
+		w.m.deadLetters.WithLabelValues(f.Reason).Inc()
+		// The decision log's line for this record: once, when the write
+		// is acknowledged and logged (a redelivery that finds it written
+		// logs nothing). A conflict is its own decision.
+		decision := "dead_letter"
+		if f.Reason == string(ReasonConflict) {
+			decision = "conflict"
+		}
+		d := freshOut[i]
+		w.log.Warn("dead-lettered record", "decision", decision, "reason", f.Reason, "workflow_id", f.WorkflowID,
+			"event_id", d.d.eventID, "rule", d.d.rule, "topic", f.Topic, "partition", f.Partition, "offset", f.Offset,
+			"dlq_topic", f.DLQTopic, "err", f.Error, "reduced", d.level.String())
+	}
+	return errs, nil
 }
 
-// kafkaRecord is the dead letter of d: the original key, value and
-// headers, plus the reason and the record's coordinates.
-func (w *deadLetterWriter) kafkaRecord(d deadLetter, topic string) *kgo.Record {
-	src := d.rec.kr
-	hs := append([]kgo.RecordHeader(nil), src.Headers...)
-	hs = append(hs,
+// reduction is how much of the original a dead letter carries: each step
+// is taken only when the dead-letter topic refused the one before as too
+// large.
+type reduction int
+
+const (
+	whole      reduction = iota // key, value, headers
+	noValue                     // key and headers; dedup-value-dropped
+	summarised                  // reason, error, coordinates, dedup-origin-*; dedup-key-dropped, dedup-headers-dropped
+)
+
+func (r reduction) String() string {
+	return [...]string{"none", "value", "value,key,headers"}[r]
+}
+
+// maxErrorBytes bounds the error text of a summarised dead letter.
+const maxErrorBytes = 512
+
+// outgoing is one dead letter on its way: its reduction, and for one the
+// topic can never take, why.
+type outgoing struct {
+	i     int // in put's dls
+	d     *deadLetter
+	topic string
+	level reduction
+	err   error
+}
+
+// kafkaRecord is o's dead letter at its reduction: the original key, value
+// and headers (as far as kept), plus the reason and the record's
+// coordinates. It is built afresh for each try.
+func (o *outgoing) kafkaRecord() *kgo.Record {
+	d, src := o.d, o.d.rec.kr
+	kr := &kgo.Record{Topic: o.topic}
+	errText := d.err.Error()
+	switch o.level {
+	case whole:
+		kr.Key, kr.Value = src.Key, src.Value
+		kr.Headers = append(kr.Headers, src.Headers...)
+	case noValue:
+		kr.Key = src.Key
+		kr.Headers = append(kr.Headers, src.Headers...)
+	case summarised:
+		for _, h := range src.Headers {
+			switch h.Key {
+			case schemas.HeaderOriginTopic, schemas.HeaderOriginPartition, schemas.HeaderOriginOffset:
+				if len(h.Value) <= 255 { // a topic name, a number
+					kr.Headers = append(kr.Headers, h)
+				}
+			}
+		}
+		if len(errText) > maxErrorBytes {
+			errText = strings.ToValidUTF8(errText[:maxErrorBytes], "") + "…"
+		}
+	}
+	kr.Headers = append(kr.Headers,
 		kgo.RecordHeader{Key: schemas.HeaderDLQReason, Value: []byte(d.reason)},
-		kgo.RecordHeader{Key: schemas.HeaderDLQError, Value: []byte(d.err.Error())},
+		kgo.RecordHeader{Key: schemas.HeaderDLQError, Value: []byte(errText)},
 		kgo.RecordHeader{Key: schemas.HeaderDLQTopic, Value: []byte(src.Topic)},
 		kgo.RecordHeader{Key: schemas.HeaderDLQPartition, Value: []byte(strconv.Itoa(int(src.Partition)))},
 		kgo.RecordHeader{Key: schemas.HeaderDLQOffset, Value: []byte(strconv.FormatInt(src.Offset, 10))},
 		kgo.RecordHeader{Key: schemas.HeaderDLQTimestamp, Value: []byte(src.Timestamp.UTC().Format("2006-01-02T15:04:05.000Z07:00"))},
 	)
 	if d.workflow != "" {
-		hs = append(hs, kgo.RecordHeader{Key: schemas.HeaderDLQWorkflow, Value: []byte(d.workflow)})
+		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: schemas.HeaderDLQWorkflow, Value: []byte(d.workflow)})
 	}
-	return &kgo.Record{Topic: topic, Key: src.Key, Value: src.Value, Headers: hs}
+	if o.level >= noValue {
+		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(src.Value)))})
+	}
+	if o.level >= summarised {
+		kr.Headers = append(kr.Headers,
+			kgo.RecordHeader{Key: schemas.HeaderDLQKeyDropped, Value: []byte(strconv.Itoa(len(src.Key)))},
+			kgo.RecordHeader{Key: schemas.HeaderDLQHeadersDropped, Value: []byte(strconv.Itoa(len(src.Headers)))})
+	}
+	return kr
 }
 
-// produce sends krs until every one is acknowledged; only what failed is
-// sent again.
-func (w *deadLetterWriter) produce(ctx context.Context, krs []*kgo.Record) error {
-	unsent := krs
+// tooLarge reports whether Kafka (or the client, before sending) refused
+// a record or its batch as too large: it never heals for that record.
+func tooLarge(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
+}
+
+// produce sends out until every dead letter is acknowledged or known to
+// never fit (its err set, Permanent); only what failed is sent again. A
+// dead letter refused as too large is sent again alone (it may have
+// shared a batch that was too large), then reduced one step at a time.
+func (w *deadLetterWriter) produce(ctx context.Context, out []*outgoing) error {
+	unsent := out
 	return w.health.retry(ctx, OpDeadLetter, func(ctx context.Context) error {
-		var failed []*kgo.Record
+		byRecord := make(map[*kgo.Record]*outgoing, len(unsent))
+		krs := make([]*kgo.Record, len(unsent))
+		for i, o := range unsent {
+			krs[i] = o.kafkaRecord()
+			byRecord[krs[i]] = o
+		}
+		var failed []*outgoing
 		var first error
-		for _, res := range w.cl.ProduceSync(ctx, unsent...) {
-			if res.Err == nil {
+		for _, res := range w.cl.ProduceSync(ctx, krs...) {
+			o := byRecord[res.Record]
+			err := res.Err
+			if err != nil && tooLarge(err) {
+				err = w.produceAlone(ctx, o, len(krs) > 1)
+			}
+			if err == nil || o.err != nil {
 				continue
 			}
-			if errors.Is(res.Err, kerr.MessageTooLarge) || errors.Is(res.Err, kerr.RecordListTooLarge) {
-				// The dead-letter topic will never take this value: record
-				// the reason without it (the original stays in the source
-				// topic at the offset the headers name) rather than block
-				// the partition.
-				kr := res.Record
-				kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(kr.Value)))})
-				kr.Value = nil
-			}
-			failed = append(failed, res.Record)
-			if first == nil {
-				first = res.Err
-			}
+			failed = append(failed, o)
+			first = cmp.Or(first, err)
 		}
 		unsent = failed
 		if first != nil {
@@ -177,4 +290,31 @@ func (w *deadLetterWriter) produce(ctx context.Context, krs []*kgo.Record) error
 		}
 		return nil
 	})
+}
+
+// produceAlone sends o by itself, at its reduction (again, when it was
+// refused in a batch of others: shared) and then reduced, until the topic
+// takes it, refuses it otherwise (that error), or refuses even the
+// summary (o.err, permanent; nil returned).
+func (w *deadLetterWriter) produceAlone(ctx context.Context, o *outgoing, shared bool) error {
+	if !shared {
+		o.level++
+	}
+	for ; o.level <= summarised; o.level++ {
+		kr := o.kafkaRecord()
+		err := w.cl.ProduceSync(ctx, kr).FirstErr()
+		if err == nil || !tooLarge(err) {
+			return err
+		}
+	}
+	o.level = summarised
+	size := o.kafkaRecord()
+	n := len(size.Topic) // an estimate of the record's size, for the message
+	for _, h := range size.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	o.err = Permanent(fmt.Errorf("writing the dead letter of %s/%d/%d to %s: refused as too large even reduced to its reason and coordinates "+
+		"(about %d bytes of headers; raise the topic's max.message.bytes): %w", o.d.rec.kr.Topic, o.d.rec.kr.Partition, o.d.rec.kr.Offset,
+		o.topic, n, kerr.MessageTooLarge))
+	return nil
 }

@@ -181,13 +181,26 @@ const (
 	HeaderDLQTimestamp = "dedup-timestamp" // the original record's timestamp, RFC 3339 with milliseconds
 	HeaderDLQWorkflow  = "dedup-workflow-id"
 	// HeaderDLQValueDropped is set (to the value's size in bytes) when the
-	// dead-letter topic refused the value as too large and it was left out.
+	// dead-letter topic refused the dead letter as too large and the value
+	// was left out (the original stays in the source topic at the
+	// coordinates above: dedup dlq replay reads it from there).
 	HeaderDLQValueDropped = "dedup-value-dropped"
+	// HeaderDLQKeyDropped (the key's size in bytes) and
+	// HeaderDLQHeadersDropped (how many of the original's headers) are set
+	// when the dead letter was still too large without its value: the key
+	// and the original headers are left out too, but for the original's
+	// dedup-origin-* headers (where a replayed record was first read). What
+	// is left, the headers above, always fits a topic that takes a
+	// kilobyte.
+	HeaderDLQKeyDropped     = "dedup-key-dropped"
+	HeaderDLQHeadersDropped = "dedup-headers-dropped"
 )
 
 // Headers `dedup dlq replay` puts on a record it sends back to its topic:
 // where the record was first read. The coordinates ID rule uses them, so a
-// replayed record keeps its first ID.
+// replayed record keeps its first ID. A replayed copy dead-lettered again
+// keeps them (in every form of its dead letter), and the next replay sends
+// them on as they are: the origin travels with every copy.
 const (
 	HeaderOriginTopic     = "dedup-origin-topic"
 	HeaderOriginPartition = "dedup-origin-partition"

@@ -6,8 +6,6 @@
 //	dedup validate --config dedup.yaml  check a config file and exit
 //	dedup worker --config dedup.yaml    run RunActivityWorkflow and its activities
 //	dedup ingress --config dedup.yaml   the HTTP ingress: POST /v1/events, GET /v1/workflows/{id}
-//	dedup dlq replay --config dedup.yaml [--reason R,...] [--dry-run] [--limit N]
-//	                                    send dead-lettered records back through the dedup gate
 //	dedup schedule pause|resume NAME --config dedup.yaml
 //	                                    pause or resume a scheduled trigger (docs/schedules.md)
 //	dedup version                       print the version and commit (as dedup_build_info)
@@ -19,6 +17,7 @@
 //	dedup lag --config F                                          committed offset, end, lag and owner per partition
 //	dedup offsets reset --config F --to earliest|latest|TIME|OFFSET [--execute]
 //	dedup ledger stats --config F | dedup ledger purge --config F --older-than D [--execute]
+//	dedup dlq replay --config F [--reason R,...] [--limit N] [--execute]   dead letters back through the dedup gate
 package main
 
 import (
@@ -35,7 +34,6 @@ import (
 	"github.com/dedupio/dedup/internal/ingress"
 	"github.com/dedupio/dedup/internal/ops"
 	"github.com/dedupio/dedup/processor"
-	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -60,8 +58,8 @@ func stopped(ctx context.Context, err error) error {
 }
 
 func usage() error {
-	return errors.New("usage: dedup run|worker|ingress|migrate|validate --config FILE, dedup dlq replay --config FILE [--reason R,...] [--dry-run] [--limit N], " +
-		"dedup explain|inspect|lag|offsets reset|ledger stats|ledger purge (--help for each), dedup schedule pause|resume NAME --config FILE, or dedup version")
+	return errors.New("usage: dedup run|worker|ingress|migrate|validate --config FILE, " +
+		"dedup explain|inspect|lag|offsets reset|ledger stats|ledger purge|dlq replay (--help for each), dedup schedule pause|resume NAME --config FILE, or dedup version")
 }
 
 func run(args []string) error {
@@ -74,12 +72,6 @@ func run(args []string) error {
 		fmt.Println(app.VersionLine())
 		return nil
 	}
-	if cmd == "dlq" {
-		if len(args) < 2 || args[1] != "replay" {
-			return usage()
-		}
-		cmd, args = "dlq replay", args[1:]
-	}
 	var trigger string
 	if cmd == "schedule" { // dedup schedule pause|resume NAME --config FILE
 		if len(args) < 3 || (args[1] != "pause" && args[1] != "resume") || strings.HasPrefix(args[2], "-") {
@@ -89,9 +81,6 @@ func run(args []string) error {
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	path := fs.String("config", "dedup.yaml", "config file (YAML)")
-	reasons := fs.String("reason", "", "dlq replay: comma-separated reasons to replay (default: all)")
-	dryRun := fs.Bool("dry-run", false, "dlq replay: count what would be replayed, send nothing")
-	limit := fs.Int("limit", 0, "dlq replay: replay at most this many records (0: all)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -112,25 +101,6 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	switch cmd {
-	case "dlq replay":
-		kopts, err := app.KafkaOpts(cfg)
-		if err != nil {
-			return err
-		}
-		o := replay.Options{Brokers: cfg.Kafka.Brokers, ClientOpts: kopts, DryRun: *dryRun, Limit: *limit}
-		for _, t := range cfg.Kafka.Topics {
-			o.DeadLetterTopics = append(o.DeadLetterTopics, cfg.Kafka.DeadLetterTopicFor(t))
-		}
-		if *reasons != "" {
-			o.Reasons = strings.Split(*reasons, ",")
-		}
-		res, err := replay.Run(ctx, o, app.NewLogger(cfg.Log))
-		verb := "replayed"
-		if *dryRun {
-			verb = "would replay"
-		}
-		fmt.Printf("read %d dead letters; %s %v; left %v\n", res.Read, verb, res.Replayed, res.Skipped)
-		return err
 	case "run":
 		return stopped(ctx, app.Run(ctx, cfg, app.Options{Hooks: hooks}))
 	case "worker":

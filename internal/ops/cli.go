@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,7 +26,7 @@ const (
 )
 
 // Commands are the first words ops handles.
-var Commands = []string{"explain", "inspect", "lag", "offsets", "ledger"}
+var Commands = []string{"explain", "inspect", "lag", "offsets", "ledger", "dlq"}
 
 // Handles reports whether the command line's first word is an ops command.
 func Handles(cmd string) bool {
@@ -42,13 +43,15 @@ type command struct {
 	name  string // "explain", "offsets reset", ...
 	usage string // the synopsis
 	help  string // what it does, with an example
+	// timeout is the --timeout default (2 minutes when 0).
+	timeout time.Duration
 	// flags declares the command's own flags; run runs it with the
 	// positional arguments.
 	flags func(fs *flag.FlagSet) func(ctx context.Context, t *Tool, args []string) (any, int, error)
 }
 
 func commands() []command {
-	return []command{explainCommand(), inspectCommand(), lagCommand(), offsetsResetCommand(), ledgerStatsCommand(), ledgerPurgeCommand()}
+	return []command{explainCommand(), inspectCommand(), lagCommand(), offsetsResetCommand(), ledgerStatsCommand(), ledgerPurgeCommand(), dlqReplayCommand()}
 }
 
 // Main runs an ops command line (args[0] is the command) and returns the
@@ -80,7 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, setup fun
 	fs.SetOutput(stderr)
 	path := fs.String("config", "dedup.yaml", "config file (YAML), as for dedup run")
 	output := fs.String("output", "text", "text or json")
-	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
+	timeout := fs.Duration("timeout", cmp.Or(cmd.timeout, 2*time.Minute), "give up after this long")
 	runCmd := cmd.flags(fs)
 	// The flag package prints a bad flag's error itself; the help goes to
 	// stdout, and only when asked for.
@@ -139,7 +142,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, setup fun
 }
 
 // planFlags declares --execute and --dry-run, the flags of a command that
-// changes something (offsets reset, ledger purge). As kafka-consumer-groups
+// changes something (offsets reset, ledger purge, dlq replay). As kafka-consumer-groups
 // --reset-offsets, it prints its plan and changes nothing unless --execute.
 // --dry-run is the default's explicit spelling, kept so that a script
 // written for the old default (change unless --dry-run) stays safe; with
@@ -155,13 +158,13 @@ func planFlags(fs *flag.FlagSet) func() (dryRun bool, err error) {
 	}
 }
 
-// commandName splits "offsets reset ..." and "ledger stats ..." into the
+// commandName splits "offsets reset ...", "ledger stats ..." and "dlq replay ..." into the
 // two-word name and the rest.
 func commandName(args []string) (string, []string) {
 	if len(args) == 0 {
 		return "", nil
 	}
-	if (args[0] == "offsets" || args[0] == "ledger") && len(args) > 1 && !strings.HasPrefix(args[1], "-") {
+	if (args[0] == "offsets" || args[0] == "ledger" || args[0] == "dlq") && len(args) > 1 && !strings.HasPrefix(args[1], "-") {
 		return args[0] + " " + args[1], args[2:]
 	}
 	return args[0], args[1:]

@@ -7,9 +7,25 @@
 // It keeps those whose reason matches, and produces each back to its
 // original topic with its original key, value and headers. The router then
 // treats it like any record: workflows already started stay skipped by the
-// ledger, the others start. The original coordinates travel in
-// dedup-origin-* headers, so that the coordinates ID rule gives a replayed
-// record its first ID, not a new one.
+// ledger, the others start.
+//
+// Safe by default: without Options.Execute it produces nothing and the
+// Result is the plan (how many records per reason, which are refused and
+// why).
+//
+// The event is sent back whole. A dead letter that lacks part of the
+// original (dedup-value-dropped, dedup-key-dropped,
+// dedup-headers-dropped: the dead-letter topic refused it whole) is not
+// replayed as it is: the original is read from the source topic at the
+// coordinates the dead letter names, and sent back as it is there; when
+// it is no longer there (retention, compaction, a recreated topic: its
+// timestamp differs), the dead letter is refused, naming the coordinates.
+//
+// The origin travels with every copy: a replayed record carries where
+// the event was first read in dedup-origin-* headers (so that the
+// coordinates ID rule gives it its first ID, not a new one), and a copy
+// dead-lettered and replayed again keeps those headers, however many
+// round trips it makes.
 //
 // Replaying is therefore safe to repeat, but a record whose cause is not
 // fixed (a conflict, a poison payload) is dead-lettered again: filter by
@@ -22,10 +38,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/eventid"
@@ -44,8 +62,10 @@ type Options struct {
 	DeadLetterTopics []string
 	// Reasons to replay; empty means all.
 	Reasons []string
-	// DryRun counts what would be replayed and produces nothing.
-	DryRun bool
+	// Execute produces the records; without it Run only plans (reads the
+	// dead letters and, for those that lack part of the original, the
+	// source topic) and produces nothing.
+	Execute bool
 	// Limit stops after this many replayed records; 0 means no limit.
 	Limit int
 	// Idle is how long the replay waits for a dead letter of a partition
@@ -54,16 +74,41 @@ type Options struct {
 	Idle time.Duration
 }
 
-// Result counts what happened, by dead-letter reason.
+// Result is what a replay did, or, without Options.Execute, its plan.
 type Result struct {
-	Read     int
-	Replayed map[string]int // reason -> records sent back (or that would be, in a dry run)
-	Skipped  map[string]int // reason -> records the filter left
+	// Executed says whether records were produced (Options.Execute).
+	Executed bool `json:"executed"`
+	// Read is how many dead letters were read.
+	Read int `json:"read"`
+	// Replayed: reason -> records sent back (or to be, in a plan).
+	Replayed map[string]int `json:"replayed"`
+	// FromSource: reason -> of Replayed, those whose dead letter lacks part
+	// of the original, sent back as read from the source topic.
+	FromSource map[string]int `json:"from_source"`
+	// Skipped: reason -> dead letters the --reason filter or the limit
+	// left.
+	Skipped map[string]int `json:"skipped"`
+	// Refused are the dead letters that cannot be replayed, and why.
+	Refused []Refusal `json:"refused"`
+	// Stalls are dead-letter partitions ended before their end offset
+	// (Reader.Stalls).
+	Stalls []string `json:"stalls,omitempty"`
 }
 
-// Run replays.
+// Refusal is a dead letter not replayed, and why.
+type Refusal struct {
+	// DeadLetter is the dead letter's topic/partition/offset.
+	DeadLetter string `json:"dead_letter"`
+	Reason     string `json:"reason"`
+	// Original is where the router read the record (topic/partition/offset),
+	// when the dead letter says.
+	Original string `json:"original,omitempty"`
+	Why      string `json:"why"`
+}
+
+// Run replays (or, without o.Execute, plans).
 func Run(ctx context.Context, o Options, log *slog.Logger) (Result, error) {
-	res := Result{Replayed: map[string]int{}, Skipped: map[string]int{}}
+	res := Result{Executed: o.Execute, Replayed: map[string]int{}, FromSource: map[string]int{}, Skipped: map[string]int{}, Refused: []Refusal{}}
 	if len(o.DeadLetterTopics) == 0 {
 		return res, errors.New("no dead-letter topics to read")
 	}
@@ -81,6 +126,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) (Result, error) {
 	}
 	defer rd.Close()
 	rd.Idle = o.Idle
+	src := &sourceReader{opts: opts, adm: kadm.NewClient(rd.Client()), idle: o.Idle}
 	want := map[string]bool{}
 	for _, r := range o.Reasons {
 		want[r] = true
@@ -98,16 +144,24 @@ func Run(ctx context.Context, o Options, log *slog.Logger) (Result, error) {
 				res.Skipped[reason]++
 				continue
 			}
-			rec, err := original(r)
+			rec, fromSource, err := rebuild(ctx, r, src)
 			if err != nil {
-				log.Warn("not replayable", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
-				res.Skipped[reason]++
+				var refused refusal
+				if !errors.As(err, &refused) {
+					return res, err
+				}
+				ref := Refusal{DeadLetter: coords(r.Topic, r.Partition, r.Offset), Reason: reason, Original: originalCoords(r), Why: refused.why}
+				log.Warn("dead letter not replayable", "dead_letter", ref.DeadLetter, "reason", reason, "original", ref.Original, "why", ref.Why)
+				res.Refused = append(res.Refused, ref)
 				continue
 			}
 			res.Replayed[reason]++
+			if fromSource {
+				res.FromSource[reason]++
+			}
 			out = append(out, rec)
 		}
-		if len(out) > 0 && !o.DryRun {
+		if len(out) > 0 && o.Execute {
 			if err := rd.Client().ProduceSync(ctx, out...).FirstErr(); err != nil {
 				return res, fmt.Errorf("producing replayed records: %w", err)
 			}
@@ -115,6 +169,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) (Result, error) {
 	}
 	for _, s := range rd.Stalls {
 		log.Warn("dead-letter partition ended before its end offset", "stall", s.String())
+		res.Stalls = append(res.Stalls, s.String())
 	}
 	return res, nil
 }
@@ -156,21 +211,89 @@ func deadLetterSpans(ctx context.Context, opts []kgo.Opt, topics []string) (map[
 	return spans, first
 }
 
-// original rebuilds the record the router dead-lettered.
-func original(r *kgo.Record) (*kgo.Record, error) {
-	topic := header(r, schemas.HeaderDLQTopic)
-	if topic == "" {
-		return nil, errors.New("no dedup-topic header: not written by dedup")
+// refusal is why a dead letter cannot be replayed (a Refusal, not an
+// error of the run).
+type refusal struct{ why string }
+
+func (r refusal) Error() string { return r.why }
+
+func refuse(format string, args ...any) error { return refusal{fmt.Sprintf(format, args...)} }
+
+func coords(topic string, partition int32, offset int64) string {
+	return fmt.Sprintf("%s/%d/%d", topic, partition, offset)
+}
+
+// originalCoords is where the router read the dead letter's record, as
+// its headers say ("" without them).
+func originalCoords(dl *kgo.Record) string {
+	t, p, o := header(dl, schemas.HeaderDLQTopic), header(dl, schemas.HeaderDLQPartition), header(dl, schemas.HeaderDLQOffset)
+	if t == "" {
+		return ""
 	}
-	rec := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value}
-	for _, h := range r.Headers {
+	return t + "/" + p + "/" + o
+}
+
+// reduced says whether dl lacks part of the original (the dead-letter
+// topic refused it whole): which part, for a refusal's text.
+func reduced(dl *kgo.Record) string {
+	var parts []string
+	for _, h := range []struct{ key, what string }{{schemas.HeaderDLQValueDropped, "value"}, {schemas.HeaderDLQKeyDropped, "key"},
+		{schemas.HeaderDLQHeadersDropped, "headers"}} {
+		if _, ok := lookup(dl, h.key); ok {
+			parts = append(parts, h.what)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// rebuild is the record to send back for the dead letter dl: the original
+// as the dead letter carries it, or, when it lacks part of it, as the
+// source topic still holds it (fromSource). A refusal error when neither
+// is possible.
+func rebuild(ctx context.Context, dl *kgo.Record, src *sourceReader) (rec *kgo.Record, fromSource bool, err error) {
+	topic := header(dl, schemas.HeaderDLQTopic)
+	if topic == "" {
+		return nil, false, refuse("no %s header: not written by dedup", schemas.HeaderDLQTopic)
+	}
+	p, errP := strconv.ParseInt(header(dl, schemas.HeaderDLQPartition), 10, 32)
+	off, errO := strconv.ParseInt(header(dl, schemas.HeaderDLQOffset), 10, 64)
+	if errP != nil || errO != nil {
+		return nil, false, refuse("%s or %s is not a number", schemas.HeaderDLQPartition, schemas.HeaderDLQOffset)
+	}
+	part := reduced(dl)
+	if part == "" {
+		return replayed(topic, int32(p), off, dl.Key, dl.Value, dl.Headers), false, nil
+	}
+	at := coords(topic, int32(p), off)
+	orig, why, err := src.read(ctx, topic, int32(p), off)
+	if err != nil {
+		return nil, false, err
+	}
+	if orig == nil {
+		return nil, false, refuse("the dead letter lacks the original's %s (the dead-letter topic refused it whole) and the original at %s is gone: %s; "+
+			"nothing whole is left to replay", part, at, why)
+	}
+	if ts, ok := lookup(dl, schemas.HeaderDLQTimestamp); ok && string(ts) != orig.Timestamp.UTC().Format("2006-01-02T15:04:05.000Z07:00") {
+		return nil, false, refuse("the dead letter lacks the original's %s and the record now at %s is another one (timestamp %s, the dead letter's %s: "+
+			"the topic was recreated?)", part, at, orig.Timestamp.UTC().Format(time.RFC3339Nano), ts)
+	}
+	return replayed(topic, int32(p), off, orig.Key, orig.Value, orig.Headers), true, nil
+}
+
+// replayed is the record to send to topic for an event read at
+// topic/partition/offset with key, value and headers (a dead letter's or
+// the original's): the event's own headers, without those dedup's
+// dead-lettering added, plus where the event was first read. That is the
+// headers' dedup-origin-* when the record was itself a replayed copy (a
+// copy dead-lettered again keeps them), else the record's coordinates: so
+// the origin travels with every copy, whatever the number of round trips.
+func replayed(topic string, partition int32, offset int64, key, value []byte, headers []kgo.RecordHeader) *kgo.Record {
+	rec := &kgo.Record{Topic: topic, Key: key, Value: value}
+	var origin []kgo.RecordHeader
+	for _, h := range headers {
 		switch h.Key {
-		case schemas.HeaderDLQTopic:
-			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: schemas.HeaderOriginTopic, Value: h.Value})
-		case schemas.HeaderDLQPartition:
-			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: schemas.HeaderOriginPartition, Value: h.Value})
-		case schemas.HeaderDLQOffset:
-			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: schemas.HeaderOriginOffset, Value: h.Value})
+		case schemas.HeaderOriginTopic, schemas.HeaderOriginPartition, schemas.HeaderOriginOffset:
+			origin = append(origin, h)
 		case eventid.TenantHeader:
 			// The event's own header (its ID is the tenant's), not one
 			// dedup's dead-lettering added: replayed, the event keeps its
@@ -182,16 +305,71 @@ func original(r *kgo.Record) (*kgo.Record, error) {
 			}
 		}
 	}
-	return rec, nil
+	if len(origin) != 3 {
+		origin = []kgo.RecordHeader{{Key: schemas.HeaderOriginTopic, Value: []byte(topic)},
+			{Key: schemas.HeaderOriginPartition, Value: []byte(strconv.Itoa(int(partition)))},
+			{Key: schemas.HeaderOriginOffset, Value: []byte(strconv.FormatInt(offset, 10))}}
+	}
+	rec.Headers = append(rec.Headers, origin...)
+	return rec
+}
+
+// sourceReader reads single records of the source topics, for dead
+// letters that lack part of the original.
+type sourceReader struct {
+	opts []kgo.Opt
+	adm  *kadm.Client
+	idle time.Duration
+}
+
+// read is the record at topic/partition/offset, or nil and why it is not
+// there to read; err is an error of Kafka.
+func (s *sourceReader) read(ctx context.Context, topic string, partition int32, offset int64) (*kgo.Record, string, error) {
+	starts, err := s.adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return nil, "", fmt.Errorf("listing the start offsets of %s: %w", topic, err)
+	}
+	start, ok := starts.Lookup(topic, partition)
+	switch {
+	case !ok || errors.Is(start.Err, kerr.UnknownTopicOrPartition):
+		return nil, fmt.Sprintf("topic %s has no partition %d", topic, partition), nil
+	case start.Err != nil:
+		return nil, "", fmt.Errorf("listing the start offset of %s/%d: %w", topic, partition, start.Err)
+	case offset < start.Offset:
+		return nil, fmt.Sprintf("the partition starts at offset %d now (retention)", start.Offset), nil
+	}
+	rd, err := NewReader(s.opts, map[string]map[int32]Span{topic: {partition: {From: offset, Until: offset + 1}}})
+	if err != nil {
+		return nil, "", err
+	}
+	defer rd.Close()
+	rd.Idle = s.idle
+	for !rd.Done() {
+		recs, err := rd.Poll(ctx, 0)
+		if err != nil {
+			return nil, "", fmt.Errorf("reading the original at %s: %w", coords(topic, partition, offset), err)
+		}
+		for _, r := range recs {
+			if r.Offset == offset {
+				return r, "", nil
+			}
+		}
+	}
+	return nil, "no record to read at that offset (compacted away, or past the partition's end)", nil
 }
 
 func header(r *kgo.Record, key string) string {
+	v, _ := lookup(r, key)
+	return string(v)
+}
+
+func lookup(r *kgo.Record, key string) ([]byte, bool) {
 	for _, h := range r.Headers {
 		if h.Key == key {
-			return string(h.Value)
+			return h.Value, true
 		}
 	}
-	return ""
+	return nil, false
 }
 
 func total(m map[string]int) int {

@@ -130,7 +130,7 @@ func TestReplayReadsCommittedRecordsOnly(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			start := time.Now()
-			res, err := Run(ctx, Options{Brokers: c.addrs, ClientOpts: tc.opts, DeadLetterTopics: []string{dlq}}, slog.New(slog.DiscardHandler))
+			res, err := Run(ctx, Options{Brokers: c.addrs, ClientOpts: tc.opts, DeadLetterTopics: []string{dlq}, Execute: true}, slog.New(slog.DiscardHandler))
 			n := len(strings.Fields(tc.want))
 			if err != nil || res.Read != n || res.Replayed["conflict"] != n-1 || res.Replayed["temporal_permanent"] != 1 {
 				t.Fatalf("replay, after %s: %v %+v, want the dead letters %s", time.Since(start).Round(time.Millisecond), err, res, tc.want)
@@ -167,7 +167,7 @@ func TestReplayEndsWhereOnlyAbortedRecordsAreLeft(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	start := time.Now()
-	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Idle: time.Second}, slog.New(slog.DiscardHandler))
+	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Idle: time.Second, Execute: true}, slog.New(slog.DiscardHandler))
 	if err != nil || res.Read != 1 || res.Replayed["conflict"] != 1 || time.Since(start) > 10*time.Second {
 		t.Fatalf("replay, after %s: %v %+v, want the one committed dead letter", time.Since(start).Round(time.Millisecond), err, res)
 	}
@@ -191,8 +191,154 @@ func TestReplaySkipsPartitionsEmptiedByRetention(t *testing.T) {
 	if _, err := kadm.NewClient(cl).DeleteRecords(ctx, kadm.Offsets{dlq: {0: {Topic: dlq, Partition: 0, At: 2}}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}}, slog.New(slog.DiscardHandler))
+	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Execute: true}, slog.New(slog.DiscardHandler))
 	if err != nil || res.Read != 1 || res.Replayed["conflict"] != 1 {
 		t.Fatalf("replay: %v %+v, want the one dead letter left", err, res)
+	}
+}
+
+// produceOriginal writes a binary-mode CloudEvent to events/0 and returns
+// it as written (offset, timestamp).
+func (c *cluster) produceOriginal(id string) *kgo.Record {
+	c.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer cl.Close()
+	r := &kgo.Record{Topic: topic, Partition: 0, Key: []byte("order-key"), Value: []byte(`{"total":12}`), Headers: []kgo.RecordHeader{
+		{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte(id)},
+		{Key: "ce_type", Value: []byte("order.created")}, {Key: "ce_source", Value: []byte("shop")},
+		{Key: "content-type", Value: []byte("application/json")}}}
+	out, err := cl.ProduceSync(context.Background(), r).First()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+// reducedDeadLetter is the router's dead letter of orig when the
+// dead-letter topic refused it whole: without its value (and, summarised,
+// its key and headers), flagged, with its reason and coordinates.
+func reducedDeadLetter(orig *kgo.Record, summarised bool) *kgo.Record {
+	dl := &kgo.Record{Topic: dlq, Partition: 0}
+	if !summarised {
+		dl.Key, dl.Headers = orig.Key, append(dl.Headers, orig.Headers...)
+	}
+	dl.Headers = append(dl.Headers,
+		kgo.RecordHeader{Key: schemas.HeaderDLQReason, Value: []byte("temporal_permanent")},
+		kgo.RecordHeader{Key: schemas.HeaderDLQTopic, Value: []byte(orig.Topic)},
+		kgo.RecordHeader{Key: schemas.HeaderDLQPartition, Value: fmt.Appendf(nil, "%d", orig.Partition)},
+		kgo.RecordHeader{Key: schemas.HeaderDLQOffset, Value: fmt.Appendf(nil, "%d", orig.Offset)},
+		kgo.RecordHeader{Key: schemas.HeaderDLQTimestamp, Value: []byte(orig.Timestamp.UTC().Format("2006-01-02T15:04:05.000Z07:00"))},
+		kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: fmt.Appendf(nil, "%d", len(orig.Value))})
+	if summarised {
+		dl.Headers = append(dl.Headers, kgo.RecordHeader{Key: schemas.HeaderDLQKeyDropped, Value: fmt.Appendf(nil, "%d", len(orig.Key))},
+			kgo.RecordHeader{Key: schemas.HeaderDLQHeadersDropped, Value: fmt.Appendf(nil, "%d", len(orig.Headers))})
+	}
+	return dl
+}
+
+// replayedCopies are the records of topic after the first n (the
+// originals).
+func (c *cluster) replayedCopies(n int) []*kgo.Record {
+	c.t.Helper()
+	var out []*kgo.Record
+	for _, r := range c.produced(n + 1) {
+		if r.Offset >= int64(n) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// A dead letter without the original's value (or key and headers: the
+// dead-letter topic refused it whole) is replayed whole: the original is
+// read from the source topic, where it still is, and sent back with its
+// value, key and headers, under its first coordinates. (Before: the value
+// went back null: a binary CloudEvent started with data null under the
+// real event ID, and a record without ce_* headers was a tombstone.)
+func TestReplayTakesWhatTheDeadLetterLacksFromTheSourceTopic(t *testing.T) {
+	for _, summarised := range []bool{false, true} {
+		t.Run(fmt.Sprintf("summarised=%v", summarised), func(t *testing.T) {
+			c := newCluster(t, 1)
+			orig := c.produceOriginal("order-1")
+			c.txn("router", commit, reducedDeadLetter(orig, summarised))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Idle: time.Second, Execute: true}, slog.New(slog.DiscardHandler))
+			if err != nil || res.Replayed["temporal_permanent"] != 1 || res.FromSource["temporal_permanent"] != 1 || len(res.Refused) != 0 {
+				t.Fatalf("replay: %v %+v", err, res)
+			}
+			got := c.replayedCopies(1)
+			if len(got) != 1 {
+				t.Fatalf("%d records replayed, want 1", len(got))
+			}
+			r := got[0]
+			if string(r.Value) != string(orig.Value) || string(r.Key) != string(orig.Key) || header(r, "ce_id") != "order-1" ||
+				header(r, "ce_type") != "order.created" || header(r, "content-type") != "application/json" {
+				t.Errorf("replayed key %q value %q headers %v, want the original's", r.Key, r.Value, r.Headers)
+			}
+			if o := header(r, schemas.HeaderOriginTopic) + "/" + header(r, schemas.HeaderOriginPartition) + "/" + header(r, schemas.HeaderOriginOffset); o != "events/0/0" {
+				t.Errorf("replayed origin %s, want events/0/0", o)
+			}
+			if _, ok := lookup(r, schemas.HeaderDLQValueDropped); ok {
+				t.Errorf("replayed record carries %s", schemas.HeaderDLQValueDropped)
+			}
+		})
+	}
+}
+
+// A dead letter without the original's value whose original left the
+// source topic (retention) is refused, even with Execute: the refusal names
+// the original's coordinates and why; nothing is sent. The dead letters
+// that are whole are replayed.
+func TestReplayRefusesADeadLetterWithoutItsValueWhenTheOriginalIsGone(t *testing.T) {
+	c := newCluster(t, 1)
+	orig := c.produceOriginal("order-1")
+	c.produceOriginal("order-2")
+	c.txn("router", commit, reducedDeadLetter(orig, false), deadLetter(0, "conflict", 1))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).DeleteRecords(ctx, kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Idle: time.Second, Execute: true}, slog.New(slog.DiscardHandler))
+	if err != nil || res.Replayed["conflict"] != 1 || res.Replayed["temporal_permanent"] != 0 || len(res.Refused) != 1 {
+		t.Fatalf("replay: %v %+v, want the conflict replayed and the temporal_permanent refused", err, res)
+	}
+	ref := res.Refused[0]
+	if ref.Original != "events/0/0" || ref.DeadLetter != "events.dlq/0/0" || ref.Reason != "temporal_permanent" ||
+		!strings.Contains(ref.Why, "value") || !strings.Contains(ref.Why, "starts at offset 1") {
+		t.Errorf("refusal %+v, want the original events/0/0, gone (the partition starts at offset 1)", ref)
+	}
+	if got := c.replayedCopies(2); len(got) != 1 || header(got[0], "ce_id") != "" {
+		t.Errorf("replayed %d records, want the conflict's only", len(got))
+	}
+}
+
+// Without Execute a replay is its plan: it reads everything (the source
+// topic too, for a dead letter without its value), counts what it would
+// replay and refuse, by reason, and writes nothing.
+func TestReplayWithoutExecuteWritesNothing(t *testing.T) {
+	c := newCluster(t, 1)
+	orig := c.produceOriginal("order-1")
+	c.txn("router", commit, reducedDeadLetter(orig, true), deadLetter(0, "conflict", 0), deadLetter(0, "no_route", 0),
+		&kgo.Record{Topic: dlq, Partition: 0, Value: []byte("{}")}) // not dedup's
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Reasons: []string{"conflict", "temporal_permanent", ""},
+		Idle: time.Second}, slog.New(slog.DiscardHandler))
+	if err != nil || res.Executed || res.Read != 4 || res.Replayed["conflict"] != 1 || res.Replayed["temporal_permanent"] != 1 ||
+		res.FromSource["temporal_permanent"] != 1 || res.Skipped["no_route"] != 1 || len(res.Refused) != 1 || !strings.Contains(res.Refused[0].Why, "not written by dedup") {
+		t.Fatalf("plan: %v %+v", err, res)
+	}
+	if got := c.replayedCopies(1); len(got) != 0 {
+		t.Errorf("the plan wrote %d records", len(got))
 	}
 }

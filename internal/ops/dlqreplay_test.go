@@ -1,0 +1,96 @@
+package ops
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupio/dedup/schemas"
+)
+
+// TestDLQReplayPrintsItsPlanAndWritesOnlyWithExecute: dedup dlq replay is
+// safe by default, as offsets reset: without --execute (or with
+// --dry-run) it prints its plan, in text and JSON (how many records per
+// reason, how many read back from the source topic because their dead
+// letter lacks the value, which it refuses and why) and writes nothing;
+// --dry-run with --execute is a usage error; with --execute it writes
+// what it planned.
+func TestDLQReplayPrintsItsPlanAndWritesOnlyWithExecute(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	orig := f.produce(0, order("o1", "1"))
+	dl := func(reason string, of *kgo.Record, extra ...kgo.RecordHeader) *kgo.Record {
+		return &kgo.Record{Topic: topic + ".dlq", Partition: 0, Headers: append([]kgo.RecordHeader{
+			{Key: schemas.HeaderDLQReason, Value: []byte(reason)}, {Key: schemas.HeaderDLQTopic, Value: []byte(topic)},
+			{Key: schemas.HeaderDLQPartition, Value: fmt.Appendf(nil, "%d", of.Partition)},
+			{Key: schemas.HeaderDLQOffset, Value: fmt.Appendf(nil, "%d", of.Offset)}}, extra...)}
+	}
+	whole := dl("conflict", orig)
+	whole.Value = orig.Value
+	if err := f.cl.ProduceSync(ctx, whole,
+		dl("temporal_permanent", orig, kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: fmt.Appendf(nil, "%d", len(orig.Value))}),
+		&kgo.Record{Topic: topic + ".dlq", Partition: 0, Value: []byte("{}")}, // not dedup's
+	).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	end := func() int64 {
+		t.Helper()
+		l, err := f.adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := int64(0)
+		l.Each(func(o kadm.ListedOffset) { n += o.Offset })
+		return n
+	}
+	before := end()
+	cfg := f.configFile()
+	cmd := []string{"dlq", "replay", "--config", cfg, "--timeout", "30s"}
+	for _, extra := range [][]string{nil, {"--dry-run"}} {
+		var out, errOut strings.Builder
+		code := run(ctx, append(slices.Clone(cmd), extra...), &out, &errOut, func(tl *Tool) { tl.idle = time.Second })
+		text := out.String()
+		for _, want := range []string{"read 3 dead letters", "would replay 2: conflict 1, temporal_permanent 1",
+			"1 from the source topic", "refused 1", "events.dlq/0/2", "not written by dedup", "--execute"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("dlq replay %v: %d, output lacks %q:\n%s%s", extra, code, want, text, errOut.String())
+			}
+		}
+		if code != ExitFound || end() != before {
+			t.Fatalf("dlq replay %v: exit %d, wrote %d records, want the plan and nothing written", extra, code, end()-before)
+		}
+	}
+	var out, errOut strings.Builder
+	if code := run(ctx, append(slices.Clone(cmd), "--output", "json"), &out, &errOut, func(tl *Tool) { tl.idle = time.Second }); code != ExitFound {
+		t.Fatalf("--output json: %d %s", code, errOut.String())
+	}
+	var rep ReplayReport
+	if err := json.Unmarshal([]byte(out.String()), &rep); err != nil {
+		t.Fatalf("--output json: %v\n%s", err, out.String())
+	}
+	if rep.Executed || rep.Read != 3 || rep.Replayed["conflict"] != 1 || rep.Replayed["temporal_permanent"] != 1 ||
+		rep.FromSource["temporal_permanent"] != 1 || len(rep.Refused) != 1 || rep.Refused[0].DeadLetter != "events.dlq/0/2" ||
+		!slices.Equal(rep.DeadLetterTopics, []string{"events.dlq"}) || end() != before {
+		t.Fatalf("--output json: %+v (wrote %d)", rep, end()-before)
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run(ctx, append(slices.Clone(cmd), "--dry-run", "--execute"), &out, &errOut, nil); code != ExitError ||
+		!strings.Contains(errOut.String(), "--execute") || end() != before {
+		t.Fatalf("--dry-run --execute: %d %q, want a usage error", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run(ctx, append(slices.Clone(cmd), "--execute"), &out, &errOut, func(tl *Tool) { tl.idle = time.Second }); code != ExitFound ||
+		!strings.Contains(out.String(), "replayed 2: conflict 1, temporal_permanent 1") || strings.Contains(out.String(), "would") ||
+		!strings.Contains(errOut.String(), "dlq replay") || end() != before+2 {
+		t.Fatalf("dlq replay --execute: %d %q %q, wrote %d", code, out.String(), errOut.String(), end()-before)
+	}
+}

@@ -1,0 +1,189 @@
+package processor
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/replay"
+	"github.com/dedupio/dedup/schemas"
+)
+
+// limitDeadLetterTopic sets the dead-letter topic's max.message.bytes
+// (kfake refuses a produce batch over it with MessageTooLarge, as a broker
+// does).
+func (e *testEnv) limitDeadLetterTopic(bytes int) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v := strconv.Itoa(bytes)
+	rs, err := e.adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &v}}, testTopic+".dlq")
+	if err == nil {
+		_, err = rs.On(testTopic+".dlq", nil)
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// produceWithHeaders writes raw with n headers of size bytes each to
+// partition p and returns its offset.
+func (e *testEnv) produceWithHeaders(p int32, raw []byte, n, size int) int64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kr := &kgo.Record{Topic: testTopic, Partition: p, Key: []byte("k"), Value: raw}
+	for i := 0; i < n; i++ {
+		v := make([]byte, size) // random: the producer's compression does not shrink it
+		_, _ = rand.Read(v)
+		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: fmt.Sprintf("h-%d", i), Value: v})
+	}
+	r, err := e.cl.ProduceSync(ctx, kr).First()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r.Offset
+}
+
+func headerOf(kr *kgo.Record, key string) (string, bool) {
+	for _, h := range kr.Headers {
+		if h.Key == key {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// A record whose headers make its dead letter too large for the
+// dead-letter topic (though the record fits its own topic) is still
+// dead-lettered: without its value, key and headers, flagged with what was
+// dropped, with its reason and coordinates; every partition commits to its
+// end. (Before: the value alone was dropped, the topic refused the dead
+// letter for ever, and the poll loop, which writes it, stalled every
+// partition.)
+func TestDeadLetterWithHeadersTooLargeForItsTopicIsWrittenSummarised(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	e.limitDeadLetterTopic(4096)
+	e.produce(0, "a", "v")
+	off := e.produceWithHeaders(0, []byte("not json"), 40, 200) // 8 KB of headers: fits events, not events.dlq
+	e.produce(0, "b", "v")
+	e.produce(1, "c", "v")
+	rn := e.start("r1", e.config())
+	e.waitCommittedToEnd(20 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	dls := e.dlqRecords()
+	if len(dls) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dls))
+	}
+	dl := dls[0]
+	want := map[string]string{schemas.HeaderDLQReason: string(ReasonUndecodable), schemas.HeaderDLQTopic: testTopic,
+		schemas.HeaderDLQPartition: "0", schemas.HeaderDLQOffset: strconv.FormatInt(off, 10),
+		schemas.HeaderDLQValueDropped: "8", schemas.HeaderDLQKeyDropped: "1", schemas.HeaderDLQHeadersDropped: "40"}
+	for k, v := range want {
+		if got, ok := headerOf(dl, k); !ok || got != v {
+			t.Errorf("dead letter header %s = %q (present %v), want %q", k, got, ok, v)
+		}
+	}
+	if _, ok := headerOf(dl, "h-0"); ok || dl.Value != nil || dl.Key != nil {
+		t.Errorf("dead letter keeps the original value %q, key %q or headers (%d headers)", dl.Value, dl.Key, len(dl.Headers))
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+}
+
+// A record whose dead letter the dead-letter topic refuses even reduced to
+// its reason and coordinates (max.message.bytes below that) stalls its own
+// partition only: the router goes on polling, starts the records after it
+// and commits the other partition to its end, and its partition's
+// committed offset stays at the record, so a restart reads it again.
+func TestDeadLetterThatNeverFitsStallsItsPartitionOnly(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	e.limitDeadLetterTopic(100)
+	e.produce(0, "a", "v")
+	off := e.produceRaw(0, []byte("not json"))
+	e.produce(0, "b", "v")
+	e.produce(1, "c", "v")
+	rn := e.start("r1", e.config())
+	eventually(t, 20*time.Second, func() bool {
+		c := e.committed()
+		return c[1] == e.ends()[1] && c[0] == off && len(e.starter.executionsOf(wid("b"))) == 1
+	}, func() string {
+		return fmt.Sprintf("committed %v (ends %v), b started %d times; want partition 1 at its end, partition 0 at %d",
+			e.committed(), e.ends(), len(e.starter.executionsOf(wid("b"))), off)
+	})
+	// The bound: 300 ms of commit ticks (every 50 ms) and retries.
+	stays(t, 300*time.Millisecond, func() bool { return e.committed()[0] == off },
+		func() string {
+			return fmt.Sprintf("committed %v past the record whose dead letter was never written", e.committed())
+		})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := len(e.dlq.recorded()); n != 0 {
+		t.Errorf("dead-letter log holds %d entries, want none", n)
+	}
+}
+
+// A record whose ID is its coordinates keeps that ID however often it is
+// dead-lettered and replayed: the origin travels with every copy, so the
+// whole dead-letter topic replayed round after round claims one workflow
+// ID only. Also when the dead letters are summarised (the original's
+// headers too large for the dead-letter topic) and replay reads each copy
+// back from the source topic.
+func TestReplayedCoordinatesEventKeepsItsIDOverRoundTrips(t *testing.T) {
+	for _, summarised := range []bool{false, true} {
+		t.Run(fmt.Sprintf("summarised=%v", summarised), func(t *testing.T) {
+			e := newTestEnv(t, 1, envOpt{})
+			cfg := e.config()
+			cfg.EventID.Chain = []eventid.Rule{eventid.RuleCoordinates}
+			raw := fmt.Appendf(nil, `{"type":%q,"data":{"v":1}}`, testType)
+			var off int64
+			if summarised {
+				e.limitDeadLetterTopic(4096)
+				off = e.produceWithHeaders(0, raw, 40, 200)
+			} else {
+				off = e.produceRaw(0, raw)
+			}
+			w := WorkflowID(testRoute, fmt.Sprintf("%s/0/%d", testTopic, off))
+			e.starter.failPermanent(w)
+			rn := e.start("r1", cfg)
+			e.waitCommittedToEnd(10 * time.Second)
+			const rounds = 3
+			for i := 0; i < rounds; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				res, err := replay.Run(ctx, replay.Options{Brokers: e.cluster.ListenAddrs(), DeadLetterTopics: []string{testTopic + ".dlq"},
+					Idle: time.Second, Execute: true}, testLogger("replay"))
+				cancel()
+				fromSource := res.FromSource[string(ReasonTemporalPermanent)] == res.Replayed[string(ReasonTemporalPermanent)]
+				if err != nil || len(res.Refused) != 0 || res.Replayed[string(ReasonTemporalPermanent)] == 0 || fromSource != summarised {
+					t.Fatalf("replay %d: %v %+v", i+1, err, res)
+				}
+				e.waitCommittedToEnd(10 * time.Second)
+			}
+			if err := rn.stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			claimed := map[string]int{}
+			for _, batch := range e.led.claimLog() {
+				for _, in := range batch {
+					claimed[in.WorkflowID]++
+				}
+			}
+			if len(claimed) != 1 || claimed[w] < rounds+1 {
+				t.Errorf("claimed %v over %d replays of the dead-letter topic, want only %s, at least %d times", claimed, rounds, w, rounds+1)
+			}
+		})
+	}
+}
