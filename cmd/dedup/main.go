@@ -108,7 +108,7 @@ func run(args []string) error {
 	case "ingress":
 		return stopped(ctx, ingress.Run(ctx, cfg, ingress.RunOptions{}))
 	case "migrate":
-		return ledger.Migrate(ctx, cfg.Postgres.URL)
+		return ledger.MigrateCommand(ctx, cfg.Postgres)
 	case "schedule pause", "schedule resume":
 		return app.SetSchedulePaused(ctx, cfg, trigger, cmd == "schedule pause", os.Stdout)
 	case "validate":

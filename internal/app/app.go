@@ -123,7 +123,7 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 				if err := led.Ready(ctx); err != nil {
 					return err
 				}
-				return ledger.Migrate(ctx, cfg.Postgres.URL)
+				return ledger.MigrateAtStart(ctx, cfg.Postgres)
 			})
 		},
 		func(ctx context.Context) (err error) {

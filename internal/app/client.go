@@ -47,7 +47,7 @@ func OpenClient(ctx context.Context, cfg Config, log *slog.Logger) (*client.Clie
 	if err := CheckKafka(ctx, cfg, log, kopts); err != nil {
 		return nil, err
 	}
-	led, err := ledgerread.Open(ctx, cfg.Postgres.URL, ledgerread.Options{AllowInsecure: cfg.Postgres.AllowInsecure, MaxConns: cfg.Postgres.MaxConns})
+	led, err := ledgerread.Open(ctx, cfg.Postgres.URL, ledgerread.Options{AllowInsecure: cfg.Postgres.AllowInsecure, MaxConns: cfg.Postgres.MaxConns, Pooler: cfg.Postgres.Pooler})
 	if err != nil {
 		return nil, fmt.Errorf("postgres.url: %w", err)
 	}

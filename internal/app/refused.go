@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/dedupio/dedup/sink/ledger"
+	"github.com/dedupio/dedup/sink/ledger/pooler"
 	"github.com/dedupio/dedup/sink/starter"
 )
 
@@ -43,8 +44,17 @@ func refusedPostgres(err error) error {
 		return fmt.Errorf("postgres.url: PostgreSQL refused the user or password (SQLSTATE %s; fix the credentials in postgres.url or DATABASE_URL): %w", pgErr.Code, err)
 	case errors.As(err, &pgErr) && pgErr.Code == "3D000":
 		return fmt.Errorf("postgres.url: the database does not exist (SQLSTATE 3D000; create it or fix the name): %w", err)
-	case errors.Is(err, ledger.ErrMayNotMigrate):
-		return err // it names postgres.url and `dedup migrate`
+	case errors.Is(err, ledger.ErrMayNotMigrate), errors.Is(err, ledger.ErrMigrationsNeedSession):
+		return err // it names the setting and `dedup migrate`
+	case errors.Is(pooler.Explain(err, pooler.None), pooler.ErrTransactionPooler):
+		// A transaction pooler postgres.pooler does not name (26000,
+		// 42P05); under transaction no statement is named, so this is
+		// never met there.
+		return pooler.Explain(err, pooler.None)
+	case errors.As(err, &pgErr) && pgErr.Code == "08P01" && strings.Contains(pgErr.Message, "unsupported startup parameter"):
+		// PgBouncer refuses a session parameter of the URL at login: it
+		// would refuse it on every retry.
+		return fmt.Errorf("postgres.url: the pooler refused a session parameter of the URL (%s): remove it and set it on the role instead (ALTER ROLE … SET): %w", pgErr.Message, err)
 	case errors.As(err, &pgErr) && pgErr.Code == "42501":
 		return fmt.Errorf("postgres.url: the user lacks a privilege dedup needs (SQLSTATE 42501; grant it): %w", err)
 	case ledger.Transient(err):

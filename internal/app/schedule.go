@@ -67,7 +67,7 @@ func SetSchedulePaused(ctx context.Context, cfg Config, name string, paused bool
 	if _, err := cfg.Schedules.Trigger(name); err != nil {
 		return err
 	}
-	if err := ledger.Migrate(ctx, cfg.Postgres.URL); err != nil {
+	if err := ledger.MigrateAtStart(ctx, cfg.Postgres); err != nil {
 		return err
 	}
 	led, err := ledger.Open(ctx, cfg.Postgres)

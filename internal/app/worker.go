@@ -48,7 +48,11 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	log.Info("worker starting: waiting for its dependencies", "admin", addr)
 
-	pool, err := pgxpool.New(ctx, cfg.Postgres.URL) // connects lazily
+	pc, err := cfg.Postgres.PoolConfig() // postgres.pooler's rule, as the routers'
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc) // connects lazily
 	if err != nil {
 		return fmt.Errorf("postgres.url: %w", err)
 	}
@@ -63,7 +67,7 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 				if err := ping(ctx, pool); err != nil {
 					return err
 				}
-				return ledger.Migrate(ctx, cfg.Postgres.URL)
+				return ledger.MigrateAtStart(ctx, cfg.Postgres)
 			})
 		},
 		func(ctx context.Context) (err error) {

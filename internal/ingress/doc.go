@@ -34,7 +34,10 @@
 //     Across replicas this is a PostgreSQL session advisory lock keyed by a
 //     32-bit hash of the event ID, held on one connection per ingress
 //     process (Locks): no table, nothing to expire, and a crashed process's
-//     locks go with its session. Requests take turns on that connection, one
+//     locks go with its session (behind a transaction pooler, postgres.pooler:
+//     transaction, the connection holds a transaction open while it holds a
+//     lock, so that its server session stays its own: NewPooledLocks).
+//     Requests take turns on that connection, one
 //     statement at a time; a statement runs to its end (at most 2 s) even if
 //     its client hangs up, and only a failure of the connection ends the
 //     session. Two different keys whose hashes collide, in flight on two

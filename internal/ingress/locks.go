@@ -10,6 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dedupio/dedup/sink/ledger"
+	"github.com/dedupio/dedup/sink/ledger/pooler"
 )
 
 // ErrInFlight is returned when a request with this event's key is being
@@ -36,6 +39,8 @@ const lockClass = 0x64647570 // "ddup"
 // socket) ends the session.
 type Locks struct {
 	url      string
+	cc       *pgx.ConnConfig // nil: parsed from url
+	inTx     bool            // hold a transaction open while locks are held (a transaction pooler)
 	log      *slog.Logger
 	degraded prometheus.Counter
 
@@ -49,6 +54,7 @@ type Locks struct {
 	conn      *pgx.Conn
 	gen       int           // bumped when conn is replaced: older locks went with it
 	locked    int           // advisory locks conn holds (taken, not yet unlocked)
+	open      bool          // conn is in the transaction inTx holds
 	downUntil time.Time     // after a failure, PostgreSQL is not tried again before this
 	downFor   time.Duration // the const downFor; shorter in tests
 }
@@ -69,6 +75,27 @@ var errDown = errors.New("postgres failed recently; not tried again yet")
 // failed, and those whose lock went with a failed connection.
 func NewLocks(url string, log *slog.Logger, degraded prometheus.Counter) *Locks {
 	return &Locks{url: url, log: log, degraded: degraded, held: map[string]bool{}, turn: make(chan struct{}, 1), downFor: downFor}
+}
+
+// NewPooledLocks locks in the PostgreSQL of cfg (postgres.url, through
+// postgres.pooler). Under a transaction pooler the locking session must
+// stay one server session while it holds a lock, so the connection keeps
+// a transaction open from its first lock to its last unlock (the locks
+// are still session locks, taken and released one by one inside it), and
+// commits when it holds none: the pooler then hands that server session,
+// with no lock on it, to other clients. Each replica so pins one server
+// session of the pooler while any of its requests is in flight.
+func NewPooledLocks(cfg ledger.Config, log *slog.Logger, degraded prometheus.Counter) (*Locks, error) {
+	if cfg.URL == "" {
+		return NewLocks("", log, degraded), nil
+	}
+	cc, err := cfg.ConnConfig()
+	if err != nil {
+		return nil, err
+	}
+	l := NewLocks(cfg.URL, log, degraded)
+	l.cc, l.inTx = cc, cfg.Pooler == pooler.Transaction
+	return l, nil
 }
 
 // Acquire takes key's lock, or returns ErrInFlight. release must be called
@@ -133,7 +160,15 @@ func (l *Locks) try(key string) (bool, int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), stmtTimeout)
 	defer cancel()
 	if l.conn == nil {
-		c, err := pgx.Connect(ctx, l.url)
+		var (
+			c   *pgx.Conn
+			err error
+		)
+		if l.cc != nil {
+			c, err = pgx.ConnectConfig(ctx, l.cc)
+		} else {
+			c, err = pgx.Connect(ctx, l.url)
+		}
 		if err != nil {
 			l.downUntil = time.Now().Add(l.downFor)
 			return false, 0, err
@@ -141,9 +176,26 @@ func (l *Locks) try(key string) (bool, int, error) {
 		l.conn = c
 		l.gen++
 	}
+	if l.inTx && !l.open {
+		if _, err := l.conn.Exec(ctx, "BEGIN"); err != nil {
+			l.dropConn(true)
+			l.downUntil = time.Now().Add(l.downFor)
+			return false, 0, err
+		}
+		l.open = true
+	}
 	var got bool
 	if err := l.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1::int4, hashtext($2))`, lockClass, key).Scan(&got); err != nil {
 		var pgErr *pgconn.PgError
+		if l.inTx {
+			// The transaction is aborted: no statement runs in it any
+			// more. Ending the connection ends the server session (a
+			// pooler closes one its client left in a transaction), and
+			// the locks with it.
+			l.dropConn(true)
+			l.downUntil = time.Now().Add(l.downFor)
+			return false, 0, err
+		}
 		if !errors.As(err, &pgErr) || l.conn.IsClosed() {
 			// No answer, or a broken connection: the session (and every
 			// lock on it) is as good as gone; make sure it is.
@@ -156,8 +208,25 @@ func (l *Locks) try(key string) (bool, int, error) {
 	}
 	if got {
 		l.locked++
+	} else if err := l.release(ctx); err != nil {
+		return false, 0, err
 	}
 	return got, l.gen, nil
+}
+
+// release commits inTx's transaction when conn holds no lock (the turn
+// held), so that the pooler may hand the server session to others; a
+// failed commit ends the connection.
+func (l *Locks) release(ctx context.Context) error {
+	if !l.open || l.locked > 0 {
+		return nil
+	}
+	if _, err := l.conn.Exec(ctx, "COMMIT"); err != nil {
+		l.dropConn(true)
+		return err
+	}
+	l.open = false
+	return nil
 }
 
 // unlock releases key's advisory lock, taken in session gen. It waits for
@@ -184,6 +253,9 @@ func (l *Locks) unlock(key string, gen int) {
 	if !was {
 		l.log.Warn("postgres advisory unlock: the session did not hold the lock", "key", key)
 	}
+	if err := l.release(ctx); err != nil {
+		l.log.Warn("postgres: ending the locking transaction failed; dropped the connection", "err", err)
+	}
 }
 
 // dropConn closes conn (the turn held): the server ends its session and
@@ -196,7 +268,7 @@ func (l *Locks) dropConn(failed bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = l.conn.Close(ctx)
 	cancel()
-	l.conn = nil
+	l.conn, l.open = nil, false
 	if failed && l.locked > 0 {
 		l.log.Warn("postgres locking session ended with requests in flight: they are locked in this process only", "requests", l.locked)
 		l.addDegraded(l.locked)

@@ -15,7 +15,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/dedupio/dedup/internal/testsupport/pgbouncer"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
+	"github.com/dedupio/dedup/sink/ledger"
+	"github.com/dedupio/dedup/sink/ledger/pooler"
 )
 
 // With PostgreSQL unreachable, a lock is per process (counted), answered
@@ -358,5 +361,62 @@ func TestLocksNewSessionKeepsItsLocks(t *testing.T) {
 	}
 	if d := counterValue(t, degA); d != 2 {
 		t.Errorf("degraded at the end: %v, want 2", d)
+	}
+}
+
+// Two replicas' locks through PgBouncer in transaction pooling (two
+// server sessions): they exclude each other per key as on a direct
+// connection, and a released key is free for the other replica and for a
+// third that comes later (no lock left behind on a shared session).
+func TestLocksAcrossReplicasThroughTransactionPooler(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	b := pgbouncer.Start(t, url, pgbouncer.Options{Mode: pgbouncer.Transaction, PoolSize: 2})
+	log := slog.New(slog.DiscardHandler)
+	open := func(name string) (*Locks, prometheus.Counter) {
+		degraded := prometheus.NewCounter(prometheus.CounterOpts{Name: name})
+		cfg := ledger.DefaultConfig()
+		cfg.URL, cfg.Pooler = b.URL(url), pooler.Transaction
+		l, err := NewPooledLocks(cfg, log, degraded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(l.Close)
+		return l, degraded
+	}
+	ra, da := open("a")
+	rb, db := open("b")
+	ctx := context.Background()
+	for round := range 3 {
+		rel, err := ra.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if _, err := rb.Acquire(ctx, "k"); !errors.Is(err, ErrInFlight) {
+			t.Fatalf("round %d: the other replica's acquire of a held key: %v, want ErrInFlight", round, err)
+		}
+		relOther, err := rb.Acquire(ctx, "k2")
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		relOther()
+		rel()
+		rel, err = rb.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatalf("round %d: after release: %v", round, err)
+		}
+		rel()
+	}
+	rc, dc := open("c")
+	for _, k := range []string{"k", "k2"} {
+		rel, err := rc.Acquire(ctx, k)
+		if err != nil {
+			t.Fatalf("a third replica's %s after every release: %v", k, err)
+		}
+		rel()
+	}
+	for name, d := range map[string]prometheus.Counter{"a": da, "b": db, "c": dc} {
+		if n := counterValue(t, d); n != 0 {
+			t.Errorf("replica %s: %v requests locked per process only, want 0 (the pooler answered every lock)", name, n)
+		}
 	}
 }

@@ -99,7 +99,10 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 	}
 	defer c.Close()
 	opened.Store(c)
-	locks := NewLocks(cfg.Postgres.URL, log, nil)
+	locks, err := NewPooledLocks(cfg.Postgres, log, nil)
+	if err != nil {
+		return err
+	}
 	defer locks.Close()
 	srv, err := NewServer(c, Options{MaxBodyBytes: cfg.IngressMaxBody(), Tokens: tokens, PublicURL: ic.PublicURL,
 		ProduceTimeout: ic.ProduceTimeout, Locks: locks, Registry: reg, Logger: log, Locked: o.Locked,

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/sink/ledger/ledgerread"
+	"github.com/dedupio/dedup/sink/ledger/pooler"
 )
 
 // Config says how to reach the ledger.
@@ -31,6 +33,18 @@ type Config struct {
 	// allowed without it (the dev stack, tests, a local TLS proxy such as
 	// the Cloud SQL Auth Proxy).
 	AllowInsecure bool `yaml:"allow_insecure"`
+	// Pooler says what is between dedup and PostgreSQL at URL: none (a
+	// direct connection, the default), session or transaction (PgBouncer's
+	// pool_mode). Under transaction every connection uses unnamed
+	// statements only (pgx's CacheDescribe mode), and `dedup migrate`,
+	// whose lock is a session's, is refused: run it with a direct URL.
+	// With a pooler, URL may set no session parameter but
+	// application_name, client_encoding, DateStyle, TimeZone and
+	// standard_conforming_strings (PgBouncer refuses the others at login).
+	// A transaction pooler that this setting does not name fails the
+	// first statements with SQLSTATE 26000 or 42P05: the error then names
+	// this setting. See docs/runbook.md, "Behind PgBouncer".
+	Pooler pooler.Mode `yaml:"pooler"`
 	// MaxConns bounds the pool. One router uses one connection for claims
 	// and one for marking starts; more only help ad-hoc queries.
 	MaxConns int32 `yaml:"max_conns"`
@@ -65,7 +79,7 @@ type Config struct {
 
 // DefaultConfig has everything but the URL.
 func DefaultConfig() Config {
-	return Config{MaxConns: 4, PurgeInterval: time.Hour, PurgeBatch: 10000, PendingAlertAfter: 10 * time.Minute}
+	return Config{Pooler: pooler.None, MaxConns: 4, PurgeInterval: time.Hour, PurgeBatch: 10000, PendingAlertAfter: 10 * time.Minute}
 }
 
 // Validate names the first invalid field.
@@ -86,6 +100,12 @@ func (c Config) Validate() error {
 		if err := verifiedTLS(pc.ConnConfig.Config); err != nil {
 			return err
 		}
+	}
+	if err := c.Pooler.Validate("postgres.pooler"); err != nil {
+		return err
+	}
+	if err := c.Pooler.Configure(pc.ConnConfig, "postgres.url"); err != nil {
+		return err
 	}
 	if c.MaxConns < 2 {
 		return fmt.Errorf("postgres.max_conns: %d, want at least 2", c.MaxConns)
@@ -112,4 +132,32 @@ func verifiedTLS(c pgconn.Config) error {
 			addr, how)
 	}
 	return nil
+}
+
+// PoolConfig is the pgx pool configuration of every pool a dedup process
+// opens on the ledger's database (the ledger's, the worker's): URL,
+// MaxConns, and what Pooler asks of a connection. Call Validate first.
+func (c Config) PoolConfig() (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(c.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parsing postgres.url: %w", err)
+	}
+	pc.MaxConns = c.MaxConns
+	if err := c.Pooler.Configure(pc.ConnConfig, "postgres.url"); err != nil {
+		return nil, err
+	}
+	return pc, nil
+}
+
+// ConnConfig is PoolConfig's for a single connection (the ingress's
+// locks, the migrations).
+func (c Config) ConnConfig() (*pgx.ConnConfig, error) {
+	cc, err := pgx.ParseConfig(c.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parsing postgres.url: %w", err)
+	}
+	if err := c.Pooler.Configure(cc, "postgres.url"); err != nil {
+		return nil, err
+	}
+	return cc, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/sink/ledger/pooler"
 )
 
 // Transient reports whether err is worth retrying: whether waiting heals
@@ -104,9 +105,16 @@ func certificateRefused(err error) bool {
 // returned) and the retry dials again, which reaches the new primary
 // once the failover is done. (target_session_attrs=read-write in
 // postgres.url makes the dial itself skip a server that is not one.)
+//
+// A transaction pooler that postgres.pooler does not name (SQLSTATE 26000
+// or 42P05 on pgx's named statements) is permanent too, with an error
+// that names the setting (pooler.Explain): it never heals by itself.
 func (p *Postgres) classify(err error) error {
 	if _, fenced := processor.IsFenced(err); err == nil || fenced || errors.Is(err, context.Canceled) {
 		return err
+	}
+	if e := pooler.Explain(err, p.pooler); e != err {
+		return processor.Permanent(e)
 	}
 	if readOnlyServer(err) {
 		p.pool.Reset()

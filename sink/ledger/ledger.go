@@ -10,6 +10,7 @@ import (
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
+	"github.com/dedupio/dedup/sink/ledger/pooler"
 )
 
 var (
@@ -33,6 +34,9 @@ func keysOf(ids []string) [][16]byte {
 // Postgres is the ledger.
 type Postgres struct {
 	pool *pgxpool.Pool
+	// pooler is postgres.pooler: errors that show another name it
+	// (pooler.Explain).
+	pooler pooler.Mode
 	// replaying is set while most of the last claimed batch's workflow IDs
 	// were already started: Claim then reads them first, and otherwise goes
 	// straight to the upsert, which answers started rows too.
@@ -44,20 +48,20 @@ func Open(ctx context.Context, cfg Config) (*Postgres, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	pc, err := pgxpool.ParseConfig(cfg.URL)
+	pc, err := cfg.PoolConfig()
 	if err != nil {
-		return nil, fmt.Errorf("parsing postgres.url: %w", err)
+		return nil, err
 	}
-	pc.MaxConns = cfg.MaxConns
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("creating pool: %w", err)
 	}
-	return &Postgres{pool: pool}, nil
+	return &Postgres{pool: pool, pooler: cfg.Pooler}, nil
 }
 
 // NewFromPool wraps a pool the caller configured (a query tracer, say:
-// the benchmark counts round trips with one). The caller closes it.
+// the benchmark counts round trips with one), with no pooler in front of
+// it. The caller closes it.
 func NewFromPool(pool *pgxpool.Pool) *Postgres { return &Postgres{pool: pool} }
 
 // Close releases the pool.

@@ -14,6 +14,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/dedupio/dedup/schemas"
+	"github.com/dedupio/dedup/sink/ledger/pooler"
 )
 
 // Migrate applies the embedded migrations up to the newest, then
@@ -30,15 +31,60 @@ func Migrate(ctx context.Context, url string) error {
 	if err != nil {
 		return fmt.Errorf("parsing postgres url: %w", err)
 	}
-	db := stdlib.OpenDB(*pc)
-	err = migrate(ctx, db)
+	return migrateWith(ctx, pc, true)
+}
+
+// MigrateCommand is `dedup migrate`: Migrate over cfg's connection. It is
+// refused under postgres.pooler: transaction, before connecting: the
+// migrations' lock is a session advisory lock, which a transaction pooler
+// leaves on a server session that other clients then use (the lock no
+// longer serialises the migrators, and stays held), and a migration
+// without a transaction spans several. Run it with a direct URL.
+func MigrateCommand(ctx context.Context, cfg Config) error {
+	if cfg.Pooler == pooler.Transaction {
+		return fmt.Errorf("postgres.pooler: transaction: `dedup migrate` holds a session advisory lock across transactions, "+
+			"which a transaction pooler cannot keep (%w): run it with a direct URL to PostgreSQL (postgres.url or DATABASE_URL "+
+			"to the server itself, postgres.pooler: none or session); docs/runbook.md, Behind PgBouncer", ErrMigrationsNeedSession)
+	}
+	cc, err := cfg.ConnConfig()
+	if err != nil {
+		return err
+	}
+	return migrateWith(ctx, cc, true)
+}
+
+// MigrateAtStart is the migration check of a process's start (routers,
+// the worker, the scheduler's commands): Migrate over cfg's connection,
+// except that under postgres.pooler: transaction it applies no
+// migration (see MigrateCommand): a schema behind this dedup is then an
+// error with ErrMigrationsNeedSession in it, and a current one is only
+// granted (GrantsSQL: one statement, a transaction-scoped lock).
+func MigrateAtStart(ctx context.Context, cfg Config) error {
+	cc, err := cfg.ConnConfig()
+	if err != nil {
+		return err
+	}
+	return migrateWith(ctx, cc, cfg.Pooler != pooler.Transaction)
+}
+
+// ErrMigrationsNeedSession is in the error of MigrateCommand and
+// MigrateAtStart under a transaction pooler: the migrations need a
+// session of their own. Waiting does not fix it; `dedup migrate` over a
+// direct URL does.
+var ErrMigrationsNeedSession = errors.New("the migrations need a direct connection, not a transaction pooler")
+
+// migrateWith opens database/sql over cc, migrates (or, when apply is
+// false, only checks that nothing is pending) and grants.
+func migrateWith(ctx context.Context, cc *pgx.ConnConfig, apply bool) error {
+	db := stdlib.OpenDB(*cc)
+	err := migrate(ctx, db, apply)
 	if cerr := db.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("closing the migration connection: %w", cerr)
 	}
 	return err
 }
 
-func migrate(ctx context.Context, db *sql.DB) error {
+func migrate(ctx context.Context, db *sql.DB, apply bool) error {
 	sub, err := fs.Sub(schemas.Migrations, "migrations")
 	if err != nil {
 		return err
@@ -56,12 +102,34 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return fmt.Errorf("loading migrations: %w", err)
 	}
+	if !apply {
+		// HasPending creates goose_db_version where there is none: a
+		// check that may not migrate reads whether it is there first.
+		var versioned bool
+		if err := db.QueryRowContext(ctx, `SELECT to_regclass('goose_db_version') IS NOT NULL`).Scan(&versioned); err != nil {
+			return fmt.Errorf("reading the ledger's schema version: %w", err)
+		}
+		if !versioned {
+			return fmt.Errorf("postgres.pooler: transaction: the ledger has no schema yet, "+
+				"and dedup does not migrate through a transaction pooler (%w): run `dedup migrate` with a direct URL "+
+				"(postgres.pooler: none), then start again", ErrMigrationsNeedSession)
+		}
+	}
 	// HasPending first: Up takes the migration lock and, on a schema
 	// without goose_db_version, creates it; a schema already current
 	// needs neither.
 	pending, err := prov.HasPending(ctx)
 	if err != nil {
 		return mayNotMigrate(ctx, db, prov, fmt.Errorf("reading the ledger's schema version: %w", err))
+	}
+	if pending && !apply {
+		cur, target, err := prov.GetVersions(ctx)
+		if err != nil {
+			return fmt.Errorf("reading the ledger's schema version: %w", err)
+		}
+		return fmt.Errorf("postgres.pooler: transaction: the ledger's schema is at version %d, this dedup needs %d, "+
+			"and dedup does not migrate through a transaction pooler (%w): run `dedup migrate` with a direct URL "+
+			"(postgres.pooler: none), then start again", cur, target, ErrMigrationsNeedSession)
 	}
 	if pending {
 		if _, err := prov.Up(ctx); err != nil {

@@ -10,10 +10,13 @@
 // migration.
 //
 // What it guarantees:
-//   - Open's sessions are read-only (default_transaction_read_only=on, a
-//     runtime parameter of every connection): even a user with write
-//     grants cannot change the ledger through a Reader. Give it a user
-//     with SELECT on dedup_ledger and dedup_conflicts only.
+//   - Open's reads are read-only: even a user with write grants cannot
+//     change the ledger through a Reader. On a direct connection every
+//     session is (default_transaction_read_only=on, a runtime parameter
+//     of every connection); behind a pooler (Options.Pooler), which
+//     refuses that parameter at login and shares sessions, every lookup
+//     is its own READ ONLY transaction instead. Give it a user with
+//     SELECT on dedup_ledger and dedup_conflicts only.
 //   - A lookup takes no lock and decides nothing: the routers' claim
 //     decides a start. What a lookup says may be stale a moment later (a
 //     router claims a record right after it).
@@ -37,6 +40,7 @@ import (
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
+	"github.com/dedupio/dedup/sink/ledger/pooler"
 )
 
 // Options say how Open connects.
@@ -50,12 +54,20 @@ type Options struct {
 	// MaxConns bounds the pool; 0: 4. A lookup holds one connection for
 	// one round trip.
 	MaxConns int32
+	// Pooler is what stands between the Reader and PostgreSQL (dedup's
+	// postgres.pooler; package pooler): behind one, lookups are READ ONLY
+	// transactions (three round trips instead of one) and, under
+	// pooler.Transaction, statements are unnamed.
+	Pooler pooler.Mode
 }
 
 // Reader looks up ledger rows over a read-only pool. It is safe for
 // concurrent use.
 type Reader struct {
 	pool *pgxpool.Pool
+	// inTx: each lookup is a READ ONLY transaction (behind a pooler; a
+	// direct session is read-only as a whole).
+	inTx bool
 }
 
 // Open parses url (a libpq connection string), checks its TLS, and
@@ -82,15 +94,23 @@ func Open(ctx context.Context, url string, o Options) (*Reader, error) {
 	} else {
 		pc.MaxConns = 4
 	}
-	if pc.ConnConfig.RuntimeParams == nil {
-		pc.ConnConfig.RuntimeParams = map[string]string{}
+	if err := o.Pooler.Validate("ledgerread: Options.Pooler"); err != nil {
+		return nil, err
 	}
-	pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	if err := o.Pooler.Configure(pc.ConnConfig, "ledgerread: the connection URL"); err != nil {
+		return nil, err
+	}
+	if !o.Pooler.Pooled() {
+		if pc.ConnConfig.RuntimeParams == nil {
+			pc.ConnConfig.RuntimeParams = map[string]string{}
+		}
+		pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("ledgerread: creating the pool: %w", err)
 	}
-	return &Reader{pool: pool}, nil
+	return &Reader{pool: pool, inTx: o.Pooler.Pooled()}, nil
 }
 
 // Close releases the pool.
@@ -100,7 +120,15 @@ func (r *Reader) Close() { r.pool.Close() }
 // not know (never claimed, or purged) is absent from the map. One query,
 // one round trip.
 func (r *Reader) Lookup(ctx context.Context, workflowIDs []string) (map[string]processor.LedgerEntry, error) {
-	return Lookup(ctx, r.pool, workflowIDs)
+	if !r.inTx || len(workflowIDs) == 0 {
+		return Lookup(ctx, r.pool, workflowIDs)
+	}
+	var out map[string]processor.LedgerEntry
+	err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) (err error) {
+		out, err = Lookup(ctx, tx, workflowIDs)
+		return err
+	})
+	return out, err
 }
 
 // Querier runs a query: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.

@@ -11,10 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dedupio/dedup/client"
+	"github.com/dedupio/dedup/internal/testsupport/pgbouncer"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/ledger/ledgerread"
+	"github.com/dedupio/dedup/sink/ledger/pooler"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -121,4 +123,57 @@ func TestOpenRefusesUnverifiedRemote(t *testing.T) {
 		t.Fatalf("loopback: %v", err)
 	}
 	r.Close()
+}
+
+// Behind PgBouncer, which refuses default_transaction_read_only at login,
+// the Reader's lookups answer (each a READ ONLY transaction), and under
+// transaction pooling they leave nothing read-only on the server session
+// the routers' ledger shares with them (one server session: the claim
+// after the lookup runs on the same one).
+func TestLookupThroughPooler(t *testing.T) {
+	for _, mode := range []pgbouncer.Mode{pgbouncer.Transaction, pgbouncer.Session} {
+		t.Run(string(mode), func(t *testing.T) {
+			url := pgtest.NewDatabase(t)
+			ctx := context.Background()
+			if err := ledger.Migrate(ctx, url); err != nil {
+				t.Fatal(err)
+			}
+			b := pgbouncer.Start(t, url, pgbouncer.Options{Mode: mode, PoolSize: 1})
+			lc := ledger.DefaultConfig()
+			lc.URL, lc.Pooler, lc.MaxConns = b.URL(url), pooler.Mode(mode), 2
+			led, err := ledger.Open(ctx, lc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(led.Close)
+			r, err := ledgerread.Open(ctx, b.URL(url), ledgerread.Options{Pooler: pooler.Mode(mode), MaxConns: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Under session pooling with one server session the Reader's
+			// session holds it: the ledger goes first and lets it go.
+			if _, err := led.Claim(ctx, []processor.Intent{intent("a", "p", 1)}); err != nil {
+				t.Fatal(err)
+			}
+			if mode == pgbouncer.Session {
+				led.Close()
+			}
+			for range 3 {
+				got, err := r.Lookup(ctx, []string{"activity-a:a", "activity-a:b"})
+				if err != nil {
+					t.Fatalf("lookup through the pooler: %v", err)
+				}
+				if len(got) != 1 || got["activity-a:a"].State != processor.LedgerState("pending") {
+					t.Fatalf("lookup: %+v, want activity-a:a pending only", got)
+				}
+			}
+			r.Close()
+			if mode == pgbouncer.Session {
+				return
+			}
+			if _, err := led.Claim(ctx, []processor.Intent{intent("b", "p", 2)}); err != nil {
+				t.Fatalf("claim on the server session after the lookups: %v", err)
+			}
+		})
+	}
 }

@@ -1,0 +1,69 @@
+package pgbouncer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dedupio/dedup/internal/testsupport/pgbouncer"
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// Under transaction pooling two clients share the server connection: a
+// statement one prepared is there for the other (one server connection,
+// so the second client is sure to get it).
+func TestTransactionModeSharesServerConnections(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	b := pgbouncer.Start(t, url, pgbouncer.Options{Mode: pgbouncer.Transaction, PoolSize: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := pgx.Connect(ctx, b.URL(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Close(ctx) }()
+	c, err := pgx.Connect(ctx, b.URL(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close(ctx) }()
+	if _, err := a.Exec(ctx, "PREPARE shared AS SELECT 41 + 1", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := c.QueryRow(ctx, "EXECUTE shared", pgx.QueryExecModeSimpleProtocol).Scan(&n); err != nil {
+		t.Fatalf("the other client's prepared statement is not on the shared server connection: %v", err)
+	}
+	if n != 42 {
+		t.Fatalf("EXECUTE shared = %d, want 42", n)
+	}
+}
+
+// Under session pooling a client has a server connection of its own: a
+// statement another client prepared is not there.
+func TestSessionModeKeepsSessionsApart(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	b := pgbouncer.Start(t, url, pgbouncer.Options{Mode: pgbouncer.Session})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a, err := pgx.Connect(ctx, b.URL(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Close(ctx) }()
+	c, err := pgx.Connect(ctx, b.URL(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close(ctx) }()
+	if _, err := a.Exec(ctx, "PREPARE mine AS SELECT 1", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "EXECUTE mine", pgx.QueryExecModeSimpleProtocol); err == nil {
+		t.Fatal("another session's prepared statement ran: the sessions share a server connection")
+	}
+}

@@ -1,0 +1,165 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dedupio/dedup/internal/testsupport/pgbouncer"
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/ledgertest"
+	"github.com/dedupio/dedup/sink/ledger"
+	"github.com/dedupio/dedup/sink/ledger/pooler"
+)
+
+// openPooled migrates a fresh database directly (migrations take a
+// session lock: never through a transaction pooler) and opens n ledgers
+// through a PgBouncer in front of it, in mode, with postgres.pooler
+// naming it.
+func openPooled(t *testing.T, mode pgbouncer.Mode, n int) []*ledger.Postgres {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	b := pgbouncer.Start(t, url, pgbouncer.Options{Mode: mode})
+	out := make([]*ledger.Postgres, n)
+	for i := range out {
+		cfg := ledger.DefaultConfig()
+		cfg.URL = b.URL(url)
+		cfg.Pooler = pooler.Mode(mode)
+		l, err := ledger.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(l.Close)
+		out[i] = l
+	}
+	return out
+}
+
+// Three routers' ledgers (four connections each) share PgBouncer's two
+// server connections in transaction pooling: each claims the same events
+// (in its own order), marks what it won, and looks them up, all at once.
+// Every event gets exactly one new verdict and ends as one started row.
+func TestClaimThroughTransactionPoolerKeepsOneRowPerEvent(t *testing.T) {
+	const routers, rounds, n = 3, 20, 50
+	ls := openPooled(t, pgbouncer.Transaction, routers)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	news := make([]int, routers)
+	var wg sync.WaitGroup
+	errs := make(chan error, routers)
+	for r, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range rounds {
+				in := make([]processor.Intent, n)
+				for i := range in {
+					j := (i + r*17) % n // another order per router
+					in[i] = intent(fmt.Sprintf("r%d-e%d", round, j), "same")
+				}
+				// Several ledger calls at once per router, as its claimer,
+				// marker and readiness probe make them.
+				var inner sync.WaitGroup
+				var cl []processor.Claimed
+				var cerr, lerr error
+				inner.Add(2)
+				go func() { defer inner.Done(); cl, cerr = l.Claim(ctx, in) }()
+				go func() { defer inner.Done(); _, lerr = l.Lookup(ctx, []string{in[0].WorkflowID, in[1].WorkflowID}) }()
+				inner.Wait()
+				if cerr != nil || lerr != nil {
+					errs <- fmt.Errorf("router %d, round %d: claim: %v, lookup: %v", r, round, cerr, lerr)
+					return
+				}
+				var won []processor.Started
+				for i, c := range cl {
+					if c.Verdict == processor.VerdictNew {
+						news[r]++
+						won = append(won, processor.Started{WorkflowID: in[i].WorkflowID, RunID: fmt.Sprintf("run-%d", r), Generation: c.Generation})
+					}
+				}
+				if err := l.MarkStarted(ctx, won); err != nil {
+					errs <- fmt.Errorf("router %d, round %d: mark started: %v", r, round, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	total := 0
+	for _, k := range news {
+		total += k
+	}
+	if total != rounds*n {
+		t.Errorf("%d new verdicts across the routers, want %d (one per event)", total, rounds*n)
+	}
+	counts, err := ls[0].Count(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts != (ledger.Counts{Started: rounds * n}) {
+		t.Errorf("ledger %+v, want %d started rows and nothing else", counts, rounds*n)
+	}
+}
+
+// The Ledger contract holds through PgBouncer in transaction pooling, as
+// on a direct connection.
+func TestLedgerContractThroughTransactionPooler(t *testing.T) {
+	ledgertest.Run(t, func(t *testing.T) ledgertest.Subject {
+		l := openPooled(t, pgbouncer.Transaction, 1)[0]
+		return ledgertest.Subject{Ledger: l, Row: func(ctx context.Context, id string) (processor.LedgerState, string, bool, error) {
+			rows, err := l.Lookup(ctx, []string{id})
+			e, ok := rows[id]
+			return e.State, e.RunID, ok, err
+		}}
+	})
+}
+
+// Through a transaction pooler that postgres.pooler does not name, the
+// second client's claim meets the first one's prepared statement on the
+// one server session they share (SQLSTATE 42P05): a permanent error (it
+// never heals) that names the setting to change.
+func TestClaimThroughUnnamedTransactionPoolerNamesTheSetting(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	b := pgbouncer.Start(t, url, pgbouncer.Options{Mode: pgbouncer.Transaction, PoolSize: 1})
+	var ls [2]*ledger.Postgres
+	for i := range ls {
+		cfg := ledger.DefaultConfig()
+		cfg.URL = b.URL(url) // postgres.pooler left at none
+		l, err := ledger.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(l.Close)
+		ls[i] = l
+	}
+	if _, err := ls[0].Claim(ctx, []processor.Intent{intent("a", "p")}); err != nil {
+		t.Fatalf("first client's claim: %v", err)
+	}
+	_, err := ls[1].Claim(ctx, []processor.Intent{intent("b", "p")})
+	if err == nil {
+		t.Fatal("second client's claim through the shared session passed: its statement was not prepared by name")
+	}
+	if !processor.IsPermanent(err) || !errors.Is(err, pooler.ErrTransactionPooler) || !strings.Contains(err.Error(), "set postgres.pooler: transaction") {
+		t.Fatalf("claim error %q (permanent: %v): want a permanent error naming postgres.pooler", err, processor.IsPermanent(err))
+	}
+}
