@@ -342,3 +342,28 @@ func TestReplayWithoutExecuteWritesNothing(t *testing.T) {
 		t.Errorf("the plan wrote %d records", len(got))
 	}
 }
+
+// The rule: a dead letter the replay cannot send back is refused, naming
+// the original's coordinates, and the plan says so; the others are
+// replayed. A whole dead letter whose source topic no longer exists (the
+// topic deleted, or renamed, since) is planned as "would replay", and with
+// Execute its produce fails the whole run (exit 2) instead of being
+// refused like a reduced dead letter whose source is gone. Fails today:
+// the plan counts it as replayed and the execution returns an error.
+func TestReplayRefusesADeadLetterWhoseSourceTopicIsGone(t *testing.T) {
+	for _, execute := range []bool{false, true} {
+		t.Run(fmt.Sprintf("execute=%v", execute), func(t *testing.T) {
+			c := newCluster(t, 1)
+			gone := deadLetter(0, "conflict", 7)
+			gone.Headers[1].Value = []byte("orders-deleted") // dedup-topic: a topic that is not there
+			c.txn("router", commit, gone, deadLetter(0, "conflict", 8))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Idle: time.Second, Execute: execute},
+				slog.New(slog.DiscardHandler))
+			if err != nil || res.Replayed["conflict"] != 1 || len(res.Refused) != 1 || res.Refused[0].Original != "orders-deleted/0/7" {
+				t.Fatalf("replay: %v %+v, want the dead letter of events replayed and that of orders-deleted/0/7 refused", err, res)
+			}
+		})
+	}
+}
