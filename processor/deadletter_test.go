@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"testing"
@@ -185,5 +186,115 @@ func TestReplayedCoordinatesEventKeepsItsIDOverRoundTrips(t *testing.T) {
 				t.Errorf("claimed %v over %d replays of the dead-letter topic, want only %s, at least %d times", claimed, rounds, w, rounds+1)
 			}
 		})
+	}
+}
+
+// produceRecord writes kr to the test topic as a producer would (its own
+// headers, whatever their names) and returns its offset.
+func (e *testEnv) produceRecord(kr *kgo.Record) int64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kr.Topic = testTopic
+	r, err := e.cl.ProduceSync(ctx, kr).First()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r.Offset
+}
+
+// The rule: a dead letter always fits a dead-letter topic that takes a
+// kilobyte (deadLetterWriter's contract); the runbook says only a limit
+// "below a few hundred bytes" refuses even the summary. The summary keeps
+// the workflow ID whole and the error cut to 512 bytes, and the error
+// names the workflow ID again: an event whose ID is as long as
+// event_id.max_id_length allows (900, a valid setting; its workflow ID
+// stays under Temporal's 1,000 bytes) has a summary over a kilobyte, so
+// its partition stops committing. Fails today: partition 0 stays at the
+// record.
+func TestDeadLetterSummaryFitsATopicThatTakesAKilobyte(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	e.limitDeadLetterTopic(1024)
+	cfg := e.config()
+	cfg.EventID.MaxIDLength = 900
+	b := make([]byte, 450)
+	_, _ = rand.Read(b) // random: the producer's compression does not shrink it
+	id := hex.EncodeToString(b)
+	e.starter.failPermanent(wid(id))
+	e.produce(0, id, "v")
+	rn := e.start("r1", cfg)
+	e.waitCommittedToEnd(20 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := e.dlqReasons(); got[string(ReasonTemporalPermanent)] != 1 {
+		t.Errorf("dead letters by reason %v, want one temporal_permanent", got)
+	}
+}
+
+// The rule: the coordinates ID rule takes a record's first coordinates
+// from dedup-origin-* only when dedup's replay put them there (STYLE 22:
+// a header that grants an identity is checked by its reader). A producer
+// writing straight into the source topic with dedup-origin-* naming
+// another record's coordinates must not take that record's event ID:
+// today it does, so its event is dead-lettered as a conflict of the other
+// (or, with the same payload, skipped as its duplicate) and never starts.
+// A record whose origin names coordinates dedup never dead-lettered (the
+// dead-letter log knows every one it did) is no replayed copy.
+func TestCoordinatesRuleIgnoresOriginHeadersAProducerWrote(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	cfg := e.config()
+	cfg.EventID.Chain = []eventid.Rule{eventid.RuleCoordinates}
+	first := e.produceRaw(0, fmt.Appendf(nil, `{"type":%q,"data":{"v":"a"}}`, testType))
+	forged := e.produceRecord(&kgo.Record{Value: fmt.Appendf(nil, `{"type":%q,"data":{"v":"b"}}`, testType), Headers: []kgo.RecordHeader{
+		{Key: schemas.HeaderOriginTopic, Value: []byte(testTopic)}, {Key: schemas.HeaderOriginPartition, Value: []byte("0")},
+		{Key: schemas.HeaderOriginOffset, Value: []byte(strconv.FormatInt(first, 10))}}})
+	rn := e.start("r1", cfg)
+	e.waitCommittedToEnd(20 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, off := range []int64{first, forged} {
+		w := WorkflowID(testRoute, fmt.Sprintf("%s/0/%d", testTopic, off))
+		if n := len(e.starter.executionsOf(w)); n != 1 {
+			t.Errorf("%s: %d executions, want 1 (dead letters %v)", w, n, e.dlqReasons())
+		}
+	}
+}
+
+// The rule: a dead letter's dedup-topic, dedup-partition, dedup-offset
+// and dedup-reason are the router's, whatever headers the original
+// carried. A whole dead letter keeps the original's headers first and
+// appends the router's; a record that carries its own dedup-topic (a
+// producer's, or a dead letter copied back by hand with kcat) makes the
+// replay read the original's header, not the router's: it sends the
+// event to that topic (here audit, which the producer may not write and
+// the router does not read) instead of back to events. Fails today: the
+// replay writes to audit.
+func TestDeadLetterOfARecordCarryingDedupHeadersIsReplayedToItsSourceTopic(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := e.adm.CreateTopic(ctx, 1, 1, nil, "audit"); err != nil {
+		t.Fatal(err)
+	}
+	e.produceRecord(&kgo.Record{Value: []byte("not json"), Headers: []kgo.RecordHeader{
+		{Key: schemas.HeaderDLQTopic, Value: []byte("audit")}, {Key: schemas.HeaderDLQPartition, Value: []byte("0")},
+		{Key: schemas.HeaderDLQOffset, Value: []byte("0")}}})
+	rn := e.start("r1", e.config())
+	e.waitCommittedToEnd(20 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	res, err := replay.Run(ctx, replay.Options{Brokers: e.cluster.ListenAddrs(), DeadLetterTopics: []string{testTopic + ".dlq"},
+		Idle: time.Second, Execute: true}, testLogger("replay"))
+	if err != nil || res.Replayed[string(ReasonUndecodable)] != 1 {
+		t.Fatalf("replay: %v %+v", err, res)
+	}
+	if got, want := e.endsOf("audit")[0], int64(0); got != want {
+		t.Errorf("audit holds %d records after the replay, want %d: the event went to the topic its own header named", got, want)
+	}
+	if got := e.ends()[0]; got != 2 {
+		t.Errorf("events ends at %d after the replay, want 2 (the original and its replayed copy)", got)
 	}
 }

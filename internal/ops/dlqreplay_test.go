@@ -94,3 +94,39 @@ func TestDLQReplayPrintsItsPlanAndWritesOnlyWithExecute(t *testing.T) {
 		t.Fatalf("dlq replay --execute: %d %q %q, wrote %d", code, out.String(), errOut.String(), end()-before)
 	}
 }
+
+// The rule: dlq replay sends a record back "through the dedup gate
+// again", so it replays only to topics the config's routers read
+// (kafka.topics) and refuses, naming the original's coordinates, a dead
+// letter whose dedup-topic is another (a shared dead-letter topic after
+// a topic left the config, or a dead letter whose headers name any topic
+// at all). Today it plans "would replay" and, with --execute, writes the
+// event to that topic, which no router reads, and reports it replayed.
+func TestDLQReplayRefusesADeadLetterOfATopicTheRoutersDoNotRead(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.adm.CreateTopic(ctx, 1, 1, nil, "legacy"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.cl.ProduceSync(ctx, &kgo.Record{Topic: topic + ".dlq", Partition: 0, Value: []byte(order("o1", "1")), Headers: []kgo.RecordHeader{
+		{Key: schemas.HeaderDLQReason, Value: []byte("no_route")}, {Key: schemas.HeaderDLQTopic, Value: []byte("legacy")},
+		{Key: schemas.HeaderDLQPartition, Value: []byte("0")}, {Key: schemas.HeaderDLQOffset, Value: []byte("4")}}}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	code := run(ctx, []string{"dlq", "replay", "--config", f.configFile(), "--timeout", "30s", "--execute", "--output", "json"}, &out, &errOut,
+		func(tl *Tool) { tl.idle = time.Second })
+	var rep ReplayReport
+	if err := json.Unmarshal([]byte(out.String()), &rep); err != nil {
+		t.Fatalf("dlq replay: %d %v\n%s%s", code, err, out.String(), errOut.String())
+	}
+	l, err := f.adm.ListEndOffsets(ctx, "legacy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy, _ := l.Lookup("legacy", 0)
+	if rep.Replayed["no_route"] != 0 || len(rep.Refused) != 1 || rep.Refused[0].Original != "legacy/0/4" || legacy.Offset != 0 {
+		t.Errorf("dlq replay --execute: exit %d, %+v, wrote %d records to legacy; want the dead letter of legacy/0/4 refused, nothing written",
+			code, rep, legacy.Offset)
+	}
+}

@@ -342,3 +342,78 @@ func TestReplayWithoutExecuteWritesNothing(t *testing.T) {
 		t.Errorf("the plan wrote %d records", len(got))
 	}
 }
+
+// The rule: a dead letter the replay cannot send back is refused, naming
+// the original's coordinates, and the plan says so; the others are
+// replayed. A whole dead letter whose source topic no longer exists (the
+// topic deleted, or renamed, since) is planned as "would replay", and with
+// Execute its produce fails the whole run (exit 2) instead of being
+// refused like a reduced dead letter whose source is gone. Fails today:
+// the plan counts it as replayed and the execution returns an error.
+func TestReplayRefusesADeadLetterWhoseSourceTopicIsGone(t *testing.T) {
+	for _, execute := range []bool{false, true} {
+		t.Run(fmt.Sprintf("execute=%v", execute), func(t *testing.T) {
+			c := newCluster(t, 1)
+			gone := deadLetter(0, "conflict", 7)
+			gone.Headers[1].Value = []byte("orders-deleted") // dedup-topic: a topic that is not there
+			c.txn("router", commit, gone, deadLetter(0, "conflict", 8))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Idle: time.Second, Execute: execute},
+				slog.New(slog.DiscardHandler))
+			if err != nil || res.Replayed["conflict"] != 1 || len(res.Refused) != 1 || res.Refused[0].Original != "orders-deleted/0/7" {
+				t.Fatalf("replay: %v %+v, want the dead letter of events replayed and that of orders-deleted/0/7 refused", err, res)
+			}
+		})
+	}
+}
+
+// The rule: a dead letter that lacks part of the original is completed
+// only from the original itself; a recreated source topic is refused
+// (runbook, Replaying dead letters). The only check is the timestamp at
+// millisecond precision, and the timestamp is the producer's (CreateTime,
+// set by many producers from the event's own time, often whole seconds):
+// another event in the recreated topic at the same offset with the same
+// timestamp passes it, and the replay sends that event under the first
+// one's origin (dedup-origin-*: the coordinates rule gives it the first
+// event's ID). Fails today: it is replayed from the source.
+func TestReplayRefusesAnotherEventAtTheOriginalsCoordinatesWithItsTimestamp(t *testing.T) {
+	c := newCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC) // the event's time, set by its producer
+	event := func(id string) *kgo.Record {
+		return &kgo.Record{Topic: topic, Partition: 0, Timestamp: at, Key: []byte("k"), Value: []byte(`{"total":12}`), Headers: []kgo.RecordHeader{
+			{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte(id)},
+			{Key: "ce_type", Value: []byte("order.created")}, {Key: "ce_source", Value: []byte("shop")}}}
+	}
+	orig, err := cl.ProduceSync(ctx, event("order-1")).First()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.txn("router", commit, reducedDeadLetter(orig, true))
+	adm := kadm.NewClient(cl)
+	if _, err := adm.DeleteTopics(ctx, topic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+		t.Fatal(err)
+	}
+	cl2, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner())) // the recreated topic's ID
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl2.Close()
+	if err := cl2.ProduceSync(ctx, event("order-2")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Idle: time.Second}, slog.New(slog.DiscardHandler))
+	if err != nil || res.Replayed["temporal_permanent"] != 0 || len(res.Refused) != 1 || res.Refused[0].Original != "events/0/0" {
+		t.Fatalf("plan: %v %+v, want the dead letter of order-1 refused (events/0/0 now holds order-2)", err, res)
+	}
+}
