@@ -403,6 +403,7 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 	}
 	cfg.Ingress.AdminListen = ""
 	cfg.Ingress.TokensFile = tokens
+	useTenantKeys(t, &cfg, e.t.TempDir())
 	cfg.Ingress.MaxBodyBytes = 4096
 	base := "http://" + cfg.Ingress.Listen
 	ing := exec.Command(dedupBin, "ingress", "--config", e.writeConfig(cfg))
@@ -520,6 +521,7 @@ func TestIngressTenantsOneKeyTwoWorkflows(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Ingress.TokensFile = tokens
+	useTenantKeys(t, &cfg, e.t.TempDir())
 	r := e.startRouter(cfg)
 	defer r.stop(t)
 	in := e.startIngress(cfg, nil)
@@ -633,5 +635,16 @@ func TestDirectProducerCannotImpersonateTenant(t *testing.T) {
 	}
 }
 
-// useTenantKeys gives cfg a tenant keyring in dir (none before the fix).
-func useTenantKeys(t *testing.T, cfg *app.Config, dir string) {}
+// useTenantKeys gives cfg a tenant keyring in dir, which the ingress
+// and the routers read.
+func useTenantKeys(t *testing.T, cfg *app.Config, dir string) {
+	t.Helper()
+	path := dir + "/tenant-keys.yaml"
+	if err := os.WriteFile(path, []byte("keys: [{id: k1, secret: "+testTenantSecret+"}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Kafka.TenantKeysFile = path
+}
+
+// testTenantSecret is the tests' tenant key (32 bytes, base64).
+const testTenantSecret = "dGVzdC10ZW5hbnQta2V5LTAxMjM0NTY3ODlhYmNkZWY="

@@ -114,6 +114,9 @@ func (c IngressConfig) Validate(k processor.Config) error {
 		return fmt.Errorf("ingress.topic: %q is not one of kafka.topics %v: no router would read it", c.Topic, k.Topics)
 	case c.MaxBodyBytes < 0 || c.MaxBodyBytes > k.MaxValueBytes:
 		return fmt.Errorf("ingress.max_body_bytes: %d, want 0 (kafka.max_value_bytes) up to kafka.max_value_bytes %d", c.MaxBodyBytes, k.MaxValueBytes)
+	case c.TokensFile != "" && k.TenantKeysFile == "":
+		return errors.New("kafka.tenant_keys_file: empty while ingress.tokens_file names tenants: the routers take a tenant's record " +
+			"only signed with a key of that file, which the ingress and the routers read (docs/security.md, Tenant identity)")
 	case (c.TLS.CertFile == "") != (c.TLS.KeyFile == ""):
 		return errors.New("ingress.tls.cert_file, key_file: set both or neither")
 	case c.ProduceTimeout <= 0:

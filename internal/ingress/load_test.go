@@ -411,6 +411,10 @@ func testLoadTenantLimits(t *testing.T, e *loadEnv) {
 	}
 	cfg := e.config(loadMaxBody)
 	cfg.Ingress.TokensFile = tokens
+	cfg.Kafka.TenantKeysFile = filepath.Join(dir, "tenant-keys.yaml")
+	if err := os.WriteFile(cfg.Kafka.TenantKeysFile, []byte(testKeyring), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Ingress.Limits = app.IngressLimits{Rate: rate, Burst: burst, MaxConcurrent: 256, MaxConcurrentPerTenant: 128}
 	p, err := e.start("ingress-limits", cfg, configYAML(t, cfg, nil))
 	if err != nil {

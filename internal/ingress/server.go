@@ -252,7 +252,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	pr := principalOf(r)
 	if pr.Tenant != "" {
 		// The tenant scopes the event's ID (eventid.TenantHeader): the
-		// request cannot set this header (only ce-* headers are copied).
+		// request cannot set this header (only ce-* headers are copied),
+		// and Prepare signs the record with the tenant keyring, without
+		// which the routers dead-letter it (forged_tenant).
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: eventid.TenantHeader, Value: []byte(pr.Tenant)})
 		if rec.Key != nil {
 			rec.Key = []byte(eventid.ScopedID(pr.Tenant, string(rec.Key))) // the record key is the event ID
@@ -261,6 +263,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	p, err := s.c.Prepare(rec)
 	var invalid *client.InvalidEventError
 	switch {
+	case errors.As(err, &invalid) && invalid.Reason == string(processor.ReasonForgedTenant):
+		// The ingress could not sign its caller's record (the tenant
+		// keyring is unreadable or invalid): ours to fix, not the caller's.
+		s.o.Logger.Error("signing a tenant's record failed: check kafka.tenant_keys_file", "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the ingress cannot sign this tenant's event now; retry", nil)
+		return
 	case errors.As(err, &invalid) && invalid.Reason == string(processor.ReasonOversized):
 		writeProblem(w, http.StatusRequestEntityTooLarge, invalid.Reason, invalid.Error(), nil)
 		return

@@ -29,6 +29,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/tenantsig"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -171,10 +172,10 @@ func original(r *kgo.Record) (*kgo.Record, error) {
 			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: schemas.HeaderOriginPartition, Value: h.Value})
 		case schemas.HeaderDLQOffset:
 			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: schemas.HeaderOriginOffset, Value: h.Value})
-		case eventid.TenantHeader:
-			// The event's own header (its ID is the tenant's), not one
-			// dedup's dead-lettering added: replayed, the event keeps its
-			// ID and its workflows.
+		case eventid.TenantHeader, tenantsig.Header:
+			// The event's own headers (its ID is the tenant's, signed by
+			// the ingress), not ones dedup's dead-lettering added:
+			// replayed, the event keeps its ID and its workflows.
 			rec.Headers = append(rec.Headers, h)
 		default:
 			if !strings.HasPrefix(h.Key, "dedup-") {
