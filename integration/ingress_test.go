@@ -390,7 +390,7 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 	e := newEnv(t, 1)
 	cfg := e.config()
 	tokens := e.t.TempDir() + "/tokens"
-	if err := os.WriteFile(tokens, []byte(`tokens: [{tenant: shop, token: s3cret-0123456789, event_types: ["*"], read_status: true}]`+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(`tokens: [{tenant: shop, token: s3cret-0123456789, event_types: ["*"], routes: ["*"], read_status: true}]`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -515,8 +515,8 @@ func TestIngressTenantsOneKeyTwoWorkflows(t *testing.T) {
 	cfg := e.config()
 	tokens := e.t.TempDir() + "/tokens.yaml"
 	if err := os.WriteFile(tokens, []byte(`tokens:
-- {tenant: acme, token: acme-token-0123456789, event_types: ["order.*"], read_status: true}
-- {tenant: globex, token: globex-token-0123456789, event_types: ["order.*"], read_status: true}
+- {tenant: acme, token: acme-token-0123456789, event_types: ["order.*"], routes: ["*"], read_status: true}
+- {tenant: globex, token: globex-token-0123456789, event_types: ["order.*"], routes: ["*"], read_status: true}
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -582,7 +582,7 @@ func TestDirectProducerCannotImpersonateTenant(t *testing.T) {
 	cfg := e.config()
 	dir := e.t.TempDir()
 	tokens := dir + "/tokens.yaml"
-	if err := os.WriteFile(tokens, []byte(`tokens: [{tenant: acme, token: acme-token-0123456789, event_types: ["order.*"], read_status: true}]`+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(`tokens: [{tenant: acme, token: acme-token-0123456789, event_types: ["order.*"], routes: ["*"], read_status: true}]`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Ingress.TokensFile = tokens

@@ -404,8 +404,8 @@ func testLoadTenantLimits(t *testing.T, e *loadEnv) {
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens.yaml")
 	if err := os.WriteFile(tokens, fmt.Appendf(nil, `tokens:
-  - {tenant: acme, token: %q, event_types: ["*"], read_status: true}
-  - {tenant: bravo, token: %q, event_types: ["*"], read_status: true}
+  - {tenant: acme, token: %q, event_types: ["*"], routes: ["*"], read_status: true}
+  - {tenant: bravo, token: %q, event_types: ["*"], routes: ["*"], read_status: true}
 `, tokA, tokB), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -290,7 +290,7 @@ func TestBearerTokens(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("# producers\ntokens:\n- {tenant: shop, token: s3cret-0123456789, event_types: [\"*\"]}\n- {tenant: shop, token: other-token-0123456789, event_types: [\"*\"]}\n")
+	write("# producers\ntokens:\n- {tenant: shop, token: s3cret-0123456789, event_types: [\"*\"], routes: [\"*\"]}\n- {tenant: shop, token: other-token-0123456789, event_types: [\"*\"], routes: [\"*\"]}\n")
 	tokens, err := LoadTokens("ingress.tokens_file", path)
 	if err != nil {
 		t.Fatal(err)
@@ -313,7 +313,7 @@ func TestBearerTokens(t *testing.T) {
 	}
 	// Rotated: the old token no longer works, the new one does.
 	time.Sleep(10 * time.Millisecond)
-	write("tokens: [{tenant: shop, token: n3w-token-0123456789, event_types: [\"*\"]}]\n")
+	write("tokens: [{tenant: shop, token: n3w-token-0123456789, event_types: [\"*\"], routes: [\"*\"]}]\n")
 	if r := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json", "Authorization", "Bearer s3cret-0123456789"); r.code != 401 {
 		t.Errorf("old token after rotation: %d", r.code)
 	}

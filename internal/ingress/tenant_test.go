@@ -46,8 +46,8 @@ func writeTokens(t *testing.T, content string) *Tokens {
 }
 
 const tenantsFile = `tokens:
-- {tenant: acme, token: acme-token-0123456789, event_types: ["order.*"], read_status: true}
-- {tenant: globex, token: globex-token-0123456789, event_types: ["*"], read_status: true}
+- {tenant: acme, token: acme-token-0123456789, event_types: ["order.*"], routes: ["*"], read_status: true}
+- {tenant: globex, token: globex-token-0123456789, event_types: ["*"], routes: ["*"], read_status: true}
 - {tenant: initech, token: initech-token-0123456789, event_types: ["*"], routes: [notes]}
 `
 
