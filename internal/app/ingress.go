@@ -134,6 +134,11 @@ func (c IngressConfig) Validate(k processor.Config) error {
 	}
 	if c.PublicURL != "" {
 		u, err := url.Parse(c.PublicURL)
+		if err == nil && u.User != nil {
+			// Every 202 would publish it in its status URLs: never, and
+			// never in this error either.
+			return errors.New("ingress.public_url: has user info (user:password@): the status URLs of every answer would carry it; want http(s)://host[/path]")
+		}
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 			return fmt.Errorf("ingress.public_url: %q, want http(s)://host[/path]", c.PublicURL)
 		}
