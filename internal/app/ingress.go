@@ -71,13 +71,16 @@ type IngressConfig struct {
 }
 
 // IngressLimits are the ingress's limits. Memory: at most MaxConcurrent
-// requests are read at once, each body at most max_body_bytes and held
-// twice at most (as read, and in the producer's batch), so request
-// bodies take at most 2 x MaxConcurrent x max_body_bytes (128 MiB with
-// the defaults and 1 MiB bodies) on top of the process's baseline (about
-// 64 MiB); the k8s pod's GOMEMLIMIT is checked against it
-// (deploy/deploy_test.go) and the load test measures it
-// (internal/ingress TestLoad).
+// requests are answered at once, each body at most max_body_bytes and held
+// twice at most (as read, and in the producer's batch), so the answered
+// requests' bodies take at most 2 x MaxConcurrent x max_body_bytes (128
+// MiB with the defaults and 1 MiB bodies) on top of the process's baseline
+// (about 64 MiB); the k8s pod's GOMEMLIMIT is checked against it
+// (deploy/deploy_test.go) and the load test measures it (internal/ingress
+// TestLoad). A body is read before its request takes a slot (so that slow
+// senders hold none), within 10 s: bodies still arriving are bounded by
+// each tenant's rate and that timeout, not by MaxConcurrent (issue 39: a
+// cap on bodies being read is still to do).
 type IngressLimits struct {
 	// Rate is each tenant's requests per second (the anonymous caller's
 	// without tokens_file); past it and Burst: 429 with Retry-After.
