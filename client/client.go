@@ -19,6 +19,7 @@ import (
 	"github.com/dedupio/dedup/connect/dialguard"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/tenantsig"
 )
 
 // Config is what a Client needs. EventID and Routes must be the routers'
@@ -69,6 +70,13 @@ type Config struct {
 	// client.
 	Runs   RunReader
 	Logger *slog.Logger
+	// TenantKeys is the tenant keyring (kafka.tenant_keys_file) of dedup
+	// ingress: with it, Prepare signs a record that carries the tenant
+	// header (eventid.TenantHeader) so that the routers take it as the
+	// tenant's. nil (every producer but the ingress): Prepare refuses such
+	// a record (*InvalidEventError, reason forged_tenant), as a router
+	// would dead-letter it.
+	TenantKeys *tenantsig.Keyring
 	// OnClose, if set, runs when the Client is closed, after its producer:
 	// for what the caller opened for it (the ledger's pool, the Temporal
 	// client).
@@ -120,7 +128,8 @@ func New(cfg Config) (*Client, error) {
 	// The router's own decision, under the routers' event_id, routes and
 	// max_value_bytes (no_route skip: the client refuses such an event
 	// either way).
-	dec, err := processor.NewDecider(processor.Config{EventID: cfg.EventID, Routes: cfg.Routes, MaxValueBytes: cfg.MaxValueBytes, NoRoute: "skip"})
+	dec, err := processor.NewDecider(processor.Config{EventID: cfg.EventID, Routes: cfg.Routes, MaxValueBytes: cfg.MaxValueBytes, NoRoute: "skip",
+		TenantKeys: cfg.TenantKeys})
 	if err != nil {
 		return nil, &ConfigError{Field: "EventID", Err: err}
 	}
@@ -301,10 +310,18 @@ type Prepared struct {
 // Prepare decides r as a router will (processor.Decider: eventid under
 // the routers' event_id config, then the routes). An event a router would
 // dead-letter or skip is refused here: *InvalidEventError (undecodable,
-// missing_type, invalid_id, oversized, no_route) or ErrNoKey (no ID, or
-// one known only once written: the coordinates rule).
+// missing_type, invalid_id, forged_tenant, oversized, no_route) or
+// ErrNoKey (no ID, or one known only once written: the coordinates rule).
+// A record that carries the tenant header is signed when the client has
+// Config.TenantKeys, and refused (forged_tenant) when it has not.
 func (c *Client) Prepare(r *kgo.Record) (*Prepared, error) {
 	r.Topic = c.cfg.Topic
+	signed := c.cfg.TenantKeys != nil && slices.ContainsFunc(r.Headers, func(h kgo.RecordHeader) bool { return h.Key == eventid.TenantHeader })
+	if signed {
+		if err := c.dec.SignTenant(r); err != nil {
+			return nil, &InvalidEventError{Reason: string(processor.ReasonForgedTenant), Err: err}
+		}
+	}
 	probe := *r
 	probe.Partition, probe.Offset = -1, -1 // not written yet
 	d := c.dec.Decide(&probe)
@@ -332,6 +349,13 @@ func (c *Client) Prepare(r *kgo.Record) (*Prepared, error) {
 		// Every copy of one event on one partition (the record key is not
 		// part of header and field IDs, nor of the payload hash).
 		r.Key = []byte(ev.ID)
+		if signed {
+			// The signature covers the key: signed again, the decision
+			// unchanged (the key is not part of this rule's ID).
+			if err := c.dec.SignTenant(r); err != nil {
+				return nil, &InvalidEventError{Reason: string(processor.ReasonForgedTenant), Err: err}
+			}
+		}
 	}
 	return &Prepared{rec: r, Event: ev, Targets: targets, hashes: hashes}, nil
 }

@@ -549,6 +549,17 @@ func TestKustomize(t *testing.T) {
 		if !reflect.DeepEqual(got, ports[process]) {
 			t.Errorf("%s: container ports %v, want %v (its config's listen addresses)", name, got, ports[process])
 		}
+		// The tenant keyring: the routers verify, the ingress signs, no
+		// other process may read it (a holder speaks for every tenant).
+		if process == "run" || process == "ingress" {
+			checkSecretMount(t, name, tmpl, "kafka.tenant_keys_file", cfg.Kafka.TenantKeysFile)
+		} else {
+			for _, v := range list(get(tmpl, "spec", "volumes")) {
+				if get(v, "secret", "secretName") == "dedup-tenant-keys" {
+					t.Errorf("%s (%s) mounts the tenant keyring: only the routers and the ingress may read it", name, process)
+				}
+			}
+		}
 		if process == "ingress" {
 			checkTokensMount(t, name, tmpl, cfg.Ingress.TokensFile)
 			checkIngressMemory(t, name, tmpl, cfg)

@@ -34,7 +34,7 @@ import (
 
 // The ingress tests' namespaces, registered by TestMain with the others.
 func init() {
-	namespaces = append(namespaces, "ingress1", "ingress2", "ingress3", "ingress4", "ingress5", "ingress6", "ingress7")
+	namespaces = append(namespaces, "ingress1", "ingress2", "ingress3", "ingress4", "ingress5", "ingress6", "ingress7", "ingress8")
 }
 
 // ingressRun is an in-process `dedup ingress`.
@@ -390,7 +390,7 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 	e := newEnv(t, 1)
 	cfg := e.config()
 	tokens := e.t.TempDir() + "/tokens"
-	if err := os.WriteFile(tokens, []byte(`tokens: [{tenant: shop, token: s3cret-0123456789, event_types: ["*"], read_status: true}]`+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(`tokens: [{tenant: shop, token: s3cret-0123456789, event_types: ["*"], routes: ["*"], read_status: true}]`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -403,6 +403,7 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 	}
 	cfg.Ingress.AdminListen = ""
 	cfg.Ingress.TokensFile = tokens
+	useTenantKeys(t, &cfg, e.t.TempDir())
 	cfg.Ingress.MaxBodyBytes = 4096
 	base := "http://" + cfg.Ingress.Listen
 	ing := exec.Command(dedupBin, "ingress", "--config", e.writeConfig(cfg))
@@ -514,12 +515,13 @@ func TestIngressTenantsOneKeyTwoWorkflows(t *testing.T) {
 	cfg := e.config()
 	tokens := e.t.TempDir() + "/tokens.yaml"
 	if err := os.WriteFile(tokens, []byte(`tokens:
-- {tenant: acme, token: acme-token-0123456789, event_types: ["order.*"], read_status: true}
-- {tenant: globex, token: globex-token-0123456789, event_types: ["order.*"], read_status: true}
+- {tenant: acme, token: acme-token-0123456789, event_types: ["order.*"], routes: ["*"], read_status: true}
+- {tenant: globex, token: globex-token-0123456789, event_types: ["order.*"], routes: ["*"], read_status: true}
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Ingress.TokensFile = tokens
+	useTenantKeys(t, &cfg, e.t.TempDir())
 	r := e.startRouter(cfg)
 	defer r.stop(t)
 	in := e.startIngress(cfg, nil)
@@ -568,3 +570,81 @@ func TestIngressTenantsOneKeyTwoWorkflows(t *testing.T) {
 	}
 	e.waitCommitted(30 * time.Second)
 }
+
+// A producer that writes to Kafka directly cannot speak for a tenant: its
+// records carrying dedup-tenant: acme, one unsigned and one with a made-up
+// signature, are dead-lettered forged_tenant and claim nothing under acme's
+// keys. acme's own request for the same key is then accepted (not the 422
+// of a conflict with the forger's payload) and starts acme's payload, and
+// acme's status endpoint knows nothing of the forged events.
+func TestDirectProducerCannotImpersonateTenant(t *testing.T) {
+	e := newEnv(t, 1)
+	cfg := e.config()
+	dir := e.t.TempDir()
+	tokens := dir + "/tokens.yaml"
+	if err := os.WriteFile(tokens, []byte(`tokens: [{tenant: acme, token: acme-token-0123456789, event_types: ["order.*"], routes: ["*"], read_status: true}]`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Ingress.TokensFile = tokens
+	useTenantKeys(t, &cfg, dir)
+	r := e.startRouter(cfg)
+	defer r.stop(t)
+	in := e.startIngress(cfg, nil)
+
+	forged := func(id, sig string) *kgo.Record {
+		rec := &kgo.Record{Topic: e.topic, Key: []byte("@acme/" + id), Value: []byte(`{"total":666}`), Headers: []kgo.RecordHeader{
+			{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte(id)}, {Key: "ce_type", Value: []byte("order.created")},
+			{Key: "content-type", Value: []byte("application/json")}, {Key: "dedup-tenant", Value: []byte("acme")}}}
+		if sig != "" {
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "dedup-tenant-sig", Value: []byte(sig)})
+		}
+		return rec
+	}
+	ctx := context.Background()
+	if err := e.kcl.ProduceSync(ctx, forged("k-9", ""), forged("k-10", "v1;kid=k1;AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCommitted(time.Minute) // the router has decided both
+	asAcme := []string{"Authorization", "Bearer acme-token-0123456789"}
+	req, _ := http.NewRequest("POST", in.url+"/v1/events", strings.NewReader(`{"type":"order.created","total":9}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", `"k-9"`)
+	req.Header.Set(asAcme[0], asAcme[1])
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	_ = res.Body.Close()
+	if res.StatusCode != 202 {
+		t.Fatalf("acme's own request for k-9 after a direct producer's forged @acme/k-9: %d %s, want 202", res.StatusCode, b)
+	}
+	const wid = "activity-order-confirmation:@acme/k-9"
+	waitRun(t, in.url, wid, asAcme...)
+	if got := e.workflowInput(wid); string(got.Data) != `{"type":"order.created","total":9}` {
+		t.Errorf("acme's workflow started with %s, want acme's payload", got.Data)
+	}
+	if code, st := getStatus(t, in.url, "activity-order-confirmation:@acme/k-10", asAcme...); code != 404 {
+		t.Errorf("acme's status shows the forged k-10 as its own: %d %+v", code, st)
+	}
+	if got := e.dlqReasons(); got["forged_tenant"] != 2 {
+		t.Errorf("dead letters by reason %v, want the two forged records as forged_tenant", got)
+	}
+	if execs := e.executions(1); len(execs) != 1 {
+		t.Errorf("executions %v, want acme's one", execs)
+	}
+}
+
+// useTenantKeys gives cfg a tenant keyring in dir, which the ingress
+// and the routers read.
+func useTenantKeys(t *testing.T, cfg *app.Config, dir string) {
+	t.Helper()
+	path := dir + "/tenant-keys.yaml"
+	if err := os.WriteFile(path, []byte("keys: [{id: k1, secret: "+testTenantSecret+"}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Kafka.TenantKeysFile = path
+}
+
+// testTenantSecret is the tests' tenant key (32 bytes, base64).
+const testTenantSecret = "dGVzdC10ZW5hbnQta2V5LTAxMjM0NTY3ODlhYmNkZWY="

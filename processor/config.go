@@ -13,6 +13,7 @@ import (
 	"github.com/dedupio/dedup/connect/dialguard"
 	"github.com/dedupio/dedup/connect/kafkasasl"
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/tenantsig"
 )
 
 // Config is the router's configuration. Start from DefaultConfig.
@@ -98,6 +99,17 @@ type Config struct {
 	// dial, advertised ones too, is checked again at the dial against the
 	// address dialled (connect/dialguard). As postgres.allow_insecure.
 	AllowInsecure bool `yaml:"allow_insecure"`
+
+	// TenantKeysFile is the tenant keyring (processor/tenantsig): the keys
+	// with which dedup ingress signs its tenants' records and the routers
+	// verify them. Only the ingress and the routers may read it. Empty: no
+	// record speaks for a tenant, and one that carries the dedup-tenant
+	// header is dead-lettered (forged_tenant); required with
+	// ingress.tokens_file. Read again when it changes (rotation: docs/security.md).
+	TenantKeysFile string `yaml:"tenant_keys_file"`
+	// TenantKeys is the keyring itself, for callers that hold it already
+	// (the producer client); when set, TenantKeysFile is not read.
+	TenantKeys *tenantsig.Keyring `yaml:"-"`
 
 	// EventID, Routes, Starts and Retry are top-level sections of the
 	// config file.

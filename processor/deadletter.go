@@ -25,18 +25,19 @@ type Reason string
 // The decoder's reasons are eventid's (it cannot import this package);
 // the rest are the router's.
 const (
-	ReasonUndecodable              = Reason(eventid.ReasonUndecodable) // not JSON, or a field of the wrong type
-	ReasonMissingType              = Reason(eventid.ReasonMissingType) // no event type to route on
-	ReasonInvalidID                = Reason(eventid.ReasonInvalidID)   // an ID header or field that is present but unusable
-	ReasonNoID                     = Reason(eventid.ReasonNoID)        // no rule of the ID chain produced an ID
-	ReasonOversized         Reason = "oversized"                       // over max_value_bytes
-	ReasonConflict          Reason = "conflict"                        // the workflow ID was claimed with another payload
-	ReasonNoRoute           Reason = "no_route"                        // no route matches (no_route: dead_letter)
-	ReasonTemporalPermanent Reason = "temporal_permanent"              // Temporal refused the start for good
+	ReasonUndecodable              = Reason(eventid.ReasonUndecodable)  // not JSON, or a field of the wrong type
+	ReasonMissingType              = Reason(eventid.ReasonMissingType)  // no event type to route on
+	ReasonInvalidID                = Reason(eventid.ReasonInvalidID)    // an ID header or field that is present but unusable
+	ReasonNoID                     = Reason(eventid.ReasonNoID)         // no rule of the ID chain produced an ID
+	ReasonForgedTenant             = Reason(eventid.ReasonForgedTenant) // a dedup-tenant header without the ingress's signature
+	ReasonOversized         Reason = "oversized"                        // over max_value_bytes
+	ReasonConflict          Reason = "conflict"                         // the workflow ID was claimed with another payload
+	ReasonNoRoute           Reason = "no_route"                         // no route matches (no_route: dead_letter)
+	ReasonTemporalPermanent Reason = "temporal_permanent"               // Temporal refused the start for good
 )
 
 // Reasons is every dead-letter reason, in documentation order.
-var Reasons = []Reason{ReasonUndecodable, ReasonMissingType, ReasonInvalidID, ReasonNoID, ReasonOversized,
+var Reasons = []Reason{ReasonUndecodable, ReasonMissingType, ReasonInvalidID, ReasonNoID, ReasonForgedTenant, ReasonOversized,
 	ReasonConflict, ReasonNoRoute, ReasonTemporalPermanent}
 
 // deadLetter is one record to dead-letter: for per-workflow reasons

@@ -3,10 +3,12 @@ package processor
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/tenantsig"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -23,7 +25,7 @@ type Decision struct {
 	// Event is the decoded event; its zero value when decoding failed.
 	Event eventid.Event
 	// DeadLetter, when set, is why the record is dead-lettered without a
-	// claim (undecodable, missing_type, invalid_id, no_id, oversized,
+	// claim (undecodable, missing_type, invalid_id, no_id, forged_tenant, oversized,
 	// no_route under kafka.no_route: dead_letter), and Err what was wrong.
 	DeadLetter Reason
 	Err        error
@@ -74,13 +76,39 @@ type Decider struct {
 }
 
 // NewDecider builds the decider of cfg, which must have been validated
-// (Config.Validate fills the routes' defaults).
+// (Config.Validate fills the routes' defaults). It reads the tenant
+// keyring (TenantKeysFile, unless TenantKeys is given): the one file a
+// Decider reads, again when it changes.
 func NewDecider(cfg Config) (*Decider, error) {
 	dec, err := eventid.NewDecoder(cfg.EventID)
 	if err != nil {
 		return nil, err
 	}
+	if cfg.TenantKeys == nil && cfg.TenantKeysFile != "" {
+		if cfg.TenantKeys, err = tenantsig.Load("kafka.tenant_keys_file", cfg.TenantKeysFile); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.TenantKeys != nil {
+		dec = dec.WithTenantKeys(cfg.TenantKeys)
+	}
 	return &Decider{cfg: cfg, dec: dec}, nil
+}
+
+// SignTenant signs kr, which carries the tenant header
+// (eventid.TenantHeader), with the decider's tenant keyring: it sets the
+// tenantsig.Header header (replacing one kr had). Only dedup ingress
+// holds the keyring; without it, SignTenant is an error, and Decide
+// dead-letters every record that carries the tenant header
+// (ReasonForgedTenant).
+func (d *Decider) SignTenant(kr *kgo.Record) error {
+	kr.Headers = slices.DeleteFunc(kr.Headers, func(h kgo.RecordHeader) bool { return h.Key == tenantsig.Header })
+	sig, err := d.dec.SignTenant(toEventRecord(kr))
+	if err != nil {
+		return err
+	}
+	kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: tenantsig.Header, Value: []byte(sig)})
+	return nil
 }
 
 // Decide decodes kr, derives its event ID, matches the routes and builds

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/tenantsig"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -216,6 +217,10 @@ func TestDecideWorkflowIDTooLong(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	var err error
+	if cfg.TenantKeys, err = tenantsig.Parse("kafka.tenant_keys_file", []byte("keys: [{id: k1, secret: dGVzdC10ZW5hbnQta2V5LTAxMjM0NTY3ODlhYmNkZWY=}]")); err != nil {
+		t.Fatal(err)
+	}
 	d, err := NewDecider(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -224,6 +229,9 @@ func TestDecideWorkflowIDTooLong(t *testing.T) {
 		r := &kgo.Record{Topic: testTopic, Value: []byte(`{"id":"` + strings.Repeat("i", 900) + `","type":"order.created"}`)}
 		if tenant != "" {
 			r.Headers = []kgo.RecordHeader{{Key: eventid.TenantHeader, Value: []byte(tenant)}}
+			if err := d.SignTenant(r); err != nil {
+				t.Fatal(err)
+			}
 		}
 		return r
 	}

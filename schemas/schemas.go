@@ -173,7 +173,7 @@ type TaskSpec struct {
 // Headers dedup adds to a dead-lettered record, next to the original key,
 // value and headers.
 const (
-	HeaderDLQReason    = "dedup-reason"    // a fixed word: undecodable, missing_type, invalid_id, no_id, oversized, conflict, no_route, temporal_permanent
+	HeaderDLQReason    = "dedup-reason"    // a fixed word: undecodable, missing_type, invalid_id, no_id, forged_tenant, oversized, conflict, no_route, temporal_permanent
 	HeaderDLQError     = "dedup-error"     // the error text
 	HeaderDLQTopic     = "dedup-topic"     // where the record was read
 	HeaderDLQPartition = "dedup-partition" // decimal

@@ -112,6 +112,11 @@ func run(args []string) error {
 	case "schedule pause", "schedule resume":
 		return app.SetSchedulePaused(ctx, cfg, trigger, cmd == "schedule pause", os.Stdout)
 	case "validate":
+		// What dedup ingress checks at start, too: the routers share the
+		// file, and an ingress that would not start is found here.
+		if _, err := ingress.CheckConfig(cfg, nil); err != nil {
+			return err
+		}
 		fmt.Printf("%s: ok (%d routes, topics %s; %s)\n", *path, len(cfg.Routes), strings.Join(cfg.Kafka.Topics, ","), app.CheckedTriggers(cfg))
 		return nil
 	}

@@ -26,23 +26,32 @@ func Read(key, path string) (string, error) {
 	return v, nil
 }
 
-// File is a secret file that is read again when it changes (its size or
-// modification time), so that a rotated secret (a Kubernetes Secret
-// update, a token refreshed by a sidecar) is used without a restart. Get
-// is cheap when the file has not changed: one stat.
+// File is a secret file that is read again when it changes, so that a
+// rotated secret (a Kubernetes Secret update, a token refreshed by a
+// sidecar, a revoked token) is used without a restart: at once when its
+// size or modification time changed, and otherwise its content is read
+// again at least every RecheckInterval (a file rewritten at the same size
+// and modification time, which a stat cannot tell). Get is cheap when the
+// file has not changed: one stat, and a read a second.
 type File struct {
 	key, path string
+	now       func() time.Time
 
-	mu    sync.Mutex
-	size  int64
-	mtime time.Time
-	value string
+	mu     sync.Mutex
+	size   int64
+	mtime  time.Time
+	readAt time.Time
+	value  string
 }
+
+// RecheckInterval bounds how long a File keeps a value whose file was
+// rewritten without a change of size or modification time.
+const RecheckInterval = time.Second
 
 // NewFile reads the secret once, so that a missing or empty file is a
 // start-up error, and returns it for reading again.
 func NewFile(key, path string) (*File, error) {
-	f := &File{key: key, path: path}
+	f := &File{key: key, path: path, now: time.Now}
 	if _, err := f.Get(); err != nil {
 		return nil, err
 	}
@@ -59,13 +68,14 @@ func (f *File) Get() (string, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.value != "" && st.Size() == f.size && st.ModTime().Equal(f.mtime) {
+	now := f.now()
+	if f.value != "" && st.Size() == f.size && st.ModTime().Equal(f.mtime) && now.Sub(f.readAt) < RecheckInterval {
 		return f.value, nil
 	}
 	v, err := Read(f.key, f.path)
 	if err != nil {
 		return "", err
 	}
-	f.value, f.size, f.mtime = v, st.Size(), st.ModTime()
+	f.value, f.size, f.mtime, f.readAt = v, st.Size(), st.ModTime(), now
 	return v, nil
 }

@@ -177,6 +177,12 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 		return err
 	}
 	defer stopSchedules()
+	if cfg.Kafka.TenantKeysFile == "" {
+		log.Info("kafka.tenant_keys_file is not set: a record carrying the dedup-tenant header is dead-lettered (forged_tenant); " +
+			"set it, the file dedup ingress signs with, if an ingress with ingress.tokens_file writes to these topics")
+	} else {
+		log.Info("tenants' records are taken only signed by dedup ingress", "tenant_keys_file", cfg.Kafka.TenantKeysFile)
+	}
 	log.Info("router running", "group", cfg.Kafka.Group, "topics", cfg.Kafka.Topics, "admin", addr)
 	err = r.Run(ctx)
 	log.Info("router stopped", "err", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/client/temporalread"
+	"github.com/dedupio/dedup/processor/tenantsig"
 	"github.com/dedupio/dedup/sink/ledger/ledgerread"
 )
 
@@ -56,8 +57,18 @@ func OpenClient(ctx context.Context, cfg Config, log *slog.Logger) (*client.Clie
 		led.Close()
 		return nil, err
 	}
+	var keys *tenantsig.Keyring
+	if cfg.Kafka.TenantKeysFile != "" {
+		// dedup ingress signs its tenants' records with it (and the
+		// client verifies what it prepares, as a router will).
+		if keys, err = tenantsig.Load("kafka.tenant_keys_file", cfg.Kafka.TenantKeysFile); err != nil {
+			tc.Close()
+			led.Close()
+			return nil, err
+		}
+	}
 	c, err := client.New(client.Config{Topic: cfg.IngressTopic(), EventID: cfg.EventID, Routes: cfg.Routes, Namespace: cfg.Temporal.Namespace,
-		MaxValueBytes: cfg.Kafka.MaxValueBytes, KafkaOpts: kopts, AllowInsecure: cfg.Kafka.AllowInsecure, Ledger: led, Runs: temporalread.New(tc, nil), Logger: log,
+		MaxValueBytes: cfg.Kafka.MaxValueBytes, KafkaOpts: kopts, AllowInsecure: cfg.Kafka.AllowInsecure, Ledger: led, Runs: temporalread.New(tc, nil), Logger: log, TenantKeys: keys,
 		LookupTimeout: cfg.Ingress.LookupTimeout,
 		OnClose:       func() { tc.Close(); led.Close() }})
 	if err != nil {

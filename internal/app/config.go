@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -150,7 +151,15 @@ func ParseConfig(b []byte) (Config, error) {
 		return Config{}, fmt.Errorf("parsing config: %w", err)
 	}
 	expanded := map[int][]string{} // line: the keys whose values ${VAR} gave
-	if err := expandEnv(&doc, os.LookupEnv, expanded); err != nil {
+	var values []string            // the values ${VAR} gave
+	lookup := func(name string) (string, bool) {
+		v, ok := os.LookupEnv(name)
+		if ok && v != "" {
+			values = append(values, v)
+		}
+		return v, ok
+	}
+	if err := expandEnv(&doc, lookup, expanded); err != nil {
 		return Config{}, err
 	}
 	if err := doc.Decode(&cfg); err != nil {
@@ -162,7 +171,38 @@ func ParseConfig(b []byte) (Config, error) {
 	if cfg.Postgres.URL == "" {
 		cfg.Postgres.URL = os.Getenv("DATABASE_URL")
 	}
-	return cfg, cfg.Validate()
+	if err := cfg.Validate(); err != nil {
+		return cfg, redactValues(err, values)
+	}
+	return cfg, nil
+}
+
+// redactedError is a validation error whose text had values from ${VAR}
+// taken out; it wraps the original for errors.Is and errors.As.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redactValues takes out of err's text every value a ${VAR} gave (quoted,
+// as the validation errors print a value, and as it is): such a value may
+// be a secret put in the wrong key (a password in kafka.sasl.mechanism),
+// and the error names the field anyway.
+func redactValues(err error, values []string) error {
+	msg := err.Error()
+	for _, v := range values {
+		msg = strings.ReplaceAll(msg, strconv.Quote(v), "(a value from ${...}, not shown)")
+		if len(v) >= 4 {
+			msg = strings.ReplaceAll(msg, v, "(a value from ${...}, not shown)")
+		}
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &redactedError{msg: msg, err: err}
 }
 
 // readSecretFiles reads the *_file keys that are read once, at start:

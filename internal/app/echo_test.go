@@ -43,3 +43,31 @@ routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
 		}
 	}
 }
+
+// A string field whose value came from ${VAR} is never printed by a
+// validation error (it may be a secret put in the wrong key): the error
+// names the field instead.
+func TestValidationErrorsNeverPrintAnEnvironmentValue(t *testing.T) {
+	const secretValue = "hunter2-s3cr3t-value"
+	t.Setenv("SECRET", secretValue)
+	base := "kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}\n" +
+		"routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]\n" +
+		"postgres: {url: \"postgres://127.0.0.1/d\"}\n"
+	for _, tc := range []struct{ doc, want string }{
+		{strings.Replace(base, "reset_offset: earliest", "reset_offset: \"${SECRET}\"", 1), "kafka.reset_offset"},
+		{strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, isolation_level: \"${SECRET}\"", 1), "kafka.isolation_level"},
+		{strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, sasl: {mechanism: \"${SECRET}\"}", 1), "kafka.sasl.mechanism"},
+		{base + "log: {level: \"${SECRET}\"}\n", "log.level"},
+		{strings.Replace(base, "task_queue: q}", "task_queue: q, id_reuse_policy: \"${SECRET}\"}", 1), "id_reuse_policy"},
+		{base + "ingress: {public_url: \"${SECRET}\"}\n", "ingress.public_url"},
+	} {
+		_, err := ParseConfig([]byte(tc.doc))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming it", tc.want, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("%s: the error prints the value from ${SECRET}: %v", tc.want, err)
+		}
+	}
+}

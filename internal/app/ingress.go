@@ -71,13 +71,16 @@ type IngressConfig struct {
 }
 
 // IngressLimits are the ingress's limits. Memory: at most MaxConcurrent
-// requests are read at once, each body at most max_body_bytes and held
-// twice at most (as read, and in the producer's batch), so request
-// bodies take at most 2 x MaxConcurrent x max_body_bytes (128 MiB with
-// the defaults and 1 MiB bodies) on top of the process's baseline (about
-// 64 MiB); the k8s pod's GOMEMLIMIT is checked against it
-// (deploy/deploy_test.go) and the load test measures it
-// (internal/ingress TestLoad).
+// requests are answered at once, each body at most max_body_bytes and held
+// twice at most (as read, and in the producer's batch), so the answered
+// requests' bodies take at most 2 x MaxConcurrent x max_body_bytes (128
+// MiB with the defaults and 1 MiB bodies) on top of the process's baseline
+// (about 64 MiB); the k8s pod's GOMEMLIMIT is checked against it
+// (deploy/deploy_test.go) and the load test measures it (internal/ingress
+// TestLoad). A body is read before its request takes a slot (so that slow
+// senders hold none), within 10 s: bodies still arriving are bounded by
+// each tenant's rate and that timeout, not by MaxConcurrent (issue 39: a
+// cap on bodies being read is still to do).
 type IngressLimits struct {
 	// Rate is each tenant's requests per second (the anonymous caller's
 	// without tokens_file); past it and Burst: 429 with Retry-After.
@@ -114,6 +117,9 @@ func (c IngressConfig) Validate(k processor.Config) error {
 		return fmt.Errorf("ingress.topic: %q is not one of kafka.topics %v: no router would read it", c.Topic, k.Topics)
 	case c.MaxBodyBytes < 0 || c.MaxBodyBytes > k.MaxValueBytes:
 		return fmt.Errorf("ingress.max_body_bytes: %d, want 0 (kafka.max_value_bytes) up to kafka.max_value_bytes %d", c.MaxBodyBytes, k.MaxValueBytes)
+	case c.TokensFile != "" && k.TenantKeysFile == "":
+		return errors.New("kafka.tenant_keys_file: empty while ingress.tokens_file names tenants: the routers take a tenant's record " +
+			"only signed with a key of that file, which the ingress and the routers read (docs/security.md, Tenant identity)")
 	case (c.TLS.CertFile == "") != (c.TLS.KeyFile == ""):
 		return errors.New("ingress.tls.cert_file, key_file: set both or neither")
 	case c.ProduceTimeout <= 0:
@@ -131,6 +137,11 @@ func (c IngressConfig) Validate(k processor.Config) error {
 	}
 	if c.PublicURL != "" {
 		u, err := url.Parse(c.PublicURL)
+		if err == nil && u.User != nil {
+			// Every 202 would publish it in its status URLs: never, and
+			// never in this error either.
+			return errors.New("ingress.public_url: has user info (user:password@): the status URLs of every answer would carry it; want http(s)://host[/path]")
+		}
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 			return fmt.Errorf("ingress.public_url: %q, want http(s)://host[/path]", c.PublicURL)
 		}

@@ -23,17 +23,18 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 		t.Errorf("set: %v %+v", err, cfg.Ingress)
 	}
 	for want, doc := range map[string]string{
-		"ingress.topic":                    "ingress: {topic: other}\n",
-		"ingress.max_body_bytes":           "ingress: {max_body_bytes: 1001}\n",
-		"ingress.tls.cert_file, key_file":  "ingress: {tls: {cert_file: c.pem}}\n",
-		"ingress.produce_timeout":          "ingress: {produce_timeout: 0s}\n",
-		"ingress.public_url":               "ingress: {public_url: \"events.example.com\"}\n",
-		"field tokens not found":           "ingress: {tokens: x}\n",
-		"ingress.max_body_bytes: -1, want": "ingress: {max_body_bytes: -1}\n",
-		"ingress.lookup_timeout":           "ingress: {lookup_timeout: 0s}\n",
-		"ingress.limits.rate":              "ingress: {limits: {rate: 0}}\n",
-		"ingress.limits.burst":             "ingress: {limits: {burst: 0}}\n",
-		"ingress.limits.max_concurrent":    "ingress: {limits: {max_concurrent: 0}}\n",
+		"ingress.topic":                                           "ingress: {topic: other}\n",
+		"ingress.max_body_bytes":                                  "ingress: {max_body_bytes: 1001}\n",
+		"ingress.tls.cert_file, key_file":                         "ingress: {tls: {cert_file: c.pem}}\n",
+		"ingress.produce_timeout":                                 "ingress: {produce_timeout: 0s}\n",
+		"ingress.public_url":                                      "ingress: {public_url: \"events.example.com\"}\n",
+		"field tokens not found":                                  "ingress: {tokens: x}\n",
+		"ingress.max_body_bytes: -1, want":                        "ingress: {max_body_bytes: -1}\n",
+		"ingress.lookup_timeout":                                  "ingress: {lookup_timeout: 0s}\n",
+		"ingress.limits.rate":                                     "ingress: {limits: {rate: 0}}\n",
+		"ingress.limits.burst":                                    "ingress: {limits: {burst: 0}}\n",
+		"ingress.limits.max_concurrent":                           "ingress: {limits: {max_concurrent: 0}}\n",
+		"kafka.tenant_keys_file: empty while ingress.tokens_file": "ingress: {tokens_file: /etc/dedup/tokens.yaml}\n",
 	} {
 		_, err := ParseConfig([]byte(base + doc))
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -47,7 +48,8 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 		"ingress: {listen: \"0.0.0.0:8080\", allow_unauthenticated: true}\n",
 		"ingress: {listen: \"0.0.0.0:8080\", tokens_file: /etc/dedup/tokens.yaml}\n",
 	} {
-		if cfg, err := ParseConfig([]byte(base + doc)); err != nil || cfg.Ingress.CheckExposure() != nil {
+		withKeys := strings.Replace(base, "max_value_bytes: 1000}", "max_value_bytes: 1000, tenant_keys_file: /etc/dedup/tenant-keys.yaml}", 1)
+		if cfg, err := ParseConfig([]byte(withKeys + doc)); err != nil || cfg.Ingress.CheckExposure() != nil {
 			t.Errorf("%s: %v %v", doc, err, cfg.Ingress.CheckExposure())
 		}
 	}

@@ -98,7 +98,7 @@ func TestAdvWorkflowIDOverTemporalLimitIsNot202(t *testing.T) {
 		c.Routes = processor.Routes{{ID: route, Match: processor.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
 	})
 	tenant := "acme-corporation-" + strings.Repeat("x", eventid.MaxTenantLength-len("acme-corporation-"))
-	tokens := writeTokens(t, "tokens:\n- {tenant: "+tenant+", token: acme-token-0123456789, event_types: [\"*\"], read_status: true}\n")
+	tokens := writeTokens(t, "tokens:\n- {tenant: "+tenant+", token: acme-token-0123456789, event_types: [\"*\"], routes: [\"*\"], read_status: true}\n")
 	ts := e.server(func(o *Options) { o.Tokens = tokens; o.MaxBodyBytes = 4096 })
 	id := strings.Repeat("k", 900)
 	body := `{"specversion":"1.0","id":"` + id + `","type":"order.created","source":"shop","data":{}}`

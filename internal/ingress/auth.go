@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 
@@ -26,7 +27,7 @@ import (
 //	    token_sha256: 9f86d0...      # hex SHA-256 of the token (the file holds no secret),
 //	    # token: "..."               # or the token itself, at least 16 bytes
 //	    event_types: ["order.*"]     # required: the types it may send; * stands for any run of characters ("*": any)
-//	    routes: [confirm]            # optional: the only routes its events may start
+//	    routes: [confirm]            # required: the only routes its events may start (["*"]: every route)
 //	    read_status: true            # GET /v1/workflows/{id} of its own workflows; default false
 //
 // A tenant may have several tokens (rotation); a token names one tenant.
@@ -170,10 +171,12 @@ func parseTokens(key string, b []byte, known func(string) bool) (map[[32]byte]*P
 	}
 	table := make(map[[32]byte]*Principal, len(tf.Tokens))
 	for i, e := range tf.Tokens {
-		where := fmt.Sprintf("%s: tokens[%d] (tenant %q)", key, i, e.Tenant)
-		if err := eventid.ValidTenant(e.Tenant); err != nil {
-			return nil, fmt.Errorf("%s: tenant: %w", where, err)
+		if eventid.ValidTenant(e.Tenant) != nil {
+			// Never the value: it may be a token pasted in the wrong key.
+			return nil, fmt.Errorf("%s: tokens[%d]: tenant: missing or not a tenant name (1 to %d bytes of a-z, 0-9, '.', '_', '-', "+
+				"starting with a letter or digit; the value is not shown: it may be a token)", key, i, eventid.MaxTenantLength)
 		}
+		where := fmt.Sprintf("%s: tokens[%d] (tenant %q)", key, i, e.Tenant)
 		var sum [32]byte
 		switch {
 		case e.Token != "" && e.TokenSHA256 != "":
@@ -206,11 +209,14 @@ func parseTokens(key string, b []byte, known func(string) bool) (map[[32]byte]*P
 				return nil, fmt.Errorf(`%s: event_types[%d]: empty (a type, or a pattern whose * stands for any run of characters; "*": any)`, where, j)
 			}
 		}
-		if e.Routes != nil && len(e.Routes) == 0 {
-			return nil, fmt.Errorf("%s: routes: an empty list would allow no route: list the routes it may start, or leave routes out for any", where)
+		// Default deny: routes absent, null (routes: with no value, a
+		// template's empty rendering, a file read half written) or empty
+		// is an error, never "every route"; ["*"] is every route.
+		if len(e.Routes) == 0 {
+			return nil, fmt.Errorf(`%s: routes: missing, null or empty: list the routes it may start (["*"]: every route)`, where)
 		}
 		p := &Principal{Tenant: e.Tenant, eventTypes: e.EventTypes, ReadStatus: e.ReadStatus}
-		if len(e.Routes) > 0 {
+		if !slices.Contains(e.Routes, "*") {
 			p.routes = map[string]bool{}
 			for j, r := range e.Routes {
 				if known != nil && !known(r) {
@@ -246,7 +252,9 @@ func (t *Tokens) principal(authorization string) *Principal {
 		return nil
 	}
 	tok = strings.TrimSpace(tok)
-	if tok == "" {
+	if len(tok) < MinTokenBytes {
+		// Whatever the file holds (a token_sha256 of a short token):
+		// a short token is guessable.
 		return nil
 	}
 	table, err := t.current()

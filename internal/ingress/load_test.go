@@ -404,13 +404,17 @@ func testLoadTenantLimits(t *testing.T, e *loadEnv) {
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens.yaml")
 	if err := os.WriteFile(tokens, fmt.Appendf(nil, `tokens:
-  - {tenant: acme, token: %q, event_types: ["*"], read_status: true}
-  - {tenant: bravo, token: %q, event_types: ["*"], read_status: true}
+  - {tenant: acme, token: %q, event_types: ["*"], routes: ["*"], read_status: true}
+  - {tenant: bravo, token: %q, event_types: ["*"], routes: ["*"], read_status: true}
 `, tokA, tokB), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := e.config(loadMaxBody)
 	cfg.Ingress.TokensFile = tokens
+	cfg.Kafka.TenantKeysFile = filepath.Join(dir, "tenant-keys.yaml")
+	if err := os.WriteFile(cfg.Kafka.TenantKeysFile, []byte(testKeyring), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg.Ingress.Limits = app.IngressLimits{Rate: rate, Burst: burst, MaxConcurrent: 256, MaxConcurrentPerTenant: 128}
 	p, err := e.start("ingress-limits", cfg, configYAML(t, cfg, nil))
 	if err != nil {

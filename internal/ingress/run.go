@@ -21,6 +21,7 @@ import (
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/tenantsig"
 )
 
 // RunOptions are what a caller injects into Run.
@@ -55,22 +56,11 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 		}
 	}
 	ic := cfg.Ingress
-	if err := ic.CheckExposure(); err != nil {
+	tokens, err := CheckConfig(cfg, log)
+	if err != nil {
 		return err
 	}
-	var tokens *Tokens
-	if ic.TokensFile != "" {
-		var err error
-		if tokens, err = LoadTokens("ingress.tokens_file", ic.TokensFile); err != nil {
-			return err
-		}
-		known := func(id string) bool {
-			return slices.ContainsFunc(cfg.Routes, func(r processor.Route) bool { return r.ID == id })
-		}
-		if err := tokens.Check(known, log); err != nil {
-			return err
-		}
-	} else {
+	if tokens == nil {
 		log.Warn("ingress.tokens_file is not set: anyone who reaches ingress.listen can enqueue events, as one anonymous tenant", "listen", ic.Listen,
 			"allow_unauthenticated", ic.AllowUnauthenticated)
 	}
@@ -146,6 +136,37 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 	}
 	log.Info("ingress stopped")
 	return nil
+}
+
+// CheckConfig is dedup ingress's start-up check of a validated config,
+// which dedup validate runs too: the exposure rule (CheckExposure), the
+// tokens file (LoadTokens, every route it names exists) and the tenant
+// keyring (kafka.tenant_keys_file). It returns the tokens (nil without
+// tokens_file); log, if set, hears of a later change that breaks the file.
+func CheckConfig(cfg app.Config, log *slog.Logger) (*Tokens, error) {
+	ic := cfg.Ingress
+	if err := ic.CheckExposure(); err != nil {
+		return nil, err
+	}
+	if cfg.Kafka.TenantKeysFile != "" {
+		if _, err := tenantsig.Load("kafka.tenant_keys_file", cfg.Kafka.TenantKeysFile); err != nil {
+			return nil, err
+		}
+	}
+	if ic.TokensFile == "" {
+		return nil, nil
+	}
+	tokens, err := LoadTokens("ingress.tokens_file", ic.TokensFile)
+	if err != nil {
+		return nil, err
+	}
+	known := func(id string) bool {
+		return slices.ContainsFunc(cfg.Routes, func(r processor.Route) bool { return r.ID == id })
+	}
+	if err := tokens.Check(known, log); err != nil {
+		return nil, err
+	}
+	return tokens, nil
 }
 
 // MaxHeaderBytes bounds a request's header block (Go's default is 1 MiB):

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +51,11 @@ type Options struct {
 	PublicURL string
 	// ProduceTimeout bounds the wait for Kafka's acknowledgement.
 	ProduceTimeout time.Duration
+	// BodyTimeout bounds the reading of a request's body, which happens
+	// before the request takes one of Limits.MaxConcurrent's slots (so
+	// that callers sending bodies slowly hold no slot); past it: 408.
+	// 0: 10s.
+	BodyTimeout time.Duration
 	// Locks say which keys are in flight; nil: a per-process set.
 	Locks    *Locks
 	Registry prometheus.Registerer
@@ -91,6 +97,9 @@ func NewServer(c *client.Client, o Options) (*Server, error) {
 	}
 	if o.LookupTimeout <= 0 {
 		o.LookupTimeout = 2 * time.Second
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = 10 * time.Second
 	}
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dedup_ingress_requests_total",
@@ -176,6 +185,8 @@ func (s *Server) instrument(api string, h http.HandlerFunc) http.HandlerFunc {
 			sw.Header().Set("Retry-After", retry)
 			writeProblem(sw, http.StatusTooManyRequests, "rate_limited",
 				fmt.Sprintf("over this tenant's rate (ingress.limits: %g requests/s, burst %d): retry after %s s", s.o.Limits.Rate, s.o.Limits.Burst, retry), nil)
+		} else if r, ok = s.readBody(sw, w, r, api); !ok {
+			// answered: the body was too large, too slow or unreadable
 		} else if !s.lim.acquire(p.Tenant) {
 			s.m.limited.WithLabelValues(p.Tenant, "concurrency").Inc()
 			sw.Header().Set("Retry-After", "1")
@@ -194,6 +205,43 @@ func (s *Server) instrument(api string, h http.HandlerFunc) http.HandlerFunc {
 		s.m.requests.WithLabelValues(api, strconv.Itoa(sw.code)).Inc()
 		s.m.seconds.WithLabelValues(api).Observe(time.Since(t0).Seconds())
 	}
+}
+
+type bodyKey struct{}
+
+// readBody reads a POST /v1/events body before its request takes a slot,
+// within BodyTimeout (408 past it) and max_body_bytes (413), and returns
+// the request carrying it; false: answered. w is the connection's own
+// writer, whose read deadline it sets.
+func (s *Server) readBody(sw *statusWriter, w http.ResponseWriter, r *http.Request, api string) (*http.Request, bool) {
+	if api != "events" || r.Method != http.MethodPost {
+		return r, true
+	}
+	if r.ContentLength > int64(s.o.MaxBodyBytes) {
+		writeProblem(sw, http.StatusRequestEntityTooLarge, "oversized",
+			fmt.Sprintf("the body is %d bytes, over ingress.max_body_bytes %d", r.ContentLength, s.o.MaxBodyBytes), nil)
+		return r, false
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.o.BodyTimeout)) // not every writer has one (tests' recorders)
+	body, err := io.ReadAll(http.MaxBytesReader(sw, r.Body, int64(s.o.MaxBodyBytes)))
+	_ = rc.SetReadDeadline(time.Time{})
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		writeProblem(sw, http.StatusRequestEntityTooLarge, "oversized", fmt.Sprintf("the body is over ingress.max_body_bytes %d", s.o.MaxBodyBytes), nil)
+		return r, false
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		writeProblem(sw, http.StatusRequestTimeout, "body_timeout", fmt.Sprintf("the body did not arrive within %s", s.o.BodyTimeout), nil)
+		return r, false
+	case err != nil:
+		writeProblem(sw, http.StatusBadRequest, "undecodable", "reading the body: "+err.Error(), nil)
+		return r, false
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	return r.WithContext(context.WithValue(r.Context(), bodyKey{}, body)), true
 }
 
 // accepted is the 202 body: a function of the request alone, so that the
@@ -221,21 +269,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusMethodNotAllowed, "method_not_allowed", "POST an event", nil)
 		return
 	}
-	if r.ContentLength > int64(s.o.MaxBodyBytes) {
-		writeProblem(w, http.StatusRequestEntityTooLarge, "oversized",
-			fmt.Sprintf("the body is %d bytes, over ingress.max_body_bytes %d", r.ContentLength, s.o.MaxBodyBytes), nil)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.o.MaxBodyBytes)))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		writeProblem(w, http.StatusRequestEntityTooLarge, "oversized", fmt.Sprintf("the body is over ingress.max_body_bytes %d", s.o.MaxBodyBytes), nil)
-		return
-	case err != nil:
-		writeProblem(w, http.StatusBadRequest, "undecodable", "reading the body: "+err.Error(), nil)
-		return
-	}
+	body, _ := r.Context().Value(bodyKey{}).([]byte) // read by instrument (readBody)
 	rec, _, key, err := toRecord(r.Header, body)
 	switch {
 	case errors.Is(err, errMediaType):
@@ -252,7 +286,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	pr := principalOf(r)
 	if pr.Tenant != "" {
 		// The tenant scopes the event's ID (eventid.TenantHeader): the
-		// request cannot set this header (only ce-* headers are copied).
+		// request cannot set this header (only ce-* headers are copied),
+		// and Prepare signs the record with the tenant keyring, without
+		// which the routers dead-letter it (forged_tenant).
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: eventid.TenantHeader, Value: []byte(pr.Tenant)})
 		if rec.Key != nil {
 			rec.Key = []byte(eventid.ScopedID(pr.Tenant, string(rec.Key))) // the record key is the event ID
@@ -261,6 +297,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	p, err := s.c.Prepare(rec)
 	var invalid *client.InvalidEventError
 	switch {
+	case errors.As(err, &invalid) && invalid.Reason == string(processor.ReasonForgedTenant):
+		// The ingress could not sign its caller's record (the tenant
+		// keyring is unreadable or invalid): ours to fix, not the caller's.
+		s.o.Logger.Error("signing a tenant's record failed: check kafka.tenant_keys_file", "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the ingress cannot sign this tenant's event now; retry", nil)
+		return
 	case errors.As(err, &invalid) && invalid.Reason == string(processor.ReasonOversized):
 		writeProblem(w, http.StatusRequestEntityTooLarge, invalid.Reason, invalid.Error(), nil)
 		return

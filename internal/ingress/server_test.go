@@ -24,6 +24,7 @@ import (
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/tenantsig"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -40,6 +41,9 @@ type env struct {
 	adm     *kadm.Client
 	kcl     *kgo.Client
 }
+
+// testKeyring is the tests' tenant keyring (kafka.tenant_keys_file).
+const testKeyring = "keys: [{id: k1, secret: dGVzdC10ZW5hbnQta2V5LTAxMjM0NTY3ODlhYmNkZWY=}]\n"
 
 func newEnv(t *testing.T, mod func(*client.Config)) *env {
 	t.Helper()
@@ -60,7 +64,11 @@ func newEnv(t *testing.T, mod func(*client.Config)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(led.Close)
-	cfg := client.Config{Topic: topic, EventID: eventid.DefaultConfig(), Namespace: "default", Ledger: led,
+	keys, err := tenantsig.Parse("kafka.tenant_keys_file", []byte(testKeyring))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := client.Config{Topic: topic, EventID: eventid.DefaultConfig(), Namespace: "default", Ledger: led, TenantKeys: keys,
 		Routes: processor.Routes{
 			{ID: "confirm", Match: processor.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"},
 			{ID: "notes", Match: processor.Match{Type: "note.added"}, WorkflowType: "W", TaskQueue: "q"},
@@ -282,7 +290,7 @@ func TestBearerTokens(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("# producers\ntokens:\n- {tenant: shop, token: s3cret-0123456789, event_types: [\"*\"]}\n- {tenant: shop, token: other-token-0123456789, event_types: [\"*\"]}\n")
+	write("# producers\ntokens:\n- {tenant: shop, token: s3cret-0123456789, event_types: [\"*\"], routes: [\"*\"]}\n- {tenant: shop, token: other-token-0123456789, event_types: [\"*\"], routes: [\"*\"]}\n")
 	tokens, err := LoadTokens("ingress.tokens_file", path)
 	if err != nil {
 		t.Fatal(err)
@@ -305,7 +313,7 @@ func TestBearerTokens(t *testing.T) {
 	}
 	// Rotated: the old token no longer works, the new one does.
 	time.Sleep(10 * time.Millisecond)
-	write("tokens: [{tenant: shop, token: n3w-token-0123456789, event_types: [\"*\"]}]\n")
+	write("tokens: [{tenant: shop, token: n3w-token-0123456789, event_types: [\"*\"], routes: [\"*\"]}]\n")
 	if r := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json", "Authorization", "Bearer s3cret-0123456789"); r.code != 401 {
 		t.Errorf("old token after rotation: %d", r.code)
 	}

@@ -3,7 +3,9 @@ package ingress
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -46,8 +48,8 @@ func writeTokens(t *testing.T, content string) *Tokens {
 }
 
 const tenantsFile = `tokens:
-- {tenant: acme, token: acme-token-0123456789, event_types: ["order.*"], read_status: true}
-- {tenant: globex, token: globex-token-0123456789, event_types: ["*"], read_status: true}
+- {tenant: acme, token: acme-token-0123456789, event_types: ["order.*"], routes: ["*"], read_status: true}
+- {tenant: globex, token: globex-token-0123456789, event_types: ["*"], routes: ["*"], read_status: true}
 - {tenant: initech, token: initech-token-0123456789, event_types: ["*"], routes: [notes]}
 `
 
@@ -295,5 +297,46 @@ func TestReplayedHeader(t *testing.T) {
 	again := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json")
 	if again.code != 202 || again.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(again.body, first.body) {
 		t.Errorf("repeat: %d %q %s, want the first body %s", again.code, again.header.Get("Idempotent-Replayed"), again.body, first.body)
+	}
+}
+
+// Two tenants sending their bodies slowly cannot take every slot: a body
+// is read (within Options.BodyTimeout) before its request takes one, so a
+// third tenant's request is answered while the two are still sending.
+// Bound: the two slow requests have reached the handler (arrived) before
+// the third is sent; before the fix they took their slots right after,
+// a few instructions against the third request's round trip.
+func TestSlowBodiesTakeNoSlot(t *testing.T) {
+	e := newEnv(t, nil)
+	arrived := make(chan string, 2)
+	ts := e.server(func(o *Options) {
+		o.Tokens = writeTokens(t, tenantsFile)
+		o.Limits = Limits{Rate: 100, Burst: 100, MaxConcurrent: 2, MaxConcurrentPerTenant: 1}
+	})
+	inner := ts.Config.Handler
+	ts.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tok := r.Header.Get("Authorization"); tok != "Bearer initech-token-0123456789" {
+			arrived <- tok
+		}
+		inner.ServeHTTP(w, r)
+	})
+	const body = `{"type":"order.created"}`
+	for _, tok := range []string{"acme-token-0123456789", "globex-token-0123456789"} {
+		c, err := net.Dial("tcp", ts.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = c.Close() }()
+		// The headers and half the body; the rest never comes (until the
+		// connection closes at the end of the test).
+		fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer %s\r\n"+
+			"Idempotency-Key: \"slow\"\r\nContent-Length: %d\r\n\r\n%s", tok, len(body), body[:10])
+	}
+	<-arrived
+	<-arrived
+	r := do(t, "POST", ts.URL+"/v1/events", `{"type":"note.added"}`, "Content-Type", "application/json",
+		"Authorization", "Bearer initech-token-0123456789", "Idempotency-Key", `"n-slow"`)
+	if r.code != 202 {
+		t.Errorf("a third tenant while two send their bodies slowly: %d %s, want 202", r.code, r.body)
 	}
 }

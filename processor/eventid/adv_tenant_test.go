@@ -20,9 +20,9 @@ import "testing"
 // but "tenant" space and the unscoped space are not disjoint; keys of the
 // form "customer/order" are common for direct producers.
 func TestAdvUnscopedIDNeverEqualsAScopedOne(t *testing.T) {
-	d := mustDecoder(t, nil)
+	d := mustDecoder(t, nil).WithTenantKeys(testKeys)
 	ce := []string{"ce_specversion", "1.0", "ce_type", "order.created"}
-	tenants, err := d.Decode(rec(`{}`, append(ce, "ce_id", "order-1", TenantHeader, "acme")...))
+	tenants, err := d.Decode(signed(testKeys, rec(`{}`, append(ce, "ce_id", "order-1", TenantHeader, "acme")...)))
 	if err != nil {
 		t.Fatal(err)
 	}

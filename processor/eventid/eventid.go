@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/dedupio/dedup/processor/tenantsig"
 )
 
 // This file is one concern, over ~450 lines: the decoder (envelopes, the ID
@@ -54,6 +56,10 @@ const (
 	ReasonMissingType Reason = "missing_type" // no event type, or not a non-empty string
 	ReasonInvalidID   Reason = "invalid_id"   // an ID is present but unusable
 	ReasonNoID        Reason = "no_id"        // no rule of the chain produced an ID
+	// ReasonForgedTenant: the record carries the tenant header
+	// (TenantHeader) without a signature the keyring verifies: only dedup
+	// ingress may speak for a tenant.
+	ReasonForgedTenant Reason = "forged_tenant"
 	// ReasonTombstone is not a dead-letter reason: the record has a null
 	// value (log compaction's delete marker) and no CloudEvents headers, so
 	// it is no event at all. The router skips and counts it. (A binary-mode
@@ -254,7 +260,19 @@ func (c Config) Validate() error {
 }
 
 // Decoder decodes records under one Config. It is safe for concurrent use.
-type Decoder struct{ cfg Config }
+type Decoder struct {
+	cfg  Config
+	keys *tenantsig.Keyring // nil: no record is a tenant's
+}
+
+// WithTenantKeys is d verifying tenants' signatures with keys (and, for
+// dedup ingress, making them: SignTenant). Without a keyring a record
+// that carries the tenant header is refused (forged_tenant).
+func (d *Decoder) WithTenantKeys(keys *tenantsig.Keyring) *Decoder {
+	c := *d
+	c.keys = keys
+	return &c
+}
 
 // NewDecoder validates cfg.
 func NewDecoder(cfg Config) (*Decoder, error) {
@@ -293,7 +311,7 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 	if !utf8.ValidString(env.source) || !utf8.ValidString(env.typ) {
 		return Event{}, fail(ReasonUndecodable, "type or source is not UTF-8")
 	}
-	if ev.Tenant, err = tenantOf(r); err != nil {
+	if ev.Tenant, err = d.tenantOf(r); err != nil {
 		return Event{}, err
 	}
 	s := scratchPool.Get().(*scratch)

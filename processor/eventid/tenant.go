@@ -1,8 +1,12 @@
 package eventid
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/dedupio/dedup/processor/tenantsig"
 )
 
 // TenantHeader is the record header that scopes an event's ID to a tenant:
@@ -10,8 +14,12 @@ import (
 // ID the chain gives (whatever the rule), so two tenants' "order-123" are
 // two events (@acme/order-123, @globex/order-123) and two workflows
 // (activity-{activity_id}:@acme/order-123). dedup ingress sets it from the
-// caller's bearer token and never copies it from a request. A record
-// without it (a producer writing to Kafka directly) keeps the chain's ID
+// caller's bearer token and never copies it from a request, and signs the
+// record (tenantsig.Header): a router takes the header only with a
+// signature that a key of its keyring (kafka.tenant_keys_file) verifies,
+// and dead-letters any other record that carries it (ReasonForgedTenant),
+// so a producer writing to Kafka directly cannot speak for a tenant. A
+// record without it (a producer writing to Kafka directly) keeps the chain's ID
 // as it is, activity-{activity_id}:{event_id}, except that such an ID may
 // not start with '@' (invalid_id): the tenants' IDs and the others never
 // meet.
@@ -73,15 +81,77 @@ func unscoped(id, where string) error {
 	return nil
 }
 
-// tenantOf reads the tenant header: "" when absent, an invalid_id error
-// when present but not a tenant name.
-func tenantOf(r Record) (string, error) {
+// tenantOf reads the tenant header: "" when absent; a forged_tenant error
+// when present without a signature the decoder's keyring verifies (or
+// without a keyring: then no record is a tenant's); an invalid_id error
+// when signed but not a tenant name.
+func (d *Decoder) tenantOf(r Record) (string, error) {
 	v, ok := header(r.Headers, TenantHeader)
 	if !ok {
 		return "", nil
+	}
+	sig, signed := header(r.Headers, tenantsig.Header)
+	switch {
+	case d.keys == nil:
+		return "", fail(ReasonForgedTenant, "header %s: this router has no tenant keyring (kafka.tenant_keys_file), so no record speaks for a tenant: only dedup ingress may set it", TenantHeader)
+	case !signed:
+		return "", fail(ReasonForgedTenant, "header %s without %s: only dedup ingress may set it", TenantHeader, tenantsig.Header)
+	}
+	if err := d.keys.Verify(string(sig), TenantMessage(r)); err != nil {
+		// (A keyring file that cannot be read verifies nothing either:
+		// the router's start-up and every re-read say so in its log.)
+		return "", fail(ReasonForgedTenant, "header %s: %v", TenantHeader, err)
 	}
 	if err := ValidTenant(string(v)); err != nil {
 		return "", fail(ReasonInvalidID, "header %s: %v", TenantHeader, err)
 	}
 	return string(v), nil
+}
+
+// TenantMessage is what a tenant's signature covers: the record as
+// written, its key, its value and every header in order (the tenant's
+// included), but the signature itself and the dedup-origin-* headers
+// that dedup dlq replay adds, each length-prefixed. A copy whose
+// attributes were changed (its ID, data, time, subject, an extension, its
+// key) does not verify.
+func TenantMessage(r Record) []byte {
+	n := 32 + len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value) + 4
+	}
+	b := make([]byte, 0, n)
+	b = append(b, "dedup-tenant-sig v1\n"...)
+	b = appendField(b, r.Key)
+	b = appendField(b, r.Value)
+	for _, h := range r.Headers {
+		if h.Key == tenantsig.Header || strings.HasPrefix(h.Key, "dedup-origin-") {
+			continue
+		}
+		b = appendField(b, []byte(h.Key))
+		b = appendField(b, h.Value)
+	}
+	return b
+}
+
+func appendField(b, v []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
+}
+
+// SignTenant is the tenantsig.Header value of r, which carries the tenant
+// header, under the decoder's keyring (WithTenantKeys). Only dedup
+// ingress holds the keyring, and signs only the records of its callers'
+// tenants.
+func (d *Decoder) SignTenant(r Record) (string, error) {
+	if d.keys == nil {
+		return "", errors.New("signing a tenant's record: no tenant keyring (kafka.tenant_keys_file)")
+	}
+	v, ok := header(r.Headers, TenantHeader)
+	if !ok {
+		return "", fmt.Errorf("signing a tenant's record: no %s header", TenantHeader)
+	}
+	if err := ValidTenant(string(v)); err != nil {
+		return "", fmt.Errorf("signing a tenant's record: %w", err)
+	}
+	return d.keys.Sign(TenantMessage(r))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/tenantsig"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -36,13 +37,31 @@ func TestAdvReplayKeepsTheTenant(t *testing.T) {
 	c := newCluster(t, 1)
 	// The router's dead letter of acme's binary-mode event: the original
 	// headers (ce_*, dedup-tenant) and the dead-letter headers.
-	dl := &kgo.Record{Topic: dlq, Partition: 0, Key: []byte("acme/order-123"), Value: []byte(`{"total":1}`), Headers: []kgo.RecordHeader{
+	keys, err := tenantsig.Parse("kafka.tenant_keys_file", []byte("keys: [{id: k1, secret: dGVzdC10ZW5hbnQta2V5LTAxMjM0NTY3ODlhYmNkZWY=}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := eventid.NewDecoder(eventid.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec = dec.WithTenantKeys(keys)
+	orig := eventid.Record{Topic: topic, Offset: 7, Key: []byte("@acme/order-123"), Value: []byte(`{"total":1}`), Headers: []eventid.Header{
 		{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte("order-123")},
 		{Key: "ce_type", Value: []byte("order.created")}, {Key: "content-type", Value: []byte("application/json")},
-		{Key: eventid.TenantHeader, Value: []byte("acme")},
-		{Key: schemas.HeaderDLQReason, Value: []byte("temporal_permanent")}, {Key: schemas.HeaderDLQTopic, Value: []byte(topic)},
-		{Key: schemas.HeaderDLQPartition, Value: []byte("0")}, {Key: schemas.HeaderDLQOffset, Value: []byte("7")},
-	}}
+		{Key: eventid.TenantHeader, Value: []byte("acme")}}}
+	sig, err := dec.SignTenant(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig.Headers = append(orig.Headers, eventid.Header{Key: tenantsig.Header, Value: []byte(sig)})
+	dl := &kgo.Record{Topic: dlq, Partition: 0, Key: orig.Key, Value: orig.Value}
+	for _, h := range orig.Headers {
+		dl.Headers = append(dl.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	dl.Headers = append(dl.Headers,
+		kgo.RecordHeader{Key: schemas.HeaderDLQReason, Value: []byte("temporal_permanent")}, kgo.RecordHeader{Key: schemas.HeaderDLQTopic, Value: []byte(topic)},
+		kgo.RecordHeader{Key: schemas.HeaderDLQPartition, Value: []byte("0")}, kgo.RecordHeader{Key: schemas.HeaderDLQOffset, Value: []byte("7")})
 	c.txn("adv", commit, dl)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -54,10 +73,6 @@ func TestAdvReplayKeepsTheTenant(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("%d records replayed, want 1", len(got))
 	}
-	dec, err := eventid.NewDecoder(eventid.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	toRec := func(r *kgo.Record) eventid.Record {
 		er := eventid.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value}
 		for _, h := range r.Headers {
@@ -65,7 +80,7 @@ func TestAdvReplayKeepsTheTenant(t *testing.T) {
 		}
 		return er
 	}
-	first, err := dec.Decode(toRec(dl))
+	first, err := dec.Decode(orig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/tenantsig"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -294,10 +295,10 @@ func replayed(topic string, partition int32, offset int64, key, value []byte, he
 		switch h.Key {
 		case schemas.HeaderOriginTopic, schemas.HeaderOriginPartition, schemas.HeaderOriginOffset:
 			origin = append(origin, h)
-		case eventid.TenantHeader:
-			// The event's own header (its ID is the tenant's), not one
-			// dedup's dead-lettering added: replayed, the event keeps its
-			// ID and its workflows.
+		case eventid.TenantHeader, tenantsig.Header:
+			// The event's own headers (its ID is the tenant's, signed by
+			// the ingress), not ones dedup's dead-lettering added:
+			// replayed, the event keeps its ID and its workflows.
 			rec.Headers = append(rec.Headers, h)
 		default:
 			if !strings.HasPrefix(h.Key, "dedup-") {

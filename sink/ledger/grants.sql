@@ -61,13 +61,34 @@ DECLARE
 	kind text;
 	r text;
 	g text[];
+	wait interval;
+	deadline timestamptz;
 BEGIN
 	IF to_regrole('dedup_owner') IS NULL THEN
 		RETURN; -- no roles: roles.sql was not run here
 	END IF;
+	-- A session that may grant nothing here (a router's or a worker's
+	-- check at its start) takes no lock: the lock is a key any role may
+	-- hold (the ingress's too), and must not stall a start.
+	IF NOT EXISTS (SELECT FROM generate_subscripts(m, 1) AS i JOIN pg_class c ON c.oid = to_regclass(m[i][2])
+	               WHERE pg_has_role(c.relowner, 'USAGE'))
+	   AND NOT EXISTS (SELECT FROM pg_proc p WHERE p.oid = to_regprocedure('dedup_ledger_key(text)') AND pg_has_role(p.proowner, 'USAGE')) THEN
+		RETURN;
+	END IF;
 	-- One session at a time: replicas that start together would otherwise
 	-- update the same catalog rows at once ("tuple concurrently updated").
-	PERFORM pg_advisory_xact_lock(hashtextextended('dedup grants.sql', 0));
+	-- Tried, not waited for: a session that holds it longer than
+	-- dedup.grants_lock_wait (default 30 s) is an error that names it.
+	wait := coalesce(nullif(current_setting('dedup.grants_lock_wait', true), ''), '30s')::interval;
+	deadline := clock_timestamp() + wait;
+	WHILE NOT pg_try_advisory_xact_lock(hashtextextended('dedup grants.sql', 0)) LOOP
+		IF clock_timestamp() >= deadline THEN
+			RAISE EXCEPTION 'another session has held the advisory lock "dedup grants.sql" for over % (dedup.grants_lock_wait): no grant was changed', wait
+				USING ERRCODE = '55P03',
+				HINT = 'find it: SELECT a.pid, a.usename, a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE l.locktype = ''advisory''; end it (pg_terminate_backend) if it is not a dedup migrate, then run again';
+		END IF;
+		PERFORM pg_sleep(0.1);
+	END LOOP;
 	FOR obj IN SELECT DISTINCT m[i][2] FROM generate_subscripts(m, 1) AS i LOOP
 		rel := to_regclass(obj);
 		CONTINUE WHEN rel IS NULL;

@@ -565,3 +565,34 @@ func TestGrantsWarnWhenTheyCannotHandTablesOver(t *testing.T) {
 	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
 	want(t, claim(t, router, intent("e1", "A")), processor.VerdictNew)
 }
+
+// grants.sql's advisory lock is no lever for another role: a session of
+// the ingress's role (any role may take any advisory lock) that holds it
+// does not stall a router's start (the router's check grants nothing, so
+// it takes no lock), and a migrator that waits for it longer than
+// dedup.grants_lock_wait gets an error that names the lock instead of
+// waiting forever. Bound: each call gets 30 s; the migrator's wait is 1 s.
+func TestGrantsLockHeldByAnotherRoleStallsNothing(t *testing.T) {
+	admin, migrator := rolesDB(t)
+	ingress := connect(t, pgtest.NewLogin(t, admin, "", "dedup_ingress"))
+	ctx := deadline(t, time.Minute)
+	if _, err := ingress.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended('dedup grants.sql', 0))`); err != nil {
+		t.Fatal(err)
+	}
+	router := pgtest.NewLogin(t, admin, "", "dedup_router")
+	rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ledger.Migrate(rctx, router); err != nil {
+		t.Errorf("a router's start while the ingress's role holds grants.sql's lock: %v", err)
+	}
+	mctx, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	sep := "?"
+	if strings.Contains(migrator, "?") {
+		sep = "&"
+	}
+	err := ledger.Migrate(mctx, migrator+sep+"options=-c%20dedup.grants_lock_wait%3D1s")
+	if err == nil || !strings.Contains(err.Error(), "dedup grants.sql") || mctx.Err() != nil {
+		t.Errorf("the migrator, the lock held elsewhere: %v (context: %v), want an error naming the lock before the deadline", err, mctx.Err())
+	}
+}
