@@ -783,9 +783,9 @@ func checkSecretMount(t *testing.T, name string, tmpl map[string]any, key, file 
 }
 
 // checkIngressMemory: the ingress's memory limit holds its stated bound,
-// 2 x ingress.limits.max_concurrent x max body (a body read, and its copy
-// in the producer's batch) + 64 MiB of baseline (app.IngressLimits), under
-// GOMEMLIMIT.
+// 4 x ingress.limits.max_concurrent x max body (bodies being read: 2 x
+// max_concurrent; requests answered: a body and its copy in the producer's
+// batch) + 64 MiB of baseline (app.IngressLimits), under GOMEMLIMIT.
 func checkIngressMemory(t *testing.T, name string, tmpl map[string]any, cfg app.Config) {
 	t.Helper()
 	var gml string
@@ -795,9 +795,9 @@ func checkIngressMemory(t *testing.T, name string, tmpl map[string]any, cfg app.
 		}
 	}
 	limit, ok := goBytes(gml)
-	bound := float64(2*cfg.Ingress.Limits.MaxConcurrent*cfg.IngressMaxBody() + 64<<20)
+	bound := float64(4*cfg.Ingress.Limits.MaxConcurrent*cfg.IngressMaxBody() + 64<<20)
 	if !ok || bound > limit {
-		t.Errorf("%s: GOMEMLIMIT %q under the ingress's bound %.0f MiB = 2 x ingress.limits.max_concurrent %d x max body %d KiB + 64 MiB",
+		t.Errorf("%s: GOMEMLIMIT %q under the ingress's bound %.0f MiB = 4 x ingress.limits.max_concurrent %d x max body %d KiB + 64 MiB",
 			name, gml, bound/(1<<20), cfg.Ingress.Limits.MaxConcurrent, cfg.IngressMaxBody()>>10)
 	}
 }

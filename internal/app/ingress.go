@@ -78,9 +78,9 @@ type IngressConfig struct {
 // (about 64 MiB); the k8s pod's GOMEMLIMIT is checked against it
 // (deploy/deploy_test.go) and the load test measures it (internal/ingress
 // TestLoad). A body is read before its request takes a slot (so that slow
-// senders hold none), within 10 s: bodies still arriving are bounded by
-// each tenant's rate and that timeout, not by MaxConcurrent (issue 39: a
-// cap on bodies being read is still to do).
+// senders hold none), within 10 s, and the bodies being read have a cap of
+// their own, 2 x MaxConcurrent (MaxConcurrentPerTenant of one tenant): all
+// bodies together take at most 4 x MaxConcurrent x max_body_bytes.
 type IngressLimits struct {
 	// Rate is each tenant's requests per second (the anonymous caller's
 	// without tokens_file); past it and Burst: 429 with Retry-After.

@@ -27,25 +27,95 @@ type Limits struct {
 }
 
 // limiter applies Limits.
+//
+// Two pools of slots, each with a share per tenant: the requests answered
+// at once (MaxConcurrent) and, before that, the bodies being read
+// (2 x MaxConcurrent): a body is read before its request takes an answer
+// slot, so that slow senders hold no answer slot, and the reads have a cap
+// of their own, so that bodies still arriving take bounded memory
+// (app.IngressLimits: (2 x MaxConcurrent reading + 2 x MaxConcurrent
+// answered) x the largest body).
 type limiter struct {
-	l    Limits
-	slot chan struct{} // nil: no cap
+	l       Limits
+	slot    *pool // requests answered; nil: no cap
+	reading *pool // bodies being read; nil: no cap
 
 	mu      sync.Mutex
 	tenants map[string]*rate.Limiter // bounded by the tokens file's tenants
-	busy    map[string]int           // slots held per tenant
 }
 
 func newLimiter(l Limits) *limiter {
-	lim := &limiter{l: l, tenants: map[string]*rate.Limiter{}, busy: map[string]int{}}
+	lim := &limiter{l: l, tenants: map[string]*rate.Limiter{}}
 	if l.MaxConcurrent > 0 {
-		lim.slot = make(chan struct{}, l.MaxConcurrent)
 		if lim.l.MaxConcurrentPerTenant <= 0 {
 			lim.l.MaxConcurrentPerTenant = max(1, l.MaxConcurrent/2)
 		}
+		lim.slot = newPool(l.MaxConcurrent, lim.l.MaxConcurrentPerTenant)
+		lim.reading = newPool(2*l.MaxConcurrent, lim.l.MaxConcurrentPerTenant)
 	}
 	return lim
 }
+
+// pool is a number of slots with a share per tenant ("" is the anonymous
+// caller: no share).
+type pool struct {
+	slot  chan struct{}
+	share int
+
+	mu   sync.Mutex
+	busy map[string]int // slots held per tenant
+}
+
+func newPool(n, share int) *pool {
+	return &pool{slot: make(chan struct{}, n), share: share, busy: map[string]int{}}
+}
+
+// take takes a slot for tenant without waiting; false: every slot is
+// taken, or the tenant holds its share.
+func (p *pool) take(tenant string) bool {
+	if p == nil {
+		return true
+	}
+	if tenant != "" {
+		p.mu.Lock()
+		if p.busy[tenant] >= p.share {
+			p.mu.Unlock()
+			return false
+		}
+		p.busy[tenant]++
+		p.mu.Unlock()
+	}
+	select {
+	case p.slot <- struct{}{}:
+		return true
+	default:
+		p.untake(tenant)
+		return false
+	}
+}
+
+func (p *pool) untake(tenant string) {
+	if tenant == "" {
+		return
+	}
+	p.mu.Lock()
+	if p.busy[tenant]--; p.busy[tenant] == 0 {
+		delete(p.busy, tenant)
+	}
+	p.mu.Unlock()
+}
+
+func (p *pool) give(tenant string) {
+	if p != nil {
+		<-p.slot
+		p.untake(tenant)
+	}
+}
+
+// reads takes one of the slots for a body being read; doneReading gives
+// it back.
+func (lim *limiter) reads(tenant string) bool  { return lim.reading.take(tenant) }
+func (lim *limiter) doneReading(tenant string) { lim.reading.give(tenant) }
 
 // allow takes one request of tenant from its rate; false: over it, and
 // retryAfter is when one more would be allowed (whole seconds, at least
@@ -75,42 +145,6 @@ func (lim *limiter) allow(tenant string, now time.Time) (ok bool, retryAfter str
 // acquire takes one of the process's slots for tenant without waiting;
 // release gives it back. false: every slot is taken, or the tenant holds
 // its share ("" is the anonymous caller: no share).
-func (lim *limiter) acquire(tenant string) bool {
-	if lim.slot == nil {
-		return true
-	}
-	if tenant != "" {
-		lim.mu.Lock()
-		if lim.busy[tenant] >= lim.l.MaxConcurrentPerTenant {
-			lim.mu.Unlock()
-			return false
-		}
-		lim.busy[tenant]++
-		lim.mu.Unlock()
-	}
-	select {
-	case lim.slot <- struct{}{}:
-		return true
-	default:
-		lim.untake(tenant)
-		return false
-	}
-}
+func (lim *limiter) acquire(tenant string) bool { return lim.slot.take(tenant) }
 
-func (lim *limiter) untake(tenant string) {
-	if tenant == "" {
-		return
-	}
-	lim.mu.Lock()
-	if lim.busy[tenant]--; lim.busy[tenant] == 0 {
-		delete(lim.busy, tenant)
-	}
-	lim.mu.Unlock()
-}
-
-func (lim *limiter) release(tenant string) {
-	if lim.slot != nil {
-		<-lim.slot
-		lim.untake(tenant)
-	}
-}
+func (lim *limiter) release(tenant string) { lim.slot.give(tenant) }

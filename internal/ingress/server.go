@@ -185,8 +185,9 @@ func (s *Server) instrument(api string, h http.HandlerFunc) http.HandlerFunc {
 			sw.Header().Set("Retry-After", retry)
 			writeProblem(sw, http.StatusTooManyRequests, "rate_limited",
 				fmt.Sprintf("over this tenant's rate (ingress.limits: %g requests/s, burst %d): retry after %s s", s.o.Limits.Rate, s.o.Limits.Burst, retry), nil)
-		} else if r, ok = s.readBody(sw, w, r, api); !ok {
-			// answered: the body was too large, too slow or unreadable
+		} else if r, ok = s.readCapped(sw, w, r, api, p.Tenant); !ok {
+			// answered: the body was too large, too slow or unreadable,
+			// or the tenant's (or the process's) reads were all taken
 		} else if !s.lim.acquire(p.Tenant) {
 			s.m.limited.WithLabelValues(p.Tenant, "concurrency").Inc()
 			sw.Header().Set("Retry-After", "1")
@@ -208,6 +209,27 @@ func (s *Server) instrument(api string, h http.HandlerFunc) http.HandlerFunc {
 }
 
 type bodyKey struct{}
+
+// readCapped is readBody within the limiter's slots for bodies being read
+// (503 at once when the tenant's share or the process's reads are taken).
+func (s *Server) readCapped(sw *statusWriter, w http.ResponseWriter, r *http.Request, api, tenant string) (*http.Request, bool) {
+	if api != "events" || r.Method != http.MethodPost {
+		return r, true
+	}
+	if !s.lim.reads(tenant) {
+		s.m.limited.WithLabelValues(tenant, "concurrency").Inc()
+		sw.Header().Set("Retry-After", "1")
+		// The body is not read: the connection closes after the answer
+		// (net/http would otherwise read what is left of it first).
+		sw.Header().Set("Connection", "close")
+		writeProblem(sw, http.StatusServiceUnavailable, "overloaded",
+			fmt.Sprintf("this ingress reads %d request bodies at once, %d of one tenant (2 x ingress.limits.max_concurrent, max_concurrent_per_tenant): retry",
+				2*s.lim.l.MaxConcurrent, s.lim.l.MaxConcurrentPerTenant), nil)
+		return r, false
+	}
+	defer s.lim.doneReading(tenant)
+	return s.readBody(sw, w, r, api)
+}
 
 // readBody reads a POST /v1/events body before its request takes a slot,
 // within BodyTimeout (408 past it) and max_body_bytes (413), and returns

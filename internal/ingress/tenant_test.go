@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -338,5 +340,37 @@ func TestSlowBodiesTakeNoSlot(t *testing.T) {
 		"Authorization", "Bearer initech-token-0123456789", "Idempotency-Key", `"n-slow"`)
 	if r.code != 202 {
 		t.Errorf("a third tenant while two send their bodies slowly: %d %s, want 202", r.code, r.body)
+	}
+}
+
+// Bodies still arriving are capped too, so that memory stays bounded: a
+// tenant reads at most max_concurrent_per_tenant bodies at once (and the
+// process 2 x max_concurrent); one more slow body of that tenant is a 503
+// at once, before any of its body is read, not a connection held open
+// (with the buffer it fills) until the body timeout.
+func TestSlowBodiesOfOneTenantAreCapped(t *testing.T) {
+	e := newEnv(t, nil)
+	ts := e.server(func(o *Options) {
+		o.Tokens = writeTokens(t, tenantsFile)
+		o.Limits = Limits{Rate: 100, Burst: 100, MaxConcurrent: 2, MaxConcurrentPerTenant: 1}
+	})
+	const body = `{"type":"order.created"}`
+	slow := func(key string) net.Conn {
+		c, err := net.Dial("tcp", ts.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer acme-token-0123456789\r\n"+
+			"Idempotency-Key: %q\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body[:10])
+		return c
+	}
+	slow("slow-1")
+	time.Sleep(200 * time.Millisecond) // the first body is being read (bound: stated)
+	c := slow("slow-2")
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.Contains(line, " 503 ") {
+		t.Fatalf("a second slow body of one tenant (share 1): %q, %v; want a 503 at once", line, err)
 	}
 }
