@@ -114,6 +114,7 @@ func limitsDynamic() dynamicconfig.StaticClient {
 	return dynamicconfig.StaticClient{
 		dynamicconfig.MaximumSignalsPerExecution.Key(): in(nsSignalLimit, signalLimit),
 		dynamicconfig.BlobSizeLimitError.Key():         in(nsSignalLimit, 64*1024),
+		dynamicconfig.BlobSizeLimitWarn.Key():          in(nsSignalLimit, 16*1024), // the error limit is checked above it only
 		dynamicconfig.HistoryCountLimitError.Key():     in(nsHistoryLimit, 12),
 	}
 }

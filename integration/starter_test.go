@@ -148,28 +148,31 @@ func TestStarterRunLimitsAreTransientOversizeIsPermanent(t *testing.T) {
 		t.Fatalf("a signal over limit.blobSize.error: %v, want a permanent error", err)
 	}
 
-	h := newEnvIn(t, 1, nsHistoryLimit)
-	st = starter.New(h.tc, starter.Config{Namespace: h.namespace, StartTimeout: 10 * time.Second})
-	var refused processor.StartRequest
-	first := ""
-	for i := 0; refused.Signal == nil; i++ {
-		if i > 20 {
-			t.Fatalf("20 deliveries into a run of at most 12 events, none refused")
+	// Another env (its own database) in the namespace of the history limit.
+	t.Run("history count", func(t *testing.T) {
+		h := newEnvIn(t, 1, nsHistoryLimit)
+		st = starter.New(h.tc, starter.Config{Namespace: h.namespace, StartTimeout: 10 * time.Second})
+		var refused processor.StartRequest
+		first := ""
+		for i := 0; refused.Signal == nil; i++ {
+			if i > 20 {
+				t.Fatalf("20 deliveries into a run of at most 12 events, none refused")
+			}
+			req := delivery("entity-h", fmt.Sprintf("h%d", i), small)
+			res, err := st.Start(ctx, req)
+			switch {
+			case err == nil && first == "":
+				first = res.RunID
+			case err != nil && processor.IsPermanent(err):
+				t.Fatalf("delivery into a run over limit.historyCount.error: %v, want a transient error", err)
+			case err != nil:
+				refused = req
+			}
 		}
-		req := delivery("entity-h", fmt.Sprintf("h%d", i), small)
-		res, err := st.Start(ctx, req)
-		switch {
-		case err == nil && first == "":
-			first = res.RunID
-		case err != nil && processor.IsPermanent(err):
-			t.Fatalf("delivery into a run over limit.historyCount.error: %v, want a transient error", err)
-		case err != nil:
-			refused = req
+		if res, err := retryTransient(func() (processor.StartResult, error) { return st.Start(ctx, refused) }); err != nil || res.RunID == first {
+			t.Fatalf("the refused delivery again, after the server ended the full run: %+v %v, want a new run", res, err)
 		}
-	}
-	if res, err := retryTransient(func() (processor.StartResult, error) { return st.Start(ctx, refused) }); err != nil || res.RunID == first {
-		t.Fatalf("the refused delivery again, after the server ended the full run: %+v %v, want a new run", res, err)
-	}
+	})
 }
 
 // retryTransient calls fn until it succeeds or fails for good, as the
