@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/server/common/dynamicconfig"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -63,13 +64,14 @@ func TestMain(m *testing.M) {
 		}
 		defer func() { _ = os.RemoveAll(kafkaDir) }()
 		stack, err = devstack.Start(ctx, devstack.Config{Namespace: "default", DatabaseURL: os.Getenv("DATABASE_URL"), TemporalFaults: faults,
-			KafkaDataDir: kafkaDir})
+			TemporalDynamic: limitsDynamic(),
+			KafkaDataDir:    kafkaDir})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "starting stack:", err)
 			return 1
 		}
 		defer stack.Stop()
-		for _, ns := range namespaces {
+		for _, ns := range append(namespaces, nsSignalLimit, nsHistoryLimit) {
 			if err := registerNamespace(ctx, ns); err != nil {
 				fmt.Fprintln(os.Stderr, "registering namespace:", err)
 				return 1
@@ -93,6 +95,40 @@ func TestMain(m *testing.M) {
 		}
 		return m.Run()
 	}())
+}
+
+// Two namespaces whose per-run limits are made small, for the tests of
+// what dedup does when a run refuses a signal or a start by its limits
+// (the server's defaults: 10,000 signals, 51,200 events, 2 MiB a payload).
+const (
+	nsSignalLimit  = "limit-signals" // 3 signals per run, 64 KiB per payload
+	nsHistoryLimit = "limit-history" // 12 events per run
+	// signalLimit is nsSignalLimit's history.maximumSignalsPerExecution.
+	signalLimit = 3
+)
+
+func limitsDynamic() dynamicconfig.StaticClient {
+	in := func(ns string, v any) []dynamicconfig.ConstrainedValue {
+		return []dynamicconfig.ConstrainedValue{{Constraints: dynamicconfig.Constraints{Namespace: ns}, Value: v}}
+	}
+	return dynamicconfig.StaticClient{
+		dynamicconfig.MaximumSignalsPerExecution.Key(): in(nsSignalLimit, signalLimit),
+		dynamicconfig.BlobSizeLimitError.Key():         in(nsSignalLimit, 64*1024),
+		dynamicconfig.BlobSizeLimitWarn.Key():          in(nsSignalLimit, 16*1024), // the error limit is checked above it only
+		dynamicconfig.HistoryCountLimitError.Key():     in(nsHistoryLimit, 12),
+	}
+}
+
+// newEnvIn is newEnv in namespace ns (one of the limits' namespaces).
+func newEnvIn(t *testing.T, partitions int, ns string) *env {
+	e := newEnv(t, partitions)
+	e.namespace = ns
+	var err error
+	if e.tc, err = client.Dial(client.Options{HostPort: stack.Temporal.HostPort(), Namespace: ns, Logger: quietTemporalLogger()}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.tc.Close)
+	return e
 }
 
 func registerNamespace(ctx context.Context, ns string) error {

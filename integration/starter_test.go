@@ -2,12 +2,16 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/starter"
 )
@@ -94,5 +98,92 @@ func TestStarterAlreadyStartedIsSuccess(t *testing.T) {
 	_, err = starter.New(bad, starter.Config{Namespace: "no-such-namespace", StartTimeout: 5 * time.Second}).Start(ctx, req)
 	if !processor.IsPermanent(err) {
 		t.Fatalf("unknown namespace: %v, want a permanent error", err)
+	}
+}
+
+// A run's own limits refuse a delivery with InvalidArgument (Temporal
+// v1.32.1: history.maximumSignalsPerExecution before it reads the request
+// ID; limit.historyCount.error after it force-terminated the run), which
+// is not a verdict on the event: the starter reports both as transient,
+// and the same delivery goes through once the run that refused it is
+// gone. A signal whose payload exceeds limit.blobSize.error never fits:
+// permanent. Through the SDK, against the real server, with the limits
+// made small per namespace (limitsDynamic).
+func TestStarterRunLimitsAreTransientOversizeIsPermanent(t *testing.T) {
+	ctx := context.Background()
+	rts := processor.Routes{signalRoute("nobody", processor.ReuseAllowDuplicate)}
+	if err := rts.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	delivery := func(entity, event string, data []byte) processor.StartRequest {
+		ev := eventid.Event{ID: event, Rule: eventid.RuleField, Type: entityEvent, Data: data}
+		return processor.NewSignalRequest(&rts[0], &ev, entity)
+	}
+	small := json.RawMessage(`{"n":1}`)
+
+	e := newEnvIn(t, 1, nsSignalLimit)
+	st := starter.New(e.tc, starter.Config{Namespace: e.namespace, StartTimeout: 10 * time.Second})
+	var run string
+	for i := range signalLimit {
+		res, err := st.Start(ctx, delivery("entity-s", fmt.Sprintf("e%d", i), small))
+		if err != nil {
+			t.Fatalf("delivery %d of %d: %v", i+1, signalLimit, err)
+		}
+		run = res.RunID
+	}
+	over := delivery("entity-s", "over", small)
+	_, err := st.Start(ctx, over)
+	if err == nil || processor.IsPermanent(err) {
+		t.Fatalf("delivery into a run at its signal limit: %v, want a transient error", err)
+	}
+	// What heals it: the run goes (continue-as-new, or here its end); the
+	// same delivery then starts the next run.
+	if err := e.tc.TerminateWorkflow(ctx, "entity-s", run, "test: the run is full"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := retryTransient(func() (processor.StartResult, error) { return st.Start(ctx, over) }); err != nil || res.RunID == run {
+		t.Fatalf("the refused delivery after its run closed: %+v %v, want a new run", res, err)
+	}
+	if _, err := st.Start(ctx, delivery("entity-b", "big", json.RawMessage(`"`+strings.Repeat("x", 100*1024)+`"`))); !processor.IsPermanent(err) {
+		t.Fatalf("a signal over limit.blobSize.error: %v, want a permanent error", err)
+	}
+
+	// Another env (its own database) in the namespace of the history limit.
+	t.Run("history count", func(t *testing.T) {
+		h := newEnvIn(t, 1, nsHistoryLimit)
+		st = starter.New(h.tc, starter.Config{Namespace: h.namespace, StartTimeout: 10 * time.Second})
+		var refused processor.StartRequest
+		first := ""
+		for i := 0; refused.Signal == nil; i++ {
+			if i > 20 {
+				t.Fatalf("20 deliveries into a run of at most 12 events, none refused")
+			}
+			req := delivery("entity-h", fmt.Sprintf("h%d", i), small)
+			res, err := st.Start(ctx, req)
+			switch {
+			case err == nil && first == "":
+				first = res.RunID
+			case err != nil && processor.IsPermanent(err):
+				t.Fatalf("delivery into a run over limit.historyCount.error: %v, want a transient error", err)
+			case err != nil:
+				refused = req
+			}
+		}
+		if res, err := retryTransient(func() (processor.StartResult, error) { return st.Start(ctx, refused) }); err != nil || res.RunID == first {
+			t.Fatalf("the refused delivery again, after the server ended the full run: %+v %v, want a new run", res, err)
+		}
+	})
+}
+
+// retryTransient calls fn until it succeeds or fails for good, as the
+// router does (a new run within a second of the last one's start is
+// refused for a while: history.workflowIdReuseMinimalInterval), for at
+// most 30 s.
+func retryTransient(fn func() (processor.StartResult, error)) (processor.StartResult, error) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		res, err := fn()
+		if err == nil || processor.IsPermanent(err) || time.Now().After(deadline) {
+			return res, err
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"go.temporal.io/server/common/dynamicconfig"
 
 	"github.com/dedupio/dedup/internal/testsupport/pgcluster"
 )
@@ -39,6 +40,10 @@ type Config struct {
 	PostgresSettings []string
 	// TemporalFaults, if set, is installed on the Temporal frontend.
 	TemporalFaults *TemporalFaults
+	// TemporalDynamic overrides the Temporal server's dynamic config
+	// (TemporalConfig.Dynamic), e.g. a per-run limit made small for one
+	// namespace.
+	TemporalDynamic dynamicconfig.StaticClient
 	// KafkaDataDir keeps the broker's log, offsets and groups on disk, so
 	// that RestartKafka brings it back with its data.
 	KafkaDataDir string
@@ -118,7 +123,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
-	tcfg := TemporalConfig{FrontendPort: cfg.TemporalPort, Namespaces: []string{cfg.Namespace}}
+	tcfg := TemporalConfig{FrontendPort: cfg.TemporalPort, Namespaces: []string{cfg.Namespace}, Dynamic: cfg.TemporalDynamic}
 	if cfg.TemporalFaults != nil {
 		tcfg.ExtraOptions = append(tcfg.ExtraOptions, cfg.TemporalFaults.ServerOption())
 	}

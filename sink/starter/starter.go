@@ -82,6 +82,17 @@ type Config struct {
 	// save a few hundred bytes. Choose gzip for large event data over a
 	// link whose bytes cost more than CPU.
 	Compression string `yaml:"compression"`
+	// RunLimitWait is how long one delivery to an entity whose run is at
+	// Temporal's signal limit (history.maximumSignalsPerExecution) waits
+	// in the starter for the run to continue as new, before it returns a
+	// transient error that the router retries (and counts). While it
+	// waits, the entity's other deliveries wait with it, and one of them
+	// asks Temporal again every 1 to 30 s: backpressure on that entity,
+	// not on Temporal or the partition (a waiting delivery holds one start
+	// worker: starts.concurrency bounds how many). Never dead-lettered:
+	// the run heals when its worker reads its signals and continues as
+	// new (docs/signals.md).
+	RunLimitWait time.Duration `yaml:"run_limit_wait"`
 }
 
 // Compression names the SDK's gRPC compression of name (temporal.compression):
@@ -98,7 +109,8 @@ func Compression(name string) client.GrpcCompression {
 
 // DefaultConfig points at a local Temporal.
 func DefaultConfig() Config {
-	return Config{HostPort: "127.0.0.1:7233", Namespace: "default", StartTimeout: 10 * time.Second, Compression: "none"}
+	return Config{HostPort: "127.0.0.1:7233", Namespace: "default", StartTimeout: 10 * time.Second, Compression: "none",
+		RunLimitWait: time.Minute}
 }
 
 // Validate names the first invalid field.
@@ -110,6 +122,8 @@ func (c Config) Validate() error {
 		return errors.New("temporal.namespace: empty")
 	case c.StartTimeout <= 0:
 		return fmt.Errorf("temporal.start_timeout: %s, want > 0", c.StartTimeout)
+	case c.RunLimitWait < 0:
+		return fmt.Errorf("temporal.run_limit_wait: %s, want >= 0", c.RunLimitWait)
 	case c.APIKey != "" && c.APIKeyFile != "":
 		return errors.New("temporal.api_key, api_key_file: set one, not both")
 	case Compression(c.Compression) == nil:
@@ -138,6 +152,7 @@ type Temporal struct {
 	timeout   time.Duration
 	identity  string
 	dc        converter.DataConverter
+	gate      *runGate
 }
 
 // New wraps an SDK client (the caller dials it and closes it). cfg's
@@ -146,7 +161,8 @@ type Temporal struct {
 func New(c client.Client, cfg Config) *Temporal {
 	host, _ := os.Hostname()
 	return &Temporal{c: c, namespace: cfg.Namespace, timeout: cfg.StartTimeout,
-		identity: fmt.Sprintf("dedup@%s:%d", host, os.Getpid()), dc: converter.GetDefaultDataConverter()}
+		identity: fmt.Sprintf("dedup@%s:%d", host, os.Getpid()), dc: converter.GetDefaultDataConverter(),
+		gate: &runGate{wait: cfg.RunLimitWait, m: map[string]*gated{}}}
 }
 
 // RequestID is the start's request ID: the same for every start of one
@@ -185,11 +201,21 @@ var requestIDSpace = uuid.MustParse("5d1f3c0e-8f7a-4a55-9b0e-6c2d7e9a41b3")
 // It calls the service directly rather than client.ExecuteWorkflow: the
 // SDK does not let a caller choose the request ID.
 func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (processor.StartResult, error) {
+	if req.Signal != nil {
+		// The gate's wait is not an attempt: the timeout starts after it.
+		entity := t.ns(req.Namespace) + "/" + req.Signal.WorkflowID
+		probe, err := t.gate.enter(ctx, entity)
+		if err != nil {
+			return processor.StartResult{}, err
+		}
+		ctx, cancel := context.WithTimeout(ctx, t.timeout)
+		defer cancel()
+		res, err := t.signalWithStart(ctx, req)
+		t.gate.leave(entity, probe, err)
+		return res, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	if req.Signal != nil {
-		return t.signalWithStart(ctx, req)
-	}
 	input, err := t.dc.ToPayloads(req.Input)
 	if err != nil {
 		return processor.StartResult{}, processor.Permanent(fmt.Errorf("encoding input of workflow %s: %w", req.WorkflowID, err))
@@ -418,6 +444,9 @@ func ReusePolicy(p processor.ReusePolicy) enumspb.WorkflowIdReusePolicy {
 //   - Unimplemented, with or without details: not a Temporal frontend's
 //     answer to these calls (above).
 //   - NotFound and OutOfRange without Temporal's details: a proxy's.
+//   - A run's own limits (InvalidArgument with the server's message:
+//     runlimits.go): the run continues as new, or the server ends it and
+//     the retry meets the next run.
 //   - ResourceExhausted, Internal, Aborted, DataLoss, Unknown, and any
 //     error that is not a gRPC or Temporal service error (connection
 //     resets and the like).
@@ -436,7 +465,8 @@ func ReusePolicy(p processor.ReusePolicy) enumspb.WorkflowIdReusePolicy {
 //   - serviceerror.NotFound with Temporal's NotFoundFailure details (for
 //     LastRun: the workflow is unknown, its retention passed), and
 //     NewerBuildExists (OutOfRange, with its details).
-//   - InvalidArgument.
+//   - InvalidArgument, except a run's own limits (the signal count, the
+//     history's size and length: runlimits.go), which heal.
 //   - FailedPrecondition other than the cases above:
 //     ClientVersionNotSupported and ServerVersionNotSupported (a deploy
 //     that waiting does not fix) and the generic serviceerror
@@ -458,6 +488,9 @@ func Permanent(err error) bool {
 	case errors.As(err, &notActive), errors.As(err, &invalidState),
 		errors.As(err, &unavailable), errors.As(err, &notReady):
 		return false
+	}
+	if RunLimit(err) != "" {
+		return false // a run's own limit: the next run takes it (runlimits.go)
 	}
 	st := serviceerror.ToStatus(err)
 	switch st.Code() {

@@ -12,7 +12,7 @@ const DefaultSignal = "event"
 
 // Defaults of Options' zero fields.
 const (
-	DefaultMaxSeen = 10000
+	DefaultMaxSeen = 2000
 	DefaultKeep    = 1000
 )
 
@@ -27,7 +27,11 @@ type Options struct {
 	// holds at most Keep carried IDs plus MaxSeen of its own. Lower keeps
 	// histories and memory small; higher continues-as-new less often. The
 	// server's own suggestion (4096 history events or 4 MB, by default)
-	// often comes first. 0 means DefaultMaxSeen.
+	// often comes first. Keep it well under the server's signal limit
+	// (history.maximumSignalsPerExecution, 10,000 by default): the server
+	// counts unread signals too, and refuses the entity's deliveries once
+	// the run has that many, until it continues as new (the router waits:
+	// docs/signals.md). 0 means DefaultMaxSeen (2,000, a fifth of it).
 	MaxSeen int
 	// Keep is how many event IDs State carries into the next run: the most
 	// recently delivered ones. A repeat that reaches a later run is dropped

@@ -496,3 +496,17 @@ func seenIDs(st signals.State) []string {
 	}
 	return out
 }
+
+// The default run ends well before Temporal's signal limit
+// (history.maximumSignalsPerExecution, 10,000 by default): the server
+// counts every signal of the run, read or not, so a run that continues
+// as new only at 10,000 handled events is refused by the server first
+// whenever its worker lags (a backlog of unread signals), and the entity
+// waits until the worker catches up. At a fifth of the limit, a backlog
+// of four fifths of it is absorbed without a refusal.
+func TestDefaultRunEndsWellBeforeTheServerSignalLimit(t *testing.T) {
+	const serverSignalLimit = 10000 // go.temporal.io/server v1.32.1, dynamicconfig.MaximumSignalsPerExecution
+	if got := signals.DefaultMaxSeen; got > serverSignalLimit/5 {
+		t.Fatalf("default MaxSeen %d, want at most %d (a fifth of the server's %d signals a run)", got, serverSignalLimit/5, serverSignalLimit)
+	}
+}
