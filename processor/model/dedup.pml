@@ -106,16 +106,26 @@
  *
  *   ZOMBIE_IN_OWN     (fence) the zombie fault may also strike a replica
  *                     whose Own of the partition has not landed yet (its
- *                     assignment callback still in the ledger): its late
- *                     Own fences the new owner out of the partition.
- *                     Expected to end in an invalid end state (E).
+ *                     assignment callback, or a re-take's Own, still in
+ *                     the ledger): its late Own fences the new owner out
+ *                     of the partition, whose re-take (below) takes it
+ *                     back. With NO_RETAKE expected to end in an invalid
+ *                     end state (E).
+ *   NO_RETAKE         (fence) the fence without the re-take: a replica
+ *                     refused by the fence forgets the partition whatever
+ *                     the group coordinator says (committer.fenced before
+ *                     80f078a).
  *
  *   The fence (default): the ledger keeps an epoch per partition
  *   (dedup_partition_owners); a replica assigned a partition takes a new
  *   epoch (Ledger.Own, a step of its own in the assignment callback) before
  *   it can poll it, and every claim and mark carries the epoch of its
  *   record's partition; a stale one writes nothing (the claim: nothing of
- *   the batch; a mark: not that row) and the replica forgets the partition.
+ *   the batch; a mark: not that row). The re-take (committer.fenced): the
+ *   replica asks the group coordinator whether it still assigns it the
+ *   partition; if so it takes the partition again (a new Own, a step of its
+ *   own) and sends the refused writes again under the new epoch, else it
+ *   forgets the partition.
  *
  *   SIGNAL            a route of mode signal: the job of a claim delivers
  *                     the event to its entity workflow instead of starting
@@ -174,6 +184,10 @@
 #define NREC  3
 #endif
 #define NWID  1   /* workflow IDs (all records carry one event ID) */
+
+#if !defined(NO_FENCE) && !defined(NO_RETAKE)
+#define RETAKE    /* committer.fenced re-takes a partition the coordinator still assigns */
+#endif
 
 /* record status in one replica's tracker */
 #define S_NONE 0  /* not polled (or abandoned, or committed and forgotten) */
@@ -326,7 +340,16 @@ typedef Rep {
 	                     * assignment (partition.fence); 0 = not taken yet */
 	byte jep[NWID];     /* the fence the job's marks carry: the epoch of
 	                     * its owner record's partition at the owner's
-	                     * claim (j.rec.part.fence) */
+	                     * claim (j.rec.part.fence), moved on by a re-take */
+#endif
+#ifdef RETAKE
+	byte rog[NP];       /* a re-take's Own of the partition is in flight
+	                     * (committer.fenced, between the coordinator's answer
+	                     * and c.own's return): the generation of the
+	                     * assignment it is for (0 = none) */
+	byte rb;            /* the claimer's batch waiting in committer.fenced
+	                     * for the re-take's Own, to be claimed again (a bit
+	                     * per record) */
 #endif
 	byte pos[NP];       /* next offset to poll */
 	byte cmt[NP];       /* committer: where the partition's finished prefix
@@ -594,6 +617,72 @@ inline claim(r) {
 	}
 }
 
+/* the coordinator still assigns p to r (DescribeGroups: r is a current
+ * member and p is in its assignment) */
+#define MINE(r, p) (rep[r].own[p] && rep[r].gen[p] == bgen[p])
+
+/* a claim statement refused by the fence: m_ names the stale partitions
+ * of the batch b (FencedError). claimer.claim -> committer.fenced: a
+ * partition whose re-take is already in flight (the marker's, holding
+ * fenceMu) is waited for; one the group coordinator still assigns to r is
+ * taken again (its Own, a step of its own, below); any other is forgotten
+ * as the lost step does (abandon, its polled records too). With a re-take
+ * the claimer waits in fenced for the Own and claims the rest of the
+ * batch (the refused intents with the new fence and the others) after it
+ * (the re-claim step); else it claims the rest at once, a new statement.
+ * -DNO_RETAKE: every stale partition is forgotten. Refusal and the
+ * coordinator's answer are one step: the refusal reads only the ledger's
+ * epochs, the answer only the group's assignment, so a step between them
+ * that writes the group (a rebalance, a zombie move, a crash) can be put
+ * before the refusal, and one that writes the epochs (another's Own) after
+ * the answer, where the model has it (README.md) */
+inline fencedclaim(r) {
+	printf("MSC: r%d   ledger fence: the claim is refused, nothing written (stale: p0 %d, p1 %d; epochs now %d, %d)\n", r,
+		m_ & 1, (m_ >> 1) & 1, lep[0], lep[1]);
+	x_ = 0; f_ = 0;
+	for (p_ : 0 .. NP-1) {
+		if
+		:: m_ & (1 << p_) ->
+			if
+#ifdef RETAKE
+			:: rep[r].own[p_] && rep[r].rog[p_] == rep[r].gen[p_] ->
+				printf("MSC: r%d   waits for its re-take of p%d (the marker's, in flight)\n", r, p_);
+				f_ = 1
+			:: rep[r].rog[p_] == 0 && MINE(r, p_) ->
+				printf("MSC: r%d   the coordinator still assigns p%d to r%d: takes it again (its Own in flight)\n", r, p_, r);
+				rep[r].rog[p_] = rep[r].gen[p_]; f_ = 1
+			:: else ->
+#else
+			:: true ->
+#endif
+				printf("MSC: r%d   forgets p%d (fenced), abandons its records\n", r, p_);
+				abandon(r, p_); x_ = x_ | (1 << p_)
+			fi
+		:: else
+		fi
+	}
+	p_ = 0;
+	j_ = 0;
+	for (i_ : 0 .. nb-1) {
+		if
+		:: x_ & (1 << rpart[b[i_]]) -> skip
+		:: else -> b[j_] = b[i_]; j_++
+		fi
+	}
+	nb = j_; j_ = 0; i_ = 0; x_ = 0;
+#ifdef RETAKE
+	if
+	:: f_ && nb > 0 ->
+		for (i_ : 0 .. nb-1) { rep[r].rb = rep[r].rb | (1 << b[i_]) }
+		i_ = 0; nb = 0;
+		printf("MSC: r%d   the rest of the batch waits for the re-take (mask %d)\n", r, rep[r].rb)
+	:: else
+	fi;
+#endif
+	f_ = 0;
+	if :: nb > 0 -> printf("MSC: r%d   claims the rest of the batch again:\n", r) :: else fi
+}
+
 /* Router.Run / prepare + claimer.claim, atomic with the ledger */
 inline pollclaim(r, k0, k1, first) {
 	nb = 0;
@@ -605,31 +694,12 @@ inline pollclaim(r, k0, k1, first) {
 #ifndef NO_FENCE
 	/* the claim statement's fence (sink/ledger/claim.go): unless the epoch
 	 * of every partition of the batch still holds, it writes nothing and
-	 * names the stale partitions (FencedError). claimer.claim: the
-	 * committer forgets them (committer.fenced, as the lost step:
-	 * abandon, their polled records too) and the rest of the batch is
-	 * claimed again, a new statement. Both in this one step: the refused
-	 * statement wrote nothing, and an Own between the two statements could
-	 * only make the second refused too, the same as that Own before the
-	 * first */
+	 * names the stale partitions (FencedError) */
 	m_ = 0;
 	if :: k0 > 0 && rep[r].ep[0] != lep[0] -> m_ = m_ | 1 :: else fi;
 	if :: k1 > 0 && rep[r].ep[1] != lep[1] -> m_ = m_ | 2 :: else fi;
 	if
-	:: m_ != 0 ->
-		printf("MSC: r%d   ledger fence: the claim is refused, nothing written (stale: p0 %d, p1 %d; epochs now %d, %d)\n", r,
-			m_ & 1, (m_ >> 1) & 1, lep[0], lep[1]);
-		if :: m_ & 1 -> printf("MSC: r%d   forgets p0 (fenced), abandons its records\n", r); abandon(r, 0) :: else fi;
-		if :: m_ & 2 -> printf("MSC: r%d   forgets p1 (fenced), abandons its records\n", r); abandon(r, 1) :: else fi;
-		j_ = 0;
-		for (i_ : 0 .. nb-1) {
-			if
-			:: m_ & (1 << rpart[b[i_]]) -> skip
-			:: else -> b[j_] = b[i_]; j_++
-			fi
-		}
-		nb = j_; j_ = 0; i_ = 0;
-		if :: nb > 0 -> printf("MSC: r%d   claims the rest of the batch again:\n", r) :: else fi
+	:: m_ != 0 -> fencedclaim(r)
 	:: else
 	fi;
 	m_ = 0;
@@ -639,6 +709,35 @@ inline pollclaim(r, k0, k1, first) {
 	for (c_ : 0 .. NREC-1) { b[c_] = 0 }
 	c_ = 0
 }
+
+#ifdef RETAKE
+/* claimer.claim(rest) after committer.fenced returned: the batch that
+ * waited for the re-take, less the records of partitions forgotten since
+ * (unfenced ends them), claimed again with each partition's fence now
+ * (the re-taken one's new epoch); it may be refused again */
+inline reclaim(r) {
+	nb = 0; m_ = 0;
+	printf("MSC: r%d claims the batch that waited for the re-take again, under the new fence:\n", r);
+	for (c_ : 0 .. NREC-1) {
+		if
+		:: (rep[r].rb & (1 << c_)) && rep[r].st[c_] == S_INFL ->
+			b[nb] = c_; nb++;
+			if :: rep[r].ep[rpart[c_]] != lep[rpart[c_]] -> m_ = m_ | (1 << rpart[c_]) :: else fi
+		:: else
+		fi
+	}
+	rep[r].rb = 0;
+	if
+	:: m_ != 0 -> fencedclaim(r)
+	:: else
+	fi;
+	m_ = 0;
+	claim(r);
+	nb = 0; i_ = 0; c_ = 0; w_ = 0; f_ = 0;
+	for (c_ : 0 .. NREC-1) { b[c_] = 0 }
+	c_ = 0
+}
+#endif
 
 #ifdef TXN
 #define AVAIL(r, p, k) (rep[r].pos[p] < plen[p] && avl[pbase[p] + rep[r].pos[p]] >= k)
@@ -660,11 +759,26 @@ inline pollclaim(r, k0, k1, first) {
  * -DZOMBIE_IN_OWN lets the zombie come before the Own */
 #if defined(NO_FENCE) || defined(ZOMBIE_IN_OWN)
 #define ZTAKEN(r, p) 1
+#elif defined(RETAKE)
+#define ZTAKEN(r, p) (TAKEN(r, p) && rep[r].rog[p] == 0)
 #else
 #define ZTAKEN(r, p) TAKEN(r, p)
 #endif
+/* the claimer is not waiting in committer.fenced (a new batch is polled
+ * and claimed after the one that waits) */
+#ifdef RETAKE
+#define CLAIMFREE(r) (rep[r].rb == 0)
+#else
+#define CLAIMFREE(r) 1
+#endif
+/* no re-take in flight (the run is over only after it) */
+#ifdef RETAKE
+#define FENCEFREE(r) (rep[r].rb == 0 && rep[r].rog[0] == 0 && rep[r].rog[1] == 0)
+#else
+#define FENCEFREE(r) 1
+#endif
 #define CANPOLL(r, k0, k1) \
-	(!rep[r].dlpend && \
+	(!rep[r].dlpend && CLAIMFREE(r) && \
 	 (k0 == 0 || (rep[r].own[0] && TAKEN(r, 0) && AVAIL(r, 0, k0))) && \
 	 (k1 == 0 || (rep[r].own[1] && TAKEN(r, 1) && AVAIL(r, 1, k1))))
 
@@ -892,19 +1006,53 @@ inline takeover(r, w) {
 #ifndef NO_FENCE
 /* a mark refused by the fence (the job's owner record's partition p moved:
  * its epoch is no longer the job's): the row is not changed;
- * committer.fenced forgets p if this assignment is the refused one, and
- * the job is done(ok=false): the owner is abandoned, a waiter of a
- * partition still owned takes the job over (under its own fence) */
+ * committer.fenced: if this assignment is the refused one and the group
+ * coordinator still assigns p to r, r takes p again (its Own in flight,
+ * a step of its own) and the marker sends the mark again under the new
+ * fence once it landed (the job stays; MARKOK); else r forgets p if this
+ * assignment is the refused one, and the job is done(ok=false): the owner
+ * is abandoned, a waiter of a partition still owned takes the job over
+ * (under its own fence). (A mark of a partition whose re-take is in
+ * flight waits for it, MARKOK: in Go it is refused, waits on fenceMu and
+ * is sent again under the new fence.) */
 inline fencedmark(r, w, p) {
 	printf("MSC: r%d   ledger fence: the mark of wid%d for rec%d is refused (p%d's epoch %d, the job's %d): row %d unchanged\n", r, w,
 		rep[r].jown[w], p, lep[p], rep[r].jep[w], lst[w]);
 	if
+#ifdef RETAKE
+	:: rep[r].own[p] && rep[r].ep[p] == rep[r].jep[w] && MINE(r, p) ->
+		printf("MSC: r%d   the coordinator still assigns p%d to r%d: takes it again (its Own in flight); the mark waits\n", r, p, r);
+		rep[r].rog[p] = rep[r].gen[p]
+	:: rep[r].own[p] && rep[r].ep[p] == rep[r].jep[w] && !MINE(r, p) ->
+#else
 	:: rep[r].own[p] && rep[r].ep[p] == rep[r].jep[w] ->
+#endif
 		printf("MSC: r%d   forgets p%d (fenced), abandons its records\n", r, p);
-		abandon(r, p)
-	:: else
+		abandon(r, p); takeover(r, w)
+	:: else -> takeover(r, w)
+	fi
+}
+#endif
+
+#ifdef RETAKE
+/* the re-take's Own of p lands (Ledger.Own in committer.fenced) */
+inline retake(r, p) {
+	lep[p]++;
+	if
+	:: rep[r].own[p] && rep[r].gen[p] == rep[r].rog[p] ->
+		rep[r].ep[p] = lep[p];
+		for (w_ : 0 .. NWID-1) {
+			if
+			:: rep[r].jph[w_] != J_NONE && !rep[r].jorph[w_] && rpart[rep[r].jown[w_]] == p -> rep[r].jep[w_] = lep[p]
+			:: else
+			fi
+		}
+		w_ = 0;
+		printf("MSC: r%d takes p%d again in the ledger's fence: epoch %d\n", r, p, lep[p])
+	:: else ->
+		printf("MSC: r%d's re-take Own of p%d lands (epoch %d); the partition is gone meanwhile: not kept\n", r, p, lep[p])
 	fi;
-	takeover(r, w)
+	rep[r].rog[p] = 0
 }
 #endif
 
@@ -1275,6 +1423,13 @@ inline commitnow(r, p, rv) {
  * calls fn(ctx) with the cancelled context, which fails at once) */
 #define MAYCALL(r) (rep[r].jorph[0] < 2)
 #define LANDED(r)  if :: rep[r].jorph[0] == 1 -> rep[r].jorph[0] = 2 :: else fi
+/* the marker is not waiting in committer.fenced for a re-take of the job's
+ * partition (an orphaned job's partition is no longer this assignment) */
+#ifdef RETAKE
+#define MARKOK(r, w) (rep[r].jorph[w] != 0 || rep[r].rog[rpart[rep[r].jown[w]]] == 0)
+#else
+#define MARKOK(r, w) 1
+#endif
 
 /* the run is over: every partition committed to its end */
 #define ALLDONE (committed[0] == plen[0] && committed[1] == plen[1])
@@ -1366,7 +1521,7 @@ proctype replica(byte r) {
 		printf("MSC: r%d start wid0 generation %d for rec%d: Temporal refuses it for good (permanent)\n", r, rep[r].jgen[0], rep[r].jown[0]);
 		rep[r].jph[0] = J_DLW }
 	:: d_step { rep[r].jph[0] == J_DLW && MAYCALL(r) -> LANDED(r); dlwrite(r, 0) }
-	:: d_step { rep[r].jph[0] == J_MDL && MAYCALL(r) -> LANDED(r); markdl(r, 0) }
+	:: d_step { rep[r].jph[0] == J_MDL && MAYCALL(r) && MARKOK(r, 0) -> LANDED(r); markdl(r, 0) }
 #ifdef OLD_DL_FINISH
 	/* the old best-effort mark: abandoned when the partition goes away;
 	 * release(j, ok=true) finishes the waiters, the row stays pending */
@@ -1428,7 +1583,7 @@ proctype replica(byte r) {
 #endif
 		) && rep[r].jorph[0] -> takeover(r, 0) }
 	/* ---- mark ---- */
-	:: d_step { rep[r].jph[0] == J_MARK -> mark(r, 0) }
+	:: d_step { rep[r].jph[0] == J_MARK && MARKOK(r, 0) -> mark(r, 0) }
 
 	/* ---- the ticker's commit (committer.run -> commit), one partition:
 	 * (a) the finished prefix, (b) the group's committed offsets, (c) the
@@ -1471,6 +1626,16 @@ proctype replica(byte r) {
 	:: d_step { rep[r].own[1] && rep[r].ep[1] == 0 -> lep[1]++; rep[r].ep[1] = lep[1];
 		printf("MSC: r%d takes p1 in the ledger's fence: epoch %d\n", r, lep[1]) }
 #endif
+#ifdef RETAKE
+	/* ---- the re-take's Own (committer.fenced -> c.own) lands: a new
+	 * epoch, kept for the partition if it is still the assignment the
+	 * coordinator's answer was about (c.parts[tp] == part), which moves
+	 * the fence of its records' writes (part.epoch); then the claimer
+	 * claims its batch again ---- */
+	:: d_step { rep[r].rog[0] != 0 -> retake(r, 0) }
+	:: d_step { rep[r].rog[1] != 0 -> retake(r, 1) }
+	:: d_step { rep[r].rb != 0 && rep[r].rog[0] == 0 && rep[r].rog[1] == 0 -> reclaim(r) }
+#endif
 
 	/* ---- lost: a zombie learns it lost the partition ---- */
 	:: d_step { rep[r].own[0] && rep[r].gen[0] != bgen[0] ->
@@ -1510,6 +1675,9 @@ proctype replica(byte r) {
 #ifndef NO_FENCE
 		rep[r].ep[0] = 0; rep[r].ep[1] = 0;
 #endif
+#ifdef RETAKE
+		rep[r].rog[0] = 0; rep[r].rog[1] = 0; rep[r].rb = 0;
+#endif
 		rep[r].tph = 0; rep[r].tpart = 0; rep[r].toff = 0;
 		for (c_ : 0 .. NREC-1) { rep[r].st[c_] = 0 }
 		c_ = 0;
@@ -1527,7 +1695,7 @@ proctype replica(byte r) {
 		commitnow(q, 1, 1); abandon(q, 1); assign(r, 1) }
 
 	/* ---- the run is over ---- */
-	:: d_step { ALLDONE && rep[r].jph[0] == J_NONE && !rep[r].dlpend && rep[r].tph == 0 ->
+	:: d_step { ALLDONE && rep[r].jph[0] == J_NONE && !rep[r].dlpend && rep[r].tph == 0 && FENCEFREE(r) ->
 		finalcheck(q)
 #ifdef SIGNAL
 		; nend++
