@@ -91,3 +91,28 @@ func TestLedgerOnlyRoutes(t *testing.T) {
 		t.Error("a reject_duplicate start route relies on the ledger alone")
 	}
 }
+
+// A role without pg_monitor is warned whenever a standby it counts may be
+// an asynchronous one, as a role with pg_monitor is told which one is:
+// here the synchronous standby "a" is disconnected (its slot idle) and
+// "b" streams asynchronously. A failover tool that promotes b (the only
+// standby up) loses the commits only a had. With details, Async names b
+// and a warning says so; without them (what ledger.Replication reads for
+// such a role: the sender counted, no sync_state) only one sender
+// streams, and the warning, which asks for more than one sender, is
+// never given.
+func TestReplicationCheckWarnsARoleThatCannotSeeWhetherAStreamingStandbyIsSynchronous(t *testing.T) {
+	seen := ledger.Replication{SynchronousCommit: "on", SynchronousStandbyNames: `"a"`, Senders: 1, IdleSlots: 1, DetailsVisible: true, Async: []string{"b"}}
+	blind := seen
+	blind.DetailsVisible, blind.Async = false, nil
+	allow := []string{"routes[0] (id crm-sync, id_reuse_policy allow_duplicate)"}
+	for name, r := range map[string]ledger.Replication{"with pg_monitor": seen, "without pg_monitor": blind} {
+		warnings, err := replicationCheck{Replication: r, Routes: allow}.Check()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(warnings) == 0 {
+			t.Errorf("%s: no warning, want one that a streaming standby may be asynchronous (%+v)", name, r)
+		}
+	}
+}

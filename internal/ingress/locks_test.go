@@ -420,3 +420,55 @@ func TestLocksAcrossReplicasThroughTransactionPooler(t *testing.T) {
 		}
 	}
 }
+
+// A released key leaves no lock on the server even when postgres.pooler
+// is left at its default (none) and PostgreSQL is in fact reached through
+// PgBouncer in transaction pooling, the commonest mis-set: either the
+// locks work there or they refuse, naming postgres.pooler. Here the lock
+// is taken on one server session (the only one the pooler has); another
+// client's transaction then holds that session, so the unlock runs on a
+// second one, which does not hold the lock: the lock stays on the shared
+// session for good, and the key is "in flight" for every replica whose
+// statement lands there.
+func TestLocksReleasedThroughAnUnnamedTransactionPoolerLeaveNoLock(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	b := pgbouncer.Start(t, url, pgbouncer.Options{Mode: pgbouncer.Transaction, PoolSize: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := ledger.DefaultConfig()
+	cfg.URL = b.URL(url) // postgres.pooler left at its default
+	l, err := NewPooledLocks(cfg, slog.New(slog.DiscardHandler), prometheus.NewCounter(prometheus.CounterOpts{Name: "d"}))
+	if err != nil {
+		t.Fatalf("NewPooledLocks: %v (a refusal should name postgres.pooler)", err)
+	}
+	defer l.Close()
+	rel, err := l.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	other, err := pgx.Connect(ctx, b.URL(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Close(ctx) }()
+	if _, err := other.Exec(ctx, "BEGIN", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	rel()
+	if _, err := other.Exec(ctx, "COMMIT", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	direct, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = direct.Close(ctx) }()
+	var left int
+	if err := direct.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::int8::oid AND granted`,
+		int64(lockClass)).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Fatalf("%d ingress advisory lock(s) still held on the server after the request was answered (postgres.pooler: none through a transaction pooler)", left)
+	}
+}
