@@ -427,3 +427,29 @@ func TestEnqueueNeverSendsSASLInPlaintextToAnAdvertisedRemoteBroker(t *testing.T
 		t.Fatal("with AllowInsecure no connection reached the advertised address: the test cannot see one")
 	}
 }
+
+// kgo.Dialer(nil) is no dialer of the caller's own: franz-go fills in its
+// plaintext default. GuardKafka's marker check (a dialer set by the options
+// means the caller checks it) takes that default for the caller's and
+// returns the options unguarded, so SASL goes in plaintext to a broker the
+// tunnel advertises off this machine. The bound: the refused write retries
+// until its context ends (3s).
+func TestEnqueueNeverSendsSASLInPlaintextWhenTheOptionsResetTheDialer(t *testing.T) {
+	tk := tunnelkafka.Start(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "producer", "pa55"), kfake.SeedTopics(1, topic))
+	c, err := client.New(client.Config{Topic: topic, EventID: eventid.DefaultConfig(), Routes: routes, Namespace: "default",
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(tk.Seed), kgo.SASL(plain.Auth{User: "producer", Pass: "pa55"}.AsMechanism()),
+			kgo.Dialer(nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = c.Enqueue(ctx, client.Event{Type: "order.created", IdempotencyKey: "order-1", Data: map[string]int{"n": 1}})
+	if n := tk.RemoteConns(); n != 0 {
+		t.Fatalf("%d connections reached the advertised broker %s with SASL and no TLS (Enqueue: %v)", n, tk.Advertised, err)
+	}
+	if err == nil {
+		t.Error("Enqueue through the tunnel wrote the event, want it refused")
+	}
+}
