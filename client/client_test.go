@@ -427,3 +427,64 @@ func TestEnqueueNeverSendsSASLInPlaintextToAnAdvertisedRemoteBroker(t *testing.T
 		t.Fatal("with AllowInsecure no connection reached the advertised address: the test cannot see one")
 	}
 }
+
+// kgo.Dialer(nil) is no dialer of the caller's own: franz-go fills in its
+// plaintext default. GuardKafka's marker check (a dialer set by the options
+// means the caller checks it) takes that default for the caller's and
+// returns the options unguarded, so SASL goes in plaintext to a broker the
+// tunnel advertises off this machine. The bound: the refused write retries
+// until its context ends (3s).
+func TestEnqueueNeverSendsSASLInPlaintextWhenTheOptionsResetTheDialer(t *testing.T) {
+	tk := tunnelkafka.Start(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "producer", "pa55"), kfake.SeedTopics(1, topic))
+	c, err := client.New(client.Config{Topic: topic, EventID: eventid.DefaultConfig(), Routes: routes, Namespace: "default",
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(tk.Seed), kgo.SASL(plain.Auth{User: "producer", Pass: "pa55"}.AsMechanism()),
+			kgo.Dialer(nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = c.Enqueue(ctx, client.Event{Type: "order.created", IdempotencyKey: "order-1", Data: map[string]int{"n": 1}})
+	if n := tk.RemoteConns(); n != 0 {
+		t.Fatalf("%d connections reached the advertised broker %s with SASL and no TLS (Enqueue: %v)", n, tk.Advertised, err)
+	}
+	if err == nil {
+		t.Error("Enqueue through the tunnel wrote the event, want it refused")
+	}
+}
+
+// docs/security.md (Conflicts): "a repeat of a recorded conflict is not
+// written again". The lookup reads only the 64 conflicts last seen per
+// workflow ID (ledgerread.MaxConflictHashes), so a producer cycling over 65
+// conflicting payloads under one key finds each repeat missing from the
+// lookup, and every repeat is written again: a record, a dead letter and a
+// claim each time, forever. The first conflicting payload is recorded by
+// one router run, the 64 others by a later one (so it is the one last seen
+// longest ago).
+func TestEnqueueNeverWritesARecordedConflictAgainWhateverTheOtherConflicts(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	ev := func(v int) client.Event {
+		return client.Event{Type: "order.created", IdempotencyKey: "k1", Data: map[string]int{"v": v}}
+	}
+	if _, err := e.c.Enqueue(ctx, ev(1)); err != nil {
+		t.Fatal(err)
+	}
+	e.runRouter()
+	if h, err := e.c.Enqueue(ctx, ev(2)); !errors.Is(err, client.ErrConflict) || !h.Produced {
+		t.Fatalf("first conflicting payload: %+v %v, want it written (not recorded yet)", h, err)
+	}
+	e.runRouter()
+	for v := 3; v < 3+64; v++ {
+		if _, err := e.c.Enqueue(ctx, ev(v)); !errors.Is(err, client.ErrConflict) {
+			t.Fatalf("payload %d: %v", v, err)
+		}
+	}
+	e.runRouter()
+	before := e.records()
+	h, err := e.c.Enqueue(ctx, ev(2))
+	if !errors.Is(err, client.ErrConflict) || h == nil || h.Produced || e.records() != before {
+		t.Fatalf("the recorded conflict {v:2} again after 64 others: %+v %v, %d records (was %d); want a *ConflictError and nothing written", h, err, e.records(), before)
+	}
+}

@@ -1,6 +1,8 @@
 package eventid
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -143,5 +145,49 @@ func TestTenantHeaderNeedsTheIngressSignature(t *testing.T) {
 	})
 	if ev, err := d.Decode(replayed); err != nil || ev.ID != "@acme/k-9" {
 		t.Errorf("replayed: %q %v", ev.ID, err)
+	}
+}
+
+// A keyring file broken for a moment (an edit in progress, a typo during a
+// rotation, a Secret briefly unreadable) is this deployment's fault, not the
+// record's: a record the ingress signed and that verifies once the file is
+// whole again must not be judged forged_tenant meanwhile. eventid.Error says
+// "retrying the same bytes gives the same error", and the router
+// dead-letters it at once; tenantsig.Verify itself tells the two apart (its
+// error wraps ErrInvalid only for a bad signature), but tenantOf labels both
+// forged_tenant, so every tenant record read while the file is broken is
+// dead-lettered (the ingress, for the same broken file, answers 503 and
+// keeps the caller's record).
+func TestASignedRecordReadWhileTheKeyringIsBrokenIsNotForged(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	whole := []byte("keys: [{id: k1, secret: dGVzdC10ZW5hbnQta2V5LTAxMjM0NTY3ODlhYmNkZWY=}]\n")
+	if err := os.WriteFile(path, whole, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := tenantsig.Load("kafka.tenant_keys_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := mustDecoder(t, nil).WithTenantKeys(keys)
+	good := signed(keys, rec(`{"total":9}`, "ce_specversion", "1.0", "ce_type", "order.created", "ce_id", "k-9", TenantHeader, "acme"))
+	// A broken edit (another size: read again at once).
+	if err := os.WriteFile(path, []byte("keys: [{id: k1, secret: \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if keys.Check() == nil {
+		t.Fatal("the broken file was not read again: the test cannot see the window")
+	}
+	_, err = d.Decode(good)
+	if err == nil {
+		t.Fatal("a broken keyring verified the record")
+	}
+	if r := ReasonOf(err); r != "" {
+		t.Errorf("the ingress's own record, read while the keyring file is broken: permanent %q (%v), want a transient error (the record verifies once the file is whole)", r, err)
+	}
+	if err := os.WriteFile(path, whole, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := d.Decode(good); err != nil || ev.ID != "@acme/k-9" {
+		t.Fatalf("the same bytes, the file whole again: %q %v", ev.ID, err)
 	}
 }
