@@ -227,10 +227,10 @@ func (o *outgoing) kafkaRecord() *kgo.Record {
 	switch o.level {
 	case whole:
 		kr.Key, kr.Value = src.Key, src.Value
-		kr.Headers = append(kr.Headers, src.Headers...)
+		kr.Headers = ownHeaders(src.Headers)
 	case noValue:
 		kr.Key = src.Key
-		kr.Headers = append(kr.Headers, src.Headers...)
+		kr.Headers = ownHeaders(src.Headers)
 	case summarised:
 		for _, h := range src.Headers {
 			switch h.Key {

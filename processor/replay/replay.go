@@ -363,9 +363,13 @@ func header(r *kgo.Record, key string) string {
 	return string(v)
 }
 
+// lookup is r's last header named key: the router appends its dead
+// letter's headers after the original's (and, since it leaves out the
+// original's of the same names, a dead letter written before that still
+// reads as the router wrote it).
 func lookup(r *kgo.Record, key string) ([]byte, bool) {
-	for _, h := range r.Headers {
-		if h.Key == key {
+	for i := len(r.Headers) - 1; i >= 0; i-- {
+		if h := r.Headers[i]; h.Key == key {
 			return h.Value, true
 		}
 	}
