@@ -37,7 +37,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,6 +62,10 @@ type Options struct {
 	ClientOpts []kgo.Opt
 	// DeadLetterTopics to read.
 	DeadLetterTopics []string
+	// SourceTopics are the topics a dead letter may be sent back to (the
+	// topics the routers read: kafka.topics); a dead letter of another
+	// topic is refused. Empty: any topic that exists.
+	SourceTopics []string
 	// Reasons to replay; empty means all.
 	Reasons []string
 	// Execute produces the records; without it Run only plans (reads the
@@ -126,7 +132,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) (Result, error) {
 	}
 	defer rd.Close()
 	rd.Idle = o.Idle
-	src := &sourceReader{opts: opts, adm: kadm.NewClient(rd.Client()), idle: o.Idle}
+	src := &sourceReader{opts: opts, adm: kadm.NewClient(rd.Client()), idle: o.Idle, allowed: o.SourceTopics, exists: map[string]bool{}}
 	want := map[string]bool{}
 	for _, r := range o.Reasons {
 		want[r] = true
@@ -260,6 +266,9 @@ func rebuild(ctx context.Context, dl *kgo.Record, src *sourceReader) (rec *kgo.R
 	if errP != nil || errO != nil {
 		return nil, false, refuse("%s or %s is not a number", schemas.HeaderDLQPartition, schemas.HeaderDLQOffset)
 	}
+	if err := src.check(ctx, topic); err != nil {
+		return nil, false, err
+	}
 	part := reduced(dl)
 	if part == "" {
 		return replayed(topic, int32(p), off, dl.Key, dl.Value, dl.Headers), false, nil
@@ -315,11 +324,43 @@ func replayed(topic string, partition int32, offset int64, key, value []byte, he
 }
 
 // sourceReader reads single records of the source topics, for dead
-// letters that lack part of the original.
+// letters that lack part of the original, and says which topics a dead
+// letter may go back to.
 type sourceReader struct {
-	opts []kgo.Opt
-	adm  *kadm.Client
-	idle time.Duration
+	opts    []kgo.Opt
+	adm     *kadm.Client
+	idle    time.Duration
+	allowed []string        // Options.SourceTopics
+	exists  map[string]bool // topic -> whether it exists, as first asked
+}
+
+// check refuses a dead letter whose source topic is not one of the
+// allowed (the routers do not read it: the record would not pass the
+// dedup gate) or does not exist (deleted or renamed since: producing to
+// it would fail, or create it).
+func (s *sourceReader) check(ctx context.Context, topic string) error {
+	if len(s.allowed) > 0 && !slices.Contains(s.allowed, topic) {
+		return refuse("its source topic %s is not one the routers read (kafka.topics: %s): replayed there it would not pass the dedup gate",
+			topic, strings.Join(s.allowed, ", "))
+	}
+	ok, known := s.exists[topic]
+	if !known {
+		md, err := s.adm.ListTopics(ctx, topic)
+		if err != nil {
+			return fmt.Errorf("looking up topic %s: %w", topic, err)
+		}
+		d, found := md[topic]
+		switch {
+		case found && d.Err != nil && !errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+			return fmt.Errorf("looking up topic %s: %w", topic, d.Err)
+		}
+		ok = found && d.Err == nil
+		s.exists[topic] = ok
+	}
+	if !ok {
+		return refuse("its source topic %s does not exist (deleted or renamed since the record was dead-lettered)", topic)
+	}
+	return nil
 }
 
 // read is the record at topic/partition/offset, or nil and why it is not
@@ -356,6 +397,17 @@ func (s *sourceReader) read(ctx context.Context, topic string, partition int32, 
 		}
 	}
 	return nil, "no record to read at that offset (compacted away, or past the partition's end)", nil
+}
+
+// headerSeq is hs as the pairs schemas.OriginalSHA256 reads.
+func headerSeq(hs []kgo.RecordHeader) iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		for _, h := range hs {
+			if !yield(h.Key, h.Value) {
+				return
+			}
+		}
+	}
 }
 
 func header(r *kgo.Record, key string) string {
