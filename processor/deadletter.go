@@ -250,7 +250,8 @@ func (o *outgoing) kafkaRecord() *kgo.Record {
 	)
 	if o.level >= noValue {
 		kr.Headers = append(kr.Headers,
-			kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(src.Value)))})
+			kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(src.Value)))},
+			kgo.RecordHeader{Key: schemas.HeaderDLQOriginalSHA256, Value: []byte(schemas.OriginalSHA256(src.Key, src.Value, headerSeq(src.Headers)))})
 	}
 	if o.level >= summarised {
 		kr.Headers = append(kr.Headers,

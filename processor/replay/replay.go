@@ -282,9 +282,18 @@ func rebuild(ctx context.Context, dl *kgo.Record, src *sourceReader) (rec *kgo.R
 		return nil, false, refuse("the dead letter lacks the original's %s (the dead-letter topic refused it whole) and the original at %s is gone: %s; "+
 			"nothing whole is left to replay", part, at, why)
 	}
-	if ts, ok := lookup(dl, schemas.HeaderDLQTimestamp); ok && string(ts) != orig.Timestamp.UTC().Format("2006-01-02T15:04:05.000Z07:00") {
-		return nil, false, refuse("the dead letter lacks the original's %s and the record now at %s is another one (timestamp %s, the dead letter's %s: "+
-			"the topic was recreated?)", part, at, orig.Timestamp.UTC().Format(time.RFC3339Nano), ts)
+	// The record now at those coordinates must be the original: its
+	// digest (key, value, headers) the one the router took of the
+	// original. A timestamp alone proves nothing (a producer's, often
+	// whole seconds: another event of a recreated topic can share it).
+	want, ok := lookup(dl, schemas.HeaderDLQOriginalSHA256)
+	if !ok {
+		return nil, false, refuse("the dead letter lacks the original's %s and has no %s header (written by a dedup before it had one): "+
+			"nothing proves the record now at %s is the original; re-produce the event from its producer", part, schemas.HeaderDLQOriginalSHA256, at)
+	}
+	if got := schemas.OriginalSHA256(orig.Key, orig.Value, headerSeq(orig.Headers)); got != string(want) {
+		return nil, false, refuse("the dead letter lacks the original's %s and the record now at %s is another one (its %s is %s, the dead letter's %s: "+
+			"the topic was recreated?)", part, at, schemas.HeaderDLQOriginalSHA256, got, want)
 	}
 	return replayed(topic, int32(p), off, orig.Key, orig.Value, orig.Headers), true, nil
 }
