@@ -18,8 +18,11 @@
 // dedup-headers-dropped: the dead-letter topic refused it whole) is not
 // replayed as it is: the original is read from the source topic at the
 // coordinates the dead letter names, and sent back as it is there; when
-// it is no longer there (retention, compaction, a recreated topic: its
-// timestamp differs), the dead letter is refused, naming the coordinates.
+// it is no longer there (retention, compaction) or another record is
+// (a recreated topic: its digest differs from the dead letter's
+// dedup-original-sha256, or the dead letter has none), the dead letter is
+// refused, naming the coordinates. A dead letter whose source topic does
+// not exist, or is not among Options.SourceTopics, is refused too.
 //
 // The origin travels with every copy: a replayed record carries where
 // the event was first read in dedup-origin-* headers (so that the
