@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -56,15 +57,20 @@ type deadLetter struct {
 // dead letter is acknowledged by Kafka and logged in the DeadLetterLog;
 // a redelivered record that the log says was written is not written
 // again (a crash between the write and the log can still duplicate one:
-// the log narrows that to one batch). A dead letter always fits when the
-// topic takes a kilobyte: one the topic refuses as too large is written
-// again without the value (header dedup-value-dropped), then, still too
-// large, without the key and the original headers too (dedup-key-dropped,
-// dedup-headers-dropped), keeping its reason, the error (cut to
-// maxErrorBytes), the coordinates and the original's dedup-origin-*
-// headers: what finds the original, which replay reads from the source
-// topic. A dead letter too large even then (a dead-letter topic whose
-// max.message.bytes is below a few hundred bytes) is logged with the
+// the log narrows that to one batch). The dead letter's dedup-* headers
+// (schemas.DeadLetterHeaders) are the router's only: the original's own
+// headers of those names are left out. One the topic refuses as too large
+// is written again without the value (header dedup-value-dropped, and
+// dedup-original-sha256, the digest replay checks the original against),
+// then, still too large, without the key and the original headers too
+// (dedup-key-dropped, dedup-headers-dropped): a summary, keeping its
+// reason, the coordinates, the original's dedup-origin-* headers (what
+// finds the original, which replay reads from the source topic) and the
+// error and workflow ID within summaryHeaderBytes (cut when they must:
+// dedup-workflow-id-cut; the whole ID is in the dead-letter log). A
+// summary fits a topic that takes a kilobyte whatever the ID and the
+// error, as long as the source and origin topics' names take under 450
+// bytes together. A dead letter too large even then is logged with the
 // reason and leaves its record unfinished: that partition stops committing
 // there, the others go on. On shutdown or revoke the records are
 // abandoned, uncommitted.
@@ -183,7 +189,7 @@ type reduction int
 const (
 	whole      reduction = iota // key, value, headers
 	noValue                     // key and headers; dedup-value-dropped
-	summarised                  // reason, error, coordinates, dedup-origin-*; dedup-key-dropped, dedup-headers-dropped
+	summarised                  // reason, coordinates, dedup-origin-*, error and workflow ID (cut to fit); dedup-key-dropped, dedup-headers-dropped
 )
 
 func (r reduction) String() string {
@@ -192,6 +198,16 @@ func (r reduction) String() string {
 
 // maxErrorBytes bounds the error text of a summarised dead letter.
 const maxErrorBytes = 512
+
+// summaryHeaderBytes bounds a summary's headers (names and values): the
+// workflow ID and the error text take what the others leave, cut when
+// they must (dedup-workflow-id-cut; the error ends with "…"). With Kafka's
+// framing (61 bytes of batch header, about 50 of the record's and its
+// headers' lengths) the summary stays under 1,024 bytes: it fits a topic
+// that takes a kilobyte, as long as the source topic's name and the
+// origin's (dedup-origin-topic) take under 450 bytes together (each is at
+// most 249).
+const summaryHeaderBytes = 900
 
 // outgoing is one dead letter on its way: its reduction, and for one the
 // topic can never take, why.
@@ -209,14 +225,13 @@ type outgoing struct {
 func (o *outgoing) kafkaRecord() *kgo.Record {
 	d, src := o.d, o.d.rec.kr
 	kr := &kgo.Record{Topic: o.topic}
-	errText := d.err.Error()
 	switch o.level {
 	case whole:
 		kr.Key, kr.Value = src.Key, src.Value
-		kr.Headers = append(kr.Headers, src.Headers...)
+		kr.Headers = ownHeaders(src.Headers)
 	case noValue:
 		kr.Key = src.Key
-		kr.Headers = append(kr.Headers, src.Headers...)
+		kr.Headers = ownHeaders(src.Headers)
 	case summarised:
 		for _, h := range src.Headers {
 			switch h.Key {
@@ -226,30 +241,96 @@ func (o *outgoing) kafkaRecord() *kgo.Record {
 				}
 			}
 		}
-		if len(errText) > maxErrorBytes {
-			errText = strings.ToValidUTF8(errText[:maxErrorBytes], "") + "…"
-		}
 	}
 	kr.Headers = append(kr.Headers,
 		kgo.RecordHeader{Key: schemas.HeaderDLQReason, Value: []byte(d.reason)},
-		kgo.RecordHeader{Key: schemas.HeaderDLQError, Value: []byte(errText)},
 		kgo.RecordHeader{Key: schemas.HeaderDLQTopic, Value: []byte(src.Topic)},
 		kgo.RecordHeader{Key: schemas.HeaderDLQPartition, Value: []byte(strconv.Itoa(int(src.Partition)))},
 		kgo.RecordHeader{Key: schemas.HeaderDLQOffset, Value: []byte(strconv.FormatInt(src.Offset, 10))},
 		kgo.RecordHeader{Key: schemas.HeaderDLQTimestamp, Value: []byte(src.Timestamp.UTC().Format("2006-01-02T15:04:05.000Z07:00"))},
 	)
-	if d.workflow != "" {
-		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: schemas.HeaderDLQWorkflow, Value: []byte(d.workflow)})
-	}
 	if o.level >= noValue {
-		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(src.Value)))})
+		kr.Headers = append(kr.Headers,
+			kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(src.Value)))},
+			kgo.RecordHeader{Key: schemas.HeaderDLQOriginalSHA256, Value: []byte(schemas.OriginalSHA256(src.Key, src.Value, headerSeq(src.Headers)))})
 	}
 	if o.level >= summarised {
 		kr.Headers = append(kr.Headers,
 			kgo.RecordHeader{Key: schemas.HeaderDLQKeyDropped, Value: []byte(strconv.Itoa(len(src.Key)))},
 			kgo.RecordHeader{Key: schemas.HeaderDLQHeadersDropped, Value: []byte(strconv.Itoa(len(src.Headers)))})
 	}
+	errText, workflow := d.err.Error(), d.workflow
+	if o.level >= summarised {
+		var cut bool
+		errText, workflow, cut = summaryTexts(kr.Headers, errText, workflow)
+		if cut {
+			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: schemas.HeaderDLQWorkflowCut, Value: []byte(strconv.Itoa(len(d.workflow)))})
+		}
+	}
+	kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: schemas.HeaderDLQError, Value: []byte(errText)})
+	if workflow != "" {
+		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: schemas.HeaderDLQWorkflow, Value: []byte(workflow)})
+	}
 	return kr
+}
+
+// ownHeaders are a record's headers for its dead letter: all of them but
+// those of the names the router sets (schemas.DeadLetterHeaders), which
+// only the router writes: a record carrying its own dedup-topic or
+// dedup-reason (a producer's, or a dead letter copied back by hand) does
+// not speak for the router.
+func ownHeaders(hs []kgo.RecordHeader) []kgo.RecordHeader {
+	out := make([]kgo.RecordHeader, 0, len(hs)+8)
+	for _, h := range hs {
+		if !slices.Contains(schemas.DeadLetterHeaders, h.Key) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// headerSeq is hs as the pairs schemas.OriginalSHA256 reads.
+func headerSeq(hs []kgo.RecordHeader) iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		for _, h := range hs {
+			if !yield(h.Key, h.Value) {
+				return
+			}
+		}
+	}
+}
+
+// summaryTexts are the error text and workflow ID of a summary whose
+// other headers are hs, within summaryHeaderBytes: the error cut to
+// maxErrorBytes, then both to what hs leave (the workflow ID to half of
+// it at most, so that the error, which says why, keeps the rest); cut says
+// whether the workflow ID was.
+func summaryTexts(hs []kgo.RecordHeader, errText, workflow string) (string, string, bool) {
+	left := summaryHeaderBytes - len(schemas.HeaderDLQError) - len("…")
+	for _, h := range hs {
+		left -= len(h.Key) + len(h.Value)
+	}
+	cut := false
+	if workflow != "" {
+		left -= len(schemas.HeaderDLQWorkflow)
+		if n := max(left/2, 0); len(workflow) > n {
+			left -= len(schemas.HeaderDLQWorkflowCut) + len(strconv.Itoa(len(workflow)))
+			workflow, cut = cutUTF8(workflow, max(min(n, left), 0)), true
+		}
+		left -= len(workflow)
+	}
+	if n := max(min(left, maxErrorBytes), 0); len(errText) > n {
+		errText = cutUTF8(errText, n) + "…"
+	}
+	return errText, workflow, cut
+}
+
+// cutUTF8 is s cut to at most n bytes, at a character boundary.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
 }
 
 // tooLarge reports whether Kafka (or the client, before sending) refused

@@ -4,8 +4,12 @@
 package schemas
 
 import (
+	"crypto/sha256"
 	"embed"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
+	"iter"
 )
 
 // Migrations are the ledger's goose migrations, applied by `dedup migrate`
@@ -190,11 +194,67 @@ const (
 	// when the dead letter was still too large without its value: the key
 	// and the original headers are left out too, but for the original's
 	// dedup-origin-* headers (where a replayed record was first read). What
-	// is left, the headers above, always fits a topic that takes a
-	// kilobyte.
+	// is left, the headers above with the error and workflow ID cut to fit
+	// (HeaderDLQWorkflowCut), fits a topic that takes a kilobyte as long as
+	// the source and origin topics' names take under 450 bytes together.
 	HeaderDLQKeyDropped     = "dedup-key-dropped"
 	HeaderDLQHeadersDropped = "dedup-headers-dropped"
+	// HeaderDLQWorkflowCut is set (to the workflow ID's length in bytes)
+	// when a summary carries only the start of the workflow ID (so that it
+	// fits a topic that takes a kilobyte): the whole ID is in the
+	// dead-letter log (dedup_dead_letters.workflow_id) under the
+	// coordinates above.
+	HeaderDLQWorkflowCut = "dedup-workflow-id-cut"
+	// HeaderDLQOriginalSHA256 is set on every dead letter that lacks the
+	// original's value (so with dedup-value-dropped): OriginalSHA256 of
+	// the original's key, value and headers, in hex. dedup dlq replay
+	// reads the original from the source topic and replays it only when
+	// the record there has this digest (the same record, not another one
+	// at the same coordinates of a recreated topic).
+	HeaderDLQOriginalSHA256 = "dedup-original-sha256"
 )
+
+// DeadLetterHeaders are the headers the router sets on a dead letter. A
+// record's own headers of these names are left out of its dead letter (a
+// record cannot speak for the router): the router's are the only ones.
+var DeadLetterHeaders = []string{HeaderDLQReason, HeaderDLQError, HeaderDLQTopic, HeaderDLQPartition, HeaderDLQOffset,
+	HeaderDLQTimestamp, HeaderDLQWorkflow, HeaderDLQValueDropped, HeaderDLQKeyDropped, HeaderDLQHeadersDropped,
+	HeaderDLQWorkflowCut, HeaderDLQOriginalSHA256}
+
+// OriginalSHA256 is the value of HeaderDLQOriginalSHA256 for a record of
+// key, value and headers (every header, in order, as the record holds
+// them): SHA-256, in hex, over "dedup-original v1\n" and then the key, the
+// value, the number of headers and each header's name and value, each
+// field its length as 8 bytes big-endian (a null key or value: all ones)
+// and its bytes.
+func OriginalSHA256(key, value []byte, headers iter.Seq2[string, []byte]) string {
+	h := sha256.New()
+	h.Write([]byte("dedup-original v1\n"))
+	field := func(b []byte, null bool) {
+		n := uint64(len(b))
+		if null {
+			n = ^uint64(0)
+		}
+		var l [8]byte
+		binary.BigEndian.PutUint64(l[:], n)
+		h.Write(l[:])
+		h.Write(b)
+	}
+	field(key, key == nil)
+	field(value, value == nil)
+	var keys [][2][]byte
+	for k, v := range headers {
+		keys = append(keys, [2][]byte{[]byte(k), v})
+	}
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(keys)))
+	h.Write(n[:])
+	for _, kv := range keys {
+		field(kv[0], false)
+		field(kv[1], false)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
 
 // Headers `dedup dlq replay` puts on a record it sends back to its topic:
 // where the record was first read. The coordinates ID rule uses them, so a

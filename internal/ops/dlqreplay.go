@@ -27,7 +27,9 @@ coordinates ID rule keeps its first ID however many round trips it makes. A dead
 part of the original (dedup-value-dropped, dedup-key-dropped, dedup-headers-dropped: the
 dead-letter topic refused it whole) is sent back as the original is in the source topic, at the
 coordinates it names; when the original is gone from there (retention, compaction, a recreated
-topic), it is refused, naming those coordinates. A record not written by dedup is refused too.
+topic, another record there now: dedup-original-sha256 differs), it is refused, naming those
+coordinates. A record not written by dedup is refused too, and so is a dead letter whose source
+topic is not in kafka.topics (no router reads it) or no longer exists.
 
 Without --execute it writes nothing, as kafka-consumer-groups --reset-offsets: it prints the plan
 ("would replay": how many records per reason, how many from the source topic, which it refuses
@@ -75,7 +77,10 @@ func (t *Tool) ReplayDeadLetters(ctx context.Context, reasons string, limit int,
 	if _, err := t.kafka(); err != nil {
 		return nil, ExitError, err
 	}
-	o := replay.Options{Brokers: t.cfg.Kafka.Brokers, ClientOpts: t.kopts, Execute: execute, Limit: limit, Idle: t.idle}
+	// Only to the topics the routers read: there the record passes the
+	// dedup gate again; a dead letter of another topic is refused.
+	o := replay.Options{Brokers: t.cfg.Kafka.Brokers, ClientOpts: t.kopts, Execute: execute, Limit: limit, Idle: t.idle,
+		SourceTopics: t.cfg.Kafka.Topics}
 	for _, tp := range t.cfg.Kafka.Topics {
 		o.DeadLetterTopics = append(o.DeadLetterTopics, t.cfg.Kafka.DeadLetterTopicFor(tp))
 	}

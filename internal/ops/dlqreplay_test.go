@@ -35,7 +35,16 @@ func TestDLQReplayPrintsItsPlanAndWritesOnlyWithExecute(t *testing.T) {
 	whole := dl("conflict", orig)
 	whole.Value = orig.Value
 	if err := f.cl.ProduceSync(ctx, whole,
-		dl("temporal_permanent", orig, kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: fmt.Appendf(nil, "%d", len(orig.Value))}),
+		// As the router writes a dead letter without the value: with the
+		// digest of the original that the replay checks the source against.
+		dl("temporal_permanent", orig, kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: fmt.Appendf(nil, "%d", len(orig.Value))},
+			kgo.RecordHeader{Key: schemas.HeaderDLQOriginalSHA256, Value: []byte(schemas.OriginalSHA256(orig.Key, orig.Value, func(yield func(string, []byte) bool) {
+				for _, h := range orig.Headers {
+					if !yield(h.Key, h.Value) {
+						return
+					}
+				}
+			}))}),
 		&kgo.Record{Topic: topic + ".dlq", Partition: 0, Value: []byte("{}")}, // not dedup's
 	).FirstErr(); err != nil {
 		t.Fatal(err)

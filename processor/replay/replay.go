@@ -18,8 +18,11 @@
 // dedup-headers-dropped: the dead-letter topic refused it whole) is not
 // replayed as it is: the original is read from the source topic at the
 // coordinates the dead letter names, and sent back as it is there; when
-// it is no longer there (retention, compaction, a recreated topic: its
-// timestamp differs), the dead letter is refused, naming the coordinates.
+// it is no longer there (retention, compaction) or another record is
+// (a recreated topic: its digest differs from the dead letter's
+// dedup-original-sha256, or the dead letter has none), the dead letter is
+// refused, naming the coordinates. A dead letter whose source topic does
+// not exist, or is not among Options.SourceTopics, is refused too.
 //
 // The origin travels with every copy: a replayed record carries where
 // the event was first read in dedup-origin-* headers (so that the
@@ -37,7 +40,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,6 +66,10 @@ type Options struct {
 	ClientOpts []kgo.Opt
 	// DeadLetterTopics to read.
 	DeadLetterTopics []string
+	// SourceTopics are the topics a dead letter may be sent back to (the
+	// topics the routers read: kafka.topics); a dead letter of another
+	// topic is refused. Empty: any topic that exists.
+	SourceTopics []string
 	// Reasons to replay; empty means all.
 	Reasons []string
 	// Execute produces the records; without it Run only plans (reads the
@@ -127,7 +136,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) (Result, error) {
 	}
 	defer rd.Close()
 	rd.Idle = o.Idle
-	src := &sourceReader{opts: opts, adm: kadm.NewClient(rd.Client()), idle: o.Idle}
+	src := &sourceReader{opts: opts, adm: kadm.NewClient(rd.Client()), idle: o.Idle, allowed: o.SourceTopics, exists: map[string]bool{}}
 	want := map[string]bool{}
 	for _, r := range o.Reasons {
 		want[r] = true
@@ -261,6 +270,9 @@ func rebuild(ctx context.Context, dl *kgo.Record, src *sourceReader) (rec *kgo.R
 	if errP != nil || errO != nil {
 		return nil, false, refuse("%s or %s is not a number", schemas.HeaderDLQPartition, schemas.HeaderDLQOffset)
 	}
+	if err := src.check(ctx, topic); err != nil {
+		return nil, false, err
+	}
 	part := reduced(dl)
 	if part == "" {
 		return replayed(topic, int32(p), off, dl.Key, dl.Value, dl.Headers), false, nil
@@ -274,9 +286,18 @@ func rebuild(ctx context.Context, dl *kgo.Record, src *sourceReader) (rec *kgo.R
 		return nil, false, refuse("the dead letter lacks the original's %s (the dead-letter topic refused it whole) and the original at %s is gone: %s; "+
 			"nothing whole is left to replay", part, at, why)
 	}
-	if ts, ok := lookup(dl, schemas.HeaderDLQTimestamp); ok && string(ts) != orig.Timestamp.UTC().Format("2006-01-02T15:04:05.000Z07:00") {
-		return nil, false, refuse("the dead letter lacks the original's %s and the record now at %s is another one (timestamp %s, the dead letter's %s: "+
-			"the topic was recreated?)", part, at, orig.Timestamp.UTC().Format(time.RFC3339Nano), ts)
+	// The record now at those coordinates must be the original: its
+	// digest (key, value, headers) the one the router took of the
+	// original. A timestamp alone proves nothing (a producer's, often
+	// whole seconds: another event of a recreated topic can share it).
+	want, ok := lookup(dl, schemas.HeaderDLQOriginalSHA256)
+	if !ok {
+		return nil, false, refuse("the dead letter lacks the original's %s and has no %s header (written by a dedup before it had one): "+
+			"nothing proves the record now at %s is the original; re-produce the event from its producer", part, schemas.HeaderDLQOriginalSHA256, at)
+	}
+	if got := schemas.OriginalSHA256(orig.Key, orig.Value, headerSeq(orig.Headers)); got != string(want) {
+		return nil, false, refuse("the dead letter lacks the original's %s and the record now at %s is another one (its %s is %s, the dead letter's %s: "+
+			"the topic was recreated?)", part, at, schemas.HeaderDLQOriginalSHA256, got, want)
 	}
 	return replayed(topic, int32(p), off, orig.Key, orig.Value, orig.Headers), true, nil
 }
@@ -316,11 +337,43 @@ func replayed(topic string, partition int32, offset int64, key, value []byte, he
 }
 
 // sourceReader reads single records of the source topics, for dead
-// letters that lack part of the original.
+// letters that lack part of the original, and says which topics a dead
+// letter may go back to.
 type sourceReader struct {
-	opts []kgo.Opt
-	adm  *kadm.Client
-	idle time.Duration
+	opts    []kgo.Opt
+	adm     *kadm.Client
+	idle    time.Duration
+	allowed []string        // Options.SourceTopics
+	exists  map[string]bool // topic -> whether it exists, as first asked
+}
+
+// check refuses a dead letter whose source topic is not one of the
+// allowed (the routers do not read it: the record would not pass the
+// dedup gate) or does not exist (deleted or renamed since: producing to
+// it would fail, or create it).
+func (s *sourceReader) check(ctx context.Context, topic string) error {
+	if len(s.allowed) > 0 && !slices.Contains(s.allowed, topic) {
+		return refuse("its source topic %s is not one the routers read (kafka.topics: %s): replayed there it would not pass the dedup gate",
+			topic, strings.Join(s.allowed, ", "))
+	}
+	ok, known := s.exists[topic]
+	if !known {
+		md, err := s.adm.ListTopics(ctx, topic)
+		if err != nil {
+			return fmt.Errorf("looking up topic %s: %w", topic, err)
+		}
+		d, found := md[topic]
+		switch {
+		case found && d.Err != nil && !errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+			return fmt.Errorf("looking up topic %s: %w", topic, d.Err)
+		}
+		ok = found && d.Err == nil
+		s.exists[topic] = ok
+	}
+	if !ok {
+		return refuse("its source topic %s does not exist (deleted or renamed since the record was dead-lettered)", topic)
+	}
+	return nil
 }
 
 // read is the record at topic/partition/offset, or nil and why it is not
@@ -359,14 +412,29 @@ func (s *sourceReader) read(ctx context.Context, topic string, partition int32, 
 	return nil, "no record to read at that offset (compacted away, or past the partition's end)", nil
 }
 
+// headerSeq is hs as the pairs schemas.OriginalSHA256 reads.
+func headerSeq(hs []kgo.RecordHeader) iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		for _, h := range hs {
+			if !yield(h.Key, h.Value) {
+				return
+			}
+		}
+	}
+}
+
 func header(r *kgo.Record, key string) string {
 	v, _ := lookup(r, key)
 	return string(v)
 }
 
+// lookup is r's last header named key: the router appends its dead
+// letter's headers after the original's (and, since it leaves out the
+// original's of the same names, a dead letter written before that still
+// reads as the router wrote it).
 func lookup(r *kgo.Record, key string) ([]byte, bool) {
-	for _, h := range r.Headers {
-		if h.Key == key {
+	for i := len(r.Headers) - 1; i >= 0; i-- {
+		if h := r.Headers[i]; h.Key == key {
 			return h.Value, true
 		}
 	}

@@ -231,7 +231,11 @@ func reducedDeadLetter(orig *kgo.Record, summarised bool) *kgo.Record {
 		kgo.RecordHeader{Key: schemas.HeaderDLQPartition, Value: fmt.Appendf(nil, "%d", orig.Partition)},
 		kgo.RecordHeader{Key: schemas.HeaderDLQOffset, Value: fmt.Appendf(nil, "%d", orig.Offset)},
 		kgo.RecordHeader{Key: schemas.HeaderDLQTimestamp, Value: []byte(orig.Timestamp.UTC().Format("2006-01-02T15:04:05.000Z07:00"))},
-		kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: fmt.Appendf(nil, "%d", len(orig.Value))})
+		kgo.RecordHeader{Key: schemas.HeaderDLQValueDropped, Value: fmt.Appendf(nil, "%d", len(orig.Value))},
+		// The digest the router takes of the original whenever it drops
+		// the value (added with it: the replay checks the record at the
+		// coordinates against it).
+		kgo.RecordHeader{Key: schemas.HeaderDLQOriginalSHA256, Value: []byte(schemas.OriginalSHA256(orig.Key, orig.Value, headerSeq(orig.Headers)))})
 	if summarised {
 		dl.Headers = append(dl.Headers, kgo.RecordHeader{Key: schemas.HeaderDLQKeyDropped, Value: fmt.Appendf(nil, "%d", len(orig.Key))},
 			kgo.RecordHeader{Key: schemas.HeaderDLQHeadersDropped, Value: fmt.Appendf(nil, "%d", len(orig.Headers))})
