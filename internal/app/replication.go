@@ -74,9 +74,12 @@ func (c replicationCheck) Check() (warnings []string, err error) {
 			warnings = append(warnings, fmt.Sprintf("standbys %s replicate asynchronously beside the synchronous ones: "+
 				"promote only a synchronous standby, or the ledger is rewound", strings.Join(r.Async, ", ")))
 		}
-		if r.Synchronous() && !r.DetailsVisible && r.Senders > 1 {
-			warnings = append(warnings, fmt.Sprintf("%d standbys stream, and dedup's role cannot see which are synchronous "+
-				"(grant it pg_monitor to check): promote only a synchronous standby, or the ledger is rewound", r.Senders))
+		// A role without pg_monitor sees the senders, not their state: a
+		// standby streaming while another (the synchronous one, perhaps)
+		// is away may be asynchronous, whatever the count.
+		if r.Synchronous() && !r.DetailsVisible && (r.Senders > 1 || (r.Senders > 0 && r.IdleSlots > 0)) {
+			warnings = append(warnings, fmt.Sprintf("%d standbys stream (%d more have a slot and are away), and dedup's role cannot see which are synchronous "+
+				"(grant it pg_monitor to check): promote only a synchronous standby, or the ledger is rewound", r.Senders, r.IdleSlots))
 		}
 		return warnings, nil
 	}

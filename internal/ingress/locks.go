@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupio/dedup/sink/ledger"
-	"github.com/dedupio/dedup/sink/ledger/pooler"
 )
 
 // ErrInFlight is returned when a request with this event's key is being
@@ -40,7 +39,7 @@ const lockClass = 0x64647570 // "ddup"
 type Locks struct {
 	url      string
 	cc       *pgx.ConnConfig // nil: parsed from url
-	inTx     bool            // hold a transaction open while locks are held (a transaction pooler)
+	inTx     bool            // hold a transaction open while locks are held (always, with a URL: a pooler may stand between)
 	log      *slog.Logger
 	degraded prometheus.Counter
 
@@ -73,8 +72,14 @@ var errDown = errors.New("postgres failed recently; not tried again yet")
 // NewLocks locks in the PostgreSQL at url; "" locks per process only.
 // degraded counts the requests locked per process only because PostgreSQL
 // failed, and those whose lock went with a failed connection.
+//
+// The connection keeps a transaction open from its first lock to its last
+// unlock whatever postgres.pooler says (see NewPooledLocks): through a
+// transaction pooler the config does not name, a lock and its unlock
+// would otherwise reach two server sessions and the lock would stay.
 func NewLocks(url string, log *slog.Logger, degraded prometheus.Counter) *Locks {
-	return &Locks{url: url, log: log, degraded: degraded, held: map[string]bool{}, turn: make(chan struct{}, 1), downFor: downFor}
+	return &Locks{url: url, log: log, degraded: degraded, held: map[string]bool{}, turn: make(chan struct{}, 1), downFor: downFor,
+		inTx: url != ""}
 }
 
 // NewPooledLocks locks in the PostgreSQL of cfg (postgres.url, through
@@ -94,7 +99,7 @@ func NewPooledLocks(cfg ledger.Config, log *slog.Logger, degraded prometheus.Cou
 		return nil, err
 	}
 	l := NewLocks(cfg.URL, log, degraded)
-	l.cc, l.inTx = cc, cfg.Pooler == pooler.Transaction
+	l.cc = cc
 	return l, nil
 }
 
