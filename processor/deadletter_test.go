@@ -232,7 +232,6 @@ func TestDeadLetterSummaryFitsATopicThatTakesAKilobyte(t *testing.T) {
 	}
 }
 
-
 // The rule: a dead letter's dedup-topic, dedup-partition, dedup-offset
 // and dedup-reason are the router's, whatever headers the original
 // carried. A whole dead letter keeps the original's headers first and
