@@ -93,7 +93,7 @@ type committer struct {
 	parent context.Context
 	// own takes partitions in the ledger's fence (Ledger.Own, retried)
 	// and returns their epochs.
-	own func(ctx context.Context, member string, parts []PartitionRef) ([]int64, error)
+	own func(ctx context.Context, o Ownership) ([]int64, error)
 
 	// fenceMu serialises fenced (a partition is taken again once).
 	fenceMu sync.Mutex
@@ -309,9 +309,12 @@ func (c *committer) readGroupCommitted(ctx context.Context, topics []string) (ma
 // assigned takes on new partitions (kgo.OnPartitionsAssigned). It first
 // takes them in the ledger's fence (a new epoch each), before any of their
 // records is polled: from then on, a claim or mark that a previous owner
-// still sends for them changes no row. A partition the ledger could not
-// fence (the router is stopping) is not taken: its records are not
-// tracked, hence never claimed or committed here.
+// still sends for them changes no row. The ledger refuses a partition a
+// later group generation took (this member was dropped, and its Own comes
+// late): then the group coordinator decides (a group made anew starts its
+// generations again), and a partition it does not assign to this member
+// is not taken. A partition not taken (that, or the router is stopping) is
+// not tracked: its records are never claimed or committed here.
 func (c *committer) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	var refs []PartitionRef
 	for t, ps := range assigned {
@@ -320,18 +323,27 @@ func (c *committer) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 		}
 	}
 	var member string
+	var gen int32
 	if cl != nil {
-		member, _ = cl.GroupMetadata()
+		member, gen = cl.GroupMetadata()
 	}
-	epochs, err := c.own(ctx, member, refs)
+	epochs, err := c.own(ctx, Ownership{Group: c.cfg.Group, Member: member, Generation: gen, Parts: refs})
 	if err != nil {
 		c.log.Warn("partitions assigned but not taken in the ledger's fence; their records are left for the next owner",
 			"partitions", assigned, "err", err)
 		return
 	}
 	fences := make(map[topicPartition]Fence, len(refs))
+	var refused []PartitionRef
 	for i, ref := range refs {
+		if epochs[i] == 0 {
+			refused = append(refused, ref)
+			continue
+		}
 		fences[topicPartition{ref.Topic, ref.Partition}] = Fence{Group: c.cfg.Group, Epoch: epochs[i]}
+	}
+	if len(refused) > 0 {
+		c.confirm(ctx, member, gen, refused, fences)
 	}
 	// Where the group left each partition, to notice records that retention
 	// deleted before anyone read them (the client then resumes at the log
@@ -355,6 +367,9 @@ func (c *committer) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 	for t, ps := range assigned {
 		for _, p := range ps {
 			tp := topicPartition{t, p}
+			if _, taken := fences[tp]; !taken {
+				continue
+			}
 			ctx, cancel := context.WithCancel(c.parent)
 			expect, ok := committed[tp]
 			if !ok {
@@ -480,7 +495,11 @@ func (c *committer) fenced(e *FencedError) map[PartitionRef]Fence {
 	var epochs []int64
 	if len(refs) > 0 {
 		var err error
-		if epochs, err = c.own(ctx, member, refs); err != nil {
+		var gen int32
+		if c.cl != nil {
+			_, gen = c.cl.GroupMetadata()
+		}
+		if epochs, err = c.own(ctx, Ownership{Group: c.cfg.Group, Member: member, Generation: gen, Confirmed: true, Parts: refs}); err != nil {
 			c.log.Warn("could not take partitions again in the ledger's fence; forgetting them", "partitions", refs, "err", err)
 			again, epochs = nil, nil
 		}
@@ -510,6 +529,39 @@ func (c *committer) fenced(e *FencedError) map[PartitionRef]Fence {
 			"err", e)
 	}
 	return out
+}
+
+// confirm asks the group coordinator about partitions the ledger refused
+// to the assignment of generation gen (a later generation holds them):
+// those it assigns to this member are taken all the same (Confirmed) and
+// added to fences; the others are left out (this member is stale).
+func (c *committer) confirm(ctx context.Context, member string, gen int32, refused []PartitionRef, fences map[topicPartition]Fence) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	mine, _ := c.assignedToMe(dctx)
+	var confirmed []PartitionRef
+	for _, ref := range refused {
+		if mine[topicPartition{ref.Topic, ref.Partition}] {
+			confirmed = append(confirmed, ref)
+		}
+	}
+	if len(confirmed) < len(refused) {
+		c.log.Warn("partitions assigned in an older group generation than the ledger's owner holds them in; not taken (this member was dropped from the group)",
+			"generation", gen, "partitions", refused, "confirmed_by_the_coordinator", confirmed)
+	}
+	if len(confirmed) == 0 {
+		return
+	}
+	epochs, err := c.own(ctx, Ownership{Group: c.cfg.Group, Member: member, Generation: gen, Confirmed: true, Parts: confirmed})
+	if err != nil {
+		c.log.Warn("partitions confirmed by the coordinator but not taken in the ledger's fence", "partitions", confirmed, "err", err)
+		return
+	}
+	for i, ref := range confirmed {
+		if epochs[i] != 0 {
+			fences[topicPartition{ref.Topic, ref.Partition}] = Fence{Group: c.cfg.Group, Epoch: epochs[i]}
+		}
+	}
 }
 
 // assignedToMe asks the group coordinator which partitions it assigns to

@@ -61,8 +61,10 @@ type fakeLedger struct {
 	claimFail failer
 	markFail  failer
 	deadFail  failer // MarkDeadLettered only
-	// epochs is the fence: each partition's epoch, bumped by Own.
+	// epochs is the fence: each partition's epoch, bumped by Own, and
+	// the group generation that bumped it last.
 	epochs map[PartitionEpoch]int64 // key: group, topic, partition (Epoch 0)
+	gens   map[PartitionEpoch]int32
 	// gate, if set, runs before each Claim, outside the lock; when it
 	// returns true the claim was in flight at the server already (as a
 	// statement sent before its context ended): it lands whatever the
@@ -97,7 +99,8 @@ func (l *fakeLedger) stale(n int, at func(i int) (string, int32, Fence)) *Fenced
 	return &e
 }
 
-func (l *fakeLedger) Own(ctx context.Context, group, member string, parts []PartitionRef) ([]int64, error) {
+func (l *fakeLedger) Own(ctx context.Context, o Ownership) ([]int64, error) {
+	group, member, parts := o.Group, o.Member, o.Parts
 	l.mu.Lock()
 	gate := l.ownGate
 	l.mu.Unlock()
@@ -113,7 +116,11 @@ func (l *fakeLedger) Own(ctx context.Context, group, member string, parts []Part
 	out := make([]int64, len(parts))
 	for i, p := range parts {
 		k := ownerKey(group, p.Topic, p.Partition)
+		if g, ok := l.gens[k]; ok && g > o.Generation && !o.Confirmed {
+			continue // a later generation holds it
+		}
 		l.epochs[k]++
+		l.gens[k] = o.Generation
 		out[i] = l.epochs[k]
 	}
 	return out, nil
@@ -128,7 +135,7 @@ func (l *fakeLedger) failMarkDeadLettered(n int, err error) {
 }
 
 func newFakeLedger() *fakeLedger {
-	return &fakeLedger{rows: map[string]*ledgerRow{}, calls: map[string]int{}, epochs: map[PartitionEpoch]int64{}}
+	return &fakeLedger{rows: map[string]*ledgerRow{}, calls: map[string]int{}, epochs: map[PartitionEpoch]int64{}, gens: map[PartitionEpoch]int32{}}
 }
 
 // seed puts a row in the ledger, as a previous run would have left it.

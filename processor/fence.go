@@ -23,6 +23,23 @@ type Fence struct {
 // Fenced says whether the write carries a partition's ownership.
 func (f Fence) Fenced() bool { return f.Epoch != 0 }
 
+// Ownership is a router's claim to partitions, for Ledger.Own: its
+// consumer group, member ID and the group generation of the assignment.
+type Ownership struct {
+	Group, Member string
+	// Generation is the group generation the member was assigned the
+	// partitions in. The ledger takes them only if no later generation
+	// has: a member the group dropped, whose Own lands late (retried while
+	// PostgreSQL was down), takes nothing from the member that replaced it.
+	Generation int32
+	// Confirmed: the group coordinator said just now that the member owns
+	// the partitions (committer.assignedToMe): taken whatever generation
+	// the ledger holds (a group deleted and made anew starts its
+	// generations again).
+	Confirmed bool
+	Parts     []PartitionRef
+}
+
 // PartitionRef names a partition of a topic.
 type PartitionRef struct {
 	Topic     string

@@ -94,7 +94,14 @@ func TestALateOwnOfADroppedMemberDoesNotStallThePartition(t *testing.T) {
 	e.produce(0, "x", "v")
 	rn := e.start("r1", e.config())
 	e.waitCommittedToEnd(10 * time.Second)
-	if _, err := e.led.Own(t.Context(), e.group, "dropped-member", []PartitionRef{{Topic: testTopic, Partition: 0}}); err != nil {
+	p0 := []PartitionRef{{Topic: testTopic, Partition: 0}}
+	// A late Own of an older generation than the owner's takes nothing.
+	if epochs, err := e.led.Own(t.Context(), Ownership{Group: e.group, Member: "dropped-member", Generation: 0, Parts: p0}); err != nil || epochs[0] != 0 {
+		t.Fatalf("a late Own of generation 0: epochs %v, %v; want 0 (not taken)", epochs, err)
+	}
+	// One that lands all the same (its coordinator check raced the
+	// rebalance): the owner is refused, and takes the partition again.
+	if _, err := e.led.Own(t.Context(), Ownership{Group: e.group, Member: "dropped-member", Confirmed: true, Parts: p0}); err != nil {
 		t.Fatal(err)
 	}
 	e.produce(0, "y", "v")

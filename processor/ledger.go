@@ -42,14 +42,16 @@ type Ledger interface {
 	// payload re-claims them. A mark whose fence no longer holds changes
 	// nothing.
 	MarkDeadLettered(ctx context.Context, rows []DeadLettered) error
-	// Own makes member the owner of the partitions for group: it bumps
-	// each partition's epoch and returns the new epochs, in order. The
-	// router calls it when it is assigned partitions, before it claims
-	// any of their records; from then on, claims and marks fenced with an
-	// older epoch change nothing. It waits for the claims and marks in
-	// flight under the old epoch, so each one either lands before the
-	// new owner's first claim or not at all.
-	Own(ctx context.Context, group, member string, parts []PartitionRef) ([]int64, error)
+	// Own makes o.Member the owner of o.Parts for o.Group: it bumps each
+	// partition's epoch and returns the new epochs, in order; 0 for a
+	// partition a later generation than o.Generation holds (unless
+	// o.Confirmed), which it does not take. The router calls it when it
+	// is assigned partitions, before it claims any of their records; from
+	// then on, claims and marks fenced with an older epoch change nothing.
+	// It waits for the claims and marks in flight under the old epoch, so
+	// each one either lands before the new owner's first claim or not at
+	// all.
+	Own(ctx context.Context, o Ownership) ([]int64, error)
 }
 
 // LedgerState is the state of a ledger row, stored as its text

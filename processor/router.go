@@ -128,11 +128,11 @@ func New(cfg Config, o Options) (*Router, error) {
 	r.workCtx, r.workCancel = context.WithCancel(context.Background())
 	r.health = newHealth(cfg, log, m, r.pause, r.fatal)
 	r.commits = newCommitter(cfg, log, m, r.workCtx, r.health.Paused)
-	r.commits.own = func(ctx context.Context, member string, parts []PartitionRef) ([]int64, error) {
+	r.commits.own = func(ctx context.Context, o Ownership) ([]int64, error) {
 		var epochs []int64
 		err := r.health.retry(ctx, OpOwn, func(ctx context.Context) error {
 			var err error
-			epochs, err = ledger.Own(ctx, cfg.Group, member, parts)
+			epochs, err = ledger.Own(ctx, o)
 			return err
 		})
 		return epochs, err

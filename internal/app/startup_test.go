@@ -516,8 +516,12 @@ func (idle) MarkStarted(context.Context, []processor.Started) error { return err
 func (idle) MarkDeadLettered(context.Context, []processor.DeadLettered) error {
 	return errors.New("idle")
 }
-func (idle) Own(_ context.Context, _, _ string, parts []processor.PartitionRef) ([]int64, error) {
-	return make([]int64, len(parts)), nil
+func (idle) Own(_ context.Context, o processor.Ownership) ([]int64, error) {
+	epochs := make([]int64, len(o.Parts))
+	for i := range epochs {
+		epochs[i] = 1
+	}
+	return epochs, nil
 }
 func (idle) Written(context.Context, []processor.DeadLetter) ([]bool, error) {
 	return nil, errors.New("idle")

@@ -53,6 +53,7 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"AStaleOwnerChangesNoRow", testStaleOwnerChangesNoRow},
 		{"AFencedClaimWritesNothingOfItsBatch", testFencedClaimWritesNothing},
 		{"AFencedMarkWritesTheOtherPartitions", testFencedMarkWritesTheOthers},
+		{"AnOlderGenerationTakesNothing", testOlderGenerationTakesNothing},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.test(t, newSubject(t)) })
@@ -366,7 +367,7 @@ func testCancelledContext(t *testing.T, l Subject) {
 // own takes the partitions for group "g" and returns their fences.
 func own(t *testing.T, l Subject, member string, parts ...processor.PartitionRef) []processor.Fence {
 	t.Helper()
-	epochs, err := l.Ledger.Own(context.Background(), "g", member, parts)
+	epochs, err := l.Ledger.Own(context.Background(), processor.Ownership{Group: "g", Member: member, Parts: parts})
 	if err != nil {
 		t.Fatalf("Own(%v): %v", parts, err)
 	}
@@ -484,4 +485,29 @@ func testFencedMarkWritesTheOthers(t *testing.T, l Subject) {
 	wantFenced(t, "a mark with a stale partition", err, processor.PartitionEpoch{Group: "g", Topic: "events", Partition: 1, Epoch: fs[0].Epoch})
 	holds(t, l, a, processor.LedgerPending, "")
 	holds(t, l, b, processor.LedgerStarted, "run-b")
+}
+
+// An Own of an older group generation than the partition's owner (a member
+// the group dropped, whose Own lands late) takes nothing: epoch 0, and the
+// owner's fence still holds. Confirmed by the coordinator (a group made
+// anew starts its generations again), it takes the partition.
+func testOlderGenerationTakesNothing(t *testing.T, l Subject) {
+	ctx := context.Background()
+	p := []processor.PartitionRef{{Topic: "events", Partition: 1}}
+	e5, err := l.Ledger.Own(ctx, processor.Ownership{Group: "g", Member: "owner", Generation: 5, Parts: p})
+	if err != nil || e5[0] == 0 {
+		t.Fatalf("Own of generation 5: %v, %v", e5, err)
+	}
+	late, err := l.Ledger.Own(ctx, processor.Ownership{Group: "g", Member: "dropped", Generation: 4, Parts: p})
+	if err != nil || late[0] != 0 {
+		t.Fatalf("a late Own of generation 4 after 5: %v, %v; want epoch 0 (not taken)", late, err)
+	}
+	a := intent("a", "A")
+	claim(t, l, batch(fenced(a, processor.Fence{Group: "g", Epoch: e5[0]})), new1)
+	again, err := l.Ledger.Own(ctx, processor.Ownership{Group: "g", Member: "anew", Generation: 1, Confirmed: true, Parts: p})
+	if err != nil || again[0] <= e5[0] {
+		t.Fatalf("a confirmed Own of generation 1: %v, %v; want an epoch over %d", again, err, e5[0])
+	}
+	_, err = l.Ledger.Claim(ctx, batch(fenced(intent("b", "B"), processor.Fence{Group: "g", Epoch: e5[0]})))
+	wantFenced(t, "generation 5's claim after the confirmed Own", err, processor.PartitionEpoch{Group: "g", Topic: "events", Partition: 1, Epoch: e5[0]})
 }

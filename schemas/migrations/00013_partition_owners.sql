@@ -13,7 +13,11 @@
 --
 -- One row per consumer group, topic and partition: two groups that read
 -- one topic into one ledger fence each other's routers only within their
--- own group. owner is the member that bumped last (for operators).
+-- own group. owner is the member that bumped last (for operators), and
+-- generation the group generation it was assigned the partition in: a bump
+-- of an older generation (a member the group dropped, whose bump lands
+-- late) takes nothing, unless the group coordinator confirmed the member
+-- (a group made anew starts its generations again).
 -- A new table: no lock on the ledger, nothing rewritten.
 
 -- +goose Up
@@ -23,6 +27,7 @@ CREATE TABLE IF NOT EXISTS dedup_partition_owners (
     kafka_partition integer     NOT NULL,
     epoch           bigint      NOT NULL DEFAULT 1,
     owner           text        NOT NULL DEFAULT '',
+    generation      integer     NOT NULL DEFAULT -1,
     updated_at      timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer_group, topic, kafka_partition)
 ) WITH (fillfactor = 50);

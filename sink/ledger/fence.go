@@ -71,17 +71,22 @@ func fenceCTE(g int) string {
 
 // ownSQL bumps the epochs (an absent row starts at 1), in the fence's
 // lock order; its row locks wait for the claims and marks that hold a
-// share lock on the old epoch.
+// share lock on the old epoch. A row a later generation holds is left
+// alone (and not returned) unless $6 (confirmed by the coordinator).
 const ownSQL = `
-INSERT INTO dedup_partition_owners AS o (consumer_group, topic, kafka_partition, owner)
-SELECT $1, t.topic, t.kafka_partition, $2 FROM unnest($3::text[], $4::int4[]) AS t(topic, kafka_partition)
+INSERT INTO dedup_partition_owners AS o (consumer_group, topic, kafka_partition, owner, generation)
+SELECT $1, t.topic, t.kafka_partition, $2, $3 FROM unnest($4::text[], $5::int4[]) AS t(topic, kafka_partition)
 ORDER BY t.topic, t.kafka_partition
-ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE SET epoch = o.epoch + 1, owner = EXCLUDED.owner, updated_at = now()
+ON CONFLICT (consumer_group, topic, kafka_partition) DO UPDATE SET epoch = o.epoch + 1, owner = EXCLUDED.owner,
+	generation = EXCLUDED.generation, updated_at = now()
+WHERE o.generation <= EXCLUDED.generation OR $6::bool
 RETURNING o.topic, o.kafka_partition, o.epoch`
 
-// Own bumps the partitions' epochs for group and returns the new ones,
-// in order (processor.Ledger).
-func (p *Postgres) Own(ctx context.Context, group, member string, parts []processor.PartitionRef) ([]int64, error) {
+// Own bumps the partitions' epochs for o.Group and returns the new ones,
+// in order, 0 for a partition a later generation holds
+// (processor.Ledger).
+func (p *Postgres) Own(ctx context.Context, o processor.Ownership) ([]int64, error) {
+	group, parts := o.Group, o.Parts
 	if len(parts) == 0 {
 		return nil, nil
 	}
@@ -89,7 +94,7 @@ func (p *Postgres) Own(ctx context.Context, group, member string, parts []proces
 	for i, pr := range parts {
 		topics[i], ps[i] = pr.Topic, pr.Partition
 	}
-	rows, err := p.pool.Query(ctx, ownSQL, group, member, topics, ps)
+	rows, err := p.pool.Query(ctx, ownSQL, group, o.Member, o.Generation, topics, ps, o.Confirmed)
 	if err != nil {
 		return nil, p.classify(fmt.Errorf("taking %d partitions of group %q in the ledger: %w", len(parts), group, err))
 	}
@@ -108,11 +113,7 @@ func (p *Postgres) Own(ctx context.Context, group, member string, parts []proces
 	}
 	epochs := make([]int64, len(parts))
 	for i, pr := range parts {
-		e, ok := got[pr]
-		if !ok {
-			return nil, fmt.Errorf("taking partition %s of group %q in the ledger: no epoch returned", pr, group)
-		}
-		epochs[i] = e
+		epochs[i] = got[pr] // 0: a later generation holds it
 	}
 	return epochs, nil
 }

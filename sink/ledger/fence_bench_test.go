@@ -25,7 +25,7 @@ func BenchmarkClaimFence(b *testing.B) {
 	for i := range parts {
 		parts[i] = processor.PartitionRef{Topic: "events", Partition: int32(i)}
 	}
-	epochs, err := l.Own(ctx, "g", "bench", parts)
+	epochs, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "bench", Parts: parts})
 	if err != nil {
 		b.Fatal(err)
 	}

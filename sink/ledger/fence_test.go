@@ -60,7 +60,7 @@ func TestClaimThatWaitedForTheNewOwnersBumpWritesNothing(t *testing.T) {
 	l, url := openWithURL(t)
 	ctx := context.Background()
 	p := processor.PartitionRef{Topic: "events", Partition: 0}
-	epochs, err := l.Own(ctx, "g", "old", []processor.PartitionRef{p})
+	epochs, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "old", Parts: []processor.PartitionRef{p}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestOwnWaitsForTheOldOwnersClaimInFlight(t *testing.T) {
 	l, url := openWithURL(t)
 	ctx := context.Background()
 	p := processor.PartitionRef{Topic: "events", Partition: 0}
-	epochs, err := l.Own(ctx, "g", "old", []processor.PartitionRef{p})
+	epochs, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "old", Parts: []processor.PartitionRef{p}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestOwnWaitsForTheOldOwnersClaimInFlight(t *testing.T) {
 	}
 	done := make(chan owned, 1)
 	go func() {
-		e, err := l.Own(ctx, "g", "new", []processor.PartitionRef{p})
+		e, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "new", Parts: []processor.PartitionRef{p}})
 		done <- owned{e, err}
 	}()
 	watch, err := pgx.Connect(ctx, url)
@@ -172,11 +172,11 @@ func TestFenceIsPerConsumerGroup(t *testing.T) {
 	l, _ := openWithURL(t)
 	ctx := context.Background()
 	p := []processor.PartitionRef{{Topic: "events", Partition: 0}}
-	ea, err := l.Own(ctx, "a", "m", p)
+	ea, err := l.Own(ctx, processor.Ownership{Group: "a", Member: "m", Parts: p})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Own(ctx, "b", "m", p); err != nil {
+	if _, err := l.Own(ctx, processor.Ownership{Group: "b", Member: "m", Parts: p}); err != nil {
 		t.Fatal(err)
 	}
 	in := intent("x", "X")
@@ -199,7 +199,7 @@ func TestAStaleClaimAnsweredFromStartedRowsIsRefused(t *testing.T) {
 	l, _ := openWithURL(t)
 	ctx := context.Background()
 	p := processor.PartitionRef{Topic: "events", Partition: 0}
-	epochs, err := l.Own(ctx, "g", "zombie", []processor.PartitionRef{p})
+	epochs, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "zombie", Parts: []processor.PartitionRef{p}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestAStaleClaimAnsweredFromStartedRowsIsRefused(t *testing.T) {
 	if v, err := l.Claim(ctx, []processor.Intent{a}); err != nil || v[0].Verdict != processor.VerdictDuplicate {
 		t.Fatalf("claim of a started row: %v, %v; want a duplicate", v, err)
 	}
-	if _, err := l.Own(ctx, "g", "owner", []processor.PartitionRef{p}); err != nil {
+	if _, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "owner", Parts: []processor.PartitionRef{p}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -270,7 +270,7 @@ func TestAClaimRefusedAtItsReviveWritesNothingAfterTheBump(t *testing.T) {
 func refusedAtRevive(t *testing.T, l *ledger.Postgres, url string, round int) bool {
 	ctx := context.Background()
 	p1, p2 := processor.PartitionRef{Topic: "events", Partition: 1}, processor.PartitionRef{Topic: "events", Partition: 2}
-	epochs, err := l.Own(ctx, "g", "r", []processor.PartitionRef{p1, p2})
+	epochs, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "r", Parts: []processor.PartitionRef{p1, p2}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -206,7 +206,7 @@ func TestRolesRouterRunsTheRouter(t *testing.T) {
 	l := openAs(t, url)
 	// The fence: the router takes its partitions and claims and marks
 	// under their epochs.
-	epochs, err := l.Own(ctx, "g", "router", []processor.PartitionRef{{Topic: "events", Partition: 1}})
+	epochs, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "router", Parts: []processor.PartitionRef{{Topic: "events", Partition: 1}}})
 	if err != nil {
 		t.Fatalf("Own: %v", err)
 	}
