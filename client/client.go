@@ -390,7 +390,7 @@ func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 	write, conflicts := true, []string(nil)
 	if c.led != nil {
 		lctx, cancel := context.WithTimeout(ctx, c.cfg.LookupTimeout)
-		entries, err := c.led.Lookup(lctx, h.WorkflowIDs())
+		entries, err := c.led.Lookup(lctx, h.WorkflowIDs(), p.hashes...) // each copy's hash: a recorded conflict is known whatever the others
 		cancel()
 		if err != nil {
 			c.log.Warn("ledger lookup failed; writing the event without the ledger's answer", "event_id", p.Event.ID, "err", err)

@@ -59,7 +59,7 @@ func TestNewNamesTheField(t *testing.T) {
 // blockingLedger answers no lookup before its context ends.
 type blockingLedger struct{ calls atomic.Int64 }
 
-func (b *blockingLedger) Lookup(ctx context.Context, _ []string) (map[string]client.LedgerEntry, error) {
+func (b *blockingLedger) Lookup(ctx context.Context, _ []string, _ ...[32]byte) (map[string]client.LedgerEntry, error) {
 	b.calls.Add(1)
 	<-ctx.Done()
 	return nil, ctx.Err()

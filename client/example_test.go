@@ -32,7 +32,8 @@ type memLedger struct {
 	rows map[string]client.LedgerEntry
 }
 
-func (l *memLedger) Lookup(_ context.Context, workflowIDs []string) (map[string]client.LedgerEntry, error) {
+// Its entries hold every conflict hash, so it needs no payloadHashes.
+func (l *memLedger) Lookup(_ context.Context, workflowIDs []string, _ ...[32]byte) (map[string]client.LedgerEntry, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := map[string]client.LedgerEntry{}

@@ -18,8 +18,12 @@ type LedgerEntry = processor.LedgerEntry
 type LedgerReader interface {
 	// Lookup returns what the ledger holds for each of workflowIDs (in one
 	// round trip); an ID it does not know is absent from the map. It must
-	// not write: the client asks it on every Send.
-	Lookup(ctx context.Context, workflowIDs []string) (map[string]LedgerEntry, error)
+	// not write: the client asks it on every Send. Send gives
+	// payloadHashes too, one per workflow ID: the payload hash of the copy
+	// it sends for it; an entry's ConflictHashes must then hold that hash
+	// when the routers recorded it as a conflict of the ID, however many
+	// other conflicts the lookup bounds out (ledgerread.MaxConflictHashes).
+	Lookup(ctx context.Context, workflowIDs []string, payloadHashes ...[32]byte) (map[string]LedgerEntry, error)
 }
 
 // RunReader reads workflow runs from Temporal; the client never starts,

@@ -22,10 +22,8 @@ package dialguard
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
-	"reflect"
 	"strings"
 	"syscall"
 	"time"
@@ -143,7 +141,8 @@ func KafkaDialer(tlsFor func(host string) *tls.Config, sasl, allowInsecure bool)
 // when they send SASL (kgo.SASL): with the same TLS (kgo.DialTLSConfig),
 // or none. A kgo.Dialer of the caller's own is the caller's to check (it
 // may tunnel, or do TLS itself): opts are returned as they are, as they
-// are when no SASL is set. dedup's own clients take KafkaDialer already
+// are when no SASL is set. kgo.Dialer(nil) is no dialer of the caller's
+// (franz-go's own plaintext one): it is guarded. dedup's own clients take KafkaDialer already
 // (internal/app kafkaOpts).
 func GuardKafka(opts []kgo.Opt, allowInsecure bool) ([]kgo.Opt, error) {
 	probe, err := kgo.NewClient(opts...)
@@ -167,25 +166,25 @@ func GuardKafka(opts []kgo.Opt, allowInsecure bool) ([]kgo.Opt, error) {
 			}
 			return c
 		}
-	} else {
-		// franz-go fills in its own dialer when none is set: a marker
-		// dialer first tells whether opts set one.
-		probe, err := kgo.NewClient(append([]kgo.Opt{kgo.Dialer(unset)}, opts...)...)
-		if err != nil {
-			return nil, err
-		}
-		d := probe.OptValue(kgo.Dialer)
-		probe.Close()
-		if reflect.ValueOf(d).Pointer() != reflect.ValueOf(unset).Pointer() {
-			return opts, nil
-		}
+	} else if ownDialer(opts) {
+		return opts, nil
 	}
 	return append(append([]kgo.Opt(nil), opts...), kgo.DialTLSConfig(nil), kgo.Dialer(KafkaDialer(tlsFor, true, allowInsecure))), nil
 }
 
-// unset marks a client whose options set no kgo.Dialer (GuardKafka).
-func unset(context.Context, string, string) (net.Conn, error) {
-	return nil, errors.New("dialguard: the marker dialer dials nothing")
+// ownDialer reports whether opts leave a kgo.Dialer of the caller's own: a
+// non-nil one. kgo.Dialer(nil), as the last kgo.Dialer, is franz-go's own
+// plaintext dialer, as no kgo.Dialer is. franz-go refuses a non-nil
+// kgo.Dialer with kgo.DialTLSConfig before it fills in its own dialer, so
+// only a non-nil one makes the probe fail (and were franz-go to stop
+// refusing, every dialer would be guarded: the safe side).
+func ownDialer(opts []kgo.Opt) bool {
+	probe, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.DialTLSConfig(&tls.Config{}))...)
+	if err != nil {
+		return true
+	}
+	probe.Close()
+	return false
 }
 
 func hostOf(addr string) string {

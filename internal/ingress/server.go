@@ -321,7 +321,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.As(err, &invalid) && invalid.Reason == string(processor.ReasonForgedTenant):
 		// The ingress could not sign its caller's record (the tenant
-		// keyring is unreadable or invalid): ours to fix, not the caller's.
+		// keyring has no good keys: a file broken after a good read keeps
+		// its last ones): ours to fix, not the caller's.
 		s.o.Logger.Error("signing a tenant's record failed: check kafka.tenant_keys_file", "err", err)
 		w.Header().Set("Retry-After", "1")
 		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the ingress cannot sign this tenant's event now; retry", nil)

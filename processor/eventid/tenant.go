@@ -98,8 +98,8 @@ func (d *Decoder) tenantOf(r Record) (string, error) {
 		return "", fail(ReasonForgedTenant, "header %s without %s: only dedup ingress may set it", TenantHeader, tenantsig.Header)
 	}
 	if err := d.keys.Verify(string(sig), TenantMessage(r)); err != nil {
-		// (A keyring file that cannot be read verifies nothing either:
-		// the router's start-up and every re-read say so in its log.)
+		// (A keyring file broken after a good read keeps its last good
+		// keys, so only an invalid signature is forged: tenantsig.Keyring.)
 		return "", fail(ReasonForgedTenant, "header %s: %v", TenantHeader, err)
 	}
 	if err := ValidTenant(string(v)); err != nil {

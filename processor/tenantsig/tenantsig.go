@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -49,7 +50,8 @@ var ErrInvalid = errors.New("invalid tenant signature")
 
 // Keyring is the keys of the keyring file, read again when the file
 // changes (secretfile.File: a change of size, modification time or, at
-// least once a second, content). Safe for concurrent use.
+// least once a second, content); a re-read that fails keeps the last good
+// keys (current). Safe for concurrent use.
 //
 // The file:
 //
@@ -65,9 +67,10 @@ type Keyring struct {
 	f     *secretfile.File
 
 	mu      sync.Mutex
-	content string
-	keys    *keys
-	err     error
+	content string // the file's content last parsed
+	err     error  // its parse error, if any
+	keys    *keys  // the last keys read successfully
+	stale   string // the re-read error last logged ("": none)
 }
 
 type keys struct {
@@ -100,9 +103,14 @@ func Parse(field string, b []byte) (*Keyring, error) {
 	return &Keyring{field: field, keys: ks, content: string(b)}, nil
 }
 
-// current is the keys as the file holds them now. A file that became
-// unreadable or invalid is an error: then nothing is signed or verified
-// (a key removed by a broken edit is not kept).
+// current is the keys to sign and verify with, and the error of the file
+// as it is now (nil when it is readable and valid). A file that became
+// unreadable or invalid after a good read keeps its last good keys: a
+// broken edit or a Secret unreadable for a moment is this deployment's
+// fault, not the records', so it must not make every signed record
+// forged_tenant (an invalid signature is the only forged one). Each such
+// re-read error is logged once, and its recovery. Without a good read
+// (Load's), keys is nil and nothing is signed or verified.
 func (k *Keyring) current() (*keys, error) {
 	if k.f == nil {
 		return k.keys, nil
@@ -110,19 +118,32 @@ func (k *Keyring) current() (*keys, error) {
 	v, err := k.f.Get()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if err != nil {
-		k.content, k.keys, k.err = "", nil, err
+	if err == nil {
+		if v != k.content || (k.keys == nil && k.err == nil) {
+			ks, perr := parse(k.field, []byte(v))
+			k.content, k.err = v, perr
+			if perr == nil {
+				k.keys = ks
+			}
+		}
+		err = k.err
+	}
+	switch {
+	case err != nil && k.keys != nil && err.Error() != k.stale:
+		k.stale = err.Error()
+		slog.Warn("tenant keyring file unreadable or invalid: signing and verifying with the last keys read successfully until it is fixed", "error", err)
+	case err == nil && k.stale != "":
+		k.stale = ""
+		slog.Info("tenant keyring file read again", "field", k.field)
+	}
+	if k.keys == nil && err != nil {
 		return nil, err
 	}
-	if v != k.content || (k.keys == nil && k.err == nil) {
-		k.content = v
-		k.keys, k.err = parse(k.field, []byte(v))
-	}
-	return k.keys, k.err
+	return k.keys, err
 }
 
 // Check reports whether the keyring file, as it is now, is readable and
-// valid.
+// valid (Sign and Verify use the last good keys meanwhile).
 func (k *Keyring) Check() error {
 	_, err := k.current()
 	return err
@@ -186,15 +207,15 @@ const prefix = "v1;kid="
 // Sign is the Header value of msg, signed with the first key.
 func (k *Keyring) Sign(msg []byte) (string, error) {
 	ks, err := k.current()
-	if err != nil {
+	if ks == nil {
 		return "", fmt.Errorf("signing a tenant's record: %w", err)
 	}
 	return prefix + ks.signer + ";" + base64.RawURLEncoding.EncodeToString(mac(ks.byID[ks.signer], msg)), nil
 }
 
 // Verify checks that value, a Header value, signs msg with a key of the
-// keyring. Its errors wrap ErrInvalid, except when the keyring file cannot
-// be read (then nothing verifies).
+// keyring (the last keys read successfully, while the file is broken).
+// Its errors wrap ErrInvalid, except when the keyring has no keys at all.
 func (k *Keyring) Verify(value string, msg []byte) error {
 	rest, ok := strings.CutPrefix(value, prefix)
 	if !ok {
@@ -209,7 +230,7 @@ func (k *Keyring) Verify(value string, msg []byte) error {
 		return fmt.Errorf("%w: %s: the MAC is not %d bytes of unpadded base64url", ErrInvalid, Header, sha256.Size)
 	}
 	ks, err := k.current()
-	if err != nil {
+	if ks == nil {
 		return fmt.Errorf("verifying a tenant's record: %w", err)
 	}
 	secret, ok := ks.byID[kid]

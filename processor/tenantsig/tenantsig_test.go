@@ -17,7 +17,7 @@ const (
 // verifies, and the file is read again when it changes. Adding the new
 // key second keeps the old signatures and signer; moving it first signs
 // with it while the old signatures still verify; removing the old key
-// refuses what it signed. A file broken by an edit verifies nothing.
+// refuses what it signed. A file broken by an edit keeps the last good keys.
 func TestKeyringRotation(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keys.yaml")
 	write := func(keys ...string) {
@@ -66,8 +66,26 @@ func TestKeyringRotation(t *testing.T) {
 	if err := os.WriteFile(path, []byte("keys: [{id: new, secret: c2hvcnQ=}, {id: xx, secret: not-base64}]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.Verify(byNew, msg); err == nil || strings.Contains(err.Error(), "c2hvcnQ") {
-		t.Errorf("a broken file verifies (or shows its secret): %v", err)
+	// A file broken by an edit (or removed) keeps the last good keys: the
+	// new key still signs and verifies, the removed one stays refused, and
+	// Check reports the file without showing a secret.
+	if err := k.Check(); err == nil || strings.Contains(err.Error(), "c2hvcnQ") {
+		t.Errorf("a broken file passes Check (or its error shows a secret): %v", err)
+	}
+	if v := sign(); !strings.HasPrefix(v, "v1;kid=new;") || k.Verify(byNew, msg) != nil {
+		t.Errorf("a broken file: signs %q, the new key verifies %v; want the last good keys", v, k.Verify(byNew, msg))
+	}
+	if err := k.Verify(byOld, msg); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a broken file: the removed key's signature: %v, want ErrInvalid", err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Verify(byNew, msg); err != nil || k.Check() == nil {
+		t.Errorf("a removed file: verifies %v, Check %v; want the last good keys and an error", err, k.Check())
+	}
+	if _, err := Load("kafka.tenant_keys_file", path); err == nil {
+		t.Error("start-up without a good keyring file was not refused")
 	}
 }
 

@@ -16,7 +16,9 @@ type Entry = processor.LedgerEntry
 // purged) is absent from the map. It takes no lock and writes nothing: the
 // producer client and the ingress use it to answer a producer (the same key
 // again, another payload, a status), never to decide a start.
-func (p *Postgres) Lookup(ctx context.Context, workflowIDs []string) (map[string]Entry, error) {
-	out, err := ledgerread.Lookup(ctx, p.pool, workflowIDs)
+// payloadHashes, when given, are the hashes of the copies being sent, one
+// per workflow ID (ledgerread.Lookup).
+func (p *Postgres) Lookup(ctx context.Context, workflowIDs []string, payloadHashes ...[32]byte) (map[string]Entry, error) {
+	out, err := ledgerread.Lookup(ctx, p.pool, workflowIDs, payloadHashes...)
 	return out, p.classify(err)
 }

@@ -26,6 +26,7 @@
 package ledgerread
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -118,14 +119,16 @@ func (r *Reader) Close() { r.pool.Close() }
 
 // Lookup is what the ledger holds for each of workflowIDs; an ID it does
 // not know (never claimed, or purged) is absent from the map. One query,
-// one round trip.
-func (r *Reader) Lookup(ctx context.Context, workflowIDs []string) (map[string]processor.LedgerEntry, error) {
+// one round trip. payloadHashes, when given, are the hashes of the copies
+// being sent (payloadHashes[i] for workflowIDs[i]): see the function
+// Lookup.
+func (r *Reader) Lookup(ctx context.Context, workflowIDs []string, payloadHashes ...[32]byte) (map[string]processor.LedgerEntry, error) {
 	if !r.inTx || len(workflowIDs) == 0 {
-		return Lookup(ctx, r.pool, workflowIDs)
+		return Lookup(ctx, r.pool, workflowIDs, payloadHashes...)
 	}
 	var out map[string]processor.LedgerEntry
 	err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) (err error) {
-		out, err = Lookup(ctx, tx, workflowIDs)
+		out, err = Lookup(ctx, tx, workflowIDs, payloadHashes...)
 		return err
 	})
 	return out, err
@@ -140,9 +143,10 @@ type Querier interface {
 // the payload hashes (LedgerEntry.ConflictHashes) and copies
 // (LedgerEntry.Conflicts) of at most this many distinct conflicting
 // payloads, the ones seen last. A producer that sent more payloads under
-// one key makes its own lookups no slower than this; a payload beyond
-// them is written again by the producer client (not known as recorded),
-// and its router adds it to its row's count.
+// one key makes its own lookups no slower than this. The hash of the copy
+// being sent (Lookup's payloadHashes) is asked besides, along the
+// (workflow_id, payload_hash) index, so a recorded conflict is known as
+// such however many others were seen after it.
 const MaxConflictHashes = 64
 
 // lookupSQL reads the rows of a set of workflow IDs, each with the
@@ -150,11 +154,14 @@ const MaxConflictHashes = 64
 // along the index dedup_conflicts_workflow (migration 00014): its cost is
 // the ID's own conflicts, at most MaxConflictHashes rows, whatever the
 // table holds. (A row per record written before 00014 counts as a copy of
-// its own.)
+// its own.) Besides, asked: which of the (workflow ID, payload hash)
+// pairs $3, $4 are recorded conflicts, along the unique index
+// dedup_conflicts_by_hash: one probe per pair asked (a row written before
+// 00014, without last_seen_at, is found among the ones seen last only).
 var lookupSQL = `
 SELECT l.workflow_id, l.event_id, l.id_rule, l.state, l.payload_hash, coalesce(l.run_id, ''), l.generation,
 	l.topic, l.kafka_partition, l.kafka_offset, l.claimed_at, l.updated_at,
-	c.n, coalesce(c.hashes, '{}')
+	c.n, coalesce(c.hashes, '{}'), coalesce(x.asked, '{}')
 FROM dedup_ledger l
 CROSS JOIN LATERAL (
 	SELECT coalesce(sum(d.copies), 0)::int8 AS n, array_agg(DISTINCT d.payload_hash ORDER BY d.payload_hash) AS hashes
@@ -165,18 +172,35 @@ CROSS JOIN LATERAL (
 		LIMIT ` + strconv.Itoa(MaxConflictHashes) + `
 	) d
 ) c
+CROSS JOIN LATERAL (
+	SELECT array_agg(k.payload_hash) AS asked
+	FROM unnest($3::text[], $4::bytea[]) a(workflow_id, payload_hash)
+	JOIN dedup_conflicts k ON k.workflow_id = a.workflow_id AND k.payload_hash = a.payload_hash AND k.last_seen_at IS NOT NULL
+	WHERE a.workflow_id = l.workflow_id
+) x
 WHERE ` + schemas.LedgerRowsOf("l", "$1", "$2")
 
 // Lookup runs the lookup query on q: what Reader.Lookup does, for a
 // caller with a pool of its own (sink/ledger's Lookup). It writes
-// nothing.
-func Lookup(ctx context.Context, q Querier, workflowIDs []string) (map[string]processor.LedgerEntry, error) {
+// nothing. payloadHashes, when given, are parallel to workflowIDs (more
+// or fewer is an error): payloadHashes[i] is the hash of the copy being
+// sent for workflowIDs[i], and an entry's ConflictHashes hold it when it
+// is a recorded conflict of that ID, beyond the MaxConflictHashes seen
+// last.
+func Lookup(ctx context.Context, q Querier, workflowIDs []string, payloadHashes ...[32]byte) (map[string]processor.LedgerEntry, error) {
 	out := make(map[string]processor.LedgerEntry, len(workflowIDs))
+	if len(payloadHashes) != 0 && len(payloadHashes) != len(workflowIDs) {
+		return nil, fmt.Errorf("looking up %d workflow IDs: %d payload hashes, want one per ID or none", len(workflowIDs), len(payloadHashes))
+	}
 	if len(workflowIDs) == 0 {
 		return out, nil
 	}
 	ids := slices.Compact(slices.Sorted(slices.Values(workflowIDs)))
-	rows, err := q.Query(ctx, lookupSQL, ids, schemas.LedgerKeys(ids))
+	askedIDs, asked := make([]string, 0, len(payloadHashes)), make([][]byte, 0, len(payloadHashes))
+	for i := range payloadHashes {
+		askedIDs, asked = append(askedIDs, workflowIDs[i]), append(asked, payloadHashes[i][:])
+	}
+	rows, err := q.Query(ctx, lookupSQL, ids, schemas.LedgerKeys(ids), askedIDs, asked)
 	if err != nil {
 		return nil, fmt.Errorf("looking up %d workflow IDs: %w", len(ids), err)
 	}
@@ -186,16 +210,18 @@ func Lookup(ctx context.Context, q Querier, workflowIDs []string) (map[string]pr
 			e      processor.LedgerEntry
 			hash   []byte
 			hashes [][]byte
+			found  [][]byte
 		)
 		if err := rows.Scan(&e.WorkflowID, &e.EventID, &e.IDRule, &e.State, &hash, &e.RunID, &e.Generation,
-			&e.Topic, &e.Partition, &e.Offset, &e.ClaimedAt, &e.UpdatedAt, &e.Conflicts, &hashes); err != nil {
+			&e.Topic, &e.Partition, &e.Offset, &e.ClaimedAt, &e.UpdatedAt, &e.Conflicts, &hashes, &found); err != nil {
 			return nil, fmt.Errorf("reading ledger rows: %w", err)
 		}
 		copy(e.PayloadHash[:], hash)
-		if len(hashes) > 0 {
-			e.ConflictHashes = make([][32]byte, len(hashes))
-			for i, h := range hashes {
-				copy(e.ConflictHashes[i][:], h)
+		for _, h := range slices.Concat(hashes, found) {
+			var c [32]byte
+			copy(c[:], h)
+			if i, there := slices.BinarySearchFunc(e.ConflictHashes, c, cmpHash); !there {
+				e.ConflictHashes = slices.Insert(e.ConflictHashes, i, c)
 			}
 		}
 		out[e.WorkflowID] = e
@@ -205,6 +231,8 @@ func Lookup(ctx context.Context, q Querier, workflowIDs []string) (map[string]pr
 	}
 	return out, nil
 }
+
+func cmpHash(a, b [32]byte) int { return bytes.Compare(a[:], b[:]) }
 
 // Unverified says which host of a parsed connection string (its first
 // host, or a fallback: a second host, or sslmode=prefer's plaintext

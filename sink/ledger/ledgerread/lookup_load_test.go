@@ -123,7 +123,8 @@ func TestLookupStaysFlatUnderAMillionConflicts(t *testing.T) {
 	t.Logf("the lookup before migration 00014 (no index), same rows, key without conflicts: median %s of %d", d[len(d)/2], len(d))
 
 	var plan strings.Builder
-	r, err := l.Pool().Query(ctx, `EXPLAIN `+ledgerread.LookupSQL, []string{quiet.WorkflowID}, schemas.LedgerKeys([]string{quiet.WorkflowID}))
+	r, err := l.Pool().Query(ctx, `EXPLAIN `+ledgerread.LookupSQL, []string{quiet.WorkflowID}, schemas.LedgerKeys([]string{quiet.WorkflowID}),
+		[]string{quiet.WorkflowID}, [][]byte{make([]byte, 32)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestLookupStaysFlatUnderAMillionConflicts(t *testing.T) {
 	if err := r.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(plan.String(), "dedup_conflicts_workflow") || strings.Contains(plan.String(), "Seq Scan on dedup_conflicts") {
-		t.Fatalf("the lookup does not read dedup_conflicts along dedup_conflicts_workflow:\n%s", plan.String())
+	if !strings.Contains(plan.String(), "dedup_conflicts_workflow") || !strings.Contains(plan.String(), "dedup_conflicts_by_hash") || strings.Contains(plan.String(), "Seq Scan on dedup_conflicts") {
+		t.Fatalf("the lookup does not read dedup_conflicts along dedup_conflicts_workflow (the conflicts seen last) and dedup_conflicts_by_hash (the payload hash asked):\n%s", plan.String())
 	}
 }
