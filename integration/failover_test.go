@@ -264,7 +264,7 @@ func startupError(t *testing.T, cfg app.Config) string {
 		return err.Error()
 	case <-ready:
 		cancel()
-		<-done
+		_ = <-done
 		t.Fatal("the router started")
 	}
 	return ""

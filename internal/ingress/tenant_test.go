@@ -331,7 +331,7 @@ func TestSlowBodiesTakeNoSlot(t *testing.T) {
 		defer func() { _ = c.Close() }()
 		// The headers and half the body; the rest never comes (until the
 		// connection closes at the end of the test).
-		fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer %s\r\n"+
+		_, _ = fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer %s\r\n"+
 			"Idempotency-Key: \"slow\"\r\nContent-Length: %d\r\n\r\n%s", tok, len(body), body[:10])
 	}
 	<-arrived
@@ -361,7 +361,7 @@ func TestSlowBodiesOfOneTenantAreCapped(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = c.Close() })
-		fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer acme-token-0123456789\r\n"+
+		_, _ = fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer acme-token-0123456789\r\n"+
 			"Idempotency-Key: %q\r\nContent-Length: %d\r\n\r\n%s", key, len(body), body[:10])
 		return c
 	}

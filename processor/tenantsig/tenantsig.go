@@ -195,7 +195,7 @@ func validID(id string) error {
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '.' && c != '_' && c != '-' {
 			return fmt.Errorf("byte %d: want a-z, 0-9, '.', '_', '-'", i)
 		}
 	}

@@ -70,7 +70,7 @@ func TestClaimThatWaitedForTheNewOwnersBumpWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bump.Close(ctx)
+	defer func() { _ = bump.Close(ctx) }()
 	tx, err := bump.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func TestClaimThatWaitedForTheNewOwnersBumpWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer watch.Close(ctx)
+	defer func() { _ = watch.Close(ctx) }()
 	waitLockWait(t, watch)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
@@ -125,7 +125,7 @@ func TestOwnWaitsForTheOldOwnersClaimInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer claimConn.Close(ctx)
+	defer func() { _ = claimConn.Close(ctx) }()
 	tx, err := claimConn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func TestOwnWaitsForTheOldOwnersClaimInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer watch.Close(ctx)
+	defer func() { _ = watch.Close(ctx) }()
 	waitLockWait(t, watch)
 	select {
 	case o := <-done:
@@ -292,7 +292,7 @@ func refusedAtRevive(t *testing.T, l *ledger.Postgres, url string, round int) bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer holder.Close(ctx)
+	defer func() { _ = holder.Close(ctx) }()
 	tx, err := holder.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -309,7 +309,7 @@ func refusedAtRevive(t *testing.T, l *ledger.Postgres, url string, round int) bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer watch.Close(ctx)
+	defer func() { _ = watch.Close(ctx) }()
 	waitLockWait(t, watch) // the claim statement, on row x
 	// The new owner's bump, in a transaction held open until the revive
 	// waits for it: it waits for the claim statement's share lock first.
@@ -317,7 +317,7 @@ func refusedAtRevive(t *testing.T, l *ledger.Postgres, url string, round int) bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bumper.Close(ctx)
+	defer func() { _ = bumper.Close(ctx) }()
 	btx, err := bumper.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -42,12 +42,12 @@ import (
 type Mode string
 
 const (
-	// None: a direct connection (or a proxy that keeps sessions, such as
+	// None is a direct connection (or a proxy that keeps sessions, such as
 	// the Cloud SQL Auth Proxy). The default; "" means None.
 	None Mode = "none"
-	// Session: PgBouncer (or another pooler) in session pooling mode.
+	// Session is PgBouncer (or another pooler) in session pooling mode.
 	Session Mode = "session"
-	// Transaction: PgBouncer (or another pooler) in transaction pooling
+	// Transaction is PgBouncer (or another pooler) in transaction pooling
 	// mode: sessions are shared between clients' transactions.
 	Transaction Mode = "transaction"
 )
