@@ -107,10 +107,11 @@
  *   ZOMBIE_IN_OWN     (fence) the zombie fault may also strike a replica
  *                     whose Own of the partition has not landed yet (its
  *                     assignment callback, or a re-take's Own, still in
- *                     the ledger): its late Own fences the new owner out
- *                     of the partition, whose re-take (below) takes it
- *                     back. With NO_RETAKE expected to end in an invalid
- *                     end state (E).
+ *                     the ledger): its late Own takes nothing (an older
+ *                     generation); with NO_GEN_OWN it fences the new owner
+ *                     out of the partition, whose re-take (below) takes it
+ *                     back. With NO_RETAKE NO_GEN_OWN expected to end in
+ *                     an invalid end state (E).
  *   NO_RETAKE         (fence) the fence without the re-take: a replica
  *                     refused by the fence forgets the partition whatever
  *                     the group coordinator says (committer.fenced before
@@ -773,9 +774,9 @@ inline reclaim(r) {
 #endif
 /* the zombie fault needs the replica's Own of the partition landed: a
  * replica dropped from the group while its assignment callback's Own is
- * still in flight, whose Own then lands after the new owner's, fences
- * the new owner out (a known hole of the fence, README.md);
- * -DZOMBIE_IN_OWN lets the zombie come before the Own */
+ * still in flight, whose Own then lands after the new owner's (the
+ * holes L' and L'' of README.md, closed by the re-take and the Own's
+ * generation); -DZOMBIE_IN_OWN lets the zombie come before the Own */
 #if defined(NO_FENCE) || defined(ZOMBIE_IN_OWN)
 #define ZTAKEN(r, p) 1
 #elif defined(RETAKE)
