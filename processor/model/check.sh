@@ -6,8 +6,9 @@
 #                                               liveness), permanent start errors (-DPERM, zombies
 #                                               on, E2; safety and liveness) and a transactional
 #                                               topic (-DTXN); the ledger's fence throughout, and
-#                                               its re-take with a late Own (-DZOMBIE_IN_OWN, with
-#                                               fewer faults per search)
+#                                               its re-take and the Own's group generation with a
+#                                               late Own (-DZOMBIE_IN_OWN, with -DPERM and E2; fewer
+#                                               faults per search)
 #                                               (exit 1 if any fails or a search is incomplete)
 #   bash processor/model/check.sh --big         the same plus 4 records (safety and liveness), two
 #                                               crashes, -DPERM with all the faults at once (safety and
@@ -15,7 +16,7 @@
 #   bash processor/model/check.sh --bug         the old in-batch Claim rule (-DOLD_INBATCH_RULE):
 #                                               expects an S1 violation and prints the trail
 #                                               (exit 1 if the bug is NOT found)
-#   bash processor/model/check.sh --holes       the four holes of the review, each with its old rule,
+#   bash processor/model/check.sh --holes       the holes of the review and of the fence, each with its old rule,
 #                                               which must show its counterexample: the commit's three
 #                                               parts without the commit lock (-DOLD_COMMIT: M, an
 #                                               offset goes backwards), the owner finished at the
@@ -29,11 +30,11 @@
 #                                               pending, E2), the fence without its re-take (-DPERM
 #                                               -DZOMBIE_IN_OWN -DNO_RETAKE: a zombie whose Own lands
 #                                               after the new owner's fences the new owner out, an
-#                                               invalid end state); and one known hole of the fence,
-#                                               reported with its trail without failing: a zombie
-#                                               whose Own lands late claims as the owner and takes a
-#                                               dead_lettered row back to pending (-DPERM
-#                                               -DZOMBIE_IN_OWN, revoke and zombie: E2)
+#                                               invalid end state), the Own without the group
+#                                               generation (-DPERM -DZOMBIE_IN_OWN -DNO_GEN_OWN,
+#                                               revoke and zombie: a zombie whose Own lands late
+#                                               claims as the owner and takes a dead_lettered row
+#                                               back to pending, E2)
 #                                               (exit 1 if a bug is NOT found or the trail is another)
 #   bash processor/model/check.sh --failed-only reuse policy allow_duplicate_failed_only, start
 #                                               first, record after: request IDs, re-runs and check
@@ -196,13 +197,14 @@ all|--big)
 		# transactional topic, read_committed: I, and E (every partition
 		# committed to its end, past the markers)
 		OPT=-O0 expect_pass safety-txn "-DTXN" "-DSAFETY -DNOCLAIM" ""
-		# the fence's re-take: a zombie's Own may land after the new
-		# owner's (-DZOMBIE_IN_OWN); the owner the group still assigns the
-		# partition takes it again. E (no stall) and the rest; with -DPERM
-		# E2 off (a late Own's zombie claim can leave a row pending: the
-		# known hole in --holes). Fewer faults per search, as for PERM.
+		# the fence's re-take and the Own's generation: a zombie's Own may
+		# land after the new owner's (-DZOMBIE_IN_OWN); an Own of an older
+		# generation than the owner row's takes nothing, and the owner the
+		# group still assigns the partition takes it again. E (no stall),
+		# E2 with -DPERM (the zombie never claims as the owner) and the
+		# rest. Fewer faults per search, as for PERM.
 		OPT=-O0 expect_pass safety-lateown-nocrash "-DZOMBIE_IN_OWN -DNCRASH=0 -DNRESTART=0" "-DSAFETY -DNOCLAIM" ""
-		OPT=-O0 expect_pass safety-lateown-perm-nocrash "-DPERM -DZOMBIE_IN_OWN -DE2_OFF -DNCRASH=0 -DNRESTART=0" "-DSAFETY -DNOCLAIM" ""
+		OPT=-O0 expect_pass safety-lateown-perm-nocrash "-DPERM -DZOMBIE_IN_OWN -DNCRASH=0 -DNRESTART=0" "-DSAFETY -DNOCLAIM" ""
 		if [ "$MODE" = --big ]; then
 			expect_pass safety-4rec "-DW4" "-DSAFETY -DNOCLAIM" ""
 			expect_pass safety-3rec-2crash "-DNCRASH=2 -DNRESTART=2" "-DSAFETY -DNOCLAIM" ""
@@ -217,7 +219,7 @@ all|--big)
 		# taking the dead_lettered row back to pending for good)
 		OPT=-O0 expect_pass live-perm-nocrash "-DPERM -DE2_OFF -DNCRASH=0 -DNRESTART=0" "" "-a -f -N live"
 		# the re-take with a crash and a restart (no revoke)
-		expect_pass safety-lateown-perm-norevoke "-DPERM -DZOMBIE_IN_OWN -DE2_OFF -DNREVOKE=0" "-DSAFETY -DNOCLAIM" ""
+		expect_pass safety-lateown-perm-norevoke "-DPERM -DZOMBIE_IN_OWN -DNREVOKE=0" "-DSAFETY -DNOCLAIM" ""
 		if [ "$MODE" = --big ]; then
 			expect_pass live-4rec "-DW4" "" "-a -f -N live"
 			expect_pass live-perm "-DPERM -DE2_OFF" "" "-a -f -N live"
@@ -310,21 +312,22 @@ all|--big)
 			echo "BUG NOT FOUND (E2)"
 			FAILED=1
 		fi
-		echo "-- L'. the fence without its re-take (-DPERM -DZOMBIE_IN_OWN -DNO_RETAKE): a zombie's late Own stalls the partition (E)"
-		if OPT=-O0 expect_violation hole-late-own "-DPERM -DZOMBIE_IN_OWN -DNO_RETAKE" "" 'invalid end state'; then
+		echo "-- L'. the fence without its re-take nor the Own's generation (-DPERM -DZOMBIE_IN_OWN -DNO_RETAKE -DNO_GEN_OWN):"
+		echo "   a zombie's late Own stalls the partition (E)"
+		if OPT=-O0 expect_violation hole-late-own "-DPERM -DZOMBIE_IN_OWN -DNO_RETAKE -DNO_GEN_OWN" "" 'invalid end state'; then
 			echo "BUG FOUND (as expected): the old owner's Own lands after the new owner's and fences it out; the new owner"
 			echo "forgets the partition and nobody commits it again"
 		else
 			echo "BUG NOT FOUND (E)"
 			FAILED=1
 		fi
-		echo "-- known hole of the fence (does not fail this script): a zombie whose Own lands late claims as the owner"
-		echo "   (-DPERM -DZOMBIE_IN_OWN -DNCRASH=0 -DNRESTART=0): a dead_lettered row back to pending for good (E2)"
-		if OPT=-O0 expect_violation hole-late-own-perm "-DPERM -DZOMBIE_IN_OWN -DNCRASH=0 -DNRESTART=0" "" 'failed assertion: assert\(\(\(rep\[q\]\.jph\[w_\]!=0\)\|\|\(lst\[w_\]!=1\)\)\)'; then
-			echo "KNOWN HOLE CONFIRMED: the late Own makes the zombie's epoch the ledger's; its claim re-claims the dead_lettered"
-			echo "row, then it learns it lost the partition and abandons the job (see README.md)"
+		echo "-- L''. the Own without the group generation (-DPERM -DZOMBIE_IN_OWN -DNO_GEN_OWN -DNCRASH=0 -DNRESTART=0):"
+		echo "   a zombie whose Own lands late claims as the owner, a dead_lettered row back to pending for good (E2)"
+		if OPT=-O0 expect_violation hole-late-own-perm "-DPERM -DZOMBIE_IN_OWN -DNO_GEN_OWN -DNCRASH=0 -DNRESTART=0" "" 'failed assertion: assert\(\(\(rep\[q\]\.jph\[w_\]!=0\)\|\|\(lst\[w_\]!=1\)\)\)'; then
+			echo "BUG FOUND (as expected): the late Own makes the zombie's epoch the ledger's; its claim re-claims the dead_lettered"
+			echo "row, then it learns it lost the partition and abandons the job"
 		else
-			echo "[hole-late-own-perm] not the known hole (update the model README if it was fixed)"
+			echo "BUG NOT FOUND (E2)"
 			FAILED=1
 		fi
 		return $FAILED

@@ -107,14 +107,20 @@
  *   ZOMBIE_IN_OWN     (fence) the zombie fault may also strike a replica
  *                     whose Own of the partition has not landed yet (its
  *                     assignment callback, or a re-take's Own, still in
- *                     the ledger): its late Own fences the new owner out
- *                     of the partition, whose re-take (below) takes it
- *                     back. With NO_RETAKE expected to end in an invalid
- *                     end state (E).
+ *                     the ledger): its late Own takes nothing (an older
+ *                     generation); with NO_GEN_OWN it fences the new owner
+ *                     out of the partition, whose re-take (below) takes it
+ *                     back. With NO_RETAKE NO_GEN_OWN expected to end in
+ *                     an invalid end state (E).
  *   NO_RETAKE         (fence) the fence without the re-take: a replica
  *                     refused by the fence forgets the partition whatever
  *                     the group coordinator says (committer.fenced before
  *                     80f078a).
+ *   NO_GEN_OWN        (fence) the Own without the group generation (before
+ *                     aabf886): every Own takes the partition. With PERM
+ *                     and ZOMBIE_IN_OWN expected to violate E2 (a zombie's
+ *                     late Own makes it the owner; its claim takes a
+ *                     dead_lettered row back to pending).
  *
  *   The fence (default): the ledger keeps an epoch per partition
  *   (dedup_partition_owners); a replica assigned a partition takes a new
@@ -125,7 +131,14 @@
  *   replica asks the group coordinator whether it still assigns it the
  *   partition; if so it takes the partition again (a new Own, a step of its
  *   own) and sends the refused writes again under the new epoch, else it
- *   forgets the partition.
+ *   forgets the partition. The generation (aabf886): the owner row keeps
+ *   the group generation of the Own that took it (lgo); an assignment's
+ *   Own carries the generation the replica was assigned the partition in
+ *   and takes it only if the stored one is not later, else it takes
+ *   nothing: the replica asks the coordinator and Owns again Confirmed
+ *   (whatever the stored generation) if it still assigns it the
+ *   partition, else it does not take the partition (forgets it). The
+ *   re-take's Own is Confirmed.
  *
  *   SIGNAL            a route of mode signal: the job of a claim delivers
  *                     the event to its entity workflow instead of starting
@@ -187,6 +200,9 @@
 
 #if !defined(NO_FENCE) && !defined(NO_RETAKE)
 #define RETAKE    /* committer.fenced re-takes a partition the coordinator still assigns */
+#endif
+#if !defined(NO_FENCE) && !defined(NO_GEN_OWN)
+#define GEN_OWN   /* Ledger.Own carries the group generation (Ownership.Generation) */
 #endif
 
 /* record status in one replica's tracker */
@@ -261,6 +277,10 @@ bit   cfl[NREC];        /* dedup_conflicts row for the record */
 #ifndef NO_FENCE
 byte  lep[NP];          /* the fence: dedup_partition_owners' epoch of the
                          * partition, bumped by Ledger.Own */
+#endif
+#ifdef GEN_OWN
+byte  lgo[NP];          /* dedup_partition_owners.generation: the group generation
+                         * of the Own that took the partition (lgen_own) */
 #endif
 
 /* ---- Temporal ---- */
@@ -754,15 +774,23 @@ inline reclaim(r) {
 #endif
 /* the zombie fault needs the replica's Own of the partition landed: a
  * replica dropped from the group while its assignment callback's Own is
- * still in flight, whose Own then lands after the new owner's, fences
- * the new owner out (a known hole of the fence, README.md);
- * -DZOMBIE_IN_OWN lets the zombie come before the Own */
+ * still in flight, whose Own then lands after the new owner's (the
+ * holes L' and L'' of README.md, closed by the re-take and the Own's
+ * generation); -DZOMBIE_IN_OWN lets the zombie come before the Own */
 #if defined(NO_FENCE) || defined(ZOMBIE_IN_OWN)
 #define ZTAKEN(r, p) 1
 #elif defined(RETAKE)
 #define ZTAKEN(r, p) (TAKEN(r, p) && rep[r].rog[p] == 0)
 #else
 #define ZTAKEN(r, p) TAKEN(r, p)
+#endif
+/* the assignment's Own is still to land: not once the coordinator
+ * confirmed it and its Confirmed Own is in flight (rog of this
+ * assignment's generation) */
+#if defined(GEN_OWN) && defined(RETAKE)
+#define OWNFREE(r, p) (rep[r].rog[p] != rep[r].gen[p])
+#else
+#define OWNFREE(r, p) 1
 #endif
 /* the claimer is not waiting in committer.fenced (a new batch is polled
  * and claimed after the one that waits) */
@@ -1038,6 +1066,9 @@ inline fencedmark(r, w, p) {
 /* the re-take's Own of p lands (Ledger.Own in committer.fenced) */
 inline retake(r, p) {
 	lep[p]++;
+#ifdef GEN_OWN
+	lgo[p] = rep[r].rog[p];   /* Confirmed: whatever the row held */
+#endif
 	if
 	:: rep[r].own[p] && rep[r].gen[p] == rep[r].rog[p] ->
 		rep[r].ep[p] = lep[p];
@@ -1053,6 +1084,47 @@ inline retake(r, p) {
 		printf("MSC: r%d's re-take Own of p%d lands (epoch %d); the partition is gone meanwhile: not kept\n", r, p, lep[p])
 	fi;
 	rep[r].rog[p] = 0
+}
+#endif
+
+#ifndef NO_FENCE
+/* the assignment callback's Own of p lands (committer.assigned ->
+ * Ledger.Own, Ownership.Generation = the generation r was assigned p
+ * in). GEN_OWN: the row takes it only if its generation is not later
+ * (ownSQL's WHERE o.generation <= EXCLUDED.generation), else the Own
+ * returns 0 for p and committer.confirm asks the coordinator: if it
+ * still assigns p to r, r Owns again Confirmed (in flight, rog: a step
+ * of its own, retake), else p is not taken (forgotten). The refusal and
+ * the coordinator's answer are one step, as in fencedclaim (the refusal
+ * writes nothing and reads only the ledger, the answer only the group).
+ * In the model the confirmed branch is never taken: generations never
+ * start again (no group made anew), so a row of a later generation means
+ * the coordinator moved p away. */
+inline ownlands(r, p) {
+#ifdef GEN_OWN
+	if
+	:: lgo[p] <= rep[r].gen[p] ->
+		lep[p]++; lgo[p] = rep[r].gen[p]; rep[r].ep[p] = lep[p];
+		printf("MSC: r%d takes p%d in the ledger's fence: epoch %d, generation %d\n", r, p, lep[p], lgo[p])
+	:: else ->
+		printf("MSC: r%d's Own of p%d (generation %d) takes nothing: the owner row holds generation %d\n", r, p, rep[r].gen[p], lgo[p]);
+		if
+#ifdef RETAKE
+		:: MINE(r, p) ->
+			printf("MSC: r%d   the coordinator still assigns p%d to r%d: Owns it again, Confirmed (in flight)\n", r, p, r);
+			rep[r].rog[p] = rep[r].gen[p]
+		:: else ->
+#else
+		:: true ->
+#endif
+			printf("MSC: r%d   the coordinator does not assign p%d to r%d: not taken (forgotten)\n", r, p, r);
+			abandon(r, p)
+		fi
+	fi
+#else
+	lep[p]++; rep[r].ep[p] = lep[p];
+	printf("MSC: r%d takes p%d in the ledger's fence: epoch %d\n", r, p, lep[p])
+#endif
 }
 #endif
 
@@ -1621,10 +1693,8 @@ proctype replica(byte r) {
 	 * (committer.assigned -> Ledger.Own) takes a new epoch of the
 	 * partition, before any of its records is polled; from then on the
 	 * previous owner's claims and marks of it write nothing ---- */
-	:: d_step { rep[r].own[0] && rep[r].ep[0] == 0 -> lep[0]++; rep[r].ep[0] = lep[0];
-		printf("MSC: r%d takes p0 in the ledger's fence: epoch %d\n", r, lep[0]) }
-	:: d_step { rep[r].own[1] && rep[r].ep[1] == 0 -> lep[1]++; rep[r].ep[1] = lep[1];
-		printf("MSC: r%d takes p1 in the ledger's fence: epoch %d\n", r, lep[1]) }
+	:: d_step { rep[r].own[0] && rep[r].ep[0] == 0 && OWNFREE(r, 0) -> ownlands(r, 0) }
+	:: d_step { rep[r].own[1] && rep[r].ep[1] == 0 && OWNFREE(r, 1) -> ownlands(r, 1) }
 #endif
 #ifdef RETAKE
 	/* ---- the re-take's Own (committer.fenced -> c.own) lands: a new
@@ -1835,6 +1905,10 @@ init {
 #ifndef NO_FENCE
 		/* the first assignment's Own has taken epoch 1 of each partition */
 		; lep[0] = 1; lep[1] = 1; rep[0].ep[0] = 1; rep[1].ep[1] = 1
+#endif
+#ifdef GEN_OWN
+		/* ... in generation 1 */
+		; lgo[0] = 1; lgo[1] = 1
 #endif
 	};
 	atomic { run replica(0); run replica(1) }
