@@ -264,7 +264,9 @@ func startupError(t *testing.T, cfg app.Config) string {
 		return err.Error()
 	case <-ready:
 		cancel()
-		_ = <-done
+		if err := <-done; err != nil {
+			t.Logf("the router, stopped: %v", err)
+		}
 		t.Fatal("the router started")
 	}
 	return ""
