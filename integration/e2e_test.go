@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -159,14 +160,30 @@ func (e *env) checkExactlyOnce(w *workload.Workload, want int) int {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	// With conflicts on other partitions than their originals, how many
-	// records are conflicts depends on which copy won.
-	conflicts := w.Conflicts
+	// dedup_conflicts keeps one row per workflow ID and conflicting
+	// payload (migration 00014). Each of these workloads' conflict sets
+	// has two payloads (the event and one conflicting copy, whose re-sends
+	// are copies of one payload, however encoded), one of which wins: one
+	// row per workflow ID dead-lettered as a conflict. With conflicts on
+	// other partitions than their originals, which records those are
+	// depends on which copy won.
+	dead := e.deadLetters()
 	if w.CrossConflicts > 0 {
-		conflicts, _ = e.workflowsWithConflicts(w, e.deadLetters())
+		e.workflowsWithConflicts(w, dead)
 	}
-	if counts != (ledger.Counts{Started: int64(want), Conflicts: int64(conflicts)}) {
-		e.t.Errorf("ledger %+v, want %d started, 0 pending, %d conflicts", counts, want, conflicts)
+	pairs := map[string]bool{}
+	for _, d := range dead {
+		if header(d, schemas.HeaderDLQReason) == "conflict" {
+			pairs[header(d, schemas.HeaderDLQWorkflow)] = true
+		}
+	}
+	for _, c := range w.ConflictSets {
+		if len(c.Variants) != 2 {
+			e.t.Fatalf("conflict set %s has %d payloads; the count below assumes two", c.Event.ID, len(c.Variants))
+		}
+	}
+	if counts != (ledger.Counts{Started: int64(want), Conflicts: int64(len(pairs))}) {
+		e.t.Errorf("ledger %+v, want %d started, 0 pending, %d conflicts (one per workflow ID dead-lettered as a conflict)", counts, want, len(pairs))
 	}
 	// Every started ledger row names a run Temporal has.
 	rows, err := e.led.Pool().Query(context.Background(), `SELECT workflow_id FROM dedup_ledger WHERE state = 'started' AND run_id IS NOT NULL`)

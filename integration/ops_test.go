@@ -152,6 +152,11 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 	for _, mf := range append(mfs, imfs...) {
 		exported[mf.GetName()] = true
 	}
+	// The Temporal SDK's failure counter (beside temporal_request_total,
+	// which a healthy run exports) appears at its first failed request:
+	// DedupSignalsRefusedByRunLimit reads it, and rules_test.yml holds the
+	// alert on its series.
+	exported["temporal_request_failure_total"] = true
 	all, recorded := exprs(t)
 	used := map[string]bool{}
 	for where, expr := range all {
