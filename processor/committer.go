@@ -112,6 +112,7 @@ type committer struct {
 
 	mu     sync.Mutex
 	parts  map[topicPartition]*partition
+	owning int // partitions assigned and being taken in the ledger's fence (not in parts yet)
 	joined bool
 }
 
@@ -327,7 +328,13 @@ func (c *committer) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 	if cl != nil {
 		member, gen = cl.GroupMetadata()
 	}
+	c.mu.Lock()
+	c.owning += len(refs)
+	c.mu.Unlock()
 	epochs, err := c.own(ctx, Ownership{Group: c.cfg.Group, Member: member, Generation: gen, Parts: refs})
+	c.mu.Lock()
+	c.owning -= len(refs)
+	c.mu.Unlock()
 	if err != nil {
 		c.log.Warn("partitions assigned but not taken in the ledger's fence; their records are left for the next owner",
 			"partitions", assigned, "err", err)
@@ -602,7 +609,9 @@ func (c *committer) setPaused(paused bool) {
 	c.mu.Lock()
 	n := 0
 	if paused {
-		n = len(c.parts)
+		// Partitions still being taken in the ledger's fence are
+		// assigned and wait too (PostgreSQL down at an assignment).
+		n = len(c.parts) + c.owning
 	}
 	c.m.pausedPartitions.Set(float64(n))
 	c.mu.Unlock()
