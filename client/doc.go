@@ -91,4 +91,19 @@
 //
 // It does not deduplicate by itself: the routers do, by event ID. Two keys
 // for one business fact are two events.
+//
+// # Why a top-level folder
+//
+// It is a library for producers, imported by their programs: not part of
+// the event path (processor → sink reads what producers wrote) but the
+// other end of the contract, the side that writes an event and asks what
+// became of it. It never decides anything the router decides: it calls
+// the router's Decider on the record it is about to write. It imports no
+// internal/ package; its readers are implemented read-only by
+// sink/ledger/ledgerread (the one copy of the lookup query, which
+// sink/ledger's Lookup runs too; no migrations) and client/temporalread
+// (the Temporal SDK). client/deps_test.go and make stranger (a module of
+// its own, client/testdata/stranger) hold what it links. dedup ingress
+// (internal/ingress) is the same client behind HTTP; dedup's own commands
+// open it from the config file (internal/app/client.go).
 package client

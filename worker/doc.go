@@ -27,4 +27,32 @@
 //     siblings.
 //
 // docs/worker.md has the table of what runs again in each case.
+//
+// # Why a top-level folder, and where each rule lives
+//
+// The package runs on the other side of Temporal: it is not part of the
+// event path (processor → sink) but the workflow that path starts, shipped
+// as `dedup worker` and as a package users register in their own workers.
+//
+//   - workflow.go: RunActivityWorkflow and the task-instance child
+//     workflows (task-{run_id}:{type}:{index}), adoption of completed tasks
+//     and the activities' options. Deterministic code only: no PostgreSQL,
+//     HTTP or wall clock (workflow_imports_test.go checks it).
+//   - identity.go: run_id, the name-based UUID of the workflow ID.
+//   - activities.go: the activities (PostgreSQL, the Temporal client of
+//     AwaitTask), each one's idempotency guarantee, and which task errors
+//     are retried (taskError).
+//   - register.go: what a worker registers and which task type names it
+//     accepts.
+//   - tasks.go: the task API (NewTaskType, Step, Permanent).
+//   - legacy.go: the code path of runs started before run identity by
+//     workflow ID.
+//   - worker/idempotency: the key store (leases, fencing, expiry, reaper).
+//   - worker/tenants: five activities an audit found missing idempotency
+//     guarantees, as task types, each made safe to retry.
+//   - worker/signals: the workflow side of signal routes: each event ID
+//     admitted once per chain of runs, carried across continue-as-new
+//     (bounded), in batches (example: worker/signals/example).
+//
+// Tables: schemas/migrations/00003_worker.sql and 00005_worker_runs.sql.
 package worker

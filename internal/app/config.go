@@ -1,6 +1,3 @@
-// Package app wires dedup's components from a config file: the part of
-// cmd/dedup that integration/cmd/devstack shares. It binds the file and the
-// environment; the components themselves only see their Config structs.
 package app
 
 import (

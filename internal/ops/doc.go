@@ -17,4 +17,10 @@
 // dependency that did not answer, so the answer is incomplete; bad usage;
 // or a refusal: offsets reset while the group has live members, a purge
 // that would cross the replay horizon).
+//
+// dedup dlq replay (dlqreplay.go, over processor/replay) sends dead letters
+// back to their source topics, whole and with their first origin; it too
+// prints its plan and writes nothing without --execute. The names of the
+// disagreements between the ledger and Temporal (temporal_forgot,
+// temporal_only, mark_not_landed, …) are defined here, once.
 package ops

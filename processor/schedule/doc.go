@@ -35,4 +35,11 @@
 //   - One slot, one hash (processor.SlotPayloadHash): a slot fired twice,
 //     here or through a route with key scheduled_for, is a duplicate,
 //     never a conflict.
+//
+// Files: config.go (triggers and their validation; dedupe_key_strategy is
+// misfire_policy), cron.go (cron with ISC DST rules over go-cron's parser
+// and Next), decide.go (the misfire decision: skip, catchup, compress, a
+// bounded walk), scheduler.go (the tick: the decision committed before any
+// start, fires claimed and started like intents). The cursors and decided
+// fires are sink/ledger's schedule.go.
 package schedule

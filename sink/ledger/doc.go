@@ -18,4 +18,64 @@
 // Lookup's query lives in the subpackage ledgerread, which producers use
 // to read the ledger over read-only sessions without this package's
 // migration code (goose); Lookup runs the same query on the ledger's pool.
+//
+// # Where each rule lives
+//
+//   - ledger.go: the Postgres type (pool, open, readiness); config.go: its
+//     config and validation, among them PostgreSQL TLS: a server off this
+//     machine must be verified (sslmode=verify-full or verify-ca) unless
+//     postgres.allow_insecure.
+//   - claim.go: the claim statement (one upsert per batch, lock order, the
+//     latest row version; the read-only answer for started rows during
+//     replays) read with the router's verdict rule (ClaimVerdict), and the
+//     conflicts table: one row per workflow ID and payload hash, with its
+//     copies and last-seen time (migration 00014_conflicts_by_hash.sql).
+//   - marks.go: MarkStarted (a re-run moves a row to a newer generation
+//     only) and MarkDeadLettered (pending rows only).
+//   - fence.go: a per-partition owner epoch (dedup_partition_owners,
+//     migration 00013) that a router bumps when it is assigned a partition
+//     (Own, before it polls it). Every claim and mark carries its record's
+//     epoch and share-locks the owner row in the same statement, so a router
+//     that lost the partition (a zombie, a claim slow across a revoke)
+//     changes no row: FencedError, and the router forgets the partition.
+//   - errors.go: which errors are transient and which permanent, by
+//     SQLSTATE; the pool is reset on a read-only server (25006).
+//   - pooler/pooler.go: PostgreSQL behind a pooler (postgres.pooler: none,
+//     session, transaction): what a connection may keep in its session
+//     (unnamed statements only under transaction, no startup parameter
+//     PgBouncer refuses), and the error naming the setting when a
+//     transaction pooler is not named (26000, 42P05); applied by every pool
+//     and connection of dedup's processes.
+//   - migrate.go: the schema (schemas/migrations), migrations serialised by
+//     an advisory lock and refused through a transaction pooler.
+//   - The unique key (schemas/ledgerkey.go, migration 00012): the column
+//     key, a 16-byte digest of the workflow ID that keeps a UUIDv7's or
+//     ULID's milliseconds first, computed by the routers and readers
+//     (LedgerKey); the SQL function dedup_ledger_key is the same rule for
+//     rows written without it (TestLedgerKeyDigest holds the two together).
+//     Every statement that finds a row by workflow ID goes through the key
+//     and checks the ID, spelled by two helpers (LedgerRowsOf, LedgerRowIs).
+//   - state.go: the row states as a type (State: StatePending, …), the
+//     same as the router's LedgerState; no state is compared as a bare
+//     string.
+//   - stats.go: the gauges and counts (pending rows' age, row estimate,
+//     rows per state).
+//   - deadletters.go: the dead-letter log, so a redelivery is not
+//     dead-lettered twice (migration 00002).
+//   - purge.go: the purge; its WHERE is shared with the dry run, it works
+//     in batches along the end-time indexes (migration 00007), conflicts go
+//     by their last-seen time.
+//   - schedule.go: schedule cursors (locked per tick, FOR UPDATE SKIP
+//     LOCKED), decided fires, PostgreSQL's clock (migration 00006).
+//   - inspect.go: the operators' read-only view (rows by workflow ID,
+//     event ID or claiming record; conflicts, dead letters, stats, the
+//     purge's count).
+//   - lookup.go: reading the ledger for producers (Lookup), never a start
+//     decision.
+//   - replication.go: the server's replication as read at start
+//     (Replication: synchronous_commit, synchronous_standby_names,
+//     standbys), which internal/app's rule for a ledger a failover can
+//     rewind judges.
+//   - contract_test.go runs processor/ledgertest, the Ledger contract the
+//     router tests' fake runs too.
 package ledger
