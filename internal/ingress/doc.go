@@ -69,4 +69,12 @@
 //     401. Nothing is written for any of them. Errors are
 //     application/problem+json (RFC 9457) with a reason and a Link to the
 //     OpenAPI description.
+//
+// Files: server.go (the handlers and status codes), problem.go (the
+// problem documents), run.go (serving it, TLS),
+// translate.go (the HTTP binding to the Kafka binding), locks.go (the
+// in-flight lock), auth.go (tenants' tokens and rights), limits.go (the
+// tenant's rate and the process's cap), sfv.go (the Idempotency-Key as an
+// RFC 8941 sf-string). The config section is internal/app/ingress.go;
+// docs/idempotency-key.md maps the IETF draft's requirements to tests.
 package ingress
