@@ -14,10 +14,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/sink/starter"
 )
 
@@ -185,6 +187,47 @@ func runsWithoutSearchAttributes(t *testing.T, ns string, mode starter.SearchAtt
 		}
 		if f := d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields(); len(f) != 0 {
 			t.Errorf("%s carries search attributes %v under search_attributes: %s", wid, f, mode)
+		}
+	}
+}
+
+func TestScheduledRunsAreFoundByTheirSlotInTemporal(t *testing.T) {
+	e := newEnv(t, 1)
+	cfg := e.config()
+	cfg.Schedules = schedConfig(schedule.Skip)
+	cfg.Schedules.Triggers[0].Cron = "* * * * * *"
+	cfg.Schedules.Triggers[0].MisfireThreshold = 2 * time.Second
+	cfg.Schedules.Triggers[0].Overlap = schedule.OverlapAllowAll // no worker: runs stay open
+	r := e.startRouter(cfg)
+	got := e.findWorkflows(fmt.Sprintf(`DedupRoute = %q AND DedupIdRule = "schedule"`, schedActivity), 1)
+	r.stop(t)
+	if len(got) == 0 {
+		t.Fatal("no scheduled run found by DedupRoute and DedupIdRule in 30 s of a per-second trigger")
+	}
+	wid := got[0]
+	slot, err := time.Parse(time.RFC3339, strings.TrimPrefix(wid, processor.WorkflowID(schedActivity, "")))
+	if err != nil {
+		t.Fatalf("the slot of %s: %v", wid, err)
+	}
+	// Describe reads the run's mutable state: the attribute as stored.
+	d, err := e.tc.DescribeWorkflowExecution(context.Background(), wid, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at time.Time
+	p := d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[starter.AttrScheduledFor]
+	if err := converter.GetDefaultDataConverter().FromPayload(p, &at); err != nil || !at.Equal(slot) {
+		t.Fatalf("%s of %s: %v (%v), want %v", starter.AttrScheduledFor, wid, at, err, slot)
+	}
+	// A slot is found by a range: the in-memory server's SQLite
+	// visibility keeps a Datetime as text with its fraction, which an
+	// equality with a literal that has none does not match.
+	for _, q := range []string{
+		fmt.Sprintf(`DedupEventId = "schedule/report/%s"`, processor.ScheduledForKey(slot)),
+		fmt.Sprintf(`DedupScheduledFor >= %q AND DedupScheduledFor < %q`, slot.Format(time.RFC3339), slot.Add(time.Second).Format(time.RFC3339)),
+	} {
+		if found := e.findWorkflows(q, 1); len(found) != 1 || found[0] != wid {
+			t.Errorf("%s found %v, want [%s]", q, found, wid)
 		}
 	}
 }
