@@ -231,3 +231,34 @@ func TestScheduledRunsAreFoundByTheirSlotInTemporal(t *testing.T) {
 		}
 	}
 }
+
+// An entity workflow, which many events signal, carries its route only:
+// not the event that happened to start it.
+func TestEntityWorkflowsCarryTheirRouteOnly(t *testing.T) {
+	e := newEnv(t, 1)
+	cfg := e.config()
+	cfg.Routes = processor.Routes{signalRoute("sig-"+e.namespace, "")} // no worker: the run stays open
+	var recs []*kgo.Record
+	for i := range 2 {
+		recs = append(recs, &kgo.Record{Topic: e.topic, Partition: 0,
+			Value: []byte(fmt.Sprintf(`{"specversion":"1.0","id":"ent-ev-%d","type":"entity.changed","data":{"entity":"x"}}`, i))})
+	}
+	if err := e.kcl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r := e.startRouter(cfg)
+	e.waitCommitted(time.Minute)
+	r.stop(t)
+	d, err := e.tc.DescribeWorkflowExecution(context.Background(), "ent-x", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()
+	var route string
+	if len(f) != 1 || converter.GetDefaultDataConverter().FromPayload(f[starter.AttrRoute], &route) != nil || route != "entities" {
+		t.Fatalf("ent-x carries %v, want %s = entities only", f, starter.AttrRoute)
+	}
+	if got := e.findWorkflows(`DedupRoute = "entities"`, 1); len(got) != 1 || got[0] != "ent-x" {
+		t.Fatalf(`DedupRoute = "entities" found %v, want [ent-x]`, got)
+	}
+}
