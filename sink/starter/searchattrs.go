@@ -116,8 +116,11 @@ func (m SearchAttributesMode) validate() error {
 }
 
 // EncodeSearchAttributes is req's search attributes, encoded as the SDK
-// encodes typed search attributes (the default data converter's payload,
-// with the attribute's type in the "type" metadata).
+// encodes typed search attributes: the default data converter's payload
+// (for strings, integers and times, its JSON converter's: json/plain),
+// with the attribute's type in the "type" metadata. The JSON converter is
+// called directly, skipping the default's nil, bytes and proto converters
+// that these values fall through (a third of the time).
 func EncodeSearchAttributes(req processor.StartRequest) (*commonpb.SearchAttributes, error) {
 	vals := map[string]any{}
 	keyword := func(name, v string) {
@@ -145,18 +148,14 @@ func EncodeSearchAttributes(req processor.StartRequest) (*commonpb.SearchAttribu
 			vals[AttrScheduledFor] = t.UTC()
 		}
 	}
-	types := map[string]enumspb.IndexedValueType{}
-	for _, a := range SearchAttributes() {
-		types[a.Name] = a.Type
-	}
-	dc := converter.GetDefaultDataConverter()
+	dc := converter.NewJSONPayloadConverter()
 	out := &commonpb.SearchAttributes{IndexedFields: make(map[string]*commonpb.Payload, len(vals))}
 	for name, v := range vals {
 		p, err := dc.ToPayload(v)
 		if err != nil {
 			return nil, fmt.Errorf("encoding search attribute %s of workflow %s: %w", name, req.WorkflowID, err)
 		}
-		p.Metadata["type"] = []byte(types[name].String())
+		p.Metadata["type"] = []byte(typeOf(name).String())
 		out.IndexedFields[name] = p
 	}
 	return out, nil
@@ -200,11 +199,15 @@ func (e *MissingSearchAttributesError) Error() string {
 	return b.String()
 }
 
+// typeOf is the contract's type of the attribute name.
 func typeOf(name string) enumspb.IndexedValueType {
-	for _, a := range SearchAttributes() {
-		if a.Name == name {
-			return a.Type
-		}
+	switch name {
+	case AttrEventID, AttrRoute, AttrIDRule, AttrKafkaTopic:
+		return enumspb.INDEXED_VALUE_TYPE_KEYWORD
+	case AttrKafkaPartition, AttrKafkaOffset:
+		return enumspb.INDEXED_VALUE_TYPE_INT
+	case AttrScheduledFor:
+		return enumspb.INDEXED_VALUE_TYPE_DATETIME
 	}
 	return enumspb.INDEXED_VALUE_TYPE_UNSPECIFIED
 }

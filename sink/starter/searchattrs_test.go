@@ -158,3 +158,49 @@ func TestMissingSearchAttributesErrorNamesEachAndTheCommand(t *testing.T) {
 		t.Fatal("not a *MissingSearchAttributesError")
 	}
 }
+
+func BenchmarkEncodeSearchAttributes(b *testing.B) {
+	req := processor.StartRequest{WorkflowID: "activity-welcome:e-1",
+		Input:  schemas.WorkflowInput{EventID: "0190d7a4-6b1e-7c3a-9f00-0123456789ab", ActivityID: "welcome", IDRule: "header"},
+		Record: &processor.RecordRef{Topic: "orders", Partition: 7, Offset: 123456789}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := EncodeSearchAttributes(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// typeOf and SearchAttributes are one contract spelled twice (a switch
+// for the hot path, a list for the checks): they agree.
+func TestSearchAttributeTypesAgree(t *testing.T) {
+	for _, a := range SearchAttributes() {
+		if typeOf(a.Name) != a.Type {
+			t.Errorf("%s: typeOf %s, the list %s", a.Name, typeOf(a.Name), a.Type)
+		}
+	}
+}
+
+// The JSON converter EncodeSearchAttributes calls is the one the SDK's
+// default data converter ends at for these values: the same payloads.
+func TestSearchAttributesAreTheDefaultConvertersPayloads(t *testing.T) {
+	req := processor.StartRequest{WorkflowID: "w", Input: schemas.WorkflowInput{EventID: "e", ActivityID: "r", IDRule: "header",
+		ScheduledFor: "2026-03-01T09:00:00+00:00"}, Record: &processor.RecordRef{Topic: "t", Partition: 1, Offset: 2}}
+	sa, err := EncodeSearchAttributes(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := map[string]any{AttrEventID: "e", AttrRoute: "r", AttrIDRule: "header", AttrKafkaTopic: "t",
+		AttrKafkaPartition: int64(1), AttrKafkaOffset: int64(2), AttrScheduledFor: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}
+	for name, v := range vals {
+		want, err := converter.GetDefaultDataConverter().ToPayload(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := sa.GetIndexedFields()[name]
+		if got == nil || string(got.Data) != string(want.Data) ||
+			string(got.Metadata[converter.MetadataEncoding]) != string(want.Metadata[converter.MetadataEncoding]) {
+			t.Errorf("%s: %v, want the default converter's %v", name, got, want)
+		}
+	}
+}
