@@ -77,6 +77,12 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 		}
+		for _, ns := range []string{nsBareOn, nsBareOff, nsBareAuto} {
+			if err := registerBareNamespace(ctx, ns); err != nil {
+				fmt.Fprintln(os.Stderr, "registering namespace:", err)
+				return 1
+			}
+		}
 		dir, err := os.MkdirTemp("", "dedup-bin-")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -131,7 +137,16 @@ func newEnvIn(t *testing.T, partitions int, ns string) *env {
 	return e
 }
 
+// registerNamespace registers ns with dedup's search attributes.
 func registerNamespace(ctx context.Context, ns string) error {
+	if err := registerBareNamespace(ctx, ns); err != nil {
+		return err
+	}
+	return registerSearchAttributes(ctx, ns)
+}
+
+// registerBareNamespace registers ns without dedup's search attributes.
+func registerBareNamespace(ctx context.Context, ns string) error {
 	nc, err := client.NewNamespaceClient(client.Options{HostPort: stack.Temporal.HostPort()})
 	if err != nil {
 		return err

@@ -54,10 +54,14 @@ type Decision struct {
 // not by Decide: a duplicate (most records of a replay) never needs one.
 func (d *Decision) Start(j int) StartRequest {
 	rt, wid := d.Routes[j], d.Intents[j].WorkflowID
+	in := &d.Intents[j]
 	if rt.Mode == ModeSignal {
-		return NewSignalRequest(rt, &d.Event, d.Entities[j])
+		req := NewSignalRequest(rt, &d.Event, d.Entities[j])
+		req.Record = &RecordRef{Topic: in.Topic, Partition: in.Partition, Offset: in.Offset}
+		return req
 	}
 	req := NewStartRequest(rt, &d.Event, wid)
+	req.Record = &RecordRef{Topic: in.Topic, Partition: in.Partition, Offset: in.Offset}
 	if rt.Key == KeyScheduledFor {
 		req.Input.TriggerKind, req.Input.ScheduledFor = schemas.TriggerCron, workflowKey(rt.ID, wid)
 	}

@@ -53,6 +53,17 @@ type StartRequest struct {
 	// signals Signal.WorkflowID with SignalWithStart, starting it
 	// (WorkflowType, TaskQueue, ReusePolicy, no input) if no run is open.
 	Signal *SignalRequest
+	// Record is the Kafka record whose claim this start is (the copy that
+	// starts it), recorded with the run as search attributes
+	// (DedupKafkaTopic, …); nil for a scheduler's fire.
+	Record *RecordRef
+}
+
+// RecordRef is a Kafka record's coordinates.
+type RecordRef struct {
+	Topic     string
+	Partition int32
+	Offset    int64
 }
 
 // SignalRequest is the signal half of a signal route's delivery.

@@ -117,7 +117,11 @@ func run(args []string) error {
 		if _, err := ingress.CheckConfig(cfg, nil); err != nil {
 			return err
 		}
-		fmt.Printf("%s: ok (%d routes, topics %s; %s)\n", *path, len(cfg.Routes), strings.Join(cfg.Kafka.Topics, ","), app.CheckedTriggers(cfg))
+		attrs, err := app.CheckSearchAttributes(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s: ok (%d routes, topics %s; %s; %s)\n", *path, len(cfg.Routes), strings.Join(cfg.Kafka.Topics, ","), app.CheckedTriggers(cfg), attrs)
 		return nil
 	}
 	return usage()

@@ -30,7 +30,8 @@ type TemporalConfig struct {
 	// FrontendPort is the gRPC port clients dial; 0 picks a free one
 	// (tests), 7233 is what every Temporal tool assumes (dev stack).
 	FrontendPort int
-	// Namespaces are registered before the server starts.
+	// Namespaces are registered before the server starts, with dedup's
+	// search attributes.
 	Namespaces []string
 	// ExtraOptions are appended to the server options (interceptors, for
 	// the fault-injection tests).
@@ -144,7 +145,9 @@ func StartTemporal(cfg TemporalConfig) (*Temporal, error) {
 
 	var nss []*sqlite.NamespaceConfig
 	for _, ns := range cfg.Namespaces {
-		nc, err := sqlite.NewNamespaceConfig("active", ns, false, nil)
+		// With dedup's search attributes, as temporal server start-dev
+		// --search-attribute registers them.
+		nc, err := sqlite.NewNamespaceConfig("active", ns, false, dedupSearchAttributes())
 		if err != nil {
 			return nil, fmt.Errorf("configuring namespace %q: %w", ns, err)
 		}

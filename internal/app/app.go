@@ -141,6 +141,11 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	if err != nil {
 		return err
 	}
+	// Every namespace has dedup's search attributes, or start-up says
+	// what to create (searchattrs.go).
+	if cfg.Temporal.SearchAttributes, err = resolveSearchAttributes(ctx, cfg, tc, deps, log); err != nil {
+		return err
+	}
 	if err := registerOps(ctx, reg, led, cfg.Postgres, log); err != nil {
 		return err
 	}

@@ -103,6 +103,9 @@ type Explanation struct {
 	// (decode failures, oversized, no_route); per-workflow ones
 	// (conflict, temporal_permanent) are under their workflow.
 	DeadLetters []DeadLetter `json:"dead_letters,omitempty"`
+	// TemporalQueries find the record's workflows in Temporal
+	// (searchattrs.go).
+	TemporalQueries []TemporalQuery `json:"temporal_queries,omitempty"`
 	// Story is the explanation, in sentences.
 	Story []string `json:"story"`
 	Found bool     `json:"found"`
@@ -429,6 +432,7 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 	if ex.Record != nil && ex.Record.State == RecordRead {
 		ex.Found = true
 	}
+	ex.TemporalQueries = temporalQueries(t.cfg, ex)
 	ex.Story = story(ex, t.cfg.Kafka.NoRoute)
 	ex.Errors = problems
 	switch {

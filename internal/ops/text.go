@@ -78,6 +78,9 @@ func (ex *Explanation) text(w *strings.Builder) {
 		p("  verdict  %s: %s", wf.Verdict, wf.Why)
 	}
 	p("")
+	for _, q := range ex.TemporalQueries {
+		p("find       %s", q.Command)
+	}
 	for _, s := range ex.Story {
 		p("- %s", s)
 	}

@@ -93,6 +93,13 @@ type Config struct {
 	// the run heals when its worker reads its signals and continues as
 	// new (docs/signals.md).
 	RunLimitWait time.Duration `yaml:"run_limit_wait"`
+	// SearchAttributes says whether every run dedup starts carries its
+	// search attributes (searchattrs.go: DedupEventId, DedupKafkaTopic,
+	// …), by which an operator finds a record's runs: on (the default;
+	// start-up stops, naming the command that creates them, if a
+	// namespace lacks one), auto (sent only if every namespace has them
+	// all), off (none). A bool is on or off.
+	SearchAttributes SearchAttributesMode `yaml:"search_attributes"`
 }
 
 // Compression names the SDK's gRPC compression of name (temporal.compression):
@@ -110,7 +117,7 @@ func Compression(name string) client.GrpcCompression {
 // DefaultConfig points at a local Temporal.
 func DefaultConfig() Config {
 	return Config{HostPort: "127.0.0.1:7233", Namespace: "default", StartTimeout: 10 * time.Second, Compression: "none",
-		RunLimitWait: time.Minute}
+		RunLimitWait: time.Minute, SearchAttributes: SearchAttributesOn}
 }
 
 // Validate names the first invalid field.
@@ -128,6 +135,9 @@ func (c Config) Validate() error {
 		return errors.New("temporal.api_key, api_key_file: set one, not both")
 	case Compression(c.Compression) == nil:
 		return fmt.Errorf("temporal.compression: %q, want none or gzip", c.Compression)
+	}
+	if err := c.SearchAttributes.validate(); err != nil {
+		return err
 	}
 	if err := c.TLS.Validate("temporal.tls"); err != nil {
 		return err
@@ -153,6 +163,9 @@ type Temporal struct {
 	identity  string
 	dc        converter.DataConverter
 	gate      *runGate
+	// attrs: runs carry search attributes (temporal.search_attributes is
+	// not off; auto is resolved at start-up).
+	attrs bool
 }
 
 // New wraps an SDK client (the caller dials it and closes it). cfg's
@@ -162,7 +175,7 @@ func New(c client.Client, cfg Config) *Temporal {
 	host, _ := os.Hostname()
 	return &Temporal{c: c, namespace: cfg.Namespace, timeout: cfg.StartTimeout,
 		identity: fmt.Sprintf("dedup@%s:%d", host, os.Getpid()), dc: converter.GetDefaultDataConverter(),
-		gate: &runGate{wait: cfg.RunLimitWait, m: map[string]*gated{}}}
+		gate: &runGate{wait: cfg.RunLimitWait, m: map[string]*gated{}}, attrs: cfg.SearchAttributes != SearchAttributesOff}
 }
 
 // RequestID is the start's request ID: the same for every start of one
@@ -224,6 +237,10 @@ func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 	if err != nil {
 		return processor.StartResult{}, processor.Permanent(fmt.Errorf("encoding generation of workflow %s: %w", req.WorkflowID, err))
 	}
+	attrs, err := t.searchAttributes(req)
+	if err != nil {
+		return processor.StartResult{}, processor.Permanent(err)
+	}
 	resp, err := t.c.WorkflowService().StartWorkflowExecution(ctx, &workflowservice.StartWorkflowExecutionRequest{
 		Namespace:    t.ns(req.Namespace),
 		WorkflowId:   req.WorkflowID,
@@ -234,6 +251,7 @@ func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 		// a re-run starts after the newest run Temporal has, whatever the
 		// ledger recorded.
 		Memo:                  &commonpb.Memo{Fields: map[string]*commonpb.Payload{schemas.MemoGeneration: gen}},
+		SearchAttributes:      attrs,
 		Identity:              t.identity,
 		RequestId:             requestID(req),
 		WorkflowIdReusePolicy: ReusePolicy(req.ReusePolicy),
@@ -294,6 +312,10 @@ func (t *Temporal) signalWithStart(ctx context.Context, req processor.StartReque
 		return processor.StartResult{}, processor.Permanent(fmt.Errorf("encoding signal of workflow %s: %w", sig.WorkflowID, err))
 	}
 	rid := SignalRequestID(req.WorkflowID)
+	attrs, err := t.searchAttributes(req)
+	if err != nil {
+		return processor.StartResult{}, processor.Permanent(err)
+	}
 	resp, err := t.c.WorkflowService().SignalWithStartWorkflowExecution(ctx, &workflowservice.SignalWithStartWorkflowExecutionRequest{
 		Namespace:             t.ns(req.Namespace),
 		WorkflowId:            sig.WorkflowID,
@@ -307,6 +329,7 @@ func (t *Temporal) signalWithStart(ctx context.Context, req processor.StartReque
 		WorkflowIdConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		SignalName:               sig.Name,
 		SignalInput:              input,
+		SearchAttributes:         attrs,
 	})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
@@ -447,6 +470,9 @@ func ReusePolicy(p processor.ReusePolicy) enumspb.WorkflowIdReusePolicy {
 //   - A run's own limits (InvalidArgument with the server's message:
 //     runlimits.go): the run continues as new, or the server ends it and
 //     the retry meets the next run.
+//   - A search attribute the namespace does not define (InvalidArgument
+//     with the server's "search attribute X is not defined":
+//     searchattrs.go): the namespace's, healed by creating it.
 //   - ResourceExhausted, Internal, Aborted, DataLoss, Unknown, and any
 //     error that is not a gRPC or Temporal service error (connection
 //     resets and the like).
@@ -491,6 +517,9 @@ func Permanent(err error) bool {
 	}
 	if RunLimit(err) != "" {
 		return false // a run's own limit: the next run takes it (runlimits.go)
+	}
+	if searchAttributeUndefined(err) {
+		return false // the namespace's, not the record's (searchattrs.go)
 	}
 	st := serviceerror.ToStatus(err)
 	switch st.Code() {

@@ -1,0 +1,262 @@
+package starter
+
+// Search attributes: what dedup records with every run it starts, so that
+// an operator finds the run of a Kafka record (or a record's runs) with
+// `temporal workflow list --query` and in the Temporal UI. The names and
+// types below are a contract with operators (saved queries, dashboards):
+// a name or type never changes; an attribute may be added.
+//
+//	DedupEventId         Keyword   the event ID (header, field, content, coordinates, or schedule/{trigger}/{slot})
+//	DedupRoute           Keyword   the route (routes[].id: the activity ID), or the trigger's activity
+//	DedupIdRule          Keyword   how the event ID was obtained: header, field, content, coordinates, schedule
+//	DedupKafkaTopic      Keyword   the Kafka record that started the run: its topic,
+//	DedupKafkaPartition  Int       partition
+//	DedupKafkaOffset     Int       and offset (absent for a scheduler's fire)
+//	DedupScheduledFor    Datetime  the slot of a scheduled run (a fire, or a route keyed by scheduled_for)
+//
+// A signal route's SignalWithStart starts an entity workflow that many
+// events signal: it carries DedupRoute only. The event that happened to
+// start the run is not the entity's identity, and a query on DedupEventId
+// that found the entity for its first event and not for the others would
+// mislead; a delivery is found by its entity's workflow ID (dedup explain
+// prints it).
+//
+// Temporal applies search attributes when it creates a run: a start that
+// finds the run already started changes nothing.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/converter"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/dedupio/dedup/processor"
+)
+
+// The search attributes' names (see above).
+const (
+	AttrEventID        = "DedupEventId"
+	AttrRoute          = "DedupRoute"
+	AttrIDRule         = "DedupIdRule"
+	AttrKafkaTopic     = "DedupKafkaTopic"
+	AttrKafkaPartition = "DedupKafkaPartition"
+	AttrKafkaOffset    = "DedupKafkaOffset"
+	AttrScheduledFor   = "DedupScheduledFor"
+)
+
+// maxKeywordBytes is the longest Keyword value dedup sends: SQL
+// visibility stores a Keyword in a VARCHAR(255). A longer event ID (over
+// event_id.max_id_length's default of 256, up to 900) is left out; the
+// workflow ID still holds it.
+const maxKeywordBytes = 255
+
+// SearchAttribute is one attribute of the contract: its name and type.
+type SearchAttribute struct {
+	Name string
+	Type enumspb.IndexedValueType
+}
+
+// SearchAttributes is the contract's list, in a fixed order.
+func SearchAttributes() []SearchAttribute {
+	kw, num := enumspb.INDEXED_VALUE_TYPE_KEYWORD, enumspb.INDEXED_VALUE_TYPE_INT
+	return []SearchAttribute{
+		{AttrEventID, kw}, {AttrRoute, kw}, {AttrIDRule, kw}, {AttrKafkaTopic, kw},
+		{AttrKafkaPartition, num}, {AttrKafkaOffset, num},
+		{AttrScheduledFor, enumspb.INDEXED_VALUE_TYPE_DATETIME},
+	}
+}
+
+// SearchAttributesMode is temporal.search_attributes: on (the default:
+// every run carries them, and start-up stops if a namespace lacks one),
+// off (none are sent, nothing is checked), auto (sent when every namespace
+// has them all, else none, with a warning). A YAML bool is on or off.
+type SearchAttributesMode string
+
+// The modes of temporal.search_attributes.
+const (
+	SearchAttributesOn   SearchAttributesMode = "on"
+	SearchAttributesOff  SearchAttributesMode = "off"
+	SearchAttributesAuto SearchAttributesMode = "auto"
+)
+
+// UnmarshalYAML takes on, off, auto, or a bool.
+func (m *SearchAttributesMode) UnmarshalYAML(n *yaml.Node) error {
+	var b bool
+	if n.Tag == "!!bool" && n.Decode(&b) == nil {
+		*m = SearchAttributesOff
+		if b {
+			*m = SearchAttributesOn
+		}
+		return nil
+	}
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("temporal.search_attributes: want on, off, auto or a bool: %w", err)
+	}
+	*m = SearchAttributesMode(s)
+	return nil
+}
+
+// validate names the field when m is not a mode.
+func (m SearchAttributesMode) validate() error {
+	switch m {
+	case SearchAttributesOn, SearchAttributesOff, SearchAttributesAuto:
+		return nil
+	}
+	return fmt.Errorf("temporal.search_attributes: %q, want on, off or auto (or true/false)", string(m))
+}
+
+// EncodeSearchAttributes is req's search attributes, encoded as the SDK
+// encodes typed search attributes: the default data converter's payload
+// (for strings, integers and times, its JSON converter's: json/plain),
+// with the attribute's type in the "type" metadata. The JSON converter is
+// called directly, skipping the default's nil, bytes and proto converters
+// that these values fall through (a third of the time).
+func EncodeSearchAttributes(req processor.StartRequest) (*commonpb.SearchAttributes, error) {
+	vals := map[string]any{}
+	keyword := func(name, v string) {
+		if v != "" && len(v) <= maxKeywordBytes {
+			vals[name] = v
+		}
+	}
+	if req.Signal != nil {
+		keyword(AttrRoute, req.Signal.Input.ActivityID)
+	} else {
+		in := req.Input
+		keyword(AttrEventID, in.EventID)
+		keyword(AttrRoute, in.ActivityID)
+		keyword(AttrIDRule, in.IDRule)
+		if r := req.Record; r != nil {
+			keyword(AttrKafkaTopic, r.Topic)
+			vals[AttrKafkaPartition] = int64(r.Partition)
+			vals[AttrKafkaOffset] = r.Offset
+		}
+		if in.ScheduledFor != "" {
+			t, err := time.Parse(time.RFC3339, in.ScheduledFor)
+			if err != nil {
+				return nil, fmt.Errorf("parsing scheduled_for %q of workflow %s: %w", in.ScheduledFor, req.WorkflowID, err)
+			}
+			vals[AttrScheduledFor] = t.UTC()
+		}
+	}
+	dc := converter.NewJSONPayloadConverter()
+	out := &commonpb.SearchAttributes{IndexedFields: make(map[string]*commonpb.Payload, len(vals))}
+	for name, v := range vals {
+		p, err := dc.ToPayload(v)
+		if err != nil {
+			return nil, fmt.Errorf("encoding search attribute %s of workflow %s: %w", name, req.WorkflowID, err)
+		}
+		p.Metadata["type"] = []byte(typeOf(name).String())
+		out.IndexedFields[name] = p
+	}
+	return out, nil
+}
+
+// MissingSearchAttributesError is a namespace that lacks some of dedup's
+// search attributes (or has one of another type).
+type MissingSearchAttributesError struct {
+	Namespace string
+	Missing   []SearchAttribute
+	// WrongType names the attributes that exist with another type, and it.
+	WrongType map[string]enumspb.IndexedValueType
+}
+
+func (e *MissingSearchAttributesError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "temporal.search_attributes: namespace %q lacks dedup's search attributes", e.Namespace)
+	for _, a := range e.Missing {
+		fmt.Fprintf(&b, " %s (%s)", a.Name, a.Type)
+	}
+	if len(e.Missing) > 0 {
+		fmt.Fprintf(&b, "; create them: temporal operator search-attribute create --namespace %s", e.Namespace)
+		for _, a := range e.Missing {
+			fmt.Fprintf(&b, " --name %s --type %s", a.Name, a.Type)
+		}
+		b.WriteString(" (Temporal Cloud: tcld namespace search-attributes add --namespace " + e.Namespace)
+		for _, a := range e.Missing {
+			fmt.Fprintf(&b, " --search-attribute %s=%s", a.Name, a.Type)
+		}
+		b.WriteString(")")
+	}
+	names := make([]string, 0, len(e.WrongType))
+	for n := range e.WrongType {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "; %s exists with type %s, dedup needs %s (remove it, or rename it)", n, e.WrongType[n], typeOf(n))
+	}
+	b.WriteString("; or run without them: temporal.search_attributes: off")
+	return b.String()
+}
+
+// typeOf is the contract's type of the attribute name.
+func typeOf(name string) enumspb.IndexedValueType {
+	switch name {
+	case AttrEventID, AttrRoute, AttrIDRule, AttrKafkaTopic:
+		return enumspb.INDEXED_VALUE_TYPE_KEYWORD
+	case AttrKafkaPartition, AttrKafkaOffset:
+		return enumspb.INDEXED_VALUE_TYPE_INT
+	case AttrScheduledFor:
+		return enumspb.INDEXED_VALUE_TYPE_DATETIME
+	}
+	return enumspb.INDEXED_VALUE_TYPE_UNSPECIFIED
+}
+
+// CheckSearchAttributes asks Temporal for each namespace's search
+// attributes (OperatorService.ListSearchAttributes) and returns a
+// *MissingSearchAttributesError for the first namespace that lacks one of
+// dedup's, or has it with another type. Other errors are the call's.
+func CheckSearchAttributes(ctx context.Context, ops operatorservice.OperatorServiceClient, namespaces []string) error {
+	for _, ns := range namespaces {
+		resp, err := ops.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: ns})
+		if err != nil {
+			return fmt.Errorf("listing the search attributes of namespace %s: %w", ns, err)
+		}
+		have := resp.GetCustomAttributes()
+		e := &MissingSearchAttributesError{Namespace: ns, WrongType: map[string]enumspb.IndexedValueType{}}
+		for _, a := range SearchAttributes() {
+			t, ok := have[a.Name]
+			switch {
+			case !ok:
+				e.Missing = append(e.Missing, a)
+			case t != a.Type:
+				e.WrongType[a.Name] = t
+			}
+		}
+		if len(e.Missing) > 0 || len(e.WrongType) > 0 {
+			return e
+		}
+	}
+	return nil
+}
+
+// searchAttributeUndefined reports whether err is Temporal refusing a
+// start because the namespace does not define one of its search
+// attributes (the server's validator: "search attribute X is not
+// defined", InvalidArgument). It is a property of the namespace, not of
+// the record: every start meets it until an operator creates the
+// attribute (or turns them off), so it waits (Permanent) rather than
+// dead-lettering the stream; start-up checks for it first.
+func searchAttributeUndefined(err error) bool {
+	var inv *serviceerror.InvalidArgument
+	return errors.As(err, &inv) && strings.HasPrefix(inv.Message, "search attribute ") &&
+		strings.HasSuffix(inv.Message, " is not defined")
+}
+
+// searchAttributes is req's search attributes, or nil when they are off.
+func (t *Temporal) searchAttributes(req processor.StartRequest) (*commonpb.SearchAttributes, error) {
+	if !t.attrs {
+		return nil, nil
+	}
+	return EncodeSearchAttributes(req)
+}
