@@ -14,7 +14,7 @@
 //
 //	var routers struct {
 //		EventID eventid.Config   `yaml:"event_id"`
-//		Routes  processor.Routes `yaml:"routes"`
+//		Routes  decide.Routes `yaml:"routes"`
 //	}
 //	routers.EventID = eventid.DefaultConfig()
 //	if err := yaml.Unmarshal(routersConfigFile, &routers); err != nil { ... }
@@ -55,7 +55,7 @@
 //     *ProduceError: the record may or may not be written, and a retry
 //     with the same key is safe.
 //   - The workflow IDs of the handle are computed by the routers' own code:
-//     the record Enqueue writes is decided by processor.Decider (eventid,
+//     the record Enqueue writes is decided by decide.Decider (eventid,
 //     then Routes.Targets), as a router decides it, under the same event_id
 //     and routes config.
 //   - Enqueue with one key twice gives the same event ID and workflow IDs,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // Status is what became of one workflow of an event.
@@ -84,7 +85,7 @@ func (h *Handle) Result(ctx context.Context, out any) error {
 		return fmt.Errorf("event %s: %w: ask Client.Result for one of %v", h.EventID, ErrSeveralWorkflows, h.WorkflowIDs())
 	}
 	w := h.Workflows[0]
-	if rt := h.c.cfg.Routes.RouteOf(w.ID); rt != nil && rt.Mode == processor.ModeSignal {
+	if rt := h.c.cfg.Routes.RouteOf(w.ID); rt != nil && rt.Mode == decide.ModeSignal {
 		return fmt.Errorf("%w: %s", ErrSignalDelivery, w.ID)
 	}
 	return h.c.result(ctx, w, &w.hash, out)
@@ -115,7 +116,7 @@ func (c *Client) Result(ctx context.Context, workflowID string, out any) error {
 	if err != nil {
 		return err
 	}
-	if rt := c.cfg.Routes.RouteOf(workflowID); rt != nil && rt.Mode == processor.ModeSignal {
+	if rt := c.cfg.Routes.RouteOf(workflowID); rt != nil && rt.Mode == decide.ModeSignal {
 		return fmt.Errorf("%w: %s", ErrSignalDelivery, workflowID)
 	}
 	return c.result(ctx, w, nil, out)

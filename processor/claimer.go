@@ -1,6 +1,8 @@
 package processor
 
 import (
+	"github.com/dedupio/dedup/processor/decide"
+
 	"context"
 	"fmt"
 	"log/slog"
@@ -10,7 +12,7 @@ import (
 // claimBatch is a decoded and routed poll batch, on its way to the ledger:
 // one intent per (record, route), with its start request and its record.
 type claimBatch struct {
-	intents []Intent
+	intents []decide.Intent
 	starts  []startRef // intent i is decision starts[i].d's intent starts[i].j
 	owners  []*record
 	refused int // times the ledger's fence refused this batch
@@ -19,13 +21,13 @@ type claimBatch struct {
 // startRef points at one intent of a decision, whose start request is
 // built only if the intent is to start.
 type startRef struct {
-	d *Decision
+	d *decide.Decision
 	j int
 }
 
-func (s startRef) request() StartRequest { return s.d.Start(s.j) }
+func (s startRef) request() decide.StartRequest { return s.d.Start(s.j) }
 
-func (s startRef) route() *Route { return s.d.Routes[s.j] }
+func (s startRef) route() *decide.Route { return s.d.Routes[s.j] }
 
 // entity is the intent's entity workflow ID (signal routes), else "".
 func (s startRef) entity() string {
@@ -54,7 +56,7 @@ type claimer struct {
 	// fenced answers the ledger's fence (committer.fenced): the refused
 	// partitions the router took again, with their new fences; it forgot
 	// the others.
-	fenced func(*FencedError) map[PartitionRef]Fence
+	fenced func(*FencedError) map[PartitionRef]decide.Fence
 
 	// The decision log samples duplicates: the first of each second is
 	// logged at info, with how many went unlogged before it (claim runs on
@@ -130,7 +132,7 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 			// Logged by the dead-letter writer once the dead letter is
 			// written (decision "conflict").
 			counts[v]++
-			conflicts = append(conflicts, deadLetter{rec: rec, reason: ReasonConflict, workflow: in.WorkflowID,
+			conflicts = append(conflicts, deadLetter{rec: rec, reason: decide.ReasonConflict, workflow: in.WorkflowID,
 				err:     fmt.Errorf("workflow %s was claimed with another payload; not started", in.WorkflowID),
 				eventID: in.EventID, rule: in.IDRule})
 		case b.starts[i].route().MayRerun():
@@ -156,7 +158,7 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 // except those of partitions taken again (again: their new fence), and
 // returns the batch of the others, or nil if none is left. A batch refused
 // three times abandons its refused pieces whatever again says.
-func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef]Fence) *claimBatch {
+func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef]decide.Fence) *claimBatch {
 	rest := claimBatch{refused: b.refused + 1}
 	for i := range b.intents {
 		in := b.intents[i]
@@ -184,7 +186,7 @@ func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef
 // what the copy is a duplicate of: a started row ("started", or
 // "started_rerun_check" under an allow_* policy, which asks Temporal next)
 // or a start in flight in this router ("start_in_flight").
-func (c *claimer) duplicate(in *Intent, ledger string) {
+func (c *claimer) duplicate(in *decide.Intent, ledger string) {
 	if now := time.Now(); now.Sub(c.dupLoggedAt) >= time.Second {
 		c.log.Info("decision", "decision", "duplicate", "sampled", true, "not_logged_since_last_sample", c.dupUnlogged,
 			"ledger", ledger, "workflow_id", in.WorkflowID, "event_id", in.EventID, "rule", in.IDRule,

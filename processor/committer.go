@@ -1,6 +1,8 @@
 package processor
 
 import (
+	"github.com/dedupio/dedup/processor/decide"
+
 	"context"
 	"log/slog"
 	"strconv"
@@ -39,7 +41,7 @@ type partition struct {
 }
 
 // fence is the partition's ownership as its records' writes carry it now.
-func (p *partition) fence() Fence { return Fence{Group: p.group, Epoch: p.epoch.Load()} }
+func (p *partition) fence() decide.Fence { return decide.Fence{Group: p.group, Epoch: p.epoch.Load()} }
 
 // record is one polled Kafka record while it is in flight. Its pieces of
 // work (one per intent, or one dead-letter write) each end once, through
@@ -340,14 +342,14 @@ func (c *committer) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 			"partitions", assigned, "err", err)
 		return
 	}
-	fences := make(map[topicPartition]Fence, len(refs))
+	fences := make(map[topicPartition]decide.Fence, len(refs))
 	var refused []PartitionRef
 	for i, ref := range refs {
 		if epochs[i] == 0 {
 			refused = append(refused, ref)
 			continue
 		}
-		fences[topicPartition{ref.Topic, ref.Partition}] = Fence{Group: c.cfg.Group, Epoch: epochs[i]}
+		fences[topicPartition{ref.Topic, ref.Partition}] = decide.Fence{Group: c.cfg.Group, Epoch: epochs[i]}
 	}
 	if len(refused) > 0 {
 		c.confirm(ctx, member, gen, refused, fences)
@@ -467,10 +469,10 @@ func (c *committer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int
 // An assignment newer than the refused fence is left alone. Calls are
 // serialised, so that the claimer and the marker, refused together, take
 // a partition again once.
-func (c *committer) fenced(e *FencedError) map[PartitionRef]Fence {
+func (c *committer) fenced(e *FencedError) map[PartitionRef]decide.Fence {
 	c.fenceMu.Lock()
 	defer c.fenceMu.Unlock()
-	out := map[PartitionRef]Fence{}
+	out := map[PartitionRef]decide.Fence{}
 	var cands []*partition
 	c.mu.Lock()
 	for _, st := range e.Stale {
@@ -542,7 +544,7 @@ func (c *committer) fenced(e *FencedError) map[PartitionRef]Fence {
 // to the assignment of generation gen (a later generation holds them):
 // those it assigns to this member are taken all the same (Confirmed) and
 // added to fences; the others are left out (this member is stale).
-func (c *committer) confirm(ctx context.Context, member string, gen int32, refused []PartitionRef, fences map[topicPartition]Fence) {
+func (c *committer) confirm(ctx context.Context, member string, gen int32, refused []PartitionRef, fences map[topicPartition]decide.Fence) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	mine, _ := c.assignedToMe(dctx)
@@ -566,7 +568,7 @@ func (c *committer) confirm(ctx context.Context, member string, gen int32, refus
 	}
 	for i, ref := range confirmed {
 		if epochs[i] != 0 {
-			fences[topicPartition{ref.Topic, ref.Partition}] = Fence{Group: c.cfg.Group, Epoch: epochs[i]}
+			fences[topicPartition{ref.Topic, ref.Partition}] = decide.Fence{Group: c.cfg.Group, Epoch: epochs[i]}
 		}
 	}
 }

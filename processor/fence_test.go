@@ -1,6 +1,8 @@
 package processor
 
 import (
+	"github.com/dedupio/dedup/processor/decide"
+
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -28,7 +30,7 @@ func TestClaimSlowAcrossARevokeChangesNoRowOfTheNewOwner(t *testing.T) {
 	defer releaseOnce.Do(func() { close(release) })
 	var held atomic.Int32
 	e.led.mu.Lock()
-	e.led.gate = func([]Intent) bool {
+	e.led.gate = func([]decide.Intent) bool {
 		if !blocking.Load() {
 			return false
 		}

@@ -1,22 +1,10 @@
 package processor
 
-import "fmt"
+import (
+	"fmt"
 
-// Intent is one workflow start that one record asks for: the unit the
-// ledger claims and the starter starts.
-type Intent struct {
-	WorkflowID  string
-	ActivityID  string
-	EventID     string
-	IDRule      string
-	PayloadHash [32]byte
-	Topic       string
-	Partition   int32
-	Offset      int64
-	// Fence is the ownership of the record's partition the claim
-	// carries (zero: unfenced, the scheduler's fires).
-	Fence Fence
-}
+	"github.com/dedupio/dedup/processor/decide"
+)
 
 // Verdict is the ledger's answer to a claim.
 type Verdict uint8
@@ -72,7 +60,7 @@ type Started struct {
 	// holds (zero Fence: unfenced).
 	Topic     string
 	Partition int32
-	Fence     Fence
+	Fence     decide.Fence
 }
 
 // DeadLettered names a row whose start Temporal refused for good, for
@@ -82,5 +70,5 @@ type DeadLettered struct {
 	WorkflowID string
 	Topic      string
 	Partition  int32
-	Fence      Fence
+	Fence      decide.Fence
 }

@@ -1,6 +1,8 @@
 package processor
 
 import (
+	"github.com/dedupio/dedup/processor/decide"
+
 	"context"
 	"time"
 )
@@ -31,7 +33,7 @@ type Ledger interface {
 	// wrote before the new owner's bump, like a claim that landed just
 	// before it: the caller claims the rest again and gets their rows'
 	// verdicts.
-	Claim(ctx context.Context, intents []Intent) ([]Claimed, error)
+	Claim(ctx context.Context, intents []decide.Intent) ([]Claimed, error)
 	// MarkStarted records that Temporal has the workflows: a pending row
 	// becomes started, and a started row moves to a newer generation's
 	// run (a re-run); a mark of an older generation changes nothing, and

@@ -1,6 +1,8 @@
 package processor
 
 import (
+	"github.com/dedupio/dedup/processor/decide"
+
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,7 +90,7 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 	for d := Dependency(0); d < numDeps; d++ {
 		m.dependencyUp.WithLabelValues(d.String()).Set(1)
 	}
-	for _, r := range Reasons {
+	for _, r := range decide.Reasons {
 		m.deadLetters.WithLabelValues(string(r))
 	}
 	for _, k := range []string{"transient", "permanent"} {

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -135,7 +136,7 @@ type Header struct {
 	Value string `json:"value"`
 }
 
-// Decision is what the router's code (processor.Decider) makes of the
+// Decision is what the router's code (decide.Decider) makes of the
 // record.
 type Decision struct {
 	Envelope    string `json:"envelope,omitempty"`
@@ -244,10 +245,10 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 		addWID(q.WorkflowID)
 	case q.EventID != "":
 		for i := range t.cfg.Routes {
-			if rt := &t.cfg.Routes[i]; rt.Key == processor.KeyEventID {
-				w := processor.WorkflowID(rt.ID, q.EventID)
-				if rt.Mode == processor.ModeSignal {
-					w = processor.DeliveryKey(rt.ID, q.EventID)
+			if rt := &t.cfg.Routes[i]; rt.Key == decide.KeyEventID {
+				w := decide.WorkflowID(rt.ID, q.EventID)
+				if rt.Mode == decide.ModeSignal {
+					w = decide.DeliveryKey(rt.ID, q.EventID)
 				}
 				candidates[w] = true
 				addWID(w)
@@ -388,7 +389,7 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 			continue
 		}
 		rt := t.cfg.Routes.RouteOf(w)
-		signal := rt != nil && rt.Mode == processor.ModeSignal
+		signal := rt != nil && rt.Mode == decide.ModeSignal
 		var tex *Execution
 		var err error
 		switch {
@@ -470,7 +471,7 @@ func printable(b []byte) string {
 	return "base64:" + base64.StdEncoding.EncodeToString(b)
 }
 
-func decisionView(d *processor.Decision, noRoute string) *Decision {
+func decisionView(d *decide.Decision, noRoute string) *Decision {
 	v := &Decision{Envelope: string(d.Event.Envelope), EventID: d.Event.ID, Rule: string(d.Event.Rule), IDFrom: d.Event.IDFrom,
 		Type: d.Event.Type, Source: d.Event.Source, Time: d.Event.Time, DeadLetter: string(d.DeadLetter), NoRoute: d.NoRoute,
 		Tombstone: d.Tombstone, Routes: []RouteMatch{}}

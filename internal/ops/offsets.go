@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -401,8 +402,8 @@ func (t *Tool) forecast(ctx context.Context, moves []PartitionMove, stable map[s
 // forecastBatch adds the records of one poll to f.
 func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []*kgo.Record, seen map[string]string, f *Forecast) error {
 	var (
-		intents []processor.Intent
-		routes  []*processor.Route // of each intent
+		intents []decide.Intent
+		routes  []*decide.Route // of each intent
 		dls     []processor.DeadLetter
 	)
 	for _, kr := range batch {

@@ -23,6 +23,7 @@ import (
 	"testing"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // Subject is one ledger under test.
@@ -63,8 +64,8 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 // intent is an intent of workflow ID "activity-a:"+id with the given
 // payload: copies of one event share id and payload; another payload
 // under the same id is a conflicting copy.
-func intent(id, payload string) processor.Intent {
-	return processor.Intent{
+func intent(id, payload string) decide.Intent {
+	return decide.Intent{
 		WorkflowID: "activity-a:" + id, ActivityID: "a", EventID: id, IDRule: "field",
 		PayloadHash: sha256.Sum256([]byte(payload)), Topic: "events", Partition: 1, Offset: 7,
 	}
@@ -87,7 +88,7 @@ func dup(gen int) processor.Claimed {
 
 // claim claims the intents and checks the answer against want, one per
 // intent.
-func claim(t *testing.T, l Subject, in []processor.Intent, want ...processor.Claimed) {
+func claim(t *testing.T, l Subject, in []decide.Intent, want ...processor.Claimed) {
 	t.Helper()
 	got, err := l.Ledger.Claim(context.Background(), in)
 	if err != nil {
@@ -101,9 +102,9 @@ func claim(t *testing.T, l Subject, in []processor.Intent, want ...processor.Cla
 	}
 }
 
-func batch(in ...processor.Intent) []processor.Intent { return in }
+func batch(in ...decide.Intent) []decide.Intent { return in }
 
-func ids(in []processor.Intent) string {
+func ids(in []decide.Intent) string {
 	s := ""
 	for i, x := range in {
 		if i > 0 {
@@ -129,7 +130,7 @@ func show(cs []processor.Claimed) string {
 	return "[" + s + "]"
 }
 
-func markStarted(t *testing.T, l Subject, in processor.Intent, run string, gen int) {
+func markStarted(t *testing.T, l Subject, in decide.Intent, run string, gen int) {
 	t.Helper()
 	if err := l.Ledger.MarkStarted(context.Background(), []processor.Started{{WorkflowID: in.WorkflowID, RunID: run, Generation: gen}}); err != nil {
 		t.Fatalf("marking %s started (generation %d): %v", in.WorkflowID, gen, err)
@@ -138,7 +139,7 @@ func markStarted(t *testing.T, l Subject, in processor.Intent, run string, gen i
 
 // holds checks the row of in's workflow ID: its state and recorded run;
 // state "" means no row.
-func holds(t *testing.T, l Subject, in processor.Intent, state processor.LedgerState, run string) {
+func holds(t *testing.T, l Subject, in decide.Intent, state processor.LedgerState, run string) {
 	t.Helper()
 	got, gotRun, ok, err := l.Row(context.Background(), in.WorkflowID)
 	if err != nil {
@@ -152,7 +153,7 @@ func holds(t *testing.T, l Subject, in processor.Intent, state processor.LedgerS
 	}
 }
 
-func markDeadLettered(t *testing.T, l Subject, in processor.Intent) {
+func markDeadLettered(t *testing.T, l Subject, in decide.Intent) {
 	t.Helper()
 	if err := l.Ledger.MarkDeadLettered(context.Background(), []processor.DeadLettered{{WorkflowID: in.WorkflowID}}); err != nil {
 		t.Fatalf("marking %s dead-lettered: %v", in.WorkflowID, err)
@@ -314,7 +315,7 @@ func testMarkDeadLetteredOnlyPending(t *testing.T, l Subject) {
 func testConcurrentClaims(t *testing.T, l Subject) {
 	const rounds, n = 5, 200
 	for r := range rounds {
-		a, b := make([]processor.Intent, n), make([]processor.Intent, n)
+		a, b := make([]decide.Intent, n), make([]decide.Intent, n)
 		for i := range a {
 			a[i] = intent(fmt.Sprintf("r%d-e%d", r, i), "same")
 			b[n-1-i] = a[i]
@@ -365,7 +366,7 @@ func testCancelledContext(t *testing.T, l Subject) {
 }
 
 // own takes the partitions for group "g" and returns their fences.
-func own(t *testing.T, l Subject, member string, parts ...processor.PartitionRef) []processor.Fence {
+func own(t *testing.T, l Subject, member string, parts ...processor.PartitionRef) []decide.Fence {
 	t.Helper()
 	epochs, err := l.Ledger.Own(context.Background(), processor.Ownership{Group: "g", Member: member, Parts: parts})
 	if err != nil {
@@ -374,17 +375,17 @@ func own(t *testing.T, l Subject, member string, parts ...processor.PartitionRef
 	if len(epochs) != len(parts) {
 		t.Fatalf("Own(%v): %d epochs", parts, len(epochs))
 	}
-	out := make([]processor.Fence, len(epochs))
+	out := make([]decide.Fence, len(epochs))
 	for i, e := range epochs {
 		if e == 0 {
 			t.Fatalf("Own(%v): epoch 0 (the unfenced value)", parts)
 		}
-		out[i] = processor.Fence{Group: "g", Epoch: e}
+		out[i] = decide.Fence{Group: "g", Epoch: e}
 	}
 	return out
 }
 
-func fenced(in processor.Intent, f processor.Fence) processor.Intent {
+func fenced(in decide.Intent, f decide.Fence) decide.Intent {
 	in.Fence = f
 	return in
 }
@@ -503,11 +504,11 @@ func testOlderGenerationTakesNothing(t *testing.T, l Subject) {
 		t.Fatalf("a late Own of generation 4 after 5: %v, %v; want epoch 0 (not taken)", late, err)
 	}
 	a := intent("a", "A")
-	claim(t, l, batch(fenced(a, processor.Fence{Group: "g", Epoch: e5[0]})), new1)
+	claim(t, l, batch(fenced(a, decide.Fence{Group: "g", Epoch: e5[0]})), new1)
 	again, err := l.Ledger.Own(ctx, processor.Ownership{Group: "g", Member: "anew", Generation: 1, Confirmed: true, Parts: p})
 	if err != nil || again[0] <= e5[0] {
 		t.Fatalf("a confirmed Own of generation 1: %v, %v; want an epoch over %d", again, err, e5[0])
 	}
-	_, err = l.Ledger.Claim(ctx, batch(fenced(intent("b", "B"), processor.Fence{Group: "g", Epoch: e5[0]})))
+	_, err = l.Ledger.Claim(ctx, batch(fenced(intent("b", "B"), decide.Fence{Group: "g", Epoch: e5[0]})))
 	wantFenced(t, "generation 5's claim after the confirmed Own", err, processor.PartitionEpoch{Group: "g", Topic: "events", Partition: 1, Epoch: e5[0]})
 }

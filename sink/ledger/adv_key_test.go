@@ -14,6 +14,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -134,7 +135,7 @@ func TestAdvKeyPlansAtScale(t *testing.T) {
 	}
 	rows.Close()
 	log.take()
-	var batch []processor.Intent
+	var batch []decide.Intent
 	for i := 0; i < 1000; i++ {
 		in := intent(fmt.Sprintf("new-%d", i), "p")
 		batch = append(batch, in)
@@ -249,7 +250,7 @@ search:
 	if x < 0 {
 		t.Fatal("no IDs found")
 	}
-	in := func(n int) processor.Intent { return intent(fmt.Sprintf("dl-%d", n), "p") }
+	in := func(n int) decide.Intent { return intent(fmt.Sprintf("dl-%d", n), "p") }
 	want(t, claim(t, l, in(x), in(y), in(w), in(w2)), processor.VerdictNew, processor.VerdictNew, processor.VerdictNew, processor.VerdictNew)
 	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
 		t.Fatal(err)
@@ -277,7 +278,7 @@ search:
 	wg.Add(2)
 	go func() { // router A re-drives Y, W, X (locks Y, waits for W)
 		defer wg.Done()
-		_, claimErr = l.Claim(ctx, []processor.Intent{in(x), in(y), in(w)})
+		_, claimErr = l.Claim(ctx, []decide.Intent{in(x), in(y), in(w)})
 	}()
 	waitBlocked(t, side, "INSERT INTO dedup_ledger AS l")
 	go func() { // router B marks X, W2, Y started (locks X, waits for W2)
@@ -350,7 +351,7 @@ func TestAdvKeyDownAndUpKeepTheLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	var batch []processor.Intent
+	var batch []decide.Intent
 	for i := 0; i < 500; i++ {
 		batch = append(batch, intent(fmt.Sprintf("du-%d", i), "p"))
 	}
@@ -414,7 +415,7 @@ func TestAdvKeyNonUTF8Databases(t *testing.T) {
 			t.Fatal(err)
 		}
 		ids := []string{"héllo wörld", `back\slash \101`, "Ünïcödé:0190a1b2-c3d4-7e5f-8a9b-0123456789ab", "é:01ARZ3NDEKTSV4RRFFQ69G5FAV", "ÿ"}
-		var batch []processor.Intent
+		var batch []decide.Intent
 		for _, id := range ids {
 			batch = append(batch, intent(id, "p"))
 		}
@@ -499,7 +500,7 @@ func TestAdvKeyOddIDs(t *testing.T) {
 			t.Errorf("dedup_ledger_key(%q) = %s, want %s", id, got, w)
 		}
 	}
-	var batch []processor.Intent
+	var batch []decide.Intent
 	var wfs []string
 	for i, id := range ids {
 		in := intent("", fmt.Sprint(i))
@@ -556,7 +557,7 @@ func TestAdvKeyTwoRoutersUnderCollisions(t *testing.T) {
 	router := func(l *ledger.Postgres, seed int) {
 		defer wg.Done()
 		for it := 0; it < 150; it++ {
-			var batch []processor.Intent
+			var batch []decide.Intent
 			for j := 0; j < 12; j++ {
 				n := (seed*7919 + it*31 + j*17) % 60
 				batch = append(batch, intent(fmt.Sprintf("c-%d", n), "p"))
@@ -696,7 +697,7 @@ func TestAdvKeyRolesWithoutPublicExecute(t *testing.T) {
 		t.Fatal(err)
 	}
 	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
-	if _, err := router.Claim(ctx, []processor.Intent{intent("e1", "A")}); err != nil {
+	if _, err := router.Claim(ctx, []decide.Intent{intent("e1", "A")}); err != nil {
 		t.Errorf("router claim: %v", err)
 	}
 	ingress := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_ingress"))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -82,7 +83,7 @@ func claimMixedBatch(t *testing.T, afterReplay bool) {
 			t.Fatalf("read of started rows sent: %v, want %v", read, afterReplay)
 		}
 	}()
-	batch := []processor.Intent{
+	batch := []decide.Intent{
 		intent("fresh", "f"),       // new
 		started,                    // duplicate of a started row
 		pending,                    // re-drive
@@ -120,8 +121,8 @@ func TestConcurrentClaimsGiveExactlyOneNew(t *testing.T) {
 
 	const rounds, n = 20, 500
 	for r := 0; r < rounds; r++ {
-		a := make([]processor.Intent, n)
-		b := make([]processor.Intent, n)
+		a := make([]decide.Intent, n)
+		b := make([]decide.Intent, n)
 		for i := range a {
 			a[i] = intent(fmt.Sprintf("r%d-e%d", r, i), "same")
 			b[n-1-i] = a[i]
@@ -209,7 +210,7 @@ func TestClaimSeesRowStartedAfterItsSnapshot(t *testing.T) {
 	}
 	got := make(chan []processor.Verdict, 1)
 	go func() {
-		cl, err := l.Claim(ctx, []processor.Intent{a})
+		cl, err := l.Claim(ctx, []decide.Intent{a})
 		if err != nil || len(cl) != 1 {
 			t.Error(cl, err)
 			got <- nil
@@ -248,7 +249,7 @@ func TestClaimRecordsOneConflictRowPerPayloadHash(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
 	claim(t, l, intent("k", "original"))
-	copyAt := func(payload string, offset int64) processor.Intent {
+	copyAt := func(payload string, offset int64) decide.Intent {
 		in := intent("k", payload)
 		in.Offset = offset
 		return in

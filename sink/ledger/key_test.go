@@ -25,6 +25,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -150,7 +151,7 @@ func TestLedgerKeyLookupsUseTheIndex(t *testing.T) {
 func TestLedgerKeyOfEveryRow(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
-	var batch []processor.Intent
+	var batch []decide.Intent
 	for _, id := range []string{"0190a1b2-c3d4-7e5f-8a9b-0123456789ab", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "héllo", `back\slash`, "x"} {
 		batch = append(batch, intent(id, "p"))
 	}
@@ -330,10 +331,10 @@ func TestMigrationConvertsAPopulatedLedgerOnline(t *testing.T) {
 	defer l.Close()
 	counts := map[processor.Verdict]int{}
 	for from := 1; from <= total+10; from += 1000 {
-		var batch []processor.Intent
+		var batch []decide.Intent
 		for g := from; g < from+1000 && g <= total+10; g++ {
 			s := strconv.Itoa(g)
-			batch = append(batch, processor.Intent{WorkflowID: "activity-a:" + s, ActivityID: "a", EventID: s, IDRule: "field",
+			batch = append(batch, decide.Intent{WorkflowID: "activity-a:" + s, ActivityID: "a", EventID: s, IDRule: "field",
 				PayloadHash: sha256.Sum256([]byte(s)), Topic: "events", Offset: int64(g)})
 		}
 		vs, err := l.Claim(ctx, batch)

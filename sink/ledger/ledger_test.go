@@ -13,6 +13,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -89,14 +90,14 @@ func (s *sqlLog) reset() {
 	s.mu.Unlock()
 }
 
-func intent(id, payload string) processor.Intent {
-	return processor.Intent{
+func intent(id, payload string) decide.Intent {
+	return decide.Intent{
 		WorkflowID: "activity-a:" + id, ActivityID: "a", EventID: id, IDRule: "field",
 		PayloadHash: sha256.Sum256([]byte(payload)), Topic: "events", Partition: 1, Offset: 7,
 	}
 }
 
-func claim(t *testing.T, l *ledger.Postgres, in ...processor.Intent) []processor.Verdict {
+func claim(t *testing.T, l *ledger.Postgres, in ...decide.Intent) []processor.Verdict {
 	t.Helper()
 	cl, err := l.Claim(context.Background(), in)
 	if err != nil {

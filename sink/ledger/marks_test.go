@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -54,7 +55,7 @@ func TestMarkStartedMovesToNewerGenerationsOnly(t *testing.T) {
 		return run, gen
 	}
 	mark("run-1", 1)
-	if cl, err := l.Claim(ctx, []processor.Intent{a}); err != nil || cl[0] != (processor.Claimed{Verdict: processor.VerdictDuplicate, Generation: 1}) {
+	if cl, err := l.Claim(ctx, []decide.Intent{a}); err != nil || cl[0] != (processor.Claimed{Verdict: processor.VerdictDuplicate, Generation: 1}) {
 		t.Fatalf("claim after start: %+v %v, want a duplicate of generation 1", cl, err)
 	}
 	mark("run-3", 3)
@@ -63,7 +64,7 @@ func TestMarkStartedMovesToNewerGenerationsOnly(t *testing.T) {
 	if run, gen := row(); run != "run-3" || gen != 3 {
 		t.Fatalf("row after marks of generations 3, 2, 3: run %q generation %d, want run-3 generation 3", run, gen)
 	}
-	if cl, err := l.Claim(ctx, []processor.Intent{a}); err != nil || cl[0] != (processor.Claimed{Verdict: processor.VerdictDuplicate, Generation: 3}) {
+	if cl, err := l.Claim(ctx, []decide.Intent{a}); err != nil || cl[0] != (processor.Claimed{Verdict: processor.VerdictDuplicate, Generation: 3}) {
 		t.Fatalf("claim after the re-run: %+v %v, want a duplicate of generation 3", cl, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/dedupio/dedup/internal/testsupport/pgbouncer"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/ledgertest"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/ledger/pooler"
@@ -61,7 +62,7 @@ func TestClaimThroughTransactionPoolerKeepsOneRowPerEvent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for round := range rounds {
-				in := make([]processor.Intent, n)
+				in := make([]decide.Intent, n)
 				for i := range in {
 					j := (i + r*17) % n // another order per router
 					in[i] = intent(fmt.Sprintf("r%d-e%d", round, j), "same")
@@ -152,10 +153,10 @@ func TestClaimThroughUnnamedTransactionPoolerNamesTheSetting(t *testing.T) {
 		t.Cleanup(l.Close)
 		ls[i] = l
 	}
-	if _, err := ls[0].Claim(ctx, []processor.Intent{intent("a", "p")}); err != nil {
+	if _, err := ls[0].Claim(ctx, []decide.Intent{intent("a", "p")}); err != nil {
 		t.Fatalf("first client's claim: %v", err)
 	}
-	_, err := ls[1].Claim(ctx, []processor.Intent{intent("b", "p")})
+	_, err := ls[1].Claim(ctx, []decide.Intent{intent("b", "p")})
 	if err == nil {
 		t.Fatal("second client's claim through the shared session passed: its statement was not prepared by name")
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -42,7 +43,7 @@ func TestPurgeInBatchesAlongTheEndTime(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
 	var started []processor.Started
-	var all []processor.Intent
+	var all []decide.Intent
 	for i := range 25 {
 		in := intent(fmt.Sprint("old-", i), "p")
 		all = append(all, in)

@@ -14,6 +14,7 @@ import (
 	"github.com/dedupio/dedup/internal/testsupport/pgbouncer"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/ledger/ledgerread"
 	"github.com/dedupio/dedup/sink/ledger/pooler"
@@ -47,8 +48,8 @@ func migrated(t *testing.T) (*ledger.Postgres, *ledgerread.Reader) {
 	return led, r
 }
 
-func intent(id, payload string, offset int64) processor.Intent {
-	return processor.Intent{WorkflowID: "activity-a:" + id, ActivityID: "a", EventID: id, IDRule: "header",
+func intent(id, payload string, offset int64) decide.Intent {
+	return decide.Intent{WorkflowID: "activity-a:" + id, ActivityID: "a", EventID: id, IDRule: "header",
 		PayloadHash: sha256.Sum256([]byte(payload)), Topic: "events", Partition: 0, Offset: offset}
 }
 
@@ -60,11 +61,11 @@ func TestLookupGivesRecordedConflictHashes(t *testing.T) {
 	led, r := migrated(t)
 	ctx := context.Background()
 	first := intent("k", "p1", 1)
-	if _, err := led.Claim(ctx, []processor.Intent{first, intent("quiet", "q", 2)}); err != nil {
+	if _, err := led.Claim(ctx, []decide.Intent{first, intent("quiet", "q", 2)}); err != nil {
 		t.Fatal(err)
 	}
 	for i, p := range []string{"p2", "p3", "p2"} {
-		if v, err := led.Claim(ctx, []processor.Intent{intent("k", p, int64(10+i))}); err != nil || v[0].Verdict != processor.VerdictConflict {
+		if v, err := led.Claim(ctx, []decide.Intent{intent("k", p, int64(10+i))}); err != nil || v[0].Verdict != processor.VerdictConflict {
 			t.Fatalf("conflicting claim %s: %v %v", p, v, err)
 		}
 	}
@@ -152,7 +153,7 @@ func TestLookupThroughPooler(t *testing.T) {
 			}
 			// Under session pooling with one server session the Reader's
 			// session holds it: the ledger goes first and lets it go.
-			if _, err := led.Claim(ctx, []processor.Intent{intent("a", "p", 1)}); err != nil {
+			if _, err := led.Claim(ctx, []decide.Intent{intent("a", "p", 1)}); err != nil {
 				t.Fatal(err)
 			}
 			if mode == pgbouncer.Session {
@@ -171,7 +172,7 @@ func TestLookupThroughPooler(t *testing.T) {
 			if mode == pgbouncer.Session {
 				return
 			}
-			if _, err := led.Claim(ctx, []processor.Intent{intent("b", "p", 2)}); err != nil {
+			if _, err := led.Claim(ctx, []decide.Intent{intent("b", "p", 2)}); err != nil {
 				t.Fatalf("claim on the server session after the lookups: %v", err)
 			}
 		})

@@ -1,4 +1,4 @@
-package processor
+package decide
 
 import (
 	"errors"
@@ -163,4 +163,12 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 		}
 	}
 	return out
+}
+
+func toEventRecord(kr *kgo.Record) eventid.Record {
+	hs := make([]eventid.Header, len(kr.Headers))
+	for i, h := range kr.Headers {
+		hs[i] = eventid.Header{Key: h.Key, Value: h.Value}
+	}
+	return eventid.Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Key: kr.Key, Value: kr.Value, Headers: hs}
 }

@@ -1,4 +1,4 @@
-package processor
+package decide
 
 import (
 	"crypto/sha256"
