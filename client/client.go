@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/connect/dialguard"
-	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/tenantsig"
@@ -435,12 +434,12 @@ func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 // whether the copy conflicts with the entry.
 func needsRecord(rt *decide.Route, e LedgerEntry, ok bool, hash *[32]byte) (needed, conflict bool) {
 	switch claimVerdict(e, ok, hash).Verdict {
-	case processor.VerdictDuplicate:
+	case decide.VerdictDuplicate:
 		// Started with this payload: the router skips the record, unless
 		// the route's reuse policy may run a closed run again (the router
 		// asks Temporal).
 		return rt.MayRerun(), false
-	case processor.VerdictConflict:
+	case decide.VerdictConflict:
 		// Another payload: the router records the conflict, once per
 		// payload; a conflict recorded already needs no second record.
 		return !slices.Contains(e.ConflictHashes, *hash), true

@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/client"
-	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 )
@@ -108,7 +107,7 @@ func (r *exampleRouter) route(n int) {
 				e, ok := r.led.rows[in.WorkflowID]
 				switch {
 				case !ok:
-					r.led.rows[in.WorkflowID] = client.LedgerEntry{WorkflowID: in.WorkflowID, EventID: in.EventID, State: processor.LedgerStarted,
+					r.led.rows[in.WorkflowID] = client.LedgerEntry{WorkflowID: in.WorkflowID, EventID: in.EventID, State: decide.LedgerStarted,
 						PayloadHash: in.PayloadHash, RunID: "run-1", Generation: 1}
 					r.runs.mu.Lock()
 					r.runs.runs[in.WorkflowID] = memRun{id: "run-1", result: json.RawMessage(`{"confirmed":true}`)}

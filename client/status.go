@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 )
 
@@ -61,7 +60,7 @@ func (h *Handle) Status(ctx context.Context) ([]Status, error) {
 		if err != nil {
 			return nil, err
 		}
-		st.Conflict = claimVerdict(e, ok, &w.hash).Verdict == processor.VerdictConflict
+		st.Conflict = claimVerdict(e, ok, &w.hash).Verdict == decide.VerdictConflict
 		out[i] = st
 	}
 	return out, nil
@@ -151,12 +150,12 @@ func (c *Client) canStatus() error {
 	return nil
 }
 
-// claimVerdict is the router's verdict (processor.ClaimVerdict) on a copy
+// claimVerdict is the router's verdict (decide.ClaimVerdict) on a copy
 // of the workflow ID with payload hash (nil: any payload, the entry's)
 // against the ledger's entry as it stands (ok: the ledger has one; if
 // not, the copy would claim the ID).
-func claimVerdict(e LedgerEntry, ok bool, hash *[32]byte) processor.Claimed {
-	v, _ := processor.ClaimVerdict(e.State, !ok || hash == nil || e.PayloadHash == *hash, !ok, e.Generation)
+func claimVerdict(e LedgerEntry, ok bool, hash *[32]byte) decide.Claimed {
+	v, _ := decide.ClaimVerdict(e.State, !ok || hash == nil || e.PayloadHash == *hash, !ok, e.Generation)
 	return v
 }
 
@@ -241,12 +240,12 @@ func (c *Client) result(ctx context.Context, w Workflow, hash *[32]byte, out any
 		}
 		e, ok := entries[w.ID]
 		switch {
-		case claimVerdict(e, ok, hash).Verdict == processor.VerdictConflict:
+		case claimVerdict(e, ok, hash).Verdict == decide.VerdictConflict:
 			return &ConflictError{EventID: e.EventID, WorkflowIDs: []string{w.ID}}
-		case ok && e.State == processor.LedgerDeadLettered:
+		case ok && e.State == decide.LedgerDeadLettered:
 			return fmt.Errorf("%s: %w", w.ID, ErrNotStarted)
 		}
-		if ok && e.State == processor.LedgerStarted {
+		if ok && e.State == decide.LedgerStarted {
 			break
 		}
 		if err := backOff(); err != nil {

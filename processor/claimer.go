@@ -69,7 +69,7 @@ type claimer struct {
 // is queued, so the claim of the next batch overlaps with the starts of
 // this one.
 func (c *claimer) claim(ctx context.Context, b *claimBatch) {
-	var verdicts []Claimed
+	var verdicts []decide.Claimed
 	start := time.Now()
 	err := c.health.retry(ctx, OpClaim, func(ctx context.Context) error {
 		var err error
@@ -99,9 +99,9 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	var conflicts []deadLetter
 	// Counted per batch, not per intent: a replay claims a million a
 	// minute.
-	var counts [VerdictConflict + 1]float64
+	var counts [decide.VerdictConflict + 1]float64
 	defer func() {
-		for v := VerdictNew; v <= VerdictConflict; v++ {
+		for v := decide.VerdictNew; v <= decide.VerdictConflict; v++ {
 			if counts[v] > 0 {
 				c.m.intents.WithLabelValues(v.String()).Add(counts[v])
 			}
@@ -110,13 +110,13 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	for i, cl := range verdicts {
 		in, rec, v := &b.intents[i], b.owners[i], cl.Verdict
 		switch {
-		case v == VerdictNew || v == VerdictRedrive:
+		case v == decide.VerdictNew || v == decide.VerdictRedrive:
 			req := b.starts[i].request()
 			req.Generation = cl.Generation
 			if c.starts.submit(ctx, rec, req, false) {
 				// Another copy's start is in flight here: this one finishes
 				// with it, and Temporal hears of it once.
-				counts[VerdictDuplicate]++
+				counts[decide.VerdictDuplicate]++
 				c.duplicate(in, "start_in_flight")
 				continue
 			}
@@ -128,7 +128,7 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 			}
 			c.log.Info("decision", "decision", v.String(), "workflow_id", in.WorkflowID, "event_id", in.EventID, "rule", in.IDRule,
 				"topic", in.Topic, "partition", in.Partition, "offset", in.Offset, "generation", cl.Generation)
-		case v == VerdictConflict:
+		case v == decide.VerdictConflict:
 			// Logged by the dead-letter writer once the dead letter is
 			// written (decision "conflict").
 			counts[v]++

@@ -37,13 +37,13 @@ func (f *failer) next() error {
 
 // Ledger row states: the router tests' short names of LedgerState's.
 const (
-	statePending      = LedgerPending
-	stateStarted      = LedgerStarted
-	stateDeadLettered = LedgerDeadLettered
+	statePending      = decide.LedgerPending
+	stateStarted      = decide.LedgerStarted
+	stateDeadLettered = decide.LedgerDeadLettered
 )
 
 type ledgerRow struct {
-	state      LedgerState
+	state      decide.LedgerState
 	hash       [32]byte
 	runID      string
 	generation int
@@ -141,7 +141,7 @@ func newFakeLedger() *fakeLedger {
 }
 
 // seed puts a row in the ledger, as a previous run would have left it.
-func (l *fakeLedger) seed(wid string, state LedgerState, hash [32]byte) {
+func (l *fakeLedger) seed(wid string, state decide.LedgerState, hash [32]byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.rows[wid] = &ledgerRow{state: state, hash: hash, generation: 1}
@@ -165,7 +165,7 @@ func (l *fakeLedger) row(wid string) (runID string, generation int) {
 	return "", 0
 }
 
-func (l *fakeLedger) state(wid string) LedgerState {
+func (l *fakeLedger) state(wid string) decide.LedgerState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r := l.rows[wid]; r != nil {
@@ -186,7 +186,7 @@ func (l *fakeLedger) claimLog() [][]decide.Intent {
 	return append([][]decide.Intent(nil), l.claims...)
 }
 
-func (l *fakeLedger) Claim(ctx context.Context, intents []decide.Intent) ([]Claimed, error) {
+func (l *fakeLedger) Claim(ctx context.Context, intents []decide.Intent) ([]decide.Claimed, error) {
 	l.mu.Lock()
 	gate := l.gate
 	l.mu.Unlock()
@@ -214,13 +214,13 @@ func (l *fakeLedger) Claim(ctx context.Context, intents []decide.Intent) ([]Clai
 			inserted[in.WorkflowID] = true
 		}
 	}
-	out := make([]Claimed, len(intents))
+	out := make([]decide.Claimed, len(intents))
 	for i, in := range intents {
 		row := l.rows[in.WorkflowID]
 		var reclaims bool
-		out[i], reclaims = ClaimVerdict(row.state, row.hash == in.PayloadHash, inserted[in.WorkflowID], row.generation)
+		out[i], reclaims = decide.ClaimVerdict(row.state, row.hash == in.PayloadHash, inserted[in.WorkflowID], row.generation)
 		if reclaims {
-			row.state = LedgerPending
+			row.state = decide.LedgerPending
 		}
 	}
 	l.claims = append(l.claims, append([]decide.Intent(nil), intents...))
@@ -706,9 +706,9 @@ func (s *fakeStarter) heldCount(wid string) int {
 // NewFakeLedger is the fake ledger and a read of its rows, for the Ledger
 // contract suite (contract_test.go, package processor_test, runs
 // processor/ledgertest, which this package's own tests cannot import).
-func NewFakeLedger() (Ledger, func(ctx context.Context, workflowID string) (LedgerState, string, bool, error)) {
+func NewFakeLedger() (Ledger, func(ctx context.Context, workflowID string) (decide.LedgerState, string, bool, error)) {
 	l := newFakeLedger()
-	return l, func(_ context.Context, wid string) (LedgerState, string, bool, error) {
+	return l, func(_ context.Context, wid string) (decide.LedgerState, string, bool, error) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		r := l.rows[wid]

@@ -123,7 +123,7 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered 
 		if err != nil {
 			return out, err
 		}
-		if pt.New, pt.NewMs, err = claimAll(ctx, led, intents, processor.VerdictNew); err != nil {
+		if pt.New, pt.NewMs, err = claimAll(ctx, led, intents, decide.VerdictNew); err != nil {
 			return out, err
 		}
 		if pt.NewWAL, err = walPerRow(ctx, pool, from, len(intents)); err != nil {
@@ -143,7 +143,7 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered 
 		if from, err = walLSN(ctx, pool); err != nil {
 			return out, err
 		}
-		if pt.Duplicate, pt.DupMs, err = claimAll(ctx, led, intents, processor.VerdictDuplicate); err != nil {
+		if pt.Duplicate, pt.DupMs, err = claimAll(ctx, led, intents, decide.VerdictDuplicate); err != nil {
 			return out, err
 		}
 		if pt.DupWAL, err = walPerRow(ctx, pool, from, len(intents)); err != nil {
@@ -294,7 +294,7 @@ func uuidIntents(seed uint64, n int, ordered bool) []decide.Intent {
 
 // claimAll claims intents in batches of ClaimBatch and checks every
 // verdict is want.
-func claimAll(ctx context.Context, led *ledger.Postgres, intents []decide.Intent, want processor.Verdict) (Rate, Percentiles, error) {
+func claimAll(ctx context.Context, led *ledger.Postgres, intents []decide.Intent, want decide.Verdict) (Rate, Percentiles, error) {
 	var lat []time.Duration
 	began := time.Now()
 	for i := 0; i < len(intents); i += ClaimBatch {

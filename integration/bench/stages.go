@@ -177,7 +177,7 @@ func (e *Env) duplicateClaims(ctx context.Context, led *ledger.Postgres, intents
 			return Rate{}, Percentiles{}, err
 		}
 		lat = append(lat, time.Since(t))
-		if v[0].Verdict != processor.VerdictDuplicate {
+		if v[0].Verdict != decide.VerdictDuplicate {
 			return Rate{}, Percentiles{}, fmt.Errorf("claim of a started row gave %s", v[0].Verdict)
 		}
 	}

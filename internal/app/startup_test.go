@@ -510,7 +510,7 @@ func TestRunWorkerWaitsForEverythingDown(t *testing.T) {
 // router that is only created, never run.
 type idle struct{}
 
-func (idle) Claim(context.Context, []decide.Intent) ([]processor.Claimed, error) {
+func (idle) Claim(context.Context, []decide.Intent) ([]decide.Claimed, error) {
 	return nil, errors.New("idle")
 }
 func (idle) MarkStarted(context.Context, []processor.Started) error { return errors.New("idle") }

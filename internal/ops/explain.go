@@ -14,7 +14,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -518,8 +517,8 @@ func verdict(at *Coordinates, g *Group, recHash []byte, row *ledger.Row, mine *l
 	claimedHere := at != nil && row.Topic == at.Topic && row.Partition == at.Partition && row.Offset == at.Offset
 	// What a claim of this record gets from the row as it stands (without
 	// the record's payload, the row's is assumed).
-	next, reclaims := processor.ClaimVerdict(row.State, recHash == nil || bytes.Equal(recHash, row.PayloadHash), false, row.Generation)
-	if next.Verdict == processor.VerdictConflict {
+	next, reclaims := decide.ClaimVerdict(row.State, recHash == nil || bytes.Equal(recHash, row.PayloadHash), false, row.Generation)
+	if next.Verdict == decide.VerdictConflict {
 		if g == nil {
 			return "unknown", fmt.Sprintf("the row was claimed by %s/%d/%d with another payload; no conflict is recorded for this record, "+
 				"and whether the group read it is unknown (Kafka did not answer)", row.Topic, row.Partition, row.Offset)
@@ -547,7 +546,7 @@ func verdict(at *Coordinates, g *Group, recHash []byte, row *ledger.Row, mine *l
 	switch {
 	case reclaims:
 		what = "a new claim of the dead-lettered row (started again)"
-	case next.Verdict == processor.VerdictRedrive:
+	case next.Verdict == decide.VerdictRedrive:
 		what = "a re-drive (the row is pending)"
 	}
 	return "not_read_yet", fmt.Sprintf("not read yet; when read, %s of what %s/%d/%d claimed; %s", what, row.Topic, row.Partition, row.Offset, state)

@@ -462,7 +462,7 @@ func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []
 		if row != nil {
 			state, same, inserted, gen = row.State, string(row.PayloadHash) == string(in.PayloadHash[:]), false, row.Generation
 		}
-		v, reclaims := processor.ClaimVerdict(state, same, inserted, gen)
+		v, reclaims := decide.ClaimVerdict(state, same, inserted, gen)
 		switch {
 		case row == nil && seen[in.WorkflowID] != "":
 			// A later copy of an ID the replay's first copy claims: a
@@ -470,12 +470,12 @@ func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []
 			// the first copy's: a copy with another payload, a conflict
 			// when replayed, is counted here too.)
 			f.Duplicates++
-		case v.Verdict == processor.VerdictConflict:
+		case v.Verdict == decide.VerdictConflict:
 			f.Conflicts++
-		case v.Verdict == processor.VerdictNew:
+		case v.Verdict == decide.VerdictNew:
 			f.NewWorkflows++
 			seen[in.WorkflowID] = "new"
-		case v.Verdict == processor.VerdictDuplicate:
+		case v.Verdict == decide.VerdictDuplicate:
 			f.Duplicates++
 			if routes[i].MayRerun() {
 				f.MayRerun++

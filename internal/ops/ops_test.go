@@ -152,9 +152,9 @@ func (f *fixture) route(tl *Tool, kr *kgo.Record, start bool) {
 	var started []processor.Started
 	for i, v := range verdicts {
 		switch v.Verdict {
-		case processor.VerdictConflict:
+		case decide.VerdictConflict:
 			deadLetter("conflict", d.Intents[i].WorkflowID, "claimed with another payload")
-		case processor.VerdictNew, processor.VerdictRedrive:
+		case decide.VerdictNew, decide.VerdictRedrive:
 			started = append(started, processor.Started{WorkflowID: d.Intents[i].WorkflowID, RunID: "run-" + d.Intents[i].EventID, Generation: 1})
 		}
 	}

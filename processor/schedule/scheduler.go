@@ -343,7 +343,7 @@ func (s *Scheduler) start(ctx context.Context, fires []Fire) error {
 		t := s.byName[f.Trigger]
 		end := FireEnd{Trigger: f.Trigger, ScheduledFor: f.ScheduledFor}
 		switch v := verdicts[i]; v.Verdict {
-		case processor.VerdictDuplicate:
+		case decide.VerdictDuplicate:
 			// Started already: by an earlier tick that crashed before
 			// ending the fire, another replica, or an event routed with
 			// key scheduled_for.
@@ -351,7 +351,7 @@ func (s *Scheduler) start(ctx context.Context, fires []Fire) error {
 			s.m.starts.WithLabelValues(f.Trigger, "duplicate").Inc()
 			ends = append(ends, end)
 			continue
-		case processor.VerdictConflict:
+		case decide.VerdictConflict:
 			end.State = FireConflict
 			s.m.starts.WithLabelValues(f.Trigger, "conflict").Inc()
 			s.log.Error("schedule fire conflicts with a ledger row claimed with another payload; not started",

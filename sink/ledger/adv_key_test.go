@@ -251,7 +251,7 @@ search:
 		t.Fatal("no IDs found")
 	}
 	in := func(n int) decide.Intent { return intent(fmt.Sprintf("dl-%d", n), "p") }
-	want(t, claim(t, l, in(x), in(y), in(w), in(w2)), processor.VerdictNew, processor.VerdictNew, processor.VerdictNew, processor.VerdictNew)
+	want(t, claim(t, l, in(x), in(y), in(w), in(w2)), decide.VerdictNew, decide.VerdictNew, decide.VerdictNew, decide.VerdictNew)
 	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +376,7 @@ func TestAdvKeyDownAndUpKeepTheLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, v := range vs {
-		if v.Verdict != processor.VerdictRedrive {
+		if v.Verdict != decide.VerdictRedrive {
 			t.Fatalf("%s after Down and Up: %s, want redrive", batch[i].WorkflowID, v.Verdict)
 		}
 	}
@@ -419,9 +419,9 @@ func TestAdvKeyNonUTF8Databases(t *testing.T) {
 		for _, id := range ids {
 			batch = append(batch, intent(id, "p"))
 		}
-		want(t, claim(t, l, batch...), processor.VerdictNew, processor.VerdictNew, processor.VerdictNew, processor.VerdictNew, processor.VerdictNew)
+		want(t, claim(t, l, batch...), decide.VerdictNew, decide.VerdictNew, decide.VerdictNew, decide.VerdictNew, decide.VerdictNew)
 		l.Pool().Reset()
-		want(t, claim(t, l, batch...), processor.VerdictRedrive, processor.VerdictRedrive, processor.VerdictRedrive, processor.VerdictRedrive, processor.VerdictRedrive)
+		want(t, claim(t, l, batch...), decide.VerdictRedrive, decide.VerdictRedrive, decide.VerdictRedrive, decide.VerdictRedrive, decide.VerdictRedrive)
 		var wfs []string
 		for _, in := range batch {
 			wfs = append(wfs, in.WorkflowID)
@@ -509,7 +509,7 @@ func TestAdvKeyOddIDs(t *testing.T) {
 		wfs = append(wfs, id)
 	}
 	for _, v := range claim(t, l, batch...) {
-		if v != processor.VerdictNew {
+		if v != decide.VerdictNew {
 			t.Fatalf("verdict %s for a new odd ID", v)
 		}
 	}
@@ -525,7 +525,7 @@ func TestAdvKeyOddIDs(t *testing.T) {
 		t.Fatalf("Lookup %d, Rows %d, want %d", len(got), len(rows), len(ids))
 	}
 	for _, v := range claim(t, l, batch...) {
-		if v != processor.VerdictRedrive {
+		if v != decide.VerdictRedrive {
 			t.Fatalf("verdict %s for an odd ID claimed again", v)
 		}
 	}
@@ -574,7 +574,7 @@ func TestAdvKeyTwoRoutersUnderCollisions(t *testing.T) {
 			for i, v := range vs {
 				id := batch[i].WorkflowID
 				switch v.Verdict {
-				case processor.VerdictNew:
+				case decide.VerdictNew:
 					mu.Lock()
 					news[id]++
 					mu.Unlock()
@@ -583,9 +583,9 @@ func TestAdvKeyTwoRoutersUnderCollisions(t *testing.T) {
 					} else {
 						st = append(st, processor.Started{WorkflowID: id, RunID: "run-" + id, Generation: 1})
 					}
-				case processor.VerdictRedrive:
+				case decide.VerdictRedrive:
 					st = append(st, processor.Started{WorkflowID: id, RunID: "run-" + id, Generation: 1})
-				case processor.VerdictConflict:
+				case decide.VerdictConflict:
 					dl = append(dl, id)
 				}
 			}
@@ -642,10 +642,10 @@ func TestAdvKeyCollisionInBatchTakesTheOwnersRow(t *testing.T) {
 	l := open(t)
 	defer ledger.SetKeyFunc(func(string) [16]byte { return [16]byte{15: 1} })()
 	a, b := intent("a", "p"), intent("b", "p")
-	want(t, claim(t, l, b), processor.VerdictNew) // b's row, pending (its start failed, the router re-drives)
-	want(t, claim(t, l, b), processor.VerdictRedrive)
+	want(t, claim(t, l, b), decide.VerdictNew) // b's row, pending (its start failed, the router re-drives)
+	want(t, claim(t, l, b), decide.VerdictRedrive)
 	// The same record of b again, in a batch with a colliding new ID.
-	want(t, claim(t, l, a, b), processor.VerdictConflict, processor.VerdictRedrive)
+	want(t, claim(t, l, a, b), decide.VerdictConflict, decide.VerdictRedrive)
 }
 
 // Three Migrate calls at once on a populated ledger at version 11 (replicas

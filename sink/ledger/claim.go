@@ -84,12 +84,12 @@ type stored struct {
 // claimSQL; otherwise claimSQL takes the whole batch. This is an
 // optimisation only: both paths give the same verdicts. Another round trip
 // happens only when a conflict must be recorded.
-func (p *Postgres) Claim(ctx context.Context, intents []decide.Intent) ([]processor.Claimed, error) {
+func (p *Postgres) Claim(ctx context.Context, intents []decide.Intent) ([]decide.Claimed, error) {
 	v, err := p.claimBatch(ctx, intents)
 	return v, p.classify(err)
 }
 
-func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]processor.Claimed, error) {
+func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]decide.Claimed, error) {
 	if len(intents) == 0 {
 		return nil, nil
 	}
@@ -273,19 +273,19 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, uniq 
 
 // verdicts turns what the ledger holds for each workflow ID (the claim
 // statement's row answer, or the read of started rows) into one verdict
-// per intent, by processor.ClaimVerdict, and records the conflicts and the
+// per intent, by decide.ClaimVerdict, and records the conflicts and the
 // re-claims the statement did not write.
-func (p *Postgres) verdicts(ctx context.Context, intents []decide.Intent, got map[string]stored, f fenceArgs) ([]processor.Claimed, error) {
-	verdicts := make([]processor.Claimed, len(intents))
+func (p *Postgres) verdicts(ctx context.Context, intents []decide.Intent, got map[string]stored, f fenceArgs) ([]decide.Claimed, error) {
+	verdicts := make([]decide.Claimed, len(intents))
 	var conflicts []conflict
 	var revive []string
 	for i := range intents {
 		in := &intents[i]
 		s := got[in.WorkflowID]
-		v, reclaims := processor.ClaimVerdict(s.state, string(s.hash) == string(in.PayloadHash[:]), s.inserted, s.generation)
+		v, reclaims := decide.ClaimVerdict(s.state, string(s.hash) == string(in.PayloadHash[:]), s.inserted, s.generation)
 		verdicts[i] = v
 		switch {
-		case v.Verdict == processor.VerdictConflict:
+		case v.Verdict == decide.VerdictConflict:
 			conflicts = append(conflicts, conflict{in: in, ledgerHash: s.hash})
 		case reclaims:
 			// A dead_lettered row the upsert left alone: re-claimed by a

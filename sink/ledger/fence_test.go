@@ -182,7 +182,7 @@ func TestFenceIsPerConsumerGroup(t *testing.T) {
 	}
 	in := intent("x", "X")
 	in.Topic, in.Partition, in.Fence = "events", 0, decide.Fence{Group: "a", Epoch: ea[0]}
-	if v, err := l.Claim(ctx, []decide.Intent{in}); err != nil || v[0].Verdict != processor.VerdictNew {
+	if v, err := l.Claim(ctx, []decide.Intent{in}); err != nil || v[0].Verdict != decide.VerdictNew {
 		t.Fatalf("group a's claim after group b's bump: %v, %v; want new", v, err)
 	}
 }
@@ -215,7 +215,7 @@ func TestAStaleClaimAnsweredFromStartedRowsIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A batch of started rows: the ledger takes the replay path next.
-	if v, err := l.Claim(ctx, []decide.Intent{a}); err != nil || v[0].Verdict != processor.VerdictDuplicate {
+	if v, err := l.Claim(ctx, []decide.Intent{a}); err != nil || v[0].Verdict != decide.VerdictDuplicate {
 		t.Fatalf("claim of a started row: %v, %v; want a duplicate", v, err)
 	}
 	if _, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "owner", Parts: []processor.PartitionRef{p}}); err != nil {
@@ -366,14 +366,14 @@ func refusedAtRevive(t *testing.T, l *ledger.Postgres, url string, round int) bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := rows[x.WorkflowID]; r.State != processor.LedgerDeadLettered {
+	if r := rows[x.WorkflowID]; r.State != decide.LedgerDeadLettered {
 		t.Errorf("row x after the refused revive: %q, want dead_lettered (the new owner's)", r.State)
 	}
-	if r, ok := rows[y.WorkflowID]; !ok || r.State != processor.LedgerPending {
+	if r, ok := rows[y.WorkflowID]; !ok || r.State != decide.LedgerPending {
 		t.Errorf("row y, claimed before the bump: %+v (present %v), want pending", r, ok)
 	}
 	v, err := l.Claim(ctx, []decide.Intent{y})
-	if err != nil || v[0].Verdict != processor.VerdictRedrive {
+	if err != nil || v[0].Verdict != decide.VerdictRedrive {
 		t.Errorf("the router's claim of the rest (y, its partition held): %v, %v; want re-drive", v, err)
 	}
 	return true

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
-	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -97,7 +96,7 @@ func intent(id, payload string) decide.Intent {
 	}
 }
 
-func claim(t *testing.T, l *ledger.Postgres, in ...decide.Intent) []processor.Verdict {
+func claim(t *testing.T, l *ledger.Postgres, in ...decide.Intent) []decide.Verdict {
 	t.Helper()
 	cl, err := l.Claim(context.Background(), in)
 	if err != nil {
@@ -106,14 +105,14 @@ func claim(t *testing.T, l *ledger.Postgres, in ...decide.Intent) []processor.Ve
 	if len(cl) != len(in) {
 		t.Fatalf("%d verdicts for %d intents", len(cl), len(in))
 	}
-	v := make([]processor.Verdict, len(cl))
+	v := make([]decide.Verdict, len(cl))
 	for i, c := range cl {
 		v[i] = c.Verdict
 	}
 	return v
 }
 
-func want(t *testing.T, got []processor.Verdict, want ...processor.Verdict) {
+func want(t *testing.T, got []decide.Verdict, want ...decide.Verdict) {
 	t.Helper()
 	if !slices.Equal(got, want) {
 		t.Fatalf("verdicts %v, want %v", got, want)

@@ -22,7 +22,7 @@ func TestLookup(t *testing.T) {
 	}
 	conflicting := intent("a", "p2")
 	conflicting.Offset = 99
-	if v, err := l.Claim(ctx, []decide.Intent{conflicting}); err != nil || v[0].Verdict != processor.VerdictConflict {
+	if v, err := l.Claim(ctx, []decide.Intent{conflicting}); err != nil || v[0].Verdict != decide.VerdictConflict {
 		t.Fatalf("conflicting claim: %v %v", v, err)
 	}
 	got, err := l.Lookup(ctx, []string{a.WorkflowID, b.WorkflowID, "activity-x:unknown", a.WorkflowID})

@@ -70,7 +70,7 @@ func TestClaimThroughTransactionPoolerKeepsOneRowPerEvent(t *testing.T) {
 				// Several ledger calls at once per router, as its claimer,
 				// marker and readiness probe make them.
 				var inner sync.WaitGroup
-				var cl []processor.Claimed
+				var cl []decide.Claimed
 				var cerr, lerr error
 				inner.Add(2)
 				go func() { defer inner.Done(); cl, cerr = l.Claim(ctx, in) }()
@@ -82,7 +82,7 @@ func TestClaimThroughTransactionPoolerKeepsOneRowPerEvent(t *testing.T) {
 				}
 				var won []processor.Started
 				for i, c := range cl {
-					if c.Verdict == processor.VerdictNew {
+					if c.Verdict == decide.VerdictNew {
 						news[r]++
 						won = append(won, processor.Started{WorkflowID: in[i].WorkflowID, RunID: fmt.Sprintf("run-%d", r), Generation: c.Generation})
 					}
@@ -123,7 +123,7 @@ func TestClaimThroughTransactionPoolerKeepsOneRowPerEvent(t *testing.T) {
 func TestLedgerContractThroughTransactionPooler(t *testing.T) {
 	ledgertest.Run(t, func(t *testing.T) ledgertest.Subject {
 		l := openPooled(t, pgbouncer.Transaction, 1)[0]
-		return ledgertest.Subject{Ledger: l, Row: func(ctx context.Context, id string) (processor.LedgerState, string, bool, error) {
+		return ledgertest.Subject{Ledger: l, Row: func(ctx context.Context, id string) (decide.LedgerState, string, bool, error) {
 			rows, err := l.Lookup(ctx, []string{id})
 			e, ok := rows[id]
 			return e.State, e.RunID, ok, err

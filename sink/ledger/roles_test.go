@@ -213,8 +213,8 @@ func TestRolesRouterRunsTheRouter(t *testing.T) {
 	}
 	f := decide.Fence{Group: "g", Epoch: epochs[0]}
 	fenced := func(in decide.Intent) decide.Intent { in.Fence = f; return in }
-	want(t, claim(t, l, fenced(intent("e1", "A")), fenced(intent("e2", "B")), fenced(intent("e3", "C"))), processor.VerdictNew, processor.VerdictNew, processor.VerdictNew)
-	want(t, claim(t, l, fenced(intent("e1", "A")), fenced(intent("e2", "other"))), processor.VerdictRedrive, processor.VerdictConflict)
+	want(t, claim(t, l, fenced(intent("e1", "A")), fenced(intent("e2", "B")), fenced(intent("e3", "C"))), decide.VerdictNew, decide.VerdictNew, decide.VerdictNew)
+	want(t, claim(t, l, fenced(intent("e1", "A")), fenced(intent("e2", "other"))), decide.VerdictRedrive, decide.VerdictConflict)
 	w := func(id string) string { return intent(id, "").WorkflowID }
 	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: w("e1"), RunID: "run-1", Generation: 1, Topic: "events", Partition: 1, Fence: f}}); err != nil {
 		t.Fatalf("MarkStarted: %v", err)
@@ -517,7 +517,7 @@ AND relkind IN ('r', 'S') AND relowner <> 'dedup_owner'::regrole`).Scan(&notOwne
 		t.Fatalf("the migrator changing an adopted table: %v", err)
 	}
 	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
-	want(t, claim(t, router, intent("e1", "A")), processor.VerdictNew)
+	want(t, claim(t, router, intent("e1", "A")), decide.VerdictNew)
 }
 
 // A ledger whose tables a plain user owns (not a superuser, no member of
@@ -564,7 +564,7 @@ func TestGrantsWarnWhenTheyCannotHandTablesOver(t *testing.T) {
 		t.Fatalf("warnings %q, want one per table naming GRANT dedup_owner TO %s", warnings, oldName)
 	}
 	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
-	want(t, claim(t, router, intent("e1", "A")), processor.VerdictNew)
+	want(t, claim(t, router, intent("e1", "A")), decide.VerdictNew)
 }
 
 // grants.sql's advisory lock is no lever for another role: a session of

@@ -13,7 +13,6 @@ import (
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/internal/testsupport/pgbouncer"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
-	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/ledger/ledgerread"
@@ -65,7 +64,7 @@ func TestLookupGivesRecordedConflictHashes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, p := range []string{"p2", "p3", "p2"} {
-		if v, err := led.Claim(ctx, []decide.Intent{intent("k", p, int64(10+i))}); err != nil || v[0].Verdict != processor.VerdictConflict {
+		if v, err := led.Claim(ctx, []decide.Intent{intent("k", p, int64(10+i))}); err != nil || v[0].Verdict != decide.VerdictConflict {
 			t.Fatalf("conflicting claim %s: %v %v", p, v, err)
 		}
 	}
@@ -77,7 +76,7 @@ func TestLookupGivesRecordedConflictHashes(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := got[first.WorkflowID]
-	if len(got) != 2 || e.PayloadHash != first.PayloadHash || e.State != processor.LedgerPending || e.Conflicts != 3 || !slices.Equal(e.ConflictHashes, want) {
+	if len(got) != 2 || e.PayloadHash != first.PayloadHash || e.State != decide.LedgerPending || e.Conflicts != 3 || !slices.Equal(e.ConflictHashes, want) {
 		t.Fatalf("entry %+v (of %d), want 3 conflicts with the hashes of p2 and p3", e, len(got))
 	}
 	if q := got["activity-a:quiet"]; q.Conflicts != 0 || q.ConflictHashes != nil {
@@ -164,7 +163,7 @@ func TestLookupThroughPooler(t *testing.T) {
 				if err != nil {
 					t.Fatalf("lookup through the pooler: %v", err)
 				}
-				if len(got) != 1 || got["activity-a:a"].State != processor.LedgerState("pending") {
+				if len(got) != 1 || got["activity-a:a"].State != decide.LedgerState("pending") {
 					t.Fatalf("lookup: %+v, want activity-a:a pending only", got)
 				}
 			}

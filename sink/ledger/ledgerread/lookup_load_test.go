@@ -9,20 +9,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/ledger/ledgerread"
 )
 
-func claimAll(t *testing.T, l *ledger.Postgres, in []decide.Intent) []processor.Verdict {
+func claimAll(t *testing.T, l *ledger.Postgres, in []decide.Intent) []decide.Verdict {
 	t.Helper()
 	cl, err := l.Claim(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := make([]processor.Verdict, len(cl))
+	v := make([]decide.Verdict, len(cl))
 	for i, c := range cl {
 		v[i] = c.Verdict
 	}
@@ -84,7 +83,7 @@ func TestLookupStaysFlatUnderAMillionConflicts(t *testing.T) {
 			off++
 		}
 		for _, c := range claimAll(t, l, batch) {
-			if c != processor.VerdictConflict {
+			if c != decide.VerdictConflict {
 				t.Fatalf("payload %d: verdict %s, want conflict", p, c)
 			}
 		}
