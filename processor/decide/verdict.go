@@ -15,8 +15,10 @@ const (
 	// between claim and start, or a start still in flight elsewhere); start
 	// it again: the deterministic workflow ID makes that safe.
 	VerdictRedrive
-	// VerdictDuplicate is a row already started, or claimed earlier in the same
-	// batch; skip it.
+	// VerdictDuplicate is a row already started; skip it (under an allow_*
+	// reuse policy, ask Temporal whether its last run may run again). A
+	// copy of an ID claimed earlier in the same batch is not a duplicate:
+	// every copy gets the ID's verdict (ClaimVerdict).
 	VerdictDuplicate
 	// VerdictConflict is an ID claimed with a different payload; never
 	// start it, keep it for inspection.
@@ -49,28 +51,28 @@ type Claimed struct {
 
 // LedgerState is the state of a ledger row, stored as its text
 // (dedup_ledger.state in sink/ledger, which names the type ledger.State).
-// The Ledger's methods move a row between the states:
+// processor.Ledger's methods move a row between the states:
 //
 //	(no row) --Claim--> pending --MarkStarted--> started (never leaves; a re-run moves its generation)
 //	pending --MarkDeadLettered--> dead_lettered --Claim with the row's payload--> pending
 //
-// It is declared here, beside the Ledger interface whose contract names
-// the states, because the router's tests (their fake ledger) need the
-// states and the verdict rule (ClaimVerdict), and processor does not
-// import sink/ledger (the sink depends on the processor, not the reverse).
+// It is declared here, beside the verdict rule (ClaimVerdict) that reads
+// it, because every ledger (sink/ledger, the router tests' fake) and
+// every reader of one (the operators' tools, the producer client) needs
+// the states, and none of them may import another.
 type LedgerState string
 
 const (
-	// LedgerPending is a row claimed and not started yet (a start in flight, or a
-	// crash between claim and start): work in flight, which the next claim
-	// re-drives.
+	// LedgerPending is a row claimed and not started yet (a start in
+	// flight, or a crash between claim and start): the next claim
+	// re-drives it.
 	LedgerPending LedgerState = "pending"
-	// LedgerStarted is a row whose workflow Temporal has the workflow (the run of the row's
-	// generation); every later copy is a duplicate.
+	// LedgerStarted is a row whose workflow Temporal has (the run of the
+	// row's generation); every later copy is a duplicate.
 	LedgerStarted LedgerState = "started"
-	// LedgerDeadLettered is a row Temporal refused to start: it refused the start for good and the
-	// record went to the dead-letter topic; a claim with the row's payload
-	// (the record replayed) claims it again.
+	// LedgerDeadLettered is a row whose start Temporal refused for good:
+	// its record went to the dead-letter topic; a claim with the row's
+	// payload (the record replayed) claims it again.
 	LedgerDeadLettered LedgerState = "dead_lettered"
 )
 
@@ -108,7 +110,7 @@ type LedgerEntry struct {
 	ConflictHashes [][32]byte
 }
 
-// ClaimVerdict is the verdict rule of Ledger.Claim, for one copy of a
+// ClaimVerdict is the verdict rule of processor.Ledger.Claim, for one copy of a
 // workflow ID: what the ledger holds for the ID when the claim reaches it
 // (the row's state, whether the copy's payload hash equals the row's,
 // whether this claim inserted the row, the row's generation) decides the
