@@ -37,8 +37,9 @@
 //
 // The readers are interfaces of this package (LedgerReader, RunReader),
 // so that a program that only enqueues links Kafka's client and the
-// routers' decision code (processor, processor/eventid) and nothing else:
-// no PostgreSQL driver, no Temporal SDK, no gRPC. sink/ledger/ledgerread
+// routers' decision code (processor/decide, processor/eventid) and
+// nothing else: no PostgreSQL driver, no Temporal SDK, no gRPC, no router,
+// no Prometheus (client/deps_test.go holds the list). sink/ledger/ledgerread
 // reads the routers' PostgreSQL ledger over read-only sessions;
 // client/temporalread reads Temporal through an SDK client
 // (sdkclient.NewLazyClient connects on the first read). Importing the
