@@ -1,7 +1,6 @@
 package decide
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -70,20 +69,6 @@ func targetsOf(routes []*Route, ev *eventid.Event) ([]Target, error) {
 	}
 	return out, nil
 }
-
-// MaxWorkflowIDBytes is Temporal's default limit on a workflow ID
-// (the dynamic config limit.maxIDLength): a longer one is refused for good.
-const MaxWorkflowIDBytes = 1000
-
-// ErrWorkflowIDTooLong is the error of an event whose workflow ID would be over
-// MaxWorkflowIDBytes; the router dead-letters it before any claim, as
-// invalid_id.
-var ErrWorkflowIDTooLong = errors.New("workflow ID too long")
-
-// ErrWorkflowIDReserved is the error of a signal route's entity workflow
-// ID that its template rendered with a prefix of dedup's own IDs
-// (activity-, signal-): dead-lettered as invalid_id.
-var ErrWorkflowIDReserved = errors.New("workflow ID reserved")
 
 // RouteOf returns the route whose workflow IDs look like workflowID
 // (activity-{route id}:..., or a signal route's delivery key
