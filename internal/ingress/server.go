@@ -462,12 +462,8 @@ func owns(p *Principal, id string) bool {
 	if p.Tenant == "" {
 		return true
 	}
-	rest, ok := strings.CutPrefix(id, "activity-")
-	if !ok {
-		return false
-	}
-	_, eventID, ok := strings.Cut(rest, ":")
-	return ok && eventid.TenantOf(eventID) == p.Tenant
+	w, ok := decide.ParseWorkflowID(id)
+	return ok && !w.Signal && eventid.TenantOf(w.Key) == p.Tenant
 }
 
 // notFound is the one answer for a workflow ID this caller cannot read:

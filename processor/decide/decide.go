@@ -59,7 +59,8 @@ func (d *Decision) Start(j int) StartRequest {
 	}
 	req := NewStartRequest(rt, &d.Event, wid)
 	if rt.Key == KeyScheduledFor {
-		req.Input.TriggerKind, req.Input.ScheduledFor = schemas.TriggerCron, workflowKey(rt.ID, wid)
+		p, _ := ParseWorkflowID(wid) // WorkflowID(rt.ID, slot key)
+		req.Input.TriggerKind, req.Input.ScheduledFor = schemas.TriggerCron, p.Key
 	}
 	return req
 }

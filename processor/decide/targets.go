@@ -2,7 +2,6 @@ package decide
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/dedupio/dedup/processor/eventid"
 )
@@ -75,20 +74,12 @@ func targetsOf(routes []*Route, ev *eventid.Event) ([]Target, error) {
 // signal-{route id}:...), or nil. Route IDs have no colon, so the prefix
 // names one route at most.
 func (rs Routes) RouteOf(workflowID string) *Route {
-	rest, ok := strings.CutPrefix(workflowID, "activity-")
-	signal := false
-	if !ok {
-		if rest, ok = strings.CutPrefix(workflowID, "signal-"); !ok {
-			return nil
-		}
-		signal = true
-	}
-	id, _, ok := strings.Cut(rest, ":")
+	p, ok := ParseWorkflowID(workflowID)
 	if !ok {
 		return nil
 	}
 	for i := range rs {
-		if rs[i].ID == id && (rs[i].Mode == ModeSignal) == signal {
+		if rs[i].ID == p.Route && (rs[i].Mode == ModeSignal) == p.Signal {
 			return &rs[i]
 		}
 	}

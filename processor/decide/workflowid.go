@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -14,9 +15,17 @@ const (
 	KeyScheduledFor = "scheduled_for"
 )
 
+// The prefixes of dedup's own IDs: a start route's workflow IDs and a
+// signal route's delivery keys. No other workflow ID may begin with one
+// (Reserved).
+const (
+	startPrefix    = "activity-"
+	deliveryPrefix = "signal-"
+)
+
 // WorkflowID is activity-{activityID}:{key}, the seed contract's format.
 func WorkflowID(activityID, key string) string {
-	return "activity-" + activityID + ":" + key
+	return startPrefix + activityID + ":" + key
 }
 
 // DeliveryKey is the ledger key of a signal route's delivery of one
@@ -29,12 +38,45 @@ func WorkflowID(activityID, key string) string {
 // is a conflict even if that payload would name another entity, and a
 // changed template does not deliver old events again.
 func DeliveryKey(activityID, eventID string) string {
-	return "signal-" + activityID + ":" + eventID
+	return deliveryPrefix + activityID + ":" + eventID
 }
 
-// workflowKey is the key of WorkflowID(activityID, key): its inverse.
-func workflowKey(activityID, workflowID string) string {
-	return workflowID[len("activity-")+len(activityID)+1:]
+// ParsedWorkflowID is a workflow ID of dedup's own, split.
+type ParsedWorkflowID struct {
+	// Signal: a signal route's delivery key (signal-{route}:{event_id});
+	// else a start route's workflow ID (activity-{route}:{key}).
+	Signal bool
+	// Route is the route's ID (the activity ID).
+	Route string
+	// Key is the second half: the event ID, or a scheduled_for route's
+	// slot key (ScheduledForKey).
+	Key string
+}
+
+// ParseWorkflowID splits id, the inverse of WorkflowID and DeliveryKey;
+// ok is false for an ID neither made (an entity workflow's, anyone
+// else's). Route IDs have no colon, so the first colon ends the route.
+// It is the one parser of dedup's IDs: Routes.RouteOf, a scheduled
+// start's slot (Decision.Start) and the ingress's tenant check use it.
+func ParseWorkflowID(id string) (p ParsedWorkflowID, ok bool) {
+	rest, ok := strings.CutPrefix(id, startPrefix)
+	if !ok {
+		if rest, ok = strings.CutPrefix(id, deliveryPrefix); !ok {
+			return ParsedWorkflowID{}, false
+		}
+		p.Signal = true
+	}
+	if p.Route, p.Key, ok = strings.Cut(rest, ":"); !ok {
+		return ParsedWorkflowID{}, false
+	}
+	return p, true
+}
+
+// Reserved says whether id begins with a prefix of dedup's own IDs
+// (activity-, signal-), with or without the rest of their form: no entity
+// workflow of a signal route may be named so (ErrWorkflowIDReserved).
+func Reserved(id string) bool {
+	return strings.HasPrefix(id, startPrefix) || strings.HasPrefix(id, deliveryPrefix)
 }
 
 // MaxWorkflowIDBytes is Temporal's default limit on a workflow ID
