@@ -1,11 +1,11 @@
 package processor
 
 import (
-	"github.com/dedupio/dedup/processor/decide"
-
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // A recheck re-submitted after the drain is queued for workers that are

@@ -1,11 +1,11 @@
 package processor
 
 import (
-	"github.com/dedupio/dedup/processor/decide"
-
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // Shutdown while Temporal hangs (or fails transiently) and the start queue

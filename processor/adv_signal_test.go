@@ -1,11 +1,11 @@
 package processor
 
 import (
-	"github.com/dedupio/dedup/processor/decide"
-
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // ADVERSARY FINDING: a signal route's template can render an entity

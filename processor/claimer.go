@@ -1,12 +1,12 @@
 package processor
 
 import (
-	"github.com/dedupio/dedup/processor/decide"
-
 	"context"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // claimBatch is a decoded and routed poll batch, on its way to the ledger:

@@ -1,12 +1,12 @@
 package processor
 
 import (
-	"github.com/dedupio/dedup/processor/decide"
-
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // In-memory stand-ins for the router's dependencies. They behave like the

@@ -1,11 +1,11 @@
 package processor
 
 import (
-	"github.com/dedupio/dedup/processor/decide"
-
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // Ownership is a router's claim to partitions, for Ledger.Own: its

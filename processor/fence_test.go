@@ -1,13 +1,13 @@
 package processor
 
 import (
-	"github.com/dedupio/dedup/processor/decide"
-
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // A claim that is slow across an ordinary revoke (a rebalance moves its

@@ -1,9 +1,9 @@
 package processor
 
 import (
-	"github.com/dedupio/dedup/processor/decide"
-
 	"context"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // Ledger is what the router needs from the claim ledger. Its methods must

@@ -1,11 +1,11 @@
 package processor
 
 import (
-	"github.com/dedupio/dedup/processor/decide"
-
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // metrics are the router's Prometheus series. Labels are small fixed sets:

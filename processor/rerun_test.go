@@ -1,11 +1,11 @@
 package processor
 
 import (
-	"github.com/dedupio/dedup/processor/decide"
-
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // allow_duplicate_failed_only, end to end through the router: a

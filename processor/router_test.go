@@ -1,8 +1,6 @@
 package processor
 
 import (
-	"github.com/dedupio/dedup/processor/decide"
-
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // One execution per workflow ID, every ledger row started, every offset

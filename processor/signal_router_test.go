@@ -1,8 +1,6 @@
 package processor
 
 import (
-	"github.com/dedupio/dedup/processor/decide"
-
 	"context"
 	"fmt"
 	"slices"
@@ -11,6 +9,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // signalConfig is the env's config with one signal route: order.* events

@@ -1,12 +1,12 @@
 package processor
 
 import (
-	"github.com/dedupio/dedup/processor/decide"
-
 	"context"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // job is one workflow start and the records that wait on it. Its fields
