@@ -18,7 +18,7 @@ type Intent struct {
 
 // Fence is the ownership a ledger write carries: the consumer group and
 // the epoch the ledger gave this router's assignment of the record's
-// partition (Ledger.Own). The ledger changes rows for a fenced write only
+// partition (processor.Ledger.Own). The ledger changes rows for a fenced write only
 // while the partition's epoch is still that one, checked in the same
 // statement as the write and ordered against the next owner's Own: a
 // router that lost the partition (a zombie after a long pause, or a claim
