@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/client"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
@@ -29,10 +29,10 @@ import (
 // answers WorkflowID signal-orders:e1 with the ledger's RunID, which is the
 // run of another workflow (order-42) that Status never names.
 func TestAdvSignalResultOfDeliveryKeyHangs(t *testing.T) {
-	rs := processor.Routes{{ID: "orders", Mode: processor.ModeSignal, Match: processor.Match{Type: "order.*"}, WorkflowType: "Order",
+	rs := decide.Routes{{ID: "orders", Mode: decide.ModeSignal, Match: decide.Match{Type: "order.*"}, WorkflowType: "Order",
 		TaskQueue: "q", WorkflowIDTemplate: "order-{data.order_id}"}}
-	key := processor.DeliveryKey("orders", "e1")
-	led := &memLedger{rows: map[string]client.LedgerEntry{key: {WorkflowID: key, EventID: "e1", State: processor.LedgerStarted,
+	key := decide.DeliveryKey("orders", "e1")
+	led := &memLedger{rows: map[string]client.LedgerEntry{key: {WorkflowID: key, EventID: "e1", State: decide.LedgerStarted,
 		RunID: "run-order-42", Generation: 1}}}
 	runs := &memRuns{runs: map[string]memRun{"order-42": {id: "run-order-42", result: json.RawMessage(`{"total":9}`)}}}
 	c, err := client.New(client.Config{Topic: topic, EventID: eventid.DefaultConfig(), Routes: rs, Namespace: "default",

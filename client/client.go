@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/connect/dialguard"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/tenantsig"
 )
@@ -30,7 +30,7 @@ type Config struct {
 	// consume (kafka.topics).
 	Topic   string
 	EventID eventid.Config
-	Routes  processor.Routes
+	Routes  decide.Routes
 	// Namespace is the Temporal namespace of routes that name none
 	// (temporal.namespace).
 	Namespace string
@@ -90,7 +90,7 @@ const DefaultLookupTimeout = 2 * time.Second
 // concurrent use.
 type Client struct {
 	cfg    Config
-	dec    *processor.Decider
+	dec    *decide.Decider
 	kcl    *kgo.Client
 	led    LedgerReader
 	runs   RunReader
@@ -128,7 +128,7 @@ func New(cfg Config) (*Client, error) {
 	// The router's own decision, under the routers' event_id, routes and
 	// max_value_bytes (no_route skip: the client refuses such an event
 	// either way).
-	dec, err := processor.NewDecider(processor.Config{EventID: cfg.EventID, Routes: cfg.Routes, MaxValueBytes: cfg.MaxValueBytes, NoRoute: "skip",
+	dec, err := decide.NewDecider(decide.Config{EventID: cfg.EventID, Routes: cfg.Routes, MaxValueBytes: cfg.MaxValueBytes, NoRoute: "skip",
 		TenantKeys: cfg.TenantKeys})
 	if err != nil {
 		return nil, &ConfigError{Field: "EventID", Err: err}
@@ -303,11 +303,11 @@ func (c *Client) Enqueue(ctx context.Context, ev Event) (*Handle, error) {
 type Prepared struct {
 	rec     *kgo.Record
 	Event   eventid.Event
-	Targets []processor.Target
+	Targets []decide.Target
 	hashes  [][32]byte // each workflow's payload hash, as the router claims it
 }
 
-// Prepare decides r as a router will (processor.Decider: eventid under
+// Prepare decides r as a router will (decide.Decider: eventid under
 // the routers' event_id config, then the routes). An event a router would
 // dead-letter or skip is refused here: *InvalidEventError (undecodable,
 // missing_type, invalid_id, forged_tenant, oversized, no_route) or
@@ -319,7 +319,7 @@ func (c *Client) Prepare(r *kgo.Record) (*Prepared, error) {
 	signed := c.cfg.TenantKeys != nil && slices.ContainsFunc(r.Headers, func(h kgo.RecordHeader) bool { return h.Key == eventid.TenantHeader })
 	if signed {
 		if err := c.dec.SignTenant(r); err != nil {
-			return nil, &InvalidEventError{Reason: string(processor.ReasonForgedTenant), Err: err}
+			return nil, &InvalidEventError{Reason: string(decide.ReasonForgedTenant), Err: err}
 		}
 	}
 	probe := *r
@@ -328,21 +328,21 @@ func (c *Client) Prepare(r *kgo.Record) (*Prepared, error) {
 	switch {
 	case d.Tombstone:
 		return nil, &InvalidEventError{Reason: string(eventid.ReasonTombstone), Err: d.Err}
-	case d.DeadLetter == processor.Reason(eventid.ReasonNoID):
+	case d.DeadLetter == decide.Reason(eventid.ReasonNoID):
 		return nil, fmt.Errorf("%w: %v", ErrNoKey, d.Err)
 	case d.DeadLetter != "":
 		return nil, &InvalidEventError{Reason: string(d.DeadLetter), Err: d.Err}
 	case d.NoRoute:
-		return nil, &InvalidEventError{Reason: string(processor.ReasonNoRoute),
+		return nil, &InvalidEventError{Reason: string(decide.ReasonNoRoute),
 			Err: fmt.Errorf("no route matches type %q source %q: no workflow would start", d.Event.Type, d.Event.Source)}
 	case d.Event.Rule == eventid.RuleCoordinates:
 		return nil, fmt.Errorf("%w: event_id.chain gives this event the ID of where it will be written (coordinates), which no retry repeats", ErrNoKey)
 	}
 	ev := d.Event
-	targets := make([]processor.Target, len(d.Intents))
+	targets := make([]decide.Target, len(d.Intents))
 	hashes := make([][32]byte, len(d.Intents))
 	for i, in := range d.Intents {
-		targets[i] = processor.Target{Route: d.Routes[i], WorkflowID: in.WorkflowID}
+		targets[i] = decide.Target{Route: d.Routes[i], WorkflowID: in.WorkflowID}
 		hashes[i] = in.PayloadHash // the ledger's per workflow (a schedule slot's is the slot's)
 	}
 	if r.Key == nil && ev.Rule != eventid.RuleContent {
@@ -353,7 +353,7 @@ func (c *Client) Prepare(r *kgo.Record) (*Prepared, error) {
 			// The signature covers the key: signed again, the decision
 			// unchanged (the key is not part of this rule's ID).
 			if err := c.dec.SignTenant(r); err != nil {
-				return nil, &InvalidEventError{Reason: string(processor.ReasonForgedTenant), Err: err}
+				return nil, &InvalidEventError{Reason: string(decide.ReasonForgedTenant), Err: err}
 			}
 		}
 	}
@@ -415,7 +415,7 @@ func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 			// The broker (or the producer, against its batch limit)
 			// refuses the record as it is: a retry would be refused
 			// alike, so it is no *ProduceError (which says retry).
-			return nil, &InvalidEventError{Reason: string(processor.ReasonOversized),
+			return nil, &InvalidEventError{Reason: string(decide.ReasonOversized),
 				Err: fmt.Errorf("the Kafka cluster refuses the record of event %s as too large (value %d bytes, %d headers): %w; send less data or fewer attributes", p.Event.ID, len(rec.Value), len(rec.Headers), err)}
 		case err != nil:
 			return nil, &ProduceError{EventID: p.Event.ID, Topic: c.cfg.Topic, Err: err}
@@ -432,14 +432,14 @@ func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 // router needs the event's record for it, given the ledger's entry (ok: the
 // ledger has one) and the payload hash the router would claim it with, and
 // whether the copy conflicts with the entry.
-func needsRecord(rt *processor.Route, e LedgerEntry, ok bool, hash *[32]byte) (needed, conflict bool) {
+func needsRecord(rt *decide.Route, e LedgerEntry, ok bool, hash *[32]byte) (needed, conflict bool) {
 	switch claimVerdict(e, ok, hash).Verdict {
-	case processor.VerdictDuplicate:
+	case decide.VerdictDuplicate:
 		// Started with this payload: the router skips the record, unless
 		// the route's reuse policy may run a closed run again (the router
 		// asks Temporal).
 		return rt.MayRerun(), false
-	case processor.VerdictConflict:
+	case decide.VerdictConflict:
 		// Another payload: the router records the conflict, once per
 		// payload; a conflict recorded already needs no second record.
 		return !slices.Contains(e.ConflictHashes, *hash), true
@@ -462,7 +462,7 @@ func (c *Client) handle(p *Prepared) *Handle {
 	return h
 }
 
-func (c *Client) namespace(rt *processor.Route) string {
+func (c *Client) namespace(rt *decide.Route) string {
 	if rt.Namespace != "" {
 		return rt.Namespace
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/internal/testsupport/tunnelkafka"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -31,10 +32,10 @@ var _ client.LedgerReader = (*ledger.Postgres)(nil)
 
 const topic = "events"
 
-var routes = processor.Routes{
-	{ID: "order-confirmation", Match: processor.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"},
-	{ID: "order-audit", Match: processor.Match{Type: "order.*"}, WorkflowType: "W", TaskQueue: "q", Namespace: "audit"},
-	{ID: "nightly", Match: processor.Match{Type: "schedule.fired"}, WorkflowType: "W", TaskQueue: "q", Key: processor.KeyScheduledFor},
+var routes = decide.Routes{
+	{ID: "order-confirmation", Match: decide.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"},
+	{ID: "order-audit", Match: decide.Match{Type: "order.*"}, WorkflowType: "W", TaskQueue: "q", Namespace: "audit"},
+	{ID: "nightly", Match: decide.Match{Type: "schedule.fired"}, WorkflowType: "W", TaskQueue: "q", Key: decide.KeyScheduledFor},
 }
 
 type env struct {
@@ -97,29 +98,29 @@ func (e *env) records() int64 {
 // workflow ID, the requests kept.
 type recordingStarter struct {
 	mu   sync.Mutex
-	reqs map[string][]processor.StartRequest
+	reqs map[string][]decide.StartRequest
 }
 
-func (s *recordingStarter) Start(_ context.Context, req processor.StartRequest) (processor.StartResult, error) {
+func (s *recordingStarter) Start(_ context.Context, req decide.StartRequest) (processor.StartResult, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reqs[req.WorkflowID] = append(s.reqs[req.WorkflowID], req)
 	return processor.StartResult{RunID: "run-" + req.WorkflowID, AlreadyStarted: len(s.reqs[req.WorkflowID]) > 1}, nil
 }
 
-func (s *recordingStarter) LastRun(context.Context, string, string) (processor.Run, error) {
-	return processor.Run{}, errors.New("not used")
+func (s *recordingStarter) LastRun(context.Context, string, string) (decide.Run, error) {
+	return decide.Run{}, errors.New("not used")
 }
 
 // runRouter runs a real router (processor.New) over the env's Kafka and
 // ledger until every record is committed, and returns what it started.
-func (e *env) runRouter() map[string][]processor.StartRequest {
+func (e *env) runRouter() map[string][]decide.StartRequest {
 	e.t.Helper()
 	cfg := processor.DefaultConfig()
 	cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = e.cluster.ListenAddrs(), "dedup", []string{topic}, "earliest"
 	cfg.SessionTimeout, cfg.RebalanceTimeout, cfg.CommitInterval = time.Second, time.Second, 20*time.Millisecond
 	cfg.Routes = slices.Clone(routes)
-	st := &recordingStarter{reqs: map[string][]processor.StartRequest{}}
+	st := &recordingStarter{reqs: map[string][]decide.StartRequest{}}
 	r, err := processor.New(cfg, processor.Options{Ledger: e.led, DeadLetterLog: e.led, Starter: st, Registerer: prometheus.NewRegistry(),
 		Log: slog.New(slog.DiscardHandler), KafkaOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}})
 	if err != nil {
@@ -238,7 +239,7 @@ func TestEnqueueGivesTheRoutersWorkflowIDs(t *testing.T) {
 func TestEnqueueRepeatUnderAllowPolicyIsWritten(t *testing.T) {
 	e := newEnv(t, func(c *client.Config) {
 		c.Routes = slices.Clone(routes)
-		c.Routes[0].IDReusePolicy = processor.ReuseAllowDuplicateFailedOnly
+		c.Routes[0].IDReusePolicy = decide.ReuseAllowDuplicateFailedOnly
 	})
 	ctx := context.Background()
 	ev := client.Event{Type: "order.created", IdempotencyKey: "k1", Data: map[string]int{"v": 1}}
@@ -248,14 +249,14 @@ func TestEnqueueRepeatUnderAllowPolicyIsWritten(t *testing.T) {
 	}
 	var started []processor.Started
 	for _, id := range h.WorkflowIDs() {
-		p := processor.Intent{WorkflowID: id, ActivityID: "a", EventID: "k1", IDRule: "header", Topic: topic}
+		p := decide.Intent{WorkflowID: id, ActivityID: "a", EventID: "k1", IDRule: "header", Topic: topic}
 		rec, _ := ev.Record()
 		prep, err := e.c.Prepare(rec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		p.PayloadHash = prep.Event.PayloadHash
-		if _, err := e.led.Claim(ctx, []processor.Intent{p}); err != nil {
+		if _, err := e.led.Claim(ctx, []decide.Intent{p}); err != nil {
 			t.Fatal(err)
 		}
 		started = append(started, processor.Started{WorkflowID: id, RunID: "r", Generation: 1})

@@ -14,7 +14,7 @@
 //
 //	var routers struct {
 //		EventID eventid.Config   `yaml:"event_id"`
-//		Routes  processor.Routes `yaml:"routes"`
+//		Routes  decide.Routes `yaml:"routes"`
 //	}
 //	routers.EventID = eventid.DefaultConfig()
 //	if err := yaml.Unmarshal(routersConfigFile, &routers); err != nil { ... }
@@ -37,8 +37,9 @@
 //
 // The readers are interfaces of this package (LedgerReader, RunReader),
 // so that a program that only enqueues links Kafka's client and the
-// routers' decision code (processor, processor/eventid) and nothing else:
-// no PostgreSQL driver, no Temporal SDK, no gRPC. sink/ledger/ledgerread
+// routers' decision code (processor/decide, processor/eventid) and
+// nothing else: no PostgreSQL driver, no Temporal SDK, no gRPC, no router,
+// no Prometheus (client/deps_test.go holds the list). sink/ledger/ledgerread
 // reads the routers' PostgreSQL ledger over read-only sessions;
 // client/temporalread reads Temporal through an SDK client
 // (sdkclient.NewLazyClient connects on the first read). Importing the
@@ -55,7 +56,7 @@
 //     *ProduceError: the record may or may not be written, and a retry
 //     with the same key is safe.
 //   - The workflow IDs of the handle are computed by the routers' own code:
-//     the record Enqueue writes is decided by processor.Decider (eventid,
+//     the record Enqueue writes is decided by decide.Decider (eventid,
 //     then Routes.Targets), as a router decides it, under the same event_id
 //     and routes config.
 //   - Enqueue with one key twice gives the same event ID and workflow IDs,

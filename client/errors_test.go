@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/client"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
@@ -42,7 +42,7 @@ func TestNewNamesTheField(t *testing.T) {
 	for field, mod := range map[string]func(*client.Config){
 		"Topic":         func(c *client.Config) { c.Topic = "" },
 		"LookupTimeout": func(c *client.Config) { c.LookupTimeout = -time.Second },
-		"Routes":        func(c *client.Config) { c.Routes = processor.Routes{{ID: "a"}} },
+		"Routes":        func(c *client.Config) { c.Routes = decide.Routes{{ID: "a"}} },
 		"EventID":       func(c *client.Config) { c.EventID.Chain = nil },
 		"KafkaOpts":     func(c *client.Config) { c.KafkaOpts = append(c.KafkaOpts, kgo.MaxProduceRequestsInflightPerBroker(5)) }, // idempotency wants 1
 	} {

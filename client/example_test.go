@@ -14,14 +14,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/client"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
 // exampleRoutes are the routers' routes section; the examples pass the
 // routers' event_id section as eventid.DefaultConfig().
-var exampleRoutes = processor.Routes{
-	{ID: "order-confirmation", Match: processor.Match{Type: "order.created"}, WorkflowType: "ConfirmOrder", TaskQueue: "orders"},
+var exampleRoutes = decide.Routes{
+	{ID: "order-confirmation", Match: decide.Match{Type: "order.created"}, WorkflowType: "ConfirmOrder", TaskQueue: "orders"},
 }
 
 // memLedger is an example of implementing client.LedgerReader: an
@@ -80,11 +80,11 @@ func (r *memRuns) Outcome(_ context.Context, _, workflowID, _ string, _ bool) (c
 
 // exampleRouter plays the routers' part for the examples: it reads the
 // records the client wrote, decides them with the routers' own code
-// (processor.Decider), claims them in memLedger, records conflicts, and
+// (decide.Decider), claims them in memLedger, records conflicts, and
 // "runs" each new workflow at once in memRuns.
 type exampleRouter struct {
 	cl   *kgo.Client
-	dec  *processor.Decider
+	dec  *decide.Decider
 	led  *memLedger
 	runs *memRuns
 }
@@ -107,7 +107,7 @@ func (r *exampleRouter) route(n int) {
 				e, ok := r.led.rows[in.WorkflowID]
 				switch {
 				case !ok:
-					r.led.rows[in.WorkflowID] = client.LedgerEntry{WorkflowID: in.WorkflowID, EventID: in.EventID, State: processor.LedgerStarted,
+					r.led.rows[in.WorkflowID] = client.LedgerEntry{WorkflowID: in.WorkflowID, EventID: in.EventID, State: decide.LedgerStarted,
 						PayloadHash: in.PayloadHash, RunID: "run-1", Generation: 1}
 					r.runs.mu.Lock()
 					r.runs.runs[in.WorkflowID] = memRun{id: "run-1", result: json.RawMessage(`{"confirmed":true}`)}
@@ -135,7 +135,7 @@ func exampleSetup() (*client.Client, *exampleRouter, func()) {
 	if err := routes.Validate(); err != nil {
 		log.Fatal(err)
 	}
-	dec, err := processor.NewDecider(processor.Config{EventID: eventid.DefaultConfig(), Routes: routes, MaxValueBytes: 1 << 20, NoRoute: "skip"})
+	dec, err := decide.NewDecider(decide.Config{EventID: eventid.DefaultConfig(), Routes: routes, MaxValueBytes: 1 << 20, NoRoute: "skip"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -3,13 +3,13 @@ package client
 import (
 	"context"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // LedgerEntry is what the routers' ledger holds for one workflow ID: its
 // state, the payload hash it was claimed with, its run, and the conflicts
 // recorded for it.
-type LedgerEntry = processor.LedgerEntry
+type LedgerEntry = decide.LedgerEntry
 
 // LedgerReader reads the routers' ledger; the client never writes it.
 // sink/ledger/ledgerread.Reader is PostgreSQL's (read-only sessions), and

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // Status is what became of one workflow of an event.
@@ -60,7 +60,7 @@ func (h *Handle) Status(ctx context.Context) ([]Status, error) {
 		if err != nil {
 			return nil, err
 		}
-		st.Conflict = claimVerdict(e, ok, &w.hash).Verdict == processor.VerdictConflict
+		st.Conflict = claimVerdict(e, ok, &w.hash).Verdict == decide.VerdictConflict
 		out[i] = st
 	}
 	return out, nil
@@ -84,7 +84,7 @@ func (h *Handle) Result(ctx context.Context, out any) error {
 		return fmt.Errorf("event %s: %w: ask Client.Result for one of %v", h.EventID, ErrSeveralWorkflows, h.WorkflowIDs())
 	}
 	w := h.Workflows[0]
-	if rt := h.c.cfg.Routes.RouteOf(w.ID); rt != nil && rt.Mode == processor.ModeSignal {
+	if rt := h.c.cfg.Routes.RouteOf(w.ID); rt != nil && rt.Mode == decide.ModeSignal {
 		return fmt.Errorf("%w: %s", ErrSignalDelivery, w.ID)
 	}
 	return h.c.result(ctx, w, &w.hash, out)
@@ -115,7 +115,7 @@ func (c *Client) Result(ctx context.Context, workflowID string, out any) error {
 	if err != nil {
 		return err
 	}
-	if rt := c.cfg.Routes.RouteOf(workflowID); rt != nil && rt.Mode == processor.ModeSignal {
+	if rt := c.cfg.Routes.RouteOf(workflowID); rt != nil && rt.Mode == decide.ModeSignal {
 		return fmt.Errorf("%w: %s", ErrSignalDelivery, workflowID)
 	}
 	return c.result(ctx, w, nil, out)
@@ -150,12 +150,12 @@ func (c *Client) canStatus() error {
 	return nil
 }
 
-// claimVerdict is the router's verdict (processor.ClaimVerdict) on a copy
+// claimVerdict is the router's verdict (decide.ClaimVerdict) on a copy
 // of the workflow ID with payload hash (nil: any payload, the entry's)
 // against the ledger's entry as it stands (ok: the ledger has one; if
 // not, the copy would claim the ID).
-func claimVerdict(e LedgerEntry, ok bool, hash *[32]byte) processor.Claimed {
-	v, _ := processor.ClaimVerdict(e.State, !ok || hash == nil || e.PayloadHash == *hash, !ok, e.Generation)
+func claimVerdict(e LedgerEntry, ok bool, hash *[32]byte) decide.Claimed {
+	v, _ := decide.ClaimVerdict(e.State, !ok || hash == nil || e.PayloadHash == *hash, !ok, e.Generation)
 	return v
 }
 
@@ -240,12 +240,12 @@ func (c *Client) result(ctx context.Context, w Workflow, hash *[32]byte, out any
 		}
 		e, ok := entries[w.ID]
 		switch {
-		case claimVerdict(e, ok, hash).Verdict == processor.VerdictConflict:
+		case claimVerdict(e, ok, hash).Verdict == decide.VerdictConflict:
 			return &ConflictError{EventID: e.EventID, WorkflowIDs: []string{w.ID}}
-		case ok && e.State == processor.LedgerDeadLettered:
+		case ok && e.State == decide.LedgerDeadLettered:
 			return fmt.Errorf("%s: %w", w.ID, ErrNotStarted)
 		}
-		if ok && e.State == processor.LedgerStarted {
+		if ok && e.State == decide.LedgerStarted {
 			break
 		}
 		if err := backOff(); err != nil {

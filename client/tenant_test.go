@@ -7,7 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/client"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/tenantsig"
 )
@@ -64,7 +64,7 @@ func TestPrepareRefusesATenantWithoutTheKeyring(t *testing.T) {
 	} {
 		_, err := public.Prepare(r)
 		var invalid *client.InvalidEventError
-		if !errors.As(err, &invalid) || invalid.Reason != string(processor.ReasonForgedTenant) {
+		if !errors.As(err, &invalid) || invalid.Reason != string(decide.ReasonForgedTenant) {
 			t.Errorf("public client, %s: %v, want *InvalidEventError forged_tenant", name, err)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/internal/testsupport/workload"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // Records dead-lettered for having no route are replayed with
@@ -39,7 +39,7 @@ func TestDLQReplayAfterRouteAdded(t *testing.T) {
 		t.Fatalf("dead letters %v, want 60 no_route", got)
 	}
 
-	cfg.Routes = append(cfg.Routes, processor.Route{ID: "audit-archive", Match: processor.Match{Type: "audit.logged"}, WorkflowType: "RunActivityWorkflow", TaskQueue: "e2e"})
+	cfg.Routes = append(cfg.Routes, decide.Route{ID: "audit-archive", Match: decide.Match{Type: "audit.logged"}, WorkflowType: "RunActivityWorkflow", TaskQueue: "e2e"})
 	path := e.writeConfig(cfg)
 	replay := func(args ...string) string {
 		out, err := exec.Command(dedupBin, append([]string{"dlq", "replay", "--config", path}, args...)...).CombinedOutput()

@@ -14,7 +14,7 @@ import (
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/internal/testsupport/pgcluster"
 	"github.com/dedupio/dedup/internal/testsupport/workload"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -82,8 +82,8 @@ func ledgerFailover(t *testing.T, sync bool) {
 			t.Errorf("an allow_* route under asynchronous replication: %q, want a refusal naming routes[2] and postgres.accept_async_replication", refused)
 		}
 		reject := cfg
-		reject.Routes = append(processor.Routes{}, cfg.Routes...)
-		reject.Routes[2].IDReusePolicy = processor.ReuseRejectDuplicate
+		reject.Routes = append(decide.Routes{}, cfg.Routes...)
+		reject.Routes[2].IDReusePolicy = decide.ReuseRejectDuplicate
 		if refused := startupError(t, reject); !strings.Contains(refused, "postgres.retention 0 keeps started rows forever") || strings.Contains(refused, "routes[") {
 			t.Errorf("reject_duplicate routes, the ledger kept forever: %q, want a refusal naming postgres.retention only", refused)
 		}

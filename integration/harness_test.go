@@ -27,7 +27,7 @@ import (
 	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/internal/testsupport/workload"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -230,10 +230,10 @@ func (e *env) config() app.Config {
 	cfg.Kafka.CommitInterval = 200 * time.Millisecond
 	cfg.Kafka.MaxPollRecords = 500
 	cfg.Retry.Max = time.Second
-	cfg.Routes = processor.Routes{
-		{ID: "order-confirmation", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: "RunActivityWorkflow", TaskQueue: "e2e"},
-		{ID: "welcome-email", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "e2e"},
-		{ID: "crm-sync", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "e2e", IDReusePolicy: processor.ReuseAllowDuplicateFailedOnly},
+	cfg.Routes = decide.Routes{
+		{ID: "order-confirmation", Match: decide.Match{Type: workload.TypeOrder}, WorkflowType: "RunActivityWorkflow", TaskQueue: "e2e"},
+		{ID: "welcome-email", Match: decide.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "e2e"},
+		{ID: "crm-sync", Match: decide.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "e2e", IDReusePolicy: decide.ReuseAllowDuplicateFailedOnly},
 	}
 	cfg.Postgres.URL = e.dbURL
 	cfg.Temporal.HostPort = stack.Temporal.HostPort()

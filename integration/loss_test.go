@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/internal/testsupport/workload"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -51,7 +51,7 @@ func TestPendingRowThenConflictOnOtherPartition(t *testing.T) {
 		ev.orig = mk(ev.id, int32(i), ev.origData)
 		ev.conflict = mk(ev.id, int32(1-i), ev.conflictData)
 	}
-	wid := func(ev *event) string { return processor.WorkflowID("order-confirmation", ev.id) }
+	wid := func(ev *event) string { return decide.WorkflowID("order-confirmation", ev.id) }
 
 	// 1. The originals, claimed by a router that dies before starting them.
 	e.produce(&workload.Workload{Records: []*kgo.Record{events[0].orig, events[1].orig}})
@@ -209,7 +209,7 @@ func (e *env) workflowsWithConflicts(w *workload.Workload, dead []*kgo.Record) (
 	}
 	bad := 0
 	for _, c := range w.ConflictSets {
-		id := processor.WorkflowID("order-confirmation", c.Event.ID)
+		id := decide.WorkflowID("order-confirmation", c.Event.ID)
 		in := e.workflowInput(id)
 		winner := c.VariantOf(in.Data)
 		if winner < 0 {

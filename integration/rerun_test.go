@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/worker"
 )
@@ -54,8 +54,8 @@ func TestRerunRetriesWhatFailed(t *testing.T) {
 	cfg.Routes = nil
 	for _, c := range cases {
 		s.set("/"+c.name, c.first)
-		cfg.Routes = append(cfg.Routes, processor.Route{ID: "rerun-" + c.name, Match: processor.Match{Type: "rerun." + c.name},
-			WorkflowType: worker.RunActivityWorkflowName, TaskQueue: queue, IDReusePolicy: processor.ReuseAllowDuplicateFailedOnly,
+		cfg.Routes = append(cfg.Routes, decide.Route{ID: "rerun-" + c.name, Match: decide.Match{Type: "rerun." + c.name},
+			WorkflowType: worker.RunActivityWorkflowName, TaskQueue: queue, IDReusePolicy: decide.ReuseAllowDuplicateFailedOnly,
 			Definition: &schemas.ActivityDefinition{ActivityTimeoutSeconds: 5, MaxAttempts: c.maxAttempts,
 				Tasks: []schemas.TaskSpec{{Type: "webhook", URL: s.url("/" + c.name)}}}})
 	}

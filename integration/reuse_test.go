@@ -16,7 +16,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/dedupio/dedup/internal/testsupport/workload"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -44,10 +44,10 @@ func TestReusePoliciesWithARealWorker(t *testing.T) {
 	defer w.Stop()
 
 	cfg := e.config()
-	cfg.Routes = processor.Routes{
-		{ID: "once", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: "Flaky", TaskQueue: queue},
-		{ID: "retry", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: "Flaky", TaskQueue: queue,
-			IDReusePolicy: processor.ReuseAllowDuplicateFailedOnly},
+	cfg.Routes = decide.Routes{
+		{ID: "once", Match: decide.Match{Type: workload.TypeOrder}, WorkflowType: "Flaky", TaskQueue: queue},
+		{ID: "retry", Match: decide.Match{Type: workload.TypeOrder}, WorkflowType: "Flaky", TaskQueue: queue,
+			IDReusePolicy: decide.ReuseAllowDuplicateFailedOnly},
 	}
 	const events = 40 // every fourth fails
 	var recs []*kgo.Record

@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
@@ -101,7 +101,7 @@ func TestScheduleOverlapSkipHoldsOneRunOpen(t *testing.T) {
 		tick("2026-03-01T" + at + ":00.5Z")
 	}
 	id := func(activity, at string) string {
-		return processor.WorkflowID(activity, "2026-03-01T"+at+":00+00:00")
+		return decide.WorkflowID(activity, "2026-03-01T"+at+":00+00:00")
 	}
 	for i, at := range slots {
 		want := "none"

@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -73,7 +73,7 @@ func (e *env) scheduler(cfg schedule.Config, clock schedule.Clock, hooks schedul
 	return s
 }
 
-func slotID(at string) string { return processor.WorkflowID(schedActivity, at) }
+func slotID(at string) string { return decide.WorkflowID(schedActivity, at) }
 
 // Scheduled fires on the real Temporal server, run by the real
 // RunActivityWorkflow: two replicas ticking together, a replica that
@@ -181,8 +181,8 @@ func TestScheduleAndScheduledForRouteAgree(t *testing.T) {
 	e := newEnv(t, 1)
 	ctx := context.Background()
 	cfg := e.config()
-	cfg.Routes = append(cfg.Routes, processor.Route{ID: schedActivity, Match: processor.Match{Type: "report.due"},
-		WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "sched", Key: processor.KeyScheduledFor})
+	cfg.Routes = append(cfg.Routes, decide.Route{ID: schedActivity, Match: decide.Match{Type: "report.due"},
+		WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "sched", Key: decide.KeyScheduledFor})
 	produce := func(id, at string) {
 		rec := &kgo.Record{Topic: e.topic, Value: []byte(`{"specversion":"1.0","id":"` + id + `","source":"crond","type":"report.due","data":{"scheduled_for":"` + at + `"}}`)}
 		if err := e.kcl.ProduceSync(ctx, rec).FirstErr(); err != nil {

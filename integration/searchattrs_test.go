@@ -18,7 +18,7 @@ import (
 
 	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/sink/starter"
 )
@@ -92,7 +92,7 @@ func TestStartedWorkflowsAreFoundByTheirRecordInTemporal(t *testing.T) {
 	e.waitCommitted(time.Minute)
 
 	for id, off := range offsets {
-		wid := processor.WorkflowID("order-confirmation", id)
+		wid := decide.WorkflowID("order-confirmation", id)
 		for _, q := range []string{
 			fmt.Sprintf(`DedupEventId = %q`, id),
 			fmt.Sprintf(`DedupKafkaTopic = %q AND DedupKafkaPartition = 0 AND DedupKafkaOffset = %d`, e.topic, off),
@@ -179,7 +179,7 @@ func runsWithoutSearchAttributes(t *testing.T, ns string, mode starter.SearchAtt
 	e.produceOrders(string(mode), 2)
 	e.waitCommitted(time.Minute)
 	for i := range 2 {
-		wid := processor.WorkflowID("order-confirmation", fmt.Sprintf("%s-%d", mode, i))
+		wid := decide.WorkflowID("order-confirmation", fmt.Sprintf("%s-%d", mode, i))
 		// Describe reads the run's mutable state: no visibility lag.
 		d, err := e.tc.DescribeWorkflowExecution(context.Background(), wid, "")
 		if err != nil {
@@ -205,7 +205,7 @@ func TestScheduledRunsAreFoundByTheirSlotInTemporal(t *testing.T) {
 		t.Fatal("no scheduled run found by DedupRoute and DedupIdRule in 30 s of a per-second trigger")
 	}
 	wid := got[0]
-	slot, err := time.Parse(time.RFC3339, strings.TrimPrefix(wid, processor.WorkflowID(schedActivity, "")))
+	slot, err := time.Parse(time.RFC3339, strings.TrimPrefix(wid, decide.WorkflowID(schedActivity, "")))
 	if err != nil {
 		t.Fatalf("the slot of %s: %v", wid, err)
 	}
@@ -223,7 +223,7 @@ func TestScheduledRunsAreFoundByTheirSlotInTemporal(t *testing.T) {
 	// visibility keeps a Datetime as text with its fraction, which an
 	// equality with a literal that has none does not match.
 	for _, q := range []string{
-		fmt.Sprintf(`DedupEventId = "schedule/report/%s"`, processor.ScheduledForKey(slot)),
+		fmt.Sprintf(`DedupEventId = "schedule/report/%s"`, decide.ScheduledForKey(slot)),
 		fmt.Sprintf(`DedupScheduledFor >= %q AND DedupScheduledFor < %q`, slot.Format(time.RFC3339), slot.Add(time.Second).Format(time.RFC3339)),
 	} {
 		if found := e.findWorkflows(q, 1); len(found) != 1 || found[0] != wid {
@@ -237,7 +237,7 @@ func TestScheduledRunsAreFoundByTheirSlotInTemporal(t *testing.T) {
 func TestEntityWorkflowsCarryTheirRouteOnly(t *testing.T) {
 	e := newEnv(t, 1)
 	cfg := e.config()
-	cfg.Routes = processor.Routes{signalRoute("sig-"+e.namespace, "")} // no worker: the run stays open
+	cfg.Routes = decide.Routes{signalRoute("sig-"+e.namespace, "")} // no worker: the run stays open
 	var recs []*kgo.Record
 	for i := range 2 {
 		recs = append(recs, &kgo.Record{Topic: e.topic, Partition: 0,

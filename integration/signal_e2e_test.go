@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/worker/signals"
 	"github.com/dedupio/dedup/worker/signals/example"
 )
@@ -101,7 +101,7 @@ func TestSignalEndToEnd(t *testing.T) {
 	}
 
 	cfg := e.config()
-	cfg.Routes = processor.Routes{{ID: "orders", Mode: processor.ModeSignal, Match: processor.Match{Type: "order.*"},
+	cfg.Routes = decide.Routes{{ID: "orders", Mode: decide.ModeSignal, Match: decide.Match{Type: "order.*"},
 		WorkflowIDTemplate: "order-{data.order_id}", WorkflowType: example.WorkflowName, TaskQueue: queue}}
 	cfg.Kafka.MaxPollRecords = 50
 	cfg.Starts.MarkInterval = 200 * time.Millisecond // marks lag the signals: more of them are in the crash's window
@@ -237,7 +237,7 @@ func TestSignalEndToEnd(t *testing.T) {
 		var state string
 		var attempts int
 		if err := e.led.Pool().QueryRow(ctx, `SELECT state, attempts FROM dedup_ledger WHERE workflow_id = $1`,
-			processor.DeliveryKey("orders", ev)).Scan(&state, &attempts); err != nil {
+			decide.DeliveryKey("orders", ev)).Scan(&state, &attempts); err != nil {
 			t.Fatal(err)
 		}
 		if state != "started" || attempts < 2 {

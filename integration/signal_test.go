@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/starter"
@@ -83,8 +84,8 @@ func startEntityWorker(t *testing.T, e *env, queue string) {
 
 // signalRoute is the lab's signal route: entity.* events go to the entity
 // workflow ent-{data.entity}.
-func signalRoute(queue string, policy processor.ReusePolicy) processor.Route {
-	return processor.Route{ID: "entities", Mode: processor.ModeSignal, Match: processor.Match{Type: "entity.*"},
+func signalRoute(queue string, policy decide.ReusePolicy) decide.Route {
+	return decide.Route{ID: "entities", Mode: decide.ModeSignal, Match: decide.Match{Type: "entity.*"},
 		WorkflowIDTemplate: "ent-{data.entity}", WorkflowType: "Entity", TaskQueue: queue, IDReusePolicy: policy}
 }
 
@@ -188,21 +189,21 @@ func TestSignalWhatTemporalDedups(t *testing.T) {
 		got := e.settledSignals(entity, run)
 		var want []signal
 		for _, ev := range events {
-			want = append(want, signal{ev, starter.SignalRequestID(processor.DeliveryKey("entities", ev))})
+			want = append(want, signal{ev, starter.SignalRequestID(decide.DeliveryKey("entities", ev))})
 		}
 		if !slices.Equal(got, want) {
 			t.Fatalf("run %s has signals %v, want %v", run, got, want)
 		}
 	}
-	deliver := func(event, typ string, policy processor.ReusePolicy) (processor.StartResult, error) {
+	deliver := func(event, typ string, policy decide.ReusePolicy) (processor.StartResult, error) {
 		t.Helper()
-		rts := processor.Routes{signalRoute(queue, policy)}
+		rts := decide.Routes{signalRoute(queue, policy)}
 		if err := rts.Validate(); err != nil {
 			t.Fatal(err)
 		}
 		rt := rts[0]
 		ev := eventid.Event{ID: event, Rule: eventid.RuleField, Type: typ, Data: json.RawMessage(`{"entity":"1"}`)}
-		req := processor.NewSignalRequest(&rt, &ev, entity)
+		req := decide.NewSignalRequest(&rt, &ev, entity)
 		// Transient errors are retried, as the router does: a new run of
 		// one ID within a second of the last one's start is refused for a
 		// while (history.workflowIdReuseMinimalInterval).
@@ -215,7 +216,7 @@ func TestSignalWhatTemporalDedups(t *testing.T) {
 	}
 	mustDeliver := func(event, typ string) processor.StartResult {
 		t.Helper()
-		res, err := deliver(event, typ, processor.ReuseAllowDuplicate)
+		res, err := deliver(event, typ, decide.ReuseAllowDuplicate)
 		if err != nil {
 			t.Fatalf("delivering %s: %v", event, err)
 		}
@@ -273,11 +274,11 @@ func TestSignalWhatTemporalDedups(t *testing.T) {
 	// 5. Under reject_duplicate: the closed run 3 was started by e4's
 	// request ID, so its re-send is answered as delivered (no new run); a
 	// new event cannot be delivered at all (permanent: dead-lettered).
-	res, err := deliver("e4", entityClose, processor.ReuseRejectDuplicate)
+	res, err := deliver("e4", entityClose, decide.ReuseRejectDuplicate)
 	if err != nil || res.RunID != run3 || !res.AlreadyStarted {
 		t.Errorf("e4 re-sent under reject_duplicate: %+v, %v; want run %s, delivered", res, err, run3)
 	}
-	if _, err := deliver("e5", entityEvent, processor.ReuseRejectDuplicate); !processor.IsPermanent(err) {
+	if _, err := deliver("e5", entityEvent, decide.ReuseRejectDuplicate); !processor.IsPermanent(err) {
 		t.Errorf("e5 to the closed entity under reject_duplicate: %v, want a permanent error", err)
 	}
 	if _, cur := e.runStatus(entity, ""); cur != run3 {
@@ -295,7 +296,7 @@ func TestSignalRouteEachEventOnce(t *testing.T) {
 	queue := "sig-" + e.namespace
 	startEntityWorker(t, e, queue)
 	cfg := e.config()
-	cfg.Routes = processor.Routes{signalRoute(queue, "")}
+	cfg.Routes = decide.Routes{signalRoute(queue, "")}
 	const n, k = 60, 6
 	var recs []*kgo.Record
 	want := map[string][]string{} // entity -> its event IDs
@@ -363,7 +364,7 @@ func TestSignalCrashBetweenSignalAndMark(t *testing.T) {
 	queue := "sig-" + e.namespace
 	startEntityWorker(t, e, queue)
 	cfg := e.config()
-	cfg.Routes = processor.Routes{signalRoute(queue, "")}
+	cfg.Routes = decide.Routes{signalRoute(queue, "")}
 	cfg.Kafka.MaxPollRecords = 50
 	cfg.Starts.MarkInterval = 200 * time.Millisecond // marks lag the signals: more of them are in the window
 	cfg.Admin.Listen = "127.0.0.1:0"

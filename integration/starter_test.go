@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/starter"
@@ -25,8 +26,8 @@ import (
 func TestStarterAlreadyStartedIsSuccess(t *testing.T) {
 	e := newEnv(t, 1)
 	st := starter.New(e.tc, starter.Config{Namespace: e.namespace, StartTimeout: 10 * time.Second})
-	req := processor.StartRequest{WorkflowID: "activity-a:evt-1", WorkflowType: "RunActivityWorkflow", TaskQueue: "nobody",
-		ReusePolicy: processor.ReuseRejectDuplicate, Input: schemas.WorkflowInput{EventID: "evt-1"}}
+	req := decide.StartRequest{WorkflowID: "activity-a:evt-1", WorkflowType: "RunActivityWorkflow", TaskQueue: "nobody",
+		ReusePolicy: decide.ReuseRejectDuplicate, Input: schemas.WorkflowInput{EventID: "evt-1"}}
 	ctx := context.Background()
 	first, err := st.Start(ctx, req)
 	if err != nil || first.AlreadyStarted || first.RunID == "" {
@@ -35,10 +36,10 @@ func TestStarterAlreadyStartedIsSuccess(t *testing.T) {
 	// (Under the allow_* policies a start of the same claim is answered by
 	// request ID, which Temporal reports as started: the run ID says it
 	// is the first run.)
-	for _, policy := range []processor.ReusePolicy{processor.ReuseRejectDuplicate, processor.ReuseAllowDuplicateFailedOnly, processor.ReuseAllowDuplicate} {
+	for _, policy := range []decide.ReusePolicy{decide.ReuseRejectDuplicate, decide.ReuseAllowDuplicateFailedOnly, decide.ReuseAllowDuplicate} {
 		req.ReusePolicy = policy
 		again, err := st.Start(ctx, req)
-		if err != nil || again.RunID != first.RunID || (policy == processor.ReuseRejectDuplicate && !again.AlreadyStarted) {
+		if err != nil || again.RunID != first.RunID || (policy == decide.ReuseRejectDuplicate && !again.AlreadyStarted) {
 			t.Fatalf("%s: second start of a running workflow: %+v %v, want run %s", policy, again, err, first.RunID)
 		}
 	}
@@ -46,7 +47,7 @@ func TestStarterAlreadyStartedIsSuccess(t *testing.T) {
 	if err := e.tc.TerminateWorkflow(ctx, req.WorkflowID, "", "test"); err != nil {
 		t.Fatal(err)
 	}
-	req.ReusePolicy = processor.ReuseRejectDuplicate
+	req.ReusePolicy = decide.ReuseRejectDuplicate
 	if again, err := st.Start(ctx, req); err != nil || !again.AlreadyStarted || again.RunID != first.RunID {
 		t.Fatalf("reject_duplicate after termination: %+v %v, want the first run", again, err)
 	}
@@ -54,7 +55,7 @@ func TestStarterAlreadyStartedIsSuccess(t *testing.T) {
 	// Under allow_duplicate_failed_only, a re-drive of the same claim
 	// (generation 1) finds its run even once it closed as failed; only the
 	// next generation (a re-run the ledger handed out) starts anew, once.
-	req.WorkflowID, req.ReusePolicy = "activity-b:evt-1", processor.ReuseAllowDuplicateFailedOnly
+	req.WorkflowID, req.ReusePolicy = "activity-b:evt-1", decide.ReuseAllowDuplicateFailedOnly
 	gen1, err := st.Start(ctx, req)
 	if err != nil || gen1.AlreadyStarted {
 		t.Fatalf("allow_duplicate_failed_only, first start: %+v %v", gen1, err)
@@ -62,13 +63,13 @@ func TestStarterAlreadyStartedIsSuccess(t *testing.T) {
 	if err := e.tc.TerminateWorkflow(ctx, req.WorkflowID, "", "test"); err != nil {
 		t.Fatal(err)
 	}
-	for _, policy := range []processor.ReusePolicy{processor.ReuseAllowDuplicateFailedOnly, processor.ReuseAllowDuplicate} {
+	for _, policy := range []decide.ReusePolicy{decide.ReuseAllowDuplicateFailedOnly, decide.ReuseAllowDuplicate} {
 		req.ReusePolicy = policy
 		if again, err := st.Start(ctx, req); err != nil || again.RunID != gen1.RunID {
 			t.Fatalf("%s: re-drive of generation 1 after termination: %+v %v, want run %s", policy, again, err, gen1.RunID)
 		}
 	}
-	req.ReusePolicy, req.Generation = processor.ReuseAllowDuplicateFailedOnly, 2
+	req.ReusePolicy, req.Generation = decide.ReuseAllowDuplicateFailedOnly, 2
 	gen2, err := st.Start(ctx, req)
 	if err != nil || gen2.AlreadyStarted || gen2.RunID == gen1.RunID {
 		t.Fatalf("generation 2 after a failed run: %+v %v, want a new run", gen2, err)
@@ -111,13 +112,13 @@ func TestStarterAlreadyStartedIsSuccess(t *testing.T) {
 // made small per namespace (limitsDynamic).
 func TestStarterRunLimitsAreTransientOversizeIsPermanent(t *testing.T) {
 	ctx := context.Background()
-	rts := processor.Routes{signalRoute("nobody", processor.ReuseAllowDuplicate)}
+	rts := decide.Routes{signalRoute("nobody", decide.ReuseAllowDuplicate)}
 	if err := rts.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	delivery := func(entity, event string, data []byte) processor.StartRequest {
+	delivery := func(entity, event string, data []byte) decide.StartRequest {
 		ev := eventid.Event{ID: event, Rule: eventid.RuleField, Type: entityEvent, Data: data}
-		return processor.NewSignalRequest(&rts[0], &ev, entity)
+		return decide.NewSignalRequest(&rts[0], &ev, entity)
 	}
 	small := json.RawMessage(`{"n":1}`)
 
@@ -152,7 +153,7 @@ func TestStarterRunLimitsAreTransientOversizeIsPermanent(t *testing.T) {
 	t.Run("history count", func(t *testing.T) {
 		h := newEnvIn(t, 1, nsHistoryLimit)
 		st = starter.New(h.tc, starter.Config{Namespace: h.namespace, StartTimeout: 10 * time.Second})
-		var refused processor.StartRequest
+		var refused decide.StartRequest
 		first := ""
 		for i := 0; refused.Signal == nil; i++ {
 			if i > 20 {

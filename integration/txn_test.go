@@ -17,6 +17,7 @@ import (
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/internal/testsupport/workload"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // Transactional producers on the source topic, end to end: committed and
@@ -49,7 +50,7 @@ type txnTopic struct {
 	oc, oa *kgo.Client
 }
 
-func (x *txnTopic) wid(id string) string { return processor.WorkflowID("order-confirmation", id) }
+func (x *txnTopic) wid(id string) string { return decide.WorkflowID("order-confirmation", id) }
 
 // txnProducer is a transactional client of the env's topic.
 func (e *env) txnProducer(name string) *kgo.Client {

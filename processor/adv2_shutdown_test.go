@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // A recheck re-submitted after the drain is queued for workers that are
@@ -35,7 +37,7 @@ func TestAdv2ShutdownWaitsRevokeTimeoutForARecheckQueuedAfterTheDrain(t *testing
 	const n = 10
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
-	cfg.Routes[0].IDReusePolicy = ReuseAllowDuplicateFailedOnly
+	cfg.Routes[0].IDReusePolicy = decide.ReuseAllowDuplicateFailedOnly
 	id := func(i int) string { return fmt.Sprintf("x%02d", i) }
 	for i := 0; i < n; i++ {
 		e.produce(0, id(i), "v")

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // Shutdown while Temporal hangs (or fails transiently) and the start queue
@@ -30,7 +32,7 @@ func TestAdvShutdownHangsWhenTheStartQueueIsFull(t *testing.T) {
 	routes := []string{"ra", "rb", "rc"}
 	cfg.Routes = nil
 	for _, id := range routes {
-		cfg.Routes = append(cfg.Routes, Route{ID: id, Match: Match{Type: testType}, WorkflowType: "W", TaskQueue: "q"})
+		cfg.Routes = append(cfg.Routes, decide.Route{ID: id, Match: decide.Match{Type: testType}, WorkflowType: "W", TaskQueue: "q"})
 	}
 	var releases []func()
 	releaseAll := func() {
@@ -42,7 +44,7 @@ func TestAdvShutdownHangsWhenTheStartQueueIsFull(t *testing.T) {
 	ids := []string{"a", "b", "c", "d"}
 	for _, id := range ids {
 		for _, rt := range routes {
-			releases = append(releases, e.starter.block(WorkflowID(rt, id)))
+			releases = append(releases, e.starter.block(decide.WorkflowID(rt, id)))
 		}
 	}
 	for _, id := range ids {

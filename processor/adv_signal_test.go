@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // ADVERSARY FINDING: a signal route's template can render an entity
@@ -27,15 +29,15 @@ import (
 func TestAdvSignalTemplateRendersIntoStartRouteIDs(t *testing.T) {
 	e := newTestEnv(t, 1, envOpt{})
 	cfg := e.config()
-	cfg.Routes = Routes{
-		{ID: "payments", Match: Match{Type: "payment.made"}, WorkflowType: "Pay", TaskQueue: "q"},
-		{ID: "refs", Mode: ModeSignal, Match: Match{Type: "ref.added"}, WorkflowType: "Ref", TaskQueue: "q",
+	cfg.Routes = decide.Routes{
+		{ID: "payments", Match: decide.Match{Type: "payment.made"}, WorkflowType: "Pay", TaskQueue: "q"},
+		{ID: "refs", Mode: decide.ModeSignal, Match: decide.Match{Type: "ref.added"}, WorkflowType: "Ref", TaskQueue: "q",
 			WorkflowIDTemplate: "{data.ref}"},
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("the config is accepted (the finding needs it to be): %v", err)
 	}
-	target := WorkflowID("payments", "p9") // activity-payments:p9
+	target := decide.WorkflowID("payments", "p9") // activity-payments:p9
 	// The signal event first (the fake Temporal cannot signal into a
 	// start route's run, which has no signal request IDs: the reverse
 	// order is the "unasked signal into an open Pay run" case).
@@ -78,10 +80,10 @@ func TestAdvSignalTemplateRendersIntoStartRouteIDs(t *testing.T) {
 // different workflow types or signal names are detectable at load and
 // should be a config error naming both routes.
 func TestAdvSignalTwoRoutesOneEntityTwoTypes(t *testing.T) {
-	rs := Routes{
-		{ID: "orders", Mode: ModeSignal, Match: Match{Type: "order.*"}, WorkflowType: "Order", TaskQueue: "q",
+	rs := decide.Routes{
+		{ID: "orders", Mode: decide.ModeSignal, Match: decide.Match{Type: "order.*"}, WorkflowType: "Order", TaskQueue: "q",
 			WorkflowIDTemplate: "order-{data.order_id}"},
-		{ID: "audit", Mode: ModeSignal, Match: Match{Type: "order.*"}, WorkflowType: "Audit", TaskQueue: "q",
+		{ID: "audit", Mode: decide.ModeSignal, Match: decide.Match{Type: "order.*"}, WorkflowType: "Audit", TaskQueue: "q",
 			WorkflowIDTemplate: "order-{data.order_id}", Signal: "audit"},
 	}
 	if err := rs.Validate(); err == nil {

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // claimBatch is a decoded and routed poll batch, on its way to the ledger:
 // one intent per (record, route), with its start request and its record.
 type claimBatch struct {
-	intents []Intent
+	intents []decide.Intent
 	starts  []startRef // intent i is decision starts[i].d's intent starts[i].j
 	owners  []*record
 	refused int // times the ledger's fence refused this batch
@@ -19,13 +21,13 @@ type claimBatch struct {
 // startRef points at one intent of a decision, whose start request is
 // built only if the intent is to start.
 type startRef struct {
-	d *Decision
+	d *decide.Decision
 	j int
 }
 
-func (s startRef) request() StartRequest { return s.d.Start(s.j) }
+func (s startRef) request() decide.StartRequest { return s.d.Start(s.j) }
 
-func (s startRef) route() *Route { return s.d.Routes[s.j] }
+func (s startRef) route() *decide.Route { return s.d.Routes[s.j] }
 
 // entity is the intent's entity workflow ID (signal routes), else "".
 func (s startRef) entity() string {
@@ -54,7 +56,7 @@ type claimer struct {
 	// fenced answers the ledger's fence (committer.fenced): the refused
 	// partitions the router took again, with their new fences; it forgot
 	// the others.
-	fenced func(*FencedError) map[PartitionRef]Fence
+	fenced func(*FencedError) map[PartitionRef]decide.Fence
 
 	// The decision log samples duplicates: the first of each second is
 	// logged at info, with how many went unlogged before it (claim runs on
@@ -67,7 +69,7 @@ type claimer struct {
 // is queued, so the claim of the next batch overlaps with the starts of
 // this one.
 func (c *claimer) claim(ctx context.Context, b *claimBatch) {
-	var verdicts []Claimed
+	var verdicts []decide.Claimed
 	start := time.Now()
 	err := c.health.retry(ctx, OpClaim, func(ctx context.Context) error {
 		var err error
@@ -97,9 +99,9 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	var conflicts []deadLetter
 	// Counted per batch, not per intent: a replay claims a million a
 	// minute.
-	var counts [VerdictConflict + 1]float64
+	var counts [decide.VerdictConflict + 1]float64
 	defer func() {
-		for v := VerdictNew; v <= VerdictConflict; v++ {
+		for v := decide.VerdictNew; v <= decide.VerdictConflict; v++ {
 			if counts[v] > 0 {
 				c.m.intents.WithLabelValues(v.String()).Add(counts[v])
 			}
@@ -108,13 +110,13 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	for i, cl := range verdicts {
 		in, rec, v := &b.intents[i], b.owners[i], cl.Verdict
 		switch {
-		case v == VerdictNew || v == VerdictRedrive:
+		case v == decide.VerdictNew || v == decide.VerdictRedrive:
 			req := b.starts[i].request()
 			req.Generation = cl.Generation
 			if c.starts.submit(ctx, rec, req, false) {
 				// Another copy's start is in flight here: this one finishes
 				// with it, and Temporal hears of it once.
-				counts[VerdictDuplicate]++
+				counts[decide.VerdictDuplicate]++
 				c.duplicate(in, "start_in_flight")
 				continue
 			}
@@ -126,11 +128,11 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 			}
 			c.log.Info("decision", "decision", v.String(), "workflow_id", in.WorkflowID, "event_id", in.EventID, "rule", in.IDRule,
 				"topic", in.Topic, "partition", in.Partition, "offset", in.Offset, "generation", cl.Generation)
-		case v == VerdictConflict:
+		case v == decide.VerdictConflict:
 			// Logged by the dead-letter writer once the dead letter is
 			// written (decision "conflict").
 			counts[v]++
-			conflicts = append(conflicts, deadLetter{rec: rec, reason: ReasonConflict, workflow: in.WorkflowID,
+			conflicts = append(conflicts, deadLetter{rec: rec, reason: decide.ReasonConflict, workflow: in.WorkflowID,
 				err:     fmt.Errorf("workflow %s was claimed with another payload; not started", in.WorkflowID),
 				eventID: in.EventID, rule: in.IDRule})
 		case b.starts[i].route().MayRerun():
@@ -156,7 +158,7 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 // except those of partitions taken again (again: their new fence), and
 // returns the batch of the others, or nil if none is left. A batch refused
 // three times abandons its refused pieces whatever again says.
-func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef]Fence) *claimBatch {
+func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef]decide.Fence) *claimBatch {
 	rest := claimBatch{refused: b.refused + 1}
 	for i := range b.intents {
 		in := b.intents[i]
@@ -184,7 +186,7 @@ func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef
 // what the copy is a duplicate of: a started row ("started", or
 // "started_rerun_check" under an allow_* policy, which asks Temporal next)
 // or a start in flight in this router ("start_in_flight").
-func (c *claimer) duplicate(in *Intent, ledger string) {
+func (c *claimer) duplicate(in *decide.Intent, ledger string) {
 	if now := time.Now(); now.Sub(c.dupLoggedAt) >= time.Second {
 		c.log.Info("decision", "decision", "duplicate", "sampled", true, "not_logged_since_last_sample", c.dupUnlogged,
 			"ledger", ledger, "workflow_id", in.WorkflowID, "event_id", in.EventID, "rule", in.IDRule,

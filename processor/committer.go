@@ -5,54 +5,15 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
-
-type topicPartition struct {
-	topic     string
-	partition int32
-}
-
-// partition is the committer's state for one partition the router owns.
-type partition struct {
-	tp        topicPartition
-	ctx       context.Context // cancelled when the partition is revoked or lost
-	cancel    context.CancelFunc
-	tr        *tracker
-	inFlight  int   // records tracked and not ended; guarded by inFlight.mu
-	committed int64 // offset last committed by us; -1 none
-	revoking  bool  // no new records are taken
-	// assignedAt is the group's committed offset at assignment; -1 none.
-	assignedAt int64
-	watch      *watched // this assignment in the lag watch
-	// epoch is this assignment's ownership in the ledger (Ledger.Own),
-	// carried by every claim and mark of its records (fence); it changes
-	// when the router takes the partition again (committer.fenced).
-	group string
-	epoch atomic.Int64
-}
-
-// fence is the partition's ownership as its records' writes carry it now.
-func (p *partition) fence() Fence { return Fence{Group: p.group, Epoch: p.epoch.Load()} }
-
-// record is one polled Kafka record while it is in flight. Its pieces of
-// work (one per intent, or one dead-letter write) each end once, through
-// committer.end; the record finishes when the last one ends.
-type record struct {
-	part     *partition
-	kr       *kgo.Record
-	offset   int64
-	epoch    int32
-	pending  int  // pieces of work not yet ended; guarded by inFlight.mu
-	failed   bool // something was abandoned: never committable; guarded by inFlight.mu
-	finished bool // set by the tracker
-}
 
 // committer owns partition membership and offsets. Its guarantee: an offset
 // is committed only when every record before it in its partition finished
@@ -340,14 +301,14 @@ func (c *committer) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 			"partitions", assigned, "err", err)
 		return
 	}
-	fences := make(map[topicPartition]Fence, len(refs))
+	fences := make(map[topicPartition]decide.Fence, len(refs))
 	var refused []PartitionRef
 	for i, ref := range refs {
 		if epochs[i] == 0 {
 			refused = append(refused, ref)
 			continue
 		}
-		fences[topicPartition{ref.Topic, ref.Partition}] = Fence{Group: c.cfg.Group, Epoch: epochs[i]}
+		fences[topicPartition{ref.Topic, ref.Partition}] = decide.Fence{Group: c.cfg.Group, Epoch: epochs[i]}
 	}
 	if len(refused) > 0 {
 		c.confirm(ctx, member, gen, refused, fences)
@@ -467,10 +428,10 @@ func (c *committer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int
 // An assignment newer than the refused fence is left alone. Calls are
 // serialised, so that the claimer and the marker, refused together, take
 // a partition again once.
-func (c *committer) fenced(e *FencedError) map[PartitionRef]Fence {
+func (c *committer) fenced(e *FencedError) map[PartitionRef]decide.Fence {
 	c.fenceMu.Lock()
 	defer c.fenceMu.Unlock()
-	out := map[PartitionRef]Fence{}
+	out := map[PartitionRef]decide.Fence{}
 	var cands []*partition
 	c.mu.Lock()
 	for _, st := range e.Stale {
@@ -542,7 +503,7 @@ func (c *committer) fenced(e *FencedError) map[PartitionRef]Fence {
 // to the assignment of generation gen (a later generation holds them):
 // those it assigns to this member are taken all the same (Confirmed) and
 // added to fences; the others are left out (this member is stale).
-func (c *committer) confirm(ctx context.Context, member string, gen int32, refused []PartitionRef, fences map[topicPartition]Fence) {
+func (c *committer) confirm(ctx context.Context, member string, gen int32, refused []PartitionRef, fences map[topicPartition]decide.Fence) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	mine, _ := c.assignedToMe(dctx)
@@ -566,7 +527,7 @@ func (c *committer) confirm(ctx context.Context, member string, gen int32, refus
 	}
 	for i, ref := range confirmed {
 		if epochs[i] != 0 {
-			fences[topicPartition{ref.Topic, ref.Partition}] = Fence{Group: c.cfg.Group, Epoch: epochs[i]}
+			fences[topicPartition{ref.Topic, ref.Partition}] = decide.Fence{Group: c.cfg.Group, Epoch: epochs[i]}
 		}
 	}
 }

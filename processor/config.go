@@ -12,6 +12,7 @@ import (
 	"github.com/dedupio/dedup/connect/clienttls"
 	"github.com/dedupio/dedup/connect/dialguard"
 	"github.com/dedupio/dedup/connect/kafkasasl"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/tenantsig"
 )
@@ -114,7 +115,7 @@ type Config struct {
 	// EventID, Routes, Starts and Retry are top-level sections of the
 	// config file.
 	EventID eventid.Config `yaml:"-"`
-	Routes  Routes         `yaml:"-"`
+	Routes  decide.Routes  `yaml:"-"`
 	Starts  StartConfig    `yaml:"-"`
 	Retry   RetryConfig    `yaml:"-"`
 }
@@ -264,4 +265,11 @@ func (c *Config) FetchIsolation() kgo.Opt {
 // DeadLetterTopicFor names the dead-letter topic of a source topic.
 func (c *Config) DeadLetterTopicFor(source string) string {
 	return strings.ReplaceAll(c.DeadLetterTopic, "{topic}", source)
+}
+
+// Decide is the part of c a Decider reads (decide.Config): the event ID
+// rules, the routes, max_value_bytes, no_route and the tenant keyring.
+func (c *Config) Decide() decide.Config {
+	return decide.Config{EventID: c.EventID, Routes: c.Routes, MaxValueBytes: c.MaxValueBytes, NoRoute: c.NoRoute,
+		TenantKeysFile: c.TenantKeysFile, TenantKeys: c.TenantKeys}
 }

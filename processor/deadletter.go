@@ -14,39 +14,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 )
-
-// Reason is why a record was dead-lettered: the value of the dedup-reason
-// header, of the reason column of dedup_dead_letters and of the reason
-// label of dedup_dead_letters_total. Reasons lists every one.
-type Reason string
-
-// The decoder's reasons are eventid's (it cannot import this package);
-// the rest are the router's.
-const (
-	ReasonUndecodable              = Reason(eventid.ReasonUndecodable)  // not JSON, or a field of the wrong type
-	ReasonMissingType              = Reason(eventid.ReasonMissingType)  // no event type to route on
-	ReasonInvalidID                = Reason(eventid.ReasonInvalidID)    // an ID header or field that is present but unusable
-	ReasonNoID                     = Reason(eventid.ReasonNoID)         // no rule of the ID chain produced an ID
-	ReasonForgedTenant             = Reason(eventid.ReasonForgedTenant) // a dedup-tenant header without the ingress's signature
-	ReasonOversized         Reason = "oversized"                        // over max_value_bytes
-	ReasonConflict          Reason = "conflict"                         // the workflow ID was claimed with another payload
-	ReasonNoRoute           Reason = "no_route"                         // no route matches (no_route: dead_letter)
-	ReasonTemporalPermanent Reason = "temporal_permanent"               // Temporal refused the start for good
-)
-
-// Reasons is every dead-letter reason, in documentation order.
-var Reasons = []Reason{ReasonUndecodable, ReasonMissingType, ReasonInvalidID, ReasonNoID, ReasonForgedTenant, ReasonOversized,
-	ReasonConflict, ReasonNoRoute, ReasonTemporalPermanent}
 
 // deadLetter is one record to dead-letter: for per-workflow reasons
 // (conflict, temporal_permanent) workflow names the workflow; eventID and
 // rule, when the record decoded, are for the decision log only.
 type deadLetter struct {
 	rec           *record
-	reason        Reason
+	reason        decide.Reason
 	err           error
 	workflow      string
 	eventID, rule string
@@ -170,7 +147,7 @@ func (w *deadLetterWriter) putEach(ctx context.Context, dls []deadLetter) (errs 
 		// is acknowledged and logged (a redelivery that finds it written
 		// logs nothing). A conflict is its own decision.
 		decision := "dead_letter"
-		if f.Reason == string(ReasonConflict) {
+		if f.Reason == string(decide.ReasonConflict) {
 			decision = "conflict"
 		}
 		d := freshOut[i]

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/schemas"
@@ -86,7 +87,7 @@ func TestDeadLetterWithHeadersTooLargeForItsTopicIsWrittenSummarised(t *testing.
 		t.Fatalf("%d dead letters, want 1", len(dls))
 	}
 	dl := dls[0]
-	want := map[string]string{schemas.HeaderDLQReason: string(ReasonUndecodable), schemas.HeaderDLQTopic: testTopic,
+	want := map[string]string{schemas.HeaderDLQReason: string(decide.ReasonUndecodable), schemas.HeaderDLQTopic: testTopic,
 		schemas.HeaderDLQPartition: "0", schemas.HeaderDLQOffset: strconv.FormatInt(off, 10),
 		schemas.HeaderDLQValueDropped: "8", schemas.HeaderDLQKeyDropped: "1", schemas.HeaderDLQHeadersDropped: "40"}
 	for k, v := range want {
@@ -157,7 +158,7 @@ func TestReplayedCoordinatesEventKeepsItsIDOverRoundTrips(t *testing.T) {
 			} else {
 				off = e.produceRaw(0, raw)
 			}
-			w := WorkflowID(testRoute, fmt.Sprintf("%s/0/%d", testTopic, off))
+			w := decide.WorkflowID(testRoute, fmt.Sprintf("%s/0/%d", testTopic, off))
 			e.starter.failPermanent(w)
 			rn := e.start("r1", cfg)
 			e.waitCommittedToEnd(10 * time.Second)
@@ -167,8 +168,8 @@ func TestReplayedCoordinatesEventKeepsItsIDOverRoundTrips(t *testing.T) {
 				res, err := replay.Run(ctx, replay.Options{Brokers: e.cluster.ListenAddrs(), DeadLetterTopics: []string{testTopic + ".dlq"},
 					Idle: time.Second, Execute: true}, testLogger("replay"))
 				cancel()
-				fromSource := res.FromSource[string(ReasonTemporalPermanent)] == res.Replayed[string(ReasonTemporalPermanent)]
-				if err != nil || len(res.Refused) != 0 || res.Replayed[string(ReasonTemporalPermanent)] == 0 || fromSource != summarised {
+				fromSource := res.FromSource[string(decide.ReasonTemporalPermanent)] == res.Replayed[string(decide.ReasonTemporalPermanent)]
+				if err != nil || len(res.Refused) != 0 || res.Replayed[string(decide.ReasonTemporalPermanent)] == 0 || fromSource != summarised {
 					t.Fatalf("replay %d: %v %+v", i+1, err, res)
 				}
 				e.waitCommittedToEnd(10 * time.Second)
@@ -227,7 +228,7 @@ func TestDeadLetterSummaryFitsATopicThatTakesAKilobyte(t *testing.T) {
 	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if got := e.dlqReasons(); got[string(ReasonTemporalPermanent)] != 1 {
+	if got := e.dlqReasons(); got[string(decide.ReasonTemporalPermanent)] != 1 {
 		t.Errorf("dead letters by reason %v, want one temporal_permanent", got)
 	}
 }
@@ -258,7 +259,7 @@ func TestDeadLetterOfARecordCarryingDedupHeadersIsReplayedToItsSourceTopic(t *te
 	}
 	res, err := replay.Run(ctx, replay.Options{Brokers: e.cluster.ListenAddrs(), DeadLetterTopics: []string{testTopic + ".dlq"},
 		Idle: time.Second, Execute: true}, testLogger("replay"))
-	if err != nil || res.Replayed[string(ReasonUndecodable)] != 1 {
+	if err != nil || res.Replayed[string(decide.ReasonUndecodable)] != 1 {
 		t.Fatalf("replay: %v %+v", err, res)
 	}
 	if got, want := e.endsOf("audit")[0], int64(0); got != want {

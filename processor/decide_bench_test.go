@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // BenchmarkDecide decides the benchmark's mixed workload (256-byte
@@ -12,15 +13,15 @@ import (
 func BenchmarkDecide(b *testing.B) {
 	cfg := DefaultConfig()
 	cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = []string{"x:1"}, "g", []string{"t"}, "earliest"
-	cfg.Routes = Routes{
-		{ID: "order-confirmation", Match: Match{Type: workload.TypeOrder}, WorkflowType: "W", TaskQueue: "q"},
-		{ID: "welcome-email", Match: Match{Type: workload.TypeSignup}, WorkflowType: "W", TaskQueue: "q"},
-		{ID: "crm-sync", Match: Match{Type: workload.TypeSignup}, WorkflowType: "W", TaskQueue: "q"},
+	cfg.Routes = decide.Routes{
+		{ID: "order-confirmation", Match: decide.Match{Type: workload.TypeOrder}, WorkflowType: "W", TaskQueue: "q"},
+		{ID: "welcome-email", Match: decide.Match{Type: workload.TypeSignup}, WorkflowType: "W", TaskQueue: "q"},
+		{ID: "crm-sync", Match: decide.Match{Type: workload.TypeSignup}, WorkflowType: "W", TaskQueue: "q"},
 	}
 	if err := cfg.Validate(); err != nil {
 		b.Fatal(err)
 	}
-	d, err := NewDecider(cfg)
+	d, err := decide.NewDecider(cfg.Decide())
 	if err != nil {
 		b.Fatal(err)
 	}

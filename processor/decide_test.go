@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/tenantsig"
 	"github.com/dedupio/dedup/schemas"
@@ -25,10 +26,10 @@ func TestDecide(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = []string{"x:1"}, "g", []string{testTopic}, "earliest"
 		cfg.MaxValueBytes = 200
-		cfg.Routes = Routes{
-			{ID: "a1", Match: Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"},
-			{ID: "a2", Match: Match{Type: "order.*"}, WorkflowType: "W", TaskQueue: "q", IDReusePolicy: ReuseAllowDuplicate},
-			{ID: "cron", Match: Match{Type: "tick"}, WorkflowType: "W", TaskQueue: "q", Key: KeyScheduledFor},
+		cfg.Routes = decide.Routes{
+			{ID: "a1", Match: decide.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"},
+			{ID: "a2", Match: decide.Match{Type: "order.*"}, WorkflowType: "W", TaskQueue: "q", IDReusePolicy: decide.ReuseAllowDuplicate},
+			{ID: "cron", Match: decide.Match{Type: "tick"}, WorkflowType: "W", TaskQueue: "q", Key: decide.KeyScheduledFor},
 		}
 		return cfg
 	}
@@ -36,7 +37,7 @@ func TestDecide(t *testing.T) {
 		name       string
 		noRoute    string
 		value      string
-		deadLetter Reason
+		deadLetter decide.Reason
 		skipped    bool
 		workflows  string
 	}{
@@ -44,12 +45,12 @@ func TestDecide(t *testing.T) {
 		{name: "prefix route only", value: `{"id":"e2","type":"order.paid"}`, workflows: "activity-a2:e2"},
 		{name: "scheduled_for key", value: `{"specversion":"1.0","id":"e3","type":"tick","data":{"scheduled_for":"2026-03-01T10:00:00+01:00"}}`,
 			workflows: "activity-cron:2026-03-01T09:00:00+00:00"},
-		{name: "scheduled_for missing", value: `{"specversion":"1.0","id":"e4","type":"tick","data":{}}`, deadLetter: ReasonUndecodable},
-		{name: "not json", value: `nope`, deadLetter: ReasonUndecodable},
-		{name: "no type", value: `{"id":"e5"}`, deadLetter: ReasonMissingType},
-		{name: "oversized", value: `{"id":"e6","type":"order.created","data":"` + strings.Repeat("x", 300) + `"}`, deadLetter: ReasonOversized},
+		{name: "scheduled_for missing", value: `{"specversion":"1.0","id":"e4","type":"tick","data":{}}`, deadLetter: decide.ReasonUndecodable},
+		{name: "not json", value: `nope`, deadLetter: decide.ReasonUndecodable},
+		{name: "no type", value: `{"id":"e5"}`, deadLetter: decide.ReasonMissingType},
+		{name: "oversized", value: `{"id":"e6","type":"order.created","data":"` + strings.Repeat("x", 300) + `"}`, deadLetter: decide.ReasonOversized},
 		{name: "no route skipped", value: `{"id":"e7","type":"audit"}`, skipped: true},
-		{name: "no route dead-lettered", noRoute: "dead_letter", value: `{"id":"e8","type":"audit"}`, deadLetter: ReasonNoRoute},
+		{name: "no route dead-lettered", noRoute: "dead_letter", value: `{"id":"e8","type":"audit"}`, deadLetter: decide.ReasonNoRoute},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -60,7 +61,7 @@ func TestDecide(t *testing.T) {
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			d, err := NewDecider(cfg)
+			d, err := decide.NewDecider(cfg.Decide())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,9 +71,9 @@ func TestDecide(t *testing.T) {
 				wids = append(wids, in.WorkflowID)
 				hash := dec.Event.PayloadHash // a slot's claims hash the activity and the slot only
 				kind, slot := schemas.TriggerEvent, ""
-				if rt := dec.Routes[i]; rt.Key == KeyScheduledFor {
+				if rt := dec.Routes[i]; rt.Key == decide.KeyScheduledFor {
 					slot = strings.TrimPrefix(in.WorkflowID, "activity-"+rt.ID+":")
-					hash, kind = SlotPayloadHash(rt.ID, slot), schemas.TriggerCron
+					hash, kind = decide.SlotPayloadHash(rt.ID, slot), schemas.TriggerCron
 				}
 				st := dec.Start(i)
 				if in.Topic != testTopic || in.Partition != 2 || in.Offset != 9 || in.EventID != dec.Event.ID ||
@@ -213,7 +214,7 @@ func TestDecideWorkflowIDTooLong(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = []string{"x:1"}, "g", []string{testTopic}, "earliest"
 	cfg.EventID.MaxIDLength = 900
-	cfg.Routes = Routes{{ID: "550e8400-e29b-41d4-a716-446655440000", Match: Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
+	cfg.Routes = decide.Routes{{ID: "550e8400-e29b-41d4-a716-446655440000", Match: decide.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestDecideWorkflowIDTooLong(t *testing.T) {
 	if cfg.TenantKeys, err = tenantsig.Parse("kafka.tenant_keys_file", []byte("keys: [{id: k1, secret: dGVzdC10ZW5hbnQta2V5LTAxMjM0NTY3ODlhYmNkZWY=}]")); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDecider(cfg)
+	d, err := decide.NewDecider(cfg.Decide())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +236,7 @@ func TestDecideWorkflowIDTooLong(t *testing.T) {
 		}
 		return r
 	}
-	if dec := d.Decide(rec(strings.Repeat("t", eventid.MaxTenantLength))); dec.DeadLetter != ReasonInvalidID || !strings.Contains(fmt.Sprint(dec.Err), "1000") {
+	if dec := d.Decide(rec(strings.Repeat("t", eventid.MaxTenantLength))); dec.DeadLetter != decide.ReasonInvalidID || !strings.Contains(fmt.Sprint(dec.Err), "1000") {
 		t.Errorf("1,010-byte workflow ID: dead letter %q (%v), want invalid_id naming the limit", dec.DeadLetter, dec.Err)
 	}
 	if dec := d.Decide(rec("")); dec.DeadLetter != "" || len(dec.Intents) != 1 {

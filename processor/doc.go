@@ -2,18 +2,18 @@
 // turns records into exactly-once workflow starts.
 //
 // For each poll batch it decodes every record's envelope and stable event
-// ID (package eventid), maps the event to the routes it triggers (one
-// Intent per route, workflow ID activity-{route}:{event_id}), claims all the
-// batch's intents in the Ledger in one call, starts the new and re-driven
-// ones through the Starter with bounded concurrency, marks them started in
-// the ledger in batches, and commits offsets.
+// ID (package eventid), maps the event to the routes it triggers (package
+// decide: one Intent per route, workflow ID activity-{route}:{event_id}),
+// claims all the batch's intents in the Ledger in one call, starts the new
+// and re-driven ones through the Starter with bounded concurrency, marks
+// them started in the ledger in batches, and commits offsets.
 //
 // A signal route (mode: signal) delivers each event instead, as a signal,
 // into the entity workflow its workflow ID template names
 // (SignalWithStart): its intents are claimed under the delivery key
-// signal-{route}:{event_id} (DeliveryKey) with the same verdicts, and go
+// signal-{route}:{event_id} (decide.DeliveryKey) with the same verdicts, and go
 // through the same start pool, marker and commits; a delivered event is
-// never delivered again by the router (Route.MayRerun), and a re-driven
+// never delivered again by the router (decide.Route.MayRerun), and a re-driven
 // delivery carries one request ID, which Temporal drops within a run.
 // docs/signals.md.
 //

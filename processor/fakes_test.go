@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // In-memory stand-ins for the router's dependencies. They behave like the
@@ -35,13 +37,13 @@ func (f *failer) next() error {
 
 // Ledger row states: the router tests' short names of LedgerState's.
 const (
-	statePending      = LedgerPending
-	stateStarted      = LedgerStarted
-	stateDeadLettered = LedgerDeadLettered
+	statePending      = decide.LedgerPending
+	stateStarted      = decide.LedgerStarted
+	stateDeadLettered = decide.LedgerDeadLettered
 )
 
 type ledgerRow struct {
-	state      LedgerState
+	state      decide.LedgerState
 	hash       [32]byte
 	runID      string
 	generation int
@@ -56,7 +58,7 @@ type ledgerRow struct {
 type fakeLedger struct {
 	mu        sync.Mutex
 	rows      map[string]*ledgerRow
-	claims    [][]Intent // every successful Claim call's intents, in order
+	claims    [][]decide.Intent // every successful Claim call's intents, in order
 	calls     map[string]int
 	claimFail failer
 	markFail  failer
@@ -69,7 +71,7 @@ type fakeLedger struct {
 	// returns true the claim was in flight at the server already (as a
 	// statement sent before its context ended): it lands whatever the
 	// context says.
-	gate func(intents []Intent) bool
+	gate func(intents []decide.Intent) bool
 	// ownGate, if set, runs before each Own, outside the lock (a bump
 	// held up on its way to the server: a retry's backoff, a slow pool).
 	ownGate func(member string, parts []PartitionRef)
@@ -81,7 +83,7 @@ func ownerKey(group, topic string, partition int32) PartitionEpoch {
 
 // stale returns the fences of the writes that no longer hold, as the
 // ledger names them (under l.mu).
-func (l *fakeLedger) stale(n int, at func(i int) (string, int32, Fence)) *FencedError {
+func (l *fakeLedger) stale(n int, at func(i int) (string, int32, decide.Fence)) *FencedError {
 	var e FencedError
 	seen := map[PartitionEpoch]bool{}
 	for i := 0; i < n; i++ {
@@ -139,7 +141,7 @@ func newFakeLedger() *fakeLedger {
 }
 
 // seed puts a row in the ledger, as a previous run would have left it.
-func (l *fakeLedger) seed(wid string, state LedgerState, hash [32]byte) {
+func (l *fakeLedger) seed(wid string, state decide.LedgerState, hash [32]byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.rows[wid] = &ledgerRow{state: state, hash: hash, generation: 1}
@@ -163,7 +165,7 @@ func (l *fakeLedger) row(wid string) (runID string, generation int) {
 	return "", 0
 }
 
-func (l *fakeLedger) state(wid string) LedgerState {
+func (l *fakeLedger) state(wid string) decide.LedgerState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if r := l.rows[wid]; r != nil {
@@ -178,13 +180,13 @@ func (l *fakeLedger) callCount(name string) int {
 	return l.calls[name]
 }
 
-func (l *fakeLedger) claimLog() [][]Intent {
+func (l *fakeLedger) claimLog() [][]decide.Intent {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([][]Intent(nil), l.claims...)
+	return append([][]decide.Intent(nil), l.claims...)
 }
 
-func (l *fakeLedger) Claim(ctx context.Context, intents []Intent) ([]Claimed, error) {
+func (l *fakeLedger) Claim(ctx context.Context, intents []decide.Intent) ([]decide.Claimed, error) {
 	l.mu.Lock()
 	gate := l.gate
 	l.mu.Unlock()
@@ -200,7 +202,7 @@ func (l *fakeLedger) Claim(ctx context.Context, intents []Intent) ([]Claimed, er
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if e := l.stale(len(intents), func(i int) (string, int32, Fence) {
+	if e := l.stale(len(intents), func(i int) (string, int32, decide.Fence) {
 		return intents[i].Topic, intents[i].Partition, intents[i].Fence
 	}); e != nil {
 		return nil, e
@@ -212,16 +214,16 @@ func (l *fakeLedger) Claim(ctx context.Context, intents []Intent) ([]Claimed, er
 			inserted[in.WorkflowID] = true
 		}
 	}
-	out := make([]Claimed, len(intents))
+	out := make([]decide.Claimed, len(intents))
 	for i, in := range intents {
 		row := l.rows[in.WorkflowID]
 		var reclaims bool
-		out[i], reclaims = ClaimVerdict(row.state, row.hash == in.PayloadHash, inserted[in.WorkflowID], row.generation)
+		out[i], reclaims = decide.ClaimVerdict(row.state, row.hash == in.PayloadHash, inserted[in.WorkflowID], row.generation)
 		if reclaims {
-			row.state = LedgerPending
+			row.state = decide.LedgerPending
 		}
 	}
-	l.claims = append(l.claims, append([]Intent(nil), intents...))
+	l.claims = append(l.claims, append([]decide.Intent(nil), intents...))
 	return out, nil
 }
 
@@ -235,7 +237,7 @@ func (l *fakeLedger) MarkStarted(ctx context.Context, started []Started) error {
 	if err := ctx.Err(); err != nil { // as pgx does
 		return err
 	}
-	e := l.stale(len(started), func(i int) (string, int32, Fence) {
+	e := l.stale(len(started), func(i int) (string, int32, decide.Fence) {
 		return started[i].Topic, started[i].Partition, started[i].Fence
 	})
 	for _, s := range started {
@@ -266,7 +268,7 @@ func (l *fakeLedger) MarkDeadLettered(ctx context.Context, rows []DeadLettered) 
 	if err := ctx.Err(); err != nil { // as pgx does
 		return err
 	}
-	e := l.stale(len(rows), func(i int) (string, int32, Fence) { return rows[i].Topic, rows[i].Partition, rows[i].Fence })
+	e := l.stale(len(rows), func(i int) (string, int32, decide.Fence) { return rows[i].Topic, rows[i].Partition, rows[i].Fence })
 	for _, d := range rows {
 		if e != nil && e.Has(d.Topic, d.Partition, d.Fence) {
 			continue
@@ -379,7 +381,7 @@ func (d *fakeDeadLetterLog) byReason() map[string]int {
 // execution is one workflow run in the fake Temporal.
 type execution struct {
 	runID     string
-	req       StartRequest
+	req       decide.StartRequest
 	by        string // which router started it
 	failed    bool   // closed as failed (fail)
 	completed bool   // closed as completed (complete)
@@ -387,7 +389,7 @@ type execution struct {
 	// workflow's, started or signalled by SignalWithStart), and
 	// signalIDs the request IDs it recorded with them (Temporal's
 	// SignalRequestedIds: per run).
-	signals   []SignalRequest
+	signals   []decide.SignalRequest
 	signalIDs map[string]bool
 }
 
@@ -415,7 +417,7 @@ type fakeStarter struct {
 	lost       map[string]int // starts whose run is created and whose answer is lost
 	permanent  map[string]error
 	nextRun    int
-	sws        []StartRequest // SignalWithStart calls
+	sws        []decide.StartRequest // SignalWithStart calls
 }
 
 func newFakeStarter() *fakeStarter {
@@ -433,25 +435,25 @@ type namedStarter struct {
 	name string
 }
 
-func (n namedStarter) Start(ctx context.Context, req StartRequest) (StartResult, error) {
+func (n namedStarter) Start(ctx context.Context, req decide.StartRequest) (StartResult, error) {
 	return n.s.start(ctx, req, n.name)
 }
 
-func (n namedStarter) LastRun(ctx context.Context, ns, wid string) (Run, error) {
+func (n namedStarter) LastRun(ctx context.Context, ns, wid string) (decide.Run, error) {
 	return n.s.LastRun(ctx, ns, wid)
 }
 
 // LastRun describes wid's latest run (one namespace: ns is not looked at).
-func (s *fakeStarter) LastRun(ctx context.Context, _, wid string) (Run, error) {
+func (s *fakeStarter) LastRun(ctx context.Context, _, wid string) (decide.Run, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastRuns[wid]++
 	ex := s.executions[wid]
 	if len(ex) == 0 {
-		return Run{}, Permanent(fmt.Errorf("fake temporal: no workflow %s", wid))
+		return decide.Run{}, Permanent(fmt.Errorf("fake temporal: no workflow %s", wid))
 	}
 	last := ex[len(ex)-1]
-	return Run{ID: last.runID, Closed: last.closed(), Failed: last.failed, Generation: max(last.req.Generation, 1)}, nil
+	return decide.Run{ID: last.runID, Closed: last.closed(), Failed: last.failed, Generation: max(last.req.Generation, 1)}, nil
 }
 
 // fail closes wid's latest run as failed.
@@ -487,7 +489,7 @@ func (s *fakeStarter) lastRunCount(wid string) int {
 	return s.lastRuns[wid]
 }
 
-func (s *fakeStarter) Start(ctx context.Context, req StartRequest) (StartResult, error) {
+func (s *fakeStarter) Start(ctx context.Context, req decide.StartRequest) (StartResult, error) {
 	return s.start(ctx, req, "")
 }
 
@@ -527,10 +529,10 @@ func (s *fakeStarter) failPermanent(wid string) {
 
 // swsCalls are every SignalWithStart call, in order (retries and
 // re-drives included).
-func (s *fakeStarter) swsCalls() []StartRequest {
+func (s *fakeStarter) swsCalls() []decide.StartRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]StartRequest(nil), s.sws...)
+	return append([]decide.StartRequest(nil), s.sws...)
 }
 
 // signalsOf returns the event IDs every run of entity received, run by
@@ -573,7 +575,7 @@ func (s *fakeStarter) continueAsNew(entity string) {
 // run was started by this very request ID, else into a permanent error.
 // The request ID is the delivery key (sink/starter hashes it into a UUID:
 // equal keys, equal IDs). Called with s.mu held.
-func (s *fakeStarter) signalWithStart(req StartRequest, by string) (StartResult, error) {
+func (s *fakeStarter) signalWithStart(req decide.StartRequest, by string) (StartResult, error) {
 	entity, rid := req.Signal.WorkflowID, req.WorkflowID
 	s.sws = append(s.sws, req)
 	ex := s.executions[entity]
@@ -587,7 +589,7 @@ func (s *fakeStarter) signalWithStart(req StartRequest, by string) (StartResult,
 			last.signalIDs[rid] = true
 			return StartResult{RunID: last.runID, AlreadyStarted: true}, nil
 		}
-		follow := req.ReusePolicy == ReuseAllowDuplicate || req.ReusePolicy == ReuseAllowDuplicateFailedOnly && last.failed
+		follow := req.ReusePolicy == decide.ReuseAllowDuplicate || req.ReusePolicy == decide.ReuseAllowDuplicateFailedOnly && last.failed
 		if !follow {
 			if last.req.WorkflowID == rid {
 				return StartResult{RunID: last.runID, AlreadyStarted: true}, nil
@@ -597,12 +599,12 @@ func (s *fakeStarter) signalWithStart(req StartRequest, by string) (StartResult,
 	}
 	s.nextRun++
 	run := fmt.Sprintf("run-%d", s.nextRun)
-	s.executions[entity] = append(ex, execution{runID: run, req: req, by: by, signals: []SignalRequest{*req.Signal},
+	s.executions[entity] = append(ex, execution{runID: run, req: req, by: by, signals: []decide.SignalRequest{*req.Signal},
 		signalIDs: map[string]bool{rid: true}})
 	return StartResult{RunID: run}, nil
 }
 
-func (s *fakeStarter) start(ctx context.Context, req StartRequest, by string) (StartResult, error) {
+func (s *fakeStarter) start(ctx context.Context, req decide.StartRequest, by string) (StartResult, error) {
 	wid := req.WorkflowID
 	s.mu.Lock()
 	s.calls[wid]++
@@ -648,8 +650,8 @@ func (s *fakeStarter) start(ctx context.Context, req StartRequest, by string) (S
 		if max(last.req.Generation, 1) == max(req.Generation, 1) {
 			return StartResult{RunID: last.runID, AlreadyStarted: true}, nil
 		}
-		follow := last.closed() && (req.ReusePolicy == ReuseAllowDuplicate ||
-			req.ReusePolicy == ReuseAllowDuplicateFailedOnly && last.failed)
+		follow := last.closed() && (req.ReusePolicy == decide.ReuseAllowDuplicate ||
+			req.ReusePolicy == decide.ReuseAllowDuplicateFailedOnly && last.failed)
 		if !follow {
 			return StartResult{RunID: last.runID, AlreadyStarted: true}, nil
 		}
@@ -704,9 +706,9 @@ func (s *fakeStarter) heldCount(wid string) int {
 // NewFakeLedger is the fake ledger and a read of its rows, for the Ledger
 // contract suite (contract_test.go, package processor_test, runs
 // processor/ledgertest, which this package's own tests cannot import).
-func NewFakeLedger() (Ledger, func(ctx context.Context, workflowID string) (LedgerState, string, bool, error)) {
+func NewFakeLedger() (Ledger, func(ctx context.Context, workflowID string) (decide.LedgerState, string, bool, error)) {
 	l := newFakeLedger()
-	return l, func(_ context.Context, wid string) (LedgerState, string, bool, error) {
+	return l, func(_ context.Context, wid string) (decide.LedgerState, string, bool, error) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		r := l.rows[wid]

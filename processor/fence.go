@@ -4,24 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
-
-// Fence is the ownership a ledger write carries: the consumer group and
-// the epoch the ledger gave this router's assignment of the record's
-// partition (Ledger.Own). The ledger changes rows for a fenced write only
-// while the partition's epoch is still that one, checked in the same
-// statement as the write and ordered against the next owner's Own: a
-// router that lost the partition (a zombie after a long pause, or a claim
-// that was slow or retried across an ordinary revoke) cannot claim,
-// re-drive or mark a row after the new owner took over. The zero Fence
-// is an unfenced write (the scheduler's fires, which no partition owns).
-type Fence struct {
-	Group string
-	Epoch int64
-}
-
-// Fenced says whether the write carries a partition's ownership.
-func (f Fence) Fenced() bool { return f.Epoch != 0 }
 
 // Ownership is a router's claim to partitions, for Ledger.Own: its
 // consumer group, member ID and the group generation of the assignment.
@@ -75,7 +60,7 @@ func (e *FencedError) Error() string {
 }
 
 // Has says whether the refusal names the partition at that epoch.
-func (e *FencedError) Has(topic string, partition int32, f Fence) bool {
+func (e *FencedError) Has(topic string, partition int32, f decide.Fence) bool {
 	for _, p := range e.Stale {
 		if p.Topic == topic && p.Partition == partition && p.Group == f.Group && p.Epoch == f.Epoch {
 			return true

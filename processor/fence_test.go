@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // A claim that is slow across an ordinary revoke (a rebalance moves its
@@ -28,7 +30,7 @@ func TestClaimSlowAcrossARevokeChangesNoRowOfTheNewOwner(t *testing.T) {
 	defer releaseOnce.Do(func() { close(release) })
 	var held atomic.Int32
 	e.led.mu.Lock()
-	e.led.gate = func([]Intent) bool {
+	e.led.gate = func([]decide.Intent) bool {
 		if !blocking.Load() {
 			return false
 		}

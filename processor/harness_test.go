@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/schemas"
 )
@@ -34,7 +35,7 @@ const (
 )
 
 // wid is the workflow ID the test route gives event id.
-func wid(id string) string { return WorkflowID(testRoute, id) }
+func wid(id string) string { return decide.WorkflowID(testRoute, id) }
 
 // testEnv is one test's Kafka (kfake, one broker), ledger, dead-letter log
 // and Temporal (fakes).
@@ -106,7 +107,7 @@ func (e *testEnv) config() Config {
 	cfg.DrainTimeout = 2 * time.Second
 	cfg.LagInterval = 200 * time.Millisecond
 	cfg.Starts.Concurrency = 4
-	cfg.Routes = Routes{{ID: testRoute, Match: Match{Type: testType}, WorkflowType: "W", TaskQueue: "q"}}
+	cfg.Routes = decide.Routes{{ID: testRoute, Match: decide.Match{Type: testType}, WorkflowType: "W", TaskQueue: "q"}}
 	return cfg
 }
 

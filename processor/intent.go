@@ -1,64 +1,8 @@
 package processor
 
-import "fmt"
-
-// Intent is one workflow start that one record asks for: the unit the
-// ledger claims and the starter starts.
-type Intent struct {
-	WorkflowID  string
-	ActivityID  string
-	EventID     string
-	IDRule      string
-	PayloadHash [32]byte
-	Topic       string
-	Partition   int32
-	Offset      int64
-	// Fence is the ownership of the record's partition the claim
-	// carries (zero: unfenced, the scheduler's fires).
-	Fence Fence
-}
-
-// Verdict is the ledger's answer to a claim.
-type Verdict uint8
-
-const (
-	// VerdictNew is the first claim of this workflow ID; start it.
-	VerdictNew Verdict = iota + 1
-	// VerdictRedrive is a row claimed before but never marked started (a crash
-	// between claim and start, or a start still in flight elsewhere); start
-	// it again: the deterministic workflow ID makes that safe.
-	VerdictRedrive
-	// VerdictDuplicate is a row already started, or claimed earlier in the same
-	// batch; skip it.
-	VerdictDuplicate
-	// VerdictConflict is an ID claimed with a different payload; never
-	// start it, keep it for inspection.
-	VerdictConflict
+import (
+	"github.com/dedupio/dedup/processor/decide"
 )
-
-func (v Verdict) String() string {
-	switch v {
-	case VerdictNew:
-		return "new"
-	case VerdictRedrive:
-		return "redrive"
-	case VerdictDuplicate:
-		return "duplicate"
-	case VerdictConflict:
-		return "conflict"
-	}
-	return fmt.Sprintf("verdict(%d)", uint8(v))
-}
-
-// Claimed is the ledger's answer for one intent.
-type Claimed struct {
-	Verdict Verdict
-	// Generation is the run the claim is for, with VerdictNew (1) and
-	// VerdictRedrive: the starter derives the start's request ID from it.
-	// With VerdictDuplicate it is the generation of the recorded run (a
-	// re-run starts a later one).
-	Generation int
-}
 
 // Started reports a workflow start that Temporal accepted, or rejected as
 // already started.
@@ -72,7 +16,7 @@ type Started struct {
 	// holds (zero Fence: unfenced).
 	Topic     string
 	Partition int32
-	Fence     Fence
+	Fence     decide.Fence
 }
 
 // DeadLettered names a row whose start Temporal refused for good, for
@@ -82,5 +26,5 @@ type DeadLettered struct {
 	WorkflowID string
 	Topic      string
 	Partition  int32
-	Fence      Fence
+	Fence      decide.Fence
 }

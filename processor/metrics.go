@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // metrics are the router's Prometheus series. Labels are small fixed sets:
@@ -88,7 +90,7 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 	for d := Dependency(0); d < numDeps; d++ {
 		m.dependencyUp.WithLabelValues(d.String()).Set(1)
 	}
-	for _, r := range Reasons {
+	for _, r := range decide.Reasons {
 		m.deadLetters.WithLabelValues(string(r))
 	}
 	for _, k := range []string{"transient", "permanent"} {

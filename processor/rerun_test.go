@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // allow_duplicate_failed_only, end to end through the router: a
@@ -12,7 +14,7 @@ import (
 // two copies of it arrive together; under reject_duplicate a failed run is
 // never followed.
 func TestFailedOnlyRerunsOnceAfterAFailure(t *testing.T) {
-	for _, policy := range []ReusePolicy{ReuseAllowDuplicateFailedOnly, ReuseRejectDuplicate} {
+	for _, policy := range []decide.ReusePolicy{decide.ReuseAllowDuplicateFailedOnly, decide.ReuseRejectDuplicate} {
 		t.Run(string(policy), func(t *testing.T) {
 			e := newTestEnv(t, 2, envOpt{})
 			cfg := e.config()
@@ -39,13 +41,13 @@ func TestFailedOnlyRerunsOnceAfterAFailure(t *testing.T) {
 			e.produce(1, "x", "v")
 			e.waitCommittedToEnd(10 * time.Second)
 			want := 1
-			if policy == ReuseAllowDuplicateFailedOnly {
+			if policy == decide.ReuseAllowDuplicateFailedOnly {
 				want = 2
 			}
 			if runs() != want {
 				t.Fatalf("after a failed run and two redeliveries: %d runs, want %d", runs(), want)
 			}
-			if policy == ReuseAllowDuplicateFailedOnly {
+			if policy == decide.ReuseAllowDuplicateFailedOnly {
 				if g := e.starter.executionsOf(w)[1].req.Generation; g != 2 {
 					t.Errorf("second run's generation %d, want 2", g)
 				}
@@ -83,7 +85,7 @@ func TestFailedOnlyRerunsOnceAfterAFailure(t *testing.T) {
 func TestRerunWritesNothingBeforeItsStart(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
-	cfg.Routes[0].IDReusePolicy = ReuseAllowDuplicateFailedOnly
+	cfg.Routes[0].IDReusePolicy = decide.ReuseAllowDuplicateFailedOnly
 	w := wid("x")
 	e.produce(0, "x", "v")
 	rn := e.start("r1", cfg)
@@ -142,7 +144,7 @@ func TestRerunWritesNothingBeforeItsStart(t *testing.T) {
 // seen in the executions, and in the call counts even where the server
 // would refuse it.
 func TestDuplicatesNeverCallTemporalsStart(t *testing.T) {
-	for _, policy := range []ReusePolicy{ReuseRejectDuplicate, ReuseAllowDuplicateFailedOnly, ReuseAllowDuplicate} {
+	for _, policy := range []decide.ReusePolicy{decide.ReuseRejectDuplicate, decide.ReuseAllowDuplicateFailedOnly, decide.ReuseAllowDuplicate} {
 		t.Run(string(policy), func(t *testing.T) {
 			e := newTestEnv(t, 2, envOpt{})
 			cfg := e.config()
@@ -161,7 +163,7 @@ func TestDuplicatesNeverCallTemporalsStart(t *testing.T) {
 			if n := e.starter.callCount(w); n != 1 {
 				t.Fatalf("redeliveries of an open run: %d start calls, want 1", n)
 			}
-			if policy == ReuseRejectDuplicate {
+			if policy == decide.ReuseRejectDuplicate {
 				if n := e.starter.lastRunCount(w); n != 0 {
 					t.Errorf("reject_duplicate asked Temporal about the last run %d times, want 0", n)
 				}
@@ -172,13 +174,13 @@ func TestDuplicatesNeverCallTemporalsStart(t *testing.T) {
 			e.waitCommittedToEnd(10 * time.Second)
 			runs, calls := len(e.starter.executionsOf(w)), e.starter.callCount(w)
 			wantRuns, wantCalls := 1, 1
-			if policy == ReuseAllowDuplicate {
+			if policy == decide.ReuseAllowDuplicate {
 				wantRuns, wantCalls = 2, 2
 			}
 			if runs != wantRuns || calls != wantCalls {
 				t.Fatalf("after the run completed and a redelivery: %d runs, %d start calls, want %d and %d", runs, calls, wantRuns, wantCalls)
 			}
-			if policy == ReuseAllowDuplicate {
+			if policy == decide.ReuseAllowDuplicate {
 				if g := e.starter.executionsOf(w)[1].req.Generation; g != 2 {
 					t.Errorf("the re-run's generation %d, want 2", g)
 				}
@@ -200,7 +202,7 @@ func TestDuplicatesNeverCallTemporalsStart(t *testing.T) {
 func TestRerunCheckArrivingDuringARetriedRerunIsNotSwallowed(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
-	cfg.Routes[0].IDReusePolicy = ReuseAllowDuplicateFailedOnly
+	cfg.Routes[0].IDReusePolicy = decide.ReuseAllowDuplicateFailedOnly
 	cfg.Retry.Initial, cfg.Retry.Max = 300*time.Millisecond, 2*time.Second
 	w := wid("x")
 	e.produce(0, "x", "v")

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/connect/dialguard"
-	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // Hooks let tests stop the router at chosen points, the way a crash would.
@@ -50,7 +50,7 @@ type Hooks struct {
 type Router struct {
 	cfg     Config
 	log     *slog.Logger
-	decider *Decider
+	decider *decide.Decider
 	m       *metrics
 	cl      *kgo.Client
 
@@ -116,7 +116,7 @@ func New(cfg Config, o Options) (*Router, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	decider, err := NewDecider(cfg)
+	decider, err := decide.NewDecider(cfg.Decide())
 	if err != nil {
 		return nil, err
 	}
@@ -342,12 +342,12 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 	type polled struct {
 		kr  *kgo.Record
 		rec *record
-		d   Decision
+		d   decide.Decision
 	}
 	n := fetches.NumRecords()
 	var (
 		batch   = make([]polled, 0, n)
-		intents = make([]Intent, 0, n)
+		intents = make([]decide.Intent, 0, n)
 		starts  = make([]startRef, 0, n)
 		owners  = make([]*record, 0, n)
 		dead    []deadLetter
@@ -434,12 +434,4 @@ func parallel(n int, fn func(i int)) {
 		}()
 	}
 	wg.Wait()
-}
-
-func toEventRecord(kr *kgo.Record) eventid.Record {
-	hs := make([]eventid.Header, len(kr.Headers))
-	for i, h := range kr.Headers {
-		hs[i] = eventid.Header{Key: h.Key, Value: h.Value}
-	}
-	return eventid.Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Key: kr.Key, Value: kr.Value, Headers: hs}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // One execution per workflow ID, every ledger row started, every offset
@@ -79,10 +81,10 @@ func TestConflictingCopyBeforeOriginal(t *testing.T) {
 			t.Errorf("ledger state %q, want started", st)
 		}
 		dl := e.dlq.recorded()
-		if len(dl) != 1 || dl[0].Reason != string(ReasonConflict) || dl[0].Partition != pB || dl[0].Offset != offB {
+		if len(dl) != 1 || dl[0].Reason != string(decide.ReasonConflict) || dl[0].Partition != pB || dl[0].Offset != offB {
 			t.Errorf("dead letters %+v, want B (partition %d offset %d) as conflict", dl, pB, offB)
 		}
-		if got := e.dlqReasons(); len(got) != 1 || got[string(ReasonConflict)] != 1 {
+		if got := e.dlqReasons(); len(got) != 1 || got[string(decide.ReasonConflict)] != 1 {
 			t.Errorf("dead-letter topic holds %v, want one conflict", got)
 		}
 	}
@@ -315,10 +317,10 @@ func TestPermanentStartErrorWithWaiter(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	dl := e.dlq.recorded()
-	if len(dl) != 1 || dl[0].Reason != string(ReasonTemporalPermanent) || dl[0].Partition != 0 || dl[0].Offset != offOwner || dl[0].WorkflowID != w {
+	if len(dl) != 1 || dl[0].Reason != string(decide.ReasonTemporalPermanent) || dl[0].Partition != 0 || dl[0].Offset != offOwner || dl[0].WorkflowID != w {
 		t.Errorf("dead letters %+v, want the owner's, temporal_permanent", dl)
 	}
-	if got := e.dlqReasons(); len(got) != 1 || got[string(ReasonTemporalPermanent)] != 1 {
+	if got := e.dlqReasons(); len(got) != 1 || got[string(decide.ReasonTemporalPermanent)] != 1 {
 		t.Errorf("dead-letter topic holds %v, want one temporal_permanent", got)
 	}
 	if st := e.led.state(w); st != stateDeadLettered {
@@ -367,10 +369,10 @@ func TestDeadLetterWriteFailureHoldsTheOffset(t *testing.T) {
 			if err := rn.stop(); err != nil {
 				t.Fatalf("Run: %v", err)
 			}
-			if got := e.dlq.byReason(); len(got) != 1 || got[string(ReasonUndecodable)] != 1 {
+			if got := e.dlq.byReason(); len(got) != 1 || got[string(decide.ReasonUndecodable)] != 1 {
 				t.Errorf("dead-letter log holds %v, want one undecodable", got)
 			}
-			if got := e.dlqReasons(); len(got) != 1 || got[string(ReasonUndecodable)] != 1 {
+			if got := e.dlqReasons(); len(got) != 1 || got[string(decide.ReasonUndecodable)] != 1 {
 				t.Errorf("dead-letter topic holds %v, want one undecodable", got)
 			}
 			for _, id := range []string{"x", "y"} {
@@ -432,10 +434,10 @@ func TestDeadLetterWriteFailureHoldsTheOffset(t *testing.T) {
 		if err := rn.stop(); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		if got := e.dlq.byReason(); len(got) != 1 || got[string(ReasonUndecodable)] != 1 {
+		if got := e.dlq.byReason(); len(got) != 1 || got[string(decide.ReasonUndecodable)] != 1 {
 			t.Errorf("dead-letter log holds %v, want one undecodable", got)
 		}
-		if got := e.dlqReasons(); len(got) != 1 || got[string(ReasonUndecodable)] != 1 {
+		if got := e.dlqReasons(); len(got) != 1 || got[string(decide.ReasonUndecodable)] != 1 {
 			t.Errorf("dead-letter topic holds %v, want one undecodable", got)
 		}
 	})
@@ -608,7 +610,7 @@ func TestPermanentStartErrorCommitsOnlyOnceTheRowIsDeadLettered(t *testing.T) {
 			if st := e.led.state(w); st != stateDeadLettered {
 				t.Errorf("row %q after the redelivery, want dead_lettered", st)
 			}
-			if got := e.dlqReasons(); len(got) != 1 || got[string(ReasonTemporalPermanent)] != 1 {
+			if got := e.dlqReasons(); len(got) != 1 || got[string(decide.ReasonTemporalPermanent)] != 1 {
 				t.Errorf("dead-letter topic holds %v, want one temporal_permanent (written once)", got)
 			}
 		})

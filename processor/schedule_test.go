@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -14,7 +15,7 @@ import (
 func TestScheduledForRouteDoubleFireIsADuplicate(t *testing.T) {
 	e := newTestEnv(t, 1, envOpt{})
 	cfg := e.config()
-	cfg.Routes = Routes{{ID: "report", Match: Match{Type: "report.due"}, WorkflowType: "W", TaskQueue: "q", Key: KeyScheduledFor}}
+	cfg.Routes = decide.Routes{{ID: "report", Match: decide.Match{Type: "report.due"}, WorkflowType: "W", TaskQueue: "q", Key: decide.KeyScheduledFor}}
 	e.produceRaw(0, []byte(`{"specversion":"1.0","id":"cron-a-1","source":"cron-a","type":"report.due","data":{"scheduled_for":"2026-03-01T09:00:00Z","fired_by":"a"}}`))
 	e.produceRaw(0, []byte(`{"specversion":"1.0","id":"cron-b-7","source":"cron-b","type":"report.due","data":{"scheduled_for":"2026-03-01T10:00:00+01:00","fired_by":"b"}}`))
 	rn := e.start("r1", cfg)
@@ -35,7 +36,7 @@ func TestScheduledForRouteDoubleFireIsADuplicate(t *testing.T) {
 	if dl := e.dlq.recorded(); len(dl) != 0 {
 		t.Errorf("dead letters: %+v", dl)
 	}
-	if SlotPayloadHash("report", "2026-03-01T09:00:00+00:00") == SlotPayloadHash("report2", "2026-03-01T09:00:00+00:00") {
+	if decide.SlotPayloadHash("report", "2026-03-01T09:00:00+00:00") == decide.SlotPayloadHash("report2", "2026-03-01T09:00:00+00:00") {
 		t.Error("slot hash ignores the activity")
 	}
 }

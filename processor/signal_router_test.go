@@ -9,13 +9,15 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // signalConfig is the env's config with one signal route: order.* events
 // go to the entity workflow order-{data.order_id}.
-func (e *testEnv) signalConfig(policy ReusePolicy) Config {
+func (e *testEnv) signalConfig(policy decide.ReusePolicy) Config {
 	cfg := e.config()
-	cfg.Routes = Routes{{ID: "orders", Mode: ModeSignal, Match: Match{Type: "order.*"}, WorkflowType: "Order", TaskQueue: "q",
+	cfg.Routes = decide.Routes{{ID: "orders", Mode: decide.ModeSignal, Match: decide.Match{Type: "order.*"}, WorkflowType: "Order", TaskQueue: "q",
 		WorkflowIDTemplate: "order-{data.order_id}", IDReusePolicy: policy}}
 	return cfg
 }
@@ -57,7 +59,7 @@ func TestSignalRouteDeliversEachEventOnce(t *testing.T) {
 		}
 	}
 	for i := range n {
-		key := DeliveryKey("orders", fmt.Sprintf("e%d", i))
+		key := decide.DeliveryKey("orders", fmt.Sprintf("e%d", i))
 		run, _ := e.led.row(key)
 		entity := fmt.Sprintf("order-o%d", i%k)
 		if st := e.led.state(key); st != stateStarted || run != e.starter.executionsOf(entity)[0].runID {
@@ -87,7 +89,7 @@ func TestSignalRouteDeliversEachEventOnce(t *testing.T) {
 	e.produceRaw(0, orderEvent("e0", "o0", "other"))
 	e.produceRaw(1, orderEvent("e0", "o1", "v"))
 	e.waitCommittedToEnd(10 * time.Second)
-	if got := e.dlqReasons(); got[string(ReasonConflict)] != 2 || len(got) != 1 {
+	if got := e.dlqReasons(); got[string(decide.ReasonConflict)] != 2 || len(got) != 1 {
 		t.Errorf("dead letters %v, want 2 conflicts", got)
 	}
 	if c := len(e.starter.swsCalls()); c != n {
@@ -116,7 +118,7 @@ func testSignalRedrive(t *testing.T, continued bool) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDecider(cfg)
+	d, err := decide.NewDecider(cfg.Decide())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +161,7 @@ func testSignalRedrive(t *testing.T, continued bool) {
 // reject_duplicate it cannot be delivered and is dead-lettered
 // (temporal_permanent), its row dead_lettered. Neither asks LastRun.
 func TestSignalToAClosedEntity(t *testing.T) {
-	for _, policy := range []ReusePolicy{"", ReuseRejectDuplicate} {
+	for _, policy := range []decide.ReusePolicy{"", decide.ReuseRejectDuplicate} {
 		name := string(policy)
 		if name == "" {
 			name = "default_allow_duplicate"
@@ -178,7 +180,7 @@ func TestSignalToAClosedEntity(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := e.starter.signalsOf("order-o1")
-			key2 := DeliveryKey("orders", "e2")
+			key2 := decide.DeliveryKey("orders", "e2")
 			if policy == "" {
 				if len(got) != 2 || !slices.Equal(got[0], []string{"e1"}) || !slices.Equal(got[1], []string{"e2"}) {
 					t.Errorf("runs received %v, want [e1] then a new run [e2]", got)
@@ -190,11 +192,11 @@ func TestSignalToAClosedEntity(t *testing.T) {
 				if len(got) != 1 || !slices.Equal(got[0], []string{"e1"}) {
 					t.Errorf("runs received %v, want [e1] only", got)
 				}
-				if e.led.state(key2) != stateDeadLettered || e.dlqReasons()[string(ReasonTemporalPermanent)] != 1 {
+				if e.led.state(key2) != stateDeadLettered || e.dlqReasons()[string(decide.ReasonTemporalPermanent)] != 1 {
 					t.Errorf("e2: ledger %q, dead letters %v; want dead_lettered, one temporal_permanent", e.led.state(key2), e.dlqReasons())
 				}
 			}
-			if c := e.starter.lastRunCount(DeliveryKey("orders", "e1")) + e.starter.lastRunCount("order-o1"); c != 0 {
+			if c := e.starter.lastRunCount(decide.DeliveryKey("orders", "e1")) + e.starter.lastRunCount("order-o1"); c != 0 {
 				t.Errorf("%d LastRun calls", c)
 			}
 		})

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // job is one workflow start and the records that wait on it. Its fields
@@ -13,7 +15,7 @@ import (
 // holding the job reads.
 type job struct {
 	rec   *record // the owner: the copy whose start this is
-	req   StartRequest
+	req   decide.StartRequest
 	runID string
 	// check: the workflow was started before; start it again only if its
 	// last run closed the way the reuse policy allows (rerun).
@@ -26,7 +28,7 @@ type job struct {
 	// with its generation) when this job is a check: if the check decides
 	// not to re-run, the job starts that instead, so a waiter that needs a
 	// start never finishes without one.
-	startReq *StartRequest
+	startReq *decide.StartRequest
 	// waiters are the other copies of the same workflow (same batch or a
 	// later one) that asked while this start was in flight: they finish
 	// with it instead of calling Temporal again.
@@ -44,7 +46,7 @@ type job struct {
 // recheck is a check copy waiting for a job to end, with its own request.
 type recheck struct {
 	rec *record
-	req StartRequest
+	req decide.StartRequest
 }
 
 // startPool starts workflows with starts.concurrency workers and marks them
@@ -74,7 +76,7 @@ type startPool struct {
 	end     func(rec *record, ok bool)
 	// fenced answers the ledger's fence (committer.fenced): the refused
 	// partitions the router took again, with their new fences.
-	fenced func(*FencedError) map[PartitionRef]Fence
+	fenced func(*FencedError) map[PartitionRef]decide.Fence
 	// workCtx ends when the router stops working (after the drain);
 	// markCtx a little later, after the marker's final flush.
 	workCtx context.Context
@@ -116,7 +118,7 @@ func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, led
 // ctx is the caller's: if it ends while the start queue is full (the
 // claimer at shutdown, with Temporal hanging), the job is abandoned
 // uncommitted rather than holding the shutdown up.
-func (s *startPool) submit(ctx context.Context, rec *record, req StartRequest, check bool) (waits bool) {
+func (s *startPool) submit(ctx context.Context, rec *record, req decide.StartRequest, check bool) (waits bool) {
 	s.mu.Lock()
 	if j := s.starting[req.WorkflowID]; j != nil {
 		if check && (!j.check || j.checking) {
@@ -290,7 +292,7 @@ func (s *startPool) delivered(j *job, res StartResult) {
 // the next copy's LastRun sees the run it made, if any, and acts on that.
 // It reports whether j goes on to start; otherwise j is done.
 func (s *startPool) rerun(ctx context.Context, j *job) bool {
-	var run Run
+	var run decide.Run
 	err := s.health.retry(ctx, OpStart, func(ctx context.Context) error {
 		var err error
 		run, err = s.starter.LastRun(ctx, j.req.Namespace, j.req.WorkflowID)
@@ -350,7 +352,7 @@ func (s *startPool) startInstead(j *job) bool {
 // row, Temporal refuses again, the dead-letter log says the record was
 // written (no second write), and the mark is tried again.
 func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
-	err := s.dlq.put(ctx, []deadLetter{{rec: j.rec, reason: ReasonTemporalPermanent, err: cause, workflow: j.req.WorkflowID,
+	err := s.dlq.put(ctx, []deadLetter{{rec: j.rec, reason: decide.ReasonTemporalPermanent, err: cause, workflow: j.req.WorkflowID,
 		eventID: j.req.EventID(), rule: j.req.IDRule()}})
 	if err == nil {
 		// The job leaves the in-flight map before the mark: once the row
@@ -409,7 +411,7 @@ func (s *startPool) marker() {
 			}
 			err := s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkStarted(ctx, started) })
 			f, fenced := IsFenced(err)
-			var again map[PartitionRef]Fence
+			var again map[PartitionRef]decide.Fence
 			if fenced && try < 3 {
 				again = s.fenced(f)
 			}

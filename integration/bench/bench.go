@@ -52,6 +52,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/testsupport/workload"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
@@ -233,11 +234,11 @@ func (e *Env) produce(ctx context.Context, recs []*kgo.Record) error {
 
 // routes are the benchmark's: order.created to one activity, user.signed_up
 // to two, as in the tests.
-func routes() processor.Routes {
-	return processor.Routes{
-		{ID: "order-confirmation", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
-		{ID: "welcome-email", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
-		{ID: "crm-sync", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
+func routes() decide.Routes {
+	return decide.Routes{
+		{ID: "order-confirmation", Match: decide.Match{Type: workload.TypeOrder}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
+		{ID: "welcome-email", Match: decide.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
+		{ID: "crm-sync", Match: decide.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
 	}
 }
 
@@ -269,7 +270,7 @@ type timedStarter struct {
 	events  map[string]time.Time // event ID -> its first workflow's start
 }
 
-func (s *timedStarter) Start(ctx context.Context, req processor.StartRequest) (processor.StartResult, error) {
+func (s *timedStarter) Start(ctx context.Context, req decide.StartRequest) (processor.StartResult, error) {
 	s.calls.Add(1)
 	res, err := s.inner.Start(ctx, req)
 	if err == nil {
@@ -288,7 +289,7 @@ func (s *timedStarter) Start(ctx context.Context, req processor.StartRequest) (p
 
 // LastRun is the inner starter's (the benchmark's routes reject
 // duplicates: it is never called).
-func (s *timedStarter) LastRun(ctx context.Context, namespace, workflowID string) (processor.Run, error) {
+func (s *timedStarter) LastRun(ctx context.Context, namespace, workflowID string) (decide.Run, error) {
 	return s.inner.LastRun(ctx, namespace, workflowID)
 }
 
@@ -366,20 +367,20 @@ func (e *Env) pollCost(ctx context.Context, group, topic string, n int) (time.Du
 
 // workflowIDs are the workflow IDs the routes make of records, computed
 // with the router's own decoder and routes (for pre-filling a ledger).
-func workflowIDs(recs []*kgo.Record) ([]processor.Intent, error) {
+func workflowIDs(recs []*kgo.Record) ([]decide.Intent, error) {
 	dec, rs := decoderAndRoutes()
 	seen := map[string]bool{}
-	var out []processor.Intent
+	var out []decide.Intent
 	for _, kr := range recs {
 		ev, err := dec.Decode(toEventRecord(kr))
 		if err != nil {
 			continue
 		}
 		for _, r := range rs.Match(&ev) {
-			id := processor.WorkflowID(r.ID, ev.ID)
+			id := decide.WorkflowID(r.ID, ev.ID)
 			if !seen[id] {
 				seen[id] = true
-				out = append(out, processor.Intent{WorkflowID: id, ActivityID: r.ID, EventID: ev.ID, IDRule: string(ev.Rule),
+				out = append(out, decide.Intent{WorkflowID: id, ActivityID: r.ID, EventID: ev.ID, IDRule: string(ev.Rule),
 					PayloadHash: ev.PayloadHash, Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset})
 			}
 		}
@@ -390,7 +391,7 @@ func workflowIDs(recs []*kgo.Record) ([]processor.Intent, error) {
 // prefill inserts intents as started rows with COPY (the state a ledger is
 // in after they were processed), so that a replay of their records is
 // all-duplicate without first starting them in Temporal.
-func prefill(ctx context.Context, pool *pgxpool.Pool, intents []processor.Intent) error {
+func prefill(ctx context.Context, pool *pgxpool.Pool, intents []decide.Intent) error {
 	rows := make([][]any, len(intents))
 	for i, in := range intents {
 		rows[i] = []any{in.WorkflowID, in.ActivityID, in.EventID, in.IDRule, in.PayloadHash[:], in.Topic, in.Partition, in.Offset, "started", "prefilled"}
@@ -406,11 +407,11 @@ func prefill(ctx context.Context, pool *pgxpool.Pool, intents []processor.Intent
 }
 
 // synthetic makes n intents with fresh IDs (the shape of real ones).
-func synthetic(prefix string, n int) []processor.Intent {
-	out := make([]processor.Intent, n)
+func synthetic(prefix string, n int) []decide.Intent {
+	out := make([]decide.Intent, n)
 	for i := range out {
 		id := fmt.Sprintf("%s-evt-%09d", prefix, i)
-		out[i] = processor.Intent{WorkflowID: processor.WorkflowID("order-confirmation", id), ActivityID: "order-confirmation",
+		out[i] = decide.Intent{WorkflowID: decide.WorkflowID("order-confirmation", id), ActivityID: "order-confirmation",
 			EventID: id, IDRule: "field", Topic: "events", Partition: int32(i % 8), Offset: int64(i)}
 		out[i].PayloadHash[0] = byte(i)
 	}
@@ -441,7 +442,7 @@ func metricSum(reg *prometheus.Registry, name string, of func(*dto.Metric) float
 func counterValue(m *dto.Metric) float64 { return m.GetCounter().GetValue() }
 func histogramSum(m *dto.Metric) float64 { return m.GetHistogram().GetSampleSum() }
 
-func decoderAndRoutes() (*eventid.Decoder, processor.Routes) {
+func decoderAndRoutes() (*eventid.Decoder, decide.Routes) {
 	dec, _ := eventid.NewDecoder(eventid.DefaultConfig())
 	rs := routes()
 	_ = rs.Validate()

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -122,7 +123,7 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered 
 		if err != nil {
 			return out, err
 		}
-		if pt.New, pt.NewMs, err = claimAll(ctx, led, intents, processor.VerdictNew); err != nil {
+		if pt.New, pt.NewMs, err = claimAll(ctx, led, intents, decide.VerdictNew); err != nil {
 			return out, err
 		}
 		if pt.NewWAL, err = walPerRow(ctx, pool, from, len(intents)); err != nil {
@@ -142,7 +143,7 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered 
 		if from, err = walLSN(ctx, pool); err != nil {
 			return out, err
 		}
-		if pt.Duplicate, pt.DupMs, err = claimAll(ctx, led, intents, processor.VerdictDuplicate); err != nil {
+		if pt.Duplicate, pt.DupMs, err = claimAll(ctx, led, intents, decide.VerdictDuplicate); err != nil {
 			return out, err
 		}
 		if pt.DupWAL, err = walPerRow(ctx, pool, from, len(intents)); err != nil {
@@ -274,17 +275,17 @@ func fillLedger(ctx context.Context, pool *pgxpool.Pool, table string, from, to,
 
 // uuidIntents are n intents with fresh event IDs: random UUIDs, or with
 // ordered UUIDv7s of now on, ten events a millisecond.
-func uuidIntents(seed uint64, n int, ordered bool) []processor.Intent {
+func uuidIntents(seed uint64, n int, ordered bool) []decide.Intent {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	now := time.Now().UnixMilli()
-	out := make([]processor.Intent, n)
+	out := make([]decide.Intent, n)
 	for i := range out {
 		id := fmt.Sprintf("%08x-%04x-4%03x-%04x-%012x", rng.Uint32(), rng.Uint32()&0xffff, rng.Uint32()&0xfff, rng.Uint32()&0x3fff|0x8000, rng.Uint64()&0xffffffffffff)
 		if ordered {
 			ms := now + int64(i/10)
 			id = fmt.Sprintf("%08x-%04x-7%03x-%04x-%012x", ms>>16, ms&0xffff, rng.Uint32()&0xfff, rng.Uint32()&0x3fff|0x8000, rng.Uint64()&0xffffffffffff)
 		}
-		out[i] = processor.Intent{WorkflowID: processor.WorkflowID("order-confirmation", id), ActivityID: "order-confirmation",
+		out[i] = decide.Intent{WorkflowID: decide.WorkflowID("order-confirmation", id), ActivityID: "order-confirmation",
 			EventID: id, IDRule: "field", Topic: "events", Partition: int32(i % 12), Offset: int64(i)}
 		out[i].PayloadHash[0], out[i].PayloadHash[1] = byte(i), byte(i>>8)
 	}
@@ -293,7 +294,7 @@ func uuidIntents(seed uint64, n int, ordered bool) []processor.Intent {
 
 // claimAll claims intents in batches of ClaimBatch and checks every
 // verdict is want.
-func claimAll(ctx context.Context, led *ledger.Postgres, intents []processor.Intent, want processor.Verdict) (Rate, Percentiles, error) {
+func claimAll(ctx context.Context, led *ledger.Postgres, intents []decide.Intent, want decide.Verdict) (Rate, Percentiles, error) {
 	var lat []time.Duration
 	began := time.Now()
 	for i := 0; i < len(intents); i += ClaimBatch {
@@ -313,7 +314,7 @@ func claimAll(ctx context.Context, led *ledger.Postgres, intents []processor.Int
 	return rate(len(intents), time.Since(began)), percentiles(lat), nil
 }
 
-func markAllStarted(ctx context.Context, led *ledger.Postgres, intents []processor.Intent) error {
+func markAllStarted(ctx context.Context, led *ledger.Postgres, intents []decide.Intent) error {
 	for i := 0; i < len(intents); i += 5000 {
 		chunk := intents[i:min(i+5000, len(intents))]
 		started := make([]processor.Started, len(chunk))

@@ -22,6 +22,7 @@ import (
 	"github.com/dedupio/dedup/internal/testsupport/promtext"
 	"github.com/dedupio/dedup/internal/testsupport/workload"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -61,7 +62,7 @@ func (w window) measured(n int) Rate {
 
 // RawStarts starts unique workflows with the router's starter at its
 // concurrency: what Temporal accepts, with nothing in front. The requests
-// are the router's own (processor.NewStartRequest) for a fresh unique-heavy
+// are the router's own (decide.NewStartRequest) for a fresh unique-heavy
 // workload like the backlog runs', so the server does the same work per
 // start in both.
 func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
@@ -102,22 +103,22 @@ func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
 
 // uniqueRequests are the first n start requests the router would make of a
 // fresh unique-heavy workload (first DupRatios, new event IDs).
-func (e *Env) uniqueRequests(n int) ([]processor.StartRequest, error) {
+func (e *Env) uniqueRequests(n int) ([]decide.StartRequest, error) {
 	dec, rs := decoderAndRoutes()
 	w := workload.Generate(workload.Spec{Topic: "raw", Partitions: e.P.Partitions, Records: n, DupRatio: e.P.DupRatios[0],
 		CrossPartition: 0.1, Seed: 11, PayloadBytes: e.P.PayloadBytes, IDPrefix: e.name("raw") + "-"})
 	seen := map[string]bool{}
-	var reqs []processor.StartRequest
+	var reqs []decide.StartRequest
 	for _, kr := range w.Records {
 		ev, err := dec.Decode(toEventRecord(kr))
 		if err != nil {
 			return nil, err
 		}
 		for _, rt := range rs.Match(&ev) {
-			wid := processor.WorkflowID(rt.ID, ev.ID)
+			wid := decide.WorkflowID(rt.ID, ev.ID)
 			if !seen[wid] && len(reqs) < n {
 				seen[wid] = true
-				reqs = append(reqs, processor.NewStartRequest(rt, &ev, wid))
+				reqs = append(reqs, decide.NewStartRequest(rt, &ev, wid))
 			}
 		}
 	}
@@ -142,7 +143,7 @@ func (e *Env) RawClaims(ctx context.Context) (ClaimRates, error) {
 	return e.claimRates(ctx, ledger.NewFromPool(pool), synthetic(e.name("claim"), e.P.RawClaims))
 }
 
-func (e *Env) claimRates(ctx context.Context, led *ledger.Postgres, intents []processor.Intent) (ClaimRates, error) {
+func (e *Env) claimRates(ctx context.Context, led *ledger.Postgres, intents []decide.Intent) (ClaimRates, error) {
 	var r ClaimRates
 	win := startWindow()
 	for i := 0; i < len(intents); i += e.P.Batch {
@@ -166,7 +167,7 @@ func (e *Env) claimRates(ctx context.Context, led *ledger.Postgres, intents []pr
 }
 
 // duplicateClaims claims intents whose rows are all started, in batches.
-func (e *Env) duplicateClaims(ctx context.Context, led *ledger.Postgres, intents []processor.Intent) (Rate, Percentiles, error) {
+func (e *Env) duplicateClaims(ctx context.Context, led *ledger.Postgres, intents []decide.Intent) (Rate, Percentiles, error) {
 	var lat []time.Duration
 	win := startWindow()
 	for i := 0; i < len(intents); i += e.P.Batch {
@@ -176,7 +177,7 @@ func (e *Env) duplicateClaims(ctx context.Context, led *ledger.Postgres, intents
 			return Rate{}, Percentiles{}, err
 		}
 		lat = append(lat, time.Since(t))
-		if v[0].Verdict != processor.VerdictDuplicate {
+		if v[0].Verdict != decide.VerdictDuplicate {
 			return Rate{}, Percentiles{}, fmt.Errorf("claim of a started row gave %s", v[0].Verdict)
 		}
 	}
@@ -271,7 +272,7 @@ func (x RouterResult) CPUPerWorkflow() float64 {
 type routerRun struct {
 	topic   string
 	recs    []*kgo.Record
-	prefill []processor.Intent
+	prefill []decide.Intent
 	// after runs on the run's ledger once the router has stopped.
 	after func(ctx context.Context, led *ledger.Postgres) error
 }
@@ -380,14 +381,14 @@ func (e *Env) Backlog(ctx context.Context, dup float64) (RouterResult, error) {
 // duplicate ratio (not produced yet), and, when every record is a
 // duplicate, the intents a ledger must hold as started. Any consumer
 // compared with the router's backlog runs gets its workload here.
-func (e *Env) backlogWorkload(ctx context.Context, dup float64) (string, []*kgo.Record, []processor.Intent, error) {
+func (e *Env) backlogWorkload(ctx context.Context, dup float64) (string, []*kgo.Record, []decide.Intent, error) {
 	topic, err := e.topic(ctx)
 	if err != nil {
 		return "", nil, nil, err
 	}
 	w := workload.Generate(workload.Spec{Topic: topic, Partitions: e.P.Partitions, Records: e.P.Records, DupRatio: dup,
 		CrossPartition: 0.1, Seed: uint64(dup*1000) + 3, PayloadBytes: e.P.PayloadBytes, IDPrefix: topic + "-"})
-	var pre []processor.Intent
+	var pre []decide.Intent
 	if dup >= 1 {
 		// Every record a duplicate: the ledger has them all as started.
 		if pre, err = workflowIDs(w.Records); err != nil {
@@ -399,7 +400,7 @@ func (e *Env) backlogWorkload(ctx context.Context, dup float64) (string, []*kgo.
 
 // replayWorkload is n records whose workflows a fresh ledger has as
 // started (a group reset to earliest over a processed topic).
-func (e *Env) replayWorkload(ctx context.Context, n int) (string, []*kgo.Record, []processor.Intent, error) {
+func (e *Env) replayWorkload(ctx context.Context, n int) (string, []*kgo.Record, []decide.Intent, error) {
 	topic, err := e.topic(ctx)
 	if err != nil {
 		return "", nil, nil, err
@@ -452,7 +453,7 @@ func (e *Env) Live(ctx context.Context, dup float64) (RouterResult, error) {
 	n := e.P.LiveRate * e.P.LiveSeconds
 	w := workload.Generate(workload.Spec{Topic: topic, Partitions: e.P.Partitions, Records: n, DupRatio: dup,
 		CrossPartition: 0.1, Seed: uint64(dup*1000) + 5, PayloadBytes: e.P.PayloadBytes, IDPrefix: topic + "-"})
-	var pre []processor.Intent
+	var pre []decide.Intent
 	if dup >= 1 {
 		if pre, err = workflowIDs(w.Records); err != nil {
 			return RouterResult{}, err
@@ -514,7 +515,7 @@ func eventIDOf(r *kgo.Record) string {
 // (ON CONFLICT DO NOTHING), a synchronous start when the row was new, and
 // a synchronous offset commit. (It also has the lost-event bug dedup
 // avoids: a crash between upsert and start loses the event.)
-func (e *Env) Naive(ctx context.Context, recs []*kgo.Record, pre []processor.Intent) (RouterResult, error) {
+func (e *Env) Naive(ctx context.Context, recs []*kgo.Record, pre []decide.Intent) (RouterResult, error) {
 	var res RouterResult
 	topic, err := e.topic(ctx)
 	if err != nil {
@@ -560,7 +561,7 @@ func (e *Env) Naive(ctx context.Context, recs []*kgo.Record, pre []processor.Int
 			ev, err := dec.Decode(toEventRecord(kr))
 			if err == nil {
 				for _, r := range rs.Match(&ev) {
-					id := processor.WorkflowID(r.ID, ev.ID)
+					id := decide.WorkflowID(r.ID, ev.ID)
 					tag, err := pool.Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
 						VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`, id, r.ID, ev.ID, string(ev.Rule), ev.PayloadHash[:], kr.Topic, kr.Partition, kr.Offset)
 					if err != nil {
@@ -568,7 +569,7 @@ func (e *Env) Naive(ctx context.Context, recs []*kgo.Record, pre []processor.Int
 					}
 					if tag.RowsAffected() == 1 {
 						calls++
-						if _, err := st.Start(ctx, processor.StartRequest{WorkflowID: id, WorkflowType: r.WorkflowType, TaskQueue: r.TaskQueue,
+						if _, err := st.Start(ctx, decide.StartRequest{WorkflowID: id, WorkflowType: r.WorkflowType, TaskQueue: r.TaskQueue,
 							ReusePolicy: r.IDReusePolicy, Input: schemas.WorkflowInput{WorkflowID: id, EventID: ev.ID, Data: ev.Data}}); err != nil {
 							return res, err
 						}

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/integration/bench/peer"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // The Watermill peer (integration/bench/peer) is measured like the router:
@@ -84,19 +84,19 @@ func (e *Env) startAll(ctx context.Context, recs []*kgo.Record) error {
 
 // startRequests are the router's start requests for the distinct workflow
 // IDs the routes make of recs.
-func startRequests(recs []*kgo.Record) ([]processor.StartRequest, error) {
+func startRequests(recs []*kgo.Record) ([]decide.StartRequest, error) {
 	dec, rs := decoderAndRoutes()
 	seen := map[string]bool{}
-	var reqs []processor.StartRequest
+	var reqs []decide.StartRequest
 	for _, kr := range recs {
 		ev, err := dec.Decode(toEventRecord(kr))
 		if err != nil {
 			return nil, err
 		}
 		for _, rt := range rs.Match(&ev) {
-			if wid := processor.WorkflowID(rt.ID, ev.ID); !seen[wid] {
+			if wid := decide.WorkflowID(rt.ID, ev.ID); !seen[wid] {
 				seen[wid] = true
-				reqs = append(reqs, processor.NewStartRequest(rt, &ev, wid))
+				reqs = append(reqs, decide.NewStartRequest(rt, &ev, wid))
 			}
 		}
 	}

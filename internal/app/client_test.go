@@ -16,7 +16,7 @@ import (
 
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -74,7 +74,7 @@ func clientConfig(t *testing.T, temporal string) Config {
 	cfg := DefaultConfig()
 	cfg.Kafka.Brokers = cluster.ListenAddrs()
 	cfg.Kafka.Group, cfg.Kafka.Topics, cfg.Kafka.ResetOffset = "g", []string{"events"}, "earliest"
-	cfg.Routes = processor.Routes{{ID: "a", Match: processor.Match{Type: "x"}, WorkflowType: "W", TaskQueue: "q"}}
+	cfg.Routes = decide.Routes{{ID: "a", Match: decide.Match{Type: "x"}, WorkflowType: "W", TaskQueue: "q"}}
 	cfg.Postgres.URL = url
 	cfg.Temporal.HostPort = temporal
 	cfg.Temporal.APIKey = "" // plaintext to the fake

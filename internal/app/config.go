@@ -14,6 +14,7 @@ import (
 
 	"github.com/dedupio/dedup/connect/secretfile"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -25,7 +26,7 @@ import (
 type Config struct {
 	Kafka   processor.Config `yaml:"kafka"`
 	EventID eventid.Config   `yaml:"event_id"`
-	Routes  processor.Routes `yaml:"routes"`
+	Routes  decide.Routes    `yaml:"routes"`
 	// Starts and Retry configure the router's workflow starts and its
 	// backoff; they are sections of their own, not Kafka settings.
 	Starts   processor.StartConfig `yaml:"starts"`

@@ -9,7 +9,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // The example shipped in deploy/ is the config reference the README points
@@ -24,11 +24,11 @@ func TestExampleConfigLoads(t *testing.T) {
 		t.Errorf("postgres.url = %q, want it expanded from DATABASE_URL", cfg.Postgres.URL)
 	}
 	if len(cfg.Kafka.Routes) != 3 || cfg.Kafka.Routes[1].Key != "scheduled_for" || cfg.Kafka.Routes[0].Key != "event_id" ||
-		cfg.Kafka.Routes[0].Mode != processor.ModeStart {
+		cfg.Kafka.Routes[0].Mode != decide.ModeStart {
 		t.Errorf("routes not handed to the router with defaults: %+v", cfg.Kafka.Routes)
 	}
-	if sig := cfg.Kafka.Routes[2]; sig.Mode != processor.ModeSignal || sig.WorkflowIDTemplate != "order-{data.order_id}" || sig.Signal != "event" ||
-		sig.IDReusePolicy != processor.ReuseAllowDuplicate {
+	if sig := cfg.Kafka.Routes[2]; sig.Mode != decide.ModeSignal || sig.WorkflowIDTemplate != "order-{data.order_id}" || sig.Signal != "event" ||
+		sig.IDReusePolicy != decide.ReuseAllowDuplicate {
 		t.Errorf("the signal route: %+v", sig)
 	} else if tm, err := sig.Template(); err != nil || tm.String() != sig.WorkflowIDTemplate {
 		t.Errorf("the signal route's template: %v, %v", tm, err)

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 func TestHorizon(t *testing.T) {
@@ -66,7 +66,7 @@ func TestHorizon(t *testing.T) {
 func TestRouteNamespaces(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Temporal.Namespace = "main"
-	cfg.Routes = processor.Routes{{ID: "a"}, {ID: "b", Namespace: "other"}, {ID: "c", Namespace: "main"}, {ID: "d", Namespace: "other"}}
+	cfg.Routes = decide.Routes{{ID: "a"}, {ID: "b", Namespace: "other"}, {ID: "c", Namespace: "main"}, {ID: "d", Namespace: "other"}}
 	if got := routeNamespaces(cfg); !slices.Equal(got, []string{"main", "other"}) {
 		t.Errorf("routeNamespaces = %v", got)
 	}
@@ -122,7 +122,7 @@ func TestHorizonCountsTheSegmentSpan(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Kafka.Topics = []string{"orders", "signups"}
-	cfg.Routes = processor.Routes{{ID: "a", IDReusePolicy: processor.ReuseRejectDuplicate}}
+	cfg.Routes = decide.Routes{{ID: "a", IDReusePolicy: decide.ReuseRejectDuplicate}}
 	// The ledger remembers 10 days, Temporal a day: longer than retention.ms
 	// (7 days), but not than the 14 days an orders record may stay.
 	h, err := ReadHorizon(ctx, cfg, 10*day, namespaceOf{retention: day}, adm)
@@ -163,7 +163,7 @@ func TestHorizonCompactedTopicKeepsForever(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Kafka.Topics = []string{"profiles", "orders"}
-	cfg.Routes = processor.Routes{{ID: "a", IDReusePolicy: processor.ReuseRejectDuplicate}}
+	cfg.Routes = decide.Routes{{ID: "a", IDReusePolicy: decide.ReuseRejectDuplicate}}
 	h, err := ReadHorizon(ctx, cfg, 365*day, namespaceOf{retention: day}, adm)
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/testsupport/pgcluster"
 	"github.com/dedupio/dedup/internal/testsupport/testpki"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -145,7 +145,7 @@ routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
 	// dedup run checks it at start, before it connects to anything.
 	cfg := DefaultConfig()
 	cfg.Kafka.Brokers, cfg.Kafka.Group, cfg.Kafka.Topics, cfg.Kafka.ResetOffset = []string{"b:9092"}, "g", []string{"t"}, "earliest"
-	cfg.Routes = processor.Routes{{ID: "a", Match: processor.Match{Type: "x"}, WorkflowType: "W", TaskQueue: "q"}}
+	cfg.Routes = decide.Routes{{ID: "a", Match: decide.Match{Type: "x"}, WorkflowType: "W", TaskQueue: "q"}}
 	cfg.Postgres.URL = "postgres://u@db.example.com/d"
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -9,7 +9,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -112,9 +112,9 @@ func (c replicationCheck) Check() (warnings []string, err error) {
 func ledgerOnlyRoutes(cfg Config) []string {
 	var out []string
 	for i, rt := range cfg.Routes {
-		if rt.IDReusePolicy != processor.ReuseRejectDuplicate || rt.Mode == processor.ModeSignal {
+		if rt.IDReusePolicy != decide.ReuseRejectDuplicate || rt.Mode == decide.ModeSignal {
 			what := "id_reuse_policy " + string(rt.IDReusePolicy)
-			if rt.Mode == processor.ModeSignal {
+			if rt.Mode == decide.ModeSignal {
 				what = "a signal route"
 			}
 			out = append(out, fmt.Sprintf("routes[%d] (id %s, %s)", i, rt.ID, what))

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -77,10 +77,10 @@ func TestReplicationCheckRefusesARewindableLedger(t *testing.T) {
 // repeats only the ledger refuses.
 func TestLedgerOnlyRoutes(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Routes = processor.Routes{
-		{ID: "a", IDReusePolicy: processor.ReuseRejectDuplicate},
-		{ID: "b", IDReusePolicy: processor.ReuseAllowDuplicateFailedOnly},
-		{ID: "c", IDReusePolicy: processor.ReuseRejectDuplicate, Mode: processor.ModeSignal},
+	cfg.Routes = decide.Routes{
+		{ID: "a", IDReusePolicy: decide.ReuseRejectDuplicate},
+		{ID: "b", IDReusePolicy: decide.ReuseAllowDuplicateFailedOnly},
+		{ID: "c", IDReusePolicy: decide.ReuseRejectDuplicate, Mode: decide.ModeSignal},
 	}
 	want := []string{"routes[1] (id b, id_reuse_policy allow_duplicate_failed_only)", "routes[2] (id c, a signal route)"}
 	if got := ledgerOnlyRoutes(cfg); !slices.Equal(got, want) || !onlyLedger(cfg) {

@@ -26,6 +26,7 @@ import (
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/internal/testsupport/promtext"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -299,7 +300,7 @@ func unreachableConfig(t *testing.T) Config {
 	cfg := DefaultConfig()
 	cfg.Kafka.Brokers = []string{closedAddr(t)}
 	cfg.Kafka.Group, cfg.Kafka.Topics, cfg.Kafka.ResetOffset = "g", []string{"events"}, "earliest"
-	cfg.Routes = processor.Routes{{ID: "a", Match: processor.Match{Type: "x"}, WorkflowType: "W", TaskQueue: "q"}}
+	cfg.Routes = decide.Routes{{ID: "a", Match: decide.Match{Type: "x"}, WorkflowType: "W", TaskQueue: "q"}}
 	cfg.Postgres.URL = "postgres://postgres@" + closedAddr(t) + "/dedup?sslmode=disable"
 	cfg.Temporal.HostPort = closedAddr(t)
 	cfg.Admin.Listen = "127.0.0.1:0"
@@ -509,7 +510,7 @@ func TestRunWorkerWaitsForEverythingDown(t *testing.T) {
 // router that is only created, never run.
 type idle struct{}
 
-func (idle) Claim(context.Context, []processor.Intent) ([]processor.Claimed, error) {
+func (idle) Claim(context.Context, []decide.Intent) ([]decide.Claimed, error) {
 	return nil, errors.New("idle")
 }
 func (idle) MarkStarted(context.Context, []processor.Started) error { return errors.New("idle") }
@@ -527,9 +528,9 @@ func (idle) Written(context.Context, []processor.DeadLetter) ([]bool, error) {
 	return nil, errors.New("idle")
 }
 func (idle) Record(context.Context, []processor.DeadLetter) error { return errors.New("idle") }
-func (idle) Start(context.Context, processor.StartRequest) (processor.StartResult, error) {
+func (idle) Start(context.Context, decide.StartRequest) (processor.StartResult, error) {
 	return processor.StartResult{}, errors.New("idle")
 }
-func (idle) LastRun(context.Context, string, string) (processor.Run, error) {
-	return processor.Run{}, errors.New("idle")
+func (idle) LastRun(context.Context, string, string) (decide.Run, error) {
+	return decide.Run{}, errors.New("idle")
 }

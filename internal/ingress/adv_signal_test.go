@@ -6,13 +6,13 @@ import (
 	"testing"
 
 	"github.com/dedupio/dedup/client"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
 // signalRoute is a signal route on order.updated: every event of order N
 // is signalled into the entity workflow order-N.
-var signalRoute = processor.Route{ID: "orders", Mode: processor.ModeSignal, Match: processor.Match{Type: "order.updated"},
+var signalRoute = decide.Route{ID: "orders", Mode: decide.ModeSignal, Match: decide.Match{Type: "order.updated"},
 	WorkflowType: "Order", TaskQueue: "q", WorkflowIDTemplate: "order-{data.order_id}"}
 
 func withSignalRoute(c *client.Config) { c.Routes = append(slices.Clone(c.Routes), signalRoute) }
@@ -41,7 +41,7 @@ func postOrder(t *testing.T, url, token, id string) resp {
 // route must be refused (403, as for scheduled_for routes) or its entity
 // scoped by tenant.
 func TestAdvTenantSignalsAnotherTenantsEntity(t *testing.T) {
-	var routes processor.Routes
+	var routes decide.Routes
 	e := newEnv(t, func(c *client.Config) { withSignalRoute(c); routes = slices.Clone(c.Routes) })
 	ts := e.server(func(o *Options) { o.Tokens = writeTokens(t, tenantsFile) })
 	a := postOrder(t, ts.URL, "acme-token-0123456789", "a-1")
@@ -55,7 +55,7 @@ func TestAdvTenantSignalsAnotherTenantsEntity(t *testing.T) {
 	if err := routes.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	d, err := processor.NewDecider(processor.Config{EventID: eventid.DefaultConfig(), Routes: routes, MaxValueBytes: 1 << 20, NoRoute: "skip"})
+	d, err := decide.NewDecider(decide.Config{EventID: eventid.DefaultConfig(), Routes: routes, MaxValueBytes: 1 << 20, NoRoute: "skip"})
 	if err != nil {
 		t.Fatal(err)
 	}

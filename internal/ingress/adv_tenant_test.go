@@ -11,6 +11,7 @@ import (
 
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
@@ -63,9 +64,9 @@ func TestAdvTenantReadsUnscopedWorkflow(t *testing.T) {
 	if p.Event.Tenant != "" {
 		t.Fatalf("tenant %q", p.Event.Tenant)
 	}
-	in := processor.Intent{WorkflowID: p.Targets[0].WorkflowID, ActivityID: "confirm", EventID: p.Event.ID, IDRule: string(p.Event.Rule), PayloadHash: p.Event.PayloadHash, Topic: topic}
+	in := decide.Intent{WorkflowID: p.Targets[0].WorkflowID, ActivityID: "confirm", EventID: p.Event.ID, IDRule: string(p.Event.Rule), PayloadHash: p.Event.PayloadHash, Topic: topic}
 	ctx := context.Background()
-	if _, err := e.led.Claim(ctx, []processor.Intent{in}); err != nil {
+	if _, err := e.led.Claim(ctx, []decide.Intent{in}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.led.MarkStarted(ctx, []processor.Started{{WorkflowID: in.WorkflowID, RunID: "run-payroll", Generation: 1}}); err != nil {
@@ -95,7 +96,7 @@ func TestAdvWorkflowIDOverTemporalLimitIsNot202(t *testing.T) {
 	const route = "550e8400-e29b-41d4-a716-446655440000"
 	e := newEnv(t, func(c *client.Config) {
 		c.EventID.MaxIDLength = 900
-		c.Routes = processor.Routes{{ID: route, Match: processor.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
+		c.Routes = decide.Routes{{ID: route, Match: decide.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
 	})
 	tenant := "acme-corporation-" + strings.Repeat("x", eventid.MaxTenantLength-len("acme-corporation-"))
 	tokens := writeTokens(t, "tokens:\n- {tenant: "+tenant+", token: acme-token-0123456789, event_types: [\"*\"], routes: [\"*\"], read_status: true}\n")
@@ -122,7 +123,7 @@ func TestAdvWorkflowIDOverTemporalLimitIsNot202(t *testing.T) {
 // refuses "order.eu/created", which route "order.*" starts.
 func TestAdvStarEventTypesIsAnyType(t *testing.T) {
 	e := newEnv(t, func(c *client.Config) {
-		c.Routes = processor.Routes{{ID: "all", Match: processor.Match{Type: "*"}, WorkflowType: "W", TaskQueue: "q"}}
+		c.Routes = decide.Routes{{ID: "all", Match: decide.Match{Type: "*"}, WorkflowType: "W", TaskQueue: "q"}}
 	})
 	ts := e.server(func(o *Options) { o.Tokens = writeTokens(t, tenantsFile) }) // globex: event_types ["*"]
 	for _, typ := range []string{"com.example/order.created", "https://example.com/events/order"} {

@@ -31,7 +31,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -177,7 +177,7 @@ func (e *loadEnv) config(maxBody int) app.Config {
 	cfg.Kafka.Group = "dedup"
 	cfg.Kafka.ResetOffset = "earliest"
 	cfg.Kafka.Topics = []string{loadTopic}
-	cfg.Routes = processor.Routes{{ID: "confirm", Match: processor.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
+	cfg.Routes = decide.Routes{{ID: "confirm", Match: decide.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
 	cfg.Postgres.URL = e.dbURL
 	// No Temporal: dedup ingress dials it lazily, and POST /v1/events
 	// never reaches it (a status request would fail on this address).

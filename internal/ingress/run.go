@@ -20,7 +20,7 @@ import (
 
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/tenantsig"
 )
 
@@ -161,7 +161,7 @@ func CheckConfig(cfg app.Config, log *slog.Logger) (*Tokens, error) {
 		return nil, err
 	}
 	known := func(id string) bool {
-		return slices.ContainsFunc(cfg.Routes, func(r processor.Route) bool { return r.ID == id })
+		return slices.ContainsFunc(cfg.Routes, func(r decide.Route) bool { return r.ID == id })
 	}
 	if err := tokens.Check(known, log); err != nil {
 		return nil, err

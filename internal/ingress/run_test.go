@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // The admin port answers before the dependencies do, as dedup run's and
@@ -33,7 +33,7 @@ func TestAdminPortBeforeDependencies(t *testing.T) {
 	cfg.Kafka.Group = "dedup"
 	cfg.Kafka.ResetOffset = "earliest"
 	cfg.Kafka.Topics = []string{"events"}
-	cfg.Routes = processor.Routes{{ID: "r", Match: processor.Match{Type: "t"}, WorkflowType: "W", TaskQueue: "q"}}
+	cfg.Routes = decide.Routes{{ID: "r", Match: decide.Match{Type: "t"}, WorkflowType: "W", TaskQueue: "q"}}
 	cfg.Postgres.URL = "postgres://dedup@127.0.0.1:1/dedup?sslmode=disable"
 	cfg.Ingress.Listen = free()
 	cfg.Ingress.AdminListen = free()

@@ -19,7 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/client"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/schemas"
 )
@@ -319,7 +319,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	p, err := s.c.Prepare(rec)
 	var invalid *client.InvalidEventError
 	switch {
-	case errors.As(err, &invalid) && invalid.Reason == string(processor.ReasonForgedTenant):
+	case errors.As(err, &invalid) && invalid.Reason == string(decide.ReasonForgedTenant):
 		// The ingress could not sign its caller's record (the tenant
 		// keyring has no good keys: a file broken after a good read keeps
 		// its last ones): ours to fix, not the caller's.
@@ -327,7 +327,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the ingress cannot sign this tenant's event now; retry", nil)
 		return
-	case errors.As(err, &invalid) && invalid.Reason == string(processor.ReasonOversized):
+	case errors.As(err, &invalid) && invalid.Reason == string(decide.ReasonOversized):
 		writeProblem(w, http.StatusRequestEntityTooLarge, invalid.Reason, invalid.Error(), nil)
 		return
 	case errors.As(err, &invalid):
@@ -352,11 +352,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, tg := range p.Targets {
 		switch {
-		case pr.Tenant != "" && tg.Route.Mode == processor.ModeSignal:
+		case pr.Tenant != "" && tg.Route.Mode == decide.ModeSignal:
 			writeProblem(w, http.StatusForbidden, "forbidden",
 				fmt.Sprintf("route %s signals an entity workflow named by the event's data, not by the event: tenants cannot send to it", tg.Route.ID), nil)
 			return
-		case pr.Tenant != "" && tg.Route.Key == processor.KeyScheduledFor:
+		case pr.Tenant != "" && tg.Route.Key == decide.KeyScheduledFor:
 			writeProblem(w, http.StatusForbidden, "forbidden",
 				fmt.Sprintf("route %s keys its workflows by scheduled_for, not by event: tenants cannot start it", tg.Route.ID), nil)
 			return
@@ -462,12 +462,8 @@ func owns(p *Principal, id string) bool {
 	if p.Tenant == "" {
 		return true
 	}
-	rest, ok := strings.CutPrefix(id, "activity-")
-	if !ok {
-		return false
-	}
-	_, eventID, ok := strings.Cut(rest, ":")
-	return ok && eventid.TenantOf(eventID) == p.Tenant
+	w, ok := decide.ParseWorkflowID(id)
+	return ok && !w.Signal && eventid.TenantOf(w.Key) == p.Tenant
 }
 
 // notFound is the one answer for a workflow ID this caller cannot read:

@@ -23,6 +23,7 @@ import (
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/tenantsig"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -69,9 +70,9 @@ func newEnv(t *testing.T, mod func(*client.Config)) *env {
 		t.Fatal(err)
 	}
 	cfg := client.Config{Topic: topic, EventID: eventid.DefaultConfig(), Namespace: "default", Ledger: led, TenantKeys: keys,
-		Routes: processor.Routes{
-			{ID: "confirm", Match: processor.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"},
-			{ID: "notes", Match: processor.Match{Type: "note.added"}, WorkflowType: "W", TaskQueue: "q"},
+		Routes: decide.Routes{
+			{ID: "confirm", Match: decide.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"},
+			{ID: "notes", Match: decide.Match{Type: "note.added"}, WorkflowType: "W", TaskQueue: "q"},
 		},
 		KafkaOpts: []kgo.Opt{kgo.SeedBrokers(cluster.ListenAddrs()...)}}
 	if mod != nil {
@@ -380,9 +381,9 @@ func TestConflictIs422(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := processor.Intent{WorkflowID: "activity-confirm:order-1", ActivityID: "confirm", EventID: "order-1", IDRule: "field", PayloadHash: p.Event.PayloadHash, Topic: topic}
+	in := decide.Intent{WorkflowID: "activity-confirm:order-1", ActivityID: "confirm", EventID: "order-1", IDRule: "field", PayloadHash: p.Event.PayloadHash, Topic: topic}
 	ctx := context.Background()
-	if _, err := e.led.Claim(ctx, []processor.Intent{in}); err != nil {
+	if _, err := e.led.Claim(ctx, []decide.Intent{in}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.led.MarkStarted(ctx, []processor.Started{{WorkflowID: in.WorkflowID, RunID: "run-1", Generation: 1}}); err != nil {

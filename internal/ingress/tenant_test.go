@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
@@ -90,8 +91,8 @@ func TestTenantsScopeKeysAndStatus(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := processor.Intent{WorkflowID: p.Targets[0].WorkflowID, ActivityID: "confirm", EventID: p.Event.ID, IDRule: "header", PayloadHash: p.Event.PayloadHash, Topic: topic}
-		if _, err := e.led.Claim(ctx, []processor.Intent{in}); err != nil {
+		in := decide.Intent{WorkflowID: p.Targets[0].WorkflowID, ActivityID: "confirm", EventID: p.Event.ID, IDRule: "header", PayloadHash: p.Event.PayloadHash, Topic: topic}
+		if _, err := e.led.Claim(ctx, []decide.Intent{in}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -288,9 +289,9 @@ func TestReplayedHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := processor.Intent{WorkflowID: p.Targets[0].WorkflowID, ActivityID: "confirm", EventID: p.Event.ID, IDRule: "field", PayloadHash: p.Event.PayloadHash, Topic: topic}
+	in := decide.Intent{WorkflowID: p.Targets[0].WorkflowID, ActivityID: "confirm", EventID: p.Event.ID, IDRule: "field", PayloadHash: p.Event.PayloadHash, Topic: topic}
 	ctx := context.Background()
-	if _, err := e.led.Claim(ctx, []processor.Intent{in}); err != nil {
+	if _, err := e.led.Claim(ctx, []decide.Intent{in}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.led.MarkStarted(ctx, []processor.Started{{WorkflowID: in.WorkflowID, RunID: "run-1", Generation: 1}}); err != nil {

@@ -5,7 +5,7 @@
 // from what dedup already keeps (the record in Kafka, the group's committed
 // offsets, dedup_ledger, dedup_conflicts, dedup_dead_letters, Temporal's
 // executions), and the decision is re-computed with the router's own code
-// (processor.Decider), never a second implementation of it.
+// (decide.Decider), never a second implementation of it.
 //
 // Every command is read-only except `offsets reset` and `ledger purge`
 // with --execute, which log what they did; without it they print their

@@ -14,7 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -138,7 +138,7 @@ type Header struct {
 	Value string `json:"value"`
 }
 
-// Decision is what the router's code (processor.Decider) makes of the
+// Decision is what the router's code (decide.Decider) makes of the
 // record.
 type Decision struct {
 	Envelope    string `json:"envelope,omitempty"`
@@ -247,10 +247,10 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 		addWID(q.WorkflowID)
 	case q.EventID != "":
 		for i := range t.cfg.Routes {
-			if rt := &t.cfg.Routes[i]; rt.Key == processor.KeyEventID {
-				w := processor.WorkflowID(rt.ID, q.EventID)
-				if rt.Mode == processor.ModeSignal {
-					w = processor.DeliveryKey(rt.ID, q.EventID)
+			if rt := &t.cfg.Routes[i]; rt.Key == decide.KeyEventID {
+				w := decide.WorkflowID(rt.ID, q.EventID)
+				if rt.Mode == decide.ModeSignal {
+					w = decide.DeliveryKey(rt.ID, q.EventID)
 				}
 				candidates[w] = true
 				addWID(w)
@@ -391,7 +391,7 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 			continue
 		}
 		rt := t.cfg.Routes.RouteOf(w)
-		signal := rt != nil && rt.Mode == processor.ModeSignal
+		signal := rt != nil && rt.Mode == decide.ModeSignal
 		var tex *Execution
 		var err error
 		switch {
@@ -474,7 +474,7 @@ func printable(b []byte) string {
 	return "base64:" + base64.StdEncoding.EncodeToString(b)
 }
 
-func decisionView(d *processor.Decision, noRoute string) *Decision {
+func decisionView(d *decide.Decision, noRoute string) *Decision {
 	v := &Decision{Envelope: string(d.Event.Envelope), EventID: d.Event.ID, Rule: string(d.Event.Rule), IDFrom: d.Event.IDFrom,
 		Type: d.Event.Type, Source: d.Event.Source, Time: d.Event.Time, DeadLetter: string(d.DeadLetter), NoRoute: d.NoRoute,
 		Tombstone: d.Tombstone, Routes: []RouteMatch{}}
@@ -521,8 +521,8 @@ func verdict(at *Coordinates, g *Group, recHash []byte, row *ledger.Row, mine *l
 	claimedHere := at != nil && row.Topic == at.Topic && row.Partition == at.Partition && row.Offset == at.Offset
 	// What a claim of this record gets from the row as it stands (without
 	// the record's payload, the row's is assumed).
-	next, reclaims := processor.ClaimVerdict(row.State, recHash == nil || bytes.Equal(recHash, row.PayloadHash), false, row.Generation)
-	if next.Verdict == processor.VerdictConflict {
+	next, reclaims := decide.ClaimVerdict(row.State, recHash == nil || bytes.Equal(recHash, row.PayloadHash), false, row.Generation)
+	if next.Verdict == decide.VerdictConflict {
 		if g == nil {
 			return "unknown", fmt.Sprintf("the row was claimed by %s/%d/%d with another payload; no conflict is recorded for this record, "+
 				"and whether the group read it is unknown (Kafka did not answer)", row.Topic, row.Partition, row.Offset)
@@ -550,7 +550,7 @@ func verdict(at *Coordinates, g *Group, recHash []byte, row *ledger.Row, mine *l
 	switch {
 	case reclaims:
 		what = "a new claim of the dead-lettered row (started again)"
-	case next.Verdict == processor.VerdictRedrive:
+	case next.Verdict == decide.VerdictRedrive:
 		what = "a re-drive (the row is pending)"
 	}
 	return "not_read_yet", fmt.Sprintf("not read yet; when read, %s of what %s/%d/%d claimed; %s", what, row.Topic, row.Partition, row.Offset, state)

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -401,8 +402,8 @@ func (t *Tool) forecast(ctx context.Context, moves []PartitionMove, stable map[s
 // forecastBatch adds the records of one poll to f.
 func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []*kgo.Record, seen map[string]string, f *Forecast) error {
 	var (
-		intents []processor.Intent
-		routes  []*processor.Route // of each intent
+		intents []decide.Intent
+		routes  []*decide.Route // of each intent
 		dls     []processor.DeadLetter
 	)
 	for _, kr := range batch {
@@ -461,7 +462,7 @@ func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []
 		if row != nil {
 			state, same, inserted, gen = row.State, string(row.PayloadHash) == string(in.PayloadHash[:]), false, row.Generation
 		}
-		v, reclaims := processor.ClaimVerdict(state, same, inserted, gen)
+		v, reclaims := decide.ClaimVerdict(state, same, inserted, gen)
 		switch {
 		case row == nil && seen[in.WorkflowID] != "":
 			// A later copy of an ID the replay's first copy claims: a
@@ -469,12 +470,12 @@ func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []
 			// the first copy's: a copy with another payload, a conflict
 			// when replayed, is counted here too.)
 			f.Duplicates++
-		case v.Verdict == processor.VerdictConflict:
+		case v.Verdict == decide.VerdictConflict:
 			f.Conflicts++
-		case v.Verdict == processor.VerdictNew:
+		case v.Verdict == decide.VerdictNew:
 			f.NewWorkflows++
 			seen[in.WorkflowID] = "new"
-		case v.Verdict == processor.VerdictDuplicate:
+		case v.Verdict == decide.VerdictDuplicate:
 			f.Duplicates++
 			if routes[i].MayRerun() {
 				f.MayRerun++

@@ -26,6 +26,7 @@ import (
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -69,9 +70,9 @@ func newFixture(t *testing.T) *fixture {
 	cfg.Kafka.Group = "dedup-ops"
 	cfg.Kafka.Topics = []string{topic}
 	cfg.Kafka.ResetOffset = "earliest"
-	cfg.Routes = processor.Routes{
-		{ID: "confirm", Match: processor.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"},
-		{ID: "crm", Match: processor.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q", IDReusePolicy: processor.ReuseAllowDuplicate},
+	cfg.Routes = decide.Routes{
+		{ID: "confirm", Match: decide.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"},
+		{ID: "crm", Match: decide.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q", IDReusePolicy: decide.ReuseAllowDuplicate},
 	}
 	cfg.Postgres.URL = url
 	if err := cfg.Validate(); err != nil {
@@ -151,9 +152,9 @@ func (f *fixture) route(tl *Tool, kr *kgo.Record, start bool) {
 	var started []processor.Started
 	for i, v := range verdicts {
 		switch v.Verdict {
-		case processor.VerdictConflict:
+		case decide.VerdictConflict:
 			deadLetter("conflict", d.Intents[i].WorkflowID, "claimed with another payload")
-		case processor.VerdictNew, processor.VerdictRedrive:
+		case decide.VerdictNew, decide.VerdictRedrive:
 			started = append(started, processor.Started{WorkflowID: d.Intents[i].WorkflowID, RunID: "run-" + d.Intents[i].EventID, Generation: 1})
 		}
 	}
@@ -464,7 +465,7 @@ func TestJudge(t *testing.T) {
 }
 
 // withRoute adds a route to the fixture's config (before f.tool()).
-func (f *fixture) withRoute(rt processor.Route) {
+func (f *fixture) withRoute(rt decide.Route) {
 	f.t.Helper()
 	f.cfg.Routes = append(f.cfg.Routes, rt)
 	if err := f.cfg.Validate(); err != nil {
@@ -488,7 +489,7 @@ func workflowVerdicts(ex *Explanation) string {
 // all as forgotten), unless some source has a trace of it.
 func TestExplainEventIDListsOnlyMatchedRoutes(t *testing.T) {
 	f := newFixture(t)
-	f.withRoute(processor.Route{ID: "welcome", Match: processor.Match{Type: "user.signed_up"}, WorkflowType: "W", TaskQueue: "q"})
+	f.withRoute(decide.Route{ID: "welcome", Match: decide.Match{Type: "user.signed_up"}, WorkflowType: "W", TaskQueue: "q"})
 	tl := f.tool()
 	ctx := context.Background()
 	rA := f.produce(0, order("a", "1"))
@@ -533,7 +534,7 @@ func TestExplainEventIDListsOnlyMatchedRoutes(t *testing.T) {
 // replay starts it again. Its sibling route keeps its row.
 func TestExplainForgotten(t *testing.T) {
 	f := newFixture(t)
-	f.withRoute(processor.Route{ID: "welcome", Match: processor.Match{Type: "user.signed_up"}, WorkflowType: "W", TaskQueue: "q"})
+	f.withRoute(decide.Route{ID: "welcome", Match: decide.Match{Type: "user.signed_up"}, WorkflowType: "W", TaskQueue: "q"})
 	tl := f.tool()
 	ctx := context.Background()
 	rA := f.produce(0, order("a", "1"))

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // dedup explain of a signal route's delivery: the decision names the
@@ -15,7 +15,7 @@ import (
 // Temporal workflow); the text says "delivery ... into workflow ...".
 func TestExplainSignalRoute(t *testing.T) {
 	f := newFixture(t)
-	f.withRoute(processor.Route{ID: "orders", Mode: processor.ModeSignal, Match: processor.Match{Type: "order.created"},
+	f.withRoute(decide.Route{ID: "orders", Mode: decide.ModeSignal, Match: decide.Match{Type: "order.created"},
 		WorkflowIDTemplate: "order-{data.v}", WorkflowType: "Order", TaskQueue: "q"})
 	tl := f.tool()
 	ctx := context.Background()
@@ -34,7 +34,7 @@ func TestExplainSignalRoute(t *testing.T) {
 				m = &ex.Decision.Routes[i]
 			}
 		}
-		if m == nil || m.WorkflowID != "signal-orders:a" || m.EntityWorkflowID != "order-1" || m.Route.Mode != processor.ModeSignal ||
+		if m == nil || m.WorkflowID != "signal-orders:a" || m.EntityWorkflowID != "order-1" || m.Route.Mode != decide.ModeSignal ||
 			m.Route.Signal != "event" || m.Route.WorkflowIDTemplate != "order-{data.v}" || m.Route.IDReusePolicy != "allow_duplicate" {
 			t.Fatalf("explain %+v: the signal route's match %+v", q, m)
 		}

@@ -6,7 +6,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -92,7 +92,7 @@ func (ex *Explanation) text(w *strings.Builder) {
 func workflowText(w *strings.Builder, rt *Route, row *LedgerRow, same *bool, cs []Conflict, dls []DeadLetter, tx *Execution, ds []Disagreement) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	if rt != nil {
-		if rt.Mode == processor.ModeSignal {
+		if rt.Mode == decide.ModeSignal {
 			p("  route    %s: signal %q, workflow ID %s, %s on %s, %s", rt.ID, rt.Signal, rt.WorkflowIDTemplate, rt.WorkflowType, rt.TaskQueue, rt.IDReusePolicy)
 		} else {
 			p("  route    %s: %s on %s, %s, key %s", rt.ID, rt.WorkflowType, rt.TaskQueue, rt.IDReusePolicy, rt.Key)

@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -37,7 +37,7 @@ type Tool struct {
 	tc     client.Client
 	tcErr  error
 
-	decider *processor.Decider
+	decider *decide.Decider
 
 	// idle is how long a read waits for a record of a partition before it
 	// ends the partition (replay.Reader.Idle; its default when 0).
@@ -128,12 +128,12 @@ func (t *Tool) namespace(workflowID string) string {
 	return t.cfg.Temporal.Namespace
 }
 
-// decide is the router's decision for kr (processor.Decider).
-func (t *Tool) decide(kr *kgo.Record) (processor.Decision, error) {
+// decide is the router's decision for kr (decide.Decider).
+func (t *Tool) decide(kr *kgo.Record) (decide.Decision, error) {
 	if t.decider == nil {
-		d, err := processor.NewDecider(t.cfg.Kafka)
+		d, err := decide.NewDecider(t.cfg.Kafka.Decide())
 		if err != nil {
-			return processor.Decision{}, err
+			return decide.Decision{}, err
 		}
 		t.decider = d
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -92,7 +92,7 @@ type Route struct {
 	Signal             string `json:"signal,omitempty"`
 }
 
-func routeView(rt *processor.Route) *Route {
+func routeView(rt *decide.Route) *Route {
 	if rt == nil {
 		return nil
 	}

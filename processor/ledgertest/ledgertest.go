@@ -23,6 +23,7 @@ import (
 	"testing"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // Subject is one ledger under test.
@@ -31,7 +32,7 @@ type Subject struct {
 	// Row reads what the ledger holds for a workflow ID: the row's state
 	// and recorded run ("" before it is started, or when the start did not
 	// say); ok is false when the ledger holds no row.
-	Row func(ctx context.Context, workflowID string) (state processor.LedgerState, runID string, ok bool, err error)
+	Row func(ctx context.Context, workflowID string) (state decide.LedgerState, runID string, ok bool, err error)
 }
 
 // Run runs the contract against ledgers from newSubject, a fresh, empty
@@ -63,8 +64,8 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 // intent is an intent of workflow ID "activity-a:"+id with the given
 // payload: copies of one event share id and payload; another payload
 // under the same id is a conflicting copy.
-func intent(id, payload string) processor.Intent {
-	return processor.Intent{
+func intent(id, payload string) decide.Intent {
+	return decide.Intent{
 		WorkflowID: "activity-a:" + id, ActivityID: "a", EventID: id, IDRule: "field",
 		PayloadHash: sha256.Sum256([]byte(payload)), Topic: "events", Partition: 1, Offset: 7,
 	}
@@ -72,22 +73,22 @@ func intent(id, payload string) processor.Intent {
 
 // The verdicts as the suite writes them.
 var (
-	none = processor.Claimed{}
-	new1 = processor.Claimed{Verdict: processor.VerdictNew, Generation: 1}
-	conf = processor.Claimed{Verdict: processor.VerdictConflict}
+	none = decide.Claimed{}
+	new1 = decide.Claimed{Verdict: decide.VerdictNew, Generation: 1}
+	conf = decide.Claimed{Verdict: decide.VerdictConflict}
 )
 
-func redrive(gen int) processor.Claimed {
-	return processor.Claimed{Verdict: processor.VerdictRedrive, Generation: gen}
+func redrive(gen int) decide.Claimed {
+	return decide.Claimed{Verdict: decide.VerdictRedrive, Generation: gen}
 }
 
-func dup(gen int) processor.Claimed {
-	return processor.Claimed{Verdict: processor.VerdictDuplicate, Generation: gen}
+func dup(gen int) decide.Claimed {
+	return decide.Claimed{Verdict: decide.VerdictDuplicate, Generation: gen}
 }
 
 // claim claims the intents and checks the answer against want, one per
 // intent.
-func claim(t *testing.T, l Subject, in []processor.Intent, want ...processor.Claimed) {
+func claim(t *testing.T, l Subject, in []decide.Intent, want ...decide.Claimed) {
 	t.Helper()
 	got, err := l.Ledger.Claim(context.Background(), in)
 	if err != nil {
@@ -101,9 +102,9 @@ func claim(t *testing.T, l Subject, in []processor.Intent, want ...processor.Cla
 	}
 }
 
-func batch(in ...processor.Intent) []processor.Intent { return in }
+func batch(in ...decide.Intent) []decide.Intent { return in }
 
-func ids(in []processor.Intent) string {
+func ids(in []decide.Intent) string {
 	s := ""
 	for i, x := range in {
 		if i > 0 {
@@ -114,7 +115,7 @@ func ids(in []processor.Intent) string {
 	return "[" + s + "]"
 }
 
-func show(cs []processor.Claimed) string {
+func show(cs []decide.Claimed) string {
 	s := ""
 	for i, c := range cs {
 		if i > 0 {
@@ -129,7 +130,7 @@ func show(cs []processor.Claimed) string {
 	return "[" + s + "]"
 }
 
-func markStarted(t *testing.T, l Subject, in processor.Intent, run string, gen int) {
+func markStarted(t *testing.T, l Subject, in decide.Intent, run string, gen int) {
 	t.Helper()
 	if err := l.Ledger.MarkStarted(context.Background(), []processor.Started{{WorkflowID: in.WorkflowID, RunID: run, Generation: gen}}); err != nil {
 		t.Fatalf("marking %s started (generation %d): %v", in.WorkflowID, gen, err)
@@ -138,7 +139,7 @@ func markStarted(t *testing.T, l Subject, in processor.Intent, run string, gen i
 
 // holds checks the row of in's workflow ID: its state and recorded run;
 // state "" means no row.
-func holds(t *testing.T, l Subject, in processor.Intent, state processor.LedgerState, run string) {
+func holds(t *testing.T, l Subject, in decide.Intent, state decide.LedgerState, run string) {
 	t.Helper()
 	got, gotRun, ok, err := l.Row(context.Background(), in.WorkflowID)
 	if err != nil {
@@ -152,7 +153,7 @@ func holds(t *testing.T, l Subject, in processor.Intent, state processor.LedgerS
 	}
 }
 
-func markDeadLettered(t *testing.T, l Subject, in processor.Intent) {
+func markDeadLettered(t *testing.T, l Subject, in decide.Intent) {
 	t.Helper()
 	if err := l.Ledger.MarkDeadLettered(context.Background(), []processor.DeadLettered{{WorkflowID: in.WorkflowID}}); err != nil {
 		t.Fatalf("marking %s dead-lettered: %v", in.WorkflowID, err)
@@ -176,10 +177,10 @@ func testNewThenRedrive(t *testing.T, l Subject) {
 	a := intent("a", "A")
 	holds(t, l, a, "", "")
 	claim(t, l, batch(a), new1)
-	holds(t, l, a, processor.LedgerPending, "")
+	holds(t, l, a, decide.LedgerPending, "")
 	claim(t, l, batch(a), redrive(1))
 	claim(t, l, batch(a), redrive(1))
-	holds(t, l, a, processor.LedgerPending, "")
+	holds(t, l, a, decide.LedgerPending, "")
 }
 
 // Every copy of a workflow ID in one batch gets the row's verdict,
@@ -201,14 +202,14 @@ func testConflicts(t *testing.T, l Subject) {
 	claim(t, l, batch(a), new1)
 	claim(t, l, batch(a2), conf)
 	claim(t, l, batch(a2), conf)
-	holds(t, l, a, processor.LedgerPending, "")
+	holds(t, l, a, decide.LedgerPending, "")
 	claim(t, l, batch(a), redrive(1))
 	// Before the original in the batch (the event-loss hole: the original
 	// must still re-drive).
 	claim(t, l, batch(a2, a, a2), conf, redrive(1), conf)
 	markStarted(t, l, a, "run-a", 1)
 	claim(t, l, batch(a2, a), conf, dup(1))
-	holds(t, l, a, processor.LedgerStarted, "run-a")
+	holds(t, l, a, decide.LedgerStarted, "run-a")
 	// A new ID: the first copy's payload claims it.
 	n1, n2 := intent("n", "1"), intent("n", "2")
 	claim(t, l, batch(n2, n1, n2), new1, conf, new1)
@@ -221,16 +222,16 @@ func testDuplicateOnceStarted(t *testing.T, l Subject) {
 	a, b := intent("a", "A"), intent("b", "B")
 	claim(t, l, batch(a, b), new1, new1)
 	markStarted(t, l, a, "run-a", 1)
-	holds(t, l, a, processor.LedgerStarted, "run-a")
+	holds(t, l, a, decide.LedgerStarted, "run-a")
 	claim(t, l, batch(a, b, a), dup(1), redrive(1), dup(1))
 	claim(t, l, batch(a), dup(1))
-	holds(t, l, a, processor.LedgerStarted, "run-a")
-	holds(t, l, b, processor.LedgerPending, "")
+	holds(t, l, a, decide.LedgerStarted, "run-a")
+	holds(t, l, b, decide.LedgerPending, "")
 	// A mark of a started row's own generation again (a redelivered
 	// start's) changes nothing.
 	markStarted(t, l, a, "run-a2", 1)
 	claim(t, l, batch(a), dup(1))
-	holds(t, l, a, processor.LedgerStarted, "run-a")
+	holds(t, l, a, decide.LedgerStarted, "run-a")
 }
 
 // A dead_lettered row (Temporal refused its start for good) is not
@@ -241,26 +242,26 @@ func testReclaimOfDeadLettered(t *testing.T, l Subject) {
 	a := intent("a", "A")
 	claim(t, l, batch(a), new1)
 	markDeadLettered(t, l, a)
-	holds(t, l, a, processor.LedgerDeadLettered, "")
+	holds(t, l, a, decide.LedgerDeadLettered, "")
 	markStarted(t, l, a, "run-a", 1) // not pending: no effect
-	holds(t, l, a, processor.LedgerDeadLettered, "")
+	holds(t, l, a, decide.LedgerDeadLettered, "")
 	claim(t, l, batch(a, a), redrive(1), redrive(1))
-	holds(t, l, a, processor.LedgerPending, "")
+	holds(t, l, a, decide.LedgerPending, "")
 	markStarted(t, l, a, "run-a", 1) // pending again: started
 	claim(t, l, batch(a), dup(1))
-	holds(t, l, a, processor.LedgerStarted, "run-a")
+	holds(t, l, a, decide.LedgerStarted, "run-a")
 
 	c, c2 := intent("c", "C"), intent("c", "other")
 	claim(t, l, batch(c), new1)
 	markDeadLettered(t, l, c)
 	claim(t, l, batch(c2), conf)
-	holds(t, l, c, processor.LedgerDeadLettered, "")
+	holds(t, l, c, decide.LedgerDeadLettered, "")
 	markStarted(t, l, c, "run-c", 1) // still dead_lettered: no effect
 	claim(t, l, batch(c2, c, c), conf, redrive(1), redrive(1))
-	holds(t, l, c, processor.LedgerPending, "")
+	holds(t, l, c, decide.LedgerPending, "")
 	markStarted(t, l, c, "run-c", 1)
 	claim(t, l, batch(c), dup(1))
-	holds(t, l, c, processor.LedgerStarted, "run-c")
+	holds(t, l, c, decide.LedgerStarted, "run-c")
 }
 
 // MarkStarted moves a started row to a newer generation's run (a re-run
@@ -274,12 +275,12 @@ func testGenerations(t *testing.T, l Subject) {
 	claim(t, l, batch(a), dup(1))
 	markStarted(t, l, a, "run-3", 3)
 	claim(t, l, batch(a), dup(3))
-	holds(t, l, a, processor.LedgerStarted, "run-3")
+	holds(t, l, a, decide.LedgerStarted, "run-3")
 	markStarted(t, l, a, "run-2", 2) // late: an older generation's mark
 	claim(t, l, batch(a), dup(3))
 	markStarted(t, l, a, "run-3b", 3)
 	claim(t, l, batch(a), dup(3))
-	holds(t, l, a, processor.LedgerStarted, "run-3")
+	holds(t, l, a, decide.LedgerStarted, "run-3")
 
 	x := intent("x", "X")
 	markStarted(t, l, x, "run-x", 1)
@@ -294,12 +295,12 @@ func testMarkDeadLetteredOnlyPending(t *testing.T, l Subject) {
 	claim(t, l, batch(a, b), new1, new1)
 	markStarted(t, l, a, "run-a", 1)
 	markDeadLettered(t, l, a)
-	holds(t, l, a, processor.LedgerStarted, "run-a")
+	holds(t, l, a, decide.LedgerStarted, "run-a")
 	claim(t, l, batch(a), dup(1))
 
 	markDeadLettered(t, l, b)
 	markDeadLettered(t, l, b)
-	holds(t, l, b, processor.LedgerDeadLettered, "")
+	holds(t, l, b, decide.LedgerDeadLettered, "")
 	markStarted(t, l, b, "run-b", 1) // dead_lettered: no effect
 	claim(t, l, batch(b), redrive(1))
 
@@ -314,13 +315,13 @@ func testMarkDeadLetteredOnlyPending(t *testing.T, l Subject) {
 func testConcurrentClaims(t *testing.T, l Subject) {
 	const rounds, n = 5, 200
 	for r := range rounds {
-		a, b := make([]processor.Intent, n), make([]processor.Intent, n)
+		a, b := make([]decide.Intent, n), make([]decide.Intent, n)
 		for i := range a {
 			a[i] = intent(fmt.Sprintf("r%d-e%d", r, i), "same")
 			b[n-1-i] = a[i]
 		}
 		var wg sync.WaitGroup
-		var va, vb []processor.Claimed
+		var va, vb []decide.Claimed
 		var ea, eb error
 		wg.Add(2)
 		go func() { defer wg.Done(); va, ea = l.Ledger.Claim(context.Background(), a) }()
@@ -335,7 +336,7 @@ func testConcurrentClaims(t *testing.T, l Subject) {
 		for i := range a {
 			x, y := va[i], vb[n-1-i]
 			if (x != new1 || y != redrive(1)) && (x != redrive(1) || y != new1) {
-				t.Fatalf("round %d, %s: %s and %s, want one new and one re-drive", r, a[i].WorkflowID, show([]processor.Claimed{x}), show([]processor.Claimed{y}))
+				t.Fatalf("round %d, %s: %s and %s, want one new and one re-drive", r, a[i].WorkflowID, show([]decide.Claimed{x}), show([]decide.Claimed{y}))
 			}
 		}
 	}
@@ -358,14 +359,14 @@ func testCancelledContext(t *testing.T, l Subject) {
 	if err := l.Ledger.MarkDeadLettered(ctx, []processor.DeadLettered{{WorkflowID: b.WorkflowID}}); err == nil {
 		t.Fatal("MarkDeadLettered with a cancelled context: no error")
 	}
-	holds(t, l, a, processor.LedgerPending, "")
-	holds(t, l, b, processor.LedgerPending, "")
+	holds(t, l, a, decide.LedgerPending, "")
+	holds(t, l, b, decide.LedgerPending, "")
 	markStarted(t, l, b, "run-b", 1) // pending still (not dead-lettered): started
 	claim(t, l, batch(a, b), redrive(1), dup(1))
 }
 
 // own takes the partitions for group "g" and returns their fences.
-func own(t *testing.T, l Subject, member string, parts ...processor.PartitionRef) []processor.Fence {
+func own(t *testing.T, l Subject, member string, parts ...processor.PartitionRef) []decide.Fence {
 	t.Helper()
 	epochs, err := l.Ledger.Own(context.Background(), processor.Ownership{Group: "g", Member: member, Parts: parts})
 	if err != nil {
@@ -374,17 +375,17 @@ func own(t *testing.T, l Subject, member string, parts ...processor.PartitionRef
 	if len(epochs) != len(parts) {
 		t.Fatalf("Own(%v): %d epochs", parts, len(epochs))
 	}
-	out := make([]processor.Fence, len(epochs))
+	out := make([]decide.Fence, len(epochs))
 	for i, e := range epochs {
 		if e == 0 {
 			t.Fatalf("Own(%v): epoch 0 (the unfenced value)", parts)
 		}
-		out[i] = processor.Fence{Group: "g", Epoch: e}
+		out[i] = decide.Fence{Group: "g", Epoch: e}
 	}
 	return out
 }
 
-func fenced(in processor.Intent, f processor.Fence) processor.Intent {
+func fenced(in decide.Intent, f decide.Fence) decide.Intent {
 	in.Fence = f
 	return in
 }
@@ -421,7 +422,7 @@ func testStaleOwnerChangesNoRow(t *testing.T, l Subject) {
 	if err := l.Ledger.MarkDeadLettered(ctx, []processor.DeadLettered{{WorkflowID: a.WorkflowID, Topic: p.Topic, Partition: p.Partition, Fence: cur}}); err != nil {
 		t.Fatalf("the owner's MarkDeadLettered: %v", err)
 	}
-	holds(t, l, a, processor.LedgerDeadLettered, "")
+	holds(t, l, a, decide.LedgerDeadLettered, "")
 	stale := processor.PartitionEpoch{Group: "g", Topic: p.Topic, Partition: p.Partition, Epoch: old.Epoch}
 
 	// The zombie's claim of the same record (slow, or retried after the
@@ -429,21 +430,21 @@ func testStaleOwnerChangesNoRow(t *testing.T, l Subject) {
 	// owner.
 	_, err := l.Ledger.Claim(ctx, batch(fenced(a, old)))
 	wantFenced(t, "the zombie's claim", err, stale)
-	holds(t, l, a, processor.LedgerDeadLettered, "")
+	holds(t, l, a, decide.LedgerDeadLettered, "")
 	err = l.Ledger.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "zombie-run", Generation: 1,
 		Topic: p.Topic, Partition: p.Partition, Fence: old}})
 	wantFenced(t, "the zombie's MarkStarted", err, stale)
-	holds(t, l, a, processor.LedgerDeadLettered, "")
+	holds(t, l, a, decide.LedgerDeadLettered, "")
 
 	// A pending row of the new owner is not the zombie's to end.
 	b := intent("b", "B")
 	claim(t, l, batch(fenced(b, cur)), new1)
 	err = l.Ledger.MarkDeadLettered(ctx, []processor.DeadLettered{{WorkflowID: b.WorkflowID, Topic: p.Topic, Partition: p.Partition, Fence: old}})
 	wantFenced(t, "the zombie's MarkDeadLettered", err, stale)
-	holds(t, l, b, processor.LedgerPending, "")
+	holds(t, l, b, decide.LedgerPending, "")
 	// The new owner's replay re-claims its dead_lettered row.
 	claim(t, l, batch(fenced(a, cur)), redrive(1))
-	holds(t, l, a, processor.LedgerPending, "")
+	holds(t, l, a, decide.LedgerPending, "")
 }
 
 // A claim with one stale partition writes nothing, not even the rows of
@@ -483,8 +484,8 @@ func testFencedMarkWritesTheOthers(t *testing.T, l Subject) {
 		{WorkflowID: b.WorkflowID, RunID: "run-b", Generation: 1, Topic: "events", Partition: 2, Fence: fs[1]},
 	})
 	wantFenced(t, "a mark with a stale partition", err, processor.PartitionEpoch{Group: "g", Topic: "events", Partition: 1, Epoch: fs[0].Epoch})
-	holds(t, l, a, processor.LedgerPending, "")
-	holds(t, l, b, processor.LedgerStarted, "run-b")
+	holds(t, l, a, decide.LedgerPending, "")
+	holds(t, l, b, decide.LedgerStarted, "run-b")
 }
 
 // An Own of an older group generation than the partition's owner (a member
@@ -503,11 +504,11 @@ func testOlderGenerationTakesNothing(t *testing.T, l Subject) {
 		t.Fatalf("a late Own of generation 4 after 5: %v, %v; want epoch 0 (not taken)", late, err)
 	}
 	a := intent("a", "A")
-	claim(t, l, batch(fenced(a, processor.Fence{Group: "g", Epoch: e5[0]})), new1)
+	claim(t, l, batch(fenced(a, decide.Fence{Group: "g", Epoch: e5[0]})), new1)
 	again, err := l.Ledger.Own(ctx, processor.Ownership{Group: "g", Member: "anew", Generation: 1, Confirmed: true, Parts: p})
 	if err != nil || again[0] <= e5[0] {
 		t.Fatalf("a confirmed Own of generation 1: %v, %v; want an epoch over %d", again, err, e5[0])
 	}
-	_, err = l.Ledger.Claim(ctx, batch(fenced(intent("b", "B"), processor.Fence{Group: "g", Epoch: e5[0]})))
+	_, err = l.Ledger.Claim(ctx, batch(fenced(intent("b", "B"), decide.Fence{Group: "g", Epoch: e5[0]})))
 	wantFenced(t, "generation 5's claim after the confirmed Own", err, processor.PartitionEpoch{Group: "g", Topic: "events", Partition: 1, Epoch: e5[0]})
 }

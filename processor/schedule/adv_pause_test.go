@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/schedule"
 )
 
@@ -28,7 +29,7 @@ func (f *flakyTemporal) setDown(v bool) {
 	f.mu.Unlock()
 }
 
-func (f *flakyTemporal) Start(ctx context.Context, req processor.StartRequest) (processor.StartResult, error) {
+func (f *flakyTemporal) Start(ctx context.Context, req decide.StartRequest) (processor.StartResult, error) {
 	f.mu.Lock()
 	down := f.down
 	f.mu.Unlock()

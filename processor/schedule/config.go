@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -201,7 +201,7 @@ func (c *Config) Validate() error {
 		}
 		// The routes' rule: any task type a worker may register (the
 		// worker is where types are known), in the shape of task IDs.
-		if err := processor.ValidateDefinition(at+".definition", t.Definition); err != nil {
+		if err := decide.ValidateDefinition(at+".definition", t.Definition); err != nil {
 			return err
 		}
 		cr, err := ParseCron(t.Cron, t.TimeZone)

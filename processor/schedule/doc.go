@@ -10,7 +10,7 @@
 //     UPDATE SKIP LOCKED), decides, and commits the decision (the fires,
 //     with their windows, and the moved cursor) before any start. Every
 //     fire is then claimed in the ledger and started with reject-duplicate
-//     like an event (processor.Intent, processor.Starter), so a replay of
+//     like an event (decide.Intent, processor.Starter), so a replay of
 //     it (a crash after the decision or after the start, a second replica)
 //     is "already started".
 //   - One start call per fire in the common case: the replica that
@@ -32,7 +32,7 @@
 //     replica); tests inject theirs (Clock).
 //   - Bounded work after any outage: a decision calls Next at most
 //     MaxWalk times from the cursor, then searches back from now.
-//   - One slot, one hash (processor.SlotPayloadHash): a slot fired twice,
+//   - One slot, one hash (decide.SlotPayloadHash): a slot fired twice,
 //     here or through a route with key scheduled_for, is a duplicate,
 //     never a conflict.
 //

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -241,7 +242,7 @@ func (s *Scheduler) Tick(ctx context.Context) (err error) {
 			d = ApplyOverlap(t, cur, d, open)
 		}
 		for i := range d.Fires {
-			d.Fires[i].WorkflowID = processor.WorkflowID(t.ActivityID, processor.ScheduledForKey(d.Fires[i].ScheduledFor))
+			d.Fires[i].WorkflowID = decide.WorkflowID(t.ActivityID, decide.ScheduledForKey(d.Fires[i].ScheduledFor))
 		}
 		decided = append(decided, decidedTrigger{d, cur.Previous})
 		return d
@@ -279,7 +280,7 @@ func (s *Scheduler) Tick(ctx context.Context) (err error) {
 		if len(d.Overlapped) > 0 {
 			slots := make([]string, len(d.Overlapped))
 			for i, x := range d.Overlapped {
-				slots[i] = processor.ScheduledForKey(x)
+				slots[i] = decide.ScheduledForKey(x)
 			}
 			previous := d.previous.WorkflowID
 			if len(d.Fires) > 0 { // the decision's own first run
@@ -309,12 +310,12 @@ func (s *Scheduler) start(ctx context.Context, fires []Fire) error {
 	if len(fires) == 0 {
 		return nil
 	}
-	intents := make([]processor.Intent, len(fires))
+	intents := make([]decide.Intent, len(fires))
 	for i, f := range fires {
-		key := processor.ScheduledForKey(f.ScheduledFor)
-		intents[i] = processor.Intent{WorkflowID: f.WorkflowID, ActivityID: f.ActivityID,
+		key := decide.ScheduledForKey(f.ScheduledFor)
+		intents[i] = decide.Intent{WorkflowID: f.WorkflowID, ActivityID: f.ActivityID,
 			EventID: "schedule/" + f.Trigger + "/" + key, IDRule: "schedule",
-			PayloadHash: processor.SlotPayloadHash(f.ActivityID, key)}
+			PayloadHash: decide.SlotPayloadHash(f.ActivityID, key)}
 	}
 	verdicts, err := s.ledger.Claim(ctx, intents)
 	if err != nil {
@@ -342,7 +343,7 @@ func (s *Scheduler) start(ctx context.Context, fires []Fire) error {
 		t := s.byName[f.Trigger]
 		end := FireEnd{Trigger: f.Trigger, ScheduledFor: f.ScheduledFor}
 		switch v := verdicts[i]; v.Verdict {
-		case processor.VerdictDuplicate:
+		case decide.VerdictDuplicate:
 			// Started already: by an earlier tick that crashed before
 			// ending the fire, another replica, or an event routed with
 			// key scheduled_for.
@@ -350,7 +351,7 @@ func (s *Scheduler) start(ctx context.Context, fires []Fire) error {
 			s.m.starts.WithLabelValues(f.Trigger, "duplicate").Inc()
 			ends = append(ends, end)
 			continue
-		case processor.VerdictConflict:
+		case decide.VerdictConflict:
 			end.State = FireConflict
 			s.m.starts.WithLabelValues(f.Trigger, "conflict").Inc()
 			s.log.Error("schedule fire conflicts with a ledger row claimed with another payload; not started",
@@ -358,8 +359,8 @@ func (s *Scheduler) start(ctx context.Context, fires []Fire) error {
 			ends = append(ends, end)
 			continue
 		default:
-			req := processor.StartRequest{Namespace: t.Namespace, WorkflowID: f.WorkflowID, WorkflowType: t.WorkflowType, TaskQueue: t.TaskQueue,
-				ReusePolicy: processor.ReuseRejectDuplicate, Generation: v.Generation, Input: input(t, f, intents[i].EventID)}
+			req := decide.StartRequest{Namespace: t.Namespace, WorkflowID: f.WorkflowID, WorkflowType: t.WorkflowType, TaskQueue: t.TaskQueue,
+				ReusePolicy: decide.ReuseRejectDuplicate, Generation: v.Generation, Input: input(t, f, intents[i].EventID)}
 			res, err := s.starter.Start(ctx, req)
 			switch {
 			case err == nil:
@@ -436,12 +437,12 @@ func heldBy(fires []Fire) []string {
 
 // input is the workflow input of a fire.
 func input(t *Trigger, f Fire, eventID string) schemas.WorkflowInput {
-	key := processor.ScheduledForKey(f.ScheduledFor)
+	key := decide.ScheduledForKey(f.ScheduledFor)
 	data, _ := json.Marshal(map[string]any{"schedule": f.Trigger, "scheduled_for": key})
 	return schemas.WorkflowInput{WorkflowID: f.WorkflowID, ActivityID: f.ActivityID, EventID: eventID, IDRule: "schedule",
 		Type: "dedup.schedule.fired", Source: "dedup/schedule/" + f.Trigger, Time: key, Data: data, Definition: t.Definition,
 		TriggerKind: schemas.TriggerCron, ScheduledFor: key, Schedule: f.Trigger, Fire: string(f.Kind),
-		WindowStart: processor.ScheduledForKey(f.WindowStart), WindowEnd: processor.ScheduledForKey(f.WindowEnd),
+		WindowStart: decide.ScheduledForKey(f.WindowStart), WindowEnd: decide.ScheduledForKey(f.WindowEnd),
 		MissedCount: f.MissedCount}
 }
 

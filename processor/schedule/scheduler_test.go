@@ -16,6 +16,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -72,11 +73,11 @@ func newTemporal() *temporal {
 	return &temporal{runs: map[string]schemas.WorkflowInput{}, ids: map[string]string{}, open: map[string]bool{}}
 }
 
-func (f *temporal) Start(ctx context.Context, req processor.StartRequest) (processor.StartResult, error) {
+func (f *temporal) Start(ctx context.Context, req decide.StartRequest) (processor.StartResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.starts++
-	if req.ReusePolicy != processor.ReuseRejectDuplicate {
+	if req.ReusePolicy != decide.ReuseRejectDuplicate {
 		return processor.StartResult{}, processor.Permanent(fmt.Errorf("policy %s", req.ReusePolicy))
 	}
 	if id, ok := f.ids[req.WorkflowID]; ok {
@@ -90,14 +91,14 @@ func (f *temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 	return processor.StartResult{RunID: f.ids[req.WorkflowID]}, nil
 }
 
-func (f *temporal) LastRun(_ context.Context, _, workflowID string) (processor.Run, error) {
+func (f *temporal) LastRun(_ context.Context, _, workflowID string) (decide.Run, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	id, ok := f.ids[workflowID]
 	if !ok {
-		return processor.Run{}, processor.Permanent(fmt.Errorf("workflow %s not found", workflowID))
+		return decide.Run{}, processor.Permanent(fmt.Errorf("workflow %s not found", workflowID))
 	}
-	return processor.Run{ID: id, Closed: !f.open[workflowID]}, nil
+	return decide.Run{ID: id, Closed: !f.open[workflowID]}, nil
 }
 
 // hold makes the runs started from now on stay open, or, with false,
@@ -280,7 +281,7 @@ func (w *world) fireStates() map[string]int {
 func keys(from string, n int, step time.Duration) []string {
 	var out []string
 	for i, t := 0, utc(from); i < n; i, t = i+1, t.Add(step) {
-		out = append(out, processor.ScheduledForKey(t))
+		out = append(out, decide.ScheduledForKey(t))
 	}
 	return out
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -134,7 +135,7 @@ func TestAdvKeyPlansAtScale(t *testing.T) {
 	}
 	rows.Close()
 	log.take()
-	var batch []processor.Intent
+	var batch []decide.Intent
 	for i := 0; i < 1000; i++ {
 		in := intent(fmt.Sprintf("new-%d", i), "p")
 		batch = append(batch, in)
@@ -249,8 +250,8 @@ search:
 	if x < 0 {
 		t.Fatal("no IDs found")
 	}
-	in := func(n int) processor.Intent { return intent(fmt.Sprintf("dl-%d", n), "p") }
-	want(t, claim(t, l, in(x), in(y), in(w), in(w2)), processor.VerdictNew, processor.VerdictNew, processor.VerdictNew, processor.VerdictNew)
+	in := func(n int) decide.Intent { return intent(fmt.Sprintf("dl-%d", n), "p") }
+	want(t, claim(t, l, in(x), in(y), in(w), in(w2)), decide.VerdictNew, decide.VerdictNew, decide.VerdictNew, decide.VerdictNew)
 	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +278,7 @@ search:
 	wg.Add(2)
 	go func() { // router A re-drives Y, W, X (locks Y, waits for W)
 		defer wg.Done()
-		_, claimErr = l.Claim(ctx, []processor.Intent{in(x), in(y), in(w)})
+		_, claimErr = l.Claim(ctx, []decide.Intent{in(x), in(y), in(w)})
 	}()
 	waitBlocked(t, side, "INSERT INTO dedup_ledger AS l")
 	go func() { // router B marks X, W2, Y started (locks X, waits for W2)
@@ -350,7 +351,7 @@ func TestAdvKeyDownAndUpKeepTheLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	var batch []processor.Intent
+	var batch []decide.Intent
 	for i := 0; i < 500; i++ {
 		batch = append(batch, intent(fmt.Sprintf("du-%d", i), "p"))
 	}
@@ -375,7 +376,7 @@ func TestAdvKeyDownAndUpKeepTheLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, v := range vs {
-		if v.Verdict != processor.VerdictRedrive {
+		if v.Verdict != decide.VerdictRedrive {
 			t.Fatalf("%s after Down and Up: %s, want redrive", batch[i].WorkflowID, v.Verdict)
 		}
 	}
@@ -414,13 +415,13 @@ func TestAdvKeyNonUTF8Databases(t *testing.T) {
 			t.Fatal(err)
 		}
 		ids := []string{"héllo wörld", `back\slash \101`, "Ünïcödé:0190a1b2-c3d4-7e5f-8a9b-0123456789ab", "é:01ARZ3NDEKTSV4RRFFQ69G5FAV", "ÿ"}
-		var batch []processor.Intent
+		var batch []decide.Intent
 		for _, id := range ids {
 			batch = append(batch, intent(id, "p"))
 		}
-		want(t, claim(t, l, batch...), processor.VerdictNew, processor.VerdictNew, processor.VerdictNew, processor.VerdictNew, processor.VerdictNew)
+		want(t, claim(t, l, batch...), decide.VerdictNew, decide.VerdictNew, decide.VerdictNew, decide.VerdictNew, decide.VerdictNew)
 		l.Pool().Reset()
-		want(t, claim(t, l, batch...), processor.VerdictRedrive, processor.VerdictRedrive, processor.VerdictRedrive, processor.VerdictRedrive, processor.VerdictRedrive)
+		want(t, claim(t, l, batch...), decide.VerdictRedrive, decide.VerdictRedrive, decide.VerdictRedrive, decide.VerdictRedrive, decide.VerdictRedrive)
 		var wfs []string
 		for _, in := range batch {
 			wfs = append(wfs, in.WorkflowID)
@@ -499,7 +500,7 @@ func TestAdvKeyOddIDs(t *testing.T) {
 			t.Errorf("dedup_ledger_key(%q) = %s, want %s", id, got, w)
 		}
 	}
-	var batch []processor.Intent
+	var batch []decide.Intent
 	var wfs []string
 	for i, id := range ids {
 		in := intent("", fmt.Sprint(i))
@@ -508,7 +509,7 @@ func TestAdvKeyOddIDs(t *testing.T) {
 		wfs = append(wfs, id)
 	}
 	for _, v := range claim(t, l, batch...) {
-		if v != processor.VerdictNew {
+		if v != decide.VerdictNew {
 			t.Fatalf("verdict %s for a new odd ID", v)
 		}
 	}
@@ -524,7 +525,7 @@ func TestAdvKeyOddIDs(t *testing.T) {
 		t.Fatalf("Lookup %d, Rows %d, want %d", len(got), len(rows), len(ids))
 	}
 	for _, v := range claim(t, l, batch...) {
-		if v != processor.VerdictRedrive {
+		if v != decide.VerdictRedrive {
 			t.Fatalf("verdict %s for an odd ID claimed again", v)
 		}
 	}
@@ -556,7 +557,7 @@ func TestAdvKeyTwoRoutersUnderCollisions(t *testing.T) {
 	router := func(l *ledger.Postgres, seed int) {
 		defer wg.Done()
 		for it := 0; it < 150; it++ {
-			var batch []processor.Intent
+			var batch []decide.Intent
 			for j := 0; j < 12; j++ {
 				n := (seed*7919 + it*31 + j*17) % 60
 				batch = append(batch, intent(fmt.Sprintf("c-%d", n), "p"))
@@ -573,7 +574,7 @@ func TestAdvKeyTwoRoutersUnderCollisions(t *testing.T) {
 			for i, v := range vs {
 				id := batch[i].WorkflowID
 				switch v.Verdict {
-				case processor.VerdictNew:
+				case decide.VerdictNew:
 					mu.Lock()
 					news[id]++
 					mu.Unlock()
@@ -582,9 +583,9 @@ func TestAdvKeyTwoRoutersUnderCollisions(t *testing.T) {
 					} else {
 						st = append(st, processor.Started{WorkflowID: id, RunID: "run-" + id, Generation: 1})
 					}
-				case processor.VerdictRedrive:
+				case decide.VerdictRedrive:
 					st = append(st, processor.Started{WorkflowID: id, RunID: "run-" + id, Generation: 1})
-				case processor.VerdictConflict:
+				case decide.VerdictConflict:
 					dl = append(dl, id)
 				}
 			}
@@ -641,10 +642,10 @@ func TestAdvKeyCollisionInBatchTakesTheOwnersRow(t *testing.T) {
 	l := open(t)
 	defer ledger.SetKeyFunc(func(string) [16]byte { return [16]byte{15: 1} })()
 	a, b := intent("a", "p"), intent("b", "p")
-	want(t, claim(t, l, b), processor.VerdictNew) // b's row, pending (its start failed, the router re-drives)
-	want(t, claim(t, l, b), processor.VerdictRedrive)
+	want(t, claim(t, l, b), decide.VerdictNew) // b's row, pending (its start failed, the router re-drives)
+	want(t, claim(t, l, b), decide.VerdictRedrive)
 	// The same record of b again, in a batch with a colliding new ID.
-	want(t, claim(t, l, a, b), processor.VerdictConflict, processor.VerdictRedrive)
+	want(t, claim(t, l, a, b), decide.VerdictConflict, decide.VerdictRedrive)
 }
 
 // Three Migrate calls at once on a populated ledger at version 11 (replicas
@@ -696,7 +697,7 @@ func TestAdvKeyRolesWithoutPublicExecute(t *testing.T) {
 		t.Fatal(err)
 	}
 	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
-	if _, err := router.Claim(ctx, []processor.Intent{intent("e1", "A")}); err != nil {
+	if _, err := router.Claim(ctx, []decide.Intent{intent("e1", "A")}); err != nil {
 		t.Errorf("router claim: %v", err)
 	}
 	ingress := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_ingress"))

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -83,12 +84,12 @@ type stored struct {
 // claimSQL; otherwise claimSQL takes the whole batch. This is an
 // optimisation only: both paths give the same verdicts. Another round trip
 // happens only when a conflict must be recorded.
-func (p *Postgres) Claim(ctx context.Context, intents []processor.Intent) ([]processor.Claimed, error) {
+func (p *Postgres) Claim(ctx context.Context, intents []decide.Intent) ([]decide.Claimed, error) {
 	v, err := p.claimBatch(ctx, intents)
 	return v, p.classify(err)
 }
 
-func (p *Postgres) claimBatch(ctx context.Context, intents []processor.Intent) ([]processor.Claimed, error) {
+func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]decide.Claimed, error) {
 	if len(intents) == 0 {
 		return nil, nil
 	}
@@ -141,7 +142,7 @@ WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash OR 
 // answerStarted records in got the rows already started and returns the
 // indexes of the intents left to claim. A started row never goes back to
 // pending, so the read needs no lock.
-func (p *Postgres) answerStarted(ctx context.Context, intents []processor.Intent, uniq []int, got map[string]stored) ([]int, error) {
+func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, uniq []int, got map[string]stored) ([]int, error) {
 	ids, hashes := make([]string, len(uniq)), make([][]byte, len(uniq))
 	for j, i := range uniq {
 		ids[j], hashes[j] = intents[i].WorkflowID, intents[i].PayloadHash[:]
@@ -193,7 +194,7 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []processor.Intent
 // row's owner). Each such ID is claimed again alone, so that the owner of
 // a row always gets its own row's answer; one still without a row after
 // that is a conflict.
-func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq []int, got map[string]stored, f fenceArgs) error {
+func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, uniq []int, got map[string]stored, f fenceArgs) error {
 	if err := p.claimOnce(ctx, intents, uniq, got, f); err != nil {
 		return err
 	}
@@ -220,7 +221,7 @@ func (p *Postgres) claim(ctx context.Context, intents []processor.Intent, uniq [
 // in its answer is left out of got.
 // A fence that no longer holds fails it with a *processor.FencedError,
 // nothing written.
-func (p *Postgres) claimOnce(ctx context.Context, intents []processor.Intent, uniq []int, got map[string]stored, f fenceArgs) error {
+func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, uniq []int, got map[string]stored, f fenceArgs) error {
 	n := len(uniq)
 	var (
 		wf, act, ev, rule, topic = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -272,19 +273,19 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []processor.Intent, un
 
 // verdicts turns what the ledger holds for each workflow ID (the claim
 // statement's row answer, or the read of started rows) into one verdict
-// per intent, by processor.ClaimVerdict, and records the conflicts and the
+// per intent, by decide.ClaimVerdict, and records the conflicts and the
 // re-claims the statement did not write.
-func (p *Postgres) verdicts(ctx context.Context, intents []processor.Intent, got map[string]stored, f fenceArgs) ([]processor.Claimed, error) {
-	verdicts := make([]processor.Claimed, len(intents))
+func (p *Postgres) verdicts(ctx context.Context, intents []decide.Intent, got map[string]stored, f fenceArgs) ([]decide.Claimed, error) {
+	verdicts := make([]decide.Claimed, len(intents))
 	var conflicts []conflict
 	var revive []string
 	for i := range intents {
 		in := &intents[i]
 		s := got[in.WorkflowID]
-		v, reclaims := processor.ClaimVerdict(s.state, string(s.hash) == string(in.PayloadHash[:]), s.inserted, s.generation)
+		v, reclaims := decide.ClaimVerdict(s.state, string(s.hash) == string(in.PayloadHash[:]), s.inserted, s.generation)
 		verdicts[i] = v
 		switch {
-		case v.Verdict == processor.VerdictConflict:
+		case v.Verdict == decide.VerdictConflict:
 			conflicts = append(conflicts, conflict{in: in, ledgerHash: s.hash})
 		case reclaims:
 			// A dead_lettered row the upsert left alone: re-claimed by a
@@ -320,7 +321,7 @@ SELECT ok FROM held`, revive, keysOf(revive), f.groups, f.topics, f.parts, f.epo
 }
 
 type conflict struct {
-	in         *processor.Intent
+	in         *decide.Intent
 	ledgerHash []byte
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -40,7 +40,7 @@ func BenchmarkClaimByExecMode(b *testing.B) {
 			}
 			defer pool.Close()
 			l := ledger.NewFromPool(pool)
-			in := make([]processor.Intent, 100)
+			in := make([]decide.Intent, 100)
 			b.ResetTimer()
 			for n := range b.N {
 				for i := range in {

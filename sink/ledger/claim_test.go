@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -16,17 +17,17 @@ func TestClaimLifecycle(t *testing.T) {
 	ctx := context.Background()
 	e1 := intent("e1", "p1")
 
-	want(t, claim(t, l, e1), processor.VerdictNew)
+	want(t, claim(t, l, e1), decide.VerdictNew)
 	// Claimed, not started: a crash happened; the redelivered record re-drives.
-	want(t, claim(t, l, e1), processor.VerdictRedrive)
+	want(t, claim(t, l, e1), decide.VerdictRedrive)
 	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: e1.WorkflowID, RunID: "run-1"}}); err != nil {
 		t.Fatal(err)
 	}
-	want(t, claim(t, l, e1), processor.VerdictDuplicate)
+	want(t, claim(t, l, e1), decide.VerdictDuplicate)
 	// Same ID, different payload: a conflict, recorded once per record.
 	c := intent("e1", "p2")
-	want(t, claim(t, l, c), processor.VerdictConflict)
-	want(t, claim(t, l, c), processor.VerdictConflict)
+	want(t, claim(t, l, c), decide.VerdictConflict)
+	want(t, claim(t, l, c), decide.VerdictConflict)
 
 	var state, run string
 	var attempts int
@@ -49,9 +50,9 @@ func TestClaimLifecycle(t *testing.T) {
 
 func TestClaimPendingConflictIsNotRedriven(t *testing.T) {
 	l := open(t)
-	want(t, claim(t, l, intent("e1", "p1")), processor.VerdictNew)
-	want(t, claim(t, l, intent("e1", "other")), processor.VerdictConflict)
-	want(t, claim(t, l, intent("e1", "p1")), processor.VerdictRedrive)
+	want(t, claim(t, l, intent("e1", "p1")), decide.VerdictNew)
+	want(t, claim(t, l, intent("e1", "other")), decide.VerdictConflict)
+	want(t, claim(t, l, intent("e1", "p1")), decide.VerdictRedrive)
 }
 
 // The mixed batch, claimed in both of Claim's modes: straight through the
@@ -72,7 +73,7 @@ func claimMixedBatch(t *testing.T, afterReplay bool) {
 		t.Fatal(err)
 	}
 	if afterReplay {
-		want(t, claim(t, l, started), processor.VerdictDuplicate) // all started
+		want(t, claim(t, l, started), decide.VerdictDuplicate) // all started
 	}
 	// The mode shows in the statements sent: the read of started rows
 	// (WITH ORDINALITY) comes first after the replay only.
@@ -82,7 +83,7 @@ func claimMixedBatch(t *testing.T, afterReplay bool) {
 			t.Fatalf("read of started rows sent: %v, want %v", read, afterReplay)
 		}
 	}()
-	batch := []processor.Intent{
+	batch := []decide.Intent{
 		intent("fresh", "f"),       // new
 		started,                    // duplicate of a started row
 		pending,                    // re-drive
@@ -93,8 +94,8 @@ func claimMixedBatch(t *testing.T, afterReplay bool) {
 		intent("pending", "p-bad"), // conflict with a pending row
 	}
 	want(t, claim(t, l, batch...),
-		processor.VerdictNew, processor.VerdictDuplicate, processor.VerdictRedrive, processor.VerdictConflict,
-		processor.VerdictNew, processor.VerdictConflict, processor.VerdictNew, processor.VerdictConflict)
+		decide.VerdictNew, decide.VerdictDuplicate, decide.VerdictRedrive, decide.VerdictConflict,
+		decide.VerdictNew, decide.VerdictConflict, decide.VerdictNew, decide.VerdictConflict)
 	counts, err := l.Count(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -120,14 +121,14 @@ func TestConcurrentClaimsGiveExactlyOneNew(t *testing.T) {
 
 	const rounds, n = 20, 500
 	for r := 0; r < rounds; r++ {
-		a := make([]processor.Intent, n)
-		b := make([]processor.Intent, n)
+		a := make([]decide.Intent, n)
+		b := make([]decide.Intent, n)
 		for i := range a {
 			a[i] = intent(fmt.Sprintf("r%d-e%d", r, i), "same")
 			b[n-1-i] = a[i]
 		}
 		var wg sync.WaitGroup
-		var va, vb []processor.Claimed
+		var va, vb []decide.Claimed
 		var ea, eb error
 		wg.Add(2)
 		go func() { defer wg.Done(); va, ea = l1.Claim(context.Background(), a) }()
@@ -139,11 +140,11 @@ func TestConcurrentClaimsGiveExactlyOneNew(t *testing.T) {
 		for i := range a {
 			x, y := va[i].Verdict, vb[n-1-i].Verdict
 			news := 0
-			for _, v := range []processor.Verdict{x, y} {
+			for _, v := range []decide.Verdict{x, y} {
 				switch v {
-				case processor.VerdictNew:
+				case decide.VerdictNew:
 					news++
-				case processor.VerdictRedrive:
+				case decide.VerdictRedrive:
 				default:
 					t.Fatalf("round %d id %d: unexpected verdict %v", r, i, v)
 				}
@@ -169,22 +170,22 @@ func TestClaimConflictBeforeOriginal(t *testing.T) {
 			a, b := intent("e1", "A"), intent("e1", "B")
 			b.Partition = 2
 			done := intent("done", "d")
-			want(t, claim(t, l, a, done), processor.VerdictNew, processor.VerdictNew)
+			want(t, claim(t, l, a, done), decide.VerdictNew, decide.VerdictNew)
 			if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: done.WorkflowID, RunID: "r"}}); err != nil {
 				t.Fatal(err)
 			}
 			if afterReplay {
-				want(t, claim(t, l, done), processor.VerdictDuplicate)
+				want(t, claim(t, l, done), decide.VerdictDuplicate)
 			}
-			want(t, claim(t, l, b, a, b), processor.VerdictConflict, processor.VerdictRedrive, processor.VerdictConflict)
+			want(t, claim(t, l, b, a, b), decide.VerdictConflict, decide.VerdictRedrive, decide.VerdictConflict)
 			if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "r"}}); err != nil {
 				t.Fatal(err)
 			}
-			want(t, claim(t, l, b, a), processor.VerdictConflict, processor.VerdictDuplicate)
+			want(t, claim(t, l, b, a), decide.VerdictConflict, decide.VerdictDuplicate)
 			// Neither absent row nor conflict: the first copy of a new ID
 			// claims it, later copies with its payload share its verdict.
 			n1, n2 := intent("n", "1"), intent("n", "2")
-			want(t, claim(t, l, n2, n1, n2), processor.VerdictNew, processor.VerdictConflict, processor.VerdictNew)
+			want(t, claim(t, l, n2, n1, n2), decide.VerdictNew, decide.VerdictConflict, decide.VerdictNew)
 		})
 	}
 }
@@ -197,7 +198,7 @@ func TestClaimSeesRowStartedAfterItsSnapshot(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
 	a := intent("e1", "A")
-	want(t, claim(t, l, a), processor.VerdictNew)
+	want(t, claim(t, l, a), decide.VerdictNew)
 
 	tx, err := l.Pool().Begin(ctx) // the other router's MarkStarted, not yet committed
 	if err != nil {
@@ -207,15 +208,15 @@ func TestClaimSeesRowStartedAfterItsSnapshot(t *testing.T) {
 	if _, err := tx.Exec(ctx, `UPDATE dedup_ledger SET state = 'started', run_id = 'r' WHERE workflow_id = $1`, a.WorkflowID); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan []processor.Verdict, 1)
+	got := make(chan []decide.Verdict, 1)
 	go func() {
-		cl, err := l.Claim(ctx, []processor.Intent{a})
+		cl, err := l.Claim(ctx, []decide.Intent{a})
 		if err != nil || len(cl) != 1 {
 			t.Error(cl, err)
 			got <- nil
 			return
 		}
-		got <- []processor.Verdict{cl[0].Verdict}
+		got <- []decide.Verdict{cl[0].Verdict}
 	}()
 	// Wait until the claim is blocked on the row lock: its snapshot is
 	// taken and says pending.
@@ -236,7 +237,7 @@ func TestClaimSeesRowStartedAfterItsSnapshot(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want(t, <-got, processor.VerdictDuplicate)
+	want(t, <-got, decide.VerdictDuplicate)
 }
 
 // Conflicts are kept one row per workflow ID and distinct payload hash,
@@ -248,18 +249,18 @@ func TestClaimRecordsOneConflictRowPerPayloadHash(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
 	claim(t, l, intent("k", "original"))
-	copyAt := func(payload string, offset int64) processor.Intent {
+	copyAt := func(payload string, offset int64) decide.Intent {
 		in := intent("k", payload)
 		in.Offset = offset
 		return in
 	}
 	// In one batch and across batches.
 	want(t, claim(t, l, copyAt("other", 10), copyAt("other", 11), copyAt("third", 12)),
-		processor.VerdictConflict, processor.VerdictConflict, processor.VerdictConflict)
+		decide.VerdictConflict, decide.VerdictConflict, decide.VerdictConflict)
 	for off := int64(13); off < 20; off++ {
-		want(t, claim(t, l, copyAt("other", off)), processor.VerdictConflict)
+		want(t, claim(t, l, copyAt("other", off)), decide.VerdictConflict)
 	}
-	want(t, claim(t, l, copyAt("other", 19)), processor.VerdictConflict) // offset 19 redelivered
+	want(t, claim(t, l, copyAt("other", 19)), decide.VerdictConflict) // offset 19 redelivered
 	rows, err := l.Pool().Query(ctx, `SELECT payload_hash, copies, kafka_offset, last_seen_at >= detected_at FROM dedup_conflicts WHERE workflow_id = $1 ORDER BY copies`, intent("k", "").WorkflowID)
 	if err != nil {
 		t.Fatal(err)

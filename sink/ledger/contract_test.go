@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/ledgertest"
 )
 
@@ -13,7 +13,7 @@ import (
 func TestLedgerContract(t *testing.T) {
 	ledgertest.Run(t, func(t *testing.T) ledgertest.Subject {
 		l := open(t)
-		return ledgertest.Subject{Ledger: l, Row: func(ctx context.Context, id string) (processor.LedgerState, string, bool, error) {
+		return ledgertest.Subject{Ledger: l, Row: func(ctx context.Context, id string) (decide.LedgerState, string, bool, error) {
 			rows, err := l.Lookup(ctx, []string{id})
 			e, ok := rows[id]
 			return e.State, e.RunID, ok, err

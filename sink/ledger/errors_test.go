@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // An error that waiting does not fix (here: the table is gone, as with a
@@ -16,13 +17,13 @@ func TestPermanentErrorsAreMarked(t *testing.T) {
 	if _, err := l.Pool().Exec(ctx, `ALTER TABLE dedup_ledger RENAME TO dedup_ledger_gone`); err != nil {
 		t.Fatal(err)
 	}
-	_, err := l.Claim(ctx, []processor.Intent{intent("e1", "A")})
+	_, err := l.Claim(ctx, []decide.Intent{intent("e1", "A")})
 	if err == nil || !processor.IsPermanent(err) {
 		t.Fatalf("claim on a missing table: %v, want a permanent error", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := l.Claim(cctx, []processor.Intent{intent("e1", "A")}); err == nil || processor.IsPermanent(err) {
+	if _, err := l.Claim(cctx, []decide.Intent{intent("e1", "A")}); err == nil || processor.IsPermanent(err) {
 		t.Fatalf("claim with a cancelled context: %v, want a non-permanent error", err)
 	}
 }

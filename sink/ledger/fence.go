@@ -12,7 +12,7 @@ import (
 // The fence (migration 00013, dedup_partition_owners): each partition of
 // each consumer group has an epoch, which Own bumps when a router is
 // assigned the partition. Claims and marks carry the epoch of their
-// record's partition (processor.Fence) and take a share lock on the owner
+// record's partition (decide.Fence) and take a share lock on the owner
 // rows they carry, in the same statement as their writes, and write only
 // the rows whose epoch still holds; Own's update waits for those locks.
 // So a write under an old epoch either commits before the new owner's

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // BenchmarkClaimFence is the fence's cost on the claim: batches of 500
@@ -30,19 +31,19 @@ func BenchmarkClaimFence(b *testing.B) {
 		b.Fatal(err)
 	}
 	seq := 0
-	batch := func(fenced bool) []processor.Intent {
-		out := make([]processor.Intent, 500)
+	batch := func(fenced bool) []decide.Intent {
+		out := make([]decide.Intent, 500)
 		for i := range out {
 			seq++
 			out[i] = intent(fmt.Sprintf("bench-%d", seq), "v")
 			out[i].Partition = int32(i % 8)
 			if fenced {
-				out[i].Fence = processor.Fence{Group: "g", Epoch: epochs[i%8]}
+				out[i].Fence = decide.Fence{Group: "g", Epoch: epochs[i%8]}
 			}
 		}
 		return out
 	}
-	claim := func(in []processor.Intent) time.Duration {
+	claim := func(in []decide.Intent) time.Duration {
 		t0 := time.Now()
 		if _, err := l.Claim(ctx, in); err != nil {
 			b.Fatal(err)
@@ -54,7 +55,7 @@ func BenchmarkClaimFence(b *testing.B) {
 		b.ReportMetric(float64(500*n)/took[1].Seconds(), "fenced-rows/s")
 		b.ReportMetric(took[0].Seconds()/took[1].Seconds(), "fenced/unfenced")
 	}
-	var done [2][][]processor.Intent
+	var done [2][][]decide.Intent
 	b.Run("new", func(b *testing.B) {
 		var took [2]time.Duration
 		for i := 0; i < b.N; i++ {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -64,7 +65,7 @@ func TestClaimThatWaitedForTheNewOwnersBumpWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := processor.Fence{Group: "g", Epoch: epochs[0]}
+	old := decide.Fence{Group: "g", Epoch: epochs[0]}
 
 	bump, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -82,7 +83,7 @@ func TestClaimThatWaitedForTheNewOwnersBumpWritesNothing(t *testing.T) {
 	a.Topic, a.Partition, a.Fence = p.Topic, p.Partition, old
 	done := make(chan error, 1)
 	go func() {
-		_, err := l.Claim(ctx, []processor.Intent{a})
+		_, err := l.Claim(ctx, []decide.Intent{a})
 		done <- err
 	}()
 	watch, err := pgx.Connect(ctx, url)
@@ -180,8 +181,8 @@ func TestFenceIsPerConsumerGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := intent("x", "X")
-	in.Topic, in.Partition, in.Fence = "events", 0, processor.Fence{Group: "a", Epoch: ea[0]}
-	if v, err := l.Claim(ctx, []processor.Intent{in}); err != nil || v[0].Verdict != processor.VerdictNew {
+	in.Topic, in.Partition, in.Fence = "events", 0, decide.Fence{Group: "a", Epoch: ea[0]}
+	if v, err := l.Claim(ctx, []decide.Intent{in}); err != nil || v[0].Verdict != decide.VerdictNew {
 		t.Fatalf("group a's claim after group b's bump: %v, %v; want new", v, err)
 	}
 }
@@ -203,10 +204,10 @@ func TestAStaleClaimAnsweredFromStartedRowsIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := processor.Fence{Group: "g", Epoch: epochs[0]}
+	old := decide.Fence{Group: "g", Epoch: epochs[0]}
 	a := intent("a", "A")
 	a.Topic, a.Partition, a.Fence = p.Topic, p.Partition, old
-	if _, err := l.Claim(ctx, []processor.Intent{a}); err != nil {
+	if _, err := l.Claim(ctx, []decide.Intent{a}); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "run", Generation: 1,
@@ -214,7 +215,7 @@ func TestAStaleClaimAnsweredFromStartedRowsIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A batch of started rows: the ledger takes the replay path next.
-	if v, err := l.Claim(ctx, []processor.Intent{a}); err != nil || v[0].Verdict != processor.VerdictDuplicate {
+	if v, err := l.Claim(ctx, []decide.Intent{a}); err != nil || v[0].Verdict != decide.VerdictDuplicate {
 		t.Fatalf("claim of a started row: %v, %v; want a duplicate", v, err)
 	}
 	if _, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "owner", Parts: []processor.PartitionRef{p}}); err != nil {
@@ -223,7 +224,7 @@ func TestAStaleClaimAnsweredFromStartedRowsIsRefused(t *testing.T) {
 
 	other := intent("a", "other payload")
 	other.Topic, other.Partition, other.Fence, other.Offset = p.Topic, p.Partition, old, 7
-	v, err := l.Claim(ctx, []processor.Intent{other})
+	v, err := l.Claim(ctx, []decide.Intent{other})
 	if _, ok := processor.IsFenced(err); !ok {
 		t.Errorf("the zombie's claim after the new owner's bump: %v, %v; want the fence's refusal", v, err)
 	}
@@ -274,10 +275,10 @@ func refusedAtRevive(t *testing.T, l *ledger.Postgres, url string, round int) bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	f1, f2 := processor.Fence{Group: "g", Epoch: epochs[0]}, processor.Fence{Group: "g", Epoch: epochs[1]}
+	f1, f2 := decide.Fence{Group: "g", Epoch: epochs[0]}, decide.Fence{Group: "g", Epoch: epochs[1]}
 	x := intent(fmt.Sprintf("x%d", round), "A")
 	x.Fence = f1
-	if _, err := l.Claim(ctx, []processor.Intent{x}); err != nil {
+	if _, err := l.Claim(ctx, []decide.Intent{x}); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.MarkDeadLettered(ctx, []processor.DeadLettered{{WorkflowID: x.WorkflowID, Topic: "events", Partition: 1, Fence: f1}}); err != nil {
@@ -302,7 +303,7 @@ func refusedAtRevive(t *testing.T, l *ledger.Postgres, url string, round int) bo
 	}
 	claimed := make(chan error, 1)
 	go func() {
-		_, err := l.Claim(ctx, []processor.Intent{conflicting, x, y})
+		_, err := l.Claim(ctx, []decide.Intent{conflicting, x, y})
 		claimed <- err
 	}()
 	watch, err := pgx.Connect(ctx, url)
@@ -365,14 +366,14 @@ func refusedAtRevive(t *testing.T, l *ledger.Postgres, url string, round int) bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := rows[x.WorkflowID]; r.State != processor.LedgerDeadLettered {
+	if r := rows[x.WorkflowID]; r.State != decide.LedgerDeadLettered {
 		t.Errorf("row x after the refused revive: %q, want dead_lettered (the new owner's)", r.State)
 	}
-	if r, ok := rows[y.WorkflowID]; !ok || r.State != processor.LedgerPending {
+	if r, ok := rows[y.WorkflowID]; !ok || r.State != decide.LedgerPending {
 		t.Errorf("row y, claimed before the bump: %+v (present %v), want pending", r, ok)
 	}
-	v, err := l.Claim(ctx, []processor.Intent{y})
-	if err != nil || v[0].Verdict != processor.VerdictRedrive {
+	v, err := l.Claim(ctx, []decide.Intent{y})
+	if err != nil || v[0].Verdict != decide.VerdictRedrive {
 		t.Errorf("the router's claim of the rest (y, its partition held): %v, %v; want re-drive", v, err)
 	}
 	return true

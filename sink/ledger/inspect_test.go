@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // TestInspectReads: the operators' reads find rows by workflow ID, event
@@ -23,7 +24,7 @@ func TestInspectReads(t *testing.T) {
 	}
 	other := intent("e1", "other payload")
 	other.Offset = 9
-	want(t, claim(t, l, other), processor.VerdictConflict)
+	want(t, claim(t, l, other), decide.VerdictConflict)
 	dl := processor.DeadLetter{Topic: "events", Partition: 1, Offset: 9, WorkflowID: a.WorkflowID, Reason: "conflict", Error: "x", DLQTopic: "events.dlq"}
 	if err := l.Record(ctx, []processor.DeadLetter{dl}); err != nil {
 		t.Fatal(err)

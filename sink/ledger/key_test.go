@@ -25,6 +25,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -150,11 +151,11 @@ func TestLedgerKeyLookupsUseTheIndex(t *testing.T) {
 func TestLedgerKeyOfEveryRow(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
-	var batch []processor.Intent
+	var batch []decide.Intent
 	for _, id := range []string{"0190a1b2-c3d4-7e5f-8a9b-0123456789ab", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "héllo", `back\slash`, "x"} {
 		batch = append(batch, intent(id, "p"))
 	}
-	want(t, claim(t, l, batch...), processor.VerdictNew, processor.VerdictNew, processor.VerdictNew, processor.VerdictNew, processor.VerdictNew)
+	want(t, claim(t, l, batch...), decide.VerdictNew, decide.VerdictNew, decide.VerdictNew, decide.VerdictNew, decide.VerdictNew)
 	if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
 		VALUES ('activity-a:by-hand', 'a', 'by-hand', 'field', '\x00', 'events', 0, 0)`); err != nil {
 		t.Fatal(err)
@@ -166,7 +167,7 @@ func TestLedgerKeyOfEveryRow(t *testing.T) {
 	if n != 6 || bad != 0 {
 		t.Fatalf("%d rows, %d of them with a key that is not dedup_ledger_key(workflow_id)", n, bad)
 	}
-	want(t, claim(t, l, intent("by-hand", "x")), processor.VerdictConflict) // found by its key: another payload
+	want(t, claim(t, l, intent("by-hand", "x")), decide.VerdictConflict) // found by its key: another payload
 }
 
 // Two workflow IDs with one key never share a row: the second is a
@@ -178,9 +179,9 @@ func TestLedgerKeyCollisionIsAConflict(t *testing.T) {
 	ctx := context.Background()
 	defer ledger.SetKeyFunc(func(string) [16]byte { return [16]byte{15: 1} })()
 	a, b, c := intent("a", "p"), intent("b", "p"), intent("c", "p")
-	want(t, claim(t, l, a), processor.VerdictNew)
-	want(t, claim(t, l, b), processor.VerdictConflict)
-	want(t, claim(t, l, b, a), processor.VerdictConflict, processor.VerdictRedrive)
+	want(t, claim(t, l, a), decide.VerdictNew)
+	want(t, claim(t, l, b), decide.VerdictConflict)
+	want(t, claim(t, l, b, a), decide.VerdictConflict, decide.VerdictRedrive)
 	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: b.WorkflowID, RunID: "rb", Generation: 1}}); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestLedgerKeyCollisionIsAConflict(t *testing.T) {
 	}
 	// Two new IDs of one batch sharing a key: the first in key order
 	// (then ID order) gets the row.
-	want(t, claim(t, l, c, b), processor.VerdictConflict, processor.VerdictNew)
+	want(t, claim(t, l, c, b), decide.VerdictConflict, decide.VerdictNew)
 }
 
 // checkKeyIsThePrimaryKey: the primary key is on the column key, valid,
@@ -328,12 +329,12 @@ func TestMigrationConvertsAPopulatedLedgerOnline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	counts := map[processor.Verdict]int{}
+	counts := map[decide.Verdict]int{}
 	for from := 1; from <= total+10; from += 1000 {
-		var batch []processor.Intent
+		var batch []decide.Intent
 		for g := from; g < from+1000 && g <= total+10; g++ {
 			s := strconv.Itoa(g)
-			batch = append(batch, processor.Intent{WorkflowID: "activity-a:" + s, ActivityID: "a", EventID: s, IDRule: "field",
+			batch = append(batch, decide.Intent{WorkflowID: "activity-a:" + s, ActivityID: "a", EventID: s, IDRule: "field",
 				PayloadHash: sha256.Sum256([]byte(s)), Topic: "events", Offset: int64(g)})
 		}
 		vs, err := l.Claim(ctx, batch)
@@ -342,12 +343,12 @@ func TestMigrationConvertsAPopulatedLedgerOnline(t *testing.T) {
 		}
 		for i, v := range vs {
 			g, _ := strconv.Atoi(batch[i].EventID)
-			want := processor.VerdictRedrive // pending, dead_lettered, and the old router's
+			want := decide.VerdictRedrive // pending, dead_lettered, and the old router's
 			switch {
 			case g > total:
-				want = processor.VerdictNew
+				want = decide.VerdictNew
 			case g <= rows && g%3 == 0:
-				want = processor.VerdictDuplicate
+				want = decide.VerdictDuplicate
 			}
 			if v.Verdict != want {
 				t.Fatalf("%s: %s, want %s", batch[i].WorkflowID, v.Verdict, want)

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -89,14 +89,14 @@ func (s *sqlLog) reset() {
 	s.mu.Unlock()
 }
 
-func intent(id, payload string) processor.Intent {
-	return processor.Intent{
+func intent(id, payload string) decide.Intent {
+	return decide.Intent{
 		WorkflowID: "activity-a:" + id, ActivityID: "a", EventID: id, IDRule: "field",
 		PayloadHash: sha256.Sum256([]byte(payload)), Topic: "events", Partition: 1, Offset: 7,
 	}
 }
 
-func claim(t *testing.T, l *ledger.Postgres, in ...processor.Intent) []processor.Verdict {
+func claim(t *testing.T, l *ledger.Postgres, in ...decide.Intent) []decide.Verdict {
 	t.Helper()
 	cl, err := l.Claim(context.Background(), in)
 	if err != nil {
@@ -105,14 +105,14 @@ func claim(t *testing.T, l *ledger.Postgres, in ...processor.Intent) []processor
 	if len(cl) != len(in) {
 		t.Fatalf("%d verdicts for %d intents", len(cl), len(in))
 	}
-	v := make([]processor.Verdict, len(cl))
+	v := make([]decide.Verdict, len(cl))
 	for i, c := range cl {
 		v[i] = c.Verdict
 	}
 	return v
 }
 
-func want(t *testing.T, got []processor.Verdict, want ...processor.Verdict) {
+func want(t *testing.T, got []decide.Verdict, want ...decide.Verdict) {
 	t.Helper()
 	if !slices.Equal(got, want) {
 		t.Fatalf("verdicts %v, want %v", got, want)

@@ -3,13 +3,13 @@ package ledger
 import (
 	"context"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger/ledgerread"
 )
 
-// Entry is what the ledger holds for one workflow ID: processor.LedgerEntry,
+// Entry is what the ledger holds for one workflow ID: decide.LedgerEntry,
 // which the producer client names too.
-type Entry = processor.LedgerEntry
+type Entry = decide.LedgerEntry
 
 // Lookup reads the rows of workflowIDs in one read-only query (ledgerread's,
 // the one copy of it); an ID the ledger does not know (never claimed, or

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // Lookup answers what the ledger holds per workflow ID (state, payload
@@ -13,7 +14,7 @@ func TestLookup(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
 	a, b := intent("a", "p1"), intent("b", "p1")
-	if _, err := l.Claim(ctx, []processor.Intent{a, b}); err != nil {
+	if _, err := l.Claim(ctx, []decide.Intent{a, b}); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "run-a", Generation: 1}}); err != nil {
@@ -21,7 +22,7 @@ func TestLookup(t *testing.T) {
 	}
 	conflicting := intent("a", "p2")
 	conflicting.Offset = 99
-	if v, err := l.Claim(ctx, []processor.Intent{conflicting}); err != nil || v[0].Verdict != processor.VerdictConflict {
+	if v, err := l.Claim(ctx, []decide.Intent{conflicting}); err != nil || v[0].Verdict != decide.VerdictConflict {
 		t.Fatalf("conflicting claim: %v %v", v, err)
 	}
 	got, err := l.Lookup(ctx, []string{a.WorkflowID, b.WorkflowID, "activity-x:unknown", a.WorkflowID})

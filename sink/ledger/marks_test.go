@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -15,7 +16,7 @@ func TestDeadLetteredRowEndsAndCanBeReclaimed(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
 	a, other := intent("e1", "A"), intent("e1", "other")
-	want(t, claim(t, l, a), processor.VerdictNew)
+	want(t, claim(t, l, a), decide.VerdictNew)
 	if err := l.MarkDeadLettered(ctx, unfenced(a.WorkflowID)); err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +24,7 @@ func TestDeadLetteredRowEndsAndCanBeReclaimed(t *testing.T) {
 	if err != nil || counts != (ledger.Counts{DeadLettered: 1}) {
 		t.Fatalf("counts %+v (%v), want one dead_lettered row", counts, err)
 	}
-	want(t, claim(t, l, other, a), processor.VerdictConflict, processor.VerdictRedrive)
+	want(t, claim(t, l, other, a), decide.VerdictConflict, decide.VerdictRedrive)
 	if counts, _ = l.Count(ctx); counts != (ledger.Counts{Pending: 1, Conflicts: 1}) {
 		t.Fatalf("counts %+v, want the row pending again", counts)
 	}
@@ -54,7 +55,7 @@ func TestMarkStartedMovesToNewerGenerationsOnly(t *testing.T) {
 		return run, gen
 	}
 	mark("run-1", 1)
-	if cl, err := l.Claim(ctx, []processor.Intent{a}); err != nil || cl[0] != (processor.Claimed{Verdict: processor.VerdictDuplicate, Generation: 1}) {
+	if cl, err := l.Claim(ctx, []decide.Intent{a}); err != nil || cl[0] != (decide.Claimed{Verdict: decide.VerdictDuplicate, Generation: 1}) {
 		t.Fatalf("claim after start: %+v %v, want a duplicate of generation 1", cl, err)
 	}
 	mark("run-3", 3)
@@ -63,7 +64,7 @@ func TestMarkStartedMovesToNewerGenerationsOnly(t *testing.T) {
 	if run, gen := row(); run != "run-3" || gen != 3 {
 		t.Fatalf("row after marks of generations 3, 2, 3: run %q generation %d, want run-3 generation 3", run, gen)
 	}
-	if cl, err := l.Claim(ctx, []processor.Intent{a}); err != nil || cl[0] != (processor.Claimed{Verdict: processor.VerdictDuplicate, Generation: 3}) {
+	if cl, err := l.Claim(ctx, []decide.Intent{a}); err != nil || cl[0] != (decide.Claimed{Verdict: decide.VerdictDuplicate, Generation: 3}) {
 		t.Fatalf("claim after the re-run: %+v %v, want a duplicate of generation 3", cl, err)
 	}
 }

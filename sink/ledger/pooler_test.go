@@ -12,6 +12,7 @@ import (
 	"github.com/dedupio/dedup/internal/testsupport/pgbouncer"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/ledgertest"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/ledger/pooler"
@@ -61,7 +62,7 @@ func TestClaimThroughTransactionPoolerKeepsOneRowPerEvent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for round := range rounds {
-				in := make([]processor.Intent, n)
+				in := make([]decide.Intent, n)
 				for i := range in {
 					j := (i + r*17) % n // another order per router
 					in[i] = intent(fmt.Sprintf("r%d-e%d", round, j), "same")
@@ -69,7 +70,7 @@ func TestClaimThroughTransactionPoolerKeepsOneRowPerEvent(t *testing.T) {
 				// Several ledger calls at once per router, as its claimer,
 				// marker and readiness probe make them.
 				var inner sync.WaitGroup
-				var cl []processor.Claimed
+				var cl []decide.Claimed
 				var cerr, lerr error
 				inner.Add(2)
 				go func() { defer inner.Done(); cl, cerr = l.Claim(ctx, in) }()
@@ -81,7 +82,7 @@ func TestClaimThroughTransactionPoolerKeepsOneRowPerEvent(t *testing.T) {
 				}
 				var won []processor.Started
 				for i, c := range cl {
-					if c.Verdict == processor.VerdictNew {
+					if c.Verdict == decide.VerdictNew {
 						news[r]++
 						won = append(won, processor.Started{WorkflowID: in[i].WorkflowID, RunID: fmt.Sprintf("run-%d", r), Generation: c.Generation})
 					}
@@ -122,7 +123,7 @@ func TestClaimThroughTransactionPoolerKeepsOneRowPerEvent(t *testing.T) {
 func TestLedgerContractThroughTransactionPooler(t *testing.T) {
 	ledgertest.Run(t, func(t *testing.T) ledgertest.Subject {
 		l := openPooled(t, pgbouncer.Transaction, 1)[0]
-		return ledgertest.Subject{Ledger: l, Row: func(ctx context.Context, id string) (processor.LedgerState, string, bool, error) {
+		return ledgertest.Subject{Ledger: l, Row: func(ctx context.Context, id string) (decide.LedgerState, string, bool, error) {
 			rows, err := l.Lookup(ctx, []string{id})
 			e, ok := rows[id]
 			return e.State, e.RunID, ok, err
@@ -152,10 +153,10 @@ func TestClaimThroughUnnamedTransactionPoolerNamesTheSetting(t *testing.T) {
 		t.Cleanup(l.Close)
 		ls[i] = l
 	}
-	if _, err := ls[0].Claim(ctx, []processor.Intent{intent("a", "p")}); err != nil {
+	if _, err := ls[0].Claim(ctx, []decide.Intent{intent("a", "p")}); err != nil {
 		t.Fatalf("first client's claim: %v", err)
 	}
-	_, err := ls[1].Claim(ctx, []processor.Intent{intent("b", "p")})
+	_, err := ls[1].Claim(ctx, []decide.Intent{intent("b", "p")})
 	if err == nil {
 		t.Fatal("second client's claim through the shared session passed: its statement was not prepared by name")
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -31,7 +32,7 @@ func TestPurgeKeepsPendingAndRecentRows(t *testing.T) {
 		t.Fatalf("after purge %+v, want the pending and the recent row", counts)
 	}
 	// A purged ID is new again: the ledger forgot it (Temporal's retention is the guard left).
-	want(t, claim(t, l, old), processor.VerdictNew)
+	want(t, claim(t, l, old), decide.VerdictNew)
 }
 
 // The purge walks the rows it deletes oldest first, in batches: rows that
@@ -42,7 +43,7 @@ func TestPurgeInBatchesAlongTheEndTime(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
 	var started []processor.Started
-	var all []processor.Intent
+	var all []decide.Intent
 	for i := range 25 {
 		in := intent(fmt.Sprint("old-", i), "p")
 		all = append(all, in)
@@ -132,7 +133,7 @@ func TestPurgeDeletesConflictsLastSeenBeforeTheHorizon(t *testing.T) {
 	claim(t, l, intent("old", "a"), intent("recent", "a"))
 	old, recent := intent("old", "b"), intent("recent", "b")
 	old.Offset, recent.Offset = 20, 21
-	want(t, claim(t, l, old, recent), processor.VerdictConflict, processor.VerdictConflict)
+	want(t, claim(t, l, old, recent), decide.VerdictConflict, decide.VerdictConflict)
 	if _, err := l.Pool().Exec(ctx, `UPDATE dedup_conflicts SET detected_at = now() - interval '48 hours', last_seen_at = now() - interval '48 hours' WHERE workflow_id = $1`, old.WorkflowID); err != nil {
 		t.Fatal(err)
 	}

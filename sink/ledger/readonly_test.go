@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -44,7 +45,7 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
 	// connection); then the pool's new sessions are read-only.
 	var readOnly error
 	for i := 0; i < 20 && readOnly == nil; i++ {
-		_, err := l.Claim(ctx, []processor.Intent{intent("e2", "B")})
+		_, err := l.Claim(ctx, []decide.Intent{intent("e2", "B")})
 		if err == nil {
 			t.Fatal("a claim on a read-only server succeeded")
 		}
@@ -68,7 +69,7 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
 	}
 	var last error
 	for i := 0; i < 3; i++ {
-		if _, last = l.Claim(ctx, []processor.Intent{intent("e2", "B")}); last == nil {
+		if _, last = l.Claim(ctx, []decide.Intent{intent("e2", "B")}); last == nil {
 			return
 		}
 		if !ledger.Transient(last) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -172,7 +173,7 @@ func TestRolesIngressReadsOnly(t *testing.T) {
 		t.Fatalf("pg_advisory_unlock(int4, int4) as the ingress: %v, %v", unlocked, err)
 	}
 
-	_, err = ingress.Claim(ctx, []processor.Intent{intent("e3", "C")})
+	_, err = ingress.Claim(ctx, []decide.Intent{intent("e3", "C")})
 	denied(t, "Claim as the ingress", err)
 	mustDeny(t, c, append([]string{
 		`INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
@@ -210,10 +211,10 @@ func TestRolesRouterRunsTheRouter(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Own: %v", err)
 	}
-	f := processor.Fence{Group: "g", Epoch: epochs[0]}
-	fenced := func(in processor.Intent) processor.Intent { in.Fence = f; return in }
-	want(t, claim(t, l, fenced(intent("e1", "A")), fenced(intent("e2", "B")), fenced(intent("e3", "C"))), processor.VerdictNew, processor.VerdictNew, processor.VerdictNew)
-	want(t, claim(t, l, fenced(intent("e1", "A")), fenced(intent("e2", "other"))), processor.VerdictRedrive, processor.VerdictConflict)
+	f := decide.Fence{Group: "g", Epoch: epochs[0]}
+	fenced := func(in decide.Intent) decide.Intent { in.Fence = f; return in }
+	want(t, claim(t, l, fenced(intent("e1", "A")), fenced(intent("e2", "B")), fenced(intent("e3", "C"))), decide.VerdictNew, decide.VerdictNew, decide.VerdictNew)
+	want(t, claim(t, l, fenced(intent("e1", "A")), fenced(intent("e2", "other"))), decide.VerdictRedrive, decide.VerdictConflict)
 	w := func(id string) string { return intent(id, "").WorkflowID }
 	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: w("e1"), RunID: "run-1", Generation: 1, Topic: "events", Partition: 1, Fence: f}}); err != nil {
 		t.Fatalf("MarkStarted: %v", err)
@@ -367,7 +368,7 @@ func TestRolesReaderAndOperator(t *testing.T) {
 	_, err := reader.Purge(ctx, time.Hour, 100)
 	denied(t, "Purge as the reader", err)
 	denied(t, "SetPaused as the reader", reader.SetPaused(ctx, "hourly", true, time.Now()))
-	_, err = reader.Claim(ctx, []processor.Intent{intent("e2", "A")})
+	_, err = reader.Claim(ctx, []decide.Intent{intent("e2", "A")})
 	denied(t, "Claim as the reader", err)
 
 	url := pgtest.NewLogin(t, admin, "", "dedup_operator")
@@ -387,7 +388,7 @@ func TestRolesReaderAndOperator(t *testing.T) {
 	if err := op.SetPaused(ctx, "hourly", false, time.Now()); err != nil {
 		t.Fatalf("SetPaused (resume) as the operator: %v", err)
 	}
-	_, err = op.Claim(ctx, []processor.Intent{intent("e2", "A")})
+	_, err = op.Claim(ctx, []decide.Intent{intent("e2", "A")})
 	denied(t, "Claim as the operator", err)
 	mustDeny(t, connect(t, url), append([]string{`UPDATE dedup_ledger SET state = 'pending'`, `SELECT count(*) FROM idempotency_keys`}, ddl...)...)
 }
@@ -516,7 +517,7 @@ AND relkind IN ('r', 'S') AND relowner <> 'dedup_owner'::regrole`).Scan(&notOwne
 		t.Fatalf("the migrator changing an adopted table: %v", err)
 	}
 	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
-	want(t, claim(t, router, intent("e1", "A")), processor.VerdictNew)
+	want(t, claim(t, router, intent("e1", "A")), decide.VerdictNew)
 }
 
 // A ledger whose tables a plain user owns (not a superuser, no member of
@@ -563,7 +564,7 @@ func TestGrantsWarnWhenTheyCannotHandTablesOver(t *testing.T) {
 		t.Fatalf("warnings %q, want one per table naming GRANT dedup_owner TO %s", warnings, oldName)
 	}
 	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
-	want(t, claim(t, router, intent("e1", "A")), processor.VerdictNew)
+	want(t, claim(t, router, intent("e1", "A")), decide.VerdictNew)
 }
 
 // grants.sql's advisory lock is no lever for another role: a session of

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // frontend answers GetSystemInfo, and StartWorkflowExecution and
@@ -136,7 +137,7 @@ func TestProxyErrorsAreNotTemporalsVerdict(t *testing.T) {
 			s := dial(t, tc.addr(t))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			_, startErr := s.Start(ctx, processor.StartRequest{WorkflowID: "wf-1", WorkflowType: "W", TaskQueue: "q"})
+			_, startErr := s.Start(ctx, decide.StartRequest{WorkflowID: "wf-1", WorkflowType: "W", TaskQueue: "q"})
 			_, runErr := s.LastRun(ctx, "", "wf-1")
 			for _, c := range []struct {
 				call string

@@ -39,7 +39,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // The search attributes' names (see above).
@@ -121,7 +121,7 @@ func (m SearchAttributesMode) validate() error {
 // with the attribute's type in the "type" metadata. The JSON converter is
 // called directly, skipping the default's nil, bytes and proto converters
 // that these values fall through (a third of the time).
-func EncodeSearchAttributes(req processor.StartRequest) (*commonpb.SearchAttributes, error) {
+func EncodeSearchAttributes(req decide.StartRequest) (*commonpb.SearchAttributes, error) {
 	vals := map[string]any{}
 	keyword := func(name, v string) {
 		if v != "" && len(v) <= maxKeywordBytes {
@@ -254,7 +254,7 @@ func searchAttributeUndefined(err error) bool {
 }
 
 // searchAttributes is req's search attributes, or nil when they are off.
-func (t *Temporal) searchAttributes(req processor.StartRequest) (*commonpb.SearchAttributes, error) {
+func (t *Temporal) searchAttributes(req decide.StartRequest) (*commonpb.SearchAttributes, error) {
 	if !t.attrs {
 		return nil, nil
 	}

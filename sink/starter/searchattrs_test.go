@@ -11,14 +11,14 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 )
 
 // decoded is attrs decoded back with the SDK's default converter, each by
 // the Go type of its declared type (Keyword: string, Int: int64,
 // Datetime: time.Time).
-func decodedAttrs(t *testing.T, req processor.StartRequest) map[string]any {
+func decodedAttrs(t *testing.T, req decide.StartRequest) map[string]any {
 	t.Helper()
 	sa, err := EncodeSearchAttributes(req)
 	if err != nil {
@@ -53,9 +53,9 @@ func decodedAttrs(t *testing.T, req processor.StartRequest) map[string]any {
 }
 
 func TestSearchAttributesOfAStartDecodeWithTheSDKsConverter(t *testing.T) {
-	req := processor.StartRequest{WorkflowID: "activity-welcome:e-1",
+	req := decide.StartRequest{WorkflowID: "activity-welcome:e-1",
 		Input:  schemas.WorkflowInput{EventID: "e-1", ActivityID: "welcome", IDRule: "header"},
-		Record: &processor.RecordRef{Topic: "orders", Partition: 7, Offset: 1 << 40}}
+		Record: &decide.RecordRef{Topic: "orders", Partition: 7, Offset: 1 << 40}}
 	got := decodedAttrs(t, req)
 	want := map[string]any{AttrEventID: "e-1", AttrRoute: "welcome", AttrIDRule: "header",
 		AttrKafkaTopic: "orders", AttrKafkaPartition: int64(7), AttrKafkaOffset: int64(1 << 40)}
@@ -65,7 +65,7 @@ func TestSearchAttributesOfAStartDecodeWithTheSDKsConverter(t *testing.T) {
 }
 
 func TestSearchAttributesOfAScheduledFireCarryItsSlotAndNoRecord(t *testing.T) {
-	req := processor.StartRequest{WorkflowID: "activity-report:2026-03-01T09:00:00+00:00",
+	req := decide.StartRequest{WorkflowID: "activity-report:2026-03-01T09:00:00+00:00",
 		Input: schemas.WorkflowInput{EventID: "schedule/daily/2026-03-01T09:00:00+00:00", ActivityID: "report", IDRule: "schedule",
 			TriggerKind: schemas.TriggerCron, ScheduledFor: "2026-03-01T09:00:00+00:00"}}
 	got := decodedAttrs(t, req)
@@ -83,10 +83,10 @@ func TestSearchAttributesOfAScheduledFireCarryItsSlotAndNoRecord(t *testing.T) {
 }
 
 func TestSearchAttributesOfASignalWithStartNameOnlyTheRoute(t *testing.T) {
-	req := processor.StartRequest{WorkflowID: "signal-orders:e-1",
-		Signal: &processor.SignalRequest{WorkflowID: "order-42", Name: "event",
+	req := decide.StartRequest{WorkflowID: "signal-orders:e-1",
+		Signal: &decide.SignalRequest{WorkflowID: "order-42", Name: "event",
 			Input: schemas.SignalEvent{EventID: "e-1", ActivityID: "orders", IDRule: "header"}},
-		Record: &processor.RecordRef{Topic: "orders", Partition: 0, Offset: 3}}
+		Record: &decide.RecordRef{Topic: "orders", Partition: 0, Offset: 3}}
 	got := decodedAttrs(t, req)
 	if len(got) != 1 || got[AttrRoute] != "orders" {
 		t.Fatalf("attributes %v, want only %s=orders", got, AttrRoute)
@@ -95,7 +95,7 @@ func TestSearchAttributesOfASignalWithStartNameOnlyTheRoute(t *testing.T) {
 
 func TestSearchAttributesLeaveOutAnEventIDLongerThanAKeyword(t *testing.T) {
 	long := strings.Repeat("x", maxKeywordBytes+1)
-	got := decodedAttrs(t, processor.StartRequest{WorkflowID: "w", Input: schemas.WorkflowInput{EventID: long, ActivityID: "r", IDRule: "field"}})
+	got := decodedAttrs(t, decide.StartRequest{WorkflowID: "w", Input: schemas.WorkflowInput{EventID: long, ActivityID: "r", IDRule: "field"}})
 	if _, ok := got[AttrEventID]; ok {
 		t.Fatalf("an event ID of %d bytes was sent as %s", len(long), AttrEventID)
 	}
@@ -108,7 +108,7 @@ func TestSearchAttributesOffSendsNone(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.SearchAttributes = SearchAttributesOff
 	tc := New(nil, cfg)
-	sa, err := tc.searchAttributes(processor.StartRequest{WorkflowID: "w", Input: schemas.WorkflowInput{EventID: "e", ActivityID: "r"}})
+	sa, err := tc.searchAttributes(decide.StartRequest{WorkflowID: "w", Input: schemas.WorkflowInput{EventID: "e", ActivityID: "r"}})
 	if err != nil || sa != nil {
 		t.Fatalf("search_attributes: off sent %v (err %v), want none", sa, err)
 	}
@@ -160,9 +160,9 @@ func TestMissingSearchAttributesErrorNamesEachAndTheCommand(t *testing.T) {
 }
 
 func BenchmarkEncodeSearchAttributes(b *testing.B) {
-	req := processor.StartRequest{WorkflowID: "activity-welcome:e-1",
+	req := decide.StartRequest{WorkflowID: "activity-welcome:e-1",
 		Input:  schemas.WorkflowInput{EventID: "0190d7a4-6b1e-7c3a-9f00-0123456789ab", ActivityID: "welcome", IDRule: "header"},
-		Record: &processor.RecordRef{Topic: "orders", Partition: 7, Offset: 123456789}}
+		Record: &decide.RecordRef{Topic: "orders", Partition: 7, Offset: 123456789}}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := EncodeSearchAttributes(req); err != nil {
@@ -184,8 +184,8 @@ func TestSearchAttributeTypesAgree(t *testing.T) {
 // The JSON converter EncodeSearchAttributes calls is the one the SDK's
 // default data converter ends at for these values: the same payloads.
 func TestSearchAttributesAreTheDefaultConvertersPayloads(t *testing.T) {
-	req := processor.StartRequest{WorkflowID: "w", Input: schemas.WorkflowInput{EventID: "e", ActivityID: "r", IDRule: "header",
-		ScheduledFor: "2026-03-01T09:00:00+00:00"}, Record: &processor.RecordRef{Topic: "t", Partition: 1, Offset: 2}}
+	req := decide.StartRequest{WorkflowID: "w", Input: schemas.WorkflowInput{EventID: "e", ActivityID: "r", IDRule: "header",
+		ScheduledFor: "2026-03-01T09:00:00+00:00"}, Record: &decide.RecordRef{Topic: "t", Partition: 1, Offset: 2}}
 	sa, err := EncodeSearchAttributes(req)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@
 // router, a re-drive, or a retried RPC whose first attempt did reach the
 // server) comes back as "already started", which is success.
 //
-// A signal route's delivery (processor.StartRequest.Signal) is one
+// A signal route's delivery (decide.StartRequest.Signal) is one
 // SignalWithStartWorkflowExecution to the entity workflow, with a request
 // ID per delivery key (SignalRequestID), which Temporal records in the run
 // it signals and so drops a re-sent delivery within that run (not across
@@ -45,6 +45,7 @@ import (
 	"github.com/dedupio/dedup/connect/clienttls"
 	"github.com/dedupio/dedup/connect/dialguard"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -198,8 +199,8 @@ func RequestID(workflowID string, generation int) string {
 // reject_duplicate the policy itself refuses any second run, and a fresh
 // request ID per call (as the SDK does) keeps "already started" exact:
 // Temporal reports a start deduplicated by request ID as started.
-func requestID(req processor.StartRequest) string {
-	if req.ReusePolicy == processor.ReuseRejectDuplicate || req.ReusePolicy == "" {
+func requestID(req decide.StartRequest) string {
+	if req.ReusePolicy == decide.ReuseRejectDuplicate || req.ReusePolicy == "" {
 		return uuid.NewString()
 	}
 	return RequestID(req.WorkflowID, req.Generation)
@@ -213,7 +214,7 @@ var requestIDSpace = uuid.MustParse("5d1f3c0e-8f7a-4a55-9b0e-6c2d7e9a41b3")
 //
 // It calls the service directly rather than client.ExecuteWorkflow: the
 // SDK does not let a caller choose the request ID.
-func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (processor.StartResult, error) {
+func (t *Temporal) Start(ctx context.Context, req decide.StartRequest) (processor.StartResult, error) {
 	if req.Signal != nil {
 		// The gate's wait is not an attempt: the timeout starts after it.
 		entity := t.ns(req.Namespace) + "/" + req.Signal.WorkflowID
@@ -305,7 +306,7 @@ var signalRequestIDSpace = uuid.MustParse("0b8f6f1e-2c47-4f0e-9a53-7d1e5c3a9b64"
 // (permanent: dead-lettered as temporal_permanent), unless that closed run
 // was started by this very delivery (its start carries our request ID; a
 // re-drive after the run got the signal and closed): that is success.
-func (t *Temporal) signalWithStart(ctx context.Context, req processor.StartRequest) (processor.StartResult, error) {
+func (t *Temporal) signalWithStart(ctx context.Context, req decide.StartRequest) (processor.StartResult, error) {
 	sig := req.Signal
 	input, err := t.dc.ToPayloads(sig.Input)
 	if err != nil {
@@ -361,7 +362,7 @@ func (t *Temporal) ns(namespace string) string {
 // NotFound, which carries Temporal's details, is permanent (the router
 // reads it as "Temporal does not know the workflow"); a proxy's NotFound
 // or Unimplemented is transient, never taken for an unknown workflow.
-func (t *Temporal) LastRun(ctx context.Context, namespace, workflowID string) (processor.Run, error) {
+func (t *Temporal) LastRun(ctx context.Context, namespace, workflowID string) (decide.Run, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 	resp, err := t.c.WorkflowService().DescribeWorkflowExecution(ctx, &workflowservice.DescribeWorkflowExecutionRequest{
@@ -371,12 +372,12 @@ func (t *Temporal) LastRun(ctx context.Context, namespace, workflowID string) (p
 	if err != nil {
 		err = fmt.Errorf("describing workflow %s: %w", workflowID, err)
 		if Permanent(err) {
-			return processor.Run{}, processor.Permanent(err)
+			return decide.Run{}, processor.Permanent(err)
 		}
-		return processor.Run{}, err
+		return decide.Run{}, err
 	}
 	info := resp.GetWorkflowExecutionInfo()
-	run := processor.Run{ID: info.GetExecution().GetRunId()}
+	run := decide.Run{ID: info.GetExecution().GetRunId()}
 	if p := info.GetMemo().GetFields()[schemas.MemoGeneration]; p != nil {
 		// A run started before dedup recorded generations has none (0).
 		_ = t.dc.FromPayload(p, &run.Generation)
@@ -392,11 +393,11 @@ func (t *Temporal) LastRun(ctx context.Context, namespace, workflowID string) (p
 }
 
 // ReusePolicy maps a route's policy to Temporal's enum.
-func ReusePolicy(p processor.ReusePolicy) enumspb.WorkflowIdReusePolicy {
+func ReusePolicy(p decide.ReusePolicy) enumspb.WorkflowIdReusePolicy {
 	switch p {
-	case processor.ReuseAllowDuplicate:
+	case decide.ReuseAllowDuplicate:
 		return enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
-	case processor.ReuseAllowDuplicateFailedOnly:
+	case decide.ReuseAllowDuplicateFailedOnly:
 		return enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY
 	}
 	return enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE

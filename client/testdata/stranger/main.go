@@ -20,7 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dedupio/dedup/client"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
@@ -46,8 +46,8 @@ func main() {
 
 func run() error {
 	var routers struct {
-		EventID eventid.Config   `yaml:"event_id"`
-		Routes  processor.Routes `yaml:"routes"`
+		EventID eventid.Config `yaml:"event_id"`
+		Routes  decide.Routes  `yaml:"routes"`
 	}
 	routers.EventID = eventid.DefaultConfig()
 	if err := yaml.Unmarshal([]byte(routersConfig), &routers); err != nil {

@@ -18,7 +18,7 @@
 //     derives, not Watermill's default Adler-32 of the payload (which
 //     would miss re-sends with reordered JSON keys).
 //   - handler: per route the event matches, client.ExecuteWorkflow with
-//     workflow ID activity-{route}:{event ID} (processor.WorkflowID),
+//     workflow ID activity-{route}:{event ID} (decide.WorkflowID),
 //     WorkflowIDReusePolicy REJECT_DUPLICATE and
 //     WorkflowExecutionErrorWhenAlreadyStarted, so that "already started"
 //     comes back as an error, which the handler counts and treats as

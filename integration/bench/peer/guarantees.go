@@ -23,6 +23,7 @@ import (
 	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/testsupport/workload"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
@@ -61,7 +62,7 @@ type GuaranteeParams struct {
 	Window time.Duration
 	// Routes; nil: order.created to one activity, user.signed_up to two
 	// (the benchmark's).
-	Routes processor.Routes
+	Routes decide.Routes
 	// Dedup also runs every scenario with dedup's router (processor,
 	// sink/ledger on a fresh database, sink/starter).
 	Dedup bool
@@ -201,11 +202,11 @@ func Guarantees(ctx context.Context, p GuaranteeParams) (GuaranteesResult, error
 
 // DefaultRoutes are the benchmark's routes: order.created to one
 // activity, user.signed_up to two.
-func DefaultRoutes() processor.Routes {
-	return processor.Routes{
-		{ID: "order-confirmation", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
-		{ID: "welcome-email", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
-		{ID: "crm-sync", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
+func DefaultRoutes() decide.Routes {
+	return decide.Routes{
+		{ID: "order-confirmation", Match: decide.Match{Type: workload.TypeOrder}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
+		{ID: "welcome-email", Match: decide.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
+		{ID: "crm-sync", Match: decide.Match{Type: workload.TypeSignup}, WorkflowType: "RunActivityWorkflow", TaskQueue: "bench"},
 	}
 }
 
@@ -395,7 +396,7 @@ func (g *guarantees) workflowIDs(recs []*kgo.Record) []string {
 			continue
 		}
 		for _, rt := range g.p.Routes.Match(&ev) {
-			if id := processor.WorkflowID(rt.ID, ev.ID); !seen[id] {
+			if id := decide.WorkflowID(rt.ID, ev.ID); !seen[id] {
 				seen[id] = true
 				out = append(out, id)
 			}
@@ -610,7 +611,7 @@ type countingStarter struct {
 	calls, started, already, errors atomic.Int64
 }
 
-func (c *countingStarter) Start(ctx context.Context, req processor.StartRequest) (processor.StartResult, error) {
+func (c *countingStarter) Start(ctx context.Context, req decide.StartRequest) (processor.StartResult, error) {
 	c.calls.Add(1)
 	res, err := c.inner.Start(ctx, req)
 	switch {
@@ -624,6 +625,6 @@ func (c *countingStarter) Start(ctx context.Context, req processor.StartRequest)
 	return res, err
 }
 
-func (c *countingStarter) LastRun(ctx context.Context, namespace, workflowID string) (processor.Run, error) {
+func (c *countingStarter) LastRun(ctx context.Context, namespace, workflowID string) (decide.Run, error) {
 	return c.inner.LastRun(ctx, namespace, workflowID)
 }

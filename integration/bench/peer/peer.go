@@ -20,7 +20,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
@@ -40,7 +40,7 @@ type Config struct {
 	// Routes say which workflows an event starts (one per matching
 	// route), with their workflow type and task queue: the same table
 	// dedup's router takes, so both start the same workflow IDs.
-	Routes processor.Routes
+	Routes decide.Routes
 	// EventID configures the decoder the event ID comes from; the zero
 	// value is eventid.DefaultConfig().
 	EventID *eventid.Config
@@ -333,8 +333,8 @@ func (r *replica) handle(msg *message.Message) error {
 	}
 	d.ran = true
 	for _, rt := range r.cfg.Routes.Match(&d.ev) {
-		wid := processor.WorkflowID(rt.ID, d.ev.ID)
-		req := processor.NewStartRequest(rt, &d.ev, wid)
+		wid := decide.WorkflowID(rt.ID, d.ev.ID)
+		req := decide.NewStartRequest(rt, &d.ev, wid)
 		err := r.start(msg.Context(), wid, rt, req)
 		r.mu.Lock()
 		r.res.TemporalCalls++
@@ -358,7 +358,7 @@ func (r *replica) handle(msg *message.Message) error {
 	return nil
 }
 
-func (r *replica) start(ctx context.Context, wid string, rt *processor.Route, req processor.StartRequest) error {
+func (r *replica) start(ctx context.Context, wid string, rt *decide.Route, req decide.StartRequest) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.StartTimeout)
 	defer cancel()
 	_, err := r.cfg.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{

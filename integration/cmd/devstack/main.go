@@ -30,7 +30,7 @@ import (
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/internal/ingress"
 	"github.com/dedupio/dedup/internal/testsupport/workload"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -227,16 +227,16 @@ func demoConfig(stack *devstack.Stack, topic, admin, webhookURL string, mails *d
 	// {task_id}:post, to the local counting endpoint); one does nothing.
 	webhook := &schemas.ActivityDefinition{Tasks: []schemas.TaskSpec{{Type: "webhook"}}, MaxAttempts: 5}
 	noop := &schemas.ActivityDefinition{Tasks: []schemas.TaskSpec{{Type: "noop"}}}
-	cfg.Routes = processor.Routes{
-		{ID: "order-confirmation", Match: processor.Match{Type: workload.TypeOrder}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: webhook},
-		{ID: "welcome-email", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: webhook},
-		{ID: "crm-sync", Match: processor.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: noop},
+	cfg.Routes = decide.Routes{
+		{ID: "order-confirmation", Match: decide.Match{Type: workload.TypeOrder}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: webhook},
+		{ID: "welcome-email", Match: decide.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: webhook},
+		{ID: "crm-sync", Match: decide.Match{Type: workload.TypeSignup}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities", Definition: noop},
 		// The activity-idempotency audit seed's five activities
 		// (worker/tenants, worker.tenants below), on events sent by hand
 		// through the ingress (the printed curl lines).
-		{ID: "tenant-onboarding", Match: processor.Match{Type: "tenant.created"}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities",
+		{ID: "tenant-onboarding", Match: decide.Match{Type: "tenant.created"}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities",
 			Definition: &schemas.ActivityDefinition{Tasks: []schemas.TaskSpec{{Type: "create_tenant_schema"}, {Type: "run_migrations"}, {Type: "send_welcome_email"}}, MaxAttempts: 5}},
-		{ID: "tenant-offboarding", Match: processor.Match{Type: "tenant.deleted"}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities",
+		{ID: "tenant-offboarding", Match: decide.Match{Type: "tenant.deleted"}, WorkflowType: worker.RunActivityWorkflowName, TaskQueue: "activities",
 			Definition: &schemas.ActivityDefinition{Tasks: []schemas.TaskSpec{{Type: "drop_tenant_schema"}, {Type: "soft_delete_tenant"}}, MaxAttempts: 5}},
 	}
 	// A demo schedule every five seconds (docs/schedules.md): its fires

@@ -39,7 +39,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger/pooler"
 )
@@ -122,11 +122,11 @@ func (r *Reader) Close() { r.pool.Close() }
 // one round trip. payloadHashes, when given, are the hashes of the copies
 // being sent (payloadHashes[i] for workflowIDs[i]): see the function
 // Lookup.
-func (r *Reader) Lookup(ctx context.Context, workflowIDs []string, payloadHashes ...[32]byte) (map[string]processor.LedgerEntry, error) {
+func (r *Reader) Lookup(ctx context.Context, workflowIDs []string, payloadHashes ...[32]byte) (map[string]decide.LedgerEntry, error) {
 	if !r.inTx || len(workflowIDs) == 0 {
 		return Lookup(ctx, r.pool, workflowIDs, payloadHashes...)
 	}
-	var out map[string]processor.LedgerEntry
+	var out map[string]decide.LedgerEntry
 	err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) (err error) {
 		out, err = Lookup(ctx, tx, workflowIDs, payloadHashes...)
 		return err
@@ -187,8 +187,8 @@ WHERE ` + schemas.LedgerRowsOf("l", "$1", "$2")
 // sent for workflowIDs[i], and an entry's ConflictHashes hold it when it
 // is a recorded conflict of that ID, beyond the MaxConflictHashes seen
 // last.
-func Lookup(ctx context.Context, q Querier, workflowIDs []string, payloadHashes ...[32]byte) (map[string]processor.LedgerEntry, error) {
-	out := make(map[string]processor.LedgerEntry, len(workflowIDs))
+func Lookup(ctx context.Context, q Querier, workflowIDs []string, payloadHashes ...[32]byte) (map[string]decide.LedgerEntry, error) {
+	out := make(map[string]decide.LedgerEntry, len(workflowIDs))
 	if len(payloadHashes) != 0 && len(payloadHashes) != len(workflowIDs) {
 		return nil, fmt.Errorf("looking up %d workflow IDs: %d payload hashes, want one per ID or none", len(workflowIDs), len(payloadHashes))
 	}
@@ -207,7 +207,7 @@ func Lookup(ctx context.Context, q Querier, workflowIDs []string, payloadHashes 
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			e      processor.LedgerEntry
+			e      decide.LedgerEntry
 			hash   []byte
 			hashes [][]byte
 			found  [][]byte

@@ -13,7 +13,7 @@ import (
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/internal/testsupport/pgbouncer"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/ledger/ledgerread"
 	"github.com/dedupio/dedup/sink/ledger/pooler"
@@ -47,8 +47,8 @@ func migrated(t *testing.T) (*ledger.Postgres, *ledgerread.Reader) {
 	return led, r
 }
 
-func intent(id, payload string, offset int64) processor.Intent {
-	return processor.Intent{WorkflowID: "activity-a:" + id, ActivityID: "a", EventID: id, IDRule: "header",
+func intent(id, payload string, offset int64) decide.Intent {
+	return decide.Intent{WorkflowID: "activity-a:" + id, ActivityID: "a", EventID: id, IDRule: "header",
 		PayloadHash: sha256.Sum256([]byte(payload)), Topic: "events", Partition: 0, Offset: offset}
 }
 
@@ -60,11 +60,11 @@ func TestLookupGivesRecordedConflictHashes(t *testing.T) {
 	led, r := migrated(t)
 	ctx := context.Background()
 	first := intent("k", "p1", 1)
-	if _, err := led.Claim(ctx, []processor.Intent{first, intent("quiet", "q", 2)}); err != nil {
+	if _, err := led.Claim(ctx, []decide.Intent{first, intent("quiet", "q", 2)}); err != nil {
 		t.Fatal(err)
 	}
 	for i, p := range []string{"p2", "p3", "p2"} {
-		if v, err := led.Claim(ctx, []processor.Intent{intent("k", p, int64(10+i))}); err != nil || v[0].Verdict != processor.VerdictConflict {
+		if v, err := led.Claim(ctx, []decide.Intent{intent("k", p, int64(10+i))}); err != nil || v[0].Verdict != decide.VerdictConflict {
 			t.Fatalf("conflicting claim %s: %v %v", p, v, err)
 		}
 	}
@@ -76,7 +76,7 @@ func TestLookupGivesRecordedConflictHashes(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := got[first.WorkflowID]
-	if len(got) != 2 || e.PayloadHash != first.PayloadHash || e.State != processor.LedgerPending || e.Conflicts != 3 || !slices.Equal(e.ConflictHashes, want) {
+	if len(got) != 2 || e.PayloadHash != first.PayloadHash || e.State != decide.LedgerPending || e.Conflicts != 3 || !slices.Equal(e.ConflictHashes, want) {
 		t.Fatalf("entry %+v (of %d), want 3 conflicts with the hashes of p2 and p3", e, len(got))
 	}
 	if q := got["activity-a:quiet"]; q.Conflicts != 0 || q.ConflictHashes != nil {
@@ -152,7 +152,7 @@ func TestLookupThroughPooler(t *testing.T) {
 			}
 			// Under session pooling with one server session the Reader's
 			// session holds it: the ledger goes first and lets it go.
-			if _, err := led.Claim(ctx, []processor.Intent{intent("a", "p", 1)}); err != nil {
+			if _, err := led.Claim(ctx, []decide.Intent{intent("a", "p", 1)}); err != nil {
 				t.Fatal(err)
 			}
 			if mode == pgbouncer.Session {
@@ -163,7 +163,7 @@ func TestLookupThroughPooler(t *testing.T) {
 				if err != nil {
 					t.Fatalf("lookup through the pooler: %v", err)
 				}
-				if len(got) != 1 || got["activity-a:a"].State != processor.LedgerState("pending") {
+				if len(got) != 1 || got["activity-a:a"].State != decide.LedgerState("pending") {
 					t.Fatalf("lookup: %+v, want activity-a:a pending only", got)
 				}
 			}
@@ -171,7 +171,7 @@ func TestLookupThroughPooler(t *testing.T) {
 			if mode == pgbouncer.Session {
 				return
 			}
-			if _, err := led.Claim(ctx, []processor.Intent{intent("b", "p", 2)}); err != nil {
+			if _, err := led.Claim(ctx, []decide.Intent{intent("b", "p", 2)}); err != nil {
 				t.Fatalf("claim on the server session after the lookups: %v", err)
 			}
 		})

@@ -9,19 +9,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/ledger/ledgerread"
 )
 
-func claimAll(t *testing.T, l *ledger.Postgres, in []processor.Intent) []processor.Verdict {
+func claimAll(t *testing.T, l *ledger.Postgres, in []decide.Intent) []decide.Verdict {
 	t.Helper()
 	cl, err := l.Claim(context.Background(), in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := make([]processor.Verdict, len(cl))
+	v := make([]decide.Verdict, len(cl))
 	for i, c := range cl {
 		v[i] = c.Verdict
 	}
@@ -45,18 +45,18 @@ func TestLookupStaysFlatUnderAMillionConflicts(t *testing.T) {
 	const keys, payloads = 1000, 1000
 	l, reader := migrated(t)
 	ctx := context.Background()
-	in := func(k, p int, off int64) processor.Intent {
+	in := func(k, p int, off int64) decide.Intent {
 		id := fmt.Sprintf("load-%d", k)
-		return processor.Intent{WorkflowID: "activity-a:" + id, ActivityID: "a", EventID: id, IDRule: "field",
+		return decide.Intent{WorkflowID: "activity-a:" + id, ActivityID: "a", EventID: id, IDRule: "field",
 			PayloadHash: sha256.Sum256(fmt.Appendf(nil, "payload-%d", p)), Topic: "events", Partition: 0, Offset: off}
 	}
-	batch := make([]processor.Intent, keys)
+	batch := make([]decide.Intent, keys)
 	for k := range keys {
 		batch[k] = in(k, 0, int64(k))
 	}
 	claimAll(t, l, batch)
 	quiet := in(keys, 0, 0) // a key no conflicting copy is sent for
-	claimAll(t, l, []processor.Intent{quiet})
+	claimAll(t, l, []decide.Intent{quiet})
 	loud := in(0, 0, 0).WorkflowID
 
 	lookup := func(id string) (median, p99 time.Duration) {
@@ -83,7 +83,7 @@ func TestLookupStaysFlatUnderAMillionConflicts(t *testing.T) {
 			off++
 		}
 		for _, c := range claimAll(t, l, batch) {
-			if c != processor.VerdictConflict {
+			if c != decide.VerdictConflict {
 				t.Fatalf("payload %d: verdict %s, want conflict", p, c)
 			}
 		}

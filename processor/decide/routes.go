@@ -1,4 +1,4 @@
-package processor
+package decide
 
 import (
 	"errors"
@@ -298,35 +298,6 @@ func (r *Route) Template() (*IDTemplate, error) {
 		return nil, fmt.Errorf("route %s: workflow_id_template: %w", r.ID, err)
 	}
 	return &t, nil
-}
-
-// Workflow ID keys.
-const (
-	KeyEventID      = "event_id"
-	KeyScheduledFor = "scheduled_for"
-)
-
-// WorkflowID is activity-{activityID}:{key}, the seed contract's format.
-func WorkflowID(activityID, key string) string {
-	return "activity-" + activityID + ":" + key
-}
-
-// DeliveryKey is the ledger key of a signal route's delivery of one
-// event, signal-{activityID}:{eventID}: the "workflow ID" its ledger row
-// is claimed under. It is not a Temporal workflow ID (the entity's is the
-// template's): the prefix keeps it apart from every start route's
-// activity-{id}:{key}, and route IDs are unique across modes. It names
-// the route and the event, not the entity, so that one event ID is one
-// delivery per route whatever its data says: a copy with another payload
-// is a conflict even if that payload would name another entity, and a
-// changed template does not deliver old events again.
-func DeliveryKey(activityID, eventID string) string {
-	return "signal-" + activityID + ":" + eventID
-}
-
-// workflowKey is the key of WorkflowID(activityID, key): its inverse.
-func workflowKey(activityID, workflowID string) string {
-	return workflowID[len("activity-")+len(activityID)+1:]
 }
 
 // Match returns the routes an event triggers, in table order.

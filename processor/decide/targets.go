@@ -1,9 +1,7 @@
-package processor
+package decide
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/dedupio/dedup/processor/eventid"
 )
@@ -71,39 +69,17 @@ func targetsOf(routes []*Route, ev *eventid.Event) ([]Target, error) {
 	return out, nil
 }
 
-// MaxWorkflowIDBytes is Temporal's default limit on a workflow ID
-// (the dynamic config limit.maxIDLength): a longer one is refused for good.
-const MaxWorkflowIDBytes = 1000
-
-// ErrWorkflowIDTooLong is the error of an event whose workflow ID would be over
-// MaxWorkflowIDBytes; the router dead-letters it before any claim, as
-// invalid_id.
-var ErrWorkflowIDTooLong = errors.New("workflow ID too long")
-
-// ErrWorkflowIDReserved is the error of a signal route's entity workflow
-// ID that its template rendered with a prefix of dedup's own IDs
-// (activity-, signal-): dead-lettered as invalid_id.
-var ErrWorkflowIDReserved = errors.New("workflow ID reserved")
-
 // RouteOf returns the route whose workflow IDs look like workflowID
 // (activity-{route id}:..., or a signal route's delivery key
 // signal-{route id}:...), or nil. Route IDs have no colon, so the prefix
 // names one route at most.
 func (rs Routes) RouteOf(workflowID string) *Route {
-	rest, ok := strings.CutPrefix(workflowID, "activity-")
-	signal := false
-	if !ok {
-		if rest, ok = strings.CutPrefix(workflowID, "signal-"); !ok {
-			return nil
-		}
-		signal = true
-	}
-	id, _, ok := strings.Cut(rest, ":")
+	p, ok := ParseWorkflowID(workflowID)
 	if !ok {
 		return nil
 	}
 	for i := range rs {
-		if rs[i].ID == id && (rs[i].Mode == ModeSignal) == signal {
+		if rs[i].ID == p.Route && (rs[i].Mode == ModeSignal) == p.Signal {
 			return &rs[i]
 		}
 	}

@@ -1,4 +1,4 @@
-package processor
+package decide
 
 import (
 	"bytes"
@@ -50,7 +50,7 @@ func ParseIDTemplate(s string) (IDTemplate, error) {
 	if s == "" {
 		return t, errors.New("empty")
 	}
-	if strings.HasPrefix(s, "activity-") {
+	if strings.HasPrefix(s, startPrefix) {
 		// dedup's start routes own activity-{route}:{key}; an entity
 		// workflow there would share IDs with them.
 		return t, fmt.Errorf("%q starts with activity-, the prefix of start routes' workflow IDs", s)
@@ -135,7 +135,7 @@ func (t IDTemplate) Render(activityID string, data json.RawMessage) (string, err
 		}
 	}
 	id := b.String()
-	if strings.HasPrefix(id, "activity-") || strings.HasPrefix(id, "signal-") {
+	if Reserved(id) {
 		// The event's data would choose a workflow ID of dedup's own:
 		// a start route's (activity-{route}:{key}) or a ledger delivery
 		// key's form. Refused, so that no event can take over another

@@ -1,6 +1,8 @@
-package processor
+package decide
 
-import "testing"
+import (
+	"testing"
+)
 
 // The verdict rule, row by row: the state matters only once the payload
 // is the row's and this claim did not insert the row.

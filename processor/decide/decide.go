@@ -1,4 +1,4 @@
-package processor
+package decide
 
 import (
 	"errors"
@@ -63,7 +63,8 @@ func (d *Decision) Start(j int) StartRequest {
 	req := NewStartRequest(rt, &d.Event, wid)
 	req.Record = &RecordRef{Topic: in.Topic, Partition: in.Partition, Offset: in.Offset}
 	if rt.Key == KeyScheduledFor {
-		req.Input.TriggerKind, req.Input.ScheduledFor = schemas.TriggerCron, workflowKey(rt.ID, wid)
+		p, _ := ParseWorkflowID(wid) // WorkflowID(rt.ID, slot key)
+		req.Input.TriggerKind, req.Input.ScheduledFor = schemas.TriggerCron, p.Key
 	}
 	return req
 }
@@ -167,4 +168,12 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 		}
 	}
 	return out
+}
+
+func toEventRecord(kr *kgo.Record) eventid.Record {
+	hs := make([]eventid.Header, len(kr.Headers))
+	for i, h := range kr.Headers {
+		hs[i] = eventid.Header{Key: h.Key, Value: h.Value}
+	}
+	return eventid.Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Key: kr.Key, Value: kr.Value, Headers: hs}
 }

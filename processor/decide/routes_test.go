@@ -1,7 +1,6 @@
-package processor
+package decide
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -82,25 +81,6 @@ func TestRoutesValidate(t *testing.T) {
 	}
 }
 
-func TestWorkflowIDFormats(t *testing.T) {
-	// The seed contract's examples, verbatim.
-	if got := WorkflowID("550e8400-e29b-41d4-a716-446655440000", "evt_abc123"); got != "activity-550e8400-e29b-41d4-a716-446655440000:evt_abc123" {
-		t.Fatal(got)
-	}
-	for _, in := range []string{`"2026-03-01T09:00:00Z"`, `"2026-03-01T10:00:00+01:00"`, `"2026-03-01T09:00:00.000Z"`} {
-		key, err := scheduledFor(json.RawMessage(`{"scheduled_for":` + in + `}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := WorkflowID("550e8400-e29b-41d4-a716-446655440000", key); got != "activity-550e8400-e29b-41d4-a716-446655440000:2026-03-01T09:00:00+00:00" {
-			t.Fatalf("%s: %s", in, got)
-		}
-	}
-	if _, err := scheduledFor(json.RawMessage(`{"scheduled_for":7}`)); err == nil {
-		t.Fatal("number accepted as scheduled_for")
-	}
-}
-
 // The reuse-policy rule, asked in one place by the router, the forecast
 // and the client.
 func TestReusePolicyRerunRule(t *testing.T) {
@@ -125,5 +105,49 @@ func TestReusePolicyRerunRule(t *testing.T) {
 				t.Errorf("%s.RerunsAfter(%+v) = %v, want %v", c.p, r.run, got, r.want)
 			}
 		}
+	}
+}
+
+func TestSignalRouteValidate(t *testing.T) {
+	sig := func() Route {
+		return Route{ID: "orders", Mode: ModeSignal, Match: Match{Type: "order.*"}, WorkflowType: "Order", TaskQueue: "q",
+			WorkflowIDTemplate: "order-{data.order_id}"}
+	}
+	rs := Routes{sig(), {ID: "a", Match: Match{Type: "t"}, WorkflowType: "W", TaskQueue: "q"}}
+	if err := rs.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if r := rs[0]; r.Signal != schemas.DefaultSignalName || r.IDReusePolicy != ReuseAllowDuplicate || r.Key != KeyEventID || r.tmpl == nil {
+		t.Errorf("signal route defaults: %+v", r)
+	}
+	if r := rs[1]; r.Mode != ModeStart || r.IDReusePolicy != ReuseRejectDuplicate {
+		t.Errorf("start route defaults: %+v", r)
+	}
+	if rs[0].MayRerun() || !(&Route{Mode: ModeStart, IDReusePolicy: ReuseAllowDuplicate}).MayRerun() {
+		t.Error("a signal route must never re-run a delivered event; an allow_duplicate start route may")
+	}
+	for want, mut := range map[string]func(*Route){
+		"routes[0].mode":                         func(r *Route) { r.Mode = "push" },
+		"routes[0].workflow_id_template: empty":  func(r *Route) { r.WorkflowIDTemplate = "" },
+		"unknown placeholder {event}":            func(r *Route) { r.WorkflowIDTemplate = "o-{event}" },
+		"routes[0].key":                          func(r *Route) { r.Key = KeyScheduledFor },
+		"routes[0].definition":                   func(r *Route) { r.Definition = &schemas.ActivityDefinition{} },
+		"routes[0].signal":                       func(r *Route) { r.Signal = "a\nb" },
+		"routes[0].workflow_id_template: set on": func(r *Route) { r.Mode = "" },
+		"routes[0].signal: set on a start route": func(r *Route) { r.Mode, r.WorkflowIDTemplate, r.Signal = ModeStart, "", "s" },
+		"routes[0].id_reuse_policy":              func(r *Route) { r.IDReusePolicy = "never" },
+	} {
+		r := sig()
+		mut(&r)
+		err := Routes{r}.Validate()
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v", want, err)
+		}
+	}
+	// A signal route's explicit policy is kept.
+	r := sig()
+	r.IDReusePolicy = ReuseRejectDuplicate
+	if rs := (Routes{r}); rs.Validate() != nil || rs[0].IDReusePolicy != ReuseRejectDuplicate {
+		t.Errorf("explicit reject_duplicate on a signal route: %+v", rs[0])
 	}
 }

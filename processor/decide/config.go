@@ -1,0 +1,33 @@
+package decide
+
+import (
+	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/tenantsig"
+)
+
+// Config is what a Decider needs of a router's configuration: the event
+// ID rules, the routes, the value limit, what happens to an event no
+// route matches, and the tenant keyring. processor.Config carries these
+// fields under the config file's names (kafka.max_value_bytes,
+// kafka.no_route, kafka.tenant_keys_file, the event_id and routes
+// sections) and validates them; its Decide method is this narrower view.
+type Config struct {
+	// EventID is the event ID rules (the config file's event_id section).
+	EventID eventid.Config
+	// Routes is the route table (the routes section), validated
+	// (Routes.Validate fills the routes' defaults).
+	Routes Routes
+	// MaxValueBytes: a larger record is dead-lettered before any claim
+	// (ReasonOversized).
+	MaxValueBytes int
+	// NoRoute is what happens to an event no route matches: "skip" or
+	// "dead_letter" (ReasonNoRoute).
+	NoRoute string
+	// TenantKeysFile is the tenant keyring's file (processor/tenantsig),
+	// read by NewDecider and again when it changes; empty: no record
+	// speaks for a tenant.
+	TenantKeysFile string
+	// TenantKeys is the keyring itself, for callers that hold it already
+	// (the producer client); when set, TenantKeysFile is not read.
+	TenantKeys *tenantsig.Keyring
+}
