@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Permanent reports whether a start error will not go away by retrying.
+// IsPermanent reports whether a start error will not go away by retrying.
 // It is the one place where start errors are classified: Start marks the
 // errors it accepts with processor.Permanent (the record is dead-lettered);
 // every other error is retried by the router, with backoff, for as long as
@@ -25,7 +25,7 @@ import (
 // while a permanent error taken for transient only stalls the router,
 // loudly, until someone fixes the cause.
 //
-// Permanent means Temporal itself said so. Whatever stands between dedup
+// IsPermanent means Temporal itself said so. Whatever stands between dedup
 // and Temporal (an ingress, a load balancer, a service mesh, a gRPC proxy)
 // can answer with a gRPC status of its own: grpc-go turns an HTTP answer
 // that is not gRPC into a code (404 into Unimplemented, with "unexpected
@@ -105,7 +105,7 @@ import (
 //     system state is explicitly fixed". A bare gRPC FailedPrecondition
 //     without Temporal's details (a proxy that strips them) is taken as
 //     generic: without the details a failover cannot be told apart.
-func Permanent(err error) bool {
+func IsPermanent(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}

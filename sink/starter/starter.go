@@ -12,7 +12,7 @@
 // it signals and so drops a re-sent delivery within that run (not across
 // continue-as-new or a new run: docs/signals.md).
 //
-// Errors are classified once, here (Permanent): unavailable, throttled,
+// Errors are classified once, here (IsPermanent, errors.go): unavailable, throttled,
 // timed out and internal errors, a namespace that is failing over, and
 // whatever a proxy or load balancer in front of Temporal answers (an HTTP
 // 404 that gRPC reports as Unimplemented, a NotFound without Temporal's
@@ -250,7 +250,7 @@ func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 		return processor.StartResult{RunID: already.RunId, AlreadyStarted: true}, nil
 	}
 	err = fmt.Errorf("starting workflow %s: %w", req.WorkflowID, err)
-	if Permanent(err) {
+	if IsPermanent(err) {
 		return processor.StartResult{}, processor.Permanent(err)
 	}
 	return processor.StartResult{}, err
@@ -316,7 +316,7 @@ func (t *Temporal) signalWithStart(ctx context.Context, req processor.StartReque
 			"and id_reuse_policy %s refuses a new run: %w", sig.Input.EventID, sig.WorkflowID, already.RunId, req.ReusePolicy, err))
 	}
 	err = fmt.Errorf("signalling workflow %s with start: %w", sig.WorkflowID, err)
-	if Permanent(err) {
+	if IsPermanent(err) {
 		return processor.StartResult{}, processor.Permanent(err)
 	}
 	return processor.StartResult{}, err
@@ -331,7 +331,7 @@ func (t *Temporal) ns(namespace string) string {
 }
 
 // LastRun describes the workflow ID's latest run in namespace (empty:
-// the default). Its errors are classified as Start's (Permanent): Temporal's
+// the default). Its errors are classified as Start's (IsPermanent): Temporal's
 // NotFound, which carries Temporal's details, is permanent (the router
 // reads it as "Temporal does not know the workflow"); a proxy's NotFound
 // or Unimplemented is transient, never taken for an unknown workflow.
@@ -344,7 +344,7 @@ func (t *Temporal) LastRun(ctx context.Context, namespace, workflowID string) (p
 	})
 	if err != nil {
 		err = fmt.Errorf("describing workflow %s: %w", workflowID, err)
-		if Permanent(err) {
+		if IsPermanent(err) {
 			return processor.Run{}, processor.Permanent(err)
 		}
 		return processor.Run{}, err
