@@ -210,230 +210,311 @@ type Workflow struct {
 	Disagreements []Disagreement `json:"disagreements,omitempty"`
 }
 
-// Explain answers q.
+// Explain answers q in named steps: find the record (asked for, or the one
+// that claimed the rows asked for), read and decide it, gather what the
+// ledger knows of its workflow IDs, then judge each workflow against
+// Temporal.
 func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) {
-	ex := &Explanation{Query: q, Workflows: []Workflow{}}
-	var problems errs
-	led, err := t.ledger(ctx)
-	problems.add("postgres", err)
-
-	rows := map[string]*ledger.Row{}
-	var wids []string // in the order they are printed
-	addWID := func(w string) {
-		if !slices.Contains(wids, w) {
-			wids = append(wids, w)
-		}
+	x := &explaining{
+		t:          t,
+		ex:         &Explanation{Query: q, Workflows: []Workflow{}},
+		rows:       map[string]*ledger.Row{},
+		candidates: map[string]bool{},
+		entities:   map[string]string{},
 	}
-	addRows := func(rs []ledger.Row) {
-		for i := range rs {
-			rows[rs[i].WorkflowID] = &rs[i]
-			addWID(rs[i].WorkflowID)
-		}
-	}
+	var err error
+	x.led, err = t.ledger(ctx)
+	x.problems.add("postgres", err)
 
-	// Name the record: asked for, or the one that claimed the rows asked for.
-	var at *Coordinates
+	x.nameRecord(q)
+	x.findRecord(ctx, q)
+	if x.at != nil {
+		if err := x.readRecord(ctx); err != nil {
+			return nil, ExitError, err
+		}
+	} else if x.led != nil {
+		var err error
+		x.deadLetters, err = x.led.DeadLetters(ctx, "", 0, 0, x.wids)
+		x.problems.add("postgres", err)
+	}
+	x.readMissingRows(ctx)
+	x.judgeWorkflows(ctx)
+	return x.answer()
+}
+
+// explaining is one Explain's state, built up by its steps.
+type explaining struct {
+	t        *Tool
+	ex       *Explanation
+	problems errs
+	led      *ledger.Postgres
+
+	rows map[string]*ledger.Row
+	wids []string // in the order they are printed
+	// at is the record explained, nil until one is named or found.
+	at *Coordinates
 	// candidates are the workflow IDs --event-id looks up: one per route
 	// keyed by event ID, whether or not the event matches it. They only
 	// find the record; the record's workflows are the routes it matches.
-	candidates := map[string]bool{}
+	candidates  map[string]bool
+	conflicts   []ledger.Conflict
+	deadLetters []ledger.DeadLetterEntry
+	recHash     []byte // the record's payload hash, when it was read and decoded
+	// matched are the workflow IDs the record gives, when it was read and
+	// decided (nil otherwise).
+	matched  map[string]bool
+	entities map[string]string // a delivery key's entity workflow, from the decision
+}
+
+func (x *explaining) addWID(w string) {
+	if !slices.Contains(x.wids, w) {
+		x.wids = append(x.wids, w)
+	}
+}
+
+func (x *explaining) addRows(rs []ledger.Row) {
+	for i := range rs {
+		x.rows[rs[i].WorkflowID] = &rs[i]
+		x.addWID(rs[i].WorkflowID)
+	}
+}
+
+// nameRecord takes what q names: the record's coordinates, a workflow ID,
+// or the workflow IDs of an event ID (candidates).
+func (x *explaining) nameRecord(q Query) {
 	switch {
 	case q.Topic != "":
-		at = &Coordinates{q.Topic, *q.Partition, *q.Offset}
+		x.at = &Coordinates{q.Topic, *q.Partition, *q.Offset}
 	case q.WorkflowID != "":
-		addWID(q.WorkflowID)
+		x.addWID(q.WorkflowID)
 	case q.EventID != "":
-		for i := range t.cfg.Routes {
-			if rt := &t.cfg.Routes[i]; rt.Key == processor.KeyEventID {
+		for i := range x.t.cfg.Routes {
+			if rt := &x.t.cfg.Routes[i]; rt.Key == processor.KeyEventID {
 				w := processor.WorkflowID(rt.ID, q.EventID)
 				if rt.Mode == processor.ModeSignal {
 					w = processor.DeliveryKey(rt.ID, q.EventID)
 				}
-				candidates[w] = true
-				addWID(w)
+				x.candidates[w] = true
+				x.addWID(w)
 			}
 		}
 	}
-	var conflicts []ledger.Conflict
-	var deadLetters []ledger.DeadLetterEntry
-	if at == nil && led != nil {
-		rs, err := led.Rows(ctx, wids)
-		problems.add("postgres", err)
-		addRows(rs)
-		if q.Scan && q.EventID != "" {
-			rs, err := led.RowsOfEvent(ctx, q.EventID)
-			problems.add("postgres", err)
-			addRows(rs)
-		}
-		for _, w := range wids {
-			if r := rows[w]; r != nil {
-				at = &Coordinates{r.Topic, r.Partition, r.Offset}
-				break
-			}
-		}
-		if at == nil {
-			// No row: a conflicting copy may still be recorded.
-			cs, err := led.Conflicts(ctx, "", 0, 0, wids)
-			problems.add("postgres", err)
-			if len(cs) > 0 {
-				at = &Coordinates{cs[0].Topic, cs[0].Partition, cs[0].Offset}
-			}
-		}
-	}
+}
 
-	var recHash []byte // the record's payload hash, when it was read and decoded
-	// matched are the workflow IDs the record gives, when it was read and
-	// decided (nil otherwise).
-	var matched map[string]bool
-	entities := map[string]string{} // a delivery key's entity workflow, from the decision
-	if at != nil {
-		rec, state, b, err := t.readRecord(ctx, at.Topic, at.Partition, at.Offset)
-		problems.add("kafka", err)
-		ex.Record = &Record{Coordinates: *at, State: state, LogStart: b.start, LogEnd: b.end, LastStable: b.stable}
-		if rec != nil {
-			fillRecord(ex.Record, rec)
-			d, err := t.decide(rec)
-			if err != nil {
-				return nil, ExitError, err
-			}
-			ex.Decision = decisionView(&d, t.cfg.Kafka.NoRoute)
-			matched = map[string]bool{}
-			for j, in := range d.Intents {
-				addWID(in.WorkflowID)
-				matched[in.WorkflowID] = true
-				if d.Entities != nil && d.Entities[j] != "" {
-					entities[in.WorkflowID] = d.Entities[j]
-				}
-			}
-			if d.DeadLetter == "" && !d.Skipped() {
-				recHash = d.Event.PayloadHash[:]
-			}
-		}
-		cm, err := t.committed(ctx)
-		problems.add("kafka", err)
-		if err == nil {
-			ex.Group = &Group{Name: t.cfg.Kafka.Group}
-			if c, ok := cm[at.Topic][at.Partition]; ok {
-				ex.Group.Committed = &c
-				ex.Group.Behind = at.Offset < c
-			}
-		}
-		if led != nil {
-			if rec == nil && state != RecordNotProduced {
-				// Out of retention (or unreadable): the ledger alone says
-				// which workflows the record claimed.
-				rs, err := led.RowsClaimedAt(ctx, at.Topic, at.Partition, at.Offset)
-				problems.add("postgres", err)
-				addRows(rs)
-			}
-			conflicts, err = led.Conflicts(ctx, at.Topic, at.Partition, at.Offset, wids)
-			problems.add("postgres", err)
-			for _, c := range conflicts {
-				if c.Topic == at.Topic && c.Partition == at.Partition && c.Offset == at.Offset {
-					addWID(c.WorkflowID)
-				}
-			}
-			deadLetters, err = led.DeadLetters(ctx, at.Topic, at.Partition, at.Offset, wids)
-			problems.add("postgres", err)
-		}
-	} else if led != nil {
-		var err error
-		deadLetters, err = led.DeadLetters(ctx, "", 0, 0, wids)
-		problems.add("postgres", err)
+// findRecord, when q named no record, finds the one that claimed the rows
+// of the workflow IDs asked for (or, without a row, a conflicting copy).
+func (x *explaining) findRecord(ctx context.Context, q Query) {
+	if x.at != nil || x.led == nil {
+		return
 	}
-	if led != nil {
-		var missing []string
-		for _, w := range wids {
-			if rows[w] == nil {
-				missing = append(missing, w)
-			}
-		}
-		if len(missing) > 0 {
-			rs, err := led.Rows(ctx, missing)
-			problems.add("postgres", err)
-			addRows(rs)
+	rs, err := x.led.Rows(ctx, x.wids)
+	x.problems.add("postgres", err)
+	x.addRows(rs)
+	if q.Scan && q.EventID != "" {
+		rs, err := x.led.RowsOfEvent(ctx, q.EventID)
+		x.problems.add("postgres", err)
+		x.addRows(rs)
+	}
+	for _, w := range x.wids {
+		if r := x.rows[w]; r != nil {
+			x.at = &Coordinates{r.Topic, r.Partition, r.Offset}
+			return
 		}
 	}
+	// No row: a conflicting copy may still be recorded.
+	cs, err := x.led.Conflicts(ctx, "", 0, 0, x.wids)
+	x.problems.add("postgres", err)
+	if len(cs) > 0 {
+		x.at = &Coordinates{cs[0].Topic, cs[0].Partition, cs[0].Offset}
+	}
+}
 
+// readRecord reads the record at x.at and decides it, reads the group's
+// progress on its partition, and the ledger's conflicts and dead letters
+// of it. Only a decision that cannot be made is an error.
+func (x *explaining) readRecord(ctx context.Context) error {
+	at := x.at
+	rec, state, b, err := x.t.readRecord(ctx, at.Topic, at.Partition, at.Offset)
+	x.problems.add("kafka", err)
+	x.ex.Record = &Record{Coordinates: *at, State: state, LogStart: b.start, LogEnd: b.end, LastStable: b.stable}
+	if rec != nil {
+		if err := x.decide(rec); err != nil {
+			return err
+		}
+	}
+	cm, err := x.t.committed(ctx)
+	x.problems.add("kafka", err)
+	if err == nil {
+		x.ex.Group = &Group{Name: x.t.cfg.Kafka.Group}
+		if c, ok := cm[at.Topic][at.Partition]; ok {
+			x.ex.Group.Committed = &c
+			x.ex.Group.Behind = at.Offset < c
+		}
+	}
+	if x.led == nil {
+		return nil
+	}
+	if rec == nil && state != RecordNotProduced {
+		// Out of retention (or unreadable): the ledger alone says
+		// which workflows the record claimed.
+		rs, err := x.led.RowsClaimedAt(ctx, at.Topic, at.Partition, at.Offset)
+		x.problems.add("postgres", err)
+		x.addRows(rs)
+	}
+	x.conflicts, err = x.led.Conflicts(ctx, at.Topic, at.Partition, at.Offset, x.wids)
+	x.problems.add("postgres", err)
+	for _, c := range x.conflicts {
+		if c.Topic == at.Topic && c.Partition == at.Partition && c.Offset == at.Offset {
+			x.addWID(c.WorkflowID)
+		}
+	}
+	x.deadLetters, err = x.led.DeadLetters(ctx, at.Topic, at.Partition, at.Offset, x.wids)
+	x.problems.add("postgres", err)
+	return nil
+}
+
+// decide runs the router's decision on rec: its workflow IDs (matched),
+// the entities of its deliveries, and its payload hash.
+func (x *explaining) decide(rec *kgo.Record) error {
+	fillRecord(x.ex.Record, rec)
+	d, err := x.t.decide(rec)
+	if err != nil {
+		return err
+	}
+	x.ex.Decision = decisionView(&d, x.t.cfg.Kafka.NoRoute)
+	x.matched = map[string]bool{}
+	for j, in := range d.Intents {
+		x.addWID(in.WorkflowID)
+		x.matched[in.WorkflowID] = true
+		if d.Entities != nil && d.Entities[j] != "" {
+			x.entities[in.WorkflowID] = d.Entities[j]
+		}
+	}
+	if d.DeadLetter == "" && !d.Skipped() {
+		x.recHash = d.Event.PayloadHash[:]
+	}
+	return nil
+}
+
+// readMissingRows reads the rows of the workflow IDs found since the
+// ledger was last asked.
+func (x *explaining) readMissingRows(ctx context.Context) {
+	if x.led == nil {
+		return
+	}
+	var missing []string
+	for _, w := range x.wids {
+		if x.rows[w] == nil {
+			missing = append(missing, w)
+		}
+	}
+	if len(missing) > 0 {
+		rs, err := x.led.Rows(ctx, missing)
+		x.problems.add("postgres", err)
+		x.addRows(rs)
+	}
+}
+
+// judgeWorkflows explains each workflow ID, and the dead letters that
+// name none.
+func (x *explaining) judgeWorkflows(ctx context.Context) {
 	now := time.Now()
-	for _, w := range wids {
-		wf := Workflow{WorkflowID: w, Route: routeView(t.cfg.Routes.RouteOf(w))}
-		row := rows[w]
-		if row != nil {
-			wf.Ledger = rowView(*row)
-			if recHash != nil {
-				same := bytes.Equal(recHash, row.PayloadHash)
-				wf.SamePayload = &same
-			}
-		}
-		var mine *ledger.Conflict
-		for i, c := range conflicts {
-			if c.WorkflowID != w {
-				continue
-			}
-			wf.Conflicts = append(wf.Conflicts, conflictView(c))
-			if at != nil && c.Topic == at.Topic && c.Partition == at.Partition && c.Offset == at.Offset {
-				mine = &conflicts[i]
-			}
-		}
-		for _, d := range deadLetters {
-			if d.WorkflowID == w {
-				wf.DeadLetters = append(wf.DeadLetters, t.locate(ctx, d, &problems))
-			}
-		}
-		traced := row != nil || len(wf.Conflicts) > 0 || len(wf.DeadLetters) > 0
-		if candidates[w] && !matched[w] && !traced && matched != nil {
-			// A route of --event-id that the record does not match, and
-			// that nothing claimed: not one of its workflows.
+	for _, w := range x.wids {
+		wf, ok := x.workflow(ctx, w, now)
+		if !ok {
 			continue
 		}
-		rt := t.cfg.Routes.RouteOf(w)
-		signal := rt != nil && rt.Mode == processor.ModeSignal
-		var tex *Execution
-		var err error
-		switch {
-		case !signal:
-			tex, err = t.describe(ctx, w, false)
-		case entities[w] != "":
-			// A delivery key is no Temporal workflow: its entity is.
-			wf.EntityWorkflowID = entities[w]
-			tex, err = t.describeIn(ctx, t.namespace(w), entities[w], false)
-		}
-		problems.add("temporal", err)
-		if candidates[w] && !matched[w] && !traced && (tex == nil || !tex.Found) {
-			// No record decided, and no source knows this workflow ID:
-			// the event may not match its route at all.
-			continue
-		}
-		wf.Temporal = tex
-		wf.Verdict, wf.Why = verdict(at, ex.Group, recHash, row, mine, wf.Route)
-		if matched != nil && !matched[w] {
-			wf.Verdict, wf.Why = notMatched(at, row, wf.Route, len(matched))
-		}
-		if signal {
-			wf.Disagreements = judge(row, nil, now, t.cfg.Postgres.PendingAlertAfter)
-		} else {
-			wf.Disagreements = judge(row, tex, now, t.cfg.Postgres.PendingAlertAfter)
-		}
-		ex.Workflows = append(ex.Workflows, wf)
-		if row != nil || len(wf.Conflicts) > 0 || len(wf.DeadLetters) > 0 || (tex != nil && tex.Found) {
-			ex.Found = true
+		x.ex.Workflows = append(x.ex.Workflows, wf)
+		if wf.Ledger != nil || len(wf.Conflicts) > 0 || len(wf.DeadLetters) > 0 || (wf.Temporal != nil && wf.Temporal.Found) {
+			x.ex.Found = true
 		}
 	}
-	for _, d := range deadLetters {
+	for _, d := range x.deadLetters {
 		if d.WorkflowID == "" {
-			ex.DeadLetters = append(ex.DeadLetters, t.locate(ctx, d, &problems))
-			ex.Found = true
+			x.ex.DeadLetters = append(x.ex.DeadLetters, x.t.locate(ctx, d, &x.problems))
+			x.ex.Found = true
 		}
 	}
-	if ex.Record != nil && ex.Record.State == RecordRead {
-		ex.Found = true
+	if x.ex.Record != nil && x.ex.Record.State == RecordRead {
+		x.ex.Found = true
 	}
-	ex.Story = story(ex, t.cfg.Kafka.NoRoute)
-	ex.Errors = problems
+}
+
+// workflow explains workflow ID w: its row, conflicts, dead letters,
+// Temporal's execution, the verdict and the disagreements; false when w is
+// a route of --event-id that is not one of the record's workflows.
+func (x *explaining) workflow(ctx context.Context, w string, now time.Time) (Workflow, bool) {
+	t, at := x.t, x.at
+	wf := Workflow{WorkflowID: w, Route: routeView(t.cfg.Routes.RouteOf(w))}
+	row := x.rows[w]
+	if row != nil {
+		wf.Ledger = rowView(*row)
+		if x.recHash != nil {
+			same := bytes.Equal(x.recHash, row.PayloadHash)
+			wf.SamePayload = &same
+		}
+	}
+	var mine *ledger.Conflict
+	for i, c := range x.conflicts {
+		if c.WorkflowID != w {
+			continue
+		}
+		wf.Conflicts = append(wf.Conflicts, conflictView(c))
+		if at != nil && c.Topic == at.Topic && c.Partition == at.Partition && c.Offset == at.Offset {
+			mine = &x.conflicts[i]
+		}
+	}
+	for _, d := range x.deadLetters {
+		if d.WorkflowID == w {
+			wf.DeadLetters = append(wf.DeadLetters, t.locate(ctx, d, &x.problems))
+		}
+	}
+	traced := row != nil || len(wf.Conflicts) > 0 || len(wf.DeadLetters) > 0
+	candidate := x.candidates[w] && !x.matched[w] && !traced
+	if candidate && x.matched != nil {
+		// A route of --event-id that the record does not match, and
+		// that nothing claimed: not one of its workflows.
+		return wf, false
+	}
+	rt := t.cfg.Routes.RouteOf(w)
+	signal := rt != nil && rt.Mode == processor.ModeSignal
+	var tex *Execution
+	var err error
 	switch {
-	case len(problems) > 0:
-		return ex, ExitError, problems.err()
+	case !signal:
+		tex, err = t.describe(ctx, w, false)
+	case x.entities[w] != "":
+		// A delivery key is no Temporal workflow: its entity is.
+		wf.EntityWorkflowID = x.entities[w]
+		tex, err = t.describeIn(ctx, t.namespace(w), x.entities[w], false)
+	}
+	x.problems.add("temporal", err)
+	if candidate && (tex == nil || !tex.Found) {
+		// No record decided, and no source knows this workflow ID:
+		// the event may not match its route at all.
+		return wf, false
+	}
+	wf.Temporal = tex
+	wf.Verdict, wf.Why = verdict(at, x.ex.Group, x.recHash, row, mine, wf.Route)
+	if x.matched != nil && !x.matched[w] {
+		wf.Verdict, wf.Why = notMatched(at, row, wf.Route, len(x.matched))
+	}
+	if signal {
+		wf.Disagreements = judge(row, nil, now, t.cfg.Postgres.PendingAlertAfter)
+	} else {
+		wf.Disagreements = judge(row, tex, now, t.cfg.Postgres.PendingAlertAfter)
+	}
+	return wf, true
+}
+
+// answer is the explanation with its story and exit code.
+func (x *explaining) answer() (*Explanation, int, error) {
+	ex := x.ex
+	ex.Story = story(ex, x.t.cfg.Kafka.NoRoute)
+	ex.Errors = x.problems
+	switch {
+	case len(x.problems) > 0:
+		return ex, ExitError, x.problems.err()
 	case !ex.Found:
 		return ex, ExitNotFound, nil
 	}
