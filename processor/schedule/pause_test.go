@@ -55,7 +55,8 @@ func TestPendingFireDoesNotStartWhilePaused(t *testing.T) {
 	cfg := oneTrigger("* * * * *", schedule.Skip, 10*time.Second)
 	tmp := &flakyTemporal{temporal: w.tmp}
 	l := w.open()
-	s, err := schedule.New(cfg, l, l, tmp, w.clock, prometheus.NewRegistry(), slog.New(slog.DiscardHandler), schedule.Hooks{})
+	s, err := schedule.New(cfg, schedule.Options{Store: l, Ledger: l, Starter: tmp, Clock: w.clock,
+		Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
 )
@@ -152,12 +150,15 @@ func holdFor(cfg Config) time.Duration {
 	return h
 }
 
-// New validates cfg and builds a scheduler.
-func New(cfg Config, store Store, ledger processor.Ledger, starter processor.Starter, clock Clock,
-	reg prometheus.Registerer, log *slog.Logger, hooks Hooks) (*Scheduler, error) {
+// New validates cfg and o and builds a scheduler.
+func New(cfg Config, o Options) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	store, ledger, starter, clock, reg, log, hooks := o.Store, o.Ledger, o.Starter, o.Clock, o.Registerer, o.Log, o.Hooks
 	var id [6]byte
 	_, _ = rand.Read(id[:])
 	host, _ := os.Hostname()

@@ -178,7 +178,8 @@ func (w *world) replica(cfg schedule.Config, hooks schedule.Hooks) *replica {
 	l := w.open()
 	reg := prometheus.NewRegistry()
 	logs := &logBuffer{}
-	s, err := schedule.New(cfg, l, l, w.tmp, w.clock, reg, slog.New(slog.NewTextHandler(logs, nil)), hooks)
+	s, err := schedule.New(cfg, schedule.Options{Store: l, Ledger: l, Starter: w.tmp, Clock: w.clock,
+		Registerer: reg, Log: slog.New(slog.NewTextHandler(logs, nil)), Hooks: hooks})
 	if err != nil {
 		w.t.Fatal(err)
 	}
