@@ -64,7 +64,7 @@ type Cursor struct {
 type PreviousFire struct {
 	ScheduledFor time.Time
 	WorkflowID   string
-	State        string // pending, or FireStarted, FireFailed, FireConflict
+	State        FireState // "" when there is none
 }
 
 // Fire is one run the scheduler decided: stored with the decision, before

@@ -74,17 +74,9 @@ type Round struct {
 type FireEnd struct {
 	Trigger      string
 	ScheduledFor time.Time
-	State        string // FireStarted, FireFailed, FireConflict
+	State        FireState // FireStarted, FireFailed, FireConflict
 	RunID        string
 }
-
-// Fire states: pending until ended.
-const (
-	FirePending  = "pending"
-	FireStarted  = "started"
-	FireFailed   = "failed"   // Temporal refused the start for good (logged; the ledger row is dead_lettered)
-	FireConflict = "conflict" // the workflow ID was claimed with another payload (not a slot): never started
-)
 
 // CursorState is a cursor with the newest started slot.
 type CursorState struct {

@@ -260,20 +260,20 @@ func oneTrigger(spec string, p schedule.Policy, threshold time.Duration) schedul
 }
 
 // fireStates counts dedup_schedule_fires rows by state.
-func (w *world) fireStates() map[string]int {
+func (w *world) fireStates() map[schedule.FireState]int {
 	rows, err := w.led.Pool().Query(context.Background(), `SELECT state, count(*) FROM dedup_schedule_fires GROUP BY state`)
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	defer rows.Close()
-	out := map[string]int{}
+	out := map[schedule.FireState]int{}
 	for rows.Next() {
 		var s string
 		var n int
 		if err := rows.Scan(&s, &n); err != nil {
 			w.t.Fatal(err)
 		}
-		out[s] = n
+		out[schedule.FireState(s)] = n
 	}
 	return out
 }
@@ -313,7 +313,7 @@ func TestTwoReplicasOneRunPerSlot(t *testing.T) {
 	if o := outcomes(a.reg, b.reg); o["on_time"] != 60 || o["catchup"]+o["skipped"]+o["compressed"] != 0 {
 		t.Errorf("outcomes %v, want 60 on time", o)
 	}
-	if st := w.fireStates(); st["started"] != 60 || len(st) != 1 {
+	if st := w.fireStates(); st[schedule.FireStarted] != 60 || len(st) != 1 {
 		t.Errorf("fires %v", st)
 	}
 }
@@ -373,7 +373,7 @@ func TestDoubleFireFromTwoReplicasAndACrash(t *testing.T) {
 		// Wait for a's decision to commit, then tick b over the same
 		// fire once a's hold has ended.
 		for i := 0; i < 200; i++ {
-			if w.fireStates()["pending"] == 1 {
+			if w.fireStates()[schedule.FirePending] == 1 {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)

@@ -73,7 +73,7 @@ ORDER BY c.trigger_name FOR UPDATE OF c SKIP LOCKED`, triggers, now, r.Holder)
 				c.PausedAt = pausedAt.UTC()
 			}
 			if prevAt != nil && prevWID != nil && prevState != nil {
-				c.Previous = schedule.PreviousFire{ScheduledFor: prevAt.UTC(), WorkflowID: *prevWID, State: *prevState}
+				c.Previous = schedule.PreviousFire{ScheduledFor: prevAt.UTC(), WorkflowID: *prevWID, State: schedule.FireState(*prevState)}
 			}
 			return c, err
 		})
@@ -203,7 +203,7 @@ func (p *Postgres) EndFires(ctx context.Context, ends []schedule.FireEnd) error 
 	trig, state, run := make([]string, n), make([]string, n), make([]string, n)
 	at := make([]time.Time, n)
 	for i, e := range ends {
-		trig[i], at[i], state[i], run[i] = e.Trigger, e.ScheduledFor, e.State, e.RunID
+		trig[i], at[i], state[i], run[i] = e.Trigger, e.ScheduledFor, string(e.State), e.RunID
 	}
 	_, err := p.pool.Exec(ctx, `UPDATE dedup_schedule_fires f SET state = u.state, run_id = NULLIF(u.run_id, ''), ended_at = now()
 FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[]) AS u(trigger_name, scheduled_for, state, run_id)
