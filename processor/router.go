@@ -436,10 +436,6 @@ func parallel(n int, fn func(i int)) {
 	wg.Wait()
 }
 
-func toEventRecord(kr *kgo.Record) eventid.Record {
-	hs := make([]eventid.Header, len(kr.Headers))
-	for i, h := range kr.Headers {
-		hs[i] = eventid.Header{Key: h.Key, Value: h.Value}
-	}
-	return eventid.Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Key: kr.Key, Value: kr.Value, Headers: hs}
-}
+// toEventRecord is decide.go's name for eventid.FromKafka, the one
+// conversion (its callers can call that directly).
+func toEventRecord(kr *kgo.Record) eventid.Record { return eventid.FromKafka(kr) }

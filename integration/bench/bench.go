@@ -371,7 +371,7 @@ func workflowIDs(recs []*kgo.Record) ([]processor.Intent, error) {
 	seen := map[string]bool{}
 	var out []processor.Intent
 	for _, kr := range recs {
-		ev, err := dec.Decode(toEventRecord(kr))
+		ev, err := dec.Decode(eventid.FromKafka(kr))
 		if err != nil {
 			continue
 		}
@@ -446,12 +446,4 @@ func decoderAndRoutes() (*eventid.Decoder, processor.Routes) {
 	rs := routes()
 	_ = rs.Validate()
 	return dec, rs
-}
-
-func toEventRecord(kr *kgo.Record) eventid.Record {
-	hs := make([]eventid.Header, len(kr.Headers))
-	for i, h := range kr.Headers {
-		hs[i] = eventid.Header{Key: h.Key, Value: h.Value}
-	}
-	return eventid.Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Key: kr.Key, Value: kr.Value, Headers: hs}
 }

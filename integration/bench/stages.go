@@ -22,6 +22,7 @@ import (
 	"github.com/dedupio/dedup/internal/testsupport/promtext"
 	"github.com/dedupio/dedup/internal/testsupport/workload"
 	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -109,7 +110,7 @@ func (e *Env) uniqueRequests(n int) ([]processor.StartRequest, error) {
 	seen := map[string]bool{}
 	var reqs []processor.StartRequest
 	for _, kr := range w.Records {
-		ev, err := dec.Decode(toEventRecord(kr))
+		ev, err := dec.Decode(eventid.FromKafka(kr))
 		if err != nil {
 			return nil, err
 		}
@@ -557,7 +558,7 @@ func (e *Env) Naive(ctx context.Context, recs []*kgo.Record, pre []processor.Int
 		}
 		for _, kr := range fs.Records() {
 			got++
-			ev, err := dec.Decode(toEventRecord(kr))
+			ev, err := dec.Decode(eventid.FromKafka(kr))
 			if err == nil {
 				for _, r := range rs.Match(&ev) {
 					id := processor.WorkflowID(r.ID, ev.ID)
