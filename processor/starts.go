@@ -311,9 +311,9 @@ func (s *startPool) rerun(ctx context.Context, j *job) bool {
 	j.req.Generation, j.check = max(j.req.Generation, run.Generation, 1)+1, false
 	s.mu.Unlock()
 	in, src := &j.req.Input, j.rec.kr
-	s.log.Info("decision", "decision", "rerun", "workflow_id", j.req.WorkflowID, "event_id", in.EventID, "rule", in.IDRule,
-		"topic", src.Topic, "partition", src.Partition, "offset", src.Offset, "generation", j.req.Generation,
-		"last_run_id", run.ID, "reuse_policy", string(j.req.ReusePolicy))
+	logDecision(s.log, slog.LevelInfo, "rerun",
+		decisionOf{eventID: in.EventID, rule: in.IDRule, topic: src.Topic, partition: src.Partition, offset: src.Offset},
+		"workflow_id", j.req.WorkflowID, "generation", j.req.Generation, "last_run_id", run.ID, "reuse_policy", string(j.req.ReusePolicy))
 	return true
 }
 
