@@ -278,8 +278,11 @@ func (s *Scheduler) Tick(ctx context.Context) (err error) {
 			if len(d.Fires) > 0 { // the decision's own first run
 				previous = d.Fires[0].WorkflowID
 			}
-			s.log.Info("schedule slot skipped for overlap: the previous run is still open (overlap skip)",
-				"trigger", d.Cursor.Trigger, "slots", slots, "skipped_overlap", d.Counts[SkippedOverlap], "previous_workflow_id", previous)
+			attrs := []any{"trigger", d.Cursor.Trigger, "slots", slots, "skipped_overlap", d.Counts[SkippedOverlap], "previous_workflow_id", previous}
+			if d.OverlappedNotListed > 0 { // older slots of a long compressed run
+				attrs = append(attrs, "slots_not_listed", d.OverlappedNotListed)
+			}
+			s.log.Info("schedule slot skipped for overlap: the previous run is still open (overlap skip)", attrs...)
 		}
 	}
 	if s.hooks.AfterDecide != nil {

@@ -705,6 +705,35 @@ func TestOverlapSkipWhileThePreviousRunIsOpen(t *testing.T) {
 	}
 }
 
+// A compress trigger under overlap skip, its run open: the compressed run
+// that covers 09:02..09:06 is skipped for overlap, and its log line lists
+// the five slots skipped_overlap counts, not only the run's own 09:06.
+func TestOverlapLogLineOfACompressedRunListsTheSlotsItSkipped(t *testing.T) {
+	w := newWorld(t)
+	cfg := oneTrigger("* * * * *", schedule.Compress, 10*time.Second)
+	cfg.Triggers[0].Overlap = schedule.OverlapSkip
+	r := w.replica(cfg, schedule.Hooks{})
+	w.tmp.hold(true)
+	w.clock.set("2026-03-01T09:00:30Z")
+	r.tick(t)
+	w.clock.set("2026-03-01T09:01:00.5Z") // 09:01 runs and stays open
+	r.tick(t)
+	w.clock.set("2026-03-01T09:06:00.5Z") // 09:02..09:05 misfired, 09:06 on time: one compressed run
+	r.tick(t)
+	if o := outcomes(r.reg); o["skipped_overlap"] != 5 {
+		t.Fatalf("outcomes %v, want 5 skipped_overlap (09:02 .. 09:06)", o)
+	}
+	l := r.logs.lines("previous run is still open", "trigger=report")
+	if len(l) != 1 {
+		t.Fatalf("%d overlap log lines, want 1: %q", len(l), l)
+	}
+	for m := 2; m <= 6; m++ {
+		if slot := fmt.Sprintf("2026-03-01T09:%02d:00+00:00", m); !strings.Contains(l[0], slot) {
+			t.Errorf("overlap log line %q does not list slot %s, which it skipped", l[0], slot)
+		}
+	}
+}
+
 // The clock moves backwards after a fire: nothing fires again, and the
 // schedule resumes when the clock passes the next slot.
 func TestClockBackwardsNoRefire(t *testing.T) {
