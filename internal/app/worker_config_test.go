@@ -93,8 +93,8 @@ func TestWorkerTenantsSection(t *testing.T) {
 	}
 }
 
-// `dedup worker` reads the worker, postgres and temporal sections (and log
-// and admin): a config file written for the worker alone, with no kafka
+// `dedup worker` reads the worker, postgres and temporal sections (and
+// log): a config file written for the worker alone, with no kafka
 // section and no routes, loads; its own sections are still checked, naming
 // the field.
 func TestWorkerConfigWithoutKafkaLoads(t *testing.T) {
@@ -112,9 +112,8 @@ temporal: {host_port: "temporal:7233", namespace: default}
 	if _, err := ParseWorkerConfig([]byte(workerOnly + "log: {level: loud}\n")); err == nil || !strings.Contains(err.Error(), "log.level") {
 		t.Errorf("a bad log level: %v, want an error naming log.level", err)
 	}
-	if _, err := ParseWorkerConfig([]byte(workerOnly + "admin: {pprof: true}\nworker: {admin_listen: \"\"}\n")); err == nil ||
-		!strings.Contains(err.Error(), "admin.pprof") {
-		t.Errorf("pprof without the worker's admin port: %v, want an error naming admin.pprof", err)
+	if _, err := ParseWorkerConfig([]byte(workerOnly + "worker: {stop_timeout: -1s}\n")); err == nil || !strings.Contains(err.Error(), "worker.stop_timeout") {
+		t.Errorf("a negative stop_timeout: %v, want an error naming worker.stop_timeout", err)
 	}
 	if _, err := ParseWorkerConfig([]byte("kafka: {brokers: [b:9092], nosuchkey: 1}\n" + workerOnly)); err == nil ||
 		!strings.Contains(err.Error(), "nosuchkey") {
