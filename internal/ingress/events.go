@@ -38,7 +38,8 @@ func (s *Server) statusURL(workflowID string) string {
 
 // events takes one event: read it, scope it to the caller's tenant,
 // prepare it (decode and route, as a router will), check what the caller
-// may send, then write it under the key's lock and answer 202. Each step
+// may send, then, under the key's lock until answered, write it and
+// answer 202. Each step
 // answers the request itself when it refuses, and returns false.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	rec, key, ok := readEvent(w, r)
@@ -50,6 +51,16 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	p, ok := s.prepare(w, rec)
 	if !ok || !s.mayAccept(w, pr, p, key) {
 		return
+	}
+	release, ok := s.lock(w, r, p)
+	if !ok {
+		return
+	}
+	// Released however the request ends, a panic included: a lock
+	// left held would answer 409 for this key on every replica.
+	defer release()
+	if s.o.Locked != nil {
+		s.o.Locked(p.Event.ID)
 	}
 	h, ok := s.send(w, r, p)
 	if !ok {
@@ -164,8 +175,8 @@ func (s *Server) mayAccept(w http.ResponseWriter, pr *Principal, p *client.Prepa
 	return true
 }
 
-// send writes the event to Kafka under its key's lock.
-func (s *Server) send(w http.ResponseWriter, r *http.Request, p *client.Prepared) (*client.Handle, bool) {
+// lock takes the event's key lock, held until the request is answered.
+func (s *Server) lock(w http.ResponseWriter, r *http.Request, p *client.Prepared) (func(), bool) {
 	release, err := s.o.Locks.Acquire(r.Context(), p.Event.ID)
 	switch {
 	case errors.Is(err, ErrInFlight):
@@ -177,12 +188,11 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, p *client.Prepared
 		writeProblem(w, http.StatusServiceUnavailable, "unavailable", err.Error(), nil)
 		return nil, false
 	}
-	// Released however the request ends, a panic included: a lock
-	// left held would answer 409 for this key on every replica.
-	defer release()
-	if s.o.Locked != nil {
-		s.o.Locked(p.Event.ID)
-	}
+	return release, true
+}
+
+// send writes the event to Kafka (under its key's lock).
+func (s *Server) send(w http.ResponseWriter, r *http.Request, p *client.Prepared) (*client.Handle, bool) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.o.ProduceTimeout)
 	h, err := s.c.Send(ctx, p)
 	cancel()
