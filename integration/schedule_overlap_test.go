@@ -49,7 +49,8 @@ func (e *env) observedScheduler(cfg schedule.Config, clock schedule.Clock) (*sch
 	e.t.Cleanup(l.Close)
 	reg, logs := prometheus.NewRegistry(), &lockedBuffer{}
 	st := starter.New(e.tc, starter.Config{Namespace: e.namespace, StartTimeout: 10 * time.Second})
-	s, err := schedule.New(cfg, l, l, st, clock, reg, slog.New(slog.NewTextHandler(logs, nil)), schedule.Hooks{})
+	s, err := schedule.New(cfg, schedule.Options{Store: l, Ledger: l, Starter: st, Clock: clock,
+		Registerer: reg, Log: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		e.t.Fatal(err)
 	}

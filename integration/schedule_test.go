@@ -66,7 +66,8 @@ func (e *env) scheduler(cfg schedule.Config, clock schedule.Clock, hooks schedul
 	}
 	e.t.Cleanup(l.Close)
 	st := starter.New(e.tc, starter.Config{Namespace: e.namespace, StartTimeout: 10 * time.Second})
-	s, err := schedule.New(cfg, l, l, st, clock, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), hooks)
+	s, err := schedule.New(cfg, schedule.Options{Store: l, Ledger: l, Starter: st, Clock: clock,
+		Registerer: prometheus.NewRegistry(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Hooks: hooks})
 	if err != nil {
 		e.t.Fatal(err)
 	}

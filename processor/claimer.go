@@ -122,12 +122,10 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 			}
 			counts[v]++
 			if e := b.starts[i].entity(); e != "" {
-				c.log.Info("decision", "decision", v.String(), "workflow_id", in.WorkflowID, "entity_workflow_id", e, "event_id", in.EventID,
-					"rule", in.IDRule, "topic", in.Topic, "partition", in.Partition, "offset", in.Offset)
+				logDecision(c.log, slog.LevelInfo, v.String(), intentOf(in), "workflow_id", in.WorkflowID, "entity_workflow_id", e)
 				continue
 			}
-			c.log.Info("decision", "decision", v.String(), "workflow_id", in.WorkflowID, "event_id", in.EventID, "rule", in.IDRule,
-				"topic", in.Topic, "partition", in.Partition, "offset", in.Offset, "generation", cl.Generation)
+			logDecision(c.log, slog.LevelInfo, v.String(), intentOf(in), "workflow_id", in.WorkflowID, "generation", cl.Generation)
 		case v == decide.VerdictConflict:
 			// Logged by the dead-letter writer once the dead letter is
 			// written (decision "conflict").
@@ -188,15 +186,11 @@ func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef
 // or a start in flight in this router ("start_in_flight").
 func (c *claimer) duplicate(in *decide.Intent, ledger string) {
 	if now := time.Now(); now.Sub(c.dupLoggedAt) >= time.Second {
-		c.log.Info("decision", "decision", "duplicate", "sampled", true, "not_logged_since_last_sample", c.dupUnlogged,
-			"ledger", ledger, "workflow_id", in.WorkflowID, "event_id", in.EventID, "rule", in.IDRule,
-			"topic", in.Topic, "partition", in.Partition, "offset", in.Offset)
+		logDecision(c.log, slog.LevelInfo, "duplicate", intentOf(in),
+			"sampled", true, "not_logged_since_last_sample", c.dupUnlogged, "ledger", ledger, "workflow_id", in.WorkflowID)
 		c.dupLoggedAt, c.dupUnlogged = now, 0
 		return
 	}
 	c.dupUnlogged++
-	if c.log.Enabled(context.Background(), slog.LevelDebug) {
-		c.log.Debug("decision", "decision", "duplicate", "ledger", ledger, "workflow_id", in.WorkflowID, "event_id", in.EventID,
-			"rule", in.IDRule, "topic", in.Topic, "partition", in.Partition, "offset", in.Offset)
-	}
+	logDecision(c.log, slog.LevelDebug, "duplicate", intentOf(in), "ledger", ledger, "workflow_id", in.WorkflowID)
 }

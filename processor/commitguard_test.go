@@ -93,7 +93,7 @@ func TestCommitRepairsAnOffsetPastTheLog(t *testing.T) {
 	}
 }
 
-// Hole C: the commit ticker reads the finished prefix (2), then the group's
+// the commit ticker reads the finished prefix (2), then the group's
 // offsets for its guard; meanwhile the partition's last record finishes
 // and the revoke commits 3 and forgets the partition; the ticker's commit
 // of 2, sent after it, must not land: committed offsets never decrease.

@@ -151,9 +151,9 @@ func (w *deadLetterWriter) putEach(ctx context.Context, dls []deadLetter) (errs 
 			decision = "conflict"
 		}
 		d := freshOut[i]
-		w.log.Warn("dead-lettered record", "decision", decision, "reason", f.Reason, "workflow_id", f.WorkflowID,
-			"event_id", d.d.eventID, "rule", d.d.rule, "topic", f.Topic, "partition", f.Partition, "offset", f.Offset,
-			"dlq_topic", f.DLQTopic, "err", f.Error, "reduced", d.level.String())
+		logDecision(w.log, slog.LevelWarn, decision,
+			decisionOf{eventID: d.d.eventID, rule: d.d.rule, topic: f.Topic, partition: f.Partition, offset: f.Offset},
+			"reason", f.Reason, "workflow_id", f.WorkflowID, "dlq_topic", f.DLQTopic, "err", f.Error, "reduced", d.level.String())
 	}
 	return errs, nil
 }

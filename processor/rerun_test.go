@@ -192,7 +192,7 @@ func TestDuplicatesNeverCallTemporalsStart(t *testing.T) {
 	}
 }
 
-// Hole B: under allow_duplicate_failed_only a redelivery after a failure
+// under allow_duplicate_failed_only a redelivery after a failure
 // gets one new run, even when it arrives while another copy's re-run is
 // still being retried. Run 1 fails; copy A re-runs it as generation 2,
 // whose start creates run 2 but loses the answer, so it is retried; run 2

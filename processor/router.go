@@ -387,8 +387,9 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 			continue
 		}
 		if d.Skipped() {
-			r.log.Info("decision", "decision", "skipped_no_route", "event_id", d.Event.ID, "rule", string(d.Event.Rule),
-				"type", d.Event.Type, "source", d.Event.Source, "topic", kr.Topic, "partition", kr.Partition, "offset", kr.Offset)
+			logDecision(r.log, slog.LevelInfo, "skipped_no_route",
+				decisionOf{eventID: d.Event.ID, rule: string(d.Event.Rule), topic: kr.Topic, partition: kr.Partition, offset: kr.Offset},
+				"type", d.Event.Type, "source", d.Event.Source)
 			r.commits.end(rec, true)
 			continue
 		}

@@ -566,7 +566,7 @@ func TestShutdownMarksAndCommitsWhatStarted(t *testing.T) {
 	}
 }
 
-// Hole A: Temporal refuses a start for good; the dead letter is written,
+// Temporal refuses a start for good; the dead letter is written,
 // but MarkDeadLettered keeps failing, and the router stops (or the
 // partition is revoked) before it lands. The record must not be committed:
 // its row is still pending, and only a redelivery can end it. The next

@@ -36,7 +36,7 @@ type job struct {
 	// rechecks are check copies (duplicates under an allow_* policy) that
 	// came when this job could no longer answer them: it was a start, or a
 	// check whose LastRun read had begun. Finishing with it could swallow
-	// a redelivery that saw a failed run (hole B: this job's retried start
+	// a redelivery that saw a failed run (this job's retried start
 	// answered with a run that failed since). When the job ends they are
 	// submitted again, as checks: the first asks LastRun anew, after this
 	// job's run exists, the others wait on it.
@@ -313,9 +313,9 @@ func (s *startPool) rerun(ctx context.Context, j *job) bool {
 	j.req.Generation, j.check = max(j.req.Generation, run.Generation, 1)+1, false
 	s.mu.Unlock()
 	in, src := &j.req.Input, j.rec.kr
-	s.log.Info("decision", "decision", "rerun", "workflow_id", j.req.WorkflowID, "event_id", in.EventID, "rule", in.IDRule,
-		"topic", src.Topic, "partition", src.Partition, "offset", src.Offset, "generation", j.req.Generation,
-		"last_run_id", run.ID, "reuse_policy", string(j.req.ReusePolicy))
+	logDecision(s.log, slog.LevelInfo, "rerun",
+		decisionOf{eventID: in.EventID, rule: in.IDRule, topic: src.Topic, partition: src.Partition, offset: src.Offset},
+		"workflow_id", j.req.WorkflowID, "generation", j.req.Generation, "last_run_id", run.ID, "reuse_policy", string(j.req.ReusePolicy))
 	return true
 }
 
@@ -347,7 +347,7 @@ func (s *startPool) startInstead(j *job) bool {
 // dead_lettered, and only then do the owner and its waiters finish. Two
 // steps, and the record waits for both: finished after the write alone, a
 // revoke or shutdown before the mark landed would commit past a row left
-// pending with no owner (hole A). If either step is abandoned (revoked,
+// pending with no owner. If either step is abandoned (revoked,
 // lost, shutting down), nothing is committed: the redelivery re-drives the
 // row, Temporal refuses again, the dead-letter log says the record was
 // written (no second write), and the mark is tried again.

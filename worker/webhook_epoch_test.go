@@ -19,8 +19,8 @@ import (
 )
 
 // The webhook's Idempotency-Key is the step's external key: it changes
-// when a re-run takes over a failure the endpoint answered (the adversary's
-// TestAdvRerun* tests), and stays when the previous call's outcome is
+// when a re-run takes over a failure the endpoint answered (the
+// TestRerun*AtAKeyedEndpoint tests), and stays when the previous call's outcome is
 // unknown, so that an endpoint with Stripe's semantics (keyedEndpoint)
 // drops the repeat; within a generation it stays too.
 

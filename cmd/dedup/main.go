@@ -94,7 +94,11 @@ func run(args []string) error {
 		}
 		hooks = h
 	}
-	cfg, err := app.LoadConfig(*path)
+	load := app.LoadConfig
+	if cmd == "worker" {
+		load = app.LoadWorkerConfig // the worker's sections only: no kafka needed
+	}
+	cfg, err := load(*path)
 	if err != nil {
 		return err
 	}

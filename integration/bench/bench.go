@@ -372,7 +372,7 @@ func workflowIDs(recs []*kgo.Record) ([]decide.Intent, error) {
 	seen := map[string]bool{}
 	var out []decide.Intent
 	for _, kr := range recs {
-		ev, err := dec.Decode(toEventRecord(kr))
+		ev, err := dec.Decode(eventid.FromKafka(kr))
 		if err != nil {
 			continue
 		}
@@ -447,12 +447,4 @@ func decoderAndRoutes() (*eventid.Decoder, decide.Routes) {
 	rs := routes()
 	_ = rs.Validate()
 	return dec, rs
-}
-
-func toEventRecord(kr *kgo.Record) eventid.Record {
-	hs := make([]eventid.Header, len(kr.Headers))
-	for i, h := range kr.Headers {
-		hs[i] = eventid.Header{Key: h.Key, Value: h.Value}
-	}
-	return eventid.Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Key: kr.Key, Value: kr.Value, Headers: hs}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/dedupio/dedup/internal/testsupport/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -110,7 +111,7 @@ func (e *Env) uniqueRequests(n int) ([]decide.StartRequest, error) {
 	seen := map[string]bool{}
 	var reqs []decide.StartRequest
 	for _, kr := range w.Records {
-		ev, err := dec.Decode(toEventRecord(kr))
+		ev, err := dec.Decode(eventid.FromKafka(kr))
 		if err != nil {
 			return nil, err
 		}
@@ -558,7 +559,7 @@ func (e *Env) Naive(ctx context.Context, recs []*kgo.Record, pre []decide.Intent
 		}
 		for _, kr := range fs.Records() {
 			got++
-			ev, err := dec.Decode(toEventRecord(kr))
+			ev, err := dec.Decode(eventid.FromKafka(kr))
 			if err == nil {
 				for _, r := range rs.Match(&ev) {
 					id := decide.WorkflowID(r.ID, ev.ID)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dedupio/dedup/integration/bench/peer"
 	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/processor/eventid"
 )
 
 // The Watermill peer (integration/bench/peer) is measured like the router:
@@ -89,7 +90,7 @@ func startRequests(recs []*kgo.Record) ([]decide.StartRequest, error) {
 	seen := map[string]bool{}
 	var reqs []decide.StartRequest
 	for _, kr := range recs {
-		ev, err := dec.Decode(toEventRecord(kr))
+		ev, err := dec.Decode(eventid.FromKafka(kr))
 		if err != nil {
 			return nil, err
 		}

@@ -122,6 +122,11 @@ func LoadConfig(path string) (Config, error) {
 
 // ParseConfig is LoadConfig on bytes.
 func ParseConfig(b []byte) (Config, error) {
+	return parseConfig(b, (*Config).Validate)
+}
+
+// parseConfig reads b over the defaults and checks it with validate.
+func parseConfig(b []byte, validate func(*Config) error) (Config, error) {
 	cfg := DefaultConfig()
 	// Unknown keys: yaml's own check, on the file as written (expansion
 	// never touches keys). Only its "not found" errors count here: a
@@ -169,7 +174,7 @@ func ParseConfig(b []byte) (Config, error) {
 	if cfg.Postgres.URL == "" {
 		cfg.Postgres.URL = os.Getenv("DATABASE_URL")
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := validate(&cfg); err != nil {
 		return cfg, redactValues(err, values)
 	}
 	return cfg, nil
@@ -378,6 +383,21 @@ func (c *Config) Validate() error {
 		return err
 	}
 	c.Routes = c.Kafka.Routes // defaults filled in place
+	if err := c.validateShared(); err != nil {
+		return err
+	}
+	if c.Admin.Pprof && c.Admin.Listen == "" {
+		return errors.New("admin.pprof: needs admin.listen")
+	}
+	if err := c.Schedules.Validate(); err != nil {
+		return err
+	}
+	return c.Ingress.Validate(c.Kafka)
+}
+
+// validateShared checks the sections `dedup run` and `dedup worker` both
+// read: postgres, temporal, log and worker.
+func (c *Config) validateShared() error {
 	if err := c.Postgres.Validate(); err != nil {
 		return err
 	}
@@ -400,14 +420,5 @@ func (c *Config) Validate() error {
 	if c.Worker.StopTimeout < 0 {
 		return fmt.Errorf("worker.stop_timeout: %s, want >= 0", c.Worker.StopTimeout)
 	}
-	if err := c.Worker.Tenants.Validate("worker.tenants"); err != nil {
-		return err
-	}
-	if c.Admin.Pprof && c.Admin.Listen == "" {
-		return errors.New("admin.pprof: needs admin.listen")
-	}
-	if err := c.Schedules.Validate(); err != nil {
-		return err
-	}
-	return c.Ingress.Validate(c.Kafka)
+	return c.Worker.Tenants.Validate("worker.tenants")
 }

@@ -65,7 +65,7 @@ func refusedPostgres(err error) error {
 
 // refusedTemporal classifies an error of dialing Temporal or describing
 // cfg's namespace. The transient/permanent rule is the starter's
-// (starter.Permanent: Unavailable, timeouts, throttling, a namespace
+// (starter.IsPermanent: Unavailable, timeouts, throttling, a namespace
 // failing over, and what a proxy or ingress in front of Temporal answers,
 // an HTTP 404 or a NotFound without Temporal's details, wait); this adds
 // the TLS refusals (which gRPC reports as Unavailable) and names the
@@ -80,7 +80,7 @@ func refusedTemporal(cfg Config) func(error) error {
 			return nil
 		case tlsRefused(err):
 			return fmt.Errorf("%s: the TLS handshake with Temporal failed (check the TLS settings and the server's certificate): %w", at, err)
-		case !starter.Permanent(err) && !credentialsRefused(err):
+		case !starter.IsPermanent(err) && !credentialsRefused(err):
 			// Refused credentials are transient for a running router (an
 			// expired key stalls it rather than dead-lettering the stream),
 			// but at start-up nothing has worked yet: they end it.

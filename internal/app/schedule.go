@@ -25,7 +25,8 @@ func startSchedules(ctx context.Context, cfg Config, led *ledger.Postgres, st pr
 	// A ledger handle of its own over the same pool: the router's replay
 	// heuristic (Postgres.Claim) stays the router's.
 	sl := ledger.NewFromPool(led.Pool())
-	s, err := schedule.New(cfg.Schedules, sl, sl, st, schedule.ClockFunc(sl.Now), reg, log.With("component", "schedule"), schedule.Hooks{})
+	s, err := schedule.New(cfg.Schedules, schedule.Options{Store: sl, Ledger: sl, Starter: st, Clock: schedule.ClockFunc(sl.Now),
+		Registerer: reg, Log: log.With("component", "schedule")})
 	if err != nil {
 		return nil, err
 	}

@@ -50,7 +50,7 @@ func TemporalNamespaces(cfg Config) []string {
 // A server that will not list them (PermissionDenied: an API key without
 // the operator's rights; Unimplemented: a proxy) cannot be checked: on
 // stays on, with a warning (a start that meets an undefined attribute
-// waits, starter.Permanent, never dead-letters), auto turns off. Temporal
+// waits, starter.IsPermanent, never dead-letters), auto turns off. Temporal
 // being unreachable is waited for, as in waitTemporal.
 func resolveSearchAttributes(ctx context.Context, cfg Config, tc client.Client, deps *dependencies, log *slog.Logger) (starter.SearchAttributesMode, error) {
 	mode := cfg.Temporal.SearchAttributes

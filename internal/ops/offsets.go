@@ -227,44 +227,12 @@ func (t *Tool) ResetOffsets(ctx context.Context, to Target, topics []string, par
 			if len(parts) > 0 && !slices.Contains(parts, p) {
 				continue
 			}
-			mv := PartitionMove{Topic: topic, Partition: p}
-			// The end, for the group, is where its consumer (under
-			// kafka.isolation_level) reads up to: under read_committed
-			// the last stable offset; past it, a transaction still open
-			// would be skipped once it commits.
-			if c, ok := cm[topic][p]; ok {
-				mv.From, mv.Committed = c, true
-			} else if t.cfg.Kafka.ResetOffset == "earliest" {
-				mv.From = b.start
-			} else {
-				mv.From = b.stable
+			mv, note, err := t.planMove(to, topic, p, b, cm, at)
+			if err != nil {
+				return rep, ExitError, err
 			}
-			switch {
-			case to.Earliest:
-				mv.To = b.start
-			case to.Latest:
-				mv.To = b.stable
-			case to.Time != nil:
-				o, ok := at.Lookup(topic, p)
-				if !ok || o.Err != nil {
-					return rep, ExitError, fmt.Errorf("no offset of %s/%d at %s", topic, p, to)
-				}
-				mv.To = o.Offset
-				if mv.To >= b.end {
-					mv.To = b.stable // no record at or after the time: the end
-				}
-			default:
-				mv.To = min(max(*to.Offset, b.start), b.end)
-				if mv.To != *to.Offset {
-					rep.Notes = append(rep.Notes, fmt.Sprintf("%s/%d: offset %d is outside the log %d..%d: moved to %d", topic, p, *to.Offset, b.start, b.end, mv.To))
-				}
-			}
-			// What the group reads from To: at least the log start.
-			from := max(mv.From, b.start)
-			if mv.To < from {
-				mv.Reread = from - mv.To
-			} else {
-				mv.Skipped = mv.To - from
+			if note != "" {
+				rep.Notes = append(rep.Notes, note)
 			}
 			rep.Partitions = append(rep.Partitions, mv)
 		}
@@ -321,6 +289,53 @@ func (t *Tool) ResetOffsets(ctx context.Context, to Target, topics []string, par
 		rep.Notes = append(rep.Notes, "after the reset: "+err.Error()+"; check the offsets with dedup lag")
 	}
 	return rep, ExitFound, nil
+}
+
+// planMove is the move of partition topic/p (bounds b) to the target:
+// from the group's committed offset (cm), or where a group without one
+// starts, and what the group then reads again or skips; note is for an
+// offset outside the log.
+func (t *Tool) planMove(to Target, topic string, p int32, b bounds, cm map[string]map[int32]int64, at kadm.ListedOffsets) (mv PartitionMove, note string, err error) {
+	mv = PartitionMove{Topic: topic, Partition: p}
+	// The end, for the group, is where its consumer (under
+	// kafka.isolation_level) reads up to: under read_committed
+	// the last stable offset; past it, a transaction still open
+	// would be skipped once it commits.
+	if c, ok := cm[topic][p]; ok {
+		mv.From, mv.Committed = c, true
+	} else if t.cfg.Kafka.ResetOffset == "earliest" {
+		mv.From = b.start
+	} else {
+		mv.From = b.stable
+	}
+	switch {
+	case to.Earliest:
+		mv.To = b.start
+	case to.Latest:
+		mv.To = b.stable
+	case to.Time != nil:
+		o, ok := at.Lookup(topic, p)
+		if !ok || o.Err != nil {
+			return mv, "", fmt.Errorf("no offset of %s/%d at %s", topic, p, to)
+		}
+		mv.To = o.Offset
+		if mv.To >= b.end {
+			mv.To = b.stable // no record at or after the time: the end
+		}
+	default:
+		mv.To = min(max(*to.Offset, b.start), b.end)
+		if mv.To != *to.Offset {
+			note = fmt.Sprintf("%s/%d: offset %d is outside the log %d..%d: moved to %d", topic, p, *to.Offset, b.start, b.end, mv.To)
+		}
+	}
+	// What the group reads from To: at least the log start.
+	from := max(mv.From, b.start)
+	if mv.To < from {
+		mv.Reread = from - mv.To
+	} else {
+		mv.Skipped = mv.To - from
+	}
+	return mv, note, nil
 }
 
 // refuseLiveMembers fails when the group has members.

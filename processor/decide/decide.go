@@ -108,7 +108,7 @@ func NewDecider(cfg Config) (*Decider, error) {
 // (ReasonForgedTenant).
 func (d *Decider) SignTenant(kr *kgo.Record) error {
 	kr.Headers = slices.DeleteFunc(kr.Headers, func(h kgo.RecordHeader) bool { return h.Key == tenantsig.Header })
-	sig, err := d.dec.SignTenant(toEventRecord(kr))
+	sig, err := d.dec.SignTenant(eventid.FromKafka(kr))
 	if err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 		return Decision{DeadLetter: ReasonOversized,
 			Err: fmt.Errorf("value is %d bytes, over max_value_bytes %d", len(kr.Value), d.cfg.MaxValueBytes)}
 	}
-	ev, err := d.dec.Decode(toEventRecord(kr))
+	ev, err := d.dec.Decode(eventid.FromKafka(kr))
 	if eventid.ReasonOf(err) == eventid.ReasonTombstone {
 		return Decision{Tombstone: true, Err: err}
 	}
@@ -168,12 +168,4 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 		}
 	}
 	return out
-}
-
-func toEventRecord(kr *kgo.Record) eventid.Record {
-	hs := make([]eventid.Header, len(kr.Headers))
-	for i, h := range kr.Headers {
-		hs[i] = eventid.Header{Key: h.Key, Value: h.Value}
-	}
-	return eventid.Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Key: kr.Key, Value: kr.Value, Headers: hs}
 }

@@ -204,7 +204,7 @@ func testConflicts(t *testing.T, l Subject) {
 	claim(t, l, batch(a2), conf)
 	holds(t, l, a, decide.LedgerPending, "")
 	claim(t, l, batch(a), redrive(1))
-	// Before the original in the batch (the event-loss hole: the original
+	// Before the original in the batch (else the event is lost: the original
 	// must still re-drive).
 	claim(t, l, batch(a2, a, a2), conf, redrive(1), conf)
 	markStarted(t, l, a, "run-a", 1)

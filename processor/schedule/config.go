@@ -144,7 +144,8 @@ func (c *Config) Validate() error {
 	for i := range c.Triggers {
 		t := &c.Triggers[i]
 		at := fmt.Sprintf("schedules.triggers[%d]", i)
-		if t.Name == "" {
+		named := t.Name != ""
+		if !named {
 			t.Name = t.ActivityID
 		}
 		if t.MisfireThreshold == 0 {
@@ -155,22 +156,28 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s.activity_id: empty", at)
 		case strings.ContainsAny(t.ActivityID, ": \t\n"):
 			return fmt.Errorf("%s.activity_id: %q has a colon or white space, which would make workflow IDs ambiguous", at, t.ActivityID)
-		case names[t.Name]:
+		}
+		if j, ok := activities[t.ActivityID]; ok {
+			// The workflow ID is activity-{activity_id}:{scheduled_for}: the
+			// slots the two share would be one workflow, started by
+			// whichever fired first, and the other's run would be a
+			// duplicate of it, counted on time. Checked before the names:
+			// a trigger without one is named after its activity_id, and
+			// what was written twice is the activity_id.
+			return fmt.Errorf("%s.activity_id: %q of trigger %q is also schedules.triggers[%d] (%q)'s: their slots would share workflow IDs; give each trigger its own activity_id",
+				at, t.ActivityID, t.Name, j, c.Triggers[j].Name)
+		}
+		switch {
+		case names[t.Name] && named:
 			return fmt.Errorf("%s.name: %q used twice", at, t.Name)
+		case names[t.Name]:
+			return fmt.Errorf("%s.name: empty, so the trigger is named after its activity_id %q, which is another trigger's name; give it a name of its own", at, t.Name)
 		case t.WorkflowType == "":
 			return fmt.Errorf("%s.workflow_type: empty", at)
 		case t.TaskQueue == "":
 			return fmt.Errorf("%s.task_queue: empty", at)
 		case t.MisfireThreshold <= c.Tick:
 			return fmt.Errorf("%s.misfire_threshold: %s, want more than schedules.tick (%s): a slot is decided up to a tick late", at, t.MisfireThreshold, c.Tick)
-		}
-		if j, ok := activities[t.ActivityID]; ok {
-			// The workflow ID is activity-{activity_id}:{scheduled_for}: the
-			// slots the two share would be one workflow, started by
-			// whichever fired first, and the other's run would be a
-			// duplicate of it, counted on time.
-			return fmt.Errorf("%s.activity_id: %q of trigger %q is also schedules.triggers[%d] (%q)'s: their slots would share workflow IDs; give each trigger its own activity_id",
-				at, t.ActivityID, t.Name, j, c.Triggers[j].Name)
 		}
 		names[t.Name] = true
 		activities[t.ActivityID] = i

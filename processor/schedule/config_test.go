@@ -74,7 +74,10 @@ func TestConfigValidation(t *testing.T) {
 	if tr := cfg.Triggers[0]; tr.Name != "report" || tr.MisfireThreshold != time.Minute || tr.Limit() != 10 || tr.Overlap != OverlapAllowAll {
 		t.Errorf("defaults: %+v", tr)
 	}
-	cfg = Config{Tick: time.Second, Triggers: []Trigger{ok(), ok()}}
+	// Two triggers named alike (their activities differ).
+	first, again := ok(), ok()
+	first.Name, again.Name, again.ActivityID = "report", "report", "report-eu"
+	cfg = Config{Tick: time.Second, Triggers: []Trigger{first, again}}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `schedules.triggers[1].name: "report" used twice`) {
 		t.Errorf("duplicate name: %v", err)
 	}
@@ -105,5 +108,22 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if _, err := cfg.Trigger("nope"); err == nil || !strings.Contains(err.Error(), "report") {
 		t.Errorf("unknown trigger: %v", err)
+	}
+}
+
+// Two triggers without names share an activity_id: each one's name
+// defaults to its activity_id, but what the operator wrote twice is the
+// activity_id, so that is what the error names.
+func TestUnnamedTriggersSharingAnActivityIDAreReportedAsSharingIt(t *testing.T) {
+	tr := Trigger{ActivityID: "report", Cron: "0 9 * * *", MisfirePolicy: Compress, WorkflowType: "W", TaskQueue: "q",
+		Definition: &schemas.ActivityDefinition{DedupeKeyStrategy: "compress"}}
+	cfg := Config{Tick: time.Second, Triggers: []Trigger{tr, tr}}
+	err := cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), `schedules.triggers[1].activity_id: "report"`) ||
+		!strings.Contains(err.Error(), `schedules.triggers[0]`) {
+		t.Fatalf("two unnamed triggers with activity_id report: %v, want schedules.triggers[1].activity_id named as schedules.triggers[0]'s", err)
+	}
+	if strings.Contains(err.Error(), "used twice") {
+		t.Errorf("two unnamed triggers with activity_id report: %v, reported as a name used twice although neither has a name", err)
 	}
 }

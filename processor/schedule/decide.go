@@ -64,7 +64,7 @@ type Cursor struct {
 type PreviousFire struct {
 	ScheduledFor time.Time
 	WorkflowID   string
-	State        string // pending, or FireStarted, FireFailed, FireConflict
+	State        FireState // "" when there is none
 }
 
 // Fire is one run the scheduler decided: stored with the decision, before
@@ -91,9 +91,16 @@ type Decision struct {
 	// Walked counts the Next calls the decision made (tests bound it).
 	Walked int
 	// Overlapped are the slots that would have run and were skipped for
-	// overlap (ApplyOverlap).
-	Overlapped []time.Time
+	// overlap (ApplyOverlap), oldest first: for a skipped compressed run,
+	// every slot it covers. It lists MaxOverlappedListed slots at most
+	// (the newest); OverlappedNotListed counts the others.
+	Overlapped          []time.Time
+	OverlappedNotListed int64
 }
+
+// MaxOverlappedListed bounds Decision.Overlapped: the slots one overlap
+// log line lists (a compressed run after a long outage covers thousands).
+const MaxOverlappedListed = 100
 
 // Decide decides which of the trigger's slots after cur.LastSlot and up to
 // now run, and with which windows. It is pure: the scheduler calls it
@@ -215,14 +222,21 @@ func ApplyOverlap(t *Trigger, cur Cursor, d Decision, previousOpen bool) Decisio
 	if previousOpen {
 		n = 0
 	}
+	d.Overlapped = slices.Clone(d.Overlapped)
 	for _, f := range d.Fires[n:] {
-		k := int64(1)
+		k, slots := int64(1), []time.Time{f.ScheduledFor}
 		if f.Kind == Compressed {
 			k = f.MissedCount // every slot it covers: what Decide counted compressed
+			slots = coveredSlots(t, f, MaxOverlappedListed)
+			d.OverlappedNotListed += max(0, k-int64(len(slots)))
 		}
 		d.Counts[f.Kind] -= k
 		d.Counts[SkippedOverlap] += k
-		d.Overlapped = append(d.Overlapped, f.ScheduledFor)
+		d.Overlapped = append(d.Overlapped, slots...)
+	}
+	if over := len(d.Overlapped) - MaxOverlappedListed; over > 0 {
+		d.Overlapped = d.Overlapped[over:]
+		d.OverlappedNotListed += int64(over)
 	}
 	d.Fires = d.Fires[:n:n]
 	d.Cursor.LastFired = cur.LastFired
@@ -230,6 +244,18 @@ func ApplyOverlap(t *Trigger, cur Cursor, d Decision, previousOpen bool) Decisio
 		d.Cursor.LastFired = d.Fires[0].ScheduledFor
 	}
 	return d
+}
+
+// coveredSlots are the newest slots (max at most, oldest first) that the
+// compressed run f covers: its window (WindowStart, WindowEnd], found by
+// walking back from the run's own slot.
+func coveredSlots(t *Trigger, f Fire, max int) []time.Time {
+	var out []time.Time // newest first
+	for s := f.WindowEnd; len(out) < max && s.After(f.WindowStart); s = prevSlot(t.cron, s, f.WindowStart, MaxWalk) {
+		out = append(out, s)
+	}
+	slices.Reverse(out)
+	return out
 }
 
 // walked is the result of walkDue.

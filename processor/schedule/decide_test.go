@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -236,5 +237,37 @@ func TestApplyOverlap(t *testing.T) {
 	skip := trigger(t, "* * * * *", Skip, 10*time.Second)
 	if skip.Overlap != OverlapSkip {
 		t.Errorf("skip's default overlap %q, want skip", skip.Overlap)
+	}
+}
+
+// A compressed run skipped for overlap stands for every slot it covers:
+// Overlapped lists each of them (the overlap log line prints it), as
+// skipped_overlap counts them, not only the run's own slot.
+func TestApplyOverlapListsEverySlotASkippedCompressedRunCovers(t *testing.T) {
+	now := utc("2026-03-01T09:05:05Z") // 09:01..09:04 missed, 09:05 on time
+	compress := trigger(t, "* * * * *", Compress, 10*time.Second)
+	compress.Overlap = OverlapSkip
+	d := ApplyOverlap(compress, at0900, Decide(compress, at0900, now, MaxWalk), true)
+	var got []string
+	for _, s := range d.Overlapped {
+		got = append(got, s.Format("15:04"))
+	}
+	if want := []string{"09:01", "09:02", "09:03", "09:04", "09:05"}; !slices.Equal(got, want) || d.OverlappedNotListed != 0 {
+		t.Errorf("compressed run skipped for overlap: Overlapped %v (%d not listed), want %v: every slot its skipped_overlap (%d) counts",
+			got, d.OverlappedNotListed, want, d.Counts[SkippedOverlap])
+	}
+}
+
+// A compressed run that covers more slots than a log line should carry
+// lists the newest MaxOverlappedListed and counts the rest.
+func TestApplyOverlapBoundsTheSlotsItLists(t *testing.T) {
+	now := utc("2026-03-01T13:00:05Z") // four hours of minute slots missed
+	compress := trigger(t, "* * * * *", Compress, 10*time.Second)
+	compress.Overlap = OverlapSkip
+	d := ApplyOverlap(compress, at0900, Decide(compress, at0900, now, MaxWalk), true)
+	if n := int64(len(d.Overlapped)); n != MaxOverlappedListed || n+d.OverlappedNotListed != d.Counts[SkippedOverlap] ||
+		!d.Overlapped[n-1].Equal(utc("2026-03-01T13:00:00Z")) {
+		t.Errorf("Overlapped %d slots (last %v) and %d not listed, want the newest %d and %d counted in all",
+			n, d.Overlapped[len(d.Overlapped)-1], d.OverlappedNotListed, MaxOverlappedListed, d.Counts[SkippedOverlap])
 	}
 }

@@ -11,8 +11,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
@@ -77,17 +75,9 @@ type Round struct {
 type FireEnd struct {
 	Trigger      string
 	ScheduledFor time.Time
-	State        string // FireStarted, FireFailed, FireConflict
+	State        FireState // FireStarted, FireFailed, FireConflict
 	RunID        string
 }
-
-// Fire states: pending until ended.
-const (
-	FirePending  = "pending"
-	FireStarted  = "started"
-	FireFailed   = "failed"   // Temporal refused the start for good (logged; the ledger row is dead_lettered)
-	FireConflict = "conflict" // the workflow ID was claimed with another payload (not a slot): never started
-)
 
 // CursorState is a cursor with the newest started slot.
 type CursorState struct {
@@ -153,12 +143,15 @@ func holdFor(cfg Config) time.Duration {
 	return h
 }
 
-// New validates cfg and builds a scheduler.
-func New(cfg Config, store Store, ledger processor.Ledger, starter processor.Starter, clock Clock,
-	reg prometheus.Registerer, log *slog.Logger, hooks Hooks) (*Scheduler, error) {
+// New validates cfg and o and builds a scheduler.
+func New(cfg Config, o Options) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	store, ledger, starter, clock, reg, log, hooks := o.Store, o.Ledger, o.Starter, o.Clock, o.Registerer, o.Log, o.Hooks
 	var id [6]byte
 	_, _ = rand.Read(id[:])
 	host, _ := os.Hostname()
@@ -286,8 +279,11 @@ func (s *Scheduler) Tick(ctx context.Context) (err error) {
 			if len(d.Fires) > 0 { // the decision's own first run
 				previous = d.Fires[0].WorkflowID
 			}
-			s.log.Info("schedule slot skipped for overlap: the previous run is still open (overlap skip)",
-				"trigger", d.Cursor.Trigger, "slots", slots, "skipped_overlap", d.Counts[SkippedOverlap], "previous_workflow_id", previous)
+			attrs := []any{"trigger", d.Cursor.Trigger, "slots", slots, "skipped_overlap", d.Counts[SkippedOverlap], "previous_workflow_id", previous}
+			if d.OverlappedNotListed > 0 { // older slots of a long compressed run
+				attrs = append(attrs, "slots_not_listed", d.OverlappedNotListed)
+			}
+			s.log.Info("schedule slot skipped for overlap: the previous run is still open (overlap skip)", attrs...)
 		}
 	}
 	if s.hooks.AfterDecide != nil {

@@ -179,7 +179,8 @@ func (w *world) replica(cfg schedule.Config, hooks schedule.Hooks) *replica {
 	l := w.open()
 	reg := prometheus.NewRegistry()
 	logs := &logBuffer{}
-	s, err := schedule.New(cfg, l, l, w.tmp, w.clock, reg, slog.New(slog.NewTextHandler(logs, nil)), hooks)
+	s, err := schedule.New(cfg, schedule.Options{Store: l, Ledger: l, Starter: w.tmp, Clock: w.clock,
+		Registerer: reg, Log: slog.New(slog.NewTextHandler(logs, nil)), Hooks: hooks})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -260,20 +261,20 @@ func oneTrigger(spec string, p schedule.Policy, threshold time.Duration) schedul
 }
 
 // fireStates counts dedup_schedule_fires rows by state.
-func (w *world) fireStates() map[string]int {
+func (w *world) fireStates() map[schedule.FireState]int {
 	rows, err := w.led.Pool().Query(context.Background(), `SELECT state, count(*) FROM dedup_schedule_fires GROUP BY state`)
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	defer rows.Close()
-	out := map[string]int{}
+	out := map[schedule.FireState]int{}
 	for rows.Next() {
 		var s string
 		var n int
 		if err := rows.Scan(&s, &n); err != nil {
 			w.t.Fatal(err)
 		}
-		out[s] = n
+		out[schedule.FireState(s)] = n
 	}
 	return out
 }
@@ -313,7 +314,7 @@ func TestTwoReplicasOneRunPerSlot(t *testing.T) {
 	if o := outcomes(a.reg, b.reg); o["on_time"] != 60 || o["catchup"]+o["skipped"]+o["compressed"] != 0 {
 		t.Errorf("outcomes %v, want 60 on time", o)
 	}
-	if st := w.fireStates(); st["started"] != 60 || len(st) != 1 {
+	if st := w.fireStates(); st[schedule.FireStarted] != 60 || len(st) != 1 {
 		t.Errorf("fires %v", st)
 	}
 }
@@ -373,7 +374,7 @@ func TestDoubleFireFromTwoReplicasAndACrash(t *testing.T) {
 		// Wait for a's decision to commit, then tick b over the same
 		// fire once a's hold has ended.
 		for i := 0; i < 200; i++ {
-			if w.fireStates()["pending"] == 1 {
+			if w.fireStates()[schedule.FirePending] == 1 {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -702,6 +703,35 @@ func TestOverlapSkipWhileThePreviousRunIsOpen(t *testing.T) {
 	r.tick(t)
 	if got := w.tmp.executions(); !same(got, []string{"2026-03-01T09:01:00+00:00", "2026-03-01T09:24:00+00:00"}) {
 		t.Errorf("after the run closed: executions %v", got)
+	}
+}
+
+// A compress trigger under overlap skip, its run open: the compressed run
+// that covers 09:02..09:06 is skipped for overlap, and its log line lists
+// the five slots skipped_overlap counts, not only the run's own 09:06.
+func TestOverlapLogLineOfACompressedRunListsTheSlotsItSkipped(t *testing.T) {
+	w := newWorld(t)
+	cfg := oneTrigger("* * * * *", schedule.Compress, 10*time.Second)
+	cfg.Triggers[0].Overlap = schedule.OverlapSkip
+	r := w.replica(cfg, schedule.Hooks{})
+	w.tmp.hold(true)
+	w.clock.set("2026-03-01T09:00:30Z")
+	r.tick(t)
+	w.clock.set("2026-03-01T09:01:00.5Z") // 09:01 runs and stays open
+	r.tick(t)
+	w.clock.set("2026-03-01T09:06:00.5Z") // 09:02..09:05 misfired, 09:06 on time: one compressed run
+	r.tick(t)
+	if o := outcomes(r.reg); o["skipped_overlap"] != 5 {
+		t.Fatalf("outcomes %v, want 5 skipped_overlap (09:02 .. 09:06)", o)
+	}
+	l := r.logs.lines("previous run is still open", "trigger=report")
+	if len(l) != 1 {
+		t.Fatalf("%d overlap log lines, want 1: %q", len(l), l)
+	}
+	for m := 2; m <= 6; m++ {
+		if slot := fmt.Sprintf("2026-03-01T09:%02d:00+00:00", m); !strings.Contains(l[0], slot) {
+			t.Errorf("overlap log line %q does not list slot %s, which it skipped", l[0], slot)
+		}
 	}
 }
 

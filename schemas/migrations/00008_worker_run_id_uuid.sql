@@ -27,7 +27,7 @@
 -- dedup and Temporal write). Other spellings PostgreSQL's uuid input would
 -- take (upper case, braces, no hyphens) are names like any other text: two
 -- spellings of one UUID are two distinct keys before, and must stay two
--- after (TestAdvRunIDMigrationSurvivesTwoSpellingsOfOneUUID).
+-- after (TestRunIDMigrationSurvivesTwoSpellingsOfOneUUID).
 CREATE OR REPLACE FUNCTION pg_temp.dedup_is_uuid(v text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
 	SELECT v ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
 $$;

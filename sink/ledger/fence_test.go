@@ -251,8 +251,8 @@ func TestAStaleClaimAnsweredFromStartedRowsIsRefused(t *testing.T) {
 // is held on a ledger row lock until the bump waits for its share lock, so
 // the bump goes as soon as the claim statement commits, a round trip
 // before the revive is sent; the bump is then held open until the revive
-// waits for it. Found by the fence's adversary, which expected nothing
-// written at all; what holds is that nothing is written after the bump.
+// waits for it. What holds is that nothing is written after the bump (not
+// that nothing is written at all).
 func TestAClaimRefusedAtItsReviveWritesNothingAfterTheBump(t *testing.T) {
 	l, url := openWithURL(t)
 	// Which copy of x the claim statement writes is a tie in its sort:

@@ -57,26 +57,7 @@ ORDER BY c.trigger_name FOR UPDATE OF c SKIP LOCKED`, triggers, now, r.Holder)
 		if err != nil {
 			return fmt.Errorf("locking cursors: %w", err)
 		}
-		cursors, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (schedule.Cursor, error) {
-			var c schedule.Cursor
-			var fired, resumed, pausedAt, prevAt *time.Time
-			var prevWID, prevState *string
-			err := r.Scan(&c.Trigger, &c.LastSlot, &fired, &c.Since, &c.Paused, &resumed, &pausedAt, &prevAt, &prevWID, &prevState)
-			c.LastSlot, c.Since = c.LastSlot.UTC(), c.Since.UTC()
-			if fired != nil {
-				c.LastFired = fired.UTC()
-			}
-			if resumed != nil {
-				c.ResumedAt = resumed.UTC()
-			}
-			if pausedAt != nil {
-				c.PausedAt = pausedAt.UTC()
-			}
-			if prevAt != nil && prevWID != nil && prevState != nil {
-				c.Previous = schedule.PreviousFire{ScheduledFor: prevAt.UTC(), WorkflowID: *prevWID, State: *prevState}
-			}
-			return c, err
-		})
+		cursors, err := pgx.CollectRows(rows, scanCursor)
 		if err != nil {
 			return fmt.Errorf("locking cursors: %w", err)
 		}
@@ -150,14 +131,7 @@ WHERE f.trigger_name = ANY($1::text[]) AND f.state = 'pending' AND NOT c.paused 
 		if err != nil {
 			return fmt.Errorf("reading pending fires: %w", err)
 		}
-		pending, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (schedule.Fire, error) {
-			var f schedule.Fire
-			var kind string
-			err := r.Scan(&f.Trigger, &f.ScheduledFor, &f.WorkflowID, &f.ActivityID, &kind, &f.WindowStart, &f.WindowEnd, &f.MissedCount)
-			f.Kind = schedule.Outcome(kind)
-			f.ScheduledFor, f.WindowStart, f.WindowEnd = f.ScheduledFor.UTC(), f.WindowStart.UTC(), f.WindowEnd.UTC()
-			return f, err
-		})
+		pending, err = pgx.CollectRows(rows, scanFire)
 		if err != nil {
 			return fmt.Errorf("reading pending fires: %w", err)
 		}
@@ -176,6 +150,39 @@ WHERE trigger_name = ANY($1::text[])`, held, r.Holder, r.HoldUntil); err != nil 
 		return nil
 	})
 	return pending, p.classify(err)
+}
+
+// scanCursor reads a cursor row of Decide's lock, with its trigger's
+// newest fire.
+func scanCursor(r pgx.CollectableRow) (schedule.Cursor, error) {
+	var c schedule.Cursor
+	var fired, resumed, pausedAt, prevAt *time.Time
+	var prevWID, prevState *string
+	err := r.Scan(&c.Trigger, &c.LastSlot, &fired, &c.Since, &c.Paused, &resumed, &pausedAt, &prevAt, &prevWID, &prevState)
+	c.LastSlot, c.Since = c.LastSlot.UTC(), c.Since.UTC()
+	if fired != nil {
+		c.LastFired = fired.UTC()
+	}
+	if resumed != nil {
+		c.ResumedAt = resumed.UTC()
+	}
+	if pausedAt != nil {
+		c.PausedAt = pausedAt.UTC()
+	}
+	if prevAt != nil && prevWID != nil && prevState != nil {
+		c.Previous = schedule.PreviousFire{ScheduledFor: prevAt.UTC(), WorkflowID: *prevWID, State: schedule.FireState(*prevState)}
+	}
+	return c, err
+}
+
+// scanFire reads a pending fire row.
+func scanFire(r pgx.CollectableRow) (schedule.Fire, error) {
+	var f schedule.Fire
+	var kind string
+	err := r.Scan(&f.Trigger, &f.ScheduledFor, &f.WorkflowID, &f.ActivityID, &kind, &f.WindowStart, &f.WindowEnd, &f.MissedCount)
+	f.Kind = schedule.Outcome(kind)
+	f.ScheduledFor, f.WindowStart, f.WindowEnd = f.ScheduledFor.UTC(), f.WindowStart.UTC(), f.WindowEnd.UTC()
+	return f, err
 }
 
 // Release ends holder's holds of the triggers (see schedule.Store); a
@@ -203,7 +210,7 @@ func (p *Postgres) EndFires(ctx context.Context, ends []schedule.FireEnd) error 
 	trig, state, run := make([]string, n), make([]string, n), make([]string, n)
 	at := make([]time.Time, n)
 	for i, e := range ends {
-		trig[i], at[i], state[i], run[i] = e.Trigger, e.ScheduledFor, e.State, e.RunID
+		trig[i], at[i], state[i], run[i] = e.Trigger, e.ScheduledFor, string(e.State), e.RunID
 	}
 	_, err := p.pool.Exec(ctx, `UPDATE dedup_schedule_fires f SET state = u.state, run_id = NULLIF(u.run_id, ''), ended_at = now()
 FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[]) AS u(trigger_name, scheduled_for, state, run_id)

@@ -136,10 +136,10 @@ func TestSearchAttributesSettingTakesModesAndBools(t *testing.T) {
 
 func TestUndefinedSearchAttributeWaitsForTheNamespace(t *testing.T) {
 	err := fmt.Errorf("starting workflow w: %w", wire(serviceerror.NewInvalidArgument("search attribute DedupEventId is not defined")))
-	if Permanent(err) {
+	if IsPermanent(err) {
 		t.Fatalf("%v is permanent: every record would be dead-lettered until the attribute is created", err)
 	}
-	if !Permanent(wire(serviceerror.NewInvalidArgument("WorkflowType is not set on request."))) {
+	if !IsPermanent(wire(serviceerror.NewInvalidArgument("WorkflowType is not set on request."))) {
 		t.Fatal("another InvalidArgument is no longer permanent")
 	}
 }

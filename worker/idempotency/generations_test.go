@@ -166,7 +166,7 @@ func TestGenerationZeroIsUnfenced(t *testing.T) {
 	}
 }
 
-// The adversary pass: interleavings of two generations.
+// Interleavings of two generations.
 
 // A newer generation never takes a live lease of an older one (its holder
 // may be making the effect right now): it waits; once the older holder

@@ -387,11 +387,7 @@ func (g *guarantees) workflowIDs(recs []*kgo.Record) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, kr := range recs {
-		hs := make([]eventid.Header, len(kr.Headers))
-		for i, h := range kr.Headers {
-			hs[i] = eventid.Header{Key: h.Key, Value: h.Value}
-		}
-		ev, err := dec.Decode(eventid.Record{Topic: kr.Topic, Partition: kr.Partition, Key: kr.Key, Value: kr.Value, Headers: hs})
+		ev, err := dec.Decode(eventid.FromKafka(kr))
 		if err != nil {
 			continue
 		}

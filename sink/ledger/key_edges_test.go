@@ -119,7 +119,7 @@ func fillLedger(t *testing.T, pool *pgxpool.Pool, n int) {
 
 // Every statement by workflow ID, at 300,000 rows, analyzed: no
 // sequential scan of dedup_ledger (custom and generic plans). Held.
-func TestAdvKeyPlansAtScale(t *testing.T) {
+func TestLedgerKeyPlansAtScale(t *testing.T) {
 	l, log := openArgTraced(t)
 	ctx := context.Background()
 	fillLedger(t, l.Pool(), 300000)
@@ -212,7 +212,7 @@ func waitBlocked(t *testing.T, pool *pgxpool.Pool, part string) {
 // (40P01). Before the change both statements locked in workflow ID order.
 // The blockers below only pace the two statements so that each takes its
 // first row before the other takes its last; no blocker is in the cycle.
-func TestAdvKeyClaimAndMarkStartedLockInDifferentOrders(t *testing.T) {
+func TestLedgerKeyClaimAndMarkStartedLockInDifferentOrders(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
 	// An index-sized ledger, so that MarkStarted's plan is what it is in
@@ -304,7 +304,7 @@ search:
 // version 12, and every later run fails at ADD CONSTRAINT ... PRIMARY KEY
 // (55000 "index dedup_ledger_pkey is already associated with a constraint"), unlike the Up, which is written to be run
 // again after a partial run.
-func TestAdvKeyDownMigrationRerunAfterPartialRun(t *testing.T) {
+func TestLedgerKeyDownMigrationRerunAfterPartialRun(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	if err := ledger.Migrate(ctx, url); err != nil {
@@ -338,7 +338,7 @@ func TestAdvKeyDownMigrationRerunAfterPartialRun(t *testing.T) {
 }
 
 // Down to 11 and Up again keeps every row and one row per workflow ID.
-func TestAdvKeyDownAndUpKeepTheLedger(t *testing.T) {
+func TestLedgerKeyDownAndUpKeepTheLedger(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	if err := ledger.Migrate(ctx, url); err != nil {
@@ -391,7 +391,7 @@ func TestAdvKeyDownAndUpKeepTheLedger(t *testing.T) {
 
 // A ledger in a database of another encoding: the key of a non-ASCII ID
 // is the same in every session, and every lookup finds the row.
-func TestAdvKeyNonUTF8Databases(t *testing.T) {
+func TestLedgerKeyNonUTF8Databases(t *testing.T) {
 	ctx := context.Background()
 	c := pgtest.Cluster(t)
 	admin, err := pgx.Connect(ctx, c.URL())
@@ -461,7 +461,7 @@ func TestAdvKeyNonUTF8Databases(t *testing.T) {
 
 // Odd workflow IDs: the SQL digest is the one the migration states
 // (key_test.go's wantKey), and each ID claims and finds its own row.
-func TestAdvKeyOddIDs(t *testing.T) {
+func TestLedgerKeyOddIDs(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
 	long := strings.Repeat("x", 100000)
@@ -536,7 +536,7 @@ func TestAdvKeyOddIDs(t *testing.T) {
 // ten keys for sixty IDs). Every key has one row, an ID is New at most
 // once, an ID with no row is a conflict, and a row's marks are its own
 // ID's.
-func TestAdvKeyTwoRoutersUnderCollisions(t *testing.T) {
+func TestLedgerKeyTwoRoutersUnderCollisions(t *testing.T) {
 	l1 := open(t)
 	ctx := context.Background()
 	defer ledger.SetKeyFunc(func(id string) [16]byte { return md5.Sum([]byte(id[len(id)-1:])) })()
@@ -638,7 +638,7 @@ func TestAdvKeyTwoRoutersUnderCollisions(t *testing.T) {
 // answered a conflict too, recorded, dead-lettered, and its pending row
 // never started, though its record is the one the row was claimed for.
 // (key_test.go's collision test only has the owner sorting first.)
-func TestAdvKeyCollisionInBatchTakesTheOwnersRow(t *testing.T) {
+func TestLedgerKeyCollisionInBatchTakesTheOwnersRow(t *testing.T) {
 	l := open(t)
 	defer ledger.SetKeyFunc(func(string) [16]byte { return [16]byte{15: 1} })()
 	a, b := intent("a", "p"), intent("b", "p")
@@ -650,7 +650,7 @@ func TestAdvKeyCollisionInBatchTakesTheOwnersRow(t *testing.T) {
 
 // Three Migrate calls at once on a populated ledger at version 11 (replicas
 // starting together): all succeed, and the ledger ends with the key.
-func TestAdvKeyConcurrentMigrate(t *testing.T) {
+func TestLedgerKeyConcurrentMigrate(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	prov, db := provider(t, url)
@@ -684,7 +684,7 @@ func TestAdvKeyConcurrentMigrate(t *testing.T) {
 // FUNCTIONS FROM PUBLIC, a common hardening step), the router's claim
 // and the ingress's lookup are refused (42501, permanent: the router
 // stops) after migration 00012, and nothing in grants.sql gives EXECUTE.
-func TestAdvKeyRolesWithoutPublicExecute(t *testing.T) {
+func TestLedgerKeyRolesWithoutPublicExecute(t *testing.T) {
 	ctx := deadline(t, 2*time.Minute)
 	admin := pgtest.NewDatabase(t)
 	if err := ledger.ApplyRoles(ctx, admin); err != nil {
@@ -711,7 +711,7 @@ func TestAdvKeyRolesWithoutPublicExecute(t *testing.T) {
 // stays open (an operator's psql session, a backup), it waits, and every
 // statement on dedup_ledger queues behind it: the worker's fence and the
 // ingress's lookups stop too, for as long as that transaction lasts.
-func TestAdvKeyMigrationExclusiveLockQueuesReaders(t *testing.T) {
+func TestLedgerKeyMigrationExclusiveLockQueuesReaders(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
 	prov, db := provider(t, url)

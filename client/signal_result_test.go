@@ -14,7 +14,7 @@ import (
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
-// ADVERSARY FINDING: Client.Result on a signal route's delivery key waits
+// Guards against: Client.Result on a signal route's delivery key waits
 // forever (Handle.Result likewise, for an event of one signal route).
 //
 // Send/Enqueue hand back the delivery key signal-orders:{event_id} as the
@@ -28,7 +28,7 @@ import (
 // a delivery key (an ErrSignalDelivery, say), not wait. Status, beside it,
 // answers WorkflowID signal-orders:e1 with the ledger's RunID, which is the
 // run of another workflow (order-42) that Status never names.
-func TestAdvSignalResultOfDeliveryKeyHangs(t *testing.T) {
+func TestResultOfASignalDeliveryKeyAnswersAtOnce(t *testing.T) {
 	rs := decide.Routes{{ID: "orders", Mode: decide.ModeSignal, Match: decide.Match{Type: "order.*"}, WorkflowType: "Order",
 		TaskQueue: "q", WorkflowIDTemplate: "order-{data.order_id}"}}
 	key := decide.DeliveryKey("orders", "e1")

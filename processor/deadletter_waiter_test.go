@@ -44,7 +44,7 @@ func (l *advLedger) MarkDeadLettered(ctx context.Context, rows []DeadLettered) e
 // Fixed: the job leaves the in-flight map before its MarkDeadLettered, so
 // x@p1 starts on its own (refused for good too: its own dead letter, the
 // row dead_lettered again).
-func TestAdvWaiterJoiningAfterMarkDeadLetteredLeavesRowPending(t *testing.T) {
+func TestWaiterJoiningAfterMarkDeadLetteredIsNotCommittedWithAPendingRow(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	w := wid("x")
 	e.starter.failPermanent(w)

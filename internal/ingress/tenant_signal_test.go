@@ -25,7 +25,7 @@ func postOrder(t *testing.T, url, token, id string) resp {
 		"Authorization", "Bearer "+token, "Ce-Specversion", "1.0", "Ce-Type", "order.updated", "Ce-Source", "shop", "Ce-Id", id)
 }
 
-// ADVERSARY FINDING: a tenant writes into another tenant's entity
+// Guards against: a tenant writes into another tenant's entity
 // workflow through a signal route.
 //
 // The ingress scopes a tenant's event ID (@acme/a-1) and refuses tenants
@@ -40,7 +40,7 @@ func postOrder(t *testing.T, url, token, id string) resp {
 // but change its state: a cross-tenant write. A tenant's event on a signal
 // route must be refused (403, as for scheduled_for routes) or its entity
 // scoped by tenant.
-func TestAdvTenantSignalsAnotherTenantsEntity(t *testing.T) {
+func TestTenantCannotSignalAnotherTenantsEntity(t *testing.T) {
 	var routes decide.Routes
 	e := newEnv(t, func(c *client.Config) { withSignalRoute(c); routes = slices.Clone(c.Routes) })
 	ts := e.server(func(o *Options) { o.Tokens = writeTokens(t, tenantsFile) })
@@ -72,12 +72,12 @@ func TestAdvTenantSignalsAnotherTenantsEntity(t *testing.T) {
 	}
 }
 
-// ADVERSARY FINDING (moot once fixed): the status URL the ingress gave a
+// Guards against: the status URL the ingress gave a
 // tenant for its own signal-route event answered that tenant 404 (the 202
 // named the delivery key signal-orders:@acme/a-1, which owns() does not
 // grant). Tenants are now refused on signal routes (403, as the test above
 // shows), so no tenant gets such a URL: checked here.
-func TestAdvTenantCannotReadItsSignalDelivery(t *testing.T) {
+func TestTenantGetsNoSignalDeliveryStatusURL(t *testing.T) {
 	e := newEnv(t, withSignalRoute)
 	ts := e.server(func(o *Options) { o.Tokens = writeTokens(t, tenantsFile) })
 	a := postOrder(t, ts.URL, "acme-token-0123456789", "a-1")

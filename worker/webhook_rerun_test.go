@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// Adversary: a re-run retries a failed webhook "under the same key"
+// Guards against: a re-run retries a failed webhook "under the same key"
 // (docs/worker.md: a newer generation "takes the step's key over and calls
 // again, once, under the same key"; webhook.go: "a re-run (a newer
 // generation) calls again, once, under the same key"). The key is sent as
@@ -98,7 +98,7 @@ func (e *keyedEndpoint) set(status int) {
 // is redelivered: generation 2 takes the failed key over and calls again,
 // under the same key, with the same body. The endpoint replays the saved
 // 500: the re-run fails, and so will every later one.
-func TestAdvRerunOfA500IsReplayedByAKeyedEndpoint(t *testing.T) {
+func TestRerunAfterASaved500SucceedsAtAKeyedEndpoint(t *testing.T) {
 	ep := newKeyedEndpoint(t)
 	ep.set(http.StatusInternalServerError)
 	l := newLab(t)
@@ -124,7 +124,7 @@ func TestAdvRerunOfA500IsReplayedByAKeyedEndpoint(t *testing.T) {
 // the same Idempotency-Key now comes with a different payload, which the
 // draft's endpoint answers 422, stored by the worker as a permanent
 // failure. The re-run fails for good, and so does every later one.
-func TestAdvRerunWithARestampedCopyIs422AtAKeyedEndpoint(t *testing.T) {
+func TestRerunOfARestampedCopySucceedsAtAKeyedEndpoint(t *testing.T) {
 	ep := newKeyedEndpoint(t)
 	ep.set(http.StatusServiceUnavailable)
 	l := newLab(t)

@@ -12,7 +12,7 @@ import (
 // kgo.NewClient joins the group at once (ConsumeTopics), and the
 // committer's assigned callback reads committer.adm (and commit reads
 // committer.cl), which New sets only after NewClient returned
-// (router.go:108-110): an unsynchronised write/read, and a nil
+// (in New): an unsynchronised write/read, and a nil
 // *kadm.Client dereference (a panic in kgo's goroutine) whenever the
 // assignment comes first. The race detector sees it in most of these
 // rounds; without -race the test only fails if the panic happens.

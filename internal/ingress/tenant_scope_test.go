@@ -15,14 +15,14 @@ import (
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
-// ADVERSARY FINDING: `routes: []` in the tokens file means "every route".
+// Guards against: `routes: []` in the tokens file means "every route".
 //
 // parseTokens leaves Principal.routes nil ("any") when len(e.Routes) == 0,
 // so an operator who writes an explicit empty list to give a tenant no
 // route (or whose templating renders an empty list) gives it all of them.
 // An explicit empty allow-list failing open is the wrong direction for an
 // authorization list: it should start nothing (403) or be refused at load.
-func TestAdvEmptyRoutesListIsNotEveryRoute(t *testing.T) {
+func TestEmptyRoutesListIsNotEveryRoute(t *testing.T) {
 	e := newEnv(t, nil)
 	path := filepath.Join(t.TempDir(), "tokens.yaml")
 	const file = "tokens:\n- {tenant: acme, token: acme-token-0123456789, event_types: [\"*\"], routes: []}\n"
@@ -41,16 +41,16 @@ func TestAdvEmptyRoutesListIsNotEveryRoute(t *testing.T) {
 	}
 }
 
-// ADVERSARY FINDING: a tenant reads a workflow that is not its own.
+// Guards against: a tenant reads a workflow that is not its own.
 //
 // owns() grants tenant acme every workflow ID of the form
 // activity-{route}:acme/...; but such an ID is also what an unscoped event
 // with the ID "acme/..." gets: one written to Kafka directly (the Go
 // client, any producer), or a replayed dead letter (processor/replay
-// TestAdvReplayKeepsTheTenant). Tenant acme then reads that event's ledger
+// TestReplayKeepsTheTenant). Tenant acme then reads that event's ledger
 // state, event ID and run (and result, with a run reader) through GET
 // /v1/workflows, which the doc says "answers the owning tenant only".
-func TestAdvTenantReadsUnscopedWorkflow(t *testing.T) {
+func TestTenantCannotReadAnUnscopedWorkflow(t *testing.T) {
 	e := newEnv(t, nil)
 	ts := e.server(func(o *Options) { o.Tokens = writeTokens(t, tenantsFile) })
 	// A direct producer's CloudEvent with the ID acme/payroll-7 (no
@@ -79,7 +79,7 @@ func TestAdvTenantReadsUnscopedWorkflow(t *testing.T) {
 	}
 }
 
-// ADVERSARY FINDING: a 202 for an event whose workflow can never start.
+// Guards against: a 202 for an event whose workflow can never start.
 //
 // event_id.max_id_length (1..900) bounds the key a tenant sends; the
 // ingress then prefixes "{tenant}/" (up to 64 bytes) and the workflow ID
@@ -92,7 +92,7 @@ func TestAdvTenantReadsUnscopedWorkflow(t *testing.T) {
 // config gives 946 bytes, which fits: the tenant prefix is what pushes it
 // over.) Nothing checks the assembled workflow ID's length: neither the
 // config validation nor Prepare.
-func TestAdvWorkflowIDOverTemporalLimitIsNot202(t *testing.T) {
+func TestWorkflowIDOverTemporalLimitIsNot202(t *testing.T) {
 	const route = "550e8400-e29b-41d4-a716-446655440000"
 	e := newEnv(t, func(c *client.Config) {
 		c.EventID.MaxIDLength = 900
@@ -112,7 +112,7 @@ func TestAdvWorkflowIDOverTemporalLimitIsNot202(t *testing.T) {
 	}
 }
 
-// ADVERSARY FINDING: event_types ["*"] is not "any type".
+// Guards against: event_types ["*"] is not "any type".
 //
 // The tokens file documents event_types as path.Match patterns with
 // `["*"]: any`, but path.Match's '*' never matches '/', so a token with
@@ -121,7 +121,7 @@ func TestAdvWorkflowIDOverTemporalLimitIsNot202(t *testing.T) {
 // route matches it (routes' Match: "*" is every type, "x.*" a plain
 // prefix). The two pattern languages disagree: a tenant's ["order.*"]
 // refuses "order.eu/created", which route "order.*" starts.
-func TestAdvStarEventTypesIsAnyType(t *testing.T) {
+func TestStarEventTypesIsAnyType(t *testing.T) {
 	e := newEnv(t, func(c *client.Config) {
 		c.Routes = decide.Routes{{ID: "all", Match: decide.Match{Type: "*"}, WorkflowType: "W", TaskQueue: "q"}}
 	})

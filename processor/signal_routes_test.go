@@ -8,7 +8,7 @@ import (
 	"github.com/dedupio/dedup/processor/decide"
 )
 
-// ADVERSARY FINDING: a signal route's template can render an entity
+// Guards against: a signal route's template can render an entity
 // workflow ID inside a start route's ID space (activity-{route}:{key}).
 //
 // ParseIDTemplate refuses a template whose literal text starts with
@@ -26,7 +26,7 @@ import (
 // ingress) can pre-empt any start route's workflow. Rendered IDs starting
 // with activity- (dedup's own prefix) should be dead-lettered (invalid_id)
 // as the literal prefix is refused at load.
-func TestAdvSignalTemplateRendersIntoStartRouteIDs(t *testing.T) {
+func TestSignalTemplateCannotRenderIntoStartRouteIDs(t *testing.T) {
 	e := newTestEnv(t, 1, envOpt{})
 	cfg := e.config()
 	cfg.Routes = decide.Routes{
@@ -65,7 +65,7 @@ func TestAdvSignalTemplateRendersIntoStartRouteIDs(t *testing.T) {
 	}
 }
 
-// ADVERSARY FINDING: two signal routes may name one entity workflow with
+// Guards against: two signal routes may name one entity workflow with
 // different workflow types (and signal names), and the config is
 // accepted.
 //
@@ -79,7 +79,7 @@ func TestAdvSignalTemplateRendersIntoStartRouteIDs(t *testing.T) {
 // continue-as-new or close). Identical templates on two signal routes with
 // different workflow types or signal names are detectable at load and
 // should be a config error naming both routes.
-func TestAdvSignalTwoRoutesOneEntityTwoTypes(t *testing.T) {
+func TestTwoSignalRoutesOnOneEntityWithTwoTypesAreRefused(t *testing.T) {
 	rs := decide.Routes{
 		{ID: "orders", Mode: decide.ModeSignal, Match: decide.Match{Type: "order.*"}, WorkflowType: "Order", TaskQueue: "q",
 			WorkflowIDTemplate: "order-{data.order_id}"},

@@ -17,7 +17,7 @@ import (
 // from the server: the typed error must survive with its details.
 func wire(err error) error { return serviceerror.FromStatus(serviceerror.ToStatus(err)) }
 
-func TestPermanent(t *testing.T) {
+func TestIsPermanent(t *testing.T) {
 	notActive := serviceerror.NewNamespaceNotActive("ns", "cluster-b", "cluster-a")
 	invalidState := serviceerror.NewNamespaceInvalidState("ns", enumspb.NAMESPACE_STATE_DEPRECATED,
 		[]enumspb.NamespaceState{enumspb.NAMESPACE_STATE_REGISTERED})
@@ -126,8 +126,8 @@ func TestPermanent(t *testing.T) {
 		{"grpc failed precondition", status.Error(codes.FailedPrecondition, "no"), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Permanent(tc.err); got != tc.permanent {
-				t.Errorf("Permanent(%T %v) = %v, want %v", tc.err, tc.err, got, tc.permanent)
+			if got := IsPermanent(tc.err); got != tc.permanent {
+				t.Errorf("IsPermanent(%T %v) = %v, want %v", tc.err, tc.err, got, tc.permanent)
 			}
 		})
 	}

@@ -24,7 +24,7 @@ func newOffline(t *testing.T, onClose func()) *client.Client {
 	return c
 }
 
-// ADVERSARY FINDING: Event.Extensions can change an event's identity.
+// Guards against: Event.Extensions can change an event's identity.
 //
 // client.Event's doc: "Time, Subject and Extensions (more ce_ attributes,
 // lower-case names) travel in headers; they are not part of the event's
@@ -37,7 +37,7 @@ func newOffline(t *testing.T, onClose func()) *client.Client {
 // *ConflictError (HTTP 422), never started. Extensions that name a
 // CloudEvents context attribute (source, type, id, specversion, time,
 // subject, datacontenttype...) should be refused or ignored.
-func TestAdvExtensionsAreNotIdentity(t *testing.T) {
+func TestExtensionsAreNotPartOfTheEventIdentity(t *testing.T) {
 	c := newOffline(t, nil)
 	t.Cleanup(c.Close)
 	hash := func(ext map[string]string) [32]byte {
@@ -66,13 +66,13 @@ func TestAdvExtensionsAreNotIdentity(t *testing.T) {
 	}
 }
 
-// ADVERSARY FINDING: Close twice runs Config.OnClose twice.
+// Guards against: Close twice runs Config.OnClose twice.
 //
 // OnClose is "for what the caller opened for it (the ledger's pool, the
 // Temporal client)"; a second Close (a defer plus an explicit Close on an
 // error path: common) closes those twice, and a stranger's OnClose that
 // closes a channel panics. Close should be idempotent (sync.Once).
-func TestAdvCloseTwiceRunsOnCloseOnce(t *testing.T) {
+func TestCloseTwiceRunsOnCloseOnce(t *testing.T) {
 	n := 0
 	done := make(chan struct{})
 	c := newOffline(t, func() { n++; close(done) })
@@ -90,7 +90,7 @@ func TestAdvCloseTwiceRunsOnCloseOnce(t *testing.T) {
 	}
 }
 
-// ADVERSARY FINDING: a Handle a stranger rebuilds panics.
+// Guards against: a Handle a stranger rebuilds panics.
 //
 // Handle is a struct of exported fields (EventID, IDRule, Workflows, ...)
 // with an unexported *Client inside, and Workflow an unexported payload
@@ -100,7 +100,7 @@ func TestAdvCloseTwiceRunsOnCloseOnce(t *testing.T) {
 // usable only as returned by Enqueue/Send. (Client.Status(ctx, id) is the
 // way, but the type invites the mistake; an error such as "handle not
 // from this client" would be the stranger-proof answer.)
-func TestAdvRestoredHandleDoesNotPanic(t *testing.T) {
+func TestRestoredHandleDoesNotPanic(t *testing.T) {
 	stored, err := json.Marshal(client.Handle{EventID: "order-1", IDRule: eventid.RuleHeader,
 		Workflows: []client.Workflow{{ID: "activity-order-confirmation:order-1", ActivityID: "order-confirmation", Namespace: "default"}}})
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
-// Adversary: migration 00008 promises that a run_id it cannot keep as it
+// Guards against: migration 00008 promises that a run_id it cannot keep as it
 // is "is not dropped, and does not stop the migration (which would keep
 // every router and worker from starting over a history row)". Its UUID
 // test is a regular expression that accepts every spelling PostgreSQL's
@@ -26,7 +26,7 @@ import (
 //
 // Why it matters: the migration's stated contract is that no history row
 // can block it; a single hand-written row does.
-func TestAdvRunIDMigrationSurvivesTwoSpellingsOfOneUUID(t *testing.T) {
+func TestRunIDMigrationSurvivesTwoSpellingsOfOneUUID(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
 	p := migrations(t, url)

@@ -39,7 +39,7 @@ func (f *flakyTemporal) Start(ctx context.Context, req decide.StartRequest) (pro
 	return f.temporal.Start(ctx, req)
 }
 
-// Adversary: pause. `dedup schedule pause NAME` "stops the trigger for
+// Pause. `dedup schedule pause NAME` "stops the trigger for
 // every replica" (docs/schedules.md) and SetPaused says "While paused, no
 // slot fires". But a fire decided before the pause and not yet started
 // (Temporal was unreachable at its tick, a crash after the decision) stays
@@ -51,12 +51,13 @@ func (f *flakyTemporal) Start(ctx context.Context, req decide.StartRequest) (pro
 // Why it matters: an operator pauses a trigger precisely when its runs
 // must not start now (the downstream is broken, a migration is running);
 // a start slipping through the pause is the surprise the pause is for.
-func TestAdvPendingFireDoesNotStartWhilePaused(t *testing.T) {
+func TestPendingFireDoesNotStartWhilePaused(t *testing.T) {
 	w := newWorld(t)
 	cfg := oneTrigger("* * * * *", schedule.Skip, 10*time.Second)
 	tmp := &flakyTemporal{temporal: w.tmp}
 	l := w.open()
-	s, err := schedule.New(cfg, l, l, tmp, w.clock, prometheus.NewRegistry(), slog.New(slog.DiscardHandler), schedule.Hooks{})
+	s, err := schedule.New(cfg, schedule.Options{Store: l, Ledger: l, Starter: tmp, Clock: w.clock,
+		Registerer: prometheus.NewRegistry(), Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestAdvPendingFireDoesNotStartWhilePaused(t *testing.T) {
 	}
 }
 
-// Adversary: resume. docs/schedules.md: "Every slot that came due while
+// Resume. docs/schedules.md: "Every slot that came due while
 // the trigger was paused (at or before the resume, resumed_at) has
 // misfired". Decide implements only the parenthesis: every slot at or
 // before resumed_at misfires, including a slot that came due before the
@@ -106,7 +107,7 @@ func TestAdvPendingFireDoesNotStartWhilePaused(t *testing.T) {
 // Why it matters: a short pause-and-resume (an operator checking
 // something, a script toggling the trigger) silently drops a run that was
 // already due before the pause, counted as skipped (misfired).
-func TestAdvSlotDueBeforeThePauseIsNotMissedForIt(t *testing.T) {
+func TestSlotDueBeforeThePauseIsNotMissedForIt(t *testing.T) {
 	w := newWorld(t)
 	cfg := oneTrigger("* * * * *", schedule.Skip, 2*time.Minute)
 	cfg.Tick = 30 * time.Second

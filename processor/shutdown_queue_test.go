@@ -25,7 +25,7 @@ import (
 // the queue takes 10, the claimer waits to enqueue the 12th. (4) Run's
 // context is cancelled: Run must return within drain_timeout (2s) plus the
 // final commit; it does not.
-func TestAdvShutdownHangsWhenTheStartQueueIsFull(t *testing.T) {
+func TestShutdownReturnsWhenTheStartQueueIsFull(t *testing.T) {
 	e := newTestEnv(t, 1, envOpt{})
 	cfg := e.config()
 	cfg.MaxInFlight, cfg.MaxPollRecords, cfg.Starts.Concurrency = 1, 4, 1

@@ -13,7 +13,7 @@ import (
 	"github.com/dedupio/dedup/schemas"
 )
 
-// ADVERSARY FINDING: `dedup dlq replay` strips the tenant.
+// Guards against: `dedup dlq replay` strips the tenant.
 //
 // The ingress scopes a tenant's event by the record header dedup-tenant
 // (eventid.TenantHeader): acme's "order-123" is the event acme/order-123
@@ -33,7 +33,7 @@ import (
 // second is a duplicate or a conflict of the first, i.e. lost, and it
 // collides with a direct Kafka producer's "order-123" too. "Two tenants'
 // keys never meet" stops holding at the first replay.
-func TestAdvReplayKeepsTheTenant(t *testing.T) {
+func TestReplayKeepsTheTenant(t *testing.T) {
 	c := newCluster(t, 1)
 	// The router's dead letter of acme's binary-mode event: the original
 	// headers (ce_*, dedup-tenant) and the dead-letter headers.

@@ -33,7 +33,7 @@ import (
 // close(markQ): the final flush marks A's job, done(A, true), release
 // re-submits B in a goroutine: new job, enqueue picks startQ or Done.
 // (5) Run returns only after revoke_timeout (10s, the default) more.
-func TestAdv2ShutdownWaitsRevokeTimeoutForARecheckQueuedAfterTheDrain(t *testing.T) {
+func TestShutdownDoesNotWaitRevokeTimeoutForARecheckQueuedAfterTheDrain(t *testing.T) {
 	const n = 10
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// ADVERSARY FINDING: one tenant takes every slot of the process.
+// Guards against: one tenant takes every slot of the process.
 //
 // ingress.limits.max_concurrent is one pool for all tenants, and a slot is
 // taken before the body is read (instrument: acquire, then events reads
@@ -23,7 +23,7 @@ import (
 // max_concurrent (64 by default) such requests, every other tenant gets
 // 503 overloaded: a slow or hostile producer starves all the others,
 // which the per-tenant rate limit was there to prevent.
-func TestAdvSlowTenantStarvesOtherTenants(t *testing.T) {
+func TestSlowTenantDoesNotStarveOtherTenants(t *testing.T) {
 	e := newEnv(t, nil)
 	ts := e.server(func(o *Options) {
 		o.Tokens = writeTokens(t, tenantsFile)
@@ -48,7 +48,7 @@ func TestAdvSlowTenantStarvesOtherTenants(t *testing.T) {
 	}
 }
 
-// ADVERSARY FINDING: a panic while a key is locked locks it forever.
+// Guards against: a panic while a key is locked locks it forever.
 //
 // events() takes the key's lock (Locks.Acquire: the per-process set and a
 // PostgreSQL session advisory lock) and releases it by a plain call after
@@ -59,14 +59,14 @@ func TestAdvSlowTenantStarvesOtherTenants(t *testing.T) {
 // on every other (the advisory lock), is 409 in_flight "retry" until the
 // process restarts. (The concurrency slot, by contrast, is released by
 // defer.)
-func TestAdvPanicWhileLockedLeaksTheKeyLock(t *testing.T) {
+func TestPanicWhileLockedReleasesTheKeyLock(t *testing.T) {
 	e := newEnv(t, nil)
 	panicked := false
 	ts := e.server(func(o *Options) {
 		o.Locked = func(id string) {
 			if id == "order-1" && !panicked {
 				panicked = true
-				panic("adversary: something panics while the key is locked")
+				panic("something panics while the key is locked")
 			}
 		}
 	})
@@ -88,7 +88,7 @@ func TestAdvPanicWhileLockedLeaksTheKeyLock(t *testing.T) {
 	}
 }
 
-// ADVERSARY FINDING: a body the ingress says it takes is a permanent 503.
+// Guards against: a body the ingress says it takes is a permanent 503.
 //
 // ingress.max_body_bytes defaults to kafka.max_value_bytes (1 MiB), and
 // the client checks the value against it; but the record also carries its
@@ -101,7 +101,7 @@ func TestAdvPanicWhileLockedLeaksTheKeyLock(t *testing.T) {
 // never written, and every retry fails alike: a permanent refusal
 // presented as a transient one (the client's *ProduceError says the
 // same). The documented answer for a too-large event is 413.
-func TestAdvBodyAtTheLimitIsNot503(t *testing.T) {
+func TestBodyAtTheLimitIsNot503(t *testing.T) {
 	e := newEnv(t, nil)
 	ts := e.server(func(o *Options) { o.MaxBodyBytes = 1 << 20 }) // as dedup ingress: kafka.max_value_bytes
 	pad := func(n int) string {

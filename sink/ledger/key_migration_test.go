@@ -13,7 +13,7 @@ import (
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
-// Second adversary of migration 00012 (the ledger key).
+// Migration 00012 (the ledger key) next to routers of the version before it.
 
 // oldClaim is the claim of the version before 00012 (ON CONFLICT on the
 // workflow ID; no key), reduced to what matters here: the rows are
@@ -111,7 +111,7 @@ func migrateWithPausedFill(t *testing.T, side *pgxpool.Pool, migrateURL, pauseID
 // refused: 42501, a permanent error, so the old routers stop (crash loop)
 // for the length of the backfill, although the migration is "online" for
 // them until the primary key is swapped.
-func TestAdv2HardenedOldRouterRefusedDuringMigration(t *testing.T) {
+func TestHardenedOldRouterClaimsDuringMigration(t *testing.T) {
 	ctx := deadline(t, 3*time.Minute)
 	admin := pgtest.NewDatabase(t)
 	if err := ledger.ApplyRoles(ctx, admin); err != nil {
@@ -160,7 +160,7 @@ func TestAdv2HardenedOldRouterRefusedDuringMigration(t *testing.T) {
 // m-new (another router's insert in flight); the backfill locks z-early
 // (page 0) and waits for a-late; m-new commits, the old router asks for
 // z-early: a cycle.
-func TestAdv2BackfillDeadlocksWithOldRouter(t *testing.T) {
+func TestBackfillSurvivesADeadlockWithAnOldRouter(t *testing.T) {
 	ctx := deadline(t, 3*time.Minute)
 	url := pgtest.NewDatabase(t)
 	prov, _ := provider(t, url)
@@ -257,7 +257,7 @@ func TestAdv2BackfillDeadlocksWithOldRouter(t *testing.T) {
 // router's and worker's start) fails on it until a person drops the index
 // by hand: the migration does not converge by being run again, as it does
 // after a stop at any other step.
-func TestAdv2MigrationCancelledDuringIndexBuildConverges(t *testing.T) {
+func TestMigrationCancelledDuringIndexBuildConverges(t *testing.T) {
 	ctx := deadline(t, 3*time.Minute)
 	url := pgtest.NewDatabase(t)
 	prov, _ := provider(t, url)
@@ -302,7 +302,7 @@ func TestAdv2MigrationCancelledDuringIndexBuildConverges(t *testing.T) {
 // schema of the version before (11: the column key does not exist yet),
 // this release's grants.sql fails (42703, column "key" does not exist:
 // the dedup_worker's column grant) and, being one DO block, grants nothing.
-func TestAdv2GrantsOnAVersion11Ledger(t *testing.T) {
+func TestGrantsOnAVersion11Ledger(t *testing.T) {
 	ctx := deadline(t, 2*time.Minute)
 	url := pgtest.NewDatabase(t)
 	prov, _ := provider(t, url)
