@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/schemas"
 )
 
