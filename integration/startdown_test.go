@@ -381,7 +381,7 @@ func TestStartRefusedExits(t *testing.T) {
 		logs.mu.Lock()
 		out := logs.b.String()
 		logs.mu.Unlock()
-		if code != 1 || !strings.Contains(out, "dedup: "+c.want) {
+		if code != 1 || !strings.Contains(out, "dedup "+c.sub+": "+c.want) {
 			t.Errorf("dedup %s: exit %d, want 1 with %q; it said:\n%s", c.sub, code, c.want, out)
 		}
 	}

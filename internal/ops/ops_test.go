@@ -3,7 +3,6 @@ package ops
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -401,12 +400,6 @@ func TestCommandLine(t *testing.T) {
 		if code := run(context.Background(), args, io.Discard, io.Discard, nil); code != ExitError {
 			t.Errorf("%v: exit code %d, want 2", args, code)
 		}
-	}
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	fs.String("output", "", "")
-	fs.Bool("dry-run", false, "")
-	if got := strings.Join(interleave(fs, []string{"wid", "--output", "json", "--dry-run", "x"}), " "); got != "--output json --dry-run wid x" {
-		t.Fatalf("interleave: %s", got)
 	}
 }
 
