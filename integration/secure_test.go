@@ -157,7 +157,7 @@ log: {level: debug}
 	case <-time.After(time.Minute):
 		t.Fatal("router not up after a minute")
 	}
-	kopts, err := app.KafkaOpts(cfg)
+	kopts, err := cfg.Kafka.ClientOpts()
 	if err != nil {
 		t.Fatal(err)
 	}

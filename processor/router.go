@@ -88,8 +88,10 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Log is the router's logger; nil discards.
 	Log *slog.Logger
-	// KafkaOpts are extra Kafka client options (TLS, SASL, kprom hooks),
-	// applied after the router's own.
+	// KafkaOpts are extra Kafka client options (kprom hooks, a dialer of
+	// the caller's), applied after the router's own. The config's
+	// brokers, isolation level, TLS and SASL are applied by New
+	// (Config.ClientOpts): they need not be repeated here.
 	KafkaOpts []kgo.Opt
 	// Hooks are test-only stops (see Hooks); zero in production.
 	Hooks Hooks
@@ -146,13 +148,17 @@ func New(cfg Config, o Options) (*Router, error) {
 	if cfg.ResetOffset == "latest" {
 		reset = kgo.NewOffset().AtEnd()
 	}
-	kopts := append([]kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
+	// cfg's connection (brokers, isolation level, TLS, SASL) first, then
+	// the router's own options, then the caller's.
+	kopts, err := cfg.ClientOpts()
+	if err != nil {
+		return nil, fmt.Errorf("creating kafka client: %w", err)
+	}
+	kopts = append(append(kopts, []kgo.Opt{
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(reset),
-		cfg.FetchIsolation(),
 		// Transaction markers come to the poll loop as control records,
 		// which finish at once (prepare): the committed offset then moves
 		// past a marker once everything before it finished, and the lag of
@@ -171,7 +177,7 @@ func New(cfg Config, o Options) (*Router, error) {
 		kgo.FetchMaxBytes(int32(cfg.FetchMaxBytes)),
 		kgo.ProducerBatchMaxBytes(int32(cfg.MaxValueBytes) + 64<<10),
 		kgo.RecordDeliveryTimeout(30 * time.Second),
-	}, extra...)
+	}...), extra...)
 	// SASL in o.KafkaOpts goes off this machine only over verified TLS,
 	// checked at each broker's dial, unless kafka.allow_insecure.
 	if kopts, err = dialguard.GuardKafka(kopts, cfg.AllowInsecure); err != nil {

@@ -93,7 +93,7 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 
 	// What fails here is the config, not a dependency: no client has
 	// connected yet.
-	kopts, err := kafkaOpts(cfg)
+	kopts, err := cfg.Kafka.ClientOpts()
 	if err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
 	reg.Unregister(deps)
 	r, err := processor.New(cfg.Kafka, processor.Options{Ledger: led, DeadLetterLog: led, Starter: starter.New(tc, cfg.Temporal),
-		Registerer: reg, Log: log, Hooks: o.Hooks, KafkaOpts: append(kopts, kgo.WithHooks(kafkaMetrics))})
+		Registerer: reg, Log: log, Hooks: o.Hooks, KafkaOpts: []kgo.Opt{kgo.WithHooks(kafkaMetrics)}})
 	if err != nil {
 		return err
 	}

@@ -41,7 +41,7 @@ func OpenClient(ctx context.Context, cfg Config, log *slog.Logger) (*client.Clie
 	if log == nil {
 		log = NewLogger(cfg.Log)
 	}
-	kopts, err := KafkaOpts(cfg)
+	kopts, err := cfg.Kafka.ClientOpts()
 	if err != nil {
 		return nil, err
 	}

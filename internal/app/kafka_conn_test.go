@@ -117,7 +117,7 @@ func TestKafkaOverTLSAndSASL(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := k.config(t, k.mtls(), tc.sasl)
 			cfg.Kafka.Group = "g-" + tc.name
-			kopts, err := kafkaOpts(cfg)
+			kopts, err := cfg.Kafka.ClientOpts()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -242,7 +242,7 @@ func TestKafkaRefusalsAreClearStartupErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := k.config(t, tc.tls, tc.sasl)
-			kopts, err := kafkaOpts(cfg)
+			kopts, err := cfg.Kafka.ClientOpts()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -307,7 +307,7 @@ func TestKafkaSASLNeverInPlaintextToAnAdvertisedRemoteBroker(t *testing.T) {
 	// through a client with cfg's options.
 	askBroker := func(cfg Config) error {
 		t.Helper()
-		kopts, err := kafkaOpts(cfg)
+		kopts, err := cfg.Kafka.ClientOpts()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +329,7 @@ func TestKafkaSASLNeverInPlaintextToAnAdvertisedRemoteBroker(t *testing.T) {
 	if !errors.As(err, &refused) || !strings.Contains(err.Error(), tk.Advertised) || !strings.Contains(err.Error(), "kafka.allow_insecure: true") {
 		t.Errorf("a request to the advertised broker %s: %v, want a refusal naming it and kafka.allow_insecure", tk.Advertised, err)
 	}
-	kopts, err := kafkaOpts(cfg)
+	kopts, err := cfg.Kafka.ClientOpts()
 	if err != nil {
 		t.Fatal(err)
 	}

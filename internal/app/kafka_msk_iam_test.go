@@ -111,11 +111,11 @@ postgres: {url: "postgres://u@127.0.0.1/d"}
 
 	cfg := config(testpki.Write(t, dir, "secret", []byte(secret+"\n")))
 	t.Setenv("AWS_REGION", "")
-	if _, err := kafkaOpts(cfg); err == nil || !strings.Contains(err.Error(), "set AWS_REGION") {
+	if _, err := cfg.Kafka.ClientOpts(); err == nil || !strings.Contains(err.Error(), "set AWS_REGION") {
 		t.Errorf("no region for 127.0.0.1: %v", err)
 	}
 	t.Setenv("AWS_REGION", "us-east-1")
-	kopts, err := kafkaOpts(cfg)
+	kopts, err := cfg.Kafka.ClientOpts()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ postgres: {url: "postgres://u@127.0.0.1/d"}
 	}
 
 	cfg = config(testpki.Write(t, dir, "wrong-secret", []byte("not-the-secret-key\n")))
-	if kopts, err = kafkaOpts(cfg); err != nil {
+	if kopts, err = cfg.Kafka.ClientOpts(); err != nil {
 		t.Fatal(err)
 	}
 	err = checkKafka(ctx, cfg, log, kopts)

@@ -21,7 +21,7 @@ import (
 
 // Tool holds one command's config and its connections, each opened on
 // first use and closed by Close. They are built as dedup run builds its
-// own (app.KafkaOpts, app.DialToolTemporal, ledger.Open): the same TLS,
+// own (processor.Config.ClientOpts, app.DialToolTemporal, ledger.Open): the same TLS,
 // SASL and credentials apply.
 type Tool struct {
 	cfg app.Config
@@ -67,7 +67,7 @@ func (t *Tool) kafka() (*kadm.Client, error) {
 	if t.adm != nil {
 		return t.adm, nil
 	}
-	opts, err := app.KafkaOpts(t.cfg)
+	opts, err := t.cfg.Kafka.ClientOpts()
 	if err != nil {
 		return nil, err
 	}
