@@ -18,22 +18,6 @@ import (
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
-// Hooks let tests stop the router at chosen points, the way a crash would.
-// Test only: production wiring leaves them nil (dedup sets them only in a
-// build with -tags failpoints, cmd/dedup/failpoints.go).
-type Hooks struct {
-	// AfterClaim runs after a batch's claims are committed in the ledger
-	// and before any of its workflows is started.
-	AfterClaim func()
-	// AfterStart runs after a workflow start succeeded and before it is
-	// marked in the ledger or its offset committed.
-	AfterStart func()
-	// AfterSignal runs after a signal route's SignalWithStart succeeded
-	// and before the delivery is marked in the ledger or its offset
-	// committed (AfterStart does not run for deliveries).
-	AfterSignal func()
-}
-
 // Router consumes the topics as a member of the group and turns records
 // into workflow starts, exactly once per workflow ID. See doc.go. It is
 // the poll loop and the decoding of records into intents; everything else
@@ -93,8 +77,6 @@ type Options struct {
 	// brokers, isolation level, TLS and SASL are applied by New
 	// (Config.ClientOpts): they need not be repeated here.
 	KafkaOpts []kgo.Opt
-	// Hooks are test-only stops (see Hooks); zero in production.
-	Hooks Hooks
 }
 
 // New validates cfg and o and creates the Kafka client; nothing is
@@ -111,7 +93,8 @@ func New(cfg Config, o Options) (*Router, error) {
 	case o.Starter == nil:
 		return nil, errors.New("processor.New: Options.Starter is nil")
 	}
-	ledger, dlqLog, starter, reg, log, hooks, extra := o.Ledger, o.DeadLetterLog, o.Starter, o.Registerer, o.Log, o.Hooks, o.KafkaOpts
+	ledger, dlqLog, starter, reg, log, extra := o.Ledger, o.DeadLetterLog, o.Starter, o.Registerer, o.Log, o.KafkaOpts
+	var hooks hooks // Run takes them from its context (failpoints.go: test builds only)
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
@@ -232,6 +215,11 @@ func (r *Router) Ready() error {
 // to DrainTimeout, commits what finished, leaves the group and returns.
 // It returns early, with the error, when a dependency refuses for good.
 func (r *Router) Run(ctx context.Context) error {
+	// Test-only stops (failpoints.go; none in a build without -tags
+	// failpoints), before any loop runs.
+	if h := failpointsFrom(ctx); h.AfterClaim != nil || h.AfterStart != nil || h.AfterSignal != nil {
+		r.claims.hooks, r.starts.hooks = h, h
+	}
 	ctx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()
 	r.fatalMu.Lock()

@@ -41,7 +41,7 @@ func commands() cli.Table {
 					if err != nil {
 						return nil, cli.ExitUsage, err
 					}
-					return nil, 0, stopped(ctx, app.Run(ctx, cfg, app.Options{Hooks: hooks}))
+					return nil, 0, stopped(ctx, app.Run(withCrashPoints(ctx, hooks), cfg, app.Options{}))
 				}
 			},
 		},

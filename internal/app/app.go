@@ -37,7 +37,6 @@ func NewLogger(c LogConfig) *slog.Logger {
 type Options struct {
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
-	Hooks    processor.Hooks
 	// Ready, if set, is closed once the admin port listens and the router
 	// is built (tests wait on it).
 	Ready chan<- string
@@ -155,7 +154,7 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
 	reg.Unregister(deps)
 	r, err := processor.New(cfg.Kafka, processor.Options{Ledger: led, DeadLetterLog: led, Starter: starter.New(tc, cfg.Temporal),
-		Registerer: reg, Log: log, Hooks: o.Hooks, KafkaOpts: []kgo.Opt{kgo.WithHooks(kafkaMetrics)}})
+		Registerer: reg, Log: log, KafkaOpts: []kgo.Opt{kgo.WithHooks(kafkaMetrics)}})
 	if err != nil {
 		return err
 	}
