@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/internal/cli"
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/ingress"
 	"github.com/dedupio/dedup/internal/ops"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -50,7 +51,7 @@ func commands() cli.Table {
 			Summary: "run RunActivityWorkflow and its activities (docs/worker.md)",
 			Usage:   "--config FILE",
 			Example: "dedup worker --config dedup.yaml",
-			Flags: withConfig(func(ctx context.Context, cfg app.Config, _ cli.Invocation) (any, int, error) {
+			Flags: withConfig(func(ctx context.Context, cfg config.Config, _ cli.Invocation) (any, int, error) {
 				return nil, 0, stopped(ctx, app.RunWorker(ctx, cfg, nil))
 			}),
 		},
@@ -59,7 +60,7 @@ func commands() cli.Table {
 			Summary: "the HTTP ingress: POST /v1/events, GET /v1/workflows/{id}",
 			Usage:   "--config FILE",
 			Example: "dedup ingress --config dedup.yaml",
-			Flags: withConfig(func(ctx context.Context, cfg app.Config, _ cli.Invocation) (any, int, error) {
+			Flags: withConfig(func(ctx context.Context, cfg config.Config, _ cli.Invocation) (any, int, error) {
 				return nil, 0, stopped(ctx, ingress.Run(ctx, cfg, ingress.RunOptions{}))
 			}),
 		},
@@ -68,7 +69,7 @@ func commands() cli.Table {
 			Summary: "apply the ledger migrations and exit",
 			Usage:   "--config FILE",
 			Example: "dedup migrate --config dedup.yaml",
-			Flags: withConfig(func(ctx context.Context, cfg app.Config, _ cli.Invocation) (any, int, error) {
+			Flags: withConfig(func(ctx context.Context, cfg config.Config, _ cli.Invocation) (any, int, error) {
 				return nil, 0, ledger.MigrateCommand(ctx, cfg.Postgres)
 			}),
 		},
@@ -104,7 +105,7 @@ func commands() cli.Table {
 // withConfig declares --config and runs do with the config it names. A
 // config that does not load is a usage error (exit code 2); an error of
 // do, a failure (1). It takes no positional arguments.
-func withConfig(do func(ctx context.Context, cfg app.Config, inv cli.Invocation) (any, int, error)) func(fs *flag.FlagSet) cli.Run {
+func withConfig(do func(ctx context.Context, cfg config.Config, inv cli.Invocation) (any, int, error)) func(fs *flag.FlagSet) cli.Run {
 	return func(fs *flag.FlagSet) cli.Run {
 		path := fs.String("config", "dedup.yaml", "config file (YAML)")
 		return func(ctx context.Context, inv cli.Invocation) (any, int, error) {
@@ -119,11 +120,11 @@ func withConfig(do func(ctx context.Context, cfg app.Config, inv cli.Invocation)
 
 // loadConfig loads the config of a command that takes no positional
 // arguments.
-func loadConfig(path string, args []string) (app.Config, error) {
+func loadConfig(path string, args []string) (config.Config, error) {
 	if len(args) > 0 {
-		return app.Config{}, fmt.Errorf("unexpected arguments %q (flags only)", args)
+		return config.Config{}, fmt.Errorf("unexpected arguments %q (flags only)", args)
 	}
-	return app.LoadConfig(path)
+	return config.Load(path)
 }
 
 func scheduleCommand(verb string) cli.Command {
@@ -138,7 +139,7 @@ func scheduleCommand(verb string) cli.Command {
 				if len(inv.Args) != 1 || inv.Args[0] == "" {
 					return nil, cli.ExitUsage, errors.New("usage: dedup schedule " + verb + " --config FILE NAME (one trigger name)")
 				}
-				cfg, err := app.LoadConfig(*path)
+				cfg, err := config.Load(*path)
 				if err != nil {
 					return nil, cli.ExitUsage, err
 				}

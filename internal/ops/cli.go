@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dedupio/dedup/internal/app"
 	"github.com/dedupio/dedup/internal/cli"
+	"github.com/dedupio/dedup/internal/config"
 )
 
 // Exit codes. They are dedup's shared ones (internal/cli), read as an
@@ -60,7 +60,7 @@ func commandsWith(setup func(*Tool)) []cli.Command {
 				timeout := fs.Duration("timeout", cmp.Or(c.timeout, 2*time.Minute), "give up after this long")
 				runCmd := c.flags(fs)
 				return func(ctx context.Context, inv cli.Invocation) (any, int, error) {
-					cfg, err := app.LoadConfig(*path)
+					cfg, err := config.Load(*path)
 					if err != nil {
 						return nil, ExitError, err
 					}
@@ -122,7 +122,7 @@ func planFlags(fs *flag.FlagSet) func() (dryRun bool, err error) {
 
 // toolLogger logs to stderr in the config's format, at info at least:
 // what a command changes is always logged.
-func toolLogger(c app.LogConfig, stderr io.Writer) *slog.Logger {
+func toolLogger(c config.LogConfig, stderr io.Writer) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(c.Level))
 	opts := &slog.HandlerOptions{Level: min(lvl, slog.LevelInfo)}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/dial"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -147,7 +147,7 @@ func (t *Tool) Purge(ctx context.Context, olderThan time.Duration, dryRun bool) 
 	if err != nil {
 		return refuse(err)
 	}
-	h, err := app.ReadHorizon(ctx, t.cfg, olderThan, tc, adm)
+	h, err := dial.ReadHorizon(ctx, t.cfg, olderThan, tc, adm)
 	if err != nil {
 		return refuse(fmt.Errorf("cannot check the replay horizon, so not purging: %w", err))
 	}

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
@@ -43,7 +43,7 @@ type fixture struct {
 	t   *testing.T
 	cl  *kgo.Client
 	adm *kadm.Client
-	cfg app.Config
+	cfg config.Config
 	led *ledger.Postgres
 }
 
@@ -63,7 +63,7 @@ func newFixture(t *testing.T) *fixture {
 	if err := ledger.Migrate(context.Background(), url); err != nil {
 		t.Fatal(err)
 	}
-	cfg := app.DefaultConfig()
+	cfg := config.Default()
 	cfg.Kafka.Brokers = c.ListenAddrs()
 	cfg.Kafka.Group = "dedup-ops"
 	cfg.Kafka.Topics = []string{topic}

@@ -1,7 +1,11 @@
-// Package app wires dedup's components from a config file: the part of
-// cmd/dedup that integration/cmd/devstack shares. It binds the file and the
-// environment; the components themselves only see their Config structs.
-package app
+// Package config reads dedup's config file: the file over the defaults,
+// ${VAR} references in values expanded from the environment, the *_file
+// secrets read, unknown keys refused, and every section validated with
+// errors that name the setting. The components themselves only see their
+// own sections (processor.Config, ledger.Config, starter.Config, ...); the
+// commands that wire them (internal/app, internal/ops, internal/ingress)
+// share this package.
+package config
 
 import (
 	"bytes"
@@ -92,8 +96,8 @@ type LogConfig struct {
 	Level  string `yaml:"level"`  // debug, info, warn, error
 }
 
-// DefaultConfig is every default; the file overrides what it names.
-func DefaultConfig() Config {
+// Default is every default; the file overrides what it names.
+func Default() Config {
 	return Config{
 		Kafka:    processor.DefaultConfig(),
 		EventID:  eventid.DefaultConfig(),
@@ -110,27 +114,27 @@ func DefaultConfig() Config {
 	}
 }
 
-// LoadConfig reads a YAML file over the defaults. ${VAR} references in
+// Load reads a YAML file over the defaults. ${VAR} references in
 // values are expanded from the environment (ExpandEnv); postgres.url_file
 // fills postgres.url, and DATABASE_URL fills it when the file sets
 // neither. Unknown keys are errors.
-func LoadConfig(path string) (Config, error) {
+func Load(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("reading config: %w", err)
 	}
-	return ParseConfig(b)
+	return Parse(b)
 }
 
-// ParseConfig is LoadConfig on bytes.
-func ParseConfig(b []byte) (Config, error) {
-	cfg := DefaultConfig()
+// Parse is LoadConfig on bytes.
+func Parse(b []byte) (Config, error) {
+	cfg := Default()
 	// Unknown keys: yaml's own check, on the file as written (expansion
 	// never touches keys). Only its "not found" errors count here: a
 	// ${VAR} in a number's place is a type error until it is expanded.
 	strict := yaml.NewDecoder(bytes.NewReader(b))
 	strict.KnownFields(true)
-	shadow := DefaultConfig()
+	shadow := Default()
 	if err := strict.Decode(&shadow); err != nil {
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {

@@ -1,4 +1,4 @@
-package app
+package dial
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/internal/config"
 )
 
 // TestTemporalAPIKeyNeverInPlaintext: with temporal.api_key and no
@@ -22,7 +24,7 @@ func TestTemporalAPIKeyNeverInPlaintext(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = ln.Close() }()
-		cfg := DefaultConfig()
+		cfg := config.Default()
 		cfg.Temporal.HostPort = ln.Addr().String()
 		cfg.Temporal.APIKey = apiKey
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -30,7 +32,7 @@ func TestTemporalAPIKeyNeverInPlaintext(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			if tc, err := dialTemporal(ctx, cfg, slog.New(slog.DiscardHandler), nil); err == nil {
+			if tc, err := DialTemporal(ctx, cfg, slog.New(slog.DiscardHandler), nil); err == nil {
 				tc.Close()
 			}
 		}()

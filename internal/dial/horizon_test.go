@@ -1,4 +1,4 @@
-package app
+package dial
 
 import (
 	"context"
@@ -17,12 +17,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/processor"
 )
 
 // The horizon check reads every namespace the routes start workflows in.
 func TestRouteNamespaces(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Temporal.Namespace = "main"
 	cfg.Routes = processor.Routes{{ID: "a"}, {ID: "b", Namespace: "other"}, {ID: "c", Namespace: "main"}, {ID: "d", Namespace: "other"}}
 	if got := routeNamespaces(cfg); !slices.Equal(got, []string{"main", "other"}) {
@@ -78,7 +79,7 @@ func TestHorizonCountsTheSegmentSpan(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Kafka.Topics = []string{"orders", "signups"}
 	cfg.Routes = processor.Routes{{ID: "a", IDReusePolicy: processor.ReuseRejectDuplicate}}
 	// The ledger remembers 10 days, Temporal a day: longer than retention.ms
@@ -119,7 +120,7 @@ func TestHorizonCompactedTopicKeepsForever(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Kafka.Topics = []string{"profiles", "orders"}
 	cfg.Routes = processor.Routes{{ID: "a", IDReusePolicy: processor.ReuseRejectDuplicate}}
 	h, err := ReadHorizon(ctx, cfg, 365*day, namespaceOf{retention: day}, adm)

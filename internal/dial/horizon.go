@@ -1,4 +1,4 @@
-package app
+package dial
 
 import (
 	"context"
@@ -15,12 +15,13 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
 // routeNamespaces are the namespaces the routes start workflows in, in
 // route order, each once.
-func routeNamespaces(cfg Config) []string {
+func routeNamespaces(cfg config.Config) []string {
 	var out []string
 	for _, rt := range cfg.Routes {
 		ns := rt.Namespace
@@ -34,19 +35,19 @@ func routeNamespaces(cfg Config) []string {
 	return out
 }
 
-// checkHorizon reads the namespaces' and the topics' retention and checks
+// CheckHorizon reads the namespaces' and the topics' retention and checks
 // the horizon at start. It only asks when the ledger purges (postgres.
 // retention > 0) and the operator has not accepted a short horizon. What
 // cannot be read is logged, not fatal: dedup starts while Temporal or
 // Kafka is down.
-func checkHorizon(ctx context.Context, cfg Config, tc client.Client, log *slog.Logger, kopts ...kgo.Opt) error {
+func CheckHorizon(ctx context.Context, cfg config.Config, tc client.Client, log *slog.Logger, kopts ...kgo.Opt) error {
 	if cfg.Postgres.Retention == 0 || cfg.Postgres.AcceptShortHorizon {
 		return nil
 	}
 	h := ledger.Horizon{Ledger: cfg.Postgres.Retention, OnlyLedger: onlyLedger(cfg)}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ns, err := namespaceRetention(ctx, cfg, tc)
+	ns, err := NamespaceRetention(ctx, cfg, tc)
 	if err != nil {
 		log.Warn("cannot read the namespace retention; the replay horizon is not checked", "err", err)
 		return nil
@@ -75,12 +76,12 @@ func checkHorizon(ctx context.Context, cfg Config, tc client.Client, log *slog.L
 // the check at start, it fails when any of it cannot be read: its callers
 // are about to forget rows (dedup ledger purge), which is only safe on a
 // complete answer.
-func ReadHorizon(ctx context.Context, cfg Config, ledgerMemory time.Duration, tc client.Client, adm *kadm.Client) (ledger.Horizon, error) {
+func ReadHorizon(ctx context.Context, cfg config.Config, ledgerMemory time.Duration, tc client.Client, adm *kadm.Client) (ledger.Horizon, error) {
 	h := ledger.Horizon{Ledger: ledgerMemory, OnlyLedger: onlyLedger(cfg)}
 	if h.Ledger == 0 {
 		h.Ledger = ledger.Forever
 	}
-	ns, err := namespaceRetention(ctx, cfg, tc)
+	ns, err := NamespaceRetention(ctx, cfg, tc)
 	if err != nil {
 		return h, err
 	}
@@ -97,12 +98,12 @@ func ReadHorizon(ctx context.Context, cfg Config, ledgerMemory time.Duration, tc
 }
 
 // onlyLedger says whether a route's repeats only the ledger refuses for
-// good (ledgerOnlyRoutes: an allow_* reuse policy, a signal route).
-func onlyLedger(cfg Config) bool { return len(ledgerOnlyRoutes(cfg)) > 0 }
+// good (config.LedgerOnlyRoutes: an allow_* reuse policy, a signal route).
+func onlyLedger(cfg config.Config) bool { return len(config.LedgerOnlyRoutes(cfg)) > 0 }
 
-// namespaceRetention is the shortest workflow execution retention of the
+// NamespaceRetention is the shortest workflow execution retention of the
 // routes' namespaces: the one that forgets first decides.
-func namespaceRetention(ctx context.Context, cfg Config, tc client.Client) (time.Duration, error) {
+func NamespaceRetention(ctx context.Context, cfg config.Config, tc client.Client) (time.Duration, error) {
 	ret := ledger.Forever
 	for _, name := range routeNamespaces(cfg) {
 		ns, err := tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: name})

@@ -1,16 +1,12 @@
-package app
+package config
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/url"
 	"slices"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor"
 )
@@ -191,10 +187,4 @@ func (c Config) IngressMaxBody() int {
 		return c.Ingress.MaxBodyBytes
 	}
 	return c.Kafka.MaxValueBytes
-}
-
-// CheckKafka is the start-up check of the Kafka settings (checkKafka) for
-// the producers' clients: a refused login or TLS handshake stops start-up.
-func CheckKafka(ctx context.Context, cfg Config, log *slog.Logger, kopts []kgo.Opt) error {
-	return checkKafka(ctx, cfg, log, kopts)
 }

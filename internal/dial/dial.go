@@ -1,4 +1,4 @@
-package app
+package dial
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/dedupio/dedup/connect/clienttls"
 	"github.com/dedupio/dedup/connect/dialguard"
+	"github.com/dedupio/dedup/internal/config"
 )
 
 // This file checks dedup's connections at start and says why a refused
@@ -29,7 +30,7 @@ import (
 // Kafka client takes processor.Config.ClientOpts, every Temporal client
 // starter.Config.ClientOptions.
 
-// checkKafka asks each seed broker for metadata, with the clients'
+// CheckKafka asks each seed broker for metadata, with the clients'
 // options, before any client of the router connects. A refused login
 // (SASL) or a TLS handshake that fails (a certificate that does not
 // verify, a client certificate the broker wants or refuses, plaintext at a
@@ -37,7 +38,7 @@ import (
 // error naming the broker and the mechanism, rather than a consumer that
 // retries it forever. A broker that does not answer is not an error:
 // dedup starts while Kafka is down, and its clients retry.
-func checkKafka(ctx context.Context, cfg Config, log *slog.Logger, kopts []kgo.Opt) error {
+func CheckKafka(ctx context.Context, cfg config.Config, log *slog.Logger, kopts []kgo.Opt) error {
 	if cfg.Kafka.TLS.InsecureSkipVerify {
 		log.Warn("kafka.tls.insecure_skip_verify is set: the brokers' certificates are NOT verified; anyone on the network path can pose as Kafka, read the events and the credentials sent over it",
 			"brokers", cfg.Kafka.Brokers)
@@ -122,7 +123,7 @@ func (e *saslError) Unwrap() error { return e.err }
 
 // permanentKafkaError says, naming the broker and the setting, why err
 // will not heal by retrying; nil when it may.
-func permanentKafkaError(cfg Config, seed string, err error) error {
+func permanentKafkaError(cfg config.Config, seed string, err error) error {
 	var (
 		se       *saslError
 		verify   *tls.CertificateVerificationError
@@ -166,9 +167,9 @@ func caName(c clienttls.Config) string {
 	return "the system's CA roots (set kafka.tls.ca_file for a private CA)"
 }
 
-// temporalOptions are the SDK client options for cfg's Temporal
+// TemporalOptions are the SDK client options for cfg's Temporal
 // (starter.Config.ClientOptions), with the metrics handler mh (nil: none).
-func temporalOptions(cfg Config, log *slog.Logger, mh client.MetricsHandler) (client.Options, error) {
+func TemporalOptions(cfg config.Config, log *slog.Logger, mh client.MetricsHandler) (client.Options, error) {
 	o, err := cfg.Temporal.ClientOptions(log)
 	if err == nil && mh != nil {
 		o.MetricsHandler = mh
@@ -176,12 +177,12 @@ func temporalOptions(cfg Config, log *slog.Logger, mh client.MetricsHandler) (cl
 	return o, err
 }
 
-// dialTemporal connects an SDK client to cfg's Temporal. When the dial
+// DialTemporal connects an SDK client to cfg's Temporal. When the dial
 // fails over TLS, a TLS handshake of its own says why, in terms of
 // temporal.tls: gRPC reports a refused client certificate as whatever its
 // next write met (a broken pipe).
-func dialTemporal(ctx context.Context, cfg Config, log *slog.Logger, mh client.MetricsHandler) (client.Client, error) {
-	o, err := temporalOptions(cfg, log, mh)
+func DialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, mh client.MetricsHandler) (client.Client, error) {
+	o, err := TemporalOptions(cfg, log, mh)
 	if err != nil {
 		return nil, err
 	}
