@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -25,6 +24,7 @@ import (
 	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
+	"github.com/dedupio/dedup/worker"
 	"github.com/dedupio/dedup/worker/tenants"
 )
 
@@ -49,30 +49,11 @@ type Config struct {
 	Ingress IngressConfig `yaml:"ingress"`
 }
 
-// WorkerConfig configures `dedup worker`, which runs RunActivityWorkflow.
+// WorkerConfig is the worker: section: the worker's own settings
+// (worker.Config, inline) and the tenants' task types (worker/tenants,
+// which imports package worker, so its section cannot live there).
 type WorkerConfig struct {
-	TaskQueue string `yaml:"task_queue"`
-	// WebhookURL receives webhook tasks that name no URL of their own.
-	WebhookURL string `yaml:"webhook_url"`
-	// KeyLease and KeyTTL tune the idempotency key store: how long a key
-	// whose holder stopped renewing it (crashed) stays blocked before a
-	// retry may take it over (a live holder renews it every third of it),
-	// and how long outcomes are kept (how late a re-run still adopts them).
-	KeyLease time.Duration `yaml:"key_lease"`
-	KeyTTL   time.Duration `yaml:"key_ttl"`
-	// AdminListen is the worker's admin port (/metrics, /livez, /readyz;
-	// /debug/pprof with admin.pprof): a key of its own, so that one config
-	// file serves a router and a worker on one host without their ports
-	// colliding. Keep it off public interfaces; empty disables it.
-	AdminListen string `yaml:"admin_listen"`
-	// StopTimeout is how long a stopping worker (SIGTERM) lets the
-	// activities it runs finish and report before it cancels them (the
-	// SDK's WorkerStopTimeout). Cancelled, an activity's attempt is lost
-	// and Temporal retries it after its timeout (a webhook cut short is
-	// posted again, under its key). Keep it under the time the process
-	// is given to stop (the worker pod's terminationGracePeriodSeconds,
-	// 45s); 0 cancels them at once.
-	StopTimeout time.Duration `yaml:"stop_timeout"`
+	worker.Config `yaml:",inline"`
 	// Tenants registers the audit seed's five task types
 	// (create_tenant_schema, run_migrations, send_welcome_email,
 	// drop_tenant_schema, soft_delete_tenant; package worker/tenants),
@@ -99,16 +80,15 @@ type LogConfig struct {
 // Default is every default; the file overrides what it names.
 func Default() Config {
 	return Config{
-		Kafka:    processor.DefaultConfig(),
-		EventID:  eventid.DefaultConfig(),
-		Starts:   processor.DefaultConfig().Starts,
-		Retry:    processor.DefaultConfig().Retry,
-		Postgres: ledger.DefaultConfig(),
-		Temporal: starter.DefaultConfig(),
-		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
-		Log:      LogConfig{Format: "json", Level: "info"},
-		Worker: WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour, AdminListen: "127.0.0.1:9465",
-			StopTimeout: 30 * time.Second, Tenants: tenants.DefaultConfig()},
+		Kafka:     processor.DefaultConfig(),
+		EventID:   eventid.DefaultConfig(),
+		Starts:    processor.DefaultConfig().Starts,
+		Retry:     processor.DefaultConfig().Retry,
+		Postgres:  ledger.DefaultConfig(),
+		Temporal:  starter.DefaultConfig(),
+		Admin:     AdminConfig{Listen: "127.0.0.1:9464"},
+		Log:       LogConfig{Format: "json", Level: "info"},
+		Worker:    WorkerConfig{Config: worker.DefaultConfig(), Tenants: tenants.DefaultConfig()},
 		Ingress:   DefaultIngressConfig(),
 		Schedules: schedule.DefaultConfig(),
 	}
@@ -400,11 +380,8 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("log.level: %q, want debug, info, warn or error", c.Log.Level)
 	}
-	if c.Worker.TaskQueue == "" || c.Worker.KeyLease <= 0 || c.Worker.KeyTTL <= 0 {
-		return errors.New("worker.task_queue, key_lease, key_ttl: want non-empty and > 0")
-	}
-	if c.Worker.StopTimeout < 0 {
-		return fmt.Errorf("worker.stop_timeout: %s, want >= 0", c.Worker.StopTimeout)
+	if err := c.Worker.Config.Validate(); err != nil {
+		return err
 	}
 	if err := c.Worker.Tenants.Validate("worker.tenants"); err != nil {
 		return err
