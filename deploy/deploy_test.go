@@ -785,7 +785,7 @@ func checkSecretMount(t *testing.T, name string, tmpl map[string]any, key, file 
 // checkIngressMemory: the ingress's memory limit holds its stated bound,
 // 4 x ingress.limits.max_concurrent x max body (bodies being read: 2 x
 // max_concurrent; requests answered: a body and its copy in the producer's
-// batch) + 64 MiB of baseline (config.IngressLimits), under GOMEMLIMIT.
+// batch) + 64 MiB of baseline (ingressconfig.Limits), under GOMEMLIMIT.
 func checkIngressMemory(t *testing.T, name string, tmpl map[string]any, cfg config.Config) {
 	t.Helper()
 	var gml string

@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dedupio/dedup/connect/secretfile"
+	"github.com/dedupio/dedup/internal/ingress/ingressconfig"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/schedule"
@@ -46,7 +47,7 @@ type Config struct {
 	Schedules schedule.Config `yaml:"schedules"`
 	// Ingress configures `dedup ingress` and the producer client (package
 	// client): ingress.go.
-	Ingress IngressConfig `yaml:"ingress"`
+	Ingress ingressconfig.Config `yaml:"ingress"`
 }
 
 // WorkerConfig is the worker: section: the worker's own settings
@@ -89,7 +90,7 @@ func Default() Config {
 		Admin:     AdminConfig{Listen: "127.0.0.1:9464"},
 		Log:       LogConfig{Format: "json", Level: "info"},
 		Worker:    WorkerConfig{Config: worker.DefaultConfig(), Tenants: tenants.DefaultConfig()},
-		Ingress:   DefaultIngressConfig(),
+		Ingress:   ingressconfig.Default(),
 		Schedules: schedule.DefaultConfig(),
 	}
 }
