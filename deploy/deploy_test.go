@@ -28,7 +28,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/config"
 )
 
 func readYAML(t *testing.T, path string, v any) {
@@ -55,12 +55,12 @@ func checkImage(t *testing.T, where, image string) {
 // every address a process serves (the routers', the worker's and the
 // ingress's admin ports, the ingress's API) listens beyond the loopback
 // interface, for Prometheus, probes and the ingress's clients.
-func validate(t *testing.T, where string, doc []byte, env map[string]string) app.Config {
+func validate(t *testing.T, where string, doc []byte, env map[string]string) config.Config {
 	t.Helper()
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	cfg, err := app.ParseConfig(doc)
+	cfg, err := config.Parse(doc)
 	if err != nil {
 		t.Errorf("%s: dedup rejects its config: %v", where, err)
 		return cfg
@@ -785,8 +785,8 @@ func checkSecretMount(t *testing.T, name string, tmpl map[string]any, key, file 
 // checkIngressMemory: the ingress's memory limit holds its stated bound,
 // 4 x ingress.limits.max_concurrent x max body (bodies being read: 2 x
 // max_concurrent; requests answered: a body and its copy in the producer's
-// batch) + 64 MiB of baseline (app.IngressLimits), under GOMEMLIMIT.
-func checkIngressMemory(t *testing.T, name string, tmpl map[string]any, cfg app.Config) {
+// batch) + 64 MiB of baseline (ingressconfig.Limits), under GOMEMLIMIT.
+func checkIngressMemory(t *testing.T, name string, tmpl map[string]any, cfg config.Config) {
 	t.Helper()
 	var gml string
 	for _, e := range list(get(tmpl, "spec", "containers", 0, "env")) {

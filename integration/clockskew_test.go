@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/config"
 )
 
 // skewedBin builds dedup with a wall clock that DEDUP_WALL_CLOCK_SKEW (in
@@ -93,7 +93,7 @@ func TestFaultClockSkew(t *testing.T) {
 	}
 	const sixHours = "21600"
 	runScenario(t, scenario{spec: baseSpec(31), routers: 1, bad: poison(),
-		cfg: func(c *app.Config) {
+		cfg: func(c *config.Config) {
 			c.Postgres.Retention = time.Hour
 			c.Postgres.PurgeInterval = time.Second
 			c.Postgres.AcceptShortHorizon = true

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/internal/demo/workload"
 )
 
 // TestCrashBetweenClaimAndStart runs the router as a real process that

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 )

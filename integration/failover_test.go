@@ -12,8 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/internal/testsupport/pgcluster"
-	"github.com/dedupio/dedup/internal/testsupport/workload"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -247,7 +248,7 @@ func ledgerFailover(t *testing.T, sync bool) {
 
 // startupError runs a router with cfg and returns its start-up error; it
 // fails the test if the router starts.
-func startupError(t *testing.T, cfg app.Config) string {
+func startupError(t *testing.T, cfg config.Config) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

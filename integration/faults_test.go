@@ -18,8 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/grpc/codes"
 
-	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -41,7 +41,7 @@ type scenario struct {
 	bad []badRecord
 	// setup runs once the env's topics exist, before anything is produced.
 	setup func(e *env)
-	cfg   func(*app.Config)
+	cfg   func(*config.Config)
 	// fault runs once the routers are up and the second half of the
 	// workload is being produced.
 	fault func(s *run)
@@ -58,7 +58,7 @@ type badRecord struct {
 type run struct {
 	t     *testing.T
 	e     *env
-	cfg   app.Config
+	cfg   config.Config
 	procs []*proc
 	mu    sync.Mutex
 }
@@ -213,7 +213,7 @@ func TestFaultKillAfterStart(t *testing.T) {
 func TestFaultStartOutcomeUnknown(t *testing.T) {
 	var late int
 	runScenario(t, scenario{spec: baseSpec(13), routers: 2,
-		cfg: func(c *app.Config) { c.Temporal.StartTimeout = 500 * time.Millisecond },
+		cfg: func(c *config.Config) { c.Temporal.StartTimeout = 500 * time.Millisecond },
 		fault: func(s *run) {
 			_, before := faults.Counts()
 			faults.AnswerLate(s.e.namespace, 40, 1500*time.Millisecond)
@@ -567,7 +567,7 @@ func TestFaultOversized(t *testing.T) {
 				t.Fatalf("setting the dead-letter topic's max.message.bytes: %v", err)
 			}
 		},
-		cfg: func(c *app.Config) { c.Kafka.MaxValueBytes = 16 << 10 }})
+		cfg: func(c *config.Config) { c.Kafka.MaxValueBytes = 16 << 10 }})
 	dead := map[string]*kgo.Record{}
 	for _, d := range s.e.deadLetters() {
 		dead[string(d.Key)] = d

@@ -26,7 +26,8 @@ import (
 
 	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
@@ -219,8 +220,8 @@ func newEnv(t *testing.T, partitions int) *env {
 
 // config is a router config for this env: order.created to one activity,
 // user.signed_up to two, audit.logged to none.
-func (e *env) config() app.Config {
-	cfg := app.DefaultConfig()
+func (e *env) config() config.Config {
+	cfg := config.Default()
 	cfg.Kafka.Brokers = stack.Brokers()
 	cfg.Kafka.Group = e.group
 	cfg.Kafka.Topics = []string{e.topic}
@@ -271,7 +272,7 @@ type router struct {
 	done   chan error
 }
 
-func (e *env) startRouter(cfg app.Config) *router {
+func (e *env) startRouter(cfg config.Config) *router {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &router{reg: prometheus.NewRegistry(), cancel: cancel, done: make(chan error, 1)}
@@ -436,7 +437,7 @@ func (e *env) dlqReasons() map[string]int {
 }
 
 // writeConfig writes cfg as a YAML file for a router process.
-func (e *env) writeConfig(cfg app.Config) string {
+func (e *env) writeConfig(cfg config.Config) string {
 	e.t.Helper()
 	b, err := yaml.Marshal(cfg)
 	if err != nil {
@@ -447,7 +448,7 @@ func (e *env) writeConfig(cfg app.Config) string {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := app.LoadConfig(path); err != nil {
+	if _, err := config.Load(path); err != nil {
 		e.t.Fatalf("written config does not load: %v\n%s", err, b)
 	}
 	return path

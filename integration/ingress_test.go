@@ -27,7 +27,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/dedupio/dedup/client"
-	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/dial"
 	"github.com/dedupio/dedup/internal/ingress"
 	"github.com/dedupio/dedup/schemas"
 )
@@ -45,7 +46,7 @@ type ingressRun struct {
 	done   chan error
 }
 
-func (e *env) startIngress(cfg app.Config, locked func(string)) *ingressRun {
+func (e *env) startIngress(cfg config.Config, locked func(string)) *ingressRun {
 	e.t.Helper()
 	cfg.Ingress.Listen, cfg.Ingress.AdminListen = "127.0.0.1:0", ""
 	ctx, cancel := context.WithCancel(context.Background())
@@ -166,7 +167,7 @@ func TestIngressSameKeyOneRun(t *testing.T) {
 	st := waitRun(t, in.url, wid)
 
 	// The Go client, with the routers' config: same IDs, same run.
-	gc, err := app.OpenClient(ctx, cfg, nil)
+	gc, err := dial.OpenClient(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -637,7 +638,7 @@ func TestDirectProducerCannotImpersonateTenant(t *testing.T) {
 
 // useTenantKeys gives cfg a tenant keyring in dir, which the ingress
 // and the routers read.
-func useTenantKeys(t *testing.T, cfg *app.Config, dir string) {
+func useTenantKeys(t *testing.T, cfg *config.Config, dir string) {
 	t.Helper()
 	path := dir + "/tenant-keys.yaml"
 	if err := os.WriteFile(path, []byte("keys: [{id: k1, secret: "+testTenantSecret+"}]\n"), 0o600); err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/processor/schedule"
 )
 

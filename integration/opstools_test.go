@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/sdk/client"
 
+	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/internal/ops"
-	"github.com/dedupio/dedup/internal/testsupport/workload"
 )
 
 // opsRun runs `dedup ARGS --config CONFIG --output json` and returns its

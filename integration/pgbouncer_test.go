@@ -14,8 +14,8 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/internal/testsupport/pgbouncer"
-	"github.com/dedupio/dedup/internal/testsupport/workload"
 	"github.com/dedupio/dedup/sink/ledger/pooler"
 )
 

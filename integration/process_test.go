@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/testsupport/promtext"
 )
 
@@ -26,13 +26,13 @@ type proc struct {
 }
 
 // spawn starts a router process with cfg, on an admin port of its own.
-func (e *env) spawn(name string, cfg app.Config, extraEnv ...string) *proc {
+func (e *env) spawn(name string, cfg config.Config, extraEnv ...string) *proc {
 	e.t.Helper()
 	return e.spawnBin(dedupBin, name, cfg, extraEnv...)
 }
 
 // spawnBin is spawn with another build of dedup.
-func (e *env) spawnBin(bin, name string, cfg app.Config, extraEnv ...string) *proc {
+func (e *env) spawnBin(bin, name string, cfg config.Config, extraEnv ...string) *proc {
 	e.t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/sink/starter"
@@ -111,7 +112,7 @@ func TestStartedWorkflowsAreFoundByTheirRecordInTemporal(t *testing.T) {
 
 // startRun runs app.Run in the background: ready when it polls, done
 // with its error.
-func startRun(cfg app.Config) (ready chan string, done chan error, stop context.CancelFunc) {
+func startRun(cfg config.Config) (ready chan string, done chan error, stop context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready, done = make(chan string, 1), make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -23,6 +23,7 @@ import (
 
 	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/app"
+	dedupconfig "github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/testsupport/testpki"
 )
 
@@ -140,7 +141,7 @@ log: {level: debug}
 	}
 	mtls := fmt.Sprintf("{ca_file: %s, cert_file: %s, key_file: %s, server_name: localhost}", caFile, cliCert, cliKey)
 	const apiKeyEnv = "api_key: ${DEDUP_TEST_TEMPORAL_API_KEY}"
-	cfg, err := app.ParseConfig([]byte(config(mtls, apiKeyEnv)))
+	cfg, err := dedupconfig.Parse([]byte(config(mtls, apiKeyEnv)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ log: {level: debug}
 	case <-time.After(time.Minute):
 		t.Fatal("router not up after a minute")
 	}
-	kopts, err := app.KafkaOpts(cfg)
+	kopts, err := cfg.Kafka.ClientOpts()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ log: {level: debug}
 			w("other-ca.pem", testpki.NewCA(t, "other").CertPEM), cliCert, cliKey), "temporal.tls: the server's certificate does not verify against temporal.tls.ca_file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := app.ParseConfig([]byte(config(tc.tls, apiKeyEnv)))
+			cfg, err := dedupconfig.Parse([]byte(config(tc.tls, apiKeyEnv)))
 			if err != nil {
 				t.Fatal(err)
 			}

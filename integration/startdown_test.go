@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/dedupio/dedup/integration/devstack"
-	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/demo/workload"
 )
 
 // Start-up with dependencies down (issue 20): `dedup run` (and `dedup
@@ -76,7 +76,7 @@ func (l *logBuffer) count(msg, dep string) int {
 
 // spawnLogged starts `dedup run` or `dedup worker` with cfg, on an admin
 // port of its own, keeping its log (also copied to stderr).
-func (e *env) spawnLogged(name, sub string, cfg app.Config) (*proc, *logBuffer) {
+func (e *env) spawnLogged(name, sub string, cfg config.Config) (*proc, *logBuffer) {
 	e.t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -363,12 +363,12 @@ func TestStartRefusedExits(t *testing.T) {
 	e := newEnv(t, 1)
 	cases := []struct {
 		sub  string
-		cfg  func(*app.Config)
+		cfg  func(*config.Config)
 		want string
 	}{
-		{"run", func(c *app.Config) { c.Temporal.Namespace = "no-such-namespace" }, `temporal.namespace "no-such-namespace": no such namespace`},
-		{"worker", func(c *app.Config) { c.Temporal.Namespace = "no-such-namespace" }, `temporal.namespace "no-such-namespace": no such namespace`},
-		{"run", func(c *app.Config) { c.Postgres.URL = strings.Replace(e.dbURL, "/dedup_", "/no_such_", 1) }, "postgres.url: the database does not exist"},
+		{"run", func(c *config.Config) { c.Temporal.Namespace = "no-such-namespace" }, `temporal.namespace "no-such-namespace": no such namespace`},
+		{"worker", func(c *config.Config) { c.Temporal.Namespace = "no-such-namespace" }, `temporal.namespace "no-such-namespace": no such namespace`},
+		{"run", func(c *config.Config) { c.Postgres.URL = strings.Replace(e.dbURL, "/dedup_", "/no_such_", 1) }, "postgres.url: the database does not exist"},
 	}
 	if stack.Postgres == nil {
 		cases = cases[:2] // DATABASE_URL given: its URL form is not ours to rewrite
@@ -381,7 +381,7 @@ func TestStartRefusedExits(t *testing.T) {
 		logs.mu.Lock()
 		out := logs.b.String()
 		logs.mu.Unlock()
-		if code != 1 || !strings.Contains(out, "dedup: "+c.want) {
+		if code != 1 || !strings.Contains(out, "dedup "+c.sub+": "+c.want) {
 			t.Errorf("dedup %s: exit %d, want 1 with %q; it said:\n%s", c.sub, code, c.want, out)
 		}
 	}

@@ -14,8 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/dedupio/dedup/internal/app"
-	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 )
@@ -149,7 +149,7 @@ func (x *txnTopic) endOpen() {
 
 // txnConfig is the env's router config for the layout: lag measured every
 // half second.
-func (e *env) txnConfig(isolation string) app.Config {
+func (e *env) txnConfig(isolation string) config.Config {
 	cfg := e.config()
 	cfg.Kafka.IsolationLevel = isolation
 	cfg.Kafka.LagInterval = 500 * time.Millisecond

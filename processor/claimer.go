@@ -49,7 +49,7 @@ type claimer struct {
 	m      *metrics
 	ledger Ledger
 	health *health
-	hooks  Hooks
+	hooks  hooks
 	starts *startPool
 	dlq    *deadLetterWriter
 	end    func(rec *record, ok bool)

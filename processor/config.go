@@ -86,8 +86,8 @@ type Config struct {
 
 	// TLS and SASL say how every Kafka client of dedup connects: the
 	// consumer, the dead-letter producer (the same client) and the admin
-	// clients. The router does not read them: the caller turns them into
-	// client options (internal/app kafkaOpts) and passes those to New.
+	// clients. New applies them to the router's client, and every other
+	// client takes them through ClientOpts (clientopts.go).
 	TLS  clienttls.Config `yaml:"tls"`
 	SASL kafkasasl.Config `yaml:"sasl"`
 	// AllowInsecure lets a Kafka credential cross the network unencrypted:

@@ -165,7 +165,7 @@ func TestReplayedCoordinatesEventKeepsItsIDOverRoundTrips(t *testing.T) {
 			const rounds = 3
 			for i := 0; i < rounds; i++ {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				res, err := replay.Run(ctx, replay.Options{Brokers: e.cluster.ListenAddrs(), DeadLetterTopics: []string{testTopic + ".dlq"},
+				res, err := replay.Run(ctx, replay.Options{Brokers: e.cluster.ListenAddrs(), IsolationLevel: replay.ReadCommitted, DeadLetterTopics: []string{testTopic + ".dlq"},
 					Idle: time.Second, Execute: true}, testLogger("replay"))
 				cancel()
 				fromSource := res.FromSource[string(decide.ReasonTemporalPermanent)] == res.Replayed[string(decide.ReasonTemporalPermanent)]
@@ -257,7 +257,7 @@ func TestDeadLetterOfARecordCarryingDedupHeadersIsReplayedToItsSourceTopic(t *te
 	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	res, err := replay.Run(ctx, replay.Options{Brokers: e.cluster.ListenAddrs(), DeadLetterTopics: []string{testTopic + ".dlq"},
+	res, err := replay.Run(ctx, replay.Options{Brokers: e.cluster.ListenAddrs(), IsolationLevel: replay.ReadCommitted, DeadLetterTopics: []string{testTopic + ".dlq"},
 		Idle: time.Second, Execute: true}, testLogger("replay"))
 	if err != nil || res.Replayed[string(decide.ReasonUndecodable)] != 1 {
 		t.Fatalf("replay: %v %+v", err, res)

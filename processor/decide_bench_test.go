@@ -3,7 +3,7 @@ package processor
 import (
 	"testing"
 
-	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/processor/decide"
 )
 

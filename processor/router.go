@@ -18,22 +18,6 @@ import (
 	"github.com/dedupio/dedup/processor/decide"
 )
 
-// Hooks let tests stop the router at chosen points, the way a crash would.
-// Test only: production wiring leaves them nil (dedup sets them only in a
-// build with -tags failpoints, cmd/dedup/failpoints.go).
-type Hooks struct {
-	// AfterClaim runs after a batch's claims are committed in the ledger
-	// and before any of its workflows is started.
-	AfterClaim func()
-	// AfterStart runs after a workflow start succeeded and before it is
-	// marked in the ledger or its offset committed.
-	AfterStart func()
-	// AfterSignal runs after a signal route's SignalWithStart succeeded
-	// and before the delivery is marked in the ledger or its offset
-	// committed (AfterStart does not run for deliveries).
-	AfterSignal func()
-}
-
 // Router consumes the topics as a member of the group and turns records
 // into workflow starts, exactly once per workflow ID. See doc.go. It is
 // the poll loop and the decoding of records into intents; everything else
@@ -88,11 +72,11 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Log is the router's logger; nil discards.
 	Log *slog.Logger
-	// KafkaOpts are extra Kafka client options (TLS, SASL, kprom hooks),
-	// applied after the router's own.
+	// KafkaOpts are extra Kafka client options (kprom hooks, a dialer of
+	// the caller's), applied after the router's own. The config's
+	// brokers, isolation level, TLS and SASL are applied by New
+	// (Config.ClientOpts): they need not be repeated here.
 	KafkaOpts []kgo.Opt
-	// Hooks are test-only stops (see Hooks); zero in production.
-	Hooks Hooks
 }
 
 // New validates cfg and o and creates the Kafka client; nothing is
@@ -109,7 +93,8 @@ func New(cfg Config, o Options) (*Router, error) {
 	case o.Starter == nil:
 		return nil, errors.New("processor.New: Options.Starter is nil")
 	}
-	ledger, dlqLog, starter, reg, log, hooks, extra := o.Ledger, o.DeadLetterLog, o.Starter, o.Registerer, o.Log, o.Hooks, o.KafkaOpts
+	ledger, dlqLog, starter, reg, log, extra := o.Ledger, o.DeadLetterLog, o.Starter, o.Registerer, o.Log, o.KafkaOpts
+	var hooks hooks // Run takes them from its context (failpoints.go: test builds only)
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
@@ -146,13 +131,17 @@ func New(cfg Config, o Options) (*Router, error) {
 	if cfg.ResetOffset == "latest" {
 		reset = kgo.NewOffset().AtEnd()
 	}
-	kopts := append([]kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
+	// cfg's connection (brokers, isolation level, TLS, SASL) first, then
+	// the router's own options, then the caller's.
+	kopts, err := cfg.ClientOpts()
+	if err != nil {
+		return nil, fmt.Errorf("creating kafka client: %w", err)
+	}
+	kopts = append(append(kopts, []kgo.Opt{
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(reset),
-		cfg.FetchIsolation(),
 		// Transaction markers come to the poll loop as control records,
 		// which finish at once (prepare): the committed offset then moves
 		// past a marker once everything before it finished, and the lag of
@@ -171,7 +160,7 @@ func New(cfg Config, o Options) (*Router, error) {
 		kgo.FetchMaxBytes(int32(cfg.FetchMaxBytes)),
 		kgo.ProducerBatchMaxBytes(int32(cfg.MaxValueBytes) + 64<<10),
 		kgo.RecordDeliveryTimeout(30 * time.Second),
-	}, extra...)
+	}...), extra...)
 	// SASL in o.KafkaOpts goes off this machine only over verified TLS,
 	// checked at each broker's dial, unless kafka.allow_insecure.
 	if kopts, err = dialguard.GuardKafka(kopts, cfg.AllowInsecure); err != nil {
@@ -226,6 +215,11 @@ func (r *Router) Ready() error {
 // to DrainTimeout, commits what finished, leaves the group and returns.
 // It returns early, with the error, when a dependency refuses for good.
 func (r *Router) Run(ctx context.Context) error {
+	// Test-only stops (failpoints.go; none in a build without -tags
+	// failpoints), before any loop runs.
+	if h := failpointsFrom(ctx); h.AfterClaim != nil || h.AfterStart != nil || h.AfterSignal != nil {
+		r.claims.hooks, r.starts.hooks = h, h
+	}
 	ctx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()
 	r.fatalMu.Lock()

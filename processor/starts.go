@@ -71,7 +71,7 @@ type startPool struct {
 	starter Starter
 	ledger  Ledger
 	health  *health
-	hooks   Hooks
+	hooks   hooks
 	dlq     *deadLetterWriter
 	end     func(rec *record, ok bool)
 	// fenced answers the ledger's fence (committer.fenced): the refused
@@ -93,7 +93,7 @@ type startPool struct {
 	closed bool
 }
 
-func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, ledger Ledger, h *health, hooks Hooks, dlq *deadLetterWriter,
+func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, ledger Ledger, h *health, hooks hooks, dlq *deadLetterWriter,
 	end func(*record, bool), workCtx context.Context) *startPool {
 	return &startPool{cfg: cfg, log: log, m: m, starter: starter, ledger: ledger, health: h, hooks: hooks, dlq: dlq, end: end,
 		workCtx: workCtx, starting: map[string]*job{},

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -22,8 +23,8 @@ import (
 //
 // Only test binaries have it (go build -tags failpoints); the shipped one
 // refuses the variable (nofailpoints.go).
-func failpoints(spec string) (processor.Hooks, error) {
-	var h processor.Hooks
+func failpoints(spec string) (crashPoints, error) {
+	var h crashPoints
 	if spec == "" {
 		return h, nil
 	}
@@ -54,4 +55,13 @@ func failpoints(spec string) (processor.Hooks, error) {
 		return h, fmt.Errorf("DEDUP_FAILPOINT %q: unknown failpoint (after-claim, after-start, after-signal)", spec)
 	}
 	return h, nil
+}
+
+// crashPoints are the router's test-only stops (processor.Failpoints,
+// only in this build).
+type crashPoints = processor.Failpoints
+
+// withCrashPoints returns ctx carrying h to the router's Run.
+func withCrashPoints(ctx context.Context, h crashPoints) context.Context {
+	return processor.WithFailpoints(ctx, h)
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -30,8 +31,8 @@ func TestFailpointsRefusedWithoutTag(t *testing.T) {
 // does not exist: reading it would be a different error) or dials anything.
 func TestRunRefusesFailpointWithoutTag(t *testing.T) {
 	t.Setenv("DEDUP_FAILPOINT", "after-claim:3")
-	err := run([]string{"run", "--config", filepath.Join(t.TempDir(), "missing.yaml")})
-	if !errors.Is(err, errNoFailpoints) {
-		t.Fatalf("run with DEDUP_FAILPOINT set: %v, want errNoFailpoints", err)
+	code, _, stderr := dedup("run", "--config", filepath.Join(t.TempDir(), "missing.yaml"))
+	if code != 2 || !strings.Contains(stderr, errNoFailpoints.Error()) {
+		t.Fatalf("run with DEDUP_FAILPOINT set: exit code %d, %q, want 2 and errNoFailpoints", code, stderr)
 	}
 }

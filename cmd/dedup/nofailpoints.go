@@ -3,9 +3,8 @@
 package main
 
 import (
+	"context"
 	"errors"
-
-	"github.com/dedupio/dedup/processor"
 )
 
 // errNoFailpoints is what a shipped binary says to DEDUP_FAILPOINT: a test
@@ -15,9 +14,16 @@ var errNoFailpoints = errors.New("DEDUP_FAILPOINT is set but this binary was bui
 
 // failpoints is the shipped binary's: no crash points, whatever the
 // environment says (the test build's is in failpoints.go).
-func failpoints(spec string) (processor.Hooks, error) {
+func failpoints(spec string) (crashPoints, error) {
 	if spec != "" {
-		return processor.Hooks{}, errNoFailpoints
+		return crashPoints{}, errNoFailpoints
 	}
-	return processor.Hooks{}, nil
+	return crashPoints{}, nil
 }
+
+// crashPoints are none in this build: the router has no test stops
+// (processor.Failpoints exists only with -tags failpoints).
+type crashPoints struct{ AfterClaim, AfterStart, AfterSignal func() }
+
+// withCrashPoints returns ctx as it is: there is nothing to carry.
+func withCrashPoints(ctx context.Context, _ crashPoints) context.Context { return ctx }

@@ -22,12 +22,12 @@ schedules:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := run([]string{"schedule", "pause", "weekly", "--config", cfg}); err == nil || !strings.Contains(err.Error(), `no trigger "weekly" (schedules.triggers: nightly)`) {
-		t.Errorf("unknown trigger: %v", err)
+	if code, _, err := dedup("schedule", "pause", "weekly", "--config", cfg); code == 0 || !strings.Contains(err, `no trigger "weekly" (schedules.triggers: nightly)`) {
+		t.Errorf("unknown trigger: %d %s", code, err)
 	}
 	for _, args := range [][]string{{"schedule"}, {"schedule", "stop", "nightly"}, {"schedule", "pause"}} {
-		if err := run(append(args, "--config", cfg)); err == nil || !strings.Contains(err.Error(), "usage") {
-			t.Errorf("%v: %v, want usage", args, err)
+		if code, _, err := dedup(append(args, "--config", cfg)...); code != 2 || !strings.Contains(err, "usage") {
+			t.Errorf("%v: %d %s, want usage", args, code, err)
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/internal/demo/workload"
 )
 
 func main() {

@@ -143,7 +143,7 @@ func KafkaDialer(tlsFor func(host string) *tls.Config, sasl, allowInsecure bool)
 // may tunnel, or do TLS itself): opts are returned as they are, as they
 // are when no SASL is set. kgo.Dialer(nil) is no dialer of the caller's
 // (franz-go's own plaintext one): it is guarded. dedup's own clients take KafkaDialer already
-// (internal/app kafkaOpts).
+// (processor.Config.ClientOpts).
 func GuardKafka(opts []kgo.Opt, allowInsecure bool) ([]kgo.Opt, error) {
 	probe, err := kgo.NewClient(opts...)
 	if err != nil {

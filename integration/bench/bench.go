@@ -50,7 +50,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"

@@ -18,9 +18,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/internal/testsupport/promtext"
-	"github.com/dedupio/dedup/internal/testsupport/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
@@ -679,7 +679,7 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 		return res, err
 	}
 	w = nil
-	cfg := app.DefaultConfig()
+	cfg := config.Default()
 	cfg.Kafka = e.routerConfig(topic)
 	cfg.Routes, cfg.EventID, cfg.Starts, cfg.Retry = cfg.Kafka.Routes, cfg.Kafka.EventID, cfg.Kafka.Starts, cfg.Kafka.Retry
 	cfg.Postgres.URL = url

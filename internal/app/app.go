@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -17,27 +16,17 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/dial"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
 )
 
-// NewLogger builds the process logger from the config.
-func NewLogger(c LogConfig) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(c.Level))
-	opts := &slog.HandlerOptions{Level: lvl}
-	if c.Format == "text" {
-		return slog.New(slog.NewTextHandler(os.Stderr, opts))
-	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
-}
-
 // Options are what a caller injects into Run.
 type Options struct {
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
-	Hooks    processor.Hooks
 	// Ready, if set, is closed once the admin port listens and the router
 	// is built (tests wait on it).
 	Ready chan<- string
@@ -51,13 +40,13 @@ type Options struct {
 // The router is built, and joins its consumer group, only once all three
 // answered: a replica that cannot work yet takes no partitions from one
 // that can, and nothing is fetched before PostgreSQL and Temporal answer.
-func Run(ctx context.Context, cfg Config, o Options) error {
+func Run(ctx context.Context, cfg config.Config, o Options) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	log := o.Logger
 	if log == nil {
-		log = NewLogger(cfg.Log)
+		log = config.NewLogger(cfg.Log)
 	}
 	reg := o.Registry
 	if reg == nil {
@@ -93,13 +82,13 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 
 	// What fails here is the config, not a dependency: no client has
 	// connected yet.
-	kopts, err := kafkaOpts(cfg)
+	kopts, err := cfg.Kafka.ClientOpts()
 	if err != nil {
 		return err
 	}
 	// A refused login or TLS handshake ends start-up at once, naming the
 	// broker and mechanism; a broker that does not answer is waited for.
-	if err := checkKafka(ctx, cfg, log, kopts); err != nil {
+	if err := dial.CheckKafka(ctx, cfg, log, kopts); err != nil {
 		return err
 	}
 	kcl, err := kgo.NewClient(kopts...)
@@ -112,7 +101,7 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 		return err
 	}
 	defer led.Close()
-	if _, err := temporalOptions(cfg, log, nil); err != nil {
+	if _, err := dial.TemporalOptions(cfg, log, nil); err != nil {
 		return err
 	}
 	mh := newTemporalMetrics(reg)
@@ -149,7 +138,7 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	if err := registerOps(ctx, reg, led, cfg.Postgres, log); err != nil {
 		return err
 	}
-	if err := checkHorizon(ctx, cfg, tc, log, kopts...); err != nil {
+	if err := dial.CheckHorizon(ctx, cfg, tc, log, kopts...); err != nil {
 		return err
 	}
 	// A failover that can rewind the ledger, refused where only the
@@ -160,7 +149,7 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
 	reg.Unregister(deps)
 	r, err := processor.New(cfg.Kafka, processor.Options{Ledger: led, DeadLetterLog: led, Starter: starter.New(tc, cfg.Temporal),
-		Registerer: reg, Log: log, Hooks: o.Hooks, KafkaOpts: append(kopts, kgo.WithHooks(kafkaMetrics))})
+		Registerer: reg, Log: log, KafkaOpts: []kgo.Opt{kgo.WithHooks(kafkaMetrics)}})
 	if err != nil {
 		return err
 	}
@@ -196,13 +185,13 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 
 // waitTemporal dials Temporal and describes the namespace until both
 // answer (a client whose dial succeeded is kept: it reconnects by itself).
-func waitTemporal(ctx context.Context, cfg Config, log *slog.Logger, mh client.MetricsHandler, deps *dependencies) (client.Client, error) {
+func waitTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, mh client.MetricsHandler, deps *dependencies) (client.Client, error) {
 	var tc client.Client
 	err := deps.waitFor(ctx, depTemporal, cfg.Retry, refusedTemporal(cfg), func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if tc == nil {
-			c, err := dialTemporal(ctx, cfg, log, mh)
+			c, err := dial.DialTemporal(ctx, cfg, log, mh)
 			if err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/testsupport/pgcluster"
 	"github.com/dedupio/dedup/internal/testsupport/testpki"
 	"github.com/dedupio/dedup/processor/decide"
@@ -132,7 +133,7 @@ routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
 		{`{url: "postgres://u@[::1]/d?sslmode=disable"}`, ""},
 		{`{url: "host=/var/run/postgresql user=u"}`, ""},
 	} {
-		_, err := ParseConfig([]byte(base + "postgres: " + tc.postgres + "\n"))
+		_, err := config.Parse([]byte(base + "postgres: " + tc.postgres + "\n"))
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: %v", tc.postgres, err)
@@ -143,7 +144,7 @@ routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
 		}
 	}
 	// dedup run checks it at start, before it connects to anything.
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Kafka.Brokers, cfg.Kafka.Group, cfg.Kafka.Topics, cfg.Kafka.ResetOffset = []string{"b:9092"}, "g", []string{"t"}, "earliest"
 	cfg.Routes = decide.Routes{{ID: "a", Match: decide.Match{Type: "x"}, WorkflowType: "W", TaskQueue: "q"}}
 	cfg.Postgres.URL = "postgres://u@db.example.com/d"

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"google.golang.org/grpc/codes"
 
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/ledger/pooler"
 	"github.com/dedupio/dedup/sink/starter"
@@ -70,7 +71,7 @@ func refusedPostgres(err error) error {
 // an HTTP 404 or a NotFound without Temporal's details, wait); this adds
 // the TLS refusals (which gRPC reports as Unavailable) and names the
 // setting.
-func refusedTemporal(cfg Config) func(error) error {
+func refusedTemporal(cfg config.Config) func(error) error {
 	at := fmt.Sprintf("temporal.host_port %s", cfg.Temporal.HostPort)
 	ns := fmt.Sprintf("temporal.namespace %q", cfg.Temporal.Namespace)
 	return func(err error) error {

@@ -9,7 +9,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/dial"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -57,7 +58,7 @@ func rewinds(r ledger.Replication) string {
 type replicationCheck struct {
 	Replication ledger.Replication
 	// Routes names the routes that rely on the ledger alone
-	// (ledgerOnlyRoutes).
+	// (config.LedgerOnlyRoutes).
 	Routes []string
 	// Outlives says why the ledger remembers events longer than Temporal
 	// refuses their IDs; "" when it does not.
@@ -105,34 +106,16 @@ func (c replicationCheck) Check() (warnings []string, err error) {
 		"retention, or accept it with postgres.accept_async_replication: true", msg)
 }
 
-// ledgerOnlyRoutes names the routes whose repeats only the ledger refuses
-// for good: an allow_* reuse policy lets Temporal start a closed ID
-// again, and Temporal drops a re-sent signal only within the run that
-// recorded it.
-func ledgerOnlyRoutes(cfg Config) []string {
-	var out []string
-	for i, rt := range cfg.Routes {
-		if rt.IDReusePolicy != decide.ReuseRejectDuplicate || rt.Mode == decide.ModeSignal {
-			what := "id_reuse_policy " + string(rt.IDReusePolicy)
-			if rt.Mode == decide.ModeSignal {
-				what = "a signal route"
-			}
-			out = append(out, fmt.Sprintf("routes[%d] (id %s, %s)", i, rt.ID, what))
-		}
-	}
-	return out
-}
-
 // ledgerOutlivesTemporal says why the ledger remembers a started event
 // longer than the routes' namespaces refuse its ID, "" when it does not.
 // A retention it cannot read counts as shorter.
-func ledgerOutlivesTemporal(ctx context.Context, cfg Config, tc client.Client) string {
+func ledgerOutlivesTemporal(ctx context.Context, cfg config.Config, tc client.Client) string {
 	if cfg.Postgres.Retention == 0 {
 		return "postgres.retention 0 keeps started rows forever, longer than the Temporal namespace retention"
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ns, err := namespaceRetention(ctx, cfg, tc)
+	ns, err := dial.NamespaceRetention(ctx, cfg, tc)
 	switch {
 	case err != nil:
 		return fmt.Sprintf("postgres.retention %s may be longer than the Temporal namespace retention, which could not be read (%v)", cfg.Postgres.Retention, err)
@@ -144,7 +127,7 @@ func ledgerOutlivesTemporal(ctx context.Context, cfg Config, tc client.Client) s
 
 // checkReplication reads the ledger server's replication (waiting while
 // PostgreSQL does not answer) and applies the rule.
-func checkReplication(ctx context.Context, cfg Config, led *ledger.Postgres, tc client.Client, deps *dependencies, log *slog.Logger) error {
+func checkReplication(ctx context.Context, cfg config.Config, led *ledger.Postgres, tc client.Client, deps *dependencies, log *slog.Logger) error {
 	var r ledger.Replication
 	if err := deps.waitFor(ctx, depPostgres, cfg.Retry, refusedPostgres, func(ctx context.Context) (err error) {
 		r, err = led.Replication(ctx)
@@ -152,7 +135,7 @@ func checkReplication(ctx context.Context, cfg Config, led *ledger.Postgres, tc 
 	}); err != nil {
 		return err
 	}
-	c := replicationCheck{Replication: r, Routes: ledgerOnlyRoutes(cfg), Accept: cfg.Postgres.AcceptAsyncReplication}
+	c := replicationCheck{Replication: r, Routes: config.LedgerOnlyRoutes(cfg), Accept: cfg.Postgres.AcceptAsyncReplication}
 	if rewinds(r) != "" {
 		c.Outlives = ledgerOutlivesTemporal(ctx, cfg, tc)
 	}

@@ -1,11 +1,9 @@
 package app
 
 import (
-	"slices"
 	"strings"
 	"testing"
 
-	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -70,25 +68,6 @@ func TestReplicationCheckRefusesARewindableLedger(t *testing.T) {
 				t.Errorf("warnings %q, want one containing %q", warnings, tc.warn)
 			}
 		})
-	}
-}
-
-// The rule and the replay horizon name the same routes: those whose
-// repeats only the ledger refuses.
-func TestLedgerOnlyRoutes(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Routes = decide.Routes{
-		{ID: "a", IDReusePolicy: decide.ReuseRejectDuplicate},
-		{ID: "b", IDReusePolicy: decide.ReuseAllowDuplicateFailedOnly},
-		{ID: "c", IDReusePolicy: decide.ReuseRejectDuplicate, Mode: decide.ModeSignal},
-	}
-	want := []string{"routes[1] (id b, id_reuse_policy allow_duplicate_failed_only)", "routes[2] (id c, a signal route)"}
-	if got := ledgerOnlyRoutes(cfg); !slices.Equal(got, want) || !onlyLedger(cfg) {
-		t.Errorf("ledgerOnlyRoutes = %q, want %q", got, want)
-	}
-	cfg.Routes = cfg.Routes[:1]
-	if onlyLedger(cfg) {
-		t.Error("a reject_duplicate start route relies on the ledger alone")
 	}
 }
 

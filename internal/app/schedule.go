@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -17,7 +18,7 @@ import (
 // startSchedules runs the scheduler of cfg.Schedules (nothing without
 // triggers) on PostgreSQL's clock, beside the router. stop ends it and
 // waits for its tick in progress.
-func startSchedules(ctx context.Context, cfg Config, led *ledger.Postgres, st processor.Starter, reg prometheus.Registerer,
+func startSchedules(ctx context.Context, cfg config.Config, led *ledger.Postgres, st processor.Starter, reg prometheus.Registerer,
 	log *slog.Logger) (stop func(), err error) {
 	if len(cfg.Schedules.Triggers) == 0 {
 		return func() {}, nil
@@ -40,7 +41,7 @@ func startSchedules(ctx context.Context, cfg Config, led *ledger.Postgres, st pr
 // CheckedTriggers is what `dedup validate` says of cfg's validated
 // triggers: each by name, with its schedule and its misfire and overlap
 // policies (defaults filled in), or "no triggers".
-func CheckedTriggers(cfg Config) string {
+func CheckedTriggers(cfg config.Config) string {
 	ts := cfg.Schedules.Triggers
 	if len(ts) == 0 {
 		return "no triggers"
@@ -64,7 +65,7 @@ func CheckedTriggers(cfg Config) string {
 // resumes the named trigger in PostgreSQL for every replica. On resume,
 // the next tick applies the trigger's misfire policy to the slots of the
 // pause.
-func SetSchedulePaused(ctx context.Context, cfg Config, name string, paused bool, out io.Writer) error {
+func SetSchedulePaused(ctx context.Context, cfg config.Config, name string, paused bool, out io.Writer) error {
 	if _, err := cfg.Schedules.Trigger(name); err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package app
 import (
 	"strings"
 	"testing"
+
+	"github.com/dedupio/dedup/internal/config"
 )
 
 // `dedup validate` names the triggers it checked, with their schedule and
@@ -13,14 +15,14 @@ kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}
 routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
 postgres: {url: "postgres://u@127.0.0.1:1/d"}
 `
-	cfg, err := ParseConfig([]byte(base))
+	cfg, err := config.Parse([]byte(base))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := CheckedTriggers(cfg); got != "no triggers" {
 		t.Errorf("no schedules: %q", got)
 	}
-	cfg, err = ParseConfig([]byte(base + `
+	cfg, err = config.Parse([]byte(base + `
 schedules:
   triggers:
     - {name: nightly, activity_id: report, cron: "0 2 * * *", time_zone: America/New_York, misfire_policy: skip,

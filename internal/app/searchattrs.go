@@ -11,12 +11,14 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/grpc/codes"
 
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/dial"
 	"github.com/dedupio/dedup/sink/starter"
 )
 
 // TemporalNamespaces is every namespace cfg starts runs in: the default,
 // then each route's and each trigger's own, once each.
-func TemporalNamespaces(cfg Config) []string {
+func TemporalNamespaces(cfg config.Config) []string {
 	seen := map[string]bool{}
 	var out []string
 	add := func(ns string) {
@@ -52,7 +54,7 @@ func TemporalNamespaces(cfg Config) []string {
 // stays on, with a warning (a start that meets an undefined attribute
 // waits, starter.IsPermanent, never dead-letters), auto turns off. Temporal
 // being unreachable is waited for, as in waitTemporal.
-func resolveSearchAttributes(ctx context.Context, cfg Config, tc client.Client, deps *dependencies, log *slog.Logger) (starter.SearchAttributesMode, error) {
+func resolveSearchAttributes(ctx context.Context, cfg config.Config, tc client.Client, deps *dependencies, log *slog.Logger) (starter.SearchAttributesMode, error) {
 	mode := cfg.Temporal.SearchAttributes
 	if mode == starter.SearchAttributesOff {
 		return mode, nil
@@ -109,14 +111,14 @@ func uncheckable(err error) bool {
 // CheckSearchAttributes is `dedup validate`'s check of the namespaces'
 // search attributes, when Temporal answers within a few seconds: the
 // error start-up would stop with, or a line saying what was found.
-func CheckSearchAttributes(ctx context.Context, cfg Config) (string, error) {
+func CheckSearchAttributes(ctx context.Context, cfg config.Config) (string, error) {
 	if cfg.Temporal.SearchAttributes == starter.SearchAttributesOff {
 		return "search attributes off", nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	log := slog.New(slog.DiscardHandler)
-	tc, err := dialTemporal(ctx, cfg, log, nil)
+	tc, err := dial.DialTemporal(ctx, cfg, log, nil)
 	if err != nil {
 		return fmt.Sprintf("search attributes not checked: Temporal not reached (%v)", err), nil
 	}

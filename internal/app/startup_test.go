@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/internal/testsupport/promtext"
 	"github.com/dedupio/dedup/processor"
@@ -153,7 +154,7 @@ func TestWaitForLogsChangesOnly(t *testing.T) {
 	deps := newDependencies(testLogger(&logs), depTemporal)
 	retry := processor.RetryConfig{Initial: time.Millisecond, Max: 2 * time.Millisecond}
 	attempts := 0
-	err := deps.waitFor(context.Background(), depTemporal, retry, refusedTemporal(DefaultConfig()), func(context.Context) error {
+	err := deps.waitFor(context.Background(), depTemporal, retry, refusedTemporal(config.Default()), func(context.Context) error {
 		attempts++
 		if attempts < 20 {
 			return fmt.Errorf("failed reaching server: %w", serviceerror.NewUnavailable("connection refused"))
@@ -168,7 +169,7 @@ func TestWaitForLogsChangesOnly(t *testing.T) {
 		t.Errorf("want two lines (down, answers again), got:\n%s", out)
 	}
 	attempts = 0
-	err = deps.waitFor(context.Background(), depTemporal, retry, refusedTemporal(DefaultConfig()), func(context.Context) error {
+	err = deps.waitFor(context.Background(), depTemporal, retry, refusedTemporal(config.Default()), func(context.Context) error {
 		attempts++
 		if attempts < 3 {
 			return serviceerror.NewUnavailable("connection refused")
@@ -180,7 +181,7 @@ func TestWaitForLogsChangesOnly(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-	err = deps.waitFor(ctx, depTemporal, retry, refusedTemporal(DefaultConfig()), func(context.Context) error { return serviceerror.NewUnavailable("down") })
+	err = deps.waitFor(ctx, depTemporal, retry, refusedTemporal(config.Default()), func(context.Context) error { return serviceerror.NewUnavailable("down") })
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled wait: %v, want context.Canceled", err)
 	}
@@ -194,7 +195,7 @@ func TestRefusedOrWait(t *testing.T) {
 		return fmt.Errorf("failed to connect to `user=u database=d`: %w", &pgconn.PgError{Code: code, Message: "x"})
 	}
 	x509Err := fmt.Errorf("tls: failed to verify certificate: %w", x509.UnknownAuthorityError{})
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Temporal.HostPort, cfg.Temporal.Namespace = "temporal:7233", "orders"
 	temporal := refusedTemporal(cfg)
 	cases := []struct {
@@ -296,8 +297,8 @@ func closedAddr(t *testing.T) string {
 	return addr
 }
 
-func unreachableConfig(t *testing.T) Config {
-	cfg := DefaultConfig()
+func unreachableConfig(t *testing.T) config.Config {
+	cfg := config.Default()
 	cfg.Kafka.Brokers = []string{closedAddr(t)}
 	cfg.Kafka.Group, cfg.Kafka.Topics, cfg.Kafka.ResetOffset = "g", []string{"events"}, "earliest"
 	cfg.Routes = decide.Routes{{ID: "a", Match: decide.Match{Type: "x"}, WorkflowType: "W", TaskQueue: "q"}}

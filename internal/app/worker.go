@@ -12,6 +12,8 @@ import (
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/dial"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/worker"
 	"github.com/dedupio/dedup/worker/idempotency"
@@ -23,9 +25,9 @@ import (
 // Like Run, it serves its admin port (worker.admin_listen) first and waits
 // for PostgreSQL and Temporal, whichever is down; it polls its task queue
 // once both answer, and returns early only for what waiting does not heal.
-func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
+func RunWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if log == nil {
-		log = NewLogger(cfg.Log)
+		log = config.NewLogger(cfg.Log)
 	}
 	reg := prometheus.NewRegistry()
 	deps := newDependencies(log, depPostgres, depTemporal)
@@ -57,7 +59,7 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("postgres.url: %w", err)
 	}
 	defer pool.Close()
-	if _, err := temporalOptions(cfg, log, nil); err != nil {
+	if _, err := dial.TemporalOptions(cfg, log, nil); err != nil {
 		return err
 	}
 	var tc client.Client
@@ -115,7 +117,7 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 // workerTasks are the task types the worker registers next to the
 // built-in webhook and noop: the tenant task types when worker.tenants is
 // enabled (their tenants table set up first, in the worker's database).
-func workerTasks(ctx context.Context, c WorkerConfig, pool *pgxpool.Pool) ([]worker.TaskType, error) {
+func workerTasks(ctx context.Context, c config.WorkerConfig, pool *pgxpool.Pool) ([]worker.TaskType, error) {
 	if !c.Tenants.Enabled {
 		return nil, nil
 	}
@@ -130,7 +132,7 @@ func workerTasks(ctx context.Context, c WorkerConfig, pool *pgxpool.Pool) ([]wor
 }
 
 // workerOptions are the SDK worker's options from the worker section.
-func workerOptions(c WorkerConfig) sdkworker.Options {
+func workerOptions(c config.WorkerConfig) sdkworker.Options {
 	return sdkworker.Options{WorkerStopTimeout: c.StopTimeout}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 )
 
@@ -21,18 +22,18 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 // activities finish (the SDK's WorkerStopTimeout); 30s by default, under
 // the worker pod's 45s grace period; 0 cancels them at once.
 func TestWorkerStopTimeout(t *testing.T) {
-	cfg, err := ParseConfig([]byte(workerBase))
+	cfg, err := config.Parse([]byte(workerBase))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Worker.StopTimeout != 30*time.Second || workerOptions(cfg.Worker).WorkerStopTimeout != 30*time.Second {
 		t.Fatalf("default stop_timeout %s (SDK option %s), want 30s", cfg.Worker.StopTimeout, workerOptions(cfg.Worker).WorkerStopTimeout)
 	}
-	cfg, err = ParseConfig([]byte(workerBase + "worker: {stop_timeout: 2m}\n"))
+	cfg, err = config.Parse([]byte(workerBase + "worker: {stop_timeout: 2m}\n"))
 	if err != nil || workerOptions(cfg.Worker).WorkerStopTimeout != 2*time.Minute {
 		t.Fatalf("stop_timeout 2m: %v, %v", workerOptions(cfg.Worker).WorkerStopTimeout, err)
 	}
-	if _, err := ParseConfig([]byte(workerBase + "worker: {stop_timeout: -1s}\n")); err == nil || !strings.Contains(err.Error(), "worker.stop_timeout") {
+	if _, err := config.Parse([]byte(workerBase + "worker: {stop_timeout: -1s}\n")); err == nil || !strings.Contains(err.Error(), "worker.stop_timeout") {
 		t.Fatalf("a negative stop_timeout: %v, want an error naming worker.stop_timeout", err)
 	}
 }
@@ -42,19 +43,19 @@ func TestWorkerStopTimeout(t *testing.T) {
 // built-ins and the five tenant task types of the audit seed, with the
 // tenants table set up in the worker's database.
 func TestWorkerTenantsSection(t *testing.T) {
-	cfg, err := ParseConfig([]byte(workerBase))
+	cfg, err := config.Parse([]byte(workerBase))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Worker.Tenants.Enabled || cfg.Worker.Tenants.SMTP.Port != 587 {
 		t.Fatalf("default tenants section %+v, want off, port 587", cfg.Worker.Tenants)
 	}
-	if _, err := ParseConfig([]byte(workerBase + "worker: {tenants: {enabled: true, smtp: {from: hello@example.com}}}\n")); err == nil ||
+	if _, err := config.Parse([]byte(workerBase + "worker: {tenants: {enabled: true, smtp: {from: hello@example.com}}}\n")); err == nil ||
 		!strings.Contains(err.Error(), "worker.tenants.smtp.host") {
 		t.Fatalf("enabled without a host: %v, want an error naming worker.tenants.smtp.host", err)
 	}
 	t.Setenv("SMTP_HOST", "127.0.0.1")
-	cfg, err = ParseConfig([]byte(workerBase + `worker:
+	cfg, err = config.Parse([]byte(workerBase + `worker:
   tenants:
     enabled: true
     smtp: {host: "${SMTP_HOST}", port: 2525, from: hello@example.com}
@@ -90,36 +91,5 @@ func TestWorkerTenantsSection(t *testing.T) {
 	cfg.Worker.Tenants.Enabled = false
 	if tasks, err := workerTasks(ctx, cfg.Worker, pool); err != nil || len(tasks) != 0 {
 		t.Fatalf("tenants off: %d task types, %v; want none", len(tasks), err)
-	}
-}
-
-// `dedup worker` reads the worker, postgres and temporal sections (and
-// log): a config file written for the worker alone, with no kafka
-// section and no routes, loads; its own sections are still checked, naming
-// the field.
-func TestWorkerConfigWithoutKafkaLoads(t *testing.T) {
-	const workerOnly = `
-postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
-temporal: {host_port: "temporal:7233", namespace: default}
-`
-	cfg, err := ParseWorkerConfig([]byte(workerOnly + "worker: {task_queue: activities}\n"))
-	if err != nil {
-		t.Fatalf("a worker config without a kafka section: %v, want it to load", err)
-	}
-	if cfg.Worker.TaskQueue != "activities" || cfg.Postgres.URL == "" {
-		t.Errorf("worker config %+v, postgres %q", cfg.Worker, cfg.Postgres.URL)
-	}
-	if _, err := ParseWorkerConfig([]byte(workerOnly + "log: {level: loud}\n")); err == nil || !strings.Contains(err.Error(), "log.level") {
-		t.Errorf("a bad log level: %v, want an error naming log.level", err)
-	}
-	if _, err := ParseWorkerConfig([]byte(workerOnly + "worker: {stop_timeout: -1s}\n")); err == nil || !strings.Contains(err.Error(), "worker.stop_timeout") {
-		t.Errorf("a negative stop_timeout: %v, want an error naming worker.stop_timeout", err)
-	}
-	if _, err := ParseWorkerConfig([]byte("kafka: {brokers: [b:9092], nosuchkey: 1}\n" + workerOnly)); err == nil ||
-		!strings.Contains(err.Error(), "nosuchkey") {
-		t.Errorf("an unknown key: %v, want it refused", err)
-	}
-	if _, err := ParseConfig([]byte(workerOnly)); err == nil || !strings.Contains(err.Error(), "kafka") {
-		t.Errorf("the same file for dedup run: %v, want an error naming the kafka section", err)
 	}
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // Limits are the ingress's limits: a request rate per tenant and a cap on
-// the requests one process answers at once. See app.IngressLimits for the
+// the requests one process answers at once. See ingressconfig.Limits for the
 // memory bound they give.
 type Limits struct {
 	// Rate is each tenant's requests per second, Burst how many it may
@@ -33,7 +33,7 @@ type Limits struct {
 // (2 x MaxConcurrent): a body is read before its request takes an answer
 // slot, so that slow senders hold no answer slot, and the reads have a cap
 // of their own, so that bodies still arriving take bounded memory
-// (app.IngressLimits: (2 x MaxConcurrent reading + 2 x MaxConcurrent
+// (ingressconfig.Limits: (2 x MaxConcurrent reading + 2 x MaxConcurrent
 // answered) x the largest body).
 type limiter struct {
 	l       Limits

@@ -15,12 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/ingress/ingressconfig"
 )
 
 // The load test's shape. Memory: each process's peak resident set must
 // stay under twice loadConnsPerProc+probeConns concurrent requests times
-// loadMaxBody (app.IngressLimits's bound), plus loadBaseline: an idle ingress, just started, has a
+// loadMaxBody (ingressconfig.Limits's bound), plus loadBaseline: an idle ingress, just started, has a
 // VmHWM of about 31 MiB on the 2-core test machine; the rest of the
 // baseline is for what a body-size term does not cover: the Go heap's
 // headroom (GOGC=100 lets it reach twice the live heap), the Kafka
@@ -136,7 +136,7 @@ func testLoadMixed(t *testing.T, e *loadEnv) {
 		// No rate limit here (the limits subtest has one); the cap on
 		// requests at once is what the clients can send, which the
 		// memory bound is computed from.
-		cfg.Ingress.Limits = app.IngressLimits{Rate: 1e6, Burst: 1 << 20, MaxConcurrent: loadConnsPerProc + probeConns, MaxConcurrentPerTenant: loadConnsPerProc + probeConns}
+		cfg.Ingress.Limits = ingressconfig.Limits{Rate: 1e6, Burst: 1 << 20, MaxConcurrent: loadConnsPerProc + probeConns, MaxConcurrentPerTenant: loadConnsPerProc + probeConns}
 		p, err := e.start(fmt.Sprintf("ingress%d", i+1), cfg, configYAML(t, cfg, nil))
 		if err != nil {
 			t.Fatal(err)
@@ -324,7 +324,7 @@ func testLoadMixed(t *testing.T, e *loadEnv) {
 		float64(total)/wall.Seconds(), q(.5), q(.99), q(1))
 	t.Logf("codes %v; per process %v; same-key pairs: %d of %d answered 202+409 (overlapping), the rest 202 twice", codes, perProc, pairsOverlapped, loadPairs)
 	t.Logf("%d keys held in flight on one process under the load: %d of them 409 from both processes, then the same 202 from the other", loadProbes, loadProbes-len(probeFails))
-	bound := int64(2*(loadConnsPerProc+probeConns)*loadMaxBody + loadBaseline) // app.IngressLimits's bound
+	bound := int64(2*(loadConnsPerProc+probeConns)*loadMaxBody + loadBaseline) // ingressconfig.Limits's bound
 	for i, p := range procs {
 		peak, now := p.memory(t)
 		t.Logf("%s: peak RSS (VmHWM) %.1f MiB (idle after start %.1f MiB), RSS now %.1f MiB; bound %.1f MiB = 2 x ingress.limits.max_concurrent %d x max_body_bytes %d KiB + %d MiB",
@@ -415,7 +415,7 @@ func testLoadTenantLimits(t *testing.T, e *loadEnv) {
 	if err := os.WriteFile(cfg.Kafka.TenantKeysFile, []byte(testKeyring), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Ingress.Limits = app.IngressLimits{Rate: rate, Burst: burst, MaxConcurrent: 256, MaxConcurrentPerTenant: 128}
+	cfg.Ingress.Limits = ingressconfig.Limits{Rate: rate, Burst: burst, MaxConcurrent: 256, MaxConcurrentPerTenant: 128}
 	p, err := e.start("ingress-limits", cfg, configYAML(t, cfg, nil))
 	if err != nil {
 		t.Fatal(err)

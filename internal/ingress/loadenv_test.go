@@ -29,7 +29,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -171,8 +171,8 @@ func (e *loadEnv) noCollisions(keys []string) {
 }
 
 // config is an ingress config on free loopback ports.
-func (e *loadEnv) config(maxBody int) app.Config {
-	cfg := app.DefaultConfig()
+func (e *loadEnv) config(maxBody int) config.Config {
+	cfg := config.Default()
 	cfg.Kafka.Brokers = e.kafka.ListenAddrs()
 	cfg.Kafka.Group = "dedup"
 	cfg.Kafka.ResetOffset = "earliest"
@@ -211,8 +211,8 @@ type ingressProc struct {
 }
 
 // configYAML is cfg as a config file, with extra merged into its ingress
-// section (keys the app.Config of this build may not have yet).
-func configYAML(t *testing.T, cfg app.Config, extraIngress map[string]any) []byte {
+// section (keys the config.Config of this build may not have yet).
+func configYAML(t *testing.T, cfg config.Config, extraIngress map[string]any) []byte {
 	t.Helper()
 	b, err := yaml.Marshal(cfg)
 	if err != nil {
@@ -238,7 +238,7 @@ func configYAML(t *testing.T, cfg app.Config, extraIngress map[string]any) []byt
 // start runs `dedup ingress` with the config file body and waits until
 // its API accepts connections; the error says why it did not (its exit,
 // with its stderr).
-func (e *loadEnv) start(name string, cfg app.Config, body []byte) (*ingressProc, error) {
+func (e *loadEnv) start(name string, cfg config.Config, body []byte) (*ingressProc, error) {
 	e.t.Helper()
 	path := filepath.Join(e.t.TempDir(), name+".yaml")
 	if err := os.WriteFile(path, body, 0o600); err != nil {

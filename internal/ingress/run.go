@@ -19,7 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/dedupio/dedup/client"
-	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/dial"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/tenantsig"
 )
@@ -37,13 +38,13 @@ type RunOptions struct {
 // Run serves the ingress (cfg.Ingress) until ctx is cancelled, then
 // answers the requests in flight (each waits for its acknowledgement) and
 // returns.
-func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
+func Run(ctx context.Context, cfg config.Config, o RunOptions) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	log := o.Logger
 	if log == nil {
-		log = app.NewLogger(cfg.Log)
+		log = config.NewLogger(cfg.Log)
 	}
 	reg := o.Registry
 	if reg == nil {
@@ -83,7 +84,7 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 		}
 		defer func() { _ = admin.Close() }()
 	}
-	c, err := app.OpenClient(ctx, cfg, log)
+	c, err := dial.OpenClient(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -143,7 +144,7 @@ func Run(ctx context.Context, cfg app.Config, o RunOptions) error {
 // tokens file (LoadTokens, every route it names exists) and the tenant
 // keyring (kafka.tenant_keys_file). It returns the tokens (nil without
 // tokens_file); log, if set, hears of a later change that breaks the file.
-func CheckConfig(cfg app.Config, log *slog.Logger) (*Tokens, error) {
+func CheckConfig(cfg config.Config, log *slog.Logger) (*Tokens, error) {
 	ic := cfg.Ingress
 	if err := ic.CheckExposure(); err != nil {
 		return nil, err

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/processor/decide"
 )
 
 // The admin port answers before the dependencies do, as dedup run's and
 // dedup worker's: /livez is up while Kafka cannot be reached, and /readyz
-// says the ingress is not ready: still starting, or (once app.OpenClient
+// says the ingress is not ready: still starting, or (once dial.OpenClient
 // returned: it waits for neither PostgreSQL nor Temporal) Kafka
 // unreachable.
 func TestAdminPortBeforeDependencies(t *testing.T) {
@@ -28,7 +28,7 @@ func TestAdminPortBeforeDependencies(t *testing.T) {
 		defer func() { _ = l.Close() }()
 		return l.Addr().String()
 	}
-	cfg := app.DefaultConfig()
+	cfg := config.Default()
 	cfg.Kafka.Brokers = []string{free()} // nothing listens there
 	cfg.Kafka.Group = "dedup"
 	cfg.Kafka.ResetOffset = "earliest"

@@ -15,7 +15,8 @@ import (
 func dlqReplayCommand() command {
 	return command{
 		name:    "dlq replay",
-		usage:   "dedup dlq replay --config FILE [--reason R,...] [--limit N] [--execute] [--output json]",
+		summary: "dead letters back through the dedup gate (a plan unless --execute)",
+		usage:   "--config FILE [--reason R,...] [--limit N] [--execute] [--output json]",
 		timeout: time.Hour,
 		help: `Sends dead-lettered records back to their source topics, through the dedup gate again.
 
@@ -38,11 +39,9 @@ With --execute it writes them and prints the same report ("replayed").
 
 Workflows already started stay skipped by the ledger; a record whose cause is not fixed (a
 conflict, a poison payload) is dead-lettered again: choose the reasons. Exit code 0 when done (or
-planned), 2 on an error.
-
-Example:
-  dedup dlq replay --config dedup.yaml --reason temporal_permanent             # the plan
-  dedup dlq replay --config dedup.yaml --reason temporal_permanent --execute   # the replay`,
+planned), 2 on an error.`,
+		example: `dedup dlq replay --config dedup.yaml --reason temporal_permanent             # the plan
+dedup dlq replay --config dedup.yaml --reason temporal_permanent --execute   # the replay`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *Tool, []string) (any, int, error) {
 			reasons := fs.String("reason", "", "comma-separated dead-letter reasons to replay (default: all)")
 			limit := fs.Int("limit", 0, "replay at most this many records (0: all)")
@@ -79,7 +78,7 @@ func (t *Tool) ReplayDeadLetters(ctx context.Context, reasons string, limit int,
 	}
 	// Only to the topics the routers read: there the record passes the
 	// dedup gate again; a dead letter of another topic is refused.
-	o := replay.Options{Brokers: t.cfg.Kafka.Brokers, ClientOpts: t.kopts, Execute: execute, Limit: limit, Idle: t.idle,
+	o := replay.Options{Brokers: t.cfg.Kafka.Brokers, ClientOpts: t.kopts, IsolationLevel: t.cfg.Kafka.IsolationLevel, Execute: execute, Limit: limit, Idle: t.idle,
 		SourceTopics: t.cfg.Kafka.Topics}
 	for _, tp := range t.cfg.Kafka.Topics {
 		o.DeadLetterTopics = append(o.DeadLetterTopics, t.cfg.Kafka.DeadLetterTopicFor(tp))

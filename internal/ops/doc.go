@@ -10,7 +10,7 @@
 // Every command is read-only except `offsets reset` and `ledger purge`
 // with --execute, which log what they did; without it they print their
 // plan and change nothing (as kafka-consumer-groups --reset-offsets). Clients are built the way
-// dedup run builds its own (internal/app: ToolKafkaOpts, DialToolTemporal;
+// dedup run builds its own (processor.Config.ClientOpts, internal/app DialToolTemporal;
 // ledger.Open), so the same TLS and SASL settings apply.
 //
 // Exit codes, for scripts: 0 found (or done), 1 not found, 2 an error (a

@@ -16,8 +16,9 @@ import (
 
 func explainCommand() command {
 	return command{
-		name:  "explain",
-		usage: "dedup explain --config FILE (--topic T --partition P --offset O | --event-id ID | --workflow-id WID) [--scan] [--output json]",
+		name:    "explain",
+		summary: "what dedup decided for a record, and why",
+		usage:   "--config FILE (--topic T --partition P --offset O | --event-id ID | --workflow-id WID) [--scan] [--output json]",
 		help: `Explains what dedup decided for one record, and why: the record read back from Kafka, the
 decision the router's own code makes of it (envelope, ID rule and the value it used, routes and
 workflow IDs), each workflow's ledger row (state, attempts, generation, the record that claimed it,
@@ -36,11 +37,9 @@ verdict not_matched). With no record at hand (no row, no conflict), only the wor
 source knows (a dead letter, a Temporal run) are listed.
 
 Read-only. Exit code 0 when the record or any trace of it was found, 1 when nothing is known of it,
-2 on an error (what the other sources said is still printed).
-
-Example:
-  dedup explain --config dedup.yaml --topic orders --partition 3 --offset 88120
-  dedup explain --config dedup.yaml --event-id evt_8812 --output json`,
+2 on an error (what the other sources said is still printed).`,
+		example: `dedup explain --config dedup.yaml --topic orders --partition 3 --offset 88120
+dedup explain --config dedup.yaml --event-id evt_8812 --output json`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *Tool, []string) (any, int, error) {
 			topic := fs.String("topic", "", "the record's topic")
 			partition := fs.Int("partition", -1, "the record's partition")

@@ -12,8 +12,9 @@ import (
 
 func inspectCommand() command {
 	return command{
-		name:  "inspect",
-		usage: "dedup inspect --config FILE WORKFLOW_ID [--output json]",
+		name:    "inspect",
+		summary: "the ledger's and Temporal's view of a workflow",
+		usage:   "--config FILE WORKFLOW_ID [--output json]",
 		help: `Shows a workflow ID's ledger row (state, run ID, attempts, generation, the record that claimed
 it, timestamps), its conflicts and dead letters, and Temporal's view of it (the latest run's
 status, run ID, generation, start and close time, and every run visibility lists), side by side,
@@ -28,10 +29,8 @@ and names where they disagree:
   pending_stale              pending for longer than postgres.pending_alert_after
 
 Read-only. Exit code 0 when the ledger or Temporal knows the workflow ID, 1 when neither does,
-2 on an error.
-
-Example:
-  dedup inspect --config dedup.yaml activity-550e8400-e29b-41d4-a716-446655440000:evt_8812`,
+2 on an error.`,
+		example: `dedup inspect --config dedup.yaml activity-550e8400-e29b-41d4-a716-446655440000:evt_8812`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *Tool, []string) (any, int, error) {
 			return func(ctx context.Context, t *Tool, args []string) (any, int, error) {
 				if len(args) != 1 || args[0] == "" {

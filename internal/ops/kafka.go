@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/schemas"
 )
@@ -51,7 +52,7 @@ func (t *Tool) partitionBounds(ctx context.Context, topics ...string) (map[strin
 		return nil, fmt.Errorf("listing end offsets: %w", err)
 	}
 	stables := ends
-	if replay.Committed(t.kcl) {
+	if t.cfg.Kafka.IsolationLevel == processor.IsolationReadCommitted {
 		if stables, err = replay.Ends(ctx, adm, true, topics...); err != nil {
 			return nil, fmt.Errorf("listing last stable offsets: %w", err)
 		}

@@ -13,8 +13,9 @@ import (
 
 func lagCommand() command {
 	return command{
-		name:  "lag",
-		usage: "dedup lag --config FILE [--output json]",
+		name:    "lag",
+		summary: "committed offset, end, lag and owner per partition",
+		usage:   "--config FILE [--output json]",
 		help: `Prints, for every partition of the config's topics, the group's committed offset, the log's
 start and end, the lag (end minus committed; with no committed offset, what the group would read
 under kafka.reset_offset) and the member that owns the partition now. Under kafka.isolation_level
@@ -22,10 +23,8 @@ read_committed, a partition with a transaction still open says so: the group rea
 first offset (the last stable offset) until it commits or aborts.
 
 Read-only. Exit code 0, 1 when the group has neither members nor committed offsets (it never ran),
-2 on an error.
-
-Example:
-  dedup lag --config dedup.yaml`,
+2 on an error.`,
+		example: `dedup lag --config dedup.yaml`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *Tool, []string) (any, int, error) {
 			return func(ctx context.Context, t *Tool, args []string) (any, int, error) {
 				if len(args) > 0 {

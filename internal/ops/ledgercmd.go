@@ -7,22 +7,21 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/dial"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
 func ledgerStatsCommand() command {
 	return command{
-		name:  "ledger stats",
-		usage: "dedup ledger stats --config FILE [--output json]",
+		name:    "ledger stats",
+		summary: "the ledger's rows by state, conflicts, dead letters and size",
+		usage:   "--config FILE [--output json]",
 		help: `Prints the ledger's rows by activity and state (with their oldest and newest change), the
 oldest pending row (and how long it has waited), the conflicts, the dead letters by reason, and
 the tables' size on disk. It counts every row (a scan of dedup_ledger): run it on demand.
 
-Read-only. Exit code 0, 2 on an error.
-
-Example:
-  dedup ledger stats --config dedup.yaml`,
+Read-only. Exit code 0, 2 on an error.`,
+		example: `dedup ledger stats --config dedup.yaml`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *Tool, []string) (any, int, error) {
 			return func(ctx context.Context, t *Tool, args []string) (any, int, error) {
 				if len(args) > 0 {
@@ -77,8 +76,9 @@ func (t *Tool) LedgerStats(ctx context.Context) (*StatsReport, int, error) {
 
 func ledgerPurgeCommand() command {
 	return command{
-		name:  "ledger purge",
-		usage: "dedup ledger purge --config FILE --older-than DURATION [--execute] [--output json]",
+		name:    "ledger purge",
+		summary: "delete ledger rows that ended long ago (a plan unless --execute)",
+		usage:   "--config FILE --older-than DURATION [--execute] [--output json]",
 		help: `Deletes started and dead-lettered ledger rows (and dead-letter log entries) older than DURATION,
 in batches of postgres.purge_batch: what postgres.retention does on a schedule, once. Pending rows
 are never purged: they are work not done.
@@ -95,11 +95,9 @@ DURATION is at least 1h, as postgres.retention.
 Without --execute it deletes nothing, as kafka-consumer-groups --reset-offsets: it checks the
 horizon and prints the plan ("would purge", the rows and dead-letter log entries that would go).
 --dry-run is the same, spelt out. With --execute it deletes them, prints "purged" and logs it.
-Exit code 0 when done (or planned), 2 on an error or a refusal.
-
-Example:
-  dedup ledger purge --config dedup.yaml --older-than 2160h             # the plan
-  dedup ledger purge --config dedup.yaml --older-than 2160h --execute   # the purge`,
+Exit code 0 when done (or planned), 2 on an error or a refusal.`,
+		example: `dedup ledger purge --config dedup.yaml --older-than 2160h             # the plan
+dedup ledger purge --config dedup.yaml --older-than 2160h --execute   # the purge`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *Tool, []string) (any, int, error) {
 			olderThan := fs.Duration("older-than", 0, "purge rows that ended longer ago than this (at least 1h; required)")
 			dryRun := planFlags(fs)
@@ -149,7 +147,7 @@ func (t *Tool) Purge(ctx context.Context, olderThan time.Duration, dryRun bool) 
 	if err != nil {
 		return refuse(err)
 	}
-	h, err := app.ReadHorizon(ctx, t.cfg, olderThan, tc, adm)
+	h, err := dial.ReadHorizon(ctx, t.cfg, olderThan, tc, adm)
 	if err != nil {
 		return refuse(fmt.Errorf("cannot check the replay horizon, so not purging: %w", err))
 	}

@@ -22,8 +22,9 @@ import (
 
 func offsetsResetCommand() command {
 	return command{
-		name:  "offsets reset",
-		usage: "dedup offsets reset --config FILE --to earliest|latest|TIME|OFFSET [--topic T] [--partition P,...] [--execute] [--output json]",
+		name:    "offsets reset",
+		summary: "move the group's committed offsets (a plan and forecast unless --execute)",
+		usage:   "--config FILE --to earliest|latest|TIME|OFFSET [--topic T] [--partition P,...] [--execute] [--output json]",
 		help: `Moves the group's committed offsets, for a replay (back) or to skip a backlog (forward).
 
 --to is earliest (the log start), latest (the log end; under kafka.isolation_level read_committed,
@@ -43,12 +44,10 @@ what the router reads: under read_committed, committed records only, up to the l
 A move forward skips records: it says how many offsets. --dry-run is the same, spelt out.
 
 With --execute it commits the new offsets, prints the same table ("reset") and logs each move
-(group, topic, partition, from, to). Exit code 0 when done (or planned), 2 on an error or a refusal.
-
-Example:
-  dedup offsets reset --config dedup.yaml --to 2026-03-01T00:00:00Z             # the plan and forecast
-  dedup offsets reset --config dedup.yaml --to 2026-03-01T00:00:00Z --execute   # the reset
-  dedup offsets reset --config dedup.yaml --to earliest --partition 0,3 --execute`,
+(group, topic, partition, from, to). Exit code 0 when done (or planned), 2 on an error or a refusal.`,
+		example: `dedup offsets reset --config dedup.yaml --to 2026-03-01T00:00:00Z             # the plan and forecast
+dedup offsets reset --config dedup.yaml --to 2026-03-01T00:00:00Z --execute   # the reset
+dedup offsets reset --config dedup.yaml --to earliest --partition 0,3 --execute`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *Tool, []string) (any, int, error) {
 			to := fs.String("to", "", "earliest, latest, a time (RFC 3339) or an offset (required)")
 			topic := fs.String("topic", "", "only this topic (default: the config's topics)")

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/sink/starter"
 )
 
@@ -23,7 +23,7 @@ type TemporalQuery struct {
 // a signal route (which carries DedupRoute only) and every workflow when
 // the attributes are off, by its workflow ID. One query per namespace of
 // the record's routes.
-func temporalQueries(cfg app.Config, ex *Explanation) []TemporalQuery {
+func temporalQueries(cfg config.Config, ex *Explanation) []TemporalQuery {
 	nsOf := map[string]string{}
 	for _, r := range cfg.Routes {
 		nsOf[r.ID] = r.Namespace

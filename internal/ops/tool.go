@@ -13,7 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.temporal.io/sdk/client"
 
-	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/dial"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -21,10 +22,10 @@ import (
 
 // Tool holds one command's config and its connections, each opened on
 // first use and closed by Close. They are built as dedup run builds its
-// own (app.KafkaOpts, app.DialToolTemporal, ledger.Open): the same TLS,
+// own (processor.Config.ClientOpts, app.DialToolTemporal, ledger.Open): the same TLS,
 // SASL and credentials apply.
 type Tool struct {
-	cfg app.Config
+	cfg config.Config
 	log *slog.Logger
 
 	kopts []kgo.Opt
@@ -44,7 +45,7 @@ type Tool struct {
 	idle time.Duration
 }
 
-func newTool(cfg app.Config, log *slog.Logger) *Tool {
+func newTool(cfg config.Config, log *slog.Logger) *Tool {
 	return &Tool{cfg: cfg, log: log}
 }
 
@@ -67,7 +68,7 @@ func (t *Tool) kafka() (*kadm.Client, error) {
 	if t.adm != nil {
 		return t.adm, nil
 	}
-	opts, err := app.KafkaOpts(t.cfg)
+	opts, err := t.cfg.Kafka.ClientOpts()
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +115,7 @@ func (t *Tool) temporal(ctx context.Context) (client.Client, error) {
 	t.tcOnce.Do(func() {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		t.tc, t.tcErr = app.DialToolTemporal(dctx, t.cfg, t.log.With("component", "temporal-sdk"))
+		t.tc, t.tcErr = dial.DialToolTemporal(dctx, t.cfg, t.log.With("component", "temporal-sdk"))
 	})
 	return t.tc, t.tcErr
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/internal/demo/workload"
 )
 
 // BenchmarkDecode decodes a mixed workload (CloudEvents structured and

@@ -30,14 +30,6 @@ import (
 // the LSO) once the consumer has been idle for a while and the cluster
 // still answers.
 
-// Committed reports whether cl reads committed records only
-// (kgo.FetchIsolationLevel(kgo.ReadCommitted()), kafka.isolation_level
-// read_committed).
-func Committed(cl *kgo.Client) bool {
-	l, _ := cl.OptValue(kgo.FetchIsolationLevel).(int8)
-	return l == 1
-}
-
 // Ends are the offsets up to which a consumer of the isolation level
 // (committed: read_committed) can read the topics' partitions now: the
 // last stable offset under read_committed, the high watermark otherwise.

@@ -60,10 +60,15 @@ import (
 type Options struct {
 	Brokers []string
 	// ClientOpts are the Kafka connection options every dedup client
-	// shares (the isolation level, TLS, SASL: internal/app KafkaOpts); they
-	// come after Brokers. Without an isolation level, the replay reads
-	// committed records only.
+	// shares (TLS, SASL: processor.Config.ClientOpts); they come after
+	// Brokers. The isolation level is IsolationLevel's.
 	ClientOpts []kgo.Opt
+	// IsolationLevel is what the replay reads of a dead-letter topic
+	// written in transactions (kafka.isolation_level): ReadCommitted, the
+	// committed dead letters up to the last stable offset, or
+	// ReadUncommitted, every one up to the high watermark. Required: the
+	// replay assumes neither.
+	IsolationLevel string
 	// DeadLetterTopics to read.
 	DeadLetterTopics []string
 	// SourceTopics are the topics a dead letter may be sent back to (the
@@ -116,17 +121,31 @@ type Refusal struct {
 	Why      string `json:"why"`
 }
 
+// The values of Options.IsolationLevel: kafka.isolation_level's.
+const (
+	ReadCommitted   = "read_committed"
+	ReadUncommitted = "read_uncommitted"
+)
+
 // Run replays (or, without o.Execute, plans).
 func Run(ctx context.Context, o Options, log *slog.Logger) (Result, error) {
 	res := Result{Executed: o.Execute, Replayed: map[string]int{}, FromSource: map[string]int{}, Skipped: map[string]int{}, Refused: []Refusal{}}
 	if len(o.DeadLetterTopics) == 0 {
 		return res, errors.New("no dead-letter topics to read")
 	}
-	// Committed records only unless ClientOpts say otherwise
-	// (kafka.isolation_level): an aborted dead letter was never written.
-	opts := append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil))}, o.ClientOpts...)
-	spans, err := deadLetterSpans(ctx, opts, o.DeadLetterTopics)
+	var isolation kgo.IsolationLevel
+	switch o.IsolationLevel {
+	case ReadCommitted: // an aborted dead letter was never written
+		isolation = kgo.ReadCommitted()
+	case ReadUncommitted:
+		isolation = kgo.ReadUncommitted()
+	default:
+		return res, fmt.Errorf("replay.Options.IsolationLevel: %q, want %s or %s", o.IsolationLevel, ReadCommitted, ReadUncommitted)
+	}
+	committed := o.IsolationLevel == ReadCommitted
+	opts := append(append([]kgo.Opt{kgo.SeedBrokers(o.Brokers...), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil))},
+		o.ClientOpts...), kgo.FetchIsolationLevel(isolation))
+	spans, err := deadLetterSpans(ctx, opts, committed, o.DeadLetterTopics)
 	if err != nil {
 		return res, err
 	}
@@ -187,7 +206,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) (Result, error) {
 // deadLetterSpans are the dead-letter topics' partitions from their log
 // start to where a consumer of opts' isolation level can read them now
 // (Ends): dead letters written during the replay are not read.
-func deadLetterSpans(ctx context.Context, opts []kgo.Opt, topics []string) (map[string]map[int32]Span, error) {
+func deadLetterSpans(ctx context.Context, opts []kgo.Opt, committed bool, topics []string) (map[string]map[int32]Span, error) {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka client: %w", err)
@@ -198,7 +217,7 @@ func deadLetterSpans(ctx context.Context, opts []kgo.Opt, topics []string) (map[
 	if err != nil {
 		return nil, fmt.Errorf("listing dead-letter start offsets: %w", err)
 	}
-	ends, err := Ends(ctx, adm, Committed(cl), topics...)
+	ends, err := Ends(ctx, adm, committed, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("listing dead-letter end offsets: %w", err)
 	}

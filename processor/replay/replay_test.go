@@ -107,19 +107,21 @@ func ptrTo[T any](v T) *T { return &v }
 // transactional producers is replayed as a read_committed consumer reads
 // it: the committed dead letters, not the aborted ones; and the replay
 // ends at the last stable offset instead of waiting for a transaction
-// still open. Without the isolation option (kafka.isolation_level), the
-// replay reads committed records all the same.
+// still open. The isolation level is the caller's to say
+// (kafka.isolation_level): the replay assumes none, and the client options
+// cannot contradict it.
 func TestReplayReadsCommittedRecordsOnly(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		opts []kgo.Opt
-		want string // the dead letters replayed
+		name      string
+		isolation string
+		opts      []kgo.Opt
+		want      string // the dead letters replayed
 	}{
-		{"read_committed", []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}, "0 1 3"},
-		{"isolation not given", nil, "0 1 3"},
+		{"read_committed", ReadCommitted, nil, "0 1 3"},
+		{"read_committed, client options say otherwise", ReadCommitted, []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadUncommitted())}, "0 1 3"},
 		// read_uncommitted reads every record as soon as it is written,
 		// aborted and still open ones too, up to the high watermark.
-		{"read_uncommitted", []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadUncommitted())}, "0 1 2 3 4"},
+		{"read_uncommitted", ReadUncommitted, nil, "0 1 2 3 4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, 2)
@@ -130,7 +132,7 @@ func TestReplayReadsCommittedRecordsOnly(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			start := time.Now()
-			res, err := Run(ctx, Options{Brokers: c.addrs, ClientOpts: tc.opts, DeadLetterTopics: []string{dlq}, Execute: true}, slog.New(slog.DiscardHandler))
+			res, err := Run(ctx, Options{Brokers: c.addrs, ClientOpts: tc.opts, IsolationLevel: tc.isolation, DeadLetterTopics: []string{dlq}, Execute: true}, slog.New(slog.DiscardHandler))
 			n := len(strings.Fields(tc.want))
 			if err != nil || res.Read != n || res.Replayed["conflict"] != n-1 || res.Replayed["temporal_permanent"] != 1 {
 				t.Fatalf("replay, after %s: %v %+v, want the dead letters %s", time.Since(start).Round(time.Millisecond), err, res, tc.want)
@@ -151,6 +153,19 @@ func TestReplayReadsCommittedRecordsOnly(t *testing.T) {
 	}
 }
 
+// A replay without an isolation level is refused, naming the field,
+// before it reads anything: the caller says which records a dead-letter
+// topic written in transactions holds.
+func TestReplayRefusesOptionsWithoutIsolationLevel(t *testing.T) {
+	for _, level := range []string{"", "committed"} {
+		_, err := Run(context.Background(), Options{Brokers: []string{"127.0.0.1:1"}, IsolationLevel: level, DeadLetterTopics: []string{dlq}},
+			slog.New(slog.DiscardHandler))
+		if err == nil || !strings.Contains(err.Error(), "replay.Options.IsolationLevel") {
+			t.Errorf("IsolationLevel %q: %v, want an error naming replay.Options.IsolationLevel", level, err)
+		}
+	}
+}
+
 // TestReplayEndsWhereOnlyAbortedRecordsAreLeft: a partition whose last
 // records below the last stable offset are of an aborted transaction whose
 // abort marker lies past it (a transaction opened before the abort) gives
@@ -167,7 +182,7 @@ func TestReplayEndsWhereOnlyAbortedRecordsAreLeft(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	start := time.Now()
-	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Idle: time.Second, Execute: true}, slog.New(slog.DiscardHandler))
+	res, err := Run(ctx, Options{Brokers: c.addrs, IsolationLevel: ReadCommitted, DeadLetterTopics: []string{dlq}, Idle: time.Second, Execute: true}, slog.New(slog.DiscardHandler))
 	if err != nil || res.Read != 1 || res.Replayed["conflict"] != 1 || time.Since(start) > 10*time.Second {
 		t.Fatalf("replay, after %s: %v %+v, want the one committed dead letter", time.Since(start).Round(time.Millisecond), err, res)
 	}
@@ -191,7 +206,7 @@ func TestReplaySkipsPartitionsEmptiedByRetention(t *testing.T) {
 	if _, err := kadm.NewClient(cl).DeleteRecords(ctx, kadm.Offsets{dlq: {0: {Topic: dlq, Partition: 0, At: 2}}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Execute: true}, slog.New(slog.DiscardHandler))
+	res, err := Run(ctx, Options{Brokers: c.addrs, IsolationLevel: ReadCommitted, DeadLetterTopics: []string{dlq}, Execute: true}, slog.New(slog.DiscardHandler))
 	if err != nil || res.Read != 1 || res.Replayed["conflict"] != 1 {
 		t.Fatalf("replay: %v %+v, want the one dead letter left", err, res)
 	}
@@ -270,7 +285,7 @@ func TestReplayTakesWhatTheDeadLetterLacksFromTheSourceTopic(t *testing.T) {
 			c.txn("router", commit, reducedDeadLetter(orig, summarised))
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Idle: time.Second, Execute: true}, slog.New(slog.DiscardHandler))
+			res, err := Run(ctx, Options{Brokers: c.addrs, IsolationLevel: ReadCommitted, DeadLetterTopics: []string{dlq}, Idle: time.Second, Execute: true}, slog.New(slog.DiscardHandler))
 			if err != nil || res.Replayed["temporal_permanent"] != 1 || res.FromSource["temporal_permanent"] != 1 || len(res.Refused) != 0 {
 				t.Fatalf("replay: %v %+v", err, res)
 			}
@@ -312,7 +327,7 @@ func TestReplayRefusesADeadLetterWithoutItsValueWhenTheOriginalIsGone(t *testing
 	if _, err := kadm.NewClient(cl).DeleteRecords(ctx, kadm.Offsets{topic: {0: {Topic: topic, Partition: 0, At: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Idle: time.Second, Execute: true}, slog.New(slog.DiscardHandler))
+	res, err := Run(ctx, Options{Brokers: c.addrs, IsolationLevel: ReadCommitted, DeadLetterTopics: []string{dlq}, Idle: time.Second, Execute: true}, slog.New(slog.DiscardHandler))
 	if err != nil || res.Replayed["conflict"] != 1 || res.Replayed["temporal_permanent"] != 0 || len(res.Refused) != 1 {
 		t.Fatalf("replay: %v %+v, want the conflict replayed and the temporal_permanent refused", err, res)
 	}
@@ -336,7 +351,7 @@ func TestReplayWithoutExecuteWritesNothing(t *testing.T) {
 		&kgo.Record{Topic: dlq, Partition: 0, Value: []byte("{}")}) // not dedup's
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Reasons: []string{"conflict", "temporal_permanent", ""},
+	res, err := Run(ctx, Options{Brokers: c.addrs, IsolationLevel: ReadCommitted, DeadLetterTopics: []string{dlq}, Reasons: []string{"conflict", "temporal_permanent", ""},
 		Idle: time.Second}, slog.New(slog.DiscardHandler))
 	if err != nil || res.Executed || res.Read != 4 || res.Replayed["conflict"] != 1 || res.Replayed["temporal_permanent"] != 1 ||
 		res.FromSource["temporal_permanent"] != 1 || res.Skipped["no_route"] != 1 || len(res.Refused) != 1 || !strings.Contains(res.Refused[0].Why, "not written by dedup") {
@@ -363,7 +378,7 @@ func TestReplayRefusesADeadLetterWhoseSourceTopicIsGone(t *testing.T) {
 			c.txn("router", commit, gone, deadLetter(0, "conflict", 8))
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Idle: time.Second, Execute: execute},
+			res, err := Run(ctx, Options{Brokers: c.addrs, IsolationLevel: ReadCommitted, DeadLetterTopics: []string{dlq}, Idle: time.Second, Execute: execute},
 				slog.New(slog.DiscardHandler))
 			if err != nil || res.Replayed["conflict"] != 1 || len(res.Refused) != 1 || res.Refused[0].Original != "orders-deleted/0/7" {
 				t.Fatalf("replay: %v %+v, want the dead letter of events replayed and that of orders-deleted/0/7 refused", err, res)
@@ -416,7 +431,7 @@ func TestReplayRefusesAnotherEventAtTheOriginalsCoordinatesWithItsTimestamp(t *t
 	if err := cl2.ProduceSync(ctx, event("order-2")).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Idle: time.Second}, slog.New(slog.DiscardHandler))
+	res, err := Run(ctx, Options{Brokers: c.addrs, IsolationLevel: ReadCommitted, DeadLetterTopics: []string{dlq}, Idle: time.Second}, slog.New(slog.DiscardHandler))
 	if err != nil || res.Replayed["temporal_permanent"] != 0 || len(res.Refused) != 1 || res.Refused[0].Original != "events/0/0" {
 		t.Fatalf("plan: %v %+v, want the dead letter of order-1 refused (events/0/0 now holds order-2)", err, res)
 	}

@@ -65,7 +65,7 @@ func TestReplayKeepsTheTenant(t *testing.T) {
 	c.txn("adv", commit, dl)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	res, err := Run(ctx, Options{Brokers: c.addrs, DeadLetterTopics: []string{dlq}, Execute: true}, slog.New(slog.DiscardHandler))
+	res, err := Run(ctx, Options{Brokers: c.addrs, IsolationLevel: ReadCommitted, DeadLetterTopics: []string{dlq}, Execute: true}, slog.New(slog.DiscardHandler))
 	if err != nil || res.Replayed["temporal_permanent"] != 1 {
 		t.Fatalf("replay: %v %+v", err, res)
 	}

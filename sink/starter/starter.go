@@ -399,4 +399,3 @@ func ReusePolicy(p decide.ReusePolicy) enumspb.WorkflowIdReusePolicy {
 	}
 	return enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
 }
-

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/dedupio/dedup/integration/devstack"
-	"github.com/dedupio/dedup/internal/testsupport/workload"
+	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"

@@ -28,8 +28,9 @@ import (
 
 	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/internal/ingress"
-	"github.com/dedupio/dedup/internal/testsupport/workload"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/schemas"
@@ -216,8 +217,8 @@ func run() error {
 	}
 }
 
-func demoConfig(stack *devstack.Stack, topic, admin, webhookURL string, mails *devstack.Mailbox) app.Config {
-	cfg := app.DefaultConfig()
+func demoConfig(stack *devstack.Stack, topic, admin, webhookURL string, mails *devstack.Mailbox) config.Config {
+	cfg := config.Default()
 	cfg.Kafka.Brokers = stack.Brokers()
 	cfg.Kafka.Group = "dedup-dev"
 	cfg.Kafka.Topics = []string{topic}
@@ -256,7 +257,7 @@ func demoConfig(stack *devstack.Stack, topic, admin, webhookURL string, mails *d
 	return cfg
 }
 
-func writeConfig(path string, cfg app.Config) error {
+func writeConfig(path string, cfg config.Config) error {
 	file := cfg
 	file.Postgres.URL = "${DATABASE_URL}"
 	b, err := yaml.Marshal(file)

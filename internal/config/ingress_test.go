@@ -1,4 +1,4 @@
-package app
+package config
 
 import (
 	"strings"
@@ -11,14 +11,14 @@ kafka: {brokers: [b:9092], group: g, topics: [t, u], reset_offset: earliest, max
 routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
 postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 `
-	cfg, err := ParseConfig([]byte(base))
+	cfg, err := Parse([]byte(base))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.IngressTopic() != "t" || cfg.IngressMaxBody() != 1000 || cfg.Ingress.Listen != "127.0.0.1:8080" || cfg.Ingress.AdminListen != "127.0.0.1:9466" {
 		t.Errorf("defaults: topic %q, max body %d, %+v", cfg.IngressTopic(), cfg.IngressMaxBody(), cfg.Ingress)
 	}
-	cfg, err = ParseConfig([]byte(base + "ingress: {topic: u, max_body_bytes: 10, public_url: \"https://events.example.com/api\"}\n"))
+	cfg, err = Parse([]byte(base + "ingress: {topic: u, max_body_bytes: 10, public_url: \"https://events.example.com/api\"}\n"))
 	if err != nil || cfg.IngressTopic() != "u" || cfg.IngressMaxBody() != 10 {
 		t.Errorf("set: %v %+v", err, cfg.Ingress)
 	}
@@ -36,7 +36,7 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 		"ingress.limits.max_concurrent":                           "ingress: {limits: {max_concurrent: 0}}\n",
 		"kafka.tenant_keys_file: empty while ingress.tokens_file": "ingress: {tokens_file: /etc/dedup/tokens.yaml}\n",
 	} {
-		_, err := ParseConfig([]byte(base + doc))
+		_, err := Parse([]byte(base + doc))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v", want, err)
 		}
@@ -49,14 +49,14 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 		"ingress: {listen: \"0.0.0.0:8080\", tokens_file: /etc/dedup/tokens.yaml}\n",
 	} {
 		withKeys := strings.Replace(base, "max_value_bytes: 1000}", "max_value_bytes: 1000, tenant_keys_file: /etc/dedup/tenant-keys.yaml}", 1)
-		if cfg, err := ParseConfig([]byte(withKeys + doc)); err != nil || cfg.Ingress.CheckExposure() != nil {
+		if cfg, err := Parse([]byte(withKeys + doc)); err != nil || cfg.Ingress.CheckExposure() != nil {
 			t.Errorf("%s: %v %v", doc, err, cfg.Ingress.CheckExposure())
 		}
 	}
 	// Without tokens, dedup ingress listens on loopback only unless
 	// allowed (the routers sharing the file do not care).
 	for _, listen := range []string{"0.0.0.0:8080", ":8080", "ingress:8080", "10.0.0.7:8080"} {
-		cfg, err := ParseConfig([]byte(base + "ingress: {listen: \"" + listen + "\"}\n"))
+		cfg, err := Parse([]byte(base + "ingress: {listen: \"" + listen + "\"}\n"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +64,7 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 			t.Errorf("%s: %v", listen, err)
 		}
 	}
-	if cfg, _ := ParseConfig([]byte(base)); !cfg.Ingress.RequireKey || cfg.Ingress.Limits.MaxConcurrent != 64 {
+	if cfg, _ := Parse([]byte(base)); !cfg.Ingress.RequireKey || cfg.Ingress.Limits.MaxConcurrent != 64 {
 		t.Errorf("defaults: %+v", cfg.Ingress)
 	}
 }

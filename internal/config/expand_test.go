@@ -1,4 +1,4 @@
-package app
+package config
 
 import (
 	"os"
@@ -110,7 +110,7 @@ routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
 		{name: "a key is never expanded", doc: base("postgres: {url: \"${DB}\", \"${GROUP}\": 1}\n"), err: "field ${GROUP} not found"},
 		{name: "unterminated", doc: base(`postgres: {url: "postgres://u:${DB@h/d"}`), err: "postgres.url: unterminated ${"},
 		{name: "not a name", doc: base(`postgres: {url: "postgres://u:${a-b}@h/d"}`), err: "postgres.url: ${...} at byte 13"},
-		{name: "an unknown key stays an error", doc: base("postgres: {url: \"${DB}\"}\nadmin: {listen: x, pprof: true, extra: 1}\n"), err: "field extra not found in type app.AdminConfig"},
+		{name: "an unknown key stays an error", doc: base("postgres: {url: \"${DB}\"}\nadmin: {listen: x, pprof: true, extra: 1}\n"), err: "field extra not found in type config.AdminConfig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range env {
@@ -120,7 +120,7 @@ routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
 			if err := os.Unsetenv("NOPE"); err != nil {
 				t.Fatal(err)
 			}
-			c, err := ParseConfig([]byte(tc.doc))
+			c, err := Parse([]byte(tc.doc))
 			switch {
 			case tc.err == "" && err != nil:
 				t.Fatalf("error: %v", err)
@@ -149,17 +149,17 @@ kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}
 routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
 `
 	t.Setenv("DATABASE_URL", "postgres://fallback@127.0.0.1/d")
-	c, err := ParseConfig([]byte(base + "postgres: {url_file: " + urlFile + "}\n"))
+	c, err := Parse([]byte(base + "postgres: {url_file: " + urlFile + "}\n"))
 	if err != nil || c.Postgres.URL != "postgres://u:s3cret@127.0.0.1/d" {
 		t.Fatalf("url_file: %q %v", c.Postgres.URL, err)
 	}
-	if _, err := ParseConfig([]byte(base + "postgres: {url: x, url_file: " + urlFile + "}\n")); err == nil || !strings.Contains(err.Error(), "postgres.url and postgres.url_file") {
+	if _, err := Parse([]byte(base + "postgres: {url: x, url_file: " + urlFile + "}\n")); err == nil || !strings.Contains(err.Error(), "postgres.url and postgres.url_file") {
 		t.Errorf("both: %v", err)
 	}
-	if _, err := ParseConfig([]byte(base + "postgres: {url_file: " + filepath.Join(dir, "missing") + "}\n")); err == nil || !strings.Contains(err.Error(), "postgres.url_file") {
+	if _, err := Parse([]byte(base + "postgres: {url_file: " + filepath.Join(dir, "missing") + "}\n")); err == nil || !strings.Contains(err.Error(), "postgres.url_file") {
 		t.Errorf("missing file: %v", err)
 	}
-	c, err = ParseConfig([]byte(base))
+	c, err = Parse([]byte(base))
 	if err != nil || c.Postgres.URL != "postgres://fallback@127.0.0.1/d" {
 		t.Errorf("DATABASE_URL fallback: %q %v", c.Postgres.URL, err)
 	}

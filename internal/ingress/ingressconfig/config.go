@@ -1,24 +1,23 @@
-package app
+// Package ingressconfig is the config file's ingress section (dedup
+// ingress and the producer client), next to the ingress's code; internal/config
+// reads it with the rest of the file.
+package ingressconfig
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/url"
 	"slices"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/dedupio/dedup/processor"
 )
 
-// IngressConfig is the config file's ingress section: `dedup ingress`, the
+// Config is the config file's ingress section: `dedup ingress`, the
 // HTTP ingress, and the producer client (package client), which produce
 // to the same topic.
-type IngressConfig struct {
+type Config struct {
 	// Listen is the ingress's HTTP address (POST /v1/events, GET
 	// /v1/workflows/{id}). Behind a load balancer, or with tls and
 	// tokens_file set, it may face the public; keep it on 127.0.0.1
@@ -49,13 +48,13 @@ type IngressConfig struct {
 	// derive IDs from content (two identical events are then one event).
 	RequireKey bool `yaml:"require_key"`
 	// Limits bound what one tenant and one process take.
-	Limits IngressLimits `yaml:"limits"`
+	Limits Limits `yaml:"limits"`
 	// LookupTimeout bounds each PostgreSQL and Temporal call a request
 	// makes (the ledger lookup of a POST, a status). Default 2s.
 	LookupTimeout time.Duration `yaml:"lookup_timeout"`
 	// TLS serves HTTPS with this certificate and key (PEM; read again when
 	// they change). Neither: plain HTTP (terminate TLS in front).
-	TLS IngressTLS `yaml:"tls"`
+	TLS TLS `yaml:"tls"`
 	// PublicURL prefixes the status URLs of 202 answers
 	// (https://events.example.com); empty: absolute paths
 	// (/v1/workflows/...).
@@ -70,7 +69,7 @@ type IngressConfig struct {
 	AdminListen string `yaml:"admin_listen"`
 }
 
-// IngressLimits are the ingress's limits. Memory: at most MaxConcurrent
+// Limits are the ingress's limits. Memory: at most MaxConcurrent
 // requests are answered at once, each body at most max_body_bytes and held
 // twice at most (as read, and in the producer's batch), so the answered
 // requests' bodies take at most 2 x MaxConcurrent x max_body_bytes (128
@@ -81,7 +80,7 @@ type IngressConfig struct {
 // senders hold none), within 10 s, and the bodies being read have a cap of
 // their own, 2 x MaxConcurrent (MaxConcurrentPerTenant of one tenant): all
 // bodies together take at most 4 x MaxConcurrent x max_body_bytes.
-type IngressLimits struct {
+type Limits struct {
 	// Rate is each tenant's requests per second (the anonymous caller's
 	// without tokens_file); past it and Burst: 429 with Retry-After.
 	Rate float64 `yaml:"rate"`
@@ -96,22 +95,22 @@ type IngressLimits struct {
 	MaxConcurrentPerTenant int `yaml:"max_concurrent_per_tenant"`
 }
 
-// IngressTLS is the ingress's server certificate.
-type IngressTLS struct {
+// TLS is the ingress's server certificate.
+type TLS struct {
 	CertFile string `yaml:"cert_file"`
 	KeyFile  string `yaml:"key_file"`
 }
 
-// DefaultIngressConfig is the ingress section's defaults.
-func DefaultIngressConfig() IngressConfig {
-	return IngressConfig{Listen: "127.0.0.1:8080", ProduceTimeout: 10 * time.Second, AdminListen: "127.0.0.1:9466",
+// Default is the ingress section's defaults.
+func Default() Config {
+	return Config{Listen: "127.0.0.1:8080", ProduceTimeout: 10 * time.Second, AdminListen: "127.0.0.1:9466",
 		RequireKey: true, LookupTimeout: 2 * time.Second,
-		Limits: IngressLimits{Rate: 100, Burst: 200, MaxConcurrent: 64, MaxConcurrentPerTenant: 32}}
+		Limits: Limits{Rate: 100, Burst: 200, MaxConcurrent: 64, MaxConcurrentPerTenant: 32}}
 }
 
 // Validate names the first invalid field; k is the validated kafka
 // section.
-func (c IngressConfig) Validate(k processor.Config) error {
+func (c Config) Validate(k processor.Config) error {
 	switch {
 	case c.Topic != "" && !slices.Contains(k.Topics, c.Topic):
 		return fmt.Errorf("ingress.topic: %q is not one of kafka.topics %v: no router would read it", c.Topic, k.Topics)
@@ -152,7 +151,7 @@ func (c IngressConfig) Validate(k processor.Config) error {
 // CheckExposure is dedup ingress's start-up check (not Validate's: the
 // routers share the file): without tokens_file it listens on loopback
 // addresses only, unless allow_unauthenticated.
-func (c IngressConfig) CheckExposure() error {
+func (c Config) CheckExposure() error {
 	if c.TokensFile == "" && !c.AllowUnauthenticated && !loopback(c.Listen) {
 		return fmt.Errorf("ingress.listen: %s is not a loopback address and ingress.tokens_file is empty: "+
 			"anyone who reaches it could enqueue events; set ingress.tokens_file, or ingress.allow_unauthenticated: true "+
@@ -174,27 +173,4 @@ func loopback(listen string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// IngressTopic is where producers write: ingress.topic, else the first
-// of kafka.topics.
-func (c Config) IngressTopic() string {
-	if c.Ingress.Topic != "" {
-		return c.Ingress.Topic
-	}
-	return c.Kafka.Topics[0]
-}
-
-// IngressMaxBody is ingress.max_body_bytes with its default filled.
-func (c Config) IngressMaxBody() int {
-	if c.Ingress.MaxBodyBytes > 0 {
-		return c.Ingress.MaxBodyBytes
-	}
-	return c.Kafka.MaxValueBytes
-}
-
-// CheckKafka is the start-up check of the Kafka settings (checkKafka) for
-// the producers' clients: a refused login or TLS handshake stops start-up.
-func CheckKafka(ctx context.Context, cfg Config, log *slog.Logger, kopts []kgo.Opt) error {
-	return checkKafka(ctx, cfg, log, kopts)
 }

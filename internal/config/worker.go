@@ -1,26 +1,26 @@
-package app
+package config
 
 import (
 	"fmt"
 	"os"
 )
 
-// LoadWorkerConfig is LoadConfig for `dedup worker`: the file is read and
+// LoadWorker is Load for `dedup worker`: the file is read and
 // expanded alike (unknown keys are errors everywhere in it), but only the
 // sections the worker reads are checked: worker, postgres, temporal and
 // log. A file written for the worker alone, with no kafka
 // section and no routes, loads; one shared with `dedup run` loads too.
-func LoadWorkerConfig(path string) (Config, error) {
+func LoadWorker(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("reading config: %w", err)
 	}
-	return ParseWorkerConfig(b)
+	return ParseWorker(b)
 }
 
-// ParseWorkerConfig is LoadWorkerConfig on bytes.
-func ParseWorkerConfig(b []byte) (Config, error) {
-	return parseConfig(b, (*Config).ValidateWorker)
+// ParseWorker is LoadWorker on bytes.
+func ParseWorker(b []byte) (Config, error) {
+	return parse(b, (*Config).ValidateWorker)
 }
 
 // ValidateWorker names the first invalid field of the sections `dedup

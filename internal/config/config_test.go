@@ -1,4 +1,4 @@
-package app
+package config
 
 import (
 	"log/slog"
@@ -16,7 +16,7 @@ import (
 // to: it must load, with every value it shows.
 func TestExampleConfigLoads(t *testing.T) {
 	t.Setenv("DATABASE_URL", "postgres://u@localhost/db")
-	cfg, err := LoadConfig("../../deploy/dedup.example.yaml")
+	cfg, err := Load("../../deploy/dedup.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestExampleConfigLoads(t *testing.T) {
 	if cfg.Kafka.SessionTimeout != 45*time.Second || cfg.Starts.MarkInterval != 10*time.Millisecond {
 		t.Errorf("durations: %s %s", cfg.Kafka.SessionTimeout, cfg.Starts.MarkInterval)
 	}
-	def := DefaultConfig()
+	def := Default()
 	if cfg.Kafka.MaxPollRecords != def.Kafka.MaxPollRecords || cfg.Starts.Concurrency != def.Starts.Concurrency {
 		t.Error("the example disagrees with the defaults it claims to show")
 	}
@@ -64,12 +64,12 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 		"field pasword not found":                 strings.Replace(base, "reset_offset: earliest", "reset_offset: earliest, sasl: {pasword: x}", 1),
 	}
 	for want, doc := range cases {
-		_, err := ParseConfig([]byte(doc))
+		_, err := Parse([]byte(doc))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v", want, err)
 		}
 	}
-	if _, err := ParseConfig([]byte(base)); err != nil {
+	if _, err := Parse([]byte(base)); err != nil {
 		t.Fatalf("minimal config: %v", err)
 	}
 }
@@ -93,7 +93,7 @@ schedules:
       task_queue: activities
       definition: {dedupe_key_strategy: catchup, tasks: [{type: noop}]}
 `
-	cfg, err := ParseConfig([]byte(base))
+	cfg, err := Parse([]byte(base))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,11 +101,11 @@ schedules:
 	if cfg.Schedules.Tick != time.Second || tr.Name != "550e8400-e29b-41d4-a716-446655440000" || tr.Limit() != 5 || tr.MisfireThreshold != time.Minute {
 		t.Errorf("schedules: %+v", cfg.Schedules)
 	}
-	_, err = ParseConfig([]byte(strings.Replace(base, "dedupe_key_strategy: catchup", "dedupe_key_strategy: compress", 1)))
+	_, err = Parse([]byte(strings.Replace(base, "dedupe_key_strategy: catchup", "dedupe_key_strategy: compress", 1)))
 	if err == nil || !strings.Contains(err.Error(), `schedules.triggers[0].definition.dedupe_key_strategy "compress" does not match schedules.triggers[0].misfire_policy "catchup"`) {
 		t.Errorf("mismatch: %v", err)
 	}
-	_, err = ParseConfig([]byte(strings.Replace(base, "catchup_limit: 5", "catchup_limit: 5\n      misfire_treshold: 1m", 1)))
+	_, err = Parse([]byte(strings.Replace(base, "catchup_limit: 5", "catchup_limit: 5\n      misfire_treshold: 1m", 1)))
 	if err == nil || !strings.Contains(err.Error(), "misfire_treshold") {
 		t.Errorf("unknown key: %v", err)
 	}
@@ -114,11 +114,11 @@ schedules:
 // temporal.compression reaches the SDK: none unless gzip is asked for.
 func TestTemporalCompression(t *testing.T) {
 	for name, want := range map[string]client.GrpcCompression{"": &client.GrpcCompressionNone{}, "none": &client.GrpcCompressionNone{}, "gzip": &client.GrpcCompressionGzip{}} {
-		cfg := DefaultConfig()
+		cfg := Default()
 		if name != "" {
 			cfg.Temporal.Compression = name
 		}
-		o, err := temporalOptions(cfg, slog.New(slog.DiscardHandler), nil)
+		o, err := cfg.Temporal.ClientOptions(slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +183,7 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 		{"PLAIN to a remote broker, allowed", doc(remote, plain+allow), ""},
 		{"an http token_url, allowed", doc(remote, url("http://idp.example.com/token")+allow), ""},
 	} {
-		_, err := ParseConfig([]byte(tc.doc))
+		_, err := Parse([]byte(tc.doc))
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
@@ -213,7 +213,7 @@ temporal: {` + temporal + `}
 		{"an API key to a remote server, verified", "host_port: t.example.com:7233, api_key: k", ""},
 		{"no API key, unverified", "host_port: t.example.com:7233" + skip, ""},
 	} {
-		_, err := ParseConfig([]byte(doc(tc.temporal)))
+		_, err := Parse([]byte(doc(tc.temporal)))
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}

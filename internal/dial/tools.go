@@ -1,10 +1,12 @@
-package app
+package dial
 
 import (
 	"context"
 	"log/slog"
 
 	"go.temporal.io/sdk/client"
+
+	"github.com/dedupio/dedup/internal/config"
 )
 
 // The operators' commands (internal/ops: dedup explain, inspect, lag,
@@ -16,8 +18,8 @@ import (
 // committed records only, up to the last stable offset. (PostgreSQL:
 // ledger.Open with cfg.Postgres.)
 
-// DialToolTemporal connects an operator's Temporal client (dialTemporal,
+// DialToolTemporal connects an operator's Temporal client (DialTemporal,
 // without metrics).
-func DialToolTemporal(ctx context.Context, cfg Config, log *slog.Logger) (client.Client, error) {
-	return dialTemporal(ctx, cfg, log, nil)
+func DialToolTemporal(ctx context.Context, cfg config.Config, log *slog.Logger) (client.Client, error) {
+	return DialTemporal(ctx, cfg, log, nil)
 }

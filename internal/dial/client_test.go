@@ -1,4 +1,4 @@
-package app
+package dial
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/dedupio/dedup/client"
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -60,7 +61,7 @@ func silentTemporal(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func clientConfig(t *testing.T, temporal string) Config {
+func clientConfig(t *testing.T, temporal string) config.Config {
 	t.Helper()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "events"))
 	if err != nil {
@@ -71,7 +72,7 @@ func clientConfig(t *testing.T, temporal string) Config {
 	if err := ledger.Migrate(context.Background(), url); err != nil {
 		t.Fatal(err)
 	}
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Kafka.Brokers = cluster.ListenAddrs()
 	cfg.Kafka.Group, cfg.Kafka.Topics, cfg.Kafka.ResetOffset = "g", []string{"events"}, "earliest"
 	cfg.Routes = decide.Routes{{ID: "a", Match: decide.Match{Type: "x"}, WorkflowType: "W", TaskQueue: "q"}}

@@ -1,4 +1,4 @@
-package app
+package dial
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/dedupio/dedup/connect/dialguard"
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/internal/testsupport/testpki"
 	"github.com/dedupio/dedup/internal/testsupport/tunnelkafka"
@@ -77,7 +78,7 @@ func startSecureKafka(t *testing.T) *secureKafka {
 
 // config is a router config for k, with kafka.tls and kafka.sasl as
 // tlsYAML and saslYAML (flow mappings) say.
-func (k *secureKafka) config(t *testing.T, tlsYAML, saslYAML string) Config {
+func (k *secureKafka) config(t *testing.T, tlsYAML, saslYAML string) config.Config {
 	t.Helper()
 	doc := fmt.Sprintf(`
 kafka:
@@ -92,7 +93,7 @@ kafka:
 routes: [{id: a, match: {type: routed}, workflow_type: W, task_queue: q}]
 postgres: {url: %q}
 `, k.c.ListenAddrs()[0], tlsYAML, saslYAML, pgtest.NewDatabase(t))
-	cfg, err := ParseConfig([]byte(doc))
+	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, doc)
 	}
@@ -117,14 +118,14 @@ func TestKafkaOverTLSAndSASL(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := k.config(t, k.mtls(), tc.sasl)
 			cfg.Kafka.Group = "g-" + tc.name
-			kopts, err := kafkaOpts(cfg)
+			kopts, err := cfg.Kafka.ClientOpts()
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			if err := checkKafka(ctx, cfg, log, kopts); err != nil {
+			if err := CheckKafka(ctx, cfg, log, kopts); err != nil {
 				t.Fatalf("start-up check: %v", err)
 			}
 			producer, err := kgo.NewClient(kopts...)
@@ -159,7 +160,7 @@ func TestKafkaOverTLSAndSASL(t *testing.T) {
 
 // runRouter runs a router on cfg with the given Kafka options, with a real
 // ledger and a Temporal client that is never dialled (no route matches).
-func runRouter(t *testing.T, cfg Config, kopts []kgo.Opt) (stop func()) {
+func runRouter(t *testing.T, cfg config.Config, kopts []kgo.Opt) (stop func()) {
 	t.Helper()
 	ctx := context.Background()
 	if err := ledger.Migrate(ctx, cfg.Postgres.URL); err != nil {
@@ -242,13 +243,13 @@ func TestKafkaRefusalsAreClearStartupErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := k.config(t, tc.tls, tc.sasl)
-			kopts, err := kafkaOpts(cfg)
+			kopts, err := cfg.Kafka.ClientOpts()
 			if err != nil {
 				t.Fatal(err)
 			}
 			before := k.handshakes.Load()
 			start := time.Now()
-			err = checkKafka(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), kopts)
+			err = CheckKafka(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), kopts)
 			took := time.Since(start)
 			if err == nil {
 				t.Fatal("start-up check passed")
@@ -276,7 +277,7 @@ func TestKafkaRefusalsAreClearStartupErrors(t *testing.T) {
 // tunnelConfig is a router config whose one seed is tk's loopback seed,
 // with kafka.sasl PLAIN as tk's superuser, no TLS, and extra (more keys of
 // the kafka section, a flow mapping's tail).
-func tunnelConfig(t *testing.T, tk *tunnelkafka.Cluster, extra string) Config {
+func tunnelConfig(t *testing.T, tk *tunnelkafka.Cluster, extra string) config.Config {
 	t.Helper()
 	doc := fmt.Sprintf(`
 kafka: {brokers: [%q], group: g, topics: [events], reset_offset: earliest,
@@ -284,7 +285,7 @@ kafka: {brokers: [%q], group: g, topics: [events], reset_offset: earliest,
 routes: [{id: a, match: {type: routed}, workflow_type: W, task_queue: q}]
 postgres: {url: "postgres://u@db.example.com/d?sslmode=verify-full"}
 `, tk.Seed, plainUser, strings.ReplaceAll(plainPass, "$", "$$"), extra)
-	cfg, err := ParseConfig([]byte(doc))
+	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, doc)
 	}
@@ -305,9 +306,9 @@ func TestKafkaSASLNeverInPlaintextToAnAdvertisedRemoteBroker(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	// askBroker asks the advertised broker itself for its API versions,
 	// through a client with cfg's options.
-	askBroker := func(cfg Config) error {
+	askBroker := func(cfg config.Config) error {
 		t.Helper()
-		kopts, err := kafkaOpts(cfg)
+		kopts, err := cfg.Kafka.ClientOpts()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,11 +330,11 @@ func TestKafkaSASLNeverInPlaintextToAnAdvertisedRemoteBroker(t *testing.T) {
 	if !errors.As(err, &refused) || !strings.Contains(err.Error(), tk.Advertised) || !strings.Contains(err.Error(), "kafka.allow_insecure: true") {
 		t.Errorf("a request to the advertised broker %s: %v, want a refusal naming it and kafka.allow_insecure", tk.Advertised, err)
 	}
-	kopts, err := kafkaOpts(cfg)
+	kopts, err := cfg.Kafka.ClientOpts()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkKafka(ctx, cfg, log, kopts); err == nil || !strings.Contains(err.Error(), tk.Advertised) {
+	if err := CheckKafka(ctx, cfg, log, kopts); err == nil || !strings.Contains(err.Error(), tk.Advertised) {
 		t.Errorf("start-up check: %v, want a refusal naming the advertised broker %s", err, tk.Advertised)
 	}
 	if n := tk.RemoteConns(); n != 0 {

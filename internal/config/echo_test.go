@@ -1,4 +1,4 @@
-package app
+package config
 
 import (
 	"os"
@@ -31,7 +31,7 @@ routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
 		{"a key=value string with a space in its password", "postgres: {url_file: " + dsnFile + "}\n", "postgres.url"},
 		{"the same in url", "postgres: {url: \"host=db.example.com password=hunter2 s3cr3t-value\"}\n", "postgres.url"},
 	} {
-		_, err := ParseConfig([]byte(base + tc.doc))
+		_, err := Parse([]byte(base + tc.doc))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming %s", tc.name, err, tc.want)
 			continue
@@ -61,7 +61,7 @@ func TestValidationErrorsNeverPrintAnEnvironmentValue(t *testing.T) {
 		{strings.Replace(base, "task_queue: q}", "task_queue: q, id_reuse_policy: \"${SECRET}\"}", 1), "id_reuse_policy"},
 		{base + "ingress: {public_url: \"${SECRET}\"}\n", "ingress.public_url"},
 	} {
-		_, err := ParseConfig([]byte(tc.doc))
+		_, err := Parse([]byte(tc.doc))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming it", tc.want, err)
 			continue

@@ -1,4 +1,11 @@
-package app
+// Package config reads dedup's config file: the file over the defaults,
+// ${VAR} references in values expanded from the environment, the *_file
+// secrets read, unknown keys refused, and every section validated with
+// errors that name the setting. The components themselves only see their
+// own sections (processor.Config, ledger.Config, starter.Config, ...); the
+// commands that wire them (internal/app, internal/ops, internal/ingress)
+// share this package.
+package config
 
 import (
 	"bytes"
@@ -8,17 +15,18 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dedupio/dedup/connect/secretfile"
+	"github.com/dedupio/dedup/internal/ingress/ingressconfig"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/schedule"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
+	"github.com/dedupio/dedup/worker"
 	"github.com/dedupio/dedup/worker/tenants"
 )
 
@@ -40,33 +48,14 @@ type Config struct {
 	Schedules schedule.Config `yaml:"schedules"`
 	// Ingress configures `dedup ingress` and the producer client (package
 	// client): ingress.go.
-	Ingress IngressConfig `yaml:"ingress"`
+	Ingress ingressconfig.Config `yaml:"ingress"`
 }
 
-// WorkerConfig configures `dedup worker`, which runs RunActivityWorkflow.
+// WorkerConfig is the worker: section: the worker's own settings
+// (worker.Config, inline) and the tenants' task types (worker/tenants,
+// which imports package worker, so its section cannot live there).
 type WorkerConfig struct {
-	TaskQueue string `yaml:"task_queue"`
-	// WebhookURL receives webhook tasks that name no URL of their own.
-	WebhookURL string `yaml:"webhook_url"`
-	// KeyLease and KeyTTL tune the idempotency key store: how long a key
-	// whose holder stopped renewing it (crashed) stays blocked before a
-	// retry may take it over (a live holder renews it every third of it),
-	// and how long outcomes are kept (how late a re-run still adopts them).
-	KeyLease time.Duration `yaml:"key_lease"`
-	KeyTTL   time.Duration `yaml:"key_ttl"`
-	// AdminListen is the worker's admin port (/metrics, /livez, /readyz;
-	// /debug/pprof with admin.pprof): a key of its own, so that one config
-	// file serves a router and a worker on one host without their ports
-	// colliding. Keep it off public interfaces; empty disables it.
-	AdminListen string `yaml:"admin_listen"`
-	// StopTimeout is how long a stopping worker (SIGTERM) lets the
-	// activities it runs finish and report before it cancels them (the
-	// SDK's WorkerStopTimeout). Cancelled, an activity's attempt is lost
-	// and Temporal retries it after its timeout (a webhook cut short is
-	// posted again, under its key). Keep it under the time the process
-	// is given to stop (the worker pod's terminationGracePeriodSeconds,
-	// 45s); 0 cancels them at once.
-	StopTimeout time.Duration `yaml:"stop_timeout"`
+	worker.Config `yaml:",inline"`
 	// Tenants registers the audit seed's five task types
 	// (create_tenant_schema, run_migrations, send_welcome_email,
 	// drop_tenant_schema, soft_delete_tenant; package worker/tenants),
@@ -90,50 +79,49 @@ type LogConfig struct {
 	Level  string `yaml:"level"`  // debug, info, warn, error
 }
 
-// DefaultConfig is every default; the file overrides what it names.
-func DefaultConfig() Config {
+// Default is every default; the file overrides what it names.
+func Default() Config {
 	return Config{
-		Kafka:    processor.DefaultConfig(),
-		EventID:  eventid.DefaultConfig(),
-		Starts:   processor.DefaultConfig().Starts,
-		Retry:    processor.DefaultConfig().Retry,
-		Postgres: ledger.DefaultConfig(),
-		Temporal: starter.DefaultConfig(),
-		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
-		Log:      LogConfig{Format: "json", Level: "info"},
-		Worker: WorkerConfig{TaskQueue: "activities", KeyLease: time.Minute, KeyTTL: 24 * time.Hour, AdminListen: "127.0.0.1:9465",
-			StopTimeout: 30 * time.Second, Tenants: tenants.DefaultConfig()},
-		Ingress:   DefaultIngressConfig(),
+		Kafka:     processor.DefaultConfig(),
+		EventID:   eventid.DefaultConfig(),
+		Starts:    processor.DefaultConfig().Starts,
+		Retry:     processor.DefaultConfig().Retry,
+		Postgres:  ledger.DefaultConfig(),
+		Temporal:  starter.DefaultConfig(),
+		Admin:     AdminConfig{Listen: "127.0.0.1:9464"},
+		Log:       LogConfig{Format: "json", Level: "info"},
+		Worker:    WorkerConfig{Config: worker.DefaultConfig(), Tenants: tenants.DefaultConfig()},
+		Ingress:   ingressconfig.Default(),
 		Schedules: schedule.DefaultConfig(),
 	}
 }
 
-// LoadConfig reads a YAML file over the defaults. ${VAR} references in
+// Load reads a YAML file over the defaults. ${VAR} references in
 // values are expanded from the environment (ExpandEnv); postgres.url_file
 // fills postgres.url, and DATABASE_URL fills it when the file sets
 // neither. Unknown keys are errors.
-func LoadConfig(path string) (Config, error) {
+func Load(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, fmt.Errorf("reading config: %w", err)
 	}
-	return ParseConfig(b)
+	return Parse(b)
 }
 
-// ParseConfig is LoadConfig on bytes.
-func ParseConfig(b []byte) (Config, error) {
-	return parseConfig(b, (*Config).Validate)
+// Parse is Load on bytes.
+func Parse(b []byte) (Config, error) {
+	return parse(b, (*Config).Validate)
 }
 
-// parseConfig reads b over the defaults and checks it with validate.
-func parseConfig(b []byte, validate func(*Config) error) (Config, error) {
-	cfg := DefaultConfig()
+// parse reads b over the defaults and checks it with validate.
+func parse(b []byte, validate func(*Config) error) (Config, error) {
+	cfg := Default()
 	// Unknown keys: yaml's own check, on the file as written (expansion
 	// never touches keys). Only its "not found" errors count here: a
 	// ${VAR} in a number's place is a type error until it is expanded.
 	strict := yaml.NewDecoder(bytes.NewReader(b))
 	strict.KnownFields(true)
-	shadow := DefaultConfig()
+	shadow := Default()
 	if err := strict.Decode(&shadow); err != nil {
 		var te *yaml.TypeError
 		if !errors.As(err, &te) {
@@ -414,11 +402,8 @@ func (c *Config) validateShared() error {
 	default:
 		return fmt.Errorf("log.level: %q, want debug, info, warn or error", c.Log.Level)
 	}
-	if c.Worker.TaskQueue == "" || c.Worker.KeyLease <= 0 || c.Worker.KeyTTL <= 0 {
-		return errors.New("worker.task_queue, key_lease, key_ttl: want non-empty and > 0")
-	}
-	if c.Worker.StopTimeout < 0 {
-		return fmt.Errorf("worker.stop_timeout: %s, want >= 0", c.Worker.StopTimeout)
+	if err := c.Worker.Config.Validate(); err != nil {
+		return err
 	}
 	return c.Worker.Tenants.Validate("worker.tenants")
 }

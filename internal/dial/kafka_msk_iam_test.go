@@ -1,4 +1,4 @@
-package app
+package dial
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/testsupport/mskiamtest"
 	"github.com/dedupio/dedup/internal/testsupport/testpki"
 )
@@ -54,7 +55,7 @@ postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
 		{"an inline key (no such key)", doc(msk, ", sasl: {mechanism: AWS_MSK_IAM, access_key_id: AKIA}"+tlsOn), "field access_key_id not found"},
 		{"a password", doc(msk, ", sasl: {mechanism: AWS_MSK_IAM, password_file: /p}"+tlsOn), "not used by AWS_MSK_IAM"},
 	} {
-		_, err := ParseConfig([]byte(tc.doc))
+		_, err := config.Parse([]byte(tc.doc))
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
@@ -87,7 +88,7 @@ func TestKafkaOverMSKIAM(t *testing.T) {
 	defer c.Close()
 	broker := mskiamtest.Serve(c, map[string]string{keyID: secret})
 	idFile := testpki.Write(t, dir, "id", []byte(keyID+"\n"))
-	config := func(secretFile string) Config {
+	config := func(secretFile string) config.Config {
 		doc := fmt.Sprintf(`
 kafka:
   brokers: [%s]
@@ -99,7 +100,7 @@ kafka:
 routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
 postgres: {url: "postgres://u@127.0.0.1/d"}
 `, c.ListenAddrs()[0], caFile, idFile, secretFile)
-		cfg, err := ParseConfig([]byte(doc))
+		cfg, err := config.Parse([]byte(doc))
 		if err != nil {
 			t.Fatalf("%v\n%s", err, doc)
 		}
@@ -111,11 +112,11 @@ postgres: {url: "postgres://u@127.0.0.1/d"}
 
 	cfg := config(testpki.Write(t, dir, "secret", []byte(secret+"\n")))
 	t.Setenv("AWS_REGION", "")
-	if _, err := kafkaOpts(cfg); err == nil || !strings.Contains(err.Error(), "set AWS_REGION") {
+	if _, err := cfg.Kafka.ClientOpts(); err == nil || !strings.Contains(err.Error(), "set AWS_REGION") {
 		t.Errorf("no region for 127.0.0.1: %v", err)
 	}
 	t.Setenv("AWS_REGION", "us-east-1")
-	kopts, err := kafkaOpts(cfg)
+	kopts, err := cfg.Kafka.ClientOpts()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ postgres: {url: "postgres://u@127.0.0.1/d"}
 	if ms, _ := cl.OptValue(kgo.SASL).([]sasl.Mechanism); len(ms) != 1 || ms[0].Name() != "AWS_MSK_IAM" {
 		t.Fatalf("kgo.SASL %v, want the AWS_MSK_IAM mechanism", cl.OptValue(kgo.SASL))
 	}
-	if err := checkKafka(ctx, cfg, log, kopts); err != nil {
+	if err := CheckKafka(ctx, cfg, log, kopts); err != nil {
 		t.Fatalf("start-up check: %v", err)
 	}
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "events", Value: []byte("v")}).FirstErr(); err != nil {
@@ -148,10 +149,10 @@ postgres: {url: "postgres://u@127.0.0.1/d"}
 	}
 
 	cfg = config(testpki.Write(t, dir, "wrong-secret", []byte("not-the-secret-key\n")))
-	if kopts, err = kafkaOpts(cfg); err != nil {
+	if kopts, err = cfg.Kafka.ClientOpts(); err != nil {
 		t.Fatal(err)
 	}
-	err = checkKafka(ctx, cfg, log, kopts)
+	err = CheckKafka(ctx, cfg, log, kopts)
 	want := "kafka.sasl: broker " + c.ListenAddrs()[0] + " refused AWS_MSK_IAM authentication of the AWS access key in kafka.sasl.access_key_id_file"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("a wrong secret key: %v, want %q", err, want)

@@ -1,4 +1,4 @@
-package app
+package dial
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/client/temporalread"
+	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/processor/tenantsig"
 	"github.com/dedupio/dedup/sink/ledger/ledgerread"
 )
@@ -17,7 +18,7 @@ import (
 // and routes give the same IDs) and opens a producer client as it says
 // (OpenClient).
 func OpenClientFile(ctx context.Context, path string, log *slog.Logger) (*client.Client, error) {
-	cfg, err := LoadConfig(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		return nil, err
 	}
@@ -34,14 +35,14 @@ func OpenClientFile(ctx context.Context, path string, log *slog.Logger) (*client
 // the first lookup and the first Status or Result: OpenClient waits for
 // neither, and a credential they refuse is that call's error. log may be
 // nil. The client's Close closes every connection.
-func OpenClient(ctx context.Context, cfg Config, log *slog.Logger) (*client.Client, error) {
+func OpenClient(ctx context.Context, cfg config.Config, log *slog.Logger) (*client.Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if log == nil {
-		log = NewLogger(cfg.Log)
+		log = config.NewLogger(cfg.Log)
 	}
-	kopts, err := KafkaOpts(cfg)
+	kopts, err := cfg.Kafka.ClientOpts()
 	if err != nil {
 		return nil, err
 	}
@@ -80,9 +81,9 @@ func OpenClient(ctx context.Context, cfg Config, log *slog.Logger) (*client.Clie
 }
 
 // lazyTemporal is a Temporal SDK client with the options of every dedup
-// client (temporalOptions: TLS, API key) that connects on its first call.
-func lazyTemporal(cfg Config, log *slog.Logger) (sdkclient.Client, error) {
-	o, err := temporalOptions(cfg, log, nil)
+// client (TemporalOptions: TLS, API key) that connects on its first call.
+func lazyTemporal(cfg config.Config, log *slog.Logger) (sdkclient.Client, error) {
+	o, err := TemporalOptions(cfg, log, nil)
 	if err != nil {
 		return nil, err
 	}

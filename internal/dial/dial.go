@@ -1,4 +1,4 @@
-package app
+package dial
 
 import (
 	"context"
@@ -17,58 +17,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 	"google.golang.org/grpc/codes"
 
 	"github.com/dedupio/dedup/connect/clienttls"
 	"github.com/dedupio/dedup/connect/dialguard"
-	"github.com/dedupio/dedup/connect/secretfile"
-	"github.com/dedupio/dedup/sink/starter"
+	"github.com/dedupio/dedup/internal/config"
 )
 
-// This file is the one place that says how dedup connects to its
-// dependencies: every Kafka client (consumer, dead-letter producer, kadm)
-// takes kafkaOpts, every Temporal client temporalOptions.
+// This file checks dedup's connections at start and says why a refused
+// one will not heal. The options themselves are built next to their
+// configs, by public code a stranger's router or starter uses too: every
+// Kafka client takes processor.Config.ClientOpts, every Temporal client
+// starter.Config.ClientOptions.
 
-// KafkaOpts are the options every Kafka client of dedup shares: the seed
-// brokers, the fetch isolation level (kafka.isolation_level), TLS (kafka.tls) and SASL (kafka.sasl; AWS_MSK_IAM may read the AWS_* environment). Certificate and secret
-// files are read here once (a missing one is an error naming its key) and
-// again, when they changed, at each new connection.
-func KafkaOpts(cfg Config) ([]kgo.Opt, error) { return kafkaOpts(cfg) }
-
-func kafkaOpts(cfg Config) ([]kgo.Opt, error) {
-	// The isolation level matters to consumers only; producers and admin
-	// clients ignore it.
-	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...), cfg.Kafka.FetchIsolation()}
-	files, err := clienttls.Load(cfg.Kafka.TLS, "kafka.tls")
-	if err != nil {
-		return nil, err
-	}
-	m, err := cfg.Kafka.SASL.Build()
-	if err != nil {
-		return nil, err
-	}
-	if err := cfg.Kafka.SASL.CheckBrokers(cfg.Kafka.Brokers); err != nil {
-		return nil, err
-	}
-	if m != nil {
-		opts = append(opts, kgo.SASL(m))
-	}
-	// A dialer of our own rather than kgo.DialTLSConfig: each broker's
-	// tls.Config is built for its host at the dial, so that the CA file is
-	// read as it is then; and every broker the client dials (the seeds and
-	// every one the metadata advertises) is checked at the dial: SASL
-	// without TLS that verifies the broker goes only to an address on this
-	// machine, unless kafka.allow_insecure (connect/dialguard).
-	var tlsFor func(host string) *tls.Config
-	if files != nil {
-		tlsFor = files.ClientConfig
-	}
-	opts = append(opts, kgo.Dialer(dialguard.KafkaDialer(tlsFor, m != nil, cfg.Kafka.AllowInsecure)))
-	return opts, nil
-}
-
-// checkKafka asks each seed broker for metadata, with the clients'
+// CheckKafka asks each seed broker for metadata, with the clients'
 // options, before any client of the router connects. A refused login
 // (SASL) or a TLS handshake that fails (a certificate that does not
 // verify, a client certificate the broker wants or refuses, plaintext at a
@@ -76,7 +38,7 @@ func kafkaOpts(cfg Config) ([]kgo.Opt, error) {
 // error naming the broker and the mechanism, rather than a consumer that
 // retries it forever. A broker that does not answer is not an error:
 // dedup starts while Kafka is down, and its clients retry.
-func checkKafka(ctx context.Context, cfg Config, log *slog.Logger, kopts []kgo.Opt) error {
+func CheckKafka(ctx context.Context, cfg config.Config, log *slog.Logger, kopts []kgo.Opt) error {
 	if cfg.Kafka.TLS.InsecureSkipVerify {
 		log.Warn("kafka.tls.insecure_skip_verify is set: the brokers' certificates are NOT verified; anyone on the network path can pose as Kafka, read the events and the credentials sent over it",
 			"brokers", cfg.Kafka.Brokers)
@@ -161,7 +123,7 @@ func (e *saslError) Unwrap() error { return e.err }
 
 // permanentKafkaError says, naming the broker and the setting, why err
 // will not heal by retrying; nil when it may.
-func permanentKafkaError(cfg Config, seed string, err error) error {
+func permanentKafkaError(cfg config.Config, seed string, err error) error {
 	var (
 		se       *saslError
 		verify   *tls.CertificateVerificationError
@@ -205,57 +167,22 @@ func caName(c clienttls.Config) string {
 	return "the system's CA roots (set kafka.tls.ca_file for a private CA)"
 }
 
-// temporalOptions are the SDK client options for cfg's Temporal: TLS
-// (temporal.tls; mutual TLS with a client certificate) and the API key
-// (temporal.api_key, api_key_file). mh may be nil.
-func temporalOptions(cfg Config, log *slog.Logger, mh client.MetricsHandler) (client.Options, error) {
-	o := client.Options{
-		HostPort:  cfg.Temporal.HostPort,
-		Namespace: cfg.Temporal.Namespace,
-		Logger:    tlog.NewStructuredLogger(log.With("component", "temporal-sdk")),
-		ConnectionOptions: client.ConnectionOptions{
-			GrpcCompression: starter.Compression(cfg.Temporal.Compression),
-		},
-	}
-	if mh != nil {
+// TemporalOptions are the SDK client options for cfg's Temporal
+// (starter.Config.ClientOptions), with the metrics handler mh (nil: none).
+func TemporalOptions(cfg config.Config, log *slog.Logger, mh client.MetricsHandler) (client.Options, error) {
+	o, err := cfg.Temporal.ClientOptions(log)
+	if err == nil && mh != nil {
 		o.MetricsHandler = mh
 	}
-	files, err := clienttls.Load(cfg.Temporal.TLS, "temporal.tls")
-	if err != nil {
-		return client.Options{}, err
-	}
-	if files != nil {
-		host, _, err := net.SplitHostPort(cfg.Temporal.HostPort)
-		if err != nil {
-			host = cfg.Temporal.HostPort
-		}
-		o.ConnectionOptions.TLS = files.ClientConfig(host)
-		if files.InsecureSkipVerify() {
-			log.Warn("temporal.tls.insecure_skip_verify is set: the Temporal server's certificate is NOT verified; anyone on the network path can pose as Temporal and read the workflows' inputs and the credentials sent over it",
-				"host_port", cfg.Temporal.HostPort)
-		}
-	}
-	switch {
-	case cfg.Temporal.APIKeyFile != "":
-		f, err := secretfile.NewFile("temporal.api_key_file", cfg.Temporal.APIKeyFile)
-		if err != nil {
-			return client.Options{}, err
-		}
-		o.Credentials = client.NewAPIKeyDynamicCredentials(func(context.Context) (string, error) { return f.Get() })
-	case cfg.Temporal.APIKey != "":
-		o.Credentials = client.NewAPIKeyStaticCredentials(cfg.Temporal.APIKey)
-	}
-	// With an API key and no temporal.tls, the SDK turns TLS on with the
-	// system's roots: a key is never sent in plaintext.
-	return o, nil
+	return o, err
 }
 
-// dialTemporal connects an SDK client to cfg's Temporal. When the dial
+// DialTemporal connects an SDK client to cfg's Temporal. When the dial
 // fails over TLS, a TLS handshake of its own says why, in terms of
 // temporal.tls: gRPC reports a refused client certificate as whatever its
 // next write met (a broken pipe).
-func dialTemporal(ctx context.Context, cfg Config, log *slog.Logger, mh client.MetricsHandler) (client.Client, error) {
-	o, err := temporalOptions(cfg, log, mh)
+func DialTemporal(ctx context.Context, cfg config.Config, log *slog.Logger, mh client.MetricsHandler) (client.Client, error) {
+	o, err := TemporalOptions(cfg, log, mh)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/dedupio/dedup/internal/app"
+	"github.com/dedupio/dedup/internal/cli"
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/internal/ingress"
+	"github.com/dedupio/dedup/internal/ops"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+// commands is dedup's command table: every subcommand, its flags, its help
+// and example, and what it runs. `dedup help` and every --help are
+// generated from it (internal/cli).
+func commands() cli.Table {
+	t := cli.Table{
+		{
+			Name:    "run",
+			Summary: "consume, claim, start, commit: the router (and the scheduler, with schedules.triggers)",
+			Usage:   "--config FILE",
+			Example: "dedup run --config dedup.yaml",
+			Flags: func(fs *flag.FlagSet) cli.Run {
+				path := fs.String("config", "dedup.yaml", "config file (YAML)")
+				return func(ctx context.Context, inv cli.Invocation) (any, int, error) {
+					// Test-only crash points (failpoints.go): before anything
+					// else, so that a binary built without them refuses
+					// DEDUP_FAILPOINT at once.
+					hooks, err := failpoints(os.Getenv("DEDUP_FAILPOINT"))
+					if err != nil {
+						return nil, cli.ExitUsage, err
+					}
+					cfg, err := loadConfig(*path, inv.Args)
+					if err != nil {
+						return nil, cli.ExitUsage, err
+					}
+					return nil, 0, stopped(ctx, app.Run(withCrashPoints(ctx, hooks), cfg, app.Options{}))
+				}
+			},
+		},
+		{
+			Name:    "worker",
+			Summary: "run RunActivityWorkflow and its activities (docs/worker.md)",
+			Usage:   "--config FILE",
+			Example: "dedup worker --config dedup.yaml",
+			// The worker's sections only (config.LoadWorker): no kafka needed.
+			Flags: withLoadedConfig(config.LoadWorker, func(ctx context.Context, cfg config.Config, _ cli.Invocation) (any, int, error) {
+				return nil, 0, stopped(ctx, app.RunWorker(ctx, cfg, nil))
+			}),
+		},
+		{
+			Name:    "ingress",
+			Summary: "the HTTP ingress: POST /v1/events, GET /v1/workflows/{id}",
+			Usage:   "--config FILE",
+			Example: "dedup ingress --config dedup.yaml",
+			Flags: withConfig(func(ctx context.Context, cfg config.Config, _ cli.Invocation) (any, int, error) {
+				return nil, 0, stopped(ctx, ingress.Run(ctx, cfg, ingress.RunOptions{}))
+			}),
+		},
+		{
+			Name:    "migrate",
+			Summary: "apply the ledger migrations and exit",
+			Usage:   "--config FILE",
+			Example: "dedup migrate --config dedup.yaml",
+			Flags: withConfig(func(ctx context.Context, cfg config.Config, _ cli.Invocation) (any, int, error) {
+				return nil, 0, ledger.MigrateCommand(ctx, cfg.Postgres)
+			}),
+		},
+		scheduleCommand("pause"),
+		scheduleCommand("resume"),
+		{
+			Name:    "validate",
+			Summary: "check a config file (and what dedup ingress checks at start) and exit",
+			Usage:   "--config FILE [--output json]",
+			Help:    "Exit code 0 when the config is valid, 2 when it is not (the error names the setting).",
+			Example: "dedup validate --config dedup.yaml --output json",
+			Output:  true,
+			Flags:   validateFlags,
+		},
+		{
+			Name:    "version",
+			Aliases: []string{"--version", "-version"},
+			Summary: "print the version and commit (as dedup_build_info)",
+			Usage:   "[--output json]",
+			Example: "dedup version --output json",
+			Output:  true,
+			Flags: func(*flag.FlagSet) cli.Run {
+				return func(context.Context, cli.Invocation) (any, int, error) {
+					v, c := app.BuildVersion()
+					return versionAnswer{Version: v, Commit: c, Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}, 0, nil
+				}
+			},
+		},
+	}
+	return append(t, ops.Commands()...)
+}
+
+// withConfig declares --config and runs do with the config it names. A
+// config that does not load is a usage error (exit code 2); an error of
+// do, a failure (1). It takes no positional arguments.
+func withConfig(do func(ctx context.Context, cfg config.Config, inv cli.Invocation) (any, int, error)) func(fs *flag.FlagSet) cli.Run {
+	return withLoadedConfig(config.Load, do)
+}
+
+// withLoadedConfig is withConfig with the config read by load.
+func withLoadedConfig(load func(string) (config.Config, error), do func(ctx context.Context, cfg config.Config, inv cli.Invocation) (any, int, error)) func(fs *flag.FlagSet) cli.Run {
+	return func(fs *flag.FlagSet) cli.Run {
+		path := fs.String("config", "dedup.yaml", "config file (YAML)")
+		return func(ctx context.Context, inv cli.Invocation) (any, int, error) {
+			if len(inv.Args) > 0 {
+				return nil, cli.ExitUsage, fmt.Errorf("unexpected arguments %q (flags only)", inv.Args)
+			}
+			cfg, err := load(*path)
+			if err != nil {
+				return nil, cli.ExitUsage, err
+			}
+			return do(ctx, cfg, inv)
+		}
+	}
+}
+
+// loadConfig loads the config of a command that takes no positional
+// arguments.
+func loadConfig(path string, args []string) (config.Config, error) {
+	if len(args) > 0 {
+		return config.Config{}, fmt.Errorf("unexpected arguments %q (flags only)", args)
+	}
+	return config.Load(path)
+}
+
+func scheduleCommand(verb string) cli.Command {
+	return cli.Command{
+		Name:    "schedule " + verb,
+		Summary: verb + " a scheduled trigger (docs/schedules.md)",
+		Usage:   "--config FILE NAME",
+		Example: "dedup schedule " + verb + " nightly-report --config dedup.yaml",
+		Flags: func(fs *flag.FlagSet) cli.Run {
+			path := fs.String("config", "dedup.yaml", "config file (YAML)")
+			return func(ctx context.Context, inv cli.Invocation) (any, int, error) {
+				if len(inv.Args) != 1 || inv.Args[0] == "" {
+					return nil, cli.ExitUsage, errors.New("usage: dedup schedule " + verb + " --config FILE NAME (one trigger name)")
+				}
+				cfg, err := config.Load(*path)
+				if err != nil {
+					return nil, cli.ExitUsage, err
+				}
+				return nil, 0, app.SetSchedulePaused(ctx, cfg, inv.Args[0], verb == "pause", inv.Stdout)
+			}
+		},
+	}
+}
+
+// validateAnswer is what `dedup validate` prints.
+type validateAnswer struct {
+	Config   string   `json:"config"`
+	OK       bool     `json:"ok"`
+	Routes   int      `json:"routes"`
+	Topics   []string `json:"topics"`
+	Triggers string   `json:"triggers"`
+	// SearchAttributes says whether Temporal's namespaces have the search
+	// attributes the runs carry (app.CheckSearchAttributes).
+	SearchAttributes string `json:"search_attributes"`
+}
+
+func (a validateAnswer) WriteText(w io.Writer) error {
+	_, err := fmt.Fprintf(w, "%s: ok (%d routes, topics %s; %s; %s)\n", a.Config, a.Routes, strings.Join(a.Topics, ","), a.Triggers, a.SearchAttributes)
+	return err
+}
+
+func validateFlags(fs *flag.FlagSet) cli.Run {
+	path := fs.String("config", "dedup.yaml", "config file (YAML)")
+	return func(ctx context.Context, inv cli.Invocation) (any, int, error) {
+		cfg, err := loadConfig(*path, inv.Args)
+		if err != nil {
+			return nil, cli.ExitUsage, err
+		}
+		// What dedup ingress checks at start, too: the routers share the
+		// file, and an ingress that would not start is found here.
+		if _, err := ingress.CheckConfig(cfg, nil); err != nil {
+			return nil, cli.ExitUsage, err
+		}
+		// The namespaces' search attributes, when Temporal answers
+		// (searchattrs.go): a missing one is named with its command.
+		attrs, err := app.CheckSearchAttributes(ctx, cfg)
+		if err != nil {
+			return nil, cli.ExitFailed, err
+		}
+		return validateAnswer{Config: *path, OK: true, Routes: len(cfg.Routes), Topics: cfg.Kafka.Topics, Triggers: app.CheckedTriggers(cfg),
+			SearchAttributes: attrs}, 0, nil
+	}
+}
+
+// versionAnswer is what `dedup version` prints: the same values as
+// dedup_build_info.
+type versionAnswer struct {
+	Version string `json:"version"`
+	Commit  string `json:"commit"`
+	Go      string `json:"go"`
+	OS      string `json:"os"`
+	Arch    string `json:"arch"`
+}
+
+func (a versionAnswer) WriteText(w io.Writer) error {
+	_, err := fmt.Fprintln(w, app.VersionLine())
+	return err
+}

@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"strings"
+	"testing"
+)
+
+// Flags after a positional argument parse as the help says
+// (`dedup inspect WORKFLOW_ID --output json`); a boolean flag takes no value.
+func TestInterleaveMovesFlagsBeforePositionalArguments(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.String("output", "", "")
+	fs.Bool("dry-run", false, "")
+	if got := strings.Join(Interleave(fs, []string{"wid", "--output", "json", "--dry-run", "x"}), " "); got != "--output json --dry-run wid x" {
+		t.Fatalf("interleave: %s", got)
+	}
+}
+
+// Two-word commands are found before one-word ones, and an alias finds
+// its command.
+func TestFindPrefersTheTwoWordCommand(t *testing.T) {
+	tab := Table{{Name: "ledger"}, {Name: "ledger stats"}, {Name: "version", Aliases: []string{"--version"}}}
+	for _, c := range []struct {
+		args []string
+		want string
+		rest int
+	}{
+		{[]string{"ledger", "stats", "--x"}, "ledger stats", 1},
+		{[]string{"ledger", "purge"}, "ledger", 1},
+		{[]string{"--version"}, "version", 0},
+	} {
+		got, rest := tab.Find(c.args)
+		if got == nil || got.Name != c.want || len(rest) != c.rest {
+			t.Errorf("Find(%v) = %v %v, want %s and %d arguments", c.args, got, rest, c.want, c.rest)
+		}
+	}
+	if got, _ := tab.Find([]string{"nope"}); got != nil {
+		t.Errorf("Find(nope) = %v", got)
+	}
+}
+
+// An error with no code of its own exits 1; --help exits 0 on stdout.
+func TestMainExitCodes(t *testing.T) {
+	tab := Table{{Name: "fail", Summary: "fails", Example: "dedup fail", Flags: func(*flag.FlagSet) Run {
+		return func(context.Context, Invocation) (any, int, error) { return nil, ExitOK, context.Canceled }
+	}}}
+	var out, errOut strings.Builder
+	if code := tab.Main(context.Background(), []string{"fail"}, &out, &errOut); code != ExitFailed || !strings.Contains(errOut.String(), "dedup fail: context canceled") {
+		t.Errorf("fail: %d %q", code, errOut.String())
+	}
+	out.Reset()
+	if code := tab.Main(context.Background(), []string{"fail", "--help"}, &out, &errOut); code != ExitOK || !strings.Contains(out.String(), "Example:\n  dedup fail\n") {
+		t.Errorf("--help: %d %q", code, out.String())
+	}
+}

@@ -1,0 +1,93 @@
+package processor_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+
+	"github.com/dedupio/dedup/connect/kafkasasl"
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
+)
+
+// A stranger's router: processor.New with only the public Config's SASL
+// set (no Kafka options of its own) logs in to a broker that requires
+// SASL, reads the topic and commits. The settings Config validates are the
+// settings the router's client uses (Config.ClientOpts), not left for
+// dedup's own command to apply.
+func TestNewAppliesTheConfigsSASL(t *testing.T) {
+	const user, pass, group = "stranger", "stranger-secret-0123", "stranger-group"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser("PLAIN", user, pass),
+		kfake.SeedTopics(1, "events", "events.dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	admin, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// An event no route matches: the router skips it and commits past it.
+	event := `{"specversion":"1.0","id":"evt-1","type":"nobody.routes.this","source":"s","data":{}}`
+	if err := admin.ProduceSync(ctx, &kgo.Record{Topic: "events", Value: []byte(event)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := processor.DefaultConfig()
+	cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = c.ListenAddrs(), group, []string{"events"}, "earliest"
+	cfg.Routes = decide.Routes{{ID: "a", Match: decide.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
+	cfg.SASL = kafkasasl.Config{Mechanism: "PLAIN", Username: user, Password: pass}
+	led, _ := processor.NewFakeLedger()
+	r, err := processor.New(cfg, processor.Options{Ledger: led, DeadLetterLog: noDeadLetters{}, Starter: noStarts{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("router: %v", err)
+		}
+	}()
+	// Bound: a minute for a join, a poll and a commit that take well under
+	// a second here; without SASL the broker answers nothing and the
+	// commit never comes.
+	adm := kadm.NewClient(admin)
+	for {
+		offs, err := adm.FetchOffsets(ctx, group)
+		if o, ok := offs.Lookup("events", 0); err == nil && ok && o.At == 1 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the router committed nothing in a minute (SASL not applied?): %v", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+type noDeadLetters struct{}
+
+func (noDeadLetters) Written(_ context.Context, dls []processor.DeadLetter) ([]bool, error) {
+	return make([]bool, len(dls)), nil
+}
+func (noDeadLetters) Record(context.Context, []processor.DeadLetter) error { return nil }
+
+type noStarts struct{}
+
+func (noStarts) Start(context.Context, decide.StartRequest) (processor.StartResult, error) {
+	return processor.StartResult{}, nil
+}
+func (noStarts) LastRun(context.Context, string, string) (decide.Run, error) {
+	return decide.Run{}, nil
+}
