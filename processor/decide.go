@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/processor/srdecode"
 	"github.com/dedupio/dedup/processor/tenantsig"
 	"github.com/dedupio/dedup/schemas"
 )
@@ -73,6 +74,7 @@ func (d *Decision) Skipped() bool { return d.NoRoute && d.DeadLetter == "" }
 type Decider struct {
 	cfg Config
 	dec *eventid.Decoder
+	reg *srdecode.Registry // nil: no schema registry (schemaregistry.go)
 }
 
 // NewDecider builds the decider of cfg, which must have been validated
@@ -92,7 +94,11 @@ func NewDecider(cfg Config) (*Decider, error) {
 	if cfg.TenantKeys != nil {
 		dec = dec.WithTenantKeys(cfg.TenantKeys)
 	}
-	return &Decider{cfg: cfg, dec: dec}, nil
+	reg, err := newSchemaRegistry(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Decider{cfg: cfg, dec: dec, reg: reg}, nil
 }
 
 // SignTenant signs kr, which carries the tenant header
@@ -118,7 +124,11 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 		return Decision{DeadLetter: ReasonOversized,
 			Err: fmt.Errorf("value is %d bytes, over max_value_bytes %d", len(kr.Value), d.cfg.MaxValueBytes)}
 	}
-	ev, err := d.dec.Decode(toEventRecord(kr))
+	er, err := d.registryValue(toEventRecord(kr))
+	var ev eventid.Event
+	if err == nil {
+		ev, err = d.dec.Decode(er)
+	}
 	if eventid.ReasonOf(err) == eventid.ReasonTombstone {
 		return Decision{Tombstone: true, Err: err}
 	}
