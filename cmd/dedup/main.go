@@ -117,6 +117,10 @@ func run(args []string) error {
 		if _, err := ingress.CheckConfig(cfg, nil); err != nil {
 			return err
 		}
+		// The routers' decider: its files (the schema registry's secrets).
+		if _, err := processor.NewDecider(cfg.Kafka); err != nil {
+			return err
+		}
 		fmt.Printf("%s: ok (%d routes, topics %s; %s)\n", *path, len(cfg.Routes), strings.Join(cfg.Kafka.Topics, ","), app.CheckedTriggers(cfg))
 		return nil
 	}
