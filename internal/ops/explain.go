@@ -292,7 +292,7 @@ func (t *Tool) Explain(ctx context.Context, q Query) (*Explanation, int, error) 
 		ex.Record = &Record{Coordinates: *at, State: state, LogStart: b.start, LogEnd: b.end, LastStable: b.stable}
 		if rec != nil {
 			fillRecord(ex.Record, rec)
-			d, err := t.decide(rec)
+			d, err := t.decide(ctx, rec)
 			if err != nil {
 				return nil, ExitError, err
 			}

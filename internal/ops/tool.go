@@ -128,14 +128,19 @@ func (t *Tool) namespace(workflowID string) string {
 	return t.cfg.Temporal.Namespace
 }
 
-// decide is the router's decision for kr (processor.Decider).
-func (t *Tool) decide(kr *kgo.Record) (processor.Decision, error) {
+// decide is the router's decision for kr (processor.Decider), its
+// schema resolved first as the router does (a registry that does not
+// answer is an error here, not an undecodable record).
+func (t *Tool) decide(ctx context.Context, kr *kgo.Record) (processor.Decision, error) {
 	if t.decider == nil {
 		d, err := processor.NewDecider(t.cfg.Kafka)
 		if err != nil {
 			return processor.Decision{}, err
 		}
 		t.decider = d
+	}
+	if err := t.decider.Resolve(ctx, []*kgo.Record{kr}); err != nil {
+		return processor.Decision{}, err
 	}
 	return t.decider.Decide(kr), nil
 }
