@@ -174,3 +174,34 @@ func TestRouterWaitsForASchemaRegistryThatIsDown(t *testing.T) {
 		t.Fatalf("schema_registry still down after the batch resolved: %+v", rn.r.Health())
 	}
 }
+
+// In CloudEvents binary mode an Avro value behind the registry is the
+// event's data as JSON, whatever content type the record declares: its
+// fields feed the templates, and the workflow gets the JSON.
+func TestDecideReadsABinaryModeCloudEventsAvroValueAsJSONData(t *testing.T) {
+	stand := srstandin.New()
+	defer stand.Close()
+	id, _ := stand.Register("events-value", sr.Schema{Schema: orderAvro})
+	cfg := registryConfig(t, stand.URL())
+	cfg.EventID = eventid.DefaultConfig()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDecider(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr := &kgo.Record{Topic: testTopic, Value: avroRecord(t, orderAvro, id, map[string]any{"type": "ignored", "order_id": "o-9", "amount": int64(3)}),
+		Headers: []kgo.RecordHeader{{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte("e-9")},
+			{Key: "ce_type", Value: []byte("order.placed")}, {Key: "content-type", Value: []byte("application/avro")}}}
+	if err := d.Resolve(context.Background(), []*kgo.Record{kr}); err != nil {
+		t.Fatal(err)
+	}
+	dc := d.Decide(kr)
+	if dc.DeadLetter != "" || len(dc.Intents) != 1 {
+		t.Fatalf("dead letter %q (%v), %d intents", dc.DeadLetter, dc.Err, len(dc.Intents))
+	}
+	if dc.Event.ID != "e-9" || dc.Event.Bytes != nil || string(dc.Event.Data) != `{"amount":3,"order_id":"o-9","type":"ignored"}` || dc.Entities[0] != "order-o-9" {
+		t.Fatalf("event %s data %s bytes %d entity %s", dc.Event.ID, dc.Event.Data, len(dc.Event.Bytes), dc.Entities[0])
+	}
+}

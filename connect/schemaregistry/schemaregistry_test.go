@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/dedupio/dedup/connect/clienttls"
 	"github.com/dedupio/dedup/connect/schemaregistry"
 	"github.com/dedupio/dedup/internal/testsupport/srstandin"
 )
@@ -66,5 +67,37 @@ func TestClientSendsTheCredentialsOfItsFilesAsTheyAreNow(t *testing.T) {
 		if err := ask(cl); err != nil {
 			t.Fatalf("%s: after the file was rotated: %v", c.name, err)
 		}
+	}
+}
+
+// With tls.ca_file the client talks to a registry whose certificate that
+// CA signed; without it (the system's roots) it refuses the same registry.
+func TestClientVerifiesTheRegistryAgainstItsCAFile(t *testing.T) {
+	stand := srstandin.NewTLS()
+	defer stand.Close()
+	id, _ := stand.Register("s", sr.Schema{Schema: `"string"`})
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, stand.CertificatePEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tls clienttls.Config
+		ok  bool
+	}{{clienttls.Config{CAFile: ca}, true}, {clienttls.Config{Enabled: true}, false}} {
+		cfg := schemaregistry.Config{URL: stand.URL(), TLS: c.tls}
+		if err := cfg.Validate("kafka.schema_registry"); err != nil {
+			t.Fatal(err)
+		}
+		cl, err := schemaregistry.NewClient(cfg, "kafka.schema_registry")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.SchemaByID(context.Background(), id)
+		if (err == nil) != c.ok {
+			t.Errorf("tls %+v: err %v, want ok=%v", c.tls, err, c.ok)
+		}
+	}
+	if err := (schemaregistry.Config{URL: "http://r.example.com", TLS: clienttls.Config{CAFile: ca}}).Validate("kafka.schema_registry"); err == nil {
+		t.Error("tls settings with an http:// URL validated")
 	}
 }

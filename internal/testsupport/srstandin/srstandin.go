@@ -20,6 +20,7 @@ package srstandin
 
 import (
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -49,12 +50,28 @@ type Registry struct {
 	bearer   string
 }
 
-// New starts a stand-in on a loopback port (plain HTTP); NewTLS would be
-// httptest's TLS server, not needed yet.
+// New starts a stand-in on a loopback port, over plain HTTP.
 func New() *Registry {
-	r := &Registry{nextID: 1, byID: map[int]sr.Schema{}, idOf: map[string]int{}, subjects: map[string][]sr.Schema{}, ids: map[string][]int{}}
+	r := newRegistry()
 	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
 	return r
+}
+
+// NewTLS starts a stand-in over HTTPS, with httptest's certificate (for
+// 127.0.0.1 and example.com); CertificatePEM is its CA.
+func NewTLS() *Registry {
+	r := newRegistry()
+	r.srv = httptest.NewTLSServer(http.HandlerFunc(r.serve))
+	return r
+}
+
+// CertificatePEM is the TLS stand-in's certificate, to trust as a CA.
+func (r *Registry) CertificatePEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.srv.Certificate().Raw})
+}
+
+func newRegistry() *Registry {
+	return &Registry{nextID: 1, byID: map[int]sr.Schema{}, idOf: map[string]int{}, subjects: map[string][]sr.Schema{}, ids: map[string][]int{}}
 }
 
 // URL is the base URL of the stand-in.
