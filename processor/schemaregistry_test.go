@@ -201,7 +201,7 @@ func TestDecideReadsABinaryModeCloudEventsAvroValueAsJSONData(t *testing.T) {
 	if dc.DeadLetter != "" || len(dc.Intents) != 1 {
 		t.Fatalf("dead letter %q (%v), %d intents", dc.DeadLetter, dc.Err, len(dc.Intents))
 	}
-	if dc.Event.ID != "e-9" || dc.Event.Bytes != nil || string(dc.Event.Data) != `{"amount":3,"order_id":"o-9","type":"ignored"}` || dc.Entities[0] != "order-o-9" {
+	if dc.Event.ID != "e-9" || dc.Event.Bytes != nil || string(dc.Event.Data) != `{"type":"ignored","order_id":"o-9","amount":3}` || dc.Entities[0] != "order-o-9" {
 		t.Fatalf("event %s data %s bytes %d entity %s", dc.Event.ID, dc.Event.Data, len(dc.Event.Bytes), dc.Entities[0])
 	}
 }

@@ -1,11 +1,9 @@
 package srdecode
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"sync"
 
 	"github.com/hamba/avro/v2"
@@ -25,53 +23,28 @@ func compileAvro(text string, refs map[string]schemaText, order []string) (func(
 	if err != nil {
 		return nil, err
 	}
-	return func(payload []byte) ([]byte, error) {
-		// Not avro.Unmarshal: it takes a payload cut short for a whole
-		// one (its io.EOF is success), and ignores trailing bytes.
-		r := readers.Get().(*avro.Reader)
-		defer readers.Put(r)
-		r.Reset(payload)
-		r.Error = nil // Reset keeps the last error
-		var v any
-		r.ReadVal(sch, &v)
-		if errors.Is(r.Error, io.EOF) {
-			return nil, errors.New("the payload ends before the record does")
-		}
-		if r.Error != nil {
-			return nil, r.Error
-		}
-		if r.Peek(); r.Error == nil {
-			return nil, errors.New("bytes after the record")
-		}
-		return json.Marshal(jsonable(v))
-	}, nil
+	return func(payload []byte) ([]byte, error) { return decodeAvro(sch, payload) }, nil
 }
 
-// jsonable turns what hamba/avro decodes into a generic value that
-// encoding/json writes as the logical value: decimals (big.Rat) as their
-// exact decimal text when it has one, else "p/q".
-func jsonable(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			x[k] = jsonable(e)
-		}
-		return x
-	case []any:
-		for i, e := range x {
-			x[i] = jsonable(e)
-		}
-		return x
-	case *big.Rat:
-		if x.IsInt() {
-			return json.Number(x.Num().String())
-		}
-		if f, exact := x.FloatPrec(); exact {
-			return json.Number(x.FloatString(f))
-		}
-		return x.RatString()
+// decodeAvro is the JSON of payload under sch (avrojson.go).
+func decodeAvro(sch avro.Schema, payload []byte) ([]byte, error) {
+	// hamba's Reader, not avro.Unmarshal: that takes a payload cut short
+	// for a whole one (its io.EOF is success) and ignores trailing bytes.
+	r := readers.Get().(*avro.Reader)
+	defer readers.Put(r)
+	r.Reset(payload)
+	r.Error = nil // Reset keeps the last error
+	out := appendAvroJSON(make([]byte, 0, 2*len(payload)+16), sch, r, 0)
+	if errors.Is(r.Error, io.EOF) {
+		return nil, errors.New("the payload ends before the record does")
 	}
-	return v
+	if r.Error != nil {
+		return nil, r.Error
+	}
+	if r.Peek(); r.Error == nil {
+		return nil, errors.New("bytes after the record")
+	}
+	return out, nil
 }
 
 // readers are avro.Readers over a payload in memory (no io.Reader: the end

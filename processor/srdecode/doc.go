@@ -18,13 +18,14 @@
 //     did not answer (network, 5xx, 401/403, 429): transient, retried by the
 //     caller; nothing is cached then.
 //   - The logical value is what the writer's schema says the record holds:
-//     Avro as hamba/avro decodes it (records as objects, unions of null and
-//     one type as the value or null, other unions as {"type name": value},
-//     bytes as base64, logical timestamps as RFC 3339 text); Protobuf as
-//     protojson with the .proto field names, unset fields left out, 64-bit
-//     integers as strings (the proto3 JSON mapping); JSON Schema payloads as
-//     the JSON they are (not validated against the schema: the producer's
-//     serializer did).
+//     Avro written straight from its bytes by the writer's schema
+//     (avrojson.go states the form: records in field order, a union of
+//     null and one type as that value or null, other unions as
+//     {"branch": value}, bytes as base64, decimals as exact text,
+//     timestamps as RFC 3339); Protobuf as protojson with the .proto field
+//     names, unset fields left out, 64-bit integers as strings (the proto3
+//     JSON mapping); JSON Schema payloads as the JSON they are (not
+//     validated against the schema: the producer's serializer did).
 //
 // "The same record" under the content rule is: the same logical value. A
 // copy written under another schema version with the same fields and

@@ -2,7 +2,9 @@ package srdecode_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -79,7 +81,7 @@ func TestAvroValueDecodesToItsLogicalJSON(t *testing.T) {
 	stand, reg := newRegistry(t)
 	id, _ := stand.Register("orders-value", sr.Schema{Schema: orderV1})
 	v := avroValue(t, orderV1, id, map[string]any{"type": "order.placed", "order_id": "o-1", "amount": int64(42), "note": "gift"})
-	if got, want := decode(t, reg, v), `{"amount":42,"note":"gift","order_id":"o-1","type":"order.placed"}`; got != want {
+	if got, want := decode(t, reg, v), `{"type":"order.placed","order_id":"o-1","amount":42,"note":"gift"}`; got != want {
 		t.Fatalf("got %s, want %s", got, want)
 	}
 }
@@ -94,7 +96,16 @@ func TestAvroValuesOfTwoWriterSchemasWithTheSameFieldsDecodeEqual(t *testing.T) 
 	rec := map[string]any{"type": "order.placed", "order_id": "o-1", "amount": int64(42), "note": nil}
 	a := decode(t, reg, avroValue(t, orderV1, id1, rec))
 	b := decode(t, reg, avroValue(t, orderV2, id2, rec))
-	if a != b {
+	// In each writer's field order; one value (identity hashes its
+	// canonical form).
+	var va, vb any
+	if err := json.Unmarshal([]byte(a), &va); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(b), &vb); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(va, vb) {
 		t.Fatalf("one logical record, two values: %s and %s", a, b)
 	}
 }
@@ -118,7 +129,7 @@ func TestAvroSchemaReferencesAreResolved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := decode(t, reg, frame(t, id, nil, b)), `{"total":{"cents":5,"currency":"EUR"},"type":"t"}`; got != want {
+	if got, want := decode(t, reg, frame(t, id, nil, b)), `{"type":"t","total":{"cents":5,"currency":"EUR"}}`; got != want {
 		t.Fatalf("got %s, want %s", got, want)
 	}
 }
