@@ -178,11 +178,20 @@ type permanentError struct{ err error }
 func (p permanentError) Error() string { return p.err.Error() }
 
 // notFound reports whether the registry answered that what was asked
-// does not exist (HTTP 404: 40401 subject, 40402 version, 40403 schema).
-// Any other answer (5xx, 401, 403, 429) may heal: it is transient.
+// does not exist: HTTP 404 with the registry's own error code (40401
+// subject, 40402 version, 40403 schema). A 404 without one is not the
+// registry speaking (a wrong base path, a proxy): like any other answer
+// (5xx, 401, 403, 429) it may heal, so it is transient.
 func notFound(err error) bool {
 	var re *sr.ResponseError
-	return errors.As(err, &re) && re.StatusCode == 404
+	if !errors.As(err, &re) || re.StatusCode != 404 {
+		return false
+	}
+	switch re.ErrorCode {
+	case 40401, 40402, 40403:
+		return true
+	}
+	return false
 }
 
 func typeName(t sr.SchemaType) string {

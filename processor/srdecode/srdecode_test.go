@@ -259,3 +259,51 @@ func TestAvroPayloadThatDoesNotMatchItsSchemaIsAnError(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// A Protobuf schema's imports are its references: the registry's
+// subjects, compiled under the import path the reference names.
+func TestProtobufImportsAreResolvedFromReferences(t *testing.T) {
+	stand, reg := newRegistry(t)
+	const money = "syntax = \"proto3\";\npackage shop;\nmessage Money { int64 cents = 1; string currency = 2; }\n"
+	stand.Register("shop/money.proto", sr.Schema{Schema: money, Type: sr.TypeProtobuf})
+	const order = "syntax = \"proto3\";\npackage shop;\nimport \"shop/money.proto\";\nmessage Paid { string order_id = 1; Money total = 2; }\n"
+	id, _ := stand.Register("paid-value", sr.Schema{Schema: order, Type: sr.TypeProtobuf,
+		References: []sr.SchemaReference{{Name: "shop/money.proto", Subject: "shop/money.proto", Version: 1}}})
+	// Paid{order_id: "o-1", total: {cents: 5, currency: "EUR"}}, by hand:
+	// field 1 (bytes) "o-1"; field 2 (bytes) {field 1 varint 5, field 2 "EUR"}.
+	msg := []byte{0x0a, 3, 'o', '-', '1', 0x12, 7, 0x08, 5, 0x12, 3, 'E', 'U', 'R'}
+	if got, want := decode(t, reg, frame(t, id, []int{0}, msg)), `{"order_id":"o-1","total":{"cents":"5","currency":"EUR"}}`; got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+	// A reference the registry does not have: the schema is undecodable.
+	bad, _ := stand.Register("bad-value", sr.Schema{Schema: order + "// another text: another ID\n", Type: sr.TypeProtobuf,
+		References: []sr.SchemaReference{{Name: "shop/money.proto", Subject: "nope", Version: 1}}})
+	v := frame(t, bad, []int{0}, msg)
+	if err := reg.Resolve(context.Background(), [][]byte{v}); err != nil {
+		t.Fatalf("a missing reference is no transient error: %v", err)
+	}
+	if _, err := reg.Decode(v); err == nil || !strings.Contains(err.Error(), "schema "+itoa(bad)) {
+		t.Fatalf("got %v, want an error naming schema %d", err, bad)
+	}
+}
+
+// A 404 that is not the registry's own answer (no 404xx error code: a
+// wrong base path, a proxy) is transient, as any answer that may heal:
+// nothing is cached and nothing is dead-lettered.
+func TestNotFoundWithoutARegistryErrorCodeIsTransient(t *testing.T) {
+	stand := srstandin.New()
+	defer stand.Close()
+	id, _ := stand.Register("s", sr.Schema{Schema: orderV1})
+	cl, err := sr.NewClient(sr.URLs(stand.URL() + "/wrong-base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := srdecode.New(cl)
+	v := avroValue(t, orderV1, id, map[string]any{"type": "t", "order_id": "o", "amount": int64(1), "note": nil})
+	if err := reg.Resolve(context.Background(), [][]byte{v}); err == nil {
+		t.Fatal("a 404 without a registry error code was taken as the registry's answer")
+	}
+	if reg.Resolved(id) {
+		t.Fatal("the answer was cached")
+	}
+}

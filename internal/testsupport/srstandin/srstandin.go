@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -153,7 +154,13 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request) {
 		reply(w, http.StatusUnauthorized, errorBody{40101, "unauthorized"})
 		return
 	}
-	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	// Segments of the escaped path: a subject may hold a '/' (%2F).
+	parts := strings.Split(strings.Trim(req.URL.EscapedPath(), "/"), "/")
+	for i, p := range parts {
+		if u, err := url.PathUnescape(p); err == nil {
+			parts[i] = u
+		}
+	}
 	switch {
 	case req.Method == http.MethodGet && len(parts) == 3 && parts[0] == "schemas" && parts[1] == "ids":
 		id, err := strconv.Atoi(parts[2])
