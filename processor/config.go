@@ -12,6 +12,7 @@ import (
 	"github.com/dedupio/dedup/connect/clienttls"
 	"github.com/dedupio/dedup/connect/dialguard"
 	"github.com/dedupio/dedup/connect/kafkasasl"
+	"github.com/dedupio/dedup/connect/schemaregistry"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/tenantsig"
@@ -112,6 +113,11 @@ type Config struct {
 	// (the producer client); when set, TenantKeysFile is not read.
 	TenantKeys *tenantsig.Keyring `yaml:"-"`
 
+	// SchemaRegistry, when its url is set, reads values in the Schema
+	// Registry wire format (a zero byte, the schema ID) as the logical
+	// value their schema gives them (processor/srdecode; docs/schema-registry.md).
+	SchemaRegistry schemaregistry.Config `yaml:"schema_registry"`
+
 	// EventID, Routes, Starts and Retry are top-level sections of the
 	// config file.
 	EventID eventid.Config `yaml:"-"`
@@ -209,6 +215,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.SASL.Validate(); err != nil {
+		return err
+	}
+	if err := c.SchemaRegistry.Validate("kafka.schema_registry"); err != nil {
 		return err
 	}
 	if !c.AllowInsecure {

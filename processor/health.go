@@ -15,9 +15,10 @@ type Dependency uint8
 
 // The dependencies the router reports the health of.
 const (
-	DepPostgres Dependency = iota // the ledger and the dead-letter log
-	DepTemporal                   // workflow starts
-	DepKafka                      // the dead-letter topic
+	DepPostgres       Dependency = iota // the ledger and the dead-letter log
+	DepTemporal                         // workflow starts
+	DepKafka                            // the dead-letter topic
+	DepSchemaRegistry                   // schemas of Schema Registry values (kafka.schema_registry)
 	numDeps
 )
 
@@ -29,6 +30,8 @@ func (d Dependency) String() string {
 		return "temporal"
 	case DepKafka:
 		return "kafka"
+	case DepSchemaRegistry:
+		return "schema_registry"
 	}
 	return fmt.Sprintf("dependency(%d)", uint8(d))
 }
@@ -44,11 +47,12 @@ const (
 	OpDeadLetter              // producing to the dead-letter topic
 	OpDeadLetterLog           // DeadLetterLog.Written, Record
 	OpOwn                     // Ledger.Own (the fence's epochs, on assignment)
+	OpResolve                 // Decider.Resolve (the schema registry)
 	numOps
 )
 
 func (o Op) String() string {
-	return [...]string{"claim", "start", "mark", "dead_letter", "dead_letter_log", "own"}[o]
+	return [...]string{"claim", "start", "mark", "dead_letter", "dead_letter_log", "own", "resolve"}[o]
 }
 
 // Dependency is what the operation calls.
@@ -58,6 +62,8 @@ func (o Op) Dependency() Dependency {
 		return DepPostgres
 	case OpStart:
 		return DepTemporal
+	case OpResolve:
+		return DepSchemaRegistry
 	}
 	return DepKafka
 }

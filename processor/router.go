@@ -101,7 +101,7 @@ func New(cfg Config, o Options) (*Router, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	decider, err := decide.NewDecider(cfg.Decide())
+	decider, err := NewDecider(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -362,6 +362,9 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 	// Tracked: the group may rebalance again (BlockRebalanceOnPoll).
 	r.cl.AllowRebalance()
 	r.m.records.Add(float64(len(batch)))
+	if !r.resolve(ctx, len(batch), func(i int) *kgo.Record { return batch[i].kr }, func(i int) *record { return batch[i].rec }) {
+		return nil
+	}
 	parallel(len(batch), func(i int) {
 		p := &batch[i]
 		p.d = r.decider.Decide(p.kr)

@@ -15,6 +15,7 @@ import (
 	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/ingress"
 	"github.com/dedupio/dedup/internal/ops"
+	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -185,6 +186,10 @@ func validateFlags(fs *flag.FlagSet) cli.Run {
 		// What dedup ingress checks at start, too: the routers share the
 		// file, and an ingress that would not start is found here.
 		if _, err := ingress.CheckConfig(cfg, nil); err != nil {
+			return nil, cli.ExitUsage, err
+		}
+		// The routers' decider: its files (the schema registry's secrets).
+		if _, err := processor.NewDecider(cfg.Kafka); err != nil {
 			return nil, cli.ExitUsage, err
 		}
 		// The namespaces' search attributes, when Temporal answers

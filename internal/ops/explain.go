@@ -201,7 +201,7 @@ func (x *explaining) readRecord(ctx context.Context) error {
 	x.problems.add("kafka", err)
 	x.ex.Record = &Record{Coordinates: *at, State: state, LogStart: b.start, LogEnd: b.end, LastStable: b.stable}
 	if rec != nil {
-		if err := x.decide(rec); err != nil {
+		if err := x.decide(ctx, rec); err != nil {
 			return err
 		}
 	}
@@ -238,9 +238,9 @@ func (x *explaining) readRecord(ctx context.Context) error {
 
 // decide runs the router's decision on rec: its workflow IDs (matched),
 // the entities of its deliveries, and its payload hash.
-func (x *explaining) decide(rec *kgo.Record) error {
+func (x *explaining) decide(ctx context.Context, rec *kgo.Record) error {
 	fillRecord(x.ex.Record, rec)
-	d, err := x.t.decide(rec)
+	d, err := x.t.decide(ctx, rec)
 	if err != nil {
 		return err
 	}

@@ -422,7 +422,7 @@ func (t *Tool) forecastBatch(ctx context.Context, led *ledger.Postgres, batch []
 	)
 	for _, kr := range batch {
 		f.Records++
-		d, err := t.decide(kr)
+		d, err := t.decide(ctx, kr)
 		if err != nil {
 			return err
 		}

@@ -117,7 +117,7 @@ func order(id, v string) string {
 func (f *fixture) route(tl *Tool, kr *kgo.Record, start bool) {
 	f.t.Helper()
 	ctx := context.Background()
-	d, err := tl.decide(kr)
+	d, err := tl.decide(ctx, kr)
 	if err != nil {
 		f.t.Fatal(err)
 	}

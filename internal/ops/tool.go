@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/dial"
+	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -129,14 +130,19 @@ func (t *Tool) namespace(workflowID string) string {
 	return t.cfg.Temporal.Namespace
 }
 
-// decide is the router's decision for kr (decide.Decider).
-func (t *Tool) decide(kr *kgo.Record) (decide.Decision, error) {
+// decide is the router's decision for kr (decide.Decider), its
+// schema resolved first as the router does (a registry that does not
+// answer is an error here, not an undecodable record).
+func (t *Tool) decide(ctx context.Context, kr *kgo.Record) (decide.Decision, error) {
 	if t.decider == nil {
-		d, err := decide.NewDecider(t.cfg.Kafka.Decide())
+		d, err := processor.NewDecider(t.cfg.Kafka)
 		if err != nil {
 			return decide.Decision{}, err
 		}
 		t.decider = d
+	}
+	if err := t.decider.Resolve(ctx, []*kgo.Record{kr}); err != nil {
+		return decide.Decision{}, err
 	}
 	return t.decider.Decide(kr), nil
 }

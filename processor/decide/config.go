@@ -30,4 +30,8 @@ type Config struct {
 	// TenantKeys is the keyring itself, for callers that hold it already
 	// (the producer client); when set, TenantKeysFile is not read.
 	TenantKeys *tenantsig.Keyring
+	// Values reads values in a Schema Registry's wire format as their
+	// logical JSON (processor/srdecode, built from kafka.schema_registry
+	// by processor.NewDecider); nil: every value is read as written.
+	Values ValueReader
 }

@@ -76,8 +76,9 @@ func (d *Decision) Skipped() bool { return d.NoRoute && d.DeadLetter == "" }
 // Decider decides records under one router config. It is pure (no I/O,
 // no clock) and safe for concurrent use.
 type Decider struct {
-	cfg Config
-	dec *eventid.Decoder
+	cfg    Config
+	dec    *eventid.Decoder
+	values ValueReader // nil: no values in a registry's wire format (values.go)
 }
 
 // NewDecider builds the decider of cfg, which must have been validated
@@ -97,7 +98,7 @@ func NewDecider(cfg Config) (*Decider, error) {
 	if cfg.TenantKeys != nil {
 		dec = dec.WithTenantKeys(cfg.TenantKeys)
 	}
-	return &Decider{cfg: cfg, dec: dec}, nil
+	return &Decider{cfg: cfg, dec: dec, values: cfg.Values}, nil
 }
 
 // SignTenant signs kr, which carries the tenant header
@@ -123,7 +124,11 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 		return Decision{DeadLetter: ReasonOversized,
 			Err: fmt.Errorf("value is %d bytes, over max_value_bytes %d", len(kr.Value), d.cfg.MaxValueBytes)}
 	}
-	ev, err := d.dec.Decode(eventid.FromKafka(kr))
+	er, err := d.readValue(eventid.FromKafka(kr))
+	var ev eventid.Event
+	if err == nil {
+		ev, err = d.dec.Decode(er)
+	}
 	if eventid.ReasonOf(err) == eventid.ReasonTombstone {
 		return Decision{Tombstone: true, Err: err}
 	}

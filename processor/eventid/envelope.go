@@ -106,7 +106,7 @@ func binaryEnvelope(r Record) (envelope, error) {
 		return env, nil
 	}
 	declared := env.contentType != ""
-	if declared && !JSONContentType(env.contentType) {
+	if declared && !JSONContentType(env.contentType) && r.Decoded == nil {
 		env.setBytes(r.Value)
 		return env, nil
 	}

@@ -27,6 +27,11 @@ type Record struct {
 	Key       []byte
 	Value     []byte
 	Headers   []Header
+	// Decoded, when not nil, is the logical value of a Schema Registry
+	// value as JSON (processor/srdecode): it is read instead of Value, as
+	// JSON whatever content type the record declares. Value stays the
+	// bytes as written (the tenant signature covers them).
+	Decoded []byte
 }
 
 // Event is a decoded record with its stable ID.
@@ -100,6 +105,10 @@ func NewDecoder(cfg Config) (*Decoder, error) {
 
 // Decode turns a record into an Event, or returns an *Error.
 func (d *Decoder) Decode(r Record) (Event, error) {
+	raw := r // as written
+	if r.Decoded != nil {
+		r.Value = r.Decoded
+	}
 	if r.Value == nil && !d.binary(r) {
 		return Event{}, fail(ReasonTombstone, "null value without CloudEvents headers: a tombstone, not an event")
 	}
@@ -114,7 +123,7 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 	if !utf8.ValidString(env.source) || !utf8.ValidString(env.typ) {
 		return Event{}, fail(ReasonUndecodable, "type or source is not UTF-8")
 	}
-	if ev.Tenant, err = d.tenantOf(r); err != nil {
+	if ev.Tenant, err = d.tenantOf(raw); err != nil {
 		return Event{}, err
 	}
 	s := scratchPool.Get().(*scratch)

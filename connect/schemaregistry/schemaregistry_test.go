@@ -1,0 +1,103 @@
+package schemaregistry_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/dedupio/dedup/connect/clienttls"
+	"github.com/dedupio/dedup/connect/schemaregistry"
+	"github.com/dedupio/dedup/internal/testsupport/srstandin"
+)
+
+// The client authenticates with the secret as its file holds it now: a
+// rotated password or token is used from the next request on.
+func TestClientSendsTheCredentialsOfItsFilesAsTheyAreNow(t *testing.T) {
+	stand := srstandin.New()
+	defer stand.Close()
+	id, _ := stand.Register("s", sr.Schema{Schema: `"string"`})
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	write := func(v string, at time.Time) {
+		t.Helper()
+		if err := os.WriteFile(secret, []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// A new modification time: the file reads again at once.
+		if err := os.Chtimes(secret, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ask := func(cl *sr.Client) error {
+		_, err := cl.SchemaByID(context.Background(), id)
+		return err
+	}
+	t0 := time.Now().Add(-time.Hour)
+	for _, c := range []struct {
+		name    string
+		cfg     schemaregistry.Config
+		require func(string)
+	}{
+		{"basic", schemaregistry.Config{URL: stand.URL(), BasicAuth: schemaregistry.BasicAuth{Username: "u", PasswordFile: secret}},
+			func(v string) { stand.RequireBasicAuth("u", v) }},
+		{"bearer", schemaregistry.Config{URL: stand.URL(), BearerTokenFile: secret},
+			func(v string) { stand.RequireBasicAuth("", ""); stand.RequireBearer(v) }},
+	} {
+		write("one", t0)
+		c.require("one")
+		if err := c.cfg.Validate("kafka.schema_registry"); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		cl, err := schemaregistry.NewClient(c.cfg, "kafka.schema_registry")
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if err := ask(cl); err != nil {
+			t.Fatalf("%s: with the right secret: %v", c.name, err)
+		}
+		c.require("two")
+		if err := ask(cl); err == nil {
+			t.Fatalf("%s: the stand-in took the old secret", c.name)
+		}
+		write("two", t0.Add(time.Minute))
+		if err := ask(cl); err != nil {
+			t.Fatalf("%s: after the file was rotated: %v", c.name, err)
+		}
+	}
+}
+
+// With tls.ca_file the client talks to a registry whose certificate that
+// CA signed; without it (the system's roots) it refuses the same registry.
+func TestClientVerifiesTheRegistryAgainstItsCAFile(t *testing.T) {
+	stand := srstandin.NewTLS()
+	defer stand.Close()
+	id, _ := stand.Register("s", sr.Schema{Schema: `"string"`})
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, stand.CertificatePEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tls clienttls.Config
+		ok  bool
+	}{{clienttls.Config{CAFile: ca}, true}, {clienttls.Config{Enabled: true}, false}} {
+		cfg := schemaregistry.Config{URL: stand.URL(), TLS: c.tls}
+		if err := cfg.Validate("kafka.schema_registry"); err != nil {
+			t.Fatal(err)
+		}
+		cl, err := schemaregistry.NewClient(cfg, "kafka.schema_registry")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cl.SchemaByID(context.Background(), id)
+		if (err == nil) != c.ok {
+			t.Errorf("tls %+v: err %v, want ok=%v", c.tls, err, c.ok)
+		}
+	}
+	if err := (schemaregistry.Config{URL: "http://r.example.com", TLS: clienttls.Config{CAFile: ca}}).Validate("kafka.schema_registry"); err == nil {
+		t.Error("tls settings with an http:// URL validated")
+	}
+}

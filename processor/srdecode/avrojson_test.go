@@ -1,0 +1,93 @@
+package srdecode_test
+
+import (
+	"math"
+	"math/big"
+	"testing"
+	"time"
+
+	"github.com/hamba/avro/v2"
+
+	"github.com/dedupio/dedup/processor/srdecode"
+)
+
+// The logical value of every kind of Avro schema, as avrojson.go states
+// it: records in the writer's field order (a recursive one too), a union
+// of null and one type as that value (a record included) or null, other
+// unions as {"branch": value}, bytes and fixed as base64, enums as their
+// symbol; a payload cut short, or with a byte more, is an error.
+func TestAvroJSONOfEveryKindOfSchema(t *testing.T) {
+	const kinds = `{"type":"record","name":"K","namespace":"x","fields":[
+ {"name":"b","type":"boolean"},{"name":"i","type":"int"},{"name":"l","type":"long"},
+ {"name":"f","type":"float"},{"name":"d","type":"double"},{"name":"s","type":"string"},{"name":"by","type":"bytes"},
+ {"name":"fx","type":{"type":"fixed","name":"Two","size":2}},
+ {"name":"e","type":{"type":"enum","name":"Colour","symbols":["RED","GREEN"]}},
+ {"name":"a","type":{"type":"array","items":"long"}},{"name":"m","type":{"type":"map","values":"string"}},
+ {"name":"n","type":["null","string"]},{"name":"u","type":["null","string","long","x.Colour"]},
+ {"name":"next","type":["null","K"],"default":null}]}`
+	sch := avro.MustParse(kinds)
+	for i, c := range []struct {
+		v    map[string]any
+		want string
+	}{
+		{map[string]any{"b": true, "i": int32(-7), "l": int64(math.MaxInt64), "f": float32(1.5), "d": 1e-9, "s": "a\"b\\c\n\u0001é<&>",
+			"by": []byte{0, 1, 0xff}, "fx": [2]byte{1, 2}, "e": "GREEN", "a": []int64{1, -2, 3}, "m": map[string]any{"k": "v"},
+			"n": "x", "u": map[string]any{"long": int64(5)}, "next": map[string]any{"x.K": map[string]any{"b": false, "i": int32(0), "l": int64(0),
+				"f": float32(0), "d": 1e21, "s": "", "by": []byte{}, "fx": [2]byte{}, "e": "RED", "a": []int64{}, "m": map[string]any{},
+				"n": nil, "u": map[string]any{"x.Colour": "RED"}, "next": nil}}},
+			`{"b":true,"i":-7,"l":9223372036854775807,"f":1.5,"d":1e-9,"s":"a\"b\\c\n\u0001é<&>","by":"AAH/","fx":"AQI=","e":"GREEN","a":[1,-2,3],"m":{"k":"v"},"n":"x","u":{"long":5},` +
+				`"next":{"b":false,"i":0,"l":0,"f":0,"d":1e+21,"s":"","by":"","fx":"AAA=","e":"RED","a":[],"m":{},"n":null,"u":{"x.Colour":"RED"},"next":null}}`},
+		{map[string]any{"b": false, "i": int32(math.MinInt32), "l": int64(math.MinInt64), "f": float32(0.25), "d": -2.5, "s": "\xff",
+			"by": []byte("plain"), "fx": [2]byte{}, "e": "RED", "a": []int64{}, "m": map[string]any{}, "n": nil, "u": nil, "next": nil},
+			`{"b":false,"i":-2147483648,"l":-9223372036854775808,"f":0.25,"d":-2.5,"s":"\ufffd","by":"cGxhaW4=","fx":"AAA=","e":"RED","a":[],"m":{},"n":null,"u":null,"next":null}`},
+	} {
+		payload, err := avro.Marshal(sch, c.v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := srdecode.AvroJSON(kinds, payload)
+		if err != nil {
+			t.Fatalf("value %d: %v", i, err)
+		}
+		if string(got) != c.want {
+			t.Errorf("value %d:\ngot  %s\nwant %s", i, got, c.want)
+		}
+		for _, bad := range [][]byte{payload[:len(payload)-1], append(append([]byte{}, payload...), 0)} {
+			if _, err := srdecode.AvroJSON(kinds, bad); err == nil {
+				t.Errorf("value %d: %d bytes of %d decoded", i, len(bad), len(payload))
+			}
+		}
+	}
+}
+
+// Logical types: timestamps as RFC 3339 in UTC, dates as dates, decimals
+// as exact decimal text (a string: no digit lost to a float), the others
+// as their underlying value.
+func TestAvroJSONOfLogicalTypes(t *testing.T) {
+	const schema = `{"type":"record","name":"L","fields":[
+ {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},
+ {"name":"us","type":{"type":"long","logicalType":"timestamp-micros"}},
+ {"name":"day","type":{"type":"int","logicalType":"date"}},
+ {"name":"tm","type":{"type":"int","logicalType":"time-millis"}},
+ {"name":"id","type":{"type":"string","logicalType":"uuid"}},
+ {"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":40,"scale":3}},
+ {"name":"small","type":{"type":"fixed","name":"D","size":4,"logicalType":"decimal","precision":9,"scale":4}},
+ {"name":"opt","type":["null",{"type":"long","logicalType":"timestamp-millis"}]}]}`
+	at := time.Date(2026, 3, 1, 9, 30, 0, 123000000, time.UTC)
+	price, _ := new(big.Rat).SetString("-123456789012345678901234567890.125")
+	payload, err := avro.Marshal(avro.MustParse(schema), map[string]any{"ts": at, "us": at.Add(456 * time.Microsecond),
+		"day": at, "tm": 5 * time.Second, "id": "0190f1c2-7d1e-7000-8000-000000000001", "price": price,
+		"small": big.NewRat(5, 10000), "opt": at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := srdecode.AvroJSON(schema, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"ts":"2026-03-01T09:30:00.123Z","us":"2026-03-01T09:30:00.123456Z","day":"2026-03-01","tm":5000,` +
+		`"id":"0190f1c2-7d1e-7000-8000-000000000001","price":"-123456789012345678901234567890.125","small":"0.0005","opt":"2026-03-01T09:30:00.123Z"}`
+	if string(got) != want {
+		t.Errorf("\ngot  %s\nwant %s", got, want)
+	}
+}

@@ -1,0 +1,210 @@
+package srdecode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/sr"
+)
+
+// Source is what the Registry asks of a schema registry: *sr.Client,
+// or a test's stand-in reached through one.
+type Source interface {
+	SchemaByID(ctx context.Context, id int) (sr.Schema, error)
+	SchemaByVersion(ctx context.Context, subject string, version int) (sr.SubjectSchema, error)
+}
+
+// ErrUnresolved is Decode's error for a schema ID that Resolve has not
+// fetched: the caller skipped Resolve.
+var ErrUnresolved = errors.New("schema ID not resolved")
+
+// maxReferences bounds the schemas one schema pulls in through its
+// references (transitively).
+const maxReferences = 256
+
+// Registry decodes framed values with the schemas of one registry,
+// cached by ID. It is safe for concurrent use.
+type Registry struct {
+	src Source
+
+	mu   sync.RWMutex
+	byID map[int]*schema
+}
+
+// schema is one resolved ID: a decoder, or why none can be built.
+type schema struct {
+	id     int
+	typ    sr.SchemaType
+	decode func(payload []byte) ([]byte, error)
+	err    error // permanent: the registry has no such ID, or it does not compile
+}
+
+// New returns a Registry asking src.
+func New(src Source) *Registry {
+	return &Registry{src: src, byID: map[int]*schema{}}
+}
+
+// Resolve fetches and compiles the schemas the framed values among vs
+// name that the cache does not hold yet. It returns an error only when
+// the registry could not answer (transient: call again); an ID the
+// registry says does not exist is cached as such, and Decode reports it.
+func (r *Registry) Resolve(ctx context.Context, vs [][]byte) error {
+	var want []int
+	seen := map[int]bool{}
+	r.mu.RLock()
+	for _, v := range vs {
+		if !Framed(v) {
+			continue
+		}
+		id, _, err := SchemaID(v)
+		if err != nil || seen[id] {
+			continue
+		}
+		seen[id] = true
+		if r.byID[id] == nil {
+			want = append(want, id)
+		}
+	}
+	r.mu.RUnlock()
+	sort.Ints(want)
+	for _, id := range want {
+		s, err := r.fetch(ctx, id)
+		if err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.byID[id] = s
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// Resolved reports whether Decode knows schema id (decoder or permanent error).
+func (r *Registry) Resolved(id int) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.byID[id] != nil
+}
+
+// Decode returns the logical value of a framed value as JSON. Every error
+// but ErrUnresolved is permanent (the same bytes never decode) and names
+// the schema ID.
+func (r *Registry) Decode(v []byte) ([]byte, error) {
+	id, payload, err := SchemaID(v)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.RLock()
+	s := r.byID[id]
+	r.mu.RUnlock()
+	if s == nil {
+		return nil, fmt.Errorf("schema %d: %w", id, ErrUnresolved)
+	}
+	if s.err != nil {
+		return nil, fmt.Errorf("schema %d: %w", id, s.err)
+	}
+	out, err := s.decode(payload)
+	if err != nil {
+		return nil, fmt.Errorf("decoding with %s schema %d: %w", typeName(s.typ), id, err)
+	}
+	return out, nil
+}
+
+// fetch asks the registry for schema id and its references and compiles
+// it. A transient failure is returned; a permanent one is the schema's err.
+func (r *Registry) fetch(ctx context.Context, id int) (*schema, error) {
+	top, err := r.src.SchemaByID(ctx, id)
+	if err != nil {
+		if notFound(err) {
+			return &schema{id: id, err: fmt.Errorf("the registry has no such schema: %w", err)}, nil
+		}
+		return nil, fmt.Errorf("fetching schema %d: %w", id, err)
+	}
+	refs := map[string]schemaText{} // by reference name (an import path, an Avro full name)
+	var order []string              // dependencies first
+	var walk func(sch sr.Schema, depth int) error
+	walk = func(sch sr.Schema, depth int) error {
+		for _, ref := range sch.References {
+			if _, ok := refs[ref.Name]; ok {
+				continue
+			}
+			if len(refs) >= maxReferences || depth > 32 {
+				return permanentError{fmt.Errorf("more than %d references, or nested deeper than 32", maxReferences)}
+			}
+			ss, err := r.src.SchemaByVersion(ctx, ref.Subject, ref.Version)
+			if err != nil {
+				if notFound(err) {
+					return permanentError{fmt.Errorf("reference %q (subject %q version %d): %w", ref.Name, ref.Subject, ref.Version, err)}
+				}
+				return fmt.Errorf("fetching reference %q of schema %d: %w", ref.Name, id, err)
+			}
+			refs[ref.Name] = ss.Schema
+			if err := walk(ss.Schema, depth+1); err != nil {
+				return err
+			}
+			order = append(order, ref.Name)
+		}
+		return nil
+	}
+	if err := walk(top, 0); err != nil {
+		var p permanentError
+		if errors.As(err, &p) {
+			return &schema{id: id, typ: top.Type, err: p.err}, nil
+		}
+		return nil, err
+	}
+	s := &schema{id: id, typ: top.Type}
+	switch top.Type {
+	case sr.TypeAvro:
+		s.decode, s.err = compileAvro(top.Schema, refs, order)
+	case sr.TypeProtobuf:
+		s.decode, s.err = compileProtobuf(ctx, top.Schema, refs)
+	case sr.TypeJSON:
+		s.decode = decodeJSON
+	default:
+		s.err = fmt.Errorf("schema type %q is not avro, protobuf or json", top.Type)
+	}
+	if s.err != nil {
+		s.err = fmt.Errorf("compiling %s schema: %w", typeName(top.Type), s.err)
+	}
+	return s, nil
+}
+
+type permanentError struct{ err error }
+
+func (p permanentError) Error() string { return p.err.Error() }
+
+// notFound reports whether the registry answered that what was asked
+// does not exist: HTTP 404 with the registry's own error code (40401
+// subject, 40402 version, 40403 schema). A 404 without one is not the
+// registry speaking (a wrong base path, a proxy): like any other answer
+// (5xx, 401, 403, 429) it may heal, so it is transient.
+func notFound(err error) bool {
+	var re *sr.ResponseError
+	if !errors.As(err, &re) || re.StatusCode != 404 {
+		return false
+	}
+	switch re.ErrorCode {
+	case 40401, 40402, 40403:
+		return true
+	}
+	return false
+}
+
+func typeName(t sr.SchemaType) string {
+	switch t {
+	case sr.TypeAvro:
+		return "avro"
+	case sr.TypeProtobuf:
+		return "protobuf"
+	case sr.TypeJSON:
+		return "json"
+	}
+	return t.String()
+}
+
+// schemaText is a referenced schema as the registry holds it.
+type schemaText = sr.Schema

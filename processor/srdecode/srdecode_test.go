@@ -1,0 +1,309 @@
+package srdecode_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/bufbuild/protocompile"
+	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/dedupio/dedup/internal/testsupport/srstandin"
+	"github.com/dedupio/dedup/processor/srdecode"
+)
+
+const orderV1 = `{"type":"record","name":"Order","namespace":"shop","fields":[
+ {"name":"type","type":"string"},
+ {"name":"order_id","type":"string"},
+ {"name":"amount","type":"long"},
+ {"name":"note","type":["null","string"],"default":null}]}`
+
+// orderV2 has the fields of v1 in another order: the same logical record.
+const orderV2 = `{"type":"record","name":"Order","namespace":"shop","fields":[
+ {"name":"amount","type":"long"},
+ {"name":"note","type":["null","string"],"default":null},
+ {"name":"order_id","type":"string"},
+ {"name":"type","type":"string"}]}`
+
+func newRegistry(t *testing.T) (*srstandin.Registry, *srdecode.Registry) {
+	t.Helper()
+	stand := srstandin.New()
+	t.Cleanup(stand.Close)
+	cl, err := sr.NewClient(sr.URLs(stand.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stand, srdecode.New(cl)
+}
+
+func frame(t testing.TB, id int, index []int, payload []byte) []byte {
+	t.Helper()
+	var h sr.ConfluentHeader
+	b, err := h.AppendEncode(nil, id, index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(b, payload...)
+}
+
+func avroValue(t testing.TB, schema string, id int, v any) []byte {
+	t.Helper()
+	s := avro.MustParse(schema)
+	b, err := avro.Marshal(s, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return frame(t, id, nil, b)
+}
+
+func decode(t *testing.T, reg *srdecode.Registry, v []byte) string {
+	t.Helper()
+	if err := reg.Resolve(context.Background(), [][]byte{v}); err != nil {
+		t.Fatalf("resolve: %v", err)
+	}
+	out, err := reg.Decode(v)
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	return string(out)
+}
+
+func TestAvroValueDecodesToItsLogicalJSON(t *testing.T) {
+	stand, reg := newRegistry(t)
+	id, _ := stand.Register("orders-value", sr.Schema{Schema: orderV1})
+	v := avroValue(t, orderV1, id, map[string]any{"type": "order.placed", "order_id": "o-1", "amount": int64(42), "note": "gift"})
+	if got, want := decode(t, reg, v), `{"type":"order.placed","order_id":"o-1","amount":42,"note":"gift"}`; got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+}
+
+func TestAvroValuesOfTwoWriterSchemasWithTheSameFieldsDecodeEqual(t *testing.T) {
+	stand, reg := newRegistry(t)
+	id1, _ := stand.Register("orders-value", sr.Schema{Schema: orderV1})
+	id2, _ := stand.Register("orders-value", sr.Schema{Schema: orderV2})
+	if id1 == id2 {
+		t.Fatal("the stand-in gave two schemas one ID")
+	}
+	rec := map[string]any{"type": "order.placed", "order_id": "o-1", "amount": int64(42), "note": nil}
+	a := decode(t, reg, avroValue(t, orderV1, id1, rec))
+	b := decode(t, reg, avroValue(t, orderV2, id2, rec))
+	// In each writer's field order; one value (identity hashes its
+	// canonical form).
+	var va, vb any
+	if err := json.Unmarshal([]byte(a), &va); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(b), &vb); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(va, vb) {
+		t.Fatalf("one logical record, two values: %s and %s", a, b)
+	}
+}
+
+func TestAvroSchemaReferencesAreResolved(t *testing.T) {
+	stand, reg := newRegistry(t)
+	money := `{"type":"record","name":"Money","namespace":"shop","fields":[{"name":"cents","type":"long"},{"name":"currency","type":"string"}]}`
+	stand.Register("shop.Money", sr.Schema{Schema: money})
+	order := `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"type","type":"string"},{"name":"total","type":"shop.Money"}]}`
+	id, _ := stand.Register("orders-value", sr.Schema{Schema: order, References: []sr.SchemaReference{{Name: "shop.Money", Subject: "shop.Money", Version: 1}}})
+	cache := &avro.SchemaCache{}
+	avro.MustParse(`{"type":"record","name":"Money","namespace":"shop","fields":[{"name":"cents","type":"long"},{"name":"currency","type":"string"}]}`)
+	if _, err := avro.ParseWithCache(money, "", cache); err != nil {
+		t.Fatal(err)
+	}
+	full, err := avro.ParseWithCache(order, "", cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := avro.Marshal(full, map[string]any{"type": "t", "total": map[string]any{"cents": int64(5), "currency": "EUR"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := decode(t, reg, frame(t, id, nil, b)), `{"type":"t","total":{"cents":5,"currency":"EUR"}}`; got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+}
+
+const shopProto = `syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+message Ping { string id = 1; }
+message Order {
+  string type = 1;
+  string order_id = 2;
+  int64 amount = 3;
+  Line line = 4;
+  google.protobuf.Timestamp at = 5;
+  message Line { string sku = 1; int32 qty = 2; }
+  message Refund { string order_id = 1; string why = 2; }
+}
+`
+
+func protoMessage(t *testing.T, path []int, js string) []byte {
+	t.Helper()
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+		Accessor: protocompile.SourceAccessorFromMap(map[string]string{"shop.proto": shopProto})})}
+	fds, err := c.Compile(context.Background(), "shop.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := fds[0].Messages()
+	var md protoreflect.MessageDescriptor
+	for _, i := range path {
+		md = msgs.Get(i)
+		msgs = md.Messages()
+	}
+	m := dynamicpb.NewMessage(md)
+	if err := protojson.Unmarshal([]byte(js), m); err != nil {
+		t.Fatal(err)
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestProtobufValueDecodesTheMessageItsIndexesName(t *testing.T) {
+	stand, reg := newRegistry(t)
+	id, _ := stand.Register("orders-value", sr.Schema{Schema: shopProto, Type: sr.TypeProtobuf})
+	// [1]: Order, the second top-level message (not the index-0 shortcut).
+	order := protoMessage(t, []int{1}, `{"type":"order.placed","order_id":"o-1","amount":"42","line":{"sku":"s","qty":2},"at":"2026-01-02T03:04:05Z"}`)
+	got := decode(t, reg, frame(t, id, []int{1}, order))
+	if want := `{"type":"order.placed","order_id":"o-1","amount":"42","line":{"sku":"s","qty":2},"at":"2026-01-02T03:04:05Z"}`; got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+	// [1, 1]: Order.Refund, a nested message.
+	refund := protoMessage(t, []int{1, 1}, `{"order_id":"o-1","why":"late"}`)
+	if got, want := decode(t, reg, frame(t, id, []int{1, 1}, refund)), `{"order_id":"o-1","why":"late"}`; got != want {
+		t.Fatalf("nested: got %s, want %s", got, want)
+	}
+	// [0] is written as the single byte 0: Ping.
+	ping := protoMessage(t, []int{0}, `{"id":"p"}`)
+	if got, want := decode(t, reg, frame(t, id, []int{0}, ping)), `{"id":"p"}`; got != want {
+		t.Fatalf("index 0: got %s, want %s", got, want)
+	}
+	if _, err := reg.Decode(frame(t, id, []int{7}, ping)); err == nil || !strings.Contains(err.Error(), "schema "+itoa(id)) {
+		t.Fatalf("index past the messages: %v, want an error naming the schema", err)
+	}
+}
+
+func TestJSONSchemaValueIsTheJSONAfterTheHeader(t *testing.T) {
+	stand, reg := newRegistry(t)
+	id, _ := stand.Register("orders-value", sr.Schema{Schema: `{"type":"object"}`, Type: sr.TypeJSON})
+	if got, want := decode(t, reg, frame(t, id, nil, []byte(` {"type":"t","order_id":"o-1"} `))), `{"type":"t","order_id":"o-1"}`; got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+	if _, err := reg.Decode(frame(t, id, nil, []byte(`{"type":`))); err == nil {
+		t.Fatal("a payload that is not JSON decoded")
+	}
+}
+
+func TestUnknownSchemaIDIsPermanentAndNamed(t *testing.T) {
+	stand, reg := newRegistry(t)
+	v := frame(t, 999, nil, []byte{2, 'x'})
+	if err := reg.Resolve(context.Background(), [][]byte{v}); err != nil {
+		t.Fatalf("an ID the registry does not have is no transient error: %v", err)
+	}
+	_, err := reg.Decode(v)
+	if err == nil || !strings.Contains(err.Error(), "schema 999") || errors.Is(err, srdecode.ErrUnresolved) {
+		t.Fatalf("got %v, want a permanent error naming schema 999", err)
+	}
+	n := stand.Requests()
+	if err := reg.Resolve(context.Background(), [][]byte{v}); err != nil || stand.Requests() != n {
+		t.Fatalf("the answer is not cached: %v, %d requests after %d", err, stand.Requests(), n)
+	}
+}
+
+func TestRegistryDownIsTransientAndNothingIsCached(t *testing.T) {
+	stand, reg := newRegistry(t)
+	id, _ := stand.Register("orders-value", sr.Schema{Schema: orderV1})
+	v := avroValue(t, orderV1, id, map[string]any{"type": "t", "order_id": "o", "amount": int64(1), "note": nil})
+	stand.Down(true)
+	if err := reg.Resolve(context.Background(), [][]byte{v}); err == nil {
+		t.Fatal("resolve through a registry that is down succeeded")
+	}
+	if _, err := reg.Decode(v); !errors.Is(err, srdecode.ErrUnresolved) {
+		t.Fatalf("decode after a failed resolve: %v, want ErrUnresolved", err)
+	}
+	stand.Down(false)
+	if got := decode(t, reg, v); !strings.Contains(got, `"order_id":"o"`) {
+		t.Fatalf("after the registry came back: %s", got)
+	}
+	n := stand.Requests()
+	if err := reg.Resolve(context.Background(), [][]byte{v, v}); err != nil || stand.Requests() != n {
+		t.Fatalf("a resolved schema is asked again: %v, %d requests after %d", err, stand.Requests(), n)
+	}
+}
+
+func TestAvroPayloadThatDoesNotMatchItsSchemaIsAnError(t *testing.T) {
+	stand, reg := newRegistry(t)
+	id, _ := stand.Register("orders-value", sr.Schema{Schema: orderV1})
+	v := frame(t, id, nil, []byte{0xff, 0xff, 0xff})
+	if err := reg.Resolve(context.Background(), [][]byte{v}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Decode(v); err == nil || !strings.Contains(err.Error(), "avro schema "+itoa(id)) {
+		t.Fatalf("got %v, want an error naming the avro schema", err)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// A Protobuf schema's imports are its references: the registry's
+// subjects, compiled under the import path the reference names.
+func TestProtobufImportsAreResolvedFromReferences(t *testing.T) {
+	stand, reg := newRegistry(t)
+	const money = "syntax = \"proto3\";\npackage shop;\nmessage Money { int64 cents = 1; string currency = 2; }\n"
+	stand.Register("shop/money.proto", sr.Schema{Schema: money, Type: sr.TypeProtobuf})
+	const order = "syntax = \"proto3\";\npackage shop;\nimport \"shop/money.proto\";\nmessage Paid { string order_id = 1; Money total = 2; }\n"
+	id, _ := stand.Register("paid-value", sr.Schema{Schema: order, Type: sr.TypeProtobuf,
+		References: []sr.SchemaReference{{Name: "shop/money.proto", Subject: "shop/money.proto", Version: 1}}})
+	// Paid{order_id: "o-1", total: {cents: 5, currency: "EUR"}}, by hand:
+	// field 1 (bytes) "o-1"; field 2 (bytes) {field 1 varint 5, field 2 "EUR"}.
+	msg := []byte{0x0a, 3, 'o', '-', '1', 0x12, 7, 0x08, 5, 0x12, 3, 'E', 'U', 'R'}
+	if got, want := decode(t, reg, frame(t, id, []int{0}, msg)), `{"order_id":"o-1","total":{"cents":"5","currency":"EUR"}}`; got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+	// A reference the registry does not have: the schema is undecodable.
+	bad, _ := stand.Register("bad-value", sr.Schema{Schema: order + "// another text: another ID\n", Type: sr.TypeProtobuf,
+		References: []sr.SchemaReference{{Name: "shop/money.proto", Subject: "nope", Version: 1}}})
+	v := frame(t, bad, []int{0}, msg)
+	if err := reg.Resolve(context.Background(), [][]byte{v}); err != nil {
+		t.Fatalf("a missing reference is no transient error: %v", err)
+	}
+	if _, err := reg.Decode(v); err == nil || !strings.Contains(err.Error(), "schema "+itoa(bad)) {
+		t.Fatalf("got %v, want an error naming schema %d", err, bad)
+	}
+}
+
+// A 404 that is not the registry's own answer (no 404xx error code: a
+// wrong base path, a proxy) is transient, as any answer that may heal:
+// nothing is cached and nothing is dead-lettered.
+func TestNotFoundWithoutARegistryErrorCodeIsTransient(t *testing.T) {
+	stand := srstandin.New()
+	defer stand.Close()
+	id, _ := stand.Register("s", sr.Schema{Schema: orderV1})
+	cl, err := sr.NewClient(sr.URLs(stand.URL() + "/wrong-base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := srdecode.New(cl)
+	v := avroValue(t, orderV1, id, map[string]any{"type": "t", "order_id": "o", "amount": int64(1), "note": nil})
+	if err := reg.Resolve(context.Background(), [][]byte{v}); err == nil {
+		t.Fatal("a 404 without a registry error code was taken as the registry's answer")
+	}
+	if reg.Resolved(id) {
+		t.Fatal("the answer was cached")
+	}
+}
