@@ -52,6 +52,8 @@ type record struct {
 	pending  int  // pieces of work not yet ended; guarded by inFlight.mu
 	failed   bool // something was abandoned: never committable; guarded by inFlight.mu
 	finished bool // set by the tracker
+	// trace is the record's span (tracing.go); nil when tracing is off.
+	trace context.Context
 }
 
 // committer owns partition membership and offsets. Its guarantee: an offset
@@ -84,6 +86,8 @@ type committer struct {
 	m   *metrics
 	cl  *kgo.Client
 	adm *kadm.Client
+	// trace records commits (tracing.go); nil: off.
+	trace *routerTracer
 	// groupCommitted reads the group's committed offsets of topics (kadm,
 	// unless a test sets it).
 	groupCommitted func(ctx context.Context, topics []string) (map[topicPartition]int64, error)
@@ -265,6 +269,7 @@ func (c *committer) commit(ctx context.Context, only map[topicPartition]bool) {
 		}
 	})
 	c.m.commitSeconds.Observe(time.Since(start).Seconds())
+	c.trace.committed(start, want, failed)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for tp, off := range want {

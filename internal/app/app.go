@@ -154,8 +154,13 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	}
 	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
 	reg.Unregister(deps)
-	r, err := processor.New(cfg.Kafka, processor.Options{Ledger: led, DeadLetterLog: led, Starter: starter.New(tc, cfg.Temporal),
-		Registerer: reg, Log: log, Hooks: o.Hooks, KafkaOpts: append(kopts, kgo.WithHooks(kafkaMetrics))})
+	tr, flushSpans, err := startTracing(ctx, cfg, "dedup-router", log)
+	if err != nil {
+		return err
+	}
+	defer flushSpans()
+	r, err := processor.New(cfg.Kafka, processor.Options{Ledger: led, DeadLetterLog: led, Starter: starter.New(tc, cfg.Temporal).WithTracing(tr),
+		Registerer: reg, Log: log, Hooks: o.Hooks, KafkaOpts: append(kopts, kgo.WithHooks(kafkaMetrics)), Tracing: tr})
 	if err != nil {
 		return err
 	}

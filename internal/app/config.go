@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dedupio/dedup/connect/secretfile"
+	"github.com/dedupio/dedup/connect/tracing"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/schedule"
@@ -43,6 +44,9 @@ type Config struct {
 	// Ingress configures `dedup ingress` and the producer client (package
 	// client): ingress.go.
 	Ingress IngressConfig `yaml:"ingress"`
+	// Tracing is OpenTelemetry tracing of dedup run, ingress and worker
+	// (docs/tracing.md); off by default.
+	Tracing tracing.Config `yaml:"tracing"`
 }
 
 // WorkerConfig configures `dedup worker`, which runs RunActivityWorkflow.
@@ -384,6 +388,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Temporal.Validate(); err != nil {
+		return err
+	}
+	if err := c.Tracing.Validate(); err != nil {
 		return err
 	}
 	switch c.Log.Format {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/processor"
@@ -26,6 +27,10 @@ import (
 
 // Options configure a Server.
 type Options struct {
+	// Propagator, if set, reads a request's trace context (traceparent,
+	// tracestate, baggage) for the record it writes (tracing.go); nil:
+	// tracing off.
+	Propagator propagation.TextMapPropagator
 	// MaxBodyBytes refuses larger bodies (413); at most the routers'
 	// kafka.max_value_bytes.
 	MaxBodyBytes int
@@ -388,7 +393,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if s.o.Locked != nil {
 		s.o.Locked(p.Event.ID)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.o.ProduceTimeout)
+	ctx, cancel := context.WithTimeout(traceContext(r, s.o.Propagator), s.o.ProduceTimeout)
 	h, err := s.c.Send(ctx, p)
 	cancel()
 	var conflict *client.ConflictError

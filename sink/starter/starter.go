@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/propagation"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/errordetails/v1"
@@ -153,6 +154,7 @@ type Temporal struct {
 	identity  string
 	dc        converter.DataConverter
 	gate      *runGate
+	prop      propagation.TextMapPropagator // tracing.go; nil: no trace header
 }
 
 // New wraps an SDK client (the caller dials it and closes it). cfg's
@@ -240,6 +242,7 @@ func (t *Temporal) Start(ctx context.Context, req processor.StartRequest) (proce
 		// Never attach to or terminate a running execution: a duplicate
 		// start must fail so that it is counted as one.
 		WorkflowIdConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		Header:                   traceHeader(ctx, t.prop),
 	})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
@@ -307,6 +310,7 @@ func (t *Temporal) signalWithStart(ctx context.Context, req processor.StartReque
 		WorkflowIdConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		SignalName:               sig.Name,
 		SignalInput:              input,
+		Header:                   traceHeader(ctx, t.prop),
 	})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {

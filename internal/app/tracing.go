@@ -1,0 +1,39 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/dedupio/dedup/connect/tracing"
+	"github.com/dedupio/dedup/connect/tracing/otlp"
+)
+
+// startTracing starts the tracing section's exporter for service (nil when
+// tracing is off) and returns its flush, for a defer.
+func startTracing(ctx context.Context, cfg Config, service string, log *slog.Logger) (*tracing.Tracing, func(), error) {
+	tr, err := otlp.New(ctx, cfg.Tracing, service)
+	if err != nil || tr == nil {
+		return nil, func() {}, err
+	}
+	log.Info("tracing on", "exporter", cfg.Tracing.Exporter, "endpoint", cfg.Tracing.OTLP.Endpoint)
+	return tr, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tr.Shutdown(ctx); err != nil {
+			log.Warn("flushing spans at exit failed", "err", err)
+		}
+	}, nil
+}
+
+// PropagatorOf is the trace context propagator of the producer's side
+// (dedup ingress and the client it opens): W3C TraceContext and Baggage
+// when tracing is on, else nil (no header read or written).
+func PropagatorOf(cfg Config) propagation.TextMapPropagator {
+	if !cfg.Tracing.Enabled() {
+		return nil
+	}
+	return tracing.Propagator()
+}
