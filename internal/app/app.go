@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/dedupio/dedup/connect/tracing"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
@@ -41,6 +42,9 @@ type Options struct {
 	// Ready, if set, is closed once the admin port listens and the router
 	// is built (tests wait on it).
 	Ready chan<- string
+	// Tracing, if set, is the router's tracing instead of the tracing
+	// section's exporter (the lab's in-memory exporter).
+	Tracing *tracing.Tracing
 }
 
 // Run serves the admin port, waits for Kafka, PostgreSQL and Temporal
@@ -154,7 +158,7 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 	}
 	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
 	reg.Unregister(deps)
-	tr, flushSpans, err := startTracing(ctx, cfg, "dedup-router", log)
+	tr, flushSpans, err := startTracing(ctx, cfg, "dedup-router", o.Tracing, log)
 	if err != nil {
 		return err
 	}

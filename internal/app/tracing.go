@@ -12,8 +12,12 @@ import (
 )
 
 // startTracing starts the tracing section's exporter for service (nil when
-// tracing is off) and returns its flush, for a defer.
-func startTracing(ctx context.Context, cfg Config, service string, log *slog.Logger) (*tracing.Tracing, func(), error) {
+// tracing is off), or takes given (a test's), and returns its flush, for
+// a defer (none for given: its owner flushes it).
+func startTracing(ctx context.Context, cfg Config, service string, given *tracing.Tracing, log *slog.Logger) (*tracing.Tracing, func(), error) {
+	if given != nil {
+		return given, func() {}, nil
+	}
 	tr, err := otlp.New(ctx, cfg.Tracing, service)
 	if err != nil || tr == nil {
 		return nil, func() {}, err

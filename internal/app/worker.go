@@ -89,7 +89,7 @@ func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	tr, flushSpans, err := startTracing(ctx, cfg, "dedup-worker", log)
+	tr, flushSpans, err := startTracing(ctx, cfg, "dedup-worker", nil, log)
 	if err != nil {
 		return err
 	}
