@@ -28,7 +28,8 @@ type Config struct {
 	// producer's sampled trace is continued whole.
 	SampleRatio *float64 `yaml:"sample_ratio"`
 	// ServiceName is the service.name resource attribute; empty: the
-	// command's (dedup-router, dedup-ingress, dedup-worker).
+	// command's (dedup-router, dedup-worker). dedup ingress makes no
+	// spans: it passes the request's context into the record.
 	ServiceName string `yaml:"service_name"`
 }
 
