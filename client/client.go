@@ -15,6 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/dedupio/dedup/connect/dialguard"
 	"github.com/dedupio/dedup/processor/decide"
@@ -53,6 +54,11 @@ type Config struct {
 	// kgo.Dialer of its own, which is the caller's to check. dedup's
 	// config calls it kafka.allow_insecure.
 	AllowInsecure bool
+	// Propagator, if set (tracing.Propagator()), writes the trace context
+	// of Send's ctx into the record's headers (traceparent, tracestate,
+	// baggage), where the routers continue it (docs/tracing.md); nil
+	// writes none.
+	Propagator propagation.TextMapPropagator
 	// Ledger answers, at enqueue time, whether the routers hold the event
 	// already (Handle.Repeat; a started repeat is not written again) or
 	// hold its key with another payload (*ConflictError), and the ledger
@@ -409,6 +415,7 @@ func (c *Client) Send(ctx context.Context, p *Prepared) (*Handle, error) {
 	}
 	if write {
 		rec := *p.rec
+		c.traced(ctx, &rec)
 		res, err := c.kcl.ProduceSync(ctx, &rec).First()
 		switch {
 		case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):

@@ -29,6 +29,8 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
+require go.temporal.io/sdk/contrib/opentelemetry v0.8.1 // indirect
+
 require (
 	github.com/bufbuild/protocompile v0.14.1 // indirect
 	github.com/go-viper/mapstructure/v2 v2.4.0 // indirect
@@ -214,7 +216,7 @@ require (
 	go.opentelemetry.io/otel/exporters/prometheus v0.56.0 // indirect
 	go.opentelemetry.io/otel/log v0.20.0 // indirect
 	go.opentelemetry.io/otel/metric v1.46.0 // indirect
-	go.opentelemetry.io/otel/sdk v1.46.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.46.0
 	go.opentelemetry.io/otel/sdk/metric v1.46.0 // indirect
 	go.opentelemetry.io/otel/trace v1.46.0 // indirect
 	go.opentelemetry.io/proto/otlp v1.10.0 // indirect

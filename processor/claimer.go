@@ -45,6 +45,7 @@ func (s startRef) entity() string {
 // (see Ledger.Claim); the claimer never deduplicates on its own, so which
 // copy starts a workflow is decided in one place, startPool.submit.
 type claimer struct {
+	trace  *routerTracer // nil: off
 	log    *slog.Logger
 	m      *metrics
 	ledger Ledger
@@ -78,6 +79,7 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	})
 	c.m.claimSeconds.Observe(time.Since(start).Seconds())
 	c.m.claimBatch.Observe(float64(len(b.intents)))
+	c.trace.claimed(b, verdicts, err, start)
 	if f, ok := IsFenced(err); ok {
 		// Nothing of the batch was written: the moved partitions' records
 		// are abandoned (the new owner has them), the rest claimed again,

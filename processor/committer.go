@@ -45,6 +45,8 @@ type committer struct {
 	m   *metrics
 	cl  *kgo.Client
 	adm *kadm.Client
+	// trace records commits (tracing.go); nil: off.
+	trace *routerTracer
 	// groupCommitted reads the group's committed offsets of topics (kadm,
 	// unless a test sets it).
 	groupCommitted func(ctx context.Context, topics []string) (map[topicPartition]int64, error)
@@ -226,6 +228,7 @@ func (c *committer) commit(ctx context.Context, only map[topicPartition]bool) {
 		}
 	})
 	c.m.commitSeconds.Observe(time.Since(start).Seconds())
+	c.trace.committed(start, want, failed)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for tp, off := range want {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -52,6 +53,7 @@ type deadLetter struct {
 // there, the others go on. On shutdown or revoke the records are
 // abandoned, uncommitted.
 type deadLetterWriter struct {
+	trace  *routerTracer // nil: off
 	cfg    Config
 	log    *slog.Logger
 	m      *metrics
@@ -93,6 +95,9 @@ func (w *deadLetterWriter) put(ctx context.Context, dls []deadLetter) error {
 // for a dead letter the topic can never take (Permanent), nil for one
 // written (or that had been).
 func (w *deadLetterWriter) putEach(ctx context.Context, dls []deadLetter) (errs []error, err error) {
+	if w.trace != nil {
+		defer w.trace.deadLettered(dls, time.Now(), &errs, &err)
+	}
 	entries := make([]DeadLetter, len(dls))
 	for i, d := range dls {
 		src := d.rec.kr

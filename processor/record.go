@@ -47,4 +47,6 @@ type record struct {
 	pending  int  // pieces of work not yet ended; guarded by inFlight.mu
 	failed   bool // something was abandoned: never committable; guarded by inFlight.mu
 	finished bool // set by the tracker
+	// trace is the record's span (tracing.go); nil when tracing is off.
+	trace context.Context
 }

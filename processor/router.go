@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/connect/dialguard"
+	"github.com/dedupio/dedup/connect/tracing"
 	"github.com/dedupio/dedup/processor/decide"
 )
 
@@ -43,6 +44,7 @@ type Router struct {
 	starts  *startPool
 	dlq     *deadLetterWriter
 	health  *health
+	trace   *routerTracer // nil: tracing off (tracing.go)
 
 	workCtx    context.Context // lives until the drain after shutdown
 	workCancel context.CancelFunc
@@ -77,6 +79,9 @@ type Options struct {
 	// brokers, isolation level, TLS and SASL are applied by New
 	// (Config.ClientOpts): they need not be repeated here.
 	KafkaOpts []kgo.Opt
+	// Tracing, if set, traces each record from its Kafka headers' context
+	// (tracing.go); nil is off: no span, no header read.
+	Tracing *tracing.Tracing
 }
 
 // New validates cfg and o and creates the Kafka client; nothing is
@@ -127,6 +132,8 @@ func New(cfg Config, o Options) (*Router, error) {
 	r.starts.fenced = r.commits.fenced
 	r.claims = &claimer{log: log, m: m, ledger: ledger, health: r.health, hooks: hooks, starts: r.starts, dlq: r.dlq, end: r.commits.end,
 		fenced: r.commits.fenced}
+	r.trace = newRouterTracer(o.Tracing)
+	r.commits.trace, r.claims.trace, r.starts.trace, r.dlq.trace = r.trace, r.trace, r.trace, r.trace
 	reset := kgo.NewOffset().AtStart()
 	if cfg.ResetOffset == "latest" {
 		reset = kgo.NewOffset().AtEnd()
@@ -367,6 +374,10 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 	}
 	parallel(len(batch), func(i int) {
 		p := &batch[i]
+		if r.trace != nil {
+			p.d = r.trace.decide(p.rec, p.kr, r.decider)
+			return
+		}
 		p.d = r.decider.Decide(p.kr)
 	})
 	for i := range batch {

@@ -65,6 +65,7 @@ type recheck struct {
 // marks the row dead_lettered and finishes the waiters with it: it is one
 // event, dead-lettered once.
 type startPool struct {
+	trace   *routerTracer // nil: off
 	cfg     Config
 	log     *slog.Logger
 	m       *metrics
@@ -221,7 +222,8 @@ func (s *startPool) worker() {
 			continue
 		}
 		var res StartResult
-		err := s.health.retry(ctx, OpStart, func(ctx context.Context) error {
+		sctx, span := s.trace.starting(ctx, j)
+		err := s.health.retry(sctx, OpStart, func(ctx context.Context) error {
 			t := time.Now()
 			var err error
 			res, err = s.starter.Start(ctx, j.req)
@@ -231,6 +233,7 @@ func (s *startPool) worker() {
 			}
 			return err
 		})
+		s.trace.started(span, res, err)
 		switch {
 		case err == nil && j.req.Signal != nil:
 			s.delivered(j, res)

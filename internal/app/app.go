@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/dedupio/dedup/connect/tracing"
 	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/dial"
 	"github.com/dedupio/dedup/processor"
@@ -30,6 +31,9 @@ type Options struct {
 	// Ready, if set, is closed once the admin port listens and the router
 	// is built (tests wait on it).
 	Ready chan<- string
+	// Tracing, if set, is the router's tracing instead of the tracing
+	// section's exporter (the lab's in-memory exporter).
+	Tracing *tracing.Tracing
 }
 
 // Run serves the admin port, waits for Kafka, PostgreSQL and Temporal
@@ -148,8 +152,13 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	}
 	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
 	reg.Unregister(deps)
-	r, err := processor.New(cfg.Kafka, processor.Options{Ledger: led, DeadLetterLog: led, Starter: starter.New(tc, cfg.Temporal),
-		Registerer: reg, Log: log, KafkaOpts: []kgo.Opt{kgo.WithHooks(kafkaMetrics)}})
+	tr, flushSpans, err := startTracing(ctx, cfg, "dedup-router", o.Tracing, log)
+	if err != nil {
+		return err
+	}
+	defer flushSpans()
+	r, err := processor.New(cfg.Kafka, processor.Options{Ledger: led, DeadLetterLog: led, Starter: starter.New(tc, cfg.Temporal).WithTracing(tr),
+		Registerer: reg, Log: log, KafkaOpts: []kgo.Opt{kgo.WithHooks(kafkaMetrics)}, Tracing: tr})
 	if err != nil {
 		return err
 	}

@@ -91,7 +91,18 @@ func RunWorker(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	w := sdkworker.New(tc, cfg.Worker.TaskQueue, workerOptions(cfg.Worker))
+	tr, flushSpans, err := startTracing(ctx, cfg, "dedup-worker", nil, log)
+	if err != nil {
+		return err
+	}
+	defer flushSpans()
+	wo := workerOptions(cfg.Worker)
+	if ti, err := worker.TracingInterceptor(tr); err != nil {
+		return err
+	} else if ti != nil {
+		wo.Interceptors = append(wo.Interceptors, ti)
+	}
+	w := sdkworker.New(tc, cfg.Worker.TaskQueue, wo)
 	if err := worker.Register(w, &worker.Activities{Pool: pool, Keys: keys, Client: tc, WebhookURL: cfg.Worker.WebhookURL, Tasks: tasks}); err != nil {
 		return err
 	}

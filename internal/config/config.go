@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dedupio/dedup/connect/secretfile"
+	"github.com/dedupio/dedup/connect/tracing"
 	"github.com/dedupio/dedup/internal/ingress/ingressconfig"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
@@ -49,6 +50,9 @@ type Config struct {
 	// Ingress configures `dedup ingress` and the producer client (package
 	// client): ingress.go.
 	Ingress ingressconfig.Config `yaml:"ingress"`
+	// Tracing is OpenTelemetry tracing of dedup run, ingress and worker
+	// (docs/tracing.md); off by default.
+	Tracing tracing.Config `yaml:"tracing"`
 }
 
 // WorkerConfig is the worker: section: the worker's own settings
@@ -390,6 +394,9 @@ func (c *Config) validateShared() error {
 		return err
 	}
 	if err := c.Temporal.Validate(); err != nil {
+		return err
+	}
+	if err := c.Tracing.Validate(); err != nil {
 		return err
 	}
 	switch c.Log.Format {

@@ -70,8 +70,8 @@ func OpenClient(ctx context.Context, cfg config.Config, log *slog.Logger) (*clie
 	}
 	c, err := client.New(client.Config{Topic: cfg.IngressTopic(), EventID: cfg.EventID, Routes: cfg.Routes, Namespace: cfg.Temporal.Namespace,
 		MaxValueBytes: cfg.Kafka.MaxValueBytes, KafkaOpts: kopts, AllowInsecure: cfg.Kafka.AllowInsecure, Ledger: led, Runs: temporalread.New(tc, nil), Logger: log, TenantKeys: keys,
-		LookupTimeout: cfg.Ingress.LookupTimeout,
-		OnClose:       func() { tc.Close(); led.Close() }})
+		LookupTimeout: cfg.Ingress.LookupTimeout, Propagator: PropagatorOf(cfg),
+		OnClose: func() { tc.Close(); led.Close() }})
 	if err != nil {
 		tc.Close()
 		led.Close()

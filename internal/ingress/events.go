@@ -193,7 +193,7 @@ func (s *Server) lock(w http.ResponseWriter, r *http.Request, p *client.Prepared
 
 // send writes the event to Kafka (under its key's lock).
 func (s *Server) send(w http.ResponseWriter, r *http.Request, p *client.Prepared) (*client.Handle, bool) {
-	ctx, cancel := context.WithTimeout(r.Context(), s.o.ProduceTimeout)
+	ctx, cancel := context.WithTimeout(traceContext(r, s.o.Propagator), s.o.ProduceTimeout)
 	h, err := s.c.Send(ctx, p)
 	cancel()
 	var conflict *client.ConflictError

@@ -96,7 +96,7 @@ func Run(ctx context.Context, cfg config.Config, o RunOptions) error {
 	}
 	defer locks.Close()
 	srv, err := NewServer(c, Options{MaxBodyBytes: cfg.IngressMaxBody(), Tokens: tokens, PublicURL: ic.PublicURL,
-		ProduceTimeout: ic.ProduceTimeout, Locks: locks, Registry: reg, Logger: log, Locked: o.Locked,
+		ProduceTimeout: ic.ProduceTimeout, Locks: locks, Propagator: dial.PropagatorOf(cfg), Registry: reg, Logger: log, Locked: o.Locked,
 		Limits: Limits{Rate: ic.Limits.Rate, Burst: ic.Limits.Burst, MaxConcurrent: ic.Limits.MaxConcurrent,
 			MaxConcurrentPerTenant: ic.Limits.MaxConcurrentPerTenant},
 		AllowNoKey: !ic.RequireKey, LookupTimeout: ic.LookupTimeout, KeyRetention: cfg.Postgres.Retention})

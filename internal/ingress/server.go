@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/processor/eventid"
@@ -23,6 +24,10 @@ import (
 
 // Options configure a Server.
 type Options struct {
+	// Propagator, if set, reads a request's trace context (traceparent,
+	// tracestate, baggage) for the record it writes (tracing.go); nil:
+	// tracing off.
+	Propagator propagation.TextMapPropagator
 	// MaxBodyBytes refuses larger bodies (413); at most the routers'
 	// kafka.max_value_bytes.
 	MaxBodyBytes int

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/propagation"
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -164,6 +165,7 @@ type Temporal struct {
 	// attrs: runs carry search attributes (temporal.search_attributes is
 	// not off; auto is resolved at start-up).
 	attrs bool
+	prop  propagation.TextMapPropagator // tracing.go; nil: no trace header
 }
 
 // New wraps an SDK client (the caller dials it and closes it). cfg's
@@ -256,6 +258,7 @@ func (t *Temporal) Start(ctx context.Context, req decide.StartRequest) (processo
 		// Never attach to or terminate a running execution: a duplicate
 		// start must fail so that it is counted as one.
 		WorkflowIdConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		Header:                   traceHeader(ctx, t.prop),
 	})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
@@ -328,6 +331,7 @@ func (t *Temporal) signalWithStart(ctx context.Context, req decide.StartRequest)
 		SignalName:               sig.Name,
 		SignalInput:              input,
 		SearchAttributes:         attrs,
+		Header:                   traceHeader(ctx, t.prop),
 	})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {

@@ -1,0 +1,49 @@
+package tracing
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func ratio(r float64) *float64 { return &r }
+
+// A bad tracing section is refused naming its field; the default is off.
+func TestConfigValidateNamesTheField(t *testing.T) {
+	if (Config{}).Enabled() || (Config{}).Validate() != nil {
+		t.Fatal("the zero section: want off and valid")
+	}
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Exporter: "jaeger"}, "tracing.exporter"},
+		{Config{Exporter: ExporterOTLP}, "tracing.otlp.endpoint"},
+		{Config{Exporter: ExporterOTLP, OTLP: OTLP{Endpoint: "c:4317"}, SampleRatio: ratio(1.5)}, "tracing.sample_ratio"},
+		{Config{Exporter: ExporterOTLP, OTLP: OTLP{Endpoint: "http://"}}, "tracing.otlp.endpoint"},
+	} {
+		err := c.cfg.Validate()
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error naming %s", c.cfg, err, c.want)
+		}
+	}
+	if err := (Config{Exporter: ExporterOTLP, OTLP: OTLP{Endpoint: "collector:4317"}, SampleRatio: ratio(0.1)}).Validate(); err != nil {
+		t.Errorf("a valid section: %v", err)
+	}
+}
+
+// The record carrier reads and writes the W3C headers among the record's
+// others, replacing rather than repeating a key.
+func TestRecordCarrierReplacesItsHeader(t *testing.T) {
+	r := &kgo.Record{Headers: []kgo.RecordHeader{{Key: "ce_id", Value: []byte("1")}, {Key: "traceparent", Value: []byte("old")}}}
+	c := RecordCarrier{R: r}
+	c.Set("traceparent", "new")
+	c.Set("baggage", "k=v")
+	if got := c.Get("traceparent"); got != "new" || len(r.Headers) != 3 || c.Get("baggage") != "k=v" || c.Get("ce_id") != "1" {
+		t.Errorf("headers %v", r.Headers)
+	}
+	if keys := c.Keys(); strings.Join(keys, ",") != "ce_id,traceparent,baggage" {
+		t.Errorf("keys %v", keys)
+	}
+}
