@@ -9,10 +9,13 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/sink/starter"
+	"github.com/dedupio/dedup/worker/signals"
 )
 
 // Temporal's per-run signal limit through the router (sink/starter/
@@ -125,5 +128,119 @@ func TestRunLimitWaitHoldsOnlyTheFullEntity(t *testing.T) {
 	}
 	if counts.Started != hot+1 || counts.Pending != 0 {
 		t.Errorf("ledger %+v, want %d started", counts, hot+1)
+	}
+}
+
+// lagInput is lagEntityWorkflow's input: what the chain of runs delivered
+// so far, and the Receiver's carried state.
+type lagInput struct {
+	Delivered []string      `json:"delivered,omitempty"`
+	Signals   signals.State `json:"signals"`
+}
+
+// lagEntityWorkflow is an entity workflow as users write it (the
+// Receiver of worker/signals), continuing as new at MaxSeen handled
+// events, below nsSignalLimit's limit as the defaults are below the
+// server's (2,000 and 10,000). The query "events" answers what the chain
+// delivered, in order.
+func lagEntityWorkflow(ctx workflow.Context, in lagInput) error {
+	got := in.Delivered
+	if err := workflow.SetQueryHandler(ctx, "events", func() ([]string, error) { return got, nil }); err != nil {
+		return err
+	}
+	r, err := signals.NewReceiver(ctx, signals.Options{MaxSeen: signalLimit - 1}, in.Signals)
+	if err != nil {
+		return err
+	}
+	for {
+		ev, ok := r.Receive(ctx)
+		if !ok {
+			break
+		}
+		got = append(got, ev.EventID)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return workflow.NewContinueAsNewError(ctx, "LagEntity", lagInput{Delivered: got, Signals: r.State()})
+}
+
+// A signal route whose entity workflow's worker is stopped: the run holds
+// a backlog of unread signals up to the server's limit and refuses the
+// rest, which wait (parked, nothing dead-lettered, nothing committed past
+// them). When the worker resumes, the run reads its backlog and continues
+// as new, the next runs take the waiting deliveries, and every event is
+// delivered once.
+func TestRunLimitBacklogDeliveredAfterTheWorkerResumes(t *testing.T) {
+	e := newEnvIn(t, 1, nsSignalLimit)
+	queue := "lag-" + e.name
+	route := signalRoute(queue, processor.ReuseAllowDuplicate)
+	route.WorkflowType = "LagEntity"
+	cfg := e.config()
+	cfg.Routes = processor.Routes{route}
+	cfg.Temporal.RunLimitWait = 10 * time.Minute
+	const n = 3 * signalLimit // three full runs
+	var recs []*kgo.Record
+	var want []string
+	for i := range n {
+		id := fmt.Sprintf("lag-%d", i)
+		want = append(want, id)
+		recs = append(recs, entityRecord(t, e.topic, id, "lag"))
+	}
+	if err := e.kcl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r := e.startRouter(cfg)
+	defer r.stop(t)
+
+	// The backlog: no worker reads the run; it is full and refuses the rest.
+	if !eventually(time.Minute, func() bool { return counter(r.reg, "temporal_request_failure_total", "", "") >= 1 }) {
+		t.Fatal("no delivery refused in a minute: the run did not reach its signal limit")
+	}
+	first, ok := e.currentRun("ent-lag")
+	if !ok {
+		t.Fatal("ent-lag has no run")
+	}
+	if got := e.signalsIn("ent-lag", first); len(got) != signalLimit {
+		t.Fatalf("the stopped worker's run has %d signals, want %d (its limit)", len(got), signalLimit)
+	}
+	if d := e.dlqReasons(); len(d) != 0 {
+		t.Fatalf("dead letters %v while the run is full, want none", d)
+	}
+
+	// The worker resumes.
+	w := sdkworker.New(e.tc, queue, sdkworker.Options{})
+	w.RegisterWorkflowWithOptions(lagEntityWorkflow, workflow.RegisterOptions{Name: "LagEntity"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	e.waitCommitted(3 * time.Minute)
+
+	var got []string
+	if !eventually(time.Minute, func() bool {
+		v, err := e.tc.QueryWorkflow(context.Background(), "ent-lag", "", "events")
+		got = nil
+		return err == nil && v.Get(&got) == nil && len(got) >= n
+	}) {
+		t.Fatalf("ent-lag's chain delivered %v, want its %d events", got, n)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("ent-lag's chain delivered %v, want each of %v once", got, want)
+	}
+	if _, run := e.runStatus("ent-lag", ""); run == first {
+		t.Errorf("ent-lag is still on its first run %s, want it continued as new", run)
+	}
+	if d := e.dlqReasons(); len(d) != 0 {
+		t.Errorf("dead letters %v, want none", d)
+	}
+	counts, err := e.led.Count(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts.Started != n || counts.Pending != 0 {
+		t.Errorf("ledger %+v, want %d started", counts, n)
 	}
 }
