@@ -244,3 +244,49 @@ func TestRunLimitBacklogDeliveredAfterTheWorkerResumes(t *testing.T) {
 		t.Errorf("ledger %+v, want %d started", counts, n)
 	}
 }
+
+// Past temporal.run_limit_wait a delivery to a full run is reported (a
+// transient start error) and waits on, never dead-lettered; a router
+// stopped while it waits stops at once, commits nothing past it, and the
+// next router delivers it once the run goes.
+//
+// Bound: run_limit_wait is 1 ms, so the first delivery parked is past it
+// at its next wake (the probe's backoff, 1 s): the test gives it a minute.
+func TestRunLimitStuckDeliveryIsReportedAndWaitsAcrossARestart(t *testing.T) {
+	e := newEnvIn(t, 1, nsSignalLimit)
+	route := signalRoute("nobody", processor.ReuseAllowDuplicate)
+	hotRun := fillRun(t, e, route, "stuck")
+	cfg := e.config()
+	cfg.Routes = processor.Routes{route}
+	cfg.Temporal.RunLimitWait = time.Millisecond
+	if err := e.kcl.ProduceSync(context.Background(), entityRecord(t, e.topic, "stuck-0", "stuck")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r := e.startRouter(cfg)
+	if !eventually(time.Minute, func() bool {
+		return counter(r.reg, "dedup_workflow_start_errors_total", "kind", "transient") >= 1
+	}) {
+		t.Fatal("the delivery to the full run not reported as a transient start error in a minute")
+	}
+	r.stop(t) // fails the test if the router takes a minute to stop
+	if d := e.dlqReasons(); len(d) != 0 {
+		t.Fatalf("dead letters %v, want none", d)
+	}
+	if done, state := e.committedAtEnd(); done {
+		t.Fatalf("committed %s past the waiting delivery", state)
+	}
+
+	if err := e.tc.TerminateWorkflow(context.Background(), "ent-stuck", hotRun, "test: the run is full"); err != nil {
+		t.Fatal(err)
+	}
+	r = e.startRouter(cfg)
+	defer r.stop(t)
+	e.waitCommitted(2 * time.Minute)
+	_, run := e.runStatus("ent-stuck", "")
+	if got := eventIDs(e.signalsIn("ent-stuck", run)); run == hotRun || !slices.Equal(got, []string{"stuck-0"}) {
+		t.Errorf("ent-stuck's run %s has %v, want a new run with stuck-0", run, got)
+	}
+	if d := e.dlqReasons(); len(d) != 0 {
+		t.Errorf("dead letters %v, want none", d)
+	}
+}

@@ -40,8 +40,12 @@ func (s *startPool) park(ctx context.Context, j *job, p Parked) {
 	if p.Stuck() && !j.stuck {
 		j.stuck = true
 		s.m.startErrors.WithLabelValues("transient").Inc()
+		event := j.req.Input.EventID
+		if j.req.Signal != nil {
+			event = j.req.Signal.Input.EventID
+		}
 		s.log.Warn("delivery still waiting for its entity's run to continue as new", "workflow_id", j.req.WorkflowID,
-			"event_id", j.req.Input.EventID, "err", p.Error())
+			"event_id", event, "err", p.Error())
 	}
 	changed, at := p.Wake()
 	s.parked.Add(1)
