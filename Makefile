@@ -162,12 +162,14 @@ bench-smoke: deps
 # SPIN (a few minutes: 3.6 min CPU); the old in-batch rule, the review's holes and the ledger without its fence must
 # still be caught; and signal routes (claim -> SignalWithStart -> mark ->
 # commit, the entity workflow's seen-set): delivered at least once, observed
-# at most once, and the counterexamples without the seen-set.
+# at most once, and the counterexamples without the seen-set; what heals
+# (a run's signal limit, dlq replay round trips): neither lost nor doubled.
 model: deps
 	bash processor/model/check.sh
 	bash processor/model/check.sh --bug >/dev/null
 	bash processor/model/check.sh --holes >/dev/null
 	bash processor/model/check.sh --signals >/dev/null
+	bash processor/model/check.sh --heal >/dev/null
 
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime 60s ./processor/eventid

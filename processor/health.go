@@ -176,6 +176,11 @@ func (h *health) retry(ctx context.Context, op Op, fn func(context.Context) erro
 			// Not a failure of the dependency, and no retry changes it.
 			h.update(d, func() { h.okAt[d] = h.now() })
 			return err
+		case isParked(err):
+			// Temporal answered: one key waits (parked.go), the caller
+			// parks it; not a failure of the dependency.
+			h.update(d, func() { h.okAt[d] = h.now() })
+			return err
 		case IsPermanent(err):
 			if d == DepPostgres {
 				h.fatal(fmt.Errorf("%s: postgres refused for good (fix and restart): %w", op, err))

@@ -41,6 +41,8 @@ type job struct {
 	// submitted again, as checks: the first asks LastRun anew, after this
 	// job's run exists, the others wait on it.
 	rechecks []recheck
+	// stuck: the job was reported waiting past its key's bound (park).
+	stuck bool
 }
 
 // recheck is a check copy waiting for a job to end, with its own request.
@@ -92,6 +94,8 @@ type startPool struct {
 	// final drain (one would never end: nothing reads the queue then).
 	qmu    sync.RWMutex
 	closed bool
+	// parked counts the jobs parked without a worker (park).
+	parked sync.WaitGroup
 }
 
 func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, ledger Ledger, h *health, hooks hooks, dlq *deadLetterWriter,
@@ -171,7 +175,8 @@ func (s *startPool) run() (stop func()) {
 	markerDone := make(chan struct{})
 	go func() { defer close(markerDone); s.marker() }()
 	return func() {
-		workers.Wait() // they stop when workCtx ends
+		workers.Wait()  // they stop when workCtx ends
+		s.parked.Wait() // so do the parked jobs
 		// Close the queue: a drainer abandons what senders blocked on a
 		// full queue put in, so that they let go of qmu; once closed is
 		// set no one sends again, and the last drain empties it.
@@ -228,7 +233,7 @@ func (s *startPool) worker() {
 			var err error
 			res, err = s.starter.Start(ctx, j.req)
 			s.m.startSeconds.Observe(time.Since(t).Seconds())
-			if err != nil && !IsPermanent(err) {
+			if _, parked := parkedErr(err); err != nil && !IsPermanent(err) && !parked {
 				s.m.startErrors.WithLabelValues("transient").Inc()
 			}
 			return err
@@ -259,6 +264,10 @@ func (s *startPool) worker() {
 			s.m.startErrors.WithLabelValues("permanent").Inc()
 			s.deadLetter(ctx, j, err)
 		default: // revoked, lost or shutting down
+			if p, ok := parkedErr(err); ok && ctx.Err() == nil {
+				s.park(ctx, j, p) // one key's wait, without a worker (parked.go)
+				continue
+			}
 			s.done(j, false)
 		}
 	}

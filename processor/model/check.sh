@@ -78,8 +78,20 @@
 #                                               two records, and the passing searches on the default
 #                                               workload (3 records; the commit in one step, and
 #                                               safety with the commit's three parts) (minutes)
+#   bash processor/model/check.sh --heal        what heals is not a verdict on the event: a signal refused
+#                                               by the entity run's signal limit (-DSIGNAL -DRUNLIMIT,
+#                                               two records, all the faults): the delivery waits and is
+#                                               retried, the run continues as new, the delivery lands
+#                                               (exactly once at the end, SD with no dead letter); and dlq
+#                                               replay round trips (-DPERM -DREPLAY: a dead letter
+#                                               replayed, dead-lettered again, replayed again, the whole
+#                                               topic twice): every copy keeps the event's ID, and PERM's
+#                                               properties. Each old rule must show its counterexample:
+#                                               the limit's refusal permanent (-DRUNLIMIT_PERM: the event
+#                                               lost), the origin dropped from a copy's dead letter
+#                                               (-DREPLAY_DROP_ORIGIN: a copy under another ID, doubled)
 #
-# `make model` runs the default mode, --bug, --holes and --signals.
+# `make model` runs the default mode, --bug, --holes, --signals and --heal.
 #
 # CHECK_SERIAL=1 runs the default mode's two lanes one after the other (for
 # a shared machine); by default they run in parallel.
@@ -90,8 +102,8 @@ set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 MODEL=$HERE/dedup.pml
 MODE=${1:-all}
-case $MODE in all|--big|--bug|--holes|--failed-only|--failed-only-big|--mutations|--signals|--signals-big) ;;
-*) echo "usage: $0 [--big|--bug|--holes|--failed-only|--failed-only-big|--mutations|--signals|--signals-big]" >&2; exit 2 ;; esac
+case $MODE in all|--big|--bug|--holes|--failed-only|--failed-only-big|--mutations|--signals|--signals-big|--heal) ;;
+*) echo "usage: $0 [--big|--bug|--holes|--failed-only|--failed-only-big|--mutations|--signals|--signals-big|--heal]" >&2; exit 2 ;; esac
 for tool in spin gcc; do
 	command -v $tool >/dev/null || { echo "$tool not found (apt-get install -y spin gcc)" >&2; exit 2; }
 done
@@ -497,6 +509,47 @@ all|--big)
 		signals1 >lane1.log 2>&1 &
 		P1=$!
 		signals2 >lane2.log 2>&1 &
+		P2=$!
+		wait $P1 || FAILED=1
+		wait $P2 || FAILED=1
+		cat lane1.log lane2.log
+	fi
+	;;
+--heal)
+	echo "== what heals is not a verdict on the event: the run's signal limit, dlq replay round trips (two lanes${CHECK_SERIAL:+, one after the other}) =="
+	heal1() {
+		echo "-- the run's signal limit (-DSIGNAL -DWA -DRUNLIMIT): refused, waits, continue-as-new, delivered: SD (no dead letter), SO, exactly once, S3, D, M, E, E2"
+		OPT=-O0 expect_pass signal-runlimit-wa "-DSIGNAL -DWA -DRUNLIMIT" "-DSAFETY -DNOCLAIM" ""
+		echo "-- the old rule, the limit's refusal permanent (-DRUNLIMIT_PERM): the event must be lost"
+		if OPT=-O0 expect_violation signal-runlimit-perm "-DSIGNAL -DWA -DRUNLIMIT -DRUNLIMIT_PERM" "" 'failed assertion: assert\(dlv\)'; then
+			echo "FOUND (as expected): refused at a full run, dead-lettered and committed, never delivered, though the next run takes it"
+		else
+			echo "NOT FOUND"
+			FAILED=1
+		fi
+		return $FAILED
+	}
+	heal2() {
+		echo "-- dlq replay round trips (-DPERM -DREPLAY), no crash: the event's ID kept, S1, S3, D, M, E, E2"
+		OPT=-O0 expect_pass replay-nocrash "-DPERM -DREPLAY -DNCRASH=0 -DNRESTART=0" "-DSAFETY -DNOCLAIM" ""
+		echo "-- the same with a crash and a restart, no revoke"
+		OPT=-O0 expect_pass replay-norevoke "-DPERM -DREPLAY -DNREVOKE=0" "-DSAFETY -DNOCLAIM" ""
+		echo "-- the old rule, the origin dropped from a copy's dead letter (-DREPLAY_DROP_ORIGIN): a copy under another ID"
+		if OPT=-O0 expect_violation replay-drop-origin "-DPERM -DREPLAY -DREPLAY_DROP_ORIGIN -DNCRASH=0 -DNRESTART=0" "" 'failed assertion: assert\(\(rorg\[c_\]==0\)\)'; then
+			echo "FOUND (as expected): the second round trip's copy gets the first copy's coordinates as its ID: a second row, a second run"
+		else
+			echo "NOT FOUND"
+			FAILED=1
+		fi
+		return $FAILED
+	}
+	if [ -n "${CHECK_SERIAL:-}" ]; then
+		heal1 || FAILED=1
+		heal2 || FAILED=1
+	else
+		heal1 >lane1.log 2>&1 &
+		P1=$!
+		heal2 >lane2.log 2>&1 &
 		P2=$!
 		wait $P1 || FAILED=1
 		wait $P2 || FAILED=1

@@ -174,6 +174,52 @@
  *   SIG_UNDRAINED     (SIGNAL) the entity workflow may continue as new or
  *                     complete with accepted signals it has not handled
  *                     (they are lost). Expected to fail "exactly once".
+ *   RUNLIMIT          (SIGNAL) the entity's run may reach Temporal's signal
+ *                     limit (history.maximumSignalsPerExecution, counted
+ *                     over other events' signals too): the entity's run is
+ *                     open from the start (other events), a step of its
+ *                     own fills it (NLIMIT times, default 1) while a
+ *                     continue-as-new is still to come (the Receiver of
+ *                     worker/signals continues as new at MaxSeen handled
+ *                     events, below the server's limit: the defaults), and
+ *                     Temporal refuses every delivery to a full run,
+ *                     before it looks at the request ID. The refusal is
+ *                     transient (sink/starter/runlimits.go: the runGate
+ *                     holds the delivery, then RunLimitError, retried):
+ *                     the job stays in its start phase; continue-as-new
+ *                     empties the count. Checks that the event is neither
+ *                     lost nor doubled: "exactly once" at the end.
+ *   RUNLIMIT_PERM     (RUNLIMIT) the old rule: the refusal is permanent
+ *                     (InvalidArgument): the owner is dead-lettered, the
+ *                     row marked dead_lettered (one step here: the two
+ *                     steps of startPool.deadLetter change nothing the
+ *                     property reads), owner and waiters finished. A copy
+ *                     with the row's payload claims it again (as PERM).
+ *                     Expected to fail "exactly once": the event lost.
+ *   REPLAY            (PERM) dlq replay round trips, the event's ID by the
+ *                     coordinates rule: p0 holds the event A (p1 is empty)
+ *                     and NREPLAY=2 slots after it. The start is refused
+ *                     for good until the operator fixes the cause (a step,
+ *                     once); a refused start is dead-lettered as in PERM.
+ *                     The operator (a proctype) replays any dead letter,
+ *                     any number of times (NREPLAY in all; the whole
+ *                     topic twice included): the copy is appended to p0
+ *                     with the dead letter's origin (dedup-origin-*), and
+ *                     the router's event ID of the copy is that origin
+ *                     (rorg). A replayed copy may be refused and
+ *                     dead-lettered again, and replayed again. Checks
+ *                     that the event is not doubled: every copy is
+ *                     claimed under the event's own ID (rorg == 0: one
+ *                     workflow ID, one ledger row, at most one run by S2;
+ *                     a copy under another ID would be a new row and a
+ *                     second run), and not lost: S1, D and E2 of PERM
+ *                     for every copy (each committed copy ran or is in
+ *                     the dead-letter topic, to be replayed again).
+ *   REPLAY_DROP_ORIGIN  (REPLAY) the old rule: a replayed copy's dead
+ *                     letter does not keep the copy's dedup-origin-*, so
+ *                     the next replay sets the copy's own coordinates as
+ *                     its origin. Expected to fail: a copy claimed under
+ *                     another event ID (doubled).
  *
  * Every action is one atomic step (d_step): a ledger statement, a Temporal
  * call, one of the three parts of a broker commit, a rebalance. Replicas
@@ -186,6 +232,18 @@
 #if defined(SIGNAL) && (defined(FAILED_ONLY) || defined(PERM) || defined(TXN))
 #error "SIGNAL is modelled without FAILED_ONLY, PERM and TXN"
 #endif
+#if defined(REPLAY) && (!defined(PERM) || defined(W4) || defined(W2) || defined(WA) || defined(TXN))
+#error "REPLAY is modelled with PERM, on its own workload"
+#endif
+#if defined(REPLAY_DROP_ORIGIN) && !defined(REPLAY)
+#error "REPLAY_DROP_ORIGIN needs REPLAY"
+#endif
+#if defined(RUNLIMIT) && !defined(SIGNAL)
+#error "RUNLIMIT is a limit of signals: with SIGNAL only"
+#endif
+#if defined(RUNLIMIT_PERM) && !defined(RUNLIMIT)
+#error "RUNLIMIT_PERM needs RUNLIMIT"
+#endif
 
 #define NR    2   /* replicas */
 #define NP    2   /* partitions */
@@ -193,6 +251,8 @@
 #define NREC  4   /* records in all partitions (TXN: log entries, markers included) */
 #elif defined(W2) || defined(WA)
 #define NREC  2
+#elif defined(REPLAY)
+#define NREC  3   /* the event and NREPLAY (2) replayed copies, all in p0 */
 #else
 #define NREC  3
 #endif
@@ -242,7 +302,16 @@ mtype = { A, B };       /* payload hashes */
 #endif
 
 /* ---- Kafka log: constant after init, so hidden ---- */
+#ifdef REPLAY
+byte plen[NP];          /* records per partition (REPLAY: p0 grows) */
+byte rorg[NREC];        /* the record's origin offset in p0 (dedup-origin-*,
+                         * or its own): its coordinates-rule event ID */
+byte nrep = 2;          /* replays left (NREPLAY) */
+bit  fixed;             /* the operator fixed the cause of the refusals */
+bit  rdone;             /* the operator is done */
+#else
 hidden byte plen[NP];   /* records per partition */
+#endif
 hidden byte pbase[NP];  /* index of a partition's first record */
 hidden byte rpart[NREC]; /* partition of a record */
 hidden byte roff[NREC]; /* offset of a record */
@@ -268,7 +337,7 @@ byte  lrun[NWID];       /* row run_id: run number (1..exec), 0 = NULL (read by R
                          * it back, so the model does not keep it) */
 #endif
 mtype lhash[NWID];      /* row payload hash */
-#ifdef PERM
+#if defined(PERM) || defined(RUNLIMIT_PERM)
 bit   rcl[NWID];        /* history for D: a copy re-claimed the row from
                          * dead_lettered (pending again) since it was last
                          * marked dead_lettered */
@@ -315,6 +384,16 @@ byte epend;             /* signals of the event the open run accepted and the
                          * workflow has not handled yet */
 byte ncan = NCAN;
 byte nclose = NCLOSE;
+#ifdef RUNLIMIT
+#ifndef NLIMIT
+#define NLIMIT 1         /* times the open run reaches the signal limit */
+#endif
+bit  efull;             /* the open run is at history.maximumSignalsPerExecution */
+byte nlimit = NLIMIT;
+#define FULL (eopen && efull)
+#else
+#define FULL 0
+#endif
 byte ndrop = NDROP;
 /* history, for SD, SO and "exactly once" */
 bit  dlv;               /* a run accepted a signal of the event: delivered */
@@ -549,6 +628,10 @@ inline rowverdict(r, c, w) {
 #endif
 /* not an event: never claimed, left out of S1 and S3 */
 #define NOTEV(c) (ctl[c] || SKIPPED(c))
+#elif defined(REPLAY)
+#define SKIPPED(c) 0
+/* a slot not yet written by a replay is no record */
+#define NOTEV(c) (roff[c] >= plen[rpart[c]])
 #else
 #define SKIPPED(c) 0
 #define NOTEV(c) 0
@@ -609,7 +692,13 @@ inline claim(r) {
 					cfl[c_] = 1; rep[r].st[c_] = S_DLQ; rep[r].dlpend = 1;
 					printf("MSC: r%d   rec%d %e -> CONFLICT (row has %e)\n", r, c_, rhash[c_], lhash[w_])
 				:: rwid[c_] == w_ && rhash[c_] == lhash[w_] ->
-#ifdef PERM
+#ifdef REPLAY
+					/* not doubled: the copy's coordinates-rule ID is the
+					 * event's (another would be another row, another run) */
+					printf("MSC: r%d   rec%d's event ID: origin p0@%d\n", r, c_, rorg[c_]);
+					assert(rorg[c_] == 0);
+#endif
+#if defined(PERM) || defined(RUNLIMIT_PERM)
 					/* a dead_lettered row with the copy's payload is
 					 * claimed again: pending (attempts + 1) */
 					if
@@ -1369,6 +1458,11 @@ inline accept(r, p, off) {
 			evdl(rwid[c_]);
 			assert(dlw[c_] || exec[rwid[c_]] > 0 || f_);   /* S1 */
 			f_ = 0;
+#elif defined(RUNLIMIT)
+			/* SD under RUNLIMIT: a run's limit heals, so it refuses the
+			 * event for no good: a dead letter does not account for it
+			 * (WA has no conflicting copy, nothing is refused for good) */
+			assert(dlv);   /* SD (S1): the event was delivered */
 #elif defined(SIGNAL)
 			assert(dlw[c_] || dlv);   /* SD (S1): the event was delivered */
 #else
@@ -1387,7 +1481,7 @@ inline accept(r, p, off) {
 		if
 		:: NOTEV(c_) || cfl[c_]
 		:: else ->
-#ifdef PERM
+#if defined(PERM) || defined(RUNLIMIT_PERM)
 			assert(lst[rwid[c_]] == L_STARTED || lst[rwid[c_]] == L_DEAD || rcl[rwid[c_]])   /* D */
 #else
 			assert(lst[rwid[c_]] == L_STARTED)   /* D */
@@ -1503,6 +1597,11 @@ inline commitnow(r, p, rv) {
 #define MARKOK(r, w) 1
 #endif
 
+#ifdef REPLAY
+#define REPLAYDONE rdone
+#else
+#define REPLAYDONE 1
+#endif
 /* the run is over: every partition committed to its end */
 #define ALLDONE (committed[0] == plen[0] && committed[1] == plen[1])
 
@@ -1515,6 +1614,8 @@ inline finalcheck(q) {
 			evdl(rwid[c_]);
 			assert(!(dlw[c_] == 0 && exec[rwid[c_]] == 0 && !f_));  /* S1 at the end: no lost event */
 			f_ = 0
+#elif defined(RUNLIMIT)
+			assert(dlv)  /* SD at the end: no event left undelivered (nothing refused for good) */
 #elif defined(SIGNAL)
 			assert(!(dlw[c_] == 0 && !dlv))  /* SD at the end: no event left undelivered */
 #else
@@ -1569,13 +1670,30 @@ proctype replica(byte r) {
 	 * sink/starter.(*Temporal).Start -> signalWithStart, the job's
 	 * call in the worker, retried by (*health).retry; a timeout after it
 	 * landed leaves the job to retry it ---- */
-	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) -> LANDED(r);
+	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) && !FULL -> LANDED(r);
 		printf("MSC: r%d deliver rec%d's event: SignalWithStart (request ID of the delivery key)\n", r, rep[r].jown[0]);
 		tsignal(r);
 		rep[r].jph[0] = J_MARK }
-	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) && ntmo > 0 -> LANDED(r);
+	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) && !FULL && ntmo > 0 -> LANDED(r);
 		printf("MSC: r%d deliver rec%d's event: SignalWithStart TIMEOUT (outcome unknown), will retry\n", r, rep[r].jown[0]);
 		ntmo--; tsignal(r) }
+#ifdef RUNLIMIT
+	/* the run is at its signal limit: Temporal refuses the delivery
+	 * (InvalidArgument, before the request ID), nothing is added */
+#ifndef RUNLIMIT_PERM
+	/* transient (RunLimit, the runGate's wait, RunLimitError retried by
+	 * (*health).retry): the job stays in its start phase */
+	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) && FULL -> LANDED(r);
+		printf("MSC: r%d deliver rec%d's event: REFUSED, the run is at its signal limit: the job waits and retries\n", r, rep[r].jown[0]) }
+#else
+	/* the old rule: permanent, dead letter and MarkDeadLettered */
+	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) && FULL -> LANDED(r);
+		printf("MSC: r%d deliver rec%d's event: REFUSED at the signal limit, PERMANENT (OLD RULE): dead-lettered, row dead_lettered\n", r, rep[r].jown[0]);
+		dlw[rep[r].jown[0]] = 1;
+		if :: lst[0] == L_PENDING -> lst[0] = L_DEAD; rcl[0] = 0 :: else fi;
+		doneok(r, 0) }
+#endif
+#endif
 #elif !defined(PERM)
 	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) -> LANDED(r);
 		printf("MSC: r%d start wid0 generation %d for rec%d\n", r, rep[r].jgen[0], rep[r].jown[0]);
@@ -1589,7 +1707,17 @@ proctype replica(byte r) {
 		ntmo--; tstart(r, 0, rep[r].jgen[0]); x_ = 0 }
 #else
 	/* ---- start refused for good; dead-letter write; MarkDeadLettered ---- */
-	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) -> LANDED(r);
+#ifdef REPLAY
+	/* the cause fixed: Temporal starts it */
+	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) && fixed -> LANDED(r);
+		printf("MSC: r%d start wid0 generation %d for rec%d (the cause fixed)\n", r, rep[r].jgen[0], rep[r].jown[0]);
+		tstart(r, 0, rep[r].jgen[0]);
+		rep[r].jph[0] = J_MARK; rep[r].jrun[0] = x_; x_ = 0 }
+#define REFUSES !fixed
+#else
+#define REFUSES 1
+#endif
+	:: d_step { rep[r].jph[0] == J_START && MAYCALL(r) && REFUSES -> LANDED(r);
 		printf("MSC: r%d start wid0 generation %d for rec%d: Temporal refuses it for good (permanent)\n", r, rep[r].jgen[0], rep[r].jown[0]);
 		rep[r].jph[0] = J_DLW }
 	:: d_step { rep[r].jph[0] == J_DLW && MAYCALL(r) -> LANDED(r); dlwrite(r, 0) }
@@ -1765,7 +1893,7 @@ proctype replica(byte r) {
 		commitnow(q, 1, 1); abandon(q, 1); assign(r, 1) }
 
 	/* ---- the run is over ---- */
-	:: d_step { ALLDONE && rep[r].jph[0] == J_NONE && !rep[r].dlpend && rep[r].tph == 0 && FENCEFREE(r) ->
+	:: d_step { ALLDONE && REPLAYDONE && rep[r].jph[0] == J_NONE && !rep[r].dlpend && rep[r].tph == 0 && FENCEFREE(r) ->
 		finalcheck(q)
 #ifdef SIGNAL
 		; nend++
@@ -1820,6 +1948,9 @@ end:	do
 	 * refuses a CAN while new signals are buffered) */
 	:: d_step { eopen && DRAINED && ncan > 0 -> ncan--;
 		erid = 0;
+#ifdef RUNLIMIT
+		efull = 0;
+#endif
 #ifdef SIG_UNDRAINED
 		if :: epend > 0 -> printf("MSC: entity workflow: %d accepted signals not handled: lost\n", epend) :: else fi;
 		epend = 0;
@@ -1834,6 +1965,13 @@ end:	do
 		epend = 0;
 #endif
 		printf("MSC: entity workflow: run COMPLETED (closed)\n") }
+#ifdef RUNLIMIT
+	/* other events' signals fill the open run to the server's limit; only
+	 * while a continue-as-new is still to come (the Receiver's MaxSeen is
+	 * below the server's limit) */
+	:: d_step { eopen && !efull && nlimit > 0 && ncan > 0 -> nlimit--; efull = 1;
+		printf("MSC: entity workflow: the run reaches its SIGNAL LIMIT (other events' signals, a backlog)\n") }
+#endif
 	/* the seen-set's bound evicts the event's ID (it saw that many other
 	 * events since) */
 	:: d_step { eseen && ndrop > 0 -> ndrop--; eseen = 0;
@@ -1843,6 +1981,33 @@ end:	do
 		printf("MSC: the end: delivered %d, observed %d times\n", dlv, nobs);
 		assert(dlv && nobs == 1) };
 		break
+	od
+}
+#endif
+
+#ifdef REPLAY
+/* dead letter c's origin, as the next replay sends it (processor/replay's
+ * replayed: the dead letter's dedup-origin-*, else its coordinates) */
+#ifdef REPLAY_DROP_ORIGIN
+#define DORG(c) roff[c]   /* the old rule: a copy's dead letter lost its origin */
+#else
+#define DORG(c) rorg[c]   /* the origin travels with every copy */
+#endif
+/* dedup dlq replay --execute of dead letter c: the copy is appended to p0 */
+#define REPLAYS(c) \
+	d_step { nrep > 0 && dlw[c] && plen[0] < NREC -> nrep--; \
+		rorg[plen[0]] = DORG(c); \
+		printf("MSC: operator: dlq replay of rec%d's dead letter: p0@%d, origin p0@%d\n", c, plen[0], rorg[plen[0]]); \
+		plen[0]++ }
+/* the operator: replays dead letters (any, again and again: the whole
+ * topic twice), fixes the cause of the refusals once, stops at any time */
+active proctype operator() {
+end:	do
+	:: REPLAYS(0)
+	:: REPLAYS(1)
+	:: REPLAYS(2)
+	:: d_step { !fixed -> fixed = 1; printf("MSC: operator: the cause of the refusals FIXED\n") }
+	:: d_step { !rdone -> rdone = 1; printf("MSC: operator: done\n") }; break
 	od
 }
 #endif
@@ -1869,6 +2034,14 @@ init {
 		pbase[0] = 0; pbase[1] = 1;
 		rpart[0] = 0; roff[0] = 0; rwid[0] = 0; rhash[0] = A;
 		rpart[1] = 1; roff[1] = 0; rwid[1] = 0; rhash[1] = A;
+#elif defined(REPLAY)
+		/* p0: [A] and two slots for replayed copies; p1 empty */
+		plen[0] = 1; plen[1] = 0;
+		pbase[0] = 0; pbase[1] = NREC;
+		for (c_ : 0 .. NREC-1) {
+			rpart[c_] = 0; roff[c_] = c_; rwid[c_] = 0; rhash[c_] = A
+		}
+		c_ = 0; rorg[0] = 0;
 #elif defined(TXN)
 		/* p0: [X, M]   p1: [A, C]  -- X (hash B, the event's ID) was written
 		 * in a transaction that aborted, M is its abort marker; A was
@@ -1898,6 +2071,10 @@ init {
 		rpart[0] = 0; roff[0] = 0; rwid[0] = 0; rhash[0] = A;
 		rpart[1] = 1; roff[1] = 0; rwid[1] = 0; rhash[1] = B;
 		rpart[2] = 1; roff[2] = 1; rwid[2] = 0; rhash[2] = A;
+#endif
+#ifdef RUNLIMIT
+		/* the entity's run is open: other events went to it */
+		eopen = 1;
 #endif
 		bgen[0] = 1; bgen[1] = 1;
 		rep[0].alive = 1; rep[0].own[0] = 1; rep[0].gen[0] = 1;

@@ -1,13 +1,14 @@
 package starter
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
+
+	"github.com/dedupio/dedup/processor"
 )
 
 // Temporal's per-run limits (v1.32.1), as its history service refuses a
@@ -60,31 +61,51 @@ func RunLimit(err error) string {
 
 const signalLimit = "history.maximumSignalsPerExecution"
 
-// RunLimitError is a delivery the entity's run refused by its signal
-// limit, after the starter held it for RunLimitWait: transient (the
-// router retries it, and the run is expected to continue as new).
+// RunLimitError is a delivery to an entity whose run is at its signal
+// limit: refused by Temporal, or held by the starter while the entity's
+// run is known to be full. Transient, and a processor.Parked: the router
+// parks the delivery, without a start worker, until Wake, and asks again;
+// the entity's other deliveries park with it, every other workflow goes
+// on. Never dead-lettered: the run heals when it continues as new.
 type RunLimitError struct {
 	Entity string
+	// Waited is how long the entity's run has refused (since its first
+	// refusal that the gate still holds).
 	Waited time.Duration
 	Err    error
+
+	changed <-chan struct{}
+	at      time.Time
+	bound   time.Duration
 }
 
 func (e *RunLimitError) Error() string {
-	return fmt.Sprintf("delivering to workflow %s: its run is at %s (waited %s for it to continue as new): %v",
+	return fmt.Sprintf("delivering to workflow %s: its run is at %s (refusing for %s, waiting for it to continue as new): %v",
 		e.Entity, signalLimit, e.Waited.Round(time.Millisecond), e.Err)
 }
 
 func (e *RunLimitError) Unwrap() error { return e.Err }
 
+var _ processor.Parked = (*RunLimitError)(nil)
+
+// Wake is when to ask again: a call to the entity ended (changed) or the
+// next probe's time (at).
+func (e *RunLimitError) Wake() (changed <-chan struct{}, at time.Time) { return e.changed, e.at }
+
+// Stuck reports that the entity's run has refused for longer than
+// temporal.run_limit_wait (a stopped worker, a receiver that does not
+// continue as new): the router reports it, and the delivery waits on.
+func (e *RunLimitError) Stuck() bool { return e.Waited >= e.bound }
+
 // runGate holds the deliveries to an entity whose run refused a signal by
 // its signal limit: backpressure on that entity only. While an entity is
-// gated, its deliveries wait here instead of each calling Temporal; one
-// at a time (the probe) asks again, after a backoff that doubles from 1 s
-// to 30 s; when a probe gets through, the gate opens for all. A delivery
-// waits at most wait in all, then returns a RunLimitError (transient) to
-// the router, which retries it: so a run that never continues as new (a
-// stopped worker) shows as start errors and retries, and alerts
-// (DedupSignalsRefusedByRunLimit), instead of being dead-lettered.
+// gated, its deliveries do not call Temporal: enter answers them with a
+// RunLimitError at once (the router parks them without a worker); one at
+// a time (the probe) asks again, after a backoff that doubles from 1 s to
+// 30 s; when a probe gets through, the gate opens for all. A run that
+// never continues as new shows as refused probes (the SDK's failures that
+// DedupSignalsRefusedByRunLimit reads) and, past wait, as stuck deliveries
+// (a warning and a transient start error each), never as dead letters.
 type runGate struct {
 	wait time.Duration
 	mu   sync.Mutex
@@ -92,6 +113,7 @@ type runGate struct {
 }
 
 type gated struct {
+	since   time.Time     // the first refusal
 	next    time.Time     // the next probe, not before
 	backoff time.Duration // the wait after the next refusal
 	probing bool
@@ -103,63 +125,53 @@ const (
 	gateMaxBackoff   = 30 * time.Second
 )
 
-// enter waits until the delivery to entity may call Temporal: at once
-// when the entity is not gated; else as the probe, or when a probe got
-// through. It returns the error to answer instead (ctx ended, or the
-// delivery waited g.wait), and whether the call is the probe.
-func (g *runGate) enter(ctx context.Context, entity string) (probe bool, err error) {
-	start := time.Now()
-	for {
-		g.mu.Lock()
-		e := g.m[entity]
-		now := time.Now()
-		if e == nil {
-			g.mu.Unlock()
-			return false, nil
-		}
-		if !e.probing && !now.Before(e.next) {
-			e.probing = true
-			g.mu.Unlock()
-			return true, nil
-		}
-		ch, wait := e.changed, e.next.Sub(now)
-		g.mu.Unlock()
-		left := g.wait - time.Since(start)
-		if left <= 0 {
-			return false, &RunLimitError{Entity: entity, Waited: time.Since(start),
-				Err: errors.New("exceeded workflow execution limit for signal events")}
-		}
-		if e.probing || wait <= 0 {
-			wait = left
-		}
-		t := time.NewTimer(min(wait, left))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false, ctx.Err()
-		case <-ch:
-		case <-t.C:
-		}
-		t.Stop()
-	}
-}
-
-// leave records what a call to entity answered: a refusal by the signal
-// limit gates the entity (or, for the probe, backs the next probe off);
-// a delivery that got through opens the gate; a probe that failed
-// otherwise (a timeout) lets the next waiter probe at once.
-func (g *runGate) leave(entity string, probe bool, err error) {
+// enter says whether the delivery to entity may call Temporal: at once
+// when the entity is not gated, or as its probe; else the RunLimitError
+// to answer instead (without waiting: the caller parks it).
+func (g *runGate) enter(entity string) (probe bool, wait *RunLimitError) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	e := g.m[entity]
+	now := time.Now()
+	if e == nil {
+		return false, nil
+	}
+	if !e.probing && !now.Before(e.next) {
+		e.probing = true
+		return true, nil
+	}
+	return false, g.errLocked(entity, e, errors.New("exceeded workflow execution limit for signal events"))
+}
+
+// errLocked is the RunLimitError of a delivery to the gated entity e.
+func (g *runGate) errLocked(entity string, e *gated, err error) *RunLimitError {
+	at := e.next
+	if e.probing {
+		at = time.Now().Add(gateMaxBackoff) // a probe is in flight: its end wakes us
+	}
+	return &RunLimitError{Entity: entity, Waited: time.Since(e.since), Err: err, changed: e.changed, at: at, bound: g.wait}
+}
+
+// leave records what a call to entity answered: a refusal by the signal
+// limit gates the entity (or, for the probe, backs the next probe off) and
+// is answered as a RunLimitError; a delivery that got through opens the
+// gate; a probe that failed otherwise (a timeout) lets the next waiter
+// probe at once.
+func (g *runGate) leave(entity string, probe bool, err error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e := g.m[entity]
+	refused := RunLimit(err) == signalLimit
 	switch {
-	case RunLimit(err) == signalLimit && e == nil:
-		g.m[entity] = &gated{next: time.Now().Add(gateFirstBackoff), backoff: 2 * gateFirstBackoff, changed: make(chan struct{})}
-	case RunLimit(err) == signalLimit && probe:
+	case refused && e == nil:
+		now := time.Now()
+		e = &gated{since: now, next: now.Add(gateFirstBackoff), backoff: 2 * gateFirstBackoff, changed: make(chan struct{})}
+		g.m[entity] = e
+	case refused && probe:
 		e.next, e.backoff, e.probing = time.Now().Add(e.backoff), min(2*e.backoff, gateMaxBackoff), false
 		close(e.changed)
 		e.changed = make(chan struct{})
-	case RunLimit(err) == signalLimit, e == nil:
+	case refused, e == nil:
 	case err == nil:
 		delete(g.m, entity)
 		close(e.changed)
@@ -168,4 +180,8 @@ func (g *runGate) leave(entity string, probe bool, err error) {
 		close(e.changed)
 		e.changed = make(chan struct{})
 	}
+	if refused {
+		return g.errLocked(entity, e, err)
+	}
+	return err
 }

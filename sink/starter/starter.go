@@ -81,16 +81,15 @@ type Config struct {
 	// save a few hundred bytes. Choose gzip for large event data over a
 	// link whose bytes cost more than CPU.
 	Compression string `yaml:"compression"`
-	// RunLimitWait is how long one delivery to an entity whose run is at
-	// Temporal's signal limit (history.maximumSignalsPerExecution) waits
-	// in the starter for the run to continue as new, before it returns a
-	// transient error that the router retries (and counts). While it
-	// waits, the entity's other deliveries wait with it, and one of them
-	// asks Temporal again every 1 to 30 s: backpressure on that entity,
-	// not on Temporal or the partition (a waiting delivery holds one start
-	// worker: starts.concurrency bounds how many). Never dead-lettered:
-	// the run heals when its worker reads its signals and continues as
-	// new (docs/signals.md).
+	// RunLimitWait is how long an entity's run may refuse deliveries by
+	// Temporal's signal limit (history.maximumSignalsPerExecution) before
+	// the router reports each of its waiting deliveries as stuck (a
+	// warning and a transient start error, once each). Until the run
+	// continues as new, the entity's deliveries are parked without a
+	// start worker and one of them asks Temporal again every 1 to 30 s:
+	// backpressure on that entity only, not on Temporal, the partition or
+	// the start workers. Never dead-lettered: the run heals when its
+	// worker reads its signals and continues as new (docs/signals.md).
 	RunLimitWait time.Duration `yaml:"run_limit_wait"`
 	// SearchAttributes says whether every run dedup starts carries its
 	// search attributes (searchattrs.go: DedupEventId, DedupKafkaTopic,
@@ -215,17 +214,17 @@ var requestIDSpace = uuid.MustParse("5d1f3c0e-8f7a-4a55-9b0e-6c2d7e9a41b3")
 // SDK does not let a caller choose the request ID.
 func (t *Temporal) Start(ctx context.Context, req decide.StartRequest) (processor.StartResult, error) {
 	if req.Signal != nil {
-		// The gate's wait is not an attempt: the timeout starts after it.
+		// An entity whose run is full is not asked (but by its probe):
+		// the delivery is answered at once, for the router to park.
 		entity := t.ns(req.Namespace) + "/" + req.Signal.WorkflowID
-		probe, err := t.gate.enter(ctx, entity)
-		if err != nil {
-			return processor.StartResult{}, err
+		probe, wait := t.gate.enter(entity)
+		if wait != nil {
+			return processor.StartResult{}, wait
 		}
 		ctx, cancel := context.WithTimeout(ctx, t.timeout)
 		defer cancel()
 		res, err := t.signalWithStart(ctx, req)
-		t.gate.leave(entity, probe, err)
-		return res, err
+		return res, t.gate.leave(entity, probe, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
