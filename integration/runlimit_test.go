@@ -12,7 +12,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/sink/starter"
 	"github.com/dedupio/dedup/worker/signals"
@@ -36,9 +36,9 @@ func entityRecord(t *testing.T, topic, id, ent string) *kgo.Record {
 // fillRun delivers signalLimit events to entity's workflow through the
 // starter, so that its run is at history.maximumSignalsPerExecution (no
 // worker reads them: a stopped worker's backlog). It returns the run.
-func fillRun(t *testing.T, e *env, route processor.Route, entity string) string {
+func fillRun(t *testing.T, e *env, route decide.Route, entity string) string {
 	t.Helper()
-	rts := processor.Routes{route}
+	rts := decide.Routes{route}
 	if err := rts.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func fillRun(t *testing.T, e *env, route processor.Route, entity string) string 
 	for i := range signalLimit {
 		ev := eventid.Event{ID: fmt.Sprintf("fill-%s-%d", entity, i), Rule: eventid.RuleField, Type: entityEvent,
 			Data: json.RawMessage(fmt.Sprintf(`{"entity":%q}`, entity))}
-		res, err := st.Start(context.Background(), processor.NewSignalRequest(&rts[0], &ev, "ent-"+entity))
+		res, err := st.Start(context.Background(), decide.NewSignalRequest(&rts[0], &ev, "ent-"+entity))
 		if err != nil {
 			t.Fatalf("filling ent-%s: delivery %d: %v", entity, i+1, err)
 		}
@@ -69,11 +69,11 @@ func fillRun(t *testing.T, e *env, route processor.Route, entity string) string 
 // the test gives it a minute.
 func TestRunLimitWaitHoldsOnlyTheFullEntity(t *testing.T) {
 	e := newEnvIn(t, 1, nsSignalLimit)
-	route := signalRoute("nobody", processor.ReuseAllowDuplicate)
+	route := signalRoute("nobody", decide.ReuseAllowDuplicate)
 	hotRun := fillRun(t, e, route, "hot")
 
 	cfg := e.config()
-	cfg.Routes = processor.Routes{route}
+	cfg.Routes = decide.Routes{route}
 	cfg.Starts.Concurrency = 2
 	cfg.Temporal.RunLimitWait = 10 * time.Minute
 	const hot = signalLimit // > Concurrency, and the next run takes them all
@@ -174,10 +174,10 @@ func lagEntityWorkflow(ctx workflow.Context, in lagInput) error {
 func TestRunLimitBacklogDeliveredAfterTheWorkerResumes(t *testing.T) {
 	e := newEnvIn(t, 1, nsSignalLimit)
 	queue := "lag-" + e.name
-	route := signalRoute(queue, processor.ReuseAllowDuplicate)
+	route := signalRoute(queue, decide.ReuseAllowDuplicate)
 	route.WorkflowType = "LagEntity"
 	cfg := e.config()
-	cfg.Routes = processor.Routes{route}
+	cfg.Routes = decide.Routes{route}
 	cfg.Temporal.RunLimitWait = 10 * time.Minute
 	const n = 3 * signalLimit // three full runs
 	var recs []*kgo.Record
@@ -254,10 +254,10 @@ func TestRunLimitBacklogDeliveredAfterTheWorkerResumes(t *testing.T) {
 // at its next wake (the probe's backoff, 1 s): the test gives it a minute.
 func TestRunLimitStuckDeliveryIsReportedAndWaitsAcrossARestart(t *testing.T) {
 	e := newEnvIn(t, 1, nsSignalLimit)
-	route := signalRoute("nobody", processor.ReuseAllowDuplicate)
+	route := signalRoute("nobody", decide.ReuseAllowDuplicate)
 	hotRun := fillRun(t, e, route, "stuck")
 	cfg := e.config()
-	cfg.Routes = processor.Routes{route}
+	cfg.Routes = decide.Routes{route}
 	cfg.Temporal.RunLimitWait = time.Millisecond
 	if err := e.kcl.ProduceSync(context.Background(), entityRecord(t, e.topic, "stuck-0", "stuck")).FirstErr(); err != nil {
 		t.Fatal(err)

@@ -150,8 +150,8 @@ func TestStarterRunLimitsAreTransientOversizeIsPermanent(t *testing.T) {
 	}
 	// A start (not a signal) meets the same payload limit, and no run's
 	// limit: it makes a new run (or finds the one it made).
-	bigStart := processor.StartRequest{WorkflowID: "activity-big:evt-1", WorkflowType: "RunActivityWorkflow", TaskQueue: "nobody",
-		ReusePolicy: processor.ReuseAllowDuplicate, Generation: 1,
+	bigStart := decide.StartRequest{WorkflowID: "activity-big:evt-1", WorkflowType: "RunActivityWorkflow", TaskQueue: "nobody",
+		ReusePolicy: decide.ReuseAllowDuplicate, Generation: 1,
 		Input: schemas.WorkflowInput{EventID: "evt-1", Data: json.RawMessage(`"` + strings.Repeat("x", 100*1024) + `"`)}}
 	if _, err := st.Start(ctx, bigStart); !processor.IsPermanent(err) || starter.RunLimit(err) != "" {
 		t.Fatalf("a start over limit.blobSize.error: %v, want a permanent error, no run limit", err)
