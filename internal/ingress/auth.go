@@ -176,7 +176,9 @@ func parseTokens(key string, b []byte, known func(string) bool) (map[[32]byte]*P
 			return nil, fmt.Errorf("%s: tokens[%d]: tenant: missing or not a tenant name (1 to %d bytes of a-z, 0-9, '.', '_', '-', "+
 				"starting with a letter or digit; the value is not shown: it may be a token)", key, i, eventid.MaxTenantLength)
 		}
-		where := fmt.Sprintf("%s: tokens[%d] (tenant %q)", key, i, e.Tenant)
+		// Named by position only: a token pasted into tenant can be a valid
+		// tenant name (lowercase hex), and an error must never show it.
+		where := fmt.Sprintf("%s: tokens[%d]", key, i)
 		var sum [32]byte
 		switch {
 		case e.Token != "" && e.TokenSHA256 != "":

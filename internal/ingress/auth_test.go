@@ -21,7 +21,7 @@ func TestLoadTokensRefuses(t *testing.T) {
 		{"comments only", "# producers\n\n   \n# none yet\n", "holds no token"},
 		{"empty list", "tokens: []\n", "holds no token"},
 		{"the old format", "# producers\n0123456789abcdef\nshort-token-0123456789\n", "the one-token-a-line format is gone"},
-		{"a short token", "tokens: [{tenant: acme, token: short-token, event_types: [\"*\"], routes: [\"*\"]}]\n", "tokens[0] (tenant \"acme\"): token: 11 bytes, want at least 16"},
+		{"a short token", "tokens: [{tenant: acme, token: short-token, event_types: [\"*\"], routes: [\"*\"]}]\n", "tokens[0]: token: 11 bytes, want at least 16"},
 		{"no tenant", "tokens: [{token: 0123456789abcdef, event_types: [\"*\"], routes: [\"*\"]}]\n", "tokens[0]: tenant: missing or not a tenant name"},
 		{"a bad tenant", "tokens: [{tenant: Acme/x, token: 0123456789abcdef, event_types: [\"*\"], routes: [\"*\"]}]\n", "tokens[0]: tenant: missing or not a tenant name"},
 		{"no event types", "tokens: [{tenant: acme, token: 0123456789abcdef}]\n", "event_types: missing"},
@@ -30,7 +30,7 @@ func TestLoadTokensRefuses(t *testing.T) {
 		{"no token", "tokens: [{tenant: acme, event_types: [\"*\"], routes: [\"*\"]}]\n", "token or token_sha256: missing"},
 		{"both", "tokens: [{tenant: acme, token: 0123456789abcdef, token_sha256: ab, event_types: [\"*\"], routes: [\"*\"]}]\n", "give one"},
 		{"a bad hash", "tokens: [{tenant: acme, token_sha256: short-token, event_types: [\"*\"], routes: [\"*\"]}]\n", "want 64 hex digits"},
-		{"one token twice", "tokens:\n- {tenant: acme, token: 0123456789abcdef, event_types: [\"*\"], routes: [\"*\"]}\n- {tenant: globex, token: 0123456789abcdef, event_types: [\"*\"], routes: [\"*\"]}\n", "tokens[1] (tenant \"globex\"): the same token"},
+		{"one token twice", "tokens:\n- {tenant: acme, token: 0123456789abcdef, event_types: [\"*\"], routes: [\"*\"]}\n- {tenant: globex, token: 0123456789abcdef, event_types: [\"*\"], routes: [\"*\"]}\n", "tokens[1]: the same token"},
 		{"an unknown key", "tokens: [{tenant: acme, token: short-token-0123456789, event_types: [\"*\"], routes: [\"*\"], admin: true}]\n", "not a tokens file"},
 		{"two documents", ok + "---\ntokens: [{tenant: globex, token: 0123456789abcdef-2, event_types: [\"*\"], routes: [\"*\"]}]\n", "more than one YAML document"},
 		{"a token with a space", "tokens: [{tenant: acme, token: \" 0123456789abcdef\", event_types: [\"*\"], routes: [\"*\"]}]\n", "white space"},
@@ -141,12 +141,17 @@ func TestShortPresentedTokenIsRefused(t *testing.T) {
 // A token pasted into tenant: by mistake is never echoed by the error.
 func TestTokenInTenantIsNotEchoed(t *testing.T) {
 	const tok = "Xy7-pasted-token-0123456789abcdef"
+	// A lowercase hex token is a valid tenant name: it must not be echoed
+	// by the errors of the entry's other fields either.
+	const hexTok = "0f3a9c5e7b1d2468ace0f3a9c5e7b1d2"
 	for _, file := range []string{
 		"tokens: [{tenant: " + tok + ", token: 0123456789abcdef, event_types: [\"*\"], routes: [\"*\"]}]\n",
 		"tokens: [{tenant: " + tok + ", event_types: [\"*\"], routes: [\"*\"]}]\n",
+		"tokens: [{tenant: " + hexTok + ", token: short, event_types: [\"*\"], routes: [\"*\"]}]\n",
+		"tokens: [{tenant: " + hexTok + ", token: 0123456789abcdef, routes: [\"*\"]}]\n",
 	} {
 		_, err := parseTokens("ingress.tokens_file", []byte(file), nil)
-		if err == nil || strings.Contains(err.Error(), "pasted") || !strings.Contains(err.Error(), "tokens[0]") {
+		if err == nil || strings.Contains(err.Error(), "pasted") || strings.Contains(err.Error(), hexTok) || !strings.Contains(err.Error(), "tokens[0]") {
 			t.Errorf("%v, want an error naming tokens[0] without the value", err)
 		}
 	}
