@@ -11,6 +11,7 @@ import (
 
 	"github.com/dedupio/dedup/client"
 	"github.com/dedupio/dedup/connect/tracing"
+	"github.com/dedupio/dedup/connect/tracing/kafkaheaders"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/eventid"
 	"github.com/dedupio/dedup/processor/tenantsig"
@@ -70,7 +71,7 @@ func TestSendWritesTheTraceContextIntoTheRecord(t *testing.T) {
 		}
 		rec := fs.Records()[0]
 		want := "00-" + span.SpanContext().TraceID().String() + "-" + span.SpanContext().SpanID().String() + "-01"
-		if got := (tracing.RecordCarrier{R: rec}).Get("traceparent"); prop && got != want {
+		if got := (kafkaheaders.Carrier{R: rec}).Get("traceparent"); prop && got != want {
 			t.Errorf("traceparent %q, want the producer span's %q", got, want)
 		}
 		return rec
@@ -83,7 +84,7 @@ func TestSendWritesTheTraceContextIntoTheRecord(t *testing.T) {
 	if d := router.Decide(traced); d.DeadLetter != "" || d.Event.Tenant != "acme" {
 		t.Errorf("a router decides the traced tenant record: %s %v (tenant %q), want acme's", d.DeadLetter, d.Err, d.Event.Tenant)
 	}
-	if plain := send(false, "k-2"); (tracing.RecordCarrier{R: plain}).Get("traceparent") != "" {
-		t.Errorf("without a Propagator: traceparent %q", tracing.RecordCarrier{R: plain}.Get("traceparent"))
+	if plain := send(false, "k-2"); (kafkaheaders.Carrier{R: plain}).Get("traceparent") != "" {
+		t.Errorf("without a Propagator: traceparent %q", kafkaheaders.Carrier{R: plain}.Get("traceparent"))
 	}
 }

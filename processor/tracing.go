@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dedupio/dedup/connect/tracing"
+	"github.com/dedupio/dedup/connect/tracing/kafkaheaders"
 	"github.com/dedupio/dedup/processor/decide"
 )
 
@@ -72,7 +73,7 @@ func recordAttrs(kr *kgo.Record) []attribute.KeyValue {
 // decide decides kr (d.Decide) in a span continuing the record's trace,
 // and keeps the span's context on rec for the spans after it.
 func (rt *routerTracer) decide(rec *record, kr *kgo.Record, d *decide.Decider) decide.Decision {
-	parent := rt.prop.Extract(context.Background(), tracing.RecordCarrier{R: kr})
+	parent := rt.prop.Extract(context.Background(), kafkaheaders.Carrier{R: kr})
 	ctx, span := rt.t.Start(parent, "dedup.decide", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(recordAttrs(kr)...))
 	dec := d.Decide(kr)

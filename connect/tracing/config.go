@@ -1,7 +1,7 @@
 // Package tracing sets up dedup's OpenTelemetry tracing (the `tracing:`
 // section) and carries a W3C trace context (traceparent, tracestate,
 // baggage) across the two seams dedup owns: a Kafka record's headers
-// (RecordCarrier) and a Temporal request's header, in the format of
+// (kafkaheaders.Carrier) and a Temporal request's header, in the format of
 // Temporal's OpenTelemetry interceptor (TemporalHeader).
 //
 // Off by default (exporter: none): New then returns nil and no caller

@@ -3,8 +3,6 @@ package tracing
 import (
 	"strings"
 	"testing"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func ratio(r float64) *float64 { return &r }
@@ -30,20 +28,5 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	}
 	if err := (Config{Exporter: ExporterOTLP, OTLP: OTLP{Endpoint: "collector:4317"}, SampleRatio: ratio(0.1)}).Validate(); err != nil {
 		t.Errorf("a valid section: %v", err)
-	}
-}
-
-// The record carrier reads and writes the W3C headers among the record's
-// others, replacing rather than repeating a key.
-func TestRecordCarrierReplacesItsHeader(t *testing.T) {
-	r := &kgo.Record{Headers: []kgo.RecordHeader{{Key: "ce_id", Value: []byte("1")}, {Key: "traceparent", Value: []byte("old")}}}
-	c := RecordCarrier{R: r}
-	c.Set("traceparent", "new")
-	c.Set("baggage", "k=v")
-	if got := c.Get("traceparent"); got != "new" || len(r.Headers) != 3 || c.Get("baggage") != "k=v" || c.Get("ce_id") != "1" {
-		t.Errorf("headers %v", r.Headers)
-	}
-	if keys := c.Keys(); strings.Join(keys, ",") != "ce_id,traceparent,baggage" {
-		t.Errorf("keys %v", keys)
 	}
 }

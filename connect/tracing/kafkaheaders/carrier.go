@@ -1,19 +1,22 @@
-package tracing
+// Package kafkaheaders carries a trace context in a Kafka record's
+// headers. It is apart from connect/tracing so that a producer (the
+// client) links the carrier and the propagator only, not the tracing SDK.
+package kafkaheaders
 
 import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/propagation"
 )
 
-// RecordCarrier carries a trace context in a Kafka record's headers
+// Carrier carries a trace context in a Kafka record's headers
 // (traceparent, tracestate, baggage: the keys the W3C propagators use,
 // as franz-go's kotel does). Set replaces a header of the same key.
-type RecordCarrier struct{ R *kgo.Record }
+type Carrier struct{ R *kgo.Record }
 
-var _ propagation.TextMapCarrier = RecordCarrier{}
+var _ propagation.TextMapCarrier = Carrier{}
 
 // Get is the first header named key's value.
-func (c RecordCarrier) Get(key string) string {
+func (c Carrier) Get(key string) string {
 	for _, h := range c.R.Headers {
 		if h.Key == key {
 			return string(h.Value)
@@ -23,7 +26,7 @@ func (c RecordCarrier) Get(key string) string {
 }
 
 // Set sets header key to value.
-func (c RecordCarrier) Set(key, value string) {
+func (c Carrier) Set(key, value string) {
 	for i, h := range c.R.Headers {
 		if h.Key == key {
 			c.R.Headers[i].Value = []byte(value)
@@ -34,7 +37,7 @@ func (c RecordCarrier) Set(key, value string) {
 }
 
 // Keys are the record's header keys.
-func (c RecordCarrier) Keys() []string {
+func (c Carrier) Keys() []string {
 	keys := make([]string, len(c.R.Headers))
 	for i, h := range c.R.Headers {
 		keys[i] = h.Key
