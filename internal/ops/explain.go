@@ -245,6 +245,7 @@ func (x *explaining) decide(ctx context.Context, rec *kgo.Record) error {
 		return err
 	}
 	x.ex.Decision = decisionView(&d, x.t.cfg.Kafka.NoRoute)
+	x.ex.Decision.NotMatched = routeMisses(x.t.cfg.Routes, &d)
 	x.matched = map[string]bool{}
 	for j, in := range d.Intents {
 		x.addWID(in.WorkflowID)

@@ -98,6 +98,9 @@ type Decision struct {
 	NoRoute       bool         `json:"no_route"`
 	NoRoutePolicy string       `json:"no_route_policy,omitempty"`
 	Routes        []RouteMatch `json:"routes"`
+	// NotMatched are the routes the event does not match, and why
+	// (explainmatch.go).
+	NotMatched []RouteMiss `json:"not_matched,omitempty"`
 }
 
 // RouteMatch is a matching route and the workflow ID it gives: for a

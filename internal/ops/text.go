@@ -63,6 +63,11 @@ func (ex *Explanation) text(w *strings.Builder) {
 				p("           route %s (%s, %s) -> %s", m.Route.ID, m.Route.WorkflowType, m.Route.IDReusePolicy, m.WorkflowID)
 			}
 		}
+		if d.DeadLetter == "" {
+			for _, m := range d.NotMatched {
+				p("           not matched route %s: %s", m.Route, m.Why)
+			}
+		}
 	}
 	for _, dl := range ex.DeadLetters {
 		deadLetterText(w, "dead letter", dl)

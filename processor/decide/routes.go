@@ -153,23 +153,35 @@ type Route struct {
 	Key string `yaml:"key"`
 }
 
-// Match selects events by type and, optionally, source. Type "*" matches
-// every type; a type ending in ".*" matches that prefix.
+// Match selects events by type and, optionally, source and fields of
+// their data. Type "*" matches every type; a type ending in ".*" matches
+// that prefix.
 type Match struct {
 	Type   string `yaml:"type"`
 	Source string `yaml:"source"`
+	// Fields, when set, are fields of the event's data that must all
+	// match: "data.<dotted path>" to the value's text or a prefix and "*",
+	// e.g. {"data.order.status": "paid", "data.region": "eu-*"}. A missing
+	// field never matches (fieldmatch.go).
+	Fields map[string]string `yaml:"fields"`
+	fields []fieldMatch      // Fields, parsed by Validate
 }
 
-func (m Match) matches(ev *eventid.Event) bool {
-	switch {
-	case m.Source != "" && m.Source != ev.Source:
+func (m *Match) matches(ev *eventid.Event) bool {
+	if m.Source != "" && m.Source != ev.Source || !m.typeMatches(ev.Type) {
 		return false
+	}
+	return len(m.Fields) == 0 || m.fieldsMatch(ev.Data)
+}
+
+func (m *Match) typeMatches(typ string) bool {
+	switch {
 	case m.Type == "*":
 		return true
 	case strings.HasSuffix(m.Type, ".*"):
-		return strings.HasPrefix(ev.Type, m.Type[:len(m.Type)-1])
+		return strings.HasPrefix(typ, m.Type[:len(m.Type)-1])
 	}
-	return m.Type == ev.Type
+	return m.Type == typ
 }
 
 // Routes is a validated route table.
@@ -199,6 +211,11 @@ func (rs Routes) Validate() error {
 			return fmt.Errorf("%s.task_queue: empty", at)
 		}
 		seen[r.ID] = true
+		fs, err := parseFieldMatches(at+".match.fields", r.Match.Fields)
+		if err != nil {
+			return err
+		}
+		r.Match.fields = fs
 		if err := r.validateMode(at); err != nil {
 			return err
 		}
