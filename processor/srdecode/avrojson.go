@@ -34,9 +34,17 @@ import (
 // schema (a linked list of records).
 const maxAvroDepth = 512
 
+// maxAvroFixed bounds a fixed's size, as hamba/avro's Reader bounds bytes
+// and strings (Config.MaxByteSliceSize, 1 MiB): the size is the schema's
+// word, read before a byte of the payload.
+const maxAvroFixed = 1 << 20
+
 // appendAvroJSON appends the JSON of the value of schema s read from r;
-// a failure is r.Error.
-func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
+// a failure is r.Error. items is what is left of the array and map items
+// the payload may announce (its length to start with): an item takes at
+// least one byte, but for a type that takes none (null, an empty record),
+// so a few bytes never announce billions of them.
+func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int, items *int) []byte {
 	if r.Error != nil {
 		return b
 	}
@@ -46,7 +54,7 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 	}
 	switch s := s.(type) {
 	case *avro.RefSchema:
-		return appendAvroJSON(b, s.Schema(), r, depth)
+		return appendAvroJSON(b, s.Schema(), r, depth, items)
 	case *avro.NullSchema:
 		return append(b, "null"...)
 	case *avro.PrimitiveSchema:
@@ -75,6 +83,10 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 			return append(b, '"')
 		}
 	case *avro.FixedSchema:
+		if s.Size() < 0 || s.Size() > maxAvroFixed {
+			r.Error = fmt.Errorf("fixed %s: size %d is not between 0 and %d", s.FullName(), s.Size(), maxAvroFixed)
+			return b
+		}
 		v := make([]byte, s.Size())
 		r.Read(v)
 		if d, ok := s.Logical().(*avro.DecimalLogicalSchema); ok {
@@ -91,7 +103,7 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 			}
 			b = appendJSONString(b, f.Name())
 			b = append(b, ':')
-			b = appendAvroJSON(b, f.Type(), r, depth+1)
+			b = appendAvroJSON(b, f.Type(), r, depth+1, items)
 		}
 		return append(b, '}')
 	case *avro.EnumSchema:
@@ -113,6 +125,11 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 			if n <= 0 {
 				break
 			}
+			if n > int64(*items) {
+				r.Error = fmt.Errorf("a block of %d items: more than the payload's bytes", n)
+				break
+			}
+			*items -= int(n)
 			for range n {
 				if r.Error != nil {
 					break
@@ -121,7 +138,7 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 					b = append(b, ',')
 				}
 				first = false
-				b = appendAvroJSON(b, s.Items(), r, depth+1)
+				b = appendAvroJSON(b, s.Items(), r, depth+1, items)
 			}
 		}
 		return append(b, ']')
@@ -133,6 +150,11 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 			if n <= 0 {
 				break
 			}
+			if n > int64(*items) {
+				r.Error = fmt.Errorf("a block of %d items: more than the payload's bytes", n)
+				break
+			}
+			*items -= int(n)
 			for range n {
 				if r.Error != nil {
 					break
@@ -143,7 +165,7 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 				first = false
 				b = appendJSONString(b, r.ReadString())
 				b = append(b, ':')
-				b = appendAvroJSON(b, s.Values(), r, depth+1)
+				b = appendAvroJSON(b, s.Values(), r, depth+1, items)
 			}
 		}
 		return append(b, '}')
@@ -161,12 +183,12 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 			return append(b, "null"...)
 		}
 		if s.Nullable() {
-			return appendAvroJSON(b, t, r, depth+1)
+			return appendAvroJSON(b, t, r, depth+1, items)
 		}
 		b = append(b, '{')
 		b = appendJSONString(b, unionName(t))
 		b = append(b, ':')
-		b = appendAvroJSON(b, t, r, depth+1)
+		b = appendAvroJSON(b, t, r, depth+1, items)
 		return append(b, '}')
 	}
 	r.Error = fmt.Errorf("schema type %s: not read", s.Type())
@@ -193,7 +215,8 @@ func appendLogical(b []byte, t avro.Type, l avro.LogicalSchema, r *avro.Reader) 
 	case avro.String:
 		return appendJSONString(b, r.ReadString())
 	default:
-		return appendAvroJSON(b, avro.NewPrimitiveSchema(t, nil), r, 0)
+		var none int
+		return appendAvroJSON(b, avro.NewPrimitiveSchema(t, nil), r, 0, &none)
 	}
 	if r.Error != nil {
 		return b

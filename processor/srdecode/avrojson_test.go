@@ -1,6 +1,8 @@
 package srdecode_test
 
 import (
+	"encoding/binary"
+	"fmt"
 	"math"
 	"math/big"
 	"testing"
@@ -89,5 +91,41 @@ func TestAvroJSONOfLogicalTypes(t *testing.T) {
 		`"id":"0190f1c2-7d1e-7000-8000-000000000001","price":"-123456789012345678901234567890.125","small":"0.0005","opt":"2026-03-01T09:30:00.123Z"}`
 	if string(got) != want {
 		t.Errorf("\ngot  %s\nwant %s", got, want)
+	}
+}
+
+// An array of a type that takes no bytes (null, an empty record) costs
+// its writer nothing per item: a block header alone may announce 2^62 of
+// them. The items a payload may announce are bounded by its length, so a
+// few bytes never decode to gigabytes of JSON.
+func TestAvroArrayOfEmptyItemsIsBoundedByThePayload(t *testing.T) {
+	for _, schema := range []string{
+		`{"type":"array","items":"null"}`,
+		`{"type":"array","items":{"type":"record","name":"E","fields":[]}}`,
+	} {
+		// Block count 10,000,000 (zig-zag varint), then the end of the array.
+		payload := binary.AppendVarint(nil, 10_000_000)
+		payload = append(payload, 0)
+		out, err := srdecode.AvroJSON(schema, payload)
+		if err == nil {
+			t.Errorf("%s: %d bytes decoded to %d bytes of JSON", schema, len(payload), len(out))
+		}
+	}
+	// As many empty items as the payload has bytes still decode.
+	payload := append(binary.AppendVarint(nil, 2), 0)
+	if out, err := srdecode.AvroJSON(`{"type":"array","items":"null"}`, payload); err != nil || string(out) != "[null,null]" {
+		t.Errorf("two nulls: %s, %v", out, err)
+	}
+}
+
+// A fixed's size is the registry's word, not the payload's: a schema
+// naming a fixed larger than any payload (or negative) is an error for
+// the value, never an allocation of that size.
+func TestAvroFixedLargerThanThePayloadIsAnError(t *testing.T) {
+	for _, size := range []int{1 << 46, -1} {
+		schema := fmt.Sprintf(`{"type":"fixed","name":"Big","size":%d}`, size)
+		if _, err := srdecode.AvroJSON(schema, []byte{1, 2, 3}); err == nil {
+			t.Errorf("size %d: a 3-byte payload decoded", size)
+		}
 	}
 }
