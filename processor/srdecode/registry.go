@@ -25,13 +25,17 @@ var ErrUnresolved = errors.New("schema ID not resolved")
 // references (transitively).
 const maxReferences = 256
 
+// maxUnknownIDs bounds the "no such schema" answers the cache keeps.
+const maxUnknownIDs = 1024
+
 // Registry decodes framed values with the schemas of one registry,
 // cached by ID. It is safe for concurrent use.
 type Registry struct {
 	src Source
 
-	mu   sync.RWMutex
-	byID map[int]*schema
+	mu      sync.RWMutex
+	byID    map[int]*schema
+	unknown int // entries of byID that are the registry's "no such schema"
 }
 
 // schema is one resolved ID: a decoder, or why none can be built.
@@ -40,6 +44,10 @@ type schema struct {
 	typ    sr.SchemaType
 	decode func(payload []byte) ([]byte, error)
 	err    error // permanent: the registry has no such ID, or it does not compile
+	// unknown: the registry said it has no such ID. A producer can name
+	// any ID, so these answers are kept up to maxUnknownIDs (schemas that
+	// exist are bounded by the registry).
+	unknown bool
 }
 
 // New returns a Registry asking src.
@@ -76,10 +84,29 @@ func (r *Registry) Resolve(ctx context.Context, vs [][]byte) error {
 			return err
 		}
 		r.mu.Lock()
+		if s.unknown {
+			r.forgetUnknown(seen)
+			r.unknown++
+		}
 		r.byID[id] = s
 		r.mu.Unlock()
 	}
 	return nil
+}
+
+// forgetUnknown drops "no such schema" answers, none of keep's IDs (the
+// batch being resolved), until there is room for one more. A forgotten ID
+// is asked again when a value names it. r.mu is held.
+func (r *Registry) forgetUnknown(keep map[int]bool) {
+	for id, s := range r.byID {
+		if r.unknown < maxUnknownIDs {
+			return
+		}
+		if s.unknown && !keep[id] {
+			delete(r.byID, id)
+			r.unknown--
+		}
+	}
 }
 
 // Resolved reports whether Decode knows schema id (decoder or permanent error).
@@ -119,7 +146,7 @@ func (r *Registry) fetch(ctx context.Context, id int) (*schema, error) {
 	top, err := r.src.SchemaByID(ctx, id)
 	if err != nil {
 		if notFound(err) {
-			return &schema{id: id, err: fmt.Errorf("the registry has no such schema: %w", err)}, nil
+			return &schema{id: id, err: fmt.Errorf("the registry has no such schema: %w", err), unknown: true}, nil
 		}
 		return nil, fmt.Errorf("fetching schema %d: %w", id, err)
 	}

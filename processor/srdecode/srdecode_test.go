@@ -307,3 +307,46 @@ func TestNotFoundWithoutARegistryErrorCodeIsTransient(t *testing.T) {
 		t.Fatal("the answer was cached")
 	}
 }
+
+// A producer can frame values with any schema ID: the "no such schema"
+// answers the cache keeps are bounded (the registry's own schemas are
+// bounded by the registry), and an answer forgotten is asked again, never
+// turned into a transient error or a wrong verdict. Within one Resolve
+// every ID it was given stays decodable, so a batch of more unknown IDs
+// than the bound is still dead-lettered with the registry's answer.
+func TestUnknownSchemaIDsTheCacheKeepsAreBounded(t *testing.T) {
+	stand, reg := newRegistry(t)
+	id, _ := stand.Register("orders-value", sr.Schema{Schema: orderV1})
+	known := avroValue(t, orderV1, id, map[string]any{"type": "t", "order_id": "o", "amount": int64(1), "note": nil})
+	decode(t, reg, known)
+	n := srdecode.MaxUnknownIDs + 200
+	batch := make([][]byte, 0, n)
+	for i := range n {
+		batch = append(batch, frame(t, 1_000_000+i, nil, []byte{2, 'x'}))
+	}
+	if err := reg.Resolve(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range batch {
+		if _, err := reg.Decode(v); err == nil || errors.Is(err, srdecode.ErrUnresolved) {
+			t.Fatalf("an unknown ID of the batch just resolved: %v, want the registry's answer", err)
+		}
+	}
+	// The next batch of other unknown IDs.
+	for i := range n {
+		batch[i] = frame(t, 2_000_000+i, nil, []byte{2, 'x'})
+	}
+	if err := reg.Resolve(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	// One more unknown ID, alone: what is kept is the bound and the known schema.
+	if err := reg.Resolve(context.Background(), [][]byte{frame(t, 3_000_000, nil, []byte{2, 'x'})}); err != nil {
+		t.Fatal(err)
+	}
+	if got, max := reg.CachedIDs(), srdecode.MaxUnknownIDs+1; got > max {
+		t.Fatalf("the cache holds %d schema IDs after %d unknown ones, want at most %d", got, 2*n+1, max)
+	}
+	if reg.Resolved(id) == false {
+		t.Fatal("the known schema was forgotten for unknown ones")
+	}
+}
