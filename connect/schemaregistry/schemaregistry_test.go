@@ -1,9 +1,14 @@
 package schemaregistry_test
 
 import (
+	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,5 +104,42 @@ func TestClientVerifiesTheRegistryAgainstItsCAFile(t *testing.T) {
 	}
 	if err := (schemaregistry.Config{URL: "http://r.example.com", TLS: clienttls.Config{CAFile: ca}}).Validate("kafka.schema_registry"); err == nil {
 		t.Error("tls settings with an http:// URL validated")
+	}
+}
+
+// An answer is read into memory whole (pkg/sr): a registry, or a proxy in
+// front of it, that answers without end is cut off at the client's bound
+// (MaxResponseBytes) with an error naming it, not read to the end.
+func TestClientReadsNoAnswerLargerThanItsBound(t *testing.T) {
+	const total = 64 << 20
+	var written atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
+		chunk := bytes.Repeat([]byte("a"), 64<<10)
+		if _, err := w.Write([]byte(`{"schema":"`)); err != nil {
+			return
+		}
+		for written.Load() < total {
+			n, err := w.Write(chunk)
+			written.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+		_, _ = w.Write([]byte(`"}`))
+	}))
+	defer srv.Close()
+	cl, err := schemaregistry.NewClient(schemaregistry.Config{URL: srv.URL}, "kafka.schema_registry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cl.SchemaByID(context.Background(), 1)
+	if err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("an answer of %d MiB: %v, want an error naming the bound", total>>20, err)
+	}
+	srv.CloseClientConnections()
+	// The server's writes may run ahead of the client by the sockets' buffers.
+	if w := written.Load(); w >= total {
+		t.Fatalf("the client read all %d bytes of the answer", w)
 	}
 }
