@@ -24,6 +24,7 @@ import (
 //   - a union of null and one type is that value or null; any other union
 //     is {"branch": value}, the branch a named type's full name or the
 //     primitive's type ("string", "long");
+//   - a string (and a map key) is refused unless it is UTF-8;
 //   - bytes and fixed are base64 text; an enum its symbol;
 //   - decimal (bytes or fixed) its exact decimal text, as a string (a JSON
 //     number would lose digits in the RFC 8785 canonical form);
@@ -75,7 +76,7 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int, items *i
 		case avro.Double:
 			return appendJSONFloat(b, r.ReadDouble(), 64, r)
 		case avro.String:
-			return appendJSONString(b, r.ReadString())
+			return appendAvroString(b, r)
 		case avro.Bytes:
 			v := r.ReadBytes()
 			b = append(b, '"')
@@ -163,7 +164,7 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int, items *i
 					b = append(b, ',')
 				}
 				first = false
-				b = appendJSONString(b, r.ReadString())
+				b = appendAvroString(b, r)
 				b = append(b, ':')
 				b = appendAvroJSON(b, s.Values(), r, depth+1, items)
 			}
@@ -213,7 +214,7 @@ func appendLogical(b []byte, t avro.Type, l avro.LogicalSchema, r *avro.Reader) 
 		b = base64.StdEncoding.AppendEncode(b, v)
 		return append(b, '"')
 	case avro.String:
-		return appendJSONString(b, r.ReadString())
+		return appendAvroString(b, r)
 	default:
 		var none int
 		return appendAvroJSON(b, avro.NewPrimitiveSchema(t, nil), r, 0, &none)
@@ -299,6 +300,21 @@ func appendJSONFloat(b []byte, f float64, bits int, r *avro.Reader) []byte {
 		}
 	}
 	return b
+}
+
+// appendAvroString reads an Avro string and writes it as a JSON string.
+// A string that is not UTF-8 is an error, not U+FFFD: two different
+// strings would read as one value (one event, one payload hash).
+func appendAvroString(b []byte, r *avro.Reader) []byte {
+	s := r.ReadString()
+	if r.Error != nil {
+		return b
+	}
+	if !utf8.ValidString(s) {
+		r.Error = errors.New("a string that is not UTF-8")
+		return b
+	}
+	return appendJSONString(b, s)
 }
 
 // appendJSONString writes s as a JSON string; invalid UTF-8 becomes

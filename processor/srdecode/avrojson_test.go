@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,9 +40,9 @@ func TestAvroJSONOfEveryKindOfSchema(t *testing.T) {
 				"n": nil, "u": map[string]any{"x.Colour": "RED"}, "next": nil}}},
 			`{"b":true,"i":-7,"l":9223372036854775807,"f":1.5,"d":1e-9,"s":"a\"b\\c\n\u0001é<&>","by":"AAH/","fx":"AQI=","e":"GREEN","a":[1,-2,3],"m":{"k":"v"},"n":"x","u":{"long":5},` +
 				`"next":{"b":false,"i":0,"l":0,"f":0,"d":1e+21,"s":"","by":"","fx":"AAA=","e":"RED","a":[],"m":{},"n":null,"u":{"x.Colour":"RED"},"next":null}}`},
-		{map[string]any{"b": false, "i": int32(math.MinInt32), "l": int64(math.MinInt64), "f": float32(0.25), "d": -2.5, "s": "\xff",
+		{map[string]any{"b": false, "i": int32(math.MinInt32), "l": int64(math.MinInt64), "f": float32(0.25), "d": -2.5, "s": "\u00ff",
 			"by": []byte("plain"), "fx": [2]byte{}, "e": "RED", "a": []int64{}, "m": map[string]any{}, "n": nil, "u": nil, "next": nil},
-			`{"b":false,"i":-2147483648,"l":-9223372036854775808,"f":0.25,"d":-2.5,"s":"\ufffd","by":"cGxhaW4=","fx":"AAA=","e":"RED","a":[],"m":{},"n":null,"u":null,"next":null}`},
+			`{"b":false,"i":-2147483648,"l":-9223372036854775808,"f":0.25,"d":-2.5,"s":"ÿ","by":"cGxhaW4=","fx":"AAA=","e":"RED","a":[],"m":{},"n":null,"u":null,"next":null}`},
 	} {
 		payload, err := avro.Marshal(sch, c.v)
 		if err != nil {
@@ -127,5 +128,37 @@ func TestAvroFixedLargerThanThePayloadIsAnError(t *testing.T) {
 		if _, err := srdecode.AvroJSON(schema, []byte{1, 2, 3}); err == nil {
 			t.Errorf("size %d: a 3-byte payload decoded", size)
 		}
+	}
+}
+
+// An Avro string is UTF-8 (the spec). One that is not must not be read
+// as U+FFFD: "\xff" and "\xfe" would then be one logical value, so two
+// different records one event with one payload hash, the second skipped
+// as a duplicate. It is an error (the record is undecodable), as the
+// Avro spec wants. Map keys too.
+func TestAvroStringThatIsNotUTF8IsAnError(t *testing.T) {
+	for _, c := range []struct{ schema string }{
+		{`"string"`},
+		{`{"type":"string","logicalType":"uuid"}`},
+		{`{"type":"map","values":"long"}`},
+	} {
+		for _, s := range []string{"\xff", "a\xfeb"} {
+			var payload []byte
+			if c.schema[0] == '{' && strings.Contains(c.schema, "map") {
+				payload = binary.AppendVarint(nil, 1)
+				payload = binary.AppendVarint(payload, int64(len(s)))
+				payload = append(payload, s...)
+				payload = append(payload, 2, 0) // the value 1, the end of the map
+			} else {
+				payload = binary.AppendVarint(nil, int64(len(s)))
+				payload = append(payload, s...)
+			}
+			if out, err := srdecode.AvroJSON(c.schema, payload); err == nil {
+				t.Errorf("%s %q decoded to %s", c.schema, s, out)
+			}
+		}
+	}
+	if out, err := srdecode.AvroJSON(`"string"`, append([]byte{4}, "é"...)); err != nil || string(out) != `"é"` {
+		t.Errorf("valid UTF-8: %s, %v", out, err)
 	}
 }
