@@ -206,3 +206,33 @@ func TestDecideReadsABinaryModeCloudEventsAvroValueAsJSONData(t *testing.T) {
 		t.Fatalf("event %s data %s bytes %d entity %s", dc.Event.ID, dc.Event.Data, len(dc.Event.Bytes), dc.Entities[0])
 	}
 }
+
+// An Avro long is exact, but the content rule's canonical form (RFC 8785)
+// reads a JSON number as a double: 2^53 and 2^53+1, or two snowflake
+// IDs a unit apart, are one number there. Two records that differ only there must
+// stay two events with two payloads, not one event whose second copy is
+// skipped as a duplicate.
+func TestDecideKeepsAvroLongsBeyondDoublePrecisionApart(t *testing.T) {
+	stand := srstandin.New()
+	defer stand.Close()
+	id, _ := stand.Register("events-value", sr.Schema{Schema: orderAvro})
+	d, err := NewDecider(registryConfig(t, stand.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(amount int64) []byte {
+		return avroRecord(t, orderAvro, id, map[string]any{"type": "order.placed", "order_id": "o-7", "amount": amount})
+	}
+	ds := decideResolved(t, d, rec(1<<53), rec(1<<53+1), rec(1234567890123456789), rec(1234567890123456790))
+	for i, dc := range ds {
+		if dc.DeadLetter != "" || len(dc.Intents) != 1 {
+			t.Fatalf("record %d: dead letter %q (%v), %d intents; want one intent", i, dc.DeadLetter, dc.Err, len(dc.Intents))
+		}
+	}
+	for _, p := range [][2]int{{0, 1}, {2, 3}} {
+		a, b := ds[p[0]].Event, ds[p[1]].Event
+		if a.ID == b.ID || a.PayloadHash == b.PayloadHash {
+			t.Errorf("records %d and %d (amounts a unit apart, beyond 2^53) are one event %s, payload hashes equal: %v", p[0], p[1], a.ID, a.PayloadHash == b.PayloadHash)
+		}
+	}
+}

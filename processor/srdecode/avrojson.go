@@ -24,6 +24,9 @@ import (
 //   - a union of null and one type is that value or null; any other union
 //     is {"branch": value}, the branch a named type's full name or the
 //     primitive's type ("string", "long");
+//   - a long is a number, or its digits as a string when its magnitude is
+//     over 2^53 (a double, as RFC 8785 reads numbers, would merge it with
+//     its neighbours);
 //   - a string (and a map key) is refused unless it is UTF-8;
 //   - bytes and fixed are base64 text; an enum its symbol;
 //   - decimal (bytes or fixed) its exact decimal text, as a string (a JSON
@@ -70,7 +73,7 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int, items *i
 		case avro.Int:
 			return strconv.AppendInt(b, int64(r.ReadInt()), 10)
 		case avro.Long:
-			return strconv.AppendInt(b, r.ReadLong(), 10)
+			return appendLong(b, r.ReadLong())
 		case avro.Float:
 			return appendJSONFloat(b, float64(r.ReadFloat()), 32, r)
 		case avro.Double:
@@ -233,9 +236,26 @@ func appendLogical(b []byte, t avro.Type, l avro.LogicalSchema, r *avro.Reader) 
 	case "timestamp-nanos", "local-timestamp-nanos":
 		at = time.Unix(0, n)
 	default:
-		return strconv.AppendInt(b, n, 10)
+		return appendLong(b, n)
 	}
 	return append(append(append(b, '"'), at.UTC().Format(time.RFC3339Nano)...), '"')
+}
+
+// maxExactLong is the largest magnitude every integer up to which is a
+// distinct double.
+const maxExactLong = 1 << 53
+
+// appendLong writes a long as a JSON number, or as a string of its digits
+// when its magnitude is over 2^53: the content rule's canonical form (RFC
+// 8785) reads a number as a double, where 2^53 and 2^53+1 are one value,
+// so two records differing there would be one event with one payload.
+func appendLong(b []byte, n int64) []byte {
+	if n > maxExactLong || n < -maxExactLong {
+		b = append(b, '"')
+		b = strconv.AppendInt(b, n, 10)
+		return append(b, '"')
+	}
+	return strconv.AppendInt(b, n, 10)
 }
 
 // appendDecimal writes the decimal whose unscaled value is the big-endian
