@@ -3,6 +3,8 @@ package processor
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -234,5 +236,52 @@ func TestDecideKeepsAvroLongsBeyondDoublePrecisionApart(t *testing.T) {
 		if a.ID == b.ID || a.PayloadHash == b.PayloadHash {
 			t.Errorf("records %d and %d (amounts a unit apart, beyond 2^53) are one event %s, payload hashes equal: %v", p[0], p[1], a.ID, a.PayloadHash == b.PayloadHash)
 		}
+	}
+}
+
+// A registry that accepts the request and never answers (a hung proxy)
+// holds the batch, but not the router's shutdown: Run returns within its
+// drain_timeout of being stopped, not after the registry's request
+// timeout (a minute here). Bound: drain_timeout plus 5s of slack for the
+// shared machine.
+func TestRouterStopsWithinItsDrainTimeoutWhileTheRegistryHangs(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	asked := make(chan struct{}, 1)
+	release := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-req.Context().Done():
+		}
+	}))
+	defer hung.Close()
+	defer close(release)
+	cfg := registryConfig(t, hung.URL)
+	cfg.SchemaRegistry.Timeout = time.Minute
+	cfg.Brokers, cfg.Group = e.cluster.ListenAddrs(), e.group
+	base := e.config()
+	cfg.SessionTimeout, cfg.RebalanceTimeout, cfg.CommitInterval = base.SessionTimeout, base.RebalanceTimeout, base.CommitInterval
+	cfg.Starts, cfg.Retry, cfg.RevokeTimeout, cfg.DrainTimeout, cfg.LagInterval = base.Starts, base.Retry, base.RevokeTimeout, base.DrainTimeout, base.LagInterval
+	e.produceRaw(0, avroRecord(t, orderAvro, 1, map[string]any{"type": "order.placed", "order_id": "o-7", "amount": int64(1)}))
+	rn := e.start("r1", cfg)
+	select {
+	case <-asked:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the router never asked the registry")
+	}
+	t0 := time.Now()
+	err := rn.stop()
+	if took, bound := time.Since(t0), cfg.DrainTimeout+5*time.Second; took > bound {
+		t.Fatalf("Run returned %s after stop (error %v), want within %s", took, err, bound)
+	}
+	if got := e.committed()[0]; got > 0 {
+		t.Fatalf("committed %d past a batch whose schema never resolved", got)
+	}
+	if dl := e.dlqReasons(); len(dl) != 0 {
+		t.Fatalf("dead letters %v while the registry hung", dl)
 	}
 }
