@@ -350,3 +350,32 @@ func TestUnknownSchemaIDsTheCacheKeepsAreBounded(t *testing.T) {
 		t.Fatal("the known schema was forgotten for unknown ones")
 	}
 }
+
+// Protobuf reads a field its message does not name as an unknown field,
+// and protojson leaves unknown fields out. A value framed with the wrong
+// schema ID (a producer's bug), or carrying fields its writer schema does
+// not have, would decode to what the named fields say alone: {} for every
+// record of another message, so under the content rule one event, every
+// later record skipped as its duplicate. A value with fields its schema
+// does not name is undecodable, naming them; nested messages too.
+func TestProtobufValueWithFieldsItsSchemaDoesNotNameIsAnError(t *testing.T) {
+	stand, reg := newRegistry(t)
+	const text = "syntax = \"proto3\";\nmessage Ping { string id = 1; Inner in = 2; }\nmessage Inner { string v = 1; }\n"
+	id, _ := stand.Register("ping-value", sr.Schema{Schema: text, Type: sr.TypeProtobuf})
+	for name, msg := range map[string][]byte{
+		"field 7, a varint":        {0x38, 5},
+		"field 8, another varint":  {0x40, 6},
+		"a nested unknown field 9": {0x0a, 1, 'p', 0x12, 2, 0x48, 1},
+	} {
+		v := frame(t, id, []int{0}, msg)
+		if err := reg.Resolve(context.Background(), [][]byte{v}); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := reg.Decode(v); err == nil || !strings.Contains(err.Error(), "schema "+itoa(id)) {
+			t.Errorf("%s: decoded to %s (%v), want an error naming the schema", name, out, err)
+		}
+	}
+	if got, want := decode(t, reg, frame(t, id, []int{0}, []byte{0x0a, 1, 'p', 0x12, 3, 0x0a, 1, 'v'})), `{"id":"p","in":{"v":"v"}}`; got != want {
+		t.Errorf("known fields: got %s, want %s", got, want)
+	}
+}
