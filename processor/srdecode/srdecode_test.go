@@ -379,3 +379,23 @@ func TestProtobufValueWithFieldsItsSchemaDoesNotNameIsAnError(t *testing.T) {
 		t.Errorf("known fields: got %s, want %s", got, want)
 	}
 }
+
+// A union that gains a branch is a compatible schema change, and the
+// same value under it the same record: "x" in ["null","string"] and in
+// ["null","string","long"]. The logical value wraps the second as
+// {"string":"x"} (a union of more than null and one type), so the two
+// copies are two events under the content rule and a conflict under an ID
+// field.
+func TestAvroUnionThatGainsABranchKeepsItsValue(t *testing.T) {
+	t.Skip("finding: a union that gains a branch changes the logical value ({\"string\":\"x\"} for \"x\"), so a copy re-sent across that schema change is another event or a conflict (not fixed: the union's JSON form is a decision for the feature's owner, see the report)")
+	stand, reg := newRegistry(t)
+	const v1 = `{"type":"record","name":"O","fields":[{"name":"n","type":["null","string"]}]}`
+	const v2 = `{"type":"record","name":"O","fields":[{"name":"n","type":["null","string","long"]}]}`
+	id1, _ := stand.Register("o-value", sr.Schema{Schema: v1})
+	id2, _ := stand.Register("o-value", sr.Schema{Schema: v2})
+	a := decode(t, reg, avroValue(t, v1, id1, map[string]any{"n": "x"}))
+	b := decode(t, reg, avroValue(t, v2, id2, map[string]any{"n": map[string]any{"string": "x"}}))
+	if a != b {
+		t.Fatalf("one value under two compatible schemas: %s and %s", a, b)
+	}
+}
