@@ -94,7 +94,7 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int, items *i
 		v := make([]byte, s.Size())
 		r.Read(v)
 		if d, ok := s.Logical().(*avro.DecimalLogicalSchema); ok {
-			return appendDecimal(b, v, d.Scale())
+			return appendDecimal(b, v, d, r)
 		}
 		b = append(b, '"')
 		b = base64.StdEncoding.AppendEncode(b, v)
@@ -211,7 +211,7 @@ func appendLogical(b []byte, t avro.Type, l avro.LogicalSchema, r *avro.Reader) 
 	case avro.Bytes:
 		v := r.ReadBytes()
 		if d, ok := l.(*avro.DecimalLogicalSchema); ok {
-			return appendDecimal(b, v, d.Scale())
+			return appendDecimal(b, v, d, r)
 		}
 		b = append(b, '"')
 		b = base64.StdEncoding.AppendEncode(b, v)
@@ -258,9 +258,24 @@ func appendLong(b []byte, n int64) []byte {
 	return strconv.AppendInt(b, n, 10)
 }
 
+// maxDecimalBytes bounds a decimal's unscaled value (about 9,900
+// digits): its decimal text costs time quadratic in its length (math/big;
+// 4 s for 1 MiB), whatever precision the schema claims.
+const maxDecimalBytes = 4096
+
 // appendDecimal writes the decimal whose unscaled value is the big-endian
-// two's complement v, scaled by scale, as a JSON string ("-12.340").
-func appendDecimal(b []byte, v []byte, scale int) []byte {
+// two's complement v, scaled by d's scale, as a JSON string ("-12.340").
+// One longer than maxDecimalBytes, or with more digits than d's precision
+// (invalid, says the spec), is an error.
+func appendDecimal(b []byte, v []byte, d *avro.DecimalLogicalSchema, r *avro.Reader) []byte {
+	if r.Error != nil {
+		return b
+	}
+	if len(v) > maxDecimalBytes {
+		r.Error = fmt.Errorf("a decimal of %d bytes, over %d", len(v), maxDecimalBytes)
+		return b
+	}
+	scale := d.Scale()
 	n := new(big.Int).SetBytes(v)
 	if len(v) > 0 && v[0]&0x80 != 0 {
 		n.Sub(n, new(big.Int).Lsh(big.NewInt(1), uint(8*len(v))))
@@ -268,6 +283,10 @@ func appendDecimal(b []byte, v []byte, scale int) []byte {
 	digits := n.String()
 	neg := strings.HasPrefix(digits, "-")
 	digits = strings.TrimPrefix(digits, "-")
+	if len(digits) > d.Precision() {
+		r.Error = fmt.Errorf("a decimal of %d digits, over its precision %d", len(digits), d.Precision())
+		return b
+	}
 	b = append(b, '"')
 	if neg {
 		b = append(b, '-')

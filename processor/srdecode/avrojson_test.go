@@ -162,3 +162,35 @@ func TestAvroStringThatIsNotUTF8IsAnError(t *testing.T) {
 		t.Errorf("valid UTF-8: %s, %v", out, err)
 	}
 }
+
+// A decimal's unscaled value is as long as its writer makes it: a 1 MiB
+// one is a 2.5-million-digit number whose decimal text costs seconds of
+// CPU (math/big), per record. A decimal has no more digits than its
+// precision (the spec: a larger one is invalid), and none more than
+// 4096 bytes (about 9,900 digits) whatever the schema says.
+func TestAvroDecimalIsBoundedByItsPrecision(t *testing.T) {
+	long := func(n int) []byte {
+		v := make([]byte, n)
+		for i := range v {
+			v[i] = 0x7f
+		}
+		return v
+	}
+	withLen := func(v []byte) []byte { return append(binary.AppendVarint(nil, int64(len(v))), v...) }
+	for _, c := range []struct {
+		schema  string
+		payload []byte
+	}{
+		{`{"type":"bytes","logicalType":"decimal","precision":10,"scale":2}`, withLen(long(64 << 10))},
+		{`{"type":"bytes","logicalType":"decimal","precision":4,"scale":2}`, withLen([]byte{0x27, 0x10})}, // 10000: 5 digits
+		{`{"type":"bytes","logicalType":"decimal","precision":100000000,"scale":2}`, withLen(long(64 << 10))},
+		{`{"type":"fixed","name":"D","size":2,"logicalType":"decimal","precision":3,"scale":2}`, []byte{0x03, 0xe8}}, // 1000: 4 digits
+	} {
+		if out, err := srdecode.AvroJSON(c.schema, c.payload); err == nil {
+			t.Errorf("%s: a %d-byte decimal decoded (%d bytes of JSON)", c.schema, len(c.payload), len(out))
+		}
+	}
+	if out, err := srdecode.AvroJSON(`{"type":"bytes","logicalType":"decimal","precision":4,"scale":2}`, withLen([]byte{0x27, 0x0f})); err != nil || string(out) != `"99.99"` {
+		t.Errorf("9999 at precision 4: %s, %v", out, err)
+	}
+}
