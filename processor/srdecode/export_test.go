@@ -20,3 +20,6 @@ func (r *Registry) CachedIDs() int {
 	defer r.mu.RUnlock()
 	return len(r.byID)
 }
+
+// MaxSchemas is how many schemas that exist the cache keeps.
+const MaxSchemas = maxSchemas

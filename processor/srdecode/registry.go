@@ -28,6 +28,10 @@ const maxReferences = 256
 // maxUnknownIDs bounds the "no such schema" answers the cache keeps.
 const maxUnknownIDs = 1024
 
+// maxSchemas bounds the schemas that exist (decoders, or why none could
+// be built) the cache keeps.
+const maxSchemas = 4096
+
 // Registry decodes framed values with the schemas of one registry,
 // cached by ID. It is safe for concurrent use.
 type Registry struct {
@@ -45,8 +49,9 @@ type schema struct {
 	decode func(payload []byte) ([]byte, error)
 	err    error // permanent: the registry has no such ID, or it does not compile
 	// unknown: the registry said it has no such ID. A producer can name
-	// any ID, so these answers are kept up to maxUnknownIDs (schemas that
-	// exist are bounded by the registry).
+	// any ID, so these answers are kept up to maxUnknownIDs; schemas that
+	// exist up to maxSchemas (a serializer that registers its schemas
+	// grows the registry at will).
 	unknown bool
 }
 
@@ -84,8 +89,8 @@ func (r *Registry) Resolve(ctx context.Context, vs [][]byte) error {
 			return err
 		}
 		r.mu.Lock()
+		r.forget(seen, s.unknown)
 		if s.unknown {
-			r.forgetUnknown(seen)
 			r.unknown++
 		}
 		r.byID[id] = s
@@ -94,17 +99,27 @@ func (r *Registry) Resolve(ctx context.Context, vs [][]byte) error {
 	return nil
 }
 
-// forgetUnknown drops "no such schema" answers, none of keep's IDs (the
-// batch being resolved), until there is room for one more. A forgotten ID
-// is asked again when a value names it. r.mu is held.
-func (r *Registry) forgetUnknown(keep map[int]bool) {
+// forget makes room for one more entry of its kind: "no such schema"
+// answers (unknown) up to maxUnknownIDs, schemas that exist up to
+// maxSchemas. It drops entries of that kind, none of keep's IDs (the
+// batch being resolved); a forgotten ID is asked again when a value names
+// it. r.mu is held.
+func (r *Registry) forget(keep map[int]bool, unknown bool) {
+	full := func() bool {
+		if unknown {
+			return r.unknown >= maxUnknownIDs
+		}
+		return len(r.byID)-r.unknown >= maxSchemas
+	}
 	for id, s := range r.byID {
-		if r.unknown < maxUnknownIDs {
+		if !full() {
 			return
 		}
-		if s.unknown && !keep[id] {
+		if s.unknown == unknown && !keep[id] {
 			delete(r.byID, id)
-			r.unknown--
+			if unknown {
+				r.unknown--
+			}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -397,5 +398,39 @@ func TestAvroUnionThatGainsABranchKeepsItsValue(t *testing.T) {
 	b := decode(t, reg, avroValue(t, v2, id2, map[string]any{"n": map[string]any{"string": "x"}}))
 	if a != b {
 		t.Fatalf("one value under two compatible schemas: %s and %s", a, b)
+	}
+}
+
+// The schemas that exist are bounded by the registry, but a producer
+// whose serializer registers schemas itself (auto.register.schemas, the
+// serializers' default) grows the registry at will: the schemas the cache
+// keeps are bounded too, one forgotten is fetched again when named, and
+// none of the batch being resolved is forgotten.
+func TestSchemasTheCacheKeepsAreBounded(t *testing.T) {
+	stand, reg := newRegistry(t)
+	n := srdecode.MaxSchemas + 100
+	vs := make([][]byte, 0, n)
+	for i := range n {
+		schema := fmt.Sprintf(`{"type":"record","name":"R%d","fields":[{"name":"f","type":"long"}]}`, i)
+		id, _ := stand.Register("r-value", sr.Schema{Schema: schema})
+		vs = append(vs, frame(t, id, nil, []byte{2}))
+	}
+	for lo := 0; lo < n; lo += 500 {
+		batch := vs[lo:min(lo+500, n)]
+		if err := reg.Resolve(context.Background(), batch); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range batch {
+			if out, err := reg.Decode(v); err != nil || string(out) != `{"f":1}` {
+				t.Fatalf("a schema of the batch just resolved: %s, %v", out, err)
+			}
+		}
+	}
+	if got := reg.CachedIDs(); got > srdecode.MaxSchemas {
+		t.Fatalf("the cache holds %d schemas after %d, want at most %d", got, n, srdecode.MaxSchemas)
+	}
+	// The first one, forgotten, is fetched again.
+	if got := decode(t, reg, vs[0]); got != `{"f":1}` {
+		t.Fatalf("a forgotten schema: %s", got)
 	}
 }
