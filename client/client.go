@@ -135,7 +135,7 @@ func New(cfg Config) (*Client, error) {
 	// max_value_bytes (no_route skip: the client refuses such an event
 	// either way).
 	dec, err := decide.NewDecider(decide.Config{EventID: cfg.EventID, Routes: cfg.Routes, MaxValueBytes: cfg.MaxValueBytes, NoRoute: "skip",
-		TenantKeys: cfg.TenantKeys})
+		TenantKeys: cfg.TenantKeys, Values: registryFramed{}})
 	if err != nil {
 		return nil, &ConfigError{Field: "EventID", Err: err}
 	}

@@ -489,3 +489,37 @@ func TestEnqueueNeverWritesARecordedConflictAgainWhateverTheOtherConflicts(t *te
 		t.Fatalf("the recorded conflict {v:2} again after 64 others: %+v %v, %d records (was %d); want a *ConflictError and nothing written", h, err, e.records(), before)
 	}
 }
+
+// A value in a schema registry's wire format (a zero byte, a schema ID,
+// the encoded record) is read by the routers as the record the registry's
+// schema decodes (kafka.schema_registry): its content ID and payload hash
+// are over that JSON. The client has no registry to decode with, so it
+// refuses such a value (undecodable) rather than predict an ID and a
+// payload hash from the raw bytes that the routers' never match (Send
+// would then report a re-sent record as a conflict). In CloudEvents
+// binary mode too, where any other value is opaque data.
+func TestPrepareRefusesARegistryFramedValue(t *testing.T) {
+	c, err := client.New(client.Config{Topic: topic, EventID: eventid.DefaultConfig(), Routes: routes,
+		KafkaOpts: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	framed := []byte{0, 0, 0, 0, 7, 0x18, 'o', '-', '7'} // schema 7, an Avro string
+	binary := []kgo.RecordHeader{{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_id", Value: []byte("k-9")},
+		{Key: "ce_type", Value: []byte("order.created")}, {Key: "ce_source", Value: []byte("/shop")}}
+	for name, r := range map[string]*kgo.Record{
+		"plain":                   {Value: framed},
+		"cloudevents binary mode": {Value: framed, Headers: binary},
+	} {
+		_, err := c.Prepare(r)
+		var inv *client.InvalidEventError
+		if !errors.As(err, &inv) || inv.Reason != string(eventid.ReasonUndecodable) {
+			t.Errorf("%s: Prepare gave %v, want undecodable", name, err)
+		}
+	}
+	// Opaque binary-mode data that is not framed is still accepted.
+	if _, err := c.Prepare(&kgo.Record{Value: []byte{1, 2, 3}, Headers: binary}); err != nil {
+		t.Errorf("opaque data: %v", err)
+	}
+}

@@ -3,6 +3,8 @@ package processor
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -204,5 +206,82 @@ func TestDecideReadsABinaryModeCloudEventsAvroValueAsJSONData(t *testing.T) {
 	}
 	if dc.Event.ID != "e-9" || dc.Event.Bytes != nil || string(dc.Event.Data) != `{"type":"ignored","order_id":"o-9","amount":3}` || dc.Entities[0] != "order-o-9" {
 		t.Fatalf("event %s data %s bytes %d entity %s", dc.Event.ID, dc.Event.Data, len(dc.Event.Bytes), dc.Entities[0])
+	}
+}
+
+// An Avro long is exact, but the content rule's canonical form (RFC 8785)
+// reads a JSON number as a double: 2^53 and 2^53+1, or two snowflake
+// IDs a unit apart, are one number there. Two records that differ only there must
+// stay two events with two payloads, not one event whose second copy is
+// skipped as a duplicate.
+func TestDecideKeepsAvroLongsBeyondDoublePrecisionApart(t *testing.T) {
+	stand := srstandin.New()
+	defer stand.Close()
+	id, _ := stand.Register("events-value", sr.Schema{Schema: orderAvro})
+	d, err := NewDecider(registryConfig(t, stand.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(amount int64) []byte {
+		return avroRecord(t, orderAvro, id, map[string]any{"type": "order.placed", "order_id": "o-7", "amount": amount})
+	}
+	ds := decideResolved(t, d, rec(1<<53), rec(1<<53+1), rec(1234567890123456789), rec(1234567890123456790))
+	for i, dc := range ds {
+		if dc.DeadLetter != "" || len(dc.Intents) != 1 {
+			t.Fatalf("record %d: dead letter %q (%v), %d intents; want one intent", i, dc.DeadLetter, dc.Err, len(dc.Intents))
+		}
+	}
+	for _, p := range [][2]int{{0, 1}, {2, 3}} {
+		a, b := ds[p[0]].Event, ds[p[1]].Event
+		if a.ID == b.ID || a.PayloadHash == b.PayloadHash {
+			t.Errorf("records %d and %d (amounts a unit apart, beyond 2^53) are one event %s, payload hashes equal: %v", p[0], p[1], a.ID, a.PayloadHash == b.PayloadHash)
+		}
+	}
+}
+
+// A registry that accepts the request and never answers (a hung proxy)
+// holds the batch, but not the router's shutdown: Run returns within its
+// drain_timeout of being stopped, not after the registry's request
+// timeout (a minute here). Bound: drain_timeout plus 5s of slack for the
+// shared machine.
+func TestRouterStopsWithinItsDrainTimeoutWhileTheRegistryHangs(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	asked := make(chan struct{}, 1)
+	release := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-req.Context().Done():
+		}
+	}))
+	defer hung.Close()
+	defer close(release)
+	cfg := registryConfig(t, hung.URL)
+	cfg.SchemaRegistry.Timeout = time.Minute
+	cfg.Brokers, cfg.Group = e.cluster.ListenAddrs(), e.group
+	base := e.config()
+	cfg.SessionTimeout, cfg.RebalanceTimeout, cfg.CommitInterval = base.SessionTimeout, base.RebalanceTimeout, base.CommitInterval
+	cfg.Starts, cfg.Retry, cfg.RevokeTimeout, cfg.DrainTimeout, cfg.LagInterval = base.Starts, base.Retry, base.RevokeTimeout, base.DrainTimeout, base.LagInterval
+	e.produceRaw(0, avroRecord(t, orderAvro, 1, map[string]any{"type": "order.placed", "order_id": "o-7", "amount": int64(1)}))
+	rn := e.start("r1", cfg)
+	select {
+	case <-asked:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the router never asked the registry")
+	}
+	t0 := time.Now()
+	err := rn.stop()
+	if took, bound := time.Since(t0), cfg.DrainTimeout+5*time.Second; took > bound {
+		t.Fatalf("Run returned %s after stop (error %v), want within %s", took, err, bound)
+	}
+	if got := e.committed()[0]; got > 0 {
+		t.Fatalf("committed %d past a batch whose schema never resolved", got)
+	}
+	if dl := e.dlqReasons(); len(dl) != 0 {
+		t.Fatalf("dead letters %v while the registry hung", dl)
 	}
 }

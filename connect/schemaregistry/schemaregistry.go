@@ -131,7 +131,7 @@ func NewClient(c Config, prefix string) (*sr.Client, error) {
 	}
 	opts := []sr.ClientOpt{
 		sr.URLs(c.URL),
-		sr.HTTPClient(&http.Client{Transport: tr, Timeout: timeout}),
+		sr.HTTPClient(&http.Client{Transport: limitedTransport{tr}, Timeout: timeout, CheckRedirect: checkRedirect(c, prefix)}),
 		sr.UserAgent("dedup"),
 	}
 	switch {

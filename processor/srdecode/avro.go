@@ -34,7 +34,8 @@ func decodeAvro(sch avro.Schema, payload []byte) ([]byte, error) {
 	defer readers.Put(r)
 	r.Reset(payload)
 	r.Error = nil // Reset keeps the last error
-	out := appendAvroJSON(make([]byte, 0, 2*len(payload)+16), sch, r, 0)
+	items := len(payload)
+	out := appendAvroJSON(make([]byte, 0, 2*len(payload)+16), sch, r, 0, &items)
 	if errors.Is(r.Error, io.EOF) {
 		return nil, errors.New("the payload ends before the record does")
 	}

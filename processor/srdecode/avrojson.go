@@ -24,6 +24,10 @@ import (
 //   - a union of null and one type is that value or null; any other union
 //     is {"branch": value}, the branch a named type's full name or the
 //     primitive's type ("string", "long");
+//   - a long is a number, or its digits as a string when its magnitude is
+//     over 2^53 (a double, as RFC 8785 reads numbers, would merge it with
+//     its neighbours);
+//   - a string (and a map key) is refused unless it is UTF-8;
 //   - bytes and fixed are base64 text; an enum its symbol;
 //   - decimal (bytes or fixed) its exact decimal text, as a string (a JSON
 //     number would lose digits in the RFC 8785 canonical form);
@@ -34,9 +38,17 @@ import (
 // schema (a linked list of records).
 const maxAvroDepth = 512
 
+// maxAvroFixed bounds a fixed's size, as hamba/avro's Reader bounds bytes
+// and strings (Config.MaxByteSliceSize, 1 MiB): the size is the schema's
+// word, read before a byte of the payload.
+const maxAvroFixed = 1 << 20
+
 // appendAvroJSON appends the JSON of the value of schema s read from r;
-// a failure is r.Error.
-func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
+// a failure is r.Error. items is what is left of the array and map items
+// the payload may announce (its length to start with): an item takes at
+// least one byte, but for a type that takes none (null, an empty record),
+// so a few bytes never announce billions of them.
+func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int, items *int) []byte {
 	if r.Error != nil {
 		return b
 	}
@@ -46,7 +58,7 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 	}
 	switch s := s.(type) {
 	case *avro.RefSchema:
-		return appendAvroJSON(b, s.Schema(), r, depth)
+		return appendAvroJSON(b, s.Schema(), r, depth, items)
 	case *avro.NullSchema:
 		return append(b, "null"...)
 	case *avro.PrimitiveSchema:
@@ -61,13 +73,13 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 		case avro.Int:
 			return strconv.AppendInt(b, int64(r.ReadInt()), 10)
 		case avro.Long:
-			return strconv.AppendInt(b, r.ReadLong(), 10)
+			return appendLong(b, r.ReadLong())
 		case avro.Float:
 			return appendJSONFloat(b, float64(r.ReadFloat()), 32, r)
 		case avro.Double:
 			return appendJSONFloat(b, r.ReadDouble(), 64, r)
 		case avro.String:
-			return appendJSONString(b, r.ReadString())
+			return appendAvroString(b, r)
 		case avro.Bytes:
 			v := r.ReadBytes()
 			b = append(b, '"')
@@ -75,10 +87,14 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 			return append(b, '"')
 		}
 	case *avro.FixedSchema:
+		if s.Size() < 0 || s.Size() > maxAvroFixed {
+			r.Error = fmt.Errorf("fixed %s: size %d is not between 0 and %d", s.FullName(), s.Size(), maxAvroFixed)
+			return b
+		}
 		v := make([]byte, s.Size())
 		r.Read(v)
 		if d, ok := s.Logical().(*avro.DecimalLogicalSchema); ok {
-			return appendDecimal(b, v, d.Scale())
+			return appendDecimal(b, v, d, r)
 		}
 		b = append(b, '"')
 		b = base64.StdEncoding.AppendEncode(b, v)
@@ -91,7 +107,7 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 			}
 			b = appendJSONString(b, f.Name())
 			b = append(b, ':')
-			b = appendAvroJSON(b, f.Type(), r, depth+1)
+			b = appendAvroJSON(b, f.Type(), r, depth+1, items)
 		}
 		return append(b, '}')
 	case *avro.EnumSchema:
@@ -113,6 +129,11 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 			if n <= 0 {
 				break
 			}
+			if n > int64(*items) {
+				r.Error = fmt.Errorf("a block of %d items: more than the payload's bytes", n)
+				break
+			}
+			*items -= int(n)
 			for range n {
 				if r.Error != nil {
 					break
@@ -121,7 +142,7 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 					b = append(b, ',')
 				}
 				first = false
-				b = appendAvroJSON(b, s.Items(), r, depth+1)
+				b = appendAvroJSON(b, s.Items(), r, depth+1, items)
 			}
 		}
 		return append(b, ']')
@@ -133,6 +154,11 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 			if n <= 0 {
 				break
 			}
+			if n > int64(*items) {
+				r.Error = fmt.Errorf("a block of %d items: more than the payload's bytes", n)
+				break
+			}
+			*items -= int(n)
 			for range n {
 				if r.Error != nil {
 					break
@@ -141,9 +167,9 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 					b = append(b, ',')
 				}
 				first = false
-				b = appendJSONString(b, r.ReadString())
+				b = appendAvroString(b, r)
 				b = append(b, ':')
-				b = appendAvroJSON(b, s.Values(), r, depth+1)
+				b = appendAvroJSON(b, s.Values(), r, depth+1, items)
 			}
 		}
 		return append(b, '}')
@@ -161,12 +187,12 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int) []byte {
 			return append(b, "null"...)
 		}
 		if s.Nullable() {
-			return appendAvroJSON(b, t, r, depth+1)
+			return appendAvroJSON(b, t, r, depth+1, items)
 		}
 		b = append(b, '{')
 		b = appendJSONString(b, unionName(t))
 		b = append(b, ':')
-		b = appendAvroJSON(b, t, r, depth+1)
+		b = appendAvroJSON(b, t, r, depth+1, items)
 		return append(b, '}')
 	}
 	r.Error = fmt.Errorf("schema type %s: not read", s.Type())
@@ -185,15 +211,16 @@ func appendLogical(b []byte, t avro.Type, l avro.LogicalSchema, r *avro.Reader) 
 	case avro.Bytes:
 		v := r.ReadBytes()
 		if d, ok := l.(*avro.DecimalLogicalSchema); ok {
-			return appendDecimal(b, v, d.Scale())
+			return appendDecimal(b, v, d, r)
 		}
 		b = append(b, '"')
 		b = base64.StdEncoding.AppendEncode(b, v)
 		return append(b, '"')
 	case avro.String:
-		return appendJSONString(b, r.ReadString())
+		return appendAvroString(b, r)
 	default:
-		return appendAvroJSON(b, avro.NewPrimitiveSchema(t, nil), r, 0)
+		var none int
+		return appendAvroJSON(b, avro.NewPrimitiveSchema(t, nil), r, 0, &none)
 	}
 	if r.Error != nil {
 		return b
@@ -209,14 +236,46 @@ func appendLogical(b []byte, t avro.Type, l avro.LogicalSchema, r *avro.Reader) 
 	case "timestamp-nanos", "local-timestamp-nanos":
 		at = time.Unix(0, n)
 	default:
-		return strconv.AppendInt(b, n, 10)
+		return appendLong(b, n)
 	}
 	return append(append(append(b, '"'), at.UTC().Format(time.RFC3339Nano)...), '"')
 }
 
+// maxExactLong is the largest magnitude every integer up to which is a
+// distinct double.
+const maxExactLong = 1 << 53
+
+// appendLong writes a long as a JSON number, or as a string of its digits
+// when its magnitude is over 2^53: the content rule's canonical form (RFC
+// 8785) reads a number as a double, where 2^53 and 2^53+1 are one value,
+// so two records differing there would be one event with one payload.
+func appendLong(b []byte, n int64) []byte {
+	if n > maxExactLong || n < -maxExactLong {
+		b = append(b, '"')
+		b = strconv.AppendInt(b, n, 10)
+		return append(b, '"')
+	}
+	return strconv.AppendInt(b, n, 10)
+}
+
+// maxDecimalBytes bounds a decimal's unscaled value (about 9,900
+// digits): its decimal text costs time quadratic in its length (math/big;
+// 4 s for 1 MiB), whatever precision the schema claims.
+const maxDecimalBytes = 4096
+
 // appendDecimal writes the decimal whose unscaled value is the big-endian
-// two's complement v, scaled by scale, as a JSON string ("-12.340").
-func appendDecimal(b []byte, v []byte, scale int) []byte {
+// two's complement v, scaled by d's scale, as a JSON string ("-12.340").
+// One longer than maxDecimalBytes, or with more digits than d's precision
+// (invalid, says the spec), is an error.
+func appendDecimal(b []byte, v []byte, d *avro.DecimalLogicalSchema, r *avro.Reader) []byte {
+	if r.Error != nil {
+		return b
+	}
+	if len(v) > maxDecimalBytes {
+		r.Error = fmt.Errorf("a decimal of %d bytes, over %d", len(v), maxDecimalBytes)
+		return b
+	}
+	scale := d.Scale()
 	n := new(big.Int).SetBytes(v)
 	if len(v) > 0 && v[0]&0x80 != 0 {
 		n.Sub(n, new(big.Int).Lsh(big.NewInt(1), uint(8*len(v))))
@@ -224,6 +283,10 @@ func appendDecimal(b []byte, v []byte, scale int) []byte {
 	digits := n.String()
 	neg := strings.HasPrefix(digits, "-")
 	digits = strings.TrimPrefix(digits, "-")
+	if len(digits) > d.Precision() {
+		r.Error = fmt.Errorf("a decimal of %d digits, over its precision %d", len(digits), d.Precision())
+		return b
+	}
 	b = append(b, '"')
 	if neg {
 		b = append(b, '-')
@@ -276,6 +339,21 @@ func appendJSONFloat(b []byte, f float64, bits int, r *avro.Reader) []byte {
 		}
 	}
 	return b
+}
+
+// appendAvroString reads an Avro string and writes it as a JSON string.
+// A string that is not UTF-8 is an error, not U+FFFD: two different
+// strings would read as one value (one event, one payload hash).
+func appendAvroString(b []byte, r *avro.Reader) []byte {
+	s := r.ReadString()
+	if r.Error != nil {
+		return b
+	}
+	if !utf8.ValidString(s) {
+		r.Error = errors.New("a string that is not UTF-8")
+		return b
+	}
+	return appendJSONString(b, s)
 }
 
 // appendJSONString writes s as a JSON string; invalid UTF-8 becomes

@@ -1,8 +1,11 @@
 package srdecode_test
 
 import (
+	"encoding/binary"
+	"fmt"
 	"math"
 	"math/big"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,11 +38,11 @@ func TestAvroJSONOfEveryKindOfSchema(t *testing.T) {
 			"n": "x", "u": map[string]any{"long": int64(5)}, "next": map[string]any{"x.K": map[string]any{"b": false, "i": int32(0), "l": int64(0),
 				"f": float32(0), "d": 1e21, "s": "", "by": []byte{}, "fx": [2]byte{}, "e": "RED", "a": []int64{}, "m": map[string]any{},
 				"n": nil, "u": map[string]any{"x.Colour": "RED"}, "next": nil}}},
-			`{"b":true,"i":-7,"l":9223372036854775807,"f":1.5,"d":1e-9,"s":"a\"b\\c\n\u0001é<&>","by":"AAH/","fx":"AQI=","e":"GREEN","a":[1,-2,3],"m":{"k":"v"},"n":"x","u":{"long":5},` +
+			`{"b":true,"i":-7,"l":"9223372036854775807","f":1.5,"d":1e-9,"s":"a\"b\\c\n\u0001é<&>","by":"AAH/","fx":"AQI=","e":"GREEN","a":[1,-2,3],"m":{"k":"v"},"n":"x","u":{"long":5},` +
 				`"next":{"b":false,"i":0,"l":0,"f":0,"d":1e+21,"s":"","by":"","fx":"AAA=","e":"RED","a":[],"m":{},"n":null,"u":{"x.Colour":"RED"},"next":null}}`},
-		{map[string]any{"b": false, "i": int32(math.MinInt32), "l": int64(math.MinInt64), "f": float32(0.25), "d": -2.5, "s": "\xff",
+		{map[string]any{"b": false, "i": int32(math.MinInt32), "l": int64(math.MinInt64), "f": float32(0.25), "d": -2.5, "s": "\u00ff",
 			"by": []byte("plain"), "fx": [2]byte{}, "e": "RED", "a": []int64{}, "m": map[string]any{}, "n": nil, "u": nil, "next": nil},
-			`{"b":false,"i":-2147483648,"l":-9223372036854775808,"f":0.25,"d":-2.5,"s":"\ufffd","by":"cGxhaW4=","fx":"AAA=","e":"RED","a":[],"m":{},"n":null,"u":null,"next":null}`},
+			`{"b":false,"i":-2147483648,"l":"-9223372036854775808","f":0.25,"d":-2.5,"s":"ÿ","by":"cGxhaW4=","fx":"AAA=","e":"RED","a":[],"m":{},"n":null,"u":null,"next":null}`},
 	} {
 		payload, err := avro.Marshal(sch, c.v)
 		if err != nil {
@@ -89,5 +92,105 @@ func TestAvroJSONOfLogicalTypes(t *testing.T) {
 		`"id":"0190f1c2-7d1e-7000-8000-000000000001","price":"-123456789012345678901234567890.125","small":"0.0005","opt":"2026-03-01T09:30:00.123Z"}`
 	if string(got) != want {
 		t.Errorf("\ngot  %s\nwant %s", got, want)
+	}
+}
+
+// An array of a type that takes no bytes (null, an empty record) costs
+// its writer nothing per item: a block header alone may announce 2^62 of
+// them. The items a payload may announce are bounded by its length, so a
+// few bytes never decode to gigabytes of JSON.
+func TestAvroArrayOfEmptyItemsIsBoundedByThePayload(t *testing.T) {
+	for _, schema := range []string{
+		`{"type":"array","items":"null"}`,
+		`{"type":"array","items":{"type":"record","name":"E","fields":[]}}`,
+	} {
+		// Block count 10,000,000 (zig-zag varint), then the end of the array.
+		payload := binary.AppendVarint(nil, 10_000_000)
+		payload = append(payload, 0)
+		out, err := srdecode.AvroJSON(schema, payload)
+		if err == nil {
+			t.Errorf("%s: %d bytes decoded to %d bytes of JSON", schema, len(payload), len(out))
+		}
+	}
+	// As many empty items as the payload has bytes still decode.
+	payload := append(binary.AppendVarint(nil, 2), 0)
+	if out, err := srdecode.AvroJSON(`{"type":"array","items":"null"}`, payload); err != nil || string(out) != "[null,null]" {
+		t.Errorf("two nulls: %s, %v", out, err)
+	}
+}
+
+// A fixed's size is the registry's word, not the payload's: a schema
+// naming a fixed larger than any payload (or negative) is an error for
+// the value, never an allocation of that size.
+func TestAvroFixedLargerThanThePayloadIsAnError(t *testing.T) {
+	for _, size := range []int{1 << 46, -1} {
+		schema := fmt.Sprintf(`{"type":"fixed","name":"Big","size":%d}`, size)
+		if _, err := srdecode.AvroJSON(schema, []byte{1, 2, 3}); err == nil {
+			t.Errorf("size %d: a 3-byte payload decoded", size)
+		}
+	}
+}
+
+// An Avro string is UTF-8 (the spec). One that is not must not be read
+// as U+FFFD: "\xff" and "\xfe" would then be one logical value, so two
+// different records one event with one payload hash, the second skipped
+// as a duplicate. It is an error (the record is undecodable), as the
+// Avro spec wants. Map keys too.
+func TestAvroStringThatIsNotUTF8IsAnError(t *testing.T) {
+	for _, c := range []struct{ schema string }{
+		{`"string"`},
+		{`{"type":"string","logicalType":"uuid"}`},
+		{`{"type":"map","values":"long"}`},
+	} {
+		for _, s := range []string{"\xff", "a\xfeb"} {
+			var payload []byte
+			if c.schema[0] == '{' && strings.Contains(c.schema, "map") {
+				payload = binary.AppendVarint(nil, 1)
+				payload = binary.AppendVarint(payload, int64(len(s)))
+				payload = append(payload, s...)
+				payload = append(payload, 2, 0) // the value 1, the end of the map
+			} else {
+				payload = binary.AppendVarint(nil, int64(len(s)))
+				payload = append(payload, s...)
+			}
+			if out, err := srdecode.AvroJSON(c.schema, payload); err == nil {
+				t.Errorf("%s %q decoded to %s", c.schema, s, out)
+			}
+		}
+	}
+	if out, err := srdecode.AvroJSON(`"string"`, append([]byte{4}, "é"...)); err != nil || string(out) != `"é"` {
+		t.Errorf("valid UTF-8: %s, %v", out, err)
+	}
+}
+
+// A decimal's unscaled value is as long as its writer makes it: a 1 MiB
+// one is a 2.5-million-digit number whose decimal text costs seconds of
+// CPU (math/big), per record. A decimal has no more digits than its
+// precision (the spec: a larger one is invalid), and none more than
+// 4096 bytes (about 9,900 digits) whatever the schema says.
+func TestAvroDecimalIsBoundedByItsPrecision(t *testing.T) {
+	long := func(n int) []byte {
+		v := make([]byte, n)
+		for i := range v {
+			v[i] = 0x7f
+		}
+		return v
+	}
+	withLen := func(v []byte) []byte { return append(binary.AppendVarint(nil, int64(len(v))), v...) }
+	for _, c := range []struct {
+		schema  string
+		payload []byte
+	}{
+		{`{"type":"bytes","logicalType":"decimal","precision":10,"scale":2}`, withLen(long(64 << 10))},
+		{`{"type":"bytes","logicalType":"decimal","precision":4,"scale":2}`, withLen([]byte{0x27, 0x10})}, // 10000: 5 digits
+		{`{"type":"bytes","logicalType":"decimal","precision":100000000,"scale":2}`, withLen(long(64 << 10))},
+		{`{"type":"fixed","name":"D","size":2,"logicalType":"decimal","precision":3,"scale":2}`, []byte{0x03, 0xe8}}, // 1000: 4 digits
+	} {
+		if out, err := srdecode.AvroJSON(c.schema, c.payload); err == nil {
+			t.Errorf("%s: a %d-byte decimal decoded (%d bytes of JSON)", c.schema, len(c.payload), len(out))
+		}
+	}
+	if out, err := srdecode.AvroJSON(`{"type":"bytes","logicalType":"decimal","precision":4,"scale":2}`, withLen([]byte{0x27, 0x0f})); err != nil || string(out) != `"99.99"` {
+		t.Errorf("9999 at precision 4: %s, %v", out, err)
 	}
 }

@@ -9,11 +9,17 @@
 //   - Decode is pure: no I/O, no clock. It reads schemas that Resolve put
 //     in the cache before; a schema ID not resolved yet is ErrUnresolved
 //     (the router resolves a poll batch before it decides it).
-//   - Schemas are cached by ID for the life of the Registry (a registry
-//     never changes what an ID names). So is the registry's "no such
-//     schema" (HTTP 404: error_code 40403, or 40401/40402 for a reference)
+//   - Schemas are cached by ID (a registry never changes what an ID
+//     names), up to 4096. So is the registry's "no such schema" (HTTP
+//     404: error_code 40403, or 40401/40402 for a reference), up to 1024,
 //     and a schema that does not compile: both make every record that names
-//     the ID undecodable, with the ID in the reason.
+//     the ID undecodable, with the ID in the reason. Past the bounds an
+//     entry (never one of the batch being resolved) is forgotten and asked
+//     again when named: nothing a producer writes grows the cache at will.
+//   - Nothing a payload says is allocated or computed before it is
+//     checked against the payload or a fixed bound: array items, fixed
+//     sizes, decimal digits (avrojson.go); a Protobuf field the schema does
+//     not name is an error, not left out.
 //   - Resolve returns an error only when the registry could not be asked or
 //     did not answer (network, 5xx, 401/403, 429): transient, retried by the
 //     caller; nothing is cached then.
@@ -21,7 +27,8 @@
 //     Avro written straight from its bytes by the writer's schema
 //     (avrojson.go states the form: records in field order, a union of
 //     null and one type as that value or null, other unions as
-//     {"branch": value}, bytes as base64, decimals as exact text,
+//     {"branch": value}, bytes as base64, decimals as exact text, longs
+//     over 2^53 as strings, strings that are not UTF-8 refused,
 //     timestamps as RFC 3339); Protobuf as protojson with the .proto field
 //     names, unset fields left out, 64-bit integers as strings (the proto3
 //     JSON mapping); JSON Schema payloads as the JSON they are (not

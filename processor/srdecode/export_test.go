@@ -10,3 +10,16 @@ func AvroJSON(schema string, payload []byte) ([]byte, error) {
 	}
 	return decodeAvro(sch, payload)
 }
+
+// MaxUnknownIDs is how many "no such schema" answers the cache keeps.
+const MaxUnknownIDs = maxUnknownIDs
+
+// CachedIDs is how many schema IDs the cache holds (schemas and answers).
+func (r *Registry) CachedIDs() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.byID)
+}
+
+// MaxSchemas is how many schemas that exist the cache keeps.
+const MaxSchemas = maxSchemas

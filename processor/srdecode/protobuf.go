@@ -52,6 +52,9 @@ func compileProtobuf(ctx context.Context, text string, refs map[string]schemaTex
 		if err := proto.Unmarshal(payload, msg); err != nil {
 			return nil, fmt.Errorf("message %s: %w", md.FullName(), err)
 		}
+		if err := unknownFields(msg); err != nil {
+			return nil, err
+		}
 		out, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(msg)
 		if err != nil {
 			return nil, fmt.Errorf("message %s: %w", md.FullName(), err)

@@ -25,13 +25,21 @@ var ErrUnresolved = errors.New("schema ID not resolved")
 // references (transitively).
 const maxReferences = 256
 
+// maxUnknownIDs bounds the "no such schema" answers the cache keeps.
+const maxUnknownIDs = 1024
+
+// maxSchemas bounds the schemas that exist (decoders, or why none could
+// be built) the cache keeps.
+const maxSchemas = 4096
+
 // Registry decodes framed values with the schemas of one registry,
 // cached by ID. It is safe for concurrent use.
 type Registry struct {
 	src Source
 
-	mu   sync.RWMutex
-	byID map[int]*schema
+	mu      sync.RWMutex
+	byID    map[int]*schema
+	unknown int // entries of byID that are the registry's "no such schema"
 }
 
 // schema is one resolved ID: a decoder, or why none can be built.
@@ -40,6 +48,11 @@ type schema struct {
 	typ    sr.SchemaType
 	decode func(payload []byte) ([]byte, error)
 	err    error // permanent: the registry has no such ID, or it does not compile
+	// unknown: the registry said it has no such ID. A producer can name
+	// any ID, so these answers are kept up to maxUnknownIDs; schemas that
+	// exist up to maxSchemas (a serializer that registers its schemas
+	// grows the registry at will).
+	unknown bool
 }
 
 // New returns a Registry asking src.
@@ -76,10 +89,39 @@ func (r *Registry) Resolve(ctx context.Context, vs [][]byte) error {
 			return err
 		}
 		r.mu.Lock()
+		r.forget(seen, s.unknown)
+		if s.unknown {
+			r.unknown++
+		}
 		r.byID[id] = s
 		r.mu.Unlock()
 	}
 	return nil
+}
+
+// forget makes room for one more entry of its kind: "no such schema"
+// answers (unknown) up to maxUnknownIDs, schemas that exist up to
+// maxSchemas. It drops entries of that kind, none of keep's IDs (the
+// batch being resolved); a forgotten ID is asked again when a value names
+// it. r.mu is held.
+func (r *Registry) forget(keep map[int]bool, unknown bool) {
+	full := func() bool {
+		if unknown {
+			return r.unknown >= maxUnknownIDs
+		}
+		return len(r.byID)-r.unknown >= maxSchemas
+	}
+	for id, s := range r.byID {
+		if !full() {
+			return
+		}
+		if s.unknown == unknown && !keep[id] {
+			delete(r.byID, id)
+			if unknown {
+				r.unknown--
+			}
+		}
+	}
 }
 
 // Resolved reports whether Decode knows schema id (decoder or permanent error).
@@ -119,7 +161,7 @@ func (r *Registry) fetch(ctx context.Context, id int) (*schema, error) {
 	top, err := r.src.SchemaByID(ctx, id)
 	if err != nil {
 		if notFound(err) {
-			return &schema{id: id, err: fmt.Errorf("the registry has no such schema: %w", err)}, nil
+			return &schema{id: id, err: fmt.Errorf("the registry has no such schema: %w", err), unknown: true}, nil
 		}
 		return nil, fmt.Errorf("fetching schema %d: %w", id, err)
 	}
