@@ -25,7 +25,9 @@ import (
 // read) what it was assigned, polled, committed and forgot.
 //
 // Every other component finishes its work on a record through end; nothing
-// else touches offsets.
+// else touches offsets. The commit of the finished prefix and its ticker are
+// in commit.go; partitions assigned, revoked and lost, and the fence's
+// re-take, in assign.go.
 //
 // Lock order: commitMu, then mu, then flight.mu or lag.mu (never both);
 // health.mu comes before mu and flight.mu (health.update calls setPaused
@@ -58,8 +60,8 @@ type committer struct {
 	// commitMu makes each commit one step: read the finished prefix, read
 	// the group's offsets, send, record what landed. Without it the
 	// ticker's commit could read an older prefix, then send it after the
-	// revoke committed a newer one (hole C). Never held while waiting for
-	// records (revoked waits first, then commits).
+	// revoke committed a newer one, moving the offset backwards. Never held
+	// while waiting for records (revoked waits first, then commits).
 	commitMu sync.Mutex
 
 	// flight counts the records in flight, under its own lock.
