@@ -104,7 +104,7 @@
 //     a tenant's event ID to @{tenant}/{key}.
 //   - Health (health.go): retries with backoff, dependency down/up, the
 //     fetch pause, fatal (permanent PostgreSQL) errors.
-//   - Partitions and commits (committer.go): assigned, revoked, lost;
+//   - Partitions and commits (committer.go; assign.go, commit.go): assigned, revoked, lost;
 //     serialised from the read of the prefix to the record of what landed,
 //     never backwards, nothing for a revoked or lost partition, a final
 //     commit on shutdown. How far a partition may be committed, the end of

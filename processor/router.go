@@ -24,7 +24,7 @@ import (
 // the poll loop and the decoding of records into intents; everything else
 // is done by one component per concern:
 //
-//   - committer (committer.go): partitions, the finished prefix, commits,
+//   - committer (committer.go, assign.go, commit.go): partitions, the finished prefix, commits,
 //     revoke and loss; the records in flight, capacity and drain
 //     (inFlight, inflight.go); gaps and lag (lagWatch, lag.go);
 //   - claimer (claimer.go): one ledger claim per batch, verdicts;

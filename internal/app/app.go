@@ -48,6 +48,76 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	rr := newRouterRun(cfg, o)
+	closeAdmin, err := rr.serveAdmin()
+	if err != nil {
+		return err
+	}
+	defer closeAdmin()
+	if err := rr.dialKafka(ctx); err != nil {
+		return err
+	}
+	defer rr.kcl.Close()
+	if rr.led, err = ledger.Open(ctx, rr.cfg.Postgres); err != nil {
+		return err
+	}
+	defer rr.led.Close()
+	if _, err := dial.TemporalOptions(rr.cfg, rr.log, nil); err != nil {
+		return err
+	}
+	err = rr.waitDependencies(ctx)
+	if rr.tc != nil {
+		defer rr.tc.Close()
+	}
+	if err != nil {
+		return err
+	}
+	if err := rr.checkAtStart(ctx); err != nil {
+		return err
+	}
+	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(rr.reg), kprom.Gatherer(rr.reg))
+	rr.reg.Unregister(rr.deps)
+	tr, flushSpans, err := startTracing(ctx, rr.cfg, "dedup-router", o.Tracing, rr.log)
+	if err != nil {
+		return err
+	}
+	defer flushSpans()
+	r, err := rr.newRouter(kafkaMetrics, tr)
+	if err != nil {
+		return err
+	}
+	defer rr.startProbes(ctx)()
+	if o.Ready != nil {
+		o.Ready <- rr.addr
+	}
+	stopSchedules, err := startSchedules(ctx, rr.cfg, rr.led, starter.New(rr.tc, rr.cfg.Temporal), rr.reg, rr.log)
+	if err != nil {
+		return err
+	}
+	defer stopSchedules()
+	rr.logTenants()
+	rr.log.Info("router running", "group", rr.cfg.Kafka.Group, "topics", rr.cfg.Kafka.Topics, "admin", rr.addr)
+	err = r.Run(ctx)
+	rr.log.Info("router stopped", "err", err)
+	return err
+}
+
+// routerRun is what Run's steps share: the config, what the caller
+// injected, and the clients as each step opens them (Run closes them).
+type routerRun struct {
+	cfg    config.Config
+	log    *slog.Logger
+	reg    *prometheus.Registry
+	deps   *dependencies
+	router atomic.Pointer[processor.Router]
+	addr   string // the admin port's address ("" without one)
+	kopts  []kgo.Opt
+	kcl    *kgo.Client
+	led    *ledger.Postgres
+	tc     client.Client
+}
+
+func newRouterRun(cfg config.Config, o Options) *routerRun {
 	log := o.Logger
 	if log == nil {
 		log = config.NewLogger(cfg.Log)
@@ -56,140 +126,142 @@ func Run(ctx context.Context, cfg config.Config, o Options) error {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	deps := newDependencies(log, depKafka, depPostgres, depTemporal)
-	var router atomic.Pointer[processor.Router]
-	report := func() []status {
-		if r := router.Load(); r != nil {
-			h := r.Health()
-			return routerStatus(deps, &h)
-		}
-		return routerStatus(deps, nil)
+	return &routerRun{cfg: cfg, log: log, reg: reg, deps: newDependencies(log, depKafka, depPostgres, depTemporal)}
+}
+
+// report is what /readyz and dedup_ready say: the start-up waits until the
+// router is built, then the router's health.
+func (rr *routerRun) report() []status {
+	if r := rr.router.Load(); r != nil {
+		h := r.Health()
+		return routerStatus(rr.deps, &h)
 	}
-	if err := registerProcessMetrics(reg, "dedup_ready", "1 while the router is in its group and every dependency answers (what /readyz says).", report); err != nil {
-		return err
+	return routerStatus(rr.deps, nil)
+}
+
+// serveAdmin registers the readiness and dependency metrics and serves
+// the admin port, if one is set; the returned func closes it.
+func (rr *routerRun) serveAdmin() (closeAdmin func(), err error) {
+	if err := registerProcessMetrics(rr.reg, "dedup_ready", "1 while the router is in its group and every dependency answers (what /readyz says).", rr.report); err != nil {
+		return nil, err
 	}
 	// The router exports dedup_dependency_up once it runs (its retry view);
 	// until then, the start-up waits do.
-	if err := reg.Register(deps); err != nil {
-		return fmt.Errorf("registering dedup_dependency_up: %w", err)
+	if err := rr.reg.Register(rr.deps); err != nil {
+		return nil, fmt.Errorf("registering dedup_dependency_up: %w", err)
 	}
-	addr := ""
-	if cfg.Admin.Listen != "" {
-		srv, a, err := serveAdmin("admin.listen", cfg.Admin.Listen, cfg.Admin.Pprof, reg, log, report)
+	closeAdmin = func() {}
+	if rr.cfg.Admin.Listen != "" {
+		srv, a, err := serveAdmin("admin.listen", rr.cfg.Admin.Listen, rr.cfg.Admin.Pprof, rr.reg, rr.log, rr.report)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		defer func() { _ = srv.Close() }()
-		addr = a
+		closeAdmin = func() { _ = srv.Close() }
+		rr.addr = a
 	}
-	log.Info("router starting: waiting for its dependencies", "admin", addr)
+	rr.log.Info("router starting: waiting for its dependencies", "admin", rr.addr)
+	return closeAdmin, nil
+}
 
+// dialKafka builds the Kafka client, after the checks that end start-up
+// at once.
+func (rr *routerRun) dialKafka(ctx context.Context) error {
 	// What fails here is the config, not a dependency: no client has
 	// connected yet.
-	kopts, err := cfg.Kafka.ClientOpts()
+	kopts, err := rr.cfg.Kafka.ClientOpts()
 	if err != nil {
 		return err
 	}
+	rr.kopts = kopts
 	// A refused login or TLS handshake ends start-up at once, naming the
 	// broker and mechanism; a broker that does not answer is waited for.
-	if err := dial.CheckKafka(ctx, cfg, log, kopts); err != nil {
+	if err := dial.CheckKafka(ctx, rr.cfg, rr.log, kopts); err != nil {
 		return err
 	}
-	kcl, err := kgo.NewClient(kopts...)
-	if err != nil {
+	if rr.kcl, err = kgo.NewClient(kopts...); err != nil {
 		return fmt.Errorf("creating kafka client: %w", err)
 	}
-	defer kcl.Close()
-	led, err := ledger.Open(ctx, cfg.Postgres)
-	if err != nil {
-		return err
-	}
-	defer led.Close()
-	if _, err := dial.TemporalOptions(cfg, log, nil); err != nil {
-		return err
-	}
-	mh := newTemporalMetrics(reg)
-	var tc client.Client
-	err = waitAll(ctx,
+	return nil
+}
+
+// waitDependencies waits, all at once, until PostgreSQL answers (and the
+// ledger is migrated), Temporal answers (rr.tc, set even when another wait
+// fails, for Run to close) and Kafka answers.
+func (rr *routerRun) waitDependencies(ctx context.Context) error {
+	cfg, deps := rr.cfg, rr.deps
+	mh := newTemporalMetrics(rr.reg)
+	return waitAll(ctx,
 		func(ctx context.Context) error {
 			return deps.waitFor(ctx, depPostgres, cfg.Retry, refusedPostgres, func(ctx context.Context) error {
-				if err := led.Ready(ctx); err != nil {
+				if err := rr.led.Ready(ctx); err != nil {
 					return err
 				}
 				return ledger.MigrateAtStart(ctx, cfg.Postgres)
 			})
 		},
 		func(ctx context.Context) (err error) {
-			tc, err = waitTemporal(ctx, cfg, log, mh, deps)
+			rr.tc, err = waitTemporal(ctx, cfg, rr.log, mh, deps)
 			return err
 		},
 		func(ctx context.Context) error {
 			return deps.waitFor(ctx, depKafka, cfg.Retry, refusedKafka, func(ctx context.Context) error {
-				return kafkaAnswers(ctx, kcl, cfg.Kafka.Topics)
+				return kafkaAnswers(ctx, rr.kcl, cfg.Kafka.Topics)
 			})
 		})
-	if tc != nil {
-		defer tc.Close()
-	}
-	if err != nil {
-		return err
-	}
+}
+
+// checkAtStart refuses what the dependencies answer but dedup cannot run
+// on, and starts the ledger's ops metrics and purge.
+func (rr *routerRun) checkAtStart(ctx context.Context) error {
+	var err error
 	// Every namespace has dedup's search attributes, or start-up says
 	// what to create (searchattrs.go).
-	if cfg.Temporal.SearchAttributes, err = resolveSearchAttributes(ctx, cfg, tc, deps, log); err != nil {
+	if rr.cfg.Temporal.SearchAttributes, err = resolveSearchAttributes(ctx, rr.cfg, rr.tc, rr.deps, rr.log); err != nil {
 		return err
 	}
-	if err := registerOps(ctx, reg, led, cfg.Postgres, log); err != nil {
+	if err := registerOps(ctx, rr.reg, rr.led, rr.cfg.Postgres, rr.log); err != nil {
 		return err
 	}
-	if err := dial.CheckHorizon(ctx, cfg, tc, log, kopts...); err != nil {
+	if err := dial.CheckHorizon(ctx, rr.cfg, rr.tc, rr.log, rr.kopts...); err != nil {
 		return err
 	}
 	// A failover that can rewind the ledger, refused where only the
 	// ledger guards (replication.go).
-	if err := checkReplication(ctx, cfg, led, tc, deps, log); err != nil {
-		return err
-	}
-	kafkaMetrics := kprom.NewMetrics("kafka", kprom.Registerer(reg), kprom.Gatherer(reg))
-	reg.Unregister(deps)
-	tr, flushSpans, err := startTracing(ctx, cfg, "dedup-router", o.Tracing, log)
+	return checkReplication(ctx, rr.cfg, rr.led, rr.tc, rr.deps, rr.log)
+}
+
+// newRouter builds the router on the clients and hands /readyz to it.
+func (rr *routerRun) newRouter(kafkaMetrics *kprom.Metrics, tr *tracing.Tracing) (*processor.Router, error) {
+	r, err := processor.New(rr.cfg.Kafka, processor.Options{Ledger: rr.led, DeadLetterLog: rr.led, Starter: starter.New(rr.tc, rr.cfg.Temporal).WithTracing(tr),
+		Registerer: rr.reg, Log: rr.log, KafkaOpts: []kgo.Opt{kgo.WithHooks(kafkaMetrics)}, Tracing: tr})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer flushSpans()
-	r, err := processor.New(cfg.Kafka, processor.Options{Ledger: led, DeadLetterLog: led, Starter: starter.New(tc, cfg.Temporal).WithTracing(tr),
-		Registerer: reg, Log: log, KafkaOpts: []kgo.Opt{kgo.WithHooks(kafkaMetrics)}, Tracing: tr})
-	if err != nil {
-		return err
-	}
-	router.Store(r)
-	stopProbes := goProbe(ctx, deps, map[string]func(context.Context) error{
-		depKafka:    kcl.Ping,
-		depPostgres: led.Ready,
+	rr.router.Store(r)
+	return r, nil
+}
+
+// startProbes probes the three dependencies in the background; the
+// returned func stops the probes.
+func (rr *routerRun) startProbes(ctx context.Context) (stop func()) {
+	return goProbe(ctx, rr.deps, map[string]func(context.Context) error{
+		depKafka:    rr.kcl.Ping,
+		depPostgres: rr.led.Ready,
 		depTemporal: func(ctx context.Context) error {
-			_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+			_, err := rr.tc.CheckHealth(ctx, &client.CheckHealthRequest{})
 			return err
 		},
 	})
-	defer stopProbes()
-	if o.Ready != nil {
-		o.Ready <- addr
-	}
-	stopSchedules, err := startSchedules(ctx, cfg, led, starter.New(tc, cfg.Temporal), reg, log)
-	if err != nil {
-		return err
-	}
-	defer stopSchedules()
-	if cfg.Kafka.TenantKeysFile == "" {
-		log.Info("kafka.tenant_keys_file is not set: a record carrying the dedup-tenant header is dead-lettered (forged_tenant); " +
+}
+
+// logTenants says how records carrying a tenant are taken.
+func (rr *routerRun) logTenants() {
+	if rr.cfg.Kafka.TenantKeysFile == "" {
+		rr.log.Info("kafka.tenant_keys_file is not set: a record carrying the dedup-tenant header is dead-lettered (forged_tenant); " +
 			"set it, the file dedup ingress signs with, if an ingress with ingress.tokens_file writes to these topics")
 	} else {
-		log.Info("tenants' records are taken only signed by dedup ingress", "tenant_keys_file", cfg.Kafka.TenantKeysFile)
+		rr.log.Info("tenants' records are taken only signed by dedup ingress", "tenant_keys_file", rr.cfg.Kafka.TenantKeysFile)
 	}
-	log.Info("router running", "group", cfg.Kafka.Group, "topics", cfg.Kafka.Topics, "admin", addr)
-	err = r.Run(ctx)
-	log.Info("router stopped", "err", err)
-	return err
 }
 
 // waitTemporal dials Temporal and describes the namespace until both

@@ -139,7 +139,7 @@ func (t IDTemplate) Render(activityID string, data json.RawMessage) (string, err
 		// The event's data would choose a workflow ID of dedup's own:
 		// a start route's (activity-{route}:{key}) or a ledger delivery
 		// key's form. Refused, so that no event can take over another
-		// route's workflow (TestAdvSignalTemplateRendersIntoStartRouteIDs).
+		// route's workflow.
 		return "", fmt.Errorf("%w: template %s renders %q, which has the prefix of dedup's own IDs (activity-, signal-)",
 			ErrWorkflowIDReserved, t.src, truncate(id, 80))
 	}

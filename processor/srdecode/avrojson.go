@@ -122,81 +122,97 @@ func appendAvroJSON(b []byte, s avro.Schema, r *avro.Reader, depth int, items *i
 		}
 		return appendJSONString(b, syms[i])
 	case *avro.ArraySchema:
-		b = append(b, '[')
-		first := true
-		for r.Error == nil {
-			n, _ := r.ReadBlockHeader()
-			if n <= 0 {
-				break
-			}
-			if n > int64(*items) {
-				r.Error = fmt.Errorf("a block of %d items: more than the payload's bytes", n)
-				break
-			}
-			*items -= int(n)
-			for range n {
-				if r.Error != nil {
-					break
-				}
-				if !first {
-					b = append(b, ',')
-				}
-				first = false
-				b = appendAvroJSON(b, s.Items(), r, depth+1, items)
-			}
-		}
-		return append(b, ']')
+		return appendAvroArray(b, s, r, depth, items)
 	case *avro.MapSchema:
-		b = append(b, '{')
-		first := true
-		for r.Error == nil {
-			n, _ := r.ReadBlockHeader()
-			if n <= 0 {
-				break
-			}
-			if n > int64(*items) {
-				r.Error = fmt.Errorf("a block of %d items: more than the payload's bytes", n)
-				break
-			}
-			*items -= int(n)
-			for range n {
-				if r.Error != nil {
-					break
-				}
-				if !first {
-					b = append(b, ',')
-				}
-				first = false
-				b = appendAvroString(b, r)
-				b = append(b, ':')
-				b = appendAvroJSON(b, s.Values(), r, depth+1, items)
-			}
-		}
-		return append(b, '}')
+		return appendAvroMap(b, s, r, depth, items)
 	case *avro.UnionSchema:
-		i := int(r.ReadLong())
-		ts := s.Types()
-		if r.Error == nil && (i < 0 || i >= len(ts)) {
-			r.Error = fmt.Errorf("union branch %d of %d", i, len(ts))
-		}
-		if r.Error != nil {
-			return b
-		}
-		t := ts[i]
-		if t.Type() == avro.Null {
-			return append(b, "null"...)
-		}
-		if s.Nullable() {
-			return appendAvroJSON(b, t, r, depth+1, items)
-		}
-		b = append(b, '{')
-		b = appendJSONString(b, unionName(t))
-		b = append(b, ':')
-		b = appendAvroJSON(b, t, r, depth+1, items)
-		return append(b, '}')
+		return appendAvroUnion(b, s, r, depth, items)
 	}
 	r.Error = fmt.Errorf("schema type %s: not read", s.Type())
 	return b
+}
+
+// appendAvroArray appends the JSON array of an Avro array's blocks.
+func appendAvroArray(b []byte, s *avro.ArraySchema, r *avro.Reader, depth int, items *int) []byte {
+	b = append(b, '[')
+	first := true
+	for r.Error == nil {
+		n, _ := r.ReadBlockHeader()
+		if n <= 0 {
+			break
+		}
+		if n > int64(*items) {
+			r.Error = fmt.Errorf("a block of %d items: more than the payload's bytes", n)
+			break
+		}
+		*items -= int(n)
+		for range n {
+			if r.Error != nil {
+				break
+			}
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = appendAvroJSON(b, s.Items(), r, depth+1, items)
+		}
+	}
+	return append(b, ']')
+}
+
+// appendAvroMap appends the JSON object of an Avro map's blocks.
+func appendAvroMap(b []byte, s *avro.MapSchema, r *avro.Reader, depth int, items *int) []byte {
+	b = append(b, '{')
+	first := true
+	for r.Error == nil {
+		n, _ := r.ReadBlockHeader()
+		if n <= 0 {
+			break
+		}
+		if n > int64(*items) {
+			r.Error = fmt.Errorf("a block of %d items: more than the payload's bytes", n)
+			break
+		}
+		*items -= int(n)
+		for range n {
+			if r.Error != nil {
+				break
+			}
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = appendAvroString(b, r)
+			b = append(b, ':')
+			b = appendAvroJSON(b, s.Values(), r, depth+1, items)
+		}
+	}
+	return append(b, '}')
+}
+
+// appendAvroUnion appends a union's branch: null, the value of a nullable
+// union's other branch, or {"branch name": value}.
+func appendAvroUnion(b []byte, s *avro.UnionSchema, r *avro.Reader, depth int, items *int) []byte {
+	i := int(r.ReadLong())
+	ts := s.Types()
+	if r.Error == nil && (i < 0 || i >= len(ts)) {
+		r.Error = fmt.Errorf("union branch %d of %d", i, len(ts))
+	}
+	if r.Error != nil {
+		return b
+	}
+	t := ts[i]
+	if t.Type() == avro.Null {
+		return append(b, "null"...)
+	}
+	if s.Nullable() {
+		return appendAvroJSON(b, t, r, depth+1, items)
+	}
+	b = append(b, '{')
+	b = appendJSONString(b, unionName(t))
+	b = append(b, ':')
+	b = appendAvroJSON(b, t, r, depth+1, items)
+	return append(b, '}')
 }
 
 // appendLogical writes a primitive of logical type l (see the top of the

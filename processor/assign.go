@@ -1,0 +1,308 @@
+package processor
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupio/dedup/processor/decide"
+)
+
+// assigned takes on new partitions (kgo.OnPartitionsAssigned). It first
+// takes them in the ledger's fence (a new epoch each), before any of their
+// records is polled: from then on, a claim or mark that a previous owner
+// still sends for them changes no row. The ledger refuses a partition a
+// later group generation took (this member was dropped, and its Own comes
+// late): then the group coordinator decides (a group made anew starts its
+// generations again), and a partition it does not assign to this member
+// is not taken. A partition not taken (that, or the router is stopping) is
+// not tracked: its records are never claimed or committed here.
+func (c *committer) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	var refs []PartitionRef
+	for t, ps := range assigned {
+		for _, p := range ps {
+			refs = append(refs, PartitionRef{Topic: t, Partition: p})
+		}
+	}
+	var member string
+	var gen int32
+	if cl != nil {
+		member, gen = cl.GroupMetadata()
+	}
+	c.mu.Lock()
+	c.owning += len(refs)
+	c.mu.Unlock()
+	epochs, err := c.own(ctx, Ownership{Group: c.cfg.Group, Member: member, Generation: gen, Parts: refs})
+	c.mu.Lock()
+	c.owning -= len(refs)
+	c.mu.Unlock()
+	if err != nil {
+		c.log.Warn("partitions assigned but not taken in the ledger's fence; their records are left for the next owner",
+			"partitions", assigned, "err", err)
+		return
+	}
+	fences := make(map[topicPartition]decide.Fence, len(refs))
+	var refused []PartitionRef
+	for i, ref := range refs {
+		if epochs[i] == 0 {
+			refused = append(refused, ref)
+			continue
+		}
+		fences[topicPartition{ref.Topic, ref.Partition}] = decide.Fence{Group: c.cfg.Group, Epoch: epochs[i]}
+	}
+	if len(refused) > 0 {
+		c.confirm(ctx, member, gen, refused, fences)
+	}
+	// Where the group left each partition, to notice records that retention
+	// deleted before anyone read them (the client then resumes at the log
+	// start without an error).
+	committed := map[topicPartition]int64{}
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	var topics []string
+	for t := range assigned {
+		topics = append(topics, t)
+	}
+	if resp, err := c.adm.FetchOffsetsForTopics(fctx, c.cfg.Group, topics...); err == nil {
+		resp.Each(func(o kadm.OffsetResponse) {
+			if o.Err == nil && o.At >= 0 {
+				committed[topicPartition{o.Topic, o.Partition}] = o.At
+			}
+		})
+	}
+	cancel()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t, ps := range assigned {
+		for _, p := range ps {
+			tp := topicPartition{t, p}
+			if _, taken := fences[tp]; !taken {
+				continue
+			}
+			ctx, cancel := context.WithCancel(c.parent)
+			expect, ok := committed[tp]
+			if !ok {
+				expect = -1
+			}
+			part := &partition{tp: tp, ctx: ctx, cancel: cancel, tr: newTracker(), committed: -1, assignedAt: expect,
+				watch: c.lag.assign(tp, ctx, expect), group: c.cfg.Group}
+			part.epoch.Store(fences[tp].Epoch)
+			c.parts[tp] = part
+		}
+	}
+	if c.paused() {
+		c.m.pausedPartitions.Set(float64(len(c.parts)))
+	}
+	c.joined = true
+	c.log.Info("partitions assigned", "partitions", assigned, "fence", fences)
+}
+
+// revoked gives in-flight records of revoked partitions RevokeTimeout to
+// finish, commits what finished, and forgets the partitions
+// (kgo.OnPartitionsRevoked). Whatever did not finish is abandoned,
+// uncommitted, for the new owner.
+func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	only := map[topicPartition]bool{}
+	var parts []*partition
+	c.mu.Lock()
+	for t, ps := range revoked {
+		for _, p := range ps {
+			tp := topicPartition{t, p}
+			if part := c.parts[tp]; part != nil {
+				part.revoking = true
+				only[tp] = true
+				parts = append(parts, part)
+			}
+		}
+	}
+	c.mu.Unlock()
+	c.flight.waitIdle(parts, c.cfg.RevokeTimeout)
+	c.commit(ctx, only)
+	// Forgotten under commitMu, so that no commit that read the partition
+	// before it was forgotten is sent after the revoke's.
+	c.commitMu.Lock()
+	c.mu.Lock()
+	for tp := range only {
+		c.forget(tp)
+	}
+	c.m.partitionsGone.WithLabelValues("revoked").Add(float64(len(only)))
+	c.mu.Unlock()
+	c.commitMu.Unlock()
+	c.log.Info("partitions revoked", "partitions", revoked)
+}
+
+// forget drops a partition: its context is cancelled, so its records'
+// work is abandoned. Called with mu held.
+func (c *committer) forget(tp topicPartition) {
+	part := c.parts[tp]
+	if part == nil {
+		return
+	}
+	part.cancel()
+	delete(c.parts, tp)
+	c.m.committedOffset.DeleteLabelValues(tp.topic, strconv.Itoa(int(tp.partition)))
+	c.lag.forget(tp)
+}
+
+// lost forgets partitions without committing (kgo.OnPartitionsLost):
+// another member may own them already, and a late commit from us could
+// move its offsets.
+func (c *committer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t, ps := range lost {
+		for _, p := range ps {
+			c.forget(topicPartition{t, p})
+		}
+		c.m.partitionsGone.WithLabelValues("lost").Add(float64(len(ps)))
+	}
+	c.log.Warn("partitions lost; their in-flight work is abandoned uncommitted", "partitions", lost)
+}
+
+// fenced answers the ledger's refusal of this router's writes for the
+// partitions e names (another Own moved their epoch). The group
+// coordinator decides who owns a partition: a partition it still assigns
+// to this member (the other Own was a late one, by a member the group had
+// already dropped) is taken again in the ledger (a new epoch) and returned
+// with its new fence, so that the caller writes again under it; any other
+// is forgotten without committing, like lost (this router is the zombie).
+// An assignment newer than the refused fence is left alone. Calls are
+// serialised, so that the claimer and the marker, refused together, take
+// a partition again once.
+func (c *committer) fenced(e *FencedError) map[PartitionRef]decide.Fence {
+	c.fenceMu.Lock()
+	defer c.fenceMu.Unlock()
+	out := map[PartitionRef]decide.Fence{}
+	var cands []*partition
+	c.mu.Lock()
+	for _, st := range e.Stale {
+		tp := topicPartition{st.Topic, st.Partition}
+		part := c.parts[tp]
+		switch {
+		case part == nil || part.group != st.Group || part.epoch.Load() < st.Epoch:
+		case part.epoch.Load() > st.Epoch: // taken again meanwhile
+			out[PartitionRef{st.Topic, st.Partition}] = part.fence()
+		default:
+			cands = append(cands, part)
+		}
+	}
+	c.mu.Unlock()
+	if len(cands) == 0 {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(c.parent, 10*time.Second)
+	defer cancel()
+	mine, member := c.assignedToMe(ctx)
+	var again []*partition
+	var refs []PartitionRef
+	for _, part := range cands {
+		if mine[part.tp] {
+			again = append(again, part)
+			refs = append(refs, PartitionRef{part.tp.topic, part.tp.partition})
+		}
+	}
+	var epochs []int64
+	if len(refs) > 0 {
+		var err error
+		var gen int32
+		if c.cl != nil {
+			_, gen = c.cl.GroupMetadata()
+		}
+		if epochs, err = c.own(ctx, Ownership{Group: c.cfg.Group, Member: member, Generation: gen, Confirmed: true, Parts: refs}); err != nil {
+			c.log.Warn("could not take partitions again in the ledger's fence; forgetting them", "partitions", refs, "err", err)
+			again, epochs = nil, nil
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, part := range again {
+		if c.parts[part.tp] == part {
+			part.epoch.Store(epochs[i])
+			out[refs[i]] = part.fence()
+		}
+	}
+	n := 0
+	for _, part := range cands {
+		if _, ok := out[PartitionRef{part.tp.topic, part.tp.partition}]; !ok && c.parts[part.tp] == part {
+			c.forget(part.tp)
+			n++
+		}
+	}
+	if len(again) > 0 {
+		c.log.Warn("the ledger's fence refused writes for partitions the group still assigns to this router (a late Own of a member the group had dropped); taken again",
+			"partitions", refs, "err", e)
+	}
+	if n > 0 {
+		c.m.partitionsGone.WithLabelValues("fenced").Add(float64(n))
+		c.log.Warn("partitions taken over by another member (the ledger's fence refused this router's writes); their in-flight work is abandoned uncommitted",
+			"err", e)
+	}
+	return out
+}
+
+// confirm asks the group coordinator about partitions the ledger refused
+// to the assignment of generation gen (a later generation holds them):
+// those it assigns to this member are taken all the same (Confirmed) and
+// added to fences; the others are left out (this member is stale).
+func (c *committer) confirm(ctx context.Context, member string, gen int32, refused []PartitionRef, fences map[topicPartition]decide.Fence) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	mine, _ := c.assignedToMe(dctx)
+	var confirmed []PartitionRef
+	for _, ref := range refused {
+		if mine[topicPartition{ref.Topic, ref.Partition}] {
+			confirmed = append(confirmed, ref)
+		}
+	}
+	if len(confirmed) < len(refused) {
+		c.log.Warn("partitions assigned in an older group generation than the ledger's owner holds them in; not taken (this member was dropped from the group)",
+			"generation", gen, "partitions", refused, "confirmed_by_the_coordinator", confirmed)
+	}
+	if len(confirmed) == 0 {
+		return
+	}
+	epochs, err := c.own(ctx, Ownership{Group: c.cfg.Group, Member: member, Generation: gen, Confirmed: true, Parts: confirmed})
+	if err != nil {
+		c.log.Warn("partitions confirmed by the coordinator but not taken in the ledger's fence", "partitions", confirmed, "err", err)
+		return
+	}
+	for i, ref := range confirmed {
+		if epochs[i] != 0 {
+			fences[topicPartition{ref.Topic, ref.Partition}] = decide.Fence{Group: c.cfg.Group, Epoch: epochs[i]}
+		}
+	}
+}
+
+// assignedToMe asks the group coordinator which partitions it assigns to
+// this member now (none if it cannot say).
+func (c *committer) assignedToMe(ctx context.Context) (map[topicPartition]bool, string) {
+	if c.cl == nil || c.adm == nil {
+		return nil, ""
+	}
+	member, _ := c.cl.GroupMetadata()
+	groups, err := c.adm.DescribeGroups(ctx, c.cfg.Group)
+	if err != nil {
+		c.log.Warn("describing the consumer group to check a partition the ledger's fence refused", "err", err)
+		return nil, member
+	}
+	out := map[topicPartition]bool{}
+	g, ok := groups[c.cfg.Group]
+	if !ok || g.Err != nil {
+		return out, member
+	}
+	for _, m := range g.Members {
+		if m.MemberID != member {
+			continue
+		}
+		if a, ok := m.Assigned.AsConsumer(); ok {
+			for _, t := range a.Topics {
+				for _, p := range t.Partitions {
+					out[topicPartition{t.Topic, p}] = true
+				}
+			}
+		}
+	}
+	return out, member
+}
