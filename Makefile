@@ -88,13 +88,14 @@ loadtest: deps
 # checkout) builds against it, enqueues through kfake and checks the
 # answers, and links neither goose nor gRPC nor the Temporal SDK, nor
 # expvar (its import registers /debug/vars on the default mux),
-# Prometheus, the router (package processor), kadm or oauth2. Its
+# Prometheus, the router (package processor), kadm, oauth2 or an
+# OpenTelemetry SDK. Its
 # go.sum is used as committed (-mod=readonly, whatever GOFLAGS says).
 # client/deps_test.go holds the same line for package client itself.
 stranger:
 	cd client/testdata/stranger && GOFLAGS=-mod=readonly $(GO) run .
 	@cd client/testdata/stranger && GOFLAGS=-mod=readonly $(GO) list -deps . >/dev/null && \
-	if GOFLAGS=-mod=readonly $(GO) list -deps . | grep -E 'goose|grpc|go.temporal.io|jackc/pgx|promhttp|dedupio/dedup/internal/|^expvar$$|prometheus/client_golang|^github.com/dedupio/dedup/processor$$|franz-go/pkg/kadm$$|golang.org/x/oauth2'; then \
+	if GOFLAGS=-mod=readonly $(GO) list -deps . | grep -E 'goose|grpc|go.temporal.io|jackc/pgx|promhttp|dedupio/dedup/internal/|^expvar$$|prometheus/client_golang|^github.com/dedupio/dedup/processor$$|franz-go/pkg/kadm$$|golang.org/x/oauth2|go.opentelemetry.io/otel/sdk'; then \
 		echo "client/testdata/stranger links the packages above: package client must not pull them"; exit 1; fi
 
 # Prometheus (seconds): the config and the rules load, and every alert

@@ -7,7 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/dedupio/dedup/connect/tracing"
+	"github.com/dedupio/dedup/connect/tracing/recordcarrier"
 	"github.com/dedupio/dedup/processor/eventid"
 )
 
@@ -23,7 +23,7 @@ func (c *Client) traced(ctx context.Context, rec *kgo.Record) {
 	}
 	orig := rec.Headers
 	rec.Headers = slices.Clip(slices.Clone(rec.Headers))
-	c.cfg.Propagator.Inject(ctx, tracing.RecordCarrier{R: rec})
+	c.cfg.Propagator.Inject(ctx, recordcarrier.RecordCarrier{R: rec})
 	if c.cfg.TenantKeys != nil && slices.ContainsFunc(rec.Headers, func(h kgo.RecordHeader) bool { return h.Key == eventid.TenantHeader }) {
 		if err := c.dec.SignTenant(rec); err != nil {
 			rec.Headers = orig
