@@ -235,12 +235,15 @@ func write(w io.Writer, res any, asJSON bool) error {
 
 // Interleave moves flags after a positional argument to the front, so
 // that `dedup inspect WORKFLOW_ID --output json` parses as the help says.
+// `--` ends the flags: it stays between them and the positional
+// arguments, so that what follows it is never parsed as a flag.
 func Interleave(fs *flag.FlagSet, args []string) []string {
 	var flags, pos []string
+	end := false
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
-			pos = append(pos, args[i+1:]...)
+			pos, end = append(pos, args[i+1:]...), true
 			break
 		}
 		if !strings.HasPrefix(a, "-") || a == "-" {
@@ -259,6 +262,9 @@ func Interleave(fs *flag.FlagSet, args []string) []string {
 				flags = append(flags, args[i])
 			}
 		}
+	}
+	if end {
+		flags = append(flags, "--")
 	}
 	return append(flags, pos...)
 }

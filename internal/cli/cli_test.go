@@ -55,3 +55,36 @@ func TestMainExitCodes(t *testing.T) {
 		t.Errorf("--help: %d %q", code, out.String())
 	}
 }
+
+// `--` ends the flags, as it does for package flag and every POSIX tool:
+// what follows is positional even when it looks like a flag, so that a
+// workflow ID or trigger name starting with "-" can be given, and
+// `-- --execute` is an argument (refused by a command that takes none),
+// never the flag that makes a command change something.
+func TestDoubleDashEndsTheFlags(t *testing.T) {
+	var gotArgs []string
+	var executed bool
+	tab := Table{{Name: "purge", Summary: "purges", Example: "dedup purge", Flags: func(fs *flag.FlagSet) Run {
+		execute := fs.Bool("execute", false, "")
+		fs.String("config", "", "")
+		return func(_ context.Context, inv Invocation) (any, int, error) {
+			gotArgs, executed = inv.Args, *execute
+			return nil, ExitOK, nil
+		}
+	}}}
+	var out, errOut strings.Builder
+	code := tab.Main(context.Background(), []string{"purge", "--config", "c.yaml", "--", "--execute", "-weird-id"}, &out, &errOut)
+	if code != ExitOK || executed || strings.Join(gotArgs, " ") != "--execute -weird-id" {
+		t.Fatalf("dedup purge --config c.yaml -- --execute -weird-id: exit %d, execute %v, arguments %q (stderr %q); want 0, false and both as arguments",
+			code, executed, gotArgs, errOut.String())
+	}
+	executed = false
+	if code := tab.Main(context.Background(), []string{"purge", "--", "--execute"}, &out, &errOut); code != ExitOK || executed {
+		t.Errorf("dedup purge -- --execute: exit %d, execute %v; want --execute as an argument, not the flag", code, executed)
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.String("output", "", "")
+	if got := strings.Join(Interleave(fs, []string{"wid", "--output", "json", "--", "--output"}), " "); got != "--output json -- wid --output" {
+		t.Errorf("interleave: %s", got)
+	}
+}
