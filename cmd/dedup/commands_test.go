@@ -84,8 +84,8 @@ func TestVersionOutputJSONParses(t *testing.T) {
 // naming it (exit code 2), as for every other command that takes none,
 // rather than an answer that ignored part of the command line.
 func TestVersionRefusesArguments(t *testing.T) {
-	code, out, errOut := dedup("version", "--output", "json", "extra")
+	code, out, errOut := dedup("version", "extra")
 	if code != 2 || out != "" || !strings.Contains(errOut, `"extra"`) {
-		t.Errorf("dedup version --output json extra: exit code %d, stdout %q, stderr %q; want 2 naming \"extra\"", code, out, errOut)
+		t.Errorf("dedup version extra: exit code %d, stdout %q, stderr %q; want 2 naming \"extra\"", code, out, errOut)
 	}
 }

@@ -2,7 +2,9 @@
 // line names (one word, or two: "schedule pause", "ledger stats"), parses
 // that command's own flags, answers --help with the command's usage and
 // example, writes what the command returns as text or, with --output json,
-// as JSON, and turns the outcome into an exit code.
+// as JSON (a failure without an answer as {"ok": false, "error": ...,
+// "exit_code": ...}, the error on stderr too), and turns the outcome into
+// an exit code. `--` ends the flags.
 //
 // The table itself is cmd/dedup's; every usage text dedup prints is
 // generated here from it, so a command's help exists once.
@@ -200,19 +202,33 @@ func (c *Command) main(ctx context.Context, args []string, stdout, stderr io.Wri
 		return ExitUsage
 	}
 	res, code, err := run(ctx, Invocation{Args: fs.Args(), Stdout: stdout, Stderr: stderr})
+	if err != nil && code == ExitOK {
+		code = ExitFailed
+	}
+	asJSON := output != nil && *output == "json"
+	if res == nil && err != nil && asJSON {
+		// A script reading stdout reads the failure, not an empty stream.
+		res = failure{OK: false, Error: err.Error(), ExitCode: code}
+	}
 	if res != nil {
-		if werr := write(stdout, res, output != nil && *output == "json"); werr != nil {
+		if werr := write(stdout, res, asJSON); werr != nil {
 			fprintf(stderr, "dedup %s: writing the answer: %v\n", c.Name, werr)
 			return max(code, ExitFailed)
 		}
 	}
 	if err != nil {
 		fprintf(stderr, "dedup %s: %v\n", c.Name, err)
-		if code == ExitOK {
-			code = ExitFailed
-		}
 	}
 	return code
+}
+
+// failure is what a command that prints data writes with --output json
+// when it fails without an answer: the error (also on stderr) and the
+// exit code.
+type failure struct {
+	OK       bool   `json:"ok"`
+	Error    string `json:"error"`
+	ExitCode int    `json:"exit_code"`
 }
 
 func write(w io.Writer, res any, asJSON bool) error {

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"strings"
 	"testing"
@@ -86,5 +88,35 @@ func TestDoubleDashEndsTheFlags(t *testing.T) {
 	fs.String("output", "", "")
 	if got := strings.Join(Interleave(fs, []string{"wid", "--output", "json", "--", "--output"}), " "); got != "--output json -- wid --output" {
 		t.Errorf("interleave: %s", got)
+	}
+}
+
+// With --output json, what a command prints on stdout is JSON also when
+// it fails without an answer (a config that does not load, a refusal):
+// one object naming the error and the exit code, so that a script reading
+// stdout (`dedup validate --output json | jq .ok`) reads a failure, not
+// an empty stream that jq takes for success. The text on stderr stays.
+func TestOutputJSONIsJSONAlsoOnError(t *testing.T) {
+	tab := Table{{Name: "check", Summary: "checks", Example: "dedup check", Output: true, Flags: func(*flag.FlagSet) Run {
+		return func(context.Context, Invocation) (any, int, error) {
+			return nil, ExitUsage, errors.New("kafka.brokers: empty")
+		}
+	}}}
+	var out, errOut strings.Builder
+	code := tab.Main(context.Background(), []string{"check", "--output", "json"}, &out, &errOut)
+	var got struct {
+		OK       *bool  `json:"ok"`
+		Error    string `json:"error"`
+		ExitCode int    `json:"exit_code"`
+	}
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil || got.OK == nil || *got.OK || got.Error != "kafka.brokers: empty" || got.ExitCode != ExitUsage {
+		t.Errorf("dedup check --output json failing: stdout %q (%v), want {\"ok\": false, \"error\": \"kafka.brokers: empty\", \"exit_code\": 2}", out.String(), err)
+	}
+	if code != ExitUsage || !strings.Contains(errOut.String(), "dedup check: kafka.brokers: empty") {
+		t.Errorf("exit code %d, stderr %q; want 2 and the error", code, errOut.String())
+	}
+	out.Reset()
+	if tab.Main(context.Background(), []string{"check"}, &out, &errOut); out.String() != "" {
+		t.Errorf("dedup check (text) failing printed %q on stdout, want nothing", out.String())
 	}
 }
