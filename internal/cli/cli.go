@@ -103,6 +103,10 @@ func (t Table) Main(ctx context.Context, args []string, stdout, stderr io.Writer
 			return ExitOK
 		}
 		c, rest := t.Find(args[1:])
+		if g := t.group(args[1]); c == nil && len(args) == 2 && len(g) > 0 {
+			g.writeList(stdout, "commands of dedup "+args[1]+":")
+			return ExitOK
+		}
 		if c == nil || len(rest) > 0 {
 			fprintf(stderr, "dedup help: unknown command %q\n\n", strings.Join(args[1:], " "))
 			t.WriteUsage(stderr)
@@ -113,6 +117,21 @@ func (t Table) Main(ctx context.Context, args []string, stdout, stderr io.Writer
 		return ExitOK
 	}
 	c, rest := t.Find(args)
+	if g := t.group(args[0]); c == nil && len(g) > 0 {
+		// A group word: its --help lists its commands; alone, or with a
+		// word none of them has, it is a usage error naming them.
+		if len(args) == 2 && slices.Contains([]string{"-h", "-help", "--help"}, args[1]) {
+			g.writeList(stdout, "commands of dedup "+args[0]+":")
+			return ExitOK
+		}
+		if len(args) == 1 {
+			fprintf(stderr, "dedup %s: a command is needed\n\n", args[0])
+		} else {
+			fprintf(stderr, "dedup %s: unknown command %q\n\n", args[0], args[1])
+		}
+		g.writeList(stderr, "commands of dedup "+args[0]+":")
+		return ExitUsage
+	}
 	if c == nil {
 		fprintf(stderr, "dedup: unknown command %q\n\n", strings.Join(args[:min(len(args), 2)], " "))
 		t.WriteUsage(stderr)
@@ -134,6 +153,34 @@ func (t Table) WriteUsage(w io.Writer) {
 	}
 	b.WriteString("\n'dedup COMMAND --help' (or 'dedup help COMMAND') shows a command's flags and an example.\n")
 	b.WriteString(ExitCodes)
+	_, _ = io.WriteString(w, b.String())
+}
+
+// group is the commands whose name is word and one more word ("schedule":
+// "schedule pause", "schedule resume"); none for a word that is no
+// group's.
+func (t Table) group(word string) Table {
+	var g Table
+	for _, c := range t {
+		if strings.HasPrefix(c.Name, word+" ") {
+			g = append(g, c)
+		}
+	}
+	return g
+}
+
+// writeList lists t's commands under title, with their summaries.
+func (t Table) writeList(w io.Writer, title string) {
+	var b strings.Builder
+	b.WriteString(title + "\n")
+	width := 0
+	for _, c := range t {
+		width = max(width, len(c.Name))
+	}
+	for _, c := range t {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, c.Name, c.Summary)
+	}
+	b.WriteString("\n'dedup COMMAND --help' shows a command's flags and an example.\n")
 	_, _ = io.WriteString(w, b.String())
 }
 

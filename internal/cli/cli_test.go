@@ -120,3 +120,27 @@ func TestOutputJSONIsJSONAlsoOnError(t *testing.T) {
 		t.Errorf("dedup check (text) failing printed %q on stdout, want nothing", out.String())
 	}
 }
+
+// The first word of two-word commands ("schedule", "ledger") is not a
+// command, but `dedup help` lists it: `dedup help schedule` and `dedup
+// schedule --help` list its commands (exit code 0), and `dedup schedule`
+// alone names them in a usage error (2), rather than calling a word the
+// usage shows an unknown command.
+func TestGroupWordListsItsCommands(t *testing.T) {
+	tab := Table{{Name: "schedule pause", Summary: "pause a trigger"}, {Name: "schedule resume", Summary: "resume a trigger"}, {Name: "run", Summary: "run"}}
+	for _, args := range [][]string{{"help", "schedule"}, {"schedule", "--help"}} {
+		var out, errOut strings.Builder
+		code := tab.Main(context.Background(), args, &out, &errOut)
+		if code != ExitOK || !strings.Contains(out.String(), "schedule pause") || !strings.Contains(out.String(), "schedule resume") || strings.Contains(out.String(), "  run ") {
+			t.Errorf("dedup %s: exit code %d, stdout %q, stderr %q; want 0 and the two schedule commands only", strings.Join(args, " "), code, out.String(), errOut.String())
+		}
+	}
+	var out, errOut strings.Builder
+	if code := tab.Main(context.Background(), []string{"schedule"}, &out, &errOut); code != ExitUsage || strings.Contains(errOut.String(), "unknown command") ||
+		!strings.Contains(errOut.String(), "schedule pause") {
+		t.Errorf("dedup schedule: exit code %d, stderr %q; want 2 naming the schedule commands", code, errOut.String())
+	}
+	if code := tab.Main(context.Background(), []string{"schedule", "frobnicate"}, &out, &errOut); code != ExitUsage {
+		t.Errorf("dedup schedule frobnicate: exit code %d, want 2", code)
+	}
+}
