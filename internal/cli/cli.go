@@ -124,12 +124,12 @@ func (t Table) Main(ctx context.Context, args []string, stdout, stderr io.Writer
 			g.writeList(stdout, "commands of dedup "+args[0]+":")
 			return ExitOK
 		}
-		if len(args) == 1 {
+		if len(args) == 1 || strings.HasPrefix(args[1], "-") {
 			fprintf(stderr, "dedup %s: a command is needed\n\n", args[0])
 		} else {
 			fprintf(stderr, "dedup %s: unknown command %q\n\n", args[0], args[1])
 		}
-		g.writeList(stderr, "commands of dedup "+args[0]+":")
+		g.writeList(stderr, "usage: dedup "+args[0]+" COMMAND [flags] [arguments]\n\ncommands:")
 		return ExitUsage
 	}
 	if c == nil {
