@@ -2,6 +2,7 @@ package processor
 
 import (
 	"crypto/tls"
+	"errors"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -51,4 +52,23 @@ func (c *Config) ClientOpts() ([]kgo.Opt, error) {
 		tlsFor = files.ClientConfig
 	}
 	return append(opts, kgo.Dialer(dialguard.KafkaDialer(tlsFor, m != nil, c.AllowInsecure))), nil
+}
+
+// checkCallerDialer refuses a kgo.Dialer among a caller's options when
+// the config turns TLS on: the caller's dialer would replace the dial
+// that does the config's TLS (ClientOpts), and the client would speak
+// plaintext to brokers the config says are reached over TLS. A dialer
+// among opts is found as dialguard finds one: franz-go refuses a non-nil
+// kgo.Dialer beside kgo.DialTLSConfig.
+func (c *Config) checkCallerDialer(opts []kgo.Opt) error {
+	if !c.TLS.On() || len(opts) == 0 {
+		return nil
+	}
+	probe, err := kgo.NewClient(append(append([]kgo.Opt(nil), opts...), kgo.DialTLSConfig(&tls.Config{}))...)
+	if err != nil {
+		return errors.New("kafka.tls is on and Options.KafkaOpts sets a kgo.Dialer, which would dial without it: " +
+			"leave kafka.tls off and do TLS in the dialer, or drop the dialer")
+	}
+	probe.Close()
+	return nil
 }

@@ -2,6 +2,8 @@ package processor_test
 
 import (
 	"context"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
+	"github.com/dedupio/dedup/connect/clienttls"
 	"github.com/dedupio/dedup/connect/kafkasasl"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
@@ -73,6 +76,37 @@ func TestNewAppliesTheConfigsSASL(t *testing.T) {
 			t.Fatalf("the router committed nothing in a minute (SASL not applied?): %v", err)
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// A stranger's Config.TLS is never silently dropped: a kgo.Dialer of
+// Options.KafkaOpts (a timeout, a proxy) replaces the dial that does the
+// config's TLS, so the router would speak plaintext to brokers the config
+// says are reached over TLS. New refuses the pair, naming kafka.tls,
+// rather than start a client whose TLS setting was validated and then
+// ignored.
+func TestNewRefusesADialerThatWouldDropTheConfigsTLS(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "events", "events.dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cfg := processor.DefaultConfig()
+	cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = c.ListenAddrs(), "stranger-group", []string{"events"}, "earliest"
+	cfg.Routes = decide.Routes{{ID: "a", Match: decide.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
+	cfg.TLS = clienttls.Config{Enabled: true}
+	led, _ := processor.NewFakeLedger()
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	r, err := processor.New(cfg, processor.Options{Ledger: led, DeadLetterLog: noDeadLetters{}, Starter: noStarts{},
+		KafkaOpts: []kgo.Opt{kgo.Dialer(dialer.DialContext)}})
+	if err == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = r.Run(ctx)
+		t.Fatal("processor.New with kafka.tls on and a kgo.Dialer of KafkaOpts: no error, the client dials without the config's TLS")
+	}
+	if !strings.Contains(err.Error(), "kafka.tls") {
+		t.Errorf("processor.New: %v, want an error naming kafka.tls", err)
 	}
 }
 

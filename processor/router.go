@@ -144,6 +144,9 @@ func New(cfg Config, o Options) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka client: %w", err)
 	}
+	if err := cfg.checkCallerDialer(extra); err != nil {
+		return nil, fmt.Errorf("creating kafka client: %w", err)
+	}
 	kopts = append(append(kopts, []kgo.Opt{
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),

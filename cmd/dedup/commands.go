@@ -94,7 +94,10 @@ func commands() cli.Table {
 			Example: "dedup version --output json",
 			Output:  true,
 			Flags: func(*flag.FlagSet) cli.Run {
-				return func(context.Context, cli.Invocation) (any, int, error) {
+				return func(_ context.Context, inv cli.Invocation) (any, int, error) {
+					if len(inv.Args) > 0 {
+						return nil, cli.ExitUsage, fmt.Errorf("unexpected arguments %q (flags only)", inv.Args)
+					}
 					v, c := app.BuildVersion()
 					return versionAnswer{Version: v, Commit: c, Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}, 0, nil
 				}

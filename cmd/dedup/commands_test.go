@@ -79,3 +79,13 @@ func TestVersionOutputJSONParses(t *testing.T) {
 		t.Errorf("--output yaml: %d %q, want 2 naming it", code, errOut)
 	}
 }
+
+// `dedup version` takes no arguments: one it was given is a usage error
+// naming it (exit code 2), as for every other command that takes none,
+// rather than an answer that ignored part of the command line.
+func TestVersionRefusesArguments(t *testing.T) {
+	code, out, errOut := dedup("version", "extra")
+	if code != 2 || out != "" || !strings.Contains(errOut, `"extra"`) {
+		t.Errorf("dedup version extra: exit code %d, stdout %q, stderr %q; want 2 naming \"extra\"", code, out, errOut)
+	}
+}

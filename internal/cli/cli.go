@@ -2,7 +2,9 @@
 // line names (one word, or two: "schedule pause", "ledger stats"), parses
 // that command's own flags, answers --help with the command's usage and
 // example, writes what the command returns as text or, with --output json,
-// as JSON, and turns the outcome into an exit code.
+// as JSON (a failure without an answer as {"ok": false, "error": ...,
+// "exit_code": ...}, the error on stderr too), and turns the outcome into
+// an exit code. `--` ends the flags.
 //
 // The table itself is cmd/dedup's; every usage text dedup prints is
 // generated here from it, so a command's help exists once.
@@ -101,6 +103,10 @@ func (t Table) Main(ctx context.Context, args []string, stdout, stderr io.Writer
 			return ExitOK
 		}
 		c, rest := t.Find(args[1:])
+		if g := t.group(args[1]); c == nil && len(args) == 2 && len(g) > 0 {
+			g.writeList(stdout, "commands of dedup "+args[1]+":")
+			return ExitOK
+		}
 		if c == nil || len(rest) > 0 {
 			fprintf(stderr, "dedup help: unknown command %q\n\n", strings.Join(args[1:], " "))
 			t.WriteUsage(stderr)
@@ -111,6 +117,21 @@ func (t Table) Main(ctx context.Context, args []string, stdout, stderr io.Writer
 		return ExitOK
 	}
 	c, rest := t.Find(args)
+	if g := t.group(args[0]); c == nil && len(g) > 0 {
+		// A group word: its --help lists its commands; alone, or with a
+		// word none of them has, it is a usage error naming them.
+		if len(args) == 2 && slices.Contains([]string{"-h", "-help", "--help"}, args[1]) {
+			g.writeList(stdout, "commands of dedup "+args[0]+":")
+			return ExitOK
+		}
+		if len(args) == 1 || strings.HasPrefix(args[1], "-") {
+			fprintf(stderr, "dedup %s: a command is needed\n\n", args[0])
+		} else {
+			fprintf(stderr, "dedup %s: unknown command %q\n\n", args[0], args[1])
+		}
+		g.writeList(stderr, "usage: dedup "+args[0]+" COMMAND [flags] [arguments]\n\ncommands:")
+		return ExitUsage
+	}
 	if c == nil {
 		fprintf(stderr, "dedup: unknown command %q\n\n", strings.Join(args[:min(len(args), 2)], " "))
 		t.WriteUsage(stderr)
@@ -132,6 +153,34 @@ func (t Table) WriteUsage(w io.Writer) {
 	}
 	b.WriteString("\n'dedup COMMAND --help' (or 'dedup help COMMAND') shows a command's flags and an example.\n")
 	b.WriteString(ExitCodes)
+	_, _ = io.WriteString(w, b.String())
+}
+
+// group is the commands whose name is word and one more word ("schedule":
+// "schedule pause", "schedule resume"); none for a word that is no
+// group's.
+func (t Table) group(word string) Table {
+	var g Table
+	for _, c := range t {
+		if strings.HasPrefix(c.Name, word+" ") {
+			g = append(g, c)
+		}
+	}
+	return g
+}
+
+// writeList lists t's commands under title, with their summaries.
+func (t Table) writeList(w io.Writer, title string) {
+	var b strings.Builder
+	b.WriteString(title + "\n")
+	width := 0
+	for _, c := range t {
+		width = max(width, len(c.Name))
+	}
+	for _, c := range t {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, c.Name, c.Summary)
+	}
+	b.WriteString("\n'dedup COMMAND --help' shows a command's flags and an example.\n")
 	_, _ = io.WriteString(w, b.String())
 }
 
@@ -200,19 +249,33 @@ func (c *Command) main(ctx context.Context, args []string, stdout, stderr io.Wri
 		return ExitUsage
 	}
 	res, code, err := run(ctx, Invocation{Args: fs.Args(), Stdout: stdout, Stderr: stderr})
+	if err != nil && code == ExitOK {
+		code = ExitFailed
+	}
+	asJSON := output != nil && *output == "json"
+	if res == nil && err != nil && asJSON {
+		// A script reading stdout reads the failure, not an empty stream.
+		res = failure{OK: false, Error: err.Error(), ExitCode: code}
+	}
 	if res != nil {
-		if werr := write(stdout, res, output != nil && *output == "json"); werr != nil {
+		if werr := write(stdout, res, asJSON); werr != nil {
 			fprintf(stderr, "dedup %s: writing the answer: %v\n", c.Name, werr)
 			return max(code, ExitFailed)
 		}
 	}
 	if err != nil {
 		fprintf(stderr, "dedup %s: %v\n", c.Name, err)
-		if code == ExitOK {
-			code = ExitFailed
-		}
 	}
 	return code
+}
+
+// failure is what a command that prints data writes with --output json
+// when it fails without an answer: the error (also on stderr) and the
+// exit code.
+type failure struct {
+	OK       bool   `json:"ok"`
+	Error    string `json:"error"`
+	ExitCode int    `json:"exit_code"`
 }
 
 func write(w io.Writer, res any, asJSON bool) error {
@@ -235,12 +298,15 @@ func write(w io.Writer, res any, asJSON bool) error {
 
 // Interleave moves flags after a positional argument to the front, so
 // that `dedup inspect WORKFLOW_ID --output json` parses as the help says.
+// `--` ends the flags: it stays between them and the positional
+// arguments, so that what follows it is never parsed as a flag.
 func Interleave(fs *flag.FlagSet, args []string) []string {
 	var flags, pos []string
+	end := false
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
-			pos = append(pos, args[i+1:]...)
+			pos, end = append(pos, args[i+1:]...), true
 			break
 		}
 		if !strings.HasPrefix(a, "-") || a == "-" {
@@ -259,6 +325,9 @@ func Interleave(fs *flag.FlagSet, args []string) []string {
 				flags = append(flags, args[i])
 			}
 		}
+	}
+	if end {
+		flags = append(flags, "--")
 	}
 	return append(flags, pos...)
 }

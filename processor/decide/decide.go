@@ -81,11 +81,18 @@ type Decider struct {
 	values ValueReader // nil: no values in a registry's wire format (values.go)
 }
 
-// NewDecider builds the decider of cfg, which must have been validated
-// (Config.Validate fills the routes' defaults). It reads the tenant
-// keyring (TenantKeysFile, unless TenantKeys is given): the one file a
-// Decider reads, again when it changes.
+// NewDecider builds the decider of cfg. It validates a copy of the
+// routes (Routes.Validate fills their defaults, as the router's config
+// does), and takes the routers' defaults for the fields left zero
+// (MaxValueBytes: DefaultMaxValueBytes; NoRoute: "skip"), so that a
+// Decider built from the routers' sections decides as the router does; a
+// bad field is an error naming it. It reads the tenant keyring
+// (TenantKeysFile, unless TenantKeys is given): the one file a Decider
+// reads, again when it changes.
 func NewDecider(cfg Config) (*Decider, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
 	dec, err := eventid.NewDecoder(cfg.EventID)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,68 @@
+package decide_test
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/processor/eventid"
+)
+
+// A Decider is the router's decision, whoever builds it: a stranger who
+// fills a decide.Config from the routers' config file by hand (routes as
+// read, not validated; max_value_bytes and no_route left out, as the
+// file may leave them) gets the router's decision for every record, or
+// an error naming the field, never a decider that silently disagrees
+// (every record dead-lettered as oversized, a route's defaults missing).
+func TestNewDeciderDecidesAsTheRouterOrNamesTheField(t *testing.T) {
+	raw := decide.Routes{
+		{ID: "confirm", Match: decide.Match{Type: "order.created"}, WorkflowType: "ConfirmOrder", TaskQueue: "orders"},
+		{ID: "track", Mode: decide.ModeSignal, Match: decide.Match{Type: "order.created"}, WorkflowType: "Order", TaskQueue: "orders",
+			WorkflowIDTemplate: "order-{data.order_id}"},
+	}
+	// The router's: routes validated, its defaults (1 MiB, skip).
+	routed := slices.Clone(raw)
+	if err := routed.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	router, err := decide.NewDecider(decide.Config{EventID: eventid.DefaultConfig(), Routes: routed, MaxValueBytes: 1 << 20, NoRoute: "skip"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := decide.NewDecider(decide.Config{EventID: eventid.DefaultConfig(), Routes: slices.Clone(raw)})
+	if err != nil {
+		t.Fatalf("a config with the file's defaults left out: %v", err)
+	}
+	for _, value := range []string{
+		`{"specversion":"1.0","id":"e-1","type":"order.created","source":"shop","data":{"order_id":"o-7"}}`,
+		`{"specversion":"1.0","id":"e-2","type":"order.shipped","source":"shop","data":{}}`,
+	} {
+		kr := &kgo.Record{Topic: "events", Partition: 1, Offset: 42, Value: []byte(value)}
+		want, got := router.Decide(kr), stranger.Decide(kr)
+		if got.DeadLetter != want.DeadLetter || got.NoRoute != want.NoRoute || !reflect.DeepEqual(got.Intents, want.Intents) {
+			t.Fatalf("%s: the stranger's decider: dead letter %q, no route %v, intents %+v (%v); the router's: %q, %v, %+v",
+				value, got.DeadLetter, got.NoRoute, got.Intents, got.Err, want.DeadLetter, want.NoRoute, want.Intents)
+		}
+		for j := range want.Intents {
+			if g, w := got.Start(j), want.Start(j); !reflect.DeepEqual(g, w) {
+				t.Errorf("%s: start %d: the stranger's %+v, the router's %+v", value, j, g, w)
+			}
+		}
+	}
+	for _, c := range []struct {
+		field string
+		cfg   decide.Config
+	}{
+		{"MaxValueBytes", decide.Config{EventID: eventid.DefaultConfig(), Routes: slices.Clone(raw), MaxValueBytes: -1}},
+		{"NoRoute", decide.Config{EventID: eventid.DefaultConfig(), Routes: slices.Clone(raw), NoRoute: "drop"}},
+		{"routes[0].task_queue", decide.Config{EventID: eventid.DefaultConfig(), Routes: decide.Routes{{ID: "x", Match: decide.Match{Type: "*"}, WorkflowType: "W"}}}},
+	} {
+		if _, err := decide.NewDecider(c.cfg); err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("NewDecider with a bad %s: %v, want an error naming it", c.field, err)
+		}
+	}
+}
