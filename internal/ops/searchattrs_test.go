@@ -48,3 +48,32 @@ func TestExplainPrintsTheTemporalQueriesThatFindTheRecordsWorkflows(t *testing.T
 		t.Fatalf("queries with search_attributes off: %v, want one WorkflowId per workflow", got)
 	}
 }
+
+// An event ID longer than a Keyword (sink/starter leaves it out of the
+// run's DedupEventId: the default event_id.max_id_length of 256 allows
+// one byte more) is not looked for by DedupEventId, which would find
+// nothing: its workflows are found by their workflow IDs, and the record
+// by its coordinates.
+func TestExplainFindsTheWorkflowsOfAnEventIDLongerThanAKeywordByTheirIDs(t *testing.T) {
+	f := newFixture(t)
+	tl := f.tool()
+	id := strings.Repeat("k", 256)
+	if starter.KeywordFits(id) {
+		t.Fatalf("an event ID of %d bytes fits a Keyword: the test needs a longer one", len(id))
+	}
+	r := f.produce(0, order(id, "1"))
+	f.route(tl, r, true)
+	ex, _, _ := tl.Explain(context.Background(), Query{Topic: r.Topic, Partition: &r.Partition, Offset: &r.Offset})
+	byWorkflowID := 0
+	for _, q := range ex.TemporalQueries {
+		if strings.Contains(q.Query, starter.AttrEventID) {
+			t.Errorf("explain prints %s, which finds no run: the run carries no %s of %d bytes", q.Query, starter.AttrEventID, len(id))
+		}
+		if strings.HasPrefix(q.Query, "WorkflowId = ") {
+			byWorkflowID++
+		}
+	}
+	if byWorkflowID != len(ex.Workflows) || byWorkflowID == 0 {
+		t.Errorf("queries %+v: want one WorkflowId query for each of the %d workflows", ex.TemporalQueries, len(ex.Workflows))
+	}
+}

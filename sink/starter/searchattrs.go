@@ -59,6 +59,11 @@ const (
 // workflow ID still holds it.
 const maxKeywordBytes = 255
 
+// KeywordFits reports whether v is sent as a Keyword attribute: not
+// empty, and no longer than maxKeywordBytes. An event ID that does not
+// fit is not on its run, so nothing finds the run by it.
+func KeywordFits(v string) bool { return v != "" && len(v) <= maxKeywordBytes }
+
 // SearchAttribute is one attribute of the contract: its name and type.
 type SearchAttribute struct {
 	Name string
@@ -124,7 +129,7 @@ func (m SearchAttributesMode) validate() error {
 func EncodeSearchAttributes(req decide.StartRequest) (*commonpb.SearchAttributes, error) {
 	vals := map[string]any{}
 	keyword := func(name, v string) {
-		if v != "" && len(v) <= maxKeywordBytes {
+		if KeywordFits(v) {
 			vals[name] = v
 		}
 	}
