@@ -245,17 +245,24 @@ func CheckSearchAttributes(ctx context.Context, ops operatorservice.OperatorServ
 	return nil
 }
 
-// searchAttributeUndefined reports whether err is Temporal refusing a
-// start because the namespace does not define one of its search
-// attributes (the server's validator: "search attribute X is not
-// defined", InvalidArgument). It is a property of the namespace, not of
-// the record: every start meets it until an operator creates the
-// attribute (or turns them off), so it waits (Permanent) rather than
-// dead-lettering the stream; start-up checks for it first.
-func searchAttributeUndefined(err error) bool {
+// namespaceRefusesSearchAttributes reports whether err is Temporal
+// refusing a start for the namespace's search attributes rather than for
+// the record: one of dedup's is not defined (the server's validator:
+// "search attribute X is not defined"), or is defined with another type
+// than the contract's ("invalid value for search attribute X of type
+// Y: v": dedup's values are always of the contract's types, so the
+// refusal is the namespace's). Both InvalidArgument. Every start meets it
+// until an operator creates or fixes the attribute (or turns them off),
+// so it waits (not Permanent) rather than dead-lettering the stream;
+// start-up checks for it first.
+func namespaceRefusesSearchAttributes(err error) bool {
 	var inv *serviceerror.InvalidArgument
-	return errors.As(err, &inv) && strings.HasPrefix(inv.Message, "search attribute ") &&
-		strings.HasSuffix(inv.Message, " is not defined")
+	if !errors.As(err, &inv) {
+		return false
+	}
+	m := inv.Message
+	return strings.HasPrefix(m, "search attribute ") && strings.HasSuffix(m, " is not defined") ||
+		strings.HasPrefix(m, "invalid value for search attribute Dedup")
 }
 
 // searchAttributes is req's search attributes, or nil when they are off.
