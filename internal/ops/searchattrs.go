@@ -19,8 +19,8 @@ type TemporalQuery struct {
 // temporalQueries is how an operator finds ex's workflows in Temporal:
 // by the search attributes dedup records with every run it starts
 // (sink/starter/searchattrs.go) when temporal.search_attributes is not
-// off: the event ID (by workflow ID when it is too long to be one), and
-// the record's coordinates; an entity workflow of
+// off: the event ID (by workflow ID when it is too long to be one, and
+// by workflow ID too under auto), and the record's coordinates; an entity workflow of
 // a signal route (which carries DedupRoute only) and every workflow when
 // the attributes are off, by its workflow ID. One query per namespace of
 // the record's routes.
@@ -51,13 +51,16 @@ func temporalQueries(cfg config.Config, ex *Explanation) []TemporalQuery {
 			Command: fmt.Sprintf("temporal workflow list --namespace %s --query %s", namespace, shellQuote(query))})
 	}
 	// An event ID too long for a Keyword is not on its runs
-	// (starter.KeywordFits): they are found by their IDs.
+	// (starter.KeywordFits), and under auto the runs carry the attributes
+	// only if every namespace had them at the router's start-up, which
+	// explain cannot know: they are found by their IDs.
 	byEventID := starter.KeywordFits(eventID)
+	auto := cfg.Temporal.SearchAttributes == starter.SearchAttributesAuto
 	for _, wf := range ex.Workflows {
 		switch {
 		case wf.EntityWorkflowID != "":
 			add(ns(wf), "WorkflowId = "+literal(wf.EntityWorkflowID))
-		case !attrs, !byEventID:
+		case !attrs, !byEventID, auto:
 			add(ns(wf), "WorkflowId = "+literal(wf.WorkflowID))
 		}
 	}

@@ -77,3 +77,28 @@ func TestExplainFindsTheWorkflowsOfAnEventIDLongerThanAKeywordByTheirIDs(t *test
 		t.Errorf("queries %+v: want one WorkflowId query for each of the %d workflows", ex.TemporalQueries, len(ex.Workflows))
 	}
 }
+
+// Under temporal.search_attributes: auto the router sends the attributes
+// only if every namespace had them all at its start-up, which explain
+// cannot know: each workflow is also found by its workflow ID, a query
+// that finds it either way.
+func TestExplainUnderAutoFindsTheWorkflowsByTheirIDsToo(t *testing.T) {
+	f := newFixture(t)
+	tl := f.tool()
+	tl.cfg.Temporal.SearchAttributes = starter.SearchAttributesAuto
+	r := f.produce(0, order("auto-1", "1"))
+	f.route(tl, r, true)
+	ex, _, _ := tl.Explain(context.Background(), Query{Topic: r.Topic, Partition: &r.Partition, Offset: &r.Offset})
+	found := map[string]bool{}
+	for _, q := range ex.TemporalQueries {
+		found[q.Query] = true
+	}
+	for _, wf := range ex.Workflows {
+		if q := "WorkflowId = " + literal(wf.WorkflowID); !found[q] {
+			t.Errorf("no %s among %+v: under auto the runs may carry no search attributes", q, ex.TemporalQueries)
+		}
+	}
+	if len(ex.Workflows) == 0 || !found[starter.AttrEventID+` = "auto-1"`] {
+		t.Errorf("queries %+v: want the event ID's as well", ex.TemporalQueries)
+	}
+}
