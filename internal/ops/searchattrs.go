@@ -48,7 +48,7 @@ func temporalQueries(cfg config.Config, ex *Explanation) []TemporalQuery {
 			}
 		}
 		out = append(out, TemporalQuery{Namespace: namespace, Query: query,
-			Command: fmt.Sprintf("temporal workflow list --namespace %s --query %s", namespace, shellQuote(query))})
+			Command: fmt.Sprintf("temporal workflow list --namespace %s --query %s", shellWord(namespace), shellQuote(query))})
 	}
 	// An event ID too long for a Keyword is not on its runs
 	// (starter.KeywordFits), and under auto the runs carry the attributes
@@ -86,6 +86,16 @@ func temporalQueries(cfg config.Config, ex *Explanation) []TemporalQuery {
 // quotes, with backslash escapes.
 func literal(s string) string {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+}
+
+// shellWord is s as one POSIX shell word: as it is when it holds only
+// characters no shell treats specially (a namespace's usual name),
+// quoted otherwise.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == "" {
+		return s
+	}
+	return shellQuote(s)
 }
 
 // shellQuote is s as one POSIX shell word.

@@ -102,3 +102,25 @@ func TestExplainUnderAutoFindsTheWorkflowsByTheirIDsToo(t *testing.T) {
 		t.Errorf("queries %+v: want the event ID's as well", ex.TemporalQueries)
 	}
 }
+
+// The printed command is one shell word per argument whatever the
+// configuration holds: a namespace is quoted as the query is.
+func TestExplainQuotesTheNamespaceOfThePrintedCommand(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.Routes[1].Namespace = "crm ns;$(id)"
+	tl := f.tool()
+	r := f.produce(0, order("ns-1", "1"))
+	f.route(tl, r, true)
+	ex, _, _ := tl.Explain(context.Background(), Query{Topic: r.Topic, Partition: &r.Partition, Offset: &r.Offset})
+	want := "temporal workflow list --namespace 'crm ns;$(id)' --query "
+	var found bool
+	for _, q := range ex.TemporalQueries {
+		found = found || strings.HasPrefix(q.Command, want)
+		if strings.Contains(q.Command, "--namespace crm") {
+			t.Errorf("the namespace is not quoted: %s", q.Command)
+		}
+	}
+	if !found {
+		t.Errorf("no command starts %q: %+v", want, ex.TemporalQueries)
+	}
+}
