@@ -12,6 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -21,6 +24,7 @@ import (
 	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/schedule"
+	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/starter"
 )
 
@@ -261,5 +265,50 @@ func TestEntityWorkflowsCarryTheirRouteOnly(t *testing.T) {
 	}
 	if got := e.findWorkflows(`DedupRoute = "entities"`, 1); len(got) != 1 || got[0] != "ent-x" {
 		t.Fatalf(`DedupRoute = "entities" found %v, want [ent-x]`, got)
+	}
+}
+
+// A namespace that has one of dedup's search attributes with another
+// type (created by hand, or removed and created again after start-up
+// checked it; or never checked: an API key that may not list them)
+// refuses every start that carries it ("invalid value for search
+// attribute DedupKafkaOffset of type Keyword"). That is the namespace's,
+// not the record's, as an undefined attribute is: the start waits for an
+// operator (not permanent) rather than dead-lettering every record.
+func TestSearchAttributeOfAnotherTypeWaitsForTheNamespace(t *testing.T) {
+	ctx := context.Background()
+	ns := fmt.Sprintf("sa-wrong-type-%d", time.Now().UnixNano())
+	if err := registerBareNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvIn(t, 1, ns)
+	attrs := map[string]enumspb.IndexedValueType{}
+	for _, a := range starter.SearchAttributes() {
+		attrs[a.Name] = a.Type
+	}
+	attrs[starter.AttrKafkaOffset] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
+	if _, err := e.tc.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+		Namespace: ns, SearchAttributes: attrs}); err != nil {
+		t.Fatal(err)
+	}
+	st := starter.New(e.tc, starter.Config{Namespace: ns, StartTimeout: 10 * time.Second})
+	req := decide.StartRequest{WorkflowID: "activity-a:evt-1", WorkflowType: "RunActivityWorkflow", TaskQueue: "nobody",
+		ReusePolicy: decide.ReuseRejectDuplicate, Input: schemas.WorkflowInput{EventID: "evt-1", ActivityID: "a", IDRule: "field"},
+		Record: &decide.RecordRef{Topic: e.topic, Partition: 0, Offset: 7}}
+	// The namespace and its attributes reach the frontend's caches within
+	// seconds; the bound is 30 s.
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		_, err = st.Start(ctx, req)
+		var nf *serviceerror.NamespaceNotFound
+		if err == nil || !errors.As(err, &nf) && !strings.Contains(err.Error(), "is not defined") {
+			break
+		}
+	}
+	if err == nil {
+		t.Fatalf("a run started with %s = 7 in a namespace where it is a Keyword", starter.AttrKafkaOffset)
+	}
+	if starter.IsPermanent(err) {
+		t.Fatalf("%v is permanent: every record would be dead-lettered until an operator fixes the namespace", err)
 	}
 }

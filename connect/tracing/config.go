@@ -12,8 +12,11 @@ package tracing
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
+
+	"github.com/dedupio/dedup/connect/dialguard"
 )
 
 // Config is the `tracing:` section of dedup run, ingress and worker.
@@ -43,6 +46,12 @@ type OTLP struct {
 	// HeadersFile holds request headers (an API key: "name: value" per
 	// line), read at start; a vendor's collector endpoint needs one.
 	HeadersFile string `yaml:"headers_file"`
+	// AllowInsecure lets the headers file's credential go to a collector
+	// off this machine in plaintext (Insecure). Without it that is refused
+	// at start, as kafka.allow_insecure and temporal.allow_insecure do; a
+	// collector on this machine (localhost, a loopback IP: a sidecar's
+	// port-forward) needs neither.
+	AllowInsecure bool `yaml:"allow_insecure"`
 }
 
 // Exporters.
@@ -77,11 +86,21 @@ func (c Config) Validate() error {
 	if c.OTLP.Endpoint == "" {
 		return errors.New("tracing.otlp.endpoint: empty (host:port of an OTLP gRPC collector) with tracing.exporter: otlp")
 	}
+	hostPort := c.OTLP.Endpoint
 	if strings.Contains(c.OTLP.Endpoint, "://") {
 		u, err := url.Parse(c.OTLP.Endpoint)
 		if err != nil || u.Host == "" {
 			return fmt.Errorf("tracing.otlp.endpoint: %q: want host:port", c.OTLP.Endpoint)
 		}
+		hostPort = u.Host
+	}
+	host := hostPort
+	if h, _, err := net.SplitHostPort(hostPort); err == nil {
+		host = h
+	}
+	if c.OTLP.Insecure && c.OTLP.HeadersFile != "" && !c.OTLP.AllowInsecure && !dialguard.LoopbackHost(host) {
+		return fmt.Errorf("tracing.otlp.insecure: tracing.otlp.headers_file's credential would go to %s (not this machine) in plaintext: "+
+			"drop insecure (TLS that verifies the collector), or accept the risk with tracing.otlp.allow_insecure: true", host)
 	}
 	return nil
 }

@@ -30,3 +30,25 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		t.Errorf("a valid section: %v", err)
 	}
 }
+
+// A headers file holds a credential (a vendor's API key): with
+// otlp.insecure it would go in plaintext, which is refused for a collector
+// off this machine unless tracing.otlp.allow_insecure accepts the risk,
+// as for Kafka, Temporal, PostgreSQL and the Schema Registry.
+func TestConfigRefusesACredentialInPlaintextOffThisMachine(t *testing.T) {
+	cfg := Config{Exporter: ExporterOTLP, OTLP: OTLP{Endpoint: "collector.example.com:4317", Insecure: true, HeadersFile: "/run/secrets/otlp"}}
+	if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), "tracing.otlp.insecure") || !strings.Contains(err.Error(), "tracing.otlp.allow_insecure") {
+		t.Fatalf("headers_file over plaintext to collector.example.com: %v, want an error naming tracing.otlp.insecure and allow_insecure", err)
+	}
+	for _, ok := range []OTLP{
+		{Endpoint: "collector.example.com:4317", Insecure: true, HeadersFile: "/run/secrets/otlp", AllowInsecure: true},
+		{Endpoint: "localhost:4317", Insecure: true, HeadersFile: "/run/secrets/otlp"},
+		{Endpoint: "http://127.0.0.1:4317", Insecure: true, HeadersFile: "/run/secrets/otlp"},
+		{Endpoint: "collector.example.com:4317", Insecure: true},
+		{Endpoint: "collector.example.com:4317", HeadersFile: "/run/secrets/otlp"},
+	} {
+		if err := (Config{Exporter: ExporterOTLP, OTLP: ok}).Validate(); err != nil {
+			t.Errorf("%+v: %v", ok, err)
+		}
+	}
+}

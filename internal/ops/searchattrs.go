@@ -19,7 +19,8 @@ type TemporalQuery struct {
 // temporalQueries is how an operator finds ex's workflows in Temporal:
 // by the search attributes dedup records with every run it starts
 // (sink/starter/searchattrs.go) when temporal.search_attributes is not
-// off: the event ID, and the record's coordinates; an entity workflow of
+// off: the event ID (by workflow ID when it is too long to be one, and
+// by workflow ID too under auto), and the record's coordinates; an entity workflow of
 // a signal route (which carries DedupRoute only) and every workflow when
 // the attributes are off, by its workflow ID. One query per namespace of
 // the record's routes.
@@ -47,13 +48,19 @@ func temporalQueries(cfg config.Config, ex *Explanation) []TemporalQuery {
 			}
 		}
 		out = append(out, TemporalQuery{Namespace: namespace, Query: query,
-			Command: fmt.Sprintf("temporal workflow list --namespace %s --query %s", namespace, shellQuote(query))})
+			Command: fmt.Sprintf("temporal workflow list --namespace %s --query %s", shellWord(namespace), shellQuote(query))})
 	}
+	// An event ID too long for a Keyword is not on its runs
+	// (starter.KeywordFits), and under auto the runs carry the attributes
+	// only if every namespace had them at the router's start-up, which
+	// explain cannot know: they are found by their IDs.
+	byEventID := starter.KeywordFits(eventID)
+	auto := cfg.Temporal.SearchAttributes == starter.SearchAttributesAuto
 	for _, wf := range ex.Workflows {
 		switch {
 		case wf.EntityWorkflowID != "":
 			add(ns(wf), "WorkflowId = "+literal(wf.EntityWorkflowID))
-		case !attrs:
+		case !attrs, !byEventID, auto:
 			add(ns(wf), "WorkflowId = "+literal(wf.WorkflowID))
 		}
 	}
@@ -64,7 +71,7 @@ func temporalQueries(cfg config.Config, ex *Explanation) []TemporalQuery {
 		if wf.EntityWorkflowID != "" {
 			continue
 		}
-		if eventID != "" {
+		if byEventID {
 			add(ns(wf), starter.AttrEventID+" = "+literal(eventID))
 		}
 		if r := ex.Record; r != nil {
@@ -79,6 +86,16 @@ func temporalQueries(cfg config.Config, ex *Explanation) []TemporalQuery {
 // quotes, with backslash escapes.
 func literal(s string) string {
 	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+}
+
+// shellWord is s as one POSIX shell word: as it is when it holds only
+// characters no shell treats specially (a namespace's usual name),
+// quoted otherwise.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == "" {
+		return s
+	}
+	return shellQuote(s)
 }
 
 // shellQuote is s as one POSIX shell word.

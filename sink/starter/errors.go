@@ -78,9 +78,11 @@ import (
 //   - A run's own limits (InvalidArgument with the server's message:
 //     runlimits.go): the run continues as new, or the server ends it and
 //     the retry meets the next run.
-//   - A search attribute the namespace does not define (InvalidArgument
-//     with the server's "search attribute X is not defined":
-//     searchattrs.go): the namespace's, healed by creating it.
+//   - A search attribute of dedup's that the namespace does not define,
+//     or defines with another type (InvalidArgument with the server's
+//     "search attribute X is not defined" or "invalid value for search
+//     attribute X of type Y": searchattrs.go): the namespace's, healed by
+//     creating or fixing it.
 //   - ResourceExhausted, Internal, Aborted, DataLoss, Unknown, and any
 //     error that is not a gRPC or Temporal service error (connection
 //     resets and the like).
@@ -126,7 +128,7 @@ func IsPermanent(err error) bool {
 	if RunLimit(err) != "" {
 		return false // a run's own limit: the next run takes it (runlimits.go)
 	}
-	if searchAttributeUndefined(err) {
+	if namespaceRefusesSearchAttributes(err) {
 		return false // the namespace's, not the record's (searchattrs.go)
 	}
 	st := serviceerror.ToStatus(err)

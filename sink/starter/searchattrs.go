@@ -59,6 +59,11 @@ const (
 // workflow ID still holds it.
 const maxKeywordBytes = 255
 
+// KeywordFits reports whether v is sent as a Keyword attribute: not
+// empty, and no longer than maxKeywordBytes. An event ID that does not
+// fit is not on its run, so nothing finds the run by it.
+func KeywordFits(v string) bool { return v != "" && len(v) <= maxKeywordBytes }
+
 // SearchAttribute is one attribute of the contract: its name and type.
 type SearchAttribute struct {
 	Name string
@@ -124,7 +129,7 @@ func (m SearchAttributesMode) validate() error {
 func EncodeSearchAttributes(req decide.StartRequest) (*commonpb.SearchAttributes, error) {
 	vals := map[string]any{}
 	keyword := func(name, v string) {
-		if v != "" && len(v) <= maxKeywordBytes {
+		if KeywordFits(v) {
 			vals[name] = v
 		}
 	}
@@ -240,17 +245,24 @@ func CheckSearchAttributes(ctx context.Context, ops operatorservice.OperatorServ
 	return nil
 }
 
-// searchAttributeUndefined reports whether err is Temporal refusing a
-// start because the namespace does not define one of its search
-// attributes (the server's validator: "search attribute X is not
-// defined", InvalidArgument). It is a property of the namespace, not of
-// the record: every start meets it until an operator creates the
-// attribute (or turns them off), so it waits (Permanent) rather than
-// dead-lettering the stream; start-up checks for it first.
-func searchAttributeUndefined(err error) bool {
+// namespaceRefusesSearchAttributes reports whether err is Temporal
+// refusing a start for the namespace's search attributes rather than for
+// the record: one of dedup's is not defined (the server's validator:
+// "search attribute X is not defined"), or is defined with another type
+// than the contract's ("invalid value for search attribute X of type
+// Y: v": dedup's values are always of the contract's types, so the
+// refusal is the namespace's). Both InvalidArgument. Every start meets it
+// until an operator creates or fixes the attribute (or turns them off),
+// so it waits (not Permanent) rather than dead-lettering the stream;
+// start-up checks for it first.
+func namespaceRefusesSearchAttributes(err error) bool {
 	var inv *serviceerror.InvalidArgument
-	return errors.As(err, &inv) && strings.HasPrefix(inv.Message, "search attribute ") &&
-		strings.HasSuffix(inv.Message, " is not defined")
+	if !errors.As(err, &inv) {
+		return false
+	}
+	m := inv.Message
+	return strings.HasPrefix(m, "search attribute ") && strings.HasSuffix(m, " is not defined") ||
+		strings.HasPrefix(m, "invalid value for search attribute Dedup")
 }
 
 // searchAttributes is req's search attributes, or nil when they are off.

@@ -144,6 +144,15 @@ func TestUndefinedSearchAttributeWaitsForTheNamespace(t *testing.T) {
 	}
 }
 
+// The server's refusal of an attribute the namespace defines with
+// another type (integration: TestSearchAttributeOfAnotherTypeWaitsForTheNamespace).
+func TestSearchAttributeOfAnotherTypeWaitsForTheNamespace(t *testing.T) {
+	err := fmt.Errorf("starting workflow w: %w", wire(serviceerror.NewInvalidArgument("invalid value for search attribute DedupKafkaOffset of type Keyword: 7")))
+	if IsPermanent(err) {
+		t.Fatalf("%v is permanent: every record would be dead-lettered until the namespace is fixed", err)
+	}
+}
+
 func TestMissingSearchAttributesErrorNamesEachAndTheCommand(t *testing.T) {
 	e := &MissingSearchAttributesError{Namespace: "prod", Missing: SearchAttributes()[4:6]}
 	msg := e.Error()
