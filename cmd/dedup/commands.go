@@ -81,7 +81,7 @@ func commands() cli.Table {
 			Name:    "validate",
 			Summary: "check a config file (and what dedup ingress checks at start) and exit",
 			Usage:   "--config FILE [--output json]",
-			Help:    "Exit code 0 when the config is valid, 2 when it is not (the error names the setting).",
+			Help:    "Exit code 0 when the config is valid, 2 when it is not (the error names the setting), 1 when a namespace Temporal answers for lacks the search attributes runs carry (the error names each and the command that creates it).",
 			Example: "dedup validate --config dedup.yaml --output json",
 			Output:  true,
 			Flags:   validateFlags,
