@@ -301,6 +301,11 @@ func runRep(ctx context.Context, p Params, rep int, tag string, stage func(strin
 		}
 		x.Backlogs = append(x.Backlogs, b)
 	}
+	if p.CostRecords > 0 {
+		if x.Costs, err = runCosts(p, rep, router); err != nil {
+			return x, err
+		}
+	}
 	for _, d := range p.DupRatios {
 		l, err := router(StageLive, d)
 		if err != nil {

@@ -73,6 +73,8 @@ type Rep struct {
 	// Backlogs has one run per duplicate ratio (the first is Unique).
 	Backlogs []RouterResult `json:"router_backlogs"`
 	Live     []RouterResult `json:"router_live"`
+	// Costs are the cost stages (costs.go), nil when skipped.
+	Costs *CostRuns `json:"costs,omitempty"`
 }
 
 // Spread is a figure over the repetitions.
@@ -149,7 +151,7 @@ func ratioDefs() []ratioDef {
 		}
 		return a / b
 	}
-	return []ratioDef{
+	return append([]ratioDef{
 		{name: "router CPU per started workflow / raw SDK start's CPU per start (unique-heavy)",
 			of: func(x Rep) float64 { return div(x.Unique.CPUPerWorkflow(), x.RawStarts.CPUPer()) }, target: true, bound: 1.3},
 		{name: "router CPU per duplicate record, µs (all-duplicate replay)",
@@ -177,7 +179,7 @@ func ratioDefs() []ratioDef {
 		{name: "router / Watermill peer, records/s (all-duplicate replay)",
 			of: func(x Rep) float64 { return div(x.Replay.Records.PerSec, x.WatermillReplay.Records.PerSec) }},
 		{name: "Watermill peer CPU per workflow, µs (unique-heavy)", of: func(x Rep) float64 { return x.Watermill.CPUPerWorkflow() }},
-	}
+	}, costRatioDefs(div)...)
 }
 
 // Finish computes the ratios from the profiles.
