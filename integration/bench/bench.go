@@ -101,7 +101,10 @@ type Params struct {
 	// through a Schema Registry against JSON, tracing on against off);
 	// 0 skips them.
 	CostRecords int
-	DedupBin    string // the dedup binary for the RSS stage
+	// CostsOnly runs the cost stages alone at each latency profile and
+	// repetition (no other stage, no guarantees, ledger or RSS stage).
+	CostsOnly bool
+	DedupBin  string // the dedup binary for the RSS stage
 }
 
 // Env is what a stage process measures with: the infrastructure's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"github.com/hamba/avro/v2"
@@ -325,7 +326,13 @@ func runCosts(p Params, rep int, router func(string, float64) (RouterResult, err
 // costRatioDefs are the cost stages' rows of the report (Report.Ratios):
 // figures, no targets (issue #42 asks for the figures; "no measurable
 // cost when off" holds by construction: tracing off is a nil tracer).
-func costRatioDefs(div func(a, b float64) float64) []ratioDef {
+func costRatioDefs() []ratioDef {
+	div := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
 	of := func(f func(*CostRuns) float64) func(Rep) float64 {
 		return func(x Rep) float64 {
 			if x.Costs == nil {
@@ -350,4 +357,46 @@ func costRatioDefs(div func(a, b float64) float64) []ratioDef {
 		{name: "spans per record, tracing on (unique-heavy)",
 			of: of(func(c *CostRuns) float64 { return div(float64(c.TracingOn.Spans), float64(c.TracingOn.Records.N)) })},
 	}
+}
+
+// costsMarkdown is a profile's table of the cost stages ("" when they
+// did not run).
+func (r *Report) costsMarkdown(pr Profile) string {
+	if r.Params.CostRecords == 0 {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nCost stages (%d records each; Avro through a Schema Registry stand-in against the same records as JSON, tracing on against off):\n\n", r.Params.CostRecords)
+	b.WriteString("| stage | records/s | workflows started/s | CPU µs / record | CPU µs / workflow | spans / record | infra core busy % |\n|---|---|---|---|---|---|---|\n")
+	for _, s := range []struct {
+		label string
+		of    func(*CostRuns) RouterResult
+	}{
+		{"JSON, unique-heavy", func(c *CostRuns) RouterResult { return c.JSONUnique }},
+		{"Avro through the registry, unique-heavy", func(c *CostRuns) RouterResult { return c.AvroUnique }},
+		{"JSON, all-duplicate replay", func(c *CostRuns) RouterResult { return c.JSONReplay }},
+		{"Avro through the registry, all-duplicate replay", func(c *CostRuns) RouterResult { return c.AvroReplay }},
+		{"tracing off, unique-heavy", func(c *CostRuns) RouterResult { return c.TracingOff }},
+		{"tracing on (every trace sampled), unique-heavy", func(c *CostRuns) RouterResult { return c.TracingOn }},
+	} {
+		f := func(g func(RouterResult) float64) Spread {
+			return pr.over(func(x Rep) float64 {
+				if x.Costs == nil {
+					return 0
+				}
+				return g(s.of(x.Costs))
+			})
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", s.label,
+			f(func(x RouterResult) float64 { return x.Records.PerSec }), f(func(x RouterResult) float64 { return x.Workflows.PerSec }),
+			f(RouterResult.CPUPerRecord), f(RouterResult.CPUPerWorkflow),
+			f(func(x RouterResult) float64 {
+				if x.Records.N == 0 {
+					return 0
+				}
+				return float64(x.Spans) / float64(x.Records.N)
+			}),
+			f(func(x RouterResult) float64 { return 100 * x.InfraBusy }))
+	}
+	return b.String()
 }

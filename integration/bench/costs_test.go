@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -71,5 +72,45 @@ func TestCostRecordsDecideAlikeAsAvroAndAsJSON(t *testing.T) {
 	}
 	if stand.Requests() > 1 {
 		t.Errorf("the registry was asked %d times, want once (the schema is cached by ID)", stand.Requests())
+	}
+}
+
+// The report sets each costed run beside its baseline of the same
+// repetition: Avro over JSON per record, tracing on over off per started
+// workflow; a costs-only run reports those rows alone.
+func TestCostRatiosSetEachCostedRunBesideItsBaseline(t *testing.T) {
+	run := func(cpu float64, records, workflows int) RouterResult {
+		return RouterResult{CPUSeconds: cpu, Records: Rate{N: records}, Workflows: Rate{N: workflows}}
+	}
+	rep := Rep{Costs: &CostRuns{
+		AvroUnique: run(3, 1000, 900), JSONUnique: run(2, 1000, 900),
+		AvroReplay: run(1.5, 1000, 0), JSONReplay: run(1, 1000, 0),
+		TracingOn: run(1.2, 1000, 1000), TracingOff: run(1, 1000, 1000),
+	}}
+	rep.Costs.TracingOn.Spans = 4000
+	r := &Report{Params: Params{CostRecords: 1000, CostsOnly: true}, Profiles: []Profile{{Latency: Latency{Name: "0ms"}, Reps: []Rep{rep}}}}
+	r.Finish()
+	want := map[string]float64{
+		"router CPU per record, Avro through the Schema Registry / the same records as JSON (unique-heavy)":         1.5,
+		"router CPU per record, Avro through the Schema Registry / the same records as JSON (all-duplicate replay)": 1.5,
+		"router CPU per started workflow, tracing on (every trace sampled) / off (unique-heavy)":                    1.2,
+		"spans per record, tracing on (unique-heavy)":                                                               4,
+	}
+	if len(r.Ratios) != len(costRatioDefs()) {
+		t.Errorf("a costs-only report has %d rows, want the %d cost rows alone", len(r.Ratios), len(costRatioDefs()))
+	}
+	for _, row := range r.Ratios {
+		if w, ok := want[row.Name]; ok {
+			if d := row.Spread.Median - w; d > 1e-9 || d < -1e-9 {
+				t.Errorf("%s: %v, want %v", row.Name, row.Spread.Median, w)
+			}
+			delete(want, row.Name)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("rows missing: %v", want)
+	}
+	if md := r.Markdown(); !strings.Contains(md, "| Avro through the registry, unique-heavy |") || strings.Contains(md, "raw Temporal starts") {
+		t.Errorf("a costs-only report's tables:\n%s", md)
 	}
 }

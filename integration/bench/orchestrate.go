@@ -154,6 +154,10 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 	if err := SetLatency(in.ProxyAPI, Latency{}); err != nil {
 		return nil, err
 	}
+	if cfg.Params.CostsOnly {
+		r.Finish()
+		return r, nil
+	}
 	if cfg.Params.GuaranteeRecords > 0 {
 		say("what Watermill and dedup guarantee (no added latency, proxies in the path): %d records per backlog", cfg.Params.GuaranteeRecords)
 		x, err := stage(StageGuarantees, GuaranteeDupRatio, "nolat")
@@ -245,6 +249,11 @@ func runRep(ctx context.Context, p Params, rep int, tag string, stage func(strin
 			return RouterResult{}, err
 		}
 		return *res.Router, nil
+	}
+	if p.CostsOnly {
+		var err error
+		x.Costs, err = runCosts(p, rep, router)
+		return x, err
 	}
 	rawStarts := func() error {
 		res, err := run(StageRawStarts, 0)

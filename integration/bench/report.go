@@ -179,13 +179,17 @@ func ratioDefs() []ratioDef {
 		{name: "router / Watermill peer, records/s (all-duplicate replay)",
 			of: func(x Rep) float64 { return div(x.Replay.Records.PerSec, x.WatermillReplay.Records.PerSec) }},
 		{name: "Watermill peer CPU per workflow, µs (unique-heavy)", of: func(x Rep) float64 { return x.Watermill.CPUPerWorkflow() }},
-	}, costRatioDefs(div)...)
+	}, costRatioDefs()...)
 }
 
 // Finish computes the ratios from the profiles.
 func (r *Report) Finish() {
 	r.Ratios = nil
-	for _, d := range ratioDefs() {
+	defs := ratioDefs()
+	if r.Params.CostsOnly {
+		defs = costRatioDefs()
+	}
+	for _, d := range defs {
 		for _, p := range r.Profiles {
 			xs := make([]float64, len(p.Reps))
 			for i, x := range p.Reps {
@@ -289,6 +293,10 @@ func (r *Report) Markdown() string {
 	}
 	for _, pr := range r.Profiles {
 		p("\n### Profile %s: Temporal %s, PostgreSQL %s round trip\n\n", pr.Latency.Name, pr.Latency.Temporal, pr.Latency.Postgres)
+		if r.Params.CostsOnly {
+			b.WriteString(r.costsMarkdown(pr))
+			continue
+		}
 		p("| stage | records/s | workflows started/s | CPU µs / record | CPU µs / workflow | Temporal calls / workflow | PG round trips / record | infra core busy %% |\n|---|---|---|---|---|---|---|---|\n")
 		busy := func(f func(Rep) float64) Spread { return pr.over(func(x Rep) float64 { return 100 * f(x) }) }
 		p("| raw Temporal starts (c=%d, %d each) | | %s | | %s | 1 | | %s |\n", r.Params.Concurrency, r.Params.RawStarts,
@@ -322,6 +330,7 @@ func (r *Report) Markdown() string {
 		row(fmt.Sprintf("Watermill peer, unique-heavy (%d records, the router's backlog)", r.Params.Records), func(x Rep) RouterResult { return x.Watermill })
 		row(fmt.Sprintf("Watermill peer, all-duplicate replay (%d records, their workflows already started in Temporal; Temporal calls per workflow ID, each rejected as already started)", r.Params.Records),
 			func(x Rep) RouterResult { return x.WatermillReplay })
+		b.WriteString(r.costsMarkdown(pr))
 		p("\nLive at %d records/s for %d s, produce -> workflow started, ms:\n\n| duplicates | p50 | p95 | p99 |\n|---|---|---|---|\n", r.Params.LiveRate, r.Params.LiveSeconds)
 		for i, d := range r.Params.DupRatios {
 			l := func(f func(Percentiles) float64) Spread {
@@ -367,7 +376,7 @@ func (r *Report) Write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644); err != nil {
 		return err
 	}
-	if len(r.Profiles) == 0 { // a ledger-only run: nothing to plot
+	if len(r.Profiles) == 0 || r.Params.CostsOnly { // a ledger-only or costs-only run: nothing to plot
 		return nil
 	}
 	return r.plot(filepath.Join(dir, "throughput.png"))

@@ -167,6 +167,7 @@ func run() error {
 	flag.IntVar(&p.GuaranteeRecords, "guarantee-records", 300, "records per backlog of the guarantees stage (Watermill and dedup on restart, retention, two replicas, outage; 0 skips)")
 	flag.IntVar(&p.RSSBacklog, "rss-backlog", 1000000, "records behind a dedup run process (0 skips)")
 	flag.IntVar(&p.CostRecords, "cost-records", 2500, "records of each cost stage: Avro through a Schema Registry against the same records as JSON, tracing on against off (0 skips)")
+	flag.BoolVar(&p.CostsOnly, "costs-only", false, "run only the cost stages (-cost-records), at each latency profile and repetition")
 	flag.StringVar(&p.DedupBin, "dedup-bin", "bin/dedup", "the dedup binary, for the RSS stage")
 	cpuprofile := flag.String("cpuprofile", "", "a directory: one CPU profile per stage process (NN-PROFILE-repN-STAGE.pprof) and infra.pprof")
 	flag.Parse()
