@@ -339,6 +339,9 @@ func (r *Report) Markdown() string {
 			p("| %.0f%% | %s | %s | %s |\n", d*100, l(func(q Percentiles) float64 { return q.P50 }), l(func(q Percentiles) float64 { return q.P95 }), l(func(q Percentiles) float64 { return q.P99 }))
 		}
 	}
+	if r.Params.CostsOnly {
+		return b.String()
+	}
 	b.WriteString(r.guaranteesMarkdown())
 	if len(r.Ledger) > 0 {
 		p("\nClaim statement as the ledger grows (batches of %d, no added latency, one run):\n\n| ledger rows | new rows/s | duplicate rows/s | duplicate batch p50 / p99 ms |\n|---|---|---|---|\n", r.Params.Batch)
