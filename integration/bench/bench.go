@@ -96,8 +96,15 @@ type Params struct {
 	// GuaranteeRecords is the records per backlog of the guarantees stage
 	// (peer.Guarantees); 0 skips it.
 	GuaranteeRecords int
-	RSSBacklog       int    // records behind a `dedup run` process; 0 skips
-	DedupBin         string // the dedup binary for the RSS stage
+	RSSBacklog       int // records behind a `dedup run` process; 0 skips
+	// CostRecords is the records of each cost stage (costs.go: Avro
+	// through a Schema Registry against JSON, tracing on against off);
+	// 0 skips them.
+	CostRecords int
+	// CostsOnly runs the cost stages alone at each latency profile and
+	// repetition (no other stage, no guarantees, ledger or RSS stage).
+	CostsOnly bool
+	DedupBin  string // the dedup binary for the RSS stage
 }
 
 // Env is what a stage process measures with: the infrastructure's
@@ -293,7 +300,9 @@ func (s *timedStarter) LastRun(ctx context.Context, namespace, workflowID string
 	return s.inner.LastRun(ctx, namespace, workflowID)
 }
 
-func (e *Env) newStarter() processor.Starter {
+func (e *Env) newStarter() processor.Starter { return e.temporalStarter() }
+
+func (e *Env) temporalStarter() *starter.Temporal {
 	return starter.New(e.TC, starter.Config{Namespace: e.In.Namespace, StartTimeout: 10 * time.Second})
 }
 

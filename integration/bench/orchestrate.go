@@ -154,6 +154,10 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 	if err := SetLatency(in.ProxyAPI, Latency{}); err != nil {
 		return nil, err
 	}
+	if cfg.Params.CostsOnly {
+		r.Finish()
+		return r, nil
+	}
 	if cfg.Params.GuaranteeRecords > 0 {
 		say("what Watermill and dedup guarantee (no added latency, proxies in the path): %d records per backlog", cfg.Params.GuaranteeRecords)
 		x, err := stage(StageGuarantees, GuaranteeDupRatio, "nolat")
@@ -246,6 +250,11 @@ func runRep(ctx context.Context, p Params, rep int, tag string, stage func(strin
 		}
 		return *res.Router, nil
 	}
+	if p.CostsOnly {
+		var err error
+		x.Costs, err = runCosts(p, rep, router)
+		return x, err
+	}
 	rawStarts := func() error {
 		res, err := run(StageRawStarts, 0)
 		if err == nil {
@@ -300,6 +309,11 @@ func runRep(ctx context.Context, p Params, rep int, tag string, stage func(strin
 			return x, err
 		}
 		x.Backlogs = append(x.Backlogs, b)
+	}
+	if p.CostRecords > 0 {
+		if x.Costs, err = runCosts(p, rep, router); err != nil {
+			return x, err
+		}
 	}
 	for _, d := range p.DupRatios {
 		l, err := router(StageLive, d)

@@ -73,6 +73,8 @@ type Rep struct {
 	// Backlogs has one run per duplicate ratio (the first is Unique).
 	Backlogs []RouterResult `json:"router_backlogs"`
 	Live     []RouterResult `json:"router_live"`
+	// Costs are the cost stages (costs.go), nil when skipped.
+	Costs *CostRuns `json:"costs,omitempty"`
 }
 
 // Spread is a figure over the repetitions.
@@ -149,7 +151,7 @@ func ratioDefs() []ratioDef {
 		}
 		return a / b
 	}
-	return []ratioDef{
+	return append([]ratioDef{
 		{name: "router CPU per started workflow / raw SDK start's CPU per start (unique-heavy)",
 			of: func(x Rep) float64 { return div(x.Unique.CPUPerWorkflow(), x.RawStarts.CPUPer()) }, target: true, bound: 1.3},
 		{name: "router CPU per duplicate record, µs (all-duplicate replay)",
@@ -177,13 +179,17 @@ func ratioDefs() []ratioDef {
 		{name: "router / Watermill peer, records/s (all-duplicate replay)",
 			of: func(x Rep) float64 { return div(x.Replay.Records.PerSec, x.WatermillReplay.Records.PerSec) }},
 		{name: "Watermill peer CPU per workflow, µs (unique-heavy)", of: func(x Rep) float64 { return x.Watermill.CPUPerWorkflow() }},
-	}
+	}, costRatioDefs()...)
 }
 
 // Finish computes the ratios from the profiles.
 func (r *Report) Finish() {
 	r.Ratios = nil
-	for _, d := range ratioDefs() {
+	defs := ratioDefs()
+	if r.Params.CostsOnly {
+		defs = costRatioDefs()
+	}
+	for _, d := range defs {
 		for _, p := range r.Profiles {
 			xs := make([]float64, len(p.Reps))
 			for i, x := range p.Reps {
@@ -287,6 +293,10 @@ func (r *Report) Markdown() string {
 	}
 	for _, pr := range r.Profiles {
 		p("\n### Profile %s: Temporal %s, PostgreSQL %s round trip\n\n", pr.Latency.Name, pr.Latency.Temporal, pr.Latency.Postgres)
+		if r.Params.CostsOnly {
+			b.WriteString(r.costsMarkdown(pr))
+			continue
+		}
 		p("| stage | records/s | workflows started/s | CPU µs / record | CPU µs / workflow | Temporal calls / workflow | PG round trips / record | infra core busy %% |\n|---|---|---|---|---|---|---|---|\n")
 		busy := func(f func(Rep) float64) Spread { return pr.over(func(x Rep) float64 { return 100 * f(x) }) }
 		p("| raw Temporal starts (c=%d, %d each) | | %s | | %s | 1 | | %s |\n", r.Params.Concurrency, r.Params.RawStarts,
@@ -320,6 +330,7 @@ func (r *Report) Markdown() string {
 		row(fmt.Sprintf("Watermill peer, unique-heavy (%d records, the router's backlog)", r.Params.Records), func(x Rep) RouterResult { return x.Watermill })
 		row(fmt.Sprintf("Watermill peer, all-duplicate replay (%d records, their workflows already started in Temporal; Temporal calls per workflow ID, each rejected as already started)", r.Params.Records),
 			func(x Rep) RouterResult { return x.WatermillReplay })
+		b.WriteString(r.costsMarkdown(pr))
 		p("\nLive at %d records/s for %d s, produce -> workflow started, ms:\n\n| duplicates | p50 | p95 | p99 |\n|---|---|---|---|\n", r.Params.LiveRate, r.Params.LiveSeconds)
 		for i, d := range r.Params.DupRatios {
 			l := func(f func(Percentiles) float64) Spread {
@@ -327,6 +338,9 @@ func (r *Report) Markdown() string {
 			}
 			p("| %.0f%% | %s | %s | %s |\n", d*100, l(func(q Percentiles) float64 { return q.P50 }), l(func(q Percentiles) float64 { return q.P95 }), l(func(q Percentiles) float64 { return q.P99 }))
 		}
+	}
+	if r.Params.CostsOnly {
+		return b.String()
 	}
 	b.WriteString(r.guaranteesMarkdown())
 	if len(r.Ledger) > 0 {
@@ -365,7 +379,7 @@ func (r *Report) Write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644); err != nil {
 		return err
 	}
-	if len(r.Profiles) == 0 { // a ledger-only run: nothing to plot
+	if len(r.Profiles) == 0 || r.Params.CostsOnly { // a ledger-only or costs-only run: nothing to plot
 		return nil
 	}
 	return r.plot(filepath.Join(dir, "throughput.png"))

@@ -31,12 +31,16 @@ const (
 	StageGuarantees      = "guarantees"       // peer.Guarantees: restart, retention, two replicas, outage; Watermill and dedup
 	StageLedgerScale     = "ledger-scale"     // claims at ledger sizes ScaleSizes (on demand)
 	StageRetention       = "retention"        // ledger.Purge vs dropping a day partition, RetentionRows rows (on demand)
+	StageSRAvro          = "sr-avro"          // the router over CostRecords Avro values through a Schema Registry stand-in, at -dup (costs.go)
+	StageSRJSON          = "sr-json"          // the router over the same logical records as plain JSON, no registry, at -dup
+	StageTracingOff      = "tracing-off"      // the router over CostRecords records of the backlog's workload at -dup, tracing off
+	StageTracingOn       = "tracing-on"       // the same with tracing on, every trace sampled, spans batched then discarded
 )
 
 // Stages lists every stage name.
 var Stages = []string{StageRawStarts, StageRawClaims, StageRawConsume, StageBacklog, StageLive, StageReplay,
 	StageNaiveUnique, StageNaiveReplay, StageLedgerGrowth, StageRSS, StageWatermill, StageWatermillReplay, StageGuarantees,
-	StageLedgerScale, StageRetention}
+	StageLedgerScale, StageRetention, StageSRAvro, StageSRJSON, StageTracingOff, StageTracingOn}
 
 // StageResult is what a stage process prints (JSON on stdout). One of
 // Rate, Claims, Router, Ledger, RSS is set, by stage.
@@ -162,6 +166,10 @@ func (e *Env) dispatch(ctx context.Context, cfg StageConfig, res *StageResult) e
 		var r RetentionResult
 		r, err = e.RetentionCost(ctx, e.P.RetentionRows, e.P.RetentionDays)
 		res.Retention = &r
+	case StageSRAvro, StageSRJSON:
+		err = router(e.SchemaRegistryBacklog(ctx, cfg.Dup, cfg.Name == StageSRAvro))
+	case StageTracingOff, StageTracingOn:
+		err = router(e.TracedBacklog(ctx, cfg.Dup, cfg.Name == StageTracingOn))
 	default:
 		return fmt.Errorf("unknown stage %q (stages: %v)", cfg.Name, Stages)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/dedupio/dedup/connect/tracing"
 	"github.com/dedupio/dedup/internal/config"
 	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/internal/testsupport/promtext"
@@ -250,6 +251,8 @@ type RouterResult struct {
 	// InfraBusy is the share of the window the infrastructure's core was
 	// busy (window.infraBusy).
 	InfraBusy float64 `json:"infra_cpu_busy"`
+	// Spans is how many spans a traced run made (tracing-on).
+	Spans int64 `json:"spans,omitempty"`
 }
 
 // CPUPerRecord is the CPU microseconds per record consumed (0 when there
@@ -276,6 +279,11 @@ type routerRun struct {
 	prefill []decide.Intent
 	// after runs on the run's ledger once the router has stopped.
 	after func(ctx context.Context, led *ledger.Postgres) error
+	// configure, if set, changes the router's config (a Schema Registry:
+	// costs.go); tracing, if set, turns the router's and its starter's
+	// tracing on.
+	configure func(*processor.Config)
+	tracing   *tracing.Tracing
 }
 
 // run runs an in-process router over the topic's backlog until committed.
@@ -297,10 +305,20 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 		}
 	}
 	led := ledger.NewFromPool(pool)
-	st := &timedStarter{inner: e.newStarter(), started: map[string]time.Time{}, events: map[string]time.Time{}}
+	inner := e.newStarter()
+	if rr.tracing != nil {
+		inner = e.temporalStarter().WithTracing(rr.tracing)
+	}
+	st := &timedStarter{inner: inner, started: map[string]time.Time{}, events: map[string]time.Time{}}
 	cfg := e.routerConfig(rr.topic)
+	if rr.configure != nil {
+		rr.configure(&cfg)
+		if err := cfg.Validate(); err != nil {
+			return res, nil, fmt.Errorf("configuring the router: %w", err)
+		}
+	}
 	reg := newRegistry()
-	r, err := processor.New(cfg, processor.Options{Ledger: led, DeadLetterLog: led, Starter: st, Registerer: reg, Log: e.Log})
+	r, err := processor.New(cfg, processor.Options{Ledger: led, DeadLetterLog: led, Starter: st, Registerer: reg, Log: e.Log, Tracing: rr.tracing})
 	if err != nil {
 		return res, nil, err
 	}

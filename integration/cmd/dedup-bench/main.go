@@ -166,6 +166,8 @@ func run() error {
 	flag.IntVar(&p.LiveSeconds, "live-seconds", 10, "seconds per latency run")
 	flag.IntVar(&p.GuaranteeRecords, "guarantee-records", 300, "records per backlog of the guarantees stage (Watermill and dedup on restart, retention, two replicas, outage; 0 skips)")
 	flag.IntVar(&p.RSSBacklog, "rss-backlog", 1000000, "records behind a dedup run process (0 skips)")
+	flag.IntVar(&p.CostRecords, "cost-records", 2500, "records of each cost stage: Avro through a Schema Registry against the same records as JSON, tracing on against off (0 skips)")
+	flag.BoolVar(&p.CostsOnly, "costs-only", false, "run only the cost stages (-cost-records), at each latency profile and repetition")
 	flag.StringVar(&p.DedupBin, "dedup-bin", "bin/dedup", "the dedup binary, for the RSS stage")
 	cpuprofile := flag.String("cpuprofile", "", "a directory: one CPU profile per stage process (NN-PROFILE-repN-STAGE.pprof) and infra.pprof")
 	flag.Parse()
@@ -194,7 +196,7 @@ func run() error {
 	if *smoke {
 		p.Records, p.RawStarts, p.RawClaims, p.ReplayN, p.NaiveRecords = 300, 200, 5000, 3000, 40
 		p.LiveRate, p.LiveSeconds, p.RSSBacklog, p.LedgerSizes = 100, 1, 0, []int{1000, 20000}
-		p.DupRatios, p.GuaranteeRecords = []float64{0, 0.9, 1}, 40
+		p.DupRatios, p.GuaranteeRecords, p.CostRecords = []float64{0, 0.9, 1}, 40, 300
 		cfg.Reps, cfg.Infra.Durable = 1, false
 	}
 	cfg.Params = p
