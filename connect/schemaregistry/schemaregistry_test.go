@@ -165,7 +165,7 @@ func TestClientSendsNoCredentialOverARedirectToPlainHTTP(t *testing.T) {
 		w.Header().Set("Content-Type", "application/vnd.schemaregistry.v1+json")
 		_, _ = w.Write([]byte(`{"schema":"\"string\""}`))
 	}))
-	plain.Listener.Close()
+	_ = plain.Listener.Close() // replaced by plainL
 	plain.Listener = plainL
 	plain.Start()
 	defer plain.Close()
@@ -176,7 +176,7 @@ func TestClientSendsNoCredentialOverARedirectToPlainHTTP(t *testing.T) {
 	secure := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		http.Redirect(w, req, plain.URL+req.URL.Path, http.StatusTemporaryRedirect)
 	}))
-	secure.Listener.Close()
+	_ = secure.Listener.Close() // replaced by tlsL
 	secure.Listener = tlsL
 	secure.StartTLS()
 	defer secure.Close()

@@ -409,7 +409,7 @@ func (c *Config) validateShared() error {
 	default:
 		return fmt.Errorf("log.level: %q, want debug, info, warn or error", c.Log.Level)
 	}
-	if err := c.Worker.Config.Validate(); err != nil {
+	if err := c.Worker.Validate(); err != nil {
 		return err
 	}
 	return c.Worker.Tenants.Validate("worker.tenants")
