@@ -137,7 +137,7 @@ func TestKafkaOverTLSAndSASL(t *testing.T) {
 			if err := producer.ProduceSync(ctx, &kgo.Record{Topic: "events", Value: []byte(value)}).FirstErr(); err != nil {
 				t.Fatal(err)
 			}
-			end := runRouter(t, cfg, kopts)
+			end := runRouter(t, cfg)
 			defer end()
 
 			adm := kadm.NewClient(producer)
@@ -158,9 +158,9 @@ func TestKafkaOverTLSAndSASL(t *testing.T) {
 	}
 }
 
-// runRouter runs a router on cfg with the given Kafka options, with a real
+// runRouter runs a router on cfg (processor.New applies its TLS and SASL), with a real
 // ledger and a Temporal client that is never dialled (no route matches).
-func runRouter(t *testing.T, cfg config.Config, kopts []kgo.Opt) (stop func()) {
+func runRouter(t *testing.T, cfg config.Config) (stop func()) {
 	t.Helper()
 	ctx := context.Background()
 	if err := ledger.Migrate(ctx, cfg.Postgres.URL); err != nil {
@@ -176,7 +176,7 @@ func runRouter(t *testing.T, cfg config.Config, kopts []kgo.Opt) (stop func()) {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	r, err := processor.New(cfg.Kafka, processor.Options{Ledger: led, DeadLetterLog: led, Starter: starter.New(tc, cfg.Temporal),
-		Registerer: prometheus.NewRegistry(), Log: log, KafkaOpts: kopts})
+		Registerer: prometheus.NewRegistry(), Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
