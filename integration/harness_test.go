@@ -30,7 +30,6 @@ import (
 	"github.com/dedupio/dedup/internal/demo/workload"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
-	"github.com/dedupio/dedup/sink/starter"
 )
 
 // One stack for the package: starting Temporal costs seconds. Tests keep
@@ -240,10 +239,6 @@ func (e *env) config() config.Config {
 	cfg.Postgres.URL = e.dbURL
 	cfg.Temporal.HostPort = stack.Temporal.HostPort()
 	cfg.Temporal.Namespace = e.namespace
-	// The lab lists and counts thousands of runs in its SQLite visibility
-	// store, which timed out (DeadlineExceeded) with search attributes on
-	// every run; the search-attribute tests turn them on.
-	cfg.Temporal.SearchAttributes = starter.SearchAttributesOff
 	cfg.Admin.Listen = ""
 	cfg.Worker.AdminListen = "" // tests run several workers on this host
 	cfg.Log.Level = "warn"

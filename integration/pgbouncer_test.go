@@ -116,22 +116,32 @@ func exactlyOnceThroughPgBouncer(t *testing.T, mode pgbouncer.Mode) {
 // their status; an error of the list (a busy server) is returned, not
 // fatal, for a caller that polls.
 func (e *env) runsNotCompleted() (map[string]string, error) {
-	out := map[string]string{}
+	open := map[string][2]string{} // run ID -> workflow ID, status
 	var token []byte
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		resp, err := e.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{PageSize: 1000, NextPageToken: token})
+		resp, err := e.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{PageSize: listPageSize, NextPageToken: token})
 		cancel()
 		if err != nil {
 			return nil, err
 		}
 		for _, ex := range resp.Executions {
+			// A run that closes while the pages are read is listed again,
+			// further down: its last listing is its newest status.
+			run := ex.GetExecution()
 			if st := ex.GetStatus(); st != enums.WORKFLOW_EXECUTION_STATUS_COMPLETED {
-				out[ex.GetExecution().GetWorkflowId()] = st.String()
+				open[run.GetRunId()] = [2]string{run.GetWorkflowId(), st.String()}
+			} else {
+				delete(open, run.GetRunId())
 			}
 		}
 		if token = resp.NextPageToken; len(token) == 0 {
-			return out, nil
+			break
 		}
 	}
+	out := map[string]string{}
+	for _, r := range open {
+		out[r[0]] = r[1]
+	}
+	return out, nil
 }

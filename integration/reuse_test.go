@@ -104,24 +104,41 @@ func TestReusePoliciesWithARealWorker(t *testing.T) {
 
 // runsByStatus lists every run of the env's namespace: workflow ID ->
 // its runs' statuses, oldest first, comma-separated.
+//
+// Pages are listPageSize runs: the in-memory SQLite visibility store takes
+// 5-10 s for a page of 1000 (with or without search attributes; the SDK's
+// call times out at 10 s) and about 50 ms for a page of 100.
 func (e *env) runsByStatus() map[string]string {
 	e.t.Helper()
-	out := map[string][]string{}
+	// A run that closes while the pages are read moves down the list
+	// (ordered by close time) and is listed again: each run is counted
+	// once, with the status it was listed with last.
+	type run struct{ wid, status string }
+	var runs []run
+	at := map[string]int{} // run ID -> index in runs
 	var token []byte
 	for {
 		resp, err := e.tc.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
-			PageSize: 1000, NextPageToken: token}) // the client's namespace
+			PageSize: listPageSize, NextPageToken: token}) // the client's namespace
 		if err != nil {
 			e.t.Fatal(err)
 		}
 		for _, ex := range resp.Executions {
-			id := ex.GetExecution().GetWorkflowId()
 			st := strings.ToLower(strings.TrimPrefix(ex.GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_"))
-			out[id] = append([]string{st}, out[id]...) // listed newest first
+			if i, ok := at[ex.GetExecution().GetRunId()]; ok {
+				runs[i].status = st
+				continue
+			}
+			at[ex.GetExecution().GetRunId()] = len(runs)
+			runs = append(runs, run{ex.GetExecution().GetWorkflowId(), st})
 		}
 		if token = resp.NextPageToken; len(token) == 0 {
 			break
 		}
+	}
+	out := map[string][]string{}
+	for _, r := range runs {
+		out[r.wid] = append([]string{r.status}, out[r.wid]...) // listed newest first
 	}
 	joined := map[string]string{}
 	for id, sts := range out {
@@ -129,6 +146,9 @@ func (e *env) runsByStatus() map[string]string {
 	}
 	return joined
 }
+
+// listPageSize is the lab's page of ListWorkflow (runsByStatus).
+const listPageSize = 100
 
 // closedRuns counts the namespace's closed runs.
 func (e *env) closedRuns() int {

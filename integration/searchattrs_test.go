@@ -91,7 +91,7 @@ func (e *env) findWorkflows(query string, want int) []string {
 
 func TestStartedWorkflowsAreFoundByTheirRecordInTemporal(t *testing.T) {
 	e := newEnv(t, 1)
-	r := e.startRouter(e.configWithSearchAttributes())
+	r := e.startRouter(e.config())
 	defer r.stop(t)
 	offsets := e.produceOrders("sa", 3)
 	e.waitCommitted(time.Minute)
@@ -128,7 +128,7 @@ func startRun(cfg config.Config) (ready chan string, done chan error, stop conte
 
 func TestStartUpStopsWhenTheNamespaceLacksSearchAttributes(t *testing.T) {
 	e := newEnvIn(t, 1, nsBareOn)
-	ready, done, stop := startRun(e.configWithSearchAttributes()) // temporal.search_attributes: on, the default
+	ready, done, stop := startRun(e.config()) // temporal.search_attributes: on, the default
 	defer stop()
 	var err error
 	select {
@@ -154,10 +154,10 @@ func TestStartUpStopsWhenTheNamespaceLacksSearchAttributes(t *testing.T) {
 	}
 
 	// dedup validate says the same when it reaches Temporal.
-	if _, err := app.CheckSearchAttributes(context.Background(), e.configWithSearchAttributes()); !errors.As(err, &missing) {
+	if _, err := app.CheckSearchAttributes(context.Background(), e.config()); !errors.As(err, &missing) {
 		t.Fatalf("dedup validate's check: %v, want the missing search attributes", err)
 	}
-	good := e.configWithSearchAttributes()
+	good := e.config()
 	good.Temporal.Namespace = "default" // the dev stack's: created with them
 	if line, err := app.CheckSearchAttributes(context.Background(), good); err != nil || line != "search attributes present" {
 		t.Fatalf("dedup validate's check of a namespace with them: %q, %v", line, err)
@@ -177,7 +177,7 @@ func TestRunsCarryNoSearchAttributesUnderAutoWhenTheNamespaceLacksThem(t *testin
 // none.
 func runsWithoutSearchAttributes(t *testing.T, ns string, mode starter.SearchAttributesMode) {
 	e := newEnvIn(t, 1, ns)
-	cfg := e.configWithSearchAttributes()
+	cfg := e.config()
 	cfg.Temporal.SearchAttributes = mode
 	r := e.startRouter(cfg)
 	defer r.stop(t)
@@ -198,7 +198,7 @@ func runsWithoutSearchAttributes(t *testing.T, ns string, mode starter.SearchAtt
 
 func TestScheduledRunsAreFoundByTheirSlotInTemporal(t *testing.T) {
 	e := newEnv(t, 1)
-	cfg := e.configWithSearchAttributes()
+	cfg := e.config()
 	cfg.Schedules = schedConfig(schedule.Skip)
 	cfg.Schedules.Triggers[0].Cron = "* * * * * *"
 	cfg.Schedules.Triggers[0].MisfireThreshold = 2 * time.Second
@@ -241,7 +241,7 @@ func TestScheduledRunsAreFoundByTheirSlotInTemporal(t *testing.T) {
 // not the event that happened to start it.
 func TestEntityWorkflowsCarryTheirRouteOnly(t *testing.T) {
 	e := newEnv(t, 1)
-	cfg := e.configWithSearchAttributes()
+	cfg := e.config()
 	cfg.Routes = decide.Routes{signalRoute("sig-"+e.namespace, "")} // no worker: the run stays open
 	var recs []*kgo.Record
 	for i := range 2 {
@@ -311,13 +311,4 @@ func TestSearchAttributeOfAnotherTypeWaitsForTheNamespace(t *testing.T) {
 	if starter.IsPermanent(err) {
 		t.Fatalf("%v is permanent: every record would be dead-lettered until an operator fixes the namespace", err)
 	}
-}
-
-// configWithSearchAttributes is the lab's config with
-// temporal.search_attributes on, the product's default (the lab's other
-// tests turn it off: harness_test.go).
-func (e *env) configWithSearchAttributes() config.Config {
-	cfg := e.config()
-	cfg.Temporal.SearchAttributes = starter.SearchAttributesOn
-	return cfg
 }
