@@ -21,9 +21,11 @@ import (
 // nullable string). The logical value, for every schema:
 //
 //   - a record is an object, its fields in the writer's order;
-//   - a union of null and one type is that value or null; any other union
-//     is {"branch": value}, the branch a named type's full name or the
-//     primitive's type ("string", "long");
+//   - a union is its branch's value, or null: never {"branch": value},
+//     so a union that gains a branch (a compatible change) keeps the
+//     value of every record written before it, and routes match its
+//     field as they match any other (two branches that write the same
+//     JSON, a record of another name with the same fields, are one value);
 //   - a long is a number, or its digits as a string when its magnitude is
 //     over 2^53 (a double, as RFC 8785 reads numbers, would merge it with
 //     its neighbours);
@@ -190,8 +192,7 @@ func appendAvroMap(b []byte, s *avro.MapSchema, r *avro.Reader, depth int, items
 	return append(b, '}')
 }
 
-// appendAvroUnion appends a union's branch: null, the value of a nullable
-// union's other branch, or {"branch name": value}.
+// appendAvroUnion appends a union's branch: null, or the branch's value.
 func appendAvroUnion(b []byte, s *avro.UnionSchema, r *avro.Reader, depth int, items *int) []byte {
 	i := int(r.ReadLong())
 	ts := s.Types()
@@ -205,14 +206,7 @@ func appendAvroUnion(b []byte, s *avro.UnionSchema, r *avro.Reader, depth int, i
 	if t.Type() == avro.Null {
 		return append(b, "null"...)
 	}
-	if s.Nullable() {
-		return appendAvroJSON(b, t, r, depth+1, items)
-	}
-	b = append(b, '{')
-	b = appendJSONString(b, unionName(t))
-	b = append(b, ':')
-	b = appendAvroJSON(b, t, r, depth+1, items)
-	return append(b, '}')
+	return appendAvroJSON(b, t, r, depth+1, items)
 }
 
 // appendLogical writes a primitive of logical type l (see the top of the
@@ -318,18 +312,6 @@ func appendDecimal(b []byte, v []byte, d *avro.DecimalLogicalSchema, r *avro.Rea
 	b = append(b, '.')
 	b = append(b, digits[len(digits)-scale:]...)
 	return append(b, '"')
-}
-
-// unionName is a union branch's name as hamba/avro's generic decode keys
-// it: a named type's full name, else the type.
-func unionName(t avro.Schema) string {
-	if ref, ok := t.(*avro.RefSchema); ok {
-		t = ref.Schema()
-	}
-	if n, ok := t.(avro.NamedSchema); ok {
-		return n.FullName()
-	}
-	return string(t.Type())
 }
 
 // appendJSONFloat writes f as encoding/json does (ES6 number form).

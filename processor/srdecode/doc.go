@@ -25,9 +25,8 @@
 //     caller; nothing is cached then.
 //   - The logical value is what the writer's schema says the record holds:
 //     Avro written straight from its bytes by the writer's schema
-//     (avrojson.go states the form: records in field order, a union of
-//     null and one type as that value or null, other unions as
-//     {"branch": value}, bytes as base64, decimals as exact text, longs
+//     (avrojson.go states the form: records in field order, a union as
+//     its branch's value or null, bytes as base64, decimals as exact text, longs
 //     over 2^53 as strings, strings that are not UTF-8 refused,
 //     timestamps as RFC 3339); Protobuf as protojson with the .proto field
 //     names, unset fields left out, 64-bit integers as strings (the proto3
