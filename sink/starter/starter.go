@@ -228,19 +228,45 @@ func (t *Temporal) Start(ctx context.Context, req decide.StartRequest) (processo
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
+	sreq, err := t.startRequest(ctx, req)
+	if err != nil {
+		return processor.StartResult{}, err
+	}
+	resp, err := t.c.WorkflowService().StartWorkflowExecution(ctx, sreq)
+	var already *serviceerror.WorkflowExecutionAlreadyStarted
+	switch {
+	case err == nil:
+		// A start Temporal deduplicated by request ID (an earlier attempt
+		// of this claim made the run) is reported as started too: under
+		// the allow_* policies, dedup_workflow_starts_total{result=
+		// "started"} counts re-driven starts again.
+		return processor.StartResult{RunID: resp.GetRunId(), AlreadyStarted: !resp.GetStarted()}, nil
+	case errors.As(err, &already):
+		return processor.StartResult{RunID: already.RunId, AlreadyStarted: true}, nil
+	}
+	err = fmt.Errorf("starting workflow %s: %w", req.WorkflowID, err)
+	if IsPermanent(err) {
+		return processor.StartResult{}, processor.Permanent(err)
+	}
+	return processor.StartResult{}, err
+}
+
+// startRequest is req's StartWorkflowExecutionRequest: its errors are
+// Permanent (a request that cannot be encoded never can be).
+func (t *Temporal) startRequest(ctx context.Context, req decide.StartRequest) (*workflowservice.StartWorkflowExecutionRequest, error) {
 	input, err := t.dc.ToPayloads(req.Input)
 	if err != nil {
-		return processor.StartResult{}, processor.Permanent(fmt.Errorf("encoding input of workflow %s: %w", req.WorkflowID, err))
+		return nil, processor.Permanent(fmt.Errorf("encoding input of workflow %s: %w", req.WorkflowID, err))
 	}
 	gen, err := t.dc.ToPayload(max(req.Generation, 1))
 	if err != nil {
-		return processor.StartResult{}, processor.Permanent(fmt.Errorf("encoding generation of workflow %s: %w", req.WorkflowID, err))
+		return nil, processor.Permanent(fmt.Errorf("encoding generation of workflow %s: %w", req.WorkflowID, err))
 	}
 	attrs, err := t.searchAttributes(req)
 	if err != nil {
-		return processor.StartResult{}, processor.Permanent(err)
+		return nil, processor.Permanent(err)
 	}
-	resp, err := t.c.WorkflowService().StartWorkflowExecution(ctx, &workflowservice.StartWorkflowExecutionRequest{
+	return &workflowservice.StartWorkflowExecutionRequest{
 		Namespace:    t.ns(req.Namespace),
 		WorkflowId:   req.WorkflowID,
 		WorkflowType: &commonpb.WorkflowType{Name: req.WorkflowType},
@@ -258,23 +284,7 @@ func (t *Temporal) Start(ctx context.Context, req decide.StartRequest) (processo
 		// start must fail so that it is counted as one.
 		WorkflowIdConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		Header:                   traceHeader(ctx, t.prop),
-	})
-	var already *serviceerror.WorkflowExecutionAlreadyStarted
-	switch {
-	case err == nil:
-		// A start Temporal deduplicated by request ID (an earlier attempt
-		// of this claim made the run) is reported as started too: under
-		// the allow_* policies, dedup_workflow_starts_total{result=
-		// "started"} counts re-driven starts again.
-		return processor.StartResult{RunID: resp.GetRunId(), AlreadyStarted: !resp.GetStarted()}, nil
-	case errors.As(err, &already):
-		return processor.StartResult{RunID: already.RunId, AlreadyStarted: true}, nil
-	}
-	err = fmt.Errorf("starting workflow %s: %w", req.WorkflowID, err)
-	if IsPermanent(err) {
-		return processor.StartResult{}, processor.Permanent(err)
-	}
-	return processor.StartResult{}, err
+	}, nil
 }
 
 // SignalRequestID is the request ID of every SignalWithStart of one
