@@ -98,6 +98,13 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	if c.hooks.AfterClaim != nil {
 		c.hooks.AfterClaim()
 	}
+	c.dispatch(ctx, b, verdicts)
+}
+
+// dispatch acts on the ledger's verdicts of b's intents (verdicts[i] is
+// intent i's): new and re-driven intents go to the start pool,
+// duplicates finish, conflicts are dead-lettered.
+func (c *claimer) dispatch(ctx context.Context, b *claimBatch, verdicts []decide.Claimed) {
 	var conflicts []deadLetter
 	// Counted per batch, not per intent: a replay claims a million a
 	// minute.
