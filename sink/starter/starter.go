@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -177,21 +176,6 @@ func New(c client.Client, cfg Config) *Temporal {
 		gate: &runGate{wait: cfg.RunLimitWait, m: map[string]*gated{}}, attrs: cfg.SearchAttributes != SearchAttributesOff}
 }
 
-// RequestID is the start's request ID: the same for every start of one
-// claim of a workflow ID (generation 1 is the first run; a run the reuse
-// policy allows again gets the next). Temporal answers a start whose
-// request ID is the current run's with that run, running or closed,
-// instead of creating one: so a re-driven claim (a crash between start
-// and mark, two routers re-driving one pending row, a start whose outcome
-// was unknown) never creates a second execution, whatever the reuse
-// policy.
-func RequestID(workflowID string, generation int) string {
-	if generation < 1 {
-		generation = 1
-	}
-	return uuid.NewSHA1(requestIDSpace, []byte(workflowID+"#"+strconv.Itoa(generation))).String()
-}
-
 // requestID is RequestID under the allow_* policies, where it is what
 // keeps a re-driven claim from creating a second run. Under
 // reject_duplicate the policy itself refuses any second run, and a fresh
@@ -254,13 +238,9 @@ func (t *Temporal) Start(ctx context.Context, req decide.StartRequest) (processo
 // startRequest is req's StartWorkflowExecutionRequest: its errors are
 // Permanent (a request that cannot be encoded never can be).
 func (t *Temporal) startRequest(ctx context.Context, req decide.StartRequest) (*workflowservice.StartWorkflowExecutionRequest, error) {
-	input, err := t.dc.ToPayloads(req.Input)
+	input, err := encodeInput(t.dc, &req.Input)
 	if err != nil {
 		return nil, processor.Permanent(fmt.Errorf("encoding input of workflow %s: %w", req.WorkflowID, err))
-	}
-	gen, err := t.dc.ToPayload(max(req.Generation, 1))
-	if err != nil {
-		return nil, processor.Permanent(fmt.Errorf("encoding generation of workflow %s: %w", req.WorkflowID, err))
 	}
 	attrs, err := t.searchAttributes(req)
 	if err != nil {
@@ -275,7 +255,7 @@ func (t *Temporal) startRequest(ctx context.Context, req decide.StartRequest) (*
 		// The run says which generation it is: LastRun reads it back, so
 		// a re-run starts after the newest run Temporal has, whatever the
 		// ledger recorded.
-		Memo:                  &commonpb.Memo{Fields: map[string]*commonpb.Payload{schemas.MemoGeneration: gen}},
+		Memo:                  &commonpb.Memo{Fields: map[string]*commonpb.Payload{schemas.MemoGeneration: generationPayload(max(req.Generation, 1))}},
 		SearchAttributes:      attrs,
 		Identity:              t.identity,
 		RequestId:             requestID(req),
