@@ -98,7 +98,15 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	if c.hooks.AfterClaim != nil {
 		c.hooks.AfterClaim()
 	}
+	c.dispatch(ctx, b, verdicts)
+}
+
+// dispatch acts on the ledger's verdicts of b's intents (verdicts[i] is
+// intent i's): new and re-driven intents go to the start pool,
+// duplicates finish, conflicts are dead-lettered.
+func (c *claimer) dispatch(ctx context.Context, b *claimBatch, verdicts []decide.Claimed) {
 	var conflicts []deadLetter
+	now := time.Now()
 	// Counted per batch, not per intent: a replay claims a million a
 	// minute.
 	var counts [decide.VerdictConflict + 1]float64
@@ -119,7 +127,7 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 				// Another copy's start is in flight here: this one finishes
 				// with it, and Temporal hears of it once.
 				counts[decide.VerdictDuplicate]++
-				c.duplicate(in, "start_in_flight")
+				c.duplicate(in, "start_in_flight", now)
 				continue
 			}
 			counts[v]++
@@ -139,13 +147,13 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 			// Started before; the policy may allow a closed run to run
 			// again: the start pool asks Temporal how it ended.
 			counts[v]++
-			c.duplicate(in, "started_rerun_check")
+			c.duplicate(in, "started_rerun_check", now)
 			req := b.starts[i].request()
 			req.Generation = cl.Generation
 			c.starts.submit(ctx, rec, req, true)
 		default:
 			counts[v]++
-			c.duplicate(in, "started")
+			c.duplicate(in, "started", now)
 			c.end(rec, true)
 		}
 	}
@@ -186,13 +194,18 @@ func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef
 // what the copy is a duplicate of: a started row ("started", or
 // "started_rerun_check" under an allow_* policy, which asks Temporal next)
 // or a start in flight in this router ("start_in_flight").
-func (c *claimer) duplicate(in *decide.Intent, ledger string) {
-	if now := time.Now(); now.Sub(c.dupLoggedAt) >= time.Second {
+// now is the batch's time (one clock read a batch: its intents are
+// dispatched within microseconds). The debug line's arguments are built
+// only when debug is on: a replay has a million duplicates a minute.
+func (c *claimer) duplicate(in *decide.Intent, ledger string, now time.Time) {
+	if now.Sub(c.dupLoggedAt) >= time.Second {
 		logDecision(c.log, slog.LevelInfo, "duplicate", intentOf(in),
 			"sampled", true, "not_logged_since_last_sample", c.dupUnlogged, "ledger", ledger, "workflow_id", in.WorkflowID)
 		c.dupLoggedAt, c.dupUnlogged = now, 0
 		return
 	}
 	c.dupUnlogged++
-	logDecision(c.log, slog.LevelDebug, "duplicate", intentOf(in), "ledger", ledger, "workflow_id", in.WorkflowID)
+	if c.log.Enabled(context.Background(), slog.LevelDebug) {
+		logDecision(c.log, slog.LevelDebug, "duplicate", intentOf(in), "ledger", ledger, "workflow_id", in.WorkflowID)
+	}
 }

@@ -250,8 +250,10 @@ func (s *startPool) worker() {
 		case err == nil:
 			if res.AlreadyStarted {
 				s.m.starts.WithLabelValues("already_started").Inc()
-				s.log.Debug("workflow already started", "workflow_id", j.req.WorkflowID, "run_id", res.RunID,
-					"event_id", j.req.Input.EventID, "generation", j.req.Generation)
+				if s.log.Enabled(context.Background(), slog.LevelDebug) { // its arguments are built only then
+					s.log.Debug("workflow already started", "workflow_id", j.req.WorkflowID, "run_id", res.RunID,
+						"event_id", j.req.Input.EventID, "generation", j.req.Generation)
+				}
 			} else {
 				s.m.starts.WithLabelValues("started").Inc()
 			}

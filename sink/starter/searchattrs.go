@@ -30,13 +30,11 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/converter"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dedupio/dedup/processor/decide"
@@ -118,52 +116,6 @@ func (m SearchAttributesMode) validate() error {
 		return nil
 	}
 	return fmt.Errorf("temporal.search_attributes: %q, want on, off or auto (or true/false)", string(m))
-}
-
-// EncodeSearchAttributes is req's search attributes, encoded as the SDK
-// encodes typed search attributes: the default data converter's payload
-// (for strings, integers and times, its JSON converter's: json/plain),
-// with the attribute's type in the "type" metadata. The JSON converter is
-// called directly, skipping the default's nil, bytes and proto converters
-// that these values fall through (a third of the time).
-func EncodeSearchAttributes(req decide.StartRequest) (*commonpb.SearchAttributes, error) {
-	vals := map[string]any{}
-	keyword := func(name, v string) {
-		if KeywordFits(v) {
-			vals[name] = v
-		}
-	}
-	if req.Signal != nil {
-		keyword(AttrRoute, req.Signal.Input.ActivityID)
-	} else {
-		in := req.Input
-		keyword(AttrEventID, in.EventID)
-		keyword(AttrRoute, in.ActivityID)
-		keyword(AttrIDRule, in.IDRule)
-		if r := req.Record; r != nil {
-			keyword(AttrKafkaTopic, r.Topic)
-			vals[AttrKafkaPartition] = int64(r.Partition)
-			vals[AttrKafkaOffset] = r.Offset
-		}
-		if in.ScheduledFor != "" {
-			t, err := time.Parse(time.RFC3339, in.ScheduledFor)
-			if err != nil {
-				return nil, fmt.Errorf("parsing scheduled_for %q of workflow %s: %w", in.ScheduledFor, req.WorkflowID, err)
-			}
-			vals[AttrScheduledFor] = t.UTC()
-		}
-	}
-	dc := converter.NewJSONPayloadConverter()
-	out := &commonpb.SearchAttributes{IndexedFields: make(map[string]*commonpb.Payload, len(vals))}
-	for name, v := range vals {
-		p, err := dc.ToPayload(v)
-		if err != nil {
-			return nil, fmt.Errorf("encoding search attribute %s of workflow %s: %w", name, req.WorkflowID, err)
-		}
-		p.Metadata["type"] = []byte(typeOf(name).String())
-		out.IndexedFields[name] = p
-	}
-	return out, nil
 }
 
 // MissingSearchAttributesError is a namespace that lacks some of dedup's

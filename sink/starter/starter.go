@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -177,21 +176,6 @@ func New(c client.Client, cfg Config) *Temporal {
 		gate: &runGate{wait: cfg.RunLimitWait, m: map[string]*gated{}}, attrs: cfg.SearchAttributes != SearchAttributesOff}
 }
 
-// RequestID is the start's request ID: the same for every start of one
-// claim of a workflow ID (generation 1 is the first run; a run the reuse
-// policy allows again gets the next). Temporal answers a start whose
-// request ID is the current run's with that run, running or closed,
-// instead of creating one: so a re-driven claim (a crash between start
-// and mark, two routers re-driving one pending row, a start whose outcome
-// was unknown) never creates a second execution, whatever the reuse
-// policy.
-func RequestID(workflowID string, generation int) string {
-	if generation < 1 {
-		generation = 1
-	}
-	return uuid.NewSHA1(requestIDSpace, []byte(workflowID+"#"+strconv.Itoa(generation))).String()
-}
-
 // requestID is RequestID under the allow_* policies, where it is what
 // keeps a re-driven claim from creating a second run. Under
 // reject_duplicate the policy itself refuses any second run, and a fresh
@@ -228,37 +212,11 @@ func (t *Temporal) Start(ctx context.Context, req decide.StartRequest) (processo
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
-	input, err := t.dc.ToPayloads(req.Input)
+	sreq, err := t.startRequest(ctx, req)
 	if err != nil {
-		return processor.StartResult{}, processor.Permanent(fmt.Errorf("encoding input of workflow %s: %w", req.WorkflowID, err))
+		return processor.StartResult{}, err
 	}
-	gen, err := t.dc.ToPayload(max(req.Generation, 1))
-	if err != nil {
-		return processor.StartResult{}, processor.Permanent(fmt.Errorf("encoding generation of workflow %s: %w", req.WorkflowID, err))
-	}
-	attrs, err := t.searchAttributes(req)
-	if err != nil {
-		return processor.StartResult{}, processor.Permanent(err)
-	}
-	resp, err := t.c.WorkflowService().StartWorkflowExecution(ctx, &workflowservice.StartWorkflowExecutionRequest{
-		Namespace:    t.ns(req.Namespace),
-		WorkflowId:   req.WorkflowID,
-		WorkflowType: &commonpb.WorkflowType{Name: req.WorkflowType},
-		TaskQueue:    &taskqueuepb.TaskQueue{Name: req.TaskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
-		Input:        input,
-		// The run says which generation it is: LastRun reads it back, so
-		// a re-run starts after the newest run Temporal has, whatever the
-		// ledger recorded.
-		Memo:                  &commonpb.Memo{Fields: map[string]*commonpb.Payload{schemas.MemoGeneration: gen}},
-		SearchAttributes:      attrs,
-		Identity:              t.identity,
-		RequestId:             requestID(req),
-		WorkflowIdReusePolicy: ReusePolicy(req.ReusePolicy),
-		// Never attach to or terminate a running execution: a duplicate
-		// start must fail so that it is counted as one.
-		WorkflowIdConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		Header:                   traceHeader(ctx, t.prop),
-	})
+	resp, err := t.c.WorkflowService().StartWorkflowExecution(ctx, sreq)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
 	case err == nil:
@@ -275,6 +233,38 @@ func (t *Temporal) Start(ctx context.Context, req decide.StartRequest) (processo
 		return processor.StartResult{}, processor.Permanent(err)
 	}
 	return processor.StartResult{}, err
+}
+
+// startRequest is req's StartWorkflowExecutionRequest: its errors are
+// Permanent (a request that cannot be encoded never can be).
+func (t *Temporal) startRequest(ctx context.Context, req decide.StartRequest) (*workflowservice.StartWorkflowExecutionRequest, error) {
+	input, err := encodeInput(t.dc, &req.Input)
+	if err != nil {
+		return nil, processor.Permanent(fmt.Errorf("encoding input of workflow %s: %w", req.WorkflowID, err))
+	}
+	attrs, err := t.searchAttributes(req)
+	if err != nil {
+		return nil, processor.Permanent(err)
+	}
+	return &workflowservice.StartWorkflowExecutionRequest{
+		Namespace:    t.ns(req.Namespace),
+		WorkflowId:   req.WorkflowID,
+		WorkflowType: &commonpb.WorkflowType{Name: req.WorkflowType},
+		TaskQueue:    &taskqueuepb.TaskQueue{Name: req.TaskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+		Input:        input,
+		// The run says which generation it is: LastRun reads it back, so
+		// a re-run starts after the newest run Temporal has, whatever the
+		// ledger recorded.
+		Memo:                  &commonpb.Memo{Fields: map[string]*commonpb.Payload{schemas.MemoGeneration: generationPayload(max(req.Generation, 1))}},
+		SearchAttributes:      attrs,
+		Identity:              t.identity,
+		RequestId:             requestID(req),
+		WorkflowIdReusePolicy: ReusePolicy(req.ReusePolicy),
+		// Never attach to or terminate a running execution: a duplicate
+		// start must fail so that it is counted as one.
+		WorkflowIdConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		Header:                   traceHeader(ctx, t.prop),
+	}, nil
 }
 
 // SignalRequestID is the request ID of every SignalWithStart of one
