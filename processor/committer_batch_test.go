@@ -2,10 +2,15 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -45,11 +50,156 @@ func pollOf(topic string, parts, n int) []*kgo.Record {
 	return krs
 }
 
+// committerOnKafka is testCommitter with a Kafka client of group g on a
+// kfake cluster with two partitions of topic t, to commit through; it
+// returns how to read the group's committed offsets (-1: none).
+func committerOnKafka(t *testing.T, cfg Config, parts ...topicPartition) (*committer, func() map[int32]int64) {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumerGroup(cfg.Group))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	c := testCommitter(t, cfg, parts...)
+	c.cl, c.adm = cl, kadm.NewClient(cl)
+	c.lag.adm = c.adm
+	// No other member commits: the guard against going backwards reads
+	// nothing (the group exists once the first commit made it).
+	c.groupCommitted = func(context.Context, []string) (map[topicPartition]int64, error) { return nil, nil }
+	committed := func() map[int32]int64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		out := map[int32]int64{0: -1, 1: -1}
+		resp, err := c.adm.FetchOffsetsForTopics(ctx, cfg.Group, "t")
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			return out // nothing was ever committed
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Each(func(o kadm.OffsetResponse) {
+			if o.Err == nil && o.At >= 0 {
+				out[o.Partition] = o.At
+			}
+		})
+		return out
+	}
+	return c, committed
+}
+
+// A poll's duplicates of two partitions end together, after one of the
+// partitions was revoked (its records did not end within RevokeTimeout):
+// the other partition's whole prefix is committed, nothing of the revoked
+// one, and both partitions' records are counted out of flight.
+func TestBatchEndAfterARevokeCommitsOnlyThePartitionStillOwned(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Group, cfg.Topics = "g", []string{"t"}
+	cfg.RevokeTimeout = 50 * time.Millisecond // the records do not end within it: the test ends them after
+	kept, gone := topicPartition{"t", 0}, topicPartition{"t", 1}
+	c, committed := committerOnKafka(t, cfg, kept, gone)
+	p0, p1 := c.parts[kept], c.parts[gone]
+	recs := c.trackAll(pollOf("t", 2, 10))
+	for i, rec := range recs {
+		if rec == nil {
+			t.Fatalf("record %d not tracked", i)
+		}
+	}
+	if c.flight.n != 10 || p0.inFlight != 5 || p1.inFlight != 5 {
+		t.Fatalf("in flight %d (%d, %d), want 10 (5, 5)", c.flight.n, p0.inFlight, p1.inFlight)
+	}
+
+	c.revoked(context.Background(), nil, map[string][]int32{"t": {1}})
+	// A poll after the revoke takes nothing of the revoked partition.
+	if late := c.trackAll([]*kgo.Record{{Topic: "t", Partition: 1, Offset: 5}}); late[0] != nil {
+		t.Fatal("a record of the revoked partition was tracked")
+	}
+	c.endAll(recs, true)
+	if c.flight.n != 0 || p0.inFlight != 0 || p1.inFlight != 0 {
+		t.Fatalf("in flight %d (%d, %d) after every record ended, want 0", c.flight.n, p0.inFlight, p1.inFlight)
+	}
+	c.commit(context.Background(), nil)
+	if got := committed(); got[0] != 5 || got[1] != -1 {
+		t.Fatalf("group committed %v, want partition 0 at 5 and nothing for the revoked partition 1", got)
+	}
+}
+
+// A revoke waits for its partitions' records in flight; ending them in a
+// batch releases the wait, and the revoke commits what finished.
+func TestBatchEndReleasesTheRevokesWait(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Group, cfg.Topics = "g", []string{"t"}
+	cfg.RevokeTimeout = time.Minute // the wait must end by the records, not by the timeout
+	tp := topicPartition{"t", 1}
+	c, committed := committerOnKafka(t, cfg, tp)
+	var krs []*kgo.Record
+	for off := int64(0); off < 6; off++ {
+		krs = append(krs, &kgo.Record{Topic: "t", Partition: 1, Offset: off})
+	}
+	recs := c.trackAll(krs)
+	for _, rec := range recs {
+		c.flight.setPending(rec, 2) // two intents each
+	}
+	revoked := make(chan struct{})
+	go func() {
+		defer close(revoked)
+		c.revoked(context.Background(), nil, map[string][]int32{"t": {1}})
+	}()
+	// The revoke marks the partition, then waits. Seeing the mark, the test
+	// gives it 50ms to be inside its wait: if it is not yet, the records
+	// end before it waits and the test still holds, proving less.
+	for {
+		c.mu.Lock()
+		marked := c.parts[tp].revoking
+		c.mu.Unlock()
+		if marked {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	c.endAll(append([]*record(nil), recs...), true) // one piece of each: still in flight
+	c.endAll(recs[:3], true)                        // the second pieces of the first three
+	c.endAll(recs[3:], true)                        // and of the rest
+	select {
+	case <-revoked:
+	case <-time.After(30 * time.Second): // half the RevokeTimeout: the wait missed the batch end
+		t.Fatal("the revoke still waits after every record ended")
+	}
+	if got := committed(); got[1] != 6 {
+		t.Fatalf("group committed %v, want partition 1 at 6", got)
+	}
+}
+
 // BenchmarkTrackAndEndAPollOfDuplicates is the committer's share of an
 // all-duplicate replay's poll: 1000 records over 8 partitions tracked in
-// poll order by the poll goroutine, then each ended once (a duplicate of a
-// started row) by the claimer.
+// poll order by the poll goroutine (trackAll), then ended (a duplicate of
+// a started row each) by the claimer (endAll).
 func BenchmarkTrackAndEndAPollOfDuplicates(b *testing.B) {
+	benchTrackAndEnd(b, func(c *committer, krs []*kgo.Record, _ []*record) {
+		c.endAll(c.trackAll(krs), true)
+	})
+}
+
+// BenchmarkTrackAndEndRecordByRecord is the same poll through track and
+// end, one record at a time (the start pool and the dead-letter writer
+// end records so).
+func BenchmarkTrackAndEndRecordByRecord(b *testing.B) {
+	benchTrackAndEnd(b, func(c *committer, krs []*kgo.Record, recs []*record) {
+		for i, kr := range krs {
+			recs[i] = c.track(kr)
+		}
+		for _, rec := range recs {
+			c.end(rec, true)
+		}
+	})
+}
+
+func benchTrackAndEnd(b *testing.B, poll func(c *committer, krs []*kgo.Record, recs []*record)) {
 	cfg := DefaultConfig()
 	cfg.Group, cfg.Topics = "g", []string{"t"}
 	var tps []topicPartition
@@ -58,16 +208,10 @@ func BenchmarkTrackAndEndAPollOfDuplicates(b *testing.B) {
 	}
 	c := testCommitter(b, cfg, tps...)
 	krs := pollOf("t", 8, 1000)
-	recs := make([]*record, 0, len(krs))
+	recs := make([]*record, len(krs))
 	b.ReportAllocs()
 	for b.Loop() {
-		recs = recs[:0]
-		for _, kr := range krs {
-			recs = append(recs, c.track(kr))
-		}
-		for _, rec := range recs {
-			c.end(rec, true)
-		}
+		poll(c, krs, recs)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(krs)), "ns/record")
 	if c.flight.n != 0 || c.parts[tps[0]].tr.next != 125 {

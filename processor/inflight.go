@@ -63,6 +63,21 @@ func (f *inFlight) add(p *partition) {
 	f.mu.Unlock()
 }
 
+// addAll counts in a poll's tracked records (nil: not tracked), as add
+// does for each as it is tracked (committer.trackAll, under committer.mu),
+// under one lock.
+func (f *inFlight) addAll(recs []*record) {
+	f.mu.Lock()
+	for _, rec := range recs {
+		if rec != nil {
+			rec.part.inFlight++
+			f.n++
+		}
+	}
+	f.gauge.Set(float64(f.n))
+	f.mu.Unlock()
+}
+
 // setPending says how many pieces of work rec has (one per intent).
 func (f *inFlight) setPending(rec *record, n int) {
 	f.mu.Lock()
@@ -85,6 +100,45 @@ func (f *inFlight) endPiece(rec *record, ok bool) (last, committable bool) {
 		return false, false
 	}
 	return true, !rec.failed
+}
+
+// endPieces ends one piece of each of recs (a record may appear once per
+// piece), as endPiece does, under one lock. It keeps in recs, in order, the
+// records whose last piece this was, and returns them (recs' first
+// entries: the rest of recs is cleared). A record kept may be finished in
+// its tracker unless failed, which no one writes after its last piece.
+func (f *inFlight) endPieces(recs []*record, ok bool) []*record {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	last := 0
+	for _, rec := range recs {
+		if !ok {
+			rec.failed = true
+		}
+		rec.pending--
+		if rec.pending == 0 {
+			recs[last] = rec
+			last++
+		}
+	}
+	clear(recs[last:])
+	return recs[:last]
+}
+
+// doneAll counts recs out, as done does for each, after their last pieces
+// ended and their trackers were told, and wakes the waits once.
+func (f *inFlight) doneAll(recs []*record) {
+	if len(recs) == 0 {
+		return
+	}
+	f.mu.Lock()
+	for _, rec := range recs {
+		rec.part.inFlight--
+	}
+	f.n -= len(recs)
+	f.gauge.Set(float64(f.n))
+	f.cond.Broadcast()
+	f.mu.Unlock()
 }
 
 // done counts one of p's records out, after its last piece ended and its

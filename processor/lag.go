@@ -75,11 +75,28 @@ func (l *lagWatch) assign(tp topicPartition, ctx context.Context, committed int6
 func (l *lagWatch) polled(w *watched, offset int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.polledLocked(w, offset)
+}
+
+// polledLocked is polled with l.mu held.
+func (l *lagWatch) polledLocked(w *watched, offset int64) {
 	if w.expect >= 0 && offset > w.expect && !w.checking {
 		w.checking = true
 		go l.checkGap(w, w.expect, offset)
 	}
 	w.expect = offset + 1
+}
+
+// polledAll notes a poll's tracked records (nil: not tracked) as polled
+// does, in poll order, under one lock.
+func (l *lagWatch) polledAll(recs []*record) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, rec := range recs {
+		if rec != nil {
+			l.polledLocked(rec.part.watch, rec.offset)
+		}
+	}
 }
 
 // committed notes that this replica committed w's partition at offset.
