@@ -54,6 +54,10 @@ type claimer struct {
 	starts *startPool
 	dlq    *deadLetterWriter
 	end    func(rec *record, ok bool)
+	// endAll ends a batch's duplicates together (committer.endAll);
+	// ended is its scratch, reused batch after batch.
+	endAll func(recs []*record, ok bool)
+	ended  []*record
 	// fenced answers the ledger's fence (committer.fenced): the refused
 	// partitions the router took again, with their new fences; it forgot
 	// the others.
@@ -90,9 +94,7 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 		return
 	}
 	if err != nil { // shutting down, or the ledger refused for good
-		for _, rec := range b.owners {
-			c.end(rec, false)
-		}
+		c.endAll(b.owners, false)
 		return
 	}
 	if c.hooks.AfterClaim != nil {
@@ -103,10 +105,16 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 
 // dispatch acts on the ledger's verdicts of b's intents (verdicts[i] is
 // intent i's): new and re-driven intents go to the start pool,
-// duplicates finish, conflicts are dead-lettered.
+// duplicates finish (together, once the batch is dispatched), conflicts
+// are dead-lettered.
 func (c *claimer) dispatch(ctx context.Context, b *claimBatch, verdicts []decide.Claimed) {
 	var conflicts []deadLetter
 	now := time.Now()
+	ended := c.ended[:0]
+	defer func() {
+		c.endAll(ended, true)
+		c.ended = ended[:0]
+	}()
 	// Counted per batch, not per intent: a replay claims a million a
 	// minute.
 	var counts [decide.VerdictConflict + 1]float64
@@ -154,7 +162,7 @@ func (c *claimer) dispatch(ctx context.Context, b *claimBatch, verdicts []decide
 		default:
 			counts[v]++
 			c.duplicate(in, "started", now)
-			c.end(rec, true)
+			ended = append(ended, rec)
 		}
 	}
 	if len(conflicts) > 0 {

@@ -49,7 +49,8 @@ func BenchmarkDispatchDuplicates(b *testing.B) {
 		verdicts[i] = decide.Claimed{Verdict: decide.VerdictDuplicate, Generation: 1}
 	}
 	ended := 0
-	c := &claimer{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), m: m, end: func(*record, bool) { ended++ }}
+	c := &claimer{log: slog.New(slog.NewJSONHandler(io.Discard, nil)), m: m, end: func(*record, bool) { ended++ },
+		endAll: func(recs []*record, _ bool) { ended += len(recs) }}
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -131,7 +131,7 @@ func New(cfg Config, o Options) (*Router, error) {
 	r.starts = newStartPool(cfg, log, m, starter, ledger, r.health, hooks, r.dlq, r.commits.end, r.workCtx)
 	r.starts.fenced = r.commits.fenced
 	r.claims = &claimer{log: log, m: m, ledger: ledger, health: r.health, hooks: hooks, starts: r.starts, dlq: r.dlq, end: r.commits.end,
-		fenced: r.commits.fenced}
+		endAll: r.commits.endAll, fenced: r.commits.fenced}
 	r.trace = newRouterTracer(o.Tracing)
 	r.commits.trace, r.claims.trace, r.starts.trace, r.dlq.trace = r.trace, r.trace, r.trace, r.trace
 	reset := kgo.NewOffset().AtStart()
@@ -356,9 +356,9 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 		owners  = make([]*record, 0, n)
 		dead    []deadLetter
 	)
-	fetches.EachRecord(func(kr *kgo.Record) {
-		rec := r.commits.track(kr)
-		switch {
+	krs := fetches.Records()
+	for i, rec := range r.commits.trackAll(krs) {
+		switch kr := krs[i]; {
 		case rec == nil: // partition revoked since the fetch
 		case kr.Attrs.IsControl():
 			// A transaction's commit or abort marker: no event. It ends
@@ -368,7 +368,7 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 		default:
 			batch = append(batch, polled{kr: kr, rec: rec})
 		}
-	})
+	}
 	// Tracked: the group may rebalance again (BlockRebalanceOnPoll).
 	r.cl.AllowRebalance()
 	r.m.records.Add(float64(len(batch)))
