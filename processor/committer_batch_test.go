@@ -218,3 +218,57 @@ func benchTrackAndEnd(b *testing.B, poll func(c *committer, krs []*kgo.Record, r
 		b.Fatalf("in flight %d, partition 0 committable at %d: want 0 and 125", c.flight.n, c.parts[tps[0]].tr.next)
 	}
 }
+
+// BenchmarkReplayPipelineBatched is BenchmarkTrackAndEndAPollOfDuplicates
+// as the router runs it: the poll goroutine tracks poll after poll while
+// the claimer goroutine ends the previous ones (they contend on
+// committer.mu). An op is one poll of 1000 records.
+func BenchmarkReplayPipelineBatched(b *testing.B) {
+	benchPipeline(b, func(c *committer, krs []*kgo.Record) []*record { return c.trackAll(krs) },
+		func(c *committer, recs []*record) { c.endAll(recs, true) })
+}
+
+// BenchmarkReplayPipelineRecordByRecord is the same pipeline through
+// track and end, one record at a time.
+func BenchmarkReplayPipelineRecordByRecord(b *testing.B) {
+	benchPipeline(b, func(c *committer, krs []*kgo.Record) []*record {
+		recs := make([]*record, len(krs))
+		for i, kr := range krs {
+			recs[i] = c.track(kr)
+		}
+		return recs
+	}, func(c *committer, recs []*record) {
+		for _, rec := range recs {
+			c.end(rec, true)
+		}
+	})
+}
+
+func benchPipeline(b *testing.B, track func(*committer, []*kgo.Record) []*record, end func(*committer, []*record)) {
+	cfg := DefaultConfig()
+	cfg.Group, cfg.Topics = "g", []string{"t"}
+	var tps []topicPartition
+	for p := int32(0); p < 8; p++ {
+		tps = append(tps, topicPartition{"t", p})
+	}
+	c := testCommitter(b, cfg, tps...)
+	krs := pollOf("t", 8, 1000)
+	polls := make(chan []*record, 2)
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		for recs := range polls {
+			end(c, recs)
+		}
+	}()
+	b.ReportAllocs()
+	for b.Loop() {
+		polls <- track(c, krs)
+	}
+	close(polls)
+	<-ended
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(krs)), "ns/record")
+	if c.flight.n != 0 {
+		b.Fatalf("in flight %d after every poll ended, want 0", c.flight.n)
+	}
+}
