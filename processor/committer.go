@@ -24,8 +24,10 @@ import (
 // (lag, lag.go: consumer lag, offsets deleted by retention before they were
 // read) what it was assigned, polled, committed and forgot.
 //
-// Every other component finishes its work on a record through end; nothing
-// else touches offsets. The commit of the finished prefix and its ticker are
+// Every other component finishes its work on a record through end (or
+// endAll, a batch's at once: the claimer's duplicates), and the poll loop
+// tracks a poll through trackAll (committer_batch.go); nothing else
+// touches offsets. The commit of the finished prefix and its ticker are
 // in commit.go; partitions assigned, revoked and lost, and the fence's
 // re-take, in assign.go.
 //
@@ -34,7 +36,7 @@ import (
 // under it; the committer and flight read the pause without a lock).
 // flight and lag take no other lock, and no one waits on flight's
 // condition holding commitMu or mu: revoked waits, then commits; track and
-// end hold mu only to count in and out.
+// end (trackAll and endAll) hold mu only to count in and out.
 type committer struct {
 	cfg Config
 	log *slog.Logger

@@ -9,8 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// inFlight accounts for the records in flight: tracked (committer.track)
-// and not yet ended, every one of their pieces of work (committer.end). On
+// inFlight accounts for the records in flight: tracked (committer.track,
+// trackAll) and not yet ended, every one of their pieces of work
+// (committer.end, endAll). On
 // that count it bounds the poll loop (waitCapacity: MaxInFlight, and the
 // pause), lets the drain on shutdown wait for the records (waitDrained) and
 // a revoke wait for its partitions' records (waitIdle).

@@ -38,7 +38,7 @@ func (p *partition) fence() decide.Fence { return decide.Fence{Group: p.group, E
 
 // record is one polled Kafka record while it is in flight. Its pieces of
 // work (one per intent, or one dead-letter write) each end once, through
-// committer.end; the record finishes when the last one ends.
+// committer.end or endAll; the record finishes when the last one ends.
 type record struct {
 	part     *partition
 	kr       *kgo.Record
