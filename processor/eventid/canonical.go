@@ -20,6 +20,18 @@ func canonical(v []byte) ([]byte, error) {
 // canonical is canonical(v) written into c's buffers, which the result
 // shares: it is valid until c writes again.
 func (c *canonWriter) canonical(v []byte) ([]byte, error) {
+	if out, ok := c.fast(v); ok {
+		return out, nil
+	}
+	return jcs.Transform(v)
+}
+
+// fast is canonical(v) by the fast path alone; ok is false when v needs
+// the general one. An ok result also means that v is valid JSON (the fast
+// path accepts a subset of the grammar encoding/json accepts), so a
+// caller that must check v is JSON and then canonicalise it needs one
+// pass, not two.
+func (c *canonWriter) fast(v []byte) (out []byte, ok bool) {
 	c.in, c.i, c.depth = v, 0, 0
 	c.out = slices.Grow(c.out[:0], len(v))
 	c.spans = c.spans[:0]
@@ -27,10 +39,10 @@ func (c *canonWriter) canonical(v []byte) ([]byte, error) {
 	if c.value() {
 		c.ws()
 		if c.i == len(c.in) {
-			return c.out, nil
+			return c.out, true
 		}
 	}
-	return jcs.Transform(v)
+	return nil, false
 }
 
 // reset lets c go back to a pool without keeping its last input alive.

@@ -37,6 +37,10 @@ type envelope struct {
 	bytes       []byte
 	contentType string
 	id          json.RawMessage // the id field, nil if absent
+	// canon, when not nil, is data's canonical form, already written
+	// (binaryEnvelope's JSON check is the canonical pass); it lives in the
+	// Decode's scratch.
+	canon []byte
 }
 
 // binary reports whether r is a CloudEvents binary-mode record: a
@@ -50,11 +54,11 @@ func (d *Decoder) binary(r Record) bool {
 	return spec || typ
 }
 
-func (d *Decoder) envelope(r Record) (envelope, error) {
+func (d *Decoder) envelope(r Record, s *scratch) (envelope, error) {
 	if d.binary(r) {
-		return binaryEnvelope(r)
+		return binaryEnvelope(r, s)
 	}
-	obj, err := object(r.Value)
+	obj, err := scanRecordObject(r.Value, s)
 	if err != nil {
 		return envelope{}, err
 	}
@@ -68,7 +72,7 @@ func (d *Decoder) envelope(r Record) (envelope, error) {
 	return d.plainEnvelope(obj, r.Value)
 }
 
-func binaryEnvelope(r Record) (envelope, error) {
+func binaryEnvelope(r Record, s *scratch) (envelope, error) {
 	env := envelope{kind: EnvelopeBinary}
 	typ, _ := header(r.Headers, "ce_type")
 	if len(typ) == 0 {
@@ -111,9 +115,15 @@ func binaryEnvelope(r Record) (envelope, error) {
 		return env, nil
 	}
 	v := bytes.TrimSpace(r.Value)
-	switch {
-	case len(v) == 0: // white space only: no data
+	if len(v) == 0 { // white space only: no data
 		env.data = json.RawMessage("null")
+		return env, nil
+	}
+	if canon, ok := s.c.fast(v); ok { // JSON, and canonicalised in the same pass
+		env.data, env.canon = rawJSON(v), canon
+		return env, nil
+	}
+	switch {
 	case json.Valid(v):
 		env.data = rawJSON(v)
 	case declared:
@@ -233,10 +243,15 @@ func header(hs []Header, name string) ([]byte, bool) {
 	return nil, false
 }
 
-func object(v []byte) (members, error) {
+// scanRecordObject is the record value's members, read into s's buffer.
+func scanRecordObject(v []byte, s *scratch) (members, error) {
 	v = bytes.TrimSpace(v)
 	if len(v) == 0 || v[0] != '{' {
 		return nil, fail(ReasonUndecodable, "value is not a JSON object")
+	}
+	if ms, ok := appendMembers(s.ms[:0], v); ok {
+		s.ms = ms
+		return ms, nil
 	}
 	obj, err := scanObject(v)
 	if err != nil {

@@ -77,13 +77,17 @@ func scanObject(v []byte) (members, error) {
 }
 
 func fastMembers(v []byte) (members, bool) {
+	return appendMembers(make(members, 0, 8), v)
+}
+
+// appendMembers is fastMembers appending to ms (a reused buffer).
+func appendMembers(ms members, v []byte) (members, bool) {
 	s := skipper{in: v}
 	s.ws()
 	if s.i >= len(v) || v[s.i] != '{' {
 		return nil, false
 	}
 	s.i++
-	ms := make(members, 0, 8)
 	s.ws()
 	if s.i < len(v) && v[s.i] == '}' {
 		s.i++
