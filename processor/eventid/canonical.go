@@ -1,6 +1,7 @@
 package eventid
 
 import (
+	"math"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -140,6 +141,16 @@ func (c *canonWriter) number() bool {
 	f, err := strconv.ParseFloat(string(tok), 64)
 	if err != nil {
 		return false
+	}
+	if a := math.Abs(f); a >= 1e-6 && a < 1e21 {
+		// jcs.NumberToJSON's own rule for this range (ECMAScript prints
+		// the shortest round-trip digits without an exponent), appended
+		// rather than returned as a new string.
+		if f < 0 {
+			c.out = append(c.out, '-')
+		}
+		c.out = strconv.AppendFloat(c.out, a, 'f', -1, 64)
+		return true
 	}
 	s, err := jcs.NumberToJSON(f)
 	if err != nil {
