@@ -155,15 +155,21 @@ func JSONContentType(ct string) bool {
 
 func structuredEnvelope(obj members) (envelope, error) {
 	env := envelope{kind: EnvelopeStructured}
-	var err error
-	if env.typ, err = stringAttr(obj, "type", true); err != nil {
-		return env, err
-	}
-	if env.source, err = stringAttr(obj, "source", false); err != nil {
-		return env, err
-	}
-	if env.time, err = stringAttr(obj, "time", false); err != nil {
-		return env, err
+	typ, _ := obj.get("type")
+	src, _ := obj.get("source")
+	tm, _ := obj.get("time")
+	var ok bool
+	if env.typ, env.source, env.time, ok = plainAttrs(typ, src, tm); !ok {
+		var err error
+		if env.typ, err = stringAttr(obj, "type", true); err != nil {
+			return env, err
+		}
+		if env.source, err = stringAttr(obj, "source", false); err != nil {
+			return env, err
+		}
+		if env.time, err = stringAttr(obj, "time", false); err != nil {
+			return env, err
+		}
 	}
 	if sub, _ := obj.get("subject"); len(sub) > 0 && sub[0] == '"' {
 		env.subject, _ = unquote(sub) // informative only, as datacontenttype
@@ -189,31 +195,13 @@ func structuredEnvelope(obj members) (envelope, error) {
 func (d *Decoder) plainEnvelope(obj members, value []byte) (envelope, error) {
 	env := envelope{kind: EnvelopePlain}
 	f := d.cfg.Fields
-	typ, err := lookup(obj, f.Type)
-	if err != nil {
-		return env, err
-	}
-	if env.typ, err = asString(typ, f.Type, ReasonMissingType, true); err != nil {
-		return env, err
-	}
-	if f.Source != "" {
-		src, err := lookup(obj, f.Source)
-		if err != nil {
-			return env, err
-		}
-		if env.source, err = asString(src, f.Source, ReasonUndecodable, false); err != nil {
+	var ok bool
+	if env.typ, env.source, env.time, ok = d.plainEnvelopeAttrs(obj); !ok {
+		if err := d.plainEnvelopeStrings(obj, &env); err != nil {
 			return env, err
 		}
 	}
-	if f.Time != "" {
-		t, err := lookup(obj, f.Time)
-		if err != nil {
-			return env, err
-		}
-		if env.time, err = asString(t, f.Time, ReasonUndecodable, false); err != nil {
-			return env, err
-		}
-	}
+	var err error
 	if f.ID != "" {
 		if env.id, err = lookup(obj, f.ID); err != nil {
 			return env, err
@@ -232,6 +220,38 @@ func (d *Decoder) plainEnvelope(obj members, value []byte) (envelope, error) {
 		env.data = rawJSON(data)
 	}
 	return env, nil
+}
+
+// plainEnvelopeStrings reads the plain format's type, source and time one
+// by one, with their errors (plainEnvelopeAttrs reads the usual ones).
+func (d *Decoder) plainEnvelopeStrings(obj members, env *envelope) error {
+	f := d.cfg.Fields
+	typ, err := lookup(obj, f.Type)
+	if err != nil {
+		return err
+	}
+	if env.typ, err = asString(typ, f.Type, ReasonMissingType, true); err != nil {
+		return err
+	}
+	if f.Source != "" {
+		src, err := lookup(obj, f.Source)
+		if err != nil {
+			return err
+		}
+		if env.source, err = asString(src, f.Source, ReasonUndecodable, false); err != nil {
+			return err
+		}
+	}
+	if f.Time != "" {
+		t, err := lookup(obj, f.Time)
+		if err != nil {
+			return err
+		}
+		if env.time, err = asString(t, f.Time, ReasonUndecodable, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func header(hs []Header, name string) ([]byte, bool) {

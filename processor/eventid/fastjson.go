@@ -209,11 +209,8 @@ func rawJSON(v []byte) json.RawMessage {
 
 // unquote is json.Unmarshal of a JSON string token into a string.
 func unquote(v []byte) (string, error) {
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-		body := v[1 : len(v)-1]
-		if bytes.IndexByte(body, '\\') < 0 && bytes.IndexByte(body, '"') < 0 && utf8.Valid(body) && !hasControl(body) {
-			return string(body), nil
-		}
+	if body, ok := plainBody(v); ok {
+		return string(body), nil
 	}
 	var s string
 	err := json.Unmarshal(v, &s)
