@@ -48,7 +48,6 @@ func (c *canonWriter) fast(v []byte) (out []byte, ok bool) {
 
 // reset lets c go back to a pool without keeping its last input alive.
 func (c *canonWriter) reset() {
-	clear(c.spans[:cap(c.spans)])
 	c.in, c.spans = nil, c.spans[:0]
 }
 
@@ -61,12 +60,17 @@ type canonWriter struct {
 	tmp   []byte       // scratch for reordering an object's members
 }
 
-// memberSpan is one object member already written to out: the key's raw
-// bytes (no escapes, so raw = decoded) and the member text out[start:end].
+// memberSpan is one object member already written to out: its key's raw
+// bytes in[ks:ke] (no escapes, so raw = decoded) and the member text
+// out[start:end]. Offsets, not slices: a span holds no pointer, so sorting
+// spans moves plain words (no write barriers).
 type memberSpan struct {
-	key        []byte
+	ks, ke     int
 	start, end int
 }
+
+// key is m's key.
+func (c *canonWriter) key(m memberSpan) []byte { return c.in[m.ks:m.ke] }
 
 func (c *canonWriter) ws() { c.i = skipWS(c.in, c.i) }
 
@@ -275,7 +279,7 @@ func (c *canonWriter) object() bool {
 		if c.i >= len(c.in) || c.in[c.i] != '"' {
 			return false
 		}
-		start := len(c.out)
+		start, ks := len(c.out), c.i+1
 		key, plain, ok := c.str()
 		if !ok || !plain {
 			return false
@@ -290,7 +294,7 @@ func (c *canonWriter) object() bool {
 		if !c.value() {
 			return false
 		}
-		c.spans = append(c.spans, memberSpan{key: key, start: start, end: len(c.out)})
+		c.spans = append(c.spans, memberSpan{ks: ks, ke: ks + len(key), start: start, end: len(c.out)})
 		c.ws()
 		if c.i >= len(c.in) {
 			return false
@@ -308,7 +312,7 @@ func (c *canonWriter) object() bool {
 	members := c.spans[base:]
 	inOrder := true
 	for k := 1; k < len(members); k++ {
-		switch cmp := utf16Compare(members[k-1].key, members[k].key); {
+		switch cmp := utf16Compare(c.key(members[k-1]), c.key(members[k])); {
 		case cmp == 0:
 			return false // a duplicate key: jcs rejects it
 		case cmp > 0:
@@ -316,9 +320,9 @@ func (c *canonWriter) object() bool {
 		}
 	}
 	if !inOrder {
-		slices.SortFunc(members, func(a, b memberSpan) int { return utf16Compare(a.key, b.key) })
+		slices.SortFunc(members, func(a, b memberSpan) int { return utf16Compare(c.key(a), c.key(b)) })
 		for k := 1; k < len(members); k++ {
-			if utf16Compare(members[k-1].key, members[k].key) == 0 {
+			if utf16Compare(c.key(members[k-1]), c.key(members[k])) == 0 {
 				return false
 			}
 		}
