@@ -150,23 +150,25 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 		}
 		return out
 	}
-	targets, err := targetsOf(out.Routes, &ev) // Routes.Targets, matched once
-	if err != nil {
-		out.DeadLetter, out.Err = ReasonUndecodable, err
-		if errors.Is(err, ErrWorkflowIDTooLong) || errors.Is(err, ErrWorkflowIDReserved) {
-			out.DeadLetter = ReasonInvalidID
+	// Routes.Targets, on the routes matched once, without its slice: each
+	// target goes straight into its intent.
+	out.Intents = make([]Intent, len(out.Routes))
+	for j, rt := range out.Routes {
+		tg, err := targetOf(rt, &ev)
+		if err != nil {
+			out.Intents, out.Entities = nil, nil
+			out.DeadLetter, out.Err = ReasonUndecodable, err
+			if errors.Is(err, ErrWorkflowIDTooLong) || errors.Is(err, ErrWorkflowIDReserved) {
+				out.DeadLetter = ReasonInvalidID
+			}
+			return out
 		}
-		return out
-	}
-	out.Intents = make([]Intent, len(targets))
-	for j, tg := range targets {
 		if tg.Entity != "" {
 			if out.Entities == nil {
-				out.Entities = make([]string, len(targets))
+				out.Entities = make([]string, len(out.Routes))
 			}
 			out.Entities[j] = tg.Entity
 		}
-		rt := tg.Route
 		hash := ev.PayloadHash
 		if rt.Key == KeyScheduledFor {
 			// A slot is one run whoever fires it: every fire of it hashes

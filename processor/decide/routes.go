@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/dedupio/dedup/processor/eventid"
@@ -319,11 +320,15 @@ func (r *Route) Template() (*IDTemplate, error) {
 
 // Match returns the routes an event triggers, in table order.
 func (rs Routes) Match(ev *eventid.Event) []*Route {
-	var out []*Route
+	var buf [8]*Route // on the stack: the result is allocated once, at its size
+	out := buf[:0]
 	for i := range rs {
 		if rs[i].Match.matches(ev) {
 			out = append(out, &rs[i])
 		}
 	}
-	return out
+	if len(out) == 0 {
+		return nil
+	}
+	return slices.Clone(out)
 }

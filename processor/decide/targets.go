@@ -40,33 +40,41 @@ func targetsOf(routes []*Route, ev *eventid.Event) ([]Target, error) {
 	}
 	out := make([]Target, len(routes))
 	for i, rt := range routes {
-		if rt.Mode == ModeSignal {
-			t, err := rt.Template()
-			if err != nil {
-				return nil, err
-			}
-			entity, err := t.Render(rt.ID, ev.Data)
-			if err != nil {
-				return nil, fmt.Errorf("route %s: %w", rt.ID, err)
-			}
-			out[i] = Target{Route: rt, WorkflowID: DeliveryKey(rt.ID, ev.ID), Key: ev.ID, Entity: entity}
-			continue
+		t, err := targetOf(rt, ev)
+		if err != nil {
+			return nil, err
 		}
-		key := ev.ID
-		if rt.Key == KeyScheduledFor {
-			var err error
-			if key, err = scheduledFor(ev.Data); err != nil {
-				return nil, fmt.Errorf("route %s: %w", rt.ID, err)
-			}
-		}
-		wid := WorkflowID(rt.ID, key)
-		if len(wid) > MaxWorkflowIDBytes {
-			return nil, fmt.Errorf("%w: route %s makes a workflow ID of %d bytes, over Temporal's %d (limit.maxIDLength): "+
-				"a shorter event ID (event_id.max_id_length), tenant or route ID", ErrWorkflowIDTooLong, rt.ID, len(wid), MaxWorkflowIDBytes)
-		}
-		out[i] = Target{Route: rt, WorkflowID: wid, Key: key}
+		out[i] = t
 	}
 	return out, nil
+}
+
+// targetOf is the target of ev on route rt, which matches it.
+func targetOf(rt *Route, ev *eventid.Event) (Target, error) {
+	if rt.Mode == ModeSignal {
+		t, err := rt.Template()
+		if err != nil {
+			return Target{}, err
+		}
+		entity, err := t.Render(rt.ID, ev.Data)
+		if err != nil {
+			return Target{}, fmt.Errorf("route %s: %w", rt.ID, err)
+		}
+		return Target{Route: rt, WorkflowID: DeliveryKey(rt.ID, ev.ID), Key: ev.ID, Entity: entity}, nil
+	}
+	key := ev.ID
+	if rt.Key == KeyScheduledFor {
+		var err error
+		if key, err = scheduledFor(ev.Data); err != nil {
+			return Target{}, fmt.Errorf("route %s: %w", rt.ID, err)
+		}
+	}
+	wid := WorkflowID(rt.ID, key)
+	if len(wid) > MaxWorkflowIDBytes {
+		return Target{}, fmt.Errorf("%w: route %s makes a workflow ID of %d bytes, over Temporal's %d (limit.maxIDLength): "+
+			"a shorter event ID (event_id.max_id_length), tenant or route ID", ErrWorkflowIDTooLong, rt.ID, len(wid), MaxWorkflowIDBytes)
+	}
+	return Target{Route: rt, WorkflowID: wid, Key: key}, nil
 }
 
 // RouteOf returns the route whose workflow IDs look like workflowID

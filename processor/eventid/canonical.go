@@ -1,6 +1,7 @@
 package eventid
 
 import (
+	"math"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -20,6 +21,18 @@ func canonical(v []byte) ([]byte, error) {
 // canonical is canonical(v) written into c's buffers, which the result
 // shares: it is valid until c writes again.
 func (c *canonWriter) canonical(v []byte) ([]byte, error) {
+	if out, ok := c.fast(v); ok {
+		return out, nil
+	}
+	return jcs.Transform(v)
+}
+
+// fast is canonical(v) by the fast path alone; ok is false when v needs
+// the general one. An ok result also means that v is valid JSON (the fast
+// path accepts a subset of the grammar encoding/json accepts), so a
+// caller that must check v is JSON and then canonicalise it needs one
+// pass, not two.
+func (c *canonWriter) fast(v []byte) (out []byte, ok bool) {
 	c.in, c.i, c.depth = v, 0, 0
 	c.out = slices.Grow(c.out[:0], len(v))
 	c.spans = c.spans[:0]
@@ -27,15 +40,14 @@ func (c *canonWriter) canonical(v []byte) ([]byte, error) {
 	if c.value() {
 		c.ws()
 		if c.i == len(c.in) {
-			return c.out, nil
+			return c.out, true
 		}
 	}
-	return jcs.Transform(v)
+	return nil, false
 }
 
 // reset lets c go back to a pool without keeping its last input alive.
 func (c *canonWriter) reset() {
-	clear(c.spans[:cap(c.spans)])
 	c.in, c.spans = nil, c.spans[:0]
 }
 
@@ -48,12 +60,17 @@ type canonWriter struct {
 	tmp   []byte       // scratch for reordering an object's members
 }
 
-// memberSpan is one object member already written to out: the key's raw
-// bytes (no escapes, so raw = decoded) and the member text out[start:end].
+// memberSpan is one object member already written to out: its key's raw
+// bytes in[ks:ke] (no escapes, so raw = decoded) and the member text
+// out[start:end]. Offsets, not slices: a span holds no pointer, so sorting
+// spans moves plain words (no write barriers).
 type memberSpan struct {
-	key        []byte
+	ks, ke     int
 	start, end int
 }
+
+// key is m's key.
+func (c *canonWriter) key(m memberSpan) []byte { return c.in[m.ks:m.ke] }
 
 func (c *canonWriter) ws() { c.i = skipWS(c.in, c.i) }
 
@@ -128,6 +145,16 @@ func (c *canonWriter) number() bool {
 	f, err := strconv.ParseFloat(string(tok), 64)
 	if err != nil {
 		return false
+	}
+	if a := math.Abs(f); a >= 1e-6 && a < 1e21 {
+		// jcs.NumberToJSON's own rule for this range (ECMAScript prints
+		// the shortest round-trip digits without an exponent), appended
+		// rather than returned as a new string.
+		if f < 0 {
+			c.out = append(c.out, '-')
+		}
+		c.out = strconv.AppendFloat(c.out, a, 'f', -1, 64)
+		return true
 	}
 	s, err := jcs.NumberToJSON(f)
 	if err != nil {
@@ -252,7 +279,7 @@ func (c *canonWriter) object() bool {
 		if c.i >= len(c.in) || c.in[c.i] != '"' {
 			return false
 		}
-		start := len(c.out)
+		start, ks := len(c.out), c.i+1
 		key, plain, ok := c.str()
 		if !ok || !plain {
 			return false
@@ -267,7 +294,7 @@ func (c *canonWriter) object() bool {
 		if !c.value() {
 			return false
 		}
-		c.spans = append(c.spans, memberSpan{key: key, start: start, end: len(c.out)})
+		c.spans = append(c.spans, memberSpan{ks: ks, ke: ks + len(key), start: start, end: len(c.out)})
 		c.ws()
 		if c.i >= len(c.in) {
 			return false
@@ -285,7 +312,7 @@ func (c *canonWriter) object() bool {
 	members := c.spans[base:]
 	inOrder := true
 	for k := 1; k < len(members); k++ {
-		switch cmp := utf16Compare(members[k-1].key, members[k].key); {
+		switch cmp := utf16Compare(c.key(members[k-1]), c.key(members[k])); {
 		case cmp == 0:
 			return false // a duplicate key: jcs rejects it
 		case cmp > 0:
@@ -293,9 +320,9 @@ func (c *canonWriter) object() bool {
 		}
 	}
 	if !inOrder {
-		slices.SortFunc(members, func(a, b memberSpan) int { return utf16Compare(a.key, b.key) })
+		slices.SortFunc(members, func(a, b memberSpan) int { return utf16Compare(c.key(a), c.key(b)) })
 		for k := 1; k < len(members); k++ {
-			if utf16Compare(members[k-1].key, members[k].key) == 0 {
+			if utf16Compare(c.key(members[k-1]), c.key(members[k])) == 0 {
 				return false
 			}
 		}

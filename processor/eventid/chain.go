@@ -77,8 +77,7 @@ func (d *Decoder) apply(rule Rule, r Record, env envelope, canonData []byte, s *
 			key = []byte{} // a record without a key still has the "key" member
 		}
 		s.buf = appendAssembled(s.buf[:0], canonData, env.source, env.typ, key)
-		sum := sha256.Sum256(s.buf)
-		return "sha256-" + hex.EncodeToString(sum[:]), "", true, nil
+		return contentID(sha256.Sum256(s.buf)), "", true, nil
 	case RuleCoordinates:
 		// A record replayed from the dead-letter topic carries where it was
 		// first read (dedup-origin-*): it keeps that ID.
@@ -117,4 +116,14 @@ func (d *Decoder) checkID(s, where string) (string, error) {
 		return "", fail(ReasonInvalidID, "%s has a control character", where)
 	}
 	return s, nil
+}
+
+// contentID is the content rule's ID of a hash, sha256-{hex}, built in
+// one allocation.
+func contentID(sum [sha256.Size]byte) string {
+	const prefix = "sha256-"
+	var b [len(prefix) + 2*sha256.Size]byte
+	copy(b[:], prefix)
+	hex.Encode(b[len(prefix):], sum[:])
+	return string(b[:])
 }

@@ -40,6 +40,7 @@ func appendAssembled(b []byte, canonData []byte, source, typ string, key []byte)
 type scratch struct {
 	c   canonWriter
 	buf []byte
+	ms  members // the record's top-level members (object)
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -47,10 +48,12 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // release returns s to the pool; buffers grown by an unusually large
 // record are dropped rather than kept.
 func (s *scratch) release() {
-	if cap(s.c.out) > 64<<10 || cap(s.buf) > 64<<10 {
+	if cap(s.c.out) > 64<<10 || cap(s.buf) > 64<<10 || cap(s.ms) > 1<<10 {
 		return
 	}
 	s.c.reset()
+	clear(s.ms[:cap(s.ms)])
+	s.ms = s.ms[:0]
 	scratchPool.Put(s)
 }
 

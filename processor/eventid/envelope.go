@@ -37,6 +37,10 @@ type envelope struct {
 	bytes       []byte
 	contentType string
 	id          json.RawMessage // the id field, nil if absent
+	// canon, when not nil, is data's canonical form, already written
+	// (binaryEnvelope's JSON check is the canonical pass); it lives in the
+	// Decode's scratch.
+	canon []byte
 }
 
 // binary reports whether r is a CloudEvents binary-mode record: a
@@ -50,11 +54,11 @@ func (d *Decoder) binary(r Record) bool {
 	return spec || typ
 }
 
-func (d *Decoder) envelope(r Record) (envelope, error) {
+func (d *Decoder) envelope(r Record, s *scratch) (envelope, error) {
 	if d.binary(r) {
-		return binaryEnvelope(r)
+		return binaryEnvelope(r, s)
 	}
-	obj, err := object(r.Value)
+	obj, err := scanRecordObject(r.Value, s)
 	if err != nil {
 		return envelope{}, err
 	}
@@ -68,7 +72,7 @@ func (d *Decoder) envelope(r Record) (envelope, error) {
 	return d.plainEnvelope(obj, r.Value)
 }
 
-func binaryEnvelope(r Record) (envelope, error) {
+func binaryEnvelope(r Record, s *scratch) (envelope, error) {
 	env := envelope{kind: EnvelopeBinary}
 	typ, _ := header(r.Headers, "ce_type")
 	if len(typ) == 0 {
@@ -111,9 +115,15 @@ func binaryEnvelope(r Record) (envelope, error) {
 		return env, nil
 	}
 	v := bytes.TrimSpace(r.Value)
-	switch {
-	case len(v) == 0: // white space only: no data
+	if len(v) == 0 { // white space only: no data
 		env.data = json.RawMessage("null")
+		return env, nil
+	}
+	if canon, ok := s.c.fast(v); ok { // JSON, and canonicalised in the same pass
+		env.data, env.canon = rawJSON(v), canon
+		return env, nil
+	}
+	switch {
 	case json.Valid(v):
 		env.data = rawJSON(v)
 	case declared:
@@ -145,15 +155,21 @@ func JSONContentType(ct string) bool {
 
 func structuredEnvelope(obj members) (envelope, error) {
 	env := envelope{kind: EnvelopeStructured}
-	var err error
-	if env.typ, err = stringAttr(obj, "type", true); err != nil {
-		return env, err
-	}
-	if env.source, err = stringAttr(obj, "source", false); err != nil {
-		return env, err
-	}
-	if env.time, err = stringAttr(obj, "time", false); err != nil {
-		return env, err
+	typ, _ := obj.get("type")
+	src, _ := obj.get("source")
+	tm, _ := obj.get("time")
+	var ok bool
+	if env.typ, env.source, env.time, ok = plainAttrs(typ, src, tm); !ok {
+		var err error
+		if env.typ, err = stringAttr(obj, "type", true); err != nil {
+			return env, err
+		}
+		if env.source, err = stringAttr(obj, "source", false); err != nil {
+			return env, err
+		}
+		if env.time, err = stringAttr(obj, "time", false); err != nil {
+			return env, err
+		}
 	}
 	if sub, _ := obj.get("subject"); len(sub) > 0 && sub[0] == '"' {
 		env.subject, _ = unquote(sub) // informative only, as datacontenttype
@@ -179,31 +195,13 @@ func structuredEnvelope(obj members) (envelope, error) {
 func (d *Decoder) plainEnvelope(obj members, value []byte) (envelope, error) {
 	env := envelope{kind: EnvelopePlain}
 	f := d.cfg.Fields
-	typ, err := lookup(obj, f.Type)
-	if err != nil {
-		return env, err
-	}
-	if env.typ, err = asString(typ, f.Type, ReasonMissingType, true); err != nil {
-		return env, err
-	}
-	if f.Source != "" {
-		src, err := lookup(obj, f.Source)
-		if err != nil {
-			return env, err
-		}
-		if env.source, err = asString(src, f.Source, ReasonUndecodable, false); err != nil {
+	var ok bool
+	if env.typ, env.source, env.time, ok = d.plainEnvelopeAttrs(obj); !ok {
+		if err := d.plainEnvelopeStrings(obj, &env); err != nil {
 			return env, err
 		}
 	}
-	if f.Time != "" {
-		t, err := lookup(obj, f.Time)
-		if err != nil {
-			return env, err
-		}
-		if env.time, err = asString(t, f.Time, ReasonUndecodable, false); err != nil {
-			return env, err
-		}
-	}
+	var err error
 	if f.ID != "" {
 		if env.id, err = lookup(obj, f.ID); err != nil {
 			return env, err
@@ -224,6 +222,38 @@ func (d *Decoder) plainEnvelope(obj members, value []byte) (envelope, error) {
 	return env, nil
 }
 
+// plainEnvelopeStrings reads the plain format's type, source and time one
+// by one, with their errors (plainEnvelopeAttrs reads the usual ones).
+func (d *Decoder) plainEnvelopeStrings(obj members, env *envelope) error {
+	f := d.cfg.Fields
+	typ, err := lookup(obj, f.Type)
+	if err != nil {
+		return err
+	}
+	if env.typ, err = asString(typ, f.Type, ReasonMissingType, true); err != nil {
+		return err
+	}
+	if f.Source != "" {
+		src, err := lookup(obj, f.Source)
+		if err != nil {
+			return err
+		}
+		if env.source, err = asString(src, f.Source, ReasonUndecodable, false); err != nil {
+			return err
+		}
+	}
+	if f.Time != "" {
+		t, err := lookup(obj, f.Time)
+		if err != nil {
+			return err
+		}
+		if env.time, err = asString(t, f.Time, ReasonUndecodable, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func header(hs []Header, name string) ([]byte, bool) {
 	for _, h := range hs {
 		if h.Key == name {
@@ -233,10 +263,15 @@ func header(hs []Header, name string) ([]byte, bool) {
 	return nil, false
 }
 
-func object(v []byte) (members, error) {
+// scanRecordObject is the record value's members, read into s's buffer.
+func scanRecordObject(v []byte, s *scratch) (members, error) {
 	v = bytes.TrimSpace(v)
 	if len(v) == 0 || v[0] != '{' {
 		return nil, fail(ReasonUndecodable, "value is not a JSON object")
+	}
+	if ms, ok := appendMembers(s.ms[:0], v); ok {
+		s.ms = ms
+		return ms, nil
 	}
 	obj, err := scanObject(v)
 	if err != nil {

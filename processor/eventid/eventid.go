@@ -112,7 +112,9 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 	if r.Value == nil && !d.binary(r) {
 		return Event{}, fail(ReasonTombstone, "null value without CloudEvents headers: a tombstone, not an event")
 	}
-	env, err := d.envelope(r)
+	s := scratchPool.Get().(*scratch)
+	defer s.release()
+	env, err := d.envelope(r, s)
 	if err != nil {
 		return Event{}, err
 	}
@@ -126,11 +128,11 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 	if ev.Tenant, err = d.tenantOf(raw); err != nil {
 		return Event{}, err
 	}
-	s := scratchPool.Get().(*scratch)
-	defer s.release()
-	canonData, err := s.c.canonical(env.data)
-	if err != nil {
-		return Event{}, fail(ReasonUndecodable, "canonicalising data: %v", err)
+	canonData := env.canon
+	if canonData == nil {
+		if canonData, err = s.c.canonical(env.data); err != nil {
+			return Event{}, fail(ReasonUndecodable, "canonicalising data: %v", err)
+		}
 	}
 	s.buf = appendAssembled(s.buf[:0], canonData, env.source, env.typ, nil)
 	ev.PayloadHash = sha256.Sum256(s.buf)

@@ -77,13 +77,17 @@ func scanObject(v []byte) (members, error) {
 }
 
 func fastMembers(v []byte) (members, bool) {
+	return appendMembers(make(members, 0, 8), v)
+}
+
+// appendMembers is fastMembers appending to ms (a reused buffer).
+func appendMembers(ms members, v []byte) (members, bool) {
 	s := skipper{in: v}
 	s.ws()
 	if s.i >= len(v) || v[s.i] != '{' {
 		return nil, false
 	}
 	s.i++
-	ms := make(members, 0, 8)
 	s.ws()
 	if s.i < len(v) && v[s.i] == '}' {
 		s.i++
@@ -205,11 +209,8 @@ func rawJSON(v []byte) json.RawMessage {
 
 // unquote is json.Unmarshal of a JSON string token into a string.
 func unquote(v []byte) (string, error) {
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-		body := v[1 : len(v)-1]
-		if bytes.IndexByte(body, '\\') < 0 && bytes.IndexByte(body, '"') < 0 && utf8.Valid(body) && !hasControl(body) {
-			return string(body), nil
-		}
+	if body, ok := plainBody(v); ok {
+		return string(body), nil
 	}
 	var s string
 	err := json.Unmarshal(v, &s)
