@@ -272,3 +272,95 @@ func benchPipeline(b *testing.B, track func(*committer, []*kgo.Record) []*record
 		b.Fatalf("in flight %d after every poll ended, want 0", c.flight.n)
 	}
 }
+
+// A poll whose partitions interleave (as several fetches of one poll do),
+// with a record of two intents: its duplicate ends in the batch, its
+// start later, abandoned. The batch end finishes only the records whose
+// last piece it ended; the record still starting holds its partition's
+// prefix back, and once abandoned it is never committable, though the
+// record after it finished.
+func TestBatchEndFinishesARecordOnlyWithItsLastPiece(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Group, cfg.Topics = "g", []string{"t"}
+	tp0, tp1 := topicPartition{"t", 0}, topicPartition{"t", 1}
+	c := testCommitter(t, cfg, tp0, tp1)
+	p0, p1 := c.parts[tp0], c.parts[tp1]
+	krs := []*kgo.Record{{Topic: "t", Partition: 0, Offset: 0}, {Topic: "t", Partition: 1, Offset: 0},
+		{Topic: "t", Partition: 0, Offset: 1}, {Topic: "t", Partition: 1, Offset: 1}}
+	recs := c.trackAll(krs)
+	for i, rec := range recs {
+		if rec == nil || rec.part.tp.partition != krs[i].Partition || rec.offset != krs[i].Offset {
+			t.Fatalf("record %d tracked as %+v", i, rec)
+		}
+	}
+	c.flight.setPending(recs[0], 2) // a duplicate and a new start
+	c.endAll(append([]*record(nil), recs...), true)
+	if p0.tr.next != -1 || p1.tr.next != 2 {
+		t.Fatalf("committable at %d and %d, want nothing of partition 0 (its first record still starting) and 2", p0.tr.next, p1.tr.next)
+	}
+	if c.flight.n != 1 || p0.inFlight != 1 || p1.inFlight != 0 {
+		t.Fatalf("in flight %d (%d, %d), want 1 (1, 0)", c.flight.n, p0.inFlight, p1.inFlight)
+	}
+	c.end(recs[0], false) // its start is abandoned
+	if p0.tr.next != -1 || c.flight.n != 0 || p0.inFlight != 0 {
+		t.Fatalf("after the abandoned start: committable at %d, in flight %d (%d); want nothing committable and 0", p0.tr.next, c.flight.n, p0.inFlight)
+	}
+}
+
+// The poll goroutine tracks poll after poll while the claimer ends each
+// poll's duplicates in a batch and the start pool ends the other piece of
+// every other record one at a time, all at once (run with -race): every
+// record is counted out exactly once and every partition's prefix reaches
+// its last record.
+func TestBatchTrackAndEndsOnThreeGoroutinesCountEveryRecordOnce(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Group, cfg.Topics = "g", []string{"t"}
+	var tps []topicPartition
+	for p := int32(0); p < 4; p++ {
+		tps = append(tps, topicPartition{"t", p})
+	}
+	c := testCommitter(t, cfg, tps...)
+	const polls, per = 50, 40 // 10 records of each partition a poll
+	toClaimer, toPool := make(chan []*record, 4), make(chan *record, polls*per)
+	done := make(chan struct{}, 2)
+	go func() {
+		for recs := range toClaimer {
+			c.endAll(recs, true)
+		}
+		done <- struct{}{}
+	}()
+	go func() {
+		for rec := range toPool {
+			c.end(rec, true)
+		}
+		done <- struct{}{}
+	}()
+	for n := 0; n < polls; n++ {
+		krs := make([]*kgo.Record, 0, per)
+		for p := int32(0); p < 4; p++ {
+			for off := 0; off < per/4; off++ {
+				krs = append(krs, &kgo.Record{Topic: "t", Partition: p, Offset: int64(n*per/4 + off)})
+			}
+		}
+		recs := c.trackAll(krs)
+		for i, rec := range recs {
+			if i%2 == 0 {
+				c.flight.setPending(rec, 2)
+				toPool <- rec
+			}
+		}
+		toClaimer <- recs
+	}
+	close(toClaimer)
+	close(toPool)
+	<-done
+	<-done
+	if c.flight.n != 0 {
+		t.Fatalf("in flight %d after every record ended, want 0", c.flight.n)
+	}
+	for _, tp := range tps {
+		if p := c.parts[tp]; p.inFlight != 0 || p.tr.next != polls*per/4 {
+			t.Errorf("partition %d: in flight %d, committable at %d; want 0 and %d", tp.partition, p.inFlight, p.tr.next, polls*per/4)
+		}
+	}
+}

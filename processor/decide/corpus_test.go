@@ -229,3 +229,39 @@ func renderDecision(kr *kgo.Record, dec decide.Decision) []byte {
 	}
 	return b
 }
+
+// A Decision is the record's alone: every corpus record decided first,
+// then each rendered, gives the recorded decisions, so none of a
+// Decision's strings, slices or hashes shares a buffer that a later
+// Decide writes (the decoder's pooled scratch, a match's stack buffer).
+func TestDecisionsStayTheirsAfterLaterDecides(t *testing.T) {
+	d := corpusDecider(t)
+	krs := corpusRecords()
+	decs := make([]decide.Decision, len(krs))
+	for i, kr := range krs {
+		decs[i] = d.Decide(kr)
+	}
+	for range 3 { // and again, over the pool's reused scratch
+		for _, kr := range krs {
+			d.Decide(kr)
+		}
+	}
+	var got bytes.Buffer
+	for i, kr := range krs {
+		got.Write(renderDecision(kr, decs[i]))
+		got.WriteByte('\n')
+	}
+	want, err := os.ReadFile(corpusFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		gl, wl := bytes.Split(got.Bytes(), []byte("\n")), bytes.Split(want, []byte("\n"))
+		for i := range min(len(gl), len(wl)) {
+			if !bytes.Equal(gl[i], wl[i]) {
+				t.Fatalf("record %d, decided before the others:\n got  %s\n want %s", i+1, gl[i], wl[i])
+			}
+		}
+		t.Fatalf("%d decisions, %d recorded", len(gl), len(wl))
+	}
+}

@@ -193,3 +193,43 @@ func TestAvroDecimalIsBoundedByItsPrecision(t *testing.T) {
 		t.Errorf("9999 at precision 4: %s, %v", out, err)
 	}
 }
+
+// A union is its branch's value wherever it stands: inside an array and a
+// map, of a map or an array, of records (two records with the same fields
+// are one value); a branch index the union does not have is an error.
+func TestAvroUnionIsItsBranchsValueWhereverItStands(t *testing.T) {
+	const schema = `{"type":"record","name":"U","fields":[
+ {"name":"arr","type":{"type":"array","items":["null","long","string"]}},
+ {"name":"m","type":{"type":"map","values":["string","boolean"]}},
+ {"name":"coll","type":[{"type":"map","values":"long"},{"type":"array","items":"long"}]},
+ {"name":"rec","type":[{"type":"record","name":"A","fields":[{"name":"x","type":"long"}]},{"type":"record","name":"B","fields":[{"name":"x","type":"long"}]}]}]}`
+	sch := avro.MustParse(schema)
+	for i, c := range []struct {
+		v    map[string]any
+		want string
+	}{
+		{map[string]any{"arr": []any{nil, map[string]any{"long": int64(1)}, map[string]any{"string": "1"}},
+			"m": map[string]any{"k": map[string]any{"boolean": true}}, "coll": map[string]any{"map": map[string]any{"a": int64(1)}},
+			"rec": map[string]any{"A": map[string]any{"x": int64(7)}}},
+			`{"arr":[null,1,"1"],"m":{"k":true},"coll":{"a":1},"rec":{"x":7}}`},
+		{map[string]any{"arr": []any{}, "m": map[string]any{}, "coll": map[string]any{"array": []any{int64(1)}},
+			"rec": map[string]any{"B": map[string]any{"x": int64(7)}}},
+			`{"arr":[],"m":{},"coll":[1],"rec":{"x":7}}`},
+	} {
+		payload, err := avro.Marshal(sch, c.v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := srdecode.AvroJSON(schema, payload)
+		if err != nil || string(got) != c.want {
+			t.Errorf("value %d: %s, %v; want %s", i, got, err, c.want)
+		}
+	}
+	for _, branch := range []int64{2, -1, 1 << 40} {
+		payload := binary.AppendVarint(nil, branch)
+		payload = append(payload, 2)
+		if got, err := srdecode.AvroJSON(`["null","long"]`, payload); err == nil {
+			t.Errorf("branch %d of 2 decoded as %s", branch, got)
+		}
+	}
+}
