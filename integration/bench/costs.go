@@ -290,39 +290,6 @@ func (x *discardExporter) ExportSpans(_ context.Context, spans []sdktrace.ReadOn
 
 func (x *discardExporter) Shutdown(context.Context) error { return nil }
 
-// runCosts runs the cost stages of one repetition, each pair back to
-// back, in alternating order (the baseline first in odd repetitions, the
-// costed run first in even ones), as runRep does with raw starts.
-func runCosts(p Params, rep int, router func(string, float64) (RouterResult, error)) (*CostRuns, error) {
-	var c CostRuns
-	pairs := []struct {
-		base, costed       string
-		dup                float64
-		baseRes, costedRes *RouterResult
-	}{
-		{StageSRJSON, StageSRAvro, p.DupRatios[0], &c.JSONUnique, &c.AvroUnique},
-		{StageSRJSON, StageSRAvro, 1, &c.JSONReplay, &c.AvroReplay},
-		{StageTracingOff, StageTracingOn, p.DupRatios[0], &c.TracingOff, &c.TracingOn},
-	}
-	for _, pr := range pairs {
-		order := []struct {
-			name string
-			res  *RouterResult
-		}{{pr.base, pr.baseRes}, {pr.costed, pr.costedRes}}
-		if rep%2 == 0 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, o := range order {
-			x, err := router(o.name, pr.dup)
-			if err != nil {
-				return nil, err
-			}
-			*o.res = x
-		}
-	}
-	return &c, nil
-}
-
 // costRatioDefs are the cost stages' rows of the report (Report.Ratios):
 // figures, no targets (issue #42 asks for the figures; "no measurable
 // cost when off" holds by construction: tracing off is a nil tracer).
@@ -342,19 +309,19 @@ func costRatioDefs() []ratioDef {
 		}
 	}
 	return []ratioDef{
-		{name: "router CPU per record, Avro through the Schema Registry / the same records as JSON (unique-heavy)",
+		{needs: []string{StageSRJSON, StageSRAvro}, name: "router CPU per record, Avro through the Schema Registry / the same records as JSON (unique-heavy)",
 			of: of(func(c *CostRuns) float64 { return div(c.AvroUnique.CPUPerRecord(), c.JSONUnique.CPUPerRecord()) })},
-		{name: "router CPU per record, Avro through the Schema Registry / the same records as JSON (all-duplicate replay)",
+		{needs: []string{StageSRJSON, StageSRAvro}, name: "router CPU per record, Avro through the Schema Registry / the same records as JSON (all-duplicate replay)",
 			of: of(func(c *CostRuns) float64 { return div(c.AvroReplay.CPUPerRecord(), c.JSONReplay.CPUPerRecord()) })},
-		{name: "router CPU per record, µs: Avro (unique-heavy)", of: of(func(c *CostRuns) float64 { return c.AvroUnique.CPUPerRecord() })},
-		{name: "router CPU per record, µs: JSON (unique-heavy)", of: of(func(c *CostRuns) float64 { return c.JSONUnique.CPUPerRecord() })},
-		{name: "router CPU per record, µs: Avro (all-duplicate replay)", of: of(func(c *CostRuns) float64 { return c.AvroReplay.CPUPerRecord() })},
-		{name: "router CPU per record, µs: JSON (all-duplicate replay)", of: of(func(c *CostRuns) float64 { return c.JSONReplay.CPUPerRecord() })},
-		{name: "router CPU per started workflow, tracing on (every trace sampled) / off (unique-heavy)",
+		{needs: []string{StageSRJSON, StageSRAvro}, name: "router CPU per record, µs: Avro (unique-heavy)", of: of(func(c *CostRuns) float64 { return c.AvroUnique.CPUPerRecord() })},
+		{needs: []string{StageSRJSON, StageSRAvro}, name: "router CPU per record, µs: JSON (unique-heavy)", of: of(func(c *CostRuns) float64 { return c.JSONUnique.CPUPerRecord() })},
+		{needs: []string{StageSRJSON, StageSRAvro}, name: "router CPU per record, µs: Avro (all-duplicate replay)", of: of(func(c *CostRuns) float64 { return c.AvroReplay.CPUPerRecord() })},
+		{needs: []string{StageSRJSON, StageSRAvro}, name: "router CPU per record, µs: JSON (all-duplicate replay)", of: of(func(c *CostRuns) float64 { return c.JSONReplay.CPUPerRecord() })},
+		{needs: []string{StageTracingOff, StageTracingOn}, name: "router CPU per started workflow, tracing on (every trace sampled) / off (unique-heavy)",
 			of: of(func(c *CostRuns) float64 { return div(c.TracingOn.CPUPerWorkflow(), c.TracingOff.CPUPerWorkflow()) })},
-		{name: "router CPU per workflow, µs: tracing off (unique-heavy)", of: of(func(c *CostRuns) float64 { return c.TracingOff.CPUPerWorkflow() })},
-		{name: "router CPU per workflow, µs: tracing on (unique-heavy)", of: of(func(c *CostRuns) float64 { return c.TracingOn.CPUPerWorkflow() })},
-		{name: "spans per record, tracing on (unique-heavy)",
+		{needs: []string{StageTracingOff, StageTracingOn}, name: "router CPU per workflow, µs: tracing off (unique-heavy)", of: of(func(c *CostRuns) float64 { return c.TracingOff.CPUPerWorkflow() })},
+		{needs: []string{StageTracingOff, StageTracingOn}, name: "router CPU per workflow, µs: tracing on (unique-heavy)", of: of(func(c *CostRuns) float64 { return c.TracingOn.CPUPerWorkflow() })},
+		{needs: []string{StageTracingOff, StageTracingOn}, name: "spans per record, tracing on (unique-heavy)",
 			of: of(func(c *CostRuns) float64 { return div(float64(c.TracingOn.Spans), float64(c.TracingOn.Records.N)) })},
 	}
 }
@@ -362,23 +329,26 @@ func costRatioDefs() []ratioDef {
 // costsMarkdown is a profile's table of the cost stages ("" when they
 // did not run).
 func (r *Report) costsMarkdown(pr Profile) string {
-	if r.Params.CostRecords == 0 {
+	if r.Params.CostRecords == 0 || !pr.ran(StageSRJSON) && !pr.ran(StageTracingOff) {
 		return ""
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nCost stages (%d records each; Avro through a Schema Registry stand-in against the same records as JSON, tracing on against off):\n\n", r.Params.CostRecords)
 	b.WriteString("| stage | records/s | workflows started/s | CPU µs / record | CPU µs / workflow | spans / record | infra core busy % |\n|---|---|---|---|---|---|---|\n")
 	for _, s := range []struct {
-		label string
-		of    func(*CostRuns) RouterResult
+		label, stage string
+		of           func(*CostRuns) RouterResult
 	}{
-		{"JSON, unique-heavy", func(c *CostRuns) RouterResult { return c.JSONUnique }},
-		{"Avro through the registry, unique-heavy", func(c *CostRuns) RouterResult { return c.AvroUnique }},
-		{"JSON, all-duplicate replay", func(c *CostRuns) RouterResult { return c.JSONReplay }},
-		{"Avro through the registry, all-duplicate replay", func(c *CostRuns) RouterResult { return c.AvroReplay }},
-		{"tracing off, unique-heavy", func(c *CostRuns) RouterResult { return c.TracingOff }},
-		{"tracing on (every trace sampled), unique-heavy", func(c *CostRuns) RouterResult { return c.TracingOn }},
+		{"JSON, unique-heavy", StageSRJSON, func(c *CostRuns) RouterResult { return c.JSONUnique }},
+		{"Avro through the registry, unique-heavy", StageSRAvro, func(c *CostRuns) RouterResult { return c.AvroUnique }},
+		{"JSON, all-duplicate replay", StageSRJSON, func(c *CostRuns) RouterResult { return c.JSONReplay }},
+		{"Avro through the registry, all-duplicate replay", StageSRAvro, func(c *CostRuns) RouterResult { return c.AvroReplay }},
+		{"tracing off, unique-heavy", StageTracingOff, func(c *CostRuns) RouterResult { return c.TracingOff }},
+		{"tracing on (every trace sampled), unique-heavy", StageTracingOn, func(c *CostRuns) RouterResult { return c.TracingOn }},
 	} {
+		if !pr.ran(s.stage) {
+			continue
+		}
 		f := func(g func(RouterResult) float64) Spread {
 			return pr.over(func(x Rep) float64 {
 				if x.Costs == nil {

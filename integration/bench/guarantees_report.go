@@ -13,14 +13,22 @@ import (
 // per latency profile) above what each did in the guarantees stage's
 // scenarios.
 func (r *Report) guaranteesMarkdown() string {
+	if len(r.Stages) > 0 && r.Guarantees == nil {
+		return "" // a -stages run without the guarantees stage
+	}
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("\n### What it costs and guarantees: the Watermill peer and dedup\n\n")
 	p("| | Watermill peer | dedup |\n|---|---|---|\n")
 	for _, pr := range r.Profiles {
 		med := func(f func(Rep) float64) string { return num(pr.over(f).Median) }
-		p("| throughput at %s, unique-heavy (%d records), median records/s | %s | %s |\n", pr.Latency.Name, r.Params.Records,
-			med(func(x Rep) float64 { return x.Watermill.Records.PerSec }), med(func(x Rep) float64 { return x.Unique.Records.PerSec }))
+		if pr.ran(StageWatermill, StageBacklog) {
+			p("| throughput at %s, unique-heavy (%d records), median records/s | %s | %s |\n", pr.Latency.Name, r.Params.Records,
+				med(func(x Rep) float64 { return x.Watermill.Records.PerSec }), med(func(x Rep) float64 { return x.Unique.Records.PerSec }))
+		}
+		if !pr.ran(StageWatermillReplay, StageReplay) {
+			continue
+		}
 		p("| throughput at %s, all-duplicate replay, median records/s (Watermill: %d records, Temporal calls per workflow ID %s; dedup: %d records, Temporal calls %s) | %s | %s |\n",
 			pr.Latency.Name, r.Params.Records, med(func(x Rep) float64 { return x.WatermillReplay.TemporalPerUnique }),
 			r.Params.ReplayN, med(func(x Rep) float64 { return float64(x.Replay.TemporalCalls) }),

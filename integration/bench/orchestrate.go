@@ -31,6 +31,13 @@ type RunConfig struct {
 	Pin bool
 	// Exe is this program (re-run as `infra` and `stage NAME`).
 	Exe string
+	// Stages is the stages each repetition (and the one-off stages after
+	// them) runs; nil runs every one.
+	Stages StagePlan
+	// BaselineExe, if set, is another dedup-bench binary (an older
+	// commit's) whose runs of the compared router stages sit beside this
+	// build's in each repetition (RepPlan).
+	BaselineExe string
 	// CPUProfileDir, if set, gets one CPU profile per stage process.
 	CPUProfileDir string
 	Infra         InfraConfig
@@ -54,6 +61,9 @@ func (c RunConfig) Validate() error {
 	case c.Say == nil:
 		return fmt.Errorf("bench: Say is nil")
 	}
+	if err := c.validateStages(); err != nil {
+		return err
+	}
 	for _, l := range c.Latencies {
 		if l.Name == "" || l.Temporal < 0 || l.Postgres < 0 || l.Kafka < 0 {
 			return fmt.Errorf("bench: latency profile %+v: a name and round trips >= 0", l)
@@ -69,7 +79,7 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 		return nil, err
 	}
 	say := cfg.Say
-	r := &Report{When: time.Now(), Machine: Machine(), Params: cfg.Params, Reps: cfg.Reps,
+	r := &Report{When: time.Now(), Machine: Machine(), Params: cfg.Params, Reps: cfg.Reps, Stages: cfg.Stages, BaselineExe: cfg.BaselineExe,
 		Placement: Placement{Pinned: cfg.Pin}, Postgres: cfg.Infra.describe()}
 	icpu, scpu := "", ""
 	if cfg.Pin {
@@ -108,21 +118,26 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 
 	var workflows int64
 	seq := 0
-	stage := func(name string, dup float64, tag string) (StageResult, error) {
+	step := func(st Step, tag string) (StageResult, error) {
 		seq++
-		args := []string{cfg.Exe, "stage", "-name", name, "-dup", strconv.FormatFloat(dup, 'g', -1, 64), "-infra", infraPath, "-params", paramsPath}
+		exe, who, prof := cfg.Exe, "", st.Name
+		if st.Baseline {
+			exe, who, prof = cfg.BaselineExe, "the baseline binary "+cfg.BaselineExe+": ", "baseline-"+st.Name
+		}
+		args := []string{exe, "stage", "-name", st.Name, "-dup", strconv.FormatFloat(st.Dup, 'g', -1, 64), "-infra", infraPath, "-params", paramsPath}
 		if cfg.CPUProfileDir != "" {
-			args = append(args, "-cpuprofile", filepath.Join(cfg.CPUProfileDir, fmt.Sprintf("%02d-%s-%s.pprof", seq, tag, name)))
+			args = append(args, "-cpuprofile", filepath.Join(cfg.CPUProfileDir, fmt.Sprintf("%02d-%s-%s.pprof", seq, tag, prof)))
 		}
 		cmd := Pinned(scpu, args...)
 		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, os.Stderr
+		var errTail tailWriter
+		cmd.Stdout, cmd.Stderr = &out, io.MultiWriter(os.Stderr, &errTail)
 		if err := cmd.Run(); err != nil {
-			return StageResult{}, fmt.Errorf("stage %s (dup %.2f, %s): %w", name, dup, tag, err)
+			return StageResult{}, fmt.Errorf("%sstage %s (dup %.2f, %s): %w%s", who, st.Name, st.Dup, tag, err, errTail.says())
 		}
 		var res StageResult
 		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
-			return res, fmt.Errorf("reading stage %s's result: %w", name, err)
+			return res, fmt.Errorf("%sreading stage %s's result: %w", who, st.Name, err)
 		}
 		if r.Placement.Stage == "" {
 			r.Placement.Stage = res.Affinity
@@ -131,9 +146,12 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 		Settle(ctx, tc, workflows, log)
 		return res, nil
 	}
+	stage := func(name string, dup float64, tag string) (StageResult, error) {
+		return step(Step{Name: name, Dup: dup}, tag)
+	}
 
 	if cfg.Params.LedgerOnly {
-		return r, ledgerStages(cfg.Params, r, stage, say)
+		return r, ledgerStages(cfg.Params, cfg.Stages, r, stage, say)
 	}
 	for _, lat := range cfg.Latencies {
 		say("latency profile %s: Temporal %s, PostgreSQL %s, Kafka %s round trip", lat.Name, lat.Temporal, lat.Postgres, lat.Kafka)
@@ -143,7 +161,7 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 		prof := Profile{Latency: lat}
 		for rep := 1; rep <= cfg.Reps; rep++ {
 			tag := fmt.Sprintf("%s-rep%d", lat.Name, rep)
-			x, err := runRep(ctx, cfg.Params, rep, tag, stage, say)
+			x, err := runRep(cfg.Params, RepPlan(cfg.Params, cfg.Stages, cfg.BaselineExe != "", rep), tag, step, say)
 			if err != nil {
 				return nil, err
 			}
@@ -158,7 +176,7 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 		r.Finish()
 		return r, nil
 	}
-	if cfg.Params.GuaranteeRecords > 0 {
+	if cfg.Params.GuaranteeRecords > 0 && cfg.Stages.Runs(StageGuarantees) {
 		say("what Watermill and dedup guarantee (no added latency, proxies in the path): %d records per backlog", cfg.Params.GuaranteeRecords)
 		x, err := stage(StageGuarantees, GuaranteeDupRatio, "nolat")
 		if err != nil {
@@ -170,16 +188,18 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 				g.Watermill.Restart.TemporalCalls, g.Dedup.Restart.TemporalCalls, g.Watermill.ExecutionsPerWorkflow, g.Dedup.ExecutionsPerWorkflow)
 		}
 	}
-	say("ledger growth (no added latency): %v", cfg.Params.LedgerSizes)
-	lg, err := stage(StageLedgerGrowth, 0, "nolat")
-	if err != nil {
+	if cfg.Stages.Runs(StageLedgerGrowth) {
+		say("ledger growth (no added latency): %v", cfg.Params.LedgerSizes)
+		lg, err := stage(StageLedgerGrowth, 0, "nolat")
+		if err != nil {
+			return nil, err
+		}
+		r.Ledger = lg.Ledger
+	}
+	if err := ledgerStages(cfg.Params, cfg.Stages, r, stage, say); err != nil {
 		return nil, err
 	}
-	r.Ledger = lg.Ledger
-	if err := ledgerStages(cfg.Params, r, stage, say); err != nil {
-		return nil, err
-	}
-	if cfg.Params.RSSBacklog > 0 {
+	if cfg.Params.RSSBacklog > 0 && cfg.Stages.Runs(StageRSS) {
 		say("dedup run process over %d records (no added latency)", cfg.Params.RSSBacklog)
 		x, err := stage(StageRSS, 0, "nolat")
 		if err != nil {
@@ -194,8 +214,8 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 
 // ledgerStages runs the on-demand ledger stages p asks for: claims as the
 // ledger grows to its ScaleSizes, and the retention cost at RetentionRows.
-func ledgerStages(p Params, r *Report, stage func(string, float64, string) (StageResult, error), say func(string, ...any)) error {
-	if len(p.ScaleSizes) > 0 {
+func ledgerStages(p Params, stages StagePlan, r *Report, stage func(string, float64, string) (StageResult, error), say func(string, ...any)) error {
+	if len(p.ScaleSizes) > 0 && stages.Runs(StageLedgerScale) {
 		say("ledger scale (no added latency): %v rows, %d claims each way at each", p.ScaleSizes, p.ScaleClaims)
 		x, err := stage(StageLedgerScale, 0, "nolat")
 		if err != nil {
@@ -206,7 +226,7 @@ func ledgerStages(p Params, r *Report, stage func(string, float64, string) (Stag
 			say("  %d rows: new %.0f/s (%.2f of the first size), duplicate %.0f/s (%.2f)", pt.Rows, pt.New.PerSec, pt.NewVsFirst, pt.Duplicate.PerSec, pt.DupVsFirst)
 		}
 	}
-	if p.RetentionRows > 0 {
+	if p.RetentionRows > 0 && stages.Runs(StageRetention) {
 		say("retention cost (no added latency): %d rows over %d days", p.RetentionRows, p.RetentionDays)
 		x, err := stage(StageRetention, 0, "nolat")
 		if err != nil {
@@ -219,108 +239,36 @@ func ledgerStages(p Params, r *Report, stage func(string, float64, string) (Stag
 	return nil
 }
 
-// runRep runs one repetition of every comparison at one latency profile.
-// The unique-heavy comparison alternates its order (raw first in odd
-// repetitions, dedup first in even ones): with no worker, every started
-// workflow stays open and the server slows a little as they pile up.
-func runRep(ctx context.Context, p Params, rep int, tag string, stage func(string, float64, string) (StageResult, error), say func(string, ...any)) (Rep, error) {
-	var x Rep
-	run := func(name string, dup float64) (StageResult, error) {
-		res, err := stage(name, dup, tag)
+// runRep runs one repetition at one latency profile: RepPlan's steps, in
+// its order. The unique-heavy comparison alternates its order (raw first
+// in odd repetitions, dedup first in even ones): with no worker, every
+// started workflow stays open and the server slows a little as they pile
+// up; a baseline binary's run sits beside this build's for the same reason.
+func runRep(p Params, plan []Step, tag string, stage func(Step, string) (StageResult, error), say func(string, ...any)) (Rep, error) {
+	x := Rep{Ran: []string{}}
+	for _, st := range plan {
+		res, err := stage(st, tag)
 		if err != nil {
-			return res, err
+			return x, err
+		}
+		who := ""
+		if st.Baseline {
+			who = " (baseline)"
 		}
 		switch {
 		case res.Rate != nil:
-			say("  %s %s: %.0f/s, CPU %.1f µs each", tag, name, res.Rate.PerSec, res.Rate.CPUPer())
+			say("  %s %s%s: %.0f/s, CPU %.1f µs each", tag, st.Name, who, res.Rate.PerSec, res.Rate.CPUPer())
 		case res.Claims != nil:
-			say("  %s %s: new %.0f rows/s (%.1f µs CPU/row), duplicate %.0f rows/s (%.1f µs CPU/row)", tag, name,
+			say("  %s %s%s: new %.0f rows/s (%.1f µs CPU/row), duplicate %.0f rows/s (%.1f µs CPU/row)", tag, st.Name, who,
 				res.Claims.New.PerSec, res.Claims.New.CPUPer(), res.Claims.Duplicate.PerSec, res.Claims.Duplicate.CPUPer())
 		case res.Router != nil:
 			rr := res.Router
-			say("  %s %s dup %.0f%%: %.0f records/s, %.0f workflows/s, CPU %.1f µs/record %.1f µs/workflow, %d Temporal calls, p99 %.0f ms",
-				tag, name, dup*100, rr.Records.PerSec, rr.Workflows.PerSec, rr.CPUPerRecord(), rr.CPUPerWorkflow(), rr.TemporalCalls, rr.LatencyMs.P99)
+			say("  %s %s%s dup %.0f%%: %.0f records/s, %.0f workflows/s, CPU %.1f µs/record %.1f µs/workflow, %d Temporal calls, p99 %.0f ms",
+				tag, st.Name, who, st.Dup*100, rr.Records.PerSec, rr.Workflows.PerSec, rr.CPUPerRecord(), rr.CPUPerWorkflow(), rr.TemporalCalls, rr.LatencyMs.P99)
 		}
-		return res, nil
-	}
-	router := func(name string, dup float64) (RouterResult, error) {
-		res, err := run(name, dup)
-		if err != nil || res.Router == nil {
-			return RouterResult{}, err
-		}
-		return *res.Router, nil
-	}
-	if p.CostsOnly {
-		var err error
-		x.Costs, err = runCosts(p, rep, router)
-		return x, err
-	}
-	rawStarts := func() error {
-		res, err := run(StageRawStarts, 0)
-		if err == nil {
-			x.RawStarts = *res.Rate
-		}
-		return err
-	}
-	unique := func() (err error) {
-		x.Unique, err = router(StageBacklog, p.DupRatios[0])
-		return err
-	}
-	first, second := rawStarts, unique
-	if rep%2 == 0 {
-		first, second = unique, rawStarts
-	}
-	if err := first(); err != nil {
-		return x, err
-	}
-	if err := second(); err != nil {
-		return x, err
-	}
-	var err error
-	if x.NaiveUnique, err = router(StageNaiveUnique, p.DupRatios[0]); err != nil {
-		return x, err
-	}
-	if x.Watermill, err = router(StageWatermill, p.DupRatios[0]); err != nil {
-		return x, err
-	}
-	res, err := run(StageRawClaims, 0)
-	if err != nil {
-		return x, err
-	}
-	x.RawClaims = *res.Claims
-	if res, err = run(StageReplay, 1); err != nil {
-		return x, err
-	}
-	x.Replay, x.ReplayRawClaim = *res.Router, *res.ReplayRawClaim
-	if x.NaiveReplay, err = router(StageNaiveReplay, 1); err != nil {
-		return x, err
-	}
-	if x.WatermillReplay, err = router(StageWatermillReplay, 1); err != nil {
-		return x, err
-	}
-	if res, err = run(StageRawConsume, 0); err != nil {
-		return x, err
-	}
-	x.RawConsume = *res.Rate
-	x.Backlogs = []RouterResult{x.Unique}
-	for _, d := range p.DupRatios[1:] {
-		b, err := router(StageBacklog, d)
-		if err != nil {
+		if err := x.record(p, st, res); err != nil {
 			return x, err
 		}
-		x.Backlogs = append(x.Backlogs, b)
-	}
-	if p.CostRecords > 0 {
-		if x.Costs, err = runCosts(p, rep, router); err != nil {
-			return x, err
-		}
-	}
-	for _, d := range p.DupRatios {
-		l, err := router(StageLive, d)
-		if err != nil {
-			return x, err
-		}
-		x.Live = append(x.Live, l)
 	}
 	return x, nil
 }

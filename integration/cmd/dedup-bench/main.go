@@ -169,9 +169,14 @@ func run() error {
 	flag.IntVar(&p.CostRecords, "cost-records", 2500, "records of each cost stage: Avro through a Schema Registry against the same records as JSON, tracing on against off (0 skips)")
 	flag.BoolVar(&p.CostsOnly, "costs-only", false, "run only the cost stages (-cost-records), at each latency profile and repetition")
 	flag.StringVar(&p.DedupBin, "dedup-bin", "bin/dedup", "the dedup binary, for the RSS stage")
+	stages := flag.String("stages", "", "run only these stages in each repetition, comma-separated ("+strings.Join(bench.Stages, ", ")+"; empty: every one); -dup still sets the backlog ratios")
+	baseline := flag.String("baseline-exe", "", "another dedup-bench binary (an older commit's): the unique-heavy backlog, the replay and the cost stages also run with it, beside this build's, for \"this build / baseline\" rows")
 	cpuprofile := flag.String("cpuprofile", "", "a directory: one CPU profile per stage process (NN-PROFILE-repN-STAGE.pprof) and infra.pprof")
 	flag.Parse()
-	var err error
+	plan, err := bench.ParseStages(*stages)
+	if err != nil {
+		return err
+	}
 	if p.DupRatios, err = list(*dups, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }); err != nil {
 		return err
 	}
@@ -188,7 +193,12 @@ func run() error {
 	if p.LedgerSizes, err = list(*sizes, strconv.Atoi); err != nil {
 		return err
 	}
-	cfg := bench.RunConfig{Reps: *reps, Pin: !*noPin, CPUProfileDir: *cpuprofile,
+	if *baseline != "" {
+		if *baseline, err = filepath.Abs(*baseline); err != nil {
+			return fmt.Errorf("-baseline-exe: %w", err)
+		}
+	}
+	cfg := bench.RunConfig{Reps: *reps, Pin: !*noPin, CPUProfileDir: *cpuprofile, Stages: plan, BaselineExe: *baseline,
 		Infra: bench.InfraConfig{Durable: *durable, PGSettings: *pgSettings, DatabaseURL: os.Getenv("DATABASE_URL")}}
 	if cfg.Latencies, err = list(*lats, latency); err != nil {
 		return fmt.Errorf("-latency: %w", err)
