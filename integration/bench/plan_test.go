@@ -134,3 +134,23 @@ func TestFinishGivesThisBuildOverBaselineRowsAndLeavesOutStagesNotRun(t *testing
 		}
 	}
 }
+
+// A baseline binary that fails (one that cannot read this build's params
+// file) is reported with its own last stderr line; one that is not an
+// executable file is refused before the infrastructure starts.
+func TestBaselineFailureSaysWhatTheBinaryPrinted(t *testing.T) {
+	var w tailWriter
+	_, _ = w.Write([]byte("starting\n"))
+	_, _ = w.Write([]byte("dedup-bench: reading -params: json: cannot unmarshal string into Go struct field Params.Records of type int\n\n"))
+	if got := w.says(); got != ": dedup-bench: reading -params: json: cannot unmarshal string into Go struct field Params.Records of type int" {
+		t.Fatalf("says %q", got)
+	}
+	if got := (&tailWriter{}).says(); got != "" {
+		t.Fatalf("nothing written: says %q", got)
+	}
+	cfg := RunConfig{Reps: 1, Latencies: []Latency{{Name: "0ms"}}, Params: Params{DupRatios: []float64{0}}, Exe: "x",
+		Say: func(string, ...any) {}, BaselineExe: t.TempDir()}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "BaselineExe") {
+		t.Fatalf("a directory as the baseline: err %v, want one naming BaselineExe", err)
+	}
+}
