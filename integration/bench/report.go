@@ -184,7 +184,7 @@ func ratioDefs() []ratioDef {
 		{name: "router / naive consumer, records/s (unique-heavy)", needs: []string{uniq, StageNaiveUnique},
 			of: func(x Rep) float64 { return div(x.Unique.Records.PerSec, x.NaiveUnique.Records.PerSec) }},
 		{name: "Temporal calls during the all-duplicate replay", needs: []string{replay},
-			of: func(x Rep) float64 { return float64(x.Replay.TemporalCalls) }},
+			of: func(x Rep) float64 { return float64(x.Replay.TemporalCalls) }, target: true, bound: 0},
 		{name: "router CPU per workflow, µs (unique-heavy)", needs: []string{uniq}, of: func(x Rep) float64 { return x.Unique.CPUPerWorkflow() }},
 		{name: "raw SDK start CPU per start, µs", needs: []string{starts}, of: func(x Rep) float64 { return x.RawStarts.CPUPer() }},
 		{name: "raw claim CPU per duplicate row, µs", needs: []string{claims}, of: func(x Rep) float64 { return x.RawClaims.Duplicate.CPUPer() }},
