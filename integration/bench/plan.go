@@ -17,10 +17,6 @@ import (
 // StagePlan is the set of stages a run runs (-stages); nil runs every one.
 type StagePlan []string
 
-// repStages are the stages a repetition can run, in their order.
-var repStages = []string{StageRawStarts, StageBacklog, StageNaiveUnique, StageWatermill, StageRawClaims, StageReplay,
-	StageNaiveReplay, StageWatermillReplay, StageRawConsume, StageSRJSON, StageSRAvro, StageTracingOff, StageTracingOn, StageLive}
-
 // costPairs are the cost stages that only mean something beside each
 // other: a filter names both or neither.
 var costPairs = [][2]string{{StageSRJSON, StageSRAvro}, {StageTracingOff, StageTracingOn}}
