@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -38,6 +39,11 @@ type RunConfig struct {
 	// commit's) whose runs of the compared router stages sit beside this
 	// build's in each repetition (RepPlan).
 	BaselineExe string
+	// StageExe, if set, is the dedup-bench binary that runs this build's
+	// stages instead of Exe (which still runs the infrastructure): with
+	// BaselineExe, two older commits compared with each other in one run,
+	// e.g. the commit that added a fence against the one before it.
+	StageExe string
 	// CPUProfileDir, if set, gets one CPU profile per stage process.
 	CPUProfileDir string
 	Infra         InfraConfig
@@ -79,7 +85,7 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 		return nil, err
 	}
 	say := cfg.Say
-	r := &Report{When: time.Now(), Machine: Machine(), Params: cfg.Params, Reps: cfg.Reps, Stages: cfg.Stages, BaselineExe: cfg.BaselineExe,
+	r := &Report{When: time.Now(), Machine: Machine(), Params: cfg.Params, Reps: cfg.Reps, Stages: cfg.Stages, BaselineExe: cfg.BaselineExe, StageExe: cfg.StageExe,
 		Placement: Placement{Pinned: cfg.Pin}, Postgres: cfg.Infra.describe()}
 	icpu, scpu := "", ""
 	if cfg.Pin {
@@ -120,7 +126,10 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 	seq := 0
 	step := func(st Step, tag string) (StageResult, error) {
 		seq++
-		exe, who, prof := cfg.Exe, "", st.Name
+		exe, who, prof := cmp.Or(cfg.StageExe, cfg.Exe), "", st.Name
+		if cfg.StageExe != "" {
+			who = "the stage binary " + cfg.StageExe + ": "
+		}
 		if st.Baseline {
 			exe, who, prof = cfg.BaselineExe, "the baseline binary "+cfg.BaselineExe+": ", "baseline-"+st.Name
 		}

@@ -66,9 +66,9 @@ func (s Step) String() string {
 // baselineKey is the name Rep.Ran records a baseline step under.
 func baselineKey(name string) string { return "baseline/" + name }
 
-// RepPlan is the steps of repetition rep (from 1). Raw starts and the
-// unique-heavy backlog alternate their order (raw first in odd
-// repetitions), as each cost pair does (its baseline first in odd ones).
+// RepPlan is the steps of repetition rep (from 1). The SDK's starts, raw
+// starts and the unique-heavy backlog alternate their order (the SDK's
+// first in odd repetitions, last in even ones), as each cost pair does (its baseline first in odd ones).
 // With baseline, each router stage compared across builds (the
 // unique-heavy backlog, the replay, the cost stages) has the baseline
 // binary's run right after this build's in odd repetitions and right
@@ -111,11 +111,13 @@ func RepPlan(p Params, stages StagePlan, baseline bool, rep int) []Step {
 		return steps
 	}
 	if odd {
+		add(StageSDKStarts, 0, false)
 		add(StageRawStarts, 0, false)
 		add(StageBacklog, p.DupRatios[0], true)
 	} else {
 		add(StageBacklog, p.DupRatios[0], true)
 		add(StageRawStarts, 0, false)
+		add(StageSDKStarts, 0, false)
 	}
 	add(StageNaiveUnique, p.DupRatios[0], false)
 	add(StageWatermill, p.DupRatios[0], false)
@@ -170,6 +172,8 @@ func (x *Rep) record(p Params, st Step, res StageResult) error {
 	switch st.Name {
 	case StageRawStarts:
 		err = rate(&x.RawStarts)
+	case StageSDKStarts:
+		err = rate(&x.SDKStarts)
 	case StageRawConsume:
 		err = rate(&x.RawConsume)
 	case StageRawClaims:
@@ -247,22 +251,31 @@ func (p Profile) ran(keys ...string) bool {
 	return true
 }
 
-// validateStages checks -stages and -baseline-exe.
+// validateStages checks -stages, -baseline-exe and -stage-exe.
 func (c RunConfig) validateStages() error {
 	for _, s := range c.Stages {
 		if !slices.Contains(Stages, s) {
 			return fmt.Errorf("bench: Stages: unknown stage %q (stages: %s)", s, strings.Join(Stages, ", "))
 		}
 	}
-	if c.BaselineExe == "" {
+	if err := executable("BaselineExe", c.BaselineExe); err != nil {
+		return err
+	}
+	return executable("StageExe", c.StageExe)
+}
+
+// executable checks that path, if set, is an executable file; field names
+// the setting in the error.
+func executable(field, path string) error {
+	if path == "" {
 		return nil
 	}
-	fi, err := os.Stat(c.BaselineExe)
+	fi, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("bench: BaselineExe: %w", err)
+		return fmt.Errorf("bench: %s: %w", field, err)
 	}
 	if fi.IsDir() || fi.Mode()&0o111 == 0 {
-		return fmt.Errorf("bench: BaselineExe: %s is not an executable file", c.BaselineExe)
+		return fmt.Errorf("bench: %s: %s is not an executable file", field, path)
 	}
 	return nil
 }

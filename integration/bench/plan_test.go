@@ -2,6 +2,8 @@ package bench
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -27,7 +29,7 @@ func TestRepPlanRunsOnlyTheFilteredStagesAtEveryBacklogRatio(t *testing.T) {
 	for _, s := range all {
 		names = append(names, s.Name)
 	}
-	wantNames := []string{StageRawStarts, StageBacklog, StageNaiveUnique, StageWatermill, StageRawClaims, StageReplay, StageNaiveReplay,
+	wantNames := []string{StageSDKStarts, StageRawStarts, StageBacklog, StageNaiveUnique, StageWatermill, StageRawClaims, StageReplay, StageNaiveReplay,
 		StageWatermillReplay, StageRawConsume, StageBacklog, StageSRJSON, StageSRAvro, StageSRJSON, StageSRAvro, StageTracingOff, StageTracingOn,
 		StageLive, StageLive}
 	if !slices.Equal(names, wantNames) {
@@ -40,7 +42,7 @@ func TestRepPlanRunsOnlyTheFilteredStagesAtEveryBacklogRatio(t *testing.T) {
 
 func TestParseStagesRefusesAnUnknownNameListingTheValidOnes(t *testing.T) {
 	_, err := ParseStages("backlog,replya")
-	if err == nil || !strings.Contains(err.Error(), `"replya"`) || !strings.Contains(err.Error(), "raw-starts, raw-claims") {
+	if err == nil || !strings.Contains(err.Error(), `"replya"`) || !strings.Contains(err.Error(), "raw-starts, sdk-starts, raw-claims") {
 		t.Fatalf("err %v, want one naming replya and listing the stages", err)
 	}
 	if _, err := ParseStages("sr-avro"); err == nil || !strings.Contains(err.Error(), "sr-json") {
@@ -152,5 +154,28 @@ func TestBaselineFailureSaysWhatTheBinaryPrinted(t *testing.T) {
 		Say: func(string, ...any) {}, BaselineExe: t.TempDir()}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "BaselineExe") {
 		t.Fatalf("a directory as the baseline: err %v, want one naming BaselineExe", err)
+	}
+}
+
+// A -stage-exe that is not an executable file is refused by name before
+// the infrastructure starts, and the report says which binary ran the
+// stages it calls this build's.
+func TestStageExeIsCheckedAndNamedInTheReport(t *testing.T) {
+	cfg := RunConfig{Reps: 1, Latencies: []Latency{{Name: "0ms"}}, Params: Params{DupRatios: []float64{0}}, Exe: "x",
+		Say: func(string, ...any) {}, StageExe: filepath.Join(t.TempDir(), "missing")}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "StageExe") {
+		t.Fatalf("a missing stage binary: err %v, want one naming StageExe", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.StageExe = exe
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("an executable stage binary: %v", err)
+	}
+	r := &Report{Params: Params{DupRatios: []float64{0}}, Reps: 3, StageExe: "/tmp/dedup-bench-after"}
+	if md := r.Markdown(); !strings.Contains(md, "Stage binary (-stage-exe): `/tmp/dedup-bench-after`") {
+		t.Fatalf("the report does not name the stage binary:\n%s", md)
 	}
 }

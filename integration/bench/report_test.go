@@ -63,7 +63,7 @@ func TestFinishJudgesTargetsOnTheMedian(t *testing.T) {
 		}
 	}
 	want := []string{
-		"router CPU per started workflow / raw SDK start's CPU per start (unique-heavy) <= 1.00",
+		"router CPU per started workflow / the SDK's ExecuteWorkflow CPU per start (unique-heavy) <= 1.00",
 		"router records/s / raw duplicate-claim rows/s (all-duplicate replay) >= 0.80",
 		"router CPU per duplicate record / raw claim CPU per duplicate row <= 3.00",
 		"router / Watermill peer, records/s (unique-heavy) >= 1.20",

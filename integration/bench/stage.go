@@ -17,6 +17,7 @@ import (
 // The stages a measured process can run (`dedup-bench stage NAME`).
 const (
 	StageRawStarts       = "raw-starts"       // the router's starter alone: unique start requests at its concurrency
+	StageSDKStarts       = "sdk-starts"       // the same starts through the SDK's client.ExecuteWorkflow (sdkstart.go)
 	StageRawClaims       = "raw-claims"       // the router's claim statement alone, new rows then duplicate rows
 	StageRawConsume      = "raw-consume"      // a group consumer that commits each poll and does nothing else
 	StageBacklog         = "backlog"          // the router over a backlog at -dup
@@ -38,7 +39,7 @@ const (
 )
 
 // Stages lists every stage name.
-var Stages = []string{StageRawStarts, StageRawClaims, StageRawConsume, StageBacklog, StageLive, StageReplay,
+var Stages = []string{StageRawStarts, StageSDKStarts, StageRawClaims, StageRawConsume, StageBacklog, StageLive, StageReplay,
 	StageNaiveUnique, StageNaiveReplay, StageLedgerGrowth, StageRSS, StageWatermill, StageWatermillReplay, StageGuarantees,
 	StageLedgerScale, StageRetention, StageSRAvro, StageSRJSON, StageTracingOff, StageTracingOn}
 
@@ -124,6 +125,10 @@ func (e *Env) dispatch(ctx context.Context, cfg StageConfig, res *StageResult) e
 	case StageRawStarts:
 		var r Rate
 		r, err = e.RawStarts(ctx)
+		res.Rate = &r
+	case StageSDKStarts:
+		var r Rate
+		r, err = e.SDKStarts(ctx)
 		res.Rate = &r
 	case StageRawConsume:
 		var r Rate

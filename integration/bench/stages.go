@@ -68,11 +68,20 @@ func (w window) measured(n int) Rate {
 // workload like the backlog runs', so the server does the same work per
 // start in both.
 func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
-	reqs, err := e.uniqueRequests(e.P.RawStarts)
+	reqs, err := e.uniqueRequests(e.P.RawStarts, "raw")
 	if err != nil {
 		return Rate{}, err
 	}
 	st := e.newStarter()
+	return e.measureStarts(ctx, reqs, func(ctx context.Context, req decide.StartRequest) error {
+		_, err := st.Start(ctx, req)
+		return err
+	})
+}
+
+// measureStarts starts every request with start, at the router's start
+// concurrency, and measures the window from the first to the last.
+func (e *Env) measureStarts(ctx context.Context, reqs []decide.StartRequest, start func(context.Context, decide.StartRequest) error) (Rate, error) {
 	var next atomic.Int64
 	var firstErr error
 	var mu sync.Mutex
@@ -87,8 +96,7 @@ func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
 				if i >= int64(len(reqs)) {
 					return
 				}
-				_, err := st.Start(ctx, reqs[i])
-				if err != nil {
+				if err := start(ctx, reqs[i]); err != nil {
 					mu.Lock()
 					firstErr = errors.Join(firstErr, err)
 					mu.Unlock()
@@ -104,14 +112,17 @@ func (e *Env) RawStarts(ctx context.Context) (Rate, error) {
 }
 
 // uniqueRequests are the first n start requests the router would make of a
-// fresh unique-heavy workload (first DupRatios, new event IDs).
-func (e *Env) uniqueRequests(n int) ([]decide.StartRequest, error) {
+// fresh unique-heavy workload (first DupRatios, new event IDs, named after
+// kind), each with its record's coordinates as the router's carry them (so
+// its search attributes are the router's six; the record's index in the
+// workload stands for its offset).
+func (e *Env) uniqueRequests(n int, kind string) ([]decide.StartRequest, error) {
 	dec, rs := decoderAndRoutes()
 	w := workload.Generate(workload.Spec{Topic: "raw", Partitions: e.P.Partitions, Records: n, DupRatio: e.P.DupRatios[0],
-		CrossPartition: 0.1, Seed: 11, PayloadBytes: e.P.PayloadBytes, IDPrefix: e.name("raw") + "-"})
+		CrossPartition: 0.1, Seed: 11, PayloadBytes: e.P.PayloadBytes, IDPrefix: e.name(kind) + "-"})
 	seen := map[string]bool{}
 	var reqs []decide.StartRequest
-	for _, kr := range w.Records {
+	for i, kr := range w.Records {
 		ev, err := dec.Decode(eventid.FromKafka(kr))
 		if err != nil {
 			return nil, err
@@ -120,7 +131,9 @@ func (e *Env) uniqueRequests(n int) ([]decide.StartRequest, error) {
 			wid := decide.WorkflowID(rt.ID, ev.ID)
 			if !seen[wid] && len(reqs) < n {
 				seen[wid] = true
-				reqs = append(reqs, decide.NewStartRequest(rt, &ev, wid))
+				req := decide.NewStartRequest(rt, &ev, wid)
+				req.Record = &decide.RecordRef{Topic: kr.Topic, Partition: kr.Partition, Offset: int64(i)}
+				reqs = append(reqs, req)
 			}
 		}
 	}

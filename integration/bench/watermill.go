@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -68,19 +66,11 @@ func (e *Env) startAll(ctx context.Context, recs []*kgo.Record) error {
 		return err
 	}
 	st := e.newStarter()
-	var next atomic.Int64
-	errs := make([]error, e.P.Concurrency)
-	var wg sync.WaitGroup
-	for w := range e.P.Concurrency {
-		wg.Go(func() {
-			for i := next.Add(1) - 1; i < int64(len(reqs)) && errs[w] == nil; i = next.Add(1) - 1 {
-				_, errs[w] = st.Start(ctx, reqs[i])
-			}
-		})
-	}
-	wg.Wait()
-	e.workflows.Add(int64(len(reqs)))
-	return errors.Join(errs...)
+	_, err = e.measureStarts(ctx, reqs, func(ctx context.Context, req decide.StartRequest) error {
+		_, err := st.Start(ctx, req)
+		return err
+	})
+	return err
 }
 
 // startRequests are the router's start requests for the distinct workflow
