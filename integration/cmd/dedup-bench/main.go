@@ -171,6 +171,7 @@ func run() error {
 	flag.StringVar(&p.DedupBin, "dedup-bin", "bin/dedup", "the dedup binary, for the RSS stage")
 	stages := flag.String("stages", "", "run only these stages in each repetition, comma-separated ("+strings.Join(bench.Stages, ", ")+"; empty: every one); -dup still sets the backlog ratios")
 	baseline := flag.String("baseline-exe", "", "another dedup-bench binary (an older commit's): the unique-heavy backlog, the replay and the cost stages also run with it, beside this build's, for \"this build / baseline\" rows")
+	stageExe := flag.String("stage-exe", "", "another dedup-bench binary that runs every stage in place of this build (this one runs the infrastructure): with -baseline-exe, two older commits in one run")
 	cpuprofile := flag.String("cpuprofile", "", "a directory: one CPU profile per stage process (NN-PROFILE-repN-STAGE.pprof) and infra.pprof")
 	flag.Parse()
 	plan, err := bench.ParseStages(*stages)
@@ -193,12 +194,14 @@ func run() error {
 	if p.LedgerSizes, err = list(*sizes, strconv.Atoi); err != nil {
 		return err
 	}
-	if *baseline != "" {
-		if *baseline, err = filepath.Abs(*baseline); err != nil {
-			return fmt.Errorf("-baseline-exe: %w", err)
+	for name, path := range map[string]*string{"-baseline-exe": baseline, "-stage-exe": stageExe} {
+		if *path != "" {
+			if *path, err = filepath.Abs(*path); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
 		}
 	}
-	cfg := bench.RunConfig{Reps: *reps, Pin: !*noPin, CPUProfileDir: *cpuprofile, Stages: plan, BaselineExe: *baseline,
+	cfg := bench.RunConfig{Reps: *reps, Pin: !*noPin, CPUProfileDir: *cpuprofile, Stages: plan, BaselineExe: *baseline, StageExe: *stageExe,
 		Infra: bench.InfraConfig{Durable: *durable, PGSettings: *pgSettings, DatabaseURL: os.Getenv("DATABASE_URL")}}
 	if cfg.Latencies, err = list(*lats, latency); err != nil {
 		return fmt.Errorf("-latency: %w", err)
