@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"runtime/pprof"
 
 	"go.temporal.io/sdk/client"
@@ -95,6 +96,7 @@ func RunStage(ctx context.Context, cfg StageConfig, log *slog.Logger) (res Stage
 	}
 	defer e.Close()
 	if cfg.CPUProfile != "" {
+		runtime.MemProfileRate = profileAllocsEvery
 		done, perr := StartCPUProfile(cfg.CPUProfile)
 		if perr != nil {
 			return res, perr
