@@ -215,6 +215,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("starts.mark_interval: %s, want > 0", c.Starts.MarkInterval)
 	case c.CommitInterval <= 0 || c.RevokeTimeout <= 0 || c.DrainTimeout <= 0 || c.LagInterval <= 0:
 		return errors.New("kafka.commit_interval, revoke_timeout, drain_timeout, lag_interval: want > 0")
+	case c.Starts.MarkInterval >= c.RevokeTimeout:
+		// A record finishes only once its workflows are marked: waiting
+		// that long, every revoke would abandon what was started and not
+		// yet marked (the new owner re-drives it all).
+		return fmt.Errorf("starts.mark_interval: %s, want below kafka.revoke_timeout (%s)", c.Starts.MarkInterval, c.RevokeTimeout)
 	}
 	if err := c.TLS.Validate("kafka.tls"); err != nil {
 		return err

@@ -296,7 +296,12 @@ func (r *Router) Run(ctx context.Context) error {
 	// Drain: let started work finish, then stop the workers and the marker.
 	r.commits.flight.waitDrained(time.Until(deadline) - reserve)
 	r.workCancel()
-	stopStarts()
+	// The marker's final flush gets half of what the drain left before
+	// the final commit's deadline, the commit the other half: a ledger
+	// that refuses the mark cannot hold the shutdown past drain_timeout
+	// (its records stay uncommitted), nor starve the final commit of what
+	// finished before.
+	stopStarts(deadline.Add(-reserve * 3 / 4))
 	stopCommitter()
 	loops.Wait()
 	fctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-reserve/2))

@@ -548,6 +548,7 @@ func TestShutdownMarksAndCommitsWhatStarted(t *testing.T) {
 	e.produce(0, "a", "v")
 	cfg := e.config()
 	cfg.Starts.MarkInterval = time.Minute // the batch waits for the final flush
+	cfg.RevokeTimeout = 2 * time.Minute   // above mark_interval (Validate); nothing is revoked
 	cfg.DrainTimeout = 200 * time.Millisecond
 	rn := e.start("r1", cfg)
 	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("a"))) == 1 },

@@ -55,7 +55,7 @@ func TestShutdownDoesNotWaitRevokeTimeoutForARecheckQueuedAfterTheDrain(t *testi
 	cfg1.Starts.MarkInterval = time.Hour
 	cfg1.Starts.MarkBatch = 10 * n
 	cfg1.DrainTimeout = 2 * time.Second
-	cfg1.RevokeTimeout = 10 * time.Second // the default
+	cfg1.RevokeTimeout = 2 * time.Hour // above mark_interval (Validate): a leave that waited for it would hang the test
 	rn := e.start("r1", cfg1)
 	for i := 0; i < n; i++ {
 		e.produce(0, id(i), "v") // copy A: re-run

@@ -96,6 +96,9 @@ type startPool struct {
 	closed bool
 	// parked counts the jobs parked without a worker (park).
 	parked sync.WaitGroup
+	// flushBy bounds the marker's final flush: set by stop before it
+	// closes markQ (zero: 10 s from then).
+	flushBy time.Time
 }
 
 func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, ledger Ledger, h *health, hooks hooks, dlq *deadLetterWriter,
@@ -165,8 +168,10 @@ func (s *startPool) enqueue(ctx context.Context, j *job) {
 }
 
 // run runs the workers and the marker until the work context ends and the
-// marker's queue is closed by stop; it returns when all have stopped.
-func (s *startPool) run() (stop func()) {
+// marker's queue is closed by stop; it returns when all have stopped. The
+// marker's final flush gives up at flushBy (the shutdown's deadline, less
+// the final commit's share), or 10 s after stop if that comes first.
+func (s *startPool) run() (stop func(flushBy time.Time)) {
 	var workers sync.WaitGroup
 	for i := 0; i < s.cfg.Starts.Concurrency; i++ {
 		workers.Add(1)
@@ -174,7 +179,7 @@ func (s *startPool) run() (stop func()) {
 	}
 	markerDone := make(chan struct{})
 	go func() { defer close(markerDone); s.marker() }()
-	return func() {
+	return func(flushBy time.Time) {
 		workers.Wait()  // they stop when workCtx ends
 		s.parked.Wait() // so do the parked jobs
 		// Close the queue: a drainer abandons what senders blocked on a
@@ -205,7 +210,8 @@ func (s *startPool) run() (stop func()) {
 				empty = true
 			}
 		}
-		close(s.markQ)
+		s.flushBy = flushBy
+		close(s.markQ) // the marker reads flushBy after this
 		<-markerDone
 	}
 }
@@ -381,7 +387,11 @@ func (s *startPool) marker() {
 		select {
 		case j, ok := <-s.markQ:
 			if !ok {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(s.workCtx), 10*time.Second)
+				flushBy := time.Now().Add(10 * time.Second)
+				if !s.flushBy.IsZero() && s.flushBy.Before(flushBy) {
+					flushBy = s.flushBy
+				}
+				ctx, cancel := context.WithDeadline(context.WithoutCancel(s.workCtx), flushBy)
 				flush(ctx)
 				cancel()
 				return

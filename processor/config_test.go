@@ -1,0 +1,30 @@
+package processor
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
+)
+
+// starts.mark_interval is how long a started workflow's record may wait
+// to be finished (committable). One at least as long as
+// kafka.revoke_timeout makes every revoke abandon what was started and
+// not yet marked (the new owner re-drives it all), and every shutdown
+// wait out its drain: Validate refuses it, naming the field.
+func TestValidateRefusesAMarkIntervalNotBelowTheRevokeTimeout(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = []string{"localhost:9092"}, "g", []string{"t"}, "earliest"
+	cfg.Routes = decide.Routes{{ID: "r", Match: decide.Match{Type: "t"}, WorkflowType: "W", TaskQueue: "q"}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("default config with brokers: %v", err)
+	}
+	for _, d := range []time.Duration{cfg.RevokeTimeout, time.Hour} {
+		cfg.Starts.MarkInterval = d
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), "starts.mark_interval") {
+			t.Errorf("mark_interval %s (revoke_timeout %s): Validate = %v, want an error naming starts.mark_interval", d, cfg.RevokeTimeout, err)
+		}
+	}
+}
