@@ -173,6 +173,9 @@ func (c *canonWriter) str() (raw []byte, plain, ok bool) {
 	j := c.i + 1
 	plain = true
 	for j < len(in) {
+		if j += plainLen(in[j:]); j >= len(in) {
+			break
+		}
 		b := in[j]
 		switch {
 		case b == '"':
@@ -209,8 +212,6 @@ func (c *canonWriter) str() (raw []byte, plain, ok bool) {
 			}
 		case b < 0x20:
 			return nil, false, false
-		case b < utf8.RuneSelf:
-			j++
 		default:
 			r, size := utf8.DecodeRune(in[j:])
 			if r == utf8.RuneError && size <= 1 {
@@ -440,6 +441,9 @@ func (s *skipper) value() bool {
 func (s *skipper) str() bool {
 	in := s.in
 	for j := s.i + 1; j < len(in); j++ {
+		if j += plainLen(in[j:]); j >= len(in) {
+			break
+		}
 		switch b := in[j]; {
 		case b == '"':
 			s.i = j + 1

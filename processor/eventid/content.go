@@ -64,6 +64,12 @@ func appendJCSString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
+		if n := plainLen(s[i:]); n > 0 {
+			b = append(b, s[i:i+n]...)
+			if i += n; i >= len(s) {
+				break
+			}
+		}
 		c := s[i]
 		switch {
 		case c == '"' || c == '\\':
