@@ -41,6 +41,9 @@ type scratch struct {
 	c   canonWriter
 	buf []byte
 	ms  members // the record's top-level members (object)
+	// once is whether ms came from canonWriter.objectOnce: its members'
+	// canonical values, and the whole object's, are in c.
+	once bool
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -53,7 +56,7 @@ func (s *scratch) release() {
 	}
 	s.c.reset()
 	clear(s.ms[:cap(s.ms)])
-	s.ms = s.ms[:0]
+	s.ms, s.once = s.ms[:0], false
 	scratchPool.Put(s)
 }
 

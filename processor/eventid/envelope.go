@@ -69,7 +69,7 @@ func (d *Decoder) envelope(r Record, s *scratch) (envelope, error) {
 	case d.cfg.Format == FormatCloudEvents:
 		return envelope{}, fail(ReasonUndecodable, "not a CloudEvent: no ce_specversion header and no specversion attribute")
 	}
-	return d.plainEnvelope(obj, r.Value)
+	return d.plainEnvelope(obj, r.Value, s)
 }
 
 func binaryEnvelope(r Record, s *scratch) (envelope, error) {
@@ -182,17 +182,17 @@ func structuredEnvelope(obj members) (envelope, error) {
 	b64, _ := obj.get("data_base64")
 	switch {
 	case data != nil:
-		env.data = rawJSON(data)
+		env.data, env.canon = rawJSON(data), obj.canonOf("data")
 	case b64 != nil:
 		// Binary data: the base64 text itself is the payload identity.
-		env.data = rawJSON(b64)
+		env.data, env.canon = rawJSON(b64), obj.canonOf("data_base64")
 	default:
 		env.data = json.RawMessage("null")
 	}
 	return env, nil
 }
 
-func (d *Decoder) plainEnvelope(obj members, value []byte) (envelope, error) {
+func (d *Decoder) plainEnvelope(obj members, value []byte, s *scratch) (envelope, error) {
 	env := envelope{kind: EnvelopePlain}
 	f := d.cfg.Fields
 	var ok bool
@@ -209,6 +209,9 @@ func (d *Decoder) plainEnvelope(obj members, value []byte) (envelope, error) {
 	}
 	if f.Data == "" {
 		env.data = rawJSON(value)
+		if s.once {
+			env.canon, _ = s.c.wholeObject() // nil for a repeated key: Decode's canonical says why
+		}
 	} else {
 		data, err := lookup(obj, f.Data)
 		if err != nil {
@@ -216,6 +219,8 @@ func (d *Decoder) plainEnvelope(obj members, value []byte) (envelope, error) {
 		}
 		if data == nil {
 			data = json.RawMessage("null")
+		} else if !strings.Contains(f.Data, ".") {
+			env.canon = obj.canonOf(f.Data)
 		}
 		env.data = rawJSON(data)
 	}
@@ -269,6 +274,11 @@ func scanRecordObject(v []byte, s *scratch) (members, error) {
 	if len(v) == 0 || v[0] != '{' {
 		return nil, fail(ReasonUndecodable, "value is not a JSON object")
 	}
+	if ms, ok := s.c.objectOnce(s.ms[:0], v); ok {
+		s.ms, s.once = ms, true
+		return ms, nil
+	}
+	s.once = false
 	if ms, ok := appendMembers(s.ms[:0], v); ok {
 		s.ms = ms
 		return ms, nil

@@ -42,6 +42,9 @@ func skipWS(in []byte, i int) int {
 type member struct {
 	key []byte
 	val json.RawMessage
+	// canon is val's canonical form when one pass read both
+	// (canonWriter.objectOnce), else nil.
+	canon []byte
 }
 
 // members is a JSON object's members in document order; a repeated key's
@@ -49,12 +52,28 @@ type member struct {
 type members []member
 
 func (m members) get(name string) (json.RawMessage, bool) {
-	for k := len(m) - 1; k >= 0; k-- {
-		if string(m[k].key) == name {
-			return m[k].val, true
-		}
+	if k := m.last(name); k >= 0 {
+		return m[k].val, true
 	}
 	return nil, false
+}
+
+// canonOf is the canonical form of name's value when the scan wrote it,
+// else nil (the caller canonicalises the value itself).
+func (m members) canonOf(name string) []byte {
+	if k := m.last(name); k >= 0 {
+		return m[k].canon
+	}
+	return nil
+}
+
+func (m members) last(name string) int {
+	for k := len(m) - 1; k >= 0; k-- {
+		if string(m[k].key) == name {
+			return k
+		}
+	}
+	return -1
 }
 
 // scanObject splits a JSON object into its members, accepting exactly what

@@ -2,12 +2,16 @@ package eventid
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/gowebpki/jcs"
+
+	"github.com/dedupio/dedup/internal/demo/workload"
 )
 
 // The fast scanners must give the general tools' results byte for byte:
@@ -82,6 +86,7 @@ func checkFastJSON(t *testing.T, v []byte) {
 			}
 		}
 	}
+	checkObjectOnce(t, v, want, werr)
 	// The data reaches a start request compacted, as when the decoder
 	// compacted it: encoding/json compacts a RawMessage it encodes.
 	if json.Valid(v) {
@@ -167,4 +172,77 @@ func TestFastJSONRandomDocuments(t *testing.T) {
 		t.Fatalf("only %d of 20000 documents took the fast path", fast)
 	}
 	t.Logf("%d of 20000 documents on the fast path", fast)
+}
+
+// checkObjectOnce: what objectOnce accepts, the two scans it replaces
+// accept alike: appendMembers's members, each value's canonical form
+// (jcs.Transform), and the whole object's (want, werr: jcs of v), on a
+// fresh writer and on one that wrote before.
+func checkObjectOnce(t *testing.T, v, want []byte, werr error) {
+	t.Helper()
+	var reused canonWriter
+	_, _ = reused.objectOnce(nil, []byte(fastJSONSeeds[len(fastJSONSeeds)-2]))
+	_, _ = reused.wholeObject()
+	for _, c := range []*canonWriter{{}, &reused} {
+		ms, ok := c.objectOnce(members{{key: []byte("before")}}, v)
+		if !ok {
+			continue
+		}
+		ms = ms[1:] // appended after what was there
+		two, ok := appendMembers(nil, v)
+		if !ok || len(two) != len(ms) {
+			t.Fatalf("objectOnce(%q) = %d members; appendMembers %d (%v)", v, len(ms), len(two), ok)
+		}
+		for k, m := range ms {
+			jv, err := jcs.Transform(two[k].val)
+			if !bytes.Equal(m.key, two[k].key) || !bytes.Equal(m.val, two[k].val) || err != nil || !bytes.Equal(m.canon, jv) {
+				t.Fatalf("objectOnce(%q) member %d = %q: %q (canonical %q); appendMembers %q: %q (jcs %q, %v)",
+					v, k, m.key, m.val, m.canon, two[k].key, two[k].val, jv, err)
+			}
+		}
+		whole, ok := c.wholeObject()
+		if ok != (werr == nil) || (ok && !bytes.Equal(whole, want)) {
+			t.Fatalf("wholeObject after objectOnce(%q) = %q, %v; jcs.Transform = %q, %v", v, whole, ok, want, werr)
+		}
+	}
+}
+
+// TestPayloadHashIsOverTheCanonicalDataWhicheverPassWroteIt decodes a mixed
+// workload (structured, binary, plain; reordered and re-spaced re-sends)
+// and checks each payload hash against jcs.Transform of the event's data:
+// the one-pass scan's canonical data is what a separate pass would write.
+func TestPayloadHashIsOverTheCanonicalDataWhicheverPassWroteIt(t *testing.T) {
+	w := workload.Generate(workload.Spec{Topic: "t", Partitions: 4, Records: 400, DupRatio: 0.3, Seed: 3, PayloadBytes: 256})
+	d, err := NewDecoder(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := []string{
+		`{"specversion":"1.0","id":"a","type":"t","source":"s","data_base64":"AAEC"}`,
+		`{"type":"t","id":"x","b":[1.0,2e3],"a":{"y":1,"x":"\/"}}`,
+	}
+	recs := make([]Record, 0, len(w.Records)+len(extra))
+	for _, kr := range w.Records {
+		recs = append(recs, toRecord(kr))
+	}
+	for _, v := range extra {
+		recs = append(recs, Record{Topic: "t", Value: []byte(v)})
+	}
+	for _, r := range recs {
+		ev, err := d.Decode(r)
+		if err != nil {
+			t.Fatalf("%s: %v", r.Value, err)
+		}
+		data := []byte(ev.Data)
+		if ev.Bytes != nil {
+			data = []byte(`"` + base64.StdEncoding.EncodeToString(ev.Bytes) + `"`)
+		}
+		cd, err := jcs.Transform(data)
+		if err != nil {
+			t.Fatalf("%s: %v", data, err)
+		}
+		if want := sha256.Sum256(assemble(cd, ev.Source, ev.Type, nil)); ev.PayloadHash != want {
+			t.Fatalf("%s (%s): payload hash is not over the canonical data %s", r.Value, ev.Envelope, cd)
+		}
+	}
 }
