@@ -345,21 +345,17 @@ func (r *Router) leave(deadline time.Time) {
 func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 	// Track in poll order (the tracker needs offsets in order), then decide
 	// in parallel: decoding (JSON, RFC 8785, SHA-256) is most of the CPU a
-	// batch costs, and it is pure. The slices are sized for the poll (one
-	// intent a record, the common case): grown by append, copying the
+	// batch costs, and it is pure. The slices are sized for the poll, and
+	// the intents' for the decisions: grown by append, copying the
 	// decisions and intents cost a replay about a tenth of its CPU.
 	type polled struct {
 		kr  *kgo.Record
 		rec *record
 		d   decide.Decision
 	}
-	n := fetches.NumRecords()
 	var (
-		batch   = make([]polled, 0, n)
-		intents = make([]decide.Intent, 0, n)
-		starts  = make([]startRef, 0, n)
-		owners  = make([]*record, 0, n)
-		dead    []deadLetter
+		batch = make([]polled, 0, fetches.NumRecords())
+		dead  []deadLetter
 	)
 	krs := fetches.Records()
 	for i, rec := range r.commits.trackAll(krs) {
@@ -388,6 +384,15 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 		}
 		p.d = r.decider.Decide(p.kr)
 	})
+	n := 0
+	for i := range batch {
+		n += len(batch[i].d.Intents)
+	}
+	var (
+		intents = make([]decide.Intent, 0, n)
+		starts  = make([]startRef, 0, n)
+		owners  = make([]*record, 0, n)
+	)
 	for i := range batch {
 		kr, rec, d := batch[i].kr, batch[i].rec, &batch[i].d
 		if d.Tombstone {
