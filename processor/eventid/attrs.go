@@ -13,6 +13,9 @@ import (
 func plainBody(v []byte) ([]byte, bool) {
 	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
 		body := v[1 : len(v)-1]
+		if plainLen(body) == len(body) { // printable ASCII without '"' or '\'
+			return body, true
+		}
 		if bytes.IndexByte(body, '\\') < 0 && bytes.IndexByte(body, '"') < 0 && utf8.Valid(body) && !hasControl(body) {
 			return body, true
 		}
