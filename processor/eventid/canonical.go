@@ -142,6 +142,10 @@ func (c *canonWriter) number() bool {
 		c.out = append(c.out, tok...)
 		return true
 	}
+	if d, ok := plainDecimal(tok); ok {
+		c.out = append(c.out, d...)
+		return true
+	}
 	f, err := strconv.ParseFloat(string(tok), 64)
 	if err != nil {
 		return false

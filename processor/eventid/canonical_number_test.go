@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gowebpki/jcs"
@@ -27,6 +28,29 @@ func TestCanonicalNumbersPrintAsECMAScriptDoes(t *testing.T) {
 	for range 20000 {
 		toks = append(toks, strconv.FormatFloat(rng.NormFloat64()*math.Pow(10, float64(rng.IntN(50)-25)), 'g', -1, 64))
 	}
+	// Decimals as producers write them (plainDecimal's shortcut and its
+	// edges): up to 20 significant digits, leading and trailing zeros in
+	// the fraction, signs.
+	digits := func(n int, first byte) string {
+		b := []byte{first}
+		for range n - 1 {
+			b = append(b, byte('0'+rng.IntN(10)))
+		}
+		return string(b)
+	}
+	for range 20000 {
+		tok := "0"
+		if rng.IntN(3) > 0 {
+			tok = digits(1+rng.IntN(12), byte('1'+rng.IntN(9)))
+		}
+		tok += "." + strings.Repeat("0", rng.IntN(9)) + digits(1+rng.IntN(10), byte('0'+rng.IntN(10))) + strings.Repeat("0", rng.IntN(3))
+		if rng.IntN(2) == 0 {
+			tok = "-" + tok
+		}
+		toks = append(toks, tok)
+	}
+	toks = append(toks, "0.0", "-0.000", "0.0000010", "0.0000001", "0.00000099", "123456789012345.0", "1234567890123456.0",
+		"12345678901234.5", "123456789012345.6", "0.123456789012345", "0.1234567890123456", "9007199254740993.0")
 	for _, tok := range toks {
 		want, werr := jcs.Transform([]byte(tok))
 		got, gerr := canonical([]byte(tok))

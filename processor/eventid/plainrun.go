@@ -1,6 +1,9 @@
 package eventid
 
-import "math/bits"
+import (
+	"bytes"
+	"math/bits"
+)
 
 // plainLen returns the length of the longest prefix of b whose bytes need
 // no attention inside a JSON string: printable ASCII (0x20 to 0x7f) other
@@ -32,4 +35,41 @@ func plainLen[T ~string | ~[]byte](b T) int {
 		}
 	}
 	return i
+}
+
+// plainDecimal is how ECMAScript prints the double a JSON number with a
+// fraction and no exponent denotes (12.50, -0.125), without parsing it,
+// when that is the token itself less its fraction's trailing zeros (and
+// a point left bare): ok only for 15 significant digits or fewer, which a
+// double tells apart (so no shorter string names the same double), and
+// for magnitudes from 1e-6 (below it ECMAScript writes an exponent).
+func plainDecimal(tok []byte) ([]byte, bool) {
+	dot := bytes.IndexByte(tok, '.')
+	if dot < 0 || bytes.IndexAny(tok, "eE") >= 0 {
+		return nil, false
+	}
+	for tok[len(tok)-1] == '0' {
+		tok = tok[:len(tok)-1]
+	}
+	if len(tok) == dot+1 {
+		tok = tok[:dot]
+	}
+	first := -1 // the first significant digit
+	for k, b := range tok {
+		if '1' <= b && b <= '9' {
+			first = k
+			break
+		}
+	}
+	switch {
+	case first < 0:
+		return []byte("0"), true // zero, or minus zero: ECMAScript prints 0
+	case first > dot && first-dot > 6:
+		return nil, false // below 1e-6
+	}
+	digits := len(tok) - first
+	if first < dot && dot < len(tok) {
+		digits-- // the point
+	}
+	return tok, digits <= 15
 }
