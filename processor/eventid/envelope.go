@@ -269,12 +269,16 @@ func header(hs []Header, name string) ([]byte, bool) {
 }
 
 // scanRecordObject is the record value's members, read into s's buffer.
-func scanRecordObject(v []byte, s *scratch) (members, error) {
-	v = bytes.TrimSpace(v)
+func scanRecordObject(value []byte, s *scratch) (members, error) {
+	v := bytes.TrimSpace(value)
 	if len(v) == 0 || v[0] != '{' {
 		return nil, fail(ReasonUndecodable, "value is not a JSON object")
 	}
-	if ms, ok := s.c.objectOnce(s.ms[:0], v); ok {
+	// The one pass reads the value as written, not trimmed: its whole
+	// canonical form is the data's when Fields.Data is empty, and white
+	// space JSON does not allow (\v, U+00A0, which TrimSpace drops) makes
+	// that data undecodable.
+	if ms, ok := s.c.objectOnce(s.ms[:0], value); ok {
 		s.ms, s.once = ms, true
 		return ms, nil
 	}

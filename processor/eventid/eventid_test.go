@@ -265,3 +265,34 @@ func compacted(data json.RawMessage) string {
 	}
 	return string(b)
 }
+
+// TestWholeValueDataWithNonJSONSpaceAroundItIsUndecodable: a plain record
+// whose data is the whole value is canonicalised as it was written, so
+// white space that JSON does not allow around it (\v, \f, U+0085, U+00A0,
+// which the object scan trims) leaves it undecodable, whichever pass
+// (one or two) writes the canonical data: an event that was refused must
+// not start being accepted, nor the other way round.
+func TestWholeValueDataWithNonJSONSpaceAroundItIsUndecodable(t *testing.T) {
+	d := mustDecoder(t, nil)
+	for _, v := range []string{
+		`{"type":"t","id":"i"}` + "\v",
+		`{"type":"t","id":"i"}` + "\f",
+		"\f" + `{"type":"t","id":"i"}`,
+		`{"type":"t","id":"i"}` + "\u00a0",
+		"\u0085" + `{"type":"t","id":"i"}`,
+		"\v" + `{"type":"t","data":{"b":1,"a":2}}` + " \f",
+	} {
+		ev, err := d.Decode(rec(v))
+		if ReasonOf(err) != ReasonUndecodable || !strings.Contains(err.Error(), "canonicalising data:") {
+			t.Errorf("%q: got %+v, %v; want undecodable: canonicalising data", v, ev, err)
+		}
+	}
+	// With the data a member, the value around the object is not hashed:
+	// the same bytes decode.
+	dd := mustDecoder(t, func(c *Config) { c.Fields.Data = "data" })
+	for _, v := range []string{`{"type":"t","id":"i","data":{"b":1}}` + "\v", "\u00a0" + `{"type":"t","id":"i","data":[1.0]}`} {
+		if _, err := dd.Decode(rec(v)); err != nil {
+			t.Errorf("%q with data a member: %v", v, err)
+		}
+	}
+}
