@@ -45,7 +45,7 @@ func plainLen[T ~string | ~[]byte](b T) int {
 // for magnitudes from 1e-6 (below it ECMAScript writes an exponent).
 func plainDecimal(tok []byte) ([]byte, bool) {
 	dot := bytes.IndexByte(tok, '.')
-	if dot < 0 || bytes.IndexAny(tok, "eE") >= 0 {
+	if dot < 0 || bytes.ContainsAny(tok, "eE") {
 		return nil, false
 	}
 	for tok[len(tok)-1] == '0' {
