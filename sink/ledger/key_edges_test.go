@@ -185,24 +185,6 @@ func TestLedgerKeyPlansAtScale(t *testing.T) {
 	}
 }
 
-// waitBlocked waits until a backend running a statement containing part
-// waits for a lock.
-func waitBlocked(t *testing.T, pool *pgxpool.Pool, part string) {
-	t.Helper()
-	ctx := context.Background()
-	for i := 0; i < 500; i++ {
-		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()`, part).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("no statement with %q ever waited for a lock", part)
-}
-
 // The claim locks a batch's rows in dedup_ledger_key order (claimSQL's
 // ORDER BY i.key); MarkStarted still sorts its IDs by workflow ID ("like
 // Claim, so that routers lock rows in one order") and its UPDATE ... FROM
