@@ -35,7 +35,7 @@ func openWithURL(t *testing.T) (*ledger.Postgres, string) {
 // waitLockWait waits until some session of the database waits for a lock.
 func waitLockWait(t *testing.T, conn *pgx.Conn) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(lockWaitPatience)
 	for time.Now().Before(deadline) {
 		var n int
 		if err := conn.QueryRow(context.Background(),
@@ -47,7 +47,7 @@ func waitLockWait(t *testing.T, conn *pgx.Conn) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatal("no session waits for a lock after 10 s")
+	t.Fatal("no session waits for a lock after " + lockWaitPatience.String())
 }
 
 // A claim whose statement began while the new owner's bump was not
@@ -344,7 +344,7 @@ func TestAClaimRefusedAtItsReviveWritesNothingAfterTheBump(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The revive now waits for the bump (a row lock: a transaction ID).
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(lockWaitPatience)
 	for waiting := 0; waiting == 0; {
 		select {
 		case err := <-claimed:
@@ -352,7 +352,7 @@ func TestAClaimRefusedAtItsReviveWritesNothingAfterTheBump(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the revive does not wait for the bump after 10 s")
+			t.Fatal("the revive does not wait for the bump after " + lockWaitPatience.String())
 		}
 		if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 			AND wait_event_type = 'Lock' AND wait_event = 'transactionid' AND query LIKE '%SET state = ''pending''%'`).Scan(&waiting); err != nil {
@@ -385,7 +385,7 @@ func TestAClaimRefusedAtItsReviveWritesNothingAfterTheBump(t *testing.T) {
 // waitLockWaits waits until n sessions of the database wait for a lock.
 func waitLockWaits(t *testing.T, conn *pgx.Conn, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(lockWaitPatience)
 	for {
 		var got int
 		if err := conn.QueryRow(context.Background(),
@@ -396,7 +396,7 @@ func waitLockWaits(t *testing.T, conn *pgx.Conn, n int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions wait for a lock after 10 s, want %d", got, n)
+			t.Fatalf("%d sessions wait for a lock after %s, want %d", got, lockWaitPatience, n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -238,16 +238,9 @@ search:
 		t.Fatal(err)
 	}
 
-	side, err := pgxpool.New(ctx, l.Pool().Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer side.Close()
+	side := sidePool(t, l.Pool().Config().ConnString())
 	lockRow := func(id string) pgx.Tx {
-		tx, err := side.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tx := held(t, side, pgx.TxOptions{})
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, id); err != nil {
 			t.Fatal(err)
 		}
@@ -704,30 +697,23 @@ func TestLedgerKeyMigrationExclusiveLockQueuesReaders(t *testing.T) {
 		SELECT 'activity-a:' || g, 'a', g::text, 'field', sha256(g::text::bytea), 'events', 0, g FROM generate_series(1, 1000) g`); err != nil {
 		t.Fatal(err)
 	}
-	side, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer side.Close()
-	reader, err := side.Begin(ctx) // idle in transaction after one read
-	if err != nil {
-		t.Fatal(err)
-	}
+	side := sidePool(t, url)
+	reader := held(t, side, pgx.TxOptions{}) // idle in transaction after one read
 	if _, err := reader.Exec(ctx, `SELECT count(*) FROM dedup_ledger`); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- ledger.Migrate(ctx, url) }()
+	go func() { done <- ledger.Migrate(t.Context(), url) }()
 	waitBlocked(t, side, "dedup_ledger_ddl") // each DDL statement that takes a strong lock
 	// The worker's fence (any reader of the ledger) now.
 	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	var g *int
 	start := time.Now()
-	err = side.QueryRow(qctx, `SELECT max(generation) FROM dedup_ledger WHERE workflow_id = $1`, "activity-a:1").Scan(&g)
+	err := side.QueryRow(qctx, `SELECT max(generation) FROM dedup_ledger WHERE workflow_id = $1`, "activity-a:1").Scan(&g)
 	waited := time.Since(start)
 	_ = reader.Rollback(ctx)
-	if merr := <-done; merr != nil {
+	if merr := within(t, done, 2*time.Minute, "Migrate after the reader's rollback"); merr != nil {
 		t.Fatal(merr)
 	}
 	if err != nil {

@@ -34,20 +34,14 @@ func pHash(payload string) []byte { h := sha256.Sum256([]byte(payload)); return 
 func migrateWithPausedFill(t *testing.T, side *pgxpool.Pool, migrateURL, pauseID string) (release func(), done <-chan error) {
 	t.Helper()
 	ctx := context.Background()
-	reader, err := side.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reader := held(t, side, pgx.TxOptions{})
 	if _, err := reader.Exec(ctx, `SELECT 1 FROM dedup_ledger LIMIT 1`); err != nil {
 		t.Fatal(err)
 	}
 	res := make(chan error, 1)
-	go func() { res <- ledger.Migrate(ctx, migrateURL) }()
+	go func() { res <- ledger.Migrate(t.Context(), migrateURL) }()
 	waitBlockedHere(t, side, "ADD COLUMN IF NOT EXISTS key")
-	pauser, err := side.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pauser := held(t, side, pgx.TxOptions{})
 	locked := make(chan error, 1)
 	go func() {
 		_, err := pauser.Exec(ctx, `/* adv2 pause */ SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, pauseID)
@@ -55,7 +49,7 @@ func migrateWithPausedFill(t *testing.T, side *pgxpool.Pool, migrateURL, pauseID
 	}()
 	waitBlockedHere(t, side, "adv2 pause")
 	_ = reader.Rollback(ctx)
-	if err := <-locked; err != nil {
+	if err := within(t, locked, lockWaitPatience, "the pause's lock after ADD COLUMN"); err != nil {
 		t.Fatal(err)
 	}
 	var hasKey bool
@@ -108,16 +102,12 @@ func TestHardenedOldRouterClaimsDuringMigration(t *testing.T) {
 	if _, err := router.Exec(ctx, oldClaim, []string{"activity-a:first", "activity-a:pause"}, pHash("p")); err != nil {
 		t.Fatalf("the old router's claim at version 11: %v", err)
 	}
-	side, err := pgxpool.New(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer side.Close()
+	side := sidePool(t, admin)
 	release, done := migrateWithPausedFill(t, side, migrator, "activity-a:pause")
 	// The migration is in its backfill: the old router claims a new ID.
 	_, claimErr := router.Exec(ctx, oldClaim, []string{"activity-a:during-the-fill"}, pHash("p"))
 	release()
-	if err := <-done; err != nil {
+	if err := within(t, done, 2*time.Minute, "Migrate after the backfill's release"); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	if claimErr != nil {
@@ -141,11 +131,7 @@ func TestBackfillSurvivesADeadlockWithAnOldRouter(t *testing.T) {
 	if _, err := prov.UpTo(ctx, 11); err != nil {
 		t.Fatal(err)
 	}
-	side, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer side.Close()
+	side := sidePool(t, url)
 	const (
 		pause = "activity-a:e-pause"
 		early = "activity-a:z-early"
@@ -177,11 +163,7 @@ func TestBackfillSurvivesADeadlockWithAnOldRouter(t *testing.T) {
 	release, done := migrateWithPausedFill(t, side, url, pause)
 	defer release()
 	// Another router's insert of m-new, in flight.
-	other, err := side.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = other.Rollback(ctx) }()
+	other := held(t, side, pgx.TxOptions{})
 	if _, err := other.Exec(ctx, oldClaim, []string{newID}, pHash("p")); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +182,7 @@ func TestBackfillSurvivesADeadlockWithAnOldRouter(t *testing.T) {
 	waitBlocked(t, side, "adv2 old claim")
 	// The backfill goes on: z-early, then waits for a-late (the old router's).
 	release()
-	for i := 0; ; i++ {
+	for end := time.Now().Add(lockWaitPatience); ; time.Sleep(10 * time.Millisecond) {
 		var waits bool
 		if err := side.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE query LIKE '%dedup_ledger_fill_keys%' AND $1::int = ANY(pg_blocking_pids(pid)))`, oldPID).Scan(&waits); err != nil {
 			t.Fatal(err)
@@ -208,16 +190,15 @@ func TestBackfillSurvivesADeadlockWithAnOldRouter(t *testing.T) {
 		if waits {
 			break
 		}
-		if i > 1000 {
-			t.Fatal("the backfill never waited for the old router")
+		if time.Now().After(end) {
+			t.Fatalf("the backfill did not wait for the old router in %s; the database's sessions:\n%s", lockWaitPatience, sessions(side))
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	if err := other.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	oldErr := <-oldDone
-	migErr := <-done
+	oldErr := within(t, oldDone, 2*time.Minute, "the old router's claim after the other router's commit")
+	migErr := within(t, done, 2*time.Minute, "Migrate after the deadlock")
 	t.Logf("old router's claim: %v", oldErr)
 	if migErr != nil {
 		t.Fatalf("Migrate, with routers of the version before claiming: %v", migErr)
@@ -238,21 +219,14 @@ func TestMigrationCancelledDuringIndexBuildConverges(t *testing.T) {
 	if _, err := prov.UpTo(ctx, 11); err != nil {
 		t.Fatal(err)
 	}
-	side, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer side.Close()
+	side := sidePool(t, url)
 	if _, err := side.Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset)
 		SELECT 'activity-a:' || g, 'a', g::text, 'field', sha256(g::text::bytea), 'events', 0, g FROM generate_series(1, 20000) g`); err != nil {
 		t.Fatal(err)
 	}
 	// A transaction with a snapshot (a report, a backup): the concurrent
 	// build waits for it before it marks the index valid.
-	snap, err := side.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := held(t, side, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if _, err := snap.Exec(ctx, `SELECT txid_current()`); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +238,7 @@ func TestMigrationCancelledDuringIndexBuildConverges(t *testing.T) {
 	if _, err := side.Exec(ctx, `SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE 'CREATE UNIQUE INDEX CONCURRENTLY%'`); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("cancelled Migrate: %v", <-done)
+	t.Logf("cancelled Migrate: %v", within(t, done, 2*time.Minute, "Migrate after its cancel"))
 	_ = snap.Rollback(ctx)
 	if err := ledger.Migrate(ctx, url); err != nil {
 		t.Fatalf("Migrate again after a cancel during the index build: %v", err)

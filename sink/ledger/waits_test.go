@@ -2,54 +2,116 @@ package ledger_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Waits of the tests that pace a session against another.
+// Waits of the tests that pace a session against another, and the
+// sessions they hold. A test that fails while it holds a transaction (a
+// wait ran out, a statement was refused) must end with its message, not
+// hang: pgxpool's Close waits for every connection to come back, and a
+// statement in another goroutine may wait for the held transaction's
+// locks. So a held transaction is rolled back by the test's cleanup,
+// before the pool it came from is closed (cleanups run last in, first
+// out), and each wait for another goroutine has a bound.
+
+// lockWaitPatience bounds how long a test waits for a statement to queue
+// for a lock: a loaded CI machine takes seconds to bring a migration to
+// the statement that queues; a wait that is met returns at once.
+const lockWaitPatience = time.Minute
+
+// sidePool is a pool of url's database for the test's own sessions,
+// closed by the test's cleanup.
+func sidePool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	p, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// held begins a transaction on pool that the test's cleanup rolls back,
+// whatever the test did with it: a rollback after a commit or a rollback
+// does nothing.
+func held(t *testing.T, pool *pgxpool.Pool, opts pgx.TxOptions) pgx.Tx {
+	t.Helper()
+	tx, err := pool.BeginTx(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = tx.Rollback(ctx)
+	})
+	return tx
+}
+
+// within receives from ch, or fails the test after d, naming what it
+// waited for.
+func within[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("%s: nothing after %s", what, d)
+		panic("unreachable")
+	}
+}
 
 // waitBlocked waits until a backend running a statement containing part
 // waits for a lock.
 func waitBlocked(t *testing.T, pool *pgxpool.Pool, part string) {
 	t.Helper()
-	ctx := context.Background()
-	for i := 0; i < 500; i++ {
-		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()`, part).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("no statement with %q ever waited for a lock", part)
+	waitLockQueue(t, pool, part, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()`)
 }
 
-// waitBlockedHere is waitBlocked within side's database only; on timeout
-// it shows what the database's sessions do.
+// waitBlockedHere is waitBlocked within side's database only.
 func waitBlockedHere(t *testing.T, side *pgxpool.Pool, part string) {
 	t.Helper()
+	waitLockQueue(t, side, part, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()`)
+}
+
+// waitLockQueue polls count (of the statements with part that wait for a
+// lock) until it is above zero, for up to lockWaitPatience; on timeout it
+// shows what the database's sessions do.
+func waitLockQueue(t *testing.T, pool *pgxpool.Pool, part, count string) {
+	t.Helper()
 	ctx := context.Background()
-	for i := 0; i < 1000; i++ {
+	for end := time.Now().Add(lockWaitPatience); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		var n int
-		if err := side.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()`, part).Scan(&n); err != nil {
+		if err := pool.QueryRow(ctx, count, part).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
 			return
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	rows, _ := side.Query(ctx, `SELECT pid, state, coalesce(wait_event_type, ''), coalesce(wait_event, ''), left(query, 100) FROM pg_stat_activity WHERE datname = current_database()`)
+	t.Fatalf("no statement with %q waited for a lock in %s; the database's sessions:\n%s", part, lockWaitPatience, sessions(pool))
+}
+
+// sessions lists what the sessions of pool's database do.
+func sessions(pool *pgxpool.Pool) string {
+	rows, err := pool.Query(context.Background(), `SELECT pid, coalesce(state, ''), coalesce(wait_event_type, ''), coalesce(wait_event, ''), left(query, 100) FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var out string
 	for rows.Next() {
 		var pid int
 		var st, wt, we, q string
-		_ = rows.Scan(&pid, &st, &wt, &we, &q)
-		t.Logf("%d %s %s/%s %s", pid, st, wt, we, q)
+		if err := rows.Scan(&pid, &st, &wt, &we, &q); err != nil {
+			return out + err.Error()
+		}
+		out += fmt.Sprintf("  %d %s %s/%s %s\n", pid, st, wt, we, q)
 	}
-	rows.Close()
-	t.Fatalf("no statement with %q ever waited for a lock", part)
+	return out
 }
