@@ -260,7 +260,7 @@ func TestOlderGenerationsLateSuccessWinsOverANewerHolder(t *testing.T) {
 			})
 			newer2 <- err
 		}()
-		<-holding2
+		holds(t, holding2, newer2, "generation 2's takeover of k2")
 		return nil, idempotency.Permanent(errors.New("400"))
 	})
 	if !errors.As(lateErr, &ll) || ll.Stored {
