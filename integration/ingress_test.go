@@ -288,7 +288,15 @@ func TestIngressConcurrentOneKey(t *testing.T) {
 	}
 	first := make(chan int, 1)
 	go func() { first <- post(a.url) }()
-	<-held
+	// Bound: a minute for one request to reach its lock on a loaded
+	// machine; a request answered before it held the key fails at once.
+	select {
+	case <-held:
+	case c := <-first:
+		t.Fatalf("the first request was answered %d before it held its key", c)
+	case <-time.After(time.Minute):
+		t.Fatal("the first request did not hold its key in a minute")
+	}
 	var wg sync.WaitGroup
 	codes := make(chan int, 20)
 	for i := 0; i < 20; i++ {

@@ -341,11 +341,12 @@ func TestInFlightIsAConflict(t *testing.T) {
 		o.Locked = func(string) { once.Do(func() { held <- struct{}{}; <-hold }) }
 	})
 	b := e.server(nil)
+	letGo := letGoAtCleanup(t, hold)
 	first := make(chan resp, 1)
 	go func() {
 		first <- do(t, "POST", a.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json")
 	}()
-	<-held
+	reached(t, held, first, "the first request")
 	for name, ts := range map[string]*httptest.Server{"same replica": a, "other replica": b} {
 		r := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json")
 		if r.code != 409 || r.json(t)["reason"] != "in_flight" || r.header.Get("Retry-After") == "" {
@@ -356,8 +357,8 @@ func TestInFlightIsAConflict(t *testing.T) {
 	if r := do(t, "POST", b.URL+"/v1/events", strings.Replace(order, "order-1", "order-9", 1), "Content-Type", "application/cloudevents+json"); r.code != 202 {
 		t.Errorf("another key: %d %s", r.code, r.body)
 	}
-	close(hold)
-	r1 := <-first
+	letGo()
+	r1 := within(t, first, handlerPatience, "the first request's answer once let go")
 	if r1.code != 202 {
 		t.Fatalf("first: %d %s", r1.code, r1.body)
 	}

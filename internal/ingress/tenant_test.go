@@ -179,6 +179,7 @@ func TestLimits(t *testing.T) {
 			}
 		}
 	})
+	letGo := letGoAtCleanup(t, hold)
 	post := func(token, key string) resp {
 		t.Helper()
 		return do(t, "POST", ts.URL+"/v1/events", `{"type":"order.created"}`, "Content-Type", "application/json",
@@ -209,14 +210,14 @@ func TestLimits(t *testing.T) {
 	done := make(chan resp, 2)
 	for _, k := range []string{"hold-1", "hold-2"} {
 		go func() { done <- post("globex-token-0123456789", k) }()
-		<-held
+		reached(t, held, done, "held request "+k)
 	}
 	if r := post("initech-token-0123456789", "x"); r.code != 503 || r.header.Get("Retry-After") == "" || r.json(t)["reason"] != "overloaded" {
 		t.Errorf("over the cap: %d %s", r.code, r.body)
 	}
-	close(hold)
+	letGo()
 	for range 2 {
-		if r := <-done; r.code != 202 {
+		if r := within(t, done, handlerPatience, "a held request's answer once let go"); r.code != 202 {
 			t.Errorf("held: %d %s", r.code, r.body)
 		}
 	}
@@ -335,8 +336,8 @@ func TestSlowBodiesTakeNoSlot(t *testing.T) {
 		_, _ = fmt.Fprintf(c, "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer %s\r\n"+
 			"Idempotency-Key: \"slow\"\r\nContent-Length: %d\r\n\r\n%s", tok, len(body), body[:10])
 	}
-	<-arrived
-	<-arrived
+	within(t, arrived, handlerPatience, "the first slow request at the handler")
+	within(t, arrived, handlerPatience, "the second slow request at the handler")
 	r := do(t, "POST", ts.URL+"/v1/events", `{"type":"note.added"}`, "Content-Type", "application/json",
 		"Authorization", "Bearer initech-token-0123456789", "Idempotency-Key", `"n-slow"`)
 	if r.code != 202 {

@@ -30,7 +30,7 @@ func TestSlowHolderKeepsItsLease(t *testing.T) {
 		})
 		done <- err
 	}()
-	<-holding
+	holds(t, holding, done, "the slow holder")
 	time.Sleep(1500 * time.Millisecond) // past the first lease
 	var ran atomic.Bool
 	_, err := s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) { ran.Store(true); return []byte("retry"), nil })
@@ -161,15 +161,17 @@ func TestReaperSparesALiveHolder(t *testing.T) {
 	ctx := context.Background()
 	holding := make(chan struct{})
 	done := make(chan struct{})
+	ended := make(chan error, 1)
 	go func() {
 		defer close(done)
-		_, _ = s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) {
+		_, err := s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) {
 			close(holding)
 			time.Sleep(3 * time.Second)
 			return []byte("x"), nil
 		})
+		ended <- err
 	}()
-	<-holding
+	holds(t, holding, ended, "the live holder")
 	time.Sleep(1500 * time.Millisecond) // past the first lease and the TTL
 	if _, err := s.Reap(ctx, 100); err != nil {
 		t.Fatal(err)

@@ -186,7 +186,7 @@ func TestNewerGenerationWaitsForAnOlderLiveHolder(t *testing.T) {
 		})
 		done <- err
 	}()
-	<-holding
+	holds(t, holding, done, "generation 1's holder")
 	time.Sleep(1500 * time.Millisecond) // past the first lease
 	var ran atomic.Int32
 	var ip *idempotency.InProgressError
@@ -228,7 +228,7 @@ func TestOlderGenerationsLateSuccessWinsOverANewerHolder(t *testing.T) {
 			})
 			newer <- err
 		}()
-		<-holding
+		holds(t, holding, newer, "generation 2's takeover")
 		return []byte("late"), nil
 	})
 	var ll *idempotency.LeaseLostError
@@ -260,7 +260,7 @@ func TestOlderGenerationsLateSuccessWinsOverANewerHolder(t *testing.T) {
 			})
 			newer2 <- err
 		}()
-		<-holding2
+		holds(t, holding2, newer2, "generation 2's takeover of k2")
 		return nil, idempotency.Permanent(errors.New("400"))
 	})
 	if !errors.As(lateErr, &ll) || ll.Stored {

@@ -128,17 +128,19 @@ func TestLiveLeaseIsInProgress(t *testing.T) {
 	ctx := context.Background()
 	holding := make(chan struct{})
 	release := make(chan struct{})
+	ended := make(chan error, 1)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, _ = s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) {
+		_, err := s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) {
 			close(holding)
 			<-release
 			return []byte("first"), nil
 		})
+		ended <- err
 	}()
-	<-holding
+	holds(t, holding, ended, "the first holder")
 	var ip *idempotency.InProgressError
 	if _, err := s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) { return nil, nil }); !errors.As(err, &ip) {
 		t.Fatalf("during a live lease: %v, want InProgressError", err)
@@ -176,14 +178,16 @@ func TestWaitForAnotherHolder(t *testing.T) {
 	s, _ := store(t, idempotency.Options{Lease: time.Minute, TTL: time.Hour, Wait: 5 * time.Second})
 	ctx := context.Background()
 	started := make(chan struct{})
+	ended := make(chan error, 1)
 	go func() {
-		_, _ = s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) {
+		_, err := s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) {
 			close(started)
 			time.Sleep(300 * time.Millisecond)
 			return []byte("first"), nil
 		})
+		ended <- err
 	}()
-	<-started
+	holds(t, started, ended, "the first holder")
 	out, err := s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) { return []byte("second"), nil })
 	if err != nil || string(out) != "first" {
 		t.Fatalf("waiter got %s %v, want the first holder's result", out, err)

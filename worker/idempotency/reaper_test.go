@@ -75,7 +75,7 @@ func TestLateSuccessAfterTheReaperBeatsANewcomer(t *testing.T) {
 			})
 			newcomer <- err
 		}()
-		<-holding
+		holds(t, holding, newcomer, "the newcomer")
 		return []byte("late"), nil
 	})
 	var ll *idempotency.LeaseLostError

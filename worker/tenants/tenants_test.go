@@ -177,7 +177,16 @@ func newLab(t *testing.T) *lab {
 	if err := ledger.Migrate(ctx, url); err != nil {
 		t.Fatal(err)
 	}
-	pool, err := pgxpool.New(ctx, url)
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Bound: a lock wait of the lab's sessions (the migrations' guard, a
+	// concurrent attempt's) fails after a minute with its error instead of
+	// hanging the test, and the pool's Close with it; an uncontended wait
+	// takes milliseconds.
+	pc.ConnConfig.RuntimeParams["lock_timeout"] = "60s"
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		t.Fatal(err)
 	}
