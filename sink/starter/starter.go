@@ -216,7 +216,7 @@ func (t *Temporal) Start(ctx context.Context, req decide.StartRequest) (processo
 	if err != nil {
 		return processor.StartResult{}, err
 	}
-	resp, err := t.c.WorkflowService().StartWorkflowExecution(ctx, sreq)
+	resp, err := t.c.WorkflowService().StartWorkflowExecution(ctx, sreq, startCall)
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	switch {
 	case err == nil:

@@ -3,7 +3,10 @@ package starter
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
+
+	"google.golang.org/grpc/encoding"
 
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
@@ -33,5 +36,26 @@ func BenchmarkStartRequest(b *testing.B) {
 		if _, err := tc.startRequest(ctx, req); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkStartRequestOnTheWire marshals one request as the starter's
+// calls do (startCodec) and as gRPC's proto codec would.
+func BenchmarkStartRequestOnTheWire(b *testing.B) {
+	r, err := New(nil, DefaultConfig()).startRequest(context.Background(), benchStart())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []encoding.CodecV2{startCodec{}, protoCodec} {
+		b.Run(fmt.Sprintf("%T", c), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				bs, err := c.Marshal(r)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bs.Free()
+			}
+		})
 	}
 }
