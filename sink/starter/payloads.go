@@ -14,6 +14,7 @@ package starter
 
 import (
 	"crypto/sha1"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -44,11 +45,99 @@ func typedMeta(t enumspb.IndexedValueType) map[string][]byte {
 // output (compact, escape HTML) leaves json.Marshal's own output as it
 // is. An error is the converter's, with its text.
 func encodeInput(dc converter.DataConverter, in *schemas.WorkflowInput) (*commonpb.Payloads, error) {
-	data, err := in.MarshalJSON()
-	if err != nil {
-		return dc.ToPayloads(*in)
+	data, ok := appendInput(make([]byte, 0, 256+len(in.Data)+len(in.DataBase64)*4/3), in)
+	if !ok {
+		var err error
+		if data, err = in.MarshalJSON(); err != nil {
+			return dc.ToPayloads(*in)
+		}
 	}
 	return &commonpb.Payloads{Payloads: []*commonpb.Payload{{Metadata: metaJSON, Data: data}}}, nil
+}
+
+// appendInput appends in.MarshalJSON()'s bytes, written field by field
+// in the struct's order: strings by appendJSONString, the data as it is
+// when it is valid JSON that json.Marshal would not change (no
+// whitespace to compact, nothing to escape), the definition by
+// json.Marshal. Other data, and a definition json.Marshal refuses, are
+// left to in.MarshalJSON (false).
+func appendInput(b []byte, in *schemas.WorkflowInput) ([]byte, bool) {
+	str := func(name, v string) {
+		b = append(b, ',', '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
+		b = appendJSONString(b, v)
+	}
+	opt := func(name, v string) {
+		if v != "" {
+			str(name, v)
+		}
+	}
+	b = append(b, `{"workflow_id":`...)
+	b = appendJSONString(b, in.WorkflowID)
+	str("activity_id", in.ActivityID)
+	str("event_id", in.EventID)
+	str("id_rule", in.IDRule)
+	str("type", in.Type)
+	opt("source", in.Source)
+	opt("time", in.Time)
+	b = append(b, `,"data":`...)
+	switch {
+	case in.Data == nil:
+		b = append(b, "null"...)
+	case compactJSON(in.Data):
+		b = append(b, in.Data...)
+	default:
+		return b, false
+	}
+	if len(in.DataBase64) > 0 {
+		b = append(b, `,"data_base64":"`...)
+		b = base64.StdEncoding.AppendEncode(b, in.DataBase64)
+		b = append(b, '"')
+	}
+	opt("datacontenttype", in.DataContentType)
+	if in.Definition != nil {
+		def, err := json.Marshal(in.Definition)
+		if err != nil {
+			return b, false
+		}
+		b = append(b, `,"definition":`...)
+		b = append(b, def...)
+	}
+	opt("trigger_kind", in.TriggerKind)
+	opt("scheduled_for", in.ScheduledFor)
+	opt("schedule", in.Schedule)
+	opt("fire", in.Fire)
+	opt("window_start", in.WindowStart)
+	opt("window_end", in.WindowEnd)
+	if in.MissedCount != 0 || in.Schedule != "" {
+		b = append(b, `,"missed_count":`...)
+		b = strconv.AppendInt(b, in.MissedCount, 10)
+	}
+	return append(b, '}'), true
+}
+
+// compactJSON reports whether data is valid JSON that json.Marshal
+// writes as it is: no whitespace between tokens (inside strings it is
+// kept), no <, > or & and no U+2028 or U+2029 (json.Marshal escapes
+// them).
+func compactJSON(data []byte) bool {
+	inString := false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '<' || c == '>' || c == '&':
+			return false
+		case c == 0xE2 && i+2 < len(data) && data[i+1] == 0x80 && data[i+2]&^1 == 0xA8:
+			return false
+		case inString && c == '\\':
+			i++ // the escaped byte (a quote, a backslash, …) ends nothing
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return json.Valid(data)
 }
 
 // generationPayload is the default data converter's payload of the memo's

@@ -155,7 +155,8 @@ func TestStartRequestIsTheSDKsBytes(t *testing.T) {
 	tc := New(nil, DefaultConfig())
 	datas := []json.RawMessage{nil, json.RawMessage(`{"a":1}`), json.RawMessage(" { \"a\" : [1, 2.50, -0, 1e3] ,\n\"b\":null } "),
 		json.RawMessage(`{"h":"<b>&amp;</b>"}`), json.RawMessage("{\"u\":\"\u2028\u2029 é 🎉\"}"), json.RawMessage("{\"bad\":\"\xff\"}"),
-		json.RawMessage(`"just a string"`), json.RawMessage(`[]`)}
+		json.RawMessage(`"just a string"`), json.RawMessage(`[]`), json.RawMessage(`{"note":"a b  c","q":"\" x \\"}`),
+		json.RawMessage(`{"a":"x y", "b":1}`), json.RawMessage(`{"a":"\"<"}`), json.RawMessage(`{"a":"\\\\" }`), json.RawMessage("{\"a\":\"\xe2\x80\xa7 \xe2\x80\"}"), json.RawMessage("\n1\n")}
 	var reqs []decide.StartRequest
 	for i, s := range strangeStrings {
 		req := benchStart()
@@ -170,6 +171,11 @@ func TestStartRequestIsTheSDKsBytes(t *testing.T) {
 		}
 		reqs = append(reqs, req)
 	}
+	for _, data := range datas {
+		req := benchStart()
+		req.Input.Data = data
+		reqs = append(reqs, req)
+	}
 	fire := benchStart()
 	fire.Record, fire.Input.Schedule, fire.Input.ScheduledFor = nil, "daily", "2026-03-01T09:00:00+00:00"
 	reqs = append(reqs, fire)
@@ -182,12 +188,14 @@ func TestStartRequestIsTheSDKsBytes(t *testing.T) {
 			t.Errorf("event %q data %s:\n got %v\nwant %v", req.Input.EventID, req.Input.Data, got, want)
 		}
 	}
-	bad := benchStart()
-	bad.Input.Data = json.RawMessage(`{bad`)
-	_, err := tc.startRequest(context.Background(), bad)
-	_, sdkErr := converter.GetDefaultDataConverter().ToPayloads(bad.Input)
-	if err == nil || sdkErr == nil || err.Error() != fmt.Sprintf("encoding input of workflow %s: %v", bad.WorkflowID, sdkErr) {
-		t.Fatalf("invalid data: %v, want the converter's %v", err, sdkErr)
+	for _, data := range []json.RawMessage{json.RawMessage(`{bad`), json.RawMessage(``), json.RawMessage(`{"a":"unterminated}`), json.RawMessage(`{"a":1}}`)} {
+		bad := benchStart()
+		bad.Input.Data = data
+		_, err := tc.startRequest(context.Background(), bad)
+		_, sdkErr := converter.GetDefaultDataConverter().ToPayloads(bad.Input)
+		if err == nil || sdkErr == nil || err.Error() != fmt.Sprintf("encoding input of workflow %s: %v", bad.WorkflowID, sdkErr) {
+			t.Fatalf("invalid data %q: %v, want the converter's %v", data, err, sdkErr)
+		}
 	}
 }
 
@@ -199,4 +207,26 @@ func TestRequestIDIsTheNameBasedUUIDOfTheWorkflowIDAndGeneration(t *testing.T) {
 			}
 		}
 	}
+}
+
+// appendInput's bytes are in.MarshalJSON's whenever it writes them.
+func FuzzInputIsMarshalJSONs(f *testing.F) {
+	f.Add("e-1", "src", []byte(`{"a":"b c","d":[1,2]}`), []byte{}, "", int64(0))
+	f.Add("<&>", "", []byte(" 1"), []byte{0, 1}, "daily", int64(3))
+	f.Add("e", "s", []byte("{\"a\":\"\\u2028\xe2\x80\xa8\"}"), []byte(nil), "", int64(-1))
+	f.Fuzz(func(t *testing.T, event, source string, data, b64 []byte, schedule string, missed int64) {
+		in := benchStart().Input
+		in.EventID, in.Source, in.Data, in.DataBase64, in.Schedule, in.MissedCount = event, source, data, b64, schedule, missed
+		if len(data) == 0 {
+			in.Data = nil
+		}
+		want, werr := in.MarshalJSON()
+		got, ok := appendInput(nil, &in)
+		if !ok {
+			return
+		}
+		if werr != nil || string(got) != string(want) {
+			t.Fatalf("appendInput %s\nMarshalJSON %s (%v)", got, want, werr)
+		}
+	})
 }
