@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,6 +13,10 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dedupio/dedup/processor/decide"
 )
@@ -198,4 +203,138 @@ func FuzzStartRequestOnTheWire(f *testing.F) {
 		}
 		onTheWire(t, r)
 	})
+}
+
+// Every length the starter writes (a payload's data, a metadata value, a
+// payload, a map entry, the input's and the maps' messages) on both sides
+// of each varint boundary (1, 2, 3 and 4 bytes), empty keys and values,
+// maps of thousands of entries, and the header the tracing propagator
+// writes (trace context and baggage): the server reads the request.
+func TestStartRequestOnTheWireAtEveryVarintBoundary(t *testing.T) {
+	tc := New(nil, DefaultConfig())
+	tc.prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	tid, _ := trace.TraceIDFromHex("0af7651916cd43dd8448eb211c80319c")
+	sid, _ := trace.SpanIDFromHex("b7ad6b7169203331")
+	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: 1}))
+	m1, _ := baggage.NewMemberRaw("tenant", "ac me;\"\u00e9\u2028<&>")
+	m2, _ := baggage.NewMemberRaw("empty", "")
+	bag, _ := baggage.New(m1, m2)
+	ctx = baggage.ContextWithBaggage(ctx, bag)
+	var lengths []int
+	for _, edge := range []int{0, 1 << 7, 1 << 14, 1 << 21} {
+		for d := -48; d <= 4; d++ {
+			if edge+d >= 0 && (edge > 0 || d >= 0) {
+				lengths = append(lengths, edge+d)
+			}
+		}
+	}
+	for _, n := range lengths {
+		req := benchStart()
+		if n%2 == 0 {
+			req.Input.Data = json.RawMessage(`"` + strings.Repeat("z", max(n-2, 0)) + `"`)
+		} else {
+			req.Input.Data, req.Input.DataBase64 = nil, []byte(strings.Repeat("\xff", n))
+		}
+		r, err := tc.startRequest(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Header == nil {
+			t.Fatal("no trace header")
+		}
+		if n < 1<<16 || n%7 == 0 {
+			v := []byte(strings.Repeat("v", n))
+			r.Memo.Fields[""] = &commonpb.Payload{Metadata: map[string][]byte{"": nil, "k": v}, Data: v}
+			r.Memo.Fields["e"] = &commonpb.Payload{}
+			r.SearchAttributes.IndexedFields[strings.Repeat("k", n%300)] = &commonpb.Payload{Metadata: map[string][]byte{"": {}}}
+			r.Header.Fields["h"] = &commonpb.Payload{Data: v[:n/2]}
+			r.Input.Payloads[0].Metadata = map[string][]byte{"encoding": []byte("json/plain"), strings.Repeat("m", n%200): v[:n/3]}
+		}
+		onTheWire(t, r)
+	}
+	r, err := tc.startRequest(ctx, benchStart())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5000 {
+		k := strconv.Itoa(i)
+		r.Memo.Fields[k] = &commonpb.Payload{Metadata: map[string][]byte{k: []byte(k)}, Data: []byte(k)}
+		r.SearchAttributes.IndexedFields[k] = &commonpb.Payload{Metadata: metaKeyword, Data: []byte(k)}
+		r.Header.Fields[k] = &commonpb.Payload{}
+	}
+	onTheWire(t, r)
+}
+
+// Every map the starter writes by hand, fuzzed: the server reads the
+// request, or protobuf-go's error is the call's.
+func FuzzStartRequestOfEveryPayloadMapOnTheWire(f *testing.F) {
+	f.Add("k", []byte("v"), "", []byte(nil), uint8(3), []byte(`{"a":1}`))
+	f.Add("\xff", []byte{}, "\x00", []byte{0xff}, uint8(255), []byte(nil))
+	f.Fuzz(func(t *testing.T, k1 string, v1 []byte, k2 string, v2 []byte, which uint8, data []byte) {
+		req := benchStart()
+		req.Input.Data, req.Input.DataBase64 = nil, data
+		r, err := New(nil, DefaultConfig()).startRequest(context.Background(), req)
+		if err != nil {
+			return
+		}
+		p := &commonpb.Payload{Metadata: map[string][]byte{k1: v1, k2: v2}, Data: v2}
+		if which&1 != 0 {
+			r.Input.Payloads[0].Metadata = map[string][]byte{k2: v1}
+		}
+		if which&2 != 0 {
+			r.Memo.Fields[k1], r.Memo.Fields[k2] = p, &commonpb.Payload{Data: v1}
+		}
+		if which&4 != 0 {
+			r.SearchAttributes.IndexedFields[k2] = p
+		}
+		if which&8 != 0 {
+			r.Header = &commonpb.Header{Fields: map[string]*commonpb.Payload{k1: p, k2: {}}}
+		}
+		if which&16 != 0 {
+			r.Input.Payloads = append(r.Input.Payloads, p)
+		}
+		if which&32 != 0 {
+			r.Input = nil
+		}
+		if which&64 != 0 {
+			r.Memo = nil
+		}
+		if which&128 != 0 {
+			r.Header = &commonpb.Header{}
+		}
+		_, want := proto.Marshal(r)
+		if want != nil {
+			before := proto.Clone(r)
+			if _, err := (startCodec{}).Marshal(r); err == nil || err.Error() != want.Error() {
+				t.Fatalf("error %v, want %v", err, want)
+			}
+			if !proto.Equal(r, before) {
+				t.Fatalf("a refused request changed")
+			}
+			return
+		}
+		onTheWire(t, r)
+	})
+}
+
+// A nil request is gRPC's proto codec's (an empty message), not a panic
+// inside the call.
+func TestStartCodecMarshalsANilRequestAsGRPCsProtoCodec(t *testing.T) {
+	var r *workflowservice.StartWorkflowExecutionRequest
+	want, wantErr := protoCodec.Marshal(r)
+	var (
+		got mem.BufferSlice
+		err error
+	)
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("marshalling a nil request panics: %v", p)
+			}
+		}()
+		got, err = startCodec{}.Marshal(r)
+	}()
+	if (err == nil) != (wantErr == nil) || string(got.Materialize()) != string(want.Materialize()) {
+		t.Fatalf("a nil request: %q (%v), want gRPC's %q (%v)", got.Materialize(), err, want.Materialize(), wantErr)
+	}
 }
