@@ -3,14 +3,21 @@ package starter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -18,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 )
 
@@ -336,5 +344,109 @@ func TestStartCodecMarshalsANilRequestAsGRPCsProtoCodec(t *testing.T) {
 	}()
 	if (err == nil) != (wantErr == nil) || string(got.Materialize()) != string(want.Materialize()) {
 		t.Fatalf("a nil request: %q (%v), want gRPC's %q (%v)", got.Materialize(), err, want.Materialize(), wantErr)
+	}
+}
+
+// recordingFrontend is a gRPC server of Temporal's service that keeps
+// every start request it reads, with its content type, and answers it.
+type recordingFrontend struct {
+	workflowservice.UnimplementedWorkflowServiceServer
+	mu    sync.Mutex
+	reqs  []*workflowservice.StartWorkflowExecutionRequest
+	types []string
+}
+
+func (f *recordingFrontend) GetSystemInfo(context.Context, *workflowservice.GetSystemInfoRequest) (*workflowservice.GetSystemInfoResponse, error) {
+	return &workflowservice.GetSystemInfoResponse{}, nil
+}
+
+func (f *recordingFrontend) StartWorkflowExecution(ctx context.Context, r *workflowservice.StartWorkflowExecutionRequest) (*workflowservice.StartWorkflowExecutionResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reqs, f.types = append(f.reqs, r), append(f.types, strings.Join(md.Get("content-type"), ","))
+	return &workflowservice.StartWorkflowExecutionResponse{RunId: "run-" + r.RequestId, Started: true}, nil
+}
+
+// Through the SDK's client and its interceptors, over gRPC to a real
+// gRPC server: the server reads, as application/grpc+proto, the request
+// startRequest builds (big data, a trace header), and the starter reads
+// its answer.
+func TestStartRequestArrivesOverGRPCAsTheRequest(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe := &recordingFrontend{}
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
+	workflowservice.RegisterWorkflowServiceServer(srv, fe)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	s := dial(t, l.Addr().String())
+	s.prop = propagation.TraceContext{}
+	tid, _ := trace.TraceIDFromHex("0af7651916cd43dd8448eb211c80319c")
+	sid, _ := trace.SpanIDFromHex("b7ad6b7169203331")
+	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: 1}))
+	sizes := []int{0, 127, 128, 16384, 3 << 20}
+	for _, n := range sizes {
+		req := benchStart()
+		req.ReusePolicy = decide.ReuseAllowDuplicate // a request ID that is the same on every build
+		req.Input.Data = json.RawMessage(`"` + strings.Repeat("z", n) + `"`)
+		res, err := s.Start(ctx, req)
+		if err != nil {
+			t.Fatalf("%d bytes of data: %v", n, err)
+		}
+		want, err := s.startRequest(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.RunID != "run-"+want.RequestId || res.AlreadyStarted {
+			t.Errorf("%d bytes: result %+v, want run-%s started", n, res, want.RequestId)
+		}
+		fe.mu.Lock()
+		got, ctype := fe.reqs[len(fe.reqs)-1], fe.types[len(fe.types)-1]
+		fe.mu.Unlock()
+		if !proto.Equal(got, want) {
+			t.Errorf("%d bytes: the server read another request:\n got %v\nwant %v", n, got, want)
+		}
+		if ctype != "application/grpc+proto" {
+			t.Errorf("%d bytes: content type %q", n, ctype)
+		}
+	}
+	if len(fe.reqs) != len(sizes) {
+		t.Errorf("%d requests read, want %d", len(fe.reqs), len(sizes))
+	}
+}
+
+// A start over the server's gRPC receive limit is refused as it was
+// without the codec: ResourceExhausted with gRPC's text, not permanent
+// (errors.go), not a run limit (runlimits.go).
+func TestStartOverTheServersMessageLimitIsRefusedAsWithoutTheCodec(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(4 << 10))
+	workflowservice.RegisterWorkflowServiceServer(srv, &recordingFrontend{})
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	s := dial(t, l.Addr().String())
+	req := benchStart()
+	req.Input.Data = json.RawMessage(`"` + strings.Repeat("z", 8<<10) + `"`)
+	_, err = s.Start(context.Background(), req)
+	sreq, serr := s.startRequest(context.Background(), req)
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	_, before := s.c.WorkflowService().StartWorkflowExecution(context.Background(), sreq) // gRPC's proto codec
+	if err == nil || before == nil {
+		t.Fatalf("an oversized start: %v; without the codec %v", err, before)
+	}
+	st, want := status.Convert(errors.Unwrap(err)), status.Convert(before)
+	if st.Code() != codes.ResourceExhausted || st.Message() != want.Message() || !strings.Contains(st.Message(), "larger than max") {
+		t.Errorf("an oversized start: %v, want gRPC's %v", err, before)
+	}
+	if processor.IsPermanent(err) || IsPermanent(before) || RunLimit(err) != "" {
+		t.Errorf("an oversized start: permanent %v (without the codec %v), run limit %q", processor.IsPermanent(err), IsPermanent(before), RunLimit(err))
 	}
 }
