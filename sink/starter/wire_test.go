@@ -158,6 +158,14 @@ func TestStartRequestOnTheWireRefusesWhatProtobufGoRefuses(t *testing.T) {
 			r.Input.Payloads[0].Metadata = map[string][]byte{"bad\xff": []byte("x")}
 		},
 		"a workflow ID not UTF-8": func(r *workflowservice.StartWorkflowExecutionRequest) { r.WorkflowId = "bad\xff" },
+		"an input metadata key and the identity not UTF-8": func(r *workflowservice.StartWorkflowExecutionRequest) {
+			r.Input.Payloads[0].Metadata = map[string][]byte{"bad\xff": []byte("x")}
+			r.Identity = "bad\xff"
+		},
+		"the memo's key and the request ID not UTF-8": func(r *workflowservice.StartWorkflowExecutionRequest) {
+			r.Memo.Fields["bad\xff"] = &commonpb.Payload{}
+			r.RequestId = "bad\xff"
+		},
 	}
 	for name, change := range cases {
 		t.Run(name, func(t *testing.T) {
