@@ -362,6 +362,9 @@ type recordingFrontend struct {
 	mu    sync.Mutex
 	reqs  []*workflowservice.StartWorkflowExecutionRequest
 	types []string
+	// refuse: how many starts to answer as a server without gzip does
+	// (the SDK sends the call again, uncompressed: a second marshal).
+	refuse int
 }
 
 func (f *recordingFrontend) GetSystemInfo(context.Context, *workflowservice.GetSystemInfoRequest) (*workflowservice.GetSystemInfoResponse, error) {
@@ -373,6 +376,10 @@ func (f *recordingFrontend) StartWorkflowExecution(ctx context.Context, r *workf
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reqs, f.types = append(f.reqs, r), append(f.types, strings.Join(md.Get("content-type"), ","))
+	if f.refuse > 0 {
+		f.refuse--
+		return nil, status.Error(codes.Unimplemented, "grpc-encoding gzip is not supported here")
+	}
 	return &workflowservice.StartWorkflowExecutionResponse{RunId: "run-" + r.RequestId, Started: true}, nil
 }
 
@@ -456,5 +463,38 @@ func TestStartOverTheServersMessageLimitIsRefusedAsWithoutTheCodec(t *testing.T)
 	}
 	if processor.IsPermanent(err) || IsPermanent(before) || RunLimit(err) != "" {
 		t.Errorf("an oversized start: permanent %v (without the codec %v), run limit %q", processor.IsPermanent(err), IsPermanent(before), RunLimit(err))
+	}
+}
+
+// The SDK sends a call again when the server refuses gzip (its downgrade
+// interceptor): the codec marshals the same request a second time, and
+// the server reads the request both times.
+func TestStartRequestSentAgainBySDKIsTheRequest(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe := &recordingFrontend{refuse: 1}
+	srv := grpc.NewServer()
+	workflowservice.RegisterWorkflowServiceServer(srv, fe)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	s := dial(t, l.Addr().String())
+	req := benchStart()
+	req.ReusePolicy = decide.ReuseAllowDuplicate
+	if _, err := s.Start(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.startRequest(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fe.reqs) != 2 {
+		t.Fatalf("%d starts read, want 2 (refused, then sent again)", len(fe.reqs))
+	}
+	for i, got := range fe.reqs {
+		if !proto.Equal(got, want) {
+			t.Errorf("attempt %d: the server read another request:\n got %v\nwant %v", i+1, got, want)
+		}
 	}
 }
