@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
@@ -193,6 +196,70 @@ func retryTransient(fn func() (processor.StartResult, error)) (processor.StartRe
 		res, err := fn()
 		if err == nil || processor.IsPermanent(err) || time.Now().After(deadline) {
 			return res, err
+		}
+	}
+}
+
+// The real server reads the start request the starter writes by hand
+// (startCodec, application/grpc+proto) as the request: the started run's
+// input is the default data converter's payload of the input, byte for
+// byte, its memo the generation, its search attributes the starter's,
+// for data whose lengths sit on both sides of each varint boundary,
+// escapes, binary data and a scheduled fire.
+func TestStartedRunCarriesTheStartRequestsPayloads(t *testing.T) {
+	e := newEnv(t, 1)
+	st := starter.New(e.tc, starter.Config{Namespace: e.namespace, StartTimeout: 10 * time.Second})
+	ctx := context.Background()
+	var reqs []decide.StartRequest
+	for i, n := range []int{0, 1, 125, 126, 127, 128, 16381, 16382, 16383, 16384, 200_000} {
+		req := decide.StartRequest{WorkflowID: fmt.Sprintf("activity-wire:evt-%d", i), WorkflowType: "RunActivityWorkflow",
+			TaskQueue: "nobody", ReusePolicy: decide.ReuseAllowDuplicate, Generation: 1 + i%3,
+			Record: &decide.RecordRef{Topic: "t\u00e9<", Partition: int32(i), Offset: int64(n)},
+			Input: schemas.WorkflowInput{EventID: fmt.Sprintf("evt-%d", i), ActivityID: "wire", IDRule: "field",
+				Type: "x<&>\u2028", Data: json.RawMessage(`"` + strings.Repeat("z", n) + `"`)}}
+		if i%2 == 1 {
+			req.Input.Data, req.Input.DataBase64 = nil, []byte(strings.Repeat("\xff", n))
+		}
+		reqs = append(reqs, req)
+	}
+	fire := reqs[0]
+	fire.WorkflowID, fire.Input.EventID, fire.Input.Schedule, fire.Input.ScheduledFor = "activity-wire:fire", "fire", "daily", "2026-03-01T09:00:00+00:00"
+	fire.Input.Data = json.RawMessage(`{"a":"\\\"","b":[1.0,1E5,-0]}`)
+	reqs = append(reqs, fire)
+	dc := converter.GetDefaultDataConverter()
+	for _, req := range reqs {
+		res, err := st.Start(ctx, req)
+		if err != nil || res.AlreadyStarted {
+			t.Fatalf("%s: %+v %v", req.WorkflowID, res, err)
+		}
+		it := e.tc.GetWorkflowHistory(ctx, req.WorkflowID, res.RunID, false, 0)
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatalf("%s: reading history: %v", req.WorkflowID, err)
+		}
+		got := ev.GetWorkflowExecutionStartedEventAttributes()
+		input, err := dc.ToPayloads(req.Input)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen, err := dc.ToPayload(req.Generation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		attrs, err := starter.EncodeSearchAttributes(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got.GetInput(), input) {
+			t.Errorf("%s: the run's input %.200v, want %.200v", req.WorkflowID, got.GetInput(), input)
+		}
+		if !proto.Equal(got.GetMemo(), &commonpb.Memo{Fields: map[string]*commonpb.Payload{schemas.MemoGeneration: gen}}) {
+			t.Errorf("%s: the run's memo %v, want generation %d", req.WorkflowID, got.GetMemo(), req.Generation)
+		}
+		for k, want := range attrs.GetIndexedFields() {
+			if p := got.GetSearchAttributes().GetIndexedFields()[k]; string(p.GetData()) != string(want.GetData()) {
+				t.Errorf("%s: search attribute %s %s, want %s", req.WorkflowID, k, p.GetData(), want.GetData())
+			}
 		}
 	}
 }

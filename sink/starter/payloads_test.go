@@ -230,3 +230,82 @@ func FuzzInputIsMarshalJSONs(f *testing.F) {
 		}
 	})
 }
+
+// inputCases are data json.Marshal keeps or rewrites by a byte: escapes
+// written as escapes or raw, whitespace inside and outside strings,
+// numbers it keeps as written, invalid UTF-8, a lone or cut U+2028 lead
+// byte, unterminated and trailing input.
+var inputCases = []string{
+	`{"a":"\""}`, `{"a":"\\"}`, `{"a":"\\\""}`, `"\\"`, `"\"\\"`, `{"a":"\u2028"}`, "{\"a\":\"\xe2\x80\xa8\"}",
+	"{\"a\":\"\xe2\x80\xa9\"}", "{\"a\":\"\xe2\x80\"}", "\"\xe2\"", "\"\xe2\x80\"", "\"x\xe2\"", "\"\xe2\x80\xa8", "\"\xff\xfe\"",
+	`{"a":"\u003c"}`, `{"a":"<"}`, `{"a":"\u0026"}`, `1.0`, `1E5`, `-0`, `1e-0`, `0.000`, `-0.0E+00`, `[1.0,1E5,-0]`,
+	`{"a" :1}`, `{"a":1 }`, "{\"a\":1}\n", "\t1", `{"a":" x "}`, "{\"a\":\"\t\"}", `{"a":"\t"}`, `{"a":"\/"}`,
+	`{"a":"\ud800"}`, `{"a":"\uDEAD"}`, `"unterminated`, `{"a":1`, `{"a":1}}`, `{}{}`, `1 2`, `nul`, `null`, `true`,
+	`false`, `[]`, `[[[[]]]]`, `{"":""}`, `{"a":"b","a":"c"}`, `"\u0000"`, "\"\x00\"", "\"\x7f\"", `{"a":"\b\f\n\r\t"}`,
+	`0123`, `+1`, `.5`, `1.`, `01`, `"\x"`, `"\u12"`, "\"\\\xe2\x80\xa8\"", "[\"\\\\\",\"\xe2\x80\xa8\"]",
+}
+
+// appendInput writes MarshalJSON's bytes whenever it writes any, for
+// every data above and every omitempty field set or empty.
+func TestInputIsMarshalJSONsForEscapesNumbersAndEveryOptionalField(t *testing.T) {
+	defs := []*schemas.ActivityDefinition{nil, {}, {Tasks: []schemas.TaskSpec{{Type: "webhook", URL: "http://x/?a=1&b=<2>\u2028"}},
+		ActivityTimeoutSeconds: 1, MaxAttempts: -1, ScheduleToCloseSeconds: 3, DedupeKeyStrategy: "catchup"}}
+	for i, data := range append(inputCases, "") {
+		for j := 0; j < 64; j++ {
+			in := benchStart().Input
+			in.Data = json.RawMessage(data)
+			if data == "" && j%2 == 0 {
+				in.Data = nil
+			}
+			set := func(bit int, v string) string {
+				if j&(1<<bit) != 0 {
+					return v
+				}
+				return ""
+			}
+			in.Source, in.Time, in.DataContentType = set(0, "s<"), set(1, "2026-01-01T00:00:00Z"), set(2, "application/json")
+			in.TriggerKind, in.ScheduledFor, in.Schedule = set(3, "cron"), set(3, "2026-03-01T09:00:00+00:00"), set(4, "daily")
+			in.Fire, in.WindowStart, in.WindowEnd = set(5, "on_time"), set(5, "a"), set(4, "b")
+			in.MissedCount = int64([]int{0, 0, 1, -1}[(i+j)%4])
+			in.Definition = defs[(i+j)%len(defs)]
+			in.DataBase64 = [][]byte{nil, {}, {0}, {0xff, 0xfe, 0xfd, 0xfc}}[(i+j)%4]
+			want, werr := in.MarshalJSON()
+			got, ok := appendInput(nil, &in)
+			if ok && (werr != nil || string(got) != string(want)) {
+				t.Errorf("data %q, fields %b:\nappendInput %s\nMarshalJSON %s (%v)", data, j, got, want, werr)
+			}
+			enc, err := encodeInput(converter.GetDefaultDataConverter(), &in)
+			sdk, sdkErr := converter.GetDefaultDataConverter().ToPayloads(in)
+			if (err == nil) != (sdkErr == nil) || (err == nil && wireBytes(t, enc) != wireBytes(t, sdk)) {
+				t.Errorf("data %q, fields %b: encodeInput %v (%v), the converter's %v (%v)", data, j, enc, err, sdk, sdkErr)
+			}
+		}
+	}
+}
+
+// appendInput's bytes are MarshalJSON's, every field fuzzed.
+func FuzzInputOfEveryFieldIsMarshalJSONs(f *testing.F) {
+	for _, c := range inputCases {
+		f.Add(c, "e", "s<", []byte{1}, "daily", int64(0), "u&", true)
+	}
+	f.Fuzz(func(t *testing.T, data, event, source string, b64 []byte, schedule string, missed int64, url string, def bool) {
+		in := schemas.WorkflowInput{WorkflowID: event + source, ActivityID: source, EventID: event, IDRule: url, Type: schedule,
+			Source: source, Time: event, Data: json.RawMessage(data), DataBase64: b64, DataContentType: url, TriggerKind: source,
+			ScheduledFor: event, Schedule: schedule, Fire: url, WindowStart: source, WindowEnd: event, MissedCount: missed}
+		if def {
+			in.Definition = &schemas.ActivityDefinition{Tasks: []schemas.TaskSpec{{Type: event, URL: url}}, MaxAttempts: int(missed)}
+		}
+		if data == "" {
+			in.Data = nil
+		}
+		want, werr := in.MarshalJSON()
+		if got, ok := appendInput(nil, &in); ok && (werr != nil || string(got) != string(want)) {
+			t.Fatalf("appendInput %s\nMarshalJSON %s (%v)", got, want, werr)
+		}
+		enc, err := encodeInput(converter.GetDefaultDataConverter(), &in)
+		sdk, sdkErr := converter.GetDefaultDataConverter().ToPayloads(in)
+		if (err == nil) != (sdkErr == nil) || (err == nil && wireBytes(t, enc) != wireBytes(t, sdk)) {
+			t.Fatalf("encodeInput %v (%v), the converter's %v (%v)", enc, err, sdk, sdkErr)
+		}
+	})
+}

@@ -47,8 +47,8 @@ func (startCodec) Unmarshal(data mem.BufferSlice, v any) error { return protoCod
 
 func (startCodec) Marshal(v any) (mem.BufferSlice, error) {
 	r, ok := v.(*workflowservice.StartWorkflowExecutionRequest)
-	if !ok {
-		return protoCodec.Marshal(v)
+	if !ok || r == nil {
+		return protoCodec.Marshal(v) // a nil request too: an empty message, as before
 	}
 	b, err := appendStartRequest(nil, r)
 	if err != nil {

@@ -3,16 +3,29 @@ package starter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
+	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 )
 
@@ -145,6 +158,14 @@ func TestStartRequestOnTheWireRefusesWhatProtobufGoRefuses(t *testing.T) {
 			r.Input.Payloads[0].Metadata = map[string][]byte{"bad\xff": []byte("x")}
 		},
 		"a workflow ID not UTF-8": func(r *workflowservice.StartWorkflowExecutionRequest) { r.WorkflowId = "bad\xff" },
+		"an input metadata key and the identity not UTF-8": func(r *workflowservice.StartWorkflowExecutionRequest) {
+			r.Input.Payloads[0].Metadata = map[string][]byte{"bad\xff": []byte("x")}
+			r.Identity = "bad\xff"
+		},
+		"the memo's key and the request ID not UTF-8": func(r *workflowservice.StartWorkflowExecutionRequest) {
+			r.Memo.Fields["bad\xff"] = &commonpb.Payload{}
+			r.RequestId = "bad\xff"
+		},
 	}
 	for name, change := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -198,4 +219,282 @@ func FuzzStartRequestOnTheWire(f *testing.F) {
 		}
 		onTheWire(t, r)
 	})
+}
+
+// Every length the starter writes (a payload's data, a metadata value, a
+// payload, a map entry, the input's and the maps' messages) on both sides
+// of each varint boundary (1, 2, 3 and 4 bytes), empty keys and values,
+// maps of thousands of entries, and the header the tracing propagator
+// writes (trace context and baggage): the server reads the request.
+func TestStartRequestOnTheWireAtEveryVarintBoundary(t *testing.T) {
+	tc := New(nil, DefaultConfig())
+	tc.prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	tid, _ := trace.TraceIDFromHex("0af7651916cd43dd8448eb211c80319c")
+	sid, _ := trace.SpanIDFromHex("b7ad6b7169203331")
+	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: 1}))
+	m1, _ := baggage.NewMemberRaw("tenant", "ac me;\"\u00e9\u2028<&>")
+	m2, _ := baggage.NewMemberRaw("empty", "")
+	bag, _ := baggage.New(m1, m2)
+	ctx = baggage.ContextWithBaggage(ctx, bag)
+	var lengths []int
+	for _, edge := range []int{0, 1 << 7, 1 << 14, 1 << 21} {
+		for d := -48; d <= 4; d++ {
+			if edge+d >= 0 && (edge > 0 || d >= 0) {
+				lengths = append(lengths, edge+d)
+			}
+		}
+	}
+	for _, n := range lengths {
+		req := benchStart()
+		if n%2 == 0 {
+			req.Input.Data = json.RawMessage(`"` + strings.Repeat("z", max(n-2, 0)) + `"`)
+		} else {
+			req.Input.Data, req.Input.DataBase64 = nil, []byte(strings.Repeat("\xff", n))
+		}
+		r, err := tc.startRequest(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Header == nil {
+			t.Fatal("no trace header")
+		}
+		if n < 1<<16 || n%7 == 0 {
+			v := []byte(strings.Repeat("v", n))
+			r.Memo.Fields[""] = &commonpb.Payload{Metadata: map[string][]byte{"": nil, "k": v}, Data: v}
+			r.Memo.Fields["e"] = &commonpb.Payload{}
+			r.SearchAttributes.IndexedFields[strings.Repeat("k", n%300)] = &commonpb.Payload{Metadata: map[string][]byte{"": {}}}
+			r.Header.Fields["h"] = &commonpb.Payload{Data: v[:n/2]}
+			r.Input.Payloads[0].Metadata = map[string][]byte{"encoding": []byte("json/plain"), strings.Repeat("m", n%200): v[:n/3]}
+		}
+		onTheWire(t, r)
+	}
+	r, err := tc.startRequest(ctx, benchStart())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5000 {
+		k := strconv.Itoa(i)
+		r.Memo.Fields[k] = &commonpb.Payload{Metadata: map[string][]byte{k: []byte(k)}, Data: []byte(k)}
+		r.SearchAttributes.IndexedFields[k] = &commonpb.Payload{Metadata: metaKeyword, Data: []byte(k)}
+		r.Header.Fields[k] = &commonpb.Payload{}
+	}
+	onTheWire(t, r)
+}
+
+// Every map the starter writes by hand, fuzzed: the server reads the
+// request, or protobuf-go's error is the call's.
+func FuzzStartRequestOfEveryPayloadMapOnTheWire(f *testing.F) {
+	f.Add("k", []byte("v"), "", []byte(nil), uint8(3), []byte(`{"a":1}`))
+	f.Add("\xff", []byte{}, "\x00", []byte{0xff}, uint8(255), []byte(nil))
+	f.Fuzz(func(t *testing.T, k1 string, v1 []byte, k2 string, v2 []byte, which uint8, data []byte) {
+		req := benchStart()
+		req.Input.Data, req.Input.DataBase64 = nil, data
+		r, err := New(nil, DefaultConfig()).startRequest(context.Background(), req)
+		if err != nil {
+			return
+		}
+		p := &commonpb.Payload{Metadata: map[string][]byte{k1: v1, k2: v2}, Data: v2}
+		if which&1 != 0 {
+			r.Input.Payloads[0].Metadata = map[string][]byte{k2: v1}
+		}
+		if which&2 != 0 {
+			r.Memo.Fields[k1], r.Memo.Fields[k2] = p, &commonpb.Payload{Data: v1}
+		}
+		if which&4 != 0 {
+			r.SearchAttributes.IndexedFields[k2] = p
+		}
+		if which&8 != 0 {
+			r.Header = &commonpb.Header{Fields: map[string]*commonpb.Payload{k1: p, k2: {}}}
+		}
+		if which&16 != 0 {
+			r.Input.Payloads = append(r.Input.Payloads, p)
+		}
+		if which&32 != 0 {
+			r.Input = nil
+		}
+		if which&64 != 0 {
+			r.Memo = nil
+		}
+		if which&128 != 0 {
+			r.Header = &commonpb.Header{}
+		}
+		_, want := proto.Marshal(r)
+		if want != nil {
+			before := proto.Clone(r)
+			if _, err := (startCodec{}).Marshal(r); err == nil || err.Error() != want.Error() {
+				t.Fatalf("error %v, want %v", err, want)
+			}
+			if !proto.Equal(r, before) {
+				t.Fatalf("a refused request changed")
+			}
+			return
+		}
+		onTheWire(t, r)
+	})
+}
+
+// A nil request is gRPC's proto codec's (an empty message), not a panic
+// inside the call.
+func TestStartCodecMarshalsANilRequestAsGRPCsProtoCodec(t *testing.T) {
+	var r *workflowservice.StartWorkflowExecutionRequest
+	want, wantErr := protoCodec.Marshal(r)
+	var (
+		got mem.BufferSlice
+		err error
+	)
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("marshalling a nil request panics: %v", p)
+			}
+		}()
+		got, err = startCodec{}.Marshal(r)
+	}()
+	if (err == nil) != (wantErr == nil) || string(got.Materialize()) != string(want.Materialize()) {
+		t.Fatalf("a nil request: %q (%v), want gRPC's %q (%v)", got.Materialize(), err, want.Materialize(), wantErr)
+	}
+}
+
+// recordingFrontend is a gRPC server of Temporal's service that keeps
+// every start request it reads, with its content type, and answers it.
+type recordingFrontend struct {
+	workflowservice.UnimplementedWorkflowServiceServer
+	mu    sync.Mutex
+	reqs  []*workflowservice.StartWorkflowExecutionRequest
+	types []string
+	// refuse: how many starts to answer as a server without gzip does
+	// (the SDK sends the call again, uncompressed: a second marshal).
+	refuse int
+}
+
+func (f *recordingFrontend) GetSystemInfo(context.Context, *workflowservice.GetSystemInfoRequest) (*workflowservice.GetSystemInfoResponse, error) {
+	return &workflowservice.GetSystemInfoResponse{}, nil
+}
+
+func (f *recordingFrontend) StartWorkflowExecution(ctx context.Context, r *workflowservice.StartWorkflowExecutionRequest) (*workflowservice.StartWorkflowExecutionResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reqs, f.types = append(f.reqs, r), append(f.types, strings.Join(md.Get("content-type"), ","))
+	if f.refuse > 0 {
+		f.refuse--
+		return nil, status.Error(codes.Unimplemented, "grpc-encoding gzip is not supported here")
+	}
+	return &workflowservice.StartWorkflowExecutionResponse{RunId: "run-" + r.RequestId, Started: true}, nil
+}
+
+// Through the SDK's client and its interceptors, over gRPC to a real
+// gRPC server: the server reads, as application/grpc+proto, the request
+// startRequest builds (big data, a trace header), and the starter reads
+// its answer.
+func TestStartRequestArrivesOverGRPCAsTheRequest(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe := &recordingFrontend{}
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
+	workflowservice.RegisterWorkflowServiceServer(srv, fe)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	s := dial(t, l.Addr().String())
+	s.prop = propagation.TraceContext{}
+	tid, _ := trace.TraceIDFromHex("0af7651916cd43dd8448eb211c80319c")
+	sid, _ := trace.SpanIDFromHex("b7ad6b7169203331")
+	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: 1}))
+	sizes := []int{0, 127, 128, 16384, 3 << 20}
+	for _, n := range sizes {
+		req := benchStart()
+		req.ReusePolicy = decide.ReuseAllowDuplicate // a request ID that is the same on every build
+		req.Input.Data = json.RawMessage(`"` + strings.Repeat("z", n) + `"`)
+		res, err := s.Start(ctx, req)
+		if err != nil {
+			t.Fatalf("%d bytes of data: %v", n, err)
+		}
+		want, err := s.startRequest(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.RunID != "run-"+want.RequestId || res.AlreadyStarted {
+			t.Errorf("%d bytes: result %+v, want run-%s started", n, res, want.RequestId)
+		}
+		fe.mu.Lock()
+		got, ctype := fe.reqs[len(fe.reqs)-1], fe.types[len(fe.types)-1]
+		fe.mu.Unlock()
+		if !proto.Equal(got, want) {
+			t.Errorf("%d bytes: the server read another request:\n got %v\nwant %v", n, got, want)
+		}
+		if ctype != "application/grpc+proto" {
+			t.Errorf("%d bytes: content type %q", n, ctype)
+		}
+	}
+	if len(fe.reqs) != len(sizes) {
+		t.Errorf("%d requests read, want %d", len(fe.reqs), len(sizes))
+	}
+}
+
+// A start over the server's gRPC receive limit is refused as it was
+// without the codec: ResourceExhausted with gRPC's text, not permanent
+// (errors.go), not a run limit (runlimits.go).
+func TestStartOverTheServersMessageLimitIsRefusedAsWithoutTheCodec(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(4 << 10))
+	workflowservice.RegisterWorkflowServiceServer(srv, &recordingFrontend{})
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	s := dial(t, l.Addr().String())
+	req := benchStart()
+	req.Input.Data = json.RawMessage(`"` + strings.Repeat("z", 8<<10) + `"`)
+	_, err = s.Start(context.Background(), req)
+	sreq, serr := s.startRequest(context.Background(), req)
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	_, before := s.c.WorkflowService().StartWorkflowExecution(context.Background(), sreq) // gRPC's proto codec
+	if err == nil || before == nil {
+		t.Fatalf("an oversized start: %v; without the codec %v", err, before)
+	}
+	st, want := status.Convert(errors.Unwrap(err)), status.Convert(before)
+	if st.Code() != codes.ResourceExhausted || st.Message() != want.Message() || !strings.Contains(st.Message(), "larger than max") {
+		t.Errorf("an oversized start: %v, want gRPC's %v", err, before)
+	}
+	if processor.IsPermanent(err) || IsPermanent(before) || RunLimit(err) != "" {
+		t.Errorf("an oversized start: permanent %v (without the codec %v), run limit %q", processor.IsPermanent(err), IsPermanent(before), RunLimit(err))
+	}
+}
+
+// The SDK sends a call again when the server refuses gzip (its downgrade
+// interceptor): the codec marshals the same request a second time, and
+// the server reads the request both times.
+func TestStartRequestSentAgainBySDKIsTheRequest(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe := &recordingFrontend{refuse: 1}
+	srv := grpc.NewServer()
+	workflowservice.RegisterWorkflowServiceServer(srv, fe)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	s := dial(t, l.Addr().String())
+	req := benchStart()
+	req.ReusePolicy = decide.ReuseAllowDuplicate
+	if _, err := s.Start(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.startRequest(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fe.reqs) != 2 {
+		t.Fatalf("%d starts read, want 2 (refused, then sent again)", len(fe.reqs))
+	}
+	for i, got := range fe.reqs {
+		if !proto.Equal(got, want) {
+			t.Errorf("attempt %d: the server read another request:\n got %v\nwant %v", i+1, got, want)
+		}
+	}
 }
