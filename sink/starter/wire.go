@@ -38,7 +38,11 @@ type startCodec struct{}
 // protoCodec is gRPC's own proto codec.
 var protoCodec = encoding.GetCodecV2("proto")
 
-// startCall is the option every StartWorkflowExecution call carries.
+// startCall is the option every StartWorkflowExecution call carries. Its
+// request must be the call's own: the codec takes fields out of it while
+// it writes (appendStartRequest), so no other goroutine may read it then.
+// Start builds one per call; gRPC and the SDK marshal it on the calling
+// goroutine, and a retry sends the bytes again or marshals it again.
 var startCall = grpc.ForceCodecV2(startCodec{})
 
 func (startCodec) Name() string { return protoCodec.Name() }
