@@ -9,6 +9,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -31,14 +32,25 @@ type window struct {
 	wall  time.Time
 	cpu   time.Duration
 	infra coreTimes
+	// profiled: this window restarted the stage's CPU profile, which its
+	// end stops (windowProfile).
+	profiled bool
 }
 
 func startWindow() window {
-	return window{wall: time.Now(), cpu: cpuClock(), infra: readCore(infraCore)}
+	p := stageProfile.restart() // before the clocks: its own cost is not the window's
+	return window{wall: time.Now(), cpu: cpuClock(), infra: readCore(infraCore), profiled: p}
 }
 
 // cpuSeconds is the CPU time the process used since the window started.
-func (w window) cpuSeconds() float64 { return (cpuClock() - w.cpu).Seconds() }
+// It ends the window's CPU profile, if the window has one.
+func (w window) cpuSeconds() float64 {
+	s := (cpuClock() - w.cpu).Seconds()
+	if w.profiled {
+		stageProfile.end()
+	}
+	return s
+}
 
 // infraBusy is the share of the window the infrastructure's core was busy
 // (all its processes: kfake, Temporal, PostgreSQL, the proxies), from
@@ -152,6 +164,100 @@ func StartCPUProfile(path string) (func() error, error) {
 		pprof.StopCPUProfile()
 		return errors.Join(f.Close(), writeAllocsProfile(strings.TrimSuffix(path, ".pprof")+".allocs.pprof"))
 	}, nil
+}
+
+// windowProfile is a stage process's CPU profile. It runs from the
+// stage's start, and each measured window starts it over: the first into
+// the same file (what the stage's start wrote is dropped), each later one
+// into a file of its own beside it (NAME.window2.pprof, …), and the
+// window's end stops it. A window's profile is its work alone (the
+// router's run, the starts, the claims), not the set-up before it
+// (generating and producing the backlog, prefilling the ledger: a third
+// of a replay stage's samples); a stage with no window keeps the whole
+// stage's profile. Windows do not overlap: one that starts while another's
+// profile runs has none.
+type windowProfile struct {
+	mu      sync.Mutex
+	path    string
+	f       *os.File
+	running bool
+	windows int  // windows that had a profile
+	inside  bool // the running profile is a window's
+	err     error
+}
+
+// stageProfile is this process's (StartStageProfile).
+var stageProfile windowProfile
+
+// StartStageProfile starts this stage process's CPU profile (windowProfile)
+// in path; the returned func stops it if a window has not, writes the
+// allocation profile beside it and returns the first error of either.
+func StartStageProfile(path string) (func() error, error) {
+	p := &stageProfile
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.path = path
+	if err := p.startLocked(path); err != nil {
+		return nil, err
+	}
+	return func() error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.stopLocked()
+		return errors.Join(p.err, writeAllocsProfile(strings.TrimSuffix(path, ".pprof")+".allocs.pprof"))
+	}, nil
+}
+
+// restart starts a window's profile; it says whether it did (false: no
+// profile, or another window's runs).
+func (p *windowProfile) restart() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.path == "" || p.inside {
+		return false
+	}
+	p.stopLocked()
+	p.windows++
+	path := p.path
+	if p.windows > 1 {
+		path = fmt.Sprintf("%s.window%d.pprof", strings.TrimSuffix(p.path, ".pprof"), p.windows)
+	}
+	if err := p.startLocked(path); err != nil {
+		p.err = errors.Join(p.err, err)
+		return false
+	}
+	p.inside = true
+	return true
+}
+
+// end stops the profile of the window that restarted it.
+func (p *windowProfile) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopLocked()
+	p.inside = false
+}
+
+func (p *windowProfile) startLocked(path string) error {
+	f, err := os.Create(path) // truncates what the stage's start wrote
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close() // nothing was written: the start's error is the one to return
+		return err
+	}
+	p.f, p.running = f, true
+	return nil
+}
+
+func (p *windowProfile) stopLocked() {
+	if !p.running {
+		return
+	}
+	pprof.StopCPUProfile()
+	p.err = errors.Join(p.err, p.f.Close())
+	p.f, p.running = nil, false
 }
 
 // profileAllocsEvery is the sampling rate of the allocation profile

@@ -97,7 +97,7 @@ func RunStage(ctx context.Context, cfg StageConfig, log *slog.Logger) (res Stage
 	defer e.Close()
 	if cfg.CPUProfile != "" {
 		runtime.MemProfileRate = profileAllocsEvery
-		done, perr := StartCPUProfile(cfg.CPUProfile)
+		done, perr := StartStageProfile(cfg.CPUProfile)
 		if perr != nil {
 			return res, perr
 		}
@@ -107,8 +107,9 @@ func RunStage(ctx context.Context, cfg StageConfig, log *slog.Logger) (res Stage
 			}
 		}()
 	}
-	// A label, so that a profile can be focused on the measured work
-	// (pprof -tagfocus stage=replay) rather than the set-up.
+	// A label, so that a profile can be told from the infrastructure's
+	// (the profile itself is the stage's first measured window:
+	// windowProfile).
 	pprof.Do(ctx, pprof.Labels("stage", cfg.Name), func(ctx context.Context) { err = e.dispatch(ctx, cfg, &res) })
 	res.Workflows = e.Workflows()
 	if derr := e.DropTopics(context.WithoutCancel(ctx)); err == nil && derr != nil {

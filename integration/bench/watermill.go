@@ -146,6 +146,9 @@ func (e *Env) Watermill(ctx context.Context, topic string, recs []*kgo.Record) (
 		<-done
 		return res, fmt.Errorf("the watermill peer did not handle %d records in 30 minutes", want)
 	}
+	if win.profiled {
+		stageProfile.end()
+	}
 	elapsed := stop.wall.Sub(win.wall)
 	res.CPUSeconds = (stop.cpu - win.cpu).Seconds()
 	res.InfraBusy = win.infra.busySince(stop.infra)
