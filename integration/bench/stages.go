@@ -420,10 +420,11 @@ func (f *firstFetch) OnFetchBatchRead(kgo.BrokerMetadata, string, int32, kgo.Fet
 }
 
 // AfterFirstRecords is the records' rate from the first batch read
-// (FirstRecordsMs) to the window's end.
+// (FirstRecordsMs) to the window's end: the whole window's when the first
+// batch came before it.
 func (r RouterResult) AfterFirstRecords() float64 {
 	s := r.Records.Seconds - r.FirstRecordsMs/1000
-	if s <= 0 || r.FirstRecordsMs == 0 {
+	if s <= 0 {
 		return 0
 	}
 	return float64(r.Records.N) / s
