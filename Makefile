@@ -9,7 +9,7 @@
 GO ?= go
 LAB = integration
 
-.PHONY: deps dev test test-short loadtest fuzz vet lint build clean bench bench-smoke bench-ledger model \
+.PHONY: deps dev test test-short loadtest fuzz vet lint build clean bench bench-smoke bench-ledger bench-instructions model \
 	rules k8s image compose compose-env compose-down stranger
 
 # What `dedup version` and dedup_build_info report (internal/app/version.go):
@@ -156,6 +156,15 @@ bench-ledger: deps build
 # pinned when there are two CPUs (CI runs it).
 bench-smoke: deps
 	cd $(LAB) && $(GO) run ./cmd/dedup-bench -smoke -out $${TMPDIR:-/tmp}/dedup-bench-smoke
+
+# A few minutes: instructions per operation of the hot path's micro-benchmarks
+# (deciding a record, a duplicate's bookkeeping, decoding), this tree against
+# BASE (a commit; default HEAD), counted by valgrind: the same count on every
+# run, for changes too small for CPU time on a shared machine to show.
+BASE ?= HEAD
+bench-instructions:
+	./.ci/deps valgrind
+	bash integration/bench/instructions.sh $(BASE)
 
 # The protocol model (processor/model): every property of claim -> start ->
 # mark -> commit under crashes, revokes and zombies, checked exhaustively by

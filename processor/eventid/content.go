@@ -55,7 +55,7 @@ func (s *scratch) release() {
 		return
 	}
 	s.c.reset()
-	clear(s.ms[:cap(s.ms)])
+	clear(s.ms) // scanRecordObject cleared what a failed scan left past len
 	s.ms, s.once = s.ms[:0], false
 	scratchPool.Put(s)
 }

@@ -282,11 +282,15 @@ func scanRecordObject(value []byte, s *scratch) (members, error) {
 		s.ms, s.once = ms, true
 		return ms, nil
 	}
+	// A failed scan may have written members past s.ms's length: they
+	// point into this record, and release clears only up to the length.
+	clear(s.ms[:cap(s.ms)])
 	s.once = false
 	if ms, ok := appendMembers(s.ms[:0], v); ok {
 		s.ms = ms
 		return ms, nil
 	}
+	clear(s.ms[:cap(s.ms)])
 	obj, err := scanObject(v)
 	if err != nil {
 		return nil, fail(ReasonUndecodable, "value is not a JSON object: %v", err)

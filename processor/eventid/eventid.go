@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"unicode/utf8"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/dedupio/dedup/processor/tenantsig"
 )
 
@@ -13,11 +15,9 @@ import (
 // chain (chain.go) under a Config (config.go); a refusal carries its
 // reason (reasons.go). The JSON scanners it uses are fastjson.go.
 
-// Header is one Kafka record header.
-type Header struct {
-	Key   string
-	Value []byte
-}
+// Header is one Kafka record header: franz-go's own, so that a record's
+// headers are read where they are (FromKafka copies none).
+type Header = kgo.RecordHeader
 
 // Record is the part of a Kafka record the decoder reads.
 type Record struct {
