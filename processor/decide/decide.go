@@ -131,7 +131,7 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 		return Decision{DeadLetter: ReasonOversized,
 			Err: fmt.Errorf("value is %d bytes, over max_value_bytes %d", len(kr.Value), d.cfg.MaxValueBytes)}
 	}
-	er, err := d.readValue(eventid.FromKafka(kr))
+	er, err := d.readValue(eventid.ReadKafka(kr)) // read only: no copy of the headers
 	var ev eventid.Event
 	if err == nil {
 		ev, err = d.dec.Decode(er)

@@ -16,7 +16,7 @@ import (
 // reason (reasons.go). The JSON scanners it uses are fastjson.go.
 
 // Header is one Kafka record header: franz-go's own, so that a record's
-// headers are read where they are (FromKafka copies none).
+// headers can be read where they are (ReadKafka copies none).
 type Header = kgo.RecordHeader
 
 // Record is the part of a Kafka record the decoder reads.
