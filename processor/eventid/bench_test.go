@@ -27,8 +27,6 @@ func BenchmarkDecode(b *testing.B) {
 
 func toRecord(kr *kgo.Record) Record {
 	r := Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Key: kr.Key, Value: kr.Value}
-	for _, h := range kr.Headers {
-		r.Headers = append(r.Headers, Header{Key: h.Key, Value: h.Value})
-	}
+	r.Headers = append(r.Headers, kr.Headers...)
 	return r
 }

@@ -56,9 +56,7 @@ func TestReplayKeepsTheTenant(t *testing.T) {
 	}
 	orig.Headers = append(orig.Headers, eventid.Header{Key: tenantsig.Header, Value: []byte(sig)})
 	dl := &kgo.Record{Topic: dlq, Partition: 0, Key: orig.Key, Value: orig.Value}
-	for _, h := range orig.Headers {
-		dl.Headers = append(dl.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-	}
+	dl.Headers = append(dl.Headers, orig.Headers...)
 	dl.Headers = append(dl.Headers,
 		kgo.RecordHeader{Key: schemas.HeaderDLQReason, Value: []byte("temporal_permanent")}, kgo.RecordHeader{Key: schemas.HeaderDLQTopic, Value: []byte(topic)},
 		kgo.RecordHeader{Key: schemas.HeaderDLQPartition, Value: []byte("0")}, kgo.RecordHeader{Key: schemas.HeaderDLQOffset, Value: []byte("7")})
@@ -75,9 +73,7 @@ func TestReplayKeepsTheTenant(t *testing.T) {
 	}
 	toRec := func(r *kgo.Record) eventid.Record {
 		er := eventid.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value}
-		for _, h := range r.Headers {
-			er.Headers = append(er.Headers, eventid.Header{Key: h.Key, Value: h.Value})
-		}
+		er.Headers = append(er.Headers, r.Headers...)
 		return er
 	}
 	first, err := dec.Decode(orig)

@@ -16,9 +16,7 @@ func decode(t *testing.T, kr *kgo.Record) eventid.Event {
 		t.Fatal(err)
 	}
 	r := eventid.Record{Topic: kr.Topic, Partition: kr.Partition, Key: kr.Key, Value: kr.Value}
-	for _, h := range kr.Headers {
-		r.Headers = append(r.Headers, eventid.Header{Key: h.Key, Value: h.Value})
-	}
+	r.Headers = append(r.Headers, kr.Headers...)
 	ev, err := d.Decode(r)
 	if err != nil {
 		t.Fatalf("decoding %s: %v", kr.Value, err)
