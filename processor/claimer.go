@@ -74,6 +74,10 @@ type claimer struct {
 // is queued, so the claim of the next batch overlaps with the starts of
 // this one.
 func (c *claimer) claim(ctx context.Context, b *claimBatch) {
+	// From before the ledger reads the rows to the end of the dispatch,
+	// the start pool notes the starts marked meanwhile (submitClaimed).
+	c.starts.claimBegins()
+	defer c.starts.claimEnds()
 	var verdicts []decide.Claimed
 	start := time.Now()
 	err := c.health.retry(ctx, OpClaim, func(ctx context.Context) error {
@@ -127,23 +131,34 @@ func (c *claimer) dispatch(ctx context.Context, b *claimBatch, verdicts []decide
 	}()
 	for i, cl := range verdicts {
 		in, rec, v := &b.intents[i], b.owners[i], cl.Verdict
-		switch {
-		case v == decide.VerdictNew || v == decide.VerdictRedrive:
+		if v == decide.VerdictNew || v == decide.VerdictRedrive {
 			req := b.starts[i].request()
 			req.Generation = cl.Generation
-			if c.starts.submit(ctx, rec, req, false) {
+			waits, started := c.starts.submitClaimed(ctx, rec, req)
+			switch {
+			case waits:
 				// Another copy's start is in flight here: this one finishes
 				// with it, and Temporal hears of it once.
 				counts[decide.VerdictDuplicate]++
 				c.duplicate(in, "start_in_flight", now)
 				continue
-			}
-			counts[v]++
-			if e := b.starts[i].entity(); e != "" {
-				logDecision(c.log, slog.LevelInfo, v.String(), intentOf(in), "workflow_id", in.WorkflowID, "entity_workflow_id", e)
+			case !started:
+				counts[v]++
+				if e := b.starts[i].entity(); e != "" {
+					logDecision(c.log, slog.LevelInfo, v.String(), intentOf(in), "workflow_id", in.WorkflowID, "entity_workflow_id", e)
+					continue
+				}
+				logDecision(c.log, slog.LevelInfo, v.String(), intentOf(in), "workflow_id", in.WorkflowID, "generation", cl.Generation)
 				continue
 			}
-			logDecision(c.log, slog.LevelInfo, v.String(), intentOf(in), "workflow_id", in.WorkflowID, "generation", cl.Generation)
+			// Another copy's start, of the row this claim inserted or
+			// read pending, was marked started and left the pool since the
+			// claim began (a claimer descheduled before this copy's turn):
+			// this copy is its duplicate, as if the claim had read the row
+			// started.
+			v = decide.VerdictDuplicate
+		}
+		switch {
 		case v == decide.VerdictConflict:
 			// Logged by the dead-letter writer once the dead letter is
 			// written (decision "conflict").

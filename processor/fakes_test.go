@@ -72,6 +72,10 @@ type fakeLedger struct {
 	// statement sent before its context ended): it lands whatever the
 	// context says.
 	gate func(intents []decide.Intent) bool
+	// afterClaim, if set, runs after each successful Claim, outside the
+	// lock, before the verdicts reach the router (a claimer descheduled
+	// between the ledger's answer and its dispatch).
+	afterClaim func(intents []decide.Intent)
 	// ownGate, if set, runs before each Own, outside the lock (a bump
 	// held up on its way to the server: a retry's backoff, a slow pool).
 	ownGate func(member string, parts []PartitionRef)
@@ -187,6 +191,24 @@ func (l *fakeLedger) claimLog() [][]decide.Intent {
 }
 
 func (l *fakeLedger) Claim(ctx context.Context, intents []decide.Intent) ([]decide.Claimed, error) {
+	out, err := l.claim(ctx, intents)
+	l.mu.Lock()
+	after := l.afterClaim
+	l.mu.Unlock()
+	if after != nil && err == nil {
+		after(intents)
+	}
+	return out, err
+}
+
+// setAfterClaim sets afterClaim.
+func (l *fakeLedger) setAfterClaim(f func(intents []decide.Intent)) {
+	l.mu.Lock()
+	l.afterClaim = f
+	l.mu.Unlock()
+}
+
+func (l *fakeLedger) claim(ctx context.Context, intents []decide.Intent) ([]decide.Claimed, error) {
 	l.mu.Lock()
 	gate := l.gate
 	l.mu.Unlock()

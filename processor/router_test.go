@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/dedupio/dedup/processor/decide"
@@ -293,6 +295,115 @@ func TestWaiterTakesOverWhenOwnerRevoked(t *testing.T) {
 	if c := e.committed()[0]; c != -1 {
 		t.Errorf("revoked partition committed to %d", c)
 	}
+}
+
+// A copy claimed while another copy's start of its workflow was in flight
+// here, whose turn in the claimer comes only after that start was marked
+// and left the start pool (a claimer descheduled), is a duplicate of it:
+// Temporal is asked once. The two copies in one claim (the ledger answers
+// both "new"), or the second in a later claim that read the row pending
+// ("redrive"); a start route and a signal route alike.
+func TestACopyClaimedWhileTheStartWasInFlightIsADuplicateOnceThatStartIsMarked(t *testing.T) {
+	for _, sameClaim := range []bool{false, true} {
+		name := "a later claim"
+		if sameClaim {
+			name = "the same claim"
+		}
+		t.Run("start route, "+name, func(t *testing.T) {
+			e := newTestEnv(t, 2, envOpt{})
+			testCopyAfterTheMark(t, e, e.config(), wid("x"), value("x", "v"), sameClaim)
+		})
+		t.Run("signal route, "+name, func(t *testing.T) {
+			e := newTestEnv(t, 2, envOpt{})
+			testCopyAfterTheMark(t, e, e.signalConfig(""), decide.DeliveryKey("orders", "e1"), orderEvent("e1", "o1", "v"), sameClaim)
+		})
+	}
+}
+
+// testCopyAfterTheMark: raw's first copy (partition 0) is held in the
+// starter. The second (partition 1) is claimed with it (sameClaim) or
+// after it; either way its turn in the claimer comes only once the first
+// is started, marked and out of the start pool: the claimer is held, in
+// the same claim at the first copy's decision log line, in a later one
+// between the ledger's answer and the dispatch.
+func testCopyAfterTheMark(t *testing.T, e *testEnv, cfg Config, w string, raw []byte, sameClaim bool) {
+	release := e.starter.block(w)
+	defer release()
+	var rn *runner
+	held := false
+	// hold releases the first copy's start and waits until it has left
+	// the start pool (on the claimer's goroutine).
+	hold := func() {
+		held = true
+		release()
+		eventually(t, 10*time.Second, func() bool { return waitersOf(rn.r, w) == -1 },
+			func() string { return "the first copy's start is still in the start pool" })
+	}
+	e.produceRaw(0, raw)
+	if sameClaim {
+		e.produceRaw(1, raw)
+		rn = e.startWith("r1", cfg, func(r *Router, _ *prometheus.Registry) {
+			r.claims.log = slog.New(logHook{func(rec slog.Record) {
+				if at := logAttrs(rec); rec.Message == "decision" && at["decision"] == "new" && at["partition"] == "0" && at["workflow_id"] == w {
+					hold()
+				}
+			}})
+		})
+	} else {
+		rn = e.start("r1", cfg)
+		eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(w) == 1 },
+			func() string { return "the first copy's start not in flight" })
+		e.led.setAfterClaim(func(intents []decide.Intent) {
+			if len(intents) != 1 || intents[0].Partition != 1 {
+				return
+			}
+			if st := e.led.state(w); st != statePending {
+				t.Errorf("the second copy's claim read %q, want pending", st)
+			}
+			hold()
+		})
+		e.produceRaw(1, raw)
+	}
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !held {
+		t.Fatal("the claimer was never held: the case did not happen")
+	}
+	if sameClaim {
+		if claims := e.led.claimLog(); len(claims) != 1 || len(claims[0]) != 2 {
+			t.Fatalf("claims %v, want one of both copies", claims)
+		}
+	}
+	if c := e.starter.callCount(w); c != 1 {
+		t.Errorf("Temporal asked %d times for %s, want once", c, w)
+	}
+	if st := e.led.state(w); st != stateStarted {
+		t.Errorf("ledger state %q, want started", st)
+	}
+}
+
+// logHook is a slog handler that hands every record, at every level, to
+// its func.
+type logHook struct{ on func(slog.Record) }
+
+func (h logHook) Enabled(context.Context, slog.Level) bool { return true }
+func (h logHook) Handle(_ context.Context, r slog.Record) error {
+	h.on(r)
+	return nil
+}
+func (h logHook) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h logHook) WithGroup(string) slog.Handler      { return h }
+
+// logAttrs is rec's attributes as strings.
+func logAttrs(rec slog.Record) map[string]string {
+	at := map[string]string{}
+	rec.Attrs(func(a slog.Attr) bool {
+		at[a.Key] = a.Value.String()
+		return true
+	})
+	return at
 }
 
 // Temporal refuses a start for good while another copy waits on it: both

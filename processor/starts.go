@@ -86,6 +86,15 @@ type startPool struct {
 
 	mu       sync.Mutex
 	starting map[string]*job // workflow ID -> its start in flight here
+	// marked holds, while a claim is in progress (claimBegins to
+	// claimEnds: from before the ledger reads the claim's rows to the end
+	// of its dispatch), the workflow IDs whose starts were marked started
+	// and left starting meanwhile. A copy of the claim that the ledger
+	// answered new or re-drive for such a row is a duplicate of that
+	// start (submitClaimed): the row is started now. Cleared at
+	// claimEnds, so it holds one claim's worth at most.
+	marked   map[string]struct{}
+	claiming bool
 
 	startQ chan *job
 	markQ  chan *job
@@ -104,7 +113,7 @@ type startPool struct {
 func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, ledger Ledger, h *health, hooks hooks, dlq *deadLetterWriter,
 	end func(*record, bool), workCtx context.Context) *startPool {
 	return &startPool{cfg: cfg, log: log, m: m, starter: starter, ledger: ledger, health: h, hooks: hooks, dlq: dlq, end: end,
-		workCtx: workCtx, starting: map[string]*job{},
+		workCtx: workCtx, starting: map[string]*job{}, marked: map[string]struct{}{},
 		// Room for the starts of every record in flight (one per route
 		// each, usually), so the claimer claims the next batch while this
 		// one's starts are still queued: a slow claim then does not leave
@@ -128,16 +137,7 @@ func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, led
 // uncommitted rather than holding the shutdown up.
 func (s *startPool) submit(ctx context.Context, rec *record, req decide.StartRequest, check bool) (waits bool) {
 	s.mu.Lock()
-	if j := s.starting[req.WorkflowID]; j != nil {
-		if check && (!j.check || j.checking) {
-			j.rechecks = append(j.rechecks, recheck{rec: rec, req: req})
-			s.mu.Unlock()
-			return true
-		}
-		j.waiters = append(j.waiters, rec)
-		if j.check && !check && j.startReq == nil {
-			j.startReq = &req
-		}
+	if s.joinLocked(rec, req, check) {
 		s.mu.Unlock()
 		return true
 	}
@@ -146,6 +146,75 @@ func (s *startPool) submit(ctx context.Context, rec *record, req decide.StartReq
 	s.mu.Unlock()
 	s.enqueue(ctx, j)
 	return false
+}
+
+// submitClaimed submits the start of a copy the claimer claimed (verdict
+// new or re-drive: its claim inserted the row or read it pending), as
+// submit does, unless a start of the workflow here was marked started and
+// left the pool since the claim began (marked): that start was of this
+// row, claimed by an earlier copy of the same claim (new) or before it
+// (re-drive), and the copy is its duplicate (started); nothing is
+// submitted. Under one lock with the in-flight map, so that no start
+// leaves the pool between the two looks.
+func (s *startPool) submitClaimed(ctx context.Context, rec *record, req decide.StartRequest) (waits, started bool) {
+	s.mu.Lock()
+	if s.joinLocked(rec, req, false) {
+		s.mu.Unlock()
+		return true, false
+	}
+	if _, ok := s.marked[req.WorkflowID]; ok {
+		s.mu.Unlock()
+		return false, true
+	}
+	j := &job{rec: rec, req: req}
+	s.starting[req.WorkflowID] = j
+	s.mu.Unlock()
+	s.enqueue(ctx, j)
+	return false, false
+}
+
+// joinLocked makes rec wait on its workflow's start in flight, if there is
+// one (a check may wait as a recheck), and reports whether it does. s.mu
+// is held.
+func (s *startPool) joinLocked(rec *record, req decide.StartRequest, check bool) bool {
+	j := s.starting[req.WorkflowID]
+	if j == nil {
+		return false
+	}
+	if check && (!j.check || j.checking) {
+		j.rechecks = append(j.rechecks, recheck{rec: rec, req: req})
+		return true
+	}
+	j.waiters = append(j.waiters, rec)
+	if j.check && !check && j.startReq == nil {
+		j.startReq = &req
+	}
+	return true
+}
+
+// claimBegins opens a claim's window for marked (the claimer, before it
+// asks the ledger); claimEnds closes it, after the claim's dispatch.
+func (s *startPool) claimBegins() {
+	s.mu.Lock()
+	s.claiming = true
+	s.mu.Unlock()
+}
+
+func (s *startPool) claimEnds() {
+	s.mu.Lock()
+	s.claiming = false
+	clear(s.marked)
+	s.mu.Unlock()
+}
+
+// markedStarted notes that j's start was marked started, before it leaves
+// the pool (done), if a claim is in progress (marked).
+func (s *startPool) markedStarted(j *job) {
+	s.mu.Lock()
+	if s.claiming && s.starting[j.req.WorkflowID] == j {
+		s.marked[j.req.WorkflowID] = struct{}{}
+	}
+	s.mu.Unlock()
 }
 
 // enqueue hands a job to the workers, or abandons it when ctx ends first
@@ -378,7 +447,11 @@ func (s *startPool) marker() {
 					retry = append(retry, j)
 					continue
 				}
-				s.done(j, err == nil || (fenced && !refused))
+				ok := err == nil || (fenced && !refused)
+				if ok {
+					s.markedStarted(j)
+				}
+				s.done(j, ok)
 			}
 			batch = append(batch[:0], retry...)
 		}
