@@ -151,6 +151,14 @@ func (l *fakeLedger) seed(wid string, state decide.LedgerState, hash [32]byte) {
 	l.rows[wid] = &ledgerRow{state: state, hash: hash, generation: 1}
 }
 
+// purge deletes wid's row, as sink/ledger's Purge does to a started or
+// dead_lettered row that ended longer ago than the retention.
+func (l *fakeLedger) purge(wid string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.rows, wid)
+}
+
 // failClaims makes the next n claims (n < 0: all, until called again with
 // 0) fail with err.
 func (l *fakeLedger) failClaims(n int, err error) {
@@ -547,6 +555,14 @@ func (s *fakeStarter) failPermanent(wid string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.permanent[wid] = Permanent(fmt.Errorf("fake temporal: bad request for %s", wid))
+}
+
+// allowStarts lifts failPermanent: Temporal takes wid's starts again (an
+// entity reopened, a namespace restored).
+func (s *fakeStarter) allowStarts(wid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.permanent, wid)
 }
 
 // swsCalls are every SignalWithStart call, in order (retries and

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -239,5 +240,97 @@ func TestRerunCheckArrivingDuringARetriedRerunIsNotSwallowed(t *testing.T) {
 	}
 	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// A mark that finds no row (the purge deleted it: a started row older
+// than the retention) changes nothing and reports no error, so it does
+// not say that the row is started. A copy whose claim then inserts the
+// row anew (VerdictNew) owns it: it must start it (Temporal answers with
+// the open run) and mark it, not finish as a duplicate of that mark,
+// which commits its offset past a row left pending with no owner (the
+// model's D and E2). Every Temporal answer here is consistent; the purge
+// is the only outside event.
+//
+// Steps: (1) x@p0 starts generation 1; the run completes. (2) x@p1, a
+// redelivery, is a duplicate: its check re-runs the workflow
+// (allow_duplicate), and generation 2's start is held in Temporal. (3) The
+// purge deletes the row (started long ago). (4) x@p0#2 is polled; its
+// claim has begun and is on its way to the ledger when generation 2's
+// start is answered and marked: the mark finds no row, and the job leaves
+// the pool ok while the claim is in progress. (5) The claim inserts the
+// row (pending, VerdictNew). At 75a60b5 the copy finds the workflow in
+// startPool.marked, finishes as a duplicate (its check sees run 2 open
+// and runs nothing), and the row stays pending.
+func TestACopyThatClaimsAPurgedRowAnewIsNotADuplicateOfAMarkThatFoundNoRow(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.Routes[0].IDReusePolicy = decide.ReuseAllowDuplicate
+	w := wid("x")
+	e.produce(0, "x", "v")
+	rn := e.start("r1", cfg)
+	e.waitCommittedToEnd(10 * time.Second)
+	if st := e.led.state(w); st != stateStarted {
+		t.Fatalf("first delivery: ledger %q, want started", st)
+	}
+	e.starter.complete(w)
+
+	// (2) The redelivery's re-run is held in Temporal.
+	release := e.starter.block(w)
+	defer release()
+	e.produce(1, "x", "v")
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(w) == 1 },
+		func() string { return "the re-run's start never reached Temporal" })
+	// (3) The purge.
+	e.led.purge(w)
+
+	// (4) x@p0#2's claim is held on its way to the ledger while the
+	// re-run is answered, marked (on no row) and leaves the pool.
+	claimEntered, claimHold := make(chan struct{}), make(chan struct{})
+	var claimOnce, holdClaim sync.Once
+	letClaim := func() { holdClaim.Do(func() { close(claimHold) }) }
+	defer letClaim()
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		for _, in := range intents {
+			if in.WorkflowID == w {
+				claimOnce.Do(func() {
+					close(claimEntered)
+					<-claimHold
+				})
+			}
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	off2 := e.produce(0, "x", "v")
+	select {
+	case <-claimEntered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("x@p0#2 was never claimed")
+	}
+	marks := e.led.callCount("MarkStarted")
+	release()
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.callCount("MarkStarted") > marks && waitersOf(rn.r, w) == -1 && e.committed()[1] == 1
+	}, func() string {
+		return fmt.Sprintf("the re-run not marked and out of the pool (MarkStarted calls %d, waiters %d, committed %v)",
+			e.led.callCount("MarkStarted"), waitersOf(rn.r, w), e.committed())
+	})
+	if st := e.led.state(w); st != "" {
+		t.Fatalf("row %q after the re-run's mark, want none (the mark changed nothing)", st)
+	}
+	// (5) The claim inserts the row.
+	letClaim()
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := len(e.starter.executionsOf(w)); n != 2 {
+		t.Errorf("%d runs, want 2 (the first, the re-run)", n)
+	}
+	if st := e.led.state(w); st == statePending {
+		t.Fatalf("x@p0#2 (offset %d) committed while the row its claim inserted is %q with no owner: Temporal start calls %d, LastRun calls %d",
+			off2, st, e.starter.callCount(w), e.starter.lastRunCount(w))
 	}
 }
