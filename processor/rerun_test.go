@@ -334,3 +334,57 @@ func TestACopyThatClaimsAPurgedRowAnewIsNotADuplicateOfAMarkThatFoundNoRow(t *te
 			off2, st, e.starter.callCount(w), e.starter.lastRunCount(w))
 	}
 }
+
+// Under allow_duplicate_failed_only, a copy claimed while the first copy's
+// start was in flight (its claim read the row pending: VerdictRedrive)
+// never saw a failed run: its claim is of the generation the first copy
+// starts, and it finishes with that start, which the failure of its run
+// does not undo. So when its turn in the claimer comes only after that
+// start was marked and its run already failed, it still makes no second
+// run: one run, as when it waits on the start in flight, and as the
+// model's Coalesce step has it ("one run either way", model/README.md).
+// At 75a60b5 it becomes a duplicate under a MayRerun route, whose check
+// reads the failed run and re-runs the workflow.
+func TestACopyClaimedBeforeTheRunFailedDoesNotRerunIt(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.Routes[0].IDReusePolicy = decide.ReuseAllowDuplicateFailedOnly
+	w := wid("x")
+	release := e.starter.block(w)
+	defer release()
+	e.produce(0, "x", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(w) == 1 },
+		func() string { return "the first copy's start not in flight" })
+	held := false
+	e.led.setAfterClaim(func(intents []decide.Intent) {
+		if len(intents) != 1 || intents[0].Partition != 1 {
+			return
+		}
+		if st := e.led.state(w); st != statePending {
+			t.Errorf("the second copy's claim read %q, want pending", st)
+		}
+		// The claimer is descheduled: the first copy's start is answered,
+		// its run fails at once, and the start is marked and leaves the
+		// pool before the second copy's turn.
+		held = true
+		release()
+		eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(w)) == 1 },
+			func() string { return "the first run was never created" })
+		e.starter.fail(w)
+		eventually(t, 10*time.Second, func() bool { return waitersOf(rn.r, w) == -1 },
+			func() string { return "the first copy's start is still in the start pool" })
+	})
+	e.produce(1, "x", "v")
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !held {
+		t.Fatal("the claimer was never held: the case did not happen")
+	}
+	if n := len(e.starter.executionsOf(w)); n != 1 {
+		t.Errorf("%d runs, want 1: a copy claimed before the run failed re-ran it (LastRun calls %d, Temporal start calls %d)",
+			n, e.starter.lastRunCount(w), e.starter.callCount(w))
+	}
+}
