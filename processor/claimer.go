@@ -74,10 +74,6 @@ type claimer struct {
 // is queued, so the claim of the next batch overlaps with the starts of
 // this one.
 func (c *claimer) claim(ctx context.Context, b *claimBatch) {
-	// From before the ledger reads the rows to the end of the dispatch,
-	// the start pool notes the starts marked meanwhile (submitClaimed).
-	c.starts.claimBegins()
-	defer c.starts.claimEnds()
 	var verdicts []decide.Claimed
 	start := time.Now()
 	err := c.health.retry(ctx, OpClaim, func(ctx context.Context) error {
@@ -101,6 +97,10 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 		c.endAll(b.owners, false)
 		return
 	}
+	// From the answer to the end of the dispatch, the start pool notes the
+	// starts whose marks began after the answer (submitClaimed).
+	c.starts.claimAnswered()
+	defer c.starts.claimEnds()
 	if c.hooks.AfterClaim != nil {
 		c.hooks.AfterClaim()
 	}
@@ -151,12 +151,14 @@ func (c *claimer) dispatch(ctx context.Context, b *claimBatch, verdicts []decide
 				logDecision(c.log, slog.LevelInfo, v.String(), intentOf(in), "workflow_id", in.WorkflowID, "generation", cl.Generation)
 				continue
 			}
-			// Another copy's start, of the row this claim inserted or
-			// read pending, was marked started and left the pool since the
-			// claim began (a claimer descheduled before this copy's turn):
-			// this copy is its duplicate, as if the claim had read the row
-			// started.
-			v = decide.VerdictDuplicate
+			// Another copy's start, in flight when the ledger read this
+			// claim's rows, was marked after the answer and left the pool
+			// before this copy's turn (a claimer descheduled): this copy
+			// ends as its waiter would have, ok and with no re-run check.
+			counts[decide.VerdictDuplicate]++
+			c.duplicate(in, "start_in_flight", now)
+			ended = append(ended, rec)
+			continue
 		}
 		switch {
 		case v == decide.VerdictConflict:

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/dedupio/dedup/processor/decide"
 )
 
@@ -341,23 +343,25 @@ func TestACopyThatClaimsAPurgedRowAnewIsNotADuplicateOfAMarkThatFoundNoRow(t *te
 // starts, and it finishes with that start, which the failure of its run
 // does not undo. So when its turn in the claimer comes only after that
 // start was marked and its run already failed, it still makes no second
-// run: one run, as when it waits on the start in flight, and as the
-// model's Coalesce step has it ("one run either way", model/README.md).
-// At 75a60b5 it becomes a duplicate under a MayRerun route, whose check
-// reads the failed run and re-runs the workflow.
+// run: one run, as when it waits on the start in flight. The claimer is
+// held in the ledger (the mark lands before the answer: the copy starts
+// generation 1 again, which Temporal answers with the failed run) or
+// after the answer (the copy ends as the start's waiter would have).
 func TestACopyClaimedBeforeTheRunFailedDoesNotRerunIt(t *testing.T) {
+	t.Run("held in the ledger", func(t *testing.T) { testCopyClaimedBeforeTheRunFailed(t, false) })
+	t.Run("held after the answer", func(t *testing.T) { testCopyClaimedBeforeTheRunFailed(t, true) })
+}
+
+func testCopyClaimedBeforeTheRunFailed(t *testing.T, afterAnswer bool) {
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	cfg.Routes[0].IDReusePolicy = decide.ReuseAllowDuplicateFailedOnly
 	w := wid("x")
 	release := e.starter.block(w)
 	defer release()
-	e.produce(0, "x", "v")
-	rn := e.start("r1", cfg)
-	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(w) == 1 },
-		func() string { return "the first copy's start not in flight" })
+	var rn *runner
 	held := false
-	e.led.setAfterClaim(func(intents []decide.Intent) {
+	hold := func(intents []decide.Intent) {
 		if len(intents) != 1 || intents[0].Partition != 1 {
 			return
 		}
@@ -374,7 +378,21 @@ func TestACopyClaimedBeforeTheRunFailedDoesNotRerunIt(t *testing.T) {
 		e.starter.fail(w)
 		eventually(t, 10*time.Second, func() bool { return waitersOf(rn.r, w) == -1 },
 			func() string { return "the first copy's start is still in the start pool" })
+	}
+	e.produce(0, "x", "v")
+	rn = e.startWith("r1", cfg, func(r *Router, _ *prometheus.Registry) {
+		if afterAnswer {
+			r.claims.hooks.AfterClaim = func() {
+				claims := e.led.claimLog()
+				hold(claims[len(claims)-1])
+			}
+		}
 	})
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(w) == 1 },
+		func() string { return "the first copy's start not in flight" })
+	if !afterAnswer {
+		e.led.setAfterClaim(hold)
+	}
 	e.produce(1, "x", "v")
 	e.waitCommittedToEnd(10 * time.Second)
 	if err := rn.stop(); err != nil {
@@ -386,5 +404,8 @@ func TestACopyClaimedBeforeTheRunFailedDoesNotRerunIt(t *testing.T) {
 	if n := len(e.starter.executionsOf(w)); n != 1 {
 		t.Errorf("%d runs, want 1: a copy claimed before the run failed re-ran it (LastRun calls %d, Temporal start calls %d)",
 			n, e.starter.lastRunCount(w), e.starter.callCount(w))
+	}
+	if c, want := e.starter.callCount(w), map[bool]int{false: 2, true: 1}[afterAnswer]; c != want {
+		t.Errorf("Temporal start calls %d, want %d", c, want)
 	}
 }

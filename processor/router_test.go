@@ -323,9 +323,10 @@ func TestACopyClaimedWhileTheStartWasInFlightIsADuplicateOnceThatStartIsMarked(t
 // testCopyAfterTheMark: raw's first copy (partition 0) is held in the
 // starter. The second (partition 1) is claimed with it (sameClaim) or
 // after it; either way its turn in the claimer comes only once the first
-// is started, marked and out of the start pool: the claimer is held, in
-// the same claim at the first copy's decision log line, in a later one
-// between the ledger's answer and the dispatch.
+// is started, marked (after the claim's answer) and out of the start
+// pool: the claimer is held, in the same claim at the first copy's
+// decision log line, in a later one between the ledger's answer and the
+// dispatch (hooks.AfterClaim).
 func testCopyAfterTheMark(t *testing.T, e *testEnv, cfg Config, w string, raw []byte, sameClaim bool) {
 	release := e.starter.block(w)
 	defer release()
@@ -350,18 +351,20 @@ func testCopyAfterTheMark(t *testing.T, e *testEnv, cfg Config, w string, raw []
 			}})
 		})
 	} else {
-		rn = e.start("r1", cfg)
+		rn = e.startWith("r1", cfg, func(r *Router, _ *prometheus.Registry) {
+			r.claims.hooks.AfterClaim = func() {
+				claims := e.led.claimLog()
+				if last := claims[len(claims)-1]; len(last) != 1 || last[0].Partition != 1 {
+					return
+				}
+				if st := e.led.state(w); st != statePending {
+					t.Errorf("the second copy's claim read %q, want pending", st)
+				}
+				hold()
+			}
+		})
 		eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(w) == 1 },
 			func() string { return "the first copy's start not in flight" })
-		e.led.setAfterClaim(func(intents []decide.Intent) {
-			if len(intents) != 1 || intents[0].Partition != 1 {
-				return
-			}
-			if st := e.led.state(w); st != statePending {
-				t.Errorf("the second copy's claim read %q, want pending", st)
-			}
-			hold()
-		})
 		e.produceRaw(1, raw)
 	}
 	e.waitCommittedToEnd(10 * time.Second)
