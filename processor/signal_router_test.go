@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -200,5 +202,97 @@ func TestSignalToAClosedEntity(t *testing.T) {
 				t.Errorf("%d LastRun calls", c)
 			}
 		})
+	}
+}
+
+// markHeldLedger holds the start pool's first MarkStarted of wid on its
+// way to the ledger (the marker has taken markBegins; the statement has
+// not landed): a mark in flight while another claim reads the row.
+type markHeldLedger struct {
+	*fakeLedger
+	wid     string
+	entered chan struct{}
+	hold    chan struct{}
+	once    sync.Once
+}
+
+func (l *markHeldLedger) MarkStarted(ctx context.Context, started []Started) error {
+	for _, s := range started {
+		if s.WorkflowID == l.wid {
+			l.once.Do(func() {
+				close(l.entered)
+				<-l.hold
+			})
+		}
+	}
+	return l.fakeLedger.MarkStarted(ctx, started)
+}
+
+// A copy of a delivery whose claim read the row pending while the first
+// copy's SignalWithStart was answered and its mark was in flight (begun,
+// not landed) is a copy of the delivery in flight, exactly as one whose
+// turn came before the mark landed: had its turn come while the job was
+// still in the pool it would have waited on it, and Temporal would have
+// heard of the event once. Its turn comes after the mark landed and the
+// job left the pool (the claimer descheduled between the answer and the
+// dispatch): at 18f1236 it is not in startPool.marked (the mark began
+// before the answer), so it owns a second SignalWithStart of the same
+// delivery key. The entity continued as new in between (the new run has
+// no request IDs), so the event reaches the entity twice, with no crash,
+// no revoke and no lost answer (docs/signals.md, "When can an event reach
+// an entity twice?": only then). The change's own motivation
+// (TestSignalRouteDeliversEachEventOnce's second SignalWithStart) with
+// the mark's round trip overlapping the claim's.
+func TestACopyThatReadTheRowPendingWhileItsDeliverysMarkWasInFlightIsNotDeliveredAgain(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.signalConfig("")
+	key, entity := decide.DeliveryKey("orders", "e1"), "order-o1"
+	raw := orderEvent("e1", "o1", "v")
+	ml := &markHeldLedger{fakeLedger: e.led, wid: key, entered: make(chan struct{}), hold: make(chan struct{})}
+	var letMark sync.Once
+	releaseMark := func() { letMark.Do(func() { close(ml.hold) }) }
+	defer releaseMark()
+	held := false
+	var rn *runner
+	e.produceRaw(0, raw)
+	rn = e.startWith("r1", cfg, func(r *Router, _ *prometheus.Registry) {
+		r.starts.ledger = ml
+		r.claims.hooks.AfterClaim = func() {
+			claims := e.led.claimLog()
+			if last := claims[len(claims)-1]; len(last) != 1 || last[0].Partition != 1 {
+				return
+			}
+			// The second copy's claim read the row pending, with the first
+			// copy's mark in flight.
+			if st := e.led.state(key); st != statePending {
+				t.Errorf("the second copy's claim read %q, want pending", st)
+			}
+			held = true
+			releaseMark()
+			eventually(t, 10*time.Second, func() bool { return waitersOf(rn.r, key) == -1 && e.led.state(key) == stateStarted },
+				func() string { return "the first copy's delivery is not marked and out of the start pool" })
+			e.starter.continueAsNew(entity)
+		}
+	})
+	select {
+	case <-ml.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first copy's delivery was never marked")
+	}
+	e.produceRaw(1, raw)
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !held {
+		t.Fatal("the claimer was never held: the case did not happen")
+	}
+	var got []string
+	for _, run := range e.starter.signalsOf(entity) {
+		got = append(got, run...)
+	}
+	if c := len(e.starter.swsCalls()); c != 1 || len(got) != 1 {
+		t.Errorf("SignalWithStart called %d times for %s; %s received %v (runs %v), want e1 once, one call",
+			c, key, entity, got, e.starter.signalsOf(entity))
 	}
 }
