@@ -74,6 +74,11 @@ type claimer struct {
 // is queued, so the claim of the next batch overlaps with the starts of
 // this one.
 func (c *claimer) claim(ctx context.Context, b *claimBatch) {
+	// From before the ledger reads the rows to the end of the dispatch,
+	// the start pool notes the starts whose marks moved their rows
+	// (submitClaimed).
+	c.starts.claimBegins()
+	defer c.starts.claimEnds()
 	var verdicts []decide.Claimed
 	start := time.Now()
 	err := c.health.retry(ctx, OpClaim, func(ctx context.Context) error {
@@ -97,10 +102,6 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 		c.endAll(b.owners, false)
 		return
 	}
-	// From the answer to the end of the dispatch, the start pool notes the
-	// starts whose marks began after the answer (submitClaimed).
-	c.starts.claimAnswered()
-	defer c.starts.claimEnds()
 	if c.hooks.AfterClaim != nil {
 		c.hooks.AfterClaim()
 	}
@@ -151,10 +152,10 @@ func (c *claimer) dispatch(ctx context.Context, b *claimBatch, verdicts []decide
 				logDecision(c.log, slog.LevelInfo, v.String(), intentOf(in), "workflow_id", in.WorkflowID, "generation", cl.Generation)
 				continue
 			}
-			// Another copy's start, in flight when the ledger read this
-			// claim's rows, was marked after the answer and left the pool
-			// before this copy's turn (a claimer descheduled): this copy
-			// ends as its waiter would have, ok and with no re-run check.
+			// Another copy's start, whose mark moved the row after this
+			// claim read it, left the pool before this copy's turn (a
+			// claimer descheduled): this copy ends as its waiter would
+			// have, ok and with no re-run check.
 			counts[decide.VerdictDuplicate]++
 			c.duplicate(in, "start_in_flight", now)
 			ended = append(ended, rec)

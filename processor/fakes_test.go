@@ -261,6 +261,9 @@ func (l *fakeLedger) MarkStarted(ctx context.Context, started []Started) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls["MarkStarted"]++
+	for i := range started {
+		started[i].Moved = false
+	}
 	if err := l.markFail.next(); err != nil {
 		return err
 	}
@@ -270,13 +273,14 @@ func (l *fakeLedger) MarkStarted(ctx context.Context, started []Started) error {
 	e := l.stale(len(started), func(i int) (string, int32, decide.Fence) {
 		return started[i].Topic, started[i].Partition, started[i].Fence
 	})
-	for _, s := range started {
+	for i, s := range started {
 		if e != nil && e.Has(s.Topic, s.Partition, s.Fence) {
 			continue
 		}
 		r := l.rows[s.WorkflowID]
 		if r != nil && (r.state == statePending || r.state == stateStarted && r.generation < s.Generation) {
 			r.state, r.runID, r.generation = stateStarted, s.RunID, max(r.generation, s.Generation)
+			started[i].Moved = true
 		}
 	}
 	if e != nil {

@@ -17,6 +17,11 @@ type Started struct {
 	Topic     string
 	Partition int32
 	Fence     decide.Fence
+	// Moved is MarkStarted's answer, set by it: this call moved the row
+	// (pending to started, or to a re-run's newer generation). A mark
+	// that found the row otherwise (started already, dead_lettered,
+	// absent, or under a fence that no longer holds) leaves it false.
+	Moved bool
 }
 
 // DeadLettered names a row whose start Temporal refused for good, for

@@ -206,8 +206,8 @@ func TestSignalToAClosedEntity(t *testing.T) {
 }
 
 // markHeldLedger holds the start pool's first MarkStarted of wid on its
-// way to the ledger (the marker has taken markBegins; the statement has
-// not landed): a mark in flight while another claim reads the row.
+// way to the ledger (begun, the statement not landed): a mark in flight
+// while another claim reads the row.
 type markHeldLedger struct {
 	*fakeLedger
 	wid     string

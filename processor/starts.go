@@ -86,17 +86,17 @@ type startPool struct {
 
 	mu       sync.Mutex
 	starting map[string]*job // workflow ID -> its start in flight here
-	// marked holds, while a claim is dispatched (claimAnswered to
-	// claimEnds), the workflow IDs whose starts were marked started, by a
-	// mark that began after the claim's answer came (answered, markBegins),
-	// and that left starting since. Such a mark came after the ledger read
-	// the claim's rows: a copy of the claim answered new or re-drive for
-	// its workflow ends with that start, as its waiter would have
-	// (submitClaimed). Cleared at claimEnds, so it holds one claim's worth
-	// at most.
-	marked     map[string]struct{}
-	dispatches bool   // a claim's answer is being dispatched
-	answered   uint64 // claims answered so far
+	// marked holds, while a claim is in progress (claimBegins to
+	// claimEnds: from before the ledger reads its rows to the end of its
+	// dispatch), the workflow IDs whose starts' marks moved their rows
+	// (Started.Moved) meanwhile, and that left starting since. A copy of
+	// the claim answered new or re-drive for such a row read it before
+	// that mark: a row once started is never pending again, nor absent
+	// while it is younger than the retention. The copy ends with that
+	// start, as its waiter would have (submitClaimed). Cleared at
+	// claimEnds, so it holds one claim's worth at most.
+	marked   map[string]struct{}
+	claiming bool
 
 	startQ chan *job
 	markQ  chan *job
@@ -152,13 +152,12 @@ func (s *startPool) submit(ctx context.Context, rec *record, req decide.StartReq
 
 // submitClaimed submits the start of a copy the claimer claimed (verdict
 // new or re-drive: its claim inserted the row or read it pending), as
-// submit does, unless a start of the workflow here was marked, by a mark
-// that began after the claim's answer came, and left the pool (marked).
-// The copy then ends as that start's waiter would have (started): the
-// mark came after the copy's read, so it wrote the row as the copy left
-// it. Nothing is submitted. Under one lock with
-// the in-flight map, so that no start leaves the pool between the two
-// looks.
+// submit does, unless a start of the workflow here moved the row by a
+// mark since the claim began, and left the pool (marked). The copy then
+// ends as that start's waiter would have (started): the mark came after
+// the copy's read, so it wrote the row as the copy left it. Nothing is
+// submitted. Under one lock with the in-flight map, so that no start
+// leaves the pool between the two looks.
 func (s *startPool) submitClaimed(ctx context.Context, rec *record, req decide.StartRequest) (waits, started bool) {
 	s.mu.Lock()
 	if s.joinLocked(rec, req, false) {
@@ -195,37 +194,26 @@ func (s *startPool) joinLocked(rec *record, req decide.StartRequest, check bool)
 	return true
 }
 
-// claimAnswered opens a claim's window for marked: the claimer calls it
-// once the ledger answered, before the dispatch; claimEnds closes it,
-// after the dispatch.
-func (s *startPool) claimAnswered() {
+// claimBegins opens a claim's window for marked: the claimer calls it
+// before it asks the ledger; claimEnds closes it, after the dispatch.
+func (s *startPool) claimBegins() {
 	s.mu.Lock()
-	s.dispatches = true
-	s.answered++
+	s.claiming = true
 	s.mu.Unlock()
 }
 
 func (s *startPool) claimEnds() {
 	s.mu.Lock()
-	s.dispatches = false
+	s.claiming = false
 	clear(s.marked)
 	s.mu.Unlock()
 }
 
-// markBegins is the marker's note, taken before it asks the ledger to
-// mark, of the claims answered so far (markedStarted's answered).
-func (s *startPool) markBegins() (answered uint64) {
+// markedStarted notes, before j leaves the pool (done), that its mark
+// moved its row, if a claim is in progress (marked).
+func (s *startPool) markedStarted(j *job) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.answered
-}
-
-// markedStarted notes that j's start was marked started, before it leaves
-// the pool (done), if the claim being dispatched was answered before the
-// mark began (answered, from markBegins; marked).
-func (s *startPool) markedStarted(j *job, answered uint64) {
-	s.mu.Lock()
-	if s.dispatches && answered == s.answered && s.starting[j.req.WorkflowID] == j {
+	if s.claiming && s.starting[j.req.WorkflowID] == j {
 		s.marked[j.req.WorkflowID] = struct{}{}
 	}
 	s.mu.Unlock()
@@ -443,7 +431,6 @@ func (s *startPool) marker() {
 		// unless the router took the partition again: then its mark is
 		// sent again under the new fence.
 		for try := 0; len(batch) > 0; try++ {
-			answered := s.markBegins()
 			started := make([]Started, len(batch))
 			for i, j := range batch {
 				started[i] = Started{WorkflowID: j.req.WorkflowID, RunID: j.runID, Generation: j.req.Generation,
@@ -463,8 +450,8 @@ func (s *startPool) marker() {
 					continue
 				}
 				ok := err == nil || (fenced && !refused)
-				if ok {
-					s.markedStarted(j, answered)
+				if ok && started[i].Moved {
+					s.markedStarted(j)
 				}
 				s.done(j, ok)
 			}

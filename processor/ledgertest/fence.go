@@ -116,7 +116,8 @@ func testFencedClaimWritesNothing(t *testing.T, l Subject) {
 }
 
 // A mark of rows of two partitions, one stale: the other partition's row
-// is marked, the stale one's is not, and the error names the stale one.
+// is marked (Moved), the stale one's is not, and the error names the
+// stale one.
 func testFencedMarkWritesTheOthers(t *testing.T, l Subject) {
 	ctx := context.Background()
 	p1, p2 := processor.PartitionRef{Topic: "events", Partition: 1}, processor.PartitionRef{Topic: "events", Partition: 2}
@@ -126,11 +127,15 @@ func testFencedMarkWritesTheOthers(t *testing.T, l Subject) {
 	b.Partition = 2
 	claim(t, l, batch(fenced(a, fs[0]), fenced(b, fs[1])), new1, new1)
 	own(t, l, "other", p1)
-	err := l.Ledger.MarkStarted(ctx, []processor.Started{
+	started := []processor.Started{
 		{WorkflowID: a.WorkflowID, RunID: "run-a", Generation: 1, Topic: "events", Partition: 1, Fence: fs[0]},
 		{WorkflowID: b.WorkflowID, RunID: "run-b", Generation: 1, Topic: "events", Partition: 2, Fence: fs[1]},
-	})
+	}
+	err := l.Ledger.MarkStarted(ctx, started)
 	wantFenced(t, "a mark with a stale partition", err, processor.PartitionEpoch{Group: "g", Topic: "events", Partition: 1, Epoch: fs[0].Epoch})
+	if started[0].Moved || !started[1].Moved {
+		t.Errorf("Moved: stale partition's %v, the other's %v; want false, true", started[0].Moved, started[1].Moved)
+	}
 	holds(t, l, a, decide.LedgerPending, "")
 	holds(t, l, b, decide.LedgerStarted, "run-b")
 }

@@ -48,6 +48,7 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"DuplicateOnceStarted", testDuplicateOnceStarted},
 		{"ReclaimOfDeadLettered", testReclaimOfDeadLettered},
 		{"GenerationsAndTheMarkGuard", testGenerations},
+		{"MovedSaysWhichRowsAMarkChanged", testMoved},
 		{"MarkDeadLetteredOnlyPending", testMarkDeadLetteredOnlyPending},
 		{"ConcurrentClaimsGiveOneNew", testConcurrentClaims},
 		{"CancelledContext", testCancelledContext},
@@ -286,6 +287,40 @@ func testGenerations(t *testing.T, l Subject) {
 	markStarted(t, l, x, "run-x", 1)
 	holds(t, l, x, "", "")
 	claim(t, l, batch(x), new1)
+}
+
+// A mark sets each entry's Moved: true where it changed the row (pending
+// to started, or a re-run's newer generation), false where it found the
+// row started at that generation or a newer one, dead_lettered or absent,
+// whatever Moved said before.
+func testMoved(t *testing.T, l Subject) {
+	ctx := context.Background()
+	a, b, x := intent("a", "A"), intent("b", "B"), intent("x", "X")
+	claim(t, l, batch(a, b), new1, new1)
+	markDeadLettered(t, l, b)
+	mark := func(want []bool, started ...processor.Started) {
+		t.Helper()
+		if err := l.Ledger.MarkStarted(ctx, started); err != nil {
+			t.Fatalf("MarkStarted: %v", err)
+		}
+		for i, s := range started {
+			if s.Moved != want[i] {
+				t.Errorf("mark of %s (generation %d): Moved %v, want %v", s.WorkflowID, s.Generation, s.Moved, want[i])
+			}
+		}
+	}
+	// a pending: moved; b dead_lettered, x absent: not, though the caller
+	// set Moved.
+	mark([]bool{true, false, false},
+		processor.Started{WorkflowID: a.WorkflowID, RunID: "run-1", Generation: 1},
+		processor.Started{WorkflowID: b.WorkflowID, RunID: "run-b", Generation: 1, Moved: true},
+		processor.Started{WorkflowID: x.WorkflowID, RunID: "run-x", Generation: 1, Moved: true})
+	mark([]bool{false}, processor.Started{WorkflowID: a.WorkflowID, RunID: "run-1", Generation: 1}) // again
+	mark([]bool{true}, processor.Started{WorkflowID: a.WorkflowID, RunID: "run-2", Generation: 2})  // a re-run
+	mark([]bool{false}, processor.Started{WorkflowID: a.WorkflowID, RunID: "run-1", Generation: 1}) // late
+	holds(t, l, a, decide.LedgerStarted, "run-2")
+	holds(t, l, b, decide.LedgerDeadLettered, "")
+	holds(t, l, x, "", "")
 }
 
 // MarkDeadLettered ends pending rows only: a started row stays started,

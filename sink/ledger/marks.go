@@ -42,7 +42,13 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	f := fencesOf(n, func(i int) processor.PartitionEpoch {
 		return processor.PartitionEpoch{Group: groups[i], Topic: topics[i], Partition: parts[i], Epoch: epochs[i]}
 	})
-	var held bool
+	for i := range started {
+		started[i].Moved = false
+	}
+	var (
+		held  bool
+		moved []string // the workflow IDs of the rows the statement changed
+	)
 	err := p.pool.QueryRow(ctx, `
 WITH `+fenceCTE(9)+`, up AS (
 	UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), generation = greatest(l.generation, u.generation),
@@ -52,16 +58,34 @@ WITH `+fenceCTE(9)+`, up AS (
 	WHERE `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+` AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))
 		AND (u.epoch = 0 OR EXISTS (SELECT FROM fence WHERE (fence.consumer_group, fence.topic, fence.kafka_partition, fence.epoch) =
 			(u.consumer_group, u.topic, u.kafka_partition, u.epoch)))
+	RETURNING l.workflow_id
 )
-SELECT count(*) = cardinality($12::int8[]) FROM fence`, ids, runs, gens, keys, groups, topics, parts, epochs,
-		f.groups, f.topics, f.parts, f.epochs).Scan(&held)
+SELECT count(*) = cardinality($12::int8[]), coalesce((SELECT array_agg(workflow_id) FROM up), '{}') FROM fence`,
+		ids, runs, gens, keys, groups, topics, parts, epochs,
+		f.groups, f.topics, f.parts, f.epochs).Scan(&held, &moved)
 	if err != nil {
 		return p.classify(fmt.Errorf("marking %d workflows started: %w", len(started), err))
 	}
+	setMoved(started, moved)
 	if !held {
 		return p.classify(p.fenced(ctx, f))
 	}
 	return nil
+}
+
+// setMoved sets Moved on the entries of started whose workflow IDs are in
+// moved (few: a mark's batch; usually all of them, in key order).
+func setMoved(started []processor.Started, moved []string) {
+	if len(moved) == 0 {
+		return
+	}
+	in := make(map[string]bool, len(moved))
+	for _, id := range moved {
+		in[id] = true
+	}
+	for i := range started {
+		started[i].Moved = in[started[i].WorkflowID]
+	}
 }
 
 // MarkDeadLettered ends pending rows whose records were dead-lettered
