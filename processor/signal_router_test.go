@@ -296,3 +296,95 @@ func TestACopyThatReadTheRowPendingWhileItsDeliverysMarkWasInFlightIsNotDelivere
 			c, key, entity, got, e.starter.signalsOf(entity))
 	}
 }
+
+// markLostAnswerLedger holds the start pool's first MarkStarted of wid
+// like markHeldLedger, then writes it and loses its answer (a transient
+// error after the commit: the connection dropped before the reply). The
+// pool's retry then finds the row started already.
+type markLostAnswerLedger struct {
+	*fakeLedger
+	wid     string
+	entered chan struct{}
+	hold    chan struct{}
+	once    sync.Once
+}
+
+func (l *markLostAnswerLedger) MarkStarted(ctx context.Context, started []Started) error {
+	lost := false
+	for _, s := range started {
+		if s.WorkflowID == l.wid {
+			l.once.Do(func() {
+				close(l.entered)
+				<-l.hold
+				lost = true
+			})
+		}
+	}
+	err := l.fakeLedger.MarkStarted(ctx, started)
+	if lost && err == nil {
+		return errTransient
+	}
+	return err
+}
+
+// The same case as
+// TestACopyThatReadTheRowPendingWhileItsDeliverysMarkWasInFlightIsNotDeliveredAgain,
+// with the first copy's mark landing but its answer lost (a transient
+// error after the commit), which the marker's retry (health.retry) is
+// there for: the retry finds the row started and moves nothing, so the
+// mark's Moved says false although the start's mark did move the row
+// after the second copy's claim read it pending. The copy is then not
+// ended as the delivery's waiter (startPool.marked), owns a second
+// SignalWithStart of the same delivery key, and the entity, which
+// continued as new in between, receives the event twice.
+func TestACopyThatReadTheRowPendingIsNotDeliveredAgainWhenItsDeliverysMarkAnswerWasLost(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.signalConfig("")
+	key, entity := decide.DeliveryKey("orders", "e1"), "order-o1"
+	raw := orderEvent("e1", "o1", "v")
+	ml := &markLostAnswerLedger{fakeLedger: e.led, wid: key, entered: make(chan struct{}), hold: make(chan struct{})}
+	var letMark sync.Once
+	releaseMark := func() { letMark.Do(func() { close(ml.hold) }) }
+	defer releaseMark()
+	held := false
+	var rn *runner
+	e.produceRaw(0, raw)
+	rn = e.startWith("r1", cfg, func(r *Router, _ *prometheus.Registry) {
+		r.starts.ledger = ml
+		r.claims.hooks.AfterClaim = func() {
+			claims := e.led.claimLog()
+			if last := claims[len(claims)-1]; len(last) != 1 || last[0].Partition != 1 {
+				return
+			}
+			if st := e.led.state(key); st != statePending {
+				t.Errorf("the second copy's claim read %q, want pending", st)
+			}
+			held = true
+			releaseMark()
+			eventually(t, 10*time.Second, func() bool { return waitersOf(rn.r, key) == -1 && e.led.state(key) == stateStarted },
+				func() string { return "the first copy's delivery is not marked and out of the start pool" })
+			e.starter.continueAsNew(entity)
+		}
+	})
+	select {
+	case <-ml.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first copy's delivery was never marked")
+	}
+	e.produceRaw(1, raw)
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !held {
+		t.Fatal("the claimer was never held: the case did not happen")
+	}
+	var got []string
+	for _, run := range e.starter.signalsOf(entity) {
+		got = append(got, run...)
+	}
+	if c := len(e.starter.swsCalls()); c != 1 || len(got) != 1 {
+		t.Errorf("SignalWithStart called %d times for %s; %s received %v (runs %v), want e1 once, one call",
+			c, key, entity, got, e.starter.signalsOf(entity))
+	}
+}
