@@ -409,3 +409,68 @@ func testCopyClaimedBeforeTheRunFailed(t *testing.T, afterAnswer bool) {
 		t.Errorf("Temporal start calls %d, want 1: the copy ends with the start its claim saw in flight", c)
 	}
 }
+
+// TestACopyClaimedBeforeTheRunFailedDoesNotRerunIt's case, held after the
+// answer, with the first copy's mark landing but its answer lost (a
+// transient error after the commit): the marker's retry finds the row
+// started and moves nothing, so Started.Moved is false although that
+// start's mark moved the row after the second copy's claim read it
+// pending. The second copy then owns a start of its own: a second
+// Temporal start call of the one event under allow_duplicate_failed_only
+// with its run failed (the fake, like Temporal, answers it with the first
+// run by its request ID, so only the call count shows it), where its
+// waiting on the start in flight makes none.
+func TestACopyClaimedBeforeTheRunFailedDoesNotRerunItWhenTheMarksAnswerWasLost(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.Routes[0].IDReusePolicy = decide.ReuseAllowDuplicateFailedOnly
+	w := wid("x")
+	release := e.starter.block(w)
+	defer release()
+	ml := &markLostAnswerLedger{fakeLedger: e.led, wid: w, entered: make(chan struct{}), hold: make(chan struct{})}
+	close(ml.hold)
+	var rn *runner
+	held := false
+	e.produce(0, "x", "v")
+	rn = e.startWith("r1", cfg, func(r *Router, _ *prometheus.Registry) {
+		r.starts.ledger = ml
+		r.claims.hooks.AfterClaim = func() {
+			claims := e.led.claimLog()
+			if last := claims[len(claims)-1]; len(last) != 1 || last[0].Partition != 1 {
+				return
+			}
+			if st := e.led.state(w); st != statePending {
+				t.Errorf("the second copy's claim read %q, want pending", st)
+			}
+			held = true
+			release()
+			eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(w)) == 1 },
+				func() string { return "the first run was never created" })
+			e.starter.fail(w)
+			eventually(t, 10*time.Second, func() bool { return waitersOf(rn.r, w) == -1 && e.led.state(w) == stateStarted },
+				func() string { return "the first copy's start is not marked and out of the start pool" })
+		}
+	})
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(w) == 1 },
+		func() string { return "the first copy's start not in flight" })
+	e.produce(1, "x", "v")
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !held {
+		t.Fatal("the claimer was never held: the case did not happen")
+	}
+	select {
+	case <-ml.entered:
+	default:
+		t.Fatal("the first copy's mark never went through the lost-answer ledger")
+	}
+	if n := len(e.starter.executionsOf(w)); n != 1 {
+		t.Errorf("%d runs, want 1: a copy claimed before the run failed re-ran it (LastRun calls %d, Temporal start calls %d)",
+			n, e.starter.lastRunCount(w), e.starter.callCount(w))
+	}
+	if c := e.starter.callCount(w); c != 1 {
+		t.Errorf("Temporal start calls %d, want 1: the copy ends with the start its claim saw in flight", c)
+	}
+}
