@@ -2,7 +2,12 @@ package ledger_test
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
@@ -76,4 +81,85 @@ func unfenced(ids ...string) []processor.DeadLettered {
 		out[i] = processor.DeadLettered{WorkflowID: id}
 	}
 	return out
+}
+
+// cancelOnStale cancels its context's mark when the ledger sends the
+// statement that reads which fences moved (fence.go's staleSQL): the mark's
+// UPDATE has landed, and the read after it fails (a context ended, a
+// connection dropped between the two round trips).
+type cancelOnStale struct {
+	mu     sync.Mutex
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnStale) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancel != nil && strings.Contains(d.SQL, "dedup_partition_owners o") && strings.Contains(d.SQL, "IS DISTINCT FROM f.epoch") {
+		c.cancel()
+	}
+	return ctx
+}
+
+func (c *cancelOnStale) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Ledger.MarkStarted's contract: Moved is whether this call changed its
+// row, "also when it returns a *FencedError for others; false for all on
+// any other error". A mark with one stale partition writes the other
+// partition's row, then reads which fences moved; when that read fails,
+// MarkStarted returns that error (not a *FencedError), yet the entry of
+// the row it wrote still says Moved.
+func TestAMarkThatFailsAfterItsWriteSaysNoRowMoved(t *testing.T) {
+	base := open(t)
+	pc, err := pgxpool.ParseConfig(base.Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &cancelOnStale{}
+	pc.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ledger.NewFromPool(pool)
+	ctx := context.Background()
+	p1, p2 := processor.PartitionRef{Topic: "events", Partition: 1}, processor.PartitionRef{Topic: "events", Partition: 2}
+	fs, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "r", Parts: []processor.PartitionRef{p1, p2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f1, f2 := decide.Fence{Group: "g", Epoch: fs[0]}, decide.Fence{Group: "g", Epoch: fs[1]}
+	a, b := intent("a", "A"), intent("b", "B")
+	a.Fence, b.Partition, b.Fence = f1, 2, f2
+	if v, err := l.Claim(ctx, []decide.Intent{a, b}); err != nil || v[0].Verdict != decide.VerdictNew || v[1].Verdict != decide.VerdictNew {
+		t.Fatalf("claim: %v %v", v, err)
+	}
+	if _, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "other", Parts: []processor.PartitionRef{p1}}); err != nil {
+		t.Fatal(err)
+	}
+	started := []processor.Started{
+		{WorkflowID: a.WorkflowID, RunID: "run-a", Generation: 1, Topic: "events", Partition: 1, Fence: f1},
+		{WorkflowID: b.WorkflowID, RunID: "run-b", Generation: 1, Topic: "events", Partition: 2, Fence: f2},
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tr.mu.Lock()
+	tr.cancel = cancel
+	tr.mu.Unlock()
+	err = l.MarkStarted(mctx, started)
+	if err == nil {
+		t.Fatal("MarkStarted: no error, want the failed read's")
+	}
+	if _, fenced := processor.IsFenced(err); fenced {
+		t.Fatalf("MarkStarted: %v, a *FencedError: the case did not happen", err)
+	}
+	var st string
+	if err := base.Pool().QueryRow(ctx, `SELECT state FROM dedup_ledger WHERE workflow_id = $1`, b.WorkflowID).Scan(&st); err != nil || st != "started" {
+		t.Fatalf("b's row %q (%v): the mark's write did not land, the case did not happen", st, err)
+	}
+	if started[0].Moved || started[1].Moved {
+		t.Errorf("MarkStarted returned %v (not a *FencedError) with Moved %v, %v; want false for all",
+			err, started[0].Moved, started[1].Moved)
+	}
 }
