@@ -75,7 +75,7 @@ type claimer struct {
 // this one.
 func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	// From before the ledger reads the rows to the end of the dispatch,
-	// the start pool notes the starts whose marks moved their rows
+	// the start pool notes the starts whose marks left their rows started
 	// (submitClaimed).
 	c.starts.claimBegins()
 	defer c.starts.claimEnds()
@@ -152,8 +152,8 @@ func (c *claimer) dispatch(ctx context.Context, b *claimBatch, verdicts []decide
 				logDecision(c.log, slog.LevelInfo, v.String(), intentOf(in), "workflow_id", in.WorkflowID, "generation", cl.Generation)
 				continue
 			}
-			// Another copy's start, whose mark moved the row after this
-			// claim read it, left the pool before this copy's turn (a
+			// Another copy's start, whose mark left the row started after
+			// this claim read it, left the pool before this copy's turn (a
 			// claimer descheduled): this copy ends as its waiter would
 			// have, ok and with no re-run check.
 			counts[decide.VerdictDuplicate]++

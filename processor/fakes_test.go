@@ -262,7 +262,7 @@ func (l *fakeLedger) MarkStarted(ctx context.Context, started []Started) error {
 	defer l.mu.Unlock()
 	l.calls["MarkStarted"]++
 	for i := range started {
-		started[i].Moved = false
+		started[i].Recorded = false
 	}
 	if err := l.markFail.next(); err != nil {
 		return err
@@ -280,8 +280,8 @@ func (l *fakeLedger) MarkStarted(ctx context.Context, started []Started) error {
 		r := l.rows[s.WorkflowID]
 		if r != nil && (r.state == statePending || r.state == stateStarted && r.generation < s.Generation) {
 			r.state, r.runID, r.generation = stateStarted, s.RunID, max(r.generation, s.Generation)
-			started[i].Moved = true
 		}
+		started[i].Recorded = r != nil && r.state == stateStarted && r.generation >= s.Generation
 	}
 	if e != nil {
 		return e

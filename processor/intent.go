@@ -17,11 +17,12 @@ type Started struct {
 	Topic     string
 	Partition int32
 	Fence     decide.Fence
-	// Moved is MarkStarted's answer, set by it: this call moved the row
-	// (pending to started, or to a re-run's newer generation). A mark
-	// that found the row otherwise (started already, dead_lettered,
-	// absent, or under a fence that no longer holds) leaves it false.
-	Moved bool
+	// Recorded is MarkStarted's answer, set by it: after the call the row
+	// is started at this generation or a newer one (the call moved it, or
+	// found it so: an earlier try whose answer was lost, another router's
+	// mark). False for a row dead_lettered or absent, and under a fence
+	// that no longer holds.
+	Recorded bool
 }
 
 // DeadLettered names a row whose start Temporal refused for good, for

@@ -37,8 +37,9 @@ type Ledger interface {
 	// becomes started, and a started row moves to a newer generation's
 	// run (a re-run); a mark of an older generation changes nothing, and
 	// so does a mark whose fence no longer holds. It sets each entry's
-	// Moved: whether this call changed its row (also when it returns a
-	// *FencedError for others; false for all on any other error).
+	// Recorded: whether the row is started at the entry's generation or a
+	// newer one after the call (also when it returns a *FencedError for
+	// others; false for all on any other error).
 	MarkStarted(ctx context.Context, started []Started) error
 	// MarkDeadLettered ends claims whose start Temporal refused for good
 	// (their records were dead-lettered); a later claim of the same

@@ -413,13 +413,12 @@ func testCopyClaimedBeforeTheRunFailed(t *testing.T, afterAnswer bool) {
 // TestACopyClaimedBeforeTheRunFailedDoesNotRerunIt's case, held after the
 // answer, with the first copy's mark landing but its answer lost (a
 // transient error after the commit): the marker's retry finds the row
-// started and moves nothing, so Started.Moved is false although that
-// start's mark moved the row after the second copy's claim read it
-// pending. The second copy then owns a start of its own: a second
-// Temporal start call of the one event under allow_duplicate_failed_only
-// with its run failed (the fake, like Temporal, answers it with the first
-// run by its request ID, so only the call count shows it), where its
-// waiting on the start in flight makes none.
+// started and moves nothing. At d34cb2d (Moved: false) the second copy
+// then owned a start of its own: a second Temporal start call of the one
+// event under allow_duplicate_failed_only with its run failed (the fake,
+// like Temporal, answers it with the first run by its request ID, so only
+// the call count shows it), where waiting on the start in flight makes
+// none. Started.Recorded says the row is started at the mark's generation.
 func TestACopyClaimedBeforeTheRunFailedDoesNotRerunItWhenTheMarksAnswerWasLost(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()

@@ -331,12 +331,13 @@ func (l *markLostAnswerLedger) MarkStarted(ctx context.Context, started []Starte
 // TestACopyThatReadTheRowPendingWhileItsDeliverysMarkWasInFlightIsNotDeliveredAgain,
 // with the first copy's mark landing but its answer lost (a transient
 // error after the commit), which the marker's retry (health.retry) is
-// there for: the retry finds the row started and moves nothing, so the
-// mark's Moved says false although the start's mark did move the row
-// after the second copy's claim read it pending. The copy is then not
-// ended as the delivery's waiter (startPool.marked), owns a second
-// SignalWithStart of the same delivery key, and the entity, which
-// continued as new in between, receives the event twice.
+// there for: the retry finds the row started and moves nothing. At
+// d34cb2d its answer (Moved) then said false although the start's mark
+// did move the row after the second copy's claim read it pending, so the
+// copy was not ended as the delivery's waiter (startPool.marked), owned a
+// second SignalWithStart of the same delivery key, and the entity, which
+// continued as new in between, received the event twice. Recorded says
+// the row is started at the mark's generation: the copy waits.
 func TestACopyThatReadTheRowPendingIsNotDeliveredAgainWhenItsDeliverysMarkAnswerWasLost(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.signalConfig("")

@@ -88,13 +88,15 @@ type startPool struct {
 	starting map[string]*job // workflow ID -> its start in flight here
 	// marked holds, while a claim is in progress (claimBegins to
 	// claimEnds: from before the ledger reads its rows to the end of its
-	// dispatch), the workflow IDs whose starts' marks moved their rows
-	// (Started.Moved) meanwhile, and that left starting since. A copy of
-	// the claim answered new or re-drive for such a row read it before
-	// that mark: a row once started is never pending again, nor absent
-	// while it is younger than the retention. The copy ends with that
-	// start, as its waiter would have (submitClaimed). Cleared at
-	// claimEnds, so it holds one claim's worth at most.
+	// dispatch), the workflow IDs whose starts' marks left their rows
+	// started (Started.Recorded) meanwhile, and that left starting since.
+	// A copy of the claim answered new or re-drive for such a row read it
+	// absent or pending, so before it was started: a row once started is
+	// never pending again, nor absent while it is younger than the
+	// retention. The start its claim saw pending is the one that row
+	// records now: the copy ends with it, as its waiter would have
+	// (submitClaimed). Cleared at claimEnds, so it holds one claim's worth
+	// at most.
 	marked   map[string]struct{}
 	claiming bool
 
@@ -152,10 +154,10 @@ func (s *startPool) submit(ctx context.Context, rec *record, req decide.StartReq
 
 // submitClaimed submits the start of a copy the claimer claimed (verdict
 // new or re-drive: its claim inserted the row or read it pending), as
-// submit does, unless a start of the workflow here moved the row by a
-// mark since the claim began, and left the pool (marked). The copy then
-// ends as that start's waiter would have (started): the mark came after
-// the copy's read, so it wrote the row as the copy left it. Nothing is
+// submit does, unless a start of the workflow here was marked since the
+// claim began, its mark left the row started, and it left the pool
+// (marked). The copy then ends as that start's waiter would have
+// (started): the row was started after the copy's read. Nothing is
 // submitted. Under one lock with the in-flight map, so that no start
 // leaves the pool between the two looks.
 func (s *startPool) submitClaimed(ctx context.Context, rec *record, req decide.StartRequest) (waits, started bool) {
@@ -209,8 +211,8 @@ func (s *startPool) claimEnds() {
 	s.mu.Unlock()
 }
 
-// markedStarted notes, before j leaves the pool (done), that its mark
-// moved its row, if a claim is in progress (marked).
+// markedStarted notes, before j leaves the pool (done), that its mark left
+// its row started (Started.Recorded), if a claim is in progress (marked).
 func (s *startPool) markedStarted(j *job) {
 	s.mu.Lock()
 	if s.claiming && s.starting[j.req.WorkflowID] == j {
@@ -450,7 +452,7 @@ func (s *startPool) marker() {
 					continue
 				}
 				ok := err == nil || (fenced && !refused)
-				if ok && started[i].Moved {
+				if ok && started[i].Recorded {
 					s.markedStarted(j)
 				}
 				s.done(j, ok)

@@ -116,7 +116,7 @@ func testFencedClaimWritesNothing(t *testing.T, l Subject) {
 }
 
 // A mark of rows of two partitions, one stale: the other partition's row
-// is marked (Moved), the stale one's is not, and the error names the
+// is marked (Recorded), the stale one's is not, and the error names the
 // stale one.
 func testFencedMarkWritesTheOthers(t *testing.T, l Subject) {
 	ctx := context.Background()
@@ -133,8 +133,8 @@ func testFencedMarkWritesTheOthers(t *testing.T, l Subject) {
 	}
 	err := l.Ledger.MarkStarted(ctx, started)
 	wantFenced(t, "a mark with a stale partition", err, processor.PartitionEpoch{Group: "g", Topic: "events", Partition: 1, Epoch: fs[0].Epoch})
-	if started[0].Moved || !started[1].Moved {
-		t.Errorf("Moved: stale partition's %v, the other's %v; want false, true", started[0].Moved, started[1].Moved)
+	if started[0].Recorded || !started[1].Recorded {
+		t.Errorf("Recorded: stale partition's %v, the other's %v; want false, true", started[0].Recorded, started[1].Recorded)
 	}
 	holds(t, l, a, decide.LedgerPending, "")
 	holds(t, l, b, decide.LedgerStarted, "run-b")

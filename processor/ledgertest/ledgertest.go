@@ -48,7 +48,7 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"DuplicateOnceStarted", testDuplicateOnceStarted},
 		{"ReclaimOfDeadLettered", testReclaimOfDeadLettered},
 		{"GenerationsAndTheMarkGuard", testGenerations},
-		{"MovedSaysWhichRowsAMarkChanged", testMoved},
+		{"RecordedSaysWhichRowsAMarkLeftStarted", testRecorded},
 		{"MarkDeadLetteredOnlyPending", testMarkDeadLetteredOnlyPending},
 		{"ConcurrentClaimsGiveOneNew", testConcurrentClaims},
 		{"CancelledContext", testCancelledContext},
@@ -289,11 +289,12 @@ func testGenerations(t *testing.T, l Subject) {
 	claim(t, l, batch(x), new1)
 }
 
-// A mark sets each entry's Moved: true where it changed the row (pending
-// to started, or a re-run's newer generation), false where it found the
-// row started at that generation or a newer one, dead_lettered or absent,
-// whatever Moved said before.
-func testMoved(t *testing.T, l Subject) {
+// A mark sets each entry's Recorded: true where the row is started at the
+// entry's generation or a newer one after it (it moved the row, pending to
+// started or to a re-run's generation, or found it so: a mark sent again
+// after a lost answer, a late one), false where the row is dead_lettered
+// or absent, whatever Recorded said before.
+func testRecorded(t *testing.T, l Subject) {
 	ctx := context.Background()
 	a, b, x := intent("a", "A"), intent("b", "B"), intent("x", "X")
 	claim(t, l, batch(a, b), new1, new1)
@@ -304,20 +305,21 @@ func testMoved(t *testing.T, l Subject) {
 			t.Fatalf("MarkStarted: %v", err)
 		}
 		for i, s := range started {
-			if s.Moved != want[i] {
-				t.Errorf("mark of %s (generation %d): Moved %v, want %v", s.WorkflowID, s.Generation, s.Moved, want[i])
+			if s.Recorded != want[i] {
+				t.Errorf("mark of %s (generation %d): Recorded %v, want %v", s.WorkflowID, s.Generation, s.Recorded, want[i])
 			}
 		}
 	}
 	// a pending: moved; b dead_lettered, x absent: not, though the caller
-	// set Moved.
+	// set Recorded.
 	mark([]bool{true, false, false},
 		processor.Started{WorkflowID: a.WorkflowID, RunID: "run-1", Generation: 1},
-		processor.Started{WorkflowID: b.WorkflowID, RunID: "run-b", Generation: 1, Moved: true},
-		processor.Started{WorkflowID: x.WorkflowID, RunID: "run-x", Generation: 1, Moved: true})
-	mark([]bool{false}, processor.Started{WorkflowID: a.WorkflowID, RunID: "run-1", Generation: 1}) // again
-	mark([]bool{true}, processor.Started{WorkflowID: a.WorkflowID, RunID: "run-2", Generation: 2})  // a re-run
-	mark([]bool{false}, processor.Started{WorkflowID: a.WorkflowID, RunID: "run-1", Generation: 1}) // late
+		processor.Started{WorkflowID: b.WorkflowID, RunID: "run-b", Generation: 1, Recorded: true},
+		processor.Started{WorkflowID: x.WorkflowID, RunID: "run-x", Generation: 1, Recorded: true})
+	mark([]bool{true}, processor.Started{WorkflowID: a.WorkflowID, RunID: "run-1", Generation: 1}) // again: found so
+	mark([]bool{true}, processor.Started{WorkflowID: a.WorkflowID, RunID: "run-2", Generation: 2}) // a re-run
+	mark([]bool{true}, processor.Started{WorkflowID: a.WorkflowID, RunID: "run-1", Generation: 1}) // late: a newer one
+	mark([]bool{false}, processor.Started{WorkflowID: b.WorkflowID, RunID: "run-b", Generation: 1})
 	holds(t, l, a, decide.LedgerStarted, "run-2")
 	holds(t, l, b, decide.LedgerDeadLettered, "")
 	holds(t, l, x, "", "")

@@ -43,48 +43,65 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 		return processor.PartitionEpoch{Group: groups[i], Topic: topics[i], Partition: parts[i], Epoch: epochs[i]}
 	})
 	for i := range started {
-		started[i].Moved = false
+		started[i].Recorded = false
 	}
 	var (
-		held  bool
-		moved []string // the workflow IDs of the rows the statement changed
+		held     bool
+		recorded []string // the workflow IDs of the rows started at their entry's generation or a newer one
 	)
+	// u holds the entries whose fence holds; up moves their rows; was
+	// reads, in the statement's snapshot (before up), those already
+	// started at the entry's generation or a newer one (an earlier try
+	// whose answer was lost, another router's mark): together, the rows
+	// the mark leaves started (Started.Recorded). A started row is never
+	// pending again, so was can only miss a row started concurrently.
 	err := p.pool.QueryRow(ctx, `
-WITH `+fenceCTE(9)+`, up AS (
+WITH `+fenceCTE(9)+`, u AS MATERIALIZED (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::uuid[], $5::text[], $6::text[], $7::int4[], $8::int8[])
+		AS u(workflow_id, run_id, generation, key, consumer_group, topic, kafka_partition, epoch)
+	WHERE u.epoch = 0 OR EXISTS (SELECT FROM fence WHERE (fence.consumer_group, fence.topic, fence.kafka_partition, fence.epoch) =
+		(u.consumer_group, u.topic, u.kafka_partition, u.epoch))
+), up AS (
 	UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), generation = greatest(l.generation, u.generation),
 		started_at = now(), updated_at = now()
-	FROM unnest($1::text[], $2::text[], $3::int4[], $4::uuid[], $5::text[], $6::text[], $7::int4[], $8::int8[])
-		AS u(workflow_id, run_id, generation, key, consumer_group, topic, kafka_partition, epoch)
+	FROM u
 	WHERE `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+` AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))
-		AND (u.epoch = 0 OR EXISTS (SELECT FROM fence WHERE (fence.consumer_group, fence.topic, fence.kafka_partition, fence.epoch) =
-			(u.consumer_group, u.topic, u.kafka_partition, u.epoch)))
 	RETURNING l.workflow_id
+), was AS (
+	SELECT u.workflow_id FROM u JOIN dedup_ledger l ON `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+`
+	WHERE l.state = 'started' AND l.generation >= u.generation
 )
-SELECT count(*) = cardinality($12::int8[]), coalesce((SELECT array_agg(workflow_id) FROM up), '{}') FROM fence`,
+SELECT count(*) = cardinality($12::int8[]),
+	coalesce((SELECT array_agg(workflow_id) FROM up), '{}') || coalesce((SELECT array_agg(workflow_id) FROM was), '{}')
+FROM fence`,
 		ids, runs, gens, keys, groups, topics, parts, epochs,
-		f.groups, f.topics, f.parts, f.epochs).Scan(&held, &moved)
+		f.groups, f.topics, f.parts, f.epochs).Scan(&held, &recorded)
 	if err != nil {
 		return p.classify(fmt.Errorf("marking %d workflows started: %w", len(started), err))
 	}
-	setMoved(started, moved)
 	if !held {
-		return p.classify(p.fenced(ctx, f))
+		err := p.fenced(ctx, f)
+		if _, ok := processor.IsFenced(err); ok {
+			setRecorded(started, recorded)
+		}
+		return p.classify(err)
 	}
+	setRecorded(started, recorded)
 	return nil
 }
 
-// setMoved sets Moved on the entries of started whose workflow IDs are in
-// moved (few: a mark's batch; usually all of them, in key order).
-func setMoved(started []processor.Started, moved []string) {
-	if len(moved) == 0 {
+// setRecorded sets Recorded on the entries of started whose workflow IDs
+// are in recorded (few: a mark's batch; usually all of them).
+func setRecorded(started []processor.Started, recorded []string) {
+	if len(recorded) == 0 {
 		return
 	}
-	in := make(map[string]bool, len(moved))
-	for _, id := range moved {
+	in := make(map[string]bool, len(recorded))
+	for _, id := range recorded {
 		in[id] = true
 	}
 	for i := range started {
-		started[i].Moved = in[started[i].WorkflowID]
+		started[i].Recorded = in[started[i].WorkflowID]
 	}
 }
 

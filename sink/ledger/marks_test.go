@@ -103,13 +103,13 @@ func (c *cancelOnStale) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.
 
 func (c *cancelOnStale) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// Ledger.MarkStarted's contract: Moved is whether this call changed its
-// row, "also when it returns a *FencedError for others; false for all on
-// any other error". A mark with one stale partition writes the other
-// partition's row, then reads which fences moved; when that read fails,
-// MarkStarted returns that error (not a *FencedError), yet the entry of
-// the row it wrote still says Moved.
-func TestAMarkThatFailsAfterItsWriteSaysNoRowMoved(t *testing.T) {
+// Ledger.MarkStarted's contract: Recorded is whether the call left the
+// row started, "also when it returns a *FencedError for others; false for
+// all on any other error". A mark with one stale partition writes the
+// other partition's row, then reads which fences moved; when that read
+// fails, MarkStarted returns that error (not a *FencedError), and no
+// entry says Recorded (at d34cb2d the row it wrote still said Moved).
+func TestAMarkThatFailsAfterItsWriteSaysNoRowRecorded(t *testing.T) {
 	base := open(t)
 	pc, err := pgxpool.ParseConfig(base.Pool().Config().ConnString())
 	if err != nil {
@@ -158,8 +158,8 @@ func TestAMarkThatFailsAfterItsWriteSaysNoRowMoved(t *testing.T) {
 	if err := base.Pool().QueryRow(ctx, `SELECT state FROM dedup_ledger WHERE workflow_id = $1`, b.WorkflowID).Scan(&st); err != nil || st != "started" {
 		t.Fatalf("b's row %q (%v): the mark's write did not land, the case did not happen", st, err)
 	}
-	if started[0].Moved || started[1].Moved {
-		t.Errorf("MarkStarted returned %v (not a *FencedError) with Moved %v, %v; want false for all",
-			err, started[0].Moved, started[1].Moved)
+	if started[0].Recorded || started[1].Recorded {
+		t.Errorf("MarkStarted returned %v (not a *FencedError) with Recorded %v, %v; want false for all",
+			err, started[0].Recorded, started[1].Recorded)
 	}
 }
