@@ -164,3 +164,26 @@ func testOlderGenerationTakesNothing(t *testing.T, l Subject) {
 	_, err = l.Ledger.Claim(ctx, batch(fenced(intent("b", "B"), decide.Fence{Group: "g", Epoch: e5[0]})))
 	wantFenced(t, "generation 5's claim after the confirmed Own", err, processor.PartitionEpoch{Group: "g", Topic: "events", Partition: 1, Epoch: e5[0]})
 }
+
+// Recorded is per entry: in one mark, an entry under a stale fence says
+// false even when another entry of the same workflow ID, under a fence
+// that holds, moves the row (Started.Recorded: false for entries under a
+// fence that no longer holds).
+func testRecordedPerEntryUnderAStaleFence(t *testing.T, l Subject) {
+	ctx := context.Background()
+	p1, p2 := processor.PartitionRef{Topic: "events", Partition: 1}, processor.PartitionRef{Topic: "events", Partition: 2}
+	fs := own(t, l, "r", p1, p2)
+	a := intent("a", "A")
+	claim(t, l, batch(fenced(a, fs[0])), new1)
+	own(t, l, "other", p1)
+	started := []processor.Started{
+		{WorkflowID: a.WorkflowID, RunID: "run-a", Generation: 1, Topic: "events", Partition: 1, Fence: fs[0]},
+		{WorkflowID: a.WorkflowID, RunID: "run-a", Generation: 1, Topic: "events", Partition: 2, Fence: fs[1]},
+	}
+	err := l.Ledger.MarkStarted(ctx, started)
+	wantFenced(t, "a mark with a stale partition", err, processor.PartitionEpoch{Group: "g", Topic: "events", Partition: 1, Epoch: fs[0].Epoch})
+	if started[0].Recorded || !started[1].Recorded {
+		t.Errorf("Recorded: the stale fence's entry %v, the held fence's %v; want false, true", started[0].Recorded, started[1].Recorded)
+	}
+	holds(t, l, a, decide.LedgerStarted, "run-a")
+}

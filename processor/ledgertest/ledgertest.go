@@ -56,6 +56,8 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"AFencedClaimWritesNothingOfItsBatch", testFencedClaimWritesNothing},
 		{"AFencedMarkWritesTheOtherPartitions", testFencedMarkWritesTheOthers},
 		{"AnOlderGenerationTakesNothing", testOlderGenerationTakesNothing},
+		{"RecordedIsPerEntryUnderAStaleFenceBesideAHeldOneOfTheSameID", testRecordedPerEntryUnderAStaleFence},
+		{"RecordedIsPerEntryForTwoGenerationsOfTheSameID", testRecordedPerEntryForTwoGenerations},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.test(t, newSubject(t)) })
@@ -323,6 +325,36 @@ func testRecorded(t *testing.T, l Subject) {
 	holds(t, l, a, decide.LedgerStarted, "run-2")
 	holds(t, l, b, decide.LedgerDeadLettered, "")
 	holds(t, l, x, "", "")
+}
+
+// Recorded is per entry, not per workflow ID: in one mark of two
+// entries of one ID at generations 2 and 3 (the row started at 1), an
+// entry says Recorded only if the row ends started at its generation or a
+// newer one.
+func testRecordedPerEntryForTwoGenerations(t *testing.T, l Subject) {
+	ctx := context.Background()
+	for _, order := range [][2]int{{2, 3}, {3, 2}} {
+		a := intent(fmt.Sprintf("gens-%d-%d", order[0], order[1]), "A")
+		claim(t, l, batch(a), new1)
+		markStarted(t, l, a, "run-1", 1)
+		started := []processor.Started{
+			{WorkflowID: a.WorkflowID, RunID: fmt.Sprintf("run-%d", order[0]), Generation: order[0]},
+			{WorkflowID: a.WorkflowID, RunID: fmt.Sprintf("run-%d", order[1]), Generation: order[1]},
+		}
+		if err := l.Ledger.MarkStarted(ctx, started); err != nil {
+			t.Fatalf("MarkStarted: %v", err)
+		}
+		vs, err := l.Ledger.Claim(ctx, batch(a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range started {
+			if s.Recorded && vs[0].Generation < s.Generation {
+				t.Errorf("generations %v: the entry of generation %d says Recorded, but the row is started at generation %d",
+					order, s.Generation, vs[0].Generation)
+			}
+		}
+	}
 }
 
 // MarkDeadLettered ends pending rows only: a started row stays started,
