@@ -26,10 +26,11 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	type mark struct {
 		s   processor.Started
 		key [16]byte
+		at  int // the entry's index in started
 	}
 	ms := make([]mark, len(started))
 	for i, s := range started {
-		ms[i] = mark{s, keyOf(s.WorkflowID)}
+		ms[i] = mark{s, keyOf(s.WorkflowID), i}
 	}
 	slices.SortFunc(ms, func(a, b mark) int { return bytes.Compare(a.key[:], b.key[:]) })
 	n := len(ms)
@@ -47,18 +48,21 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	}
 	var (
 		held     bool
-		recorded []string // the workflow IDs of the rows started at their entry's generation or a newer one
+		recorded []int64 // the ordinals (in ms, from 1) of the entries Recorded
 	)
-	// u holds the entries whose fence holds; up moves their rows; was
-	// reads, in the statement's snapshot (before up), those already
-	// started at the entry's generation or a newer one (an earlier try
-	// whose answer was lost, another router's mark): together, the rows
-	// the mark leaves started (Started.Recorded). A started row is never
-	// pending again, so was can only miss a row started concurrently.
+	// u holds the entries whose fence holds, with their ordinals; up
+	// moves their rows (of several entries of one row, one is applied)
+	// and answers the generations they now hold; was reads, in the
+	// statement's snapshot (before up), the rows already started at the
+	// entry's generation or a newer one (an earlier try whose answer was
+	// lost, another router's mark). An entry of u is Recorded when its
+	// row is in either at its generation or a newer one. A started row is
+	// never pending again, so was can only miss a row started
+	// concurrently: Recorded false, the safe side.
 	err := p.pool.QueryRow(ctx, `
 WITH `+fenceCTE(9)+`, u AS MATERIALIZED (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::uuid[], $5::text[], $6::text[], $7::int4[], $8::int8[])
-		AS u(workflow_id, run_id, generation, key, consumer_group, topic, kafka_partition, epoch)
+		WITH ORDINALITY AS u(workflow_id, run_id, generation, key, consumer_group, topic, kafka_partition, epoch, n)
 	WHERE u.epoch = 0 OR EXISTS (SELECT FROM fence WHERE (fence.consumer_group, fence.topic, fence.kafka_partition, fence.epoch) =
 		(u.consumer_group, u.topic, u.kafka_partition, u.epoch))
 ), up AS (
@@ -66,43 +70,34 @@ WITH `+fenceCTE(9)+`, u AS MATERIALIZED (
 		started_at = now(), updated_at = now()
 	FROM u
 	WHERE `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+` AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))
-	RETURNING l.workflow_id
+	RETURNING l.workflow_id, l.generation
 ), was AS (
-	SELECT u.workflow_id FROM u JOIN dedup_ledger l ON `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+`
+	SELECT u.n FROM u JOIN dedup_ledger l ON `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+`
 	WHERE l.state = 'started' AND l.generation >= u.generation
 )
 SELECT count(*) = cardinality($12::int8[]),
-	coalesce((SELECT array_agg(workflow_id) FROM up), '{}') || coalesce((SELECT array_agg(workflow_id) FROM was), '{}')
+	coalesce((SELECT array_agg(u.n) FROM u WHERE u.n IN (SELECT n FROM was)
+		OR EXISTS (SELECT FROM up WHERE up.workflow_id = u.workflow_id AND up.generation >= u.generation)), '{}')
 FROM fence`,
 		ids, runs, gens, keys, groups, topics, parts, epochs,
 		f.groups, f.topics, f.parts, f.epochs).Scan(&held, &recorded)
 	if err != nil {
 		return p.classify(fmt.Errorf("marking %d workflows started: %w", len(started), err))
 	}
+	setRecorded := func() {
+		for _, n := range recorded {
+			started[ms[n-1].at].Recorded = true
+		}
+	}
 	if !held {
 		err := p.fenced(ctx, f)
 		if _, ok := processor.IsFenced(err); ok {
-			setRecorded(started, recorded)
+			setRecorded()
 		}
 		return p.classify(err)
 	}
-	setRecorded(started, recorded)
+	setRecorded()
 	return nil
-}
-
-// setRecorded sets Recorded on the entries of started whose workflow IDs
-// are in recorded (few: a mark's batch; usually all of them).
-func setRecorded(started []processor.Started, recorded []string) {
-	if len(recorded) == 0 {
-		return
-	}
-	in := make(map[string]bool, len(recorded))
-	for _, id := range recorded {
-		in[id] = true
-	}
-	for i := range started {
-		started[i].Recorded = in[started[i].WorkflowID]
-	}
 }
 
 // MarkDeadLettered ends pending rows whose records were dead-lettered
