@@ -31,7 +31,7 @@
 //     arrives while this router is still starting the same workflow waits
 //     for that start instead of calling Temporal again; so does one whose
 //     claim read the row before that start's mark left it started, if its
-//     turn in the claimer comes after the mark (starts.go, marked).
+//     turn in the claimer comes after the mark (marked.go).
 //   - Rebalances: on revoke, in-flight records of the revoked partitions get
 //     RevokeTimeout to finish, then what finished is committed and the rest
 //     is abandoned uncommitted (the new owner re-drives it). On loss, nothing

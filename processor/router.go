@@ -29,7 +29,8 @@ import (
 //     (inFlight, inflight.go); gaps and lag (lagWatch, lag.go);
 //   - claimer (claimer.go): one ledger claim per batch, verdicts;
 //   - startPool (starts.go): one start in flight per workflow ID, waiters,
-//     the marker;
+//     the marker; a copy whose start was marked while it was claimed ends
+//     as its waiter (marked.go);
 //   - deadLetterWriter (deadletter.go): dead letters, written once;
 //   - health (health.go): retries, dependency state, the pause.
 type Router struct {
