@@ -80,9 +80,9 @@ func commands() cli.Table {
 		{
 			Name:    "validate",
 			Summary: "check a config file (and what dedup ingress checks at start) and exit",
-			Usage:   "--config FILE [--output json]",
-			Help:    "Exit code 0 when the config is valid, 2 when it is not (the error names the setting), 1 when a namespace Temporal answers for lacks the search attributes runs carry (the error names each and the command that creates it).",
-			Example: "dedup validate --config dedup.yaml --output json",
+			Usage:   "--config FILE [--worker] [--output json]",
+			Help:    "Exit code 0 when the config is valid, 2 when it is not (the error names the setting), 1 when a namespace Temporal answers for lacks the search attributes runs carry (the error names each and the command that creates it). With --worker, the file is checked as dedup worker reads it (no kafka section or routes needed).",
+			Example: "dedup validate --config dedup.yaml --output json\ndedup validate --worker --config worker.yaml",
 			Output:  true,
 			Flags:   validateFlags,
 		},
@@ -179,11 +179,56 @@ func (a validateAnswer) WriteText(w io.Writer) error {
 	return err
 }
 
+// workerValidateAnswer is what `dedup validate --worker` prints.
+type workerValidateAnswer struct {
+	Config    string `json:"config"`
+	OK        bool   `json:"ok"`
+	For       string `json:"for"` // "worker": the file was checked as dedup worker reads it
+	TaskQueue string `json:"task_queue"`
+	Namespace string `json:"namespace"`
+}
+
+func (a workerValidateAnswer) WriteText(w io.Writer) error {
+	_, err := fmt.Fprintf(w, "%s: ok for dedup worker (task queue %s, namespace %s)\n", a.Config, a.TaskQueue, a.Namespace)
+	return err
+}
+
+// validateWorker checks the file as `dedup worker` reads it
+// (config.LoadWorker: its worker, postgres, temporal and log sections),
+// and what the worker checks before it dials: the pool's configuration
+// (postgres.pooler's rule) and Temporal's client options (TLS and API
+// key files).
+func validateWorker(path string, args []string) (any, int, error) {
+	if len(args) > 0 {
+		return nil, cli.ExitUsage, fmt.Errorf("unexpected arguments %q (flags only)", args)
+	}
+	cfg, err := config.LoadWorker(path)
+	if err != nil {
+		return nil, cli.ExitUsage, err
+	}
+	if _, err := cfg.Postgres.PoolConfig(); err != nil {
+		return nil, cli.ExitUsage, err
+	}
+	if _, err := cfg.Temporal.ClientOptions(nil); err != nil {
+		return nil, cli.ExitUsage, err
+	}
+	return workerValidateAnswer{Config: path, OK: true, For: "worker", TaskQueue: cfg.Worker.TaskQueue, Namespace: cfg.Temporal.Namespace}, 0, nil
+}
+
 func validateFlags(fs *flag.FlagSet) cli.Run {
 	path := fs.String("config", "dedup.yaml", "config file (YAML)")
+	worker := fs.Bool("worker", false, "check the file as dedup worker reads it: its worker, postgres, temporal and log sections only (a file for the worker alone needs no kafka section or routes)")
 	return func(ctx context.Context, inv cli.Invocation) (any, int, error) {
+		if *worker {
+			return validateWorker(*path, inv.Args)
+		}
 		cfg, err := loadConfig(*path, inv.Args)
 		if err != nil {
+			if len(inv.Args) == 0 {
+				if _, werr := config.LoadWorker(*path); werr == nil {
+					err = fmt.Errorf("%w (the file is valid for dedup worker: check it as the worker reads it with dedup validate --worker)", err)
+				}
+			}
 			return nil, cli.ExitUsage, err
 		}
 		// What dedup ingress checks at start, too: the routers share the

@@ -52,3 +52,51 @@ func TestValidateRunsTheIngressChecks(t *testing.T) {
 		}
 	}
 }
+
+// A file written for `dedup worker` alone (no kafka section, no routes)
+// is checked as the worker reads it with --worker: its own sections,
+// naming the field, and what the worker checks before it dials
+// (postgres.url's pooler rule, temporal's TLS files). Without --worker,
+// the router's check refuses it, and its error says how to check it.
+func TestValidateWorkerChecksAWorkerOnlyFileAsTheWorkerReadsIt(t *testing.T) {
+	dir := t.TempDir()
+	write := func(content string) string {
+		t.Helper()
+		p := filepath.Join(dir, "worker.yaml")
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const workerOnly = "postgres: {url: \"postgres://u@127.0.0.1/d\"}\n" +
+		"temporal: {host_port: \"127.0.0.1:7233\", namespace: default}\n"
+	good := write(workerOnly + "worker: {task_queue: activities}\n")
+	code, out, errOut := dedup("validate", "--worker", "--config", good)
+	if code != 0 || !strings.Contains(out, "ok") || !strings.Contains(out, "activities") {
+		t.Fatalf("validate --worker of a worker-only file: %d %q %q, want ok naming its task queue", code, out, errOut)
+	}
+	code, out, errOut = dedup("validate", "--worker", "--output", "json", "--config", good)
+	if code != 0 || !strings.Contains(out, `"for": "worker"`) || !strings.Contains(out, `"task_queue": "activities"`) {
+		t.Fatalf("validate --worker --output json: %d %q %q", code, out, errOut)
+	}
+	// Without --worker: the router's check refuses it and says how to
+	// check the file for the worker.
+	code, _, errOut = dedup("validate", "--config", good)
+	if code != 2 || !strings.Contains(errOut, "kafka") || !strings.Contains(errOut, "dedup validate --worker") {
+		t.Fatalf("validate of a worker-only file: %d %q, want exit 2 naming kafka and --worker", code, errOut)
+	}
+	for _, c := range []struct{ file, want string }{
+		{workerOnly + "worker: {stop_timeout: -1s}\n", "worker.stop_timeout"},
+		{workerOnly + "worker: {nosuchkey: 1}\n", "nosuchkey"},
+		{"postgres: {url: \"postgres://u@127.0.0.1/d?statement_timeout=5000\", pooler: transaction}\n", "statement_timeout"},
+		{"postgres: {url: \"postgres://u@127.0.0.1/d\"}\ntemporal: {host_port: \"127.0.0.1:7233\", tls: {ca_file: " + filepath.Join(dir, "missing.pem") + "}}\n", "temporal.tls"},
+	} {
+		code, _, errOut := dedup("validate", "--worker", "--config", write(c.file))
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("validate --worker of %q: %d %q, want exit 2 naming %s", c.file, code, errOut, c.want)
+		}
+		if strings.Contains(errOut, "dedup validate --worker") {
+			t.Errorf("validate --worker of %q suggests --worker: %q", c.file, errOut)
+		}
+	}
+}
