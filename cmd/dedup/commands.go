@@ -215,6 +215,15 @@ func validateWorker(path string, args []string) (any, int, error) {
 	return workerValidateAnswer{Config: path, OK: true, For: "worker", TaskQueue: cfg.Worker.TaskQueue, Namespace: cfg.Temporal.Namespace}, 0, nil
 }
 
+// workerOnly is whether the file at path is one written for `dedup
+// worker` alone: valid as the worker reads it, with no routes and no
+// Kafka brokers or topics. A router's file with a bad kafka setting is not
+// (its error is the router's alone).
+func workerOnly(path string) bool {
+	cfg, err := config.LoadWorker(path)
+	return err == nil && len(cfg.Routes) == 0 && len(cfg.Kafka.Brokers) == 0 && len(cfg.Kafka.Topics) == 0
+}
+
 func validateFlags(fs *flag.FlagSet) cli.Run {
 	path := fs.String("config", "dedup.yaml", "config file (YAML)")
 	worker := fs.Bool("worker", false, "check the file as dedup worker reads it: its worker, postgres, temporal and log sections only (a file for the worker alone needs no kafka section or routes)")
@@ -224,10 +233,8 @@ func validateFlags(fs *flag.FlagSet) cli.Run {
 		}
 		cfg, err := loadConfig(*path, inv.Args)
 		if err != nil {
-			if len(inv.Args) == 0 {
-				if _, werr := config.LoadWorker(*path); werr == nil {
-					err = fmt.Errorf("%w (the file is valid for dedup worker: check it as the worker reads it with dedup validate --worker)", err)
-				}
+			if len(inv.Args) == 0 && workerOnly(*path) {
+				err = fmt.Errorf("%w (the file is valid for dedup worker: check it as the worker reads it with dedup validate --worker)", err)
 			}
 			return nil, cli.ExitUsage, err
 		}

@@ -85,6 +85,13 @@ func TestValidateWorkerChecksAWorkerOnlyFileAsTheWorkerReadsIt(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "kafka") || !strings.Contains(errOut, "dedup validate --worker") {
 		t.Fatalf("validate of a worker-only file: %d %q, want exit 2 naming kafka and --worker", code, errOut)
 	}
+	// A router's file with a bad kafka setting gets the router's error
+	// alone: it is no worker's file.
+	code, _, errOut = dedup("validate", "--config", write(workerOnly+"kafka: {group: g, topics: [t], reset_offset: earliest}\n"+
+		"routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]\n"))
+	if code != 2 || !strings.Contains(errOut, "kafka.brokers") || strings.Contains(errOut, "--worker") {
+		t.Fatalf("validate of a router's file without brokers: %d %q, want exit 2 naming kafka.brokers, not --worker", code, errOut)
+	}
 	for _, c := range []struct{ file, want string }{
 		{workerOnly + "worker: {stop_timeout: -1s}\n", "worker.stop_timeout"},
 		{workerOnly + "worker: {nosuchkey: 1}\n", "nosuchkey"},
