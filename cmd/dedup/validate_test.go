@@ -107,3 +107,26 @@ func TestValidateWorkerChecksAWorkerOnlyFileAsTheWorkerReadsIt(t *testing.T) {
 		}
 	}
 }
+
+// dedup worker listens on worker.admin_listen first, before it dials
+// PostgreSQL or Temporal (app.RunWorker, serveAdmin): an address it cannot
+// listen on stops it at start. validate --worker refuses that file too,
+// naming worker.admin_listen, with exit code 2.
+func TestValidateWorkerRefusesAnAdminListenTheWorkerCannotListenOn(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "worker.yaml")
+	if err := os.WriteFile(p, []byte("postgres: {url: \"postgres://u@127.0.0.1/d\"}\n"+
+		"temporal: {host_port: \"127.0.0.1:7233\", namespace: default}\n"+
+		"worker: {task_queue: activities, admin_listen: nonsense}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The worker refuses it at start, before it dials anything.
+	code, _, errOut := dedup("worker", "--config", p)
+	if code == 0 || !strings.Contains(errOut, "worker.admin_listen") {
+		t.Fatalf("dedup worker: %d %q, want it refused at start naming worker.admin_listen", code, errOut)
+	}
+	code, out, errOut := dedup("validate", "--worker", "--config", p)
+	if code != 2 || !strings.Contains(errOut, "worker.admin_listen") {
+		t.Errorf("validate --worker of a file the worker refuses at start (%s): %d %q %q, want exit 2 naming worker.admin_listen", "admin_listen: nonsense", code, out, errOut)
+	}
+}
+
