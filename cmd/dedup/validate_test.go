@@ -130,3 +130,29 @@ func TestValidateWorkerRefusesAnAdminListenTheWorkerCannotListenOn(t *testing.T)
 	}
 }
 
+// Plain validate's hint on a worker-only file says "the file is valid for
+// dedup worker". It may say so only of a file validate --worker accepts:
+// one whose temporal.api_key_file or temporal.tls files are missing is
+// refused by validate --worker (and by the worker at start), and the hint
+// must not call it valid.
+func TestValidateSaysTheFileIsValidForTheWorkerOnlyWhenValidateWorkerAcceptsIt(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing")
+	for _, temporal := range []string{
+		"temporal: {host_port: \"127.0.0.1:7233\", api_key_file: " + missing + "}\n",
+		"temporal: {host_port: \"127.0.0.1:7233\", tls: {ca_file: " + missing + "}}\n",
+	} {
+		p := filepath.Join(dir, "worker.yaml")
+		if err := os.WriteFile(p, []byte("postgres: {url: \"postgres://u@127.0.0.1/d\"}\n"+temporal), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		wcode, _, werr := dedup("validate", "--worker", "--config", p)
+		if wcode != 2 {
+			t.Fatalf("validate --worker of %q: %d %q, want exit 2", temporal, wcode, werr)
+		}
+		code, _, errOut := dedup("validate", "--config", p)
+		if code != 2 || strings.Contains(errOut, "valid for dedup worker") {
+			t.Errorf("validate of a worker-only file that validate --worker refuses (%q): %d %q, want exit 2 without calling it valid for dedup worker", strings.TrimSpace(werr), code, errOut)
+		}
+	}
+}
