@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dedupio/dedup/connect/tracing/otlp"
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/worker/tenants"
 )
 
 // dedup validate runs what dedup ingress checks at start: the exposure
@@ -127,6 +132,57 @@ func TestValidateWorkerRefusesAnAdminListenTheWorkerCannotListenOn(t *testing.T)
 	code, out, errOut := dedup("validate", "--worker", "--config", p)
 	if code != 2 || !strings.Contains(errOut, "worker.admin_listen") {
 		t.Errorf("validate --worker of a file the worker refuses at start (%s): %d %q %q, want exit 2 naming worker.admin_listen", "admin_listen: nonsense", code, out, errOut)
+	}
+}
+
+// dedup worker reads the files its sections name at start: the tenants'
+// mail password (worker.tenants.smtp.password_file) and the mail server's
+// CA (worker.tenants.smtp.tls, tenants.New), and the tracing exporter's
+// headers (tracing.otlp.headers_file, otlp.New); a missing or malformed
+// one stops it. validate --worker, which checks the file as the worker
+// reads it, refuses them too, naming the setting, with exit code 2.
+func TestValidateWorkerReadsTheFilesTheWorkerReadsAtStart(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing")
+	badHeaders := filepath.Join(dir, "headers")
+	if err := os.WriteFile(badHeaders, []byte("no colon here\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const base = "postgres: {url: \"postgres://u@127.0.0.1/d\"}\n" +
+		"temporal: {host_port: \"127.0.0.1:7233\", namespace: default}\n"
+	for _, c := range []struct{ file, want string }{
+		{base + "worker: {task_queue: q, tenants: {enabled: true, smtp: {host: 127.0.0.1, port: 25, from: hello@example.com, username: u, password_file: " + missing + "}}}\n",
+			"worker.tenants.smtp.password_file"},
+		{base + "worker: {task_queue: q, tenants: {enabled: true, smtp: {host: mail.example.com, port: 587, from: hello@example.com, tls: {ca_file: " + missing + "}}}}\n",
+			"worker.tenants.smtp.tls"},
+		{base + "worker: {task_queue: q}\ntracing: {exporter: otlp, otlp: {endpoint: \"collector.example.com:4317\", headers_file: " + missing + "}}\n",
+			"tracing.otlp.headers_file"},
+		{base + "worker: {task_queue: q}\ntracing: {exporter: otlp, otlp: {endpoint: \"collector.example.com:4317\", headers_file: " + badHeaders + "}}\n",
+			"tracing.otlp.headers_file"},
+	} {
+		p := filepath.Join(dir, "worker.yaml")
+		if err := os.WriteFile(p, []byte(c.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// What the worker does with the file at start (app.RunWorker:
+		// workerTasks' tenants.New, startTracing's otlp.New) refuses it.
+		cfg, err := config.LoadWorker(p)
+		if err != nil {
+			t.Fatalf("LoadWorker(%q): %v", c.file, err)
+		}
+		var startErr error
+		if cfg.Worker.Tenants.Enabled {
+			_, startErr = tenants.NewMailer(cfg.Worker.Tenants.SMTP, "worker.tenants.smtp")
+		} else {
+			_, startErr = otlp.New(context.Background(), cfg.Tracing, "dedup-worker")
+		}
+		if startErr == nil || !strings.Contains(startErr.Error(), c.want) {
+			t.Fatalf("the worker's start with %q: %v, want an error naming %s", c.file, startErr, c.want)
+		}
+		code, out, errOut := dedup("validate", "--worker", "--config", p)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("validate --worker of a file the worker refuses at start (%v): %d %q %q, want exit 2 naming %s", startErr, code, out, errOut, c.want)
+		}
 	}
 }
 
