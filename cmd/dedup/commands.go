@@ -193,34 +193,36 @@ func (a workerValidateAnswer) WriteText(w io.Writer) error {
 	return err
 }
 
-// validateWorker checks the file as `dedup worker` reads it
-// (config.LoadWorker: its worker, postgres, temporal and log sections),
-// and what the worker checks before it dials: the pool's configuration
-// (postgres.pooler's rule) and Temporal's client options (TLS and API
-// key files).
-func validateWorker(path string, args []string) (any, int, error) {
+// checkWorker loads the file at path as `dedup worker` does
+// (config.LoadWorker: its worker, postgres, temporal and log sections) and
+// checks what the worker checks at start before it listens and dials
+// (app.CheckWorker).
+func checkWorker(ctx context.Context, path string) (config.Config, error) {
+	cfg, err := config.LoadWorker(path)
+	if err != nil {
+		return config.Config{}, err
+	}
+	return cfg, app.CheckWorker(ctx, cfg)
+}
+
+// validateWorker is `dedup validate --worker`.
+func validateWorker(ctx context.Context, path string, args []string) (any, int, error) {
 	if len(args) > 0 {
 		return nil, cli.ExitUsage, fmt.Errorf("unexpected arguments %q (flags only)", args)
 	}
-	cfg, err := config.LoadWorker(path)
+	cfg, err := checkWorker(ctx, path)
 	if err != nil {
-		return nil, cli.ExitUsage, err
-	}
-	if _, err := cfg.Postgres.PoolConfig(); err != nil {
-		return nil, cli.ExitUsage, err
-	}
-	if _, err := cfg.Temporal.ClientOptions(nil); err != nil {
 		return nil, cli.ExitUsage, err
 	}
 	return workerValidateAnswer{Config: path, OK: true, For: "worker", TaskQueue: cfg.Worker.TaskQueue, Namespace: cfg.Temporal.Namespace}, 0, nil
 }
 
 // workerOnly is whether the file at path is one written for `dedup
-// worker` alone: valid as the worker reads it, with no routes and no
+// worker` alone: one validate --worker accepts, with no routes and no
 // Kafka brokers or topics. A router's file with a bad kafka setting is not
 // (its error is the router's alone).
-func workerOnly(path string) bool {
-	cfg, err := config.LoadWorker(path)
+func workerOnly(ctx context.Context, path string) bool {
+	cfg, err := checkWorker(ctx, path)
 	return err == nil && len(cfg.Routes) == 0 && len(cfg.Kafka.Brokers) == 0 && len(cfg.Kafka.Topics) == 0
 }
 
@@ -229,11 +231,11 @@ func validateFlags(fs *flag.FlagSet) cli.Run {
 	worker := fs.Bool("worker", false, "check the file as dedup worker reads it: its worker, postgres, temporal and log sections only (a file for the worker alone needs no kafka section or routes)")
 	return func(ctx context.Context, inv cli.Invocation) (any, int, error) {
 		if *worker {
-			return validateWorker(*path, inv.Args)
+			return validateWorker(ctx, *path, inv.Args)
 		}
 		cfg, err := loadConfig(*path, inv.Args)
 		if err != nil {
-			if len(inv.Args) == 0 && workerOnly(*path) {
+			if len(inv.Args) == 0 && workerOnly(ctx, *path) {
 				err = fmt.Errorf("%w (the file is valid for dedup worker: check it as the worker reads it with dedup validate --worker)", err)
 			}
 			return nil, cli.ExitUsage, err
