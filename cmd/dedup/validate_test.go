@@ -266,3 +266,26 @@ func TestValidateWorkerRefusesARetrySectionTheWorkerCannotWaitWith(t *testing.T)
 		}
 	}
 }
+
+// dedup worker listens on worker.admin_listen first (serveAdmin): a host
+// that is no IP and no host name ("*:9465", the all-interfaces form of
+// other servers; Go's resolver refuses it without asking DNS) stops it at
+// start, before it dials anything. validate --worker, which checks
+// admin_listen's form, accepts it: it must refuse it, naming
+// worker.admin_listen, with exit code 2.
+func TestValidateWorkerRefusesAnAdminListenHostTheWorkerCannotListenOn(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "worker.yaml")
+	if err := os.WriteFile(p, []byte("postgres: {url: \"postgres://u@127.0.0.1/d\"}\n"+
+		"temporal: {host_port: \"127.0.0.1:7233\", namespace: default}\n"+
+		"worker: {task_queue: activities, admin_listen: \"*:0\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := dedup("worker", "--config", p)
+	if code == 0 || !strings.Contains(errOut, "worker.admin_listen") {
+		t.Fatalf("dedup worker: %d %q, want it refused at start naming worker.admin_listen", code, errOut)
+	}
+	code, out, errOut := dedup("validate", "--worker", "--config", p)
+	if code != 2 || !strings.Contains(errOut, "worker.admin_listen") {
+		t.Errorf("validate --worker of a file the worker refuses at start (%s): %d %q %q, want exit 2 naming worker.admin_listen", "admin_listen: \"*:0\"", code, out, errOut)
+	}
+}
