@@ -289,3 +289,26 @@ func TestValidateWorkerRefusesAnAdminListenHostTheWorkerCannotListenOn(t *testin
 		t.Errorf("validate --worker of a file the worker refuses at start (%s): %d %q %q, want exit 2 naming worker.admin_listen", "admin_listen: \"*:0\"", code, out, errOut)
 	}
 }
+
+// validate --worker's errors never show a password: postgres.url's is
+// kept out of its errors; so must be one in tracing.otlp.endpoint's user
+// info ("https://user:password@collector/..."), which the refusal of an
+// endpoint with no host quotes whole.
+func TestValidateWorkerDoesNotShowTheTracingEndpointsPassword(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "worker.yaml")
+	if err := os.WriteFile(p, []byte("postgres: {url: \"postgres://u@127.0.0.1/d\"}\n"+
+		"temporal: {host_port: \"127.0.0.1:7233\", namespace: default}\n"+
+		"worker: {task_queue: activities}\n"+
+		"tracing: {exporter: otlp, otlp: {endpoint: \"https://user:hunter2@/v1/traces\"}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"validate", "--worker", "--config", p}, {"validate", "--worker", "--output", "json", "--config", p}} {
+		code, out, errOut := dedup(args...)
+		if code != 2 || !strings.Contains(out+errOut, "tracing.otlp.endpoint") {
+			t.Errorf("%v: %d %q %q, want exit 2 naming tracing.otlp.endpoint", args, code, out, errOut)
+		}
+		if strings.Contains(out+errOut, "hunter2") {
+			t.Errorf("%v shows the endpoint's password: %q %q", args, out, errOut)
+		}
+	}
+}
