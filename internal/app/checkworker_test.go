@@ -27,3 +27,13 @@ func TestCheckWorkerLeavesNothingRunningWhenItsContextIsDone(t *testing.T) {
 	_ = CheckWorker(ctx, cfg) // an error is fine; goroutines left running are not
 	time.Sleep(500 * time.Millisecond)
 }
+
+// CheckWorker is exported: called with a config that was not loaded
+// (config.Config{}: no task queue, no log format, retry 0), it must not
+// call it fit for dedup worker, which cannot run with it (an empty task
+// queue, a wait with no backoff).
+func TestCheckWorkerRefusesAConfigTheWorkerCannotRunWith(t *testing.T) {
+	if err := CheckWorker(context.Background(), config.Config{}); err == nil {
+		t.Errorf("CheckWorker(config.Config{}): nil, want an error naming what the worker lacks (worker.task_queue)")
+	}
+}
