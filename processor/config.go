@@ -153,6 +153,16 @@ type RetryConfig struct {
 	Max     time.Duration `yaml:"max"`
 }
 
+// Validate names the retry section's invalid field: the backoff needs
+// 0 < initial <= max (a zero initial retries without a pause, a negative
+// one cannot be waited with).
+func (r RetryConfig) Validate() error {
+	if r.Initial <= 0 || r.Max < r.Initial {
+		return fmt.Errorf("retry.initial/retry.max: %s/%s, want 0 < initial <= max", r.Initial, r.Max)
+	}
+	return nil
+}
+
 // DefaultConfig leaves Brokers, Group, Topics, ResetOffset and Routes to
 // the user.
 func DefaultConfig() Config {
@@ -205,8 +215,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("kafka.no_route: %q, want skip or dead_letter", c.NoRoute)
 	case c.MaxValueBytes > 2<<20:
 		return fmt.Errorf("kafka.max_value_bytes: %d is over Temporal's 2 MiB payload limit", c.MaxValueBytes)
-	case c.Retry.Initial <= 0 || c.Retry.Max < c.Retry.Initial:
-		return fmt.Errorf("retry.initial/retry.max: %s/%s, want 0 < initial <= max", c.Retry.Initial, c.Retry.Max)
+	case c.Retry.Validate() != nil:
+		return c.Retry.Validate()
 	case c.Starts.Concurrency <= 0:
 		return fmt.Errorf("starts.concurrency: %d, want > 0", c.Starts.Concurrency)
 	case c.Starts.MarkBatch <= 0:

@@ -399,6 +399,10 @@ func (c *Config) validateShared() error {
 	if err := c.Tracing.Validate(); err != nil {
 		return err
 	}
+	// The worker waits for its dependencies with the retry backoff too.
+	if err := c.Retry.Validate(); err != nil {
+		return err
+	}
 	switch c.Log.Format {
 	case "json", "text":
 	default:
