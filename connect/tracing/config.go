@@ -90,7 +90,12 @@ func (c Config) Validate() error {
 	if strings.Contains(c.OTLP.Endpoint, "://") {
 		u, err := url.Parse(c.OTLP.Endpoint)
 		if err != nil || u.Host == "" {
-			return fmt.Errorf("tracing.otlp.endpoint: %q: want host:port", c.OTLP.Endpoint)
+			// Without the user info: it may hold a password.
+			shown := "(not a URL)"
+			if err == nil {
+				shown = u.Redacted()
+			}
+			return fmt.Errorf("tracing.otlp.endpoint: %q: want host:port", shown)
 		}
 		hostPort = u.Host
 	}
