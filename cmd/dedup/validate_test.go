@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dedupio/dedup/connect/tracing/otlp"
 	"github.com/dedupio/dedup/internal/config"
@@ -217,23 +215,18 @@ func TestValidateSaysTheFileIsValidForTheWorkerOnlyWhenValidateWorkerAcceptsIt(t
 
 // dedup worker waits for PostgreSQL and Temporal with the retry section's
 // backoff (app.RunWorker: deps.waitFor, cfg.Retry), which config.LoadWorker
-// does not check: with retry.initial: -1s it panics the first time a
-// dependency is down at start (rand.N of a negative), and with 0 it
-// retries without a pause. The router's check (config.Load) refuses both
-// ("want 0 < initial <= max"). validate --worker, which says the file is
-// fit for dedup worker, must refuse them too, naming retry, with exit
-// code 2.
+// did not check: with retry.initial: -1s it panicked the first time a
+// dependency was down at start (rand.N of a negative), and with 0 it
+// retried without a pause. The router's check (config.Load) refuses both
+// ("want 0 < initial <= max"). dedup worker now refuses them at start,
+// and validate --worker, which says the file is fit for dedup worker,
+// refuses them too, naming retry, with exit code 2.
 func TestValidateWorkerRefusesARetrySectionTheWorkerCannotWaitWith(t *testing.T) {
-	if p := os.Getenv("DEDUP_TEST_WORKER_CONFIG"); p != "" {
-		// The child: dedup worker itself, with PostgreSQL and Temporal down.
-		dedup("worker", "--config", p)
-		return
-	}
 	dir := t.TempDir()
 	const base = "postgres: {url: \"postgres://u@127.0.0.1:1/d\"}\n" +
 		"temporal: {host_port: \"127.0.0.1:1\", namespace: default}\n" +
 		"worker: {task_queue: q, admin_listen: \"127.0.0.1:0\"}\n"
-	for i, retry := range []string{"retry: {initial: -1s}\n", "retry: {initial: 0s}\n", "retry: {initial: 10s, max: 1ms}\n"} {
+	for _, retry := range []string{"retry: {initial: -1s}\n", "retry: {initial: 0s}\n", "retry: {initial: 10s, max: 1ms}\n"} {
 		p := filepath.Join(dir, "worker.yaml")
 		if err := os.WriteFile(p, []byte(base+retry), 0o600); err != nil {
 			t.Fatal(err)
@@ -247,18 +240,10 @@ func TestValidateWorkerRefusesARetrySectionTheWorkerCannotWaitWith(t *testing.T)
 		if _, err := config.Load(router); err == nil || !strings.Contains(err.Error(), "retry") {
 			t.Fatalf("the router's check of %q: %v, want it refused naming retry", retry, err)
 		}
-		if i == 0 {
-			// What dedup worker does with it: it dies at start.
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestValidateWorkerRefusesARetrySectionTheWorkerCannotWaitWith$")
-			cmd.Env = append(os.Environ(), "DEDUP_TEST_WORKER_CONFIG="+p)
-			out, err := cmd.CombinedOutput()
-			cancel()
-			if err == nil || !strings.Contains(string(out), "panic: invalid argument to N") {
-				t.Logf("dedup worker with %q: %v, %.300s", retry, err, out)
-			} else {
-				t.Logf("dedup worker with %q, PostgreSQL down: panic: invalid argument to N (internal/app/deps.go waitFor)", retry)
-			}
+		// dedup worker refuses it at start, before it dials (it panicked
+		// on -1s once PostgreSQL was found down).
+		if code, _, errOut := dedup("worker", "--config", p); code != 2 || !strings.Contains(errOut, "retry") {
+			t.Errorf("dedup worker with %q: %d %q, want exit 2 naming retry", strings.TrimSpace(retry), code, errOut)
 		}
 		code, out, errOut := dedup("validate", "--worker", "--config", p)
 		if code != 2 || !strings.Contains(errOut, "retry") {
