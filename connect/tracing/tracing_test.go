@@ -52,3 +52,23 @@ func TestConfigRefusesACredentialInPlaintextOffThisMachine(t *testing.T) {
 		}
 	}
 }
+
+// Validate's refusals never show a password from tracing.otlp.endpoint:
+// the refusal of a URL without a host shows it redacted, and so must the
+// refusal of plaintext off this machine, which names the collector's host.
+// An endpoint in the host:port form with user info before it
+// ("user:password@collector:4317", no scheme) has no port net.SplitHostPort
+// can split off, so the whole endpoint, password and all, is taken for the
+// host and quoted.
+func TestConfigDoesNotShowTheEndpointsPasswordInThePlaintextRefusal(t *testing.T) {
+	for _, endpoint := range []string{"user:hunter2@collector.example.com:4317", "//user:hunter2@collector.example.com:4317"} {
+		err := (Config{Exporter: ExporterOTLP, OTLP: OTLP{Endpoint: endpoint, Insecure: true, HeadersFile: "/run/secrets/otlp"}}).Validate()
+		if err == nil || !strings.HasPrefix(err.Error(), "tracing.otlp") {
+			t.Errorf("endpoint %q: %v, want an error naming tracing.otlp", endpoint, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("endpoint %q: the refusal shows its password: %v", endpoint, err)
+		}
+	}
+}
