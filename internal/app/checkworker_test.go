@@ -149,3 +149,23 @@ func TestCheckWorkerAcceptsAnAdminListenHostNameTheWorkerListensOn(t *testing.T)
 		}
 	}
 }
+
+// A host of dotted numbers that is no IP address ("10.0.0", an octet
+// short; "127.1"; "127.000.000.001", leading zeros) is no host name
+// either: Go's resolver refuses it without asking DNS, even one that
+// would answer for it, so dedup worker stops at start on it. CheckWorker
+// takes it for a DNS name (dnsName: letters, digits and hyphens); it must
+// refuse it, naming worker.admin_listen.
+func TestCheckWorkerRefusesAnAdminListenNumericHostTheWorkerCannotListenOn(t *testing.T) {
+	saved := net.DefaultResolver
+	net.DefaultResolver = &net.Resolver{PreferGo: true, Dial: fakeDNS} // answers every name
+	defer func() { net.DefaultResolver = saved }()
+	for _, addr := range []string{"10.0.0:0", "127.1:0", "127.000.000.001:0"} {
+		if err := workerListens(addr); err == nil || !strings.Contains(err.Error(), "worker.admin_listen") {
+			t.Fatalf("the worker's listen on %q: %v, want it refused naming worker.admin_listen", addr, err)
+		}
+		if err := CheckWorker(context.Background(), workerCfg(t, addr)); err == nil || !strings.Contains(err.Error(), "worker.admin_listen") {
+			t.Errorf("CheckWorker with worker.admin_listen %q, which the worker cannot listen on (%v): %v, want an error naming worker.admin_listen", addr, workerListens(addr), err)
+		}
+	}
+}
