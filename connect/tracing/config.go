@@ -90,14 +90,11 @@ func (c Config) Validate() error {
 	if strings.Contains(c.OTLP.Endpoint, "://") {
 		u, err := url.Parse(c.OTLP.Endpoint)
 		if err != nil || u.Host == "" {
-			// Without the user info: it may hold a password.
-			shown := "(not a URL)"
-			if err == nil {
-				shown = u.Redacted()
-			}
-			return fmt.Errorf("tracing.otlp.endpoint: %q: want host:port", shown)
+			return fmt.Errorf("tracing.otlp.endpoint: %q: want host:port", ShownEndpoint(c.OTLP.Endpoint))
 		}
 		hostPort = u.Host
+	} else if strings.Contains(hostPort, "@") {
+		return fmt.Errorf("tracing.otlp.endpoint: %q: want host:port, without user info (credentials go in tracing.otlp.headers_file)", ShownEndpoint(c.OTLP.Endpoint))
 	}
 	host := hostPort
 	if h, _, err := net.SplitHostPort(hostPort); err == nil {
@@ -108,4 +105,29 @@ func (c Config) Validate() error {
 			"drop insecure (TLS that verifies the collector), or accept the risk with tracing.otlp.allow_insecure: true", host)
 	}
 	return nil
+}
+
+// ShownEndpoint is an OTLP endpoint as errors and logs show it: without
+// user info (a URL's, or a bare "user:password@host:port"'s), which may
+// hold a credential.
+func ShownEndpoint(e string) string {
+	afterAt := func(s string) string {
+		if i := strings.LastIndex(s, "@"); i >= 0 {
+			return s[i+1:]
+		}
+		return s
+	}
+	scheme, rest, isURL := strings.Cut(e, "://")
+	if !isURL {
+		return afterAt(e)
+	}
+	if u, err := url.Parse(e); err == nil {
+		u.User = nil
+		return u.String()
+	}
+	host, path, _ := strings.Cut(rest, "/")
+	if path != "" {
+		path = "/" + path
+	}
+	return scheme + "://" + afterAt(host) + path
 }

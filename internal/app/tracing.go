@@ -21,7 +21,7 @@ func startTracing(ctx context.Context, cfg config.Config, service string, given 
 	if err != nil || tr == nil {
 		return nil, func() {}, err
 	}
-	log.Info("tracing on", "exporter", cfg.Tracing.Exporter, "endpoint", cfg.Tracing.OTLP.Endpoint)
+	log.Info("tracing on", "exporter", cfg.Tracing.Exporter, "endpoint", tracing.ShownEndpoint(cfg.Tracing.OTLP.Endpoint))
 	return tr, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
