@@ -2,9 +2,10 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/dedupio/dedup/connect/tracing/otlp"
@@ -52,9 +53,11 @@ func CheckWorker(ctx context.Context, cfg config.Config) error {
 }
 
 // listenForm is whether addr ("" for none) has the form of an address
-// net.Listen takes: host:port, the host empty, an IP literal or a DNS
-// name, the port a number or a service name. Whether the name resolves,
-// or the address is this host's, is the worker's host's to say.
+// net.Listen takes: host:port, the port a number or a service name, the
+// host empty, an IP literal (a zone on IPv6 only), or a name. The host is
+// read by Go's own resolver, net.Listen's, with its DNS cut off: a form it
+// refuses before asking DNS is refused; a name it would ask DNS for passes,
+// since whether it resolves is the worker's host's to say.
 func listenForm(addr string) error {
 	if addr == "" {
 		return nil
@@ -66,30 +69,18 @@ func listenForm(addr string) error {
 	if _, err := net.LookupPort("tcp", port); err != nil {
 		return err
 	}
-	ip, _, _ := strings.Cut(host, "%") // an IPv6 zone
-	if host == "" || net.ParseIP(ip) != nil || dnsName(host) {
+	if host == "" {
 		return nil
 	}
-	return fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
-}
-
-// dnsName is whether s is a DNS host name: dot-separated labels of
-// letters, digits and hyphens, 1 to 63 bytes, no hyphen at either end,
-// 253 bytes at most (a final dot allowed).
-func dnsName(s string) bool {
-	s = strings.TrimSuffix(s, ".")
-	if s == "" || len(s) > 253 {
-		return false
+	var asked atomic.Bool
+	r := &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+		asked.Store(true)
+		return nil, errors.New("DNS is not asked")
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := r.LookupNetIP(ctx, "ip", host); err != nil && !asked.Load() {
+		return err
 	}
-	for _, label := range strings.Split(s, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for _, c := range []byte(label) {
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
-				return false
-			}
-		}
-	}
-	return true
+	return nil
 }
