@@ -72,3 +72,21 @@ func TestConfigDoesNotShowTheEndpointsPasswordInThePlaintextRefusal(t *testing.T
 		}
 	}
 }
+
+// ShownEndpoint, what errors and logs show of tracing.otlp.endpoint, keeps
+// no user info, in any form the field may be written in.
+func TestShownEndpointKeepsNoUserInfo(t *testing.T) {
+	for in, want := range map[string]string{
+		"collector:4317":                                "collector:4317",
+		"https://collector:4317/v1/traces":              "https://collector:4317/v1/traces",
+		"https://user:hunter2@collector:4317/v1/traces": "https://collector:4317/v1/traces",
+		"https://hunter2@collector:4317":                "https://collector:4317",
+		"https://user:hunter2@/v1/traces":               "https:///v1/traces",
+		"user:hunter2@collector:4317":                   "collector:4317",
+		"https://user:hunter2@collector:x/v1":           "https://collector:x/v1",
+	} {
+		if got := ShownEndpoint(in); got != want {
+			t.Errorf("ShownEndpoint(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
