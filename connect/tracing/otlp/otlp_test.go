@@ -2,10 +2,15 @@ package otlp
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
 
 	"github.com/dedupio/dedup/connect/tracing"
 )
@@ -40,5 +45,64 @@ func TestNewReadsTheHeadersFile(t *testing.T) {
 	}
 	if err := tr.Shutdown(context.Background()); err != nil {
 		t.Errorf("shutdown with nothing to flush: %v", err)
+	}
+}
+
+// collector is a fake OTLP gRPC collector: it counts the spans exported to it.
+type collector struct {
+	coltracepb.UnimplementedTraceServiceServer
+	spans chan int
+}
+
+func (c *collector) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	n := 0
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			n += len(ss.GetSpans())
+		}
+	}
+	c.spans <- n
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// A gRPC "unix:" endpoint is one the exporter dials and exports to, and a
+// socket path may hold an '@' (a systemd instance's runtime directory,
+// otelcol@main): that '@' is no user info, and the endpoint is taken.
+func TestNewTakesAUnixSocketEndpointWithAnAtSign(t *testing.T) {
+	dir, err := os.MkdirTemp("", "otelcol@main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	sock := filepath.Join(dir, "otlp.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	c := &collector{spans: make(chan int, 16)}
+	coltracepb.RegisterTraceServiceServer(srv, c)
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Stop()
+
+	cfg := tracing.Config{Exporter: tracing.ExporterOTLP, OTLP: tracing.OTLP{Endpoint: "unix:" + sock, Insecure: true}}
+	tr, err := New(context.Background(), cfg, "x")
+	if err != nil || tr == nil {
+		t.Fatalf("endpoint %q: %v, %v; want the exporter", cfg.OTLP.Endpoint, tr, err)
+	}
+	_, span := tr.Provider.Tracer("t").Start(context.Background(), "s")
+	span.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tr.Shutdown(ctx); err != nil {
+		t.Fatalf("flushing to %q: %v", cfg.OTLP.Endpoint, err)
+	}
+	select {
+	case n := <-c.spans:
+		if n != 1 {
+			t.Errorf("the collector got %d spans, want 1", n)
+		}
+	default:
+		t.Errorf("the collector at %q got nothing", cfg.OTLP.Endpoint)
 	}
 }
