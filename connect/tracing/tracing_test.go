@@ -90,3 +90,54 @@ func TestShownEndpointKeepsNoUserInfo(t *testing.T) {
 		}
 	}
 }
+
+// ShownEndpoint keeps no user info whose '@' url.Parse does not take for
+// the end of user info: a password or token holding an unencoded '/', '?'
+// or '#' (a base64 token's '/'), or a third slash after the scheme. The
+// secret then sits in what url.Parse (or the fallback) calls the host or
+// path, and was shown whole.
+func TestShownEndpointKeepsNoUserInfoWithAnUnencodedSlash(t *testing.T) {
+	for _, in := range []string{
+		"https://user:hun/ter2@collector:4317",     // does not parse: the fallback keeps the path
+		"https://user:4317/hunter2@collector:4317", // parses: host user:4317, path /hunter2@...
+		"https://user:4317?hunter2@collector:4317", // parses: query hunter2@...
+		"https://user:4317#hunter2@collector:4317", // parses: fragment hunter2@...
+		"https://aHVudGVy/hunter2@collector:4317",  // a base64 token as user name
+		"https:///user:hunter2@collector:4317",     // a third slash: empty host, user info in the path
+		"dns:///user:hunter2@collector:4317",       // gRPC's target form
+	} {
+		got := ShownEndpoint(in)
+		if strings.Contains(got, "hunter2") || strings.Contains(got, "hun/") {
+			t.Errorf("ShownEndpoint(%q) = %q, shows the credential", in, got)
+		}
+	}
+}
+
+// Validate's refusal of an endpoint with no host (url.Parse's) does not
+// show the password the endpoint holds.
+func TestConfigDoesNotShowTheEndpointsPasswordInTheHostPortRefusal(t *testing.T) {
+	for _, endpoint := range []string{"https:///user:hunter2@collector.example.com:4317", "https://user:hun/ter2@collector.example.com:4317"} {
+		err := (Config{Exporter: ExporterOTLP, OTLP: OTLP{Endpoint: endpoint}}).Validate()
+		if err == nil || !strings.HasPrefix(err.Error(), "tracing.otlp.endpoint") {
+			t.Errorf("endpoint %q: %v, want an error naming tracing.otlp.endpoint", endpoint, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "hun/") {
+			t.Errorf("endpoint %q: the refusal shows its password: %v", endpoint, err)
+		}
+	}
+}
+
+// Validate's plaintext refusal names the host the credential would go to;
+// for a token holding an unencoded '/' written as user info, url.Parse's
+// host is the token's first half, which is not to be shown either.
+func TestConfigDoesNotShowTheEndpointsTokenInThePlaintextRefusal(t *testing.T) {
+	endpoint := "https://aHVudGVy/MjpzZWNyZXQ@collector.example.com:4317"
+	err := (Config{Exporter: ExporterOTLP, OTLP: OTLP{Endpoint: endpoint, Insecure: true, HeadersFile: "/run/secrets/otlp"}}).Validate()
+	if err == nil {
+		t.Fatalf("endpoint %q: nil, want a refusal", endpoint)
+	}
+	if strings.Contains(err.Error(), "aHVudGVy") || strings.Contains(err.Error(), "MjpzZWNyZXQ") {
+		t.Errorf("endpoint %q: the refusal shows its token: %v", endpoint, err)
+	}
+}
