@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/dedupio/dedup/connect/dialguard"
@@ -90,44 +91,43 @@ func (c Config) Validate() error {
 	if strings.Contains(c.OTLP.Endpoint, "://") {
 		u, err := url.Parse(c.OTLP.Endpoint)
 		if err != nil || u.Host == "" {
-			return fmt.Errorf("tracing.otlp.endpoint: %q: want host:port", ShownEndpoint(c.OTLP.Endpoint))
+			return fmt.Errorf("tracing.otlp.endpoint: %s: want host:port", quotedEndpoint(c.OTLP.Endpoint))
 		}
 		hostPort = u.Host
-	} else if strings.Contains(hostPort, "@") {
-		return fmt.Errorf("tracing.otlp.endpoint: %q: want host:port, without user info (credentials go in tracing.otlp.headers_file)", ShownEndpoint(c.OTLP.Endpoint))
 	}
 	host := hostPort
 	if h, _, err := net.SplitHostPort(hostPort); err == nil {
 		host = h
 	}
 	if c.OTLP.Insecure && c.OTLP.HeadersFile != "" && !c.OTLP.AllowInsecure && !dialguard.LoopbackHost(host) {
+		shown := "the endpoint's host"
+		if ShownEndpoint(c.OTLP.Endpoint) == c.OTLP.Endpoint {
+			shown = host
+		}
 		return fmt.Errorf("tracing.otlp.insecure: tracing.otlp.headers_file's credential would go to %s (not this machine) in plaintext: "+
-			"drop insecure (TLS that verifies the collector), or accept the risk with tracing.otlp.allow_insecure: true", host)
+			"drop insecure (TLS that verifies the collector), or accept the risk with tracing.otlp.allow_insecure: true", shown)
 	}
 	return nil
 }
 
-// ShownEndpoint is an OTLP endpoint as errors and logs show it: without
-// user info (a URL's, or a bare "user:password@host:port"'s), which may
-// hold a credential.
+// ShownEndpoint is an OTLP endpoint as errors and logs show it: whole
+// when it cannot carry a credential, else not at all. User info (a
+// password, a token as user name) needs an '@', and a query or a fragment
+// may carry one; in a malformed endpoint where such a part begins and
+// ends is not sure (url.Parse may take half a token for the host), so no
+// part of it is shown. A unix: socket path with an '@' is hidden too.
 func ShownEndpoint(e string) string {
-	afterAt := func(s string) string {
-		if i := strings.LastIndex(s, "@"); i >= 0 {
-			return s[i+1:]
-		}
+	if strings.ContainsAny(e, "@?#") {
+		return "(not shown: it has an @, ? or #, which may carry a credential)"
+	}
+	return e
+}
+
+// quotedEndpoint is ShownEndpoint for an error: the endpoint quoted, or
+// why it is not shown.
+func quotedEndpoint(e string) string {
+	if s := ShownEndpoint(e); s != e {
 		return s
 	}
-	scheme, rest, isURL := strings.Cut(e, "://")
-	if !isURL {
-		return afterAt(e)
-	}
-	if u, err := url.Parse(e); err == nil {
-		u.User = nil
-		return u.String()
-	}
-	host, path, _ := strings.Cut(rest, "/")
-	if path != "" {
-		path = "/" + path
-	}
-	return scheme + "://" + afterAt(host) + path
+	return strconv.Quote(e)
 }
