@@ -6,9 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 
@@ -105,4 +108,45 @@ func TestNewTakesAUnixSocketEndpointWithAnAtSign(t *testing.T) {
 	default:
 		t.Errorf("the collector at %q got nothing", cfg.OTLP.Endpoint)
 	}
+}
+
+// An endpoint user:password@host:port (no scheme) passes Validate, and its
+// start log hides it (tracing.ShownEndpoint), but New hands it to the
+// exporter whole: gRPC's target error quotes it, password and all, in every
+// failed export, which the SDK's error handler writes to dedup worker's
+// and dedup run's stderr.
+func TestNewKeepsTheEndpointsPasswordOutOfExportErrors(t *testing.T) {
+	cfg := tracing.Config{Exporter: tracing.ExporterOTLP, OTLP: tracing.OTLP{Endpoint: "collector:s3cretpw@127.0.0.1:1", Insecure: true}}
+	tr, err := New(context.Background(), cfg, "x")
+	if err != nil {
+		if strings.Contains(err.Error(), "s3cretpw") {
+			t.Fatalf("New: %v: shows the endpoint's password", err)
+		}
+		return // refused without showing it: held
+	}
+	var (
+		mu      sync.Mutex
+		handled []string
+	)
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		handled = append(handled, err.Error())
+	}))
+	defer otel.SetErrorHandler(otel.ErrorHandlerFunc(func(error) {}))
+	_, span := tr.Provider.Tracer("t").Start(context.Background(), "s")
+	span.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := tr.Provider.(*sdktrace.TracerProvider).ForceFlush(ctx); err != nil && strings.Contains(err.Error(), "s3cretpw") {
+		t.Errorf("a failed export: %v: shows the endpoint's password", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, h := range handled {
+		if strings.Contains(h, "s3cretpw") {
+			t.Errorf("the SDK's error handler got %q: shows the endpoint's password", h)
+		}
+	}
+	_ = tr.Shutdown(ctx)
 }
