@@ -141,6 +141,7 @@ func TestNewKeepsTheEndpointsPasswordOutOfExportErrors(t *testing.T) {
 	if err := tr.Provider.(*sdktrace.TracerProvider).ForceFlush(ctx); err != nil && strings.Contains(err.Error(), "s3cretpw") {
 		t.Errorf("a failed export: %v: shows the endpoint's password", err)
 	}
+	_ = tr.Shutdown(ctx)
 	mu.Lock()
 	defer mu.Unlock()
 	for _, h := range handled {
@@ -148,5 +149,4 @@ func TestNewKeepsTheEndpointsPasswordOutOfExportErrors(t *testing.T) {
 			t.Errorf("the SDK's error handler got %q: shows the endpoint's password", h)
 		}
 	}
-	_ = tr.Shutdown(ctx)
 }
