@@ -164,3 +164,26 @@ routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
 		t.Errorf("DATABASE_URL fallback: %q %v", c.Postgres.URL, err)
 	}
 }
+
+// A value a ${VAR} gives is never shown in a config error (redactValues:
+// it may be a secret put in the wrong key). postgres.url_file given the
+// URL itself (url_file: "${DATABASE_URL}" for url: "${DATABASE_URL}") is
+// such a mistake: reading the "file" fails, and its error must not quote
+// the URL's password.
+func TestConfigSecretFilesDoNotShowAValueFromAVariable(t *testing.T) {
+	t.Setenv("DEDUP_TEST_PG_URL", "postgres://u:s3cretPg@db.example.com/d")
+	base := `
+kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}
+routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
+postgres: {url_file: "${DEDUP_TEST_PG_URL}"}
+`
+	for name, parse := range map[string]func([]byte) (Config, error){"Parse": Parse, "ParseWorker": ParseWorker} {
+		_, err := parse([]byte(base))
+		if err == nil || !strings.Contains(err.Error(), "postgres.url_file") {
+			t.Errorf("%s: %v, want an error naming postgres.url_file", name, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cretPg") {
+			t.Errorf("%s: %v: shows the value ${DEDUP_TEST_PG_URL} gave, password and all", name, err)
+		}
+	}
+}
