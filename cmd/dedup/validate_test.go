@@ -297,3 +297,42 @@ func TestValidateWorkerDoesNotShowTheTracingEndpointsPassword(t *testing.T) {
 		}
 	}
 }
+
+// validate --worker never shows a value a ${VAR} gave, as the config
+// loader's own errors do not (config.redactValues: it may be a secret put
+// in the wrong key). The checks CheckWorker adds read files and an address
+// the file names: a secret given to one of those keys by mistake (the
+// headers themselves to headers_file, the API key to api_key_file, the
+// password to password_file) must not be quoted in the refusal.
+func TestValidateWorkerDoesNotShowAValueFromAVariable(t *testing.T) {
+	t.Setenv("DEDUP_TEST_HEADERS", "authorization: Bearer s3cretHdr")
+	t.Setenv("DEDUP_TEST_API_KEY", "tk_s3cretKey")
+	t.Setenv("DEDUP_TEST_SMTP_PASSWORD", "s3cretSmtp")
+	t.Setenv("DEDUP_TEST_ADMIN", "s3cretAdmin")
+	const base = "postgres: {url: \"postgres://u@127.0.0.1/d\"}\n"
+	const temporal = "temporal: {host_port: \"127.0.0.1:7233\", namespace: default}\n"
+	for _, c := range []struct{ file, want, secret string }{
+		{base + temporal + "worker: {task_queue: q}\ntracing: {exporter: otlp, otlp: {endpoint: \"collector.example.com:4317\", headers_file: \"${DEDUP_TEST_HEADERS}\"}}\n",
+			"tracing.otlp.headers_file", "s3cretHdr"},
+		{base + "temporal: {host_port: \"127.0.0.1:7233\", namespace: default, api_key_file: \"${DEDUP_TEST_API_KEY}\"}\nworker: {task_queue: q}\n",
+			"temporal.api_key_file", "s3cretKey"},
+		{base + temporal + "worker: {task_queue: q, tenants: {enabled: true, smtp: {host: 127.0.0.1, port: 25, from: hello@example.com, username: u, password_file: \"${DEDUP_TEST_SMTP_PASSWORD}\"}}}\n",
+			"worker.tenants.smtp.password_file", "s3cretSmtp"},
+		{base + temporal + "worker: {task_queue: q, admin_listen: \"${DEDUP_TEST_ADMIN}\"}\n",
+			"worker.admin_listen", "s3cretAdmin"},
+	} {
+		p := filepath.Join(t.TempDir(), "worker.yaml")
+		if err := os.WriteFile(p, []byte(c.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"validate", "--worker", "--config", p}, {"validate", "--worker", "--output", "json", "--config", p}} {
+			code, out, errOut := dedup(args...)
+			if code != 2 || !strings.Contains(out+errOut, c.want) {
+				t.Errorf("%s: %v: %d %q %q, want exit 2 naming %s", c.want, args[1:3], code, out, errOut, c.want)
+			}
+			if strings.Contains(out+errOut, c.secret) {
+				t.Errorf("%s: %v shows the value a ${VAR} gave: %q %q", c.want, args[1:3], out, errOut)
+			}
+		}
+	}
+}
