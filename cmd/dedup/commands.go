@@ -202,7 +202,7 @@ func checkWorker(ctx context.Context, path string) (config.Config, error) {
 	if err != nil {
 		return config.Config{}, err
 	}
-	return cfg, app.CheckWorker(ctx, cfg)
+	return cfg, cfg.Redact(app.CheckWorker(ctx, cfg))
 }
 
 // validateWorker is `dedup validate --worker`.

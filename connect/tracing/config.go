@@ -94,6 +94,10 @@ func (c Config) Validate() error {
 			return fmt.Errorf("tracing.otlp.endpoint: %s: want host:port", quotedEndpoint(c.OTLP.Endpoint))
 		}
 		hostPort = u.Host
+	} else if strings.Contains(hostPort, "@") && !strings.HasPrefix(hostPort, "unix:") && !strings.HasPrefix(hostPort, "unix-abstract:") {
+		// User info, which gRPC would dial as part of the address and
+		// quote in every failed export. A socket path may hold an '@'.
+		return fmt.Errorf("tracing.otlp.endpoint: %s: want host:port, without user info (credentials go in tracing.otlp.headers_file)", quotedEndpoint(c.OTLP.Endpoint))
 	}
 	host := hostPort
 	if h, _, err := net.SplitHostPort(hostPort); err == nil {

@@ -53,6 +53,9 @@ type Config struct {
 	// Tracing is OpenTelemetry tracing of dedup run, ingress and worker
 	// (docs/tracing.md); off by default.
 	Tracing tracing.Config `yaml:"tracing"`
+
+	// envValues are the values ${VAR} references gave (parse), for Redact.
+	envValues []string
 }
 
 // WorkerConfig is the worker: section: the worker's own settings
@@ -160,8 +163,9 @@ func parse(b []byte, validate func(*Config) error) (Config, error) {
 	if err := doc.Decode(&cfg); err != nil {
 		return Config{}, fmt.Errorf("parsing config: %w", redactTypeErrors(err, expanded))
 	}
+	cfg.envValues = values
 	if err := cfg.readSecretFiles(); err != nil {
-		return Config{}, err
+		return Config{}, redactValues(err, values)
 	}
 	if cfg.Postgres.URL == "" {
 		cfg.Postgres.URL = os.Getenv("DATABASE_URL")
@@ -170,6 +174,17 @@ func parse(b []byte, validate func(*Config) error) (Config, error) {
 		return cfg, redactValues(err, values)
 	}
 	return cfg, nil
+}
+
+// Redact is err with every value a ${VAR} of the config's file gave
+// taken out of its text, as the loader's own errors are (redactValues):
+// for the errors of checks made on the loaded config, such as
+// app.CheckWorker's. nil stays nil.
+func (c Config) Redact(err error) error {
+	if err == nil {
+		return nil
+	}
+	return redactValues(err, c.envValues)
 }
 
 // redactedError is a validation error whose text had values from ${VAR}
