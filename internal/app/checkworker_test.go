@@ -92,7 +92,7 @@ func TestCheckWorkerRefusesAnAdminListenZoneTheWorkerCannotListenOn(t *testing.T
 func fakeDNS(ctx context.Context, _, _ string) (net.Conn, error) {
 	client, server := net.Pipe()
 	go func() {
-		defer server.Close()
+		defer func() { _ = server.Close() }()
 		for {
 			var n [2]byte
 			if _, err := io.ReadFull(server, n[:]); err != nil {
