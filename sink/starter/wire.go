@@ -54,11 +54,37 @@ func (startCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if !ok || r == nil {
 		return protoCodec.Marshal(v) // a nil request too: an empty message, as before
 	}
-	b, err := appendStartRequest(nil, r)
-	if err != nil {
+	// The bytes go in a buffer of gRPC's pool, which gRPC returns to it
+	// once they are sent (its proto codec does the same for every message
+	// over 1 KiB): a start request, about 1.5 KiB, is not garbage per call.
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(startRequestCap(r))
+	b, err := appendStartRequest((*buf)[:0], r)
+	switch {
+	case err != nil:
+		pool.Put(buf)
 		return nil, err
+	case cap(b) != cap(*buf) || &b[:1][0] != &(*buf)[:1][0]:
+		// Outgrown: the bytes are in a slice of append's, not the pool's.
+		pool.Put(buf)
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
-	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	*buf = b
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+// startRequestCap is the room appendStartRequest's bytes of r usually
+// fit in: the input's payloads and 1 KiB for the rest.
+func startRequestCap(r *workflowservice.StartWorkflowExecutionRequest) int {
+	n := 1024
+	if in := r.Input; in != nil {
+		for _, p := range in.Payloads {
+			if p != nil {
+				n += len(p.Data)
+			}
+		}
+	}
+	return n
 }
 
 // The field numbers written here, from the request's descriptor.
@@ -86,15 +112,7 @@ func appendStartRequest(b []byte, r *workflowservice.StartWorkflowExecutionReque
 		return proto.MarshalOptions{}.MarshalAppend(b, r)
 	}
 	if b == nil {
-		n := 1024
-		if in != nil {
-			for _, p := range in.Payloads {
-				if p != nil {
-					n += len(p.Data)
-				}
-			}
-		}
-		b = make([]byte, 0, n)
+		b = make([]byte, 0, startRequestCap(r))
 	}
 	r.Input, r.Memo, r.SearchAttributes, r.Header = nil, nil, nil, nil
 	out, err := proto.MarshalOptions{}.MarshalAppend(b, r)

@@ -40,6 +40,7 @@ func onTheWire(t *testing.T, r *workflowservice.StartWorkflowExecutionRequest) {
 		t.Fatalf("marshalling %v: %v", r, err)
 	}
 	b := bs.Materialize()
+	bs.Free() // as gRPC does once it sent them
 	if !proto.Equal(r, before) {
 		t.Fatalf("marshalling changed the request:\n got %v\nwant %v", r, before)
 	}
@@ -102,6 +103,34 @@ func TestStartRequestOnTheWireIsTheRequest(t *testing.T) {
 	for _, r := range startRequests(t) {
 		onTheWire(t, r)
 	}
+}
+
+// A start request's bytes are written into a buffer of gRPC's pool, which
+// gRPC puts back once it has sent them (its proto codec does so for every
+// message over 1 KiB): no garbage per start. A request that outgrows the
+// buffer taken for it is still the request, in append's own slice.
+func TestStartRequestBytesAreInABufferOfGRPCsPool(t *testing.T) {
+	r, err := New(nil, DefaultConfig()).startRequest(context.Background(), benchStart())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // the buffers go back to the pool and come out again
+		bs, err := startCodec{}.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bs) != 1 {
+			t.Fatalf("%d buffers, want 1", len(bs))
+		}
+		if _, own := bs[0].(mem.SliceBuffer); own {
+			t.Errorf("a %d-byte start request is in a slice of its own, not a buffer of gRPC's pool", bs.Len())
+		}
+		bs.Free()
+		onTheWire(t, r)
+	}
+	big := proto.Clone(r).(*workflowservice.StartWorkflowExecutionRequest)
+	big.WorkflowType.Name = strings.Repeat("w", 8<<10) // beyond startRequestCap
+	onTheWire(t, big)
 }
 
 // The fields written by hand holding what dedup never sets: protobuf-go
