@@ -4,19 +4,27 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -525,5 +533,365 @@ func TestStartRequestSentAgainBySDKIsTheRequest(t *testing.T) {
 		if !proto.Equal(got, want) {
 			t.Errorf("attempt %d: the server read another request:\n got %v\nwant %v", i+1, got, want)
 		}
+	}
+}
+
+// poolStart is a start of n bytes of random data (seeded: each start its
+// own bytes) and, when long, a workflow type of that many bytes (the
+// request outgrows startRequestCap's estimate).
+func poolStart(id string, seed int64, n, long int) decide.StartRequest {
+	req := benchStart()
+	req.WorkflowID, req.Input.WorkflowID = id, id
+	req.ReusePolicy = decide.ReuseAllowDuplicate // a request ID that is the same on every build
+	rnd := rand.New(rand.NewPCG(uint64(seed), 22))
+	data := make([]byte, n)
+	for i := range data {
+		data[i] = byte(rnd.Uint32())
+	}
+	req.Input.Data, req.Input.DataBase64 = nil, data
+	if long > 0 {
+		w := make([]byte, long)
+		for i := range w {
+			w[i] = 'a' + byte(rnd.IntN(26))
+		}
+		req.WorkflowType = string(w)
+	}
+	return req
+}
+
+// poolSizes are data lengths around the pool's tiers (4, 16, 32 KiB,
+// 1 MiB) and startRequestCap's estimate of them, and an outgrowing
+// workflow type for some.
+var poolSizes = []struct{ data, long int }{
+	{0, 0}, {100, 0}, {900, 0}, {2000, 0}, {2800, 0}, {2950, 0}, {3000, 0}, {3050, 0}, {3100, 0},
+	{3500, 0}, {4000, 0}, {4100, 0}, {11000, 0}, {11800, 0}, {12000, 0}, {12200, 0}, {23800, 0},
+	{24000, 0}, {24500, 0}, {0, 5000}, {100, 3000}, {2900, 200}, {11500, 700}, {3000, 40000},
+}
+
+// Requests marshalled at once, on many goroutines, each kept while the
+// others are marshalled and freed: every one still holds its own bytes
+// (no buffer is handed out twice, nor put back while it is in use), and
+// they are the request's.
+func TestConcurrentStartRequestsEachKeepTheirOwnBytes(t *testing.T) {
+	tc := New(nil, DefaultConfig())
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 60 {
+				sz := poolSizes[(g*7+i)%len(poolSizes)]
+				r, err := tc.startRequest(context.Background(), poolStart("wf-"+strconv.Itoa(g)+"-"+strconv.Itoa(i), int64(g*1000+i), sz.data, sz.long))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				kept, err := startCodec{}.Marshal(r)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				first := kept.Materialize()
+				for j := range 5 { // others' marshals, freed, while this one is held
+					o, err := startCodec{}.Marshal(poolRequest(t, tc, g, i, j))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					o.Free()
+				}
+				again := kept.Materialize()
+				kept.Free()
+				var got workflowservice.StartWorkflowExecutionRequest
+				if string(first) != string(again) {
+					t.Errorf("the bytes of %s (%d) changed while held", r.WorkflowId, len(first))
+					return
+				} else if err := proto.Unmarshal(again, &got); err != nil || !proto.Equal(&got, r) {
+					t.Errorf("the bytes of %s (%d) are another request (%v)", r.WorkflowId, len(first), err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func poolRequest(t *testing.T, tc *Temporal, g, i, j int) *workflowservice.StartWorkflowExecutionRequest {
+	sz := poolSizes[(g+i+j)%len(poolSizes)]
+	r, err := tc.startRequest(context.Background(), poolStart("other", int64(-g*1000-i*10-j), sz.data, sz.long))
+	if err != nil {
+		t.Error(err)
+	}
+	return r
+}
+
+// attemptsFrontend keeps every start it reads by workflow ID. refuse: the
+// first attempt of each is answered Unavailable (gRPC's retry policy
+// sends the buffered bytes again, after SendMsg has freed its own
+// reference); slow: each answer waits.
+type attemptsFrontend struct {
+	workflowservice.UnimplementedWorkflowServiceServer
+	refuse bool
+	slow   time.Duration
+	mu     sync.Mutex
+	got    map[string][]*workflowservice.StartWorkflowExecutionRequest
+	// gzipped: how many messages arrived compressed (a stats handler).
+	gzipped atomic.Int64
+}
+
+func (f *attemptsFrontend) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
+	return ctx
+}
+func (f *attemptsFrontend) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (f *attemptsFrontend) HandleConn(context.Context, stats.ConnStats) {}
+func (f *attemptsFrontend) HandleRPC(_ context.Context, s stats.RPCStats) {
+	if in, ok := s.(*stats.InPayload); ok && in.CompressedLength != in.Length {
+		f.gzipped.Add(1)
+	}
+}
+
+func (f *attemptsFrontend) GetSystemInfo(context.Context, *workflowservice.GetSystemInfoRequest) (*workflowservice.GetSystemInfoResponse, error) {
+	return &workflowservice.GetSystemInfoResponse{}, nil
+}
+
+func (f *attemptsFrontend) StartWorkflowExecution(ctx context.Context, r *workflowservice.StartWorkflowExecutionRequest) (*workflowservice.StartWorkflowExecutionResponse, error) {
+	f.mu.Lock()
+	n := len(f.got[r.WorkflowId])
+	f.got[r.WorkflowId] = append(f.got[r.WorkflowId], r)
+	f.mu.Unlock()
+	if f.refuse && n == 0 {
+		return nil, status.Error(codes.Unavailable, "try again")
+	}
+	time.Sleep(f.slow)
+	return &workflowservice.StartWorkflowExecutionResponse{RunId: "run-" + r.RequestId, Started: true}, nil
+}
+
+const startMethod = `"name":[{"service":"temporal.api.workflowservice.v1.WorkflowService","method":"StartWorkflowExecution"}]`
+
+// Starts made at once from many goroutines, through the SDK's client
+// over gRPC to a real server, of sizes around the pool's tiers and
+// startRequestCap's estimate, beyond it and near gRPC's 4 MiB limit,
+// each with its own trace header:
+// the server reads, at every attempt, each start's own request. With
+// gzip; with gRPC's retry policy resending the buffered bytes after a
+// refusal (the buffer's reference SendMsg held is freed by then, and
+// the pool serves the other goroutines' starts meanwhile).
+func TestConcurrentStartsEachArriveAsTheirOwnRequest(t *testing.T) {
+	retry := `{"loadBalancingConfig":[{"round_robin":{}}],"methodConfig":[{` + startMethod +
+		`,"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.001s","maxBackoff":"0.01s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}]}`
+	for _, tc := range []struct {
+		name, compression, config string
+		refuse                    bool
+		slow                      time.Duration
+		attempts                  int // at least
+	}{
+		{"plain", "none", "", false, 0, 1},
+		{"gzip", "gzip", "", false, 0, 1},
+		{"retried", "none", retry, true, 0, 2},
+		{"retried gzip", "gzip", retry, true, 0, 2},
+		{"retried slowly", "none", retry, true, 5 * time.Millisecond, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fe := &attemptsFrontend{refuse: tc.refuse, slow: tc.slow,
+				got: map[string][]*workflowservice.StartWorkflowExecutionRequest{}}
+			srv := grpc.NewServer(grpc.StatsHandler(fe))
+			workflowservice.RegisterWorkflowServiceServer(srv, fe)
+			go func() { _ = srv.Serve(l) }()
+			t.Cleanup(srv.Stop)
+			opts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxRetryRPCBufferSize(64 << 20))}
+			if tc.config != "" {
+				opts = append(opts, grpc.WithDefaultServiceConfig(tc.config))
+			}
+			c, err := client.NewLazyClient(client.Options{HostPort: l.Addr().String(), Namespace: "default",
+				Logger:            tlog.NewStructuredLogger(slog.New(slog.DiscardHandler)),
+				ConnectionOptions: client.ConnectionOptions{GrpcCompression: Compression(tc.compression), DialOptions: opts}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			s := New(c, Config{Namespace: "default", StartTimeout: 30 * time.Second})
+			s.prop = propagation.TraceContext{} // a trace header, each start its own
+			sizes := append(slices.Clone(poolSizes), struct{ data, long int }{1<<20 - 3000, 0},
+				struct{ data, long int }{(4<<20 - 8<<10) * 3 / 4, 0}) // base64 in the JSON input: just under 4 MiB
+			want := map[string]*workflowservice.StartWorkflowExecutionRequest{}
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Go(func() {
+					for i := range 12 {
+						sz := sizes[(g*5+i)%len(sizes)]
+						if sz.data > 1<<20 && g%4 != 0 {
+							sz = sizes[i%len(poolSizes)]
+						}
+						id := "wf-" + strconv.Itoa(g) + "-" + strconv.Itoa(i)
+						req := poolStart(id, int64(g*100+i), sz.data, sz.long)
+						var tid trace.TraceID
+						var sid trace.SpanID
+						tid[0], tid[1], sid[0], sid[1] = byte(g+1), byte(i+1), byte(i+1), byte(g+1)
+						ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: 1}))
+						w, err := s.startRequest(ctx, req)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						want[id] = w
+						mu.Unlock()
+						if w.Header == nil {
+							t.Errorf("%s: no trace header", id)
+						}
+						res, err := s.Start(ctx, req)
+						if err != nil {
+							t.Errorf("%s (%d bytes of data, type of %d): %v", id, sz.data, sz.long, err)
+							continue
+						}
+						if res.RunID != "run-"+w.RequestId {
+							t.Errorf("%s: run %s, want run-%s", id, res.RunID, w.RequestId)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			fe.mu.Lock()
+			defer fe.mu.Unlock()
+			for id, w := range want {
+				got := fe.got[id]
+				if len(got) < tc.attempts {
+					t.Errorf("%s: %d attempts read, want at least %d", id, len(got), tc.attempts)
+				}
+				for i, r := range got {
+					if !proto.Equal(r, w) {
+						t.Errorf("%s, attempt %d: the server read another request (%d bytes, want %d)", id, i+1, proto.Size(r), proto.Size(w))
+					}
+				}
+			}
+			if len(fe.got) != len(want) {
+				t.Errorf("%d workflows read, want %d", len(fe.got), len(want))
+			}
+			attempts := 0
+			for _, got := range fe.got {
+				attempts += len(got)
+			}
+			if gz := fe.gzipped.Load(); (tc.compression == "gzip") != (gz > 0) {
+				t.Errorf("%d messages read gzipped, compression %s", gz, tc.compression)
+			}
+			t.Logf("%d starts, %d attempts read, %d gzipped", len(want), attempts, fe.gzipped.Load())
+		})
+	}
+}
+
+// The requests protobuf-go writes whole (what dedup never sets: unknown
+// fields, external payloads, a nil entry), and the ones refused, in the
+// pool's buffer or outgrowing it: every map of one entry, so protobuf-go
+// writes one order, the codec's bytes are exactly proto.Marshal's. (The
+// request's own unknown fields are not among them: the codec writes the
+// four fields after them, the same message in another order.)
+func TestStartRequestProtobufGoWritesIsProtobufGosBytesInThePoolsBuffer(t *testing.T) {
+	s := New(nil, Config{Namespace: "n", SearchAttributes: SearchAttributesOff})
+	withUnknown := func(m proto.Message) {
+		m.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 999, protowire.VarintType), 7))
+	}
+	cases := map[string]func(r *workflowservice.StartWorkflowExecutionRequest){
+		"unknown fields in the memo": func(r *workflowservice.StartWorkflowExecutionRequest) { withUnknown(r.Memo) },
+		"external payloads (written, then dropped)": func(r *workflowservice.StartWorkflowExecutionRequest) {
+			r.Input.Payloads[0].ExternalPayloads = []*commonpb.Payload_ExternalPayloadDetails{{SizeBytes: 5}}
+		},
+		"unknown fields in a memo payload (written, then dropped)": func(r *workflowservice.StartWorkflowExecutionRequest) {
+			withUnknown(r.Memo.Fields[schemasMemoKey(r)])
+		},
+		"a nil header entry (written, then dropped)": func(r *workflowservice.StartWorkflowExecutionRequest) {
+			r.Header = &commonpb.Header{Fields: map[string]*commonpb.Payload{"h": nil}}
+		},
+	}
+	for name, change := range cases {
+		for _, sz := range []struct{ data, long int }{{0, 0}, {2000, 0}, {24000, 0}, {0, 5000}, {3000, 40000}, {1 << 20, 0}} {
+			r, err := s.startRequest(context.Background(), poolStart("wf", int64(sz.data), sz.data, sz.long))
+			if err != nil {
+				t.Fatal(err)
+			}
+			change(r)
+			want, wantErr := proto.Marshal(r)
+			for range 3 { // buffers put back and taken again
+				before := proto.Clone(r)
+				bs, err := startCodec{}.Marshal(r)
+				if err != nil || wantErr != nil {
+					t.Fatalf("%s, %d bytes: %v, protobuf-go %v", name, sz.data, err, wantErr)
+				}
+				if got := bs.Materialize(); string(got) != string(want) {
+					t.Errorf("%s, %d bytes of data, type of %d: %d bytes, not protobuf-go's %d", name, sz.data, sz.long, len(got), len(want))
+				}
+				bs.Free()
+				if !proto.Equal(r, before) {
+					t.Fatalf("%s: the request changed", name)
+				}
+			}
+		}
+	}
+}
+
+// schemasMemoKey is the key of the request's only memo entry.
+func schemasMemoKey(r *workflowservice.StartWorkflowExecutionRequest) string {
+	for k := range r.Memo.Fields {
+		return k
+	}
+	return ""
+}
+
+// The buffer a start request is marshalled into goes back to gRPC's pool
+// whichever way Marshal ends: written and freed by gRPC, outgrown (put
+// back at once), refused by protobuf-go (put back at once, protobuf-go's
+// error returned). Seen as the pool handing the same buffer out again
+// (sync.Pool keeps it on this P; tried many times, since the race
+// detector's pool drops some, and a goroutine may move).
+func TestStartRequestBufferGoesBackToThePoolWhicheverWayMarshalEnds(t *testing.T) {
+	tc := New(nil, DefaultConfig())
+	pool := mem.DefaultBufferPool()
+	cases := map[string]func(r *workflowservice.StartWorkflowExecutionRequest) error{
+		"written and freed": func(*workflowservice.StartWorkflowExecutionRequest) error { return nil },
+		"outgrown": func(r *workflowservice.StartWorkflowExecutionRequest) error {
+			r.WorkflowType.Name = strings.Repeat("w", 40<<10)
+			return nil
+		},
+		"refused": func(r *workflowservice.StartWorkflowExecutionRequest) error {
+			r.Identity = "bad\xff"
+			_, err := proto.Marshal(r)
+			return err
+		},
+		"refused after the fields written here": func(r *workflowservice.StartWorkflowExecutionRequest) error {
+			r.Memo.Fields["bad\xff"] = &commonpb.Payload{}
+			_, err := proto.Marshal(r)
+			return err
+		},
+	}
+	for name, change := range cases {
+		r, err := tc.startRequest(context.Background(), benchStart())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantErr := change(r)
+		n := startRequestCap(r)
+		back := 0
+		for range 200 {
+			p := pool.Get(n)
+			pool.Put(p)
+			bs, err := startCodec{}.Marshal(r)
+			if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
+				t.Fatalf("%s: error %v, want %v", name, err, wantErr)
+			}
+			bs.Free()
+			q := pool.Get(n)
+			if q == p {
+				back++
+			}
+			pool.Put(q)
+		}
+		if back == 0 {
+			t.Errorf("%s: the buffer never came back to the pool in 200 marshals", name)
+		}
+		t.Logf("%s: back %d times in 200", name, back)
 	}
 }
