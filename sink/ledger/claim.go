@@ -1,9 +1,11 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
@@ -95,12 +97,19 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 	}
 	seen := make(map[string]bool, len(intents))
 	uniq := make([]int, 0, len(intents))
+	keys := make([][16]byte, len(intents)) // by intent; set for uniq's
 	for i, in := range intents {
 		if !seen[in.WorkflowID] {
 			seen[in.WorkflowID] = true
 			uniq = append(uniq, i)
+			keys[i] = keyOf(in.WorkflowID)
 		}
 	}
+	// The statements look the IDs up in the order given: in key order,
+	// each probe of the key index descends next to the last one, and the
+	// rows of one claimed batch (inserted in key order) are read in the
+	// order they lie in the heap.
+	slices.SortStableFunc(uniq, func(a, b int) int { return bytes.Compare(keys[a][:], keys[b][:]) })
 	got := make(map[string]stored, len(uniq))
 	all := len(uniq)
 	fences := fencesOf(len(intents), func(i int) processor.PartitionEpoch {
@@ -109,12 +118,12 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 	})
 	if p.replaying.Load() {
 		var err error
-		if uniq, err = p.answerStarted(ctx, intents, uniq, got); err != nil {
+		if uniq, err = p.answerStarted(ctx, intents, keys, uniq, got); err != nil {
 			return nil, err
 		}
 	}
 	if len(uniq) > 0 {
-		if err := p.claim(ctx, intents, uniq, got, fences); err != nil {
+		if err := p.claim(ctx, intents, keys, uniq, got, fences); err != nil {
 			return nil, err
 		}
 	}
@@ -142,12 +151,12 @@ WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash OR 
 // answerStarted records in got the rows already started and returns the
 // indexes of the intents left to claim. A started row never goes back to
 // pending, so the read needs no lock.
-func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, uniq []int, got map[string]stored) ([]int, error) {
-	ids, hashes := make([]string, len(uniq)), make([][]byte, len(uniq))
+func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, keys [][16]byte, uniq []int, got map[string]stored) ([]int, error) {
+	ids, hashes, ks := make([]string, len(uniq)), make([][]byte, len(uniq)), make([][16]byte, len(uniq))
 	for j, i := range uniq {
-		ids[j], hashes[j] = intents[i].WorkflowID, intents[i].PayloadHash[:]
+		ids[j], hashes[j], ks[j] = intents[i].WorkflowID, intents[i].PayloadHash[:], keys[i]
 	}
-	rows, err := p.pool.Query(ctx, startedSQL, ids, hashes, keysOf(ids))
+	rows, err := p.pool.Query(ctx, startedSQL, ids, hashes, ks)
 	if err != nil {
 		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(ids), err)
 	}
@@ -194,8 +203,8 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, u
 // row's owner). Each such ID is claimed again alone, so that the owner of
 // a row always gets its own row's answer; one still without a row after
 // that is a conflict.
-func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, uniq []int, got map[string]stored, f fenceArgs) error {
-	if err := p.claimOnce(ctx, intents, uniq, got, f); err != nil {
+func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, keys [][16]byte, uniq []int, got map[string]stored, f fenceArgs) error {
+	if err := p.claimOnce(ctx, intents, keys, uniq, got, f); err != nil {
 		return err
 	}
 	for _, i := range uniq {
@@ -203,7 +212,7 @@ func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, uniq []in
 		if _, ok := got[id]; ok {
 			continue
 		}
-		if err := p.claimOnce(ctx, intents, []int{i}, got, f); err != nil {
+		if err := p.claimOnce(ctx, intents, keys, []int{i}, got, f); err != nil {
 			return err
 		}
 		if _, ok := got[id]; !ok {
@@ -221,20 +230,21 @@ func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, uniq []in
 // in its answer is left out of got.
 // A fence that no longer holds fails it with a *processor.FencedError,
 // nothing written.
-func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, uniq []int, got map[string]stored, f fenceArgs) error {
+func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys [][16]byte, uniq []int, got map[string]stored, f fenceArgs) error {
 	n := len(uniq)
 	var (
 		wf, act, ev, rule, topic = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		hash                     = make([][]byte, n)
 		part                     = make([]int32, n)
 		off                      = make([]int64, n)
+		key                      = make([][16]byte, n)
 	)
 	for j, i := range uniq {
 		in := &intents[i]
 		wf[j], act[j], ev[j], rule[j], topic[j] = in.WorkflowID, in.ActivityID, in.EventID, in.IDRule, in.Topic
-		hash[j], part[j], off[j] = in.PayloadHash[:], in.Partition, in.Offset
+		hash[j], part[j], off[j], key[j] = in.PayloadHash[:], in.Partition, in.Offset, keys[i]
 	}
-	rows, err := p.pool.Query(ctx, claimSQL, wf, act, ev, rule, hash, topic, part, off, keysOf(wf),
+	rows, err := p.pool.Query(ctx, claimSQL, wf, act, ev, rule, hash, topic, part, off, key,
 		f.groups, f.topics, f.parts, f.epochs)
 	if err != nil {
 		return fmt.Errorf("claiming %d intents: %w", n, err)

@@ -1,8 +1,10 @@
 package ledger_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -294,4 +296,76 @@ func TestClaimRecordsOneConflictRowPerPayloadHash(t *testing.T) {
 	if le := e[intent("k", "").WorkflowID]; le.Conflicts != 10 || len(le.ConflictHashes) != 2 {
 		t.Fatalf("lookup: %d conflicts, %d hashes, want 10 copies of 2 payloads", le.Conflicts, len(le.ConflictHashes))
 	}
+}
+
+// A batch's IDs are looked up in the order of their ledger keys, whatever
+// their order in the batch: in key order each probe of the key index
+// descends next to the last, and the rows of a claimed batch (inserted in
+// key order) are read in the order they lie in the heap. The claim
+// (claimSQL) and the replay's read (startedSQL) both; the verdicts stay in
+// the batch's order.
+func TestClaimLooksTheBatchUpInKeyOrder(t *testing.T) {
+	l, log := openTraced(t)
+	ctx := context.Background()
+	var batch []decide.Intent
+	for i := range 64 {
+		batch = append(batch, intent(fmt.Sprintf("e%02d", i), "p"))
+	}
+	keysSent := func(stmt string) [][16]byte {
+		t.Helper()
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		for i, q := range log.sql {
+			if !strings.Contains(q, stmt) {
+				continue
+			}
+			for _, a := range log.args[i] {
+				if ks, ok := a.([][16]byte); ok {
+					return ks
+				}
+			}
+			t.Fatalf("%s sent no keys: %v", stmt, log.args[i])
+		}
+		t.Fatalf("no statement with %q sent", stmt)
+		return nil
+	}
+	inKeyOrder := func(stmt string) {
+		t.Helper()
+		ks := keysSent(stmt)
+		if len(ks) != len(batch) {
+			t.Fatalf("%s sent %d keys for %d IDs", stmt, len(ks), len(batch))
+		}
+		for i := 1; i < len(ks); i++ {
+			if bytes.Compare(ks[i-1][:], ks[i][:]) >= 0 {
+				t.Fatalf("%s sent keys out of order at %d: %x then %x", stmt, i, ks[i-1], ks[i])
+			}
+		}
+	}
+	verdicts := func(v []decide.Claimed, err error, w decide.Verdict) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range v {
+			if c.Verdict != w {
+				t.Fatalf("verdict %d (%s): %s, want %s", i, batch[i].WorkflowID, c.Verdict, w)
+			}
+		}
+	}
+	v, err := l.Claim(ctx, batch)
+	verdicts(v, err, decide.VerdictNew)
+	inKeyOrder("INSERT INTO dedup_ledger")
+	var started []processor.Started
+	for _, in := range batch {
+		started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+	}
+	if err := l.MarkStarted(ctx, started); err != nil {
+		t.Fatal(err)
+	}
+	v, err = l.Claim(ctx, batch) // all started: the next claim reads first
+	verdicts(v, err, decide.VerdictDuplicate)
+	log.reset()
+	v, err = l.Claim(ctx, batch)
+	verdicts(v, err, decide.VerdictDuplicate)
+	inKeyOrder("WITH ORDINALITY")
 }

@@ -41,13 +41,15 @@ func open(t testing.TB) *ledger.Postgres {
 
 // sqlLog records the statements a pool sends.
 type sqlLog struct {
-	mu  sync.Mutex
-	sql []string
+	mu   sync.Mutex
+	sql  []string
+	args [][]any // each statement's arguments
 }
 
 func (s *sqlLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	s.mu.Lock()
 	s.sql = append(s.sql, d.SQL)
+	s.args = append(s.args, d.Args)
 	s.mu.Unlock()
 	return ctx
 }
@@ -85,7 +87,7 @@ func openTraced(t *testing.T) (*ledger.Postgres, *sqlLog) {
 
 func (s *sqlLog) reset() {
 	s.mu.Lock()
-	s.sql = nil
+	s.sql, s.args = nil, nil
 	s.mu.Unlock()
 }
 
