@@ -1,8 +1,9 @@
 package ledger
 
 import (
-	"bytes"
+	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -96,20 +97,24 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 		return nil, nil
 	}
 	seen := make(map[string]bool, len(intents))
-	uniq := make([]int, 0, len(intents))
 	keys := make([][16]byte, len(intents)) // by intent; set for uniq's
+	ps := make([]probe, 0, len(intents))
 	for i, in := range intents {
 		if !seen[in.WorkflowID] {
 			seen[in.WorkflowID] = true
-			uniq = append(uniq, i)
 			keys[i] = keyOf(in.WorkflowID)
+			ps = append(ps, probe{binary.BigEndian.Uint64(keys[i][:8]), binary.BigEndian.Uint64(keys[i][8:]), i})
 		}
 	}
 	// The statements look the IDs up in the order given: in key order,
 	// each probe of the key index descends next to the last one, and the
 	// rows of one claimed batch (inserted in key order) are read in the
 	// order they lie in the heap.
-	slices.SortStableFunc(uniq, func(a, b int) int { return bytes.Compare(keys[a][:], keys[b][:]) })
+	slices.SortFunc(ps, probe.compare)
+	uniq := make([]int, len(ps))
+	for j, pr := range ps {
+		uniq[j] = pr.at
+	}
 	got := make(map[string]stored, len(uniq))
 	all := len(uniq)
 	fences := fencesOf(len(intents), func(i int) processor.PartitionEpoch {
@@ -135,6 +140,26 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 	}
 	p.replaying.Store(2*started >= all)
 	return p.verdicts(ctx, intents, got, fences)
+}
+
+// probe is a batch's first intent of one workflow ID: its ledger key, as
+// two big-endian halves (PostgreSQL orders a uuid by its bytes), and its
+// position in the batch.
+type probe struct {
+	hi, lo uint64
+	at     int
+}
+
+// compare orders probes by key, then by position (IDs that share a key
+// keep the batch's order).
+func (a probe) compare(b probe) int {
+	switch {
+	case a.hi != b.hi:
+		return cmp.Compare(a.hi, b.hi)
+	case a.lo != b.lo:
+		return cmp.Compare(a.lo, b.lo)
+	}
+	return cmp.Compare(a.at, b.at)
 }
 
 // startedSQL returns the rows of the batch that are not started with the
