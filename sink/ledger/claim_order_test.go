@@ -1,0 +1,224 @@
+package ledger_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand"
+	"slices"
+	"testing"
+
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/schemas"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+// Claim looks a batch's IDs up in key order (claim.go); the verdicts are
+// still one per intent, in the batch's order, each copy with its own ID's
+// answer. The tests of this file hold that against batches whose order is
+// not the key order: reversed, interleaved, with repeated copies.
+
+// before is what the ledger holds for an ID before the batch.
+type before int
+
+const (
+	absent before = iota
+	pendingRow
+	startedRow
+	rerunRow // started, re-run: generation 2
+	deadLetteredRow
+)
+
+func (b before) String() string {
+	return [...]string{"absent", "pending", "started", "re-run", "dead_lettered"}[b]
+}
+
+// seedRows puts each ID's row (claimed with payload "p") in its state.
+func seedRows(t *testing.T, l *ledger.Postgres, rows map[string]before) {
+	t.Helper()
+	ctx := context.Background()
+	var batch []decide.Intent
+	var st, rerun []processor.Started
+	var dl []string
+	for id, b := range rows {
+		if b == absent {
+			continue
+		}
+		batch = append(batch, intent(id, "p"))
+		wf := intent(id, "p").WorkflowID
+		switch b {
+		case startedRow:
+			st = append(st, processor.Started{WorkflowID: wf, RunID: "r1", Generation: 1})
+		case rerunRow:
+			st = append(st, processor.Started{WorkflowID: wf, RunID: "r1", Generation: 1})
+			rerun = append(rerun, processor.Started{WorkflowID: wf, RunID: "r2", Generation: 2})
+		case deadLetteredRow:
+			dl = append(dl, wf)
+		}
+	}
+	for _, v := range claim(t, l, batch...) {
+		if v != decide.VerdictNew {
+			t.Fatalf("seeding: %v, want every row new", v)
+		}
+	}
+	for _, s := range [][]processor.Started{st, rerun} {
+		if err := l.MarkStarted(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.MarkDeadLettered(ctx, unfenced(dl...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// expected is the claim's answer to a copy with payload of an ID whose
+// row was b before the batch and whose first copy in the batch carries
+// first.
+func expected(b before, first, payload string) decide.Claimed {
+	switch {
+	case b == absent && payload == first:
+		return decide.Claimed{Verdict: decide.VerdictNew, Generation: 1}
+	case b == absent || payload != "p":
+		return decide.Claimed{Verdict: decide.VerdictConflict}
+	case b == startedRow:
+		return decide.Claimed{Verdict: decide.VerdictDuplicate, Generation: 1}
+	case b == rerunRow:
+		return decide.Claimed{Verdict: decide.VerdictDuplicate, Generation: 2}
+	default: // pending, dead_lettered: re-claimed
+		return decide.Claimed{Verdict: decide.VerdictRedrive, Generation: 1}
+	}
+}
+
+// interleave orders the copies of ids (each ID's payloads in order): in
+// reverse key order of the IDs, round by round (every ID's first copy,
+// then every second copy, ...), or shuffled by seed (each ID's copies
+// keeping their order).
+func interleave(ids []string, copies map[string][]string, seed int64) []decide.Intent {
+	ids = slices.Clone(ids)
+	slices.SortFunc(ids, func(a, b string) int {
+		ka, kb := schemas.LedgerKey(intent(a, "").WorkflowID), schemas.LedgerKey(intent(b, "").WorkflowID)
+		return -bytes.Compare(ka[:], kb[:])
+	})
+	var order []string
+	for round := 0; ; round++ {
+		n := len(order)
+		for _, id := range ids {
+			if round < len(copies[id]) {
+				order = append(order, id)
+			}
+		}
+		if len(order) == n {
+			break
+		}
+	}
+	if seed != 0 {
+		rand.New(rand.NewSource(seed)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	}
+	next := map[string]int{}
+	out := make([]decide.Intent, len(order))
+	for i, id := range order {
+		out[i] = intent(id, copies[id][next[id]])
+		out[i].Offset = int64(i)
+		next[id]++
+	}
+	return out
+}
+
+// A batch of every kind of row (absent, pending, started, re-run,
+// dead_lettered) times every kind of copies (one, repeated, another
+// payload, another payload first, a payload between two copies of the
+// row's), in reverse key order and shuffled, on both of Claim's paths:
+// each intent gets its own ID's verdict and generation, in the batch's
+// order, and the rows end as the verdicts say.
+func TestClaimAnswersEveryIntentInBatchOrderWhateverTheKeyOrder(t *testing.T) {
+	patterns := [][]string{{"p"}, {"p", "p"}, {"x"}, {"x", "p"}, {"p", "x", "p"}, {"x", "y", "x"}}
+	for _, afterReplay := range []bool{false, true} {
+		for _, seed := range []int64{0, 1, 2} {
+			t.Run(fmt.Sprintf("after_replay=%v/seed=%d", afterReplay, seed), func(t *testing.T) {
+				l, sql := openTraced(t)
+				ctx := context.Background()
+				rows := map[string]before{}
+				copies := map[string][]string{}
+				var ids []string
+				for b := absent; b <= deadLetteredRow; b++ {
+					for k, pat := range patterns {
+						id := fmt.Sprintf("%s-%d", b, k)
+						ids, rows[id], copies[id] = append(ids, id), b, pat
+					}
+				}
+				rows["warm"] = startedRow
+				seedRows(t, l, rows)
+				if afterReplay {
+					want(t, claim(t, l, intent("warm", "p")), decide.VerdictDuplicate)
+				} else {
+					want(t, claim(t, l, intent("cold", "p")), decide.VerdictNew)
+				}
+				batch := interleave(ids, copies, seed)
+				sql.reset()
+				got, err := l.Claim(ctx, batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if read := sql.sent("WITH ORDINALITY"); read != afterReplay {
+					t.Fatalf("read of started rows sent: %v, want %v", read, afterReplay)
+				}
+				if len(got) != len(batch) {
+					t.Fatalf("%d verdicts for %d intents", len(got), len(batch))
+				}
+				for i, in := range batch {
+					id := in.EventID
+					w := expected(rows[id], copies[id][0], payloadOf(in, copies[id]))
+					if got[i] != w {
+						t.Errorf("intent %d (%s, row %s, copies %v): %+v, want %+v", i, id, rows[id], copies[id], got[i], w)
+					}
+				}
+				checkRowsAfter(t, l, rows, copies)
+			})
+		}
+	}
+}
+
+// payloadOf is which of payloads in carries.
+func payloadOf(in decide.Intent, payloads []string) string {
+	for _, p := range payloads {
+		if intent("", p).PayloadHash == in.PayloadHash {
+			return p
+		}
+	}
+	return "?"
+}
+
+// checkRowsAfter: an absent ID's row holds its first copy's payload,
+// pending; a dead_lettered row with a copy of its payload is pending
+// again, one without stays dead_lettered; started rows stay started.
+func checkRowsAfter(t *testing.T, l *ledger.Postgres, rows map[string]before, copies map[string][]string) {
+	t.Helper()
+	for id, b := range rows {
+		if id == "warm" {
+			continue
+		}
+		in := intent(id, "")
+		r, err := l.Rows(context.Background(), []string{in.WorkflowID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r) != 1 {
+			t.Errorf("%s: %d rows", id, len(r))
+			continue
+		}
+		wantHash, wantState := intent(id, "p").PayloadHash, ledger.StatePending
+		switch {
+		case b == absent:
+			wantHash = intent(id, copies[id][0]).PayloadHash
+		case b == startedRow || b == rerunRow:
+			wantState = ledger.StateStarted
+		case b == deadLetteredRow && !slices.Contains(copies[id], "p"):
+			wantState = ledger.StateDeadLettered
+		}
+		if r[0].State != wantState || !bytes.Equal(r[0].PayloadHash, wantHash[:]) {
+			t.Errorf("%s (row %s, copies %v): row %s, payload kept %v; want %s", id, b, copies[id], r[0].State,
+				bytes.Equal(r[0].PayloadHash, wantHash[:]), wantState)
+		}
+	}
+}
