@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dedupio/dedup/processor"
@@ -220,5 +222,132 @@ func checkRowsAfter(t *testing.T, l *ledger.Postgres, rows map[string]before, co
 			t.Errorf("%s (row %s, copies %v): row %s, payload kept %v; want %s", id, b, copies[id], r[0].State,
 				bytes.Equal(r[0].PayloadHash, wantHash[:]), wantState)
 		}
+	}
+}
+
+// collidingKeys makes the ledger's key of each ID of keys (by the
+// suffix intent gives it) that one byte, every other ID its real key.
+func collidingKeys(t *testing.T, keys map[string]byte) {
+	restore := ledger.SetKeyFunc(func(wf string) [16]byte {
+		if b, ok := keys[strings.TrimPrefix(wf, intent("", "").WorkflowID)]; ok {
+			return [16]byte{0: b, 15: 1}
+		}
+		return schemas.LedgerKey(wf)
+	})
+	t.Cleanup(restore)
+}
+
+// IDs sharing a key (forced collisions) in a batch whose order is neither
+// the key order nor the IDs' order, on both of Claim's paths: the row's
+// owner always gets its own row's answer (duplicate, re-run generation,
+// re-drive, a revive through its second copy), every other ID of the key
+// a conflict, recorded, its copies included; of new IDs sharing an absent
+// key, the smallest ID gets the row. No row changes owner.
+func TestClaimUnderCollisionsGivesTheOwnerItsRowWhateverTheBatchOrder(t *testing.T) {
+	for _, afterReplay := range []bool{false, true} {
+		t.Run(fmt.Sprintf("after_replay=%v", afterReplay), func(t *testing.T) {
+			collidingKeys(t, map[string]byte{
+				"a1": 0x50, "o1": 0x50, "z1": 0x50, // o1 started
+				"a2": 0x40, "o2": 0x40, // o2 pending
+				"m3": 0x30, "z3": 0x30, "b3": 0x30, // absent
+				"a4": 0x20, "o4": 0x20, // o4 dead_lettered
+				"a5": 0x10, "o5": 0x10, // o5 re-run
+				"a7": 0x70, "o7": 0x70, // o7 pending, not in the batch
+			})
+			l, sql := openTraced(t)
+			ctx := context.Background()
+			seedRows(t, l, map[string]before{"o1": startedRow, "o2": pendingRow, "o4": deadLetteredRow,
+				"o5": rerunRow, "o7": pendingRow, "warm": startedRow})
+			if afterReplay {
+				want(t, claim(t, l, intent("warm", "p")), decide.VerdictDuplicate)
+			} else {
+				want(t, claim(t, l, intent("cold", "p")), decide.VerdictNew)
+			}
+			at := func(id, payload string, off int64) decide.Intent {
+				in := intent(id, payload)
+				in.Offset = off
+				return in
+			}
+			batch := []decide.Intent{
+				at("a7", "p", 1), at("z1", "p", 2), at("o1", "p", 3), at("m3", "p", 4), at("a2", "p", 5),
+				at("a1", "p", 6), at("z3", "p", 7), at("o4", "x", 8), at("a5", "p", 9), at("o2", "p", 10),
+				at("b3", "p", 11), at("a4", "p", 12), at("o5", "p", 13), at("o4", "p", 14), at("z1", "p", 15),
+				at("b3", "p", 16), at("o1", "p", 17),
+			}
+			conflict := decide.Claimed{Verdict: decide.VerdictConflict}
+			wantV := []decide.Claimed{
+				conflict, conflict, {Verdict: decide.VerdictDuplicate, Generation: 1}, conflict, conflict,
+				conflict, conflict, conflict, conflict, {Verdict: decide.VerdictRedrive, Generation: 1},
+				{Verdict: decide.VerdictNew, Generation: 1}, conflict, {Verdict: decide.VerdictDuplicate, Generation: 2},
+				{Verdict: decide.VerdictRedrive, Generation: 1}, conflict,
+				{Verdict: decide.VerdictNew, Generation: 1}, {Verdict: decide.VerdictDuplicate, Generation: 1},
+			}
+			sql.reset()
+			got, err := l.Claim(ctx, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if read := sql.sent("WITH ORDINALITY"); read != afterReplay {
+				t.Fatalf("read of started rows sent: %v, want %v", read, afterReplay)
+			}
+			for i := range batch {
+				if i >= len(got) || got[i] != wantV[i] {
+					t.Errorf("intent %d (%s): %v, want %+v", i, batch[i].EventID, got, wantV[i])
+				}
+			}
+			checkOwners(t, l, map[string]ledger.State{"o1": ledger.StateStarted, "o2": ledger.StatePending,
+				"b3": ledger.StatePending, "o4": ledger.StatePending, "o5": ledger.StateStarted, "o7": ledger.StatePending})
+			checkConflicts(t, l, map[string]int{"a1": 1, "z1": 2, "a2": 1, "m3": 1, "z3": 1, "a4": 1, "o4": 1, "a5": 1, "a7": 1})
+		})
+	}
+}
+
+// checkOwners: the ledger holds exactly these IDs' rows, in these states.
+func checkOwners(t *testing.T, l *ledger.Postgres, owners map[string]ledger.State) {
+	t.Helper()
+	rows, err := l.Pool().Query(context.Background(), `SELECT workflow_id, state FROM dedup_ledger`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]ledger.State{}
+	for rows.Next() {
+		var id string
+		var s ledger.State
+		if err := rows.Scan(&id, &s); err != nil {
+			t.Fatal(err)
+		}
+		got[strings.TrimPrefix(id, intent("", "").WorkflowID)] = s
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	delete(got, "warm")
+	delete(got, "cold")
+	if !maps.Equal(got, owners) {
+		t.Errorf("ledger rows %v, want %v", got, owners)
+	}
+}
+
+// checkConflicts: the conflicts recorded, copies by ID, are these.
+func checkConflicts(t *testing.T, l *ledger.Postgres, copies map[string]int) {
+	t.Helper()
+	rows, err := l.Pool().Query(context.Background(), `SELECT workflow_id, sum(copies)::int FROM dedup_conflicts GROUP BY workflow_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			t.Fatal(err)
+		}
+		got[strings.TrimPrefix(id, intent("", "").WorkflowID)] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(got, copies) {
+		t.Errorf("conflicts recorded (copies by ID) %v, want %v", got, copies)
 	}
 }
