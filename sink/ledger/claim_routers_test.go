@@ -109,3 +109,133 @@ func TestRoutersClaimingOneBatchInOrdersOfTheirOwnGiveOneNewEach(t *testing.T) {
 		}
 	}
 }
+
+// Two routers claim the same IDs with another payload than their rows',
+// in opposite orders, round after round (a producer's retries of a
+// changed event read by two consumer groups): every copy is a conflict,
+// no claim fails (no deadlock between the claims' writes, the conflicts'
+// rows included), and each copy is counted once.
+func TestRoutersRecordingTheSameConflictsInOppositeOrdersDoNotDeadlock(t *testing.T) {
+	l := open(t)
+	ls, fs := routers(t, l, 2)
+	ctx := context.Background()
+	const n, rounds = 200, 15
+	var ids []string
+	for i := 0; i < n; i++ {
+		ids = append(ids, fmt.Sprintf("c-%d", i))
+	}
+	var seed []decide.Intent
+	for _, id := range ids {
+		seed = append(seed, intent(id, "p"))
+	}
+	claim(t, l, seed...)
+	for r := 0; r < rounds; r++ {
+		batches := make([][]decide.Intent, 2)
+		for k := range batches {
+			for i := range ids {
+				id := ids[i]
+				if k == 1 {
+					id = ids[n-1-i]
+				}
+				in := intent(id, fmt.Sprintf("other-%d", r%3))
+				in.Partition, in.Offset, in.Fence = int32(k), int64(r*n+i), fs[k]
+				batches[k] = append(batches[k], in)
+			}
+		}
+		got := make([][]decide.Claimed, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for k := range batches {
+			wg.Add(1)
+			go func() { defer wg.Done(); got[k], errs[k] = ls[k].Claim(ctx, batches[k]) }()
+		}
+		wg.Wait()
+		for k := range batches {
+			if errs[k] != nil {
+				t.Fatalf("round %d: router %d: %v", r, k, errs[k])
+			}
+			for i, c := range got[k] {
+				if c.Verdict != decide.VerdictConflict {
+					t.Fatalf("round %d: router %d: %s: %v, want a conflict", r, k, batches[k][i].EventID, c.Verdict)
+				}
+			}
+		}
+	}
+	var copies int
+	if err := l.Pool().QueryRow(ctx, `SELECT sum(copies)::int FROM dedup_conflicts`).Scan(&copies); err != nil {
+		t.Fatal(err)
+	}
+	if copies != 2*n*rounds {
+		t.Fatalf("%d copies counted, want %d", copies, 2*n*rounds)
+	}
+}
+
+// Two routers claim batches of the same new IDs and of conflicting
+// copies of rows claimed before, in opposite orders, retrying a deadlock
+// as the router does: each new ID is still New for exactly one of them.
+// A claim writes its rows (claimSQL commits), then records its conflicts
+// in a statement of its own; a deadlock there fails the claim after its
+// rows were inserted, and its retry finds them pending (re-drive), as
+// does the other router: the ID is New for neither.
+func TestRoutersClaimingNewIDsAmongConflictsInOppositeOrdersGiveOneNewEach(t *testing.T) {
+	l := open(t)
+	ls, fs := routers(t, l, 2)
+	ctx := context.Background()
+	const old, fresh, rounds = 150, 50, 25
+	var seed []decide.Intent
+	for i := 0; i < old; i++ {
+		seed = append(seed, intent(fmt.Sprintf("c-%d", i), "p"))
+	}
+	claim(t, l, seed...)
+	for r := 0; r < rounds; r++ {
+		var all []decide.Intent
+		for i := 0; i < old; i++ {
+			all = append(all, intent(fmt.Sprintf("c-%d", i), fmt.Sprintf("other-%d", r)))
+			if i%3 == 0 {
+				all = append(all, intent(fmt.Sprintf("n%d-%d", r, i/3), "p"))
+			}
+		}
+		batches := make([][]decide.Intent, 2)
+		for k := range batches {
+			for i := range all {
+				in := all[i]
+				if k == 1 {
+					in = all[len(all)-1-i]
+				}
+				in.Partition, in.Offset, in.Fence = int32(k), int64(r*1000+i), fs[k]
+				batches[k] = append(batches[k], in)
+			}
+		}
+		got := make([][]decide.Claimed, 2)
+		errs, tries := make([]error, 2), make([]int, 2)
+		var wg sync.WaitGroup
+		for k := range batches {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[k] = retriedAfterDeadlock(func() (err error) {
+					tries[k]++
+					got[k], err = ls[k].Claim(ctx, batches[k])
+					return err
+				})
+			}()
+		}
+		wg.Wait()
+		news := map[string]int{}
+		for k := range batches {
+			if errs[k] != nil {
+				t.Fatalf("round %d: router %d: %v", r, k, errs[k])
+			}
+			for i, c := range got[k] {
+				if c.Verdict == decide.VerdictNew {
+					news[batches[k][i].EventID]++
+				}
+			}
+		}
+		for i := 0; i < fresh; i++ {
+			if id := fmt.Sprintf("n%d-%d", r, i); news[id] != 1 {
+				t.Fatalf("round %d: %s New %d times, want once (claims tried %v times: a deadlock retried)", r, id, news[id], tries)
+			}
+		}
+	}
+}
