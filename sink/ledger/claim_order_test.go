@@ -351,3 +351,63 @@ func checkConflicts(t *testing.T, l *ledger.Postgres, copies map[string]int) {
 		t.Errorf("conflicts recorded (copies by ID) %v, want %v", got, copies)
 	}
 }
+
+// The edges of the ordering: an empty batch sends nothing and answers
+// nothing; a batch of one is answered on both paths; a mixed batch whose
+// partition moved (its fence stale), answered partly by the replay's read,
+// is refused whole and writes nothing: no row inserted or re-claimed, no
+// conflict recorded.
+func TestClaimOfAnEmptyOneOrFencedBatch(t *testing.T) {
+	l, sql := openTraced(t)
+	ctx := context.Background()
+	sql.reset()
+	if v, err := l.Claim(ctx, nil); err != nil || v != nil {
+		t.Fatalf("empty batch: %v, %v", v, err)
+	}
+	if sql.sent("") {
+		t.Fatal("an empty batch sent a statement")
+	}
+	p := processor.PartitionRef{Topic: "events", Partition: 1}
+	own := func(member string) decide.Fence {
+		e, err := l.Own(ctx, processor.Ownership{Group: "g", Member: member, Parts: []processor.PartitionRef{p}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return decide.Fence{Group: "g", Epoch: e[0]}
+	}
+	old := own("zombie")
+	fenced := func(id, payload string) decide.Intent {
+		in := intent(id, payload)
+		in.Fence = old
+		return in
+	}
+	seedRows(t, l, map[string]before{"s1": startedRow, "s2": rerunRow, "d": deadLetteredRow, "q": pendingRow})
+	want(t, claim(t, l, fenced("one", "p")), decide.VerdictNew)
+	want(t, claim(t, l, fenced("one", "p")), decide.VerdictRedrive)
+	want(t, claim(t, l, fenced("s1", "p"), fenced("s2", "p")), decide.VerdictDuplicate, decide.VerdictDuplicate)
+	sql.reset()
+	if v, err := l.Claim(ctx, []decide.Intent{fenced("s2", "p")}); err != nil || v[0] != (decide.Claimed{Verdict: decide.VerdictDuplicate, Generation: 2}) {
+		t.Fatalf("a batch of one re-run row after a replay: %v, %v", v, err)
+	}
+	if !sql.sent("WITH ORDINALITY") {
+		t.Fatal("the replay's read was not sent")
+	}
+	own("owner")
+	batch := []decide.Intent{fenced("s2", "p"), fenced("new", "p"), fenced("s1", "x"), fenced("d", "x"),
+		fenced("d", "p"), fenced("q", "p"), fenced("s1", "p")}
+	v, err := l.Claim(ctx, batch)
+	if _, ok := processor.IsFenced(err); !ok {
+		t.Fatalf("a zombie's mixed batch: %v, %v; want the fence's refusal", v, err)
+	}
+	var rows, conflicts, attempts int
+	var state string
+	if err := l.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM dedup_ledger), (SELECT count(*) FROM dedup_conflicts),
+	(SELECT attempts FROM dedup_ledger WHERE workflow_id = $1), (SELECT state FROM dedup_ledger WHERE workflow_id = $2)`,
+		intent("q", "").WorkflowID, intent("d", "").WorkflowID).Scan(&rows, &conflicts, &attempts, &state); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 5 || conflicts != 0 || attempts != 1 || state != string(ledger.StateDeadLettered) {
+		t.Fatalf("after the refused batch: %d rows (want 5), %d conflicts (want 0), pending row's attempts %d (want 1), "+
+			"dead-lettered row %s", rows, conflicts, attempts, state)
+	}
+}
