@@ -2,9 +2,11 @@ package ledger_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -161,5 +163,86 @@ func TestAMarkThatFailsAfterItsWriteSaysNoRowRecorded(t *testing.T) {
 	if started[0].Recorded || started[1].Recorded {
 		t.Errorf("MarkStarted returned %v (not a *FencedError) with Recorded %v, %v; want false for all",
 			err, started[0].Recorded, started[1].Recorded)
+	}
+}
+
+// A router claiming (re-driving) pending rows while another marks the
+// same rows dead-lettered: the claim locks them in key order (claimSQL's
+// ORDER BY i.key), and MarkDeadLettered must lock them in that order too,
+// or PostgreSQL aborts one of the two (40P01). MarkDeadLettered sorts its
+// IDs by workflow ID and joins them with UPDATE ... FROM unnest, which, on
+// an index-sized ledger, probes the key index row by row in that order.
+// The blockers pace the two statements so that each takes its first row
+// before the other takes its last; no blocker is in the cycle.
+func TestClaimAndMarkDeadLetteredLockInOneOrder(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	fillLedger(t, l.Pool(), 20000)
+	wf := func(n int) string { return intent(fmt.Sprintf("dl-%d", n), "p").WorkflowID }
+	key := func(n int) string { return wantKey(wf(n)) }
+	// X < Y by workflow ID, key(Y) < key(W) < key(X); W2 between X and Y
+	// by workflow ID, not between them by key.
+	var x, y, w, w2 = -1, -1, -1, -1
+search:
+	for a := 0; a < 200; a++ {
+		for b := 0; b < 200; b++ {
+			if wf(a) >= wf(b) || key(b) >= key(a) {
+				continue
+			}
+			wi, w2i := -1, -1
+			for c := 0; c < 400; c++ {
+				if c == a || c == b {
+					continue
+				}
+				if wi < 0 && key(b) < key(c) && key(c) < key(a) {
+					wi = c
+				} else if w2i < 0 && wf(a) < wf(c) && wf(c) < wf(b) && (key(b) >= key(c) || key(c) >= key(a)) {
+					w2i = c
+				}
+			}
+			if wi >= 0 && w2i >= 0 {
+				x, y, w, w2 = a, b, wi, w2i
+				break search
+			}
+		}
+	}
+	if x < 0 {
+		t.Fatal("no IDs found")
+	}
+	in := func(n int) decide.Intent { return intent(fmt.Sprintf("dl-%d", n), "p") }
+	want(t, claim(t, l, in(x), in(y), in(w), in(w2)), decide.VerdictNew, decide.VerdictNew, decide.VerdictNew, decide.VerdictNew)
+	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	side := sidePool(t, l.Pool().Config().ConnString())
+	lockRow := func(id string) pgx.Tx {
+		tx := held(t, side, pgx.TxOptions{})
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, id); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	t1, t2 := lockRow(wf(w)), lockRow(wf(w2))
+	var wg sync.WaitGroup
+	var claimErr, markErr error
+	wg.Add(2)
+	go func() { // router A re-drives Y, W, X (locks Y, waits for W)
+		defer wg.Done()
+		_, claimErr = l.Claim(ctx, []decide.Intent{in(x), in(y), in(w)})
+	}()
+	waitBlocked(t, side, "INSERT INTO dedup_ledger AS l")
+	go func() { // router B marks X, W2, Y dead-lettered (locks X, waits for W2)
+		defer wg.Done()
+		markErr = l.MarkDeadLettered(ctx, unfenced(wf(y), wf(x), wf(w2)))
+	}()
+	waitBlocked(t, side, "UPDATE dedup_ledger l SET state = 'dead_lettered'")
+	_ = t1.Rollback(ctx) // A takes W, then waits for X (B's)
+	time.Sleep(200 * time.Millisecond)
+	_ = t2.Rollback(ctx) // B takes W2, then waits for Y (A's)
+	wg.Wait()
+	if claimErr != nil || markErr != nil {
+		t.Fatalf("a claim and a dead-letter mark of the same rows by two routers: claim: %v; MarkDeadLettered: %v\n"+
+			"(claim locks in key order: key(%s)=%s < key(%s)=%s; MarkDeadLettered in workflow ID order: %s < %s)",
+			claimErr, markErr, wf(y), key(y), wf(x), key(x), wf(x), wf(y))
 	}
 }
