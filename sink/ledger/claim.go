@@ -366,7 +366,9 @@ type conflict struct {
 // last_seen_at and coordinates to the newest record. A redelivery of the
 // record the row counted last is not counted again. The input holds one
 // entry per (workflow ID, payload hash): ON CONFLICT cannot touch one row
-// twice in a statement.
+// twice in a statement. The rows are written in that key's order (ORDER
+// BY), whatever the batch's: two routers recording the same conflicts in
+// orders of their own would each lock a row the other waits for.
 //
 // Under the batch's fence ($9 to $12), like the claim: a router that lost
 // the partition records nothing (a batch answered by the read-only
@@ -376,8 +378,10 @@ WITH ` + fenceCTE(9) + `, held AS MATERIALIZED (
 	SELECT count(*) = cardinality($12::int8[]) AS ok FROM fence
 ), ins AS (
 INSERT INTO dedup_conflicts AS c (workflow_id, event_id, payload_hash, ledger_payload_hash, topic, kafka_partition, kafka_offset, copies, last_seen_at)
-SELECT t.*, now() FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::int4[], $7::int8[], $8::int8[]) AS t
+SELECT t.*, now() FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::text[], $6::int4[], $7::int8[], $8::int8[])
+	AS t(workflow_id, event_id, payload_hash, ledger_payload_hash, topic, kafka_partition, kafka_offset, copies)
 WHERE (SELECT ok FROM held)
+ORDER BY t.workflow_id, t.payload_hash
 ON CONFLICT (workflow_id, payload_hash) WHERE last_seen_at IS NOT NULL DO UPDATE SET
 	copies = c.copies + EXCLUDED.copies,
 	last_seen_at = now(),
