@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/schemas"
@@ -108,13 +107,22 @@ func (p *Postgres) MarkDeadLettered(ctx context.Context, rows []processor.DeadLe
 	if len(rows) == 0 {
 		return nil
 	}
-	// The key's index scan (= ANY) takes the rows in key order.
-	rows = slices.Clone(rows)
-	slices.SortFunc(rows, func(a, b processor.DeadLettered) int { return strings.Compare(a.WorkflowID, b.WorkflowID) })
-	n := len(rows)
-	ids, groups, topics, parts, epochs := make([]string, n), make([]string, n), make([]string, n), make([]int32, n), make([]int64, n)
+	// The rows are locked in the order given, and in key order, as the
+	// claim (claimSQL's ORDER BY) and MarkStarted lock theirs: in another
+	// order two routers marking and claiming the same rows deadlock.
+	type mark struct {
+		r   processor.DeadLettered
+		key [16]byte
+	}
+	ms := make([]mark, len(rows))
 	for i, r := range rows {
-		ids[i], groups[i], topics[i], parts[i], epochs[i] = r.WorkflowID, r.Fence.Group, r.Topic, r.Partition, r.Fence.Epoch
+		ms[i] = mark{r, keyOf(r.WorkflowID)}
+	}
+	slices.SortFunc(ms, func(a, b mark) int { return bytes.Compare(a.key[:], b.key[:]) })
+	n := len(ms)
+	ids, keys, groups, topics, parts, epochs := make([]string, n), make([][16]byte, n), make([]string, n), make([]string, n), make([]int32, n), make([]int64, n)
+	for i, m := range ms {
+		ids[i], keys[i], groups[i], topics[i], parts[i], epochs[i] = m.r.WorkflowID, m.key, m.r.Fence.Group, m.r.Topic, m.r.Partition, m.r.Fence.Epoch
 	}
 	f := fencesOf(n, func(i int) processor.PartitionEpoch {
 		return processor.PartitionEpoch{Group: groups[i], Topic: topics[i], Partition: parts[i], Epoch: epochs[i]}
@@ -129,7 +137,7 @@ WITH `+fenceCTE(7)+`, up AS (
 		AND (u.epoch = 0 OR EXISTS (SELECT FROM fence WHERE (fence.consumer_group, fence.topic, fence.kafka_partition, fence.epoch) =
 			(u.consumer_group, u.topic, u.kafka_partition, u.epoch)))
 )
-SELECT count(*) = cardinality($10::int8[]) FROM fence`, ids, keysOf(ids), groups, topics, parts, epochs,
+SELECT count(*) = cardinality($10::int8[]) FROM fence`, ids, keys, groups, topics, parts, epochs,
 		f.groups, f.topics, f.parts, f.epochs).Scan(&held)
 	if err != nil {
 		return p.classify(fmt.Errorf("marking %d workflows dead-lettered: %w", n, err))
