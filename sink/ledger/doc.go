@@ -5,7 +5,13 @@
 //     one round trip; a second only in the rare cases documented on Claim).
 //   - Of concurrent claims of one workflow ID, exactly one gets VerdictNew;
 //     the others get VerdictRedrive while it is pending, VerdictDuplicate
-//     once it is started.
+//     once it is started. A claim that fails after its statement committed
+//     (a lost connection) returns an error, not its VerdictNew: its retry
+//     gets VerdictRedrive, which starts the workflow as VerdictNew would.
+//   - The claim, its re-claim of dead-lettered rows and both marks lock
+//     ledger rows in key order, and the conflicts their rows in (workflow
+//     ID, payload hash) order, whatever the batch's order: two routers
+//     claiming, marking or recording the same rows do not deadlock.
 //   - A claim is not a completion: a row stays 'pending' until MarkStarted,
 //     and a pending row is handed out again (VerdictRedrive) on its next
 //     claim, so a crash between claim and start loses nothing.
