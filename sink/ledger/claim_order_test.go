@@ -411,3 +411,69 @@ func TestClaimOfAnEmptyOneOrFencedBatch(t *testing.T) {
 			"dead-lettered row %s", rows, conflicts, attempts, state)
 	}
 }
+
+// The claim sends its IDs in PostgreSQL's uuid order (bytewise), and IDs
+// that share a key in the batch's order: keys that differ only in the low
+// half, in the top bit of either half (an unsigned comparison, not a
+// signed one), by one in the last byte, and equal keys, shuffled.
+func TestClaimSendsItsKeysInPostgresUUIDOrder(t *testing.T) {
+	k := func(hi, lo uint64) (b [16]byte) {
+		for i := 0; i < 8; i++ {
+			b[i], b[8+i] = byte(hi>>(56-8*i)), byte(lo>>(56-8*i))
+		}
+		return b
+	}
+	keys := map[string][16]byte{
+		"lo-0": k(1, 0), "lo-1": k(1, 1), "lo-top": k(1, 1<<63), "lo-max": k(1, ^uint64(0)),
+		"hi-top": k(1<<63, 0), "hi-7f": k(1<<63-1, ^uint64(0)), "hi-max": k(^uint64(0), 0), "zero": k(0, 0),
+		"same-c": k(5, 5), "same-a": k(5, 5), "same-b": k(5, 5), "hi-top-lo-top": k(1<<63, 1<<63),
+	}
+	restore := ledger.SetKeyFunc(func(id string) [16]byte { return keys[strings.TrimPrefix(id, "activity-a:")] })
+	defer restore()
+	l, log := openTraced(t)
+	ids := slices.Sorted(maps.Keys(keys))
+	rand.New(rand.NewSource(7)).Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	batch := make([]decide.Intent, len(ids))
+	for i, id := range ids {
+		batch[i] = intent(id, "p")
+	}
+	if _, err := l.Claim(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	var sentIDs []string
+	var sentKeys [][16]byte
+	for i, q := range log.sql {
+		if strings.Contains(q, "INSERT INTO dedup_ledger AS l") {
+			sentIDs, sentKeys = log.args[i][0].([]string), log.args[i][8].([][16]byte)
+			break
+		}
+	}
+	if len(sentKeys) != len(ids) {
+		t.Fatalf("the claim sent %d keys for %d IDs", len(sentKeys), len(ids))
+	}
+	var pgOrder []int64
+	if err := l.Pool().QueryRow(context.Background(), `SELECT array_agg(n ORDER BY k, n) FROM unnest($1::uuid[]) WITH ORDINALITY AS t(k, n)`,
+		sentKeys).Scan(&pgOrder); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range pgOrder {
+		if n != int64(i+1) {
+			t.Fatalf("the claim sent its IDs in the order %v; PostgreSQL orders their keys %v", sentIDs, pgOrder)
+		}
+	}
+	var same []string
+	for _, id := range sentIDs {
+		if strings.HasPrefix(id, "activity-a:same-") {
+			same = append(same, id)
+		}
+	}
+	var inBatch []string
+	for _, in := range batch {
+		if strings.HasPrefix(in.WorkflowID, "activity-a:same-") {
+			inBatch = append(inBatch, in.WorkflowID)
+		}
+	}
+	if !slices.Equal(same, inBatch) {
+		t.Errorf("IDs sharing one key sent in the order %v, the batch's is %v", same, inBatch)
+	}
+}
