@@ -246,3 +246,35 @@ search:
 			claimErr, markErr, wf(y), key(y), wf(x), key(x), wf(x), wf(y))
 	}
 }
+
+// MarkDeadLettered with two IDs that share one key (a forced collision)
+// and an ID named twice: a mark of the ID without a row leaves the owner's
+// row pending; a mark naming the owner twice ends it, once.
+func TestMarkDeadLetteredOfCollidingIDsMarksTheOwnersRowOnly(t *testing.T) {
+	restore := ledger.SetKeyFunc(func(string) [16]byte { return [16]byte{0x80, 15: 1} })
+	defer restore()
+	l := open(t)
+	ctx := context.Background()
+	owner, other := intent("owner", "p"), intent("other", "p")
+	want(t, claim(t, l, owner), decide.VerdictNew)
+	want(t, claim(t, l, other), decide.VerdictConflict)
+	state := func() string {
+		var st string
+		if err := l.Pool().QueryRow(ctx, `SELECT string_agg(workflow_id || '=' || state, ',') FROM dedup_ledger`).Scan(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if err := l.MarkDeadLettered(ctx, unfenced(other.WorkflowID, other.WorkflowID)); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(); got != owner.WorkflowID+"=pending" {
+		t.Fatalf("after marking the ID without a row: %s, want the owner's row pending", got)
+	}
+	if err := l.MarkDeadLettered(ctx, unfenced(other.WorkflowID, owner.WorkflowID, owner.WorkflowID)); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(); got != owner.WorkflowID+"=dead_lettered" {
+		t.Fatalf("after marking the owner: %s, want its row dead_lettered", got)
+	}
+}
