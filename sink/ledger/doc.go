@@ -8,10 +8,15 @@
 //     once it is started. A claim that fails after its statement committed
 //     (a lost connection) returns an error, not its VerdictNew: its retry
 //     gets VerdictRedrive, which starts the workflow as VerdictNew would.
-//   - The claim, its re-claim of dead-lettered rows and both marks lock
-//     ledger rows in key order, and the conflicts their rows in (workflow
-//     ID, payload hash) order, whatever the batch's order: two routers
-//     claiming, marking or recording the same rows do not deadlock.
+//   - The claim writes its rows in key order (claimSQL's ORDER BY), and
+//     the conflicts theirs in (workflow ID, payload hash) order, whatever
+//     the batch's order: two routers claiming, or recording the same
+//     conflicts, do not deadlock. The marks and the re-claim of
+//     dead-lettered rows send their rows in key order too, and lock them
+//     in that order where the planner reads the ledger along its key; on a
+//     small ledger read by a sequential scan they lock in the heap's order,
+//     and so does the purge (oldest first): such a statement and a claim
+//     of the same rows can deadlock, an error like any other below.
 //   - A claim is not a completion: a row stays 'pending' until MarkStarted,
 //     and a pending row is handed out again (VerdictRedrive) on its next
 //     claim, so a crash between claim and start loses nothing.
