@@ -278,3 +278,102 @@ func TestMarkDeadLetteredOfCollidingIDsMarksTheOwnersRowOnly(t *testing.T) {
 		t.Fatalf("after marking the owner: %s, want its row dead_lettered", got)
 	}
 }
+
+// A mark and a claim of the same rows on a small ledger (a new
+// deployment, a test environment, a ledger just purged): there the
+// planner joins the mark's input with a scan of the table, which hands the
+// rows out in the order they lie in the heap, not in key order, whatever
+// order the input was sorted in. Rows claimed in separate batches and
+// moved by their updates lie in no particular key order, so a mark that
+// locks them in heap order and a claim that locks them in key order
+// deadlock (40P01), against the package doc ("lock ledger rows in key
+// order ... do not deadlock"). P < M1 < Q by key; the heap holds Q, M2,
+// P, M1. The claim takes P, M1, Q; the mark Q, M2, P; blockers on M1 and
+// M2 pace them so that each holds one row the other waits for.
+func TestClaimAndMarksLockInOneOrderOnASmallLedger(t *testing.T) {
+	for _, m := range []struct {
+		name, stmt string
+		mark       func(l *ledger.Postgres, ids ...string) error
+	}{
+		{"MarkDeadLettered", "UPDATE dedup_ledger l SET state = 'dead_lettered'", func(l *ledger.Postgres, ids ...string) error {
+			return l.MarkDeadLettered(context.Background(), unfenced(ids...))
+		}},
+		{"MarkStarted", "UPDATE dedup_ledger l SET state = 'started'", func(l *ledger.Postgres, ids ...string) error {
+			st := make([]processor.Started, len(ids))
+			for i, id := range ids {
+				st[i] = processor.Started{WorkflowID: id, RunID: "r1", Generation: 1}
+			}
+			return l.MarkStarted(context.Background(), st)
+		}},
+	} {
+		t.Run(m.name, func(t *testing.T) { claimAndMarkOnASmallLedger(t, m.stmt, m.mark) })
+	}
+}
+
+func claimAndMarkOnASmallLedger(t *testing.T, stmt string, mark func(l *ledger.Postgres, ids ...string) error) {
+	l := open(t)
+	ctx := context.Background()
+	in := func(n int) decide.Intent { return intent(fmt.Sprintf("small-%d", n), "p") }
+	key := func(n int) string { return wantKey(in(n).WorkflowID) }
+	p, m1, q, m2 := -1, -1, -1, -1
+	for n := 0; n < 100 && q < 0; n++ {
+		switch {
+		case p < 0:
+			p = n
+		case m1 < 0 && key(n) > key(p):
+			m1 = n
+		case m1 >= 0 && key(n) > key(m1):
+			q = n
+		}
+	}
+	m2 = q + 1
+	// The heap: Q, M2, P, M1 (one claim each, so one insert after another).
+	for _, n := range []int{q, m2, p, m1} {
+		want(t, claim(t, l, in(n)), decide.VerdictNew)
+	}
+	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	var heap []string
+	rows, err := l.Pool().Query(ctx, `SELECT workflow_id FROM dedup_ledger ORDER BY ctid`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		heap = append(heap, id)
+	}
+	side := sidePool(t, l.Pool().Config().ConnString())
+	lockRow := func(id string) pgx.Tx {
+		tx := held(t, side, pgx.TxOptions{})
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, id); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	t1, t2 := lockRow(in(m1).WorkflowID), lockRow(in(m2).WorkflowID)
+	var wg sync.WaitGroup
+	var claimErr, markErr error
+	wg.Add(2)
+	go func() { // re-drives P, M1, Q in key order: takes P, waits for M1
+		defer wg.Done()
+		_, claimErr = l.Claim(ctx, []decide.Intent{in(q), in(m1), in(p)})
+	}()
+	waitBlocked(t, side, "INSERT INTO dedup_ledger AS l")
+	go func() { // marks P, M2, Q: in heap order takes Q, waits for M2
+		defer wg.Done()
+		markErr = mark(l, in(p).WorkflowID, in(m2).WorkflowID, in(q).WorkflowID)
+	}()
+	waitBlocked(t, side, stmt)
+	_ = t1.Rollback(ctx) // the claim takes M1, then waits for Q
+	time.Sleep(200 * time.Millisecond)
+	_ = t2.Rollback(ctx) // the mark takes M2, then waits for P
+	wg.Wait()
+	if claimErr != nil || markErr != nil {
+		t.Fatalf("a claim and a mark of the same rows by two routers on a small ledger: claim: %v; mark: %v\n"+
+			"(keys: P %s < M1 %s < Q %s; heap order %v)", claimErr, markErr, key(p), key(m1), key(q), heap)
+	}
+}
