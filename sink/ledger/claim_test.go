@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -368,4 +371,108 @@ func TestClaimLooksTheBatchUpInKeyOrder(t *testing.T) {
 	v, err = l.Claim(ctx, batch)
 	verdicts(v, err, decide.VerdictDuplicate)
 	inKeyOrder("WITH ORDINALITY")
+}
+
+// pauseAt holds a statement containing part until release is closed,
+// after telling paused.
+type pauseAt struct {
+	part            string
+	paused, release chan struct{}
+}
+
+func (p *pauseAt) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, p.part) {
+		close(p.paused)
+		<-p.release
+	}
+	return ctx
+}
+
+func (p *pauseAt) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A router re-claiming dead-lettered rows (a batch whose first copy of
+// each ID conflicted, a later one matching: verdicts' revive statement)
+// while another claims the same rows, on a small ledger: the revive's
+// UPDATE (key = ANY AND workflow_id = ANY) scans the table and locks in
+// heap order, the claim in key order, and the two deadlock (40P01),
+// against the package doc ("its re-claim of dead-lettered rows ... lock
+// ledger rows in key order"). P < M1 < Q by key; when the revive runs, the
+// heap holds Q, M2, P (a third router's claims of M2 and P, between the
+// first router's claim and its revive, moved them last). The revive takes
+// Q, M2, P; the claim P, M1, Q.
+func TestClaimAndReclaimOfDeadLetteredRowsLockInOneOrder(t *testing.T) {
+	base := open(t)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(base.Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &pauseAt{part: "UPDATE dedup_ledger SET state = 'pending'", paused: make(chan struct{}), release: make(chan struct{})}
+	pc.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	a := ledger.NewFromPool(pool)
+	in := func(n int, payload string) decide.Intent { return intent(fmt.Sprintf("revive-%d", n), payload) }
+	key := func(n int) string { return wantKey(in(n, "p").WorkflowID) }
+	p, m1, q := 0, -1, -1
+	for n := 1; n < 100 && q < 0; n++ {
+		switch {
+		case m1 < 0 && key(n) > key(p):
+			m1 = n
+		case m1 >= 0 && key(n) > key(m1):
+			q = n
+		}
+	}
+	m2 := q + 1
+	for _, n := range []int{q, m2, p, m1} {
+		want(t, claim(t, base, in(n, "p")), decide.VerdictNew)
+	}
+	for _, n := range []int{q, m2, p} { // one at a time: the heap keeps Q, M2, P
+		if err := base.MarkDeadLettered(ctx, unfenced(in(n, "p").WorkflowID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := base.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var reviveErr, claimErr error
+	wg.Add(2)
+	go func() { // claims (first copies conflict), then pauses before re-claiming P, M2, Q
+		defer wg.Done()
+		_, reviveErr = a.Claim(ctx, []decide.Intent{in(p, "x"), in(m2, "x"), in(q, "x"), in(p, "p"), in(m2, "p"), in(q, "p")})
+	}()
+	within(t, tr.paused, lockWaitPatience, "the revive statement")
+	// A's claim wrote a new version of each of its rows (ON CONFLICT DO
+	// UPDATE does, even when nothing changes), in key order; a third
+	// router's copies of M2 and P (conflicts too) move them after Q.
+	want(t, claim(t, base, in(m2, "x")), decide.VerdictConflict)
+	want(t, claim(t, base, in(p, "x")), decide.VerdictConflict)
+	side := sidePool(t, base.Pool().Config().ConnString())
+	lockRow := func(id string) pgx.Tx {
+		tx := held(t, side, pgx.TxOptions{})
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, id); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	t1, t2 := lockRow(in(m1, "p").WorkflowID), lockRow(in(m2, "p").WorkflowID)
+	go func() { // re-claims P, M1, Q in key order: takes P, waits for M1
+		defer wg.Done()
+		_, claimErr = base.Claim(ctx, []decide.Intent{in(q, "p"), in(m1, "p"), in(p, "p")})
+	}()
+	waitBlocked(t, side, "INSERT INTO dedup_ledger AS l")
+	close(tr.release) // the revive, in heap order: takes Q, waits for M2
+	waitBlocked(t, side, "UPDATE dedup_ledger SET state = 'pending'")
+	_ = t1.Rollback(ctx) // the claim takes M1, then waits for Q
+	time.Sleep(200 * time.Millisecond)
+	_ = t2.Rollback(ctx) // the revive takes M2, then waits for P
+	wg.Wait()
+	if reviveErr != nil || claimErr != nil {
+		t.Fatalf("a re-claim of dead-lettered rows and a claim of the same rows: re-claim: %v; claim: %v\n(keys: P %s < M1 %s < Q %s)",
+			reviveErr, claimErr, key(p), key(m1), key(q))
+	}
 }
