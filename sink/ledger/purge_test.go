@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
@@ -154,5 +157,58 @@ func TestPurgeDeletesConflictsLastSeenBeforeTheHorizon(t *testing.T) {
 	}
 	if len(left) != 1 || left[0] != recent.WorkflowID {
 		t.Fatalf("conflicts left after the purge: %v, want only %s", left, recent.WorkflowID)
+	}
+}
+
+// A router recording conflicts while the purge deletes the same old
+// conflict rows: the record locks its rows in (workflow ID, payload hash)
+// order (recordConflictsSQL's ORDER BY), the purge in the order it finds
+// them (oldest first, the heap's order), so the two deadlock (40P01) and
+// the claim that recorded the conflicts fails. R1 (c-c) is older than M2
+// (c-z), older than R2 (c-a); the record takes c-a, c-b (M1), c-c; the
+// purge c-c, c-z, c-a. Blockers on M1 and M2 pace them so that each holds
+// a row the other waits for.
+func TestRecordingConflictsAndPurgingThemDoNotDeadlock(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	ids := []string{"c-c", "c-z", "c-a", "c-b"} // R1, M2, R2, M1: the heap's and the age's order
+	for _, id := range ids {
+		want(t, claim(t, l, intent(id, "p")), decide.VerdictNew)
+		want(t, claim(t, l, intent(id, "q")), decide.VerdictConflict)
+	}
+	if _, err := l.Pool().Exec(ctx, `UPDATE dedup_conflicts SET last_seen_at = now() - interval '2 hours' + id * interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_conflicts`); err != nil {
+		t.Fatal(err)
+	}
+	side := sidePool(t, l.Pool().Config().ConnString())
+	lockRow := func(id string) pgx.Tx {
+		tx := held(t, side, pgx.TxOptions{})
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_conflicts WHERE workflow_id = $1 FOR UPDATE`, intent(id, "q").WorkflowID); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	t1, t2 := lockRow("c-b"), lockRow("c-z")
+	var wg sync.WaitGroup
+	var claimErr, purgeErr error
+	wg.Add(2)
+	go func() { // records c-a, c-b, c-c: takes c-a, waits for c-b
+		defer wg.Done()
+		_, claimErr = l.Claim(ctx, []decide.Intent{intent("c-c", "q"), intent("c-b", "q"), intent("c-a", "q")})
+	}()
+	waitBlocked(t, side, "INSERT INTO dedup_conflicts")
+	go func() { // purges c-c, c-z, c-a: takes c-c, waits for c-z
+		defer wg.Done()
+		_, purgeErr = l.Purge(ctx, time.Hour, 100)
+	}()
+	waitBlocked(t, side, "DELETE FROM dedup_conflicts")
+	_ = t1.Rollback(ctx) // the record takes c-b, then waits for c-c
+	time.Sleep(200 * time.Millisecond)
+	_ = t2.Rollback(ctx) // the purge takes c-z, then waits for c-a
+	wg.Wait()
+	if claimErr != nil || purgeErr != nil {
+		t.Fatalf("a router recording conflicts and the purge of the same rows: claim: %v; purge: %v", claimErr, purgeErr)
 	}
 }
