@@ -212,3 +212,68 @@ func TestRecordingConflictsAndPurgingThemDoNotDeadlock(t *testing.T) {
 		t.Fatalf("a router recording conflicts and the purge of the same rows: claim: %v; purge: %v", claimErr, purgeErr)
 	}
 }
+
+// A router re-claiming old dead-lettered rows (a dlq replay) while the
+// purge deletes them: the claim locks in key order, the purge oldest
+// first (and in the heap's order), so the two deadlock (40P01). R2 < M1 <
+// R1 by key; R1 ended before M2, before R2. The claim takes R2, M1, R1;
+// the purge R1, M2, R2.
+func TestReclaimingDeadLetteredRowsAndPurgingThemDoNotDeadlock(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	in := func(n int) decide.Intent { return intent(fmt.Sprintf("purge-%d", n), "p") }
+	key := func(n int) string { return wantKey(in(n).WorkflowID) }
+	r2, m1, r1 := 0, -1, -1
+	for n := 1; n < 100 && r1 < 0; n++ {
+		switch {
+		case m1 < 0 && key(n) > key(r2):
+			m1 = n
+		case m1 >= 0 && key(n) > key(m1):
+			r1 = n
+		}
+	}
+	m2 := r1 + 1
+	for _, n := range []int{r1, m2, r2, m1} {
+		want(t, claim(t, l, in(n)), decide.VerdictNew)
+	}
+	for _, n := range []int{r1, m2, r2} {
+		if err := l.MarkDeadLettered(ctx, unfenced(in(n).WorkflowID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Pool().Exec(ctx, `UPDATE dedup_ledger SET updated_at = updated_at - interval '48 hours' WHERE state = 'dead_lettered'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	side := sidePool(t, l.Pool().Config().ConnString())
+	lockRow := func(id string) pgx.Tx {
+		tx := held(t, side, pgx.TxOptions{})
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, id); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	t1, t2 := lockRow(in(m1).WorkflowID), lockRow(in(m2).WorkflowID)
+	var wg sync.WaitGroup
+	var claimErr, purgeErr error
+	wg.Add(2)
+	go func() { // re-claims R2, M1, R1 in key order: takes R2, waits for M1
+		defer wg.Done()
+		_, claimErr = l.Claim(ctx, []decide.Intent{in(r1), in(m1), in(r2)})
+	}()
+	waitBlocked(t, side, "INSERT INTO dedup_ledger AS l")
+	go func() { // purges R1, M2, R2: takes R1, waits for M2
+		defer wg.Done()
+		_, purgeErr = l.Purge(ctx, 24*time.Hour, 100)
+	}()
+	waitBlocked(t, side, "DELETE FROM dedup_ledger l USING victims")
+	_ = t1.Rollback(ctx) // the claim takes M1, then waits for R1
+	time.Sleep(200 * time.Millisecond)
+	_ = t2.Rollback(ctx) // the purge takes M2, then waits for R2
+	wg.Wait()
+	if claimErr != nil || purgeErr != nil {
+		t.Fatalf("a router re-claiming dead-lettered rows and the purge of the same rows: claim: %v; purge: %v", claimErr, purgeErr)
+	}
+}
