@@ -121,7 +121,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 func (c *Cluster) startServer(ctx context.Context) error {
 	args := []string{"-D", c.dir, "-p", strconv.Itoa(c.port), "-k", c.dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
-		"-c", "shared_buffers=256MB", "-c", "max_wal_size=2GB"}
+		"-c", "shared_buffers=256MB", "-c", "max_wal_size=2GB",
+		// Tests find a statement that waits for a lock by its text in
+		// pg_stat_activity, which keeps the first 1024 bytes by default;
+		// the ledger's statements are longer.
+		"-c", "track_activity_query_size=16384"}
 	for _, s := range c.opts.Settings {
 		args = append(args, "-c", s)
 	}
