@@ -336,9 +336,13 @@ func (p *Postgres) verdicts(ctx context.Context, intents []decide.Intent, got ma
 		var held bool
 		if err := p.pool.QueryRow(ctx, `WITH `+fenceCTE(3)+`, held AS MATERIALIZED (
 	SELECT count(*) = cardinality($6::int8[]) AS ok FROM fence
+), lk AS MATERIALIZED (
+	SELECT l.key FROM dedup_ledger l
+	WHERE `+schemas.LedgerRowsOf("l", "$1", "$2")+` AND l.state = 'dead_lettered' AND (SELECT ok FROM held)
+	`+lockInKeyOrder+`
 ), up AS (
 	UPDATE dedup_ledger SET state = 'pending', attempts = attempts + 1, updated_at = now()
-	WHERE `+schemas.LedgerRowsOf("", "$1", "$2")+` AND state = 'dead_lettered' AND (SELECT ok FROM held)
+	WHERE key IN (SELECT key FROM lk) AND `+schemas.LedgerRowsOf("", "$1", "$2")+` AND state = 'dead_lettered'
 )
 SELECT ok FROM held`, revive, keysOf(revive), f.groups, f.topics, f.parts, f.epochs).Scan(&held); err != nil {
 			return nil, fmt.Errorf("re-claiming %d dead-lettered rows: %w", len(revive), err)

@@ -8,15 +8,15 @@
 //     once it is started. A claim that fails after its statement committed
 //     (a lost connection) returns an error, not its VerdictNew: its retry
 //     gets VerdictRedrive, which starts the workflow as VerdictNew would.
-//   - The claim writes its rows in key order (claimSQL's ORDER BY), and
-//     the conflicts theirs in (workflow ID, payload hash) order, whatever
-//     the batch's order: two routers claiming, or recording the same
-//     conflicts, do not deadlock. The marks and the re-claim of
-//     dead-lettered rows send their rows in key order too, and lock them
-//     in that order where the planner reads the ledger along its key; on a
-//     small ledger read by a sequential scan they lock in the heap's order,
-//     and so does the purge (oldest first): such a statement and a claim
-//     of the same rows can deadlock, an error like any other below.
+//   - Every statement that writes ledger rows locks them in key order,
+//     whatever the batch's order and whatever the plan: the claim inserts
+//     in key order (claimSQL's ORDER BY); the marks and the re-claim of
+//     dead-lettered rows lock their rows first with a SELECT sorted by key
+//     (lockInKeyOrder, marks.go), which on a small ledger, read by a
+//     sequential scan, the UPDATE alone would not. Conflicts are written in
+//     (workflow ID, payload hash) order. The purge never waits for a row
+//     (FOR UPDATE SKIP LOCKED). So two routers, or a router and the purge,
+//     do not deadlock over the same rows.
 //   - A claim is not a completion: a row stays 'pending' until MarkStarted,
 //     and a pending row is handed out again (VerdictRedrive) on its next
 //     claim, so a crash between claim and start loses nothing.

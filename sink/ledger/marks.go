@@ -19,9 +19,7 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	if len(started) == 0 {
 		return nil
 	}
-	// In key order, like Claim's insert and the dead-letter marks' index
-	// scan, so that routers lock rows in one order (a deadlock would still
-	// only cost a retry).
+	// In key order, as the rows are locked (lk, below).
 	type mark struct {
 		s   processor.Started
 		key [16]byte
@@ -49,34 +47,37 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 		held     bool
 		recorded []int64 // the ordinals (in ms, from 1) of the entries Recorded
 	)
-	// u holds the entries whose fence holds, with their ordinals; up
-	// moves their rows (of several entries of one row, one is applied)
-	// and answers the generations they now hold; was reads, in the
-	// statement's snapshot (before up), the rows already started at the
-	// entry's generation or a newer one (an earlier try whose answer was
-	// lost, another router's mark). An entry of u is Recorded when its
-	// row is in either at its generation or a newer one. A started row is
-	// never pending again, so was can only miss a row started
-	// concurrently: Recorded false, the safe side.
+	// u holds the entries whose fence holds, with their ordinals. lk
+	// locks their rows in key order (lockInKeyOrder) and reads each at its
+	// latest committed version: a row another router moved after the
+	// statement's snapshot is read as that router left it. up moves the
+	// rows still to move (of several entries of one row, one is applied)
+	// and answers the generations they now hold. An entry is Recorded when
+	// its row was already started at its generation or a newer one when
+	// lk read it (an earlier try whose answer was lost, another router's
+	// mark), or up left it so.
 	err := p.pool.QueryRow(ctx, `
 WITH `+fenceCTE(9)+`, u AS MATERIALIZED (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::uuid[], $5::text[], $6::text[], $7::int4[], $8::int8[])
 		WITH ORDINALITY AS u(workflow_id, run_id, generation, key, consumer_group, topic, kafka_partition, epoch, n)
 	WHERE u.epoch = 0 OR EXISTS (SELECT FROM fence WHERE (fence.consumer_group, fence.topic, fence.kafka_partition, fence.epoch) =
 		(u.consumer_group, u.topic, u.kafka_partition, u.epoch))
+), lk AS MATERIALIZED (
+	SELECT u.*, l.state AS row_state, l.generation AS row_generation
+	FROM u JOIN dedup_ledger l ON `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+`
+	`+lockInKeyOrder+`
 ), up AS (
 	UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), generation = greatest(l.generation, u.generation),
 		started_at = now(), updated_at = now()
-	FROM u
+	FROM lk u
 	WHERE `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+` AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))
 	RETURNING l.workflow_id, l.generation
-), was AS (
-	SELECT u.n FROM u JOIN dedup_ledger l ON `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+`
-	WHERE l.state = 'started' AND l.generation >= u.generation
 )
 SELECT count(*) = cardinality($12::int8[]),
-	coalesce((SELECT array_agg(u.n) FROM u WHERE u.n IN (SELECT n FROM was)
-		OR EXISTS (SELECT FROM up WHERE up.workflow_id = u.workflow_id AND up.generation >= u.generation)), '{}')
+	coalesce((SELECT array_agg(r.n) FROM (
+		SELECT lk.n FROM lk WHERE lk.row_state = 'started' AND lk.row_generation >= lk.generation
+		UNION
+		SELECT u.n FROM u JOIN up ON up.workflow_id = u.workflow_id AND up.generation >= u.generation) r), '{}')
 FROM fence`,
 		ids, runs, gens, keys, groups, topics, parts, epochs,
 		f.groups, f.topics, f.parts, f.epochs).Scan(&held, &recorded)
@@ -107,9 +108,7 @@ func (p *Postgres) MarkDeadLettered(ctx context.Context, rows []processor.DeadLe
 	if len(rows) == 0 {
 		return nil
 	}
-	// The rows are locked in the order given, and in key order, as the
-	// claim (claimSQL's ORDER BY) and MarkStarted lock theirs: in another
-	// order two routers marking and claiming the same rows deadlock.
+	// In key order, as the rows are locked (lk, below).
 	type mark struct {
 		r   processor.DeadLettered
 		key [16]byte
@@ -129,13 +128,19 @@ func (p *Postgres) MarkDeadLettered(ctx context.Context, rows []processor.DeadLe
 	})
 	var held bool
 	err := p.pool.QueryRow(ctx, `
-WITH `+fenceCTE(7)+`, up AS (
-	UPDATE dedup_ledger l SET state = 'dead_lettered', updated_at = now()
+WITH `+fenceCTE(7)+`, lk AS MATERIALIZED (
+	SELECT u.workflow_id, u.key
 	FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::int4[], $6::int8[])
 		AS u(workflow_id, key, consumer_group, topic, kafka_partition, epoch)
-	WHERE `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+` AND l.state = 'pending'
+	JOIN dedup_ledger l ON `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+`
+	WHERE l.state = 'pending'
 		AND (u.epoch = 0 OR EXISTS (SELECT FROM fence WHERE (fence.consumer_group, fence.topic, fence.kafka_partition, fence.epoch) =
 			(u.consumer_group, u.topic, u.kafka_partition, u.epoch)))
+	`+lockInKeyOrder+`
+), up AS (
+	UPDATE dedup_ledger l SET state = 'dead_lettered', updated_at = now()
+	FROM lk u
+	WHERE `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+` AND l.state = 'pending'
 )
 SELECT count(*) = cardinality($10::int8[]) FROM fence`, ids, keys, groups, topics, parts, epochs,
 		f.groups, f.topics, f.parts, f.epochs).Scan(&held)
@@ -147,3 +152,13 @@ SELECT count(*) = cardinality($10::int8[]) FROM fence`, ids, keys, groups, topic
 	}
 	return nil
 }
+
+// lockInKeyOrder ends a SELECT that joins dedup_ledger as l: it locks the
+// rows it returns in key order (the sort comes before the lock), as the
+// claim's upsert does (claimSQL's ORDER BY). An UPDATE of the same rows
+// that reads them from that SELECT waits for no row: it locks nothing
+// itself, whatever order its plan reads the table in (on a small ledger, a
+// sequential scan reads it in the heap's order). Without it, a mark and a
+// claim of the same rows by two routers could each hold a row the other
+// waits for (a deadlock, 40P01).
+const lockInKeyOrder = `ORDER BY l.key FOR NO KEY UPDATE OF l`
