@@ -28,6 +28,12 @@ const purgeableDeadLetters = `written_at < now() - $1::interval`
 // the newest end time the batch before deleted, so a purge reads the rows
 // it deletes and not the ledger: its cost grows with what it removes, not
 // with the ledger's size.
+//
+// A purge never waits for a row: it locks its victims, and skips a row
+// another transaction holds (FOR UPDATE SKIP LOCKED); a later purge
+// deletes it. Locking oldest first, it could otherwise deadlock with a
+// claim, a mark or a conflict's record of the same rows, which lock in
+// key order.
 func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
 	var total int64
 	for _, q := range []struct{ what, sql string }{
@@ -72,7 +78,8 @@ const purgeConflicts = `
 DELETE FROM dedup_conflicts WHERE id IN (
 	SELECT id FROM dedup_conflicts
 	WHERE coalesce(last_seen_at, detected_at) < now() - $1::interval
-	ORDER BY coalesce(last_seen_at, detected_at) LIMIT $2)`
+	ORDER BY coalesce(last_seen_at, detected_at) LIMIT $2
+	FOR UPDATE SKIP LOCKED)`
 
 // purgeStarted deletes up to $2 started rows that ended before now() -
 // $1 and at or after $3, oldest first (an index range scan of
@@ -94,6 +101,7 @@ WITH victims AS (
 	SELECT workflow_id, key, %[2]s AS t FROM dedup_ledger
 	WHERE state = '%[1]s' AND %[2]s < now() - $1::interval AND %[2]s >= $3
 	ORDER BY %[2]s LIMIT $2
+	FOR UPDATE SKIP LOCKED
 ), gone AS (
 	DELETE FROM dedup_ledger l USING victims v
 	WHERE %[3]s AND l.state = '%[1]s' AND l.%[2]s < now() - $1::interval

@@ -3,12 +3,14 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
@@ -162,12 +164,12 @@ func TestPurgeDeletesConflictsLastSeenBeforeTheHorizon(t *testing.T) {
 
 // A router recording conflicts while the purge deletes the same old
 // conflict rows: the record locks its rows in (workflow ID, payload hash)
-// order (recordConflictsSQL's ORDER BY), the purge in the order it finds
-// them (oldest first, the heap's order), so the two deadlock (40P01) and
-// the claim that recorded the conflicts fails. R1 (c-c) is older than M2
-// (c-z), older than R2 (c-a); the record takes c-a, c-b (M1), c-c; the
-// purge c-c, c-z, c-a. Blockers on M1 and M2 pace them so that each holds
-// a row the other waits for.
+// order (recordConflictsSQL's ORDER BY), the purge finds them oldest first
+// (the heap's order). Were the purge to wait for a row the record holds
+// while holding one the record waits for, the two would deadlock (40P01)
+// and the claim that recorded the conflicts would fail; it skips the rows
+// others hold instead. R1 (c-c) is older than M2 (c-z), older than R2
+// (c-a); the record takes c-a, waits for c-b (M1), then takes c-c.
 func TestRecordingConflictsAndPurgingThemDoNotDeadlock(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
@@ -192,32 +194,70 @@ func TestRecordingConflictsAndPurgingThemDoNotDeadlock(t *testing.T) {
 	}
 	t1, t2 := lockRow("c-b"), lockRow("c-z")
 	var wg sync.WaitGroup
-	var claimErr, purgeErr error
-	wg.Add(2)
+	var claimErr error
+	wg.Add(1)
 	go func() { // records c-a, c-b, c-c: takes c-a, waits for c-b
 		defer wg.Done()
 		_, claimErr = l.Claim(ctx, []decide.Intent{intent("c-c", "q"), intent("c-b", "q"), intent("c-a", "q")})
 	}()
 	waitBlocked(t, side, "INSERT INTO dedup_conflicts")
-	go func() { // purges c-c, c-z, c-a: takes c-c, waits for c-z
-		defer wg.Done()
-		_, purgeErr = l.Purge(ctx, time.Hour, 100)
-	}()
-	waitBlocked(t, side, "DELETE FROM dedup_conflicts")
-	_ = t1.Rollback(ctx) // the record takes c-b, then waits for c-c
-	time.Sleep(200 * time.Millisecond)
-	_ = t2.Rollback(ctx) // the purge takes c-z, then waits for c-a
+	purgeWhileRowsAreHeld(t, l, time.Hour) // deletes c-c; skips c-z, c-a, c-b
+	var left []string
+	for _, id := range []string{"c-a", "c-b", "c-z"} {
+		left = append(left, intent(id, "q").WorkflowID)
+	}
+	if got := conflictIDs(t, side); !slices.Equal(got, left) {
+		t.Fatalf("conflicts left by the purge: %v, want %v (those other transactions held)", got, left)
+	}
+	_ = t1.Rollback(ctx) // the record takes c-b, then records c-c again
+	_ = t2.Rollback(ctx)
 	wg.Wait()
-	if claimErr != nil || purgeErr != nil {
-		t.Fatalf("a router recording conflicts and the purge of the same rows: claim: %v; purge: %v", claimErr, purgeErr)
+	if claimErr != nil {
+		t.Fatalf("a router recording conflicts while the purge deleted the same rows: %v", claimErr)
 	}
 }
 
+// purgeWhileRowsAreHeld runs a purge of rows older than olderThan while
+// other transactions hold some of its victims: it must skip those, not
+// wait for them.
+func purgeWhileRowsAreHeld(t *testing.T, l *ledger.Postgres, olderThan time.Duration) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Purge(context.Background(), olderThan, 100)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the purge: %v", err)
+		}
+	case <-time.After(lockWaitPatience):
+		t.Fatalf("the purge waited %s for rows other transactions hold: it should skip them", lockWaitPatience)
+	}
+}
+
+// conflictIDs lists the workflow IDs of the conflicts recorded, sorted.
+func conflictIDs(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT workflow_id FROM dedup_conflicts ORDER BY workflow_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
 // A router re-claiming old dead-lettered rows (a dlq replay) while the
-// purge deletes them: the claim locks in key order, the purge oldest
-// first (and in the heap's order), so the two deadlock (40P01). R2 < M1 <
-// R1 by key; R1 ended before M2, before R2. The claim takes R2, M1, R1;
-// the purge R1, M2, R2.
+// purge deletes them: the claim locks in key order, the purge finds its
+// victims oldest first (and in the heap's order). Were the purge to wait
+// for a row the claim holds while holding one the claim waits for, the two
+// would deadlock (40P01); it skips the rows others hold instead. R2 < M1 <
+// R1 by key; R1 ended before M2, before R2. The claim takes R2, waits for
+// M1, then takes R1 (claimed anew once the purge deleted it).
 func TestReclaimingDeadLetteredRowsAndPurgingThemDoNotDeadlock(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
@@ -257,23 +297,27 @@ func TestReclaimingDeadLetteredRowsAndPurgingThemDoNotDeadlock(t *testing.T) {
 	}
 	t1, t2 := lockRow(in(m1).WorkflowID), lockRow(in(m2).WorkflowID)
 	var wg sync.WaitGroup
-	var claimErr, purgeErr error
-	wg.Add(2)
+	var claimErr error
+	wg.Add(1)
 	go func() { // re-claims R2, M1, R1 in key order: takes R2, waits for M1
 		defer wg.Done()
 		_, claimErr = l.Claim(ctx, []decide.Intent{in(r1), in(m1), in(r2)})
 	}()
 	waitBlocked(t, side, "INSERT INTO dedup_ledger AS l")
-	go func() { // purges R1, M2, R2: takes R1, waits for M2
-		defer wg.Done()
-		_, purgeErr = l.Purge(ctx, 24*time.Hour, 100)
-	}()
-	waitBlocked(t, side, "DELETE FROM dedup_ledger l USING victims")
-	_ = t1.Rollback(ctx) // the claim takes M1, then waits for R1
-	time.Sleep(200 * time.Millisecond)
-	_ = t2.Rollback(ctx) // the purge takes M2, then waits for R2
+	purgeWhileRowsAreHeld(t, l, 24*time.Hour) // deletes R1; skips M2, R2
+	var dead []string
+	if err := side.QueryRow(ctx, `SELECT coalesce(array_agg(workflow_id ORDER BY workflow_id), '{}') FROM dedup_ledger WHERE state = 'dead_lettered'`).Scan(&dead); err != nil {
+		t.Fatal(err)
+	}
+	heldRows := []string{in(m2).WorkflowID, in(r2).WorkflowID}
+	slices.Sort(heldRows)
+	if !slices.Equal(dead, heldRows) {
+		t.Fatalf("dead-lettered rows left by the purge: %v, want %v (those other transactions held)", dead, heldRows)
+	}
+	_ = t1.Rollback(ctx) // the claim takes M1, then claims R1 anew
+	_ = t2.Rollback(ctx)
 	wg.Wait()
-	if claimErr != nil || purgeErr != nil {
-		t.Fatalf("a router re-claiming dead-lettered rows and the purge of the same rows: claim: %v; purge: %v", claimErr, purgeErr)
+	if claimErr != nil {
+		t.Fatalf("a router re-claiming dead-lettered rows while the purge deleted the same rows: %v", claimErr)
 	}
 }
