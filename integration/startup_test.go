@@ -60,18 +60,29 @@ func TestManyReplicasStartAtOnceOnAnEmptyDatabase(t *testing.T) {
 		}
 		path := e.writeConfig(cfg)
 		type worker struct {
-			cmd  *exec.Cmd
-			done chan error
+			cmd    *exec.Cmd
+			err    error         // of Wait, once exited is closed
+			exited chan struct{} // closed when the process has exited
 		}
-		var workers []worker
+		var workers []*worker
 		for i := 0; i < 2; i++ {
 			cmd := exec.Command(dedupBin, "worker", "--config", path)
 			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			w := worker{cmd, make(chan error, 1)}
-			go func() { w.done <- cmd.Wait() }()
+			w := &worker{cmd: cmd, exited: make(chan struct{})}
+			go func() { w.err = cmd.Wait(); close(w.exited) }()
+			// A round that fails before it stops its workers leaves none
+			// running.
+			t.Cleanup(func() {
+				select {
+				case <-w.exited:
+				default:
+					_ = cmd.Process.Kill()
+					<-w.exited
+				}
+			})
 			workers = append(workers, w)
 		}
 		wg.Wait()
@@ -95,13 +106,14 @@ func TestManyReplicasStartAtOnceOnAnEmptyDatabase(t *testing.T) {
 		}
 		for i, w := range workers {
 			select {
-			case err := <-w.done:
-				t.Fatalf("round %d: worker %d exited before it was stopped: %v", round, i, err)
+			case <-w.exited:
+				t.Fatalf("round %d: worker %d exited before it was stopped: %v", round, i, w.err)
 			default:
 			}
 			_ = w.cmd.Process.Signal(syscall.SIGTERM)
-			if err := <-w.done; err != nil {
-				t.Fatalf("round %d: worker %d: %v", round, i, err)
+			<-w.exited
+			if w.err != nil {
+				t.Fatalf("round %d: worker %d: %v", round, i, w.err)
 			}
 		}
 	}
