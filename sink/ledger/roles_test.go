@@ -597,3 +597,36 @@ func TestGrantsLockHeldByAnotherRoleStallsNothing(t *testing.T) {
 		t.Errorf("the migrator, the lock held elsewhere: %v (context: %v), want an error naming the lock before the deadline", err, mctx.Err())
 	}
 }
+
+// The purge locks its victims FOR UPDATE SKIP LOCKED, and PostgreSQL lets
+// a role lock rows only with UPDATE on one of their columns, so grants.sql
+// gives dedup_operator UPDATE of dedup_ledger.attempts and of
+// dedup_conflicts.event_id, "which it never updates". The database does
+// not know that: the operator's user (a person's, or a CI job's) can now
+// rewrite every ledger row's re-drive count and the event every recorded
+// conflict names, the evidence `dedup inspect` shows, where before this
+// role could only delete what the retention purge deletes. Least
+// privilege (docs/security.md): the purge's role writes no row.
+func TestRolesOperatorRewritesNoLedgerOrConflictRow(t *testing.T) {
+	admin, _ := rolesDB(t)
+	ctx := deadline(t, time.Minute)
+	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
+	claim(t, router, intent("e1", "A"))
+	claim(t, router, intent("e1", "B")) // a conflict, recorded
+	w := intent("e1", "").WorkflowID
+	op := connect(t, pgtest.NewLogin(t, admin, "", "dedup_operator"))
+	if _, err := op.Exec(ctx, `UPDATE dedup_ledger SET attempts = 1`); err == nil {
+		t.Errorf("the operator rewrote every ledger row's attempts (want permission denied, SQLSTATE 42501)")
+	} else {
+		denied(t, "UPDATE dedup_ledger SET attempts", err)
+	}
+	if _, err := op.Exec(ctx, `UPDATE dedup_conflicts SET event_id = 'forged'`); err == nil {
+		cs, err := router.Conflicts(ctx, "", 0, 0, []string{w})
+		if err != nil || len(cs) != 1 {
+			t.Fatalf("Conflicts: %v, %v", cs, err)
+		}
+		t.Errorf("the operator rewrote the conflict's event ID: inspect now shows event %q, not e1 (want permission denied, SQLSTATE 42501)", cs[0].EventID)
+	} else {
+		denied(t, "UPDATE dedup_conflicts SET event_id", err)
+	}
+}
