@@ -377,3 +377,78 @@ func claimAndMarkOnASmallLedger(t *testing.T, stmt string, mark func(l *ledger.P
 			"(keys: P %s < M1 %s < Q %s; heap order %v)", claimErr, markErr, key(p), key(m1), key(q), heap)
 	}
 }
+
+// MarkStarted decides Recorded from its rows as it locks them (lk, at
+// their latest committed version), not from its snapshot: here every row
+// of a mark is moved by another transaction after the mark's snapshot and
+// before its lock (the mark waits for them). A row another router started
+// at a newer generation is Recorded (and not moved back); one
+// dead-lettered or deleted (the purge) meanwhile is not, and stays so; a
+// re-run's entry beside an older one of the same row moves it once, to
+// the newer generation.
+func TestMarkStartedRecordsOnlyRowsStartedAtItsGenerationWhenRowsMoveBeforeItsLock(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	in := func(s string) decide.Intent { return intent("epq-"+s, "p") }
+	for _, s := range []string{"a", "b", "c", "d", "e"} {
+		want(t, claim(t, l, in(s)), decide.VerdictNew)
+	}
+	side := sidePool(t, l.Pool().Config().ConnString())
+	movers := sidePool(t, l.Pool().Config().ConnString()) // (a pool of 4: side must keep one free)
+	move := func(s, sql string) pgx.Tx {
+		tx := held(t, movers, pgx.TxOptions{})
+		if _, err := tx.Exec(ctx, sql, in(s).WorkflowID); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	txs := []pgx.Tx{
+		move("a", `UPDATE dedup_ledger SET state = 'started', run_id = 'other-2', generation = 2, started_at = now() WHERE workflow_id = $1`),
+		move("b", `UPDATE dedup_ledger SET state = 'dead_lettered', updated_at = now() WHERE workflow_id = $1`),
+		move("c", `DELETE FROM dedup_ledger WHERE workflow_id = $1`),
+		move("e", `UPDATE dedup_ledger SET state = 'started', run_id = 'other-3', generation = 3, started_at = now() WHERE workflow_id = $1`),
+	}
+	started := []processor.Started{
+		{WorkflowID: in("a").WorkflowID, RunID: "a-1", Generation: 1},
+		{WorkflowID: in("a").WorkflowID, RunID: "a-3", Generation: 3},
+		{WorkflowID: in("b").WorkflowID, RunID: "b-1", Generation: 1},
+		{WorkflowID: in("c").WorkflowID, RunID: "c-1", Generation: 1},
+		{WorkflowID: in("d").WorkflowID, RunID: "d-1", Generation: 1},
+		{WorkflowID: in("e").WorkflowID, RunID: "e-2", Generation: 2},
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.MarkStarted(ctx, started) }()
+	waitBlocked(t, side, "lk AS MATERIALIZED")
+	for _, tx := range txs {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("MarkStarted: %v", err)
+		}
+	case <-time.After(lockWaitPatience):
+		t.Fatal("MarkStarted still waits")
+	}
+	wantRecorded := []bool{true, true, false, false, true, true}
+	for i, s := range started {
+		if s.Recorded != wantRecorded[i] {
+			t.Errorf("entry %s generation %d: Recorded %v, want %v", s.WorkflowID, s.Generation, s.Recorded, wantRecorded[i])
+		}
+	}
+	for s, w := range map[string]string{"a": "started a-3 3", "b": "dead_lettered  1", "c": "", "d": "started d-1 1", "e": "started other-3 3"} {
+		var got string
+		err := side.QueryRow(ctx, `SELECT state || ' ' || coalesce(run_id, '') || ' ' || generation FROM dedup_ledger WHERE workflow_id = $1`, in(s).WorkflowID).Scan(&got)
+		if err == pgx.ErrNoRows {
+			err = nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != w {
+			t.Errorf("row %s after the mark: %q, want %q", s, got, w)
+		}
+	}
+}
