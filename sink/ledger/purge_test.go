@@ -321,3 +321,52 @@ func TestReclaimingDeadLetteredRowsAndPurgingThemDoNotDeadlock(t *testing.T) {
 		t.Fatalf("a router re-claiming dead-lettered rows while the purge deleted the same rows: %v", claimErr)
 	}
 }
+
+// Every router with a retention runs the purge on its own interval, so
+// purges run together: with FOR UPDATE SKIP LOCKED each skips the batch
+// the other holds and pages past it (from, the newest end time of its own
+// victims). Between them they must still delete every purgeable row, each
+// once, and each run must end.
+func TestConcurrentPurgesDeleteEveryPurgeableRowOnce(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	var all []decide.Intent
+	var started []processor.Started
+	for i := range 300 {
+		in := intent(fmt.Sprint("many-", i), "p")
+		all = append(all, in)
+		started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+	}
+	claim(t, l, all...)
+	if err := l.MarkStarted(ctx, started); err != nil {
+		t.Fatal(err)
+	}
+	// End times spread over a day, some shared.
+	if _, err := l.Pool().Exec(ctx, `UPDATE dedup_ledger SET started_at = now() - interval '48 hours' - (substr(event_id, 6)::int % 40) * interval '1 minute'`); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	ns, errs := make([]int64, 3), make([]error, 3)
+	for i := range ns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ns[i], errs[i] = l.Purge(ctx, 24*time.Hour, 7)
+		}()
+	}
+	wg.Wait()
+	var total int64
+	for i := range ns {
+		if errs[i] != nil {
+			t.Fatalf("purge %d: %v", i, errs[i])
+		}
+		total += ns[i]
+	}
+	counts, err := l.Count(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != 300 || counts != (ledger.Counts{}) {
+		t.Fatalf("three purges together deleted %v (%d), and left %+v; want 300 in all and nothing left", ns, total, counts)
+	}
+}
