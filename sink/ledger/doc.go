@@ -15,7 +15,8 @@
 //     (lockInKeyOrder, marks.go), which on a small ledger, read by a
 //     sequential scan, the UPDATE alone would not. Conflicts are written in
 //     (workflow ID, payload hash) order. The purge never waits for a row
-//     (FOR UPDATE SKIP LOCKED). So two routers, or a router and the purge,
+//     (FOR UPDATE SKIP LOCKED), unless its role may not lock rows
+//     (dedup_operator: Purge). So two routers, or a router and its purge,
 //     do not deadlock over the same rows.
 //   - A claim is not a completion: a row stays 'pending' until MarkStarted,
 //     and a pending row is handed out again (VerdictRedrive) on its next

@@ -48,16 +48,12 @@ DECLARE
 		['dedup_reader',   'dedup_schedule_cursors', 'SELECT'],
 		['dedup_reader',   'dedup_schedule_fires',   'SELECT'],
 		['dedup_reader',   'dedup_partition_owners', 'SELECT'],
-		['dedup_operator', 'dedup_ledger',           'DELETE, UPDATE (attempts)'],      -- ledger purge --execute (*)
-		['dedup_operator', 'dedup_conflicts',        'DELETE, UPDATE (event_id)'],      -- its conflicts (the purge's last step) (*)
+		['dedup_operator', 'dedup_ledger',           'DELETE'],                         -- ledger purge --execute
+		['dedup_operator', 'dedup_conflicts',        'DELETE'],                         -- its conflicts (the purge's last step)
 		['dedup_operator', 'dedup_dead_letters',     'DELETE'],
 		['dedup_operator', 'dedup_schedule_cursors', 'INSERT, UPDATE'],                 -- schedule pause|resume (an upsert)
 		['dedup_operator', 'goose_db_version',       'SELECT']                          -- its migration check
 	];
-	-- (*) The purge locks its victims FOR UPDATE SKIP LOCKED (so that it
-	-- never waits for a row a router holds), and PostgreSQL lets a role
-	-- lock a table's rows only with UPDATE on one of its columns: one
-	-- column that nothing reads to decide anything, never updated.
 	roles CONSTANT text[] := ARRAY['dedup_router', 'dedup_worker', 'dedup_ingress', 'dedup_reader', 'dedup_operator'];
 	obj text;
 	rel regclass;

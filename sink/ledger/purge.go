@@ -29,16 +29,30 @@ const purgeableDeadLetters = `written_at < now() - $1::interval`
 // it deletes and not the ledger: its cost grows with what it removes, not
 // with the ledger's size.
 //
-// A purge never waits for a row: it locks its victims, and skips a row
-// another transaction holds (FOR UPDATE SKIP LOCKED); a later purge
-// deletes it. Locking oldest first, it could otherwise deadlock with a
-// claim, a mark or a conflict's record of the same rows, which lock in
-// key order.
+// A purge by a role that may lock rows (dedup_router's, which runs
+// postgres.retention; a single-user setup) never waits for a row: it
+// locks its victims and skips a row another transaction holds (FOR
+// UPDATE SKIP LOCKED); a later purge deletes it. Finding its victims
+// oldest first, it could otherwise deadlock with a router re-claiming the
+// same dead-lettered rows or recording the same conflicts, which lock in
+// key order. PostgreSQL lets a role lock rows only with UPDATE on the
+// table, which dedup_operator (`dedup ledger purge --execute`) does not
+// have: its purge deletes without the lock, and in that rare meeting one
+// of the two fails with a deadlock (40P01), the router's claim to be
+// retried, the operator's purge to be run again.
 func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
+	var mayLock bool
+	if err := p.pool.QueryRow(ctx, `SELECT has_table_privilege('dedup_ledger', 'UPDATE') AND has_table_privilege('dedup_conflicts', 'UPDATE')`).Scan(&mayLock); err != nil {
+		return 0, fmt.Errorf("purging: reading the role's privileges: %w", err)
+	}
+	started, deadLettered, conflicts := purgeStarted, purgeDeadLettered, purgeConflicts
+	if !mayLock {
+		started, deadLettered, conflicts = purgeStartedUnlocked, purgeDeadLetteredUnlocked, purgeConflictsUnlocked
+	}
 	var total int64
 	for _, q := range []struct{ what, sql string }{
-		{"started", purgeStarted},
-		{"dead-lettered", purgeDeadLettered},
+		{"started", started},
+		{"dead-lettered", deadLettered},
 	} {
 		from := time.Time{} // the oldest end time still to look at
 		for {
@@ -58,7 +72,7 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 		return total, fmt.Errorf("purging dead-letter log: %w", err)
 	}
 	for {
-		n, err := p.pool.Exec(ctx, purgeConflicts, olderThan, batch)
+		n, err := p.pool.Exec(ctx, conflicts, olderThan, batch)
 		if err != nil {
 			return total, fmt.Errorf("purging conflicts: %w", err)
 		}
@@ -74,12 +88,25 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 // conflict lives one retention period after its last copy, whatever its
 // ledger row's state (a payload sent again meanwhile keeps its row). A
 // row written before 00014 has no last_seen_at and goes by detected_at.
-const purgeConflicts = `
+// It skips the rows another transaction holds; purgeConflictsUnlocked,
+// for a role that may not lock them, does not.
+var (
+	purgeConflicts         = purgeConflictsSQL(skipLocked)
+	purgeConflictsUnlocked = purgeConflictsSQL("")
+)
+
+func purgeConflictsSQL(lock string) string {
+	return `
 DELETE FROM dedup_conflicts WHERE id IN (
 	SELECT id FROM dedup_conflicts
 	WHERE coalesce(last_seen_at, detected_at) < now() - $1::interval
 	ORDER BY coalesce(last_seen_at, detected_at) LIMIT $2
-	FOR UPDATE SKIP LOCKED)`
+	` + lock + `)`
+}
+
+// skipLocked ends a purge's choice of victims: it locks them, and skips
+// those another transaction holds.
+const skipLocked = `FOR UPDATE SKIP LOCKED`
 
 // purgeStarted deletes up to $2 started rows that ended before now() -
 // $1 and at or after $3, oldest first (an index range scan of
@@ -87,25 +114,30 @@ DELETE FROM dedup_conflicts WHERE id IN (
 // deleted and the newest end time among them. The DELETE checks the row
 // again: one re-run meanwhile (a newer started_at) is not a victim any
 // more. purgeDeadLettered is the same for dead-lettered rows, by when
-// they were dead-lettered (dedup_ledger_dead_lettered).
+// they were dead-lettered (dedup_ledger_dead_lettered). Both skip the rows
+// another transaction holds; the *Unlocked ones, for a role that may not
+// lock them, do not.
 var (
-	purgeStarted      = purgeBatchSQL(StateStarted, "started_at")
-	purgeDeadLettered = purgeBatchSQL(StateDeadLettered, "updated_at")
+	purgeStarted              = purgeBatchSQL(StateStarted, "started_at", skipLocked)
+	purgeDeadLettered         = purgeBatchSQL(StateDeadLettered, "updated_at", skipLocked)
+	purgeStartedUnlocked      = purgeBatchSQL(StateStarted, "started_at", "")
+	purgeDeadLetteredUnlocked = purgeBatchSQL(StateDeadLettered, "updated_at", "")
 )
 
 // purgeBatchSQL is one purge batch of the rows in state, by their end
-// time ended (the column of that state's partial index).
-func purgeBatchSQL(state State, ended string) string {
+// time ended (the column of that state's partial index), its victims
+// chosen with lock (skipLocked, or nothing).
+func purgeBatchSQL(state State, ended, lock string) string {
 	return fmt.Sprintf(`
 WITH victims AS (
 	SELECT workflow_id, key, %[2]s AS t FROM dedup_ledger
 	WHERE state = '%[1]s' AND %[2]s < now() - $1::interval AND %[2]s >= $3
 	ORDER BY %[2]s LIMIT $2
-	FOR UPDATE SKIP LOCKED
+	%[4]s
 ), gone AS (
 	DELETE FROM dedup_ledger l USING victims v
 	WHERE %[3]s AND l.state = '%[1]s' AND l.%[2]s < now() - $1::interval
 	RETURNING 1
 )
-SELECT (SELECT count(*) FROM victims), (SELECT count(*) FROM gone), (SELECT max(t) FROM victims)`, state, ended, schemas.LedgerRowIs("l", "v.workflow_id", "v.key"))
+SELECT (SELECT count(*) FROM victims), (SELECT count(*) FROM gone), (SELECT max(t) FROM victims)`, state, ended, schemas.LedgerRowIs("l", "v.workflow_id", "v.key"), lock)
 }

@@ -411,7 +411,7 @@ var wantGrants = map[string][]string{
 		"dedup_ledger SELECT", "dedup_conflicts SELECT", "dedup_dead_letters SELECT",
 		"dedup_schedule_cursors SELECT", "dedup_schedule_fires SELECT", "dedup_partition_owners SELECT",
 	},
-	"dedup_operator": {"dedup_ledger DELETE", "dedup_ledger.attempts UPDATE", "dedup_conflicts DELETE", "dedup_conflicts.event_id UPDATE", "dedup_dead_letters DELETE", "dedup_schedule_cursors INSERT, UPDATE", "goose_db_version SELECT"},
+	"dedup_operator": {"dedup_ledger DELETE", "dedup_conflicts DELETE", "dedup_dead_letters DELETE", "dedup_schedule_cursors INSERT, UPDATE", "goose_db_version SELECT"},
 }
 
 // grantsOf lists the privileges granted to dedup's roles (all but the
