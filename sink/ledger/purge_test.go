@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -368,5 +369,86 @@ func TestConcurrentPurgesDeleteEveryPurgeableRowOnce(t *testing.T) {
 	}
 	if total != 300 || counts != (ledger.Counts{}) {
 		t.Fatalf("three purges together deleted %v (%d), and left %+v; want 300 in all and nothing left", ns, total, counts)
+	}
+}
+
+// A conflict a router records again while a purge runs is one seen just
+// now: it lives one retention period more (purgeConflicts), whichever
+// role runs the purge. The router's record holds the row it re-counts
+// (last_seen_at = now()) until its statement ends; the purge found that
+// row old in its snapshot. The router's purge skips the held row; the
+// operator's (dedup ledger purge --execute, which may not lock rows) waits
+// for it, and must then find it seen again, not delete it by the ID it
+// chose before.
+func TestPurgeKeepsAConflictRecordedAgainWhileItRuns(t *testing.T) {
+	for _, role := range []string{"dedup_router", "dedup_operator"} {
+		t.Run(role, func(t *testing.T) {
+			admin, _ := rolesDB(t)
+			ctx := deadline(t, 2*time.Minute)
+			router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
+			purger := openAs(t, pgtest.NewLogin(t, admin, "", role))
+			for _, id := range []string{"c-a", "c-b"} {
+				want(t, claim(t, router, intent(id, "p")), decide.VerdictNew)
+				want(t, claim(t, router, intent(id, "q")), decide.VerdictConflict)
+			}
+			side := sidePool(t, admin)
+			if _, err := side.Exec(ctx, `UPDATE dedup_conflicts SET detected_at = now() - interval '2 hours', last_seen_at = now() - interval '2 hours'`); err != nil {
+				t.Fatal(err)
+			}
+			tx := held(t, side, pgx.TxOptions{})
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_conflicts WHERE workflow_id = $1 FOR UPDATE`, intent("c-b", "q").WorkflowID); err != nil {
+				t.Fatal(err)
+			}
+			// New copies of both conflicting payloads: the record re-counts
+			// c-a (holding it), then waits for c-b.
+			again := []decide.Intent{intent("c-a", "q"), intent("c-b", "q")}
+			again[0].Offset, again[1].Offset = 30, 31
+			claimed := make(chan error, 1)
+			go func() {
+				_, err := router.Claim(ctx, again)
+				claimed <- err
+			}()
+			waitBlocked(t, side, "INSERT INTO dedup_conflicts")
+			purged := make(chan error, 1)
+			go func() {
+				_, err := purger.Purge(ctx, time.Hour, 100)
+				purged <- err
+			}()
+			// The purge ends (it skipped the held rows) or waits for c-a.
+			var purgeErr error
+			done := false
+			for end := time.Now().Add(lockWaitPatience); !done; time.Sleep(10 * time.Millisecond) {
+				select {
+				case purgeErr = <-purged:
+					done = true
+					continue
+				default:
+				}
+				var n int
+				if err := side.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%DELETE FROM dedup_conflicts%'`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n > 0 {
+					break
+				}
+				if time.Now().After(end) {
+					t.Fatalf("the purge neither ended nor waited for the conflict the record holds:\n%s", sessions(side))
+				}
+			}
+			_ = tx.Rollback(ctx) // the record re-counts c-b, and commits
+			if err := within(t, claimed, lockWaitPatience, "the claim"); err != nil {
+				t.Fatalf("the claim that recorded the conflicts again: %v", err)
+			}
+			if !done {
+				purgeErr = within(t, purged, lockWaitPatience, "the purge")
+			}
+			if purgeErr != nil {
+				t.Fatalf("the purge: %v", purgeErr)
+			}
+			wantLeft := []string{intent("c-a", "q").WorkflowID, intent("c-b", "q").WorkflowID}
+			if got := conflictIDs(t, side); !slices.Equal(got, wantLeft) {
+				t.Fatalf("conflicts left after a purge as %s: %v, want %v (both seen again just now, while it ran)", role, got, wantLeft)
+			}
+		})
 	}
 }
