@@ -452,3 +452,65 @@ func TestPurgeKeepsAConflictRecordedAgainWhileItRuns(t *testing.T) {
 		})
 	}
 }
+
+// A purge by a role that may lock rows never waits for one: it skips
+// the rows other transactions hold (Purge). PostgreSQL lets a role lock a
+// table's rows (FOR UPDATE) with UPDATE on any one of its columns, or with
+// UPDATE on that table whatever the other's: a retention role granted
+// that way (as grants.sql granted dedup_operator at 314a06c) may lock, and
+// its purge must skip a held dead-lettered row, not queue behind it in age
+// order where it can deadlock with a router's re-claim.
+func TestPurgeByARoleThatMayLockSkipsHeldRows(t *testing.T) {
+	for name, grants := range map[string][]string{
+		"UPDATE of one column of each table": {
+			`GRANT DELETE, UPDATE (attempts) ON dedup_ledger TO %s`,
+			`GRANT DELETE, UPDATE (event_id) ON dedup_conflicts TO %s`,
+		},
+		"UPDATE of dedup_ledger, not of dedup_conflicts": {
+			`GRANT DELETE, UPDATE ON dedup_ledger TO %s`,
+			`GRANT DELETE ON dedup_conflicts TO %s`,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			admin, _ := rolesDB(t)
+			ctx := deadline(t, 3*time.Minute)
+			router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
+			url := pgtest.NewLogin(t, admin, "", "dedup_reader")
+			cfg, err := pgx.ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			side := sidePool(t, admin)
+			for _, g := range append(grants, `GRANT DELETE ON dedup_dead_letters TO %s`) {
+				if _, err := side.Exec(ctx, fmt.Sprintf(g, pgx.Identifier{cfg.User}.Sanitize())); err != nil {
+					t.Fatal(err)
+				}
+			}
+			purger := openAs(t, url)
+			// The role may lock: its own FOR UPDATE SKIP LOCKED runs.
+			if _, err := purger.Pool().Exec(ctx, `SELECT 1 FROM dedup_ledger LIMIT 1 FOR UPDATE SKIP LOCKED`); err != nil {
+				t.Fatalf("the role locking a ledger row: %v", err)
+			}
+			a, b := intent("held", "p"), intent("free", "p")
+			want(t, claim(t, router, a, b), decide.VerdictNew, decide.VerdictNew)
+			if err := router.MarkDeadLettered(ctx, unfenced(a.WorkflowID, b.WorkflowID)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := side.Exec(ctx, `UPDATE dedup_ledger SET updated_at = now() - interval '48 hours'`); err != nil {
+				t.Fatal(err)
+			}
+			tx := held(t, side, pgx.TxOptions{})
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR NO KEY UPDATE`, a.WorkflowID); err != nil {
+				t.Fatal(err)
+			}
+			purgeWhileRowsAreHeld(t, purger, 24*time.Hour)
+			var left []string
+			if err := side.QueryRow(ctx, `SELECT coalesce(array_agg(workflow_id), '{}') FROM dedup_ledger`).Scan(&left); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(left, []string{a.WorkflowID}) {
+				t.Fatalf("ledger rows left: %v, want only the held %s", left, a.WorkflowID)
+			}
+		})
+	}
+}
