@@ -35,19 +35,23 @@ const purgeableDeadLetters = `written_at < now() - $1::interval`
 // UPDATE SKIP LOCKED); a later purge deletes it. Finding its victims
 // oldest first, it could otherwise deadlock with a router re-claiming the
 // same dead-lettered rows or recording the same conflicts, which lock in
-// key order. PostgreSQL lets a role lock rows only with UPDATE on the
-// table, which dedup_operator (`dedup ledger purge --execute`) does not
-// have: its purge deletes without the lock, and in that rare meeting one
-// of the two fails with a deadlock (40P01), the router's claim to be
-// retried, the operator's purge to be run again.
+// key order. PostgreSQL lets a role lock a table's rows only with UPDATE
+// on one of its columns, which dedup_operator (`dedup ledger purge
+// --execute`) does not have: its purge deletes without the lock, and in
+// that rare meeting one of the two fails with a deadlock (40P01), the
+// router's claim to be retried, the operator's purge to be run again.
+// Each table is decided on its own.
 func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
-	var mayLock bool
-	if err := p.pool.QueryRow(ctx, `SELECT has_table_privilege('dedup_ledger', 'UPDATE') AND has_table_privilege('dedup_conflicts', 'UPDATE')`).Scan(&mayLock); err != nil {
+	var lockLedger, lockConflicts bool
+	if err := p.pool.QueryRow(ctx, `SELECT has_any_column_privilege('dedup_ledger', 'UPDATE'), has_any_column_privilege('dedup_conflicts', 'UPDATE')`).Scan(&lockLedger, &lockConflicts); err != nil {
 		return 0, fmt.Errorf("purging: reading the role's privileges: %w", err)
 	}
 	started, deadLettered, conflicts := purgeStarted, purgeDeadLettered, purgeConflicts
-	if !mayLock {
-		started, deadLettered, conflicts = purgeStartedUnlocked, purgeDeadLetteredUnlocked, purgeConflictsUnlocked
+	if !lockLedger {
+		started, deadLettered = purgeStartedUnlocked, purgeDeadLetteredUnlocked
+	}
+	if !lockConflicts {
+		conflicts = purgeConflictsUnlocked
 	}
 	var total int64
 	for _, q := range []struct{ what, sql string }{
@@ -89,7 +93,9 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 // ledger row's state (a payload sent again meanwhile keeps its row). A
 // row written before 00014 has no last_seen_at and goes by detected_at.
 // It skips the rows another transaction holds; purgeConflictsUnlocked,
-// for a role that may not lock them, does not.
+// for a role that may not lock them, does not. The DELETE checks the
+// row's age again: one recorded again meanwhile (a router's copy seen
+// while the purge waited for its row) is not a victim any more.
 var (
 	purgeConflicts         = purgeConflictsSQL(skipLocked)
 	purgeConflictsUnlocked = purgeConflictsSQL("")
@@ -101,7 +107,8 @@ DELETE FROM dedup_conflicts WHERE id IN (
 	SELECT id FROM dedup_conflicts
 	WHERE coalesce(last_seen_at, detected_at) < now() - $1::interval
 	ORDER BY coalesce(last_seen_at, detected_at) LIMIT $2
-	` + lock + `)`
+	` + lock + `)
+	AND coalesce(last_seen_at, detected_at) < now() - $1::interval`
 }
 
 // skipLocked ends a purge's choice of victims: it locks them, and skips
