@@ -514,3 +514,45 @@ func TestPurgeByARoleThatMayLockSkipsHeldRows(t *testing.T) {
 		})
 	}
 }
+
+// A purge deletes every conflict last seen before its horizon, in as many
+// batches as that takes. dedup_operator's purge (purgeConflictsUnlocked)
+// waits for a conflict a router records again meanwhile and then keeps it:
+// that batch deletes fewer rows than it chose, and the purge must still go
+// on to the old conflicts after it, not take the short batch for the last.
+func TestPurgeByTheOperatorGoesOnPastAConflictRecordedAgain(t *testing.T) {
+	admin, _ := rolesDB(t)
+	ctx := deadline(t, 2*time.Minute)
+	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
+	operator := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_operator"))
+	ids := []string{"c-a", "c-b", "c-c", "c-d", "c-e"} // oldest first
+	for _, id := range ids {
+		want(t, claim(t, router, intent(id, "p")), decide.VerdictNew)
+		want(t, claim(t, router, intent(id, "q")), decide.VerdictConflict)
+	}
+	side := sidePool(t, admin)
+	if _, err := side.Exec(ctx, `UPDATE dedup_conflicts SET detected_at = now() - interval '2 hours', last_seen_at = now() - interval '2 hours' + (ascii(right(workflow_id, 1)) - ascii('a')) * interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	// c-a recorded again, as recordConflictsSQL does, in a transaction
+	// still open when the purge comes to it.
+	tx := held(t, side, pgx.TxOptions{})
+	if _, err := tx.Exec(ctx, `UPDATE dedup_conflicts SET copies = copies + 1, last_seen_at = now() WHERE workflow_id = $1`, intent("c-a", "q").WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	purged := make(chan error, 1)
+	go func() {
+		_, err := operator.Purge(ctx, time.Hour, 2) // c-a and c-b first
+		purged <- err
+	}()
+	waitBlockedHere(t, side, "DELETE FROM dedup_conflicts")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, purged, lockWaitPatience, "the purge"); err != nil {
+		t.Fatalf("the purge: %v", err)
+	}
+	if got, wantLeft := conflictIDs(t, side), []string{intent("c-a", "q").WorkflowID}; !slices.Equal(got, wantLeft) {
+		t.Fatalf("conflicts left after dedup_operator's purge: %v, want %v (the one seen again; the others are older than the horizon)", got, wantLeft)
+	}
+}
