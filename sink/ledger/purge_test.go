@@ -556,3 +556,71 @@ func TestPurgeByTheOperatorGoesOnPastAConflictRecordedAgain(t *testing.T) {
 		t.Fatalf("conflicts left after dedup_operator's purge: %v, want %v (the one seen again; the others are older than the horizon)", got, wantLeft)
 	}
 }
+
+// dedup_operator's purge (purgeStartedUnlocked, purgeDeadLetteredUnlocked)
+// chooses its victims without a lock and waits for a row a router holds.
+// A started row re-run meanwhile (MarkStarted of a newer generation: a new
+// started_at) or a dead-lettered row re-claimed (pending) is not a victim
+// any more: the DELETE must check the row as the router left it, not as
+// the victims CTE read it, and keep it; the other old rows go.
+func TestPurgeByTheOperatorKeepsALedgerRowMovedWhileItWaited(t *testing.T) {
+	for name, move := range map[string]string{
+		"started row re-run":           `UPDATE dedup_ledger SET generation = generation + 1, started_at = now(), updated_at = now() WHERE workflow_id = $1`,
+		"dead-lettered row re-claimed": `UPDATE dedup_ledger SET attempts = attempts + 1, state = 'pending', updated_at = now() WHERE workflow_id = $1`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			admin, _ := rolesDB(t)
+			ctx := deadline(t, 2*time.Minute)
+			router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
+			operator := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_operator"))
+			var ins []decide.Intent
+			for i := range 4 {
+				ins = append(ins, intent(fmt.Sprint("moved-", i), "p"))
+			}
+			claim(t, router, ins...)
+			var ids []string
+			for _, in := range ins {
+				ids = append(ids, in.WorkflowID)
+			}
+			if strings.HasPrefix(name, "started") {
+				var st []processor.Started
+				for _, id := range ids {
+					st = append(st, processor.Started{WorkflowID: id, RunID: "r", Generation: 1})
+				}
+				if err := router.MarkStarted(ctx, st); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := router.MarkDeadLettered(ctx, unfenced(ids...)); err != nil {
+				t.Fatal(err)
+			}
+			side := sidePool(t, admin)
+			// moved-0 oldest, then moved-1, ...
+			if _, err := side.Exec(ctx, `UPDATE dedup_ledger SET started_at = CASE WHEN state = 'started' THEN now() - interval '48 hours' + right(workflow_id, 1)::int * interval '1 second' END, updated_at = now() - interval '48 hours' + right(workflow_id, 1)::int * interval '1 second'`); err != nil {
+				t.Fatal(err)
+			}
+			tx := held(t, side, pgx.TxOptions{})
+			if _, err := tx.Exec(ctx, move, ids[0]); err != nil {
+				t.Fatal(err)
+			}
+			purged := make(chan error, 1)
+			go func() {
+				_, err := operator.Purge(ctx, 24*time.Hour, 2)
+				purged <- err
+			}()
+			waitBlockedHere(t, side, "DELETE FROM dedup_ledger")
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := within(t, purged, lockWaitPatience, "the purge"); err != nil {
+				t.Fatalf("the purge: %v", err)
+			}
+			var left []string
+			if err := side.QueryRow(ctx, `SELECT coalesce(array_agg(workflow_id ORDER BY workflow_id), '{}') FROM dedup_ledger`).Scan(&left); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(left, ids[:1]) {
+				t.Fatalf("ledger rows left after dedup_operator's purge: %v, want only %v (moved while the purge waited for it)", left, ids[:1])
+			}
+		})
+	}
+}
