@@ -624,3 +624,32 @@ func TestPurgeByTheOperatorKeepsALedgerRowMovedWhileItWaited(t *testing.T) {
 		})
 	}
 }
+
+// A conflict written before migration 00014 has no last_seen_at and goes
+// by detected_at (purgeConflicts), whichever role purges: the DELETE's
+// second look at the row's age must read it the same way, deleting an old
+// one and keeping a recent one.
+func TestPurgeGoesByDetectedAtForAConflictWithoutLastSeenAt(t *testing.T) {
+	for _, role := range []string{"dedup_router", "dedup_operator"} {
+		t.Run(role, func(t *testing.T) {
+			admin, _ := rolesDB(t)
+			ctx := deadline(t, 2*time.Minute)
+			router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
+			purger := openAs(t, pgtest.NewLogin(t, admin, "", role))
+			for _, id := range []string{"old", "recent"} {
+				want(t, claim(t, router, intent(id, "p")), decide.VerdictNew)
+				want(t, claim(t, router, intent(id, "q")), decide.VerdictConflict)
+			}
+			side := sidePool(t, admin)
+			if _, err := side.Exec(ctx, `UPDATE dedup_conflicts SET last_seen_at = NULL, detected_at = CASE WHEN workflow_id = $1 THEN now() - interval '48 hours' ELSE now() END`, intent("old", "q").WorkflowID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := purger.Purge(ctx, 24*time.Hour, 1); err != nil {
+				t.Fatal(err)
+			}
+			if got, wantLeft := conflictIDs(t, side), []string{intent("recent", "q").WorkflowID}; !slices.Equal(got, wantLeft) {
+				t.Fatalf("conflicts without last_seen_at left after a purge as %s: %v, want %v", role, got, wantLeft)
+			}
+		})
+	}
+}
