@@ -12,10 +12,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/dedupio/dedup/internal/testsupport/pgbouncer"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
+	"github.com/dedupio/dedup/sink/ledger/pooler"
 )
 
 func TestPurgeKeepsPendingAndRecentRows(t *testing.T) {
@@ -649,6 +651,74 @@ func TestPurgeGoesByDetectedAtForAConflictWithoutLastSeenAt(t *testing.T) {
 			}
 			if got, wantLeft := conflictIDs(t, side), []string{intent("recent", "q").WorkflowID}; !slices.Equal(got, wantLeft) {
 				t.Fatalf("conflicts without last_seen_at left after a purge as %s: %v, want %v", role, got, wantLeft)
+			}
+		})
+	}
+}
+
+// Through PgBouncer in transaction pooling (postgres.pooler: transaction)
+// the purge's statements each run on whichever server session is free:
+// the privilege question that picks the lock and every batch after it.
+// As dedup_router (locks) and dedup_operator (does not), it deletes every
+// old started and dead-lettered row and conflict, in batches, and keeps
+// the recent ones.
+func TestPurgeThroughTransactionPoolerAsEachRole(t *testing.T) {
+	for _, role := range []string{"dedup_router", "dedup_operator"} {
+		t.Run(role, func(t *testing.T) {
+			admin, _ := rolesDB(t)
+			ctx := deadline(t, 2*time.Minute)
+			router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
+			login := pgtest.NewLogin(t, admin, "", role)
+			b := pgbouncer.Start(t, login, pgbouncer.Options{Mode: pgbouncer.Transaction})
+			cfg := ledger.DefaultConfig()
+			cfg.URL = b.URL(login)
+			cfg.Pooler = pooler.Transaction
+			purger, err := ledger.Open(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(purger.Close)
+			var started []processor.Started
+			var dead []string
+			for i := range 10 {
+				in := intent(fmt.Sprint("pooled-", i), "p")
+				want(t, claim(t, router, in), decide.VerdictNew)
+				want(t, claim(t, router, intent(in.EventID, "q")), decide.VerdictConflict)
+				if i%2 == 0 {
+					started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+				} else {
+					dead = append(dead, in.WorkflowID)
+				}
+			}
+			if err := router.MarkStarted(ctx, started); err != nil {
+				t.Fatal(err)
+			}
+			if err := router.MarkDeadLettered(ctx, unfenced(dead...)); err != nil {
+				t.Fatal(err)
+			}
+			keep := intent("pooled-9", "q").WorkflowID // the recent one
+			side := sidePool(t, admin)
+			for _, q := range []string{
+				`UPDATE dedup_ledger SET started_at = now() - interval '48 hours', updated_at = now() - interval '48 hours' WHERE workflow_id <> $1`,
+				`UPDATE dedup_conflicts SET detected_at = now() - interval '48 hours', last_seen_at = now() - interval '48 hours' WHERE workflow_id <> $1`,
+			} {
+				if _, err := side.Exec(ctx, q, keep); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n, err := purger.Purge(ctx, 24*time.Hour, 2)
+			if err != nil {
+				t.Fatalf("the purge through the pooler as %s: %v", role, err)
+			}
+			var ledgerLeft []string
+			if err := side.QueryRow(ctx, `SELECT coalesce(array_agg(workflow_id), '{}') FROM dedup_ledger`).Scan(&ledgerLeft); err != nil {
+				t.Fatal(err)
+			}
+			if n != 9 || !slices.Equal(ledgerLeft, []string{keep}) {
+				t.Fatalf("the purge as %s deleted %d ledger rows and left %v; want 9 and only %s", role, n, ledgerLeft, keep)
+			}
+			if got := conflictIDs(t, side); !slices.Equal(got, []string{keep}) {
+				t.Fatalf("conflicts left after the purge as %s: %v, want only %s", role, got, keep)
 			}
 		})
 	}
