@@ -723,3 +723,43 @@ func TestPurgeThroughTransactionPoolerAsEachRole(t *testing.T) {
 		})
 	}
 }
+
+// Routers purge on their own interval while an operator runs dedup ledger
+// purge --execute: dedup_operator's purge (purgeConflictsUnlocked) waits
+// for a conflict a router's purge is deleting, and finds it gone. That
+// batch deletes fewer rows than it chose; the purge must still go on to
+// the old conflicts after it.
+func TestPurgeByTheOperatorGoesOnPastAConflictAnotherPurgeDeleted(t *testing.T) {
+	admin, _ := rolesDB(t)
+	ctx := deadline(t, 2*time.Minute)
+	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
+	operator := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_operator"))
+	for _, id := range []string{"c-a", "c-b", "c-c", "c-d", "c-e"} { // oldest first
+		want(t, claim(t, router, intent(id, "p")), decide.VerdictNew)
+		want(t, claim(t, router, intent(id, "q")), decide.VerdictConflict)
+	}
+	side := sidePool(t, admin)
+	if _, err := side.Exec(ctx, `UPDATE dedup_conflicts SET detected_at = now() - interval '2 hours', last_seen_at = now() - interval '2 hours' + (ascii(right(workflow_id, 1)) - ascii('a')) * interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	// A router's purge batch deleting c-a, not yet committed.
+	tx := held(t, side, pgx.TxOptions{})
+	if _, err := tx.Exec(ctx, `DELETE FROM dedup_conflicts WHERE workflow_id = $1`, intent("c-a", "q").WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	purged := make(chan error, 1)
+	go func() {
+		_, err := operator.Purge(ctx, time.Hour, 2) // c-a and c-b first
+		purged <- err
+	}()
+	waitBlockedHere(t, side, "DELETE FROM dedup_conflicts")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, purged, lockWaitPatience, "the purge"); err != nil {
+		t.Fatalf("the purge: %v", err)
+	}
+	if got := conflictIDs(t, side); len(got) != 0 {
+		t.Fatalf("conflicts left after dedup_operator's purge: %v, want none (all older than the horizon)", got)
+	}
+}
