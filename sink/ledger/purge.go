@@ -76,11 +76,14 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 		return total, fmt.Errorf("purging dead-letter log: %w", err)
 	}
 	for {
-		n, err := p.pool.Exec(ctx, conflicts, olderThan, batch)
-		if err != nil {
+		// Goes on while a batch chose as many victims as it may: it
+		// may delete fewer (a row recorded again, or deleted by
+		// another purge, while it waited for the row).
+		var victims int64
+		if err := p.pool.QueryRow(ctx, conflicts, olderThan, batch).Scan(&victims); err != nil {
 			return total, fmt.Errorf("purging conflicts: %w", err)
 		}
-		if n.RowsAffected() < int64(batch) {
+		if victims < int64(batch) {
 			break
 		}
 	}
@@ -88,7 +91,8 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 }
 
 // purgeConflicts deletes up to $2 conflict rows last seen before now() -
-// $1, oldest first along dedup_conflicts_seen (migration 00014): a
+// $1, oldest first along dedup_conflicts_seen (migration 00014), and
+// returns how many it chose: a
 // conflict lives one retention period after its last copy, whatever its
 // ledger row's state (a payload sent again meanwhile keeps its row). A
 // row written before 00014 has no last_seen_at and goes by detected_at.
@@ -103,12 +107,16 @@ var (
 
 func purgeConflictsSQL(lock string) string {
 	return `
-DELETE FROM dedup_conflicts WHERE id IN (
+WITH victims AS (
 	SELECT id FROM dedup_conflicts
 	WHERE coalesce(last_seen_at, detected_at) < now() - $1::interval
 	ORDER BY coalesce(last_seen_at, detected_at) LIMIT $2
-	` + lock + `)
-	AND coalesce(last_seen_at, detected_at) < now() - $1::interval`
+	` + lock + `
+), gone AS (
+	DELETE FROM dedup_conflicts c USING victims v
+	WHERE c.id = v.id AND coalesce(c.last_seen_at, c.detected_at) < now() - $1::interval
+)
+SELECT count(*) FROM victims`
 }
 
 // skipLocked ends a purge's choice of victims: it locks them, and skips
