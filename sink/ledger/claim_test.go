@@ -452,13 +452,7 @@ func TestClaimAndReclaimOfDeadLetteredRowsLockInOneOrder(t *testing.T) {
 	want(t, claim(t, base, in(m2, "x")), decide.VerdictConflict)
 	want(t, claim(t, base, in(p, "x")), decide.VerdictConflict)
 	side := sidePool(t, base.Pool().Config().ConnString())
-	lockRow := func(id string) pgx.Tx {
-		tx := held(t, side, pgx.TxOptions{})
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, id); err != nil {
-			t.Fatal(err)
-		}
-		return tx
-	}
+	lockRow := func(id string) pgx.Tx { return holdRows(t, side, "dedup_ledger", id) }
 	t1, t2 := lockRow(in(m1, "p").WorkflowID), lockRow(in(m2, "p").WorkflowID)
 	go func() { // re-claims P, M1, Q in key order: takes P, waits for M1
 		defer wg.Done()

@@ -239,13 +239,7 @@ search:
 	}
 
 	side := sidePool(t, l.Pool().Config().ConnString())
-	lockRow := func(id string) pgx.Tx {
-		tx := held(t, side, pgx.TxOptions{})
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, id); err != nil {
-			t.Fatal(err)
-		}
-		return tx
-	}
+	lockRow := func(id string) pgx.Tx { return holdRows(t, side, "dedup_ledger", id) }
 	t1, t2 := lockRow(wf(w)), lockRow(wf(w2))
 
 	var wg sync.WaitGroup

@@ -215,13 +215,7 @@ search:
 		t.Fatal(err)
 	}
 	side := sidePool(t, l.Pool().Config().ConnString())
-	lockRow := func(id string) pgx.Tx {
-		tx := held(t, side, pgx.TxOptions{})
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, id); err != nil {
-			t.Fatal(err)
-		}
-		return tx
-	}
+	lockRow := func(id string) pgx.Tx { return holdRows(t, side, "dedup_ledger", id) }
 	t1, t2 := lockRow(wf(w)), lockRow(wf(w2))
 	var wg sync.WaitGroup
 	var claimErr, markErr error
@@ -347,13 +341,7 @@ func claimAndMarkOnASmallLedger(t *testing.T, stmt string, mark func(l *ledger.P
 		heap = append(heap, id)
 	}
 	side := sidePool(t, l.Pool().Config().ConnString())
-	lockRow := func(id string) pgx.Tx {
-		tx := held(t, side, pgx.TxOptions{})
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, id); err != nil {
-			t.Fatal(err)
-		}
-		return tx
-	}
+	lockRow := func(id string) pgx.Tx { return holdRows(t, side, "dedup_ledger", id) }
 	t1, t2 := lockRow(in(m1).WorkflowID), lockRow(in(m2).WorkflowID)
 	var wg sync.WaitGroup
 	var claimErr, markErr error

@@ -188,13 +188,7 @@ func TestRecordingConflictsAndPurgingThemDoNotDeadlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	side := sidePool(t, l.Pool().Config().ConnString())
-	lockRow := func(id string) pgx.Tx {
-		tx := held(t, side, pgx.TxOptions{})
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_conflicts WHERE workflow_id = $1 FOR UPDATE`, intent(id, "q").WorkflowID); err != nil {
-			t.Fatal(err)
-		}
-		return tx
-	}
+	lockRow := func(id string) pgx.Tx { return holdRows(t, side, "dedup_conflicts", intent(id, "q").WorkflowID) }
 	t1, t2 := lockRow("c-b"), lockRow("c-z")
 	var wg sync.WaitGroup
 	var claimErr error
@@ -291,13 +285,7 @@ func TestReclaimingDeadLetteredRowsAndPurgingThemDoNotDeadlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	side := sidePool(t, l.Pool().Config().ConnString())
-	lockRow := func(id string) pgx.Tx {
-		tx := held(t, side, pgx.TxOptions{})
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, id); err != nil {
-			t.Fatal(err)
-		}
-		return tx
-	}
+	lockRow := func(id string) pgx.Tx { return holdRows(t, side, "dedup_ledger", id) }
 	t1, t2 := lockRow(in(m1).WorkflowID), lockRow(in(m2).WorkflowID)
 	var wg sync.WaitGroup
 	var claimErr error
@@ -385,10 +373,8 @@ func TestConcurrentPurgesDeleteEveryPurgeableRowOnce(t *testing.T) {
 func TestPurgeKeepsAConflictRecordedAgainWhileItRuns(t *testing.T) {
 	for _, role := range []string{"dedup_router", "dedup_operator"} {
 		t.Run(role, func(t *testing.T) {
-			admin, _ := rolesDB(t)
+			admin, router, purger := routerAnd(t, role)
 			ctx := deadline(t, 2*time.Minute)
-			router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
-			purger := openAs(t, pgtest.NewLogin(t, admin, "", role))
 			for _, id := range []string{"c-a", "c-b"} {
 				want(t, claim(t, router, intent(id, "p")), decide.VerdictNew)
 				want(t, claim(t, router, intent(id, "q")), decide.VerdictConflict)
@@ -523,10 +509,8 @@ func TestPurgeByARoleThatMayLockSkipsHeldRows(t *testing.T) {
 // that batch deletes fewer rows than it chose, and the purge must still go
 // on to the old conflicts after it, not take the short batch for the last.
 func TestPurgeByTheOperatorGoesOnPastAConflictRecordedAgain(t *testing.T) {
-	admin, _ := rolesDB(t)
+	admin, router, operator := routerAnd(t, "dedup_operator")
 	ctx := deadline(t, 2*time.Minute)
-	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
-	operator := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_operator"))
 	ids := []string{"c-a", "c-b", "c-c", "c-d", "c-e"} // oldest first
 	for _, id := range ids {
 		want(t, claim(t, router, intent(id, "p")), decide.VerdictNew)
@@ -571,10 +555,8 @@ func TestPurgeByTheOperatorKeepsALedgerRowMovedWhileItWaited(t *testing.T) {
 		"dead-lettered row re-claimed": `UPDATE dedup_ledger SET attempts = attempts + 1, state = 'pending', updated_at = now() WHERE workflow_id = $1`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			admin, _ := rolesDB(t)
+			admin, router, operator := routerAnd(t, "dedup_operator")
 			ctx := deadline(t, 2*time.Minute)
-			router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
-			operator := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_operator"))
 			var ins []decide.Intent
 			for i := range 4 {
 				ins = append(ins, intent(fmt.Sprint("moved-", i), "p"))
@@ -634,10 +616,8 @@ func TestPurgeByTheOperatorKeepsALedgerRowMovedWhileItWaited(t *testing.T) {
 func TestPurgeGoesByDetectedAtForAConflictWithoutLastSeenAt(t *testing.T) {
 	for _, role := range []string{"dedup_router", "dedup_operator"} {
 		t.Run(role, func(t *testing.T) {
-			admin, _ := rolesDB(t)
+			admin, router, purger := routerAnd(t, role)
 			ctx := deadline(t, 2*time.Minute)
-			router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
-			purger := openAs(t, pgtest.NewLogin(t, admin, "", role))
 			for _, id := range []string{"old", "recent"} {
 				want(t, claim(t, router, intent(id, "p")), decide.VerdictNew)
 				want(t, claim(t, router, intent(id, "q")), decide.VerdictConflict)
@@ -730,10 +710,8 @@ func TestPurgeThroughTransactionPoolerAsEachRole(t *testing.T) {
 // batch deletes fewer rows than it chose; the purge must still go on to
 // the old conflicts after it.
 func TestPurgeByTheOperatorGoesOnPastAConflictAnotherPurgeDeleted(t *testing.T) {
-	admin, _ := rolesDB(t)
+	admin, router, operator := routerAnd(t, "dedup_operator")
 	ctx := deadline(t, 2*time.Minute)
-	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
-	operator := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_operator"))
 	for _, id := range []string{"c-a", "c-b", "c-c", "c-d", "c-e"} { // oldest first
 		want(t, claim(t, router, intent(id, "p")), decide.VerdictNew)
 		want(t, claim(t, router, intent(id, "q")), decide.VerdictConflict)
@@ -762,4 +740,13 @@ func TestPurgeByTheOperatorGoesOnPastAConflictAnotherPurgeDeleted(t *testing.T) 
 	if got := conflictIDs(t, side); len(got) != 0 {
 		t.Fatalf("conflicts left after dedup_operator's purge: %v, want none (all older than the horizon)", got)
 	}
+}
+
+// routerAnd opens one new ledger with dedup's roles (rolesDB) as
+// dedup_router and as role: a router and another role's purge of the same
+// rows. admin is the database's superuser URL.
+func routerAnd(t *testing.T, role string) (admin string, router, other *ledger.Postgres) {
+	t.Helper()
+	admin, _ = rolesDB(t)
+	return admin, openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router")), openAs(t, pgtest.NewLogin(t, admin, "", role))
 }

@@ -115,3 +115,15 @@ func sessions(pool *pgxpool.Pool) string {
 	}
 	return out
 }
+
+// holdRows begins a transaction on pool that locks table's rows of
+// workflow ID id (FOR UPDATE) until the test rolls it back, or its
+// cleanup does: it paces a statement that waits for them.
+func holdRows(t *testing.T, pool *pgxpool.Pool, table, id string) pgx.Tx {
+	t.Helper()
+	tx := held(t, pool, pgx.TxOptions{})
+	if _, err := tx.Exec(context.Background(), `SELECT 1 FROM `+table+` WHERE workflow_id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
