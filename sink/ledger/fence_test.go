@@ -401,3 +401,79 @@ func waitLockWaits(t *testing.T, conn *pgx.Conn, n int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A mark whose fence no longer holds locks none of its rows: the new
+// owner's claims and marks of them must not wait for it. Here the old
+// owner's mark names x (partition 1, bumped by the new owner) and y
+// (partition 2, still its own) while another transaction holds x's row: a
+// mark that locked x before checking its fence would wait for that
+// transaction; one that locks only the rows whose fence holds ends at
+// once, writes y and names partition 1 stale.
+func TestAMarkWhoseFenceNoLongerHoldsLocksNoneOfItsRows(t *testing.T) {
+	for _, m := range []struct {
+		name, state string
+		mark        func(l *ledger.Postgres, ctx context.Context, ids []string, fences []decide.Fence, parts []int32) error
+	}{
+		{"MarkStarted", "started", func(l *ledger.Postgres, ctx context.Context, ids []string, fences []decide.Fence, parts []int32) error {
+			st := make([]processor.Started, len(ids))
+			for i, id := range ids {
+				st[i] = processor.Started{WorkflowID: id, RunID: "r1", Generation: 1, Topic: "events", Partition: parts[i], Fence: fences[i]}
+			}
+			return l.MarkStarted(ctx, st)
+		}},
+		{"MarkDeadLettered", "dead_lettered", func(l *ledger.Postgres, ctx context.Context, ids []string, fences []decide.Fence, parts []int32) error {
+			dl := make([]processor.DeadLettered, len(ids))
+			for i, id := range ids {
+				dl[i] = processor.DeadLettered{WorkflowID: id, Topic: "events", Partition: parts[i], Fence: fences[i]}
+			}
+			return l.MarkDeadLettered(ctx, dl)
+		}},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			l := open(t)
+			ctx := context.Background()
+			p1, p2 := processor.PartitionRef{Topic: "events", Partition: 1}, processor.PartitionRef{Topic: "events", Partition: 2}
+			fs, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "old", Parts: []processor.PartitionRef{p1, p2}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f1, f2 := decide.Fence{Group: "g", Epoch: fs[0]}, decide.Fence{Group: "g", Epoch: fs[1]}
+			x, y := intent("x", "X"), intent("y", "Y")
+			x.Fence, y.Partition, y.Fence = f1, 2, f2
+			want(t, claim(t, l, x, y), decide.VerdictNew, decide.VerdictNew)
+			if _, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "new", Parts: []processor.PartitionRef{p1}}); err != nil {
+				t.Fatal(err)
+			}
+			side := sidePool(t, l.Pool().Config().ConnString())
+			hold := holdRows(t, side, "dedup_ledger", x.WorkflowID) // the new owner's claim of x, say
+			done := make(chan error, 1)
+			go func() {
+				done <- m.mark(l, ctx, []string{x.WorkflowID, y.WorkflowID}, []decide.Fence{f1, f2}, []int32{1, 2})
+			}()
+			var markErr error
+			select {
+			case markErr = <-done:
+			case <-time.After(15 * time.Second):
+				t.Errorf("%s under partition 1's old epoch waited 15s for x's row, held by another transaction: it locks a row whose fence no longer holds\n%s",
+					m.name, sessions(side))
+				_ = hold.Rollback(ctx)
+				markErr = <-done
+			}
+			var f *processor.FencedError
+			if !errors.As(markErr, &f) || len(f.Stale) != 1 || f.Stale[0].Partition != 1 {
+				t.Errorf("%s: %v, want a *FencedError naming partition 1", m.name, markErr)
+			}
+			_ = hold.Rollback(ctx)
+			rows, err := l.Lookup(ctx, []string{x.WorkflowID, y.WorkflowID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(rows[x.WorkflowID].State); got != "pending" {
+				t.Errorf("x after the stale mark: %q, want pending", got)
+			}
+			if got := string(rows[y.WorkflowID].State); got != m.state {
+				t.Errorf("y after the mark: %q, want %s", got, m.state)
+			}
+		})
+	}
+}
