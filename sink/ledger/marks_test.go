@@ -440,3 +440,99 @@ func TestMarkStartedRecordsOnlyRowsStartedAtItsGenerationWhenRowsMoveBeforeItsLo
 		}
 	}
 }
+
+// Two routers' marks of overlapping rows on a small ledger, each given its
+// rows in an order of its own: both lock in key order (lockInKeyOrder),
+// whatever the heap's order and the batch's, so neither fails with a
+// deadlock (40P01). As in TestClaimAndMarksLockInOneOrderOnASmallLedger,
+// P < M1 < Q by key and the heap holds Q, M2, P, M1; the first mark names
+// Q, M1, P, the second P, M2, Q (reversed), and blockers on M1 and M2 pace
+// them so that each would hold one row the other waits for were either to
+// lock in the heap's or the batch's order.
+func TestTwoMarksOfOverlappingRowsLockInOneOrderOnASmallLedger(t *testing.T) {
+	started := func(gen int) func(l *ledger.Postgres, ids ...string) error {
+		return func(l *ledger.Postgres, ids ...string) error {
+			st := make([]processor.Started, len(ids))
+			for i, id := range ids {
+				st[i] = processor.Started{WorkflowID: id, RunID: fmt.Sprintf("r%d", gen), Generation: gen}
+			}
+			return l.MarkStarted(context.Background(), st)
+		}
+	}
+	deadLettered := func(l *ledger.Postgres, ids ...string) error {
+		return l.MarkDeadLettered(context.Background(), unfenced(ids...))
+	}
+	for _, c := range []struct {
+		name          string
+		first, second func(l *ledger.Postgres, ids ...string) error
+	}{
+		{"MarkStarted and MarkStarted of a re-run", started(1), started(2)},
+		{"MarkStarted and MarkDeadLettered", started(1), deadLettered},
+		{"MarkDeadLettered and MarkStarted", deadLettered, started(1)},
+		{"MarkDeadLettered and MarkDeadLettered", deadLettered, deadLettered},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := open(t)
+			ctx := context.Background()
+			in := func(n int) decide.Intent { return intent(fmt.Sprintf("small-%d", n), "p") }
+			key := func(n int) string { return wantKey(in(n).WorkflowID) }
+			p, m1, q := -1, -1, -1
+			for n := 0; n < 100 && q < 0; n++ {
+				switch {
+				case p < 0:
+					p = n
+				case m1 < 0 && key(n) > key(p):
+					m1 = n
+				case m1 >= 0 && key(n) > key(m1):
+					q = n
+				}
+			}
+			m2 := q + 1
+			for _, n := range []int{q, m2, p, m1} {
+				want(t, claim(t, l, in(n)), decide.VerdictNew)
+			}
+			if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
+				t.Fatal(err)
+			}
+			side := sidePool(t, l.Pool().Config().ConnString())
+			waiting := func(n int) {
+				t.Helper()
+				for end := time.Now().Add(lockWaitPatience); ; time.Sleep(10 * time.Millisecond) {
+					var got int
+					if err := side.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%UPDATE dedup_ledger l SET state%'`).Scan(&got); err != nil {
+						t.Fatal(err)
+					}
+					if got >= n {
+						return
+					}
+					if time.Now().After(end) {
+						t.Fatalf("%d marks wait for a lock, want %d:\n%s", got, n, sessions(side))
+					}
+				}
+			}
+			lockRow := func(id string) pgx.Tx { return holdRows(t, side, "dedup_ledger", id) }
+			t1, t2 := lockRow(in(m1).WorkflowID), lockRow(in(m2).WorkflowID)
+			var wg sync.WaitGroup
+			var firstErr, secondErr error
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				firstErr = c.first(l, in(q).WorkflowID, in(m1).WorkflowID, in(p).WorkflowID)
+			}()
+			waiting(1)
+			go func() {
+				defer wg.Done()
+				secondErr = c.second(l, in(p).WorkflowID, in(m2).WorkflowID, in(q).WorkflowID)
+			}()
+			waiting(2)
+			_ = t1.Rollback(ctx)
+			time.Sleep(200 * time.Millisecond)
+			_ = t2.Rollback(ctx)
+			wg.Wait()
+			if firstErr != nil || secondErr != nil {
+				t.Fatalf("two marks of overlapping rows by two routers on a small ledger: first: %v; second: %v\n(keys: P %s < M1 %s < Q %s)",
+					firstErr, secondErr, key(p), key(m1), key(q))
+			}
+		})
+	}
+}
