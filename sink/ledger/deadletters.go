@@ -42,7 +42,11 @@ LEFT JOIN dedup_dead_letters d USING (topic, kafka_partition, kafka_offset, work
 	return out, nil
 }
 
-// Record records written dead letters, in one statement.
+// Record records written dead letters, in one statement. It inserts them
+// in the log's key order (ORDER BY): an insert waits for another router's
+// uncommitted insert of the same key, and two routers logging the same
+// dead letters in orders of their own (a zombie and the partition's new
+// owner) would each wait for the other.
 func (p *Postgres) Record(ctx context.Context, dls []processor.DeadLetter) error {
 	topic, part, off, wf := deadLetterArrays(dls)
 	reason, errs, dlq := make([]string, len(dls)), make([]string, len(dls)), make([]string, len(dls))
@@ -52,6 +56,8 @@ func (p *Postgres) Record(ctx context.Context, dls []processor.DeadLetter) error
 	_, err := p.pool.Exec(ctx, `
 INSERT INTO dedup_dead_letters (topic, kafka_partition, kafka_offset, workflow_id, reason, error, dead_letter_topic)
 SELECT * FROM unnest($1::text[], $2::int4[], $3::int8[], $4::text[], $5::text[], $6::text[], $7::text[])
+	AS d(topic, kafka_partition, kafka_offset, workflow_id, reason, error, dead_letter_topic)
+ORDER BY d.topic, d.kafka_partition, d.kafka_offset, d.workflow_id
 ON CONFLICT DO NOTHING`, topic, part, off, wf, reason, errs, dlq)
 	if err != nil {
 		return p.classify(fmt.Errorf("recording %d dead letters: %w", len(dls), err))
