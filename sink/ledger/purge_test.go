@@ -259,16 +259,7 @@ func TestReclaimingDeadLetteredRowsAndPurgingThemDoNotDeadlock(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
 	in := func(n int) decide.Intent { return intent(fmt.Sprintf("purge-%d", n), "p") }
-	key := func(n int) string { return wantKey(in(n).WorkflowID) }
-	r2, m1, r1 := 0, -1, -1
-	for n := 1; n < 100 && r1 < 0; n++ {
-		switch {
-		case m1 < 0 && key(n) > key(r2):
-			m1 = n
-		case m1 >= 0 && key(n) > key(m1):
-			r1 = n
-		}
-	}
+	r2, m1, r1 := inKeyOrder(in)
 	m2 := r1 + 1
 	for _, n := range []int{r1, m2, r2, m1} {
 		want(t, claim(t, l, in(n)), decide.VerdictNew)
@@ -311,6 +302,22 @@ func TestReclaimingDeadLetteredRowsAndPurgingThemDoNotDeadlock(t *testing.T) {
 	if claimErr != nil {
 		t.Fatalf("a router re-claiming dead-lettered rows while the purge deleted the same rows: %v", claimErr)
 	}
+}
+
+// inKeyOrder picks three of in's intents whose ledger keys are in the
+// order r2 < m1 < r1, r2 being in(0).
+func inKeyOrder(in func(int) decide.Intent) (r2, m1, r1 int) {
+	key := func(n int) string { return wantKey(in(n).WorkflowID) }
+	r2, m1, r1 = 0, -1, -1
+	for n := 1; n < 100 && r1 < 0; n++ {
+		switch {
+		case m1 < 0 && key(n) > key(r2):
+			m1 = n
+		case m1 >= 0 && key(n) > key(m1):
+			r1 = n
+		}
+	}
+	return r2, m1, r1
 }
 
 // Every router with a retention runs the purge on its own interval, so
