@@ -616,6 +616,72 @@ func TestPurgeByTheOperatorKeepsALedgerRowMovedWhileItWaited(t *testing.T) {
 	}
 }
 
+// dedup_operator may not lock rows, so its purge deletes its victims oldest
+// first as it meets them (purgeStartedUnlocked, purgeDeadLetteredUnlocked),
+// while a router re-claiming the same old dead-lettered rows (a dlq replay)
+// locks them in key order: the two can deadlock, and PostgreSQL cancels
+// one (40P01). When it cancels the purge's batch, the purge must run the
+// batch again, not fail: the batch deleted nothing, and the old rows the
+// router did not take are still there. R2 < M1 < R1 by key; R1 ended
+// before M2, before R2. The claim takes R2 and waits for M1; the purge
+// deletes R1 and waits for M2; M2 let go, the purge waits for R2 (the
+// claim); M1 let go, the claim waits for R1 (the purge). The purge, having
+// waited longer, is the one PostgreSQL cancels.
+func TestPurgeByTheOperatorRunsABatchThatLostADeadlockAgain(t *testing.T) {
+	admin, router, operator := routerAnd(t, "dedup_operator")
+	ctx := deadline(t, 2*time.Minute)
+	in := func(n int) decide.Intent { return intent(fmt.Sprintf("purge-%d", n), "p") }
+	r2, m1, r1 := inKeyOrder(in)
+	m2 := r1 + 1
+	for _, n := range []int{r1, m2, r2, m1} {
+		want(t, claim(t, router, in(n)), decide.VerdictNew)
+	}
+	for _, n := range []int{r1, m2, r2} {
+		if err := router.MarkDeadLettered(ctx, unfenced(in(n).WorkflowID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	side := sidePool(t, admin)
+	// R1 oldest, then M2, then R2.
+	if _, err := side.Exec(ctx, `UPDATE dedup_ledger SET updated_at = now() - interval '48 hours' + CASE workflow_id WHEN $1 THEN 0 WHEN $2 THEN 1 ELSE 2 END * interval '1 second' WHERE state = 'dead_lettered'`, in(r1).WorkflowID, in(m2).WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := side.Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	t1, t2 := holdRows(t, side, "dedup_ledger", in(m1).WorkflowID), holdRows(t, side, "dedup_ledger", in(m2).WorkflowID)
+	claimed := make(chan error, 1)
+	go func() { // re-claims R2, M1, R1 in key order: takes R2, waits for M1
+		_, err := router.Claim(ctx, []decide.Intent{in(r1), in(m1), in(r2)})
+		claimed <- err
+	}()
+	waitBlockedHere(t, side, "INSERT INTO dedup_ledger AS l")
+	purged := make(chan error, 1)
+	go func() {
+		_, err := operator.Purge(ctx, 24*time.Hour, 100)
+		purged <- err
+	}()
+	waitBlockedHere(t, side, "DELETE FROM dedup_ledger")
+	_ = t2.Rollback(ctx)
+	waitBlockedBy(t, side, "DELETE FROM dedup_ledger", "INSERT INTO dedup_ledger AS l")
+	_ = t1.Rollback(ctx)
+	if err := within(t, purged, lockWaitPatience, "the purge"); err != nil {
+		t.Fatalf("dedup_operator's purge meeting a router's re-claim of the same rows: %v", err)
+	}
+	if err := within(t, claimed, lockWaitPatience, "the re-claim"); err != nil {
+		t.Fatalf("the router's re-claim meeting dedup_operator's purge of the same rows (the purge should have lost the deadlock, having waited longer): %v", err)
+	}
+	var left []string
+	if err := side.QueryRow(ctx, `SELECT coalesce(array_agg(workflow_id ORDER BY workflow_id), '{}') FROM dedup_ledger`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	wantLeft := []string{in(r1).WorkflowID, in(m1).WorkflowID, in(r2).WorkflowID}
+	slices.Sort(wantLeft)
+	if !slices.Equal(left, wantLeft) {
+		t.Fatalf("ledger rows left: %v, want %v (the rows the router claimed; M2 purged)", left, wantLeft)
+	}
+}
+
 // A conflict written before migration 00014 has no last_seen_at and goes
 // by detected_at (purgeConflicts), whichever role purges: the DELETE's
 // second look at the row's age must read it the same way, deleting an old

@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,6 +78,16 @@ func waitBlocked(t *testing.T, pool *pgxpool.Pool, part string) {
 func waitBlockedHere(t *testing.T, side *pgxpool.Pool, part string) {
 	t.Helper()
 	waitLockQueue(t, side, part, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()`)
+}
+
+// waitBlockedBy is waitBlockedHere for a statement containing part that
+// waits for a backend running a statement containing holder's.
+func waitBlockedBy(t *testing.T, side *pgxpool.Pool, part, holder string) {
+	t.Helper()
+	waitLockQueue(t, side, part, `SELECT count(*) FROM pg_stat_activity w, pg_stat_activity h
+	WHERE w.datname = current_database() AND w.wait_event_type = 'Lock' AND w.query LIKE '%' || $1 || '%'
+	AND h.pid = ANY (pg_blocking_pids(w.pid)) AND h.query LIKE '%`+strings.ReplaceAll(holder, "'", "''")+`%'
+	AND w.pid <> pg_backend_pid() AND h.pid <> pg_backend_pid()`)
 }
 
 // waitLockQueue polls count (of the statements with part that wait for a
