@@ -336,3 +336,35 @@ func TestValidateWorkerDoesNotShowAValueFromAVariable(t *testing.T) {
 		}
 	}
 }
+
+// dedup run, dedup worker and dedup ingress never show a value a ${VAR}
+// gave in the error they stop with, nor does validate in the checks it
+// makes as the ingress does (config.Redact): a secret put in a listen
+// address by mistake fails at start, and the error names the setting, not
+// the secret.
+func TestRunWorkerAndIngressDoNotShowAValueFromAVariable(t *testing.T) {
+	t.Setenv("DEDUP_TEST_LISTEN", "s3cretListen")
+	const router = "kafka: {brokers: [\"127.0.0.1:1\"], group: g, topics: [t], reset_offset: earliest}\n" +
+		"routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]\n" +
+		"postgres: {url: \"postgres://u@127.0.0.1:1/d\"}\n"
+	const worker = "postgres: {url: \"postgres://u@127.0.0.1:1/d\"}\ntemporal: {host_port: \"127.0.0.1:1\", namespace: default}\n"
+	for _, c := range []struct{ command, file, want string }{
+		{"run", router + "admin: {listen: \"${DEDUP_TEST_LISTEN}\"}\n", "admin.listen"},
+		{"worker", worker + "worker: {task_queue: q, admin_listen: \"${DEDUP_TEST_LISTEN}\"}\n", "worker.admin_listen"},
+		{"ingress", router + "ingress: {listen: \"${DEDUP_TEST_LISTEN}\"}\n", "ingress.listen"},
+		{"ingress", router + "ingress: {listen: \"127.0.0.1:0\", admin_listen: \"${DEDUP_TEST_LISTEN}\"}\n", "ingress.admin_listen"},
+		{"validate", router + "ingress: {listen: \"${DEDUP_TEST_LISTEN}\"}\n", "ingress.listen"},
+	} {
+		p := filepath.Join(t.TempDir(), "dedup.yaml")
+		if err := os.WriteFile(p, []byte(c.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := dedup(c.command, "--config", p)
+		if code == 0 || !strings.Contains(out+errOut, c.want) {
+			t.Errorf("dedup %s with %s from a variable: %d %q %q, want a refusal naming %s", c.command, c.want, code, out, errOut, c.want)
+		}
+		if strings.Contains(out+errOut, "s3cretListen") {
+			t.Errorf("dedup %s shows the value a ${VAR} gave %s: %q %q", c.command, c.want, out, errOut)
+		}
+	}
+}
