@@ -2,8 +2,11 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dedupio/dedup/schemas"
 )
@@ -38,9 +41,9 @@ const purgeableDeadLetters = `written_at < now() - $1::interval`
 // key order. PostgreSQL lets a role lock a table's rows only with UPDATE
 // on one of its columns, which dedup_operator (`dedup ledger purge
 // --execute`) does not have: its purge deletes without the lock, and in
-// that rare meeting one of the two fails with a deadlock (40P01), the
-// router's claim to be retried, the operator's purge to be run again.
-// Each table is decided on its own.
+// that rare meeting PostgreSQL cancels one of the two (40P01). The
+// router retries its claim; the purge runs its cancelled batch again
+// (againAfterDeadlock). Each table is decided on its own.
 func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
 	var lockLedger, lockConflicts bool
 	if err := p.pool.QueryRow(ctx, `SELECT has_any_column_privilege('dedup_ledger', 'UPDATE'), has_any_column_privilege('dedup_conflicts', 'UPDATE')`).Scan(&lockLedger, &lockConflicts); err != nil {
@@ -62,7 +65,9 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 		for {
 			var victims, n int64
 			var last *time.Time
-			if err := p.pool.QueryRow(ctx, q.sql, olderThan, batch, from).Scan(&victims, &n, &last); err != nil {
+			if err := againAfterDeadlock(func() error {
+				return p.pool.QueryRow(ctx, q.sql, olderThan, batch, from).Scan(&victims, &n, &last)
+			}); err != nil {
 				return total, fmt.Errorf("purging %s ledger rows: %w", q.what, err)
 			}
 			total += n
@@ -72,7 +77,10 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 			from = *last
 		}
 	}
-	if _, err := p.pool.Exec(ctx, `DELETE FROM dedup_dead_letters WHERE `+purgeableDeadLetters, olderThan); err != nil {
+	if err := againAfterDeadlock(func() error {
+		_, err := p.pool.Exec(ctx, `DELETE FROM dedup_dead_letters WHERE `+purgeableDeadLetters, olderThan)
+		return err
+	}); err != nil {
 		return total, fmt.Errorf("purging dead-letter log: %w", err)
 	}
 	for {
@@ -80,7 +88,9 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 		// may delete fewer (a row recorded again, or deleted by
 		// another purge, while it waited for the row).
 		var victims int64
-		if err := p.pool.QueryRow(ctx, conflicts, olderThan, batch).Scan(&victims); err != nil {
+		if err := againAfterDeadlock(func() error {
+			return p.pool.QueryRow(ctx, conflicts, olderThan, batch).Scan(&victims)
+		}); err != nil {
 			return total, fmt.Errorf("purging conflicts: %w", err)
 		}
 		if victims < int64(batch) {
@@ -89,6 +99,30 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 	}
 	return total, nil
 }
+
+// purgeDeadlockTries is how many times a purge statement runs when
+// PostgreSQL keeps cancelling it to break a deadlock.
+const purgeDeadlockTries = 5
+
+// againAfterDeadlock runs one purge statement, and runs it again when
+// PostgreSQL cancelled it to break a deadlock (40P01), up to
+// purgeDeadlockTries times. A statement is its own transaction: one that
+// lost a deadlock deleted nothing, and the next run chooses its victims
+// anew, without the rows the other transaction took meanwhile (a router's
+// re-claim makes them pending). Any other error ends the purge.
+func againAfterDeadlock(run func() error) error {
+	for try := 1; ; try++ {
+		err := run()
+		var pgErr *pgconn.PgError
+		if err == nil || try == purgeDeadlockTries || !errors.As(err, &pgErr) || pgErr.Code != deadlockDetected {
+			return err
+		}
+	}
+}
+
+// deadlockDetected is PostgreSQL's SQLSTATE for a statement it cancelled
+// to break a deadlock.
+const deadlockDetected = "40P01"
 
 // purgeConflicts deletes up to $2 conflict rows last seen before now() -
 // $1, oldest first along dedup_conflicts_seen (migration 00014), and
