@@ -43,7 +43,7 @@ func commands() cli.Table {
 					if err != nil {
 						return nil, cli.ExitUsage, err
 					}
-					return nil, 0, stopped(ctx, app.Run(withCrashPoints(ctx, hooks), cfg, app.Options{}))
+					return nil, 0, cfg.Redact(stopped(ctx, app.Run(withCrashPoints(ctx, hooks), cfg, app.Options{})))
 				}
 			},
 		},
@@ -109,7 +109,9 @@ func commands() cli.Table {
 
 // withConfig declares --config and runs do with the config it names. A
 // config that does not load is a usage error (exit code 2); an error of
-// do, a failure (1). It takes no positional arguments.
+// do, a failure (1), with every value a ${VAR} gave taken out of its
+// text (config.Redact), as the loader's errors are. It takes no
+// positional arguments.
 func withConfig(do func(ctx context.Context, cfg config.Config, inv cli.Invocation) (any, int, error)) func(fs *flag.FlagSet) cli.Run {
 	return withLoadedConfig(config.Load, do)
 }
@@ -126,7 +128,8 @@ func withLoadedConfig(load func(string) (config.Config, error), do func(ctx cont
 			if err != nil {
 				return nil, cli.ExitUsage, err
 			}
-			return do(ctx, cfg, inv)
+			v, code, err := do(ctx, cfg, inv)
+			return v, code, cfg.Redact(err)
 		}
 	}
 }
@@ -156,7 +159,7 @@ func scheduleCommand(verb string) cli.Command {
 				if err != nil {
 					return nil, cli.ExitUsage, err
 				}
-				return nil, 0, app.SetSchedulePaused(ctx, cfg, inv.Args[0], verb == "pause", inv.Stdout)
+				return nil, 0, cfg.Redact(app.SetSchedulePaused(ctx, cfg, inv.Args[0], verb == "pause", inv.Stdout))
 			}
 		},
 	}
@@ -243,17 +246,17 @@ func validateFlags(fs *flag.FlagSet) cli.Run {
 		// What dedup ingress checks at start, too: the routers share the
 		// file, and an ingress that would not start is found here.
 		if _, err := ingress.CheckConfig(cfg, nil); err != nil {
-			return nil, cli.ExitUsage, err
+			return nil, cli.ExitUsage, cfg.Redact(err)
 		}
 		// The routers' decider: its files (the schema registry's secrets).
 		if _, err := processor.NewDecider(cfg.Kafka); err != nil {
-			return nil, cli.ExitUsage, err
+			return nil, cli.ExitUsage, cfg.Redact(err)
 		}
 		// The namespaces' search attributes, when Temporal answers
 		// (searchattrs.go): a missing one is named with its command.
 		attrs, err := app.CheckSearchAttributes(ctx, cfg)
 		if err != nil {
-			return nil, cli.ExitFailed, err
+			return nil, cli.ExitFailed, cfg.Redact(err)
 		}
 		return validateAnswer{Config: *path, OK: true, Routes: len(cfg.Routes), Topics: cfg.Kafka.Topics, Triggers: app.CheckedTriggers(cfg),
 			SearchAttributes: attrs}, 0, nil

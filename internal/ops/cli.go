@@ -72,6 +72,7 @@ func commandsWith(setup func(*Tool)) []cli.Command {
 					}
 					defer t.Close()
 					res, code, err := runCmd(ctx, t, inv.Args)
+					err = cfg.Redact(err) // no value a ${VAR} gave, as dedup validate
 					if err != nil && code == ExitFound {
 						code = ExitError
 					}
