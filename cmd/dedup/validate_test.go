@@ -368,3 +368,51 @@ func TestRunWorkerAndIngressDoNotShowAValueFromAVariable(t *testing.T) {
 		}
 	}
 }
+
+// A value a ${VAR} gave may hold a shorter one another ${VAR} gave
+// earlier in the file (a group "router", a listen address
+// "router-s3cret..." put there by mistake): dedup run's exit error must
+// not show what is left of the longer value once the shorter is taken
+// out.
+func TestRunDoesNotShowTheRestOfAValueThatHoldsAnotherVariablesValue(t *testing.T) {
+	t.Setenv("DEDUP_TEST_GROUP", "router")
+	t.Setenv("DEDUP_TEST_LISTEN", "router-s3cretListen")
+	file := "kafka: {brokers: [\"127.0.0.1:1\"], group: \"${DEDUP_TEST_GROUP}\", topics: [t], reset_offset: earliest}\n" +
+		"routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]\n" +
+		"postgres: {url: \"postgres://u@127.0.0.1:1/d\"}\n" +
+		"admin: {listen: \"${DEDUP_TEST_LISTEN}\"}\n"
+	p := filepath.Join(t.TempDir(), "dedup.yaml")
+	if err := os.WriteFile(p, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := dedup("run", "--config", p)
+	if code == 0 || !strings.Contains(out+errOut, "admin.listen") {
+		t.Fatalf("dedup run with admin.listen from a variable: %d %q %q, want a refusal naming admin.listen", code, out, errOut)
+	}
+	if strings.Contains(out+errOut, "s3cretListen") {
+		t.Errorf("dedup run shows part of the value a ${VAR} gave admin.listen: %q %q", out, errOut)
+	}
+}
+
+// A value a ${VAR} gave with a character %q escapes (a quote, a tab),
+// written into a setting with other text around it: the error quotes the
+// setting whole, so the value is in it neither as is nor quoted alone,
+// but escaped. dedup run must not show it that way either.
+func TestRunDoesNotShowAnEscapedValueFromAVariable(t *testing.T) {
+	t.Setenv("DEDUP_TEST_LISTEN", "s3cret\"Listen")
+	file := "kafka: {brokers: [\"127.0.0.1:1\"], group: g, topics: [t], reset_offset: earliest}\n" +
+		"routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]\n" +
+		"postgres: {url: \"postgres://u@127.0.0.1:1/d\"}\n" +
+		"admin: {listen: \"${DEDUP_TEST_LISTEN}:x\"}\n"
+	p := filepath.Join(t.TempDir(), "dedup.yaml")
+	if err := os.WriteFile(p, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := dedup("run", "--config", p)
+	if code == 0 || !strings.Contains(out+errOut, "admin.listen") {
+		t.Fatalf("dedup run with admin.listen from a variable: %d %q %q, want a refusal naming admin.listen", code, out, errOut)
+	}
+	if strings.Contains(out+errOut, "s3cret") {
+		t.Errorf("dedup run shows the value a ${VAR} gave admin.listen, escaped: %q %q", out, errOut)
+	}
+}
