@@ -887,3 +887,78 @@ func TestPurgeCountsEachDeletedRowOnceAfterADeadlock(t *testing.T) {
 		t.Fatalf("the purge that ran its batch again after losing a deadlock says it deleted %d ledger rows, want 1 (M2, once)", n)
 	}
 }
+
+// TestPurgeByTheOperatorRunsABatchThatLostADeadlockAgain's meeting with
+// dedup_operator's purge going through PgBouncer in transaction pooling
+// (postgres.pooler: transaction): the batch PostgreSQL cancelled runs
+// again on whichever server session is free, and deletes M2 only.
+func TestPurgeByTheOperatorThroughTransactionPoolerRunsABatchThatLostADeadlockAgain(t *testing.T) {
+	admin, _ := rolesDB(t)
+	ctx := deadline(t, 2*time.Minute)
+	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
+	login := pgtest.NewLogin(t, admin, "", "dedup_operator")
+	b := pgbouncer.Start(t, login, pgbouncer.Options{Mode: pgbouncer.Transaction})
+	cfg := ledger.DefaultConfig()
+	cfg.URL = b.URL(login)
+	cfg.Pooler = pooler.Transaction
+	operator, err := ledger.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(operator.Close)
+	in := func(n int) decide.Intent { return intent(fmt.Sprintf("purge-%d", n), "p") }
+	r2, m1, r1 := inKeyOrder(in)
+	m2 := r1 + 1
+	for _, n := range []int{r1, m2, r2, m1} {
+		want(t, claim(t, router, in(n)), decide.VerdictNew)
+	}
+	for _, n := range []int{r1, m2, r2} {
+		if err := router.MarkDeadLettered(ctx, unfenced(in(n).WorkflowID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	side := sidePool(t, admin)
+	// R1 oldest, then M2, then R2.
+	if _, err := side.Exec(ctx, `UPDATE dedup_ledger SET updated_at = now() - interval '48 hours' + CASE workflow_id WHEN $1 THEN 0 WHEN $2 THEN 1 ELSE 2 END * interval '1 second' WHERE state = 'dead_lettered'`, in(r1).WorkflowID, in(m2).WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := side.Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	t1, t2 := holdRows(t, side, "dedup_ledger", in(m1).WorkflowID), holdRows(t, side, "dedup_ledger", in(m2).WorkflowID)
+	claimed := make(chan error, 1)
+	go func() { // re-claims R2, M1, R1 in key order: takes R2, waits for M1
+		_, err := router.Claim(ctx, []decide.Intent{in(r1), in(m1), in(r2)})
+		claimed <- err
+	}()
+	waitBlockedHere(t, side, "INSERT INTO dedup_ledger AS l")
+	purged := make(chan error, 1)
+	var n int64
+	go func() {
+		var err error
+		n, err = operator.Purge(ctx, 24*time.Hour, 100)
+		purged <- err
+	}()
+	waitBlockedHere(t, side, "DELETE FROM dedup_ledger")
+	_ = t2.Rollback(ctx)
+	waitBlockedBy(t, side, "DELETE FROM dedup_ledger", "INSERT INTO dedup_ledger AS l")
+	_ = t1.Rollback(ctx)
+	if err := within(t, purged, lockWaitPatience, "the purge"); err != nil {
+		t.Fatalf("dedup_operator's purge meeting a router's re-claim of the same rows: %v", err)
+	}
+	if err := within(t, claimed, lockWaitPatience, "the re-claim"); err != nil {
+		t.Fatalf("the router's re-claim meeting dedup_operator's purge of the same rows (the purge should have lost the deadlock, having waited longer): %v", err)
+	}
+	var left []string
+	if err := side.QueryRow(ctx, `SELECT coalesce(array_agg(workflow_id ORDER BY workflow_id), '{}') FROM dedup_ledger`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	wantLeft := []string{in(r1).WorkflowID, in(m1).WorkflowID, in(r2).WorkflowID}
+	slices.Sort(wantLeft)
+	if !slices.Equal(left, wantLeft) {
+		t.Fatalf("ledger rows left: %v, want %v (the rows the router claimed; M2 purged)", left, wantLeft)
+	}
+	if n != 1 {
+		t.Fatalf("the purge through the pooler says it deleted %d ledger rows, want 1 (M2)", n)
+	}
+}
