@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -960,5 +961,48 @@ func TestPurgeByTheOperatorThroughTransactionPoolerRunsABatchThatLostADeadlockAg
 	}
 	if n != 1 {
 		t.Fatalf("the purge through the pooler says it deleted %d ledger rows, want 1 (M2)", n)
+	}
+}
+
+// A purge's batch ended by its context (an operator's Ctrl-C, --timeout)
+// while it waits for a row a router holds is not run again, as a batch
+// PostgreSQL cancelled to break a deadlock is (againAfterDeadlock): the
+// purge returns at once with the context's error. Having returned, it
+// deletes nothing more: the statement must be cancelled in PostgreSQL too,
+// not left waiting for the row and deleting it once the router lets go.
+func TestPurgeCancelledWhileItWaitsDeletesNothingAfterItReturns(t *testing.T) {
+	admin, router, operator := routerAnd(t, "dedup_operator")
+	in := intent("cancelled-0", "p")
+	want(t, claim(t, router, in), decide.VerdictNew)
+	if err := router.MarkDeadLettered(deadline(t, time.Minute), unfenced(in.WorkflowID)); err != nil {
+		t.Fatal(err)
+	}
+	side := sidePool(t, admin)
+	if _, err := side.Exec(context.Background(), `UPDATE dedup_ledger SET updated_at = now() - interval '48 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	tx := holdRows(t, side, "dedup_ledger", in.WorkflowID)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	purged := make(chan error, 1)
+	go func() {
+		_, err := operator.Purge(ctx, 24*time.Hour, 10)
+		purged <- err
+	}()
+	waitBlockedHere(t, side, "DELETE FROM dedup_ledger")
+	cancel()
+	if err := within(t, purged, lockWaitPatience, "the cancelled purge"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the purge cancelled while it waited for a held row: %v, want context.Canceled", err)
+	}
+	_ = tx.Rollback(context.Background())
+	// Locking the row again queues behind a statement still waiting for
+	// it: what it did is seen, without a race with it.
+	after := held(t, side, pgx.TxOptions{})
+	var left int
+	if err := after.QueryRow(context.Background(), `SELECT count(*) FROM (SELECT 1 FROM dedup_ledger FOR UPDATE) r`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 1 {
+		t.Fatalf("ledger rows left after a cancelled purge: %d, want 1", left)
 	}
 }
