@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -202,17 +203,34 @@ func (e *redactedError) Unwrap() error { return e.err }
 // be a secret put in the wrong key (a password in kafka.sasl.mechanism),
 // and the error names the field anyway.
 func redactValues(err error, values []string) error {
-	msg := err.Error()
-	for _, v := range values {
-		msg = strings.ReplaceAll(msg, strconv.Quote(v), "(a value from ${...}, not shown)")
-		if len(v) >= 4 {
-			msg = strings.ReplaceAll(msg, v, "(a value from ${...}, not shown)")
-		}
-	}
+	msg := redactText(err.Error(), values)
 	if msg == err.Error() {
 		return err
 	}
 	return &redactedError{msg: msg, err: err}
+}
+
+// RedactText is text with every value a ${VAR} of the config's file gave
+// taken out, as Redact takes it out of an error's: for the error lists of
+// the operators' answers.
+func (c Config) RedactText(text string) string {
+	return redactText(text, c.envValues)
+}
+
+// redactText is text with every one of values taken out (quoted, and as
+// it is when 4 bytes or longer: a shorter one would take out parts of
+// words), the longest first: a value that holds another's would otherwise
+// lose only that part and show the rest.
+func redactText(text string, values []string) string {
+	values = slices.Clone(values)
+	slices.SortStableFunc(values, func(a, b string) int { return len(b) - len(a) })
+	for _, v := range values {
+		text = strings.ReplaceAll(text, strconv.Quote(v), "(a value from ${...}, not shown)")
+		if len(v) >= 4 {
+			text = strings.ReplaceAll(text, v, "(a value from ${...}, not shown)")
+		}
+	}
+	return text
 }
 
 // readSecretFiles reads the *_file keys that are read once, at start:
