@@ -376,7 +376,7 @@ func (x *explaining) answer() (*Explanation, int, error) {
 	ex := x.ex
 	ex.TemporalQueries = temporalQueries(x.t.cfg, ex)
 	ex.Story = story(ex, x.t.cfg.Kafka.NoRoute)
-	ex.Errors = x.problems
+	ex.Errors = x.t.redacted(x.problems)
 	switch {
 	case len(x.problems) > 0:
 		return ex, ExitError, x.problems.err()

@@ -88,7 +88,7 @@ func (t *Tool) Inspect(ctx context.Context, workflowID string) (*Inspection, int
 	in.Disagreements = append(in.Disagreements, judge(row, ex, time.Now(), t.cfg.Postgres.PendingAlertAfter)...)
 	in.Found = row != nil || len(in.Conflicts) > 0 || len(in.DeadLetters) > 0 || (ex != nil && ex.Found)
 	in.Summary = summary(row, ex, in)
-	in.Errors = problems
+	in.Errors = t.redacted(problems)
 	switch {
 	case len(problems) > 0:
 		return in, ExitError, problems.err()

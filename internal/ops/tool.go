@@ -159,6 +159,20 @@ func (e *errs) add(what string, err error) {
 	}
 }
 
+// redacted is e with every value a ${VAR} of the config gave taken out
+// of each (config.Config.RedactText): the answer prints them, as the
+// command's error, which is redacted too.
+func (t *Tool) redacted(e errs) []string {
+	if e == nil {
+		return nil
+	}
+	out := make([]string, len(e))
+	for i, s := range e {
+		out[i] = t.cfg.RedactText(s)
+	}
+	return out
+}
+
 func (e errs) err() error {
 	if len(e) == 0 {
 		return nil
