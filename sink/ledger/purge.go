@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/schemas"
 )
@@ -66,7 +67,9 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 			var victims, n int64
 			var last *time.Time
 			if err := againAfterDeadlock(func() error {
-				return p.pool.QueryRow(ctx, q.sql, olderThan, batch, from).Scan(&victims, &n, &last)
+				return p.cancelledOnTheServer(ctx, func(c *pgxpool.Conn) error {
+					return c.QueryRow(ctx, q.sql, olderThan, batch, from).Scan(&victims, &n, &last)
+				})
 			}); err != nil {
 				return total, fmt.Errorf("purging %s ledger rows: %w", q.what, err)
 			}
@@ -78,8 +81,10 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 		}
 	}
 	if err := againAfterDeadlock(func() error {
-		_, err := p.pool.Exec(ctx, `DELETE FROM dedup_dead_letters WHERE `+purgeableDeadLetters, olderThan)
-		return err
+		return p.cancelledOnTheServer(ctx, func(c *pgxpool.Conn) error {
+			_, err := c.Exec(ctx, `DELETE FROM dedup_dead_letters WHERE `+purgeableDeadLetters, olderThan)
+			return err
+		})
 	}); err != nil {
 		return total, fmt.Errorf("purging dead-letter log: %w", err)
 	}
@@ -89,7 +94,9 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 		// another purge, while it waited for the row).
 		var victims int64
 		if err := againAfterDeadlock(func() error {
-			return p.pool.QueryRow(ctx, conflicts, olderThan, batch).Scan(&victims)
+			return p.cancelledOnTheServer(ctx, func(c *pgxpool.Conn) error {
+				return c.QueryRow(ctx, conflicts, olderThan, batch).Scan(&victims)
+			})
 		}); err != nil {
 			return total, fmt.Errorf("purging conflicts: %w", err)
 		}
@@ -119,6 +126,42 @@ func againAfterDeadlock(run func() error) error {
 		}
 	}
 }
+
+// cancelledOnTheServer runs one purge statement (do) on a connection of
+// the pool and, when ctx ends while it runs, cancels it in PostgreSQL too
+// before it returns. pgx, ctx ended, drops the connection at once and
+// sends no cancel request; the server, which does not look at the client
+// while a statement waits for a lock, would go on: a purge stopped by its
+// operator (Ctrl-C, --timeout) would delete the rows it waited for once
+// their holder let go. A connection a cancel request was sent for serves
+// nothing else (the request may reach it after its statement).
+func (p *Postgres) cancelledOnTheServer(ctx context.Context, do func(*pgxpool.Conn) error) error {
+	c, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	sent := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(sent)
+		cctx, cancel := context.WithTimeout(context.Background(), cancelWait)
+		defer cancel()
+		_ = c.Conn().PgConn().CancelRequest(cctx)
+	})
+	err = do(c)
+	if stop() {
+		c.Release()
+		return err
+	}
+	<-sent
+	_ = c.Hijack().Close(context.Background())
+	if err != nil && !errors.Is(err, ctx.Err()) {
+		err = errors.Join(ctx.Err(), err) // the server's "canceling statement due to user request"
+	}
+	return err
+}
+
+// cancelWait bounds a cancel request (cancelledOnTheServer).
+const cancelWait = 5 * time.Second
 
 // deadlockDetected is PostgreSQL's SQLSTATE for a statement it cancelled
 // to break a deadlock.
