@@ -71,3 +71,25 @@ func TestValidationErrorsNeverPrintAnEnvironmentValue(t *testing.T) {
 		}
 	}
 }
+
+// A value a ${VAR} gave with a character %q escapes (a quote, a
+// backslash), written into a setting with other text after it: the
+// validation error quotes the setting whole (log.format: %q), so the value
+// is in the error neither as it is nor quoted alone, but escaped. The
+// error must not show it that way either.
+func TestValidationErrorsDoNotPrintAnEscapedValueInsideALongerSetting(t *testing.T) {
+	t.Setenv("SECRET", `hunter2"s3cr3t\value`)
+	doc := "kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}\n" +
+		"routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]\n" +
+		"postgres: {url: \"postgres://127.0.0.1/d\"}\n" +
+		"log: {format: \"${SECRET}-x\"}\n"
+	_, err := Parse([]byte(doc))
+	if err == nil || !strings.Contains(err.Error(), "log.format") {
+		t.Fatalf("%v, want an error naming log.format", err)
+	}
+	for _, part := range []string{"hunter2", "s3cr3t"} {
+		if strings.Contains(err.Error(), part) {
+			t.Errorf("the error shows the value from ${SECRET}, escaped (%q): %v", part, err)
+		}
+	}
+}
