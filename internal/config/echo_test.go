@@ -93,3 +93,24 @@ func TestValidationErrorsDoNotPrintAnEscapedValueInsideALongerSetting(t *testing
 		}
 	}
 }
+
+// Two values from ${VAR}s that overlap in a setting (the end of one is the
+// start of the other), neither holding the other: taking the longer out
+// leaves the part of the shorter that is not in it. The error must show
+// neither.
+func TestValidationErrorsDoNotPrintAPieceOfOverlappingValues(t *testing.T) {
+	t.Setenv("SECRET_A", "hunter2-s3cr3t")
+	t.Setenv("SECRET_B", "s3cr3t-value-tail")
+	doc := "kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}\n" +
+		"routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]\n" +
+		"postgres: {url: \"postgres://127.0.0.1/d\"}\n" +
+		"ingress: {public_url: \"${SECRET_A}\"}\n" +
+		"log: {format: \"hunter2-s3cr3t-value-tail\", level: \"${SECRET_B}\"}\n"
+	_, err := Parse([]byte(doc))
+	if err == nil || !strings.Contains(err.Error(), "log.format") {
+		t.Fatalf("%v, want an error naming log.format", err)
+	}
+	if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "value-tail") {
+		t.Errorf("the error shows a piece of a value from a ${VAR}: %v", err)
+	}
+}
