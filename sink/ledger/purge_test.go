@@ -1,9 +1,13 @@
 package ledger_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -1006,3 +1010,143 @@ func TestPurgeCancelledWhileItWaitsDeletesNothingAfterItReturns(t *testing.T) {
 		t.Fatalf("ledger rows left after a cancelled purge: %d, want 1", left)
 	}
 }
+
+// A purge cancelled while its statement is on its way to PostgreSQL: the
+// cancel request, on a connection of its own, reaches the server before
+// the statement does (a delay on the network, or in a proxy), finds the
+// session idle, and does nothing. The statement then arrives, waits for
+// the row a router holds, and deletes it once the router lets go, after
+// the purge returned context.Canceled. Having returned, the purge must
+// delete nothing more.
+func TestPurgeCancelledBeforeItsStatementReachesTheServerDeletesNothingAfterItReturns(t *testing.T) {
+	admin, router, _ := routerAnd(t, "dedup_operator")
+	px := newStatementHolder(t, pgtest.NewLogin(t, admin, "", "dedup_operator"), "'dead_lettered'")
+	operator := openAs(t, px.url)
+	in := intent("cancelled-early-0", "p")
+	want(t, claim(t, router, in), decide.VerdictNew)
+	if err := router.MarkDeadLettered(deadline(t, time.Minute), unfenced(in.WorkflowID)); err != nil {
+		t.Fatal(err)
+	}
+	side := sidePool(t, admin)
+	if _, err := side.Exec(context.Background(), `UPDATE dedup_ledger SET updated_at = now() - interval '48 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	tx := holdRows(t, side, "dedup_ledger", in.WorkflowID)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	purged := make(chan error, 1)
+	go func() {
+		_, err := operator.Purge(ctx, 24*time.Hour, 10)
+		purged <- err
+	}()
+	within(t, px.holding, lockWaitPatience, "the dead-lettered batch's statement on its way")
+	cancel()
+	if err := within(t, purged, lockWaitPatience, "the cancelled purge"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the purge cancelled while its statement was on its way: %v, want context.Canceled", err)
+	}
+	px.release()
+	// The statement, arrived late, waits for the held row (or it was
+	// cancelled, and nothing waits: then the count below is at once).
+	late := make(chan struct{})
+	go func() {
+		defer close(late)
+		for end := time.Now().Add(lockWaitPatience); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			var n int
+			_ = side.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%DELETE FROM dedup_ledger%'`).Scan(&n)
+			if n > 0 {
+				return
+			}
+		}
+	}()
+	<-late
+	_ = tx.Rollback(context.Background())
+	after := held(t, side, pgx.TxOptions{})
+	var left int
+	if err := after.QueryRow(context.Background(), `SELECT count(*) FROM (SELECT 1 FROM dedup_ledger FOR UPDATE) r`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 1 {
+		t.Fatalf("ledger rows left after a purge cancelled while its statement was on its way: %d, want 1", left)
+	}
+}
+
+// statementHolder is a TCP proxy to a PostgreSQL login's server that
+// holds back what the client sends from the first execution (Bind, or a
+// simple Query) of a statement whose text holds mark, until release: the
+// network's delay, made long. Every other connection (a cancel request's)
+// goes through at once.
+type statementHolder struct {
+	url     string
+	holding chan struct{} // closed when a statement is held
+	free    chan struct{} // closed by release
+	once    sync.Once
+}
+
+func newStatementHolder(t *testing.T, loginURL, mark string) *statementHolder {
+	t.Helper()
+	u, err := url.Parse(loginURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	u.Host = ln.Addr().String()
+	q := u.Query()
+	q.Set("sslmode", "disable")
+	u.RawQuery = q.Encode()
+	h := &statementHolder{url: u.String(), holding: make(chan struct{}), free: make(chan struct{})}
+	t.Cleanup(h.release)
+	var held sync.Once
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+			go func() {
+				defer func() { _ = s.Close() }()
+				buf := make([]byte, 64<<10)
+				armed, holding := false, false
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						chunk := buf[:n]
+						if bytes.Contains(chunk, []byte(mark)) && bytes.Contains(chunk, []byte("DELETE FROM dedup_ledger")) {
+							armed = true
+						}
+						if !holding && armed && (chunk[0] == 'B' || chunk[0] == 'Q') {
+							held.Do(func() { holding = true; close(h.holding) })
+						}
+						if holding {
+							<-h.free
+						}
+						if _, err := s.Write(chunk); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						// The server reads what was sent before the
+						// client closed, as it would without a proxy.
+						if holding {
+							<-h.free
+						}
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return h
+}
+
+func (h *statementHolder) release() { h.once.Do(func() { close(h.free) }) }
