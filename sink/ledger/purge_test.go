@@ -1150,3 +1150,50 @@ func newStatementHolder(t *testing.T, loginURL, mark string) *statementHolder {
 }
 
 func (h *statementHolder) release() { h.once.Do(func() { close(h.free) }) }
+
+// Purges cancelled while they wait for a held row, more of them than the
+// pool has connections (4): each closes its connection instead of
+// releasing it, and none is kept or lost. The pool serves the purge after
+// them, which deletes the row once it is let go, and no backend of the
+// cancelled purges is left in the database.
+func TestPurgesCancelledWhileTheyWaitLeaveThePoolServing(t *testing.T) {
+	admin, router, operator := routerAnd(t, "dedup_operator")
+	in := intent("cancelled-many-0", "p")
+	want(t, claim(t, router, in), decide.VerdictNew)
+	if err := router.MarkDeadLettered(deadline(t, time.Minute), unfenced(in.WorkflowID)); err != nil {
+		t.Fatal(err)
+	}
+	side := sidePool(t, admin)
+	if _, err := side.Exec(context.Background(), `UPDATE dedup_ledger SET updated_at = now() - interval '48 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	tx := holdRows(t, side, "dedup_ledger", in.WorkflowID)
+	for i := range 6 {
+		ctx, cancel := context.WithCancel(context.Background())
+		purged := make(chan error, 1)
+		go func() {
+			_, err := operator.Purge(ctx, 24*time.Hour, 10)
+			purged <- err
+		}()
+		waitBlockedHere(t, side, "DELETE FROM dedup_ledger")
+		cancel()
+		if err := within(t, purged, lockWaitPatience, "the cancelled purge"); !errors.Is(err, context.Canceled) {
+			t.Fatalf("purge %d cancelled while it waited: %v, want context.Canceled", i, err)
+		}
+		if n := operator.Pool().Stat().TotalConns(); n > 4 {
+			t.Fatalf("after cancelled purge %d: %d connections in a pool of 4", i, n)
+		}
+	}
+	_ = tx.Rollback(context.Background())
+	n, err := operator.Purge(deadline(t, time.Minute), 24*time.Hour, 10)
+	if err != nil || n != 1 {
+		t.Fatalf("the purge after the cancelled ones: %d, %v, want 1 row deleted", n, err)
+	}
+	var waiting int
+	if err := side.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%DELETE FROM dedup_ledger%' AND state <> 'idle' AND pid <> pg_backend_pid()`).Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
+	if waiting != 0 {
+		t.Fatalf("%d purge statements still running after the purges returned:\n%s", waiting, sessions(side))
+	}
+}
