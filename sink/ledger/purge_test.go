@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1080,6 +1081,9 @@ type statementHolder struct {
 	holding chan struct{} // closed when a statement is held
 	free    chan struct{} // closed by release
 	once    sync.Once
+	// refuse, set, closes every new connection at once (a proxy or
+	// pooler at its limit): a cancel request does not get through.
+	refuse atomic.Bool
 }
 
 func newStatementHolder(t *testing.T, loginURL, mark string) *statementHolder {
@@ -1106,6 +1110,10 @@ func newStatementHolder(t *testing.T, loginURL, mark string) *statementHolder {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			if h.refuse.Load() {
+				_ = c.Close()
+				continue
 			}
 			s, err := net.Dial("tcp", target)
 			if err != nil {
@@ -1195,5 +1203,50 @@ func TestPurgesCancelledWhileTheyWaitLeaveThePoolServing(t *testing.T) {
 	}
 	if waiting != 0 {
 		t.Fatalf("%d purge statements still running after the purges returned:\n%s", waiting, sessions(side))
+	}
+}
+
+// A purge cancelled while it waits for a held row, whose cancel request
+// does not get through (the proxy or pooler in front of PostgreSQL takes
+// no new connection just then; a load balancer sending it to another
+// server): the purge returns context.Canceled, and its statement, left
+// waiting, deletes the row once the router lets go. Having returned, the
+// purge must delete nothing more, or say it could not stop its statement.
+func TestPurgeCancelledWhoseCancelRequestDoesNotGetThroughDeletesNothingAfterItReturns(t *testing.T) {
+	admin, router, _ := routerAnd(t, "dedup_operator")
+	px := newStatementHolder(t, pgtest.NewLogin(t, admin, "", "dedup_operator"), "\x00 holds nothing")
+	operator := openAs(t, px.url)
+	in := intent("cancel-lost-0", "p")
+	want(t, claim(t, router, in), decide.VerdictNew)
+	if err := router.MarkDeadLettered(deadline(t, time.Minute), unfenced(in.WorkflowID)); err != nil {
+		t.Fatal(err)
+	}
+	side := sidePool(t, admin)
+	if _, err := side.Exec(context.Background(), `UPDATE dedup_ledger SET updated_at = now() - interval '48 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	tx := holdRows(t, side, "dedup_ledger", in.WorkflowID)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	purged := make(chan error, 1)
+	go func() {
+		_, err := operator.Purge(ctx, 24*time.Hour, 10)
+		purged <- err
+	}()
+	waitBlockedHere(t, side, "DELETE FROM dedup_ledger")
+	px.refuse.Store(true)
+	cancel()
+	err := within(t, purged, lockWaitPatience, "the cancelled purge")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the purge cancelled while it waited for a held row: %v, want context.Canceled", err)
+	}
+	_ = tx.Rollback(context.Background())
+	after := held(t, side, pgx.TxOptions{})
+	var left int
+	if err := after.QueryRow(context.Background(), `SELECT count(*) FROM (SELECT 1 FROM dedup_ledger FOR UPDATE) r`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 1 {
+		t.Fatalf("ledger rows left after a purge whose cancel request did not get through returned %q: %d, want 1", err, left)
 	}
 }
