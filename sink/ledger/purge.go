@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/schemas"
 )
@@ -67,8 +67,8 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 			var victims, n int64
 			var last *time.Time
 			if err := againAfterDeadlock(func() error {
-				return p.cancelledOnTheServer(ctx, func(c *pgxpool.Conn) error {
-					return c.QueryRow(ctx, q.sql, olderThan, batch, from).Scan(&victims, &n, &last)
+				return p.cancelledOnTheServer(ctx, func(tx pgx.Tx) error {
+					return tx.QueryRow(ctx, q.sql, olderThan, batch, from).Scan(&victims, &n, &last)
 				})
 			}); err != nil {
 				return total, fmt.Errorf("purging %s ledger rows: %w", q.what, err)
@@ -81,8 +81,8 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 		}
 	}
 	if err := againAfterDeadlock(func() error {
-		return p.cancelledOnTheServer(ctx, func(c *pgxpool.Conn) error {
-			_, err := c.Exec(ctx, `DELETE FROM dedup_dead_letters WHERE `+purgeableDeadLetters, olderThan)
+		return p.cancelledOnTheServer(ctx, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `DELETE FROM dedup_dead_letters WHERE `+purgeableDeadLetters, olderThan)
 			return err
 		})
 	}); err != nil {
@@ -94,8 +94,8 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 		// another purge, while it waited for the row).
 		var victims int64
 		if err := againAfterDeadlock(func() error {
-			return p.cancelledOnTheServer(ctx, func(c *pgxpool.Conn) error {
-				return c.QueryRow(ctx, conflicts, olderThan, batch).Scan(&victims)
+			return p.cancelledOnTheServer(ctx, func(tx pgx.Tx) error {
+				return tx.QueryRow(ctx, conflicts, olderThan, batch).Scan(&victims)
 			})
 		}); err != nil {
 			return total, fmt.Errorf("purging conflicts: %w", err)
@@ -127,15 +127,19 @@ func againAfterDeadlock(run func() error) error {
 	}
 }
 
-// cancelledOnTheServer runs one purge statement (do) on a connection of
-// the pool and, when ctx ends while it runs, cancels it in PostgreSQL too
-// before it returns. pgx, ctx ended, drops the connection at once and
-// sends no cancel request; the server, which does not look at the client
-// while a statement waits for a lock, would go on: a purge stopped by its
-// operator (Ctrl-C, --timeout) would delete the rows it waited for once
-// their holder let go. A connection a cancel request was sent for serves
-// nothing else (the request may reach it after its statement).
-func (p *Postgres) cancelledOnTheServer(ctx context.Context, do func(*pgxpool.Conn) error) error {
+// cancelledOnTheServer runs one purge statement (do) in a transaction of
+// its own on a connection of the pool, so that a purge stopped by its
+// context (an operator's Ctrl-C, --timeout) deletes nothing more once it
+// has returned. pgx, ctx ended, drops the connection at once; the server,
+// which does not look at the client while a statement waits for a lock,
+// goes on, and an auto-committed DELETE would delete the rows it waited
+// for once their holder let go. In a transaction, the DELETE's work is
+// committed only by the COMMIT the purge sends after it, which a stopped
+// purge never sends: the server rolls it back when it finds the client
+// gone, whatever reached it when. It also sends a cancel request (best
+// effort), so that the statement stops waiting at once; a connection it
+// was sent for serves nothing else (it may reach it after its statement).
+func (p *Postgres) cancelledOnTheServer(ctx context.Context, do func(pgx.Tx) error) error {
 	c, err := p.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -147,7 +151,7 @@ func (p *Postgres) cancelledOnTheServer(ctx context.Context, do func(*pgxpool.Co
 		defer cancel()
 		_ = c.Conn().PgConn().CancelRequest(cctx)
 	})
-	err = do(c)
+	err = pgx.BeginFunc(ctx, c, do)
 	if stop() {
 		c.Release()
 		return err
