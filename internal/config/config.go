@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -217,20 +216,56 @@ func (c Config) RedactText(text string) string {
 	return redactText(text, c.envValues)
 }
 
-// redactText is text with every one of values taken out (quoted, and as
-// it is when 4 bytes or longer: a shorter one would take out parts of
-// words), the longest first: a value that holds another's would otherwise
-// lose only that part and show the rest.
+// redactText is text with every one of values taken out: quoted, and,
+// when 4 bytes or longer (a shorter one would take out parts of words),
+// as it is and as it stands escaped inside a longer quoted string. Every
+// byte any of them covers is hidden, and each run of hidden bytes becomes
+// one mark: values that hold or overlap one another go whole.
 func redactText(text string, values []string) string {
-	values = slices.Clone(values)
-	slices.SortStableFunc(values, func(a, b string) int { return len(b) - len(a) })
-	for _, v := range values {
-		text = strings.ReplaceAll(text, strconv.Quote(v), "(a value from ${...}, not shown)")
-		if len(v) >= 4 {
-			text = strings.ReplaceAll(text, v, "(a value from ${...}, not shown)")
+	hide := make([]bool, len(text))
+	hidden := false
+	mark := func(form string) {
+		for i := 0; form != ""; {
+			j := strings.Index(text[i:], form)
+			if j < 0 {
+				return
+			}
+			for k := i + j; k < i+j+len(form); k++ {
+				hide[k] = true
+			}
+			hidden = true
+			i += j + 1
 		}
 	}
-	return text
+	for _, v := range values {
+		if v == "" {
+			continue
+		}
+		q := strconv.Quote(v)
+		mark(q)
+		if len(v) >= 4 {
+			mark(v)
+			if escaped := q[1 : len(q)-1]; escaped != v {
+				mark(escaped)
+			}
+		}
+	}
+	if !hidden {
+		return text
+	}
+	var b strings.Builder
+	for i := 0; i < len(text); {
+		if !hide[i] {
+			b.WriteByte(text[i])
+			i++
+			continue
+		}
+		for i < len(text) && hide[i] {
+			i++
+		}
+		b.WriteString("(a value from ${...}, not shown)")
+	}
+	return b.String()
 }
 
 // readSecretFiles reads the *_file keys that are read once, at start:
