@@ -167,10 +167,30 @@ func (a probe) compare(b probe) int {
 // payload (a conflict); and the duplicates that were re-run (generation >
 // 1, so that their verdict carries it). The rest, nearly every row of a
 // replay, are duplicates of generation 1 and cost no row in the answer.
+//
+// Each ID's row is looked for first by the record that carries it ($4 to
+// $6: topic, partition, offset), along dedup_ledger_by_record (migration
+// 00015): a replay reads records again in offset order, and their rows
+// lie on a few leaves of that index and next to each other in the heap,
+// where the key's leaves are random ones. A row claimed by another record
+// of the same ID (a producer's retry, a pending row) is not there, and is
+// found by its key. Either way it is the ID's one row: a workflow ID has
+// its key (schemas.LedgerKey), and a key one row, so the first look-up
+// compares the ID only (with the key too, PostgreSQL would take the key's
+// unique index for it); LIMIT 1 runs the second only when the first found
+// nothing.
 var startedSQL = `
 SELECT i.n, l.state, l.payload_hash, coalesce(l.generation, 0)
-FROM unnest($1::text[], $2::bytea[], $3::uuid[]) WITH ORDINALITY AS i(workflow_id, payload_hash, key, n)
-LEFT JOIN dedup_ledger l ON ` + schemas.LedgerRowIs("l", "i.workflow_id", "i.key") + `
+FROM unnest($1::text[], $2::bytea[], $3::uuid[], $4::text[], $5::int4[], $6::int8[]) WITH ORDINALITY
+	AS i(workflow_id, payload_hash, key, topic, kafka_partition, kafka_offset, n)
+LEFT JOIN LATERAL (
+	(SELECT l.state, l.payload_hash, l.generation FROM dedup_ledger l
+	WHERE l.kafka_partition = i.kafka_partition AND l.kafka_offset = i.kafka_offset AND l.topic = i.topic
+		AND l.state = 'started' AND l.workflow_id = i.workflow_id)
+	UNION ALL
+	(SELECT l.state, l.payload_hash, l.generation FROM dedup_ledger l WHERE ` + schemas.LedgerRowIs("l", "i.workflow_id", "i.key") + `)
+	LIMIT 1
+) l ON true
 WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash OR l.generation > 1`
 
 // answerStarted records in got the rows already started and returns the
@@ -178,10 +198,13 @@ WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash OR 
 // pending, so the read needs no lock.
 func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, keys [][16]byte, uniq []int, got map[string]stored) ([]int, error) {
 	ids, hashes, ks := make([]string, len(uniq)), make([][]byte, len(uniq)), make([][16]byte, len(uniq))
+	topics, parts, offs := make([]string, len(uniq)), make([]int32, len(uniq)), make([]int64, len(uniq))
 	for j, i := range uniq {
-		ids[j], hashes[j], ks[j] = intents[i].WorkflowID, intents[i].PayloadHash[:], keys[i]
+		in := &intents[i]
+		ids[j], hashes[j], ks[j] = in.WorkflowID, in.PayloadHash[:], keys[i]
+		topics[j], parts[j], offs[j] = in.Topic, in.Partition, in.Offset
 	}
-	rows, err := p.pool.Query(ctx, startedSQL, ids, hashes, ks)
+	rows, err := p.pool.Query(ctx, startedSQL, ids, hashes, ks, topics, parts, offs)
 	if err != nil {
 		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(ids), err)
 	}

@@ -470,3 +470,99 @@ func TestClaimAndReclaimOfDeadLetteredRowsLockInOneOrder(t *testing.T) {
 			reviveErr, claimErr, key(p), key(m1), key(q))
 	}
 }
+
+// The replay's read (startedSQL) looks each ID's row up first by the
+// record that carries it, then by its key: every verdict is the one the
+// row gives, whichever look-up finds it. Records here have offsets of
+// their own; a second route of one record shares its offset.
+func TestReplayReadFindsEachRowByItsRecordOrItsKey(t *testing.T) {
+	l, sql := openTraced(t)
+	ctx := context.Background()
+	at := func(in decide.Intent, topic string, part int32, off int64) decide.Intent {
+		in.Topic, in.Partition, in.Offset = topic, part, off
+		return in
+	}
+	started := at(intent("started", "s"), "events", 0, 10)
+	secondRoute := at(intent("second-route", "s"), "events", 0, 10) // the same record, another workflow
+	rerun := at(intent("rerun", "r"), "events", 0, 11)
+	pending := at(intent("pending", "p"), "events", 0, 12)
+	otherTopic := at(intent("other-topic", "o"), "audit", 0, 10) // the same partition and offset in another topic
+	claim(t, l, started, secondRoute, rerun, pending, otherTopic)
+	if err := l.MarkStarted(ctx, []processor.Started{
+		{WorkflowID: started.WorkflowID, RunID: "r", Generation: 1},
+		{WorkflowID: secondRoute.WorkflowID, RunID: "r", Generation: 1},
+		{WorkflowID: otherTopic.WorkflowID, RunID: "r", Generation: 1},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A re-run: the row records its second generation.
+	if _, err := l.Pool().Exec(ctx, `UPDATE dedup_ledger SET state = 'started', run_id = 'r2', generation = 2 WHERE workflow_id = $1`, rerun.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, started), decide.VerdictDuplicate) // all started: the next claim reads first
+	sql.reset()
+	batch := []decide.Intent{
+		started, // its own record again: found by the record
+		at(intent("started", "s"), "events", 3, 99), // a producer's retry, another offset: found by the key
+		secondRoute, // the same record's other workflow
+		at(intent("started", "x"), "events", 0, 10), // its own record, another payload: a conflict
+		rerun,      // found by the record, generation 2
+		pending,    // pending: not started, re-driven
+		otherTopic, // found by the record in its own topic
+		at(intent("fresh", "f"), "events", 0, 10), // a third route of the record, never claimed: new
+	}
+	cl, err := l.Claim(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sql.sent("WITH ORDINALITY") {
+		t.Fatal("the replay's read was not sent")
+	}
+	wantV := []decide.Verdict{decide.VerdictDuplicate, decide.VerdictDuplicate, decide.VerdictDuplicate, decide.VerdictConflict,
+		decide.VerdictDuplicate, decide.VerdictRedrive, decide.VerdictDuplicate, decide.VerdictNew}
+	for i, c := range cl {
+		if c.Verdict != wantV[i] {
+			t.Errorf("intent %d (%s at %s/%d/%d): %s, want %s", i, batch[i].WorkflowID, batch[i].Topic, batch[i].Partition, batch[i].Offset, c.Verdict, wantV[i])
+		}
+	}
+	if cl[4].Generation != 2 {
+		t.Errorf("the re-run's duplicate carries generation %d, want 2", cl[4].Generation)
+	}
+}
+
+// The replay's read finds a record's started row along
+// dedup_ledger_by_record (migration 00015): its first look-up matches the
+// index's columns and its predicate (state = 'started').
+func TestReplayReadLooksRowsUpAlongTheRecordIndex(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	conn, err := l.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, `EXPLAIN `+ledger.StartedSQL,
+		[]string{"activity-a:e"}, [][]byte{{1}}, [][16]byte{{1}}, []string{"events"}, []int32{0}, []int64{10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(plan, "\n")
+	if !strings.Contains(text, "dedup_ledger_by_record") || !strings.Contains(text, "dedup_ledger_pkey") {
+		t.Errorf("the replay's read does not look rows up by their record, then by their key:\n%s", text)
+	}
+}

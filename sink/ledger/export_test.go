@@ -10,3 +10,6 @@ func SetKeyFunc(f func(string) [16]byte) (restore func()) {
 	keyOf = f
 	return func() { keyOf = old }
 }
+
+// StartedSQL is the replay's read of started rows, for plan tests.
+var StartedSQL = startedSQL

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -126,4 +127,56 @@ func schemaVersioned(t *testing.T, url string) bool {
 		t.Fatal(err)
 	}
 	return ok
+}
+
+// Migration 00015 builds dedup_ledger_by_record CONCURRENTLY; a build
+// cancelled while it waits (a router's start cancelled during a rollout, an
+// operator's Ctrl-C) leaves an INVALID index, and the next Migrate drops
+// it and builds it again: the migration converges by being run again, and
+// the replay's read has a valid index to go along.
+func TestRecordIndexBuildCancelledConvergesOnTheNextMigrate(t *testing.T) {
+	ctx := deadline(t, 3*time.Minute)
+	url := pgtest.NewDatabase(t)
+	prov, _ := provider(t, url)
+	if _, err := prov.UpTo(ctx, 14); err != nil {
+		t.Fatal(err)
+	}
+	side := sidePool(t, url)
+	if _, err := side.Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, state, run_id, started_at)
+		SELECT 'activity-a:' || g, 'a', g::text, 'field', sha256(g::text::bytea), 'events', 0, g, 'started', 'r', now() FROM generate_series(1, 20000) g`); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction with a snapshot (a report, a backup): the concurrent
+	// build waits for it before it marks the index valid.
+	snap := held(t, side, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if _, err := snap.Exec(ctx, `SELECT txid_current()`); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- ledger.Migrate(mctx, url) }()
+	waitBlockedHere(t, side, "dedup_ledger_by_record ON")
+	cancel()
+	if _, err := side.Exec(ctx, `SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'CREATE INDEX CONCURRENTLY%dedup_ledger_by_record%'`); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cancelled Migrate: %v", within(t, done, 2*time.Minute, "Migrate after its cancel"))
+	_ = snap.Rollback(ctx)
+	var valid *bool
+	if err := side.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('dedup_ledger_by_record')`).Scan(&valid); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatal(err)
+	}
+	if valid == nil || *valid {
+		t.Fatalf("after the cancel the index is valid=%v (nil: absent), want an INVALID index left behind", valid)
+	}
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatalf("Migrate again after a cancel during the index build: %v", err)
+	}
+	if err := side.QueryRow(ctx, `SELECT indisvalid FROM pg_index WHERE indexrelid = 'dedup_ledger_by_record'::regclass`).Scan(&valid); err != nil {
+		t.Fatal(err)
+	}
+	if !*valid {
+		t.Fatal("after the second Migrate dedup_ledger_by_record is still INVALID")
+	}
 }
