@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,6 +49,11 @@ type ScalePoint struct {
 	// issue asks for both within 10% (at least 0.9).
 	NewVsFirst float64 `json:"new_vs_first"`
 	DupVsFirst float64 `json:"duplicate_vs_first"`
+	// Retry claims the same IDs once more from records of their own (a
+	// producer's retries: other offsets), which the ledger finds by key,
+	// not by their record as a replay's; RetryVsFirst as DupVsFirst.
+	Retry        Rate    `json:"duplicate_retry"`
+	RetryVsFirst float64 `json:"duplicate_retry_vs_first"`
 	// TableMiB and IndexMiB are the ledger's heap and indexes.
 	// NewWAL and DupWAL are the WAL bytes the claims wrote per row
 	// (pg_current_wal_lsn before and after; the server's full-page images
@@ -106,7 +112,10 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered 
 		filled = size
 		pt := ScalePoint{Rows: size, FillSeconds: time.Since(began).Seconds()}
 		led := ledger.NewFromPool(pool)
-		intents := uuidIntents(uint64(i+1), claims, ordered)
+		// Records after every filled one (the fill's row g is offset g of
+		// partition g % 12): each claimed row has a record of its own, as
+		// in a topic, and a replay of them finds them by it.
+		intents := uuidIntents(uint64(i+1), claims, ordered, int64(final+i*claims))
 		// Every size starts right after a checkpoint (best effort: a
 		// DATABASE_URL user may not be allowed), so that each pays the
 		// full-page images of its first touches alike.
@@ -153,6 +162,13 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered 
 			return out, err
 		}
 		pt.DupIO = phase(io0, io1, len(intents))
+		retries := slices.Clone(intents)
+		for j := range retries {
+			retries[j].Offset += int64(len(sizes) * claims)
+		}
+		if pt.Retry, _, err = claimAll(ctx, led, retries, decide.VerdictDuplicate); err != nil {
+			return out, err
+		}
 		var table, index int64
 		if err := pool.QueryRow(ctx, `SELECT pg_relation_size('dedup_ledger'), pg_indexes_size('dedup_ledger')`).Scan(&table, &index); err != nil {
 			return out, err
@@ -171,11 +187,12 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered 
 			current_setting('full_page_writes'), current_setting('wal_compression'), current_setting('fsync'), current_setting('server_version'))`).Scan(&pt.Settings)
 		if len(out) > 0 {
 			pt.NewVsFirst, pt.DupVsFirst = pt.New.PerSec/out[0].New.PerSec, pt.Duplicate.PerSec/out[0].Duplicate.PerSec
+			pt.RetryVsFirst = pt.Retry.PerSec / out[0].Retry.PerSec
 		} else {
-			pt.NewVsFirst, pt.DupVsFirst = 1, 1
+			pt.NewVsFirst, pt.DupVsFirst, pt.RetryVsFirst = 1, 1, 1
 		}
 		out = append(out, pt)
-		e.Log.Info("ledger scale", "rows", size, "new_per_sec", int(pt.New.PerSec), "dup_per_sec", int(pt.Duplicate.PerSec),
+		e.Log.Info("ledger scale", "rows", size, "new_per_sec", int(pt.New.PerSec), "dup_per_sec", int(pt.Duplicate.PerSec), "retry_per_sec", int(pt.Retry.PerSec),
 			"index_mib", int(pt.IndexMiB), "fill_s", int(pt.FillSeconds))
 	}
 	return out, nil
@@ -274,8 +291,9 @@ func fillLedger(ctx context.Context, pool *pgxpool.Pool, table string, from, to,
 }
 
 // uuidIntents are n intents with fresh event IDs: random UUIDs, or with
-// ordered UUIDv7s of now on, ten events a millisecond.
-func uuidIntents(seed uint64, n int, ordered bool) []decide.Intent {
+// ordered UUIDv7s of now on, ten events a millisecond; their records are
+// offsets first, first+1, ... (partition: the offset mod 12, as the fill's).
+func uuidIntents(seed uint64, n int, ordered bool, first int64) []decide.Intent {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	now := time.Now().UnixMilli()
 	out := make([]decide.Intent, n)
@@ -286,7 +304,7 @@ func uuidIntents(seed uint64, n int, ordered bool) []decide.Intent {
 			id = fmt.Sprintf("%08x-%04x-7%03x-%04x-%012x", ms>>16, ms&0xffff, rng.Uint32()&0xfff, rng.Uint32()&0x3fff|0x8000, rng.Uint64()&0xffffffffffff)
 		}
 		out[i] = decide.Intent{WorkflowID: decide.WorkflowID("order-confirmation", id), ActivityID: "order-confirmation",
-			EventID: id, IDRule: "field", Topic: "events", Partition: int32(i % 12), Offset: int64(i)}
+			EventID: id, IDRule: "field", Topic: "events", Partition: int32((first + int64(i)) % 12), Offset: first + int64(i)}
 		out[i].PayloadHash[0], out[i].PayloadHash[1] = byte(i), byte(i>>8)
 	}
 	return out

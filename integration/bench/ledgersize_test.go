@@ -96,7 +96,7 @@ func TestLedgerScaleAndRetentionSmall(t *testing.T) {
 // IDs are what it says: UUIDv7s of the row's claim time, in the fill
 // (SQL) as in the claims (Go), sorting as they were written.
 func TestOrderedFillAndIntents(t *testing.T) {
-	in := uuidIntents(1, 50, true)
+	in := uuidIntents(1, 50, true, 0)
 	for i, x := range in {
 		if len(x.EventID) != 36 || x.EventID[14] != '7' || !strings.ContainsRune("89ab", rune(x.EventID[19])) {
 			t.Fatalf("intent %d: %q is not a UUIDv7", i, x.EventID)
