@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -564,5 +566,68 @@ func TestReplayReadLooksRowsUpAlongTheRecordIndex(t *testing.T) {
 	text := strings.Join(plan, "\n")
 	if !strings.Contains(text, "dedup_ledger_by_record") || !strings.Contains(text, "dedup_ledger_pkey") {
 		t.Errorf("the replay's read does not look rows up by their record, then by their key:\n%s", text)
+	}
+}
+
+// A claim without a record (the scheduler's fires: no topic, partition 0,
+// offset 0, all alike) is looked up by its key alone: by its record it
+// would read every other fire's row to find its own, one look-up after
+// another, a replay of n fires reading n² rows.
+func TestReplayReadLooksAClaimWithoutARecordUpByItsKeyAlone(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	var fires []decide.Intent
+	var started []processor.Started
+	for i := range 300 {
+		in := intent(fmt.Sprintf("fire-%03d", i), "slot")
+		in.Topic, in.Partition, in.Offset = "", 0, 0
+		fires = append(fires, in)
+		started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+	}
+	claim(t, l, fires...)
+	if err := l.MarkStarted(ctx, started); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := l.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	f := fires[150]
+	k := schemas.LedgerKey(f.WorkflowID)
+	rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) `+ledger.StartedSQL,
+		[]string{f.WorkflowID}, [][]byte{f.PayloadHash[:]}, [][16]byte{k}, []string{f.Topic}, []int32{f.Partition}, []int64{f.Offset})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The rows each scan of the ledger read and dropped (the statement's
+	// own WHERE drops the fire's row, a duplicate: not a scan's).
+	removed := regexp.MustCompile(`Rows Removed by (Filter|Index Recheck): ([1-9]\d*)`)
+	node := ""
+	for _, line := range plan {
+		if strings.Contains(line, "->") {
+			node = line
+		}
+		if m := removed.FindStringSubmatch(line); m != nil && strings.Contains(node, "on dedup_ledger") {
+			t.Errorf("looking one fire up read %s other rows (%s):\n%s", m[2], strings.TrimSpace(node), strings.Join(plan, "\n"))
+		}
 	}
 }
