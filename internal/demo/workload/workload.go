@@ -289,6 +289,15 @@ func Generate(s Spec) *Workload {
 			e.set.Variants[0].Records = e.records
 		}
 	}
+	// Each record's Offset is the one it gets when the records are
+	// produced in order to an empty topic (the manual partitioner keeps
+	// Partition), so that what is computed from them before they are
+	// produced (a ledger filled beforehand) names their records.
+	next := make(map[int32]int64, s.Partitions)
+	for _, r := range w.Records {
+		r.Offset = next[r.Partition]
+		next[r.Partition]++
+	}
 	return w
 }
 
