@@ -402,11 +402,12 @@ func workflowIDs(recs []*kgo.Record) ([]decide.Intent, error) {
 // all-duplicate without first starting them in Temporal.
 func prefill(ctx context.Context, pool *pgxpool.Pool, intents []decide.Intent) error {
 	rows := make([][]any, len(intents))
+	now := time.Now() // started rows have their start's time, as a mark writes it
 	for i, in := range intents {
-		rows[i] = []any{in.WorkflowID, in.ActivityID, in.EventID, in.IDRule, in.PayloadHash[:], in.Topic, in.Partition, in.Offset, "started", "prefilled"}
+		rows[i] = []any{in.WorkflowID, in.ActivityID, in.EventID, in.IDRule, in.PayloadHash[:], in.Topic, in.Partition, in.Offset, "started", "prefilled", now}
 	}
 	_, err := pool.CopyFrom(ctx, pgx.Identifier{"dedup_ledger"},
-		[]string{"workflow_id", "activity_id", "event_id", "id_rule", "payload_hash", "topic", "kafka_partition", "kafka_offset", "state", "run_id"},
+		[]string{"workflow_id", "activity_id", "event_id", "id_rule", "payload_hash", "topic", "kafka_partition", "kafka_offset", "state", "run_id", "started_at"},
 		pgx.CopyFromRows(rows))
 	if err != nil {
 		return fmt.Errorf("prefilling %d ledger rows: %w", len(intents), err)

@@ -6,10 +6,14 @@
 -- each other in the heap (claimed together), where the key's leaves are
 -- random ones (the key is a digest). A copy at another offset (a
 -- producer's retry) is looked up by its key, as before.
--- Partial: only started rows are looked up this way, so a new claim
--- (pending) writes no entry here; the mark that moves a row to started
--- was no HOT update already (dedup_ledger_pending, dedup_ledger_started)
--- and writes one more index entry.
+-- Partial: only started rows are looked up this way (a row is started
+-- once its mark set started_at; none goes back), so a new claim (pending)
+-- writes no entry here; the mark that moves a row to started was no HOT
+-- update already (dedup_ledger_pending, dedup_ledger_started) and writes
+-- one more index entry. Its predicate is started_at, not state: the
+-- look-up implies this index's predicate and not dedup_ledger_started's,
+-- whose scan of every started row the planner could otherwise take for a
+-- cheap way to the same rows (with statistics from before the marks).
 -- CONCURRENTLY: on a big ledger the build does not hold up the routers'
 -- claims (it cannot run in a transaction; the migration lock still makes
 -- one process run it). An INVALID index, what an interrupted build leaves,
@@ -49,7 +53,7 @@ BEGIN
 END
 $$;
 -- +goose StatementEnd
-CREATE INDEX CONCURRENTLY IF NOT EXISTS dedup_ledger_by_record ON dedup_ledger (kafka_partition, kafka_offset, topic) WHERE state = 'started';
+CREATE INDEX CONCURRENTLY IF NOT EXISTS dedup_ledger_by_record ON dedup_ledger (kafka_partition, kafka_offset, topic) WHERE started_at IS NOT NULL;
 -- +goose StatementBegin
 DO $$
 BEGIN

@@ -178,9 +178,13 @@ func (a probe) compare(b probe) int {
 // its key (schemas.LedgerKey), and a key one row, so the first look-up
 // compares the ID only (with the key too, PostgreSQL would take the key's
 // unique index for it); LIMIT 1 runs the second only when the first found
-// nothing. A claim without a record (the scheduler's fires: no topic,
-// every one at partition 0, offset 0) is looked up by its key alone: by
-// its record it would read every other fire's row to find its own.
+// nothing. The first look-up names started rows by started_at (the
+// index's predicate), not by state, so that it can go along no other
+// index: dedup_ledger_started holds every started row, and with
+// statistics from before the marks a scan of it looked cheap. A claim
+// without a record (the scheduler's fires: no topic, every one at
+// partition 0, offset 0) is looked up by its key alone: by its record it
+// would read every other fire's row to find its own.
 var startedSQL = `
 SELECT i.n, l.state, l.payload_hash, coalesce(l.generation, 0)
 FROM unnest($1::text[], $2::bytea[], $3::uuid[], $4::text[], $5::int4[], $6::int8[]) WITH ORDINALITY
@@ -188,7 +192,7 @@ FROM unnest($1::text[], $2::bytea[], $3::uuid[], $4::text[], $5::int4[], $6::int
 LEFT JOIN LATERAL (
 	(SELECT l.state, l.payload_hash, l.generation FROM dedup_ledger l
 	WHERE i.topic <> '' AND l.kafka_partition = i.kafka_partition AND l.kafka_offset = i.kafka_offset AND l.topic = i.topic
-		AND l.state = 'started' AND l.workflow_id = i.workflow_id)
+		AND l.started_at IS NOT NULL AND l.workflow_id = i.workflow_id)
 	UNION ALL
 	(SELECT l.state, l.payload_hash, l.generation FROM dedup_ledger l WHERE ` + schemas.LedgerRowIs("l", "i.workflow_id", "i.key") + `)
 	LIMIT 1

@@ -631,3 +631,81 @@ func TestReplayReadLooksAClaimWithoutARecordUpByItsKeyAlone(t *testing.T) {
 		}
 	}
 }
+
+// The replay's read looks a record's row up along the record index even
+// when the planner's statistics are from before the rows were started (a
+// ledger analyzed while its rows were pending: autovacuum has not caught
+// up after a burst of marks). Another index that holds every started row
+// then looks empty, hence free to scan, and a probe that went along it
+// would read every started row for each ID of the batch.
+func TestReplayReadGoesAlongTheRecordIndexWithStatisticsFromBeforeTheMarks(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	if _, err := l.Pool().Exec(ctx, `ALTER TABLE dedup_ledger SET (autovacuum_enabled = false)`); err != nil {
+		t.Fatal(err)
+	}
+	var batch []decide.Intent
+	var started []processor.Started
+	for i := range 2000 {
+		in := intent(fmt.Sprintf("e%04d", i), "p")
+		in.Partition, in.Offset = int32(i%8), int64(i/8)
+		batch = append(batch, in)
+		started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+	}
+	for i := 0; i < len(batch); i += 500 {
+		claim(t, l, batch[i:i+500]...)
+	}
+	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil { // every row pending
+		t.Fatal(err)
+	}
+	if err := l.MarkStarted(ctx, started); err != nil {
+		t.Fatal(err)
+	}
+	in := batch[1234]
+	k := schemas.LedgerKey(in.WorkflowID)
+	// pgx prepares the statement, and PostgreSQL may then run a generic
+	// plan of it, planned without the batch's values.
+	conn, err := l.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `PREPARE replay_read(text[], bytea[], uuid[], text[], int4[], int8[]) AS `+ledger.StartedSQL); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE replay_read(
+		ARRAY['%s'], ARRAY['\x%x'::bytea], ARRAY['%x'::uuid], ARRAY['%s'], ARRAY[%d], ARRAY[%d::int8])`,
+		in.WorkflowID, in.PayloadHash[:], k[:], in.Topic, in.Partition, in.Offset))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(plan, "\n")
+	if !strings.Contains(text, "dedup_ledger_by_record") {
+		t.Errorf("the read of one replayed ID does not go along dedup_ledger_by_record:\n%s", text)
+	}
+	removed := regexp.MustCompile(`Rows Removed by (Filter|Index Recheck): ([1-9]\d*)`)
+	node := ""
+	for _, line := range plan {
+		if strings.Contains(line, "->") {
+			node = line
+		}
+		if m := removed.FindStringSubmatch(line); m != nil && strings.Contains(node, "on dedup_ledger") {
+			t.Errorf("the read of one replayed ID read %s other rows (%s):\n%s", m[2], strings.TrimSpace(node), text)
+		}
+	}
+}
