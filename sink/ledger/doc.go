@@ -39,7 +39,9 @@
 //     postgres.allow_insecure.
 //   - claim.go: the claim statement (one upsert per batch, lock order, the
 //     latest row version; the read-only answer for started rows during
-//     replays) read with the router's verdict rule (ClaimVerdict), and the
+//     replays, by each ID's record first, migration
+//     00015_ledger_by_record.sql) read with the router's verdict rule
+//     (ClaimVerdict), and the
 //     conflicts table: one row per workflow ID and payload hash, with its
 //     copies and last-seen time (migration 00014_conflicts_by_hash.sql).
 //   - marks.go: MarkStarted (a re-run moves a row to a newer generation
