@@ -546,23 +546,8 @@ func TestReplayReadLooksRowsUpAlongTheRecordIndex(t *testing.T) {
 	if _, err := conn.Exec(ctx, `SET enable_seqscan = off`); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := conn.Query(ctx, `EXPLAIN `+ledger.StartedSQL,
+	plan := planOf(t, conn, `EXPLAIN `+ledger.StartedSQL,
 		[]string{"activity-a:e"}, [][]byte{{1}}, [][16]byte{{1}}, []string{"events"}, []int32{0}, []int64{10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
 	text := strings.Join(plan, "\n")
 	if !strings.Contains(text, "dedup_ledger_by_record") || !strings.Contains(text, "dedup_ledger_pkey") {
 		t.Errorf("the replay's read does not look rows up by their record, then by their key:\n%s", text)
@@ -601,34 +586,10 @@ func TestReplayReadLooksAClaimWithoutARecordUpByItsKeyAlone(t *testing.T) {
 	}
 	f := fires[150]
 	k := schemas.LedgerKey(f.WorkflowID)
-	rows, err := conn.Query(ctx, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) `+ledger.StartedSQL,
+	plan := planOf(t, conn, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) `+ledger.StartedSQL,
 		[]string{f.WorkflowID}, [][]byte{f.PayloadHash[:]}, [][16]byte{k}, []string{f.Topic}, []int32{f.Partition}, []int64{f.Offset})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	// The rows each scan of the ledger read and dropped (the statement's
-	// own WHERE drops the fire's row, a duplicate: not a scan's).
-	removed := regexp.MustCompile(`Rows Removed by (Filter|Index Recheck): ([1-9]\d*)`)
-	node := ""
-	for _, line := range plan {
-		if strings.Contains(line, "->") {
-			node = line
-		}
-		if m := removed.FindStringSubmatch(line); m != nil && strings.Contains(node, "on dedup_ledger") {
-			t.Errorf("looking one fire up read %s other rows (%s):\n%s", m[2], strings.TrimSpace(node), strings.Join(plan, "\n"))
-		}
+	for _, d := range ledgerScansDropping(plan) {
+		t.Errorf("looking one fire up read other rows: %s\n%s", d, strings.Join(plan, "\n"))
 	}
 }
 
@@ -676,12 +637,27 @@ func TestReplayReadGoesAlongTheRecordIndexWithStatisticsFromBeforeTheMarks(t *te
 	if _, err := conn.Exec(ctx, `PREPARE replay_read(text[], bytea[], uuid[], text[], int4[], int8[]) AS `+ledger.StartedSQL); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := conn.Query(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE replay_read(
+	plan := planOf(t, conn, fmt.Sprintf(`EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE replay_read(
 		ARRAY['%s'], ARRAY['\x%x'::bytea], ARRAY['%x'::uuid], ARRAY['%s'], ARRAY[%d], ARRAY[%d::int8])`,
 		in.WorkflowID, in.PayloadHash[:], k[:], in.Topic, in.Partition, in.Offset))
+	text := strings.Join(plan, "\n")
+	if !strings.Contains(text, "dedup_ledger_by_record") {
+		t.Errorf("the read of one replayed ID does not go along dedup_ledger_by_record:\n%s", text)
+	}
+	for _, d := range ledgerScansDropping(plan) {
+		t.Errorf("the read of one replayed ID read other rows: %s\n%s", d, text)
+	}
+}
+
+// planOf is EXPLAIN's answer to explain (an EXPLAIN statement), a line
+// each.
+func planOf(t *testing.T, conn *pgxpool.Conn, explain string, args ...any) []string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), explain, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rows.Close()
 	var plan []string
 	for rows.Next() {
 		var line string
@@ -690,22 +666,26 @@ func TestReplayReadGoesAlongTheRecordIndexWithStatisticsFromBeforeTheMarks(t *te
 		}
 		plan = append(plan, line)
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	text := strings.Join(plan, "\n")
-	if !strings.Contains(text, "dedup_ledger_by_record") {
-		t.Errorf("the read of one replayed ID does not go along dedup_ledger_by_record:\n%s", text)
-	}
+	return plan
+}
+
+// ledgerScansDropping names the scans of dedup_ledger in an EXPLAIN
+// ANALYZE plan that read rows and dropped them (by a filter or a recheck),
+// with how many. The statement's own WHERE, above the scans, is not one.
+func ledgerScansDropping(plan []string) []string {
 	removed := regexp.MustCompile(`Rows Removed by (Filter|Index Recheck): ([1-9]\d*)`)
+	var out []string
 	node := ""
 	for _, line := range plan {
 		if strings.Contains(line, "->") {
-			node = line
+			node = strings.TrimSpace(line)
 		}
 		if m := removed.FindStringSubmatch(line); m != nil && strings.Contains(node, "on dedup_ledger") {
-			t.Errorf("the read of one replayed ID read %s other rows (%s):\n%s", m[2], strings.TrimSpace(node), text)
+			out = append(out, fmt.Sprintf("%s rows dropped by %s", m[2], node))
 		}
 	}
+	return out
 }
