@@ -174,11 +174,12 @@ func (a probe) compare(b probe) int {
 // lie on a few leaves of that index and next to each other in the heap,
 // where the key's leaves are random ones. A row claimed by another record
 // of the same ID (a producer's retry, a pending row) is not there, and is
-// found by its key. Either way it is the ID's one row: a workflow ID has
-// its key (schemas.LedgerKey), and a key one row, so the first look-up
-// compares the ID only (with the key too, PostgreSQL would take the key's
-// unique index for it); LIMIT 1 runs the second only when the first found
-// nothing. The first look-up names started rows by started_at (the
+// found by its key. Either way it is the row a look-up by key finds: the
+// first look-up compares the key too (a row whose key is not its ID's,
+// written by hand or restored from elsewhere, is found by neither), as
+// "(l.key = i.key) IS TRUE", which no index serves, so that PostgreSQL
+// does not take the key's unique index for the first look-up as well;
+// LIMIT 1 runs the second only when the first found nothing. The first look-up names started rows by started_at (the
 // index's predicate), not by state, so that it can go along no other
 // index: dedup_ledger_started holds every started row, and with
 // statistics from before the marks a scan of it looked cheap. A claim
@@ -192,7 +193,7 @@ FROM unnest($1::text[], $2::bytea[], $3::uuid[], $4::text[], $5::int4[], $6::int
 LEFT JOIN LATERAL (
 	(SELECT l.state, l.payload_hash, l.generation FROM dedup_ledger l
 	WHERE i.topic <> '' AND l.kafka_partition = i.kafka_partition AND l.kafka_offset = i.kafka_offset AND l.topic = i.topic
-		AND l.started_at IS NOT NULL AND l.workflow_id = i.workflow_id)
+		AND l.started_at IS NOT NULL AND l.workflow_id = i.workflow_id AND (l.key = i.key) IS TRUE)
 	UNION ALL
 	(SELECT l.state, l.payload_hash, l.generation FROM dedup_ledger l WHERE ` + schemas.LedgerRowIs("l", "i.workflow_id", "i.key") + `)
 	LIMIT 1

@@ -3,8 +3,11 @@ package ledger_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -688,4 +691,301 @@ func ledgerScansDropping(plan []string) []string {
 		}
 	}
 	return out
+}
+
+// the replay's read and the claim answer one ledger state alike.
+// A row of the workflow ID whose key column is not LedgerKey(ID) (an
+// operator's INSERT with a key, a row restored or copied with its key, a
+// key rule of another version) is not the ID's row for every other
+// statement (key = $key AND workflow_id = $id): the claim inserts the ID's
+// own row and answers new. The replay's first look-up compares the
+// workflow ID only, finds that row by its record and answers duplicate:
+// the verdict depends on whether the previous batch was a replay.
+func TestReplayReadAnswersARowUnderAnotherKeyAsTheClaimDoes(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	x := intent("x", "p")
+	x.Topic, x.Partition, x.Offset = "events", 0, 10
+	other := schemas.LedgerKey("activity-a:not-x")
+	if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key, state, run_id, started_at)
+		VALUES ($1, 'a', 'x', 'field', $2, $3, $4, $5, $6, 'started', 'r', now())`,
+		x.WorkflowID, x.PayloadHash[:], x.Topic, x.Partition, x.Offset, other); err != nil {
+		t.Fatal(err)
+	}
+	// The replay's read and the key look-up it replaced, on that state.
+	args := []any{[]string{x.WorkflowID}, [][]byte{x.PayloadHash[:]}, [][16]byte{schemas.LedgerKey(x.WorkflowID)},
+		[]string{x.Topic}, []int32{x.Partition}, []int64{x.Offset}}
+	count := func(sql string, args ...any) int {
+		rows, err := l.Pool().Query(ctx, sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		rows.Close()
+		if rows.Err() != nil {
+			t.Fatal(rows.Err())
+		}
+		return n
+	}
+	byKey := `SELECT i.n, l.state FROM unnest($1::text[], $2::bytea[], $3::uuid[]) WITH ORDINALITY AS i(workflow_id, payload_hash, key, n)
+LEFT JOIN dedup_ledger l ON ` + schemas.LedgerRowIs("l", "i.workflow_id", "i.key") + `
+WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash OR l.generation > 1`
+	newRows, oldRows := count(ledger.StartedSQL, args...), count(byKey, args[:3]...)
+	if newRows != oldRows {
+		t.Errorf("the replay's read answers %d rows to claim, the key look-up %d (0: a duplicate, 1: claimed)", newRows, oldRows)
+	}
+	// Through Claim: a ledger whose previous batch was a replay reads;
+	// a fresh one claims.
+	y := intent("y", "q")
+	y.Topic, y.Partition, y.Offset = "events", 0, 11
+	want(t, claim(t, l, y), decide.VerdictNew)
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: y.WorkflowID, RunID: "r", Generation: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, y), decide.VerdictDuplicate) // replaying from here
+	// The claim statement, which finds rows by key, answers new on this
+	// state (the row under another key is not x's): so must a replay.
+	if replayed := claim(t, l, x); replayed[0] != decide.VerdictNew {
+		t.Errorf("one ledger state, two verdicts: %s after a replay, new otherwise", replayed[0])
+	}
+}
+
+// At 300,000 rows (a third started, spread over 8
+// partitions), analyzed, default settings, the replay's read of 500
+// replayed records goes along dedup_ledger_by_record and the key, custom
+// and generic plans; the figures (buffers, time) are logged beside the
+// key look-up's, not asserted.
+func TestReplayReadGoesByRecordThenKeyOnALargeAnalyzedLedger(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key, state, run_id, started_at, updated_at)
+		SELECT 'activity-a:fill-' || g, 'a', g::text, 'field', sha256(g::text::bytea), 'events', g % 8, g / 8, dedup_ledger_key('activity-a:fill-' || g),
+			(ARRAY['started', 'pending', 'dead_lettered'])[1 + g % 3], CASE WHEN g % 3 = 0 THEN 'run' END,
+			CASE WHEN g % 3 = 0 THEN now() - interval '1 day' END, now()
+		FROM generate_series(1, 300000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pool().Exec(ctx, `VACUUM ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	var hashes [][]byte
+	var keys [][16]byte
+	var topics []string
+	var parts []int32
+	var offs []int64
+	for g := 150000; len(ids) < 500; g++ {
+		if g%3 != 0 {
+			continue
+		}
+		id := fmt.Sprintf("activity-a:fill-%d", g)
+		h := sha256.Sum256([]byte(fmt.Sprint(g)))
+		ids, hashes, keys = append(ids, id), append(hashes, h[:]), append(keys, schemas.LedgerKey(id))
+		topics, parts, offs = append(topics, "events"), append(parts, int32(g%8)), append(offs, int64(g/8))
+	}
+	byKey := `SELECT i.n, l.state, l.payload_hash, coalesce(l.generation, 0) FROM unnest($1::text[], $2::bytea[], $3::uuid[]) WITH ORDINALITY AS i(workflow_id, payload_hash, key, n)
+LEFT JOIN dedup_ledger l ON ` + schemas.LedgerRowIs("l", "i.workflow_id", "i.key") + `
+WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash OR l.generation > 1`
+	explain := func(sql string, args ...any) string {
+		conn, err := l.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		rows, err := conn.Query(ctx, sql, args...)
+		if err != nil {
+			t.Errorf("%s: %v", sql, err)
+			return ""
+		}
+		var plan []string
+		for rows.Next() {
+			var s string
+			_ = rows.Scan(&s)
+			plan = append(plan, s)
+		}
+		rows.Close()
+		if rows.Err() != nil {
+			t.Errorf("%s: %v", sql, rows.Err())
+		}
+		return strings.Join(plan, "\n")
+	}
+	t.Logf("record, custom:\n%s", explain(`EXPLAIN (ANALYZE, BUFFERS) `+ledger.StartedSQL, ids, hashes, keys, topics, parts, offs))
+	t.Logf("key, custom:\n%s", explain(`EXPLAIN (ANALYZE, BUFFERS) `+byKey, ids, hashes, keys))
+	custom := explain(`EXPLAIN `+ledger.StartedSQL, ids, hashes, keys, topics, parts, offs)
+	var generic string
+	{
+		conn, err := l.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var idl, hl, kl, pl, ol []string
+		for j := range ids {
+			idl, hl, kl = append(idl, "'"+ids[j]+"'"), append(hl, fmt.Sprintf(`'\x%x'::bytea`, hashes[j])), append(kl, fmt.Sprintf("'%x'::uuid", keys[j]))
+			pl, ol = append(pl, fmt.Sprint(parts[j])), append(ol, fmt.Sprintf("%d::int8", offs[j]))
+		}
+		q := fmt.Sprintf(`SET plan_cache_mode = force_generic_plan; PREPARE probe(text[], bytea[], uuid[], text[], int4[], int8[]) AS %s;
+EXPLAIN (ANALYZE, BUFFERS) EXECUTE probe(ARRAY[%s], ARRAY[%s], ARRAY[%s], array_fill('events'::text, ARRAY[%d]), ARRAY[%s], ARRAY[%s]);
+DEALLOCATE probe; RESET plan_cache_mode`, ledger.StartedSQL, strings.Join(idl, ","), strings.Join(hl, ","), strings.Join(kl, ","), len(ids), strings.Join(pl, ","), strings.Join(ol, ","))
+		res, err := conn.Conn().PgConn().Exec(ctx, q).ReadAll()
+		conn.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		for _, r := range res[2].Rows {
+			lines = append(lines, string(r[0]))
+		}
+		generic = strings.Join(lines, "\n")
+	}
+	t.Logf("record, generic:\n%s", generic)
+	for mode, text := range map[string]string{"custom": custom, "generic": generic} {
+		if !strings.Contains(text, "dedup_ledger_by_record") || strings.Contains(text, "Seq Scan on dedup_ledger") {
+			t.Errorf("%s: the replay's read does not go along dedup_ledger_by_record:\n%s", mode, text)
+		}
+	}
+}
+
+// On random ledgers (rows pending, started, dead-lettered,
+// re-run, of 3 topics, 2 partitions, 4 offsets, IDs whose keys collide in
+// a space of 12, every row's key its ID's), the replay's read returns
+// exactly the rows the key look-up it replaced returns, for random batches
+// (copies of an ID at other records, other payloads, absent IDs).
+func TestReplayReadReturnsWhatTheKeyLookUpReturnsOnRandomLedgers(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(26, 26))
+	keyOf := func(id string) [16]byte {
+		var k [16]byte
+		k[0] = byte(len(id)*7+int(id[len(id)-1])) % 12
+		return k
+	}
+	byKey := `SELECT i.n, l.state, l.payload_hash, coalesce(l.generation, 0) FROM unnest($1::text[], $2::bytea[], $3::uuid[]) WITH ORDINALITY AS i(workflow_id, payload_hash, key, n)
+LEFT JOIN dedup_ledger l ON ` + schemas.LedgerRowIs("l", "i.workflow_id", "i.key") + `
+WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash OR l.generation > 1`
+	read := func(sql string, args ...any) []string {
+		rows, err := l.Pool().Query(ctx, sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for rows.Next() {
+			var n int64
+			var st *string
+			var h []byte
+			var g int
+			if err := rows.Scan(&n, &st, &h, &g); err != nil {
+				t.Fatal(err)
+			}
+			s := "<nil>"
+			if st != nil {
+				s = *st
+			}
+			out = append(out, fmt.Sprintf("%d/%s/%x/%d", n, s, h, g))
+		}
+		rows.Close()
+		if rows.Err() != nil {
+			t.Fatal(rows.Err())
+		}
+		slices.Sort(out)
+		return out
+	}
+	topics := []string{"events", "audit", ""}
+	for round := range 150 {
+		if _, err := l.Pool().Exec(ctx, `TRUNCATE dedup_ledger`); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 15 {
+			id := fmt.Sprintf("w%d", rng.IntN(20))
+			_ = i
+			st := []string{"pending", "started", "started", "dead_lettered"}[rng.IntN(4)]
+			var startedAt any
+			if st == "started" {
+				startedAt = time.Now()
+			}
+			if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key, state, run_id, started_at, generation)
+				VALUES ($1, 'a', 'e', 'field', $2, $3, $4, $5, $6, $7, 'r', $8, $9) ON CONFLICT DO NOTHING`,
+				id, []byte{byte(rng.IntN(2))}, topics[rng.IntN(3)], rng.IntN(2), rng.IntN(4), keyOf(id), st, startedAt, 1+rng.IntN(2)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var ids, ts []string
+		var hs [][]byte
+		var ks [][16]byte
+		var ps []int32
+		var os []int64
+		seen := map[string]bool{}
+		for range 12 {
+			id := fmt.Sprintf("w%d", rng.IntN(22))
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			ids, hs, ks = append(ids, id), append(hs, []byte{byte(rng.IntN(2))}), append(ks, keyOf(id))
+			ts, ps, os = append(ts, topics[rng.IntN(3)]), append(ps, int32(rng.IntN(2))), append(os, int64(rng.IntN(4)))
+		}
+		got, was := read(ledger.StartedSQL, ids, hs, ks, ts, ps, os), read(byKey, ids, hs, ks)
+		if !slices.Equal(got, was) {
+			t.Fatalf("round %d: the replay's read returns %v, the key look-up %v (batch %v at %v/%v/%v)", round, got, was, ids, ts, ps, os)
+		}
+	}
+}
+
+// A ledger dominated by the scheduler's fires (200,000
+// started rows at no topic, partition 0, offset 0) beside 100,000 rows of
+// records, analyzed: a generic plan of the replay's read of 200 records
+// and 200 fires still reads one row per ID (no row read and dropped).
+func TestReplayReadReadsOneRowPerIDOnALedgerOfFires(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key, state, run_id, started_at)
+		SELECT 'fire-' || g, 'a', g::text, 'schedule', sha256(g::text::bytea), '', 0, 0, dedup_ledger_key('fire-' || g), 'started', 'run', now()
+		FROM generate_series(1, 200000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key, state, run_id, started_at)
+		SELECT 'rec-' || g, 'a', g::text, 'field', sha256(g::text::bytea), 'events', g % 4, g / 4, dedup_ledger_key('rec-' || g), 'started', 'run', now()
+		FROM generate_series(1, 100000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pool().Exec(ctx, `VACUUM ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	var idl, hl, kl, tl, pl, ol []string
+	add := func(id string, g int, topic string, p, o int) {
+		h := sha256.Sum256([]byte(fmt.Sprint(g)))
+		k := schemas.LedgerKey(id)
+		idl, hl, kl = append(idl, "'"+id+"'"), append(hl, fmt.Sprintf(`'\x%x'::bytea`, h[:])), append(kl, fmt.Sprintf("'%x'::uuid", k[:]))
+		tl, pl, ol = append(tl, "'"+topic+"'"), append(pl, fmt.Sprint(p)), append(ol, fmt.Sprintf("%d::int8", o))
+	}
+	for g := 50000; g < 50200; g++ {
+		add(fmt.Sprintf("rec-%d", g), g, "events", g%4, g/4)
+		add(fmt.Sprintf("fire-%d", g), g, "", 0, 0)
+	}
+	conn, err := l.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := fmt.Sprintf(`SET plan_cache_mode = force_generic_plan; PREPARE probe(text[], bytea[], uuid[], text[], int4[], int8[]) AS %s;
+EXPLAIN (ANALYZE, BUFFERS) EXECUTE probe(ARRAY[%s], ARRAY[%s], ARRAY[%s], ARRAY[%s], ARRAY[%s], ARRAY[%s]);
+DEALLOCATE probe; RESET plan_cache_mode`, ledger.StartedSQL, strings.Join(idl, ","), strings.Join(hl, ","), strings.Join(kl, ","), strings.Join(tl, ","), strings.Join(pl, ","), strings.Join(ol, ","))
+	res, err := conn.Conn().PgConn().Exec(ctx, q).ReadAll()
+	conn.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, r := range res[2].Rows {
+		lines = append(lines, string(r[0]))
+	}
+	text := strings.Join(lines, "\n")
+	t.Logf("generic:\n%s", text)
+	if m := regexp.MustCompile(`Rows Removed by (Filter|Index Recheck): ([1-9]\d*)`).FindAllString(text, -1); len(m) > 1 {
+		t.Errorf("rows read and dropped: %v\n%s", m, text)
+	}
+	if strings.Contains(text, "Seq Scan on dedup_ledger") {
+		t.Errorf("a scan of the ledger:\n%s", text)
+	}
 }

@@ -187,3 +187,27 @@ func TestClaimThroughUnnamedTransactionPoolerNamesTheSetting(t *testing.T) {
 		t.Fatalf("claim error %q (permanent: %v): want a permanent error naming postgres.pooler", err, processor.IsPermanent(err))
 	}
 }
+
+// The replay's read (six array parameters, int4[] and
+// int8[] among them) runs through a transaction pooler with unnamed
+// statements, and answers the replayed records as duplicates.
+func TestReplayReadAnswersThroughTransactionPooler(t *testing.T) {
+	l := openPooled(t, pgbouncer.Transaction, 1)[0]
+	ctx := context.Background()
+	var in []decide.Intent
+	var st []processor.Started
+	for i := range 4 {
+		x := intent(fmt.Sprintf("p%d", i), "same")
+		x.Partition, x.Offset = int32(i%2), int64(100+i)
+		in = append(in, x)
+		st = append(st, processor.Started{WorkflowID: x.WorkflowID, RunID: "r", Generation: 1})
+	}
+	claim(t, l, in...)
+	if err := l.MarkStarted(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, in...), decide.VerdictDuplicate, decide.VerdictDuplicate, decide.VerdictDuplicate, decide.VerdictDuplicate)
+	other := intent("p0", "other")
+	other.Partition, other.Offset = 0, 100
+	want(t, claim(t, l, in[0], in[1], other, in[3]), decide.VerdictDuplicate, decide.VerdictDuplicate, decide.VerdictConflict, decide.VerdictDuplicate)
+}

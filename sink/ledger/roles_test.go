@@ -630,3 +630,27 @@ func TestRolesOperatorRewritesNoLedgerOrConflictRow(t *testing.T) {
 		denied(t, "UPDATE dedup_conflicts SET event_id", err)
 	}
 }
+
+// The router's role runs the replay's read (SELECT on the
+// record's columns and started_at), the index built by the migrator's
+// role from version 14 on.
+func TestRolesRouterRunsTheReplayRead(t *testing.T) {
+	admin, _ := rolesDB(t)
+	ctx := deadline(t, time.Minute)
+	url := pgtest.NewLogin(t, admin, "", "dedup_router")
+	l := openAs(t, url)
+	epochs, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "router", Parts: []processor.PartitionRef{{Topic: "events", Partition: 1}}})
+	if err != nil {
+		t.Fatalf("Own: %v", err)
+	}
+	f := decide.Fence{Group: "g", Epoch: epochs[0]}
+	a, b := intent("e1", "A"), intent("e2", "B")
+	a.Fence, b.Fence, b.Offset = f, f, 8
+	want(t, claim(t, l, a, b), decide.VerdictNew, decide.VerdictNew)
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "r", Generation: 1, Topic: "events", Partition: 1, Fence: f},
+		{WorkflowID: b.WorkflowID, RunID: "r", Generation: 1, Topic: "events", Partition: 1, Fence: f}}); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, a, b), decide.VerdictDuplicate, decide.VerdictDuplicate)
+	want(t, claim(t, l, a, b), decide.VerdictDuplicate, decide.VerdictDuplicate)
+}
