@@ -200,16 +200,38 @@ LEFT JOIN LATERAL (
 ) l ON true
 WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash OR l.generation > 1`
 
+// maxRoutesByRecord bounds the IDs of one record that the replay's read
+// looks up by their record: each of them reads the record's rows until it
+// meets its own (the routes squared, a record). The IDs of a record with
+// more routes in the batch are looked up by key alone, as a claim without
+// a record.
+const maxRoutesByRecord = 4
+
+// recordRef is the record an intent came from.
+type recordRef struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+func recordOf(in *decide.Intent) recordRef { return recordRef{in.Topic, in.Partition, in.Offset} }
+
 // answerStarted records in got the rows already started and returns the
 // indexes of the intents left to claim. A started row never goes back to
 // pending, so the read needs no lock.
 func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, keys [][16]byte, uniq []int, got map[string]stored) ([]int, error) {
 	ids, hashes, ks := make([]string, len(uniq)), make([][]byte, len(uniq)), make([][16]byte, len(uniq))
 	topics, parts, offs := make([]string, len(uniq)), make([]int32, len(uniq)), make([]int64, len(uniq))
+	routes := make(map[recordRef]int, len(uniq))
+	for _, i := range uniq {
+		routes[recordOf(&intents[i])]++
+	}
 	for j, i := range uniq {
 		in := &intents[i]
 		ids[j], hashes[j], ks[j] = in.WorkflowID, in.PayloadHash[:], keys[i]
-		topics[j], parts[j], offs[j] = in.Topic, in.Partition, in.Offset
+		if routes[recordOf(in)] <= maxRoutesByRecord {
+			topics[j], parts[j], offs[j] = in.Topic, in.Partition, in.Offset
+		} // else no topic: looked up by key alone
 	}
 	rows, err := p.pool.Query(ctx, startedSQL, ids, hashes, ks, topics, parts, offs)
 	if err != nil {

@@ -989,3 +989,56 @@ DEALLOCATE probe; RESET plan_cache_mode`, ledger.StartedSQL, strings.Join(idl, "
 		t.Errorf("a scan of the ledger:\n%s", text)
 	}
 }
+
+// One record routed to many activities has one started row per route, all
+// at the record's topic, partition and offset. Looked up by its record,
+// each of its IDs would read the record's rows until it met its own (the
+// routes squared, a record); a record with more than a few routes in the
+// batch goes by key alone, one row per ID. (Found by the adversary of
+// session 26, TestReplayReadReadsOneRowPerIDOfARecordRoutedToManyActivities
+// on the statement alone; this one runs what Claim sends.)
+func TestReplayReadLooksARecordOfManyRoutesUpByKey(t *testing.T) {
+	l, log := openTraced(t)
+	ctx := context.Background()
+	if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key, state, run_id, started_at)
+		SELECT 'activity-' || r || ':ev-' || g, r::text, 'ev-' || g, 'field', sha256(g::text::bytea), 'events', g % 4, g / 4, dedup_ledger_key('activity-' || r || ':ev-' || g), 'started', 'run', now()
+		FROM generate_series(1, 400) g, generate_series(1, 300) r`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pool().Exec(ctx, `VACUUM ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	record := func(g int) []decide.Intent {
+		var out []decide.Intent
+		for r := 1; r <= 300; r++ {
+			id := fmt.Sprintf("ev-%d", g)
+			out = append(out, decide.Intent{WorkflowID: fmt.Sprintf("activity-%d:%s", r, id), ActivityID: fmt.Sprint(r), EventID: id, IDRule: "field",
+				PayloadHash: sha256.Sum256([]byte(fmt.Sprint(g))), Topic: "events", Partition: int32(g % 4), Offset: int64(g / 4)})
+		}
+		return out
+	}
+	want(t, claim(t, l, record(100)...), slices.Repeat([]decide.Verdict{decide.VerdictDuplicate}, 300)...) // replaying from here
+	log.reset()
+	batch := append(record(200), record(201)...)
+	want(t, claim(t, l, batch...), slices.Repeat([]decide.Verdict{decide.VerdictDuplicate}, len(batch))...)
+	var args []any
+	log.mu.Lock()
+	for i, q := range log.sql {
+		if strings.Contains(q, "WITH ORDINALITY") {
+			args = log.args[i]
+		}
+	}
+	log.mu.Unlock()
+	if args == nil {
+		t.Fatal("the replay's read was not sent")
+	}
+	conn, err := l.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	plan := planOf(t, conn, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) `+ledger.StartedSQL, args...)
+	if d := ledgerScansDropping(plan); len(d) > 0 {
+		t.Errorf("the replay's read of %d IDs (2 records of 300 routes) reads rows of other IDs: %v\n%s", len(batch), d, strings.Join(plan, "\n"))
+	}
+}
