@@ -46,7 +46,8 @@ type Config struct {
 	// rebalance holds every partition still for this long.
 	RebalanceTimeout time.Duration `yaml:"rebalance_timeout"`
 
-	// MaxPollRecords is one poll batch: one ledger claim. Larger batches
+	// MaxPollRecords is one poll batch: one ledger claim (a claimer that is
+	// behind claims the two polls waiting for it in one). Larger batches
 	// amortise the round trip; smaller ones start the first workflow sooner.
 	MaxPollRecords int `yaml:"max_poll_records"`
 	// MaxInFlight bounds polled-but-unfinished records (memory, and how
