@@ -1,11 +1,14 @@
 package processor
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dedupio/dedup/processor/decide"
 )
@@ -174,4 +177,91 @@ func TestALateBumpFromAnOwnerTheGroupDroppedDoesNotStallThePartition(t *testing.
 		return fmt.Sprintf("committed %v, ends %v; rows x %q, y %q: a partition the group gave to a router is never processed",
 			e.committed(), e.ends(), e.led.state(wid("x")), e.led.state(wid("y")))
 	})
+}
+
+// A claim refused by the ledger's fence is claimed again, and a
+// partition refused more than three times in a row has its records of the
+// claim abandoned (unfenced): the count is the partition's, not the
+// claim's. Two polls claimed together (gatherPolls), or two partitions in
+// one poll, do not share it: the refusals of a's partition (three late
+// Owns of a member the group had dropped, each taken again) do not abandon
+// b's records at their partition's first refusal, which left b never
+// started and its partition never committed past it; b's partition is
+// refused once, taken again, and b is claimed.
+func TestAPollClaimedWithAnotherIsNotAbandonedForTheOthersRefusals(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hold) }) }
+	defer release()
+	e.led.setAfterClaim(func([]decide.Intent) { holdOnce.Do(func() { <-hold }) })
+	rn := e.start("r1", e.config())
+	owned := func() int {
+		rn.r.commits.mu.Lock()
+		defer rn.r.commits.mu.Unlock()
+		return len(rn.r.commits.parts)
+	}
+	polled := func() float64 {
+		var m dto.Metric
+		if err := rn.r.m.records.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	eventually(t, 10*time.Second, func() bool { return owned() == 2 }, func() string { return "r1 does not own both partitions" })
+	// The claimer is held in the claim of h; the poll of a@0 waits for it
+	// in the queue, the poll of b@1 behind it.
+	e.produce(0, "h", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.led.claimLog()) == 1 }, func() string { return "h never claimed" })
+	e.produce(0, "a", "v")
+	eventually(t, 10*time.Second, func() bool { return polled() == 2 }, func() string { return fmt.Sprintf("polled %v", polled()) })
+	time.Sleep(100 * time.Millisecond)
+	e.produce(1, "b", "v")
+	eventually(t, 10*time.Second, func() bool { return polled() == 3 }, func() string { return fmt.Sprintf("polled %v", polled()) })
+	time.Sleep(100 * time.Millisecond)
+
+	// A member the group dropped takes partition 0 in the ledger before
+	// each of the next three claims of a, then partition 1 before the
+	// next claim of b.
+	var mu sync.Mutex
+	bumps0, bumps1 := 0, 0
+	bump := func(p int32) {
+		if _, err := e.led.Own(context.Background(), Ownership{Group: e.group, Member: "ghost", Confirmed: true,
+			Parts: []PartitionRef{{testTopic, p}}}); err != nil {
+			t.Error(err)
+		}
+	}
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		has := map[int32]bool{}
+		for _, in := range intents {
+			has[in.Partition] = true
+		}
+		switch {
+		case has[0] && bumps0 < 3:
+			bumps0++
+			bump(0)
+		case has[1] && bumps1 < 1:
+			bumps1++
+			bump(1)
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	release()
+
+	eventually(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return bumps0 == 3 && bumps1 == 1
+	}, func() string { return "the ghost's Owns did not all happen" })
+	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("b"))) == 1 && e.atEnd() }, func() string {
+		return fmt.Sprintf("b: %d executions, committed %v, ends %v: b's poll was abandoned for the refusals of a's",
+			len(e.starter.executionsOf(wid("b"))), e.committed(), e.ends())
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
 }

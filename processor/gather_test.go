@@ -3,13 +3,16 @@ package processor
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/schemas"
 )
 
 // A claimer held in a claim while the next polls are decided claims the
@@ -77,5 +80,98 @@ func TestAClaimerThatFellBehindClaimsTheWaitingPollsInOneStatement(t *testing.T)
 	}
 	if !e.atEnd() {
 		t.Errorf("committed %v, ends %v", e.committed(), e.ends())
+	}
+}
+
+// A claim never holds one record twice: a poll that waited for the
+// claimer across a revoke of its partition, and the poll of the same
+// records after the partition was assigned back (redelivered from the
+// committed offset), are claimed apart (gatherPolls leaves the second
+// for the next claim). Claimed together, both copies of a conflicting
+// record were dead-lettered in one write, and the dead-letter log, asked
+// about both before either was recorded, let both through: one record,
+// two dead letters. Claimed apart, the second finds the first's dead
+// letter in the log and is not written again.
+func TestAMergedClaimDeadLettersARecordRedeliveredBetweenItsPollsOnce(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	e.led.seed(wid("c"), stateStarted, e.hashOf("c", "v1"))
+	hold := make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hold) }) }
+	defer release()
+	e.led.setAfterClaim(func([]decide.Intent) { holdOnce.Do(func() { <-hold }) })
+	rn := e.start("r1", e.config())
+	owned := func() map[int32]bool {
+		rn.r.commits.mu.Lock()
+		defer rn.r.commits.mu.Unlock()
+		out := map[int32]bool{}
+		for tp := range rn.r.commits.parts {
+			out[tp.partition] = true
+		}
+		return out
+	}
+	polled := func() float64 {
+		var m dto.Metric
+		if err := rn.r.m.records.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	eventually(t, 10*time.Second, func() bool { return len(owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", owned()) })
+
+	// The claimer is held in the claim of h; the poll of c@1 waits for it.
+	e.produce(0, "h", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.led.claimLog()) == 1 }, func() string { return "h never claimed" })
+	offC := e.produce(1, "c", "v2")
+	eventually(t, 10*time.Second, func() bool { return polled() == 2 }, func() string { return fmt.Sprintf("polled %v", polled()) })
+	time.Sleep(100 * time.Millisecond)
+
+	// Partition 1 goes to another member and comes back: c@1 is polled
+	// again under the new assignment.
+	other, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.ConsumerGroup(e.group), kgo.ConsumeTopics(testTopic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit(), kgo.SessionTimeout(time.Second),
+		kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() bool { o := owned(); return len(o) == 1 && o[0] }, func() string {
+		return fmt.Sprintf("r1 owns %v: want partition 1 moved to the other member", owned())
+	})
+	other.Close()
+	eventually(t, 10*time.Second, func() bool { return len(owned()) == 2 && polled() == 3 }, func() string {
+		return fmt.Sprintf("r1 owns %v, polled %v: want partition 1 back and c@1 polled again", owned(), polled())
+	})
+	time.Sleep(100 * time.Millisecond)
+
+	release()
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range e.dlqRecords() {
+		var part, off string
+		for _, h := range r.Headers {
+			switch h.Key {
+			case schemas.HeaderDLQPartition:
+				part = string(h.Value)
+			case schemas.HeaderDLQOffset:
+				off = string(h.Value)
+			}
+		}
+		if part == "1" && off == fmt.Sprint(offC) {
+			n++
+		}
+	}
+	if n != 1 {
+		var claims []string
+		for _, c := range e.led.claimLog() {
+			var ins []string
+			for _, in := range c {
+				ins = append(ins, fmt.Sprintf("%s@%d/%d(epoch %d)", in.EventID, in.Partition, in.Offset, in.Fence.Epoch))
+			}
+			claims = append(claims, "["+strings.Join(ins, " ")+"]")
+		}
+		t.Errorf("c@1/%d dead-lettered %d times, want once; claims: %s", offC, n, strings.Join(claims, " "))
 	}
 }
