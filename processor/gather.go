@@ -9,7 +9,12 @@ const claimPolls = 2
 // statement's fixed cost once for them, as if they were one poll, and the
 // verdicts are the same. A claimer that keeps up finds none waiting and
 // claims each poll alone, as soon as it is decided.
-func gatherPolls(b *claimBatch, q <-chan *claimBatch) *claimBatch {
+//
+// A claim never holds one record twice: a poll that reads a partition
+// again from at or below b's records of it (the partition moved away and
+// came back between the polls, and its records were polled again) is not
+// gathered; it is returned as held, the next claim's first.
+func gatherPolls(b *claimBatch, q <-chan *claimBatch) (claim, held *claimBatch) {
 	for polls := 1; polls < claimPolls; polls++ {
 		var next *claimBatch
 		select {
@@ -17,10 +22,33 @@ func gatherPolls(b *claimBatch, q <-chan *claimBatch) *claimBatch {
 		default:
 		}
 		if next == nil { // none waiting, or q closed
-			return b
+			return b, nil
+		}
+		if readsAgain(b, next) {
+			return b, next
 		}
 		b = &claimBatch{intents: append(b.intents, next.intents...), starts: append(b.starts, next.starts...),
 			owners: append(b.owners, next.owners...)}
 	}
-	return b
+	return b, nil
+}
+
+// readsAgain reports whether next holds a record of a partition at or
+// below the last offset b holds of it.
+func readsAgain(b, next *claimBatch) bool {
+	last := map[topicPartition]int64{}
+	for i := range b.intents {
+		in := &b.intents[i]
+		tp := topicPartition{in.Topic, in.Partition}
+		if off, ok := last[tp]; !ok || in.Offset > off {
+			last[tp] = in.Offset
+		}
+	}
+	for i := range next.intents {
+		in := &next.intents[i]
+		if off, ok := last[topicPartition{in.Topic, in.Partition}]; ok && in.Offset <= off {
+			return true
+		}
+	}
+	return false
 }

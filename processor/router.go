@@ -252,8 +252,17 @@ func (r *Router) Run(ctx context.Context) error {
 	claimerDone := make(chan struct{})
 	go func() {
 		defer close(claimerDone)
-		for b := range claimQ {
-			r.claims.claim(ctx, gatherPolls(b, claimQ))
+		var held *claimBatch
+		for {
+			b := held
+			if b == nil {
+				var ok bool
+				if b, ok = <-claimQ; !ok {
+					return
+				}
+			}
+			b, held = gatherPolls(b, claimQ)
+			r.claims.claim(ctx, b)
 		}
 	}()
 
