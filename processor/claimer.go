@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/dedupio/dedup/processor/decide"
@@ -15,7 +16,7 @@ type claimBatch struct {
 	intents []decide.Intent
 	starts  []startRef // intent i is decision starts[i].d's intent starts[i].j
 	owners  []*record
-	refused int // times the ledger's fence refused this batch
+	refused map[PartitionRef]int // times the ledger's fence refused each partition's pieces of this batch
 }
 
 // startRef points at one intent of a decision, whose start request is
@@ -190,15 +191,27 @@ func (c *claimer) dispatch(ctx context.Context, b *claimBatch, verdicts []decide
 
 // unfenced ends the pieces of b whose partitions f names (abandoned),
 // except those of partitions taken again (again: their new fence), and
-// returns the batch of the others, or nil if none is left. A batch refused
-// three times abandons its refused pieces whatever again says.
+// returns the batch of the others, or nil if none is left. A partition
+// refused more than three times abandons its pieces whatever again says.
+// The count is the partition's: the refusals of one partition's pieces
+// (a late Own of a member the group dropped, taken again each time) do
+// not abandon another's, polled with it or gathered with its poll.
 func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef]decide.Fence) *claimBatch {
-	rest := claimBatch{refused: b.refused + 1}
+	rest := claimBatch{refused: maps.Clone(b.refused)}
+	if rest.refused == nil {
+		rest.refused = map[PartitionRef]int{}
+	}
+	counted := map[PartitionRef]bool{}
 	for i := range b.intents {
 		in := b.intents[i]
 		if f.Has(in.Topic, in.Partition, in.Fence) {
-			nf, ok := again[PartitionRef{in.Topic, in.Partition}]
-			if !ok || rest.refused > 3 {
+			ref := PartitionRef{in.Topic, in.Partition}
+			if !counted[ref] {
+				counted[ref] = true
+				rest.refused[ref]++
+			}
+			nf, ok := again[ref]
+			if !ok || rest.refused[ref] > 3 {
 				c.end(b.owners[i], false)
 				continue
 			}
