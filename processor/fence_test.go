@@ -265,3 +265,51 @@ func TestAPollClaimedWithAnotherIsNotAbandonedForTheOthersRefusals(t *testing.T)
 		t.Fatal(err)
 	}
 }
+
+// A partition the group still assigns to this router, whose fence a late
+// Own of a dropped member bumps before each of four claims of a, is taken
+// again after each refusal (committer.fenced: assignedToMe, Own). Its
+// records are the router's, not another owner's: abandoning a at the
+// fourth refusal ("whatever again says", unfenced) leaves a never
+// started while the router still owns partition 0 and keeps polling it,
+// and the partition never committed past a (nothing redelivers it until
+// the next rebalance). The test holds that a is claimed again and started.
+func TestAPartitionTakenAgainAfterEachRefusalStillStartsItsRecords(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	var mu sync.Mutex
+	bumps := 0
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if bumps < 4 {
+			bumps++
+			if _, err := e.led.Own(context.Background(), Ownership{Group: e.group, Member: "ghost", Confirmed: true,
+				Parts: []PartitionRef{{testTopic, 0}}}); err != nil {
+				t.Error(err)
+			}
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	rn := e.start("r1", e.config())
+	e.produce(0, "a", "v")
+	eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return bumps == 4 },
+		func() string { return "the ghost's Owns did not all happen" })
+	// Another record behind a: started, but the commit waits on a.
+	e.produce(0, "b", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("b"))) == 1 },
+		func() string { return "b never started" })
+	owns := func() int {
+		rn.r.commits.mu.Lock()
+		defer rn.r.commits.mu.Unlock()
+		return len(rn.r.commits.parts)
+	}
+	eventually(t, 5*time.Second, func() bool { return len(e.starter.executionsOf(wid("a"))) == 1 && e.atEnd() }, func() string {
+		return fmt.Sprintf("a: %d executions, committed %v, ends %v, r1 owns %d partition(s): a was abandoned in a partition the router still owns",
+			len(e.starter.executionsOf(wid("a"))), e.committed(), e.ends(), owns())
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
