@@ -175,3 +175,65 @@ func TestAMergedClaimDeadLettersARecordRedeliveredBetweenItsPollsOnce(t *testing
 		t.Errorf("c@1/%d dead-lettered %d times, want once; claims: %s", offC, n, strings.Join(claims, " "))
 	}
 }
+
+// The claimer loop of Run, on polls already waiting in its queue: a held
+// poll is the next claim's first, gathered with the poll behind it unless
+// it too reads its partition again; no poll is lost, none claimed twice,
+// and the polls are claimed in their order, q closed or not.
+func TestAHeldPollIsClaimedBeforeTheNextPollOfItsPartition(t *testing.T) {
+	poll := func(name string, tp ...any) *claimBatch {
+		b := &claimBatch{}
+		for i := 0; i < len(tp); i += 2 {
+			b.intents = append(b.intents, decide.Intent{Topic: tp[i].(string), Partition: 0, Offset: int64(tp[i+1].(int)), EventID: name})
+			b.starts = append(b.starts, startRef{})
+			b.owners = append(b.owners, &record{})
+		}
+		return b
+	}
+	run := func(polls ...*claimBatch) [][]string {
+		q := make(chan *claimBatch, len(polls))
+		for _, p := range polls[1:] {
+			q <- p
+		}
+		close(q)
+		var claims [][]string
+		var held *claimBatch
+		b := polls[0]
+		for {
+			if held != nil {
+				b = held
+			} else if b == nil {
+				var ok bool
+				if b, ok = <-q; !ok {
+					break
+				}
+			}
+			var c *claimBatch
+			c, held = gatherPolls(b, q)
+			var names []string
+			for _, in := range c.intents {
+				names = append(names, fmt.Sprintf("%s:%s@%d", in.EventID, in.Topic, in.Offset))
+			}
+			claims = append(claims, names)
+			b = nil
+		}
+		return claims
+	}
+	for _, tc := range []struct {
+		name  string
+		polls []*claimBatch
+		want  string
+	}{
+		{"held then new", []*claimBatch{poll("p1", "t", 5, "t", 6), poll("p2", "t", 5), poll("p3", "t", 7)},
+			"[[p1:t@5 p1:t@6] [p2:t@5 p3:t@7]]"},
+		{"held reads again", []*claimBatch{poll("p1", "t", 5, "t", 6), poll("p2", "t", 5, "t", 6), poll("p3", "t", 6)},
+			"[[p1:t@5 p1:t@6] [p2:t@5 p2:t@6] [p3:t@6]]"},
+		{"two topics same partition", []*claimBatch{poll("p1", "t", 5), poll("p2", "u", 5), poll("p3", "t", 5)},
+			"[[p1:t@5 p2:u@5] [p3:t@5]]"},
+		{"higher offset", []*claimBatch{poll("p1", "t", 5), poll("p2", "t", 8)}, "[[p1:t@5 p2:t@8]]"},
+	} {
+		if got := fmt.Sprint(run(tc.polls...)); got != tc.want {
+			t.Errorf("%s: claims %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
