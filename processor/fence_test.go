@@ -313,3 +313,54 @@ func TestAPartitionTakenAgainAfterEachRefusalStillStartsItsRecords(t *testing.T)
 		t.Fatal(err)
 	}
 }
+
+// One poll of a@0 and b@1, a's partition refused four times by late Owns
+// (taken again each time): a's pieces are abandoned at the fourth, b's
+// are claimed again each time (the refused statements wrote nothing) and
+// b starts once, its partition committed to its end.
+func TestAPartitionAbandonedForItsRefusalsLeavesTheOthersStartedOnce(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	var mu sync.Mutex
+	bumps := 0
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		has := false
+		for _, in := range intents {
+			has = has || in.Partition == 0
+		}
+		if has && bumps < 4 {
+			bumps++
+			if _, err := e.led.Own(context.Background(), Ownership{Group: e.group, Member: "ghost", Confirmed: true,
+				Parts: []PartitionRef{{testTopic, 0}}}); err != nil {
+				t.Error(err)
+			}
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	e.produce(0, "a", "v")
+	e.produce(1, "b", "v")
+	rn := e.start("r1", e.config())
+	eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return bumps == 4 },
+		func() string { return "the ghost's Owns did not all happen" })
+	eventually(t, 10*time.Second, func() bool { return e.committed()[1] == e.ends()[1] }, func() string {
+		return fmt.Sprintf("committed %v, ends %v", e.committed(), e.ends())
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.starter.executionsOf(wid("b"))); n != 1 {
+		t.Errorf("b: %d executions, want 1", n)
+	}
+	if c := e.starter.callCount(wid("b")); c != 1 {
+		t.Errorf("b: %d Temporal start calls, want 1", c)
+	}
+	if n := len(e.starter.executionsOf(wid("a"))); n != 0 {
+		t.Logf("a: %d executions", n)
+	}
+	if e.committed()[0] >= 1 {
+		t.Errorf("partition 0 committed %d, past a (offset 0), which never started", e.committed()[0])
+	}
+}
