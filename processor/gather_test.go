@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
@@ -235,5 +237,107 @@ func TestAHeldPollIsClaimedBeforeTheNextPollOfItsPartition(t *testing.T) {
 		if got := fmt.Sprint(run(tc.polls...)); got != tc.want {
 			t.Errorf("%s: claims %s, want %s", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A poll that waited for the claimer across a move of its partition, to
+// a member that finished and committed its records, and the first poll
+// after the partition came back (from the other member's commit: higher
+// offsets, not a re-read) are gathered (readsAgain is false). The
+// waiting poll's copy of c, from the assignment before, is refused by
+// the fence and claimed again under the new one: a duplicate of the row
+// the other member started. Temporal hears nothing of c from r1, d starts
+// once, and both partitions commit to their ends.
+func TestAGatheredPollFromAnEarlierAssignmentStartsNothingTheOtherMemberStarted(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hold) }) }
+	defer release()
+	e.led.setAfterClaim(func([]decide.Intent) { holdOnce.Do(func() { <-hold }) })
+	rn := e.start("r1", e.config())
+	owned := func() map[int32]bool {
+		rn.r.commits.mu.Lock()
+		defer rn.r.commits.mu.Unlock()
+		out := map[int32]bool{}
+		for tp := range rn.r.commits.parts {
+			out[tp.partition] = true
+		}
+		return out
+	}
+	polled := func() float64 {
+		var m dto.Metric
+		if err := rn.r.m.records.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	eventually(t, 10*time.Second, func() bool { return len(owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", owned()) })
+	e.produce(0, "h", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.led.claimLog()) == 1 }, func() string { return "h never claimed" })
+	offC := e.produce(1, "c", "v")
+	eventually(t, 10*time.Second, func() bool { return polled() == 2 }, func() string { return fmt.Sprintf("polled %v", polled()) })
+	time.Sleep(100 * time.Millisecond)
+
+	other, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.ConsumerGroup(e.group), kgo.ConsumeTopics(testTopic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit(), kgo.SessionTimeout(time.Second),
+		kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() bool { o := owned(); return len(o) == 1 && o[0] }, func() string {
+		return fmt.Sprintf("r1 owns %v: want partition 1 moved to the other member", owned())
+	})
+	// The other member started c and committed past it.
+	e.led.seed(wid("c"), stateStarted, e.hashOf("c", "v"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	eventually(t, 10*time.Second, func() bool {
+		var cerr error
+		other.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{testTopic: {1: {Epoch: -1, Offset: offC + 1}}},
+			func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+				cerr = err
+				if err == nil {
+					for _, tp := range resp.Topics {
+						for _, p := range tp.Partitions {
+							if p.ErrorCode != 0 {
+								cerr = fmt.Errorf("commit error %d", p.ErrorCode)
+							}
+						}
+					}
+				}
+			})
+		return cerr == nil && e.committed()[1] == offC+1
+	}, func() string { return fmt.Sprintf("the other member could not commit: committed %v", e.committed()) })
+	other.Close()
+	eventually(t, 10*time.Second, func() bool { return len(owned()) == 2 }, func() string {
+		return fmt.Sprintf("r1 owns %v: want partition 1 back", owned())
+	})
+	e.produce(1, "d", "v")
+	eventually(t, 10*time.Second, func() bool { return polled() == 3 }, func() string { return fmt.Sprintf("polled %v", polled()) })
+	time.Sleep(100 * time.Millisecond)
+
+	release()
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var claims []string
+	for _, c := range e.led.claimLog() {
+		var ins []string
+		for _, in := range c {
+			ins = append(ins, fmt.Sprintf("%s@%d/%d(epoch %d)", in.EventID, in.Partition, in.Offset, in.Fence.Epoch))
+		}
+		claims = append(claims, "["+strings.Join(ins, " ")+"]")
+	}
+	t.Logf("claims: %s", strings.Join(claims, " "))
+	if n := e.starter.callCount(wid("c")); n != 0 {
+		t.Errorf("c: %d Temporal start calls from r1, want 0 (the other member started it)", n)
+	}
+	if n := len(e.starter.executionsOf(wid("d"))); n != 1 {
+		t.Errorf("d: %d executions, want 1", n)
+	}
+	if n := len(e.dlqRecords()); n != 0 {
+		t.Errorf("%d dead letters, want 0", n)
 	}
 }
