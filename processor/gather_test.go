@@ -341,3 +341,79 @@ func TestAGatheredPollFromAnEarlierAssignmentStartsNothingTheOtherMemberStarted(
 		t.Errorf("%d dead letters, want 0", n)
 	}
 }
+
+// A router stopped while a poll is held (it read its partition again, the
+// partition having moved away and back) leaves the held poll and the poll
+// before it uncommitted, and the next router starts each record once and
+// commits to the end: the held poll is neither lost past a commit nor
+// started twice.
+func TestAHeldPollAtShutdownIsNotCommittedPastAndStartsOnceAfter(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hold) }) }
+	defer release()
+	e.led.setAfterClaim(func([]decide.Intent) { holdOnce.Do(func() { <-hold }) })
+	rn := e.start("r1", e.config())
+	owned := func() map[int32]bool {
+		rn.r.commits.mu.Lock()
+		defer rn.r.commits.mu.Unlock()
+		out := map[int32]bool{}
+		for tp := range rn.r.commits.parts {
+			out[tp.partition] = true
+		}
+		return out
+	}
+	polled := func() float64 {
+		var m dto.Metric
+		if err := rn.r.m.records.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	eventually(t, 10*time.Second, func() bool { return len(owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", owned()) })
+	e.produce(0, "h", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.led.claimLog()) == 1 }, func() string { return "h never claimed" })
+	offC := e.produce(1, "c", "v")
+	eventually(t, 10*time.Second, func() bool { return polled() == 2 }, func() string { return fmt.Sprintf("polled %v", polled()) })
+	time.Sleep(100 * time.Millisecond)
+	other, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.ConsumerGroup(e.group), kgo.ConsumeTopics(testTopic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit(), kgo.SessionTimeout(time.Second),
+		kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() bool { o := owned(); return len(o) == 1 && o[0] }, func() string {
+		return fmt.Sprintf("r1 owns %v: want partition 1 moved to the other member", owned())
+	})
+	other.Close()
+	eventually(t, 10*time.Second, func() bool { return len(owned()) == 2 && polled() == 3 }, func() string {
+		return fmt.Sprintf("r1 owns %v, polled %v: want partition 1 back and c@1 polled again", owned(), polled())
+	})
+	e.produce(1, "d", "v")
+	time.Sleep(300 * time.Millisecond)
+	// Stop with c's two polls waiting (one of them held), then free the
+	// claimer.
+	rn.cancel()
+	time.Sleep(50 * time.Millisecond)
+	release()
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.committed()[1]; c > offC {
+		t.Errorf("partition 1 committed %d, past c (offset %d): c executions %d", c, offC, len(e.starter.executionsOf(wid("c"))))
+	}
+	r2 := e.start("r2", e.config())
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := r2.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"h", "c", "d"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+	if n := len(e.dlqRecords()); n != 0 {
+		t.Errorf("%d dead letters, want 0", n)
+	}
+}
