@@ -3,12 +3,14 @@ package processor
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/decide"
 )
@@ -362,5 +364,91 @@ func TestAPartitionAbandonedForItsRefusalsLeavesTheOthersStartedOnce(t *testing.
 	}
 	if e.committed()[0] >= 1 {
 		t.Errorf("partition 0 committed %d, past a (offset 0), which never started", e.committed()[0])
+	}
+}
+
+// A poll that waited for the claimer across a move of its partition holds
+// records of the assignment before; the member that had the partition
+// meanwhile dead-lettered c (Temporal refused it for good: row
+// dead_lettered) and committed past it. The partition comes back to r1,
+// and the waiting poll's claim is refused by the fence. committer.fenced
+// finds the partition's assignment newer than the refused fence ("taken
+// again meanwhile") and unfenced claims the old assignment's copy of c
+// again under the new fence: a late claim that takes the other member's
+// dead_lettered row back to pending and starts c, a record the group had
+// finished and committed (what TestClaimSlowAcrossARevokeChangesNoRowOfTheNewOwner
+// holds for a partition that does not come back). The test holds that no
+// row changes and Temporal hears nothing of c from r1.
+func TestAWaitingPollFromAnEarlierAssignmentChangesNoRowOfTheMemberBetween(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hold) }) }
+	defer release()
+	e.led.setAfterClaim(func([]decide.Intent) { holdOnce.Do(func() { <-hold }) })
+	rn := e.start("r1", e.config())
+	owned := func() map[int32]bool {
+		rn.r.commits.mu.Lock()
+		defer rn.r.commits.mu.Unlock()
+		out := map[int32]bool{}
+		for tp := range rn.r.commits.parts {
+			out[tp.partition] = true
+		}
+		return out
+	}
+	polled := func() float64 {
+		var m dto.Metric
+		if err := rn.r.m.records.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	eventually(t, 10*time.Second, func() bool { return len(owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", owned()) })
+	e.produce(0, "h", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.led.claimLog()) == 1 }, func() string { return "h never claimed" })
+	offC := e.produce(1, "c", "v")
+	eventually(t, 10*time.Second, func() bool { return polled() == 2 }, func() string { return fmt.Sprintf("polled %v", polled()) })
+	time.Sleep(100 * time.Millisecond)
+
+	other, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.ConsumerGroup(e.group), kgo.ConsumeTopics(testTopic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit(), kgo.SessionTimeout(time.Second),
+		kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() bool { o := owned(); return len(o) == 1 && o[0] }, func() string {
+		return fmt.Sprintf("r1 owns %v: want partition 1 moved to the other member", owned())
+	})
+	// The other member dead-lettered c and committed past it.
+	e.led.seed(wid("c"), stateDeadLettered, e.hashOf("c", "v"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	eventually(t, 10*time.Second, func() bool {
+		other.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{testTopic: {1: {Epoch: -1, Offset: offC + 1}}}, nil)
+		return e.committed()[1] == offC+1
+	}, func() string { return fmt.Sprintf("the other member could not commit: committed %v", e.committed()) })
+	other.Close()
+	eventually(t, 10*time.Second, func() bool { return len(owned()) == 2 }, func() string {
+		return fmt.Sprintf("r1 owns %v: want partition 1 back", owned())
+	})
+	time.Sleep(200 * time.Millisecond)
+
+	release()
+	e.waitCommittedToEnd(10 * time.Second)
+	time.Sleep(300 * time.Millisecond)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var claims []string
+	for _, c := range e.led.claimLog() {
+		var ins []string
+		for _, in := range c {
+			ins = append(ins, fmt.Sprintf("%s@%d/%d(epoch %d)", in.EventID, in.Partition, in.Offset, in.Fence.Epoch))
+		}
+		claims = append(claims, "["+strings.Join(ins, " ")+"]")
+	}
+	if n, st := e.starter.callCount(wid("c")), e.led.state(wid("c")); n != 0 || st != stateDeadLettered {
+		t.Errorf("c: %d Temporal start calls from r1, %d executions, row %v: want 0 calls and the other member's dead_lettered row; claims: %s",
+			n, len(e.starter.executionsOf(wid("c"))), st, strings.Join(claims, " "))
 	}
 }
