@@ -81,23 +81,28 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	c.starts.claimBegins()
 	defer c.starts.claimEnds()
 	var verdicts []decide.Claimed
-	start := time.Now()
-	err := c.health.retry(ctx, OpClaim, func(ctx context.Context) error {
-		var err error
-		verdicts, err = c.ledger.Claim(ctx, b.intents)
-		return err
-	})
-	c.m.claimSeconds.Observe(time.Since(start).Seconds())
-	c.m.claimBatch.Observe(float64(len(b.intents)))
-	c.trace.claimed(b, verdicts, err, start)
-	if f, ok := IsFenced(err); ok {
+	var err error
+	for {
+		start := time.Now()
+		err = c.health.retry(ctx, OpClaim, func(ctx context.Context) error {
+			var err error
+			verdicts, err = c.ledger.Claim(ctx, b.intents)
+			return err
+		})
+		c.m.claimSeconds.Observe(time.Since(start).Seconds())
+		c.m.claimBatch.Observe(float64(len(b.intents)))
+		c.trace.claimed(b, verdicts, err, start)
+		f, ok := IsFenced(err)
+		if !ok {
+			break
+		}
 		// Nothing of the batch was written: the moved partitions' records
 		// are abandoned (the new owner has them), the rest claimed again,
 		// with the new fence of a partition the router took again.
-		if rest := c.unfenced(b, f, c.fenced(f)); rest != nil {
-			c.claim(ctx, rest)
+		if b = c.unfenced(b, f, c.fenced(f)); b == nil {
+			return
 		}
-		return
+		refusedAgain(ctx, b)
 	}
 	if err != nil { // shutting down, or the ledger refused for good
 		c.endAll(b.owners, false)
@@ -190,12 +195,19 @@ func (c *claimer) dispatch(ctx context.Context, b *claimBatch, verdicts []decide
 }
 
 // unfenced ends the pieces of b whose partitions f names (abandoned),
-// except those of partitions taken again (again: their new fence), and
-// returns the batch of the others, or nil if none is left. A partition
-// refused more than three times abandons its pieces whatever again says.
-// The count is the partition's: the refusals of one partition's pieces
-// (a late Own of a member the group dropped, taken again each time) do
-// not abandon another's, polled with it or gathered with its poll.
+// except those of partitions taken again (again), and returns the batch
+// of the others, or nil if none is left. A piece taken again is claimed
+// again under its own record's assignment's fence: the partition's new
+// epoch when the router took that assignment again, and abandoned when
+// the record is of an earlier assignment (the partition moved away and
+// came back: the new assignment polls it again, and its old fence, still
+// refused, changes no row of the member between).
+//
+// A partition taken again is never given up for the number of its
+// refusals: a late Own of a member the group dropped heals, and the
+// router still owns the partition, so an abandoned record would hold its
+// commit until a rebalance. The refusals are counted per partition
+// (refusedAgain waits on the count).
 func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef]decide.Fence) *claimBatch {
 	rest := claimBatch{refused: maps.Clone(b.refused)}
 	if rest.refused == nil {
@@ -210,8 +222,8 @@ func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef
 				counted[ref] = true
 				rest.refused[ref]++
 			}
-			nf, ok := again[ref]
-			if !ok || rest.refused[ref] > 3 {
+			nf := b.owners[i].part.fence()
+			if _, ok := again[ref]; !ok || f.Has(in.Topic, in.Partition, nf) {
 				c.end(b.owners[i], false)
 				continue
 			}
@@ -225,6 +237,26 @@ func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef
 		return nil
 	}
 	return &rest
+}
+
+// refusedAgain waits before b is claimed again once one of its partitions
+// was refused more than three times (a member the group dropped that
+// keeps taking it in the ledger): 100 ms a refusal past the third, at
+// most a second, so that the claimer does not spin against it.
+func refusedAgain(ctx context.Context, b *claimBatch) {
+	n := 0
+	for _, k := range b.refused {
+		n = max(n, k)
+	}
+	if n <= 3 {
+		return
+	}
+	t := time.NewTimer(min(time.Duration(n-3)*100*time.Millisecond, time.Second))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // duplicate logs a duplicate: each one at debug, and the first of each
