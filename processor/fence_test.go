@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/decide"
@@ -192,24 +191,10 @@ func TestALateBumpFromAnOwnerTheGroupDroppedDoesNotStallThePartition(t *testing.
 // claimed.
 func TestAPollClaimedWithAnotherIsNotAbandonedForTheOthersRefusals(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
-	hold := make(chan struct{})
-	var holdOnce, releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { close(hold) }) }
-	defer release()
-	e.led.setAfterClaim(func([]decide.Intent) { holdOnce.Do(func() { <-hold }) })
+	release := e.holdFirstClaim()
 	rn := e.start("r1", e.config())
-	owned := func() int {
-		rn.r.commits.mu.Lock()
-		defer rn.r.commits.mu.Unlock()
-		return len(rn.r.commits.parts)
-	}
-	polled := func() float64 {
-		var m dto.Metric
-		if err := rn.r.m.records.Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetCounter().GetValue()
-	}
+	owned := func() int { return len(rn.owned()) }
+	polled := rn.polled
 	eventually(t, 10*time.Second, func() bool { return owned() == 2 }, func() string { return "r1 does not own both partitions" })
 	// The claimer is held in the claim of h; the poll of a@0 waits for it
 	// in the queue, the poll of b@1 behind it.
@@ -225,40 +210,10 @@ func TestAPollClaimedWithAnotherIsNotAbandonedForTheOthersRefusals(t *testing.T)
 	// A member the group dropped takes partition 0 in the ledger before
 	// each of the next three claims of a, then partition 1 before the
 	// next claim of b.
-	var mu sync.Mutex
-	bumps0, bumps1 := 0, 0
-	bump := func(p int32) {
-		if _, err := e.led.Own(context.Background(), Ownership{Group: e.group, Member: "ghost", Confirmed: true,
-			Parts: []PartitionRef{{testTopic, p}}}); err != nil {
-			t.Error(err)
-		}
-	}
-	e.led.mu.Lock()
-	e.led.gate = func(intents []decide.Intent) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		has := map[int32]bool{}
-		for _, in := range intents {
-			has[in.Partition] = true
-		}
-		switch {
-		case has[0] && bumps0 < 3:
-			bumps0++
-			bump(0)
-		case has[1] && bumps1 < 1:
-			bumps1++
-			bump(1)
-		}
-		return false
-	}
-	e.led.mu.Unlock()
+	ghostDone := e.ghostOwnsBeforeClaims(map[int32]int{0: 3, 1: 1})
 	release()
 
-	eventually(t, 10*time.Second, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return bumps0 == 3 && bumps1 == 1
-	}, func() string { return "the ghost's Owns did not all happen" })
+	eventually(t, 10*time.Second, ghostDone, func() string { return "the ghost's Owns did not all happen" })
 	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("b"))) == 1 && e.atEnd() }, func() string {
 		return fmt.Sprintf("b: %d executions, committed %v, ends %v: b's poll was abandoned for the refusals of a's",
 			len(e.starter.executionsOf(wid("b"))), e.committed(), e.ends())
@@ -278,26 +233,10 @@ func TestAPollClaimedWithAnotherIsNotAbandonedForTheOthersRefusals(t *testing.T)
 // the next rebalance). The test holds that a is claimed again and started.
 func TestAPartitionTakenAgainAfterEachRefusalStillStartsItsRecords(t *testing.T) {
 	e := newTestEnv(t, 1, envOpt{})
-	var mu sync.Mutex
-	bumps := 0
-	e.led.mu.Lock()
-	e.led.gate = func(intents []decide.Intent) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if bumps < 4 {
-			bumps++
-			if _, err := e.led.Own(context.Background(), Ownership{Group: e.group, Member: "ghost", Confirmed: true,
-				Parts: []PartitionRef{{testTopic, 0}}}); err != nil {
-				t.Error(err)
-			}
-		}
-		return false
-	}
-	e.led.mu.Unlock()
+	ghostDone := e.ghostOwnsBeforeClaims(map[int32]int{0: 4})
 	rn := e.start("r1", e.config())
 	e.produce(0, "a", "v")
-	eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return bumps == 4 },
-		func() string { return "the ghost's Owns did not all happen" })
+	eventually(t, 10*time.Second, ghostDone, func() string { return "the ghost's Owns did not all happen" })
 	// Another record behind a: started, but the commit waits on a.
 	e.produce(0, "b", "v")
 	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("b"))) == 1 },
@@ -324,31 +263,11 @@ func TestAPartitionTakenAgainAfterEachRefusalStillStartsItsRecords(t *testing.T)
 // their ends.
 func TestAPartitionRefusedFourTimesStartsItsRecordsAndTheOthersOnce(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
-	var mu sync.Mutex
-	bumps := 0
-	e.led.mu.Lock()
-	e.led.gate = func(intents []decide.Intent) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		has := false
-		for _, in := range intents {
-			has = has || in.Partition == 0
-		}
-		if has && bumps < 4 {
-			bumps++
-			if _, err := e.led.Own(context.Background(), Ownership{Group: e.group, Member: "ghost", Confirmed: true,
-				Parts: []PartitionRef{{testTopic, 0}}}); err != nil {
-				t.Error(err)
-			}
-		}
-		return false
-	}
-	e.led.mu.Unlock()
+	ghostDone := e.ghostOwnsBeforeClaims(map[int32]int{0: 4})
 	e.produce(0, "a", "v")
 	e.produce(1, "b", "v")
 	rn := e.start("r1", e.config())
-	eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return bumps == 4 },
-		func() string { return "the ghost's Owns did not all happen" })
+	eventually(t, 10*time.Second, ghostDone, func() string { return "the ghost's Owns did not all happen" })
 	eventually(t, 10*time.Second, e.atEnd, func() string {
 		return fmt.Sprintf("committed %v, ends %v", e.committed(), e.ends())
 	})
@@ -379,44 +298,10 @@ func TestAPartitionRefusedFourTimesStartsItsRecordsAndTheOthersOnce(t *testing.T
 // row changes and Temporal hears nothing of c from r1.
 func TestAWaitingPollFromAnEarlierAssignmentChangesNoRowOfTheMemberBetween(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
-	hold := make(chan struct{})
-	var holdOnce, releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { close(hold) }) }
-	defer release()
-	e.led.setAfterClaim(func([]decide.Intent) { holdOnce.Do(func() { <-hold }) })
+	release := e.holdFirstClaim()
 	rn := e.start("r1", e.config())
-	owned := func() map[int32]bool {
-		rn.r.commits.mu.Lock()
-		defer rn.r.commits.mu.Unlock()
-		out := map[int32]bool{}
-		for tp := range rn.r.commits.parts {
-			out[tp.partition] = true
-		}
-		return out
-	}
-	polled := func() float64 {
-		var m dto.Metric
-		if err := rn.r.m.records.Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetCounter().GetValue()
-	}
-	eventually(t, 10*time.Second, func() bool { return len(owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", owned()) })
-	e.produce(0, "h", "v")
-	eventually(t, 10*time.Second, func() bool { return len(e.led.claimLog()) == 1 }, func() string { return "h never claimed" })
-	offC := e.produce(1, "c", "v")
-	eventually(t, 10*time.Second, func() bool { return polled() == 2 }, func() string { return fmt.Sprintf("polled %v", polled()) })
-	time.Sleep(100 * time.Millisecond)
-
-	other, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.ConsumerGroup(e.group), kgo.ConsumeTopics(testTopic),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit(), kgo.SessionTimeout(time.Second),
-		kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, func() bool { o := owned(); return len(o) == 1 && o[0] }, func() string {
-		return fmt.Sprintf("r1 owns %v: want partition 1 moved to the other member", owned())
-	})
+	owned := rn.owned
+	offC, other := e.pollOfCWaitsAndPartitionOneMoves(rn, "v")
 	// The other member dead-lettered c and committed past it.
 	e.led.seed(wid("c"), stateDeadLettered, e.hashOf("c", "v"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

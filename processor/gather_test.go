@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -34,13 +33,7 @@ func TestAClaimerThatFellBehindClaimsTheWaitingPollsInOneStatement(t *testing.T)
 		e.produce(0, id, "v")
 	}
 	rn := e.start("r1", cfg)
-	polled := func() float64 {
-		var m dto.Metric
-		if err := rn.r.m.records.Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetCounter().GetValue()
-	}
+	polled := rn.polled
 	// Held in its first claim: the poller decides the next poll, hands it
 	// over, decides one more and waits to hand it over too.
 	eventually(t, 10*time.Second, func() bool {
@@ -97,48 +90,14 @@ func TestAClaimerThatFellBehindClaimsTheWaitingPollsInOneStatement(t *testing.T)
 func TestAMergedClaimDeadLettersARecordRedeliveredBetweenItsPollsOnce(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	e.led.seed(wid("c"), stateStarted, e.hashOf("c", "v1"))
-	hold := make(chan struct{})
-	var holdOnce, releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { close(hold) }) }
-	defer release()
-	e.led.setAfterClaim(func([]decide.Intent) { holdOnce.Do(func() { <-hold }) })
+	release := e.holdFirstClaim()
 	rn := e.start("r1", e.config())
-	owned := func() map[int32]bool {
-		rn.r.commits.mu.Lock()
-		defer rn.r.commits.mu.Unlock()
-		out := map[int32]bool{}
-		for tp := range rn.r.commits.parts {
-			out[tp.partition] = true
-		}
-		return out
-	}
-	polled := func() float64 {
-		var m dto.Metric
-		if err := rn.r.m.records.Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetCounter().GetValue()
-	}
-	eventually(t, 10*time.Second, func() bool { return len(owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", owned()) })
-
+	owned := rn.owned
+	polled := rn.polled
 	// The claimer is held in the claim of h; the poll of c@1 waits for it.
-	e.produce(0, "h", "v")
-	eventually(t, 10*time.Second, func() bool { return len(e.led.claimLog()) == 1 }, func() string { return "h never claimed" })
-	offC := e.produce(1, "c", "v2")
-	eventually(t, 10*time.Second, func() bool { return polled() == 2 }, func() string { return fmt.Sprintf("polled %v", polled()) })
-	time.Sleep(100 * time.Millisecond)
-
 	// Partition 1 goes to another member and comes back: c@1 is polled
 	// again under the new assignment.
-	other, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.ConsumerGroup(e.group), kgo.ConsumeTopics(testTopic),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit(), kgo.SessionTimeout(time.Second),
-		kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, func() bool { o := owned(); return len(o) == 1 && o[0] }, func() string {
-		return fmt.Sprintf("r1 owns %v: want partition 1 moved to the other member", owned())
-	})
+	offC, other := e.pollOfCWaitsAndPartitionOneMoves(rn, "v2")
 	other.Close()
 	eventually(t, 10*time.Second, func() bool { return len(owned()) == 2 && polled() == 3 }, func() string {
 		return fmt.Sprintf("r1 owns %v, polled %v: want partition 1 back and c@1 polled again", owned(), polled())
@@ -250,44 +209,11 @@ func TestAHeldPollIsClaimedBeforeTheNextPollOfItsPartition(t *testing.T) {
 // once, and both partitions commit to their ends.
 func TestAGatheredPollFromAnEarlierAssignmentStartsNothingTheOtherMemberStarted(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
-	hold := make(chan struct{})
-	var holdOnce, releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { close(hold) }) }
-	defer release()
-	e.led.setAfterClaim(func([]decide.Intent) { holdOnce.Do(func() { <-hold }) })
+	release := e.holdFirstClaim()
 	rn := e.start("r1", e.config())
-	owned := func() map[int32]bool {
-		rn.r.commits.mu.Lock()
-		defer rn.r.commits.mu.Unlock()
-		out := map[int32]bool{}
-		for tp := range rn.r.commits.parts {
-			out[tp.partition] = true
-		}
-		return out
-	}
-	polled := func() float64 {
-		var m dto.Metric
-		if err := rn.r.m.records.Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetCounter().GetValue()
-	}
-	eventually(t, 10*time.Second, func() bool { return len(owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", owned()) })
-	e.produce(0, "h", "v")
-	eventually(t, 10*time.Second, func() bool { return len(e.led.claimLog()) == 1 }, func() string { return "h never claimed" })
-	offC := e.produce(1, "c", "v")
-	eventually(t, 10*time.Second, func() bool { return polled() == 2 }, func() string { return fmt.Sprintf("polled %v", polled()) })
-	time.Sleep(100 * time.Millisecond)
-
-	other, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.ConsumerGroup(e.group), kgo.ConsumeTopics(testTopic),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit(), kgo.SessionTimeout(time.Second),
-		kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, func() bool { o := owned(); return len(o) == 1 && o[0] }, func() string {
-		return fmt.Sprintf("r1 owns %v: want partition 1 moved to the other member", owned())
-	})
+	owned := rn.owned
+	polled := rn.polled
+	offC, other := e.pollOfCWaitsAndPartitionOneMoves(rn, "v")
 	// The other member started c and committed past it.
 	e.led.seed(wid("c"), stateStarted, e.hashOf("c", "v"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -349,43 +275,11 @@ func TestAGatheredPollFromAnEarlierAssignmentStartsNothingTheOtherMemberStarted(
 // started twice.
 func TestAHeldPollAtShutdownIsNotCommittedPastAndStartsOnceAfter(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
-	hold := make(chan struct{})
-	var holdOnce, releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { close(hold) }) }
-	defer release()
-	e.led.setAfterClaim(func([]decide.Intent) { holdOnce.Do(func() { <-hold }) })
+	release := e.holdFirstClaim()
 	rn := e.start("r1", e.config())
-	owned := func() map[int32]bool {
-		rn.r.commits.mu.Lock()
-		defer rn.r.commits.mu.Unlock()
-		out := map[int32]bool{}
-		for tp := range rn.r.commits.parts {
-			out[tp.partition] = true
-		}
-		return out
-	}
-	polled := func() float64 {
-		var m dto.Metric
-		if err := rn.r.m.records.Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetCounter().GetValue()
-	}
-	eventually(t, 10*time.Second, func() bool { return len(owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", owned()) })
-	e.produce(0, "h", "v")
-	eventually(t, 10*time.Second, func() bool { return len(e.led.claimLog()) == 1 }, func() string { return "h never claimed" })
-	offC := e.produce(1, "c", "v")
-	eventually(t, 10*time.Second, func() bool { return polled() == 2 }, func() string { return fmt.Sprintf("polled %v", polled()) })
-	time.Sleep(100 * time.Millisecond)
-	other, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.ConsumerGroup(e.group), kgo.ConsumeTopics(testTopic),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit(), kgo.SessionTimeout(time.Second),
-		kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, func() bool { o := owned(); return len(o) == 1 && o[0] }, func() string {
-		return fmt.Sprintf("r1 owns %v: want partition 1 moved to the other member", owned())
-	})
+	owned := rn.owned
+	polled := rn.polled
+	offC, other := e.pollOfCWaitsAndPartitionOneMoves(rn, "v")
 	other.Close()
 	eventually(t, 10*time.Second, func() bool { return len(owned()) == 2 && polled() == 3 }, func() string {
 		return fmt.Sprintf("r1 owns %v, polled %v: want partition 1 back and c@1 polled again", owned(), polled())

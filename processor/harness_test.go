@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -344,4 +347,105 @@ func stays(t *testing.T, d time.Duration, cond func() bool, msg func() string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// holdFirstClaim holds the claimer in its first claim, after the
+// statement, until release (idempotent; also called at the test's end):
+// the polls behind it wait in its queue.
+func (e *testEnv) holdFirstClaim() (release func()) {
+	hold := make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	release = func() { releaseOnce.Do(func() { close(hold) }) }
+	e.t.Cleanup(release)
+	e.led.setAfterClaim(func([]decide.Intent) { holdOnce.Do(func() { <-hold }) })
+	return release
+}
+
+// owned is the partitions rn's committer holds an assignment of.
+func (rn *runner) owned() map[int32]bool {
+	rn.r.commits.mu.Lock()
+	defer rn.r.commits.mu.Unlock()
+	out := map[int32]bool{}
+	for tp := range rn.r.commits.parts {
+		out[tp.partition] = true
+	}
+	return out
+}
+
+// polled is the records rn polled (its records counter).
+func (rn *runner) polled() float64 {
+	var m dto.Metric
+	if err := rn.r.m.records.Write(&m); err != nil {
+		rn.t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// otherMember joins another member to e's group (quick to rebalance, no
+// auto-commit), which takes partitions from the routers; the caller
+// closes it to give them back.
+func (e *testEnv) otherMember() *kgo.Client {
+	e.t.Helper()
+	other, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.ConsumerGroup(e.group), kgo.ConsumeTopics(testTopic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit(), kgo.SessionTimeout(time.Second),
+		kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return other
+}
+
+// ghostOwnsBeforeClaims makes a member the group dropped ("ghost") take a
+// partition in the ledger (a late Own: a new epoch) before a claim that
+// holds its records, times[p] times for partition p, one partition a
+// claim (the lowest still due). done reports whether every Own happened.
+func (e *testEnv) ghostOwnsBeforeClaims(times map[int32]int) (done func() bool) {
+	var mu sync.Mutex
+	owned := map[int32]int{}
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		has := map[int32]bool{}
+		for _, in := range intents {
+			has[in.Partition] = true
+		}
+		for _, p := range slices.Sorted(maps.Keys(times)) {
+			if has[p] && owned[p] < times[p] {
+				owned[p]++
+				if _, err := e.led.Own(context.Background(), Ownership{Group: e.group, Member: "ghost", Confirmed: true,
+					Parts: []PartitionRef{{testTopic, p}}}); err != nil {
+					e.t.Error(err)
+				}
+				break
+			}
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	return func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Equal(owned, times)
+	}
+}
+
+// pollOfCWaitsAndPartitionOneMoves is the start of the move-and-back
+// scenarios: rn, held in its first claim (holdFirstClaim), claims h@0,
+// and its poll of c@1 (value v) waits for the claimer; then another
+// member joins and takes partition 1. It returns c's offset and the other
+// member (close it to give partition 1 back).
+func (e *testEnv) pollOfCWaitsAndPartitionOneMoves(rn *runner, v string) (offC int64, other *kgo.Client) {
+	e.t.Helper()
+	eventually(e.t, 10*time.Second, func() bool { return len(rn.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", rn.owned()) })
+	e.produce(0, "h", "v")
+	eventually(e.t, 10*time.Second, func() bool { return len(e.led.claimLog()) == 1 }, func() string { return "h never claimed" })
+	offC = e.produce(1, "c", v)
+	eventually(e.t, 10*time.Second, func() bool { return rn.polled() == 2 }, func() string { return fmt.Sprintf("polled %v", rn.polled()) })
+	time.Sleep(100 * time.Millisecond)
+	other = e.otherMember()
+	eventually(e.t, 10*time.Second, func() bool { o := rn.owned(); return len(o) == 1 && o[0] }, func() string {
+		return fmt.Sprintf("r1 owns %v: want partition 1 moved to the other member", rn.owned())
+	})
+	return offC, other
 }
