@@ -79,6 +79,9 @@ type fakeLedger struct {
 	// ownGate, if set, runs before each Own, outside the lock (a bump
 	// held up on its way to the server: a retry's backoff, a slow pool).
 	ownGate func(member string, parts []PartitionRef)
+	// markGate, if set, runs before each MarkStarted and MarkDeadLettered,
+	// outside the lock (adversary: a ghost's Own landing just before a mark).
+	markGate func(partitions []int32)
 }
 
 func ownerKey(group, topic string, partition int32) PartitionEpoch {
@@ -259,6 +262,16 @@ func (l *fakeLedger) claim(ctx context.Context, intents []decide.Intent) ([]deci
 
 func (l *fakeLedger) MarkStarted(ctx context.Context, started []Started) error {
 	l.mu.Lock()
+	mg := l.markGate
+	l.mu.Unlock()
+	if mg != nil {
+		ps := make([]int32, len(started))
+		for i, s := range started {
+			ps[i] = s.Partition
+		}
+		mg(ps)
+	}
+	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls["MarkStarted"]++
 	for i := range started {
@@ -290,6 +303,16 @@ func (l *fakeLedger) MarkStarted(ctx context.Context, started []Started) error {
 }
 
 func (l *fakeLedger) MarkDeadLettered(ctx context.Context, rows []DeadLettered) error {
+	l.mu.Lock()
+	mg := l.markGate
+	l.mu.Unlock()
+	if mg != nil {
+		ps := make([]int32, len(rows))
+		for i, d := range rows {
+			ps[i] = d.Partition
+		}
+		mg(ps)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls["MarkDeadLettered"]++

@@ -335,3 +335,56 @@ func TestAWaitingPollFromAnEarlierAssignmentChangesNoRowOfTheMemberBetween(t *te
 			n, len(e.starter.executionsOf(wid("c"))), st, strings.Join(claims, " "))
 	}
 }
+
+// ghostOwn is a late Own of partition p by a member the group dropped.
+func (e *testEnv) ghostOwn(p int32) {
+	if _, err := e.led.Own(context.Background(), Ownership{Group: e.group, Member: "ghost", Confirmed: true,
+		Parts: []PartitionRef{{testTopic, p}}}); err != nil {
+		e.t.Error(err)
+	}
+}
+
+// Adversary (idea 3). The claimer no longer gives a partition up for the
+// number of its refusals (dabd25b), but the marker still does: a
+// MarkStarted refused by the fence is sent again under the new fence at
+// most three times, and the fourth refusal ends the record failed
+// (s.done(j, false)) although the router took the partition again after
+// each refusal and still owns it. The record is started in Temporal, its
+// row left pending, and the partition is never committed past it while
+// the router owns it: a dead end for something that heals (the claim's
+// own rule). The test holds that a's mark lands and partition 0 is
+// committed past a and b.
+func TestAPartitionTakenAgainBeforeEachOfFourMarksStillCommitsItsRecords(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	var mu sync.Mutex
+	bumps := 0
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		mu.Lock()
+		defer mu.Unlock()
+		if bumps < 4 {
+			bumps++
+			e.ghostOwn(0)
+		}
+	}
+	e.led.mu.Unlock()
+	rn := e.start("r1", e.config())
+	e.produce(0, "a", "v")
+	eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return bumps == 4 },
+		func() string { return "the ghost's Owns did not all happen" })
+	e.produce(0, "b", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("b"))) == 1 },
+		func() string { return "b never started" })
+	owns := func() int {
+		rn.r.commits.mu.Lock()
+		defer rn.r.commits.mu.Unlock()
+		return len(rn.r.commits.parts)
+	}
+	eventually(t, 5*time.Second, func() bool { return e.led.state(wid("a")) == stateStarted && e.atEnd() }, func() string {
+		return fmt.Sprintf("a: %d executions, row %q, committed %v, ends %v, r1 owns %d partition(s), MarkStarted calls %d: a's mark was given up in a partition the router still owns",
+			len(e.starter.executionsOf(wid("a"))), e.led.state(wid("a")), e.committed(), e.ends(), owns(), e.led.callCount("MarkStarted"))
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
