@@ -388,3 +388,59 @@ func TestAPartitionTakenAgainBeforeEachOfFourMarksStillCommitsItsRecords(t *test
 		t.Fatal(err)
 	}
 }
+
+// Adversary (idea 2). A member the group dropped keeps taking partition 0
+// in the ledger (its Own lands before every claim of partition 0 for a
+// while). A Claim refused by the fence writes nothing, and the claimer
+// now claims the whole batch again after each refusal with no cap
+// (dabd25b): b@1, polled in the same batch as a@0, is held as long as the
+// ghost bumps partition 0, though nothing refuses partition 1 (before,
+// the fourth refusal abandoned a and b was claimed). The test holds that
+// b, whose partition is not refused, starts within 3 s while the ghost
+// keeps bumping partition 0 for 8 s.
+func TestAGhostTakingOnePartitionOverAndOverDoesNotHoldAnotherPartitionsRecords(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	var bumping atomic.Bool
+	bumping.Store(true)
+	var bumps atomic.Int32
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		for _, in := range intents {
+			if in.Partition == 0 && bumping.Load() {
+				bumps.Add(1)
+				e.ghostOwn(0)
+				break
+			}
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	e.produce(0, "a", "v")
+	e.produce(1, "b", "v")
+	rn := e.start("r1", e.config())
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= 1 }, func() string { return "no claim of partition 0" })
+	t0 := time.Now()
+	var startedB time.Duration = -1
+	for time.Since(t0) < 8*time.Second {
+		if startedB < 0 && len(e.starter.executionsOf(wid("b"))) == 1 {
+			startedB = time.Since(t0)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	bumping.Store(false)
+	// It heals once the ghost stops.
+	e.waitCommittedToEnd(15 * time.Second)
+	healed := time.Since(t0)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if startedB < 0 || startedB > 3*time.Second {
+		t.Errorf("b@1 started %v after the ghost began bumping partition 0 (-1: not while it bumped, 8 s; %d refusals); committed to the end %v after: partition 1's record held behind partition 0's refusals",
+			startedB, bumps.Load(), healed)
+	}
+	for _, id := range []string{"a", "b"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+}
