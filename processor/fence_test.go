@@ -444,3 +444,41 @@ func TestAGhostTakingOnePartitionOverAndOverDoesNotHoldAnotherPartitionsRecords(
 		}
 	}
 }
+
+// Adversary (idea 3, dead letters). The dead letter's mark (deadLetter,
+// starts.go) is sent again under the new fence at most three times as
+// well: a ghost's Own before each of four MarkDeadLettered leaves a's row
+// pending and a failed (s.done(j, false)) in a partition the router took
+// again each time and still owns, so the partition is never committed
+// past a, though its dead letter is written. The test holds that a's row
+// ends dead_lettered and partition 0 is committed past a and b.
+func TestAPartitionTakenAgainBeforeEachOfFourDeadLetterMarksStillCommitsItsRecords(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	e.starter.failPermanent(wid("a"))
+	var mu sync.Mutex
+	bumps := 0
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		mu.Lock()
+		defer mu.Unlock()
+		if bumps < 4 {
+			bumps++
+			e.ghostOwn(0)
+		}
+	}
+	e.led.mu.Unlock()
+	rn := e.start("r1", e.config())
+	e.produce(0, "a", "v")
+	eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return bumps == 4 },
+		func() string { return "the ghost's Owns did not all happen" })
+	e.produce(0, "b", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("b"))) == 1 },
+		func() string { return "b never started" })
+	eventually(t, 5*time.Second, func() bool { return e.led.state(wid("a")) == stateDeadLettered && e.atEnd() }, func() string {
+		return fmt.Sprintf("a: row %q, dead letters %d, committed %v, ends %v, MarkDeadLettered calls %d: a's dead-letter mark was given up in a partition the router still owns",
+			e.led.state(wid("a")), len(e.dlqRecords()), e.committed(), e.ends(), e.led.callCount("MarkDeadLettered"))
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
