@@ -482,3 +482,50 @@ func TestAPartitionTakenAgainBeforeEachOfFourDeadLetterMarksStillCommitsItsRecor
 		t.Fatal(err)
 	}
 }
+
+// Adversary (idea 1). A router stopped while its claimer loops against a
+// ghost that takes partition 0 before every claim (refusedAgain waits up
+// to 1 s between re-claims): Run returns within its drain timeout,
+// nothing is committed past the unstarted a, and the next router, the
+// ghost gone, starts a once.
+func TestARouterStoppedWhileItsClaimerIsRefusedOverAndOverCommitsNothingAndTheNextStartsOnce(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	var bumping atomic.Bool
+	bumping.Store(true)
+	var bumps atomic.Int32
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if bumping.Load() {
+			bumps.Add(1)
+			e.ghostOwn(0)
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	e.produce(0, "a", "v")
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 15*time.Second, func() bool { return bumps.Load() >= 8 }, func() string { return fmt.Sprintf("%d refusals", bumps.Load()) })
+	time.Sleep(300 * time.Millisecond) // inside refusedAgain's wait
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if r1.took > cfg.DrainTimeout+500*time.Millisecond {
+		t.Errorf("Run took %v to return after cancel, drain timeout %v", r1.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != -1 {
+		t.Errorf("committed %d past the unstarted a", c)
+	}
+	if n := e.starter.callCount(wid("a")); n != 0 {
+		t.Errorf("a: %d Temporal calls from the stopped router", n)
+	}
+	bumping.Store(false)
+	r2 := e.start("r2", cfg)
+	e.waitCommittedToEnd(15 * time.Second)
+	if err := r2.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n, c := len(e.starter.executionsOf(wid("a"))), e.starter.callCount(wid("a")); n != 1 || c != 1 {
+		t.Errorf("a: %d executions, %d Temporal calls; want 1 and 1", n, c)
+	}
+}
