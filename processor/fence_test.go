@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/dedupio/dedup/processor/decide"
 )
@@ -527,5 +530,105 @@ func TestARouterStoppedWhileItsClaimerIsRefusedOverAndOverCommitsNothingAndTheNe
 	}
 	if n, c := len(e.starter.executionsOf(wid("a"))), e.starter.callCount(wid("a")); n != 1 || c != 1 {
 		t.Errorf("a: %d executions, %d Temporal calls; want 1 and 1", n, c)
+	}
+}
+
+// Adversary (idea 4). A gathered claim holds records of partition 0 under
+// two fences of the current assignment: a@0 routed under epoch 1, b@0
+// routed after the router took the partition again (epoch 3; the
+// marker's refusal, say). A ghost's Own refuses both (Stale: epochs 1 and
+// 3). committer.fenced answers epoch 1 with "taken again meanwhile" (the
+// partition's fence, 3) and tries epoch 3's re-take; the coordinator
+// cannot say this once (DescribeGroups fails), so epoch 3 is not taken
+// again, yet the partition is not forgotten either (out already names it
+// from epoch 1's branch). unfenced (dabd25b) then finds the record's own
+// fence, 3, refused and abandons a and b, records of the current
+// assignment, while the router keeps the partition: nothing commits past
+// a until a rebalance. Before dabd25b the pieces were claimed again under
+// again's fence, refused once more, and the re-take then succeeded.
+// The test holds that a and b start and partition 0 is committed to its end.
+func TestARecordOfTheCurrentAssignmentIsNotAbandonedWhenOneOfItsFencesIsTakenAgainMeanwhile(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hold) }) }
+	defer release()
+	e.led.setAfterClaim(func([]decide.Intent) { holdOnce.Do(func() { <-hold }) })
+	rn := e.start("r1", e.config())
+	polled := func() float64 {
+		var m dto.Metric
+		if err := rn.r.m.records.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	rn.waitJoined()
+	e.produce(0, "h", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.led.claimLog()) == 1 }, func() string { return "h never claimed" })
+	e.produce(0, "a", "v")
+	eventually(t, 10*time.Second, func() bool { return polled() == 2 }, func() string { return fmt.Sprintf("polled %v", polled()) })
+	time.Sleep(100 * time.Millisecond)
+	// The router takes partition 0 again (a ghost's Own, then a refusal
+	// answered: what the marker's refusal does).
+	e.ghostOwn(0)
+	rn.r.commits.mu.Lock()
+	part := rn.r.commits.parts[topicPartition{testTopic, 0}]
+	rn.r.commits.mu.Unlock()
+	ep := part.epoch.Load()
+	rn.r.commits.fenced(&FencedError{Stale: []PartitionEpoch{{Group: e.group, Topic: testTopic, Partition: 0, Epoch: ep}}})
+	if part.epoch.Load() == ep {
+		t.Fatalf("partition 0 not taken again: epoch %d", ep)
+	}
+	e.produce(0, "b", "v")
+	eventually(t, 10*time.Second, func() bool { return polled() == 3 }, func() string { return fmt.Sprintf("polled %v", polled()) })
+	time.Sleep(100 * time.Millisecond)
+
+	var mu sync.Mutex
+	mixed := 0
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		fences := map[int64]bool{}
+		for _, in := range intents {
+			fences[in.Fence.Epoch] = true
+		}
+		if len(fences) > 1 && mixed == 0 {
+			mixed++
+			// The coordinator cannot answer the next DescribeGroups.
+			e.cluster.ControlKey(kmsg.DescribeGroups.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+				req := kreq.(*kmsg.DescribeGroupsRequest)
+				resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
+				for _, g := range req.Groups {
+					rg := kmsg.NewDescribeGroupsResponseGroup()
+					rg.Group = g
+					rg.ErrorCode = kerr.GroupAuthorizationFailed.Code
+					resp.Groups = append(resp.Groups, rg)
+				}
+				return resp, nil, true
+			})
+			e.ghostOwn(0)
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	release()
+	eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return mixed == 1 },
+		func() string { return "no claim held both fences of partition 0" })
+	owns := func() int {
+		rn.r.commits.mu.Lock()
+		defer rn.r.commits.mu.Unlock()
+		return len(rn.r.commits.parts)
+	}
+	e.produce(0, "c", "v")
+	eventually(t, 10*time.Second, func() bool {
+		return len(e.starter.executionsOf(wid("a"))) == 1 && len(e.starter.executionsOf(wid("b"))) == 1 && e.atEnd()
+	}, func() string {
+		return fmt.Sprintf("a: %d executions, b: %d, c: %d; committed %v, ends %v, r1 owns %d partition(s): records of the current assignment abandoned in a partition the router keeps",
+			len(e.starter.executionsOf(wid("a"))), len(e.starter.executionsOf(wid("b"))), len(e.starter.executionsOf(wid("c"))),
+			e.committed(), e.ends(), owns())
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
 	}
 }
