@@ -632,3 +632,49 @@ func TestARecordOfTheCurrentAssignmentIsNotAbandonedWhenOneOfItsFencesIsTakenAga
 		t.Fatal(err)
 	}
 }
+
+// Adversary (idea 1, revoke). A partition revoked while the claimer loops
+// against a ghost that takes both partitions before every claim
+// (refusedAgain's waits): the moving partition's records are abandoned
+// by r1 and started by r2, the ghost stops once r2 owns a partition, and
+// every record starts once with one Temporal call, both partitions
+// committed to their ends.
+func TestARevokeWhileTheClaimerIsRefusedOverAndOverStartsEachRecordOnce(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	var bumping atomic.Bool
+	bumping.Store(true)
+	var bumps atomic.Int32
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if bumping.Load() {
+			bumps.Add(1)
+			e.ghostOwn(0)
+			e.ghostOwn(1)
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	e.produce(0, "a", "v")
+	e.produce(1, "b", "v")
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 15*time.Second, func() bool { return bumps.Load() >= 7 }, func() string { return fmt.Sprintf("%d refusals", bumps.Load()) })
+	r2 := e.start("r2", cfg)
+	eventually(t, 15*time.Second, func() bool {
+		r2.r.commits.mu.Lock()
+		defer r2.r.commits.mu.Unlock()
+		return len(r2.r.commits.parts) == 1
+	}, func() string { return "r2 never took a partition" })
+	bumping.Store(false)
+	e.waitCommittedToEnd(15 * time.Second)
+	for _, rn := range []*runner{r2, r1} {
+		if err := rn.stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"a", "b"} {
+		if n, c := len(e.starter.executionsOf(wid(id))), e.starter.callCount(wid(id)); n != 1 || c != 1 {
+			t.Errorf("%s: %d executions, %d Temporal calls (by %v); want 1 and 1", id, n, c, e.starter.callersOf(wid(id)))
+		}
+	}
+}
