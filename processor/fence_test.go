@@ -678,3 +678,55 @@ func TestARevokeWhileTheClaimerIsRefusedOverAndOverStartsEachRecordOnce(t *testi
 		}
 	}
 }
+
+// Adversary (idea 4, passing). A poll of the current assignment waiting
+// for the claimer while the router takes its partition again (a ghost's
+// Own answered by a refusal elsewhere, the marker's say): its claim
+// carries the older fence, is refused, committer.fenced answers "taken
+// again meanwhile", and unfenced claims it again under the partition's
+// new fence (the record's own): a and b start once each, the partition
+// is committed to its end.
+func TestAWaitingPollOfTheCurrentAssignmentTakenAgainMeanwhileIsClaimedUnderTheNewFence(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce, releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(hold) }) }
+	defer release()
+	e.led.setAfterClaim(func([]decide.Intent) { holdOnce.Do(func() { <-hold }) })
+	rn := e.start("r1", e.config())
+	polled := func() float64 {
+		var m dto.Metric
+		if err := rn.r.m.records.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	rn.waitJoined()
+	e.produce(0, "h", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.led.claimLog()) == 1 }, func() string { return "h never claimed" })
+	e.produce(0, "a", "v")
+	eventually(t, 10*time.Second, func() bool { return polled() == 2 }, func() string { return fmt.Sprintf("polled %v", polled()) })
+	time.Sleep(100 * time.Millisecond)
+	e.ghostOwn(0)
+	rn.r.commits.mu.Lock()
+	part := rn.r.commits.parts[topicPartition{testTopic, 0}]
+	rn.r.commits.mu.Unlock()
+	ep := part.epoch.Load()
+	rn.r.commits.fenced(&FencedError{Stale: []PartitionEpoch{{Group: e.group, Topic: testTopic, Partition: 0, Epoch: ep}}})
+	if part.epoch.Load() == ep {
+		t.Fatalf("partition 0 not taken again: epoch %d", ep)
+	}
+	e.produce(0, "b", "v")
+	eventually(t, 10*time.Second, func() bool { return polled() == 3 }, func() string { return fmt.Sprintf("polled %v", polled()) })
+	time.Sleep(100 * time.Millisecond)
+	release()
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"h", "a", "b"} {
+		if n, c := len(e.starter.executionsOf(wid(id))), e.starter.callCount(wid(id)); n != 1 || c != 1 {
+			t.Errorf("%s: %d executions, %d Temporal calls; want 1 and 1", id, n, c)
+		}
+	}
+}
