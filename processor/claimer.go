@@ -80,11 +80,16 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	// (submitClaimed).
 	c.starts.claimBegins()
 	defer c.starts.claimEnds()
-	var verdicts []decide.Claimed
-	var err error
-	for {
+	// A refused statement is split by partition (unfenced): the batches
+	// to claim hold disjoint partitions, each partition's pieces in order.
+	todo := []*claimBatch{b}
+	for len(todo) > 0 {
+		b := todo[0]
+		todo = todo[1:]
+		refusedAgain(ctx, b)
+		var verdicts []decide.Claimed
 		start := time.Now()
-		err = c.health.retry(ctx, OpClaim, func(ctx context.Context) error {
+		err := c.health.retry(ctx, OpClaim, func(ctx context.Context) error {
 			var err error
 			verdicts, err = c.ledger.Claim(ctx, b.intents)
 			return err
@@ -92,26 +97,29 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 		c.m.claimSeconds.Observe(time.Since(start).Seconds())
 		c.m.claimBatch.Observe(float64(len(b.intents)))
 		c.trace.claimed(b, verdicts, err, start)
-		f, ok := IsFenced(err)
-		if !ok {
-			break
+		if f, ok := IsFenced(err); ok {
+			// Nothing of the batch was written: the moved partitions'
+			// records are abandoned (the new owner has them), those of a
+			// partition the router took again are claimed again under its
+			// new fence, after the pieces of the partitions the fence did
+			// not refuse, claimed first: a partition refused over and over
+			// holds no other's records.
+			for _, rest := range c.unfenced(b, f, c.fenced(f)) {
+				if rest != nil {
+					todo = append(todo, rest)
+				}
+			}
+			continue
 		}
-		// Nothing of the batch was written: the moved partitions' records
-		// are abandoned (the new owner has them), the rest claimed again,
-		// with the new fence of a partition the router took again.
-		if b = c.unfenced(b, f, c.fenced(f)); b == nil {
-			return
+		if err != nil { // shutting down, or the ledger refused for good
+			c.endAll(b.owners, false)
+			continue
 		}
-		refusedAgain(ctx, b)
+		if c.hooks.AfterClaim != nil {
+			c.hooks.AfterClaim()
+		}
+		c.dispatch(ctx, b, verdicts)
 	}
-	if err != nil { // shutting down, or the ledger refused for good
-		c.endAll(b.owners, false)
-		return
-	}
-	if c.hooks.AfterClaim != nil {
-		c.hooks.AfterClaim()
-	}
-	c.dispatch(ctx, b, verdicts)
 }
 
 // dispatch acts on the ledger's verdicts of b's intents (verdicts[i] is
@@ -195,59 +203,74 @@ func (c *claimer) dispatch(ctx context.Context, b *claimBatch, verdicts []decide
 }
 
 // unfenced ends the pieces of b whose partitions f names (abandoned),
-// except those of partitions taken again (again), and returns the batch
-// of the others, or nil if none is left. A piece taken again is claimed
-// again under its own record's assignment's fence: the partition's new
-// epoch when the router took that assignment again, and abandoned when
-// the record is of an earlier assignment (the partition moved away and
-// came back: the new assignment polls it again, and its old fence, still
-// refused, changes no row of the member between).
+// except those of partitions taken again (again), and returns the rest in
+// two batches, nil when empty: the pieces of the partitions f did not
+// name, then those taken again. A piece taken again is claimed again
+// only when its record is of the assignment the router took again
+// (retakenFor): a record of an earlier assignment (the
+// partition moved away and came back) is abandoned, as the new
+// assignment polls it again, so that its claim changes no row of the
+// member between.
 //
 // A partition taken again is never given up for the number of its
 // refusals: a late Own of a member the group dropped heals, and the
 // router still owns the partition, so an abandoned record would hold its
-// commit until a rebalance. The refusals are counted per partition
-// (refusedAgain waits on the count).
-func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef]decide.Fence) *claimBatch {
-	rest := claimBatch{refused: maps.Clone(b.refused)}
-	if rest.refused == nil {
-		rest.refused = map[PartitionRef]int{}
+// commit until a rebalance. The refusals are counted per partition, and
+// refusedAgain waits on the count.
+func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef]decide.Fence) [2]*claimBatch {
+	refused := maps.Clone(b.refused)
+	if refused == nil {
+		refused = map[PartitionRef]int{}
 	}
+	clean, retaken := claimBatch{refused: refused}, claimBatch{refused: refused}
 	counted := map[PartitionRef]bool{}
 	for i := range b.intents {
 		in := b.intents[i]
+		to := &clean
 		if f.Has(in.Topic, in.Partition, in.Fence) {
 			ref := PartitionRef{in.Topic, in.Partition}
 			if !counted[ref] {
 				counted[ref] = true
-				rest.refused[ref]++
+				refused[ref]++
 			}
-			nf := b.owners[i].part.fence()
-			if _, ok := again[ref]; !ok || f.Has(in.Topic, in.Partition, nf) {
+			if !retakenFor(again, b.owners[i]) {
 				c.end(b.owners[i], false)
 				continue
 			}
-			in.Fence = nf
+			in.Fence, to = b.owners[i].part.fence(), &retaken
 		}
-		rest.intents = append(rest.intents, in)
-		rest.starts = append(rest.starts, b.starts[i])
-		rest.owners = append(rest.owners, b.owners[i])
+		to.intents = append(to.intents, in)
+		to.starts = append(to.starts, b.starts[i])
+		to.owners = append(to.owners, b.owners[i])
 	}
-	if len(rest.intents) == 0 {
-		return nil
+	var out [2]*claimBatch
+	for i, rest := range []*claimBatch{&clean, &retaken} {
+		if len(rest.intents) > 0 {
+			out[i] = rest
+		}
 	}
-	return &rest
+	return out
 }
 
-// refusedAgain waits before b is claimed again once one of its partitions
-// was refused more than three times (a member the group dropped that
-// keeps taking it in the ledger): 100 ms a refusal past the third, at
-// most a second, so that the claimer does not spin against it.
+// refusedAgain waits before b is claimed once one of its partitions was
+// refused more than three times (a member the group dropped that keeps
+// taking it in the ledger), so that the claimer does not spin against
+// it (waitRefused).
 func refusedAgain(ctx context.Context, b *claimBatch) {
-	n := 0
-	for _, k := range b.refused {
-		n = max(n, k)
+	if len(b.refused) == 0 {
+		return
 	}
+	n := 0
+	for i := range b.intents {
+		n = max(n, b.refused[PartitionRef{b.intents[i].Topic, b.intents[i].Partition}])
+	}
+	waitRefused(ctx, n)
+}
+
+// waitRefused waits, after the n-th refusal by the ledger's fence of a
+// partition the router took again each time, 100 ms a refusal past the
+// third, at most a second, or until ctx is done.
+func waitRefused(ctx context.Context, n int) {
 	if n <= 3 {
 		return
 	}

@@ -350,17 +350,17 @@ func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
 		// waiter of a partition still ours takes the job over under its
 		// own fence), unless the router took the partition again: then
 		// the mark is sent again under the new fence.
-		for try := 0; ; try++ {
+		// Never given up for the number of its refusals while the router
+		// takes its record's assignment again (retakenFor).
+		for try := 1; ; try++ {
 			dl := []DeadLettered{{WorkflowID: j.req.WorkflowID, Topic: j.rec.part.tp.topic, Partition: j.rec.part.tp.partition,
 				Fence: j.rec.part.fence()}}
 			err = s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkDeadLettered(ctx, dl) })
 			f, ok := IsFenced(err)
-			if !ok || try == 3 {
+			if !ok || !retakenFor(s.fenced(f), j.rec) {
 				break
 			}
-			if _, again := s.fenced(f)[PartitionRef{dl[0].Topic, dl[0].Partition}]; !again {
-				break
-			}
+			waitRefused(ctx, try)
 		}
 	}
 	s.done(j, err == nil)
@@ -380,9 +380,11 @@ func (s *startPool) marker() {
 		// A refusal of the ledger's fence marks the rows of the other
 		// partitions; a job whose owner's partition moved is abandoned (a
 		// waiter of a partition still ours takes it over and marks it),
-		// unless the router took the partition again: then its mark is
-		// sent again under the new fence.
+		// unless the router took its record's assignment again: then its
+		// mark is sent again under the new fence, never given up for the
+		// number of its refusals (retakenFor).
 		for try := 0; len(batch) > 0; try++ {
+			waitRefused(ctx, try)
 			started := make([]Started, len(batch))
 			for i, j := range batch {
 				started[i] = Started{WorkflowID: j.req.WorkflowID, RunID: j.runID, Generation: j.req.Generation,
@@ -391,13 +393,13 @@ func (s *startPool) marker() {
 			err := s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkStarted(ctx, started) })
 			f, fenced := IsFenced(err)
 			var again map[PartitionRef]decide.Fence
-			if fenced && try < 3 {
+			if fenced {
 				again = s.fenced(f)
 			}
 			var retry []*job
 			for i, j := range batch {
 				refused := fenced && f.Has(started[i].Topic, started[i].Partition, started[i].Fence)
-				if _, ok := again[PartitionRef{started[i].Topic, started[i].Partition}]; refused && ok {
+				if refused && retakenFor(again, j.rec) {
 					retry = append(retry, j)
 					continue
 				}
@@ -485,4 +487,14 @@ func (s *startPool) release(j *job, ok bool) {
 			}
 		}()
 	}
+}
+
+// retakenFor reports whether again (committer.fenced's answer to a
+// refusal) took rec's assignment again: its partition's new fence is the
+// one of rec's assignment. A record of an earlier assignment (its
+// partition moved away and came back) is not: it is abandoned, and the
+// new assignment polls it again.
+func retakenFor(again map[PartitionRef]decide.Fence, rec *record) bool {
+	nf, ok := again[PartitionRef{rec.part.tp.topic, rec.part.tp.partition}]
+	return ok && nf == rec.part.fence()
 }
