@@ -488,13 +488,3 @@ func (s *startPool) release(j *job, ok bool) {
 		}()
 	}
 }
-
-// retakenFor reports whether again (committer.fenced's answer to a
-// refusal) took rec's assignment again: its partition's new fence is the
-// one of rec's assignment. A record of an earlier assignment (its
-// partition moved away and came back) is not: it is abandoned, and the
-// new assignment polls it again.
-func retakenFor(again map[PartitionRef]decide.Fence, rec *record) bool {
-	nf, ok := again[PartitionRef{rec.part.tp.topic, rec.part.tp.partition}]
-	return ok && nf == rec.part.fence()
-}
