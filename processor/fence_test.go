@@ -730,3 +730,108 @@ func TestAWaitingPollOfTheCurrentAssignmentTakenAgainMeanwhileIsClaimedUnderTheN
 		}
 	}
 }
+
+// twoPollsOfXAcrossARetake: r1 holds g's MarkStarted (partition 0) and
+// the claim of h@0 while it polls x@0 with payload v1 (poll 1), then, if
+// retake, a ghost's Own lands before g's mark, which the fence refuses:
+// the router takes partition 0 again (a new epoch); then it polls x@0
+// with payload v2 (poll 2). The claimer, let go, gathers polls 1 and 2
+// into one claim, its x intents under the old and the new fence. It
+// returns x's row's payload hash, and the claims' log.
+func twoPollsOfXAcrossARetake(t *testing.T, e *testEnv, retake bool) (hash [32]byte, claims string) {
+	bump, releaseH := make(chan struct{}), make(chan struct{})
+	var bumpOnce, releaseOnce sync.Once
+	t.Cleanup(func() { bumpOnce.Do(func() { close(bump) }); releaseOnce.Do(func() { close(releaseH) }) })
+	var markHeld, hHeld atomic.Bool
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		if len(ps) > 0 && ps[0] == 0 && markHeld.CompareAndSwap(false, true) {
+			<-bump
+			if retake {
+				e.ghostOwn(0)
+			}
+		}
+	}
+	e.led.gate = func(intents []decide.Intent) bool {
+		for _, in := range intents {
+			if in.EventID == "h" && hHeld.CompareAndSwap(false, true) {
+				<-releaseH
+				break
+			}
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	rn := e.start("r1", e.config())
+	epoch := func() int64 {
+		rn.r.commits.mu.Lock()
+		defer rn.r.commits.mu.Unlock()
+		if p := rn.r.commits.parts[topicPartition{testTopic, 0}]; p != nil {
+			return p.epoch.Load()
+		}
+		return -1
+	}
+	e.produce(0, "g", "v")
+	eventually(t, 10*time.Second, func() bool { return markHeld.Load() }, func() string { return "g's mark never sent" })
+	e1 := epoch()
+	e.produce(0, "h", "v")
+	eventually(t, 10*time.Second, func() bool { return hHeld.Load() }, func() string { return "h's claim never sent" })
+	e.produce(0, "x", "v1")
+	eventually(t, 10*time.Second, func() bool { return rn.polled() == 3 }, func() string { return fmt.Sprintf("polled %v", rn.polled()) })
+	time.Sleep(200 * time.Millisecond) // poll 1 decided, its fence stamped, queued
+	bumpOnce.Do(func() { close(bump) })
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("g")) == stateStarted }, func() string { return "g never marked" })
+	if e2 := epoch(); retake != (e2 != e1) {
+		t.Fatalf("partition 0's epoch %d, then %d (retake %v)", e1, e2, retake)
+	}
+	e.produce(0, "x", "v2")
+	eventually(t, 10*time.Second, func() bool { return rn.polled() == 4 }, func() string { return fmt.Sprintf("polled %v", rn.polled()) })
+	time.Sleep(200 * time.Millisecond) // poll 2 decided, its fence stamped, waiting to be queued
+	releaseOnce.Do(func() { close(releaseH) })
+	e.waitCommittedToEnd(15 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	var cl []string
+	for _, c := range e.led.claimLog() {
+		var ins []string
+		for _, in := range c {
+			ins = append(ins, fmt.Sprintf("%s@%d/%d(epoch %d)", in.EventID, in.Partition, in.Offset, in.Fence.Epoch))
+		}
+		cl = append(cl, "["+strings.Join(ins, " ")+"]")
+	}
+	e.led.mu.Lock()
+	hash = e.led.rows[wid("x")].hash
+	e.led.mu.Unlock()
+	return hash, strings.Join(cl, " ")
+}
+
+// Adversary 27b (idea 1, PASSES: the control). Two polls of one partition
+// gathered into one claim, under one fence: the first copy of x in the
+// stream (v1) wins its row, the second (v2) is the conflict.
+func TestTwoPollsGatheredUnderOneFenceClaimTheFirstCopyFirst(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	hash, claims := twoPollsOfXAcrossARetake(t, e, false)
+	if hash != e.hashOf("x", "v1") {
+		t.Errorf("x's row holds v2's payload: the later copy claimed first; claims %s", claims)
+	}
+}
+
+// Adversary 27b (idea 1). The claimer claims a partition's records in
+// stream order ("one claimer, fed in poll order, so verdicts follow the
+// stream's order", router.go), and 2b8a92d says the split keeps "each
+// partition's pieces in order". But the fence is stamped per poll
+// (prepare), and gatherPolls joins two polls of one partition stamped
+// before and after the router took it again: the ledger refuses the old
+// fence only, unfenced puts the new-fence pieces (the later offsets) in
+// the clean batch, claimed first, and the old-fence ones (earlier
+// offsets) in the retaken batch, claimed after. x@0 v1 then x@0 v2: v2
+// wins the row and starts, v1, first in the stream, is dead-lettered as
+// the conflict. The test holds that x's row holds v1's payload.
+func TestAPartitionsPiecesUnderTwoFencesInOneClaimAreClaimedInStreamOrder(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	hash, claims := twoPollsOfXAcrossARetake(t, e, true)
+	if hash != e.hashOf("x", "v1") {
+		t.Errorf("x's row holds v2's payload: the later copy (poll 2, new fence) was claimed before the earlier one (poll 1, old fence); claims %s", claims)
+	}
+}
