@@ -835,3 +835,36 @@ func TestAPartitionsPiecesUnderTwoFencesInOneClaimAreClaimedInStreamOrder(t *tes
 		t.Errorf("x's row holds v2's payload: the later copy (poll 2, new fence) was claimed before the earlier one (poll 1, old fence); claims %s", claims)
 	}
 }
+
+// Adversary 27b (idea 2, PASSES). A router stopped while its marker loops
+// against a ghost that takes partition 0 before every mark: Run returns
+// within its drain timeout (the final flush's deadline bounds the
+// uncapped retry), a's offset is not committed (its row is not started),
+// and a was started once.
+func TestARouterStoppedWhileItsMarkerIsRefusedOverAndOverReturnsInTimeAndCommitsNothingPastTheMark(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	var bumps atomic.Int32
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		bumps.Add(1)
+		e.ghostOwn(0)
+	}
+	e.led.mu.Unlock()
+	cfg := e.config()
+	rn := e.start("r1", cfg)
+	e.produce(0, "a", "v")
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= 6 }, func() string { return "a's mark never refused six times" })
+	err := rn.stop()
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel (drain timeout %v), err %v", rn.took, cfg.DrainTimeout, err)
+	}
+	if st := e.led.state(wid("a")); st == stateStarted {
+		t.Errorf("a's row %q: marked under a ghost's fence", st)
+	}
+	if c := e.committed(); c[0] > 0 {
+		t.Errorf("committed %v past a, whose row is %q", c, e.led.state(wid("a")))
+	}
+	if n := len(e.starter.executionsOf(wid("a"))); n != 1 {
+		t.Errorf("a: %d executions, want 1", n)
+	}
+}
