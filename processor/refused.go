@@ -15,15 +15,18 @@ import (
 // number of its refusals; its records of the partitions the router did
 // not take again are abandoned (their new owner polls them).
 
-// unfenced ends the pieces of b whose partitions f names (abandoned),
+// unfenced ends the pieces of b of the partitions f names (abandoned),
 // except those of partitions taken again (again), and returns the rest in
 // two batches, nil when empty: the pieces of the partitions f did not
-// name, then those taken again. A piece taken again is claimed again
-// only when its record is of the assignment the router took again
-// (retakenFor): a record of an earlier assignment (the
-// partition moved away and came back) is abandoned, as the new
-// assignment polls it again, so that its claim changes no row of the
-// member between.
+// name, then those of the partitions taken again, each partition's pieces
+// in one batch and in stream order (a claim of gathered polls may hold a
+// partition under two fences, the older refused, the newer not: its
+// pieces stay together, so its earlier copy of an event is still claimed
+// first). A piece taken again is claimed again only when its record is of
+// the assignment the router took again (retakenFor): a record of an
+// earlier assignment (the partition moved away and came back) is
+// abandoned, as the new assignment polls it again, so that its claim
+// changes no row of the member between.
 //
 // A partition taken again is never given up for the number of its
 // refusals: a late Own of a member the group dropped heals, and the
@@ -35,17 +38,20 @@ func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef
 	if refused == nil {
 		refused = map[PartitionRef]int{}
 	}
+	named := map[PartitionRef]bool{}
+	for i := range b.intents {
+		if in := &b.intents[i]; f.Has(in.Topic, in.Partition, in.Fence) {
+			named[PartitionRef{in.Topic, in.Partition}] = true
+		}
+	}
+	for ref := range named {
+		refused[ref]++
+	}
 	clean, retaken := claimBatch{refused: refused}, claimBatch{refused: refused}
-	counted := map[PartitionRef]bool{}
 	for i := range b.intents {
 		in := b.intents[i]
 		to := &clean
-		if f.Has(in.Topic, in.Partition, in.Fence) {
-			ref := PartitionRef{in.Topic, in.Partition}
-			if !counted[ref] {
-				counted[ref] = true
-				refused[ref]++
-			}
+		if named[PartitionRef{in.Topic, in.Partition}] {
 			if !retakenFor(again, b.owners[i]) {
 				c.end(b.owners[i], false)
 				continue
