@@ -868,3 +868,163 @@ func TestARouterStoppedWhileItsMarkerIsRefusedOverAndOverReturnsInTimeAndCommits
 		t.Errorf("a: %d executions, want 1", n)
 	}
 }
+
+// Adversary 27b (idea 2). The marker lost its cap of three tries
+// (2b8a92d): a MarkStarted refused by the fence is sent again, waiting up
+// to 1 s, for as long as the router takes the partition again. The
+// marker is one goroutine with one batch: while it loops on partition
+// 0's job, the started jobs of partition 1 wait in its queue, so a ghost
+// taking partition 0 before every mark holds partition 1's records
+// (started in Temporal, rows pending, uncommitted) — the hold the same
+// commit removes from the claimer. The test holds that b@1, started
+// while the ghost keeps bumping partition 0 before each mark, has its row
+// marked started within 3 s.
+func TestAGhostTakingOnePartitionBeforeEveryMarkDoesNotHoldAnotherPartitionsMarks(t *testing.T) {
+	t.Skip("known, not fixed (session 27, #43 note): while a member the group dropped keeps taking one partition, the claimer's, marker's or start workers' retries hold the others' records until it stops; remove this skip with per-partition retries")
+	e := newTestEnv(t, 2, envOpt{})
+	var bumping atomic.Bool
+	bumping.Store(true)
+	var bumps atomic.Int32
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		for _, p := range ps {
+			if p == 0 && bumping.Load() {
+				bumps.Add(1)
+				e.ghostOwn(0)
+				return
+			}
+		}
+	}
+	e.led.mu.Unlock()
+	rn := e.start("r1", e.config())
+	e.produce(0, "a", "v")
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= 5 }, func() string { return "a's mark never refused five times" })
+	e.produce(1, "b", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("b"))) == 1 }, func() string { return "b never started" })
+	t0 := time.Now()
+	var markedB time.Duration = -1
+	for time.Since(t0) < 6*time.Second {
+		if markedB < 0 && e.led.state(wid("b")) == stateStarted {
+			markedB = time.Since(t0)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	bumping.Store(false)
+	e.waitCommittedToEnd(15 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if markedB < 0 || markedB > 3*time.Second {
+		t.Errorf("b@1's row marked started %v after its start (-1: not while the ghost bumped partition 0, 6 s; %d refusals of a's mark): partition 1's mark held behind partition 0's refusals",
+			markedB, bumps.Load())
+	}
+}
+
+// Adversary 27b (idea 1). The claimer splits a refused claim so that the
+// unrefused partitions' pieces of the same batch are claimed first
+// (2b8a92d), but claim still does not return while a partition taken
+// again is refused over and over: the claimer is one goroutine fed in
+// poll order, so a poll of partition 1 that comes after it waits in the
+// queue for as long as the ghost bumps partition 0. The test holds that
+// b@1, produced after the claimer began looping on a@0, starts within 3 s
+// while the ghost keeps bumping partition 0.
+func TestAGhostTakingOnePartitionOverAndOverDoesNotHoldALaterPollOfAnotherPartition(t *testing.T) {
+	t.Skip("known, not fixed (session 27, #43 note): while a member the group dropped keeps taking one partition, the claimer's, marker's or start workers' retries hold the others' records until it stops; remove this skip with per-partition retries")
+	e := newTestEnv(t, 2, envOpt{})
+	var bumping atomic.Bool
+	bumping.Store(true)
+	var bumps atomic.Int32
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		for _, in := range intents {
+			if in.Partition == 0 && bumping.Load() {
+				bumps.Add(1)
+				e.ghostOwn(0)
+				break
+			}
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	rn := e.start("r1", e.config())
+	e.produce(0, "a", "v")
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= 5 }, func() string { return "a's claim never refused five times" })
+	e.produce(1, "b", "v")
+	t0 := time.Now()
+	var startedB time.Duration = -1
+	for time.Since(t0) < 6*time.Second {
+		if startedB < 0 && len(e.starter.executionsOf(wid("b"))) == 1 {
+			startedB = time.Since(t0)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	bumping.Store(false)
+	e.waitCommittedToEnd(15 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if startedB < 0 || startedB > 3*time.Second {
+		t.Errorf("b@1 (a later poll) started %v after it was produced (-1: not while the ghost bumped partition 0, 6 s; %d refusals): partition 1's poll held behind partition 0's refusals",
+			startedB, bumps.Load())
+	}
+	for _, id := range []string{"a", "b"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+}
+
+// Adversary 27b (idea 4). The dead letter's mark lost its cap of three
+// tries (2b8a92d) and is retried on the start worker that holds the job
+// (deadLetter runs on the worker), waiting up to 1 s a refusal. A ghost
+// taking partition 0 before every mark keeps each worker that
+// dead-letters a record of partition 0 in that loop: with as many such
+// records as workers (4), no start of another partition runs. The test
+// holds that b@1, produced while the ghost bumps partition 0 before each
+// mark, starts within 3 s.
+func TestAGhostTakingOnePartitionBeforeEveryDeadLetterMarkDoesNotHoldAnotherPartitionsStarts(t *testing.T) {
+	t.Skip("known, not fixed (session 27, #43 note): while a member the group dropped keeps taking one partition, the claimer's, marker's or start workers' retries hold the others' records until it stops; remove this skip with per-partition retries")
+	e := newTestEnv(t, 2, envOpt{})
+	var bumping atomic.Bool
+	bumping.Store(true)
+	var bumps atomic.Int32
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		for _, p := range ps {
+			if p == 0 && bumping.Load() {
+				bumps.Add(1)
+				e.ghostOwn(0)
+				return
+			}
+		}
+	}
+	e.led.mu.Unlock()
+	cfg := e.config()
+	for i := 0; i < cfg.Starts.Concurrency; i++ {
+		e.starter.failPermanent(wid(fmt.Sprintf("a%d", i)))
+	}
+	rn := e.start("r1", cfg)
+	for i := 0; i < cfg.Starts.Concurrency; i++ {
+		e.produce(0, fmt.Sprintf("a%d", i), "v")
+	}
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= int32(4*cfg.Starts.Concurrency) },
+		func() string { return "the dead letters' marks were not refused" })
+	e.produce(1, "b", "v")
+	t0 := time.Now()
+	var startedB time.Duration = -1
+	for time.Since(t0) < 6*time.Second {
+		if startedB < 0 && len(e.starter.executionsOf(wid("b"))) == 1 {
+			startedB = time.Since(t0)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	bumping.Store(false)
+	e.waitCommittedToEnd(15 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if startedB < 0 || startedB > 3*time.Second {
+		t.Errorf("b@1 started %v after it was produced (-1: not while the ghost bumped partition 0, 6 s; %d refusals): every start worker held in partition 0's dead-letter marks",
+			startedB, bumps.Load())
+	}
+}
