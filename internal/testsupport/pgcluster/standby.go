@@ -154,12 +154,25 @@ func (c *Cluster) Detach(ctx context.Context) (string, error) {
 
 // CaughtUp waits until a standby has replayed all the WAL it received (so
 // that a read on it sees every commit it has), and returns that position.
+//
+// The received WAL can end inside a record: the primary streams what it
+// flushed, and its WAL writer flushes whole pages, also the first pages of
+// a record still being written (a full-page image spans two). Such a
+// record's rest never comes once the primary is gone or the standby
+// detached, so replay stops before the receive position for good. The
+// standby has then replayed all it can when its startup process waits for
+// more WAL and its replay position has not moved since the previous look.
 func (c *Cluster) CaughtUp(ctx context.Context) (string, error) {
-	var lsn string
+	var lsn, last string
 	err := c.until(ctx, "the standby to replay the WAL it received", func(conn *pgx.Conn) (bool, error) {
-		var done bool
-		err := conn.QueryRow(ctx, `SELECT coalesce(pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn(), true), pg_last_wal_replay_lsn()::text`).Scan(&done, &lsn)
-		return done, err
+		var done, waiting bool
+		prev := last
+		err := conn.QueryRow(ctx, `SELECT coalesce(pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn(), true),
+			pg_last_wal_replay_lsn()::text,
+			EXISTS (SELECT FROM pg_stat_activity WHERE backend_type = 'startup'
+				AND wait_event IN ('RecoveryWalStream', 'RecoveryRetrieveRetryInterval'))`).Scan(&done, &lsn, &waiting)
+		last = lsn
+		return done || waiting && lsn == prev, err
 	})
 	return lsn, err
 }
