@@ -48,7 +48,7 @@ var namespaces = func() []string {
 	// start, as a new namespace takes the server a while to serve. Room
 	// for the suite to grow: unused ones cost a registration each.
 	var ns []string
-	for i := 1; i <= 80; i++ {
+	for i := 1; i <= 84; i++ {
 		ns = append(ns, fmt.Sprintf("ns%d", i))
 	}
 	return ns
@@ -169,6 +169,9 @@ type env struct {
 	kcl       *kgo.Client
 	tc        client.Client
 	led       *ledger.Postgres
+	// beforeSpawn, when set, runs with the config of a process spawn
+	// starts, just before it starts it.
+	beforeSpawn func(config.Config)
 }
 
 func newEnv(t *testing.T, partitions int) *env {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -402,35 +401,22 @@ func TestIngressCurlRouterCrashAfter202(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte(`tokens: [{tenant: shop, token: s3cret-0123456789, event_types: ["*"], routes: ["*"], read_status: true}]`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Ingress.Listen = l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	cfg.Ingress.Listen = "127.0.0.1:0" // the port it binds is read from /proc (listen_test.go)
 	cfg.Ingress.AdminListen = ""
 	cfg.Ingress.TokensFile = tokens
 	useTenantKeys(t, &cfg, e.t.TempDir())
 	cfg.Ingress.MaxBodyBytes = 4096
-	base := "http://" + cfg.Ingress.Listen
 	ing := exec.Command(dedupBin, "ingress", "--config", e.writeConfig(cfg))
 	ing.Stdout, ing.Stderr = os.Stderr, os.Stderr
 	if err := ing.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = ing.Process.Signal(os.Interrupt); _ = waitExit(ing, 30*time.Second) }()
-	if !eventually(time.Minute, func() bool {
-		c, err := net.Dial("tcp", cfg.Ingress.Listen)
-		ok := err == nil
-		if ok {
-			_ = c.Close()
-		}
-		return ok
-	}) {
-		t.Fatal("dedup ingress does not listen")
+	listen, err := listenAddr(ing.Process.Pid, nil)
+	if err != nil {
+		t.Fatalf("dedup ingress: %v", err)
 	}
+	base := "http://" + listen
 	curl := func(args ...string) (int, string) {
 		t.Helper()
 		out, err := exec.Command("curl", append([]string{"-sS", "-o", "-", "-w", "\n%{http_code}"}, args...)...).Output()

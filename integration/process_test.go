@@ -34,18 +34,22 @@ func (e *env) spawn(name string, cfg config.Config, extraEnv ...string) *proc {
 // spawnBin is spawn with another build of dedup.
 func (e *env) spawnBin(bin, name string, cfg config.Config, extraEnv ...string) *proc {
 	e.t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	cfg.Admin.Listen = l.Addr().String()
-	if err := l.Close(); err != nil {
-		e.t.Fatal(err)
-	}
+	cfg.Admin.Listen = "127.0.0.1:0" // the port it binds is read from /proc (listen_test.go)
 	p := &proc{name: name, admin: cfg.Admin.Listen, done: make(chan struct{})}
+	if e.beforeSpawn != nil {
+		e.beforeSpawn(cfg)
+	}
 	p.cmd = exec.Command(bin, "run", "--config", e.writeConfig(cfg))
 	p.cmd.Env = append(os.Environ(), extraEnv...)
 	p.cmd.Stdout, p.cmd.Stderr = os.Stderr, os.Stderr
+	e.startProc(p)
+	return p
+}
+
+// startProc starts p.cmd, stops it at the test's end, and waits until it
+// listens on its admin port (p.admin) or exits.
+func (e *env) startProc(p *proc) {
+	e.t.Helper()
 	if err := p.cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
@@ -58,7 +62,13 @@ func (e *env) spawnBin(bin, name string, cfg config.Config, extraEnv ...string) 
 			<-p.done
 		}
 	})
-	return p
+	addr, err := listenAddr(p.cmd.Process.Pid, p.done)
+	if err != nil {
+		e.t.Fatalf("%s: %v", p.name, err)
+	}
+	if addr != "" {
+		p.admin = addr
+	}
 }
 
 func (p *proc) running() bool {
@@ -161,4 +171,23 @@ func (e *env) committedMonitor() (stop func() []string) {
 		done <- regressions
 	}()
 	return func() []string { cancel(); return <-done }
+}
+
+// The harness gives each router process an admin port. A port found free
+// and closed can be taken before the router binds it: by another process
+// listening, or as the local port of an outgoing connection (CI of
+// da57e34: "admin.listen 127.0.0.1:41423: ... address already in use").
+// The router still comes up, on an admin port the harness reaches.
+func TestASpawnedRouterComesUpWhenAPortFoundFreeIsTakenMeanwhile(t *testing.T) {
+	e := newEnv(t, 1)
+	e.beforeSpawn = func(cfg config.Config) {
+		if l, err := net.Listen("tcp", cfg.Admin.Listen); err == nil {
+			t.Cleanup(func() { _ = l.Close() })
+		}
+	}
+	p := e.spawn("r", e.config())
+	if !eventually(time.Minute, func() bool { return p.ready() == 200 || !p.running() }) || !p.running() {
+		t.Fatalf("router not ready on %s (running=%v, exit %v)", p.admin, p.running(), p.err)
+	}
+	p.stop(t)
 }

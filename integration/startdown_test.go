@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -78,14 +77,7 @@ func (l *logBuffer) count(msg, dep string) int {
 // port of its own, keeping its log (also copied to stderr).
 func (e *env) spawnLogged(name, sub string, cfg config.Config) (*proc, *logBuffer) {
 	e.t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	admin := l.Addr().String()
-	if err := l.Close(); err != nil {
-		e.t.Fatal(err)
-	}
+	admin := "127.0.0.1:0" // the port it binds is read from /proc (listen_test.go)
 	if sub == "worker" {
 		cfg.Worker.AdminListen = admin
 	} else {
@@ -95,18 +87,7 @@ func (e *env) spawnLogged(name, sub string, cfg config.Config) (*proc, *logBuffe
 	p := &proc{name: name, admin: admin, done: make(chan struct{})}
 	p.cmd = exec.Command(dedupBin, sub, "--config", e.writeConfig(cfg))
 	p.cmd.Stdout, p.cmd.Stderr = os.Stderr, io.MultiWriter(os.Stderr, logs)
-	if err := p.cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	e.t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
+	e.startProc(p)
 	return p, logs
 }
 
