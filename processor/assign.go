@@ -168,7 +168,11 @@ func (c *committer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int
 // already dropped) is taken again in the ledger (a new epoch) and returned
 // with its new fence, so that the caller writes again under it; any other
 // is forgotten without committing, like lost (this router is the zombie).
-// An assignment newer than the refused fence is left alone. Calls are
+// While the group rebalances, the coordinator lists no assignment: a
+// partition this member still owns and was not told to revoke is returned
+// with its fence unchanged, neither taken again nor forgotten, so that
+// the caller writes again and, refused again, asks again. An assignment
+// newer than the refused fence is left alone. Calls are
 // serialised, so that the claimer and the marker, refused together, take
 // a partition again once.
 func (c *committer) fenced(e *FencedError) map[PartitionRef]decide.Fence {
@@ -194,15 +198,26 @@ func (c *committer) fenced(e *FencedError) map[PartitionRef]decide.Fence {
 	}
 	ctx, cancel := context.WithTimeout(c.parent, 10*time.Second)
 	defer cancel()
-	mine, member := c.assignedToMe(ctx)
+	mine, member, rebalancing := c.assignedToMe(ctx)
 	var again []*partition
 	var refs []PartitionRef
+	c.mu.Lock()
 	for _, part := range cands {
-		if mine[part.tp] {
+		ref := PartitionRef{part.tp.topic, part.tp.partition}
+		switch {
+		case mine[part.tp]:
 			again = append(again, part)
-			refs = append(refs, PartitionRef{part.tp.topic, part.tp.partition})
+			refs = append(refs, ref)
+		case rebalancing && !part.revoking && c.parts[part.tp] == part:
+			// The coordinator cannot say while the group rebalances, and
+			// under the cooperative protocol the member keeps what it has
+			// not been told to revoke: neither taken again nor forgotten,
+			// the write is sent again under the same fence (refused
+			// again, it asks again; waitRefused's waits).
+			out[ref] = part.fence()
 		}
 	}
+	c.mu.Unlock()
 	var epochs []int64
 	if len(refs) > 0 {
 		var err error
@@ -249,7 +264,7 @@ func (c *committer) fenced(e *FencedError) map[PartitionRef]decide.Fence {
 func (c *committer) confirm(ctx context.Context, member string, gen int32, refused []PartitionRef, fences map[topicPartition]decide.Fence) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	mine, _ := c.assignedToMe(dctx)
+	mine, _, _ := c.assignedToMe(dctx)
 	var confirmed []PartitionRef
 	for _, ref := range refused {
 		if mine[topicPartition{ref.Topic, ref.Partition}] {
@@ -276,26 +291,30 @@ func (c *committer) confirm(ctx context.Context, member string, gen int32, refus
 }
 
 // assignedToMe asks the group coordinator which partitions it assigns to
-// this member now (none if it cannot say).
-func (c *committer) assignedToMe(ctx context.Context) (map[topicPartition]bool, string) {
+// this member now (none if it cannot say). rebalancing: the group is
+// between two assignments (not Stable) and lists this member; the
+// coordinator then answers with no assignment, while under the
+// cooperative protocol the member keeps what it owns until it revokes it.
+func (c *committer) assignedToMe(ctx context.Context) (mine map[topicPartition]bool, member string, rebalancing bool) {
 	if c.cl == nil || c.adm == nil {
-		return nil, ""
+		return nil, "", false
 	}
-	member, _ := c.cl.GroupMetadata()
+	member, _ = c.cl.GroupMetadata()
 	groups, err := c.adm.DescribeGroups(ctx, c.cfg.Group)
 	if err != nil {
 		c.log.Warn("describing the consumer group to check a partition the ledger's fence refused", "err", err)
-		return nil, member
+		return nil, member, false
 	}
 	out := map[topicPartition]bool{}
 	g, ok := groups[c.cfg.Group]
 	if !ok || g.Err != nil {
-		return out, member
+		return out, member, false
 	}
 	for _, m := range g.Members {
 		if m.MemberID != member {
 			continue
 		}
+		rebalancing = g.State != "Stable"
 		if a, ok := m.Assigned.AsConsumer(); ok {
 			for _, t := range a.Topics {
 				for _, p := range t.Partitions {
@@ -304,5 +323,5 @@ func (c *committer) assignedToMe(ctx context.Context) (map[topicPartition]bool, 
 			}
 		}
 	}
-	return out, member
+	return out, member, rebalancing
 }
