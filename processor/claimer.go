@@ -62,6 +62,9 @@ type claimer struct {
 	// partitions the router took again, with their new fences; it forgot
 	// the others.
 	fenced func(*FencedError) map[PartitionRef]decide.Fence
+	// waits are the partitions refused more than three times, waiting
+	// (refused.go); claim runs on one goroutine: no lock.
+	waits refusedWaits
 
 	// The decision log samples duplicates: the first of each second is
 	// logged at info, with how many went unlogged before it (claim runs on
@@ -70,22 +73,47 @@ type claimer struct {
 	dupUnlogged int
 }
 
-// claim claims b and dispatches its intents. It returns once every start
-// is queued, so the claim of the next batch overlaps with the starts of
-// this one.
+// claim claims b (nil: none) and the pieces of the waiting partitions
+// that are due (refusedWaits), and dispatches their intents. It returns
+// once every start is queued, so the claim of the next batch overlaps with
+// the starts of this one.
 func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	// From before the ledger reads the rows to the end of the dispatch,
 	// the start pool notes the starts whose marks left their rows started
 	// (submitClaimed).
 	c.starts.claimBegins()
 	defer c.starts.claimEnds()
+	if c.waits == nil {
+		c.waits = refusedWaits{}
+	}
 	// A refused statement is split by partition (unfenced): the batches
 	// to claim hold disjoint partitions, each partition's pieces in order.
-	todo := []*claimBatch{b}
+	var todo []*claimBatch
+	if b = c.waits.behindWaiting(b); b != nil {
+		todo = append(todo, b)
+	}
+	// queued: the pieces of todo that are the first of their partition's
+	// queue.
+	var queued map[*claimBatch]PartitionRef
+	for _, q := range c.waits.dueWaiting(time.Now()) {
+		if queued == nil {
+			queued = map[*claimBatch]PartitionRef{}
+		}
+		queued[q] = PartitionRef{q.intents[0].Topic, q.intents[0].Partition}
+		todo = append(todo, q)
+	}
+	// done ends a queue's first piece: its next piece is claimed now.
+	done := func(b *claimBatch) {
+		if ref, ok := queued[b]; ok {
+			if next := c.waits.claimed(ref, b); next != nil {
+				queued[next] = ref
+				todo = append(todo, next)
+			}
+		}
+	}
 	for len(todo) > 0 {
 		b := todo[0]
 		todo = todo[1:]
-		refusedAgain(ctx, b)
 		var verdicts []decide.Claimed
 		start := time.Now()
 		err := c.health.retry(ctx, OpClaim, func(ctx context.Context) error {
@@ -102,14 +130,33 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 			// partition the router took again are claimed again under its
 			// new fence, after the pieces of the partitions the fence did
 			// not refuse, claimed first: a partition refused over and over
-			// holds no other's records.
-			for _, rest := range c.unfenced(b, f, c.fenced(f)) {
-				if rest != nil {
-					todo = append(todo, rest)
+			// holds no other's records. Past its third refusal, it waits
+			// in a queue of its own.
+			out := c.unfenced(b, f, c.fenced(f))
+			if out[0] != nil {
+				todo = append(todo, out[0])
+			}
+			retaken := out[1]
+			switch ref, first := queued[b]; {
+			case retaken == nil:
+				done(b)
+			case refusedMost(retaken) <= 3 && first:
+				c.waits.replaceFirst(ref, b, retaken)
+				queued[retaken] = ref
+				todo = append(todo, retaken)
+			case refusedMost(retaken) <= 3:
+				todo = append(todo, retaken)
+			default:
+				if first {
+					c.waits.unfirst(ref, b)
+				}
+				for ref, p := range byPartition(retaken) {
+					c.waits.wait(ref, p, p.refused[ref])
 				}
 			}
 			continue
 		}
+		done(b)
 		if err != nil { // shutting down, or the ledger refused for good
 			c.endAll(b.owners, false)
 			continue
@@ -118,6 +165,25 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 			c.hooks.AfterClaim()
 		}
 		c.dispatch(ctx, b, verdicts)
+	}
+}
+
+// waitingDue is a channel that fires when the first waiting partition is
+// due (a nil channel when none waits): the claimer then claims it
+// (claim(ctx, nil)).
+func (c *claimer) waitingDue() <-chan time.Time {
+	at, ok := c.waits.next()
+	if !ok {
+		return nil
+	}
+	return time.After(time.Until(at))
+}
+
+// abandonWaiting ends the records of the waiting partitions, not ok (the
+// router stops: nothing is committed past them).
+func (c *claimer) abandonWaiting() {
+	if recs := c.waits.all(); len(recs) > 0 {
+		c.endAll(recs, false)
 	}
 }
 

@@ -487,7 +487,7 @@ func TestAPartitionTakenAgainBeforeEachOfFourDeadLetterMarksStillCommitsItsRecor
 }
 
 // Adversary (idea 1). A router stopped while its claimer loops against a
-// ghost that takes partition 0 before every claim (refusedAgain waits up
+// ghost that takes partition 0 before every claim (its piece waits up
 // to 1 s between re-claims): Run returns within its drain timeout,
 // nothing is committed past the unstarted a, and the next router, the
 // ghost gone, starts a once.
@@ -509,7 +509,7 @@ func TestARouterStoppedWhileItsClaimerIsRefusedOverAndOverCommitsNothingAndTheNe
 	cfg := e.config()
 	r1 := e.start("r1", cfg)
 	eventually(t, 15*time.Second, func() bool { return bumps.Load() >= 8 }, func() string { return fmt.Sprintf("%d refusals", bumps.Load()) })
-	time.Sleep(300 * time.Millisecond) // inside refusedAgain's wait
+	time.Sleep(300 * time.Millisecond) // while its piece waits (refusedWaits)
 	if err := r1.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -635,7 +635,7 @@ func TestARecordOfTheCurrentAssignmentIsNotAbandonedWhenOneOfItsFencesIsTakenAga
 
 // Adversary (idea 1, revoke). A partition revoked while the claimer loops
 // against a ghost that takes both partitions before every claim
-// (refusedAgain's waits): the moving partition's records are abandoned
+// (refusedWaits): the moving partition's records are abandoned
 // by r1 and started by r2, the ghost stops once r2 owns a partition, and
 // every record starts once with one Temporal call, both partitions
 // committed to their ends.
@@ -880,7 +880,6 @@ func TestARouterStoppedWhileItsMarkerIsRefusedOverAndOverReturnsInTimeAndCommits
 // while the ghost keeps bumping partition 0 before each mark, has its row
 // marked started within 3 s.
 func TestAGhostTakingOnePartitionBeforeEveryMarkDoesNotHoldAnotherPartitionsMarks(t *testing.T) {
-	t.Skip("known, not fixed (session 27, #43 note): while a member the group dropped keeps taking one partition, the claimer's, marker's or start workers' retries hold the others' records until it stops; remove this skip with per-partition retries")
 	e := newTestEnv(t, 2, envOpt{})
 	var bumping atomic.Bool
 	bumping.Store(true)
@@ -929,7 +928,6 @@ func TestAGhostTakingOnePartitionBeforeEveryMarkDoesNotHoldAnotherPartitionsMark
 // b@1, produced after the claimer began looping on a@0, starts within 3 s
 // while the ghost keeps bumping partition 0.
 func TestAGhostTakingOnePartitionOverAndOverDoesNotHoldALaterPollOfAnotherPartition(t *testing.T) {
-	t.Skip("known, not fixed (session 27, #43 note): while a member the group dropped keeps taking one partition, the claimer's, marker's or start workers' retries hold the others' records until it stops; remove this skip with per-partition retries")
 	e := newTestEnv(t, 2, envOpt{})
 	var bumping atomic.Bool
 	bumping.Store(true)
@@ -983,7 +981,6 @@ func TestAGhostTakingOnePartitionOverAndOverDoesNotHoldALaterPollOfAnotherPartit
 // holds that b@1, produced while the ghost bumps partition 0 before each
 // mark, starts within 3 s.
 func TestAGhostTakingOnePartitionBeforeEveryDeadLetterMarkDoesNotHoldAnotherPartitionsStarts(t *testing.T) {
-	t.Skip("known, not fixed (session 27, #43 note): while a member the group dropped keeps taking one partition, the claimer's, marker's or start workers' retries hold the others' records until it stops; remove this skip with per-partition retries")
 	e := newTestEnv(t, 2, envOpt{})
 	var bumping atomic.Bool
 	bumping.Store(true)

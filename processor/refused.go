@@ -31,8 +31,9 @@ import (
 // A partition taken again is never given up for the number of its
 // refusals: a late Own of a member the group dropped heals, and the
 // router still owns the partition, so an abandoned record would hold its
-// commit until a rebalance. The refusals are counted per partition, and
-// refusedAgain waits on the count.
+// commit until a rebalance. The refusals are counted per partition; past
+// the third, the partition's pieces wait (refusedWaits) while the claimer
+// claims the other partitions'.
 func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef]decide.Fence) [2]*claimBatch {
 	refused := maps.Clone(b.refused)
 	if refused == nil {
@@ -71,19 +72,159 @@ func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef
 	return out
 }
 
-// refusedAgain waits before b is claimed once one of its partitions was
-// refused more than three times (a member the group dropped that keeps
-// taking it in the ledger), so that the claimer does not spin against
-// it (waitRefused).
-func refusedAgain(ctx context.Context, b *claimBatch) {
-	if len(b.refused) == 0 {
-		return
+// refusedWaits are the claimer's pieces whose partition the ledger's
+// fence refused more than three times, taken again each time (a member the
+// group dropped that keeps taking it in the ledger): each partition's
+// pieces wait in a queue of its own, in stream order, so that the claimer
+// claims the other partitions' polls meanwhile. A poll's records of a
+// waiting partition join its queue (behindWaiting); the queue's first
+// piece is claimed again once its wait (waitRefused's) is over
+// (dueWaiting), the next one once it was claimed.
+type refusedWaits map[PartitionRef]*refusedQueue
+
+type refusedQueue struct {
+	pieces []*claimBatch // in stream order; one partition each
+	due    time.Time     // when pieces[0] is claimed again
+	busy   bool          // pieces[0] is being claimed
+}
+
+// wait queues b (one partition's piece, refused n times) in front of its
+// partition's queue, until its wait is over.
+func (w refusedWaits) wait(ref PartitionRef, b *claimBatch, n int) {
+	q := w[ref]
+	if q == nil {
+		q = &refusedQueue{}
+		w[ref] = q
 	}
+	q.pieces = append([]*claimBatch{b}, q.pieces...)
+	q.due, q.busy = time.Now().Add(refusedWait(n)), false
+}
+
+// behindWaiting moves b's pieces of the waiting partitions to the end of
+// their queues, and returns the rest (nil when empty).
+func (w refusedWaits) behindWaiting(b *claimBatch) *claimBatch {
+	if b == nil || len(w) == 0 {
+		return b
+	}
+	rest := &claimBatch{}
+	pieces := map[PartitionRef]*claimBatch{}
+	for i := range b.intents {
+		ref := PartitionRef{b.intents[i].Topic, b.intents[i].Partition}
+		to := rest
+		if q := w[ref]; q != nil {
+			if to = pieces[ref]; to == nil {
+				to = &claimBatch{}
+				pieces[ref] = to
+				q.pieces = append(q.pieces, to)
+			}
+		}
+		to.intents = append(to.intents, b.intents[i])
+		to.starts = append(to.starts, b.starts[i])
+		to.owners = append(to.owners, b.owners[i])
+	}
+	if len(pieces) == 0 {
+		return b
+	}
+	if len(rest.intents) == 0 {
+		return nil
+	}
+	return rest
+}
+
+// dueWaiting takes the first piece of each queue whose wait is over (at
+// now) and not already being claimed.
+func (w refusedWaits) dueWaiting(now time.Time) []*claimBatch {
+	var due []*claimBatch
+	for _, q := range w {
+		if !q.busy && !now.Before(q.due) {
+			q.busy = true
+			due = append(due, q.pieces[0])
+		}
+	}
+	return due
+}
+
+// claimed ends the claim of b, the first piece of ref's queue, when it did
+// not wait again: the queue's next piece is returned, to be claimed now;
+// an empty queue is removed.
+func (w refusedWaits) claimed(ref PartitionRef, b *claimBatch) *claimBatch {
+	q := w[ref]
+	if q == nil || !q.busy || len(q.pieces) == 0 || q.pieces[0] != b {
+		return nil
+	}
+	q.pieces = q.pieces[1:]
+	if len(q.pieces) == 0 {
+		delete(w, ref)
+		return nil
+	}
+	return q.pieces[0]
+}
+
+// replaceFirst puts b', b re-cut (unfenced), in b's place, the first of
+// ref's queue, still being claimed.
+func (w refusedWaits) replaceFirst(ref PartitionRef, b, b2 *claimBatch) {
+	if q := w[ref]; q != nil && len(q.pieces) > 0 && q.pieces[0] == b {
+		q.pieces[0] = b2
+	}
+}
+
+// unfirst takes b, the first of ref's queue, out of it, so that wait puts
+// its re-cut piece in its place.
+func (w refusedWaits) unfirst(ref PartitionRef, b *claimBatch) {
+	if q := w[ref]; q != nil && len(q.pieces) > 0 && q.pieces[0] == b {
+		if q.pieces = q.pieces[1:]; len(q.pieces) == 0 {
+			delete(w, ref)
+		}
+	}
+}
+
+// next is when the first queue not being claimed is due; ok is false when
+// there is none.
+func (w refusedWaits) next() (at time.Time, ok bool) {
+	for _, q := range w {
+		if !q.busy && (!ok || q.due.Before(at)) {
+			at, ok = q.due, true
+		}
+	}
+	return at, ok
+}
+
+// all empties the queues and returns their records.
+func (w refusedWaits) all() []*record {
+	var recs []*record
+	for ref, q := range w {
+		for _, b := range q.pieces {
+			recs = append(recs, b.owners...)
+		}
+		delete(w, ref)
+	}
+	return recs
+}
+
+// refusedMost is the most refusals of one of b's partitions.
+func refusedMost(b *claimBatch) int {
 	n := 0
 	for i := range b.intents {
 		n = max(n, b.refused[PartitionRef{b.intents[i].Topic, b.intents[i].Partition}])
 	}
-	waitRefused(ctx, n)
+	return n
+}
+
+// byPartition splits b into one piece per partition, each in b's order.
+func byPartition(b *claimBatch) map[PartitionRef]*claimBatch {
+	out := map[PartitionRef]*claimBatch{}
+	for i := range b.intents {
+		ref := PartitionRef{b.intents[i].Topic, b.intents[i].Partition}
+		p := out[ref]
+		if p == nil {
+			p = &claimBatch{refused: b.refused}
+			out[ref] = p
+		}
+		p.intents = append(p.intents, b.intents[i])
+		p.starts = append(p.starts, b.starts[i])
+		p.owners = append(p.owners, b.owners[i])
+	}
+	return out
 }
 
 // waitRefused waits, after the n-th refusal by the ledger's fence of a
@@ -93,12 +234,20 @@ func waitRefused(ctx context.Context, n int) {
 	if n <= 3 {
 		return
 	}
-	t := time.NewTimer(min(time.Duration(n-3)*100*time.Millisecond, time.Second))
+	t := time.NewTimer(refusedWait(n))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// refusedWait is waitRefused's wait after the n-th refusal.
+func refusedWait(n int) time.Duration {
+	if n <= 3 {
+		return 0
+	}
+	return min(time.Duration(n-3)*100*time.Millisecond, time.Second)
 }
 
 // retakenFor reports whether again (committer.fenced's answer to a

@@ -257,8 +257,15 @@ func (r *Router) Run(ctx context.Context) error {
 			b := held
 			if b == nil {
 				var ok bool
-				if b, ok = <-claimQ; !ok {
-					return
+				select {
+				case b, ok = <-claimQ:
+					if !ok {
+						r.claims.abandonWaiting()
+						return
+					}
+				case <-r.claims.waitingDue(): // a partition refused over and over (refused.go)
+					r.claims.claim(ctx, nil)
+					continue
 				}
 			}
 			b, held = gatherPolls(b, claimQ)

@@ -33,6 +33,11 @@ type job struct {
 	// later one) that asked while this start was in flight: they finish
 	// with it instead of calling Temporal again.
 	waiters []*record
+	// markRefused counts the refusals of the job's mark by the ledger's
+	// fence, its partition taken again each time; past the third it waits
+	// until markDue (the marker's own).
+	markRefused int
+	markDue     time.Time
 	// rechecks are check copies (duplicates under an allow_* policy) that
 	// came when this job could no longer answer them: it was a start, or a
 	// check whose LastRun read had begun. Finishing with it could swallow
@@ -351,19 +356,39 @@ func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
 		// own fence), unless the router took the partition again: then
 		// the mark is sent again under the new fence.
 		// Never given up for the number of its refusals while the router
-		// takes its record's assignment again (retakenFor).
-		for try := 1; ; try++ {
-			dl := []DeadLettered{{WorkflowID: j.req.WorkflowID, Topic: j.rec.part.tp.topic, Partition: j.rec.part.tp.partition,
-				Fence: j.rec.part.fence()}}
-			err = s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkDeadLettered(ctx, dl) })
-			f, ok := IsFenced(err)
-			if !ok || !retakenFor(s.fenced(f), j.rec) {
-				break
-			}
-			waitRefused(ctx, try)
+		// takes its record's assignment again (retakenFor); sent again
+		// without the worker, which starts other partitions' records
+		// meanwhile.
+		if s.markDeadLettered(ctx, j, 1) {
+			s.parked.Add(1)
+			go func() {
+				defer s.parked.Done()
+				ctx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				defer context.AfterFunc(s.workCtx, cancel)() // the pool stops: so does the retry
+				for try := 2; s.markDeadLettered(ctx, j, try); try++ {
+				}
+			}()
 		}
+		return
+	}
+	s.done(j, false)
+}
+
+// markDeadLettered sends j's dead-letter mark for the try-th time (after
+// waitRefused's wait for the refusals before it) and ends j, unless the
+// ledger's fence refused it and the router took its record's assignment
+// again: then it reports again, and j is not ended.
+func (s *startPool) markDeadLettered(ctx context.Context, j *job, try int) (again bool) {
+	waitRefused(ctx, try-1)
+	dl := []DeadLettered{{WorkflowID: j.req.WorkflowID, Topic: j.rec.part.tp.topic, Partition: j.rec.part.tp.partition,
+		Fence: j.rec.part.fence()}}
+	err := s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkDeadLettered(ctx, dl) })
+	if f, ok := IsFenced(err); ok && retakenFor(s.fenced(f), j.rec) {
+		return true
 	}
 	s.done(j, err == nil)
+	return false
 }
 
 // marker batches started workflows into one ledger update; their records
@@ -371,20 +396,41 @@ func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
 // gets a short deadline of its own, not the cancelled work context.
 func (s *startPool) marker() {
 	var batch []*job
+	// waiting: marks the ledger's fence refused more than three times,
+	// their partition taken again each time (a member the group dropped
+	// that keeps taking it), each until its markDue: the other
+	// partitions' marks go on meanwhile.
+	var waiting []*job
 	tick := time.NewTicker(s.cfg.Starts.MarkInterval)
 	defer tick.Stop()
-	flush := func(ctx context.Context) {
-		if len(batch) == 0 {
-			return
+	flush := func(ctx context.Context, final bool) {
+		now := time.Now()
+		kept := waiting[:0]
+		for _, j := range waiting {
+			if final || !now.Before(j.markDue) {
+				batch = append(batch, j)
+			} else {
+				kept = append(kept, j)
+			}
 		}
+		clear(waiting[len(kept):])
+		waiting = kept
 		// A refusal of the ledger's fence marks the rows of the other
 		// partitions; a job whose owner's partition moved is abandoned (a
 		// waiter of a partition still ours takes it over and marks it),
 		// unless the router took its record's assignment again: then its
 		// mark is sent again under the new fence, never given up for the
-		// number of its refusals (retakenFor).
-		for try := 0; len(batch) > 0; try++ {
-			waitRefused(ctx, try)
+		// number of its refusals (retakenFor), at once for the first
+		// three, then after a wait (waitRefused's), with the next flush
+		// that is due, or here if this is the final flush.
+		for len(batch) > 0 {
+			if final {
+				most := 0
+				for _, j := range batch {
+					most = max(most, j.markRefused)
+				}
+				waitRefused(ctx, most)
+			}
 			started := make([]Started, len(batch))
 			for i, j := range batch {
 				started[i] = Started{WorkflowID: j.req.WorkflowID, RunID: j.runID, Generation: j.req.Generation,
@@ -400,6 +446,11 @@ func (s *startPool) marker() {
 			for i, j := range batch {
 				refused := fenced && f.Has(started[i].Topic, started[i].Partition, started[i].Fence)
 				if refused && retakenFor(again, j.rec) {
+					if j.markRefused++; j.markRefused > 3 && !final {
+						j.markDue = time.Now().Add(refusedWait(j.markRefused))
+						waiting = append(waiting, j)
+						continue
+					}
 					retry = append(retry, j)
 					continue
 				}
@@ -413,6 +464,16 @@ func (s *startPool) marker() {
 		}
 	}
 	for {
+		var due <-chan time.Time // the first waiting mark's
+		if len(waiting) > 0 {
+			first := waiting[0].markDue
+			for _, j := range waiting[1:] {
+				if j.markDue.Before(first) {
+					first = j.markDue
+				}
+			}
+			due = time.After(time.Until(first))
+		}
 		select {
 		case j, ok := <-s.markQ:
 			if !ok {
@@ -421,16 +482,18 @@ func (s *startPool) marker() {
 					flushBy = s.flushBy
 				}
 				ctx, cancel := context.WithDeadline(context.WithoutCancel(s.workCtx), flushBy)
-				flush(ctx)
+				flush(ctx, true)
 				cancel()
 				return
 			}
 			batch = append(batch, j)
 			if len(batch) >= s.cfg.Starts.MarkBatch {
-				flush(s.workCtx)
+				flush(s.workCtx, false)
 			}
 		case <-tick.C:
-			flush(s.workCtx)
+			flush(s.workCtx, false)
+		case <-due:
+			flush(s.workCtx, false)
 		}
 	}
 }
