@@ -1025,3 +1025,70 @@ func TestAGhostTakingOnePartitionBeforeEveryDeadLetterMarkDoesNotHoldAnotherPart
 			startedB, bumps.Load())
 	}
 }
+
+// Adversary 28. The marker's final flush (407b6aa) now waits
+// waitRefused(most) before its FIRST attempt, most being the highest
+// markRefused of every job in the batch: jobs of partition 0 that a
+// ghost refused many times (waiting, up to 1 s) make the final flush
+// sleep before it sends anything, including the mark of another
+// partition's job that was never refused. The final flush has a quarter
+// of the drain's reserve (125 ms with drain_timeout 2 s), so the sleep
+// eats it and b@1's mark, b started in Temporal, is never sent: its row
+// is left pending and partition 1 is not committed past it. Before, the
+// final flush's first attempt was at once (try 0): b marked, a refused.
+// Setup: mark_interval 1 min and mark_batch 2 (a and a2 of partition 0
+// flush together; b alone waits in the batch for the final flush); a
+// and a2's marks are refused 13+ times (1 s waits); the test holds one
+// of their due flushes in the ledger while b's job reaches the marker,
+// stops the router, and lets the held flush go 0.8 s later, so their
+// next due is after the final flush begins.
+func TestAFinalFlushMarksAnotherPartitionsJobWithoutWaitingForAWaitingPartitionsRefusals(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	var bumps atomic.Int32
+	var holdNext, held atomic.Bool
+	hold := make(chan struct{})
+	var holdOnce sync.Once
+	release := func() { holdOnce.Do(func() { close(hold) }) }
+	defer release()
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		for _, p := range ps {
+			if p == 0 {
+				if holdNext.CompareAndSwap(true, false) {
+					held.Store(true)
+					<-hold
+				}
+				bumps.Add(1)
+				e.ghostOwn(0)
+				return
+			}
+		}
+	}
+	e.led.mu.Unlock()
+	cfg := e.config()
+	cfg.Starts.MarkInterval = time.Minute // no tick: marks go by batch (2), by due, or in the final flush
+	cfg.RevokeTimeout = 2 * time.Minute   // above mark_interval (Validate); nothing is revoked
+	cfg.Starts.MarkBatch = 2
+	rn := e.start("r1", cfg)
+	e.produce(0, "a", "v")
+	e.produce(0, "a2", "v")
+	eventually(t, 20*time.Second, func() bool { return bumps.Load() >= 13 }, func() string { return fmt.Sprintf("a's mark refused %d times", bumps.Load()) })
+	holdNext.Store(true)
+	eventually(t, 5*time.Second, held.Load, func() string { return "a's due flush never held" })
+	e.produce(1, "b", "v")
+	eventually(t, 10*time.Second, func() bool { return len(rn.r.starts.markQ) == 1 }, func() string { return "b's job never reached the marker" })
+	stopped := make(chan error, 1)
+	go func() { stopped <- rn.stop() }()
+	time.Sleep(800 * time.Millisecond)
+	release() // a and a2 refused once more: due again 1 s later, after the final flush began
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.starter.executionsOf(wid("b"))); n != 1 {
+		t.Fatalf("b: %d executions, want 1", n)
+	}
+	if st, c := e.led.state(wid("b")), e.committed(); st != stateStarted || c[1] != 1 {
+		t.Errorf("b@1 started in Temporal, its row %q, committed %v (want started, partition 1 at 1): the final flush slept on partition 0's refusals (%d) before sending b's mark; MarkStarted calls %d, Run took %v",
+			st, c, bumps.Load(), e.led.callCount("MarkStarted"), rn.took)
+	}
+}
