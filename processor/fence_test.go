@@ -1092,3 +1092,69 @@ func TestAFinalFlushMarksAnotherPartitionsJobWithoutWaitingForAWaitingPartitions
 			st, c, bumps.Load(), e.led.callCount("MarkStarted"), rn.took)
 	}
 }
+
+// Adversary 28. A waiting partition's queue (refusedWaits, 407b6aa)
+// takes every later poll's records of it, and they stay in flight while
+// it waits: with a backlog on partition 0 (a replay, a lagging
+// partition), its queue fills max_in_flight, waitCapacity stops the poll
+// loop, and no record of another partition is polled while the ghost
+// bumps partition 0: the hold the change removes from the claimer comes
+// back through the router's one in-flight budget. Here max_in_flight 10,
+// max_poll_records 5, 30 records on partition 0 before the router starts;
+// the ghost takes partition 0 before every claim of it. The test holds
+// that b@1, produced once partition 0 was refused five times, starts
+// within 3 s while the ghost keeps bumping.
+func TestAWaitingPartitionsBacklogDoesNotHoldAnotherPartitionsRecords(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	var bumping atomic.Bool
+	bumping.Store(true)
+	var bumps atomic.Int32
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		for _, in := range intents {
+			if in.Partition == 0 && bumping.Load() {
+				bumps.Add(1)
+				e.ghostOwn(0)
+				break
+			}
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	for i := 0; i < 30; i++ {
+		e.produce(0, fmt.Sprintf("a%d", i), "v")
+	}
+	cfg := e.config()
+	cfg.MaxInFlight, cfg.MaxPollRecords = 10, 5
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= 5 }, func() string { return "partition 0's claim never refused five times" })
+	e.produce(1, "b", "v")
+	t0 := time.Now()
+	var startedB time.Duration = -1
+	for time.Since(t0) < 6*time.Second {
+		if startedB < 0 && len(e.starter.executionsOf(wid("b"))) == 1 {
+			startedB = time.Since(t0)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	inFlight := func() int {
+		rn.r.commits.flight.mu.Lock()
+		defer rn.r.commits.flight.mu.Unlock()
+		return rn.r.commits.flight.n
+	}()
+	polled := rn.polled()
+	bumping.Store(false)
+	e.waitCommittedToEnd(20 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if startedB < 0 || startedB > 3*time.Second {
+		t.Errorf("b@1 started %v after it was produced (-1: not while the ghost bumped partition 0, 6 s; %d refusals; %v records polled, %d in flight of max_in_flight %d): partition 0's waiting queue holds the in-flight budget",
+			startedB, bumps.Load(), polled, inFlight, cfg.MaxInFlight)
+	}
+	for i := 0; i < 30; i++ {
+		if n := len(e.starter.executionsOf(wid(fmt.Sprintf("a%d", i)))); n != 1 {
+			t.Errorf("a%d: %d executions, want 1", i, n)
+		}
+	}
+}
