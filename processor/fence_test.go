@@ -1158,3 +1158,103 @@ func TestAWaitingPartitionsBacklogDoesNotHoldAnotherPartitionsRecords(t *testing
 		}
 	}
 }
+
+// Adversary 28 (PASSES). Stream order inside a waiting partition: x@0
+// with payload v1 is refused by a ghost's Own before every claim of
+// partition 0 until it waits in its queue; x@0 with v2 (a later poll,
+// with y@1 beside it) joins the queue behind it; the ghost stops. The
+// first copy in the stream (v1) wins x's row and starts, v2 is the
+// conflict, dead-lettered once; y starts meanwhile.
+func TestAWaitingPartitionsLaterCopyOfAnEventIsClaimedAfterItsEarlierCopy(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	var bumping atomic.Bool
+	bumping.Store(true)
+	var bumps atomic.Int32
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		for _, in := range intents {
+			if in.Partition == 0 && bumping.Load() {
+				bumps.Add(1)
+				e.ghostOwn(0)
+				break
+			}
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	rn := e.start("r1", e.config())
+	rn.waitJoined()
+	e.produce(0, "x", "v1")
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= 5 }, func() string { return "x's claim never refused five times" })
+	e.produce(0, "x", "v2")
+	e.produce(1, "y", "v")
+	eventually(t, 5*time.Second, func() bool { return len(e.starter.executionsOf(wid("y"))) == 1 }, func() string { return "y never started" })
+	time.Sleep(500 * time.Millisecond) // x v2 in partition 0's queue behind v1
+	bumping.Store(false)
+	e.waitCommittedToEnd(15 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	e.led.mu.Lock()
+	hash := e.led.rows[wid("x")].hash
+	e.led.mu.Unlock()
+	if hash != e.hashOf("x", "v1") {
+		t.Errorf("x's row holds v2's payload: the later copy of a waiting partition was claimed first")
+	}
+	if n := len(e.starter.executionsOf(wid("x"))); n != 1 {
+		t.Errorf("x: %d executions, want 1", n)
+	}
+	if r := e.dlqReasons(); r[string(decide.ReasonConflict)] != 1 {
+		t.Errorf("dead letters %v, want one conflict (x v2)", r)
+	}
+}
+
+// Adversary 28 (PASSES). Shutdown while a dead-letter mark retries on its
+// own goroutine (s.parked, 407b6aa) against a ghost that takes partition
+// 0 before every mark: Run returns within its drain timeout, nothing is
+// committed past a (its row is not dead_lettered), and the next router,
+// the ghost gone, dead-letters a once (one record on the dead-letter
+// topic) and commits it.
+func TestARouterStoppedWhileADeadLetterMarkRetriesOnItsOwnReturnsInTimeAndCommitsNothingPastIt(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	e.starter.failPermanent(wid("a"))
+	var bumping atomic.Bool
+	bumping.Store(true)
+	var bumps atomic.Int32
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		if bumping.Load() {
+			bumps.Add(1)
+			e.ghostOwn(0)
+		}
+	}
+	e.led.mu.Unlock()
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	e.produce(0, "a", "v")
+	eventually(t, 15*time.Second, func() bool { return bumps.Load() >= 7 }, func() string { return fmt.Sprintf("%d refusals", bumps.Load()) })
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if r1.took > cfg.DrainTimeout+500*time.Millisecond {
+		t.Errorf("Run took %v to return after cancel, drain timeout %v", r1.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != -1 {
+		t.Errorf("committed %d past a, whose row is %q", c, e.led.state(wid("a")))
+	}
+	if st := e.led.state(wid("a")); st == stateDeadLettered {
+		t.Errorf("a's row %q under a ghost's fence", st)
+	}
+	bumping.Store(false)
+	r2 := e.start("r2", cfg)
+	e.waitCommittedToEnd(15 * time.Second)
+	if err := r2.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.led.state(wid("a")); st != stateDeadLettered {
+		t.Errorf("a's row %q, want dead_lettered", st)
+	}
+	if r := e.dlqReasons(); r[string(decide.ReasonTemporalPermanent)] != 1 {
+		t.Errorf("dead letters %v, want one temporal_permanent", r)
+	}
+}
