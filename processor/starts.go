@@ -423,8 +423,8 @@ func (s *startPool) marker() {
 		// number of its refusals (retakenFor), at once for the first
 		// three, then after a wait (waitRefused's), with the next flush
 		// that is due, or here if this is the final flush.
-		for len(batch) > 0 {
-			if final {
+		for sent := false; len(batch) > 0; sent = true {
+			if final && sent { // only refused jobs are left: wait for them
 				most := 0
 				for _, j := range batch {
 					most = max(most, j.markRefused)
