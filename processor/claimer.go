@@ -83,9 +83,6 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 	// (submitClaimed).
 	c.starts.claimBegins()
 	defer c.starts.claimEnds()
-	if c.waits == nil {
-		c.waits = refusedWaits{}
-	}
 	// A refused statement is split by partition (unfenced): the batches
 	// to claim hold disjoint partitions, each partition's pieces in order.
 	var todo []*claimBatch
@@ -146,10 +143,9 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 				todo = append(todo, retaken)
 			case refusedMost(retaken) <= 3:
 				todo = append(todo, retaken)
+			case first: // one partition: the queue's
+				c.waits.requeue(ref, b, retaken, refusedMost(retaken))
 			default:
-				if first {
-					c.waits.unfirst(ref, b)
-				}
 				for ref, p := range byPartition(retaken) {
 					c.waits.wait(ref, p, p.refused[ref])
 				}

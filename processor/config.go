@@ -52,7 +52,9 @@ type Config struct {
 	MaxPollRecords int `yaml:"max_poll_records"`
 	// MaxInFlight bounds polled-but-unfinished records (memory, and how
 	// much is redelivered after a crash). Polling stops while it is
-	// reached; it may be exceeded by one poll batch.
+	// reached; it may be exceeded by one poll batch, and while partitions
+	// wait for the ledger's fence, whose records it does not count (up to
+	// MaxInFlight), by their records (refused.go).
 	MaxInFlight int `yaml:"max_in_flight"`
 	// FetchMaxBytes bounds what the Kafka client buffers per fetch (and so,
 	// with one fetch in flight per broker, its consuming memory). It must

@@ -38,6 +38,10 @@ type inFlight struct {
 	mu   sync.Mutex
 	cond *sync.Cond // broadcast when a record ends, the pause changes or a deadline passes
 	n    int        // records in flight
+	// lent: the assignments whose partition waits for the ledger's fence
+	// (refused.go) and is not fetched meanwhile; their records in flight,
+	// up to max, do not count against max (lend).
+	lent map[*partition]bool
 }
 
 func newInFlight(max int, paused func() bool, gauge prometheus.Gauge, log *slog.Logger) *inFlight {
@@ -160,10 +164,40 @@ func (f *inFlight) waitCapacity(ctx context.Context) bool {
 	defer stop()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for (f.n >= f.max || f.paused()) && ctx.Err() == nil {
+	for (f.n-f.lentN() >= f.max || f.paused()) && ctx.Err() == nil {
 		f.cond.Wait()
 	}
 	return ctx.Err() == nil
+}
+
+// lend takes p's records in flight out of the count waitCapacity bounds
+// (lent), or puts them back: p's partition waits for the ledger's fence
+// and is not fetched meanwhile (refused.go), so its records are bounded
+// by what was polled before, and they must not stop the polls of the
+// other partitions. What is lent is at most max: the router holds at most
+// twice MaxInFlight records.
+func (f *inFlight) lend(p *partition, lent bool) {
+	f.mu.Lock()
+	if lent {
+		if f.lent == nil {
+			f.lent = map[*partition]bool{}
+		}
+		f.lent[p] = true
+	} else {
+		delete(f.lent, p)
+	}
+	f.cond.Broadcast()
+	f.mu.Unlock()
+}
+
+// lentN is how many records in flight are lent, at most max. Called with
+// mu held.
+func (f *inFlight) lentN() int {
+	n := 0
+	for p := range f.lent {
+		n += p.inFlight
+	}
+	return min(n, f.max)
 }
 
 // waitDrained waits up to timeout for every record in flight to end.

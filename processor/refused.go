@@ -79,8 +79,17 @@ func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef
 // claims the other partitions' polls meanwhile. A poll's records of a
 // waiting partition join its queue (behindWaiting); the queue's first
 // piece is claimed again once its wait (waitRefused's) is over
-// (dueWaiting), the next one once it was claimed.
-type refusedWaits map[PartitionRef]*refusedQueue
+// (dueWaiting), the next one once it was claimed. While a partition
+// waits, the client fetches nothing more of it (hold): its backlog would
+// fill max_in_flight and stop the polls of every other partition.
+type refusedWaits struct {
+	queues map[PartitionRef]*refusedQueue
+	// hold pauses (true) or resumes (false) fetching a partition, and
+	// lends its records in flight (part: its queue's first record's
+	// assignment; inFlight.lend) or takes them back; nil: none.
+	hold func(ref PartitionRef, part *partition, held bool)
+	held map[PartitionRef]*partition // what hold was told, per queue
+}
 
 type refusedQueue struct {
 	pieces []*claimBatch // in stream order; one partition each
@@ -88,22 +97,41 @@ type refusedQueue struct {
 	busy   bool          // pieces[0] is being claimed
 }
 
-// wait queues b (one partition's piece, refused n times) in front of its
-// partition's queue, until its wait is over.
-func (w refusedWaits) wait(ref PartitionRef, b *claimBatch, n int) {
-	q := w[ref]
+// wait queues b, one partition's piece refused n times, not from a queue,
+// in front of its partition's queue, until its wait is over.
+func (w *refusedWaits) wait(ref PartitionRef, b *claimBatch, n int) {
+	q := w.queues[ref]
 	if q == nil {
+		if w.queues == nil {
+			w.queues = map[PartitionRef]*refusedQueue{}
+		}
 		q = &refusedQueue{}
-		w[ref] = q
+		w.queues[ref] = q
+		if w.hold != nil {
+			if w.held == nil {
+				w.held = map[PartitionRef]*partition{}
+			}
+			w.held[ref] = b.owners[0].part
+			w.hold(ref, b.owners[0].part, true)
+		}
 	}
 	q.pieces = append([]*claimBatch{b}, q.pieces...)
 	q.due, q.busy = time.Now().Add(refusedWait(n)), false
 }
 
+// requeue puts b2, b re-cut (unfenced) and refused n times, in the place
+// of b, the first of ref's queue, until its wait is over.
+func (w *refusedWaits) requeue(ref PartitionRef, b, b2 *claimBatch, n int) {
+	if q := w.queues[ref]; q != nil && len(q.pieces) > 0 && q.pieces[0] == b {
+		q.pieces[0] = b2
+		q.due, q.busy = time.Now().Add(refusedWait(n)), false
+	}
+}
+
 // behindWaiting moves b's pieces of the waiting partitions to the end of
 // their queues, and returns the rest (nil when empty).
-func (w refusedWaits) behindWaiting(b *claimBatch) *claimBatch {
-	if b == nil || len(w) == 0 {
+func (w *refusedWaits) behindWaiting(b *claimBatch) *claimBatch {
+	if b == nil || len(w.queues) == 0 {
 		return b
 	}
 	rest := &claimBatch{}
@@ -111,7 +139,7 @@ func (w refusedWaits) behindWaiting(b *claimBatch) *claimBatch {
 	for i := range b.intents {
 		ref := PartitionRef{b.intents[i].Topic, b.intents[i].Partition}
 		to := rest
-		if q := w[ref]; q != nil {
+		if q := w.queues[ref]; q != nil {
 			if to = pieces[ref]; to == nil {
 				to = &claimBatch{}
 				pieces[ref] = to
@@ -133,9 +161,9 @@ func (w refusedWaits) behindWaiting(b *claimBatch) *claimBatch {
 
 // dueWaiting takes the first piece of each queue whose wait is over (at
 // now) and not already being claimed.
-func (w refusedWaits) dueWaiting(now time.Time) []*claimBatch {
+func (w *refusedWaits) dueWaiting(now time.Time) []*claimBatch {
 	var due []*claimBatch
-	for _, q := range w {
+	for _, q := range w.queues {
 		if !q.busy && !now.Before(q.due) {
 			q.busy = true
 			due = append(due, q.pieces[0])
@@ -146,42 +174,32 @@ func (w refusedWaits) dueWaiting(now time.Time) []*claimBatch {
 
 // claimed ends the claim of b, the first piece of ref's queue, when it did
 // not wait again: the queue's next piece is returned, to be claimed now;
-// an empty queue is removed.
-func (w refusedWaits) claimed(ref PartitionRef, b *claimBatch) *claimBatch {
-	q := w[ref]
-	if q == nil || !q.busy || len(q.pieces) == 0 || q.pieces[0] != b {
+// an empty queue is removed, and its partition fetched again.
+func (w *refusedWaits) claimed(ref PartitionRef, b *claimBatch) *claimBatch {
+	q := w.queues[ref]
+	if q == nil || len(q.pieces) == 0 || q.pieces[0] != b {
 		return nil
 	}
 	q.pieces = q.pieces[1:]
 	if len(q.pieces) == 0 {
-		delete(w, ref)
+		w.remove(ref)
 		return nil
 	}
 	return q.pieces[0]
 }
 
-// replaceFirst puts b', b re-cut (unfenced), in b's place, the first of
+// replaceFirst puts b2, b re-cut (unfenced), in b's place, the first of
 // ref's queue, still being claimed.
-func (w refusedWaits) replaceFirst(ref PartitionRef, b, b2 *claimBatch) {
-	if q := w[ref]; q != nil && len(q.pieces) > 0 && q.pieces[0] == b {
+func (w *refusedWaits) replaceFirst(ref PartitionRef, b, b2 *claimBatch) {
+	if q := w.queues[ref]; q != nil && len(q.pieces) > 0 && q.pieces[0] == b {
 		q.pieces[0] = b2
-	}
-}
-
-// unfirst takes b, the first of ref's queue, out of it, so that wait puts
-// its re-cut piece in its place.
-func (w refusedWaits) unfirst(ref PartitionRef, b *claimBatch) {
-	if q := w[ref]; q != nil && len(q.pieces) > 0 && q.pieces[0] == b {
-		if q.pieces = q.pieces[1:]; len(q.pieces) == 0 {
-			delete(w, ref)
-		}
 	}
 }
 
 // next is when the first queue not being claimed is due; ok is false when
 // there is none.
-func (w refusedWaits) next() (at time.Time, ok bool) {
-	for _, q := range w {
+func (w *refusedWaits) next() (at time.Time, ok bool) {
+	for _, q := range w.queues {
 		if !q.busy && (!ok || q.due.Before(at)) {
 			at, ok = q.due, true
 		}
@@ -190,15 +208,23 @@ func (w refusedWaits) next() (at time.Time, ok bool) {
 }
 
 // all empties the queues and returns their records.
-func (w refusedWaits) all() []*record {
+func (w *refusedWaits) all() []*record {
 	var recs []*record
-	for ref, q := range w {
+	for ref, q := range w.queues {
 		for _, b := range q.pieces {
 			recs = append(recs, b.owners...)
 		}
-		delete(w, ref)
+		w.remove(ref)
 	}
 	return recs
+}
+
+func (w *refusedWaits) remove(ref PartitionRef) {
+	delete(w.queues, ref)
+	if part, ok := w.held[ref]; ok {
+		delete(w.held, ref)
+		w.hold(ref, part, false)
+	}
 }
 
 // refusedMost is the most refusals of one of b's partitions.

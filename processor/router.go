@@ -182,6 +182,19 @@ func New(cfg Config, o Options) (*Router, error) {
 		return nil, fmt.Errorf("creating kafka client: %w", err)
 	}
 	r.commits.cl, r.dlq.cl = r.cl, r.cl
+	// A partition that waits for the ledger's fence (refused.go) is not
+	// fetched meanwhile (its buffered records are dropped and fetched
+	// again when it is resumed), and its records in flight are lent: the
+	// other partitions are polled (inFlight.lend).
+	r.claims.waits.hold = func(ref PartitionRef, part *partition, held bool) {
+		tps := map[string][]int32{ref.Topic: {ref.Partition}}
+		if held {
+			r.cl.PauseFetchPartitions(tps)
+		} else {
+			r.cl.ResumeFetchPartitions(tps)
+		}
+		r.commits.flight.lend(part, held)
+	}
 	r.commits.adm = kadm.NewClient(r.cl)
 	r.commits.lag.adm = r.commits.adm
 	// Only now may the group call back (assigned reads adm, commit cl):
