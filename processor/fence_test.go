@@ -403,21 +403,7 @@ func TestAPartitionTakenAgainBeforeEachOfFourMarksStillCommitsItsRecords(t *test
 // keeps bumping partition 0 for 8 s.
 func TestAGhostTakingOnePartitionOverAndOverDoesNotHoldAnotherPartitionsRecords(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
-	var bumping atomic.Bool
-	bumping.Store(true)
-	var bumps atomic.Int32
-	e.led.mu.Lock()
-	e.led.gate = func(intents []decide.Intent) bool {
-		for _, in := range intents {
-			if in.Partition == 0 && bumping.Load() {
-				bumps.Add(1)
-				e.ghostOwn(0)
-				break
-			}
-		}
-		return false
-	}
-	e.led.mu.Unlock()
+	bumps, stopGhost := e.ghostKeepsTaking(0, true)
 	e.produce(0, "a", "v")
 	e.produce(1, "b", "v")
 	rn := e.start("r1", e.config())
@@ -430,7 +416,7 @@ func TestAGhostTakingOnePartitionOverAndOverDoesNotHoldAnotherPartitionsRecords(
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	bumping.Store(false)
+	stopGhost()
 	// It heals once the ghost stops.
 	e.waitCommittedToEnd(15 * time.Second)
 	healed := time.Since(t0)
@@ -881,20 +867,7 @@ func TestARouterStoppedWhileItsMarkerIsRefusedOverAndOverReturnsInTimeAndCommits
 // marked started within 3 s.
 func TestAGhostTakingOnePartitionBeforeEveryMarkDoesNotHoldAnotherPartitionsMarks(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
-	var bumping atomic.Bool
-	bumping.Store(true)
-	var bumps atomic.Int32
-	e.led.mu.Lock()
-	e.led.markGate = func(ps []int32) {
-		for _, p := range ps {
-			if p == 0 && bumping.Load() {
-				bumps.Add(1)
-				e.ghostOwn(0)
-				return
-			}
-		}
-	}
-	e.led.mu.Unlock()
+	bumps, stopGhost := e.ghostKeepsTaking(0, false)
 	rn := e.start("r1", e.config())
 	e.produce(0, "a", "v")
 	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= 5 }, func() string { return "a's mark never refused five times" })
@@ -908,7 +881,7 @@ func TestAGhostTakingOnePartitionBeforeEveryMarkDoesNotHoldAnotherPartitionsMark
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	bumping.Store(false)
+	stopGhost()
 	e.waitCommittedToEnd(15 * time.Second)
 	if err := rn.stop(); err != nil {
 		t.Fatal(err)
@@ -929,21 +902,7 @@ func TestAGhostTakingOnePartitionBeforeEveryMarkDoesNotHoldAnotherPartitionsMark
 // while the ghost keeps bumping partition 0.
 func TestAGhostTakingOnePartitionOverAndOverDoesNotHoldALaterPollOfAnotherPartition(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
-	var bumping atomic.Bool
-	bumping.Store(true)
-	var bumps atomic.Int32
-	e.led.mu.Lock()
-	e.led.gate = func(intents []decide.Intent) bool {
-		for _, in := range intents {
-			if in.Partition == 0 && bumping.Load() {
-				bumps.Add(1)
-				e.ghostOwn(0)
-				break
-			}
-		}
-		return false
-	}
-	e.led.mu.Unlock()
+	bumps, stopGhost := e.ghostKeepsTaking(0, true)
 	rn := e.start("r1", e.config())
 	e.produce(0, "a", "v")
 	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= 5 }, func() string { return "a's claim never refused five times" })
@@ -956,7 +915,7 @@ func TestAGhostTakingOnePartitionOverAndOverDoesNotHoldALaterPollOfAnotherPartit
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	bumping.Store(false)
+	stopGhost()
 	e.waitCommittedToEnd(15 * time.Second)
 	if err := rn.stop(); err != nil {
 		t.Fatal(err)
@@ -982,20 +941,7 @@ func TestAGhostTakingOnePartitionOverAndOverDoesNotHoldALaterPollOfAnotherPartit
 // mark, starts within 3 s.
 func TestAGhostTakingOnePartitionBeforeEveryDeadLetterMarkDoesNotHoldAnotherPartitionsStarts(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
-	var bumping atomic.Bool
-	bumping.Store(true)
-	var bumps atomic.Int32
-	e.led.mu.Lock()
-	e.led.markGate = func(ps []int32) {
-		for _, p := range ps {
-			if p == 0 && bumping.Load() {
-				bumps.Add(1)
-				e.ghostOwn(0)
-				return
-			}
-		}
-	}
-	e.led.mu.Unlock()
+	bumps, stopGhost := e.ghostKeepsTaking(0, false)
 	cfg := e.config()
 	for i := 0; i < cfg.Starts.Concurrency; i++ {
 		e.starter.failPermanent(wid(fmt.Sprintf("a%d", i)))
@@ -1015,7 +961,7 @@ func TestAGhostTakingOnePartitionBeforeEveryDeadLetterMarkDoesNotHoldAnotherPart
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	bumping.Store(false)
+	stopGhost()
 	e.waitCommittedToEnd(15 * time.Second)
 	if err := rn.stop(); err != nil {
 		t.Fatal(err)
@@ -1106,21 +1052,7 @@ func TestAFinalFlushMarksAnotherPartitionsJobWithoutWaitingForAWaitingPartitions
 // within 3 s while the ghost keeps bumping.
 func TestAWaitingPartitionsBacklogDoesNotHoldAnotherPartitionsRecords(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
-	var bumping atomic.Bool
-	bumping.Store(true)
-	var bumps atomic.Int32
-	e.led.mu.Lock()
-	e.led.gate = func(intents []decide.Intent) bool {
-		for _, in := range intents {
-			if in.Partition == 0 && bumping.Load() {
-				bumps.Add(1)
-				e.ghostOwn(0)
-				break
-			}
-		}
-		return false
-	}
-	e.led.mu.Unlock()
+	bumps, stopGhost := e.ghostKeepsTaking(0, true)
 	for i := 0; i < 30; i++ {
 		e.produce(0, fmt.Sprintf("a%d", i), "v")
 	}
@@ -1143,7 +1075,7 @@ func TestAWaitingPartitionsBacklogDoesNotHoldAnotherPartitionsRecords(t *testing
 		return rn.r.commits.flight.n
 	}()
 	polled := rn.polled()
-	bumping.Store(false)
+	stopGhost()
 	e.waitCommittedToEnd(20 * time.Second)
 	if err := rn.stop(); err != nil {
 		t.Fatal(err)
@@ -1167,21 +1099,7 @@ func TestAWaitingPartitionsBacklogDoesNotHoldAnotherPartitionsRecords(t *testing
 // conflict, dead-lettered once; y starts meanwhile.
 func TestAWaitingPartitionsLaterCopyOfAnEventIsClaimedAfterItsEarlierCopy(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
-	var bumping atomic.Bool
-	bumping.Store(true)
-	var bumps atomic.Int32
-	e.led.mu.Lock()
-	e.led.gate = func(intents []decide.Intent) bool {
-		for _, in := range intents {
-			if in.Partition == 0 && bumping.Load() {
-				bumps.Add(1)
-				e.ghostOwn(0)
-				break
-			}
-		}
-		return false
-	}
-	e.led.mu.Unlock()
+	bumps, stopGhost := e.ghostKeepsTaking(0, true)
 	rn := e.start("r1", e.config())
 	rn.waitJoined()
 	e.produce(0, "x", "v1")
@@ -1190,7 +1108,7 @@ func TestAWaitingPartitionsLaterCopyOfAnEventIsClaimedAfterItsEarlierCopy(t *tes
 	e.produce(1, "y", "v")
 	eventually(t, 5*time.Second, func() bool { return len(e.starter.executionsOf(wid("y"))) == 1 }, func() string { return "y never started" })
 	time.Sleep(500 * time.Millisecond) // x v2 in partition 0's queue behind v1
-	bumping.Store(false)
+	stopGhost()
 	e.waitCommittedToEnd(15 * time.Second)
 	if err := rn.stop(); err != nil {
 		t.Fatal(err)

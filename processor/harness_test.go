@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -393,6 +394,32 @@ func (e *testEnv) otherMember() *kgo.Client {
 		e.t.Fatal(err)
 	}
 	return other
+}
+
+// ghostKeepsTaking makes a member the group dropped ("ghost") take
+// partition p in the ledger before every claim (claims) or mark (!claims)
+// that holds one of p's records, until stop; bumps counts its takes.
+func (e *testEnv) ghostKeepsTaking(p int32, claims bool) (bumps *atomic.Int32, stop func()) {
+	var taking atomic.Bool
+	taking.Store(true)
+	bumps = &atomic.Int32{}
+	take := func(has bool) {
+		if has && taking.Load() {
+			bumps.Add(1)
+			e.ghostOwn(p)
+		}
+	}
+	e.led.mu.Lock()
+	if claims {
+		e.led.gate = func(intents []decide.Intent) bool {
+			take(slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == p }))
+			return false
+		}
+	} else {
+		e.led.markGate = func(ps []int32) { take(slices.Contains(ps, p)) }
+	}
+	e.led.mu.Unlock()
+	return bumps, func() { taking.Store(false) }
 }
 
 // ghostOwnsBeforeClaims makes a member the group dropped ("ghost") take a
