@@ -1176,3 +1176,128 @@ func TestARouterStoppedWhileADeadLetterMarkRetriesOnItsOwnReturnsInTimeAndCommit
 		t.Errorf("dead letters %v, want one temporal_permanent", r)
 	}
 }
+
+// pausedPartitions is the partitions of the test topic rn's Kafka client
+// has paused (PauseFetchPartitions; not the health pause's topics).
+func pausedPartitions(rn *runner) map[int32]bool {
+	out := map[int32]bool{}
+	for _, p := range rn.r.cl.PauseFetchPartitions(nil)[testTopic] {
+		out[p] = true
+	}
+	return out
+}
+
+// lentCount is how many assignments rn lends out of max_in_flight, and
+// rn's records in flight.
+func lentCount(rn *runner) (lent, inFlight int) {
+	f := rn.r.commits.flight
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.lent), f.n
+}
+
+// Adversary 28b. 305a298 lends a waiting partition's records in flight
+// out of max_in_flight, but at most max_in_flight in all (lentN: min(sum,
+// max)). Two waiting partitions together hold more than max_in_flight
+// before the second waits: partition 0 waits first (its queue holds about
+// max_in_flight, lent), the poll loop then polls partition 1's backlog
+// until max_in_flight more are in flight (n - lent >= max), and partition
+// 1 then waits too: lent is capped at max, n - max >= max, and
+// waitCapacity stops the poll loop again, so no record of partition 2 is
+// polled while the ghost bumps 0 and 1: the hold-up of
+// TestAWaitingPartitionsBacklogDoesNotHoldAnotherPartitionsRecords, with
+// two waiting partitions. max_in_flight 10, max_poll_records 10 (one
+// poll batch is what max_in_flight may be exceeded by anyway), 30 records
+// on partition 0 before the router starts, 30 on partition 1 in one
+// produce once partition 0 waits. Fails 3 of 3: 20 polled, 20 in flight,
+// 2 assignments lent, b@2 never polled in 6 s. The test holds that b@2,
+// produced once both wait, starts within 3 s while the ghost keeps
+// bumping.
+func TestTwoWaitingPartitionsBacklogsDoNotHoldAThirdPartitionsRecords(t *testing.T) {
+	e := newTestEnv(t, 3, envOpt{})
+	var bumping [2]atomic.Bool
+	var bumps [2]atomic.Int32
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		var has [2]bool
+		for _, in := range intents {
+			if in.Partition < 2 {
+				has[in.Partition] = true
+			}
+		}
+		for p := range has {
+			if has[p] && bumping[p].Load() {
+				bumps[p].Add(1)
+				e.ghostOwn(int32(p))
+			}
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	bumping[0].Store(true)
+	for i := 0; i < 30; i++ {
+		e.produce(0, fmt.Sprintf("a%d", i), "v")
+	}
+	cfg := e.config()
+	cfg.MaxInFlight, cfg.MaxPollRecords = 10, 10
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return bumps[0].Load() >= 5 && pausedPartitions(rn)[0] },
+		func() string {
+			return fmt.Sprintf("partition 0 refused %d times, paused %v", bumps[0].Load(), pausedPartitions(rn))
+		})
+	time.Sleep(300 * time.Millisecond)
+	bumping[1].Store(true)
+	e.produceAll(1, "c", 30) // one produce: the backlog is there at the first fetch
+	eventually(t, 10*time.Second, func() bool { return bumps[1].Load() >= 5 && pausedPartitions(rn)[1] },
+		func() string {
+			return fmt.Sprintf("partition 1 refused %d times, paused %v", bumps[1].Load(), pausedPartitions(rn))
+		})
+	time.Sleep(300 * time.Millisecond)
+	{
+		lent, n := lentCount(rn)
+		t.Logf("before b: lent %d, in flight %d, polled %v", lent, n, rn.polled())
+	}
+	e.produce(2, "b", "v")
+	t0 := time.Now()
+	var startedB time.Duration = -1
+	for time.Since(t0) < 6*time.Second {
+		if startedB < 0 && len(e.starter.executionsOf(wid("b"))) == 1 {
+			startedB = time.Since(t0)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	lent, inFlight := lentCount(rn)
+	polled := rn.polled()
+	bumping[0].Store(false)
+	bumping[1].Store(false)
+	e.waitCommittedToEnd(30 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if startedB < 0 || startedB > 3*time.Second {
+		t.Errorf("b@2 started %v after it was produced (-1: not while the ghost bumped partitions 0 and 1, 6 s; refusals %d/%d; %v records polled, %d in flight of max_in_flight %d, %d assignments lent): the two waiting partitions' records beyond max_in_flight hold the in-flight budget",
+			startedB, bumps[0].Load(), bumps[1].Load(), polled, inFlight, cfg.MaxInFlight, lent)
+	}
+	for i := 0; i < 30; i++ {
+		for _, id := range []string{fmt.Sprintf("a%d", i), fmt.Sprintf("c%d", i)} {
+			if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+				t.Errorf("%s: %d executions, want 1", id, n)
+			}
+		}
+	}
+}
+
+// produceAll writes events prefix0..prefix(n-1) to partition p in one
+// produce request.
+func (e *testEnv) produceAll(p int32, prefix string, n int) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: testTopic, Partition: p, Value: value(fmt.Sprintf("%s%d", prefix, i), "v")}
+	}
+	if err := e.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		e.t.Fatal(err)
+	}
+}
