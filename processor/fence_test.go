@@ -1382,3 +1382,73 @@ func TestAPartitionPausedAndResumedOverAndOverStartsEveryRecordOnce(t *testing.T
 		}
 	}
 }
+
+// Adversary 28b (a waiting partition moves away and comes back). Kafka's
+// client keeps a partition paused across rebalances until it is resumed;
+// the pause of a waiting partition is lifted only when its queue is
+// removed. Partition 1 waits on r1 (the ghost takes it before every claim
+// of it: c@1 queued, partition 1 paused, its records lent), then r2 joins
+// and takes partition 1 (the ghost stops), starts c and commits it, then
+// r2 leaves and partition 1 comes back to r1 under a new assignment. The
+// test holds that d@1, produced after it came back, is fetched and
+// started by r1 (the old assignment's queue does not keep the new one
+// paused), c and d start once each, and r1 ends with nothing paused or
+// lent. PASSES 3 of 3.
+func TestAWaitingPartitionThatMovesAwayAndBackIsFetchedAgain(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	var bumping atomic.Bool
+	var bumps atomic.Int32
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		for _, in := range intents {
+			if in.Partition == 1 && bumping.Load() {
+				bumps.Add(1)
+				e.ghostOwn(1)
+				break
+			}
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	bumping.Store(true)
+	r1 := e.start("r1", e.config())
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	e.produce(1, "c", "v")
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= 5 && pausedPartitions(r1)[1] },
+		func() string {
+			return fmt.Sprintf("c refused %d times, r1 paused %v", bumps.Load(), pausedPartitions(r1))
+		})
+	r2 := e.start("r2", e.config())
+	eventually(t, 10*time.Second, func() bool { o := r1.owned(); return len(o) == 1 && len(r2.owned()) == 1 }, func() string {
+		return fmt.Sprintf("r1 owns %v, r2 %v", r1.owned(), r2.owned())
+	})
+	if !r2.owned()[1] {
+		t.Fatalf("partition 0 moved to r2, not the waiting partition 1 (r1 owns %v)", r1.owned())
+	}
+	bumping.Store(false)
+	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("c"))) == 1 && e.committed()[1] == 1 },
+		func() string {
+			return fmt.Sprintf("c executions %d, committed %v", len(e.starter.executionsOf(wid("c"))), e.committed())
+		})
+	if err := r2.stop(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	e.produce(1, "d", "v")
+	eventually(t, 5*time.Second, func() bool { return len(e.starter.executionsOf(wid("d"))) == 1 }, func() string {
+		lent, n := lentCount(r1)
+		return fmt.Sprintf("d@1 not started after partition 1 came back to r1: r1 paused %v, %d lent, %d in flight", pausedPartitions(r1), lent, n)
+	})
+	e.waitCommittedToEnd(10 * time.Second)
+	if lent, _ := lentCount(r1); len(pausedPartitions(r1)) != 0 || lent != 0 {
+		t.Errorf("r1 paused %v, %d lent at the end", pausedPartitions(r1), lent)
+	}
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c", "d"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+}
