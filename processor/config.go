@@ -53,8 +53,9 @@ type Config struct {
 	// MaxInFlight bounds polled-but-unfinished records (memory, and how
 	// much is redelivered after a crash). Polling stops while it is
 	// reached; it may be exceeded by one poll batch, and while partitions
-	// wait for the ledger's fence, whose records it does not count (up to
-	// MaxInFlight), by their records (refused.go).
+	// wait for the ledger's fence (not fetched meanwhile), by the records
+	// each held when it began to wait, which it does not count
+	// (refused.go).
 	MaxInFlight int `yaml:"max_in_flight"`
 	// FetchMaxBytes bounds what the Kafka client buffers per fetch (and so,
 	// with one fetch in flight per broker, its consuming memory). It must

@@ -39,8 +39,8 @@ type inFlight struct {
 	cond *sync.Cond // broadcast when a record ends, the pause changes or a deadline passes
 	n    int        // records in flight
 	// lent: the assignments whose partition waits for the ledger's fence
-	// (refused.go) and is not fetched meanwhile; their records in flight,
-	// up to max, do not count against max (lend).
+	// (refused.go) and is not fetched meanwhile; their records in flight
+	// do not count against max (lend).
 	lent map[*partition]bool
 }
 
@@ -172,10 +172,12 @@ func (f *inFlight) waitCapacity(ctx context.Context) bool {
 
 // lend takes p's records in flight out of the count waitCapacity bounds
 // (lent), or puts them back: p's partition waits for the ledger's fence
-// and is not fetched meanwhile (refused.go), so its records are bounded
-// by what was polled before, and they must not stop the polls of the
-// other partitions. What is lent is at most max: the router holds at most
-// twice MaxInFlight records.
+// and is not fetched meanwhile (refused.go), so its records are the ones
+// polled before it began to wait, and they must not stop the polls of the
+// other partitions. Each waiting partition adds at most what the budget
+// held (MaxInFlight and a poll) when it began to wait. Capped in all, two
+// partitions waiting with the budget between them would stop the polls of
+// a third (TestTwoWaitingPartitionsBacklogsDoNotHoldAThirdPartitionsRecords).
 func (f *inFlight) lend(p *partition, lent bool) {
 	f.mu.Lock()
 	if lent {
@@ -190,14 +192,13 @@ func (f *inFlight) lend(p *partition, lent bool) {
 	f.mu.Unlock()
 }
 
-// lentN is how many records in flight are lent, at most max. Called with
-// mu held.
+// lentN is how many records in flight are lent. Called with mu held.
 func (f *inFlight) lentN() int {
 	n := 0
 	for p := range f.lent {
 		n += p.inFlight
 	}
-	return min(n, f.max)
+	return n
 }
 
 // waitDrained waits up to timeout for every record in flight to end.
