@@ -1452,3 +1452,60 @@ func TestAWaitingPartitionThatMovesAwayAndBackIsFetchedAgain(t *testing.T) {
 		}
 	}
 }
+
+// Adversary 28c. The marks' counterpart of
+// TestAWaitingPartitionsBacklogDoesNotHoldAnotherPartitionsRecords: a
+// partition whose marks the ledger's fence refuses over and over keeps
+// them in the marker's waiting list (markDue, 407b6aa), but neither
+// pauses its fetching nor lends its records out of max_in_flight (only
+// the claimer's refusedWaits hold does, 305a298). A ghost that takes
+// partition 0 before every mark (not before claims: the marker's fenced
+// takes it again at once, so its claims go through) lets the router poll,
+// claim and start partition 0's backlog until max_in_flight of its
+// records wait in the marker; waitCapacity then stops the poll loop, and
+// no record of partition 1 is polled while the ghost bumps partition 0.
+// max_in_flight 10, max_poll_records 5, 30 records on partition 0 before
+// the router starts. The test holds that b@1, produced once partition
+// 0's marks were refused 20 times, starts within 3 s while the ghost
+// keeps bumping. Fails 3 of 3: 10 polled, 10 in flight of 10, 0 lent,
+// nothing paused, b@1 never polled in 6 s (26 refusals); heals once the
+// ghost stops (every a once).
+func TestAWaitingPartitionsMarksBacklogDoesNotHoldAnotherPartitionsRecords(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	bumps, stopGhost := e.ghostKeepsTaking(0, false)
+	for i := 0; i < 30; i++ {
+		e.produce(0, fmt.Sprintf("a%d", i), "v")
+	}
+	cfg := e.config()
+	cfg.MaxInFlight, cfg.MaxPollRecords = 10, 5
+	rn := e.start("r1", cfg)
+	eventually(t, 15*time.Second, func() bool { return bumps.Load() >= 20 }, func() string { return "partition 0's marks never refused 20 times" })
+	e.produce(1, "b", "v")
+	t0 := time.Now()
+	var startedB time.Duration = -1
+	for time.Since(t0) < 6*time.Second {
+		if startedB < 0 && len(e.starter.executionsOf(wid("b"))) == 1 {
+			startedB = time.Since(t0)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	lent, inFlight := lentCount(rn)
+	polled, paused := rn.polled(), pausedPartitions(rn)
+	stopGhost()
+	e.waitCommittedToEnd(30 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if startedB < 0 || startedB > 3*time.Second {
+		t.Errorf("b@1 started %v after it was produced (-1: not while the ghost bumped partition 0 before its marks, 6 s; %d refusals; %v records polled, %d in flight of max_in_flight %d, %d lent, paused %v): partition 0's waiting marks hold the in-flight budget",
+			startedB, bumps.Load(), polled, inFlight, cfg.MaxInFlight, lent, paused)
+	}
+	for i := 0; i < 30; i++ {
+		if n := len(e.starter.executionsOf(wid(fmt.Sprintf("a%d", i)))); n != 1 {
+			t.Errorf("a%d: %d executions, want 1", i, n)
+		}
+	}
+	if n := len(e.starter.executionsOf(wid("b"))); n != 1 {
+		t.Errorf("b: %d executions, want 1", n)
+	}
+}
