@@ -1509,3 +1509,103 @@ func TestAWaitingPartitionsMarksBacklogDoesNotHoldAnotherPartitionsRecords(t *te
 		t.Errorf("b: %d executions, want 1", n)
 	}
 }
+
+// Adversary 28c (shutdown with everything waiting at once). Partitions 0
+// and 1 wait for the ledger's fence in the claimer (a ghost takes each
+// before every claim of it: queued, paused, lent), while partition 2's
+// marks are refused over and over (the ghost takes it before every mark):
+// c@2's mark waits in the marker (markDue) and d@2's dead-letter mark
+// (Temporal refuses d for good) retries on its own goroutine (s.parked).
+// The router is stopped then. The test holds that Run returns within
+// drain_timeout, commits nothing on partitions 0 and 1 (nothing claimed)
+// nor past c on partition 2 (its row not marked), leaves nothing paused
+// or lent, and that the next router, the ghost gone, starts a@0, b@1 and
+// c@2 once each, dead-letters d once and commits every partition to its
+// end. PASSES 4 of 4 (withstood): 2 lent, 4 in flight, 0 and 1 paused,
+// 12 mark refusals at the stop; Run returns 1.5 s after cancel (drain
+// timeout 2 s).
+func TestARouterStoppedWhileTwoPartitionsWaitAndAThirdsMarksWaitReturnsInTimeAndTheNextStartsEachOnce(t *testing.T) {
+	e := newTestEnv(t, 3, envOpt{})
+	e.starter.failPermanent(wid("d"))
+	var bumping atomic.Bool
+	bumping.Store(true)
+	var claimBumps [2]atomic.Int32
+	var markBumps atomic.Int32
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		var has [2]bool
+		for _, in := range intents {
+			if in.Partition < 2 {
+				has[in.Partition] = true
+			}
+		}
+		for p := range has {
+			if has[p] && bumping.Load() {
+				claimBumps[p].Add(1)
+				e.ghostOwn(int32(p))
+			}
+		}
+		return false
+	}
+	e.led.markGate = func(ps []int32) {
+		for _, p := range ps {
+			if p == 2 && bumping.Load() {
+				markBumps.Add(1)
+				e.ghostOwn(2)
+				return
+			}
+		}
+	}
+	e.led.mu.Unlock()
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 3 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	e.produce(0, "a", "v")
+	e.produce(1, "b", "v")
+	e.produce(2, "c", "v")
+	e.produce(2, "d", "v")
+	eventually(t, 15*time.Second, func() bool {
+		p := pausedPartitions(r1)
+		return p[0] && p[1] && claimBumps[0].Load() >= 5 && claimBumps[1].Load() >= 5 && markBumps.Load() >= 12 &&
+			len(e.starter.executionsOf(wid("c"))) == 1 && e.starter.callCount(wid("d")) >= 1
+	}, func() string {
+		return fmt.Sprintf("paused %v, claim refusals %d/%d, mark refusals %d, c executions %d, d calls %d", pausedPartitions(r1),
+			claimBumps[0].Load(), claimBumps[1].Load(), markBumps.Load(), len(e.starter.executionsOf(wid("c"))), e.starter.callCount(wid("d")))
+	})
+	lent, n := lentCount(r1)
+	t.Logf("before stop: %d lent, %d in flight, paused %v, mark refusals %d", lent, n, pausedPartitions(r1), markBumps.Load())
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Run returned %v after cancel", r1.took)
+	if r1.took > cfg.DrainTimeout+500*time.Millisecond {
+		t.Errorf("Run took %v to return after cancel, drain timeout %v", r1.took, cfg.DrainTimeout)
+	}
+	if c := e.committed(); c[0] != -1 || c[1] != -1 || c[2] > 0 {
+		t.Errorf("committed %v: want nothing on 0 and 1 and nothing past c@2/0 (rows a %q, b %q, c %q, d %q)", c,
+			e.led.state(wid("a")), e.led.state(wid("b")), e.led.state(wid("c")), e.led.state(wid("d")))
+	}
+	if lent, _ := lentCount(r1); lent != 0 {
+		t.Errorf("r1 stopped with %d assignments lent", lent)
+	}
+	bumping.Store(false)
+	r2 := e.start("r2", cfg)
+	e.waitCommittedToEnd(20 * time.Second)
+	if err := r2.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+		if st := e.led.state(wid(id)); st != stateStarted {
+			t.Errorf("%s: row %q, want started", id, st)
+		}
+	}
+	if st := e.led.state(wid("d")); st != stateDeadLettered {
+		t.Errorf("d: row %q, want dead_lettered", st)
+	}
+	if r := e.dlqReasons(); r[string(decide.ReasonTemporalPermanent)] != 1 || len(r) != 1 {
+		t.Errorf("dead letters %v, want one temporal_permanent (d)", r)
+	}
+}
