@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/dedupio/dedup/processor/decide"
@@ -84,11 +85,10 @@ func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef
 // fill max_in_flight and stop the polls of every other partition.
 type refusedWaits struct {
 	queues map[PartitionRef]*refusedQueue
-	// hold pauses (true) or resumes (false) fetching a partition, and
-	// lends its records in flight (part: its queue's first record's
-	// assignment; inFlight.lend) or takes them back; nil: none.
-	hold func(ref PartitionRef, part *partition, held bool)
-	held map[PartitionRef]*partition // what hold was told, per queue
+	// holds: a queue holds its partition (fenceHolds; part: its first
+	// record's assignment) while it exists; nil: none.
+	holds *fenceHolds
+	held  map[PartitionRef]*partition // what holds was told, per queue
 }
 
 type refusedQueue struct {
@@ -107,12 +107,12 @@ func (w *refusedWaits) wait(ref PartitionRef, b *claimBatch, n int) {
 		}
 		q = &refusedQueue{}
 		w.queues[ref] = q
-		if w.hold != nil {
+		if w.holds != nil {
 			if w.held == nil {
 				w.held = map[PartitionRef]*partition{}
 			}
 			w.held[ref] = b.owners[0].part
-			w.hold(ref, b.owners[0].part, true)
+			w.holds.hold(ref, b.owners[0].part, true)
 		}
 	}
 	q.pieces = append([]*claimBatch{b}, q.pieces...)
@@ -223,7 +223,7 @@ func (w *refusedWaits) remove(ref PartitionRef) {
 	delete(w.queues, ref)
 	if part, ok := w.held[ref]; ok {
 		delete(w.held, ref)
-		w.hold(ref, part, false)
+		w.holds.hold(ref, part, false)
 	}
 }
 
@@ -284,4 +284,55 @@ func refusedWait(n int) time.Duration {
 func retakenFor(again map[PartitionRef]decide.Fence, rec *record) bool {
 	nf, ok := again[PartitionRef{rec.part.tp.topic, rec.part.tp.partition}]
 	return ok && nf == rec.part.fence()
+}
+
+// fenceHolds counts the waits for the ledger's fence that hold each
+// partition: a claimer's queue (refusedWaits), a mark waiting in the
+// marker, a dead-letter mark sent again. While one holds it, a partition
+// is not fetched (pause) and the records in flight of the held assignment
+// are lent out of max_in_flight (lend), so that what it holds does not
+// stop the polls of the other partitions.
+type fenceHolds struct {
+	pause func(ref PartitionRef, paused bool) // nil: none (tests of parts)
+	lend  func(part *partition, lent bool)
+
+	mu    sync.Mutex
+	refs  map[PartitionRef]int // holds per partition
+	parts map[*partition]int   // holds per assignment
+}
+
+// hold adds (true) or drops (false) one hold of part (ref's assignment).
+func (h *fenceHolds) hold(ref PartitionRef, part *partition, held bool) {
+	if h == nil || h.pause == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.refs == nil {
+		h.refs, h.parts = map[PartitionRef]int{}, map[*partition]int{}
+	}
+	d := 1
+	if !held {
+		d = -1
+	}
+	h.refs[ref] += d
+	h.parts[part] += d
+	switch h.refs[ref] {
+	case 1:
+		if held {
+			h.pause(ref, true)
+		}
+	case 0:
+		delete(h.refs, ref)
+		h.pause(ref, false)
+	}
+	switch h.parts[part] {
+	case 1:
+		if held {
+			h.lend(part, true)
+		}
+	case 0:
+		delete(h.parts, part)
+		h.lend(part, false)
+	}
 }

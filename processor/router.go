@@ -186,15 +186,18 @@ func New(cfg Config, o Options) (*Router, error) {
 	// fetched meanwhile (its buffered records are dropped and fetched
 	// again when it is resumed), and its records in flight are lent: the
 	// other partitions are polled (inFlight.lend).
-	r.claims.waits.hold = func(ref PartitionRef, part *partition, held bool) {
-		tps := map[string][]int32{ref.Topic: {ref.Partition}}
-		if held {
-			r.cl.PauseFetchPartitions(tps)
-		} else {
-			r.cl.ResumeFetchPartitions(tps)
-		}
-		r.commits.flight.lend(part, held)
+	holds := &fenceHolds{
+		pause: func(ref PartitionRef, paused bool) {
+			tps := map[string][]int32{ref.Topic: {ref.Partition}}
+			if paused {
+				r.cl.PauseFetchPartitions(tps)
+			} else {
+				r.cl.ResumeFetchPartitions(tps)
+			}
+		},
+		lend: r.commits.flight.lend,
 	}
+	r.claims.waits.holds, r.starts.holds = holds, holds
 	r.commits.adm = kadm.NewClient(r.cl)
 	r.commits.lag.adm = r.commits.adm
 	// Only now may the group call back (assigned reads adm, commit cl):

@@ -38,6 +38,9 @@ type job struct {
 	// until markDue (the marker's own).
 	markRefused int
 	markDue     time.Time
+	// held: the job holds its partition (startPool.holds) while its mark
+	// waits for the ledger's fence.
+	held bool
 	// rechecks are check copies (duplicates under an allow_* policy) that
 	// came when this job could no longer answer them: it was a start, or a
 	// check whose LastRun read had begun. Finishing with it could swallow
@@ -114,6 +117,9 @@ type startPool struct {
 	closed bool
 	// parked counts the jobs parked without a worker (park).
 	parked sync.WaitGroup
+	// holds: a mark the ledger's fence refused over and over holds its
+	// partition (not fetched, its records lent: fenceHolds); nil: none.
+	holds *fenceHolds
 	// flushBy bounds the marker's final flush: set by stop before it
 	// closes markQ (zero: 10 s from then).
 	flushBy time.Time
@@ -360,9 +366,11 @@ func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
 		// without the worker, which starts other partitions' records
 		// meanwhile.
 		if s.markDeadLettered(ctx, j, 1) {
+			s.hold(j, true)
 			s.parked.Add(1)
 			go func() {
 				defer s.parked.Done()
+				defer s.hold(j, false)
 				ctx, cancel := context.WithCancel(ctx)
 				defer cancel()
 				defer context.AfterFunc(s.workCtx, cancel)() // the pool stops: so does the retry
@@ -373,6 +381,16 @@ func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
 		return
 	}
 	s.done(j, false)
+}
+
+// hold makes j hold its partition while its mark waits for the ledger's
+// fence (held), or lets go of it (fenceHolds): once each way.
+func (s *startPool) hold(j *job, held bool) {
+	if j.held == held {
+		return
+	}
+	j.held = held
+	s.holds.hold(PartitionRef{j.rec.part.tp.topic, j.rec.part.tp.partition}, j.rec.part, held)
 }
 
 // markDeadLettered sends j's dead-letter mark for the try-th time (after
@@ -449,6 +467,7 @@ func (s *startPool) marker() {
 					if j.markRefused++; j.markRefused > 3 && !final {
 						j.markDue = time.Now().Add(refusedWait(j.markRefused))
 						waiting = append(waiting, j)
+						s.hold(j, true)
 						continue
 					}
 					retry = append(retry, j)
@@ -458,6 +477,7 @@ func (s *startPool) marker() {
 				if ok && started[i].Recorded {
 					s.markedStarted(j)
 				}
+				s.hold(j, false)
 				s.done(j, ok)
 			}
 			batch = append(batch[:0], retry...)
