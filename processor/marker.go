@@ -1,0 +1,127 @@
+package processor
+
+import (
+	"context"
+	"time"
+
+	"github.com/dedupio/dedup/processor/decide"
+)
+
+// marker batches started workflows into one ledger update; their records
+// finish when it succeeds. Its final flush (after the workers stopped)
+// gets a short deadline of its own, not the cancelled work context.
+func (s *startPool) marker() {
+	var batch []*job
+	// waiting: marks the ledger's fence refused more than three times,
+	// their partition taken again each time (a member the group dropped
+	// that keeps taking it), each until its markDue: the other
+	// partitions' marks go on meanwhile.
+	var waiting []*job
+	tick := time.NewTicker(s.cfg.Starts.MarkInterval)
+	defer tick.Stop()
+	flush := func(ctx context.Context, final bool) {
+		now := time.Now()
+		kept := waiting[:0]
+		for _, j := range waiting {
+			if final || !now.Before(j.markDue) {
+				batch = append(batch, j)
+			} else {
+				kept = append(kept, j)
+			}
+		}
+		clear(waiting[len(kept):])
+		waiting = kept
+		// A refusal of the ledger's fence marks the rows of the other
+		// partitions; a job whose owner's partition moved is abandoned (a
+		// waiter of a partition still ours takes it over and marks it),
+		// unless the router took its record's assignment again: then its
+		// mark is sent again under the new fence, never given up for the
+		// number of its refusals (retakenFor), at once for the first
+		// three, then after a wait (waitRefused's), with the next flush
+		// that is due, or here if this is the final flush.
+		for sent := false; len(batch) > 0; sent = true {
+			if final && sent { // only refused jobs are left: wait for them
+				most := 0
+				for _, j := range batch {
+					most = max(most, j.markRefused)
+				}
+				waitRefused(ctx, most)
+			}
+			started := make([]Started, len(batch))
+			for i, j := range batch {
+				started[i] = Started{WorkflowID: j.req.WorkflowID, RunID: j.runID, Generation: j.req.Generation,
+					Topic: j.rec.part.tp.topic, Partition: j.rec.part.tp.partition, Fence: j.rec.part.fence()}
+			}
+			err := s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkStarted(ctx, started) })
+			f, fenced := IsFenced(err)
+			var again map[PartitionRef]decide.Fence
+			if fenced {
+				again = s.fenced(f)
+			}
+			var retry []*job
+			for i, j := range batch {
+				refused := fenced && f.Has(started[i].Topic, started[i].Partition, started[i].Fence)
+				if refused && retakenFor(again, j.rec) {
+					if j.markRefused++; j.markRefused > 3 && !final {
+						j.markDue = time.Now().Add(refusedWait(j.markRefused))
+						waiting = append(waiting, j)
+						s.hold(j, true)
+						continue
+					}
+					retry = append(retry, j)
+					continue
+				}
+				ok := err == nil || (fenced && !refused)
+				if ok && started[i].Recorded {
+					s.markedStarted(j)
+				}
+				s.hold(j, false)
+				s.done(j, ok)
+			}
+			batch = append(batch[:0], retry...)
+		}
+	}
+	for {
+		var due <-chan time.Time // the first waiting mark's
+		if len(waiting) > 0 {
+			first := waiting[0].markDue
+			for _, j := range waiting[1:] {
+				if j.markDue.Before(first) {
+					first = j.markDue
+				}
+			}
+			due = time.After(time.Until(first))
+		}
+		select {
+		case j, ok := <-s.markQ:
+			if !ok {
+				flushBy := time.Now().Add(10 * time.Second)
+				if !s.flushBy.IsZero() && s.flushBy.Before(flushBy) {
+					flushBy = s.flushBy
+				}
+				ctx, cancel := context.WithDeadline(context.WithoutCancel(s.workCtx), flushBy)
+				flush(ctx, true)
+				cancel()
+				return
+			}
+			batch = append(batch, j)
+			if len(batch) >= s.cfg.Starts.MarkBatch {
+				flush(s.workCtx, false)
+			}
+		case <-tick.C:
+			flush(s.workCtx, false)
+		case <-due:
+			flush(s.workCtx, false)
+		}
+	}
+}
+
+// hold makes j hold its partition while its mark waits for the ledger's
+// fence (held), or lets go of it (fenceHolds): once each way.
+func (s *startPool) hold(j *job, held bool) {
+	if j.held == held {
+		return
+	}
+	j.held = held
+	s.holds.hold(PartitionRef{j.rec.part.tp.topic, j.rec.part.tp.partition}, j.rec.part, held)
+}
