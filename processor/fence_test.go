@@ -1710,3 +1710,80 @@ func TestAPartitionPausedAndResumedAcrossTransactionsStartsEachCommittedEventOnc
 		}
 	}
 }
+
+// Adversary 28d. de4ddba lends the records in flight of the assignment
+// whose mark waits for the ledger's fence (startPool.hold: j.rec.part),
+// and pauses its partition, so that they do not hold max_in_flight. But
+// the copies of the same event that another partition delivers wait on
+// that job (startPool.joinLocked: verdict redrive, the row pending) and
+// end only with its mark: they are neither lent nor paused. A ghost
+// takes partition 0 before every mark of it; x@0 is claimed and started,
+// its mark waits (held: partition 0 paused, lent). Then 15 copies of x
+// come on partition 1 (a producer's retries); each is claimed, joins x's
+// job as a waiter and stays in flight. With max_in_flight 10 and
+// max_poll_records 5 the poll loop stops once 10 of them are in flight
+// (waitCapacity: n - lent >= max), and b@2 is never polled while the
+// ghost bumps partition 0: partition 0's refusals hold a third
+// partition's records through another partition's backlog, the hold-up
+// TestAWaitingPartitionsMarksBacklogDoesNotHoldAnotherPartitionsRecords
+// was about. The test holds that b@2, produced once the copies are in,
+// starts within 3 s while the ghost keeps bumping, and that everything
+// heals after (x started once, every partition committed to its end,
+// nothing paused or lent). Fails 3 of 3: 11-12 polled, 11-12 in flight of
+// 10, 1 assignment lent (partition 0's, 1 record), partition 0 paused,
+// 10-11 copies waiting on x's job, b@2 never polled in 6 s (15
+// refusals); heals once the ghost stops (x and b once each, committed to
+// the ends, nothing paused or lent).
+func TestCopiesOnAnotherPartitionWaitingOnAMarkHeldByTheFenceDoNotHoldAThirdPartitionsRecords(t *testing.T) {
+	e := newTestEnv(t, 3, envOpt{})
+	bumps, stopGhost := e.ghostKeepsTaking(0, false)
+	cfg := e.config()
+	cfg.MaxInFlight, cfg.MaxPollRecords = 10, 5
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(rn.owned()) == 3 }, func() string { return fmt.Sprintf("r1 owns %v", rn.owned()) })
+	e.produce(0, "x", "v")
+	eventually(t, 15*time.Second, func() bool {
+		return bumps.Load() >= 6 && pausedPartitions(rn)[0] && len(e.starter.executionsOf(wid("x"))) == 1
+	}, func() string {
+		return fmt.Sprintf("x@0's mark refused %d times, paused %v", bumps.Load(), pausedPartitions(rn))
+	})
+	for i := 0; i < 15; i++ {
+		e.produce(1, "x", "v")
+	}
+	eventually(t, 10*time.Second, func() bool { return rn.polled() >= 11 }, func() string {
+		return fmt.Sprintf("polled %v", rn.polled())
+	})
+	time.Sleep(300 * time.Millisecond)
+	{
+		lent, n := lentCount(rn)
+		t.Logf("before b: lent %d, in flight %d, polled %v, waiters of x %d, paused %v", lent, n, rn.polled(), waitersOf(rn.r, wid("x")), pausedPartitions(rn))
+	}
+	e.produce(2, "b", "v")
+	t0 := time.Now()
+	var startedB time.Duration = -1
+	for time.Since(t0) < 6*time.Second {
+		if startedB < 0 && len(e.starter.executionsOf(wid("b"))) == 1 {
+			startedB = time.Since(t0)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	lent, inFlight := lentCount(rn)
+	polled, paused, waiters := rn.polled(), pausedPartitions(rn), waitersOf(rn.r, wid("x"))
+	stopGhost()
+	e.waitCommittedToEnd(30 * time.Second)
+	if l, _ := lentCount(rn); l != 0 || len(pausedPartitions(rn)) != 0 {
+		t.Errorf("healed, but %d assignments lent, paused %v", l, pausedPartitions(rn))
+	}
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if startedB < 0 || startedB > 3*time.Second {
+		t.Errorf("b@2 started %v after it was produced (-1: not while the ghost bumped partition 0 before its marks, 6 s; %d refusals; %v records polled, %d in flight of max_in_flight %d, %d assignments lent, paused %v, %d copies waiting on x's job): copies on partition 1 waiting on partition 0's held mark hold the in-flight budget",
+			startedB, bumps.Load(), polled, inFlight, cfg.MaxInFlight, lent, paused, waiters)
+	}
+	for _, id := range []string{"x", "b"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+}
