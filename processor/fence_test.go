@@ -1787,3 +1787,131 @@ func TestCopiesOnAnotherPartitionWaitingOnAMarkHeldByTheFenceDoNotHoldAThirdPart
 		}
 	}
 }
+
+// Adversary 28d (holds across a move away and back). A ghost takes
+// partitions 0 and 1 before every mark of them, so that on each partition
+// a started event's mark waits in the marker (a@0, c@1: job.held) and a
+// dead-letter mark retries on its own goroutine (d@0, f@1: Temporal
+// refuses them for good): two holds on each partition (fenceHolds count
+// 2, both paused and lent). A second router joins and takes one of the
+// partitions: r1's waiting mark of it is refused again and not taken
+// again (released), its dead-letter goroutine ends on the partition's
+// context (released); r2 takes the records over and its own marks wait.
+// Then r2 stops (its final flush and dead-letter goroutines release its
+// holds), the partition comes back to r1 as a new assignment, and the
+// ghost stops. A hold taken twice and released once (or the reverse)
+// would leave the partition paused in r1's client, or the old assignment
+// lent, and its records of the new assignment never fetched. The test
+// holds that r1 ends with nothing paused or lent, b@moved produced after
+// the partition came back starts, every partition is committed to its
+// end, a and c start once and d and f are dead-lettered once each.
+// PASSES 4 of 4 (withstood): r1 holds 2 on each partition before r2
+// joins, 2 on the partition it keeps once the other moved (partition 1
+// each run), r2 holds 1-2 on the moved one; r1 ends with nothing paused
+// or lent.
+func TestHoldsOfAWaitingMarkAndADeadLetterMarkAreReleasedWhenTheirPartitionMovesAwayAndBack(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	e.starter.failPermanent(wid("d"))
+	e.starter.failPermanent(wid("f"))
+	var bumping atomic.Bool
+	bumping.Store(true)
+	var bumps [2]atomic.Int32
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		var has [2]bool
+		for _, p := range ps {
+			has[p] = true
+		}
+		for p := range has {
+			if has[p] && bumping.Load() {
+				bumps[p].Add(1)
+				e.ghostOwn(int32(p))
+			}
+		}
+	}
+	e.led.mu.Unlock()
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	e.produce(0, "a", "v")
+	e.produce(0, "d", "v")
+	e.produce(1, "c", "v")
+	e.produce(1, "f", "v")
+	eventually(t, 15*time.Second, func() bool {
+		p := pausedPartitions(r1)
+		lent, _ := lentCount(r1)
+		return p[0] && p[1] && lent == 2 && bumps[0].Load() >= 10 && bumps[1].Load() >= 10
+	}, func() string {
+		lent, n := lentCount(r1)
+		return fmt.Sprintf("paused %v, %d lent, %d in flight, refusals %d/%d", pausedPartitions(r1), lent, n, bumps[0].Load(), bumps[1].Load())
+	})
+	t.Logf("r1 before r2 joins: holds per partition %v", holdCounts(r1))
+	r2 := e.start("r2", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 1 && len(r2.owned()) == 1 }, func() string {
+		return fmt.Sprintf("r1 owns %v, r2 %v", r1.owned(), r2.owned())
+	})
+	var moved, kept int32 = 0, 1
+	if r2.owned()[1] {
+		moved, kept = 1, 0
+	}
+	// r1's holds of the moved partition's old assignment end within a
+	// refused mark's wait (at most a second) and its context.
+	eventually(t, 5*time.Second, func() bool { return !pausedPartitions(r1)[moved] }, func() string {
+		lent, n := lentCount(r1)
+		return fmt.Sprintf("r1 still pauses partition %d, which moved to r2 (%d lent, %d in flight)", moved, lent, n)
+	})
+	if !pausedPartitions(r1)[kept] {
+		t.Errorf("r1 resumed partition %d, whose marks still wait", kept)
+	}
+	eventually(t, 10*time.Second, func() bool { return pausedPartitions(r2)[moved] }, func() string {
+		return fmt.Sprintf("r2 never held partition %d (paused %v)", moved, pausedPartitions(r2))
+	})
+	t.Logf("partition %d moved: r1 holds %v, r2 holds %v", moved, holdCounts(r1), holdCounts(r2))
+	if err := r2.stop(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	time.Sleep(500 * time.Millisecond)
+	bumping.Store(false)
+	e.produce(moved, "b", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("b"))) == 1 }, func() string {
+		lent, n := lentCount(r1)
+		return fmt.Sprintf("b@%d not started after partition %d came back to r1: r1 paused %v, %d lent, %d in flight", moved, moved, pausedPartitions(r1), lent, n)
+	})
+	e.waitCommittedToEnd(20 * time.Second)
+	eventually(t, 5*time.Second, func() bool { lent, _ := lentCount(r1); return lent == 0 && len(pausedPartitions(r1)) == 0 }, func() string {
+		lent, n := lentCount(r1)
+		return fmt.Sprintf("r1 healed but paused %v, %d lent, %d in flight", pausedPartitions(r1), lent, n)
+	})
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "c", "b"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+		if st := e.led.state(wid(id)); st != stateStarted {
+			t.Errorf("%s: row %q, want started", id, st)
+		}
+	}
+	for _, id := range []string{"d", "f"} {
+		if st := e.led.state(wid(id)); st != stateDeadLettered {
+			t.Errorf("%s: row %q, want dead_lettered", id, st)
+		}
+	}
+	if r := e.dlqReasons(); r[string(decide.ReasonTemporalPermanent)] != 2 || len(r) != 1 {
+		t.Errorf("dead letters %v, want two temporal_permanent (d, f)", r)
+	}
+}
+
+// holdCounts is rn's fenceHolds count per partition of the test topic.
+func holdCounts(rn *runner) map[int32]int {
+	h := rn.r.starts.holds
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[int32]int{}
+	for ref, n := range h.refs {
+		out[ref.Partition] = n
+	}
+	return out
+}
