@@ -117,11 +117,38 @@ func (s *startPool) marker() {
 }
 
 // hold makes j hold its partition while its mark waits for the ledger's
-// fence (held), or lets go of it (fenceHolds): once each way.
+// fence (held), or lets go of it (fenceHolds): once each way. The records
+// waiting on j (waiters, rechecks), of whatever partition, hold theirs
+// too, those that join while it holds included (joinLocked): they finish
+// only with j, so their partitions' records would fill max_in_flight in
+// its place.
 func (s *startPool) hold(j *job, held bool) {
+	s.mu.Lock()
 	if j.held == held {
+		s.mu.Unlock()
 		return
 	}
 	j.held = held
-	s.holds.hold(PartitionRef{j.rec.part.tp.topic, j.rec.part.tp.partition}, j.rec.part, held)
+	recs := []*record{j.rec}
+	if held {
+		for _, w := range j.waiters {
+			j.holding = append(j.holding, w)
+		}
+		for _, rc := range j.rechecks {
+			j.holding = append(j.holding, rc.rec)
+		}
+	}
+	recs = append(recs, j.holding...)
+	if !held {
+		j.holding = nil
+	}
+	s.mu.Unlock()
+	for _, rec := range recs {
+		s.holdRecord(rec, held)
+	}
+}
+
+// holdRecord takes (or drops) one hold of rec's partition.
+func (s *startPool) holdRecord(rec *record, held bool) {
+	s.holds.hold(PartitionRef{rec.part.tp.topic, rec.part.tp.partition}, rec.part, held)
 }

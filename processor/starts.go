@@ -41,6 +41,9 @@ type job struct {
 	// held: the job holds its partition (startPool.holds) while its mark
 	// waits for the ledger's fence.
 	held bool
+	// holding: the records waiting on the job that took a hold of their
+	// partition while it held (startPool.hold). Guarded by startPool.mu.
+	holding []*record
 	// rechecks are check copies (duplicates under an allow_* policy) that
 	// came when this job could no longer answer them: it was a start, or a
 	// check whose LastRun read had begun. Finishing with it could swallow
@@ -170,6 +173,10 @@ func (s *startPool) joinLocked(rec *record, req decide.StartRequest, check bool)
 	j := s.starting[req.WorkflowID]
 	if j == nil {
 		return false
+	}
+	if j.held { // its mark waits for the ledger's fence: rec holds its partition too (hold)
+		j.holding = append(j.holding, rec)
+		s.holdRecord(rec, true)
 	}
 	if check && (!j.check || j.checking) {
 		j.rechecks = append(j.rechecks, recheck{rec: rec, req: req})
