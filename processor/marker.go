@@ -131,9 +131,7 @@ func (s *startPool) hold(j *job, held bool) {
 	j.held = held
 	recs := []*record{j.rec}
 	if held {
-		for _, w := range j.waiters {
-			j.holding = append(j.holding, w)
-		}
+		j.holding = append(j.holding, j.waiters...)
 		for _, rc := range j.rechecks {
 			j.holding = append(j.holding, rc.rec)
 		}
@@ -150,5 +148,5 @@ func (s *startPool) hold(j *job, held bool) {
 
 // holdRecord takes (or drops) one hold of rec's partition.
 func (s *startPool) holdRecord(rec *record, held bool) {
-	s.holds.hold(PartitionRef{rec.part.tp.topic, rec.part.tp.partition}, rec.part, held)
+	s.holds.hold(rec.part, held)
 }

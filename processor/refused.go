@@ -112,7 +112,7 @@ func (w *refusedWaits) wait(ref PartitionRef, b *claimBatch, n int) {
 				w.held = map[PartitionRef]*partition{}
 			}
 			w.held[ref] = b.owners[0].part
-			w.holds.hold(ref, b.owners[0].part, true)
+			w.holds.hold(b.owners[0].part, true)
 		}
 	}
 	q.pieces = append([]*claimBatch{b}, q.pieces...)
@@ -223,7 +223,7 @@ func (w *refusedWaits) remove(ref PartitionRef) {
 	delete(w.queues, ref)
 	if part, ok := w.held[ref]; ok {
 		delete(w.held, ref)
-		w.holds.hold(ref, part, false)
+		w.holds.hold(part, false)
 	}
 }
 
@@ -288,51 +288,85 @@ func retakenFor(again map[PartitionRef]decide.Fence, rec *record) bool {
 
 // fenceHolds counts the waits for the ledger's fence that hold each
 // partition: a claimer's queue (refusedWaits), a mark waiting in the
-// marker, a dead-letter mark sent again. While one holds it, a partition
-// is not fetched (pause) and the records in flight of the held assignment
-// are lent out of max_in_flight (lend), so that what it holds does not
-// stop the polls of the other partitions.
+// marker, a dead-letter mark sent again, and the records waiting on such
+// a mark's job. While one holds it, a partition is not fetched (pause) and
+// the records in flight of the held assignment are lent out of
+// max_in_flight (lend), so that what it holds does not stop the polls of
+// the other partitions. A hold is an assignment's: one taken for an
+// assignment that is gone (revoked, lost, forgotten: its context is
+// done) is not taken, and an assignment's holds end with it, so that they
+// never pause the partition's next assignment.
 type fenceHolds struct {
 	pause func(ref PartitionRef, paused bool) // nil: none (tests of parts)
 	lend  func(part *partition, lent bool)
 
 	mu    sync.Mutex
-	refs  map[PartitionRef]int // holds per partition
-	parts map[*partition]int   // holds per assignment
+	refs  map[PartitionRef]int // holds per partition, of live assignments
+	parts map[*partition]*assignmentHolds
 }
 
-// hold adds (true) or drops (false) one hold of part (ref's assignment).
-func (h *fenceHolds) hold(ref PartitionRef, part *partition, held bool) {
+type assignmentHolds struct {
+	n    int
+	stop func() bool // stops the context.AfterFunc that ends them (gone)
+}
+
+// hold adds (true) or drops (false) one hold of assignment part.
+func (h *fenceHolds) hold(part *partition, held bool) {
 	if h == nil || h.pause == nil {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.refs == nil {
-		h.refs, h.parts = map[PartitionRef]int{}, map[*partition]int{}
+		h.refs, h.parts = map[PartitionRef]int{}, map[*partition]*assignmentHolds{}
 	}
-	d := 1
-	if !held {
-		d = -1
+	a := h.parts[part]
+	switch {
+	case held && a == nil:
+		if part.ctx.Err() != nil {
+			return // gone: nothing of it is fetched or in flight for long
+		}
+		a = &assignmentHolds{}
+		a.stop = context.AfterFunc(part.ctx, func() { h.gone(part) })
+		h.parts[part] = a
+		h.lend(part, true)
+	case !held && a == nil:
+		return // its holds ended with it (gone)
 	}
-	h.refs[ref] += d
-	h.parts[part] += d
-	switch h.refs[ref] {
-	case 1:
-		if held {
+	ref := PartitionRef{part.tp.topic, part.tp.partition}
+	if held {
+		a.n++
+		if h.refs[ref]++; h.refs[ref] == 1 {
 			h.pause(ref, true)
 		}
-	case 0:
-		delete(h.refs, ref)
-		h.pause(ref, false)
+		return
 	}
-	switch h.parts[part] {
-	case 1:
-		if held {
-			h.lend(part, true)
-		}
-	case 0:
+	if a.n--; a.n == 0 {
+		a.stop()
 		delete(h.parts, part)
 		h.lend(part, false)
+	}
+	h.unpause(ref, 1)
+}
+
+// gone ends the holds of an assignment that is gone.
+func (h *fenceHolds) gone(part *partition) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a := h.parts[part]
+	if a == nil {
+		return
+	}
+	delete(h.parts, part)
+	h.lend(part, false)
+	h.unpause(PartitionRef{part.tp.topic, part.tp.partition}, a.n)
+}
+
+// unpause drops n holds of ref, and resumes it when none is left. Called
+// with mu held.
+func (h *fenceHolds) unpause(ref PartitionRef, n int) {
+	if h.refs[ref] -= n; h.refs[ref] <= 0 {
+		delete(h.refs, ref)
+		h.pause(ref, false)
 	}
 }
