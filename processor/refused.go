@@ -292,22 +292,25 @@ func retakenFor(again map[PartitionRef]decide.Fence, rec *record) bool {
 // a mark's job. While one holds it, a partition is not fetched (pause) and
 // the records in flight of the held assignment are lent out of
 // max_in_flight (lend), so that what it holds does not stop the polls of
-// the other partitions. A hold is an assignment's: one taken for an
-// assignment that is gone (revoked, lost, forgotten: its context is
-// done) is not taken, and an assignment's holds end with it, so that they
-// never pause the partition's next assignment.
+// the other partitions. A hold is an assignment's: once the assignment is
+// gone (revoked, lost, forgotten: its context is done) its holds pause
+// nothing, so that they never pause the partition's next assignment, but
+// they still lend its records until released, as records waiting on
+// another partition's held job stay in flight after their own assignment
+// is gone (nothing of a gone assignment is fetched: they are bounded).
 type fenceHolds struct {
 	pause func(ref PartitionRef, paused bool) // nil: none (tests of parts)
 	lend  func(part *partition, lent bool)
 
 	mu    sync.Mutex
-	refs  map[PartitionRef]int // holds per partition, of live assignments
+	refs  map[PartitionRef]int // pausing holds per partition (of live assignments)
 	parts map[*partition]*assignmentHolds
 }
 
 type assignmentHolds struct {
 	n    int
-	stop func() bool // stops the context.AfterFunc that ends them (gone)
+	gone bool        // the assignment's context is done: its holds pause nothing
+	stop func() bool // stops the context.AfterFunc that marks it gone; nil once gone
 }
 
 // hold adds (true) or drops (false) one hold of assignment part.
@@ -321,49 +324,54 @@ func (h *fenceHolds) hold(part *partition, held bool) {
 		h.refs, h.parts = map[PartitionRef]int{}, map[*partition]*assignmentHolds{}
 	}
 	a := h.parts[part]
-	switch {
-	case held && a == nil:
-		if part.ctx.Err() != nil {
-			return // gone: nothing of it is fetched or in flight for long
+	if a == nil {
+		if !held {
+			return
 		}
-		a = &assignmentHolds{}
-		a.stop = context.AfterFunc(part.ctx, func() { h.gone(part) })
+		a = &assignmentHolds{gone: part.ctx.Err() != nil}
+		if !a.gone {
+			a.stop = context.AfterFunc(part.ctx, func() { h.goneNow(part) })
+		}
 		h.parts[part] = a
 		h.lend(part, true)
-	case !held && a == nil:
-		return // its holds ended with it (gone)
 	}
 	ref := PartitionRef{part.tp.topic, part.tp.partition}
 	if held {
 		a.n++
-		if h.refs[ref]++; h.refs[ref] == 1 {
-			h.pause(ref, true)
+		if !a.gone {
+			if h.refs[ref]++; h.refs[ref] == 1 {
+				h.pause(ref, true)
+			}
 		}
 		return
 	}
-	if a.n--; a.n == 0 {
-		a.stop()
+	a.n--
+	if !a.gone {
+		h.unpause(ref, 1)
+	}
+	if a.n == 0 {
+		if a.stop != nil {
+			a.stop()
+		}
 		delete(h.parts, part)
 		h.lend(part, false)
 	}
-	h.unpause(ref, 1)
 }
 
-// gone ends the holds of an assignment that is gone.
-func (h *fenceHolds) gone(part *partition) {
+// goneNow makes the holds of an assignment that is gone pause nothing.
+func (h *fenceHolds) goneNow(part *partition) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	a := h.parts[part]
-	if a == nil {
+	if a == nil || a.gone {
 		return
 	}
-	delete(h.parts, part)
-	h.lend(part, false)
+	a.gone, a.stop = true, nil
 	h.unpause(PartitionRef{part.tp.topic, part.tp.partition}, a.n)
 }
 
-// unpause drops n holds of ref, and resumes it when none is left. Called
-// with mu held.
+// unpause drops n pausing holds of ref, and resumes it when none is
+// left. Called with mu held.
 func (h *fenceHolds) unpause(ref PartitionRef, n int) {
 	if h.refs[ref] -= n; h.refs[ref] <= 0 {
 		delete(h.refs, ref)
