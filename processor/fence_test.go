@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -2318,4 +2319,154 @@ func TestFenceHoldsOfTwoAssignmentsOfAPartitionBalanceWhileTheOldOneIsGoneConcur
 			t.Fatalf("round %d: everything released, but refs %d, parts %d, paused %v, new lent %v", round, nr, np, p, lc)
 		}
 	}
+}
+
+// Adversary 28g (a claimer's queue of a gone assignment that the next
+// assignment's records join). refusedWaits keys its queues by partition
+// but holds the partition for the assignment of the queue's first record
+// (held[ref]), for as long as the queue exists. 6d72519/2c2960f make a
+// gone assignment's holds pause nothing (and lend only that assignment's
+// records). When the partition comes back before the old queue is
+// claimed again, the new assignment's poll joins the old queue
+// (behindWaiting); the old pieces are abandoned (not taken again) and the
+// new assignment's piece, refused over and over by a ghost, waits in the
+// same queue, still held for the gone assignment: the partition is
+// fetched (not paused) and the new assignment's records are not lent, so
+// its backlog fills max_in_flight and stops the polls of the other
+// partitions: the hold-up of
+// TestAWaitingPartitionsBacklogDoesNotHoldAnotherPartitionsRecords, after
+// a move away and back. Here the claimer is held in a claim of partition
+// 0 (h@0, afterClaim) while partition 1 moves to r2 and back, so that the
+// new assignment's poll of c@1 reaches the claimer while the old queue
+// still exists. The test holds that once the new assignment's c@1 was
+// refused 5 more times, partition 1 is paused in r1 and, after a backlog
+// of 30 records on partition 1 in one produce, b@0 starts within 3 s
+// while the ghost keeps bumping partition 1.
+// FAILS 5 of 8 runs (~17 s): partition 1 back on r1 with the old queue (1
+// piece, not being claimed); after the release the new assignment's c@1
+// is refused over and over in it, paused map[], holds map[] (no pausing
+// hold), 1 lent (the gone assignment, 0 records), 11 in flight of 10,
+// 13 polled (c, h, c, d0..d9): b@0 never polled in 6 s (33 refusals).
+// Heals once the ghost stops (every record once). Flaky by one race, not
+// a bug of the test: once the claimer is released, its loop has both the
+// new assignment's poll batch and the old queue's due timer ready, and
+// select picks at random; when the timer wins, claim(nil) abandons the old
+// piece and removes the queue before the batch arrives, which then makes
+// a queue of its own, held for the new assignment (pass).
+func TestANewAssignmentsRecordsJoiningAGoneAssignmentsClaimerQueueHoldTheirPartition(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	bumps, stopGhost := e.ghostKeepsTaking(1, true)
+	defer stopGhost()
+	var blocking atomic.Bool
+	unblock := make(chan struct{})
+	var unblockOnce sync.Once
+	release := func() { unblockOnce.Do(func() { close(unblock) }) }
+	t.Cleanup(release)
+	e.led.setAfterClaim(func(intents []decide.Intent) {
+		if blocking.Load() && slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == 0 }) {
+			<-unblock
+		}
+	})
+	cfg := e.config()
+	cfg.MaxInFlight, cfg.MaxPollRecords = 10, 10
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	e.produce(1, "c", "v")
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= 5 && pausedPartitions(r1)[1] }, func() string {
+		return fmt.Sprintf("c refused %d times, r1 paused %v", bumps.Load(), pausedPartitions(r1))
+	})
+	// The queue's wait grows to a second: h@0 is produced just after a
+	// refusal, so that its claim is not the one of the queue's due piece.
+	eventually(t, 15*time.Second, func() bool { return bumps.Load() >= 12 }, func() string {
+		return fmt.Sprintf("c refused %d times", bumps.Load())
+	})
+	for n := bumps.Load(); bumps.Load() == n; {
+		time.Sleep(time.Millisecond)
+	}
+	blocking.Store(true)
+	e.produce(0, "h", "v")
+	eventually(t, 10*time.Second, func() bool {
+		for _, c := range e.led.claimLog() {
+			if slices.ContainsFunc(c, func(in decide.Intent) bool { return in.Partition == 0 }) {
+				return true
+			}
+		}
+		return false
+	}, func() string { return "h@0 never claimed" })
+	t.Logf("claimer held in h@0's claim; c@1 waits in r1's queue (%d refusals), paused %v, holds %v", bumps.Load(), pausedPartitions(r1), holdCounts(r1))
+	r2 := e.start("r2", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 1 && len(r2.owned()) == 1 }, func() string {
+		return fmt.Sprintf("r1 owns %v, r2 %v", r1.owned(), r2.owned())
+	})
+	if !r2.owned()[1] {
+		t.Fatalf("partition 0 moved to r2, not partition 1 (r1 owns %v)", r1.owned())
+	}
+	if err := r2.stop(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	eventually(t, 10*time.Second, func() bool { return r1.polled() >= 3 }, func() string {
+		return fmt.Sprintf("r1 polled %v: the new assignment never polled c@1", r1.polled())
+	})
+	time.Sleep(200 * time.Millisecond)
+	t.Logf("partition 1 back on r1, claimer still held: paused %v, holds %v, old queue's first piece being claimed %v", pausedPartitions(r1), holdCounts(r1), oldQueueBusy(r1))
+	blocking.Store(false)
+	release()
+	b0 := bumps.Load()
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= b0+5 }, func() string {
+		return fmt.Sprintf("the new assignment's c@1 refused only %d times more", bumps.Load()-b0)
+	})
+	time.Sleep(300 * time.Millisecond)
+	pausedC, holdsC := pausedPartitions(r1), holdCounts(r1)
+	lentC, nC := lentCount(r1)
+	t.Logf("new assignment's c@1 waits: paused %v, holds %v, %d lent, %d in flight", pausedC, holdsC, lentC, nC)
+	e.produceAll(1, "d", 30)
+	time.Sleep(500 * time.Millisecond)
+	e.produce(0, "b", "v")
+	t0 := time.Now()
+	var startedB time.Duration = -1
+	for time.Since(t0) < 6*time.Second {
+		if len(e.starter.executionsOf(wid("b"))) == 1 {
+			startedB = time.Since(t0)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	paused, holds := pausedPartitions(r1), holdCounts(r1)
+	lent, inFlight := lentCount(r1)
+	polled, refusals := r1.polled(), bumps.Load()
+	stopGhost()
+	e.waitCommittedToEnd(30 * time.Second)
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !pausedC[1] {
+		t.Errorf("the new assignment's c@1 waits in r1's claimer queue (refused %d times since it came back), but partition 1 is not paused (paused %v, holds %v, %d lent, %d in flight): the queue is held for the gone assignment",
+			bumps.Load()-b0, pausedC, holdsC, lentC, nC)
+	}
+	if startedB < 0 || startedB > 3*time.Second {
+		t.Errorf("b@0 started %v after it was produced (-1: not within 6 s while the ghost bumped partition 1, %d refusals): %v polled, %d in flight of max_in_flight %d, %d lent, paused %v, holds %v: the new assignment's backlog, waiting in the gone assignment's queue, holds the in-flight budget",
+			startedB, refusals, polled, inFlight, cfg.MaxInFlight, lent, paused, holds)
+	}
+	for _, id := range []string{"c", "h", "b"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+	for i := 0; i < 30; i++ {
+		if n := len(e.starter.executionsOf(wid(fmt.Sprintf("d%d", i)))); n != 1 {
+			t.Errorf("d%d: %d executions, want 1", i, n)
+		}
+	}
+}
+
+// oldQueueBusy says whether r1's claimer queue of partition 1 has its
+// first piece being claimed (read while the claimer is held in a claim:
+// a diagnostic only).
+func oldQueueBusy(rn *runner) string {
+	q := rn.r.claims.waits.queues[PartitionRef{testTopic, 1}]
+	if q == nil {
+		return "no queue"
+	}
+	return fmt.Sprintf("%v (%d pieces)", q.busy, len(q.pieces))
 }
