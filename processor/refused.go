@@ -85,10 +85,11 @@ func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef
 // fill max_in_flight and stop the polls of every other partition.
 type refusedWaits struct {
 	queues map[PartitionRef]*refusedQueue
-	// holds: a queue holds its partition (fenceHolds; part: its first
-	// record's assignment) while it exists; nil: none.
+	// holds: a queue holds its partition (fenceHolds) for each assignment
+	// one of its records is of (a poll of the partition's next assignment
+	// may join the queue of the one before), while it exists; nil: none.
 	holds *fenceHolds
-	held  map[PartitionRef]*partition // what holds was told, per queue
+	held  map[PartitionRef]map[*partition]bool // what holds was told, per queue
 }
 
 type refusedQueue struct {
@@ -107,14 +108,8 @@ func (w *refusedWaits) wait(ref PartitionRef, b *claimBatch, n int) {
 		}
 		q = &refusedQueue{}
 		w.queues[ref] = q
-		if w.holds != nil {
-			if w.held == nil {
-				w.held = map[PartitionRef]*partition{}
-			}
-			w.held[ref] = b.owners[0].part
-			w.holds.hold(b.owners[0].part, true)
-		}
 	}
+	w.holdFor(ref, b)
 	q.pieces = append([]*claimBatch{b}, q.pieces...)
 	q.due, q.busy = time.Now().Add(refusedWait(n)), false
 }
@@ -152,6 +147,9 @@ func (w *refusedWaits) behindWaiting(b *claimBatch) *claimBatch {
 	}
 	if len(pieces) == 0 {
 		return b
+	}
+	for ref, p := range pieces {
+		w.holdFor(ref, p)
 	}
 	if len(rest.intents) == 0 {
 		return nil
@@ -221,9 +219,30 @@ func (w *refusedWaits) all() []*record {
 
 func (w *refusedWaits) remove(ref PartitionRef) {
 	delete(w.queues, ref)
-	if part, ok := w.held[ref]; ok {
-		delete(w.held, ref)
+	for part := range w.held[ref] {
 		w.holds.hold(part, false)
+	}
+	delete(w.held, ref)
+}
+
+// holdFor makes ref's queue hold the assignments of b's records it does
+// not hold yet.
+func (w *refusedWaits) holdFor(ref PartitionRef, b *claimBatch) {
+	if w.holds == nil {
+		return
+	}
+	for _, rec := range b.owners {
+		if w.held[ref][rec.part] {
+			continue
+		}
+		if w.held == nil {
+			w.held = map[PartitionRef]map[*partition]bool{}
+		}
+		if w.held[ref] == nil {
+			w.held[ref] = map[*partition]bool{}
+		}
+		w.held[ref][rec.part] = true
+		w.holds.hold(rec.part, true)
 	}
 }
 
