@@ -2470,3 +2470,96 @@ func oldQueueBusy(rn *runner) string {
 	}
 	return fmt.Sprintf("%v (%d pieces)", q.busy, len(q.pieces))
 }
+
+// Adversary 29a (copies of gone assignments pile up across moves). A
+// gone assignment's copies waiting on another partition's held job stay
+// in flight, lent, until that job ends (fenceHolds: "nothing of a gone
+// assignment is fetched: they are bounded"; inFlight.lend: "each waiting
+// partition adds at most what the budget held (MaxInFlight and a poll)
+// when it began to wait"). That bound is per assignment, not per
+// partition: a partition that moves away and back while the job stays
+// held is polled again from its committed offset by each new assignment,
+// which cannot commit past copies waiting on the held job, so each move
+// adds another poll of copies to the job's waiters, all in flight and
+// lent, without bound. A ghost takes partition 0 before every mark of
+// it: x@0 is started and its mark waits (held). max_in_flight 4,
+// max_poll_records 4: 4 copies of x on partition 1 are claimed (re-drive)
+// and wait on x's job. Then, 4 times, another member (which commits
+// nothing) joins and takes partition 1 and leaves again: each new
+// assignment of partition 1 on r1 polls the 4 copies again and they join
+// x's job too. The test holds that after the moves r1's records in
+// flight stay within the budget of its two waiting partitions,
+// 2 x (max_in_flight + max_poll_records) = 16, and that everything heals
+// once the ghost stops (x started once, committed to the ends, nothing
+// paused or lent). Fails 4 of 4: 4 more copies and one more lent
+// assignment a move (9, 13, 17, 21 in flight; 20 waiters of x, 6
+// assignments lent after 4 moves); heals once the ghost stops.
+func TestCopiesOfAPartitionMovedAwayAndBackWhileTheyWaitOnAHeldMarkDoNotPileUpInFlight(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	bumps, stopGhost := e.ghostKeepsTaking(0, false)
+	defer stopGhost()
+	cfg := e.config()
+	cfg.MaxInFlight, cfg.MaxPollRecords = 4, 4
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	e.produce(0, "x", "v")
+	eventually(t, 15*time.Second, func() bool {
+		return bumps.Load() >= 6 && pausedPartitions(r1)[0] && len(e.starter.executionsOf(wid("x"))) == 1
+	}, func() string {
+		return fmt.Sprintf("x@0's mark refused %d times, paused %v", bumps.Load(), pausedPartitions(r1))
+	})
+	const copies = 4
+	{
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		recs := make([]*kgo.Record, copies)
+		for i := range recs {
+			recs[i] = &kgo.Record{Topic: testTopic, Partition: 1, Value: value("x", "v")}
+		}
+		if err := e.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	eventually(t, 10*time.Second, func() bool { return waitersOf(r1.r, wid("x")) == copies && pausedPartitions(r1)[1] }, func() string {
+		return fmt.Sprintf("waiters of x %d, r1 paused %v", waitersOf(r1.r, wid("x")), pausedPartitions(r1))
+	})
+	const moves = 4
+	maxN := 0
+	for m := 1; m <= moves; m++ {
+		other := e.otherMember()
+		eventually(t, 10*time.Second, func() bool { o := r1.owned(); return len(o) == 1 && o[0] }, func() string {
+			other.Close()
+			return fmt.Sprintf("move %d: r1 owns %v: want partition 1 moved to the other member", m, r1.owned())
+		})
+		other.Close()
+		eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+		want := copies * (m + 1)
+		// The new assignment polls the copies again; they join x's job.
+		deadline := time.Now().Add(5 * time.Second)
+		for waitersOf(r1.r, wid("x")) < want && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond)
+		lent, n := lentCount(r1)
+		maxN = max(maxN, n)
+		t.Logf("after move %d: %d waiters of x, %d in flight, %d assignments lent, paused %v, holds %v", m, waitersOf(r1.r, wid("x")), n, lent, pausedPartitions(r1), holdCounts(r1))
+	}
+	waiters, refusals := waitersOf(r1.r, wid("x")), bumps.Load()
+	lent, _ := lentCount(r1)
+	stopGhost()
+	e.waitCommittedToEnd(20 * time.Second)
+	eventually(t, 5*time.Second, func() bool { l, _ := lentCount(r1); return l == 0 && len(pausedPartitions(r1)) == 0 }, func() string {
+		l, n := lentCount(r1)
+		return fmt.Sprintf("r1 healed but paused %v, %d lent, %d in flight, holds %v", pausedPartitions(r1), l, n, holdCounts(r1))
+	})
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if bound := 2 * (cfg.MaxInFlight + cfg.MaxPollRecords); maxN > bound {
+		t.Errorf("after %d moves of partition 1 away and back, r1 had %d records in flight (%d lent assignments, %d copies waiting on x's held job, %d refusals), more than the budget of its two waiting partitions 2 x (max_in_flight %d + max_poll_records %d) = %d: each gone assignment's copies stay in flight and lent, and each new assignment polls them again",
+			moves, maxN, lent, waiters, refusals, cfg.MaxInFlight, cfg.MaxPollRecords, bound)
+	}
+	if n := len(e.starter.executionsOf(wid("x"))); n != 1 {
+		t.Errorf("x: %d executions, want 1", n)
+	}
+}
