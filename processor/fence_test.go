@@ -2563,3 +2563,155 @@ func TestCopiesOfAPartitionMovedAwayAndBackWhileTheyWaitOnAHeldMarkDoNotPileUpIn
 		t.Errorf("x: %d executions, want 1", n)
 	}
 }
+
+// lostCount is how many partitions rn lost (OnPartitionsLost).
+func lostCount(rn *runner) float64 {
+	var m dto.Metric
+	if err := rn.r.m.partitionsGone.WithLabelValues("lost").Write(&m); err != nil {
+		rn.t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// loseOnce makes the broker answer one heartbeat with UNKNOWN_MEMBER_ID:
+// the member's partitions are lost (kgo calls OnPartitionsLost) and it
+// joins again.
+func (e *testEnv) loseOnce() {
+	e.cluster.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		resp := req.(*kmsg.HeartbeatRequest).ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = kerr.UnknownMemberID.Code
+		return resp, nil, true
+	})
+}
+
+// Adversary 29b (idea 1: a partition LOST while a hold pauses it). The
+// move-away-and-back tests revoke the waiting partition (its records get
+// revoke_timeout, then it is forgotten); a loss (the member's session is
+// fenced: kgo's OnPartitionsLost) forgets it at once, with the claimer's
+// queue of it still holding the old assignment. A ghost takes partition 1
+// before every claim of it: c@1 waits in r1's claimer queue, partition 1
+// paused. The broker answers one heartbeat with UNKNOWN_MEMBER_ID: r1
+// loses both partitions and joins again, the ghost still bumping. The
+// test holds that the new assignment's partition 1, whose c@1 is refused
+// over and over again, is paused again and that its backlog of 30 does
+// not hold partition 0: b@0 starts within 3 s; and that once the ghost
+// stops everything heals: c, the backlog and b started once each,
+// committed to the ends, nothing paused or lent. Held (passes).
+func TestAPartitionLostWhilePausedIsHeldAgainWhenAssignedAgainAndHealsAfter(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	bumps, stopGhost := e.ghostKeepsTaking(1, true)
+	defer stopGhost()
+	cfg := e.config()
+	cfg.MaxInFlight, cfg.MaxPollRecords = 10, 10
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	e.produce(1, "c", "v")
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= 5 && pausedPartitions(r1)[1] }, func() string {
+		return fmt.Sprintf("c refused %d times, r1 paused %v", bumps.Load(), pausedPartitions(r1))
+	})
+	e.loseOnce()
+	eventually(t, 10*time.Second, func() bool { return lostCount(r1) == 2 }, func() string { return fmt.Sprintf("lost %v", lostCount(r1)) })
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	b0 := bumps.Load()
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= b0+5 && pausedPartitions(r1)[1] }, func() string {
+		l, n := lentCount(r1)
+		return fmt.Sprintf("after the loss: c refused %d times more, r1 paused %v, holds %v, %d lent, %d in flight", bumps.Load()-b0, pausedPartitions(r1), holdCounts(r1), l, n)
+	})
+	{
+		l, n := lentCount(r1)
+		t.Logf("after the loss c@1 waits again: paused %v, holds %v, %d lent, %d in flight", pausedPartitions(r1), holdCounts(r1), l, n)
+	}
+	e.produceAll(1, "d", 30)
+	time.Sleep(500 * time.Millisecond)
+	e.produce(0, "b", "v")
+	t0 := time.Now()
+	var startedB time.Duration = -1
+	for time.Since(t0) < 6*time.Second {
+		if len(e.starter.executionsOf(wid("b"))) == 1 {
+			startedB = time.Since(t0)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	paused, holds := pausedPartitions(r1), holdCounts(r1)
+	lent, inFlight := lentCount(r1)
+	refusals := bumps.Load()
+	stopGhost()
+	e.waitCommittedToEnd(30 * time.Second)
+	eventually(t, 5*time.Second, func() bool { l, _ := lentCount(r1); return l == 0 && len(pausedPartitions(r1)) == 0 }, func() string {
+		l, n := lentCount(r1)
+		return fmt.Sprintf("r1 healed but paused %v, %d lent, %d in flight, holds %v", pausedPartitions(r1), l, n, holdCounts(r1))
+	})
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if startedB < 0 || startedB > 3*time.Second {
+		t.Errorf("b@0 started %v after it was produced (-1: not within 6 s; %d refusals): paused %v, holds %v, %d lent, %d in flight of max_in_flight %d",
+			startedB, refusals, paused, holds, lent, inFlight, cfg.MaxInFlight)
+	}
+	for _, id := range []string{"c", "b"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+	for i := 0; i < 30; i++ {
+		if n := len(e.starter.executionsOf(wid(fmt.Sprintf("d%d", i)))); n != 1 {
+			t.Errorf("d%d: %d executions, want 1", i, n)
+		}
+	}
+}
+
+// Adversary 29c (idea 2: the health pause and the holds of the ledger's
+// fence on one client). The health pause pauses and resumes the topics
+// (PauseFetchTopics, ResumeFetchTopics: router.pause); a hold pauses and
+// resumes one partition (PauseFetchPartitions, ResumeFetchPartitions:
+// New's fenceHolds.pause). In franz-go the two are kept apart (a topic's
+// "all" flag and its set of partitions), so neither undoes the other:
+// with the router's own wiring (New), a health resume while a hold pauses
+// partition 1 leaves partition 1 paused, and a hold released while the
+// health pause is on leaves the topic paused. Held (passes).
+func TestTheHealthPauseAndAHoldOfTheFenceDoNotUndoEachOther(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	r, err := New(e.config(), Options{Ledger: e.led, DeadLetterLog: e.dlq, Starter: e.starter, Log: testLogger("r1"),
+		KafkaOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.cl.Close()
+	defer r.workCancel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	part := &partition{tp: topicPartition{testTopic, 1}, ctx: ctx, cancel: cancel, committed: -1}
+	topicPaused := func() bool { return slices.Contains(r.cl.PauseFetchTopics(), testTopic) }
+	partPaused := func() bool { return slices.Contains(r.cl.PauseFetchPartitions(nil)[testTopic], 1) }
+	lent := func() bool {
+		r.commits.flight.mu.Lock()
+		defer r.commits.flight.mu.Unlock()
+		return r.commits.flight.lent[part]
+	}
+	check := func(step string, wantTopic, wantPart, wantLent bool) {
+		t.Helper()
+		if topicPaused() != wantTopic || partPaused() != wantPart || lent() != wantLent {
+			t.Errorf("%s: topic paused %v (want %v), partition 1 paused %v (want %v), lent %v (want %v)",
+				step, topicPaused(), wantTopic, partPaused(), wantPart, lent(), wantLent)
+		}
+	}
+	holds := r.starts.holds
+	holds.hold(part, true)
+	check("held", false, true, true)
+	r.pause(true)
+	check("held, health paused", true, true, true)
+	r.pause(false)
+	check("held, health resumed", false, true, true)
+	r.pause(true)
+	holds.hold(part, false)
+	check("released while health paused", true, false, false)
+	holds.hold(part, true)
+	r.pause(false)
+	check("held again, health resumed", false, true, true)
+	cancel() // the assignment is gone: its hold pauses nothing, still lends
+	eventually(t, 5*time.Second, func() bool { return !partPaused() }, func() string { return "partition 1 still paused after its assignment was gone" })
+	check("gone", false, false, true)
+	holds.hold(part, false)
+	check("gone, released", false, false, false)
+}
