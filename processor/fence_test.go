@@ -2715,3 +2715,73 @@ func TestTheHealthPauseAndAHoldOfTheFenceDoNotUndoEachOther(t *testing.T) {
 	holds.hold(part, false)
 	check("gone, released", false, false, false)
 }
+
+// Adversary 29d (idea 3 for the claimer's queue). The claimer's
+// counterpart of
+// TestCopiesOfAPartitionMovedAwayAndBackWhileTheyWaitOnAHeldMarkDoNotPileUpInFlight:
+// a ghost takes partition 1 before every claim of it, so a backlog of 8
+// on partition 1 waits in r1's claimer queue (paused, lent); partition 1
+// then moves to another member (which commits nothing) and back, 3
+// times. Each new assignment polls the backlog again (once the fetch in
+// flight for partition 0 returns: up to 5 s, franz-go's fetch max wait),
+// and its poll joins the queue behind the gone assignment's pieces, which
+// are abandoned when their turn comes (retakenFor). The test holds that
+// r1's records in flight stay within 2 x (max_in_flight +
+// max_poll_records) after every move, and that everything heals once the
+// ghost stops. Held (passes 3 of 3: 4 in flight and 1 assignment lent
+// after each move).
+func TestAClaimerQueueOfAPartitionMovedAwayAndBackDoesNotPileUpInFlight(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	bumps, stopGhost := e.ghostKeepsTaking(1, true)
+	defer stopGhost()
+	cfg := e.config()
+	cfg.MaxInFlight, cfg.MaxPollRecords = 4, 4
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	e.produceAll(1, "c", 8)
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= 5 && pausedPartitions(r1)[1] }, func() string {
+		return fmt.Sprintf("c refused %d times, r1 paused %v", bumps.Load(), pausedPartitions(r1))
+	})
+	const moves = 3
+	maxN := 0
+	polled := r1.polled()
+	for m := 1; m <= moves; m++ {
+		other := e.otherMember()
+		eventually(t, 10*time.Second, func() bool { o := r1.owned(); return len(o) == 1 && o[0] }, func() string {
+			other.Close()
+			return fmt.Sprintf("move %d: r1 owns %v: want partition 1 moved to the other member", m, r1.owned())
+		})
+		other.Close()
+		eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+		// The new assignment polls the backlog again (once the fetch in
+		// flight for partition 0 returns: up to fetch max wait).
+		eventually(t, 10*time.Second, func() bool { return r1.polled() >= polled+4 }, func() string {
+			return fmt.Sprintf("move %d: r1 polled %v, %v before the move", m, r1.polled(), polled)
+		})
+		polled = r1.polled()
+		for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			_, n := lentCount(r1)
+			maxN = max(maxN, n)
+		}
+		lent, n := lentCount(r1)
+		t.Logf("after move %d: %d in flight (most %d), %d assignments lent, paused %v, holds %v, polled %v, committed %v, owned %v", m, n, maxN, lent, pausedPartitions(r1), holdCounts(r1), r1.polled(), e.committed(), r1.owned())
+	}
+	stopGhost()
+	e.waitCommittedToEnd(20 * time.Second)
+	eventually(t, 5*time.Second, func() bool { l, _ := lentCount(r1); return l == 0 && len(pausedPartitions(r1)) == 0 }, func() string {
+		l, n := lentCount(r1)
+		return fmt.Sprintf("r1 healed but paused %v, %d lent, %d in flight, holds %v", pausedPartitions(r1), l, n, holdCounts(r1))
+	})
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if bound := 2 * (cfg.MaxInFlight + cfg.MaxPollRecords); maxN > bound {
+		t.Errorf("after %d moves of partition 1 away and back, r1 had up to %d records in flight, more than 2 x (max_in_flight %d + max_poll_records %d) = %d",
+			moves, maxN, cfg.MaxInFlight, cfg.MaxPollRecords, bound)
+	}
+	for i := 0; i < 8; i++ {
+		if n := len(e.starter.executionsOf(wid(fmt.Sprintf("c%d", i)))); n != 1 {
+			t.Errorf("c%d: %d executions, want 1", i, n)
+		}
+	}
+}
