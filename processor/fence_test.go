@@ -2785,3 +2785,62 @@ func TestAClaimerQueueOfAPartitionMovedAwayAndBackDoesNotPileUpInFlight(t *testi
 		}
 	}
 }
+
+// Adversary 29e (adjacent to the holds: the refusal's answer). When the
+// ledger's fence refuses a claim, committer.fenced asks the group
+// coordinator (DescribeGroups) whether the partition is still this
+// member's; when it cannot say (the request fails: the coordinator moving,
+// a timeout) the partition is neither "mine" nor "rebalancing", and is
+// forgotten "like lost". But franz-go is told nothing: the group still
+// assigns the partition to r1, the client keeps fetching it, and the
+// router drops what it polls (trackAll: no assignment), so nothing of the
+// partition is started or committed until a rebalance happens to assign
+// it again. A ghost takes partition 1 once before c@1's claim; the next
+// DescribeGroups fails once (GROUP_AUTHORIZATION_FAILED standing for any
+// failure). The test holds that c@1, and d@1 produced after, start within
+// 10 s and partition 1 is committed to its end while r1 stays the group's
+// only member. Fails 3 of 3: r1 owns {0} only, 1 record polled (c@1),
+// neither c nor d started, nothing committed in 10 s.
+func TestAPartitionIsNotForgottenWhenTheCoordinatorCannotSayWhoseItIsAfterARefusal(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	var once sync.Once
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == 1 }) {
+			once.Do(func() {
+				e.cluster.ControlKey(kmsg.DescribeGroups.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+					req := kreq.(*kmsg.DescribeGroupsRequest)
+					resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
+					for _, g := range req.Groups {
+						rg := kmsg.NewDescribeGroupsResponseGroup()
+						rg.Group = g
+						rg.ErrorCode = kerr.GroupAuthorizationFailed.Code
+						resp.Groups = append(resp.Groups, rg)
+					}
+					return resp, nil, true
+				})
+				e.ghostOwn(1)
+			})
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	e.produce(1, "c", "v")
+	time.Sleep(500 * time.Millisecond)
+	e.produce(1, "d", "v")
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && !(len(e.starter.executionsOf(wid("c"))) == 1 && len(e.starter.executionsOf(wid("d"))) == 1 && e.atEnd()) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	c, d, committed, owned, polled := len(e.starter.executionsOf(wid("c"))), len(e.starter.executionsOf(wid("d"))), e.committed(), r1.owned(), r1.polled()
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if c != 1 || d != 1 || committed[1] != 2 {
+		t.Errorf("within 10 s: c@1 %d executions, d@1 %d (want 1 each), committed %v (want partition 1 at 2); r1 owns %v, polled %v: the partition was forgotten when DescribeGroups failed once, while the group still assigns it to r1",
+			c, d, committed, owned, polled)
+	}
+}
