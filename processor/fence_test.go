@@ -2845,3 +2845,166 @@ func TestAPartitionIsNotForgottenWhenTheCoordinatorCannotSayWhoseItIsAfterARefus
 			c, d, committed, owned, polled)
 	}
 }
+
+// Adversary 29f (retakenFor read after another re-take). retakenFor
+// compares committer.fenced's answer (the partition's fence when it
+// answered) with the record's assignment's fence now. The claimer and the
+// marker each call fenced for their own refusal (serialised by fenceMu),
+// then use its answer outside that lock: if the other one takes the
+// partition again in between, the answer is one epoch behind and a record
+// of the live assignment is abandoned as if its partition had moved. The
+// marker's window is its loop over the refused batch: before it checks a
+// job it ends every job before it (done: the owner and each of its
+// waiters, taking startPool.mu and committer.mu). Interleaving: y@1 and
+// x@0 are started and their marks go in one batch, y's first. A ghost
+// takes partition 0 just before that mark: it is refused (x@0, epoch E1)
+// and the marker's fenced takes partition 0 again (E2). Meanwhile a@0's
+// claim, held back until then, is refused (E1), answered "taken again
+// meanwhile" (E2), sent again under E2, refused again (the ghost took
+// partition 0 once more) and the claimer's fenced takes partition 0 again
+// (E3), while the marker still ends y (the test holds startPool.mu from
+// the marker's re-take until the claimer's is stored, standing for the
+// time the marker takes to end y's copies or for it being descheduled:
+// with 20000 copies waiting on y and no lock held, it failed 1 of 5). The
+// marker then finds x@0's fence (E3) not the one its answer named (E2)
+// and abandons x@0, of the assignment the router still owns: nothing is
+// committed past it until a rebalance. The test holds that, the ghost
+// gone, x's row is marked started and both partitions are committed to
+// their ends within 10 s. Fails 4 of 4: x's row pending, partition 0
+// committed nowhere (-1, end 2) while r1 owns it.
+func TestAMarkRefusedWhileTheClaimerTakesThePartitionAgainIsNotAbandoned(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.Starts.MarkInterval = 100 * time.Millisecond
+	cfg.RevokeTimeout = time.Second
+	relX, relY := e.starter.block(wid("x")), e.starter.block(wid("y"))
+	defer relX()
+	defer relY()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	e.produce(1, "y", "v")
+	e.produce(0, "x", "v")
+	eventually(t, 10*time.Second, func() bool {
+		return e.starter.heldCount(wid("x")) == 1 && e.starter.heldCount(wid("y")) == 1
+	}, func() string { return "x@0's and y@1's starts never reached Temporal" })
+	r1.r.commits.mu.Lock()
+	part0 := r1.r.commits.parts[topicPartition{testTopic, 0}]
+	r1.r.commits.mu.Unlock()
+
+	var (
+		mu          sync.Mutex
+		claims0     int
+		owns        int
+		markBumped  bool
+		retaken     = make(chan struct{}) // the marker's fenced is taking partition 0 again
+		inGate      = make(chan struct{})
+		inGateOnce  sync.Once
+		claimWaited atomic.Bool
+		heldPool    atomic.Bool
+	)
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if !slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == 0 }) {
+			return false
+		}
+		mu.Lock()
+		claims0++
+		n := claims0
+		mu.Unlock()
+		switch n {
+		case 1: // a@0's claim: held back until the marker's fenced takes partition 0 again
+			inGateOnce.Do(func() { close(inGate) })
+			select {
+			case <-retaken:
+				claimWaited.Store(true)
+			case <-time.After(10 * time.Second):
+			}
+		case 2: // its claim under the marker's new fence: the ghost takes partition 0 once more
+			e.ghostOwn(0)
+		}
+		return false
+	}
+	e.led.markGate = func(ps []int32) {
+		mu.Lock()
+		bump := !markBumped && slices.Contains(ps, 0)
+		mu.Unlock()
+		if bump {
+			e.ghostOwn(0) // not under mu: ownGate takes it
+			mu.Lock()
+			markBumped = true
+			mu.Unlock()
+		}
+	}
+	e.led.ownGate = func(member string, parts []PartitionRef) {
+		if member == "ghost" {
+			return
+		}
+		mu.Lock()
+		if !markBumped {
+			mu.Unlock()
+			return
+		}
+		owns++
+		n := owns
+		mu.Unlock()
+		switch n {
+		case 1: // the marker's re-take: it ends y before it checks x
+			r1.r.starts.mu.Lock()
+			heldPool.Store(true)
+			close(retaken)
+		case 2: // the claimer's re-take: once stored, the marker goes on
+			before := part0.epoch.Load()
+			go func() {
+				for end := time.Now().Add(5 * time.Second); part0.epoch.Load() == before && time.Now().Before(end); {
+					time.Sleep(time.Millisecond)
+				}
+				heldPool.Store(false)
+				r1.r.starts.mu.Unlock()
+			}()
+		}
+	}
+	e.led.mu.Unlock()
+	defer func() {
+		if heldPool.Load() { // the claimer never took partition 0 again
+			heldPool.Store(false)
+			r1.r.starts.mu.Unlock()
+		}
+	}()
+	e.produce(0, "a", "v")
+	select {
+	case <-inGate:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a@0 never claimed")
+	}
+	// y's start first, so that its mark comes before x's in the batch.
+	relY()
+	eventually(t, 5*time.Second, func() bool { return len(e.starter.executionsOf(wid("y"))) == 1 }, func() string { return "y never started" })
+	relX()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && !(e.led.state(wid("x")) == stateStarted && e.atEnd()) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	state, committed, ends := e.led.state(wid("x")), e.committed(), e.ends()
+	mu.Lock()
+	nOwns := owns
+	mu.Unlock()
+	if heldPool.Load() {
+		heldPool.Store(false)
+		r1.r.starts.mu.Unlock()
+	}
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !claimWaited.Load() || nOwns < 2 {
+		t.Fatalf("interleaving not reached: a@0's claim held back until the marker's re-take %v, re-takes by r1 after the ghost's first bump %d", claimWaited.Load(), nOwns)
+	}
+	if state != stateStarted || committed[0] != ends[0] || committed[1] != ends[1] {
+		t.Errorf("within 10 s of the ghost's last bump: x's row %q (want started), committed %v, ends %v: x@0, of the assignment r1 still owns, was abandoned by the marker (its answer to the refusal named the fence before the claimer's re-take)",
+			state, committed, ends)
+	}
+	for _, id := range []string{"x", "y", "a"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+}
