@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -162,23 +163,25 @@ func (c *committer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int
 }
 
 // fenced answers the ledger's refusal of this router's writes for the
-// partitions e names (another Own moved their epoch). The group
-// coordinator decides who owns a partition: a partition it still assigns
-// to this member (the other Own was a late one, by a member the group had
-// already dropped) is taken again in the ledger (a new epoch) and returned
-// with its new fence, so that the caller writes again under it; any other
+// partitions e names (another Own moved their epoch) with the assignments
+// the router keeps, per partition; the caller writes again for their
+// records, under each one's fence as it is then (another answer may have
+// taken it again since), and abandons the others. The group coordinator
+// decides who owns a partition: a partition it still assigns to this
+// member (the other Own was a late one, by a member the group had already
+// dropped) is taken again in the ledger (a new epoch) and kept; any other
 // is forgotten without committing, like lost (this router is the zombie).
-// While the group rebalances, the coordinator lists no assignment: a
-// partition this member still owns and was not told to revoke is returned
-// with its fence unchanged, neither taken again nor forgotten, so that
-// the caller writes again and, refused again, asks again. An assignment
-// newer than the refused fence is left alone. Calls are
-// serialised, so that the claimer and the marker, refused together, take
-// a partition again once.
-func (c *committer) fenced(e *FencedError) map[PartitionRef]decide.Fence {
+// When the coordinator cannot say (the group rebalances and lists no
+// assignment, or the question fails), or taking the partition again fails,
+// a partition this member still owns and was not told to revoke is kept
+// with its fence unchanged, neither taken again nor forgotten: the caller
+// writes again and, refused again, asks again. An assignment newer than
+// the refused fence is kept as it is. Calls are serialised, so that the
+// claimer and the marker, refused together, take a partition again once.
+func (c *committer) fenced(e *FencedError) map[PartitionRef]*partition {
 	c.fenceMu.Lock()
 	defer c.fenceMu.Unlock()
-	out := map[PartitionRef]decide.Fence{}
+	out := map[PartitionRef]*partition{}
 	var cands []*partition
 	c.mu.Lock()
 	for _, st := range e.Stale {
@@ -187,7 +190,7 @@ func (c *committer) fenced(e *FencedError) map[PartitionRef]decide.Fence {
 		switch {
 		case part == nil || part.group != st.Group || part.epoch.Load() < st.Epoch:
 		case part.epoch.Load() > st.Epoch: // taken again meanwhile
-			out[PartitionRef{st.Topic, st.Partition}] = part.fence()
+			out[PartitionRef{st.Topic, st.Partition}] = part
 		default:
 			cands = append(cands, part)
 		}
@@ -198,7 +201,7 @@ func (c *committer) fenced(e *FencedError) map[PartitionRef]decide.Fence {
 	}
 	ctx, cancel := context.WithTimeout(c.parent, 10*time.Second)
 	defer cancel()
-	mine, member, rebalancing := c.assignedToMe(ctx)
+	mine, member, unsure := c.assignedToMe(ctx)
 	var again []*partition
 	var refs []PartitionRef
 	c.mu.Lock()
@@ -208,13 +211,15 @@ func (c *committer) fenced(e *FencedError) map[PartitionRef]decide.Fence {
 		case mine[part.tp]:
 			again = append(again, part)
 			refs = append(refs, ref)
-		case rebalancing && !part.revoking && c.parts[part.tp] == part:
-			// The coordinator cannot say while the group rebalances, and
-			// under the cooperative protocol the member keeps what it has
-			// not been told to revoke: neither taken again nor forgotten,
-			// the write is sent again under the same fence (refused
-			// again, it asks again; waitRefused's waits).
-			out[ref] = part.fence()
+		case unsure && !part.revoking && c.parts[part.tp] == part:
+			// The coordinator cannot say (the group rebalances, or the
+			// question failed), and the member keeps what the group has
+			// not told it to revoke (the cooperative protocol; a
+			// partition taken over is revoked or lost in time): neither
+			// taken again nor forgotten, the write is sent again under the
+			// same fence (refused again, it asks again; waitRefused's
+			// waits).
+			out[ref] = part
 		}
 	}
 	c.mu.Unlock()
@@ -226,16 +231,21 @@ func (c *committer) fenced(e *FencedError) map[PartitionRef]decide.Fence {
 			_, gen = c.cl.GroupMetadata()
 		}
 		if epochs, err = c.own(ctx, Ownership{Group: c.cfg.Group, Member: member, Generation: gen, Confirmed: true, Parts: refs}); err != nil {
-			c.log.Warn("could not take partitions again in the ledger's fence; forgetting them", "partitions", refs, "err", err)
-			again, epochs = nil, nil
+			// The group assigns them to this member: kept, under the
+			// same fence, as when the coordinator cannot say; the write
+			// refused again takes them again.
+			c.log.Warn("could not take partitions again in the ledger's fence; their writes are sent again, and take them again once refused", "partitions", refs, "err", err)
+			epochs = nil
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, part := range again {
 		if c.parts[part.tp] == part {
-			part.epoch.Store(epochs[i])
-			out[refs[i]] = part.fence()
+			if epochs != nil {
+				part.epoch.Store(epochs[i])
+			}
+			out[refs[i]] = part
 		}
 	}
 	n := 0
@@ -291,30 +301,35 @@ func (c *committer) confirm(ctx context.Context, member string, gen int32, refus
 }
 
 // assignedToMe asks the group coordinator which partitions it assigns to
-// this member now (none if it cannot say). rebalancing: the group is
-// between two assignments (not Stable) and lists this member; the
-// coordinator then answers with no assignment, while under the
-// cooperative protocol the member keeps what it owns until it revokes it.
-func (c *committer) assignedToMe(ctx context.Context) (mine map[topicPartition]bool, member string, rebalancing bool) {
+// this member now (none if it cannot say). unsure: it cannot say, because
+// the question failed, or because the group is between two assignments
+// (not Stable) and lists this member: the coordinator then answers with no
+// assignment, while under the cooperative protocol the member keeps what
+// it owns until it revokes it.
+func (c *committer) assignedToMe(ctx context.Context) (mine map[topicPartition]bool, member string, unsure bool) {
 	if c.cl == nil || c.adm == nil {
 		return nil, "", false
 	}
 	member, _ = c.cl.GroupMetadata()
 	groups, err := c.adm.DescribeGroups(ctx, c.cfg.Group)
+	if err == nil {
+		if g, ok := groups[c.cfg.Group]; !ok {
+			err = errors.New("the coordinator did not describe the group")
+		} else {
+			err = g.Err
+		}
+	}
 	if err != nil {
 		c.log.Warn("describing the consumer group to check a partition the ledger's fence refused", "err", err)
-		return nil, member, false
+		return nil, member, true
 	}
 	out := map[topicPartition]bool{}
-	g, ok := groups[c.cfg.Group]
-	if !ok || g.Err != nil {
-		return out, member, false
-	}
+	g := groups[c.cfg.Group]
 	for _, m := range g.Members {
 		if m.MemberID != member {
 			continue
 		}
-		rebalancing = g.State != "Stable"
+		unsure = g.State != "Stable"
 		if a, ok := m.Assigned.AsConsumer(); ok {
 			for _, t := range a.Topics {
 				for _, p := range t.Partitions {
@@ -323,5 +338,5 @@ func (c *committer) assignedToMe(ctx context.Context) (mine map[topicPartition]b
 			}
 		}
 	}
-	return out, member, rebalancing
+	return out, member, unsure
 }

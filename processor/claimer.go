@@ -61,7 +61,7 @@ type claimer struct {
 	// fenced answers the ledger's fence (committer.fenced): the refused
 	// partitions the router took again, with their new fences; it forgot
 	// the others.
-	fenced func(*FencedError) map[PartitionRef]decide.Fence
+	fenced func(*FencedError) map[PartitionRef]*partition
 	// waits are the partitions refused more than three times, waiting
 	// (refused.go); claim runs on one goroutine: no lock.
 	waits refusedWaits

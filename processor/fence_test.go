@@ -3009,3 +3009,48 @@ func TestAMarkRefusedWhileTheClaimerTakesThePartitionAgainIsNotAbandoned(t *test
 		}
 	}
 }
+
+// A partition the fence refused, which the coordinator says is still this
+// router's, is kept when taking it again in the ledger fails (here: Own
+// outlasts fenced's 10 s): its writes are sent again under the same fence,
+// and the refusal that follows takes it again. Forgotten, franz-go would
+// keep fetching it and the router drop what it polls, until a rebalance.
+func TestAPartitionIsNotForgottenWhenTakingItAgainInTheLedgerFails(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	var once, slowOnce sync.Once
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == 1 }) {
+			once.Do(func() {
+				e.ghostOwn(1)
+				e.led.mu.Lock()
+				e.led.ownGate = func(member string, parts []PartitionRef) {
+					if member != "ghost" {
+						slowOnce.Do(func() { time.Sleep(11 * time.Second) })
+					}
+				}
+				e.led.mu.Unlock()
+			})
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	e.produce(1, "c", "v")
+	time.Sleep(500 * time.Millisecond)
+	e.produce(1, "d", "v")
+	deadline := time.Now().Add(25 * time.Second)
+	for time.Now().Before(deadline) && !(len(e.starter.executionsOf(wid("c"))) == 1 && len(e.starter.executionsOf(wid("d"))) == 1 && e.atEnd()) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	c, d, committed, owned := len(e.starter.executionsOf(wid("c"))), len(e.starter.executionsOf(wid("d"))), e.committed(), r1.owned()
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if c != 1 || d != 1 || committed[1] != 2 {
+		t.Errorf("within 25 s: c@1 %d executions, d@1 %d (want 1 each), committed %v (want partition 1 at 2); r1 owns %v: the partition was forgotten when taking it again in the ledger failed",
+			c, d, committed, owned)
+	}
+}

@@ -3,8 +3,6 @@ package processor
 import (
 	"context"
 	"time"
-
-	"github.com/dedupio/dedup/processor/decide"
 )
 
 // marker batches started workflows into one ledger update; their records
@@ -54,7 +52,7 @@ func (s *startPool) marker() {
 			}
 			err := s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkStarted(ctx, started) })
 			f, fenced := IsFenced(err)
-			var again map[PartitionRef]decide.Fence
+			var again map[PartitionRef]*partition
 			if fenced {
 				again = s.fenced(f)
 			}

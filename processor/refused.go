@@ -5,8 +5,6 @@ import (
 	"maps"
 	"sync"
 	"time"
-
-	"github.com/dedupio/dedup/processor/decide"
 )
 
 // A claim or mark the ledger's fence refused (FencedError) wrote nothing.
@@ -35,7 +33,7 @@ import (
 // commit until a rebalance. The refusals are counted per partition; past
 // the third, the partition's pieces wait (refusedWaits) while the claimer
 // claims the other partitions'.
-func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef]decide.Fence) [2]*claimBatch {
+func (c *claimer) unfenced(b *claimBatch, f *FencedError, again map[PartitionRef]*partition) [2]*claimBatch {
 	refused := maps.Clone(b.refused)
 	if refused == nil {
 		refused = map[PartitionRef]int{}
@@ -296,13 +294,15 @@ func refusedWait(n int) time.Duration {
 }
 
 // retakenFor reports whether again (committer.fenced's answer to a
-// refusal) took rec's assignment again: its partition's new fence is the
-// one of rec's assignment. A record of an earlier assignment (its
-// partition moved away and came back) is not: it is abandoned, and the
-// new assignment polls it again.
-func retakenFor(again map[PartitionRef]decide.Fence, rec *record) bool {
-	nf, ok := again[PartitionRef{rec.part.tp.topic, rec.part.tp.partition}]
-	return ok && nf == rec.part.fence()
+// refusal) kept rec's assignment: the assignment it answers for rec's
+// partition is rec's, whose fence the write then carries, the one it has
+// now (another refusal's answer may have taken the partition again since:
+// its fence then is newer than the one this answer saw; adversary 29f).
+// A record of an earlier assignment (its partition moved away and came
+// back) is not kept: it is abandoned, and the new assignment polls it
+// again.
+func retakenFor(again map[PartitionRef]*partition, rec *record) bool {
+	return again[PartitionRef{rec.part.tp.topic, rec.part.tp.partition}] == rec.part
 }
 
 // fenceHolds counts the waits for the ledger's fence that hold each

@@ -90,7 +90,7 @@ type startPool struct {
 	end     func(rec *record, ok bool)
 	// fenced answers the ledger's fence (committer.fenced): the refused
 	// partitions the router took again, with their new fences.
-	fenced func(*FencedError) map[PartitionRef]decide.Fence
+	fenced func(*FencedError) map[PartitionRef]*partition
 	// workCtx ends when the router stops working (after the drain);
 	// markCtx a little later, after the marker's final flush.
 	workCtx context.Context
