@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -127,6 +128,14 @@ func (s *startPool) hold(j *job, held bool) {
 		return
 	}
 	j.held = held
+	if held {
+		if s.heldJobs == nil {
+			s.heldJobs = map[*job]struct{}{}
+		}
+		s.heldJobs[j] = struct{}{}
+	} else {
+		delete(s.heldJobs, j)
+	}
 	recs := []*record{j.rec}
 	if held {
 		j.holding = append(j.holding, j.waiters...)
@@ -147,4 +156,47 @@ func (s *startPool) hold(j *job, held bool) {
 // holdRecord takes (or drops) one hold of rec's partition.
 func (s *startPool) holdRecord(rec *record, held bool) {
 	s.holds.hold(rec.part, held)
+}
+
+// dropWaitersOf ends, not ok, the records of part, an assignment gone,
+// that wait on a held job (waiters, rechecks), and drops their holds:
+// nothing of a gone assignment is committed, its next assignment polls
+// them again, and a partition that moved away and back over and over
+// while the job stayed held added a poll of copies in flight, lent, at
+// each move (adversary 29a). The job's own record stays: its mark is
+// still sent.
+func (s *startPool) dropWaitersOf(part *partition) {
+	var ended, unheld []*record
+	of := func(rec *record) bool { return rec.part == part }
+	s.mu.Lock()
+	for j := range s.heldJobs {
+		j.waiters = slices.DeleteFunc(j.waiters, func(w *record) bool {
+			if of(w) {
+				ended = append(ended, w)
+				return true
+			}
+			return false
+		})
+		j.rechecks = slices.DeleteFunc(j.rechecks, func(rc recheck) bool {
+			if of(rc.rec) {
+				ended = append(ended, rc.rec)
+				return true
+			}
+			return false
+		})
+		j.holding = slices.DeleteFunc(j.holding, func(w *record) bool {
+			if of(w) {
+				unheld = append(unheld, w)
+				return true
+			}
+			return false
+		})
+	}
+	s.mu.Unlock()
+	for _, rec := range unheld {
+		s.holdRecord(rec, false)
+	}
+	for _, rec := range ended {
+		s.end(rec, false)
+	}
 }

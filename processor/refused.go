@@ -320,6 +320,9 @@ func retakenFor(again map[PartitionRef]*partition, rec *record) bool {
 type fenceHolds struct {
 	pause func(ref PartitionRef, paused bool) // nil: none (tests of parts)
 	lend  func(part *partition, lent bool)
+	// gone, if set, is told of a held assignment once it is gone (not
+	// under mu): startPool.dropWaitersOf.
+	gone func(part *partition)
 
 	mu    sync.Mutex
 	refs  map[PartitionRef]int // pausing holds per partition (of live assignments)
@@ -377,16 +380,21 @@ func (h *fenceHolds) hold(part *partition, held bool) {
 	}
 }
 
-// goneNow makes the holds of an assignment that is gone pause nothing.
+// goneNow makes the holds of an assignment that is gone pause nothing,
+// and tells gone.
 func (h *fenceHolds) goneNow(part *partition) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	a := h.parts[part]
 	if a == nil || a.gone {
+		h.mu.Unlock()
 		return
 	}
 	a.gone, a.stop = true, nil
 	h.unpause(PartitionRef{part.tp.topic, part.tp.partition}, a.n)
+	h.mu.Unlock()
+	if h.gone != nil {
+		h.gone(part)
+	}
 }
 
 // unpause drops n pausing holds of ref, and resumes it when none is

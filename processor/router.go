@@ -196,6 +196,7 @@ func New(cfg Config, o Options) (*Router, error) {
 			}
 		},
 		lend: r.commits.flight.lend,
+		gone: r.starts.dropWaitersOf,
 	}
 	r.claims.waits.holds, r.starts.holds = holds, holds
 	r.commits.adm = kadm.NewClient(r.cl)

@@ -110,6 +110,9 @@ type startPool struct {
 	// at most.
 	marked   map[string]struct{}
 	claiming bool
+	// heldJobs are the jobs that hold their partition (hold), whose
+	// waiters of a gone assignment dropWaitersOf ends.
+	heldJobs map[*job]struct{}
 
 	startQ chan *job
 	markQ  chan *job
