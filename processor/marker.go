@@ -164,8 +164,13 @@ func (s *startPool) holdRecord(rec *record, held bool) {
 // them again, and a partition that moved away and back over and over
 // while the job stayed held added a poll of copies in flight, lent, at
 // each move (adversary 29a). The job's own record stays: its mark is
-// still sent.
+// still sent. Not when the router stops (every assignment is gone then):
+// the final flush sends the held marks once more, and their waiters end
+// with them.
 func (s *startPool) dropWaitersOf(part *partition) {
+	if s.workCtx.Err() != nil {
+		return
+	}
 	var ended, unheld []*record
 	of := func(rec *record) bool { return rec.part == part }
 	s.mu.Lock()
