@@ -2835,7 +2835,10 @@ func TestAPartitionIsNotForgottenWhenTheCoordinatorCannotSayWhoseItIsAfterARefus
 	time.Sleep(500 * time.Millisecond)
 	e.produce(1, "d", "v")
 	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) && !(len(e.starter.executionsOf(wid("c"))) == 1 && len(e.starter.executionsOf(wid("d"))) == 1 && e.atEnd()) {
+	healed := func() bool {
+		return len(e.starter.executionsOf(wid("c"))) == 1 && len(e.starter.executionsOf(wid("d"))) == 1 && e.atEnd()
+	}
+	for time.Now().Before(deadline) && !healed() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	c, d, committed, owned, polled := len(e.starter.executionsOf(wid("c"))), len(e.starter.executionsOf(wid("d"))), e.committed(), r1.owned(), r1.polled()
@@ -2985,7 +2988,8 @@ func TestAMarkRefusedWhileTheClaimerTakesThePartitionAgainIsNotAbandoned(t *test
 	eventually(t, 5*time.Second, func() bool { return len(e.starter.executionsOf(wid("y"))) == 1 }, func() string { return "y never started" })
 	relX()
 	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) && !(e.led.state(wid("x")) == stateStarted && e.atEnd()) {
+	healed := func() bool { return e.led.state(wid("x")) == stateStarted && e.atEnd() }
+	for time.Now().Before(deadline) && !healed() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	state, committed, ends := e.led.state(wid("x")), e.committed(), e.ends()
@@ -3045,7 +3049,10 @@ func TestAPartitionIsNotForgottenWhenTakingItAgainInTheLedgerFails(t *testing.T)
 	time.Sleep(500 * time.Millisecond)
 	e.produce(1, "d", "v")
 	deadline := time.Now().Add(25 * time.Second)
-	for time.Now().Before(deadline) && !(len(e.starter.executionsOf(wid("c"))) == 1 && len(e.starter.executionsOf(wid("d"))) == 1 && e.atEnd()) {
+	healed := func() bool {
+		return len(e.starter.executionsOf(wid("c"))) == 1 && len(e.starter.executionsOf(wid("d"))) == 1 && e.atEnd()
+	}
+	for time.Now().Before(deadline) && !healed() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	c, d, committed, owned := len(e.starter.executionsOf(wid("c"))), len(e.starter.executionsOf(wid("d"))), e.committed(), r1.owned()
