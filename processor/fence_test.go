@@ -3064,3 +3064,141 @@ func TestAPartitionIsNotForgottenWhenTakingItAgainInTheLedgerFails(t *testing.T)
 			c, d, committed, owned)
 	}
 }
+
+// Adversary 29b-2 (idea 2d: a copy of a gone assignment that joins a held
+// job after its assignment is gone). 15c4267 ends a gone assignment's
+// copies waiting on a held job when fenceHolds learns that the assignment
+// is gone (goneNow, from the context.AfterFunc its first hold registers).
+// But a copy claimed before its partition moved is dispatched after it
+// (the claimer descheduled between the ledger's answer and its dispatch:
+// the fake ledger's afterClaim): joinLocked makes it wait on the held job
+// and hold its assignment, which is gone already, so no AfterFunc is
+// registered (fenceHolds.hold: gone at the first hold) and dropWaitersOf
+// is never told: the copy stays in flight and lent as long as the job is
+// held. Interleaving, as in
+// TestCopiesOfAPartitionMovedAwayAndBackWhileTheyWaitOnAHeldMarkDoNotPileUpInFlight:
+// a ghost takes partition 0 before every mark of it, so x@0's job is held;
+// at each of 6 moves, 4 copies x@1 polled by partition 1's assignment are
+// claimed, held in afterClaim until partition 1 has moved to another
+// member (revoke_timeout passes, the assignment is forgotten), then
+// dispatched; the other member leaves and partition 1 comes back. The test
+// holds r1's records in flight within 29a's bound, 3 x (max_in_flight +
+// max_poll_records), and no gone assignment's copy waiting on x's job.
+// Fails 4 of 4: 4 more copies wait on x's job after each move (24 after
+// 6), 29 records in flight, 7 assignments lent; heals once the ghost
+// stops.
+func TestCopiesDispatchedAfterTheirPartitionMovedDoNotPileUpOnAHeldMark(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	bumps, stopGhost := e.ghostKeepsTaking(0, false)
+	defer stopGhost()
+	var (
+		gmu     sync.Mutex
+		gateCh  chan struct{} // non-nil: a claim of partition 1 waits until it is closed
+		blocked = make(chan struct{}, 64)
+	)
+	setGate := func(on bool) {
+		gmu.Lock()
+		defer gmu.Unlock()
+		if on {
+			gateCh = make(chan struct{})
+			return
+		}
+		if gateCh != nil {
+			close(gateCh)
+			gateCh = nil
+		}
+	}
+	defer setGate(false)
+	e.led.setAfterClaim(func(intents []decide.Intent) {
+		if !slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == 1 }) {
+			return
+		}
+		gmu.Lock()
+		ch := gateCh
+		gmu.Unlock()
+		if ch == nil {
+			return
+		}
+		select {
+		case blocked <- struct{}{}:
+		default:
+		}
+		<-ch
+	})
+	cfg := e.config()
+	cfg.MaxInFlight, cfg.MaxPollRecords = 4, 4
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	e.produce(0, "x", "v")
+	eventually(t, 15*time.Second, func() bool {
+		return bumps.Load() >= 6 && pausedPartitions(r1)[0] && len(e.starter.executionsOf(wid("x"))) == 1
+	}, func() string {
+		return fmt.Sprintf("x@0's mark refused %d times, paused %v", bumps.Load(), pausedPartitions(r1))
+	})
+	const copies = 4
+	setGate(true)
+	{
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		recs := make([]*kgo.Record, copies)
+		for i := range recs {
+			recs[i] = &kgo.Record{Topic: testTopic, Partition: 1, Value: value("x", "v")}
+		}
+		if err := e.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	const moves = 6
+	maxN, maxWaiters := 0, 0
+	for m := 1; m <= moves; m++ {
+		// The current assignment's copies are claimed and held before
+		// their dispatch.
+		select {
+		case <-blocked:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("move %d: the copies of partition 1 never claimed", m)
+		}
+		other := e.otherMember()
+		eventually(t, 10*time.Second, func() bool { o := r1.owned(); return len(o) == 1 && o[0] }, func() string {
+			other.Close()
+			return fmt.Sprintf("move %d: r1 owns %v: want partition 1 moved to the other member", m, r1.owned())
+		})
+		w0 := waitersOf(r1.r, wid("x"))
+		setGate(false) // dispatched now, their assignment gone
+		time.Sleep(300 * time.Millisecond)
+		w := waitersOf(r1.r, wid("x"))
+		setGate(true) // the next assignment's copies
+		other.Close()
+		eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+		lent, n := lentCount(r1)
+		maxN, maxWaiters = max(maxN, n), max(maxWaiters, w)
+		t.Logf("after move %d: %d waiters of x before the dispatch, %d after, %d in flight, %d assignments lent, paused %v, holds %v", m, w0, w, n, lent, pausedPartitions(r1), holdCounts(r1))
+	}
+	// The last assignment's copies: claimed and held.
+	select {
+	case <-blocked:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the last assignment's copies never claimed")
+	}
+	lent, n := lentCount(r1)
+	maxN = max(maxN, n)
+	waiters, refusals := waitersOf(r1.r, wid("x")), bumps.Load()
+	setGate(false)
+	e.led.setAfterClaim(nil)
+	stopGhost()
+	e.waitCommittedToEnd(20 * time.Second)
+	eventually(t, 5*time.Second, func() bool { l, _ := lentCount(r1); return l == 0 && len(pausedPartitions(r1)) == 0 }, func() string {
+		l, n := lentCount(r1)
+		return fmt.Sprintf("r1 healed but paused %v, %d lent, %d in flight, holds %v", pausedPartitions(r1), l, n, holdCounts(r1))
+	})
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if bound := 3 * (cfg.MaxInFlight + cfg.MaxPollRecords); maxN > bound || maxWaiters > 0 {
+		t.Errorf("after %d moves of partition 1 away and back, r1 had up to %d records in flight (bound 3 x (max_in_flight %d + max_poll_records %d) = %d), %d assignments lent, up to %d copies of gone assignments waiting on x's held job (want 0; %d at the end, %d refusals): a copy dispatched after its assignment was gone joins the held job and is never dropped (no AfterFunc: fenceHolds.hold finds it gone at its first hold)",
+			moves, maxN, cfg.MaxInFlight, cfg.MaxPollRecords, bound, lent, maxWaiters, waiters, refusals)
+	}
+	if n := len(e.starter.executionsOf(wid("x"))); n != 1 {
+		t.Errorf("x: %d executions, want 1", n)
+	}
+}
