@@ -3202,3 +3202,62 @@ func TestCopiesDispatchedAfterTheirPartitionMovedDoNotPileUpOnAHeldMark(t *testi
 		t.Errorf("x: %d executions, want 1", n)
 	}
 }
+
+// Adversary 29b-3 (idea 1d: the confirm path). ed0ef94 keeps a partition
+// the fence refused when the group coordinator cannot say whose it is
+// (DescribeGroups fails): forgotten, franz-go keeps fetching it and the
+// router drops what it polls until a rebalance (29e). committer.confirm,
+// which asks the same question when the ledger refuses an assignment's
+// Own (a later group generation holds the partition: the group was made
+// anew and its generations started again), was not changed: when
+// DescribeGroups fails there, mine is nil and the partition is not taken,
+// not tracked, while the group assigns it to this member: the same dead
+// end. Interleaving: before r1 joins, a member of an earlier life of the
+// group took partition 1 in the ledger at generation 1000; r1's first
+// assignment (generation 1) is refused for partition 1, and the
+// DescribeGroups that confirm sends fails once (GROUP_AUTHORIZATION_FAILED,
+// as in 29e, standing for any failure kadm does not retry away: with a
+// retriable COORDINATOR_LOAD_IN_PROGRESS once, kadm asks again and the
+// test passes). The test holds that c@1 starts and partition 1 is
+// committed to its end within 10 s while r1 stays the group's only
+// member. Fails 4 of 4: r1 owns {0} only, c@1 polled and dropped, never
+// started, partition 1 committed nowhere (b@0 starts and commits).
+func TestAnAssignmentRefusedByALaterGenerationIsNotLeftUntrackedWhenTheCoordinatorCannotSay(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	if _, err := e.led.Own(context.Background(), Ownership{Group: e.group, Member: "earlier-life", Generation: 1000, Confirmed: true,
+		Parts: []PartitionRef{{testTopic, 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	var described atomic.Int32
+	e.cluster.ControlKey(kmsg.DescribeGroups.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		described.Add(1)
+		req := kreq.(*kmsg.DescribeGroupsRequest)
+		resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
+		for _, g := range req.Groups {
+			rg := kmsg.NewDescribeGroupsResponseGroup()
+			rg.Group = g
+			rg.ErrorCode = kerr.GroupAuthorizationFailed.Code
+			resp.Groups = append(resp.Groups, rg)
+		}
+		return resp, nil, true
+	})
+	r1 := e.start("r1", e.config())
+	r1.waitJoined()
+	e.produce(1, "c", "v")
+	e.produce(0, "b", "v")
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && !(len(e.starter.executionsOf(wid("c"))) == 1 && e.atEnd()) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	c, b, committed, owned, polled := len(e.starter.executionsOf(wid("c"))), len(e.starter.executionsOf(wid("b"))), e.committed(), r1.owned(), r1.polled()
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if described.Load() != 1 {
+		t.Fatalf("interleaving not reached: %d DescribeGroups failed, want 1 (confirm's)", described.Load())
+	}
+	if c != 1 || b != 1 || committed[1] != 1 {
+		t.Errorf("within 10 s: c@1 %d executions, b@0 %d (want 1 each), committed %v (want partition 1 at 1); r1 owns %v, polled %v: the partition the group assigns to r1 was left untracked when DescribeGroups failed once in confirm",
+			c, b, committed, owned, polled)
+	}
+}
