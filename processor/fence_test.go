@@ -3261,3 +3261,90 @@ func TestAnAssignmentRefusedByALaterGenerationIsNotLeftUntrackedWhenTheCoordinat
 			c, b, committed, owned, polled)
 	}
 }
+
+// Adversary 29b-4 (idea 1b: liveness of the other partitions while the
+// ledger cannot take a partition again). ed0ef94 keeps a partition the
+// group assigns to this member when taking it again in the ledger (Own)
+// fails, under the same fence: the write refused again takes it again.
+// But fenced runs on the caller's goroutine (the claimer, or the marker)
+// and its Own retries for up to 10 s; kept under the stale fence, the
+// next claim is refused at once and asks again, so the claimer spends 10 s
+// in Own at every refusal of the partition (4 in one claim before the
+// partition's pieces wait in their queue), claiming no other partition's
+// records meanwhile. Before ed0ef94 the first failure forgot the
+// partition (a dead end for it alone); now the stall repeats for as long
+// as Own fails. Own hangs, for example, on the owners row's lock held by
+// the ghost's claim transaction stuck open. Interleaving: a ghost takes
+// partition 1 before c@1's first claim; from then on every Own of
+// partition 1 by r1 hangs past fenced's 10 s. Once the first one has
+// failed, b@0 is produced. The test holds that b@0 starts within 5 s, and
+// that everything heals once Own answers again (c, b started once,
+// committed to the ends). Fails 4 of 4: b@0 not started within 8 s (the
+// claimer is in its second 10 s Own). With ed0ef94's forget on a failed
+// Own put back, b@0 starts at once but partition 1 is never committed
+// (the 29e dead end): the test asks for both.
+func TestAPartitionWhoseRetakeKeepsFailingDoesNotHoldTheClaimsOfAnotherPartition(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	var (
+		once      sync.Once
+		hanging   atomic.Bool
+		r1Owns    atomic.Int32
+		failed    atomic.Int32 // r1's Owns of partition 1 past fenced's 10 s
+		release   = make(chan struct{})
+		closeOnce sync.Once
+	)
+	unhang := func() { hanging.Store(false); closeOnce.Do(func() { close(release) }) }
+	defer unhang()
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == 1 }) {
+			once.Do(func() { hanging.Store(true); e.ghostOwn(1) })
+		}
+		return false
+	}
+	e.led.ownGate = func(member string, parts []PartitionRef) {
+		if member == "ghost" || !hanging.Load() || !slices.ContainsFunc(parts, func(p PartitionRef) bool { return p.Partition == 1 }) {
+			return
+		}
+		r1Owns.Add(1)
+		select {
+		case <-release:
+		case <-time.After(11 * time.Second): // past fenced's 10 s: Own fails
+			failed.Add(1)
+		}
+	}
+	e.led.mu.Unlock()
+	e.produce(1, "c", "v")
+	eventually(t, 20*time.Second, func() bool { return failed.Load() >= 1 }, func() string {
+		return fmt.Sprintf("r1 tried to take partition 1 again %d times, %d failed", r1Owns.Load(), failed.Load())
+	})
+	time.Sleep(100 * time.Millisecond)
+	e.produce(0, "b", "v")
+	t0 := time.Now()
+	startedB := time.Duration(-1)
+	for time.Since(t0) < 8*time.Second {
+		if len(e.starter.executionsOf(wid("b"))) == 1 {
+			startedB = time.Since(t0)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	owns, owned := r1Owns.Load(), r1.owned()
+	unhang()
+	e.waitCommittedToEnd(40 * time.Second)
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if startedB < 0 || startedB > 5*time.Second {
+		t.Errorf("b@0 started %v after it was produced (-1: not within 8 s), while r1's Own of partition 1 kept failing (%d tries so far, r1 owns %v): the claimer waits in fenced's Own at every refusal of partition 1 and claims no other partition's records meanwhile",
+			startedB, owns, owned)
+	}
+	for _, id := range []string{"c", "b"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+}
