@@ -3348,3 +3348,81 @@ func TestAPartitionWhoseRetakeKeepsFailingDoesNotHoldTheClaimsOfAnotherPartition
 		}
 	}
 }
+
+// Adversary 29b-5 (idea 1b, held). ed0ef94 keeps a refused partition,
+// neither taken again nor forgotten, while DescribeGroups fails. With the
+// coordinator failing every DescribeGroups and a ghost taking partition 1
+// before every claim of it, r1 keeps partition 1 (its claims refused over
+// and over, waiting: paused, lent): the test holds that b@0 still starts
+// within 3 s; that once another member joins and the group moves
+// partition 1 to it, r1 lets the partition go (kgo's revoke ends the kept
+// assignment: nothing of it stays paused or lent); and that once the
+// other member leaves, the ghost stops and DescribeGroups answers again,
+// everything heals: c and b started once, committed to the ends. Held
+// (passes 3 of 3).
+func TestAPartitionKeptWhileTheCoordinatorCannotSayIsLetGoWhenTheGroupMovesIt(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	var failing atomic.Bool
+	var described atomic.Int32
+	failing.Store(true)
+	e.cluster.ControlKey(kmsg.DescribeGroups.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if !failing.Load() {
+			return nil, nil, false
+		}
+		described.Add(1)
+		req := kreq.(*kmsg.DescribeGroupsRequest)
+		resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
+		for _, g := range req.Groups {
+			rg := kmsg.NewDescribeGroupsResponseGroup()
+			rg.Group = g
+			rg.ErrorCode = kerr.GroupAuthorizationFailed.Code
+			resp.Groups = append(resp.Groups, rg)
+		}
+		return resp, nil, true
+	})
+	bumps, stopGhost := e.ghostKeepsTaking(1, true)
+	defer stopGhost()
+	e.produce(1, "c", "v")
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= 5 && pausedPartitions(r1)[1] && described.Load() >= 5 }, func() string {
+		return fmt.Sprintf("c refused %d times, %d DescribeGroups failed, r1 paused %v", bumps.Load(), described.Load(), pausedPartitions(r1))
+	})
+	e.produce(0, "b", "v")
+	t0 := time.Now()
+	startedB := time.Duration(-1)
+	for time.Since(t0) < 6*time.Second {
+		if len(e.starter.executionsOf(wid("b"))) == 1 {
+			startedB = time.Since(t0)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if startedB < 0 || startedB > 3*time.Second {
+		t.Errorf("b@0 started %v after it was produced (-1: not within 6 s) while partition 1 is kept and refused (%d refusals)", startedB, bumps.Load())
+	}
+	other := e.otherMember()
+	defer other.Close()
+	eventually(t, 15*time.Second, func() bool {
+		o := r1.owned()
+		l, _ := lentCount(r1)
+		return len(o) == 1 && o[0] && !pausedPartitions(r1)[1] && l == 0
+	}, func() string {
+		l, n := lentCount(r1)
+		return fmt.Sprintf("the group moved partition 1 away but r1 owns %v, paused %v, %d lent, %d in flight, holds %v", r1.owned(), pausedPartitions(r1), l, n, holdCounts(r1))
+	})
+	other.Close()
+	stopGhost()
+	failing.Store(false)
+	e.waitCommittedToEnd(30 * time.Second)
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c", "b"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+}
