@@ -3426,3 +3426,82 @@ func TestAPartitionKeptWhileTheCoordinatorCannotSayIsLetGoWhenTheGroupMovesIt(t 
 		}
 	}
 }
+
+// Adversary 29b-6 (idea 1b, the marker's side of 29b-4). The marker, one
+// goroutine for every partition's marks, calls fenced for a refused mark
+// too: kept under its stale fence while Own keeps failing, x@1's mark is
+// refused at once at each resend and the marker spends fenced's 10 s in
+// Own each time, marking no other partition's started workflows: their
+// records, started in Temporal, are not committed. Interleaving: a ghost
+// takes partition 1 just before x@1's first mark; from then on every Own
+// of partition 1 by r1 hangs past fenced's 10 s. Once the first one has
+// failed, y@0 is produced. The test holds that y@0 is started, its row
+// marked and partition 0 committed to its end within 5 s, and that
+// everything heals once Own answers again. Fails 3 of 3: y started in
+// Temporal, its row pending, nothing committed in 8 s (the marker is in
+// its second 10 s Own). With ed0ef94's forget on a failed Own put back,
+// y is marked and committed at once but partition 1 never is.
+func TestAMarkWhosePartitionsRetakeKeepsFailingDoesNotHoldAnotherPartitionsMarks(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	var (
+		once      sync.Once
+		hanging   atomic.Bool
+		r1Owns    atomic.Int32
+		failed    atomic.Int32
+		release   = make(chan struct{})
+		closeOnce sync.Once
+	)
+	unhang := func() { hanging.Store(false); closeOnce.Do(func() { close(release) }) }
+	defer unhang()
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		if slices.Contains(ps, 1) {
+			once.Do(func() { hanging.Store(true); e.ghostOwn(1) })
+		}
+	}
+	e.led.ownGate = func(member string, parts []PartitionRef) {
+		if member == "ghost" || !hanging.Load() || !slices.ContainsFunc(parts, func(p PartitionRef) bool { return p.Partition == 1 }) {
+			return
+		}
+		r1Owns.Add(1)
+		select {
+		case <-release:
+		case <-time.After(11 * time.Second): // past fenced's 10 s: Own fails
+			failed.Add(1)
+		}
+	}
+	e.led.mu.Unlock()
+	e.produce(1, "x", "v")
+	eventually(t, 20*time.Second, func() bool { return failed.Load() >= 1 }, func() string {
+		return fmt.Sprintf("r1 tried to take partition 1 again %d times, %d failed", r1Owns.Load(), failed.Load())
+	})
+	time.Sleep(100 * time.Millisecond)
+	e.produce(0, "y", "v")
+	t0 := time.Now()
+	done := time.Duration(-1)
+	for time.Since(t0) < 8*time.Second {
+		if e.led.state(wid("y")) == stateStarted && e.committed()[0] == 1 {
+			done = time.Since(t0)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ys, yState, committed, owns := len(e.starter.executionsOf(wid("y"))), e.led.state(wid("y")), e.committed(), r1Owns.Load()
+	unhang()
+	e.waitCommittedToEnd(40 * time.Second)
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if done < 0 || done > 5*time.Second {
+		t.Errorf("y@0 marked and committed %v after it was produced (-1: not within 8 s; y: %d executions, row %q, committed %v), while r1's Own of partition 1 kept failing (%d tries): the marker waits in fenced's Own at every refusal of x@1's mark and marks no other partition's starts meanwhile",
+			done, ys, yState, committed, owns)
+	}
+	for _, id := range []string{"x", "y"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+}
