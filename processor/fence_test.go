@@ -3505,3 +3505,116 @@ func TestAMarkWhosePartitionsRetakeKeepsFailingDoesNotHoldAnotherPartitionsMarks
 		}
 	}
 }
+
+// Adversary 29b-7 (idea 2c, held). dropWaitersOf (told by fenceHolds's
+// AfterFunc when an assignment with holds is gone) runs concurrently with
+// the held job's own end: hold(j, false) and done(j, ok), whose release
+// ends the waiters or, not ok, hands the start over to the first waiter of
+// a live assignment. On the start pool itself (no router), with -race:
+// copies of a partition P (gone now) and of a live partition Q wait on a
+// held job of partition 0; P's context is cancelled while the job ends
+// (ok or not, on another goroutine), over 300 rounds. The test holds that
+// every record ends exactly once (a takeover job, if any, ended ok after),
+// and that every hold is released: no partition paused, none lent, no
+// assignment's holds left. Held (passes 3 of 3, with -race).
+func TestDroppingAGoneAssignmentsWaitersWhileTheHeldJobEndsEndsEachCopyOnceAndReleasesEveryHold(t *testing.T) {
+	for round := 0; round < 300; round++ {
+		workCtx, workCancel := context.WithCancel(context.Background())
+		var mu sync.Mutex
+		ends := map[*record]int{}
+		paused := map[PartitionRef]bool{}
+		lent := map[*partition]bool{}
+		s := &startPool{starting: map[string]*job{}, marked: map[string]struct{}{}, workCtx: workCtx, startQ: make(chan *job, 16),
+			end: func(rec *record, ok bool) { mu.Lock(); ends[rec]++; mu.Unlock() }}
+		h := &fenceHolds{
+			pause: func(ref PartitionRef, p bool) { mu.Lock(); paused[ref] = p; mu.Unlock() },
+			lend:  func(part *partition, l bool) { mu.Lock(); lent[part] = l; mu.Unlock() },
+			gone:  s.dropWaitersOf,
+		}
+		s.holds = h
+		newPart := func(p int32) *partition {
+			ctx, cancel := context.WithCancel(context.Background())
+			return &partition{tp: topicPartition{testTopic, p}, ctx: ctx, cancel: cancel, committed: -1}
+		}
+		o, pp, q := newPart(0), newPart(1), newPart(2)
+		req := decide.StartRequest{WorkflowID: wid("x")}
+		owner := &record{part: o}
+		if s.submitClaimed(context.Background(), owner, req); waitersOf(&Router{starts: s}, wid("x")) != 0 {
+			t.Fatal("the owner's job is not in flight")
+		}
+		j := <-s.startQ
+		var recs []*record
+		for i := 0; i < 6; i++ {
+			part := pp
+			if i%3 == 2 {
+				part = q
+			}
+			rec := &record{part: part}
+			recs = append(recs, rec)
+			if i == 4 {
+				s.submit(context.Background(), rec, req, true) // a recheck
+				continue
+			}
+			s.submitClaimed(context.Background(), rec, req)
+		}
+		s.hold(j, true)
+		ok := round%2 == 0
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); pp.cancel() }()
+		go func() { defer wg.Done(); s.hold(j, false); s.done(j, ok) }()
+		wg.Wait()
+		// A takeover (not ok) or the rechecks submitted again: end them ok.
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			select {
+			case nj := <-s.startQ:
+				s.done(nj, true)
+				continue
+			default:
+			}
+			mu.Lock()
+			n := 0
+			for _, c := range ends {
+				n += c
+			}
+			mu.Unlock()
+			s.mu.Lock()
+			inFlight := len(s.starting)
+			s.mu.Unlock()
+			if (n >= len(recs)+1 && inFlight == 0) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(2 * time.Millisecond) // a late AfterFunc
+		mu.Lock()
+		for _, rec := range append([]*record{owner}, recs...) {
+			if ends[rec] != 1 {
+				t.Errorf("round %d (job ok %v): a copy of partition %d ended %d times, want 1", round, ok, rec.part.tp.partition, ends[rec])
+			}
+		}
+		for ref, p := range paused {
+			if p {
+				t.Errorf("round %d: partition %d left paused", round, ref.Partition)
+			}
+		}
+		for part, l := range lent {
+			if l {
+				t.Errorf("round %d: partition %d's assignment left lent", round, part.tp.partition)
+			}
+		}
+		mu.Unlock()
+		h.mu.Lock()
+		if len(h.parts) != 0 || len(h.refs) != 0 {
+			t.Errorf("round %d: holds left: %d assignments, refs %v", round, len(h.parts), h.refs)
+		}
+		h.mu.Unlock()
+		o.cancel()
+		q.cancel()
+		workCancel()
+		if t.Failed() {
+			return
+		}
+	}
+}
