@@ -3618,3 +3618,73 @@ func TestDroppingAGoneAssignmentsWaitersWhileTheHeldJobEndsEndsEachCopyOnceAndRe
 		}
 	}
 }
+
+// Adversary 29b-8 (idea 1e: shutdown while a kept partition's Own keeps
+// failing). Run drains for at most drain_timeout once the claimer is done;
+// but the claimer may be in fenced, whose Own gets 10 s of its own (its
+// context is the committer's parent, which lives until after the drain),
+// not the caller's. Since ed0ef94 a partition whose Own fails is kept, so
+// the claimer enters that 10 s Own again at every refusal, for as long as
+// Own fails: a router stopped then waits out the Own in progress before
+// its drain begins. Interleaving: a ghost takes partition 1 before c@1's
+// first claim; from then on every Own of partition 1 by r1 hangs past
+// fenced's 10 s. Once the first one has failed (r1 keeps partition 1 and
+// takes it again at once), r1 is stopped. The test holds that Run returns
+// within drain_timeout + 1 s (as
+// TestARouterStoppedWhileItsMarkerIsRefusedOverAndOverReturnsInTimeAndCommitsNothingPastTheMark
+// does) and that c is not committed. Fails 3 of 3: Run took 10.5 s
+// (drain timeout 2 s). Passes with ed0ef94's forget on a failed Own put
+// back (the partition forgotten, the claimer idle at the stop).
+func TestARouterStoppedWhileAKeptPartitionsRetakeKeepsFailingReturnsInTime(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	var (
+		once      sync.Once
+		hanging   atomic.Bool
+		r1Owns    atomic.Int32
+		failed    atomic.Int32
+		release   = make(chan struct{})
+		closeOnce sync.Once
+	)
+	unhang := func() { hanging.Store(false); closeOnce.Do(func() { close(release) }) }
+	defer unhang()
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == 1 }) {
+			once.Do(func() { hanging.Store(true); e.ghostOwn(1) })
+		}
+		return false
+	}
+	e.led.ownGate = func(member string, parts []PartitionRef) {
+		if member == "ghost" || !hanging.Load() || !slices.ContainsFunc(parts, func(p PartitionRef) bool { return p.Partition == 1 }) {
+			return
+		}
+		r1Owns.Add(1)
+		select {
+		case <-release:
+		case <-time.After(11 * time.Second): // past fenced's 10 s: Own fails
+			failed.Add(1)
+		}
+	}
+	e.led.mu.Unlock()
+	e.produce(1, "c", "v")
+	eventually(t, 20*time.Second, func() bool { return failed.Load() >= 1 }, func() string {
+		return fmt.Sprintf("r1 tried to take partition 1 again %d times, %d failed", r1Owns.Load(), failed.Load())
+	})
+	time.Sleep(500 * time.Millisecond)
+	owns := r1Owns.Load()
+	err := r1.stop()
+	unhang()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run took %v to return after cancel, drain timeout %v (r1 tried to take partition 1 again %d times before the stop): the claimer waited out fenced's Own of the kept partition before the drain began",
+			r1.took, cfg.DrainTimeout, owns)
+	}
+	if got := e.committed()[1]; got > 0 {
+		t.Errorf("partition 1 committed at %d: past c@1, never started", got)
+	}
+}
