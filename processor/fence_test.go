@@ -3086,7 +3086,8 @@ func TestAPartitionIsNotForgottenWhenTakingItAgainInTheLedgerFails(t *testing.T)
 // max_poll_records), and no gone assignment's copy waiting on x's job.
 // Fails 4 of 4: 4 more copies wait on x's job after each move (24 after
 // 6), 29 records in flight, 7 assignments lent; heals once the ghost
-// stops.
+// stops. Passes since a record of a gone assignment never waits on a held
+// job (joinLocked, hold).
 func TestCopiesDispatchedAfterTheirPartitionMovedDoNotPileUpOnAHeldMark(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(0, false)

@@ -22,8 +22,11 @@ import (
 // leaves the pool between the two looks.
 func (s *startPool) submitClaimed(ctx context.Context, rec *record, req decide.StartRequest) (waits, started bool) {
 	s.mu.Lock()
-	if s.joinLocked(rec, req, false) {
+	if waits, gone := s.joinLocked(rec, req, false); waits {
 		s.mu.Unlock()
+		if gone {
+			s.end(rec, false)
+		}
 		return true, false
 	}
 	if _, ok := s.marked[req.WorkflowID]; ok {

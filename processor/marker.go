@@ -137,7 +137,23 @@ func (s *startPool) hold(j *job, held bool) {
 		delete(s.heldJobs, j)
 	}
 	recs := []*record{j.rec}
+	var ended []*record
 	if held {
+		// Those of an assignment already gone end now (dropWaitersOf).
+		j.waiters = slices.DeleteFunc(j.waiters, func(w *record) bool {
+			if s.goneLocked(w) {
+				ended = append(ended, w)
+				return true
+			}
+			return false
+		})
+		j.rechecks = slices.DeleteFunc(j.rechecks, func(rc recheck) bool {
+			if s.goneLocked(rc.rec) {
+				ended = append(ended, rc.rec)
+				return true
+			}
+			return false
+		})
 		j.holding = append(j.holding, j.waiters...)
 		for _, rc := range j.rechecks {
 			j.holding = append(j.holding, rc.rec)
@@ -151,6 +167,16 @@ func (s *startPool) hold(j *job, held bool) {
 	for _, rec := range recs {
 		s.holdRecord(rec, held)
 	}
+	for _, rec := range ended {
+		s.end(rec, false)
+	}
+}
+
+// goneLocked reports whether rec's assignment is gone while the router
+// works: such a record does not wait on a held job (dropWaitersOf). s.mu
+// is held.
+func (s *startPool) goneLocked(rec *record) bool {
+	return rec.part.ctx.Err() != nil && s.workCtx.Err() == nil
 }
 
 // holdRecord takes (or drops) one hold of rec's partition.

@@ -158,8 +158,11 @@ func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, led
 // uncommitted rather than holding the shutdown up.
 func (s *startPool) submit(ctx context.Context, rec *record, req decide.StartRequest, check bool) (waits bool) {
 	s.mu.Lock()
-	if s.joinLocked(rec, req, check) {
+	if waits, gone := s.joinLocked(rec, req, check); waits {
 		s.mu.Unlock()
+		if gone {
+			s.end(rec, false)
+		}
 		return true
 	}
 	j := &job{rec: rec, req: req, check: check}
@@ -171,25 +174,30 @@ func (s *startPool) submit(ctx context.Context, rec *record, req decide.StartReq
 
 // joinLocked makes rec wait on its workflow's start in flight, if there is
 // one (a check may wait as a recheck), and reports whether it does. s.mu
-// is held.
-func (s *startPool) joinLocked(rec *record, req decide.StartRequest, check bool) bool {
+// is held. A record of an assignment already gone does not wait on a job
+// that holds its partition for the ledger's fence (dropWaitersOf): gone
+// reports that the caller ends it, not ok, once s.mu is released.
+func (s *startPool) joinLocked(rec *record, req decide.StartRequest, check bool) (waits, gone bool) {
 	j := s.starting[req.WorkflowID]
 	if j == nil {
-		return false
+		return false, false
 	}
 	if j.held { // its mark waits for the ledger's fence: rec holds its partition too (hold)
+		if s.goneLocked(rec) {
+			return true, true
+		}
 		j.holding = append(j.holding, rec)
 		s.holdRecord(rec, true)
 	}
 	if check && (!j.check || j.checking) {
 		j.rechecks = append(j.rechecks, recheck{rec: rec, req: req})
-		return true
+		return true, false
 	}
 	j.waiters = append(j.waiters, rec)
 	if j.check && !check && j.startReq == nil {
 		j.startReq = &req
 	}
-	return true
+	return true, false
 }
 
 // enqueue hands a job to the workers, or abandons it when ctx ends first
