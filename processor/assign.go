@@ -175,10 +175,15 @@ func (c *committer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int
 // assignment, or the question fails), or taking the partition again fails,
 // a partition this member still owns and was not told to revoke is kept
 // with its fence unchanged, neither taken again nor forgotten: the caller
-// writes again and, refused again, asks again. An assignment newer than
-// the refused fence is kept as it is. Calls are serialised, so that the
-// claimer and the marker, refused together, take a partition again once.
-func (c *committer) fenced(e *FencedError) map[PartitionRef]*partition {
+// writes again and, refused again, asks again. After taking a partition
+// again failed, it is kept without trying again for a while
+// (retakeBackoff), so that an Own that keeps failing does not hold the
+// caller, the claimer or the marker of every partition, at each refusal.
+// An assignment newer than the refused fence is kept as it is. Calls are
+// serialised, so that the claimer and the marker, refused together, take
+// a partition again once; each gives up with its ctx (the claimer's ends
+// when the router stops polling).
+func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRef]*partition {
 	c.fenceMu.Lock()
 	defer c.fenceMu.Unlock()
 	out := map[PartitionRef]*partition{}
@@ -201,13 +206,22 @@ func (c *committer) fenced(e *FencedError) map[PartitionRef]*partition {
 	}
 	ctx, cancel := context.WithTimeout(c.parent, 10*time.Second)
 	defer cancel()
+	defer context.AfterFunc(cctx, cancel)()
 	mine, member, unsure := c.assignedToMe(ctx)
 	var again []*partition
 	var refs []PartitionRef
+	now := time.Now()
+	for part := range c.retakes {
+		if part.ctx.Err() != nil {
+			delete(c.retakes, part)
+		}
+	}
 	c.mu.Lock()
 	for _, part := range cands {
 		ref := PartitionRef{part.tp.topic, part.tp.partition}
 		switch {
+		case mine[part.tp] && now.Before(c.retakes[part].until):
+			out[ref] = part // taking it again failed a moment ago: kept
 		case mine[part.tp]:
 			again = append(again, part)
 			refs = append(refs, ref)
@@ -237,6 +251,19 @@ func (c *committer) fenced(e *FencedError) map[PartitionRef]*partition {
 			c.log.Warn("could not take partitions again in the ledger's fence; their writes are sent again, and take them again once refused", "partitions", refs, "err", err)
 			epochs = nil
 		}
+	}
+	for _, part := range again {
+		if epochs != nil {
+			delete(c.retakes, part)
+			continue
+		}
+		if c.retakes == nil {
+			c.retakes = map[*partition]retake{}
+		}
+		r := c.retakes[part]
+		r.failures++
+		r.until = time.Now().Add(retakeBackoff(r.failures))
+		c.retakes[part] = r
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -298,6 +325,20 @@ func (c *committer) confirm(ctx context.Context, member string, gen int32, refus
 			fences[topicPartition{ref.Topic, ref.Partition}] = decide.Fence{Group: c.cfg.Group, Epoch: epochs[i]}
 		}
 	}
+}
+
+// retake is a partition whose taking again (fenced's Own) failed: not
+// tried again until until.
+type retake struct {
+	failures int
+	until    time.Time
+}
+
+// retakeBackoff is how long fenced keeps a partition without trying to
+// take it again after its failures-th failure: 10 s a failure, at most a
+// minute.
+func retakeBackoff(failures int) time.Duration {
+	return min(time.Duration(failures)*10*time.Second, time.Minute)
 }
 
 // assignedToMe asks the group coordinator which partitions it assigns to

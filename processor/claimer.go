@@ -61,7 +61,7 @@ type claimer struct {
 	// fenced answers the ledger's fence (committer.fenced): the refused
 	// partitions the router took again, with their new fences; it forgot
 	// the others.
-	fenced func(*FencedError) map[PartitionRef]*partition
+	fenced func(context.Context, *FencedError) map[PartitionRef]*partition
 	// waits are the partitions refused more than three times, waiting
 	// (refused.go); claim runs on one goroutine: no lock.
 	waits refusedWaits
@@ -129,7 +129,7 @@ func (c *claimer) claim(ctx context.Context, b *claimBatch) {
 			// not refuse, claimed first: a partition refused over and over
 			// holds no other's records. Past its third refusal, it waits
 			// in a queue of its own.
-			out := c.unfenced(b, f, c.fenced(f))
+			out := c.unfenced(b, f, c.fenced(ctx, f))
 			if out[0] != nil {
 				todo = append(todo, out[0])
 			}

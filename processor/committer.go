@@ -56,8 +56,10 @@ type committer struct {
 	// and returns their epochs.
 	own func(ctx context.Context, o Ownership) ([]int64, error)
 
-	// fenceMu serialises fenced (a partition is taken again once).
+	// fenceMu serialises fenced (a partition is taken again once), and
+	// guards retakes.
 	fenceMu sync.Mutex
+	retakes map[*partition]retake
 
 	// commitMu makes each commit one step: read the finished prefix, read
 	// the group's offsets, send, record what landed. Without it the

@@ -55,7 +55,7 @@ func (s *startPool) marker() {
 			f, fenced := IsFenced(err)
 			var again map[PartitionRef]*partition
 			if fenced {
-				again = s.fenced(f)
+				again = s.fenced(ctx, f)
 			}
 			var retry []*job
 			for i, j := range batch {

@@ -90,7 +90,7 @@ type startPool struct {
 	end     func(rec *record, ok bool)
 	// fenced answers the ledger's fence (committer.fenced): the refused
 	// partitions the router took again, with their new fences.
-	fenced func(*FencedError) map[PartitionRef]*partition
+	fenced func(context.Context, *FencedError) map[PartitionRef]*partition
 	// workCtx ends when the router stops working (after the drain);
 	// markCtx a little later, after the marker's final flush.
 	workCtx context.Context
@@ -410,7 +410,7 @@ func (s *startPool) markDeadLettered(ctx context.Context, j *job, try int) (agai
 	dl := []DeadLettered{{WorkflowID: j.req.WorkflowID, Topic: j.rec.part.tp.topic, Partition: j.rec.part.tp.partition,
 		Fence: j.rec.part.fence()}}
 	err := s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkDeadLettered(ctx, dl) })
-	if f, ok := IsFenced(err); ok && retakenFor(s.fenced(f), j.rec) {
+	if f, ok := IsFenced(err); ok && retakenFor(s.fenced(ctx, f), j.rec) {
 		return true
 	}
 	s.done(j, err == nil)
