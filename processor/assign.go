@@ -301,14 +301,26 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 func (c *committer) confirm(ctx context.Context, member string, gen int32, refused []PartitionRef, fences map[topicPartition]decide.Fence) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	mine, _, _ := c.assignedToMe(dctx)
+	mine, _, unsure := c.assignedToMe(dctx)
 	var confirmed []PartitionRef
 	for _, ref := range refused {
 		if mine[topicPartition{ref.Topic, ref.Partition}] {
 			confirmed = append(confirmed, ref)
 		}
 	}
-	if len(confirmed) < len(refused) {
+	if unsure && len(confirmed) < len(refused) {
+		// The coordinator cannot say: the partitions it did not confirm
+		// are tracked under a fence no owner holds (notTaken), so that
+		// their first write is refused and asks again (fenced), rather
+		// than left untracked while the group assigns them here.
+		for _, ref := range refused {
+			if tp := (topicPartition{ref.Topic, ref.Partition}); !mine[tp] {
+				fences[tp] = decide.Fence{Group: c.cfg.Group, Epoch: notTaken}
+			}
+		}
+		c.log.Warn("partitions assigned in an older group generation than the ledger's owner holds them in, and the coordinator cannot say whose they are; "+
+			"tracked without taking them: their first write asks again", "generation", gen, "partitions", refused, "confirmed_by_the_coordinator", confirmed)
+	} else if len(confirmed) < len(refused) {
 		c.log.Warn("partitions assigned in an older group generation than the ledger's owner holds them in; not taken (this member was dropped from the group)",
 			"generation", gen, "partitions", refused, "confirmed_by_the_coordinator", confirmed)
 	}
@@ -317,7 +329,12 @@ func (c *committer) confirm(ctx context.Context, member string, gen int32, refus
 	}
 	epochs, err := c.own(ctx, Ownership{Group: c.cfg.Group, Member: member, Generation: gen, Confirmed: true, Parts: confirmed})
 	if err != nil {
-		c.log.Warn("partitions confirmed by the coordinator but not taken in the ledger's fence", "partitions", confirmed, "err", err)
+		// Tracked all the same, as when the coordinator cannot say.
+		for _, ref := range confirmed {
+			fences[topicPartition{ref.Topic, ref.Partition}] = decide.Fence{Group: c.cfg.Group, Epoch: notTaken}
+		}
+		c.log.Warn("partitions confirmed by the coordinator but not taken in the ledger's fence; tracked without taking them: their first write asks again",
+			"partitions", confirmed, "err", err)
 		return
 	}
 	for i, ref := range confirmed {
@@ -326,6 +343,11 @@ func (c *committer) confirm(ctx context.Context, member string, gen int32, refus
 		}
 	}
 }
+
+// notTaken is the epoch of a partition tracked without being taken in the
+// ledger (confirm): no owner row holds it, so every write under it is
+// refused, and the refusal asks the coordinator again (fenced).
+const notTaken = -1
 
 // retake is a partition whose taking again (fenced's Own) failed: not
 // tried again until until.

@@ -3222,7 +3222,9 @@ func TestCopiesDispatchedAfterTheirPartitionMovedDoNotPileUpOnAHeldMark(t *testi
 // test passes). The test holds that c@1 starts and partition 1 is
 // committed to its end within 10 s while r1 stays the group's only
 // member. Fails 4 of 4: r1 owns {0} only, c@1 polled and dropped, never
-// started, partition 1 committed nowhere (b@0 starts and commits).
+// started, partition 1 committed nowhere (b@0 starts and commits). Passes
+// since confirm tracks such a partition under notTaken, whose first write
+// asks again.
 func TestAnAssignmentRefusedByALaterGenerationIsNotLeftUntrackedWhenTheCoordinatorCannotSay(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	if _, err := e.led.Own(context.Background(), Ownership{Group: e.group, Member: "earlier-life", Generation: 1000, Confirmed: true,
