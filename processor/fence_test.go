@@ -3695,3 +3695,76 @@ func TestARouterStoppedWhileAKeptPartitionsRetakeKeepsFailingReturnsInTime(t *te
 		t.Errorf("partition 1 committed at %d: past c@1, never started", got)
 	}
 }
+
+// Adversary 29c-1 (idea d: fenced gives up with its caller's ctx, and a
+// failed Own starts retakeBackoff). bff4c65 makes fenced's Own end with
+// its caller's ctx, and counts any failed Own as a failure of the ledger:
+// the partition is then kept under its stale fence, not taken again for
+// retakeBackoff (10 s). The claimer's ctx ends when Run is cancelled, so a
+// stop that lands while the claimer takes a partition again cancels that
+// Own: the partition goes into a 10 s backoff, and the marker's final
+// flush, refused for it, no longer takes it again (kept, in backoff) and
+// gives its marks up at flushBy. Before bff4c65 the claimer's Own ran on
+// the committer's parent ctx (alive through the drain), took the partition
+// again, and the final flush marked under the new fence. Interleaving:
+// r1 owns 0 and 1; x@1 is claimed and its start held in Temporal; a ghost
+// takes partition 1; y@1's claim is refused and the claimer's fenced asks
+// the coordinator (r1's: mine) and sends Own, held in the ledger; r1 is
+// stopped; Own is let go (it sees the cancelled ctx: fails, backoff);
+// x's start is let go, its mark is refused (ghost's epoch), fenced keeps
+// partition 1 without Own (backoff) until the final flush gives up. The
+// test holds that x's row ends started and partition 1 is committed past
+// x (as it is when the stop does not meet the Own).
+func TestAStopDuringTheClaimersRetakeDoesNotKeepTheFinalFlushFromMarkingThePartitionsStarts(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	releaseX := e.starter.block(wid("x"))
+	defer releaseX()
+	offX := e.produce(1, "x", "v")
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("x")) == 1 }, func() string { return "x@1 never reached Temporal" })
+	var (
+		entered   = make(chan struct{}, 16)
+		release   = make(chan struct{})
+		closeOnce sync.Once
+		r1Owns    atomic.Int32
+	)
+	unhang := func() { closeOnce.Do(func() { close(release) }) }
+	defer unhang()
+	e.ghostOwn(1)
+	e.led.mu.Lock()
+	e.led.ownGate = func(member string, parts []PartitionRef) {
+		if member == "ghost" || !slices.ContainsFunc(parts, func(p PartitionRef) bool { return p.Partition == 1 }) {
+			return
+		}
+		if r1Owns.Add(1) == 1 {
+			entered <- struct{}{}
+			<-release
+		}
+	}
+	e.led.mu.Unlock()
+	e.produce(1, "y", "v")
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("interleaving not reached: the claimer never took partition 1 again after y@1's refusal")
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- r1.stop() }()
+	time.Sleep(300 * time.Millisecond) // Run's ctx cancelled: the claimer's fenced ctx ends
+	unhang()
+	time.Sleep(100 * time.Millisecond)
+	releaseX()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	st, committed := e.led.state(wid("x")), e.committed()
+	if len(e.starter.executionsOf(wid("x"))) != 1 {
+		t.Fatalf("interleaving not reached: x has %d executions, want 1 (started during the drain)", len(e.starter.executionsOf(wid("x"))))
+	}
+	if st != stateStarted || committed[1] < offX+1 {
+		t.Errorf("after the stop: x's row %v (want started), partition 1 committed %v (want past x@1 at %d); r1 sent %d Owns of partition 1, took %v: the claimer's Own cancelled by the stop put partition 1 in retakeBackoff, and the final flush, refused, kept it without taking it again and gave x's mark up",
+			st, committed, offX, r1Owns.Load(), r1.took)
+	}
+}
