@@ -257,6 +257,12 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 			delete(c.retakes, part)
 			continue
 		}
+		if cctx.Err() != nil {
+			// The caller gave up (the router stops polling): not a
+			// failure of the ledger, and the marker's final flush may
+			// still take it again.
+			continue
+		}
 		if c.retakes == nil {
 			c.retakes = map[*partition]retake{}
 		}

@@ -3714,7 +3714,8 @@ func TestARouterStoppedWhileAKeptPartitionsRetakeKeepsFailingReturnsInTime(t *te
 // x's start is let go, its mark is refused (ghost's epoch), fenced keeps
 // partition 1 without Own (backoff) until the final flush gives up. The
 // test holds that x's row ends started and partition 1 is committed past
-// x (as it is when the stop does not meet the Own).
+// x (as it is when the stop does not meet the Own). Passes since an Own
+// its caller gave up on starts no backoff.
 func TestAStopDuringTheClaimersRetakeDoesNotKeepTheFinalFlushFromMarkingThePartitionsStarts(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
