@@ -3249,7 +3249,8 @@ func TestAnAssignmentRefusedByALaterGenerationIsNotLeftUntrackedWhenTheCoordinat
 	e.produce(1, "c", "v")
 	e.produce(0, "b", "v")
 	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) && !(len(e.starter.executionsOf(wid("c"))) == 1 && e.atEnd()) {
+	healed := func() bool { return len(e.starter.executionsOf(wid("c"))) == 1 && e.atEnd() }
+	for time.Now().Before(deadline) && !healed() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	c, b, committed, owned, polled := len(e.starter.executionsOf(wid("c"))), len(e.starter.executionsOf(wid("b"))), e.committed(), r1.owned(), r1.polled()
