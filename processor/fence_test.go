@@ -3770,3 +3770,243 @@ func TestAStopDuringTheClaimersRetakeDoesNotKeepTheFinalFlushFromMarkingTheParti
 			st, committed, offX, r1Owns.Load(), r1.took)
 	}
 }
+
+// failDescribeGroups makes every DescribeGroups fail (the coordinator
+// cannot say) while failing holds; described counts the failures.
+func (e *testEnv) failDescribeGroups() (failing *atomic.Bool, described *atomic.Int32) {
+	failing, described = &atomic.Bool{}, &atomic.Int32{}
+	failing.Store(true)
+	e.cluster.ControlKey(kmsg.DescribeGroups.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if !failing.Load() {
+			return nil, nil, false
+		}
+		described.Add(1)
+		req := kreq.(*kmsg.DescribeGroupsRequest)
+		resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
+		for _, g := range req.Groups {
+			rg := kmsg.NewDescribeGroupsResponseGroup()
+			rg.Group = g
+			rg.ErrorCode = kerr.GroupAuthorizationFailed.Code
+			resp.Groups = append(resp.Groups, rg)
+		}
+		return resp, nil, true
+	})
+	return failing, described
+}
+
+// Adversary 29d-1 (ideas 1, 2: two real routers and a ghost while the
+// coordinator cannot say). Interleaving: r1 owns 4 partitions; every
+// DescribeGroups fails; a ghost takes partition 1 before every claim of
+// it and partition 2 before every mark of it, so both partitions are kept
+// under their stale fences (unsure) and refused over and over by
+// whichever router owns them; r2 joins (the group moves partitions from
+// r1 to r2 while their records wait refused), leaves, and joins again,
+// with events produced to every partition throughout. Then the ghost
+// stops and DescribeGroups answers again. The test holds that every event
+// is started exactly once, every row ends started, and everything is
+// committed to the ends within 30 s (no Own fails here: no retake
+// backoff), and that both routers stop within drain_timeout + 1 s. Held
+// (passes 4 of 4, 8.3 s).
+func TestTwoRoutersAndAGhostWhileTheCoordinatorCannotSayStartEachEventOnceAndCommitEverything(t *testing.T) {
+	e := newTestEnv(t, 4, envOpt{})
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 4 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	failing, described := e.failDescribeGroups()
+	claimBumps, stopClaimGhost := e.ghostKeepsTaking(1, true)
+	defer stopClaimGhost()
+	markBumps, stopMarkGhost := e.ghostKeepsTaking(2, false)
+	defer stopMarkGhost()
+	var ids []string
+	produce := func(round int) {
+		for p := int32(0); p < 4; p++ {
+			id := fmt.Sprintf("e%d-%d", round, p)
+			ids = append(ids, id)
+			e.produce(p, id, "v")
+		}
+	}
+	produce(0)
+	eventually(t, 10*time.Second, func() bool { return claimBumps.Load() >= 3 && markBumps.Load() >= 3 }, func() string {
+		return fmt.Sprintf("ghost bumps: claims %d, marks %d", claimBumps.Load(), markBumps.Load())
+	})
+	r2 := e.start("r2", cfg)
+	for round := 1; round <= 6; round++ {
+		produce(round)
+		time.Sleep(300 * time.Millisecond)
+		if round == 3 {
+			if err := r2.stop(); err != nil {
+				t.Fatal(err)
+			}
+			if r2.took > cfg.DrainTimeout+time.Second {
+				t.Errorf("r2 (first life) took %v to stop", r2.took)
+			}
+			r2 = e.start("r2", cfg)
+		}
+	}
+	time.Sleep(time.Second)
+	stopClaimGhost()
+	stopMarkGhost()
+	failing.Store(false)
+	e.waitCommittedToEnd(30 * time.Second)
+	for _, rn := range []*runner{r1, r2} {
+		if err := rn.stop(); err != nil {
+			t.Fatal(err)
+		}
+		if rn.took > cfg.DrainTimeout+time.Second {
+			t.Errorf("a router took %v to stop, drain timeout %v", rn.took, cfg.DrainTimeout)
+		}
+	}
+	if described.Load() == 0 {
+		t.Fatalf("interleaving not reached: no DescribeGroups failed")
+	}
+	for _, id := range ids {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions (callers %v), want 1", id, n, e.starter.callersOf(wid(id)))
+		}
+		if st := e.led.state(wid(id)); st != stateStarted {
+			t.Errorf("%s: row %q, want started", id, st)
+		}
+	}
+	t.Logf("ghost bumps: claims %d, marks %d; %d DescribeGroups failed", claimBumps.Load(), markBumps.Load(), described.Load())
+}
+
+// Adversary 29d-2 (idea 1: a real takeover while fenced takes a partition
+// again). fenced asks the coordinator (DescribeGroups) and then takes the
+// partition again with a Confirmed Own, which the ledger grants whatever
+// generation holds the partition. The answer can go stale between the two:
+// if the member is dropped from the group meanwhile and the partition
+// goes to another router, which takes it in the ledger, the late Confirmed
+// Own takes it back from the new owner, and the dropped router (which has
+// not heard yet) claims and starts its records under the stolen fence.
+// Interleaving: r1 owns 0 and 1; a ghost takes partition 1 before x@1's
+// first claim; r1's fenced asks the coordinator (Stable, r1 owns 1) and
+// its Own is held; the broker stops passing r1's heartbeats to the group
+// but answers them (r1 does not notice it was dropped); r2 joins, the
+// group drops r1 after its session and gives r2 both partitions, r2 takes
+// them in the ledger; r1's Own is let go. The test holds that r1 never
+// starts x, nor y@1 produced after the Own is let go (a router the group
+// dropped, whose partition another router took in the ledger, changes no
+// row and starts nothing of it: no claim lands under the epoch r1's late
+// Own took), and that x and y are started once. Fails 5 of 5 (3.4 s):
+// r1's late Confirmed Own takes partition 1 back at epoch 4 from r2's 3,
+// r1 claims x@0 and y@1 under it and starts y (start calls of y by r1 and
+// r2); r2's writes are refused until it takes partition 1 again. The
+// generation passed with Confirmed is not checked.
+// Also: r2's claim of y is refused and r2 retakes partition 1 in turn (the
+// two steal it from each other until r1 hears it was dropped).
+func TestARetakeConfirmedBeforeTheRouterWasDroppedDoesNotTakeThePartitionFromItsNewOwner(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	r1Member, _ := r1.r.cl.GroupMetadata()
+	var (
+		once      sync.Once
+		faking    atomic.Bool
+		entered   = make(chan struct{}, 1)
+		release   = make(chan struct{})
+		closeOnce sync.Once
+		r1Retakes atomic.Int32
+	)
+	unhang := func() { closeOnce.Do(func() { close(release) }) }
+	defer unhang()
+	// r1 cut off from Kafka (not from the ledger): its heartbeats and
+	// commits get no answer until the cut ends.
+	cut := make(chan struct{})
+	var cutOnce sync.Once
+	endCut := func() { faking.Store(false); cutOnce.Do(func() { close(cut) }) }
+	defer endCut()
+	for _, key := range []int16{kmsg.Heartbeat.Int16(), kmsg.OffsetCommit.Int16()} {
+		e.cluster.ControlKey(key, func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+			e.cluster.KeepControl()
+			var member string
+			switch req := kreq.(type) {
+			case *kmsg.HeartbeatRequest:
+				member = req.MemberID
+			case *kmsg.OffsetCommitRequest:
+				member = req.MemberID
+			}
+			if faking.Load() && member == r1Member {
+				e.cluster.SleepControl(func() { <-cut })
+			}
+			return nil, nil, false
+		})
+	}
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == 1 }) {
+			once.Do(func() { e.ghostOwn(1) })
+		}
+		return false
+	}
+	e.led.ownGate = func(member string, parts []PartitionRef) {
+		if member != r1Member || !slices.ContainsFunc(parts, func(p PartitionRef) bool { return p.Partition == 1 }) {
+			return
+		}
+		if r1Retakes.Add(1) == 1 {
+			entered <- struct{}{}
+			<-release
+		}
+	}
+	e.led.mu.Unlock()
+	e.produce(1, "x", "v")
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("interleaving not reached: r1 never took partition 1 again after x@1's refusal")
+	}
+	faking.Store(true)
+	r2 := e.start("r2", cfg)
+	tookOver := false
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		if o := r2.owned(); o[0] && o[1] {
+			tookOver = true
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !tookOver {
+		t.Fatalf("interleaving not reached: r2 owns %v, r1 owns %v", r2.owned(), r1.owned())
+	}
+	e.led.mu.Lock()
+	r2Epoch := e.led.epochs[ownerKey(e.group, testTopic, 1)]
+	e.led.mu.Unlock()
+	time.Sleep(100 * time.Millisecond)
+	unhang()
+	time.Sleep(300 * time.Millisecond)
+	e.produce(1, "y", "v")
+	time.Sleep(2 * time.Second)
+	callers, r1Owns := append(e.starter.callersOf(wid("x")), e.starter.callersOf(wid("y"))...), r1.owned()
+	yState := e.led.state(wid("y"))
+	endCut()
+	var stolen []int64
+	for _, c := range e.led.claimLog() {
+		for _, in := range c {
+			if in.Partition == 1 && in.Fence.Epoch == r2Epoch+1 {
+				stolen = append(stolen, in.Offset)
+			}
+		}
+	}
+	if err := r1.stop(); err != nil {
+		t.Log(err)
+	}
+	e.waitCommittedToEnd(20 * time.Second)
+	if err := r2.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if len(stolen) > 0 {
+		t.Errorf("claims of partition 1 at offsets %v landed under epoch %d, r1's Confirmed Own let go after r2 took partition 1 at epoch %d: a router the group dropped changed rows of r2's partition",
+			stolen, r2Epoch+1, r2Epoch)
+	}
+	if slices.Contains(callers, "r1") {
+		t.Errorf("x@1, y@1 started by %v (y's row %q): r1, dropped from the group while its Confirmed Own of partition 1 was on its way, took partition 1 back from r2 in the ledger (r1 still owns %v) and claimed and started its records",
+			callers, yState, r1Owns)
+	}
+	for _, id := range []string{"x", "y"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+}
