@@ -79,6 +79,9 @@ type fakeLedger struct {
 	// ownGate, if set, runs before each Own, outside the lock (a bump
 	// held up on its way to the server: a retry's backoff, a slow pool).
 	ownGate func(member string, parts []PartitionRef)
+	// ownCtxGate, if set, runs before each Own like ownGate, with the
+	// Own's ctx (a statement that ends when its ctx does).
+	ownCtxGate func(ctx context.Context, member string, parts []PartitionRef)
 	// markGate, if set, runs before each MarkStarted and MarkDeadLettered,
 	// outside the lock (adversary: a ghost's Own landing just before a mark).
 	markGate func(partitions []int32)
@@ -111,10 +114,13 @@ func (l *fakeLedger) stale(n int, at func(i int) (string, int32, decide.Fence)) 
 func (l *fakeLedger) Own(ctx context.Context, o Ownership) ([]int64, error) {
 	group, member, parts := o.Group, o.Member, o.Parts
 	l.mu.Lock()
-	gate := l.ownGate
+	gate, ctxGate := l.ownGate, l.ownCtxGate
 	l.mu.Unlock()
 	if gate != nil {
 		gate(member, parts)
+	}
+	if ctxGate != nil {
+		ctxGate(ctx, member, parts)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
