@@ -4016,8 +4016,10 @@ func TestARetakeConfirmedBeforeTheRouterWasDroppedDoesNotTakeThePartitionFromIts
 // the coordinator and taken with a Confirmed Own, in kgo's
 // OnPartitionsAssigned; that Own is held (PostgreSQL slow) past the stop.
 // The test holds that Run returns within drain_timeout + 1 s, and that
-// c@1 produced before is neither started nor committed by r1. Fails 3 of
-// 3 (12 s): Run took 11.8 s for a 2 s drain timeout; the Own then lands
+// c@1 produced before is neither started nor committed by r1. The Own
+// honours its ctx (ownCtxGate). Fails 5 of 5 (12 s; 3 with a gate blind
+// to ctx, 2 with ownCtxGate): Run took 11.8 s for a 2 s drain timeout;
+// the Own then lands
 // (partition 1 taken at epoch 2 after the stop: its ctx, kgo's callback
 // ctx, is not cancelled by the stop, so a ledger that honours ctx would
 // hold it as long). Not only confirm's: with the hold moved to the
@@ -4040,7 +4042,7 @@ func TestARouterStoppedWhileConfirmTakesARefusedAssignmentReturnsInTime(t *testi
 	unhang := func() { closeOnce.Do(func() { close(release) }) }
 	defer unhang()
 	e.led.mu.Lock()
-	e.led.ownGate = func(member string, parts []PartitionRef) {
+	e.led.ownCtxGate = func(ctx context.Context, member string, parts []PartitionRef) {
 		if member == "earlier-life" || len(parts) != 1 || parts[0].Partition != 1 {
 			return
 		}
@@ -4048,6 +4050,7 @@ func TestARouterStoppedWhileConfirmTakesARefusedAssignmentReturnsInTime(t *testi
 			entered <- struct{}{}
 			select {
 			case <-release:
+			case <-ctx.Done(): // a statement ends with its ctx
 			case <-time.After(12 * time.Second):
 			}
 		}
