@@ -36,6 +36,12 @@ func (c *committer) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 	c.mu.Lock()
 	c.owning += len(refs)
 	c.mu.Unlock()
+	// The Owns of the callback give up when the router stops polling: a
+	// slow ledger does not hold the stop past drain_timeout (the
+	// partitions are then not taken, nor tracked).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.stopping, cancel)()
 	epochs, err := c.own(ctx, Ownership{Group: c.cfg.Group, Member: member, Generation: gen, Parts: refs})
 	c.mu.Lock()
 	c.owning -= len(refs)
@@ -184,9 +190,16 @@ func (c *committer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int
 // a partition again once; each gives up with its ctx (the claimer's ends
 // when the router stops polling).
 func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRef]*partition {
-	c.fenceMu.Lock()
-	defer c.fenceMu.Unlock()
 	out := map[PartitionRef]*partition{}
+	select {
+	case c.fenceLock <- struct{}{}:
+		defer func() { <-c.fenceLock }()
+	case <-cctx.Done():
+		// The caller stops (the claimer, when the router stops polling)
+		// while another refusal is answered: nothing kept, its records
+		// are abandoned.
+		return out
+	}
 	var cands []*partition
 	c.mu.Lock()
 	for _, st := range e.Stale {

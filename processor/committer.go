@@ -56,10 +56,14 @@ type committer struct {
 	// and returns their epochs.
 	own func(ctx context.Context, o Ownership) ([]int64, error)
 
-	// fenceMu serialises fenced (a partition is taken again once), and
-	// guards retakes.
-	fenceMu sync.Mutex
-	retakes map[*partition]retake
+	// fenceLock (one token) serialises fenced (a partition is taken again
+	// once), and guards retakes; a caller whose ctx ends stops waiting.
+	fenceLock chan struct{}
+	retakes   map[*partition]retake
+	// stopping ends when the router stops polling (Run): an Own of the
+	// assignment callback gives up then.
+	stopping context.Context
+	stop     context.CancelFunc
 
 	// commitMu makes each commit one step: read the finished prefix, read
 	// the group's offsets, send, record what landed. Without it the
@@ -80,8 +84,10 @@ type committer struct {
 }
 
 func newCommitter(cfg Config, log *slog.Logger, m *metrics, parent context.Context, paused func() bool) *committer {
+	stopping, stop := context.WithCancel(parent)
 	return &committer{cfg: cfg, log: log, m: m, parent: parent, paused: paused, parts: map[topicPartition]*partition{},
-		flight: newInFlight(cfg.MaxInFlight, paused, m.inFlight, log), lag: newLagWatch(cfg, log, m)}
+		flight: newInFlight(cfg.MaxInFlight, paused, m.inFlight, log), lag: newLagWatch(cfg, log, m),
+		fenceLock: make(chan struct{}, 1), stopping: stopping, stop: stop}
 }
 
 // track registers a polled record with its partition, or returns nil if the

@@ -4038,7 +4038,8 @@ func TestARetakeConfirmedBeforeTheRouterWasDroppedDoesNotTakeThePartitionFromIts
 // hold it as long). Not only confirm's: with the hold moved to the
 // assignment's first Own (both partitions) Run took 19.8 s of a 20 s
 // hold (health.retry's Own retries until that ctx ends, so a PostgreSQL
-// down at an assignment holds the stop the same way).
+// down at an assignment holds the stop the same way). Passes since the
+// assignment callback's Owns give up with Run's ctx (committer.stopping).
 func TestARouterStoppedWhileConfirmTakesARefusedAssignmentReturnsInTime(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	if _, err := e.led.Own(context.Background(), Ownership{Group: e.group, Member: "earlier-life", Generation: 1000, Confirmed: true,
@@ -4196,7 +4197,9 @@ func TestARetakeBackoffOverlappingARealRebalanceStartsEachEventOnceAndHeals(t *t
 // s): Run took 11.4 s for a 2 s drain timeout (the marker's Own ran out
 // fenced's 10 s, its ctx alive until the drain, which waits for the
 // claimer). Without y (the claimer not refused) it passes, Run 1.7 s:
-// the marker's Own ends with workCancel. The lock is the cause.
+// the marker's Own ends with workCancel. The lock is the cause. Passes
+// since a caller of fenced stops waiting for the lock with its ctx
+// (fenceLock).
 func TestARouterStoppedWhileTheClaimerWaitsForTheMarkersRetakeReturnsInTime(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()

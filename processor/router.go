@@ -250,6 +250,9 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	ctx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()
+	// An Own of the assignment callback gives up with the poll: the poll
+	// waits for the callback (BlockRebalanceOnPoll).
+	defer context.AfterFunc(ctx, r.commits.stop)()
 	r.fatalMu.Lock()
 	r.stopPoll = stopPoll
 	r.fatalMu.Unlock()
