@@ -265,6 +265,21 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 			epochs = nil
 		}
 	}
+	if epochs != nil {
+		// The coordinator's answer may have gone stale while the Own was
+		// in flight (the group dropped this member meanwhile, and gave the
+		// partition to another, whose epoch this Own just passed): asked
+		// again, a partition it now assigns elsewhere is not kept, and its
+		// new epoch never carries a write (the other owner's next write
+		// is refused, and takes it again).
+		if now, _, unsure := c.assignedToMe(ctx); !unsure {
+			for i, part := range again {
+				if !now[part.tp] {
+					epochs[i] = 0
+				}
+			}
+		}
+	}
 	for _, part := range again {
 		if epochs != nil {
 			delete(c.retakes, part)
@@ -289,6 +304,9 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 	for i, part := range again {
 		if c.parts[part.tp] == part {
 			if epochs != nil {
+				if epochs[i] == 0 { // assigned elsewhere now: forgotten below
+					continue
+				}
 				part.epoch.Store(epochs[i])
 			}
 			out[refs[i]] = part

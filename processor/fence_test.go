@@ -3907,7 +3907,11 @@ func twoRoutersAndAGhost(t *testing.T, failDescribe bool) {
 // r2); r2's writes are refused until it takes partition 1 again. The
 // generation passed with Confirmed is not checked.
 // Also: r2's claim of y is refused and r2 retakes partition 1 in turn (the
-// two steal it from each other until r1 hears it was dropped).
+// two steal it from each other until r1 hears it was dropped). Passes
+// since fenced asks the coordinator again once its Own landed, and does
+// not keep (nor write under) a partition now assigned elsewhere; left: a
+// group rebalancing at that second question is answered "unsure", and
+// then kept.
 func TestARetakeConfirmedBeforeTheRouterWasDroppedDoesNotTakeThePartitionFromItsNewOwner(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
