@@ -4265,3 +4265,155 @@ func TestARouterStoppedWhileTheClaimerWaitsForTheMarkersRetakeReturnsInTime(t *t
 			r1.took, cfg.DrainTimeout)
 	}
 }
+
+// Adversary 29e-1 (fix 1: the second question after a re-take's Own).
+// The interleaving of 29d-2 (r1 cut off from Kafka; r1's Confirmed Own of
+// partition 1, asked for after x@1's refusal, held until r2 took both
+// partitions in a later generation), except that the coordinator cannot
+// answer fenced's second question in time: that DescribeGroups is held
+// until fenced's ctx ends (the 10 s that the first question and the slow
+// Own already spent most of; a coordinator moving or loading answers
+// COORDINATOR_LOAD_IN_PROGRESS the same way until the deadline). The
+// second question is then unsure, and fenced stores the new epoch it took
+// from r2 and writes under it. The test holds, as 29d-2, that no claim of
+// partition 1 lands under that epoch and that r1 starts neither x@1 nor
+// y@1.
+func TestARetakeWhoseSecondQuestionCannotBeAnsweredDoesNotTakeThePartitionFromItsNewOwner(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	r1Member, _ := r1.r.cl.GroupMetadata()
+	var (
+		once         sync.Once
+		faking       atomic.Bool
+		slowDescribe atomic.Bool
+		entered      = make(chan struct{}, 1)
+		ownCtx       = make(chan context.Context, 1)
+		release      = make(chan struct{})
+		closeOnce    sync.Once
+		r1Retakes    atomic.Int32
+		heldDescribe atomic.Int32
+	)
+	unhang := func() { closeOnce.Do(func() { close(release) }) }
+	defer unhang()
+	cut := make(chan struct{})
+	var cutOnce sync.Once
+	endCut := func() { faking.Store(false); cutOnce.Do(func() { close(cut) }) }
+	defer endCut()
+	for _, key := range []int16{kmsg.Heartbeat.Int16(), kmsg.OffsetCommit.Int16()} {
+		e.cluster.ControlKey(key, func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+			e.cluster.KeepControl()
+			var member string
+			switch req := kreq.(type) {
+			case *kmsg.HeartbeatRequest:
+				member = req.MemberID
+			case *kmsg.OffsetCommitRequest:
+				member = req.MemberID
+			}
+			if faking.Load() && member == r1Member {
+				e.cluster.SleepControl(func() { <-cut })
+			}
+			return nil, nil, false
+		})
+	}
+	// The first DescribeGroups once the Own is let go (r1's second
+	// question) is answered only after fenced's ctx ended.
+	e.cluster.ControlKey(kmsg.DescribeGroups.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if slowDescribe.CompareAndSwap(true, false) {
+			heldDescribe.Add(1)
+			ctx := <-ownCtx
+			ownCtx <- ctx
+			e.cluster.SleepControl(func() { <-ctx.Done(); time.Sleep(100 * time.Millisecond) })
+		}
+		return nil, nil, false
+	})
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == 1 }) {
+			once.Do(func() { e.ghostOwn(1) })
+		}
+		return false
+	}
+	e.led.ownCtxGate = func(ctx context.Context, member string, parts []PartitionRef) {
+		if member != r1Member || !slices.ContainsFunc(parts, func(p PartitionRef) bool { return p.Partition == 1 }) {
+			return
+		}
+		if r1Retakes.Add(1) == 1 {
+			ownCtx <- ctx
+			entered <- struct{}{}
+			<-release
+		}
+	}
+	e.led.mu.Unlock()
+	e.produce(1, "x", "v")
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("interleaving not reached: r1 never took partition 1 again after x@1's refusal")
+	}
+	faking.Store(true)
+	r2 := e.start("r2", cfg)
+	tookOver := false
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		if o := r2.owned(); o[0] && o[1] {
+			tookOver = true
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !tookOver {
+		t.Fatalf("interleaving not reached: r2 owns %v, r1 owns %v", r2.owned(), r1.owned())
+	}
+	e.led.mu.Lock()
+	r2Epoch := e.led.epochs[ownerKey(e.group, testTopic, 1)]
+	e.led.mu.Unlock()
+	time.Sleep(100 * time.Millisecond)
+	fctx := <-ownCtx
+	ownCtx <- fctx
+	if fctx.Err() != nil {
+		t.Fatalf("interleaving not reached: fenced's ctx ended (%v) before the Own was let go", fctx.Err())
+	}
+	slowDescribe.Store(true)
+	unhang()
+	<-fctx.Done()
+	time.Sleep(300 * time.Millisecond)
+	e.produce(1, "y", "v")
+	time.Sleep(2 * time.Second)
+	callers, r1Owns := append(e.starter.callersOf(wid("x")), e.starter.callersOf(wid("y"))...), r1.owned()
+	yState := e.led.state(wid("y"))
+	endCut()
+	var stolen []int64
+	for _, c := range e.led.claimLog() {
+		for _, in := range c {
+			if in.Partition == 1 && in.Fence.Epoch == r2Epoch+1 {
+				stolen = append(stolen, in.Offset)
+			}
+		}
+	}
+	if err := r1.stop(); err != nil {
+		t.Log(err)
+	}
+	e.waitCommittedToEnd(20 * time.Second)
+	if err := r2.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if heldDescribe.Load() != 1 {
+		t.Fatalf("interleaving not reached: %d DescribeGroups held", heldDescribe.Load())
+	}
+	if len(stolen) > 0 {
+		t.Errorf("claims of partition 1 at offsets %v landed under epoch %d, r1's Confirmed Own let go after r2 took partition 1 at epoch %d, its second question unanswered: a router the group dropped changed rows of r2's partition",
+			stolen, r2Epoch+1, r2Epoch)
+	}
+	if slices.Contains(callers, "r1") {
+		t.Errorf("x@1, y@1 started by %v (y's row %q): r1, dropped from the group, kept partition 1's new epoch because the coordinator could not answer fenced's second question (r1 still owns %v)",
+			callers, yState, r1Owns)
+	}
+	for _, id := range []string{"x", "y"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+}
