@@ -265,18 +265,21 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 			epochs = nil
 		}
 	}
+	keepOld := false
 	if epochs != nil {
 		// The coordinator's answer may have gone stale while the Own was
 		// in flight (the group dropped this member meanwhile, and gave the
 		// partition to another, whose epoch this Own just passed): asked
 		// again, a partition it now assigns elsewhere is not kept, and its
 		// new epoch never carries a write (the other owner's next write
-		// is refused, and takes it again).
-		if now, _, unsure := c.assignedToMe(ctx); !unsure {
-			for i, part := range again {
-				if !now[part.tp] {
-					epochs[i] = 0
-				}
+		// is refused, and takes it again). When it cannot say, no new
+		// epoch is used: the partitions are kept under their old fences,
+		// so their next write is refused and asks again (adversary 29e).
+		now, _, unsure := c.assignedToMe(ctx)
+		keepOld = unsure
+		for i, part := range again {
+			if !unsure && !now[part.tp] {
+				epochs[i] = 0
 			}
 		}
 	}
@@ -307,7 +310,9 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 				if epochs[i] == 0 { // assigned elsewhere now: forgotten below
 					continue
 				}
-				part.epoch.Store(epochs[i])
+				if !keepOld {
+					part.epoch.Store(epochs[i])
+				}
 			}
 			out[refs[i]] = part
 		}
