@@ -3909,9 +3909,8 @@ func twoRoutersAndAGhost(t *testing.T, failDescribe bool) {
 // Also: r2's claim of y is refused and r2 retakes partition 1 in turn (the
 // two steal it from each other until r1 hears it was dropped). Passes
 // since fenced asks the coordinator again once its Own landed, and does
-// not keep (nor write under) a partition now assigned elsewhere; left: a
-// group rebalancing at that second question is answered "unsure", and
-// then kept.
+// not keep (nor write under) a partition now assigned elsewhere, nor use
+// the new epoch when that question is unsure (29e).
 func TestARetakeConfirmedBeforeTheRouterWasDroppedDoesNotTakeThePartitionFromItsNewOwner(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
