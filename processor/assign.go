@@ -200,20 +200,7 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 		// are abandoned.
 		return out
 	}
-	var cands []*partition
-	c.mu.Lock()
-	for _, st := range e.Stale {
-		tp := topicPartition{st.Topic, st.Partition}
-		part := c.parts[tp]
-		switch {
-		case part == nil || part.group != st.Group || part.epoch.Load() < st.Epoch:
-		case part.epoch.Load() > st.Epoch: // taken again meanwhile
-			out[PartitionRef{st.Topic, st.Partition}] = part
-		default:
-			cands = append(cands, part)
-		}
-	}
-	c.mu.Unlock()
+	cands := c.fencedCandidates(e, out)
 	if len(cands) == 0 {
 		return out
 	}
@@ -250,7 +237,38 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 		}
 	}
 	c.mu.Unlock()
-	var epochs []int64
+	epochs, keepOld := c.takeAgain(ctx, cctx, member, again, refs)
+	c.keepOrForget(e, cands, again, refs, epochs, keepOld, out)
+	return out
+}
+
+// fencedCandidates sorts the partitions e names: one this router took
+// again since the refused fence goes into out; those still at the refused
+// fence are returned, for the coordinator's answer; the others (gone, or
+// an older assignment) are neither.
+func (c *committer) fencedCandidates(e *FencedError, out map[PartitionRef]*partition) []*partition {
+	var cands []*partition
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range e.Stale {
+		tp := topicPartition{st.Topic, st.Partition}
+		part := c.parts[tp]
+		switch {
+		case part == nil || part.group != st.Group || part.epoch.Load() < st.Epoch:
+		case part.epoch.Load() > st.Epoch: // taken again meanwhile
+			out[PartitionRef{st.Topic, st.Partition}] = part
+		default:
+			cands = append(cands, part)
+		}
+	}
+	return cands
+}
+
+// takeAgain takes (Own, Confirmed) the partitions again, which the
+// coordinator assigns to this member, and returns their new epochs (nil:
+// the Own failed; an epoch 0: the partition is assigned elsewhere now) and
+// whether the new epochs must not be used (keepOld); it keeps retakes.
+func (c *committer) takeAgain(ctx, cctx context.Context, member string, again []*partition, refs []PartitionRef) (epochs []int64, keepOld bool) {
 	if len(refs) > 0 {
 		var err error
 		var gen int32
@@ -265,7 +283,6 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 			epochs = nil
 		}
 	}
-	keepOld := false
 	if epochs != nil {
 		// The coordinator's answer may have gone stale while the Own was
 		// in flight (the group dropped this member meanwhile, and gave the
@@ -302,6 +319,13 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 		r.until = time.Now().Add(retakeBackoff(r.failures))
 		c.retakes[part] = r
 	}
+	return epochs, keepOld
+}
+
+// keepOrForget keeps in out the partitions taken again (takeAgain's epochs
+// stored, unless keepOld), and forgets the candidates out does not keep.
+func (c *committer) keepOrForget(e *FencedError, cands, again []*partition, refs []PartitionRef, epochs []int64, keepOld bool,
+	out map[PartitionRef]*partition) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, part := range again {
@@ -333,7 +357,6 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 		c.log.Warn("partitions taken over by another member (the ledger's fence refused this router's writes); their in-flight work is abandoned uncommitted",
 			"err", e)
 	}
-	return out
 }
 
 // confirm asks the group coordinator about partitions the ledger refused
