@@ -195,7 +195,8 @@ func (s *startPool) joinLocked(rec *record, req decide.StartRequest, check bool)
 	}
 	j.waiters = append(j.waiters, rec)
 	if j.check && !check && j.startReq == nil {
-		j.startReq = &req
+		r := req // a copy: &req would move every call's req to the heap
+		j.startReq = &r
 	}
 	return true, false
 }
