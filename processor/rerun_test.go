@@ -1,7 +1,11 @@
 package processor
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -471,5 +475,137 @@ func TestACopyClaimedBeforeTheRunFailedDoesNotRerunItWhenTheMarksAnswerWasLost(t
 	}
 	if c := e.starter.callCount(w); c != 1 {
 		t.Errorf("Temporal start calls %d, want 1: the copy ends with the start its claim saw in flight", c)
+	}
+}
+
+// lastRunGate is a Starter whose LastRun blocks until released (so copies
+// can join a check while its read is under way) and answers an open run;
+// Start records the requests it is asked to start.
+type lastRunGate struct {
+	entered chan string
+	release chan struct{}
+	mu      sync.Mutex
+	started []decide.StartRequest
+}
+
+func (g *lastRunGate) LastRun(ctx context.Context, _, id string) (decide.Run, error) {
+	g.entered <- id
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return decide.Run{}, ctx.Err()
+	}
+	return decide.Run{ID: "run-" + id, Generation: 1}, nil // open: nothing runs again
+}
+
+func (g *lastRunGate) Start(_ context.Context, req decide.StartRequest) (StartResult, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.started = append(g.started, req)
+	return StartResult{RunID: "new-" + req.WorkflowID}, nil
+}
+
+// A check (a duplicate under allow_duplicate) whose last run is still open
+// runs nothing again, but copies that need a start (verdict new or
+// re-drive) waited on it: the job then starts the first such waiter's
+// request, exactly as that waiter's caller submitted it (workflow ID,
+// generation, input, record), not a later waiter's, not the caller's
+// variable as mutated after submit returned (the claimer builds one
+// request per intent in a loop), not a zero value, and no two checks of
+// different workflows share one waiting start. The waiters join while the
+// checks' LastRun reads are under way, interleaved across two workflows,
+// through one request variable the test reuses and rewrites between calls.
+func TestACheckWhoseRunNeedsNoRerunStartsItsFirstWaitersRequest(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := DefaultConfig()
+	m, err := newMetrics(prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	g := &lastRunGate{entered: make(chan string, 4), release: make(chan struct{})}
+	var endMu sync.Mutex
+	ended := map[*record]bool{}
+	s := newStartPool(cfg, log, m, g, nil, newHealth(cfg, log, m, func(bool) {}, func(error) {}), hooks{}, nil,
+		func(r *record, ok bool) { endMu.Lock(); ended[r] = ok; endMu.Unlock() }, ctx)
+	part := &partition{ctx: ctx}
+	newRec := func() *record { return &record{part: part} }
+
+	ids := []string{"wf-x", "wf-y"}
+	var req decide.StartRequest // reused by every call, as a caller's loop variable
+	set := func(id string, gen int, evt string, off int64) decide.StartRequest {
+		req.WorkflowID, req.WorkflowType, req.TaskQueue = id, "W", "q"
+		req.ReusePolicy, req.Generation = decide.ReuseAllowDuplicate, gen
+		req.Input.WorkflowID, req.Input.EventID, req.Input.Type = id, evt, "t"
+		req.Input.Data = []byte(fmt.Sprintf(`{"offset":%d}`, off))
+		req.Record = &decide.RecordRef{Topic: "events", Partition: 0, Offset: off}
+		snap := req
+		snap.Input.Data = []byte(fmt.Sprintf(`{"offset":%d}`, off))
+		snap.Record = &decide.RecordRef{Topic: "events", Partition: 0, Offset: off}
+		return snap
+	}
+	for i, id := range ids { // the checks: started before, generation 1
+		set(id, 1, "check-"+id, int64(i))
+		if s.submit(ctx, newRec(), req, true) {
+			t.Fatalf("%s: the check waits on a start in flight: none is", id)
+		}
+	}
+	for range ids {
+		go s.worker()
+	}
+	for range ids { // both reads under way: j.checking
+		select {
+		case <-g.entered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the checks never asked LastRun")
+		}
+	}
+	want := map[string]decide.StartRequest{}
+	off := int64(100)
+	for round := 0; round < 3; round++ {
+		for _, id := range ids {
+			off++
+			snap := set(id, 2+round, fmt.Sprintf("evt-%s-%d", id, round), off)
+			if round == 0 {
+				want[id] = snap
+			}
+			if waits, started := s.submitClaimed(ctx, newRec(), req); !waits || started {
+				t.Fatalf("%s round %d: waits %v started %v, want a waiter of the check", id, round, waits, started)
+			}
+			// The caller rewrites its request after submit returned.
+			req.Generation, req.Input.EventID, req.Input.Data = 99, "mutated", []byte(`{"late":true}`)
+			req.WorkflowType, req.TaskQueue = "Other", "other-q"
+			req.Record = &decide.RecordRef{Topic: "mutated", Offset: -1}
+		}
+	}
+	s.mu.Lock()
+	if a, b := s.starting[ids[0]], s.starting[ids[1]]; a == nil || b == nil || a.startReq == nil || a.startReq == b.startReq {
+		s.mu.Unlock()
+		t.Fatalf("the checks' waiting starts: %+v and %+v, want two of their own", a, b)
+	}
+	s.mu.Unlock()
+	close(g.release)
+	for range ids {
+		select {
+		case <-s.markQ:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the checks never started their waiters' requests")
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.started) != len(ids) {
+		t.Fatalf("Temporal was asked %d starts, want %d: %+v", len(g.started), len(ids), g.started)
+	}
+	for _, got := range g.started {
+		w, ok := want[got.WorkflowID]
+		if !ok {
+			t.Fatalf("started %+v: no such workflow's waiter", got)
+		}
+		if !reflect.DeepEqual(got, w) {
+			t.Errorf("%s started\n  %+v (record %+v)\nwant its first waiter's request\n  %+v (record %+v)",
+				got.WorkflowID, got, got.Record, w, w.Record)
+		}
 	}
 }
