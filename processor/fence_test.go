@@ -4419,3 +4419,253 @@ func TestARetakeWhoseSecondQuestionCannotBeAnsweredDoesNotTakeThePartitionFromIt
 		}
 	}
 }
+
+// slowDescribeGroups makes every DescribeGroups answer late (after d, or
+// once release is called) while slow holds: a coordinator slow to
+// describe the group (loaded, or a large group). It answers in the end:
+// the router hears that it owns its partitions. described counts the slow
+// answers.
+func (e *testEnv) slowDescribeGroups(d time.Duration) (slow *atomic.Bool, described *atomic.Int32, release func()) {
+	slow, described = &atomic.Bool{}, &atomic.Int32{}
+	rel := make(chan struct{})
+	var once sync.Once
+	release = func() { slow.Store(false); once.Do(func() { close(rel) }) }
+	e.t.Cleanup(release)
+	e.cluster.ControlKey(kmsg.DescribeGroups.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if slow.Load() {
+			described.Add(1)
+			e.cluster.SleepControl(func() {
+				select {
+				case <-rel:
+				case <-time.After(d):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	return slow, described, release
+}
+
+// Adversary 30-1 (idea: a refusal while another partition's re-take is
+// pending; the coordinator's question has no backoff). bff4c65 keeps a
+// partition whose re-take (Own) failed from being taken again for
+// retakeBackoff, because an Own that hangs at every refusal held the
+// claimer, and with it every other partition's claims
+// (TestAPartitionWhoseRetakeKeepsFailingDoesNotHoldTheClaimsOfAnotherPartition).
+// The question fenced asks first, DescribeGroups, has no such backoff: it
+// is asked at every refusal, on the claimer's goroutine, with up to 10 s.
+// A coordinator slow to describe the group (here 4 s an answer; it does
+// answer, and says the partition is r1's) while a member the group
+// dropped keeps taking partition 1 before every claim of it (the 28/29
+// ghost) holds the claimer 4 s at each refusal of partition 1: three
+// refusals in the claim before the piece waits in its queue, then one
+// more at each due re-claim. b@0, a partition nothing refuses, waits in
+// the claimer's queue behind them. Session timeout raised to 20 s so that
+// the heartbeats that queue behind the slow answers on the same
+// connection do not drop r1. The test holds that b@0 starts within 3 s
+// (as 29a's ghost test with a fast coordinator does), and that everything
+// heals once the ghost stops and the coordinator is quick again. Fails 4
+// of 4 (10 s): b@0 not started within 10 s; 2 refusals of partition 1
+// and 3 slow DescribeGroups in that time (fenced asks twice per re-take:
+// before the Own and after it, 8 s a refusal); heals at once after. The
+// same ghost with a quick coordinator passes
+// (TestAGhostTakingOnePartitionOverAndOverDoesNotHoldAnotherPartitionsRecords).
+func TestAPartitionRefusedWhileTheCoordinatorIsSlowToAnswerDoesNotHoldTheClaimsOfAnotherPartition(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.SessionTimeout = 20 * time.Second
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	slow, described, release := e.slowDescribeGroups(4 * time.Second)
+	slow.Store(true)
+	bumps, stopGhost := e.ghostKeepsTaking(1, true)
+	defer stopGhost()
+	e.produce(1, "c", "v")
+	eventually(t, 10*time.Second, func() bool { return described.Load() >= 1 }, func() string {
+		return fmt.Sprintf("c@1 refused %d times, %d slow DescribeGroups", bumps.Load(), described.Load())
+	})
+	e.produce(0, "b", "v")
+	t0 := time.Now()
+	startedB := time.Duration(-1)
+	for time.Since(t0) < 10*time.Second {
+		if len(e.starter.executionsOf(wid("b"))) == 1 {
+			startedB = time.Since(t0)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	refusals, asked, owned := bumps.Load(), described.Load(), r1.owned()
+	stopGhost()
+	release()
+	e.waitCommittedToEnd(30 * time.Second)
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if startedB < 0 || startedB > 3*time.Second {
+		t.Errorf("b@0 started %v after it was produced (-1: not within 10 s) while partition 1 was refused %d times and the coordinator answered %d DescribeGroups 4 s late (r1 owns %v): the claimer asks the coordinator at every refusal of partition 1, without a backoff, and claims no other partition meanwhile",
+			startedB, refusals, asked, owned)
+	}
+	for _, id := range []string{"c", "b"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+}
+
+// Adversary 30-2 (idea: shutdown during a hold, with the final flush).
+// takeAgain's comment (4e52d90) says the marker's final flush may still
+// take a refused partition again. It cannot: fenced's ctx is derived from
+// the committer's parent, the router's work context, which Run cancels
+// (workCancel) before the marker's final flush. In the final flush,
+// fenced's DescribeGroups fails at once (context canceled), the answer is
+// "unsure", the partition is kept under its refused fence, and the mark
+// is sent again, refused again, until flushBy: a workflow started in
+// Temporal, whose partition the router still owns, is left with its row
+// pending and its record uncommitted (redelivered to the next owner: lost
+// shutdown work, as in 29c, not a lost event). Interleaving: one
+// partition; mark_interval 3 s (below revoke_timeout 5 s), so that x@0's
+// started job is still in the marker's batch when the drain (1.5 s) ends;
+// a member the group dropped takes partition 0 once, just before the
+// final flush's first mark (its late Own). The test holds that x's row
+// ends started and partition 0 is committed past x, as when the same
+// late Own lands before a mark during the run. Fails 4 of 4 (1.7 s): x's
+// row pending, partition 0 not committed, 6 marks refused in the final
+// flush. Passes with fenced's ctx derived from
+// context.WithoutCancel(c.parent) (tried, not kept: product code is not
+// changed here).
+func TestAMarkRefusedInTheFinalFlushIsSentUnderTheFenceTakenAgain(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	cfg := e.config()
+	cfg.RevokeTimeout = 5 * time.Second
+	cfg.Starts.MarkInterval = 3 * time.Second
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 1 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	var finalMarks, ghosted atomic.Int32
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		if r1.r.workCtx.Err() == nil || !slices.Contains(ps, 0) {
+			return
+		}
+		if finalMarks.Add(1) == 1 {
+			ghosted.Add(1)
+			e.ghostOwn(0)
+		}
+	}
+	e.led.mu.Unlock()
+	offX := e.produce(0, "x", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("x"))) == 1 }, func() string { return "x@0 never started" })
+	time.Sleep(100 * time.Millisecond)
+	if st := e.led.state(wid("x")); st != statePending {
+		t.Fatalf("interleaving not reached: x's row %q before the stop, want pending (its mark still batched)", st)
+	}
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if ghosted.Load() != 1 {
+		t.Fatalf("interleaving not reached: the final flush sent %d marks of partition 0", finalMarks.Load())
+	}
+	st, committed := e.led.state(wid("x")), e.committed()
+	if st != stateStarted || committed[0] < offX+1 {
+		t.Errorf("after the stop: x's row %q (want started), partition 0 committed %v (want past x@0 at %d); the final flush sent %d marks of partition 0, Run took %v: fenced's ctx, derived from the router's work context, is already cancelled in the final flush, so it never takes the partition again, and the mark of a started workflow in a partition the router still owns is given up",
+			st, committed[0], offX, finalMarks.Load(), r1.took)
+	}
+	if r1.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run took %v, drain timeout %v", r1.took, cfg.DrainTimeout)
+	}
+}
+
+// Adversary 30-3 (idea: a partition LOST, not revoked, while a re-take's
+// Own is in flight). A ghost takes partition 1 before c@1's first claim;
+// the claimer's fenced asks the coordinator (r1's) and its Own of
+// partition 1 is held in the ledger; meanwhile the broker answers one
+// heartbeat with UNKNOWN_MEMBER_ID: r1 loses both partitions and joins
+// again, its new assignment taking them in the ledger; then the held Own
+// lands, after the new assignment's, so the new assignment's fence is
+// stale from its first write. The test holds that nothing is left behind:
+// c@1 and d@1 (produced once the Own landed) started once each, their
+// rows started, committed to the ends within 15 s, nothing paused or
+// lent, and that no claim of the lost assignment's records lands under
+// the epoch of the held Own. Held (passes 4 of 4): the held Own's
+// keepOrForget finds another assignment in parts and neither keeps nor
+// forgets; the new assignment's first claim is refused and takes the
+// partition again (2 re-takes).
+func TestAPartitionLostWhileItsRetakeIsInFlightHealsUnderItsNextAssignment(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	r1Member, _ := r1.r.cl.GroupMetadata()
+	var (
+		once      sync.Once
+		retakes   atomic.Int32
+		entered   = make(chan struct{}, 1)
+		release   = make(chan struct{})
+		closeOnce sync.Once
+	)
+	unhang := func() { closeOnce.Do(func() { close(release) }) }
+	defer unhang()
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == 1 }) {
+			once.Do(func() { e.ghostOwn(1) })
+		}
+		return false
+	}
+	e.led.ownGate = func(member string, parts []PartitionRef) {
+		// The first Own of partition 1 alone by r1 after the ghost's:
+		// the claimer's re-take (an assignment takes both).
+		if member != r1Member || len(parts) != 1 || parts[0].Partition != 1 {
+			return
+		}
+		if retakes.Add(1) == 1 {
+			entered <- struct{}{}
+			<-release
+		}
+	}
+	e.led.mu.Unlock()
+	e.produce(1, "c", "v")
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("interleaving not reached: r1 never took partition 1 again after c@1's refusal")
+	}
+	e.loseOnce()
+	eventually(t, 10*time.Second, func() bool { return lostCount(r1) == 2 }, func() string { return fmt.Sprintf("lost %v", lostCount(r1)) })
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	e.led.mu.Lock()
+	assignedEpoch := e.led.epochs[ownerKey(e.group, testTopic, 1)]
+	e.led.mu.Unlock()
+	unhang()
+	eventually(t, 5*time.Second, func() bool {
+		e.led.mu.Lock()
+		defer e.led.mu.Unlock()
+		return e.led.epochs[ownerKey(e.group, testTopic, 1)] > assignedEpoch
+	}, func() string { return "the held Own never landed" })
+	e.produce(1, "d", "v")
+	e.waitCommittedToEnd(15 * time.Second)
+	eventually(t, 5*time.Second, func() bool { l, n := lentCount(r1); return l == 0 && n == 0 && len(pausedPartitions(r1)) == 0 }, func() string {
+		l, n := lentCount(r1)
+		return fmt.Sprintf("r1 healed but paused %v, %d lent, %d in flight, holds %v", pausedPartitions(r1), l, n, holdCounts(r1))
+	})
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c", "d"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+		if st := e.led.state(wid(id)); st != stateStarted {
+			t.Errorf("%s: row %q, want started", id, st)
+		}
+	}
+	for _, c := range e.led.claimLog() {
+		for _, in := range c {
+			if in.Partition == 1 && in.Fence.Epoch == assignedEpoch+1 {
+				t.Errorf("a claim of partition 1 at offset %d landed under epoch %d, the held Own's, which the lost assignment took after the new one's %d",
+					in.Offset, in.Fence.Epoch, assignedEpoch)
+			}
+		}
+	}
+	t.Logf("r1 re-took partition 1 %d times; new assignment's epoch %d", retakes.Load(), assignedEpoch)
+}
