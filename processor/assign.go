@@ -204,7 +204,11 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 	if len(cands) == 0 {
 		return out
 	}
-	ctx, cancel := context.WithTimeout(c.parent, 10*time.Second)
+	// Bounded by the caller's ctx, not by the router's work context
+	// (c.parent's cancel): the marker's final flush, after the work
+	// context ended, still asks and takes a refused partition again
+	// (adversary 30-2).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.parent), 10*time.Second)
 	defer cancel()
 	defer context.AfterFunc(cctx, cancel)()
 	mine, member, unsure := c.assignedToMe(ctx)
