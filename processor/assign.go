@@ -181,9 +181,11 @@ func (c *committer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int
 // a partition this member still owns and was not told to revoke is kept
 // with its fence unchanged, neither taken again nor forgotten: the caller
 // writes again and, refused again, asks again. After taking a partition
-// again failed, it is kept without trying again for a while
-// (retakeBackoff), so that an Own that keeps failing does not hold the
-// caller, the claimer or the marker of every partition, at each refusal.
+// again failed (the Own failed, or the coordinator did not answer a
+// question within fenceQuestion), it is kept without asking or trying again for a
+// while (retakeBackoff), so that an Own that keeps failing, or a
+// coordinator slow to answer, does not hold the caller, the claimer or the
+// marker of every partition, at each refusal.
 // An assignment newer than the refused fence is kept as it is. Calls are
 // serialised, so that the claimer and the marker, refused together, take
 // a partition again once; each gives up with its ctx (the claimer's ends
@@ -210,15 +212,21 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.parent), 10*time.Second)
 	defer cancel()
 	defer context.AfterFunc(cctx, cancel)()
-	mine, member, unsure := c.assignedToMe(ctx)
-	var again []*partition
-	var refs []PartitionRef
 	now := time.Now()
 	for part := range c.retakes {
 		if part.ctx.Err() != nil {
 			delete(c.retakes, part)
 		}
 	}
+	if c.backingOff(cands, now, out) {
+		return out
+	}
+	mine, member, unsure, slow := c.ask(ctx)
+	if slow && cctx.Err() == nil {
+		c.backOff(cands)
+	}
+	var again []*partition
+	var refs []PartitionRef
 	c.mu.Lock()
 	for _, part := range cands {
 		ref := PartitionRef{part.tp.topic, part.tp.partition}
@@ -295,12 +303,15 @@ func (c *committer) takeAgain(ctx, cctx context.Context, member string, again []
 		// is refused, and takes it again). When it cannot say, no new
 		// epoch is used: the partitions are kept under their old fences,
 		// so their next write is refused and asks again (adversary 29e).
-		now, _, unsure := c.assignedToMe(ctx)
+		now, _, unsure, slow := c.ask(ctx)
 		keepOld = unsure
 		for i, part := range again {
 			if !unsure && !now[part.tp] {
 				epochs[i] = 0
 			}
+		}
+		if slow { // backs off, as a failed Own
+			epochs = nil
 		}
 	}
 	for _, part := range again {
@@ -314,13 +325,7 @@ func (c *committer) takeAgain(ctx, cctx context.Context, member string, again []
 			// still take it again.
 			continue
 		}
-		if c.retakes == nil {
-			c.retakes = map[*partition]retake{}
-		}
-		r := c.retakes[part]
-		r.failures++
-		r.until = time.Now().Add(retakeBackoff(r.failures))
-		c.retakes[part] = r
+		c.backOff([]*partition{part})
 	}
 	return epochs, keepOld
 }
