@@ -4669,3 +4669,295 @@ func TestAPartitionLostWhileItsRetakeIsInFlightHealsUnderItsNextAssignment(t *te
 	}
 	t.Logf("r1 re-took partition 1 %d times; new assignment's epoch %d", retakes.Load(), assignedEpoch)
 }
+
+// Adversary 30c-1 (guarantee 3, liveness: a coordinator steadily slower
+// than fenceQuestion). 9c9b8ae bounds each question fenced asks the
+// coordinator at 2 s and counts one not answered in time as a failure
+// (backOff: 10 s, 20 s, ... a minute). A coordinator that answers every
+// DescribeGroups, and says the partition is r1's, but takes 3 s to do it
+// (a large group, a loaded broker: slow, not failing) never gets to
+// answer: every question is cut at 2 s, every refusal backs off again,
+// and the partition is never taken again while it stays that slow. A
+// single late Own of a dropped member (the ghost takes partition 1 once,
+// then is gone) thus stalls partition 1 for as long as the coordinator
+// takes more than 2 s. Before 9c9b8ae the same refusal took 3 s + Own + 3
+// s and healed. Session timeout 20 s, as in 30-1, so that the heartbeats
+// queued behind the slow answers do not drop r1. The test holds that c@1
+// starts and partition 1 is committed to its end within 20 s while
+// every DescribeGroups takes 3 s. Fails 3 of 3: c@1 not started in 20 s,
+// 2 questions asked (both cut at 2 s), partition 1 committed nowhere;
+// heals once the coordinator is quick again (the next question after the
+// backoff).
+func TestAPartitionRefusedOnceIsTakenAgainWhileTheCoordinatorAnswersSteadilyIn3s(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.SessionTimeout = 20 * time.Second
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	slow, described, release := e.slowDescribeGroups(3 * time.Second)
+	slow.Store(true)
+	var once sync.Once
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == 1 }) {
+			once.Do(func() { e.ghostOwn(1) })
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	e.produce(1, "c", "v")
+	t0 := time.Now()
+	healed := func() bool { return len(e.starter.executionsOf(wid("c"))) == 1 && e.committed()[1] == 1 }
+	for time.Since(t0) < 20*time.Second && !healed() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	took, ok, asked, committed := time.Since(t0), healed(), described.Load(), e.committed()
+	release()
+	e.waitCommittedToEnd(45 * time.Second) // the backoff running, then a quick answer
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Errorf("c@1 not started and committed within %v (committed %v) while every DescribeGroups is answered, r1's, in 3 s (%d asked): each question is cut at fenceQuestion (2 s) and backs the partition off, so a coordinator steadily slower than 2 s never lets a partition refused once be taken again",
+			took.Round(time.Second), committed, asked)
+	}
+	if n := len(e.starter.executionsOf(wid("c"))); n != 1 {
+		t.Errorf("c: %d executions, want 1", n)
+	}
+}
+
+// Adversary 30c-3 (guarantees 2 and 3 on 9c9b8ae's new path: a slow
+// second question). A ghost takes partition 1 once, before c@1's first
+// claim; r1's first question is answered at once (r1's), its Own of
+// partition 1 lands (epoch E), and the second question, asked after the
+// Own, takes 4 s (cut at fenceQuestion: slow), every later one is quick.
+// 9c9b8ae then drops E (epochs=nil) and backs partition 1 off for 10 s.
+// The test holds that no claim of partition 1 is ever sent under E (an
+// epoch whose second question went unanswered), that c@1 starts and
+// partition 1 is committed to its end within the backoff plus 8 s (the
+// next refusal asks again and takes it again), that b@0, produced while
+// the second question hangs, starts within 4 s, and that nothing is left
+// paused or lent.
+func TestARetakeWhoseSecondQuestionIsSlowNeverWritesUnderItsEpochAndHealsAfterTheBackoff(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.SessionTimeout = 20 * time.Second
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	r1Member, _ := r1.r.cl.GroupMetadata()
+	var (
+		slowNext  atomic.Bool
+		slowed    atomic.Int32
+		once      sync.Once
+		retakes   atomic.Int32
+		droppedAt atomic.Int64 // the epoch of r1's first re-take of partition 1
+		rel       = make(chan struct{})
+		relOnce   sync.Once
+	)
+	release := func() { relOnce.Do(func() { close(rel) }) }
+	defer release()
+	e.cluster.ControlKey(kmsg.DescribeGroups.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if slowNext.CompareAndSwap(true, false) {
+			slowed.Add(1)
+			e.cluster.SleepControl(func() {
+				select {
+				case <-rel:
+				case <-time.After(4 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == 1 }) {
+			once.Do(func() { e.ghostOwn(1) })
+		}
+		return false
+	}
+	e.led.ownGate = func(member string, parts []PartitionRef) {
+		if member != r1Member || len(parts) != 1 || parts[0].Partition != 1 {
+			return
+		}
+		if retakes.Add(1) == 1 {
+			e.led.mu.Lock()
+			droppedAt.Store(e.led.epochs[ownerKey(e.group, testTopic, 1)] + 1)
+			e.led.mu.Unlock()
+			slowNext.Store(true) // the second question, asked once this Own landed
+		}
+	}
+	e.led.mu.Unlock()
+	e.produce(1, "c", "v")
+	eventually(t, 10*time.Second, func() bool { return slowed.Load() == 1 }, func() string {
+		return fmt.Sprintf("r1 re-took partition 1 %d times, %d slow DescribeGroups", retakes.Load(), slowed.Load())
+	})
+	e.produce(0, "b", "v")
+	t0 := time.Now()
+	startedB := time.Duration(-1)
+	for time.Since(t0) < 6*time.Second {
+		if len(e.starter.executionsOf(wid("b"))) == 1 {
+			startedB = time.Since(t0)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	healed := func() bool { return len(e.starter.executionsOf(wid("c"))) == 1 && e.atEnd() }
+	for time.Since(t0) < retakeBackoff(1)+8*time.Second && !healed() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	ok, took, committed, ends := healed(), time.Since(t0), e.committed(), e.ends()
+	var leftover string
+	if ok {
+		eventually(t, 5*time.Second, func() bool {
+			l, n := lentCount(r1)
+			leftover = fmt.Sprintf("paused %v, %d lent, %d in flight, holds %v", pausedPartitions(r1), l, n, holdCounts(r1))
+			return len(pausedPartitions(r1)) == 0 && l == 0 && n == 0
+		}, func() string { return "healed, but r1 has " + leftover })
+	}
+	release()
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if startedB < 0 || startedB > 4*time.Second {
+		t.Errorf("b@0 started %v after it was produced (-1: not within 6 s) while the second question about partition 1 hung", startedB)
+	}
+	if !ok {
+		t.Errorf("not healed within %v of the slow second question: c@1 %d executions, committed %v, ends %v, r1 re-took partition 1 %d times",
+			took.Round(time.Second), len(e.starter.executionsOf(wid("c"))), committed, ends, retakes.Load())
+	}
+	for _, c := range e.led.claimLog() {
+		for _, in := range c {
+			if in.Partition == 1 && in.Fence.Epoch == droppedAt.Load() {
+				t.Errorf("a claim of partition 1 at offset %d was sent under epoch %d, the re-take whose second question went unanswered", in.Offset, in.Fence.Epoch)
+			}
+		}
+	}
+	for _, id := range []string{"c", "b"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+	t.Logf("dropped epoch %d; re-takes %d; healed in %v", droppedAt.Load(), retakes.Load(), took.Round(100*time.Millisecond))
+}
+
+// Adversary 30c-4 (guarantee 4: 07a8b9b derives fenced's ctx from
+// context.WithoutCancel(c.parent), so the router's work context no longer
+// ends a question or a re-take; only the caller's ctx and 10 s do). A
+// coordinator that never answers DescribeGroups (each held 60 s), and a
+// ghost taking partition 1 before every claim of it and partition 0
+// before every mark of it, so that the claimer, the marker and the
+// marker's final flush all sit in fenced's question when r1 is stopped.
+// The test holds that Run returns within drain_timeout + 1 s, that no
+// fenced call is left holding the fence's lock once Run returned (no
+// question or Own outlives Run), and that nothing is committed past a
+// record whose row is not started.
+func TestARouterStoppedWhileEveryQuestionHangsReturnsInTimeWithNoFencedCallLeft(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.SessionTimeout = 20 * time.Second
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	slow, described, _ := e.slowDescribeGroups(60 * time.Second)
+	slow.Store(true)
+	claimBumps, stopClaimGhost := e.ghostKeepsTaking(1, true)
+	defer stopClaimGhost()
+	markBumps, stopMarkGhost := e.ghostKeepsTaking(0, false)
+	defer stopMarkGhost()
+	offs := map[string]int64{}
+	for i := 0; i < 3; i++ {
+		c, m := fmt.Sprintf("c%d", i), fmt.Sprintf("m%d", i)
+		offs[c], offs[m] = e.produce(1, c, "v"), e.produce(0, m, "v")
+	}
+	eventually(t, 15*time.Second, func() bool { return claimBumps.Load() >= 1 && markBumps.Load() >= 1 && described.Load() >= 2 }, func() string {
+		return fmt.Sprintf("claims refused %d, marks refused %d, %d questions", claimBumps.Load(), markBumps.Load(), described.Load())
+	})
+	time.Sleep(500 * time.Millisecond)
+	err := r1.stop()
+	lockFree := len(r1.r.commits.fenceLock) == 0
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // a question or Own that outlived Run would hold the lock now
+	lockFreeLater := len(r1.r.commits.fenceLock) == 0
+	if r1.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run took %v to return after cancel, drain timeout %v (%d questions held)", r1.took, cfg.DrainTimeout, described.Load())
+	}
+	if !lockFree || !lockFreeLater {
+		t.Errorf("a fenced call held the fence's lock after Run returned (at once %v, 3 s later %v): a question or Own outlived Run", !lockFree, !lockFreeLater)
+	}
+	committed := e.committed()
+	for id, off := range offs {
+		p := int32(0)
+		if id[0] == 'c' {
+			p = 1
+		}
+		if committed[p] > off && e.led.state(wid(id)) != stateStarted {
+			t.Errorf("partition %d committed at %d, past %s@%d whose row is %q", p, committed[p], id, off, e.led.state(wid(id)))
+		}
+	}
+}
+
+// Adversary 30c-5 (07a8b9b's claim: "the final flush still takes a
+// refused partition again, so its last marks land"). It takes it again,
+// but then waits before it sends the mark under the new fence:
+// marker.flush's final loop waits waitRefused(most) between sends, most
+// being the job's refusals counted during the run (markRefused), up to
+// 1 s, while the final flush has what the drain left before flushBy
+// (drain_timeout/16 below 20 s: 125 ms here). A job whose mark was
+// refused more than three times before the stop (a member the group
+// dropped took the partition before each of x@0's marks, r1 took it
+// again each time: 29's ghost), refused once more in the final flush and
+// taken again, is given up at flushBy: x's row pending and partition 0
+// not committed past it, although the final flush holds the fence that
+// would let the mark land. Interleaving: one partition; the ghost takes
+// partition 0 before every mark of it, until the final flush's first
+// mark (its last bump); r1 is stopped once x's mark was refused 6 times.
+// The test holds that x's row ends started and partition 0 is committed
+// past x (as 30-2, where the mark had not been refused before). Lost
+// shutdown work (redelivered, re-driven), the class of 30-2.
+func TestAMarkRefusedOftenBeforeTheStopIsSentInTheFinalFlushUnderTheFenceTakenAgain(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 1 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	var bumps, finalMarks atomic.Int32
+	var taking atomic.Bool
+	taking.Store(true)
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		if !slices.Contains(ps, 0) {
+			return
+		}
+		final := r1.r.workCtx.Err() != nil
+		if final {
+			finalMarks.Add(1)
+		}
+		if taking.Load() {
+			bumps.Add(1)
+			e.ghostOwn(0)
+			if final {
+				taking.Store(false) // the ghost's last bump: the final flush's first mark
+			}
+		}
+	}
+	e.led.mu.Unlock()
+	offX := e.produce(0, "x", "v")
+	eventually(t, 10*time.Second, func() bool { return bumps.Load() >= 6 }, func() string {
+		return fmt.Sprintf("x@0: %d executions, its mark refused %d times", len(e.starter.executionsOf(wid("x"))), bumps.Load())
+	})
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	st, committed := e.led.state(wid("x")), e.committed()
+	if finalMarks.Load() == 0 || taking.Load() {
+		t.Fatalf("interleaving not reached: the final flush sent %d marks of partition 0, the ghost still taking %v", finalMarks.Load(), taking.Load())
+	}
+	if st != stateStarted || committed[0] < offX+1 {
+		t.Errorf("after the stop: x's row %q (want started), partition 0 committed %v (want past x@0 at %d); x's mark refused %d times, the final flush sent %d marks of partition 0 (the first refused by the ghost's last bump), Run took %v: after taking the partition again the final flush waits waitRefused for the refusals of the run before sending the mark, past flushBy",
+			st, committed[0], offX, bumps.Load(), finalMarks.Load(), r1.took)
+	}
+	if r1.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run took %v, drain timeout %v", r1.took, cfg.DrainTimeout)
+	}
+}
