@@ -38,13 +38,13 @@ func (s *startPool) marker() {
 		// number of its refusals (retakenFor), at once for the first
 		// three, then after a wait (waitRefused's), with the next flush
 		// that is due, or here if this is the final flush.
-		for sent := false; len(batch) > 0; sent = true {
-			if final && sent { // only refused jobs are left: wait for them
-				most := 0
-				for _, j := range batch {
-					most = max(most, j.markRefused)
-				}
-				waitRefused(ctx, most)
+		for sent := 0; len(batch) > 0; sent++ {
+			if final && sent > 0 {
+				// Only refused jobs are left: wait for them, as for the
+				// final flush's own refusals, not for those of the run
+				// (up to a second, longer than a short flush has:
+				// adversary 30c-2).
+				waitRefused(ctx, sent)
 			}
 			started := make([]Started, len(batch))
 			for i, j := range batch {
