@@ -221,9 +221,9 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 	if c.backingOff(cands, now, out) {
 		return out
 	}
-	mine, member, unsure, slow := c.ask(ctx)
+	mine, member, unsure, slow := c.ask(ctx, cands)
 	if slow && cctx.Err() == nil {
-		c.backOff(cands)
+		c.backOff(cands, true)
 	}
 	var again []*partition
 	var refs []PartitionRef
@@ -280,6 +280,7 @@ func (c *committer) fencedCandidates(e *FencedError, out map[PartitionRef]*parti
 // the Own failed; an epoch 0: the partition is assigned elsewhere now) and
 // whether the new epochs must not be used (keepOld); it keeps retakes.
 func (c *committer) takeAgain(ctx, cctx context.Context, member string, again []*partition, refs []PartitionRef) (epochs []int64, keepOld bool) {
+	slowAfter := false // the second question was not answered in time
 	if len(refs) > 0 {
 		var err error
 		var gen int32
@@ -303,14 +304,16 @@ func (c *committer) takeAgain(ctx, cctx context.Context, member string, again []
 		// is refused, and takes it again). When it cannot say, no new
 		// epoch is used: the partitions are kept under their old fences,
 		// so their next write is refused and asks again (adversary 29e).
-		now, _, unsure, slow := c.ask(ctx)
+		var now map[topicPartition]bool
+		var unsure bool
+		now, _, unsure, slowAfter = c.ask(ctx, again)
 		keepOld = unsure
 		for i, part := range again {
 			if !unsure && !now[part.tp] {
 				epochs[i] = 0
 			}
 		}
-		if slow { // backs off, as a failed Own
+		if slowAfter { // backs off, the new epochs unused
 			epochs = nil
 		}
 	}
@@ -325,7 +328,7 @@ func (c *committer) takeAgain(ctx, cctx context.Context, member string, again []
 			// still take it again.
 			continue
 		}
-		c.backOff([]*partition{part})
+		c.backOff([]*partition{part}, slowAfter)
 	}
 	return epochs, keepOld
 }

@@ -9,10 +9,12 @@ import (
 // Taking a refused partition again (committer.fenced): the coordinator's
 // answer it asks for, and the backoff after a failure.
 
-// retake is a partition whose taking again (fenced's Own) failed: not
-// tried again until until.
+// retake is a partition whose taking again failed: its Own failed
+// (failures), or the coordinator did not answer a question about it in
+// time (slow); not asked about or tried again until until.
 type retake struct {
 	failures int
+	slow     int
 	until    time.Time
 }
 
@@ -23,40 +25,68 @@ func retakeBackoff(failures int) time.Duration {
 	return min(time.Duration(failures)*10*time.Second, time.Minute)
 }
 
-// fenceQuestion bounds each question fenced asks the group coordinator: a
-// coordinator slow to answer holds the caller (the claimer, the marker) of
-// every partition no longer than that at a refusal, and unanswered, the
-// partitions back off as after a failed Own (adversary 30-1).
+// fenceQuestion bounds the first question fenced asks the group
+// coordinator about a partition: a coordinator slow to answer holds the
+// caller (the claimer, the marker) of every partition no longer than that
+// at a refusal (adversary 30-1). Unanswered, the partition backs off for
+// slowBackoff, and the next question about it may take twice as long, up
+// to 10 s (questionBound): a coordinator that answers steadily in 3 s is
+// answered at the second try (adversary 30c-1).
 const fenceQuestion = 2 * time.Second
 
-// ask is assignedToMe bounded by fenceQuestion; slow: the coordinator did
-// not answer within it (unsure too). A question that fails at once is only
-// unsure: it holds no one, and the next refusal asks again.
-func (c *committer) ask(ctx context.Context) (mine map[topicPartition]bool, member string, unsure, slow bool) {
-	qctx, cancel := context.WithTimeout(ctx, fenceQuestion)
+// questionBound is how long a question about a partition whose questions
+// were slow slow times in a row may take.
+func questionBound(slow int) time.Duration {
+	return min(fenceQuestion<<min(slow, 3), 10*time.Second)
+}
+
+// slowBackoff is how long fenced keeps a partition without asking about it
+// again after its slow-th question in a row not answered in time: 5 s
+// each, at most a minute (the caller is held a question's bound at most
+// once in that time).
+func slowBackoff(slow int) time.Duration {
+	return min(time.Duration(slow)*5*time.Second, time.Minute)
+}
+
+// ask is assignedToMe bounded by the questionBound of parts' slowest;
+// slow: the coordinator did not answer within it (unsure too). A question
+// that fails at once is only unsure: it holds no one, and the next
+// refusal asks again. fenceLock is held.
+func (c *committer) ask(ctx context.Context, parts []*partition) (mine map[topicPartition]bool, member string, unsure, slow bool) {
+	n := 0
+	for _, part := range parts {
+		n = max(n, c.retakes[part].slow)
+	}
+	qctx, cancel := context.WithTimeout(ctx, questionBound(n))
 	defer cancel()
 	mine, member, unsure = c.assignedToMe(qctx)
 	return mine, member, unsure, unsure && mine == nil && ctx.Err() == nil && qctx.Err() != nil
 }
 
-// backOff counts a failure to take the partitions again (the Own failed,
-// or the coordinator was slow to answer a question before or after it): each is kept without being taken
-// again, or asked about, for retakeBackoff. fenceLock is held.
-func (c *committer) backOff(parts []*partition) {
+// backOff counts a failure to take the partitions again: their Own failed,
+// or (slow) the coordinator did not answer a question before or after it
+// in time. Each is kept without being taken again, or asked about, for
+// retakeBackoff or slowBackoff. fenceLock is held.
+func (c *committer) backOff(parts []*partition, slow bool) {
 	if c.retakes == nil {
 		c.retakes = map[*partition]retake{}
 	}
 	for _, part := range parts {
 		r := c.retakes[part]
-		r.failures++
-		r.until = time.Now().Add(retakeBackoff(r.failures))
+		if slow {
+			r.slow++
+			r.until = time.Now().Add(slowBackoff(r.slow))
+		} else {
+			r.failures++
+			r.until = time.Now().Add(retakeBackoff(r.failures))
+		}
 		c.retakes[part] = r
 	}
 }
 
 // backingOff keeps cands in out without asking the coordinator when each
-// is backing off (retakes): an Own that failed or a question that was slow a moment ago
-// is not tried again at each refusal, whose write is sent again under the
+// is backing off (retakes): an Own that failed or a question that was slow
+// a moment ago is not tried again at each refusal, whose write is sent again under the
 // same fence. A partition gone or being revoked is not kept. fenceLock is
 // held.
 func (c *committer) backingOff(cands []*partition, now time.Time, out map[PartitionRef]*partition) bool {
