@@ -4961,3 +4961,110 @@ func TestAMarkRefusedOftenBeforeTheStopIsSentInTheFinalFlushUnderTheFenceTakenAg
 		t.Errorf("Run took %v, drain timeout %v", r1.took, cfg.DrainTimeout)
 	}
 }
+
+// Adversary 30d-1 (guarantee 3 on fd65547's questionBound: the 10 s that
+// bounds all of fenced). questionBound lets a question about a partition
+// whose questions were slow take 4, then 8 s, so that a coordinator
+// steadily slower than 2 s is answered in the end. But fenced's ctx, which
+// bounds the first question, the Own and the second question together, is
+// 10 s: a coordinator answering steadily in 6 s answers the 8 s question
+// (r1's), the Own lands, and the second question is cut by fenced's ctx at
+// 10 s, not by its bound. ask then says unsure but not slow (ctx.Err() !=
+// nil), so takeAgain keeps the old fence (keepOld) and deletes the
+// partition's retakes entry: its slow count is back to 0, and the next
+// question is cut at 2 s again. The cycle never ends while the coordinator
+// stays at 6 s: each re-take bumps the ledger's epoch for nothing and holds
+// the claimer 10 s. The test holds that c@1 starts and partition 1 is
+// committed within 60 s (2 + 5 + 4 + 10 + 8 s of questions and backoffs
+// by design, plus the Own and the second question) while every
+// DescribeGroups is answered, r1's, in 6 s; then that it heals once the
+// coordinator is quick.
+func TestAPartitionRefusedOnceIsTakenAgainWhileTheCoordinatorAnswersSteadilyIn6s(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.SessionTimeout = 45 * time.Second
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	slow, described, release := e.slowDescribeGroups(6 * time.Second)
+	slow.Store(true)
+	var once sync.Once
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == 1 }) {
+			once.Do(func() { e.ghostOwn(1) })
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	e.produce(1, "c", "v")
+	t0, owns0 := time.Now(), e.led.callCount("Own")
+	healed := func() bool { return len(e.starter.executionsOf(wid("c"))) == 1 && e.committed()[1] == 1 }
+	for time.Since(t0) < 60*time.Second && !healed() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	took, ok, asked, committed, owns := time.Since(t0), healed(), described.Load(), e.committed(), e.led.callCount("Own")-owns0
+	release()
+	e.waitCommittedToEnd(90 * time.Second)
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Errorf("c@1 not started and committed within %v (committed %v) while every DescribeGroups is answered, r1's, in 6 s (%d asked, %d Owns, the ghost's one included): the second question is cut by fenced's 10 s ctx, not by questionBound, is not counted slow, and takeAgain deletes the retakes entry, so the bound never grows past 8 s",
+			took.Round(time.Second), committed, asked, owns)
+	}
+	if n := len(e.starter.executionsOf(wid("c"))); n != 1 {
+		t.Errorf("c: %d executions, want 1", n)
+	}
+}
+
+// Adversary 30d-2 (guarantee 3 and adversary 30-1's hold, on fd65547's
+// questionBound at its cap). A question about a partition slow 3 times in a
+// row may take 10 s, the same 10 s as fenced's ctx, which is made first and
+// so expires first: an unanswered question is then cut by ctx, and ask says
+// unsure but not slow (ctx.Err() != nil). Nothing backs the partition off
+// any more: every later refusal asks again for 10 s, on the claimer's
+// goroutine, back to back, where slowBackoff promises one question a
+// 15, 20, 25 s. Here a ghost takes partition 1 once and every
+// DescribeGroups takes 11 s (a coordinator that does not answer within the
+// longest bound). By design the questions are 2 s at 0 s, 4 s at ~7 s,
+// 8 s at ~21 s, 10 s at ~44 s (slow 4: the next at ~74 s): at most 2 begin
+// between 50 and 90 s. Session timeout 60 s so that heartbeats queued
+// behind the slow answers do not drop r1. Then the coordinator is quick
+// again, and partition 1 is committed to its end.
+func TestACoordinatorSlowerThanTheLongestQuestionBoundIsNotAskedAtEveryRefusal(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.SessionTimeout = 60 * time.Second
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	slow, described, release := e.slowDescribeGroups(11 * time.Second)
+	slow.Store(true)
+	var once sync.Once
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.Partition == 1 }) {
+			once.Do(func() { e.ghostOwn(1) })
+		}
+		return false
+	}
+	e.led.mu.Unlock()
+	e.produce(1, "c", "v")
+	t0 := time.Now()
+	time.Sleep(50 * time.Second)
+	at50 := described.Load()
+	time.Sleep(40 * time.Second)
+	in40 := described.Load() - at50
+	owned := r1.owned()
+	release()
+	e.waitCommittedToEnd(60 * time.Second)
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if in40 > 2 {
+		t.Errorf("%d questions began between 50 and 90 s (of %d in %v; r1 owns %v) while every DescribeGroups takes 11 s: a question at questionBound's 10 s cap is cut by fenced's own 10 s ctx, ask does not call it slow, and nothing backs the partition off: the claimer is held 10 s at every refusal",
+			in40, described.Load(), time.Since(t0).Round(time.Second), owned)
+	}
+	if n := len(e.starter.executionsOf(wid("c"))); n != 1 {
+		t.Errorf("c: %d executions, want 1", n)
+	}
+}
