@@ -208,8 +208,10 @@ func (c *committer) fenced(cctx context.Context, e *FencedError) map[PartitionRe
 	// Bounded by the caller's ctx, not by the router's work context
 	// (c.parent's cancel): the marker's final flush, after the work
 	// context ended, still asks and takes a refused partition again
-	// (adversary 30-2).
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.parent), 10*time.Second)
+	// (adversary 30-2). Each question has its own bound (ask), and so
+	// has the Own (takeAgain): a budget shared by the three cut a
+	// question short without counting it slow (adversary 30d).
+	ctx, cancel := context.WithCancel(context.WithoutCancel(c.parent))
 	defer cancel()
 	defer context.AfterFunc(cctx, cancel)()
 	now := time.Now()
@@ -287,7 +289,10 @@ func (c *committer) takeAgain(ctx, cctx context.Context, member string, again []
 		if c.cl != nil {
 			_, gen = c.cl.GroupMetadata()
 		}
-		if epochs, err = c.own(ctx, Ownership{Group: c.cfg.Group, Member: member, Generation: gen, Confirmed: true, Parts: refs}); err != nil {
+		octx, cancel := context.WithTimeout(ctx, ownBound)
+		epochs, err = c.own(octx, Ownership{Group: c.cfg.Group, Member: member, Generation: gen, Confirmed: true, Parts: refs})
+		cancel()
+		if err != nil {
 			// The group assigns them to this member: kept, under the
 			// same fence, as when the coordinator cannot say; the write
 			// refused again takes them again.

@@ -34,6 +34,10 @@ func retakeBackoff(failures int) time.Duration {
 // answered at the second try (adversary 30c-1).
 const fenceQuestion = 2 * time.Second
 
+// ownBound bounds fenced's Own of the partitions it takes again (retried
+// while the ledger is down): failed, they back off (retakeBackoff).
+const ownBound = 10 * time.Second
+
 // questionBound is how long a question about a partition whose questions
 // were slow slow times in a row may take.
 func questionBound(slow int) time.Duration {
