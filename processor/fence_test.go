@@ -5076,3 +5076,149 @@ func TestACoordinatorSlowerThanTheLongestQuestionBoundIsNotAskedAtEveryRefusal(t
 		t.Errorf("c: %d executions, want 1", n)
 	}
 }
+
+// Adversary 31-1 (focus a/d: the final flush and backingOff). 07a8b9b
+// makes the marker's final flush able to take a refused partition again
+// (30-2), but fd65547's backingOff answers a refusal of a partition that
+// backs off (its last question was slow) by keeping it WITHOUT asking,
+// in the final flush too, where no claimer is held any more (the
+// backoff's reason) and the flush has its own deadline. Interleaving: one
+// partition; a member the group dropped takes partition 0 once, before
+// x@0's first mark; the coordinator answers DescribeGroups in 3 s, so the
+// marker's question is cut at 2 s (slow: partition 0 backs off 5 s); the
+// coordinator is quick again 2.5 s after the question began, and r1 is
+// stopped at once: the drain (1.5 s) and the final flush run inside the
+// backoff. The test holds, as 30-2 does for a refusal with no backoff,
+// that x's row ends started and partition 0 is committed past x: the
+// final flush asks the (now quick) coordinator and sends the mark under
+// the fence it takes again. Held (passes 3 of 3, 4 s): Run cancels the
+// work context before the final flush, so every partition's ctx is done,
+// and fenced's sweep of c.retakes (part.ctx.Err() != nil) drops the
+// partition's backoff before backingOff looks: the final flush asks the
+// quick coordinator and takes the partition again.
+func TestAMarkRefusedInTheFinalFlushWhileItsPartitionBacksOffIsSentUnderTheFenceTakenAgain(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	cfg := e.config()
+	cfg.SessionTimeout = 20 * time.Second
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 1 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	slow, described, release := e.slowDescribeGroups(3 * time.Second)
+	slow.Store(true)
+	var once sync.Once
+	var finalMarks atomic.Int32
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		if !slices.Contains(ps, 0) {
+			return
+		}
+		if r1.r.workCtx.Err() != nil {
+			finalMarks.Add(1)
+		}
+		once.Do(func() { e.ghostOwn(0) })
+	}
+	e.led.mu.Unlock()
+	offX := e.produce(0, "x", "v")
+	eventually(t, 10*time.Second, func() bool { return described.Load() >= 1 }, func() string {
+		return fmt.Sprintf("x@0: %d executions, no question asked", len(e.starter.executionsOf(wid("x"))))
+	})
+	time.Sleep(2500 * time.Millisecond) // the question cut at 2 s: partition 0 backs off 5 s
+	release()
+	askedBefore := described.Load()
+	var quick atomic.Int32
+	e.cluster.ControlKey(kmsg.DescribeGroups.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		quick.Add(1)
+		return nil, nil, false
+	})
+	if st := e.led.state(wid("x")); st != statePending {
+		t.Fatalf("interleaving not reached: x's row %q before the stop, want pending", st)
+	}
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	st, committed := e.led.state(wid("x")), e.committed()
+	if finalMarks.Load() == 0 {
+		t.Fatalf("interleaving not reached: the final flush sent no mark of partition 0")
+	}
+	if st != stateStarted || committed[0] < offX+1 {
+		t.Errorf("after the stop: x's row %q (want started), partition 0 committed %v (want past x@0 at %d); %d slow questions before the stop, %d questions after the coordinator was quick again, the final flush sent %d marks of partition 0, Run took %v: the final flush keeps a partition that backs off (backingOff) under its refused fence without asking, and gives the mark of a started workflow up at flushBy",
+			st, committed[0], offX, askedBefore, quick.Load(), finalMarks.Load(), r1.took)
+	}
+	if r1.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run took %v, drain timeout %v", r1.took, cfg.DrainTimeout)
+	}
+}
+
+// Adversary 31-2 (focus a: shutdown with WithoutCancel and 18b2159's
+// independent bounds). fenced's ctx is context.WithoutCancel(c.parent),
+// ended only by its caller's ctx; each question has questionBound (up to
+// 10 s) and the Own ownBound (10 s), no shared budget: a question, an Own
+// and a second question may hold a caller 30 s. Here the ledger's Own of
+// r1 ends only with its ctx (a statement on a pool that does not answer),
+// a member the group dropped takes partition 0 before every mark of it and
+// partition 1 before every claim of it, so that the marker (on the work
+// context, then in its final flush) and the claimer (on the poll's ctx)
+// sit in a re-take's Own, or back off after one, when r1 is stopped. The
+// test holds that Run returns within drain_timeout + 1 s, that no fenced
+// call holds the fence's lock once Run returned (nor 3 s later: no Own or
+// question outlives Run), that every Own of r1 that began returned, and
+// that nothing is committed past a record whose row is not started.
+func TestARouterStoppedWhileEveryRetakesOwnHangsReturnsInTimeWithNoOwnLeft(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	r1 := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	var began, ended atomic.Int32
+	e.led.mu.Lock()
+	e.led.ownCtxGate = func(ctx context.Context, member string, parts []PartitionRef) {
+		if member == "ghost" {
+			return
+		}
+		began.Add(1)
+		defer ended.Add(1)
+		select {
+		case <-ctx.Done():
+		case <-time.After(60 * time.Second):
+		}
+	}
+	e.led.mu.Unlock()
+	claimBumps, stopClaimGhost := e.ghostKeepsTaking(1, true)
+	defer stopClaimGhost()
+	markBumps, stopMarkGhost := e.ghostKeepsTaking(0, false)
+	defer stopMarkGhost()
+	offs := map[string]int64{}
+	for i := 0; i < 3; i++ {
+		c, m := fmt.Sprintf("c%d", i), fmt.Sprintf("m%d", i)
+		offs[c], offs[m] = e.produce(1, c, "v"), e.produce(0, m, "v")
+	}
+	eventually(t, 15*time.Second, func() bool { return claimBumps.Load() >= 1 && markBumps.Load() >= 1 && began.Load() >= 2 }, func() string {
+		return fmt.Sprintf("claims refused %d, marks refused %d, %d Owns of r1 began", claimBumps.Load(), markBumps.Load(), began.Load())
+	})
+	time.Sleep(500 * time.Millisecond)
+	err := r1.stop()
+	lockFree := len(r1.r.commits.fenceLock) == 0
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	lockFreeLater := len(r1.r.commits.fenceLock) == 0
+	if r1.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run took %v to return after cancel, drain timeout %v (%d Owns of r1 began, %d ended)", r1.took, cfg.DrainTimeout, began.Load(), ended.Load())
+	}
+	if !lockFree || !lockFreeLater {
+		t.Errorf("a fenced call held the fence's lock after Run returned (at once %v, 3 s later %v): an Own or question outlived Run", !lockFree, !lockFreeLater)
+	}
+	if b, en := began.Load(), ended.Load(); b != en {
+		t.Errorf("%d Owns of r1 began, %d ended, 3 s after Run returned: an Own outlived Run", b, en)
+	}
+	committed := e.committed()
+	for id, off := range offs {
+		p := int32(0)
+		if id[0] == 'c' {
+			p = 1
+		}
+		if committed[p] > off && e.led.state(wid(id)) != stateStarted {
+			t.Errorf("partition %d committed at %d, past %s@%d whose row is %q", p, committed[p], id, off, e.led.state(wid(id)))
+		}
+	}
+}
