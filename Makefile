@@ -63,14 +63,16 @@ vet:
 
 # The full suite: unit, ledger (real PostgreSQL), end-to-end (kfake,
 # in-process Temporal, routers as processes). Packages run one at a time:
-# the machine has 2 cores and the end-to-end package is heavy. The root
-# module first, then the lab's (integration/).
+# the machine has 2 cores and the end-to-end package is heavy. Within a
+# package, the tests that mostly wait (the router's fence tests, marked
+# waitsOnTimers) run four at a time. The root module first, then the
+# lab's (integration/).
 # The root module's fast packages run once more under the race detector
 # (the router's tests rely on it: its components share state under locks).
 RACE_PKGS = ./processor/... ./connect/... ./schemas/...
 test: deps vet lint rules k8s model stranger
-	$(GO) test -p 1 -count=1 -timeout 30m ./...
-	$(GO) test -race -p 1 -count=1 -timeout 10m $(RACE_PKGS)
+	$(GO) test -p 1 -parallel 4 -count=1 -timeout 30m ./...
+	$(GO) test -race -p 1 -parallel 4 -count=1 -timeout 10m $(RACE_PKGS)
 	$(GO) test -count=1 -tags failpoints ./cmd/dedup
 	cd $(LAB) && $(GO) test -p 1 -count=1 -timeout 30m ./...
 

@@ -403,6 +403,7 @@ func TestAPartitionTakenAgainBeforeEachOfFourMarksStillCommitsItsRecords(t *test
 // b, whose partition is not refused, starts within 3 s while the ghost
 // keeps bumping partition 0 for 8 s.
 func TestAGhostTakingOnePartitionOverAndOverDoesNotHoldAnotherPartitionsRecords(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(0, true)
 	e.produce(0, "a", "v")
@@ -867,6 +868,7 @@ func TestARouterStoppedWhileItsMarkerIsRefusedOverAndOverReturnsInTimeAndCommits
 // while the ghost keeps bumping partition 0 before each mark, has its row
 // marked started within 3 s.
 func TestAGhostTakingOnePartitionBeforeEveryMarkDoesNotHoldAnotherPartitionsMarks(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(0, false)
 	rn := e.start("r1", e.config())
@@ -902,6 +904,7 @@ func TestAGhostTakingOnePartitionBeforeEveryMarkDoesNotHoldAnotherPartitionsMark
 // b@1, produced after the claimer began looping on a@0, starts within 3 s
 // while the ghost keeps bumping partition 0.
 func TestAGhostTakingOnePartitionOverAndOverDoesNotHoldALaterPollOfAnotherPartition(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(0, true)
 	rn := e.start("r1", e.config())
@@ -941,6 +944,7 @@ func TestAGhostTakingOnePartitionOverAndOverDoesNotHoldALaterPollOfAnotherPartit
 // holds that b@1, produced while the ghost bumps partition 0 before each
 // mark, starts within 3 s.
 func TestAGhostTakingOnePartitionBeforeEveryDeadLetterMarkDoesNotHoldAnotherPartitionsStarts(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(0, false)
 	cfg := e.config()
@@ -990,6 +994,7 @@ func TestAGhostTakingOnePartitionBeforeEveryDeadLetterMarkDoesNotHoldAnotherPart
 // stops the router, and lets the held flush go 0.8 s later, so their
 // next due is after the final flush begins.
 func TestAFinalFlushMarksAnotherPartitionsJobWithoutWaitingForAWaitingPartitionsRefusals(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	var bumps atomic.Int32
 	var holdNext, held atomic.Bool
@@ -1052,6 +1057,7 @@ func TestAFinalFlushMarksAnotherPartitionsJobWithoutWaitingForAWaitingPartitions
 // that b@1, produced once partition 0 was refused five times, starts
 // within 3 s while the ghost keeps bumping.
 func TestAWaitingPartitionsBacklogDoesNotHoldAnotherPartitionsRecords(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(0, true)
 	for i := 0; i < 30; i++ {
@@ -1099,6 +1105,7 @@ func TestAWaitingPartitionsBacklogDoesNotHoldAnotherPartitionsRecords(t *testing
 // first copy in the stream (v1) wins x's row and starts, v2 is the
 // conflict, dead-lettered once; y starts meanwhile.
 func TestAWaitingPartitionsLaterCopyOfAnEventIsClaimedAfterItsEarlierCopy(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(0, true)
 	rn := e.start("r1", e.config())
@@ -1215,6 +1222,7 @@ func lentCount(rn *runner) (lent, inFlight int) {
 // produced once both wait, starts within 3 s while the ghost keeps
 // bumping.
 func TestTwoWaitingPartitionsBacklogsDoNotHoldAThirdPartitionsRecords(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 3, envOpt{})
 	var bumping [2]atomic.Bool
 	var bumps [2]atomic.Int32
@@ -1315,6 +1323,7 @@ func (e *testEnv) produceAll(p int32, prefix string, n int) {
 // end no partition is paused and nothing is lent. PASSES 3 of 3 (about
 // 23 refusals, 4 pauses seen a run).
 func TestAPartitionPausedAndResumedOverAndOverStartsEveryRecordOnce(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	var bumping atomic.Bool
 	var bumps atomic.Int32
@@ -1396,6 +1405,7 @@ func TestAPartitionPausedAndResumedOverAndOverStartsEveryRecordOnce(t *testing.T
 // paused), c and d start once each, and r1 ends with nothing paused or
 // lent. PASSES 3 of 3.
 func TestAWaitingPartitionThatMovesAwayAndBackIsFetchedAgain(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	var bumping atomic.Bool
 	var bumps atomic.Int32
@@ -1472,6 +1482,7 @@ func TestAWaitingPartitionThatMovesAwayAndBackIsFetchedAgain(t *testing.T) {
 // nothing paused, b@1 never polled in 6 s (26 refusals); heals once the
 // ghost stops (every a once).
 func TestAWaitingPartitionsMarksBacklogDoesNotHoldAnotherPartitionsRecords(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(0, false)
 	for i := 0; i < 30; i++ {
@@ -1630,6 +1641,7 @@ func TestARouterStoppedWhileTwoPartitionsWaitAndAThirdsMarksWaitReturnsInTimeAnd
 // last marker), and nothing stays paused or lent. PASSES 4 of 4
 // (withstood): 18 refusals, 3 pauses seen, 270 records polled a run.
 func TestAPartitionPausedAndResumedAcrossTransactionsStartsEachCommittedEventOnce(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	var bumping atomic.Bool
 	var bumps atomic.Int32
@@ -1736,6 +1748,7 @@ func TestAPartitionPausedAndResumedAcrossTransactionsStartsEachCommittedEventOnc
 // refusals); heals once the ghost stops (x and b once each, committed to
 // the ends, nothing paused or lent).
 func TestCopiesOnAnotherPartitionWaitingOnAMarkHeldByTheFenceDoNotHoldAThirdPartitionsRecords(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 3, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(0, false)
 	cfg := e.config()
@@ -2035,6 +2048,7 @@ func TestACopyWaitingOnAHeldMarkDoesNotKeepItsPartitionPausedAfterItMovesAwayAnd
 // b@1 never started in 5 s (13 refusals); heals once the ghost stops.
 // Passes with a389c9f's marker.go and starts.go reverted.
 func TestACopyWhosePartitionMovedBeforeTheMarkItWaitsOnIsHeldDoesNotPauseItsPartition(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(0, false)
 	defer stopGhost()
@@ -2354,6 +2368,7 @@ func TestFenceHoldsOfTwoAssignmentsOfAPartitionBalanceWhileTheOldOneIsGoneConcur
 // piece and removes the queue before the batch arrives, which then makes
 // a queue of its own, held for the new assignment (pass).
 func TestANewAssignmentsRecordsJoiningAGoneAssignmentsClaimerQueueHoldTheirPartition(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(1, true)
 	defer stopGhost()
@@ -2498,6 +2513,7 @@ func oldQueueBusy(rn *runner) string {
 // assignment's waiters on a held job end at once (startPool.dropWaitersOf):
 // 4 waiters and 5 in flight after each move.
 func TestCopiesOfAPartitionMovedAwayAndBackWhileTheyWaitOnAHeldMarkDoNotPileUpInFlight(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(0, false)
 	defer stopGhost()
@@ -2600,6 +2616,7 @@ func (e *testEnv) loseOnce() {
 // stops everything heals: c, the backlog and b started once each,
 // committed to the ends, nothing paused or lent. Held (passes).
 func TestAPartitionLostWhilePausedIsHeldAgainWhenAssignedAgainAndHealsAfter(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(1, true)
 	defer stopGhost()
@@ -2733,6 +2750,7 @@ func TestTheHealthPauseAndAHoldOfTheFenceDoNotUndoEachOther(t *testing.T) {
 // ghost stops. Held (passes 3 of 3: 4 in flight and 1 assignment lent
 // after each move).
 func TestAClaimerQueueOfAPartitionMovedAwayAndBackDoesNotPileUpInFlight(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(1, true)
 	defer stopGhost()
@@ -3023,6 +3041,7 @@ func TestAMarkRefusedWhileTheClaimerTakesThePartitionAgainIsNotAbandoned(t *test
 // and a refusal after retakeBackoff takes it again. Forgotten, franz-go would
 // keep fetching it and the router drop what it polls, until a rebalance.
 func TestAPartitionIsNotForgottenWhenTakingItAgainInTheLedgerFails(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	r1 := e.start("r1", cfg)
@@ -3089,6 +3108,7 @@ func TestAPartitionIsNotForgottenWhenTakingItAgainInTheLedgerFails(t *testing.T)
 // stops. Passes since a record of a gone assignment never waits on a held
 // job (joinLocked, hold).
 func TestCopiesDispatchedAfterTheirPartitionMovedDoNotPileUpOnAHeldMark(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	bumps, stopGhost := e.ghostKeepsTaking(0, false)
 	defer stopGhost()
@@ -3289,6 +3309,7 @@ func TestAnAssignmentRefusedByALaterGenerationIsNotLeftUntrackedWhenTheCoordinat
 // (the 29e dead end): the test asks for both. Passes since fenced does not
 // try again for retakeBackoff after a failed Own.
 func TestAPartitionWhoseRetakeKeepsFailingDoesNotHoldTheClaimsOfAnotherPartition(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	r1 := e.start("r1", cfg)
@@ -3366,6 +3387,7 @@ func TestAPartitionWhoseRetakeKeepsFailingDoesNotHoldTheClaimsOfAnotherPartition
 // everything heals: c and b started once, committed to the ends. Held
 // (passes 3 of 3).
 func TestAPartitionKeptWhileTheCoordinatorCannotSayIsLetGoWhenTheGroupMovesIt(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	r1 := e.start("r1", cfg)
@@ -3448,6 +3470,7 @@ func TestAPartitionKeptWhileTheCoordinatorCannotSayIsLetGoWhenTheGroupMovesIt(t 
 // y is marked and committed at once but partition 1 never is. Passes
 // since fenced does not try again for retakeBackoff after a failed Own.
 func TestAMarkWhosePartitionsRetakeKeepsFailingDoesNotHoldAnotherPartitionsMarks(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	r1 := e.start("r1", cfg)
@@ -3644,6 +3667,7 @@ func TestDroppingAGoneAssignmentsWaitersWhileTheHeldJobEndsEndsEachCopyOnceAndRe
 // since fenced gives up with its caller's ctx (the claimer's ends with
 // the poll).
 func TestARouterStoppedWhileAKeptPartitionsRetakeKeepsFailingReturnsInTime(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	r1 := e.start("r1", cfg)
@@ -3809,6 +3833,7 @@ func (e *testEnv) failDescribeGroups() (failing *atomic.Bool, described *atomic.
 // backoff), and that both routers stop within drain_timeout + 1 s. Held
 // (passes 4 of 4, 8.3 s).
 func TestTwoRoutersAndAGhostWhileTheCoordinatorCannotSayStartEachEventOnceAndCommitEverything(t *testing.T) {
+	waitsOnTimers(t)
 	twoRoutersAndAGhost(t, true)
 }
 
@@ -3817,6 +3842,7 @@ func TestTwoRoutersAndAGhostWhileTheCoordinatorCannotSayStartEachEventOnceAndCom
 // while the group moves them between r1 and r2. Held (passes 3 of 3,
 // 8.3 s).
 func TestTwoRoutersAndAGhostTakingPartitionsAgainWhileTheyMoveStartEachEventOnceAndCommitEverything(t *testing.T) {
+	waitsOnTimers(t)
 	twoRoutersAndAGhost(t, false)
 }
 
@@ -3912,6 +3938,7 @@ func twoRoutersAndAGhost(t *testing.T, failDescribe bool) {
 // not keep (nor write under) a partition now assigned elsewhere, nor use
 // the new epoch when that question is unsure (29e).
 func TestARetakeConfirmedBeforeTheRouterWasDroppedDoesNotTakeThePartitionFromItsNewOwner(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	r1 := e.start("r1", cfg)
@@ -4106,6 +4133,7 @@ func TestARouterStoppedWhileConfirmTakesARefusedAssignmentReturnsInTime(t *testi
 // again from then), and that nothing is left paused or lent in r1. Held
 // (passes 3 of 3, 26 s; healed 15 s after the failed Own).
 func TestARetakeBackoffOverlappingARealRebalanceStartsEachEventOnceAndHeals(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 4, envOpt{})
 	cfg := e.config()
 	r1 := e.start("r1", cfg)
@@ -4281,6 +4309,7 @@ func TestARouterStoppedWhileTheClaimerWaitsForTheMarkersRetakeReturnsInTime(t *t
 // passes since fenced uses no new epoch when its second question is
 // unsure (the partition kept under its old fence asks again).
 func TestARetakeWhoseSecondQuestionCannotBeAnsweredDoesNotTakeThePartitionFromItsNewOwner(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	r1 := e.start("r1", cfg)
@@ -4472,6 +4501,7 @@ func (e *testEnv) slowDescribeGroups(d time.Duration) (slow *atomic.Bool, descri
 // same ghost with a quick coordinator passes
 // (TestAGhostTakingOnePartitionOverAndOverDoesNotHoldAnotherPartitionsRecords).
 func TestAPartitionRefusedWhileTheCoordinatorIsSlowToAnswerDoesNotHoldTheClaimsOfAnotherPartition(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	cfg.SessionTimeout = 20 * time.Second
@@ -4689,6 +4719,7 @@ func TestAPartitionLostWhileItsRetakeIsInFlightHealsUnderItsNextAssignment(t *te
 // heals once the coordinator is quick again (the next question after the
 // backoff).
 func TestAPartitionRefusedOnceIsTakenAgainWhileTheCoordinatorAnswersSteadilyIn3s(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	cfg.SessionTimeout = 20 * time.Second
@@ -4739,6 +4770,7 @@ func TestAPartitionRefusedOnceIsTakenAgainWhileTheCoordinatorAnswersSteadilyIn3s
 // the second question hangs, starts within 4 s, and that nothing is left
 // paused or lent.
 func TestARetakeWhoseSecondQuestionIsSlowNeverWritesUnderItsEpochAndHealsAfterTheBackoff(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	cfg.SessionTimeout = 20 * time.Second
@@ -4853,6 +4885,7 @@ func TestARetakeWhoseSecondQuestionIsSlowNeverWritesUnderItsEpochAndHealsAfterTh
 // question or Own outlives Run), and that nothing is committed past a
 // record whose row is not started.
 func TestARouterStoppedWhileEveryQuestionHangsReturnsInTimeWithNoFencedCallLeft(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	cfg.SessionTimeout = 20 * time.Second
@@ -4981,9 +5014,7 @@ func TestAMarkRefusedOftenBeforeTheStopIsSentInTheFinalFlushUnderTheFenceTakenAg
 // coordinator is quick. Fails 4 of 4: c@1 not started in 60 s, 8
 // questions, 2 Owns by r1 whose epochs were never used; heals once quick.
 func TestAPartitionRefusedOnceIsTakenAgainWhileTheCoordinatorAnswersSteadilyIn6s(t *testing.T) {
-	if raceDetector {
-		t.Skip("a minute and more of a slow coordinator's timing, and no memory the other fence tests do not share: run without the race detector (make test's first run)")
-	}
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	cfg.SessionTimeout = 45 * time.Second
@@ -5037,9 +5068,7 @@ func TestAPartitionRefusedOnceIsTakenAgainWhileTheCoordinatorAnswersSteadilyIn6s
 // again, and partition 1 is committed to its end. Fails 3 of 3: 4
 // questions began between 50 and 90 s (8 in all); heals once quick.
 func TestACoordinatorSlowerThanTheLongestQuestionBoundIsNotAskedAtEveryRefusal(t *testing.T) {
-	if raceDetector {
-		t.Skip("a minute and more of a slow coordinator's timing, and no memory the other fence tests do not share: run without the race detector (make test's first run)")
-	}
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	cfg.SessionTimeout = 60 * time.Second
@@ -5097,6 +5126,7 @@ func TestACoordinatorSlowerThanTheLongestQuestionBoundIsNotAskedAtEveryRefusal(t
 // partition's backoff before backingOff looks: the final flush asks the
 // quick coordinator and takes the partition again.
 func TestAMarkRefusedInTheFinalFlushWhileItsPartitionBacksOffIsSentUnderTheFenceTakenAgain(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 1, envOpt{})
 	cfg := e.config()
 	cfg.SessionTimeout = 20 * time.Second
@@ -5164,6 +5194,7 @@ func TestAMarkRefusedInTheFinalFlushWhileItsPartitionBacksOffIsSentUnderTheFence
 // question outlives Run), that every Own of r1 that began returned, and
 // that nothing is committed past a record whose row is not started.
 func TestARouterStoppedWhileEveryRetakesOwnHangsReturnsInTimeWithNoOwnLeft(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	r1 := e.start("r1", cfg)
@@ -5243,6 +5274,7 @@ func TestARouterStoppedWhileEveryRetakesOwnHangsReturnsInTimeWithNoOwnLeft(t *te
 // r1's retakes (swept at the next refusal with candidates: bounded by
 // the partitions of the last fenced call).
 func TestAPartitionRevokedWhileItBacksOffIsLetGoAndEverythingHeals(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
 	cfg.SessionTimeout = 20 * time.Second

@@ -88,6 +88,7 @@ func TestAClaimerThatFellBehindClaimsTheWaitingPollsInOneStatement(t *testing.T)
 // two dead letters. Claimed apart, the second finds the first's dead
 // letter in the log and is not written again.
 func TestAMergedClaimDeadLettersARecordRedeliveredBetweenItsPollsOnce(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	e.led.seed(wid("c"), stateStarted, e.hashOf("c", "v1"))
 	release := e.holdFirstClaim()
@@ -208,6 +209,7 @@ func TestAHeldPollIsClaimedBeforeTheNextPollOfItsPartition(t *testing.T) {
 // the other member started. Temporal hears nothing of c from r1, d starts
 // once, and both partitions commit to their ends.
 func TestAGatheredPollFromAnEarlierAssignmentStartsNothingTheOtherMemberStarted(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	release := e.holdFirstClaim()
 	rn := e.start("r1", e.config())
@@ -274,6 +276,7 @@ func TestAGatheredPollFromAnEarlierAssignmentStartsNothingTheOtherMemberStarted(
 // commits to the end: the held poll is neither lost past a commit nor
 // started twice.
 func TestAHeldPollAtShutdownIsNotCommittedPastAndStartsOnceAfter(t *testing.T) {
+	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	release := e.holdFirstClaim()
 	rn := e.start("r1", e.config())

@@ -476,3 +476,14 @@ func (e *testEnv) pollOfCWaitsAndPartitionOneMoves(rn *runner, v string) (offC i
 	})
 	return offC, other
 }
+
+// waitsOnTimers marks a test that spends seconds waiting (on the fence's
+// bounds and backoffs, a slowed coordinator, a drain or revoke timeout)
+// rather than computing: it runs in parallel with the others like it, up
+// to make test's -parallel at once. Each has its own cluster, ledger,
+// dead-letter log and Temporal fakes; a bound such a test asserts has
+// the margin of a loaded machine.
+func waitsOnTimers(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}

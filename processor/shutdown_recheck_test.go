@@ -34,6 +34,7 @@ import (
 // re-submits B in a goroutine: new job, enqueue picks startQ or Done.
 // (5) Run returns only after revoke_timeout (10s, the default) more.
 func TestShutdownDoesNotWaitRevokeTimeoutForARecheckQueuedAfterTheDrain(t *testing.T) {
+	waitsOnTimers(t)
 	const n = 10
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
