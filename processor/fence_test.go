@@ -5996,3 +5996,130 @@ func TestDeadLetterMarksOfAPartitionThatBacksOffDoNotFloodTheLedger(t *testing.T
 	}
 	t.Logf("%d MarkDeadLettered in the backoff; partition 1's worst start %v; healed %v after the backoff's end", inBackoff, worst, after.Round(100*time.Millisecond))
 }
+
+// Adversary 31b-5 (focus d, in a claim: a gathered claim naming a
+// partition that backs off and one refused for the first time). m@0 is
+// started and its mark waits for mark_interval (2 s); the claimer is held
+// in w@1's claim while y@0 and z@1 are produced together (one poll,
+// claimed together next). A member the group dropped then takes partition
+// 0 before m's mark, and r1's first re-take (Own) of it fails at once:
+// partition 0 backs off retakeBackoff(1), 10 s (its fetch paused by the
+// waiting mark, y@0 already polled). The claimer is let go, and the ghost
+// takes partition 1 just before the claim that holds y@0 and z@1: its
+// refusal names partition 0 (backing off) and partition 1 (refused for
+// the first time). The test holds that z@1 starts within 3 s of that
+// refusal (partition 1 asked about and taken again, not kept by
+// partition 0's backoff), that r1 took partition 1 again once, and that
+// y@0 and m@0 start once and partition 0 is committed to its end within 5
+// s of its backoff's end. Held (passes 4 of 4, 14 s): z started 10 ms
+// after the mixed refusal (9.7 s of partition 0's backoff left), partition
+// 1 taken again once, healed 2 s after the backoff's end.
+func TestAPartitionRefusedFirstInTheSameClaimAsOneThatBacksOffIsTakenAgainAtOnce(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.Starts.MarkInterval = 2 * time.Second
+	cfg.RevokeTimeout = 3 * time.Second
+	var failed atomic.Bool
+	var failedAt atomic.Int64
+	var retakes1 atomic.Int32
+	r1 := e.startWith("r1", cfg, func(r *Router, _ *prometheus.Registry) {
+		own := r.commits.own
+		r.commits.own = func(ctx context.Context, o Ownership) ([]int64, error) {
+			if o.Confirmed && slices.ContainsFunc(o.Parts, func(p PartitionRef) bool { return p.Partition == 1 }) {
+				retakes1.Add(1)
+			}
+			if o.Confirmed && len(o.Parts) == 1 && o.Parts[0].Partition == 0 && failed.CompareAndSwap(false, true) {
+				failedAt.Store(time.Now().UnixNano())
+				return nil, errors.New("the ledger is down for this one statement")
+			}
+			return own(ctx, o)
+		}
+	})
+	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
+	holdW := make(chan struct{})
+	var holdOnce sync.Once
+	defer holdOnce.Do(func() { close(holdW) })
+	var once0, once1 sync.Once
+	var mixedAt atomic.Int64
+	has := func(intents []decide.Intent, id string) bool {
+		return slices.ContainsFunc(intents, func(in decide.Intent) bool { return in.WorkflowID == wid(id) })
+	}
+	e.led.mu.Lock()
+	e.led.gate = func(intents []decide.Intent) bool {
+		if has(intents, "w") {
+			<-holdW
+		}
+		if has(intents, "y") && has(intents, "z") && failed.Load() {
+			once1.Do(func() {
+				mixedAt.Store(time.Now().UnixNano())
+				e.ghostOwn(1)
+			})
+		}
+		return false
+	}
+	e.led.markGate = func(ps []int32) {
+		if slices.Contains(ps, 0) {
+			once0.Do(func() { e.ghostOwn(0) })
+		}
+	}
+	e.led.mu.Unlock()
+	offM := e.produce(0, "m", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("m"))) == 1 }, func() string { return "m never started" })
+	e.produce(1, "w", "v")
+	time.Sleep(200 * time.Millisecond) // the claimer held in w's claim
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := e.cl.ProduceSync(ctx, &kgo.Record{Topic: testTopic, Partition: 0, Value: value("y", "v")},
+		&kgo.Record{Topic: testTopic, Partition: 1, Value: value("z", "v")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	eventually(t, 10*time.Second, failed.Load, func() string { return "r1's re-take of partition 0 never failed" })
+	time.Sleep(300 * time.Millisecond)
+	holdOnce.Do(func() { close(holdW) })
+	eventually(t, 10*time.Second, func() bool { return mixedAt.Load() != 0 }, func() string {
+		return "no claim held y@0 and z@1 together after partition 0 began to back off"
+	})
+	mixed := time.Unix(0, mixedAt.Load())
+	backoffEnds := time.Unix(0, failedAt.Load()).Add(retakeBackoff(1))
+	for time.Since(mixed) < 3*time.Second && len(e.starter.executionsOf(wid("z"))) == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	zTook, zDone, zLeft := time.Since(mixed), len(e.starter.executionsOf(wid("z"))) == 1, time.Until(backoffEnds)
+	healed := func() bool {
+		for _, id := range []string{"m", "y", "w", "z"} {
+			if e.led.state(wid(id)) != stateStarted {
+				return false
+			}
+		}
+		return e.atEnd()
+	}
+	for time.Now().Before(backoffEnds.Add(5*time.Second)) && !healed() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	ok, after, committed := healed(), time.Since(backoffEnds), e.committed()
+	owned := r1.owned()
+	if err := r1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if len(owned) != 2 {
+		t.Fatalf("interleaving not reached: r1 owns %v at the end, want both (no rebalance)", owned)
+	}
+	if !zDone {
+		t.Errorf("z@1 not started within %v of the claim refused for partitions 0 (backing off, %v left) and 1 (first refusal); %d re-takes of partition 1",
+			zTook.Round(100*time.Millisecond), zLeft.Round(100*time.Millisecond), retakes1.Load())
+	}
+	if n := retakes1.Load(); n != 1 {
+		t.Errorf("r1 took partition 1 again %d times, want 1", n)
+	}
+	if !ok {
+		t.Errorf("not healed within 5 s of partition 0's backoff's end: committed %v (m@0 at %d), ends %v", committed, offM, e.ends())
+	}
+	for _, id := range []string{"m", "y", "w", "z"} {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+	t.Logf("z started %v after the mixed refusal (partition 0's backoff had %v left); healed %v after the backoff's end",
+		zTook.Round(10*time.Millisecond), zLeft.Round(100*time.Millisecond), after.Round(100*time.Millisecond))
+}
