@@ -325,6 +325,7 @@ func (c *committer) takeAgain(ctx, cctx context.Context, member string, again []
 	for _, part := range again {
 		if epochs != nil {
 			delete(c.retakes, part)
+			part.backoffUntil.Store(0)
 			continue
 		}
 		if cctx.Err() != nil {

@@ -31,6 +31,11 @@ type partition struct {
 	// when the router takes the partition again (committer.fenced).
 	group string
 	epoch atomic.Int64
+	// backoffUntil (Unix nanoseconds; 0 none) is when this assignment's
+	// backoff ends after taking it again failed (committer.backOff): until
+	// then it is kept under the refused fence, so that a write of it sent
+	// again before is refused again.
+	backoffUntil atomic.Int64
 }
 
 // fence is the partition's ownership as its records' writes carry it now.

@@ -85,6 +85,30 @@ func (c *committer) backOff(parts []*partition, slow bool) {
 			r.until = time.Now().Add(retakeBackoff(r.failures))
 		}
 		c.retakes[part] = r
+		part.backoffUntil.Store(r.until.UnixNano())
+	}
+}
+
+// backsOff reports whether part is backing off now (backOff).
+func backsOff(part *partition) bool { return time.Now().UnixNano() < part.backoffUntil.Load() }
+
+// waitBackoff waits until part's backoff ends (backOff), or its
+// assignment or ctx does: a write of it sent again before that is refused
+// again, under the fence kept. A dead-letter mark sent again on its own
+// waits so, rather than cost the ledger a refused statement about every
+// second for each record in flight while its partition backs off (up to
+// a minute; adversary 31b-4).
+func waitBackoff(ctx context.Context, part *partition) {
+	d := time.Until(time.Unix(0, part.backoffUntil.Load()))
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-part.ctx.Done():
+	case <-t.C:
 	}
 }
 

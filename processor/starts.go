@@ -403,11 +403,20 @@ func (s *startPool) deadLetter(ctx context.Context, j *job, cause error) {
 }
 
 // markDeadLettered sends j's dead-letter mark for the try-th time (after
-// waitRefused's wait for the refusals before it) and ends j, unless the
+// waitRefused's wait for the refusals before it, and, sent again, after
+// its partition's backoff: waitBackoff) and ends j, unless the
 // ledger's fence refused it and the router took its record's assignment
 // again: then it reports again, and j is not ended.
 func (s *startPool) markDeadLettered(ctx context.Context, j *job, try int) (again bool) {
 	waitRefused(ctx, try-1)
+	if try > 1 {
+		waitBackoff(ctx, j.rec.part)
+	} else if backsOff(j.rec.part) {
+		// It would be refused (its partition is kept under the refused
+		// fence until its backoff ends): sent after the backoff, off the
+		// worker, as a refused mark is.
+		return true
+	}
 	dl := []DeadLettered{{WorkflowID: j.req.WorkflowID, Topic: j.rec.part.tp.topic, Partition: j.rec.part.tp.partition,
 		Fence: j.rec.part.fence()}}
 	err := s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkDeadLettered(ctx, dl) })
