@@ -118,6 +118,7 @@ func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 			tp := topicPartition{t, p}
 			if part := c.parts[tp]; part != nil {
 				part.revoking = true
+				part.revokeBegan.Store(true)
 				only[tp] = true
 				parts = append(parts, part)
 			}

@@ -36,6 +36,9 @@ type partition struct {
 	// then it is kept under the refused fence, so that a write of it sent
 	// again before is refused again.
 	backoffUntil atomic.Int64
+	// revokeBegan is revoking as read without the committer's lock
+	// (backsOff): a partition being revoked does not back off.
+	revokeBegan atomic.Bool
 }
 
 // fence is the partition's ownership as its records' writes carry it now.

@@ -89,26 +89,35 @@ func (c *committer) backOff(parts []*partition, slow bool) {
 	}
 }
 
-// backsOff reports whether part is backing off now (backOff).
-func backsOff(part *partition) bool { return time.Now().UnixNano() < part.backoffUntil.Load() }
+// backsOff reports whether part is backing off now (backOff), and is not
+// being revoked.
+func backsOff(part *partition) bool {
+	return !part.revokeBegan.Load() && time.Now().UnixNano() < part.backoffUntil.Load()
+}
 
-// waitBackoff waits until part's backoff ends (backOff), or its
-// assignment or ctx does: a write of it sent again before that is refused
+// backoffPoll is how often waitBackoff looks at the backoff again: it may
+// end before the time it had when the wait began (a slow question's
+// shorter backoff replaces it, a re-take clears it, a revoke begins;
+// adversary 31c).
+const backoffPoll = 100 * time.Millisecond
+
+// waitBackoff waits while part backs off (backsOff), or until its
+// assignment or ctx ends: a write of it sent again before that is refused
 // again, under the fence kept. A dead-letter mark sent again on its own
 // waits so, rather than cost the ledger a refused statement about every
 // second for each record in flight while its partition backs off (up to
 // a minute; adversary 31b-4).
 func waitBackoff(ctx context.Context, part *partition) {
-	d := time.Until(time.Unix(0, part.backoffUntil.Load()))
-	if d <= 0 {
+	for backsOff(part) {
+		t := time.NewTimer(min(time.Until(time.Unix(0, part.backoffUntil.Load())), backoffPoll))
+		select {
+		case <-ctx.Done():
+		case <-part.ctx.Done():
+		case <-t.C:
+			continue
+		}
+		t.Stop()
 		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-part.ctx.Done():
-	case <-t.C:
 	}
 }
 
