@@ -348,8 +348,9 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 	}
 	reg := newRegistry()
 	var first firstFetch
+	commits := newCommitSeen()
 	r, err := processor.New(cfg, processor.Options{Ledger: led, DeadLetterLog: led, Starter: st, Registerer: reg, Log: e.Log, Tracing: rr.tracing,
-		KafkaOpts: []kgo.Opt{kgo.WithHooks(&first)}})
+		KafkaOpts: []kgo.Opt{kgo.WithHooks(&first, commits)}})
 	if err != nil {
 		return res, nil, err
 	}
@@ -373,7 +374,7 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 			return res, nil, err
 		}
 	}
-	polls, err := e.waitConsumed(ctx, cfg.Group, rr.topic, 30*time.Minute)
+	polls, err := e.waitCommitted(ctx, cfg.Group, rr.topic, 30*time.Minute, commits.ch)
 	elapsed := time.Since(began)
 	res.CPUSeconds = win.cpuSeconds()
 	res.InfraBusy = win.infraBusy()
