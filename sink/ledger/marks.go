@@ -56,29 +56,7 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	// its row was already started at its generation or a newer one when
 	// lk read it (an earlier try whose answer was lost, another router's
 	// mark), or up left it so.
-	err := p.pool.QueryRow(ctx, `
-WITH `+fenceCTE(9)+`, u AS MATERIALIZED (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::uuid[], $5::text[], $6::text[], $7::int4[], $8::int8[])
-		WITH ORDINALITY AS u(workflow_id, run_id, generation, key, consumer_group, topic, kafka_partition, epoch, n)
-	WHERE u.epoch = 0 OR EXISTS (SELECT FROM fence WHERE (fence.consumer_group, fence.topic, fence.kafka_partition, fence.epoch) =
-		(u.consumer_group, u.topic, u.kafka_partition, u.epoch))
-), lk AS MATERIALIZED (
-	SELECT u.*, l.state AS row_state, l.generation AS row_generation
-	FROM u JOIN dedup_ledger l ON `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+`
-	`+lockInKeyOrder+`
-), up AS (
-	UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), generation = greatest(l.generation, u.generation),
-		started_at = now(), updated_at = now()
-	FROM lk u
-	WHERE `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+` AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))
-	RETURNING l.workflow_id, l.generation
-)
-SELECT count(*) = cardinality($12::int8[]),
-	coalesce((SELECT array_agg(r.n) FROM (
-		SELECT lk.n FROM lk WHERE lk.row_state = 'started' AND lk.row_generation >= lk.generation
-		UNION
-		SELECT u.n FROM u JOIN up ON up.workflow_id = u.workflow_id AND up.generation >= u.generation) r), '{}')
-FROM fence`,
+	err := p.pool.QueryRow(ctx, markStartedSQL,
 		ids, runs, gens, keys, groups, topics, parts, epochs,
 		f.groups, f.topics, f.parts, f.epochs).Scan(&held, &recorded)
 	if err != nil {
@@ -127,22 +105,7 @@ func (p *Postgres) MarkDeadLettered(ctx context.Context, rows []processor.DeadLe
 		return processor.PartitionEpoch{Group: groups[i], Topic: topics[i], Partition: parts[i], Epoch: epochs[i]}
 	})
 	var held bool
-	err := p.pool.QueryRow(ctx, `
-WITH `+fenceCTE(7)+`, lk AS MATERIALIZED (
-	SELECT u.workflow_id, u.key
-	FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::int4[], $6::int8[])
-		AS u(workflow_id, key, consumer_group, topic, kafka_partition, epoch)
-	JOIN dedup_ledger l ON `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+`
-	WHERE l.state = 'pending'
-		AND (u.epoch = 0 OR EXISTS (SELECT FROM fence WHERE (fence.consumer_group, fence.topic, fence.kafka_partition, fence.epoch) =
-			(u.consumer_group, u.topic, u.kafka_partition, u.epoch)))
-	`+lockInKeyOrder+`
-), up AS (
-	UPDATE dedup_ledger l SET state = 'dead_lettered', updated_at = now()
-	FROM lk u
-	WHERE `+schemas.LedgerRowIs("l", "u.workflow_id", "u.key")+` AND l.state = 'pending'
-)
-SELECT count(*) = cardinality($10::int8[]) FROM fence`, ids, keys, groups, topics, parts, epochs,
+	err := p.pool.QueryRow(ctx, markDeadLetteredSQL, ids, keys, groups, topics, parts, epochs,
 		f.groups, f.topics, f.parts, f.epochs).Scan(&held)
 	if err != nil {
 		return p.classify(fmt.Errorf("marking %d workflows dead-lettered: %w", n, err))
@@ -162,3 +125,50 @@ SELECT count(*) = cardinality($10::int8[]) FROM fence`, ids, keys, groups, topic
 // claim of the same rows by two routers could each hold a row the other
 // waits for (a deadlock, 40P01).
 const lockInKeyOrder = `ORDER BY l.key FOR NO KEY UPDATE OF l`
+
+// markStartedSQL is MarkStarted's statement: $1–$8 the entries in key
+// order, $9–$12 their fences (fenceArgs). Built once: a mark is sent
+// every starts.mark_interval, and pgx finds its prepared statement by
+// this text.
+var markStartedSQL = `
+WITH ` + fenceCTE(9) + `, u AS MATERIALIZED (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::uuid[], $5::text[], $6::text[], $7::int4[], $8::int8[])
+		WITH ORDINALITY AS u(workflow_id, run_id, generation, key, consumer_group, topic, kafka_partition, epoch, n)
+	WHERE u.epoch = 0 OR EXISTS (SELECT FROM fence WHERE (fence.consumer_group, fence.topic, fence.kafka_partition, fence.epoch) =
+		(u.consumer_group, u.topic, u.kafka_partition, u.epoch))
+), lk AS MATERIALIZED (
+	SELECT u.*, l.state AS row_state, l.generation AS row_generation
+	FROM u JOIN dedup_ledger l ON ` + schemas.LedgerRowIs("l", "u.workflow_id", "u.key") + `
+	` + lockInKeyOrder + `
+), up AS (
+	UPDATE dedup_ledger l SET state = 'started', run_id = NULLIF(u.run_id, ''), generation = greatest(l.generation, u.generation),
+		started_at = now(), updated_at = now()
+	FROM lk u
+	WHERE ` + schemas.LedgerRowIs("l", "u.workflow_id", "u.key") + ` AND (l.state = 'pending' OR (l.state = 'started' AND l.generation < u.generation))
+	RETURNING l.workflow_id, l.generation
+)
+SELECT count(*) = cardinality($12::int8[]),
+	coalesce((SELECT array_agg(r.n) FROM (
+		SELECT lk.n FROM lk WHERE lk.row_state = 'started' AND lk.row_generation >= lk.generation
+		UNION
+		SELECT u.n FROM u JOIN up ON up.workflow_id = u.workflow_id AND up.generation >= u.generation) r), '{}')
+FROM fence`
+
+// markDeadLetteredSQL is MarkDeadLettered's statement: $1–$6 the rows in
+// key order, $7–$10 their fences.
+var markDeadLetteredSQL = `
+WITH ` + fenceCTE(7) + `, lk AS MATERIALIZED (
+	SELECT u.workflow_id, u.key
+	FROM unnest($1::text[], $2::uuid[], $3::text[], $4::text[], $5::int4[], $6::int8[])
+		AS u(workflow_id, key, consumer_group, topic, kafka_partition, epoch)
+	JOIN dedup_ledger l ON ` + schemas.LedgerRowIs("l", "u.workflow_id", "u.key") + `
+	WHERE l.state = 'pending'
+		AND (u.epoch = 0 OR EXISTS (SELECT FROM fence WHERE (fence.consumer_group, fence.topic, fence.kafka_partition, fence.epoch) =
+			(u.consumer_group, u.topic, u.kafka_partition, u.epoch)))
+	` + lockInKeyOrder + `
+), up AS (
+	UPDATE dedup_ledger l SET state = 'dead_lettered', updated_at = now()
+	FROM lk u
+	WHERE ` + schemas.LedgerRowIs("l", "u.workflow_id", "u.key") + ` AND l.state = 'pending'
+)
+SELECT count(*) = cardinality($10::int8[]) FROM fence`
