@@ -139,11 +139,14 @@ type StartConfig struct {
 	// MarkBatch and MarkInterval bound how started workflows are batched
 	// into one ledger update: a record is finished (committable) once its
 	// workflow is marked, so the interval adds to commit latency. The
-	// default interval (100ms) is a tenth of the commit interval: at a few
-	// hundred starts a second, 10ms made one statement of one or two rows
-	// per start, about a tenth of the router's CPU per workflow (issue #43's
-	// profile); a mark that waits is not a risk (a crash before it re-drives
-	// the row, and Temporal answers the same request ID with the same run).
+	// default interval (250ms) is a quarter of the commit interval: at a
+	// few hundred starts a second, 10ms made one statement of one or two
+	// rows per start, about a tenth of the router's CPU per workflow, and
+	// 100ms one of a few dozen, each with its round trip and the wake-up
+	// of an otherwise idle process (issue #43's profiles); a mark that
+	// waits is not a risk (a crash before it re-drives the row, and
+	// Temporal answers the same request ID with the same run). A revoke
+	// or the drain waits up to one interval longer for its records.
 	MarkBatch    int           `yaml:"mark_batch"`
 	MarkInterval time.Duration `yaml:"mark_interval"`
 }
@@ -185,7 +188,7 @@ func DefaultConfig() Config {
 		DeadLetterTopic:  "{topic}.dlq",
 		NoRoute:          "skip",
 		EventID:          eventid.DefaultConfig(),
-		Starts:           StartConfig{Concurrency: 32, MarkBatch: 512, MarkInterval: 100 * time.Millisecond},
+		Starts:           StartConfig{Concurrency: 32, MarkBatch: 512, MarkInterval: 250 * time.Millisecond},
 		Retry:            RetryConfig{Initial: 100 * time.Millisecond, Max: 10 * time.Second},
 	}
 }

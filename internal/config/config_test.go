@@ -33,7 +33,7 @@ func TestExampleConfigLoads(t *testing.T) {
 	} else if tm, err := sig.Template(); err != nil || tm.String() != sig.WorkflowIDTemplate {
 		t.Errorf("the signal route's template: %v, %v", tm, err)
 	}
-	if cfg.Kafka.SessionTimeout != 45*time.Second || cfg.Starts.MarkInterval != 100*time.Millisecond {
+	if cfg.Kafka.SessionTimeout != 45*time.Second || cfg.Starts.MarkInterval != 250*time.Millisecond {
 		t.Errorf("durations: %s %s", cfg.Kafka.SessionTimeout, cfg.Starts.MarkInterval)
 	}
 	def := Default()

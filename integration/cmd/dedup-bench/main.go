@@ -154,7 +154,7 @@ func run() error {
 	flag.IntVar(&p.RetentionRows, "retention-rows", 0, "on demand: ledger rows of the retention-cost stage (0: skipped)")
 	flag.IntVar(&p.RetentionDays, "retention-days", 7, "days the retention-cost stage's rows span")
 	flag.BoolVar(&p.LedgerOnly, "ledger-only", false, "run only the on-demand ledger stages (-ledger-scale, -retention-rows), no latency profiles")
-	flag.DurationVar(&p.MarkInterval, "mark-interval", 0, "the router's starts.mark_interval (0: dedup's default, 100ms)")
+	flag.DurationVar(&p.MarkInterval, "mark-interval", 0, "the router's starts.mark_interval (0: dedup's default, 250ms)")
 	flag.StringVar(&p.Compression, "temporal-compression", "none", "gRPC compression of every stage's Temporal requests: none (dedup's default) or gzip (the SDK's)")
 	flag.IntVar(&p.Batch, "batch", 1000, "poll batch = claim batch")
 	flag.IntVar(&p.PayloadBytes, "payload", 256, "payload bytes")
