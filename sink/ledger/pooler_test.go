@@ -211,3 +211,96 @@ func TestReplayReadAnswersThroughTransactionPooler(t *testing.T) {
 	other.Partition, other.Offset = 0, 100
 	want(t, claim(t, l, in[0], in[1], other, in[3]), decide.VerdictDuplicate, decide.VerdictDuplicate, decide.VerdictConflict, decide.VerdictDuplicate)
 }
+
+// MarkStarted's and MarkDeadLettered's statements are package variables
+// now (29e298e), the same text as before: through PgBouncer in
+// transaction pooling, three routers' ledgers, each owning its own
+// partition (a fence, epoch > 0), claim their events and mark half
+// started and half dead-lettered, round after round and all at once, so
+// that each statement runs on every one of the two server sessions, after
+// the others'. Every mark lands: each ledger's rows end started or
+// dead_lettered as marked, none pending. (adversary 32)
+func TestFencedMarksThroughTransactionPoolerLand(t *testing.T) {
+	const routers, rounds, n = 3, 15, 20
+	ls := openPooled(t, pgbouncer.Transaction, routers)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, routers)
+	for r, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			part := processor.PartitionRef{Topic: "events", Partition: int32(r)}
+			epochs, err := l.Own(ctx, processor.Ownership{Group: "g", Member: fmt.Sprintf("m%d", r), Generation: 1, Parts: []processor.PartitionRef{part}})
+			if err != nil || len(epochs) != 1 || epochs[0] == 0 {
+				errs <- fmt.Errorf("router %d: Own: %v %v", r, epochs, err)
+				return
+			}
+			fence := decide.Fence{Group: "g", Epoch: epochs[0]}
+			for round := range rounds {
+				in := make([]decide.Intent, n)
+				for i := range in {
+					in[i] = intent(fmt.Sprintf("p%d-r%d-e%d", r, round, i), "x")
+					in[i].Partition, in[i].Fence = part.Partition, fence
+				}
+				var cl []decide.Claimed
+				if err := retriedAfterDeadlock(func() (err error) { cl, err = l.Claim(ctx, in); return err }); err != nil {
+					errs <- fmt.Errorf("router %d, round %d: claim: %v", r, round, err)
+					return
+				}
+				var started []processor.Started
+				var dead []processor.DeadLettered
+				for i, c := range cl {
+					if c.Verdict != decide.VerdictNew {
+						errs <- fmt.Errorf("router %d, round %d: %s: verdict %v, want new", r, round, in[i].WorkflowID, c.Verdict)
+						return
+					}
+					if i%2 == 0 {
+						started = append(started, processor.Started{WorkflowID: in[i].WorkflowID, RunID: "run", Generation: c.Generation,
+							Topic: part.Topic, Partition: part.Partition, Fence: fence})
+					} else {
+						dead = append(dead, processor.DeadLettered{WorkflowID: in[i].WorkflowID, Topic: part.Topic, Partition: part.Partition, Fence: fence})
+					}
+				}
+				var inner sync.WaitGroup
+				var serr, derr error
+				inner.Add(2)
+				go func() {
+					defer inner.Done()
+					serr = retriedAfterDeadlock(func() error { return l.MarkStarted(ctx, started) })
+				}()
+				go func() {
+					defer inner.Done()
+					derr = retriedAfterDeadlock(func() error { return l.MarkDeadLettered(ctx, dead) })
+				}()
+				inner.Wait()
+				if serr != nil || derr != nil {
+					errs <- fmt.Errorf("router %d, round %d: mark started: %v, mark dead-lettered: %v", r, round, serr, derr)
+					return
+				}
+				for i, s := range started {
+					if !s.Recorded {
+						errs <- fmt.Errorf("router %d, round %d: started[%d] %s not recorded", r, round, i, s.WorkflowID)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	counts, err := ls[0].Count(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (ledger.Counts{Started: routers * rounds * n / 2, DeadLettered: routers * rounds * n / 2}); counts != want {
+		t.Errorf("ledger %+v, want %+v", counts, want)
+	}
+}
