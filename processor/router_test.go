@@ -869,3 +869,47 @@ func TestARevokeTimeoutJustAboveTheDefaultMarkIntervalCommitsWhatStartedBeforeIt
 			c, cfg.RevokeTimeout, cfg.Starts.MarkInterval)
 	}
 }
+
+// kafka.commit_interval below the default starts.mark_interval (50ms
+// against 250ms; Validate accepts it): commits run five times between two
+// marks, and must commit only what is marked, all of it in the end. Each
+// look at the group's offset checks that every record below it has its
+// workflow marked (started in the ledger); then everything is committed
+// and started once. (adversary 32)
+func TestACommitIntervalBelowTheDefaultMarkIntervalCommitsOnlyMarkedRecords(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	def := DefaultConfig()
+	cfg := e.config()
+	cfg.Starts.MarkInterval = def.Starts.MarkInterval
+	cfg.RevokeTimeout = def.RevokeTimeout
+	cfg.CommitInterval = 50 * time.Millisecond
+	rn := e.start("r1", cfg)
+	rn.waitJoined()
+	var ids []string
+	for i := range 30 {
+		id := fmt.Sprintf("e%d", i)
+		ids = append(ids, id)
+		e.produce(0, id, "v")
+		if i%10 == 9 {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	eventually(t, 10*time.Second, func() bool {
+		c := e.committed()[0]
+		for off := int64(0); off < c; off++ {
+			if st := e.led.state(wid(ids[off])); st != stateStarted {
+				t.Fatalf("committed %d while %s (offset %d) is %q, not marked", c, ids[off], off, st)
+			}
+		}
+		return c == int64(len(ids))
+	}, func() string { return fmt.Sprintf("committed %v", e.committed()) })
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, id := range ids {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions", id, n)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -115,5 +116,100 @@ func TestShutdownWithADrainTimeoutBelowTheDefaultMarkIntervalMarksAndCommitsWhat
 		mu.Lock()
 		t.Errorf("committed %d, want 2 (s and a started before the stop; marks at %v)", c, fmt.Sprint(marks))
 		mu.Unlock()
+	}
+}
+
+// A shutdown that waits out its drain (a start hangs: h), while a tick's
+// mark of records started before the stop (a) is still on its way when
+// the drain's three quarters end: the work context's cancel cuts that mark
+// short (the marker's tick flush runs under the work context), and its
+// records are ended not ok, rather than left to the marker's final flush,
+// which has its own deadline to mark exactly such records. With the default
+// mark interval (250ms) and drain_timeout (1s here, the default 20s alike
+// with a start hung past 15s). The mark in flight is made to span the
+// moment (the fake ledger's gate holds it until the work context ends; a
+// real mark of a few ms does with a probability of its round trip over
+// the interval per such shutdown). Wants a marked and committed (the final
+// flush re-sends it: a mark is idempotent); fails now: a stays pending
+// and uncommitted, its started workflow re-driven on redelivery.
+// (adversary 32)
+func TestShutdownMarksAStartedBatchWhoseTickMarkTheDrainsEndCutShort(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	def := DefaultConfig()
+	cfg := e.config()
+	cfg.Starts.MarkInterval = def.Starts.MarkInterval
+	cfg.RevokeTimeout = def.RevokeTimeout
+	cfg.DrainTimeout = time.Second
+	releaseA, releaseH := e.starter.block(wid("a")), e.starter.block(wid("h"))
+	defer releaseA()
+	defer releaseH()
+	var stopping atomic.Bool
+	var workDone <-chan struct{}
+	var cutShort atomic.Bool
+	e.led.mu.Lock()
+	e.led.markGate = func([]int32) {
+		releaseA() // a starts just after the first mark (s's)
+		if stopping.Load() {
+			<-workDone // on its way when the drain's three quarters end
+			cutShort.Store(true)
+		}
+	}
+	e.led.mu.Unlock()
+	e.produce(0, "s", "v")
+	e.produce(0, "a", "v")
+	e.produce(0, "h", "v")
+	rn := e.start("r1", cfg)
+	workDone = rn.r.workCtx.Done()
+	eventually(t, 10*time.Second, func() bool {
+		return len(e.starter.executionsOf(wid("a"))) == 1 && e.led.state(wid("s")) == stateStarted && e.starter.heldCount(wid("h")) == 1
+	}, func() string { return "s not marked, a not started, or h's start not held" })
+	stopping.Store(true)
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	t.Logf("Run returned %v after cancel; a's tick mark cut short: %v", rn.took.Round(time.Millisecond), cutShort.Load())
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if st := e.led.state(wid("a")); st != stateStarted {
+		t.Errorf("a: ledger %q after shutdown, want started (its workflow was started before the stop)", st)
+	}
+	if c := e.committed()[0]; c != 2 {
+		t.Errorf("committed %d, want 2 (s and a; h's start hangs)", c)
+	}
+}
+
+// The default config's shutdown (drain_timeout 20s, mark_interval 250ms):
+// a record started just after a mark, the router stopped at once, is
+// marked by the next tick within the drain, and committed; Run returns
+// about one mark interval after the cancel, not the drain's whole three
+// quarters. (adversary 32)
+func TestShutdownWithTheDefaultDrainAndMarkIntervalMarksAndCommitsWhatStarted(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	def := DefaultConfig()
+	cfg := e.config()
+	cfg.Starts.MarkInterval = def.Starts.MarkInterval
+	cfg.RevokeTimeout = def.RevokeTimeout
+	cfg.DrainTimeout = def.DrainTimeout
+	e.afterFirstMark(shortDrainMarkRTT, "a")
+	e.produce(0, "s", "v")
+	e.produce(0, "a", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return len(e.starter.executionsOf(wid("a"))) == 1 && e.led.state(wid("s")) == stateStarted
+	}, func() string { return "s not marked, or a not started" })
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if rn.took > def.Starts.MarkInterval+time.Second {
+		t.Errorf("Run returned %v after cancel; want about one mark interval (%v)", rn.took, def.Starts.MarkInterval)
+	}
+	if st := e.led.state(wid("a")); st != stateStarted {
+		t.Errorf("a: ledger %q after shutdown, want started", st)
+	}
+	if c := e.committed()[0]; c != 2 {
+		t.Errorf("committed %d, want 2", c)
 	}
 }
