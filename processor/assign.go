@@ -125,7 +125,9 @@ func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 		}
 	}
 	c.mu.Unlock()
+	done := c.hurryMarks() // its records finish once marked: not at the mark interval
 	c.flight.waitIdle(parts, c.cfg.RevokeTimeout)
+	done()
 	c.commit(ctx, only)
 	// Forgotten under commitMu, so that no commit that read the partition
 	// before it was forgotten is sent after the revoke's.

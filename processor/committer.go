@@ -56,6 +56,11 @@ type committer struct {
 	// and returns their epochs.
 	own func(ctx context.Context, o Ownership) ([]int64, error)
 
+	// hurry makes the start pool's marker send its marks at once while a
+	// revoke waits for its records (startPool.hurry); nil: no pool (a
+	// test's committer).
+	hurry func() (done func())
+
 	// fenceLock (one token) serialises fenced (a partition is taken again
 	// once), and guards retakes; a caller whose ctx ends stops waiting.
 	fenceLock chan struct{}
@@ -128,6 +133,14 @@ func (c *committer) end(rec *record, ok bool) {
 	}
 	rec.kr = nil
 	c.flight.done(p)
+}
+
+// hurryMarks is hurry, or nothing without a start pool.
+func (c *committer) hurryMarks() (done func()) {
+	if c.hurry == nil {
+		return func() {}
+	}
+	return c.hurry()
 }
 
 // ready says whether the router has joined the group.

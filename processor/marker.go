@@ -19,6 +19,11 @@ func (s *startPool) marker() {
 	tick := time.NewTicker(s.cfg.Starts.MarkInterval)
 	defer tick.Stop()
 	flush := func(ctx context.Context, final bool) {
+		if !final && s.workCtx.Err() != nil {
+			// The drain ended: what is batched goes with the final
+			// flush, under a deadline of its own.
+			return
+		}
 		now := time.Now()
 		kept := waiting[:0]
 		for _, j := range waiting {
@@ -53,6 +58,12 @@ func (s *startPool) marker() {
 			}
 			err := s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkStarted(ctx, started) })
 			f, fenced := IsFenced(err)
+			if err != nil && !fenced && !final && s.workCtx.Err() != nil {
+				// The drain's end cut this mark short: the final flush
+				// sends it again (a mark lands once, whatever its tries),
+				// rather than its records ending unmarked (adversary 32).
+				return
+			}
 			var again map[PartitionRef]*partition
 			if fenced {
 				again = s.fenced(ctx, f)
@@ -104,15 +115,41 @@ func (s *startPool) marker() {
 				return
 			}
 			batch = append(batch, j)
-			if len(batch) >= s.cfg.Starts.MarkBatch {
+			hurried := s.hurried.Load() > 0
+			if hurried {
+				// A revoke or the drain waits (hurry): this mark and
+				// those queued behind it go now.
+				batch = s.takeQueued(batch)
+			}
+			if len(batch) >= s.cfg.Starts.MarkBatch || hurried {
 				flush(s.workCtx, false)
 			}
+		case <-s.markNow:
+			flush(s.workCtx, false)
 		case <-tick.C:
 			flush(s.workCtx, false)
 		case <-due:
 			flush(s.workCtx, false)
 		}
 	}
+}
+
+// takeQueued appends to batch the jobs already in the mark queue, up to
+// a batch, without waiting for more (a closed queue is left for the
+// marker's loop to see).
+func (s *startPool) takeQueued(batch []*job) []*job {
+	for len(batch) < s.cfg.Starts.MarkBatch {
+		select {
+		case j, ok := <-s.markQ:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, j)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // hold makes j hold its partition while its mark waits for the ledger's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dedupio/dedup/processor/decide"
@@ -116,6 +117,12 @@ type startPool struct {
 
 	startQ chan *job
 	markQ  chan *job
+	// hurried counts what waits for records to finish now (a revoke, the
+	// drain): while it is above zero the marker sends each mark as its
+	// job comes, with whatever else is queued, not at its interval
+	// (hurry). markNow wakes the marker for what it holds already.
+	hurried atomic.Int32
+	markNow chan struct{}
 	// qmu guards closed: senders to startQ hold it for reading, and stop
 	// sets closed under it, so that no job is put in the queue after its
 	// final drain (one would never end: nothing reads the queue then).
@@ -139,9 +146,24 @@ func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, led
 		// each, usually), so the claimer claims the next batch while this
 		// one's starts are still queued: a slow claim then does not leave
 		// the start workers idle. Fuller than that, submit waits.
-		startQ: make(chan *job, 2*(cfg.MaxInFlight+cfg.MaxPollRecords)),
-		markQ:  make(chan *job, cfg.Starts.MarkBatch),
+		startQ:  make(chan *job, 2*(cfg.MaxInFlight+cfg.MaxPollRecords)),
+		markQ:   make(chan *job, cfg.Starts.MarkBatch),
+		markNow: make(chan struct{}, 1),
 	}
+}
+
+// hurry makes the marker send its marks at once, not at its interval,
+// until done is called: a revoke or the drain waits for records that
+// finish only once their workflows are marked, and would otherwise wait
+// up to starts.mark_interval for a mark, past a revoke_timeout or a
+// drain_timeout a little longer than the interval (adversary 32).
+func (s *startPool) hurry() (done func()) {
+	s.hurried.Add(1)
+	select {
+	case s.markNow <- struct{}{}:
+	default:
+	}
+	return func() { s.hurried.Add(-1) }
 }
 
 // submit asks for rec's workflow to be started (check: started before,
