@@ -134,6 +134,20 @@ func (s *startPool) marker() {
 	}
 }
 
+// hurry makes the marker send its marks at once, not at its interval,
+// until done is called: a revoke or the drain waits for records that
+// finish only once their workflows are marked, and would otherwise wait
+// up to starts.mark_interval for a mark, past a revoke_timeout or a
+// drain_timeout a little longer than the interval (adversary 32).
+func (s *startPool) hurry() (done func()) {
+	s.hurried.Add(1)
+	select {
+	case s.markNow <- struct{}{}:
+	default:
+	}
+	return func() { s.hurried.Add(-1) }
+}
+
 // takeQueued appends to batch the jobs already in the mark queue, up to
 // a batch, without waiting for more (a closed queue is left for the
 // marker's loop to see).

@@ -152,20 +152,6 @@ func newStartPool(cfg Config, log *slog.Logger, m *metrics, starter Starter, led
 	}
 }
 
-// hurry makes the marker send its marks at once, not at its interval,
-// until done is called: a revoke or the drain waits for records that
-// finish only once their workflows are marked, and would otherwise wait
-// up to starts.mark_interval for a mark, past a revoke_timeout or a
-// drain_timeout a little longer than the interval (adversary 32).
-func (s *startPool) hurry() (done func()) {
-	s.hurried.Add(1)
-	select {
-	case s.markNow <- struct{}{}:
-	default:
-	}
-	return func() { s.hurried.Add(-1) }
-}
-
 // submit asks for rec's workflow to be started (check: started before,
 // run it again if the reuse policy allows): rec owns a new start, or
 // waits on the one in flight. It reports whether rec waits.
