@@ -145,8 +145,9 @@ type StartConfig struct {
 	// 100ms one of a few dozen, each with its round trip and the wake-up
 	// of an otherwise idle process (issue #43's profiles); a mark that
 	// waits is not a risk (a crash before it re-drives the row, and
-	// Temporal answers the same request ID with the same run). A revoke
-	// or the drain waits up to one interval longer for its records.
+	// Temporal answers the same request ID with the same run). While a
+	// revoke or the drain waits for records, marks go at once
+	// (startPool.hurry).
 	MarkBatch    int           `yaml:"mark_batch"`
 	MarkInterval time.Duration `yaml:"mark_interval"`
 }
