@@ -4558,7 +4558,10 @@ func TestAPartitionRefusedWhileTheCoordinatorIsSlowToAnswerDoesNotHoldTheClaimsO
 // pending and its record uncommitted (redelivered to the next owner: lost
 // shutdown work, as in 29c, not a lost event). Interleaving: one
 // partition; mark_interval 3 s (below revoke_timeout 5 s), so that x@0's
-// started job is still in the marker's batch when the drain (1.5 s) ends;
+// started job is still in the marker's batch when the drain begins; the
+// drain sends it at once (hurry, session 32), and the test holds that mark
+// until the drain's end cuts it short, so that it goes with the final
+// flush;
 // a member the group dropped takes partition 0 once, just before the
 // final flush's first mark (its late Own). The test holds that x's row
 // ends started and partition 0 is committed past x, as when the same
@@ -4575,8 +4578,16 @@ func TestAMarkRefusedInTheFinalFlushIsSentUnderTheFenceTakenAgain(t *testing.T) 
 	r1 := e.start("r1", cfg)
 	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 1 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
 	var finalMarks, ghosted atomic.Int32
+	var stopping atomic.Bool
 	e.led.mu.Lock()
 	e.led.markGate = func(ps []int32) {
+		if r1.r.workCtx.Err() == nil && stopping.Load() {
+			// The drain sends the batched mark at once (hurry): held
+			// until the drain's end cuts it short, it goes with the
+			// final flush.
+			<-r1.r.workCtx.Done()
+			return
+		}
 		if r1.r.workCtx.Err() == nil || !slices.Contains(ps, 0) {
 			return
 		}
@@ -4592,6 +4603,7 @@ func TestAMarkRefusedInTheFinalFlushIsSentUnderTheFenceTakenAgain(t *testing.T) 
 	if st := e.led.state(wid("x")); st != statePending {
 		t.Fatalf("interleaving not reached: x's row %q before the stop, want pending (its mark still batched)", st)
 	}
+	stopping.Store(true)
 	if err := r1.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -5385,7 +5397,8 @@ func TestAPartitionRevokedWhileItBacksOffIsLetGoAndEverythingHeals(t *testing.T)
 // Adversary 31-4 (focus c: d637f05's final-flush wait, waitRefused(ctx,
 // sent), with refusals from several partitions). Two partitions; x@0 and
 // y@1 started, their marks batched (mark_interval 3 s) when r1 is
-// stopped; a member the group dropped takes both partitions before each
+// stopped (the drain's hurried mark of them held until the drain's end
+// cuts it short, so that they go with the final flush); a member the group dropped takes both partitions before each
 // of the final flush's first three marks (three refusals naming both
 // partitions, each answered by fenced taking both again), then is gone.
 // The final flush's sends 1 to 3 do not wait (sent <= 3), so the fourth
@@ -5400,9 +5413,15 @@ func TestMarksOfTwoPartitionsRefusedThriceInTheFinalFlushLandBeforeFlushBy(t *te
 	r1 := e.start("r1", cfg)
 	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
 	var finalMarks, bumps atomic.Int32
+	var stopping atomic.Bool
 	e.led.mu.Lock()
 	e.led.markGate = func(ps []int32) {
 		if r1.r.workCtx.Err() == nil {
+			if stopping.Load() {
+				// The drain's mark (hurry), held until the drain's end
+				// cuts it short: it goes with the final flush.
+				<-r1.r.workCtx.Done()
+			}
 			return
 		}
 		if finalMarks.Add(1) <= 3 {
@@ -5423,6 +5442,7 @@ func TestMarksOfTwoPartitionsRefusedThriceInTheFinalFlushLandBeforeFlushBy(t *te
 	if e.led.state(wid("x")) != statePending || e.led.state(wid("y")) != statePending {
 		t.Fatalf("interleaving not reached: rows %q %q before the stop, want pending", e.led.state(wid("x")), e.led.state(wid("y")))
 	}
+	stopping.Store(true)
 	if err := r1.stop(); err != nil {
 		t.Fatal(err)
 	}
