@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -911,5 +912,122 @@ func TestACommitIntervalBelowTheDefaultMarkIntervalCommitsOnlyMarkedRecords(t *t
 		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
 			t.Errorf("%s: %d executions", id, n)
 		}
+	}
+}
+
+// A revoke that waits its whole revoke_timeout (a start of the revoked
+// partition hangs: h) while the other partition keeps starting hundreds
+// of workflows a second: the revoke's hurry (a486b0e) makes the marker
+// send each mark as its job comes, with what is queued. It must not
+// flood the ledger: at most one MarkStarted statement per job marked
+// during the hurry, none without a job, and once the revoke is over the
+// marker batches again (statements per job well below one). Every record
+// of the other partition is still marked and committed, each workflow
+// started once. (adversary 32b)
+func TestAHurriedRevokeUnderLoadSendsAtMostOneMarkStatementPerJob(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	def := DefaultConfig()
+	cfg := e.config()
+	cfg.Starts.MarkInterval = def.Starts.MarkInterval
+	cfg.RevokeTimeout = time.Second
+	releaseH := e.starter.block(wid("h"))
+	defer releaseH()
+	var calls, rows atomic.Int64
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		calls.Add(1)
+		rows.Add(int64(len(ps)))
+	}
+	e.led.mu.Unlock()
+	e.produce(0, "h", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(wid("h")) == 1 }, func() string { return "h's start not held" })
+	stop := make(chan struct{})
+	var produced atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			e.produce(1, fmt.Sprintf("l%d", i), "v")
+			produced.Add(1)
+		}
+	}()
+	time.Sleep(500 * time.Millisecond) // load established
+	c0, r0, p0 := calls.Load(), rows.Load(), produced.Load()
+	t0 := time.Now()
+	rn.r.commits.revoked(context.Background(), rn.r.cl, map[string][]int32{testTopic: {0}})
+	took := time.Since(t0)
+	c1, r1, p1 := calls.Load(), rows.Load(), produced.Load()
+	time.Sleep(time.Second) // not hurried
+	c2, r2, p2 := calls.Load(), rows.Load(), produced.Load()
+	close(stop)
+	wg.Wait()
+	t.Logf("revoke took %v: %d statements for %d rows marked, %d produced; after it, 1s: %d statements for %d rows, %d produced; hurried %d",
+		took.Round(time.Millisecond), c1-c0, r1-r0, p1-p0, c2-c1, r2-r1, p2-p1, rn.r.starts.hurried.Load())
+	if took < cfg.RevokeTimeout {
+		t.Fatalf("revoke took %v, want its whole revoke_timeout (h hangs)", took)
+	}
+	if c1-c0 > r1-r0 {
+		t.Errorf("hurried revoke: %d MarkStarted statements for %d rows marked: more than one per job", c1-c0, r1-r0)
+	}
+	if n := rn.r.starts.hurried.Load(); n != 0 {
+		t.Errorf("hurried %d after the revoke, want 0", n)
+	}
+	if r2-r1 > 20 && c2-c1 > (r2-r1)/2 {
+		t.Errorf("after the revoke: %d statements for %d rows: the marker no longer batches", c2-c1, r2-r1)
+	}
+	eventually(t, 10*time.Second, func() bool { return e.committed()[1] == e.ends()[1] }, func() string {
+		return fmt.Sprintf("partition 1 committed %v, ends %v", e.committed(), e.ends())
+	})
+	for i := range int(produced.Load()) {
+		if n := len(e.starter.executionsOf(wid(fmt.Sprintf("l%d", i)))); n != 1 {
+			t.Errorf("l%d: %d executions", i, n)
+		}
+	}
+}
+
+// Two revokes at once (two partitions, each revoked by its own call, as
+// two rebalances' callbacks overlapping could), each just after a
+// record's workflow started, its mark a whole default interval away and
+// revoke_timeout just above it (260ms): both hurry the marker (its
+// counter at two), both commit what started before them, and the
+// counter is back at zero after, whatever order they end in. (adversary
+// 32b)
+func TestTwoRevokesAtOnceEachCommitWhatStartedBeforeIt(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	def := DefaultConfig()
+	cfg := e.config()
+	cfg.Starts.MarkInterval = def.Starts.MarkInterval
+	cfg.RevokeTimeout = def.Starts.MarkInterval + 10*time.Millisecond
+	e.afterFirstMark(20*time.Millisecond, "a", "b")
+	e.produce(0, "s", "v")
+	e.produce(0, "a", "v")
+	e.produce(1, "b", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return len(e.starter.executionsOf(wid("a"))) == 1 && len(e.starter.executionsOf(wid("b"))) == 1
+	}, func() string { return "a or b not started" })
+	var wg sync.WaitGroup
+	for p := range int32(2) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rn.r.commits.revoked(context.Background(), rn.r.cl, map[string][]int32{testTopic: {p}})
+		}()
+	}
+	wg.Wait()
+	if c := e.committed(); c[0] != 2 || c[1] != 1 {
+		t.Errorf("committed %v after the two revokes, want 0:2 1:1 (a and b started before them)", c)
+	}
+	if n := rn.r.starts.hurried.Load(); n != 0 {
+		t.Errorf("hurried %d after both revokes, want 0", n)
 	}
 }

@@ -213,3 +213,110 @@ func TestShutdownWithTheDefaultDrainAndMarkIntervalMarksAndCommitsWhatStarted(t 
 		t.Errorf("committed %d, want 2", c)
 	}
 }
+
+// A member the group dropped takes partition 0 in the ledger before every
+// mark of its records: a's mark is refused, taken again, refused four
+// times, then waits (markDue) holding its partition (s.hold), when the
+// router stops. The drain hurries the marker (a486b0e) and its due marks
+// are refused again; its end cuts them short or leaves them to the final
+// flush (early returns). Wants: Run returns within drain_timeout + 1 s,
+// no job left held, no record in flight (nor a negative count: a record
+// ended twice), b (partition 1, never refused) marked and committed, and
+// partition 0 committed past a only if a's mark landed. (adversary 32b)
+func TestShutdownWithAMarkHeldByTheFenceDuringTheHurriedDrainEndsItWithinTheDrain(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	def := DefaultConfig()
+	cfg := e.config()
+	cfg.Starts.MarkInterval = def.Starts.MarkInterval
+	cfg.RevokeTimeout = def.RevokeTimeout
+	cfg.DrainTimeout = 2 * time.Second
+	bumps, stopGhost := e.ghostKeepsTaking(0, false)
+	defer stopGhost()
+	e.produce(0, "a", "v")
+	e.produce(1, "b", "v")
+	rn := e.start("r1", cfg)
+	held := func() int {
+		rn.r.starts.mu.Lock()
+		defer rn.r.starts.mu.Unlock()
+		return len(rn.r.starts.heldJobs)
+	}
+	eventually(t, 10*time.Second, func() bool {
+		return held() == 1 && e.led.state(wid("b")) == stateStarted && e.committed()[1] == 1
+	}, func() string {
+		return fmt.Sprintf("held %d, bumps %d, b %q, committed %v", held(), bumps.Load(), e.led.state(wid("b")), e.committed())
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	t.Logf("Run returned %v after cancel; ghost's takes %d; a %q", rn.took.Round(time.Millisecond), bumps.Load(), e.led.state(wid("a")))
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if n := held(); n != 0 {
+		t.Errorf("%d jobs still held after Run", n)
+	}
+	rn.r.commits.flight.mu.Lock()
+	n := rn.r.commits.flight.n
+	rn.r.commits.flight.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d records in flight after Run, want 0 (negative: ended twice)", n)
+	}
+	c := e.committed()
+	if c[0] > 0 && e.led.state(wid("a")) != stateStarted {
+		t.Errorf("partition 0 committed %d while a is %q: committed before its workflow was marked", c[0], e.led.state(wid("a")))
+	}
+	if c[1] != 1 {
+		t.Errorf("partition 1 committed %d, want 1", c[1])
+	}
+}
+
+// The drain with Temporal hanging (h's start never answers) and every
+// mark failing (PostgreSQL down) from the moment the router stops: the
+// drain hurries the marker (a486b0e), whose mark of a (started just after
+// s's mark, before the stop) retries under the work context until the
+// drain's end cuts it short and leaves it to the final flush, which fails
+// too. Wants: Run returns within drain_timeout + 1 s, nothing in flight
+// after (nor negative), a still pending and not committed (offset 1: s
+// only at most). (adversary 32b)
+func TestShutdownWithTemporalHangingAndMarksFailingDuringTheHurriedDrainIsBounded(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	def := DefaultConfig()
+	cfg := e.config()
+	cfg.Starts.MarkInterval = def.Starts.MarkInterval
+	cfg.RevokeTimeout = def.RevokeTimeout
+	cfg.DrainTimeout = time.Second
+	releaseH := e.starter.block(wid("h"))
+	defer releaseH()
+	e.afterFirstMark(shortDrainMarkRTT, "a")
+	e.produce(0, "s", "v")
+	e.produce(0, "a", "v")
+	e.produce(0, "h", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return len(e.starter.executionsOf(wid("a"))) == 1 && e.led.state(wid("s")) == stateStarted && e.starter.heldCount(wid("h")) == 1
+	}, func() string { return "s not marked, a not started, or h's start not held" })
+	e.led.mu.Lock()
+	e.led.markFail = failer{n: -1, err: errTransient}
+	e.led.mu.Unlock()
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	t.Logf("Run returned %v after cancel; MarkStarted calls %d", rn.took.Round(time.Millisecond), e.led.callCount("MarkStarted"))
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	rn.r.commits.flight.mu.Lock()
+	n := rn.r.commits.flight.n
+	rn.r.commits.flight.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d records in flight after Run, want 0 (negative: ended twice)", n)
+	}
+	if st := e.led.state(wid("a")); st != statePending {
+		t.Errorf("a: %q, want pending (every mark failed)", st)
+	}
+	if c := e.committed()[0]; c > 1 {
+		t.Errorf("committed %d, want at most 1 (s): a's mark never landed", c)
+	}
+}
