@@ -320,3 +320,85 @@ func TestShutdownWithTemporalHangingAndMarksFailingDuringTheHurriedDrainIsBounde
 		t.Errorf("committed %d, want at most 1 (s): a's mark never landed", c)
 	}
 }
+
+// The drain's end cuts short a mark the ledger's fence refused, rather
+// than one that failed: a member the group dropped took partition 0 in
+// the ledger (a late Own) just before the router stopped; during the
+// drain, d's dead-letter mark is refused first, and its answer (the
+// committer's fenced: the coordinator says partition 0 is still ours, so
+// take it again) holds the fence's lock while its Own is slow (PostgreSQL
+// slow: ownBound is 10 s); a's mark, hurried by the drain (a486b0e), is
+// refused too and its marker waits for that lock when the drain's three
+// quarters end. a486b0e leaves a mark that failed (not fenced) because
+// the work context ended to the final flush, which takes the partition
+// again under its own deadline and marks it; a refused one is ended
+// unmarked instead (fenced returns nothing kept once its ctx ended, so a
+// is abandoned as if the partition had moved, though the router still
+// owns it). Wants a marked and committed (s and a started before the
+// stop; d dead-lettered, h hung: committed 2). Fails now: a stays pending
+// and partition 0 is committed at 1, a's started workflow re-driven on
+// redelivery. (adversary 32b)
+func TestShutdownMarksAStartedRecordWhoseRefusedMarkTheDrainsEndCutShort(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	def := DefaultConfig()
+	cfg := e.config()
+	cfg.Starts.MarkInterval = def.Starts.MarkInterval
+	cfg.RevokeTimeout = def.RevokeTimeout
+	cfg.DrainTimeout = 2 * time.Second
+	releaseA, releaseD, releaseH := e.starter.block(wid("a")), e.starter.block(wid("d")), e.starter.block(wid("h"))
+	defer releaseA()
+	defer releaseD()
+	defer releaseH()
+	e.starter.failPermanent(wid("d"))
+	e.produce(0, "s", "v")
+	e.produce(0, "a", "v")
+	e.produce(0, "d", "v")
+	e.produce(0, "h", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("s")) == stateStarted && e.starter.heldCount(wid("a")) == 1 &&
+			e.starter.heldCount(wid("d")) == 1 && e.starter.heldCount(wid("h")) == 1
+	}, func() string { return "s not marked, or a, d, h not held in their starts" })
+	e.ghostOwn(0)
+	workDone := rn.r.workCtx.Done()
+	var ownEntered atomic.Bool
+	entered := make(chan struct{})
+	e.led.mu.Lock()
+	e.led.ownGate = func(member string, _ []PartitionRef) {
+		if member == "ghost" {
+			return
+		}
+		if ownEntered.CompareAndSwap(false, true) {
+			close(entered)
+		}
+		<-workDone // slow until the drain's end
+	}
+	e.led.mu.Unlock()
+	stopped := make(chan error, 1)
+	go func() { stopped <- rn.stop() }()
+	eventually(t, 5*time.Second, func() bool { return rn.r.starts.hurried.Load() > 0 }, func() string { return "the drain never began" })
+	releaseD() // refused for good by Temporal: dead-lettered, its mark refused by the fence
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("d's refused dead-letter mark never took partition 0 again")
+	}
+	marks := e.led.callCount("MarkStarted")
+	releaseA() // started; its hurried mark is refused, and waits for the fence's lock
+	eventually(t, 5*time.Second, func() bool { return e.led.callCount("MarkStarted") > marks }, func() string { return "a's mark never sent" })
+	if err := <-stopped; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	t.Logf("Run returned %v after cancel; MarkStarted calls %d, Own calls %d", rn.took.Round(time.Millisecond),
+		e.led.callCount("MarkStarted"), e.led.callCount("Own"))
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if st := e.led.state(wid("a")); st != stateStarted {
+		t.Errorf("a: ledger %q after shutdown, want started (its workflow was started before the stop, the partition still ours)", st)
+	}
+	if c := e.committed()[0]; c != 2 {
+		t.Errorf("committed %d, want 2 (s and a; d's dead-letter mark and h's start cut short)", c)
+	}
+}
