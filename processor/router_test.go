@@ -1031,3 +1031,72 @@ func TestTwoRevokesAtOnceEachCommitWhatStartedBeforeIt(t *testing.T) {
 		t.Errorf("hurried %d after both revokes, want 0", n)
 	}
 }
+
+// A partition lost (no revoke: kgo.OnPartitionsLost) while a revoke of
+// another hurries the marker (h hangs: the revoke waits its whole
+// revoke_timeout), the lost partition's workflows starting hundreds a
+// second: its records marked or not while it is forgotten end once each
+// (no record in flight after Run, none negative), nothing of it is
+// committed past a record whose workflow is not marked, and the hurry's
+// counter is back at zero. (adversary 32b)
+func TestAPartitionLostDuringAHurriedRevokeEndsItsRecordsOnceAndCommitsOnlyMarked(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	def := DefaultConfig()
+	cfg := e.config()
+	cfg.Starts.MarkInterval = def.Starts.MarkInterval
+	cfg.RevokeTimeout = time.Second
+	releaseH := e.starter.block(wid("h"))
+	defer releaseH()
+	e.produce(0, "h", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(wid("h")) == 1 }, func() string { return "h's start not held" })
+	stop := make(chan struct{})
+	var produced atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			e.produce(1, fmt.Sprintf("l%d", i), "v")
+			produced.Add(1)
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	revoked := make(chan struct{})
+	go func() {
+		defer close(revoked)
+		rn.r.commits.revoked(context.Background(), rn.r.cl, map[string][]int32{testTopic: {0}})
+	}()
+	time.Sleep(300 * time.Millisecond)
+	rn.r.commits.lost(context.Background(), rn.r.cl, map[string][]int32{testTopic: {1}})
+	<-revoked
+	close(stop)
+	wg.Wait()
+	c := e.committed()[1]
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	rn.r.commits.flight.mu.Lock()
+	n := rn.r.commits.flight.n
+	rn.r.commits.flight.mu.Unlock()
+	t.Logf("produced %d on partition 1, committed %d when lost, %d after Run", produced.Load(), c, e.committed()[1])
+	if n != 0 {
+		t.Errorf("%d records in flight after Run, want 0 (negative: ended twice)", n)
+	}
+	if h := rn.r.starts.hurried.Load(); h != 1 { // the drain's, for the rest of the run
+		t.Errorf("hurried %d after Run, want 1 (the drain's)", h)
+	}
+	c = e.committed()[1]
+	for off := range c {
+		if st := e.led.state(wid(fmt.Sprintf("l%d", off))); st != stateStarted {
+			t.Errorf("partition 1 committed %d while l%d is %q", c, off, st)
+			break
+		}
+	}
+}
