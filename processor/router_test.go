@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1098,5 +1099,72 @@ func TestAPartitionLostDuringAHurriedRevokeEndsItsRecordsOnceAndCommitsOnlyMarke
 			t.Errorf("partition 1 committed %d while l%d is %q", c, off, st)
 			break
 		}
+	}
+}
+
+// A hurried revoke (h hangs: the whole revoke_timeout) while a member the
+// group dropped takes the other partition in the ledger before every
+// mark of its records, those records coming by the hundred a second:
+// each mark is refused, the partition taken again, the mark sent again
+// (three times at once, then after a wait). Batched at the mark
+// interval, one tick's refusals cover every job of the batch; sent one
+// job at a time by the hurry (a486b0e), each job pays its own refusals.
+// Wants the hurry to add at most one MarkStarted statement per job
+// started during it to what the marker sends without a hurry (the ghost's
+// takes also refuse the claims of that partition, so few jobs start: the
+// waiting marks' re-sends dominate). (adversary 32b)
+func TestAHurriedRevokeWithAGhostTakingAnotherPartitionSendsAtMostOneMarkStatementPerJob(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	def := DefaultConfig()
+	cfg := e.config()
+	cfg.Starts.MarkInterval = def.Starts.MarkInterval
+	cfg.RevokeTimeout = time.Second
+	releaseH := e.starter.block(wid("h"))
+	defer releaseH()
+	var calls, rows atomic.Int64
+	var ghost atomic.Bool
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		calls.Add(1)
+		rows.Add(int64(len(ps)))
+		if ghost.Load() && slices.Contains(ps, 1) {
+			e.ghostOwn(1)
+		}
+	}
+	e.led.mu.Unlock()
+	e.produce(0, "h", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(wid("h")) == 1 }, func() string { return "h's start not held" })
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond): // a few hundred a second
+			}
+			e.produce(1, fmt.Sprintf("l%d", i), "v")
+		}
+	}()
+	ghost.Store(true)
+	time.Sleep(500 * time.Millisecond)
+	c0, r0, s0 := calls.Load(), rows.Load(), e.starter.executionCounts()
+	rn.r.commits.revoked(context.Background(), rn.r.cl, map[string][]int32{testTopic: {0}})
+	c1, s1 := calls.Load(), e.starter.executionCounts()
+	time.Sleep(time.Second) // not hurried
+	c2, s2 := calls.Load(), e.starter.executionCounts()
+	close(stop)
+	wg.Wait()
+	ghost.Store(false)
+	jobs := len(s1) - len(s0)
+	t.Logf("hurried revoke: %d statements (%d rows) for %d jobs started; after it, 1s: %d statements for %d jobs",
+		c1-c0, rows.Load()-r0, jobs, c2-c1, len(s2)-len(s1))
+	if c1-c0 > int64(jobs)+2*(c2-c1)+10 {
+		t.Errorf("hurried revoke: %d MarkStarted statements for %d jobs started (%d in the second after it): more than one more per job",
+			c1-c0, jobs, c2-c1)
 	}
 }
