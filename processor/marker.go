@@ -58,15 +58,18 @@ func (s *startPool) marker() {
 			}
 			err := s.health.retry(ctx, OpMark, func(ctx context.Context) error { return s.ledger.MarkStarted(ctx, started) })
 			f, fenced := IsFenced(err)
-			if err != nil && !fenced && !final && s.workCtx.Err() != nil {
-				// The drain's end cut this mark short: the final flush
-				// sends it again (a mark lands once, whatever its tries),
-				// rather than its records ending unmarked (adversary 32).
-				return
-			}
 			var again map[PartitionRef]*partition
 			if fenced {
 				again = s.fenced(ctx, f)
+			}
+			if err != nil && !final && s.workCtx.Err() != nil {
+				// The drain's end cut this mark short, or the answer to
+				// its refusal (fenced gives up once the work context
+				// ended): the final flush sends the batch again under
+				// the fences as they are then (a mark lands once,
+				// whatever its tries), rather than its records ending
+				// unmarked (adversaries 32 and 32b).
+				return
 			}
 			var retry []*job
 			for i, j := range batch {
@@ -92,8 +95,10 @@ func (s *startPool) marker() {
 		}
 	}
 	for {
-		var due <-chan time.Time // the first waiting mark's
-		if len(waiting) > 0 {
+		// due: the first waiting mark's; after the drain's end, the
+		// waiting marks go with the final flush (no spin on a due past).
+		var due <-chan time.Time
+		if len(waiting) > 0 && s.workCtx.Err() == nil {
 			first := waiting[0].markDue
 			for _, j := range waiting[1:] {
 				if j.markDue.Before(first) {
