@@ -2,6 +2,7 @@ package processor
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -400,5 +401,172 @@ func TestShutdownMarksAStartedRecordWhoseRefusedMarkTheDrainsEndCutShort(t *test
 	}
 	if c := e.committed()[0]; c != 2 {
 		t.Errorf("committed %d, want 2 (s and a; d's dead-letter mark and h's start cut short)", c)
+	}
+}
+
+// cutShortMixedMark sets up adversary 32b's cut-short refusal with a
+// second partition in the same mark: s (partition 0) is marked before the
+// stop; a member the group dropped takes partition 0 in the ledger (a late
+// Own) just before it; during the drain d's dead-letter mark is refused
+// and its answer holds the fence's lock until the drain's end (ownGate);
+// c (partition 1) is released and its mark holds the marker (markGate)
+// until a (partition 0) and b (partition 1) are both started and queued:
+// the marker's next, hurried, mark carries a and b together. The ledger
+// refuses a's entry and writes b's (its fence held): the answer to the
+// refusal waits for the lock until the drain's end cuts it short, and
+// cea9233 keeps the whole batch, b's landed row included, for the final
+// flush. afterCut, if set, runs at each mark after that one (the final
+// flush's). It returns the runner after Run returned.
+func cutShortMixedMark(t *testing.T, e *testEnv, afterCut func()) *runner {
+	def := DefaultConfig()
+	cfg := e.config()
+	cfg.Starts.MarkInterval = def.Starts.MarkInterval
+	cfg.RevokeTimeout = def.RevokeTimeout
+	cfg.DrainTimeout = 2 * time.Second
+	cfg.Starts.Concurrency = 8 // a, b, c, d, h held in their starts at once
+	releaseA, releaseD, releaseH := e.starter.block(wid("a")), e.starter.block(wid("d")), e.starter.block(wid("h"))
+	releaseB, releaseC := e.starter.block(wid("b")), e.starter.block(wid("c"))
+	t.Cleanup(func() { releaseA(); releaseB(); releaseC(); releaseD(); releaseH() })
+	e.starter.failPermanent(wid("d"))
+	e.produce(0, "s", "v")
+	e.produce(0, "a", "v")
+	e.produce(0, "d", "v")
+	e.produce(0, "h", "v")
+	e.produce(1, "c", "v")
+	e.produce(1, "b", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("s")) == stateStarted && e.starter.heldCount(wid("a")) == 1 &&
+			e.starter.heldCount(wid("d")) == 1 && e.starter.heldCount(wid("h")) == 1 &&
+			e.starter.heldCount(wid("b")) == 1 && e.starter.heldCount(wid("c")) == 1
+	}, func() string {
+		return fmt.Sprintf("s %q; held a %d d %d h %d b %d c %d", e.led.state(wid("s")), e.starter.heldCount(wid("a")),
+			e.starter.heldCount(wid("d")), e.starter.heldCount(wid("h")), e.starter.heldCount(wid("b")), e.starter.heldCount(wid("c")))
+	})
+	e.ghostOwn(0)
+	workDone := rn.r.workCtx.Done()
+	var ownEntered atomic.Bool
+	entered := make(chan struct{})
+	var cGated, abSeen atomic.Bool
+	e.led.mu.Lock()
+	e.led.ownGate = func(member string, _ []PartitionRef) {
+		if member == "ghost" {
+			return
+		}
+		if ownEntered.CompareAndSwap(false, true) {
+			close(entered)
+		}
+		<-workDone // slow until the drain's end
+	}
+	e.led.markGate = func(ps []int32) {
+		switch {
+		case abSeen.Load():
+			if afterCut != nil {
+				afterCut()
+			}
+		case slices.Contains(ps, 0) && slices.Contains(ps, 1):
+			abSeen.Store(true)
+		case len(ps) == 1 && ps[0] == 1 && cGated.CompareAndSwap(false, true):
+			deadline := time.Now().Add(3 * time.Second)
+			for time.Now().Before(deadline) && (len(e.starter.executionsOf(wid("a"))) == 0 || len(e.starter.executionsOf(wid("b"))) == 0) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond) // their jobs reach the mark queue
+		}
+	}
+	e.led.mu.Unlock()
+	stopped := make(chan error, 1)
+	go func() { stopped <- rn.stop() }()
+	eventually(t, 5*time.Second, func() bool { return rn.r.starts.hurried.Load() > 0 }, func() string { return "the drain never began" })
+	releaseD() // refused for good by Temporal: dead-lettered, its mark refused by the fence
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("d's refused dead-letter mark never took partition 0 again")
+	}
+	releaseC()
+	eventually(t, 5*time.Second, func() bool { return cGated.Load() }, func() string { return "c's mark never sent" })
+	releaseA()
+	releaseB()
+	if err := <-stopped; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !abSeen.Load() {
+		t.Fatalf("a and b were never marked together (test set-up)")
+	}
+	t.Logf("Run returned %v after cancel; MarkStarted calls %d, Own calls %d", rn.took.Round(time.Millisecond),
+		e.led.callCount("MarkStarted"), e.led.callCount("Own"))
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	rn.r.commits.flight.mu.Lock()
+	n := rn.r.commits.flight.n
+	rn.r.commits.flight.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d records in flight after Run, want 0 (negative: ended twice)", n)
+	}
+	rn.r.starts.mu.Lock()
+	held := len(rn.r.starts.heldJobs)
+	rn.r.starts.mu.Unlock()
+	if held != 0 {
+		t.Errorf("%d jobs still held after Run", held)
+	}
+	return rn
+}
+
+// Adversary 32c. A mark cut short by the drain's end (its refusal's
+// answer waits for the fence's lock) carries a refused entry (a,
+// partition 0) and one whose row it wrote (b, partition 1). cea9233 keeps
+// the whole batch for the final flush, which sends it again: a is taken
+// again and marked, b's row (already started) answers Recorded. Wants a
+// and b started, partitions 0 and 1 committed past them (s, a; c, b),
+// nothing in flight, nothing held, Run within drain_timeout + 1 s.
+func TestShutdownEndsOkAMarkWhoseRowLandedInARefusedMarkTheDrainsEndCutShort(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	cutShortMixedMark(t, e, nil)
+	if st := e.led.state(wid("a")); st != stateStarted {
+		t.Errorf("a: ledger %q after shutdown, want started", st)
+	}
+	if st := e.led.state(wid("b")); st != stateStarted {
+		t.Errorf("b: ledger %q after shutdown, want started", st)
+	}
+	if c := e.committed(); c[0] != 2 || c[1] != 2 {
+		t.Errorf("committed %v, want 0:2 (s, a) and 1:2 (c, b)", c)
+	}
+}
+
+// Adversary 32c. As above, but PostgreSQL fails every mark after the
+// cut-short one (the final flush's). b's row landed in the cut-short mark
+// (its partition's fence held): before cea9233 b ended ok there (fenced,
+// not refused) and partition 1 was committed past it; cea9233 keeps it in
+// the batch, and the final flush's failed mark ends it not ok, although
+// its row is started and its partition still ours. Wants partition 1
+// committed 2 (c, b) and b's row started; a (never marked) pending and
+// partition 0 committed 1 (s). Fails now: partition 1 committed 1, b
+// redelivered though its mark landed. (guarantee 2)
+func TestShutdownCommitsAMarkWhoseRowLandedInACutShortRefusedMarkWhenTheFinalFlushFails(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	var failing atomic.Bool
+	cutShortMixedMark(t, e, func() {
+		if failing.CompareAndSwap(false, true) {
+			e.led.mu.Lock()
+			e.led.markFail = failer{n: -1, err: errTransient}
+			e.led.mu.Unlock()
+		}
+	})
+	if st := e.led.state(wid("b")); st != stateStarted {
+		t.Errorf("b: ledger %q after shutdown, want started (its cut-short mark wrote it)", st)
+	}
+	if st := e.led.state(wid("a")); st != statePending {
+		t.Errorf("a: ledger %q after shutdown, want pending (every mark after the cut-short one failed)", st)
+	}
+	c := e.committed()
+	if c[1] != 2 {
+		t.Errorf("partition 1 committed %d, want 2 (c, and b whose row landed)", c[1])
+	}
+	if c[0] > 1 {
+		t.Errorf("partition 0 committed %d, want at most 1 (s): a never marked", c[0])
 	}
 }
