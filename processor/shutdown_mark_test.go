@@ -417,7 +417,7 @@ func TestShutdownMarksAStartedRecordWhoseRefusedMarkTheDrainsEndCutShort(t *test
 // cea9233 keeps the whole batch, b's landed row included, for the final
 // flush. afterCut, if set, runs at each mark after that one (the final
 // flush's). It returns the runner after Run returned.
-func cutShortMixedMark(t *testing.T, e *testEnv, afterCut func()) *runner {
+func cutShortMixedMark(t *testing.T, e *testEnv, afterCut func(ps []int32)) *runner {
 	def := DefaultConfig()
 	cfg := e.config()
 	cfg.Starts.MarkInterval = def.Starts.MarkInterval
@@ -462,7 +462,7 @@ func cutShortMixedMark(t *testing.T, e *testEnv, afterCut func()) *runner {
 		switch {
 		case abSeen.Load():
 			if afterCut != nil {
-				afterCut()
+				afterCut(ps)
 			}
 		case slices.Contains(ps, 0) && slices.Contains(ps, 1):
 			abSeen.Store(true)
@@ -549,7 +549,7 @@ func TestShutdownCommitsAMarkWhoseRowLandedInACutShortRefusedMarkWhenTheFinalFlu
 	waitsOnTimers(t)
 	e := newTestEnv(t, 2, envOpt{})
 	var failing atomic.Bool
-	cutShortMixedMark(t, e, func() {
+	cutShortMixedMark(t, e, func([]int32) {
 		if failing.CompareAndSwap(false, true) {
 			e.led.mu.Lock()
 			e.led.markFail = failer{n: -1, err: errTransient}
@@ -568,5 +568,35 @@ func TestShutdownCommitsAMarkWhoseRowLandedInACutShortRefusedMarkWhenTheFinalFlu
 	}
 	if c[0] > 1 {
 		t.Errorf("partition 0 committed %d, want at most 1 (s): a never marked", c[0])
+	}
+}
+
+// Adversary 32c. As above, but the member the group dropped takes
+// partition 0 again before every mark after the cut-short one: the final
+// flush's kept batch is refused over and over (a taken again each time).
+// Wants: Run within drain_timeout + 1 s (the final flush stays within
+// flushBy), nothing in flight or held (helper), b ended ok in the final
+// flush's first mark (Recorded) and partition 1 committed 2 (c, b); a
+// pending, partition 0 committed at most 1 (s).
+func TestShutdownWithACutShortMarkRefusedOverAndOverInTheFinalFlushIsBounded(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	var takes atomic.Int32
+	cutShortMixedMark(t, e, func(ps []int32) {
+		if slices.Contains(ps, 0) {
+			takes.Add(1)
+			e.ghostOwn(0)
+		}
+	})
+	t.Logf("ghost's takes after the cut-short mark: %d", takes.Load())
+	if st := e.led.state(wid("b")); st != stateStarted {
+		t.Errorf("b: ledger %q after shutdown, want started", st)
+	}
+	c := e.committed()
+	if c[1] != 2 {
+		t.Errorf("partition 1 committed %d, want 2 (c, b)", c[1])
+	}
+	if c[0] > 1 && e.led.state(wid("a")) != stateStarted {
+		t.Errorf("partition 0 committed %d while a is %q", c[0], e.led.state(wid("a")))
 	}
 }
