@@ -62,18 +62,25 @@ func (s *startPool) marker() {
 			if fenced {
 				again = s.fenced(ctx, f)
 			}
-			if err != nil && !final && s.workCtx.Err() != nil {
-				// The drain's end cut this mark short, or the answer to
-				// its refusal (fenced gives up once the work context
-				// ended): the final flush sends the batch again under
-				// the fences as they are then (a mark lands once,
-				// whatever its tries), rather than its records ending
-				// unmarked (adversaries 32 and 32b).
-				return
+			// cutShort: the drain's end cut this mark short, or the
+			// answer to its refusal (fenced gives up once the work
+			// context ended). What it did not write goes with the final
+			// flush, sent again under the fences as they are then (a
+			// mark lands once, whatever its tries), rather than ending
+			// unmarked (adversaries 32 and 32b); what it wrote (a
+			// refusal writes the rows whose fence held) ends ok now,
+			// whatever the final flush meets (adversary 32c).
+			cutShort := err != nil && !final && s.workCtx.Err() != nil
+			if cutShort && !fenced {
+				return // nothing written: the whole batch waits
 			}
-			var retry []*job
+			var retry, kept []*job
 			for i, j := range batch {
 				refused := fenced && f.Has(started[i].Topic, started[i].Partition, started[i].Fence)
+				if refused && cutShort {
+					kept = append(kept, j)
+					continue
+				}
 				if refused && retakenFor(again, j.rec) {
 					if j.markRefused++; j.markRefused > 3 && !final {
 						j.markDue = time.Now().Add(refusedWait(j.markRefused))
@@ -90,6 +97,10 @@ func (s *startPool) marker() {
 				}
 				s.hold(j, false)
 				s.done(j, ok)
+			}
+			if cutShort {
+				batch = append(batch[:0], kept...)
+				return
 			}
 			batch = append(batch[:0], retry...)
 		}
