@@ -8,7 +8,13 @@ import (
 
 // marker batches started workflows into one ledger update; their records
 // finish when it succeeds. Its final flush (after the workers stopped)
-// gets a short deadline of its own, not the cancelled work context.
+// gets a short deadline of its own, not the cancelled work context. A
+// mark the drain's end cut short (or the answer to its refusal: fenced
+// gives up once the work context ended) leaves what it did not write to
+// the final flush, sent again under the fences as they are then (a mark
+// lands once, whatever its tries), rather than ending it unmarked; what
+// it wrote (a refusal writes the rows whose fence held) ends ok at once,
+// whatever the final flush meets.
 func (s *startPool) marker() {
 	var batch []*job
 	// waiting: marks the ledger's fence refused more than three times,
@@ -62,14 +68,8 @@ func (s *startPool) marker() {
 			if fenced {
 				again = s.fenced(ctx, f)
 			}
-			// cutShort: the drain's end cut this mark short, or the
-			// answer to its refusal (fenced gives up once the work
-			// context ended). What it did not write goes with the final
-			// flush, sent again under the fences as they are then (a
-			// mark lands once, whatever its tries), rather than ending
-			// unmarked (adversaries 32 and 32b); what it wrote (a
-			// refusal writes the rows whose fence held) ends ok now,
-			// whatever the final flush meets (adversary 32c).
+			// cutShort: the drain's end cut this mark or its refusal's
+			// answer short; see the marker's doc (adversaries 32–32c).
 			cutShort := err != nil && !final && s.workCtx.Err() != nil
 			if cutShort && !fenced {
 				return // nothing written: the whole batch waits
@@ -106,26 +106,11 @@ func (s *startPool) marker() {
 		}
 	}
 	for {
-		// due: the first waiting mark's; after the drain's end, the
-		// waiting marks go with the final flush (no spin on a due past).
-		var due <-chan time.Time
-		if len(waiting) > 0 && s.workCtx.Err() == nil {
-			first := waiting[0].markDue
-			for _, j := range waiting[1:] {
-				if j.markDue.Before(first) {
-					first = j.markDue
-				}
-			}
-			due = time.After(time.Until(first))
-		}
+		due := s.firstDue(waiting)
 		select {
 		case j, ok := <-s.markQ:
 			if !ok {
-				flushBy := time.Now().Add(10 * time.Second)
-				if !s.flushBy.IsZero() && s.flushBy.Before(flushBy) {
-					flushBy = s.flushBy
-				}
-				ctx, cancel := context.WithDeadline(context.WithoutCancel(s.workCtx), flushBy)
+				ctx, cancel := s.finalFlushCtx()
 				flush(ctx, true)
 				cancel()
 				return
@@ -148,6 +133,33 @@ func (s *startPool) marker() {
 			flush(s.workCtx, false)
 		}
 	}
+}
+
+// firstDue fires at the first markDue of the waiting marks (nil: none).
+// After the drain's end the waiting marks go with the final flush: no
+// timer then, which a due already past would fire again and again.
+func (s *startPool) firstDue(waiting []*job) <-chan time.Time {
+	if len(waiting) == 0 || s.workCtx.Err() != nil {
+		return nil
+	}
+	first := waiting[0].markDue
+	for _, j := range waiting[1:] {
+		if j.markDue.Before(first) {
+			first = j.markDue
+		}
+	}
+	return time.After(time.Until(first))
+}
+
+// finalFlushCtx is the final flush's context: not the work context, which
+// has ended, but a deadline of its own, flushBy (what the shutdown left
+// it), or 10 s if that comes first.
+func (s *startPool) finalFlushCtx() (context.Context, context.CancelFunc) {
+	flushBy := time.Now().Add(10 * time.Second)
+	if !s.flushBy.IsZero() && s.flushBy.Before(flushBy) {
+		flushBy = s.flushBy
+	}
+	return context.WithDeadline(context.WithoutCancel(s.workCtx), flushBy)
 }
 
 // hurry makes the marker send its marks at once, not at its interval,

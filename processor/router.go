@@ -130,8 +130,7 @@ func New(cfg Config, o Options) (*Router, error) {
 	}
 	r.dlq = &deadLetterWriter{cfg: cfg, log: log, m: m, dlqLog: dlqLog, health: r.health, end: r.commits.end}
 	r.starts = newStartPool(cfg, log, m, starter, ledger, r.health, hooks, r.dlq, r.commits.end, r.workCtx)
-	r.starts.fenced = r.commits.fenced
-	r.commits.hurry = r.starts.hurry
+	r.starts.fenced, r.commits.hurry = r.commits.fenced, r.starts.hurry
 	r.claims = &claimer{log: log, m: m, ledger: ledger, health: r.health, hooks: hooks, starts: r.starts, dlq: r.dlq, end: r.commits.end,
 		endAll: r.commits.endAll, fenced: r.commits.fenced}
 	r.trace = newRouterTracer(o.Tracing)
@@ -333,9 +332,8 @@ func (r *Router) Run(ctx context.Context) error {
 	// leave what is left (a pod's grace period must cover DrainTimeout).
 	deadline := time.Now().Add(r.cfg.DrainTimeout)
 	reserve := min(r.cfg.DrainTimeout/4, 5*time.Second)
-	// Drain: let started work finish, marked at once rather than at the
-	// mark interval (hurry, for the rest of the run), then stop the
-	// workers and the marker.
+	// Drain: let started work finish (marked at once: hurry, for the rest
+	// of the run), then stop the workers and the marker.
 	r.starts.hurry()
 	r.commits.flight.waitDrained(time.Until(deadline) - reserve)
 	r.workCancel()
