@@ -838,7 +838,7 @@ func TestARevokeWithTheDefaultMarkIntervalCommitsWhatStartedBeforeIt(t *testing.
 // commit it (or Validate refuse the config, naming the field). The revoke
 // is the committer's revoked callback, called directly just after a's
 // start (a real rebalance's moment cannot be chosen); each mark takes
-// 20ms (PostgreSQL in another zone). Fails now: the mark lands about
+// 20ms (PostgreSQL in another zone). Failed every run before a486b0e: the mark lands about
 // 250ms + 20ms after the start, past the revoke's 260ms wait, so the
 // revoke abandons a, started before it, uncommitted: Validate's bound
 // (mark_interval < revoke_timeout) leaves no room for the mark's own round

@@ -63,7 +63,7 @@ const shortDrainMarkRTT = 20 * time.Millisecond
 // (20ms). The config must either be refused by Validate naming
 // kafka.drain_timeout (or starts.mark_interval), or work: a's started
 // workflow marked and its record committed by the shutdown. Holds with the
-// old default (100ms: a tick lands within the drain). Fails now: a's mark
+// old default (100ms: a tick lands within the drain). Failed every run before a486b0e: a's mark
 // is cut by the final flush's deadline, a stays pending and uncommitted,
 // and every shutdown of such a router re-drives what it had started.
 // (adversary 32)
@@ -131,7 +131,7 @@ func TestShutdownWithADrainTimeoutBelowTheDefaultMarkIntervalMarksAndCommitsWhat
 // moment (the fake ledger's gate holds it until the work context ends; a
 // real mark of a few ms does with a probability of its round trip over
 // the interval per such shutdown). Wants a marked and committed (the final
-// flush re-sends it: a mark is idempotent); fails now: a stays pending
+// flush re-sends it: a mark is idempotent); failed every run before a486b0e: a stays pending
 // and uncommitted, its started workflow re-driven on redelivery.
 // (adversary 32)
 func TestShutdownMarksAStartedBatchWhoseTickMarkTheDrainsEndCutShort(t *testing.T) {
@@ -336,7 +336,7 @@ func TestShutdownWithTemporalHangingAndMarksFailingDuringTheHurriedDrainIsBounde
 // unmarked instead (fenced returns nothing kept once its ctx ended, so a
 // is abandoned as if the partition had moved, though the router still
 // owns it). Wants a marked and committed (s and a started before the
-// stop; d dead-lettered, h hung: committed 2). Fails now: a stays pending
+// stop; d dead-lettered, h hung: committed 2). Failed every run before cea9233: a stays pending
 // and partition 0 is committed at 1, a's started workflow re-driven on
 // redelivery. (adversary 32b)
 func TestShutdownMarksAStartedRecordWhoseRefusedMarkTheDrainsEndCutShort(t *testing.T) {
@@ -543,7 +543,7 @@ func TestShutdownEndsOkAMarkWhoseRowLandedInARefusedMarkTheDrainsEndCutShort(t *
 // the batch, and the final flush's failed mark ends it not ok, although
 // its row is started and its partition still ours. Wants partition 1
 // committed 2 (c, b) and b's row started; a (never marked) pending and
-// partition 0 committed 1 (s). Fails now: partition 1 committed 1, b
+// partition 0 committed 1 (s). Failed every run from cea9233 until 294c051: partition 1 committed 1, b
 // redelivered though its mark landed. (guarantee 2)
 func TestShutdownCommitsAMarkWhoseRowLandedInACutShortRefusedMarkWhenTheFinalFlushFails(t *testing.T) {
 	waitsOnTimers(t)
