@@ -220,8 +220,8 @@ func recordOf(in *decide.Intent) recordRef { return recordRef{in.Topic, in.Parti
 // indexes of the intents left to claim. A started row never goes back to
 // pending, so the read needs no lock.
 func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, keys [][16]byte, uniq []int, got map[string]stored) ([]int, error) {
-	ids, hashes, ks := make([]string, len(uniq)), make([][]byte, len(uniq)), make([][16]byte, len(uniq))
-	topics, parts, offs := make([]string, len(uniq)), make([]int32, len(uniq)), make([]int64, len(uniq))
+	ids, hashes, ks := make(textArray, len(uniq)), make(byteaArray, len(uniq)), make(uuidArray, len(uniq))
+	topics, parts, offs := make(textArray, len(uniq)), make(int4Array, len(uniq)), make(int8Array, len(uniq))
 	routes := make(map[recordRef]int, len(uniq))
 	for _, i := range uniq {
 		routes[recordOf(&intents[i])]++
@@ -310,11 +310,11 @@ func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, keys [][1
 func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys [][16]byte, uniq []int, got map[string]stored, f fenceArgs) error {
 	n := len(uniq)
 	var (
-		wf, act, ev, rule, topic = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		hash                     = make([][]byte, n)
-		part                     = make([]int32, n)
-		off                      = make([]int64, n)
-		key                      = make([][16]byte, n)
+		wf, act, ev, rule, topic = make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n)
+		hash                     = make(byteaArray, n)
+		part                     = make(int4Array, n)
+		off                      = make(int8Array, n)
+		key                      = make(uuidArray, n)
 	)
 	for j, i := range uniq {
 		in := &intents[i]

@@ -13,3 +13,22 @@ func SetKeyFunc(f func(string) [16]byte) (restore func()) {
 
 // StartedSQL is the replay's read of started rows, for plan tests.
 var StartedSQL = startedSQL
+
+// PlainArg is a statement argument as a plain Go slice when it is one of
+// the ledger's parameter arrays (params.go), else a itself: tests read what
+// a statement sent, and send it again, with the slices' own types.
+func PlainArg(a any) any {
+	switch v := a.(type) {
+	case textArray:
+		return []string(v)
+	case byteaArray:
+		return [][]byte(v)
+	case uuidArray:
+		return [][16]byte(v)
+	case int4Array:
+		return []int32(v)
+	case int8Array:
+		return []int64(v)
+	}
+	return a
+}

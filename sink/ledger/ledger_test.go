@@ -48,8 +48,12 @@ type sqlLog struct {
 
 func (s *sqlLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	s.mu.Lock()
+	args := make([]any, len(d.Args))
+	for i, a := range d.Args {
+		args[i] = ledger.PlainArg(a)
+	}
 	s.sql = append(s.sql, d.SQL)
-	s.args = append(s.args, d.Args)
+	s.args = append(s.args, args)
 	s.mu.Unlock()
 	return ctx
 }

@@ -31,8 +31,8 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	}
 	slices.SortFunc(ms, func(a, b mark) int { return bytes.Compare(a.key[:], b.key[:]) })
 	n := len(ms)
-	ids, runs, gens, keys := make([]string, n), make([]string, n), make([]int32, n), make([][16]byte, n)
-	groups, topics, parts, epochs := make([]string, n), make([]string, n), make([]int32, n), make([]int64, n)
+	ids, runs, gens, keys := make(textArray, n), make(textArray, n), make(int4Array, n), make(uuidArray, n)
+	groups, topics, parts, epochs := make(textArray, n), make(textArray, n), make(int4Array, n), make(int8Array, n)
 	for i, m := range ms {
 		ids[i], runs[i], gens[i], keys[i] = m.s.WorkflowID, m.s.RunID, int32(m.s.Generation), m.key
 		groups[i], topics[i], parts[i], epochs[i] = m.s.Fence.Group, m.s.Topic, m.s.Partition, m.s.Fence.Epoch
