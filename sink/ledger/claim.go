@@ -34,10 +34,15 @@ import (
 // The fence ($10 to $13: the batch's distinct fenced partitions, fence.go)
 // is share-locked first; unless every one still holds, nothing is
 // inserted or updated and the answer's last column (held) is false.
+//
+// Each answer names its input by position (n, from 1), and carries the
+// row's payload hash only when it differs from the input's (a conflict):
+// the caller has the ID and the hash already, and reading them again
+// would copy both for every row.
 var claimSQL = `
 WITH input AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int4[], $8::int8[], $9::uuid[])
-		AS t(workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key)
+		WITH ORDINALITY AS t(workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key, n)
 ), ` + fenceCTE(10) + `, held AS MATERIALIZED (
 	SELECT count(*) = cardinality($13::int8[]) AS ok FROM fence
 ), cur AS MATERIALIZED (
@@ -56,7 +61,7 @@ WITH input AS (
 	WHERE l.workflow_id = EXCLUDED.workflow_id
 	RETURNING l.workflow_id, (l.xmax = 0) AS inserted, l.state, l.payload_hash, l.generation
 )
-SELECT i.workflow_id, coalesce(up.inserted, false), coalesce(up.state, cur.state), coalesce(up.payload_hash, cur.payload_hash),
+SELECT i.n, coalesce(up.inserted, false), coalesce(up.state, cur.state), nullif(coalesce(up.payload_hash, cur.payload_hash), i.payload_hash),
 	coalesce(up.generation, cur.generation, 0), (SELECT ok FROM held)
 FROM input i
 LEFT JOIN up ON up.workflow_id = i.workflow_id
@@ -243,7 +248,7 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, k
 	for rows.Next() {
 		var (
 			n     int64
-			state *State
+			state stateColumn
 			h     []byte
 			gen   int
 		)
@@ -252,8 +257,8 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, k
 		}
 		j := int(n - 1)
 		answered[j] = true
-		if state != nil && *state == StateStarted { // with another payload, or re-run
-			got[ids[j]] = stored{state: *state, hash: h, generation: gen}
+		if state.valid && state.s == StateStarted { // with another payload, or re-run
+			got[ids[j]] = stored{state: state.s, hash: h, generation: gen}
 			continue
 		}
 		left = append(left, j)
@@ -328,25 +333,33 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys 
 	}
 	defer rows.Close()
 	held := true
+	var (
+		at    int64
+		s     stored
+		state stateColumn
+		h     []byte
+	)
 	for rows.Next() {
-		var (
-			id    string
-			s     stored
-			state *State
-		)
-		if err := rows.Scan(&id, &s.inserted, &state, &s.hash, &s.generation, &held); err != nil {
+		if err := rows.Scan(&at, &s.inserted, &state, &h, &s.generation, &held); err != nil {
 			return fmt.Errorf("reading claim verdicts: %w", err)
 		}
 		if !held {
 			break
 		}
-		if state == nil {
+		j := int(at - 1)
+		if j < 0 || j >= n {
+			return fmt.Errorf("claiming %d intents: an answer for input %d", n, at)
+		}
+		if !state.valid {
 			// Another workflow ID's row holds this one's digest: no row
 			// of its own (claim).
 			continue
 		}
-		s.state = *state
-		got[id] = s
+		s.state, s.hash = state.s, h
+		if h == nil { // the row's payload is the input's
+			s.hash = hash[j]
+		}
+		got[wf[j]] = s
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("claiming %d intents: %w", n, err)

@@ -162,7 +162,7 @@ func TestClaimAnswersEveryIntentInBatchOrderWhateverTheKeyOrder(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if read := sql.sent("WITH ORDINALITY"); read != afterReplay {
+				if read := sql.sent("LEFT JOIN LATERAL"); read != afterReplay {
 					t.Fatalf("read of started rows sent: %v, want %v", read, afterReplay)
 				}
 				if len(got) != len(batch) {
@@ -287,7 +287,7 @@ func TestClaimUnderCollisionsGivesTheOwnerItsRowWhateverTheBatchOrder(t *testing
 			if err != nil {
 				t.Fatal(err)
 			}
-			if read := sql.sent("WITH ORDINALITY"); read != afterReplay {
+			if read := sql.sent("LEFT JOIN LATERAL"); read != afterReplay {
 				t.Fatalf("read of started rows sent: %v, want %v", read, afterReplay)
 			}
 			for i := range batch {
@@ -389,7 +389,7 @@ func TestClaimOfAnEmptyOneOrFencedBatch(t *testing.T) {
 	if v, err := l.Claim(ctx, []decide.Intent{fenced("s2", "p")}); err != nil || v[0] != (decide.Claimed{Verdict: decide.VerdictDuplicate, Generation: 2}) {
 		t.Fatalf("a batch of one re-run row after a replay: %v, %v", v, err)
 	}
-	if !sql.sent("WITH ORDINALITY") {
+	if !sql.sent("LEFT JOIN LATERAL") {
 		t.Fatal("the replay's read was not sent")
 	}
 	own("owner")

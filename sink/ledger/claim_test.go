@@ -89,7 +89,7 @@ func claimMixedBatch(t *testing.T, afterReplay bool) {
 	// (WITH ORDINALITY) comes first after the replay only.
 	sql.reset()
 	defer func() {
-		if read := sql.sent("WITH ORDINALITY"); read != afterReplay {
+		if read := sql.sent("LEFT JOIN LATERAL"); read != afterReplay {
 			t.Fatalf("read of started rows sent: %v, want %v", read, afterReplay)
 		}
 	}()
@@ -375,7 +375,7 @@ func TestClaimLooksTheBatchUpInKeyOrder(t *testing.T) {
 	log.reset()
 	v, err = l.Claim(ctx, batch)
 	verdicts(v, err, decide.VerdictDuplicate)
-	inKeyOrder("WITH ORDINALITY")
+	inKeyOrder("LEFT JOIN LATERAL")
 }
 
 // pauseAt holds a statement containing part until release is closed,
@@ -520,7 +520,7 @@ func TestReplayReadFindsEachRowByItsRecordOrItsKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sql.sent("WITH ORDINALITY") {
+	if !sql.sent("LEFT JOIN LATERAL") {
 		t.Fatal("the replay's read was not sent")
 	}
 	wantV := []decide.Verdict{decide.VerdictDuplicate, decide.VerdictDuplicate, decide.VerdictDuplicate, decide.VerdictConflict,
@@ -1024,7 +1024,7 @@ func TestReplayReadLooksARecordOfManyRoutesUpByKey(t *testing.T) {
 	var args []any
 	log.mu.Lock()
 	for i, q := range log.sql {
-		if strings.Contains(q, "WITH ORDINALITY") {
+		if strings.Contains(q, "LEFT JOIN LATERAL") {
 			args = log.args[i]
 		}
 	}

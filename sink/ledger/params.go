@@ -84,3 +84,31 @@ func dimensions(isNil bool, n int) []pgtype.ArrayDimension {
 	}
 	return []pgtype.ArrayDimension{{Length: int32(n), LowerBound: 1}}
 }
+
+// stateColumn reads a ledger row's state (NULL: no row) without an
+// allocation per row: pgx would allocate a State for each *State it scans.
+type stateColumn struct {
+	s     State
+	valid bool
+}
+
+// ScanBytes takes the column's text; a state outside the three (which the
+// table's CHECK forbids) is kept as read, as a *State kept it.
+func (c *stateColumn) ScanBytes(b []byte) error {
+	if b == nil {
+		*c = stateColumn{}
+		return nil
+	}
+	switch string(b) {
+	case string(StatePending):
+		c.s = StatePending
+	case string(StateStarted):
+		c.s = StateStarted
+	case string(StateDeadLettered):
+		c.s = StateDeadLettered
+	default:
+		c.s = State(b)
+	}
+	c.valid = true
+	return nil
+}
