@@ -107,6 +107,9 @@ func (c Config) Validate() error {
 	if err := c.Pooler.Configure(pc.ConnConfig, "postgres.url"); err != nil {
 		return err
 	}
+	if err := arraysSendable(pc.ConnConfig.DefaultQueryExecMode); err != nil {
+		return err
+	}
 	if c.MaxConns < 2 {
 		return fmt.Errorf("postgres.max_conns: %d, want at least 2", c.MaxConns)
 	}
@@ -120,6 +123,18 @@ func (c Config) Validate() error {
 		return errors.New("postgres.purge_interval, purge_batch: want > 0")
 	}
 	return nil
+}
+
+// arraysSendable refuses the query exec modes in which pgx guesses each
+// parameter's type from its Go value (exec, simple_protocol): it has none
+// for the ledger's arrays (params.go), and every claim and mark would fail.
+func arraysSendable(m pgx.QueryExecMode) error {
+	name := map[pgx.QueryExecMode]string{pgx.QueryExecModeExec: "exec", pgx.QueryExecModeSimpleProtocol: "simple_protocol"}[m]
+	if name == "" {
+		return nil
+	}
+	return fmt.Errorf("postgres.url: default_query_exec_mode=%s: in this mode pgx cannot send the ledger's array parameters; "+
+		"remove it (the default, cache_statement, and cache_describe, which postgres.pooler: transaction sets, work)", name)
 }
 
 // verifiedTLS refuses a connection string that reaches a host other than
