@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"regexp"
 	"slices"
@@ -1040,5 +1041,189 @@ func TestReplayReadLooksARecordOfManyRoutesUpByKey(t *testing.T) {
 	plan := planOf(t, conn, `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) `+ledger.StartedSQL, args...)
 	if d := ledgerScansDropping(plan); len(d) > 0 {
 		t.Errorf("the replay's read of %d IDs (2 records of 300 routes) reads rows of other IDs: %v\n%s", len(batch), d, strings.Join(plan, "\n"))
+	}
+}
+
+// adversary 33: rows written by hand with odd values (an empty payload
+// hash, a hash of another length, a state outside the CHECK once it is
+// dropped) next to pending, started, re-run and dead_lettered rows and
+// copies of one ID: every copy gets its row's verdict, and each conflict
+// records the ledger's hash exactly as the row holds it; the same with
+// the replay's read first (answerStarted, then claimSQL for the rest).
+func TestClaimAnswersHandWrittenRowsAndRecordsTheLedgersHash(t *testing.T) {
+	for _, afterReplay := range []bool{false, true} {
+		t.Run(fmt.Sprintf("afterReplay=%v", afterReplay), func(t *testing.T) {
+			l := open(t)
+			ctx := context.Background()
+			ids := []string{"empty", "short", "emptyS", "shortS", "pend", "dead", "run2", "odd", "warm"}
+			var seed []decide.Intent
+			for _, id := range ids {
+				seed = append(seed, intent(id, "p"))
+			}
+			claim(t, l, seed...)
+			wf := func(id string) string { return intent(id, "").WorkflowID }
+			var st []processor.Started
+			for _, id := range []string{"emptyS", "shortS", "run2", "warm"} {
+				st = append(st, processor.Started{WorkflowID: wf(id), RunID: "r1", Generation: 1})
+			}
+			if err := l.MarkStarted(ctx, st); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: wf("run2"), RunID: "r2", Generation: 2}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.MarkDeadLettered(ctx, unfenced(wf("dead"))); err != nil {
+				t.Fatal(err)
+			}
+			p := intent("x", "p").PayloadHash
+			for _, q := range []struct {
+				sql string
+				arg []any
+			}{
+				{`UPDATE dedup_ledger SET payload_hash = '' WHERE workflow_id = ANY($1)`, []any{[]string{wf("empty"), wf("emptyS")}}},
+				{`UPDATE dedup_ledger SET payload_hash = $2 WHERE workflow_id = ANY($1)`, []any{[]string{wf("short"), wf("shortS")}, p[:16]}},
+				{`ALTER TABLE dedup_ledger DROP CONSTRAINT dedup_ledger_state_check`, nil},
+				{`UPDATE dedup_ledger SET state = 'odd' WHERE workflow_id = $1`, []any{wf("odd")}},
+			} {
+				if _, err := l.Pool().Exec(ctx, q.sql, q.arg...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if afterReplay {
+				want(t, claim(t, l, intent("warm", "p")), decide.VerdictDuplicate)
+			}
+			batch := []decide.Intent{
+				intent("empty", "p"), intent("short", "p"), intent("emptyS", "p"), intent("shortS", "p"),
+				intent("pend", "p"), intent("pend", "q"), intent("dead", "p"), intent("run2", "p"), intent("run2", "q"),
+				intent("odd", "p"), intent("new", "p"), intent("new", "p"), intent("new", "x"), intent("warm", "p"),
+			}
+			cl, err := l.Claim(ctx, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := decide.Claimed{Verdict: decide.VerdictConflict}
+			wantC := []decide.Claimed{c, c, c, c,
+				{Verdict: decide.VerdictRedrive, Generation: 1}, c, {Verdict: decide.VerdictRedrive, Generation: 1},
+				{Verdict: decide.VerdictDuplicate, Generation: 2}, c,
+				{Verdict: decide.VerdictRedrive, Generation: 1}, {Verdict: decide.VerdictNew, Generation: 1}, {Verdict: decide.VerdictNew, Generation: 1}, c,
+				{Verdict: decide.VerdictDuplicate, Generation: 1}}
+			if !slices.Equal(cl, wantC) {
+				t.Fatalf("verdicts\n%v, want\n%v", cl, wantC)
+			}
+			rows, err := l.Pool().Query(ctx, `SELECT workflow_id, payload_hash, ledger_payload_hash FROM dedup_conflicts ORDER BY workflow_id`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gotL := map[string]string{}
+			for rows.Next() {
+				var id string
+				var h, lh []byte
+				if err := rows.Scan(&id, &h, &lh); err != nil {
+					t.Fatal(err)
+				}
+				gotL[id] = fmt.Sprintf("%x", lh)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			hex := fmt.Sprintf("%x", p[:])
+			wantL := map[string]string{wf("empty"): "", wf("emptyS"): "", wf("short"): hex[:32], wf("shortS"): hex[:32],
+				wf("pend"): hex, wf("run2"): hex, wf("new"): hex}
+			if !maps.Equal(gotL, wantL) {
+				t.Fatalf("conflicts' ledger hashes\n%v, want\n%v", gotL, wantL)
+			}
+		})
+	}
+}
+
+// adversary 33: the batch's memory is the caller's to reuse: a batch
+// claimed, then the same slice overwritten with the next batch (other
+// payloads of the same IDs, and new IDs) and claimed again; the second
+// claim's conflicts record the ledger's hash (the first batch's
+// payload), not the reused slice's.
+func TestClaimOfAReusedBatchRecordsTheLedgersHash(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	batch := make([]decide.Intent, 40)
+	for i := range batch {
+		batch[i] = intent(fmt.Sprintf("r%02d", i%20), "one")
+	}
+	for _, v := range claim(t, l, batch...) {
+		if v != decide.VerdictNew {
+			t.Fatalf("first batch: %v", v)
+		}
+	}
+	for i := range batch {
+		batch[i] = intent(fmt.Sprintf("r%02d", i%20), fmt.Sprintf("two%d", i))
+	}
+	for _, v := range claim(t, l, batch...) {
+		if v != decide.VerdictConflict {
+			t.Fatalf("second batch: %v", v)
+		}
+	}
+	for i := range batch {
+		batch[i] = intent(fmt.Sprintf("r%02d", i%20), "three")
+	}
+	for _, v := range claim(t, l, batch...) {
+		if v != decide.VerdictConflict {
+			t.Fatalf("third batch: %v", v)
+		}
+	}
+	one := intent("", "one").PayloadHash
+	var bad int
+	if err := l.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE ledger_payload_hash <> $1) + (count(*) <> 60)::int FROM dedup_conflicts`, one[:]).Scan(&bad); err != nil {
+		t.Fatal(err)
+	}
+	if bad != 0 {
+		t.Fatalf("%d conflict rows wrong (want 60, each with the ledger's hash of \"one\")", bad)
+	}
+}
+
+// adversary 33: the parameter arrays (params.go) send what the plain
+// slices sent, in each exec mode the ledger uses: NULL for a nil slice,
+// an empty array for an empty one, NULL elements of bytea, empty strings
+// and bytes, text that needs quoting, and the ends of int4 and int8.
+func TestParamArraysSendWhatPlainSlicesSent(t *testing.T) {
+	url := open(t).Pool().Config().ConnString()
+	values := []any{
+		[]string(nil), []string{}, []string{"", "NULL", `a"b\c{,} `, "é"},
+		[][]byte(nil), [][]byte{}, [][]byte{nil, {}, {0, 1, 255}},
+		[][16]byte(nil), [][16]byte{}, [][16]byte{{}, {1, 2, 3, 15: 255}},
+		[]int32(nil), []int32{}, []int32{-1 << 31, 0, 1<<31 - 1},
+		[]int64(nil), []int64{}, []int64{-1 << 63, -1, 0, 1<<63 - 1},
+	}
+	casts := map[string]string{"[]string": "text[]", "[][]uint8": "bytea[]", "[][16]uint8": "uuid[]", "[]int32": "int4[]", "[]int64": "int8[]"}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec} {
+		t.Run(mode.String(), func(t *testing.T) {
+			pc, err := pgxpool.ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			for _, v := range values {
+				q := fmt.Sprintf(`SELECT $1::%[1]s IS NULL, coalesce($1::%[1]s::text, 'null'), cardinality($1::%[1]s)`, casts[fmt.Sprintf("%T", v)])
+				read := func(arg any) string {
+					var isNull bool
+					var text string
+					var card *int
+					if err := pool.QueryRow(context.Background(), q, arg).Scan(&isNull, &text, &card); err != nil {
+						t.Fatalf("%T %v: %v", arg, arg, err)
+					}
+					c := "null"
+					if card != nil {
+						c = fmt.Sprint(*card)
+					}
+					return fmt.Sprintf("%v %s %s", isNull, text, c)
+				}
+				if plain, ours := read(v), read(ledger.ParamArray(v)); plain != ours {
+					t.Errorf("%T %#v: plain sends %s, params.go %s", v, v, plain, ours)
+				}
+			}
+		})
 	}
 }

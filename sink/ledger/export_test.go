@@ -32,3 +32,21 @@ func PlainArg(a any) any {
 	}
 	return a
 }
+
+// ParamArray is PlainArg's inverse: a plain Go slice as the ledger's
+// parameter array type (params.go), else a itself (adversary 33).
+func ParamArray(a any) any {
+	switch v := a.(type) {
+	case []string:
+		return textArray(v)
+	case [][]byte:
+		return byteaArray(v)
+	case [][16]byte:
+		return uuidArray(v)
+	case []int32:
+		return int4Array(v)
+	case []int64:
+		return int8Array(v)
+	}
+	return a
+}

@@ -536,3 +536,66 @@ func TestTwoMarksOfOverlappingRowsLockInOneOrderOnASmallLedger(t *testing.T) {
 		})
 	}
 }
+
+// adversary 33: fenced marks on partitions at the int4 range's ends and a
+// topic whose text needs quoting in an array literal, with run IDs that
+// are empty or look like NULL, a re-run's generation 2 and then a slow
+// router's generation 1: every mark is Recorded, each row holds the
+// newest generation's run ID, and a fence that no longer holds (an epoch
+// at the int8 range's end) marks nothing.
+func TestFencedMarksAtTheTypesEndsLandAsSent(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	topic := `a"b\c{,} NULL`
+	parts := []processor.PartitionRef{{Topic: topic, Partition: 1<<31 - 1}, {Topic: topic, Partition: -1 << 31}}
+	epochs, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "m", Generation: 1, Parts: parts})
+	if err != nil || len(epochs) != 2 {
+		t.Fatalf("Own: %v %v", epochs, err)
+	}
+	runs := []string{"", "NULL", `"`, "r,{x}"}
+	var in []decide.Intent
+	for i := range 8 {
+		x := intent(fmt.Sprintf("f%d", i), "p")
+		x.Topic, x.Partition, x.Fence = topic, parts[i%2].Partition, decide.Fence{Group: "g", Epoch: epochs[i%2]}
+		in = append(in, x)
+	}
+	want(t, claim(t, l, in...), decide.VerdictNew, decide.VerdictNew, decide.VerdictNew, decide.VerdictNew,
+		decide.VerdictNew, decide.VerdictNew, decide.VerdictNew, decide.VerdictNew)
+	mark := func(gen int, run func(i int) string, epoch func(i int) int64) []processor.Started {
+		var st []processor.Started
+		for i, x := range in {
+			st = append(st, processor.Started{WorkflowID: x.WorkflowID, RunID: run(i), Generation: gen,
+				Topic: topic, Partition: x.Partition, Fence: decide.Fence{Group: "g", Epoch: epoch(i)}})
+		}
+		return st
+	}
+	own := func(i int) int64 { return epochs[i%2] }
+	for _, st := range [][]processor.Started{
+		mark(1, func(i int) string { return runs[i%4] }, own),
+		mark(2, func(i int) string { return "2" + runs[i%4] }, own),
+		mark(1, func(i int) string { return "late" }, own),
+	} {
+		if err := l.MarkStarted(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range st {
+			if !s.Recorded {
+				t.Fatalf("generation %d mark %d not recorded", s.Generation, i)
+			}
+		}
+	}
+	stale := mark(3, func(i int) string { return "stale" }, func(i int) int64 { return []int64{1<<63 - 1, -1 << 63}[i%2] })
+	if err := l.MarkStarted(ctx, stale); err == nil {
+		t.Fatal("marks under stale fences: no error")
+	}
+	for i, x := range in {
+		var run string
+		var gen int
+		if err := l.Pool().QueryRow(ctx, `SELECT run_id, generation FROM dedup_ledger WHERE workflow_id = $1 AND state = 'started'`, x.WorkflowID).Scan(&run, &gen); err != nil {
+			t.Fatalf("row %d: %v", i, err)
+		}
+		if run != "2"+runs[i%4] || gen != 2 {
+			t.Fatalf("row %d: run %q generation %d, want %q, 2", i, run, gen, "2"+runs[i%4])
+		}
+	}
+}

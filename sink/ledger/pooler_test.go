@@ -304,3 +304,136 @@ func TestFencedMarksThroughTransactionPoolerLand(t *testing.T) {
 		t.Errorf("ledger %+v, want %+v", counts, want)
 	}
 }
+
+// adversary 33: the claim, the replay's read and the mark in each of
+// pgx's exec modes (postgres.url's default_query_exec_mode): a batch of
+// 10,000 new intents with large and negative offsets and partitions at
+// the int4 range's ends, marked started, then claimed again (the replay's
+// read answers it: duplicates). exec and simple_protocol are left out:
+// they failed before the parameter arrays too (a957283: "unable to encode
+// [][16]uint8 ... for unknown type (OID 0)"), as pooler.Configure says.
+func TestClaimReplayAndMarkInEveryExecMode(t *testing.T) {
+	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec"} {
+		t.Run(mode, func(t *testing.T) {
+			url := pgtest.NewDatabase(t)
+			ctx := context.Background()
+			if err := ledger.Migrate(ctx, url); err != nil {
+				t.Fatal(err)
+			}
+			sep := "?"
+			if strings.Contains(url, "?") {
+				sep = "&"
+			}
+			cfg := ledger.DefaultConfig()
+			cfg.URL = url + sep + "default_query_exec_mode=" + mode
+			l, err := ledger.Open(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(l.Close)
+			// short: an encoding error names the whole argument
+			short := func(err error) string {
+				if s := err.Error(); len(s) > 300 {
+					return s[:150] + " … " + s[len(s)-150:]
+				}
+				return err.Error()
+			}
+			claimAll := func(what string, batch []decide.Intent, w decide.Verdict) {
+				t.Helper()
+				cl, err := l.Claim(ctx, batch)
+				if err != nil {
+					t.Fatalf("%s: %s", what, short(err))
+				}
+				for i, c := range cl {
+					if c.Verdict != w {
+						t.Fatalf("%s, intent %d: %v, want %v", what, i, c.Verdict, w)
+					}
+				}
+			}
+			const n = 10000
+			batch := make([]decide.Intent, n)
+			var st []processor.Started
+			for i := range batch {
+				in := intent(fmt.Sprintf("m%05d", i), "p")
+				in.Offset = []int64{1<<63 - 1 - int64(i), -1<<63 + int64(i), 0, -7}[i%4]
+				in.Partition = []int32{1<<31 - 1, -1 << 31, 0, -1}[i%4]
+				in.Topic = []string{"", "t", "NULL", `a"b\c{,}`}[i%4]
+				batch[i] = in
+				st = append(st, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1, Topic: in.Topic, Partition: in.Partition})
+			}
+			claimAll("first claim", batch, decide.VerdictNew)
+			if err := l.MarkStarted(ctx, st); err != nil {
+				t.Fatalf("mark: %s", short(err))
+			}
+			claimAll("claim of the started batch", batch, decide.VerdictDuplicate)
+			claimAll("replay's read", batch, decide.VerdictDuplicate)
+			var bad int
+			if err := l.Pool().QueryRow(ctx, `SELECT count(*) FROM dedup_ledger WHERE state <> 'started' OR kafka_offset NOT IN (9223372036854775807 - substr(event_id, 2)::int8, -9223372036854775808 + substr(event_id, 2)::int8, 0, -7)`).Scan(&bad); err != nil {
+				t.Fatal(err)
+			}
+			if bad != 0 {
+				t.Fatalf("%d rows not started or with another offset", bad)
+			}
+		})
+	}
+}
+
+// adversary 33: through PgBouncer in transaction pooling (unnamed
+// statements, cache_describe), a batch of 10,000 intents, one in ten a
+// second copy of an ID with another payload, at offsets and partitions
+// at their types' ends: new verdicts for the first copies, conflicts for
+// the others recorded with the ledger's hash; marked, then claimed again
+// twice (the second through the replay's read): duplicates and the same
+// conflicts, counted again only where the record is new.
+func TestLargeBatchThroughTransactionPoolerKeepsVerdictsAndConflictHashes(t *testing.T) {
+	l := openPooled(t, pgbouncer.Transaction, 1)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const n = 10000
+	var batch []decide.Intent
+	var st []processor.Started
+	for i := range n {
+		in := intent(fmt.Sprintf("b%05d", i), "p")
+		in.Offset = []int64{1<<63 - 1 - int64(i), -1<<63 + int64(i)}[i%2]
+		in.Partition = []int32{1<<31 - 1, -1 << 31}[i%2]
+		batch = append(batch, in)
+		st = append(st, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1, Topic: in.Topic, Partition: in.Partition})
+		if i%10 == 0 {
+			c := intent(fmt.Sprintf("b%05d", i), fmt.Sprintf("other%d", i))
+			c.Offset = in.Offset
+			batch = append(batch, c)
+		}
+	}
+	check := func(what string, first decide.Verdict) {
+		t.Helper()
+		cl, err := l.Claim(ctx, batch)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		seen := map[string]bool{}
+		for i, c := range cl {
+			w := first
+			if seen[batch[i].WorkflowID] {
+				w = decide.VerdictConflict
+			}
+			seen[batch[i].WorkflowID] = true
+			if c.Verdict != w {
+				t.Fatalf("%s, intent %d: %v, want %v", what, i, c.Verdict, w)
+			}
+		}
+	}
+	check("first claim", decide.VerdictNew)
+	if err := l.MarkStarted(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	check("claim of the started batch", decide.VerdictDuplicate)
+	check("replay's read", decide.VerdictDuplicate)
+	p := intent("", "p").PayloadHash
+	var rows, bad int
+	if err := l.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE ledger_payload_hash <> $1 OR copies <> 1) FROM dedup_conflicts`, p[:]).Scan(&rows, &bad); err != nil {
+		t.Fatal(err)
+	}
+	if rows != n/10 || bad != 0 {
+		t.Fatalf("%d conflict rows, %d with another ledger hash or count; want %d, 0", rows, bad, n/10)
+	}
+}
