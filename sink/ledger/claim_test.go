@@ -1227,3 +1227,55 @@ func TestParamArraysSendWhatPlainSlicesSent(t *testing.T) {
 		})
 	}
 }
+
+// adversary 33: IDs whose keys collide (ledger.SetKeyFunc) next to copies
+// of one ID: the owner of the row gets its row's verdict, its other
+// payload a conflict recorded with the row's hash, the ID without a row
+// a conflict recorded with an empty ledger hash; the same after a replay
+// (the read of started rows first).
+func TestClaimUnderCollisionsRecordsTheLedgersHash(t *testing.T) {
+	for _, afterReplay := range []bool{false, true} {
+		t.Run(fmt.Sprintf("afterReplay=%v", afterReplay), func(t *testing.T) {
+			restore := ledger.SetKeyFunc(func(id string) [16]byte {
+				if strings.HasPrefix(id, "activity-a:c") {
+					return [16]byte{1}
+				}
+				return schemas.LedgerKey(id)
+			})
+			defer restore()
+			l := open(t)
+			ctx := context.Background()
+			wf := func(id string) string { return intent(id, "").WorkflowID }
+			want(t, claim(t, l, intent("c1", "p"), intent("w", "p")), decide.VerdictNew, decide.VerdictNew)
+			if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: wf("c1"), RunID: "r", Generation: 1}, {WorkflowID: wf("w"), RunID: "r", Generation: 1}}); err != nil {
+				t.Fatal(err)
+			}
+			if afterReplay {
+				want(t, claim(t, l, intent("w", "p")), decide.VerdictDuplicate)
+			}
+			want(t, claim(t, l, intent("c2", "p"), intent("c1", "p"), intent("c1", "q"), intent("n", "p"), intent("c3", "x")),
+				decide.VerdictConflict, decide.VerdictDuplicate, decide.VerdictConflict, decide.VerdictNew, decide.VerdictConflict)
+			rows, err := l.Pool().Query(ctx, `SELECT workflow_id, ledger_payload_hash FROM dedup_conflicts`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for rows.Next() {
+				var id string
+				var lh []byte
+				if err := rows.Scan(&id, &lh); err != nil {
+					t.Fatal(err)
+				}
+				got[id] = fmt.Sprintf("%x", lh)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			p := intent("", "p").PayloadHash
+			wantL := map[string]string{wf("c2"): "", wf("c1"): fmt.Sprintf("%x", p[:]), wf("c3"): ""}
+			if !maps.Equal(got, wantL) {
+				t.Fatalf("conflicts' ledger hashes %v, want %v", got, wantL)
+			}
+		})
+	}
+}
