@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -267,5 +268,86 @@ func TestDeadLetterOfARecordCarryingDedupHeadersIsReplayedToItsSourceTopic(t *te
 	}
 	if got := e.ends()[0]; got != 2 {
 		t.Errorf("events ends at %d after the replay, want 2 (the original and its replayed copy)", got)
+	}
+}
+
+// A dead letter reduced for its topic (its value dropped) keeps its
+// source's key and headers exactly, and its dedup-original-sha256 is the
+// digest of the source record as the client fetched it: a nil key, nil and
+// empty header values and repeated header names as they were (nil stays
+// nil, empty empty). Two records: a nil key and an empty one, 25 records
+// apart, each with headers a=nil, b="", a="x" (adversary 34).
+func TestAReducedDeadLetterCarriesItsSourceRecordAsFetched(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	e.limitDeadLetterTopic(4096)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hs := []kgo.RecordHeader{{Key: "a"}, {Key: "b", Value: []byte{}}, {Key: "a", Value: []byte("x")}}
+	big := make([]byte, 6000) // random: the producer's compression does not shrink it
+	_, _ = rand.Read(big)
+	big = append([]byte("not json "), big...)
+	var recs []*kgo.Record
+	for i := range 40 {
+		recs = append(recs, &kgo.Record{Topic: testTopic, Value: value(fmt.Sprintf("d%d", i), "v")})
+	}
+	recs[5] = &kgo.Record{Topic: testTopic, Key: nil, Value: big, Headers: hs}
+	recs[30] = &kgo.Record{Topic: testTopic, Key: []byte{}, Value: big, Headers: hs}
+	if err := e.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	// The sources as a plain client fetches them.
+	cons, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.ConsumeTopics(testTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := map[string]*kgo.Record{}
+	for n := 0; n < len(recs) && ctx.Err() == nil; {
+		cons.PollFetches(ctx).EachRecord(func(kr *kgo.Record) {
+			src[strconv.FormatInt(kr.Offset, 10)] = kr
+			n++
+		})
+	}
+	cons.Close()
+	rn := e.start("r1", e.config())
+	e.waitCommittedToEnd(20 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	dls := e.dlqRecords()
+	if len(dls) != 2 {
+		t.Fatalf("%d dead letters, want 2", len(dls))
+	}
+	for _, dl := range dls {
+		off, _ := headerOf(dl, schemas.HeaderDLQOffset)
+		s := src[off]
+		if s == nil {
+			t.Fatalf("dead letter of offset %q: no such source", off)
+		}
+		if dropped, ok := headerOf(dl, schemas.HeaderDLQValueDropped); !ok || dropped != strconv.Itoa(len(big)) {
+			t.Errorf("offset %s: value not dropped (%q, %v)", off, dropped, ok)
+		}
+		want := schemas.OriginalSHA256(s.Key, s.Value, headerSeq(s.Headers))
+		if got, _ := headerOf(dl, schemas.HeaderDLQOriginalSHA256); got != want {
+			t.Errorf("offset %s: dedup-original-sha256 %s, want %s (the source as fetched: key %q nil %v)", off, got, want, s.Key, s.Key == nil)
+		}
+		if (dl.Key == nil) != (s.Key == nil) || string(dl.Key) != string(s.Key) {
+			t.Errorf("offset %s: key %q (nil %v), want %q (nil %v)", off, dl.Key, dl.Key == nil, s.Key, s.Key == nil)
+		}
+		var own []kgo.RecordHeader
+		for _, h := range dl.Headers {
+			if !slices.Contains(schemas.DeadLetterHeaders, h.Key) {
+				own = append(own, h)
+			}
+		}
+		if len(own) != len(s.Headers) {
+			t.Fatalf("offset %s: headers %+v, want %+v", off, own, s.Headers)
+		}
+		for j, h := range own {
+			if h.Key != s.Headers[j].Key || (h.Value == nil) != (s.Headers[j].Value == nil) || string(h.Value) != string(s.Headers[j].Value) {
+				t.Errorf("offset %s: header %d %q=%q (nil %v), want %q=%q (nil %v)", off, j, h.Key, h.Value, h.Value == nil,
+					s.Headers[j].Key, s.Headers[j].Value, s.Headers[j].Value == nil)
+			}
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,9 +14,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
+	"github.com/dedupio/dedup/connect/tracing"
 	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/schemas"
 )
 
 // One execution per workflow ID, every ledger row started, every offset
@@ -1167,4 +1174,251 @@ func TestAHurriedRevokeWithAGhostTakingAnotherPartitionSendsAtMostOneMarkStateme
 		t.Errorf("hurried revoke: %d MarkStarted statements for %d jobs started (%d in the second after it): more than one more per job",
 			c1-c0, jobs, c2-c1)
 	}
+}
+
+// mixedRecords are records of every kind the router reads, n of them for
+// partition 0 (one produce call: one fetched batch) and a few for partition 1: event IDs from a header (the first of
+// two of one name; a nil and an empty header next to it), from the JSON
+// id field and derived from the content; null keys; tombstones (nil
+// value); empty values; a header ID header with a nil value (present,
+// empty); values that are not JSON (dead letters, with duplicate header
+// names and nil and empty header values); types no route matches; copies
+// of earlier events, the same and with another payload (a conflict,
+// dead-lettered by the claimer); and a traceparent header on every fifth.
+func mixedRecords(n int) []*kgo.Record {
+	hdr := func(kv ...any) []kgo.RecordHeader {
+		var hs []kgo.RecordHeader
+		for i := 0; i+1 < len(kv); i += 2 {
+			var v []byte
+			switch x := kv[i+1].(type) {
+			case string:
+				v = []byte(x)
+			case []byte:
+				v = x
+			}
+			hs = append(hs, kgo.RecordHeader{Key: kv[i].(string), Value: v})
+		}
+		return hs
+	}
+	var out []*kgo.Record
+	for i := range n {
+		r := &kgo.Record{Topic: testTopic, Partition: 0, Key: fmt.Appendf(nil, "k%d", i)}
+		id := fmt.Sprintf("m%d", i)
+		switch i % 10 {
+		case 0:
+			r.Value = value(id, "v")
+		case 1:
+			r.Key, r.Value = nil, fmt.Appendf(nil, `{"type":%q,"data":{"n":%d}}`, testType, i)
+		case 2:
+			r.Value = nil // a tombstone
+		case 3:
+			r.Value = []byte{}
+		case 4:
+			r.Value = fmt.Appendf(nil, `{"type":%q,"data":{"n":%d}}`, testType, i)
+			r.Headers = hdr("idempotency-key", "h-"+id, "idempotency-key", "dup", "nil", nil, "empty", []byte{})
+		case 5:
+			r.Value = value(id, "v")
+			r.Headers = hdr("ce_id", nil, "idempotency-key", "h-"+id)
+		case 6:
+			r.Key = nil
+			r.Value = []byte("not json " + id)
+			r.Headers = hdr("a", "1", "a", nil, "b", []byte{}, "a", "3")
+		case 7:
+			r.Value = fmt.Appendf(nil, `{"id":%q,"type":"other.type","data":{}}`, id)
+		case 8:
+			r.Value = value(fmt.Sprintf("m%d", i-8), "v") // a copy of m<i-8>
+		case 9:
+			r.Value = value(fmt.Sprintf("m%d", i-9), "other") // m<i-9> with another payload
+			r.Headers = hdr("x", "y", "nil", nil)
+		}
+		if i%5 == 0 {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: "traceparent", Value: fmt.Appendf(nil, "00-%032x-b7ad6b7169203331-01", i+1)})
+		}
+		out = append(out, r)
+	}
+	for i := range 5 {
+		out = append(out, &kgo.Record{Topic: testTopic, Partition: 1, Value: value(fmt.Sprintf("p1-%d", i), "v"),
+			Headers: hdr("h", fmt.Sprint(i))})
+	}
+	return out
+}
+
+// sameBytes reports whether a and b are equal, nil being nil.
+func sameBytes(a, b []byte) bool { return (a == nil) == (b == nil) && bytes.Equal(a, b) }
+
+// The router behaves for every record as the decider decides the client's
+// own fetched record (adversary 34). 300 mixed records
+// (mixedRecords) in one batch on partition 0, a few on partition 1, and
+// transactions on partition 1 (one committed, one aborted: control
+// records) are read back by a plain read_committed client and decided
+// directly; the router, with tracing on (its decide spans continue each
+// record's traceparent), must then claim exactly those intents (workflow
+// ID, event ID, ID rule, payload hash), dead-letter exactly those records
+// with their reasons (plus the conflicting copies), each dead letter
+// carrying its source's key, value and headers exactly (nil stays nil,
+// empty empty), and commit everything. Run it with -race too: decide runs
+// on parallel workers (300 records).
+func TestTheRouterDecidesEveryKindOfRecordAsTheClientFetchedIt(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	const n = 300
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := e.cl.ProduceSync(ctx, mixedRecords(n)...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	tx := e.txProducer("tx-mixed")
+	tx.begin(txEvent{1, "tx-c1"}, txEvent{1, "tx-c2"})
+	tx.end(true)
+	tx.begin(txEvent{1, "tx-a1"})
+	tx.end(false)
+	e.produce(1, "after-tx", "v")
+
+	cfg := e.config()
+	dec, err := NewDecider(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type at struct {
+		p   int32
+		off int64
+	}
+	// What the decider makes of each record as the client fetched it.
+	src := map[at]*kgo.Record{}
+	wantIntents := map[at][]decide.Intent{}
+	wantDead := map[at]string{}
+	cons, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.ConsumeTopics(testTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(src) < n+5+3 && ctx.Err() == nil {
+		cons.PollFetches(ctx).EachRecord(func(kr *kgo.Record) {
+			k := at{kr.Partition, kr.Offset}
+			src[k] = kr
+			d := dec.Decide(kr)
+			switch {
+			case d.DeadLetter != "":
+				wantDead[k] = string(d.DeadLetter)
+			case len(d.Intents) > 0:
+				wantIntents[k] = d.Intents
+			}
+		})
+	}
+	cons.Close()
+	if len(src) != n+5+3 {
+		t.Fatalf("set-up: read %d records, want %d", len(src), n+5+3)
+	}
+
+	exp := tracetest.NewInMemoryExporter()
+	tr := tracing.NewWith(tracing.Config{Exporter: tracing.ExporterOTLP}, "test", sdktrace.WithSyncer(exp))
+	rn, _ := e.startTraced(cfg, tr)
+	e.waitCommittedToEnd(30 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Claims: every intent the decider made, each as it made it, and no
+	// other record claimed.
+	got := map[at][]decide.Intent{}
+	for _, c := range e.led.claimLog() {
+		for _, in := range c {
+			k := at{in.Partition, in.Offset}
+			if !slices.ContainsFunc(got[k], func(g decide.Intent) bool { return g.WorkflowID == in.WorkflowID }) {
+				in.Fence = decide.Fence{}
+				got[k] = append(got[k], in)
+			}
+		}
+	}
+	for k, want := range wantIntents {
+		if len(got[k]) != len(want) {
+			t.Errorf("%d@%d: claimed %+v, want %+v", k.off, k.p, got[k], want)
+			continue
+		}
+		for j := range want {
+			if got[k][j] != want[j] {
+				t.Errorf("%d@%d: claimed %+v, want %+v", k.off, k.p, got[k][j], want[j])
+			}
+		}
+	}
+	for k := range got {
+		if wantIntents[k] == nil {
+			t.Errorf("%d@%d claimed (%+v), the decider makes no intent of it", k.off, k.p, got[k])
+		}
+	}
+
+	// Dead letters: the decider's, with their reasons, and the conflicts;
+	// each with its source's key, value and headers exactly.
+	gotDead := map[at]string{}
+	for _, dl := range e.dlqRecords() {
+		p, _ := headerOf(dl, schemas.HeaderDLQPartition)
+		o, _ := headerOf(dl, schemas.HeaderDLQOffset)
+		reason, _ := headerOf(dl, schemas.HeaderDLQReason)
+		var k at
+		if _, err := fmt.Sscan(p+" "+o, &k.p, &k.off); err != nil {
+			t.Fatalf("dead letter without its coordinates: %v", dl.Headers)
+		}
+		gotDead[k] = reason
+		s := src[k]
+		if s == nil {
+			t.Errorf("dead letter of %d@%d, no such record", k.off, k.p)
+			continue
+		}
+		var own []kgo.RecordHeader
+		for _, h := range dl.Headers {
+			if !slices.Contains(schemas.DeadLetterHeaders, h.Key) {
+				own = append(own, h)
+			}
+		}
+		if !sameBytes(dl.Key, s.Key) || !sameBytes(dl.Value, s.Value) || len(own) != len(s.Headers) {
+			t.Errorf("dead letter of %d@%d: key %q (nil %v), value %q (nil %v), headers %+v; want key %q (nil %v), value %q (nil %v), headers %+v",
+				k.off, k.p, dl.Key, dl.Key == nil, dl.Value, dl.Value == nil, own, s.Key, s.Key == nil, s.Value, s.Value == nil, s.Headers)
+			continue
+		}
+		for j, h := range own {
+			if h.Key != s.Headers[j].Key || !sameBytes(h.Value, s.Headers[j].Value) {
+				t.Errorf("dead letter of %d@%d: header %d %q=%q (nil %v), want %q=%q (nil %v)", k.off, k.p, j, h.Key, h.Value, h.Value == nil,
+					s.Headers[j].Key, s.Headers[j].Value, s.Headers[j].Value == nil)
+			}
+		}
+	}
+	for k, reason := range wantDead {
+		if gotDead[k] != reason {
+			t.Errorf("%d@%d: dead-lettered %q, want %q", k.off, k.p, gotDead[k], reason)
+		}
+	}
+	conflicts := 0
+	for k, reason := range gotDead {
+		if _, ok := wantDead[k]; !ok {
+			if reason != string(decide.ReasonConflict) {
+				t.Errorf("%d@%d: dead-lettered %q, the decider does not dead-letter it", k.off, k.p, reason)
+			}
+			conflicts++
+		}
+	}
+	if conflicts != n/10 {
+		t.Errorf("%d conflicts dead-lettered, want %d", conflicts, n/10)
+	}
+
+	t.Logf("%d records: %d with intents (%d claimed), %d dead letters by the decider, %d conflicts", len(src), len(wantIntents), len(got),
+		len(wantDead), conflicts)
+	// Traces: each traced record's decide span continues its traceparent.
+	decided, traced := map[int64]trace.TraceID{}, 0
+	for _, s := range exp.GetSpans() {
+		if s.Name == "dedup.decide" && attrOf(s, attrPartition).AsInt64() == 0 {
+			decided[attrOf(s, attrOffset).AsInt64()] = s.SpanContext.TraceID()
+		}
+	}
+	for k, s := range src {
+		if v, ok := headerOf(s, "traceparent"); ok && k.p == 0 {
+			tid, err := trace.TraceIDFromHex(strings.Split(v, "-")[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			traced++
+			if decided[k.off] != tid {
+				t.Errorf("%d@0: decide span in trace %s, want %s (its traceparent)", k.off, decided[k.off], tid)
+			}
+		}
+	}
+	t.Logf("%d traced records checked", traced)
 }
