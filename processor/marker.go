@@ -98,6 +98,10 @@ func (s *startPool) marker() {
 				s.hold(j, false)
 				s.done(j, ok)
 			}
+			// The batch's array is reused: a job left in it past its
+			// mark would keep its request, and with it its record's
+			// bytes (adversary 34).
+			clear(batch)
 			if cutShort {
 				batch = append(batch[:0], kept...)
 				return
