@@ -98,10 +98,7 @@ func (s *startPool) marker() {
 				s.hold(j, false)
 				s.done(j, ok)
 			}
-			// The batch's array is reused: a job left in it past its
-			// mark would keep its request, and with it its record's
-			// bytes (adversary 34).
-			clear(batch)
+			clear(batch) // reused: a job left in it would keep its request and record's bytes
 			if cutShort {
 				batch = append(batch[:0], kept...)
 				return
