@@ -28,3 +28,24 @@ func TestValidateRefusesAMarkIntervalNotBelowTheRevokeTimeout(t *testing.T) {
 		}
 	}
 }
+
+// The Kafka client takes its fetch bounds as 32-bit counts: a bound of 0
+// or less, or over 2 GiB, would wrap or fetch nothing. Validate refuses
+// each, naming the field.
+func TestValidateRefusesAFetchBoundOutOfKafkasRange(t *testing.T) {
+	for _, field := range []string{"fetch_max_bytes", "fetch_max_partition_bytes"} {
+		for _, v := range []int{0, -1, 1 << 31} {
+			cfg := DefaultConfig()
+			cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = []string{"localhost:9092"}, "g", []string{"t"}, "earliest"
+			cfg.Routes = decide.Routes{{ID: "r", Match: decide.Match{Type: "t"}, WorkflowType: "W", TaskQueue: "q"}}
+			if field == "fetch_max_bytes" {
+				cfg.FetchMaxBytes = v
+			} else {
+				cfg.FetchMaxPartitionBytes = v
+			}
+			if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "kafka."+field) {
+				t.Errorf("%s %d: Validate = %v, want an error naming kafka.%s", field, v, err, field)
+			}
+		}
+	}
+}

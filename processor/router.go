@@ -148,7 +148,7 @@ func New(cfg Config, o Options) (*Router, error) {
 	if err := cfg.checkCallerDialer(extra); err != nil {
 		return nil, fmt.Errorf("creating kafka client: %w", err)
 	}
-	kopts = append(append(kopts, []kgo.Opt{
+	kopts = append(append(append(kopts, cfg.FetchLimits()...), []kgo.Opt{
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.DisableAutoCommit(),
@@ -168,7 +168,6 @@ func New(cfg Config, o Options) (*Router, error) {
 		kgo.OnPartitionsAssigned(r.commits.assigned),
 		kgo.OnPartitionsRevoked(r.commits.revoked),
 		kgo.OnPartitionsLost(r.commits.lost),
-		kgo.FetchMaxBytes(int32(cfg.FetchMaxBytes)),
 		kgo.ProducerBatchMaxBytes(int32(cfg.MaxValueBytes) + 64<<10),
 		kgo.RecordDeliveryTimeout(30 * time.Second),
 	}...), extra...)

@@ -88,7 +88,7 @@ func (t *Tool) reader(spans map[string]map[int32]replay.Span) (*replay.Reader, e
 	if _, err := t.kafka(); err != nil {
 		return nil, err
 	}
-	rd, err := replay.NewReader(append(slices.Clone(t.kopts), kgo.FetchMaxBytes(int32(t.cfg.Kafka.FetchMaxBytes))), spans)
+	rd, err := replay.NewReader(append(slices.Clone(t.kopts), t.cfg.Kafka.FetchLimits()...), spans)
 	if err != nil {
 		return nil, err
 	}
