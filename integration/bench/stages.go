@@ -797,10 +797,11 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 	cmd := exec.CommandContext(ctx, e.P.DedupBin, "run", "--config", path)
 	cmd.Stderr = os.Stderr
 	began := time.Now()
-	if err := cmd.Start(); err != nil {
+	p, err := startProc(cmd)
+	if err != nil {
 		return res, err
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	defer p.stop()
 	res.Affinity = affinityOf(cmd.Process.Pid, false)[0]
 	stop := make(chan struct{})
 	var peak atomic.Int64
@@ -816,7 +817,10 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 			}
 		}
 	}()
-	_, err = e.waitConsumed(ctx, cfg.Kafka.Group, topic, 30*time.Minute)
+	err = p.during(ctx, func(ctx context.Context) error {
+		_, err := e.waitConsumed(ctx, cfg.Kafka.Group, topic, 30*time.Minute)
+		return err
+	})
 	elapsed := time.Since(began)
 	close(stop)
 	if kb := vmRSSKiB(cmd.Process.Pid, "VmHWM:"); kb > peak.Load() {
@@ -827,6 +831,48 @@ func (e *Env) RSS(ctx context.Context) (RSSResult, error) {
 	res.StartCalls = promtext.Sum(cfg.Admin.Listen, "dedup_workflow_starts_total", "", "") + promtext.Sum(cfg.Admin.Listen, "dedup_workflow_start_errors_total", "", "")
 	res.Records = rate(e.P.RSSBacklog, elapsed)
 	return res, err
+}
+
+// proc is a started process whose exit ends what waits for it.
+type proc struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the process exited; err is then set
+	err    error
+}
+
+func startProc(cmd *exec.Cmd) (*proc, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, exited: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.exited) }()
+	return p, nil
+}
+
+// during runs wait with a context that ends when the process exits: a
+// `dedup run` that exits (a config it refuses) ends the stage at once,
+// with its exit status, instead of the wait's timeout.
+func (p *proc) during(ctx context.Context, wait func(context.Context) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-p.exited:
+			cancel(fmt.Errorf("%s exited (its stderr is above): %v", p.cmd.Path, p.err))
+		case <-ctx.Done():
+		}
+	}()
+	err := wait(ctx)
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
+}
+
+// stop kills the process and waits for it.
+func (p *proc) stop() {
+	_ = p.cmd.Process.Kill()
+	<-p.exited
 }
 
 func vmRSSKiB(pid int, field string) int64 {
