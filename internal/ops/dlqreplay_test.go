@@ -4,14 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/dedupio/dedup/internal/config"
+	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/processor/replay"
 	"github.com/dedupio/dedup/schemas"
 )
 
@@ -137,5 +144,129 @@ func TestDLQReplayRefusesADeadLetterOfATopicTheRoutersDoNotRead(t *testing.T) {
 	if rep.Replayed["no_route"] != 0 || len(rep.Refused) != 1 || rep.Refused[0].Original != "legacy/0/4" || legacy.Offset != 0 {
 		t.Errorf("dlq replay --execute: exit %d, %+v, wrote %d records to legacy; want the dead letter of legacy/0/4 refused, nothing written",
 			code, rep, legacy.Offset)
+	}
+}
+
+// fetchBounds records, over every fetch request a kfake cluster gets, the
+// largest fetch bound (MaxBytes) and partition bound (PartitionMaxBytes)
+// asked for.
+type fetchBounds struct {
+	mu        sync.Mutex
+	n         int
+	most      int32
+	mostPart  int32
+	partCount int
+}
+
+func watchFetchBounds(c *kfake.Cluster) *fetchBounds {
+	fb := &fetchBounds{}
+	c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.FetchRequest)
+		fb.mu.Lock()
+		defer fb.mu.Unlock()
+		fb.n++
+		fb.most = max(fb.most, r.MaxBytes)
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				fb.partCount++
+				fb.mostPart = max(fb.mostPart, p.PartitionMaxBytes)
+			}
+		}
+		return nil, nil, false
+	})
+	return fb
+}
+
+// deadLetterCluster is a kfake cluster of events and events.dlq holding
+// one dead letter, and a config of it whose fetch bounds are 64 KiB a
+// partition and 1 MiB a fetch (the Kafka client's defaults: 1 MiB and 50
+// MiB).
+func deadLetterCluster(t *testing.T) (*kfake.Cluster, config.Config) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic, topic+".dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	orig, err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte(order("o1", "1"))}).First()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic + ".dlq", Value: orig.Value, Headers: []kgo.RecordHeader{
+		{Key: schemas.HeaderDLQReason, Value: []byte("conflict")}, {Key: schemas.HeaderDLQTopic, Value: []byte(topic)},
+		{Key: schemas.HeaderDLQPartition, Value: []byte("0")}, {Key: schemas.HeaderDLQOffset, Value: fmt.Appendf(nil, "%d", orig.Offset)}}}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Kafka.Brokers, cfg.Kafka.Group, cfg.Kafka.Topics, cfg.Kafka.ResetOffset = c.ListenAddrs(), "dedup-ops", []string{topic}, "earliest"
+	cfg.Routes = decide.Routes{{ID: "confirm", Match: decide.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
+	cfg.Postgres.URL = "postgres://nobody@127.0.0.1:1/none"
+	cfg.Kafka.FetchMaxPartitionBytes, cfg.Kafka.FetchMaxBytes = 64<<10, 1<<20
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return c, cfg
+}
+
+// Every consumer dedup runs over its topics takes the config's fetch
+// bounds (processor.Config.FetchLimits): dedup dlq replay reads the
+// dead-letter topics, and the source topic for a dead letter without its
+// value, with kafka.fetch_max_partition_bytes and kafka.fetch_max_bytes,
+// not the Kafka client's 1 MiB a partition and 50 MiB a fetch.
+func TestDLQReplayFetchesWithinTheConfigsFetchBounds(t *testing.T) {
+	c, cfg := deadLetterCluster(t)
+	fb := watchFetchBounds(c)
+	tl := newTool(cfg, slog.New(slog.DiscardHandler))
+	tl.idle = time.Second
+	defer tl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, _, err := tl.ReplayDeadLetters(ctx, "", 0, false)
+	if err != nil || rep.Read != 1 {
+		t.Fatalf("dlq replay: %+v, %v; want 1 dead letter read", rep, err)
+	}
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	if fb.n == 0 || fb.mostPart > int32(cfg.Kafka.FetchMaxPartitionBytes) || fb.most > int32(cfg.Kafka.FetchMaxBytes) {
+		t.Errorf("%d fetches asked for up to %d bytes a partition and %d a fetch: want at most kafka.fetch_max_partition_bytes %d and kafka.fetch_max_bytes %d",
+			fb.n, fb.mostPart, fb.most, cfg.Kafka.FetchMaxPartitionBytes, cfg.Kafka.FetchMaxBytes)
+	}
+}
+
+// The reads of dedup explain and of the offsets reset's forecast (the
+// Tool's reader) take the config's fetch bounds.
+func TestToolReaderFetchesWithinTheConfigsFetchBounds(t *testing.T) {
+	c, cfg := deadLetterCluster(t)
+	fb := watchFetchBounds(c)
+	tl := newTool(cfg, slog.New(slog.DiscardHandler))
+	tl.idle = time.Second
+	defer tl.Close()
+	rd, err := tl.reader(map[string]map[int32]replay.Span{topic: {0: {From: 0, Until: 1}}, topic + ".dlq": {0: {From: 0, Until: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	read := 0
+	for !rd.Done() {
+		recs, err := rd.Poll(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read += len(recs)
+	}
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	if read != 2 || fb.n == 0 || fb.mostPart > int32(cfg.Kafka.FetchMaxPartitionBytes) || fb.most > int32(cfg.Kafka.FetchMaxBytes) {
+		t.Errorf("read %d of 2; %d fetches asked for up to %d bytes a partition and %d a fetch: want at most %d and %d",
+			read, fb.n, fb.mostPart, fb.most, cfg.Kafka.FetchMaxPartitionBytes, cfg.Kafka.FetchMaxBytes)
 	}
 }
