@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -217,5 +218,66 @@ temporal: {` + temporal + `}
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// kafka.fetch_max_partition_bytes in a YAML: given, it is taken; left
+// out, it is the default (256 KiB, as the example shows); 0, negative,
+// over Kafka's 32-bit bound, or not an integer (a unit, a fraction, a
+// number past int64), it is an error naming kafka.fetch_max_partition_bytes.
+func TestFetchMaxPartitionBytesFromYAML(t *testing.T) {
+	base := `
+kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest%s}
+routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
+postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
+`
+	doc := func(extra string) []byte { return fmt.Appendf(nil, base, extra) }
+	if cfg, err := Parse(doc("")); err != nil || cfg.Kafka.FetchMaxPartitionBytes != 256<<10 || cfg.Kafka.FetchMaxPartitionBytes != Default().Kafka.FetchMaxPartitionBytes {
+		t.Errorf("without the key: %d, %v; want the default 262144", cfg.Kafka.FetchMaxPartitionBytes, err)
+	}
+	if cfg, err := Parse(doc(", fetch_max_partition_bytes: 65536")); err != nil || cfg.Kafka.FetchMaxPartitionBytes != 65536 {
+		t.Errorf("fetch_max_partition_bytes: 65536: %d, %v", cfg.Kafka.FetchMaxPartitionBytes, err)
+	}
+	if cfg, err := Parse(doc(", fetch_max_partition_bytes: 1")); err != nil || cfg.Kafka.FetchMaxPartitionBytes != 1 {
+		t.Errorf("fetch_max_partition_bytes: 1: %d, %v", cfg.Kafka.FetchMaxPartitionBytes, err)
+	}
+	for _, v := range []string{"0", "-1", "2147483648", "4294967296"} {
+		_, err := Parse(doc(", fetch_max_partition_bytes: " + v))
+		if err == nil || !strings.Contains(err.Error(), "kafka.fetch_max_partition_bytes") {
+			t.Errorf("fetch_max_partition_bytes: %s: %v, want an error naming kafka.fetch_max_partition_bytes", v, err)
+		}
+	}
+}
+
+// A kafka.fetch_max_partition_bytes that is not an integer (a unit, a
+// fraction, a number past int64, a quoted number, a list) is an error
+// naming kafka.fetch_max_partition_bytes, not a bound the loader made up
+// (1.5 taken as 1 byte) nor a YAML type error naming only a line.
+func TestANonIntegerFetchMaxPartitionBytesIsAnErrorNamingIt(t *testing.T) {
+	base := `
+kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest, fetch_max_partition_bytes: %s}
+routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
+postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
+`
+	for _, v := range []string{"256KiB", "1.5", "262144.9", "99999999999999999999", "\"262144\"", "[1]"} {
+		cfg, err := Parse(fmt.Appendf(nil, base, v))
+		if err == nil || !strings.Contains(err.Error(), "fetch_max_partition_bytes") {
+			t.Errorf("fetch_max_partition_bytes: %s: loaded as %d, error %v; want an error naming kafka.fetch_max_partition_bytes",
+				v, cfg.Kafka.FetchMaxPartitionBytes, err)
+		}
+	}
+}
+
+// The example's fetch bounds are the defaults it claims to show.
+func TestExampleConfigShowsTheDefaultFetchBounds(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://u@localhost/db")
+	cfg, err := Load("../../deploy/dedup.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := Default().Kafka
+	if cfg.Kafka.FetchMaxPartitionBytes != def.FetchMaxPartitionBytes || cfg.Kafka.FetchMaxBytes != def.FetchMaxBytes {
+		t.Errorf("example: fetch_max_partition_bytes %d, fetch_max_bytes %d; defaults %d, %d",
+			cfg.Kafka.FetchMaxPartitionBytes, cfg.Kafka.FetchMaxBytes, def.FetchMaxPartitionBytes, def.FetchMaxBytes)
 	}
 }
