@@ -2,9 +2,11 @@ package processor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -217,4 +219,208 @@ func (noStarts) Start(context.Context, decide.StartRequest) (processor.StartResu
 }
 func (noStarts) LastRun(context.Context, string, string) (decide.Run, error) {
 	return decide.Run{}, nil
+}
+
+// countingStarts is a Starter that counts the starts of each workflow ID.
+type countingStarts struct {
+	mu     sync.Mutex
+	starts map[string]int
+}
+
+func (s *countingStarts) Start(_ context.Context, req decide.StartRequest) (processor.StartResult, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.starts[req.WorkflowID]++
+	return processor.StartResult{RunID: "run-" + req.WorkflowID}, nil
+}
+func (s *countingStarts) LastRun(context.Context, string, string) (decide.Run, error) {
+	return decide.Run{}, nil
+}
+
+// stallingLedger fails every claim from the third on while stall is set
+// (the router's health then pauses fetching, and resumes it once a claim
+// succeeds); failed counts the claims it failed.
+type stallingLedger struct {
+	processor.Ledger
+	stall          atomic.Bool
+	claims, failed atomic.Int32
+}
+
+func (l *stallingLedger) Claim(ctx context.Context, intents []decide.Intent) ([]decide.Claimed, error) {
+	if l.claims.Add(1) > 2 && l.stall.Load() {
+		l.failed.Add(1)
+		return nil, errors.New("ledger down for a while")
+	}
+	return l.Ledger.Claim(ctx, intents)
+}
+
+// Every record of every partition is consumed, decided and committed
+// whatever the fetch bound (1 byte, and the 256 KiB default) and the
+// batches' sizes: two partitions of 32 KiB uncompressed batches, one of a
+// single record of almost kafka.max_value_bytes (1 MiB, 4 times the
+// default bound) between small ones, one of transactions (committed,
+// aborted, committed: read_committed, control records) — while fetching is
+// paused and resumed (the ledger down for a while) and a second router
+// joins the group midway (a rebalance between fetches). Each event not of
+// an aborted transaction is started, none of an aborted one, and every
+// partition is committed to its end.
+func TestTheRouterDrainsBatchesLargerThanTheFetchBoundOfSeveralPartitions(t *testing.T) {
+	for _, bound := range []int{1, processor.DefaultConfig().FetchMaxPartitionBytes} {
+		t.Run(fmt.Sprint(bound), func(t *testing.T) { drainsOversizedBatches(t, bound) })
+	}
+}
+
+func drainsOversizedBatches(t *testing.T, bound int) {
+	const group = "fetch-bound-progress"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "events", "events.dlq"),
+		kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pr, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(2<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	event := func(id string, size int) []byte {
+		return fmt.Appendf(nil, `{"specversion":"1.0","id":%q,"type":"order.created","source":"s","data":{"v":%q}}`, id, strings.Repeat("x", size))
+	}
+	want := map[string]bool{} // event ID: started
+	for p := int32(0); p < 2; p++ {
+		for b := range 20 {
+			recs := make([]*kgo.Record, 16)
+			for i := range recs {
+				id := fmt.Sprintf("p%d-%d-%d", p, b, i)
+				recs[i], want[id] = &kgo.Record{Topic: "events", Partition: p, Value: event(id, 2<<10)}, true
+			}
+			if err := pr.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, size := range []int{100, 1000 << 10, 100} {
+		id := fmt.Sprintf("p2-%d", i)
+		want[id] = true
+		if err := pr.ProduceSync(ctx, &kgo.Record{Topic: "events", Partition: 2, Value: event(id, size)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionalID("fetch-bound-tx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	for n, end := range []kgo.TransactionEndTry{kgo.TryCommit, kgo.TryAbort, kgo.TryCommit} {
+		if err := tx.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for b := range 4 {
+			recs := make([]*kgo.Record, 8)
+			for i := range recs {
+				id := fmt.Sprintf("p3-%d-%d-%d", n, b, i)
+				if end == kgo.TryAbort {
+					id = "aborted-" + id
+				} else {
+					want[id] = true
+				}
+				recs[i] = &kgo.Record{Topic: "events", Partition: 3, Value: event(id, 2<<10)}
+			}
+			if err := tx.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.EndTransaction(ctx, end); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	cfg := processor.DefaultConfig()
+	cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = c.ListenAddrs(), group, []string{"events"}, "earliest"
+	cfg.Routes = decide.Routes{{ID: "a", Match: decide.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
+	cfg.CommitInterval, cfg.SessionTimeout, cfg.RebalanceTimeout = 50*time.Millisecond, time.Second, time.Second
+	cfg.Retry.Initial, cfg.Retry.Max = 5*time.Millisecond, 50*time.Millisecond
+	cfg.RevokeTimeout, cfg.DrainTimeout, cfg.Starts.MarkInterval = 200*time.Millisecond, 2*time.Second, 5*time.Millisecond
+	cfg.MaxPollRecords = 50
+	cfg.FetchMaxPartitionBytes = bound
+	fake, _ := processor.NewFakeLedger()
+	led := &stallingLedger{Ledger: fake}
+	led.stall.Store(true)
+	starts := &countingStarts{starts: map[string]int{}}
+	run := func() (stop func()) {
+		r, err := processor.New(cfg, processor.Options{Ledger: led, DeadLetterLog: noDeadLetters{}, Starter: starts,
+			KafkaOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancelRun := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(rctx) }()
+		return func() {
+			cancelRun()
+			if err := <-done; err != nil {
+				t.Errorf("router: %v", err)
+			}
+		}
+	}
+	adm := kadm.NewClient(pr)
+	ends, err := adm.ListEndOffsets(ctx, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := func() (total int64, atEnd bool, got string) {
+		offs, err := adm.FetchOffsets(ctx, group)
+		atEnd = err == nil
+		ends.Each(func(e kadm.ListedOffset) {
+			o, ok := offs.Lookup("events", e.Partition)
+			if ok {
+				total += o.At
+			}
+			got += fmt.Sprintf(" %d:%d/%d", e.Partition, o.At, e.Offset)
+			atEnd = atEnd && ok && o.At == e.Offset
+		})
+		return total, atEnd, got
+	}
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case <-ctx.Done():
+				_, _, got := committed()
+				t.Fatalf("%s: not in 3 minutes; committed/end:%s", what, got)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	stopA := run()
+	defer func() {
+		if stopA != nil {
+			stopA()
+		}
+	}()
+	// The ledger down after two claims: fetching pauses. A second
+	// router joins meanwhile (a rebalance between fetches); then the
+	// ledger answers again.
+	wait("claims failing", func() bool { return led.failed.Load() >= 5 })
+	stopB := run()
+	defer stopB()
+	time.Sleep(500 * time.Millisecond)
+	led.stall.Store(false)
+	wait("every partition committed to its end", func() bool { _, atEnd, _ := committed(); return atEnd })
+	starts.mu.Lock()
+	defer starts.mu.Unlock()
+	for id := range want {
+		if starts.starts[decide.WorkflowID("a", id)] == 0 {
+			t.Errorf("event %s committed and never started", id)
+		}
+	}
+	for wid := range starts.starts {
+		if strings.Contains(wid, "aborted") {
+			t.Errorf("%s of an aborted transaction started", wid)
+		}
+	}
 }
