@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -526,5 +527,134 @@ func TestPartitionsOfBatchesLargerThanTheBoundTakeTurns(t *testing.T) {
 	}
 	if first[1] > last[0] || first[0] > last[1] {
 		t.Errorf("batches read, by partition: %v: one partition waited for the other's whole backlog", reads.order)
+	}
+}
+
+// fetchAsks records the largest fetch bound (MaxBytes) and partition
+// bound (PartitionMaxBytes) of the fetch requests a kfake cluster gets,
+// and how many.
+type fetchAsks struct {
+	mu             sync.Mutex
+	n              int
+	most, mostPart int32
+}
+
+func watchFetches(c *kfake.Cluster) *fetchAsks {
+	fa := &fetchAsks{}
+	c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.FetchRequest)
+		fa.mu.Lock()
+		defer fa.mu.Unlock()
+		fa.n++
+		fa.most = max(fa.most, r.MaxBytes)
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				fa.mostPart = max(fa.mostPart, p.PartitionMaxBytes)
+			}
+		}
+		return nil, nil, false
+	})
+	return fa
+}
+
+// Options precedence: a stranger's router (processor.New with
+// DefaultConfig's bounds, no Kafka options) fetches with 256 KiB a
+// partition and 16 MiB a fetch; a caller's own kgo.FetchMaxPartitionBytes
+// and kgo.FetchMaxBytes in Options.KafkaOpts win, as Options.KafkaOpts
+// says ("applied after the router's own").
+func TestTheRoutersFetchBoundsAreTheConfigsUnlessTheCallersOptionsSetThem(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		opts           []kgo.Opt
+		wantPart, want int32
+	}{
+		{"config", nil, 256 << 10, 16 << 20},
+		{"caller", []kgo.Opt{kgo.FetchMaxPartitionBytes(64 << 10), kgo.FetchMaxBytes(1 << 20)}, 64 << 10, 1 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "events", "events.dlq"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			fa := watchFetches(c)
+			cfg := processor.DefaultConfig()
+			cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = c.ListenAddrs(), "stranger", []string{"events"}, "earliest"
+			cfg.Routes = decide.Routes{{ID: "a", Match: decide.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
+			led, _ := processor.NewFakeLedger()
+			r, err := processor.New(cfg, processor.Options{Ledger: led, DeadLetterLog: noDeadLetters{}, Starter: noStarts{}, KafkaOpts: tc.opts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			rctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- r.Run(rctx) }()
+			for {
+				fa.mu.Lock()
+				n := fa.n
+				fa.mu.Unlock()
+				if n >= 1 {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					t.Fatal("the router sent no fetch in a minute")
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("router: %v", err)
+			}
+			fa.mu.Lock()
+			defer fa.mu.Unlock()
+			if fa.mostPart != tc.wantPart || fa.most != tc.want {
+				t.Errorf("fetches asked for %d bytes a partition, %d a fetch; want %d and %d", fa.mostPart, fa.most, tc.wantPart, tc.want)
+			}
+		})
+	}
+}
+
+// Every fetch bound Config.Validate accepts (up to Kafka's 32-bit bound,
+// it says) builds a router, or New's error names the config key: a
+// fetch_max_bytes over the Kafka client's 100 MiB read bound (the
+// client's BrokerMaxReadBytes) must not pass Validate and then fail in
+// the client with an error naming neither kafka.fetch_max_bytes nor what
+// to set instead.
+func TestNewBuildsARouterForEveryFetchBoundValidateAccepts(t *testing.T) {
+	for _, tc := range []struct {
+		key         string
+		bytes, part int
+	}{
+		{"fetch_max_bytes", 200 << 20, 256 << 10},
+		{"fetch_max_bytes", math.MaxInt32, 256 << 10},
+		{"fetch_max_partition_bytes", 16 << 20, math.MaxInt32},
+		{"fetch_max_partition_bytes", 16 << 20, 1},
+	} {
+		cfg := processor.DefaultConfig()
+		cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = []string{"127.0.0.1:1"}, "g", []string{"events"}, "earliest"
+		cfg.Routes = decide.Routes{{ID: "a", Match: decide.Match{Type: "order.created"}, WorkflowType: "W", TaskQueue: "q"}}
+		cfg.FetchMaxBytes, cfg.FetchMaxPartitionBytes = tc.bytes, tc.part
+		if err := cfg.Validate(); err != nil {
+			if !strings.Contains(err.Error(), "kafka."+tc.key) {
+				t.Errorf("%s %d/%d: Validate = %v, want it to name kafka.%s", tc.key, tc.bytes, tc.part, err, tc.key)
+			}
+			continue
+		}
+		led, _ := processor.NewFakeLedger()
+		r, err := processor.New(cfg, processor.Options{Ledger: led, DeadLetterLog: noDeadLetters{}, Starter: noStarts{}})
+		if err != nil {
+			if !strings.Contains(err.Error(), "kafka."+tc.key) {
+				t.Errorf("fetch_max_bytes %d, fetch_max_partition_bytes %d: Validate accepts, New = %v: want a router or an error naming kafka.%s",
+					tc.bytes, tc.part, err, tc.key)
+			}
+			continue
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = r.Run(ctx)
 	}
 }
