@@ -270,3 +270,85 @@ func TestToolReaderFetchesWithinTheConfigsFetchBounds(t *testing.T) {
 			read, fb.n, fb.mostPart, fb.most, cfg.Kafka.FetchMaxPartitionBytes, cfg.Kafka.FetchMaxBytes)
 	}
 }
+
+// The tools' reader (dedup explain, the offsets reset's forecast) under
+// read_committed with kafka.fetch_max_partition_bytes of 1 byte (a bound
+// Validate accepts) reads a partition whose committed record follows an
+// aborted transaction of 150 batches: with one batch a fetch, and 20 ms a
+// fetch round trip, the reader crosses the aborted records in 150 fetches
+// that return nothing it can read, longer than its idle wait (1 s here,
+// 10 s by default: 500 such fetches of 20 ms). It must not end the
+// partition as a Stall ("gave no record to read") before the committed
+// record that follows. With the Kafka client's 1 MiB a partition the
+// whole transaction and its marker come in one fetch.
+func TestToolReaderReadsPastALongAbortedTransactionUnderASmallFetchBound(t *testing.T) {
+	c, cfg := deadLetterCluster(t)
+	cfg.Kafka.FetchMaxPartitionBytes = 1
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tx, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionalID("long-abort"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	ends := func() kadm.ListedOffsets {
+		l, err := kadm.NewClient(tx).ListEndOffsets(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	from, _ := ends().Lookup(topic, 0)
+	if err := tx.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 150 {
+		if err := tx.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte(order(fmt.Sprintf("aborted-%d", i), "1"))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	committed, err := tx.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte(order("after", "1"))}).First()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	until, _ := ends().Lookup(topic, 0)
+	// 20 ms a fetch round trip, as to a broker over a network.
+	c.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		time.Sleep(20 * time.Millisecond)
+		return nil, nil, false
+	})
+	tl := newTool(cfg, slog.New(slog.DiscardHandler))
+	tl.idle = time.Second
+	defer tl.Close()
+	rd, err := tl.reader(map[string]map[int32]replay.Span{topic: {0: {From: from.Offset, Until: until.Offset}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	var read []int64
+	for !rd.Done() {
+		recs, err := rd.Poll(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			read = append(read, r.Offset)
+		}
+	}
+	if !slices.Equal(read, []int64{committed.Offset}) || len(rd.Stalls) > 0 {
+		t.Errorf("read offsets %v, stalls %v: want the committed record at %d and no stall", read, rd.Stalls, committed.Offset)
+	}
+}
