@@ -6445,3 +6445,51 @@ func TestARouterStoppedWhileDeadLetterMarksWaitOnTheirPartitionsBackoffReturnsIn
 	}
 	t.Logf("Run returned %v after its cancel; partition 0 committed to %d", r1.took.Round(10*time.Millisecond), committed)
 }
+
+// The ledger's fence pauses a partition while its claims wait (refused.go,
+// fenceHolds): its buffered records are dropped and fetched again when it
+// resumes. Under kafka.fetch_max_partition_bytes of 1 byte (one batch a
+// fetch, of the first partition with data) and three partitions of
+// several 16 KiB batches each, late Owns of a member the group dropped
+// refuse partitions 0 and 1 (three and two times): every event starts
+// once and every partition is committed to its end.
+func TestFencePausesUnderAOneByteFetchBoundLeaveNoRecordBehind(t *testing.T) {
+	e := newTestEnv(t, 3, envOpt{})
+	pr, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var ids []string
+	for p := int32(0); p < 3; p++ {
+		for b := range 6 {
+			recs := make([]*kgo.Record, 8)
+			for i := range recs {
+				id := fmt.Sprintf("p%d-%d-%d", p, b, i)
+				ids = append(ids, id)
+				recs[i] = &kgo.Record{Topic: testTopic, Partition: p, Value: value(id, strings.Repeat("x", 2<<10))}
+			}
+			if err := pr.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ghostDone := e.ghostOwnsBeforeClaims(map[int32]int{0: 3, 1: 2})
+	cfg := e.config()
+	cfg.FetchMaxPartitionBytes = 1
+	cfg.MaxPollRecords = 8
+	rn := e.start("r1", cfg)
+	eventually(t, 20*time.Second, ghostDone, func() string { return "the ghost's Owns did not all happen" })
+	e.waitCommittedToEnd(60 * time.Second)
+	if err := rn.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if n := len(e.starter.executionsOf(wid(id))); n != 1 {
+			t.Errorf("%s: %d executions, want 1", id, n)
+		}
+	}
+}
