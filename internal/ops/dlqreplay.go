@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -78,7 +79,7 @@ func (t *Tool) ReplayDeadLetters(ctx context.Context, reasons string, limit int,
 	}
 	// Only to the topics the routers read: there the record passes the
 	// dedup gate again; a dead letter of another topic is refused.
-	o := replay.Options{Brokers: t.cfg.Kafka.Brokers, ClientOpts: t.kopts, IsolationLevel: t.cfg.Kafka.IsolationLevel, Execute: execute, Limit: limit, Idle: t.idle,
+	o := replay.Options{Brokers: t.cfg.Kafka.Brokers, ClientOpts: append(slices.Clone(t.kopts), t.cfg.Kafka.FetchLimits()...), IsolationLevel: t.cfg.Kafka.IsolationLevel, Execute: execute, Limit: limit, Idle: t.idle,
 		SourceTopics: t.cfg.Kafka.Topics}
 	for _, tp := range t.cfg.Kafka.Topics {
 		o.DeadLetterTopics = append(o.DeadLetterTopics, t.cfg.Kafka.DeadLetterTopicFor(tp))
