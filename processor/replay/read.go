@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -68,9 +69,15 @@ type Reader struct {
 	spans map[string]map[int32]Span
 	next  map[string]map[int32]int64
 	left  int
-	// Idle is how long Poll waits for a record of an unfinished partition
-	// before it pings the cluster and, when it answers, ends every
-	// unfinished partition as a Stall (DefaultIdle when 0).
+	// batches counts the record batches the client read, those it drops
+	// (an aborted transaction's) too: a read through a long aborted
+	// transaction, one batch a fetch under a small
+	// kafka.fetch_max_partition_bytes, is progress without a record.
+	batches batchCount
+	// Idle is how long Poll waits for a record of an unfinished partition,
+	// with no batch read meanwhile, before it pings the cluster and, when
+	// it answers, ends every unfinished partition as a Stall (DefaultIdle
+	// when 0).
 	Idle time.Duration
 	// Stalls are the partitions ended that way.
 	Stalls []Stall
@@ -95,7 +102,7 @@ func NewReader(opts []kgo.Opt, spans map[string]map[int32]Span) (*Reader, error)
 			r.left++
 		}
 	}
-	cl, err := kgo.NewClient(append(slices.Clone(opts), kgo.ConsumePartitions(from), kgo.KeepControlRecords())...)
+	cl, err := kgo.NewClient(append(slices.Clone(opts), kgo.ConsumePartitions(from), kgo.KeepControlRecords(), kgo.WithHooks(&r.batches))...)
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka consumer: %w", err)
 	}
@@ -133,8 +140,12 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]*kgo.Record, error) {
 	if idle <= 0 {
 		idle = DefaultIdle
 	}
+	read := r.batches.Load()
 	for since := time.Now(); r.left > 0; {
 		wait := idle - time.Since(since)
+		if n := r.batches.Load(); wait <= 0 && n != read {
+			read, since, wait = n, time.Now(), idle // batches came that held nothing to return
+		}
 		if wait <= 0 {
 			// Nothing for a while: either nothing is left to read
 			// below the ends, or Kafka does not answer.
@@ -180,6 +191,13 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]*kgo.Record, error) {
 		}
 	}
 	return nil, nil
+}
+
+// batchCount is a Kafka client hook that counts the batches read.
+type batchCount struct{ atomic.Int64 }
+
+func (b *batchCount) OnFetchBatchRead(kgo.BrokerMetadata, string, int32, kgo.FetchBatchMetrics) {
+	b.Add(1)
 }
 
 // stall ends every unfinished partition as a Stall.
