@@ -3,7 +3,6 @@ package processor
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"strings"
 	"time"
@@ -69,10 +68,12 @@ type Config struct {
 	// replica holds, sets most of its memory: 256 KiB, a quarter of the
 	// Kafka client's default, halved the benchmark's peak RSS at the same
 	// records/s (docs/benchmark.md). A partition whose batches are larger,
-	// compressed, still progresses, one batch a fetch (the broker returns
-	// the fetch's first batch whatever the bound, and the client rotates
-	// which partition comes first): raise it to the producers' batch size
-	// for topics of large batches that compress little.
+	// compressed, still progresses, one batch a fetch: Kafka returns the
+	// fetch's first batch whatever the bound, and moves a partition that
+	// returned data to the end of its fetch session's order (kfake, the
+	// in-process broker of the tests, does not: there one such partition
+	// drains before the next). Raise it to the producers' batch size for
+	// topics of large batches that compress little.
 	FetchMaxPartitionBytes int `yaml:"fetch_max_partition_bytes"`
 	// MaxValueBytes rejects larger records to the dead-letter topic. Keep it
 	// under Temporal's payload limit (2 MB by default), less the envelope.
@@ -292,8 +293,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	for name, v := range map[string]int{"fetch_max_bytes": c.FetchMaxBytes, "fetch_max_partition_bytes": c.FetchMaxPartitionBytes} {
-		if v > math.MaxInt32 {
-			return fmt.Errorf("kafka.%s: %d is over Kafka's bound of %d bytes", name, v, math.MaxInt32)
+		if v > maxFetchBytes {
+			return fmt.Errorf("kafka.%s: %d is over the Kafka client's bound of %d bytes on one answer", name, v, maxFetchBytes)
 		}
 	}
 	if err := c.EventID.Validate(); err != nil {
@@ -301,6 +302,11 @@ func (c *Config) Validate() error {
 	}
 	return c.Routes.Validate()
 }
+
+// maxFetchBytes is the most the Kafka client reads in one broker answer
+// (kgo.BrokerMaxReadBytes' default): a larger fetch bound makes the
+// client refuse to start.
+const maxFetchBytes = 100 << 20
 
 // FetchLimits are the Kafka client's fetch bounds (fetch_max_bytes,
 // fetch_max_partition_bytes): every consumer dedup runs takes them.

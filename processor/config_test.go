@@ -29,12 +29,12 @@ func TestValidateRefusesAMarkIntervalNotBelowTheRevokeTimeout(t *testing.T) {
 	}
 }
 
-// The Kafka client takes its fetch bounds as 32-bit counts: a bound of 0
-// or less, or over 2 GiB, would wrap or fetch nothing. Validate refuses
-// each, naming the field.
+// A fetch bound of 0 or less fetches nothing, and one over the Kafka
+// client's 100 MiB read bound makes the client refuse to start (or, over
+// 2 GiB, wraps): Validate refuses each, naming the field.
 func TestValidateRefusesAFetchBoundOutOfKafkasRange(t *testing.T) {
 	for _, field := range []string{"fetch_max_bytes", "fetch_max_partition_bytes"} {
-		for _, v := range []int{0, -1, 1 << 31} {
+		for _, v := range []int{0, -1, 100<<20 + 1, 1 << 31} {
 			cfg := DefaultConfig()
 			cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = []string{"localhost:9092"}, "g", []string{"t"}, "earliest"
 			cfg.Routes = decide.Routes{{ID: "r", Match: decide.Match{Type: "t"}, WorkflowType: "W", TaskQueue: "q"}}
