@@ -281,3 +281,75 @@ func TestExampleConfigShowsTheDefaultFetchBounds(t *testing.T) {
 			cfg.Kafka.FetchMaxPartitionBytes, cfg.Kafka.FetchMaxBytes, def.FetchMaxPartitionBytes, def.FetchMaxBytes)
 	}
 }
+
+// An integer key set through a YAML merge key (<<, as in a mapping merged
+// from an anchor) is checked as when written in place: a fraction is an
+// error naming kafka.fetch_max_partition_bytes, not a bound of 1 byte the
+// loader made up, and a unit is an error naming the key, not only a line.
+func TestAnIntegerKeySetThroughAMergeKeyIsCheckedAsWrittenInPlace(t *testing.T) {
+	base := `
+kafka: {<<: {fetch_max_partition_bytes: %s}, brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}
+routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
+postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
+`
+	if cfg, err := Parse(fmt.Appendf(nil, base, "65536")); err != nil || cfg.Kafka.FetchMaxPartitionBytes != 65536 {
+		t.Fatalf("merged fetch_max_partition_bytes: 65536: %d, %v", cfg.Kafka.FetchMaxPartitionBytes, err)
+	}
+	for _, v := range []string{"1.5", "256KiB"} {
+		cfg, err := Parse(fmt.Appendf(nil, base, v))
+		if err == nil || !strings.Contains(err.Error(), "kafka.fetch_max_partition_bytes") {
+			t.Errorf("merged fetch_max_partition_bytes: %s: loaded as %d, error %v; want an error naming kafka.fetch_max_partition_bytes",
+				v, cfg.Kafka.FetchMaxPartitionBytes, err)
+		}
+	}
+}
+
+// A number past an integer key's range written as a float (-1e300, -.inf,
+// 2^63 as 9.223372036854775808e18) is an error naming the key that says
+// the written number does not fit: not a value the file never held
+// (int64's minimum, which yaml makes of it) loaded silently or shown as
+// if written.
+func TestAFloatPastAnIntegerKeysRangeIsAnErrorNamingItNotInt64sMinimum(t *testing.T) {
+	base := `
+kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}
+routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
+postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
+%s
+`
+	for key, doc := range map[string]string{
+		"worker.tenants.smtp.port": "worker: {tenants: {smtp: {port: -1e300}}}",
+		"ingress.limits.burst":     "ingress: {limits: {burst: -.inf}}",
+		"ingress.max_body_bytes":   "ingress: {max_body_bytes: 9.223372036854775808e18}",
+	} {
+		_, err := Parse(fmt.Appendf(nil, base, doc))
+		if err == nil || !strings.Contains(err.Error(), key) || strings.Contains(err.Error(), "-9223372036854775808") {
+			t.Errorf("%s: error %v; want an error naming %s and the number written", doc, err, key)
+		}
+	}
+}
+
+// Integers YAML allows (hex, octal, binary, underscores, +5, 1e3), an
+// integer from ${VAR} and one through an alias load as written; a value
+// from ${VAR} in an integer key that is no integer is an error naming the
+// key without the value (it may be a secret). (In a flow mapping a
+// ${VAR} must be quoted.)
+func TestIntegerKeysTakeEveryIntegerYAMLAllowsAndHideAValueFromVAR(t *testing.T) {
+	base := `
+kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}
+routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
+postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
+ingress: {limits: {burst: %s, max_concurrent: &m 64}, max_body_bytes: *m}
+`
+	t.Setenv("DEDUP_BURST", "0x20")
+	for v, want := range map[string]int{"0x10": 16, "0o17": 15, "0b11": 3, "1_000": 1000, "+5": 5, "1e3": 1000, `"${DEDUP_BURST}"`: 32} {
+		cfg, err := Parse(fmt.Appendf(nil, base, v))
+		if err != nil || cfg.Ingress.Limits.Burst != want || cfg.Ingress.MaxBodyBytes != 64 {
+			t.Errorf("burst: %s: %d (max_body_bytes %d), %v; want %d", v, cfg.Ingress.Limits.Burst, cfg.Ingress.MaxBodyBytes, err, want)
+		}
+	}
+	t.Setenv("DEDUP_SECRET", `s3"cr\et-1.5`)
+	_, err := Parse(fmt.Appendf(nil, base, `"${DEDUP_SECRET}"`))
+	if err == nil || !strings.Contains(err.Error(), "ingress.limits.burst") || strings.Contains(err.Error(), "cr") {
+		t.Errorf("burst from a secret: %v; want an error naming ingress.limits.burst without the value", err)
+	}
+}
