@@ -352,3 +352,48 @@ func TestToolReaderReadsPastALongAbortedTransactionUnderASmallFetchBound(t *test
 		t.Errorf("read offsets %v, stalls %v: want the committed record at %d and no stall", read, rd.Stalls, committed.Offset)
 	}
 }
+
+// dedup dlq replay of a dead letter without its value whose original
+// offset lies past its source partition's end (the source topic recreated
+// since, or truncated by an unclean leader election), while the source
+// partition takes live traffic far below that offset: the replay finds
+// nothing there to read and finishes within a bounded time (idle 1 s:
+// within 20 s), refusing that dead letter, rather than wait, reading the
+// source's new records, until its end reaches the offset.
+func TestDLQReplayFinishesWhenAnOriginalLiesPastALiveSourcesEnd(t *testing.T) {
+	c, cfg := deadLetterCluster(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic + ".dlq", Headers: []kgo.RecordHeader{
+		{Key: schemas.HeaderDLQReason, Value: []byte("conflict")}, {Key: schemas.HeaderDLQTopic, Value: []byte(topic)},
+		{Key: schemas.HeaderDLQPartition, Value: []byte("0")}, {Key: schemas.HeaderDLQOffset, Value: []byte("1000000")},
+		{Key: schemas.HeaderDLQValueDropped, Value: []byte("20")}, {Key: schemas.HeaderDLQOriginalSHA256, Value: []byte("00")}}}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	liveCtx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // live traffic on the source partition
+		defer wg.Done()
+		for liveCtx.Err() == nil {
+			cl.ProduceSync(liveCtx, &kgo.Record{Topic: topic, Value: []byte(order("live", "1"))})
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	defer wg.Wait()
+	defer stop()
+	tl := newTool(cfg, slog.New(slog.DiscardHandler))
+	tl.idle = time.Second
+	defer tl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	rep, _, err := tl.ReplayDeadLetters(ctx, "", 0, false)
+	if err != nil || rep.Read != 2 {
+		t.Fatalf("dlq replay, after %s: %+v, %v; want both dead letters read and the one past the source's end refused",
+			time.Since(start).Round(time.Millisecond), rep, err)
+	}
+}
