@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // live produces a record to events/0 every 20 ms until the test ends: a
@@ -63,5 +66,74 @@ func TestReaderEndsASpanPastThePartitionsEndAsAStallUnderLiveTraffic(t *testing.
 	}
 	if len(rd.Stalls) != 1 || rd.Stalls[0].Next != 1_000_000 {
 		t.Errorf("after %s: stalls %v; want events/0 from 1000000", time.Since(start).Round(time.Millisecond), rd.Stalls)
+	}
+}
+
+// A partition whose span holds only an aborted record whose abort marker
+// lies past the last stable offset ends as a Stall within a bounded time
+// (within 25 s, Idle 500 ms) while another partition crosses a long
+// aborted transaction one batch a fetch (a 1-byte fetch bound, 20 ms a
+// fetch): the batches the other partition reads put the stall off, not
+// for ever, and the committed record after the aborted transaction is
+// read. Run with -race: the batch count is shared with the client.
+func TestReaderStallsAStuckPartitionWhileAnotherCrossesALongAbortedTransaction(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	c := &cluster{t: t, addrs: kc.ListenAddrs()}
+	a := c.begin("t1", deadLetter(0, "conflict", 0)) // dlq/0: 0, aborted below
+	c.begin("t2", deadLetter(0, "conflict", 1))      // 1, open: the last stable offset
+	if err := a.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	long := c.begin("t3")
+	for i := range 80 { // dlq/1: 80 batches, aborted
+		if err := long.ProduceSync(context.Background(), deadLetter(1, "conflict", i)).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := long.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	c.txn("t4", commit, deadLetter(1, "conflict", 99))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ends, err := Ends(ctx, kadm.NewClient(adm), true, dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := map[string]map[int32]Span{dlq: {}}
+	ends.Each(func(o kadm.ListedOffset) { spans[dlq][o.Partition] = Span{From: 0, Until: o.Offset} })
+	kc.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		time.Sleep(20 * time.Millisecond)
+		return nil, nil, false
+	})
+	rd, err := NewReader([]kgo.Opt{kgo.SeedBrokers(c.addrs...), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxPartitionBytes(1)}, spans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	rd.Idle = 500 * time.Millisecond
+	start := time.Now()
+	var read []string
+	for !rd.Done() {
+		recs, err := rd.Poll(ctx, 10)
+		if err != nil {
+			t.Fatalf("after %s: %v (spans %v)", time.Since(start).Round(time.Millisecond), err, spans)
+		}
+		for _, r := range recs {
+			read = append(read, string(r.Value))
+		}
+	}
+	if len(read) != 1 || read[0] != `{"n":99}` || len(rd.Stalls) != 1 || rd.Stalls[0].Partition != 0 || time.Since(start) > 25*time.Second {
+		t.Errorf("after %s: read %v, stalls %v; want the committed record of dlq/1 and dlq/0 as a Stall", time.Since(start).Round(time.Millisecond), read, rd.Stalls)
 	}
 }
