@@ -353,3 +353,37 @@ ingress: {limits: {burst: %s, max_concurrent: &m 64}, max_body_bytes: *m}
 		t.Errorf("burst from a secret: %v; want an error naming ingress.limits.burst without the value", err)
 	}
 }
+
+// Odd documents give an error or a config, never a panic: no content, a
+// comment only, a non-mapping root, a list or null where a section or an
+// integer list goes, aliases of sections, a route list of an alias.
+func TestOddDocumentsNeverPanicTheIntegerCheck(t *testing.T) {
+	for _, doc := range []string{"", "# nothing\n", "--- \n", "- a\n", "42\n", "kafka: [1]\n", "kafka: ~\n", "routes: {a: 1}\n",
+		"ingress: {limits: [1, 2]}\n", "ingress: &i {max_body_bytes: 1}\nworker: *i\n", "ingress: {limits: &l {burst: 2}, max_body_bytes: *l}\n",
+		"routes: &r [{id: a, definition: {max_attempts: 2}}]\nschedules: {triggers: *r}\n", "postgres: {max_conns: [[1]]}\n",
+		"kafka: {routes: [{definition: ~}]}\n", "schedules: {triggers: [~, 1, [2]]}\n"} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%q: panic %v", doc, r)
+				}
+			}()
+			Parse([]byte(doc))
+		}()
+	}
+}
+
+// A fraction reached through an alias (anchored on a key of another type)
+// is an error naming the integer key the alias sets, not the anchor's.
+func TestAFractionThroughAnAliasIsAnErrorNamingTheAliasesKey(t *testing.T) {
+	doc := `
+kafka: {brokers: [b:9092], group: &x 2.5, topics: [t], reset_offset: earliest}
+routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
+postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
+ingress: {limits: {burst: *x}}
+`
+	cfg, err := Parse([]byte(doc))
+	if err == nil || !strings.Contains(err.Error(), "ingress.limits.burst") {
+		t.Errorf("burst: *x (2.5): loaded as %d, error %v; want an error naming ingress.limits.burst", cfg.Ingress.Limits.Burst, err)
+	}
+}
