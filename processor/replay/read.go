@@ -140,10 +140,14 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]*kgo.Record, error) {
 	if idle <= 0 {
 		idle = DefaultIdle
 	}
-	read := r.batches.Load()
+	// stale: a poll since the wait began brought records read already or
+	// of a finished partition (the client read from the partition's start
+	// again, say, when a span lies past its end): then the batches read are
+	// no progress either.
+	read, stale := r.batches.Load(), false
 	for since := time.Now(); r.left > 0; {
 		wait := idle - time.Since(since)
-		if n := r.batches.Load(); wait <= 0 && n != read {
+		if n := r.batches.Load(); wait <= 0 && n != read && !stale {
 			read, since, wait = n, time.Now(), idle // batches came that held nothing to return
 		}
 		if wait <= 0 {
@@ -175,6 +179,7 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]*kgo.Record, error) {
 		fs.EachRecord(func(rec *kgo.Record) {
 			s, ok := r.spans[rec.Topic][rec.Partition]
 			if !ok || rec.Offset < r.next[rec.Topic][rec.Partition] {
+				stale = true
 				return // finished, or read already
 			}
 			progress = true
