@@ -46,6 +46,24 @@ func checkIntegers(n *yaml.Node, t reflect.Type, path string) error {
 			return nil
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k := n.Content[i]; k.Value == "<<" && k.ShortTag() == "!!merge" {
+				// A merge key: its mapping's (or each of its list's)
+				// keys are this mapping's.
+				v := n.Content[i+1]
+				if v.Kind == yaml.AliasNode && v.Alias != nil {
+					v = v.Alias
+				}
+				merged := []*yaml.Node{v}
+				if v.Kind == yaml.SequenceNode {
+					merged = v.Content
+				}
+				for _, m := range merged {
+					if err := checkIntegers(m, t, path); err != nil {
+						return err
+					}
+				}
+				continue
+			}
 			if f, ok := yamlField(t, n.Content[i].Value); ok {
 				if err := each(n.Content[i].Value, n.Content[i+1], f); err != nil {
 					return err
@@ -82,6 +100,10 @@ func checkIntegers(n *yaml.Node, t reflect.Type, path string) error {
 			return fmt.Errorf("%s (line %d): a %s, want an integer", path, n.Line, map[yaml.Kind]string{yaml.SequenceNode: "list", yaml.MappingNode: "mapping"}[n.Kind])
 		case n.ShortTag() == "!!float" && n.Decode(&f) == nil && f != math.Trunc(f):
 			return fmt.Errorf("%s (line %d): %s has a fraction, want an integer", path, n.Line, n.Value)
+		case n.ShortTag() == "!!float" && !(f >= -(1<<63) && f < 1<<63):
+			// yaml takes any float up to int64's maximum, -Inf and -1e300
+			// as int64's minimum.
+			return fmt.Errorf("%s (line %d): %s is out of an integer's range", path, n.Line, n.Value)
 		case n.ShortTag() != "!!int" && n.ShortTag() != "!!float", n.Decode(v.Interface()) != nil:
 			return fmt.Errorf("%s (line %d): %q, want an integer that fits a %s", path, n.Line, n.Value, t.Kind())
 		}
