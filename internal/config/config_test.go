@@ -1,14 +1,19 @@
 package config
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
 	"reflect"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/dedupio/dedup/processor/decide"
 )
@@ -385,5 +390,170 @@ ingress: {limits: {burst: *x}}
 	cfg, err := Parse([]byte(doc))
 	if err == nil || !strings.Contains(err.Error(), "ingress.limits.burst") {
 		t.Errorf("burst: *x (2.5): loaded as %d, error %v; want an error naming ingress.limits.burst", cfg.Ingress.Limits.Burst, err)
+	}
+}
+
+// mergeBase is a config that loads, for the merge-key tests below.
+const mergeBase = `
+routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]
+postgres: {url: "postgres://u@h/d?sslmode=verify-full"}
+`
+
+// A value a merge key brings that YAML never uses (an explicit key of the
+// mapping overrides it, an earlier mapping of a merge list gives the key,
+// or a nested merge's explicit key does) is no value of the config: yaml
+// loads 65536 for each of these documents, and so must Parse, not refuse
+// the shadowed 1.5 or 256KiB as if it were the key's value.
+func TestAMergedValueThatYAMLOverridesIsNotRefused(t *testing.T) {
+	for _, kafka := range []string{
+		`kafka: {<<: {fetch_max_partition_bytes: 1.5}, fetch_max_partition_bytes: 65536, brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}`,
+		`kafka: {fetch_max_partition_bytes: 65536, <<: {fetch_max_partition_bytes: 256KiB}, brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}`,
+		`kafka: {<<: [{fetch_max_partition_bytes: 65536}, {fetch_max_partition_bytes: 1.5}], brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}`,
+		`kafka: {<<: {<<: {fetch_max_partition_bytes: 1.5}, fetch_max_partition_bytes: 65536}, brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}`,
+	} {
+		doc := kafka + mergeBase
+		var plain Config
+		yerr := yaml.Unmarshal([]byte(doc), &plain)
+		cfg, err := Parse([]byte(doc))
+		if err != nil || cfg.Kafka.FetchMaxPartitionBytes != 65536 {
+			t.Errorf("%s\nParse: %d, %v; yaml itself: %d, %v; want 65536 as yaml takes it", kafka,
+				cfg.Kafka.FetchMaxPartitionBytes, err, plain.Kafka.FetchMaxPartitionBytes, yerr)
+		}
+	}
+}
+
+// A merge cycle (an anchored mapping that merges itself) inside a merged
+// value an explicit key overrides is never read by yaml, so the file
+// loads; the integer check must not follow it for ever and crash the
+// process with a stack overflow (it runs in a child process here, with a
+// 64 MiB stack bound, so that a crash fails this test only).
+func TestAMergeCycleInAValueYAMLNeverReadsDoesNotCrashTheLoader(t *testing.T) {
+	doc := "kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}\n" + mergeBase +
+		"ingress: {<<: {limits: &l {<<: *l}}, limits: {burst: 2}}\n"
+	if os.Getenv("DEDUP_CONFIG_TEST_CHILD") == "1" {
+		debug.SetMaxStack(64 << 20)
+		cfg, err := Parse([]byte(doc))
+		fmt.Printf("child: burst %d, error %v\n", cfg.Ingress.Limits.Burst, err)
+		return
+	}
+	var plain Config
+	yerr := yaml.Unmarshal([]byte(doc), &plain)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestAMergeCycleInAValueYAMLNeverReadsDoesNotCrashTheLoader$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "DEDUP_CONFIG_TEST_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		s := string(out)
+		if i := strings.Index(s, "\ngoroutine "); i > 0 {
+			s = s[:i]
+		}
+		t.Errorf("Parse crashed the process (%v): %s\n(yaml itself: burst %d, %v)", err, s, plain.Ingress.Limits.Burst, yerr)
+	}
+}
+
+// Aliases that double at each level (a "billion laughs" of merge keys)
+// inside a merged value an explicit key overrides are never read by yaml,
+// so the file loads at once; the integer check must not expand them
+// (2^40 visits) and hang the loader: Parse must answer within 10 s.
+func TestManyAliasesInAValueYAMLNeverReadsDoNotHangTheLoader(t *testing.T) {
+	laughs := "&a0 {burst: 1}"
+	for i := 1; i <= 40; i++ {
+		laughs = fmt.Sprintf("&a%d {<<: [%s, *a%d]}", i, laughs, i-1)
+	}
+	doc := "kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}\n" + mergeBase +
+		"ingress: {<<: {limits: " + laughs + "}, limits: {burst: 2}}\n"
+	var plain Config
+	if err := yaml.Unmarshal([]byte(doc), &plain); err != nil || plain.Ingress.Limits.Burst != 2 {
+		t.Fatalf("yaml itself: burst %d, %v", plain.Ingress.Limits.Burst, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Parse([]byte(doc))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Parse: %v; want the config yaml loads (burst 2)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Parse still running after 10 s: the integer check expands aliases yaml never reads")
+	}
+}
+
+// An unsigned integer key refuses a negative float: yaml itself makes
+// -1.0 into a uint64 18446744073709551615 (Go's float to uint64 on amd64),
+// a value the file never held. (No config key is unsigned today: this
+// holds the check itself, over a type of one uint64 key.)
+func TestANegativeFloatIsRefusedForAnUnsignedIntegerKey(t *testing.T) {
+	type unsigned struct {
+		N uint64 `yaml:"n"`
+		U uint   `yaml:"u"`
+	}
+	for _, doc := range []string{"n: -1.0\n", "u: -1.0\n", "n: -1e3\n"} {
+		var n yaml.Node
+		if err := yaml.Unmarshal([]byte(doc), &n); err != nil {
+			t.Fatal(err)
+		}
+		var plain unsigned
+		yerr := n.Decode(&plain)
+		if err := checkIntegers(&n, reflect.TypeFor[unsigned](), ""); err == nil {
+			t.Errorf("%q: no error (yaml loads n %d, u %d, %v); want an error naming the key", doc, plain.N, plain.U, yerr)
+		}
+	}
+}
+
+// A float past int64's range but within uint64's (1e19) is a uint64
+// key's value exactly, as yaml takes it: the range check is the key's
+// type's, not int64's. (No config key is unsigned today: this holds the
+// check itself, over a type of one uint64 key.)
+func TestAFloatWithinUint64ButPastInt64IsAnUnsignedKeysValue(t *testing.T) {
+	type unsigned struct {
+		N uint64 `yaml:"n"`
+	}
+	var n yaml.Node
+	if err := yaml.Unmarshal([]byte("n: 1e19\n"), &n); err != nil {
+		t.Fatal(err)
+	}
+	var plain unsigned
+	if err := n.Decode(&plain); err != nil || plain.N != 10_000_000_000_000_000_000 {
+		t.Fatalf("yaml itself: %d, %v", plain.N, err)
+	}
+	if err := checkIntegers(&n, reflect.TypeFor[unsigned](), ""); err != nil {
+		t.Errorf("n: 1e19 into a uint64: %v; want it taken as yaml takes it (10000000000000000000)", err)
+	}
+}
+
+// A fraction from ${VAR} in an integer key is an error naming the key
+// without the value, however short: the value may be a secret put in the
+// wrong key, and the redaction takes a value under 4 bytes out only where
+// an error quotes it.
+func TestAFractionFromVARIsAnErrorWithoutTheValue(t *testing.T) {
+	t.Setenv("DEDUP_PIN", "7.5")
+	doc := "kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}\n" + mergeBase +
+		"ingress: {limits: {burst: \"${DEDUP_PIN}\"}}\n"
+	_, err := Parse([]byte(doc))
+	if err == nil || !strings.Contains(err.Error(), "ingress.limits.burst") || strings.Contains(err.Error(), "7.5") {
+		t.Errorf("burst from ${DEDUP_PIN} (7.5): %v; want an error naming ingress.limits.burst without the value", err)
+	}
+}
+
+// An int32 key (postgres.max_conns) set through a merge key takes a float
+// that is an integer up to int32's maximum, and refuses one past either of
+// int32's bounds with an error naming the key: never a value wrapped to
+// fit.
+func TestAnInt32KeyThroughAMergeTakesFloatsUpToItsBoundAndRefusesPastIt(t *testing.T) {
+	base := "kafka: {brokers: [b:9092], group: g, topics: [t], reset_offset: earliest}\n" +
+		"routes: [{id: a, match: {type: x}, workflow_type: W, task_queue: q}]\n" +
+		"postgres: {<<: {max_conns: %s}, url: \"postgres://u@h/d?sslmode=verify-full\"}\n"
+	if cfg, err := Parse(fmt.Appendf(nil, base, "2.147483647e9")); err != nil || cfg.Postgres.MaxConns != 2147483647 {
+		t.Errorf("max_conns: 2.147483647e9: %d, %v; want 2147483647", cfg.Postgres.MaxConns, err)
+	}
+	for _, v := range []string{"2147483648.0", "2.147483648e9", "-2147483649.0", "4294967298.0", "1e19"} {
+		cfg, err := Parse(fmt.Appendf(nil, base, v))
+		if err == nil || !strings.Contains(err.Error(), "postgres.max_conns") {
+			t.Errorf("max_conns: %s: loaded as %d, error %v; want an error naming postgres.max_conns", v, cfg.Postgres.MaxConns, err)
+		}
 	}
 }
