@@ -2,6 +2,8 @@ package replay
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -135,5 +137,157 @@ func TestReaderStallsAStuckPartitionWhileAnotherCrossesALongAbortedTransaction(t
 	}
 	if len(read) != 1 || read[0] != `{"n":99}` || len(rd.Stalls) != 1 || rd.Stalls[0].Partition != 0 || time.Since(start) > 25*time.Second {
 		t.Errorf("after %s: read %v, stalls %v; want the committed record of dlq/1 and dlq/0 as a Stall", time.Since(start).Round(time.Millisecond), read, rd.Stalls)
+	}
+}
+
+// A partition crossing a long aborted transaction one batch a fetch (a
+// 1-byte fetch bound, 20 ms a fetch) is not ended as a Stall early while
+// ANOTHER partition's span lies past its end under live traffic (the
+// client, out of range, reads that partition from its start again: every
+// record it brings was read already): the other partition's stale records
+// make its own batches no progress, not the batches of the partition that
+// is still crossing the transaction. The committed record after the
+// aborted transaction is read, and only events/0 ends as a Stall (Idle
+// 500 ms, within 25 s). Two brokers, so that both partitions are fetched
+// at once: a fetch bounded to 1 byte a partition gives a batch to the
+// first partition that has one only (kfake, as Kafka).
+func TestReaderReadsPastALongAbortedTransactionWhileAnotherPartitionBringsStaleRecords(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.SeedTopics(2, topic, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	c := &cluster{t: t, addrs: kc.ListenAddrs()}
+	c.live(t) // events/0: a record every 20 ms
+	long := c.begin("t1")
+	for range 80 { // events/1: 80 batches, aborted
+		if err := long.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Partition: 1, Value: []byte("aborted")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := long.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	c.txn("t2", commit, &kgo.Record{Topic: topic, Partition: 1, Value: []byte("committed")})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ends, err := Ends(ctx, kadm.NewClient(adm), true, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end1, ok := ends.Lookup(topic, 1)
+	if !ok || end1.Err != nil {
+		t.Fatalf("end of events/1: %v %v", end1, end1.Err)
+	}
+	spans := map[string]map[int32]Span{topic: {0: {From: 1_000_000, Until: 1_000_001}, 1: {From: 0, Until: end1.Offset}}}
+	kc.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		time.Sleep(20 * time.Millisecond)
+		return nil, nil, false
+	})
+	rd, err := NewReader([]kgo.Opt{kgo.SeedBrokers(c.addrs...), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxPartitionBytes(1)}, spans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	rd.Idle = 500 * time.Millisecond
+	start := time.Now()
+	var read []string
+	for !rd.Done() {
+		recs, err := rd.Poll(ctx, 10)
+		if err != nil {
+			t.Fatalf("after %s: %v (spans %v)", time.Since(start).Round(time.Millisecond), err, spans)
+		}
+		for _, r := range recs {
+			read = append(read, fmt.Sprintf("%d/%d %s", r.Partition, r.Offset, r.Value))
+		}
+	}
+	if len(read) != 1 || !strings.HasSuffix(read[0], " committed") || len(rd.Stalls) != 1 || rd.Stalls[0].Partition != 0 || time.Since(start) > 25*time.Second {
+		t.Errorf("after %s: read %v, stalls %v (events/1 until %d); want the committed record of events/1 and only events/0 as a Stall",
+			time.Since(start).Round(time.Millisecond), read, rd.Stalls, end1.Offset)
+	}
+}
+
+// A partition crossing a long aborted transaction (one batch a fetch, 20
+// ms a fetch) is not ended as a Stall early when the records buffered of
+// a partition just finished (events/0: a span of one record, read in a
+// batch of 30, polled 10 at a time) come after it finished: they are no
+// records of an unfinished span, yet the other partition's batches are
+// still progress. Both spans are read to their ends, no Stall (Idle
+// 500 ms, within 25 s; two brokers, so that both are fetched at once).
+func TestReaderReadsPastALongAbortedTransactionWhileAFinishedPartitionsBufferedRecordsArrive(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.SeedTopics(2, topic, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	c := &cluster{t: t, addrs: kc.ListenAddrs()}
+	pr, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 { // events/0: one batch of 30
+		pr.Produce(context.Background(), &kgo.Record{Topic: topic, Partition: 0, Value: fmt.Appendf(nil, "r%d", i)}, nil)
+	}
+	if err := pr.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	long := c.begin("t1")
+	for range 80 { // events/1: 80 batches, aborted
+		if err := long.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Partition: 1, Value: []byte("aborted")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := long.EndTransaction(context.Background(), kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	c.txn("t2", commit, &kgo.Record{Topic: topic, Partition: 1, Value: []byte("committed")})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ends, err := Ends(ctx, kadm.NewClient(adm), true, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end1, ok := ends.Lookup(topic, 1)
+	if !ok || end1.Err != nil {
+		t.Fatalf("end of events/1: %v %v", end1, end1.Err)
+	}
+	spans := map[string]map[int32]Span{topic: {0: {From: 0, Until: 1}, 1: {From: 0, Until: end1.Offset}}}
+	kc.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		time.Sleep(20 * time.Millisecond)
+		return nil, nil, false
+	})
+	rd, err := NewReader([]kgo.Opt{kgo.SeedBrokers(c.addrs...), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxPartitionBytes(1)}, spans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	rd.Idle = 500 * time.Millisecond
+	start := time.Now()
+	var read []string
+	for !rd.Done() {
+		recs, err := rd.Poll(ctx, 10)
+		if err != nil {
+			t.Fatalf("after %s: %v (spans %v)", time.Since(start).Round(time.Millisecond), err, spans)
+		}
+		for _, r := range recs {
+			read = append(read, fmt.Sprintf("%d/%d %s", r.Partition, r.Offset, r.Value))
+		}
+	}
+	if all := strings.Join(read, ";"); len(read) != 2 || !strings.Contains(all, "0/0 r0") || !strings.Contains(all, " committed") || len(rd.Stalls) != 0 || time.Since(start) > 25*time.Second {
+		t.Errorf("after %s: read %v, stalls %v (events/1 until %d); want events/0's first record and the committed record of events/1, no Stall",
+			time.Since(start).Round(time.Millisecond), read, rd.Stalls, end1.Offset)
 	}
 }
