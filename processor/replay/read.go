@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -140,15 +141,16 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]*kgo.Record, error) {
 	if idle <= 0 {
 		idle = DefaultIdle
 	}
-	// stale: a poll since the wait began brought records read already or
-	// of a finished partition (the client read from the partition's start
-	// again, say, when a span lies past its end): then the batches read are
-	// no progress either.
-	read, stale := r.batches.Load(), false
+	// stale: the partitions of which a poll since the wait began brought
+	// records read already (the client read from the partition's start
+	// again, say, when a span lies past its end): their batches are no
+	// progress. Another partition's batches are.
+	read, stale := r.batches.snapshot(), map[tp]bool{}
 	for since := time.Now(); r.left > 0; {
 		wait := idle - time.Since(since)
-		if n := r.batches.Load(); wait <= 0 && n != read && !stale {
-			read, since, wait = n, time.Now(), idle // batches came that held nothing to return
+		if wait <= 0 && r.moved(read, stale) {
+			read, since, wait = r.batches.snapshot(), time.Now(), idle // batches came that held nothing to return
+			clear(stale)
 		}
 		if wait <= 0 {
 			// Nothing for a while: either nothing is left to read
@@ -179,7 +181,7 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]*kgo.Record, error) {
 		fs.EachRecord(func(rec *kgo.Record) {
 			s, ok := r.spans[rec.Topic][rec.Partition]
 			if !ok || rec.Offset < r.next[rec.Topic][rec.Partition] {
-				stale = true
+				stale[tp{rec.Topic, rec.Partition}] = true
 				return // finished, or read already
 			}
 			progress = true
@@ -198,11 +200,44 @@ func (r *Reader) Poll(ctx context.Context, max int) ([]*kgo.Record, error) {
 	return nil, nil
 }
 
-// batchCount is a Kafka client hook that counts the batches read.
-type batchCount struct{ atomic.Int64 }
+// tp is a topic's partition.
+type tp struct {
+	topic     string
+	partition int32
+}
 
-func (b *batchCount) OnFetchBatchRead(kgo.BrokerMetadata, string, int32, kgo.FetchBatchMetrics) {
-	b.Add(1)
+// batchCount is a Kafka client hook that counts the batches read, by
+// partition.
+type batchCount struct {
+	mu sync.Mutex
+	n  map[tp]int64
+}
+
+func (b *batchCount) OnFetchBatchRead(_ kgo.BrokerMetadata, topic string, partition int32, _ kgo.FetchBatchMetrics) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.n == nil {
+		b.n = map[tp]int64{}
+	}
+	b.n[tp{topic, partition}]++
+}
+
+func (b *batchCount) snapshot() map[tp]int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.n)
+}
+
+// moved says whether an unfinished partition not stale read batches
+// since the counts were.
+func (r *Reader) moved(were map[tp]int64, stale map[tp]bool) bool {
+	now := r.batches.snapshot()
+	for p, n := range now {
+		if _, unfinished := r.spans[p.topic][p.partition]; unfinished && !stale[p] && n != were[p] {
+			return true
+		}
+	}
+	return false
 }
 
 // stall ends every unfinished partition as a Stall.
