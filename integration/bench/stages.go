@@ -333,7 +333,9 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 		rr.recs = nil
 		runtime.GC()
 	}
-	led := ledger.NewFromPool(pool)
+	// The router's ledger remembers what a user's does by default
+	// (postgres.started_cache); the raw claim's remembers nothing.
+	led := ledger.NewFromPool(pool).RememberStarted(ledger.DefaultConfig().StartedCache)
 	inner := e.newStarter()
 	if rr.tracing != nil {
 		inner = e.temporalStarter().WithTracing(rr.tracing)

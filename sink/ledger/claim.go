@@ -126,7 +126,8 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 		in := &intents[i]
 		return processor.PartitionEpoch{Group: in.Fence.Group, Topic: in.Topic, Partition: in.Partition, Epoch: in.Fence.Epoch}
 	})
-	if p.replaying.Load() {
+	uniq = p.started.answer(intents, uniq, got)
+	if p.replaying.Load() && len(uniq) > 0 {
 		var err error
 		if uniq, err = p.answerStarted(ctx, intents, keys, uniq, got); err != nil {
 			return nil, err
@@ -266,11 +267,14 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, k
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(ids), err)
 	}
+	var seen []int // intents answered started with their payload, generation 1
 	for j, ok := range answered {
 		if !ok {
 			got[ids[j]] = stored{state: StateStarted, hash: hashes[j], generation: 1}
+			seen = append(seen, uniq[j])
 		}
 	}
+	p.started.remember(intents, seen)
 	todo := make([]int, len(left))
 	for k, j := range left {
 		todo[k] = uniq[j]
@@ -338,6 +342,7 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys 
 		s     stored
 		state stateColumn
 		h     []byte
+		seen  []int // intents answered started with their payload, generation 1
 	)
 	for rows.Next() {
 		if err := rows.Scan(&at, &s.inserted, &state, &h, &s.generation, &held); err != nil {
@@ -358,6 +363,9 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys 
 		s.state, s.hash = state.s, h
 		if h == nil { // the row's payload is the input's
 			s.hash = hash[j]
+			if s.state == StateStarted && s.generation == 1 && !s.inserted {
+				seen = append(seen, uniq[j])
+			}
 		}
 		got[wf[j]] = s
 	}
@@ -368,6 +376,7 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys 
 		rows.Close()
 		return p.fenced(ctx, f)
 	}
+	p.started.remember(intents, seen)
 	return nil
 }
 

@@ -75,11 +75,23 @@ type Config struct {
 	// PurgeInterval is how often the purge runs, in batches of PurgeBatch.
 	PurgeInterval time.Duration `yaml:"purge_interval"`
 	PurgeBatch    int           `yaml:"purge_batch"`
+	// StartedCache is how many workflow IDs the process remembers after
+	// a claim found their rows started (a duplicate): a later copy of one
+	// with the same payload is answered a duplicate without a read, for at
+	// most a minute after (a replay's copies of earlier events, a
+	// producer's retries). About 170 bytes an ID; 0 remembers none. A copy
+	// with another payload still goes to the ledger (a conflict), and a
+	// started row changed by hand is read again within the minute.
+	StartedCache int `yaml:"started_cache"`
 }
+
+// maxStartedCache bounds postgres.started_cache (about 1.7 GB of IDs).
+const maxStartedCache = 10_000_000
 
 // DefaultConfig has everything but the URL.
 func DefaultConfig() Config {
-	return Config{Pooler: pooler.None, MaxConns: 4, PurgeInterval: time.Hour, PurgeBatch: 10000, PendingAlertAfter: 10 * time.Minute}
+	return Config{Pooler: pooler.None, MaxConns: 4, PurgeInterval: time.Hour, PurgeBatch: 10000, PendingAlertAfter: 10 * time.Minute,
+		StartedCache: 100_000}
 }
 
 // Validate names the first invalid field.
@@ -121,6 +133,9 @@ func (c Config) Validate() error {
 	}
 	if c.PurgeInterval <= 0 || c.PurgeBatch <= 0 {
 		return errors.New("postgres.purge_interval, purge_batch: want > 0")
+	}
+	if c.StartedCache < 0 || c.StartedCache > maxStartedCache {
+		return fmt.Errorf("postgres.started_cache: %d, want 0 (remember none) to %d workflow IDs", c.StartedCache, maxStartedCache)
 	}
 	return nil
 }

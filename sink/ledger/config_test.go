@@ -37,3 +37,15 @@ func TestConfigRefusesAQueryExecModeWhoseStatementsCannotSendTheLedgersArrays(t 
 		}
 	}
 }
+
+func TestConfigRefusesAStartedCacheOutOfRangeNamingIt(t *testing.T) {
+	for n, ok := range map[int]bool{-1: false, 0: true, 100_000: true, 10_000_000: true, 10_000_001: false} {
+		c := ledger.DefaultConfig()
+		c.URL = "postgres://u@localhost/d"
+		c.StartedCache = n
+		err := c.Validate()
+		if ok != (err == nil) || (err != nil && !strings.HasPrefix(err.Error(), "postgres.started_cache: ")) {
+			t.Errorf("started_cache %d: %v", n, err)
+		}
+	}
+}

@@ -1,5 +1,7 @@
 package ledger
 
+import "time"
+
 // PurgeStatements are the purge's batch statements, for plan tests.
 var PurgeStatements = map[State]string{StateStarted: purgeStarted, StateDeadLettered: purgeDeadLettered}
 
@@ -50,3 +52,13 @@ func ParamArray(a any) any {
 	}
 	return a
 }
+
+// RememberStartedAt is RememberStarted with the cache's clock now (a test
+// moves time past startedMaxAge with it).
+func (p *Postgres) RememberStartedAt(entries int, now func() time.Time) *Postgres {
+	p.started = newStartedCache(entries, now)
+	return p
+}
+
+// StartedMaxAge is how long a remembered started row answers its copies.
+const StartedMaxAge = startedMaxAge

@@ -41,6 +41,9 @@ type Postgres struct {
 	// were already started: Claim then reads them first, and otherwise goes
 	// straight to the upsert, which answers started rows too.
 	replaying atomic.Bool
+	// started remembers the rows claims found started
+	// (postgres.started_cache); nil remembers none.
+	started *startedCache
 }
 
 // Open connects (lazily: the pool dials on first use).
@@ -56,13 +59,22 @@ func Open(ctx context.Context, cfg Config) (*Postgres, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating pool: %w", err)
 	}
-	return &Postgres{pool: pool, pooler: cfg.Pooler}, nil
+	return &Postgres{pool: pool, pooler: cfg.Pooler, started: newStartedCache(cfg.StartedCache, time.Now)}, nil
 }
 
 // NewFromPool wraps a pool the caller configured (a query tracer, say:
 // the benchmark counts round trips with one), with no pooler in front of
 // it. The caller closes it.
+// It remembers no started row unless RememberStarted says so.
 func NewFromPool(pool *pgxpool.Pool) *Postgres { return &Postgres{pool: pool} }
+
+// RememberStarted makes p remember up to entries workflow IDs that its
+// claims found started (postgres.started_cache; 0: none) and returns p.
+// Call it before the first Claim.
+func (p *Postgres) RememberStarted(entries int) *Postgres {
+	p.started = newStartedCache(entries, time.Now)
+	return p
+}
 
 // Close releases the pool.
 func (p *Postgres) Close() { p.pool.Close() }

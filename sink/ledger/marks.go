@@ -43,6 +43,9 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	for i := range started {
 		started[i].Recorded = false
 	}
+	// A re-run moves its row past generation 1: its copies are read
+	// again (startedCache remembers generation 1 only).
+	defer p.started.forgetReruns(started)
 	var (
 		held     bool
 		recorded []int64 // the ordinals (in ms, from 1) of the entries Recorded

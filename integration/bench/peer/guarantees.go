@@ -549,7 +549,7 @@ func (d *dedupJob) ledger(ctx context.Context) (*ledger.Postgres, error) {
 		}
 		d.pool = pool
 	}
-	return ledger.NewFromPool(d.pool), nil
+	return ledger.NewFromPool(d.pool).RememberStarted(ledger.DefaultConfig().StartedCache), nil
 }
 
 func (d *dedupJob) pass(ctx context.Context, topic, group string, replicas, records int) (Pass, error) {

@@ -1,0 +1,130 @@
+package ledger
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
+)
+
+// startedMaxAge bounds how long a remembered started row answers its
+// copies: a row that was purged (postgres.retention, at least 1h) or
+// changed by hand since is read again within this time.
+const startedMaxAge = time.Minute
+
+// startedCache remembers the workflow IDs whose rows a claim of this
+// process found started with a payload hash, at generation 1, so that a
+// later copy of the same ID with the same hash is answered a duplicate
+// without a read (postgres.started_cache; a replay's copies of earlier
+// events, a producer's retries after the start). It answers what the
+// ledger would: a started row never goes back to pending (the only
+// change to it is a re-run's generation: this process's marks of a re-run
+// forget its ID, and another process's re-run, answered generation 1 here
+// for at most startedMaxAge, is read from Temporal by the re-run check
+// anyway, which starts the generation after the last run's), and a copy with another payload is never
+// answered here, so its conflict is recorded by the ledger as before.
+// A workflow ID is remembered whole, never by a digest, so two IDs that
+// share a ledger key stay apart.
+//
+// It holds at most entries IDs in two maps: new IDs go into young; when
+// young holds half of them, or is half of startedMaxAge old, it becomes
+// old and the old one is dropped. An ID answers only while the map it was
+// put in began less than startedMaxAge ago.
+type startedCache struct {
+	mu             sync.Mutex
+	half           int
+	now            func() time.Time
+	young, old     map[string][32]byte
+	youngAt, oldAt time.Time
+}
+
+func newStartedCache(entries int, now func() time.Time) *startedCache {
+	if entries <= 0 {
+		return nil
+	}
+	return &startedCache{half: max(entries/2, 1), now: now, youngAt: now()}
+}
+
+// age drops what is too old and turns young into old when it is full or
+// half of startedMaxAge old. Called with mu held.
+func (c *startedCache) age() {
+	t := c.now()
+	if c.young != nil && (len(c.young) >= c.half || t.Sub(c.youngAt) >= startedMaxAge/2) {
+		c.old, c.oldAt, c.young = c.young, c.youngAt, nil
+	}
+	if c.young == nil {
+		c.youngAt = t
+	}
+	if c.old != nil && t.Sub(c.oldAt) >= startedMaxAge {
+		c.old = nil
+	}
+}
+
+// answer records in got, as started rows of generation 1, the intents of
+// uniq whose IDs it remembers started with their payload hash, and
+// returns the others, in uniq's order.
+func (c *startedCache) answer(intents []decide.Intent, uniq []int, got map[string]stored) []int {
+	if c == nil {
+		return uniq
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.age()
+	if len(c.young)+len(c.old) == 0 {
+		return uniq
+	}
+	left := uniq[:0:0]
+	for _, i := range uniq {
+		in := &intents[i]
+		h, ok := c.young[in.WorkflowID]
+		if !ok {
+			h, ok = c.old[in.WorkflowID]
+		}
+		if ok && h == in.PayloadHash {
+			got[in.WorkflowID] = stored{state: StateStarted, hash: in.PayloadHash[:], generation: 1}
+			continue
+		}
+		left = append(left, i)
+	}
+	return left
+}
+
+// remember puts the intents at, whose rows the ledger has just answered
+// started with their payload hash at generation 1.
+func (c *startedCache) remember(intents []decide.Intent, at []int) {
+	if c == nil || len(at) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.age()
+	for _, i := range at {
+		if c.young == nil {
+			c.young = make(map[string][32]byte, min(c.half, 1024))
+		}
+		in := &intents[i]
+		// A copy of the ID: the intent's string may share its
+		// memory with the rest of its batch.
+		c.young[strings.Clone(in.WorkflowID)] = in.PayloadHash
+		if len(c.young) >= c.half {
+			c.age()
+		}
+	}
+}
+
+// forgetReruns forgets the workflow IDs of marks past generation 1.
+func (c *startedCache) forgetReruns(started []processor.Started) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range started {
+		if started[i].Generation > 1 {
+			delete(c.young, started[i].WorkflowID)
+			delete(c.old, started[i].WorkflowID)
+		}
+	}
+}

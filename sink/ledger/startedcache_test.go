@@ -1,0 +1,171 @@
+package ledger_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+// clock is a test's time, moved by hand.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// markedStarted claims in and marks it started, so that its row is started
+// at generation 1.
+func markedStarted(t *testing.T, l *ledger.Postgres, in decide.Intent) {
+	t.Helper()
+	want(t, claim(t, l, in), decide.VerdictNew)
+	if err := l.MarkStarted(context.Background(), []processor.Started{{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestACopyOfARowAClaimFoundStartedIsAnsweredWithoutAStatement(t *testing.T) {
+	l, sql := openTraced(t)
+	l.RememberStarted(100)
+	e1, e2 := intent("e1", "p1"), intent("e2", "p2")
+	markedStarted(t, l, e1)
+	want(t, claim(t, l, e1), decide.VerdictDuplicate) // the upsert finds it started
+	sql.reset()
+	want(t, claim(t, l, e1, e1), decide.VerdictDuplicate, decide.VerdictDuplicate)
+	if len(sql.sql) != 0 {
+		t.Fatalf("a copy of a row found started sent %d statements: %q", len(sql.sql), sql.sql)
+	}
+	// Another ID in the batch still goes to the ledger, and only it.
+	want(t, claim(t, l, e1, e2), decide.VerdictDuplicate, decide.VerdictNew)
+	if len(sql.sql) == 0 {
+		t.Fatal("a new ID was answered without the ledger")
+	}
+	for i, args := range sql.args {
+		if ids := args[0].([]string); len(ids) != 1 || ids[0] != e2.WorkflowID {
+			t.Fatalf("statement %d sent IDs %q, want only %s", i, ids, e2.WorkflowID)
+		}
+	}
+}
+
+// The replay's read (Claim while most of the last batch was started)
+// remembers what it answered, as the upsert does.
+func TestTheReplaysReadRemembersTheRowsItFoundStarted(t *testing.T) {
+	l, sql := openTraced(t)
+	l.RememberStarted(100)
+	a, b, c := intent("a", "p"), intent("b", "p"), intent("c", "p")
+	for _, in := range []decide.Intent{a, b, c} {
+		markedStarted(t, l, in)
+	}
+	want(t, claim(t, l, a), decide.VerdictDuplicate) // the upsert; now replaying
+	want(t, claim(t, l, b, c), decide.VerdictDuplicate, decide.VerdictDuplicate)
+	if !sql.sent("LIMIT 1") {
+		t.Fatal("the replay's read was not sent")
+	}
+	sql.reset()
+	want(t, claim(t, l, c, b, a), decide.VerdictDuplicate, decide.VerdictDuplicate, decide.VerdictDuplicate)
+	if len(sql.sql) != 0 {
+		t.Fatalf("sent %q", sql.sql)
+	}
+}
+
+func TestACopyWithAnotherPayloadOfARememberedRowIsStillAConflict(t *testing.T) {
+	l := open(t)
+	e1 := intent("e1", "p1")
+	markedStarted(t, l, e1)
+	want(t, claim(t, l, e1), decide.VerdictDuplicate)
+	other := intent("e1", "p2")
+	want(t, claim(t, l, other, e1), decide.VerdictConflict, decide.VerdictDuplicate)
+	var copies int
+	if err := l.Pool().QueryRow(context.Background(), `SELECT coalesce(sum(copies), 0) FROM dedup_conflicts WHERE workflow_id = $1`,
+		e1.WorkflowID).Scan(&copies); err != nil {
+		t.Fatal(err)
+	}
+	if copies != 1 {
+		t.Fatalf("conflict recorded with %d copies, want 1", copies)
+	}
+}
+
+// A started row changed by hand (here deleted) answers from memory until
+// startedMaxAge has passed since it was remembered, then from the ledger.
+func TestARememberedRowIsReadAgainOnceItsMinuteIsOver(t *testing.T) {
+	l := open(t)
+	clk := &clock{t: time.Unix(1e9, 0)}
+	l.RememberStartedAt(100, clk.now)
+	e1 := intent("e1", "p1")
+	markedStarted(t, l, e1)
+	want(t, claim(t, l, e1), decide.VerdictDuplicate)
+	if _, err := l.Pool().Exec(context.Background(), `DELETE FROM dedup_ledger WHERE workflow_id = $1`, e1.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	clk.add(ledger.StartedMaxAge - time.Second)
+	want(t, claim(t, l, e1), decide.VerdictDuplicate)
+	clk.add(time.Second)
+	want(t, claim(t, l, e1), decide.VerdictNew)
+}
+
+// A re-run's mark moves its row past generation 1; its copies then get
+// the row's generation, not the remembered one.
+func TestAReRunsMarkMakesItsCopiesReadTheirGeneration(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	a := intent("a", "p")
+	markedStarted(t, l, a)
+	want(t, claim(t, l, a), decide.VerdictDuplicate)
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "r2", Generation: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second: a row of generation 2 is not remembered
+		if cl, err := l.Claim(ctx, []decide.Intent{a}); err != nil || cl[0] != (decide.Claimed{Verdict: decide.VerdictDuplicate, Generation: 2}) {
+			t.Fatalf("%+v, %v", cl, err)
+		}
+	}
+}
+
+func TestTheStartedCacheHoldsAtMostItsEntries(t *testing.T) {
+	l, sql := openTraced(t)
+	l.RememberStarted(4)
+	var ins []decide.Intent
+	for _, id := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"} {
+		in := intent(id, "p")
+		markedStarted(t, l, in)
+		want(t, claim(t, l, in), decide.VerdictDuplicate)
+		ins = append(ins, in)
+	}
+	// Newest first: each ID read again is remembered again, and would
+	// push out the ones after it.
+	var remembered []string
+	for _, in := range slices.Backward(ins) {
+		sql.reset()
+		want(t, claim(t, l, in), decide.VerdictDuplicate)
+		if len(sql.sql) == 0 {
+			remembered = append(remembered, in.EventID)
+		}
+	}
+	if len(remembered) == 0 || remembered[0] != "j" || len(remembered) > 4 {
+		t.Fatalf("answered from memory: %q, want the newest (j) and at most 4", remembered)
+	}
+}
+
+func TestNoStartedRowIsRememberedWithStartedCacheZero(t *testing.T) {
+	l, sql := openTraced(t)
+	l.RememberStarted(0)
+	e1 := intent("e1", "p1")
+	markedStarted(t, l, e1)
+	want(t, claim(t, l, e1), decide.VerdictDuplicate)
+	sql.reset()
+	want(t, claim(t, l, e1), decide.VerdictDuplicate)
+	if len(sql.sql) == 0 {
+		t.Fatal("answered without the ledger")
+	}
+}
