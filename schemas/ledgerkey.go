@@ -22,6 +22,13 @@ import (
 // key's index. Time-first IDs: a UUIDv7 in lowercase canonical form
 // (RFC 9562), a ULID in uppercase Crockford base32.
 func LedgerKey(workflowID string) [16]byte {
+	k, _ := LedgerKeySum(workflowID)
+	return k
+}
+
+// LedgerKeySum is LedgerKey and the SHA-256 of the ID it was taken from,
+// for one hash of the ID where a caller needs both.
+func LedgerKeySum(workflowID string) (key [16]byte, sum [32]byte) {
 	h := sha256.Sum256([]byte(workflowID))
 	var k [16]byte
 	if ms, ok := timeFirst(workflowID); ok {
@@ -29,10 +36,10 @@ func LedgerKey(workflowID string) [16]byte {
 			k[i] = byte(ms >> (40 - 8*i))
 		}
 		copy(k[6:], h[:10])
-		return k
+		return k, h
 	}
 	copy(k[:], h[:16])
-	return k
+	return k, h
 }
 
 // LedgerKeys is LedgerKey of each ID, in order.

@@ -1,6 +1,10 @@
 package ledger
 
-import "time"
+import (
+	"time"
+
+	"github.com/dedupio/dedup/schemas"
+)
 
 // PurgeStatements are the purge's batch statements, for plan tests.
 var PurgeStatements = map[State]string{StateStarted: purgeStarted, StateDeadLettered: purgeDeadLettered}
@@ -8,9 +12,13 @@ var PurgeStatements = map[State]string{StateStarted: purgeStarted, StateDeadLett
 // SetKeyFunc makes the ledger compute its keys with f (a test forces
 // collisions with it) until the returned restore is called.
 func SetKeyFunc(f func(string) [16]byte) (restore func()) {
-	old := keyOf
+	old, oldSum := keyOf, keySumOf
 	keyOf = f
-	return func() { keyOf = old }
+	keySumOf = func(id string) ([16]byte, [32]byte) {
+		_, sum := schemas.LedgerKeySum(id)
+		return f(id), sum
+	}
+	return func() { keyOf, keySumOf = old, oldSum }
 }
 
 // StartedSQL is the replay's read of started rows, for plan tests.

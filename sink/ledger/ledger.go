@@ -22,6 +22,10 @@ var (
 // may make it collide).
 var keyOf = schemas.LedgerKey
 
+// keySumOf is keyOf and the ID's SHA-256 (startedCache's key), of one
+// hash.
+var keySumOf = schemas.LedgerKeySum
+
 // keysOf is keyOf of each ID, in order.
 func keysOf(ids []string) [][16]byte {
 	out := make([][16]byte, len(ids))

@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"strings"
 	"sync"
 	"time"
 
@@ -23,10 +22,14 @@ const startedMaxAge = time.Minute
 // change to it is a re-run's generation: this process's marks of a re-run
 // forget its ID, and another process's re-run, answered generation 1 here
 // for at most startedMaxAge, is read from Temporal by the re-run check
-// anyway, which starts the generation after the last run's), and a copy with another payload is never
-// answered here, so its conflict is recorded by the ledger as before.
-// A workflow ID is remembered whole, never by a digest, so two IDs that
-// share a ledger key stay apart.
+// anyway, which starts the generation after the last run's), and a copy
+// with another payload is never answered here, so its conflict is
+// recorded by the ledger as before.
+//
+// An ID is remembered by its whole SHA-256 (keySumOf), not by its ledger
+// key, of which two IDs may share 80 or 128 bits: no two IDs are known to
+// share a SHA-256. Keys and values hold no pointer, so the garbage
+// collector never scans the maps.
 //
 // It holds at most entries IDs in two maps: new IDs go into young; when
 // young holds half of them, or is half of startedMaxAge old, it becomes
@@ -36,7 +39,7 @@ type startedCache struct {
 	mu             sync.Mutex
 	half           int
 	now            func() time.Time
-	young, old     map[string][32]byte
+	young, old     map[[32]byte][32]byte
 	youngAt, oldAt time.Time
 }
 
@@ -63,9 +66,9 @@ func (c *startedCache) age() {
 }
 
 // answer records in got, as started rows of generation 1, the intents of
-// uniq whose IDs it remembers started with their payload hash, and
-// returns the others, in uniq's order.
-func (c *startedCache) answer(intents []decide.Intent, uniq []int, got map[string]stored) []int {
+// uniq whose IDs (sums: their SHA-256, by intent) it remembers started
+// with their payload hash, and returns the others, in uniq's order.
+func (c *startedCache) answer(intents []decide.Intent, sums [][32]byte, uniq []int, got map[string]stored) []int {
 	if c == nil {
 		return uniq
 	}
@@ -78,9 +81,9 @@ func (c *startedCache) answer(intents []decide.Intent, uniq []int, got map[strin
 	left := uniq[:0:0]
 	for _, i := range uniq {
 		in := &intents[i]
-		h, ok := c.young[in.WorkflowID]
+		h, ok := c.young[sums[i]]
 		if !ok {
-			h, ok = c.old[in.WorkflowID]
+			h, ok = c.old[sums[i]]
 		}
 		if ok && h == in.PayloadHash {
 			got[in.WorkflowID] = stored{state: StateStarted, hash: in.PayloadHash[:], generation: 1}
@@ -93,7 +96,7 @@ func (c *startedCache) answer(intents []decide.Intent, uniq []int, got map[strin
 
 // remember puts the intents at, whose rows the ledger has just answered
 // started with their payload hash at generation 1.
-func (c *startedCache) remember(intents []decide.Intent, at []int) {
+func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []int) {
 	if c == nil || len(at) == 0 {
 		return
 	}
@@ -102,12 +105,10 @@ func (c *startedCache) remember(intents []decide.Intent, at []int) {
 	c.age()
 	for _, i := range at {
 		if c.young == nil {
-			c.young = make(map[string][32]byte, min(c.half, 1024))
+			// As large as the last one grew: a replay fills each.
+			c.young = make(map[[32]byte][32]byte, max(len(c.old), 64))
 		}
-		in := &intents[i]
-		// A copy of the ID: the intent's string may share its
-		// memory with the rest of its batch.
-		c.young[strings.Clone(in.WorkflowID)] = in.PayloadHash
+		c.young[sums[i]] = intents[i].PayloadHash
 		if len(c.young) >= c.half {
 			c.age()
 		}
@@ -123,8 +124,9 @@ func (c *startedCache) forgetReruns(started []processor.Started) {
 	defer c.mu.Unlock()
 	for i := range started {
 		if started[i].Generation > 1 {
-			delete(c.young, started[i].WorkflowID)
-			delete(c.old, started[i].WorkflowID)
+			_, sum := keySumOf(started[i].WorkflowID)
+			delete(c.young, sum)
+			delete(c.old, sum)
 		}
 	}
 }

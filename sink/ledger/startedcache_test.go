@@ -169,3 +169,17 @@ func TestNoStartedRowIsRememberedWithStartedCacheZero(t *testing.T) {
 		t.Fatal("answered without the ledger")
 	}
 }
+
+// Two IDs whose ledger keys are the same: the second is a conflict (the
+// first holds the row), and remembering the first does not answer the
+// second, even with the same payload.
+func TestTwoIDsThatShareALedgerKeyAreRememberedApart(t *testing.T) {
+	restore := ledger.SetKeyFunc(func(string) [16]byte { return [16]byte{7} })
+	defer restore()
+	l := open(t)
+	a, b := intent("a", "p"), intent("b", "p")
+	markedStarted(t, l, a)
+	want(t, claim(t, l, a), decide.VerdictDuplicate)
+	want(t, claim(t, l, a, b), decide.VerdictDuplicate, decide.VerdictConflict)
+	want(t, claim(t, l, b), decide.VerdictConflict)
+}
