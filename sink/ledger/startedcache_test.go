@@ -3,9 +3,14 @@ package ledger_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
@@ -182,4 +187,79 @@ func TestTwoIDsThatShareALedgerKeyAreRememberedApart(t *testing.T) {
 	want(t, claim(t, l, a), decide.VerdictDuplicate)
 	want(t, claim(t, l, a, b), decide.VerdictDuplicate, decide.VerdictConflict)
 	want(t, claim(t, l, b), decide.VerdictConflict)
+}
+
+// claimGate holds the claim statement's end (after its rows were read,
+// before Claim acts on them) once, while armed: a test runs a mark in
+// that window.
+type claimGate struct {
+	armed            atomic.Bool
+	reached, release chan struct{}
+}
+
+type gatedSQL struct{}
+
+func (g *claimGate) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, gatedSQL{}, d.SQL)
+}
+
+func (g *claimGate) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if q, _ := ctx.Value(gatedSQL{}).(string); strings.Contains(q, "ON CONFLICT (key) DO UPDATE") && g.armed.CompareAndSwap(true, false) {
+		close(g.reached)
+		<-g.release
+	}
+}
+
+// A re-run's mark that commits while a claim of the same ID is between
+// its read and its answer (the marker and the claimer are two goroutines
+// on one handle) must still make the copies after it read their
+// generation: the claim read generation 1 before the mark, and may answer
+// it, but must not remember it after the mark forgot the ID. The ledger
+// alone answers the copies after the mark generation 2.
+func TestAReRunsMarkDuringAClaimOfItsIDStillMakesItsCopiesReadTheirGeneration(t *testing.T) {
+	pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := &claimGate{reached: make(chan struct{}), release: make(chan struct{})}
+	pc.ConnConfig.Tracer = gate
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ledger.NewFromPool(pool).RememberStarted(100)
+	ctx := context.Background()
+	a := intent("a", "p")
+	markedStarted(t, l, a)
+
+	gate.armed.Store(true)
+	type answer struct {
+		cl  []decide.Claimed
+		err error
+	}
+	during := make(chan answer, 1)
+	go func() {
+		cl, err := l.Claim(ctx, []decide.Intent{a})
+		during <- answer{cl, err}
+	}()
+	<-gate.reached // the claim has read the row: started, generation 1
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "r2", Generation: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	close(gate.release)
+	if got := <-during; got.err != nil || got.cl[0].Verdict != decide.VerdictDuplicate {
+		t.Fatalf("the claim during the mark: %+v, %v", got.cl, got.err)
+	}
+
+	alone, err := ledger.NewFromPool(pool).Claim(ctx, []decide.Intent{a})
+	if err != nil || alone[0] != (decide.Claimed{Verdict: decide.VerdictDuplicate, Generation: 2}) {
+		t.Fatalf("the ledger alone: %+v, %v", alone, err)
+	}
+	for i := range 2 {
+		cl, err := l.Claim(ctx, []decide.Intent{a})
+		if err != nil || cl[0] != alone[0] {
+			t.Fatalf("copy %d after the re-run's mark: %+v, %v; the ledger answers %+v", i+1, cl, err, alone[0])
+		}
+	}
 }
