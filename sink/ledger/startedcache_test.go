@@ -263,3 +263,22 @@ func TestAReRunsMarkDuringAClaimOfItsIDStillMakesItsCopiesReadTheirGeneration(t 
 		}
 	}
 }
+
+// A claim with a cancelled context fails (the Ledger contract's
+// CancelledContext, which the router tests' fake keeps "as pgx does"),
+// whatever the ledger would have answered: also when every copy in it is
+// of a remembered row.
+func TestAClaimWithACancelledContextFailsAlsoForRememberedRows(t *testing.T) {
+	l := open(t)
+	a := intent("a", "p")
+	markedStarted(t, l, a)
+	want(t, claim(t, l, a), decide.VerdictDuplicate) // remembered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if cl, err := ledger.NewFromPool(l.Pool()).Claim(ctx, []decide.Intent{a}); err == nil {
+		t.Fatalf("the ledger alone, cancelled: %+v, no error", cl)
+	}
+	if cl, err := l.Claim(ctx, []decide.Intent{a}); err == nil {
+		t.Fatalf("a cancelled claim of a remembered row: %+v, no error", cl)
+	}
+}
