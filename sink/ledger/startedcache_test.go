@@ -282,3 +282,42 @@ func TestAClaimWithACancelledContextFailsAlsoForRememberedRows(t *testing.T) {
 		t.Fatalf("a cancelled claim of a remembered row: %+v, no error", cl)
 	}
 }
+
+// A router that lost a partition (a zombie) and claims copies of a row it
+// remembers started writes nothing: the remembered copy is a duplicate, as
+// the replay's read answers it, and a conflicting copy beside it meets the
+// fence when its conflict is recorded (no dedup_conflicts row).
+func TestAZombiesClaimOfARememberedRowWritesNothing(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	p := processor.PartitionRef{Topic: "events", Partition: 1}
+	ownAt := func(member string) decide.Fence {
+		e, err := l.Own(ctx, processor.Ownership{Group: "g", Member: member, Parts: []processor.PartitionRef{p}})
+		if err != nil || len(e) != 1 || e[0] == 0 {
+			t.Fatalf("Own: %v, %v", e, err)
+		}
+		return decide.Fence{Group: "g", Epoch: e[0]}
+	}
+	old := ownAt("zombie")
+	a := intent("a", "p")
+	a.Fence = old
+	markedStarted(t, l, a)
+	want(t, claim(t, l, a), decide.VerdictDuplicate) // remembered
+	ownAt("owner")
+	other := intent("a", "q")
+	other.Fence = old
+	if _, err := l.Claim(ctx, []decide.Intent{a, other}); err == nil {
+		t.Fatal("the zombie's claim with a conflicting copy: no error")
+	} else if _, ok := processor.IsFenced(err); !ok {
+		t.Fatalf("the zombie's claim with a conflicting copy: %v, want a *processor.FencedError", err)
+	}
+	var n int
+	if err := l.Pool().QueryRow(ctx, `SELECT count(*) FROM dedup_conflicts`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("dedup_conflicts: %d rows, %v; want none", n, err)
+	}
+	want(t, claim(t, l, a), decide.VerdictDuplicate) // from memory, no row written
+	rows, err := l.Lookup(ctx, []string{a.WorkflowID})
+	if err != nil || rows[a.WorkflowID].State != decide.LedgerStarted {
+		t.Fatalf("the row after the zombie's claims: %+v, %v", rows[a.WorkflowID], err)
+	}
+}
