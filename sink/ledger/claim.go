@@ -134,15 +134,20 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 		in := &intents[i]
 		return processor.PartitionEpoch{Group: in.Fence.Group, Topic: in.Topic, Partition: in.Partition, Epoch: in.Fence.Epoch}
 	})
+	// Like a statement, the memory answers no cancelled claim.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	since := p.started.since()
 	uniq = p.started.answer(intents, sums, uniq, got)
 	if p.replaying.Load() && len(uniq) > 0 {
 		var err error
-		if uniq, err = p.answerStarted(ctx, intents, keys, sums, uniq, got); err != nil {
+		if uniq, err = p.answerStarted(ctx, intents, keys, sums, since, uniq, got); err != nil {
 			return nil, err
 		}
 	}
 	if len(uniq) > 0 {
-		if err := p.claim(ctx, intents, keys, sums, uniq, got, fences); err != nil {
+		if err := p.claim(ctx, intents, keys, sums, since, uniq, got, fences); err != nil {
 			return nil, err
 		}
 	}
@@ -233,7 +238,7 @@ func recordOf(in *decide.Intent) recordRef { return recordRef{in.Topic, in.Parti
 // answerStarted records in got the rows already started and returns the
 // indexes of the intents left to claim. A started row never goes back to
 // pending, so the read needs no lock.
-func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, uniq []int, got map[string]stored) ([]int, error) {
+func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since uint64, uniq []int, got map[string]stored) ([]int, error) {
 	ids, hashes, ks := make(textArray, len(uniq)), make(byteaArray, len(uniq)), make(uuidArray, len(uniq))
 	topics, parts, offs := make(textArray, len(uniq)), make(int4Array, len(uniq)), make(int8Array, len(uniq))
 	routes := make(map[recordRef]int, len(uniq))
@@ -282,7 +287,7 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, k
 			seen = append(seen, uniq[j])
 		}
 	}
-	p.started.remember(intents, sums, seen)
+	p.started.remember(intents, sums, seen, since)
 	todo := make([]int, len(left))
 	for k, j := range left {
 		todo[k] = uniq[j]
@@ -297,8 +302,8 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, k
 // row's owner). Each such ID is claimed again alone, so that the owner of
 // a row always gets its own row's answer; one still without a row after
 // that is a conflict.
-func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, uniq []int, got map[string]stored, f fenceArgs) error {
-	if err := p.claimOnce(ctx, intents, keys, sums, uniq, got, f); err != nil {
+func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since uint64, uniq []int, got map[string]stored, f fenceArgs) error {
+	if err := p.claimOnce(ctx, intents, keys, sums, since, uniq, got, f); err != nil {
 		return err
 	}
 	for _, i := range uniq {
@@ -306,7 +311,7 @@ func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, keys [][1
 		if _, ok := got[id]; ok {
 			continue
 		}
-		if err := p.claimOnce(ctx, intents, keys, sums, []int{i}, got, f); err != nil {
+		if err := p.claimOnce(ctx, intents, keys, sums, since, []int{i}, got, f); err != nil {
 			return err
 		}
 		if _, ok := got[id]; !ok {
@@ -324,7 +329,7 @@ func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, keys [][1
 // in its answer is left out of got.
 // A fence that no longer holds fails it with a *processor.FencedError,
 // nothing written.
-func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, uniq []int, got map[string]stored, f fenceArgs) error {
+func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since uint64, uniq []int, got map[string]stored, f fenceArgs) error {
 	n := len(uniq)
 	var (
 		wf, act, ev, rule, topic = make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n)
@@ -384,7 +389,7 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys 
 		rows.Close()
 		return p.fenced(ctx, f)
 	}
-	p.started.remember(intents, sums, seen)
+	p.started.remember(intents, sums, seen, since)
 	return nil
 }
 

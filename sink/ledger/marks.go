@@ -44,7 +44,9 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 		started[i].Recorded = false
 	}
 	// A re-run moves its row past generation 1: its copies are read
-	// again (startedCache remembers generation 1 only).
+	// again (startedCache remembers generation 1 only), and a claim
+	// that read the row before this mark commits remembers nothing.
+	p.started.forgetReruns(started)
 	defer p.started.forgetReruns(started)
 	var (
 		held     bool

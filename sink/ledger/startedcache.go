@@ -20,7 +20,7 @@ const startedMaxAge = time.Minute
 // events, a producer's retries after the start). It answers what the
 // ledger would: a started row never goes back to pending (the only
 // change to it is a re-run's generation: this process's marks of a re-run
-// forget its ID, and another process's re-run, answered generation 1 here
+// forget its ID, and a claim that overlapped one remembers nothing; another process's re-run, answered generation 1 here
 // for at most startedMaxAge, is read from Temporal by the re-run check
 // anyway, which starts the generation after the last run's), and a copy
 // with another payload is never answered here, so its conflict is
@@ -36,8 +36,12 @@ const startedMaxAge = time.Minute
 // old and the old one is dropped. An ID answers only while the map it was
 // put in began less than startedMaxAge ago.
 type startedCache struct {
-	mu             sync.Mutex
-	half           int
+	mu   sync.Mutex
+	half int
+	// reruns counts the marks past generation 1 begun and ended: a
+	// claim remembers nothing it read while one was in progress
+	// (since), whose row the mark may have moved after the read.
+	reruns         uint64
 	now            func() time.Time
 	young, old     map[[32]byte][32]byte
 	youngAt, oldAt time.Time
@@ -94,14 +98,30 @@ func (c *startedCache) answer(intents []decide.Intent, sums [][32]byte, uniq []i
 	return left
 }
 
+// since is what a claim passes to remember: taken before its first
+// statement.
+func (c *startedCache) since() uint64 {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reruns
+}
+
 // remember puts the intents at, whose rows the ledger has just answered
-// started with their payload hash at generation 1.
-func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []int) {
+// started with their payload hash at generation 1, unless a re-run's
+// mark began or ended since the claim began (since): its read may be
+// older than the mark, and the row's generation newer than what it read.
+func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []int, since uint64) {
 	if c == nil || len(at) == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.reruns != since {
+		return
+	}
 	c.age()
 	for _, i := range at {
 		if c.young == nil {
@@ -115,7 +135,9 @@ func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []i
 	}
 }
 
-// forgetReruns forgets the workflow IDs of marks past generation 1.
+// forgetReruns forgets the workflow IDs of marks past generation 1, and
+// counts the mark in reruns; MarkStarted calls it before its statement
+// and after it.
 func (c *startedCache) forgetReruns(started []processor.Started) {
 	if c == nil {
 		return
@@ -127,6 +149,7 @@ func (c *startedCache) forgetReruns(started []processor.Started) {
 			_, sum := keySumOf(started[i].WorkflowID)
 			delete(c.young, sum)
 			delete(c.old, sum)
+			c.reruns++
 		}
 	}
 }

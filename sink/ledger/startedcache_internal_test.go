@@ -16,7 +16,7 @@ func TestTheStartedCacheNeverHoldsMoreThanItsEntries(t *testing.T) {
 		for i := range ins {
 			ins[i] = decide.Intent{WorkflowID: fmt.Sprintf("activity-a:%d", i)}
 			_, sums[i] = keySumOf(ins[i].WorkflowID)
-			c.remember(ins, sums, []int{i})
+			c.remember(ins, sums, []int{i}, c.since())
 			if n := len(c.young) + len(c.old); n > entries {
 				t.Fatalf("entries %d: %d held after %d IDs", entries, n, i+1)
 			}
