@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -26,5 +27,40 @@ func TestTheStartedCacheNeverHoldsMoreThanItsEntries(t *testing.T) {
 			}
 			now = now.Add(time.Millisecond)
 		}
+	}
+}
+
+// The runbook, the example config and Config.StartedCache say a
+// remembered workflow ID costs about 80 bytes (twice that between
+// collections), and maxStartedCache's 10,000,000 about 800 MB: a user
+// sizes a replica's memory by them. Measured on the live heap when the
+// cache is full (young one short of half, old half), right after a
+// collection, with 25% slack over the figure.
+func TestAFullStartedCacheHoldsAboutEightyBytesAnID(t *testing.T) {
+	const perID = 80 * 1.25
+	for _, entries := range []int{100_000, 1_000_000} {
+		now := time.Unix(1e9, 0)
+		runtime.GC()
+		var before, full runtime.MemStats
+		runtime.ReadMemStats(&before)
+		c := newStartedCache(entries, func() time.Time { return now })
+		ins, sums := make([]decide.Intent, 1), make([][32]byte, 1)
+		for k, rotations := 0, 0; rotations < 2; k++ {
+			ins[0] = decide.Intent{WorkflowID: fmt.Sprintf("activity-a:%d", k)}
+			_, sums[0] = keySumOf(ins[0].WorkflowID)
+			c.remember(ins, sums, []int{0}, c.since())
+			if len(c.young) == c.half-1 && len(c.old) == c.half {
+				rotations++ // the second time: the young map made as large as the old one
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&full)
+		held := len(c.young) + len(c.old)
+		live := float64(full.HeapAlloc) - float64(before.HeapAlloc)
+		if live/float64(held) > perID {
+			t.Errorf("started_cache %d: %d IDs held in %.0f MB of live heap, %.0f bytes an ID; the docs say about 80",
+				entries, held, live/1e6, live/float64(held))
+		}
+		runtime.KeepAlive(c)
 	}
 }
