@@ -321,3 +321,30 @@ func TestAZombiesClaimOfARememberedRowWritesNothing(t *testing.T) {
 		t.Fatalf("the row after the zombie's claims: %+v, %v", rows[a.WorkflowID], err)
 	}
 }
+
+// The purge (postgres.retention, run every purge_interval by the router's
+// own handle) deletes a started row that a claim remembered a moment
+// before. The ledger alone answers the next copy new (no row: it claims
+// one, as the runbook's horizon says of an event older than the
+// retention); the runbook, the CHANGELOG and the example config admit
+// only a row changed or deleted by hand answered from memory for up to a
+// minute, and the purge is this handle's own.
+func TestACopyOfARowThisHandlesPurgeDeletedIsClaimedAgainAsTheLedgerAnswers(t *testing.T) {
+	l := open(t) // remembers started rows (postgres.started_cache's default)
+	ctx := context.Background()
+	a := intent("a", "p")
+	markedStarted(t, l, a)
+	if _, err := l.Pool().Exec(ctx, `UPDATE dedup_ledger SET started_at = now() - interval '2 hours' WHERE workflow_id = $1`, a.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, a), decide.VerdictDuplicate) // remembered
+	if n, err := l.Purge(ctx, time.Hour, 100); err != nil || n != 1 {
+		t.Fatalf("Purge: %d rows, %v; want 1", n, err)
+	}
+	cl, err := l.Claim(ctx, []decide.Intent{a})
+	if err != nil || cl[0] != (decide.Claimed{Verdict: decide.VerdictNew, Generation: 1}) {
+		rows, _ := l.Lookup(ctx, []string{a.WorkflowID})
+		_, row := rows[a.WorkflowID]
+		t.Fatalf("a copy after the purge deleted its row: %+v, %v (a row in the ledger: %v); the ledger alone answers new and claims one", cl, err, row)
+	}
+}
