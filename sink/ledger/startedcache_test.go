@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -346,5 +347,63 @@ func TestACopyOfARowThisHandlesPurgeDeletedIsClaimedAgainAsTheLedgerAnswers(t *t
 		rows, _ := l.Lookup(ctx, []string{a.WorkflowID})
 		_, row := rows[a.WorkflowID]
 		t.Fatalf("a copy after the purge deleted its row: %+v, %v (a row in the ledger: %v); the ledger alone answers new and claims one", cl, err, row)
+	}
+}
+
+// Three claimers and a marker on one handle (the router's claimer and
+// marker share it): while re-runs' marks move each row up a generation,
+// one row a mark, the claimers claim batches of the same IDs. Once
+// they are done, every copy is answered as the ledger alone answers it
+// (run with -race: the memory is shared by the goroutines).
+func TestClaimsAndReRunMarksOnOneHandleLeaveTheLedgersVerdicts(t *testing.T) {
+	l := open(t) // remembers started rows (postgres.started_cache's default)
+	ctx := context.Background()
+	var ins []decide.Intent
+	for i := range 20 {
+		in := intent(fmt.Sprint("x", i), "p")
+		markedStarted(t, l, in)
+		ins = append(ins, in)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := l.Claim(ctx, []decide.Intent{ins[(k+g)%20], ins[(k*7+g)%20], ins[(k*3)%20]}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for gen := 2; gen < 12; gen++ {
+		for i := range ins {
+			st := []processor.Started{{WorkflowID: ins[i].WorkflowID, RunID: fmt.Sprint("r", gen), Generation: gen}}
+			if err := l.MarkStarted(ctx, st); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	alone := ledger.NewFromPool(l.Pool())
+	for _, in := range ins {
+		want, err := alone.Claim(ctx, []decide.Intent{in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // the second: from memory, if the first remembered it
+			got, err := l.Claim(ctx, []decide.Intent{in})
+			if err != nil || got[0] != want[0] {
+				t.Fatalf("%s: %+v, %v; the ledger alone answers %+v", in.WorkflowID, got, err, want[0])
+			}
+		}
 	}
 }
