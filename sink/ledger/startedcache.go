@@ -9,8 +9,9 @@ import (
 )
 
 // startedMaxAge bounds how long a remembered started row answers its
-// copies: a row that was purged (postgres.retention, at least 1h) or
-// changed by hand since is read again within this time.
+// copies: a row that another process purged (postgres.retention, at
+// least 1h) or that was changed by hand since is read again within this
+// time; this handle's own purge forgets every row at once.
 const startedMaxAge = time.Minute
 
 // startedCache remembers the workflow IDs whose rows a claim of this
@@ -38,10 +39,11 @@ const startedMaxAge = time.Minute
 type startedCache struct {
 	mu   sync.Mutex
 	half int
-	// reruns counts the marks past generation 1 begun and ended: a
-	// claim remembers nothing it read while one was in progress
-	// (since), whose row the mark may have moved after the read.
-	reruns         uint64
+	// changes counts the marks past generation 1 and the purges, begun
+	// and ended: a claim remembers nothing it read while one was in
+	// progress (since), whose row it may have moved or deleted after the
+	// read.
+	changes        uint64
 	now            func() time.Time
 	young, old     map[[32]byte][32]byte
 	youngAt, oldAt time.Time
@@ -106,20 +108,20 @@ func (c *startedCache) since() uint64 {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.reruns
+	return c.changes
 }
 
 // remember puts the intents at, whose rows the ledger has just answered
 // started with their payload hash at generation 1, unless a re-run's
-// mark began or ended since the claim began (since): its read may be
-// older than the mark, and the row's generation newer than what it read.
+// mark or a purge began or ended since the claim began (since): its read
+// may be older than it, and the row moved or gone.
 func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []int, since uint64) {
 	if c == nil || len(at) == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.reruns != since {
+	if c.changes != since {
 		return
 	}
 	c.age()
@@ -136,7 +138,7 @@ func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []i
 }
 
 // forgetReruns forgets the workflow IDs of marks past generation 1, and
-// counts the mark in reruns; MarkStarted calls it before its statement
+// counts the mark in changes; MarkStarted calls it before its statement
 // and after it.
 func (c *startedCache) forgetReruns(started []processor.Started) {
 	if c == nil {
@@ -149,7 +151,19 @@ func (c *startedCache) forgetReruns(started []processor.Started) {
 			_, sum := keySumOf(started[i].WorkflowID)
 			delete(c.young, sum)
 			delete(c.old, sum)
-			c.reruns++
+			c.changes++
 		}
 	}
+}
+
+// forgetAll forgets every ID and counts the change; Purge calls it
+// before its statements and after them.
+func (c *startedCache) forgetAll() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.young, c.old = nil, nil
+	c.changes++
 }
