@@ -1,0 +1,123 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/schemas"
+)
+
+// startedSQL returns the rows of the batch that are not started with the
+// same payload: absent (state NULL), pending, or started with another
+// payload (a conflict); and the duplicates that were re-run (generation >
+// 1, so that their verdict carries it). The rest, nearly every row of a
+// replay, are duplicates of generation 1 and cost no row in the answer.
+//
+// Each ID's row is looked for first by the record that carries it ($4 to
+// $6: topic, partition, offset), along dedup_ledger_by_record (migration
+// 00015): a replay reads records again in offset order, and their rows
+// lie on a few leaves of that index and next to each other in the heap,
+// where the key's leaves are random ones. A row claimed by another record
+// of the same ID (a producer's retry, a pending row) is not there, and is
+// found by its key. Either way it is the row a look-up by key finds: the
+// first look-up compares the key too (a row whose key is not its ID's,
+// written by hand or restored from elsewhere, is found by neither), as
+// "(l.key = i.key) IS TRUE", which no index serves, so that PostgreSQL
+// does not take the key's unique index for the first look-up as well;
+// LIMIT 1 runs the second only when the first found nothing. The first look-up names started rows by started_at (the
+// index's predicate), not by state, so that it can go along no other
+// index: dedup_ledger_started holds every started row, and with
+// statistics from before the marks a scan of it looked cheap. A claim
+// without a record (the scheduler's fires: no topic, every one at
+// partition 0, offset 0) is looked up by its key alone: by its record it
+// would read every other fire's row to find its own.
+var startedSQL = `
+SELECT i.n, l.state, l.payload_hash, coalesce(l.generation, 0)
+FROM unnest($1::text[], $2::bytea[], $3::uuid[], $4::text[], $5::int4[], $6::int8[]) WITH ORDINALITY
+	AS i(workflow_id, payload_hash, key, topic, kafka_partition, kafka_offset, n)
+LEFT JOIN LATERAL (
+	(SELECT l.state, l.payload_hash, l.generation FROM dedup_ledger l
+	WHERE i.topic <> '' AND l.kafka_partition = i.kafka_partition AND l.kafka_offset = i.kafka_offset AND l.topic = i.topic
+		AND l.started_at IS NOT NULL AND l.workflow_id = i.workflow_id AND (l.key = i.key) IS TRUE)
+	UNION ALL
+	(SELECT l.state, l.payload_hash, l.generation FROM dedup_ledger l WHERE ` + schemas.LedgerRowIs("l", "i.workflow_id", "i.key") + `)
+	LIMIT 1
+) l ON true
+WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash OR l.generation > 1`
+
+// maxRoutesByRecord bounds the IDs of one record that the replay's read
+// looks up by their record: each of them reads the record's rows until it
+// meets its own (the routes squared, a record). The IDs of a record with
+// more routes in the batch are looked up by key alone, as a claim without
+// a record.
+const maxRoutesByRecord = 4
+
+// recordRef is the record an intent came from.
+type recordRef struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+func recordOf(in *decide.Intent) recordRef { return recordRef{in.Topic, in.Partition, in.Offset} }
+
+// answerStarted records in got the rows already started and returns the
+// indexes of the intents left to claim. A started row never goes back to
+// pending, so the read needs no lock.
+func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since uint64, uniq []int, got map[string]stored) ([]int, error) {
+	ids, hashes, ks := make(textArray, len(uniq)), make(byteaArray, len(uniq)), make(uuidArray, len(uniq))
+	topics, parts, offs := make(textArray, len(uniq)), make(int4Array, len(uniq)), make(int8Array, len(uniq))
+	routes := make(map[recordRef]int, len(uniq))
+	for _, i := range uniq {
+		routes[recordOf(&intents[i])]++
+	}
+	for j, i := range uniq {
+		in := &intents[i]
+		ids[j], hashes[j], ks[j] = in.WorkflowID, in.PayloadHash[:], keys[i]
+		if routes[recordOf(in)] <= maxRoutesByRecord {
+			topics[j], parts[j], offs[j] = in.Topic, in.Partition, in.Offset
+		} // else no topic: looked up by key alone
+	}
+	rows, err := p.pool.Query(ctx, startedSQL, ids, hashes, ks, topics, parts, offs)
+	if err != nil {
+		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(ids), err)
+	}
+	defer rows.Close()
+	answered := make([]bool, len(uniq))
+	var left []int // positions in uniq
+	for rows.Next() {
+		var (
+			n     int64
+			state stateColumn
+			h     []byte
+			gen   int
+		)
+		if err := rows.Scan(&n, &state, &h, &gen); err != nil {
+			return nil, fmt.Errorf("reading workflow IDs: %w", err)
+		}
+		j := int(n - 1)
+		answered[j] = true
+		if state.valid && state.s == StateStarted { // with another payload, or re-run
+			got[ids[j]] = stored{state: state.s, hash: h, generation: gen}
+			continue
+		}
+		left = append(left, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(ids), err)
+	}
+	var seen []int // intents answered started with their payload, generation 1
+	for j, ok := range answered {
+		if !ok {
+			got[ids[j]] = stored{state: StateStarted, hash: hashes[j], generation: 1}
+			seen = append(seen, uniq[j])
+		}
+	}
+	p.started.remember(intents, sums, seen, since)
+	todo := make([]int, len(left))
+	for k, j := range left {
+		todo[k] = uniq[j]
+	}
+	return todo, nil
+}
