@@ -35,6 +35,27 @@ func (c *cluster) live(t *testing.T) {
 	t.Cleanup(func() { cancel(); wg.Wait(); cl.Close() })
 }
 
+// twoBrokers is a cluster of two brokers with events/0 led by one and
+// events/1 by the other, so that a fetch bounded to 1 byte a partition
+// brings both a batch at once. kfake picks leaders at random, and with
+// both on one broker it answers its session's changed partitions first:
+// the partition that got a batch would get every batch (Kafka moves a
+// partition that got data to the end of the session; kfake does not).
+func twoBrokers(t *testing.T) *kfake.Cluster {
+	t.Helper()
+	kc, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.SeedTopics(2, topic, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	for p := range int32(2) {
+		if err := kc.MoveTopicPartition(topic, p, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return kc
+}
+
 // A span past the partition's end (a dead letter's original offset in a
 // source topic recreated since, or truncated by an unclean leader
 // election) holds nothing to read: the client, out of range, reads the
@@ -152,11 +173,7 @@ func TestReaderStallsAStuckPartitionWhileAnotherCrossesALongAbortedTransaction(t
 // at once: a fetch bounded to 1 byte a partition gives a batch to the
 // first partition that has one only (kfake, as Kafka).
 func TestReaderReadsPastALongAbortedTransactionWhileAnotherPartitionBringsStaleRecords(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.SeedTopics(2, topic, dlq))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	kc := twoBrokers(t)
 	c := &cluster{t: t, addrs: kc.ListenAddrs()}
 	c.live(t) // events/0: a record every 20 ms
 	long := c.begin("t1")
@@ -221,11 +238,7 @@ func TestReaderReadsPastALongAbortedTransactionWhileAnotherPartitionBringsStaleR
 // still progress. Both spans are read to their ends, no Stall (Idle
 // 500 ms, within 25 s; two brokers, so that both are fetched at once).
 func TestReaderReadsPastALongAbortedTransactionWhileAFinishedPartitionsBufferedRecordsArrive(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.SeedTopics(2, topic, dlq))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kc.Close)
+	kc := twoBrokers(t)
 	c := &cluster{t: t, addrs: kc.ListenAddrs()}
 	pr, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(200*time.Millisecond))
 	if err != nil {
