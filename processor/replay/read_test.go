@@ -169,9 +169,10 @@ func TestReaderStallsAStuckPartitionWhileAnotherCrossesALongAbortedTransaction(t
 // make its own batches no progress, not the batches of the partition that
 // is still crossing the transaction. The committed record after the
 // aborted transaction is read, and only events/0 ends as a Stall (Idle
-// 500 ms, within 25 s). Two brokers, so that both partitions are fetched
-// at once: a fetch bounded to 1 byte a partition gives a batch to the
-// first partition that has one only (kfake, as Kafka).
+// 500 ms, within 25 s). Each partition on a broker of its own
+// (twoBrokers), so that both are fetched at once: a fetch bounded to 1
+// byte a partition gives a batch to the first partition that has one only
+// (kfake, as Kafka).
 func TestReaderReadsPastALongAbortedTransactionWhileAnotherPartitionBringsStaleRecords(t *testing.T) {
 	kc := twoBrokers(t)
 	c := &cluster{t: t, addrs: kc.ListenAddrs()}
@@ -236,7 +237,8 @@ func TestReaderReadsPastALongAbortedTransactionWhileAnotherPartitionBringsStaleR
 // batch of 30, polled 10 at a time) come after it finished: they are no
 // records of an unfinished span, yet the other partition's batches are
 // still progress. Both spans are read to their ends, no Stall (Idle
-// 500 ms, within 25 s; two brokers, so that both are fetched at once).
+// 500 ms, within 25 s; each partition on a broker of its own, so that
+// both are fetched at once).
 func TestReaderReadsPastALongAbortedTransactionWhileAFinishedPartitionsBufferedRecordsArrive(t *testing.T) {
 	kc := twoBrokers(t)
 	c := &cluster{t: t, addrs: kc.ListenAddrs()}
