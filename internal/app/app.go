@@ -317,8 +317,8 @@ func goProbe(ctx context.Context, deps *dependencies, probes map[string]func(con
 	return func() { cancel(); <-done }
 }
 
-// registerOps exports the ledger's size, and runs the
-// ledger purge when a retention is set.
+// registerOps exports the ledger's size and what its memory of started
+// rows answered, and runs the ledger purge when a retention is set.
 func registerOps(ctx context.Context, reg *prometheus.Registry, led *ledger.Postgres, cfg ledger.Config, log *slog.Logger) error {
 	size := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "dedup_ledger_rows_estimate", Help: "Ledger rows, as PostgreSQL's planner estimates them."},
 		func() float64 {
@@ -334,7 +334,10 @@ func registerOps(ctx context.Context, reg *prometheus.Registry, led *ledger.Post
 		oldest: prometheus.NewDesc("dedup_ledger_pending_oldest_seconds", "Age of the oldest pending ledger row since it was last claimed: a claim not yet started.", nil, nil),
 		stale:  prometheus.NewDesc("dedup_ledger_pending_stale", "Pending ledger rows older than postgres.pending_alert_after: claims no live router is starting.", nil, nil)}
 	purged := prometheus.NewCounter(prometheus.CounterOpts{Name: "dedup_ledger_rows_purged_total", Help: "Started ledger rows deleted by the retention purge."})
-	for _, c := range []prometheus.Collector{size, purged, pending} {
+	remembered := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "dedup_ledger_started_cache_hits_total",
+		Help: "Workflow IDs a claim answered duplicate from this replica's memory of started rows (postgres.started_cache), with no statement."},
+		func() float64 { return float64(led.StartedCacheHits()) })
+	for _, c := range []prometheus.Collector{size, purged, pending, remembered} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("registering ops metrics: %w", err)
 		}

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dedupio/dedup/processor"
@@ -47,6 +48,7 @@ type startedCache struct {
 	now            func() time.Time
 	young, old     map[[32]byte][32]byte
 	youngAt, oldAt time.Time
+	hits           atomic.Uint64 // IDs answered, read without mu
 }
 
 func newStartedCache(entries int, now func() time.Time) *startedCache {
@@ -97,6 +99,7 @@ func (c *startedCache) answer(intents []decide.Intent, sums [][32]byte, uniq []i
 		}
 		left = append(left, i)
 	}
+	c.hits.Add(uint64(len(uniq) - len(left)))
 	return left
 }
 

@@ -163,6 +163,36 @@ func TestTheStartedCacheHoldsAtMostItsEntries(t *testing.T) {
 	}
 }
 
+// StartedCacheHits counts the workflow IDs a claim answered from memory
+// (an ID once a claim, however many of its copies the batch holds); a
+// copy with another payload, sent to the ledger, is none. The
+// metric dedup_ledger_started_cache_hits_total exports it.
+func TestTheStartedCacheCountsTheIDsItAnsweredFromMemory(t *testing.T) {
+	l, _ := openTraced(t)
+	l.RememberStarted(100)
+	e1, e2 := intent("e1", "p1"), intent("e2", "p2")
+	markedStarted(t, l, e1)
+	want(t, claim(t, l, e1), decide.VerdictDuplicate) // the upsert finds it started
+	if n := l.StartedCacheHits(); n != 0 {
+		t.Fatalf("hits after the ledger answered: %d, want 0", n)
+	}
+	want(t, claim(t, l, e1, e1), decide.VerdictDuplicate, decide.VerdictDuplicate)
+	want(t, claim(t, l, e1, e2), decide.VerdictDuplicate, decide.VerdictNew)
+	want(t, claim(t, l, intent("e1", "other")), decide.VerdictConflict)
+	if n := l.StartedCacheHits(); n != 2 {
+		t.Fatalf("hits: %d, want 2 (e1 in two claims)", n)
+	}
+	off, _ := openTraced(t)
+	off.RememberStarted(0)
+	e3 := intent("e3", "p3")
+	markedStarted(t, off, e3)
+	want(t, claim(t, off, e3), decide.VerdictDuplicate)
+	want(t, claim(t, off, e3), decide.VerdictDuplicate)
+	if n := off.StartedCacheHits(); n != 0 {
+		t.Fatalf("hits with started_cache 0: %d", n)
+	}
+}
+
 func TestNoStartedRowIsRememberedWithStartedCacheZero(t *testing.T) {
 	l, sql := openTraced(t)
 	l.RememberStarted(0)
