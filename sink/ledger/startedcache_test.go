@@ -437,3 +437,56 @@ func TestClaimsAndReRunMarksOnOneHandleLeaveTheLedgersVerdicts(t *testing.T) {
 		}
 	}
 }
+
+// StartedCacheHits counts the IDs a claim answered from memory: a claim
+// that returns an error answered none. A claim the fence refused (the
+// router sends it again, its other partitions first: processor/refused.go)
+// or that PostgreSQL failed (the router retries it with backoff while
+// PostgreSQL is down) returns no verdict, so the IDs the memory looked up
+// before its statement are not answers, and their retry, answered again,
+// is the one answer the router got.
+func TestTheStartedCacheHitsCountNoIDOfAClaimThatReturnedAnError(t *testing.T) {
+	l, _ := openWithURL(t) // postgres.started_cache: the default
+	ctx := context.Background()
+	own := func(member string, part int32) decide.Fence {
+		t.Helper()
+		e, err := l.Own(ctx, processor.Ownership{Group: "g", Member: member,
+			Parts: []processor.PartitionRef{{Topic: "events", Partition: part}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return decide.Fence{Group: "g", Epoch: e[0]}
+	}
+	held, stale := own("m", 2), own("zombie", 1)
+	e1 := intent("e1", "p1")
+	e1.Partition, e1.Fence = 2, held
+	markedStarted(t, l, e1)
+	want(t, claim(t, l, e1), decide.VerdictDuplicate) // the upsert finds it started: remembered
+	own("owner", 1)                                   // partition 1 moved: stale no longer holds
+	x := intent("x", "px")
+	x.Partition, x.Fence = 1, stale
+	if v, err := l.Claim(ctx, []decide.Intent{e1, x}); err == nil {
+		t.Fatalf("a claim with a stale fence: %v, want the fence's refusal", v)
+	} else if _, ok := processor.IsFenced(err); !ok {
+		t.Fatalf("a claim with a stale fence: %v, want the fence's refusal", err)
+	}
+	if n := l.StartedCacheHits(); n != 0 {
+		t.Errorf("after a claim the fence refused (no verdict returned): StartedCacheHits = %d, want 0", n)
+	}
+	want(t, claim(t, l, e1), decide.VerdictDuplicate) // the router sends the held partition again
+	if n := l.StartedCacheHits(); n != 1 {
+		t.Errorf("after the refused claim's retry: StartedCacheHits = %d, want 1 (e1 answered once)", n)
+	}
+	// PostgreSQL gone: every retry of the claim fails, and none answers.
+	l.Pool().Close()
+	y := intent("y", "py")
+	y.Partition, y.Fence = 2, held
+	for range 3 {
+		if v, err := l.Claim(ctx, []decide.Intent{e1, y}); err == nil {
+			t.Fatalf("a claim on a closed pool: %v, want an error", v)
+		}
+	}
+	if n := l.StartedCacheHits(); n != 1 {
+		t.Errorf("after 3 failed claims with PostgreSQL gone: StartedCacheHits = %d, want 1 (no claim answered)", n)
+	}
+}
