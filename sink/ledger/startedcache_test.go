@@ -490,3 +490,30 @@ func TestTheStartedCacheHitsCountNoIDOfAClaimThatReturnedAnError(t *testing.T) {
 		t.Errorf("after 3 failed claims with PostgreSQL gone: StartedCacheHits = %d, want 1 (no claim answered)", n)
 	}
 }
+
+// StartedCacheHits is exported as a Prometheus counter
+// (dedup_ledger_started_cache_hits_total, a CounterFunc), which must never
+// go down: a handle whose memory is sized again (RememberStarted on a
+// handle that has answered claims, as ledger.Open's handle already
+// remembers postgres.started_cache IDs) keeps the IDs it has counted,
+// even if it forgets the rows themselves.
+func TestTheStartedCacheHitsNeverGoDownWhenTheMemoryIsSizedAgain(t *testing.T) {
+	l, _ := openTraced(t)
+	l.RememberStarted(100)
+	e1 := intent("e1", "p1")
+	markedStarted(t, l, e1)
+	want(t, claim(t, l, e1), decide.VerdictDuplicate)
+	want(t, claim(t, l, e1), decide.VerdictDuplicate) // from memory
+	before := l.StartedCacheHits()
+	if before != 1 {
+		t.Fatalf("StartedCacheHits = %d, want 1", before)
+	}
+	l.RememberStarted(200)
+	if n := l.StartedCacheHits(); n < before {
+		t.Errorf("StartedCacheHits went from %d to %d when RememberStarted sized the memory again: a counter went down", before, n)
+	}
+	l.RememberStarted(0)
+	if n := l.StartedCacheHits(); n < before {
+		t.Errorf("StartedCacheHits went from %d to %d when RememberStarted(0) turned the memory off: a counter went down", before, n)
+	}
+}
