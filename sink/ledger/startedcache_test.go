@@ -517,3 +517,89 @@ func TestTheStartedCacheHitsNeverGoDownWhenTheMemoryIsSizedAgain(t *testing.T) {
 		t.Errorf("StartedCacheHits went from %d to %d when RememberStarted(0) turned the memory off: a counter went down", before, n)
 	}
 }
+
+// StartedCacheHits is read by the metrics scrape while claims, re-runs'
+// marks and the purge run on the same handle (the router's, and the purge
+// registerOps starts): every read is at least the one before (a counter),
+// and the count is never more than the IDs the claims answered duplicate
+// at generation 1 (an ID once a claim). Its lower bound depends on how
+// the purges interleave (each forgets every ID), so none is asserted.
+// Run under -race.
+func TestTheStartedCacheHitsCountWhileClaimsMarksAndPurgesRun(t *testing.T) {
+	l, _ := openWithURL(t)
+	ctx := context.Background()
+	a, b, c := intent("a", "pa"), intent("b", "pb"), intent("c", "pc")
+	for _, in := range []decide.Intent{a, b, c} {
+		markedStarted(t, l, in)
+	}
+	var (
+		wg       sync.WaitGroup
+		answered atomic.Uint64 // unique IDs of a claim answered duplicate at generation 1
+		stop     = make(chan struct{})
+	)
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 40 {
+				cl, err := l.Claim(ctx, []decide.Intent{a, b, a})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, i := range []int{0, 1} {
+					if cl[i].Verdict == decide.VerdictDuplicate && cl[i].Generation <= 1 {
+						answered.Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Add(2)
+	go func() { // re-runs of another ID, each forgetting it
+		defer wg.Done()
+		for g := 2; g < 12; g++ {
+			if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: c.WorkflowID, RunID: fmt.Sprint("r", g), Generation: g}}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	go func() { // the retention purge: nothing old enough, but it forgets every ID
+		defer wg.Done()
+		for range 10 {
+			if _, err := l.Purge(ctx, 24*time.Hour, 100); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	scraped := make(chan error)
+	go func() {
+		var last uint64
+		for {
+			n := l.StartedCacheHits()
+			if n < last {
+				scraped <- fmt.Errorf("StartedCacheHits went from %d to %d", last, n)
+				return
+			}
+			last = n
+			select {
+			case <-stop:
+				scraped <- nil
+				return
+			default:
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	if err := <-scraped; err != nil {
+		t.Fatal(err)
+	}
+	if n, max := l.StartedCacheHits(), answered.Load(); n > max {
+		t.Fatalf("StartedCacheHits = %d, more than the %d IDs the claims answered duplicate", n, max)
+	}
+	t.Logf("StartedCacheHits %d of %d IDs answered duplicate", l.StartedCacheHits(), answered.Load())
+}
