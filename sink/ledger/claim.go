@@ -140,6 +140,7 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 	}
 	since := p.started.since()
 	uniq = p.started.answer(intents, sums, uniq, got)
+	remembered := all - len(uniq)
 	if p.replaying.Load() && len(uniq) > 0 {
 		var err error
 		if uniq, err = p.answerStarted(ctx, intents, keys, sums, since, uniq, got); err != nil {
@@ -158,7 +159,11 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 		}
 	}
 	p.replaying.Store(2*started >= all)
-	return p.verdicts(ctx, intents, got, fences)
+	claimed, err := p.verdicts(ctx, intents, got, fences)
+	if err == nil {
+		p.rememberedHits.Add(uint64(remembered))
+	}
+	return claimed, err
 }
 
 // probe is a batch's first intent of one workflow ID: its ledger key, as

@@ -48,6 +48,10 @@ type Postgres struct {
 	// started remembers the rows claims found started
 	// (postgres.started_cache); nil remembers none.
 	started *startedCache
+	// rememberedHits counts the IDs the memory answered in claims that
+	// returned their verdicts (StartedCacheHits); on the handle, so that
+	// RememberStarted keeps it.
+	rememberedHits atomic.Uint64
 }
 
 // Open connects (lazily: the pool dials on first use).
@@ -81,13 +85,9 @@ func (p *Postgres) RememberStarted(entries int) *Postgres {
 }
 
 // StartedCacheHits is how many workflow IDs p's claims answered from its
-// memory of started rows, with no statement (an ID once a claim).
-func (p *Postgres) StartedCacheHits() uint64 {
-	if p.started == nil {
-		return 0
-	}
-	return p.started.hits.Load()
-}
+// memory of started rows, with no statement (an ID once a claim; a claim
+// that returned an error counts none). It never goes down.
+func (p *Postgres) StartedCacheHits() uint64 { return p.rememberedHits.Load() }
 
 // Close releases the pool.
 func (p *Postgres) Close() { p.pool.Close() }

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/dedupio/dedup/processor"
@@ -48,7 +47,6 @@ type startedCache struct {
 	now            func() time.Time
 	young, old     map[[32]byte][32]byte
 	youngAt, oldAt time.Time
-	hits           atomic.Uint64 // IDs answered, read without mu
 }
 
 func newStartedCache(entries int, now func() time.Time) *startedCache {
@@ -99,7 +97,6 @@ func (c *startedCache) answer(intents []decide.Intent, sums [][32]byte, uniq []i
 		}
 		left = append(left, i)
 	}
-	c.hits.Add(uint64(len(uniq) - len(left)))
 	return left
 }
 
