@@ -14,11 +14,14 @@ base=${1:-HEAD}
 root=$(git rev-parse --show-toplevel)
 cd "$root"
 command -v valgrind >/dev/null || { echo "valgrind is missing: ./.ci/deps valgrind" >&2; exit 1; }
-# package, benchmark, two iteration counts
+# package, benchmark, two iteration counts. The ledger's claim counts the
+# client's instructions only: its throwaway PostgreSQL runs outside valgrind
+# (no --trace-children).
 benches=(
 	"./processor BenchmarkDecide\$ 5000 25000"
 	"./processor BenchmarkDispatchDuplicates\$ 200 1000"
 	"./processor/eventid BenchmarkDecode\$ 5000 25000"
+	"./sink/ledger BenchmarkClaimStartedRows\$ 20 100"
 )
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dedup-instructions.XXXXXX")
 trap 'git worktree remove --force "$tmp/base" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
