@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -66,51 +67,119 @@ func recordOf(in *decide.Intent) recordRef { return recordRef{in.Topic, in.Parti
 // indexes of the intents left to claim. A started row never goes back to
 // pending, so the read needs no lock.
 func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since uint64, uniq []int, got map[string]stored) ([]int, error) {
-	ids, hashes, ks := make(textArray, len(uniq)), make(byteaArray, len(uniq)), make(uuidArray, len(uniq))
-	topics, parts, offs := make(textArray, len(uniq)), make(int4Array, len(uniq)), make(int8Array, len(uniq))
 	routes := make(map[recordRef]int, len(uniq))
 	for _, i := range uniq {
 		routes[recordOf(&intents[i])]++
 	}
+	byRecord := make([]bool, len(uniq)) // else no topic: looked up by key alone
+	size := 6 * 20                      // the arrays' headers
 	for j, i := range uniq {
 		in := &intents[i]
-		ids[j], hashes[j], ks[j] = in.WorkflowID, in.PayloadHash[:], keys[i]
-		if routes[recordOf(in)] <= maxRoutesByRecord {
-			topics[j], parts[j], offs[j] = in.Topic, in.Partition, in.Offset
-		} // else no topic: looked up by key alone
+		byRecord[j] = routes[recordOf(in)] <= maxRoutesByRecord
+		size += 6*4 + len(in.WorkflowID) + len(in.PayloadHash) + 16 + len(in.Topic) + 4 + 8
 	}
-	rows, err := p.pool.Query(ctx, startedSQL, ids, hashes, ks, topics, parts, offs)
-	if err != nil {
-		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(ids), err)
+	bp := encodeBuffer(size)
+	defer encodeBuffers.Put(bp)
+	b := *bp
+	var params [6][]byte
+	param := func(k, at int) { params[k] = b[at:len(b):len(b)] }
+	at := len(b)
+	b = arrayHeader(b, len(uniq), oidText)
+	for _, i := range uniq {
+		b = appendTextElem(b, intents[i].WorkflowID)
 	}
-	defer rows.Close()
+	param(0, at)
+	at = len(b)
+	b = arrayHeader(b, len(uniq), oidBytea)
+	for _, i := range uniq {
+		b = appendBytesElem(b, intents[i].PayloadHash[:])
+	}
+	param(1, at)
+	at = len(b)
+	b = arrayHeader(b, len(uniq), oidUUID)
+	for _, i := range uniq {
+		b = appendBytesElem(b, keys[i][:])
+	}
+	param(2, at)
+	at = len(b)
+	b = arrayHeader(b, len(uniq), oidText)
+	for j, i := range uniq {
+		if byRecord[j] {
+			b = appendTextElem(b, intents[i].Topic)
+		} else {
+			b = appendTextElem(b, "")
+		}
+	}
+	param(3, at)
+	at = len(b)
+	b = arrayHeader(b, len(uniq), oidInt4)
+	for j, i := range uniq {
+		if byRecord[j] {
+			b = appendInt4Elem(b, intents[i].Partition)
+		} else {
+			b = appendInt4Elem(b, 0)
+		}
+	}
+	param(4, at)
+	at = len(b)
+	b = arrayHeader(b, len(uniq), oidInt8)
+	for j, i := range uniq {
+		if byRecord[j] {
+			b = appendInt8Elem(b, intents[i].Offset)
+		} else {
+			b = appendInt8Elem(b, 0)
+		}
+	}
+	param(5, at)
+	*bp = b
 	answered := make([]bool, len(uniq))
 	var left []int // positions in uniq
-	for rows.Next() {
-		var (
-			n     int64
-			state stateColumn
-			h     []byte
-			gen   int
-		)
-		if err := rows.Scan(&n, &state, &h, &gen); err != nil {
-			return nil, fmt.Errorf("reading workflow IDs: %w", err)
+	args := func() []any {
+		ids, hashes, ks := make(textArray, len(uniq)), make(byteaArray, len(uniq)), make(uuidArray, len(uniq))
+		topics, parts, offs := make(textArray, len(uniq)), make(int4Array, len(uniq)), make(int8Array, len(uniq))
+		for j, i := range uniq {
+			in := &intents[i]
+			ids[j], hashes[j], ks[j] = in.WorkflowID, in.PayloadHash[:], keys[i]
+			if byRecord[j] {
+				topics[j], parts[j], offs[j] = in.Topic, in.Partition, in.Offset
+			}
+		}
+		return []any{ids, hashes, ks, topics, parts, offs}
+	}
+	err := p.queryEncoded(ctx, "dedup_started_rows", startedSQL, startedParamOIDs, params[:], args, func(cols [][]byte) error {
+		if len(cols) != 4 {
+			return fmt.Errorf("an answer of %d columns", len(cols))
+		}
+		n, err := int8Col(cols[0])
+		if err != nil {
+			return err
 		}
 		j := int(n - 1)
+		if j < 0 || j >= len(uniq) {
+			return fmt.Errorf("an answer for input %d of %d", n, len(uniq))
+		}
+		var state stateColumn
+		_ = state.ScanBytes(cols[1])
+		gen, err := intCol(cols[3])
+		if err != nil {
+			return err
+		}
 		answered[j] = true
 		if state.valid && state.s == StateStarted { // with another payload, or re-run
-			got[ids[j]] = stored{state: state.s, hash: h, generation: gen}
-			continue
+			got[intents[uniq[j]].WorkflowID] = stored{state: state.s, hash: bytes.Clone(cols[2]), generation: gen}
+			return nil
 		}
 		left = append(left, j)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(ids), err)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(uniq), err)
 	}
 	var seen []int // intents answered started with their payload, generation 1
 	for j, ok := range answered {
 		if !ok {
-			got[ids[j]] = stored{state: StateStarted, hash: hashes[j], generation: 1}
+			in := &intents[uniq[j]]
+			got[in.WorkflowID] = stored{state: StateStarted, hash: in.PayloadHash[:], generation: 1}
 			seen = append(seen, uniq[j])
 		}
 	}
@@ -121,3 +190,6 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, k
 	}
 	return todo, nil
 }
+
+// startedParamOIDs are startedSQL's parameter types.
+var startedParamOIDs = []uint32{oidTextArray, oidByteaArray, oidUUIDArray, oidTextArray, oidInt4Array, oidInt8Array}
