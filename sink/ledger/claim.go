@@ -69,6 +69,7 @@ LEFT JOIN cur ON cur.workflow_id = i.workflow_id`
 
 // stored is what the ledger holds for one workflow ID after the claim.
 type stored struct {
+	found      bool   // answered (by the memory of started rows or a statement)
 	inserted   bool   // this claim created the row
 	state      State  // pending, started; dead_lettered only when the ID's first copy conflicted (else re-claimed: pending)
 	hash       []byte // the payload hash the row was claimed with
@@ -101,7 +102,11 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 	if len(intents) == 0 {
 		return nil, nil
 	}
-	seen := make(map[string]bool, len(intents))
+	// first is, by intent, the position of the batch's first intent of
+	// its workflow ID: the one that is claimed, whose answer every copy
+	// gets (got, by that position).
+	first := make([]int32, len(intents))
+	seen := make(map[string]int32, len(intents))
 	keys := make([][16]byte, len(intents)) // by intent; set for uniq's
 	var sums [][32]byte                    // the IDs' SHA-256, as keys, when p remembers started rows
 	if p.started != nil {
@@ -109,8 +114,11 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 	}
 	ps := make([]probe, 0, len(intents))
 	for i, in := range intents {
-		if !seen[in.WorkflowID] {
-			seen[in.WorkflowID] = true
+		f, ok := seen[in.WorkflowID]
+		if ok {
+			first[i] = f
+		} else {
+			seen[in.WorkflowID], first[i] = int32(i), int32(i)
 			if sums != nil {
 				keys[i], sums[i] = keySumOf(in.WorkflowID)
 			} else {
@@ -128,8 +136,9 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 	for j, pr := range ps {
 		uniq[j] = pr.at
 	}
-	got := make(map[string]stored, len(uniq))
+	got := make([]stored, len(intents)) // by first intent of an ID
 	all := len(uniq)
+	firsts := uniq
 	fences := fencesOf(len(intents), func(i int) processor.PartitionEpoch {
 		in := &intents[i]
 		return processor.PartitionEpoch{Group: in.Fence.Group, Topic: in.Topic, Partition: in.Partition, Epoch: in.Fence.Epoch}
@@ -153,13 +162,13 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 		}
 	}
 	started := 0
-	for _, s := range got {
-		if s.state == StateStarted {
+	for _, i := range firsts {
+		if got[i].state == StateStarted {
 			started++
 		}
 	}
 	p.replaying.Store(2*started >= all)
-	claimed, err := p.verdicts(ctx, intents, got, fences)
+	claimed, err := p.verdicts(ctx, intents, first, got, fences)
 	if err == nil {
 		p.rememberedHits.Add(uint64(remembered))
 	}
@@ -193,24 +202,23 @@ func (a probe) compare(b probe) int {
 // row's owner). Each such ID is claimed again alone, so that the owner of
 // a row always gets its own row's answer; one still without a row after
 // that is a conflict.
-func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since uint64, uniq []int, got map[string]stored, f fenceArgs) error {
+func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since uint64, uniq []int, got []stored, f fenceArgs) error {
 	if err := p.claimOnce(ctx, intents, keys, sums, since, uniq, got, f); err != nil {
 		return err
 	}
 	for _, i := range uniq {
-		id := intents[i].WorkflowID
-		if _, ok := got[id]; ok {
+		if got[i].found {
 			continue
 		}
 		if err := p.claimOnce(ctx, intents, keys, sums, since, []int{i}, got, f); err != nil {
 			return err
 		}
-		if _, ok := got[id]; !ok {
+		if id := intents[i].WorkflowID; !got[i].found {
 			// Another workflow ID's row holds this one's key:
 			// a conflict with no hash of its own in the ledger, recorded
 			// and dead-lettered, never started under the other's row.
 			slog.Error("ledger: two workflow IDs share one ledger key; the second is a conflict", "workflow_id", id)
-			got[id] = stored{state: StateStarted, hash: []byte{}}
+			got[i] = stored{found: true, state: StateStarted, hash: []byte{}}
 		}
 	}
 	return nil
@@ -220,7 +228,7 @@ func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, keys [][1
 // in its answer is left out of got.
 // A fence that no longer holds fails it with a *processor.FencedError,
 // nothing written.
-func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since uint64, uniq []int, got map[string]stored, f fenceArgs) error {
+func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since uint64, uniq []int, got []stored, f fenceArgs) error {
 	n := len(uniq)
 	var (
 		wf, act, ev, rule, topic = make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n)
@@ -271,7 +279,8 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys 
 				seen = append(seen, uniq[j])
 			}
 		}
-		got[wf[j]] = s
+		s.found = true
+		got[uniq[j]] = s
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("claiming %d intents: %w", n, err)
@@ -288,13 +297,13 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys 
 // statement's row answer, or the read of started rows) into one verdict
 // per intent, by decide.ClaimVerdict, and records the conflicts and the
 // re-claims the statement did not write.
-func (p *Postgres) verdicts(ctx context.Context, intents []decide.Intent, got map[string]stored, f fenceArgs) ([]decide.Claimed, error) {
+func (p *Postgres) verdicts(ctx context.Context, intents []decide.Intent, first []int32, got []stored, f fenceArgs) ([]decide.Claimed, error) {
 	verdicts := make([]decide.Claimed, len(intents))
 	var conflicts []conflict
 	var revive []string
 	for i := range intents {
 		in := &intents[i]
-		s := got[in.WorkflowID]
+		s := got[first[i]]
 		v, reclaims := decide.ClaimVerdict(s.state, string(s.hash) == string(in.PayloadHash[:]), s.inserted, s.generation)
 		verdicts[i] = v
 		switch {
@@ -305,7 +314,7 @@ func (p *Postgres) verdicts(ctx context.Context, intents []decide.Intent, got ma
 			// copy that was not the batch's first of its ID (the first
 			// conflicted): rare, one more statement.
 			revive = append(revive, in.WorkflowID)
-			got[in.WorkflowID] = stored{state: StatePending, hash: s.hash, generation: s.generation}
+			got[first[i]] = stored{found: true, state: StatePending, hash: s.hash, generation: s.generation}
 		}
 	}
 	if len(revive) > 0 {

@@ -74,7 +74,7 @@ func (c *startedCache) age() {
 // answer records in got, as started rows of generation 1, the intents of
 // uniq whose IDs (sums: their SHA-256, by intent) it remembers started
 // with their payload hash, and returns the others, in uniq's order.
-func (c *startedCache) answer(intents []decide.Intent, sums [][32]byte, uniq []int, got map[string]stored) []int {
+func (c *startedCache) answer(intents []decide.Intent, sums [][32]byte, uniq []int, got []stored) []int {
 	if c == nil {
 		return uniq
 	}
@@ -92,7 +92,7 @@ func (c *startedCache) answer(intents []decide.Intent, sums [][32]byte, uniq []i
 			h, ok = c.old[sums[i]]
 		}
 		if ok && h == in.PayloadHash {
-			got[in.WorkflowID] = stored{state: StateStarted, hash: in.PayloadHash[:], generation: 1}
+			got[i] = stored{found: true, state: StateStarted, hash: in.PayloadHash[:], generation: 1}
 			continue
 		}
 		left = append(left, i)

@@ -21,7 +21,7 @@ func TestTheStartedCacheNeverHoldsMoreThanItsEntries(t *testing.T) {
 			if n := len(c.young) + len(c.old); n > entries {
 				t.Fatalf("entries %d: %d held after %d IDs", entries, n, i+1)
 			}
-			got := map[string]stored{}
+			got := make([]stored, len(ins))
 			if left := c.answer(ins, sums, []int{i}, got); len(left) != 0 {
 				t.Fatalf("entries %d: the ID just remembered (%d) is not answered", entries, i)
 			}

@@ -66,7 +66,7 @@ func recordOf(in *decide.Intent) recordRef { return recordRef{in.Topic, in.Parti
 // answerStarted records in got the rows already started and returns the
 // indexes of the intents left to claim. A started row never goes back to
 // pending, so the read needs no lock.
-func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since uint64, uniq []int, got map[string]stored) ([]int, error) {
+func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since uint64, uniq []int, got []stored) ([]int, error) {
 	routes := make(map[recordRef]int, len(uniq))
 	for _, i := range uniq {
 		routes[recordOf(&intents[i])]++
@@ -166,7 +166,7 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, k
 		}
 		answered[j] = true
 		if state.valid && state.s == StateStarted { // with another payload, or re-run
-			got[intents[uniq[j]].WorkflowID] = stored{state: state.s, hash: bytes.Clone(cols[2]), generation: gen}
+			got[uniq[j]] = stored{found: true, state: state.s, hash: bytes.Clone(cols[2]), generation: gen}
 			return nil
 		}
 		left = append(left, j)
@@ -178,8 +178,7 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, k
 	var seen []int // intents answered started with their payload, generation 1
 	for j, ok := range answered {
 		if !ok {
-			in := &intents[uniq[j]]
-			got[in.WorkflowID] = stored{state: StateStarted, hash: in.PayloadHash[:], generation: 1}
+			got[uniq[j]] = stored{found: true, state: StateStarted, hash: intents[uniq[j]].PayloadHash[:], generation: 1}
 			seen = append(seen, uniq[j])
 		}
 	}
