@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -123,14 +124,22 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 	tag, err = rr.Close()
 	if prepared && stalePrepared(err) {
 		// The server no longer has the statement as prepared (DISCARD
-		// ALL, a change of the table's columns): prepared again next time.
-		err = errors.Join(err, conn.Deallocate(context.WithoutCancel(ctx), name))
+		// ALL, a change of the table's columns): prepared again next
+		// time. The server has just answered; one that does not answer
+		// the deallocation within deallocateWithin loses the connection
+		// (pgconn closes it, and the pool replaces it).
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deallocateWithin)
+		err = errors.Join(err, conn.Deallocate(dctx, name))
+		cancel()
 	}
 	if rowErr != nil {
 		return rowErr
 	}
 	return err
 }
+
+// deallocateWithin bounds the deallocation of a stale prepared statement.
+const deallocateWithin = 5 * time.Second
 
 // stalePrepared says whether err is the server's refusal of a statement
 // it no longer has, or whose plan no longer fits the table.
