@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/processor"
@@ -1278,4 +1280,43 @@ func TestClaimUnderCollisionsRecordsTheLedgersHash(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The replay's read runs as a statement prepared once on each connection
+// (arrays.go). A server that no longer has it (DEALLOCATE, DISCARD ALL)
+// fails that one read, and the next read prepares it again: a connection
+// never keeps failing on a statement the server forgot.
+func TestTheReplaysReadPreparesItsStatementAgainOnceTheServerForgotIt(t *testing.T) {
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1 // the DEALLOCATE below reaches the read's connection
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ledger.NewFromPool(pool)
+	a, b := intent("a", "p"), intent("b", "p")
+	for _, in := range []decide.Intent{a, b} {
+		markedStarted(t, l, in)
+	}
+	want(t, claim(t, l, a, b), decide.VerdictDuplicate, decide.VerdictDuplicate) // now replaying
+	want(t, claim(t, l, a, b), decide.VerdictDuplicate, decide.VerdictDuplicate) // the read, prepared
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE name = 'dedup_started_rows'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the read's statement prepared %d times (%v), want 1", n, err)
+	}
+	if _, err := pool.Exec(ctx, `DEALLOCATE dedup_started_rows`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Claim(ctx, []decide.Intent{a, b})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "26000" {
+		t.Fatalf("the read of a forgotten statement: %v, want SQLSTATE 26000", err)
+	}
+	want(t, claim(t, l, a, b), decide.VerdictDuplicate, decide.VerdictDuplicate)
+	want(t, claim(t, l, a, b), decide.VerdictDuplicate, decide.VerdictDuplicate)
 }
