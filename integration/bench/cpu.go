@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,7 +184,13 @@ type windowProfile struct {
 	running bool
 	windows int  // windows that had a profile
 	inside  bool // the running profile is a window's
-	err     error
+	// trace: the first window also writes an execution trace beside its
+	// profile (NAME.trace; StartStageTrace), whose blocking profiles
+	// (`go tool trace -pprof=net|sync|sched`) say what each goroutine
+	// waited for: the CPU profile says only what ran.
+	trace  bool
+	traceF *os.File
+	err    error
 }
 
 // stageProfile is this process's (StartStageProfile).
@@ -208,6 +215,15 @@ func StartStageProfile(path string) (func() error, error) {
 	}, nil
 }
 
+// StartStageTrace makes the stage's first measured window also write an
+// execution trace beside its CPU profile (StartStageProfile, which must
+// run first).
+func StartStageTrace() {
+	stageProfile.mu.Lock()
+	stageProfile.trace = true
+	stageProfile.mu.Unlock()
+}
+
 // restart starts a window's profile; it says whether it did (false: no
 // profile, or another window's runs).
 func (p *windowProfile) restart() bool {
@@ -227,6 +243,17 @@ func (p *windowProfile) restart() bool {
 		return false
 	}
 	p.inside = true
+	if p.trace && p.windows == 1 {
+		f, err := os.Create(strings.TrimSuffix(p.path, ".pprof") + ".trace")
+		if err == nil {
+			if err = trace.Start(f); err != nil {
+				err = errors.Join(err, f.Close())
+			} else {
+				p.traceF = f
+			}
+		}
+		p.err = errors.Join(p.err, err)
+	}
 	return true
 }
 
@@ -236,6 +263,11 @@ func (p *windowProfile) end() {
 	defer p.mu.Unlock()
 	p.stopLocked()
 	p.inside = false
+	if p.traceF != nil {
+		trace.Stop()
+		p.err = errors.Join(p.err, p.traceF.Close())
+		p.traceF = nil
+	}
 }
 
 func (p *windowProfile) startLocked(path string) error {

@@ -46,7 +46,11 @@ type RunConfig struct {
 	StageExe string
 	// CPUProfileDir, if set, gets one CPU profile per stage process.
 	CPUProfileDir string
-	Infra         InfraConfig
+	// Trace, with CPUProfileDir, gets each of this build's stage
+	// processes' first measured window an execution trace beside its
+	// profile.
+	Trace bool
+	Infra InfraConfig
 	// Say reports progress.
 	Say func(format string, args ...any)
 }
@@ -136,6 +140,9 @@ func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) (*Report, error) 
 		args := []string{exe, "stage", "-name", st.Name, "-dup", strconv.FormatFloat(st.Dup, 'g', -1, 64), "-infra", infraPath, "-params", paramsPath}
 		if cfg.CPUProfileDir != "" {
 			args = append(args, "-cpuprofile", filepath.Join(cfg.CPUProfileDir, fmt.Sprintf("%02d-%s-%s.pprof", seq, tag, prof)))
+			if cfg.Trace && exe == cfg.Exe { // an older binary (-baseline-exe, -stage-exe) has no -trace
+				args = append(args, "-trace")
+			}
 		}
 		cmd := Pinned(scpu, args...)
 		var out bytes.Buffer

@@ -74,6 +74,7 @@ type StageConfig struct {
 	Infra      *Infra
 	Params     Params
 	CPUProfile string // file for this process's CPU profile; "" for none
+	Trace      bool   // with CPUProfile: the first window's execution trace beside it (StartStageTrace)
 }
 
 // RunStage runs one stage in this process, against the infrastructure, and
@@ -100,6 +101,9 @@ func RunStage(ctx context.Context, cfg StageConfig, log *slog.Logger) (res Stage
 		done, perr := StartStageProfile(cfg.CPUProfile)
 		if perr != nil {
 			return res, perr
+		}
+		if cfg.Trace {
+			StartStageTrace()
 		}
 		defer func() {
 			if perr := done(); err == nil && perr != nil {

@@ -17,6 +17,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -117,6 +118,7 @@ func stage(args []string) error {
 	infraPath := fs.String("infra", "", "the infra process's addresses (JSON, written by the orchestrator)")
 	paramsPath := fs.String("params", "", "the run's sizes (JSON, written by the orchestrator)")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write this stage process's CPU profile here")
+	fs.BoolVar(&cfg.Trace, "trace", false, "with -cpuprofile: the first measured window's execution trace beside the profile (NAME.trace)")
 	_ = fs.Parse(args)
 	cfg.Infra = &bench.Infra{}
 	if err := bench.ReadJSON(*infraPath, cfg.Infra); err != nil {
@@ -173,7 +175,11 @@ func run() error {
 	baseline := flag.String("baseline-exe", "", "another dedup-bench binary (an older commit's): the unique-heavy backlog, the replay and the cost stages also run with it, beside this build's, for \"this build / baseline\" rows")
 	stageExe := flag.String("stage-exe", "", "another dedup-bench binary that runs every stage in place of this build (this one runs the infrastructure): with -baseline-exe, two older commits in one run")
 	cpuprofile := flag.String("cpuprofile", "", "a directory: one CPU profile per stage process (NN-PROFILE-repN-STAGE.pprof) and infra.pprof")
+	trace := flag.Bool("trace", false, "with -cpuprofile: each of this build's stage processes also writes its first measured window's execution trace (NN-PROFILE-repN-STAGE.trace; go tool trace -pprof=net FILE says what the goroutines waited for)")
 	flag.Parse()
+	if *trace && *cpuprofile == "" {
+		return errors.New("-trace: needs -cpuprofile, the directory the traces go to")
+	}
 	plan, err := bench.ParseStages(*stages)
 	if err != nil {
 		return err
@@ -201,7 +207,7 @@ func run() error {
 			}
 		}
 	}
-	cfg := bench.RunConfig{Reps: *reps, Pin: !*noPin, CPUProfileDir: *cpuprofile, Stages: plan, BaselineExe: *baseline, StageExe: *stageExe,
+	cfg := bench.RunConfig{Reps: *reps, Pin: !*noPin, CPUProfileDir: *cpuprofile, Trace: *trace, Stages: plan, BaselineExe: *baseline, StageExe: *stageExe,
 		Infra: bench.InfraConfig{Durable: *durable, PGSettings: *pgSettings, DatabaseURL: os.Getenv("DATABASE_URL")}}
 	if cfg.Latencies, err = list(*lats, latency); err != nil {
 		return fmt.Errorf("-latency: %w", err)
