@@ -1,17 +1,23 @@
 package ledger_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
+	"net"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
@@ -1319,4 +1326,165 @@ func TestTheReplaysReadPreparesItsStatementAgainOnceTheServerForgotIt(t *testing
 	}
 	want(t, claim(t, l, a, b), decide.VerdictDuplicate, decide.VerdictDuplicate)
 	want(t, claim(t, l, a, b), decide.VerdictDuplicate, decide.VerdictDuplicate)
+}
+
+// silentServer is a TCP proxy to a PostgreSQL server that, once armed,
+// passes the server's messages up to the ReadyForQuery after an error of
+// SQLSTATE code, and from then on nothing more from the server: a server
+// that hangs, or a network that drops its packets, right after that
+// answer. What the client sends always goes through. close ends every
+// connection it proxies.
+type silentServer struct {
+	url    string
+	code   string
+	armed  atomic.Bool
+	silent chan struct{} // closed when the server falls silent
+	once   sync.Once
+	ln     net.Listener
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newSilentServer(t *testing.T, serverURL, code string) *silentServer {
+	t.Helper()
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = ln.Addr().String()
+	q := u.Query()
+	q.Set("sslmode", "disable") // the proxy reads the server's messages
+	u.RawQuery = q.Encode()
+	p := &silentServer{url: u.String(), code: code, ln: ln, silent: make(chan struct{})}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+			go p.serverToClient(s, c)
+		}
+	}()
+	return p
+}
+
+// serverToClient passes the server's messages (a type byte, a length)
+// until the server falls silent, and reads and drops them after.
+func (p *silentServer) serverToClient(s, c net.Conn) {
+	defer func() { _ = c.Close() }()
+	r := bufio.NewReader(s)
+	errored, silent := false, false
+	for {
+		head := make([]byte, 5)
+		if _, err := io.ReadFull(r, head); err != nil {
+			return
+		}
+		body := make([]byte, int(binary.BigEndian.Uint32(head[1:]))-4)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return
+		}
+		if silent {
+			continue
+		}
+		if _, err := c.Write(append(head, body...)); err != nil {
+			return
+		}
+		switch {
+		case head[0] == 'E' && p.armed.Load() && bytes.Contains(body, []byte("C"+p.code+"\x00")):
+			errored = true
+		case head[0] == 'Z' && errored:
+			silent = true
+			p.once.Do(func() { close(p.silent) })
+		}
+	}
+}
+
+func (p *silentServer) close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// A claim ends by its context's deadline, whatever the server does: here
+// the replay's read finds its prepared statement gone from the session
+// (SQLSTATE 26000: a DEALLOCATE ALL or DISCARD ALL on it, a pooler), and
+// the server then answers nothing more (a hung server, a network that
+// drops its packets). The router's claimer waits on that claim: one that
+// outlives its deadline stalls every partition of the router, with
+// nothing reported, for as long as the kernel keeps the connection.
+// pgx's own Query deallocates a statement it found stale on the next
+// query, under that query's context.
+func TestAClaimEndsByItsDeadlineWhenTheServerFallsSilentAfterTheReplayReadsStatementWentMissing(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	if err := ledger.Migrate(context.Background(), url); err != nil {
+		t.Fatal(err)
+	}
+	px := newSilentServer(t, url, "26000")
+	pc, err := pgxpool.ParseConfig(px.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1 // one session: the one whose statement goes
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	t.Cleanup(px.close) // before pool.Close: frees a claim still waiting on the server
+	l := ledger.NewFromPool(pool)
+	ctx := deadline(t, time.Minute)
+	in := intent("silent-0", "p")
+	want(t, claim(t, l, in), decide.VerdictNew)
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, in), decide.VerdictDuplicate) // the claim statement's answer: a replay from here
+	want(t, claim(t, l, in), decide.VerdictDuplicate) // the replay's read: its statement prepared on the session
+	if _, err := pool.Exec(ctx, `DEALLOCATE ALL`); err != nil {
+		t.Fatal(err)
+	}
+	px.armed.Store(true)
+
+	const patience = 2 * time.Second
+	cctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := l.Claim(cctx, []decide.Intent{in})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the claim succeeded on a session without its statement, the server silent")
+		}
+		t.Logf("the claim returned after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(patience + 8*time.Second):
+		silent := false
+		select {
+		case <-px.silent:
+			silent = true
+		default:
+		}
+		t.Fatalf("the claim has not returned %s after its %s deadline (the server fell silent after SQLSTATE 26000: %v)",
+			8*time.Second, patience, silent)
+	}
 }
