@@ -2,9 +2,18 @@ package ledger
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/dedupio/dedup/internal/testsupport/pgtest"
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 )
 
 // The read of started rows encodes its arrays itself (arrays.go); pgx
@@ -66,6 +75,66 @@ func TestOwnArraysAreTheBytesPgxSends(t *testing.T) {
 		}
 		if want := pgx(oidInt8Array, int8Array(v)); !bytes.Equal(b, want) {
 			t.Errorf("int8[] %v:\n ours %x\n pgx's %x", v, b, want)
+		}
+	}
+}
+
+// encodeBuffers lets go of a buffer that grew past maxEncodeBuffer
+// (arrays.go): a replay's read of a batch whose arrays take more (long
+// workflow IDs, a large batch) leaves no buffer of that size behind it,
+// for the next read or for the GC to find. pgx's own builder, which the
+// read no longer uses, drops a buffer past 64 KiB when it is done.
+func TestAReadPastTheBufferBoundLeavesNoBufferThatLarge(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // the pool's Put and Get on one P: what Get finds is what Put kept
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	if err := Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.URL = url
+	cfg.StartedCache = 0 // every claim of the batch reads it
+	p, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// 48 IDs of 100 KB: 4.8 MB of arrays, past maxEncodeBuffer (4 MiB).
+	var in []decide.Intent
+	var started []processor.Started
+	for i := range 48 {
+		id := fmt.Sprintf("activity-a:%d-%s", i, strings.Repeat("x", 100_000))
+		in = append(in, decide.Intent{WorkflowID: id, ActivityID: "a", EventID: fmt.Sprint(i), IDRule: "field",
+			PayloadHash: sha256.Sum256([]byte("p")), Topic: "events", Partition: 1, Offset: int64(i)})
+		started = append(started, processor.Started{WorkflowID: id, RunID: "r", Generation: 1})
+	}
+	claimAll := func(want decide.Verdict) {
+		t.Helper()
+		v, err := p.Claim(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range v {
+			if v[i].Verdict != want {
+				t.Fatalf("intent %d: %s, want %s", i, v[i].Verdict, want)
+			}
+		}
+	}
+	claimAll(decide.VerdictNew)
+	if err := p.MarkStarted(ctx, started); err != nil {
+		t.Fatal(err)
+	}
+	claimAll(decide.VerdictDuplicate) // the claim statement's answer: a replay from here
+	for encodeBuffers.Get() != nil {  // nothing kept from before
+	}
+	claimAll(decide.VerdictDuplicate) // the replay's read, of 4.8 MB of arrays
+	for {
+		bp, ok := encodeBuffers.Get().(*[]byte)
+		if !ok {
+			return
+		}
+		if cap(*bp) > maxEncodeBuffer {
+			t.Fatalf("after a read of %d IDs the pool keeps a buffer of %d bytes, past its bound of %d", len(in), cap(*bp), maxEncodeBuffer)
 		}
 	}
 }
