@@ -1488,3 +1488,65 @@ func TestAClaimEndsByItsDeadlineWhenTheServerFallsSilentAfterTheReplayReadsState
 			8*time.Second, patience, silent)
 	}
 }
+
+// prepareLog counts the prepares a pool's tracer is told of (pgx's
+// PrepareTracer), by statement name.
+type prepareLog struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (p *prepareLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (p *prepareLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (p *prepareLog) TracePrepareStart(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareStartData) context.Context {
+	p.mu.Lock()
+	p.names = append(p.names, d.Name)
+	p.mu.Unlock()
+	return ctx
+}
+func (p *prepareLog) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+func (p *prepareLog) take() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.names
+	p.names = nil
+	return n
+}
+
+// A pool's tracer (NewFromPool) sees the replay's read as pgx's Query
+// shows a statement its session has prepared already: a query, and no
+// prepare, claim after claim. (pgx's tracelog logs each prepare it is
+// told of at info level, the whole statement in it: a line per claim of a
+// replay, where pgx's own path logs one per session.)
+func TestAPoolsTracerSeesNoPrepareOfTheReplayReadsStatementOnceItsSessionHasIt(t *testing.T) {
+	pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1 // one session: each statement prepared once
+	log := &prepareLog{}
+	pc.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ledger.NewFromPool(pool)
+	in := intent("traced-0", "p")
+	want(t, claim(t, l, in), decide.VerdictNew)
+	if err := l.MarkStarted(context.Background(), []processor.Started{{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, in), decide.VerdictDuplicate) // the claim statement's answer: a replay from here
+	want(t, claim(t, l, in), decide.VerdictDuplicate) // the replay's read, prepared on the session
+	log.take()
+	for range 5 {
+		want(t, claim(t, l, in), decide.VerdictDuplicate) // the replay's read again
+	}
+	if names := log.take(); len(names) != 0 {
+		t.Fatalf("five replay reads on a session that has their statement: the tracer was told of %d prepares %q, want none", len(names), names)
+	}
+}
