@@ -1550,3 +1550,234 @@ func TestAPoolsTracerSeesNoPrepareOfTheReplayReadsStatementOnceItsSessionHasIt(t
 		t.Fatalf("five replay reads on a session that has their statement: the tracer was told of %d prepares %q, want none", len(names), names)
 	}
 }
+
+// Routers' replay reads run at once, each encoding its arrays into a
+// buffer of one pool (arrays.go's encodeBuffers) and reading its answer
+// on its own session: batches of IDs of lengths that differ per router
+// (buffers of other sizes), each with copies of the same payload and of
+// another one. Every claim gets its own batch's verdicts: the copies of
+// the row's payload duplicates, the others conflicts, round after round.
+// Run it with -race too: the buffers are shared by every claim.
+func TestConcurrentReplayReadsGiveEachBatchItsOwnVerdicts(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := deadline(t, 2*time.Minute)
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	const routers, ids, rounds = 4, 40, 25
+	type router struct {
+		l     *ledger.Postgres
+		batch []decide.Intent
+		want  []decide.Verdict
+	}
+	rs := make([]router, routers)
+	for r := range rs {
+		cfg := ledger.DefaultConfig()
+		cfg.URL = url
+		cfg.StartedCache = 0 // every claim reads
+		l, err := ledger.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(l.Close)
+		var first []decide.Intent
+		var started []processor.Started
+		for i := range ids {
+			in := intent(fmt.Sprintf("r%d-%s-%d", r, strings.Repeat("x", 1+r*r*97%300), i), fmt.Sprintf("payload %d/%d", r, i))
+			in.Offset = int64(i)
+			first = append(first, in)
+			started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "run", Generation: 1})
+		}
+		want(t, claim(t, l, first...), slices.Repeat([]decide.Verdict{decide.VerdictNew}, ids)...)
+		if err := l.MarkStarted(ctx, started); err != nil {
+			t.Fatal(err)
+		}
+		batch := slices.Clone(first)
+		wants := slices.Repeat([]decide.Verdict{decide.VerdictDuplicate}, ids)
+		for i := 0; i < ids; i += 3 {
+			same, other := first[i], first[i]
+			other.PayloadHash = sha256.Sum256([]byte(fmt.Sprintf("another payload %d/%d", r, i)))
+			batch = append(batch, same, other)
+			wants = append(wants, decide.VerdictDuplicate, decide.VerdictConflict)
+		}
+		want(t, claim(t, l, batch...), wants...) // the claim statement's answer: a replay from here
+		rs[r] = router{l: l, batch: batch, want: wants}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, routers)
+	for r := range rs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range rounds {
+				cl, err := rs[r].l.Claim(ctx, rs[r].batch)
+				if err != nil {
+					errs <- fmt.Errorf("router %d, round %d: %w", r, round, err)
+					return
+				}
+				for i, c := range cl {
+					if c.Verdict != rs[r].want[i] {
+						errs <- fmt.Errorf("router %d, round %d, intent %d (%s): %s, want %s", r, round, i, rs[r].batch[i].WorkflowID, c.Verdict, rs[r].want[i])
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// The replay's read answers alike in each exec mode a pool given to
+// NewFromPool may use to run the ledger (pgx's default, named statements;
+// CacheDescribe, which postgres.pooler: transaction sets; DescribeExec):
+// a copy of a started row with its payload is a duplicate, with another
+// payload a conflict, a pending row is re-driven, an absent one new. A
+// tracer of the pool sees the read as a query with its six arrays.
+func TestReplayReadAnswersAlikeInEachExecMode(t *testing.T) {
+	url := open(t).Pool().Config().ConnString()
+	for i, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec} {
+		t.Run(mode.String(), func(t *testing.T) {
+			pc, err := pgxpool.ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc.ConnConfig.DefaultQueryExecMode = mode
+			log := &sqlLog{}
+			pc.ConnConfig.Tracer = log
+			pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			l := ledger.NewFromPool(pool)
+			ctx := deadline(t, time.Minute)
+			id := func(s string) string { return fmt.Sprintf("m%d-%s", i, s) }
+			a, b, c, d := intent(id("a"), "p"), intent(id("b"), "p"), intent(id("c"), "p"), intent(id("d"), "p")
+			b.Offset, c.Offset, d.Offset = 8, 9, 10
+			want(t, claim(t, l, a, b, c), decide.VerdictNew, decide.VerdictNew, decide.VerdictNew)
+			if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "r", Generation: 1}, {WorkflowID: b.WorkflowID, RunID: "r", Generation: 1}}); err != nil {
+				t.Fatal(err)
+			}
+			want(t, claim(t, l, a, b), decide.VerdictDuplicate, decide.VerdictDuplicate) // the claim statement's answer: a replay from here
+			other := b
+			other.PayloadHash = sha256.Sum256([]byte("q"))
+			log.reset()
+			for range 3 { // the statement prepared, then taken as it is
+				want(t, claim(t, l, a, other, c, d, a, b),
+					decide.VerdictDuplicate, decide.VerdictConflict, decide.VerdictRedrive, decide.VerdictNew, decide.VerdictDuplicate, decide.VerdictDuplicate)
+				d.Offset += 100
+				// another absent row each time, and a replay again
+				d.WorkflowID += "'"
+				want(t, claim(t, l, a, b), decide.VerdictDuplicate, decide.VerdictDuplicate)
+			}
+			reads := 0
+			log.mu.Lock()
+			for k, q := range log.sql {
+				if q == ledger.StartedSQL {
+					reads++
+					if len(log.args[k]) != 6 {
+						t.Errorf("the tracer saw the read with %d arguments, want 6", len(log.args[k]))
+					}
+				}
+			}
+			log.mu.Unlock()
+			if reads != 6 {
+				t.Errorf("the tracer saw %d replay reads, want 6", reads)
+			}
+		})
+	}
+}
+
+// onePooled is a ledger (NewFromPool: no memory of started rows, every
+// claim of a replay reads) on a pool of one session, and the pool.
+func onePooled(t *testing.T) (*ledger.Postgres, *pgxpool.Pool, string) {
+	t.Helper()
+	url := open(t).Pool().Config().ConnString()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return ledger.NewFromPool(pool), pool, url
+}
+
+// replaying claims in as new, marks it started and claims it twice: a
+// replay from then on, the replay's read's statement prepared.
+func replaying(t *testing.T, l *ledger.Postgres, in decide.Intent) {
+	t.Helper()
+	want(t, claim(t, l, in), decide.VerdictNew)
+	if err := l.MarkStarted(context.Background(), []processor.Started{{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, in), decide.VerdictDuplicate)
+	want(t, claim(t, l, in), decide.VerdictDuplicate)
+}
+
+// A session that lost the replay's read's statement (DISCARD ALL) fails
+// that claim with the server's SQLSTATE 26000, and the next claim
+// prepares the statement again and answers (arrays.go).
+func TestReplayReadPreparesItsStatementAgainAfterTheSessionLostIt(t *testing.T) {
+	l, pool, _ := onePooled(t)
+	in := intent("discarded-0", "p")
+	replaying(t, l, in)
+	ctx := deadline(t, time.Minute)
+	if _, err := pool.Exec(ctx, `DISCARD ALL`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.Claim(ctx, []decide.Intent{in})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "26000" {
+		t.Fatalf("the claim on a session without the read's statement: %v, want SQLSTATE 26000", err)
+	}
+	want(t, claim(t, l, in), decide.VerdictDuplicate)
+	want(t, claim(t, l, in), decide.VerdictDuplicate)
+}
+
+// A claim cancelled while the replay's read waits on the server (for a
+// lock on the ledger that an operator's transaction holds) returns
+// context.Canceled at once; its session is closed, not given back to
+// the pool in the middle of a statement; and once the lock goes the next
+// claim answers as the ledger says.
+func TestAClaimCancelledDuringTheReplayReadLeavesThePoolServing(t *testing.T) {
+	l, pool, url := onePooled(t)
+	in := intent("cancelled-read-0", "p")
+	replaying(t, l, in)
+	side := sidePool(t, url)
+	tx := held(t, side, pgx.TxOptions{})
+	if _, err := tx.Exec(context.Background(), `LOCK TABLE dedup_ledger IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Claim(ctx, []decide.Intent{in})
+		done <- err
+	}()
+	waitBlockedHere(t, side, "LEFT JOIN LATERAL")
+	cancel()
+	if err := within(t, done, 10*time.Second, "the cancelled claim"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the claim cancelled during the replay's read: %v, want context.Canceled", err)
+	}
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The pool destroys a session given back closed in the background
+	// (puddle's Destroy): it leaves the pool within a bound, not at once.
+	for end := time.Now().Add(5 * time.Second); pool.Stat().AcquiredConns() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d sessions still acquired 5s after the cancelled claim returned", pool.Stat().AcquiredConns())
+		}
+	}
+	want(t, claim(t, l, in), decide.VerdictDuplicate)
+	want(t, claim(t, l, in, intent("cancelled-read-1", "p")), decide.VerdictDuplicate, decide.VerdictNew)
+}

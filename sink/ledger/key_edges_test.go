@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"crypto/md5"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
@@ -712,5 +714,56 @@ func TestLedgerKeyMigrationExclusiveLockQueuesReaders(t *testing.T) {
 	}
 	if err != nil {
 		t.Fatalf("a one-row read of dedup_ledger during the migration: %v after %s (queued behind the migration's ACCESS EXCLUSIVE, which waits without lock_timeout for an idle transaction)", err, waited.Round(time.Millisecond))
+	}
+}
+
+// A workflow ID or topic that is no text of the database (a NUL, bytes
+// that are no UTF-8) is refused by the replay's read with the SQLSTATE
+// the claim statement refuses it with: the read's own arrays carry the
+// bytes as pgx sent them, and the server checks them alike. No verdict
+// comes back for such a batch on either path.
+func TestLedgerKeyReplayReadRefusesBytesThatAreNoTextAsTheClaimDoes(t *testing.T) {
+	for _, bad := range []struct{ what, id, topic string }{
+		{"NUL in the ID", "a\x00b", "events"},
+		{"invalid UTF-8 in the ID", "a\xffb", "events"},
+		{"NUL in the topic", "ok", "ev\x00ents"},
+		{"invalid UTF-8 in the topic", "ok", "ev\xc3ents"},
+	} {
+		t.Run(bad.what, func(t *testing.T) {
+			code := func(replay bool) string {
+				pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
+				if err != nil {
+					t.Fatal(err)
+				}
+				pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer pool.Close()
+				l := ledger.NewFromPool(pool) // no memory: a replay's claim reads
+				good := intent("good", "p")
+				want(t, claim(t, l, good), decide.VerdictNew)
+				if err := l.MarkStarted(context.Background(), []processor.Started{{WorkflowID: good.WorkflowID, RunID: "r", Generation: 1}}); err != nil {
+					t.Fatal(err)
+				}
+				if replay {
+					want(t, claim(t, l, good), decide.VerdictDuplicate) // a replay from here
+				}
+				odd := intent("", "p")
+				odd.WorkflowID, odd.Topic = bad.id, bad.topic
+				v, err := l.Claim(context.Background(), []decide.Intent{good, odd})
+				var pgErr *pgconn.PgError
+				if !errors.As(err, &pgErr) {
+					t.Fatalf("replay %v: verdicts %v, error %v: want the server's refusal", replay, v, err)
+				}
+				if !processor.IsPermanent(err) {
+					t.Errorf("replay %v: %v is not permanent", replay, err)
+				}
+				return pgErr.Code
+			}
+			if byClaim, byRead := code(false), code(true); byClaim != byRead {
+				t.Fatalf("the claim statement refuses it with SQLSTATE %s, the replay's read with %s", byClaim, byRead)
+			}
+		})
 	}
 }
