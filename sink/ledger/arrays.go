@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,8 +27,8 @@ const (
 	oidInt8Array, oidUUIDArray                   = 1016, 2951
 )
 
-// arrayHeader appends a one-dimensional array's header: no NULL element
-// (arrayElem sets the flag when it writes one), n elements from index 1.
+// arrayHeader appends a one-dimensional array's header: n elements from
+// index 1, none of them NULL (the elements' appenders write none).
 func arrayHeader(b []byte, n int, elem uint32) []byte {
 	b = binary.BigEndian.AppendUint32(b, 1) // dimensions
 	b = binary.BigEndian.AppendUint32(b, 0) // has NULLs
@@ -59,21 +57,27 @@ func appendInt8Elem(b []byte, x int64) []byte {
 	return binary.BigEndian.AppendUint64(b, uint64(x))
 }
 
-// encodeBuffers keeps the buffers statements' parameters were encoded in;
-// one that grew past maxEncodeBuffer is let go.
-var encodeBuffers sync.Pool
-
+// maxEncodeBuffer bounds the buffers a Postgres keeps for its
+// statements' parameters (Postgres.encodeBuffers); a larger one is let go.
 const maxEncodeBuffer = 4 << 20
 
-// encodeBuffer is an empty buffer of at least size bytes; give it back
-// to encodeBuffers once the statement is answered.
-func encodeBuffer(size int) *[]byte {
-	if bp, ok := encodeBuffers.Get().(*[]byte); ok && cap(*bp) >= size && cap(*bp) <= maxEncodeBuffer {
+// encodeBuffer is an empty buffer of at least size bytes, from the ones p
+// keeps; give it back with keepEncodeBuffer once the statement is answered.
+func (p *Postgres) encodeBuffer(size int) *[]byte {
+	if bp, ok := p.encodeBuffers.Get().(*[]byte); ok && cap(*bp) >= size {
 		*bp = (*bp)[:0]
 		return bp
 	}
 	b := make([]byte, 0, size)
 	return &b
+}
+
+// keepEncodeBuffer keeps bp for the next statement, unless it is larger
+// than maxEncodeBuffer.
+func (p *Postgres) keepEncodeBuffer(bp *[]byte) {
+	if cap(*bp) <= maxEncodeBuffer {
+		p.encodeBuffers.Put(bp)
+	}
 }
 
 // binaryFormats is every parameter's and column's format: binary.
@@ -85,9 +89,9 @@ var binaryFormats = []int16{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
 // each answer row's columns in binary (valid until row returns). Behind a
 // transaction pooler (postgres.pooler: transaction; every other exec mode)
 // it sends the statement unnamed every time, as pgx's describe mode does.
-// A query tracer of the pool's (NewFromPool) sees it as a query, with
-// the arguments args gives (pgx's own Query would pass them; built only
-// for a tracer).
+// A query tracer of the pool's (NewFromPool) sees it as pgx's own Query
+// would show it: a query with the arguments args gives (built only for a
+// tracer), and a prepare only when the statement is prepared.
 func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []uint32, params [][]byte, args func() []any, row func(cols [][]byte) error) (err error) {
 	c, err := p.pool.Acquire(ctx)
 	if err != nil {
@@ -95,23 +99,22 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 	}
 	defer c.Release()
 	conn := c.Conn()
+	cfg := conn.Config() // a copy: once a read
 	var tag pgconn.CommandTag
-	if t := conn.Config().Tracer; t != nil {
+	if t := cfg.Tracer; t != nil {
 		ctx = t.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: sql, Args: args()})
 		defer func() { t.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{CommandTag: tag, Err: err}) }()
 	}
 	formats := binaryFormats[:len(params)]
-	var rr *pgconn.ResultReader
-	prepared := conn.Config().DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
-	if prepared {
-		sd, err := conn.Prepare(ctx, name, sql)
-		if err != nil {
+	var (
+		rr       *pgconn.ResultReader
+		prepared *preparedStatement
+	)
+	if cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+		if prepared, err = prepare(ctx, conn, cfg.Tracer, name, sql, oids); err != nil {
 			return err
 		}
-		if !slices.Equal(sd.ParamOIDs, oids) {
-			return fmt.Errorf("statement %s takes parameters of types %v, not %v", name, sd.ParamOIDs, oids)
-		}
-		rr = conn.PgConn().ExecStatement(ctx, sd, params, formats, binaryFormats[:1])
+		rr = conn.PgConn().ExecStatement(ctx, prepared.sd, params, formats, binaryFormats[:1])
 	} else {
 		rr = conn.PgConn().ExecParams(ctx, sql, params, oids, formats, binaryFormats[:1])
 	}
@@ -122,15 +125,12 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 		}
 	}
 	tag, err = rr.Close()
-	if prepared && stalePrepared(err) {
+	if prepared != nil && stalePrepared(err) {
 		// The server no longer has the statement as prepared (DISCARD
-		// ALL, a change of the table's columns): prepared again next
-		// time. The server has just answered; one that does not answer
-		// the deallocation within deallocateWithin loses the connection
-		// (pgconn closes it, and the pool replaces it).
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deallocateWithin)
-		err = errors.Join(err, conn.Deallocate(dctx, name))
-		cancel()
+		// ALL, a change of the table's columns): the connection's next
+		// read deallocates and prepares it again, under its own context
+		// (as pgx does with its cached statements). This read fails.
+		prepared.stale = true
 	}
 	if rowErr != nil {
 		return rowErr
@@ -138,8 +138,49 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 	return err
 }
 
-// deallocateWithin bounds the deallocation of a stale prepared statement.
-const deallocateWithin = 5 * time.Second
+// preparedStatement is a statement queryEncoded prepared on one
+// connection, kept in the connection's CustomData under its name.
+type preparedStatement struct {
+	sd *pgconn.StatementDescription
+	// stale: the server refused it, or its preparation failed; the next
+	// read deallocates it (a statement the server does not have is no
+	// error) and prepares it again.
+	stale bool
+}
+
+// prepare is the statement name on conn, prepared now unless the
+// connection has it already.
+func prepare(ctx context.Context, conn *pgx.Conn, tracer pgx.QueryTracer, name, sql string, oids []uint32) (_ *preparedStatement, err error) {
+	data := conn.PgConn().CustomData()
+	ps, _ := data[name].(*preparedStatement)
+	if ps != nil && !ps.stale {
+		return ps, nil
+	}
+	if pt, ok := tracer.(pgx.PrepareTracer); ok {
+		ctx = pt.TracePrepareStart(ctx, conn, pgx.TracePrepareStartData{Name: name, SQL: sql})
+		defer func() { pt.TracePrepareEnd(ctx, conn, pgx.TracePrepareEndData{Err: err}) }()
+	}
+	if ps != nil {
+		if err := conn.PgConn().Deallocate(ctx, name); err != nil {
+			return nil, err
+		}
+		delete(data, name)
+	}
+	sd, err := conn.PgConn().Prepare(ctx, name, sql, nil)
+	if err != nil {
+		// The server may have parsed it before it failed: deallocated
+		// first next time.
+		data[name] = &preparedStatement{stale: true}
+		return nil, err
+	}
+	ps = &preparedStatement{sd: sd}
+	data[name] = ps
+	if !slices.Equal(sd.ParamOIDs, oids) {
+		ps.stale = true
+		return nil, fmt.Errorf("statement %s takes parameters of types %v, not %v", name, sd.ParamOIDs, oids)
+	}
+	return ps, nil
+}
 
 // stalePrepared says whether err is the server's refusal of a statement
 // it no longer has, or whose plan no longer fits the table.

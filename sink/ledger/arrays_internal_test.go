@@ -124,12 +124,12 @@ func TestAReadPastTheBufferBoundLeavesNoBufferThatLarge(t *testing.T) {
 	if err := p.MarkStarted(ctx, started); err != nil {
 		t.Fatal(err)
 	}
-	claimAll(decide.VerdictDuplicate) // the claim statement's answer: a replay from here
-	for encodeBuffers.Get() != nil {  // nothing kept from before
+	claimAll(decide.VerdictDuplicate)  // the claim statement's answer: a replay from here
+	for p.encodeBuffers.Get() != nil { // nothing kept from before
 	}
 	claimAll(decide.VerdictDuplicate) // the replay's read, of 4.8 MB of arrays
 	for {
-		bp, ok := encodeBuffers.Get().(*[]byte)
+		bp, ok := p.encodeBuffers.Get().(*[]byte)
 		if !ok {
 			return
 		}

@@ -1552,7 +1552,7 @@ func TestAPoolsTracerSeesNoPrepareOfTheReplayReadsStatementOnceItsSessionHasIt(t
 }
 
 // Routers' replay reads run at once, each encoding its arrays into a
-// buffer of one pool (arrays.go's encodeBuffers) and reading its answer
+// buffer of one handle's pool (Postgres.encodeBuffers) and reading its answer
 // on its own session: batches of IDs of lengths that differ per router
 // (buffers of other sizes), each with copies of the same payload and of
 // another one. Every claim gets its own batch's verdicts: the copies of
@@ -1570,16 +1570,18 @@ func TestConcurrentReplayReadsGiveEachBatchItsOwnVerdicts(t *testing.T) {
 		batch []decide.Intent
 		want  []decide.Verdict
 	}
+	// One handle for all: its buffers (Postgres.encodeBuffers) are shared
+	// by every claim.
+	cfg := ledger.DefaultConfig()
+	cfg.URL = url
+	cfg.StartedCache = 0 // every claim reads
+	l, err := ledger.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
 	rs := make([]router, routers)
 	for r := range rs {
-		cfg := ledger.DefaultConfig()
-		cfg.URL = url
-		cfg.StartedCache = 0 // every claim reads
-		l, err := ledger.Open(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(l.Close)
 		var first []decide.Intent
 		var started []processor.Started
 		for i := range ids {

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -52,6 +53,9 @@ type Postgres struct {
 	// returned their verdicts (StartedCacheHits); on the handle, so that
 	// RememberStarted keeps it.
 	rememberedHits atomic.Uint64
+	// encodeBuffers keeps the buffers the read of started rows encoded
+	// its parameters in (arrays.go), for the next read.
+	encodeBuffers sync.Pool
 }
 
 // Open connects (lazily: the pool dials on first use).

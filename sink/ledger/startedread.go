@@ -78,8 +78,8 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, k
 		byRecord[j] = routes[recordOf(in)] <= maxRoutesByRecord
 		size += 6*4 + len(in.WorkflowID) + len(in.PayloadHash) + 16 + len(in.Topic) + 4 + 8
 	}
-	bp := encodeBuffer(size)
-	defer encodeBuffers.Put(bp)
+	bp := p.encodeBuffer(size)
+	defer p.keepEncodeBuffer(bp)
 	b := *bp
 	var params [6][]byte
 	param := func(k, at int) { params[k] = b[at:len(b):len(b)] }

@@ -15,7 +15,8 @@
 //   - Transaction: the client has a server session for one transaction
 //     only; its next transaction may run on another, which other clients
 //     used in between. Named prepared statements (pgx's default,
-//     QueryExecModeCacheStatement: "stmtcache_…") then meet a session that
+//     QueryExecModeCacheStatement: "stmtcache_…", and the ledger's read of
+//     started rows, "dedup_started_rows") then meet a session that
 //     lacks them (SQLSTATE 26000) or already has them (42P05), and a
 //     session advisory lock stays on a server session nobody owns. So
 //     Configure turns pgx to QueryExecModeCacheDescribe (unnamed
@@ -115,8 +116,11 @@ func (m Mode) Configure(c *pgx.ConnConfig, field string) error {
 // Explain names postgres.pooler in err when m is not Transaction and the
 // server's answer shows a transaction pooler in the way: a prepared
 // statement of this connection missing (SQLSTATE 26000) or already there
-// (42P05). Nothing else prepares statements on dedup's connections, so
-// either means another client's transaction used the same server session.
+// (42P05). Nothing but pgx's cache and the ledger's read of started rows
+// prepares statements on dedup's connections, and neither deallocates one
+// the session still uses, so either means another client's transaction
+// used the same server session (or someone ran DISCARD ALL or DEALLOCATE
+// on it).
 // Any other error is returned as it is.
 func Explain(err error, m Mode) error {
 	var pgErr *pgconn.PgError
