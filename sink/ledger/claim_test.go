@@ -1783,3 +1783,33 @@ func TestAClaimCancelledDuringTheReplayReadLeavesThePoolServing(t *testing.T) {
 	want(t, claim(t, l, in), decide.VerdictDuplicate)
 	want(t, claim(t, l, in, intent("cancelled-read-1", "p")), decide.VerdictDuplicate, decide.VerdictNew)
 }
+
+// pgx's DeallocateAll releases a session's prepared statements and empties
+// pgx's caches of them together, so that every query after it prepares
+// its statement again and answers (pgx's advice after a schema change).
+// A user of NewFromPool who runs it on a pooled session gets the same
+// from the replay's read: the next claim answers its verdicts, and no
+// error says a transaction pooler shares the session (there is none).
+func TestAClaimAfterPgxsDeallocateAllOnItsSessionAnswers(t *testing.T) {
+	l, pool, _ := onePooled(t)
+	in := intent("deallocated-all-0", "p")
+	replaying(t, l, in)
+	ctx := deadline(t, time.Minute)
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT $1::int`, 7).Scan(&n); err != nil { // a statement of pgx's cache
+		t.Fatal(err)
+	}
+	if err := pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error { return c.Conn().DeallocateAll(ctx) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT $1::int`, 7).Scan(&n); err != nil || n != 7 {
+		t.Fatalf("pgx's own cached statement after DeallocateAll: %d, %v", n, err)
+	}
+	got, err := l.Claim(ctx, []decide.Intent{in})
+	if err != nil {
+		t.Fatalf("the claim after pgx's DeallocateAll on its session: %v (permanent: %v), want its verdict", err, processor.IsPermanent(err))
+	}
+	if len(got) != 1 || got[0].Verdict != decide.VerdictDuplicate {
+		t.Fatalf("the claim after pgx's DeallocateAll: %+v, want one duplicate", got)
+	}
+}
