@@ -1813,3 +1813,27 @@ func TestAClaimAfterPgxsDeallocateAllOnItsSessionAnswers(t *testing.T) {
 		t.Fatalf("the claim after pgx's DeallocateAll: %+v, want one duplicate", got)
 	}
 }
+
+// A migration that changes the type of a column the replay's read
+// returns (here generation to bigint: an ALTER TABLE dedup_ledger by
+// `dedup migrate` under running routers) leaves the read's prepared plan
+// unfit: the server answers SQLSTATE 0A000 "cached plan must not change
+// result type", and the next read prepares the statement again and
+// answers (arrays.go). An error that the next try heals is transient
+// (errors.go: a permanent ledger error ends the router): the migration
+// must not stop the routers that run through it.
+func TestAClaimWhoseReadsPlanAMigrationChangedIsRetriedAndThenAnswers(t *testing.T) {
+	l, _, url := onePooled(t)
+	in := intent("migrated-0", "p")
+	replaying(t, l, in)
+	ctx := deadline(t, time.Minute)
+	side := sidePool(t, url)
+	if _, err := side.Exec(ctx, `ALTER TABLE dedup_ledger ALTER COLUMN generation TYPE bigint`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.Claim(ctx, []decide.Intent{in})
+	if err != nil && processor.IsPermanent(err) {
+		t.Fatalf("the claim whose read's plan the migration changed: %v, permanent (the router ends), want a transient error or its verdict", err)
+	}
+	want(t, claim(t, l, in), decide.VerdictDuplicate)
+}
