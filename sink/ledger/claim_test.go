@@ -1837,3 +1837,64 @@ func TestAClaimWhoseReadsPlanAMigrationChangedIsRetriedAndThenAnswers(t *testing
 	}
 	want(t, claim(t, l, in), decide.VerdictDuplicate)
 }
+
+// A pool's tracer is told of a prepare of the replay's read only when the
+// read prepares it (pgx's Conn.Prepare deallocates a statement it left
+// behind before it tells the tracer anything). Here the read's statement
+// went stale (DISCARD ALL) and the session then died before the next
+// read: that read's deallocation fails, no statement is parsed, and the
+// tracer must hear of no prepare.
+func TestAPoolsTracerHearsOfNoPrepareWhenTheStaleReadsDeallocationFails(t *testing.T) {
+	url := open(t).Pool().Config().ConnString()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1 // one session: the one that dies
+	pc.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	log := &prepareLog{}
+	pc.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ledger.NewFromPool(pool)
+	in := intent("stale-dead-0", "p")
+	replaying(t, l, in)
+	ctx := deadline(t, time.Minute)
+	var pid int
+	if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `DISCARD ALL`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Claim(ctx, []decide.Intent{in}); err == nil {
+		t.Fatal("the claim on a session without the read's statement answered")
+	}
+	side := sidePool(t, url)
+	if _, err := side.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var n int
+		if err := side.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the session outlived its termination")
+		}
+	}
+	log.take()
+	_, err = l.Claim(ctx, []decide.Intent{in})
+	if err == nil {
+		t.Fatal("the claim on a dead session answered")
+	}
+	if names := log.take(); len(names) != 0 {
+		t.Fatalf("a read whose deallocation of its stale statement failed (%v) prepared nothing: the tracer was told of %d prepares %q, want none", err, len(names), names)
+	}
+}
