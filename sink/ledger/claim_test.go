@@ -1898,3 +1898,48 @@ func TestAPoolsTracerHearsOfNoPrepareWhenTheStaleReadsDeallocationFails(t *testi
 		t.Fatalf("a read whose deallocation of its stale statement failed (%v) prepared nothing: the tracer was told of %d prepares %q, want none", err, len(names), names)
 	}
 }
+
+// A read whose preparation fails (here its lock on the ledger times out:
+// an operator's ACCESS EXCLUSIVE lock, a session's lock_timeout) fails
+// with the server's error, transient, and leaves nothing behind that a
+// later read trips on: once the lock goes, the next claim prepares the
+// statement and answers. Likewise a read whose plan a migration changed
+// (0A000) is answered by the claim after it.
+func TestAReadWhosePreparationFailedOrWentStaleIsAnsweredByTheNextClaim(t *testing.T) {
+	l, pool, url := onePooled(t)
+	in := intent("prepare-failed-0", "p")
+	replaying(t, l, in)
+	ctx := deadline(t, time.Minute)
+	if _, err := pool.Exec(ctx, `DEALLOCATE dedup_started_rows`); err != nil {
+		t.Fatal(err)
+	}
+	var pgErr *pgconn.PgError
+	if _, err := l.Claim(ctx, []decide.Intent{in}); !errors.As(err, &pgErr) || pgErr.Code != "26000" {
+		t.Fatalf("the claim on a session without the read's statement: %v, want SQLSTATE 26000", err)
+	}
+	if _, err := pool.Exec(ctx, `SET lock_timeout = '200ms'`); err != nil {
+		t.Fatal(err)
+	}
+	side := sidePool(t, url)
+	tx := held(t, side, pgx.TxOptions{})
+	if _, err := tx.Exec(ctx, `LOCK TABLE dedup_ledger IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.Claim(ctx, []decide.Intent{in})
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" || processor.IsPermanent(err) {
+		t.Fatalf("the claim whose read's preparation met a held lock: %v, want a transient SQLSTATE 55P03", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, in), decide.VerdictDuplicate)
+	want(t, claim(t, l, in), decide.VerdictDuplicate)
+	if _, err := side.Exec(ctx, `ALTER TABLE dedup_ledger ALTER COLUMN generation TYPE bigint`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Claim(ctx, []decide.Intent{in}); !errors.As(err, &pgErr) || pgErr.Code != "0A000" {
+		t.Fatalf("the claim whose read's plan a migration changed: %v, want SQLSTATE 0A000", err)
+	}
+	want(t, claim(t, l, in), decide.VerdictDuplicate)
+	want(t, claim(t, l, in), decide.VerdictDuplicate)
+}
