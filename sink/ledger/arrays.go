@@ -106,36 +106,47 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 		defer func() { t.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{CommandTag: tag, Err: err}) }()
 	}
 	formats := binaryFormats[:len(params)]
-	var (
-		rr       *pgconn.ResultReader
-		prepared *preparedStatement
-	)
-	if cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
-		if prepared, err = prepare(ctx, conn, cfg.Tracer, name, sql, oids); err != nil {
+	prepared := cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+	for again := false; ; again = true {
+		var (
+			rr     *pgconn.ResultReader
+			ps     *preparedStatement
+			rows   int
+			rowErr error
+		)
+		if prepared {
+			if ps, err = prepare(ctx, conn, cfg.Tracer, name, sql, oids); err != nil {
+				return err
+			}
+			rr = conn.PgConn().ExecStatement(ctx, ps.sd, params, formats, binaryFormats[:1])
+		} else {
+			rr = conn.PgConn().ExecParams(ctx, sql, params, oids, formats, binaryFormats[:1])
+		}
+		for rr.NextRow() {
+			rows++
+			if rowErr = row(rr.Values()); rowErr != nil {
+				break
+			}
+		}
+		tag, err = rr.Close()
+		if rowErr != nil {
+			return rowErr
+		}
+		if ps == nil || !stalePrepared(err) {
 			return err
 		}
-		rr = conn.PgConn().ExecStatement(ctx, prepared.sd, params, formats, binaryFormats[:1])
-	} else {
-		rr = conn.PgConn().ExecParams(ctx, sql, params, oids, formats, binaryFormats[:1])
-	}
-	var rowErr error
-	for rr.NextRow() {
-		if rowErr = row(rr.Values()); rowErr != nil {
-			break
+		// The server no longer has the statement as prepared (DISCARD
+		// ALL, pgx's DeallocateAll, a migration that changed a column
+		// it returns): deallocated and prepared again, under this
+		// read's context, and run once more, as no row has been read.
+		// Behind a transaction pooler postgres.pooler does not name,
+		// the second run meets another session too, and its error is
+		// the one returned (classify names the setting).
+		ps.stale = true
+		if again || rows > 0 {
+			return err
 		}
 	}
-	tag, err = rr.Close()
-	if prepared != nil && stalePrepared(err) {
-		// The server no longer has the statement as prepared (DISCARD
-		// ALL, a change of the table's columns): the connection's next
-		// read deallocates and prepares it again, under its own context
-		// (as pgx does with its cached statements). This read fails.
-		prepared.stale = true
-	}
-	if rowErr != nil {
-		return rowErr
-	}
-	return err
 }
 
 // preparedStatement is a statement queryEncoded prepared on one
@@ -156,15 +167,15 @@ func prepare(ctx context.Context, conn *pgx.Conn, tracer pgx.QueryTracer, name, 
 	if ps != nil && !ps.stale {
 		return ps, nil
 	}
-	if pt, ok := tracer.(pgx.PrepareTracer); ok {
-		ctx = pt.TracePrepareStart(ctx, conn, pgx.TracePrepareStartData{Name: name, SQL: sql})
-		defer func() { pt.TracePrepareEnd(ctx, conn, pgx.TracePrepareEndData{Err: err}) }()
-	}
 	if ps != nil {
 		if err := conn.PgConn().Deallocate(ctx, name); err != nil {
 			return nil, err
 		}
 		delete(data, name)
+	}
+	if pt, ok := tracer.(pgx.PrepareTracer); ok {
+		ctx = pt.TracePrepareStart(ctx, conn, pgx.TracePrepareStartData{Name: name, SQL: sql})
+		defer func() { pt.TracePrepareEnd(ctx, conn, pgx.TracePrepareEndData{Err: err}) }()
 	}
 	sd, err := conn.PgConn().Prepare(ctx, name, sql, nil)
 	if err != nil {

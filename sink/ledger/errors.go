@@ -43,7 +43,8 @@ import (
 // only a person fixes: 42xxx (a missing table or column, a missing
 // privilege), 3D000 (no such database), 28xxx (credentials), 23xxx and
 // 40002 (a constraint, also when checked at commit), 22xxx (bad data),
-// 25P02 and other bugs, 0A000, XX (internal errors, corruption).
+// 25P02 and other bugs, 0A000 (but a cached plan a migration changed:
+// replannable), XX (internal errors, corruption).
 func Transient(err error) bool {
 	if err == nil {
 		return false
@@ -53,7 +54,7 @@ func Transient(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return transientSQLState(pgErr.Code)
+		return transientSQLState(pgErr.Code) || replannable(pgErr)
 	}
 	// No server error: the connection or dial failed; waiting may heal
 	// that, unless the server's certificate does not verify (another CA,
@@ -79,6 +80,16 @@ func transientSQLState(code string) bool {
 		return true
 	}
 	return false
+}
+
+// replannable: a statement prepared before a migration changed a column
+// it returns (0A000 "cached plan must not change result type", raised by
+// PostgreSQL's RevalidateCachedQuery, whatever lc_messages says). The
+// statement is prepared again next time (pgx invalidates its cached one on
+// the error; the ledger's read of started rows, arrays.go, does the same),
+// so waiting heals it; every other 0A000 is permanent.
+func replannable(e *pgconn.PgError) bool {
+	return e.Code == "0A000" && e.Routine == "RevalidateCachedQuery"
 }
 
 // certificateRefused: the server's certificate did not verify.

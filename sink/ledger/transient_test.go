@@ -1,11 +1,14 @@
 package ledger_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -68,4 +71,40 @@ func TestTransientSQLStates(t *testing.T) {
 			t.Errorf("Transient(SQLSTATE %s %s) = %v, want %v", c.code, c.what, got, c.transient)
 		}
 	}
+}
+
+// A migration that changes a column a prepared statement returns fails
+// that statement once (0A000, "cached plan must not change result type"):
+// pgx prepares its cached statements again after the error, so the claim
+// after it answers, and the error is transient (the router retries),
+// not the permanent error that ends the router. Any other 0A000 stays
+// permanent.
+func TestAClaimWhosePlanAMigrationChangedIsTransientAndTheNextAnswers(t *testing.T) {
+	if !ledger.Transient(&pgconn.PgError{Code: "0A000", Routine: "RevalidateCachedQuery", Message: "le plan en cache ne doit pas changer le type du résultat"}) {
+		t.Error("a cached plan a migration changed (in another lc_messages) is not transient")
+	}
+	if ledger.Transient(&pgconn.PgError{Code: "0A000", Routine: "transformAggregateCall", Message: "feature_not_supported"}) {
+		t.Error("another feature_not_supported is transient")
+	}
+	l := open(t)
+	ctx := context.Background()
+	a, b := intent("plan-a", "p"), intent("plan-b", "p")
+	want(t, claim(t, l, a), decide.VerdictNew) // the claim statement, prepared on the session
+	if _, err := l.Pool().Exec(ctx, `ALTER TABLE dedup_ledger ALTER COLUMN generation TYPE bigint`); err != nil {
+		t.Fatal(err)
+	}
+	for try := range 5 { // a session of the pool's may still have the statement prepared before the ALTER
+		v, err := l.Claim(ctx, []decide.Intent{b})
+		if err == nil {
+			if v[0].Verdict != decide.VerdictNew {
+				t.Fatalf("the claim after a migration changed its plan: %s, want %s", v[0].Verdict, decide.VerdictNew)
+			}
+			return
+		}
+		if processor.IsPermanent(err) {
+			t.Fatalf("the claim after a migration changed its plan: %v, permanent (the router ends)", err)
+		}
+		t.Logf("try %d: %v", try, err)
+	}
+	t.Fatal("no claim answered after the migration")
 }

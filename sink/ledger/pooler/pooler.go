@@ -117,10 +117,11 @@ func (m Mode) Configure(c *pgx.ConnConfig, field string) error {
 // server's answer shows a transaction pooler in the way: a prepared
 // statement of this connection missing (SQLSTATE 26000) or already there
 // (42P05). Nothing but pgx's cache and the ledger's read of started rows
-// prepares statements on dedup's connections, and neither deallocates one
-// the session still uses, so either means another client's transaction
-// used the same server session (or someone ran DISCARD ALL or DEALLOCATE
-// on it).
+// prepares statements on dedup's connections, so either means another
+// client's transaction used the same server session, or someone ran
+// DISCARD ALL or DEALLOCATE on it (which the read heals: it prepares its
+// statement again and runs once more before it fails; pgx's cached
+// statements fail once).
 // Any other error is returned as it is.
 func Explain(err error, m Mode) error {
 	var pgErr *pgconn.PgError
