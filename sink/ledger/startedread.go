@@ -80,8 +80,62 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, k
 	}
 	bp := p.encodeBuffer(size)
 	defer p.keepEncodeBuffer(bp)
-	b := *bp
 	var params [6][]byte
+	*bp = encodeStartedParams(*bp, intents, keys, uniq, byRecord, &params)
+	answered := make([]bool, len(uniq))
+	var left []int // positions in uniq
+	args := func() []any { return startedArgs(intents, keys, uniq, byRecord) }
+	err := p.queryEncoded(ctx, "dedup_started_rows", startedSQL, startedParamOIDs, params[:], args, func(cols [][]byte) error {
+		if len(cols) != 4 {
+			return fmt.Errorf("an answer of %d columns", len(cols))
+		}
+		n, err := int8Col(cols[0])
+		if err != nil {
+			return err
+		}
+		j := int(n - 1)
+		if j < 0 || j >= len(uniq) {
+			return fmt.Errorf("an answer for input %d of %d", n, len(uniq))
+		}
+		var state stateColumn
+		_ = state.ScanBytes(cols[1])
+		gen, err := intCol(cols[3])
+		if err != nil {
+			return err
+		}
+		answered[j] = true
+		if state.valid && state.s == StateStarted { // with another payload, or re-run
+			got[uniq[j]] = stored{found: true, state: state.s, hash: bytes.Clone(cols[2]), generation: gen}
+			return nil
+		}
+		left = append(left, j)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(uniq), err)
+	}
+	var seen []int // intents answered started with their payload, generation 1
+	for j, ok := range answered {
+		if !ok {
+			got[uniq[j]] = stored{found: true, state: StateStarted, hash: intents[uniq[j]].PayloadHash[:], generation: 1}
+			seen = append(seen, uniq[j])
+		}
+	}
+	p.started.remember(intents, sums, seen, since)
+	todo := make([]int, len(left))
+	for k, j := range left {
+		todo[k] = uniq[j]
+	}
+	return todo, nil
+}
+
+// startedParamOIDs are startedSQL's parameter types.
+var startedParamOIDs = []uint32{oidTextArray, oidByteaArray, oidUUIDArray, oidTextArray, oidInt4Array, oidInt8Array}
+
+// encodeStartedParams appends startedSQL's six parameters for the intents
+// uniq to b (binary arrays: arrays.go) and points params at them. An ID
+// not looked up by its record (byRecord false) is sent with no topic.
+func encodeStartedParams(b []byte, intents []decide.Intent, keys [][16]byte, uniq []int, byRecord []bool, params *[6][]byte) []byte {
 	param := func(k, at int) { params[k] = b[at:len(b):len(b)] }
 	at := len(b)
 	b = arrayHeader(b, len(uniq), oidText)
@@ -131,64 +185,20 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, k
 		}
 	}
 	param(5, at)
-	*bp = b
-	answered := make([]bool, len(uniq))
-	var left []int // positions in uniq
-	args := func() []any {
-		ids, hashes, ks := make(textArray, len(uniq)), make(byteaArray, len(uniq)), make(uuidArray, len(uniq))
-		topics, parts, offs := make(textArray, len(uniq)), make(int4Array, len(uniq)), make(int8Array, len(uniq))
-		for j, i := range uniq {
-			in := &intents[i]
-			ids[j], hashes[j], ks[j] = in.WorkflowID, in.PayloadHash[:], keys[i]
-			if byRecord[j] {
-				topics[j], parts[j], offs[j] = in.Topic, in.Partition, in.Offset
-			}
-		}
-		return []any{ids, hashes, ks, topics, parts, offs}
-	}
-	err := p.queryEncoded(ctx, "dedup_started_rows", startedSQL, startedParamOIDs, params[:], args, func(cols [][]byte) error {
-		if len(cols) != 4 {
-			return fmt.Errorf("an answer of %d columns", len(cols))
-		}
-		n, err := int8Col(cols[0])
-		if err != nil {
-			return err
-		}
-		j := int(n - 1)
-		if j < 0 || j >= len(uniq) {
-			return fmt.Errorf("an answer for input %d of %d", n, len(uniq))
-		}
-		var state stateColumn
-		_ = state.ScanBytes(cols[1])
-		gen, err := intCol(cols[3])
-		if err != nil {
-			return err
-		}
-		answered[j] = true
-		if state.valid && state.s == StateStarted { // with another payload, or re-run
-			got[uniq[j]] = stored{found: true, state: state.s, hash: bytes.Clone(cols[2]), generation: gen}
-			return nil
-		}
-		left = append(left, j)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(uniq), err)
-	}
-	var seen []int // intents answered started with their payload, generation 1
-	for j, ok := range answered {
-		if !ok {
-			got[uniq[j]] = stored{found: true, state: StateStarted, hash: intents[uniq[j]].PayloadHash[:], generation: 1}
-			seen = append(seen, uniq[j])
-		}
-	}
-	p.started.remember(intents, sums, seen, since)
-	todo := make([]int, len(left))
-	for k, j := range left {
-		todo[k] = uniq[j]
-	}
-	return todo, nil
+	return b
 }
 
-// startedParamOIDs are startedSQL's parameter types.
-var startedParamOIDs = []uint32{oidTextArray, oidByteaArray, oidUUIDArray, oidTextArray, oidInt4Array, oidInt8Array}
+// startedArgs are startedSQL's parameters as pgx's own Query would have
+// been given them: what a pool's query tracer sees.
+func startedArgs(intents []decide.Intent, keys [][16]byte, uniq []int, byRecord []bool) []any {
+	ids, hashes, ks := make(textArray, len(uniq)), make(byteaArray, len(uniq)), make(uuidArray, len(uniq))
+	topics, parts, offs := make(textArray, len(uniq)), make(int4Array, len(uniq)), make(int8Array, len(uniq))
+	for j, i := range uniq {
+		in := &intents[i]
+		ids[j], hashes[j], ks[j] = in.WorkflowID, in.PayloadHash[:], keys[i]
+		if byRecord[j] {
+			topics[j], parts[j], offs[j] = in.Topic, in.Partition, in.Offset
+		}
+	}
+	return []any{ids, hashes, ks, topics, parts, offs}
+}
