@@ -1489,6 +1489,61 @@ func TestAClaimEndsByItsDeadlineWhenTheServerFallsSilentAfterTheReplayReadsState
 	}
 }
 
+// A migration that changed a column the replay's read returns fails the
+// read's first run (0A000, a cached plan), and the read prepares its
+// statement again under the claim's context; a server that then falls
+// silent (a failover, a network that drops its packets) between the two
+// runs must not hold the claim past its deadline, and the error it ends
+// with is transient (the router retries; nothing is permanent about a
+// silent server).
+func TestAClaimEndsByItsDeadlineWhenTheServerFallsSilentBetweenTheReplayReadsTwoRuns(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	if err := ledger.Migrate(context.Background(), url); err != nil {
+		t.Fatal(err)
+	}
+	px := newSilentServer(t, url, "0A000")
+	pc, err := pgxpool.ParseConfig(px.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	t.Cleanup(px.close)
+	l := ledger.NewFromPool(pool)
+	in := intent("silent-migrated-0", "p")
+	replaying(t, l, in)
+	side := sidePool(t, url)
+	if _, err := side.Exec(deadline(t, time.Minute), `ALTER TABLE dedup_ledger ALTER COLUMN generation TYPE bigint`); err != nil {
+		t.Fatal(err)
+	}
+	px.armed.Store(true)
+	const patience = 2 * time.Second
+	cctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Claim(cctx, []decide.Intent{in})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		select {
+		case <-px.silent:
+		default:
+			t.Fatalf("the server never answered 0A000 (the claim returned %v): the read's plan was not stale", err)
+		}
+		if err == nil || processor.IsPermanent(err) {
+			t.Fatalf("the claim whose server fell silent between the read's two runs: %v (permanent: %v), want a transient error", err, processor.IsPermanent(err))
+		}
+	case <-time.After(patience + 8*time.Second):
+		t.Fatalf("the claim has not returned %s after its %s deadline (the server fell silent after the read's 0A000)", 8*time.Second, patience)
+	}
+}
+
 // prepareLog counts the prepares a pool's tracer is told of (pgx's
 // PrepareTracer), by statement name.
 type prepareLog struct {
