@@ -437,3 +437,85 @@ func TestLargeBatchThroughTransactionPoolerKeepsVerdictsAndConflictHashes(t *tes
 		t.Fatalf("%d conflict rows, %d with another ledger hash or count; want %d, 0", rows, bad, n/10)
 	}
 }
+
+// Through a transaction pooler postgres.pooler does not name, the replay's
+// read now prepares its statement again and runs once more after a 26000
+// (arrays.go): that second run meets another server session too. Three
+// routers' ledgers replaying events another router marked started, all at
+// once, through PgBouncer's two server sessions: every claim either
+// answers or fails with the permanent error that names the setting, never
+// with another error (a transient one would stall the router without
+// naming the pooler). Bound: which session each message meets is
+// PgBouncer's choice, so how many claims answer varies; in 30 rounds of
+// three claims at least one meets another client's session (62 and 31
+// of 90 did in two runs on the shared 2-core machine).
+func TestReplayReadsThroughAnUnnamedTransactionPoolerAnswerOrNameTheSetting(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	dcfg := ledger.DefaultConfig()
+	dcfg.URL = url
+	direct, err := ledger.Open(ctx, dcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(direct.Close)
+	b := pgbouncer.Start(t, url, pgbouncer.Options{Mode: pgbouncer.Transaction, PoolSize: 2})
+	var ls [3]*ledger.Postgres
+	for i := range ls {
+		cfg := ledger.DefaultConfig()
+		cfg.URL = b.URL(url) // postgres.pooler left at none
+		l, err := ledger.Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(l.Close)
+		ls[i] = l
+	}
+	var (
+		mu            sync.Mutex
+		named, answer int
+		others        []string
+	)
+	for round := range 30 {
+		var in []decide.Intent
+		for k := range 4 {
+			x := intent(fmt.Sprintf("unnamed-replay-%d-%d", round, k), "p")
+			markedStarted(t, direct, x)
+			in = append(in, x)
+		}
+		var wg sync.WaitGroup
+		for _, l := range ls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, err := l.Claim(ctx, in)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					answer++
+					for i, c := range got {
+						if c.Verdict != decide.VerdictDuplicate {
+							others = append(others, fmt.Sprintf("%s answered %s, want a duplicate", in[i].WorkflowID, c.Verdict))
+						}
+					}
+				case processor.IsPermanent(err) && errors.Is(err, pooler.ErrTransactionPooler):
+					named++
+				default:
+					others = append(others, fmt.Sprintf("permanent %v: %v", processor.IsPermanent(err), err))
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	if len(others) > 0 {
+		t.Errorf("%d claims through an unnamed transaction pooler neither answered nor named the setting: %q", len(others), others)
+	}
+	if named == 0 {
+		t.Errorf("no claim of %d named the transaction pooler in the way", answer)
+	}
+	t.Logf("%d answered, %d named the setting", answer, named)
+}
