@@ -140,8 +140,9 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 		// it returns): deallocated and prepared again, under this
 		// read's context, and run once more, as no row has been read.
 		// Behind a transaction pooler postgres.pooler does not name,
-		// the second run meets another session too, and its error is
-		// the one returned (classify names the setting).
+		// the second run may meet another session too: its error, if
+		// any, is returned (classify names the setting), and its rows
+		// are the same statement's.
 		ps.stale = true
 		if again || rows > 0 {
 			return err

@@ -118,10 +118,11 @@ func (m Mode) Configure(c *pgx.ConnConfig, field string) error {
 // statement of this connection missing (SQLSTATE 26000) or already there
 // (42P05). Nothing but pgx's cache and the ledger's read of started rows
 // prepares statements on dedup's connections, so either means another
-// client's transaction used the same server session, or someone ran
-// DISCARD ALL or DEALLOCATE on it (which the read heals: it prepares its
-// statement again and runs once more before it fails; pgx's cached
-// statements fail once).
+// client's transaction used the same server session, or a DISCARD ALL
+// reset it. The read heals that (it prepares its statement again and runs
+// once more before it fails); pgx's cached statements fail the claim, and
+// the error names this setting: no one but a pooler resets a session the
+// router holds (PostgreSQL has no command that resets another session).
 // Any other error is returned as it is.
 func Explain(err error, m Mode) error {
 	var pgErr *pgconn.PgError
