@@ -1,6 +1,8 @@
 package ledger
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"sync"
 	"time"
 
@@ -13,6 +15,10 @@ import (
 // least 1h) or that was changed by hand since is read again within this
 // time; this handle's own purge forgets every row at once.
 const startedMaxAge = time.Minute
+
+// startedWays is how many slots of the table an ID may be put in: the
+// window of consecutive slots its SHA-256 picks.
+const startedWays = 4
 
 // startedCache remembers the workflow IDs whose rows a claim of this
 // process found started with a payload hash, at generation 1, so that a
@@ -29,46 +35,66 @@ const startedMaxAge = time.Minute
 //
 // An ID is remembered by its whole SHA-256 (keySumOf), not by its ledger
 // key, of which two IDs may share 80 or 128 bits: no two IDs are known to
-// share a SHA-256. Keys and values hold no pointer, so the garbage
-// collector never scans the maps.
+// share a SHA-256.
 //
-// It holds at most entries IDs in two maps: new IDs go into young; when
-// young holds half of them, or is half of startedMaxAge old, it becomes
-// old and the old one is dropped. An ID answers only while the map it was
-// put in began less than startedMaxAge ago.
+// The memory is one table of exactly entries slots, made at the first
+// ID remembered and never grown; a slot holds no pointer, so the garbage
+// collector never scans it. An ID's SHA-256 picks a window of startedWays
+// consecutive slots (they share a few cache lines): a lookup compares
+// those, and a new ID takes the window's slot that is free, too old or
+// oldest. An ID answers for startedMaxAge after it was remembered; a
+// lookup is one probe of memory, and a replay of more IDs than the table
+// holds, which no lookup answers, costs one more write an ID.
 type startedCache struct {
-	mu   sync.Mutex
-	half int
+	mu sync.Mutex
 	// changes counts the marks past generation 1 and the purges, begun
 	// and ended: a claim remembers nothing it read while one was in
 	// progress (since), whose row it may have moved or deleted after the
 	// read.
-	changes        uint64
-	now            func() time.Time
-	young, old     map[[32]byte][32]byte
-	youngAt, oldAt time.Time
+	changes uint64
+	entries int
+	now     func() time.Time
+	// base is the time the slots' seconds count from.
+	base time.Time
+	// epoch is the slots' epoch that answers: a purge moves it on, so
+	// every slot filled before is free.
+	epoch uint32
+	slots []startedSlot
+}
+
+// startedSlot is one remembered ID: 72 bytes.
+type startedSlot struct {
+	sum, hash [32]byte
+	// epoch is the cache's epoch when it was filled (0: never); at, its
+	// whole seconds since base.
+	epoch, at uint32
 }
 
 func newStartedCache(entries int, now func() time.Time) *startedCache {
 	if entries <= 0 {
 		return nil
 	}
-	return &startedCache{half: max(entries/2, 1), now: now, youngAt: now()}
+	return &startedCache{entries: entries, now: now, base: now(), epoch: 1}
 }
 
-// age drops what is too old and turns young into old when it is full or
-// half of startedMaxAge old. Called with mu held.
-func (c *startedCache) age() {
-	t := c.now()
-	if c.young != nil && (len(c.young) >= c.half || t.Sub(c.youngAt) >= startedMaxAge/2) {
-		c.old, c.oldAt, c.young = c.young, c.youngAt, nil
-	}
-	if c.young == nil {
-		c.youngAt = t
-	}
-	if c.old != nil && t.Sub(c.oldAt) >= startedMaxAge {
-		c.old = nil
-	}
+// seconds is t's whole seconds since base (0 before it).
+func (c *startedCache) seconds(t time.Time) uint32 {
+	return uint32(max(t.Sub(c.base), 0) / time.Second)
+}
+
+// window is the slots sum may be put in.
+func (c *startedCache) window(sum *[32]byte) []startedSlot {
+	ways := min(startedWays, len(c.slots))
+	// The sum's first 64 bits are uniform: scaled to the windows' starts.
+	i, _ := bits.Mul64(binary.LittleEndian.Uint64(sum[:8]), uint64(len(c.slots)-ways+1))
+	return c.slots[i : int(i)+ways]
+}
+
+// answers says whether s remembers sum with hash, now (seconds since
+// base). Whole seconds are taken of both times, so a slot stops
+// answering up to a second before startedMaxAge is over, never after.
+func (c *startedCache) answers(s *startedSlot, sum, hash *[32]byte, now uint32) bool {
+	return s.epoch == c.epoch && s.sum == *sum && now-s.at < uint32(startedMaxAge/time.Second) && s.hash == *hash
 }
 
 // answer records in got, as started rows of generation 1, the intents of
@@ -80,20 +106,20 @@ func (c *startedCache) answer(intents []decide.Intent, sums [][32]byte, uniq []i
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.age()
-	if len(c.young)+len(c.old) == 0 {
+	if c.slots == nil {
 		return uniq
 	}
+	now := c.seconds(c.now())
 	left := uniq[:0:0]
+next:
 	for _, i := range uniq {
 		in := &intents[i]
-		h, ok := c.young[sums[i]]
-		if !ok {
-			h, ok = c.old[sums[i]]
-		}
-		if ok && h == in.PayloadHash {
-			got[i] = stored{found: true, state: StateStarted, hash: in.PayloadHash[:], generation: 1}
-			continue
+		w := c.window(&sums[i])
+		for k := range w {
+			if c.answers(&w[k], &sums[i], &in.PayloadHash, now) {
+				got[i] = stored{found: true, state: StateStarted, hash: in.PayloadHash[:], generation: 1}
+				continue next
+			}
 		}
 		left = append(left, i)
 	}
@@ -124,17 +150,35 @@ func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []i
 	if c.changes != since {
 		return
 	}
-	c.age()
+	if c.slots == nil {
+		c.slots = make([]startedSlot, c.entries)
+	}
+	now := c.seconds(c.now())
 	for _, i := range at {
-		if c.young == nil {
-			// As large as the last one grew: a replay fills each.
-			c.young = make(map[[32]byte][32]byte, max(len(c.old), 64))
-		}
-		c.young[sums[i]] = intents[i].PayloadHash
-		if len(c.young) >= c.half {
-			c.age()
+		w := c.window(&sums[i])
+		w[c.slotFor(w, &sums[i], now)] = startedSlot{sum: sums[i], hash: intents[i].PayloadHash, epoch: c.epoch, at: now}
+	}
+}
+
+// slotFor is the slot of w that sum goes in: its own, else the first
+// that answers nothing (free, of an earlier epoch, or too old), else the
+// one remembered longest ago.
+func (c *startedCache) slotFor(w []startedSlot, sum *[32]byte, now uint32) int {
+	for k := range w {
+		if w[k].epoch == c.epoch && w[k].sum == *sum {
+			return k
 		}
 	}
+	put := 0
+	for k := range w {
+		if w[k].epoch != c.epoch || now-w[k].at >= uint32(startedMaxAge/time.Second) {
+			return k
+		}
+		if w[k].at < w[put].at {
+			put = k
+		}
+	}
+	return put
 }
 
 // forgetReruns forgets the workflow IDs of marks past generation 1, and
@@ -148,22 +192,35 @@ func (c *startedCache) forgetReruns(started []processor.Started) {
 	defer c.mu.Unlock()
 	for i := range started {
 		if started[i].Generation > 1 {
-			_, sum := keySumOf(started[i].WorkflowID)
-			delete(c.young, sum)
-			delete(c.old, sum)
 			c.changes++
+			if c.slots == nil {
+				continue
+			}
+			_, sum := keySumOf(started[i].WorkflowID)
+			w := c.window(&sum)
+			for k := range w {
+				if w[k].sum == sum {
+					w[k] = startedSlot{}
+				}
+			}
 		}
 	}
 }
 
 // forgetAll forgets every ID and counts the change; Purge calls it
-// before its statements and after them.
+// before its statements and after them. It moves the epoch on, so that
+// a purge costs no pass over the table (but the one in 2^32 that wraps
+// it around).
 func (c *startedCache) forgetAll() {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.young, c.old = nil, nil
+	c.epoch++
+	if c.epoch == 0 {
+		clear(c.slots)
+		c.epoch = 1
+	}
 	c.changes++
 }
