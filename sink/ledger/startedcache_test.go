@@ -603,3 +603,74 @@ func TestTheStartedCacheHitsCountWhileClaimsMarksAndPurgesRun(t *testing.T) {
 	}
 	t.Logf("StartedCacheHits %d of %d IDs answered duplicate", l.StartedCacheHits(), answered.Load())
 }
+
+// rememberedThenDeleted claims in (marked started) on l, so that the
+// claim's upsert finds it started and the memory remembers it, then
+// deletes its row by hand: from then on the ledger answers a claim of it
+// new, and only the memory answers it duplicate.
+func rememberedThenDeleted(t *testing.T, l *ledger.Postgres, in decide.Intent) {
+	t.Helper()
+	markedStarted(t, l, in)
+	want(t, claim(t, l, in), decide.VerdictDuplicate) // the upsert finds it started: remembered
+	if _, err := l.Pool().Exec(context.Background(), `DELETE FROM dedup_ledger WHERE workflow_id = $1`, in.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The memory's clock (its now) may read a time before the one it read
+// when the memory was made (a clock stepped back; the cache's base): a
+// row remembered then still answers for less than startedMaxAge of that
+// clock's time, as the maps did (they kept the time each was remembered
+// at), not until a minute past the memory's start.
+func TestARowRememberedWhileTheClockWasBeforeTheMemorysStartIsReadAgainOnceItsMinuteIsOver(t *testing.T) {
+	l := open(t)
+	for _, c := range []struct {
+		id           string
+		back, thenOn time.Duration // the clock steps back from the memory's start, then on
+	}{
+		{"half-second", 500 * time.Millisecond, ledger.StartedMaxAge},
+		{"five-minutes", 5 * time.Minute, 5*time.Minute + 30*time.Second},
+	} {
+		clk := &clock{t: time.Unix(1e9, 0)}
+		l.RememberStartedAt(100, clk.now)
+		clk.add(-c.back)
+		in := intent(c.id, "p")
+		rememberedThenDeleted(t, l, in)
+		clk.add(c.thenOn)
+		if got := claim(t, l, in); got[0] != decide.VerdictNew {
+			t.Errorf("%s: remembered %v before the memory's start, deleted, claimed %v after: %v, want %v (the ledger's: the row is gone)",
+				c.id, c.back, c.thenOn, got[0], decide.VerdictNew)
+		}
+	}
+}
+
+// However far the memory's clock moves on (a clock set far ahead, a
+// test's), a row remembered more than startedMaxAge of it ago is read
+// again: 2^32 seconds on (the slot's uint32 seconds wrap round to the
+// same value), or past the 292 years a time.Duration holds since the
+// memory's start (every time after reads the same seconds).
+func TestARememberedRowIsReadAgainHoweverFarTheClockMovesOn(t *testing.T) {
+	l := open(t)
+	const century = 100 * 365 * 24 * time.Hour
+	for _, c := range []struct {
+		id        string
+		centuries int           // the clock moves on before the row is remembered
+		after     time.Duration // and after
+	}{
+		{"wrap", 0, 1 << 32 * time.Second},
+		{"past-duration", 3, time.Hour},
+	} {
+		clk := &clock{t: time.Unix(1e9, 0)}
+		l.RememberStartedAt(100, clk.now)
+		for range c.centuries {
+			clk.add(century)
+		}
+		in := intent(c.id, "p")
+		rememberedThenDeleted(t, l, in)
+		clk.add(c.after)
+		if got := claim(t, l, in); got[0] != decide.VerdictNew {
+			t.Errorf("%s: remembered, deleted, claimed %v later: %v, want %v (the ledger's: the row is gone)",
+				c.id, c.after, got[0], decide.VerdictNew)
+		}
+	}
+}
