@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -671,6 +672,31 @@ func TestARememberedRowIsReadAgainHoweverFarTheClockMovesOn(t *testing.T) {
 		if got := claim(t, l, in); got[0] != decide.VerdictNew {
 			t.Errorf("%s: remembered, deleted, claimed %v later: %v, want %v (the ledger's: the row is gone)",
 				c.id, c.after, got[0], decide.VerdictNew)
+		}
+	}
+}
+
+// RememberStarted is public (the benchmark and a library user call it
+// with their own sizes; only Config.Validate bounds postgres.started_cache)
+// and says p remembers "up to entries" IDs: the maps held the IDs a claim
+// found, however large entries was. A handle told to remember more IDs
+// than an address space holds still answers its claims as the ledger does
+// (duplicate), and never panics in Claim when it remembers its first ID.
+func TestAClaimOnAHandleToldToRememberMoreIDsThanMemoryHoldsAnswersAsTheLedgerDoes(t *testing.T) {
+	l := open(t)
+	in := intent("e1", "p1")
+	markedStarted(t, l, in)
+	for _, entries := range []int{1 << 50, math.MaxInt} {
+		l.RememberStarted(entries)
+		for k := range 2 { // the first remembers the row, the second may answer from memory
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Fatalf("RememberStarted(%d), claim %d of a started row: panicked: %v", entries, k+1, r)
+					}
+				}()
+				want(t, claim(t, l, in), decide.VerdictDuplicate)
+			}()
 		}
 	}
 }
