@@ -1,11 +1,15 @@
 package ledger
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
+	"math/rand"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 )
 
@@ -122,3 +126,117 @@ func BenchmarkStartedCacheReplayPastItsSize(b *testing.B) { benchStartedCache(b,
 // A producer's retries of IDs the memory holds: every ID after the first
 // round is answered.
 func BenchmarkStartedCacheRetriesWithinItsSize(b *testing.B) { benchStartedCache(b, 100_000, 50_000) }
+
+// A random run of remembers (some with a since older than a mark or purge
+// in between), look-ups, re-runs' forgets, purges (some wrapping the
+// epoch round) and clock moves (on by up to 70 s, back by up to 10 s,
+// never before the memory's start), on tables of 1 to 7 and 64 slots,
+// with IDs whose SHA-256s share their first 64 bits (one window) or not:
+// every answer is one a model of the ledger's rows gives. The model
+// remembers, by SHA-256, the payload hash and time of the last
+// remember that counted, until its ID's re-run or a purge; an answer of
+// the memory must be of such an ID, with that hash, less than
+// startedMaxAge after it. At most entries are held, and an ID just
+// remembered is answered.
+func TestTheStartedCacheAnswersOnlyWhatAModelOfTheLedgerRemembers(t *testing.T) {
+	type fact struct {
+		hash [32]byte
+		at   time.Time
+	}
+	for _, entries := range []int{1, 2, 3, 4, 5, 7, 64} {
+		for seed := range int64(20) {
+			rng := rand.New(rand.NewSource(seed*100 + int64(entries)))
+			base := time.Unix(1e9, 0)
+			now := base
+			c := newStartedCache(entries, func() time.Time { return now })
+			// 24 IDs: the first 8 share their first 64 bits, the next 8 share
+			// another 64 bits, the last 8 differ.
+			ids := make([]string, 24)
+			sums := make([][32]byte, 24)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("activity-a:%d", i)
+				_, sums[i] = keySumOf(ids[i])
+				if i < 16 {
+					binary.LittleEndian.PutUint64(sums[i][:8], uint64(i/8)<<63|12345)
+				}
+			}
+			hashes := [][32]byte{{1}, {2}}
+			model := map[[32]byte]fact{}
+			sumOf := func(id string) [32]byte {
+				for i := range ids {
+					if ids[i] == id {
+						return sums[i]
+					}
+				}
+				t.Fatalf("no ID %s", id)
+				return [32]byte{}
+			}
+			restore := keySumOf
+			keySumOf = func(id string) ([16]byte, [32]byte) { return [16]byte{}, sumOf(id) }
+			for step := range 3000 {
+				switch op := rng.Intn(100); {
+				case op < 35: // a claim: look-up, then remember what the ledger found
+					k := rng.Intn(len(ids))
+					in := []decide.Intent{{WorkflowID: ids[k], PayloadHash: hashes[rng.Intn(2)]}}
+					s := [][32]byte{sums[k]}
+					since := c.since()
+					got := make([]stored, 1)
+					if left := c.answer(in, s, []int{0}, got); len(left) == 0 {
+						f, ok := model[sums[k]]
+						switch {
+						case !ok:
+							t.Fatalf("entries %d seed %d step %d: ID %d answered, never remembered or forgotten since", entries, seed, step, k)
+						case f.hash != in[0].PayloadHash:
+							t.Fatalf("entries %d seed %d step %d: ID %d answered with a hash it was not remembered with", entries, seed, step, k)
+						case now.Sub(f.at) >= startedMaxAge:
+							t.Fatalf("entries %d seed %d step %d: ID %d answered %v after it was remembered", entries, seed, step, k, now.Sub(f.at))
+						}
+						continue
+					}
+					stale := rng.Intn(4) == 0
+					if stale { // a mark or purge begins while the claim reads
+						if rng.Intn(2) == 0 {
+							j := rng.Intn(len(ids))
+							c.forgetReruns([]processor.Started{{WorkflowID: ids[j], Generation: 2}})
+							delete(model, sums[j])
+						} else {
+							c.forgetAll()
+							clear(model)
+						}
+					}
+					c.remember(in, s, []int{0}, since)
+					if !stale {
+						model[sums[k]] = fact{in[0].PayloadHash, now}
+						if left := c.answer(in, s, []int{0}, got); len(left) != 0 {
+							t.Fatalf("entries %d seed %d step %d: ID %d just remembered is not answered", entries, seed, step, k)
+						}
+					}
+				case op < 50:
+					j := rng.Intn(len(ids))
+					c.forgetReruns([]processor.Started{{WorkflowID: ids[j], Generation: 2 + rng.Intn(3)}})
+					delete(model, sums[j])
+				case op < 55:
+					if rng.Intn(3) == 0 { // as if 2^32 - 3 purges had run
+						c.mu.Lock()
+						c.epoch = max(c.epoch, math.MaxUint32-uint32(rng.Intn(3)))
+						c.mu.Unlock()
+					}
+					c.forgetAll()
+					clear(model)
+				case op < 90:
+					now = now.Add(time.Duration(rng.Int63n(int64(2 * time.Second))))
+				case op < 95:
+					now = now.Add(time.Duration(rng.Int63n(int64(70 * time.Second))))
+				default:
+					if now = now.Add(-time.Duration(rng.Int63n(int64(10 * time.Second)))); now.Before(base) {
+						now = base
+					}
+				}
+				if n := c.held(); n > entries {
+					t.Fatalf("entries %d: %d held", entries, n)
+				}
+			}
+			keySumOf = restore
+		}
+	}
+}
