@@ -700,3 +700,146 @@ func TestAClaimOnAHandleToldToRememberMoreIDsThanMemoryHoldsAnswersAsTheLedgerDo
 		}
 	}
 }
+
+// Claimers, a marker (re-runs past generation 1, and marks of generation
+// 1 that start the rows the claims re-claimed) and a purge that deletes
+// every started row (olderThan 0), all on one handle (run with -race).
+// Once they are done, every ID the memory answers with no statement is
+// one whose row the ledger holds started, at generation 1, with that
+// payload: no read that overlapped a mark or a purge was remembered, and
+// no purge or re-run left an ID answering.
+func TestClaimsMarksAndDeletingPurgesOnOneHandleLeaveOnlyStartedRowsRemembered(t *testing.T) {
+	l, sql := openTraced(t)
+	l.RememberStarted(7) // fewer slots than IDs: remembering pushes IDs out too
+	ctx := context.Background()
+	var ins []decide.Intent
+	for i := range 12 {
+		in := intent(fmt.Sprint("x", i), "p")
+		markedStarted(t, l, in)
+		ins = append(ins, in)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; !stopped(); k++ {
+				if _, err := l.Claim(ctx, []decide.Intent{ins[(k+g)%12], ins[(k*5+g)%12], ins[(k*7)%12]}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for k := 0; !stopped(); k++ {
+			in := ins[k%12]
+			st := []processor.Started{{WorkflowID: in.WorkflowID, RunID: fmt.Sprint("r", k), Generation: 1 + k%3}}
+			if err := l.MarkStarted(ctx, st); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	purged := make(chan struct{}) // the purge stops first: its last run overlaps claims and marks that go on
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-purged:
+				return
+			default:
+			}
+			if _, err := l.Purge(ctx, 0, 100); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	time.Sleep(2 * time.Second)
+	close(purged)
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	answered := 0
+	for _, in := range ins {
+		sql.reset()
+		cl, err := l.Claim(ctx, []decide.Intent{in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sql.sql) != 0 {
+			continue // the ledger answered
+		}
+		answered++
+		var state string
+		var gen int
+		var hash []byte
+		if err := l.Pool().QueryRow(ctx, `SELECT state, generation, payload_hash FROM dedup_ledger WHERE workflow_id = $1`,
+			in.WorkflowID).Scan(&state, &gen, &hash); err != nil {
+			t.Fatalf("%s answered %+v from memory; its row: %v", in.WorkflowID, cl[0], err)
+		}
+		if state != "started" || gen != 1 || string(hash) != string(in.PayloadHash[:]) || cl[0] != (decide.Claimed{Verdict: decide.VerdictDuplicate, Generation: 1}) {
+			t.Fatalf("%s answered %+v from memory; its row is %s at generation %d", in.WorkflowID, cl[0], state, gen)
+		}
+	}
+	t.Logf("%d of %d IDs answered from memory at the end; %d hits in all", answered, len(ins), l.StartedCacheHits())
+}
+
+// A purge (this handle's own, olderThan 0: every started row) that
+// deletes a row while a claim of its ID is between its read (started,
+// generation 1) and its answer: the claim answers what it read, but
+// remembers nothing (its read is older than the purge), so the next copy
+// is claimed again, as the ledger alone answers it (no row: new).
+func TestAPurgeDuringAClaimOfItsRowStillLetsTheNextCopyBeClaimedAgain(t *testing.T) {
+	pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := &claimGate{reached: make(chan struct{}), release: make(chan struct{})}
+	pc.ConnConfig.Tracer = gate
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ledger.NewFromPool(pool).RememberStarted(100)
+	ctx := context.Background()
+	a := intent("a", "p")
+	markedStarted(t, l, a)
+
+	gate.armed.Store(true)
+	type answer struct {
+		cl  []decide.Claimed
+		err error
+	}
+	during := make(chan answer, 1)
+	go func() {
+		cl, err := l.Claim(ctx, []decide.Intent{a})
+		during <- answer{cl, err}
+	}()
+	<-gate.reached // the claim has read the row: started, generation 1
+	if n, err := l.Purge(ctx, 0, 100); err != nil || n != 1 {
+		t.Fatalf("Purge: %d rows, %v; want 1", n, err)
+	}
+	close(gate.release)
+	if got := <-during; got.err != nil || got.cl[0].Verdict != decide.VerdictDuplicate {
+		t.Fatalf("the claim during the purge: %+v, %v", got.cl, got.err)
+	}
+	cl, err := l.Claim(ctx, []decide.Intent{a})
+	if err != nil || cl[0] != (decide.Claimed{Verdict: decide.VerdictNew, Generation: 1}) {
+		t.Fatalf("the copy after the purge: %+v, %v; the ledger alone answers new (its row is gone)", cl, err)
+	}
+}
