@@ -843,3 +843,49 @@ func TestAPurgeDuringAClaimOfItsRowStillLetsTheNextCopyBeClaimedAgain(t *testing
 		t.Fatalf("the copy after the purge: %+v, %v; the ledger alone answers new (its row is gone)", cl, err)
 	}
 }
+
+// A producer's retries of the IDs one claim found started, half as many
+// as the memory holds (postgres.started_cache: "how many workflow IDs the
+// process remembers"), within the minute: every one is answered with no
+// statement, as the maps answered the newest half of their entries, and
+// as benchStartedCache's BenchmarkStartedCacheRetriesWithinItsSize says
+// of 50,000 IDs in 100,000 ("every ID after the first round is answered").
+func TestTheRetriesOfHalfAsManyIDsAsTheMemoryHoldsAreAllAnsweredFromMemory(t *testing.T) {
+	l, sql := openTraced(t)
+	ctx := context.Background()
+	for _, entries := range []int{100, 1000} {
+		l.RememberStarted(entries)
+		var ins []decide.Intent
+		var st []processor.Started
+		for i := range entries / 2 {
+			in := intent(fmt.Sprintf("retry-%d-%d", entries, i), "p")
+			ins = append(ins, in)
+			st = append(st, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+		}
+		if _, err := l.Claim(ctx, ins); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.MarkStarted(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Claim(ctx, ins); err != nil { // the ledger finds them started: remembered
+			t.Fatal(err)
+		}
+		sql.reset()
+		if _, err := l.Claim(ctx, ins); err != nil { // the producer's retries
+			t.Fatal(err)
+		}
+		missed := 0
+		sql.mu.Lock()
+		for _, args := range sql.args {
+			if ids, ok := args[0].([]string); ok {
+				missed += len(ids)
+			}
+		}
+		sql.mu.Unlock()
+		if missed != 0 {
+			t.Errorf("started_cache %d: %d of the %d IDs just remembered went to the ledger again (%d statements)",
+				entries, missed, len(ins), len(sql.sql))
+		}
+	}
+}
