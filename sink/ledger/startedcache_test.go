@@ -889,3 +889,49 @@ func TestTheRetriesOfHalfAsManyIDsAsTheMemoryHoldsAreAllAnsweredFromMemory(t *te
 		}
 	}
 }
+
+// A memory full of IDs remembered within one second (a replay past its
+// size) keeps answering the newest: each ID remembered after it filled
+// pushes out an older one, not the one remembered just before it. The
+// maps answered the newest half of their entries; here the newest half
+// must be answered, IDs remembered one claim each, the clock still.
+func TestAFullMemoryAnswersTheNewestHalfOfTheIDsItRemembered(t *testing.T) {
+	l, sql := openTraced(t)
+	ctx := context.Background()
+	for _, entries := range []int{4, 64} {
+		clk := &clock{t: time.Unix(1e9, 0)}
+		l.RememberStartedAt(entries, clk.now)
+		var ins []decide.Intent
+		var st []processor.Started
+		for i := range 3 * entries {
+			in := intent(fmt.Sprintf("full-%d-%d", entries, i), "p")
+			ins = append(ins, in)
+			st = append(st, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+		}
+		if _, err := l.Claim(ctx, ins); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.MarkStarted(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range ins { // oldest first, one claim each: each remembered
+			want(t, claim(t, l, in), decide.VerdictDuplicate)
+		}
+		var missed []string // in one claim: the memory answers before it remembers
+		sql.reset()
+		if _, err := l.Claim(ctx, ins[len(ins)-entries/2:]); err != nil {
+			t.Fatal(err)
+		}
+		sql.mu.Lock()
+		for _, args := range sql.args {
+			if ids, ok := args[0].([]string); ok {
+				missed = append(missed, ids...)
+			}
+		}
+		sql.mu.Unlock()
+		if len(missed) != 0 {
+			t.Errorf("started_cache %d, %d IDs remembered: of the newest %d, %q went to the ledger again",
+				entries, len(ins), entries/2, missed)
+		}
+	}
+}
