@@ -240,3 +240,34 @@ func TestTheStartedCacheAnswersOnlyWhatAModelOfTheLedgerRemembers(t *testing.T) 
 		}
 	}
 }
+
+// Whole seconds since the memory's start are taken of both times: an ID
+// answers for less than startedMaxAge, whatever fractions of a second the
+// start, the remember and the look-up fall on (it may stop up to a second
+// early, never late), and still answers 59 s on.
+func TestARememberedIDNeverAnswersAtOrAfterItsMinuteAcrossWholeSeconds(t *testing.T) {
+	fracs := []time.Duration{0, 1, time.Second / 2, time.Second - 1}
+	ages := []time.Duration{0, 58*time.Second + time.Second - 1, 59 * time.Second, startedMaxAge - 1, startedMaxAge, startedMaxAge + 1, 61 * time.Second, time.Hour}
+	for _, fb := range fracs {
+		for _, fr := range append(fracs, 17*time.Second+time.Second/3) {
+			for _, age := range ages {
+				base := time.Unix(1e9, 0).Add(fb)
+				now := base
+				c := newStartedCache(8, func() time.Time { return now })
+				in := []decide.Intent{{WorkflowID: "activity-a:x", PayloadHash: [32]byte{9}}}
+				sums := make([][32]byte, 1)
+				_, sums[0] = keySumOf(in[0].WorkflowID)
+				now = base.Add(3*time.Second + fr)
+				c.remember(in, sums, []int{0}, c.since())
+				now = now.Add(age)
+				answered := len(c.answer(in, sums, []int{0}, make([]stored, 1))) == 0
+				switch {
+				case age >= startedMaxAge && answered:
+					t.Errorf("start +%v, remembered +%v: answered %v after", fb, fr, age)
+				case age <= 59*time.Second && !answered:
+					t.Errorf("start +%v, remembered +%v: not answered %v after", fb, fr, age)
+				}
+			}
+		}
+	}
+}
