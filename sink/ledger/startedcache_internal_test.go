@@ -271,3 +271,41 @@ func TestARememberedIDNeverAnswersAtOrAfterItsMinuteAcrossWholeSeconds(t *testin
 		}
 	}
 }
+
+// The purge that wraps the epoch round (the 2^32-1th: forced here) forgets
+// every ID, those remembered in the epoch before it and those remembered
+// in the first epochs, which the new epoch 1 would otherwise answer again.
+func TestAPurgeThatWrapsTheEpochRoundForgetsEveryID(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	c := newStartedCache(16, func() time.Time { return now })
+	in := func(id string) ([]decide.Intent, [][32]byte) {
+		ins := []decide.Intent{{WorkflowID: id, PayloadHash: [32]byte{1}}}
+		sums := make([][32]byte, 1)
+		_, sums[0] = keySumOf(id)
+		return ins, sums
+	}
+	first, firstSums := in("activity-a:first") // epoch 1
+	c.remember(first, firstSums, []int{0}, c.since())
+	c.mu.Lock()
+	c.epoch = math.MaxUint32 - 1 // as if 2^32-3 purges had run since
+	c.mu.Unlock()
+	last, lastSums := in("activity-a:last")
+	c.forgetAll() // epoch 2^32-1
+	c.remember(last, lastSums, []int{0}, c.since())
+	if left := c.answer(last, lastSums, []int{0}, make([]stored, 1)); len(left) != 0 {
+		t.Fatal("an ID remembered in the last epoch is not answered")
+	}
+	c.forgetAll() // wraps round to epoch 1
+	for name, id := range map[string][]decide.Intent{"first": first, "last": last} {
+		sums := firstSums
+		if name == "last" {
+			sums = lastSums
+		}
+		if left := c.answer(id, sums, []int{0}, make([]stored, 1)); len(left) == 0 {
+			t.Errorf("the ID remembered in the %s epoch answers after the purge that wrapped the epoch", name)
+		}
+	}
+	if c.epoch != 1 || c.held() != 0 {
+		t.Errorf("after the wrap: epoch %d, %d held", c.epoch, c.held())
+	}
+}
