@@ -79,15 +79,15 @@ type Config struct {
 	// a claim found their rows started (a duplicate): a later copy of one
 	// with the same payload is answered a duplicate without a read, for at
 	// most a minute after (a replay's copies of earlier events, a
-	// producer's retries). 72 bytes an ID, in one table made when the
-	// first ID is remembered and never grown (7.2 MB at 100,000; no
+	// producer's retries). 80 bytes an ID, in one table made when the
+	// first ID is remembered and never grown (8 MB at 100,000; no
 	// garbage). 0 remembers none. A copy with another payload still goes to
 	// the ledger (a conflict), and a started row changed by hand is read
 	// again within the minute.
 	StartedCache int `yaml:"started_cache"`
 }
 
-// maxStartedCache bounds postgres.started_cache (720 MB of IDs).
+// maxStartedCache bounds postgres.started_cache (800 MB of IDs).
 const maxStartedCache = 10_000_000
 
 // DefaultConfig has everything but the URL.

@@ -81,8 +81,9 @@ func Open(ctx context.Context, cfg Config) (*Postgres, error) {
 func NewFromPool(pool *pgxpool.Pool) *Postgres { return &Postgres{pool: pool} }
 
 // RememberStarted makes p remember up to entries workflow IDs that its
-// claims found started (postgres.started_cache; 0: none) and returns p.
-// Call it before the first Claim.
+// claims found started (postgres.started_cache; 0: none; more than
+// 10,000,000, the most Config takes, is taken as that, 800 MB) and
+// returns p. Call it before the first Claim.
 func (p *Postgres) RememberStarted(entries int) *Postgres {
 	p.started = newStartedCache(entries, time.Now)
 	return p

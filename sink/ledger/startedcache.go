@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"encoding/binary"
+	"math"
 	"math/bits"
 	"sync"
 	"time"
@@ -41,8 +42,11 @@ const startedWays = 4
 // ID remembered and never grown; a slot holds no pointer, so the garbage
 // collector never scans it. An ID's SHA-256 picks a window of startedWays
 // consecutive slots (they share a few cache lines): a lookup compares
-// those, and a new ID takes the window's slot that is free, too old or
-// oldest. An ID answers for startedMaxAge after it was remembered; a
+// those, and a new ID takes the window's slot that answers nothing (free,
+// forgotten by a purge, or too old), else the one filled longest ago. An
+// ID answers for less than startedMaxAge after it was remembered, by the
+// clock's nanoseconds; a time the clock cannot tell (more than 292 years
+// from the memory's start) answers nothing and remembers nothing. A
 // lookup is one probe of memory, and a replay of more IDs than the table
 // holds, which no lookup answers, costs one more write an ID.
 type startedCache struct {
@@ -54,32 +58,35 @@ type startedCache struct {
 	changes uint64
 	entries int
 	now     func() time.Time
-	// base is the time the slots' seconds count from.
+	// base is the time the slots' times count from.
 	base time.Time
-	// epoch is the slots' epoch that answers: a purge moves it on, so
-	// every slot filled before is free.
-	epoch uint32
-	slots []startedSlot
+	// filled numbers the slots as they are filled (from 1); a purge
+	// forgets every slot filled up to forgot.
+	filled, forgot uint64
+	slots          []startedSlot
 }
 
-// startedSlot is one remembered ID: 72 bytes.
+// startedSlot is one remembered ID: 80 bytes.
 type startedSlot struct {
 	sum, hash [32]byte
-	// epoch is the cache's epoch when it was filled (0: never); at, its
-	// whole seconds since base.
-	epoch, at uint32
+	// at is when it was filled, in nanoseconds since base; seq, the
+	// cache's filled then (0: never filled).
+	at  int64
+	seq uint64
 }
 
 func newStartedCache(entries int, now func() time.Time) *startedCache {
 	if entries <= 0 {
 		return nil
 	}
-	return &startedCache{entries: entries, now: now, base: now(), epoch: 1}
+	return &startedCache{entries: min(entries, maxStartedCache), now: now, base: now()}
 }
 
-// seconds is t's whole seconds since base (0 before it).
-func (c *startedCache) seconds(t time.Time) uint32 {
-	return uint32(max(t.Sub(c.base), 0) / time.Second)
+// nanos is t in nanoseconds since base, and whether the clock can tell
+// it (a time.Duration holds it, with a nanosecond to spare either side).
+func (c *startedCache) nanos(t time.Time) (int64, bool) {
+	d := t.Sub(c.base)
+	return int64(d), d > math.MinInt64 && d < math.MaxInt64
 }
 
 // window is the slots sum may be put in.
@@ -90,11 +97,11 @@ func (c *startedCache) window(sum *[32]byte) []startedSlot {
 	return c.slots[i : int(i)+ways]
 }
 
-// answers says whether s remembers sum with hash, now (seconds since
-// base). Whole seconds are taken of both times, so a slot stops
-// answering up to a second before startedMaxAge is over, never after.
-func (c *startedCache) answers(s *startedSlot, sum, hash *[32]byte, now uint32) bool {
-	return s.epoch == c.epoch && s.sum == *sum && now-s.at < uint32(startedMaxAge/time.Second) && s.hash == *hash
+// live says whether s answers at now (nanoseconds since base): filled
+// since the last purge, at or before now, and less than startedMaxAge
+// before it.
+func (c *startedCache) live(s *startedSlot, now int64) bool {
+	return s.seq > c.forgot && s.at <= now && uint64(now)-uint64(s.at) < uint64(startedMaxAge)
 }
 
 // answer records in got, as started rows of generation 1, the intents of
@@ -106,17 +113,17 @@ func (c *startedCache) answer(intents []decide.Intent, sums [][32]byte, uniq []i
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.slots == nil {
+	now, ok := c.nanos(c.now())
+	if c.slots == nil || !ok {
 		return uniq
 	}
-	now := c.seconds(c.now())
 	left := uniq[:0:0]
 next:
 	for _, i := range uniq {
 		in := &intents[i]
 		w := c.window(&sums[i])
 		for k := range w {
-			if c.answers(&w[k], &sums[i], &in.PayloadHash, now) {
+			if w[k].sum == sums[i] && w[k].hash == in.PayloadHash && c.live(&w[k], now) {
 				got[i] = stored{found: true, state: StateStarted, hash: in.PayloadHash[:], generation: 1}
 				continue next
 			}
@@ -150,31 +157,35 @@ func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []i
 	if c.changes != since {
 		return
 	}
+	now, ok := c.nanos(c.now())
+	if !ok {
+		return
+	}
 	if c.slots == nil {
 		c.slots = make([]startedSlot, c.entries)
 	}
-	now := c.seconds(c.now())
 	for _, i := range at {
 		w := c.window(&sums[i])
-		w[c.slotFor(w, &sums[i], now)] = startedSlot{sum: sums[i], hash: intents[i].PayloadHash, epoch: c.epoch, at: now}
+		c.filled++
+		w[c.slotFor(w, &sums[i], now)] = startedSlot{sum: sums[i], hash: intents[i].PayloadHash, at: now, seq: c.filled}
 	}
 }
 
 // slotFor is the slot of w that sum goes in: its own, else the first
-// that answers nothing (free, of an earlier epoch, or too old), else the
-// one remembered longest ago.
-func (c *startedCache) slotFor(w []startedSlot, sum *[32]byte, now uint32) int {
+// that answers nothing (free, forgotten, or too old), else the one
+// filled longest ago.
+func (c *startedCache) slotFor(w []startedSlot, sum *[32]byte, now int64) int {
 	for k := range w {
-		if w[k].epoch == c.epoch && w[k].sum == *sum {
+		if w[k].seq > c.forgot && w[k].sum == *sum {
 			return k
 		}
 	}
 	put := 0
 	for k := range w {
-		if w[k].epoch != c.epoch || now-w[k].at >= uint32(startedMaxAge/time.Second) {
+		if !c.live(&w[k], now) {
 			return k
 		}
-		if w[k].at < w[put].at {
+		if w[k].seq < w[put].seq {
 			put = k
 		}
 	}
@@ -208,19 +219,14 @@ func (c *startedCache) forgetReruns(started []processor.Started) {
 }
 
 // forgetAll forgets every ID and counts the change; Purge calls it
-// before its statements and after them. It moves the epoch on, so that
-// a purge costs no pass over the table (but the one in 2^32 that wraps
-// it around).
+// before its statements and after them. It costs no pass over the table:
+// every slot filled so far is forgotten.
 func (c *startedCache) forgetAll() {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.epoch++
-	if c.epoch == 0 {
-		clear(c.slots)
-		c.epoch = 1
-	}
+	c.forgot = c.filled
 	c.changes++
 }

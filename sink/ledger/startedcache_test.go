@@ -846,11 +846,13 @@ func TestAPurgeDuringAClaimOfItsRowStillLetsTheNextCopyBeClaimedAgain(t *testing
 
 // A producer's retries of the IDs one claim found started, half as many
 // as the memory holds (postgres.started_cache: "how many workflow IDs the
-// process remembers"), within the minute: every one is answered with no
-// statement, as the maps answered the newest half of their entries, and
-// as benchStartedCache's BenchmarkStartedCacheRetriesWithinItsSize says
-// of 50,000 IDs in 100,000 ("every ID after the first round is answered").
-func TestTheRetriesOfHalfAsManyIDsAsTheMemoryHoldsAreAllAnsweredFromMemory(t *testing.T) {
+// process remembers"), within the minute, are answered with no statement
+// but for a few: an ID goes in one of a window of startedWays slots, and a
+// window can be full while the table has room (the maps held every one;
+// the table trades that for one probe an ID). The docs say about 3% in a
+// table half full; this holds it to at most 5% (2 of 50 and 13 of 500
+// with these IDs, deterministic: the windows come from their SHA-256).
+func TestTheRetriesOfHalfAsManyIDsAsTheMemoryHoldsAreAnsweredFromMemoryButForAFew(t *testing.T) {
 	l, sql := openTraced(t)
 	ctx := context.Background()
 	for _, entries := range []int{100, 1000} {
@@ -883,8 +885,8 @@ func TestTheRetriesOfHalfAsManyIDsAsTheMemoryHoldsAreAllAnsweredFromMemory(t *te
 			}
 		}
 		sql.mu.Unlock()
-		if missed != 0 {
-			t.Errorf("started_cache %d: %d of the %d IDs just remembered went to the ledger again (%d statements)",
+		if missed*20 > len(ins) {
+			t.Errorf("started_cache %d: %d of the %d IDs just remembered went to the ledger again (%d statements), more than 5%%",
 				entries, missed, len(ins), len(sql.sql))
 		}
 	}
@@ -894,7 +896,10 @@ func TestTheRetriesOfHalfAsManyIDsAsTheMemoryHoldsAreAllAnsweredFromMemory(t *te
 // size) keeps answering the newest: each ID remembered after it filled
 // pushes out an older one, not the one remembered just before it. The
 // maps answered the newest half of their entries; here the newest half
-// must be answered, IDs remembered one claim each, the clock still.
+// must be answered, IDs remembered one claim each, the clock still. A
+// window pushes out the ID filled longest ago (by the order slots were
+// filled in, not by the clock): with 4 slots, one window, that is a
+// guarantee; with 64, these IDs' windows (deterministic) keep it too.
 func TestAFullMemoryAnswersTheNewestHalfOfTheIDsItRemembered(t *testing.T) {
 	l, sql := openTraced(t)
 	ctx := context.Background()
