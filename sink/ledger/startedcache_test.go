@@ -940,3 +940,62 @@ func TestAFullMemoryAnswersTheNewestHalfOfTheIDsItRemembered(t *testing.T) {
 		}
 	}
 }
+
+// Another replica's purge (postgres.retention) deletes a started row just
+// after a claim of this handle read it, while that claim is still on its
+// way back (its statement waited on another router's row lock, a slow
+// network: here 10 s of the memory's clock). The runbook, the CHANGELOG and
+// the example config say such a row "is read again within the minute"
+// (answered from memory "for at most a minute"): a copy 61 s after the
+// purge deleted the row must be read, and the ledger answers it new (no
+// row). The memory times an ID from when the claim came back, not from
+// when it read the row, so it answers duplicate for the minute after the
+// claim's end: 10 s past the minute here, as long past it as the claim
+// took, and the copy's event is lost.
+func TestARowAnotherReplicaPurgedWhileAClaimReadItIsReadAgainWithinTheMinute(t *testing.T) {
+	other := open(t) // another replica's handle on the same ledger
+	pc, err := pgxpool.ParseConfig(other.Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := &claimGate{reached: make(chan struct{}), release: make(chan struct{})}
+	pc.ConnConfig.Tracer = gate
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	clk := &clock{t: time.Unix(1e9, 0)}
+	l := ledger.NewFromPool(pool).RememberStartedAt(100, clk.now)
+	ctx := context.Background()
+	a := intent("a", "p")
+	markedStarted(t, l, a)
+	if _, err := pool.Exec(ctx, `UPDATE dedup_ledger SET started_at = now() - interval '2 hours' WHERE workflow_id = $1`, a.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+
+	gate.armed.Store(true)
+	type answer struct {
+		cl  []decide.Claimed
+		err error
+	}
+	during := make(chan answer, 1)
+	go func() {
+		cl, err := l.Claim(ctx, []decide.Intent{a})
+		during <- answer{cl, err}
+	}()
+	<-gate.reached // the claim has read the row: started, generation 1
+	if n, err := other.Purge(ctx, time.Hour, 100); err != nil || n != 1 {
+		t.Fatalf("the other replica's Purge: %d rows, %v; want 1", n, err)
+	}
+	clk.add(10 * time.Second) // the claim's way back
+	close(gate.release)
+	if got := <-during; got.err != nil || got.cl[0].Verdict != decide.VerdictDuplicate {
+		t.Fatalf("the claim during the purge: %+v, %v", got.cl, got.err)
+	}
+	clk.add(ledger.StartedMaxAge - 10*time.Second + time.Second) // 61 s after the purge, 51 s after the claim came back
+	if got := claim(t, l, a); got[0] != decide.VerdictNew {
+		t.Fatalf("a copy 61 s after another replica's purge deleted its row (the claim that read it took 10 s): %v, want %v "+
+			"(the ledger's: the row is gone; the docs: read again within the minute)", got[0], decide.VerdictNew)
+	}
+}
