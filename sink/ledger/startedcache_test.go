@@ -999,3 +999,98 @@ func TestARowAnotherReplicaPurgedWhileAClaimReadItIsReadAgainWithinTheMinute(t *
 			"(the ledger's: the row is gone; the docs: read again within the minute)", got[0], decide.VerdictNew)
 	}
 }
+
+// purgeGate holds this handle's purge at two points, once each: the end of
+// its first statement over started rows (a batch chosen, not yet
+// committed) and the start of its first statement over dead-lettered rows
+// (every started batch committed): a test claims in those windows.
+type purgeGate struct {
+	first, afterStarted    atomic.Bool
+	atFirst, atDeadLetters chan struct{}
+	goFirst, goDeadLetters chan struct{}
+}
+
+type purgeSQL struct{}
+
+func (g *purgeGate) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if d.SQL == ledger.PurgeStatements[ledger.StateDeadLettered] && g.afterStarted.CompareAndSwap(true, false) {
+		close(g.atDeadLetters)
+		<-g.goDeadLetters
+	}
+	return context.WithValue(ctx, purgeSQL{}, d.SQL)
+}
+
+func (g *purgeGate) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if q, _ := ctx.Value(purgeSQL{}).(string); q == ledger.PurgeStatements[ledger.StateStarted] && g.first.CompareAndSwap(true, false) {
+		close(g.atFirst)
+		<-g.goFirst
+	}
+}
+
+// This handle's purge (postgres.retention, the router's own handle)
+// deletes started rows in batches, each its own transaction, and may run
+// for minutes over a backlog. A claim that begins and ends while the purge
+// is between two batches reads a row a later batch deletes: the claim
+// "remembers nothing it read while one was in progress" (startedCache),
+// and the runbook says a replica's own purge forgets every ID. But the
+// change counter only tells a claim that a purge began or ended during
+// it, not that one was running all along: the claim remembers the row,
+// and once the next batch has deleted it, a copy (before the purge ends)
+// is answered duplicate from memory, where the ledger answers new (no
+// row): the copy's event is lost.
+func TestARowThisHandlesRunningPurgeDeletesAfterAClaimReadItIsClaimedAgain(t *testing.T) {
+	pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := &purgeGate{atFirst: make(chan struct{}), atDeadLetters: make(chan struct{}),
+		goFirst: make(chan struct{}), goDeadLetters: make(chan struct{})}
+	pc.ConnConfig.Tracer = gate
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ledger.NewFromPool(pool).RememberStarted(100)
+	ctx := context.Background()
+	y, x := intent("y", "p"), intent("x", "p")
+	for _, c := range []struct {
+		in  decide.Intent
+		ago string
+	}{{y, "3 hours"}, {x, "2 hours"}} { // y, older, is the purge's first batch; x its second
+		markedStarted(t, l, c.in)
+		if _, err := pool.Exec(ctx, `UPDATE dedup_ledger SET started_at = now() - $2::interval WHERE workflow_id = $1`, c.in.WorkflowID, c.ago); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate.first.Store(true)
+	gate.afterStarted.Store(true)
+	purged := make(chan error, 1)
+	go func() {
+		n, err := l.Purge(ctx, time.Hour, 1) // one row a batch
+		if err == nil && n != 2 {
+			err = fmt.Errorf("purged %d rows, want 2", n)
+		}
+		purged <- err
+	}()
+	<-gate.atFirst // the purge is running: its first batch (y) chosen
+	want(t, claim(t, l, x), decide.VerdictDuplicate) // x is still started: the ledger answers duplicate
+	close(gate.goFirst)
+	<-gate.atDeadLetters // every started batch committed: x's row is gone
+	rows, err := l.Lookup(ctx, []string{x.WorkflowID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rows[x.WorkflowID]; ok {
+		t.Fatalf("x's row is still in the ledger: %+v", rows[x.WorkflowID])
+	}
+	got := claim(t, l, x)
+	close(gate.goDeadLetters)
+	if err := <-purged; err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != decide.VerdictNew {
+		t.Fatalf("a copy of x after the running purge deleted its row: %v, want %v (the ledger's: the row is gone); "+
+			"the claim that read x while the purge ran remembered it", got[0], decide.VerdictNew)
+	}
+}
