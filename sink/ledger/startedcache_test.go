@@ -1094,3 +1094,93 @@ func TestARowThisHandlesRunningPurgeDeletesAfterAClaimReadItIsClaimedAgain(t *te
 			"the claim that read x while the purge ran remembered it", got[0], decide.VerdictNew)
 	}
 }
+
+// markGate tells when a re-run's mark statement is sent (MarkStarted has
+// forgotten its IDs and counted the change), and holds its end once (the
+// mark committed, MarkStarted not yet returned).
+type markGate struct {
+	armed                  atomic.Bool
+	sent, reached, release chan struct{}
+}
+
+type markSQL struct{}
+
+func isMark(q string) bool { return strings.Contains(q, "UPDATE dedup_ledger l SET state = 'started'") }
+
+func (g *markGate) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if isMark(d.SQL) && g.armed.Load() {
+		close(g.sent)
+	}
+	return context.WithValue(ctx, markSQL{}, d.SQL)
+}
+
+func (g *markGate) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if q, _ := ctx.Value(markSQL{}).(string); isMark(q) && g.armed.CompareAndSwap(true, false) {
+		close(g.reached)
+		<-g.release
+	}
+}
+
+// A claim that begins and ends while a re-run's mark of its ID is in
+// flight on the same handle (the mark waits for the row's lock: another
+// router's statement holds it) reads the row at generation 1 and answers
+// that, as the ledger did then; but it must remember nothing it read while
+// the mark was in progress (startedCache's doc). The change counter only
+// tells it that a mark began or ended during it, so it remembers the row:
+// once the mark has committed generation 2, until MarkStarted's deferred
+// forget (here held at the statement's end; in a router, the time its Go
+// code, or a refused fence's read, takes), a copy is answered generation 1
+// from memory where the ledger answers 2.
+func TestAClaimWhollyWithinAReRunsMarkOfItsIDRemembersNothing(t *testing.T) {
+	base := open(t)
+	pc, err := pgxpool.ParseConfig(base.Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := &markGate{sent: make(chan struct{}), reached: make(chan struct{}), release: make(chan struct{})}
+	pc.ConnConfig.Tracer = gate
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ledger.NewFromPool(pool).RememberStarted(100)
+	ctx := context.Background()
+	x := intent("x", "p")
+	markedStarted(t, l, x)
+
+	lock, err := base.Pool().Begin(ctx) // another router's statement on x's row
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx)
+	if _, err := lock.Exec(ctx, `SELECT FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, x.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	gate.armed.Store(true)
+	marked := make(chan error, 1)
+	go func() {
+		marked <- l.MarkStarted(ctx, []processor.Started{{WorkflowID: x.WorkflowID, RunID: "r2", Generation: 2}})
+	}()
+	<-gate.sent // the mark has begun: it waits for x's row
+	cl, err := l.Claim(ctx, []decide.Intent{x})
+	if err != nil || cl[0] != (decide.Claimed{Verdict: decide.VerdictDuplicate, Generation: 1}) {
+		t.Fatalf("the claim during the mark: %+v, %v; want duplicate of generation 1 (the mark has not committed)", cl, err)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-gate.reached // the mark committed generation 2
+	alone, err := ledger.NewFromPool(base.Pool()).Claim(ctx, []decide.Intent{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Claim(ctx, []decide.Intent{x})
+	close(gate.release)
+	if err := <-marked; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || got[0] != alone[0] {
+		t.Fatalf("a copy after the re-run's mark committed: %+v, %v; the ledger alone answers %+v", got, err, alone[0])
+	}
+}
