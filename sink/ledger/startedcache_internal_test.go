@@ -3,6 +3,7 @@ package ledger
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand"
 	"runtime"
 	"testing"
@@ -290,5 +291,63 @@ func TestAPurgeForgetsEveryIDRememberedBeforeItAndNoneAfter(t *testing.T) {
 	if !answered(after, afterSums) || !answered(before, beforeSums) || c.held() != 2 {
 		t.Errorf("IDs remembered after the purge, the clock still: answered %v and %v, %d held",
 			answered(after, afterSums), answered(before, beforeSums), c.held())
+	}
+}
+
+// At the edges of what the memory's clock can tell (a time.Duration from
+// its start, less a nanosecond either side) an ID answers for less than
+// startedMaxAge and no longer; at a time it cannot tell (Sub saturates) it
+// answers nothing and remembers nothing, and a slot filled at one edge
+// never answers at the other.
+func TestTheStartedCacheAnswersLessThanAMinuteAtTheEdgesOfItsClockAndNothingPastThem(t *testing.T) {
+	base := time.Unix(1e9, 0)
+	const maxD = time.Duration(math.MaxInt64)
+	in := []decide.Intent{{WorkflowID: "activity-a:edge", PayloadHash: [32]byte{3}}}
+	sums := make([][32]byte, 1)
+	_, sums[0] = keySumOf(in[0].WorkflowID)
+	for _, c := range []struct {
+		name string
+		at   time.Time // remembered at
+		then []struct {
+			now  time.Time
+			want bool
+		}
+	}{
+		{"last tellable", base.Add(maxD - 1), []struct {
+			now  time.Time
+			want bool
+		}{{base.Add(maxD - 1), true}, {base.Add(maxD), false}, {base.Add(maxD).Add(time.Hour), false},
+			{base.Add(-maxD), false}, {base, false}, {base.Add(maxD - 1), true}}},
+		{"first tellable", base.Add(-maxD), []struct {
+			now  time.Time
+			want bool
+		}{{base.Add(-maxD), true}, {base.Add(-maxD).Add(startedMaxAge - 1), true}, {base.Add(-maxD).Add(startedMaxAge), false},
+			{base.Add(-maxD).Add(-1), false}, {base.Add(maxD - 1), false}, {base.Add(-maxD).Add(time.Second), true}}},
+	} {
+		now := base // the memory's start
+		cache := newStartedCache(4, func() time.Time { return now })
+		now = c.at
+		cache.remember(in, sums, []int{0}, cache.since())
+		if cache.held() != 1 {
+			t.Fatalf("%s: %d held after a remember at a time the clock tells", c.name, cache.held())
+		}
+		for k, th := range c.then {
+			now = th.now
+			got := len(cache.answer(in, sums, []int{0}, make([]stored, 1))) == 0
+			if got != th.want {
+				t.Errorf("%s: look-up %d at %v from the remember: answered %v, want %v", c.name, k, th.now.Sub(c.at), got, th.want)
+			}
+		}
+		// A time the clock cannot tell remembers nothing.
+		for _, far := range []time.Time{base.Add(maxD).Add(time.Hour), base.Add(-maxD).Add(-time.Hour)} {
+			now = base
+			fresh := newStartedCache(4, func() time.Time { return now })
+			now = far
+			fresh.remember(in, sums, []int{0}, fresh.since())
+			now = base
+			if fresh.held() != 0 || len(fresh.answer(in, sums, []int{0}, make([]stored, 1))) == 0 {
+				t.Errorf("%s: remembered at %v (the clock cannot tell): %d held, or answered at the start", c.name, far, fresh.held())
+			}
+		}
 	}
 }
