@@ -1073,7 +1073,7 @@ func TestARowThisHandlesRunningPurgeDeletesAfterAClaimReadItIsClaimedAgain(t *te
 		}
 		purged <- err
 	}()
-	<-gate.atFirst // the purge is running: its first batch (y) chosen
+	<-gate.atFirst                                   // the purge is running: its first batch (y) chosen
 	want(t, claim(t, l, x), decide.VerdictDuplicate) // x is still started: the ledger answers duplicate
 	close(gate.goFirst)
 	<-gate.atDeadLetters // every started batch committed: x's row is gone
