@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -347,6 +348,93 @@ func TestTheStartedCacheAnswersLessThanAMinuteAtTheEdgesOfItsClockAndNothingPast
 			now = base
 			if fresh.held() != 0 || len(fresh.answer(in, sums, []int{0}, make([]stored, 1))) == 0 {
 				t.Errorf("%s: remembered at %v (the clock cannot tell): %d held, or answered at the start", c.name, far, fresh.held())
+			}
+		}
+	}
+}
+
+// Claims (look-up, then remember with the since taken before it), re-runs'
+// forgets and purges from several goroutines on one memory (run with
+// -race), with IDs that share a window, on tables of 1 to 7 slots: the
+// memory never holds more than its entries, never two slots of one ID
+// that a purge has not forgotten, never a slot numbered past what it
+// filled; after the last purge, with nothing remembered since, it answers
+// nothing.
+func TestTheStartedCacheKeepsItsShapeUnderConcurrentClaimsMarksAndPurges(t *testing.T) {
+	for _, entries := range []int{1, 2, 3, 4, 5, 7} {
+		var clockMu sync.Mutex
+		now := time.Unix(1e9, 0)
+		c := newStartedCache(entries, func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now })
+		ids := make([]string, 12)
+		sums := make([][32]byte, len(ids))
+		for i := range ids {
+			ids[i] = fmt.Sprintf("activity-a:%d", i)
+			_, sums[i] = keySumOf(ids[i])
+			if i < 6 {
+				binary.LittleEndian.PutUint64(sums[i][:8], 99)
+			}
+		}
+		restore := keySumOf
+		keySumOf = func(id string) ([16]byte, [32]byte) {
+			for i := range ids {
+				if ids[i] == id {
+					return [16]byte{}, sums[i]
+				}
+			}
+			return restore(id)
+		}
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewSource(int64(g*10 + entries)))
+				for range 2000 {
+					switch op := rng.Intn(10); {
+					case op < 6:
+						k := rng.Intn(len(ids))
+						in := []decide.Intent{{WorkflowID: ids[k], PayloadHash: [32]byte{byte(rng.Intn(2))}}}
+						s := [][32]byte{sums[k]}
+						since := c.since()
+						if left := c.answer(in, s, []int{0}, make([]stored, 1)); len(left) == 1 {
+							c.remember(in, s, []int{0}, since)
+						}
+					case op < 8:
+						c.forgetReruns([]processor.Started{{WorkflowID: ids[rng.Intn(len(ids))], Generation: 2}})
+					case op < 9:
+						c.forgetAll()
+					default:
+						clockMu.Lock()
+						now = now.Add(time.Duration(rng.Int63n(int64(3*time.Second))) - time.Second)
+						clockMu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		keySumOf = restore
+		if n := c.held(); n > entries {
+			t.Errorf("entries %d: %d held", entries, n)
+		}
+		seen := map[[32]byte]bool{}
+		for k := range c.slots {
+			s := &c.slots[k]
+			if s.seq > c.filled {
+				t.Errorf("entries %d: slot %d numbered %d, past the %d filled", entries, k, s.seq, c.filled)
+			}
+			if s.seq > c.forgot {
+				if seen[s.sum] {
+					t.Errorf("entries %d: two slots of one ID not forgotten", entries)
+				}
+				seen[s.sum] = true
+			}
+		}
+		c.forgetAll()
+		for k := range ids {
+			in := []decide.Intent{{WorkflowID: ids[k], PayloadHash: [32]byte{0}}, {WorkflowID: ids[k], PayloadHash: [32]byte{1}}}
+			s := [][32]byte{sums[k], sums[k]}
+			if left := c.answer(in, s, []int{0, 1}, make([]stored, 2)); len(left) != 2 {
+				t.Errorf("entries %d: ID %d answered after the last purge", entries, k)
 			}
 		}
 	}
