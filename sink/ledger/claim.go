@@ -202,7 +202,7 @@ func (a probe) compare(b probe) int {
 // row's owner). Each such ID is claimed again alone, so that the owner of
 // a row always gets its own row's answer; one still without a row after
 // that is a conflict.
-func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since uint64, uniq []int, got []stored, f fenceArgs) error {
+func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since startedSince, uniq []int, got []stored, f fenceArgs) error {
 	if err := p.claimOnce(ctx, intents, keys, sums, since, uniq, got, f); err != nil {
 		return err
 	}
@@ -228,7 +228,7 @@ func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, keys [][1
 // in its answer is left out of got.
 // A fence that no longer holds fails it with a *processor.FencedError,
 // nothing written.
-func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since uint64, uniq []int, got []stored, f fenceArgs) error {
+func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since startedSince, uniq []int, got []stored, f fenceArgs) error {
 	n := len(uniq)
 	var (
 		wf, act, ev, rule, topic = make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n)

@@ -45,9 +45,8 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	}
 	// A re-run moves its row past generation 1: its copies are read
 	// again (startedCache remembers generation 1 only), and a claim
-	// that read the row before this mark commits remembers nothing.
-	p.started.forgetReruns(started)
-	defer p.started.forgetReruns(started)
+	// that overlaps this mark in any part remembers nothing.
+	defer p.started.forgetReruns(started)()
 	var (
 		held     bool
 		recorded []int64 // the ordinals (in ms, from 1) of the entries Recorded

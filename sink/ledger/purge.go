@@ -57,10 +57,9 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 	if !lockConflicts {
 		conflicts = purgeConflictsUnlocked
 	}
-	// The rows it deletes are forgotten, and a claim that read one before
-	// it was deleted remembers nothing (startedCache.forgetAll).
-	p.started.forgetAll()
-	defer p.started.forgetAll()
+	// The rows it deletes are forgotten, and a claim that overlaps the
+	// purge in any part remembers nothing (startedCache.forgetAll).
+	defer p.started.forgetAll()()
 	var total int64
 	for _, q := range []struct{ what, sql string }{
 		{"started", started},

@@ -52,10 +52,11 @@ const startedWays = 4
 type startedCache struct {
 	mu sync.Mutex
 	// changes counts the marks past generation 1 and the purges, begun
-	// and ended: a claim remembers nothing it read while one was in
-	// progress (since), whose row it may have moved or deleted after the
-	// read.
+	// and ended, and busy those in progress: a claim remembers nothing it
+	// read while one was in progress (since), whose row it may have moved
+	// or deleted after the read.
 	changes uint64
+	busy    int
 	entries int
 	now     func() time.Time
 	// base is the time the slots' times count from.
@@ -133,28 +134,40 @@ next:
 	return left
 }
 
-// since is what a claim passes to remember: taken before its first
-// statement.
-func (c *startedCache) since() uint64 {
+// startedSince is what a claim passes to remember: the changes counted,
+// and the clock (nanoseconds since base, and whether it could tell),
+// before its first statement.
+type startedSince struct {
+	changes uint64
+	at      int64
+	ok      bool
+}
+
+// since is taken before a claim's first statement.
+func (c *startedCache) since() startedSince {
 	if c == nil {
-		return 0
+		return startedSince{}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.changes
+	at, ok := c.nanos(c.now())
+	return startedSince{changes: c.changes, at: at, ok: ok}
 }
 
 // remember puts the intents at, whose rows the ledger has just answered
-// started with their payload hash at generation 1, unless a re-run's
-// mark or a purge began or ended since the claim began (since): its read
-// may be older than it, and the row moved or gone.
-func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []int, since uint64) {
-	if c == nil || len(at) == 0 {
+// started with their payload hash at generation 1, as of the claim's
+// beginning (since.at: the read came after it, so the ID answers less
+// than startedMaxAge after the read, however long the claim took). It
+// remembers nothing if a re-run's mark or a purge began or ended since
+// the claim began, or is in progress: its read may be older than the
+// change, and the row moved or gone.
+func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []int, since startedSince) {
+	if c == nil || len(at) == 0 || !since.ok {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.changes != since {
+	if c.changes != since.changes || c.busy > 0 {
 		return
 	}
 	now, ok := c.nanos(c.now())
@@ -167,7 +180,7 @@ func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []i
 	for _, i := range at {
 		w := c.window(&sums[i])
 		c.filled++
-		w[c.slotFor(w, &sums[i], now)] = startedSlot{sum: sums[i], hash: intents[i].PayloadHash, at: now, seq: c.filled}
+		w[c.slotFor(w, &sums[i], now)] = startedSlot{sum: sums[i], hash: intents[i].PayloadHash, at: since.at, seq: c.filled}
 	}
 }
 
@@ -192,41 +205,62 @@ func (c *startedCache) slotFor(w []startedSlot, sum *[32]byte, now int64) int {
 	return put
 }
 
-// forgetReruns forgets the workflow IDs of marks past generation 1, and
-// counts the mark in changes; MarkStarted calls it before its statement
-// and after it.
-func (c *startedCache) forgetReruns(started []processor.Started) {
-	if c == nil {
-		return
+// forgetReruns forgets the workflow IDs of marks past generation 1 and,
+// if there is one, counts the mark as begun; MarkStarted calls it before
+// its statement and defers the func it returns, which forgets them again
+// and counts the mark as ended.
+func (c *startedCache) forgetReruns(started []processor.Started) (ended func()) {
+	if c == nil || !c.rerunsChange(started, 1) {
+		return func() {}
 	}
+	return func() { c.rerunsChange(started, -1) }
+}
+
+// rerunsChange forgets the re-runs of started and, if there is one,
+// counts a change and moves busy by step; it says whether it counted.
+func (c *startedCache) rerunsChange(started []processor.Started, step int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	counted := false
 	for i := range started {
-		if started[i].Generation > 1 {
-			c.changes++
-			if c.slots == nil {
-				continue
-			}
-			_, sum := keySumOf(started[i].WorkflowID)
-			w := c.window(&sum)
-			for k := range w {
-				if w[k].sum == sum {
-					w[k] = startedSlot{}
-				}
+		if started[i].Generation <= 1 {
+			continue
+		}
+		counted = true
+		if c.slots == nil {
+			continue
+		}
+		_, sum := keySumOf(started[i].WorkflowID)
+		w := c.window(&sum)
+		for k := range w {
+			if w[k].sum == sum {
+				w[k] = startedSlot{}
 			}
 		}
 	}
+	if counted {
+		c.changes++
+		c.busy += step
+	}
+	return counted
 }
 
-// forgetAll forgets every ID and counts the change; Purge calls it
-// before its statements and after them. It costs no pass over the table:
-// every slot filled so far is forgotten.
-func (c *startedCache) forgetAll() {
+// forgetAll forgets every ID and counts a purge as begun; Purge calls it
+// before its statements and defers the func it returns, which forgets
+// every ID again and counts the purge as ended. It costs no pass over the
+// table: every slot filled so far is forgotten.
+func (c *startedCache) forgetAll() (ended func()) {
 	if c == nil {
-		return
+		return func() {}
 	}
+	c.purgeChange(1)
+	return func() { c.purgeChange(-1) }
+}
+
+func (c *startedCache) purgeChange(step int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.forgot = c.filled
 	c.changes++
+	c.busy += step
 }

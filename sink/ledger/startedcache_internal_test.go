@@ -198,10 +198,10 @@ func TestTheStartedCacheAnswersOnlyWhatAModelOfTheLedgerRemembers(t *testing.T) 
 					if stale { // a mark or purge begins while the claim reads
 						if rng.Intn(2) == 0 {
 							j := rng.Intn(len(ids))
-							c.forgetReruns([]processor.Started{{WorkflowID: ids[j], Generation: 2}})
+							c.forgetReruns([]processor.Started{{WorkflowID: ids[j], Generation: 2}})()
 							delete(model, sums[j])
 						} else {
-							c.forgetAll()
+							c.forgetAll()()
 							clear(model)
 						}
 					}
@@ -214,10 +214,10 @@ func TestTheStartedCacheAnswersOnlyWhatAModelOfTheLedgerRemembers(t *testing.T) 
 					}
 				case op < 50:
 					j := rng.Intn(len(ids))
-					c.forgetReruns([]processor.Started{{WorkflowID: ids[j], Generation: 2 + rng.Intn(3)}})
+					c.forgetReruns([]processor.Started{{WorkflowID: ids[j], Generation: 2 + rng.Intn(3)}})()
 					delete(model, sums[j])
 				case op < 55:
-					c.forgetAll()
+					c.forgetAll()()
 					clear(model)
 				case op < 90:
 					now = now.Add(time.Duration(rng.Int63n(int64(2 * time.Second))))
@@ -282,7 +282,7 @@ func TestAPurgeForgetsEveryIDRememberedBeforeItAndNoneAfter(t *testing.T) {
 	}
 	before, beforeSums := in("activity-a:before")
 	c.remember(before, beforeSums, []int{0}, c.since())
-	c.forgetAll()
+	c.forgetAll()()
 	if answered(before, beforeSums) || c.held() != 0 {
 		t.Fatalf("after the purge: the ID remembered before it answers, or %d held", c.held())
 	}
@@ -400,9 +400,9 @@ func TestTheStartedCacheKeepsItsShapeUnderConcurrentClaimsMarksAndPurges(t *test
 							c.remember(in, s, []int{0}, since)
 						}
 					case op < 8:
-						c.forgetReruns([]processor.Started{{WorkflowID: ids[rng.Intn(len(ids))], Generation: 2}})
+						c.forgetReruns([]processor.Started{{WorkflowID: ids[rng.Intn(len(ids))], Generation: 2}})()
 					case op < 9:
-						c.forgetAll()
+						c.forgetAll()()
 					default:
 						clockMu.Lock()
 						now = now.Add(time.Duration(rng.Int63n(int64(3*time.Second))) - time.Second)
@@ -429,7 +429,7 @@ func TestTheStartedCacheKeepsItsShapeUnderConcurrentClaimsMarksAndPurges(t *test
 				seen[s.sum] = true
 			}
 		}
-		c.forgetAll()
+		c.forgetAll()()
 		for k := range ids {
 			in := []decide.Intent{{WorkflowID: ids[k], PayloadHash: [32]byte{0}}, {WorkflowID: ids[k], PayloadHash: [32]byte{1}}}
 			s := [][32]byte{sums[k], sums[k]}

@@ -66,7 +66,7 @@ func recordOf(in *decide.Intent) recordRef { return recordRef{in.Topic, in.Parti
 // answerStarted records in got the rows already started and returns the
 // indexes of the intents left to claim. A started row never goes back to
 // pending, so the read needs no lock.
-func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since uint64, uniq []int, got []stored) ([]int, error) {
+func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since startedSince, uniq []int, got []stored) ([]int, error) {
 	routes := make(map[recordRef]int, len(uniq))
 	for _, i := range uniq {
 		routes[recordOf(&intents[i])]++
