@@ -207,30 +207,37 @@ func (c *startedCache) slotFor(w []startedSlot, sum *[32]byte, now int64) int {
 
 // forgetReruns forgets the workflow IDs of marks past generation 1 and,
 // if there is one, counts the mark as begun; MarkStarted calls it before
-// its statement and defers the func it returns, which forgets them again
-// and counts the mark as ended.
+// its statement and defers the func it returns, which forgets those IDs
+// again and counts the mark as ended.
 func (c *startedCache) forgetReruns(started []processor.Started) (ended func()) {
-	if c == nil || !c.rerunsChange(started, 1) {
+	if c == nil {
 		return func() {}
 	}
-	return func() { c.rerunsChange(started, -1) }
+	var sums [][32]byte
+	for i := range started {
+		if started[i].Generation > 1 {
+			_, sum := keySumOf(started[i].WorkflowID)
+			sums = append(sums, sum)
+		}
+	}
+	if len(sums) == 0 {
+		return func() {}
+	}
+	c.rerunsChange(sums, 1)
+	return func() { c.rerunsChange(sums, -1) }
 }
 
-// rerunsChange forgets the re-runs of started and, if there is one,
-// counts a change and moves busy by step; it says whether it counted.
-func (c *startedCache) rerunsChange(started []processor.Started, step int) bool {
+// rerunsChange forgets the IDs of sums, counts a change and moves busy
+// by step.
+func (c *startedCache) rerunsChange(sums [][32]byte, step int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	counted := false
-	for i := range started {
-		if started[i].Generation <= 1 {
-			continue
-		}
-		counted = true
-		if c.slots == nil {
-			continue
-		}
-		_, sum := keySumOf(started[i].WorkflowID)
+	c.changes++
+	c.busy += step
+	if c.slots == nil {
+		return
+	}
+	for _, sum := range sums {
 		w := c.window(&sum)
 		for k := range w {
 			if w[k].sum == sum {
@@ -238,11 +245,6 @@ func (c *startedCache) rerunsChange(started []processor.Started, step int) bool 
 			}
 		}
 	}
-	if counted {
-		c.changes++
-		c.busy += step
-	}
-	return counted
 }
 
 // forgetAll forgets every ID and counts a purge as begun; Purge calls it
