@@ -3,7 +3,10 @@ package ledger_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -1182,5 +1185,118 @@ func TestAClaimWhollyWithinAReRunsMarkOfItsIDRemembersNothing(t *testing.T) {
 	}
 	if err != nil || got[0] != alone[0] {
 		t.Fatalf("a copy after the re-run's mark committed: %+v, %v; the ledger alone answers %+v", got, err, alone[0])
+	}
+}
+
+// cancelLoser is a TCP proxy to a database's server that, told to
+// (refuseNext), closes the next new connection at once (a proxy or pooler
+// at its limit), and says so (refused): a cancel request that does not
+// get through.
+type cancelLoser struct {
+	url        string
+	refuseNext atomic.Bool
+	refused    chan struct{}
+}
+
+func newCancelLoser(t *testing.T, dbURL string) *cancelLoser {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	u.Host = ln.Addr().String()
+	q := u.Query()
+	q.Set("sslmode", "disable")
+	u.RawQuery = q.Encode()
+	p := &cancelLoser{url: u.String(), refused: make(chan struct{}, 1)}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if p.refuseNext.CompareAndSwap(true, false) {
+				_ = c.Close()
+				p.refused <- struct{}{}
+				continue
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+		}
+	}()
+	return p
+}
+
+// A re-run's mark whose context ends while its statement waits for the
+// row's lock (another router's statement holds it) returns at once: pgx
+// drops the connection (its cancel request, best effort, does not get
+// through: a proxy or pooler in front of PostgreSQL takes no new
+// connection just then), and MarkStarted's deferred end counts the mark
+// as ended. The server does not look at the client while the statement
+// waits: once the holder lets go, the auto-committed UPDATE moves the row
+// to generation 2 (purge.go's cancelledOnTheServer says so of a purge,
+// and guards against it; MarkStarted does not). A claim that began after
+// MarkStarted returned, and read the row at generation 1 before the
+// orphaned statement committed, is remembered: a copy is then answered
+// generation 1 from memory, for up to a minute, where the ledger answers 2.
+func TestAReRunsMarkWhoseContextEndedWhileItWaitedForItsRowStillMakesItsCopiesReadTheirGeneration(t *testing.T) {
+	base := open(t)
+	px := newCancelLoser(t, base.Pool().Config().ConnString())
+	l := openAs(t, px.url).RememberStarted(100)
+	ctx := context.Background()
+	x := intent("x", "p")
+	markedStarted(t, l, x)
+
+	lock := holdRows(t, base.Pool(), "dedup_ledger", x.WorkflowID) // another router's statement on x's row
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	marked := make(chan error, 1)
+	go func() {
+		marked <- l.MarkStarted(mctx, []processor.Started{{WorkflowID: x.WorkflowID, RunID: "r2", Generation: 2}})
+	}()
+	waitBlockedHere(t, base.Pool(), "UPDATE dedup_ledger l SET state = 'started'")
+	px.refuseNext.Store(true)
+	cancel()
+	if err := within(t, marked, lockWaitPatience, "the stopped mark"); err == nil {
+		t.Fatal("the mark returned no error though its context ended while it waited for its row")
+	} else {
+		t.Logf("the stopped mark returned: %v", err)
+	}
+	within(t, px.refused, lockWaitPatience, "the stopped mark's cancel request")
+	// The mark has returned: a claim now reads the row as committed,
+	// generation 1, and answers that, as the ledger does.
+	cl, err := l.Claim(ctx, []decide.Intent{x})
+	if err != nil || cl[0] != (decide.Claimed{Verdict: decide.VerdictDuplicate, Generation: 1}) {
+		t.Fatalf("the claim after the stopped mark: %+v, %v; want duplicate of generation 1", cl, err)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The orphaned statement commits once it has the row.
+	gen := 1
+	for end := time.Now().Add(10 * time.Second); gen != 2 && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if err := base.Pool().QueryRow(ctx, `SELECT generation FROM dedup_ledger WHERE workflow_id = $1`, x.WorkflowID).Scan(&gen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("the row's generation once its holder let go: %d", gen)
+	alone, err := ledger.NewFromPool(base.Pool()).Claim(ctx, []decide.Intent{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Claim(ctx, []decide.Intent{x})
+	if err != nil || got[0] != alone[0] {
+		t.Fatalf("a copy after the stopped re-run's mark committed on the server: %+v, %v; the ledger alone answers %+v", got, err, alone[0])
 	}
 }
