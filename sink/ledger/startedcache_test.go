@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -1196,6 +1197,8 @@ type cancelLoser struct {
 	url        string
 	refuseNext atomic.Bool
 	refused    chan struct{}
+	// refuseAll, set, closes every new connection at once.
+	refuseAll atomic.Bool
 }
 
 func newCancelLoser(t *testing.T, dbURL string) *cancelLoser {
@@ -1221,9 +1224,12 @@ func newCancelLoser(t *testing.T, dbURL string) *cancelLoser {
 			if err != nil {
 				return
 			}
-			if p.refuseNext.CompareAndSwap(true, false) {
+			if p.refuseNext.CompareAndSwap(true, false) || p.refuseAll.Load() {
 				_ = c.Close()
-				p.refused <- struct{}{}
+				select {
+				case p.refused <- struct{}{}:
+				default:
+				}
 				continue
 			}
 			s, err := net.Dial("tcp", target)
@@ -1298,5 +1304,119 @@ func TestAReRunsMarkWhoseContextEndedWhileItWaitedForItsRowStillMakesItsCopiesRe
 	got, err := l.Claim(ctx, []decide.Intent{x})
 	if err != nil || got[0] != alone[0] {
 		t.Fatalf("a copy after the stopped re-run's mark committed on the server: %+v, %v; the ledger alone answers %+v", got, err, alone[0])
+	}
+}
+
+// A purge whose context ends while its transaction's COMMIT waits for a
+// synchronous standby (synchronous_standby_names names one that does not
+// answer: down, or far behind) returns context.Canceled, and Purge's
+// deferred end counts the purge as ended. Its cancel request does not get
+// through (a proxy or pooler in front of PostgreSQL takes no new
+// connection just then), and the server, which does not look at the
+// client while it waits for the standby, goes on waiting: the deletion is
+// committed locally and becomes visible once the standby answers (here:
+// once synchronous_standby_names is emptied), after Purge returned. (A
+// cancel request that does get through makes it visible at once too:
+// "canceling wait for synchronous replication ... the transaction has
+// already committed locally".) A claim that began after Purge returned,
+// and read the row before the deletion was visible, is remembered: the
+// next copy is then answered duplicate from memory, for up to a minute,
+// where the ledger has no row and claims it new: an event lost.
+func TestARowThisHandlesStoppedPurgeDeletesAfterItReturnedIsClaimedAgainAsTheLedgerAnswers(t *testing.T) {
+	if os.Getenv("DATABASE_URL") != "" {
+		t.Skip("it sets synchronous_standby_names on the server: it needs a throwaway cluster of its own")
+	}
+	base := open(t)
+	admin := base.Pool()
+	px := newCancelLoser(t, admin.Config().ConnString())
+	l := openAs(t, px.url).RememberStarted(100)
+	ctx := context.Background()
+	a := intent("a", "p")
+	markedStarted(t, l, a)
+	if _, err := admin.Exec(ctx, `UPDATE dedup_ledger SET started_at = now() - interval '2 hours' WHERE workflow_id = $1`, a.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	// Connections for the claims to come, so that they need no new one
+	// while the proxy refuses them.
+	var conns []*pgxpool.Conn
+	for range 3 {
+		c, err := l.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	setStandbys := func(names string) {
+		t.Helper()
+		q := `ALTER SYSTEM RESET synchronous_standby_names`
+		if names != "" {
+			q = `ALTER SYSTEM SET synchronous_standby_names = '` + names + `'`
+		}
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setStandbys("absent_standby")
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			setStandbys("")
+		}
+	})
+	time.Sleep(200 * time.Millisecond) // the reload reaches the backends
+
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	purged := make(chan error, 1)
+	go func() {
+		_, err := l.Purge(pctx, time.Hour, 100)
+		purged <- err
+	}()
+	for end := time.Now().Add(lockWaitPatience); ; time.Sleep(10 * time.Millisecond) {
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'SyncRep'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the purge's COMMIT never waited for the standby:\n%s", sessions(admin))
+		}
+	}
+	px.refuseAll.Store(true)
+	cancel()
+	if err := within(t, purged, lockWaitPatience, "the stopped purge"); err == nil {
+		t.Fatal("the purge returned no error though its context ended while its COMMIT waited")
+	} else {
+		t.Logf("the stopped purge returned: %v", err)
+	}
+	within(t, px.refused, lockWaitPatience, "the stopped purge's cancel request")
+	// The purge has returned, its deletion not yet visible: a claim reads
+	// the row started, as the ledger answers then.
+	want(t, claim(t, l, a), decide.VerdictDuplicate)
+	setStandbys("")
+	released = true
+	var left int
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM dedup_ledger WHERE workflow_id = $1`, a.WorkflowID).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+	}
+	t.Logf("rows of the ID once the standby answered: %d", left)
+	cl, err := l.Claim(ctx, []decide.Intent{a})
+	if err != nil || cl[0] != (decide.Claimed{Verdict: decide.VerdictNew, Generation: 1}) {
+		rows, _ := base.Lookup(ctx, []string{a.WorkflowID})
+		_, row := rows[a.WorkflowID]
+		t.Fatalf("a copy after the stopped purge's deletion became visible: %+v, %v (a row in the ledger: %v); the ledger alone answers new and claims one", cl, err, row)
 	}
 }
