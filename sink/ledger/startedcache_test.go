@@ -1420,3 +1420,36 @@ func TestARowThisHandlesStoppedPurgeDeletesAfterItReturnedIsClaimedAgainAsTheLed
 		t.Fatalf("a copy after the stopped purge's deletion became visible: %+v, %v (a row in the ledger: %v); the ledger alone answers new and claims one", cl, err, row)
 	}
 }
+
+// MarkStarted sends a mark's generation as int4 (int32(Generation)), and
+// forgets a re-run's ID when Generation > 1 as an int: a generation that
+// is not above 1 as an int but is as an int32 (2 - 2^32, which the
+// statement would receive as 2) would move the row to generation 2 with
+// no forget. A generation an int4 cannot hold is refused, naming the
+// workflow and the generation, and moves nothing; a copy is then answered
+// as the ledger answers it (adversary 40c).
+func TestAMarkWhoseGenerationTheStatementCannotHoldIsRefusedNamingIt(t *testing.T) {
+	l := open(t).RememberStarted(100)
+	ctx := context.Background()
+	x := intent("x", "p")
+	markedStarted(t, l, x)
+	want(t, claim(t, l, x), decide.VerdictDuplicate) // remembered
+	for _, g := range []int{2 - 1<<32, 1 << 31, 0} {
+		err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: x.WorkflowID, RunID: "r2", Generation: g}})
+		if err == nil || !strings.Contains(err.Error(), x.WorkflowID) || !strings.Contains(err.Error(), fmt.Sprintf("generation %d", g)) {
+			t.Fatalf("MarkStarted with generation %d: %v, want an error naming %s and the generation", g, err, x.WorkflowID)
+		}
+	}
+	var gen int
+	if err := l.Pool().QueryRow(ctx, `SELECT generation FROM dedup_ledger WHERE workflow_id = $1`, x.WorkflowID).Scan(&gen); err != nil || gen != 1 {
+		t.Fatalf("the row's generation after the refused marks: %d, %v; want 1", gen, err)
+	}
+	alone, err := ledger.NewFromPool(l.Pool()).Claim(ctx, []decide.Intent{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Claim(ctx, []decide.Intent{x})
+	if err != nil || got[0] != alone[0] {
+		t.Fatalf("a copy after the refused marks: %+v, %v; the ledger alone answers %+v", got, err, alone[0])
+	}
+}
