@@ -439,3 +439,91 @@ func TestTheStartedCacheKeepsItsShapeUnderConcurrentClaimsMarksAndPurges(t *test
 		}
 	}
 }
+
+// Every interleaving of one claim (since, then remember) with two changes
+// (a re-run's mark of the claim's ID or of another, or a purge; each
+// begun, then ended) on one memory: the claim's ID is answered right after
+// its remember exactly when neither change was in progress at any moment
+// between its since and its remember (each ended before the since, or
+// begun after the remember). Adversary 40c: held.
+func TestAClaimIsRememberedExactlyWhenNoChangeOverlapsItInAnyInterleaving(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	x := decide.Intent{WorkflowID: "activity-x:1", PayloadHash: [32]byte{1}}
+	ins := []decide.Intent{x}
+	_, sx := keySumOf(x.WorkflowID)
+	sums := [][32]byte{sx}
+	kinds := []string{"mark of the ID", "mark of another", "purge"}
+	// events: 0 since, 1 remember, 2 begin 1, 3 end 1, 4 begin 2, 5 end 2.
+	var orders [][]int
+	var perm func(prefix []int, used [6]bool)
+	perm = func(prefix []int, used [6]bool) {
+		if len(prefix) == 6 {
+			orders = append(orders, append([]int(nil), prefix...))
+			return
+		}
+		for e := range 6 {
+			if used[e] || (e%2 == 1 && !used[e-1]) {
+				continue
+			}
+			used[e] = true
+			perm(append(prefix, e), used)
+			used[e] = false
+		}
+	}
+	perm(nil, [6]bool{})
+	cases := 0
+	for _, k1 := range kinds {
+		for _, k2 := range kinds {
+			for _, order := range orders {
+				c := newStartedCache(16, func() time.Time { return now })
+				// a remembered ID first, so that the table is made
+				other := decide.Intent{WorkflowID: "activity-y:1", PayloadHash: [32]byte{2}}
+				_, sy := keySumOf(other.WorkflowID)
+				c.remember([]decide.Intent{other}, [][32]byte{sy}, []int{0}, c.since())
+				begin := func(kind string) func() {
+					switch kind {
+					case "mark of the ID":
+						return c.forgetReruns([]processor.Started{{WorkflowID: x.WorkflowID, Generation: 2}})
+					case "mark of another":
+						return c.forgetReruns([]processor.Started{{WorkflowID: "activity-z:1", Generation: 2}})
+					}
+					return c.forgetAll()
+				}
+				pos := make([]int, 6)
+				for p, e := range order {
+					pos[e] = p
+				}
+				overlaps := func(b, e int) bool { return !(pos[e] < pos[0] || pos[b] > pos[1]) }
+				wantRemembered := !overlaps(2, 3) && !overlaps(4, 5)
+				var since startedSince
+				var end1, end2 func()
+				for _, e := range order {
+					switch e {
+					case 0:
+						since = c.since()
+					case 1:
+						c.remember(ins, sums, []int{0}, since)
+						got := make([]stored, 1)
+						remembered := len(c.answer(ins, sums, []int{0}, got)) == 0
+						if remembered != wantRemembered {
+							t.Fatalf("%s then %s, events %v (0 since, 1 remember, 2/3 the first change, 4/5 the second): remembered %v, want %v", k1, k2, order, remembered, wantRemembered)
+						}
+					case 2:
+						end1 = begin(k1)
+					case 3:
+						end1()
+					case 4:
+						end2 = begin(k2)
+					case 5:
+						end2()
+					}
+				}
+				if c.busy != 0 {
+					t.Fatalf("%s then %s, events %v: busy %d once every change ended", k1, k2, order, c.busy)
+				}
+				cases++
+			}
+		}
+	}
+	t.Logf("%d interleavings", cases)
+}
