@@ -1199,6 +1199,10 @@ type cancelLoser struct {
 	refused    chan struct{}
 	// refuseAll, set, closes every new connection at once.
 	refuseAll atomic.Bool
+	// delayNew (nanoseconds), set, holds every new connection back that
+	// long before it reaches the server: a cancel request that gets
+	// through late.
+	delayNew atomic.Int64
 }
 
 func newCancelLoser(t *testing.T, dbURL string) *cancelLoser {
@@ -1232,13 +1236,16 @@ func newCancelLoser(t *testing.T, dbURL string) *cancelLoser {
 				}
 				continue
 			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
-			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+			go func(c net.Conn, delay time.Duration) {
+				time.Sleep(delay)
+				s, err := net.Dial("tcp", target)
+				if err != nil {
+					_ = c.Close()
+					return
+				}
+				go func() { _, _ = io.Copy(c, s); _ = c.Close() }()
+				go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+			}(c, time.Duration(p.delayNew.Load()))
 		}
 	}()
 	return p
@@ -1451,5 +1458,87 @@ func TestAMarkWhoseGenerationTheStatementCannotHoldIsRefusedNamingIt(t *testing.
 	got, err := l.Claim(ctx, []decide.Intent{x})
 	if err != nil || got[0] != alone[0] {
 		t.Fatalf("a copy after the refused marks: %+v, %v; the ledger alone answers %+v", got, err, alone[0])
+	}
+}
+
+// A re-run's mark whose context ends while its COMMIT waits for a
+// synchronous standby (the deployment dedup asks for:
+// accept_async_replication off) returns at once, and MarkStarted's
+// deferred end counts the mark as ended. Here its cancel request does get
+// through, a little late (a busy proxy, pooler or network): and a cancel
+// of a COMMIT waiting for the standby does not undo it ("canceling wait
+// for synchronous replication ... the transaction has already committed
+// locally"): it makes the row's generation 2 visible, after MarkStarted
+// returned. A claim in between is remembered at generation 1, answered
+// from memory for up to a minute where the ledger answers 2.
+func TestAReRunsMarkStoppedWhileItsCommitWaitsForTheStandbyStillMakesItsCopiesReadTheirGeneration(t *testing.T) {
+	if os.Getenv("DATABASE_URL") != "" {
+		t.Skip("it sets synchronous_standby_names on the server: it needs a throwaway cluster of its own")
+	}
+	base := open(t)
+	admin := base.Pool()
+	px := newCancelLoser(t, admin.Config().ConnString())
+	l := openAs(t, px.url).RememberStarted(100)
+	ctx := context.Background()
+	x := intent("x", "p")
+	markedStarted(t, l, x)
+	var conns []*pgxpool.Conn // for the claims to come
+	for range 3 {
+		c, err := l.Pool().Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	setStandbys(t, admin, "absent_standby")
+	t.Cleanup(func() { setStandbys(t, admin, "") })
+	time.Sleep(200 * time.Millisecond) // the reload reaches the backends
+
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	marked := make(chan error, 1)
+	go func() {
+		marked <- l.MarkStarted(mctx, []processor.Started{{WorkflowID: x.WorkflowID, RunID: "r2", Generation: 2}})
+	}()
+	for end := time.Now().Add(lockWaitPatience); ; time.Sleep(10 * time.Millisecond) {
+		var n int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'SyncRep'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the mark's COMMIT never waited for the standby:\n%s", sessions(admin))
+		}
+	}
+	px.delayNew.Store(int64(time.Second))
+	cancel()
+	if err := within(t, marked, lockWaitPatience, "the stopped mark"); err == nil {
+		t.Fatal("the mark returned no error though its context ended while its COMMIT waited")
+	} else {
+		t.Logf("the stopped mark returned: %v", err)
+	}
+	cl, err := l.Claim(ctx, []decide.Intent{x})
+	if err != nil || cl[0] != (decide.Claimed{Verdict: decide.VerdictDuplicate, Generation: 1}) {
+		t.Fatalf("the claim after the stopped mark: %+v, %v; want duplicate of generation 1", cl, err)
+	}
+	gen := 1
+	for end := time.Now().Add(10 * time.Second); gen != 2 && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if err := admin.QueryRow(ctx, `SELECT generation FROM dedup_ledger WHERE workflow_id = $1`, x.WorkflowID).Scan(&gen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("the row's generation once the cancel request got through: %d", gen)
+	alone, err := ledger.NewFromPool(admin).Claim(ctx, []decide.Intent{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Claim(ctx, []decide.Intent{x})
+	if err != nil || got[0] != alone[0] {
+		t.Fatalf("a copy after the stopped re-run's mark became visible: %+v, %v; the ledger alone answers %+v", got, err, alone[0])
 	}
 }
