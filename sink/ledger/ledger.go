@@ -83,7 +83,8 @@ func NewFromPool(pool *pgxpool.Pool) *Postgres { return &Postgres{pool: pool} }
 // RememberStarted makes p remember up to entries workflow IDs that its
 // claims found started (postgres.started_cache; 0: none; more than
 // 10,000,000, the most Config takes, is taken as that, 800 MB) and
-// returns p. Call it before the first Claim.
+// returns p. Call it before any other method of p, never while one runs:
+// a mark or purge in flight counts its change on the memory it began on.
 func (p *Postgres) RememberStarted(entries int) *Postgres {
 	p.started = newStartedCache(entries, time.Now)
 	return p

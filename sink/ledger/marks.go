@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/dedupio/dedup/processor"
@@ -15,9 +16,16 @@ import (
 // generation than the row's (a slow router's) changes nothing, and so does
 // a mark whose fence no longer holds: the others are written, and the
 // error is a *processor.FencedError naming the stale fences.
-func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started) error {
+func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started) (err error) {
 	if len(started) == 0 {
 		return nil
+	}
+	for _, s := range started {
+		// The statement takes a generation as int4: one past it would be
+		// another generation there than here.
+		if s.Generation < 1 || s.Generation > math.MaxInt32 {
+			return fmt.Errorf("marking %s started: generation %d, want 1 to %d", s.WorkflowID, s.Generation, math.MaxInt32)
+		}
 	}
 	// In key order, as the rows are locked (lk, below).
 	type mark struct {
@@ -46,7 +54,8 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	// A re-run moves its row past generation 1: its copies are read
 	// again (startedCache remembers generation 1 only), and a claim
 	// that overlaps this mark in any part remembers nothing.
-	defer p.started.forgetReruns(started)()
+	ended := p.started.forgetReruns(started)
+	defer func() { ended(err != nil) }()
 	var (
 		held     bool
 		recorded []int64 // the ordinals (in ms, from 1) of the entries Recorded
@@ -60,7 +69,7 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	// its row was already started at its generation or a newer one when
 	// lk read it (an earlier try whose answer was lost, another router's
 	// mark), or up left it so.
-	err := p.pool.QueryRow(ctx, markStartedSQL,
+	err = p.pool.QueryRow(ctx, markStartedSQL,
 		ids, runs, gens, keys, groups, topics, parts, epochs,
 		f.groups, f.topics, f.parts, f.epochs).Scan(&held, &recorded)
 	if err != nil {

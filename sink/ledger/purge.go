@@ -45,7 +45,7 @@ const purgeableDeadLetters = `written_at < now() - $1::interval`
 // that rare meeting PostgreSQL cancels one of the two (40P01). The
 // router retries its claim; the purge runs its cancelled batch again
 // (againAfterDeadlock). Each table is decided on its own.
-func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int) (int64, error) {
+func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int) (_ int64, err error) {
 	var lockLedger, lockConflicts bool
 	if err := p.pool.QueryRow(ctx, `SELECT has_any_column_privilege('dedup_ledger', 'UPDATE'), has_any_column_privilege('dedup_conflicts', 'UPDATE')`).Scan(&lockLedger, &lockConflicts); err != nil {
 		return 0, fmt.Errorf("purging: reading the role's privileges: %w", err)
@@ -59,7 +59,8 @@ func (p *Postgres) Purge(ctx context.Context, olderThan time.Duration, batch int
 	}
 	// The rows it deletes are forgotten, and a claim that overlaps the
 	// purge in any part remembers nothing (startedCache.forgetAll).
-	defer p.started.forgetAll()()
+	ended := p.started.forgetAll()
+	defer func() { ended(err != nil) }()
 	var total int64
 	for _, q := range []struct{ what, sql string }{
 		{"started", started},

@@ -57,6 +57,11 @@ type startedCache struct {
 	// or deleted after the read.
 	changes uint64
 	busy    int
+	// quiet is until when (nanoseconds since base) a claim begun then
+	// remembers nothing: startedMaxAge after a mark or purge that
+	// returned an error, whose statement may still land (a cancel that
+	// reaches the server late, a commit waiting for a standby).
+	quiet   int64
 	entries int
 	now     func() time.Time
 	// base is the time the slots' times count from.
@@ -80,7 +85,7 @@ func newStartedCache(entries int, now func() time.Time) *startedCache {
 	if entries <= 0 {
 		return nil
 	}
-	return &startedCache{entries: min(entries, maxStartedCache), now: now, base: now()}
+	return &startedCache{entries: min(entries, maxStartedCache), now: now, base: now(), quiet: math.MinInt64}
 }
 
 // nanos is t in nanoseconds since base, and whether the clock can tell
@@ -159,7 +164,8 @@ func (c *startedCache) since() startedSince {
 // beginning (since.at: the read came after it, so the ID answers less
 // than startedMaxAge after the read, however long the claim took). It
 // remembers nothing if a re-run's mark or a purge began or ended since
-// the claim began, or is in progress: its read may be older than the
+// the claim began, or is in progress, or if the claim began less than
+// startedMaxAge after one that failed: its read may be older than the
 // change, and the row moved or gone.
 func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []int, since startedSince) {
 	if c == nil || len(at) == 0 || !since.ok {
@@ -167,7 +173,7 @@ func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []i
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.changes != since.changes || c.busy > 0 {
+	if c.changes != since.changes || c.busy > 0 || since.at < c.quiet {
 		return
 	}
 	now, ok := c.nanos(c.now())
@@ -208,10 +214,11 @@ func (c *startedCache) slotFor(w []startedSlot, sum *[32]byte, now int64) int {
 // forgetReruns forgets the workflow IDs of marks past generation 1 and,
 // if there is one, counts the mark as begun; MarkStarted calls it before
 // its statement and defers the func it returns, which forgets those IDs
-// again and counts the mark as ended.
-func (c *startedCache) forgetReruns(started []processor.Started) (ended func()) {
+// again and counts the mark as ended (failed: it returned an error, and
+// its statement may land later).
+func (c *startedCache) forgetReruns(started []processor.Started) (ended func(failed bool)) {
 	if c == nil {
-		return func() {}
+		return func(bool) {}
 	}
 	var sums [][32]byte
 	for i := range started {
@@ -221,19 +228,22 @@ func (c *startedCache) forgetReruns(started []processor.Started) (ended func()) 
 		}
 	}
 	if len(sums) == 0 {
-		return func() {}
+		return func(bool) {}
 	}
-	c.rerunsChange(sums, 1)
-	return func() { c.rerunsChange(sums, -1) }
+	c.rerunsChange(sums, 1, false)
+	return func(failed bool) { c.rerunsChange(sums, -1, failed) }
 }
 
 // rerunsChange forgets the IDs of sums, counts a change and moves busy
-// by step.
-func (c *startedCache) rerunsChange(sums [][32]byte, step int) {
+// by step (and quiet on, if the change failed).
+func (c *startedCache) rerunsChange(sums [][32]byte, step int, failed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.changes++
 	c.busy += step
+	if failed {
+		c.quietOn()
+	}
 	if c.slots == nil {
 		return
 	}
@@ -249,20 +259,35 @@ func (c *startedCache) rerunsChange(sums [][32]byte, step int) {
 
 // forgetAll forgets every ID and counts a purge as begun; Purge calls it
 // before its statements and defers the func it returns, which forgets
-// every ID again and counts the purge as ended. It costs no pass over the
-// table: every slot filled so far is forgotten.
-func (c *startedCache) forgetAll() (ended func()) {
+// every ID again and counts the purge as ended (failed: as for a mark).
+// It costs no pass over the table: every slot filled so far is forgotten.
+func (c *startedCache) forgetAll() (ended func(failed bool)) {
 	if c == nil {
-		return func() {}
+		return func(bool) {}
 	}
-	c.purgeChange(1)
-	return func() { c.purgeChange(-1) }
+	c.purgeChange(1, false)
+	return func(failed bool) { c.purgeChange(-1, failed) }
 }
 
-func (c *startedCache) purgeChange(step int) {
+func (c *startedCache) purgeChange(step int, failed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.forgot = c.filled
 	c.changes++
 	c.busy += step
+	if failed {
+		c.quietOn()
+	}
+}
+
+// quietOn makes the claims begun from now until startedMaxAge on
+// remember nothing (all of them, if the clock cannot tell now). Called
+// with mu held.
+func (c *startedCache) quietOn() {
+	now, ok := c.nanos(c.now())
+	if !ok || now > math.MaxInt64-int64(startedMaxAge) {
+		c.quiet = math.MaxInt64
+		return
+	}
+	c.quiet = max(c.quiet, now+int64(startedMaxAge))
 }

@@ -198,10 +198,10 @@ func TestTheStartedCacheAnswersOnlyWhatAModelOfTheLedgerRemembers(t *testing.T) 
 					if stale { // a mark or purge begins while the claim reads
 						if rng.Intn(2) == 0 {
 							j := rng.Intn(len(ids))
-							c.forgetReruns([]processor.Started{{WorkflowID: ids[j], Generation: 2}})()
+							c.forgetReruns([]processor.Started{{WorkflowID: ids[j], Generation: 2}})(false)
 							delete(model, sums[j])
 						} else {
-							c.forgetAll()()
+							c.forgetAll()(false)
 							clear(model)
 						}
 					}
@@ -214,10 +214,10 @@ func TestTheStartedCacheAnswersOnlyWhatAModelOfTheLedgerRemembers(t *testing.T) 
 					}
 				case op < 50:
 					j := rng.Intn(len(ids))
-					c.forgetReruns([]processor.Started{{WorkflowID: ids[j], Generation: 2 + rng.Intn(3)}})()
+					c.forgetReruns([]processor.Started{{WorkflowID: ids[j], Generation: 2 + rng.Intn(3)}})(false)
 					delete(model, sums[j])
 				case op < 55:
-					c.forgetAll()()
+					c.forgetAll()(false)
 					clear(model)
 				case op < 90:
 					now = now.Add(time.Duration(rng.Int63n(int64(2 * time.Second))))
@@ -282,7 +282,7 @@ func TestAPurgeForgetsEveryIDRememberedBeforeItAndNoneAfter(t *testing.T) {
 	}
 	before, beforeSums := in("activity-a:before")
 	c.remember(before, beforeSums, []int{0}, c.since())
-	c.forgetAll()()
+	c.forgetAll()(false)
 	if answered(before, beforeSums) || c.held() != 0 {
 		t.Fatalf("after the purge: the ID remembered before it answers, or %d held", c.held())
 	}
@@ -400,9 +400,9 @@ func TestTheStartedCacheKeepsItsShapeUnderConcurrentClaimsMarksAndPurges(t *test
 							c.remember(in, s, []int{0}, since)
 						}
 					case op < 8:
-						c.forgetReruns([]processor.Started{{WorkflowID: ids[rng.Intn(len(ids))], Generation: 2}})()
+						c.forgetReruns([]processor.Started{{WorkflowID: ids[rng.Intn(len(ids))], Generation: 2}})(false)
 					case op < 9:
-						c.forgetAll()()
+						c.forgetAll()(false)
 					default:
 						clockMu.Lock()
 						now = now.Add(time.Duration(rng.Int63n(int64(3*time.Second))) - time.Second)
@@ -429,7 +429,7 @@ func TestTheStartedCacheKeepsItsShapeUnderConcurrentClaimsMarksAndPurges(t *test
 				seen[s.sum] = true
 			}
 		}
-		c.forgetAll()()
+		c.forgetAll()(false)
 		for k := range ids {
 			in := []decide.Intent{{WorkflowID: ids[k], PayloadHash: [32]byte{0}}, {WorkflowID: ids[k], PayloadHash: [32]byte{1}}}
 			s := [][32]byte{sums[k], sums[k]}
@@ -480,7 +480,7 @@ func TestAClaimIsRememberedExactlyWhenNoChangeOverlapsItInAnyInterleaving(t *tes
 				other := decide.Intent{WorkflowID: "activity-y:1", PayloadHash: [32]byte{2}}
 				_, sy := keySumOf(other.WorkflowID)
 				c.remember([]decide.Intent{other}, [][32]byte{sy}, []int{0}, c.since())
-				begin := func(kind string) func() {
+				begin := func(kind string) func(bool) {
 					switch kind {
 					case "mark of the ID":
 						return c.forgetReruns([]processor.Started{{WorkflowID: x.WorkflowID, Generation: 2}})
@@ -496,7 +496,7 @@ func TestAClaimIsRememberedExactlyWhenNoChangeOverlapsItInAnyInterleaving(t *tes
 				overlaps := func(b, e int) bool { return !(pos[e] < pos[0] || pos[b] > pos[1]) }
 				wantRemembered := !overlaps(2, 3) && !overlaps(4, 5)
 				var since startedSince
-				var end1, end2 func()
+				var end1, end2 func(bool)
 				for _, e := range order {
 					switch e {
 					case 0:
@@ -511,11 +511,11 @@ func TestAClaimIsRememberedExactlyWhenNoChangeOverlapsItInAnyInterleaving(t *tes
 					case 2:
 						end1 = begin(k1)
 					case 3:
-						end1()
+						end1(false)
 					case 4:
 						end2 = begin(k2)
 					case 5:
-						end2()
+						end2(false)
 					}
 				}
 				if c.busy != 0 {

@@ -1542,3 +1542,20 @@ func TestAReRunsMarkStoppedWhileItsCommitWaitsForTheStandbyStillMakesItsCopiesRe
 		t.Fatalf("a copy after the stopped re-run's mark became visible: %+v, %v; the ledger alone answers %+v", got, err, alone[0])
 	}
 }
+
+// setStandbys sets the server's synchronous_standby_names (empty: resets
+// it) and reloads its configuration.
+func setStandbys(t *testing.T, admin *pgxpool.Pool, names string) {
+	t.Helper()
+	ctx := context.Background()
+	q := `ALTER SYSTEM RESET synchronous_standby_names`
+	if names != "" {
+		q = `ALTER SYSTEM SET synchronous_standby_names = '` + names + `'`
+	}
+	if _, err := admin.Exec(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		t.Fatal(err)
+	}
+}
