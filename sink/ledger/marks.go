@@ -23,8 +23,8 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	for _, s := range started {
 		// The statement takes a generation as int4: one past it would be
 		// another generation there than here.
-		if s.Generation < 1 || s.Generation > math.MaxInt32 {
-			return fmt.Errorf("marking %s started: generation %d, want 1 to %d", s.WorkflowID, s.Generation, math.MaxInt32)
+		if s.Generation < math.MinInt32 || s.Generation > math.MaxInt32 {
+			return fmt.Errorf("marking %s started: generation %d, want at most %d", s.WorkflowID, s.Generation, math.MaxInt32)
 		}
 	}
 	// In key order, as the rows are locked (lk, below).
