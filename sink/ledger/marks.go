@@ -24,7 +24,7 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 		// The statement takes a generation as int4: one past it would be
 		// another generation there than here.
 		if s.Generation < math.MinInt32 || s.Generation > math.MaxInt32 {
-			return fmt.Errorf("marking %s started: generation %d, want at most %d", s.WorkflowID, s.Generation, math.MaxInt32)
+			return fmt.Errorf("marking %s started: generation %d, want %d to %d (an int4)", s.WorkflowID, s.Generation, math.MinInt32, math.MaxInt32)
 		}
 	}
 	// In key order, as the rows are locked (lk, below).
