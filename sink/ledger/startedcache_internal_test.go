@@ -527,3 +527,37 @@ func TestAClaimIsRememberedExactlyWhenNoChangeOverlapsItInAnyInterleaving(t *tes
 	}
 	t.Logf("%d interleavings", cases)
 }
+
+// A claim's read comes after its since and before its remember. When the
+// clock steps back between the two (a wall clock corrected by an hour),
+// the ID remembered must still answer for less than startedMaxAge after
+// the remember, by the clock as it runs on from there: never an hour
+// later, when the clock comes back to the since, for the row another
+// process may have purged or re-run meanwhile (answered from a read an
+// hour old). Adversary 40d.
+func TestAnIDRememberedAcrossAClockStepBackNeverAnswersAMinuteOrMoreAfterItsRemember(t *testing.T) {
+	for _, back := range []time.Duration{time.Second, 2 * startedMaxAge, time.Hour} {
+		start := time.Unix(1e9, 0)
+		now := start
+		c := newStartedCache(16, func() time.Time { return now })
+		in := []decide.Intent{{WorkflowID: "activity-a:stepped", PayloadHash: [32]byte{7}}}
+		sums := make([][32]byte, 1)
+		_, sums[0] = keySumOf(in[0].WorkflowID)
+		now = start.Add(10 * time.Second)
+		since := c.since()
+		now = now.Add(-back) // the clock steps back while the claim reads
+		c.remember(in, sums, []int{0}, since)
+		remembered := now
+		var late []time.Duration // when it answered a minute or more after its remember
+		for d := time.Duration(0); d <= back+2*startedMaxAge; d += time.Second {
+			now = remembered.Add(d)
+			answered := len(c.answer(in, sums, []int{0}, make([]stored, 1))) == 0
+			if answered && d >= startedMaxAge {
+				late = append(late, d)
+			}
+		}
+		if len(late) > 0 {
+			t.Errorf("clock stepped back %v between the since and the remember: the ID answers from %v to %v after its remember (its read is at least that old)", back, late[0], late[len(late)-1])
+		}
+	}
+}
