@@ -561,3 +561,68 @@ func TestAnIDRememberedAcrossAClockStepBackNeverAnswersAMinuteOrMoreAfterItsReme
 		}
 	}
 }
+
+// After a re-run's mark or a purge that returned an error (its statement
+// may still land), a claim begun less than startedMaxAge after it, by the
+// memory's clock, remembers nothing, whatever the fraction of a second,
+// also when the clock steps back after the failure or when another
+// failure follows; one begun a minute after the last failure remembers
+// again; a failure at a time the clock cannot tell quiets the memory for
+// good. Adversary 40d: held.
+func TestAClaimBegunWithinAMinuteAfterAFailedMarkOrPurgeRemembersNothing(t *testing.T) {
+	in := []decide.Intent{{WorkflowID: "activity-a:quiet", PayloadHash: [32]byte{5}}}
+	sums := make([][32]byte, 1)
+	_, sums[0] = keySumOf(in[0].WorkflowID)
+	fail := map[string]func(c *startedCache){
+		"mark":  func(c *startedCache) { c.forgetReruns([]processor.Started{{WorkflowID: in[0].WorkflowID, Generation: 2}})(true) },
+		"other": func(c *startedCache) { c.forgetReruns([]processor.Started{{WorkflowID: "activity-b:other", Generation: 3}})(true) },
+		"purge": func(c *startedCache) { c.forgetAll()(true) },
+	}
+	for name, f := range fail {
+		for _, frac := range []time.Duration{0, 1, time.Second / 2, time.Second - 1} {
+			for _, after := range []time.Duration{0, 1, time.Second, startedMaxAge - time.Second, startedMaxAge - 1, startedMaxAge, startedMaxAge + 1} {
+				for _, stepBack := range []time.Duration{0, time.Hour} {
+					start := time.Unix(1e9, 0)
+					now := start
+					c := newStartedCache(8, func() time.Time { return now })
+					now = start.Add(5*time.Second + frac)
+					f(c)
+					now = now.Add(-stepBack).Add(after) // the claim begins
+					c.remember(in, sums, []int{0}, c.since())
+					remembered := c.held() > 0
+					wantRemembered := stepBack == 0 && after >= startedMaxAge
+					if remembered && !wantRemembered {
+						t.Errorf("%s failed at +%v; claim begun %v after it (clock stepped back %v): remembered", name, frac, after, stepBack)
+					}
+					if !remembered && wantRemembered {
+						t.Errorf("%s failed at +%v; claim begun %v after it: not remembered", name, frac, after)
+					}
+				}
+			}
+		}
+	}
+	// A second failure within the first's quiet moves it on.
+	now := time.Unix(1e9, 0)
+	c := newStartedCache(8, func() time.Time { return now })
+	c.forgetAll()(true)
+	now = now.Add(30 * time.Second)
+	c.forgetAll()(true)
+	now = now.Add(startedMaxAge - 1)
+	c.remember(in, sums, []int{0}, c.since())
+	if c.held() != 0 {
+		t.Errorf("a claim begun within a minute after the second of two failures remembered")
+	}
+	// A failure the clock cannot tell quiets it for good.
+	base := time.Unix(1e9, 0)
+	now = base
+	c = newStartedCache(8, func() time.Time { return now })
+	now = base.Add(time.Duration(math.MaxInt64)).Add(time.Hour)
+	c.forgetAll()(true)
+	for _, at := range []time.Duration{0, time.Hour, 1000 * time.Hour} {
+		now = base.Add(at)
+		c.remember(in, sums, []int{0}, c.since())
+		if c.held() != 0 {
+			t.Errorf("after a failure at a time the clock cannot tell: a claim begun %v after the start remembered", at)
+		}
+	}
+}
