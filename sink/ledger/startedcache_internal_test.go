@@ -626,3 +626,133 @@ func TestAClaimBegunWithinAMinuteAfterAFailedMarkOrPurgeRemembersNothing(t *test
 		}
 	}
 }
+
+// A model of one handle's ledger rows, with re-run marks and purges that
+// fail (return an error) and land later, at any moment less than
+// startedMaxAge after they returned, by a clock that only runs forward;
+// claims that read the rows at a moment between their since and their
+// remember (the clock moving, landings and other changes in between); and
+// rows started again by hand. Every answer of the memory must be what the
+// rows hold at that moment: a started row of that ID with that hash.
+// Adversary 40d: held.
+func TestTheStartedCacheNeverAnswersARowAFailedChangeMovedOrDeletedWhenItLanded(t *testing.T) {
+	type landing struct {
+		at    time.Time
+		purge bool
+		sum   [32]byte
+	}
+	for _, entries := range []int{1, 3, 4, 7, 64} {
+		for seed := range int64(30) {
+			rng := rand.New(rand.NewSource(seed*1000 + int64(entries)))
+			now := time.Unix(1e9, 0)
+			c := newStartedCache(entries, func() time.Time { return now })
+			ids := make([]string, 12)
+			sums := make([][32]byte, len(ids))
+			for i := range ids {
+				ids[i] = fmt.Sprintf("activity-q:%d", i)
+				_, sums[i] = keySumOf(ids[i])
+			}
+			hashes := [][32]byte{{1}, {2}}
+			rows := map[[32]byte][32]byte{} // started at generation 1, by ID: its hash
+			for i := range ids {
+				rows[sums[i]] = hashes[rng.Intn(2)]
+			}
+			var landings []landing
+			land := func() {
+				kept := landings[:0]
+				for _, l := range landings {
+					if now.Before(l.at) {
+						kept = append(kept, l)
+						continue
+					}
+					if l.purge {
+						clear(rows)
+					} else {
+						delete(rows, l.sum)
+					}
+				}
+				landings = kept
+			}
+			tick := func() {
+				if rng.Intn(10) == 0 {
+					now = now.Add(time.Duration(rng.Int63n(int64(70 * time.Second))))
+				} else {
+					now = now.Add(time.Duration(rng.Int63n(int64(3 * time.Second))))
+				}
+				land()
+			}
+			change := func() {
+				j := rng.Intn(len(ids))
+				purge := rng.Intn(3) == 0
+				var end func(bool)
+				if purge {
+					end = c.forgetAll()
+				} else {
+					end = c.forgetReruns([]processor.Started{{WorkflowID: ids[j], Generation: 2}})
+				}
+				if rng.Intn(2) == 0 { // it succeeds: lands before it returns
+					if purge {
+						clear(rows)
+					} else {
+						delete(rows, sums[j])
+					}
+					end(false)
+					return
+				}
+				if rng.Intn(2) == 0 {
+					tick()
+				}
+				end(true) // it failed: lands within a minute, or never
+				if rng.Intn(4) != 0 {
+					after := time.Duration(rng.Int63n(int64(startedMaxAge)))
+					if rng.Intn(2) == 0 { // late: within the quiet's last seconds
+						after = startedMaxAge - 1 - time.Duration(rng.Int63n(int64(2*time.Second)))
+					}
+					landings = append(landings, landing{at: now.Add(after), purge: purge, sum: sums[j]})
+				}
+			}
+			for step := range 4000 {
+				switch op := rng.Intn(100); {
+				case op < 50: // a claim
+					k := rng.Intn(len(ids))
+					in := []decide.Intent{{WorkflowID: ids[k], PayloadHash: hashes[rng.Intn(2)]}}
+					s := [][32]byte{sums[k]}
+					since := c.since()
+					got := make([]stored, 1)
+					if left := c.answer(in, s, []int{0}, got); len(left) == 0 {
+						if h, ok := rows[sums[k]]; !ok || h != in[0].PayloadHash {
+							t.Fatalf("entries %d seed %d step %d: ID %d answered started with hash %x; its row: %x, %v", entries, seed, step, k, in[0].PayloadHash[0], h[0], ok)
+						}
+						continue
+					}
+					for rng.Intn(3) == 0 {
+						tick()
+					}
+					h, ok := rows[sums[k]] // the read
+					for rng.Intn(3) == 0 {
+						if rng.Intn(2) == 0 {
+							tick()
+						} else {
+							change()
+						}
+					}
+					if ok && h == in[0].PayloadHash {
+						c.remember(in, s, []int{0}, since)
+					}
+				case op < 60:
+					change()
+				case op < 70: // a row started again (claimed, marked at generation 1)
+					k := rng.Intn(len(ids))
+					if _, ok := rows[sums[k]]; !ok {
+						rows[sums[k]] = hashes[rng.Intn(2)]
+					}
+				default:
+					tick()
+				}
+				if n := c.held(); n > entries {
+					t.Fatalf("entries %d: %d held", entries, n)
+				}
+			}
+		}
+	}
+}
