@@ -183,10 +183,13 @@ func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []i
 	if c.slots == nil {
 		c.slots = make([]startedSlot, c.entries)
 	}
+	// The earlier of the claim's beginning and now: a clock stepped back
+	// since must not stamp the read as newer than it can be.
+	stamp := min(since.at, now)
 	for _, i := range at {
 		w := c.window(&sums[i])
 		c.filled++
-		w[c.slotFor(w, &sums[i], now)] = startedSlot{sum: sums[i], hash: intents[i].PayloadHash, at: since.at, seq: c.filled}
+		w[c.slotFor(w, &sums[i], now)] = startedSlot{sum: sums[i], hash: intents[i].PayloadHash, at: stamp, seq: c.filled}
 	}
 }
 

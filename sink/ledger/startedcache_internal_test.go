@@ -574,8 +574,12 @@ func TestAClaimBegunWithinAMinuteAfterAFailedMarkOrPurgeRemembersNothing(t *test
 	sums := make([][32]byte, 1)
 	_, sums[0] = keySumOf(in[0].WorkflowID)
 	fail := map[string]func(c *startedCache){
-		"mark":  func(c *startedCache) { c.forgetReruns([]processor.Started{{WorkflowID: in[0].WorkflowID, Generation: 2}})(true) },
-		"other": func(c *startedCache) { c.forgetReruns([]processor.Started{{WorkflowID: "activity-b:other", Generation: 3}})(true) },
+		"mark": func(c *startedCache) {
+			c.forgetReruns([]processor.Started{{WorkflowID: in[0].WorkflowID, Generation: 2}})(true)
+		},
+		"other": func(c *startedCache) {
+			c.forgetReruns([]processor.Started{{WorkflowID: "activity-b:other", Generation: 3}})(true)
+		},
 		"purge": func(c *startedCache) { c.forgetAll()(true) },
 	}
 	for name, f := range fail {
