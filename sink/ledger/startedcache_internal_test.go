@@ -493,7 +493,7 @@ func TestAClaimIsRememberedExactlyWhenNoChangeOverlapsItInAnyInterleaving(t *tes
 				for p, e := range order {
 					pos[e] = p
 				}
-				overlaps := func(b, e int) bool { return !(pos[e] < pos[0] || pos[b] > pos[1]) }
+				overlaps := func(b, e int) bool { return pos[e] >= pos[0] && pos[b] <= pos[1] }
 				wantRemembered := !overlaps(2, 3) && !overlaps(4, 5)
 				var since startedSince
 				var end1, end2 func(bool)

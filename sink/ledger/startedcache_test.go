@@ -1157,7 +1157,7 @@ func TestAClaimWhollyWithinAReRunsMarkOfItsIDRemembersNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lock.Rollback(ctx)
+	defer func() { _ = lock.Rollback(ctx) }()
 	if _, err := lock.Exec(ctx, `SELECT FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, x.WorkflowID); err != nil {
 		t.Fatal(err)
 	}
