@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,6 +71,9 @@ type startedCache struct {
 	// forgets every slot filled up to forgot.
 	filled, forgot uint64
 	slots          []startedSlot
+	// maybe is answer's scratch: whether a slot of the window of
+	// uniq[j] may hold its ID.
+	maybe []bool
 }
 
 // startedSlot is one remembered ID: 80 bytes.
@@ -123,9 +127,30 @@ func (c *startedCache) answer(intents []decide.Intent, sums [][32]byte, uniq []i
 	if c.slots == nil || !ok {
 		return uniq
 	}
+	// Two passes. The first reads one word of each slot of every window,
+	// loads that do not wait on each other, so that their cache misses
+	// overlap (the table is out of the processor's caches between
+	// batches), and keeps the IDs a slot may hold. The second compares
+	// those in full, from the cache lines the first brought in.
+	c.maybe = slices.Grow(c.maybe[:0], len(uniq))[:len(uniq)]
+	for j, i := range uniq {
+		word := binary.LittleEndian.Uint64(sums[i][8:16])
+		w := c.window(&sums[i])
+		m := false
+		for k := range w {
+			if binary.LittleEndian.Uint64(w[k].sum[8:16]) == word {
+				m = true
+			}
+		}
+		c.maybe[j] = m
+	}
 	left := uniq[:0:0]
 next:
-	for _, i := range uniq {
+	for j, i := range uniq {
+		if !c.maybe[j] {
+			left = append(left, i)
+			continue
+		}
 		in := &intents[i]
 		w := c.window(&sums[i])
 		for k := range w {
