@@ -70,3 +70,15 @@ func (p *Postgres) RememberStartedAt(entries int, now func() time.Time) *Postgre
 
 // StartedMaxAge is how long a remembered started row answers its copies.
 const StartedMaxAge = startedMaxAge
+
+// SetKeySumFunc makes the ledger compute the IDs' SHA-256 (the memory of
+// started rows' key) with f, their ledger keys as before, until the
+// returned restore is called: a test makes IDs share bytes of it.
+func SetKeySumFunc(f func(string) [32]byte) (restore func()) {
+	old := keySumOf
+	keySumOf = func(id string) ([16]byte, [32]byte) {
+		k, _ := old(id)
+		return k, f(id)
+	}
+	return func() { keySumOf = old }
+}

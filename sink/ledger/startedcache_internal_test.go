@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -758,5 +759,352 @@ func TestTheStartedCacheNeverAnswersARowAFailedChangeMovedOrDeletedWhenItLanded(
 				}
 			}
 		}
+	}
+}
+
+// singlePassAnswer is answer as it was before its two passes (4a4d2d3):
+// every ID of uniq compared in full against its window, in uniq's order.
+// The reference the two-pass answer must agree with.
+func (c *startedCache) singlePassAnswer(intents []decide.Intent, sums [][32]byte, uniq []int, got []stored) []int {
+	if c == nil {
+		return uniq
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now, ok := c.nanos(c.now())
+	if c.slots == nil || !ok {
+		return uniq
+	}
+	left := uniq[:0:0]
+next:
+	for _, i := range uniq {
+		in := &intents[i]
+		w := c.window(&sums[i])
+		for k := range w {
+			if w[k].sum == sums[i] && w[k].hash == in.PayloadHash && c.live(&w[k], now) {
+				got[i] = stored{found: true, state: StateStarted, hash: in.PayloadHash[:], generation: 1}
+				continue next
+			}
+		}
+		left = append(left, i)
+	}
+	return left
+}
+
+// sameStored says whether a and b record the same answer.
+func sameStored(a, b stored) bool {
+	return a.found == b.found && a.inserted == b.inserted && a.state == b.state &&
+		string(a.hash) == string(b.hash) && a.generation == b.generation && (a.hash == nil) == (b.hash == nil)
+}
+
+// adversarialSums is a pool of SHA-256s built to trip a look-up that
+// filters on bytes 8..16 of a slot's sum: groups that share those bytes
+// but differ in the first 8 (other windows), in the last 16 (same window,
+// another ID), or in one bit anywhere; groups that share the first 8 (one
+// window) with other words; sums whose bytes 8..16 are zero, as a free
+// slot's; and the all-zero sum.
+func adversarialSums(rng *rand.Rand) [][32]byte {
+	var pool [][32]byte
+	rnd := func() (s [32]byte) {
+		rng.Read(s[:])
+		return s
+	}
+	for g := 0; g < 6; g++ {
+		base := rnd()
+		pool = append(pool, base)
+		// Same word at 8..16, same window, differing later.
+		for k := 16; k < 32; k += 5 {
+			s := base
+			s[k] ^= 1 << uint(rng.Intn(8))
+			pool = append(pool, s)
+		}
+		// Same word at 8..16, differing in the first 8 bytes by a bit (a
+		// near or the same window).
+		for k := 0; k < 8; k += 3 {
+			s := base
+			s[k] ^= 1 << uint(rng.Intn(8))
+			pool = append(pool, s)
+		}
+		// Same first 8 bytes (one window), another word.
+		for n := 0; n < 3; n++ {
+			s := rnd()
+			copy(s[:8], base[:8])
+			pool = append(pool, s)
+		}
+		// Same first 16, another tail.
+		s := rnd()
+		copy(s[:16], base[:16])
+		pool = append(pool, s)
+	}
+	zeroWord := rnd()
+	clear(zeroWord[8:16])
+	pool = append(pool, zeroWord, [32]byte{})
+	for n := 0; n < 10; n++ {
+		pool = append(pool, rnd())
+	}
+	return pool
+}
+
+// The two-pass answer (a word of each window's slots first, then a full
+// compare of the IDs a slot may hold) answers exactly what the single
+// pass did: the same IDs left, in uniq's order, and the same got, on
+// random tables whose slots hold sums that share bytes 8..16, the first
+// 64 bits or all but one bit with the IDs looked up, with other payload
+// hashes, too old, in the future, forgotten by a purge, or free; for
+// batches that repeat an index, are empty, are longer than any before
+// and then shorter (maybe's stale values), on one cache call after call.
+func TestTheTwoPassAnswerAnswersExactlyWhatTheSinglePassDid(t *testing.T) {
+	for _, entries := range []int{1, 2, 3, 4, 5, 7, 16, 64} {
+		for seed := range int64(40) {
+			rng := rand.New(rand.NewSource(seed*1000 + int64(entries)))
+			pool := adversarialSums(rng)
+			hashes := [][32]byte{{1}, {2}, {}}
+			now := time.Unix(1e9, 0)
+			c := newStartedCache(entries, func() time.Time { return now })
+			c.slots = make([]startedSlot, entries)
+			// Put random pool sums in their own windows (or, now and
+			// then, in any slot: a sum need not sit in its window).
+			for n := 0; n < 3*entries; n++ {
+				sum := pool[rng.Intn(len(pool))]
+				k := rng.Intn(entries)
+				if rng.Intn(4) > 0 {
+					w := c.window(&sum)
+					base := 0
+					for &c.slots[base] != &w[0] {
+						base++
+					}
+					k = base + rng.Intn(len(w))
+				}
+				c.filled++
+				var at int64
+				switch rng.Intn(6) {
+				case 0:
+					at = int64(startedMaxAge) // too old by the time of the look-up, or not
+				case 1:
+					at = int64(10 * time.Hour) // in the future
+				default:
+					at = rng.Int63n(int64(startedMaxAge))
+				}
+				c.slots[k] = startedSlot{sum: sum, hash: hashes[rng.Intn(len(hashes))], at: at, seq: c.filled}
+			}
+			if rng.Intn(3) == 0 {
+				c.forgot = uint64(rng.Intn(int(c.filled) + 1))
+			}
+			// Intents: each pool sum with each hash.
+			var ins []decide.Intent
+			var sums [][32]byte
+			for _, s := range pool {
+				for _, h := range hashes {
+					ins = append(ins, decide.Intent{WorkflowID: fmt.Sprintf("%x", s), PayloadHash: h})
+					sums = append(sums, s)
+				}
+			}
+			lens := []int{0, 1, 3, 4 * len(ins), 2, 0, len(ins), 1, 7 * len(ins), 5}
+			for round, n := range lens {
+				now = time.Unix(1e9, 0).Add(time.Duration(rng.Int63n(int64(2 * startedMaxAge))))
+				uniq := make([]int, n)
+				for j := range uniq {
+					uniq[j] = rng.Intn(len(ins))
+				}
+				if n > 2 && rng.Intn(2) == 0 {
+					uniq[n-1] = uniq[0] // a repeated index
+				}
+				in := slices.Clone(uniq)
+				gotOld, gotNew := make([]stored, len(ins)), make([]stored, len(ins))
+				want := c.singlePassAnswer(ins, sums, slices.Clone(uniq), gotOld)
+				left := c.answer(ins, sums, uniq, gotNew)
+				if !slices.Equal(uniq, in) {
+					t.Fatalf("entries %d seed %d round %d: answer changed uniq", entries, seed, round)
+				}
+				if !slices.Equal(left, want) {
+					t.Fatalf("entries %d seed %d round %d (%d IDs): left %v, the single pass left %v",
+						entries, seed, round, n, left, want)
+				}
+				for i := range gotOld {
+					if !sameStored(gotOld[i], gotNew[i]) {
+						t.Fatalf("entries %d seed %d round %d: got[%d] %+v, the single pass %+v",
+							entries, seed, round, i, gotNew[i], gotOld[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// Claims on one handle answer concurrently with remembers, re-runs'
+// forgets and purges (run under -race: maybe is answer's scratch, shared
+// by every claim of the handle): batches of every length from 0 to 300,
+// that repeat indices, over IDs of which half were never remembered and
+// share bytes 0..16 of their SHA-256 with a remembered one (its window
+// and its word), differing only in the last byte. No never-remembered ID
+// is ever answered, and what is answered comes back in uniq's order.
+func TestConcurrentAnswersNeverAnswerAnIDSharingOnlyAWindowAndAWordWithARememberedOne(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1e9, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c := newStartedCache(64, clock)
+	const n = 200
+	ins, sums := make([]decide.Intent, 2*n), make([][32]byte, 2*n)
+	rng := rand.New(rand.NewSource(41))
+	for i := 0; i < n; i++ {
+		rng.Read(sums[i][:])
+		sums[n+i] = sums[i]
+		sums[n+i][31] ^= 0x80 // same window, same word, another ID
+		ins[i] = decide.Intent{WorkflowID: fmt.Sprintf("kept:%d", i), PayloadHash: [32]byte{1}}
+		ins[n+i] = decide.Intent{WorkflowID: fmt.Sprintf("never:%d", i), PayloadHash: [32]byte{1}}
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := 0; g < 3; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(int64(g)))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				switch op := rng.Intn(10); {
+				case op < 7:
+					at := make([]int, 1+rng.Intn(20))
+					for j := range at {
+						at[j] = rng.Intn(n)
+					}
+					c.remember(ins, sums, at, c.since())
+				case op < 9:
+					j := rng.Intn(n)
+					c.rerunsChange([][32]byte{sums[j]}, 1, false)
+					c.rerunsChange([][32]byte{sums[j]}, -1, false)
+				default:
+					c.forgetAll()(false)
+				}
+				mu.Lock()
+				now = now.Add(time.Duration(rng.Int63n(int64(time.Second))))
+				mu.Unlock()
+			}
+		}(g)
+	}
+	var answerers sync.WaitGroup
+	errs := make(chan string, 4)
+	for g := 0; g < 3; g++ {
+		answerers.Add(1)
+		go func(g int) {
+			defer answerers.Done()
+			rng := rand.New(rand.NewSource(100 + int64(g)))
+			for round := 0; round < 3000; round++ {
+				uniq := make([]int, rng.Intn(301))
+				for j := range uniq {
+					uniq[j] = rng.Intn(2 * n)
+				}
+				got := make([]stored, 2*n)
+				left := c.answer(ins, sums, uniq, got)
+				// left is uniq less the answered, in order.
+				k := 0
+				for _, i := range uniq {
+					if k < len(left) && left[k] == i {
+						k++
+						continue
+					}
+					if !got[i].found {
+						errs <- fmt.Sprintf("index %d neither left nor answered", i)
+						return
+					}
+					if i >= n {
+						errs <- fmt.Sprintf("%s, never remembered, answered duplicate", ins[i].WorkflowID)
+						return
+					}
+				}
+				if k != len(left) {
+					errs <- fmt.Sprintf("left %v is not uniq %v less the answered", left, uniq)
+					return
+				}
+			}
+		}(g)
+	}
+	answerers.Wait()
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
+// Once warm (its scratch as long as the batch), answer allocates nothing
+// for a batch it answers whole, and no more than the single pass did for
+// one it answers in part (left, only).
+func TestAWarmAnswerAllocatesNoMoreThanTheSinglePassDid(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	c := newStartedCache(100_000, func() time.Time { return now })
+	const n = 1000
+	ins, sums := make([]decide.Intent, 2*n), make([][32]byte, 2*n)
+	for i := range ins {
+		ins[i] = decide.Intent{WorkflowID: fmt.Sprintf("activity-a:%d", i), PayloadHash: [32]byte{3}}
+		_, sums[i] = keySumOf(ins[i].WorkflowID)
+	}
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	c.remember(ins, sums, all, c.since())
+	got := make([]stored, 2*n)
+	if left := c.answer(ins, sums, all, got); len(left) != 0 {
+		t.Fatalf("%d of %d just remembered left", len(left), n)
+	}
+	if a := testing.AllocsPerRun(100, func() { c.answer(ins, sums, all, got) }); a != 0 {
+		t.Errorf("a warm answer of %d remembered IDs: %v allocations", n, a)
+	}
+	half := make([]int, n)
+	for i := range half {
+		half[i] = 2 * i // every other one remembered
+	}
+	c.answer(ins, sums, half, got)
+	newA := testing.AllocsPerRun(100, func() { c.answer(ins, sums, half, got) })
+	oldA := testing.AllocsPerRun(100, func() { c.singlePassAnswer(ins, sums, half, got) })
+	if newA > oldA {
+		t.Errorf("a warm answer of half remembered IDs: %v allocations, the single pass %v", newA, oldA)
+	}
+	// Shorter batches after a long one allocate no scratch either.
+	for _, m := range []int{0, 1, 10, n / 2} {
+		if a := testing.AllocsPerRun(50, func() { c.answer(ins, sums, all[:m], got) }); a != 0 {
+			t.Errorf("a warm answer of %d remembered IDs after %d: %v allocations", m, n, a)
+		}
+	}
+}
+
+// answer's scratch is at most what the handle's largest batch needed,
+// whatever the batches after it: one byte an ID of that batch, which the
+// batch itself (its intents, sums, keys and answers, hundreds of bytes an
+// ID) needed many times over, and which max_in_flight bounds; it never
+// grows with the number of calls, nor with a memory that holds nothing.
+func TestTheAnswersScratchIsBoundedByTheLargestBatch(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	c := newStartedCache(8, func() time.Time { return now })
+	ins, sums := make([]decide.Intent, 1), make([][32]byte, 1)
+	_, sums[0] = keySumOf("activity-a:x")
+	c.remember(ins, sums, []int{0}, c.since())
+	got := make([]stored, 1)
+	largest := 0
+	rng := rand.New(rand.NewSource(7))
+	for round := 0; round < 2000; round++ {
+		m := rng.Intn(5000)
+		if round%500 == 0 {
+			m = 20_000 * (1 + round/500)
+		}
+		largest = max(largest, m)
+		uniq := make([]int, m) // every index 0: the one ID, again and again
+		c.answer(ins, sums, uniq, got)
+		if cap(c.maybe) > 2*largest+64 {
+			t.Fatalf("round %d: scratch of %d after batches of at most %d", round, cap(c.maybe), largest)
+		}
+	}
+	// An empty memory (nothing remembered yet, or the clock beyond what
+	// it tells) takes no scratch at all.
+	fresh := newStartedCache(8, func() time.Time { return now })
+	fresh.answer(ins, sums, make([]int, 100_000), got)
+	if cap(fresh.maybe) != 0 {
+		t.Errorf("a memory that holds nothing took a scratch of %d", cap(fresh.maybe))
 	}
 }

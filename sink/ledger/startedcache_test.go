@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"math"
@@ -1617,4 +1618,35 @@ func TestARowRememberedAsTheClockSteppedBackIsNotAnsweredFromMemoryAnHourAfterIt
 	if err != nil || cl[0].Verdict != decide.VerdictNew {
 		t.Fatalf("a copy %v after the read (by the memory's clock), its row purged meanwhile: %+v, %v; the ledger answers new", clk.now().Sub(read), cl, err)
 	}
+}
+
+// IDs whose SHA-256s share bytes 0..16 (one window of the memory, and the
+// word its look-up reads first) with a remembered started ID, differing
+// only later, or share bytes 8..16 only, are not answered from memory: a
+// claim's batch with the remembered ID gets the ledger's verdicts for
+// them (new, then a re-drive while pending), never a duplicate.
+func TestIDsSharingTheWordTheMemoryReadsFirstWithARememberedOneGetTheLedgersVerdicts(t *testing.T) {
+	sha := sha256.Sum256
+	restore := ledger.SetKeySumFunc(func(id string) [32]byte {
+		s := sha([]byte(id))
+		a := sha([]byte("activity-a:a"))
+		switch id {
+		case "activity-a:b": // a's window and word, another tail
+			copy(s[:16], a[:16])
+		case "activity-a:c": // a's word, another window
+			copy(s[8:16], a[8:16])
+		case "activity-a:d": // all of a's but the last bit
+			s = a
+			s[31] ^= 1
+		}
+		return s
+	})
+	defer restore()
+	l := open(t)
+	l.RememberStarted(100)
+	a, b, c, d := intent("a", "p"), intent("b", "p"), intent("c", "p"), intent("d", "p")
+	markedStarted(t, l, a)
+	want(t, claim(t, l, a), decide.VerdictDuplicate) // remembered now
+	want(t, claim(t, l, a, b, c, d), decide.VerdictDuplicate, decide.VerdictNew, decide.VerdictNew, decide.VerdictNew)
+	want(t, claim(t, l, b, a, d, c, a), decide.VerdictRedrive, decide.VerdictDuplicate, decide.VerdictRedrive, decide.VerdictRedrive, decide.VerdictDuplicate)
 }
