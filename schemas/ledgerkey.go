@@ -29,7 +29,11 @@ func LedgerKey(workflowID string) [16]byte {
 // LedgerKeySum is LedgerKey and the SHA-256 of the ID it was taken from,
 // for one hash of the ID where a caller needs both.
 func LedgerKeySum(workflowID string) (key [16]byte, sum [32]byte) {
-	h := sha256.Sum256([]byte(workflowID))
+	// The ID's bytes in a buffer on the stack when they fit: a claim
+	// hashes every ID of its batch, and []byte(workflowID) copies to the
+	// heap past 32 bytes.
+	var buf [256]byte
+	h := sha256.Sum256(append(buf[:0], workflowID...))
 	var k [16]byte
 	if ms, ok := timeFirst(workflowID); ok {
 		for i := range 6 {

@@ -80,6 +80,9 @@ func TestLedgerKeyDigest(t *testing.T) {
 		"activity-a:81ARZ3NDEKTSV4RRFFQ69G5FAV", // past 48 bits
 		"activity-a:01ARZ3NDEKTSV4RRFFQ69G5FAU", // U is not Crockford
 		"7", "", "-7", "activity-crm:2026-11-26T04:00:00Z",
+		// Longer than schemas.LedgerKeySum's stack buffer (256 bytes).
+		"activity-a:" + strings.Repeat("z", 300) + "0190a1b2-c3d4-7e5f-8a9b-0123456789ab",
+		strings.Repeat("w", 256), strings.Repeat("w", 257),
 	}
 	for _, id := range ids {
 		var got string
