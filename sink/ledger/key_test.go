@@ -453,3 +453,53 @@ func TestMigrationAtScale(t *testing.T) {
 	t.Logf("migration 00012 on %d rows: %s, %.0f MiB of WAL (%.0f B a row); heap %.0f -> %.0f MiB; VACUUM after: %s",
 		n, took.Round(time.Second), float64(wal)/(1<<20), float64(wal)/float64(n), float64(heap0)/(1<<20), float64(heap1)/(1<<20), time.Since(vacuum).Round(time.Second))
 }
+
+// dedup_ledger_key agrees with schemas.LedgerKey for IDs at and around
+// LedgerKeySum's stack buffer of 256 bytes: every length from 200 to 320
+// bytes, multibyte characters straddling byte 256, with and without a
+// trailing UUIDv7 or ULID (and their near misses).
+func TestLedgerKeyDigestAgreesAroundTheStackBuffer(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	suffixes := []string{"", "0190a1b2-c3d4-7e5f-8a9b-0123456789ab", "0190a1b2-c3d4-4e5f-8a9b-0123456789ab",
+		"01ARZ3NDEKTSV4RRFFQ69G5FAV", "7ZZZZZZZZZZZZZZZZZZZZZZZZZ", "01ARZ3NDEKTSV4RRFFQ69G5FAU"}
+	var ids []string
+	for _, s := range suffixes {
+		for _, f := range []string{"x", "é", "✓", "😀"} {
+			for total := 200; total <= 320; total++ {
+				p := []rune(strings.Repeat(f, total))
+				var b strings.Builder
+				for _, r := range p {
+					if b.Len()+len(string(r))+len(s) > total {
+						break
+					}
+					b.WriteRune(r)
+				}
+				ids = append(ids, b.String()+s)
+			}
+		}
+	}
+	rows, err := l.Pool().Query(ctx, `SELECT dedup_ledger_key(w)::text FROM unnest($1::text[]) WITH ORDINALITY u(w, n) ORDER BY n`, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(ids) {
+		t.Fatalf("%d keys for %d IDs", len(got), len(ids))
+	}
+	for i, id := range ids {
+		if g := uuid.UUID(schemas.LedgerKey(id)).String(); g != got[i] || g != wantKey(id) {
+			t.Errorf("ID of %d bytes %q: schemas.LedgerKey %s, dedup_ledger_key %s, want %s", len(id), id, g, got[i], wantKey(id))
+		}
+	}
+}
