@@ -467,9 +467,8 @@ func TestLedgerKeyDigestAgreesAroundTheStackBuffer(t *testing.T) {
 	for _, s := range suffixes {
 		for _, f := range []string{"x", "é", "✓", "😀"} {
 			for total := 200; total <= 320; total++ {
-				p := []rune(strings.Repeat(f, total))
 				var b strings.Builder
-				for _, r := range p {
+				for _, r := range strings.Repeat(f, total) {
 					if b.Len()+len(string(r))+len(s) > total {
 						break
 					}
