@@ -9,7 +9,7 @@
 GO ?= go
 LAB = integration
 
-.PHONY: deps dev test test-short loadtest fuzz vet lint build clean bench bench-smoke bench-ledger bench-instructions model \
+.PHONY: deps dev test test-root test-lab test-short loadtest fuzz vet lint build clean bench bench-smoke bench-ledger bench-instructions model \
 	rules k8s image compose compose-env compose-down stranger
 
 # What `dedup version` and dedup_build_info report (internal/app/version.go):
@@ -62,21 +62,31 @@ vet:
 	cd $(LAB) && $(GO) vet ./...
 
 # The full suite: unit, ledger (real PostgreSQL), end-to-end (kfake,
-# in-process Temporal, routers as processes). Packages run one at a time:
-# the machine has 2 cores and the end-to-end package is heavy. Within a
+# in-process Temporal, routers as processes), in two lanes side by side:
+# the root module's (the protocol model, then its packages) and the lab's
+# (integration/). The lab's end-to-end package takes about 13 minutes on
+# under one core (its scenarios wait on Temporal, Kafka and timers), the
+# root lane about as long; one after the other they left a core idle for
+# most of CI. Within a lane, packages run one at a time. Within a
 # package, the tests that mostly wait (the router's fence tests, marked
-# waitsOnTimers) run eight at a time. The root module first, then the
-# lab's (integration/).
+# waitsOnTimers) run eight at a time. Each command's output is printed
+# whole when it ends (--output-sync=line), so the lanes' lines never mix.
 # The root module's fast packages run under the race detector only (the
 # router's tests rely on it: its components share state under locks): a
 # second run of the same tests without the detector cost CI five minutes.
 # The rest of the root module runs without it.
 RACE_PKGS = ./processor/... ./connect/... ./schemas/...
 PLAIN_PKGS = $(filter-out $(shell $(GO) list $(RACE_PKGS)),$(shell $(GO) list ./...))
-test: deps vet lint rules k8s model stranger
+test: deps vet lint rules k8s stranger
+	@$(MAKE) --no-print-directory -j2 --output-sync=line test-root test-lab
+
+# make test's two lanes (each runs alone too).
+test-root: deps model
 	$(GO) test -p 1 -count=1 -timeout 30m $(PLAIN_PKGS)
 	$(GO) test -race -p 1 -parallel 8 -count=1 -timeout 10m $(RACE_PKGS)
 	$(GO) test -count=1 -tags failpoints ./cmd/dedup
+
+test-lab: deps
 	cd $(LAB) && $(GO) test -p 1 -count=1 -timeout 30m ./...
 
 test-short: deps

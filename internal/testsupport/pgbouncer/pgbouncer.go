@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Mode is PgBouncer's pool_mode.
@@ -135,15 +136,38 @@ func start(backendURL string, o Options) (*Bouncer, error) {
 			return nil, fmt.Errorf("handing its directory to postgres: %w", err)
 		}
 	}
-	if b.port, err = freePort(); err != nil {
-		_ = os.RemoveAll(b.dir)
-		return nil, err
-	}
 	user := bu.User.Username()
 	if user == "" {
 		user = "postgres"
 	}
 	b.logPath = filepath.Join(b.dir, "pgbouncer.log")
+	// A port found free may be taken before PgBouncer listens on it (make
+	// test runs two lanes of tests, each starting servers): then pick
+	// again.
+	for picks := 1; ; picks++ {
+		if b.port, err = pickPort(); err != nil {
+			_ = os.RemoveAll(b.dir)
+			return nil, err
+		}
+		err = b.run(bin, bu, user, cred, o)
+		if err == nil {
+			return b, nil
+		}
+		_ = b.kill()
+		if picks == 5 || !errors.Is(err, errPortHeld) {
+			_ = os.RemoveAll(b.dir)
+			return nil, err
+		}
+	}
+}
+
+// errPortHeld: another process listens on PgBouncer's port.
+var errPortHeld = errors.New("the port is held by another process")
+
+// run writes the config for b.port and starts PgBouncer on it, and waits
+// until the PgBouncer that answers there is this one (its admin console
+// names this one's log file).
+func (b *Bouncer) run(bin string, bu *url.URL, user string, cred *syscall.Credential, o Options) error {
 	authFile := filepath.Join(b.dir, "users.txt")
 	// Debian's defaults otherwise (no ignore_startup_parameters, server
 	// reset DISCARD ALL in session mode only): what a new user runs.
@@ -170,13 +194,11 @@ admin_users = %s
 	files := map[string]string{cfg: ini, authFile: fmt.Sprintf("%q \"\"\n", user), b.logPath: ""}
 	for p, s := range files {
 		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
-			_ = os.RemoveAll(b.dir)
-			return nil, fmt.Errorf("writing %s: %w", filepath.Base(p), err)
+			return fmt.Errorf("writing %s: %w", filepath.Base(p), err)
 		}
 		if cred != nil {
 			if err := os.Chown(p, int(cred.Uid), int(cred.Gid)); err != nil {
-				_ = os.RemoveAll(b.dir)
-				return nil, fmt.Errorf("handing %s to postgres: %w", filepath.Base(p), err)
+				return fmt.Errorf("handing %s to postgres: %w", filepath.Base(p), err)
 			}
 		}
 	}
@@ -184,20 +206,18 @@ admin_users = %s
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	cmd.Dir = b.dir
 	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(b.dir)
-		return nil, fmt.Errorf("running %s: %w", bin, err)
+		return fmt.Errorf("running %s: %w", bin, err)
 	}
 	b.cmd, b.done = cmd, make(chan struct{})
 	go func() { _ = cmd.Wait(); close(b.done) }()
-	if err := b.waitReady(bu); err != nil {
-		_ = b.stop()
-		return nil, err
-	}
-	return b, nil
+	return b.waitReady(bu, user)
 }
 
-// waitReady waits until a query through PgBouncer reaches the server.
-func (b *Bouncer) waitReady(bu *url.URL) error {
+// waitReady waits until a query through PgBouncer reaches the server,
+// and checks that the PgBouncer answering on b.port is this one: another
+// that holds the port (this one then cannot listen) names another log
+// file in its admin console.
+func (b *Bouncer) waitReady(bu *url.URL, user string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
@@ -206,17 +226,72 @@ func (b *Bouncer) waitReady(bu *url.URL) error {
 			_, err = conn.Exec(ctx, "SELECT 1")
 			_ = conn.Close(ctx)
 			if err == nil {
+				logfile, err := b.answeringLogfile(ctx, user)
+				switch {
+				case err != nil:
+					return fmt.Errorf("asking the PgBouncer on 127.0.0.1:%d which it is: %w", b.port, err)
+				case logfile != b.logPath:
+					return fmt.Errorf("starting pgbouncer on 127.0.0.1:%d: %w: a PgBouncer logging to %s answers there", b.port, errPortHeld, logfile)
+				}
 				return nil
 			}
 		}
 		select {
 		case <-b.done:
+			b.cmd = nil
+			if held := portHeld(b.port); held != nil {
+				return fmt.Errorf("pgbouncer exited while starting on 127.0.0.1:%d: %w (%v): %v", b.port, errPortHeld, held, err)
+			}
 			return fmt.Errorf("pgbouncer exited while starting: %v: %s", err, b.Log())
 		case <-ctx.Done():
 			return fmt.Errorf("pgbouncer not ready after 30s: %v: %s", err, b.Log())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// answeringLogfile is the log file of the PgBouncer that answers on
+// b.port (SHOW CONFIG on its admin console).
+func (b *Bouncer) answeringLogfile(ctx context.Context, user string) (string, error) {
+	admin := url.URL{Scheme: "postgres", User: url.User(user), Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(b.port)), Path: "/pgbouncer",
+		RawQuery: "sslmode=disable"}
+	conn, err := pgconn.Connect(ctx, admin.String())
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	rs, err := conn.Exec(ctx, "SHOW CONFIG").ReadAll()
+	if err != nil {
+		return "", err
+	}
+	for _, r := range rs {
+		for _, row := range r.Rows {
+			if len(row) >= 2 && string(row[0]) == "logfile" {
+				return string(row[1]), nil
+			}
+		}
+	}
+	return "", errors.New("SHOW CONFIG has no logfile")
+}
+
+// portHeld is the error of listening on 127.0.0.1:port, nil if it is free.
+func portHeld(port int) error {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
+
+// kill ends PgBouncer at once, if it runs, and waits for it to exit.
+func (b *Bouncer) kill() error {
+	if b.cmd == nil {
+		return nil
+	}
+	err := b.cmd.Process.Kill()
+	<-b.done
+	b.cmd = nil
+	return err
 }
 
 // stop ends PgBouncer (SIGTERM: at once, closing every connection) and
@@ -246,6 +321,9 @@ func binary() (string, error) {
 	}
 	return "", errors.New("no pgbouncer on PATH or in /usr/sbin: install it (apt-get install pgbouncer; .ci/deps does)")
 }
+
+// pickPort is freePort; tests replace it.
+var pickPort = freePort
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

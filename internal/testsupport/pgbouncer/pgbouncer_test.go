@@ -2,6 +2,7 @@ package pgbouncer_test
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -66,4 +67,43 @@ func TestSessionModeKeepsSessionsApart(t *testing.T) {
 	if _, err := c.Exec(ctx, "EXECUTE mine", pgx.QueryExecModeSimpleProtocol); err == nil {
 		t.Fatal("another session's prepared statement ran: the sessions share a server connection")
 	}
+}
+
+// make test runs the root module's packages beside the lab's, each
+// starting servers on ports it found free a moment before: two may pick
+// the same one. A PgBouncer whose port another holds picks again: it never
+// comes up answering through the other's, which may front another
+// server.
+func TestStartPicksAgainWhenItsFreePortIsHeldByAnotherPgBouncer(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	a := pgbouncer.Start(t, url, pgbouncer.Options{})
+	picks := 0
+	restore := pgbouncer.SetPickPort(func() (int, error) {
+		picks++
+		if picks == 1 {
+			return a.Port(), nil // taken between the pick and the start
+		}
+		return freePort()
+	})
+	defer restore()
+	b := pgbouncer.Start(t, url, pgbouncer.Options{})
+	if b.Port() == a.Port() {
+		t.Fatalf("the second PgBouncer came up on port %d, the first's (%d picks)", b.Port(), picks)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, b.URL(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close(ctx)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -105,18 +105,36 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	if c.port == 0 {
-		if c.port, err = freePort(); err != nil {
-			_ = c.cleanup()
-			return nil, err
-		}
+	if opts.Port != 0 { // the caller's port is kept: its error names it
+		err = c.startServer(ctx)
+	} else {
+		err = c.startOnAFreePort(ctx)
 	}
-	if err := c.startServer(ctx); err != nil {
+	if err != nil {
 		_ = c.cleanup()
 		return nil, err
 	}
 	return c, nil
 }
+
+// startOnAFreePort starts the server on a port found free. That port may
+// be taken before the server listens on it (make test runs two lanes of
+// tests, each starting servers): then it picks again.
+func (c *Cluster) startOnAFreePort(ctx context.Context) error {
+	for picks := 1; ; picks++ {
+		var err error
+		if c.port, err = pickPort(); err != nil {
+			return err
+		}
+		err = c.startServer(ctx)
+		if err == nil || picks == 5 || !errors.Is(err, errPortHeld) {
+			return err
+		}
+	}
+}
+
+// errPortHeld: another process listens on the cluster's port.
+var errPortHeld = errors.New("the port is held by another process")
 
 func (c *Cluster) startServer(ctx context.Context) error {
 	args := []string{"-D", c.dir, "-p", strconv.Itoa(c.port), "-k", c.dir,
@@ -149,11 +167,25 @@ func (c *Cluster) startServer(ctx context.Context) error {
 	for {
 		conn, err := pgx.Connect(ctx, c.URL())
 		if err == nil {
+			// The server that answers may be another's that holds the port
+			// (this one then cannot listen): its data directory says.
+			var dir string
+			err = conn.QueryRow(ctx, "SHOW data_directory").Scan(&dir)
 			_ = conn.Close(ctx)
-			return nil
+			switch {
+			case err == nil && dir == c.dir:
+				return nil
+			case err == nil:
+				c.kill()
+				return fmt.Errorf("starting postgres on 127.0.0.1:%d: %w: a PostgreSQL server with data directory %s answers there", c.port, errPortHeld, dir)
+			}
 		}
 		select {
 		case <-c.done:
+			c.cmd = nil
+			if held := portHeld(c.port); held != nil {
+				return fmt.Errorf("postgres exited while starting on 127.0.0.1:%d: %w (%v): %v", c.port, errPortHeld, held, err)
+			}
 			return fmt.Errorf("postgres exited while starting: %w", err)
 		case <-ctx.Done():
 			return ctx.Err()
@@ -242,6 +274,15 @@ func (c *Cluster) Stop() error {
 
 func (c *Cluster) cleanup() error { return os.RemoveAll(c.dir) }
 
+// kill stops the server at once and waits for it to exit.
+func (c *Cluster) kill() {
+	if c.cmd != nil {
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		c.cmd = nil
+	}
+}
+
 func (c *Cluster) command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true}
@@ -273,6 +314,18 @@ func version(dir string) int {
 	n, _ := strconv.Atoi(strings.Split(strings.TrimPrefix(dir, "/usr/lib/postgresql/"), "/")[0])
 	return n
 }
+
+// portHeld is the error of listening on 127.0.0.1:port, nil if it is free.
+func portHeld(port int) error {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
+
+// pickPort is freePort; tests replace it.
+var pickPort = freePort
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -70,11 +70,7 @@ func (c *Cluster) StartStandby(ctx context.Context, opts StandbyOptions) (*Clust
 		_ = s.cleanup()
 		return nil, fmt.Errorf("running pg_basebackup from 127.0.0.1:%d: %w: %s", c.port, err, out)
 	}
-	if s.port, err = freePort(); err != nil {
-		_ = s.cleanup()
-		return nil, err
-	}
-	if err := s.startServer(ctx); err != nil {
+	if err := s.startOnAFreePort(ctx); err != nil {
 		_ = s.cleanup()
 		return nil, err
 	}
