@@ -212,6 +212,21 @@ func ratioDefs() []ratioDef {
 			of: func(x Rep) float64 { return div(x.Replay.Records.PerSec, x.WatermillReplay.Records.PerSec) }},
 		{name: "Watermill peer CPU per workflow, µs (unique-heavy)", needs: []string{StageWatermill},
 			of: func(x Rep) float64 { return x.Watermill.CPUPerWorkflow() }},
+		// The unique-heavy stages are bound by the infrastructure's core
+		// (Temporal, PostgreSQL, Kafka; busy near 100%): there, records/s
+		// go as the inverse of its CPU per workflow.
+		{name: "router / Watermill peer, infrastructure core CPU per started workflow (unique-heavy)", needs: []string{uniq, StageWatermill},
+			of: func(x Rep) float64 { return div(x.Unique.InfraCPUPerWorkflow(), x.Watermill.InfraCPUPerWorkflow()) }},
+		{name: "router / its starter alone, infrastructure core CPU per started workflow (unique-heavy)", needs: []string{uniq, starts},
+			of: func(x Rep) float64 { return div(x.Unique.InfraCPUPerWorkflow(), x.RawStarts.InfraCPUPer()) }},
+		{name: "infrastructure core CPU per started workflow, µs: router (unique-heavy)", needs: []string{uniq},
+			of: func(x Rep) float64 { return x.Unique.InfraCPUPerWorkflow() }},
+		{name: "infrastructure core CPU per started workflow, µs: Watermill peer (unique-heavy)", needs: []string{StageWatermill},
+			of: func(x Rep) float64 { return x.Watermill.InfraCPUPerWorkflow() }},
+		{name: "infrastructure core CPU per start, µs: the router's starter alone", needs: []string{starts},
+			of: func(x Rep) float64 { return x.RawStarts.InfraCPUPer() }},
+		{name: "infrastructure core CPU per start, µs: the SDK's ExecuteWorkflow", needs: []string{sdk},
+			of: func(x Rep) float64 { return x.SDKStarts.InfraCPUPer() }},
 	}, baselineRatioDefs()...), costRatioDefs()...)
 }
 

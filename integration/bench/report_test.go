@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -133,4 +134,35 @@ func TestInfraCoreBusyFromProcStat(t *testing.T) {
 	if w := startWindow(); w.infra.total == 0 {
 		t.Fatal("this machine's /proc/stat has no cpu0 line")
 	}
+}
+
+// The infrastructure core's CPU per started workflow is its busy share of
+// the window over the workflows: for the router and the Watermill peer
+// (RouterResult) and for the bare starts (Rate), and their ratio per
+// repetition.
+func TestInfraCPUPerWorkflowIsTheCoresBusyTimeOverTheWorkflows(t *testing.T) {
+	router := RouterResult{InfraBusy: 0.99, Records: Rate{N: 2500, Seconds: 20}, Workflows: Rate{N: 3000, Seconds: 20}}
+	if got, want := router.InfraCPUPerWorkflow(), 0.99*20*1e6/3000; math.Abs(got-want) > 1e-6 {
+		t.Errorf("router: %v µs, want %v", got, want)
+	}
+	if got := (RouterResult{InfraBusy: 1, Records: Rate{N: 10, Seconds: 1}}).InfraCPUPerWorkflow(); got != 0 {
+		t.Errorf("no workflow started: %v µs, want 0", got)
+	}
+	starts := Rate{N: 3000, Seconds: 15, InfraBusy: 1}
+	if got, want := starts.InfraCPUPer(), 5000.0; math.Abs(got-want) > 1e-6 {
+		t.Errorf("starts: %v µs, want %v", got, want)
+	}
+	wm := RouterResult{InfraBusy: 0.99, Records: Rate{N: 2500, Seconds: 16}, Workflows: Rate{N: 3000, Seconds: 16}}
+	r := &Report{Profiles: []Profile{{Latency: Latency{Name: "0ms"},
+		Reps: []Rep{{Unique: router, Watermill: wm}}}}}
+	r.Finish()
+	for _, row := range r.Ratios {
+		if row.Name == "router / Watermill peer, infrastructure core CPU per started workflow (unique-heavy)" {
+			if math.Abs(row.Spread.Median-1.25) > 1e-9 {
+				t.Errorf("router / Watermill: %v, want 1.25 (20 s against 16 s of the busy core for the same workflows)", row.Spread.Median)
+			}
+			return
+		}
+	}
+	t.Errorf("no router / Watermill row of the infrastructure core's CPU per workflow in %d rows", len(r.Ratios))
 }

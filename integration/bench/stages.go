@@ -53,6 +53,15 @@ func (r Rate) CPUPer() float64 {
 	return r.CPUSeconds * 1e6 / float64(r.N)
 }
 
+// InfraCPUPer is the infrastructure core's CPU microseconds per unit
+// (its busy share of the window, over N; 0 when nothing was measured).
+func (r Rate) InfraCPUPer() float64 {
+	if r.N == 0 {
+		return 0
+	}
+	return r.InfraBusy * r.Seconds * 1e6 / float64(r.N)
+}
+
 func rate(n int, d time.Duration) Rate {
 	return Rate{N: n, Seconds: d.Seconds(), PerSec: float64(n) / d.Seconds()}
 }
@@ -292,6 +301,18 @@ func (x RouterResult) CPUPerWorkflow() float64 {
 		return 0
 	}
 	return x.CPUSeconds * 1e6 / float64(x.Workflows.N)
+}
+
+// InfraCPUPerWorkflow is the infrastructure core's CPU microseconds per
+// started workflow (its busy share of the window, over the workflows):
+// Temporal's, PostgreSQL's, Kafka's and the proxies' work for each. While
+// that core is busy (near 100%), records/s go as its inverse. 0 when
+// nothing started.
+func (x RouterResult) InfraCPUPerWorkflow() float64 {
+	if x.Workflows.N == 0 {
+		return 0
+	}
+	return x.InfraBusy * x.Records.Seconds * 1e6 / float64(x.Workflows.N)
 }
 
 type routerRun struct {
