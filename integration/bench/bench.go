@@ -303,8 +303,16 @@ func (s *timedStarter) LastRun(ctx context.Context, namespace, workflowID string
 
 func (e *Env) newStarter() processor.Starter { return e.temporalStarter() }
 
+// temporalStarter is the router's starter, with the record's search
+// attributes unless DEDUP_BENCH_SEARCH_ATTRIBUTES=off in the stage's
+// environment (temporal.search_attributes: off; for a same-run A/B through
+// a -baseline-exe wrapper that sets it: what the attributes cost Temporal).
 func (e *Env) temporalStarter() *starter.Temporal {
-	return starter.New(e.TC, starter.Config{Namespace: e.In.Namespace, StartTimeout: 10 * time.Second})
+	sa := starter.SearchAttributesOn
+	if os.Getenv("DEDUP_BENCH_SEARCH_ATTRIBUTES") == "off" {
+		sa = starter.SearchAttributesOff
+	}
+	return starter.New(e.TC, starter.Config{Namespace: e.In.Namespace, StartTimeout: 10 * time.Second, SearchAttributes: sa})
 }
 
 // Percentiles of durations.
