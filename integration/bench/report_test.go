@@ -93,7 +93,7 @@ func TestWatermillBesideDedup(t *testing.T) {
 	r.Finish()
 	var got []RatioRow
 	for _, row := range r.Ratios {
-		if strings.HasPrefix(row.Name, "router / Watermill peer") {
+		if strings.HasPrefix(row.Name, "router / Watermill peer, records/s") {
 			got = append(got, row)
 		}
 	}
