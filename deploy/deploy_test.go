@@ -17,6 +17,7 @@ import (
 	"maps"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -329,6 +330,84 @@ func TestMakefile(t *testing.T) {
 		if !strings.Contains(mk, want) {
 			t.Errorf("Makefile does not run %q", want)
 		}
+	}
+}
+
+// CI shows only the end of .ci/run's output, so .ci/run prints again at
+// the end what failed: a failed step of make test is named there. Here the
+// protocol model's check fails, on a copy of the Makefile and .ci/run whose
+// tools are stubs that pass (seconds, nothing built).
+func TestCIRunNamesAFailedModelCheckInItsSummary(t *testing.T) {
+	for _, tool := range []string{"make", "bash"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	mk, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := os.ReadFile("../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(path, s string) {
+		t.Helper()
+		p := filepath.Join(dir, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const pass = "#!/bin/sh\nexit 0\n"
+	write("Makefile", string(mk))
+	write(".ci/run", string(run))
+	write(".ci/deps", pass)
+	// The model's check as it reports a violated property.
+	write("processor/model/check.sh", "echo '[fixed] FAILED:'\necho 'pan:1: assertion violated (S1)'\nexit 1\n")
+	// The pinned tools, where make builds them.
+	version := func(name string) string {
+		m := regexp.MustCompile(`(?m)^` + name + ` = (\S+)$`).FindSubmatch(mk)
+		if m == nil {
+			t.Fatalf("Makefile sets no %s", name)
+		}
+		return string(m[1])
+	}
+	write("bin/tools/kustomize-"+version("KUSTOMIZE_VERSION")+"/kustomize", pass)
+	write("bin/tools/golangci-lint-"+version("GOLANGCI_LINT_VERSION")+"/golangci-lint", pass)
+	for _, tool := range []string{"go", "gofmt", "promtool"} {
+		write("stub/"+tool, pass)
+	}
+	write("deploy/k8s/base/kustomization.yaml", "resources: []\n")
+	for _, d := range []string{"client/testdata/stranger", "integration"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("bash", ".ci/run")
+	cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		switch name, _, _ := strings.Cut(kv, "="); name {
+		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "GNUMAKEFLAGS", "MAKEFILES", "GO", "TMPDIR", "PATH":
+		default:
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "PATH="+filepath.Join(dir, "stub")+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR="+dir)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf(".ci/run passed with the model's check failing:\n%s", out)
+	}
+	_, summary, ok := strings.Cut(string(out), "=== .ci/run failed")
+	if !ok {
+		t.Fatalf(".ci/run printed no summary:\n%s", out)
+	}
+	_, summary, _ = strings.Cut(summary, "\n") // past its header, which names the log
+	if !strings.Contains(summary, "model") {
+		t.Errorf("the summary at the end of .ci/run's output does not name the failed model check:\n%s\nthe whole output:\n%s", summary, out)
 	}
 }
 
