@@ -3,6 +3,7 @@ package pgbouncer_test
 import (
 	"context"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -106,4 +107,36 @@ func freePort() (int, error) {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// The other lane's throwaway clusters listen on ports they found free too,
+// and one may take the port Start picked. A PostgreSQL server answers a
+// client of database postgres (every server has one; pgcluster's URL,
+// which Start's backendURL is documented as, names it) but it is no
+// PgBouncer: Start picks again, as when another PgBouncer holds the port.
+func TestStartPicksAgainWhenItsFreePortIsHeldByAPostgreSQLServer(t *testing.T) {
+	if os.Getenv("DATABASE_URL") != "" {
+		t.Skip("DATABASE_URL given: the server holding the port is a throwaway cluster")
+	}
+	c := pgtest.Cluster(t)
+	picks := 0
+	restore := pgbouncer.SetPickPort(func() (int, error) {
+		picks++
+		if picks == 1 {
+			return c.Port(), nil // taken between the pick and the start
+		}
+		return freePort()
+	})
+	defer restore()
+	b := pgbouncer.Start(t, c.URL(), pgbouncer.Options{})
+	if b.Port() == c.Port() {
+		t.Fatalf("PgBouncer came up on port %d, the PostgreSQL server's (%d picks)", b.Port(), picks)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, b.URL(c.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close(ctx)
 }
