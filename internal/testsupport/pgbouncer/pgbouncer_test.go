@@ -3,6 +3,8 @@ package pgbouncer_test
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
@@ -139,4 +141,35 @@ func TestStartPicksAgainWhenItsFreePortIsHeldByAPostgreSQLServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = conn.Close(ctx)
+}
+
+// An HTTP server (an ingress, a test's httptest server) may take the port
+// too. PgBouncer, unable to listen, exits at once; the HTTP server never
+// answers PostgreSQL's startup message (it waits for a request line).
+// Start picks again then, not once the 30 s it gives a PgBouncer to come
+// up have passed. Bound: 15 s, half of those; a PgBouncer starts in well
+// under a second.
+func TestStartPicksAgainSoonWhenItsFreePortIsHeldByAServerThatIsNotPostgreSQL(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	defer srv.CloseClientConnections() // a client still waiting on its answer
+	held := srv.Listener.Addr().(*net.TCPAddr).Port
+	picks := 0
+	restore := pgbouncer.SetPickPort(func() (int, error) {
+		picks++
+		if picks == 1 {
+			return held, nil // taken between the pick and the start
+		}
+		return freePort()
+	})
+	defer restore()
+	begun := time.Now()
+	b := pgbouncer.Start(t, url, pgbouncer.Options{})
+	if took := time.Since(begun); took > 15*time.Second {
+		t.Fatalf("Start took %s to come up after an HTTP server took its first pick (%d picks); want under 15s", took.Round(time.Millisecond), picks)
+	}
+	if b.Port() == held {
+		t.Fatalf("PgBouncer came up on port %d, the HTTP server's", held)
+	}
 }
