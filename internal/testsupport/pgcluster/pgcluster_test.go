@@ -2,6 +2,9 @@ package pgcluster
 
 import (
 	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -76,4 +79,82 @@ func dataDirectory(ctx context.Context, t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// The other lane's servers are not all PostgreSQL: an HTTP server (an
+// ingress, a test's httptest server) may take the port Start found free
+// before the cluster's server listens on it. The cluster's server, unable
+// to listen, exits at once; the HTTP server never answers PostgreSQL's
+// startup message (it waits for a request line). Start picks again, as it
+// does when another cluster holds the port, rather than wait on that
+// answer for as long as its context lasts. Bound: 30 s, several times what
+// initdb and a start take on two cores (under 5 s).
+func TestStartPicksAgainWhenItsFreePortIsHeldByAServerThatIsNotPostgreSQL(t *testing.T) {
+	held := heldByHTTP(t)
+	picks := 0
+	defer func(f func() (int, error)) { pickPort = f }(pickPort)
+	pickPort = func() (int, error) {
+		picks++
+		if picks == 1 {
+			return held, nil // taken between the pick and the start
+		}
+		return freePort()
+	}
+	c, err := startWithin(t, Options{}, 30*time.Second)
+	if err != nil {
+		t.Fatalf("Start after its first pick was taken by an HTTP server: %v; want it to pick again", err)
+	}
+	if c.port == held {
+		t.Fatalf("Start came up on port %d, held by the HTTP server", held)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if dir := dataDirectory(ctx, t, c.URL()); dir != c.dir {
+		t.Fatalf("the started cluster answers from %s, want its own %s", dir, c.dir)
+	}
+}
+
+// heldByHTTP is the port of an HTTP server that runs until the test ends,
+// on a port of the kind freePort finds.
+func heldByHTTP(t *testing.T) int {
+	t.Helper()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(func() {
+		srv.CloseClientConnections() // a client still waiting on its answer
+		srv.Close()
+	})
+	return srv.Listener.Addr().(*net.TCPAddr).Port
+}
+
+// startWithin runs Start and gives it at most bound: a Start still running
+// then is canceled (a cluster it started all the same is stopped) and the
+// test fails.
+func startWithin(t *testing.T, opts Options, bound time.Duration) (*Cluster, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		c   *Cluster
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := Start(ctx, opts)
+		done <- result{c, err}
+	}()
+	select {
+	case r := <-done:
+		if r.c != nil {
+			t.Cleanup(func() { _ = r.c.Stop() })
+		}
+		return r.c, r.err
+	case <-time.After(bound):
+		cancel()
+		r := <-done
+		if r.c != nil {
+			_ = r.c.Stop()
+		}
+		t.Fatalf("Start (port %d asked) still running after %s; canceled, it returned %v", opts.Port, bound, r.err)
+		return nil, nil
+	}
 }
