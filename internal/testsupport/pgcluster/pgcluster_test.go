@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,6 +113,22 @@ func TestStartPicksAgainWhenItsFreePortIsHeldByAServerThatIsNotPostgreSQL(t *tes
 	defer cancel()
 	if dir := dataDirectory(ctx, t, c.URL()); dir != c.dir {
 		t.Fatalf("the started cluster answers from %s, want its own %s", dir, c.dir)
+	}
+}
+
+// A port the caller chose is kept, and Start's error names it: also when
+// what holds it is not PostgreSQL (an HTTP server, which never answers the
+// startup message), once the cluster's own server has exited, not when the
+// caller's context ends (make dev's has no deadline). Bound: 30 s, as
+// above.
+func TestStartOnAPortAServerThatIsNotPostgreSQLHoldsFailsNamingThePort(t *testing.T) {
+	held := heldByHTTP(t)
+	c, err := startWithin(t, Options{Port: held}, 30*time.Second)
+	if err == nil {
+		t.Fatalf("Start on port %d, held by an HTTP server: came up (data directory %s); want an error naming the port", held, c.dir)
+	}
+	if !strings.Contains(err.Error(), strconv.Itoa(held)) {
+		t.Fatalf("Start on port %d, held by an HTTP server: %v; want an error naming the port", held, err)
 	}
 }
 
