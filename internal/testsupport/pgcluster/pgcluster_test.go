@@ -5,6 +5,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -129,6 +131,33 @@ func TestStartOnAPortAServerThatIsNotPostgreSQLHoldsFailsNamingThePort(t *testin
 	}
 	if !strings.Contains(err.Error(), strconv.Itoa(held)) {
 		t.Fatalf("Start on port %d, held by an HTTP server: %v; want an error naming the port", held, err)
+	}
+}
+
+// Start knows its own server by the data directory the server reports
+// (SHOW data_directory), which PostgreSQL puts in canonical form: no
+// doubled slash, no "." component. A TMPDIR not in that form (the kernel
+// resolves it all the same) still gives a cluster that comes up, not one
+// whose own server is taken for another's and killed.
+func TestStartKnowsItsOwnServerUnderATMPDIRNotInCanonicalForm(t *testing.T) {
+	base := strings.TrimRight(os.TempDir(), "/")
+	for _, tc := range []struct{ name, tmp string }{
+		{"a trailing doubled slash", base + "//"},
+		{"a dot component", base + "/./"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("TMPDIR", tc.tmp)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c, err := Start(ctx, Options{})
+			if err != nil {
+				t.Fatalf("Start with TMPDIR=%s: %v", tc.tmp, err)
+			}
+			defer func() { _ = c.Stop() }()
+			if dir := dataDirectory(ctx, t, c.URL()); filepath.Clean(dir) != filepath.Clean(c.dir) {
+				t.Fatalf("the started cluster answers from %s, want its own %s", dir, c.dir)
+			}
+		})
 	}
 }
 
