@@ -221,21 +221,27 @@ func (b *Bouncer) waitReady(bu *url.URL, user string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
-		conn, err := pgx.Connect(ctx, b.URL(bu.String()))
+		// Each attempt is bounded: a process that holds the port and is
+		// not a PostgreSQL server (an HTTP server) may never answer the
+		// startup message, while this PgBouncer, unable to listen, has
+		// exited.
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		err := selectOne(actx, b.URL(bu.String()))
 		if err == nil {
-			_, err = conn.Exec(ctx, "SELECT 1")
-			_ = conn.Close(ctx)
-			if err == nil {
-				logfile, err := b.answeringLogfile(ctx, user)
-				switch {
-				case err != nil:
-					return fmt.Errorf("asking the PgBouncer on 127.0.0.1:%d which it is: %w", b.port, err)
-				case logfile != b.logPath:
-					return fmt.Errorf("starting pgbouncer on 127.0.0.1:%d: %w: a PgBouncer logging to %s answers there", b.port, errPortHeld, logfile)
-				}
-				return nil
+			// Something that speaks PostgreSQL answers: this PgBouncer
+			// only if its admin console names this one's log file (a
+			// PostgreSQL server has no database pgbouncer).
+			logfile, aerr := b.answeringLogfile(actx, user)
+			acancel()
+			switch {
+			case aerr != nil:
+				return fmt.Errorf("starting pgbouncer on 127.0.0.1:%d: %w: what answers there has no PgBouncer admin console (%v)", b.port, errPortHeld, aerr)
+			case logfile != b.logPath:
+				return fmt.Errorf("starting pgbouncer on 127.0.0.1:%d: %w: a PgBouncer logging to %s answers there", b.port, errPortHeld, logfile)
 			}
+			return nil
 		}
+		acancel()
 		select {
 		case <-b.done:
 			b.cmd = nil
@@ -248,6 +254,17 @@ func (b *Bouncer) waitReady(bu *url.URL, user string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// selectOne runs SELECT 1 through url.
+func selectOne(ctx context.Context, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	_, err = conn.Exec(ctx, "SELECT 1")
+	return err
 }
 
 // answeringLogfile is the log file of the PgBouncer that answers on

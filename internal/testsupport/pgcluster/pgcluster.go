@@ -165,20 +165,21 @@ func (c *Cluster) startServer(ctx context.Context) error {
 	go func() { _ = cmd.Wait(); close(c.done) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		conn, err := pgx.Connect(ctx, c.URL())
-		if err == nil {
-			// The server that answers may be another's that holds the port
-			// (this one then cannot listen): its data directory says.
-			var dir string
-			err = conn.QueryRow(ctx, "SHOW data_directory").Scan(&dir)
-			_ = conn.Close(ctx)
-			switch {
-			case err == nil && dir == c.dir:
-				return nil
-			case err == nil:
-				c.kill()
-				return fmt.Errorf("starting postgres on 127.0.0.1:%d: %w: a PostgreSQL server with data directory %s answers there", c.port, errPortHeld, dir)
-			}
+		// Each attempt is bounded: a process that holds the port and is
+		// not PostgreSQL (an HTTP server) may never answer the startup
+		// message, while this server, unable to listen, has exited.
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		dir, err := answeringDataDirectory(actx, c.URL())
+		cancel()
+		// The server that answers may be another's that holds the port
+		// (this one then cannot listen): its data directory says, in
+		// PostgreSQL's canonical form (TMPDIR may not be: /tmp//).
+		switch {
+		case err == nil && filepath.Clean(dir) == filepath.Clean(c.dir):
+			return nil
+		case err == nil:
+			c.kill()
+			return fmt.Errorf("starting postgres on 127.0.0.1:%d: %w: a PostgreSQL server with data directory %s answers there", c.port, errPortHeld, dir)
 		}
 		select {
 		case <-c.done:
@@ -188,13 +189,27 @@ func (c *Cluster) startServer(ctx context.Context) error {
 			}
 			return fmt.Errorf("postgres exited while starting: %w", err)
 		case <-ctx.Done():
+			c.kill()
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("postgres not ready after 60s: %w", err)
+			c.kill()
+			return fmt.Errorf("postgres not ready on 127.0.0.1:%d after 60s: %w", c.port, err)
 		}
 	}
+}
+
+// answeringDataDirectory is the data directory of the server that answers url.
+func answeringDataDirectory(ctx context.Context, url string) (string, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	var dir string
+	err = conn.QueryRow(ctx, "SHOW data_directory").Scan(&dir)
+	return dir, err
 }
 
 // writeTLS puts the certificate and key in the data directory, where
