@@ -227,10 +227,12 @@ func (b *Bouncer) waitReady(bu *url.URL, user string) error {
 		// exited.
 		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
 		err := selectOne(actx, b.URL(bu.String()))
+		acancel()
 		if err == nil {
 			// Something that speaks PostgreSQL answers: this PgBouncer
 			// only if its admin console names this one's log file (a
 			// PostgreSQL server has no database pgbouncer).
+			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
 			logfile, aerr := b.answeringLogfile(actx, user)
 			acancel()
 			switch {
@@ -241,7 +243,6 @@ func (b *Bouncer) waitReady(bu *url.URL, user string) error {
 			}
 			return nil
 		}
-		acancel()
 		select {
 		case <-b.done:
 			b.cmd = nil
