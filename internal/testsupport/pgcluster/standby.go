@@ -70,6 +70,22 @@ func (c *Cluster) StartStandby(ctx context.Context, opts StandbyOptions) (*Clust
 		_ = s.cleanup()
 		return nil, fmt.Errorf("running pg_basebackup from 127.0.0.1:%d: %w: %s", c.port, err, out)
 	}
+	// pg_basebackup connected with the standby's application_name (-R
+	// copies it into primary_conninfo), and its WAL senders stay in the
+	// primary's pg_stat_replication until their backends have exited,
+	// which can be after pg_basebackup has returned: on a loaded machine
+	// the standby streamed beside them, and a caller counting the senders
+	// saw two of that name (sink/ledger's
+	// TestReplicationReadsWhatTheServerAcknowledges: Async [b b]). Once
+	// they are gone, every sender of that name is the standby's.
+	if err := c.until(ctx, "pg_basebackup's WAL senders to exit", func(conn *pgx.Conn) (bool, error) {
+		var n int
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication WHERE application_name = $1`, opts.Name).Scan(&n)
+		return n == 0, err
+	}); err != nil {
+		_ = s.cleanup()
+		return nil, err
+	}
 	if err := s.startOnAFreePort(ctx); err != nil {
 		_ = s.cleanup()
 		return nil, err
@@ -85,11 +101,13 @@ func (c *Cluster) StartStandby(ctx context.Context, opts StandbyOptions) (*Clust
 	if opts.Synchronous {
 		want = "sync"
 	}
-	if err := c.until(ctx, fmt.Sprintf("the primary streaming to %s as %s", opts.Name, want), func(conn *pgx.Conn) (bool, error) {
-		var n int
-		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication WHERE application_name = $1 AND state = 'streaming' AND sync_state = $2`,
-			opts.Name, want).Scan(&n)
-		return n == 1, err
+	// One sender of that name, streaming: a WAL receiver that reconnected
+	// leaves its old sender behind until that one exits, too.
+	if err := c.until(ctx, fmt.Sprintf("the primary streaming to %s as %s, and to no other sender of that name", opts.Name, want), func(conn *pgx.Conn) (bool, error) {
+		var all, streaming int
+		err := conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'streaming' AND sync_state = $2) FROM pg_stat_replication WHERE application_name = $1`,
+			opts.Name, want).Scan(&all, &streaming)
+		return all == 1 && streaming == 1, err
 	}); err != nil {
 		_ = s.Stop()
 		return nil, err
