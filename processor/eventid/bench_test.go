@@ -1,6 +1,8 @@
 package eventid
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -29,4 +31,25 @@ func toRecord(kr *kgo.Record) Record {
 	r := Record{Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset, Key: kr.Key, Value: kr.Value}
 	r.Headers = append(r.Headers, kr.Headers...)
 	return r
+}
+
+// BenchmarkDecodeContentRule decodes plain JSON records without an ID
+// (256-byte payloads): the default chain ends at the content rule, whose
+// ID is a second SHA-256 over the canonical data beside the payload hash.
+func BenchmarkDecodeContentRule(b *testing.B) {
+	recs := make([]Record, 64)
+	for i := range recs {
+		v := fmt.Sprintf(`{"type":"order.placed","source":"/shop","data":{"order":%d,"customer":"c-%d","lines":[{"sku":"A-1","qty":2,"price":12.5},{"sku":"B-7","qty":1,"price":3.25}],"note":%q}}`,
+			i, i*7, strings.Repeat("x", 64))
+		recs[i] = Record{Topic: "t", Offset: int64(i), Key: []byte(fmt.Sprint("k", i)), Value: []byte(v)}
+	}
+	d, _ := NewDecoder(DefaultConfig())
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ev, err := d.Decode(recs[i%len(recs)])
+		if err != nil || ev.Rule != RuleContent {
+			b.Fatal(ev.Rule, err)
+		}
+	}
 }
