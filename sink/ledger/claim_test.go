@@ -469,15 +469,20 @@ func TestClaimAndReclaimOfDeadLetteredRowsLockInOneOrder(t *testing.T) {
 	side := sidePool(t, base.Pool().Config().ConnString())
 	lockRow := func(id string) pgx.Tx { return holdRows(t, side, "dedup_ledger", id) }
 	t1, t2 := lockRow(in(m1, "p").WorkflowID), lockRow(in(m2, "p").WorkflowID)
+	claimed := make(chan struct{})
 	go func() { // re-claims P, M1, Q in key order: takes P, waits for M1
 		defer wg.Done()
+		defer close(claimed)
 		_, claimErr = base.Claim(ctx, []decide.Intent{in(q, "p"), in(m1, "p"), in(p, "p")})
 	}()
 	waitBlocked(t, side, "INSERT INTO dedup_ledger AS l")
+	claimer := waiterOf(t, side, t1)
 	close(tr.release) // the revive, in heap order: takes Q, waits for M2
 	waitBlocked(t, side, "UPDATE dedup_ledger SET state = 'pending'")
 	_ = t1.Rollback(ctx) // the claim takes M1, then waits for Q
-	time.Sleep(200 * time.Millisecond)
+	// (Locking in key order, the revive holds no row the claim takes
+	// next: the claim ends.)
+	waitMovedOn(t, side, claimer, "UPDATE dedup_ledger SET state = 'pending'", claimed)
 	_ = t2.Rollback(ctx) // the revive takes M2, then waits for P
 	wg.Wait()
 	if reviveErr != nil || claimErr != nil {

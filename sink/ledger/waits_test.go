@@ -138,3 +138,61 @@ func holdRows(t *testing.T, pool *pgxpool.Pool, table, id string) pgx.Tx {
 	}
 	return tx
 }
+
+// waiterOf is the process ID of the one backend of side's database whose
+// statement waits for a lock tx's session holds (a row tx locked, or its
+// uncommitted insert of a key).
+func waiterOf(t *testing.T, side *pgxpool.Pool, tx pgx.Tx) uint32 {
+	t.Helper()
+	holder := tx.Conn().PgConn().PID()
+	var pids []uint32
+	rows, err := side.Query(context.Background(), `SELECT pid::int8 FROM pg_stat_activity
+	WHERE datname = current_database() AND $1::int4 = ANY (pg_blocking_pids(pid))`, int64(holder))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var pid int64
+		if err := rows.Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, uint32(pid))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(pids) != 1 {
+		t.Fatalf("backends waiting for the test's session %d: %v, want one; the database's sessions:\n%s", holder, pids, sessions(side))
+	}
+	return pids[0]
+}
+
+// waitMovedOn waits, once the test released the lock that held backend
+// pid's statement, until that statement has gone on to its next lock and
+// stopped there or gone past it: it waits for a backend running a
+// statement containing holder (in the tests of lock order, the other
+// product statement: the first half of the cycle that statements locking
+// in orders of their own would close), or it has ended (done is closed:
+// it took its remaining rows, nothing held them).
+func waitMovedOn(t *testing.T, side *pgxpool.Pool, pid uint32, holder string, done <-chan struct{}) {
+	t.Helper()
+	ctx := context.Background()
+	q := `SELECT count(*) FROM pg_stat_activity w, pg_stat_activity h
+	WHERE w.pid = $1 AND w.wait_event_type = 'Lock' AND h.pid = ANY (pg_blocking_pids(w.pid))
+	AND h.query LIKE '%' || $2 || '%' AND h.pid <> pg_backend_pid()`
+	for end := time.Now().Add(lockWaitPatience); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		var n int
+		if err := side.QueryRow(ctx, q, int64(pid), holder).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+	}
+	t.Fatalf("backend %d neither ended its statement nor waited for one with %q in %s; the database's sessions:\n%s", pid, holder, lockWaitPatience, sessions(side))
+}
