@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -67,18 +66,23 @@ VALUES ($1, $2, $3, '', 'undecodable', 'x', 'events.dlq')`, d.Topic, d.Partition
 	var wg sync.WaitGroup
 	var aErr, bErr error
 	wg.Add(2)
+	aDone := make(chan struct{})
 	go func() { // logs X, waits for M1
 		defer wg.Done()
+		defer close(aDone)
 		aErr = l.Record(ctx, []processor.DeadLetter{x, m1, y})
 	}()
 	waitBlocked(t, side, "INSERT INTO dedup_dead_letters")
+	a := waiterOf(t, side, t1)
 	go func() { // logs Y, waits for M2
 		defer wg.Done()
 		bErr = l.Record(ctx, []processor.DeadLetter{y, m2, x})
 	}()
 	waitLockQueue(t, side, "INSERT INTO dedup_dead_letters", `SELECT (count(*) >= 2)::int FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()`)
 	_ = t1.Rollback(ctx) // A logs M1, then waits for Y (B's)
-	time.Sleep(200 * time.Millisecond)
+	// (In key order, B waits for A's X: A ends. Record's statement alone
+	// reads its rows from unnest; the side's inserts are VALUES.)
+	waitMovedOn(t, side, a, "FROM unnest($1::text[], $2::int4[], $3::int8[], $4::text[], $5::text[]", aDone)
 	_ = t2.Rollback(ctx) // B logs M2, then waits for X (A's)
 	wg.Wait()
 	if aErr != nil || bErr != nil {
