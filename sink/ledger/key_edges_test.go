@@ -247,18 +247,22 @@ search:
 	var wg sync.WaitGroup
 	var claimErr, markErr error
 	wg.Add(2)
+	claimed := make(chan struct{})
 	go func() { // router A re-drives Y, W, X (locks Y, waits for W)
 		defer wg.Done()
+		defer close(claimed)
 		_, claimErr = l.Claim(ctx, []decide.Intent{in(x), in(y), in(w)})
 	}()
 	waitBlocked(t, side, "INSERT INTO dedup_ledger AS l")
+	a := waiterOf(t, side, t1)
 	go func() { // router B marks X, W2, Y started (locks X, waits for W2)
 		defer wg.Done()
 		markErr = l.MarkStarted(ctx, []processor.Started{{WorkflowID: wf(y), RunID: "r", Generation: 1}, {WorkflowID: wf(x), RunID: "r", Generation: 1}, {WorkflowID: wf(w2), RunID: "r", Generation: 1}})
 	}()
 	waitBlocked(t, side, "UPDATE dedup_ledger l SET state = 'started'")
 	_ = t1.Rollback(ctx) // A takes W, then waits for X (B's)
-	time.Sleep(200 * time.Millisecond)
+	// (B locking in key order, it holds no row A takes next: A ends.)
+	waitMovedOn(t, side, a, "UPDATE dedup_ledger l SET state = 'started'", claimed)
 	_ = t2.Rollback(ctx) // B takes W2, then waits for Y (A's)
 	wg.Wait()
 	if claimErr != nil || markErr != nil {
