@@ -220,18 +220,22 @@ search:
 	var wg sync.WaitGroup
 	var claimErr, markErr error
 	wg.Add(2)
+	claimed := make(chan struct{})
 	go func() { // router A re-drives Y, W, X (locks Y, waits for W)
 		defer wg.Done()
+		defer close(claimed)
 		_, claimErr = l.Claim(ctx, []decide.Intent{in(x), in(y), in(w)})
 	}()
 	waitBlocked(t, side, "INSERT INTO dedup_ledger AS l")
+	a := waiterOf(t, side, t1)
 	go func() { // router B marks X, W2, Y dead-lettered (locks X, waits for W2)
 		defer wg.Done()
 		markErr = l.MarkDeadLettered(ctx, unfenced(wf(y), wf(x), wf(w2)))
 	}()
 	waitBlocked(t, side, "UPDATE dedup_ledger l SET state = 'dead_lettered'")
 	_ = t1.Rollback(ctx) // A takes W, then waits for X (B's)
-	time.Sleep(200 * time.Millisecond)
+	// (B locking in key order, it holds no row A takes next: A ends.)
+	waitMovedOn(t, side, a, "UPDATE dedup_ledger l SET state = 'dead_lettered'", claimed)
 	_ = t2.Rollback(ctx) // B takes W2, then waits for Y (A's)
 	wg.Wait()
 	if claimErr != nil || markErr != nil {
@@ -346,18 +350,23 @@ func claimAndMarkOnASmallLedger(t *testing.T, stmt string, mark func(l *ledger.P
 	var wg sync.WaitGroup
 	var claimErr, markErr error
 	wg.Add(2)
+	claimed := make(chan struct{})
 	go func() { // re-drives P, M1, Q in key order: takes P, waits for M1
 		defer wg.Done()
+		defer close(claimed)
 		_, claimErr = l.Claim(ctx, []decide.Intent{in(q), in(m1), in(p)})
 	}()
 	waitBlocked(t, side, "INSERT INTO dedup_ledger AS l")
+	claimer := waiterOf(t, side, t1)
 	go func() { // marks P, M2, Q: in heap order takes Q, waits for M2
 		defer wg.Done()
 		markErr = mark(l, in(p).WorkflowID, in(m2).WorkflowID, in(q).WorkflowID)
 	}()
 	waitBlocked(t, side, stmt)
 	_ = t1.Rollback(ctx) // the claim takes M1, then waits for Q
-	time.Sleep(200 * time.Millisecond)
+	// (The mark locking in key order, it holds no row the claim takes
+	// next: the claim ends.)
+	waitMovedOn(t, side, claimer, stmt, claimed)
 	_ = t2.Rollback(ctx) // the mark takes M2, then waits for P
 	wg.Wait()
 	if claimErr != nil || markErr != nil {
@@ -515,19 +524,24 @@ func TestTwoMarksOfOverlappingRowsLockInOneOrderOnASmallLedger(t *testing.T) {
 			var wg sync.WaitGroup
 			var firstErr, secondErr error
 			wg.Add(2)
-			go func() {
+			firstDone := make(chan struct{})
+			go func() { // takes Q (in the batch's order) or P (in key order), waits for M1
 				defer wg.Done()
+				defer close(firstDone)
 				firstErr = c.first(l, in(q).WorkflowID, in(m1).WorkflowID, in(p).WorkflowID)
 			}()
 			waiting(1)
-			go func() {
+			first := waiterOf(t, side, t1)
+			go func() { // in the batch's order takes P, waits for M2
 				defer wg.Done()
 				secondErr = c.second(l, in(p).WorkflowID, in(m2).WorkflowID, in(q).WorkflowID)
 			}()
 			waiting(2)
-			_ = t1.Rollback(ctx)
-			time.Sleep(200 * time.Millisecond)
-			_ = t2.Rollback(ctx)
+			_ = t1.Rollback(ctx) // the first takes M1, then waits for P (the second's)
+			// (Both locking in key order, the second waits for the
+			// first's P, or for M2 holding nothing: the first ends.)
+			waitMovedOn(t, side, first, "UPDATE dedup_ledger l SET state", firstDone)
+			_ = t2.Rollback(ctx) // the second takes M2, then waits for Q (the first's)
 			wg.Wait()
 			if firstErr != nil || secondErr != nil {
 				t.Fatalf("two marks of overlapping rows by two routers on a small ledger: first: %v; second: %v\n(keys: P %s < M1 %s < Q %s)",
