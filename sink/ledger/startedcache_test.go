@@ -1377,7 +1377,7 @@ func TestARowThisHandlesStoppedPurgeDeletesAfterItReturnedIsClaimedAgainAsTheLed
 			setStandbys("")
 		}
 	})
-	time.Sleep(200 * time.Millisecond) // the reload reaches the backends
+	waitCommitsWaitForStandby(t, admin)
 
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -1496,7 +1496,7 @@ func TestAReRunsMarkStoppedWhileItsCommitWaitsForTheStandbyStillMakesItsCopiesRe
 	}
 	setStandbys(t, admin, "absent_standby")
 	t.Cleanup(func() { setStandbys(t, admin, "") })
-	time.Sleep(200 * time.Millisecond) // the reload reaches the backends
+	waitCommitsWaitForStandby(t, admin)
 
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -1558,6 +1558,70 @@ func setStandbys(t *testing.T, admin *pgxpool.Pool, names string) {
 	}
 	if _, err := admin.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// waitCommitsWaitForStandby waits until a commit on admin's server waits
+// for a synchronous standby, after setStandbys named one. Whether a commit
+// waits is not its backend's synchronous_standby_names (a SHOW, from any
+// session, tells nothing): since PostgreSQL 13 a commit asks a flag in
+// shared memory (WalSndCtl->sync_standbys_defined) that the checkpointer
+// sets once it has reloaded the configuration, in its own time. So a probe
+// transaction writes WAL (a transactional logical message) and commits:
+// before, the commit returns at once; once it waits for the standby
+// (wait_event SyncRep), the probe's backend is sent a cancel, which ends
+// the wait ("canceling wait for synchronous replication", a WARNING:
+// committed locally). (statement_timeout cannot end it: PostgreSQL
+// disarms it before the commit.)
+func waitCommitsWaitForStandby(t *testing.T, admin *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	probe, err := pgx.Connect(ctx, admin.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close(ctx)
+	pid := int64(probe.PgConn().PID())
+	// try commits one probe transaction, and says whether its commit
+	// waited for the standby.
+	try := func() bool {
+		tx, err := probe.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, 'dedup-test', 'does a commit wait for the standby?')`); err != nil {
+			t.Fatal(err)
+		}
+		committed := make(chan error, 1)
+		go func() { committed <- tx.Commit(ctx) }()
+		for {
+			select {
+			case err := <-committed:
+				if err != nil {
+					t.Fatal(err)
+				}
+				return false
+			case <-time.After(10 * time.Millisecond):
+			}
+			var n int
+			if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'SyncRep'`, pid).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				if _, err := admin.Exec(ctx, `SELECT pg_cancel_backend($1::int4)`, pid); err != nil {
+					t.Fatal(err)
+				}
+				if err := within(t, committed, lockWaitPatience, "the probe's commit, cancelled while it waited for the standby"); err != nil {
+					t.Fatal(err)
+				}
+				return true
+			}
+		}
+	}
+	for end := time.Now().Add(lockWaitPatience); !try(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("no commit waited for the standby in %s", lockWaitPatience)
+		}
 	}
 }
 
