@@ -1580,7 +1580,7 @@ func waitCommitsWaitForStandby(t *testing.T, admin *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer probe.Close(ctx)
+	defer func() { _ = probe.Close(ctx) }()
 	pid := int64(probe.PgConn().PID())
 	// try commits one probe transaction, and says whether its commit
 	// waited for the standby.
