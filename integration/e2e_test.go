@@ -21,9 +21,9 @@ func TestExactlyOnceWithTwoRouters(t *testing.T) {
 	w := workload.Generate(workload.Spec{Topic: e.topic, Partitions: 8, Records: 10000, DupRatio: 0.30,
 		Conflicts: 25, CrossPartition: 0.2, ConflictCrossPartition: 0.5, Seed: 1, IDPrefix: "e2e-"})
 	want := expectedWorkflows(w)
-	t.Logf("workload: %d records, %d unique events (%d order, %d signup, %d unrouted), %d duplicates, %d conflicts (%d on another partition) over %d event IDs -> %d workflows",
+	t.Logf("workload: %d records, %d unique events (%d order, %d signup, %d unrouted), %d duplicates (%d on another partition), %d conflicts (%d on another partition) over %d event IDs -> %d workflows",
 		len(w.Records), len(w.Unique), w.CountType(workload.TypeOrder), w.CountType(workload.TypeSignup),
-		w.CountType(workload.TypeUnrouted), w.Duplicates, w.Conflicts, w.CrossConflicts, len(w.ConflictSets), want)
+		w.CountType(workload.TypeUnrouted), w.Duplicates, w.CrossDuplicates, w.Conflicts, w.CrossConflicts, len(w.ConflictSets), want)
 	e.produce(w)
 
 	began := time.Now()
@@ -55,10 +55,17 @@ func TestExactlyOnceWithTwoRouters(t *testing.T) {
 	//     the partitions it gives up are redelivered to r2 (each record has
 	//     at most 2 routes, so at most 2 re-drives per redelivered record;
 	//     measured: 199 already_started for ~2,000 records polled twice);
-	//   - a record and its cross-partition re-send claimed by the two
-	//     routers at once: both need to be in flight together, which this
-	//     workload (re-sends pick a uniformly random earlier event) makes
-	//     rare: at most 1% of the workflows.
+	//   - a re-send on another partition than its original's
+	//     (w.CrossDuplicates), claimed by the other router while the
+	//     original's claim is pending: at most 2 re-drives each (a copy
+	//     on its original's partition waits on the start in flight, in
+	//     the one router that owns both). How many of them race depends
+	//     on the pace: each router claims whole polls at once and starts
+	//     them at Temporal's pace, so on a loaded machine most of the
+	//     backlog is claimed and pending together (CI, beside the other
+	//     lane: 279 already_started with no record polled twice, first
+	//     pass 1m43s; alone: 35 and 37s), and a bound on the share that
+	//     races is a bound on the machine's speed.
 	//   - under the allow_* policies (the crm-sync route), a re-driven
 	//     start carries the claim's request ID and Temporal answers it with
 	//     the run it made, reporting it as started: such a re-drive counts
@@ -71,9 +78,9 @@ func TestExactlyOnceWithTwoRouters(t *testing.T) {
 	if int(started+already) < want {
 		t.Errorf("%v starts accepted + %v already started < %d workflows", started, already, want)
 	}
-	if bound := 2*redelivered + max(1, want/100); int(already) > bound {
-		t.Errorf("%v starts answered already_started, want at most %d (2 per record polled twice, %d, + 1%% of %d workflows): the re-drive race is not rare any more",
-			already, bound, redelivered, want)
+	if bound := 2*redelivered + 2*w.CrossDuplicates; int(already) > bound {
+		t.Errorf("%v starts answered already_started, want at most %d (2 per record polled twice, %d, and per re-send on another partition, %d): a copy that no other router claimed was started again",
+			already, bound, redelivered, w.CrossDuplicates)
 	}
 	if counter(r1.reg, "dedup_workflow_starts_total", "", "") == 0 || counter(r2.reg, "dedup_workflow_starts_total", "", "") == 0 {
 		t.Errorf("one router did no work: the group did not share partitions")

@@ -77,6 +77,10 @@ type Workload struct {
 	// CrossConflicts counts the conflicts sent to another partition than
 	// their original's.
 	CrossConflicts int
+	// CrossDuplicates counts the re-sends sent to another partition than
+	// their original's: the copies that two consumers of one group may
+	// claim together with their original.
+	CrossDuplicates int
 	// ConflictSets has one entry per event ID that got conflicts, in the
 	// order of their first conflict.
 	ConflictSets []*ConflictSet
@@ -251,6 +255,9 @@ func Generate(s Spec) *Workload {
 			e.records = append(e.records, r)
 			w.Records = append(w.Records, r)
 			w.Duplicates++
+			if part != e.part {
+				w.CrossDuplicates++
+			}
 		default:
 			remainingC--
 			if len(withID) == 0 {
