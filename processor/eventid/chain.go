@@ -44,7 +44,7 @@ func (d *Decoder) apply(rule Rule, r Record, env envelope, canonData []byte, s *
 	case RuleHeader:
 		for _, name := range d.cfg.Headers {
 			if v, ok := header(r.Headers, name); ok {
-				id, err := d.checkID(string(v), "header "+name)
+				id, err := d.checkID(string(v), "header ", name)
 				return id, name, err == nil, err
 			}
 		}
@@ -69,7 +69,7 @@ func (d *Decoder) apply(rule Rule, r Record, env envelope, canonData []byte, s *
 			}
 			s = string(env.id)
 		}
-		id, err := d.checkID(s, "id field")
+		id, err := d.checkID(s, "id field", "")
 		return id, d.idField(env), err == nil, err
 	case RuleContent:
 		key := r.Key
@@ -104,16 +104,18 @@ func (d *Decoder) idField(env envelope) string {
 	return "id"
 }
 
-func (d *Decoder) checkID(s, where string) (string, error) {
+// checkID checks an ID taken from a record; what+name says where it was
+// found (joined only for an error: a record's header ID costs no label).
+func (d *Decoder) checkID(s, what, name string) (string, error) {
 	switch {
 	case s == "":
-		return "", fail(ReasonInvalidID, "%s is empty", where)
+		return "", fail(ReasonInvalidID, "%s%s is empty", what, name)
 	case len(s) > d.cfg.MaxIDLength:
-		return "", fail(ReasonInvalidID, "%s is %d bytes, over %d", where, len(s), d.cfg.MaxIDLength)
+		return "", fail(ReasonInvalidID, "%s%s is %d bytes, over %d", what, name, len(s), d.cfg.MaxIDLength)
 	case !utf8.ValidString(s):
-		return "", fail(ReasonInvalidID, "%s is not UTF-8", where)
+		return "", fail(ReasonInvalidID, "%s%s is not UTF-8", what, name)
 	case strings.IndexFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0:
-		return "", fail(ReasonInvalidID, "%s has a control character", where)
+		return "", fail(ReasonInvalidID, "%s%s has a control character", what, name)
 	}
 	return s, nil
 }
