@@ -114,3 +114,68 @@ func TestAStopWhileTheGroupKeepsRebalancingCommitsWhatFinishedAndReturnsInTime(t
 		t.Logf("log: %s", l)
 	}
 }
+
+// A router stopped while it is inside a revoke (a member joined, the
+// revoked partition's start is held, the revoke waits revoke_timeout for
+// it) returns within drain_timeout, and the held record, started once,
+// is never started again by the router that stopped.
+func TestAStopDuringARevokeThatWaitsForAHeldStartReturnsInTime(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.RevokeTimeout = 2 * time.Second
+	cfg.DrainTimeout = 3 * time.Second
+	release0 := e.starter.block(wid("x0"))
+	release1 := e.starter.block(wid("x1"))
+	defer release0()
+	defer release1()
+	e.produce(0, "x0", "v")
+	e.produce(1, "x1", "v")
+	logs := &logLines{}
+	rn := e.startLogged("r1", cfg, logs)
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(wid("x0")) == 1 && e.starter.heldCount(wid("x1")) == 1 },
+		func() string { return "x0 and x1 not held in Temporal" })
+	other := e.otherMember()
+	pollCtx, stopPolling := context.WithCancel(context.Background())
+	var polling sync.WaitGroup
+	polling.Add(1)
+	go func() {
+		defer polling.Done()
+		for pollCtx.Err() == nil {
+			if other.PollFetches(pollCtx).IsClientClosed() {
+				return
+			}
+		}
+	}()
+	defer func() { stopPolling(); polling.Wait(); other.Close() }()
+	revoking := func() bool {
+		rn.r.commits.mu.Lock()
+		defer rn.r.commits.mu.Unlock()
+		for _, p := range rn.r.commits.parts {
+			if p.revoking {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, 10*time.Second, revoking, func() string { return "no partition began its revoke" })
+	err := rn.stop()
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if rn.took > cfg.DrainTimeout+2*time.Second {
+		t.Errorf("Run returned %v after a stop during a revoke; want within drain_timeout (%v)", rn.took, cfg.DrainTimeout)
+	}
+	select {
+	case <-rn.r.closed:
+	case <-time.After(cfg.DrainTimeout + 5*time.Second):
+		t.Errorf("the client did not close within %v of a stop during a revoke", cfg.DrainTimeout+5*time.Second)
+	}
+	for _, id := range []string{"x0", "x1"} {
+		if n := e.starter.callCount(wid(id)); n != 1 {
+			t.Errorf("%s: %d start calls by the stopped router, want 1", id, n)
+		}
+	}
+	for _, l := range logs.all() {
+		t.Logf("log: %s", l)
+	}
+}
