@@ -59,7 +59,7 @@ func (e *testEnv) startLogged(name string, cfg Config, logs *logLines) *runner {
 // no longer wait for the group to settle), and it logs no fetch error for
 // the stop itself (a request cut short by the closing client is
 // kgo.ErrClientClosed now, not context.Canceled).
-func TestAStopWhileTheGroupKeepsRebalancingCommitsWhatFinishedAndReturnsInTime(t *testing.T) {
+func TestAStopWhileTheGroupKeepsRebalancingReturnsInTimeAndLogsNoFetchError(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	e.produce(0, "a", "v")
 	e.produce(1, "b", "v")
