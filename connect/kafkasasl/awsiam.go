@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,9 +65,16 @@ func (c Config) awsIdentity(getenv func(string) string) string {
 // name (b-1.….kafka.us-east-1.amazonaws.com), else AWS_REGION or
 // AWS_DEFAULT_REGION, and a name with no region (an IP address, a DNS
 // alias, a tunnel) needs one of those. It asks franz-go's signer itself,
-// with a throwaway key, so that the rule is franz-go's. nil for other
-// mechanisms.
+// with a throwaway key, so that the rule is franz-go's. With a web
+// identity it also refuses a broker of another AWS partition than the STS
+// endpoint the token would be exchanged at (stsEndpoint): the token is a
+// bearer credential, and that STS knows no role of the broker's
+// partition. nil for other mechanisms.
 func (c Config) CheckBrokers(brokers []string) error {
+	return c.checkBrokers(brokers, os.Getenv)
+}
+
+func (c Config) checkBrokers(brokers []string, getenv func(string) string) error {
 	if c.Name() != AWSMSKIAM {
 		return nil
 	}
@@ -79,7 +87,71 @@ func (c Config) CheckBrokers(brokers []string) error {
 			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s: %v: set AWS_REGION to the cluster's region (an MSK broker's own name, ….kafka.REGION.amazonaws.com, carries it)", b, err)
 		}
 	}
+	if c.awsSource(getenv) != awsWebIdentity || first(getenv("AWS_ENDPOINT_URL_STS"), getenv("AWS_ENDPOINT_URL")) != "" {
+		return nil // no token, or an STS endpoint the operator named
+	}
+	region := first(getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"))
+	sts := regionPartition(region) // the global endpoint's is aws
+	for _, b := range brokers {
+		host := b
+		if h, _, err := net.SplitHostPort(b); err == nil {
+			host = h
+		}
+		if p := hostPartition(host); p != "" && p != sts.name {
+			at := "AWS_REGION " + region
+			if region == "" {
+				at = "no AWS_REGION, STS's global endpoint"
+			}
+			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s is in AWS partition %s, but the web identity token would be exchanged at an STS of partition %s (%s), which knows no role of the broker's: set AWS_REGION to the cluster's region, or AWS_ENDPOINT_URL_STS", b, p, sts.name, at)
+		}
+	}
 	return nil
+}
+
+// awsPartition is one AWS partition: its name, the prefix of its regions'
+// names and its DNS suffix and dual-stack suffix, as aws-sdk-go-v2's
+// partitions.json lists them (franz-go's signer, v1.22.3, reads a region
+// in a host of any of them).
+type awsPartition struct {
+	name, regionPrefix string
+	suffixes           [2]string
+}
+
+// awsPartitions: the commercial partition (aws, aws-us-gov share its
+// suffixes) first, then the others by region prefix; a region no prefix
+// matches is the commercial one's.
+var awsPartitions = []awsPartition{
+	{"aws", "", [2]string{"amazonaws.com", "api.aws"}},
+	{"aws-cn", "cn-", [2]string{"amazonaws.com.cn", "api.amazonwebservices.com.cn"}},
+	{"aws-iso", "us-iso-", [2]string{"c2s.ic.gov", "api.aws.ic.gov"}},
+	{"aws-iso-b", "us-isob-", [2]string{"sc2s.sgov.gov", "api.aws.scloud"}},
+	{"aws-iso-e", "eu-isoe-", [2]string{"cloud.adc-e.uk", "api.cloud-aws.adc-e.uk"}},
+	{"aws-iso-f", "us-isof-", [2]string{"csp.hci.ic.gov", "api.aws.hci.ic.gov"}},
+	{"aws-eusc", "eusc-", [2]string{"amazonaws.eu", "api.amazonwebservices.eu"}},
+}
+
+// regionPartition is the partition of a region ("": the commercial one).
+func regionPartition(region string) awsPartition {
+	for _, p := range awsPartitions[1:] {
+		if strings.HasPrefix(region, p.regionPrefix) {
+			return p
+		}
+	}
+	return awsPartitions[0]
+}
+
+// hostPartition is the name of the partition a host name is in by its DNS
+// suffix, "" when it is in none (an IP address, an alias).
+func hostPartition(host string) string {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	for _, p := range awsPartitions {
+		for _, s := range p.suffixes {
+			if strings.HasSuffix(host, "."+s) { // no suffix ends another
+				return p.name
+			}
+		}
+	}
+	return ""
 }
 
 // awsCredentials is the credentials callback of the AWS_MSK_IAM
@@ -196,18 +268,9 @@ func stsEndpoint(getenv func(string) string) (string, error) {
 	if region == "" {
 		return "https://sts.amazonaws.com/", nil
 	}
-	// The partitions' DNS suffixes (as franz-go's signer knows them);
-	// another partition: AWS_ENDPOINT_URL_STS.
-	suffix := "amazonaws.com"
-	switch {
-	case strings.HasPrefix(region, "cn-"):
-		suffix = "amazonaws.com.cn"
-	case strings.HasPrefix(region, "us-isob-"):
-		suffix = "sc2s.sgov.gov"
-	case strings.HasPrefix(region, "us-iso-"):
-		suffix = "c2s.ic.gov"
-	}
-	return "https://sts." + region + "." + suffix + "/", nil
+	// The region's partition's DNS suffix (awsPartitions); a partition
+	// not listed there: AWS_ENDPOINT_URL_STS.
+	return "https://sts." + region + "." + regionPartition(region).suffixes[0] + "/", nil
 }
 
 // stsWebIdentity holds the credentials of one role, renewed by STS

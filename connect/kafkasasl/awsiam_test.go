@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -442,5 +443,127 @@ func TestAWSMSKIAMCheckBrokers(t *testing.T) {
 	t.Setenv("AWS_DEFAULT_REGION", "us-west-2")
 	if err := c.CheckBrokers([]string{"10.0.0.7:9098", "kafka-1"}); err != nil {
 		t.Errorf("with AWS_DEFAULT_REGION: %v", err)
+	}
+}
+
+// The brokers of each AWS partition (aws-sdk-go-v2's partitions.json),
+// whose names franz-go's signer reads a region in since v1.22.3.
+var partitionBrokers = []struct{ partition, region, suffix string }{
+	{"aws", "eu-west-1", "amazonaws.com"},
+	{"aws", "us-gov-west-1", "amazonaws.com"},
+	{"aws-cn", "cn-north-1", "amazonaws.com.cn"},
+	{"aws-iso", "us-iso-east-1", "c2s.ic.gov"},
+	{"aws-iso-b", "us-isob-east-1", "sc2s.sgov.gov"},
+	{"aws-iso-e", "eu-isoe-west-1", "cloud.adc-e.uk"},
+	{"aws-iso-f", "us-isof-south-1", "csp.hci.ic.gov"},
+	{"aws-eusc", "eusc-de-east-1", "amazonaws.eu"},
+}
+
+// A router on IRSA in a region (EKS sets AWS_REGION) exchanges its web
+// identity token at the STS of that region's partition, sts.REGION.SUFFIX,
+// for every partition whose brokers start-up takes; before, the EU
+// sovereign cloud, ISO-E and ISO-F regions went to ….amazonaws.com, a host
+// of the commercial partition (adversary 45).
+func TestSTSEndpointIsInThePartitionOfEveryRegionTheSignerSignsFor(t *testing.T) {
+	noAWSEnv(t)
+	c := Config{Mechanism: AWSMSKIAM}
+	for _, tc := range partitionBrokers {
+		broker := "b-1.mycluster.abc123.c2.kafka." + tc.region + "." + tc.suffix + ":9098"
+		if err := c.CheckBrokers([]string{broker}); err != nil {
+			t.Fatalf("%s: refused at start-up: %v", broker, err)
+		}
+		want := "https://sts." + tc.region + "." + tc.suffix + "/"
+		got, err := stsEndpoint(func(k string) string {
+			if k == "AWS_REGION" {
+				return tc.region
+			}
+			return ""
+		})
+		if err != nil || got != want {
+			t.Errorf("AWS_REGION=%s (broker %s): STS endpoint %q %v, want %q (the region's partition)", tc.region, broker, got, err, want)
+		}
+	}
+}
+
+// With a web identity, start-up refuses a broker of another partition than
+// the STS the token would go to: with no AWS_REGION STS's global endpoint
+// (the commercial partition's), with AWS_REGION that region's. The token is
+// a bearer credential, and that STS knows no role of the broker's
+// partition: every login would fail after the token left. Before, a
+// broker of the EU sovereign cloud, ISO-E or ISO-F (and of China or ISO
+// without AWS_REGION) sent it to sts.amazonaws.com (adversary 45). The
+// region of the broker's partition, or AWS_ENDPOINT_URL_STS, is taken.
+func TestAWebIdentityIsRefusedAtStartUpForABrokerOfAnotherPartitionThanItsSTS(t *testing.T) {
+	c := Config{Mechanism: AWSMSKIAM}
+	irsa := func(kv ...string) func(string) string {
+		env := map[string]string{"AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/dedup", "AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/token"}
+		for i := 0; i < len(kv); i += 2 {
+			env[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return env[k] }
+	}
+	for _, tc := range partitionBrokers {
+		broker := "b-1.mycluster.abc123.c2.kafka." + tc.region + "." + tc.suffix + ":9098"
+		err := c.checkBrokers([]string{broker}, irsa())
+		if tc.partition == "aws" {
+			if err != nil {
+				t.Errorf("%s, no AWS_REGION: %v, want nil (STS's global endpoint is the commercial partition's)", broker, err)
+			}
+		} else if err == nil || !strings.Contains(err.Error(), "AWS_REGION") || !strings.Contains(err.Error(), tc.partition) {
+			t.Errorf("%s, no AWS_REGION: %v, want a refusal naming partition %s and AWS_REGION", broker, err, tc.partition)
+		}
+		if tc.partition != "aws" {
+			if err := c.checkBrokers([]string{broker}, irsa("AWS_REGION", "us-east-1")); err == nil {
+				t.Errorf("%s, AWS_REGION us-east-1: nil, want a refusal (the token would go to the commercial partition)", broker)
+			}
+		}
+		if err := c.checkBrokers([]string{broker}, irsa("AWS_DEFAULT_REGION", tc.region)); err != nil {
+			t.Errorf("%s, AWS_DEFAULT_REGION %s: %v, want nil", broker, tc.region, err)
+		}
+		if err := c.checkBrokers([]string{broker}, irsa("AWS_ENDPOINT_URL_STS", "https://sts.example.internal")); err != nil {
+			t.Errorf("%s, AWS_ENDPOINT_URL_STS set: %v, want nil (the operator named the endpoint)", broker, err)
+		}
+		// Keys, not a token: no STS call, nothing to refuse here.
+		keys := func(k string) string {
+			return map[string]string{"AWS_ACCESS_KEY_ID": keyID1, "AWS_SECRET_ACCESS_KEY": secret1}[k]
+		}
+		if err := c.checkBrokers([]string{broker}, keys); err != nil {
+			t.Errorf("%s, keys in the environment: %v, want nil", broker, err)
+		}
+	}
+	// A name in no partition (an alias, a tunnel) has no partition to
+	// compare: the signer's rule (AWS_REGION, which it reads from the
+	// process's environment) is all.
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "cn-north-1")
+	if err := c.checkBrokers([]string{"kafka.internal:9098"}, irsa("AWS_REGION", "cn-north-1")); err != nil {
+		t.Errorf("an alias with AWS_REGION: %v, want nil", err)
+	}
+}
+
+// An AWS_MSK_IAM login payload is a bearer credential for the signature's
+// lifetime, x-amz-expires: 900 s since franz-go v1.22.3 ("as in the Java
+// source"; 300 before), as docs/security.md and Config.Plaintext say
+// (adversary 45 found them still saying five minutes).
+func TestAnAWSMSKIAMSignatureIsABearerCredentialForFifteenMinutesAtMost(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", keyID1)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret1)
+	m, err := Config{Mechanism: AWSMSKIAM}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, msg, err := m.Authenticate(context.Background(), mskBroker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := mskiamtest.Verify(msg, mskHost, keyMap{keyID1: secret1}.secret, time.Now())
+	if err != nil {
+		t.Fatalf("the broker would refuse %s: %v", msg, err)
+	}
+	exp, err := strconv.Atoi(l.Fields["x-amz-expires"])
+	if err != nil || exp > 900 {
+		t.Errorf("x-amz-expires %q: the signature is a bearer credential for %d s, want at most 900 (fifteen minutes, as docs/security.md says)",
+			l.Fields["x-amz-expires"], exp)
 	}
 }
