@@ -144,7 +144,7 @@ func (c Config) Validate() error {
 // unencrypted, naming the key: SASL (any mechanism: PLAIN sends the
 // password itself, SCRAM's exchange and an OAUTHBEARER token can be
 // replayed or downgraded, an AWS_MSK_IAM signature is a bearer credential
-// for its fifteen minutes, and MSK's IAM listener is TLS-only anyway) to a
+// for up to fifteen minutes, and MSK's IAM listener is TLS-only anyway) to a
 // broker not on this machine when tls is off,
 // or a token_url over http:// to a host not on this machine (the client
 // secret goes in the request). On this machine is a loopback address
