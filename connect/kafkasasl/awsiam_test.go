@@ -577,3 +577,48 @@ func TestAnAWSMSKIAMSignatureIsABearerCredentialForFifteenMinutesAtMost(t *testi
 			l.Fields["x-amz-expires"], exp)
 	}
 }
+
+// irsaEnv is the environment of a pod on EKS IAM roles for service
+// accounts, plus kv (adversary 46).
+func irsaEnv(kv ...string) func(string) string {
+	env := map[string]string{"AWS_ROLE_ARN": "arn:aws-us-gov:iam::123456789012:role/dedup", "AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/token"}
+	for i := 0; i < len(kv); i += 2 {
+		env[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return env[k] }
+}
+
+// AWS GovCloud is a partition of its own, aws-us-gov (partitions.json:
+// regionRegex ^us-gov-\w+-\d+$, ARNs arn:aws-us-gov:…), though its DNS
+// suffix is the commercial one's: its brokers are
+// b-N.….kafka.us-gov-west-1.amazonaws.com. With a web identity, a
+// GovCloud broker and no AWS_REGION, the token goes to sts.amazonaws.com
+// (commercial), which knows no GovCloud role; with AWS_REGION
+// us-gov-west-1 and a commercial broker it goes to GovCloud's STS; with
+// AWS_REGION us-east-1 and a GovCloud broker, to commercial STS. Start-up
+// must refuse all three, as it does for China or ISO (adversary 46).
+func TestAGovCloudBrokerIsInPartitionAWSUSGovNotTheCommercialOne(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "us-east-1") // the signer's, for its dry run; the rule reads irsaEnv
+	c := Config{Mechanism: AWSMSKIAM}
+	gov := "b-1.mycluster.abc123.c2.kafka.us-gov-west-1.amazonaws.com:9098"
+	com := "b-1.mycluster.abc123.c2.kafka.us-east-1.amazonaws.com:9098"
+	for _, tc := range []struct {
+		broker string
+		env    func(string) string
+		sts    string
+	}{
+		{gov, irsaEnv(), "no AWS_REGION: sts.amazonaws.com, commercial"},
+		{gov, irsaEnv("AWS_REGION", "us-east-1"), "sts.us-east-1.amazonaws.com, commercial"},
+		{com, irsaEnv("AWS_REGION", "us-gov-west-1"), "sts.us-gov-west-1.amazonaws.com, aws-us-gov"},
+	} {
+		ep, _ := stsEndpoint(tc.env)
+		if err := c.checkBrokers([]string{tc.broker}, tc.env); err == nil || !strings.Contains(err.Error(), "aws-us-gov") {
+			t.Errorf("broker %s, token to %s (%s): %v, want a start-up refusal naming partition aws-us-gov", tc.broker, ep, tc.sts, err)
+		}
+	}
+	// Same partition: taken.
+	if err := c.checkBrokers([]string{gov}, irsaEnv("AWS_REGION", "us-gov-west-1")); err != nil {
+		t.Errorf("GovCloud broker, AWS_REGION us-gov-west-1: %v, want nil", err)
+	}
+}
