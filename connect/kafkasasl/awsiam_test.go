@@ -622,3 +622,22 @@ func TestAGovCloudBrokerIsInPartitionAWSUSGovNotTheCommercialOne(t *testing.T) {
 		t.Errorf("GovCloud broker, AWS_REGION us-gov-west-1: %v, want nil", err)
 	}
 }
+
+// franz-go takes a bracketed IPv6 seed without a port, "[fd00::1]", at
+// port 9092 (kgo's parseBrokerAddr), and its signer signs for it with
+// AWS_REGION. CheckBrokers joins the port around the brackets,
+// "[[fd00::1]]:9092", which the signer cannot split: start-up is refused
+// with "set AWS_REGION" though AWS_REGION is set, naming a broker that is
+// not in kafka.brokers (adversary 46).
+func TestABracketedIPv6BrokerWithoutAPortIsTakenWithAWSRegion(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", keyID1)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret1)
+	c := Config{Mechanism: AWSMSKIAM}
+	for _, b := range []string{"[fd00::1]:9098", "fd00::1", "[fd00::1]"} {
+		if err := c.CheckBrokers([]string{b}); err != nil {
+			t.Errorf("broker %s with AWS_REGION set: %v, want nil (franz-go dials it at port 9092 and signs for us-east-1)", b, err)
+		}
+	}
+}
