@@ -641,3 +641,18 @@ func TestABracketedIPv6BrokerWithoutAPortIsTakenWithAWSRegion(t *testing.T) {
 		}
 	}
 }
+
+// The refusal of a broker of another partition names the variable the
+// region came from: with only AWS_DEFAULT_REGION set it said "(AWS_REGION
+// us-east-1)", a variable the operator's environment does not have
+// (STYLE: an error names the field) (adversary 46).
+func TestThePartitionRefusalNamesAWSDefaultRegionWhenTheRegionCameFromIt(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "cn-north-1") // the signer's dry run
+	c := Config{Mechanism: AWSMSKIAM}
+	broker := "b-1.mycluster.abc123.c2.kafka.cn-north-1.amazonaws.com.cn:9098"
+	err := c.checkBrokers([]string{broker}, irsaEnv("AWS_DEFAULT_REGION", "us-east-1"))
+	if err == nil || !strings.Contains(err.Error(), "AWS_DEFAULT_REGION us-east-1") || strings.Contains(err.Error(), "AWS_REGION us-east-1") {
+		t.Errorf("AWS_DEFAULT_REGION us-east-1, no AWS_REGION, broker %s: %v, want a refusal naming AWS_DEFAULT_REGION us-east-1", broker, err)
+	}
+}
