@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -654,5 +655,34 @@ func TestThePartitionRefusalNamesAWSDefaultRegionWhenTheRegionCameFromIt(t *test
 	err := c.checkBrokers([]string{broker}, irsaEnv("AWS_DEFAULT_REGION", "us-east-1"))
 	if err == nil || !strings.Contains(err.Error(), "AWS_DEFAULT_REGION us-east-1") || strings.Contains(err.Error(), "AWS_REGION us-east-1") {
 		t.Errorf("AWS_DEFAULT_REGION us-east-1, no AWS_REGION, broker %s: %v, want a refusal naming AWS_DEFAULT_REGION us-east-1", broker, err)
+	}
+}
+
+// The STS endpoint built from AWS_REGION is in the region's partition:
+// https://sts.REGION.SUFFIX/ with REGION one DNS label. An AWS_REGION that
+// is not one (a pasted URL, a stray '/', '?' or '#') made the token go to
+// another host: "eu-west-1.evil.example/#" built
+// https://sts.eu-west-1.evil.example/#.amazonaws.com/, a host in no AWS
+// partition, and no start-up check refused it (adversary 46). Refusing
+// the variable, naming it, is what is wanted.
+func TestAnSTSEndpointBuiltFromAWSRegionIsAnAWSHost(t *testing.T) {
+	for _, region := range []string{"eu-west-1.evil.example/#", "evil.example?", "eu-west-1.evil.example:443/"} {
+		env := func(k string) string {
+			if k == "AWS_REGION" {
+				return region
+			}
+			return ""
+		}
+		ep, err := stsEndpoint(env)
+		if err != nil {
+			if !strings.Contains(err.Error(), "AWS_REGION") {
+				t.Errorf("AWS_REGION %q: %v, want an error naming AWS_REGION", region, err)
+			}
+			continue
+		}
+		u, perr := url.Parse(ep)
+		if perr != nil || !strings.HasSuffix(u.Hostname(), "."+regionPartition(region).suffixes[0]) {
+			t.Errorf("AWS_REGION %q: the web identity token would go to %q (host %q), in no AWS partition; want an error naming AWS_REGION", region, ep, u.Hostname())
+		}
 	}
 }
