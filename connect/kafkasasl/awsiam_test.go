@@ -582,7 +582,7 @@ func TestAnAWSMSKIAMSignatureIsABearerCredentialForFifteenMinutesAtMost(t *testi
 // irsaEnv is the environment of a pod on EKS IAM roles for service
 // accounts, plus kv (adversary 46).
 func irsaEnv(kv ...string) func(string) string {
-	env := map[string]string{"AWS_ROLE_ARN": "arn:aws-us-gov:iam::123456789012:role/dedup", "AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/token"}
+	env := map[string]string{"AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/dedup", "AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/token"}
 	for i := 0; i < len(kv); i += 2 {
 		env[kv[i]] = kv[i+1]
 	}
@@ -604,14 +604,15 @@ func TestAGovCloudBrokerIsInPartitionAWSUSGovNotTheCommercialOne(t *testing.T) {
 	c := Config{Mechanism: AWSMSKIAM}
 	gov := "b-1.mycluster.abc123.c2.kafka.us-gov-west-1.amazonaws.com:9098"
 	com := "b-1.mycluster.abc123.c2.kafka.us-east-1.amazonaws.com:9098"
+	const govRole = "arn:aws-us-gov:iam::123456789012:role/dedup"
 	for _, tc := range []struct {
 		broker string
 		env    func(string) string
 		sts    string
 	}{
-		{gov, irsaEnv(), "no AWS_REGION: sts.amazonaws.com, commercial"},
-		{gov, irsaEnv("AWS_REGION", "us-east-1"), "sts.us-east-1.amazonaws.com, commercial"},
-		{com, irsaEnv("AWS_REGION", "us-gov-west-1"), "sts.us-gov-west-1.amazonaws.com, aws-us-gov"},
+		{gov, irsaEnv("AWS_ROLE_ARN", govRole), "no AWS_REGION: sts.amazonaws.com, commercial"},
+		{gov, irsaEnv("AWS_ROLE_ARN", govRole, "AWS_REGION", "us-east-1"), "sts.us-east-1.amazonaws.com, commercial"},
+		{com, irsaEnv("AWS_ROLE_ARN", govRole, "AWS_REGION", "us-gov-west-1"), "sts.us-gov-west-1.amazonaws.com, aws-us-gov"},
 	} {
 		ep, _ := stsEndpoint(tc.env)
 		if err := c.checkBrokers([]string{tc.broker}, tc.env); err == nil || !strings.Contains(err.Error(), "aws-us-gov") {
@@ -619,7 +620,7 @@ func TestAGovCloudBrokerIsInPartitionAWSUSGovNotTheCommercialOne(t *testing.T) {
 		}
 	}
 	// Same partition: taken.
-	if err := c.checkBrokers([]string{gov}, irsaEnv("AWS_REGION", "us-gov-west-1")); err != nil {
+	if err := c.checkBrokers([]string{gov}, irsaEnv("AWS_ROLE_ARN", govRole, "AWS_REGION", "us-gov-west-1")); err != nil {
 		t.Errorf("GovCloud broker, AWS_REGION us-gov-west-1: %v, want nil", err)
 	}
 }
@@ -684,5 +685,36 @@ func TestAnSTSEndpointBuiltFromAWSRegionIsAnAWSHost(t *testing.T) {
 		if perr != nil || !strings.HasSuffix(u.Hostname(), "."+regionPartition(region).suffixes[0]) {
 			t.Errorf("AWS_REGION %q: the web identity token would go to %q (host %q), in no AWS partition; want an error naming AWS_REGION", region, ep, u.Hostname())
 		}
+	}
+}
+
+// AWS_ROLE_ARN names its partition (arn:PARTITION:iam::…). A web identity
+// whose role is of another partition than the STS the token would go to
+// is the harm the broker check exists for (a bearer token at an STS that
+// knows no role of its partition, every login failing after it left), and
+// start-up knows it without any broker name: with brokers that carry no
+// partition (an alias, an IP) and AWS_REGION us-east-1, a China role's
+// token went to sts.us-east-1.amazonaws.com; with no AWS_REGION, to
+// sts.amazonaws.com for a GovCloud role (adversary 46; beyond the stated
+// claim, which compares brokers only).
+func TestAWebIdentityWhoseRoleIsOfAnotherPartitionThanItsSTSIsRefused(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "us-east-1") // the signer's, for the alias
+	c := Config{Mechanism: AWSMSKIAM}
+	for _, tc := range []struct {
+		role, region string
+	}{
+		{"arn:aws-cn:iam::123456789012:role/dedup", "us-east-1"},
+		{"arn:aws-us-gov:iam::123456789012:role/dedup", ""},
+		{"arn:aws:iam::123456789012:role/dedup", "cn-north-1"},
+	} {
+		env := irsaEnv("AWS_ROLE_ARN", tc.role, "AWS_REGION", tc.region)
+		ep, _ := stsEndpoint(env)
+		if err := c.checkBrokers([]string{"kafka.internal:9098", "10.0.0.7:9098"}, env); err == nil || !strings.Contains(err.Error(), "AWS_ROLE_ARN") {
+			t.Errorf("role %s, AWS_REGION %q: the token goes to %s: %v, want a start-up refusal naming AWS_ROLE_ARN", tc.role, tc.region, ep, err)
+		}
+	}
+	if err := c.checkBrokers([]string{"kafka.internal:9098"}, irsaEnv("AWS_ROLE_ARN", "arn:aws-cn:iam::123456789012:role/dedup", "AWS_REGION", "cn-north-1")); err != nil {
+		t.Errorf("China role, AWS_REGION cn-north-1: %v, want nil", err)
 	}
 }
