@@ -66,10 +66,11 @@ func (c Config) awsIdentity(getenv func(string) string) string {
 // AWS_DEFAULT_REGION, and a name with no region (an IP address, a DNS
 // alias, a tunnel) needs one of those. It asks franz-go's signer itself,
 // with a throwaway key, so that the rule is franz-go's. With a web
-// identity it also refuses a broker of another AWS partition than the STS
-// endpoint the token would be exchanged at (stsEndpoint): the token is a
-// bearer credential, and that STS knows no role of the broker's
-// partition. nil for other mechanisms.
+// identity it also refuses a broker, or an AWS_ROLE_ARN, of another AWS
+// partition than the STS endpoint the token would be exchanged at
+// (stsEndpoint): the token is a bearer credential, and that STS knows no
+// role of the broker's partition. Errors name brokers as kafka.brokers
+// gives them. nil for other mechanisms.
 func (c Config) CheckBrokers(brokers []string) error {
 	return c.checkBrokers(brokers, os.Getenv)
 }
@@ -80,48 +81,68 @@ func (c Config) checkBrokers(brokers []string, getenv func(string) string) error
 	}
 	dry := mskiam.Auth{AccessKey: "check", SecretKey: "check"}.AsManagedStreamingIAMMechanism()
 	for _, b := range brokers {
-		if _, _, err := net.SplitHostPort(b); err != nil {
-			b = net.JoinHostPort(b, "9092") // franz-go's default port
-		}
-		if _, _, err := dry.Authenticate(context.Background(), b); err != nil {
+		if _, _, err := dry.Authenticate(context.Background(), dialAddr(b)); err != nil {
 			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s: %v: set AWS_REGION to the cluster's region (an MSK broker's own name, ….kafka.REGION.amazonaws.com, carries it)", b, err)
 		}
 	}
 	if c.awsSource(getenv) != awsWebIdentity || first(getenv("AWS_ENDPOINT_URL_STS"), getenv("AWS_ENDPOINT_URL")) != "" {
 		return nil // no token, or an STS endpoint the operator named
 	}
-	region := first(getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"))
+	region, from := awsRegion(getenv)
 	sts := regionPartition(region) // the global endpoint's is aws
+	at := from + " " + region
+	if region == "" {
+		at = "no AWS_REGION, STS's global endpoint"
+	}
+	// The role's ARN names its partition: an STS of another one knows no
+	// such role, whatever the brokers' names say.
+	role := getenv("AWS_ROLE_ARN")
+	if f := strings.SplitN(role, ":", 3); len(f) == 3 && f[0] == "arn" && f[1] != sts.name {
+		return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: AWS_ROLE_ARN %s is of AWS partition %s, but the web identity token would be exchanged at an STS of partition %s (%s), which knows no role of another partition: set AWS_REGION to a region of the role's partition, or AWS_ENDPOINT_URL_STS", role, f[1], sts.name, at)
+	}
 	for _, b := range brokers {
-		host := b
-		if h, _, err := net.SplitHostPort(b); err == nil {
-			host = h
-		}
-		if p := hostPartition(host); p != "" && p != sts.name {
-			at := "AWS_REGION " + region
-			if region == "" {
-				at = "no AWS_REGION, STS's global endpoint"
-			}
+		if p := hostPartition(dialAddr(b)); p != "" && p != sts.name {
 			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s is in AWS partition %s, but the web identity token would be exchanged at an STS of partition %s (%s), which knows no role of the broker's: set AWS_REGION to the cluster's region, or AWS_ENDPOINT_URL_STS", b, p, sts.name, at)
 		}
 	}
 	return nil
 }
 
+// dialAddr is a seed broker as franz-go dials it: host:port, port 9092
+// when kafka.brokers gives none ("[fd00::1]" too).
+func dialAddr(b string) string {
+	if _, _, err := net.SplitHostPort(b); err == nil {
+		return b
+	}
+	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(b, "["), "]"), "9092")
+}
+
+// awsRegion is the region the AWS SDKs read, and the variable it came
+// from: AWS_REGION, else AWS_DEFAULT_REGION ("" when neither is set).
+func awsRegion(getenv func(string) string) (region, from string) {
+	if r := getenv("AWS_REGION"); r != "" {
+		return r, "AWS_REGION"
+	}
+	return getenv("AWS_DEFAULT_REGION"), "AWS_DEFAULT_REGION"
+}
+
 // awsPartition is one AWS partition: its name, the prefix of its regions'
 // names and its DNS suffix and dual-stack suffix, as aws-sdk-go-v2's
-// partitions.json lists them (franz-go's signer, v1.22.3, reads a region
-// in a host of any of them).
+// partitions.json lists them (franz-go's signer reads a region in hosts
+// of aws, aws-us-gov, aws-cn, aws-iso and aws-iso-b; from v1.22.3, of
+// every one).
 type awsPartition struct {
 	name, regionPrefix string
 	suffixes           [2]string
 }
 
-// awsPartitions: the commercial partition (aws, aws-us-gov share its
-// suffixes) first, then the others by region prefix; a region no prefix
-// matches is the commercial one's.
+// awsPartitions: the commercial partition first, then the others by
+// region prefix; a region no prefix matches is the commercial one's.
+// GovCloud shares the commercial suffixes: a host of them is told apart by
+// the region label in its name (hostPartition).
 var awsPartitions = []awsPartition{
 	{"aws", "", [2]string{"amazonaws.com", "api.aws"}},
+	{"aws-us-gov", "us-gov-", [2]string{"amazonaws.com", "api.aws"}},
 	{"aws-cn", "cn-", [2]string{"amazonaws.com.cn", "api.amazonwebservices.com.cn"}},
 	{"aws-iso", "us-iso-", [2]string{"c2s.ic.gov", "api.aws.ic.gov"}},
 	{"aws-iso-b", "us-isob-", [2]string{"sc2s.sgov.gov", "api.aws.scloud"}},
@@ -140,15 +161,27 @@ func regionPartition(region string) awsPartition {
 	return awsPartitions[0]
 }
 
-// hostPartition is the name of the partition a host name is in by its DNS
-// suffix, "" when it is in none (an IP address, an alias).
-func hostPartition(host string) string {
+// hostPartition is the name of the partition a broker (host:port) is in
+// by its DNS suffix, "" when it is in none (an IP address, an alias). Of
+// the partitions that share a suffix (aws, aws-us-gov), the one of a
+// region label in the name (….kafka.us-gov-west-1.amazonaws.com).
+func hostPartition(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
 	host = strings.TrimSuffix(strings.ToLower(host), ".")
 	for _, p := range awsPartitions {
 		for _, s := range p.suffixes {
-			if strings.HasSuffix(host, "."+s) { // no suffix ends another
-				return p.name
+			if !strings.HasSuffix(host, "."+s) { // no suffix ends another
+				continue
 			}
+			for _, label := range strings.Split(strings.TrimSuffix(host, "."+s), ".") {
+				if q := regionPartition(label); q.regionPrefix != "" && q.suffixes == p.suffixes {
+					return q.name
+				}
+			}
+			return p.name
 		}
 	}
 	return ""
@@ -264,9 +297,12 @@ func stsEndpoint(getenv func(string) string) (string, error) {
 		}
 		return ep, nil
 	}
-	region := first(getenv("AWS_REGION"), getenv("AWS_DEFAULT_REGION"))
+	region, from := awsRegion(getenv)
 	if region == "" {
 		return "https://sts.amazonaws.com/", nil
+	}
+	if !regionLabel(region) {
+		return "", fmt.Errorf("%s %q is not an AWS region (one DNS label: letters, digits, '-'); the web identity token goes to sts.REGION.…: set the region, or AWS_ENDPOINT_URL_STS", from, region)
 	}
 	// The region's partition's DNS suffix (awsPartitions); a partition
 	// not listed there: AWS_ENDPOINT_URL_STS.
@@ -399,4 +435,19 @@ func first(s ...string) string {
 		}
 	}
 	return ""
+}
+
+// regionLabel says whether region is one DNS label (letters, digits and
+// inner hyphens, at most 63), as every AWS region's name is: what the STS
+// host is built of must not add a host, a port, a path or a query.
+func regionLabel(region string) bool {
+	if len(region) > 63 || region[0] == '-' || region[len(region)-1] == '-' {
+		return false
+	}
+	for _, r := range region {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
 }

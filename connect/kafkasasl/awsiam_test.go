@@ -430,7 +430,7 @@ func TestAWSMSKIAMCheckBrokers(t *testing.T) {
 		{[]string{mskBroker, "b-2.mycluster.abc123.c2.kafka.eu-west-1.amazonaws.com:9098"}, ""},
 		{[]string{"boot-abc.c2.kafka-serverless.us-east-2.amazonaws.com:9098"}, ""},
 		{[]string{mskBroker, "10.0.0.7:9098"}, "kafka.sasl.mechanism AWS_MSK_IAM: broker 10.0.0.7:9098"},
-		{[]string{"kafka-1"}, "broker kafka-1:9092"},
+		{[]string{"kafka-1"}, "broker kafka-1: "}, // named as kafka.brokers gives it
 		{[]string{"127.0.0.1:9098"}, "set AWS_REGION"},
 	} {
 		err := c.CheckBrokers(tc.brokers)
@@ -449,9 +449,10 @@ func TestAWSMSKIAMCheckBrokers(t *testing.T) {
 
 // The brokers of each AWS partition (aws-sdk-go-v2's partitions.json),
 // (franz-go's signer reads a region in all of their names since v1.22.3).
+// GovCloud is a partition of its own with the commercial suffix.
 var partitionBrokers = []struct{ partition, region, suffix string }{
 	{"aws", "eu-west-1", "amazonaws.com"},
-	{"aws", "us-gov-west-1", "amazonaws.com"},
+	{"aws-us-gov", "us-gov-west-1", "amazonaws.com"},
 	{"aws-cn", "cn-north-1", "amazonaws.com.cn"},
 	{"aws-iso", "us-iso-east-1", "c2s.ic.gov"},
 	{"aws-iso-b", "us-isob-east-1", "sc2s.sgov.gov"},
@@ -499,14 +500,14 @@ func TestSTSEndpointIsInThePartitionOfEveryRegionTheSignerSignsFor(t *testing.T)
 // region of the broker's partition, or AWS_ENDPOINT_URL_STS, is taken.
 func TestAWebIdentityIsRefusedAtStartUpForABrokerOfAnotherPartitionThanItsSTS(t *testing.T) {
 	c := Config{Mechanism: AWSMSKIAM}
-	irsa := func(kv ...string) func(string) string {
-		env := map[string]string{"AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/dedup", "AWS_WEB_IDENTITY_TOKEN_FILE": "/var/run/token"}
-		for i := 0; i < len(kv); i += 2 {
-			env[kv[i]] = kv[i+1]
-		}
-		return func(k string) string { return env[k] }
-	}
 	for _, tc := range partitionBrokers {
+		// The refusals are the broker's: a commercial role (irsaEnv's), of
+		// the partition of the STS it would go to. Taken: a role of the
+		// broker's partition. (The role's own check is
+		// TestAWebIdentityWhoseRoleIsOfAnotherPartitionThanItsSTSIsRefused.)
+		irsa := func(kv ...string) func(string) string {
+			return irsaEnv(append([]string{"AWS_ROLE_ARN", "arn:" + tc.partition + ":iam::123456789012:role/dedup"}, kv...)...)
+		}
 		broker := "b-1.mycluster.abc123.c2.kafka." + tc.region + "." + tc.suffix + ":9098"
 		// The signer reads the process's AWS_REGION for a name it reads no
 		// region in (v1.22.2: ISO-E, ISO-F; v1.22.3 reads them all): set it
@@ -514,17 +515,17 @@ func TestAWebIdentityIsRefusedAtStartUpForABrokerOfAnotherPartitionThanItsSTS(t 
 		// environment of each case.
 		noAWSEnv(t)
 		t.Setenv("AWS_REGION", tc.region)
-		err := c.checkBrokers([]string{broker}, irsa())
+		err := c.checkBrokers([]string{broker}, irsaEnv())
 		if tc.partition == "aws" {
 			if err != nil {
 				t.Errorf("%s, no AWS_REGION: %v, want nil (STS's global endpoint is the commercial partition's)", broker, err)
 			}
-		} else if err == nil || !strings.Contains(err.Error(), "AWS_REGION") || !strings.Contains(err.Error(), tc.partition) {
+		} else if err == nil || !strings.Contains(err.Error(), "AWS_REGION") || !strings.Contains(err.Error(), "is in AWS partition "+tc.partition) {
 			t.Errorf("%s, no AWS_REGION: %v, want a refusal naming partition %s and AWS_REGION", broker, err, tc.partition)
 		}
 		if tc.partition != "aws" {
-			if err := c.checkBrokers([]string{broker}, irsa("AWS_REGION", "us-east-1")); err == nil {
-				t.Errorf("%s, AWS_REGION us-east-1: nil, want a refusal (the token would go to the commercial partition)", broker)
+			if err := c.checkBrokers([]string{broker}, irsaEnv("AWS_REGION", "us-east-1")); err == nil || !strings.Contains(err.Error(), "broker "+broker) {
+				t.Errorf("%s, AWS_REGION us-east-1: %v, want a refusal naming the broker (the token would go to the commercial partition)", broker, err)
 			}
 		}
 		if err := c.checkBrokers([]string{broker}, irsa("AWS_DEFAULT_REGION", tc.region)); err != nil {
@@ -546,7 +547,7 @@ func TestAWebIdentityIsRefusedAtStartUpForABrokerOfAnotherPartitionThanItsSTS(t 
 	// process's environment) is all.
 	noAWSEnv(t)
 	t.Setenv("AWS_REGION", "cn-north-1")
-	if err := c.checkBrokers([]string{"kafka.internal:9098"}, irsa("AWS_REGION", "cn-north-1")); err != nil {
+	if err := c.checkBrokers([]string{"kafka.internal:9098"}, irsaEnv("AWS_ROLE_ARN", "arn:aws-cn:iam::123456789012:role/dedup", "AWS_REGION", "cn-north-1")); err != nil {
 		t.Errorf("an alias with AWS_REGION: %v, want nil", err)
 	}
 }
