@@ -177,7 +177,7 @@ func hostPartition(addr string) string {
 				continue
 			}
 			for _, label := range strings.Split(strings.TrimSuffix(host, "."+s), ".") {
-				if q := regionPartition(label); q.regionPrefix != "" && q.suffixes == p.suffixes {
+				if q := regionPartition(label); q.regionPrefix != "" && q.suffixes == p.suffixes && regionOf(label, q) {
 					return q.name
 				}
 			}
@@ -435,6 +435,27 @@ func first(s ...string) string {
 		}
 	}
 	return ""
+}
+
+// regionOf says whether label is the name of a region of p, as
+// partitions.json's regionRegex has it (^us\-gov\-\w+\-\d+$): its prefix,
+// a word, '-', a number. "us-gov-mirror" is not.
+func regionOf(label string, p awsPartition) bool {
+	rest, ok := strings.CutPrefix(label, p.regionPrefix)
+	i := strings.LastIndexByte(rest, '-')
+	if !ok || i < 1 || i == len(rest)-1 {
+		return false
+	}
+	for j, r := range rest {
+		switch {
+		case j == i:
+		case j < i && (r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_'):
+		case j > i && r >= '0' && r <= '9':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // regionLabel says whether region is one DNS label (letters, digits and

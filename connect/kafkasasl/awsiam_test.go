@@ -620,6 +620,20 @@ func TestAGovCloudBrokerIsInPartitionAWSUSGovNotTheCommercialOne(t *testing.T) {
 			t.Errorf("broker %s, token to %s (%s): %v, want a start-up refusal naming partition aws-us-gov", tc.broker, ep, tc.sts, err)
 		}
 	}
+	// A label that only begins like a GovCloud region is no region: a
+	// commercial broker stays commercial.
+	for h, want := range map[string]string{
+		"us-gov-mirror.kafka.us-east-1.amazonaws.com:9098":     "aws",
+		"b-1.us-gov-.kafka.us-east-1.amazonaws.com:9098":       "aws",
+		"b-1.us-gov-west-x.kafka.us-east-1.amazonaws.com:9098": "aws",
+		"B-1.X.KAFKA.US-GOV-EAST-1.AMAZONAWS.COM.":             "aws-us-gov",
+		"b-1.x.kafka.us-gov-west-1.api.aws:9098":               "aws-us-gov",
+		"[::1]:9098":                                           "",
+	} {
+		if p := hostPartition(h); p != want {
+			t.Errorf("%s: partition %q, want %q", h, p, want)
+		}
+	}
 	// Same partition: taken.
 	if err := c.checkBrokers([]string{gov}, irsaEnv("AWS_ROLE_ARN", govRole, "AWS_REGION", "us-gov-west-1")); err != nil {
 		t.Errorf("GovCloud broker, AWS_REGION us-gov-west-1: %v, want nil", err)
