@@ -733,3 +733,31 @@ func TestAWebIdentityWhoseRoleIsOfAnotherPartitionThanItsSTSIsRefused(t *testing
 		t.Errorf("China role, AWS_REGION cn-north-1: %v, want nil", err)
 	}
 }
+
+// An MSK broker's name carries its cluster's name, which the operator
+// chooses (b-1.CLUSTER.ID.c2.kafka.REGION.amazonaws.com): a commercial
+// cluster may be named "us-gov-west-1" (a mirror of a GovCloud one). Its
+// region, the one franz-go's signer signs for, is the label before the
+// suffix, us-east-1: the broker is commercial. hostPartition took the
+// first region-shaped label, the cluster's name, and called it GovCloud:
+// a web identity with AWS_REGION us-gov-west-1 and a GovCloud role, whose
+// token goes to GovCloud's STS, was taken for the commercial broker, and
+// the right set-up (AWS_REGION us-east-1, a commercial role) was refused
+// (adversary 46b).
+func TestAClusterNamedLikeAGovCloudRegionIsInThePartitionOfItsRegionLabel(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "us-east-1") // the signer's, for its dry run
+	c := Config{Mechanism: AWSMSKIAM}
+	broker := "b-1.us-gov-west-1.abc123.c2.kafka.us-east-1.amazonaws.com:9098"
+	if p := hostPartition(broker); p != "aws" {
+		t.Errorf("%s: partition %q, want aws (its region label, us-east-1, the one the signer signs for)", broker, p)
+	}
+	gov := irsaEnv("AWS_ROLE_ARN", "arn:aws-us-gov:iam::123456789012:role/dedup", "AWS_REGION", "us-gov-west-1")
+	ep, _ := stsEndpoint(gov)
+	if err := c.checkBrokers([]string{broker}, gov); err == nil {
+		t.Errorf("commercial broker %s, token to %s (aws-us-gov): taken, want a start-up refusal", broker, ep)
+	}
+	if err := c.checkBrokers([]string{broker}, irsaEnv("AWS_REGION", "us-east-1")); err != nil {
+		t.Errorf("commercial broker %s, commercial role, AWS_REGION us-east-1: %v, want nil", broker, err)
+	}
+}
