@@ -761,3 +761,33 @@ func TestAClusterNamedLikeAGovCloudRegionIsInThePartitionOfItsRegionLabel(t *tes
 		t.Errorf("commercial broker %s, commercial role, AWS_REGION us-east-1: %v, want nil", broker, err)
 	}
 }
+
+// regionLabel takes upper case (AWS_REGION=US-GOV-WEST-1), and DNS names
+// are case-blind: the token goes to https://sts.US-GOV-WEST-1.amazonaws.com/,
+// GovCloud's STS. regionPartition matches the lower-case prefix "us-gov-"
+// only, so the check compares the brokers and the role with the
+// commercial partition: a commercial role and broker are taken while the
+// token goes to GovCloud. The partition the check compares with must be
+// the one of the host the token goes to (or the region refused, naming
+// AWS_REGION) (adversary 46b).
+func TestAnUpperCaseAWSRegionIsOfThePartitionOfTheSTSHostItBuilds(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "us-east-1") // the signer's, for its dry run
+	c := Config{Mechanism: AWSMSKIAM}
+	broker := "b-1.mycluster.abc123.c2.kafka.us-east-1.amazonaws.com:9098"
+	for _, region := range []string{"US-GOV-WEST-1", "Us-Gov-East-1"} {
+		env := irsaEnv("AWS_REGION", region) // a commercial role
+		ep, err := stsEndpoint(env)
+		if err != nil {
+			if !strings.Contains(err.Error(), "AWS_REGION") {
+				t.Errorf("AWS_REGION %s: %v, want an error naming AWS_REGION", region, err)
+			}
+			continue
+		}
+		u, _ := url.Parse(ep)
+		sts := hostPartition(u.Host)
+		if err := c.checkBrokers([]string{broker}, env); err == nil && sts != "aws" {
+			t.Errorf("AWS_REGION %s, commercial role and broker: the token goes to %s (partition %s), taken; want a start-up refusal", region, ep, sts)
+		}
+	}
+}
