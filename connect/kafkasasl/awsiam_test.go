@@ -791,3 +791,35 @@ func TestAnUpperCaseAWSRegionIsOfThePartitionOfTheSTSHostItBuilds(t *testing.T) 
 		}
 	}
 }
+
+// regionPartition calls a region GovCloud's by its prefix alone, while
+// hostPartition (93f1ec2) calls a host GovCloud's only for a label shaped
+// like a GovCloud region (us-gov-WORD-N). AWS_REGION=us-gov-mirror (or
+// us-gov-west-1a, us-gov-west) builds https://sts.us-gov-mirror.amazonaws.com/,
+// a host of the commercial partition by hostPartition's own rule (and by
+// partitions.json's regionRegex, which the AWS SDKs use), yet the check
+// compares the brokers and the role with aws-us-gov: a GovCloud role and
+// broker are taken while the token goes to a commercial host. The check's
+// STS partition must be the one of the host the token goes to, or the
+// region refused naming AWS_REGION (adversary 46b).
+func TestTheSTSPartitionTheCheckComparesIsTheOneOfTheHostTheTokenGoesTo(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "us-east-1") // the signer's, for its dry run
+	c := Config{Mechanism: AWSMSKIAM}
+	broker := "b-1.mycluster.abc123.c2.kafka.us-gov-west-1.amazonaws.com:9098"
+	for _, region := range []string{"us-gov-mirror", "us-gov-west-1a", "us-gov-west"} {
+		env := irsaEnv("AWS_ROLE_ARN", "arn:aws-us-gov:iam::123456789012:role/dedup", "AWS_REGION", region)
+		ep, err := stsEndpoint(env)
+		if err != nil {
+			if !strings.Contains(err.Error(), "AWS_REGION") {
+				t.Errorf("AWS_REGION %s: %v, want an error naming AWS_REGION", region, err)
+			}
+			continue
+		}
+		u, _ := url.Parse(ep)
+		sts := hostPartition(u.Host)
+		if err := c.checkBrokers([]string{broker}, env); err == nil && sts != "aws-us-gov" {
+			t.Errorf("AWS_REGION %s, GovCloud role and broker: the token goes to %s (partition %q), taken; want a start-up refusal", region, ep, sts)
+		}
+	}
+}
