@@ -823,3 +823,29 @@ func TestTheSTSPartitionTheCheckComparesIsTheOneOfTheHostTheTokenGoesTo(t *testi
 		}
 	}
 }
+
+// The role check reads a partition only in a role that begins exactly
+// "arn:" and has a third field; any other AWS_ROLE_ARN passes it. A China
+// role written " arn:aws-cn:iam::…" (a stray space from a manifest),
+// "ARN:AWS-CN:iam::…", "arn:aws-cn" or a bare role name is taken with
+// AWS_REGION us-east-1, and the web identity token (a bearer credential)
+// goes to sts.us-east-1.amazonaws.com, which can only refuse it: no role
+// of any partition is named so. Start-up should refuse it, naming
+// AWS_ROLE_ARN (adversary 46b).
+func TestAnAWSRoleARNThatIsNotAnARNIsRefusedBeforeTheTokenLeaves(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "us-east-1") // the signer's, for the alias
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenFile, "jwt\n")
+	c := Config{Mechanism: AWSMSKIAM}
+	for _, role := range []string{" arn:aws-cn:iam::123456789012:role/dedup", "ARN:AWS-CN:iam::123456789012:role/dedup", "arn:aws-cn", "dedup"} {
+		env := irsaEnv("AWS_ROLE_ARN", role, "AWS_REGION", "us-east-1", "AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
+		_, berr := webIdentity(env)
+		cerr := c.checkBrokers([]string{"kafka.internal:9098"}, env)
+		refused := berr != nil && strings.Contains(berr.Error(), "AWS_ROLE_ARN") || cerr != nil && strings.Contains(cerr.Error(), "AWS_ROLE_ARN")
+		if !refused {
+			ep, _ := stsEndpoint(env)
+			t.Errorf("AWS_ROLE_ARN %q: built (%v) and checked (%v), the token goes to %s; want a start-up refusal naming AWS_ROLE_ARN", role, berr, cerr, ep)
+		}
+	}
+}
