@@ -849,3 +849,24 @@ func TestAnAWSRoleARNThatIsNotAnARNIsRefusedBeforeTheTokenLeaves(t *testing.T) {
 		}
 	}
 }
+
+// dialAddr is meant to be the seed as franz-go dials it, but it is not for
+// a seed net.SplitHostPort cannot split and kgo's parseBrokerAddr reads
+// otherwise: "[fd00::1]9098" (a colon missing), which kgo dials at
+// [fd00::1]:98 and signs for with AWS_REGION, becomes
+// "[fd00::1]9098]:9092", which the signer cannot split. Start-up refuses it
+// with "set AWS_REGION to the cluster's region" though AWS_REGION is set,
+// quoting an address that is in neither kafka.brokers nor kgo's dial. The
+// refusal, if any, must not name a cause that is not (adversary 46b).
+func TestAMalformedSeedIsNotRefusedForWantOfAnAWSRegionThatIsSet(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", keyID1)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret1)
+	c := Config{Mechanism: AWSMSKIAM}
+	for _, b := range []string{"[fd00::1]9098", "[fd00::1]x"} {
+		if err := c.CheckBrokers([]string{b}); err != nil && (strings.Contains(err.Error(), "set AWS_REGION") || strings.Contains(err.Error(), "]:9092")) {
+			t.Errorf("broker %s with AWS_REGION us-east-1: %v; want no advice to set a variable that is set, nor an address kafka.brokers does not give", b, err)
+		}
+	}
+}
