@@ -870,3 +870,25 @@ func TestAMalformedSeedIsNotRefusedForWantOfAnAWSRegionThatIsSet(t *testing.T) {
 		}
 	}
 }
+
+// regionLabel takes any DNS label, so an AWS_REGION that is no region of
+// any partition (partitions.json's regionRegex: us|eu|ap|…-WORD-N,
+// cn-WORD-N, us-gov-WORD-N, …) still builds https://sts.REGION.SUFFIX/:
+// AWS_REGION=s3 sends the web identity token (a bearer credential) to
+// https://sts.s3.amazonaws.com/, which is not STS but S3's virtual-hosted
+// name of a bucket called "sts" (S3's *.s3.amazonaws.com certificate
+// covers it; a bucket name is anyone's to take). The claim says the token
+// goes only to an STS, and that a bad region is a start-up error naming
+// its variable (adversary 46b).
+func TestAnAWSRegionThatIsNoRegionIsRefusedNamingItsVariable(t *testing.T) {
+	for _, tc := range []struct{ from, region string }{
+		{"AWS_REGION", "s3"},
+		{"AWS_REGION", "s3-external-1"},
+		{"AWS_DEFAULT_REGION", "s3"},
+	} {
+		env := irsaEnv(tc.from, tc.region)
+		if ep, err := stsEndpoint(env); err == nil || !strings.Contains(err.Error(), tc.from) {
+			t.Errorf("%s=%s: the web identity token goes to %q (%v); want a start-up error naming %s", tc.from, tc.region, ep, err, tc.from)
+		}
+	}
+}
