@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,8 +81,14 @@ func (c Config) checkBrokers(brokers []string, getenv func(string) string) error
 		return nil
 	}
 	dry := mskiam.Auth{AccessKey: "check", SecretKey: "check"}.AsManagedStreamingIAMMechanism()
-	for _, b := range brokers {
-		if _, _, err := dry.Authenticate(context.Background(), dialAddr(b)); err != nil {
+	addrs := make([]string, len(brokers))
+	for i, b := range brokers {
+		addr, err := dialAddr(b)
+		if err != nil {
+			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: %w", err)
+		}
+		addrs[i] = addr
+		if _, _, err := dry.Authenticate(context.Background(), addr); err != nil {
 			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s: %v: set AWS_REGION to the cluster's region (an MSK broker's own name, ….kafka.REGION.amazonaws.com, carries it)", b, err)
 		}
 	}
@@ -90,6 +97,9 @@ func (c Config) checkBrokers(brokers []string, getenv func(string) string) error
 	}
 	region, from := awsRegion(getenv)
 	sts := regionPartition(region) // the global endpoint's is aws
+	if sts.name == "" {
+		return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: %s %q is no region of an AWS partition dedup knows: set AWS_ENDPOINT_URL_STS", from, region)
+	}
 	at := from + " " + region
 	if region == "" {
 		at = "no AWS_REGION, STS's global endpoint"
@@ -97,11 +107,13 @@ func (c Config) checkBrokers(brokers []string, getenv func(string) string) error
 	// The role's ARN names its partition: an STS of another one knows no
 	// such role, whatever the brokers' names say.
 	role := getenv("AWS_ROLE_ARN")
-	if f := strings.SplitN(role, ":", 3); len(f) == 3 && f[0] == "arn" && f[1] != sts.name {
-		return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: AWS_ROLE_ARN %s is of AWS partition %s, but the web identity token would be exchanged at an STS of partition %s (%s), which knows no role of another partition: set AWS_REGION to a region of the role's partition, or AWS_ENDPOINT_URL_STS", role, f[1], sts.name, at)
+	if p, err := roleARNPartition(role); err != nil {
+		return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: %w", err)
+	} else if p != sts.name {
+		return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: AWS_ROLE_ARN %s is of AWS partition %s, but the web identity token would be exchanged at an STS of partition %s (%s), which knows no role of another partition: set AWS_REGION to a region of the role's partition, or AWS_ENDPOINT_URL_STS", role, p, sts.name, at)
 	}
-	for _, b := range brokers {
-		if p := hostPartition(dialAddr(b)); p != "" && p != sts.name {
+	for i, b := range brokers {
+		if p := hostPartition(addrs[i]); p != "" && p != sts.name {
 			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s is in AWS partition %s, but the web identity token would be exchanged at an STS of partition %s (%s), which knows no role of the broker's: set AWS_REGION to the cluster's region, or AWS_ENDPOINT_URL_STS", b, p, sts.name, at)
 		}
 	}
@@ -109,12 +121,35 @@ func (c Config) checkBrokers(brokers []string, getenv func(string) string) error
 }
 
 // dialAddr is a seed broker as franz-go dials it: host:port, port 9092
-// when kafka.brokers gives none ("[fd00::1]" too).
-func dialAddr(b string) string {
+// when kafka.brokers gives none (a name, an IPv4 address, an IPv6 one
+// bare or in brackets). A bracketed address that is neither "[IPv6]" nor
+// "[IPv6]:port" is an error naming it, where franz-go would read a port
+// in what follows "]" ("[fd00::1]9098": 98).
+func dialAddr(b string) (string, error) {
 	if _, _, err := net.SplitHostPort(b); err == nil {
-		return b
+		return b, nil
 	}
-	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(b, "["), "]"), "9092")
+	if strings.HasPrefix(b, "[") {
+		ip, ok := strings.CutSuffix(b[1:], "]")
+		if !ok || strings.ContainsAny(ip, "[]") {
+			return "", fmt.Errorf("broker %q in kafka.brokers is neither [IPv6] nor [IPv6]:port", b)
+		}
+		b = ip
+	}
+	return net.JoinHostPort(b, "9092"), nil
+}
+
+// roleARNPartition is the partition an IAM role's ARN names,
+// arn:PARTITION:iam::ACCOUNT:role/NAME, or an error naming AWS_ROLE_ARN
+// when it is none: STS takes no other, and the token must not leave for
+// nothing.
+func roleARNPartition(role string) (string, error) {
+	f := strings.SplitN(role, ":", 6)
+	if len(f) != 6 || f[0] != "arn" || f[1] == "" || f[2] != "iam" || f[3] != "" || len(f[4]) != 12 ||
+		strings.Trim(f[4], "0123456789") != "" || !strings.HasPrefix(f[5], "role/") || len(f[5]) == len("role/") {
+		return "", fmt.Errorf("AWS_ROLE_ARN %q is not an IAM role's ARN (arn:PARTITION:iam::ACCOUNT:role/NAME)", role)
+	}
+	return f[1], nil
 }
 
 // awsRegion is the region the AWS SDKs read, and the variable it came
@@ -126,45 +161,53 @@ func awsRegion(getenv func(string) string) (region, from string) {
 	return getenv("AWS_DEFAULT_REGION"), "AWS_DEFAULT_REGION"
 }
 
-// awsPartition is one AWS partition: its name, the prefix of its regions'
-// names and its DNS suffix and dual-stack suffix, as aws-sdk-go-v2's
-// partitions.json lists them (franz-go's signer reads a region in hosts
-// of aws, aws-us-gov, aws-cn, aws-iso and aws-iso-b; from v1.22.3, of
-// every one).
+// awsPartition is one AWS partition: its name, its regions' names and its
+// DNS suffix and dual-stack suffix, as aws-sdk-go-v2's partitions.json
+// lists them (regionRegex, dnsSuffix, dualStackDnsSuffix; franz-go's
+// signer reads a region in hosts of aws, aws-us-gov, aws-cn, aws-iso and
+// aws-iso-b; from v1.22.3, of every one).
 type awsPartition struct {
-	name, regionPrefix string
-	suffixes           [2]string
+	name     string
+	regions  *regexp.Regexp
+	suffixes [2]string
 }
 
-// awsPartitions: the commercial partition first, then the others by
-// region prefix; a region no prefix matches is the commercial one's.
-// GovCloud shares the commercial suffixes: a host of them is told apart by
-// the region label in its name (hostPartition).
+// awsPartitions: no two match one region. GovCloud shares the commercial
+// suffixes: a host of them is told apart by the region label in its name
+// (hostPartition).
 var awsPartitions = []awsPartition{
-	{"aws", "", [2]string{"amazonaws.com", "api.aws"}},
-	{"aws-us-gov", "us-gov-", [2]string{"amazonaws.com", "api.aws"}},
-	{"aws-cn", "cn-", [2]string{"amazonaws.com.cn", "api.amazonwebservices.com.cn"}},
-	{"aws-iso", "us-iso-", [2]string{"c2s.ic.gov", "api.aws.ic.gov"}},
-	{"aws-iso-b", "us-isob-", [2]string{"sc2s.sgov.gov", "api.aws.scloud"}},
-	{"aws-iso-e", "eu-isoe-", [2]string{"cloud.adc-e.uk", "api.cloud-aws.adc-e.uk"}},
-	{"aws-iso-f", "us-isof-", [2]string{"csp.hci.ic.gov", "api.aws.hci.ic.gov"}},
-	{"aws-eusc", "eusc-", [2]string{"amazonaws.eu", "api.amazonwebservices.eu"}},
+	{"aws", regexp.MustCompile(`^(us|eu|ap|sa|ca|me|af|il|mx)\-\w+\-\d+$`), [2]string{"amazonaws.com", "api.aws"}},
+	{"aws-us-gov", regexp.MustCompile(`^us\-gov\-\w+\-\d+$`), [2]string{"amazonaws.com", "api.aws"}},
+	{"aws-cn", regexp.MustCompile(`^cn\-\w+\-\d+$`), [2]string{"amazonaws.com.cn", "api.amazonwebservices.com.cn"}},
+	{"aws-iso", regexp.MustCompile(`^us\-iso\-\w+\-\d+$`), [2]string{"c2s.ic.gov", "api.aws.ic.gov"}},
+	{"aws-iso-b", regexp.MustCompile(`^us\-isob\-\w+\-\d+$`), [2]string{"sc2s.sgov.gov", "api.aws.scloud"}},
+	{"aws-iso-e", regexp.MustCompile(`^eu\-isoe\-\w+\-\d+$`), [2]string{"cloud.adc-e.uk", "api.cloud-aws.adc-e.uk"}},
+	{"aws-iso-f", regexp.MustCompile(`^us\-isof\-\w+\-\d+$`), [2]string{"csp.hci.ic.gov", "api.aws.hci.ic.gov"}},
+	{"aws-eusc", regexp.MustCompile(`^eusc\-(de)\-\w+\-\d+$`), [2]string{"amazonaws.eu", "api.amazonwebservices.eu"}},
 }
 
-// regionPartition is the partition of a region ("": the commercial one).
+// regionPartition is the partition whose regionRegex region matches, the
+// commercial one for "" (STS's global endpoint), the zero awsPartition
+// (name "") for a region of none: an upper-case name ("US-GOV-WEST-1",
+// which DNS would take for GovCloud's), a service's name ("s3"), a typo.
 func regionPartition(region string) awsPartition {
-	for _, p := range awsPartitions[1:] {
-		if strings.HasPrefix(region, p.regionPrefix) {
+	if region == "" {
+		return awsPartitions[0]
+	}
+	for _, p := range awsPartitions {
+		if p.regions.MatchString(region) {
 			return p
 		}
 	}
-	return awsPartitions[0]
+	return awsPartition{}
 }
 
 // hostPartition is the name of the partition a broker (host:port) is in
 // by its DNS suffix, "" when it is in none (an IP address, an alias). Of
-// the partitions that share a suffix (aws, aws-us-gov), the one of a
-// region label in the name (….kafka.us-gov-west-1.amazonaws.com).
+// the partitions that share a suffix (aws, aws-us-gov), the one of the
+// last label before it that is a region's name: the region the signer
+// signs for in an MSK broker's name (….kafka.us-gov-west-1.amazonaws.com),
+// not a cluster's name the operator chose (b-1.us-gov-west-1.….kafka.us-east-1.…).
 func hostPartition(addr string) string {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -176,8 +219,9 @@ func hostPartition(addr string) string {
 			if !strings.HasSuffix(host, "."+s) { // no suffix ends another
 				continue
 			}
-			for _, label := range strings.Split(strings.TrimSuffix(host, "."+s), ".") {
-				if q := regionPartition(label); q.regionPrefix != "" && q.suffixes == p.suffixes && regionOf(label, q) {
+			labels := strings.Split(strings.TrimSuffix(host, "."+s), ".")
+			for i := len(labels) - 1; i >= 0; i-- {
+				if q := regionPartition(labels[i]); q.name != "" && q.suffixes == p.suffixes {
 					return q.name
 				}
 			}
@@ -256,6 +300,9 @@ func webIdentity(getenv func(string) string) (func(context.Context) (mskiam.Auth
 	if role == "" || path == "" {
 		return nil, errors.New("kafka.sasl.mechanism AWS_MSK_IAM: set both AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE in the environment, or neither")
 	}
+	if _, err := roleARNPartition(role); err != nil {
+		return nil, fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: %w", err)
+	}
 	token, err := secretfile.NewFile("AWS_WEB_IDENTITY_TOKEN_FILE", path)
 	if err != nil {
 		return nil, err
@@ -301,12 +348,15 @@ func stsEndpoint(getenv func(string) string) (string, error) {
 	if region == "" {
 		return "https://sts.amazonaws.com/", nil
 	}
-	if !regionLabel(region) {
-		return "", fmt.Errorf("%s %q is not an AWS region (one DNS label: letters, digits, '-'); the web identity token goes to sts.REGION.…: set the region, or AWS_ENDPOINT_URL_STS", from, region)
+	// The region's partition's DNS suffix (awsPartitions). A region of
+	// none (a partition not listed there, a typo, a service's name: "s3"
+	// would make sts.s3.amazonaws.com, S3's name of a bucket called sts)
+	// is refused: AWS_ENDPOINT_URL_STS names such an endpoint.
+	p := regionPartition(region)
+	if p.name == "" {
+		return "", fmt.Errorf("%s %q is no region of an AWS partition dedup knows (us-east-1, cn-north-1, us-gov-west-1, …, in lower case): the web identity token would go to sts.REGION.…: set the region, or AWS_ENDPOINT_URL_STS", from, region)
 	}
-	// The region's partition's DNS suffix (awsPartitions); a partition
-	// not listed there: AWS_ENDPOINT_URL_STS.
-	return "https://sts." + region + "." + regionPartition(region).suffixes[0] + "/", nil
+	return "https://sts." + region + "." + p.suffixes[0] + "/", nil
 }
 
 // stsWebIdentity holds the credentials of one role, renewed by STS
@@ -435,40 +485,4 @@ func first(s ...string) string {
 		}
 	}
 	return ""
-}
-
-// regionOf says whether label is the name of a region of p, as
-// partitions.json's regionRegex has it (^us\-gov\-\w+\-\d+$): its prefix,
-// a word, '-', a number. "us-gov-mirror" is not.
-func regionOf(label string, p awsPartition) bool {
-	rest, ok := strings.CutPrefix(label, p.regionPrefix)
-	i := strings.LastIndexByte(rest, '-')
-	if !ok || i < 1 || i == len(rest)-1 {
-		return false
-	}
-	for j, r := range rest {
-		switch {
-		case j == i:
-		case j < i && (r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_'):
-		case j > i && r >= '0' && r <= '9':
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// regionLabel says whether region is one DNS label (letters, digits and
-// inner hyphens, at most 63), as every AWS region's name is: what the STS
-// host is built of must not add a host, a port, a path or a query.
-func regionLabel(region string) bool {
-	if len(region) > 63 || region[0] == '-' || region[len(region)-1] == '-' {
-		return false
-	}
-	for _, r := range region {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
-			return false
-		}
-	}
-	return true
 }
