@@ -892,3 +892,26 @@ func TestAnAWSRegionThatIsNoRegionIsRefusedNamingItsVariable(t *testing.T) {
 		}
 	}
 }
+
+// aws-global is a region of partition aws in partitions.json (its
+// "regions" list, beside the regionRegex), and aws-sdk-go-v2's STS
+// resolves AWS_REGION=aws-global to https://sts.amazonaws.com (service/sts
+// endpoints.go: `if _Region == "aws-global"`), the commercial global
+// endpoint dedup itself uses when no region is set. With MSK brokers named
+// ….kafka.us-east-1.amazonaws.com the signer signs for their region, so the
+// set-up works with the SDKs; regionPartition reads only the regex, and
+// start-up refuses it as "no region of an AWS partition dedup knows": a
+// false refusal of a valid set-up (adversary 46c).
+func TestAWSRegionAWSGlobalIsSTSsGlobalEndpointNotARefusal(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "aws-global") // the signer's, for its dry run
+	c := Config{Mechanism: AWSMSKIAM}
+	env := irsaEnv("AWS_REGION", "aws-global")
+	ep, err := stsEndpoint(env)
+	if err != nil || ep != "https://sts.amazonaws.com/" {
+		t.Errorf("AWS_REGION=aws-global: STS endpoint %q, %v; want https://sts.amazonaws.com/ (aws-sdk-go-v2's STS endpoint for aws-global)", ep, err)
+	}
+	if err := c.checkBrokers([]string{"b-1.mycluster.abc123.c2.kafka.us-east-1.amazonaws.com:9098"}, env); err != nil {
+		t.Errorf("AWS_REGION=aws-global, commercial role and broker: %v; want nil", err)
+	}
+}
