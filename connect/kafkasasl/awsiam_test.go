@@ -915,3 +915,23 @@ func TestAWSRegionAWSGlobalIsSTSsGlobalEndpointNotARefusal(t *testing.T) {
 		t.Errorf("AWS_REGION=aws-global, commercial role and broker: %v; want nil", err)
 	}
 }
+
+// dialAddr's contract: a bracketed seed that is neither "[IPv6]" nor
+// "[IPv6]:port" is an error naming it. "[]" is taken as ":9092" (kgo's
+// parseBrokerAddr dials host "" port 9092: this machine), and "[kafka.internal]"
+// as kafka.internal:9092; CheckBrokers signs for both with AWS_REGION and
+// says nothing (adversary 46c).
+func TestABracketedSeedThatIsNoIPv6AddressIsAnErrorNamingIt(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", keyID1)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret1)
+	c := Config{Mechanism: AWSMSKIAM}
+	for _, b := range []string{"[]", "[kafka.internal]", "[]:9098"} {
+		addr, derr := dialAddr(b)
+		cerr := c.CheckBrokers([]string{b})
+		if cerr == nil || !strings.Contains(cerr.Error(), b) {
+			t.Errorf("broker %q: dialAddr %q (%v), CheckBrokers %v; want an error naming %q (neither [IPv6] nor [IPv6]:port)", b, addr, derr, cerr, b)
+		}
+	}
+}
