@@ -935,3 +935,27 @@ func TestABracketedSeedThatIsNoIPv6AddressIsAnErrorNamingIt(t *testing.T) {
 		}
 	}
 }
+
+// roleARNPartition refuses " arn:aws:iam::…" (leading space: round 2) but
+// takes trailing whitespace and a role name IAM allows no such character
+// in ([\w+=,.@-]+, a path of /…/): "…:role/dedup\n" (an env var from a
+// ConfigMap made with kubectl --from-file keeps the file's newline),
+// "…:role/dedup ", "…:role/de dup", "…:role/a/" (a path, no name). None is
+// an IAM role's ARN: STS can only refuse it, after the web identity token
+// (a bearer credential) has left. Round 2's rule: a role that is not a
+// role's ARN is refused before the token leaves (adversary 46c).
+func TestAnAWSRoleARNWithCharactersNoRoleNameHasIsRefusedBeforeTheTokenLeaves(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenFile, "jwt\n")
+	for _, role := range []string{
+		"arn:aws:iam::123456789012:role/dedup\n",
+		"arn:aws:iam::123456789012:role/dedup ",
+		"arn:aws:iam::123456789012:role/de dup",
+		"arn:aws:iam::123456789012:role/a/",
+	} {
+		env := irsaEnv("AWS_ROLE_ARN", role, "AWS_REGION", "us-east-1", "AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
+		if _, err := webIdentity(env); err == nil || !strings.Contains(err.Error(), "AWS_ROLE_ARN") {
+			t.Errorf("AWS_ROLE_ARN %q: %v; want a start-up refusal naming AWS_ROLE_ARN", role, err)
+		}
+	}
+}
