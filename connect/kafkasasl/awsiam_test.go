@@ -959,3 +959,24 @@ func TestAnAWSRoleARNWithCharactersNoRoleNameHasIsRefusedBeforeTheTokenLeaves(t 
 		}
 	}
 }
+
+// 8befc12 refuses a malformed seed that begins with "[" (dialAddr), but
+// not one that lacks it: "fd00::1]:9098" (the opening bracket forgotten)
+// and "::1]" fail net.SplitHostPort, and dialAddr joins a port around
+// them, "[fd00::1]:9098]:9092", which the signer cannot split. Start-up
+// refuses them with "set AWS_REGION to the cluster's region" though
+// AWS_REGION is set, quoting an address that is in neither kafka.brokers
+// nor kgo's dial (parseBrokerAddr takes "fd00::1]:9098" whole at port
+// 9092): round 2's finding, in the other bracket (adversary 46c).
+func TestASeedWithAClosingBracketOnlyIsNotRefusedForWantOfAnAWSRegionThatIsSet(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", keyID1)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret1)
+	c := Config{Mechanism: AWSMSKIAM}
+	for _, b := range []string{"fd00::1]:9098", "::1]"} {
+		if err := c.CheckBrokers([]string{b}); err != nil && (strings.Contains(err.Error(), "set AWS_REGION") || strings.Contains(err.Error(), "]:9092")) {
+			t.Errorf("broker %s with AWS_REGION us-east-1: %v; want no advice to set a variable that is set, nor an address kafka.brokers does not give", b, err)
+		}
+	}
+}
