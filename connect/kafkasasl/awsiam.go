@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
@@ -122,22 +123,31 @@ func (c Config) checkBrokers(brokers []string, getenv func(string) string) error
 
 // dialAddr is a seed broker as franz-go dials it: host:port, port 9092
 // when kafka.brokers gives none (a name, an IPv4 address, an IPv6 one
-// bare or in brackets). A bracketed address that is neither "[IPv6]" nor
-// "[IPv6]:port" is an error naming it, where franz-go would read a port
-// in what follows "]" ("[fd00::1]9098": 98).
+// bare or in brackets). A seed with a bracket that is neither "[IPv6]"
+// nor "[IPv6]:port" is an error naming it, where franz-go would dial
+// something else than was meant ("[fd00::1]9098": port 98; "[]": this
+// machine).
 func dialAddr(b string) (string, error) {
-	if _, _, err := net.SplitHostPort(b); err == nil {
-		return b, nil
-	}
-	if strings.HasPrefix(b, "[") {
-		ip, ok := strings.CutSuffix(b[1:], "]")
-		if !ok || strings.ContainsAny(ip, "[]") {
-			return "", fmt.Errorf("broker %q in kafka.brokers is neither [IPv6] nor [IPv6]:port", b)
+	if !strings.ContainsAny(b, "[]") {
+		if _, _, err := net.SplitHostPort(b); err == nil {
+			return b, nil
 		}
-		b = ip
+		return net.JoinHostPort(b, "9092"), nil
 	}
-	return net.JoinHostPort(b, "9092"), nil
+	ip, port, err := net.SplitHostPort(b)
+	if err != nil && strings.HasPrefix(b, "[") && strings.HasSuffix(b, "]") {
+		ip, port, err = b[1:len(b)-1], "9092", nil
+	}
+	if a, perr := netip.ParseAddr(ip); err != nil || perr != nil || !a.Is6() || !strings.HasPrefix(b, "[") {
+		return "", fmt.Errorf("broker %q in kafka.brokers is neither [IPv6] nor [IPv6]:port", b)
+	}
+	return net.JoinHostPort(ip, port), nil
 }
+
+// roleResource is an IAM role's resource, role/[PATH/]NAME: IAM's
+// path (printable ASCII) and role name ([\w+=,.@-], 64 at most). A
+// trailing newline or space (a value made from a file) is none.
+var roleResource = regexp.MustCompile(`^role/(?:[!-~]*/)?[\w+=,.@-]{1,64}$`)
 
 // roleARNPartition is the partition an IAM role's ARN names,
 // arn:PARTITION:iam::ACCOUNT:role/NAME, or an error naming AWS_ROLE_ARN
@@ -146,7 +156,7 @@ func dialAddr(b string) (string, error) {
 func roleARNPartition(role string) (string, error) {
 	f := strings.SplitN(role, ":", 6)
 	if len(f) != 6 || f[0] != "arn" || f[1] == "" || f[2] != "iam" || f[3] != "" || len(f[4]) != 12 ||
-		strings.Trim(f[4], "0123456789") != "" || !strings.HasPrefix(f[5], "role/") || len(f[5]) == len("role/") {
+		strings.Trim(f[4], "0123456789") != "" || !roleResource.MatchString(f[5]) {
 		return "", fmt.Errorf("AWS_ROLE_ARN %q is not an IAM role's ARN (arn:PARTITION:iam::ACCOUNT:role/NAME)", role)
 	}
 	return f[1], nil
@@ -186,12 +196,17 @@ var awsPartitions = []awsPartition{
 	{"aws-eusc", regexp.MustCompile(`^eusc\-(de)\-\w+\-\d+$`), [2]string{"amazonaws.eu", "api.amazonwebservices.eu"}},
 }
 
+// globalRegion is the commercial partition's pseudo-region of global
+// endpoints (partitions.json's regions): the AWS SDKs' STS goes to
+// sts.amazonaws.com for it, as dedup does with no region.
+const globalRegion = "aws-global"
+
 // regionPartition is the partition whose regionRegex region matches, the
-// commercial one for "" (STS's global endpoint), the zero awsPartition
+// commercial one for "" and aws-global (STS's global endpoint), the zero awsPartition
 // (name "") for a region of none: an upper-case name ("US-GOV-WEST-1",
 // which DNS would take for GovCloud's), a service's name ("s3"), a typo.
 func regionPartition(region string) awsPartition {
-	if region == "" {
+	if region == "" || region == globalRegion {
 		return awsPartitions[0]
 	}
 	for _, p := range awsPartitions {
@@ -345,7 +360,7 @@ func stsEndpoint(getenv func(string) string) (string, error) {
 		return ep, nil
 	}
 	region, from := awsRegion(getenv)
-	if region == "" {
+	if region == "" || region == globalRegion {
 		return "https://sts.amazonaws.com/", nil
 	}
 	// The region's partition's DNS suffix (awsPartitions). A region of
