@@ -3,6 +3,7 @@ package kafkasasl
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -978,5 +979,100 @@ func TestASeedWithAClosingBracketOnlyIsNotRefusedForWantOfAnAWSRegionThatIsSet(t
 		if err := c.CheckBrokers([]string{b}); err != nil && (strings.Contains(err.Error(), "set AWS_REGION") || strings.Contains(err.Error(), "]:9092")) {
 			t.Errorf("broker %s with AWS_REGION us-east-1: %v; want no advice to set a variable that is set, nor an address kafka.brokers does not give", b, err)
 		}
+	}
+}
+
+// redirectingSTS is http.DefaultTransport for one test: the first request
+// (to the STS endpoint dedup built) is answered 307 to elsewhere; every
+// request is recorded with its body.
+type redirectingSTS struct {
+	to   string
+	mu   sync.Mutex
+	seen []string // "URL body"
+}
+
+func (r *redirectingSTS) RoundTrip(req *http.Request) (*http.Response, error) {
+	var body []byte
+	if req.Body != nil {
+		body, _ = io.ReadAll(req.Body)
+		_ = req.Body.Close()
+	}
+	r.mu.Lock()
+	r.seen = append(r.seen, req.URL.String()+" "+string(body))
+	n := len(r.seen)
+	r.mu.Unlock()
+	h := http.Header{}
+	code := http.StatusServiceUnavailable
+	if n == 1 {
+		code = http.StatusTemporaryRedirect
+		h.Set("Location", r.to)
+	}
+	return &http.Response{StatusCode: code, Status: http.StatusText(code), Header: h, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+}
+
+// With a web identity, AWS_REGION us-east-1 and no AWS_ENDPOINT_URL_STS,
+// stsEndpoint builds https://sts.us-east-1.amazonaws.com/ and start-up
+// checks that host's partition; but the STS client is an http.Client
+// with no CheckRedirect, which follows a 307/308 with the POST body, the
+// web identity token in it, to any Location: http:// (the token in clear
+// text, which stsEndpoint refuses but to loopback), another partition's
+// STS (https://sts.us-gov-west-1.amazonaws.com/), or a host of no AWS
+// partition. Nothing checks the second URL: the claim "the token goes only
+// to an STS of the same partition" holds for the first request only
+// (adversary 46d). (aws-sdk-go-v2 follows 307/308 as well; dedup states a
+// stricter rule than the SDK, and only its first hop keeps it.)
+func TestTheWebIdentityTokenDoesNotFollowARedirectAwayFromTheSTSEndpoint(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenFile, "jwt-secret-token\n")
+	for _, to := range []string{
+		"http://sts.us-east-1.amazonaws.com/",      // same host, no TLS
+		"https://sts.us-gov-west-1.amazonaws.com/", // another partition's STS
+		"https://sts-mirror.example/",              // no AWS host
+	} {
+		rt := &redirectingSTS{to: to}
+		saved := http.DefaultTransport
+		http.DefaultTransport = rt
+		env := irsaEnv("AWS_REGION", "us-east-1", "AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
+		if err := (Config{Mechanism: AWSMSKIAM}).checkBrokers([]string{"b-1.mycluster.abc123.c2.kafka.us-east-1.amazonaws.com:9098"}, env); err != nil {
+			t.Fatalf("a commercial set-up is refused: %v", err)
+		}
+		creds, err := webIdentity(env)
+		if err != nil {
+			http.DefaultTransport = saved
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = creds(ctx)
+		cancel()
+		http.DefaultTransport = saved
+		rt.mu.Lock()
+		for _, s := range rt.seen {
+			if !strings.HasPrefix(s, "https://sts.us-east-1.amazonaws.com/ ") && strings.Contains(s, "jwt-secret-token") {
+				t.Errorf("STS endpoint https://sts.us-east-1.amazonaws.com/ answered 307 to %s: the web identity token was sent there (%s); want it sent to the checked endpoint only", to, s)
+			}
+		}
+		rt.mu.Unlock()
+	}
+	// The same through real sockets, whatever transport the client has:
+	// AWS_ENDPOINT_URL_STS http://127.0.0.1 (loopback, which stsEndpoint
+	// allows over http) answers 307 to another listener.
+	var got sync.Map
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.Store("other", string(b))
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer other.Close()
+	first := httptest.NewServer(http.RedirectHandler(other.URL+"/", http.StatusTemporaryRedirect))
+	defer first.Close()
+	creds, err := webIdentity(irsaEnv("AWS_ENDPOINT_URL_STS", first.URL, "AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = creds(ctx)
+	if b, ok := got.Load("other"); ok && strings.Contains(b.(string), "jwt-secret-token") {
+		t.Errorf("AWS_ENDPOINT_URL_STS %s answered 307 to %s: the web identity token was sent there; want it sent to the named endpoint only", first.URL, other.URL)
 	}
 }
