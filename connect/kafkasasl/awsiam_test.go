@@ -1076,3 +1076,25 @@ func TestTheWebIdentityTokenDoesNotFollowARedirectAwayFromTheSTSEndpoint(t *test
 		t.Errorf("AWS_ENDPOINT_URL_STS %s answered 307 to %s: the web identity token was sent there; want it sent to the named endpoint only", first.URL, other.URL)
 	}
 }
+
+// regionPartition reads partitions.json's regionRegex, ^(us|eu|…)\-\w+\-\d+$,
+// and Go's \w is [0-9A-Za-z_]: "us-east_1-1", "us-_-1", a 70-character
+// "us-aaaa…-1" match it, yet none is a DNS label (an underscore; over 63
+// characters). aws-sdk-go-v2's STS refuses each before any call ("invalid
+// input region": bindRegion's rulesfn.IsValidHostLabel, letters, digits
+// and '-', 63 at most); dedup takes it at start-up and builds
+// https://sts.us-east_1-1.amazonaws.com/, and the operator learns of the
+// typo at the first login, from a DNS error, not from a start-up error
+// naming the variable (the claim: a bad region is a start-up error naming
+// its variable; round 1: the region must be one DNS label) (adversary 46d).
+func TestAnAWSRegionThatIsNoDNSLabelIsAStartUpErrorNamingItsVariable(t *testing.T) {
+	long := "us-" + strings.Repeat("a", 70) + "-1"
+	for _, r := range []string{"us-east_1-1", "us-_-1", long} {
+		for _, v := range []string{"AWS_REGION", "AWS_DEFAULT_REGION"} {
+			ep, err := stsEndpoint(irsaEnv(v, r))
+			if err == nil || !strings.Contains(err.Error(), v) {
+				t.Errorf("%s=%q: STS endpoint %q, %v; want a start-up error naming %s (aws-sdk-go-v2's STS: invalid input region)", v, r, ep, err, v)
+			}
+		}
+	}
+}
