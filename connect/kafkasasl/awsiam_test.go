@@ -1098,3 +1098,34 @@ func TestAnAWSRegionThatIsNoDNSLabelIsAStartUpErrorNamingItsVariable(t *testing.
 		}
 	}
 }
+
+// The AWS SDKs' FIPS pseudo-regions, "fips-us-gov-west-1",
+// "us-gov-west-1-fips", "us-east-1-fips" (aws-sdk-go-v2's STS:
+// MapFIPSRegion strips fips-/-fips and turns FIPS on, giving
+// https://sts.us-gov-west-1.amazonaws.com and
+// https://sts-fips.us-east-1.amazonaws.com), are refused at start-up as
+// "no region of an AWS partition dedup knows": a GovCloud set-up that
+// works with the SDKs (MSK broker names, which the signer signs for,
+// a GovCloud role) does not start. A false refusal (adversary 46d).
+func TestAnAWSFIPSPseudoRegionIsTheSTSOfItsRegionsPartitionNotARefusal(t *testing.T) {
+	noAWSEnv(t)
+	c := Config{Mechanism: AWSMSKIAM}
+	gov := "b-1.mycluster.abc123.c2.kafka.us-gov-west-1.amazonaws.com:9098"
+	com := "b-1.mycluster.abc123.c2.kafka.us-east-1.amazonaws.com:9098"
+	const govRole = "arn:aws-us-gov:iam::123456789012:role/dedup"
+	for _, tc := range []struct{ region, broker, role, partition string }{
+		{"fips-us-gov-west-1", gov, govRole, "aws-us-gov"},
+		{"us-gov-west-1-fips", gov, govRole, "aws-us-gov"},
+		{"us-east-1-fips", com, "arn:aws:iam::123456789012:role/dedup", "aws"},
+	} {
+		env := irsaEnv("AWS_REGION", tc.region, "AWS_ROLE_ARN", tc.role)
+		ep, err := stsEndpoint(env)
+		u, _ := url.Parse(ep)
+		if err != nil || u == nil || hostPartition(u.Host) != tc.partition {
+			t.Errorf("AWS_REGION=%s: STS endpoint %q, %v; want an STS of partition %s (aws-sdk-go-v2: the FIPS endpoint of the region)", tc.region, ep, err, tc.partition)
+		}
+		if err := c.checkBrokers([]string{tc.broker}, env); err != nil {
+			t.Errorf("AWS_REGION=%s, broker %s, role %s: %v; want nil", tc.region, tc.broker, tc.role, err)
+		}
+	}
+}
