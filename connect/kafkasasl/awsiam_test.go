@@ -1129,3 +1129,30 @@ func TestAnAWSFIPSPseudoRegionIsTheSTSOfItsRegionsPartitionNotARefusal(t *testin
 		}
 	}
 }
+
+// An IAM path is "/" or "/" + printable ASCII + "/" (IAM's pattern
+// (\u002F)|(\u002F[\u0021-\u007E]+\u002F)), so a role's ARN is
+// role/NAME or role/P/NAME with P not empty: "role//dedup" (a path "//",
+// a doubled slash from a template joining "role/" and "/dedup") names no
+// role that can exist. roleResource's (?:[!-~]*/)? takes an empty P and
+// the token leaves for an STS that can only refuse it: round 3's rule
+// (a role's ARN that is none is refused before the token leaves) for the
+// path. ("role///dedup" is path "///", which the pattern takes.) (adversary 46d).
+func TestAnAWSRoleARNWithAnEmptyPathSegmentIsRefusedBeforeTheTokenLeaves(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenFile, "jwt\n")
+	for _, role := range []string{
+		"arn:aws:iam::123456789012:role//dedup",
+	} {
+		env := irsaEnv("AWS_ROLE_ARN", role, "AWS_REGION", "us-east-1", "AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
+		if _, err := webIdentity(env); err == nil || !strings.Contains(err.Error(), "AWS_ROLE_ARN") {
+			t.Errorf("AWS_ROLE_ARN %q: %v; want a start-up refusal naming AWS_ROLE_ARN", role, err)
+		}
+	}
+	// Valid paths stay valid.
+	for _, role := range []string{"arn:aws:iam::123456789012:role/dedup", "arn:aws:iam::123456789012:role/service-role/dedup", "arn:aws:iam::123456789012:role/a/b/dedup"} {
+		if _, err := roleARNPartition(role); err != nil {
+			t.Errorf("AWS_ROLE_ARN %q: %v; want it taken", role, err)
+		}
+	}
+}
