@@ -1156,3 +1156,21 @@ func TestAnAWSRoleARNWithAnEmptyPathSegmentIsRefusedBeforeTheTokenLeaves(t *test
 		}
 	}
 }
+
+// AWS_USE_FIPS_ENDPOINT=true, which the AWS SDKs read (aws-sdk-go-v2's
+// STS: https://sts-fips.us-east-1.amazonaws.com for us-east-1), is ignored:
+// stsEndpoint sends the web identity token to the non-FIPS
+// https://sts.us-east-1.amazonaws.com/ with nothing said, where an
+// operator who set it requires FIPS-validated endpoints for credentials.
+// Same partition, so beyond the claim's letter; the start-up rule dedup
+// keeps elsewhere (an endpoint setting it cannot honour is refused, not
+// passed over) wants the FIPS endpoint or a refusal naming the variable
+// (adversary 46d).
+func TestAWSUseFIPSEndpointIsHonouredOrRefusedNotIgnored(t *testing.T) {
+	ep, err := stsEndpoint(irsaEnv("AWS_REGION", "us-east-1", "AWS_USE_FIPS_ENDPOINT", "true"))
+	if err == nil && ep != "https://sts-fips.us-east-1.amazonaws.com/" {
+		t.Errorf("AWS_USE_FIPS_ENDPOINT=true, AWS_REGION us-east-1: the token goes to %q; want https://sts-fips.us-east-1.amazonaws.com/ (as the AWS SDKs) or a start-up error naming AWS_USE_FIPS_ENDPOINT", ep)
+	} else if err != nil && !strings.Contains(err.Error(), "AWS_USE_FIPS_ENDPOINT") {
+		t.Errorf("AWS_USE_FIPS_ENDPOINT=true: %v; want the error to name AWS_USE_FIPS_ENDPOINT", err)
+	}
+}
