@@ -1174,3 +1174,25 @@ func TestAWSUseFIPSEndpointIsHonouredOrRefusedNotIgnored(t *testing.T) {
 		t.Errorf("AWS_USE_FIPS_ENDPOINT=true: %v; want the error to name AWS_USE_FIPS_ENDPOINT", err)
 	}
 }
+
+// AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true tells the AWS SDKs to pass
+// over AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE> (aws-sdk-go-v2/config
+// env_config.go, GetIgnoreConfiguredEndpoints): with it, the SDKs' STS is
+// the regional one. dedup reads AWS_ENDPOINT_URL regardless: the web
+// identity token goes to the endpoint the operator turned off (here a
+// LocalStack host set for other tools), and CheckBrokers, taking it for
+// "an STS endpoint the operator named", skips the partition checks, so a
+// GovCloud broker with a commercial role and AWS_REGION is not refused
+// (adversary 46d).
+func TestAWSIgnoreConfiguredEndpointURLsSendsTheTokenToTheRegionalSTS(t *testing.T) {
+	noAWSEnv(t)
+	env := irsaEnv("AWS_REGION", "us-east-1", "AWS_ENDPOINT_URL", "https://localstack.dev.example:4566",
+		"AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
+	if ep, err := stsEndpoint(env); err != nil || ep != "https://sts.us-east-1.amazonaws.com/" {
+		t.Errorf("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS=true, AWS_ENDPOINT_URL set: the token goes to %q (%v); want https://sts.us-east-1.amazonaws.com/, as the AWS SDKs", ep, err)
+	}
+	gov := "b-1.mycluster.abc123.c2.kafka.us-gov-west-1.amazonaws.com:9098"
+	if err := (Config{Mechanism: AWSMSKIAM}).checkBrokers([]string{gov}, env); err == nil {
+		t.Errorf("GovCloud broker, commercial role, AWS_REGION us-east-1, AWS_ENDPOINT_URL ignored by AWS_IGNORE_CONFIGURED_ENDPOINT_URLS: nil; want the partition refusal")
+	}
+}
