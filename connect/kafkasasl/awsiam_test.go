@@ -1196,3 +1196,32 @@ func TestAWSIgnoreConfiguredEndpointURLsSendsTheTokenToTheRegionalSTS(t *testing
 		t.Errorf("GovCloud broker, commercial role, AWS_REGION us-east-1, AWS_ENDPOINT_URL ignored by AWS_IGNORE_CONFIGURED_ENDPOINT_URLS: nil; want the partition refusal")
 	}
 }
+
+// STS's RoleSessionName is 2 to 64 of [\w+=,.@-]
+// (API_AssumeRoleWithWebIdentity: "Length Constraints: Minimum length of
+// 2. Maximum length of 64. Pattern: [\w+=,.@-]*"). AWS_ROLE_SESSION_NAME
+// taken from the pod's name by the downward API (a StatefulSet's pod
+// name runs to 253 characters), with a space, or of one character, is
+// passed to STS as it is: each AssumeRoleWithWebIdentity, the web
+// identity token with it, is refused with a ValidationError, every login
+// fails, and start-up said nothing. Round 3's rule for AWS_ROLE_ARN (a
+// value STS can only refuse is refused before the token leaves), for
+// the other field dedup sends with the token (adversary 46d).
+func TestAnAWSRoleSessionNameSTSCannotTakeIsRefusedBeforeTheTokenLeaves(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenFile, "jwt\n")
+	for _, name := range []string{
+		"dedup-" + strings.Repeat("x", 59), // 65
+		"dedup worker",
+		"d",
+	} {
+		env := irsaEnv("AWS_ROLE_SESSION_NAME", name, "AWS_REGION", "us-east-1", "AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
+		if _, err := webIdentity(env); err == nil || !strings.Contains(err.Error(), "AWS_ROLE_SESSION_NAME") {
+			t.Errorf("AWS_ROLE_SESSION_NAME %q: %v; want a start-up refusal naming AWS_ROLE_SESSION_NAME", name, err)
+		}
+	}
+	env := irsaEnv("AWS_ROLE_SESSION_NAME", "dedup-7d9f8c6b5-xk2lp", "AWS_REGION", "us-east-1", "AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
+	if _, err := webIdentity(env); err != nil {
+		t.Errorf("a pod's name as AWS_ROLE_SESSION_NAME: %v; want it taken", err)
+	}
+}
