@@ -93,17 +93,12 @@ func (c Config) checkBrokers(brokers []string, getenv func(string) string) error
 			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s: %v: set AWS_REGION to the cluster's region (an MSK broker's own name, ….kafka.REGION.amazonaws.com, carries it)", b, err)
 		}
 	}
-	if c.awsSource(getenv) != awsWebIdentity || first(getenv("AWS_ENDPOINT_URL_STS"), getenv("AWS_ENDPOINT_URL")) != "" {
+	if c.awsSource(getenv) != awsWebIdentity || endpointURL(getenv) != "" {
 		return nil // no token, or an STS endpoint the operator named
 	}
-	region, from := awsRegion(getenv)
-	sts := regionPartition(region) // the global endpoint's is aws
-	if sts.name == "" {
-		return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: %s %q is no region of an AWS partition dedup knows: set AWS_ENDPOINT_URL_STS", from, region)
-	}
-	at := from + " " + region
-	if region == "" {
-		at = "no AWS_REGION, STS's global endpoint"
+	sts, _, at, err := regionalSTS(getenv)
+	if err != nil {
+		return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: %w", err)
 	}
 	// The role's ARN names its partition: an STS of another one knows no
 	// such role, whatever the brokers' names say.
@@ -145,9 +140,13 @@ func dialAddr(b string) (string, error) {
 }
 
 // roleResource is an IAM role's resource, role/[PATH/]NAME: IAM's
-// path (printable ASCII) and role name ([\w+=,.@-], 64 at most). A
-// trailing newline or space (a value made from a file) is none.
-var roleResource = regexp.MustCompile(`^role/(?:[!-~]*/)?[\w+=,.@-]{1,64}$`)
+// path ("/", or "/" printable ASCII "/") and role name ([\w+=,.@-], 64
+// at most). A trailing newline or space (a value made from a file), or
+// "role//NAME", is none.
+var roleResource = regexp.MustCompile(`^role/(?:[!-~]+/)?[\w+=,.@-]{1,64}$`)
+
+// sessionName is what STS takes as RoleSessionName.
+var sessionName = regexp.MustCompile(`^[\w+=,.@-]{2,64}$`)
 
 // roleARNPartition is the partition an IAM role's ARN names,
 // arn:PARTITION:iam::ACCOUNT:role/NAME, or an error naming AWS_ROLE_ARN
@@ -326,12 +325,20 @@ func webIdentity(getenv func(string) string) (func(context.Context) (mskiam.Auth
 	if err != nil {
 		return nil, err
 	}
+	session := getenv("AWS_ROLE_SESSION_NAME")
+	if session != "" && !sessionName.MatchString(session) {
+		return nil, fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: AWS_ROLE_SESSION_NAME %q is not a name STS takes (2 to 64 of letters, digits and +=,.@_-)", session)
+	}
 	s := &stsWebIdentity{
 		endpoint: endpoint,
 		role:     role,
-		session:  first(getenv("AWS_ROLE_SESSION_NAME"), "dedup-"+strconv.FormatInt(time.Now().UnixNano(), 10)),
+		session:  first(session, "dedup-"+strconv.FormatInt(time.Now().UnixNano(), 10)),
 		token:    token,
-		client:   &http.Client{Timeout: 30 * time.Second},
+		client: &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+			// A 307/308 would send the token again, to a host no
+			// start-up check saw: it goes to the endpoint checked, only.
+			return fmt.Errorf("STS answered a redirect to %s: not followed (the web identity token goes to %s only)", req.URL.Redacted(), endpoint)
+		}},
 	}
 	return func(ctx context.Context) (mskiam.Auth, error) {
 		a, err := s.get(ctx)
@@ -343,13 +350,12 @@ func webIdentity(getenv func(string) string) (func(context.Context) (mskiam.Auth
 }
 
 // stsEndpoint is where AssumeRoleWithWebIdentity goes:
-// AWS_ENDPOINT_URL_STS (else AWS_ENDPOINT_URL) when set, as the AWS SDKs
-// read them (a VPC endpoint, a proxy); else STS's regional endpoint in
-// AWS_REGION (else AWS_DEFAULT_REGION), which EKS sets in pods; else the
-// global one. The token is a bearer credential: http:// is refused but to
-// a loopback host.
+// AWS_ENDPOINT_URL_STS (else AWS_ENDPOINT_URL) when set and not switched
+// off by AWS_IGNORE_CONFIGURED_ENDPOINT_URLS, as the AWS SDKs read them (a
+// VPC endpoint, a proxy); else STS's regional endpoint (regionalSTS). The
+// token is a bearer credential: http:// is refused but to a loopback host.
 func stsEndpoint(getenv func(string) string) (string, error) {
-	if ep := first(getenv("AWS_ENDPOINT_URL_STS"), getenv("AWS_ENDPOINT_URL")); ep != "" {
+	if ep := endpointURL(getenv); ep != "" {
 		u, err := url.Parse(ep)
 		switch {
 		case err != nil || u.Host == "" || u.Scheme != "https" && u.Scheme != "http":
@@ -359,19 +365,77 @@ func stsEndpoint(getenv func(string) string) (string, error) {
 		}
 		return ep, nil
 	}
+	_, ep, _, err := regionalSTS(getenv)
+	return ep, err
+}
+
+// endpointURL is the STS endpoint the operator named, "" for none.
+func endpointURL(getenv func(string) string) string {
+	if strings.EqualFold(getenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"), "true") {
+		return ""
+	}
+	return first(getenv("AWS_ENDPOINT_URL_STS"), getenv("AWS_ENDPOINT_URL"))
+}
+
+// regionalSTS is the STS of the region in AWS_REGION (else
+// AWS_DEFAULT_REGION), which EKS sets in pods: its partition, its
+// endpoint, https://sts.REGION.SUFFIX/ (the global one,
+// https://sts.amazonaws.com/, with no region or aws-global), and where
+// the region came from, for errors. FIPS, as the AWS SDKs turn it on
+// (AWS_USE_FIPS_ENDPOINT=true, or a pseudo-region fips-REGION or
+// REGION-fips), is https://sts-fips.REGION.SUFFIX/ (GovCloud's regional
+// endpoints are FIPS already). A region of no partition (a partition not
+// listed in awsPartitions, a typo, a service's name: "s3" would make
+// sts.s3.amazonaws.com, S3's name of a bucket called sts) is an error
+// naming its variable: AWS_ENDPOINT_URL_STS names such an endpoint.
+func regionalSTS(getenv func(string) string) (p awsPartition, endpoint, at string, err error) {
 	region, from := awsRegion(getenv)
+	at = from + " " + region
+	fips := false
+	switch v := getenv("AWS_USE_FIPS_ENDPOINT"); {
+	case strings.EqualFold(v, "true"):
+		fips = true
+	case v != "" && !strings.EqualFold(v, "false"):
+		return p, "", at, fmt.Errorf("AWS_USE_FIPS_ENDPOINT %q is neither true nor false", v)
+	}
+	name := region
+	if r, ok := strings.CutPrefix(name, "fips-"); ok {
+		name, fips = r, true
+	} else if r, ok := strings.CutSuffix(name, "-fips"); ok {
+		name, fips = r, true
+	}
 	if region == "" || region == globalRegion {
-		return "https://sts.amazonaws.com/", nil
+		if fips {
+			return p, "", at, errors.New("AWS_USE_FIPS_ENDPOINT: STS has no global FIPS endpoint: set AWS_REGION")
+		}
+		if region == "" {
+			at = "no AWS_REGION, STS's global endpoint"
+		}
+		return awsPartitions[0], "https://sts.amazonaws.com/", at, nil
 	}
-	// The region's partition's DNS suffix (awsPartitions). A region of
-	// none (a partition not listed there, a typo, a service's name: "s3"
-	// would make sts.s3.amazonaws.com, S3's name of a bucket called sts)
-	// is refused: AWS_ENDPOINT_URL_STS names such an endpoint.
-	p := regionPartition(region)
-	if p.name == "" {
-		return "", fmt.Errorf("%s %q is no region of an AWS partition dedup knows (us-east-1, cn-north-1, us-gov-west-1, …, in lower case): the web identity token would go to sts.REGION.…: set the region, or AWS_ENDPOINT_URL_STS", from, region)
+	if p = regionPartition(name); p.name == "" || !hostLabel(name) {
+		return awsPartition{}, "", at, fmt.Errorf("%s %q is no region of an AWS partition dedup knows (us-east-1, cn-north-1, us-gov-west-1, …, in lower case): the web identity token would go to sts.REGION.…: set the region, or AWS_ENDPOINT_URL_STS", from, region)
 	}
-	return "https://sts." + region + "." + p.suffixes[0] + "/", nil
+	host := "sts."
+	if fips && p.name != "aws-us-gov" {
+		host = "sts-fips."
+	}
+	return p, "https://" + host + name + "." + p.suffixes[0] + "/", at, nil
+}
+
+// hostLabel says whether s is one DNS label of letters, digits and '-'
+// (63 at most), as aws-sdk-go-v2's STS requires of a region (its \w
+// takes '_' too).
+func hostLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // stsWebIdentity holds the credentials of one role, renewed by STS
