@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -1223,5 +1224,53 @@ func TestAnAWSRoleSessionNameSTSCannotTakeIsRefusedBeforeTheTokenLeaves(t *testi
 	env := irsaEnv("AWS_ROLE_SESSION_NAME", "dedup-7d9f8c6b5-xk2lp", "AWS_REGION", "us-east-1", "AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
 	if _, err := webIdentity(env); err != nil {
 		t.Errorf("a pod's name as AWS_ROLE_SESSION_NAME: %v; want it taken", err)
+	}
+}
+
+// stsEndpoint lets AWS_ENDPOINT_URL_STS be http:// "but to a loopback
+// host", and loopback takes "localhost" in any case (strings.EqualFold).
+// Go's proxy rule (net/http ProxyFromEnvironment, x/net httpproxy
+// useProxy) exempts only the exact "localhost" and loopback IPs: with
+// AWS_ENDPOINT_URL_STS=http://LOCALHOST:PORT/ and HTTP_PROXY set (common
+// in corporate and air-gapped clusters), the AssumeRoleWithWebIdentity
+// POST, web identity token in its body, goes in clear text to the proxy,
+// off the machine. The token must go over TLS or stay on this machine:
+// refuse such an endpoint at start-up, or never proxy it. Run in a child
+// process: net/http reads the proxy variables once per process
+// (adversary 46e).
+func TestAnHTTPLoopbackSTSEndpointIsNotReachedThroughHTTPProxyInClearText(t *testing.T) {
+	if os.Getenv("DEDUP_ADV46E_CHILD") == "1" {
+		tokenFile := filepath.Join(t.TempDir(), "token")
+		writeFile(t, tokenFile, "adv46e-secret-jwt\n")
+		env := irsaEnv("AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile, "AWS_ENDPOINT_URL_STS", "http://LOCALHOST:1/")
+		creds, err := webIdentity(env)
+		if err != nil {
+			return // refused at start-up: the token never left
+		}
+		_, _ = creds(context.Background())
+		return
+	}
+	var mu sync.Mutex
+	var leaked []string
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(b), "adv46e-secret-jwt") {
+			mu.Lock()
+			leaked = append(leaked, r.URL.String())
+			mu.Unlock()
+		}
+		http.Error(w, "proxy", http.StatusForbidden)
+	}))
+	defer proxy.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAnHTTPLoopbackSTSEndpointIsNotReachedThroughHTTPProxyInClearText$")
+	cmd.Env = append(os.Environ(), "DEDUP_ADV46E_CHILD=1", "HTTP_PROXY="+proxy.URL, "http_proxy="+proxy.URL,
+		"NO_PROXY=", "no_proxy=", "REQUEST_METHOD=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(leaked) > 0 {
+		t.Errorf("AWS_ENDPOINT_URL_STS=http://LOCALHOST:1/, HTTP_PROXY set: the web identity token reached the HTTP proxy in clear text (%v); want it refused at start-up or sent to loopback only", leaked)
 	}
 }
