@@ -1274,3 +1274,32 @@ func TestAnHTTPLoopbackSTSEndpointIsNotReachedThroughHTTPProxyInClearText(t *tes
 		t.Errorf("AWS_ENDPOINT_URL_STS=http://LOCALHOST:1/, HTTP_PROXY set: the web identity token reached the HTTP proxy in clear text (%v); want it refused at start-up or sent to loopback only", leaked)
 	}
 }
+
+// AWS_USE_DUALSTACK_ENDPOINT=true, which the AWS SDKs read (aws-sdk-go-v2
+// config env_config.go; STS's endpoint rules: https://sts.REGION.
+// DUALSTACKSUFFIX, with FIPS https://sts-fips.REGION.DUALSTACKSUFFIX,
+// GovCloud included), is ignored as AWS_USE_FIPS_ENDPOINT was in round 4:
+// the web identity token goes to the IPv4-only
+// https://sts.us-east-1.amazonaws.com/, which a pod of an IPv6-only
+// network the operator set it for cannot reach (every login then fails
+// with a timeout, start-up said nothing), and with FIPS in GovCloud to
+// sts.us-gov-west-1.amazonaws.com instead of
+// sts-fips.us-gov-west-1.api.aws. Same partition, beyond the claim's
+// letter; the rule round 4 set (an endpoint setting is honoured or
+// refused naming its variable, not passed over) wants the dual-stack
+// endpoint or a refusal (adversary 46e).
+func TestAWSUseDualStackEndpointIsHonouredOrRefusedNotIgnored(t *testing.T) {
+	for _, c := range []struct{ region, fips, want string }{
+		{"us-east-1", "", "https://sts.us-east-1.api.aws/"},
+		{"cn-north-1", "", "https://sts.cn-north-1.api.amazonwebservices.com.cn/"},
+		{"us-east-1", "true", "https://sts-fips.us-east-1.api.aws/"},
+		{"us-gov-west-1", "true", "https://sts-fips.us-gov-west-1.api.aws/"},
+	} {
+		ep, err := stsEndpoint(irsaEnv("AWS_REGION", c.region, "AWS_USE_FIPS_ENDPOINT", c.fips, "AWS_USE_DUALSTACK_ENDPOINT", "true"))
+		if err == nil && ep != c.want {
+			t.Errorf("AWS_USE_DUALSTACK_ENDPOINT=true, AWS_REGION %s, AWS_USE_FIPS_ENDPOINT %q: the token goes to %q; want %s (as the AWS SDKs) or a start-up error naming AWS_USE_DUALSTACK_ENDPOINT", c.region, c.fips, ep, c.want)
+		} else if err != nil && !strings.Contains(err.Error(), "AWS_USE_DUALSTACK_ENDPOINT") {
+			t.Errorf("AWS_USE_DUALSTACK_ENDPOINT=true, AWS_REGION %s: %v; want the error to name AWS_USE_DUALSTACK_ENDPOINT", c.region, err)
+		}
+	}
+}
