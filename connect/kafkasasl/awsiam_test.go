@@ -1303,3 +1303,26 @@ func TestAWSUseDualStackEndpointIsHonouredOrRefusedNotIgnored(t *testing.T) {
 		}
 	}
 }
+
+// franz-go's signer signs a seed whose name carries no region (an IP
+// address, a DNS alias, a tunnel) for AWS_REGION as it is (aws.go
+// challenge: os.Getenv("AWS_REGION")). Rounds 3 and 4 made the
+// pseudo-regions aws-global, fips-REGION and REGION-fips valid for STS;
+// nothing keeps them from the signer: with AWS_REGION us-east-1-fips (or
+// fips-us-east-1, aws-global) and a seed 10.0.1.5:9098, CheckBrokers
+// passes, the web identity token is exchanged, and every login is signed
+// for region "us-east-1-fips", which MSK's kafka-cluster service refuses
+// (a SigV4 scope names a real region): every login fails, start-up said
+// nothing. Such a region is a start-up error naming AWS_REGION for a seed
+// that takes its region from it (adversary 46e).
+func TestAnAWSPseudoRegionIsNotWhatASeedWithoutARegionIsSignedFor(t *testing.T) {
+	for _, region := range []string{"us-east-1-fips", "fips-us-east-1", "aws-global"} {
+		noAWSEnv(t)
+		t.Setenv("AWS_REGION", region) // franz-go's signer reads the process's
+		env := irsaEnv("AWS_REGION", region)
+		err := (Config{Mechanism: AWSMSKIAM}).checkBrokers([]string{"10.0.1.5:9098"}, env)
+		if err == nil || !strings.Contains(err.Error(), "AWS_REGION") {
+			t.Errorf("AWS_REGION %s, seed 10.0.1.5:9098 (signed for AWS_REGION): %v; want a start-up error naming AWS_REGION (MSK refuses a signature for region %q)", region, err, region)
+		}
+	}
+}
