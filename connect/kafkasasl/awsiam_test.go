@@ -1326,3 +1326,33 @@ func TestAnAWSPseudoRegionIsNotWhatASeedWithoutARegionIsSignedFor(t *testing.T) 
 		}
 	}
 }
+
+// An STS endpoint the operator names may carry a password
+// (AWS_ENDPOINT_URL_STS=https://user:password@sts-gateway…/, an
+// authenticating gateway; Go's client sends it as basic auth). Go's
+// client redacts it from its own errors (url.Error), but the
+// CheckRedirect refusal added in round 4 quotes the endpoint whole:
+// "(the web identity token goes to http://dedup:s3cr3t-gateway-pass@…
+// only)", and that error is returned by the credentials callback to
+// franz-go, which logs it at each failed login. A secret of the
+// environment reaches the logs; the error should name the endpoint
+// redacted (url.URL.Redacted), as the redirect target is (adversary 46e).
+func TestTheRedirectRefusalDoesNotLogAPasswordOfTheSTSEndpoint(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenFile, "jwt\n")
+	srv := httptest.NewServer(http.RedirectHandler("http://127.0.0.1:1/", http.StatusTemporaryRedirect))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	ep := "http://dedup:s3cr3t-gateway-pass@" + u.Host + "/"
+	creds, err := webIdentity(irsaEnv("AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile, "AWS_ENDPOINT_URL_STS", ep))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = creds(context.Background())
+	if err == nil {
+		t.Fatal("STS answered a redirect: nil error")
+	}
+	if strings.Contains(err.Error(), "s3cr3t-gateway-pass") {
+		t.Errorf("the credentials error, logged at each login, carries AWS_ENDPOINT_URL_STS's password: %v", err)
+	}
+}
