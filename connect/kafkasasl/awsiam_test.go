@@ -1356,3 +1356,24 @@ func TestTheRedirectRefusalDoesNotLogAPasswordOfTheSTSEndpoint(t *testing.T) {
 		t.Errorf("the credentials error, logged at each login, carries AWS_ENDPOINT_URL_STS's password: %v", err)
 	}
 }
+
+// A seed reached through an interface VPC endpoint (MSK behind an NLB and
+// a PrivateLink endpoint service, AWS's documented cross-VPC pattern) is
+// named vpce-….vpce-svc-….us-east-1.vpce.amazonaws.com. franz-go's
+// signer takes the label right before .amazonaws.com as the region
+// (identifyRegion): it signs every login for region "vpce", which MSK
+// refuses, and AWS_REGION (set here) cannot correct it. CheckBrokers asks
+// the signer only whether it errs, so it passes, and hostPartition, which
+// takes the last region label (us-east-1), agrees with the STS: the
+// token is exchanged and every login fails, start-up said nothing. The
+// check should refuse, naming the seed, a broker the signer signs for a
+// region that is no region (adversary 46e).
+func TestASeedTheSignerSignsForARegionThatIsNoRegionIsRefusedNamingIt(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "us-east-1")
+	seed := "vpce-0a1b2c3d4e5f67890-abcdefgh.vpce-svc-0123456789abcdef0.us-east-1.vpce.amazonaws.com:9098"
+	err := (Config{Mechanism: AWSMSKIAM}).checkBrokers([]string{seed}, irsaEnv("AWS_REGION", "us-east-1"))
+	if err == nil || !strings.Contains(err.Error(), seed) {
+		t.Errorf("seed %s (franz-go signs it for region \"vpce\"): %v; want a start-up error naming it", seed, err)
+	}
+}
