@@ -1377,3 +1377,19 @@ func TestASeedTheSignerSignsForARegionThatIsNoRegionIsRefusedNamingIt(t *testing
 		t.Errorf("seed %s (franz-go signs it for region \"vpce\"): %v; want a start-up error naming it", seed, err)
 	}
 }
+
+// The same password, at start-up: an AWS_ENDPOINT_URL_STS stsEndpoint
+// refuses (here without its scheme, or with one it does not take) is
+// quoted whole in the start-up error, password included, where the
+// value's password should be redacted as url.URL.Redacted does
+// (adversary 46e).
+func TestTheStartUpRefusalOfAnSTSEndpointDoesNotLogItsPassword(t *testing.T) {
+	for _, ep := range []string{"dedup:s3cr3t-gateway-pass@sts-gateway.internal.example", "ftp://dedup:s3cr3t-gateway-pass@sts-gateway.internal.example/"} {
+		_, err := stsEndpoint(irsaEnv("AWS_ENDPOINT_URL_STS", ep))
+		if err == nil {
+			t.Errorf("AWS_ENDPOINT_URL_STS %s: taken; want a refusal", ep)
+		} else if strings.Contains(err.Error(), "s3cr3t-gateway-pass") {
+			t.Errorf("the start-up error carries AWS_ENDPOINT_URL_STS's password: %v", err)
+		}
+	}
+}
