@@ -2,6 +2,7 @@ package kafkasasl
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -89,8 +90,12 @@ func (c Config) checkBrokers(brokers []string, getenv func(string) string) error
 			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: %w", err)
 		}
 		addrs[i] = addr
-		if _, _, err := dry.Authenticate(context.Background(), addr); err != nil {
+		_, msg, err := dry.Authenticate(context.Background(), addr)
+		if err != nil {
 			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s: %v: set AWS_REGION to the cluster's region (an MSK broker's own name, ….kafka.REGION.amazonaws.com, carries it)", b, err)
+		}
+		if r := signedRegion(msg); !regionName(r) {
+			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s: franz-go's signer would sign its logins for %q, which is no AWS region (it reads the label before ….amazonaws.com in the broker's name, else AWS_REGION): name the broker as MSK does (….kafka.REGION.amazonaws.com), or set AWS_REGION to the cluster's region", b, r)
 		}
 	}
 	if c.awsSource(getenv) != awsWebIdentity || endpointURL(getenv) != "" {
@@ -337,7 +342,7 @@ func webIdentity(getenv func(string) string) (func(context.Context) (mskiam.Auth
 		client: &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
 			// A 307/308 would send the token again, to a host no
 			// start-up check saw: it goes to the endpoint checked, only.
-			return fmt.Errorf("STS answered a redirect to %s: not followed (the web identity token goes to %s only)", req.URL.Redacted(), endpoint)
+			return fmt.Errorf("STS answered a redirect to %s: not followed (the web identity token goes to %s only)", req.URL.Redacted(), redacted(endpoint))
 		}},
 	}
 	return func(ctx context.Context) (mskiam.Auth, error) {
@@ -359,14 +364,25 @@ func stsEndpoint(getenv func(string) string) (string, error) {
 		u, err := url.Parse(ep)
 		switch {
 		case err != nil || u.Host == "" || u.Scheme != "https" && u.Scheme != "http":
-			return "", fmt.Errorf("AWS_ENDPOINT_URL_STS (or AWS_ENDPOINT_URL): %q is not an http(s) URL", ep)
-		case u.Scheme == "http" && !loopback(u.Hostname()):
+			// Not quoted: a value that is no URL may carry a password
+			// where url.URL.Redacted cannot find it.
+			return "", errors.New("AWS_ENDPOINT_URL_STS (or AWS_ENDPOINT_URL) is not an http(s) URL, https://HOST[:PORT][/PATH] (its value is not repeated here: it may hold a password)")
+		case u.Scheme == "http" && !httpLoopback(u.Hostname()):
 			return "", fmt.Errorf("AWS_ENDPOINT_URL_STS (or AWS_ENDPOINT_URL): http:// to %s would send the web identity token without TLS: use https://", u.Hostname())
 		}
 		return ep, nil
 	}
 	_, ep, _, err := regionalSTS(getenv)
 	return ep, err
+}
+
+// redacted is endpoint, a URL stsEndpoint took, with its password hidden.
+func redacted(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "the STS endpoint"
+	}
+	return u.Redacted()
 }
 
 // endpointURL is the STS endpoint the operator named, "" for none.
@@ -391,12 +407,13 @@ func endpointURL(getenv func(string) string) string {
 func regionalSTS(getenv func(string) string) (p awsPartition, endpoint, at string, err error) {
 	region, from := awsRegion(getenv)
 	at = from + " " + region
-	fips := false
-	switch v := getenv("AWS_USE_FIPS_ENDPOINT"); {
-	case strings.EqualFold(v, "true"):
-		fips = true
-	case v != "" && !strings.EqualFold(v, "false"):
-		return p, "", at, fmt.Errorf("AWS_USE_FIPS_ENDPOINT %q is neither true nor false", v)
+	fips, err := envBool(getenv, "AWS_USE_FIPS_ENDPOINT")
+	if err != nil {
+		return p, "", at, err
+	}
+	dual, err := envBool(getenv, "AWS_USE_DUALSTACK_ENDPOINT")
+	if err != nil {
+		return p, "", at, err
 	}
 	name := region
 	if r, ok := strings.CutPrefix(name, "fips-"); ok {
@@ -405,8 +422,8 @@ func regionalSTS(getenv func(string) string) (p awsPartition, endpoint, at strin
 		name, fips = r, true
 	}
 	if region == "" || region == globalRegion {
-		if fips {
-			return p, "", at, errors.New("AWS_USE_FIPS_ENDPOINT: STS has no global FIPS endpoint: set AWS_REGION")
+		if fips || dual {
+			return p, "", at, errors.New("AWS_USE_FIPS_ENDPOINT or AWS_USE_DUALSTACK_ENDPOINT: STS has no global FIPS or dual-stack endpoint: set AWS_REGION")
 		}
 		if region == "" {
 			at = "no AWS_REGION, STS's global endpoint"
@@ -416,11 +433,51 @@ func regionalSTS(getenv func(string) string) (p awsPartition, endpoint, at strin
 	if p = regionPartition(name); p.name == "" || !hostLabel(name) {
 		return awsPartition{}, "", at, fmt.Errorf("%s %q is no region of an AWS partition dedup knows (us-east-1, cn-north-1, us-gov-west-1, …, in lower case): the web identity token would go to sts.REGION.…: set the region, or AWS_ENDPOINT_URL_STS", from, region)
 	}
-	host := "sts."
-	if fips && p.name != "aws-us-gov" {
+	// aws-sdk-go-v2's STS rules: FIPS and dual-stack, sts-fips. on the
+	// dual-stack suffix; FIPS, sts-fips. (GovCloud: sts., FIPS already);
+	// dual-stack, sts. on the dual-stack suffix.
+	host, suffix := "sts.", p.suffixes[0]
+	if dual {
+		suffix = p.suffixes[1]
+	}
+	if fips && (dual || p.name != "aws-us-gov") {
 		host = "sts-fips."
 	}
-	return p, "https://" + host + name + "." + p.suffixes[0] + "/", at, nil
+	return p, "https://" + host + name + "." + suffix + "/", at, nil
+}
+
+// envBool is an AWS SDK switch: "true" or "false" in any case, "" false;
+// anything else an error naming it.
+func envBool(getenv func(string) string, name string) (bool, error) {
+	switch v := getenv(name); {
+	case strings.EqualFold(v, "true"):
+		return true, nil
+	case v == "" || strings.EqualFold(v, "false"):
+		return false, nil
+	default:
+		return false, fmt.Errorf("%s %q is neither true nor false", name, v)
+	}
+}
+
+// signedRegion is the region of an AWS_MSK_IAM login payload's credential
+// scope (x-amz-credential: KEY/DATE/REGION/kafka-cluster/aws4_request).
+func signedRegion(payload []byte) string {
+	var p struct {
+		Credential string `json:"x-amz-credential"`
+	}
+	if json.Unmarshal(payload, &p) != nil {
+		return ""
+	}
+	if f := strings.Split(p.Credential, "/"); len(f) == 5 {
+		return f[2]
+	}
+	return ""
+}
+
+// regionName says whether r names a region (no pseudo-region such as
+// aws-global or us-east-1-fips): what a signature's scope must name.
+func regionName(r string) bool {
+	return r != globalRegion && hostLabel(r) && regionPartition(r).name != ""
 }
 
 // hostLabel says whether s is one DNS label of letters, digits and '-'

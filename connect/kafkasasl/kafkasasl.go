@@ -166,11 +166,19 @@ func (c Config) Plaintext(brokers []string, tls bool) error {
 	}
 	if c.TokenURL != "" {
 		u, err := url.Parse(c.TokenURL)
-		if err == nil && u.Scheme == "http" && !loopback(u.Hostname()) {
+		if err == nil && u.Scheme == "http" && !httpLoopback(u.Hostname()) {
 			return fmt.Errorf("kafka.sasl.token_url: http:// to %s sends the client secret without TLS: use https://", u.Hostname())
 		}
 	}
 	return nil
+}
+
+// httpLoopback: a host an http:// request reaches on this machine, never
+// through HTTP_PROXY: "localhost" as Go's proxy rule spells it (it
+// proxies "LOCALHOST"), or a loopback address.
+func httpLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // loopback: localhost, or an address in 127.0.0.0/8 or ::1.
