@@ -1393,3 +1393,55 @@ func TestTheStartUpRefusalOfAnSTSEndpointDoesNotLogItsPassword(t *testing.T) {
 		}
 	}
 }
+
+// OAUTHBEARER's client-credentials grant sends the client secret (HTTP
+// Basic, or in the form when the server refuses that) to kafka.sasl.token_url
+// only: a 307 from the token endpoint (a compromised or misrouted IdP, a
+// path moved to another host) must not make the client POST the secret
+// again to a host no start-up check saw, as the STS client of round 4
+// no longer does with the web identity token.
+func TestTheTokenURLClientDoesNotResendTheClientSecretOnARedirect(t *testing.T) {
+	var leaked sync.Mutex
+	var got []string
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		_, sec, _ := r.BasicAuth()
+		leaked.Lock()
+		got = append(got, sec+"|"+r.Form.Get("client_secret"))
+		leaked.Unlock()
+		if sec == "" && r.Form.Get("client_secret") == "" {
+			http.Error(w, `{"error":"invalid_client"}`, http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"access_token":"tok-from-elsewhere","token_type":"Bearer","expires_in":3600}`))
+	}))
+	defer elsewhere.Close()
+	// Another host than the token_url's (localhost, not 127.0.0.1).
+	u, _ := url.Parse(elsewhere.URL)
+	target := "http://localhost:" + u.Port() + "/steal"
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target, http.StatusTemporaryRedirect)
+	}))
+	defer idp.Close()
+	c := Config{Mechanism: OAuthBearer, TokenURL: idp.URL + "/token", ClientID: "dedup", ClientSecret: "cl1ent-s3cret"}
+	if err := c.Plaintext([]string{"127.0.0.1:9092"}, true); err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, msg, err := m.Authenticate(context.Background(), "broker:9092")
+	leaked.Lock()
+	defer leaked.Unlock()
+	for _, g := range got {
+		if strings.Contains(g, "cl1ent-s3cret") {
+			t.Errorf("the client secret was sent to %s after the token_url %s answered 307 (login: %q, %v)", target, c.TokenURL, msg, err)
+			break
+		}
+	}
+	if err == nil {
+		t.Errorf("a token from %s, where token_url only redirected, was taken: %q", target, msg)
+	}
+}
