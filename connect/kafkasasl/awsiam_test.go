@@ -2,6 +2,7 @@ package kafkasasl
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -1445,3 +1446,52 @@ func TestTheTokenURLClientDoesNotResendTheClientSecretOnARedirect(t *testing.T) 
 		t.Errorf("a token from %s, where token_url only redirected, was taken: %q", target, msg)
 	}
 }
+
+// An IdP may answer the client-credentials grant without expires_in (RFC
+// 6749 only recommends it): the access token is then a JWT whose own exp
+// says when it stops working. golang.org/x/oauth2 takes a token with no
+// Expiry as valid forever, so ReuseTokenSource hands the same token to
+// every login after the broker started refusing it: no login succeeds
+// again until a restart. A token past its exp must not be sent again.
+func TestAnOAuthTokenWithoutExpiresInIsNotReusedPastItsJWTExpiry(t *testing.T) {
+	var issued sync.Mutex
+	n := 0
+	jwt := func(exp time.Time) string {
+		enc := func(s string) string {
+			return strings.TrimRight(base64URL(s), "=")
+		}
+		return enc(`{"alg":"none","typ":"JWT"}`) + "." + enc(fmt.Sprintf(`{"sub":"dedup","exp":%d}`, exp.Unix())) + "."
+	}
+	var tokens []string
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		issued.Lock()
+		defer issued.Unlock()
+		n++
+		tok := jwt(time.Now().Add(time.Second))
+		tokens = append(tokens, tok)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"access_token":%q,"token_type":"Bearer"}`, tok)
+	}))
+	defer idp.Close()
+	c := Config{Mechanism: OAuthBearer, TokenURL: idp.URL, ClientID: "dedup", ClientSecret: "s"}
+	m, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, first, err := m.Authenticate(context.Background(), "broker:9092")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2100 * time.Millisecond) // the JWT's exp (whole seconds) has passed
+	_, again, err := m.Authenticate(context.Background(), "broker:9092")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(first) == string(again) {
+		issued.Lock()
+		defer issued.Unlock()
+		t.Errorf("the login after the token's exp sent the same, expired token (%d issued): a broker refuses it, and every later login sends it again", n)
+	}
+}
+
+func base64URL(s string) string { return base64.URLEncoding.EncodeToString([]byte(s)) }
