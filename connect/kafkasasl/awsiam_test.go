@@ -1495,3 +1495,28 @@ func TestAnOAuthTokenWithoutExpiresInIsNotReusedPastItsJWTExpiry(t *testing.T) {
 }
 
 func base64URL(s string) string { return base64.URLEncoding.EncodeToString([]byte(s)) }
+
+// Go's regexp \w is [0-9A-Za-z_]: partitions.json's regionRegex
+// ^(us|eu|…)\-\w+\-\d+$ takes "us-East-1", which no region is. With it in
+// AWS_REGION and a seed whose name has no region (an IP address), the
+// STS exchange works (sts.us-East-1.amazonaws.com is, to DNS and TLS,
+// sts.us-east-1), but franz-go's signer puts "us-East-1" in every
+// login's credential scope, which SigV4 compares exactly: MSK refuses
+// each login, and start-up said nothing. An MSK name in mixed case
+// (….kafka.us-East-1.amazonaws.com) is signed the same way. A bad
+// region is a start-up error naming its variable, or the broker.
+func TestARegionInMixedCaseIsNotWhatALoginIsSignedFor(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "us-East-1") // franz-go's signer reads the process's
+	env := irsaEnv("AWS_REGION", "us-East-1")
+	err := (Config{Mechanism: AWSMSKIAM}).checkBrokers([]string{"10.0.1.5:9098"}, env)
+	if err == nil || !strings.Contains(err.Error(), "AWS_REGION") {
+		t.Errorf("AWS_REGION us-East-1, seed 10.0.1.5:9098 (signed for region \"us-East-1\"): %v; want a start-up error naming AWS_REGION", err)
+	}
+	noAWSEnv(t)
+	seed := "b-1.mycluster.abc123.c2.kafka.us-East-1.amazonaws.com:9098"
+	err = (Config{Mechanism: AWSMSKIAM}).checkBrokers([]string{seed}, irsaEnv())
+	if err == nil || !strings.Contains(err.Error(), seed) {
+		t.Errorf("seed %s (signed for region \"us-East-1\"): %v; want a start-up error naming it", seed, err)
+	}
+}
