@@ -1520,3 +1520,27 @@ func TestARegionInMixedCaseIsNotWhatALoginIsSignedFor(t *testing.T) {
 		t.Errorf("seed %s (signed for region \"us-East-1\"): %v; want a start-up error naming it", seed, err)
 	}
 }
+
+// AWS_REGION aws-global with AWS_USE_FIPS_ENDPOINT=true is refused
+// ("STS has no global FIPS or dual-stack endpoint"), but the same asked
+// as a FIPS pseudo-region, aws-global-fips or fips-aws-global, is cut to
+// aws-global, which regionPartition takes for the commercial partition,
+// and builds https://sts-fips.aws-global.amazonaws.com/, a host that
+// does not exist: with MSK-named seeds (signed for their own region)
+// start-up passes and every login fails resolving STS. A bad region is a
+// start-up error naming its variable.
+func TestAWSGlobalAsAFIPSPseudoRegionIsAStartUpErrorNamingAWSRegion(t *testing.T) {
+	for _, region := range []string{"aws-global-fips", "fips-aws-global"} {
+		noAWSEnv(t)
+		t.Setenv("AWS_REGION", region)
+		env := irsaEnv("AWS_REGION", region)
+		ep, err := stsEndpoint(env)
+		if err == nil {
+			t.Errorf("AWS_REGION %s: STS endpoint %s, want an error naming AWS_REGION", region, ep)
+		}
+		err = (Config{Mechanism: AWSMSKIAM}).checkBrokers([]string{mskBroker}, env)
+		if err == nil || !strings.Contains(err.Error(), "AWS_REGION") {
+			t.Errorf("AWS_REGION %s, seed %s: %v; want a start-up error naming AWS_REGION (the token would go to %s)", region, mskBroker, err, ep)
+		}
+	}
+}
