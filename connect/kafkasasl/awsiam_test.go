@@ -1544,3 +1544,17 @@ func TestAWSGlobalAsAFIPSPseudoRegionIsAStartUpErrorNamingAWSRegion(t *testing.T
 		}
 	}
 }
+
+// kafka.brokers "[::1]" (bracketed IPv6, no port: franz-go dials
+// [::1]:9092, as dialAddr says) is this machine, as "::1" and
+// "[::1]:9092" are, which Plaintext lets SASL reach without TLS; it takes
+// "[::1]" whole for a host name and refuses it: a false refusal of a
+// local set-up (a sidecar or tunnel on IPv6 loopback).
+func TestPlaintextTakesABracketedLoopbackSeedWithoutAPortForThisMachine(t *testing.T) {
+	c := Config{Mechanism: Plain, Username: "u", Password: "p"}
+	for _, b := range []string{"::1", "[::1]:9092", "[::1]"} {
+		if err := c.Plaintext([]string{b}, false); err != nil {
+			t.Errorf("broker %s (IPv6 loopback), tls off: %v; want nil as for ::1", b, err)
+		}
+	}
+}
