@@ -430,7 +430,7 @@ func regionalSTS(getenv func(string) string) (p awsPartition, endpoint, at strin
 		}
 		return awsPartitions[0], "https://sts.amazonaws.com/", at, nil
 	}
-	if p = regionPartition(name); p.name == "" || !hostLabel(name) {
+	if p = regionPartition(name); p.name == "" || !hostLabel(name) || name == globalRegion {
 		return awsPartition{}, "", at, fmt.Errorf("%s %q is no region of an AWS partition dedup knows (us-east-1, cn-north-1, us-gov-west-1, …, in lower case): the web identity token would go to sts.REGION.…: set the region, or AWS_ENDPOINT_URL_STS", from, region)
 	}
 	// aws-sdk-go-v2's STS rules: FIPS and dual-stack, sts-fips. on the
@@ -480,15 +480,16 @@ func regionName(r string) bool {
 	return r != globalRegion && hostLabel(r) && regionPartition(r).name != ""
 }
 
-// hostLabel says whether s is one DNS label of letters, digits and '-'
-// (63 at most), as aws-sdk-go-v2's STS requires of a region (its \w
-// takes '_' too).
+// hostLabel says whether s is one DNS label of lower-case letters, digits
+// and '-' (63 at most), as aws-sdk-go-v2's STS requires of a region (its
+// \w takes '_' too), in the case a SigV4 scope compares exactly (DNS
+// would take "us-East-1", MSK's signature check would not).
 func hostLabel(s string) bool {
 	if len(s) == 0 || len(s) > 63 {
 		return false
 	}
 	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
 			return false
 		}
 	}

@@ -8,6 +8,8 @@ package kafkasasl
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -155,9 +157,9 @@ func (c Config) Plaintext(brokers []string, tls bool) error {
 	}
 	if !tls {
 		for _, b := range brokers {
-			host, _, err := net.SplitHostPort(b)
-			if err != nil {
-				host = b // no port: franz-go's default
+			host := b
+			if addr, err := dialAddr(b); err == nil { // "[::1]": franz-go's default port
+				host, _, _ = net.SplitHostPort(addr)
 			}
 			if !loopback(host) {
 				return fmt.Errorf("kafka.sasl.mechanism %s sends credentials to %s without TLS: turn kafka.tls on (enabled: true, or its files)", c.Name(), b)
@@ -297,8 +299,39 @@ func (s *clientCredentials) Token() (*oauth2.Token, error) {
 	cfg.ClientSecret = sec
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ctx = context.WithValue(ctx, oauth2.HTTPClient, &http.Client{Timeout: 30 * time.Second})
-	return cfg.Token(ctx)
+	ctx = context.WithValue(ctx, oauth2.HTTPClient, &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+		// A 307/308 would send the client secret again (in the form, on
+		// oauth2's retry), to a host Plaintext never saw.
+		return fmt.Errorf("kafka.sasl.token_url answered a redirect to %s: not followed (the client secret goes to token_url only)", req.URL.Redacted())
+	}})
+	t, err := cfg.Token(ctx)
+	if err == nil && t.Expiry.IsZero() {
+		// No expires_in (RFC 6749 only recommends it): oauth2 would reuse
+		// the token forever. A JWT's exp bounds it; else it is fetched
+		// again at each login.
+		t.Expiry = jwtExpiry(t.AccessToken, time.Now())
+	}
+	return t, err
+}
+
+// jwtExpiry is the exp claim of token if it is a JWT, now if it is not
+// or has none.
+func jwtExpiry(token string, now time.Time) time.Time {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return now
+	}
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return now
+	}
+	var claims struct {
+		Exp *float64 `json:"exp"`
+	}
+	if json.Unmarshal(b, &claims) != nil || claims.Exp == nil {
+		return now
+	}
+	return time.Unix(int64(*claims.Exp), 0)
 }
 
 // value is an inline secret or a file's, read again when it changes.
