@@ -299,3 +299,47 @@ func TestPlaintextTakesABracketedLoopbackSeedWithoutAPortForThisMachine(t *testi
 		}
 	}
 }
+
+// An IdP that answers expires_in may still hand out a JWT whose own exp is
+// earlier (a cached token re-served with a fixed expires_in, or an
+// expires_in that is a policy ceiling): oauth2 takes expires_in alone, so
+// ReuseTokenSource hands the token, already past its exp, to every login
+// until expires_in runs out; the broker refuses each of them. The JWT's
+// exp must bound the reuse whether or not expires_in is there.
+func TestAnOAuthTokenIsNotReusedPastItsJWTExpiryWhenExpiresInIsLonger(t *testing.T) {
+	var issued sync.Mutex
+	n := 0
+	jwt := func(exp time.Time) string {
+		enc := func(s string) string {
+			return strings.TrimRight(base64URL(s), "=")
+		}
+		return enc(`{"alg":"none","typ":"JWT"}`) + "." + enc(fmt.Sprintf(`{"sub":"dedup","exp":%d,"n":%d}`, exp.Unix(), n)) + "."
+	}
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		issued.Lock()
+		defer issued.Unlock()
+		n++
+		tok := jwt(time.Now().Add(-time.Minute))
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"access_token":%q,"token_type":"Bearer","expires_in":3600}`, tok)
+	}))
+	defer idp.Close()
+	c := Config{Mechanism: OAuthBearer, TokenURL: idp.URL, ClientID: "dedup", ClientSecret: "s"}
+	m, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, first, err := m.Authenticate(context.Background(), "broker:9092")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, again, err := m.Authenticate(context.Background(), "broker:9092")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(first) == string(again) {
+		issued.Lock()
+		defer issued.Unlock()
+		t.Errorf("the second login sent the same token, past its JWT exp, because expires_in said 3600s (%d issued): every login for an hour is refused", n)
+	}
+}
