@@ -343,3 +343,19 @@ func TestAnOAuthTokenIsNotReusedPastItsJWTExpiryWhenExpiresInIsLonger(t *testing
 		t.Errorf("the second login sent the same token, past its JWT exp, because expires_in said 3600s (%d issued): every login for an hour is refused", n)
 	}
 }
+
+// JWT claim names are case-sensitive (RFC 7519 §10.1.1: "exp" is the
+// expiry; "Exp" or "EXP" is another, private claim). jwtExpiry decodes
+// with encoding/json, which matches field names case-insensitively and
+// lets a later duplicate win, so a token without expires_in whose payload
+// is {"exp":<in 1s>,"EXP":<far future>} is reused, past its real exp, by
+// every login until a restart.
+func TestAJWTsExpiryIsItsExpClaimOnlyNotAClaimNamedLikeItInAnotherCase(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	enc := func(s string) string { return strings.TrimRight(base64URL(s), "=") }
+	tok := enc(`{"alg":"none","typ":"JWT"}`) + "." + enc(`{"sub":"dedup","exp":1800000001,"EXP":4102444800}`) + "."
+	got := jwtExpiry(tok, now)
+	if want := time.Unix(1_800_000_001, 0); !got.Equal(want) {
+		t.Errorf("jwtExpiry of a JWT with exp 1800000001 and a private claim EXP 4102444800 = %v, want its exp %v: the token is reused past its exp", got.UTC(), want.UTC())
+	}
+}
