@@ -305,33 +305,41 @@ func (s *clientCredentials) Token() (*oauth2.Token, error) {
 		return fmt.Errorf("kafka.sasl.token_url answered a redirect to %s: not followed (the client secret goes to token_url only)", req.URL.Redacted())
 	}})
 	t, err := cfg.Token(ctx)
-	if err == nil && t.Expiry.IsZero() {
-		// No expires_in (RFC 6749 only recommends it): oauth2 would reuse
-		// the token forever. A JWT's exp bounds it; else it is fetched
-		// again at each login.
-		t.Expiry = jwtExpiry(t.AccessToken, time.Now())
+	if err != nil {
+		return nil, err
 	}
-	return t, err
+	// oauth2 reuses a token until expires_in, forever without it (RFC
+	// 6749 only recommends it). A JWT's exp bounds it too, the earlier
+	// wins (an IdP may re-serve a cached token with a fixed expires_in);
+	// with neither, it is fetched again at each login.
+	exp, ok := jwtExpiry(t.AccessToken)
+	switch {
+	case ok && (t.Expiry.IsZero() || exp.Before(t.Expiry)):
+		t.Expiry = exp
+	case !ok && t.Expiry.IsZero():
+		t.Expiry = time.Now()
+	}
+	return t, nil
 }
 
-// jwtExpiry is the exp claim of token if it is a JWT, now if it is not
-// or has none.
-func jwtExpiry(token string, now time.Time) time.Time {
+// jwtExpiry is the exp claim of token if it is a JWT with one: "exp"
+// exactly (claim names are case-sensitive, RFC 7519 10.1.1; encoding/json
+// would take "EXP" for it), a number.
+func jwtExpiry(token string) (time.Time, bool) {
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 {
-		return now
+		return time.Time{}, false
 	}
 	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
 	if err != nil {
-		return now
+		return time.Time{}, false
 	}
-	var claims struct {
-		Exp *float64 `json:"exp"`
+	var claims map[string]json.RawMessage
+	var exp float64
+	if json.Unmarshal(b, &claims) != nil || json.Unmarshal(claims["exp"], &exp) != nil {
+		return time.Time{}, false
 	}
-	if json.Unmarshal(b, &claims) != nil || claims.Exp == nil {
-		return now
-	}
-	return time.Unix(int64(*claims.Exp), 0)
+	return time.Unix(int64(exp), 0), true
 }
 
 // value is an inline secret or a file's, read again when it changes.
