@@ -90,7 +90,7 @@ type Config struct {
 	// get three quarters of it (a quarter, at most 5 s, is kept for the
 	// final commit and leaving the group), and a leave that a rebalance
 	// in progress holds up is not waited for past it. Keep it under the
-	// orchestrator's grace period.
+	// orchestrator's grace period. At least minDrainTimeout.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// LagInterval is how often consumer lag is measured (one ListOffsets
 	// request per interval).
@@ -302,6 +302,14 @@ func (c *Config) Validate() error {
 	}
 	return c.Routes.Validate()
 }
+
+// minDrainTimeout is the shortest kafka.drain_timeout: the shutdown's
+// last steps (the marker's final flush, the final commit's two round
+// trips to the group coordinator, the leave) get a quarter of it, which
+// below a second is less than a loaded broker takes to answer, and a
+// final commit cut short is lost (the next owner re-drives what this
+// router started).
+const minDrainTimeout = time.Second
 
 // maxFetchBytes is the most the Kafka client reads in one broker answer
 // (kgo.BrokerMaxReadBytes' default): a larger fetch bound makes the

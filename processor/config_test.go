@@ -49,3 +49,30 @@ func TestValidateRefusesAFetchBoundOutOfKafkasRange(t *testing.T) {
 		}
 	}
 }
+
+// kafka.drain_timeout bounds the whole shutdown, which needs a mark's
+// round trip to PostgreSQL, then the final commit's two to the group
+// coordinator (read the group's offsets, commit) and the leave. Below a
+// second those shares are a few milliseconds, under what a loaded broker
+// takes: every shutdown would lose its commit, and the next owner re-drive
+// what this router started. Validate refuses it, naming the field; the
+// smallest it accepts is held by
+// TestShutdownAtTheSmallestDrainTimeoutCommitsThroughASlowCoordinator.
+func TestValidateRefusesADrainTimeoutBelowOneSecond(t *testing.T) {
+	for _, d := range []time.Duration{time.Nanosecond, 200 * time.Millisecond, minDrainTimeout - time.Nanosecond} {
+		cfg := DefaultConfig()
+		cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = []string{"localhost:9092"}, "g", []string{"t"}, "earliest"
+		cfg.Routes = decide.Routes{{ID: "r", Match: decide.Match{Type: "t"}, WorkflowType: "W", TaskQueue: "q"}}
+		cfg.DrainTimeout = d
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "kafka.drain_timeout") {
+			t.Errorf("drain_timeout %s: Validate = %v, want an error naming kafka.drain_timeout", d, err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = []string{"localhost:9092"}, "g", []string{"t"}, "earliest"
+	cfg.Routes = decide.Routes{{ID: "r", Match: decide.Match{Type: "t"}, WorkflowType: "W", TaskQueue: "q"}}
+	cfg.DrainTimeout = minDrainTimeout
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("drain_timeout %s: Validate = %v, want nil", minDrainTimeout, err)
+	}
+}

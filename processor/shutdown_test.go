@@ -53,3 +53,49 @@ func TestShutdownWhileJoiningIsBoundedByTheDrainTimeout(t *testing.T) {
 		t.Fatal("the client did not close within 30 s of the join's release")
 	}
 }
+
+// shutdownCoordinatorRTT is how long a slow group coordinator takes to
+// answer each of the final commit's two requests (the read of the group's
+// offsets, then the commit): a broker under load, or in another zone.
+const shutdownCoordinatorRTT = 200 * time.Millisecond
+
+// A router stopped with the smallest drain_timeout Validate accepts, its
+// group coordinator answering OffsetFetch and OffsetCommit in 200 ms each
+// from the stop on, commits what it started: the final commit's share of
+// the drain holds both round trips, and Run still returns within
+// drain_timeout. (franz-go from v1.22.3 ends a request at its context's
+// deadline rather than sending it late: a share below the two round
+// trips loses the commit, and the next owner re-drives what this one
+// started.)
+func TestShutdownAtTheSmallestDrainTimeoutCommitsThroughASlowCoordinator(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	var stopping atomic.Bool
+	for _, key := range []int16{kmsg.OffsetFetch.Int16(), kmsg.OffsetCommit.Int16()} {
+		e.cluster.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
+			e.cluster.KeepControl()
+			if stopping.Load() {
+				e.cluster.SleepControl(func() { time.Sleep(shutdownCoordinatorRTT) })
+			}
+			return nil, nil, false
+		})
+	}
+	e.produce(0, "a", "v")
+	e.produce(0, "b", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("a")) == stateStarted && e.led.state(wid("b")) == stateStarted
+	}, func() string { return "a and b not marked" })
+	stopping.Store(true)
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != 2 {
+		t.Errorf("committed %d after shutdown, want 2 (a and b were started and marked before the stop)", c)
+	}
+}
