@@ -248,6 +248,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("starts.mark_interval: %s, want > 0", c.Starts.MarkInterval)
 	case c.CommitInterval <= 0 || c.RevokeTimeout <= 0 || c.DrainTimeout <= 0 || c.LagInterval <= 0:
 		return errors.New("kafka.commit_interval, revoke_timeout, drain_timeout, lag_interval: want > 0")
+	case c.DrainTimeout < minDrainTimeout:
+		return fmt.Errorf("kafka.drain_timeout: %s, want at least %s (the shutdown's final mark, offset commit and leave get a quarter of it)", c.DrainTimeout, minDrainTimeout)
 	case c.Starts.MarkInterval >= c.RevokeTimeout:
 		// A record finishes only once its workflows are marked: waiting
 		// that long, every revoke would abandon what was started and not

@@ -582,7 +582,7 @@ func TestDrainTimeoutLeavesTheHungRecordUncommitted(t *testing.T) {
 	e.produce(0, "b", "v")
 	e.produce(0, "c", "v")
 	cfg := e.config()
-	cfg.DrainTimeout = 300 * time.Millisecond
+	cfg.DrainTimeout = minDrainTimeout
 	rn := e.start("r1", cfg)
 	eventually(t, 10*time.Second, func() bool {
 		return e.committed()[0] == 1 && e.starter.heldCount(wid("b")) == 1 && e.led.state(wid("c")) == stateStarted
@@ -676,7 +676,7 @@ func TestShutdownMarksAndCommitsWhatStarted(t *testing.T) {
 	cfg := e.config()
 	cfg.Starts.MarkInterval = time.Minute // the batch waits for the final flush
 	cfg.RevokeTimeout = 2 * time.Minute   // above mark_interval (Validate); nothing is revoked
-	cfg.DrainTimeout = 200 * time.Millisecond
+	cfg.DrainTimeout = minDrainTimeout
 	rn := e.start("r1", cfg)
 	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("a"))) == 1 },
 		func() string { return "a not started" })

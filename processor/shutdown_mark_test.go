@@ -53,28 +53,28 @@ func TestShutdownWithAFailingFinalMarkIsBoundedByTheDrainTimeout(t *testing.T) {
 // answers at once otherwise).
 const shortDrainMarkRTT = 20 * time.Millisecond
 
-// With the default starts.mark_interval (250ms since 0b3b525) and a
-// drain_timeout below it (200ms: Validate accepts it), a record whose
+// With a starts.mark_interval above the drain_timeout (1.5s against the
+// smallest drain Validate accepts, 1s; with the default 250ms and a
+// drain_timeout of 200ms before Validate refused it), a record whose
 // workflow was started just after a mark (its start released by that
-// mark, so it waits for the marker's next tick, 250ms later) and then the
-// router stopped: the drain's three quarters (150ms) see no tick, and the
-// marker's final flush gets drain_timeout/16 (12.5ms, Run's
-// stopStarts(deadline-reserve*3/4)), less than one mark's round trip
-// (20ms). The config must either be refused by Validate naming
-// kafka.drain_timeout (or starts.mark_interval), or work: a's started
-// workflow marked and its record committed by the shutdown. Holds with the
-// old default (100ms: a tick lands within the drain). Failed every run before a486b0e: a's mark
-// is cut by the final flush's deadline, a stays pending and uncommitted,
-// and every shutdown of such a router re-drives what it had started.
-// (adversary 32)
-func TestShutdownWithADrainTimeoutBelowTheDefaultMarkIntervalMarksAndCommitsWhatStarted(t *testing.T) {
+// mark, so it waits for the marker's next tick, an interval later) and
+// then the router stopped: the drain's three quarters see no tick, and the
+// marker's final flush gets drain_timeout/16 (Run's
+// stopStarts(deadline-reserve*3/4)) if the drain is not hurried. The
+// config must either be refused by Validate naming kafka.drain_timeout (or
+// starts.mark_interval), or work: a's started workflow marked and its
+// record committed by the shutdown. Failed every run before a486b0e (with
+// 200ms and 250ms): a's mark was cut by the final flush's deadline, a
+// stayed pending and uncommitted, and every shutdown of such a router
+// re-drove what it had started. (adversary 32)
+func TestShutdownWithADrainTimeoutBelowTheMarkIntervalMarksAndCommitsWhatStarted(t *testing.T) {
 	waitsOnTimers(t)
 	e := newTestEnv(t, 1, envOpt{})
 	def := DefaultConfig()
 	cfg := e.config()
-	cfg.Starts.MarkInterval = def.Starts.MarkInterval
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.Starts.MarkInterval = cfg.DrainTimeout * 3 / 2
 	cfg.RevokeTimeout = def.RevokeTimeout // above mark_interval (Validate)
-	cfg.DrainTimeout = 200 * time.Millisecond
 	if err := cfg.Validate(); err != nil {
 		if strings.Contains(err.Error(), "drain_timeout") || strings.Contains(err.Error(), "starts.mark_interval") {
 			return // refused, naming the field: the guarantee holds

@@ -72,6 +72,7 @@ func TestShutdownAtTheSmallestDrainTimeoutCommitsThroughASlowCoordinator(t *test
 	e := newTestEnv(t, 1, envOpt{})
 	cfg := e.config()
 	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // the final commit is the only one
 	var stopping atomic.Bool
 	for _, key := range []int16{kmsg.OffsetFetch.Int16(), kmsg.OffsetCommit.Int16()} {
 		e.cluster.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
