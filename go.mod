@@ -9,12 +9,6 @@ go 1.26.8
 // OperatorService the server does not implement); go.opentelemetry.io/otel v1.46
 // (v1.47 brings otel/log v1, which the server's common/wideevents does not build
 // with) and so github.com/pressly/goose/v3 v3.28.0 (v3.29 on need otel v1.47).
-// github.com/twmb/franz-go stays at v1.22.2 (kadm v1.19.0, kmsg v1.15.0) for
-// now: v1.22.3 ends a request queued behind others when its context ends
-// (#1506), so the router's final commit at shutdown, whose deadline can leave it
-// a few milliseconds with a short kafka.drain_timeout, no longer lands late but
-// not at all (TestShutdownWithADrainTimeoutBelowTheDefaultMarkIntervalMarksAndCommitsWhatStarted
-// failed in a CI run with it); the shutdown's budget is to be reworked first.
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
@@ -30,10 +24,10 @@ require (
 	github.com/pressly/goose/v3 v3.28.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
-	github.com/twmb/franz-go v1.22.2
-	github.com/twmb/franz-go/pkg/kadm v1.19.0
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kadm v1.20.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
-	github.com/twmb/franz-go/pkg/kmsg v1.15.0
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	github.com/twmb/franz-go/pkg/sr v1.8.0
 	github.com/twmb/franz-go/plugin/kprom v1.5.0
 	go.opentelemetry.io/otel v1.46.0
