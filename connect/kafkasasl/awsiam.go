@@ -94,7 +94,7 @@ func (c Config) checkBrokers(brokers []string, getenv func(string) string) error
 			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s: %v: set AWS_REGION to the cluster's region (an MSK broker's own name, ….kafka.REGION.amazonaws.com, carries it)", b, err)
 		}
 		if r := signedRegion(msg); !regionName(r) {
-			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s: franz-go's signer would sign its logins for %q, which is no AWS region (it reads the label before ….amazonaws.com in the broker's name, else AWS_REGION): name the broker as MSK does (….kafka.REGION.amazonaws.com), or set AWS_REGION to the cluster's region", b, r)
+			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s: franz-go's signer would sign its logins for %q, which is no AWS region (it reads the last region label before an AWS DNS suffix in the broker's name, else AWS_REGION): name the broker as MSK does (….kafka.REGION.amazonaws.com), or set AWS_REGION to the cluster's region", b, r)
 		}
 	}
 	if c.awsSource(getenv) != awsWebIdentity || endpointURL(getenv) != "" {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/sasl"
+	mskiam "github.com/twmb/franz-go/pkg/sasl/aws"
 
 	"github.com/dedupio/dedup/internal/testsupport/mskiamtest"
 )
@@ -1360,23 +1361,36 @@ func TestTheRedirectRefusalDoesNotLogAPasswordOfTheSTSEndpoint(t *testing.T) {
 
 // A seed reached through an interface VPC endpoint (MSK behind an NLB and
 // a PrivateLink endpoint service, AWS's documented cross-VPC pattern) is
-// named vpce-….vpce-svc-….us-east-1.vpce.amazonaws.com. franz-go's
-// signer takes the label right before .amazonaws.com as the region
-// (identifyRegion): it signs every login for region "vpce", which MSK
-// refuses, and AWS_REGION (set here) cannot correct it. CheckBrokers asks
-// the signer only whether it errs, so it passes, and hostPartition, which
-// takes the last region label (us-east-1), agrees with the STS: the
-// token is exchanged and every login fails, start-up said nothing. The
-// check should refuse, naming the seed, a broker the signer signs for a
-// region that is no region (adversary 46e).
-func TestASeedTheSignerSignsForARegionThatIsNoRegionIsRefusedNamingIt(t *testing.T) {
+// named vpce-….vpce-svc-….us-east-1.vpce.amazonaws.com. franz-go v1.22.2's
+// signer took the label right before .amazonaws.com as the region and
+// signed every login for region "vpce", which MSK refuses; start-up
+// refused such a seed, naming it (adversary 46e). v1.22.3's signer takes
+// the last region label before a partition's DNS suffix: it signs for
+// us-east-1, the region the partition rule reads too, and start-up takes
+// the seed. What start-up holds is that it agrees with the signer: a
+// login signed for what is no region is refused, naming the seed
+// (TestAnAWSRegionThatIsNoRegionIsRefusedNamingItsVariable for AWS_REGION).
+func TestASeedReachedThroughAVPCEndpointIsSignedForTheRegionInItsName(t *testing.T) {
 	noAWSEnv(t)
-	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_REGION", "eu-west-1") // not the seed's: the signer must read the name
 	seed := "vpce-0a1b2c3d4e5f67890-abcdefgh.vpce-svc-0123456789abcdef0.us-east-1.vpce.amazonaws.com:9098"
-	err := (Config{Mechanism: AWSMSKIAM}).checkBrokers([]string{seed}, irsaEnv("AWS_REGION", "us-east-1"))
-	if err == nil || !strings.Contains(err.Error(), seed) {
-		t.Errorf("seed %s (franz-go signs it for region \"vpce\"): %v; want a start-up error naming it", seed, err)
+	if r := signedFor(t, seed); r != "us-east-1" {
+		t.Errorf("seed %s: franz-go signs its logins for region %q, want us-east-1", seed, r)
 	}
+	if err := (Config{Mechanism: AWSMSKIAM}).checkBrokers([]string{seed}, irsaEnv("AWS_REGION", "us-east-1")); err != nil {
+		t.Errorf("seed %s (signed for us-east-1, STS us-east-1): %v; want it taken", seed, err)
+	}
+}
+
+// signedFor is the region franz-go's signer puts in the credential scope
+// of a login to addr.
+func signedFor(t *testing.T, addr string) string {
+	t.Helper()
+	_, msg, err := mskiam.Auth{AccessKey: "check", SecretKey: "check"}.AsManagedStreamingIAMMechanism().Authenticate(context.Background(), addr)
+	if err != nil {
+		t.Fatalf("signing a login to %s: %v", addr, err)
+	}
+	return signedRegion(msg)
 }
 
 // The same password, at start-up: an AWS_ENDPOINT_URL_STS stsEndpoint
@@ -1403,9 +1417,11 @@ func base64URL(s string) string { return base64.URLEncoding.EncodeToString([]byt
 // STS exchange works (sts.us-East-1.amazonaws.com is, to DNS and TLS,
 // sts.us-east-1), but franz-go's signer puts "us-East-1" in every
 // login's credential scope, which SigV4 compares exactly: MSK refuses
-// each login, and start-up said nothing. An MSK name in mixed case
-// (….kafka.us-East-1.amazonaws.com) is signed the same way. A bad
-// region is a start-up error naming its variable, or the broker.
+// each login. A bad region is a start-up error naming its variable
+// (adversary 46f). An MSK name in mixed case
+// (….kafka.us-East-1.amazonaws.com), which v1.22.2's signer signed as
+// written (refused at start-up then), is signed for us-east-1 from
+// v1.22.3 on (it reads a name in lower case, as DNS does): taken.
 func TestARegionInMixedCaseIsNotWhatALoginIsSignedFor(t *testing.T) {
 	noAWSEnv(t)
 	t.Setenv("AWS_REGION", "us-East-1") // franz-go's signer reads the process's
@@ -1416,9 +1432,11 @@ func TestARegionInMixedCaseIsNotWhatALoginIsSignedFor(t *testing.T) {
 	}
 	noAWSEnv(t)
 	seed := "b-1.mycluster.abc123.c2.kafka.us-East-1.amazonaws.com:9098"
-	err = (Config{Mechanism: AWSMSKIAM}).checkBrokers([]string{seed}, irsaEnv())
-	if err == nil || !strings.Contains(err.Error(), seed) {
-		t.Errorf("seed %s (signed for region \"us-East-1\"): %v; want a start-up error naming it", seed, err)
+	if r := signedFor(t, seed); r != "us-east-1" {
+		t.Errorf("seed %s: franz-go signs its logins for region %q, want us-east-1", seed, r)
+	}
+	if err := (Config{Mechanism: AWSMSKIAM}).checkBrokers([]string{seed}, irsaEnv()); err != nil {
+		t.Errorf("seed %s (signed for us-east-1, STS's global endpoint, commercial): %v; want it taken", seed, err)
 	}
 }
 

@@ -22,8 +22,7 @@ func awsRegion(getenv func(string) string) (region, from string) {
 // awsPartition is one AWS partition: its name, its regions' names and its
 // DNS suffix and dual-stack suffix, as aws-sdk-go-v2's partitions.json
 // lists them (regionRegex, dnsSuffix, dualStackDnsSuffix; franz-go's
-// signer reads a region in hosts of aws, aws-us-gov, aws-cn, aws-iso and
-// aws-iso-b; from v1.22.3, of every one).
+// signer, v1.22.3, reads a region in hosts of every one).
 type awsPartition struct {
 	name     string
 	regions  *regexp.Regexp
