@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	mskiam "github.com/twmb/franz-go/pkg/sasl/aws"
@@ -260,8 +259,9 @@ func webIdentity(getenv func(string) string) (func(context.Context) (mskiam.Auth
 			return fmt.Errorf("STS answered a redirect to %s: not followed (the web identity token goes to %s only)", req.URL.Redacted(), redacted(endpoint))
 		}},
 	}
+	r := &awsRenewal{fetch: s.assumeRole}
 	return func(ctx context.Context) (mskiam.Auth, error) {
-		a, err := s.get(ctx)
+		a, err := r.get(ctx)
 		if err != nil {
 			return mskiam.Auth{}, fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: assuming role %s with the web identity token in %s (AWS_ROLE_ARN, AWS_WEB_IDENTITY_TOKEN_FILE): %w", role, path, err)
 		}
@@ -269,56 +269,15 @@ func webIdentity(getenv func(string) string) (func(context.Context) (mskiam.Auth
 	}, nil
 }
 
-// stsWebIdentity holds the credentials of one role, renewed by STS
-// AssumeRoleWithWebIdentity when they are within five minutes of expiry,
-// with the token as its file holds it then. The call is STS's query API,
-// unsigned (the token is the proof of identity), over HTTPS:
+// stsWebIdentity exchanges the token for the credentials of one role,
+// by STS AssumeRoleWithWebIdentity. The call is STS's query API, unsigned
+// (the token is the proof of identity), over HTTPS:
 // https://docs.aws.amazon.com/STS/latest/APIReference/API_AssumeRoleWithWebIdentity.html
-// A renewal that fails while the held credentials are still valid keeps
-// them: an STS hiccup does not fail logins.
+// An awsRenewal holds what it returns.
 type stsWebIdentity struct {
 	endpoint, role, session string
 	token                   *secretfile.File
 	client                  *http.Client
-
-	mu      sync.Mutex // held across a renewal: concurrent logins wait for it
-	creds   mskiam.Auth
-	expires time.Time
-}
-
-func (s *stsWebIdentity) get(ctx context.Context) (mskiam.Auth, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if time.Until(s.expires) > 5*time.Minute {
-		return s.creds, nil
-	}
-	// franz-go calls with its client's context, which has no deadline.
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	var (
-		creds   mskiam.Auth
-		expires time.Time
-		err     error
-	)
-	// Three tries, as the AWS SDKs, of what they retry: STS's 5xx,
-	// IDPCommunicationError (the identity provider did not answer STS)
-	// and InvalidIdentityToken (which can pass while STS fetches the
-	// provider's keys).
-	for try := 1; ; try++ {
-		var retry bool
-		creds, expires, retry, err = s.assumeRole(ctx)
-		if err == nil || !retry || try == 3 || !pause(ctx, time.Duration(try)*200*time.Millisecond) {
-			break
-		}
-	}
-	if err != nil {
-		if time.Now().Before(s.expires) {
-			return s.creds, nil
-		}
-		return mskiam.Auth{}, err
-	}
-	s.creds, s.expires = creds, expires
-	return creds, nil
 }
 
 // assumeRole is one AssumeRoleWithWebIdentity call; retry says whether
