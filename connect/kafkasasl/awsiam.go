@@ -24,7 +24,7 @@ import (
 // AWS_MSK_IAM's credentials come from the first of these that is set,
 // in the order the AWS SDKs look at them (the part of their chain that
 // applies to a pod): the kafka.sasl files, the environment's keys, a web
-// identity. A source that is set but incomplete is an error, not a reason
+// identity, the container credentials endpoint (EKS Pod Identity, ECS). A source that is set but incomplete is an error, not a reason
 // to fall through to the next: credentials from a source nobody meant
 // would be worse than none.
 const (
@@ -32,6 +32,7 @@ const (
 	awsFiles
 	awsEnvKeys
 	awsWebIdentity
+	awsContainer
 )
 
 // awsSource is the source AWS_MSK_IAM's credentials come from.
@@ -43,6 +44,8 @@ func (c Config) awsSource(getenv func(string) string) int {
 		return awsEnvKeys
 	case getenv("AWS_ROLE_ARN") != "" || getenv("AWS_WEB_IDENTITY_TOKEN_FILE") != "":
 		return awsWebIdentity
+	case containerSet(getenv):
+		return awsContainer
 	}
 	return awsNone
 }
@@ -57,6 +60,11 @@ func (c Config) awsIdentity(getenv func(string) string) string {
 		return "the AWS access key in AWS_ACCESS_KEY_ID"
 	case awsWebIdentity:
 		return fmt.Sprintf("AWS role %q (AWS_ROLE_ARN, web identity)", getenv("AWS_ROLE_ARN"))
+	case awsContainer:
+		if ep, from, err := containerEndpoint(getenv); err == nil {
+			return fmt.Sprintf("the AWS container credentials endpoint %s (%s)", redacted(ep), from)
+		}
+		return "the AWS container credentials endpoint (" + containerFullURI + ", " + containerRelativeURI + ")"
 	}
 	return "no AWS credentials"
 }
@@ -180,9 +188,12 @@ func (c Config) awsCredentials(getenv func(string) string) (func(context.Context
 		return func(context.Context) (mskiam.Auth, error) { return auth, nil }, nil
 	case awsWebIdentity:
 		return webIdentity(getenv)
+	case awsContainer:
+		return containerCredentials(getenv)
 	}
 	return nil, errors.New("kafka.sasl.mechanism AWS_MSK_IAM: no AWS credentials: set kafka.sasl.access_key_id_file and secret_access_key_file, " +
-		"or in the environment AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE (EKS IAM roles for service accounts)")
+		"or in the environment AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE (EKS IAM roles for service accounts), " +
+		"or AWS_CONTAINER_CREDENTIALS_FULL_URI (EKS Pod Identity) or AWS_CONTAINER_CREDENTIALS_RELATIVE_URI (an ECS task's role)")
 }
 
 // awsFiles reads the key files at each login, each again only when it

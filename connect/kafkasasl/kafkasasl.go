@@ -71,9 +71,12 @@ type Config struct {
 	// AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN, else a web identity
 	// (EKS IAM roles for service accounts: AWS_ROLE_ARN and
 	// AWS_WEB_IDENTITY_TOKEN_FILE, exchanged at STS for temporary
-	// credentials that are renewed before they expire). Nothing else of
-	// the AWS SDKs' chain is read: no ~/.aws files or profiles, no EKS Pod
-	// Identity or ECS container endpoint, no EC2 instance metadata. The
+	// credentials that are renewed before they expire), else the container
+	// credentials endpoint (EKS Pod Identity: AWS_CONTAINER_CREDENTIALS_FULL_URI
+	// and AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE; an ECS task's role:
+	// AWS_CONTAINER_CREDENTIALS_RELATIVE_URI). Nothing else of the AWS
+	// SDKs' chain is read: no ~/.aws files or profiles, no EC2 instance
+	// metadata. The
 	// signature's region is the one in the broker's name
 	// (….kafka.us-east-1.amazonaws.com), else AWS_REGION or
 	// AWS_DEFAULT_REGION.
