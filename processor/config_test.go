@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +75,21 @@ func TestValidateRefusesADrainTimeoutBelowOneSecond(t *testing.T) {
 	cfg.DrainTimeout = minDrainTimeout
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("drain_timeout %s: Validate = %v, want nil", minDrainTimeout, err)
+	}
+}
+
+// An empty seed ("", "  ": a list built from an unset variable, a
+// trailing comma) is one franz-go dials as ":9092", this machine: a
+// router would talk to whatever listens there, or fail to connect with
+// an error that names no setting. Validate refuses it, naming the entry.
+func TestValidateRefusesAnEmptySeedBrokerNamingIt(t *testing.T) {
+	for _, brokers := range [][]string{{""}, {"b-1.example:9092", ""}, {"b-1.example:9092", "  "}} {
+		cfg := DefaultConfig()
+		cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = brokers, "g", []string{"t"}, "earliest"
+		cfg.Routes = decide.Routes{{ID: "r", Match: decide.Match{Type: "t"}, WorkflowType: "W", TaskQueue: "q"}}
+		want := fmt.Sprintf("kafka.brokers[%d]: empty", len(brokers)-1)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("brokers %q: Validate = %v, want an error naming %s", brokers, err, want)
+		}
 	}
 }
