@@ -217,6 +217,12 @@ func (c *Config) Validate() error {
 		}
 		return nil
 	}
+	for i, b := range c.Brokers {
+		if strings.TrimSpace(b) == "" {
+			// franz-go dials an empty seed as ":9092", this machine.
+			return fmt.Errorf("kafka.brokers[%d]: empty (a seed broker is host:port)", i)
+		}
+	}
 	switch {
 	case len(c.Brokers) == 0:
 		return errors.New("kafka.brokers: empty")
