@@ -1464,3 +1464,36 @@ func TestAWSGlobalAsAFIPSPseudoRegionIsAStartUpErrorNamingAWSRegion(t *testing.T
 		}
 	}
 }
+
+// hostPartition claims to read the region the signer signs for, but it
+// picks its own label: the last one that is a region of a partition
+// sharing the host's DNS suffix, skipping a region label of another
+// partition, where franz-go v1.22.3's signer takes the last region-shaped
+// label, whatever its partition. For a name whose last region label is of
+// another partition than its suffix, start-up compares the STS with a
+// partition the signer does not sign for: a GovCloud token is taken for a
+// seed every login to which is signed for cn-north-1, a China token for
+// one signed for us-east-1. The partition compared must be the one of the
+// region the signer signs for (adversary 50).
+func TestTheBrokerPartitionTheCheckComparesIsTheOneOfTheRegionTheSignerSignsFor(t *testing.T) {
+	c := Config{Mechanism: AWSMSKIAM}
+	for _, tc := range []struct {
+		broker, role, region string
+	}{
+		{"b-1.mycluster.abc123.c2.kafka.us-gov-west-1.cn-north-1.amazonaws.com:9098", "arn:aws-us-gov:iam::123456789012:role/dedup", "us-gov-west-1"},
+		{"b-1.mycluster.abc123.c2.kafka.us-east-1.amazonaws.com.cn:9098", "arn:aws-cn:iam::123456789012:role/dedup", "cn-north-1"},
+		{"b-1.mycluster.abc123.c2.kafka.us-east-1.us-gov-west_1-1.amazonaws.com:9098", "arn:aws-us-gov:iam::123456789012:role/dedup", "us-gov-west-1"},
+	} {
+		noAWSEnv(t)
+		signed := signedFor(t, tc.broker)
+		env := irsaEnv("AWS_ROLE_ARN", tc.role, "AWS_REGION", tc.region)
+		sts, ep, _, _ := regionalSTS(env)
+		if regionPartition(signed).name == sts.name {
+			t.Fatalf("%s: signed for %s, of the STS's partition: no case", tc.broker, signed)
+		}
+		if err := c.checkBrokers([]string{tc.broker}, env); err == nil {
+			t.Errorf("seed %s: hostPartition %s, but franz-go signs every login for %s (partition %s) with credentials from %s (partition %s): taken at start-up, want a refusal naming the seed",
+				tc.broker, hostPartition(tc.broker), signed, regionPartition(signed).name, ep, sts.name)
+		}
+	}
+}
