@@ -1497,3 +1497,26 @@ func TestTheBrokerPartitionTheCheckComparesIsTheOneOfTheRegionTheSignerSignsFor(
 		}
 	}
 }
+
+// GovCloud shares the commercial DNS suffixes (amazonaws.com, api.aws):
+// awsPartitions says a host of them "is told apart by the region label in
+// its name". A seed under them with no region label (an alias such as
+// kafka.amazonaws.com, an EC2-style name) tells nothing apart, and
+// franz-go's signer signs its logins for AWS_REGION; hostPartition calls
+// it commercial anyway. With a GovCloud role and AWS_REGION us-gov-west-1
+// (EKS's, in GovCloud) the token goes to GovCloud's STS and every login is
+// signed for us-gov-west-1 with GovCloud credentials: a working set-up,
+// refused at start-up as "in AWS partition aws" (adversary 50).
+func TestARegionlessSeedUnderTheSuffixGovCloudSharesIsSignedForAWSRegionNotRefusedAsCommercial(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "us-gov-west-1") // the signer's: the seed names no region
+	gov := irsaEnv("AWS_ROLE_ARN", "arn:aws-us-gov:iam::123456789012:role/dedup", "AWS_REGION", "us-gov-west-1")
+	for _, seed := range []string{"kafka.amazonaws.com:9098", "kafka.api.aws:9098"} {
+		if r := signedFor(t, seed); r != "us-gov-west-1" {
+			t.Fatalf("seed %s: signed for %q, want us-gov-west-1 (AWS_REGION)", seed, r)
+		}
+		if err := (Config{Mechanism: AWSMSKIAM}).checkBrokers([]string{seed}, gov); err != nil {
+			t.Errorf("seed %s (signed for us-gov-west-1, GovCloud role, GovCloud STS): %v; want it taken", seed, err)
+		}
+	}
+}
