@@ -1520,3 +1520,35 @@ func TestARegionlessSeedUnderTheSuffixGovCloudSharesIsSignedForAWSRegionNotRefus
 		}
 	}
 }
+
+// kafka.brokers are the seeds of one cluster, in one region. EKS sets
+// AWS_REGION to the pod's region; a router in eu-west-1 reading a cluster
+// in us-east-1 lists its MSK names and an alias (a PrivateLink or NLB
+// name, kafka-bootstrap.internal). The signer signs the MSK names' logins
+// for us-east-1 and the alias's for AWS_REGION, eu-west-1: MSK refuses
+// every login to the alias (a SigV4 scope names the cluster's region).
+// Start-up takes it, though the brokers' own names say AWS_REGION is not
+// the cluster's: the mismatch of AWS_REGION with the brokers is a
+// start-up error naming AWS_REGION (adversary 50).
+func TestSeedsOfOneClusterSignedForTwoRegionsAreAStartUpErrorNamingAWSRegion(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "eu-west-1") // the signer's, for the alias
+	t.Setenv("AWS_ACCESS_KEY_ID", keyID1)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret1)
+	named := "b-1.mycluster.abc123.c2.kafka.us-east-1.amazonaws.com:9098"
+	alias := "kafka-bootstrap.internal:9098"
+	if a, b := signedFor(t, named), signedFor(t, alias); a == b {
+		t.Fatalf("both seeds signed for %s: no case", a)
+	}
+	for _, env := range []func(string) string{
+		func(k string) string {
+			return map[string]string{"AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": keyID1, "AWS_SECRET_ACCESS_KEY": secret1}[k]
+		},
+		irsaEnv("AWS_REGION", "eu-west-1"),
+	} {
+		err := (Config{Mechanism: AWSMSKIAM}).checkBrokers([]string{named, alias}, env)
+		if err == nil || !strings.Contains(err.Error(), "AWS_REGION") {
+			t.Errorf("seeds %s (signed for us-east-1) and %s (signed for AWS_REGION eu-west-1): %v; want a start-up error naming AWS_REGION (every login to %s is signed for another region than the cluster's)", named, alias, err, alias)
+		}
+	}
+}
