@@ -1552,3 +1552,61 @@ func TestSeedsOfOneClusterSignedForTwoRegionsAreAStartUpErrorNamingAWSRegion(t *
 		}
 	}
 }
+
+// What holds of the rule (adversary 50): for seeds that name their
+// region, in every partition, as an MSK broker, an interface VPC endpoint
+// or a dual-stack name, in upper case with the root's trailing dot, and
+// for IP seeds (signed for AWS_REGION), a web identity is taken at
+// start-up exactly when the region franz-go signs every login for is of
+// the partition of the STS the token goes to.
+func TestAWebIdentityIsTakenExactlyWhenTheSignedRegionIsOfItsSTSsPartition(t *testing.T) {
+	var seeds []string
+	for _, p := range partitionBrokers {
+		s := awsPartitions[0].suffixes
+		for _, q := range awsPartitions {
+			if q.name == p.partition {
+				s = q.suffixes
+			}
+		}
+		seeds = append(seeds,
+			"vpce-0a1b2c3d4e5f67890-abcdefgh.vpce-svc-0123456789abcdef0."+p.region+".vpce."+s[0]+":9098",
+			"b-1.mycluster.abc123.c2.kafka."+p.region+"."+s[1]+":9098",
+			strings.ToUpper("b-2.mycluster.abc123.c2.kafka."+p.region+"."+s[0])+".:9098",
+			"boot-abc.c1.kafka-serverless."+p.region+"."+s[0])
+	}
+	c := Config{Mechanism: AWSMSKIAM}
+	for _, seed := range seeds {
+		for _, p := range partitionBrokers {
+			noAWSEnv(t)
+			t.Setenv("AWS_REGION", p.region)
+			signed := signedFor(t, mustDialAddr(t, seed))
+			env := irsaEnv("AWS_ROLE_ARN", "arn:"+p.partition+":iam::123456789012:role/dedup", "AWS_REGION", p.region)
+			err := c.checkBrokers([]string{seed}, env)
+			if want := regionPartition(signed).name == p.partition; want != (err == nil) {
+				t.Errorf("seed %s (signed for %s), STS of %s: %v; want taken %v", seed, signed, p.region, err, want)
+			}
+		}
+	}
+	for _, seed := range []string{"10.0.1.5:9098", "[fd00::1]:9098", "fd00::1", "kafka.internal"} {
+		for _, p := range partitionBrokers {
+			noAWSEnv(t)
+			t.Setenv("AWS_REGION", p.region)
+			env := irsaEnv("AWS_ROLE_ARN", "arn:"+p.partition+":iam::123456789012:role/dedup", "AWS_REGION", p.region)
+			if r := signedFor(t, mustDialAddr(t, seed)); r != p.region {
+				t.Errorf("seed %s: signed for %s, want AWS_REGION %s", seed, r, p.region)
+			}
+			if err := c.checkBrokers([]string{seed}, env); err != nil {
+				t.Errorf("seed %s, AWS_REGION %s: %v; want taken", seed, p.region, err)
+			}
+		}
+	}
+}
+
+func mustDialAddr(t *testing.T, b string) string {
+	t.Helper()
+	a, err := dialAddr(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
