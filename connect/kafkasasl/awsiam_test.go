@@ -3,8 +3,10 @@ package kafkasasl
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 	mskiam "github.com/twmb/franz-go/pkg/sasl/aws"
 
@@ -1609,4 +1612,50 @@ func mustDialAddr(t *testing.T, b string) string {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// What holds (adversary 50): the host CheckBrokers has franz-go's signer
+// sign for is the one the client dials and signs for at run time (kgo's
+// parseBrokerAddr, then net.JoinHostPort), for each spelling of a seed:
+// without a port, with a zero-padded one, IPv6 bare or bracketed, upper
+// case, the root's trailing dot.
+func TestTheSeedCheckedIsTheAddressFranzGoDialsAndSigns(t *testing.T) {
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "eu-central-1") // for the seeds that name none
+	for _, b := range []string{
+		mskBroker, mskHost, mskHost + ".", strings.ToUpper(mskHost) + ".:9098", mskHost + ":09098",
+		"vpce-0a1b-abcd.vpce-svc-0123.cn-north-1.vpce.amazonaws.com.cn",
+		"[fd00::1]", "fd00::1", "[fd00::1]:9098", "10.0.1.5", "10.0.1.5:9098", "kafka.internal",
+	} {
+		dialed := make(chan string, 1)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(b), kgo.Dialer(func(_ context.Context, _, host string) (net.Conn, error) {
+			select {
+			case dialed <- host:
+			default:
+			}
+			return nil, errors.New("not dialing")
+		}))
+		if err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = cl.Ping(ctx)
+		cancel()
+		cl.Close()
+		var runtime string
+		select {
+		case runtime = <-dialed:
+		default:
+			t.Fatalf("%s: franz-go dialed nothing", b)
+		}
+		checked, err := dialAddr(b)
+		if err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		hc, _, _ := net.SplitHostPort(checked)
+		hr, _, _ := net.SplitHostPort(runtime)
+		if hc != hr || signedFor(t, checked) != signedFor(t, runtime) {
+			t.Errorf("seed %s: checked %s (signed for %s), franz-go dials %s (signed for %s)", b, checked, signedFor(t, checked), runtime, signedFor(t, runtime))
+		}
+	}
 }
