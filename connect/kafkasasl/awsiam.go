@@ -89,19 +89,28 @@ func (c Config) checkBrokers(brokers []string, getenv func(string) string) error
 		return nil
 	}
 	dry := mskiam.Auth{AccessKey: "check", SecretKey: "check"}.AsManagedStreamingIAMMechanism()
-	addrs := make([]string, len(brokers))
+	signed := make([]string, len(brokers)) // the region each seed's logins are signed for
 	for i, b := range brokers {
 		addr, err := dialAddr(b)
 		if err != nil {
 			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: %w", err)
 		}
-		addrs[i] = addr
 		_, msg, err := dry.Authenticate(context.Background(), addr)
 		if err != nil {
 			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s: %v: set AWS_REGION to the cluster's region (an MSK broker's own name, ….kafka.REGION.amazonaws.com, carries it)", b, err)
 		}
-		if r := signedRegion(msg); !regionName(r) {
+		r := signedRegion(msg)
+		if !regionName(r) {
 			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s: franz-go's signer would sign its logins for %q, which is no AWS region (it reads the last region label before an AWS DNS suffix in the broker's name, else AWS_REGION): name the broker as MSK does (….kafka.REGION.amazonaws.com), or set AWS_REGION to the cluster's region", b, r)
+		}
+		signed[i] = r
+	}
+	// The seeds are one cluster's, in one region: MSK refuses a login
+	// signed for another (its SigV4 scope names the region), so a seed
+	// signed for another region than the others fails every login.
+	for i := range brokers {
+		if signed[i] != signed[0] {
+			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s's logins would be signed for %s and broker %s's for %s, but the seeds are one cluster's, in one region (franz-go's signer takes the region in a broker's name, else AWS_REGION, else AWS_DEFAULT_REGION): list one cluster's brokers, and for a name without a region set AWS_REGION to the cluster's", brokers[0], signed[0], brokers[i], signed[i])
 		}
 	}
 	if c.awsSource(getenv) != awsWebIdentity || endpointURL(getenv) != "" {
@@ -119,9 +128,12 @@ func (c Config) checkBrokers(brokers []string, getenv func(string) string) error
 	} else if p != sts.name {
 		return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: AWS_ROLE_ARN %s is of AWS partition %s, but the web identity token would be exchanged at an STS of partition %s (%s), which knows no role of another partition: set AWS_REGION to a region of the role's partition, or AWS_ENDPOINT_URL_STS", role, p, sts.name, at)
 	}
+	// The credentials are the STS's partition's; a login is signed for
+	// the region the signer reads (the broker's name, else AWS_REGION),
+	// and that region's partition is the one that must know them.
 	for i, b := range brokers {
-		if p := hostPartition(addrs[i]); p != "" && p != sts.name {
-			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s is in AWS partition %s, but the web identity token would be exchanged at an STS of partition %s (%s), which knows no role of the broker's: set AWS_REGION to the cluster's region, or AWS_ENDPOINT_URL_STS", b, p, sts.name, at)
+		if p := regionPartition(signed[i]).name; p != sts.name {
+			return fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: broker %s is in AWS partition %s (its logins are signed for %s), but the web identity token would be exchanged at an STS of partition %s (%s), which knows no role of the broker's: set AWS_REGION to the cluster's region, or AWS_ENDPOINT_URL_STS", b, p, signed[i], sts.name, at)
 		}
 	}
 	return nil

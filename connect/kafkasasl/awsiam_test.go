@@ -555,6 +555,9 @@ func TestAWebIdentityIsRefusedAtStartUpForABrokerOfAnotherPartitionThanItsSTS(t 
 	// process's environment) is all.
 	noAWSEnv(t)
 	t.Setenv("AWS_REGION", "cn-north-1")
+	// The signer reads the process's AWS_REGION: in a pod, the one the
+	// rule reads too.
+	t.Setenv("AWS_REGION", "cn-north-1")
 	if err := c.checkBrokers([]string{"kafka.internal:9098"}, irsaEnv("AWS_ROLE_ARN", "arn:aws-cn:iam::123456789012:role/dedup", "AWS_REGION", "cn-north-1")); err != nil {
 		t.Errorf("an alias with AWS_REGION: %v, want nil", err)
 	}
@@ -737,6 +740,9 @@ func TestAWebIdentityWhoseRoleIsOfAnotherPartitionThanItsSTSIsRefused(t *testing
 			t.Errorf("role %s, AWS_REGION %q: the token goes to %s: %v, want a start-up refusal naming AWS_ROLE_ARN", tc.role, tc.region, ep, err)
 		}
 	}
+	// The signer reads the process's AWS_REGION: in a pod, the one the
+	// rule reads too.
+	t.Setenv("AWS_REGION", "cn-north-1")
 	if err := c.checkBrokers([]string{"kafka.internal:9098"}, irsaEnv("AWS_ROLE_ARN", "arn:aws-cn:iam::123456789012:role/dedup", "AWS_REGION", "cn-north-1")); err != nil {
 		t.Errorf("China role, AWS_REGION cn-north-1: %v, want nil", err)
 	}
@@ -1658,4 +1664,34 @@ func TestTheSeedCheckedIsTheAddressFranzGoDialsAndSigns(t *testing.T) {
 			t.Errorf("seed %s: checked %s (signed for %s), franz-go dials %s (signed for %s)", b, checked, signedFor(t, checked), runtime, signedFor(t, runtime))
 		}
 	}
+}
+
+// hostPartition is the name of the partition a host (host:port) is in
+// by its DNS suffix (the tests' check of STS hosts; checkBrokers goes by
+// the region a broker's logins are signed for), "" when it is in none (an IP address, an alias). Of
+// the partitions that share a suffix (aws, aws-us-gov), the one of the
+// last label before it that is a region's name: the region the signer
+// signs for in an MSK broker's name (….kafka.us-gov-west-1.amazonaws.com),
+// not a cluster's name the operator chose (b-1.us-gov-west-1.….kafka.us-east-1.…).
+func hostPartition(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	for _, p := range awsPartitions {
+		for _, s := range p.suffixes {
+			if !strings.HasSuffix(host, "."+s) { // no suffix ends another
+				continue
+			}
+			labels := strings.Split(strings.TrimSuffix(host, "."+s), ".")
+			for i := len(labels) - 1; i >= 0; i-- {
+				if q := regionPartition(labels[i]); q.name != "" && q.suffixes == p.suffixes {
+					return q.name
+				}
+			}
+			return p.name
+		}
+	}
+	return ""
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"regexp"
 	"strings"
@@ -30,8 +29,7 @@ type awsPartition struct {
 }
 
 // awsPartitions: no two match one region. GovCloud shares the commercial
-// suffixes: a host of them is told apart by the region label in its name
-// (hostPartition).
+// suffixes: a broker's partition is its signed region's (checkBrokers).
 var awsPartitions = []awsPartition{
 	{"aws", regexp.MustCompile(`^(us|eu|ap|sa|ca|me|af|il|mx)\-\w+\-\d+$`), [2]string{"amazonaws.com", "api.aws"}},
 	{"aws-us-gov", regexp.MustCompile(`^us\-gov\-\w+\-\d+$`), [2]string{"amazonaws.com", "api.aws"}},
@@ -62,35 +60,6 @@ func regionPartition(region string) awsPartition {
 		}
 	}
 	return awsPartition{}
-}
-
-// hostPartition is the name of the partition a broker (host:port) is in
-// by its DNS suffix, "" when it is in none (an IP address, an alias). Of
-// the partitions that share a suffix (aws, aws-us-gov), the one of the
-// last label before it that is a region's name: the region the signer
-// signs for in an MSK broker's name (….kafka.us-gov-west-1.amazonaws.com),
-// not a cluster's name the operator chose (b-1.us-gov-west-1.….kafka.us-east-1.…).
-func hostPartition(addr string) string {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	for _, p := range awsPartitions {
-		for _, s := range p.suffixes {
-			if !strings.HasSuffix(host, "."+s) { // no suffix ends another
-				continue
-			}
-			labels := strings.Split(strings.TrimSuffix(host, "."+s), ".")
-			for i := len(labels) - 1; i >= 0; i-- {
-				if q := regionPartition(labels[i]); q.name != "" && q.suffixes == p.suffixes {
-					return q.name
-				}
-			}
-			return p.name
-		}
-	}
-	return ""
 }
 
 // stsEndpoint is where AssumeRoleWithWebIdentity goes:
