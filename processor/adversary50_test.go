@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,4 +63,58 @@ func TestShutdownAtTheSmallestDrainTimeoutCommitsTheFinishedPrefixWhenTheDrainRu
 	if c := e.committed()[0]; c != 1 {
 		t.Errorf("committed %d when Run returned (after %v), want 1: a was started and marked before the stop; only b, held in its start, is left for the next owner", c, rn.took)
 	}
+}
+
+// Adversary 50 (a/revoke, then stop): a router stopped while a
+// rebalance's revoke commits through a coordinator that does not answer
+// the OffsetCommit still returns within drain_timeout (the smallest
+// Validate accepts). Run says shutdown takes at most drain_timeout
+// "whatever the group is doing"; but the revoke's commit is sent under the
+// client's context (no deadline: franz-go v1.22.3 has nothing to cut), and
+// the poll loop, stopped, still waits in PollRecords for the revoke
+// callback to return (BlockRebalanceOnPoll: kgo's waitAndAddPoller does
+// not look at the poll's context), so the drain, the final commit and its
+// deadline are never reached. The OffsetCommit is held for 60 s (released
+// at the end).
+func TestShutdownWhileARevokeCommitsThroughAHungCoordinatorIsBoundedByTheDrainTimeout(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce sync.Once
+	release := func() { holdOnce.Do(func() { close(hold) }) }
+	defer release()
+	var armed, held atomic.Bool
+	e.cluster.ControlKey(kmsg.OffsetCommit.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if armed.Load() && !held.Swap(true) {
+			e.cluster.SleepControl(func() {
+				select {
+				case <-hold:
+				case <-time.After(60 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // only the revoke and the final commit commit
+	e.produce(0, "a", "v")
+	e.produce(1, "b", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("a")) == stateStarted && e.led.state(wid("b")) == stateStarted
+	}, func() string { return "a and b not marked" })
+	armed.Store(true)
+	other := e.otherMember()
+	defer other.Close()
+	eventually(t, 10*time.Second, held.Load, func() string { return "no revoke's OffsetCommit reached the coordinator" })
+	err := rn.stop()
+	if rn.took > cfg.DrainTimeout+2*time.Second {
+		t.Errorf("Run returned %v after cancel while a revoke's commit was held; want within drain_timeout (%v) + 2s", rn.took, cfg.DrainTimeout)
+	}
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	release()
 }
