@@ -118,3 +118,53 @@ func TestShutdownWhileARevokeCommitsThroughAHungCoordinatorIsBoundedByTheDrainTi
 	}
 	release()
 }
+
+// Adversary 50 (config): Validate accepts a revoke_timeout (10 s, the
+// default) far above the smallest drain_timeout (1 s), and a router
+// stopped while a rebalance's revoke waits revoke_timeout for a held start
+// returns only when that wait ends: the stopped poll loop waits in
+// PollRecords for the revoke callback (BlockRebalanceOnPoll), so the
+// drain's bound is never applied. Either the stop must cut the revoke's
+// wait, or such a config must be refused. (The existing
+// TestAStopDuringARevokeThatWaitsForAHeldStartReturnsInTime uses a
+// revoke_timeout below drain_timeout, and so cannot see this.)
+func TestAStopDuringARevokeWithTheDefaultRevokeTimeoutReturnsWithinTheSmallestDrainTimeout(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.RevokeTimeout = DefaultConfig().RevokeTimeout
+	cfg.DrainTimeout = minDrainTimeout
+	if err := cfg.Validate(); err != nil {
+		return // refused: the attack does not apply
+	}
+	release0 := e.starter.block(wid("x0"))
+	release1 := e.starter.block(wid("x1"))
+	defer release0()
+	defer release1()
+	e.produce(0, "x0", "v")
+	e.produce(1, "x1", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(wid("x0")) == 1 && e.starter.heldCount(wid("x1")) == 1 },
+		func() string { return "x0 and x1 not held in Temporal" })
+	other := e.otherMember()
+	defer other.Close()
+	revoking := func() bool {
+		rn.r.commits.mu.Lock()
+		defer rn.r.commits.mu.Unlock()
+		for _, p := range rn.r.commits.parts {
+			if p.revoking {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, 10*time.Second, revoking, func() string { return "no partition began its revoke" })
+	err := rn.stop()
+	if rn.took > cfg.DrainTimeout+2*time.Second {
+		t.Errorf("Run returned %v after a stop during a revoke (revoke_timeout %v, accepted with drain_timeout %v); want within drain_timeout + 2s",
+			rn.took, cfg.RevokeTimeout, cfg.DrainTimeout)
+	}
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
