@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -264,4 +265,40 @@ func TestAStopWhileAWorkerWritesADeadLetterReturnsWithinTheSmallestDrainTimeout(
 		t.Errorf("Run: %v", err)
 	}
 	release()
+}
+
+// Adversary 50 (a, holds): at the smallest drain_timeout Validate
+// accepts, a rebalance (not a shutdown) that revokes a partition whose
+// record finished commits it through a coordinator answering OffsetFetch
+// and OffsetCommit in 200 ms each: the revoke's commit runs under the
+// client's context, not under the shutdown's share, so franz-go v1.22.3
+// cuts nothing, and the new owner does not re-drive the record.
+func TestARevokeAtTheSmallestDrainTimeoutCommitsThroughASlowCoordinator(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // only the revoke commits
+	var slow atomic.Bool
+	e.slowCoordinatorFrom(&slow)
+	e.produce(0, "a", "v")
+	e.produce(1, "b", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("a")) == stateStarted && e.led.state(wid("b")) == stateStarted
+	}, func() string { return "a and b not marked" })
+	slow.Store(true)
+	other := e.otherMember()
+	defer other.Close()
+	eventually(t, 10*time.Second, func() bool { return len(rn.owned()) == 1 }, func() string {
+		return fmt.Sprintf("r1 owns %v: want one partition moved to the other member", rn.owned())
+	})
+	slow.Store(false)
+	moved := int32(0)
+	if rn.owned()[0] {
+		moved = 1
+	}
+	if c := e.committed()[moved]; c != 1 {
+		t.Errorf("partition %d revoked with its record started and marked: committed %d, want 1", moved, c)
+	}
 }
