@@ -302,3 +302,93 @@ func TestARevokeAtTheSmallestDrainTimeoutCommitsThroughASlowCoordinator(t *testi
 		t.Errorf("partition %d revoked with its record started and marked: committed %d, want 1", moved, c)
 	}
 }
+
+// holdKeyOnce holds the first request of key sent once armed, for 60 s or
+// until release; held reports whether one was.
+func (e *testEnv) holdKeyOnce(key int16) (arm func(), held *atomic.Bool, release func()) {
+	hold := make(chan struct{})
+	var holdOnce sync.Once
+	release = func() { holdOnce.Do(func() { close(hold) }) }
+	e.t.Cleanup(release)
+	var armed atomic.Bool
+	held = &atomic.Bool{}
+	e.cluster.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if armed.Load() && !held.Swap(true) {
+			e.cluster.SleepControl(func() {
+				select {
+				case <-hold:
+				case <-time.After(60 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	return func() { armed.Store(true) }, held, release
+}
+
+// Adversary 50 (b, lag): a router stopped while its lag measure's
+// ListOffsets is answered slowly (one answer takes 2 s: a loaded broker)
+// still commits, when Run returns, what it started before the stop. The
+// lag measure's ListOffsets and the final commit's OffsetFetch and
+// OffsetCommit share franz-go's normal connection to the broker (kgo
+// broker.loadConnection: "list offsets stays on cxnNormal"), whose answers
+// come in order: the shutdown cancels the measure, but the request is
+// sent, and the final commit's requests wait behind it. Before v1.22.3
+// the commit waited and landed late; now its deadline cuts it, and the
+// next owner re-drives a.
+func TestAStopWhileALagMeasureIsSlowStillCommitsWhatStarted(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	var armed, held atomic.Bool
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if armed.Load() && !held.Swap(true) {
+			e.cluster.SleepControl(func() { time.Sleep(2 * time.Second) })
+		}
+		return nil, nil, false
+	})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // the final commit is the only one
+	e.produce(0, "a", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("a")) == stateStarted }, func() string { return "a not marked" })
+	armed.Store(true)
+	eventually(t, 10*time.Second, held.Load, func() string { return "no lag measure's ListOffsets reached the broker" })
+	err := rn.stop()
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != 1 {
+		t.Errorf("committed %d when Run returned (after %v), want 1: a was started and marked before the stop", c, rn.took)
+	}
+}
+
+// Adversary 50 (a, ticker): a router stopped while its ticker's commit
+// waits for an OffsetCommit the coordinator holds returns within
+// drain_timeout (the smallest Validate accepts): the ticker's commit runs
+// under the committer loop's context, which the shutdown cancels before
+// loops.Wait, and holds commitMu, which the final commit needs.
+func TestAStopWhileATickerCommitIsHeldReturnsWithinTheSmallestDrainTimeout(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	arm, held, release := e.holdKeyOnce(kmsg.OffsetCommit.Int16())
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	e.produce(0, "a", "v")
+	arm()
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, held.Load, func() string { return "no OffsetCommit held" })
+	err := rn.stop()
+	if rn.took > cfg.DrainTimeout+2*time.Second {
+		t.Errorf("Run returned %v after a stop while a ticker commit was held; want within drain_timeout (%v) + 2s", rn.took, cfg.DrainTimeout)
+	}
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	release()
+}
