@@ -87,10 +87,11 @@ type Config struct {
 	// finish is not committed and is redelivered to the new owner.
 	RevokeTimeout time.Duration `yaml:"revoke_timeout"`
 	// DrainTimeout bounds the whole shutdown (SIGTERM): in-flight records
-	// get three quarters of it (a quarter, at most 5 s, is kept for the
-	// final commit and leaving the group), and a leave that a rebalance
-	// in progress holds up is not waited for past it. Keep it under the
-	// orchestrator's grace period. At least minDrainTimeout.
+	// get three quarters of it (a quarter, at least 1s and at most 5s, is
+	// kept for the final mark, commit and leaving the group:
+	// shutdownReserve), and a leave that a rebalance in progress holds up
+	// is not waited for past it. Keep it under the orchestrator's grace
+	// period. At least minDrainTimeout.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// LagInterval is how often consumer lag is measured (one ListOffsets
 	// request per interval).
@@ -255,7 +256,7 @@ func (c *Config) Validate() error {
 	case c.CommitInterval <= 0 || c.RevokeTimeout <= 0 || c.DrainTimeout <= 0 || c.LagInterval <= 0:
 		return errors.New("kafka.commit_interval, revoke_timeout, drain_timeout, lag_interval: want > 0")
 	case c.DrainTimeout < minDrainTimeout:
-		return fmt.Errorf("kafka.drain_timeout: %s, want at least %s (the shutdown's final mark, offset commit and leave get a quarter of it)", c.DrainTimeout, minDrainTimeout)
+		return fmt.Errorf("kafka.drain_timeout: %s, want at least %s (the shutdown keeps 1s of it for the final mark, offset commit and leave, and gives in-flight records the rest)", c.DrainTimeout, minDrainTimeout)
 	case c.Starts.MarkInterval >= c.RevokeTimeout:
 		// A record finishes only once its workflows are marked: waiting
 		// that long, every revoke would abandon what was started and not
@@ -313,11 +314,12 @@ func (c *Config) Validate() error {
 
 // minDrainTimeout is the shortest kafka.drain_timeout: the shutdown's
 // last steps (the marker's final flush, the final commit's two round
-// trips to the group coordinator, the leave) get a quarter of it, which
-// below a second is less than a loaded broker takes to answer, and a
-// final commit cut short is lost (the next owner re-drives what this
-// router started).
-const minDrainTimeout = time.Second
+// trips to the group coordinator, the leave) keep at least 1s of it
+// (shutdownReserve), whatever the drain took, and the drain gets the
+// rest. A final commit cut short is lost (the next owner re-drives what
+// this router started); a quarter of a smaller drain_timeout is less
+// than a loaded broker takes to answer those two requests.
+const minDrainTimeout = 2 * time.Second
 
 // maxFetchBytes is the most the Kafka client reads in one broker answer
 // (kgo.BrokerMaxReadBytes' default): a larger fetch bound makes the

@@ -53,14 +53,17 @@ func TestValidateRefusesAFetchBoundOutOfKafkasRange(t *testing.T) {
 
 // kafka.drain_timeout bounds the whole shutdown, which needs a mark's
 // round trip to PostgreSQL, then the final commit's two to the group
-// coordinator (read the group's offsets, commit) and the leave. Below a
-// second those shares are a few milliseconds, under what a loaded broker
-// takes: every shutdown would lose its commit, and the next owner re-drive
-// what this router started. Validate refuses it, naming the field; the
-// smallest it accepts is held by
-// TestShutdownAtTheSmallestDrainTimeoutCommitsThroughASlowCoordinator.
-func TestValidateRefusesADrainTimeoutBelowOneSecond(t *testing.T) {
-	for _, d := range []time.Duration{time.Nanosecond, 200 * time.Millisecond, minDrainTimeout - time.Nanosecond} {
+// coordinator (read the group's offsets, commit) and the leave. They keep
+// at least 1s of it whatever the drain took (shutdownReserve); below two
+// seconds the drain would have next to nothing, and the commit's share
+// was once a few milliseconds, under what a loaded broker takes: every
+// shutdown would lose its commit, and the next owner re-drive what this
+// router started. Validate refuses it, naming the field; the smallest it
+// accepts is held by
+// TestShutdownAtTheSmallestDrainTimeoutCommitsThroughASlowCoordinator and
+// TestShutdownAtTheSmallestDrainTimeoutCommitsTheFinishedPrefixWhenTheDrainRunsOut.
+func TestValidateRefusesADrainTimeoutBelowTwoSeconds(t *testing.T) {
+	for _, d := range []time.Duration{time.Nanosecond, 200 * time.Millisecond, time.Second, minDrainTimeout - time.Nanosecond} {
 		cfg := DefaultConfig()
 		cfg.Brokers, cfg.Group, cfg.Topics, cfg.ResetOffset = []string{"localhost:9092"}, "g", []string{"t"}, "earliest"
 		cfg.Routes = decide.Routes{{ID: "r", Match: decide.Match{Type: "t"}, WorkflowType: "W", TaskQueue: "q"}}

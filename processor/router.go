@@ -327,24 +327,26 @@ func (r *Router) Run(ctx context.Context) error {
 	<-claimerDone
 
 	// Shutdown takes at most DrainTimeout from here, whatever the group
-	// is doing: the drain gets most of it, the final commit and the
-	// leave what is left (a pod's grace period must cover DrainTimeout).
+	// is doing: the drain gets most of it, the final mark, commit and
+	// leave what is left (shutdownReserve; a pod's grace period must cover
+	// DrainTimeout).
 	deadline := time.Now().Add(r.cfg.DrainTimeout)
-	reserve := min(r.cfg.DrainTimeout/4, 5*time.Second)
+	reserve := shutdownReserve(r.cfg.DrainTimeout)
 	// Drain: let started work finish (marked at once: hurry, for the rest
 	// of the run), then stop the workers and the marker.
 	r.starts.hurry()
 	r.commits.flight.waitDrained(time.Until(deadline) - reserve)
 	r.workCancel()
-	// The marker's final flush gets half of what the drain left before
-	// the final commit's deadline, the commit the other half: a ledger
-	// that refuses the mark cannot hold the shutdown past drain_timeout
-	// (its records stay uncommitted), nor starve the final commit of what
-	// finished before.
+	// The marker's final flush gets a quarter of the reserve, the final
+	// commit what the flush left of the next half, the leave the last
+	// quarter: a ledger that refuses the mark cannot hold the shutdown
+	// past drain_timeout (its records stay uncommitted), nor starve the
+	// final commit of what finished before, whether or not the drain
+	// used its whole share.
 	stopStarts(deadline.Add(-reserve * 3 / 4))
 	stopCommitter()
 	loops.Wait()
-	fctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-reserve/2))
+	fctx, cancel := context.WithDeadline(context.Background(), deadline.Add(-reserve/4))
 	r.commits.commit(fctx, nil)
 	cancel()
 	r.leave(deadline)
@@ -354,6 +356,15 @@ func (r *Router) Run(ctx context.Context) error {
 		return r.fatalErr
 	}
 	return runErr
+}
+
+// shutdownReserve is the part of drain_timeout (d) kept from the drain for
+// the shutdown's last steps, the marker's final flush, the final commit and
+// the leave: a quarter of it, at least 1s (the final commit's half of it,
+// 500 ms, holds two round trips of a coordinator answering in 200 ms) and
+// at most 5s.
+func shutdownReserve(d time.Duration) time.Duration {
+	return min(max(d/4, time.Second), 5*time.Second)
 }
 
 // leave leaves the group and closes the client, waiting until deadline

@@ -592,10 +592,11 @@ func TestDrainTimeoutLeavesTheHungRecordUncommitted(t *testing.T) {
 	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	// The drain waits DrainTimeout less the final commit's and the
-	// leave's share (a quarter): the whole shutdown fits in DrainTimeout.
-	if rn.took < cfg.DrainTimeout*3/4 || rn.took > cfg.DrainTimeout+5*time.Second {
-		t.Errorf("Run returned %s after cancel, want about DrainTimeout (%s): the drain's three quarters and the leave", rn.took, cfg.DrainTimeout)
+	// The drain waits DrainTimeout less the final mark's, commit's and
+	// leave's share (shutdownReserve): the whole shutdown fits in
+	// DrainTimeout.
+	if d := cfg.DrainTimeout - shutdownReserve(cfg.DrainTimeout); rn.took < d || rn.took > cfg.DrainTimeout+5*time.Second {
+		t.Errorf("Run returned %s after cancel, want the drain's share (%s) of DrainTimeout (%s) and the leave", rn.took, d, cfg.DrainTimeout)
 	}
 	if c := e.committed()[0]; c != 1 {
 		t.Errorf("committed %d, want 1 (a only)", c)

@@ -24,7 +24,7 @@ func TestShutdownWithAFailingFinalMarkIsBoundedByTheDrainTimeout(t *testing.T) {
 	cfg := e.config()
 	cfg.Starts.MarkInterval = time.Minute // the batch waits for the final flush
 	cfg.RevokeTimeout = 2 * time.Minute   // above mark_interval (Validate); nothing is revoked
-	cfg.DrainTimeout = time.Second
+	cfg.DrainTimeout = minDrainTimeout
 	rn := e.start("r1", cfg)
 	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("a"))) == 1 },
 		func() string { return "a not started" })
@@ -141,7 +141,7 @@ func TestShutdownMarksAStartedBatchWhoseTickMarkTheDrainsEndCutShort(t *testing.
 	cfg := e.config()
 	cfg.Starts.MarkInterval = def.Starts.MarkInterval
 	cfg.RevokeTimeout = def.RevokeTimeout
-	cfg.DrainTimeout = time.Second
+	cfg.DrainTimeout = minDrainTimeout
 	releaseA, releaseH := e.starter.block(wid("a")), e.starter.block(wid("h"))
 	defer releaseA()
 	defer releaseH()
@@ -287,7 +287,7 @@ func TestShutdownWithTemporalHangingAndMarksFailingDuringTheHurriedDrainIsBounde
 	cfg := e.config()
 	cfg.Starts.MarkInterval = def.Starts.MarkInterval
 	cfg.RevokeTimeout = def.RevokeTimeout
-	cfg.DrainTimeout = time.Second
+	cfg.DrainTimeout = minDrainTimeout
 	releaseH := e.starter.block(wid("h"))
 	defer releaseH()
 	e.afterFirstMark(shortDrainMarkRTT, "a")
