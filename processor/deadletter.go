@@ -336,7 +336,7 @@ func (w *deadLetterWriter) produce(ctx context.Context, out []*outgoing) error {
 		}
 		var failed []*outgoing
 		var first error
-		for _, res := range w.cl.ProduceSync(ctx, krs...) {
+		for _, res := range produceSync(ctx, w.cl, krs...) {
 			o := byRecord[res.Record]
 			err := res.Err
 			if err != nil && tooLarge(err) {
@@ -356,6 +356,43 @@ func (w *deadLetterWriter) produce(ctx context.Context, out []*outgoing) error {
 	})
 }
 
+// produceSync is kgo.Client.ProduceSync bounded by ctx. franz-go waits
+// for the answer to a Produce already sent whatever its context: a broker
+// that holds a dead letter's Produce would hold the poll loop, or a
+// worker, and with it the shutdown, past drain_timeout. When ctx ends
+// first, the records not answered yet fail with its error (the caller
+// leaves their source records uncommitted; a dead letter that lands
+// later is written again by the redelivery, as after a crash).
+func produceSync(ctx context.Context, cl *kgo.Client, rs ...*kgo.Record) kgo.ProduceResults {
+	type answer struct {
+		i   int
+		err error
+	}
+	answers := make(chan answer, len(rs)) // a late answer never blocks the client
+	for i, r := range rs {
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) { answers <- answer{i, err} })
+	}
+	results := make(kgo.ProduceResults, len(rs))
+	answered := make([]bool, len(rs))
+	for i, r := range rs {
+		results[i].Record = r
+	}
+	for range rs {
+		select {
+		case a := <-answers:
+			results[a.i].Err, answered[a.i] = a.err, true
+		case <-ctx.Done():
+			for i := range results {
+				if !answered[i] {
+					results[i].Err = ctx.Err()
+				}
+			}
+			return results
+		}
+	}
+	return results
+}
+
 // produceAlone sends o by itself, at its reduction (again, when it was
 // refused in a batch of others: shared) and then reduced, until the topic
 // takes it, refuses it otherwise (that error), or refuses even the
@@ -366,7 +403,7 @@ func (w *deadLetterWriter) produceAlone(ctx context.Context, o *outgoing, shared
 	}
 	for ; o.level <= summarised; o.level++ {
 		kr := o.kafkaRecord()
-		err := w.cl.ProduceSync(ctx, kr).FirstErr()
+		err := produceSync(ctx, w.cl, kr).FirstErr()
 		if err == nil || !tooLarge(err) {
 			return err
 		}
