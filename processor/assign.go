@@ -126,9 +126,15 @@ func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 	}
 	c.mu.Unlock()
 	done := c.hurryMarks() // its records finish once marked: not at the mark interval
-	c.flight.waitIdle(parts, c.cfg.RevokeTimeout)
+	// A stop during the revoke holds it to the shutdown's bounds: its
+	// records are waited for until the drain's end at the latest, its
+	// commit until the shutdown's deadline (the stopped poll loop waits
+	// for this callback).
+	c.flight.waitIdle(parts, time.Now().Add(c.cfg.RevokeTimeout), c.stopping, c.drainBy)
 	done()
-	c.commit(ctx, only)
+	cctx, cancel := c.untilShutdown(ctx)
+	c.commit(cctx, only)
+	cancel()
 	// Forgotten under commitMu, so that no commit that read the partition
 	// before it was forgotten is sent after the revoke's.
 	c.commitMu.Lock()

@@ -216,15 +216,40 @@ func (f *inFlight) waitDrained(timeout time.Duration) {
 	}
 }
 
-// waitIdle waits up to timeout for every record of parts to end (a revoke
-// gives its partitions' records RevokeTimeout).
-func (f *inFlight) waitIdle(parts []*partition, timeout time.Duration) {
-	deadline := time.Now().Add(timeout)
-	t := time.AfterFunc(timeout, f.wake)
+// waitIdle waits until deadline for every record of parts to end (a
+// revoke gives its partitions' records RevokeTimeout); once stopping ends,
+// until drainBy at the latest (a revoke during the shutdown waits no
+// longer than its drain).
+func (f *inFlight) waitIdle(parts []*partition, deadline time.Time, stopping context.Context, drainBy func() time.Time) {
+	t := time.AfterFunc(time.Until(deadline), f.wake)
 	defer t.Stop()
+	var mu sync.Mutex
+	var stopT *time.Timer
+	defer context.AfterFunc(stopping, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if d := drainBy(); !d.IsZero() {
+			stopT = time.AfterFunc(time.Until(d), f.wake)
+		}
+		f.wake()
+	})()
+	defer func() {
+		mu.Lock()
+		if stopT != nil {
+			stopT.Stop()
+		}
+		mu.Unlock()
+	}()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for time.Now().Before(deadline) && busy(parts) {
+	for busy(parts) {
+		until := deadline
+		if d := drainBy(); stopping.Err() != nil && !d.IsZero() && d.Before(until) {
+			until = d
+		}
+		if !time.Now().Before(until) {
+			break
+		}
 		f.cond.Wait()
 	}
 }

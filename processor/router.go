@@ -251,7 +251,7 @@ func (r *Router) Run(ctx context.Context) error {
 	defer stopPoll()
 	// An Own of the assignment callback gives up with the poll: the poll
 	// waits for the callback (BlockRebalanceOnPoll).
-	defer context.AfterFunc(ctx, r.commits.stop)()
+	defer context.AfterFunc(ctx, r.commits.stopPolling)()
 	r.fatalMu.Lock()
 	r.stopPoll = stopPoll
 	r.fatalMu.Unlock()
@@ -326,11 +326,13 @@ func (r *Router) Run(ctx context.Context) error {
 	close(claimQ)
 	<-claimerDone
 
-	// Shutdown takes at most DrainTimeout from here, whatever the group
-	// is doing: the drain gets most of it, the final mark, commit and
-	// leave what is left (shutdownReserve; a pod's grace period must cover
-	// DrainTimeout).
-	deadline := time.Now().Add(r.cfg.DrainTimeout)
+	// Shutdown takes at most DrainTimeout from the stop, whatever the
+	// group is doing: the drain gets most of it, the final mark, commit
+	// and leave what is left (shutdownReserve; a pod's grace period must
+	// cover DrainTimeout). A revoke the stop found in progress kept to the
+	// same bounds (revoked); what it used is not given again.
+	r.commits.stopPolling()
+	deadline := r.commits.shutdownDeadline()
 	reserve := shutdownReserve(r.cfg.DrainTimeout)
 	// Drain: let started work finish (marked at once: hurry, for the rest
 	// of the run), then stop the workers and the marker.
