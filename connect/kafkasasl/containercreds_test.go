@@ -349,3 +349,48 @@ func TestTheContainerAuthorizationTokenIsNotSentThroughHTTPProxy(t *testing.T) {
 		t.Errorf("HTTP_PROXY set: the container authorization token for http://169.254.170.23 reached the proxy in clear text: %q", leaked)
 	}
 }
+
+// adversary 50: the scheme of a URL is case-insensitive (RFC 3986 3.1), and
+// url.Parse lowercases it: "HTTP://169.254.170.23/…" passes the http://
+// host check as http, and Go's client sends it as http. The endpoint must
+// then never go through HTTP_PROXY either, whatever the case of its scheme.
+func TestAnUppercaseHTTPSchemeIsNotSentThroughHTTPProxy(t *testing.T) {
+	if os.Getenv("DEDUP_PODID_CHILD_UPPER") == "1" {
+		creds, err := containerCredentials(os.Getenv)
+		if err != nil {
+			fmt.Println("refused:", err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err = creds(ctx)
+		fmt.Println("fetch:", err)
+		return
+	}
+	var mu sync.Mutex
+	var leaked []string
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		leaked = append(leaked, r.URL.String()+" Authorization: "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		http.Error(w, "proxy", http.StatusForbidden)
+	}))
+	defer proxy.Close()
+	for _, full := range []string{"HTTP://169.254.170.23:1/v1/credentials", "Http://169.254.170.23:1/v1/credentials"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestAnUppercaseHTTPSchemeIsNotSentThroughHTTPProxy$")
+		cmd.Env = append(os.Environ(), "DEDUP_PODID_CHILD_UPPER=1", "HTTP_PROXY="+proxy.URL, "http_proxy="+proxy.URL,
+			"NO_PROXY=", "no_proxy=", "REQUEST_METHOD=",
+			"AWS_CONTAINER_CREDENTIALS_FULL_URI="+full,
+			"AWS_CONTAINER_AUTHORIZATION_TOKEN=pod-s3cret")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child: %v\n%s", err, out)
+		}
+		t.Logf("%s: child: %s", full, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(leaked) > 0 {
+		t.Errorf("HTTP_PROXY set: the container authorization token for an http endpoint written with an uppercase scheme reached the proxy in clear text: %q", leaked)
+	}
+}
