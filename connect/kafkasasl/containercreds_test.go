@@ -394,3 +394,58 @@ func TestAnUppercaseHTTPSchemeIsNotSentThroughHTTPProxy(t *testing.T) {
 		t.Errorf("HTTP_PROXY set: the container authorization token for an http endpoint written with an uppercase scheme reached the proxy in clear text: %q", leaked)
 	}
 }
+
+// adversary 50: an endpoint that does not answer (the Pod Identity agent
+// behind a NetworkPolicy that drops the packets, an agent stuck) bounds a
+// login at ~30 s, awsRenewal says. But the renewal holds its mutex across
+// the 30 s, and each login that waited on it then starts a 30 s renewal of
+// its own: two brokers' logins at once, the second returns after ~60 s,
+// the Nth after N×30 s.
+func TestConcurrentLoginsAgainstAStuckContainerEndpointReturnWithinThirtySeconds(t *testing.T) {
+	noAWSEnv(t)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.URL+"/v1/credentials")
+	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "pod-token")
+	m, err := Config{Mechanism: AWSMSKIAM}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const logins = 2
+	type result struct {
+		took time.Duration
+		err  error
+	}
+	done := make(chan result, logins)
+	for range logins {
+		go func() {
+			start := time.Now()
+			_, _, err := m.Authenticate(context.Background(), mskBroker)
+			done <- result{time.Since(start), err}
+		}()
+	}
+	deadline := time.After(40 * time.Second)
+	for i := range logins {
+		select {
+		case r := <-done:
+			t.Logf("login returned after %v: %v", r.took.Round(time.Second), r.err)
+		case <-deadline:
+			mu.Lock()
+			n := calls
+			mu.Unlock()
+			t.Fatalf("%d of %d concurrent logins still waiting after 40 s (the endpoint was asked %d times): a login hangs beyond ~30 s", logins-i, logins, n)
+		}
+	}
+}
