@@ -449,3 +449,38 @@ func TestConcurrentLoginsAgainstAStuckContainerEndpointReturnWithinThirtySeconds
 		}
 	}
 }
+
+// adversary 50: aws-sdk-go-v2 (config/resolve_credentials.go, isAllowedHost)
+// takes an http:// host that net.ParseIP reads as loopback or one of the
+// three container addresses, else resolves it and checks every address
+// with net.ParseIP. A host with an IPv6 zone is none of these (net.ParseIP
+// gives nil for it, and net.LookupHost returns the literal as it is): the
+// SDK refuses it ("invalid endpoint host … only loopback/ecs/eks hosts are
+// allowed"). containerHTTPHost parses with netip and compares a.Unmap(),
+// which drops the zone of an IPv4-mapped address: it takes what the SDK
+// refuses. The IPv4-mapped form without a zone the SDK takes (net.IP.Equal).
+func TestAContainerEndpointIsTakenOverHTTPOnlyWhereTheAWSSDKTakesIt(t *testing.T) {
+	for _, tc := range []struct {
+		full string
+		ok   bool // what aws-sdk-go-v2's isAllowedHost says
+	}{
+		{"http://[::ffff:169.254.170.23]/v1/credentials", true},
+		{"http://[::ffff:169.254.170.2]/v2/credentials/x", true},
+		{"http://[::ffff:169.254.170.23%25eth0]/v1/credentials", false},
+		{"http://[::ffff:169.254.170.2%25eth0]/v2/credentials/x", false},
+		{"http://[fd00:ec2::23%25eth0]/v1/credentials", false},
+		{"http://[::1%25lo]:2773/creds", false},
+	} {
+		t.Run(tc.full, func(t *testing.T) {
+			noAWSEnv(t)
+			t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", tc.full)
+			_, err := Config{Mechanism: AWSMSKIAM}.Build()
+			if tc.ok && err != nil {
+				t.Errorf("Build: %v; the AWS SDK takes it", err)
+			}
+			if !tc.ok && err == nil {
+				t.Errorf("Build accepted %s silently; the AWS SDK refuses it (net.ParseIP reads no address in a host with a zone: invalid endpoint host, only loopback/ecs/eks hosts are allowed)", tc.full)
+			}
+		})
+	}
+}
