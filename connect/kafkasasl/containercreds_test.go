@@ -484,3 +484,76 @@ func TestAContainerEndpointIsTakenOverHTTPOnlyWhereTheAWSSDKTakesIt(t *testing.T
 		})
 	}
 }
+
+// adversary 50: the token file rotated after start-up to hold a line break
+// (a header of the writer's choosing), or deleted, fails the login with
+// an error naming the variable and never quoting the token; the agent
+// never sees the injected header. An answer over 1 MiB, malformed JSON
+// or a malformed Expiration is an error that quotes no secret.
+func TestARotatedTokenFileWithALineBreakOrRemovedFailsTheLoginWithoutQuotingIt(t *testing.T) {
+	noAWSEnv(t)
+	var mu sync.Mutex
+	var injected []string
+	agent := &fakeAgent{token: "pod-jwt-one"} // no Expiration: fetched at each login
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := r.Header.Get("X-Injected"); v != "" {
+			mu.Lock()
+			injected = append(injected, v)
+			mu.Unlock()
+		}
+		agent.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenFile, "pod-jwt-one\n")
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.URL+"/v1/credentials")
+	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", tokenFile)
+	m, err := Config{Mechanism: AWSMSKIAM}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	login(t, m, mskBroker, mskHost, agent)
+	for _, content := range []string{"pod-s3cret\nX-Injected: 1\n", "pod-s3cret\rX-Injected: 2", "pod-s3cret\r\nX-Injected: 3\r\n\r\n"} {
+		writeFile(t, tokenFile, content)
+		start := time.Now()
+		_, _, err := m.Authenticate(context.Background(), mskBroker)
+		if err == nil || !strings.Contains(err.Error(), "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE") || strings.Contains(err.Error(), "s3cret") || time.Since(start) > 5*time.Second {
+			t.Errorf("token file rotated to %q: %v (after %v)", content, err, time.Since(start))
+		}
+	}
+	if err := os.Remove(tokenFile); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Authenticate(context.Background(), mskBroker); err == nil || !strings.Contains(err.Error(), "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE") {
+		t.Errorf("token file removed: %v", err)
+	}
+	mu.Lock()
+	if len(injected) > 0 {
+		t.Errorf("a header from the token file reached the agent: %q", injected)
+	}
+	mu.Unlock()
+
+	for name, body := range map[string]string{
+		"huge":                 `{"AccessKeyId":"ASIAX","SecretAccessKey":"sec-s3cret","Token":"` + strings.Repeat("t", 2<<20) + `"}`,
+		"malformed":            `{"AccessKeyId":"ASIAX","SecretAccessKey":"sec-s3cret",`,
+		"malformed expiration": `{"AccessKeyId":"ASIAX","SecretAccessKey":"sec-s3cret","Token":"tok-s3cret","Expiration":"tomorrow"}`,
+		"expiration a number":  `{"AccessKeyId":"ASIAX","SecretAccessKey":"sec-s3cret","Token":"tok-s3cret","Expiration":12}`,
+		"secret a number":      `{"AccessKeyId":"ASIAX","SecretAccessKey":12345678,"Token":"tok-s3cret"}`,
+	} {
+		bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, body) }))
+		t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", bad.URL)
+		t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "")
+		t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "pod-s3cret")
+		m, err := Config{Mechanism: AWSMSKIAM}.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = m.Authenticate(context.Background(), mskBroker)
+		if err == nil || strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "12345678") || len(err.Error()) > 2000 {
+			t.Errorf("%s answer: %.300v", name, err)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+		bad.Close()
+	}
+}
