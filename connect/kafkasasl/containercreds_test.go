@@ -557,3 +557,24 @@ func TestARotatedTokenFileWithALineBreakOrRemovedFailsTheLoginWithoutQuotingIt(t
 		bad.Close()
 	}
 }
+
+// adversary 50: aws-sdk-go-v2's resolveLocalHTTPCredProvider refuses a
+// FULL_URI whose parsed.Hostname() is empty ("unable to parse host from
+// local HTTP cred provider URL"), https:// or not. containerEndpoint
+// checks u.Host, which for "https://:443/…" is ":443": it takes a URL
+// with no host at all, which Go's dialer turns into this machine's port.
+func TestAContainerEndpointWithNoHostIsRefusedAtStartUpAsTheAWSSDKRefusesIt(t *testing.T) {
+	for _, full := range []string{
+		"https://:443/v1/credentials",
+		"https://:8443",
+		"https://user:pw@:443/v1/credentials",
+	} {
+		t.Run(full, func(t *testing.T) {
+			noAWSEnv(t)
+			t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", full)
+			if _, err := (Config{Mechanism: AWSMSKIAM}).Build(); err == nil || !strings.Contains(err.Error(), "AWS_CONTAINER_CREDENTIALS_FULL_URI") {
+				t.Errorf("Build: %v; want a start-up error naming AWS_CONTAINER_CREDENTIALS_FULL_URI: the URL has no host (the AWS SDK: unable to parse host from local HTTP cred provider URL)", err)
+			}
+		})
+	}
+}
