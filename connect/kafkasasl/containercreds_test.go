@@ -578,3 +578,30 @@ func TestAContainerEndpointWithNoHostIsRefusedAtStartUpAsTheAWSSDKRefusesIt(t *t
 		})
 	}
 }
+
+// adversary 50: aws-sdk-go-v2's chain (config/resolve_credentials.go,
+// resolveCredentialChain) takes a web identity only when
+// AWS_WEB_IDENTITY_TOKEN_FILE is set; AWS_ROLE_ARN alone in the
+// environment is not read there, and the chain goes on to the container
+// endpoint. A Pod Identity pod that still carries AWS_ROLE_ARN (left over
+// from an IRSA migration in a chart's env, or the application's own
+// setting) logs in with the SDKs; dedup refuses to start ("set both
+// AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE").
+func TestAPodIdentityPodWithOnlyAWSRoleARNUsesTheAgentAsTheAWSSDKDoes(t *testing.T) {
+	noAWSEnv(t)
+	agent := &fakeAgent{token: "pod-jwt", lifetime: time.Hour}
+	srv := httptest.NewServer(agent)
+	defer srv.Close()
+	tokenFile := filepath.Join(t.TempDir(), "eks-pod-identity-token")
+	writeFile(t, tokenFile, "pod-jwt\n")
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.URL+"/v1/credentials")
+	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", tokenFile)
+	t.Setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/dedup")
+	m, err := Config{Mechanism: AWSMSKIAM}.Build()
+	if err != nil {
+		t.Fatalf("Build: %v; the AWS SDK ignores AWS_ROLE_ARN without AWS_WEB_IDENTITY_TOKEN_FILE and takes the Pod Identity agent's credentials", err)
+	}
+	if l := login(t, m, mskBroker, mskHost, agent); l.AccessKey != "ASIAPOD1" {
+		t.Errorf("login: key %s, want the agent's ASIAPOD1", l.AccessKey)
+	}
+}
