@@ -605,3 +605,37 @@ func TestAPodIdentityPodWithOnlyAWSRoleARNUsesTheAgentAsTheAWSSDKDoes(t *testing
 		t.Errorf("login: key %s, want the agent's ASIAPOD1", l.AccessKey)
 	}
 }
+
+// adversary 50: a password in the endpoint's URL (userinfo) is in neither
+// Identity(), a start-up error nor a login error.
+func TestAPasswordInTheContainerEndpointURLIsInNoIdentityNorError(t *testing.T) {
+	for _, full := range []string{
+		"https://user:pw-s3cret@127.0.0.1:1/v1/credentials",
+		"http://user:pw-s3cret@169.254.170.23:1/v1/credentials",
+		"http://user:pw-s3cret@creds.example.com/v1/credentials",
+		"http://user:pw-s3cret@[::1/v1/credentials",
+		"ftp://user:pw-s3cret@host/",
+		"https://user:pw-s3cret@evil.example.com\\@169.254.170.23/",
+	} {
+		t.Run(full, func(t *testing.T) {
+			noAWSEnv(t)
+			t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", full)
+			c := Config{Mechanism: AWSMSKIAM}
+			if id := c.Identity(); strings.Contains(id, "s3cret") {
+				t.Errorf("Identity: %s", id)
+			}
+			m, err := c.Build()
+			if err != nil {
+				if strings.Contains(err.Error(), "s3cret") {
+					t.Errorf("Build: %v", err)
+				}
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			if _, _, err := m.Authenticate(ctx, mskBroker); err == nil || strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("login: %v", err)
+			}
+		})
+	}
+}
