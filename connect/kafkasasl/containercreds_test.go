@@ -639,3 +639,28 @@ func TestAPasswordInTheContainerEndpointURLIsInNoIdentityNorError(t *testing.T) 
 		})
 	}
 }
+
+// adversary 50: ECS's relative URI, /v2/credentials/<credentials ID>, is
+// the task role's capability: the ECS agent at 169.254.170.2 answers the
+// role's credentials to whoever GETs that path (no token with
+// AWS_CONTAINER_CREDENTIALS_RELATIVE_URI; the ID is what an SSRF needs,
+// flaws2.cloud level 3). Identity(), which goes into every SASL refusal
+// logged, and each login error quote it in full.
+func TestTheECSCredentialsIDIsInNoIdentityNorLoginError(t *testing.T) {
+	noAWSEnv(t)
+	const id = "5f9c2b1e-7d4a-4c3e-9b8f-0a1d2e3f4a5b"
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/"+id)
+	c := Config{Mechanism: AWSMSKIAM}
+	if got := c.Identity(); strings.Contains(got, id) {
+		t.Errorf("Identity quotes the ECS credentials ID: %s", got)
+	}
+	m, err := c.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, _, err := m.Authenticate(ctx, mskBroker); err != nil && strings.Contains(err.Error(), id) {
+		t.Errorf("a login error quotes the ECS credentials ID: %v", err)
+	}
+}
