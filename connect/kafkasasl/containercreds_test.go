@@ -664,3 +664,39 @@ func TestTheECSCredentialsIDIsInNoIdentityNorLoginError(t *testing.T) {
 		t.Errorf("a login error quotes the ECS credentials ID: %v", err)
 	}
 }
+
+// adversary 50: an endless 429/5xx storm: three tries, a login fails in
+// about a second, the error quotes neither token nor secret; credentials
+// still valid are kept through it.
+func TestA5xxStormFailsALoginQuicklyAndKeepsValidCredentials(t *testing.T) {
+	noAWSEnv(t)
+	agent := &fakeAgent{token: "pod-s3cret", lifetime: 4 * time.Minute}
+	srv := httptest.NewServer(agent)
+	defer srv.Close()
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.URL+"/v1/credentials")
+	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "pod-s3cret")
+	m, err := Config{Mechanism: AWSMSKIAM}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	login(t, m, mskBroker, mskHost, agent) // held, inside the renewal window
+	storm := make([]int, 0, 100)
+	for i := range 100 {
+		storm = append(storm, []int{http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusInternalServerError}[i%3])
+	}
+	agent.set(func(a *fakeAgent) { a.fail = append([]int(nil), storm...) })
+	start := time.Now()
+	if l := login(t, m, mskBroker, mskHost, agent); l.AccessKey != "ASIAPOD1" || time.Since(start) > 5*time.Second {
+		t.Errorf("a storm with valid credentials held: key %s after %v", l.AccessKey, time.Since(start))
+	}
+	m2, err := Config{Mechanism: AWSMSKIAM}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	_, _, err = m2.Authenticate(context.Background(), mskBroker)
+	if err == nil || strings.Contains(err.Error(), "s3cret") || time.Since(start) > 5*time.Second {
+		t.Errorf("a storm with nothing held: %v after %v", err, time.Since(start))
+	}
+	t.Logf("%v after %v", err, time.Since(start).Round(time.Millisecond))
+}
