@@ -62,7 +62,7 @@ func (c Config) awsIdentity(getenv func(string) string) string {
 		return fmt.Sprintf("AWS role %q (AWS_ROLE_ARN, web identity)", getenv("AWS_ROLE_ARN"))
 	case awsContainer:
 		if ep, from, err := containerEndpoint(getenv); err == nil {
-			return fmt.Sprintf("the AWS container credentials endpoint %s (%s)", redacted(ep), from)
+			return fmt.Sprintf("the AWS container credentials endpoint %s (%s)", containerShown(ep, from), from)
 		}
 		return "the AWS container credentials endpoint (" + containerFullURI + ", " + containerRelativeURI + ")"
 	}
@@ -253,6 +253,11 @@ func (c Config) awsFiles() (func(context.Context) (mskiam.Auth, error), error) {
 // set. See stsWebIdentity for the endpoint and the renewal.
 func webIdentity(getenv func(string) string) (func(context.Context) (mskiam.Auth, error), error) {
 	role, path := getenv("AWS_ROLE_ARN"), getenv("AWS_WEB_IDENTITY_TOKEN_FILE")
+	if role != "" && path == "" && containerSet(getenv) {
+		// The AWS SDKs would pass over AWS_ROLE_ARN to the container
+		// endpoint; dedup takes no source half set.
+		return nil, errors.New("kafka.sasl.mechanism AWS_MSK_IAM: AWS_ROLE_ARN is set without AWS_WEB_IDENTITY_TOKEN_FILE, beside the container credentials endpoint (EKS Pod Identity, ECS): unset AWS_ROLE_ARN to use the endpoint (the AWS SDKs would, passing over it), or set AWS_WEB_IDENTITY_TOKEN_FILE for the role")
+	}
 	if role == "" || path == "" {
 		return nil, errors.New("kafka.sasl.mechanism AWS_MSK_IAM: set both AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE in the environment, or neither")
 	}

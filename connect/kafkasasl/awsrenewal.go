@@ -8,38 +8,65 @@ import (
 	mskiam "github.com/twmb/franz-go/pkg/sasl/aws"
 )
 
+// renewalTimeout bounds one renewal, its tries included.
+var renewalTimeout = 30 * time.Second
+
 // awsRenewal holds temporary AWS credentials, renewed by fetch when they
-// are within five minutes of expiry. A renewal that fails while the held
-// credentials are still valid keeps them: an STS hiccup does not fail
-// logins.
+// are within five minutes of expiry. Concurrent logins share one renewal
+// (the AWS SDKs' credentials cache does the same), each waiting for it
+// until its own context ends; the renewal is bounded by renewalTimeout,
+// not by a login's context. A renewal that fails while the held
+// credentials are still valid keeps them: an STS or agent hiccup does not
+// fail logins.
 type awsRenewal struct {
 	// fetch returns new credentials, when they expire, and on an error
 	// whether to try again.
 	fetch func(context.Context) (creds mskiam.Auth, expires time.Time, retry bool, err error)
 
-	mu      sync.Mutex // held across a renewal: concurrent logins wait for it
-	creds   mskiam.Auth
-	expires time.Time
+	mu       sync.Mutex
+	creds    mskiam.Auth
+	expires  time.Time
+	renewing chan struct{} // closed when the renewal in progress ends; nil when none
+	err      error         // the last renewal's error
 }
 
 func (s *awsRenewal) get(ctx context.Context) (mskiam.Auth, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if time.Until(s.expires) > 5*time.Minute {
+		defer s.mu.Unlock()
 		return s.creds, nil
 	}
-	// franz-go calls with its client's context, which has no deadline.
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if s.renewing == nil {
+		s.renewing = make(chan struct{})
+		go s.renew(s.renewing)
+	}
+	done := s.renewing
+	s.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return mskiam.Auth{}, ctx.Err()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil && !time.Now().Before(s.expires) {
+		return mskiam.Auth{}, s.err
+	}
+	return s.creds, nil
+}
+
+// renew fetches, with three tries, as the AWS SDKs, of what fetch says
+// to retry (STS's 5xx, IDPCommunicationError and InvalidIdentityToken,
+// which can pass while STS fetches the provider's keys; an agent's 5xx),
+// and closes done.
+func (s *awsRenewal) renew(done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), renewalTimeout)
 	defer cancel()
 	var (
 		creds   mskiam.Auth
 		expires time.Time
 		err     error
 	)
-	// Three tries, as the AWS SDKs, of what they retry: STS's 5xx,
-	// IDPCommunicationError (the identity provider did not answer STS)
-	// and InvalidIdentityToken (which can pass while STS fetches the
-	// provider's keys).
 	for try := 1; ; try++ {
 		var retry bool
 		creds, expires, retry, err = s.fetch(ctx)
@@ -47,12 +74,12 @@ func (s *awsRenewal) get(ctx context.Context) (mskiam.Auth, error) {
 			break
 		}
 	}
-	if err != nil {
-		if time.Now().Before(s.expires) {
-			return s.creds, nil
-		}
-		return mskiam.Auth{}, err
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		s.creds, s.expires = creds, expires
 	}
-	s.creds, s.expires = creds, expires
-	return creds, nil
+	s.err = err
+	s.renewing = nil
+	close(done)
 }

@@ -69,14 +69,29 @@ func containerEndpoint(getenv func(string) string) (endpoint, from string, err e
 	}
 	u, err := url.Parse(full)
 	switch {
-	case err != nil || u.Host == "" || u.Scheme != "https" && u.Scheme != "http":
+	case err != nil || u.Hostname() == "" || u.Scheme != "https" && u.Scheme != "http":
 		// Not quoted: a value that is no URL may carry a password
 		// where url.URL.Redacted cannot find it.
 		return "", "", fmt.Errorf("%s is not an http(s) URL, http://169.254.170.23/v1/credentials or https://HOST[:PORT][/PATH] (its value is not repeated here: it may hold a password)", containerFullURI)
 	case u.Scheme == "http" && !containerHTTPHost(u.Hostname()):
 		return "", "", fmt.Errorf("%s: http:// to %s would send the container authorization token without TLS: the AWS SDKs take http:// only to this machine, ECS's 169.254.170.2 and EKS Pod Identity's 169.254.170.23 or fd00:ec2::23; use https://", containerFullURI, u.Hostname())
 	}
-	return full, containerFullURI, nil
+	return u.String(), containerFullURI, nil // the scheme in lower case
+}
+
+// containerShown is endpoint as errors and Identity show it: no password,
+// no query, and for ECS's relative URI no path (its credentials ID is
+// what fetches the task role's credentials, no token asked).
+func containerShown(endpoint, from string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "the container credentials endpoint"
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	if from == containerRelativeURI {
+		u.Path, u.RawPath = "", ""
+	}
+	return u.String()
 }
 
 // containerHTTPHost: a host the token may reach over http://, as an
@@ -87,7 +102,7 @@ func containerHTTPHost(host string) bool {
 		return true
 	}
 	a, err := netip.ParseAddr(host)
-	if err != nil {
+	if err != nil || a.Zone() != "" { // a zone: not the address itself (the AWS SDKs refuse it)
 		return false
 	}
 	for _, h := range containerHosts {
@@ -150,7 +165,7 @@ func containerCredentials(getenv func(string) string) (func(context.Context) (ms
 		return nil, fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: %w", err)
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
-	if strings.HasPrefix(endpoint, "http:") {
+	if u, err := url.Parse(endpoint); err != nil || u.Scheme != "https" {
 		// Go's proxy rule would send a link-local address's request
 		// through HTTP_PROXY, token and all, in clear text.
 		transport.Proxy = nil
@@ -159,14 +174,14 @@ func containerCredentials(getenv func(string) string) (func(context.Context) (ms
 		Transport: transport,
 		Timeout:   30 * time.Second,
 		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
-			return fmt.Errorf("the endpoint answered a redirect to %s: not followed (the token goes to %s only)", req.URL.Redacted(), redacted(endpoint))
+			return fmt.Errorf("the endpoint answered a redirect to %s: not followed (the token goes to %s only)", containerShown(req.URL.String(), ""), containerShown(endpoint, from))
 		},
 	}}
 	r := &awsRenewal{fetch: c.fetch}
 	return func(ctx context.Context) (mskiam.Auth, error) {
 		a, err := r.get(ctx)
 		if err != nil {
-			return mskiam.Auth{}, fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: getting credentials from the container credentials endpoint %s (%s): %w", redacted(endpoint), from, err)
+			return mskiam.Auth{}, fmt.Errorf("kafka.sasl.mechanism AWS_MSK_IAM: getting credentials from the container credentials endpoint %s (%s): %w", containerShown(endpoint, from), from, err)
 		}
 		return a, nil
 	}, nil
