@@ -341,10 +341,17 @@ func TestAStopWhileALagMeasureIsSlowStillCommitsWhatStarted(t *testing.T) {
 	waitsOnTimers(t)
 	e := newTestEnv(t, 1, envOpt{})
 	var armed, held atomic.Bool
+	slept := make(chan struct{}) // ends the held answer when the test does
+	defer close(slept)
 	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		e.cluster.KeepControl()
 		if armed.Load() && !held.Swap(true) {
-			e.cluster.SleepControl(func() { time.Sleep(2 * time.Second) })
+			e.cluster.SleepControl(func() {
+				select {
+				case <-time.After(2 * time.Second):
+				case <-slept:
+				}
+			})
 		}
 		return nil, nil, false
 	})
@@ -391,4 +398,11 @@ func TestAStopWhileATickerCommitIsHeldReturnsWithinTheSmallestDrainTimeout(t *te
 		t.Errorf("Run: %v", err)
 	}
 	release()
+	t0 := time.Now()
+	select {
+	case <-rn.r.closed:
+		t.Logf("client closed %v after the release", time.Since(t0))
+	case <-time.After(60 * time.Second):
+		t.Errorf("the router's client not closed 60s after the release")
+	}
 }
