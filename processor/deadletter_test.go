@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
@@ -350,4 +353,101 @@ func TestAReducedDeadLetterCarriesItsSourceRecordAsFetched(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Adversary 50 (b/c): a router stopped while a dead letter's Produce is
+// held by the broker returns within drain_timeout (the smallest Validate
+// accepts), and commits nothing past the record whose dead letter was not
+// acknowledged. The dead letter is written from the poll loop (prepare),
+// under the poll's context: the stop cancels it, but a Produce already
+// sent is the client's request, not the record's, and ProduceSync waits
+// for its answer. Before offset 1 (a valid event, started) the record at
+// offset 0 must be dead-lettered; the Produce to the dead-letter topic is
+// held for 60 s (released at the end).
+func TestAStopWhileADeadLetterIsProducedReturnsWithinTheSmallestDrainTimeout(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce sync.Once
+	release := func() { holdOnce.Do(func() { close(hold) }) }
+	defer release()
+	var armed, held atomic.Bool
+	e.cluster.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		// Produce names topics by ID from v13 on: every Produce once
+		// armed (after the test's own) is the router's dead letter.
+		if armed.Load() && !held.Swap(true) {
+			e.cluster.SleepControl(func() {
+				select {
+				case <-hold:
+				case <-time.After(60 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	e.produceRaw(0, []byte("not json"))
+	e.produce(0, "a", "v")
+	armed.Store(true)
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, held.Load, func() string { return "the dead letter's Produce never reached the broker" })
+	time.Sleep(50 * time.Millisecond)
+	err := rn.stop()
+	if rn.took > cfg.DrainTimeout+2*time.Second {
+		t.Errorf("Run returned %v after a stop while a dead letter's Produce was held; want within drain_timeout (%v) + 2s", rn.took, cfg.DrainTimeout)
+	}
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if c := e.committed()[0]; c > 0 && len(e.dlq.recorded()) == 0 {
+		t.Errorf("committed %d with no dead letter recorded for offset 0", c)
+	}
+	release()
+}
+
+// Adversary 50 (c, worker side): a router stopped while a start pool
+// worker writes the dead letter of a start Temporal refused for good
+// (temporal_permanent), its Produce held by the broker, returns within
+// drain_timeout (the smallest Validate accepts). The worker's put runs
+// under the record's partition context, which the drain cancels; but a
+// Produce already sent is the client's request and ProduceSync waits for
+// it, and stopStarts waits for every worker before the final commit.
+func TestAStopWhileAWorkerWritesADeadLetterReturnsWithinTheSmallestDrainTimeout(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce sync.Once
+	release := func() { holdOnce.Do(func() { close(hold) }) }
+	defer release()
+	var armed, held atomic.Bool
+	e.cluster.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if armed.Load() && !held.Swap(true) { // Produce v13 names topics by ID: every Produce once armed is the router's
+			e.cluster.SleepControl(func() {
+				select {
+				case <-hold:
+				case <-time.After(60 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	e.starter.failPermanent(wid("p"))
+	e.produce(0, "p", "v")
+	armed.Store(true)
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, held.Load, func() string { return "the dead letter's Produce never reached the broker" })
+	time.Sleep(50 * time.Millisecond)
+	err := rn.stop()
+	if rn.took > cfg.DrainTimeout+2*time.Second {
+		t.Errorf("Run returned %v after a stop while a worker's dead letter Produce was held; want within drain_timeout (%v) + 2s", rn.took, cfg.DrainTimeout)
+	}
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	release()
 }

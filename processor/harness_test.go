@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
 	"github.com/dedupio/dedup/processor/decide"
@@ -486,4 +487,43 @@ func (e *testEnv) pollOfCWaitsAndPartitionOneMoves(rn *runner, v string) (offC i
 func waitsOnTimers(t *testing.T) {
 	t.Helper()
 	t.Parallel()
+}
+
+// slowCoordinatorFrom makes the group coordinator answer OffsetFetch and
+// OffsetCommit in shutdownCoordinatorRTT each once slow is set (as
+// TestShutdownAtTheSmallestDrainTimeoutCommitsThroughASlowCoordinator).
+func (e *testEnv) slowCoordinatorFrom(slow *atomic.Bool) {
+	for _, key := range []int16{kmsg.OffsetFetch.Int16(), kmsg.OffsetCommit.Int16()} {
+		e.cluster.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
+			e.cluster.KeepControl()
+			if slow.Load() {
+				e.cluster.SleepControl(func() { time.Sleep(shutdownCoordinatorRTT) })
+			}
+			return nil, nil, false
+		})
+	}
+}
+
+// holdKeyOnce holds the first request of key sent once armed, for 60 s or
+// until release; held reports whether one was.
+func (e *testEnv) holdKeyOnce(key int16) (arm func(), held *atomic.Bool, release func()) {
+	hold := make(chan struct{})
+	var holdOnce sync.Once
+	release = func() { holdOnce.Do(func() { close(hold) }) }
+	e.t.Cleanup(release)
+	var armed atomic.Bool
+	held = &atomic.Bool{}
+	e.cluster.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if armed.Load() && !held.Swap(true) {
+			e.cluster.SleepControl(func() {
+				select {
+				case <-hold:
+				case <-time.After(60 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	return func() { armed.Store(true) }, held, release
 }

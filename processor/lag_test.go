@@ -3,12 +3,14 @@ package processor
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Records that retention deleted before the group read them are counted
@@ -75,5 +77,53 @@ func TestRetentionGapIsCountedAndLagFollowsThePartition(t *testing.T) {
 		})
 	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Adversary 50 (b, lag): a router stopped while its lag measure's
+// ListOffsets is answered slowly (one answer takes 2 s: a loaded broker)
+// still commits, when Run returns, what it started before the stop. The
+// lag measure's ListOffsets and the final commit's OffsetFetch and
+// OffsetCommit share franz-go's normal connection to the broker (kgo
+// broker.loadConnection: "list offsets stays on cxnNormal"), whose answers
+// come in order: the shutdown cancels the measure, but the request is
+// sent, and the final commit's requests wait behind it. Before v1.22.3
+// the commit waited and landed late; now its deadline cuts it, and the
+// next owner re-drives a.
+func TestAStopWhileALagMeasureIsSlowStillCommitsWhatStarted(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	var armed, held atomic.Bool
+	slept := make(chan struct{}) // ends the held answer when the test does
+	defer close(slept)
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if armed.Load() && !held.Swap(true) {
+			e.cluster.SleepControl(func() {
+				select {
+				case <-time.After(2 * time.Second):
+				case <-slept:
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // the final commit is the only one
+	e.produce(0, "a", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("a")) == stateStarted }, func() string { return "a not marked" })
+	armed.Store(true)
+	eventually(t, 10*time.Second, held.Load, func() string { return "no lag measure's ListOffsets reached the broker" })
+	err := rn.stop()
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != 1 {
+		t.Errorf("committed %d when Run returned (after %v), want 1: a was started and marked before the stop", c, rn.took)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // logLines keeps the router's log lines at Warn and above.
@@ -177,5 +178,145 @@ func TestAStopDuringARevokeThatWaitsForAHeldStartReturnsInTime(t *testing.T) {
 	}
 	for _, l := range logs.all() {
 		t.Logf("log: %s", l)
+	}
+}
+
+// Adversary 50 (a/revoke, then stop): a router stopped while a
+// rebalance's revoke commits through a coordinator that does not answer
+// the OffsetCommit still returns within drain_timeout (the smallest
+// Validate accepts). Run says shutdown takes at most drain_timeout
+// "whatever the group is doing"; but the revoke's commit is sent under the
+// client's context (no deadline: franz-go v1.22.3 has nothing to cut), and
+// the poll loop, stopped, still waits in PollRecords for the revoke
+// callback to return (BlockRebalanceOnPoll: kgo's waitAndAddPoller does
+// not look at the poll's context), so the drain, the final commit and its
+// deadline are never reached. The OffsetCommit is held for 60 s (released
+// at the end).
+func TestShutdownWhileARevokeCommitsThroughAHungCoordinatorIsBoundedByTheDrainTimeout(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce sync.Once
+	release := func() { holdOnce.Do(func() { close(hold) }) }
+	defer release()
+	var armed, held atomic.Bool
+	e.cluster.ControlKey(kmsg.OffsetCommit.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if armed.Load() && !held.Swap(true) {
+			e.cluster.SleepControl(func() {
+				select {
+				case <-hold:
+				case <-time.After(60 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // only the revoke and the final commit commit
+	e.produce(0, "a", "v")
+	e.produce(1, "b", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("a")) == stateStarted && e.led.state(wid("b")) == stateStarted
+	}, func() string { return "a and b not marked" })
+	armed.Store(true)
+	other := e.otherMember()
+	defer other.Close()
+	eventually(t, 10*time.Second, held.Load, func() string { return "no revoke's OffsetCommit reached the coordinator" })
+	err := rn.stop()
+	if rn.took > cfg.DrainTimeout+2*time.Second {
+		t.Errorf("Run returned %v after cancel while a revoke's commit was held; want within drain_timeout (%v) + 2s", rn.took, cfg.DrainTimeout)
+	}
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	release()
+}
+
+// Adversary 50 (config): Validate accepts a revoke_timeout (10 s, the
+// default) far above the smallest drain_timeout (1 s), and a router
+// stopped while a rebalance's revoke waits revoke_timeout for a held start
+// returns only when that wait ends: the stopped poll loop waits in
+// PollRecords for the revoke callback (BlockRebalanceOnPoll), so the
+// drain's bound is never applied. Either the stop must cut the revoke's
+// wait, or such a config must be refused. (The existing
+// TestAStopDuringARevokeThatWaitsForAHeldStartReturnsInTime uses a
+// revoke_timeout below drain_timeout, and so cannot see this.)
+func TestAStopDuringARevokeWithTheDefaultRevokeTimeoutReturnsWithinTheSmallestDrainTimeout(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.RevokeTimeout = DefaultConfig().RevokeTimeout
+	cfg.DrainTimeout = minDrainTimeout
+	if err := cfg.Validate(); err != nil {
+		return // refused: the attack does not apply
+	}
+	release0 := e.starter.block(wid("x0"))
+	release1 := e.starter.block(wid("x1"))
+	defer release0()
+	defer release1()
+	e.produce(0, "x0", "v")
+	e.produce(1, "x1", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(wid("x0")) == 1 && e.starter.heldCount(wid("x1")) == 1 },
+		func() string { return "x0 and x1 not held in Temporal" })
+	other := e.otherMember()
+	defer other.Close()
+	revoking := func() bool {
+		rn.r.commits.mu.Lock()
+		defer rn.r.commits.mu.Unlock()
+		for _, p := range rn.r.commits.parts {
+			if p.revoking {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, 10*time.Second, revoking, func() string { return "no partition began its revoke" })
+	err := rn.stop()
+	if rn.took > cfg.DrainTimeout+2*time.Second {
+		t.Errorf("Run returned %v after a stop during a revoke (revoke_timeout %v, accepted with drain_timeout %v); want within drain_timeout + 2s",
+			rn.took, cfg.RevokeTimeout, cfg.DrainTimeout)
+	}
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// Adversary 50 (a, holds): at the smallest drain_timeout Validate
+// accepts, a rebalance (not a shutdown) that revokes a partition whose
+// record finished commits it through a coordinator answering OffsetFetch
+// and OffsetCommit in 200 ms each: the revoke's commit runs under the
+// client's context, not under the shutdown's share, so franz-go v1.22.3
+// cuts nothing, and the new owner does not re-drive the record.
+func TestARevokeAtTheSmallestDrainTimeoutCommitsThroughASlowCoordinator(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // only the revoke commits
+	var slow atomic.Bool
+	e.slowCoordinatorFrom(&slow)
+	e.produce(0, "a", "v")
+	e.produce(1, "b", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("a")) == stateStarted && e.led.state(wid("b")) == stateStarted
+	}, func() string { return "a and b not marked" })
+	slow.Store(true)
+	other := e.otherMember()
+	defer other.Close()
+	eventually(t, 10*time.Second, func() bool { return len(rn.owned()) == 1 }, func() string {
+		return fmt.Sprintf("r1 owns %v: want one partition moved to the other member", rn.owned())
+	})
+	slow.Store(false)
+	moved := int32(0)
+	if rn.owned()[0] {
+		moved = 1
+	}
+	if c := e.committed()[moved]; c != 1 {
+		t.Errorf("partition %d revoked with its record started and marked: committed %d, want 1", moved, c)
 	}
 }

@@ -100,3 +100,76 @@ func TestShutdownAtTheSmallestDrainTimeoutCommitsThroughASlowCoordinator(t *test
 		t.Errorf("committed %d after shutdown, want 2 (a and b were started and marked before the stop)", c)
 	}
 }
+
+// Adversary 50 (a/shutdown): at the smallest drain_timeout Validate
+// accepts, with the coordinator as slow as in the change's own test, a
+// router whose drain is used up by one start that never answers still
+// commits what finished before the stop: a (offset 0) was started and
+// marked, b (offset 1) hangs in Temporal. The final commit's share is
+// said to be a quarter of drain_timeout; it must hold the two 200 ms
+// round trips whether or not the drain used its part.
+func TestShutdownAtTheSmallestDrainTimeoutCommitsTheFinishedPrefixWhenTheDrainRunsOut(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // the final commit is the only one
+	var stopping atomic.Bool
+	e.slowCoordinatorFrom(&stopping)
+	release := e.starter.block(wid("b"))
+	defer release()
+	e.produce(0, "a", "v")
+	e.produce(0, "b", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("a")) == stateStarted && e.starter.heldCount(wid("b")) > 0
+	}, func() string { return "a not marked, or b's start not held" })
+	stopping.Store(true)
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	// What the group holds when Run returns is what a process that exits
+	// then (internal/app returns from Run, and main exits) leaves behind:
+	// the leave's revoke, which Run stops waiting for at drain_timeout,
+	// may commit later in the background, but not in a process that has
+	// exited.
+	stopping.Store(false)
+	if c := e.committed()[0]; c != 1 {
+		t.Errorf("committed %d when Run returned (after %v), want 1: a was started and marked before the stop; only b, held in its start, is left for the next owner", c, rn.took)
+	}
+}
+
+// Adversary 50 (a, ticker): a router stopped while its ticker's commit
+// waits for an OffsetCommit the coordinator holds returns within
+// drain_timeout (the smallest Validate accepts): the ticker's commit runs
+// under the committer loop's context, which the shutdown cancels before
+// loops.Wait, and holds commitMu, which the final commit needs.
+func TestAStopWhileATickerCommitIsHeldReturnsWithinTheSmallestDrainTimeout(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	arm, held, release := e.holdKeyOnce(kmsg.OffsetCommit.Int16())
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	e.produce(0, "a", "v")
+	arm()
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, held.Load, func() string { return "no OffsetCommit held" })
+	err := rn.stop()
+	if rn.took > cfg.DrainTimeout+2*time.Second {
+		t.Errorf("Run returned %v after a stop while a ticker commit was held; want within drain_timeout (%v) + 2s", rn.took, cfg.DrainTimeout)
+	}
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	release()
+	t0 := time.Now()
+	select {
+	case <-rn.r.closed:
+		t.Logf("client closed %v after the release", time.Since(t0))
+	case <-time.After(60 * time.Second):
+		t.Errorf("the router's client not closed 60s after the release")
+	}
+}
