@@ -233,6 +233,13 @@ func TestShutdownWhileARevokeCommitsThroughAHungCoordinatorIsBoundedByTheDrainTi
 		t.Errorf("Run: %v", err)
 	}
 	release()
+	// Run left the leave (and the client's close) to finish on its own
+	// once the coordinator answers: it does, once released.
+	select {
+	case <-rn.r.closed:
+	case <-time.After(60 * time.Second):
+		t.Errorf("the router's client not closed 60s after the release")
+	}
 }
 
 // Adversary 50 (config): Validate accepts a revoke_timeout (10 s, the
