@@ -371,15 +371,6 @@ func (r *Router) Run(ctx context.Context) error {
 	return runErr
 }
 
-// shutdownReserve is the part of drain_timeout (d) kept from the drain for
-// the shutdown's last steps, the marker's final flush, the final commit and
-// the leave: a quarter of it, at least 1s (the final commit's half of it,
-// 500 ms, holds two round trips of a coordinator answering in 200 ms) and
-// at most 5s.
-func shutdownReserve(d time.Duration) time.Duration {
-	return min(max(d/4, time.Second), 5*time.Second)
-}
-
 // leave leaves the group and closes the client, waiting until deadline
 // at most. Leaving waits for a rebalance in progress (a join the
 // coordinator holds for members that died without leaving can take a
