@@ -2,7 +2,10 @@ package kafkasasl
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -58,5 +61,63 @@ func TestARenewalWhoseFetchIgnoresItsContextEndsAtRenewalTimeoutAndTheNextLoginR
 	mu.Unlock()
 	if err != nil || a.AccessKey != "ASIANEW" {
 		t.Errorf("after the endpoint answers again, a login got %q, %v after %v (fetch called %d times): the stuck renewal is never replaced, every login waits on it until its own context ends", a.AccessKey, err, time.Since(start).Round(10*time.Millisecond), n)
+	}
+}
+
+// adversary 50e: the fix makes concurrent logins share one renewal, but a
+// renewal that failed while the held credentials are still valid leaves
+// nothing behind but s.err: the very next login (franz-go's context, no
+// deadline) starts a new renewal and waits its whole renewalTimeout
+// again. With the agent stuck (a NetworkPolicy dropping packets) during
+// the held credentials' last five minutes, each login — each broker
+// connection, each re-authentication, with the requests queued behind it —
+// waits 30 s, one after the other: N sequential logins, N x 30 s, though
+// every one of them is answered with the same still-valid credentials.
+func TestSequentialLoginsHoldingValidCredentialsWaitAtMostOneStuckRenewal(t *testing.T) {
+	noAWSEnv(t)
+	defer func(d time.Duration) { renewalTimeout = d }(renewalTimeout)
+	renewalTimeout = time.Second
+	var mu sync.Mutex
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n == 1 { // valid for four more minutes: within the renewal window
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]string{
+				"AccessKeyId": "ASIAPOD1", "SecretAccessKey": "pod-secret-1", "Token": "pod-session-1",
+				"Expiration": time.Now().Add(4 * time.Minute).UTC().Format(time.RFC3339),
+			})
+			return
+		}
+		<-r.Context().Done() // stuck: answers nothing
+	}))
+	defer srv.Close()
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.URL+"/v1/credentials")
+	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "pod-token")
+	m, err := Config{Mechanism: AWSMSKIAM}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Authenticate(context.Background(), mskBroker); err != nil {
+		t.Fatal(err)
+	}
+	const logins = 3
+	start := time.Now()
+	for i := range logins {
+		s := time.Now()
+		_, _, err := m.Authenticate(context.Background(), mskBroker)
+		t.Logf("login %d, credentials valid ~4 min, agent stuck: %v after %v", i+1, err, time.Since(s).Round(10*time.Millisecond))
+		if err != nil {
+			t.Errorf("login %d: %v; want the still-valid credentials", i+1, err)
+		}
+	}
+	if took := time.Since(start); took > renewalTimeout*3/2 {
+		mu.Lock()
+		n := calls
+		mu.Unlock()
+		t.Errorf("%d sequential logins holding valid credentials took %v against a stuck agent (asked %d times): each waited a whole renewal (%v), N logins N x renewalTimeout", logins, took.Round(10*time.Millisecond), n, renewalTimeout)
 	}
 }
