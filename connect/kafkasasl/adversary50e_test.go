@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -119,5 +120,42 @@ func TestSequentialLoginsHoldingValidCredentialsWaitAtMostOneStuckRenewal(t *tes
 		n := calls
 		mu.Unlock()
 		t.Errorf("%d sequential logins holding valid credentials took %v against a stuck agent (asked %d times): each waited a whole renewal (%v), N logins N x renewalTimeout", logins, took.Round(10*time.Millisecond), n, renewalTimeout)
+	}
+}
+
+// adversary 50e: containerShown hides the endpoint's query and ECS's
+// credentials ID (the path of AWS_CONTAINER_CREDENTIALS_RELATIVE_URI), but
+// fetch wraps net/http's error as it is ("calling it: %w"): a *url.Error,
+// whose text is `Get "<the whole URL>": …` (net/http strips only the
+// password). An agent that does not answer (ECS's agent restarting, a
+// NetworkPolicy, the stuck endpoint the renewal bound is for) puts the ID
+// and the query into the login error, and so into the logs. The earlier
+// test of the ID gave its login a 2 s context, shorter than the renewal:
+// it saw only "context deadline exceeded". franz-go's login context is the
+// client's, with no deadline: the login sees the renewal's own error.
+func TestATransportErrorOfTheContainerEndpointQuotesNeitherTheECSCredentialsIDNorTheQuery(t *testing.T) {
+	defer func(d time.Duration) { renewalTimeout = d }(renewalTimeout)
+	renewalTimeout = 500 * time.Millisecond
+	const id = "5f9c2b1e-7d4a-4c3e-9b8f-0a1d2e3f4a5b"
+	for _, env := range [][2]string{
+		{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/" + id},
+		{"AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://127.0.0.1:1/v1/credentials?X-Amz-Signature=" + id},
+	} {
+		t.Run(env[0], func(t *testing.T) {
+			noAWSEnv(t)
+			t.Setenv(env[0], env[1])
+			m, err := Config{Mechanism: AWSMSKIAM}.Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = m.Authenticate(context.Background(), mskBroker) // franz-go's: the client's context
+			if err == nil {
+				t.Fatal("a login succeeded against no endpoint")
+			}
+			t.Logf("login error: %v", err)
+			if strings.Contains(err.Error(), id) {
+				t.Errorf("a login error quotes %s's secret part (%s): %v", env[0], id, err)
+			}
+		})
 	}
 }
