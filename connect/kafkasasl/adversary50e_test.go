@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -328,5 +330,78 @@ func TestOneClustersSeedsWrittenDifferentlyAreTakenAndAnotherRegionsSeedIsRefuse
 	t.Setenv("AWS_SECRET_ACCESS_KEY", secret1)
 	if err := c.checkBrokers(cluster, os.Getenv); err == nil || strings.Contains(err.Error(), secret1) {
 		t.Errorf("AWS_REGION eu-west-1 with eu-central-1's seeds: %v; want refused, quoting no secret", err)
+	}
+}
+
+// adversary 50e: the stuck fetch of the test above, through the
+// production path. containerEndpointCreds.fetch reads the token file
+// (secretfile.File.Get: os.ReadFile) with no regard for its context: a
+// token path that blocks on read (here a FIFO with no writer; a hung
+// network or FUSE mount does the same) holds the renewal past
+// renewalTimeout, and every later login waits on that renewal until its
+// own context ends, even once the token file is a plain file again.
+func TestABlockingTokenFileReadDoesNotHoldLoginsPastTheRenewalBound(t *testing.T) {
+	noAWSEnv(t)
+	defer func(d time.Duration) { renewalTimeout = d }(renewalTimeout)
+	renewalTimeout = 300 * time.Millisecond
+	agent := &fakeAgent{token: "pod-token"} // no Expiration: fetched at each login
+	srv := httptest.NewServer(agent)
+	defer srv.Close()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "token")
+	if err := os.WriteFile(p, []byte("pod-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.URL+"/v1/credentials")
+	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", p)
+	m, err := Config{Mechanism: AWSMSKIAM}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Authenticate(context.Background(), mskBroker); err != nil {
+		t.Fatal(err)
+	}
+	// The token path blocks on read.
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Skip("no FIFO here:", err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	defer func() { // release the blocked read
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			_, _ = w.WriteString("pod-token\n")
+			_ = w.Close()
+		}
+		// Wait for the released renewal to end (it read renewalTimeout).
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _, _ = m.Authenticate(ctx, mskBroker)
+	}()
+	login := func() (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, _, err := m.Authenticate(ctx, mskBroker)
+		return time.Since(start), err
+	}
+	took, err := login()
+	t.Logf("login with the token path blocking: %v after %v", err, took.Round(10*time.Millisecond))
+	if took > 4*renewalTimeout {
+		t.Errorf("a login with the token file's read blocked returned after %v, not at the renewal's bound %v: %v", took.Round(10*time.Millisecond), renewalTimeout, err)
+	}
+	// The token file is a plain file again (the FIFO moved aside, its
+	// reader still blocked).
+	if err := os.Rename(p, fifo); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("pod-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	took, err = login()
+	calls, _ := agent.counts()
+	if err != nil {
+		t.Errorf("with the token file readable again, a login failed after %v (the agent asked %d times in all): %v: the renewal blocked on the old read is never replaced", took.Round(10*time.Millisecond), calls, err)
 	}
 }
