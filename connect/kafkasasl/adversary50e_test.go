@@ -34,7 +34,7 @@ func TestARenewalWhoseFetchIgnoresItsContextEndsAtRenewalTimeoutAndTheNextLoginR
 	defer close(stuck)
 	var mu sync.Mutex
 	hang, calls := true, 0
-	r := &awsRenewal{fetch: func(ctx context.Context) (mskiam.Auth, time.Time, bool, error) {
+	r := newAWSRenewal(func(ctx context.Context) (mskiam.Auth, time.Time, bool, error) {
 		mu.Lock()
 		calls++
 		h := hang
@@ -44,7 +44,7 @@ func TestARenewalWhoseFetchIgnoresItsContextEndsAtRenewalTimeoutAndTheNextLoginR
 			return mskiam.Auth{}, time.Time{}, false, errors.New("answered too late")
 		}
 		return mskiam.Auth{AccessKey: "ASIANEW", SecretKey: "new-secret", SessionToken: "new-session"}, time.Now().Add(time.Hour), false, nil
-	}}
+	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	start := time.Now()
@@ -176,13 +176,13 @@ func TestAwsRenewalCancelledCallersLateRenewalsAndConcurrentMixesStayConsistent(
 	t.Run("cancelled mid-renewal, renewal outlives its callers", func(t *testing.T) {
 		release := make(chan struct{})
 		var calls atomic.Int32
-		r := &awsRenewal{fetch: func(ctx context.Context) (mskiam.Auth, time.Time, bool, error) {
+		r := newAWSRenewal(func(ctx context.Context) (mskiam.Auth, time.Time, bool, error) {
 			n := calls.Add(1)
 			if n == 1 {
 				<-release
 			}
 			return mskiam.Auth{AccessKey: fmt.Sprintf("KEY%d", n), SecretKey: "s"}, time.Now().Add(time.Hour), false, nil
-		}}
+		})
 		errs := make(chan error, 3)
 		for range 3 {
 			go func() {
@@ -216,12 +216,12 @@ func TestAwsRenewalCancelledCallersLateRenewalsAndConcurrentMixesStayConsistent(
 	t.Run("no stale error after a success", func(t *testing.T) {
 		var fail atomic.Bool
 		fail.Store(true)
-		r := &awsRenewal{fetch: func(ctx context.Context) (mskiam.Auth, time.Time, bool, error) {
+		r := newAWSRenewal(func(ctx context.Context) (mskiam.Auth, time.Time, bool, error) {
 			if fail.Load() {
 				return mskiam.Auth{}, time.Time{}, false, errors.New("refused")
 			}
 			return mskiam.Auth{AccessKey: "OK", SecretKey: "s"}, time.Now().Add(4 * time.Minute), false, nil
-		}}
+		})
 		if _, err := r.get(context.Background()); err == nil {
 			t.Fatal("want the fetch's error")
 		}
@@ -239,7 +239,7 @@ func TestAwsRenewalCancelledCallersLateRenewalsAndConcurrentMixesStayConsistent(
 		issued := map[string]bool{}
 		failed := map[string]bool{}
 		n := 0
-		r := &awsRenewal{fetch: func(ctx context.Context) (mskiam.Auth, time.Time, bool, error) {
+		r := newAWSRenewal(func(ctx context.Context) (mskiam.Auth, time.Time, bool, error) {
 			mu.Lock()
 			n++
 			k := n
@@ -260,7 +260,7 @@ func TestAwsRenewalCancelledCallersLateRenewalsAndConcurrentMixesStayConsistent(
 			issued[key] = true
 			// expired at once, or about to: every login renews
 			return mskiam.Auth{AccessKey: key, SecretKey: "s" + key}, time.Now().Add(time.Duration(k%3-1) * time.Second), false, nil
-		}}
+		})
 		var wg sync.WaitGroup
 		for g := range 8 {
 			wg.Add(1)

@@ -287,7 +287,7 @@ func webIdentity(getenv func(string) string) (func(context.Context) (mskiam.Auth
 			return fmt.Errorf("STS answered a redirect to %s: not followed (the web identity token goes to %s only)", req.URL.Redacted(), redacted(endpoint))
 		}},
 	}
-	r := &awsRenewal{fetch: s.assumeRole}
+	r := newAWSRenewal(s.assumeRole)
 	return func(ctx context.Context) (mskiam.Auth, error) {
 		a, err := r.get(ctx)
 		if err != nil {

@@ -2,6 +2,7 @@ package kafkasasl
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -13,21 +14,32 @@ var renewalTimeout = 30 * time.Second
 
 // awsRenewal holds temporary AWS credentials, renewed by fetch when they
 // are within five minutes of expiry. Concurrent logins share one renewal
-// (the AWS SDKs' credentials cache does the same), each waiting for it
-// until its own context ends; the renewal is bounded by renewalTimeout,
-// not by a login's context. A renewal that fails while the held
-// credentials are still valid keeps them: an STS or agent hiccup does not
-// fail logins.
+// (the AWS SDKs' credentials cache does the same); the renewal is bounded
+// by renewalTimeout, not by a login's context, even when fetch does not
+// watch its context (a token file on a hung mount): past the bound it is
+// given up, and the next login starts another. A login waits for the
+// renewal until its own context ends, except while the held credentials
+// are still valid and the last renewal failed: it then takes them at once
+// and the renewal goes on without it, so an STS or agent that stopped
+// answering costs one login one renewal, not every login one each. A
+// renewal that fails while the held credentials are still valid keeps
+// them.
 type awsRenewal struct {
 	// fetch returns new credentials, when they expire, and on an error
 	// whether to try again.
 	fetch func(context.Context) (creds mskiam.Auth, expires time.Time, retry bool, err error)
+	// timeout bounds one renewal (renewalTimeout when made: newAWSRenewal).
+	timeout time.Duration
 
 	mu       sync.Mutex
 	creds    mskiam.Auth
 	expires  time.Time
 	renewing chan struct{} // closed when the renewal in progress ends; nil when none
 	err      error         // the last renewal's error
+}
+
+func newAWSRenewal(fetch func(context.Context) (mskiam.Auth, time.Time, bool, error)) *awsRenewal {
+	return &awsRenewal{fetch: fetch, timeout: renewalTimeout}
 }
 
 func (s *awsRenewal) get(ctx context.Context) (mskiam.Auth, error) {
@@ -39,6 +51,10 @@ func (s *awsRenewal) get(ctx context.Context) (mskiam.Auth, error) {
 	if s.renewing == nil {
 		s.renewing = make(chan struct{})
 		go s.renew(s.renewing)
+	}
+	if s.err != nil && time.Now().Before(s.expires) {
+		defer s.mu.Unlock()
+		return s.creds, nil // the renewal goes on without this login
 	}
 	done := s.renewing
 	s.mu.Unlock()
@@ -58,9 +74,9 @@ func (s *awsRenewal) get(ctx context.Context) (mskiam.Auth, error) {
 // renew fetches, with three tries, as the AWS SDKs, of what fetch says
 // to retry (STS's 5xx, IDPCommunicationError and InvalidIdentityToken,
 // which can pass while STS fetches the provider's keys; an agent's 5xx),
-// and closes done.
+// within its timeout, and closes done.
 func (s *awsRenewal) renew(done chan struct{}) {
-	ctx, cancel := context.WithTimeout(context.Background(), renewalTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	var (
 		creds   mskiam.Auth
@@ -69,7 +85,7 @@ func (s *awsRenewal) renew(done chan struct{}) {
 	)
 	for try := 1; ; try++ {
 		var retry bool
-		creds, expires, retry, err = s.fetch(ctx)
+		creds, expires, retry, err = s.fetchWithin(ctx)
 		if err == nil || !retry || try == 3 || !pause(ctx, time.Duration(try)*200*time.Millisecond) {
 			break
 		}
@@ -82,4 +98,26 @@ func (s *awsRenewal) renew(done chan struct{}) {
 	s.err = err
 	s.renewing = nil
 	close(done)
+}
+
+// fetchWithin is one fetch, given up when ctx ends even if fetch does not
+// return (its answer, if it ever comes, is dropped).
+func (s *awsRenewal) fetchWithin(ctx context.Context) (mskiam.Auth, time.Time, bool, error) {
+	type answer struct {
+		creds   mskiam.Auth
+		expires time.Time
+		retry   bool
+		err     error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		c, e, r, err := s.fetch(ctx)
+		ch <- answer{c, e, r, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.creds, a.expires, a.retry, a.err
+	case <-ctx.Done():
+		return mskiam.Auth{}, time.Time{}, false, fmt.Errorf("no credentials within %s: %w", s.timeout, ctx.Err())
+	}
 }

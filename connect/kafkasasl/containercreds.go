@@ -170,14 +170,14 @@ func containerCredentials(getenv func(string) string) (func(context.Context) (ms
 		// through HTTP_PROXY, token and all, in clear text.
 		transport.Proxy = nil
 	}
-	c := &containerEndpointCreds{endpoint: endpoint, token: token, client: &http.Client{
+	c := &containerEndpointCreds{endpoint: endpoint, from: from, token: token, client: &http.Client{
 		Transport: transport,
 		Timeout:   30 * time.Second,
 		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
 			return fmt.Errorf("the endpoint answered a redirect to %s: not followed (the token goes to %s only)", containerShown(req.URL.String(), ""), containerShown(endpoint, from))
 		},
 	}}
-	r := &awsRenewal{fetch: c.fetch}
+	r := newAWSRenewal(c.fetch)
 	return func(ctx context.Context) (mskiam.Auth, error) {
 		a, err := r.get(ctx)
 		if err != nil {
@@ -190,6 +190,7 @@ func containerCredentials(getenv func(string) string) (func(context.Context) (ms
 // containerEndpointCreds fetches credentials from one endpoint.
 type containerEndpointCreds struct {
 	endpoint string
+	from     string                 // the variable that named it
 	token    func() (string, error) // nil: no Authorization
 	client   *http.Client
 }
@@ -212,6 +213,12 @@ func (c *containerEndpointCreds) fetch(ctx context.Context) (mskiam.Auth, time.T
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
+		// net/http's error quotes the whole URL: its query, ECS's
+		// credentials ID. Shown as containerShown shows it.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			return mskiam.Auth{}, time.Time{}, true, fmt.Errorf("calling it: %s %s: %w", ue.Op, containerShown(c.endpoint, c.from), ue.Err)
+		}
 		return mskiam.Auth{}, time.Time{}, true, fmt.Errorf("calling it: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
