@@ -1695,3 +1695,49 @@ func hostPartition(addr string) string {
 	}
 	return ""
 }
+
+// adversary 50e, holds: one MSK cluster's seeds written every way an
+// operator may write them (broker names, upper case with the root's dot,
+// an interface VPC endpoint, a dual-stack api.aws name, a serverless
+// bootstrap name, IP addresses and an alias) are taken with a web identity
+// when AWS_REGION (or AWS_DEFAULT_REGION alone) is the cluster's region;
+// a seed signed for any other region, or of another partition, is refused.
+func TestOneClustersSeedsWrittenDifferentlyAreTakenAndAnotherRegionsSeedIsRefused(t *testing.T) {
+	cluster := []string{
+		"b-1.mycluster.abc123.c2.kafka.eu-central-1.amazonaws.com:9098",
+		"B-2.MYCLUSTER.ABC123.C2.KAFKA.EU-CENTRAL-1.AMAZONAWS.COM.:9098",
+		"vpce-0a1b2c3d4e5f67890-12345678.kafka.eu-central-1.vpce.amazonaws.com:9098",
+		"b-3.mycluster.abc123.c2.kafka.eu-central-1.api.aws:9098",
+		"boot-abcd1234.c2.kafka-serverless.eu-central-1.amazonaws.com:9098",
+		"10.0.1.5:9098",
+		"[fd00::5]:9098",
+		"kafka-bootstrap.internal:9098",
+	}
+	c := Config{Mechanism: AWSMSKIAM}
+	for _, regionVar := range []string{"AWS_REGION", "AWS_DEFAULT_REGION"} {
+		noAWSEnv(t)
+		t.Setenv(regionVar, "eu-central-1")
+		t.Setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/dedup")
+		t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", "/var/run/token")
+		if err := c.checkBrokers(cluster, os.Getenv); err != nil {
+			t.Errorf("%s eu-central-1, one cluster's seeds: %v; want taken", regionVar, err)
+		}
+		for _, other := range []string{
+			"b-1.other.abc123.c2.kafka.eu-west-1.amazonaws.com:9098",
+			"vpce-0a1b2c3d4e5f67890-12345678.kafka.eu-west-1.vpce.amazonaws.com:9098",
+			"b-1.gov.abc123.c2.kafka.us-gov-west-1.amazonaws.com:9098",
+			"b-1.cn.abc123.c2.kafka.cn-north-1.amazonaws.com.cn:9098",
+		} {
+			if err := c.checkBrokers(append(append([]string(nil), cluster...), other), os.Getenv); err == nil {
+				t.Errorf("%s eu-central-1, one cluster's seeds and %s: taken; want refused", regionVar, other)
+			}
+		}
+	}
+	noAWSEnv(t)
+	t.Setenv("AWS_REGION", "eu-west-1") // the IP seeds signed for eu-west-1, the named ones for eu-central-1
+	t.Setenv("AWS_ACCESS_KEY_ID", keyID1)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", secret1)
+	if err := c.checkBrokers(cluster, os.Getenv); err == nil || strings.Contains(err.Error(), secret1) {
+		t.Errorf("AWS_REGION eu-west-1 with eu-central-1's seeds: %v; want refused, quoting no secret", err)
+	}
+}

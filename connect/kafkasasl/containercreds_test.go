@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -697,4 +698,172 @@ func TestA5xxStormFailsALoginQuicklyAndKeepsValidCredentials(t *testing.T) {
 		t.Errorf("a storm with nothing held: %v after %v", err, time.Since(start))
 	}
 	t.Logf("%v after %v", err, time.Since(start).Round(time.Millisecond))
+}
+
+// adversary 50e: the fix makes concurrent logins share one renewal, but a
+// renewal that failed while the held credentials are still valid leaves
+// nothing behind but s.err: the very next login (franz-go's context, no
+// deadline) starts a new renewal and waits its whole renewalTimeout
+// again. With the agent stuck (a NetworkPolicy dropping packets) during
+// the held credentials' last five minutes, each login — each broker
+// connection, each re-authentication, with the requests queued behind it —
+// waits 30 s, one after the other: N sequential logins, N x 30 s, though
+// every one of them is answered with the same still-valid credentials.
+func TestSequentialLoginsHoldingValidCredentialsWaitAtMostOneStuckRenewal(t *testing.T) {
+	noAWSEnv(t)
+	defer func(d time.Duration) { renewalTimeout = d }(renewalTimeout)
+	renewalTimeout = time.Second
+	var mu sync.Mutex
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n == 1 { // valid for four more minutes: within the renewal window
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]string{
+				"AccessKeyId": "ASIAPOD1", "SecretAccessKey": "pod-secret-1", "Token": "pod-session-1",
+				"Expiration": time.Now().Add(4 * time.Minute).UTC().Format(time.RFC3339),
+			})
+			return
+		}
+		<-r.Context().Done() // stuck: answers nothing
+	}))
+	defer srv.Close()
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.URL+"/v1/credentials")
+	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "pod-token")
+	m, err := Config{Mechanism: AWSMSKIAM}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Authenticate(context.Background(), mskBroker); err != nil {
+		t.Fatal(err)
+	}
+	const logins = 3
+	start := time.Now()
+	for i := range logins {
+		s := time.Now()
+		_, _, err := m.Authenticate(context.Background(), mskBroker)
+		t.Logf("login %d, credentials valid ~4 min, agent stuck: %v after %v", i+1, err, time.Since(s).Round(10*time.Millisecond))
+		if err != nil {
+			t.Errorf("login %d: %v; want the still-valid credentials", i+1, err)
+		}
+	}
+	if took := time.Since(start); took > renewalTimeout*3/2 {
+		mu.Lock()
+		n := calls
+		mu.Unlock()
+		t.Errorf("%d sequential logins holding valid credentials took %v against a stuck agent (asked %d times): each waited a whole renewal (%v), N logins N x renewalTimeout", logins, took.Round(10*time.Millisecond), n, renewalTimeout)
+	}
+}
+
+// adversary 50e: containerShown hides the endpoint's query and ECS's
+// credentials ID (the path of AWS_CONTAINER_CREDENTIALS_RELATIVE_URI), but
+// fetch wraps net/http's error as it is ("calling it: %w"): a *url.Error,
+// whose text is `Get "<the whole URL>": …` (net/http strips only the
+// password). An agent that does not answer (ECS's agent restarting, a
+// NetworkPolicy, the stuck endpoint the renewal bound is for) puts the ID
+// and the query into the login error, and so into the logs. The earlier
+// test of the ID gave its login a 2 s context, shorter than the renewal:
+// it saw only "context deadline exceeded". franz-go's login context is the
+// client's, with no deadline: the login sees the renewal's own error.
+func TestATransportErrorOfTheContainerEndpointQuotesNeitherTheECSCredentialsIDNorTheQuery(t *testing.T) {
+	defer func(d time.Duration) { renewalTimeout = d }(renewalTimeout)
+	renewalTimeout = 500 * time.Millisecond
+	const id = "5f9c2b1e-7d4a-4c3e-9b8f-0a1d2e3f4a5b"
+	for _, env := range [][2]string{
+		{"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/" + id},
+		{"AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://127.0.0.1:1/v1/credentials?X-Amz-Signature=" + id},
+	} {
+		t.Run(env[0], func(t *testing.T) {
+			noAWSEnv(t)
+			t.Setenv(env[0], env[1])
+			m, err := Config{Mechanism: AWSMSKIAM}.Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _, err = m.Authenticate(context.Background(), mskBroker) // franz-go's: the client's context
+			if err == nil {
+				t.Fatal("a login succeeded against no endpoint")
+			}
+			t.Logf("login error: %v", err)
+			if strings.Contains(err.Error(), id) {
+				t.Errorf("a login error quotes %s's secret part (%s): %v", env[0], id, err)
+			}
+		})
+	}
+}
+
+// adversary 50e: the stuck fetch of the test above, through the
+// production path. containerEndpointCreds.fetch reads the token file
+// (secretfile.File.Get: os.ReadFile) with no regard for its context: a
+// token path that blocks on read (here a FIFO with no writer; a hung
+// network or FUSE mount does the same) holds the renewal past
+// renewalTimeout, and every later login waits on that renewal until its
+// own context ends, even once the token file is a plain file again.
+func TestABlockingTokenFileReadDoesNotHoldLoginsPastTheRenewalBound(t *testing.T) {
+	noAWSEnv(t)
+	defer func(d time.Duration) { renewalTimeout = d }(renewalTimeout)
+	renewalTimeout = 300 * time.Millisecond
+	agent := &fakeAgent{token: "pod-token"} // no Expiration: fetched at each login
+	srv := httptest.NewServer(agent)
+	defer srv.Close()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "token")
+	if err := os.WriteFile(p, []byte("pod-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.URL+"/v1/credentials")
+	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", p)
+	m, err := Config{Mechanism: AWSMSKIAM}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Authenticate(context.Background(), mskBroker); err != nil {
+		t.Fatal(err)
+	}
+	// The token path blocks on read.
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Skip("no FIFO here:", err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	defer func() { // release the blocked read
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			_, _ = w.WriteString("pod-token\n")
+			_ = w.Close()
+		}
+		// Wait for the released renewal to end (it read renewalTimeout).
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _, _ = m.Authenticate(ctx, mskBroker)
+	}()
+	login := func() (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, _, err := m.Authenticate(ctx, mskBroker)
+		return time.Since(start), err
+	}
+	took, err := login()
+	t.Logf("login with the token path blocking: %v after %v", err, took.Round(10*time.Millisecond))
+	if took > 4*renewalTimeout {
+		t.Errorf("a login with the token file's read blocked returned after %v, not at the renewal's bound %v: %v", took.Round(10*time.Millisecond), renewalTimeout, err)
+	}
+	// The token file is a plain file again (the FIFO moved aside, its
+	// reader still blocked).
+	if err := os.Rename(p, fifo); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("pod-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	took, err = login()
+	calls, _ := agent.counts()
+	if err != nil {
+		t.Errorf("with the token file readable again, a login failed after %v (the agent asked %d times in all): %v: the renewal blocked on the old read is never replaced", took.Round(10*time.Millisecond), calls, err)
+	}
 }
