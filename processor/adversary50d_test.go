@@ -194,3 +194,35 @@ func TestAStopWhileAConflictsDeadLetterIsHeldCommitsNothingPastIt(t *testing.T) 
 	}
 	release()
 }
+
+// Adversary 50d (d, lag client close): a router stopped while its lag
+// measure's ListOffsets is held by the broker for good (not 2 s: a broker
+// that never answers it) returns within drain_timeout and commits what
+// finished: lagWatch.run closes its own client before loops.Wait returns,
+// and the final commit waits for loops.Wait.
+func TestAStopWhileALagMeasureIsHeldForGoodStillCommitsWhatStarted(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	arm, held, release := e.holdKeyOnce(kmsg.ListOffsets.Int16())
+	defer release()
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // the final commit is the only one
+	e.produce(0, "a", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("a")) == stateStarted }, func() string { return "a not marked" })
+	arm()
+	eventually(t, 10*time.Second, held.Load, func() string { return "no lag measure's ListOffsets reached the broker" })
+	time.Sleep(100 * time.Millisecond)
+	err := rn.stop()
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != 1 {
+		t.Errorf("committed %d when Run returned (after %v), want 1: a was started and marked before the stop", c, rn.took)
+	}
+	release()
+}
