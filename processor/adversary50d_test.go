@@ -226,3 +226,58 @@ func TestAStopWhileALagMeasureIsHeldForGoodStillCommitsWhatStarted(t *testing.T)
 	}
 	release()
 }
+
+// Adversary 50d (a, zombie commit; holds): a revoke's OffsetCommit that
+// the coordinator holds past the stop is cut at the shutdown's deadline
+// (untilShutdown) but stays at the broker. Once the other member owns the
+// partition and committed past it, the held commit, answered late, must
+// not move the group's offset back.
+func TestARevokesCommitCutByTheStopDoesNotMoveTheNewOwnersOffsetBack(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	arm, held, release := e.holdKeyOnce(kmsg.OffsetCommit.Int16())
+	defer release()
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // only the revoke and the final commit commit
+	e.produce(0, "a", "v")
+	e.produce(1, "b", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("a")) == stateStarted && e.led.state(wid("b")) == stateStarted
+	}, func() string { return "a and b not marked" })
+	arm()
+	other := e.otherMember()
+	defer other.Close()
+	eventually(t, 10*time.Second, held.Load, func() string { return "no revoke's OffsetCommit reached the coordinator" })
+	if err := rn.stop(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	// The other member now takes both partitions, reads them to their
+	// end (2 more records each) and commits.
+	e.produce(0, "c", "v")
+	e.produce(1, "d", "v")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	seen := map[int32]int64{}
+	for (seen[0] < 1 || seen[1] < 1) && ctx.Err() == nil {
+		fs := other.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) { seen[r.Partition] = max(seen[r.Partition], r.Offset) })
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the other member never read both partitions to their end: %v", seen)
+	}
+	if err := other.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("other's commit: %v", err)
+	}
+	before := e.committed()
+	release() // the held revoke's OffsetCommit is answered now
+	time.Sleep(500 * time.Millisecond)
+	after := e.committed()
+	t.Logf("Run took %v; committed by the new owner %v, after the held commit's release %v", rn.took, before, after)
+	for p, c := range before {
+		if after[p] < c {
+			t.Errorf("partition %d: committed offset moved back from %d to %d by the router's held revoke commit", p, c, after[p])
+		}
+	}
+}
