@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -10,9 +11,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/plugin/kprom"
+
+	"github.com/dedupio/dedup/connect/kafkasasl"
+	"github.com/dedupio/dedup/processor/eventid"
 )
 
 // Adversary 50d (d/lag client): internal/app hands the router
@@ -279,5 +286,50 @@ func TestARevokesCommitCutByTheStopDoesNotMoveTheNewOwnersOffsetBack(t *testing.
 		if after[p] < c {
 			t.Errorf("partition %d: committed offset moved back from %d to %d by the router's held revoke commit", p, c, after[p])
 		}
+	}
+}
+
+// Adversary 50d (d, lag client's SASL; holds): against a cluster that
+// takes SASL only, the lag watch's own client logs in with the config's
+// SASL as the router's does, and dedup_consumer_lag says how far the
+// committed offset is behind: 3 records, the 2nd held in Temporal, so 2.
+func TestTheLagWatchsOwnClientLogsInWithTheConfigsSASL(t *testing.T) {
+	waitsOnTimers(t)
+	const user, pass = "lagger", "lagger-secret-0123"
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser("PLAIN", user, pass),
+		kfake.SeedTopics(1, testTopic, testTopic+".dlq"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.SASL(plain.Auth{User: user, Pass: pass}.AsMechanism()))
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	dec, err := eventid.NewDecoder(eventid.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &testEnv{t: t, cluster: c, group: "dedup-test", led: newFakeLedger(), dlq: newFakeDeadLetterLog(),
+		starter: newFakeStarter(), cl: cl, adm: kadm.NewClient(cl), dec: dec}
+	t.Cleanup(e.close)
+	release := e.starter.block(wid("b"))
+	defer release()
+	e.produce(0, "a", "v")
+	e.produce(0, "b", "v")
+	e.produce(0, "c", "v")
+	cfg := e.config()
+	cfg.SASL = kafkasasl.Config{Mechanism: "PLAIN", Username: user, Password: pass}
+	var reg *prometheus.Registry
+	rn := e.startWith("r1", cfg, func(_ *Router, r *prometheus.Registry) { reg = r })
+	eventually(t, 10*time.Second, func() bool { return e.committed()[0] == 1 }, func() string { return "a not committed" })
+	eventually(t, 5*time.Second, func() bool { n, sum := lagOf(t, reg); return n == 1 && sum == 2 }, func() string {
+		n, sum := lagOf(t, reg)
+		return fmt.Sprintf("dedup_consumer_lag: %d series summing to %v, want 1 at 2", n, sum)
+	})
+	release()
+	if err := rn.stop(); err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }
