@@ -451,3 +451,42 @@ func TestAStopWhileAWorkerWritesADeadLetterReturnsWithinTheSmallestDrainTimeout(
 	}
 	release()
 }
+
+// Adversary 50d (b, claimer conflict path; holds): a router stopped while
+// the dead letter of a conflict (the same workflow ID claimed with another
+// payload, written by the claimer under the poll's context) is held by the
+// broker returns within drain_timeout, and neither commits past the
+// conflicting record nor records its dead letter as written: produceSync
+// returning at the stop fails the record, it does not end it ok.
+func TestAStopWhileAConflictsDeadLetterIsHeldCommitsNothingPastIt(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	arm, held, release := e.holdKeyOnce(kmsg.Produce.Int16())
+	defer release()
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	e.produce(0, "x", "v1")
+	e.produce(0, "x", "v2") // offset 1: a conflict
+	arm()                   // every Produce from now on is the router's: its dead letters
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, held.Load, func() string { return "the conflict's dead letter Produce never reached the broker" })
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("x")) == stateStarted }, func() string { return "x/v1 not started" })
+	time.Sleep(50 * time.Millisecond)
+	err := rn.stop()
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after the stop; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	c := e.committed()[0]
+	rec := e.dlq.recorded()
+	t.Logf("Run took %v; committed %d; dead letters recorded %d", rn.took, c, len(rec))
+	if c > 1 {
+		t.Errorf("committed %d past the conflict at offset 1 whose dead letter the broker never acknowledged", c)
+	}
+	if len(rec) != 0 {
+		t.Errorf("dead letter recorded as written though its Produce was not acknowledged: %+v", rec)
+	}
+	release()
+}

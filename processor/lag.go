@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // lagWatch watches the partitions this replica owns from outside the
@@ -34,9 +33,7 @@ type lagWatch struct {
 	log      *slog.Logger
 	lag      *prometheus.GaugeVec   // topic, partition
 	lost     *prometheus.CounterVec // topic
-	adm      *kadm.Client           // the committer's, set by New (gap checks)
-	// dial makes the client of run's measures (set by New; nil: adm's).
-	dial func() (*kgo.Client, error)
+	adm      *kadm.Client           // the committer's, set by New
 
 	mu    sync.Mutex
 	parts map[topicPartition]*watched
@@ -142,26 +139,13 @@ func (l *lagWatch) checkGap(w *watched, from, to int64) {
 // run exports, for the partitions this replica owns, how far its committed
 // offset is behind the log end (dedup_consumer_lag), every LagInterval
 // until ctx ends. Summed over replicas it is the group's lag.
-// The measures' requests go on a client of their own (dial), closed when
-// run returns: none of them is then in front of a commit on a broker's
-// connection.
 func (l *lagWatch) run(ctx context.Context) {
-	adm := l.adm
-	if l.dial != nil {
-		cl, err := l.dial()
-		if err != nil {
-			l.log.Warn("the lag watch's own Kafka client could not be made; measuring lag with the router's", "err", err)
-		} else {
-			defer cl.Close()
-			adm = kadm.NewClient(cl)
-		}
-	}
-	every(ctx, l.interval, func() { l.measure(ctx, adm) })
+	every(ctx, l.interval, func() { l.measure(ctx) })
 }
 
-func (l *lagWatch) measure(ctx context.Context, adm *kadm.Client) {
+func (l *lagWatch) measure(ctx context.Context) {
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	ends, err := adm.ListEndOffsets(lctx, l.topics...)
+	ends, err := l.adm.ListEndOffsets(lctx, l.topics...)
 	cancel()
 	if err != nil {
 		return

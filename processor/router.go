@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -149,16 +148,6 @@ func New(cfg Config, o Options) (*Router, error) {
 	if err := cfg.checkCallerDialer(extra); err != nil {
 		return nil, fmt.Errorf("creating kafka client: %w", err)
 	}
-	// The lag watch's ListOffsets go on a client of their own, made by
-	// its loop (lagWatch.run): franz-go sends ListOffsets, OffsetFetch and
-	// OffsetCommit to a broker on one connection, answered in order, so a
-	// ListOffsets the broker is slow to answer held the commits behind it,
-	// the shutdown's final commit included (adversary 50).
-	lagOpts, err := dialguard.GuardKafka(append(slices.Clone(kopts), extra...), cfg.AllowInsecure)
-	if err != nil {
-		return nil, fmt.Errorf("creating kafka client: %w", err)
-	}
-	r.commits.lag.dial = func() (*kgo.Client, error) { return kgo.NewClient(lagOpts...) }
 	kopts = append(append(append(kopts, cfg.FetchLimits()...), []kgo.Opt{
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),

@@ -327,3 +327,126 @@ func TestARevokeAtTheSmallestDrainTimeoutCommitsThroughASlowCoordinator(t *testi
 		t.Errorf("partition %d revoked with its record started and marked: committed %d, want 1", moved, c)
 	}
 }
+
+// Adversary 50d (a, revoke cut by the stop; holds on the group's state):
+// a router stopped while a rebalance's revoke waits for a held start still
+// commits, when Run returns, what finished before the stop on the
+// partition it keeps. Observed: the final commit IS cut ("offset commit
+// failed ... context deadline exceeded" at deadline - reserve/4), but its
+// OffsetCommit was already sent and the coordinator applies it; a margin
+// of about 50 ms at 200 ms round trips. Since
+// 9f9039f the revoke in progress waits for its records until drainBy (the
+// drain's end) and then commits under commitMu: the final commit, whose
+// share of the reserve (deadline - reserve/4) is sized for one commit's
+// two round trips of a 200 ms coordinator, now queues behind the revoke's
+// two round trips, started at that same drainBy, and is cut.
+// p0 and p1 each have a finished record (a0, a1) and one held in Temporal
+// (h0, h1); another member joins and takes one of them.
+func TestAStopDuringARevokeStillCommitsTheKeptPartitionsFinishedPrefix(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.RevokeTimeout = DefaultConfig().RevokeTimeout
+	cfg.CommitInterval = time.Hour // only the revoke and the final commit commit
+	var slow atomic.Bool
+	e.slowCoordinatorFrom(&slow)
+	rel0 := e.starter.block(wid("h0"))
+	rel1 := e.starter.block(wid("h1"))
+	defer rel0()
+	defer rel1()
+	e.produce(0, "a0", "v")
+	e.produce(0, "h0", "v")
+	e.produce(1, "a1", "v")
+	e.produce(1, "h1", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("a0")) == stateStarted && e.led.state(wid("a1")) == stateStarted &&
+			e.starter.heldCount(wid("h0")) == 1 && e.starter.heldCount(wid("h1")) == 1
+	}, func() string { return "a0, a1 not marked or h0, h1 not held" })
+	other := e.otherMember()
+	defer other.Close()
+	moved := int32(-1)
+	eventually(t, 10*time.Second, func() bool {
+		rn.r.commits.mu.Lock()
+		defer rn.r.commits.mu.Unlock()
+		for tp, p := range rn.r.commits.parts {
+			if p.revoking {
+				moved = tp.partition
+				return true
+			}
+		}
+		return false
+	}, func() string { return "no partition began its revoke" })
+	kept := 1 - moved
+	slow.Store(true)
+	err := rn.stop()
+	slow.Store(false)
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	c := e.committed()
+	t.Logf("Run took %v; committed %v (moved p%d, kept p%d)", rn.took, c, moved, kept)
+	if c[kept] != 1 {
+		t.Errorf("kept partition %d: committed %d when Run returned, want 1: a%d was started and marked before the stop (the revoke of p%d, cut by the stop, committed first)",
+			kept, c[kept], kept, moved)
+	}
+	if c[moved] != 1 {
+		t.Errorf("revoked partition %d: committed %d, want 1 (a%d finished before the revoke)", moved, c[moved], moved)
+	}
+}
+
+// Adversary 50d (a, zombie commit; holds): a revoke's OffsetCommit that
+// the coordinator holds past the stop is cut at the shutdown's deadline
+// (untilShutdown) but stays at the broker. Once the other member owns the
+// partition and committed past it, the held commit, answered late, must
+// not move the group's offset back.
+func TestARevokesCommitCutByTheStopDoesNotMoveTheNewOwnersOffsetBack(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	arm, held, release := e.holdKeyOnce(kmsg.OffsetCommit.Int16())
+	defer release()
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // only the revoke and the final commit commit
+	e.produce(0, "a", "v")
+	e.produce(1, "b", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("a")) == stateStarted && e.led.state(wid("b")) == stateStarted
+	}, func() string { return "a and b not marked" })
+	arm()
+	other := e.otherMember()
+	defer other.Close()
+	eventually(t, 10*time.Second, held.Load, func() string { return "no revoke's OffsetCommit reached the coordinator" })
+	if err := rn.stop(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	// The other member now takes both partitions, reads them to their
+	// end (2 more records each) and commits.
+	e.produce(0, "c", "v")
+	e.produce(1, "d", "v")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	seen := map[int32]int64{}
+	for (seen[0] < 1 || seen[1] < 1) && ctx.Err() == nil {
+		fs := other.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) { seen[r.Partition] = max(seen[r.Partition], r.Offset) })
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the other member never read both partitions to their end: %v", seen)
+	}
+	if err := other.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("other's commit: %v", err)
+	}
+	before := e.committed()
+	release() // the held revoke's OffsetCommit is answered now
+	time.Sleep(500 * time.Millisecond)
+	after := e.committed()
+	t.Logf("Run took %v; committed by the new owner %v, after the held commit's release %v", rn.took, before, after)
+	for p, c := range before {
+		if after[p] < c {
+			t.Errorf("partition %d: committed offset moved back from %d to %d by the router's held revoke commit", p, c, after[p])
+		}
+	}
+}
