@@ -1474,7 +1474,12 @@ func kpromChild(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	defer func() { cancel(); _ = <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
 	e.produce(0, "a", "v")
 	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("a")) == stateStarted },
 		func() string { return "a never started" })
