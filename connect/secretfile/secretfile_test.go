@@ -1,8 +1,11 @@
 package secretfile
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -40,5 +43,65 @@ func TestFileRewrittenAtSameSizeAndMtimeIsReadAgain(t *testing.T) {
 	now = now.Add(RecheckInterval)
 	if v, err := f.Get(); v != "new-secret" || err != nil {
 		t.Errorf("after RecheckInterval: %q %v, want the rewritten secret", v, err)
+	}
+}
+
+// A Get never returns an older secret than one a previous Get (same goroutine)
+// returned, even when the rotation keeps size and modification time.
+func TestGetNeverReturnsAnOlderSecretAfterANewerOne(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s")
+	mt := time.Unix(1700000000, 0)
+	write := func(n int) {
+		tmp := filepath.Join(dir, "tmp")
+		if err := os.WriteFile(tmp, []byte(fmt.Sprintf("v%06d", n)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(tmp, mt, mt)
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(0)
+	f, err := NewFile("k", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now()
+	var step atomic.Int64
+	f.now = func() time.Time { return base.Add(time.Duration(step.Add(1)) * 10 * time.Millisecond) }
+	stop := make(chan struct{})
+	var bad atomic.Value
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			last := ""
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				v, err := f.Get()
+				if err != nil {
+					continue
+				}
+				if v < last {
+					bad.Store(fmt.Sprintf("got %s after %s", v, last))
+					return
+				}
+				last = v
+			}
+		}()
+	}
+	for n := 1; n < 3000 && bad.Load() == nil; n++ {
+		write(n)
+	}
+	close(stop)
+	wg.Wait()
+	if b := bad.Load(); b != nil {
+		t.Fatalf("a Get returned an older secret: %v", b)
 	}
 }
