@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -183,4 +184,26 @@ func TestAwsRenewalCancelledCallersLateRenewalsAndConcurrentMixesStayConsistent(
 		}
 		wg.Wait()
 	})
+}
+
+// A stuck endpoint does not grow goroutines without bound: each renewal given
+// up must not leave its fetch goroutine behind for ever.
+func TestAStuckEndpointDoesNotLeakAGoroutinePerRenewal(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	s := newAWSRenewal(func(context.Context) (mskiam.Auth, time.Time, bool, error) {
+		<-block
+		return mskiam.Auth{}, time.Time{}, false, nil
+	})
+	s.timeout = 5 * time.Millisecond
+	before := runtime.NumGoroutine()
+	for i := 0; i < 100; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.get(ctx)
+		cancel()
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := runtime.NumGoroutine() - before; n > 10 {
+		t.Fatalf("%d goroutines more after 100 renewals against a stuck endpoint", n)
+	}
 }
