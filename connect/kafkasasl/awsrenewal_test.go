@@ -207,3 +207,18 @@ func TestAStuckEndpointDoesNotLeakAGoroutinePerRenewal(t *testing.T) {
 		t.Fatalf("%d goroutines more after 100 renewals against a stuck endpoint", n)
 	}
 }
+
+// A login never returns credentials that are already expired without an
+// error: a fetch answering with a past expiry (a clock skew, a stale cache
+// file) must not be handed to the broker as if valid.
+func TestALoginDoesNotReturnAlreadyExpiredCredentials(t *testing.T) {
+	s := newAWSRenewal(func(context.Context) (mskiam.Auth, time.Time, bool, error) {
+		return mskiam.Auth{AccessKey: "AK", SecretKey: "SK"}, time.Now().Add(-time.Minute), false, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	a, err := s.get(ctx)
+	if err == nil && a.AccessKey != "" {
+		t.Fatalf("get returned credentials that expired a minute ago, and no error")
+	}
+}
