@@ -360,29 +360,6 @@ func (r *Router) Run(ctx context.Context) error {
 	return runErr
 }
 
-// leave leaves the group and closes the client, waiting until deadline
-// at most. Leaving waits for a rebalance in progress (a join the
-// coordinator holds for members that died without leaving can take a
-// whole rebalance timeout): past the deadline the router stops waiting,
-// and the group gives its partitions away once the session times out.
-// Its revoked callback finds nothing more to commit.
-func (r *Router) leave(deadline time.Time) {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	go func() {
-		defer close(r.closed)
-		_ = r.cl.LeaveGroupContext(ctx)
-		r.cl.Close()
-	}()
-	select {
-	case <-r.closed:
-	case <-ctx.Done():
-		r.log.Warn("leaving the consumer group did not finish within drain_timeout (a rebalance is in progress); "+
-			"stopping without waiting: the group reassigns this member's partitions once its session times out",
-			"session_timeout", r.cfg.SessionTimeout)
-	}
-}
-
 // prepare decides one poll (Decider.Decide: decode, route, workflow IDs),
 // dead-letters what can never succeed, and returns the batch's intents for
 // claim (nil if none).
