@@ -36,6 +36,25 @@ type awsRenewal struct {
 	expires  time.Time
 	renewing chan struct{} // closed when the renewal in progress ends; nil when none
 	err      error         // the last renewal's error
+	// fetching is the last fetch started, inflight how many have not
+	// returned: a renewal given up past its bound leaves its fetch running
+	// (a read that does not return). The next renewals start fetches of
+	// their own, up to maxFetches in flight, then wait for the last one:
+	// a stuck endpoint or file holds a few goroutines, not one per renewal.
+	fetching *fetchCall
+	inflight int
+}
+
+// maxFetches bounds the fetches in flight, given-up ones included.
+const maxFetches = 3
+
+// fetchCall is one fetch in flight; done is closed once its answer is set.
+type fetchCall struct {
+	done    chan struct{}
+	creds   mskiam.Auth
+	expires time.Time
+	retry   bool
+	err     error
 }
 
 func newAWSRenewal(fetch func(context.Context) (mskiam.Auth, time.Time, bool, error)) *awsRenewal {
@@ -101,22 +120,34 @@ func (s *awsRenewal) renew(done chan struct{}) {
 }
 
 // fetchWithin is one fetch, given up when ctx ends even if fetch does not
-// return (its answer, if it ever comes, is dropped).
+// return (its answer, if it ever comes, is dropped, or taken by a renewal
+// that waits for it at maxFetches). Credentials that expired already are
+// an error.
 func (s *awsRenewal) fetchWithin(ctx context.Context) (mskiam.Auth, time.Time, bool, error) {
-	type answer struct {
-		creds   mskiam.Auth
-		expires time.Time
-		retry   bool
-		err     error
+	s.mu.Lock()
+	c := s.fetching
+	if c == nil || s.inflight < maxFetches {
+		c = &fetchCall{done: make(chan struct{})}
+		s.fetching = c
+		s.inflight++
+		go func() {
+			c.creds, c.expires, c.retry, c.err = s.fetch(ctx)
+			close(c.done)
+			s.mu.Lock()
+			s.inflight--
+			if s.fetching == c {
+				s.fetching = nil
+			}
+			s.mu.Unlock()
+		}()
 	}
-	ch := make(chan answer, 1)
-	go func() {
-		c, e, r, err := s.fetch(ctx)
-		ch <- answer{c, e, r, err}
-	}()
+	s.mu.Unlock()
 	select {
-	case a := <-ch:
-		return a.creds, a.expires, a.retry, a.err
+	case <-c.done:
+		if c.err == nil && !c.expires.IsZero() && !time.Now().Before(c.expires) {
+			return mskiam.Auth{}, time.Time{}, true, fmt.Errorf("the credentials answered expired at %s", c.expires.Format(time.RFC3339))
+		}
+		return c.creds, c.expires, c.retry, c.err
 	case <-ctx.Done():
 		return mskiam.Auth{}, time.Time{}, false, fmt.Errorf("no credentials within %s: %w", s.timeout, ctx.Err())
 	}

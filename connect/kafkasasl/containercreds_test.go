@@ -853,13 +853,21 @@ func TestABlockingTokenFileReadDoesNotHoldLoginsPastTheRenewalBound(t *testing.T
 	if took > 4*renewalTimeout {
 		t.Errorf("a login with the token file's read blocked returned after %v, not at the renewal's bound %v: %v", took.Round(10*time.Millisecond), renewalTimeout, err)
 	}
-	// The token file is a plain file again (the FIFO moved aside, its
-	// reader still blocked).
+	// The read returns (the mount answers again: the FIFO is written and
+	// replaced by a plain file). A read that never returns holds the
+	// file's other readers (secretfile reads one at a time, so that none
+	// returns an older secret after a newer one:
+	// TestGetNeverReturnsAnOlderSecretAfterANewerOne); the renewal's bound
+	// holds meanwhile (above), and the logins recover once it returns.
 	if err := os.Rename(p, fifo); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(p, []byte("pod-token\n"), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+		_, _ = w.WriteString("pod-token\n")
+		_ = w.Close()
 	}
 	took, err = login()
 	calls, _ := agent.counts()

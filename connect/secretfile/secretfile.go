@@ -66,24 +66,16 @@ func (f *File) Get() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s: reading the secret: %w", f.key, err)
 	}
-	now := f.now()
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now()
 	if f.value != "" && st.Size() == f.size && st.ModTime().Equal(f.mtime) && now.Sub(f.readAt) < RecheckInterval {
-		v := f.value
-		f.mu.Unlock()
-		return v, nil
+		return f.value, nil
 	}
-	f.mu.Unlock()
-	// Read without the lock: a read that blocks (a hung mount, a FIFO)
-	// holds no other caller. What is stored goes with the stat taken
-	// before it, so an older read stored last is read again at the next
-	// Get.
 	v, err := Read(f.key, f.path)
 	if err != nil {
 		return "", err
 	}
-	f.mu.Lock()
 	f.value, f.size, f.mtime, f.readAt = v, st.Size(), st.ModTime(), now
-	f.mu.Unlock()
 	return v, nil
 }
