@@ -57,7 +57,9 @@ func TestGetNeverReturnsAnOlderSecretAfterANewerOne(t *testing.T) {
 		if err := os.WriteFile(tmp, []byte(fmt.Sprintf("v%06d", n)), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		os.Chtimes(tmp, mt, mt)
+		if err := os.Chtimes(tmp, mt, mt); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.Rename(tmp, path); err != nil {
 			t.Fatal(err)
 		}
