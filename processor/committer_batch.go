@@ -23,8 +23,9 @@ const recordSlab = 16
 // does for each: recs[i] is krs[i]'s record, or nil if its partition is no
 // longer ours (or is being revoked). Under one committer.mu, so a revoke
 // that marks a partition sees either none or all of the poll's records of
-// it counted in flight.
-func (c *committer) trackAll(krs []*kgo.Record) []*record {
+// it counted in flight. fetches is the poll krs came from (for the lag
+// watch's gap check; nil: unknown).
+func (c *committer) trackAll(krs []*kgo.Record, fetches kgo.Fetches) []*record {
 	recs := make([]*record, len(krs))
 	var slab []record
 	c.mu.Lock()
@@ -46,7 +47,7 @@ func (c *committer) trackAll(krs []*kgo.Record) []*record {
 		p.tr.add(rec)
 		recs[i] = rec
 	}
-	c.lag.polledAll(recs)
+	c.lag.polledAll(recs, fetches)
 	c.flight.addAll(recs)
 	return recs
 }

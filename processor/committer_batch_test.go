@@ -103,7 +103,7 @@ func TestBatchEndAfterARevokeCommitsOnlyThePartitionStillOwned(t *testing.T) {
 	kept, gone := topicPartition{"t", 0}, topicPartition{"t", 1}
 	c, committed := committerOnKafka(t, cfg, kept, gone)
 	p0, p1 := c.parts[kept], c.parts[gone]
-	recs := c.trackAll(pollOf("t", 2, 10))
+	recs := c.trackAll(pollOf("t", 2, 10), nil)
 	for i, rec := range recs {
 		if rec == nil {
 			t.Fatalf("record %d not tracked", i)
@@ -115,7 +115,7 @@ func TestBatchEndAfterARevokeCommitsOnlyThePartitionStillOwned(t *testing.T) {
 
 	c.revoked(context.Background(), nil, map[string][]int32{"t": {1}})
 	// A poll after the revoke takes nothing of the revoked partition.
-	if late := c.trackAll([]*kgo.Record{{Topic: "t", Partition: 1, Offset: 5}}); late[0] != nil {
+	if late := c.trackAll([]*kgo.Record{{Topic: "t", Partition: 1, Offset: 5}}, nil); late[0] != nil {
 		t.Fatal("a record of the revoked partition was tracked")
 	}
 	c.endAll(recs, true)
@@ -140,7 +140,7 @@ func TestBatchEndReleasesTheRevokesWait(t *testing.T) {
 	for off := int64(0); off < 6; off++ {
 		krs = append(krs, &kgo.Record{Topic: "t", Partition: 1, Offset: off})
 	}
-	recs := c.trackAll(krs)
+	recs := c.trackAll(krs, nil)
 	for _, rec := range recs {
 		c.flight.setPending(rec, 2) // two intents each
 	}
@@ -181,7 +181,7 @@ func TestBatchEndReleasesTheRevokesWait(t *testing.T) {
 // a started row each) by the claimer (endAll).
 func BenchmarkTrackAndEndAPollOfDuplicates(b *testing.B) {
 	benchTrackAndEnd(b, func(c *committer, krs []*kgo.Record, _ []*record) {
-		c.endAll(c.trackAll(krs), true)
+		c.endAll(c.trackAll(krs, nil), true)
 	})
 }
 
@@ -224,7 +224,7 @@ func benchTrackAndEnd(b *testing.B, poll func(c *committer, krs []*kgo.Record, r
 // the claimer goroutine ends the previous ones (they contend on
 // committer.mu). An op is one poll of 1000 records.
 func BenchmarkReplayPipelineBatched(b *testing.B) {
-	benchPipeline(b, func(c *committer, krs []*kgo.Record) []*record { return c.trackAll(krs) },
+	benchPipeline(b, func(c *committer, krs []*kgo.Record) []*record { return c.trackAll(krs, nil) },
 		func(c *committer, recs []*record) { c.endAll(recs, true) })
 }
 
@@ -287,7 +287,7 @@ func TestBatchEndFinishesARecordOnlyWithItsLastPiece(t *testing.T) {
 	p0, p1 := c.parts[tp0], c.parts[tp1]
 	krs := []*kgo.Record{{Topic: "t", Partition: 0, Offset: 0}, {Topic: "t", Partition: 1, Offset: 0},
 		{Topic: "t", Partition: 0, Offset: 1}, {Topic: "t", Partition: 1, Offset: 1}}
-	recs := c.trackAll(krs)
+	recs := c.trackAll(krs, nil)
 	for i, rec := range recs {
 		if rec == nil || rec.part.tp.partition != krs[i].Partition || rec.offset != krs[i].Offset {
 			t.Fatalf("record %d tracked as %+v", i, rec)
@@ -342,7 +342,7 @@ func TestBatchTrackAndEndsOnThreeGoroutinesCountEveryRecordOnce(t *testing.T) {
 				krs = append(krs, &kgo.Record{Topic: "t", Partition: p, Offset: int64(n*per/4 + off)})
 			}
 		}
-		recs := c.trackAll(krs)
+		recs := c.trackAll(krs, nil)
 		for i, rec := range recs {
 			if i%2 == 0 {
 				c.flight.setPending(rec, 2)

@@ -9,14 +9,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // lagWatch watches the partitions this replica owns from outside the
 // commit path: it exports how far the group's offset of each is behind the
 // log end (dedup_consumer_lag; summed over replicas, the group's lag), and
 // notices records that retention deleted before the group read them
-// (checkGap: dedup_records_lost_total and an error log, since the reset
-// policy went on without them and operators must know what was skipped).
+// (countGap, by the log start the gap's fetch answered with:
+// dedup_records_lost_total and an error log, since the reset policy went
+// on without them and operators must know what was skipped).
 //
 // Its rule: it knows a partition from its assignment to its forgetting,
 // as the committer tells it (assign, polled, committed, forget, all under
@@ -70,33 +72,65 @@ func (l *lagWatch) assign(tp topicPartition, ctx context.Context, committed int6
 	return w
 }
 
-// polled notes a polled record of w's partition: past the offset
-// expected, it checks the gap (one check at a time per partition).
+// polled notes a polled record of w's partition that came without its
+// fetch: past the offset expected, it asks Kafka where the log starts
+// (checkGap; one check at a time per partition).
 func (l *lagWatch) polled(w *watched, offset int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.polledLocked(w, offset)
+	l.polledLocked(w, offset, nil)
 }
 
-// polledLocked is polled with l.mu held.
-func (l *lagWatch) polledLocked(w *watched, offset int64) {
-	if w.expect >= 0 && offset > w.expect && !w.checking {
-		w.checking = true
-		go l.checkGap(w, w.expect, offset)
+// polledLocked is polled with l.mu held; fetches is the poll that brought
+// the record (nil: unknown). A record past the offset expected is a gap:
+// the fetch that brought it says where the partition's log started when
+// the broker answered (Fetch v5+, KIP-107), which tells retention from
+// compaction and transaction markers with no request of its own; only a
+// fetch that did not say sends checkGap's ListOffsets. That request would
+// go on the connection that carries the group's commits (franz-go's
+// cxnNormal), answered in order: a slow answer would hold the final
+// commit behind it (TestAStopWhileAGapIsSeenStillCommitsWhatStarted).
+func (l *lagWatch) polledLocked(w *watched, offset int64, fetches kgo.Fetches) {
+	if w.expect >= 0 && offset > w.expect {
+		if start := logStartOf(fetches, w.tp, offset); start >= 0 {
+			l.countGap(w.tp, w.expect, offset, start)
+		} else if !w.checking {
+			w.checking = true
+			go l.checkGap(w, w.expect, offset)
+		}
 	}
 	w.expect = offset + 1
 }
 
 // polledAll notes a poll's tracked records (nil: not tracked) as polled
-// does, in poll order, under one lock.
-func (l *lagWatch) polledAll(recs []*record) {
+// does, in poll order, under one lock; fetches is the poll.
+func (l *lagWatch) polledAll(recs []*record, fetches kgo.Fetches) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, rec := range recs {
 		if rec != nil {
-			l.polledLocked(rec.part.watch, rec.offset)
+			l.polledLocked(rec.part.watch, rec.offset, fetches)
 		}
 	}
+}
+
+// logStartOf is the log start offset of tp that the broker answered with
+// in the fetch of fetches that brought tp's record at offset, or -1 when
+// none did (no such fetch, or a broker that does not say).
+func logStartOf(fetches kgo.Fetches, tp topicPartition, offset int64) int64 {
+	for _, f := range fetches {
+		for _, t := range f.Topics {
+			if t.Topic != tp.topic {
+				continue
+			}
+			for _, p := range t.Partitions {
+				if n := len(p.Records); p.Partition == tp.partition && n > 0 && p.Records[0].Offset <= offset && offset <= p.Records[n-1].Offset {
+					return p.LogStartOffset
+				}
+			}
+		}
+	}
+	return -1
 }
 
 // committed notes that this replica committed w's partition at offset.
@@ -114,10 +148,25 @@ func (l *lagWatch) forget(tp topicPartition) {
 	l.mu.Unlock()
 }
 
-// checkGap asks where the partition's log starts now: if past from, the
-// records from `from` up to the log start (at most `to`) were deleted by
-// retention before this group read them. Logged and counted: the reset
-// policy decided to go on, and operators must know what was skipped.
+// countGap counts and logs a gap of tp from offset from up to to (the
+// record after it), given where the partition's log started: if past
+// from, the records from `from` up to the log start (at most `to`) were
+// deleted by retention before this group read them. Logged and counted:
+// the reset policy decided to go on, and operators must know what was
+// skipped. A start at or before from is compaction or transaction
+// markers, not retention: nothing lost.
+func (l *lagWatch) countGap(tp topicPartition, from, to, start int64) {
+	if start <= from {
+		return
+	}
+	lost := min(start, to) - from
+	l.lost.WithLabelValues(tp.topic).Add(float64(lost))
+	l.log.Error("records deleted by retention before they were consumed; they are lost",
+		"topic", tp.topic, "partition", tp.partition, "from", from, "to", min(start, to)-1, "records", lost)
+}
+
+// checkGap asks Kafka where the partition's log starts now, for a gap
+// whose fetch did not say, and counts it (countGap).
 func (l *lagWatch) checkGap(w *watched, from, to int64) {
 	defer func() { l.mu.Lock(); w.checking = false; l.mu.Unlock() }()
 	ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
@@ -126,14 +175,9 @@ func (l *lagWatch) checkGap(w *watched, from, to int64) {
 	if err != nil {
 		return
 	}
-	o, ok := starts.Lookup(w.tp.topic, w.tp.partition)
-	if !ok || o.Err != nil || o.Offset <= from {
-		return // compaction or transaction markers, not retention
+	if o, ok := starts.Lookup(w.tp.topic, w.tp.partition); ok && o.Err == nil {
+		l.countGap(w.tp, from, to, o.Offset)
 	}
-	lost := min(o.Offset, to) - from
-	l.lost.WithLabelValues(w.tp.topic).Add(float64(lost))
-	l.log.Error("records deleted by retention before they were consumed; they are lost",
-		"topic", w.tp.topic, "partition", w.tp.partition, "from", from, "to", min(o.Offset, to)-1, "records", lost)
 }
 
 // run exports, for the partitions this replica owns, how far its committed

@@ -3,6 +3,8 @@ package processor
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 )
 
@@ -126,5 +129,124 @@ func TestTheLagIsMeasuredThroughASASLOnlyCluster(t *testing.T) {
 	release()
 	if err := rn.stop(); err != nil {
 		t.Errorf("Run: %v", err)
+	}
+}
+
+// A router stopped just after a poll skipped offsets (read_committed over
+// an aborted transaction) still commits, when Run returns, what it started
+// before the stop, with a broker that would answer a ListOffsets of the
+// log start slowly (held 60 s here): the gap is told apart by the log
+// start its fetch answered with, so no such request sits ahead of the
+// final commit on franz-go's one connection for ListOffsets, OffsetFetch
+// and OffsetCommit (cxnNormal, answered in order). Adversary 50d showed
+// the check's ListOffsets holding the commit until its deadline cut it
+// (committed -1 after 2 s: a and b re-driven by the next owner).
+func TestAStopWhileAGapIsSeenStillCommitsWhatStarted(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce sync.Once
+	release := func() { holdOnce.Do(func() { close(hold) }) }
+	defer release()
+	var armed atomic.Bool
+	var earliest atomic.Int32 // ListOffsets of the log start, once armed
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		start := false
+		for _, tp := range req.(*kmsg.ListOffsetsRequest).Topics {
+			for _, p := range tp.Partitions {
+				start = start || p.Timestamp == -2
+			}
+		}
+		if start && armed.Load() && earliest.Add(1) == 1 {
+			e.cluster.SleepControl(func() {
+				select {
+				case <-hold:
+				case <-time.After(60 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // the final commit is the only one
+	e.produce(0, "a", "v")         // offset 0
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("a")) == stateStarted }, func() string { return "a not marked" })
+	armed.Store(true)
+	tx := e.txProducer("gap")
+	tx.begin(txEvent{0, "aborted"}) // offset 1, skipped by read_committed
+	tx.end(false)                   // offset 2: the abort marker
+	e.produce(0, "b", "v")          // offset 3
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("b")) == stateStarted }, func() string { return "b not marked" })
+	err := rn.stop()
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != 4 {
+		t.Errorf("committed %d when Run returned (after %v), want 4: a and b were started and marked before the stop, the aborted record and its marker are done", c, rn.took)
+	}
+	if n := earliest.Load(); n != 0 {
+		t.Errorf("%d ListOffsets of the log start after the gap; want none: the fetch that showed the gap said where the log starts", n)
+	}
+	var m dto.Metric
+	if err := rn.r.m.lost.WithLabelValues(testTopic).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if v := m.GetCounter().GetValue(); v != 0 {
+		t.Errorf("%v records counted lost; want 0: an aborted transaction is not retention", v)
+	}
+	release()
+}
+
+// The log start of a gap is the one of the fetch that brought the record
+// after it: the partition's, in the fetch whose records hold that offset
+// (a poll can hold two fetches of one partition, from before and after a
+// leader moved), and -1 (ask Kafka) when no fetch of the poll holds it or
+// the broker did not say.
+func TestAGapsLogStartIsTheOneOfTheFetchThatBroughtTheRecordAfterIt(t *testing.T) {
+	recs := func(offsets ...int64) []*kgo.Record {
+		var out []*kgo.Record
+		for _, o := range offsets {
+			out = append(out, &kgo.Record{Offset: o})
+		}
+		return out
+	}
+	fetches := kgo.Fetches{
+		{Topics: []kgo.FetchTopic{{Topic: "t", Partitions: []kgo.FetchPartition{
+			{Partition: 0, LogStartOffset: 7, Records: recs(8, 9)},
+			{Partition: 1, LogStartOffset: 3, Records: recs(4)},
+			{Partition: 2, LogStartOffset: -1, Records: recs(5)},
+		}}}},
+		{Topics: []kgo.FetchTopic{
+			{Topic: "u", Partitions: []kgo.FetchPartition{{Partition: 0, LogStartOffset: 1, Records: recs(12)}}},
+			{Topic: "t", Partitions: []kgo.FetchPartition{{Partition: 0, LogStartOffset: 11, Records: recs(12, 13)}}},
+		}},
+	}
+	for _, c := range []struct {
+		tp     topicPartition
+		offset int64
+		want   int64
+	}{
+		{topicPartition{"t", 0}, 9, 7},
+		{topicPartition{"t", 0}, 8, 7},
+		{topicPartition{"t", 0}, 13, 11}, // the second fetch of t/0
+		{topicPartition{"t", 0}, 10, -1}, // in no fetch's records
+		{topicPartition{"t", 1}, 4, 3},
+		{topicPartition{"t", 1}, 9, -1}, // t/0's offset, not t/1's
+		{topicPartition{"t", 2}, 5, -1}, // the broker did not say
+		{topicPartition{"u", 0}, 12, 1},
+		{topicPartition{"v", 0}, 12, -1},
+	} {
+		if got := logStartOf(fetches, c.tp, c.offset); got != c.want {
+			t.Errorf("log start of %s/%d at offset %d: %d, want %d", c.tp.topic, c.tp.partition, c.offset, got, c.want)
+		}
+	}
+	if got := logStartOf(nil, topicPartition{"t", 0}, 9); got != -1 {
+		t.Errorf("log start with no poll: %d, want -1", got)
 	}
 }

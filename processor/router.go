@@ -379,7 +379,7 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 		dead  []deadLetter
 	)
 	krs := fetches.Records()
-	for i, rec := range r.commits.trackAll(krs) {
+	for i, rec := range r.commits.trackAll(krs, fetches) {
 		switch kr := krs[i]; {
 		case rec == nil: // partition revoked since the fetch
 		case kr.Attrs.IsControl():
