@@ -2,14 +2,20 @@ package processor
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
+	"github.com/twmb/franz-go/pkg/sasl"
 )
 
 // lagWatch watches the partitions this replica owns from outside the
@@ -36,6 +42,10 @@ type lagWatch struct {
 	lag      *prometheus.GaugeVec   // topic, partition
 	lost     *prometheus.CounterVec // topic
 	adm      *kadm.Client           // the committer's, set by New
+	// dial makes the client of run's requests (set by New: lagClient; nil:
+	// adm's), own the one run uses while it runs.
+	dial func() (*kgo.Client, error)
+	own  atomic.Pointer[kadm.Client]
 
 	mu    sync.Mutex
 	parts map[topicPartition]*watched
@@ -171,7 +181,11 @@ func (l *lagWatch) checkGap(w *watched, from, to int64) {
 	defer func() { l.mu.Lock(); w.checking = false; l.mu.Unlock() }()
 	ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
 	defer cancel()
-	starts, err := l.adm.ListStartOffsets(ctx, w.tp.topic)
+	adm := l.adm
+	if own := l.own.Load(); own != nil {
+		adm = own
+	}
+	starts, err := adm.ListStartOffsets(ctx, w.tp.topic)
 	if err != nil {
 		return
 	}
@@ -183,13 +197,32 @@ func (l *lagWatch) checkGap(w *watched, from, to int64) {
 // run exports, for the partitions this replica owns, how far its committed
 // offset is behind the log end (dedup_consumer_lag), every LagInterval
 // until ctx ends. Summed over replicas it is the group's lag.
+//
+// Its requests (and a gap check's, while it runs) go on a Kafka client of
+// their own (dial), closed when run returns: franz-go sends ListOffsets,
+// OffsetFetch and OffsetCommit to a broker on one connection, answered in
+// order, so a ListOffsets the broker is slow to answer would hold the
+// router's commits behind it, the shutdown's final commit included
+// (TestAStopWhileALagMeasureIsSlowStillCommitsWhatStarted). If that
+// client cannot be made, the router's is used, and a warning says so.
 func (l *lagWatch) run(ctx context.Context) {
-	every(ctx, l.interval, func() { l.measure(ctx) })
+	adm := l.adm
+	if l.dial != nil {
+		cl, err := l.dial()
+		if err != nil {
+			l.log.Warn("the lag watch's own Kafka client could not be made; measuring lag with the router's", "err", err)
+		} else {
+			adm = kadm.NewClient(cl)
+			l.own.Store(adm)
+			defer func() { l.own.Store(nil); cl.Close() }()
+		}
+	}
+	every(ctx, l.interval, func() { l.measure(ctx, adm) })
 }
 
-func (l *lagWatch) measure(ctx context.Context) {
+func (l *lagWatch) measure(ctx context.Context, adm *kadm.Client) {
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	ends, err := l.adm.ListEndOffsets(lctx, l.topics...)
+	ends, err := adm.ListEndOffsets(lctx, l.topics...)
 	cancel()
 	if err != nil {
 		return
@@ -205,4 +238,81 @@ func (l *lagWatch) measure(ctx context.Context) {
 		}
 	})
 	l.mu.Unlock()
+}
+
+// lagClient makes the lag watch's client: cl's connection to Kafka (its
+// seeds, its dial function (dedup's guarded dialer, the caller's, or the
+// one franz-go made over cl's TLS config), SASL, client ID, timeouts,
+// retries, versions and logger), read back from cl, and nothing else. Not the caller's
+// KafkaOpts as such: they may hold hooks that must run once per router
+// (kprom registers its metrics on a client's creation and panicked on a
+// second: TestARouterWithKpromHooksInKafkaOptsKeepsRunningAndExportsKafkaMetrics).
+// A setting it cannot read back is an error, never a default (a missing
+// seed list would be localhost:9092).
+func lagClient(cl *kgo.Client) (*kgo.Client, error) {
+	seeds, ok := cl.OptValue(kgo.SeedBrokers).([]string)
+	if !ok || len(seeds) == 0 {
+		return nil, errors.New("lag client: the router's seed brokers could not be read back")
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(seeds...)}
+	// franz-go makes a client's dial function at its creation when none
+	// was given (over DialTLSConfig and DialTimeout): it is the whole of
+	// how cl dials.
+	dial, ok := cl.OptValue(kgo.Dialer).(func(context.Context, string, string) (net.Conn, error))
+	if !ok || dial == nil {
+		return nil, errors.New("lag client: the router's dialer could not be read back")
+	}
+	opts = append(opts, kgo.Dialer(dial))
+	switch v := cl.OptValue(kgo.SASL).(type) {
+	case []sasl.Mechanism:
+		if len(v) > 0 {
+			opts = append(opts, kgo.SASL(v...))
+		}
+	default:
+		return nil, fmt.Errorf("lag client: the router's SASL could not be read back (%T)", v)
+	}
+	if id := cl.OptValues(kgo.ClientID); len(id) == 2 && id[1] == true {
+		if s, ok := id[0].(string); ok {
+			opts = append(opts, kgo.ClientID(s))
+		}
+	}
+	if sv := cl.OptValues(kgo.SoftwareNameAndVersion); len(sv) == 2 {
+		name, okn := sv[0].(string)
+		version, okv := sv[1].(string)
+		if okn && okv {
+			opts = append(opts, kgo.SoftwareNameAndVersion(name, version))
+		}
+	}
+	if lg, ok := cl.OptValue(kgo.WithLogger).(kgo.Logger); ok && lg != nil {
+		opts = append(opts, kgo.WithLogger(lg))
+	}
+	for _, d := range []struct {
+		opt func(time.Duration) kgo.Opt
+	}{{kgo.DialTimeout}, {kgo.RequestTimeoutOverhead}, {kgo.ConnIdleTimeout}, {kgo.MetadataMaxAge}, {kgo.MetadataMinAge}} {
+		if v, ok := cl.OptValue(d.opt).(time.Duration); ok && v > 0 {
+			opts = append(opts, d.opt(v))
+		}
+	}
+	if v, ok := cl.OptValue(kgo.MaxVersions).(*kversion.Versions); ok && v != nil {
+		opts = append(opts, kgo.MaxVersions(v))
+	}
+	if v, ok := cl.OptValue(kgo.MinVersions).(*kversion.Versions); ok && v != nil {
+		opts = append(opts, kgo.MinVersions(v))
+	}
+	if v, ok := cl.OptValue(kgo.RetryBackoffFn).(func(int) time.Duration); ok && v != nil {
+		opts = append(opts, kgo.RetryBackoffFn(v))
+	}
+	if v, ok := cl.OptValue(kgo.RequestRetries).(int64); ok {
+		opts = append(opts, kgo.RequestRetries(int(v)))
+	}
+	if v, ok := cl.OptValue(kgo.RetryTimeoutFn).(func(int16) time.Duration); ok && v != nil {
+		opts = append(opts, kgo.RetryTimeoutFn(v))
+	}
+	if v, ok := cl.OptValue(kgo.BrokerMaxWriteBytes).(int32); ok && v > 0 {
+		opts = append(opts, kgo.BrokerMaxWriteBytes(v))
+	}
+	if v, ok := cl.OptValue(kgo.BrokerMaxReadBytes).(int32); ok && v > 0 {
+		opts = append(opts, kgo.BrokerMaxReadBytes(v))
+	}
+	return kgo.NewClient(opts...)
 }

@@ -2,7 +2,9 @@ package processor
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -248,5 +250,167 @@ func TestAGapsLogStartIsTheOneOfTheFetchThatBroughtTheRecordAfterIt(t *testing.T
 	}
 	if got := logStartOf(nil, topicPartition{"t", 0}, 9); got != -1 {
 		t.Errorf("log start with no poll: %d, want -1", got)
+	}
+}
+
+// Adversary 50 (b, lag): a router stopped while its lag measure's
+// ListOffsets is answered slowly (one answer takes 2 s: a loaded broker)
+// still commits, when Run returns, what it started before the stop. The
+// lag measure's ListOffsets and the final commit's OffsetFetch and
+// OffsetCommit share franz-go's normal connection to the broker (kgo
+// broker.loadConnection: "list offsets stays on cxnNormal"), whose answers
+// come in order: the shutdown cancels the measure, but the request is
+// sent, and the final commit's requests wait behind it. Before v1.22.3
+// the commit waited and landed late; now its deadline cuts it, and the
+// next owner re-drives a. The lag watch's requests now go on a client of
+// its own (lagClient), closed before the final commit.
+func TestAStopWhileALagMeasureIsSlowStillCommitsWhatStarted(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	var armed, held atomic.Bool
+	slept := make(chan struct{}) // ends the held answer when the test does
+	defer close(slept)
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if armed.Load() && !held.Swap(true) {
+			e.cluster.SleepControl(func() {
+				select {
+				case <-time.After(2 * time.Second):
+				case <-slept:
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // the final commit is the only one
+	e.produce(0, "a", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("a")) == stateStarted }, func() string { return "a not marked" })
+	armed.Store(true)
+	eventually(t, 10*time.Second, held.Load, func() string { return "no lag measure's ListOffsets reached the broker" })
+	err := rn.stop()
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != 1 {
+		t.Errorf("committed %d when Run returned (after %v), want 1: a was started and marked before the stop", c, rn.took)
+	}
+}
+
+// Adversary 50d (d, lag client close): a router stopped while its lag
+// measure's ListOffsets is held by the broker for good (not 2 s: a broker
+// that never answers it) returns within drain_timeout and commits what
+// finished: lagWatch.run closes its own client before loops.Wait returns,
+// and the final commit waits for loops.Wait.
+func TestAStopWhileALagMeasureIsHeldForGoodStillCommitsWhatStarted(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	arm, held, release := e.holdKeyOnce(kmsg.ListOffsets.Int16())
+	defer release()
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // the final commit is the only one
+	e.produce(0, "a", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("a")) == stateStarted }, func() string { return "a not marked" })
+	arm()
+	eventually(t, 10*time.Second, held.Load, func() string { return "no lag measure's ListOffsets reached the broker" })
+	time.Sleep(100 * time.Millisecond)
+	err := rn.stop()
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != 1 {
+		t.Errorf("committed %d when Run returned (after %v), want 1: a was started and marked before the stop", c, rn.took)
+	}
+	release()
+}
+
+// countNewClient counts the clients it was given to (kgo.HookNewClient).
+type countNewClient struct{ n atomic.Int32 }
+
+func (h *countNewClient) OnNewClient(*kgo.Client) { h.n.Add(1) }
+
+// The lag watch's client (lagClient) reaches Kafka as the router's client
+// does (its seeds, its dialer, its client ID, retries and timeouts, its
+// TLS config) and runs none of its hooks: a caller's hooks run once per
+// router (kprom registers its metrics on a client's creation).
+func TestTheLagClientConnectsAsTheRoutersClientAndRunsNoneOfItsHooks(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var dials atomic.Int32
+	var d net.Dialer
+	hooks := &countNewClient{}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ClientID("router-7"), kgo.RequestRetries(3),
+		kgo.ConnIdleTimeout(7*time.Second), kgo.WithHooks(hooks),
+		kgo.Dialer(func(ctx context.Context, network, host string) (net.Conn, error) {
+			dials.Add(1)
+			return d.DialContext(ctx, network, host)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	lc, err := lagClient(cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	if n := hooks.n.Load(); n != 1 {
+		t.Errorf("the router's hooks ran for %d clients, want 1 (the router's)", n)
+	}
+	if h, _ := lc.OptValue(kgo.WithHooks).([]kgo.Hook); len(h) != 0 {
+		t.Errorf("the lag client has %d hooks, want none", len(h))
+	}
+	for _, o := range []struct {
+		name string
+		opt  any
+	}{{"ClientID", kgo.ClientID}, {"RequestRetries", kgo.RequestRetries}, {"ConnIdleTimeout", kgo.ConnIdleTimeout}, {"SeedBrokers", kgo.SeedBrokers}} {
+		if got, want := fmt.Sprint(lc.OptValues(o.opt)), fmt.Sprint(cl.OptValues(o.opt)); got != want {
+			t.Errorf("lag client's %s: %s, want the router's %s", o.name, got, want)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	before := dials.Load()
+	ends, err := kadm.NewClient(lc).ListEndOffsets(ctx, "t")
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatalf("lag client's ListEndOffsets: %v", err)
+	}
+	if dials.Load() == before {
+		t.Error("the lag client reached Kafka without the router's dialer")
+	}
+
+	// A client with a TLS config dials TLS: its lag client too (against
+	// this plaintext broker, no answer).
+	tcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}),
+		kgo.RequestRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcl.Close()
+	tlc, err := lagClient(tcl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tlc.Close()
+	tctx, tcancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer tcancel()
+	if _, err := kadm.NewClient(tlc).ListEndOffsets(tctx, "t"); err == nil {
+		t.Error("a lag client of a TLS client answered by a plaintext broker: it did not dial TLS")
 	}
 }

@@ -78,7 +78,9 @@ type Options struct {
 	// KafkaOpts are extra Kafka client options (kprom hooks, a dialer of
 	// the caller's), applied after the router's own. The config's
 	// brokers, isolation level, TLS and SASL are applied by New
-	// (Config.ClientOpts): they need not be repeated here.
+	// (Config.ClientOpts): they need not be repeated here. The lag watch
+	// measures with a client of its own that dials as the router's does,
+	// without its hooks (lagClient).
 	KafkaOpts []kgo.Opt
 	// Tracing, if set, traces each record from its Kafka headers' context
 	// (tracing.go); nil is off: no span, no header read.
@@ -200,6 +202,7 @@ func New(cfg Config, o Options) (*Router, error) {
 	r.claims.waits.holds, r.starts.holds = holds, holds
 	r.commits.adm = kadm.NewClient(r.cl)
 	r.commits.lag.adm = r.commits.adm
+	r.commits.lag.dial = func() (*kgo.Client, error) { return lagClient(r.cl) }
 	// Only now may the group call back (assigned reads adm, commit cl):
 	// with topics given to NewClient it would join before they are set.
 	r.cl.AddConsumeTopics(cfg.Topics...)
