@@ -284,7 +284,7 @@ func webIdentity(getenv func(string) string) (func(context.Context) (mskiam.Auth
 		client: &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
 			// A 307/308 would send the token again, to a host no
 			// start-up check saw: it goes to the endpoint checked, only.
-			return fmt.Errorf("STS answered a redirect to %s: not followed (the web identity token goes to %s only)", req.URL.Redacted(), redacted(endpoint))
+			return &refusedRedirect{fmt.Sprintf("STS answered a redirect to %s: not followed (the web identity token goes to %s only)", req.URL.Redacted(), redacted(endpoint))}
 		}},
 	}
 	r := newAWSRenewal(s.assumeRole)
@@ -329,7 +329,7 @@ func (s *stsWebIdentity) assumeRole(ctx context.Context) (mskiam.Auth, time.Time
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded; charset=utf-8")
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return mskiam.Auth{}, time.Time{}, true, fmt.Errorf("calling STS: %w", err)
+		return mskiam.Auth{}, time.Time{}, retriable(err), fmt.Errorf("calling STS: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1739,5 +1740,40 @@ func TestOneClustersSeedsWrittenDifferentlyAreTakenAndAnotherRegionsSeedIsRefuse
 	t.Setenv("AWS_SECRET_ACCESS_KEY", secret1)
 	if err := c.checkBrokers(cluster, os.Getenv); err == nil || strings.Contains(err.Error(), secret1) {
 		t.Errorf("AWS_REGION eu-west-1 with eu-central-1's seeds: %v; want refused, quoting no secret", err)
+	}
+}
+
+// A redirect STS answers is refused (the web identity token goes to the
+// endpoint checked at start-up only) and not asked again: a refusal
+// cannot change, and each try would send the token.
+func TestARefusedRedirectOfSTSIsNotTriedAgain(t *testing.T) {
+	noAWSEnv(t)
+	var calls atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("the redirect was followed")
+	}))
+	defer other.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		http.Redirect(w, r, other.URL+"/", http.StatusTemporaryRedirect)
+	}))
+	defer srv.Close()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenFile, "jwt-one\n")
+	t.Setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/dedup")
+	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
+	t.Setenv("AWS_ENDPOINT_URL_STS", srv.URL)
+	t.Setenv("AWS_REGION", "eu-west-1")
+	m, err := Config{Mechanism: AWSMSKIAM}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := m.Authenticate(ctx, mskBroker); err == nil || !strings.Contains(err.Error(), "redirect") {
+		t.Fatalf("a login against a redirecting STS: %v, want the redirect's error", err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("one login asked the redirecting STS %d times, want once", n)
 	}
 }

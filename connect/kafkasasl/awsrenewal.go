@@ -2,6 +2,7 @@ package kafkasasl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -41,8 +42,26 @@ type awsRenewal struct {
 	// (a read that does not return). The next renewals start fetches of
 	// their own, up to maxFetches in flight, then wait for the last one:
 	// a stuck endpoint or file holds a few goroutines, not one per renewal.
+	// A fetch that never returned would hold its place for good, and past
+	// maxFetches of them no renewal would fetch again: this package's
+	// fetches all return, their requests by their context and their token
+	// files within 2*secretfile.HungAfter (secretfile gives up a hung read).
 	fetching *fetchCall
 	inflight int
+}
+
+// refusedRedirect is a redirect an endpoint answered that this package's
+// clients do not follow (it would send a token to a host no start-up check
+// saw): asking again gets the same answer, so a fetch does not retry it.
+type refusedRedirect struct{ msg string }
+
+func (e *refusedRedirect) Error() string { return e.msg }
+
+// retriable says whether a request's error may pass by asking again: no
+// answer may (a timeout, a reset connection), a refused redirect not.
+func retriable(err error) bool {
+	var r *refusedRedirect
+	return !errors.As(err, &r)
 }
 
 // maxFetches bounds the fetches in flight, given-up ones included.

@@ -174,7 +174,10 @@ func containerCredentials(getenv func(string) string) (func(context.Context) (ms
 		Transport: transport,
 		Timeout:   30 * time.Second,
 		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
-			return fmt.Errorf("the endpoint answered a redirect to %s: not followed (the token goes to %s only)", containerShown(req.URL.String(), ""), containerShown(endpoint, from))
+			// Where it points is shown without its path and query: a
+			// redirect of ECS's endpoint keeps its credentials ID.
+			to := (&url.URL{Scheme: req.URL.Scheme, Host: req.URL.Host}).String()
+			return &refusedRedirect{fmt.Sprintf("the endpoint answered a redirect to %s (path not shown): not followed (the token goes to %s only)", to, containerShown(endpoint, from))}
 		},
 	}}
 	r := newAWSRenewal(c.fetch)
@@ -196,7 +199,7 @@ type containerEndpointCreds struct {
 }
 
 // fetch is one GET; retry says whether to try again (no answer, a 5xx,
-// 429), as the AWS SDKs' endpointcreds retries. An answer without an
+// 429, not a refused redirect), as the AWS SDKs' endpointcreds retries. An answer without an
 // Expiration expires at once: it is fetched again at the next login.
 func (c *containerEndpointCreds) fetch(ctx context.Context) (mskiam.Auth, time.Time, bool, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.endpoint, nil)
@@ -217,9 +220,9 @@ func (c *containerEndpointCreds) fetch(ctx context.Context) (mskiam.Auth, time.T
 		// credentials ID. Shown as containerShown shows it.
 		var ue *url.Error
 		if errors.As(err, &ue) {
-			return mskiam.Auth{}, time.Time{}, true, fmt.Errorf("calling it: %s %s: %w", ue.Op, containerShown(c.endpoint, c.from), ue.Err)
+			return mskiam.Auth{}, time.Time{}, retriable(err), fmt.Errorf("calling it: %s %s: %w", ue.Op, containerShown(c.endpoint, c.from), ue.Err)
 		}
-		return mskiam.Auth{}, time.Time{}, true, fmt.Errorf("calling it: %w", err)
+		return mskiam.Auth{}, time.Time{}, retriable(err), fmt.Errorf("calling it: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

@@ -854,11 +854,11 @@ func TestABlockingTokenFileReadDoesNotHoldLoginsPastTheRenewalBound(t *testing.T
 		t.Errorf("a login with the token file's read blocked returned after %v, not at the renewal's bound %v: %v", took.Round(10*time.Millisecond), renewalTimeout, err)
 	}
 	// The read returns (the mount answers again: the FIFO is written and
-	// replaced by a plain file). A read that never returns holds the
-	// file's other readers (secretfile reads one at a time, so that none
-	// returns an older secret after a newer one:
-	// TestGetNeverReturnsAnOlderSecretAfterANewerOne); the renewal's bound
-	// holds meanwhile (above), and the logins recover once it returns.
+	// replaced by a plain file); the renewal's bound holds meanwhile
+	// (above), and the logins recover. (secretfile reads a FIFO without
+	// blocking now, and gives up a read hung on a mount after HungAfter:
+	// TestAFIFOAtThePathIsAnErrorAndHoldsNoRead,
+	// TestAGetIsNotHeldByAnotherGetsReadThatNeverReturns.)
 	if err := os.Rename(p, fifo); err != nil {
 		t.Fatal(err)
 	}

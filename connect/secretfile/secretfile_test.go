@@ -4,15 +4,19 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
 
-// A file rewritten at the same size and modification time (which a stat
-// cannot tell from no change) is read again once RecheckInterval has
-// passed: a revoked secret stops working within it.
+// A file rewritten in place where a stat cannot tell (same size and
+// times: on Linux its change time tells, unless the rewrite falls in the
+// same tick of the file system's clock, simulated here by taking the
+// rewritten file's stat as the one read) is read again once
+// RecheckInterval has passed: a revoked secret stops working within it.
 func TestFileRewrittenAtSameSizeAndMtimeIsReadAgain(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
@@ -37,6 +41,13 @@ func TestFileRewrittenAtSameSizeAndMtimeIsReadAgain(t *testing.T) {
 	if err := os.Chtimes(path, st.ModTime(), st.ModTime()); err != nil {
 		t.Fatal(err)
 	}
+	rewritten, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.id = idOf(rewritten)
+	f.mu.Unlock()
 	if v, _ := f.Get(); v != "old-secret" {
 		t.Fatalf("within the interval: %q (a stat alone cannot tell)", v)
 	}
@@ -105,5 +116,179 @@ func TestGetNeverReturnsAnOlderSecretAfterANewerOne(t *testing.T) {
 	wg.Wait()
 	if b := bad.Load(); b != nil {
 		t.Fatalf("a Get returned an older secret: %v", b)
+	}
+}
+
+// hangingReads makes f's next n reads hang until release is called (a
+// hung mount: a read that no context or deadline ends); the others read
+// the file. started says how many hung reads began.
+func hangingReads(t *testing.T, f *File, n int32) (started func() int32, release func()) {
+	t.Helper()
+	var begun atomic.Int32
+	gate := make(chan struct{})
+	var once sync.Once
+	real := f.read
+	f.mu.Lock()
+	f.read = func(key, path string) (string, fileID, error) {
+		if begun.Add(1) <= n {
+			<-gate
+		}
+		return real(key, path)
+	}
+	f.mu.Unlock()
+	release = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	return func() int32 { return min(begun.Load(), n) }, release
+}
+
+// adversary 51: a read that never returns (a hung mount) holds no other
+// Get for good: the next Get gives it up after HungAfter and reads again,
+// so a path that is readable again is read. (Since 2657305 Get read under
+// its lock, and one hung read held every later Get for ever, even once
+// the path was a plain file again.)
+func TestAGetIsNotHeldByAnotherGetsReadThatNeverReturns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("old-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := hangingReads(t, f, 1)
+	defer release()
+	if err := os.WriteFile(path, []byte("new-token-2\n"), 0o600); err != nil { // changed: the next Get reads
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := f.Get()
+		first <- err
+	}()
+	for started() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	type result struct {
+		v   string
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		v, err := f.Get()
+		got <- result{v, err}
+	}()
+	select {
+	case r := <-got:
+		if r.v != "new-token-2" || r.err != nil {
+			t.Errorf("a Get while another's read hangs: %q %v, want new-token-2", r.v, r.err)
+		}
+	case <-time.After(2*HungAfter + time.Second):
+		t.Errorf("a Get did not return within 2*HungAfter while another Get's read hangs")
+	}
+	select {
+	case <-first:
+	case <-time.After(2*HungAfter + time.Second):
+		t.Errorf("the Get whose read hangs did not return within 2*HungAfter")
+	}
+}
+
+// A hung mount holds at most two reads of a File: the first, given up
+// after HungAfter, and the one that replaced it; a Get returns within
+// 2*HungAfter whatever the reads do, with an error naming the key and the
+// path, and one past the two hung reads returns at once. Once the reads
+// return (the mount answers again), the File reads again, and a read
+// given up stores nothing.
+func TestAHungMountHoldsAtMostTwoReadsAndGetsReturnSayingWhy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("old-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := hangingReads(t, f, 1000)
+	if err := os.WriteFile(path, []byte("new-token-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	says := func(err error) bool {
+		return err != nil && strings.Contains(err.Error(), path) && strings.Contains(err.Error(), "token_file")
+	}
+	began := time.Now()
+	_, err = f.Get()
+	if took := time.Since(began); !says(err) || took > 2*HungAfter+500*time.Millisecond {
+		t.Errorf("a Get of a hung file: %v after %v, want an error naming the key and the path within 2*HungAfter", err, took)
+	}
+	began = time.Now()
+	if _, err := f.Get(); !says(err) || time.Since(began) > 500*time.Millisecond {
+		t.Errorf("a Get past two hung reads: %v after %v, want an error naming the key and the path at once", err, time.Since(began))
+	}
+	if n := started(); n != 2 {
+		t.Errorf("%d reads began on the hung mount, want 2", n)
+	}
+	release()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, err := f.Get()
+		if v == "new-token-2" && err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("once the reads returned: %q %v, want new-token-2", v, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.mu.Lock()
+	hung, reading := f.hung, f.reading
+	f.mu.Unlock()
+	if hung != 0 || reading != nil {
+		t.Errorf("after the reads returned: %d given up still counted, a read in progress %v; want none", hung, reading != nil)
+	}
+}
+
+// A FIFO at the path (a sidecar's pipe, a mount that became one) is read
+// through Go's poller: without a writer it reads empty at once, and with
+// a writer that writes nothing the read ends at HungAfter/2; either is an
+// error naming the path, and no read is left running.
+func TestAFIFOAtThePathIsAnErrorAndHoldsNoRead(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "token")
+	if err := os.WriteFile(path, []byte("old-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	began := time.Now()
+	if _, err := f.Get(); err == nil || !strings.Contains(err.Error(), path) || time.Since(began) > 500*time.Millisecond {
+		t.Errorf("a Get of a FIFO without a writer: %v after %v, want an error naming the path at once", err, time.Since(began))
+	}
+	// A writer that writes nothing: opened (read and write, so that the
+	// open does not wait for a reader) and held.
+	w, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := w.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	began = time.Now()
+	if _, err := f.Get(); err == nil || !strings.Contains(err.Error(), path) || time.Since(began) > HungAfter+500*time.Millisecond {
+		t.Errorf("a Get of a FIFO whose writer writes nothing: %v after %v, want an error naming the path within HungAfter", err, time.Since(began))
+	}
+	f.mu.Lock()
+	hung, reading := f.hung, f.reading
+	f.mu.Unlock()
+	if hung != 0 || reading != nil {
+		t.Errorf("%d reads given up, a read in progress %v; want none: a FIFO's read ends", hung, reading != nil)
 	}
 }
