@@ -1,0 +1,91 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// lostOf is dedup_records_lost_total{topic=testTopic} of rn's router.
+func lostOf(t *testing.T, rn *runner) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := rn.r.m.lost.WithLabelValues(testTopic).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+// Adversary 51b: under kafka.reset_offset latest, a group whose committed
+// offset fell behind the log start resumes at the log end, skipping the
+// backlog that retention had not deleted too. The runbook ("lag past the
+// topic's retention") says: "at the log end under latest (which skips the
+// backlog too); the skipped range is logged at error level with its
+// offsets and counted in dedup_records_lost_total{topic}". Committed at 3,
+// 3..7 produced, 3..5 deleted by retention, resumed at 8: the skipped
+// range is 3..7, five records, none of them ever started.
+func TestAResetToLatestCountsTheWholeSkippedBacklogAsLost(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	cfg := e.config()
+	cfg.ResetOffset = "latest"
+	// The group read a..c (offsets 0..2) and committed 3 (by hand here).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	os.AddOffset(testTopic, 0, 3, -1)
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	// The reset to latest lands at 8: seen as a fetch from 8.
+	at8 := make(chan struct{})
+	var at8Once sync.Once
+	e.cluster.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		for _, tp := range req.(*kmsg.FetchRequest).Topics {
+			for _, p := range tp.Partitions {
+				if p.FetchOffset == 8 {
+					at8Once.Do(func() { close(at8) })
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	rn := e.start("r2", cfg)
+	select {
+	case <-at8:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the router never fetched from 8 (the log end)")
+	}
+	e.produce(0, "i", "v") // offset 8
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("i")) == 1 }, func() string { return "i not started" })
+	for _, id := range []string{"d", "e", "f", "g", "h"} {
+		if n := e.starter.callCount(wid(id)); n != 0 {
+			t.Fatalf("%s started %d times; the scenario expects it skipped", id, n)
+		}
+	}
+	eventually(t, 5*time.Second, func() bool { return lostOf(t, rn) == 5 }, func() string {
+		return fmt.Sprintf("dedup_records_lost_total %v, want 5: offsets 3..7 were skipped by the reset to latest (3..5 deleted by retention, 6..7 still in the log), none read", lostOf(t, rn))
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
