@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,4 +89,63 @@ func TestAResetToLatestCountsTheWholeSkippedBacklogAsLost(t *testing.T) {
 	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+}
+
+// Adversary 51b (holds): a router stopped while a start is slow (b, held in
+// Temporal past the drain) still commits, when Run returns, what finished
+// before the stop (a), with a broker slow to answer the client telemetry
+// push (KIP-714; kfake subscribes every client). The lag watch's own
+// client is closed inside loops.Wait, before the final commit and outside
+// its deadline: kgo's Close sends a terminating PushTelemetry and waits up
+// to 1 s for it, so the drain's share plus that second would leave the
+// final commit nothing of drain_timeout. It holds: kgo's telemetry loop
+// starts at a client's first produce or fetch metric, which the lag
+// client (ListOffsets, Metadata) never records, so its Close sends no
+// push; the router's own push (at its Close, in leave) comes after the
+// final commit.
+func TestAStopWhileATelemetryPushIsSlowStillCommitsWhatFinished(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce sync.Once
+	release := func() { holdOnce.Do(func() { close(hold) }) }
+	defer release()
+	var terminating atomic.Int32
+	e.cluster.ControlKey(kmsg.PushTelemetry.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if req.(*kmsg.PushTelemetryRequest).Terminating {
+			terminating.Add(1)
+			e.cluster.SleepControl(func() {
+				select {
+				case <-hold:
+				case <-time.After(60 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	releaseB := e.starter.block(wid("b"))
+	defer releaseB()
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // the final commit is the only one
+	e.produce(0, "a", "v")         // offset 0
+	e.produce(0, "b", "v")         // offset 1, held in Temporal
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("a")) == stateStarted }, func() string { return "a not marked" })
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("b")) >= 1 }, func() string { return "b not started" })
+	// Let the lag client subscribe to telemetry (it asks at its creation).
+	time.Sleep(3 * e.config().LagInterval)
+	err := rn.stop()
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if c := e.committed()[0]; c != 1 {
+		t.Errorf("committed %d when Run returned (after %v; %d terminating telemetry pushes held), want 1: a was started and marked before the stop", c, rn.took, terminating.Load())
+	}
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	release()
+	releaseB()
 }
