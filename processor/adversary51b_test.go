@@ -149,3 +149,58 @@ func TestAStopWhileATelemetryPushIsSlowStillCommitsWhatFinished(t *testing.T) {
 	release()
 	releaseB()
 }
+
+// Adversary 51b: records deleted by retention are counted lost once, not
+// once per replica that sees the gap. r2 resumes past the gap (3..5
+// deleted, log start 6) and counts it, but is stopped while g (offset 6,
+// the record after the gap) is held in Temporal: nothing past the gap
+// finished, so the group's offset stays at 3, and r3, resuming there,
+// sees the same gap and counts the same three records again.
+// dedup_records_lost_total summed over the replicas (the alert's
+// increase() over a deploy) says 6 for 3 records, and two error logs name
+// offsets 3..5.
+func TestARetentionGapIsCountedOnceAcrossReplicas(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	first := e.start("r1", e.config())
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := first.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	releaseG := e.starter.block(wid("g"))
+	defer releaseG()
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	r2 := e.start("r2", cfg)
+	eventually(t, 10*time.Second, func() bool { return lostOf(t, r2) == 3 }, func() string {
+		return fmt.Sprintf("r2 counted %v lost, want 3", lostOf(t, r2))
+	})
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("g")) >= 1 }, func() string { return "g not started" })
+	if err := r2.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	afterR2 := e.committed()[0]
+	releaseG()
+	r3 := e.start("r3", e.config())
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("h")) >= 1 }, func() string { return "h not started by r3" })
+	e.waitCommittedToEnd(10 * time.Second)
+	// r3's gap check, if any, runs with its poll.
+	stays(t, 3*e.config().LagInterval, func() bool { return lostOf(t, r2)+lostOf(t, r3) == 3 }, func() string {
+		return fmt.Sprintf("records counted lost: r2 %v + r3 %v, want 3 in all (offsets 3..5, deleted once); the group's offset after r2 stopped: %d",
+			lostOf(t, r2), lostOf(t, r3), afterR2)
+	})
+	if err := r3.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
