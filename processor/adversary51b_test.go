@@ -204,3 +204,76 @@ func TestARetentionGapIsCountedOnceAcrossReplicas(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// Adversary 51b: a router stopped while its consumer's own offset reset
+// (kgo's ListOffsets of the log start, for a partition whose committed
+// offset retention deleted) is answered slowly still commits, when Run
+// returns, what it started on its other partition. The lag watch and the
+// gap check left the router's connection for ListOffsets, OffsetFetch and
+// OffsetCommit (cxnNormal, answered in order), but kgo's reset still
+// sends its ListOffsets there: the final commit's OffsetFetch waits behind
+// it until the shutdown's deadline cuts it.
+func TestAStopWhileTheConsumersOffsetResetIsSlowStillCommitsWhatStarted(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	e.produce(1, "x", "v") // p1 offsets 0..2
+	e.produce(1, "y", "v")
+	e.produce(1, "z", "v")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	os.AddOffset(testTopic, 0, 0, -1)
+	os.AddOffset(testTopic, 1, 1, -1) // the group read x
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Retention deletes y: p1's committed offset is before its log start.
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {1: {Topic: testTopic, Partition: 1, At: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	var holdOnce sync.Once
+	release := func() { holdOnce.Do(func() { close(hold) }) }
+	defer release()
+	var held atomic.Bool
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		start := false
+		for _, tp := range req.(*kmsg.ListOffsetsRequest).Topics {
+			for _, p := range tp.Partitions {
+				start = start || (p.Partition == 1 && p.Timestamp == -2)
+			}
+		}
+		if start && !held.Swap(true) {
+			e.cluster.SleepControl(func() {
+				select {
+				case <-hold:
+				case <-time.After(60 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // the final commit is the only one
+	e.produce(0, "a", "v")         // p0 offset 0
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("a")) == stateStarted }, func() string { return "a not marked" })
+	eventually(t, 10*time.Second, held.Load, func() string { return "no reset ListOffsets of p1 reached the broker" })
+	err = rn.stop()
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != 1 {
+		t.Errorf("p0 committed %d when Run returned (after %v), want 1: a was started and marked before the stop", c, rn.took)
+	}
+	release()
+}
