@@ -2,13 +2,22 @@ package processor
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dedupio/dedup/connect/clienttls"
+	"github.com/dedupio/dedup/connect/kafkasasl"
+	"github.com/dedupio/dedup/internal/testsupport/testpki"
+	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -276,4 +285,63 @@ func TestAStopWhileTheConsumersOffsetResetIsSlowStillCommitsWhatStarted(t *testi
 		t.Errorf("p0 committed %d when Run returned (after %v), want 1: a was started and marked before the stop", c, rn.took)
 	}
 	release()
+}
+
+// Adversary 51b (holds): against a broker that wants mutual TLS and SCRAM
+// (kafka.tls with a CA and a client certificate, kafka.sasl SCRAM), the
+// lag watch's own client (lagClient, read back from the router's) still
+// reaches Kafka and measures: 3 records, the 2nd held in Temporal, so 2.
+func TestTheLagIsMeasuredThroughAMutualTLSAndSCRAMCluster(t *testing.T) {
+	waitsOnTimers(t)
+	const user, pass = "lag-scram", "lag-scr4m-secret-0123"
+	ca := testpki.NewCA(t, "kafka-ca")
+	srv := ca.Server(t, "127.0.0.1", "localhost")
+	cli := ca.Client(t, "dedup")
+	dir := t.TempDir()
+	caFile := testpki.Write(t, dir, "ca.pem", ca.CertPEM)
+	certFile := testpki.Write(t, dir, "client.pem", cli.CertPEM)
+	keyFile := testpki.Write(t, dir, "client-key.pem", cli.KeyPEM)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1),
+		kfake.TLS(&tls.Config{Certificates: []tls.Certificate{srv.TLS(t)}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool()}),
+		kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", user, pass),
+		kfake.SeedTopics(1, testTopic, testTopic+".dlq"), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.DialTLSConfig(&tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{cli.TLS(t)}, ServerName: "127.0.0.1"}),
+		kgo.SASL(scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()))
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	dec, err := eventid.NewDecoder(eventid.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &testEnv{t: t, cluster: c, group: "dedup-test", led: newFakeLedger(), dlq: newFakeDeadLetterLog(),
+		starter: newFakeStarter(), cl: cl, adm: kadm.NewClient(cl), dec: dec}
+	t.Cleanup(e.close)
+	release := e.starter.block(wid("b"))
+	defer release()
+	e.produce(0, "a", "v")
+	e.produce(0, "b", "v")
+	e.produce(0, "c", "v")
+	cfg := e.config()
+	cfg.TLS = clienttls.Config{CAFile: caFile, CertFile: certFile, KeyFile: keyFile}
+	cfg.SASL = kafkasasl.Config{Mechanism: "SCRAM-SHA-256", Username: user, Password: pass}
+	var reg *prometheus.Registry
+	rn := e.startWith("r1", cfg, func(_ *Router, r *prometheus.Registry) { reg = r })
+	eventually(t, 10*time.Second, func() bool { return e.committed()[0] == 1 }, func() string { return "a not committed" })
+	eventually(t, 5*time.Second, func() bool { n, sum := lagOf(t, reg); return n == 1 && sum == 2 }, func() string {
+		n, sum := lagOf(t, reg)
+		return fmt.Sprintf("dedup_consumer_lag: %d series summing to %v, want 1 at 2", n, sum)
+	})
+	if rn.r.commits.lag.own.Load() == nil {
+		t.Error("the lag was measured with the router's client, not a client of its own")
+	}
+	release()
+	if err := rn.stop(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
 }
