@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -343,5 +344,69 @@ func TestTheLagIsMeasuredThroughAMutualTLSAndSCRAMCluster(t *testing.T) {
 	release()
 	if err := rn.stop(); err != nil {
 		t.Errorf("Run: %v", err)
+	}
+}
+
+// trackedConn is a connection a countingDialer made; Close counts it closed.
+type trackedConn struct {
+	net.Conn
+	open *atomic.Int32
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() { c.open.Add(-1) })
+	return c.Conn.Close()
+}
+
+// Adversary 51b: every connection a router's client and its lag watch's
+// client opened (both dial with the caller's dialer: lagClient reads it
+// back) is closed once Run returned, whether the router is stopped at once
+// after Run started (its lag client made, perhaps still connecting) or
+// while it measures: none stays open (one kgo was dialing at the Close
+// may outlive Run by milliseconds).
+func TestRoutersStoppedWhileTheLagClientConnectsCloseEveryConnection(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	e.produce(0, "a", "v")
+	cfg := e.config()
+	cfg.LagInterval = 5 * time.Millisecond
+	for i := range 8 {
+		var open, dialed atomic.Int32
+		var d net.Dialer
+		dial := func(ctx context.Context, network, host string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, host)
+			if err != nil {
+				return nil, err
+			}
+			dialed.Add(1)
+			open.Add(1)
+			return &trackedConn{Conn: c, open: &open}, nil
+		}
+		r, err := New(cfg, Options{Ledger: e.led, DeadLetterLog: e.dlq, Starter: e.starter.as("r"), Log: testLogger("r"),
+			KafkaOpts: []kgo.Opt{kgo.Dialer(dial), kgo.HeartbeatInterval(100 * time.Millisecond), kgo.MetadataMinAge(50 * time.Millisecond)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		if i%2 == 1 {
+			eventually(t, 10*time.Second, func() bool { return r.commits.ready() && r.commits.lag.own.Load() != nil }, func() string { return "not joined" })
+			time.Sleep(20 * time.Millisecond) // a few lag measures
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Run %d: %v", i, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("Run %d did not return", i)
+		}
+		// A dial kgo started just before a Close completes after it and is
+		// closed then (franz-go's, seen under -race): closed soon, not held.
+		eventually(t, 5*time.Second, func() bool { return open.Load() == 0 }, func() string {
+			return fmt.Sprintf("router %d: %d of the %d connections its clients dialed still open 5s after Run returned", i, open.Load(), dialed.Load())
+		})
 	}
 }
