@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // lostOf is dedup_records_lost_total{topic=testTopic} of rn's router.
@@ -409,4 +410,88 @@ func TestRoutersStoppedWhileTheLagClientConnectsCloseEveryConnection(t *testing.
 			return fmt.Sprintf("router %d: %d of the %d connections its clients dialed still open 5s after Run returned", i, open.Load(), dialed.Load())
 		})
 	}
+}
+
+// Adversary 51b (holds): with a broker whose fetches do not say where
+// the log starts (Fetch v4, before KIP-107: LogStartOffset -1), a gap
+// (an aborted transaction under read_committed) falls back to checkGap's
+// ListOffsets of the log start; answered slowly (held 60 s), it goes on
+// the lag watch's own client, not on the router's connection for
+// ListOffsets, OffsetFetch and OffsetCommit: the final commit of what
+// started before the stop still lands.
+func TestAGapCheckOfABrokerThatDoesNotSayTheLogStartDoesNotHoldTheFinalCommit(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce sync.Once
+	release := func() { holdOnce.Do(func() { close(hold) }) }
+	defer release()
+	var armed atomic.Bool
+	var earliest atomic.Int32
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		start := false
+		for _, tp := range req.(*kmsg.ListOffsetsRequest).Topics {
+			for _, p := range tp.Partitions {
+				start = start || p.Timestamp == -2
+			}
+		}
+		if start && armed.Load() && earliest.Add(1) == 1 {
+			e.cluster.SleepControl(func() {
+				select {
+				case <-hold:
+				case <-time.After(60 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	var fetchVersions sync.Map
+	e.cluster.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		fetchVersions.Store(req.GetVersion(), true)
+		return nil, nil, false
+	})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // the final commit is the only one
+	e.produce(0, "a", "v")         // offset 0
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.Fetch.Int16(), 4)
+	r, err := New(cfg, Options{Ledger: e.led, DeadLetterLog: e.dlq, Starter: e.starter.as("r1"), Log: testLogger("r1"),
+		KafkaOpts: []kgo.Opt{kgo.MaxVersions(v), kgo.HeartbeatInterval(100 * time.Millisecond), kgo.MetadataMinAge(50 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rn := &runner{t: t, r: r, cancel: cancel, done: make(chan error, 1)}
+	go func() { rn.done <- r.Run(ctx) }()
+	t.Cleanup(func() { _ = rn.stop() })
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("a")) == stateStarted }, func() string { return "a not marked" })
+	armed.Store(true)
+	tx := e.txProducer("gap4")
+	tx.begin(txEvent{0, "aborted"}) // offset 1, skipped by read_committed
+	tx.end(false)                   // offset 2: the abort marker
+	e.produce(0, "b", "v")          // offset 3
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("b")) == stateStarted }, func() string { return "b not marked" })
+	eventually(t, 10*time.Second, func() bool { return earliest.Load() >= 1 }, func() string {
+		return "no ListOffsets of the log start after the gap: the fetch said where the log starts (Fetch v4 does not)"
+	})
+	if err := rn.stop(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	fetchVersions.Range(func(k, _ any) bool {
+		if k.(int16) > 4 {
+			t.Errorf("a Fetch v%d reached the broker; the test wants v4 at most", k)
+		}
+		return true
+	})
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != 4 {
+		t.Errorf("committed %d when Run returned (after %v), want 4: a and b were started and marked before the stop", c, rn.took)
+	}
+	release()
 }
