@@ -495,3 +495,78 @@ func TestAGapCheckOfABrokerThatDoesNotSayTheLogStartDoesNotHoldTheFinalCommit(t 
 	}
 	release()
 }
+
+// startOpts runs a router named name with extra KafkaOpts (as start does).
+func (e *testEnv) startOpts(name string, cfg Config, extra ...kgo.Opt) *runner {
+	e.t.Helper()
+	r, err := New(cfg, Options{Ledger: e.led, DeadLetterLog: e.dlq, Starter: e.starter.as(name), Log: testLogger(name),
+		KafkaOpts: append([]kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond), kgo.MetadataMinAge(50 * time.Millisecond)}, extra...)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rn := &runner{t: e.t, r: r, cancel: cancel, done: make(chan error, 1)}
+	go func() { rn.done <- r.Run(ctx) }()
+	e.t.Cleanup(func() { _ = rn.stop() })
+	return rn
+}
+
+// Adversary 51b: with a broker whose fetches do not say where the log
+// starts (Fetch v4), a retention gap seen before a stop is counted even
+// when its log-start check (checkGap's ListOffsets, on the lag watch's
+// client) is answered in 500 ms, well within drain_timeout: the stop
+// closes the lag client under the check, which gives up, and the final
+// commit moves the group past the gap, so no replica ever sees it again:
+// records 3..5 are lost in silence.
+func TestARetentionGapSeenJustBeforeAStopIsStillCounted(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	first := e.start("r1", e.config())
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := first.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	var starts atomic.Int32
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		start := false
+		for _, tp := range req.(*kmsg.ListOffsetsRequest).Topics {
+			for _, p := range tp.Partitions {
+				start = start || p.Timestamp == -2
+			}
+		}
+		if start {
+			starts.Add(1)
+			e.cluster.SleepControl(func() { time.Sleep(500 * time.Millisecond) })
+		}
+		return nil, nil, false
+	})
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.Fetch.Int16(), 4)
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	rn := e.startOpts("r2", cfg, kgo.MaxVersions(v))
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("g")) == stateStarted && e.led.state(wid("h")) == stateStarted
+	}, func() string { return "g and h not marked" })
+	if err := rn.stop(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if c := e.committed()[0]; c != 8 {
+		t.Fatalf("committed %d, want 8 (the scenario: the group moved past the gap)", c)
+	}
+	if l := lostOf(t, rn); l != 3 {
+		t.Errorf("dedup_records_lost_total %v when Run returned (after %v; %d ListOffsets of the log start), want 3: offsets 3..5 were deleted by retention before they were read, and the group has moved past them", l, rn.took, starts.Load())
+	}
+}
