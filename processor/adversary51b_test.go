@@ -570,3 +570,41 @@ func TestARetentionGapSeenJustBeforeAStopIsStillCounted(t *testing.T) {
 		t.Errorf("dedup_records_lost_total %v when Run returned (after %v; %d ListOffsets of the log start), want 3: offsets 3..5 were deleted by retention before they were read, and the group has moved past them", l, rn.took, starts.Load())
 	}
 }
+
+// Adversary 51b (holds): a retention gap is counted once when kgo hands
+// the fetch that shows it over several polls (max_poll_records 1): the
+// later polls of the same fetch carry its log start but no gap.
+func TestARetentionGapIsCountedOnceWhenItsFetchIsSplitOverPolls(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	first := e.start("r1", e.config())
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := first.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	ids := []string{"d", "e", "f", "g", "h", "i", "j", "k"} // offsets 3..10
+	recs := make([]*kgo.Record, 0, len(ids))
+	for _, id := range ids {
+		recs = append(recs, &kgo.Record{Topic: testTopic, Partition: 0, Value: value(id, "v")})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config()
+	cfg.MaxPollRecords = 1
+	rn := e.start("r2", cfg)
+	e.waitCommittedToEnd(10 * time.Second)
+	stays(t, 3*cfg.LagInterval, func() bool { return lostOf(t, rn) == 3 }, func() string {
+		return fmt.Sprintf("%v records counted lost, want 3 (offsets 3..5)", lostOf(t, rn))
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
