@@ -608,3 +608,46 @@ func TestARetentionGapIsCountedOnceWhenItsFetchIsSplitOverPolls(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// Adversary 51b (holds): a router whose lag watch's client cannot connect
+// (every dial after the router's own connections hangs until its context
+// ends: a broker that takes TCP but never completes the connection) still
+// returns within drain_timeout + 1s of the stop and commits what started
+// before it: the lag measure gives up with the stop and closing the lag
+// client ends its dial.
+func TestAStopWhileTheLagClientsDialHangsStillCommitsWhatStarted(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	var armed atomic.Bool
+	var hung atomic.Int32
+	var d net.Dialer
+	dial := func(ctx context.Context, network, host string) (net.Conn, error) {
+		if armed.Load() {
+			hung.Add(1)
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return d.DialContext(ctx, network, host)
+	}
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // the final commit is the only one
+	cfg.LagInterval = time.Second  // the lag client's first dial comes after the router's
+	e.produce(0, "a", "v")
+	rn := e.startOpts("r1", cfg, kgo.Dialer(dial))
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("a")) == stateStarted }, func() string { return "a not marked" })
+	if rn.r.commits.lag.own.Load() == nil {
+		t.Fatal("the lag client was not made yet")
+	}
+	armed.Store(true)
+	eventually(t, 10*time.Second, func() bool { return hung.Load() >= 1 }, func() string { return "no dial hung" })
+	if err := rn.stop(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != 1 {
+		t.Errorf("committed %d when Run returned (after %v; %d dials hung), want 1: a was started and marked before the stop", c, rn.took, hung.Load())
+	}
+}
