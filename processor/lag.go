@@ -22,9 +22,13 @@ import (
 // commit path: it exports how far the group's offset of each is behind the
 // log end (dedup_consumer_lag; summed over replicas, the group's lag), and
 // notices records that retention deleted before the group read them
-// (countGap, by the log start the gap's fetch answered with:
+// (noteGap, by the log start the gap's fetch answered with:
 // dedup_records_lost_total and an error log, since the reset policy went
-// on without them and operators must know what was skipped).
+// on without them and operators must know what was skipped). A gap is
+// counted once the group's offset passes it (committed): a replica that
+// stops before that leaves it to the next owner, which reads from the
+// same offset and sees it again, so the sum over replicas counts each
+// record once.
 //
 // Its rule: it knows a partition from its assignment to its forgetting,
 // as the committer tells it (assign, polled, committed, forget, all under
@@ -38,6 +42,7 @@ import (
 type lagWatch struct {
 	topics   []string
 	interval time.Duration // LagInterval
+	latest   bool          // kafka.reset_offset latest: a reset skips what is still in the log too
 	log      *slog.Logger
 	lag      *prometheus.GaugeVec   // topic, partition
 	lost     *prometheus.CounterVec // topic
@@ -65,10 +70,21 @@ type watched struct {
 	// retention deleted before we read them: checkGap tells them apart).
 	expect   int64
 	checking bool
+	gaps     []gap // seen, not yet counted: the group's offset is not past them
+}
+
+// gap is a range of offsets [from, to) that a partition's records skipped
+// and the records lost in it: deleted by retention before this group read
+// them (from up to the log start), and under reset_offset latest those
+// the reset skipped after them too (up to to).
+type gap struct {
+	tp              topicPartition
+	from, to, start int64
+	lost            int64
 }
 
 func newLagWatch(cfg Config, log *slog.Logger, m *metrics) *lagWatch {
-	return &lagWatch{topics: cfg.Topics, interval: cfg.LagInterval, log: log, lag: m.lag, lost: m.lost,
+	return &lagWatch{topics: cfg.Topics, interval: cfg.LagInterval, latest: cfg.ResetOffset == "latest", log: log, lag: m.lag, lost: m.lost,
 		parts: map[topicPartition]*watched{}}
 }
 
@@ -103,7 +119,7 @@ func (l *lagWatch) polled(w *watched, offset int64) {
 func (l *lagWatch) polledLocked(w *watched, offset int64, fetches kgo.Fetches) {
 	if w.expect >= 0 && offset > w.expect {
 		if start := logStartOf(fetches, w.tp, offset); start >= 0 {
-			l.countGap(w.tp, w.expect, offset, start)
+			l.noteGap(w, w.expect, offset, start)
 		} else if !w.checking {
 			w.checking = true
 			go l.checkGap(w, w.expect, offset)
@@ -144,9 +160,19 @@ func logStartOf(fetches kgo.Fetches, tp topicPartition, offset int64) int64 {
 }
 
 // committed notes that this replica committed w's partition at offset.
+// The gaps it passes are counted.
 func (l *lagWatch) committed(w *watched, offset int64) {
 	l.mu.Lock()
 	w.at = offset
+	kept := w.gaps[:0]
+	for _, g := range w.gaps {
+		if g.to <= offset {
+			l.count(g)
+		} else {
+			kept = append(kept, g)
+		}
+	}
+	w.gaps = kept
 	l.mu.Unlock()
 }
 
@@ -158,25 +184,45 @@ func (l *lagWatch) forget(tp topicPartition) {
 	l.mu.Unlock()
 }
 
-// countGap counts and logs a gap of tp from offset from up to to (the
+// noteGap notes a gap of w's partition from offset from up to to (the
 // record after it), given where the partition's log started: if past
-// from, the records from `from` up to the log start (at most `to`) were
-// deleted by retention before this group read them. Logged and counted:
-// the reset policy decided to go on, and operators must know what was
-// skipped. A start at or before from is compaction or transaction
-// markers, not retention: nothing lost.
-func (l *lagWatch) countGap(tp topicPartition, from, to, start int64) {
+// from, records from `from` on were deleted by retention before this
+// group read them, up to the log start (at most to), or under
+// reset_offset latest up to to (the reset skipped the rest of the log
+// too). They are counted once the group's offset passes to (at once if it
+// has). A start at or before from is compaction or transaction markers,
+// not retention: nothing lost. Called with l.mu held.
+func (l *lagWatch) noteGap(w *watched, from, to, start int64) {
 	if start <= from {
 		return
 	}
-	lost := min(start, to) - from
-	l.lost.WithLabelValues(tp.topic).Add(float64(lost))
+	g := gap{tp: w.tp, from: from, to: to, start: start, lost: min(start, to) - from}
+	if l.latest {
+		g.lost = to - from
+	}
+	if w.at >= to {
+		l.count(g)
+		return
+	}
+	w.gaps = append(w.gaps, g)
+}
+
+// count counts and logs a gap the group's offset passed: the reset
+// policy went on without its records, and operators must know what was
+// skipped.
+func (l *lagWatch) count(g gap) {
+	l.lost.WithLabelValues(g.tp.topic).Add(float64(g.lost))
+	if g.from+g.lost > min(g.start, g.to) {
+		l.log.Error("records skipped by kafka.reset_offset latest, the first ones deleted by retention, before they were consumed; they are lost",
+			"topic", g.tp.topic, "partition", g.tp.partition, "from", g.from, "to", g.to-1, "deleted_to", min(g.start, g.to)-1, "records", g.lost)
+		return
+	}
 	l.log.Error("records deleted by retention before they were consumed; they are lost",
-		"topic", tp.topic, "partition", tp.partition, "from", from, "to", min(start, to)-1, "records", lost)
+		"topic", g.tp.topic, "partition", g.tp.partition, "from", g.from, "to", g.from+g.lost-1, "records", g.lost)
 }
 
 // checkGap asks Kafka where the partition's log starts now, for a gap
-// whose fetch did not say, and counts it (countGap).
+// whose fetch did not say, and notes it (noteGap) if w is still watched.
 func (l *lagWatch) checkGap(w *watched, from, to int64) {
 	defer func() { l.mu.Lock(); w.checking = false; l.mu.Unlock() }()
 	ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
@@ -190,7 +236,11 @@ func (l *lagWatch) checkGap(w *watched, from, to int64) {
 		return
 	}
 	if o, ok := starts.Lookup(w.tp.topic, w.tp.partition); ok && o.Err == nil {
-		l.countGap(w.tp, from, to, o.Offset)
+		l.mu.Lock()
+		if l.parts[w.tp] == w {
+			l.noteGap(w, from, to, o.Offset)
+		}
+		l.mu.Unlock()
 	}
 }
 
