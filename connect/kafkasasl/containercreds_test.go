@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -874,4 +876,156 @@ func TestABlockingTokenFileReadDoesNotHoldLoginsPastTheRenewalBound(t *testing.T
 	if err != nil {
 		t.Errorf("with the token file readable again, a login failed after %v (the agent asked %d times in all): %v: the renewal blocked on the old read is never replaced", took.Round(10*time.Millisecond), calls, err)
 	}
+}
+
+// adversary 51: ECS's relative URI's path is the credentials ID, the task
+// role's capability, which no error may quote (containerShown drops it;
+// TestTheECSCredentialsIDIsInNoIdentityNorLoginError). A redirect answered
+// by the endpoint (a trailing-slash redirect, an http->https upgrade) names
+// that same path, and the redirect error quotes it: containerShown is
+// called with from "" for the redirect's target.
+func TestARedirectOfTheECSEndpointDoesNotQuoteTheCredentialsID(t *testing.T) {
+	noAWSEnv(t)
+	const id = "5f9c2b1e-7d4a-4c3e-9b8f-0a1d2e3f4a5b"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Path+"/", http.StatusMovedPermanently) // as http.ServeMux does
+	}))
+	defer srv.Close()
+	// 169.254.170.2 is ECS's, not this machine's: every dial of the
+	// transport Build clones goes to the test server instead.
+	orig := http.DefaultTransport
+	tr := orig.(*http.Transport).Clone()
+	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, srv.Listener.Addr().String())
+	}
+	http.DefaultTransport = tr
+	defer func() { http.DefaultTransport = orig }()
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/credentials/"+id)
+	m, err := Config{Mechanism: AWSMSKIAM}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _, err = m.Authenticate(ctx, mskBroker)
+	if err == nil {
+		t.Fatal("a login succeeded against an endpoint that only redirects")
+	}
+	if !strings.Contains(err.Error(), "redirect") {
+		t.Fatalf("the login error is not the redirect's (the test server was not reached?): %v", err)
+	}
+	if strings.Contains(err.Error(), id) {
+		t.Errorf("a login error quotes the ECS credentials ID: %v", err)
+	}
+}
+
+// adversary 51: containerEndpointCreds.fetch says retry is for "no
+// answer, a 5xx, 429", as the AWS SDKs' endpointcreds retries. A redirect
+// is an answer, refused for good (CheckRedirect): it is not tried again.
+// It is: every *url.Error is retried, so a login against an endpoint that
+// answers 307 sends the pod's token three times and waits 600ms of pauses
+// for a refusal that cannot change.
+func TestARefusedRedirectOfTheContainerEndpointIsNotTriedAgain(t *testing.T) {
+	noAWSEnv(t)
+	var calls atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("the redirect was followed")
+	}))
+	defer other.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		http.Redirect(w, r, other.URL+"/v1/credentials", http.StatusTemporaryRedirect)
+	}))
+	defer srv.Close()
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.URL+"/v1/credentials")
+	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "pod-token")
+	m, err := Config{Mechanism: AWSMSKIAM}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, _, err = m.Authenticate(ctx, mskBroker)
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "redirect") {
+		t.Fatalf("a login against a redirecting endpoint: %v", err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("one login asked the redirecting endpoint %d times in %v (the token sent each time), want once: a refused redirect is no missing answer", n, took.Round(10*time.Millisecond))
+	}
+}
+
+// adversary 51: the production face of secretfile reading under its lock
+// (2657305): EKS Pod Identity's token path blocks on a read that never
+// returns (a hung mount; here a FIFO with no writer), then is a plain file
+// again (the mount replaced; the FIFO moved aside, its reader still
+// blocked). The logins never recover: every fetch waits on the token
+// File's lock held by the read that never returns. This is what 50e's
+// TestABlockingTokenFileReadDoesNotHoldLoginsPastTheRenewalBound asserted
+// before 2657305 rewrote it to release the blocked read first.
+func TestLoginsRecoverOnceTheTokenPathIsReadableAgainWhileAnOldReadStillHangs(t *testing.T) {
+	noAWSEnv(t)
+	defer func(d time.Duration) { renewalTimeout = d }(renewalTimeout)
+	renewalTimeout = 300 * time.Millisecond
+	agent := &fakeAgent{token: "pod-token"} // no Expiration: fetched at each login
+	srv := httptest.NewServer(agent)
+	defer srv.Close()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "token")
+	if err := os.WriteFile(p, []byte("pod-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.URL+"/v1/credentials")
+	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", p)
+	m, err := Config{Mechanism: AWSMSKIAM}.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Authenticate(context.Background(), mskBroker); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Skip("no FIFO here:", err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	defer func() { // at the end, release the read that hung (EOF) and let its renewal end
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			if err := w.Close(); err != nil {
+				t.Errorf("closing the FIFO's writer: %v", err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _, _ = m.Authenticate(ctx, mskBroker)
+	}()
+	login := func() (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, _, err := m.Authenticate(ctx, mskBroker)
+		return time.Since(start), err
+	}
+	if _, err := login(); err == nil {
+		t.Fatal("a login succeeded with the token path blocking")
+	}
+	// The read never returns; the path is a plain file again.
+	if err := os.Rename(p, fifo); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("pod-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var lastErr error
+	for i := 0; i < 5; i++ {
+		if _, lastErr = login(); lastErr == nil {
+			return
+		}
+	}
+	calls, _ := agent.counts()
+	t.Errorf("with the token file readable again, 5 logins failed (the agent asked %d times in all; last: %v): the token File's lock is held by the read that never returns", calls, lastErr)
 }

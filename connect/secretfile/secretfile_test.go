@@ -292,3 +292,108 @@ func TestAFIFOAtThePathIsAnErrorAndHoldsNoRead(t *testing.T) {
 		t.Errorf("%d reads given up, a read in progress %v; want none: a FIFO's read ends", hung, reading != nil)
 	}
 }
+
+// adversary 51: a Secret replaced by rename (a new inode, as Kubernetes'
+// ..data symlink swap, a `mv` of a file written with `cp -p`/`rsync -t`/tar,
+// which keep the modification time) at the same size and modification time
+// is a changed file, which a stat can tell from no change by its inode: it
+// is read at once, not served from the cache for up to RecheckInterval (a
+// revoked secret keeps working).
+func TestAFileReplacedByRenameAtSameSizeAndMtimeIsReadAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "secret")
+	mt := time.Unix(1700000000, 0)
+	write := func(v string) {
+		t.Helper()
+		tmp := filepath.Join(dir, "tmp")
+		if err := os.WriteFile(tmp, []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(tmp, mt, mt); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("old-secret")
+	f, err := NewFile("x_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	f.now = func() time.Time { return now } // the clock stands still: within RecheckInterval
+	if v, err := f.Get(); v != "old-secret" || err != nil {
+		t.Fatalf("first Get: %q %v", v, err)
+	}
+	write("new-secret")
+	if v, err := f.Get(); v != "new-secret" || err != nil {
+		t.Errorf("after the file was replaced by rename (new inode, same size and mtime): %q %v, want the new secret at once", v, err)
+	}
+}
+
+// adversary 51 holds: a secret that goes away is not silently kept, as
+// Get's doc says, however it goes: removed, truncated to nothing (or a
+// lone newline), its Kubernetes ..data symlink left dangling; and it is
+// read again once it comes back.
+func TestARemovedEmptiedOrDanglingSecretIsAnErrorNotTheOldValue(t *testing.T) {
+	dir := t.TempDir()
+	// Kubernetes' layout: secret -> ..data/secret, ..data -> ..ts1
+	for _, d := range []string{"..ts1", "..ts2"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "..ts1", "secret"), []byte("first\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..ts1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "secret")
+	if err := os.Symlink(filepath.Join("..data", "secret"), path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("x_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	f.now = func() time.Time { return now }
+	swap := func(to string) {
+		t.Helper()
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(to, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// ..data swapped to a directory without the key: dangling.
+	swap("..ts2")
+	if v, err := f.Get(); err == nil || v != "" {
+		t.Errorf("dangling ..data: %q %v, want an error", v, err)
+	}
+	// The key comes back.
+	if err := os.WriteFile(filepath.Join(dir, "..ts2", "secret"), []byte("second-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := f.Get(); v != "second-secret" || err != nil {
+		t.Errorf("after the key came back: %q %v", v, err)
+	}
+	// Truncated to a lone newline.
+	if err := os.WriteFile(filepath.Join(dir, "..ts2", "secret"), []byte("\r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := f.Get(); err == nil || v != "" {
+		t.Errorf("emptied: %q %v, want an error", v, err)
+	}
+	// Removed.
+	if err := os.Remove(filepath.Join(dir, "..ts2", "secret")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := f.Get(); err == nil || v != "" {
+		t.Errorf("removed: %q %v, want an error", v, err)
+	}
+}
