@@ -33,7 +33,7 @@ func read(key, path string) (string, fileID, error) {
 	if err != nil {
 		return "", fileID{}, fmt.Errorf("%s: reading the secret: %w", key, err)
 	}
-	defer fh.Close()
+	defer func() { _ = fh.Close() }() // read only: nothing to lose
 	st, err := fh.Stat()
 	if err != nil {
 		return "", fileID{}, fmt.Errorf("%s: reading the secret: %w", key, err)

@@ -186,7 +186,10 @@ func TestAGetIsNotHeldByAnotherGetsReadThatNeverReturns(t *testing.T) {
 		t.Errorf("a Get did not return within 2*HungAfter while another Get's read hangs")
 	}
 	select {
-	case <-first:
+	case err := <-first:
+		if err != nil { // its read was given up for the one that answered
+			t.Errorf("the Get whose read hangs: %v, want the secret the read that replaced its own read", err)
+		}
 	case <-time.After(2*HungAfter + time.Second):
 		t.Errorf("the Get whose read hangs did not return within 2*HungAfter")
 	}
