@@ -1,9 +1,11 @@
 package secretfile
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -69,6 +71,102 @@ func TestAGetOnASlowButAnsweringMountReturnsWithinTwiceHungAfter(t *testing.T) {
 			t.Logf("once reads were fast again: %q %v after %v", r.v, r.err, time.Since(began))
 		case <-time.After(4 * HungAfter):
 			t.Errorf("the Get did not return even once reads were fast")
+		}
+	}
+}
+
+// hungMount mounts a FUSE file system over dir that never answers (its
+// INIT is never read): every stat, open or read under dir hangs, as on a
+// hung NFS mount, until unhang is called (it aborts the connection: the
+// calls fail with ENOTCONN) or the test ends. Skips where FUSE cannot be
+// mounted (not root, no /dev/fuse).
+func hungMount(t *testing.T, dir string) (unhang func()) {
+	t.Helper()
+	fd, err := syscall.Open("/dev/fuse", syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Skipf("no /dev/fuse: %v", err)
+	}
+	opts := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0", fd)
+	if err := syscall.Mount("adversary51c", dir, "fuse", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
+		if cerr := syscall.Close(fd); cerr != nil {
+			t.Error(cerr)
+		}
+		t.Skipf("cannot mount FUSE: %v", err)
+	}
+	closed := false
+	unhang = func() {
+		if closed {
+			return
+		}
+		closed = true
+		if err := syscall.Close(fd); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() {
+		unhang()
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Error(err)
+		}
+	})
+	return unhang
+}
+
+// adversary 51c: Get's doc says it "returns within 2*HungAfter whatever
+// the file system does", and the File was rewritten for a hung mount.
+// But Get stats the path itself, before any goroutine or HungAfter: on a
+// hung mount the stat hangs like the read, and so does every Get (each in
+// a thread of its own, none bounded by maxGivenUp), for as long as the
+// mount does. The mount here is a FUSE file system that never answers.
+func TestAGetOnAHungMountWhoseStatHangsReturnsWithinTwiceHungAfter(t *testing.T) {
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(mnt, "token")
+	if err := os.WriteFile(path, []byte("old-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unhang := hungMount(t, mnt) // the mount hangs from here
+	type result struct {
+		v   string
+		err error
+	}
+	const gets = 4
+	got := make(chan result, gets)
+	began := time.Now()
+	for i := 0; i < gets; i++ {
+		go func() {
+			v, err := f.Get()
+			got <- result{v, err}
+		}()
+	}
+	timeout := time.After(2*HungAfter + time.Second)
+	returned := 0
+wait:
+	for returned < gets {
+		select {
+		case <-got:
+			returned++
+		case <-timeout:
+			break wait
+		}
+	}
+	if returned < gets {
+		t.Errorf("%d of %d Gets on a hung mount have not returned after %v (want each within 2*HungAfter, with an error naming the key and the path)", gets-returned, gets, time.Since(began))
+	}
+	unhang()
+	for ; returned < gets; returned++ {
+		select {
+		case r := <-got:
+			t.Logf("once the mount was aborted: %q %v after %v", r.v, r.err, time.Since(began))
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a Get did not return even once the mount was aborted")
 		}
 	}
 }
