@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -167,6 +170,104 @@ wait:
 			t.Logf("once the mount was aborted: %q %v after %v", r.v, r.err, time.Since(began))
 		case <-time.After(5 * time.Second):
 			t.Fatalf("a Get did not return even once the mount was aborted")
+		}
+	}
+}
+
+// getsWaiting says how many goroutines are blocked in (*File).Get's wait
+// for a read (its select).
+func getsWaiting() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "[select") && strings.Contains(g, "secretfile.(*File).Get(") {
+			n++
+		}
+	}
+	return n
+}
+
+// adversary 51c: "a changed file is read at once". A Get that begins
+// after a rotation by rename has completed (its stat sees the new file)
+// returns the new secret, not the one the rename replaced. On the current
+// code it joins a read in progress that opened the old file before the
+// rename and returns that read's outcome, the replaced (revoked) secret,
+// though its own stat told it the file changed. (Before 053a35d such a
+// Get waited for the lock, compared its stat with the read's and read
+// again.)
+func TestAGetBegunAfterARenameReturnsTheNewSecretNotAReadInProgressOfTheOld(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "token")
+	if err := os.WriteFile(path, []byte("old-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan struct{})
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	var first atomic.Bool
+	real := f.read
+	later := time.Now().Add(2 * RecheckInterval)
+	f.mu.Lock()
+	f.now = func() time.Time { return later } // the cached value is due for its recheck
+	f.read = func(key, path string) (string, fileID, error) {
+		v, id, err := real(key, path)
+		if first.CompareAndSwap(false, true) {
+			close(opened) // read the old file; slow to return (a slow mount)
+			<-gate
+		}
+		return v, id, err
+	}
+	f.mu.Unlock()
+	type result struct {
+		v   string
+		err error
+	}
+	g1 := make(chan result, 1)
+	go func() {
+		v, err := f.Get() // the recheck: reads the old file
+		g1 <- result{v, err}
+	}()
+	select {
+	case <-opened:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the recheck read did not begin")
+	}
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.WriteFile(tmp, []byte("new-token-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil { // rotated: revoked old-token
+		t.Fatal(err)
+	}
+	g2 := make(chan result, 1)
+	go func() {
+		v, err := f.Get() // begins after the rename
+		g2 <- result{v, err}
+	}()
+	deadline := time.Now().Add(HungAfter / 2)
+	for getsWaiting() < 2 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	release()
+	for _, c := range []struct {
+		name string
+		ch   chan result
+	}{{"the Get begun before the rename", g1}, {"the Get begun after the rename", g2}} {
+		select {
+		case r := <-c.ch:
+			t.Logf("%s: %q %v", c.name, r.v, r.err)
+			if c.ch == g2 && (r.v != "new-token-2" || r.err != nil) {
+				t.Errorf("%s returned %q %v, want new-token-2: the secret the rename replaced", c.name, r.v, r.err)
+			}
+		case <-time.After(2*HungAfter + time.Second):
+			t.Fatalf("%s did not return", c.name)
 		}
 	}
 }
