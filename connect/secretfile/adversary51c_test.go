@@ -5,6 +5,7 @@ package secretfile
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -271,5 +272,57 @@ func TestAGetBegunAfterARenameReturnsTheNewSecretNotAReadInProgressOfTheOld(t *t
 		case <-time.After(2*HungAfter + time.Second):
 			t.Fatalf("%s did not return", c.name)
 		}
+	}
+}
+
+// adversary 51c: a secret is a few hundred bytes; a path that names a
+// device that never ends (key_file: /dev/zero or /dev/urandom, a
+// misconfiguration) is an error, and a File's reads of it do not take
+// the process's memory. On the current code read is io.ReadAll without a
+// limit; /dev/zero is not pollable, so the read deadline does not apply,
+// and the read never ends: given up after HungAfter it still reads, as
+// does the read that replaced it, until the process runs out of memory.
+// The File is used in a child process that exits once its heap passes
+// 64 MiB (or after 2*HungAfter+1s), so that this machine's memory is not
+// at stake.
+func TestADeviceThatNeverEndsAtThePathIsAnErrorNotAllTheMemory(t *testing.T) {
+	const limit = 64 << 20
+	if os.Getenv("ADVERSARY51C_CHILD") == "zero" {
+		f := &File{key: "token_file", path: "/dev/zero", now: time.Now, read: read}
+		got := make(chan error, 1)
+		go func() {
+			_, err := f.Get()
+			got <- err
+		}()
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		end := time.After(2*HungAfter + time.Second)
+		var getErr error = fmt.Errorf("no answer yet")
+		for {
+			select {
+			case err := <-got:
+				getErr = err
+				got = nil
+			case <-end:
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				fmt.Printf("heap stayed under %d MiB (%d MiB); Get: %v\n", limit>>20, ms.HeapAlloc>>20, getErr)
+				os.Exit(0)
+			case <-tick.C:
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				if ms.HeapAlloc > limit {
+					fmt.Printf("heap at %d MiB, reads of /dev/zero still running; Get: %v\n", ms.HeapAlloc>>20, getErr)
+					os.Exit(3)
+				}
+			}
+		}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestADeviceThatNeverEndsAtThePathIsAnErrorNotAllTheMemory$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "ADVERSARY51C_CHILD=zero")
+	out, err := cmd.CombinedOutput()
+	t.Logf("child: %s", strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Errorf("a File of /dev/zero: %v: its reads take the memory", err)
 	}
 }
