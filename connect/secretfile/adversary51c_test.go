@@ -326,3 +326,82 @@ func TestADeviceThatNeverEndsAtThePathIsAnErrorNotAllTheMemory(t *testing.T) {
 		t.Errorf("a File of /dev/zero: %v: its reads take the memory", err)
 	}
 }
+
+// adversary 51c: "a removed or emptied file is an error, not the old
+// value". A Get that begins after the file was emptied (its stat sees
+// size 0) returns an error. On the current code it joins a read in
+// progress that read the file before it was emptied and returns the old
+// secret: a secret emptied to revoke it is still handed out.
+func TestAGetBegunAfterTheFileWasEmptiedIsAnErrorNotAReadInProgressOfTheOld(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("old-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan struct{})
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	var first atomic.Bool
+	real := f.read
+	later := time.Now().Add(2 * RecheckInterval)
+	f.mu.Lock()
+	f.now = func() time.Time { return later } // the cached value is due for its recheck
+	f.read = func(key, path string) (string, fileID, error) {
+		v, id, err := real(key, path)
+		if first.CompareAndSwap(false, true) {
+			close(opened) // read the file before it was emptied; slow to return
+			<-gate
+		}
+		return v, id, err
+	}
+	f.mu.Unlock()
+	g1 := make(chan error, 1)
+	go func() {
+		_, err := f.Get() // the recheck
+		g1 <- err
+	}()
+	select {
+	case <-opened:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the recheck read did not begin")
+	}
+	if err := os.Truncate(path, 0); err != nil { // emptied: revoked
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() != 0 {
+		t.Fatalf("the file is not empty: %v %v", st, err)
+	}
+	type result struct {
+		v   string
+		err error
+	}
+	g2 := make(chan result, 1)
+	go func() {
+		v, err := f.Get() // begins after the file was emptied
+		g2 <- result{v, err}
+	}()
+	deadline := time.Now().Add(HungAfter / 2)
+	for getsWaiting() < 2 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	release()
+	select {
+	case r := <-g2:
+		if r.err == nil {
+			t.Errorf("a Get begun after the file was emptied returned %q, want an error: the secret the file no longer has", r.v)
+		}
+	case <-time.After(2*HungAfter + time.Second):
+		t.Fatal("the Get begun after the file was emptied did not return")
+	}
+	select {
+	case err := <-g1:
+		t.Logf("the Get begun before: %v", err)
+	case <-time.After(2*HungAfter + time.Second):
+		t.Fatal("the Get begun before the file was emptied did not return")
+	}
+}
