@@ -405,3 +405,100 @@ func TestAGetBegunAfterTheFileWasEmptiedIsAnErrorNotAReadInProgressOfTheOld(t *t
 		t.Fatal("the Get begun before the file was emptied did not return")
 	}
 }
+
+// adversary 51c: across goroutines in real time, no Get returns an older
+// secret than one a Get that had already returned before it began
+// returned, while the file is rotated by rename at the same size and
+// modification time as fast as it can be and Gets race on eight
+// goroutines (the waiter and cache paths taken, rechecks forced by a
+// clock that runs ahead; every 300th read is slow past HungAfter, so
+// reads are given up and replaced).
+func TestNoGetReturnsAnOlderSecretThanAGetThatReturnedBeforeItBegan(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s")
+	mt := time.Unix(1700000000, 0)
+	write := func(n int) error {
+		tmp := filepath.Join(dir, fmt.Sprintf("tmp%d", n%2))
+		if err := os.WriteFile(tmp, []byte(fmt.Sprintf("v%06d", n)), 0o600); err != nil {
+			return err
+		}
+		if err := os.Chtimes(tmp, mt, mt); err != nil {
+			return err
+		}
+		return os.Rename(tmp, path)
+	}
+	if err := write(0); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("k", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now()
+	var step atomic.Int64
+	f.mu.Lock()
+	f.now = func() time.Time { return base.Add(time.Duration(step.Add(1)) * 100 * time.Millisecond) }
+	real := f.read
+	var reads, slow atomic.Int64
+	f.read = func(key, path string) (string, fileID, error) {
+		v, id, err := real(key, path)
+		if reads.Add(1)%300 == 0 {
+			slow.Add(1)
+			time.Sleep(HungAfter * 6 / 5)
+		}
+		return v, id, err
+	}
+	f.mu.Unlock()
+	var mu sync.Mutex
+	high := "" // the newest secret a returned Get returned
+	stop := make(chan struct{})
+	var bad atomic.Value
+	var gets atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				mu.Lock()
+				floor := high
+				mu.Unlock()
+				v, err := f.Get()
+				if err != nil {
+					continue
+				}
+				gets.Add(1)
+				if v < floor {
+					bad.Store(fmt.Sprintf("got %s after a Get had returned %s", v, floor))
+					return
+				}
+				mu.Lock()
+				if v > high {
+					high = v
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	var werr error
+	end := time.Now().Add(2500 * time.Millisecond)
+	for n := 1; time.Now().Before(end) && bad.Load() == nil; n++ {
+		if werr = write(n); werr != nil {
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	if b := bad.Load(); b != nil {
+		t.Fatalf("a Get returned an older secret: %v", b)
+	}
+	t.Logf("%d Gets returned, newest %s; %d reads, %d slow", gets.Load(), high, reads.Load(), slow.Load())
+}
