@@ -4,6 +4,7 @@ package secretfile
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -501,4 +502,71 @@ func TestNoGetReturnsAnOlderSecretThanAGetThatReturnedBeforeItBegan(t *testing.T
 		t.Fatalf("a Get returned an older secret: %v", b)
 	}
 	t.Logf("%d Gets returned, newest %s; %d reads, %d slow", gets.Load(), high, reads.Load(), slow.Load())
+}
+
+// adversary 51c: a directory, a symlink loop or a socket put at the path
+// of a File that had a secret is an error naming the key and the path,
+// at once, not the old value, and leaves no read running; a secret put
+// back is read at once.
+func TestADirectoryASymlinkLoopOrASocketAtThePathIsAnErrorNotTheOldValue(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "token")
+	if err := os.WriteFile(path, []byte("old-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string) {
+		t.Helper()
+		began := time.Now()
+		v, err := f.Get()
+		if err == nil || !strings.Contains(err.Error(), "token_file") || !strings.Contains(err.Error(), path) || v != "" {
+			t.Errorf("%s at the path: %q %v, want an error naming the key and the path", what, v, err)
+		}
+		if took := time.Since(began); took > HungAfter/2 {
+			t.Errorf("%s at the path: the error took %v", what, took)
+		}
+		f.mu.Lock()
+		reading, hung := f.reading, f.hung
+		f.mu.Unlock()
+		if reading != nil || hung != 0 {
+			t.Errorf("%s at the path: a read left running (%v) or given up (%d)", what, reading != nil, hung)
+		}
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	check("a directory")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(path, path); err != nil {
+		t.Fatal(err)
+	}
+	check("a symlink loop")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("a socket")
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("new-token-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := f.Get(); v != "new-token-2" || err != nil {
+		t.Errorf("the secret put back: %q %v, want new-token-2", v, err)
+	}
 }
