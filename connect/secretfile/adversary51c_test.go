@@ -570,3 +570,78 @@ func TestADirectoryASymlinkLoopOrASocketAtThePathIsAnErrorNotTheOldValue(t *test
 		t.Errorf("the secret put back: %q %v, want new-token-2", v, err)
 	}
 }
+
+// threadsBlocked is the number of this process's OS threads asleep in
+// the kernel in a wait no signal but a fatal one ends (state D: in the
+// FUSE request, or queued behind it on the directory's lookup), and
+// what they wait in.
+func threadsBlocked(t *testing.T) (int, []string) {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, in := 0, []string(nil)
+	for _, task := range tasks {
+		st, err := os.ReadFile(filepath.Join("/proc/self/task", task.Name(), "stat"))
+		if err != nil {
+			continue // the thread ended
+		}
+		s := string(st)
+		if i := strings.LastIndexByte(s, ')'); i < 0 || !strings.HasPrefix(s[i+1:], " D ") {
+			continue
+		}
+		n++
+		w, err := os.ReadFile(filepath.Join("/proc/self/task", task.Name(), "wchan"))
+		if err == nil {
+			in = append(in, string(w))
+		}
+	}
+	return n, in
+}
+
+// adversary 51c: "a hung mount holds at most two goroutines (and
+// threads) of a File, not one per Get". On a hung mount (a FUSE mount
+// that never answers) every Get's own os.Stat blocks a thread: 16 Gets of
+// one File hold 16 more threads, and more with every Get.
+func TestAHungMountHoldsAtMostTwoThreadsOfAFileNotOnePerGet(t *testing.T) {
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(mnt, "token")
+	if err := os.WriteFile(path, []byte("old-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unhang := hungMount(t, mnt)
+	const gets = 16
+	done := make(chan error, gets)
+	for i := 0; i < gets; i++ {
+		go func() {
+			_, err := f.Get()
+			done <- err
+		}()
+	}
+	deadline := time.Now().Add(2*HungAfter + time.Second)
+	n, in := threadsBlocked(t)
+	for n < gets && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		n, in = threadsBlocked(t)
+	}
+	if n > 2 {
+		t.Errorf("%d Gets of one File on a hung mount hold %d threads blocked in the kernel (%v), want at most two", gets, n, in)
+	}
+	unhang()
+	for i := 0; i < gets; i++ {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a Get did not return once the mount was aborted")
+		}
+	}
+}
