@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/dedupio/dedup/connect/secretfile"
 	"github.com/dedupio/dedup/integration/devstack"
 	"github.com/dedupio/dedup/internal/app"
 	dedupconfig "github.com/dedupio/dedup/internal/config"
@@ -231,6 +232,7 @@ log: {level: debug}
 			return false
 		}
 		w("api-key", []byte(apiKey2+"\n"))
+		time.Sleep(secretfile.StatInterval) // the next look at the key file
 		produce("evt-3")
 		return eventually(time.Minute, func() bool { return described("secure-b", "activity-r-b:evt-3") == nil })
 	})

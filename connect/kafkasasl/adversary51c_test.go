@@ -71,6 +71,7 @@ func TestATokenFileOnAHungMountAnswersTheSASLHandshakeWithinTwiceHungAfter(t *te
 		t.Fatal(err)
 	}
 	unhang := hungMount(t, dir)
+	time.Sleep(secretfile.StatInterval) // the next use of the token looks at the file (the contract since 51c: a look answers for StatInterval)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*secretfile.HungAfter)
 	defer cancel()
 	type result struct {

@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 	mskiam "github.com/twmb/franz-go/pkg/sasl/aws"
 
+	"github.com/dedupio/dedup/connect/secretfile"
 	"github.com/dedupio/dedup/internal/testsupport/mskiamtest"
 )
 
@@ -132,8 +133,11 @@ func TestAWSMSKIAMKeyFiles(t *testing.T) {
 	dir := t.TempDir()
 	id, secret, token := filepath.Join(dir, "id"), filepath.Join(dir, "secret"), filepath.Join(dir, "token")
 	writeFile(t, id, keyID1+"\n")
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	writeFile(t, secret, secret1+"\n")
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	writeFile(t, token, "session-token-1\n")
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	c := Config{Mechanism: AWSMSKIAM, AccessKeyIDFile: id, SecretAccessKeyFile: secret, SessionTokenFile: token}
 	m, err := c.Build()
 	if err != nil {
@@ -149,8 +153,11 @@ func TestAWSMSKIAMKeyFiles(t *testing.T) {
 	}
 
 	writeFile(t, id, keyID2+"\n\n")
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	writeFile(t, secret, secret2+"\n\n")
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	writeFile(t, token, "session-token-2, longer\n")
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	l = login(t, m, mskBroker, mskHost, secrets)
 	if l.AccessKey != keyID2 || l.SessionToken != "session-token-2, longer" {
 		t.Errorf("after rotation: key %s token %q", l.AccessKey, l.SessionToken)
@@ -183,6 +190,7 @@ func TestAWSMSKIAMKeyFiles(t *testing.T) {
 	if err := os.Remove(secret); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	if _, _, err := m.Authenticate(context.Background(), mskBroker); err == nil || !strings.Contains(err.Error(), "kafka.sasl.secret_access_key_file") {
 		t.Errorf("secret file removed: %v", err)
 	}

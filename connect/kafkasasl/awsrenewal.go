@@ -45,7 +45,7 @@ type awsRenewal struct {
 	// A fetch that never returned would hold its place for good, and past
 	// maxFetches of them no renewal would fetch again: this package's
 	// fetches all return, their requests by their context and their token
-	// files within 2*secretfile.HungAfter (secretfile gives up a hung read).
+	// files within secretfile.MaxWait (a File waits no longer for its mount).
 	fetching *fetchCall
 	inflight int
 }

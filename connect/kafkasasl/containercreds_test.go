@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/connect/secretfile"
 )
 
 // fakeAgent is an EKS Pod Identity agent, or an ECS task's credentials
@@ -515,6 +517,7 @@ func TestARotatedTokenFileWithALineBreakOrRemovedFailsTheLoginWithoutQuotingIt(t
 	defer srv.Close()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	writeFile(t, tokenFile, "pod-jwt-one\n")
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.URL+"/v1/credentials")
 	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", tokenFile)
 	m, err := Config{Mechanism: AWSMSKIAM}.Build()
@@ -524,6 +527,7 @@ func TestARotatedTokenFileWithALineBreakOrRemovedFailsTheLoginWithoutQuotingIt(t
 	login(t, m, mskBroker, mskHost, agent)
 	for _, content := range []string{"pod-s3cret\nX-Injected: 1\n", "pod-s3cret\rX-Injected: 2", "pod-s3cret\r\nX-Injected: 3\r\n\r\n"} {
 		writeFile(t, tokenFile, content)
+		time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 		start := time.Now()
 		_, _, err := m.Authenticate(context.Background(), mskBroker)
 		if err == nil || !strings.Contains(err.Error(), "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE") || strings.Contains(err.Error(), "s3cret") || time.Since(start) > 5*time.Second {
@@ -533,6 +537,7 @@ func TestARotatedTokenFileWithALineBreakOrRemovedFailsTheLoginWithoutQuotingIt(t
 	if err := os.Remove(tokenFile); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	if _, _, err := m.Authenticate(context.Background(), mskBroker); err == nil || !strings.Contains(err.Error(), "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE") {
 		t.Errorf("token file removed: %v", err)
 	}
@@ -977,6 +982,7 @@ func TestLoginsRecoverOnceTheTokenPathIsReadableAgainWhileAnOldReadStillHangs(t 
 	if err := os.WriteFile(p, []byte("pod-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", srv.URL+"/v1/credentials")
 	t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", p)
 	m, err := Config{Mechanism: AWSMSKIAM}.Build()
@@ -989,6 +995,7 @@ func TestLoginsRecoverOnceTheTokenPathIsReadableAgainWhileAnOldReadStillHangs(t 
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	if err := syscall.Mkfifo(p, 0o600); err != nil {
 		t.Skip("no FIFO here:", err)
 	}
@@ -1017,9 +1024,11 @@ func TestLoginsRecoverOnceTheTokenPathIsReadableAgainWhileAnOldReadStillHangs(t 
 	if err := os.Rename(p, fifo); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	if err := os.WriteFile(p, []byte("pod-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	var lastErr error
 	for i := 0; i < 5; i++ {
 		if _, lastErr = login(); lastErr == nil {

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/connect/secretfile"
 )
 
 func TestValidateNamesTheField(t *testing.T) {
@@ -72,6 +74,7 @@ func TestSecretFilesAreReadAgain(t *testing.T) {
 		}
 	}
 	write(pw, "first\n")
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	c := Config{Mechanism: Plain, Username: "u", PasswordFile: pw}
 	m, err := c.Build()
 	if err != nil {
@@ -82,6 +85,7 @@ func TestSecretFilesAreReadAgain(t *testing.T) {
 		t.Fatalf("PLAIN message %q", msg)
 	}
 	write(pw, "second-one\n")
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	_, msg, _ = m.Authenticate(context.Background(), "b")
 	if string(msg) != "\x00u\x00second-one" {
 		t.Fatalf("after rotation: %q", msg)
@@ -93,6 +97,7 @@ func TestSecretFilesAreReadAgain(t *testing.T) {
 
 	tok := filepath.Join(dir, "token")
 	write(tok, "tok-a")
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	msg1, err := initial(t, Config{Mechanism: OAuthBearer, TokenFile: tok, Extensions: map[string]string{"logicalCluster": "lkc-1"}})
 	if err != nil || !strings.Contains(msg1, "auth=Bearer tok-a\x01") || !strings.Contains(msg1, "logicalCluster=lkc-1") {
 		t.Fatalf("OAUTHBEARER token file: %q %v", msg1, err)

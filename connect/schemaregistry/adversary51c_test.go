@@ -81,6 +81,7 @@ func TestARegistryRequestWithATokenFileOnAHungMountEndsByItsContext(t *testing.T
 		t.Fatal(err)
 	}
 	unhang := hungMount(t, dir)
+	time.Sleep(secretfile.StatInterval) // the next use of the token looks at the file (the contract since 51c: a look answers for StatInterval)
 	ctx, cancel := context.WithTimeout(context.Background(), secretfile.HungAfter)
 	defer cancel()
 	got := make(chan error, 1)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dedupio/dedup/connect/clienttls"
 	"github.com/dedupio/dedup/connect/schemaregistry"
+	"github.com/dedupio/dedup/connect/secretfile"
 	"github.com/dedupio/dedup/internal/testsupport/srstandin"
 )
 
@@ -55,6 +56,7 @@ func TestClientSendsTheCredentialsOfItsFilesAsTheyAreNow(t *testing.T) {
 			func(v string) { stand.RequireBasicAuth("", ""); stand.RequireBearer(v) }},
 	} {
 		write("one", t0)
+		time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 		c.require("one")
 		if err := c.cfg.Validate("kafka.schema_registry"); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
@@ -71,6 +73,7 @@ func TestClientSendsTheCredentialsOfItsFilesAsTheyAreNow(t *testing.T) {
 			t.Fatalf("%s: the stand-in took the old secret", c.name)
 		}
 		write("two", t0.Add(time.Minute))
+		time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 		if err := ask(cl); err != nil {
 			t.Fatalf("%s: after the file was rotated: %v", c.name, err)
 		}

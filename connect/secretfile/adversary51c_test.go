@@ -39,6 +39,7 @@ func TestAGetOnASlowButAnsweringMountReturnsWithinTwiceHungAfter(t *testing.T) {
 	var reads atomic.Int32
 	real := f.read
 	f.mu.Lock()
+	f.now = func() time.Time { return time.Now().Add(time.Hour) } // the last look is old: the Get looks
 	f.read = func(key, path string) (string, fileID, error) {
 		reads.Add(1)
 		if slow.Load() {
@@ -139,6 +140,9 @@ func TestAGetOnAHungMountWhoseStatHangsReturnsWithinTwiceHungAfter(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.mu.Lock()
+	f.now = func() time.Time { return time.Now().Add(time.Hour) } // the last look is old: every Get looks
+	f.mu.Unlock()
 	unhang := hungMount(t, mnt) // the mount hangs from here
 	type result struct {
 		v   string
@@ -250,6 +254,9 @@ func TestAGetBegunAfterARenameReturnsTheNewSecretNotAReadInProgressOfTheOld(t *t
 	if err := os.Rename(tmp, path); err != nil { // rotated: revoked old-token
 		t.Fatal(err)
 	}
+	f.mu.Lock()
+	f.now = func() time.Time { return later.Add(StatInterval) } // a look later (the contract since 51c: within StatInterval a Get may take the look in progress)
+	f.mu.Unlock()
 	g2 := make(chan result, 1)
 	go func() {
 		v, err := f.Get() // begins after the rename
@@ -289,7 +296,7 @@ func TestAGetBegunAfterARenameReturnsTheNewSecretNotAReadInProgressOfTheOld(t *t
 func TestADeviceThatNeverEndsAtThePathIsAnErrorNotAllTheMemory(t *testing.T) {
 	const limit = 64 << 20
 	if os.Getenv("ADVERSARY51C_CHILD") == "zero" {
-		f := &File{key: "token_file", path: "/dev/zero", now: time.Now, read: read}
+		f := &File{key: "token_file", path: "/dev/zero", now: time.Now, read: read, stat: stat, changed: make(chan struct{})}
 		got := make(chan error, 1)
 		go func() {
 			_, err := f.Get()
@@ -381,6 +388,9 @@ func TestAGetBegunAfterTheFileWasEmptiedIsAnErrorNotAReadInProgressOfTheOld(t *t
 		v   string
 		err error
 	}
+	f.mu.Lock()
+	f.now = func() time.Time { return later.Add(StatInterval) } // a look later (the contract since 51c: within StatInterval a Get may take the look in progress)
+	f.mu.Unlock()
 	g2 := make(chan result, 1)
 	go func() {
 		v, err := f.Get() // begins after the file was emptied
@@ -518,10 +528,21 @@ func TestADirectoryASymlinkLoopOrASocketAtThePathIsAnErrorNotTheOldValue(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each Get a look after the last (StatInterval): the contract since 51c.
+	clock := time.Now()
+	f.mu.Lock()
+	f.now = func() time.Time { return clock }
+	f.mu.Unlock()
+	get := func() (string, error) {
+		f.mu.Lock()
+		clock = clock.Add(StatInterval)
+		f.mu.Unlock()
+		return f.Get()
+	}
 	check := func(what string) {
 		t.Helper()
 		began := time.Now()
-		v, err := f.Get()
+		v, err := get()
 		if err == nil || !strings.Contains(err.Error(), "token_file") || !strings.Contains(err.Error(), path) || v != "" {
 			t.Errorf("%s at the path: %q %v, want an error naming the key and the path", what, v, err)
 		}
@@ -529,10 +550,10 @@ func TestADirectoryASymlinkLoopOrASocketAtThePathIsAnErrorNotTheOldValue(t *test
 			t.Errorf("%s at the path: the error took %v", what, took)
 		}
 		f.mu.Lock()
-		reading, hung := f.reading, f.hung
+		running := len(f.checks)
 		f.mu.Unlock()
-		if reading != nil || hung != 0 {
-			t.Errorf("%s at the path: a read left running (%v) or given up (%d)", what, reading != nil, hung)
+		if running != 0 {
+			t.Errorf("%s at the path: %d looks left running", what, running)
 		}
 	}
 	if err := os.Remove(path); err != nil {
@@ -566,7 +587,7 @@ func TestADirectoryASymlinkLoopOrASocketAtThePathIsAnErrorNotTheOldValue(t *test
 	if err := os.WriteFile(path, []byte("new-token-2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := f.Get(); v != "new-token-2" || err != nil {
+	if v, err := get(); v != "new-token-2" || err != nil {
 		t.Errorf("the secret put back: %q %v, want new-token-2", v, err)
 	}
 }
@@ -618,6 +639,9 @@ func TestAHungMountHoldsAtMostTwoThreadsOfAFileNotOnePerGet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.mu.Lock()
+	f.now = func() time.Time { return time.Now().Add(time.Hour) } // the last look is old: every Get looks
+	f.mu.Unlock()
 	unhang := hungMount(t, mnt)
 	const gets = 16
 	done := make(chan error, gets)

@@ -14,6 +14,11 @@ import (
 	"time"
 )
 
+// MaxSize bounds a secret file: a larger one (a device such as /dev/zero
+// at the path, a log file named by mistake) is an error, not a read
+// without end.
+const MaxSize = 1 << 20
+
 // Read reads the secret in path once; key is the config key that named it
 // (for errors).
 func Read(key, path string) (string, error) {
@@ -26,8 +31,8 @@ func Read(key, path string) (string, error) {
 // Opened without blocking, so that a FIFO (or other pipe) at the path is
 // read through Go's poller with a deadline: a FIFO without a writer reads
 // empty, one whose writer writes nothing ends at the deadline; neither
-// holds a thread. (A regular file's read on a hung
-// mount cannot be interrupted: File gives it up.)
+// holds a thread. (A regular file's read on a hung mount cannot be
+// interrupted: File waits for it at most MaxWait.)
 func read(key, path string) (string, fileID, error) {
 	fh, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -38,11 +43,16 @@ func read(key, path string) (string, fileID, error) {
 	if err != nil {
 		return "", fileID{}, fmt.Errorf("%s: reading the secret: %w", key, err)
 	}
-	// Half of HungAfter: such a read ends before a Get would give it up.
+	if st.IsDir() {
+		return "", fileID{}, fmt.Errorf("%s: %s is a directory", key, path)
+	}
 	_ = fh.SetReadDeadline(time.Now().Add(HungAfter / 2)) // os.ErrNoDeadline for a regular file
-	b, err := io.ReadAll(fh)
+	b, err := io.ReadAll(io.LimitReader(fh, MaxSize+1))
 	if err != nil {
 		return "", fileID{}, fmt.Errorf("%s: reading the secret: %w", key, err)
+	}
+	if len(b) > MaxSize {
+		return "", fileID{}, fmt.Errorf("%s: %s is larger than %d bytes: not a secret", key, path, MaxSize)
 	}
 	v := strings.TrimRight(string(b), "\r\n")
 	if v == "" {
@@ -51,143 +61,211 @@ func read(key, path string) (string, fileID, error) {
 	return v, idOf(st), nil
 }
 
+// stat says what file path names now.
+func stat(key, path string) (fileID, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, fmt.Errorf("%s: reading the secret: %w", key, err)
+	}
+	return idOf(st), nil
+}
+
 // File is a secret file that is read again when it changes, so that a
 // rotated secret (a Kubernetes Secret update, a token refreshed by a
-// sidecar, a revoked token) is used without a restart: at once when a
-// stat tells it changed (its size, modification time and, on Linux, its
-// device, inode and change time: a file replaced by rename is another
-// file, whatever times it was given), and otherwise its content is read
-// again at least every RecheckInterval (a file rewritten in place at the
-// same size and modification time). Get is cheap when the file has not
-// changed: one stat, and a read a second.
+// sidecar, a revoked token) is used without a restart: the file is looked
+// at (a stat) at most every StatInterval, as Gets come, and read again
+// when the stat tells it changed (its size, modification time and, on
+// Linux, its device, inode and change time: a file replaced by rename is
+// another file, whatever times it was given), and at least every
+// RecheckInterval (a file rewritten in place where a stat cannot tell).
+// A Get within StatInterval of the last look costs no system call.
 //
-// Its rule: one read at a time, whose outcome every Get waiting for it
-// shares, and only that read stores what it read. A read begins after the
-// previous one ended or was given up, so no Get returns an older secret
-// after a newer one. A read that has not returned after HungAfter (a hung
-// mount) is given up: the next Get reads again, and that read's outcome
-// is the File's; the read given up, if it ever returns, stores nothing
-// and answers no Get. At most one read given up may still be running:
-// past that, Get returns an error naming the path until one of them
-// returns, so that a hung mount holds at most two goroutines (and
-// threads) of a File, not one per Get, and no Get waits for it for good.
+// Its rule: the look (stat, then the read if needed) is a check, a
+// goroutine of its own, which every Get needing a look as recent as it
+// waits for and shares; the outcome of the newest check begun (by the
+// order they began) is the File's, an older check's outcome that ends
+// later is not, so no Get returns an older secret after a newer one. A Get
+// waits at most MaxWait, whatever the file system does, and a hung mount
+// holds at most maxChecks checks (goroutines, threads) of a File: past
+// them, a Get waits for one to end, or returns an error naming the key and
+// the path at MaxWait. A file that cannot be read any more is an error,
+// not the old secret.
 type File struct {
 	key, path string
-	now       func() time.Time
-	read      func(key, path string) (string, fileID, error) // read; a test's stand-in for a hung mount
+	now       func() time.Time                               // StatInterval, RecheckInterval (a test moves it)
+	read      func(key, path string) (string, fileID, error) // read; a test's stand-in for a slow or hung mount
+	stat      func(key, path string) (fileID, error)         // stat; idem
 
 	mu      sync.Mutex
-	id      fileID // of the file value was read from
-	readAt  time.Time
-	value   string
-	reading *reading // the read in progress; nil when none
-	hung    int      // reads given up that have not returned
+	state   outcome       // of the newest check ended that began after every other ended one
+	checks  []*check      // in progress, in the order they began
+	seq     uint64        // of the last check begun
+	changed chan struct{} // closed and replaced when a check ends
 }
 
-// reading is a read in progress. Its fields are set, under File.mu,
-// before done is closed.
-type reading struct {
-	began   time.Time // time.Now, not File.now: HungAfter is real time
-	done    chan struct{}
-	givenUp bool
-	value   string
-	err     error
+// outcome is what a check found: the secret or an error, and when it
+// looked. Its zero value is no check yet.
+type outcome struct {
+	seq    uint64
+	at     time.Time // File.now when the check began
+	value  string
+	id     fileID    // of the file value was read from
+	readAt time.Time // File.now when the read of value began
+	err    error
 }
+
+// check is a look in progress; out is set, under File.mu, before done is
+// closed.
+type check struct {
+	seq   uint64
+	at    time.Time // File.now when it began
+	began time.Time // time.Now when it began: HungAfter is real time
+	done  chan struct{}
+	out   outcome
+}
+
+// StatInterval is how long a look at the file answers the Gets after it:
+// a change is seen within it.
+const StatInterval = 100 * time.Millisecond
 
 // RecheckInterval bounds how long a File keeps a value whose file was
 // rewritten without a change of what a stat tells.
 const RecheckInterval = time.Second
 
-// HungAfter is how long a read may take before the next Get gives it up
-// and reads again.
-const HungAfter = time.Second
+// MaxWait is the longest a Get waits for the file system.
+const MaxWait = 2 * time.Second
 
-// maxGivenUp is how many reads given up may still be running before Get
-// refuses to start another.
-const maxGivenUp = 1
+// HungAfter is how long a Get waits for a check before it begins another
+// beside it (a slow or hung mount), if fewer than maxChecks are in
+// progress.
+const HungAfter = MaxWait / 2
+
+// maxChecks is how many checks of a File may be in progress at once (on a
+// hung mount, each holds a thread until the mount answers).
+const maxChecks = 2
 
 // NewFile reads the secret once, so that a missing or empty file is a
 // start-up error, and returns it for reading again.
 func NewFile(key, path string) (*File, error) {
-	f := &File{key: key, path: path, now: time.Now, read: read}
+	f := &File{key: key, path: path, now: time.Now, read: read, stat: stat, changed: make(chan struct{})}
 	if _, err := f.Get(); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-// Get returns the secret, reading the file again if it changed. When the
-// file cannot be read any more, it returns the error: a secret that was
-// removed is not silently kept. It returns within 2*HungAfter whatever
-// the file system does: the read is a goroutine of its own, which Get
-// waits for until HungAfter from its beginning, then gives up for
-// another (or, past maxGivenUp, returns an error).
+// Get returns the secret, from a look at the file at most StatInterval
+// old, within MaxWait. When the file cannot be read any more, it returns
+// the error: a secret that was removed is not silently kept.
 func (f *File) Get() (string, error) {
-	st, err := os.Stat(f.path)
-	if err != nil {
-		return "", fmt.Errorf("%s: reading the secret: %w", f.key, err)
-	}
-	id := idOf(st)
+	deadline := time.Now().Add(MaxWait)
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	since := f.now().Add(-StatInterval) // a look begun after it answers this Get
 	for {
-		if f.value != "" && id == f.id && f.now().Sub(f.readAt) < RecheckInterval {
-			v := f.value
-			f.mu.Unlock()
-			return v, nil
+		if f.state.seq > 0 && f.state.at.After(since) {
+			return f.state.value, f.state.err
 		}
-		r := f.reading
-		switch {
-		case r == nil:
-			r = f.startRead()
-		case time.Since(r.began) >= HungAfter:
-			if f.hung >= maxGivenUp {
-				f.mu.Unlock()
-				return "", fmt.Errorf("%s: reading the secret: reads of %s have not returned for over %s", f.key, f.path, HungAfter)
+		// The check to wait for: the newest in progress, if recent enough
+		// and not hung; else a new one, unless maxChecks are in progress
+		// (then a hung one still recent enough, or none: wait for one to
+		// end).
+		var c *check
+		if n := len(f.checks); n > 0 {
+			c = f.checks[n-1]
+		}
+		if c == nil || !c.at.After(since) || time.Since(c.began) >= HungAfter {
+			switch {
+			case len(f.checks) < maxChecks:
+				c = f.start()
+			case !c.at.After(since):
+				c = nil
 			}
-			r.givenUp = true
-			f.hung++
-			r = f.startRead()
 		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return "", fmt.Errorf("%s: reading the secret: %s did not answer within %s (%d looks at it in progress)", f.key, f.path, MaxWait, len(f.checks))
+		}
+		if c != nil {
+			if hung := HungAfter - time.Since(c.began); hung > 0 && hung < wait {
+				wait = hung // then, maybe, another check beside it
+			}
+		}
+		var done chan struct{}
+		if c != nil {
+			done = c.done
+		}
+		changed := f.changed
 		f.mu.Unlock()
-		t := time.NewTimer(HungAfter - time.Since(r.began))
+		t := time.NewTimer(wait)
 		select {
-		case <-r.done:
+		case <-done:
+		case <-changed:
 		case <-t.C:
 		}
 		t.Stop()
 		f.mu.Lock()
+		if c == nil {
+			continue
+		}
 		select {
-		case <-r.done:
-			if !r.givenUp { // the File's latest read: its outcome
-				v, err := r.value, r.err
-				f.mu.Unlock()
-				return v, err
+		case <-c.done:
+			if c.seq >= f.state.seq { // the File's outcome
+				return c.out.value, c.out.err
 			}
+			// A check begun after it ended first: the state is newer.
+			return f.state.value, f.state.err
 		default:
 		}
 	}
 }
 
-// startRead starts a read of the file as the File's read in progress, and
-// returns it. Called with f.mu held.
-func (f *File) startRead() *reading {
-	r := &reading{began: time.Now(), done: make(chan struct{})}
-	f.reading = r
-	readAt := f.now()
+// start begins a check and returns it. Called with f.mu held.
+func (f *File) start() *check {
+	f.seq++
+	c := &check{seq: f.seq, at: f.now(), began: time.Now(), done: make(chan struct{})}
+	f.checks = append(f.checks, c)
+	prev := f.state
 	go func() {
-		v, id, err := f.read(f.key, f.path)
+		out := f.look(c, prev)
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		r.value, r.err = v, err
-		close(r.done)
-		if r.givenUp {
-			f.hung-- // and stores nothing: a read began after it
-			return
+		c.out = out
+		close(c.done)
+		for i, o := range f.checks {
+			if o == c {
+				f.checks = append(f.checks[:i], f.checks[i+1:]...)
+				break
+			}
 		}
-		f.reading = nil
-		if err == nil {
-			f.value, f.id, f.readAt = v, id, readAt
+		if c.seq > f.state.seq {
+			f.state = out
 		}
+		close(f.changed)
+		f.changed = make(chan struct{})
 	}()
-	return r
+	return c
+}
+
+// look is a check's work: a stat, and a read when the file changed since
+// the value of prev (the state when the check began) was read, or that
+// read is RecheckInterval old.
+func (f *File) look(c *check, prev outcome) outcome {
+	out := outcome{seq: c.seq, at: c.at}
+	id, err := f.stat(f.key, f.path)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	if prev.value != "" && prev.err == nil && id == prev.id && c.at.Sub(prev.readAt) < RecheckInterval {
+		out.value, out.id, out.readAt = prev.value, prev.id, prev.readAt
+		return out
+	}
+	v, rid, err := f.read(f.key, f.path)
+	if err != nil {
+		out.err = err
+		return out
+	}
+	out.value, out.id, out.readAt = v, rid, c.at
+	return out
 }

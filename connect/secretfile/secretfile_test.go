@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -46,7 +45,7 @@ func TestFileRewrittenAtSameSizeAndMtimeIsReadAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
-	f.id = idOf(rewritten)
+	f.state.id = idOf(rewritten)
 	f.mu.Unlock()
 	if v, _ := f.Get(); v != "old-secret" {
 		t.Fatalf("within the interval: %q (a stat alone cannot tell)", v)
@@ -129,6 +128,7 @@ func hangingReads(t *testing.T, f *File, n int32) (started func() int32, release
 	var once sync.Once
 	real := f.read
 	f.mu.Lock()
+	f.now = func() time.Time { return time.Now().Add(time.Hour) } // the last look is old: the next Get looks
 	f.read = func(key, path string) (string, fileID, error) {
 		if begun.Add(1) <= n {
 			<-gate
@@ -142,8 +142,8 @@ func hangingReads(t *testing.T, f *File, n int32) (started func() int32, release
 }
 
 // adversary 51: a read that never returns (a hung mount) holds no other
-// Get for good: the next Get gives it up after HungAfter and reads again,
-// so a path that is readable again is read. (Since 2657305 Get read under
+// Get for good: a Get waiting for it begins another check beside it after
+// HungAfter, so a path that is readable again is read within MaxWait. (Since 2657305 Get read under
 // its lock, and one hung read held every later Get for ever, even once
 // the path was a plain file again.)
 func TestAGetIsNotHeldByAnotherGetsReadThatNeverReturns(t *testing.T) {
@@ -165,8 +165,10 @@ func TestAGetIsNotHeldByAnotherGetsReadThatNeverReturns(t *testing.T) {
 		_, err := f.Get()
 		first <- err
 	}()
-	for started() == 0 {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); started() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first Get began no read")
+		}
 	}
 	type result struct {
 		v   string
@@ -182,25 +184,24 @@ func TestAGetIsNotHeldByAnotherGetsReadThatNeverReturns(t *testing.T) {
 		if r.v != "new-token-2" || r.err != nil {
 			t.Errorf("a Get while another's read hangs: %q %v, want new-token-2", r.v, r.err)
 		}
-	case <-time.After(2*HungAfter + time.Second):
-		t.Errorf("a Get did not return within 2*HungAfter while another Get's read hangs")
+	case <-time.After(MaxWait + time.Second):
+		t.Errorf("a Get did not return within MaxWait while another Get's read hangs")
 	}
 	select {
 	case err := <-first:
 		if err != nil { // its read was given up for the one that answered
 			t.Errorf("the Get whose read hangs: %v, want the secret the read that replaced its own read", err)
 		}
-	case <-time.After(2*HungAfter + time.Second):
-		t.Errorf("the Get whose read hangs did not return within 2*HungAfter")
+	case <-time.After(MaxWait + time.Second):
+		t.Errorf("the Get whose read hangs did not return within MaxWait")
 	}
 }
 
-// A hung mount holds at most two reads of a File: the first, given up
-// after HungAfter, and the one that replaced it; a Get returns within
-// 2*HungAfter whatever the reads do, with an error naming the key and the
-// path, and one past the two hung reads returns at once. Once the reads
-// return (the mount answers again), the File reads again, and a read
-// given up stores nothing.
+// A hung mount holds at most maxChecks (two) reads of a File: the first,
+// and the one a Get began beside it after HungAfter; every Get returns
+// within MaxWait whatever the reads do, with an error naming the key and
+// the path, and begins no third read. Once the reads return (the mount
+// answers again), the File reads again and no check is left.
 func TestAHungMountHoldsAtMostTwoReadsAndGetsReturnSayingWhy(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(path, []byte("old-token\n"), 0o600); err != nil {
@@ -217,14 +218,12 @@ func TestAHungMountHoldsAtMostTwoReadsAndGetsReturnSayingWhy(t *testing.T) {
 	says := func(err error) bool {
 		return err != nil && strings.Contains(err.Error(), path) && strings.Contains(err.Error(), "token_file")
 	}
-	began := time.Now()
-	_, err = f.Get()
-	if took := time.Since(began); !says(err) || took > 2*HungAfter+500*time.Millisecond {
-		t.Errorf("a Get of a hung file: %v after %v, want an error naming the key and the path within 2*HungAfter", err, took)
-	}
-	began = time.Now()
-	if _, err := f.Get(); !says(err) || time.Since(began) > 500*time.Millisecond {
-		t.Errorf("a Get past two hung reads: %v after %v, want an error naming the key and the path at once", err, time.Since(began))
+	for i := range 3 {
+		began := time.Now()
+		_, err := f.Get()
+		if took := time.Since(began); !says(err) || took > MaxWait+500*time.Millisecond {
+			t.Errorf("Get %d of a hung file: %v after %v, want an error naming the key and the path within MaxWait", i+1, err, took)
+		}
 	}
 	if n := started(); n != 2 {
 		t.Errorf("%d reads began on the hung mount, want 2", n)
@@ -241,58 +240,24 @@ func TestAHungMountHoldsAtMostTwoReadsAndGetsReturnSayingWhy(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	f.mu.Lock()
-	hung, reading := f.hung, f.reading
-	f.mu.Unlock()
-	if hung != 0 || reading != nil {
-		t.Errorf("after the reads returned: %d given up still counted, a read in progress %v; want none", hung, reading != nil)
-	}
+	eventuallyNoCheck(t, f)
 }
 
-// A FIFO at the path (a sidecar's pipe, a mount that became one) is read
-// through Go's poller: without a writer it reads empty at once, and with
-// a writer that writes nothing the read ends at HungAfter/2; either is an
-// error naming the path, and no read is left running.
-func TestAFIFOAtThePathIsAnErrorAndHoldsNoRead(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "token")
-	if err := os.WriteFile(path, []byte("old-token\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := NewFile("token_file", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mkfifo(path, 0o600); err != nil {
-		t.Skipf("mkfifo: %v", err)
-	}
-	began := time.Now()
-	if _, err := f.Get(); err == nil || !strings.Contains(err.Error(), path) || time.Since(began) > 500*time.Millisecond {
-		t.Errorf("a Get of a FIFO without a writer: %v after %v, want an error naming the path at once", err, time.Since(began))
-	}
-	// A writer that writes nothing: opened (read and write, so that the
-	// open does not wait for a reader) and held.
-	w, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := w.Close(); err != nil {
-			t.Error(err)
+// eventuallyNoCheck waits (bounded) until f has no check in progress.
+func eventuallyNoCheck(t *testing.T, f *File) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f.mu.Lock()
+		n := len(f.checks)
+		f.mu.Unlock()
+		if n == 0 {
+			return
 		}
-	}()
-	began = time.Now()
-	if _, err := f.Get(); err == nil || !strings.Contains(err.Error(), path) || time.Since(began) > HungAfter+500*time.Millisecond {
-		t.Errorf("a Get of a FIFO whose writer writes nothing: %v after %v, want an error naming the path within HungAfter", err, time.Since(began))
-	}
-	f.mu.Lock()
-	hung, reading := f.hung, f.reading
-	f.mu.Unlock()
-	if hung != 0 || reading != nil {
-		t.Errorf("%d reads given up, a read in progress %v; want none: a FIFO's read ends", hung, reading != nil)
+		if time.Now().After(deadline) {
+			t.Fatalf("%d checks still in progress", n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -302,7 +267,7 @@ func TestAFIFOAtThePathIsAnErrorAndHoldsNoRead(t *testing.T) {
 // is a changed file, which a stat can tell from no change by its inode: it
 // is read at once, not served from the cache for up to RecheckInterval (a
 // revoked secret keeps working).
-func TestAFileReplacedByRenameAtSameSizeAndMtimeIsReadAtOnce(t *testing.T) {
+func TestAFileReplacedByRenameAtSameSizeAndMtimeIsReadAtTheNextLook(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "secret")
 	mt := time.Unix(1700000000, 0)
@@ -330,15 +295,16 @@ func TestAFileReplacedByRenameAtSameSizeAndMtimeIsReadAtOnce(t *testing.T) {
 		t.Fatalf("first Get: %q %v", v, err)
 	}
 	write("new-secret")
+	now = now.Add(StatInterval) // the next look, well within RecheckInterval
 	if v, err := f.Get(); v != "new-secret" || err != nil {
-		t.Errorf("after the file was replaced by rename (new inode, same size and mtime): %q %v, want the new secret at once", v, err)
+		t.Errorf("after the file was replaced by rename (new inode, same size and mtime): %q %v, want the new secret at the next look", v, err)
 	}
 }
 
 // adversary 51 holds: a secret that goes away is not silently kept, as
 // Get's doc says, however it goes: removed, truncated to nothing (or a
 // lone newline), its Kubernetes ..data symlink left dangling; and it is
-// read again once it comes back.
+// read again once it comes back; each at the next look (StatInterval).
 func TestARemovedEmptiedOrDanglingSecretIsAnErrorNotTheOldValue(t *testing.T) {
 	dir := t.TempDir()
 	// Kubernetes' layout: secret -> ..data/secret, ..data -> ..ts1
@@ -361,8 +327,14 @@ func TestARemovedEmptiedOrDanglingSecretIsAnErrorNotTheOldValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each Get a look later than the last (StatInterval on), within
+	// RecheckInterval of the first read.
 	now := time.Now()
 	f.now = func() time.Time { return now }
+	get := func() (string, error) {
+		now = now.Add(StatInterval)
+		return f.Get()
+	}
 	swap := func(to string) {
 		t.Helper()
 		tmp := filepath.Join(dir, "..data_tmp")
@@ -375,28 +347,28 @@ func TestARemovedEmptiedOrDanglingSecretIsAnErrorNotTheOldValue(t *testing.T) {
 	}
 	// ..data swapped to a directory without the key: dangling.
 	swap("..ts2")
-	if v, err := f.Get(); err == nil || v != "" {
+	if v, err := get(); err == nil || v != "" {
 		t.Errorf("dangling ..data: %q %v, want an error", v, err)
 	}
 	// The key comes back.
 	if err := os.WriteFile(filepath.Join(dir, "..ts2", "secret"), []byte("second-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := f.Get(); v != "second-secret" || err != nil {
+	if v, err := get(); v != "second-secret" || err != nil {
 		t.Errorf("after the key came back: %q %v", v, err)
 	}
 	// Truncated to a lone newline.
 	if err := os.WriteFile(filepath.Join(dir, "..ts2", "secret"), []byte("\r\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := f.Get(); err == nil || v != "" {
+	if v, err := get(); err == nil || v != "" {
 		t.Errorf("emptied: %q %v, want an error", v, err)
 	}
 	// Removed.
 	if err := os.Remove(filepath.Join(dir, "..ts2", "secret")); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := f.Get(); err == nil || v != "" {
+	if v, err := get(); err == nil || v != "" {
 		t.Errorf("removed: %q %v, want an error", v, err)
 	}
 }

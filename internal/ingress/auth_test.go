@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dedupio/dedup/connect/secretfile"
 )
 
 // TestLoadTokensRefuses: a tokens file that is not the YAML of tenants'
@@ -77,6 +79,7 @@ func TestTokensCheckRoutes(t *testing.T) {
 		}
 	}
 	write("tokens: [{tenant: acme, token: 0123456789abcdef, event_types: [\"*\"], routes: [confirm]}]\n")
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	tokens, err := LoadTokens("ingress.tokens_file", path)
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +93,7 @@ func TestTokensCheckRoutes(t *testing.T) {
 	}
 	time.Sleep(10 * time.Millisecond)
 	write("tokens: [{tenant: acme, token: 0123456789abcdef, event_types: [\"*\"], routes: [confrim]}]\n")
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	if p := tokens.principal("Bearer 0123456789abcdef"); p != nil {
 		t.Errorf("a file naming route confrim after a change: %v let in", p.Tenant)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/client"
+	"github.com/dedupio/dedup/connect/secretfile"
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
@@ -292,6 +293,7 @@ func TestBearerTokens(t *testing.T) {
 		}
 	}
 	write("# producers\ntokens:\n- {tenant: shop, token: s3cret-0123456789, event_types: [\"*\"], routes: [\"*\"]}\n- {tenant: shop, token: other-token-0123456789, event_types: [\"*\"], routes: [\"*\"]}\n")
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	tokens, err := LoadTokens("ingress.tokens_file", path)
 	if err != nil {
 		t.Fatal(err)
@@ -315,6 +317,7 @@ func TestBearerTokens(t *testing.T) {
 	// Rotated: the old token no longer works, the new one does.
 	time.Sleep(10 * time.Millisecond)
 	write("tokens: [{tenant: shop, token: n3w-token-0123456789, event_types: [\"*\"], routes: [\"*\"]}]\n")
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	if r := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json", "Authorization", "Bearer s3cret-0123456789"); r.code != 401 {
 		t.Errorf("old token after rotation: %d", r.code)
 	}
@@ -325,6 +328,7 @@ func TestBearerTokens(t *testing.T) {
 	// valid), until it is fixed.
 	time.Sleep(10 * time.Millisecond)
 	write("tokens: [{tenant: shop, token: n3w-token-0123456789}]\n") // no event_types
+	time.Sleep(secretfile.StatInterval)                              // the next look at the file (secretfile.StatInterval)
 	if r := do(t, "POST", ts.URL+"/v1/events", order, "Content-Type", "application/cloudevents+json", "Authorization", "Bearer n3w-token-0123456789"); r.code != 401 {
 		t.Errorf("broken file: %d", r.code)
 	}

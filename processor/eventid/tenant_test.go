@@ -6,7 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/dedupio/dedup/connect/secretfile"
 	"github.com/dedupio/dedup/processor/tenantsig"
 )
 
@@ -164,16 +166,18 @@ func TestASignedRecordReadWhileTheKeyringIsBrokenIsNotForged(t *testing.T) {
 	if err := os.WriteFile(path, whole, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	keys, err := tenantsig.Load("kafka.tenant_keys_file", path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := mustDecoder(t, nil).WithTenantKeys(keys)
 	good := signed(keys, rec(`{"total":9}`, "ce_specversion", "1.0", "ce_type", "order.created", "ce_id", "k-9", TenantHeader, "acme"))
-	// A broken edit (another size: read again at once).
+	// A broken edit (another size: read again at the next look).
 	if err := os.WriteFile(path, []byte("keys: [{id: k1, secret: \n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	if keys.Check() == nil {
 		t.Fatal("the broken file was not read again: the test cannot see the window")
 	}
@@ -194,6 +198,7 @@ func TestASignedRecordReadWhileTheKeyringIsBrokenIsNotForged(t *testing.T) {
 	if err := os.WriteFile(path, whole, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	if ev, err := d.Decode(good); err != nil || ev.ID != "@acme/k-9" {
 		t.Fatalf("the same bytes, the file whole again: %q %v", ev.ID, err)
 	}

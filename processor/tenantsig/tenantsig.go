@@ -49,9 +49,9 @@ const MaxKeyIDLength = 32
 var ErrInvalid = errors.New("invalid tenant signature")
 
 // Keyring is the keys of the keyring file, read again when the file
-// changes (secretfile.File: a change of size, modification time or, at
-// least once a second, content); a re-read that fails keeps the last good
-// keys (current). Safe for concurrent use.
+// changes (secretfile.File: looked at every 100 ms as it is used, a change
+// of what a stat tells or, at least once a second, of content); a re-read
+// that fails keeps the last good keys (current). Safe for concurrent use.
 //
 // The file:
 //

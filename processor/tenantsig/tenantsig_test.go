@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dedupio/dedup/connect/secretfile"
 )
 
 const (
@@ -27,6 +30,7 @@ func TestKeyringRotation(t *testing.T) {
 		}
 	}
 	write(oldKey)
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	k, err := Load("kafka.tenant_keys_file", path)
 	if err != nil {
 		t.Fatal(err)
@@ -47,16 +51,19 @@ func TestKeyringRotation(t *testing.T) {
 	if err := k.Verify(byOld, []byte("another record")); !errors.Is(err, ErrInvalid) {
 		t.Errorf("another message verified: %v", err)
 	}
-	write(oldKey, newKey) // 1. the new key second: verifies, does not sign yet
+	write(oldKey, newKey)               // 1. the new key second: verifies, does not sign yet
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	if v := sign(); !strings.HasPrefix(v, "v1;kid=old;") || k.Verify(byOld, msg) != nil {
 		t.Errorf("new key added second: signs %q", v)
 	}
-	write(newKey, oldKey) // 2. first: signs; old signatures still verify
+	write(newKey, oldKey)               // 2. first: signs; old signatures still verify
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	byNew := sign()
 	if !strings.HasPrefix(byNew, "v1;kid=new;") || k.Verify(byNew, msg) != nil || k.Verify(byOld, msg) != nil {
 		t.Errorf("new key first: signs %q; new verifies %v, old %v", byNew, k.Verify(byNew, msg), k.Verify(byOld, msg))
 	}
-	write(newKey) // 3. the old key removed: what it signed is refused
+	write(newKey)                       // 3. the old key removed: what it signed is refused
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	if err := k.Verify(byOld, msg); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"old"`) {
 		t.Errorf("removed key's signature: %v, want ErrInvalid naming the key", err)
 	}
@@ -66,6 +73,7 @@ func TestKeyringRotation(t *testing.T) {
 	if err := os.WriteFile(path, []byte("keys: [{id: new, secret: c2hvcnQ=}, {id: xx, secret: not-base64}]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	// A file broken by an edit (or removed) keeps the last good keys: the
 	// new key still signs and verifies, the removed one stays refused, and
 	// Check reports the file without showing a secret.
@@ -81,6 +89,7 @@ func TestKeyringRotation(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	if err := k.Verify(byNew, msg); err != nil || k.Check() == nil {
 		t.Errorf("a removed file: verifies %v, Check %v; want the last good keys and an error", err, k.Check())
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dedupio/dedup/connect/secretfile"
 	"github.com/dedupio/dedup/internal/testsupport/testpki"
 	"github.com/dedupio/dedup/worker"
 )
@@ -99,6 +100,7 @@ func TestMailerStartTLSAndLogin(t *testing.T) {
 	if err := os.WriteFile(c.PasswordFile, []byte("n3w\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(secretfile.StatInterval) // the next look at the file (secretfile.StatInterval)
 	mb.mu.Lock()
 	mb.users["dedup"] = "n3w"
 	mb.mu.Unlock()
