@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,6 +76,108 @@ func TestAResetToLatestDoesNotCountAnAbortedTransactionAfterTheResetAsLost(t *te
 		return fmt.Sprintf("dedup_records_lost_total %v, want 5: the reset to latest skipped offsets 3..7; 8 (an aborted transaction's record) and 9 (its marker) were written after the reset and are not lost", lostOf(t, rn))
 	})
 	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Adversary 51d: a retention gap is counted only when this router learns
+// that its commit passed the gap. A commit that lands at the broker but
+// whose answer the router never gets (here the shutdown's final commit, and
+// any other of its stop, answered after drain_timeout cut them:
+// a broker or network slow at the wrong moment) leaves the gap uncounted
+// when the partition is forgotten, and the next owner, reading from the
+// offset that landed (past the gap), never sees it: before e4a706e it was
+// counted when seen. Committed at 3, 3..7 produced, 3..5 deleted by
+// retention; r2 starts g and h (6, 7), its commits of 8 land late; r3
+// resumes at 8. Offsets 3..5 are lost and counted by no one.
+func TestARetentionGapIsCountedWhenTheCommitPastItLandsButItsAnswerIsLost(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	os.AddOffset(testTopic, 0, 3, -1)
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	wake := make(chan struct{}) // the held commits are processed
+	landed := make(chan struct{})
+	var wakeOnce, landedOnce sync.Once
+	release := func() { wakeOnce.Do(func() { close(wake) }); landedOnce.Do(func() { close(landed) }) }
+	defer release()
+	var armed atomic.Bool
+	armed.Store(true)
+	var held atomic.Int32
+	e.cluster.ControlKey(kmsg.OffsetCommit.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if armed.Load() {
+			held.Add(1)
+			e.cluster.SleepControl(func() {
+				select {
+				case <-wake:
+				case <-time.After(20 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	// The router's leave waits until its commits landed: the member is
+	// still in the group (its generation valid) when they are processed.
+	e.cluster.ControlKey(kmsg.LeaveGroup.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		e.cluster.SleepControl(func() {
+			select {
+			case <-landed:
+			case <-time.After(20 * time.Second):
+			}
+		})
+		return nil, nil, false
+	})
+	cfg := e.config()
+	cfg.CommitInterval = time.Hour // the shutdown's commits are the only ones
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.SessionTimeout = 10 * time.Second // r2 stays in the group until its leave
+	r2 := e.start("r2", cfg)
+	for _, id := range []string{"g", "h"} {
+		eventually(t, 10*time.Second, func() bool { return e.led.state(wid(id)) == stateStarted }, func() string { return id + " not marked by r2" })
+	}
+	if err := r2.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if held.Load() == 0 {
+		t.Fatal("r2 sent no commit")
+	}
+	armed.Store(false)
+	wakeOnce.Do(func() { close(wake) })
+	eventually(t, 5*time.Second, func() bool { return e.committed()[0] == 8 }, func() string {
+		return fmt.Sprintf("r2's late commit did not land: the group's offset is %d, the scenario wants 8", e.committed()[0])
+	})
+	landedOnce.Do(func() { close(landed) })
+	r3 := e.start("r3", e.config())
+	r3.waitJoined()
+	if off := e.produce(0, "i", "v"); off != 8 {
+		t.Fatalf("i at offset %d, the scenario wants 8", off)
+	}
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("i")) == 1 }, func() string { return "i not started by r3" })
+	e.waitCommittedToEnd(10 * time.Second)
+	stays(t, 3*e.config().LagInterval, func() bool { return lostOf(t, r2)+lostOf(t, r3) == 3 }, func() string {
+		return fmt.Sprintf("records counted lost: r2 %v + r3 %v, want 3 in all (offsets 3..5, deleted by retention before anyone read them; r2's commit of 8 landed, its answer lost)",
+			lostOf(t, r2), lostOf(t, r3))
+	})
+	if err := r3.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 }
