@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -175,6 +176,124 @@ func TestARetentionGapIsCountedWhenTheCommitPastItLandsButItsAnswerIsLost(t *tes
 	e.waitCommittedToEnd(10 * time.Second)
 	stays(t, 3*e.config().LagInterval, func() bool { return lostOf(t, r2)+lostOf(t, r3) == 3 }, func() string {
 		return fmt.Sprintf("records counted lost: r2 %v + r3 %v, want 3 in all (offsets 3..5, deleted by retention before anyone read them; r2's commit of 8 landed, its answer lost)",
+			lostOf(t, r2), lostOf(t, r3))
+	})
+	if err := r3.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Adversary 51d: under kafka.reset_offset latest a replica that read past
+// a reset, started what it read, and stopped without its commit landing
+// leaves the gap to the next owner, which resets to the log end again and
+// counts the whole range up to its first record as lost: records the first
+// replica started are counted lost. Committed at 3, 3..7 produced, 3..5
+// deleted by retention; r2 resets to 8 and starts i and j (8, 9), its
+// commits refused; r3 resets to 10 and starts k. Lost: 3..7, five
+// records; i and j were started (by r2), not lost.
+func TestAResetToLatestDoesNotCountRecordsAnotherReplicaStartedAsLost(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	cfg := e.config()
+	cfg.ResetOffset = "latest"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	os.AddOffset(testTopic, 0, 3, -1)
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	var refuse atomic.Bool // r2's commits are refused
+	refuse.Store(true)
+	e.cluster.ControlKey(kmsg.OffsetCommit.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if !refuse.Load() {
+			return nil, nil, false
+		}
+		r := req.(*kmsg.OffsetCommitRequest)
+		resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range r.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			st.TopicID = rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	var watchR3 atomic.Bool
+	at8, at10 := make(chan struct{}), make(chan struct{})
+	var at8Once, at10Once sync.Once
+	e.cluster.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		for _, tp := range req.(*kmsg.FetchRequest).Topics {
+			for _, p := range tp.Partitions {
+				if p.FetchOffset == 8 {
+					at8Once.Do(func() { close(at8) })
+				}
+				if p.FetchOffset == 10 && watchR3.Load() {
+					at10Once.Do(func() { close(at10) })
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	cfg.DrainTimeout = minDrainTimeout
+	r2 := e.start("r2", cfg)
+	select {
+	case <-at8:
+	case <-time.After(10 * time.Second):
+		t.Fatal("r2 never fetched from 8 (the log end)")
+	}
+	e.produce(0, "i", "v") // offset 8
+	e.produce(0, "j", "v") // offset 9
+	for _, id := range []string{"i", "j"} {
+		eventually(t, 10*time.Second, func() bool { return e.led.state(wid(id)) == stateStarted }, func() string { return id + " not started by r2" })
+	}
+	if err := r2.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if c := e.committed()[0]; c != 3 {
+		t.Fatalf("the group's offset is %d after r2, the scenario wants 3 (r2's commits refused)", c)
+	}
+	refuse.Store(false)
+	watchR3.Store(true)
+	r3 := e.start("r3", cfg)
+	select {
+	case <-at10:
+	case <-time.After(10 * time.Second):
+		t.Fatal("r3 never fetched from 10 (the log end)")
+	}
+	if off := e.produce(0, "k", "v"); off != 10 {
+		t.Fatalf("k at offset %d, the scenario wants 10", off)
+	}
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("k")) == 1 }, func() string { return "k not started by r3" })
+	e.waitCommittedToEnd(10 * time.Second)
+	for _, id := range []string{"i", "j"} {
+		if n := e.starter.callCount(wid(id)); n != 1 {
+			t.Errorf("%s: %d start calls, want 1 (by r2)", id, n)
+		}
+	}
+	stays(t, 3*cfg.LagInterval, func() bool { return lostOf(t, r2)+lostOf(t, r3) == 5 }, func() string {
+		return fmt.Sprintf("records counted lost: r2 %v + r3 %v, want 5 (offsets 3..7, skipped by the reset; i and j, 8 and 9, were started by r2)",
 			lostOf(t, r2), lostOf(t, r3))
 	})
 	if err := r3.stop(); err != nil {
