@@ -300,3 +300,60 @@ func TestAResetToLatestDoesNotCountRecordsAnotherReplicaStartedAsLost(t *testing
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// Adversary 51d (holds): a cooperative-sticky rebalance that moves one of
+// two partitions, each with a retention gap still pending at r2 (the record
+// after each gap held in Temporal), counts each gap once in all: the moved
+// partition's gap is dropped at r2's revoke (its commit does not pass it)
+// and counted by r3, which reads from the same offset and sees it again;
+// the kept partition's is counted by r2 once its record finishes.
+func TestACooperativeRebalanceCountsEachPendingRetentionGapOnce(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	dels := kadm.Offsets{}
+	for p := int32(0); p < 2; p++ {
+		for _, id := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} { // offsets 0..7
+			e.produce(p, fmt.Sprintf("%s%d", id, p), "v")
+		}
+		os.AddOffset(testTopic, p, 3, -1)
+		dels.AddOffset(testTopic, p, 6, -1)
+	}
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.adm.DeleteRecords(ctx, dels); err != nil {
+		t.Fatal(err)
+	}
+	release0, release1 := e.starter.block(wid("g0")), e.starter.block(wid("g1"))
+	defer release0()
+	defer release1()
+	r2 := e.start("r2", e.config())
+	for _, id := range []string{"g0", "g1"} {
+		eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid(id)) >= 1 }, func() string { return id + " not started by r2" })
+	}
+	r3 := e.start("r3", e.config())
+	eventually(t, 10*time.Second, func() bool { return len(r2.owned()) == 1 && len(r3.owned()) == 1 }, func() string {
+		return fmt.Sprintf("r2 owns %v, r3 %v: the rebalance did not move one partition", r2.owned(), r3.owned())
+	})
+	release0()
+	release1()
+	e.waitCommittedToEnd(10 * time.Second)
+	stays(t, 3*e.config().LagInterval, func() bool { return lostOf(t, r2)+lostOf(t, r3) == 6 }, func() string {
+		return fmt.Sprintf("records counted lost: r2 %v + r3 %v, want 6 (offsets 3..5 of each partition)", lostOf(t, r2), lostOf(t, r3))
+	})
+	if l2, l3 := lostOf(t, r2), lostOf(t, r3); l2 != 3 || l3 != 3 {
+		t.Errorf("r2 counted %v, r3 %v: the scenario wants each to count its partition's gap (3 each)", l2, l3)
+	}
+	for _, rn := range []*runner{r2, r3} {
+		if err := rn.stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	}
+}
