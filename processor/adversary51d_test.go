@@ -357,3 +357,80 @@ func TestACooperativeRebalanceCountsEachPendingRetentionGapOnce(t *testing.T) {
 		}
 	}
 }
+
+// Adversary 51d: a retention gap that a stopped replica leaves pending is
+// counted by the next owner only if that owner's read of the group's
+// offset at assignment succeeds: when it fails (a coordinator slow past
+// its 5 s, or an error), the next owner has no expected offset, sees no
+// gap, and commits past it: the gap is counted by no one. Before e4a706e
+// the first replica counted it when seen. Committed at 3, 3..7 produced,
+// 3..5 deleted by retention; r2 starts g (6) and h (7), g held in
+// Temporal past its drain; r3's offset read at assignment is refused once.
+func TestARetentionGapLeftToTheNextOwnerIsCountedWhenItsOffsetReadAtAssignmentFails(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	os.AddOffset(testTopic, 0, 3, -1)
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	releaseG := e.starter.block(wid("g"))
+	defer releaseG()
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	r2 := e.start("r2", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("g")) >= 1 }, func() string { return "g not started" })
+	if err := r2.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if c := e.committed()[0]; c != 3 {
+		t.Fatalf("the group's offset is %d after r2, the scenario wants 3 (g held)", c)
+	}
+	releaseG()
+	// The next OffsetFetch that is not franz-go's own (RequireStable): r3's
+	// read at assignment (its commits come CommitInterval later).
+	var refused atomic.Int32
+	e.cluster.ControlKey(kmsg.OffsetFetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		r := req.(*kmsg.OffsetFetchRequest)
+		if r.RequireStable || refused.Load() > 0 {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
+		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		for _, g := range r.Groups {
+			rg := kmsg.NewOffsetFetchResponseGroup()
+			rg.Group = g.Group
+			rg.ErrorCode = kerr.GroupAuthorizationFailed.Code
+			resp.Groups = append(resp.Groups, rg)
+		}
+		return resp, nil, true
+	})
+	r3 := e.start("r3", e.config())
+	eventually(t, 10*time.Second, func() bool { return refused.Load() == 1 }, func() string { return "r3's offset read at assignment not refused" })
+	r3.waitJoined()
+	e.waitCommittedToEnd(10 * time.Second)
+	stays(t, 3*e.config().LagInterval, func() bool { return lostOf(t, r2)+lostOf(t, r3) == 3 }, func() string {
+		return fmt.Sprintf("records counted lost: r2 %v + r3 %v, want 3 (offsets 3..5, deleted by retention before anyone read them; r2 left the gap pending, r3's offset read at assignment failed once)",
+			lostOf(t, r2), lostOf(t, r3))
+	})
+	if err := r3.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
