@@ -10,7 +10,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // Adversary 51d: under kafka.reset_offset latest a gap's lost records are
@@ -431,6 +433,111 @@ func TestARetentionGapLeftToTheNextOwnerIsCountedWhenItsOffsetReadAtAssignmentFa
 			lostOf(t, r2), lostOf(t, r3))
 	})
 	if err := r3.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Adversary 51d: against a broker whose fetches do not say the log start
+// (Fetch v4), a gap goes to checkGap, one check at a time per partition: a
+// second retention gap seen while the first's check is in flight is
+// dropped, neither checked nor counted, and the group's offset passes it.
+// Committed at 3, 3..7 produced, 3..5 deleted; the check of the gap 3..5 is
+// slow; meanwhile 8..12 are produced and 8..10 deleted before the router
+// fetches them. Lost: 3..5 and 8..10, six records.
+func TestASecondRetentionGapSeenWhileTheFirstIsCheckedIsCounted(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	os.AddOffset(testTopic, 0, 3, -1)
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	checkHeld, fetchHeld := make(chan struct{}), make(chan struct{})
+	releaseCheck, releaseFetch := make(chan struct{}), make(chan struct{})
+	var checkOnce, fetchOnce, relCheckOnce, relFetchOnce sync.Once
+	relCheck := func() { relCheckOnce.Do(func() { close(releaseCheck) }) }
+	relFetch := func() { relFetchOnce.Do(func() { close(releaseFetch) }) }
+	defer relCheck()
+	defer relFetch()
+	var checks atomic.Int32
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		r := req.(*kmsg.ListOffsetsRequest)
+		start := false
+		for _, tp := range r.Topics {
+			for _, p := range tp.Partitions {
+				start = start || p.Timestamp == -2
+			}
+		}
+		if start && r.IsolationLevel == 0 && checks.Add(1) == 1 { // the lag watch's first gap check
+			checkOnce.Do(func() { close(checkHeld) })
+			e.cluster.SleepControl(func() {
+				select {
+				case <-releaseCheck:
+				case <-time.After(30 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	e.cluster.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		hold := false
+		for _, tp := range req.(*kmsg.FetchRequest).Topics {
+			for _, p := range tp.Partitions {
+				hold = hold || p.FetchOffset == 8
+			}
+		}
+		if hold {
+			fetchOnce.Do(func() { close(fetchHeld) })
+			e.cluster.SleepControl(func() {
+				select {
+				case <-releaseFetch:
+				case <-time.After(30 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.Fetch.Int16(), 4)
+	rn := e.startOpts("r2", e.config(), kgo.MaxVersions(v))
+	for name, ch := range map[string]chan struct{}{"the first gap's check": checkHeld, "the fetch from 8": fetchHeld} {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never came", name)
+		}
+	}
+	for _, id := range []string{"i", "j", "k", "l", "m"} { // offsets 8..12
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 11}}}); err != nil {
+		t.Fatal(err)
+	}
+	relFetch()
+	e.waitCommittedToEnd(10 * time.Second)
+	relCheck()
+	eventually(t, 10*time.Second, func() bool { return lostOf(t, rn) >= 3 }, func() string { return "the first gap's check never counted" })
+	stays(t, 3*e.config().LagInterval, func() bool { return lostOf(t, rn) == 6 }, func() string {
+		return fmt.Sprintf("%v records counted lost, want 6 (offsets 3..5 and 8..10, deleted by retention before they were read)", lostOf(t, rn))
+	})
+	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 }
