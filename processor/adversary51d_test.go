@@ -3,6 +3,8 @@ package processor
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -539,5 +541,99 @@ func TestASecondRetentionGapSeenWhileTheFirstIsCheckedIsCounted(t *testing.T) {
 	})
 	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Adversary 51d (holds): the error log of a counted gap names the right
+// offsets: under earliest those retention deleted (3..5, 3 records); under
+// latest the whole skipped range (3..7, 5 records) and where retention's
+// part of it ends (deleted_to 5). Committed at 3, 3..7 produced, 3..5
+// deleted; i produced once the router fetches from the reset point.
+func TestAGapsErrorLogNamesTheSkippedOffsetsUnderEarliestAndLatest(t *testing.T) {
+	for _, tc := range []struct {
+		reset string
+		at    int64 // where the reset lands
+		want  map[string]string
+	}{
+		{"earliest", 6, map[string]string{"from": "3", "to": "5", "records": "3"}},
+		{"latest", 8, map[string]string{"from": "3", "to": "7", "deleted_to": "5", "records": "5"}},
+	} {
+		t.Run(tc.reset, func(t *testing.T) {
+			e := newTestEnv(t, 1, envOpt{})
+			for _, id := range []string{"a", "b", "c"} {
+				e.produce(0, id, "v")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			var os kadm.Offsets
+			os.AddOffset(testTopic, 0, 3, -1)
+			resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+			if err == nil {
+				err = resp.Error()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+				e.produce(0, id, "v")
+			}
+			if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+				t.Fatal(err)
+			}
+			at := make(chan struct{})
+			var atOnce sync.Once
+			e.cluster.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				e.cluster.KeepControl()
+				for _, tp := range req.(*kmsg.FetchRequest).Topics {
+					for _, p := range tp.Partitions {
+						if p.FetchOffset == tc.at {
+							atOnce.Do(func() { close(at) })
+						}
+					}
+				}
+				return nil, nil, false
+			})
+			var mu sync.Mutex
+			var logs []map[string]string
+			log := slog.New(logHook{on: func(r slog.Record) {
+				if r.Level == slog.LevelError && strings.Contains(r.Message, "lost") {
+					mu.Lock()
+					logs = append(logs, logAttrs(r))
+					mu.Unlock()
+				}
+			}})
+			cfg := e.config()
+			cfg.ResetOffset = tc.reset
+			r, err := New(cfg, Options{Ledger: e.led, DeadLetterLog: e.dlq, Starter: e.starter.as("r2"), Log: log,
+				KafkaOpts: []kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond), kgo.MetadataMinAge(50 * time.Millisecond)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, rcancel := context.WithCancel(context.Background())
+			rn := &runner{t: t, r: r, cancel: rcancel, done: make(chan error, 1)}
+			go func() { rn.done <- r.Run(rctx) }()
+			t.Cleanup(func() { _ = rn.stop() })
+			select {
+			case <-at:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the router never fetched from %d", tc.at)
+			}
+			e.produce(0, "i", "v")
+			e.waitCommittedToEnd(10 * time.Second)
+			logged := func() []map[string]string { mu.Lock(); defer mu.Unlock(); return append([]map[string]string(nil), logs...) }
+			eventually(t, 5*time.Second, func() bool { return len(logged()) > 0 }, func() string { return "no error log of lost records" })
+			if err := rn.stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			got := logged()
+			if len(got) != 1 {
+				t.Fatalf("%d error logs of lost records, want 1: %v", len(got), got)
+			}
+			for k, v := range tc.want {
+				if got[0][k] != v {
+					t.Errorf("the log's %s is %q, want %q (log: %v)", k, got[0][k], v, got[0])
+				}
+			}
+		})
 	}
 }
