@@ -620,7 +620,11 @@ func TestAGapsErrorLogNamesTheSkippedOffsetsUnderEarliestAndLatest(t *testing.T)
 			}
 			e.produce(0, "i", "v")
 			e.waitCommittedToEnd(10 * time.Second)
-			logged := func() []map[string]string { mu.Lock(); defer mu.Unlock(); return append([]map[string]string(nil), logs...) }
+			logged := func() []map[string]string {
+				mu.Lock()
+				defer mu.Unlock()
+				return append([]map[string]string(nil), logs...)
+			}
 			eventually(t, 5*time.Second, func() bool { return len(logged()) > 0 }, func() string { return "no error log of lost records" })
 			if err := rn.stop(); err != nil {
 				t.Fatalf("Run: %v", err)
