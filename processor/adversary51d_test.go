@@ -641,3 +641,46 @@ func TestAGapsErrorLogNamesTheSkippedOffsetsUnderEarliestAndLatest(t *testing.T)
 		})
 	}
 }
+
+// Adversary 51d (holds): a retention gap whose next record is dead-lettered
+// (it cannot be decoded) is counted: the dead-lettered record finishes, the
+// commit passes the gap. Committed at 3, 3..7 produced (6 undecodable), 3..5
+// deleted.
+func TestARetentionGapBeforeADeadLetteredRecordIsCounted(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	os.AddOffset(testTopic, 0, 3, -1)
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d", "e", "f"} { // offsets 3..5
+		e.produce(0, id, "v")
+	}
+	if off := e.produceRaw(0, []byte("not an event")); off != 6 {
+		t.Fatalf("the undecodable record at %d, the scenario wants 6", off)
+	}
+	e.produce(0, "h", "v") // offset 7
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	rn := e.start("r2", e.config())
+	e.waitCommittedToEnd(10 * time.Second)
+	if n := len(e.dlqRecords()); n != 1 {
+		t.Fatalf("%d records dead-lettered, the scenario wants 1 (offset 6)", n)
+	}
+	stays(t, 3*e.config().LagInterval, func() bool { return lostOf(t, rn) == 3 }, func() string {
+		return fmt.Sprintf("%v records counted lost, want 3 (offsets 3..5)", lostOf(t, rn))
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
