@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -679,6 +680,70 @@ func TestARetentionGapBeforeADeadLetteredRecordIsCounted(t *testing.T) {
 	}
 	stays(t, 3*e.config().LagInterval, func() bool { return lostOf(t, rn) == 3 }, func() string {
 		return fmt.Sprintf("%v records counted lost, want 3 (offsets 3..5)", lostOf(t, rn))
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Adversary 51d (holds): a partition lost (the coordinator no longer knows
+// the member) with a retention gap pending, and assigned back to the same
+// router, is read again from the group's offset: the gap is seen again by
+// the new assignment and counted once. Committed at 3, 3..7 produced,
+// 3..5 deleted; g (6) held in Temporal while the partition is lost.
+func TestAPartitionLostAndAssignedBackCountsItsPendingRetentionGapOnce(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	os.AddOffset(testTopic, 0, 3, -1)
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	releaseG := e.starter.block(wid("g"))
+	defer releaseG()
+	var armed atomic.Bool
+	var refused atomic.Int32
+	e.cluster.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if !armed.Load() || refused.Load() > 0 {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = kerr.UnknownMemberID.Code
+		return resp, nil, true
+	})
+	rn := e.start("r2", e.config())
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("g")) >= 1 }, func() string { return "g not started" })
+	lostBefore := func() float64 {
+		var m dto.Metric
+		if err := rn.r.m.partitionsGone.WithLabelValues("lost").Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	armed.Store(true)
+	eventually(t, 10*time.Second, func() bool { return lostBefore() >= 1 }, func() string { return "the partition was not lost" })
+	eventually(t, 10*time.Second, func() bool { return len(rn.owned()) == 1 }, func() string { return "the partition was not assigned back" })
+	releaseG()
+	e.waitCommittedToEnd(10 * time.Second)
+	stays(t, 3*e.config().LagInterval, func() bool { return lostOf(t, rn) == 3 }, func() string {
+		return fmt.Sprintf("%v records counted lost, want 3 (offsets 3..5, once)", lostOf(t, rn))
 	})
 	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
