@@ -25,10 +25,13 @@ import (
 // (noteGap, by the log start the gap's fetch answered with:
 // dedup_records_lost_total and an error log, since the reset policy went
 // on without them and operators must know what was skipped). A gap is
-// counted once the group's offset passes it (committed): a replica that
-// stops before that leaves it to the next owner, which reads from the
-// same offset and sees it again, so the sum over replicas counts each
-// record once.
+// counted when a poll shows it, once per router (a partition assigned
+// back to it shows it again: counted), so never missed; a replica stopped
+// before the group's offset passed it leaves it to the next owner, which
+// reads from the same offset and counts it again: at least once over the
+// replicas. (Counting it only once passed, tried in session 51, missed it
+// when the commit past it landed unseen or the next owner could not read
+// the group's offset: adversary 51d.)
 //
 // Its rule: it knows a partition from its assignment to its forgetting,
 // as the committer tells it (assign, polled, committed, forget, all under
@@ -52,9 +55,14 @@ type lagWatch struct {
 	dial func() (*kgo.Client, error)
 	own  atomic.Pointer[kadm.Client]
 
-	mu    sync.Mutex
-	parts map[topicPartition]*watched
+	mu      sync.Mutex
+	parts   map[topicPartition]*watched
+	counted map[topicPartition][]gap // the last maxCounted gaps counted, by partition, whatever its assignment
 }
+
+// maxCounted is how many counted gaps of a partition the lag watch keeps,
+// so that a partition assigned back does not count them again.
+const maxCounted = 8
 
 // watched is the lag watch's state of one assignment of a partition.
 // Guarded by lagWatch.mu.
@@ -69,9 +77,13 @@ type watched struct {
 	// past it is a gap (compaction, transaction markers, or records that
 	// retention deleted before we read them: checkGap tells them apart).
 	expect   int64
-	checking bool
-	gaps     []gap // seen, not yet counted: the group's offset is not past them
+	checking bool       // a checkGap runs (one at a time per partition)
+	queued   [][2]int64 // gaps (from, to) waiting for it, at most maxQueuedChecks
 }
+
+// maxQueuedChecks bounds the gaps of a partition waiting for a check
+// (brokers whose fetches do not say where the log starts).
+const maxQueuedChecks = 16
 
 // gap is a range of offsets [from, to) that a partition's records skipped
 // and the records lost in it: deleted by retention before this group read
@@ -85,7 +97,7 @@ type gap struct {
 
 func newLagWatch(cfg Config, log *slog.Logger, m *metrics) *lagWatch {
 	return &lagWatch{topics: cfg.Topics, interval: cfg.LagInterval, latest: cfg.ResetOffset == "latest", log: log, lag: m.lag, lost: m.lost,
-		parts: map[topicPartition]*watched{}}
+		parts: map[topicPartition]*watched{}, counted: map[topicPartition][]gap{}}
 }
 
 // assign starts watching an assignment of tp, whose group offset was
@@ -123,6 +135,8 @@ func (l *lagWatch) polledLocked(w *watched, offset int64, fetches kgo.Fetches) {
 		} else if !w.checking {
 			w.checking = true
 			go l.checkGap(w, w.expect, offset)
+		} else if len(w.queued) < maxQueuedChecks {
+			w.queued = append(w.queued, [2]int64{w.expect, offset})
 		}
 	}
 	w.expect = offset + 1
@@ -160,19 +174,9 @@ func logStartOf(fetches kgo.Fetches, tp topicPartition, offset int64) int64 {
 }
 
 // committed notes that this replica committed w's partition at offset.
-// The gaps it passes are counted.
 func (l *lagWatch) committed(w *watched, offset int64) {
 	l.mu.Lock()
 	w.at = offset
-	kept := w.gaps[:0]
-	for _, g := range w.gaps {
-		if g.to <= offset {
-			l.count(g)
-		} else {
-			kept = append(kept, g)
-		}
-	}
-	w.gaps = kept
 	l.mu.Unlock()
 }
 
@@ -189,9 +193,8 @@ func (l *lagWatch) forget(tp topicPartition) {
 // from, records from `from` on were deleted by retention before this
 // group read them, up to the log start (at most to), or under
 // reset_offset latest up to to (the reset skipped the rest of the log
-// too). They are counted once the group's offset passes to (at once if it
-// has). A start at or before from is compaction or transaction markers,
-// not retention: nothing lost. Called with l.mu held.
+// too), and counted. A start at or before from is compaction or
+// transaction markers, not retention: nothing lost. Called with l.mu held.
 func (l *lagWatch) noteGap(w *watched, from, to, start int64) {
 	if start <= from {
 		return
@@ -200,16 +203,21 @@ func (l *lagWatch) noteGap(w *watched, from, to, start int64) {
 	if l.latest {
 		g.lost = to - from
 	}
-	if w.at >= to {
-		l.count(g)
-		return
+	seen := l.counted[w.tp]
+	for _, c := range seen {
+		if c.from == g.from { // this router counted it under an earlier assignment
+			return
+		}
 	}
-	w.gaps = append(w.gaps, g)
+	if len(seen) == maxCounted {
+		seen = seen[1:]
+	}
+	l.counted[w.tp] = append(seen, g)
+	l.count(g)
 }
 
-// count counts and logs a gap the group's offset passed: the reset
-// policy went on without its records, and operators must know what was
-// skipped.
+// count counts and logs a gap: the reset policy went on without its
+// records, and operators must know what was skipped.
 func (l *lagWatch) count(g gap) {
 	l.lost.WithLabelValues(g.tp.topic).Add(float64(g.lost))
 	if g.from+g.lost > min(g.start, g.to) {
@@ -224,7 +232,17 @@ func (l *lagWatch) count(g gap) {
 // checkGap asks Kafka where the partition's log starts now, for a gap
 // whose fetch did not say, and notes it (noteGap) if w is still watched.
 func (l *lagWatch) checkGap(w *watched, from, to int64) {
-	defer func() { l.mu.Lock(); w.checking = false; l.mu.Unlock() }()
+	defer func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if len(w.queued) > 0 && w.ctx.Err() == nil {
+			next := w.queued[0]
+			w.queued = w.queued[1:]
+			go l.checkGap(w, next[0], next[1])
+			return
+		}
+		w.checking, w.queued = false, nil
+	}()
 	ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
 	defer cancel()
 	adm := l.adm
