@@ -4,12 +4,14 @@ package processor
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
@@ -30,6 +32,15 @@ import (
 //     before v5: Kafka before 0.11) has the lag watch ask (checkGap, on
 //     the lag watch's client); a stop that closes that client before the
 //     answer leaves the gap uncounted when the final commit passes it.
+//   - A gap is counted when a poll shows it, once per router: a replica
+//     stopped (or a partition moved) before the group's offset passed it
+//     leaves it to the next owner, which counts it again. At least once
+//     over the replicas, never missed (counting it once passed missed it:
+//     adversary 51d).
+//   - Under reset_offset latest, a gap is counted up to the next record
+//     read: aborted transactions written after the reset point, and
+//     records another replica started but could not commit, are in it
+//     (the reset point is franz-go's, not told to the router).
 
 // Adversary 51b: a router stopped while its consumer's own offset reset
 // (kgo's ListOffsets of the log start, for a partition whose committed
@@ -161,5 +172,300 @@ func TestARetentionGapSeenJustBeforeAStopIsStillCounted(t *testing.T) {
 	}
 	if l := lostOf(t, rn); l != 3 {
 		t.Errorf("dedup_records_lost_total %v when Run returned (after %v; %d ListOffsets of the log start), want 3: offsets 3..5 were deleted by retention before they were read, and the group has moved past them", l, rn.took, starts.Load())
+	}
+}
+
+// Adversary 51b: records deleted by retention are counted lost once, not
+// once per replica that sees the gap. r2 resumes past the gap (3..5
+// deleted, log start 6) and counts it, but is stopped while g (offset 6,
+// the record after the gap) is held in Temporal: nothing past the gap
+// finished, so the group's offset stays at 3, and r3, resuming there,
+// sees the same gap and counts the same three records again.
+// dedup_records_lost_total summed over the replicas (the alert's
+// increase() over a deploy) says 6 for 3 records, and two error logs name
+// offsets 3..5.
+func TestARetentionGapIsCountedOnceAcrossReplicas(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	first := e.start("r1", e.config())
+	e.waitCommittedToEnd(10 * time.Second)
+	if err := first.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	releaseG := e.starter.block(wid("g"))
+	defer releaseG()
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	r2 := e.start("r2", cfg)
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("g")) >= 1 }, func() string { return "g not started" })
+	if err := r2.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	afterR2 := e.committed()[0]
+	releaseG()
+	r3 := e.start("r3", e.config())
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("h")) >= 1 }, func() string { return "h not started by r3" })
+	e.waitCommittedToEnd(10 * time.Second)
+	// r3's gap check, if any, runs with its poll.
+	stays(t, 3*e.config().LagInterval, func() bool { return lostOf(t, r2)+lostOf(t, r3) == 3 }, func() string {
+		return fmt.Sprintf("records counted lost: r2 %v + r3 %v, want 3 in all (offsets 3..5, deleted once); the group's offset after r2 stopped: %d",
+			lostOf(t, r2), lostOf(t, r3), afterR2)
+	})
+	if err := r3.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Adversary 51d: under kafka.reset_offset latest a gap's lost records are
+// counted as the whole range [from, to), to being the first offset polled
+// after the reset. Offsets written after the reset that read_committed
+// never hands over (an aborted transaction's records) lie between the
+// reset point and to: they were neither deleted nor skipped by the reset,
+// yet are counted lost. Committed at 3, 3..7 produced, 3..5 deleted by
+// retention, the reset lands at 8 (the log end, seen as a fetch from 8);
+// then an aborted transaction writes 8 (its record) and 9 (the abort
+// marker), and i lands at 10. The reset skipped 3..7: five records.
+func TestAResetToLatestDoesNotCountAnAbortedTransactionAfterTheResetAsLost(t *testing.T) {
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	cfg := e.config()
+	cfg.ResetOffset = "latest"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	os.AddOffset(testTopic, 0, 3, -1)
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	at8 := make(chan struct{})
+	var at8Once sync.Once
+	e.cluster.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		for _, tp := range req.(*kmsg.FetchRequest).Topics {
+			for _, p := range tp.Partitions {
+				if p.FetchOffset == 8 {
+					at8Once.Do(func() { close(at8) })
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	rn := e.start("r2", cfg)
+	select {
+	case <-at8:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the router never fetched from 8 (the log end)")
+	}
+	tx := e.txProducer("adv51d-abort")
+	tx.begin(txEvent{0, "aborted"}) // offset 8, never handed over by read_committed
+	tx.end(false)                   // offset 9: the abort marker
+	if off := e.produce(0, "i", "v"); off != 10 {
+		t.Fatalf("i at offset %d, the scenario wants 10", off)
+	}
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("i")) == 1 }, func() string { return "i not started" })
+	e.waitCommittedToEnd(10 * time.Second)
+	stays(t, 3*cfg.LagInterval, func() bool { return lostOf(t, rn) == 5 }, func() string {
+		return fmt.Sprintf("dedup_records_lost_total %v, want 5: the reset to latest skipped offsets 3..7; 8 (an aborted transaction's record) and 9 (its marker) were written after the reset and are not lost", lostOf(t, rn))
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Adversary 51d: under kafka.reset_offset latest a replica that read past
+// a reset, started what it read, and stopped without its commit landing
+// leaves the gap to the next owner, which resets to the log end again and
+// counts the whole range up to its first record as lost: records the first
+// replica started are counted lost. Committed at 3, 3..7 produced, 3..5
+// deleted by retention; r2 resets to 8 and starts i and j (8, 9), its
+// commits refused; r3 resets to 10 and starts k. Lost: 3..7, five
+// records; i and j were started (by r2), not lost.
+func TestAResetToLatestDoesNotCountRecordsAnotherReplicaStartedAsLost(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	cfg := e.config()
+	cfg.ResetOffset = "latest"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	os.AddOffset(testTopic, 0, 3, -1)
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	var refuse atomic.Bool // r2's commits are refused
+	refuse.Store(true)
+	e.cluster.ControlKey(kmsg.OffsetCommit.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if !refuse.Load() {
+			return nil, nil, false
+		}
+		r := req.(*kmsg.OffsetCommitRequest)
+		resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range r.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			st.TopicID = rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	var watchR3 atomic.Bool
+	at8, at10 := make(chan struct{}), make(chan struct{})
+	var at8Once, at10Once sync.Once
+	e.cluster.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		for _, tp := range req.(*kmsg.FetchRequest).Topics {
+			for _, p := range tp.Partitions {
+				if p.FetchOffset == 8 {
+					at8Once.Do(func() { close(at8) })
+				}
+				if p.FetchOffset == 10 && watchR3.Load() {
+					at10Once.Do(func() { close(at10) })
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	cfg.DrainTimeout = minDrainTimeout
+	r2 := e.start("r2", cfg)
+	select {
+	case <-at8:
+	case <-time.After(10 * time.Second):
+		t.Fatal("r2 never fetched from 8 (the log end)")
+	}
+	e.produce(0, "i", "v") // offset 8
+	e.produce(0, "j", "v") // offset 9
+	for _, id := range []string{"i", "j"} {
+		eventually(t, 10*time.Second, func() bool { return e.led.state(wid(id)) == stateStarted }, func() string { return id + " not started by r2" })
+	}
+	if err := r2.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if c := e.committed()[0]; c != 3 {
+		t.Fatalf("the group's offset is %d after r2, the scenario wants 3 (r2's commits refused)", c)
+	}
+	refuse.Store(false)
+	watchR3.Store(true)
+	r3 := e.start("r3", cfg)
+	select {
+	case <-at10:
+	case <-time.After(10 * time.Second):
+		t.Fatal("r3 never fetched from 10 (the log end)")
+	}
+	if off := e.produce(0, "k", "v"); off != 10 {
+		t.Fatalf("k at offset %d, the scenario wants 10", off)
+	}
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("k")) == 1 }, func() string { return "k not started by r3" })
+	e.waitCommittedToEnd(10 * time.Second)
+	for _, id := range []string{"i", "j"} {
+		if n := e.starter.callCount(wid(id)); n != 1 {
+			t.Errorf("%s: %d start calls, want 1 (by r2)", id, n)
+		}
+	}
+	stays(t, 3*cfg.LagInterval, func() bool { return lostOf(t, r2)+lostOf(t, r3) == 5 }, func() string {
+		return fmt.Sprintf("records counted lost: r2 %v + r3 %v, want 5 (offsets 3..7, skipped by the reset; i and j, 8 and 9, were started by r2)",
+			lostOf(t, r2), lostOf(t, r3))
+	})
+	if err := r3.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Adversary 51d (holds): a cooperative-sticky rebalance that moves one of
+// two partitions, each with a retention gap still pending at r2 (the record
+// after each gap held in Temporal), counts each gap once in all: the moved
+// partition's gap is dropped at r2's revoke (its commit does not pass it)
+// and counted by r3, which reads from the same offset and sees it again;
+// the kept partition's is counted by r2 once its record finishes.
+func TestACooperativeRebalanceCountsEachPendingRetentionGapOnce(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	dels := kadm.Offsets{}
+	for p := int32(0); p < 2; p++ {
+		for _, id := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} { // offsets 0..7
+			e.produce(p, fmt.Sprintf("%s%d", id, p), "v")
+		}
+		os.AddOffset(testTopic, p, 3, -1)
+		dels.AddOffset(testTopic, p, 6, -1)
+	}
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.adm.DeleteRecords(ctx, dels); err != nil {
+		t.Fatal(err)
+	}
+	release0, release1 := e.starter.block(wid("g0")), e.starter.block(wid("g1"))
+	defer release0()
+	defer release1()
+	r2 := e.start("r2", e.config())
+	for _, id := range []string{"g0", "g1"} {
+		eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid(id)) >= 1 }, func() string { return id + " not started by r2" })
+	}
+	r3 := e.start("r3", e.config())
+	eventually(t, 10*time.Second, func() bool { return len(r2.owned()) == 1 && len(r3.owned()) == 1 }, func() string {
+		return fmt.Sprintf("r2 owns %v, r3 %v: the rebalance did not move one partition", r2.owned(), r3.owned())
+	})
+	release0()
+	release1()
+	e.waitCommittedToEnd(10 * time.Second)
+	stays(t, 3*e.config().LagInterval, func() bool { return lostOf(t, r2)+lostOf(t, r3) == 6 }, func() string {
+		return fmt.Sprintf("records counted lost: r2 %v + r3 %v, want 6 (offsets 3..5 of each partition)", lostOf(t, r2), lostOf(t, r3))
+	})
+	if l2, l3 := lostOf(t, r2), lostOf(t, r3); l2 != 3 || l3 != 3 {
+		t.Errorf("r2 counted %v, r3 %v: the scenario wants each to count its partition's gap (3 each)", l2, l3)
+	}
+	for _, rn := range []*runner{r2, r3} {
+		if err := rn.stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
 	}
 }
