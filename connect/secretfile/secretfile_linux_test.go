@@ -305,7 +305,7 @@ func TestADeviceThatNeverEndsAtThePathIsAnErrorNotAllTheMemory(t *testing.T) {
 		tick := time.NewTicker(2 * time.Millisecond)
 		defer tick.Stop()
 		end := time.After(2*HungAfter + time.Second)
-		var getErr error = fmt.Errorf("no answer yet")
+		getErr := fmt.Errorf("no answer yet")
 		for {
 			select {
 			case err := <-got:
@@ -663,7 +663,10 @@ func TestAHungMountHoldsAtMostTwoThreadsOfAFileNotOnePerGet(t *testing.T) {
 	unhang()
 	for i := 0; i < gets; i++ {
 		select {
-		case <-done:
+		case err := <-done:
+			if err == nil {
+				t.Error("a Get of a hung (then aborted) mount returned no error")
+			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("a Get did not return once the mount was aborted")
 		}
