@@ -1,0 +1,103 @@
+package secretfile
+
+import (
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// adversary 51e: a check's "newest" is by the order checks began, not by
+// when each looked at the file. On a slow mount, check 1's stat is slow;
+// after HungAfter check 2 begins beside it, stats the (not yet rotated)
+// file and begins its read of it, which is slow too. The secret is
+// rotated by rename; check 1's stat returns, sees the new file, reads the
+// new secret and ends first: a Get returns the new secret. Then check 2's
+// read of the old file ends: being newer by sequence, it replaces the
+// state, and the next Get returns the old secret after a Get returned the
+// new one (a revoked secret comes back).
+func TestAGetNeverReturnsTheOldSecretAfterANewerOneWhenTheChecksEndOutOfOrder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1Stat := make(chan struct{})    // check 1's stat began
+	rel1 := make(chan struct{})      // check 1's stat answers
+	c2Reading := make(chan struct{}) // check 2's read of the old file began
+	rel2 := make(chan struct{})      // check 2's read answers
+	var stats, reads atomic.Int32
+	f.mu.Lock()
+	idOld := f.state.id
+	idNew := idOld
+	idNew.ino++ // the rotated file: another inode
+	now := time.Now().Add(time.Hour)
+	f.now = func() time.Time { return now } // the last look is old: the next Get looks
+	f.stat = func(key, path string) (fileID, error) {
+		if stats.Add(1) == 1 { // check 1: a slow stat, answered after the rotation
+			close(c1Stat)
+			<-rel1
+			return idNew, nil
+		}
+		return idOld, nil // check 2: before the rotation
+	}
+	f.read = func(key, path string) (string, fileID, error) {
+		if reads.Add(1) == 1 { // check 2: the old file, slow
+			close(c2Reading)
+			<-rel2
+			return "old-secret", idOld, nil
+		}
+		return "new-secret", idNew, nil // check 1: the rotated file
+	}
+	f.mu.Unlock()
+	released2 := false
+	t.Cleanup(func() {
+		if !released2 {
+			close(rel2)
+		}
+	})
+
+	type got struct {
+		v   string
+		err error
+	}
+	first := make(chan got, 1)
+	go func() {
+		v, err := f.Get()
+		first <- got{v, err}
+	}()
+	bounded := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("setup: %s did not happen", what)
+		}
+	}
+	bounded(c1Stat, "check 1's stat")
+	bounded(c2Reading, "check 2 (begun after HungAfter) reading the old file")
+	close(rel1) // the rotation is done; check 1 sees it and ends first
+	var g got
+	select {
+	case g = <-first:
+	case <-time.After(5 * time.Second):
+		t.Fatal("setup: the first Get did not return")
+	}
+	if g.err != nil || g.v != "new-secret" {
+		t.Fatalf("setup: first Get = %q, %v; want the rotated secret", g.v, g.err)
+	}
+	close(rel2) // check 2's read of the old file ends last
+	released2 = true
+	eventuallyNoCheck(t, f)
+	v, err := f.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != "new-secret" {
+		t.Fatalf("a Get returned %q after a Get returned %q: an older secret after a newer one", v, "new-secret")
+	}
+}
