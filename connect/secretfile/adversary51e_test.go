@@ -101,3 +101,87 @@ func TestAGetNeverReturnsTheOldSecretAfterANewerOneWhenTheChecksEndOutOfOrder(t 
 		t.Fatalf("a Get returned %q after a Get returned %q: an older secret after a newer one", v, "new-secret")
 	}
 }
+
+// adversary 51e: the same order of ends with a removal: check 1's slow
+// stat answers after the secret was removed (a revoked token deleted), so
+// a Get returns the error; then check 2, begun later beside it but whose
+// read of the file began before the removal, ends with the old secret,
+// and being newer by sequence becomes the state: the next Get returns the
+// removed secret after a Get said it was gone.
+func TestARemovedSecretIsNotReturnedAfterAGetSaidItWasRemoved(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1Stat := make(chan struct{})
+	rel1 := make(chan struct{})
+	c2Reading := make(chan struct{})
+	rel2 := make(chan struct{})
+	var stats, reads atomic.Int32
+	realStat := f.stat
+	f.mu.Lock()
+	idOld := f.state.id
+	now := time.Now().Add(time.Hour)
+	f.now = func() time.Time { return now }
+	f.stat = func(key, p string) (fileID, error) {
+		if stats.Add(1) == 1 { // check 1: answered after the removal
+			close(c1Stat)
+			<-rel1
+			return realStat(key, p)
+		}
+		return idOld, nil // check 2: before the removal
+	}
+	f.read = func(key, p string) (string, fileID, error) {
+		if reads.Add(1) == 1 { // check 2: the file opened before its removal, slow
+			close(c2Reading)
+			<-rel2
+			return "old-secret", idOld, nil
+		}
+		return read(key, p)
+	}
+	f.mu.Unlock()
+	released2 := false
+	t.Cleanup(func() {
+		if !released2 {
+			close(rel2)
+		}
+	})
+	first := make(chan error, 1)
+	go func() {
+		_, err := f.Get()
+		first <- err
+	}()
+	bounded := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("setup: %s did not happen", what)
+		}
+	}
+	bounded(c1Stat, "check 1's stat")
+	bounded(c2Reading, "check 2 (begun after HungAfter) reading the file")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	close(rel1)
+	select {
+	case err := <-first:
+		if err == nil {
+			t.Fatal("setup: the first Get returned no error for a removed secret")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("setup: the first Get did not return")
+	}
+	close(rel2)
+	released2 = true
+	eventuallyNoCheck(t, f)
+	v, err := f.Get()
+	if err == nil {
+		t.Fatalf("a Get returned the removed secret %q after a Get said it was removed", v)
+	}
+}
