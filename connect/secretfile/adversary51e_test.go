@@ -45,7 +45,8 @@ func TestAGetNeverReturnsTheOldSecretAfterANewerOneWhenTheChecksEndOutOfOrder(t 
 		}
 		return idOld, nil // check 2: before the rotation
 	}
-	f.read = func(key, path string) (string, fileID, error) {
+	f.read = func(key, path string, opened func()) (string, fileID, error) {
+		opened() // the file is opened at once; its read is slow
 		if reads.Add(1) == 1 { // check 2: the old file, slow
 			close(c2Reading)
 			<-rel2
@@ -135,13 +136,14 @@ func TestARemovedSecretIsNotReturnedAfterAGetSaidItWasRemoved(t *testing.T) {
 		}
 		return idOld, nil // check 2: before the removal
 	}
-	f.read = func(key, p string) (string, fileID, error) {
+	f.read = func(key, p string, opened func()) (string, fileID, error) {
 		if reads.Add(1) == 1 { // check 2: the file opened before its removal, slow
+			opened()
 			close(c2Reading)
 			<-rel2
 			return "old-secret", idOld, nil
 		}
-		return read(key, p)
+		return read(key, p, opened)
 	}
 	f.mu.Unlock()
 	released2 := false

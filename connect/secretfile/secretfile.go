@@ -22,22 +22,25 @@ const MaxSize = 1 << 20
 // Read reads the secret in path once; key is the config key that named it
 // (for errors).
 func Read(key, path string) (string, error) {
-	v, _, err := read(key, path)
+	v, _, err := read(key, path, func() {})
 	return v, err
 }
 
 // read reads the secret in path and says what file it read (by the open
-// file's stat, not the path's: the path may name another file by then).
+// file's stat, not the path's: the path may name another file by then);
+// opened is called once the path is opened (which file the secret comes
+// from is decided then).
 // Opened without blocking, so that a FIFO (or other pipe) at the path is
 // read through Go's poller with a deadline: a FIFO without a writer reads
 // empty, one whose writer writes nothing ends at the deadline; neither
 // holds a thread. (A regular file's read on a hung mount cannot be
 // interrupted: File waits for it at most MaxWait.)
-func read(key, path string) (string, fileID, error) {
+func read(key, path string, opened func()) (string, fileID, error) {
 	fh, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", fileID{}, fmt.Errorf("%s: reading the secret: %w", key, err)
 	}
+	opened()
 	defer func() { _ = fh.Close() }() // read only: nothing to lose
 	st, err := fh.Stat()
 	if err != nil {
@@ -82,9 +85,12 @@ func stat(key, path string) (fileID, error) {
 //
 // Its rule: the look (stat, then the read if needed) is a check, a
 // goroutine of its own, which every Get needing a look as recent as it
-// waits for and shares; the outcome of the newest check begun (by the
-// order they began) is the File's, an older check's outcome that ends
-// later is not, so no Get returns an older secret after a newer one. A Get
+// waits for and shares; the File's outcome is the one whose file was
+// looked at last (its stat returned, or its read's open: which file a
+// secret comes from is decided there), not the check begun last nor the
+// one that ended last (two checks beside each other on a slow mount end
+// in any order: adversary 51e), so no Get returns an older secret after a
+// newer one. A Get
 // waits at most MaxWait, whatever the file system does, and a hung mount
 // holds at most maxChecks checks (goroutines, threads) of a File: past
 // them, a Get waits for one to end, or returns an error naming the key and
@@ -92,21 +98,23 @@ func stat(key, path string) (fileID, error) {
 // not the old secret.
 type File struct {
 	key, path string
-	now       func() time.Time                               // StatInterval, RecheckInterval (a test moves it)
-	read      func(key, path string) (string, fileID, error) // read; a test's stand-in for a slow or hung mount
-	stat      func(key, path string) (fileID, error)         // stat; idem
+	now       func() time.Time                                              // StatInterval, RecheckInterval (a test moves it)
+	read      func(key, path string, opened func()) (string, fileID, error) // read; a test's stand-in for a slow or hung mount
+	stat      func(key, path string) (fileID, error)                        // stat; idem
 
 	mu      sync.Mutex
-	state   outcome       // of the newest check ended that began after every other ended one
+	state   outcome       // the newest outcome: of the check that looked at the file last
 	checks  []*check      // in progress, in the order they began
 	seq     uint64        // of the last check begun
+	looked  uint64        // of the last look at the file (a stat or an open returned)
 	changed chan struct{} // closed and replaced when a check ends
 }
 
 // outcome is what a check found: the secret or an error, and when it
 // looked. Its zero value is no check yet.
 type outcome struct {
-	seq    uint64
+	seq    uint64    // of its check
+	looked uint64    // File.looked when its file was looked at: the order of outcomes
 	at     time.Time // File.now when the check began
 	value  string
 	id     fileID    // of the file value was read from
@@ -210,10 +218,10 @@ func (f *File) Get() (string, error) {
 		}
 		select {
 		case <-c.done:
-			if c.seq >= f.state.seq { // the File's outcome
+			if c.out.looked >= f.state.looked { // the File's outcome
 				return c.out.value, c.out.err
 			}
-			// A check begun after it ended first: the state is newer.
+			// Another check looked at the file after it: the state is newer.
 			return f.state.value, f.state.err
 		default:
 		}
@@ -238,7 +246,7 @@ func (f *File) start() *check {
 				break
 			}
 		}
-		if c.seq > f.state.seq {
+		if out.looked > f.state.looked {
 			f.state = out
 		}
 		close(f.changed)
@@ -253,6 +261,7 @@ func (f *File) start() *check {
 func (f *File) look(c *check, prev outcome) outcome {
 	out := outcome{seq: c.seq, at: c.at}
 	id, err := f.stat(f.key, f.path)
+	out.looked = f.look1()
 	if err != nil {
 		out.err = err
 		return out
@@ -261,11 +270,23 @@ func (f *File) look(c *check, prev outcome) outcome {
 		out.value, out.id, out.readAt = prev.value, prev.id, prev.readAt
 		return out
 	}
-	v, rid, err := f.read(f.key, f.path)
+	opened := false
+	v, rid, err := f.read(f.key, f.path, func() { opened, out.looked = true, f.look1() })
+	if !opened { // failed before its open, or a stand-in that does not say
+		out.looked = f.look1()
+	}
 	if err != nil {
 		out.err = err
 		return out
 	}
 	out.value, out.id, out.readAt = v, rid, c.at
 	return out
+}
+
+// look1 counts a look at the file and returns its number.
+func (f *File) look1() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.looked++
+	return f.looked
 }
