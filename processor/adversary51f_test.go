@@ -1,0 +1,100 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Adversary 51f: the lag watch remembers counted gaps by their `from`
+// alone. A partition lost and assigned back to the same router is read
+// again from the group's offset (3); meanwhile retention deleted more
+// (i, j at 8, 9: never read by anyone), so the new assignment's gap is
+// [3,10), not [3,6). Its from is the one counted before, and the new loss
+// of i and j is skipped as "already counted": lost in silence.
+func TestAGapThatGrewWhileItsPartitionWasAwayCountsTheNewlyDeletedRecords(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	os.AddOffset(testTopic, 0, 3, -1)
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	releaseG := e.starter.block(wid("g"))
+	defer releaseG()
+	var armed atomic.Bool
+	var refused atomic.Int32
+	e.cluster.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if !armed.Load() || refused.Load() > 0 {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = kerr.UnknownMemberID.Code
+		return resp, nil, true
+	})
+	// The rejoin after the loss is held while retention deletes more.
+	armJoin, joinHeld, releaseJoin := e.holdKeyOnce(kmsg.JoinGroup.Int16())
+	defer releaseJoin()
+	rn := e.start("r2", e.config())
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("g")) >= 1 }, func() string { return "g not started" })
+	eventually(t, 5*time.Second, func() bool { return lostOf(t, rn) == 3 }, func() string {
+		return fmt.Sprintf("%v records counted lost, want 3 (offsets 3..5) before the loss", lostOf(t, rn))
+	})
+	partsLost := func() float64 {
+		var m dto.Metric
+		if err := rn.r.m.partitionsGone.WithLabelValues("lost").Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	armJoin()
+	armed.Store(true)
+	eventually(t, 10*time.Second, func() bool { return partsLost() >= 1 }, func() string { return "the partition was not lost" })
+	eventually(t, 10*time.Second, joinHeld.Load, func() string { return "the rejoin was not held" })
+	for _, id := range []string{"i", "j", "k"} { // offsets 8..10, while nobody owns the partition
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 10}}}); err != nil {
+		t.Fatal(err)
+	}
+	releaseJoin()
+	eventually(t, 10*time.Second, func() bool { return len(rn.owned()) == 1 }, func() string { return "the partition was not assigned back" })
+	releaseG()
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("k")) == 1 }, func() string { return "k not started" })
+	e.waitCommittedToEnd(10 * time.Second)
+	for _, id := range []string{"i", "j"} {
+		if n := e.starter.callCount(wid(id)); n != 0 {
+			t.Fatalf("%s started %d times; the scenario expects it deleted unread", id, n)
+		}
+	}
+	eventually(t, 5*time.Second, func() bool { return lostOf(t, rn) >= 5 }, func() string {
+		return fmt.Sprintf("dedup_records_lost_total %v, want at least 5: 3..5 and 8..9 (i, j) were deleted by retention and never read; the second gap [3,10) was skipped as already counted because its from (3) matched the first [3,6)", lostOf(t, rn))
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
