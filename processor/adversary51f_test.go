@@ -10,7 +10,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // Adversary 51f: the lag watch remembers counted gaps by their `from`
@@ -93,6 +95,79 @@ func TestAGapThatGrewWhileItsPartitionWasAwayCountsTheNewlyDeletedRecords(t *tes
 	}
 	eventually(t, 5*time.Second, func() bool { return lostOf(t, rn) >= 5 }, func() string {
 		return fmt.Sprintf("dedup_records_lost_total %v, want at least 5: 3..5 and 8..9 (i, j) were deleted by retention and never read; the second gap [3,10) was skipped as already counted because its from (3) matched the first [3,6)", lostOf(t, rn))
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Adversary 51f: with a broker whose fetches do not say where the log
+// starts (Fetch v4), the gap is classified by checkGap's ListOffsets of
+// the log start. That one answer failing for the partition with an error
+// kgo does not retry (UNKNOWN_SERVER_ERROR, once; NOT_LEADER_FOR_PARTITION
+// is retried by kgo and holds) drops the gap for good: no retry, the
+// router commits past it, and no later poll shows it again. 3..5 deleted
+// by retention before they were read are lost in silence, against "never
+// missed".
+func TestARetentionGapWhoseLogStartCheckFailsOnceIsStillCounted(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	os.AddOffset(testTopic, 0, 3, -1)
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	var checks atomic.Int32
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		r := req.(*kmsg.ListOffsetsRequest)
+		start := false
+		for _, tp := range r.Topics {
+			for _, p := range tp.Partitions {
+				start = start || p.Timestamp == -2
+			}
+		}
+		if !start || r.IsolationLevel != 0 || checks.Add(1) != 1 { // the lag watch's first gap check only
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, tp := range r.Topics {
+			rt := kmsg.NewListOffsetsResponseTopic()
+			rt.Topic = tp.Topic
+			for _, p := range tp.Partitions {
+				rp := kmsg.NewListOffsetsResponseTopicPartition()
+				rp.Partition = p.Partition
+				rp.ErrorCode = kerr.UnknownServerError.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.Fetch.Int16(), 4)
+	rn := e.startOpts("r2", e.config(), kgo.MaxVersions(v))
+	e.waitCommittedToEnd(10 * time.Second)
+	if checks.Load() < 1 {
+		t.Fatal("no gap check came: the fetch said where the log starts (Fetch v4 does not)")
+	}
+	eventually(t, 5*time.Second, func() bool { return lostOf(t, rn) == 3 }, func() string {
+		return fmt.Sprintf("dedup_records_lost_total %v, want 3: offsets 3..5 were deleted by retention before they were read; the one log-start check answered UNKNOWN_SERVER_ERROR once and the gap was dropped, the group's offset is past it (%d checks)", lostOf(t, rn), checks.Load())
 	})
 	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
