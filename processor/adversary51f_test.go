@@ -309,3 +309,77 @@ func TestARetentionGapBehindSixteenQueuedHarmlessGapsIsCounted(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// Adversary 51f: with a broker whose fetches do not say where the log
+// starts (Fetch v4), a gap's check asks where the log starts now, not when
+// the gap was read; gaps queued behind a slow check are asked late. Two
+// aborted transactions (nothing lost: read_committed skips them) read,
+// started around and committed past; then ordinary retention deletes the
+// consumed records; the checks answer after it, with a log start past
+// both gaps, and both are counted as records deleted before they were
+// read.
+func TestAnAbortedTransactionsGapCheckedAfterRetentionPassedItIsNotCountedLost(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	checkHeld, releaseCheck := make(chan struct{}), make(chan struct{})
+	var checkOnce, relOnce sync.Once
+	relCheck := func() { relOnce.Do(func() { close(releaseCheck) }) }
+	defer relCheck()
+	var checks atomic.Int32
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		r := req.(*kmsg.ListOffsetsRequest)
+		start := false
+		for _, tp := range r.Topics {
+			for _, p := range tp.Partitions {
+				start = start || p.Timestamp == -2
+			}
+		}
+		if start && r.IsolationLevel == 0 && checks.Add(1) == 1 { // the lag watch's first gap check
+			checkOnce.Do(func() { close(checkHeld) })
+			e.cluster.SleepControl(func() {
+				select {
+				case <-releaseCheck:
+				case <-time.After(30 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	e.produce(0, "a", "v") // offset 0
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.Fetch.Int16(), 4)
+	rn := e.startOpts("r2", e.config(), kgo.MaxVersions(v))
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("a")) == 1 }, func() string { return "a not started" })
+	tx := e.txProducer("adv51f-late")
+	for i := range 2 { // the first gap's check is held, the second queued
+		tx.begin(txEvent{0, fmt.Sprintf("aborted%d", i)})
+		tx.end(false)
+		id := fmt.Sprintf("n%d", i)
+		e.produce(0, id, "v")
+		eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid(id)) == 1 }, func() string { return id + " not started" })
+		if i == 0 {
+			select {
+			case <-checkHeld:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no gap check after the aborted transaction: the fetch said where the log starts (Fetch v4 does not)")
+			}
+		}
+	}
+	e.waitCommittedToEnd(10 * time.Second)
+	// Retention deletes what the group read and committed.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	end := e.ends()[0]
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: end}}}); err != nil {
+		t.Fatal(err)
+	}
+	relCheck()
+	eventually(t, 10*time.Second, func() bool { return checks.Load() >= 2 }, func() string { return "the queued gap was never checked" })
+	stays(t, 3*e.config().LagInterval, func() bool { return lostOf(t, rn) == 0 }, func() string {
+		return fmt.Sprintf("dedup_records_lost_total %v, want 0: the gaps were aborted transactions, read past and committed before retention deleted anything; their checks, answered after it, took today's log start (%d) for theirs", lostOf(t, rn), end)
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
