@@ -383,3 +383,72 @@ func TestAnAbortedTransactionsGapCheckedAfterRetentionPassedItIsNotCountedLost(t
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// Adversary 51f (holds): with a broker whose fetches do not say where the
+// log starts (Fetch v4), a stop while a gap's check is held for good and
+// a second gap waits for it: the queued check is not sent on the router's
+// client once the lag client closes (the partition's context ends with
+// the drain, before), Run returns within drain_timeout + 1s, the final
+// commit lands, and no check goroutine is left (TestMain's goleak).
+func TestAStopWithAGapCheckHeldAndAnotherQueuedStillCommitsAndLeavesNoCheckBehind(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce sync.Once
+	release := func() { holdOnce.Do(func() { close(hold) }) }
+	defer release()
+	var checks atomic.Int32
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		r := req.(*kmsg.ListOffsetsRequest)
+		start := false
+		for _, tp := range r.Topics {
+			for _, p := range tp.Partitions {
+				start = start || p.Timestamp == -2
+			}
+		}
+		if start && r.IsolationLevel == 0 { // every lag-watch gap check, on whichever client
+			checks.Add(1)
+			e.cluster.SleepControl(func() {
+				select {
+				case <-hold:
+				case <-time.After(60 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // the final commit is the only one
+	e.produce(0, "a", "v")
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.Fetch.Int16(), 4)
+	rn := e.startOpts("r1", cfg, kgo.MaxVersions(v))
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("a")) == stateStarted }, func() string { return "a not marked" })
+	tx := e.txProducer("adv51f-stop")
+	for i := range 2 {
+		tx.begin(txEvent{0, fmt.Sprintf("aborted%d", i)})
+		tx.end(false)
+		id := fmt.Sprintf("n%d", i)
+		e.produce(0, id, "v")
+		eventually(t, 10*time.Second, func() bool { return e.led.state(wid(id)) == stateStarted }, func() string { return id + " not marked" })
+	}
+	if checks.Load() != 1 {
+		t.Fatalf("%d gap checks sent, want 1 held (the second gap queued)", checks.Load())
+	}
+	end := e.ends()[0]
+	if err := rn.stop(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != end {
+		t.Errorf("committed %d when Run returned (after %v), want %d", c, rn.took, end)
+	}
+	if n := checks.Load(); n != 1 {
+		t.Errorf("%d gap checks sent, want 1: the queued one went out after the stop", n)
+	}
+	release()
+}
