@@ -204,10 +204,20 @@ func (l *lagWatch) noteGap(w *watched, from, to, start int64) {
 		g.lost = to - from
 	}
 	seen := l.counted[w.tp]
-	for _, c := range seen {
-		if c.from == g.from { // this router counted it under an earlier assignment
+	for i, c := range seen {
+		if c.from != g.from {
+			continue
+		}
+		// This router counted it under an earlier assignment: only what
+		// retention deleted since (the gap grew while the partition was
+		// away) is new.
+		if g.to <= c.to {
 			return
 		}
+		seen[i] = g
+		g.from, g.lost = c.to, g.lost-c.lost
+		l.count(g)
+		return
 	}
 	if len(seen) == maxCounted {
 		seen = seen[1:]
