@@ -5,6 +5,8 @@ package processor
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,7 +33,11 @@ import (
 //   - A broker whose fetches do not say where the log starts (Fetch
 //     before v5: Kafka before 0.11) has the lag watch ask (checkGap, on
 //     the lag watch's client); a stop that closes that client before the
-//     answer leaves the gap uncounted when the final commit passes it.
+//     answer leaves the gap uncounted when the final commit passes it;
+//     and that check asks for the log start of now, once: a check that
+//     fails drops its gap, one answered after retention passed a harmless
+//     gap (an aborted transaction) counts it lost, and past 16 gaps
+//     waiting for a check the next are dropped (adversary 51f).
 //   - A gap is counted when a poll shows it, once per router: a replica
 //     stopped (or a partition moved) before the group's offset passed it
 //     leaves it to the next owner, which counts it again. At least once
@@ -467,5 +473,285 @@ func TestACooperativeRebalanceCountsEachPendingRetentionGapOnce(t *testing.T) {
 		if err := rn.stop(); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
+	}
+}
+
+// Adversary 51f: with a broker whose fetches do not say where the log
+// starts (Fetch v4), the gap is classified by checkGap's ListOffsets of
+// the log start. That one answer failing for the partition with an error
+// kgo does not retry (UNKNOWN_SERVER_ERROR, once; NOT_LEADER_FOR_PARTITION
+// is retried by kgo and holds) drops the gap for good: no retry, the
+// router commits past it, and no later poll shows it again. 3..5 deleted
+// by retention before they were read are lost in silence, against "never
+// missed".
+func TestARetentionGapWhoseLogStartCheckFailsOnceIsStillCounted(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	os.AddOffset(testTopic, 0, 3, -1)
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	var checks atomic.Int32
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		r := req.(*kmsg.ListOffsetsRequest)
+		start := false
+		for _, tp := range r.Topics {
+			for _, p := range tp.Partitions {
+				start = start || p.Timestamp == -2
+			}
+		}
+		if !start || r.IsolationLevel != 0 || checks.Add(1) != 1 { // the lag watch's first gap check only
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, tp := range r.Topics {
+			rt := kmsg.NewListOffsetsResponseTopic()
+			rt.Topic = tp.Topic
+			for _, p := range tp.Partitions {
+				rp := kmsg.NewListOffsetsResponseTopicPartition()
+				rp.Partition = p.Partition
+				rp.ErrorCode = kerr.UnknownServerError.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.Fetch.Int16(), 4)
+	rn := e.startOpts("r2", e.config(), kgo.MaxVersions(v))
+	e.waitCommittedToEnd(10 * time.Second)
+	if checks.Load() < 1 {
+		t.Fatal("no gap check came: the fetch said where the log starts (Fetch v4 does not)")
+	}
+	eventually(t, 5*time.Second, func() bool { return lostOf(t, rn) == 3 }, func() string {
+		return fmt.Sprintf("dedup_records_lost_total %v, want 3: offsets 3..5 were deleted by retention before they were read; the one log-start check answered UNKNOWN_SERVER_ERROR once and the gap was dropped, the group's offset is past it (%d checks)", lostOf(t, rn), checks.Load())
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Adversary 51f: with a broker whose fetches do not say where the log
+// starts (Fetch v4), gaps seen while a log-start check runs wait for it,
+// at most 16; the 17th on is dropped unchecked. Gaps that are not loss
+// (aborted transactions here, compaction on a compacted topic) fill the
+// queue while one check is slow, and a retention gap seen behind them is
+// never checked nor counted: 3 records deleted before they were read are
+// lost in silence, against "never missed".
+func TestARetentionGapBehindSixteenQueuedHarmlessGapsIsCounted(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	checkHeld, releaseCheck := make(chan struct{}), make(chan struct{})
+	var checkOnce, relOnce sync.Once
+	relCheck := func() { relOnce.Do(func() { close(releaseCheck) }) }
+	defer relCheck()
+	var checks atomic.Int32
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		r := req.(*kmsg.ListOffsetsRequest)
+		start := false
+		for _, tp := range r.Topics {
+			for _, p := range tp.Partitions {
+				start = start || p.Timestamp == -2
+			}
+		}
+		if start && r.IsolationLevel == 0 && checks.Add(1) == 1 { // the lag watch's first gap check
+			checkOnce.Do(func() { close(checkHeld) })
+			e.cluster.SleepControl(func() {
+				select {
+				case <-releaseCheck:
+				case <-time.After(30 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	var holdAt atomic.Int64
+	holdAt.Store(-1)
+	fetchHeld, releaseFetch := make(chan struct{}), make(chan struct{})
+	var fetchOnce, relFetchOnce sync.Once
+	relFetch := func() { relFetchOnce.Do(func() { close(releaseFetch) }) }
+	defer relFetch()
+	e.cluster.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		at := holdAt.Load()
+		hold := false
+		for _, tp := range req.(*kmsg.FetchRequest).Topics {
+			for _, p := range tp.Partitions {
+				hold = hold || (at >= 0 && p.FetchOffset == at)
+			}
+		}
+		if hold {
+			fetchOnce.Do(func() { close(fetchHeld) })
+			e.cluster.SleepControl(func() {
+				select {
+				case <-releaseFetch:
+				case <-time.After(30 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	e.produce(0, "a", "v") // offset 0
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.Fetch.Int16(), 4)
+	logs := &logLines{}
+	r, err := New(e.config(), Options{Ledger: e.led, DeadLetterLog: e.dlq, Starter: e.starter.as("r2"), Log: slog.New(logs),
+		KafkaOpts: []kgo.Opt{kgo.MaxVersions(v), kgo.HeartbeatInterval(100 * time.Millisecond), kgo.MetadataMinAge(50 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	rn := &runner{t: t, r: r, cancel: rcancel, done: make(chan error, 1)}
+	go func() { rn.done <- r.Run(rctx) }()
+	t.Cleanup(func() { _ = rn.stop() })
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("a")) == 1 }, func() string { return "a not started" })
+	tx := e.txProducer("adv51f")
+	for i := range 17 { // 17 harmless gaps: one checked (held), 16 queued
+		tx.begin(txEvent{0, fmt.Sprintf("aborted%d", i)})
+		tx.end(false)
+		id := fmt.Sprintf("n%d", i)
+		e.produce(0, id, "v")
+		eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid(id)) == 1 }, func() string { return id + " not started" })
+		if i == 0 {
+			select {
+			case <-checkHeld:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no gap check after the first aborted transaction: the fetch said where the log starts (Fetch v4 does not)")
+			}
+		}
+	}
+	// The retention gap: the router's fetch from x is held while x..x+2
+	// are produced and deleted.
+	x := e.ends()[0]
+	holdAt.Store(x)
+	select {
+	case <-fetchHeld:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the router never fetched from %d", x)
+	}
+	for _, id := range []string{"r0", "r1", "r2"} { // x..x+2
+		e.produce(0, id, "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: x + 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	e.produce(0, "after", "v") // x+3
+	relFetch()
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("after")) == 1 }, func() string { return "after not started" })
+	for _, id := range []string{"r0", "r1", "r2"} {
+		if n := e.starter.callCount(wid(id)); n != 0 {
+			t.Fatalf("%s started %d times; the scenario expects it deleted unread", id, n)
+		}
+	}
+	relCheck()
+	e.waitCommittedToEnd(10 * time.Second)
+	named := func() bool {
+		for _, l := range logs.all() {
+			if strings.Contains(l, "deleted by retention") && strings.Contains(l, fmt.Sprintf(" from=%d ", x)) {
+				return true
+			}
+		}
+		return false
+	}
+	eventually(t, 10*time.Second, named, func() string {
+		return fmt.Sprintf("no error log names the retention gap from %d (offsets %d..%d deleted before they were read): it came behind 16 queued gap checks and was dropped (%d checks sent; dedup_records_lost_total %v)", x, x, x+2, checks.Load(), lostOf(t, rn))
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Adversary 51f: with a broker whose fetches do not say where the log
+// starts (Fetch v4), a gap's check asks where the log starts now, not when
+// the gap was read; gaps queued behind a slow check are asked late. Two
+// aborted transactions (nothing lost: read_committed skips them) read,
+// started around and committed past; then ordinary retention deletes the
+// consumed records; the checks answer after it, with a log start past
+// both gaps, and both are counted as records deleted before they were
+// read.
+func TestAnAbortedTransactionsGapCheckedAfterRetentionPassedItIsNotCountedLost(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	checkHeld, releaseCheck := make(chan struct{}), make(chan struct{})
+	var checkOnce, relOnce sync.Once
+	relCheck := func() { relOnce.Do(func() { close(releaseCheck) }) }
+	defer relCheck()
+	var checks atomic.Int32
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		r := req.(*kmsg.ListOffsetsRequest)
+		start := false
+		for _, tp := range r.Topics {
+			for _, p := range tp.Partitions {
+				start = start || p.Timestamp == -2
+			}
+		}
+		if start && r.IsolationLevel == 0 && checks.Add(1) == 1 { // the lag watch's first gap check
+			checkOnce.Do(func() { close(checkHeld) })
+			e.cluster.SleepControl(func() {
+				select {
+				case <-releaseCheck:
+				case <-time.After(30 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	e.produce(0, "a", "v") // offset 0
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.Fetch.Int16(), 4)
+	rn := e.startOpts("r2", e.config(), kgo.MaxVersions(v))
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("a")) == 1 }, func() string { return "a not started" })
+	tx := e.txProducer("adv51f-late")
+	for i := range 2 { // the first gap's check is held, the second queued
+		tx.begin(txEvent{0, fmt.Sprintf("aborted%d", i)})
+		tx.end(false)
+		id := fmt.Sprintf("n%d", i)
+		e.produce(0, id, "v")
+		eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid(id)) == 1 }, func() string { return id + " not started" })
+		if i == 0 {
+			select {
+			case <-checkHeld:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no gap check after the aborted transaction: the fetch said where the log starts (Fetch v4 does not)")
+			}
+		}
+	}
+	e.waitCommittedToEnd(10 * time.Second)
+	// Retention deletes what the group read and committed.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	end := e.ends()[0]
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: end}}}); err != nil {
+		t.Fatal(err)
+	}
+	relCheck()
+	eventually(t, 10*time.Second, func() bool { return checks.Load() >= 2 }, func() string { return "the queued gap was never checked" })
+	stays(t, 3*e.config().LagInterval, func() bool { return lostOf(t, rn) == 0 }, func() string {
+		return fmt.Sprintf("dedup_records_lost_total %v, want 0: the gaps were aborted transactions, read past and committed before retention deleted anything; their checks, answered after it, took today's log start (%d) for theirs", lostOf(t, rn), end)
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }

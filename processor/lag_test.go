@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"crypto/tls"
-	"net"
-
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"crypto/tls"
+	"net"
 
 	"github.com/dedupio/dedup/connect/clienttls"
 	"github.com/dedupio/dedup/internal/testsupport/testpki"
@@ -1352,4 +1352,159 @@ func TestAPartitionLostAndAssignedBackCountsItsPendingRetentionGapOnce(t *testin
 	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+}
+
+// Adversary 51f: the lag watch remembers counted gaps by their `from`
+// alone. A partition lost and assigned back to the same router is read
+// again from the group's offset (3); meanwhile retention deleted more
+// (i, j at 8, 9: never read by anyone), so the new assignment's gap is
+// [3,10), not [3,6). Its from is the one counted before, and the new loss
+// of i and j is skipped as "already counted": lost in silence.
+func TestAGapThatGrewWhileItsPartitionWasAwayCountsTheNewlyDeletedRecords(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	for _, id := range []string{"a", "b", "c"} {
+		e.produce(0, id, "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var os kadm.Offsets
+	os.AddOffset(testTopic, 0, 3, -1)
+	resp, err := e.adm.CommitOffsets(ctx, e.group, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"d", "e", "f", "g", "h"} { // offsets 3..7
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 6}}}); err != nil {
+		t.Fatal(err)
+	}
+	releaseG := e.starter.block(wid("g"))
+	defer releaseG()
+	var armed atomic.Bool
+	var refused atomic.Int32
+	e.cluster.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if !armed.Load() || refused.Load() > 0 {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = kerr.UnknownMemberID.Code
+		return resp, nil, true
+	})
+	// The rejoin after the loss is held while retention deletes more.
+	armJoin, joinHeld, releaseJoin := e.holdKeyOnce(kmsg.JoinGroup.Int16())
+	defer releaseJoin()
+	rn := e.start("r2", e.config())
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("g")) >= 1 }, func() string { return "g not started" })
+	eventually(t, 5*time.Second, func() bool { return lostOf(t, rn) == 3 }, func() string {
+		return fmt.Sprintf("%v records counted lost, want 3 (offsets 3..5) before the loss", lostOf(t, rn))
+	})
+	partsLost := func() float64 {
+		var m dto.Metric
+		if err := rn.r.m.partitionsGone.WithLabelValues("lost").Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	armJoin()
+	armed.Store(true)
+	eventually(t, 10*time.Second, func() bool { return partsLost() >= 1 }, func() string { return "the partition was not lost" })
+	eventually(t, 10*time.Second, joinHeld.Load, func() string { return "the rejoin was not held" })
+	for _, id := range []string{"i", "j", "k"} { // offsets 8..10, while nobody owns the partition
+		e.produce(0, id, "v")
+	}
+	if _, err := e.adm.DeleteRecords(ctx, kadm.Offsets{testTopic: {0: {Topic: testTopic, Partition: 0, At: 10}}}); err != nil {
+		t.Fatal(err)
+	}
+	releaseJoin()
+	eventually(t, 10*time.Second, func() bool { return len(rn.owned()) == 1 }, func() string { return "the partition was not assigned back" })
+	releaseG()
+	eventually(t, 10*time.Second, func() bool { return e.starter.callCount(wid("k")) == 1 }, func() string { return "k not started" })
+	e.waitCommittedToEnd(10 * time.Second)
+	for _, id := range []string{"i", "j"} {
+		if n := e.starter.callCount(wid(id)); n != 0 {
+			t.Fatalf("%s started %d times; the scenario expects it deleted unread", id, n)
+		}
+	}
+	eventually(t, 5*time.Second, func() bool { return lostOf(t, rn) >= 5 }, func() string {
+		return fmt.Sprintf("dedup_records_lost_total %v, want at least 5: 3..5 and 8..9 (i, j) were deleted by retention and never read; the second gap [3,10) was skipped as already counted because its from (3) matched the first [3,6)", lostOf(t, rn))
+	})
+	if err := rn.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// Adversary 51f (holds): with a broker whose fetches do not say where the
+// log starts (Fetch v4), a stop while a gap's check is held for good and
+// a second gap waits for it: the queued check is not sent on the router's
+// client once the lag client closes (the partition's context ends with
+// the drain, before), Run returns within drain_timeout + 1s, the final
+// commit lands, and no check goroutine is left (TestMain's goleak).
+func TestAStopWithAGapCheckHeldAndAnotherQueuedStillCommitsAndLeavesNoCheckBehind(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 1, envOpt{})
+	hold := make(chan struct{})
+	var holdOnce sync.Once
+	release := func() { holdOnce.Do(func() { close(hold) }) }
+	defer release()
+	var checks atomic.Int32
+	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		r := req.(*kmsg.ListOffsetsRequest)
+		start := false
+		for _, tp := range r.Topics {
+			for _, p := range tp.Partitions {
+				start = start || p.Timestamp == -2
+			}
+		}
+		if start && r.IsolationLevel == 0 { // every lag-watch gap check, on whichever client
+			checks.Add(1)
+			e.cluster.SleepControl(func() {
+				select {
+				case <-hold:
+				case <-time.After(60 * time.Second):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // the final commit is the only one
+	e.produce(0, "a", "v")
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.Fetch.Int16(), 4)
+	rn := e.startOpts("r1", cfg, kgo.MaxVersions(v))
+	eventually(t, 10*time.Second, func() bool { return e.led.state(wid("a")) == stateStarted }, func() string { return "a not marked" })
+	tx := e.txProducer("adv51f-stop")
+	for i := range 2 {
+		tx.begin(txEvent{0, fmt.Sprintf("aborted%d", i)})
+		tx.end(false)
+		id := fmt.Sprintf("n%d", i)
+		e.produce(0, id, "v")
+		eventually(t, 10*time.Second, func() bool { return e.led.state(wid(id)) == stateStarted }, func() string { return id + " not marked" })
+	}
+	if checks.Load() != 1 {
+		t.Fatalf("%d gap checks sent, want 1 held (the second gap queued)", checks.Load())
+	}
+	end := e.ends()[0]
+	if err := rn.stop(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if rn.took > cfg.DrainTimeout+time.Second {
+		t.Errorf("Run returned %v after cancel; want within drain_timeout (%v) + 1s", rn.took, cfg.DrainTimeout)
+	}
+	if c := e.committed()[0]; c != end {
+		t.Errorf("committed %d when Run returned (after %v), want %d", c, rn.took, end)
+	}
+	if n := checks.Load(); n != 1 {
+		t.Errorf("%d gap checks sent, want 1: the queued one went out after the stop", n)
+	}
+	release()
 }
