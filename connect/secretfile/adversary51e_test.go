@@ -1,9 +1,12 @@
+//go:build linux
+
 package secretfile
 
 import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -34,7 +37,7 @@ func TestAGetNeverReturnsTheOldSecretAfterANewerOneWhenTheChecksEndOutOfOrder(t 
 	f.mu.Lock()
 	idOld := f.state.id
 	idNew := idOld
-	idNew.ino++ // the rotated file: another inode
+	idNew.size++ // the rotated file: another stat
 	now := time.Now().Add(time.Hour)
 	f.now = func() time.Time { return now } // the last look is old: the next Get looks
 	f.stat = func(key, path string) (fileID, error) {
@@ -185,5 +188,33 @@ func TestARemovedSecretIsNotReturnedAfterAGetSaidItWasRemoved(t *testing.T) {
 	v, err := f.Get()
 	if err == nil {
 		t.Fatalf("a Get returned the removed secret %q after a Get said it was removed", v)
+	}
+}
+
+// adversary 51e: a FIFO at the path whose writer wrote part of a secret
+// and then stops (a sidecar that hangs mid-write) is an error at the read
+// deadline, not the part written: a truncated secret is never returned,
+// and the Get returns within MaxWait.
+func TestAFIFOWhoseWriterStopsMidSecretIsAnErrorNotThePartWritten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(path, os.O_RDWR, 0) // a writer that stays open
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	if _, err := w.WriteString("partial-sec"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	f, err := NewFile("token_file", path)
+	if took := time.Since(start); took > MaxWait {
+		t.Errorf("NewFile took %s, over MaxWait", took)
+	}
+	if err == nil {
+		v, gerr := f.Get()
+		t.Fatalf("NewFile accepted a FIFO stopped mid-write: Get = %q, %v", v, gerr)
 	}
 }
