@@ -5,6 +5,7 @@ package secretfile
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -266,5 +267,52 @@ func TestAFileWhoseMountLostTwoLooksRecoversOnceTheMountAnswersAgain(t *testing.
 	v, err := f.Get()
 	if err != nil || v != "the-secret" {
 		t.Fatalf("the mount answers again but Get = %q, %v", v, err)
+	}
+}
+
+// adversary 51e: the size bound is exact: a secret file of MaxSize bytes
+// is read whole, one byte more is an error naming the path, and a file of
+// only line ends is empty, an error; a File that had a secret turns to
+// the error, not the old value, and back.
+func TestASecretFileOfExactlyMaxSizeIsReadAndOneByteMoreIsAnError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	big := strings.Repeat("k", MaxSize)
+	if err := os.WriteFile(path, []byte(big), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatalf("a secret of exactly MaxSize: %v", err)
+	}
+	if v, err := f.Get(); err != nil || v != big {
+		t.Fatalf("a secret of exactly MaxSize: %d bytes, %v", len(v), err)
+	}
+	now := time.Now()
+	f.mu.Lock()
+	f.now = func() time.Time { return now }
+	f.mu.Unlock()
+	for _, c := range []struct {
+		content string
+		ok      bool
+	}{
+		{big + "k", false},
+		{"\r\n\r\n", false},
+		{"s\r\n", true},
+		{big + "\n", false}, // the file, not the value, is bounded
+	} {
+		if err := os.WriteFile(path+".tmp", []byte(c.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".tmp", path); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(StatInterval + time.Millisecond)
+		v, err := f.Get()
+		if c.ok && (err != nil || v != strings.TrimRight(c.content, "\r\n")) {
+			t.Errorf("%d bytes: %d bytes, %v; want the secret", len(c.content), len(v), err)
+		}
+		if !c.ok && err == nil {
+			t.Errorf("%d bytes: %d bytes returned, want an error", len(c.content), len(v))
+		}
 	}
 }
