@@ -316,3 +316,85 @@ func TestASecretFileOfExactlyMaxSizeIsReadAndOneByteMoreIsAnError(t *testing.T) 
 		}
 	}
 }
+
+// adversary 51e: the order of ends the other way round: check 2, begun
+// beside a slow check 1, stats the path while a rotation that is not
+// atomic (remove, then write) has it missing, and its error is slow to
+// come back; check 1's stat answers after the new secret is written and
+// ends first: a Get returns it. Then check 2's error, newer by sequence,
+// becomes the state: a Get fails on a good file after a Get had its
+// newer secret.
+func TestAGetDoesNotFailOnAnOlderLooksErrorAfterAGetReturnedTheRotatedSecret(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1Stat, rel1 := make(chan struct{}), make(chan struct{})
+	c2Stat, rel2 := make(chan struct{}), make(chan struct{})
+	var stats atomic.Int32
+	f.mu.Lock()
+	now := time.Now().Add(time.Hour)
+	f.now = func() time.Time { return now }
+	f.stat = func(key, p string) (fileID, error) {
+		switch stats.Add(1) {
+		case 1: // check 1: answered after the new secret is written
+			close(c1Stat)
+			<-rel1
+		case 2: // check 2: the path missing mid-rotation, slow to say so
+			_, err := stat(key, p)
+			close(c2Stat)
+			<-rel2
+			return fileID{}, err
+		}
+		return stat(key, p)
+	}
+	f.mu.Unlock()
+	released2 := false
+	t.Cleanup(func() {
+		if !released2 {
+			close(rel2)
+		}
+	})
+	first := make(chan error, 1)
+	var firstV string
+	go func() {
+		v, err := f.Get()
+		firstV = v
+		first <- err
+	}()
+	bounded := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("setup: %s did not happen", what)
+		}
+	}
+	bounded(c1Stat, "check 1's stat")
+	if err := os.Remove(path); err != nil { // the rotation, not atomic
+		t.Fatal(err)
+	}
+	bounded(c2Stat, "check 2's stat (begun after HungAfter) of the missing path")
+	if err := os.WriteFile(path, []byte("new-secret-\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	close(rel1)
+	select {
+	case err := <-first:
+		if err != nil || firstV != "new-secret-" {
+			t.Fatalf("setup: first Get = %q, %v; want the rotated secret", firstV, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("setup: the first Get did not return")
+	}
+	close(rel2)
+	released2 = true
+	eventuallyNoCheck(t, f)
+	if v, err := f.Get(); err != nil || v != "new-secret-" {
+		t.Fatalf("the file holds the rotated secret, a Get returned it, then a Get = %q, %v", v, err)
+	}
+}
