@@ -85,11 +85,14 @@ func stat(key, path string) (fileID, error) {
 //
 // Its rule: the look (stat, then the read if needed) is a check, a
 // goroutine of its own, which every Get needing a look as recent as it
-// waits for and shares; the File's outcome is the one whose file was
-// looked at last (its stat returned, or its read's open: which file a
-// secret comes from is decided there), not the check begun last nor the
-// one that ended last (two checks beside each other on a slow mount end
-// in any order: adversary 51e), so no Get returns an older secret after a
+// waits for and shares. A check's outcome is taken only if the check began
+// after the taken one's ended: it looked at the file later, whatever the
+// file system's delays. Two checks beside each other (on a slow mount)
+// looked in an order nobody knows, each somewhere between its beginning
+// and its end (adversary 51e: the last begun, or the last to look, or the
+// last to end, each brought an old secret back), so the one that ends
+// second is dropped and the next Get looks again, after both. A Get
+// returns an outcome taken, so no Get returns an older secret after a
 // newer one. A Get
 // waits at most MaxWait, whatever the file system does, and a hung mount
 // holds at most maxChecks checks (goroutines, threads) of a File: past
@@ -103,33 +106,34 @@ type File struct {
 	stat      func(key, path string) (fileID, error)                        // stat; idem
 
 	mu      sync.Mutex
-	state   outcome       // the newest outcome: of the check that looked at the file last
+	state   outcome       // the outcome taken: of a check begun after the one before it ended
 	checks  []*check      // in progress, in the order they began
 	seq     uint64        // of the last check begun
-	looked  uint64        // of the last look at the file (a stat or an open returned)
+	ticks   uint64        // counts checks' beginnings and ends: their order
 	changed chan struct{} // closed and replaced when a check ends
 }
 
 // outcome is what a check found: the secret or an error, and when it
 // looked. Its zero value is no check yet.
 type outcome struct {
-	seq    uint64    // of its check
-	looked uint64    // File.looked when its file was looked at: the order of outcomes
-	at     time.Time // File.now when the check began
-	value  string
-	id     fileID    // of the file value was read from
-	readAt time.Time // File.now when the read of value began
-	err    error
+	seq          uint64    // of its check
+	began, ended uint64    // File.ticks when its check began and ended
+	at           time.Time // File.now when the check began
+	value        string
+	id           fileID    // of the file value was read from
+	readAt       time.Time // File.now when the read of value began
+	err          error
 }
 
 // check is a look in progress; out is set, under File.mu, before done is
 // closed.
 type check struct {
-	seq   uint64
-	at    time.Time // File.now when it began
-	began time.Time // time.Now when it began: HungAfter is real time
-	done  chan struct{}
-	out   outcome
+	seq       uint64
+	tick      uint64    // File.ticks when it began
+	at        time.Time // File.now when it began
+	startedAt time.Time // time.Now when it began: HungAfter is real time
+	done      chan struct{}
+	out       outcome
 }
 
 // StatInterval is how long a look at the file answers the Gets after it:
@@ -182,7 +186,7 @@ func (f *File) Get() (string, error) {
 		if n := len(f.checks); n > 0 {
 			c = f.checks[n-1]
 		}
-		if c == nil || !c.at.After(since) || time.Since(c.began) >= HungAfter {
+		if c == nil || !c.at.After(since) || time.Since(c.startedAt) >= HungAfter {
 			switch {
 			case len(f.checks) < maxChecks:
 				c = f.start()
@@ -195,7 +199,7 @@ func (f *File) Get() (string, error) {
 			return "", fmt.Errorf("%s: reading the secret: %s did not answer within %s (%d looks at it in progress)", f.key, f.path, MaxWait, len(f.checks))
 		}
 		if c != nil {
-			if hung := HungAfter - time.Since(c.began); hung > 0 && hung < wait {
+			if hung := HungAfter - time.Since(c.startedAt); hung > 0 && hung < wait {
 				wait = hung // then, maybe, another check beside it
 			}
 		}
@@ -218,11 +222,13 @@ func (f *File) Get() (string, error) {
 		}
 		select {
 		case <-c.done:
-			if c.out.looked >= f.state.looked { // the File's outcome
-				return c.out.value, c.out.err
+			if f.state.seq == c.seq { // its outcome, taken
+				return f.state.value, f.state.err
 			}
-			// Another check looked at the file after it: the state is newer.
-			return f.state.value, f.state.err
+			if f.state.began > c.tick { // one begun after it was taken since: newer
+				return f.state.value, f.state.err
+			}
+			// Dropped (a check beside it ended first): look again.
 		default:
 		}
 	}
@@ -231,14 +237,14 @@ func (f *File) Get() (string, error) {
 // start begins a check and returns it. Called with f.mu held.
 func (f *File) start() *check {
 	f.seq++
-	c := &check{seq: f.seq, at: f.now(), began: time.Now(), done: make(chan struct{})}
+	f.ticks++
+	c := &check{seq: f.seq, tick: f.ticks, at: f.now(), startedAt: time.Now(), done: make(chan struct{})}
 	f.checks = append(f.checks, c)
 	prev := f.state
 	go func() {
 		out := f.look(c, prev)
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		c.out = out
 		close(c.done)
 		for i, o := range f.checks {
 			if o == c {
@@ -246,8 +252,15 @@ func (f *File) start() *check {
 				break
 			}
 		}
-		if out.looked > f.state.looked {
+		f.ticks++
+		out.ended = f.ticks
+		c.out = out
+		if f.state.seq == 0 || out.began > f.state.ended {
 			f.state = out
+		} else {
+			// It was beside the one taken: which looked last is unknown,
+			// so the next Get looks again, after both.
+			f.state.at = time.Time{}
 		}
 		close(f.changed)
 		f.changed = make(chan struct{})
@@ -259,9 +272,8 @@ func (f *File) start() *check {
 // the value of prev (the state when the check began) was read, or that
 // read is RecheckInterval old.
 func (f *File) look(c *check, prev outcome) outcome {
-	out := outcome{seq: c.seq, at: c.at}
+	out := outcome{seq: c.seq, began: c.tick, at: c.at}
 	id, err := f.stat(f.key, f.path)
-	out.looked = f.look1()
 	if err != nil {
 		out.err = err
 		return out
@@ -270,23 +282,11 @@ func (f *File) look(c *check, prev outcome) outcome {
 		out.value, out.id, out.readAt = prev.value, prev.id, prev.readAt
 		return out
 	}
-	opened := false
-	v, rid, err := f.read(f.key, f.path, func() { opened, out.looked = true, f.look1() })
-	if !opened { // failed before its open, or a stand-in that does not say
-		out.looked = f.look1()
-	}
+	v, rid, err := f.read(f.key, f.path, func() {})
 	if err != nil {
 		out.err = err
 		return out
 	}
 	out.value, out.id, out.readAt = v, rid, c.at
 	return out
-}
-
-// look1 counts a look at the file and returns its number.
-func (f *File) look1() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.looked++
-	return f.looked
 }
