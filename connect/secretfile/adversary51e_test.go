@@ -49,8 +49,7 @@ func TestAGetNeverReturnsTheOldSecretAfterANewerOneWhenTheChecksEndOutOfOrder(t 
 		}
 		return idOld, nil // check 2: before the rotation
 	}
-	f.read = func(key, path string, opened func()) (string, fileID, error) {
-		opened()               // the file is opened at once; its read is slow
+	f.read = func(key, path string) (string, fileID, error) {
 		if reads.Add(1) == 1 { // check 2: the old file, slow
 			close(c2Reading)
 			<-rel2
@@ -140,14 +139,13 @@ func TestARemovedSecretIsNotReturnedAfterAGetSaidItWasRemoved(t *testing.T) {
 		}
 		return idOld, nil // check 2: before the removal
 	}
-	f.read = func(key, p string, opened func()) (string, fileID, error) {
+	f.read = func(key, p string) (string, fileID, error) {
 		if reads.Add(1) == 1 { // check 2: the file opened before its removal, slow
-			opened()
 			close(c2Reading)
 			<-rel2
 			return "old-secret", idOld, nil
 		}
-		return read(key, p, opened)
+		return read(key, p)
 	}
 	f.mu.Unlock()
 	released2 := false

@@ -22,25 +22,22 @@ const MaxSize = 1 << 20
 // Read reads the secret in path once; key is the config key that named it
 // (for errors).
 func Read(key, path string) (string, error) {
-	v, _, err := read(key, path, func() {})
+	v, _, err := read(key, path)
 	return v, err
 }
 
 // read reads the secret in path and says what file it read (by the open
-// file's stat, not the path's: the path may name another file by then);
-// opened is called once the path is opened (which file the secret comes
-// from is decided then).
+// file's stat, not the path's: the path may name another file by then).
 // Opened without blocking, so that a FIFO (or other pipe) at the path is
 // read through Go's poller with a deadline: a FIFO without a writer reads
 // empty, one whose writer writes nothing ends at the deadline; neither
 // holds a thread. (A regular file's read on a hung mount cannot be
 // interrupted: File waits for it at most MaxWait.)
-func read(key, path string, opened func()) (string, fileID, error) {
+func read(key, path string) (string, fileID, error) {
 	fh, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", fileID{}, fmt.Errorf("%s: reading the secret: %w", key, err)
 	}
-	opened()
 	defer func() { _ = fh.Close() }() // read only: nothing to lose
 	st, err := fh.Stat()
 	if err != nil {
@@ -101,9 +98,9 @@ func stat(key, path string) (fileID, error) {
 // not the old secret.
 type File struct {
 	key, path string
-	now       func() time.Time                                              // StatInterval, RecheckInterval (a test moves it)
-	read      func(key, path string, opened func()) (string, fileID, error) // read; a test's stand-in for a slow or hung mount
-	stat      func(key, path string) (fileID, error)                        // stat; idem
+	now       func() time.Time                               // StatInterval, RecheckInterval (a test moves it)
+	read      func(key, path string) (string, fileID, error) // read; a test's stand-in for a slow or hung mount
+	stat      func(key, path string) (fileID, error)         // stat; idem
 
 	mu      sync.Mutex
 	state   outcome       // the outcome taken: of a check begun after the one before it ended
@@ -282,7 +279,7 @@ func (f *File) look(c *check, prev outcome) outcome {
 		out.value, out.id, out.readAt = prev.value, prev.id, prev.readAt
 		return out
 	}
-	v, rid, err := f.read(f.key, f.path, func() {})
+	v, rid, err := f.read(f.key, f.path)
 	if err != nil {
 		out.err = err
 		return out

@@ -40,12 +40,12 @@ func TestAGetOnASlowButAnsweringMountReturnsWithinTwiceHungAfter(t *testing.T) {
 	real := f.read
 	f.mu.Lock()
 	f.now = func() time.Time { return time.Now().Add(time.Hour) } // the last look is old: the Get looks
-	f.read = func(key, path string, opened func()) (string, fileID, error) {
+	f.read = func(key, path string) (string, fileID, error) {
 		reads.Add(1)
 		if slow.Load() {
 			time.Sleep(HungAfter * 3 / 2) // a slow read: it returns
 		}
-		return real(key, path, opened)
+		return real(key, path)
 	}
 	f.mu.Unlock()
 	t.Cleanup(func() { slow.Store(false) })
@@ -224,8 +224,8 @@ func TestAGetBegunAfterARenameReturnsTheNewSecretNotAReadInProgressOfTheOld(t *t
 	later := time.Now().Add(2 * RecheckInterval)
 	f.mu.Lock()
 	f.now = func() time.Time { return later } // the cached value is due for its recheck
-	f.read = func(key, path string, didOpen func()) (string, fileID, error) {
-		v, id, err := real(key, path, didOpen)
+	f.read = func(key, path string) (string, fileID, error) {
+		v, id, err := real(key, path)
 		if first.CompareAndSwap(false, true) {
 			close(opened) // read the old file; slow to return (a slow mount)
 			<-gate
@@ -359,8 +359,8 @@ func TestAGetBegunAfterTheFileWasEmptiedIsAnErrorNotAReadInProgressOfTheOld(t *t
 	later := time.Now().Add(2 * RecheckInterval)
 	f.mu.Lock()
 	f.now = func() time.Time { return later } // the cached value is due for its recheck
-	f.read = func(key, path string, didOpen func()) (string, fileID, error) {
-		v, id, err := real(key, path, didOpen)
+	f.read = func(key, path string) (string, fileID, error) {
+		v, id, err := real(key, path)
 		if first.CompareAndSwap(false, true) {
 			close(opened) // read the file before it was emptied; slow to return
 			<-gate
@@ -451,8 +451,8 @@ func TestNoGetReturnsAnOlderSecretThanAGetThatReturnedBeforeItBegan(t *testing.T
 	f.now = func() time.Time { return base.Add(time.Duration(step.Add(1)) * 100 * time.Millisecond) }
 	real := f.read
 	var reads, slow atomic.Int64
-	f.read = func(key, path string, opened func()) (string, fileID, error) {
-		v, id, err := real(key, path, opened)
+	f.read = func(key, path string) (string, fileID, error) {
+		v, id, err := real(key, path)
 		if reads.Add(1)%300 == 0 {
 			slow.Add(1)
 			time.Sleep(HungAfter * 6 / 5)

@@ -129,11 +129,11 @@ func hangingReads(t *testing.T, f *File, n int32) (started func() int32, release
 	real := f.read
 	f.mu.Lock()
 	f.now = func() time.Time { return time.Now().Add(time.Hour) } // the last look is old: the next Get looks
-	f.read = func(key, path string, opened func()) (string, fileID, error) {
+	f.read = func(key, path string) (string, fileID, error) {
 		if begun.Add(1) <= n {
 			<-gate
 		}
-		return real(key, path, opened)
+		return real(key, path)
 	}
 	f.mu.Unlock()
 	release = func() { once.Do(func() { close(gate) }) }
