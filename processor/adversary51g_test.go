@@ -1,9 +1,11 @@
 package processor
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,5 +55,35 @@ func TestAGapSeenAgainWithAnEarlierLogStartNeverCountsNegativeRecords(t *testing
 	}()
 	if got := adv51gLost(t, l); got < 3 {
 		t.Fatalf("%v records counted lost after the second sighting, fewer than the 3 counted before", got)
+	}
+}
+
+// adversary 51g: a gap from 3 counted up to 6 (log start 6: 3 deleted),
+// seen again under a later assignment up to 8 (6 and 7 compacted away or
+// transaction markers) with the log still starting at 6: retention deleted
+// nothing since. noteGap counts g.lost - c.lost = 0 from c.to and logs an
+// error "records deleted by retention ... they are lost" with records 0
+// and to 5 before from 6: an operator is paged for nothing lost.
+func TestAGapSeenAgainWhereRetentionDeletedNothingSinceLogsNoLoss(t *testing.T) {
+	var buf bytes.Buffer
+	m, err := newMetrics(prometheus.NewRegistry(), []string{"t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLagWatch(Config{Topics: []string{"t"}, ResetOffset: "earliest"}, slog.New(slog.NewTextHandler(&buf, nil)), m)
+	w := l.assign(topicPartition{topic: "t", partition: 0}, context.Background(), 3)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.noteGap(w, 3, 6, 6)
+	if got := adv51gLost(t, l); got != 3 {
+		t.Fatalf("setup: %v lost, want 3", got)
+	}
+	buf.Reset()
+	l.noteGap(w, 3, 8, 6)
+	if got := adv51gLost(t, l); got != 3 {
+		t.Fatalf("%v lost, want still 3", got)
+	}
+	if buf.Len() > 0 {
+		t.Fatalf("nothing more was deleted, yet logged: %s", strings.TrimSpace(buf.String()))
 	}
 }
