@@ -211,7 +211,12 @@ func (l *lagWatch) noteGap(w *watched, from, to, start int64) {
 		// This router counted it under an earlier assignment: only what
 		// retention deleted since (the gap grew while the partition was
 		// away) is new.
-		if g.to <= c.to {
+		if g.to <= c.to || g.lost <= c.lost {
+			// Nothing more lost since (or a fetch answered with an older
+			// log start: a leader behind): a counter cannot go down.
+			if g.to > c.to {
+				seen[i].to = g.to
+			}
 			return
 		}
 		seen[i] = g
