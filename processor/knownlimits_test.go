@@ -3,6 +3,7 @@
 package processor
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -46,7 +48,9 @@ import (
 //   - Under reset_offset latest, a gap is counted up to the next record
 //     read: aborted transactions written after the reset point, and
 //     records another replica started but could not commit, are in it
-//     (the reset point is franz-go's, not told to the router).
+//     (the reset point is franz-go's, not told to the router); and a gap
+//     that grew under latest logs its new part as "the first ones deleted
+//     by retention" though the reset skipped them (the count is right).
 
 // Adversary 51b: a router stopped while its consumer's own offset reset
 // (kgo's ListOffsets of the log start, for a partition whose committed
@@ -753,5 +757,35 @@ func TestAnAbortedTransactionsGapCheckedAfterRetentionPassedItIsNotCountedLost(t
 	})
 	if err := rn.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// adversary 51g: under reset_offset latest, a gap from 3 counted up to 10
+// (log start 6: 3..5 deleted, 6..9 skipped by the reset), seen again up to
+// 15 with the log still starting at 6: the 5 new records 10..14 were all
+// skipped by the reset, none deleted by retention. noteGap's delta keeps
+// the gap's start, so count logs "the first ones deleted by retention"
+// with deleted_to 5, before its own from 10.
+func TestAGapThatGrewUnderResetLatestLogsNoRetentionDeletionBeforeItsStart(t *testing.T) {
+	var buf bytes.Buffer
+	m, err := newMetrics(prometheus.NewRegistry(), []string{"t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLagWatch(Config{Topics: []string{"t"}, ResetOffset: "latest"}, slog.New(slog.NewTextHandler(&buf, nil)), m)
+	w := l.assign(topicPartition{topic: "t", partition: 0}, context.Background(), 3)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.noteGap(w, 3, 10, 6)
+	if got := adv51gLost(t, l); got != 7 {
+		t.Fatalf("setup: %v lost, want 7", got)
+	}
+	buf.Reset()
+	l.noteGap(w, 3, 15, 6)
+	if got := adv51gLost(t, l); got != 12 {
+		t.Fatalf("%v lost, want 12", got)
+	}
+	if s := buf.String(); strings.Contains(s, "deleted by retention") {
+		t.Fatalf("records 10..14 were skipped by the reset, none deleted, yet logged: %s", strings.TrimSpace(s))
 	}
 }

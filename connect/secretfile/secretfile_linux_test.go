@@ -1007,3 +1007,214 @@ func TestAGetDoesNotFailOnAnOlderLooksErrorAfterAGetReturnedTheRotatedSecret(t *
 		t.Fatalf("the file holds the rotated secret, a Get returned it, then a Get = %q, %v", v, err)
 	}
 }
+
+// adversary 51g (holds): the same with reads of 0.49*MaxWait, shorter than
+// HungAfter: no check is taken for hung; two Gets 50 ms apart may
+// start checks beside each other (the first one's look older than
+// StatInterval) and the second is dropped, but the re-read fits MaxWait.
+func TestGetsOnAMountWhoseReadsTakeLessThanHungAfterDoNotFail(t *testing.T) {
+	adv51gContinuousGets(t, MaxWait*49/100)
+}
+
+func adv51gContinuousGets(t *testing.T, readTakes time.Duration) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("the-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats, reads atomic.Int64
+	f.mu.Lock()
+	f.stat = func(key, p string) (fileID, error) {
+		return fileID{size: stats.Add(1)}, nil // changed every time: every look reads
+	}
+	f.read = func(key, p string) (string, fileID, error) {
+		n := reads.Add(1)
+		time.Sleep(readTakes)
+		return fmt.Sprintf("v%d", n), fileID{size: n}, nil
+	}
+	f.mu.Unlock()
+
+	var (
+		mu     sync.Mutex
+		fails  int
+		gets   int
+		first  error
+		slowst time.Duration
+	)
+	stop := time.Now().Add(6 * time.Second)
+	var wg sync.WaitGroup
+	for time.Now().Before(stop) { // a Get every 50 ms, whatever the others do
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			_, err := f.Get()
+			d := time.Since(t0)
+			mu.Lock()
+			defer mu.Unlock()
+			gets++
+			if d > slowst {
+				slowst = d
+			}
+			if err != nil {
+				fails++
+				if first == nil {
+					first = err
+				}
+			}
+		}()
+		time.Sleep(50 * time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(stop.Sub(time.Now()) + 3*MaxWait):
+		t.Fatal("Gets did not return")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fails > 0 {
+		t.Fatalf("%d of %d Gets failed (slowest %v) though every read succeeded within %v (%d reads); first: %v", fails, gets, slowst, readTakes, reads.Load(), first)
+	}
+}
+
+// adversary 51g (holds): monotonicity with errors on the slow mount of the test
+// above: every third read fails (a rotation's missing path), the others
+// return v<n>, n the order the reads began. A Get begun after another
+// returned must not return an outcome of an earlier read (a secret or an
+// error) than that one's.
+func TestNoGetReturnsAnEarlierReadsOutcomeThanAGetThatReturnedBeforeItWithSlowFailingReads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("the-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats, reads atomic.Int64
+	f.mu.Lock()
+	f.stat = func(key, p string) (fileID, error) {
+		return fileID{size: stats.Add(1)}, nil
+	}
+	f.read = func(key, p string) (string, fileID, error) {
+		n := reads.Add(1)
+		time.Sleep(time.Duration(n%3+4) * MaxWait / 10) // 0.4..0.6 MaxWait
+		if n%3 == 0 {
+			return "", fileID{}, fmt.Errorf("read %d: gone", n)
+		}
+		return fmt.Sprintf("%d", n), fileID{size: n}, nil
+	}
+	f.mu.Unlock()
+	type ret struct {
+		began, ended time.Time
+		n            int64 // 0: MaxWait
+		s            string
+	}
+	var mu sync.Mutex
+	var rets []ret
+	stop := time.Now().Add(6 * time.Second)
+	var wg sync.WaitGroup
+	for time.Now().Before(stop) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := time.Now()
+			v, err := f.Get()
+			r := ret{began: b, ended: time.Now()}
+			switch {
+			case err == nil:
+				r.s = v
+				_, _ = fmt.Sscanf(v, "%d", &r.n)
+			default:
+				r.s = err.Error()
+				_, _ = fmt.Sscanf(err.Error(), "read %d:", &r.n)
+			}
+			mu.Lock()
+			rets = append(rets, r)
+			mu.Unlock()
+		}()
+		time.Sleep(30 * time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Until(stop) + 3*MaxWait):
+		t.Fatal("Gets did not return")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, a := range rets {
+		for _, b := range rets {
+			if a.n > 0 && b.n > 0 && b.began.After(a.ended) && b.n < a.n {
+				t.Fatalf("a Get begun after one that returned %q returned the earlier %q", a.s, b.s)
+			}
+		}
+	}
+	t.Logf("%d Gets, %d reads", len(rets), reads.Load())
+}
+
+// adversary 51g (holds): a mount that lost one look for good (its stat
+// never returns) but answers every later one quickly: one check is held,
+// the other slot must serve every Get; none may fail.
+func TestGetsSucceedOnAMountThatLostOneLookForGood(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("the-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := make(chan struct{})
+	t.Cleanup(func() { close(lost) })
+	var stats atomic.Int64
+	f.mu.Lock()
+	f.now = func() time.Time { return time.Now().Add(time.Hour) } // the NewFile look is old
+	f.stat = func(key, p string) (fileID, error) {
+		if stats.Add(1) == 1 {
+			<-lost
+		}
+		return stat(key, p)
+	}
+	f.mu.Unlock()
+	var mu sync.Mutex
+	var fails, gets int
+	var first error
+	stop := time.Now().Add(4 * time.Second)
+	var wg sync.WaitGroup
+	for time.Now().Before(stop) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := f.Get()
+			mu.Lock()
+			defer mu.Unlock()
+			gets++
+			if err != nil || v != "the-secret" {
+				fails++
+				if first == nil {
+					first = fmt.Errorf("%q, %v", v, err)
+				}
+			}
+		}()
+		time.Sleep(50 * time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Until(stop) + 3*MaxWait):
+		t.Fatal("Gets did not return")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fails > 0 {
+		t.Fatalf("%d of %d Gets failed with one look lost; first: %v", fails, gets, first)
+	}
+}
