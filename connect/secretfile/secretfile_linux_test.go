@@ -1072,7 +1072,7 @@ func adv51gContinuousGets(t *testing.T, readTakes time.Duration) {
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(stop.Sub(time.Now()) + 3*MaxWait):
+	case <-time.After(time.Until(stop) + 3*MaxWait):
 		t.Fatal("Gets did not return")
 	}
 	mu.Lock()
@@ -1126,11 +1126,10 @@ func TestNoGetReturnsAnEarlierReadsOutcomeThanAGetThatReturnedBeforeItWithSlowFa
 			b := time.Now()
 			v, err := f.Get()
 			r := ret{began: b, ended: time.Now()}
-			switch {
-			case err == nil:
+			if err == nil {
 				r.s = v
 				_, _ = fmt.Sscanf(v, "%d", &r.n)
-			default:
+			} else {
 				r.s = err.Error()
 				_, _ = fmt.Sscanf(err.Error(), "read %d:", &r.n)
 			}
