@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -82,20 +83,25 @@ func stat(key, path string) (fileID, error) {
 //
 // Its rule: the look (stat, then the read if needed) is a check, a
 // goroutine of its own, which every Get needing a look as recent as it
-// waits for and shares. A check's outcome is taken only if the check began
-// after the taken one's ended: it looked at the file later, whatever the
-// file system's delays. Two checks beside each other (on a slow mount)
-// looked in an order nobody knows, each somewhere between its beginning
-// and its end (adversary 51e: the last begun, or the last to look, or the
-// last to end, each brought an old secret back), so the one that ends
-// second is dropped and the next Get looks again, after both. A Get
-// returns an outcome taken, so no Get returns an older secret after a
-// newer one. A Get
-// waits at most MaxWait, whatever the file system does, and a hung mount
-// holds at most maxChecks checks (goroutines, threads) of a File: past
-// them, a Get waits for one to end, or returns an error naming the key and
-// the path at MaxWait. A file that cannot be read any more is an error,
-// not the old secret.
+// waits for and shares. A check looks at the file somewhere between its
+// beginning and its end, and two checks beside each other (on a slow
+// mount) looked in an order nobody knows (adversary 51e: the last begun,
+// or the last to look, or the last to end, each brought an old secret
+// back). So a check's outcome is taken (kept, to answer the Gets after
+// it) only if no other check ended while it ran: it then looked after
+// every outcome ever returned. A check that another's end overlapped is
+// not taken, and after it nothing is kept (the next Get looks again); its
+// outcome answers only the Gets that began before that other check ended,
+// before any Get could have returned an outcome it may have looked before.
+// So no Get returns an older secret than one a Get returned before it
+// began. A Get waits at most MaxWait, whatever the file system does, and
+// a hung mount holds at most maxChecks checks (goroutines, threads) of a
+// File: past them, a Get waits for one to end. A Get that has no look
+// begun within StatInterval before it by MaxWait (a mount slower than
+// that: maxChecks checks were in progress, none of them recent) returns
+// the newest outcome that ended while it waited and that the rule lets it
+// return; with none, an error naming the key and the path. A file that
+// cannot be read any more is an error, not the old secret.
 type File struct {
 	key, path string
 	now       func() time.Time                               // StatInterval, RecheckInterval (a test moves it)
@@ -103,7 +109,7 @@ type File struct {
 	stat      func(key, path string) (fileID, error)         // stat; idem
 
 	mu      sync.Mutex
-	state   outcome       // the outcome taken: of a check begun after the one before it ended
+	state   outcome       // the outcome taken: of the last check to end, if no other ended while it ran
 	checks  []*check      // in progress, in the order they began
 	seq     uint64        // of the last check begun
 	ticks   uint64        // counts checks' beginnings and ends: their order
@@ -111,26 +117,32 @@ type File struct {
 }
 
 // outcome is what a check found: the secret or an error, and when it
-// looked. Its zero value is no check yet.
+// looked. Its zero value is no check yet, or none taken.
 type outcome struct {
-	seq          uint64    // of its check
-	began, ended uint64    // File.ticks when its check began and ended
-	at           time.Time // File.now when the check began
-	value        string
-	id           fileID    // of the file value was read from
-	readAt       time.Time // File.now when the read of value began
-	err          error
+	seq    uint64    // of its check
+	at     time.Time // File.now when the check began
+	value  string
+	id     fileID    // of the file value was read from
+	readAt time.Time // File.now when the read of value began
+	err    error
 }
 
 // check is a look in progress; out is set, under File.mu, before done is
 // closed.
 type check struct {
 	seq       uint64
-	tick      uint64    // File.ticks when it began
 	at        time.Time // File.now when it began
 	startedAt time.Time // time.Now when it began: HungAfter is real time
+	firstEnd  uint64    // File.ticks at the first end of another check while it ran; 0: none (yet)
 	done      chan struct{}
 	out       outcome
+}
+
+// answers says whether c's outcome may answer a Get that began at tick
+// start (File.ticks then) and saw c in progress: c is taken, or c began
+// after every check that ended before the Get began had ended.
+func (c *check) answers(start uint64) bool {
+	return c.firstEnd == 0 || start < c.firstEnd
 }
 
 // StatInterval is how long a look at the file answers the Gets after it:
@@ -164,16 +176,23 @@ func NewFile(key, path string) (*File, error) {
 }
 
 // Get returns the secret, from a look at the file at most StatInterval
-// old, within MaxWait. When the file cannot be read any more, it returns
-// the error: a secret that was removed is not silently kept.
+// old, within MaxWait; on a mount slower than that, from the newest look
+// that ended while it waited (File's rule). When the file cannot be read
+// any more, it returns the error: a secret that was removed is not
+// silently kept.
 func (f *File) Get() (string, error) {
 	deadline := time.Now().Add(MaxWait)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	start := f.ticks                    // outcomes returned before this Get ended by then
 	since := f.now().Add(-StatInterval) // a look begun after it answers this Get
+	var seen []*check                   // in progress while this Get waited
 	for {
 		if f.state.seq > 0 && f.state.at.After(since) {
 			return f.state.value, f.state.err
+		}
+		if o, ok := newestAnswer(seen, start, since); ok {
+			return o.value, o.err
 		}
 		// The check to wait for: the newest in progress, if recent enough
 		// and not hung; else a new one, unless maxChecks are in progress
@@ -191,8 +210,16 @@ func (f *File) Get() (string, error) {
 				c = nil
 			}
 		}
+		for _, o := range f.checks {
+			if !slices.Contains(seen, o) {
+				seen = append(seen, o)
+			}
+		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
+			if o, ok := newestAnswer(seen, start, time.Time{}); ok { // a slow mount: the newest look it may return
+				return o.value, o.err
+			}
 			return "", fmt.Errorf("%s: reading the secret: %s did not answer within %s (%d looks at it in progress)", f.key, f.path, MaxWait, len(f.checks))
 		}
 		if c != nil {
@@ -214,35 +241,41 @@ func (f *File) Get() (string, error) {
 		}
 		t.Stop()
 		f.mu.Lock()
-		if c == nil {
-			continue
-		}
+	}
+}
+
+// newestAnswer returns the outcome of the newest check of seen that ended,
+// began after since, and may answer a Get begun at tick start. Called
+// with File.mu held.
+func newestAnswer(seen []*check, start uint64, since time.Time) (outcome, bool) {
+	var best *check
+	for _, c := range seen {
 		select {
 		case <-c.done:
-			if f.state.seq == c.seq { // its outcome, taken
-				return f.state.value, f.state.err
-			}
-			if f.state.began > c.tick { // one begun after it was taken since: newer
-				return f.state.value, f.state.err
-			}
-			// Dropped (a check beside it ended first): look again.
 		default:
+			continue
+		}
+		if c.at.After(since) && c.answers(start) && (best == nil || c.seq > best.seq) {
+			best = c
 		}
 	}
+	if best == nil {
+		return outcome{}, false
+	}
+	return best.out, true
 }
 
 // start begins a check and returns it. Called with f.mu held.
 func (f *File) start() *check {
 	f.seq++
 	f.ticks++
-	c := &check{seq: f.seq, tick: f.ticks, at: f.now(), startedAt: time.Now(), done: make(chan struct{})}
+	c := &check{seq: f.seq, at: f.now(), startedAt: time.Now(), done: make(chan struct{})}
 	f.checks = append(f.checks, c)
 	prev := f.state
 	go func() {
 		out := f.look(c, prev)
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		close(c.done)
 		for i, o := range f.checks {
 			if o == c {
 				f.checks = append(f.checks[:i], f.checks[i+1:]...)
@@ -250,15 +283,20 @@ func (f *File) start() *check {
 			}
 		}
 		f.ticks++
-		out.ended = f.ticks
+		for _, o := range f.checks { // their looks and this one's: order unknown
+			if o.firstEnd == 0 {
+				o.firstEnd = f.ticks
+			}
+		}
 		c.out = out
-		if f.state.seq == 0 || out.began > f.state.ended {
+		if c.firstEnd == 0 {
 			f.state = out
 		} else {
-			// It was beside the one taken: which looked last is unknown,
-			// so the next Get looks again, after both.
-			f.state.at = time.Time{}
+			// Another check ended while it ran: which looked last is
+			// unknown, so neither is kept; the next Get looks again.
+			f.state = outcome{}
 		}
+		close(c.done)
 		close(f.changed)
 		f.changed = make(chan struct{})
 	}()
@@ -269,7 +307,7 @@ func (f *File) start() *check {
 // the value of prev (the state when the check began) was read, or that
 // read is RecheckInterval old.
 func (f *File) look(c *check, prev outcome) outcome {
-	out := outcome{seq: c.seq, began: c.tick, at: c.at}
+	out := outcome{seq: c.seq, at: c.at}
 	id, err := f.stat(f.key, f.path)
 	if err != nil {
 		out.err = err

@@ -1217,3 +1217,180 @@ func TestGetsSucceedOnAMountThatLostOneLookForGood(t *testing.T) {
 		t.Fatalf("%d of %d Gets failed with one look lost; first: %v", fails, gets, first)
 	}
 }
+
+// gatedLooks makes every look of f read (each stat tells another file)
+// and its i-th read (from 1) return "v<i>"; reads 1 to n wait until
+// release(i) (or the test's end). began(i) is closed when read i began.
+// The clock is f.now: advance moves it.
+func gatedLooks(t *testing.T, f *File, n int) (began func(i int) <-chan struct{}, release func(i int), advance func(time.Duration)) {
+	t.Helper()
+	starts := make([]chan struct{}, n+1)
+	gates := make([]chan struct{}, n+1)
+	onces := make([]sync.Once, n+1)
+	for i := 1; i <= n; i++ {
+		starts[i], gates[i] = make(chan struct{}), make(chan struct{})
+	}
+	release = func(i int) { onces[i].Do(func() { close(gates[i]) }) }
+	t.Cleanup(func() {
+		for i := 1; i <= n; i++ {
+			release(i)
+		}
+	})
+	var stats, reads atomic.Int64
+	var offset atomic.Int64
+	base := time.Now().Add(time.Hour) // the last look is old: the next Get looks
+	f.mu.Lock()
+	f.now = func() time.Time { return base.Add(time.Duration(offset.Load())) }
+	f.stat = func(key, p string) (fileID, error) { return fileID{size: -stats.Add(1)}, nil }
+	f.read = func(key, p string) (string, fileID, error) {
+		i := reads.Add(1)
+		if i <= int64(n) {
+			close(starts[i])
+			<-gates[i]
+		}
+		return fmt.Sprintf("v%d", i), fileID{size: i}, nil
+	}
+	f.mu.Unlock()
+	return func(i int) <-chan struct{} { return starts[i] }, release, func(d time.Duration) { offset.Add(int64(d)) }
+}
+
+// On a slow mount two looks run beside each other and end in an order
+// that says nothing of the order they looked in. The look that ends
+// second answers the Gets begun before the first one ended (no Get had
+// returned anything it may have looked before), without another read of
+// the slow mount; a Get begun after the first one ended is not answered
+// by it (it may have looked before the first, whose secret a Get already
+// returned), and looks again.
+func TestALookBesideAnotherAnswersTheGetsBegunBeforeTheOtherEndedAndNoLaterOne(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("the-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began, release, advance := gatedLooks(t, f, 2)
+	type got struct {
+		v   string
+		err error
+	}
+	get := func() chan got {
+		ch := make(chan got, 1)
+		go func() {
+			v, err := f.Get()
+			ch <- got{v, err}
+		}()
+		return ch
+	}
+	wait := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("setup: %s did not happen", what)
+		}
+	}
+	g1 := get() // look 1
+	wait(began(1), "look 1's read")
+	advance(time.Second) // look 1 is not recent enough for the next Get
+	g2 := get()          // look 2, beside look 1
+	wait(began(2), "look 2's read")
+	release(1)
+	select {
+	case r := <-g1:
+		if r.err != nil || r.v != "v1" {
+			t.Fatalf("setup: the first Get = %q, %v; want v1", r.v, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("setup: the first Get did not return")
+	}
+	g3 := get() // begun after look 1 ended (and a Get returned v1): joins look 2
+	deadline := time.Now().Add(HungAfter / 2)
+	for getsWaiting() < 2 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	release(2)
+	select {
+	case r := <-g2:
+		if r.err != nil || r.v != "v2" {
+			t.Errorf("the Get that waited for look 2 and began before look 1 ended = %q, %v; want v2, look 2's outcome, with no other read", r.v, r.err)
+		}
+	case <-time.After(MaxWait + time.Second):
+		t.Fatal("the second Get did not return")
+	}
+	select {
+	case r := <-g3:
+		if r.err != nil || r.v != "v3" {
+			t.Errorf("the Get begun after look 1 ended = %q, %v; want v3, a look after both (v2 may have been read before v1, which a Get returned before it began)", r.v, r.err)
+		}
+	case <-time.After(MaxWait + time.Second):
+		t.Fatal("the third Get did not return")
+	}
+}
+
+// A mount slower than MaxWait, with two looks in progress that began too
+// long ago for a Get: it cannot have a recent look within MaxWait, and
+// returns the newest one that ended while it waited, not an error.
+func TestAGetOnAMountSlowerThanMaxWaitReturnsTheNewestLookThatEndedWhileItWaited(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("the-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began, release, advance := gatedLooks(t, f, 3) // looks 1 and 3 answer only at the test's end
+	type got struct {
+		v   string
+		err error
+	}
+	get := func() chan got {
+		ch := make(chan got, 1)
+		go func() {
+			v, err := f.Get()
+			ch <- got{v, err}
+		}()
+		return ch
+	}
+	wait := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("setup: %s did not happen", what)
+		}
+	}
+	get() // look 1, for good
+	wait(began(1), "look 1's read")
+	advance(time.Second)
+	g2 := get() // look 2, beside it
+	wait(began(2), "look 2's read")
+	advance(time.Second) // neither is recent enough for the next Get
+	t0 := time.Now()
+	g3 := get() // two looks in progress: waits for one to end
+	deadline := time.Now().Add(HungAfter / 2)
+	for getsWaiting() < 3 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	release(2) // look 2 ends: v2 (the Get begins look 3, which answers only at the end)
+	select {
+	case r := <-g2:
+		if r.err != nil || r.v != "v2" {
+			t.Fatalf("setup: the second Get = %q, %v; want v2", r.v, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("setup: the second Get did not return")
+	}
+	wait(began(3), "look 3's read")
+	select {
+	case r := <-g3:
+		t.Logf("after %v: %q %v", time.Since(t0), r.v, r.err)
+		if r.err != nil || r.v != "v2" {
+			t.Errorf("a Get with no recent look possible within MaxWait = %q, %v; want v2, the newest look that ended while it waited", r.v, r.err)
+		}
+	case <-time.After(MaxWait + time.Second):
+		t.Fatal("the third Get did not return within MaxWait")
+	}
+}
