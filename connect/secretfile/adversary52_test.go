@@ -157,3 +157,48 @@ func TestAGetBegunJustAfterALookEndedBesideARecentOneDoesNotFailOnTheRealClock(t
 		t.Fatalf("Get B (begun just after look 1 ended, beside recent look 2) failed after %v though every read succeeded within 1.5 s < MaxWait: %v", took, rb.err)
 	}
 }
+
+// adversary 52a: f.now steps back 1 s (a clock that jumps) while a Get
+// waits for a hung look (look 1, begun under the old time). At HungAfter
+// the Get begins look 2 beside it, under the new time: older than the
+// Get's since, so not recent for it; look 2 ends at once (the mount
+// answers new requests), and the Get begins another, and another: every
+// look it begins is "too old" for it, so it reads the file in a loop until
+// MaxWait, and its seen grows with each. A Get should begin a bounded
+// number of looks (here: at most a handful), not spin on the mount.
+// (time.Now's monotonic reading never steps back: in production this
+// needs an f.now without one; the test clock shows the loop is unbounded
+// but for MaxWait.)
+func TestAGetWhoseClockSteppedBackDoesNotReadTheFileInALoopUntilMaxWait(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("the-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began, release, advance := gatedLooks(t, f, 1)
+	g := adv52aGet(f)
+	select {
+	case <-began(1):
+	case <-time.After(5 * time.Second):
+		t.Fatal("setup: look 1 did not begin")
+	}
+	advance(-time.Second)
+	t0 := time.Now()
+	var r adv52aResult
+	select {
+	case r = <-g:
+	case <-time.After(MaxWait + time.Second):
+		t.Fatal("the Get did not return")
+	}
+	took := time.Since(t0)
+	release(1)
+	f.mu.Lock()
+	seq := f.seq
+	f.mu.Unlock()
+	if seq > 10 {
+		t.Fatalf("one Get (returned %q, %v after %v) began %d looks at the file: it read the mount in a loop", r.v, r.err, took, seq)
+	}
+}
