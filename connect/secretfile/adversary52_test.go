@@ -4,8 +4,11 @@ package secretfile
 
 import (
 	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -200,5 +203,223 @@ func TestAGetWhoseClockSteppedBackDoesNotReadTheFileInALoopUntilMaxWait(t *testi
 	f.mu.Unlock()
 	if seq > 10 {
 		t.Fatalf("one Get (returned %q, %v after %v) began %d looks at the file: it read the mount in a loop", r.v, r.err, took, seq)
+	}
+}
+
+// adversary 52a: adversary 51g's continuous Gets (one every 50 ms) on a
+// mount whose every read takes 1.5 s, less than MaxWait: no Get should
+// fail.
+func TestContinuousGetsOnAMountWhoseReadsAllTakeThreeQuartersOfMaxWaitDoNotFail(t *testing.T) {
+	adv51gContinuousGets(t, MaxWait*3/4)
+}
+
+// adversary 52a: idem, every read taking 1.9 s.
+func TestContinuousGetsOnAMountWhoseReadsAllTakeNineTenthsOfMaxWaitDoNotFail(t *testing.T) {
+	adv51gContinuousGets(t, MaxWait*95/100)
+}
+
+// adversary 52a: a real-time monotonicity checker on a mount of mixed
+// speeds: each look's stat takes 1 ms, 0.3 s, 1.2 s, 1.9 s or 2.6 s (past
+// MaxWait: the deadline fallback), every fourth stat fails (a rotation's
+// missing path), the others are followed by a fast read. Every stat and
+// read takes a number from one counter when it begins (the moment it
+// looks); a Get's outcome is that number. Gets come every 10-60 ms from
+// several goroutines for 8 s. No Get may return a smaller number than a
+// Get that returned before it began.
+func TestNoGetReturnsAnEarlierLookThanAGetThatReturnedBeforeItOnAMountOfMixedSpeedsAndErrors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("the-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var looks atomic.Int64
+	speeds := []time.Duration{time.Millisecond, 300 * time.Millisecond, 1200 * time.Millisecond, 1900 * time.Millisecond, 2600 * time.Millisecond}
+	f.mu.Lock()
+	f.stat = func(key, p string) (fileID, error) {
+		n := looks.Add(1)
+		time.Sleep(speeds[rand.Intn(len(speeds))])
+		if n%4 == 0 {
+			return fileID{}, fmt.Errorf("look %d: gone", n)
+		}
+		return fileID{size: -n}, nil // changed: the look reads
+	}
+	f.read = func(key, p string) (string, fileID, error) {
+		n := looks.Add(1)
+		return strconv.FormatInt(n, 10), fileID{size: n}, nil
+	}
+	f.mu.Unlock()
+	type ret struct {
+		began, ended time.Time
+		n            int64 // 0: no look (MaxWait)
+		s            string
+	}
+	var mu sync.Mutex
+	var rets []ret
+	stop := time.Now().Add(8 * time.Second)
+	var wg sync.WaitGroup
+	for time.Now().Before(stop) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := time.Now()
+			v, err := f.Get()
+			r := ret{began: b, ended: time.Now()}
+			if err == nil {
+				r.s = v
+				r.n, _ = strconv.ParseInt(v, 10, 64)
+			} else {
+				r.s = err.Error()
+				var n int64
+				if _, serr := fmt.Sscanf(err.Error(), "look %d: gone", &n); serr == nil {
+					r.n = n
+				}
+			}
+			mu.Lock()
+			rets = append(rets, r)
+			mu.Unlock()
+		}()
+		time.Sleep(time.Duration(10+rand.Intn(50)) * time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * MaxWait):
+		t.Fatal("Gets did not return")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	looked := 0
+	for _, r := range rets {
+		if r.n > 0 {
+			looked++
+		}
+	}
+	if looked < len(rets)/2 {
+		t.Fatalf("setup: only %d of %d Gets returned a look", looked, len(rets))
+	}
+	for _, a := range rets {
+		for _, b := range rets {
+			if a.n > 0 && b.n > 0 && a.ended.Before(b.began) && b.n < a.n {
+				t.Fatalf("a Get begun %v after another returned look %d (%q) returned the earlier look %d (%q)", b.began.Sub(a.ended), a.n, a.s, b.n, b.s)
+			}
+		}
+	}
+}
+
+// adversary 52a: three looks in a chain, each beside the next (1 and 2,
+// then 2 and 3 ... and 1 and 3): look 1 begins, look 2 beside it ends
+// first (v2 returned), look 3 begins beside look 1, look 1 ends (v1, which
+// may have looked before v2), then look 3. No Get begun after a Get
+// returned v2 may return v1, and Get 1 (begun before any end) may return
+// v1 or v2 only.
+func TestNoGetReturnsAnOlderLookThanAReturnedOneWhenThreeLooksEndOutOfOrder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("the-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	began, release, advance := gatedLooks(t, f, 3)
+	wait := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("setup: %s did not happen", what)
+		}
+	}
+	recv := func(ch <-chan adv52aResult, what string) adv52aResult {
+		t.Helper()
+		select {
+		case r := <-ch:
+			return r
+		case <-time.After(MaxWait + time.Second):
+			t.Fatalf("%s did not return", what)
+		}
+		return adv52aResult{}
+	}
+	g1 := adv52aGet(f) // look 1
+	wait(began(1), "look 1's read")
+	advance(StatInterval + time.Millisecond)
+	g2 := adv52aGet(f) // look 2 beside look 1
+	wait(began(2), "look 2's read")
+	release(2)
+	if r := recv(g2, "Get 2"); r.err != nil || r.v != "v2" {
+		t.Fatalf("setup: Get 2 = %q, %v; want v2", r.v, r.err)
+	}
+	if r := recv(g1, "Get 1"); r.err != nil || r.v != "v2" {
+		t.Errorf("Get 1 (waiting, look 2 recent for it too) = %q, %v; want v2", r.v, r.err)
+	}
+	advance(StatInterval + time.Millisecond)
+	g3 := adv52aGet(f) // look 3 beside look 1, begun after v2 was returned
+	wait(began(3), "look 3's read")
+	release(1) // look 1 ends: v1, not to be returned to Get 3 or later
+	g4 := adv52aGet(f)
+	release(3)
+	if r := recv(g3, "Get 3"); r.err != nil || r.v != "v3" {
+		t.Errorf("Get 3 (begun after Get 2 returned v2) = %q, %v; want v3", r.v, r.err)
+	}
+	if r := recv(g4, "Get 4"); r.err != nil || (r.v != "v3" && r.v != "v4") {
+		t.Errorf("Get 4 (begun after look 1 ended, Get 2 returned v2) = %q, %v; want v3 or v4", r.v, r.err)
+	}
+	if r := recv(adv52aGet(f), "Get 5"); r.err != nil || (r.v != "v3" && r.v != "v4") {
+		t.Errorf("Get 5 (begun after all ended) = %q, %v; want v3 or v4", r.v, r.err)
+	}
+}
+
+// adversary 52a: liveness on a mount of mixed speeds whose every read
+// succeeds within MaxWait (5 ms, 150 ms, 1.2 s, 1.5 s or 1.9 s, at
+// random), Gets every 10-60 ms for 8 s: no Get may fail.
+func TestGetsOnAMountOfMixedSpeedsAllWithinMaxWaitDoNotFail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("the-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	speeds := []time.Duration{5 * time.Millisecond, 150 * time.Millisecond, 1200 * time.Millisecond, 1500 * time.Millisecond, 1900 * time.Millisecond}
+	var stats, reads atomic.Int64
+	f.mu.Lock()
+	f.stat = func(key, p string) (fileID, error) { return fileID{size: -stats.Add(1)}, nil }
+	f.read = func(key, p string) (string, fileID, error) {
+		i := reads.Add(1)
+		time.Sleep(speeds[rand.Intn(len(speeds))])
+		return fmt.Sprintf("v%d", i), fileID{size: i}, nil
+	}
+	f.mu.Unlock()
+	var fails, gets atomic.Int64
+	var first atomic.Value
+	stop := time.Now().Add(8 * time.Second)
+	var wg sync.WaitGroup
+	for time.Now().Before(stop) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := f.Get()
+			gets.Add(1)
+			if err != nil {
+				fails.Add(1)
+				first.CompareAndSwap(nil, err.Error())
+			}
+		}()
+		time.Sleep(time.Duration(10+rand.Intn(50)) * time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * MaxWait):
+		t.Fatal("Gets did not return")
+	}
+	if n := fails.Load(); n > 0 {
+		t.Fatalf("%d of %d Gets failed though every read succeeded within 1.9 s < MaxWait; first: %v", n, gets.Load(), first.Load())
 	}
 }
