@@ -111,6 +111,7 @@ type File struct {
 	mu      sync.Mutex
 	state   outcome       // the outcome taken: of the last check to end, if no other ended while it ran
 	checks  []*check      // in progress, in the order they began
+	recent  []*check      // the last maxChecks to end: a Get that did not see one in progress may still take its answer
 	seq     uint64        // of the last check begun
 	ticks   uint64        // counts checks' beginnings and ends: their order
 	changed chan struct{} // closed and replaced when a check ends
@@ -134,15 +135,28 @@ type check struct {
 	at        time.Time // File.now when it began
 	startedAt time.Time // time.Now when it began: HungAfter is real time
 	firstEnd  uint64    // File.ticks at the first end of another check while it ran; 0: none (yet)
+	ended     uint64    // File.ticks at its end; 0: in progress
 	done      chan struct{}
 	out       outcome
 }
 
 // answers says whether c's outcome may answer a Get that began at tick
-// start (File.ticks then) and saw c in progress: c is taken, or c began
-// after every check that ended before the Get began had ended.
+// start (File.ticks then): c did not end before it, and c is taken or
+// began after every check that ended before the Get began had ended.
 func (c *check) answers(start uint64) bool {
-	return c.firstEnd == 0 || start < c.firstEnd
+	return (c.ended == 0 || c.ended > start) && (c.firstEnd == 0 || start < c.firstEnd)
+}
+
+// recentFor says whether c is a look recent enough for a Get that began
+// with File.seq at seq and File.now at since+StatInterval: begun after
+// it (whatever the clock says since), or within StatInterval before it.
+func (c *check) recentFor(seq uint64, since time.Time) bool {
+	return c.seq > seq || c.at.After(since)
+}
+
+// recentFor says the same of the check o is the outcome of.
+func (o outcome) recentFor(seq uint64, since time.Time) bool {
+	return o.seq > seq || o.at.After(since)
 }
 
 // StatInterval is how long a look at the file answers the Gets after it:
@@ -185,39 +199,43 @@ func (f *File) Get() (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	start := f.ticks                    // outcomes returned before this Get ended by then
-	since := f.now().Add(-StatInterval) // a look begun after it answers this Get
-	var seen []*check                   // in progress while this Get waited
+	seq := f.seq                        // checks begun after it are recent for this Get
+	since := f.now().Add(-StatInterval) // so are checks begun after it
+	var seen []*check                   // in progress, or ended, while this Get waited
 	for {
-		if f.state.seq > 0 && f.state.at.After(since) {
+		if f.state.seq > 0 && f.state.recentFor(seq, since) {
 			return f.state.value, f.state.err
 		}
-		if o, ok := newestAnswer(seen, start, since); ok {
+		for _, l := range [][]*check{f.checks, f.recent} {
+			for _, o := range l {
+				if o.answers(start) && !slices.Contains(seen, o) {
+					seen = append(seen, o)
+				}
+			}
+		}
+		if o, ok := newestAnswer(seen, start, func(c *check) bool { return c.recentFor(seq, since) }); ok {
 			return o.value, o.err
 		}
-		// The check to wait for: the newest in progress, if recent enough
-		// and not hung; else a new one, unless maxChecks are in progress
-		// (then a hung one still recent enough, or none: wait for one to
-		// end).
+		// The check to wait for: the newest in progress, if recent enough,
+		// able to answer this Get and not hung; else a new one, unless
+		// maxChecks are in progress (then a hung one still recent enough
+		// and able to answer, or none: wait for one to end).
 		var c *check
 		if n := len(f.checks); n > 0 {
 			c = f.checks[n-1]
 		}
-		if c == nil || !c.at.After(since) || time.Since(c.startedAt) >= HungAfter {
+		if c == nil || !c.recentFor(seq, since) || !c.answers(start) || time.Since(c.startedAt) >= HungAfter {
 			switch {
 			case len(f.checks) < maxChecks:
 				c = f.start()
-			case !c.at.After(since):
+				seen = append(seen, c)
+			case !c.recentFor(seq, since) || !c.answers(start):
 				c = nil
-			}
-		}
-		for _, o := range f.checks {
-			if !slices.Contains(seen, o) {
-				seen = append(seen, o)
 			}
 		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
-			if o, ok := newestAnswer(seen, start, time.Time{}); ok { // a slow mount: the newest look it may return
+			if o, ok := newestAnswer(seen, start, func(*check) bool { return true }); ok { // a slow mount: the newest look it may return
 				return o.value, o.err
 			}
 			return "", fmt.Errorf("%s: reading the secret: %s did not answer within %s (%d looks at it in progress)", f.key, f.path, MaxWait, len(f.checks))
@@ -245,17 +263,15 @@ func (f *File) Get() (string, error) {
 }
 
 // newestAnswer returns the outcome of the newest check of seen that ended,
-// began after since, and may answer a Get begun at tick start. Called
+// is recent (enough), and may answer a Get begun at tick start. Called
 // with File.mu held.
-func newestAnswer(seen []*check, start uint64, since time.Time) (outcome, bool) {
+func newestAnswer(seen []*check, start uint64, recent func(*check) bool) (outcome, bool) {
 	var best *check
 	for _, c := range seen {
-		select {
-		case <-c.done:
-		default:
+		if c.ended == 0 {
 			continue
 		}
-		if c.at.After(since) && c.answers(start) && (best == nil || c.seq > best.seq) {
+		if recent(c) && c.answers(start) && (best == nil || c.seq > best.seq) {
 			best = c
 		}
 	}
@@ -283,6 +299,10 @@ func (f *File) start() *check {
 			}
 		}
 		f.ticks++
+		c.ended = f.ticks
+		if f.recent = append(f.recent, c); len(f.recent) > maxChecks {
+			f.recent = f.recent[1:]
+		}
 		for _, o := range f.checks { // their looks and this one's: order unknown
 			if o.firstEnd == 0 {
 				o.firstEnd = f.ticks

@@ -1260,7 +1260,7 @@ func gatedLooks(t *testing.T, f *File, n int) (began func(i int) <-chan struct{}
 // returned anything it may have looked before), without another read of
 // the slow mount; a Get begun after the first one ended is not answered
 // by it (it may have looked before the first, whose secret a Get already
-// returned), and looks again.
+// returned): it looks again, at once.
 func TestALookBesideAnotherAnswersTheGetsBegunBeforeTheOtherEndedAndNoLaterOne(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(path, []byte("the-secret\n"), 0o600); err != nil {
@@ -1270,7 +1270,7 @@ func TestALookBesideAnotherAnswersTheGetsBegunBeforeTheOtherEndedAndNoLaterOne(t
 	if err != nil {
 		t.Fatal(err)
 	}
-	began, release, advance := gatedLooks(t, f, 2)
+	began, release, advance := gatedLooks(t, f, 3)
 	type got struct {
 		v   string
 		err error
@@ -1305,11 +1305,8 @@ func TestALookBesideAnotherAnswersTheGetsBegunBeforeTheOtherEndedAndNoLaterOne(t
 	case <-time.After(5 * time.Second):
 		t.Fatal("setup: the first Get did not return")
 	}
-	g3 := get() // begun after look 1 ended (and a Get returned v1): joins look 2
-	deadline := time.Now().Add(HungAfter / 2)
-	for getsWaiting() < 2 && time.Now().Before(deadline) {
-		runtime.Gosched()
-	}
+	g3 := get() // begun after look 1 ended (and a Get returned v1): look 2 cannot answer it
+	wait(began(3), "look 3's read, begun by the Get look 2 cannot answer")
 	release(2)
 	select {
 	case r := <-g2:
@@ -1319,6 +1316,7 @@ func TestALookBesideAnotherAnswersTheGetsBegunBeforeTheOtherEndedAndNoLaterOne(t
 	case <-time.After(MaxWait + time.Second):
 		t.Fatal("the second Get did not return")
 	}
+	release(3)
 	select {
 	case r := <-g3:
 		if r.err != nil || r.v != "v3" {
