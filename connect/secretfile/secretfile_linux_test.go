@@ -1754,8 +1754,8 @@ func TestNoGetReturnsAnOlderLookThanAReturnedOneWhenThreeLooksEndOutOfOrder(t *t
 	release(1) // look 1 ends: v1, not to be returned to Get 3 or later
 	g4 := adv52aGet(f)
 	release(3)
-	if r := recv(g3, "Get 3"); r.err != nil || r.v != "v3" {
-		t.Errorf("Get 3 (begun after Get 2 returned v2) = %q, %v; want v3", r.v, r.err)
+	if r := recv(g3, "Get 3"); r.err != nil || (r.v != "v3" && r.v != "v4") {
+		t.Errorf("Get 3 (begun after Get 2 returned v2) = %q, %v; want v3, or v4 (Get 4's look, begun after Get 3 began, may end first and be taken)", r.v, r.err)
 	}
 	if r := recv(g4, "Get 4"); r.err != nil || (r.v != "v3" && r.v != "v4") {
 		t.Errorf("Get 4 (begun after look 1 ended, Get 2 returned v2) = %q, %v; want v3 or v4", r.v, r.err)
