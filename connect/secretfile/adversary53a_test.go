@@ -417,6 +417,47 @@ func TestManyGetsAcrossRotationsOnAHangingMountLeaveNoGoroutineOnceItAnswers(t *
 	}
 }
 
+// adversary 53a: f.now steps back 10 s (a clock that jumps; the brief's
+// "clock that jumps", as in 52a's stepped-back test) just after a look:
+// that look's at is then in the File's future, "after" every Get's since
+// until the clock catches up, so f.state answers every Get for 10 s with
+// no stat. The file is then replaced by rename (a rotation, file system
+// fast) and real time passes (3*StatInterval, the clock moving with it):
+// a Get begun then should look (and return the new secret), not return
+// the old secret from a look 10 s "ahead". (time.Now's monotonic reading
+// never steps back: in production this needs an f.now without one.)
+func TestAGetAfterTheClockSteppedBackAndARotationReturnsTheNewSecretNotALookFromTheFuture(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "token")
+	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offset atomic.Int64
+	offset.Store(int64(time.Hour))
+	f.mu.Lock()
+	f.now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	f.mu.Unlock()
+	if v, err := f.Get(); err != nil || v != "old-secret" { // a look at the clock's now
+		t.Fatalf("setup: Get = %q, %v", v, err)
+	}
+	offset.Add(int64(-10 * time.Second)) // the clock steps back
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.WriteFile(tmp, []byte("new-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * StatInterval)
+	if v, err := f.Get(); err != nil || v != "new-secret" {
+		t.Fatalf("a Get begun 3*StatInterval after a rotation (the clock stepped back 10 s before it) = %q, %v; want new-secret: a look 'from the future' answers every Get until the clock catches up", v, err)
+	}
+}
+
 // adversary 53a: a mount that loses one look for good in the middle of a
 // stream of Gets (the 5th stat never returns) and answers every other
 // look in 0.8 s (HungAfter + 0.8 s < MaxWait): the Gets begun just after
