@@ -601,3 +601,62 @@ func TestAGetBesideALostLookDoesNotFailOnAMountAnsweringOtherLooksWithinMaxWait(
 		t.Fatalf("a Get beside a lost look failed after %v though the mount answers every other look in 1.2 s < MaxWait (its own look beside the lost one began at HungAfter, %d read begun): %v", time.Since(t0), reads.Load(), r.err)
 	}
 }
+
+// adversary 53a: liveness with a clock that jumps: every read succeeds
+// within MaxWait (5 ms, 150 ms, 1.2 s or 1.8 s, at random), Gets every
+// 10-60 ms for 6 s, and f.now jumps by -1 s to +1 s every 50 ms (looks
+// then seem recent, or old, whatever real time says). No Get may fail,
+// and each returns within MaxWait + 1 s.
+func TestGetsOnAMountAnsweringWithinMaxWaitDoNotFailWithAClockThatJumps(t *testing.T) {
+	f := adv53aNewFile(t)
+	speeds := []time.Duration{5 * time.Millisecond, 150 * time.Millisecond, 1200 * time.Millisecond, 1800 * time.Millisecond}
+	var stats, reads, offset atomic.Int64
+	f.mu.Lock()
+	f.now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	f.stat = func(key, p string) (fileID, error) { return fileID{size: -stats.Add(1)}, nil }
+	f.read = func(key, p string) (string, fileID, error) {
+		i := reads.Add(1)
+		time.Sleep(speeds[rand.Intn(len(speeds))])
+		return "v" + strconv.FormatInt(i, 10), fileID{size: i}, nil
+	}
+	f.mu.Unlock()
+	var fails, gets, slow atomic.Int64
+	var first atomic.Value
+	stop := time.Now().Add(6 * time.Second)
+	var wg sync.WaitGroup
+	lastJump := time.Now()
+	for time.Now().Before(stop) {
+		if time.Since(lastJump) > 50*time.Millisecond {
+			offset.Add(int64(time.Duration(rand.Intn(2001)-1000) * time.Millisecond))
+			lastJump = time.Now()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			_, err := f.Get()
+			if time.Since(t0) > MaxWait+time.Second {
+				slow.Add(1)
+			}
+			gets.Add(1)
+			if err != nil {
+				fails.Add(1)
+				first.CompareAndSwap(nil, err.Error())
+			}
+		}()
+		time.Sleep(time.Duration(10+rand.Intn(50)) * time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * MaxWait):
+		t.Fatal("Gets did not return")
+	}
+	if n := slow.Load(); n > 0 {
+		t.Errorf("%d Gets took longer than MaxWait + 1 s", n)
+	}
+	if n := fails.Load(); n > 0 {
+		t.Fatalf("%d of %d Gets failed though every read succeeded within 1.8 s < MaxWait; first: %v", n, gets.Load(), first.Load())
+	}
+}
