@@ -56,6 +56,48 @@ func TestFileRewrittenAtSameSizeAndMtimeIsReadAgain(t *testing.T) {
 	}
 }
 
+// A value whose read the File's clock puts in the future (the clock
+// stepped back since) counts as RecheckInterval old: a file rewritten in
+// place where a stat cannot tell is read again at the next look, not kept
+// until the clock catches up with the read (adversary 53a: "the same root
+// disables the RecheckInterval reread").
+func TestAFileRewrittenInPlaceIsReadAgainAfterTheClockSteppedBackPastItsRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("x_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Hour)
+	f.now = func() time.Time { return now }
+	if _, err := f.Get(); err != nil { // read at now
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("new-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	rewritten, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.state.id = idOf(rewritten)
+	f.mu.Unlock()
+	now = now.Add(-10 * time.Second) // the clock steps back past the read
+	if v, err := f.Get(); v != "new-secret" || err != nil {
+		t.Errorf("after the clock stepped back past the read: %q %v, want the rewritten secret (a read in the future is not a recent one)", v, err)
+	}
+}
+
 // A Get never returns an older secret than one a previous Get (same goroutine)
 // returned, even when the rotation keeps size and modification time.
 func TestGetNeverReturnsAnOlderSecretAfterANewerOne(t *testing.T) {
