@@ -148,15 +148,23 @@ func (c *check) answers(start uint64) bool {
 }
 
 // recentFor says whether c is a look recent enough for a Get that began
-// with File.seq at seq and File.now at since+StatInterval: begun after
-// it (whatever the clock says since), or within StatInterval before it.
-func (c *check) recentFor(seq uint64, since time.Time) bool {
-	return c.seq > seq || c.at.After(since)
+// with File.seq at seq and File.now at now: begun after it (whatever the
+// clock says since), or within StatInterval before it. A look the clock
+// puts after now (the clock stepped back since) is not: how old it is is
+// unknown (adversary 53a).
+func (c *check) recentFor(seq uint64, now time.Time) bool {
+	return c.seq > seq || within(c.at, now, StatInterval)
 }
 
 // recentFor says the same of the check o is the outcome of.
-func (o outcome) recentFor(seq uint64, since time.Time) bool {
-	return o.seq > seq || o.at.After(since)
+func (o outcome) recentFor(seq uint64, now time.Time) bool {
+	return o.seq > seq || within(o.at, now, StatInterval)
+}
+
+// within says whether at is less than d before now, and not after it.
+func within(at, now time.Time, d time.Duration) bool {
+	age := now.Sub(at)
+	return age >= 0 && age < d
 }
 
 // StatInterval is how long a look at the file answers the Gets after it:
@@ -198,12 +206,12 @@ func (f *File) Get() (string, error) {
 	deadline := time.Now().Add(MaxWait)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	start := f.ticks                    // outcomes returned before this Get ended by then
-	seq := f.seq                        // checks begun after it are recent for this Get
-	since := f.now().Add(-StatInterval) // so are checks begun after it
-	var seen []*check                   // in progress, or ended, while this Get waited
+	start := f.ticks  // outcomes returned before this Get ended by then
+	seq := f.seq      // checks begun after it are recent for this Get
+	now := f.now()    // so are checks begun within StatInterval before it
+	var seen []*check // in progress, or ended, while this Get waited
 	for {
-		if f.state.seq > 0 && f.state.recentFor(seq, since) {
+		if f.state.seq > 0 && f.state.recentFor(seq, now) {
 			return f.state.value, f.state.err
 		}
 		for _, l := range [][]*check{f.checks, f.recent} {
@@ -213,7 +221,7 @@ func (f *File) Get() (string, error) {
 				}
 			}
 		}
-		if o, ok := newestAnswer(seen, start, func(c *check) bool { return c.recentFor(seq, since) }); ok {
+		if o, ok := newestAnswer(seen, start, func(c *check) bool { return c.recentFor(seq, now) }); ok {
 			return o.value, o.err
 		}
 		// The check to wait for: the newest in progress, if recent enough,
@@ -224,12 +232,12 @@ func (f *File) Get() (string, error) {
 		if n := len(f.checks); n > 0 {
 			c = f.checks[n-1]
 		}
-		if c == nil || !c.recentFor(seq, since) || !c.answers(start) || time.Since(c.startedAt) >= HungAfter {
+		if c == nil || !c.recentFor(seq, now) || !c.answers(start) || time.Since(c.startedAt) >= HungAfter {
 			switch {
 			case len(f.checks) < maxChecks:
 				c = f.start()
 				seen = append(seen, c)
-			case !c.recentFor(seq, since) || !c.answers(start):
+			case !c.recentFor(seq, now) || !c.answers(start):
 				c = nil
 			}
 		}
@@ -325,7 +333,8 @@ func (f *File) start() *check {
 
 // look is a check's work: a stat, and a read when the file changed since
 // the value of prev (the state when the check began) was read, or that
-// read is RecheckInterval old.
+// read is RecheckInterval old (or after the check began: the clock stepped
+// back, how old it is is unknown).
 func (f *File) look(c *check, prev outcome) outcome {
 	out := outcome{seq: c.seq, at: c.at}
 	id, err := f.stat(f.key, f.path)
@@ -333,7 +342,7 @@ func (f *File) look(c *check, prev outcome) outcome {
 		out.err = err
 		return out
 	}
-	if prev.value != "" && prev.err == nil && id == prev.id && c.at.Sub(prev.readAt) < RecheckInterval {
+	if prev.value != "" && prev.err == nil && id == prev.id && within(prev.readAt, c.at, RecheckInterval) {
 		out.value, out.id, out.readAt = prev.value, prev.id, prev.readAt
 		return out
 	}
