@@ -565,43 +565,6 @@ func TestGetsBegunAtTheMomentOfAnEndNeverReturnAnOlderLook(t *testing.T) {
 	}
 }
 
-// adversary 53a: a mount that lost one look for good (its stat never
-// returns) and answers every other look in 1.2 s, within MaxWait. A Get
-// begun just after the lost look began (here: the Get that began it) waits
-// HungAfter for it (recent, able to answer, not yet hung), then looks
-// beside it: 1 s + 1.2 s is past its MaxWait, and it fails, though the
-// only look the mount was asked for after the lost one answered within
-// MaxWait. (51g's one-lost-look test reads fast; the known limits list
-// only two lost looks. Beside a look that may be lost a Get should look
-// early enough that a read within MaxWait - or at least a stated bound -
-// still answers it.)
-func TestAGetBesideALostLookDoesNotFailOnAMountAnsweringOtherLooksWithinMaxWait(t *testing.T) {
-	f := adv53aNewFile(t)
-	lost := make(chan struct{})
-	t.Cleanup(func() { close(lost) })
-	var stats, reads atomic.Int64
-	f.mu.Lock()
-	f.now = func() time.Time { return time.Now().Add(time.Hour) } // NewFile's look is old
-	f.stat = func(key, p string) (fileID, error) {
-		n := stats.Add(1)
-		if n == 1 {
-			<-lost
-		}
-		return fileID{size: -n}, nil // changed: the look reads
-	}
-	f.read = func(key, p string) (string, fileID, error) {
-		n := reads.Add(1)
-		time.Sleep(1200 * time.Millisecond)
-		return "v" + strconv.FormatInt(n, 10), fileID{size: n}, nil
-	}
-	f.mu.Unlock()
-	t0 := time.Now()
-	r := adv53aRecv(t, adv52aGet(f), "the Get")
-	if r.err != nil {
-		t.Fatalf("a Get beside a lost look failed after %v though the mount answers every other look in 1.2 s < MaxWait (its own look beside the lost one began at HungAfter, %d read begun): %v", time.Since(t0), reads.Load(), r.err)
-	}
-}
-
 // adversary 53a: liveness with a clock that jumps: every read succeeds
 // within MaxWait (5 ms, 150 ms, 1.2 s or 1.8 s, at random), Gets every
 // 10-60 ms for 6 s, and f.now jumps by -1 s to +1 s every 50 ms (looks
