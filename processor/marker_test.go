@@ -113,7 +113,14 @@ func TestFinishedRecordsAreNotKeptInMemoryOnceMarkedAndCommitted(t *testing.T) {
 	}
 	freed := gcFrees(gone, hi-lo)
 	if freed != hi-lo {
-		t.Errorf("every record marked and committed, nothing in flight: %d of %d records' bytes still in memory", hi-lo-freed, hi-lo)
+		// Seen once in CI (-race, beside an adversary's tests), never
+		// alone: say whether the bytes were kept until the next poll (a
+		// bounded hold: what holds the last poll) or for good (a leak).
+		e.produceBatch(0, n, 1)
+		e.waitCommittedToEnd(20 * time.Second)
+		later := gcFrees(gone, hi-lo-freed)
+		t.Errorf("every record marked and committed, nothing in flight: %d of %d records' bytes still in memory; "+
+			"of them, %d were freed once one more record was polled, started and committed", hi-lo-freed, hi-lo, later)
 	}
 	if err := rn.stop(); err != nil {
 		t.Fatal(err)
