@@ -1,0 +1,69 @@
+package secretfile
+
+import (
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// adv53bFile is a File on path whose clock is time.Now plus an offset the
+// test steps, and whose reads are counted.
+func adv53bFile(t *testing.T, path string) (f *File, offset *atomic.Int64, reads *atomic.Int64) {
+	t.Helper()
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offset, reads = new(atomic.Int64), new(atomic.Int64)
+	offset.Store(int64(time.Hour))
+	f.mu.Lock()
+	f.now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	f.read = func(key, path string) (string, fileID, error) {
+		reads.Add(1)
+		return read(key, path)
+	}
+	f.mu.Unlock()
+	if v, err := f.Get(); err != nil || v != "old-secret" { // a look (and a read) at the clock's now
+		t.Fatalf("setup: Get = %q, %v", v, err)
+	}
+	return f, offset, reads
+}
+
+// adversary 53b: the clock steps back by 90 ms every 100 ms of real time
+// (never past the last look: within() sees no look "from the future"),
+// so the File's clock moves 10 ms per 100 ms. The file is replaced by
+// rename just after a look; Gets follow every 100 ms. The look's at stays
+// within StatInterval of every Get's now for a second of real time: a Get
+// begun 3*StatInterval (real) after the rotation completed returns the old
+// secret with no stat. The fix catches a step back past a look, not steps
+// back by less than its age, which keep it "recent" without bound (90 ms
+// steps: 10x StatInterval; 99 ms steps: 100x). (time.Now's monotonic
+// reading never steps back: in production this needs an f.now without one.)
+func TestARenameIsSeenWithinStatIntervalWhenTheClockStepsBackRepeatedlyByLessThanTheLooksAge(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "token")
+	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, offset, _ := adv53bFile(t, path)
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.WriteFile(tmp, []byte("new-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	rotated := time.Now()
+	var v string
+	var err error
+	for i := 0; i < 3; i++ {
+		time.Sleep(StatInterval)
+		offset.Add(int64(-90 * time.Millisecond)) // the clock steps back 90 ms
+		v, err = f.Get()
+	}
+	if err != nil || v != "new-secret" {
+		t.Fatalf("a Get begun %v after a rotation completed (the clock stepped back 90 ms every 100 ms) = %q, %v; want new-secret: a look %v old in real time still counts as within StatInterval", time.Since(rotated).Round(time.Millisecond), v, err, time.Since(rotated).Round(time.Millisecond))
+	}
+}
