@@ -67,3 +67,46 @@ func TestARenameIsSeenWithinStatIntervalWhenTheClockStepsBackRepeatedlyByLessTha
 		t.Fatalf("a Get begun %v after a rotation completed (the clock stepped back 90 ms every 100 ms) = %q, %v; want new-secret: a look %v old in real time still counts as within StatInterval", time.Since(rotated).Round(time.Millisecond), v, err, time.Since(rotated).Round(time.Millisecond))
 	}
 }
+
+// adversary 53b: as above for the RecheckInterval reread. The file is
+// rewritten in place where a stat cannot tell (the rewritten file's stat
+// taken as the one read, as in TestFileRewrittenAtSameSizeAndMtimeIsReadAgain);
+// the clock steps back 150 ms every 200 ms of real time (never past the
+// read), and a Get comes every 200 ms. After RecheckInterval + MaxWait of
+// real time (2 * RecheckInterval + ...) the rewritten secret should be
+// read: the read's readAt stays within RecheckInterval of every look's at
+// for 4 s, so the revoked secret keeps working.
+func TestAFileRewrittenInPlaceIsReadAgainWithinRecheckIntervalWhenTheClockStepsBackRepeatedlyByLessThanTheReadsAge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, offset, _ := adv53bFile(t, path)
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("new-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	rewritten, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.state.id = idOf(rewritten)
+	f.mu.Unlock()
+	rewrote := time.Now()
+	var v string
+	for time.Since(rewrote) < RecheckInterval+MaxWait {
+		time.Sleep(2 * StatInterval)
+		offset.Add(int64(-150 * time.Millisecond)) // the clock steps back 150 ms
+		v, err = f.Get()
+	}
+	if err != nil || v != "new-secret" {
+		t.Fatalf("a Get %v after an in-place rewrite (the clock stepped back 150 ms every 200 ms) = %q, %v; want new-secret: a read that old in real time is still within RecheckInterval by the File's clock", time.Since(rewrote).Round(time.Millisecond), v, err)
+	}
+}
