@@ -110,3 +110,33 @@ func TestAFileRewrittenInPlaceIsReadAgainWithinRecheckIntervalWhenTheClockStepsB
 		t.Fatalf("a Get %v after an in-place rewrite (the clock stepped back 150 ms every 200 ms) = %q, %v; want new-secret: a read that old in real time is still within RecheckInterval by the File's clock", time.Since(rewrote).Round(time.Millisecond), v, err)
 	}
 }
+
+// adversary 53b: a clock that steps back by 1 ms before every Get (a
+// clock slewed backwards; Gets 10 ms apart, the file unchanged): every
+// Get finds the last look 1 ms "in the future" (not recent), looks, and
+// finds the last read in its future too, so it reads the file: 30 Gets
+// in 300 ms of real time (less than RecheckInterval) read the mount 30
+// times. Before 63a5a42 they cost no system call; a stepped-back clock
+// should cost a read per step past the read at most once, not one per Get.
+func TestAClockSteppedBackBySmallAmountsBeforeEveryGetDoesNotMakeEveryGetReadTheMount(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, offset, reads := adv53bFile(t, path)
+	before := reads.Load()
+	last := f.now()
+	const gets = 30
+	for i := 0; i < gets; i++ {
+		time.Sleep(StatInterval / 10)
+		now := f.now()
+		offset.Add(int64(last.Sub(now) - time.Millisecond)) // 1 ms before the last Get's now
+		last = f.now()
+		if v, err := f.Get(); err != nil || v != "old-secret" {
+			t.Fatalf("Get %d = %q, %v", i, v, err)
+		}
+	}
+	if n := reads.Load() - before; n > 3 {
+		t.Fatalf("%d Gets in %v of real time, the clock stepped back 1 ms before each, read the unchanged file %d times: every Get reads the mount", gets, time.Duration(gets)*StatInterval/10, n)
+	}
+}
