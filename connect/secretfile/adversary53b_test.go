@@ -140,3 +140,113 @@ func TestAClockSteppedBackBySmallAmountsBeforeEveryGetDoesNotMakeEveryGetReadThe
 		t.Fatalf("%d Gets in %v of real time, the clock stepped back 1 ms before each, read the unchanged file %d times: every Get reads the mount", gets, time.Duration(gets)*StatInterval/10, n)
 	}
 }
+
+// adv53bStats counts f's stats from now on.
+func adv53bStats(f *File) *atomic.Int64 {
+	stats := new(atomic.Int64)
+	f.mu.Lock()
+	st := f.stat
+	f.stat = func(key, path string) (fileID, error) {
+		stats.Add(1)
+		return st(key, path)
+	}
+	f.mu.Unlock()
+	return stats
+}
+
+// adversary 53b (holds): the clock steps back 10 s once, then runs sanely:
+// the first Get after the step looks and reads once (the last look and
+// read are "in the future"), and the Gets within StatInterval after it
+// cost no system call.
+func TestAClockSteppedBackOnceCostsOneReadAndThenGetsWithinStatIntervalCostNoSystemCall(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, offset, reads := adv53bFile(t, path)
+	stats := adv53bStats(f)
+	offset.Add(int64(-10 * time.Second))
+	r0 := reads.Load()
+	if v, err := f.Get(); err != nil || v != "old-secret" {
+		t.Fatalf("the Get after the step = %q, %v", v, err)
+	}
+	if s, r := stats.Load(), reads.Load()-r0; s != 1 || r != 1 {
+		t.Fatalf("the Get after the step: %d stats, %d reads; want 1, 1", s, r)
+	}
+	for i := 0; i < 5; i++ {
+		if v, err := f.Get(); err != nil || v != "old-secret" {
+			t.Fatalf("Get %d = %q, %v", i, v, err)
+		}
+	}
+	if s, r := stats.Load(), reads.Load()-r0; s != 1 || r != 1 {
+		t.Fatalf("5 Gets at once after it: %d stats, %d reads in all; want 1, 1 (no system call)", s, r)
+	}
+}
+
+// adversary 53b (holds): the clock jumps forward past RecheckInterval
+// (2 s) and back: the Get after the jump reads (the read is RecheckInterval
+// old), the Get after the jump back reads (the read is "in the future"),
+// and a rotation by rename just after is returned by the next Get begun
+// StatInterval later; the Gets beside them cost nothing.
+func TestAClockThatJumpsForwardPastRecheckIntervalAndBackReadsOncePerJumpAndSeesARename(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "token")
+	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, offset, reads := adv53bFile(t, path)
+	r0 := reads.Load()
+	get := func(want string) {
+		t.Helper()
+		for i := 0; i < 3; i++ {
+			if v, err := f.Get(); err != nil || v != want {
+				t.Fatalf("Get = %q, %v; want %q", v, err, want)
+			}
+		}
+	}
+	offset.Add(int64(2 * RecheckInterval))
+	get("old-secret")
+	offset.Add(int64(-2 * RecheckInterval))
+	get("old-secret")
+	if r := reads.Load() - r0; r != 2 {
+		t.Fatalf("a jump forward and back: %d reads; want 2", r)
+	}
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.WriteFile(tmp, []byte("new-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(StatInterval)
+	get("new-secret")
+	if r := reads.Load() - r0; r != 3 {
+		t.Fatalf("a jump forward and back and a rename: %d reads; want 3", r)
+	}
+}
+
+// adversary 53b (holds): a clock that advances but steps back 1 ms every
+// 10 ms of real time (net 9 ms per 10 ms), Gets every millisecond for
+// 300 ms, the file unchanged: a step lands before the last look only when
+// that look began less than 1 ms before it, so the reads stay few (the
+// read per Get above needs a clock that keeps going back).
+func TestAnAdvancingClockSteppedBack1msEvery10msReadsTheUnchangedFileRarely(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, offset, reads := adv53bFile(t, path)
+	r0 := reads.Load()
+	for i := 1; i <= 300; i++ {
+		time.Sleep(time.Millisecond)
+		if i%10 == 0 {
+			offset.Add(int64(-time.Millisecond))
+		}
+		if v, err := f.Get(); err != nil || v != "old-secret" {
+			t.Fatalf("Get %d = %q, %v", i, v, err)
+		}
+	}
+	if r := reads.Load() - r0; r > 5 {
+		t.Fatalf("300 Gets over 300 ms, the clock stepped back 1 ms every 10 ms: %d reads of the unchanged file", r)
+	}
+}
