@@ -155,10 +155,11 @@ func adv53bStats(f *File) *atomic.Int64 {
 }
 
 // adversary 53b (holds): the clock steps back 10 s once, then runs sanely:
-// the first Get after the step looks and reads once (the last look and
-// read are "in the future"), and the Gets within StatInterval after it
-// cost no system call.
-func TestAClockSteppedBackOnceCostsOneReadAndThenGetsWithinStatIntervalCostNoSystemCall(t *testing.T) {
+// the Get after the step looks and reads at most once (the last look and
+// read are "in the future" by the File's clock; by the real one, fresh:
+// since when.fresh, none), and the Gets within StatInterval after it cost
+// no system call.
+func TestAClockSteppedBackOnceCostsAtMostOneReadAndThenGetsWithinStatIntervalCostNoSystemCall(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -170,25 +171,27 @@ func TestAClockSteppedBackOnceCostsOneReadAndThenGetsWithinStatIntervalCostNoSys
 	if v, err := f.Get(); err != nil || v != "old-secret" {
 		t.Fatalf("the Get after the step = %q, %v", v, err)
 	}
-	if s, r := stats.Load(), reads.Load()-r0; s != 1 || r != 1 {
-		t.Fatalf("the Get after the step: %d stats, %d reads; want 1, 1", s, r)
+	s1, r1 := stats.Load(), reads.Load()-r0
+	if s1 > 1 || r1 > 1 {
+		t.Fatalf("the Get after the step: %d stats, %d reads; want at most 1, 1", s1, r1)
 	}
 	for i := 0; i < 5; i++ {
 		if v, err := f.Get(); err != nil || v != "old-secret" {
 			t.Fatalf("Get %d = %q, %v", i, v, err)
 		}
 	}
-	if s, r := stats.Load(), reads.Load()-r0; s != 1 || r != 1 {
-		t.Fatalf("5 Gets at once after it: %d stats, %d reads in all; want 1, 1 (no system call)", s, r)
+	if s, r := stats.Load(), reads.Load()-r0; s != s1 || r != r1 {
+		t.Fatalf("5 Gets at once after it: %d stats, %d reads in all; want %d, %d (no system call)", s, r, s1, r1)
 	}
 }
 
 // adversary 53b (holds): the clock jumps forward past RecheckInterval
 // (2 s) and back: the Get after the jump reads (the read is RecheckInterval
-// old), the Get after the jump back reads (the read is "in the future"),
-// and a rotation by rename just after is returned by the next Get begun
-// StatInterval later; the Gets beside them cost nothing.
-func TestAClockThatJumpsForwardPastRecheckIntervalAndBackReadsOncePerJumpAndSeesARename(t *testing.T) {
+// old), the Get after the jump back does not (the read is "in the future"
+// by the File's clock, fresh by the real one: when.fresh), and a rotation
+// by rename just after is returned by the next Get begun StatInterval
+// later; the Gets beside them cost nothing.
+func TestAClockThatJumpsForwardPastRecheckIntervalAndBackReadsOnceAndSeesARename(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "token")
 	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
@@ -208,8 +211,8 @@ func TestAClockThatJumpsForwardPastRecheckIntervalAndBackReadsOncePerJumpAndSees
 	get("old-secret")
 	offset.Add(int64(-2 * RecheckInterval))
 	get("old-secret")
-	if r := reads.Load() - r0; r != 2 {
-		t.Fatalf("a jump forward and back: %d reads; want 2", r)
+	if r := reads.Load() - r0; r != 1 {
+		t.Fatalf("a jump forward and back: %d reads; want 1", r)
 	}
 	tmp := filepath.Join(dir, "tmp")
 	if err := os.WriteFile(tmp, []byte("new-secret\n"), 0o600); err != nil {
@@ -220,8 +223,8 @@ func TestAClockThatJumpsForwardPastRecheckIntervalAndBackReadsOncePerJumpAndSees
 	}
 	time.Sleep(StatInterval)
 	get("new-secret")
-	if r := reads.Load() - r0; r != 3 {
-		t.Fatalf("a jump forward and back and a rename: %d reads; want 3", r)
+	if r := reads.Load() - r0; r != 2 {
+		t.Fatalf("a jump forward and back and a rename: %d reads; want 2", r)
 	}
 }
 

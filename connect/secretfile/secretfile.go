@@ -104,7 +104,7 @@ func stat(key, path string) (fileID, error) {
 // cannot be read any more is an error, not the old secret.
 type File struct {
 	key, path string
-	now       func() time.Time                               // StatInterval, RecheckInterval (a test moves it)
+	now       func() time.Time                               // StatInterval, RecheckInterval, with the real clock (when; a test moves it)
 	read      func(key, path string) (string, fileID, error) // read; a test's stand-in for a slow or hung mount
 	stat      func(key, path string) (fileID, error)         // stat; idem
 
@@ -120,24 +120,39 @@ type File struct {
 // outcome is what a check found: the secret or an error, and when it
 // looked. Its zero value is no check yet, or none taken.
 type outcome struct {
-	seq    uint64    // of its check
-	at     time.Time // File.now when the check began
+	seq    uint64 // of its check
+	at     when   // when the check began
 	value  string
-	id     fileID    // of the file value was read from
-	readAt time.Time // File.now when the read of value began
+	id     fileID // of the file value was read from
+	readAt when   // when the read of value began
 	err    error
 }
+
+// when is a moment by both of a File's clocks: File.now, which a test
+// moves (and which may step back), and time.Now's monotonic reading,
+// which never steps back.
+type when struct{ file, real time.Time }
+
+// fresh says whether w is less than d before now by both clocks: a File
+// clock that stepped back (w after now by it) leaves the real one to
+// tell, and no clock keeps w fresh past d of the other (adversaries 53a,
+// 53b).
+func (w when) fresh(now when, d time.Duration) bool {
+	return now.file.Sub(w.file) < d && now.real.Sub(w.real) < d
+}
+
+// nowOf is the moment now by both of f's clocks.
+func (f *File) nowOf() when { return when{f.now(), time.Now()} }
 
 // check is a look in progress; out is set, under File.mu, before done is
 // closed.
 type check struct {
-	seq       uint64
-	at        time.Time // File.now when it began
-	startedAt time.Time // time.Now when it began: HungAfter is real time
-	firstEnd  uint64    // File.ticks at the first end of another check while it ran; 0: none (yet)
-	ended     uint64    // File.ticks at its end; 0: in progress
-	done      chan struct{}
-	out       outcome
+	seq      uint64
+	at       when   // when it began; HungAfter is real time (at.real)
+	firstEnd uint64 // File.ticks at the first end of another check while it ran; 0: none (yet)
+	ended    uint64 // File.ticks at its end; 0: in progress
+	done     chan struct{}
+	out      outcome
 }
 
 // answers says whether c's outcome may answer a Get that began at tick
@@ -148,23 +163,15 @@ func (c *check) answers(start uint64) bool {
 }
 
 // recentFor says whether c is a look recent enough for a Get that began
-// with File.seq at seq and File.now at now: begun after it (whatever the
-// clock says since), or within StatInterval before it. A look the clock
-// puts after now (the clock stepped back since) is not: how old it is is
-// unknown (adversary 53a).
-func (c *check) recentFor(seq uint64, now time.Time) bool {
-	return c.seq > seq || within(c.at, now, StatInterval)
+// with File.seq at seq, at now: begun after it (whatever the clocks say
+// since), or within StatInterval before it (by both clocks: when.fresh).
+func (c *check) recentFor(seq uint64, now when) bool {
+	return c.seq > seq || c.at.fresh(now, StatInterval)
 }
 
 // recentFor says the same of the check o is the outcome of.
-func (o outcome) recentFor(seq uint64, now time.Time) bool {
-	return o.seq > seq || within(o.at, now, StatInterval)
-}
-
-// within says whether at is less than d before now, and not after it.
-func within(at, now time.Time, d time.Duration) bool {
-	age := now.Sub(at)
-	return age >= 0 && age < d
+func (o outcome) recentFor(seq uint64, now when) bool {
+	return o.seq > seq || o.at.fresh(now, StatInterval)
 }
 
 // StatInterval is how long a look at the file answers the Gets after it:
@@ -208,7 +215,7 @@ func (f *File) Get() (string, error) {
 	defer f.mu.Unlock()
 	start := f.ticks  // outcomes returned before this Get ended by then
 	seq := f.seq      // checks begun after it are recent for this Get
-	now := f.now()    // so are checks begun within StatInterval before it
+	now := f.nowOf()  // so are checks begun within StatInterval before it
 	var seen []*check // in progress, or ended, while this Get waited
 	for {
 		if f.state.seq > 0 && f.state.recentFor(seq, now) {
@@ -232,7 +239,7 @@ func (f *File) Get() (string, error) {
 		if n := len(f.checks); n > 0 {
 			c = f.checks[n-1]
 		}
-		if c == nil || !c.recentFor(seq, now) || !c.answers(start) || time.Since(c.startedAt) >= HungAfter {
+		if c == nil || !c.recentFor(seq, now) || !c.answers(start) || time.Since(c.at.real) >= HungAfter {
 			switch {
 			case len(f.checks) < maxChecks:
 				c = f.start()
@@ -249,7 +256,7 @@ func (f *File) Get() (string, error) {
 			return "", fmt.Errorf("%s: reading the secret: %s did not answer within %s (%d looks at it in progress)", f.key, f.path, MaxWait, len(f.checks))
 		}
 		if c != nil {
-			if hung := HungAfter - time.Since(c.startedAt); hung > 0 && hung < wait {
+			if hung := HungAfter - time.Since(c.at.real); hung > 0 && hung < wait {
 				wait = hung // then, maybe, another check beside it
 			}
 		}
@@ -293,7 +300,7 @@ func newestAnswer(seen []*check, start uint64, recent func(*check) bool) (outcom
 func (f *File) start() *check {
 	f.seq++
 	f.ticks++
-	c := &check{seq: f.seq, at: f.now(), startedAt: time.Now(), done: make(chan struct{})}
+	c := &check{seq: f.seq, at: f.nowOf(), done: make(chan struct{})}
 	f.checks = append(f.checks, c)
 	prev := f.state
 	go func() {
@@ -333,8 +340,7 @@ func (f *File) start() *check {
 
 // look is a check's work: a stat, and a read when the file changed since
 // the value of prev (the state when the check began) was read, or that
-// read is RecheckInterval old (or after the check began: the clock stepped
-// back, how old it is is unknown).
+// read is RecheckInterval old (by either clock: when.fresh).
 func (f *File) look(c *check, prev outcome) outcome {
 	out := outcome{seq: c.seq, at: c.at}
 	id, err := f.stat(f.key, f.path)
@@ -342,7 +348,7 @@ func (f *File) look(c *check, prev outcome) outcome {
 		out.err = err
 		return out
 	}
-	if prev.value != "" && prev.err == nil && id == prev.id && within(prev.readAt, c.at, RecheckInterval) {
+	if prev.value != "" && prev.err == nil && id == prev.id && prev.readAt.fresh(c.at, RecheckInterval) {
 		out.value, out.id, out.readAt = prev.value, prev.id, prev.readAt
 		return out
 	}
