@@ -660,3 +660,89 @@ func TestAnAdvancingClockSteppedBack1msEvery10msReadsTheUnchangedFileRarely(t *t
 		t.Fatalf("300 Gets over 300 ms, the clock stepped back 1 ms every 10 ms: %d reads of the unchanged file", r)
 	}
 }
+
+// A File clock that stands still does not keep a look recent: a Get begun
+// StatInterval of real time after a rename looks and returns the new
+// secret (freshness is by both clocks; adversary 53c's brief, whose
+// helper never ran: written in session 53 to hold the rule).
+func TestAGetBegunStatIntervalAfterARenameReturnsTheNewSecretWithAClockThatStandsStill(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "secret")
+	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("x_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Hour)
+	f.mu.Lock()
+	f.now = func() time.Time { return now }
+	f.mu.Unlock()
+	if v, err := f.Get(); v != "old-secret" || err != nil {
+		t.Fatalf("set-up: %q %v", v, err)
+	}
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.WriteFile(tmp, []byte("new-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(StatInterval)
+	if v, err := f.Get(); v != "new-secret" || err != nil {
+		t.Errorf("StatInterval after a rename, the File's clock standing still: %q %v, want the new secret", v, err)
+	}
+}
+
+// A value that looks keep reusing (the stat tells no change) is read again
+// once RecheckInterval of real time has passed since its read, though the
+// File's clock stands still: each look carries the read's stamp forward,
+// never a new one (written in session 53, as above).
+func TestAValueLooksReuseIsReadAgainAfterRecheckIntervalWithAClockThatStandsStill(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(path, []byte("old-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("x_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Hour)
+	f.mu.Lock()
+	f.now = func() time.Time { return now }
+	f.mu.Unlock()
+	if _, err := f.Get(); err != nil { // read at now, by both clocks
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("new-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	rewritten, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.state.id = idOf(rewritten)
+	f.mu.Unlock()
+	// Gets every 50 ms: a look every StatInterval, each reusing the value
+	// (a stat alone cannot tell), until RecheckInterval has passed.
+	deadline := time.Now().Add(RecheckInterval + 2*StatInterval)
+	var v string
+	for time.Now().Before(deadline) {
+		if v, err = f.Get(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if v != "new-secret" {
+		t.Errorf("RecheckInterval + 2 StatIntervals of real time after the read, the File's clock standing still: %q, want the rewritten secret", v)
+	}
+}
