@@ -1,0 +1,126 @@
+package secretfile
+
+import (
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// adv54aFile is a File on a real file whose clock is set by the test
+// (clock: a func the test swaps, under its own lock) and whose stats
+// (each taking statTakes) and reads are counted.
+func adv54aFile(t *testing.T, secret string, statTakes time.Duration) (f *File, path string, setClock func(func() time.Time), stats, reads *atomic.Int64) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	clock := time.Now
+	setClock = func(c func() time.Time) {
+		mu.Lock()
+		clock = c
+		mu.Unlock()
+	}
+	stats, reads = new(atomic.Int64), new(atomic.Int64)
+	f.mu.Lock()
+	f.now = func() time.Time {
+		mu.Lock()
+		c := clock
+		mu.Unlock()
+		return c()
+	}
+	f.stat = func(key, p string) (fileID, error) {
+		stats.Add(1)
+		time.Sleep(statTakes)
+		return stat(key, p)
+	}
+	f.read = func(key, p string) (string, fileID, error) {
+		reads.Add(1)
+		return read(key, p)
+	}
+	f.mu.Unlock()
+	return f, path, setClock, stats, reads
+}
+
+// adv54aStream runs Gets, each in its own goroutine, one every `every`,
+// for d; it returns the first error or unexpected value (if any) and
+// waits for every Get.
+func adv54aStream(t *testing.T, f *File, every, d time.Duration, want func(string) bool) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var bad atomic.Value
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(every) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := f.Get()
+			if err != nil || !want(v) {
+				bad.CompareAndSwap(nil, v+" "+errString(err))
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(MaxWait + time.Second):
+		t.Fatal("Gets did not return within MaxWait + 1 s")
+	}
+	if b := bad.Load(); b != nil {
+		t.Fatalf("a Get returned %v", b)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+// adversary 54a: the File's clock jumps forward (+1 h) once, while a look
+// is in progress (stats take 30 ms: a fast enough mount), and then stands
+// still; Gets come every millisecond. A Get after the jump finds the look
+// in progress not recent (by the File's clock) and begins another beside
+// it; from then on two looks always overlap: each end finds the other in
+// progress (firstEnd set), so it is not taken (the state is cleared), and
+// the next Get finds the remaining look unable to answer it and begins
+// another beside it. The chain never heals, though the clock stands
+// still: every Get waits for a look, every look reads (no state to reuse),
+// about two looks per stat's duration instead of one per StatInterval.
+func TestAClockThatJumpsForwardDuringALookAndStandsStillCostsAboutOneLookPerStatInterval(t *testing.T) {
+	f, _, setClock, stats, reads := adv54aFile(t, "the-secret", 15*time.Millisecond)
+	jumped := make(chan struct{})
+	var once sync.Once
+	f.mu.Lock()
+	st := f.stat
+	f.stat = func(key, p string) (fileID, error) {
+		time.Sleep(15 * time.Millisecond)
+		once.Do(func() { // halfway through the first look after set-up
+			still := time.Now().Add(2 * time.Hour) // +1 h
+			setClock(func() time.Time { return still })
+			close(jumped)
+		})
+		return st(key, p)
+	}
+	f.mu.Unlock()
+	setClock(func() time.Time { return time.Now().Add(time.Hour) }) // NewFile's look is old
+	go func() { _, _ = f.Get() }() // begins the look during which the clock jumps
+	adv53aWait(t, jumped, "the jump")
+	s0, r0 := stats.Load(), reads.Load()
+	const d = 1500 * time.Millisecond
+	adv54aStream(t, f, time.Millisecond, d, func(v string) bool { return v == "the-secret" })
+	s, r := stats.Load()-s0, reads.Load()-r0
+	t.Logf("%v of Gets (one every ms) after the jump: %d looks, %d reads", d, s, r)
+	if limit := int64(2*d/StatInterval) + 4; s > limit || r > 4 {
+		t.Fatalf("the File's clock jumped forward once during a look and then stood still: %v of Gets cost %d looks (stats) and %d reads of the unchanged file; want at most about one look per StatInterval (%d) and a read or two: two looks overlap for ever, neither is taken, and each end begins another", d, s, r, limit)
+	}
+}
