@@ -124,3 +124,23 @@ func TestAClockThatJumpsForwardDuringALookAndStandsStillCostsAboutOneLookPerStat
 		t.Fatalf("the File's clock jumped forward once during a look and then stood still: %v of Gets cost %d looks (stats) and %d reads of the unchanged file; want at most about one look per StatInterval (%d) and a read or two: two looks overlap for ever, neither is taken, and each end begins another", d, s, r, limit)
 	}
 }
+
+// adversary 54a: the overlap above on the real clock (f.now runs with
+// time.Now): a mount whose every stat takes 150 ms (slower than
+// StatInterval, far within HungAfter) and Gets every millisecond. A Get
+// 100 ms into a look finds it not recent and begins another beside it;
+// from then on two looks always overlap, none is taken, and every look
+// reads the unchanged file (no state to reuse): a read per look, where
+// the rule reads an unchanged file once per RecheckInterval.
+func TestAnUnchangedFileOnAMountWhoseStatsTake150msIsReadAboutOncePerRecheckInterval(t *testing.T) {
+	f, _, setClock, stats, reads := adv54aFile(t, "the-secret", 150*time.Millisecond)
+	setClock(func() time.Time { return time.Now().Add(time.Hour) }) // NewFile's look is old
+	s0, r0 := stats.Load(), reads.Load()
+	const d = 3 * time.Second
+	adv54aStream(t, f, time.Millisecond, d, func(v string) bool { return v == "the-secret" })
+	s, r := stats.Load()-s0, reads.Load()-r0
+	t.Logf("%v of Gets (one every ms), stats taking 150 ms: %d looks, %d reads", d, s, r)
+	if limit := int64(d/RecheckInterval) + 3; r > limit {
+		t.Fatalf("%v of Gets on a mount whose stats take 150 ms read the unchanged file %d times (%d looks); want about one read per RecheckInterval (at most %d): looks overlap for ever, none is taken, and each reads", d, r, s, limit)
+	}
+}
