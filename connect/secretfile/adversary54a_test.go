@@ -144,3 +144,35 @@ func TestAnUnchangedFileOnAMountWhoseStatsTake150msIsReadAboutOncePerRecheckInte
 		t.Fatalf("%v of Gets on a mount whose stats take 150 ms read the unchanged file %d times (%d looks); want about one read per RecheckInterval (at most %d): looks overlap for ever, none is taken, and each reads", d, r, s, limit)
 	}
 }
+
+// adversary 54a: a File clock that jumps forward by RecheckInterval before
+// every Get (a clock running a hundred times fast; Gets 10 ms apart, the
+// file unchanged, a fast mount): by the File's clock every look and every
+// read is RecheckInterval old at the next Get, so every Get stats and
+// reads the mount: 30 Gets in 300 ms of real time cost 30 stats and 30
+// reads. Freshness by both clocks ends a look's recency at the first of
+// them to pass StatInterval, so a clock that runs fast (the mirror of
+// adversary 53b's one that steps back) makes every Get look, where the
+// brief's cost rule allows about one look per StatInterval of real time.
+func TestAClockThatJumpsForwardBeforeEveryGetDoesNotMakeEveryGetStatAndReadTheMount(t *testing.T) {
+	f, _, setClock, stats, reads := adv54aFile(t, "the-secret", 0)
+	var offset atomic.Int64
+	offset.Store(int64(time.Hour))
+	setClock(func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	if v, err := f.Get(); err != nil || v != "the-secret" {
+		t.Fatalf("setup: Get = %q, %v", v, err)
+	}
+	s0, r0 := stats.Load(), reads.Load()
+	const gets = 30
+	for i := 0; i < gets; i++ {
+		time.Sleep(StatInterval / 10)
+		offset.Add(int64(RecheckInterval))
+		if v, err := f.Get(); err != nil || v != "the-secret" {
+			t.Fatalf("Get %d = %q, %v", i, v, err)
+		}
+	}
+	s, r := stats.Load()-s0, reads.Load()-r0
+	if s > 6 || r > 3 {
+		t.Fatalf("%d Gets over %v of real time, the File's clock jumping forward %v before each: %d stats, %d reads of the unchanged file; want about one look per StatInterval of real time (at most 6) and a read or so", gets, time.Duration(gets)*StatInterval/10, RecheckInterval, s, r)
+	}
+}
