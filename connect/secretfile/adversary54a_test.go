@@ -176,3 +176,34 @@ func TestAClockThatJumpsForwardBeforeEveryGetDoesNotMakeEveryGetStatAndReadTheMo
 		t.Fatalf("%d Gets over %v of real time, the File's clock jumping forward %v before each: %d stats, %d reads of the unchanged file; want about one look per StatInterval of real time (at most 6) and a read or so", gets, time.Duration(gets)*StatInterval/10, RecheckInterval, s, r)
 	}
 }
+
+// adversary 54a: as the 150 ms stats above, on a mount whose stats are
+// fast and only reads take 150 ms (the real clock): the first read (here
+// the first look, the last read being old; in a process, every
+// RecheckInterval's read or a rotation's) is 100 ms old while it runs, so
+// a Get begins another look beside it, which reads too (the state it
+// would reuse is as old). The first ends (taken), a fast look reusing it
+// ends while the second still reads, and the second's end clears the
+// state (another ended while it ran): the next look reads again, and 100
+// ms into it a Get begins another beside it... Two reads of the unchanged
+// file every 250 ms (23 in 3 s, 38 looks), for ever, where the rule reads
+// it once per RecheckInterval.
+func TestAnUnchangedFileOnAMountWhoseReadsTake150msIsReadAboutOncePerRecheckInterval(t *testing.T) {
+	f, _, setClock, stats, reads := adv54aFile(t, "the-secret", 0)
+	f.mu.Lock()
+	rd := f.read
+	f.read = func(key, p string) (string, fileID, error) {
+		time.Sleep(150 * time.Millisecond)
+		return rd(key, p)
+	}
+	f.mu.Unlock()
+	setClock(func() time.Time { return time.Now().Add(time.Hour) }) // NewFile's read is old
+	s0, r0 := stats.Load(), reads.Load()
+	const d = 3 * time.Second
+	adv54aStream(t, f, time.Millisecond, d, func(v string) bool { return v == "the-secret" })
+	s, r := stats.Load()-s0, reads.Load()-r0
+	t.Logf("%v of Gets (one every ms), reads taking 150 ms: %d looks, %d reads", d, s, r)
+	if limit := int64(d/RecheckInterval) + 3; r > limit {
+		t.Fatalf("%v of Gets on a mount whose reads take 150 ms (stats fast) read the unchanged file %d times (%d looks); want about one read per RecheckInterval (at most %d): two looks overlap for ever, none is taken, and each reads", d, r, s, limit)
+	}
+}
