@@ -207,3 +207,33 @@ func TestAnUnchangedFileOnAMountWhoseReadsTake150msIsReadAboutOncePerRecheckInte
 		t.Fatalf("%v of Gets on a mount whose reads take 150 ms (stats fast) read the unchanged file %d times (%d looks); want about one read per RecheckInterval (at most %d): two looks overlap for ever, none is taken, and each reads", d, r, s, limit)
 	}
 }
+
+// adversary 54a: the overlap above on a mount whose every system call is
+// faster than StatInterval: stats take 60 ms and reads 60 ms (real
+// clock), Gets every 2 ms. A look that reads (the first; in a process,
+// each RecheckInterval's read) takes 120 ms, so 100 ms into it a Get
+// begins another beside it, which reads too; from then on the looks keep
+// overlapping and the state is cleared at nearly every end, so nearly
+// every look reads the unchanged file: 35 to 46 reads in 3 s (45 to 49
+// looks), where
+// the rule reads it about once per RecheckInterval and looks about once
+// per StatInterval plus a look's duration.
+func TestAnUnchangedFileOnAMountWhoseStatsAndReadsTake60msIsReadAboutOncePerRecheckInterval(t *testing.T) {
+	f, _, setClock, stats, reads := adv54aFile(t, "the-secret", 60*time.Millisecond)
+	f.mu.Lock()
+	rd := f.read
+	f.read = func(key, p string) (string, fileID, error) {
+		time.Sleep(60 * time.Millisecond)
+		return rd(key, p)
+	}
+	f.mu.Unlock()
+	setClock(func() time.Time { return time.Now().Add(time.Hour) }) // NewFile's read is old
+	s0, r0 := stats.Load(), reads.Load()
+	const d = 3 * time.Second
+	adv54aStream(t, f, 2*time.Millisecond, d, func(v string) bool { return v == "the-secret" })
+	s, r := stats.Load()-s0, reads.Load()-r0
+	t.Logf("%v of Gets (one every 2 ms), stats and reads taking 60 ms: %d looks, %d reads", d, s, r)
+	if limit := int64(d/RecheckInterval) + 3; r > limit {
+		t.Fatalf("%v of Gets on a mount whose stats and reads take 60 ms each read the unchanged file %d times (%d looks); want about one read per RecheckInterval (at most %d): looks overlap for ever and the state is cleared at nearly every end", d, r, s, limit)
+	}
+}
