@@ -1,8 +1,12 @@
 package secretfile
 
 import (
+	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -113,7 +117,8 @@ func TestAClockThatJumpsForwardDuringALookAndStandsStillCostsAboutOneLookPerStat
 	}
 	f.mu.Unlock()
 	setClock(func() time.Time { return time.Now().Add(time.Hour) }) // NewFile's look is old
-	go func() { _, _ = f.Get() }() // begins the look during which the clock jumps
+	// This Get begins the look during which the clock jumps.
+	go func() { _, _ = f.Get() }()
 	adv53aWait(t, jumped, "the jump")
 	s0, r0 := stats.Load(), reads.Load()
 	const d = 1500 * time.Millisecond
@@ -236,4 +241,334 @@ func TestAnUnchangedFileOnAMountWhoseStatsAndReadsTake60msIsReadAboutOncePerRech
 	if limit := int64(d/RecheckInterval) + 3; r > limit {
 		t.Fatalf("%v of Gets on a mount whose stats and reads take 60 ms each read the unchanged file %d times (%d looks); want about one read per RecheckInterval (at most %d): looks overlap for ever and the state is cleared at nearly every end", d, r, s, limit)
 	}
+}
+
+// adversary 54a (holds): the File's clock jumps forward (+1 h, or
+// +RecheckInterval) between looks and then stands still, Gets every 5 ms
+// on a fast mount: a rename is returned by the first Get begun
+// StatInterval of real time after it, an in-place rewrite (stat unchanged)
+// within RecheckInterval + 2 StatIntervals of real time after the last
+// read, and a second of Gets after the jump costs about one look per
+// StatInterval and about one read per RecheckInterval.
+func TestAClockThatJumpsForwardBetweenLooksAndStandsStillSeesRenamesAndRewritesAndLooksOncePerStatInterval(t *testing.T) {
+	for _, jump := range []time.Duration{time.Hour, RecheckInterval} {
+		t.Run(jump.String(), func(t *testing.T) {
+			f, path, setClock, stats, reads := adv54aFile(t, "old-secret", 0)
+			setClock(func() time.Time { return time.Now().Add(time.Hour) })
+			if v, err := f.Get(); err != nil || v != "old-secret" {
+				t.Fatalf("setup: Get = %q, %v", v, err)
+			}
+			still := time.Now().Add(time.Hour + jump)
+			setClock(func() time.Time { return still })
+			s0, r0 := stats.Load(), reads.Load()
+			const d = time.Second
+			adv54aStream(t, f, 5*time.Millisecond, d, func(v string) bool { return v == "old-secret" })
+			s, r := stats.Load()-s0, reads.Load()-r0
+			t.Logf("a second of Gets after the jump: %d stats, %d reads", s, r)
+			if s > int64(d/StatInterval)+3 || r > 2 {
+				t.Fatalf("a second of Gets after a jump of %v then a clock standing still: %d stats, %d reads; want about %d and 1", jump, s, r, d/StatInterval)
+			}
+			// A rename: the first Get begun StatInterval later returns it.
+			tmp := filepath.Join(filepath.Dir(path), "tmp")
+			if err := os.WriteFile(tmp, []byte("new-secret\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, path); err != nil {
+				t.Fatal(err)
+			}
+			renamed := time.Now()
+			for time.Since(renamed) < StatInterval {
+				if _, err := f.Get(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if v, err := f.Get(); err != nil || v != "new-secret" {
+				t.Fatalf("a Get begun %v after a rename (clock jumped %v, then still) = %q, %v", time.Since(renamed), jump, v, err)
+			}
+			// An in-place rewrite the stat cannot tell (its stat taken as
+			// the one read): read again within RecheckInterval + 2
+			// StatIntervals of real time.
+			st, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte("newer-secret\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(path, st.ModTime(), st.ModTime()); err != nil {
+				t.Fatal(err)
+			}
+			rewritten, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.mu.Lock()
+			f.state.id = idOf(rewritten)
+			readAt := f.state.readAt.real
+			f.mu.Unlock()
+			var v string
+			for time.Since(readAt) < RecheckInterval+2*StatInterval {
+				if v, err = f.Get(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if v != "newer-secret" {
+				t.Fatalf("RecheckInterval + 2 StatIntervals of real time after the read (clock jumped %v, then still): %q, want the rewritten secret", jump, v)
+			}
+		})
+	}
+}
+
+// adversary 54a (holds): a real-time monotonicity checker on a slow mount
+// (70% of reads take 1.2 to 2.5 s, the rest are fast; stats fast or 0.3 s)
+// across rotations (a new version every 40 ms, every seventh a removed
+// file: an error outcome), with the File's clock jumping forward or back
+// (up to 3 s, every 20 ms) between Gets, and Gets every 5 to 30 ms for
+// 8 s: the deadline fallback and the recency rule then pick among looks
+// of many ages. A version is a number; a look's outcome is the version at
+// a moment within it. No Get may return an older version (or the error of
+// an older one) than a Get that returned before it began.
+func TestNoGetReturnsAnOlderLookThanAGetThatReturnedBeforeItOnASlowMountWithAClockThatJumps(t *testing.T) {
+	f := adv53aNewFile(t)
+	var version, offset atomic.Int64
+	version.Store(1)
+	f.mu.Lock()
+	f.now = func() time.Time { return time.Now().Add(time.Hour + time.Duration(offset.Load())) }
+	f.stat = func(key, p string) (fileID, error) {
+		if rand.Intn(4) == 0 {
+			time.Sleep(300 * time.Millisecond)
+		}
+		v := version.Load()
+		if v%7 == 0 {
+			return fileID{}, fmt.Errorf("version %d: removed", v)
+		}
+		return fileID{size: v}, nil
+	}
+	f.read = func(key, p string) (string, fileID, error) {
+		var takes time.Duration
+		if rand.Intn(10) < 7 {
+			takes = 1200*time.Millisecond + time.Duration(rand.Intn(1300))*time.Millisecond
+		}
+		early := rand.Intn(2) == 0
+		v := version.Load()
+		time.Sleep(takes)
+		if !early {
+			v = version.Load()
+		}
+		if v%7 == 0 {
+			return "", fileID{}, fmt.Errorf("version %d: removed", v)
+		}
+		return strconv.FormatInt(v, 10), fileID{size: v}, nil
+	}
+	f.mu.Unlock()
+	stopRot := make(chan struct{})
+	var rotWG sync.WaitGroup
+	rotWG.Add(1)
+	go func() {
+		defer rotWG.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stopRot:
+				return
+			case <-time.After(20 * time.Millisecond):
+				if i%2 == 0 {
+					version.Add(1)
+				}
+				offset.Add(int64(time.Duration(rand.Intn(6001)-3000) * time.Millisecond))
+			}
+		}
+	}()
+	type ret struct {
+		began, ended time.Time
+		n            int64
+		s            string
+	}
+	var mu sync.Mutex
+	var rets []ret
+	var wg sync.WaitGroup
+	for stop := time.Now().Add(8 * time.Second); time.Now().Before(stop); time.Sleep(time.Duration(5+rand.Intn(26)) * time.Millisecond) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := time.Now()
+			v, err := f.Get()
+			r := ret{began: b, ended: time.Now()}
+			if err == nil {
+				r.s = v
+				r.n, _ = strconv.ParseInt(v, 10, 64)
+			} else {
+				r.s = err.Error()
+				if i := strings.Index(r.s, "version "); i >= 0 {
+					var n int64
+					if _, serr := fmt.Sscanf(r.s[i:], "version %d: removed", &n); serr == nil {
+						r.n = n
+					}
+				}
+			}
+			mu.Lock()
+			rets = append(rets, r)
+			mu.Unlock()
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(MaxWait + time.Second):
+		t.Fatal("Gets did not return within MaxWait + 1 s")
+	}
+	close(stopRot)
+	rotWG.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	looked, slow := 0, 0
+	for _, r := range rets {
+		if r.n > 0 {
+			looked++
+		}
+		if r.ended.Sub(r.began) > MaxWait+time.Second {
+			slow++
+		}
+	}
+	if slow > 0 {
+		t.Errorf("%d Gets took longer than MaxWait + 1 s", slow)
+	}
+	if looked < len(rets)/4 {
+		t.Fatalf("setup: only %d of %d Gets returned a version", looked, len(rets))
+	}
+	for _, a := range rets {
+		for _, b := range rets {
+			if a.n > 0 && b.n > 0 && a.ended.Before(b.began) && b.n < a.n {
+				t.Fatalf("a Get begun %v after another returned version %d (%q) returned the older version %d (%q)", b.began.Sub(a.ended), a.n, a.s, b.n, b.s)
+			}
+		}
+	}
+	t.Logf("%d Gets, %d returned a version", len(rets), looked)
+}
+
+// adversary 54a (holds): the overlapping looks above (stats and reads
+// take 60 ms, Gets every 2 ms, the real clock) across rotations (a new
+// version every 30 ms, every seventh a removed file): no Get returns an
+// older version (or its error) than a Get that returned before it began,
+// every Get returns within MaxWait, at most maxChecks looks run at once,
+// and none is left once the Gets stop.
+func TestNoGetReturnsAnOlderVersionThanAGetThatReturnedBeforeItWhileLooksKeepOverlapping(t *testing.T) {
+	f := adv53aNewFile(t)
+	var version atomic.Int64
+	version.Store(1)
+	var in, maxIn atomic.Int64
+	enter := func() {
+		n := in.Add(1)
+		for m := maxIn.Load(); n > m && !maxIn.CompareAndSwap(m, n); m = maxIn.Load() {
+		}
+	}
+	f.mu.Lock()
+	f.now = func() time.Time { return time.Now().Add(time.Hour) }
+	f.stat = func(key, p string) (fileID, error) {
+		enter()
+		defer in.Add(-1)
+		time.Sleep(60 * time.Millisecond)
+		v := version.Load()
+		if v%7 == 0 {
+			return fileID{}, fmt.Errorf("version %d: removed", v)
+		}
+		return fileID{size: v}, nil
+	}
+	f.read = func(key, p string) (string, fileID, error) {
+		enter()
+		defer in.Add(-1)
+		time.Sleep(60 * time.Millisecond)
+		v := version.Load()
+		if v%7 == 0 {
+			return "", fileID{}, fmt.Errorf("version %d: removed", v)
+		}
+		return strconv.FormatInt(v, 10), fileID{size: v}, nil
+	}
+	f.mu.Unlock()
+	stopRot := make(chan struct{})
+	var rotWG sync.WaitGroup
+	rotWG.Add(1)
+	go func() {
+		defer rotWG.Done()
+		for {
+			select {
+			case <-stopRot:
+				return
+			case <-time.After(30 * time.Millisecond):
+				version.Add(1)
+			}
+		}
+	}()
+	type ret struct {
+		began, ended time.Time
+		n            int64
+		s            string
+	}
+	var mu sync.Mutex
+	var rets []ret
+	var wg sync.WaitGroup
+	for stop := time.Now().Add(4 * time.Second); time.Now().Before(stop); time.Sleep(2 * time.Millisecond) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := time.Now()
+			v, err := f.Get()
+			r := ret{began: b, ended: time.Now()}
+			if err == nil {
+				r.s = v
+				r.n, _ = strconv.ParseInt(v, 10, 64)
+			} else {
+				r.s = err.Error()
+				if i := strings.Index(r.s, "version "); i >= 0 {
+					var n int64
+					if _, serr := fmt.Sscanf(r.s[i:], "version %d: removed", &n); serr == nil {
+						r.n = n
+					}
+				}
+			}
+			mu.Lock()
+			rets = append(rets, r)
+			mu.Unlock()
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(MaxWait + time.Second):
+		t.Fatal("Gets did not return within MaxWait + 1 s")
+	}
+	close(stopRot)
+	rotWG.Wait()
+	eventuallyNoCheck(t, f)
+	if n := maxIn.Load(); n > maxChecks {
+		t.Errorf("%d system calls of looks at once, want at most %d", n, maxChecks)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	looked, slow := 0, 0
+	for _, r := range rets {
+		if r.n > 0 {
+			looked++
+		}
+		if r.ended.Sub(r.began) > MaxWait {
+			slow++
+		}
+	}
+	if slow > 0 {
+		t.Errorf("%d Gets took longer than MaxWait", slow)
+	}
+	if looked < len(rets)*9/10 {
+		t.Fatalf("only %d of %d Gets returned a version", looked, len(rets))
+	}
+	for _, a := range rets {
+		for _, b := range rets {
+			if a.n > 0 && b.n > 0 && a.ended.Before(b.began) && b.n < a.n {
+				t.Fatalf("a Get begun %v after another returned version %d (%q) returned the older version %d (%q)", b.began.Sub(a.ended), a.n, a.s, b.n, b.s)
+			}
+		}
+	}
+	t.Logf("%d Gets, %d returned a version", len(rets), looked)
 }
