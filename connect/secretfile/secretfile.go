@@ -88,11 +88,16 @@ func stat(key, path string) (fileID, error) {
 // mount) looked in an order nobody knows (adversary 51e: the last begun,
 // or the last to look, or the last to end, each brought an old secret
 // back). So a check's outcome is taken (kept, to answer the Gets after
-// it) only if no other check ended while it ran: it then looked after
-// every outcome ever returned. A check that another's end overlapped is
-// not taken, and after it nothing is kept (the next Get looks again); its
-// outcome answers only the Gets that began before that other check ended,
-// before any Get could have returned an outcome it may have looked before.
+// it) only if no other check ended while it ran (it then looked after
+// every outcome ever returned) or each that did found the same (the same
+// file and value, or the same error: which looked last does not matter;
+// on a mount whose looks take longer than StatInterval, looks beside each
+// other are the rule, and an unchanged file is not read again for them:
+// adversary 54a). A check that another's end overlapped with another
+// finding is not taken, and after it nothing is kept (the next Get looks
+// again); its outcome answers only the Gets that began before that other
+// check ended, before any Get could have returned an outcome it may have
+// looked before.
 // So no Get returns an older secret than one a Get returned before it
 // began. A Get waits at most MaxWait, whatever the file system does, and
 // a hung mount holds at most maxChecks checks (goroutines, threads) of a
@@ -148,11 +153,26 @@ func (f *File) nowOf() when { return when{f.now(), time.Now()} }
 // closed.
 type check struct {
 	seq      uint64
-	at       when   // when it began; HungAfter is real time (at.real)
-	firstEnd uint64 // File.ticks at the first end of another check while it ran; 0: none (yet)
-	ended    uint64 // File.ticks at its end; 0: in progress
+	at       when    // when it began; HungAfter is real time (at.real)
+	firstEnd uint64  // File.ticks at the first end of another check while it ran; 0: none (yet)
+	overlap  outcome // what that first check found
+	mixed    bool    // another check that ended while it ran found otherwise than overlap
+	ended    uint64  // File.ticks at its end; 0: in progress
 	done     chan struct{}
 	out      outcome
+}
+
+// same says whether o and p found the same: the same file and value, or
+// the same error. Of two checks beside each other that found the same,
+// which looked last does not matter.
+func (o outcome) same(p outcome) bool {
+	if (o.err == nil) != (p.err == nil) {
+		return false
+	}
+	if o.err != nil {
+		return o.err.Error() == p.err.Error()
+	}
+	return o.value == p.value && o.id == p.id
 }
 
 // answers says whether c's outcome may answer a Get that began at tick
@@ -319,16 +339,20 @@ func (f *File) start() *check {
 			f.recent = f.recent[1:]
 		}
 		for _, o := range f.checks { // their looks and this one's: order unknown
-			if o.firstEnd == 0 {
-				o.firstEnd = f.ticks
+			switch {
+			case o.firstEnd == 0:
+				o.firstEnd, o.overlap = f.ticks, out
+			case !o.mixed && !o.overlap.same(out):
+				o.mixed = true
 			}
 		}
 		c.out = out
-		if c.firstEnd == 0 {
+		if c.firstEnd == 0 || !c.mixed && c.overlap.same(out) {
 			f.state = out
 		} else {
-			// Another check ended while it ran: which looked last is
-			// unknown, so neither is kept; the next Get looks again.
+			// Another check ended while it ran and found otherwise:
+			// which looked last is unknown, so neither is kept; the next
+			// Get looks again.
 			f.state = outcome{}
 		}
 		close(c.done)

@@ -2423,3 +2423,85 @@ func TestGetsOnAMountAnsweringWithinMaxWaitDoNotFailWithAClockThatJumps(t *testi
 		t.Fatalf("%d of %d Gets failed though every read succeeded within 1.8 s < MaxWait; first: %v", n, gets.Load(), first.Load())
 	}
 }
+
+// A look overlapped by others' ends is taken only when every one of them
+// found what it found (adversary 54a's rule): one that found the same as
+// the first to end beside it, but beside a second that found otherwise,
+// may have looked before that second one, whose secret a Get returned;
+// it is not kept. Look C (slow) found file B; beside it O1 found B and O2,
+// after a rename, A2, which a Get returned: a Get after C ends returns A2
+// (or a later look), never B. (The File's clock moves so that C and O1
+// are not recent for the Gets that begin O1 and O2, and steps back so
+// that C, if it were kept, would be recent for the last Get.)
+func TestALookBesideTwoThatFoundOtherwiseIsNotKeptThoughItFoundWhatTheFirstFound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]fileID{"b": {ino: 2}, "a2": {ino: 3}}
+	var (
+		mu      sync.Mutex
+		current = "b"
+		reads   int
+		offset  atomic.Int64
+	)
+	began, gate := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	})
+	base := time.Now().Add(time.Hour) // the set-up's look is old: the next Get looks
+	f.mu.Lock()
+	f.now = func() time.Time { return base.Add(time.Duration(offset.Load())) }
+	f.stat = func(key, p string) (fileID, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return files[current], nil
+	}
+	f.read = func(key, p string) (string, fileID, error) {
+		mu.Lock()
+		reads++
+		first, name := reads == 1, current
+		mu.Unlock()
+		if first { // C: it reads while the file is B, and answers late
+			close(began)
+			<-gate
+			return "b", files["b"], nil
+		}
+		return name, files[name], nil
+	}
+	f.mu.Unlock()
+
+	c := make(chan string, 1)
+	go func() { v, _ := f.Get(); c <- v }() // begins C
+	<-began
+	offset.Add(int64(time.Hour)) // C is not recent: the next Get looks beside it
+	if v, err := f.Get(); err != nil || v != "b" {
+		t.Fatalf("the Get beside C (O1) = %q, %v; want b", v, err)
+	}
+	mu.Lock()
+	current = "a2" // a rename
+	mu.Unlock()
+	offset.Add(int64(time.Hour)) // O1 is not recent either
+	if v, err := f.Get(); err != nil || v != "a2" {
+		t.Fatalf("the Get after the rename (O2) = %q, %v; want a2", v, err)
+	}
+	close(gate)     // C ends: it found B, as O1 did, and O2 found A2
+	eventuallyNoCheck(t, f)
+	offset.Store(0) // the clock steps back to C's beginning: C is recent for the next Get, if kept
+	select {
+	case <-c:
+	case <-time.After(MaxWait + time.Second):
+		t.Fatal("the Get that began C did not return")
+	}
+	if v, err := f.Get(); err != nil || v != "a2" {
+		t.Fatalf("a Get after C ended = %q, %v; want a2, which a Get returned before it began (C found B, which it may have looked at before O2's A2)", v, err)
+	}
+}
