@@ -137,6 +137,7 @@ func TestCompose(t *testing.T) {
 		process := len(s.Command) > 0 && slices.Contains([]string{"run", "worker", "ingress", "migrate"}, s.Command[0])
 		if process {
 			checkMemLimit(t, name, s.Environment["GOMEMLIMIT"], s.MemLimit, dockerBytes)
+			checkGOGC(t, name, s.Environment["GOGC"], s.Environment["GOMEMLIMIT"])
 			// Least privilege: each kind of process logs in as its own
 			// user (TestComposePostgresInit checks each user's role), and
 			// only the migrate service changes the schema: the others
@@ -242,6 +243,25 @@ func checkMemLimit(t *testing.T, where, gomemlimit, limit string, parseLimit fun
 	}
 	if r := soft / hard; r < 0.85 || r > 0.95 {
 		t.Errorf("%s: GOMEMLIMIT %s is %.0f%% of the memory limit %s, want about 90%%", where, gomemlimit, 100*r, limit)
+	}
+}
+
+// checkGOGC: a GOGC that lets the heap grow past Go's default (100) is
+// set only beside GOMEMLIMIT, which still bounds it under the container's
+// limit, and is a number from 100 to 400: not "off" (a heap bounded by the
+// soft limit alone collects in a loop near it) nor a value that lets a
+// burst's garbage reach the limit before the first collection.
+func checkGOGC(t *testing.T, where, gogc, gomemlimit string) {
+	t.Helper()
+	if gogc == "" {
+		return
+	}
+	n, err := strconv.Atoi(gogc)
+	if err != nil || n < 100 || n > 400 {
+		t.Errorf("%s: GOGC %q, want a number from 100 to 400 (or unset)", where, gogc)
+	}
+	if gomemlimit == "" {
+		t.Errorf("%s: GOGC %s without GOMEMLIMIT: the heap it lets grow has no bound under the container's limit", where, gogc)
 	}
 }
 
@@ -748,6 +768,8 @@ func checkJob(t *testing.T, job map[string]any, all []map[string]any) {
 	gml, _ := get(env["GOMEMLIMIT"], "value").(string)
 	lim, _ := get(c, "resources", "limits", "memory").(string)
 	checkMemLimit(t, name, gml, lim, k8sBytes)
+	gogc, _ := get(env["GOGC"], "value").(string)
+	checkGOGC(t, name, gogc, gml)
 	var np map[string]any
 	for _, p := range kind(all, "NetworkPolicy") {
 		if subset(get(p, "spec", "podSelector", "matchLabels"), get(tmpl, "metadata", "labels")) {
@@ -905,6 +927,8 @@ func checkPod(t *testing.T, name string, tmpl map[string]any, all []map[string]a
 	gml, _ := get(env["GOMEMLIMIT"], "value").(string)
 	lim, _ := get(c, "resources", "limits", "memory").(string)
 	checkMemLimit(t, name, gml, lim, k8sBytes)
+	gogc, _ := get(env["GOGC"], "value").(string)
+	checkGOGC(t, name, gogc, gml)
 	if p := get(c, "readinessProbe", "httpGet", "path"); p != "/readyz" {
 		t.Errorf("%s: readiness probe %v, want /readyz", name, p)
 	}
