@@ -3,8 +3,11 @@
 package secretfile
 
 import (
+	"math/rand"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -126,4 +129,133 @@ func TestAnUnchangedFileReadByALookBesideAnOlderOneThatEndedLaterWithTheSameIsNo
 	if got := reads.Load() - n; got != 0 {
 		t.Fatalf("the look at +1150 ms made %d reads of the unchanged file; want 0 (D read it at +1100 ms, and found what C found; C's end put C's value, read at +0, in the state in place of D's)", got)
 	}
+}
+
+// adversary 54b: a mount whose stats and reads take 0-200 ms at random
+// (looks beside each other, ending in any order, most finding the same);
+// the file is rewritten every 30-120 ms, half of the times in place where
+// a stat cannot tell (the same fileID), half by rename (another inode).
+// Eight goroutines Get for 3 s: no Get returns an older version than one
+// a Get returned before it began (order by a counter taken before each
+// Get and after it returns).
+func TestNoGetReturnsAnOlderVersionThanOneReturnedBeforeItBeganWhileSlowLooksFindTheSameOrInPlaceRewrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte("0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		version int
+		id      = fileID{ino: 1, size: 1}
+		rng     = rand.New(rand.NewSource(time.Now().UnixNano()))
+	)
+	pause := func() {
+		mu.Lock()
+		d := time.Duration(rng.Int63n(int64(200 * time.Millisecond)))
+		mu.Unlock()
+		time.Sleep(d)
+	}
+	f.mu.Lock()
+	f.stat = func(key, p string) (fileID, error) {
+		pause()
+		mu.Lock()
+		defer mu.Unlock()
+		return id, nil
+	}
+	f.read = func(key, p string) (string, fileID, error) {
+		pause()
+		mu.Lock()
+		defer mu.Unlock()
+		return strconv.Itoa(version), id, nil
+	}
+	f.mu.Unlock()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			mu.Lock()
+			d := 30*time.Millisecond + time.Duration(rng.Int63n(int64(90*time.Millisecond)))
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-time.After(d):
+			}
+			mu.Lock()
+			version++
+			if rng.Intn(2) == 0 {
+				id.ino++ // a rename
+			}
+			mu.Unlock()
+		}
+	}()
+	type get struct {
+		begin, end int64
+		v          int
+	}
+	var (
+		ctr  atomic.Int64
+		gmu  sync.Mutex
+		gets []get
+	)
+	deadline := time.Now().Add(3 * time.Second)
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				b := ctr.Add(1)
+				s, err := f.Get()
+				e := ctr.Add(1)
+				if err != nil {
+					t.Errorf("Get: %v", err)
+					return
+				}
+				v, err := strconv.Atoi(s)
+				if err != nil {
+					t.Errorf("Get = %q", s)
+					return
+				}
+				gmu.Lock()
+				gets = append(gets, get{b, e, v})
+				gmu.Unlock()
+				time.Sleep(time.Duration(i) * 5 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(time.Until(deadline))
+	close(stop)
+	wg.Wait()
+	eventuallyNoCheck(t, f)
+	ends := append([]get(nil), gets...)
+	sort.Slice(ends, func(i, j int) bool { return ends[i].end < ends[j].end })
+	prefix := make([]int, len(ends)) // the newest version returned by ends[:i+1]
+	for i, o := range ends {
+		prefix[i] = o.v
+		if i > 0 {
+			prefix[i] = max(prefix[i], prefix[i-1])
+		}
+	}
+	bad := 0
+	for _, g := range gets {
+		n := sort.Search(len(ends), func(i int) bool { return ends[i].end >= g.begin }) // returned before g began
+		if n == 0 {
+			continue
+		}
+		if newest := prefix[n-1]; g.v < newest {
+			if bad++; bad <= 3 {
+				t.Errorf("a Get returned version %d; a Get returned %d before it began", g.v, newest)
+			}
+		}
+	}
+	if bad > 0 || len(gets) < 50 {
+		t.Fatalf("%d of %d Gets returned an older version than one returned before they began", bad, len(gets))
+	}
+	t.Logf("%d Gets, none older", len(gets))
 }
