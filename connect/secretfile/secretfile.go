@@ -347,9 +347,17 @@ func (f *File) start() *check {
 			}
 		}
 		c.out = out
-		if c.firstEnd == 0 || !c.mixed && c.overlap.same(out) {
+		switch {
+		case c.firstEnd == 0:
 			f.state = out
-		} else {
+		case !c.mixed && c.overlap.same(out):
+			// Each that ended while it ran found the same: kept, unless
+			// the state is already one of them begun after it, whose
+			// look (and read) is the later (adversary 54b).
+			if f.state.seq < c.seq || !f.state.same(out) {
+				f.state = out
+			}
+		default:
 			// Another check ended while it ran and found otherwise:
 			// which looked last is unknown, so neither is kept; the next
 			// Get looks again.
