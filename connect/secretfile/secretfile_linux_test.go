@@ -1762,8 +1762,12 @@ func TestNoGetReturnsAnOlderLookThanAReturnedOneWhenThreeLooksEndOutOfOrder(t *t
 	if r := recv(g4, "Get 4"); r.err != nil || (r.v != "v3" && r.v != "v4") {
 		t.Errorf("Get 4 (begun after look 1 ended, Get 2 returned v2) = %q, %v; want v3 or v4", r.v, r.err)
 	}
-	if r := recv(adv52aGet(f), "Get 5"); r.err != nil || (r.v != "v3" && r.v != "v4") {
-		t.Errorf("Get 5 (begun after all ended) = %q, %v; want v3 or v4", r.v, r.err)
+	// Get 5 returns the state (v3 or v4), or, when StatInterval of real
+	// time passed since its look began (a loaded machine: fresh only by
+	// both clocks, and the File's clock stands still here), a look of its
+	// own (v5); never v1 or v2 (session 54's CI gave v5).
+	if r := recv(adv52aGet(f), "Get 5"); r.err != nil || (r.v != "v3" && r.v != "v4" && r.v != "v5") {
+		t.Errorf("Get 5 (begun after all ended) = %q, %v; want v3 or v4, or v5 (a look of its own)", r.v, r.err)
 	}
 }
 
