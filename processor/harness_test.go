@@ -493,11 +493,17 @@ func waitsOnTimers(t *testing.T) {
 // OffsetCommit in shutdownCoordinatorRTT each once slow is set (as
 // TestShutdownAtTheSmallestDrainTimeoutCommitsThroughASlowCoordinator).
 func (e *testEnv) slowCoordinatorFrom(slow *atomic.Bool) {
+	e.coordinatorSlowedBy(slow, shutdownCoordinatorRTT)
+}
+
+// coordinatorSlowedBy makes the group coordinator answer OffsetFetch and
+// OffsetCommit in rtt each once slow is set.
+func (e *testEnv) coordinatorSlowedBy(slow *atomic.Bool, rtt time.Duration) {
 	for _, key := range []int16{kmsg.OffsetFetch.Int16(), kmsg.OffsetCommit.Int16()} {
 		e.cluster.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
 			e.cluster.KeepControl()
 			if slow.Load() {
-				e.cluster.SleepControl(func() { time.Sleep(shutdownCoordinatorRTT) })
+				e.cluster.SleepControl(func() { time.Sleep(rtt) })
 			}
 			return nil, nil, false
 		})
