@@ -106,7 +106,8 @@ func (c *committer) assigned(ctx context.Context, cl *kgo.Client, assigned map[s
 }
 
 // revoked gives in-flight records of revoked partitions RevokeTimeout to
-// finish, commits what finished, and forgets the partitions
+// finish, commits what finished (once the router stopped, with what
+// finished on the partitions it keeps), and forgets the partitions
 // (kgo.OnPartitionsRevoked). Whatever did not finish is abandoned,
 // uncommitted, for the new owner.
 func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
@@ -132,8 +133,15 @@ func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 	// for this callback).
 	c.flight.waitIdle(parts, time.Now().Add(c.cfg.RevokeTimeout), c.stopping, c.drainBy)
 	done()
+	// A revoke the stop cut commits the partitions kept too, in the same
+	// request: the final commit queues behind it (commitMu) with less of
+	// the reserve than its two round trips to a slow coordinator take.
+	commitOnly := only
+	if c.stopping.Err() != nil {
+		commitOnly = nil
+	}
 	cctx, cancel := c.untilShutdown(ctx)
-	c.commit(cctx, only)
+	c.commit(cctx, commitOnly)
 	cancel()
 	// Forgotten under commitMu, so that no commit that read the partition
 	// before it was forgotten is sent after the revoke's.
