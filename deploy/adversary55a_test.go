@@ -1,0 +1,281 @@
+package deploy
+
+// Adversary 55a: the router's GOGC=200 (434b556, 370e3eb) and checkGOGC.
+// The claim: no shipped manifest can run a dedup process with a GOGC that is
+// off, out of range or without GOMEMLIMIT, and the tests would catch one
+// that did. These tests mutate a copy of the shipped tree the way an
+// overlay, a component or a compose file can, render it as kustomize
+// (kubectl kustomize) resolves it, and run the shipped TestKustomize or
+// TestCompose on the copy: a mutation those tests accept is a gap.
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// adv55aTree copies what TestCompose and TestKustomize read (the
+// repository's docker-compose.yml, Dockerfile and deploy/; sink/ as a
+// link) into a temporary root, and returns the root.
+func adv55aTree(t *testing.T) string {
+	t.Helper()
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	for _, f := range []string{"docker-compose.yml", "Dockerfile"} {
+		b, err := os.ReadFile(filepath.Join(repo, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(repo, "sink"), filepath.Join(root, "sink")); err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(filepath.Join(repo, "deploy"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(repo, p)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(root, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func adv55aAppend(t *testing.T, path, text string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append(b, text...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// adv55aRun runs the shipped test name (TestCompose, TestKustomize) of
+// this test binary with root/deploy as its directory, so that it reads the
+// copy; it reports whether the test passed.
+func adv55aRun(t *testing.T, root, name string, env ...string) (bool, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+name+"$", "-test.count=1", "-test.v")
+	cmd.Dir = filepath.Join(root, "deploy")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err == nil && !strings.Contains(string(out), "--- PASS: "+name) {
+		t.Fatalf("%s did not run:\n%s", name, out)
+	}
+	return err == nil, string(out)
+}
+
+// adv55aControl: the shipped test passes on the unmutated copy (so that a
+// pass on a mutated one is the mutation's, not the copy's).
+func adv55aControl(t *testing.T, name string) {
+	t.Helper()
+	if ok, out := adv55aRun(t, adv55aTree(t), name); !ok {
+		t.Fatalf("%s fails on an unmutated copy of the tree:\n%s", name, out)
+	}
+}
+
+// adv55aKustomize renders dir with kubectl kustomize (kustomize's own
+// rendering; `make k8s` builds the same with the kustomize binary).
+func adv55aKustomize(t *testing.T, dir string) []map[string]any {
+	t.Helper()
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("no kubectl: cannot render the kustomization")
+	}
+	out, err := exec.Command(kubectl, "kustomize", dir).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, ee.Stderr)
+		}
+		t.Fatalf("kubectl kustomize %s: %v", dir, err)
+	}
+	var docs []map[string]any
+	dec := yaml.NewDecoder(bytes.NewReader(out))
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("kubectl kustomize %s: %v", dir, err)
+		}
+		docs = append(docs, doc)
+	}
+	return docs
+}
+
+// adv55aEnv is a container's environment as the kubelet builds it: envFrom
+// first (ConfigMaps' keys), then env in order, the last of a name winning;
+// valueFrom a ConfigMap's key resolved from the rendered docs. A name whose
+// value comes from elsewhere (a Secret, a field) maps to "?".
+func adv55aEnv(docs []map[string]any, c any) map[string]string {
+	cm := func(name string) map[string]any {
+		for _, d := range kind(docs, "ConfigMap") {
+			if get(d, "metadata", "name") == name {
+				m, _ := get(d, "data").(map[string]any)
+				return m
+			}
+		}
+		return nil
+	}
+	env := map[string]string{}
+	for _, e := range list(get(c, "envFrom")) {
+		if name, ok := get(e, "configMapRef", "name").(string); ok {
+			for k, v := range cm(name) {
+				env[k] = adv55aString(v)
+			}
+		}
+	}
+	for _, e := range list(get(c, "env")) {
+		name := adv55aString(get(e, "name"))
+		switch {
+		case get(e, "valueFrom", "configMapKeyRef") != nil:
+			ref, _ := get(e, "valueFrom", "configMapKeyRef", "name").(string)
+			key, _ := get(e, "valueFrom", "configMapKeyRef", "key").(string)
+			env[name] = adv55aString(cm(ref)[key])
+		case get(e, "valueFrom") != nil:
+			env[name] = "?"
+		default:
+			env[name] = adv55aString(get(e, "value"))
+		}
+	}
+	return env
+}
+
+func adv55aString(v any) string {
+	if v == nil {
+		return ""
+	}
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, _ := yaml.Marshal(v)
+	return strings.TrimSpace(string(b))
+}
+
+// adv55aBadGC says what is wrong with a dedup process's GOGC and
+// GOMEMLIMIT as the runtime reads them ("" when nothing): GOGC set is a
+// number from 100 to 400, beside a GOMEMLIMIT.
+func adv55aBadGC(env map[string]string) string {
+	gogc, set := env["GOGC"]
+	if !set || gogc == "" {
+		return ""
+	}
+	n, err := strconv.ParseInt(gogc, 10, 32) // runtime.readGOGC
+	if err != nil && gogc != "off" {
+		n, err = 100, nil
+	}
+	if err != nil || n < 100 || n > 400 {
+		return "GOGC " + strconv.Quote(gogc)
+	}
+	if env["GOMEMLIMIT"] == "" || env["GOMEMLIMIT"] == "off" {
+		return "GOGC " + gogc + " without GOMEMLIMIT"
+	}
+	return ""
+}
+
+// adv55aRendered: what the rendering of dir runs in container 0 of the
+// workload named name (Deployment or Job), as the kubelet resolves it.
+func adv55aRendered(t *testing.T, dir, name string) map[string]string {
+	t.Helper()
+	docs := adv55aKustomize(t, dir)
+	for _, w := range append(kind(docs, "Deployment"), kind(docs, "Job")...) {
+		if get(w, "metadata", "name") == name {
+			return adv55aEnv(docs, get(w, "spec", "template", "spec", "containers", 0))
+		}
+	}
+	t.Fatalf("%s renders no workload %s", dir, name)
+	return nil
+}
+
+// adversary 55a: an overlay under deploy/k8s/overlays may patch a
+// Deployment's environment (kustomize's patches: strategic merge or JSON
+// 6902), and `make k8s` renders it; TestKustomize reads the base's and the
+// components' files as they are and only checks that an overlay's
+// resources and components exist, so a patch that turns the router's GOGC
+// off, gives the worker GOGC=off, or removes the GOMEMLIMIT beside the
+// router's GOGC=200 passes it. Each mutation is rendered with kubectl
+// kustomize to show the rendered pod runs it.
+func TestAnOverlayPatchThatBreaksGOGCFailsTestKustomize(t *testing.T) {
+	adv55aControl(t, "TestKustomize")
+	for _, m := range []struct {
+		name, workload, patch string
+	}{
+		{"strategic merge: router GOGC off", "dedup", `
+patches:
+  - patch: |-
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata: {name: dedup}
+      spec:
+        template:
+          spec:
+            containers:
+              - name: dedup
+                env:
+                  - {name: GOGC, value: "off"}
+`},
+		{"json6902: worker GOGC off", "dedup-worker", `
+patches:
+  - target: {kind: Deployment, name: dedup-worker}
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0/env/-
+        value: {name: GOGC, value: "off"}
+`},
+		{"json6902: router GOGC=200 without GOMEMLIMIT", "dedup", `
+patches:
+  - target: {kind: Deployment, name: dedup}
+    patch: |-
+      - op: test
+        path: /spec/template/spec/containers/0/env/0/name
+        value: GOMEMLIMIT
+      - op: remove
+        path: /spec/template/spec/containers/0/env/0
+`},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			root := adv55aTree(t)
+			overlay := filepath.Join(root, "deploy/k8s/overlays/full")
+			adv55aAppend(t, filepath.Join(overlay, "kustomization.yaml"), m.patch)
+			env := adv55aRendered(t, overlay, m.workload)
+			bad := adv55aBadGC(env)
+			if bad == "" {
+				t.Fatalf("the mutation did not take: %s renders GOGC %q GOMEMLIMIT %q", m.workload, env["GOGC"], env["GOMEMLIMIT"])
+			}
+			if ok, _ := adv55aRun(t, root, "TestKustomize"); ok {
+				t.Errorf("overlays/full renders %s with %s (GOGC %q, GOMEMLIMIT %q), and TestKustomize passes", m.workload, bad, env["GOGC"], env["GOMEMLIMIT"])
+			}
+		})
+	}
+}
