@@ -69,6 +69,21 @@ func adv55aTree(t *testing.T) string {
 	return root
 }
 
+// adv55aEdit replaces old (which must be in the file once) with new.
+func adv55aEdit(t *testing.T, path, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(b), old) != 1 {
+		t.Fatalf("%s: %q is not in it once: the shipped file changed, adapt the mutation", path, old)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(b), old, new, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func adv55aAppend(t *testing.T, path, text string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -278,4 +293,46 @@ patches:
 			}
 		})
 	}
+}
+
+// adversary 55a: checkPod and checkJob read GOGC from env[].value only. A
+// GOGC from a ConfigMap, by valueFrom (configMapKeyRef) or by envFrom
+// (configMapRef; kustomize's configMapGenerator makes one), is what the
+// kubelet runs, and TestKustomize passes it as unset: the router's
+// GOGC=200 turned into a ConfigMap key that says off, or the worker taking
+// GOGC=off from a generated ConfigMap.
+func TestGOGCFromAConfigMapFailsTestKustomize(t *testing.T) {
+	adv55aControl(t, "TestKustomize")
+	t.Run("valueFrom: router", func(t *testing.T) {
+		root := adv55aTree(t)
+		base := filepath.Join(root, "deploy/k8s/base")
+		adv55aEdit(t, filepath.Join(base, "deployment.yaml"),
+			"- name: GOGC\n              value: \"200\"",
+			"- name: GOGC\n              valueFrom: {configMapKeyRef: {name: dedup-gc, key: GOGC}}")
+		adv55aAppend(t, filepath.Join(base, "kustomization.yaml"), "configMapGenerator:\n  - name: dedup-gc\n    literals: [GOGC=off]\n")
+		env := adv55aRendered(t, filepath.Join(root, "deploy/k8s/overlays/full"), "dedup")
+		bad := adv55aBadGC(env)
+		if bad == "" {
+			t.Fatalf("the mutation did not take: GOGC %q", env["GOGC"])
+		}
+		if ok, _ := adv55aRun(t, root, "TestKustomize"); ok {
+			t.Errorf("the router runs %s from a ConfigMap (valueFrom), and TestKustomize passes", bad)
+		}
+	})
+	t.Run("envFrom: worker", func(t *testing.T) {
+		root := adv55aTree(t)
+		comp := filepath.Join(root, "deploy/k8s/components/worker")
+		adv55aEdit(t, filepath.Join(comp, "deployment.yaml"),
+			"          env:\n",
+			"          envFrom:\n            - configMapRef: {name: dedup-worker-gc}\n          env:\n")
+		adv55aAppend(t, filepath.Join(comp, "kustomization.yaml"), "configMapGenerator:\n  - name: dedup-worker-gc\n    literals: [GOGC=off]\n")
+		env := adv55aRendered(t, filepath.Join(root, "deploy/k8s/overlays/full"), "dedup-worker")
+		bad := adv55aBadGC(env)
+		if bad == "" {
+			t.Fatalf("the mutation did not take: GOGC %q", env["GOGC"])
+		}
+		if ok, _ := adv55aRun(t, root, "TestKustomize"); ok {
+			t.Errorf("the worker runs %s from a generated ConfigMap (envFrom), and TestKustomize passes", bad)
+		}
+	})
 }
