@@ -336,3 +336,36 @@ func TestGOGCFromAConfigMapFailsTestKustomize(t *testing.T) {
 		}
 	})
 }
+
+// adversary 55a: TestCompose reads docker-compose.yml's environment maps
+// only. docker compose also gives a container what an env_file lists
+// (under environment: the worker and the ingress set no GOGC, so the
+// file's wins) and merges a docker-compose.override.yml beside
+// docker-compose.yml (`make compose` runs `docker compose up` without -f,
+// so it loads one): either sets GOGC=off on a dedup process, and
+// TestCompose passes.
+func TestComposeGOGCFromAnEnvFileOrOverrideFailsTestCompose(t *testing.T) {
+	adv55aControl(t, "TestCompose")
+	t.Run("env_file", func(t *testing.T) {
+		root := adv55aTree(t)
+		if err := os.WriteFile(filepath.Join(root, "deploy/compose/gc.env"), []byte("GOGC=off\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		adv55aEdit(t, filepath.Join(root, "docker-compose.yml"),
+			"    command: [\"worker\", \"--config\", \"/etc/dedup/dedup.yaml\"]\n",
+			"    command: [\"worker\", \"--config\", \"/etc/dedup/dedup.yaml\"]\n    env_file: [./deploy/compose/gc.env]\n")
+		if ok, _ := adv55aRun(t, root, "TestCompose"); ok {
+			t.Error("the compose worker takes GOGC=off from env_file ./deploy/compose/gc.env, and TestCompose passes")
+		}
+	})
+	t.Run("docker-compose.override.yml", func(t *testing.T) {
+		root := adv55aTree(t)
+		override := "services:\n  dedup-1:\n    environment:\n      GOGC: \"off\"\n  worker:\n    environment:\n      GOGC: \"1000\"\n"
+		if err := os.WriteFile(filepath.Join(root, "docker-compose.override.yml"), []byte(override), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if ok, _ := adv55aRun(t, root, "TestCompose"); ok {
+			t.Error("docker-compose.override.yml (merged by `docker compose up`) sets dedup-1's GOGC off and the worker's 1000, and TestCompose passes")
+		}
+	})
+}
