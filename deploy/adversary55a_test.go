@@ -369,3 +369,16 @@ func TestComposeGOGCFromAnEnvFileOrOverrideFailsTestCompose(t *testing.T) {
 		}
 	})
 }
+
+// adversary 55a: in compose, an environment key with no value (`GOGC:`)
+// passes the variable of the shell that runs `docker compose up` into the
+// container; checkGOGC reads the empty string as unset and passes it, so
+// whatever GOGC the operator's shell has (off, 1000) reaches the routers.
+func TestComposeGOGCWithoutAValueFailsTestCompose(t *testing.T) {
+	adv55aControl(t, "TestCompose")
+	root := adv55aTree(t)
+	adv55aEdit(t, filepath.Join(root, "docker-compose.yml"), "    GOGC: \"200\" ", "    GOGC:       ")
+	if ok, _ := adv55aRun(t, root, "TestCompose"); ok {
+		t.Error("x-dedup's `GOGC:` with no value (the routers take the shell's GOGC, e.g. off) passes TestCompose")
+	}
+}
