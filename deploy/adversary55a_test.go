@@ -382,3 +382,26 @@ func TestComposeGOGCWithoutAValueFailsTestCompose(t *testing.T) {
 		t.Error("x-dedup's `GOGC:` with no value (the routers take the shell's GOGC, e.g. off) passes TestCompose")
 	}
 }
+
+// adversary 55a: the image's own environment is every container's
+// default: an `ENV GOGC=off` in the Dockerfile's final stage reaches each
+// dedup process that sets no GOGC (the worker, the ingress and migrate, in
+// compose and in Kubernetes alike), and TestDockerfile, TestCompose and
+// TestKustomize all pass it: none reads the image's ENV.
+func TestADockerfileGOGCFailsTheDeployTests(t *testing.T) {
+	tests := []string{"TestDockerfile", "TestCompose", "TestKustomize"}
+	for _, name := range tests {
+		adv55aControl(t, name)
+	}
+	root := adv55aTree(t)
+	adv55aEdit(t, filepath.Join(root, "Dockerfile"), "USER nonroot:nonroot\n", "USER nonroot:nonroot\nENV GOGC=off\n")
+	passed := 0
+	for _, name := range tests {
+		if ok, _ := adv55aRun(t, root, name); ok {
+			passed++
+		}
+	}
+	if passed == len(tests) {
+		t.Errorf("the image sets ENV GOGC=off (the worker, the ingress and migrate run without a collector), and %v all pass", tests)
+	}
+}
