@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -404,4 +405,46 @@ func TestADockerfileGOGCFailsTheDeployTests(t *testing.T) {
 	if passed == len(tests) {
 		t.Errorf("the image sets ENV GOGC=off (the worker, the ingress and migrate run without a collector), and %v all pass", tests)
 	}
+}
+
+// adversary 55a: checkGOGC takes any non-empty GOMEMLIMIT as the bound
+// beside GOGC=200, and checkMemLimit reads GOMEMLIMIT with ParseFloat: a
+// GOMEMLIMIT the runtime refuses (runtime.parseByteCount takes an integer
+// and a unit only) passes both, and every dedup process it is set on
+// exits at start ("malformed GOMEMLIMIT"): 230.5MiB, 2.4e8B, NaNMiB.
+func TestCheckMemLimitAcceptsOnlyAGOMEMLIMITTheRuntimeReads(t *testing.T) {
+	if v, ok := os.LookupEnv("ADV55A_CHECK_GOMEMLIMIT"); ok {
+		checkMemLimit(t, "probe", v, "256Mi", k8sBytes)
+		checkGOGC(t, "probe", "200", v)
+		return
+	}
+	if os.Getenv("ADV55A_READ_GOMEMLIMIT") != "" {
+		t.Logf("runtime GOMEMLIMIT=%d", debug.SetMemoryLimit(-1))
+		return
+	}
+	for _, v := range []string{"230MiB", "235520KiB", "241172480B", "+230MiB", "0230MiB", "230.5MiB", "2.4e8B", "NaNMiB", "0x1.cp27B"} {
+		accepted, _ := adv55aProbe(t, "TestCheckMemLimitAcceptsOnlyAGOMEMLIMITTheRuntimeReads", "ADV55A_CHECK_GOMEMLIMIT="+v)
+		_, out := adv55aProbe(t, "TestCheckMemLimitAcceptsOnlyAGOMEMLIMITTheRuntimeReads", "ADV55A_READ_GOMEMLIMIT=1", "GOMEMLIMIT="+v)
+		_, after, found := strings.Cut(out, "runtime GOMEMLIMIT=")
+		read := "exits at start"
+		if found {
+			read = strings.Fields(after)[0]
+		} else if !strings.Contains(out, "malformed GOMEMLIMIT") {
+			t.Fatalf("GOMEMLIMIT=%q: the probe printed neither the limit nor the runtime's refusal:\n%s", v, out)
+		}
+		want, _ := goBytes(v)
+		if accepted && read != strconv.FormatInt(int64(want), 10) {
+			t.Errorf("checkMemLimit and checkGOGC accept GOMEMLIMIT=%q (%.0f bytes), which the runtime reads as: %s", v, want, read)
+		}
+		t.Logf("GOMEMLIMIT=%q: accepted %v, runtime %s", v, accepted, read)
+	}
+}
+
+// adv55aProbe runs the test name of this binary with env added.
+func adv55aProbe(t *testing.T, name string, env ...string) (bool, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+name+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return err == nil, string(out)
 }
