@@ -384,6 +384,66 @@ func TestComposeGOGCWithoutAValueFailsTestCompose(t *testing.T) {
 	}
 }
 
+// adversary 55a (holds): checkGOGC parses GOGC as Go's runtime does
+// (runtime.readGOGC: "off", else strconv.ParseInt(s, 10, 32), else 100):
+// every spelling it accepts, the runtime reads as a number from 100 to 400
+// (+200, 0200 included), and it refuses off, OFF, spaces, 2e2.
+func TestCheckGOGCAcceptsOnlyWhatTheRuntimeReadsInRange(t *testing.T) {
+	if v, ok := os.LookupEnv("ADV55A_CHECK_GOGC"); ok {
+		checkGOGC(t, "probe", v, "230MiB")
+		return
+	}
+	if os.Getenv("ADV55A_READ_GOGC") != "" {
+		t.Logf("runtime GOGC=%d", debug.SetGCPercent(100))
+		return
+	}
+	for _, v := range []string{"200", "+200", "0200", "00200", "+0200", " 200", "200 ", "200\n", "2e2", "200.0", "0x64",
+		"1_00", "off", "OFF", "Off", " off", "-1", "0", "99", "100", "400", "401", "4294967496", "-4294967096", "２００"} {
+		accepted, _ := adv55aProbe(t, "TestCheckGOGCAcceptsOnlyWhatTheRuntimeReadsInRange", "ADV55A_CHECK_GOGC="+v)
+		_, out := adv55aProbe(t, "TestCheckGOGCAcceptsOnlyWhatTheRuntimeReadsInRange", "ADV55A_READ_GOGC=1", "GOGC="+v)
+		_, after, found := strings.Cut(out, "runtime GOGC=")
+		if !found {
+			t.Fatalf("GOGC=%q: the probe printed no runtime GOGC:\n%s", v, out)
+		}
+		n, err := strconv.Atoi(strings.Fields(after)[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if accepted && (n < 100 || n > 400) {
+			t.Errorf("checkGOGC accepts GOGC=%q, which the runtime reads as %d", v, n)
+		}
+		t.Logf("GOGC=%q: checkGOGC accepts %v, runtime %d", v, accepted, n)
+	}
+}
+
+// adversary 55a (holds): every workload kustomize renders from the base
+// and each overlay (Deployments, Jobs; containers and init containers), its
+// environment resolved as the kubelet does (envFrom, valueFrom, the last
+// of a name), runs a GOGC from 100 to 400 beside a GOMEMLIMIT, or none.
+func TestEveryRenderedDedupContainerRunsGOGCInRangeBesideGOMEMLIMIT(t *testing.T) {
+	dirs, _ := filepath.Glob("k8s/overlays/*")
+	for _, dir := range append([]string{"k8s/base"}, dirs...) {
+		docs := adv55aKustomize(t, dir)
+		for _, k := range []string{"Deployment", "StatefulSet", "DaemonSet", "Job", "Pod", "CronJob"} {
+			for _, w := range kind(docs, k) {
+				spec := get(w, "spec", "template", "spec")
+				switch k {
+				case "Pod":
+					spec = get(w, "spec")
+				case "CronJob":
+					spec = get(w, "spec", "jobTemplate", "spec", "template", "spec")
+				}
+				for _, c := range append(list(get(spec, "initContainers")), list(get(spec, "containers"))...) {
+					env := adv55aEnv(docs, c)
+					if bad := adv55aBadGC(env); bad != "" || env["GOGC"] == "?" || env["GOMEMLIMIT"] == "?" {
+						t.Errorf("%s: %s %v container %v: %s (GOGC %q, GOMEMLIMIT %q)", dir, k, get(w, "metadata", "name"), get(c, "name"), bad, env["GOGC"], env["GOMEMLIMIT"])
+					}
+				}
+			}
+		}
+	}
+}
+
 // adversary 55a: the image's own environment is every container's
 // default: an `ENV GOGC=off` in the Dockerfile's final stage reaches each
 // dedup process that sets no GOGC (the worker, the ingress and migrate, in
@@ -447,4 +507,61 @@ func adv55aProbe(t *testing.T, name string, env ...string) (bool, string) {
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	return err == nil, string(out)
+}
+
+// adversary 55a (holds): the router's figures agree wherever they are
+// given: in every rendering (base, each overlay) and in compose's routers,
+// a 256Mi limit, GOMEMLIMIT 230MiB and GOGC 200 (and in Kubernetes a
+// 192Mi request, over the 165 MiB peak the runbook gives); the runbook and
+// security.md say the same.
+func TestTheRoutersGCFiguresAgreeAcrossManifestsAndDocs(t *testing.T) {
+	dirs, _ := filepath.Glob("k8s/overlays/*")
+	for _, dir := range append([]string{"k8s/base"}, dirs...) {
+		docs := adv55aKustomize(t, dir)
+		n := 0
+		for _, d := range kind(docs, "Deployment") {
+			c := get(d, "spec", "template", "spec", "containers", 0)
+			if get(c, "args", 0) != "run" {
+				continue
+			}
+			n++
+			env := adv55aEnv(docs, c)
+			got := [4]any{get(c, "resources", "requests", "memory"), get(c, "resources", "limits", "memory"), env["GOMEMLIMIT"], env["GOGC"]}
+			if want := [4]any{"192Mi", "256Mi", "230MiB", "200"}; got != want {
+				t.Errorf("%s: router request, limit, GOMEMLIMIT, GOGC %v, want %v", dir, got, want)
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s renders %d router Deployments, want 1", dir, n)
+		}
+	}
+	var compose struct {
+		Services map[string]struct {
+			Environment map[string]string `yaml:"environment"`
+			MemLimit    string            `yaml:"mem_limit"`
+		} `yaml:"services"`
+	}
+	readYAML(t, "../docker-compose.yml", &compose)
+	for _, name := range []string{"dedup-1", "dedup-2"} {
+		s := compose.Services[name]
+		if got, want := [3]string{s.MemLimit, s.Environment["GOMEMLIMIT"], s.Environment["GOGC"]}, [3]string{"256m", "230MiB", "200"}; got != want {
+			t.Errorf("compose %s: mem_limit, GOMEMLIMIT, GOGC %v, want %v", name, got, want)
+		}
+	}
+	for doc, says := range map[string][]string{
+		"../docs/runbook.md":   {"sets `GOGC=200`", "peak RSS of 165 MiB", "So the memory request is 192Mi"},
+		"../docs/security.md":  {"`230MiB` of `256Mi`, with `GOGC=200`"},
+		"../docs/benchmark.md": {"with 165 MiB (114 MiB) under `GOGC=200`", "The shipped router now sets `GOGC=200`"},
+	} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(strings.Fields(string(b)), " ")
+		for _, s := range says {
+			if !strings.Contains(text, s) {
+				t.Errorf("%s does not say %q", doc, s)
+			}
+		}
+	}
 }
