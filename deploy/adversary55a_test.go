@@ -9,9 +9,6 @@ package deploy
 // TestCompose on the copy: a mutation those tests accept is a gap.
 
 import (
-	"bytes"
-	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -103,7 +100,9 @@ func adv55aRun(t *testing.T, root, name string, env ...string) (bool, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run", "^"+name+"$", "-test.count=1", "-test.v")
 	cmd.Dir = filepath.Join(root, "deploy")
-	cmd.Env = append(os.Environ(), env...)
+	// The copy has no bin/: the child renders with the parent's kustomize.
+	cmd.Env = append(os.Environ(), "DEDUP_KUSTOMIZE="+strings.Join(kustomizeBin(t), " "))
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	if err == nil && !strings.Contains(string(out), "--- PASS: "+name) {
 		t.Fatalf("%s did not run:\n%s", name, out)
@@ -120,34 +119,10 @@ func adv55aControl(t *testing.T, name string) {
 	}
 }
 
-// adv55aKustomize renders dir with kubectl kustomize (kustomize's own
-// rendering; `make k8s` builds the same with the kustomize binary).
+// adv55aKustomize renders dir as the shipped tests do (kustomizeBuild).
 func adv55aKustomize(t *testing.T, dir string) []map[string]any {
 	t.Helper()
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("no kubectl: cannot render the kustomization")
-	}
-	out, err := exec.Command(kubectl, "kustomize", dir).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, ee.Stderr)
-		}
-		t.Fatalf("kubectl kustomize %s: %v", dir, err)
-	}
-	var docs []map[string]any
-	dec := yaml.NewDecoder(bytes.NewReader(out))
-	for {
-		var doc map[string]any
-		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("kubectl kustomize %s: %v", dir, err)
-		}
-		docs = append(docs, doc)
-	}
-	return docs
+	return kustomizeBuild(t, dir)
 }
 
 // adv55aEnv is a container's environment as the kubelet builds it: envFrom

@@ -96,6 +96,16 @@ func TestCompose(t *testing.T) {
 		} `yaml:"services"`
 	}
 	readYAML(t, "../docker-compose.yml", &compose)
+	// The same services' environment as written: a key with no value
+	// (the shell's variable) and env_file, which compose reads too.
+	var raw struct {
+		Services map[string]struct {
+			Environment map[string]*string `yaml:"environment"`
+			EnvFile     any                `yaml:"env_file"`
+		} `yaml:"services"`
+	}
+	readYAML(t, "../docker-compose.yml", &raw)
+	checkNoComposeFilesBesides(t)
 	for _, need := range []string{"kafka", "kafka-init", "postgres", "migrate", "temporal", "temporal-ui", "prometheus", "grafana", "dedup-1", "dedup-2", "worker", "ingress", "producer"} {
 		if _, ok := compose.Services[need]; !ok {
 			t.Errorf("compose has no %s service", need)
@@ -138,6 +148,7 @@ func TestCompose(t *testing.T) {
 		if process {
 			checkMemLimit(t, name, s.Environment["GOMEMLIMIT"], s.MemLimit, dockerBytes)
 			checkGOGC(t, name, s.Environment["GOGC"], s.Environment["GOMEMLIMIT"])
+			checkComposeHeapEnv(t, name, raw.Services[name].Environment, raw.Services[name].EnvFile)
 			// Least privilege: each kind of process logs in as its own
 			// user (TestComposePostgresInit checks each user's role), and
 			// only the migrate service changes the schema: the others
@@ -237,6 +248,10 @@ func checkMemLimit(t *testing.T, where, gomemlimit, limit string, parseLimit fun
 	t.Helper()
 	soft, ok1 := goBytes(gomemlimit)
 	hard, ok2 := parseLimit(limit)
+	if gomemlimit != "" && !ok1 {
+		t.Errorf("%s: GOMEMLIMIT %q is not what Go's runtime reads (a whole number, alone or with B, KiB, MiB, GiB or TiB): the process stops at start", where, gomemlimit)
+		return
+	}
 	if !ok1 || !ok2 {
 		t.Errorf("%s: GOMEMLIMIT %q, memory limit %q: want both set", where, gomemlimit, limit)
 		return
@@ -265,9 +280,29 @@ func checkGOGC(t *testing.T, where, gogc, gomemlimit string) {
 	}
 }
 
-// goBytes parses GOMEMLIMIT's syntax: a number and B, KiB, MiB, GiB or TiB.
+// goBytes parses GOMEMLIMIT as the runtime does (runtime.parseByteCount):
+// a decimal integer, alone or with B, KiB, MiB, GiB or TiB; anything else
+// (230.5MiB, 2.4e8B, NaNMiB) stops every process it is set on at start
+// ("malformed GOMEMLIMIT"; adversary 55a).
 func goBytes(s string) (float64, bool) {
-	return scaled(s, []string{"TiB", "GiB", "MiB", "KiB", "B"}, []float64{1 << 40, 1 << 30, 1 << 20, 1 << 10, 1})
+	n, unit := s, int64(1)
+	for _, u := range []struct {
+		suffix string
+		bytes  int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if m, ok := strings.CutSuffix(s, u.suffix); ok {
+			n, unit = m, u.bytes
+			break
+		}
+	}
+	if n == "" || n[len(n)-1] < '0' || n[len(n)-1] > '9' {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(n, 10, 64)
+	if err != nil || v < 0 {
+		return 0, false
+	}
+	return float64(v) * float64(unit), true
 }
 
 // k8sBytes parses a Kubernetes memory quantity (256Mi, 1G, 134217728).
@@ -314,6 +349,7 @@ func TestDockerfile(t *testing.T) {
 	if !strings.Contains(froms[len(froms)-1], "static") || user == "" || strings.HasPrefix(user, "root") || strings.HasPrefix(user, "0") {
 		t.Errorf("final stage %s runs as %q: want a static base and a non-root user", froms[len(froms)-1], user)
 	}
+	checkImageEnvLeavesHeapToManifests(t, string(b))
 	// The build args VERSION and COMMIT reach the binary.
 	for _, want := range []string{"ARG VERSION", "ARG COMMIT", versionVar + "=${VERSION}", commitVar + "=${COMMIT}"} {
 		if !strings.Contains(string(b), want) {
@@ -538,9 +574,11 @@ func subset(sel, labels any) bool {
 // covers each Deployment and the migration Job, each process reads its own
 // PostgreSQL Secret, mounted as a file (postgres.url_file) and never in its
 // environment, every ServiceMonitor scrapes one Service, every component is
-// in an overlay and every overlay runs the migration Job.
+// in an overlay and every overlay runs the migration Job; what kustomize
+// renders bounds every container's heap (checkRenderedHeaps).
 // `make k8s` builds the base and every overlay with kustomize.
 func TestKustomize(t *testing.T) {
+	t.Run("rendered heaps", checkRenderedHeaps)
 	base, docs := k8sDocs(t, "k8s/base")
 	for _, need := range []string{"Deployment", "ConfigMap", "Service", "PodDisruptionBudget", "ScaledObject", "ServiceMonitor", "NetworkPolicy"} {
 		if len(kind(docs, need)) == 0 {
