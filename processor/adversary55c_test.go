@@ -16,7 +16,6 @@ import (
 func (e *testEnv) adv55cCoordinator(slow, armed *atomic.Bool, rtt time.Duration, onFetch func()) {
 	var once sync.Once
 	for _, key := range []int16{kmsg.OffsetFetch.Int16(), kmsg.OffsetCommit.Int16()} {
-		key := key
 		e.cluster.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
 			e.cluster.KeepControl()
 			if key == kmsg.OffsetFetch.Int16() && armed.Load() {
@@ -137,5 +136,102 @@ func TestAStopDuringARevokeCommitsAKeptRecordThatFinishedAfterTheRevokeReadThePr
 		t.Errorf("kept partition %d: committed %d when Run returned, want 2: h%d was started and marked at stop+%v, before Run returned "+
 			"(the revoke of p%d, cut by the stop, read the prefix before it and held commitMu; the final commit was cut behind it)",
 			k, c[k], k, marked.Sub(stopAt), moved)
+	}
+}
+
+// adversary 55c: a rebalance that revokes nothing from this router (a
+// member joins during the drain: franz-go's cooperative consumer calls
+// OnPartitionsRevoked with no partition at the end of its session) must
+// not cost the final commit what finished during the drain. Before
+// e6f0866 such a revoke committed nothing (only was empty); now, once the
+// router stopped, it commits every partition (commitOnly nil) and holds
+// commitMu for two round trips: a record that finished after it read the
+// prefix (released here at its OffsetFetch, 100 ms before the drain's
+// end) is left to the final commit, queued behind it and cut at
+// deadline - reserve/4. The router's heartbeats are held until then, so
+// that it sees the rebalance (REBALANCE_IN_PROGRESS) 100 ms before the
+// drain's end. p0: a0 finished, h0 held (the drain lasts until drainBy);
+// p1: a1 finished, h1 held, released at the empty revoke's OffsetFetch.
+// Coordinator round trips of 300 ms.
+func TestARevokeOfNothingDuringTheStopDoesNotCostTheFinalCommitWhatFinishedInTheDrain(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.RevokeTimeout = DefaultConfig().RevokeTimeout
+	cfg.CommitInterval = time.Hour // only revokes and the final commit commit
+	rel0 := e.starter.block(wid("h0"))
+	rel1 := e.starter.block(wid("h1"))
+	defer rel0()
+	defer rel1()
+	var slow, armed atomic.Bool
+	var fetchAt atomic.Int64
+	e.adv55cCoordinator(&slow, &armed, 300*time.Millisecond, func() {
+		fetchAt.Store(time.Now().UnixNano())
+		rel1()
+	})
+	var holdHBUntil atomic.Int64
+	e.cluster.ControlKey(kmsg.Heartbeat.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if until := time.Unix(0, holdHBUntil.Load()); time.Now().Before(until) {
+			e.cluster.SleepControl(func() { time.Sleep(time.Until(until)) })
+		}
+		return nil, nil, false
+	})
+	var markMu sync.Mutex
+	var h1MarkedAt time.Time
+	e.produce(0, "a0", "v")
+	e.produce(0, "h0", "v")
+	e.produce(1, "a1", "v")
+	e.produce(1, "h1", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("a0")) == stateStarted && e.led.state(wid("a1")) == stateStarted &&
+			e.starter.heldCount(wid("h0")) == 1 && e.starter.heldCount(wid("h1")) == 1
+	}, func() string { return "a0, a1 not marked or h0, h1 not held" })
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		for _, p := range ps {
+			if p == 1 {
+				markMu.Lock()
+				if h1MarkedAt.IsZero() && e.starter.heldCount(wid("h1")) == 0 {
+					h1MarkedAt = time.Now()
+				}
+				markMu.Unlock()
+			}
+		}
+	}
+	e.led.mu.Unlock()
+	slow.Store(true)
+	rn.cancel() // the stop; rn.stop below waits for Run
+	errc := make(chan error, 1)
+	go func() { errc <- rn.stop() }()
+	eventually(t, 5*time.Second, func() bool { return !rn.r.commits.drainBy().IsZero() }, func() string { return "the stop not recorded" })
+	drainBy := rn.r.commits.drainBy()
+	stopAt := drainBy.Add(-(cfg.DrainTimeout - shutdownReserve(cfg.DrainTimeout)))
+	holdHBUntil.Store(drainBy.Add(-100 * time.Millisecond).UnixNano())
+	time.Sleep(time.Until(stopAt.Add(600 * time.Millisecond)))
+	armed.Store(true)
+	other := e.otherMember() // a rebalance begins; the router sees it at its next heartbeat
+	defer other.Close()
+	err := <-errc
+	h1State := e.led.state(wid("h1"))
+	slow.Store(false)
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	c := e.committed()
+	markMu.Lock()
+	marked := h1MarkedAt
+	markMu.Unlock()
+	t.Logf("Run took %v; committed %v; the empty revoke's OffsetFetch at stop+%v, h1 marked at stop+%v (drainBy stop+%v)",
+		rn.took, c, time.Unix(0, fetchAt.Load()).Sub(stopAt), marked.Sub(stopAt), drainBy.Sub(stopAt))
+	if fetchAt.Load() == 0 || marked.IsZero() || h1State != stateStarted {
+		t.Fatalf("the attack did not run: a revoke's OffsetFetch seen %v, h1 marked %v (%v)", fetchAt.Load() != 0, !marked.IsZero(), h1State)
+	}
+	if c[1] != 2 {
+		t.Errorf("partition 1: committed %d when Run returned, want 2: h1 was started and marked at stop+%v, within the drain "+
+			"(a revoke of no partition, cut by the stop, read the prefix before it and held commitMu; the final commit was cut behind it)",
+			c[1], marked.Sub(stopAt))
 	}
 }
