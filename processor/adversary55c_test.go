@@ -235,3 +235,146 @@ func TestARevokeOfNothingDuringTheStopDoesNotCostTheFinalCommitWhatFinishedInThe
 			c[1], marked.Sub(stopAt))
 	}
 }
+
+// adversary 55c: the same, at the coordinator round trips the shutdown's
+// reserve is sized for (shutdownCoordinatorRTT, 200 ms), with a record
+// marked in the marker's final flush (the ledger answers its mark late:
+// the drain's try is cut, the final flush's lands at about stop + 1.2 s,
+// before its bound, deadline - 3/4 reserve). The final flush is for such
+// marks and the final commit for what they finish: without a rebalance
+// the final commit begins when the flush ends and has until
+// deadline - reserve/4 (550 ms) for its two round trips (400 ms). A
+// member that joins during the stop makes franz-go call
+// OnPartitionsRevoked with no partition; the router sees the rebalance at
+// about stop + 1.2 s (its heartbeats held until then), and the revoke,
+// which before e6f0866 committed nothing, commits every partition with
+// the prefix as it was before the flush's mark, and holds commitMu for
+// its two round trips: the final commit's OffsetFetch is cut, and h1,
+// marked before Run returned, is not committed.
+func TestARevokeOfNothingDuringTheFinalFlushDoesNotCostTheFinalCommitItsMarks(t *testing.T) {
+	waitsOnTimers(t)
+	finalFlushMark(t, true)
+}
+
+// finalFlushMark: p0 and p1 each have a finished record (a0, a1); h1 is
+// started, and its mark held by the ledger until stop + 1.2 s (with a
+// rebalance: until the first OffsetFetch once a member joined, by stop +
+// 1.24 s at the latest).
+func finalFlushMark(t *testing.T, rebalance bool) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.RevokeTimeout = DefaultConfig().RevokeTimeout
+	cfg.CommitInterval = time.Hour // only revokes and the final commit commit
+	open := make(chan struct{})
+	var openOnce sync.Once
+	openGate := func() { openOnce.Do(func() { close(open) }) }
+	defer openGate()
+	var slow, armed atomic.Bool
+	var fetchAt atomic.Int64
+	e.adv55cCoordinator(&slow, &armed, shutdownCoordinatorRTT, func() {
+		fetchAt.Store(time.Now().UnixNano())
+		openGate()
+	})
+	// The other member's JoinGroup is held until stop + 1.1 s, and a
+	// heartbeat of the router sent from stop + 1 s until stop + 1.2 s:
+	// the router sees the rebalance at stop + 1.2 s, its session alive.
+	var hbFrom, hbUntil, joinUntil atomic.Int64
+	e.cluster.ControlKey(kmsg.Heartbeat.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if now := time.Now(); hbFrom.Load() != 0 && now.After(time.Unix(0, hbFrom.Load())) && now.Before(time.Unix(0, hbUntil.Load())) {
+			e.cluster.SleepControl(func() { time.Sleep(time.Until(time.Unix(0, hbUntil.Load()))) })
+		}
+		return nil, nil, false
+	})
+	e.cluster.ControlKey(kmsg.JoinGroup.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if until := time.Unix(0, joinUntil.Load()); time.Now().Before(until) {
+			e.cluster.SleepControl(func() { time.Sleep(time.Until(until)) })
+		}
+		return nil, nil, false
+	})
+	e.produce(0, "a0", "v")
+	e.produce(1, "a1", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("a0")) == stateStarted && e.led.state(wid("a1")) == stateStarted
+	}, func() string { return "a0, a1 not marked" })
+	time.Sleep(100 * time.Millisecond)
+	var gateMu sync.Mutex
+	var capAt time.Time // the gate opens by then at the latest (the flush's bound is stop + 1.25 s)
+	var h1MarkedAt atomic.Int64
+	var gated atomic.Int32
+	e.led.mu.Lock()
+	e.led.markGate = func(ps []int32) {
+		for _, p := range ps {
+			if p != 1 {
+				continue
+			}
+			gated.Add(1)
+			for {
+				gateMu.Lock()
+				until := capAt
+				gateMu.Unlock()
+				if !until.IsZero() && !time.Now().Before(until) {
+					break
+				}
+				select {
+				case <-open:
+				case <-time.After(2 * time.Millisecond):
+					continue
+				}
+				break
+			}
+			h1MarkedAt.CompareAndSwap(0, time.Now().UnixNano())
+			return
+		}
+	}
+	e.led.mu.Unlock()
+	e.produce(1, "h1", "v")
+	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("h1"))) == 1 && gated.Load() > 0 },
+		func() string { return "h1 not started, or its mark not sent" })
+	slow.Store(true)
+	rn.cancel() // the stop; rn.stop below waits for Run
+	errc := make(chan error, 1)
+	go func() { errc <- rn.stop() }()
+	eventually(t, 5*time.Second, func() bool { return !rn.r.commits.drainBy().IsZero() }, func() string { return "the stop not recorded" })
+	drainBy := rn.r.commits.drainBy()
+	stopAt := drainBy.Add(-(cfg.DrainTimeout - shutdownReserve(cfg.DrainTimeout)))
+	gateMu.Lock()
+	capAt = stopAt.Add(1200 * time.Millisecond)
+	if rebalance {
+		capAt = stopAt.Add(1240 * time.Millisecond)
+	}
+	gateMu.Unlock()
+	hbUntil.Store(stopAt.Add(1200 * time.Millisecond).UnixNano())
+	hbFrom.Store(stopAt.Add(1000 * time.Millisecond).UnixNano())
+	joinUntil.Store(stopAt.Add(1100 * time.Millisecond).UnixNano())
+	if rebalance {
+		time.Sleep(time.Until(stopAt.Add(600 * time.Millisecond)))
+		armed.Store(true)
+		other := e.otherMember() // a rebalance begins; the router sees it at stop + 1.2 s
+		defer other.Close()
+	}
+	err := <-errc
+	h1State := e.led.state(wid("h1"))
+	slow.Store(false)
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	c := e.committed()
+	marked := time.Unix(0, h1MarkedAt.Load())
+	revokeFetch := "none"
+	if fetchAt.Load() != 0 {
+		revokeFetch = fmt.Sprintf("stop+%v", time.Unix(0, fetchAt.Load()).Sub(stopAt))
+	}
+	t.Logf("Run took %v; committed %v; the empty revoke's OffsetFetch at %s; h1's marks let through from stop+%v (%d tries); drainBy stop+%v",
+		rn.took, c, revokeFetch, marked.Sub(stopAt), gated.Load(), drainBy.Sub(stopAt))
+	if (rebalance && fetchAt.Load() == 0) || h1State != stateStarted {
+		t.Fatalf("the attack did not run: a revoke's OffsetFetch seen %v, h1 %v", fetchAt.Load() != 0, h1State)
+	}
+	if c[1] != 2 {
+		t.Errorf("partition 1: committed %d when Run returned, want 2: h1 was marked in the final flush, before Run returned "+
+			"(rebalance %v: a revoke of no partition, cut by the stop, read the prefix before it and held commitMu; the final commit was cut behind it)", c[1], rebalance)
+	}
+}
