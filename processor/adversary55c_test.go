@@ -236,6 +236,102 @@ func TestARevokeOfNothingDuringTheStopDoesNotCostTheFinalCommitWhatFinishedInThe
 	}
 }
 
+// adversary 55c (holds; the control of the two tests above): with no
+// rebalance during the stop, a record that finishes 100 ms before the
+// drain's end (h1, released then) is committed by the final commit,
+// through the same coordinator (300 ms round trips): the final commit
+// begins at the drain's end and has time for its two round trips.
+func TestWithoutARevokeTheFinalCommitCommitsWhatFinishedJustBeforeTheDrainsEnd(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.CommitInterval = time.Hour // only the final commit commits
+	rel0 := e.starter.block(wid("h0"))
+	rel1 := e.starter.block(wid("h1"))
+	defer rel0()
+	defer rel1()
+	var slow atomic.Bool
+	e.coordinatorSlowedBy(&slow, 300*time.Millisecond)
+	e.produce(0, "a0", "v")
+	e.produce(0, "h0", "v")
+	e.produce(1, "a1", "v")
+	e.produce(1, "h1", "v")
+	rn := e.start("r1", cfg)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("a0")) == stateStarted && e.led.state(wid("a1")) == stateStarted &&
+			e.starter.heldCount(wid("h0")) == 1 && e.starter.heldCount(wid("h1")) == 1
+	}, func() string { return "a0, a1 not marked or h0, h1 not held" })
+	slow.Store(true)
+	rn.cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- rn.stop() }()
+	eventually(t, 5*time.Second, func() bool { return !rn.r.commits.drainBy().IsZero() }, func() string { return "the stop not recorded" })
+	time.Sleep(time.Until(rn.r.commits.drainBy().Add(-100 * time.Millisecond)))
+	rel1()
+	err := <-errc
+	slow.Store(false)
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	c := e.committed()
+	t.Logf("Run took %v; committed %v", rn.took, c)
+	if c[1] != 2 || c[0] != 1 {
+		t.Errorf("committed %v when Run returned, want p0 at 1 (h0 still held), p1 at 2 (h1 finished before the drain's end)", c)
+	}
+}
+
+// adversary 55c (holds): a stop that begins after the revoke read
+// stopping (its records idle at once, it commits only the revoked
+// partition; the stop arrives at that commit's OffsetFetch) still has the
+// kept partition's finished prefix committed when Run returns, within
+// drain_timeout: the revoke's two round trips (300 ms each) end at about
+// stop + 600 ms, and the final commit has until stop + 1.75 s.
+func TestAStopAfterTheRevokeReadStoppingStillCommitsTheKeptPartition(t *testing.T) {
+	waitsOnTimers(t)
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.DrainTimeout = minDrainTimeout
+	cfg.RevokeTimeout = DefaultConfig().RevokeTimeout
+	cfg.CommitInterval = time.Hour // only the revoke and the final commit commit
+	var slow, armed atomic.Bool
+	var rnp atomic.Pointer[runner]
+	var stoppedAt atomic.Int64
+	e.adv55cCoordinator(&slow, &armed, 300*time.Millisecond, func() {
+		if rn := rnp.Load(); rn != nil && revokingPartition(rn) >= 0 {
+			stoppedAt.Store(time.Now().UnixNano())
+			slow.Store(true)
+			rn.cancel() // the stop, after the revoke's stopping check
+		}
+	})
+	e.produce(0, "a0", "v")
+	e.produce(1, "a1", "v")
+	rn := e.start("r1", cfg)
+	rnp.Store(rn)
+	eventually(t, 10*time.Second, func() bool {
+		return e.led.state(wid("a0")) == stateStarted && e.led.state(wid("a1")) == stateStarted
+	}, func() string { return "a0, a1 not marked" })
+	time.Sleep(100 * time.Millisecond) // the tracker ends them
+	armed.Store(true)
+	other := e.otherMember()
+	defer other.Close()
+	eventually(t, 10*time.Second, func() bool { return stoppedAt.Load() != 0 }, func() string { return "no revoke's OffsetFetch" })
+	err := rn.stop()
+	slow.Store(false)
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	took := time.Since(time.Unix(0, stoppedAt.Load()))
+	c := e.committed()
+	t.Logf("Run returned %v after the stop; committed %v", took, c)
+	if took > cfg.DrainTimeout+2*time.Second {
+		t.Errorf("Run returned %v after the stop, want within drain_timeout (%v) + 2s", took, cfg.DrainTimeout)
+	}
+	if c[0] != 1 || c[1] != 1 {
+		t.Errorf("committed %v when Run returned, want both partitions at 1 (a0, a1 finished before the stop)", c)
+	}
+}
+
 // adversary 55c: the same, at the coordinator round trips the shutdown's
 // reserve is sized for (shutdownCoordinatorRTT, 200 ms), with a record
 // marked in the marker's final flush (the ledger answers its mark late:
@@ -254,6 +350,14 @@ func TestARevokeOfNothingDuringTheStopDoesNotCostTheFinalCommitWhatFinishedInThe
 func TestARevokeOfNothingDuringTheFinalFlushDoesNotCostTheFinalCommitItsMarks(t *testing.T) {
 	waitsOnTimers(t)
 	finalFlushMark(t, true)
+}
+
+// adversary 55c (holds; the control of the test above): with no member
+// joining, the same mark, let through by the ledger at stop + 1.2 s in the
+// final flush, is committed by the final commit when Run returns.
+func TestWithoutARebalanceTheFinalCommitCommitsWhatTheFinalFlushMarked(t *testing.T) {
+	waitsOnTimers(t)
+	finalFlushMark(t, false)
 }
 
 // finalFlushMark: p0 and p1 each have a finished record (a0, a1); h1 is
