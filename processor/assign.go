@@ -135,9 +135,12 @@ func (c *committer) revoked(ctx context.Context, _ *kgo.Client, revoked map[stri
 	done()
 	// A revoke the stop cut commits the partitions kept too, in the same
 	// request: the final commit queues behind it (commitMu) with less of
-	// the reserve than its two round trips to a slow coordinator take.
+	// the reserve than its two round trips to a slow coordinator take. A
+	// revoke of nothing (the cooperative session's end, when a member
+	// joins) commits nothing: it would hold commitMu from the final commit
+	// for nothing revoked (adversary 55c).
 	commitOnly := only
-	if c.stopping.Err() != nil {
+	if c.stopping.Err() != nil && len(only) > 0 {
 		commitOnly = nil
 	}
 	cctx, cancel := c.untilShutdown(ctx)
