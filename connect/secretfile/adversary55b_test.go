@@ -1,0 +1,202 @@
+//go:build linux
+
+package secretfile
+
+import (
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// adv55bGate holds a hook call until opened; began is closed when the
+// call arrives.
+type adv55bGate struct {
+	began, open chan struct{}
+	once        sync.Once
+}
+
+func (g *adv55bGate) release() { g.once.Do(func() { close(g.open) }) }
+
+// adv55bFile is a File on a real file whose hooks are then replaced: its
+// clock is base+offset (base an hour ahead: the set-up's look is old);
+// stat n (from 1, after the set-up) returns statOf(n), and reads return
+// value and id; both are counted. hold(n, early) makes stat n wait for
+// its gate: early, after it computed its result (it looked, then
+// answers late); else before (it looks late).
+func adv55bFile(t *testing.T, value string, id fileID, statOf func(n int64) (fileID, error)) (f *File, offset, stats, reads *atomic.Int64, hold func(n int64, early bool) *adv55bGate) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(value+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offset, stats, reads = new(atomic.Int64), new(atomic.Int64), new(atomic.Int64)
+	var mu sync.Mutex
+	type held struct {
+		g     *adv55bGate
+		early bool
+	}
+	gates := map[int64]held{}
+	hold = func(n int64, early bool) *adv55bGate {
+		g := &adv55bGate{began: make(chan struct{}), open: make(chan struct{})}
+		t.Cleanup(g.release)
+		mu.Lock()
+		gates[n] = held{g, early}
+		mu.Unlock()
+		return g
+	}
+	if statOf == nil {
+		statOf = func(int64) (fileID, error) { return id, nil }
+	}
+	base := time.Now().Add(time.Hour)
+	f.mu.Lock()
+	f.now = func() time.Time { return base.Add(time.Duration(offset.Load())) }
+	f.stat = func(key, p string) (fileID, error) {
+		n := stats.Add(1)
+		mu.Lock()
+		h, ok := gates[n]
+		mu.Unlock()
+		if ok && !h.early {
+			close(h.g.began)
+			<-h.g.open
+		}
+		sid, err := statOf(n)
+		if ok && h.early {
+			close(h.g.began)
+			<-h.g.open
+		}
+		return sid, err
+	}
+	f.read = func(key, p string) (string, fileID, error) {
+		reads.Add(1)
+		return value, id, nil
+	}
+	f.mu.Unlock()
+	return f, offset, stats, reads, hold
+}
+
+func adv55bAt(offset *atomic.Int64, ms int) {
+	offset.Store(int64(time.Duration(ms) * time.Millisecond))
+}
+
+// adversary 55b: the file (unchanged) was read at +0. E begins at +1000
+// and reads it again (RecheckInterval); C begins beside it at +1150 and
+// reads it too (the state is still the read of +0). E ends (taken: the
+// state, read at +1000); D begins at +1300 and reuses E's read; D ends
+// (taken), then C, which found the same as D: by 54eba99 the state stays
+// D's, begun after C, whose value was read at +1000 - though C read the
+// unchanged file at +1150. The next look (+2050) reads it again, 900 ms
+// after C read it: the kept look's readAt is not the newest read of what
+// it and the looks beside it found (the mirror of adversary 54b's second
+// test, on the branch 54eba99 added).
+func TestAnUnchangedFileReadByAnOlderLookThatEndedLaterWithTheSameIsNotReadAgainWithinRecheckIntervalOfThatRead(t *testing.T) {
+	id := fileID{ino: 7, size: 1}
+	f, offset, _, reads, hold := adv55bFile(t, "a", id, nil)
+	if v, err := f.Get(); err != nil || v != "a" { // stat 1: the read at +0
+		t.Fatalf("the first Get = %q, %v; want a", v, err)
+	}
+	eventuallyNoCheck(t, f)
+	e, c := hold(2, false), hold(3, false)
+	adv55bAt(offset, 1000)
+	ge := adv52aGet(f) // E: stat 2
+	adv53aWait(t, e.began, "E's stat")
+	adv55bAt(offset, 1150) // E is not recent: the next Get begins C beside it
+	gc := adv52aGet(f)     // C: stat 3
+	adv53aWait(t, c.began, "C's stat")
+	n := reads.Load()
+	e.release() // E reads (the read of +0 is RecheckInterval old) and ends: taken
+	if r := adv53aRecv(t, ge, "E's Get"); r.err != nil || r.v != "a" {
+		t.Fatalf("E's Get = %q, %v; want a", r.v, r.err)
+	}
+	if got := reads.Load() - n; got != 1 {
+		t.Fatalf("setup: E made %d reads; want 1", got)
+	}
+	adv55bAt(offset, 1300) // E and C are not recent: D, stat 4, reuses E's read
+	n = reads.Load()
+	if v, err := f.Get(); err != nil || v != "a" {
+		t.Fatalf("D's Get = %q, %v; want a", v, err)
+	}
+	if got := reads.Load() - n; got != 0 {
+		t.Fatalf("setup: D made %d reads; want 0 (E read at +1000)", got)
+	}
+	n = reads.Load()
+	c.release() // C reads (its state was the read of +0) and ends: the same as D
+	if r := adv53aRecv(t, gc, "C's Get"); r.err != nil || r.v != "a" {
+		t.Fatalf("C's Get = %q, %v; want a", r.v, r.err)
+	}
+	eventuallyNoCheck(t, f)
+	if got := reads.Load() - n; got != 1 {
+		t.Fatalf("setup: C made %d reads; want 1 (its state, the read of +0, was old at +1150)", got)
+	}
+	adv55bAt(offset, 2050) // D is not recent: the next Get looks
+	n = reads.Load()
+	if v, err := f.Get(); err != nil || v != "a" {
+		t.Fatalf("a Get at +2050 = %q, %v; want a", v, err)
+	}
+	eventuallyNoCheck(t, f)
+	if got := reads.Load() - n; got != 0 {
+		t.Fatalf("the look at +2050 made %d reads of the unchanged file; want 0 (C read it at +1150, 900 ms before, and found what D found; the state kept D's value, read at +1000)", got)
+	}
+}
+
+// adversary 55b: the other branch of the same rule. The file (unchanged)
+// was read at +0. E begins at +1000 and reads it; P begins beside it at
+// +1150 and reads it too. E ends (taken: read at +1000); C begins at
+// +1300 and reuses E's read. P ends, the same as E: taken (the state: P,
+// read at +1150). C ends, the same as P: it replaces P (begun before it),
+// and the state's value is now C's, read at +1000. The next look (+2050)
+// reads the unchanged file, 900 ms after P read it.
+func TestAnUnchangedFileReadByALookThatANewerLookBesideItReplacedWithTheSameIsNotReadAgainWithinRecheckIntervalOfThatRead(t *testing.T) {
+	id := fileID{ino: 7, size: 1}
+	f, offset, _, reads, hold := adv55bFile(t, "a", id, nil)
+	if v, err := f.Get(); err != nil || v != "a" { // stat 1: the read at +0
+		t.Fatalf("the first Get = %q, %v; want a", v, err)
+	}
+	eventuallyNoCheck(t, f)
+	e, p, c := hold(2, false), hold(3, false), hold(4, false)
+	adv55bAt(offset, 1000)
+	ge := adv52aGet(f) // E: stat 2
+	adv53aWait(t, e.began, "E's stat")
+	adv55bAt(offset, 1150)
+	gp := adv52aGet(f) // P: stat 3, beside E
+	adv53aWait(t, p.began, "P's stat")
+	e.release()
+	if r := adv53aRecv(t, ge, "E's Get"); r.err != nil || r.v != "a" {
+		t.Fatalf("E's Get = %q, %v; want a", r.v, r.err)
+	}
+	adv55bAt(offset, 1300) // E and P are not recent: C, stat 4, beside P
+	gc := adv52aGet(f)
+	adv53aWait(t, c.began, "C's stat")
+	n := reads.Load()
+	p.release() // P reads (its state was the read of +0) and ends: the same as E
+	if r := adv53aRecv(t, gp, "P's Get"); r.err != nil || r.v != "a" {
+		t.Fatalf("P's Get = %q, %v; want a", r.v, r.err)
+	}
+	if got := reads.Load() - n; got != 1 {
+		t.Fatalf("setup: P made %d reads; want 1", got)
+	}
+	n = reads.Load()
+	c.release() // C reuses E's read of +1000 and ends: the same as P
+	if r := adv53aRecv(t, gc, "C's Get"); r.err != nil || r.v != "a" {
+		t.Fatalf("C's Get = %q, %v; want a", r.v, r.err)
+	}
+	eventuallyNoCheck(t, f)
+	if got := reads.Load() - n; got != 0 {
+		t.Fatalf("setup: C made %d reads; want 0 (its state was E's read of +1000)", got)
+	}
+	adv55bAt(offset, 2050) // C is not recent: the next Get looks
+	n = reads.Load()
+	if v, err := f.Get(); err != nil || v != "a" {
+		t.Fatalf("a Get at +2050 = %q, %v; want a", v, err)
+	}
+	eventuallyNoCheck(t, f)
+	if got := reads.Load() - n; got != 0 {
+		t.Fatalf("the look at +2050 made %d reads of the unchanged file; want 0 (P read it at +1150, 900 ms before, and found what C found; C's end put its value, read at +1000, in the state in place of P's)", got)
+	}
+}
