@@ -3,6 +3,7 @@
 package secretfile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -198,5 +199,58 @@ func TestAnUnchangedFileReadByALookThatANewerLookBesideItReplacedWithTheSameIsNo
 	eventuallyNoCheck(t, f)
 	if got := reads.Load() - n; got != 0 {
 		t.Fatalf("the look at +2050 made %d reads of the unchanged file; want 0 (P read it at +1150, 900 ms before, and found what C found; C's end put its value, read at +1000, in the state in place of P's)", got)
+	}
+}
+
+// adv55bErr is a stat's error whose text is the same for every look (a
+// removed file, at every look: "no such file or directory") but that
+// says which look made it (look: the order of the looks, by when they
+// looked).
+type adv55bErr struct{ look int64 }
+
+func (e *adv55bErr) Error() string {
+	return "token_file: reading the secret: stat /run/secrets/token: no such file or directory"
+}
+
+// adversary 55b: errors count as outcomes, and their text is all that
+// outcome.same compares. C begins and is held before its stat; D begins
+// beside it and stats at once (look 1), then is held; C stats (look 2,
+// the later look) and ends first: taken, and its Get returns look 2's
+// error. D ends, with the same text: by f797c7b it is taken and, begun
+// after C, it replaces C's as the state (54eba99 keeps only a newer
+// state). A Get begun after look 2's error was returned returns look 1's:
+// the outcome of an earlier look than one a Get returned before it began
+// (the text is the same; the error values are not: errors.As, ==).
+func TestAGetNeverReturnsAnEarlierLooksErrorThanOneReturnedBeforeItBeganThoughTheTextIsTheSame(t *testing.T) {
+	var looks atomic.Int64
+	f, offset, _, _, hold := adv55bFile(t, "a", fileID{ino: 7, size: 1}, func(int64) (fileID, error) {
+		return fileID{}, &adv55bErr{looks.Add(1)}
+	})
+	c, d := hold(1, false), hold(2, true)
+	gc := adv52aGet(f) // C: stat 1, held before it looks
+	adv53aWait(t, c.began, "C's stat")
+	adv55bAt(offset, 150) // C is not recent: the next Get begins D beside it
+	gd := adv52aGet(f)    // D: stat 2, looks at once (look 1), then held
+	adv53aWait(t, d.began, "D's stat")
+	c.release() // C looks (look 2) and ends
+	rc := adv53aRecv(t, gc, "C's Get")
+	var ec *adv55bErr
+	if !errors.As(rc.err, &ec) || ec.look != 2 {
+		t.Fatalf("setup: C's Get = %q, %v; want look 2's error", rc.v, rc.err)
+	}
+	d.release() // D ends: look 1, the same text
+	rd := adv53aRecv(t, gd, "D's Get")
+	if rd.err == nil {
+		t.Fatalf("setup: D's Get = %q, nil; want an error", rd.v)
+	}
+	eventuallyNoCheck(t, f)
+	adv55bAt(offset, 200) // within StatInterval of D's beginning
+	v, err := f.Get()     // begun after C's Get returned look 2's error
+	var e *adv55bErr
+	if !errors.As(err, &e) {
+		t.Fatalf("a Get after C's = %q, %v; want an error", v, err)
+	}
+	if e.look < ec.look {
+		t.Fatalf("a Get begun after a Get returned look %d's error returned look %d's (%v), an earlier look's outcome: D (begun after C, looked before it) ended later with the same text and replaced C's as the state", ec.look, e.look, err)
 	}
 }
