@@ -254,3 +254,39 @@ func TestAGetNeverReturnsAnEarlierLooksErrorThanOneReturnedBeforeItBeganThoughTh
 		t.Fatalf("a Get begun after a Get returned look %d's error returned look %d's (%v), an earlier look's outcome: D (begun after C, looked before it) ended later with the same text and replaced C's as the state", ec.look, e.look, err)
 	}
 }
+
+// adversary 55b: a mount whose stats take 300 ms (reads fast; the real
+// clock), Gets every 2 ms for 6 s, the file unchanged. Every
+// RecheckInterval a look reads the file again; 100 ms into it (its stat
+// still running) a Get finds it not recent and begins another beside it,
+// whose state is as old (the reading look has not ended), so it reads
+// too: two reads 100 ms apart every RecheckInterval (11 or 12 in 6 s),
+// for ever, where the rule reads an unchanged file about once per
+// RecheckInterval. (Adversary 54a's tests of this kind allow d/1 s + 3
+// reads over 3 s, which two per second pass.)
+func TestAnUnchangedFileOnAMountWhoseStatsTake300msIsReadOncePerRecheckIntervalNotTwice(t *testing.T) {
+	f, _, setClock, stats, reads := adv54aFile(t, "the-secret", 300*time.Millisecond)
+	var mu sync.Mutex
+	var at []time.Duration
+	t0 := time.Now()
+	f.mu.Lock()
+	rd := f.read
+	f.read = func(key, p string) (string, fileID, error) {
+		mu.Lock()
+		at = append(at, time.Since(t0).Round(time.Millisecond))
+		mu.Unlock()
+		return rd(key, p)
+	}
+	f.mu.Unlock()
+	setClock(func() time.Time { return time.Now().Add(time.Hour) }) // NewFile's read is old
+	s0, r0 := stats.Load(), reads.Load()
+	const d = 6 * time.Second
+	adv54aStream(t, f, 2*time.Millisecond, d, func(v string) bool { return v == "the-secret" })
+	s, r := stats.Load()-s0, reads.Load()-r0
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%v of Gets (one every 2 ms), stats taking 300 ms: %d looks, %d reads, at %v", d, s, r, at)
+	if limit := int64(d/RecheckInterval) + 2; r > limit {
+		t.Fatalf("%v of Gets on a mount whose stats take 300 ms read the unchanged file %d times (%d looks), at %v; want about one read per RecheckInterval (at most %d): each RecheckInterval's reading look is 100 ms old while its stat runs, and the look a Get begins beside it reads too (the state it would reuse is as old)", d, r, s, at, limit)
+	}
+}
