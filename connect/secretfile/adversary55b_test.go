@@ -290,3 +290,68 @@ func TestAnUnchangedFileOnAMountWhoseStatsTake300msIsReadOncePerRecheckIntervalN
 		t.Fatalf("%v of Gets on a mount whose stats take 300 ms read the unchanged file %d times (%d looks), at %v; want about one read per RecheckInterval (at most %d): each RecheckInterval's reading look is 100 ms old while its stat runs, and the look a Get begins beside it reads too (the state it would reuse is as old)", d, r, s, at, limit)
 	}
 }
+
+// adversary 55b: a mount whose stats take 105 ms (just slower than
+// StatInterval; the real clock), Gets every millisecond for 3 s, the file
+// unchanged. A Get 100 ms into look 1 begins look 2 beside it; look 1
+// ends (taken) 5 ms later, and look 2 cannot answer a Get begun after
+// that end (it may have looked before look 1), so the next Get begins
+// look 3 at once; look 2 ends (the same: taken), and look 3 cannot answer
+// the next Get... Every end begins a look: about two looks per stat's
+// duration (57 in 3 s), though every look finds the same and the state is
+// kept; the rule looks about once per StatInterval (30 in 3 s). A Get
+// could wait for the look in progress and take the state it leaves, if
+// taken.
+func TestAnUnchangedFileOnAMountWhoseStatsTake105msIsLookedAtAboutOncePerStatInterval(t *testing.T) {
+	f, _, setClock, stats, _ := adv54aFile(t, "the-secret", 105*time.Millisecond)
+	setClock(func() time.Time { return time.Now().Add(time.Hour) }) // NewFile's look is old
+	s0 := stats.Load()
+	const d = 3 * time.Second
+	adv54aStream(t, f, time.Millisecond, d, func(v string) bool { return v == "the-secret" })
+	s := stats.Load() - s0
+	t.Logf("%v of Gets (one every ms), stats taking 105 ms: %d looks", d, s)
+	if limit := int64(d/StatInterval) + 6; s > limit {
+		t.Fatalf("%v of Gets on a mount whose stats take 105 ms made %d looks (stats) of the unchanged file; want about one per StatInterval (at most %d): each look's end begins another, the look in progress beside it being unable to answer a Get begun after that end", d, s, limit)
+	}
+}
+
+// adversary 55b: the 105 ms mount's loop, by the File's clock. C begins
+// at +0 (its stat slow); at +150 a Get begins D beside it (C is not
+// recent); C ends (taken). A Get at +200, 50 ms after D began, begins a
+// third look E instead of waiting for D: D cannot answer a Get begun
+// after C's end (it may have looked before C), though D then finds the
+// same and is taken - the state the Get could have returned. A Get
+// within StatInterval of a look costs a system call.
+func TestAGetWithinStatIntervalOfALookInProgressBesideOneThatEndedCostsNoStatWhenTheLookFindsTheSame(t *testing.T) {
+	f, offset, stats, _, hold := adv55bFile(t, "a", fileID{ino: 7, size: 1}, nil)
+	c, d, e := hold(1, false), hold(2, false), hold(3, false)
+	gc := adv52aGet(f) // C: stat 1
+	adv53aWait(t, c.began, "C's stat")
+	adv55bAt(offset, 150) // C is not recent: the next Get begins D beside it
+	gd := adv52aGet(f)    // D: stat 2
+	adv53aWait(t, d.began, "D's stat")
+	c.release()
+	if r := adv53aRecv(t, gc, "C's Get"); r.err != nil || r.v != "a" {
+		t.Fatalf("C's Get = %q, %v; want a", r.v, r.err)
+	}
+	adv55bAt(offset, 200) // 50 ms after D began
+	g := adv52aGet(f)
+	var third bool
+	select {
+	case <-e.began:
+		third = true
+	case <-time.After(300 * time.Millisecond):
+	}
+	d.release() // D finds what C found: taken
+	e.release()
+	if r := adv53aRecv(t, gd, "D's Get"); r.err != nil || r.v != "a" {
+		t.Fatalf("D's Get = %q, %v; want a", r.v, r.err)
+	}
+	if r := adv53aRecv(t, g, "the Get at +200"); r.err != nil || r.v != "a" {
+		t.Fatalf("the Get at +200 = %q, %v; want a", r.v, r.err)
+	}
+	eventuallyNoCheck(t, f)
+	if third {
+		t.Fatalf("a Get 50 ms after look D began (in progress) began a third look (%d stats in all); want it to wait for D, which found what C found and was taken (a Get within StatInterval of a look costs no system call)", stats.Load())
+	}
+}
