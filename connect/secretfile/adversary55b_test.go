@@ -4,8 +4,11 @@ package secretfile
 
 import (
 	"errors"
+	"math/rand"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -354,4 +357,466 @@ func TestAGetWithinStatIntervalOfALookInProgressBesideOneThatEndedCostsNoStatWhe
 	if third {
 		t.Fatalf("a Get 50 ms after look D began (in progress) began a third look (%d stats in all); want it to wait for D, which found what C found and was taken (a Get within StatInterval of a look costs no system call)", stats.Load())
 	}
+}
+
+// adversary 55b (holds): a rename is seen by every Get begun StatInterval
+// of real time after it, on a mount whose stats and reads each wait 0-250
+// ms before and after the system call (looks of up to a second, beside
+// each other, looking early or late, ending in any order, most finding
+// the same), the file renamed over every 150-400 ms (a new version), Gets
+// every 2 ms for 4 s; and no Get returns an older version than one a Get
+// returned before it began.
+func TestARenameIsSeenByEveryGetBegunStatIntervalAfterItWhileSlowLooksBesideEachOtherFindTheSame(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "token")
+	if err := os.WriteFile(path, []byte("0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rmu sync.Mutex
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	pause := func(max time.Duration) {
+		rmu.Lock()
+		d := time.Duration(rng.Int63n(int64(max)))
+		rmu.Unlock()
+		time.Sleep(d)
+	}
+	f.mu.Lock()
+	f.stat = func(key, p string) (fileID, error) {
+		pause(250 * time.Millisecond)
+		defer pause(250 * time.Millisecond)
+		return stat(key, p)
+	}
+	f.read = func(key, p string) (string, fileID, error) {
+		pause(250 * time.Millisecond)
+		defer pause(250 * time.Millisecond)
+		return read(key, p)
+	}
+	f.mu.Unlock()
+	var (
+		vmu     sync.Mutex
+		renamed []time.Time // renamed[k-1]: when version k's rename returned
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for k := 1; ; k++ {
+			rmu.Lock()
+			d := 150*time.Millisecond + time.Duration(rng.Int63n(int64(250*time.Millisecond)))
+			rmu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-time.After(d):
+			}
+			tmp := filepath.Join(dir, "tmp")
+			if err := os.WriteFile(tmp, []byte(strconv.Itoa(k)+"\n"), 0o600); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := os.Rename(tmp, path); err != nil {
+				t.Error(err)
+				return
+			}
+			vmu.Lock()
+			renamed = append(renamed, time.Now())
+			vmu.Unlock()
+		}
+	}()
+	type ret struct {
+		began, ended time.Time
+		v            int
+	}
+	var (
+		gmu  sync.Mutex
+		rets []ret
+		gwg  sync.WaitGroup
+	)
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		gwg.Add(1)
+		go func() {
+			defer gwg.Done()
+			b := time.Now()
+			s, err := f.Get()
+			e := time.Now()
+			if err != nil {
+				t.Errorf("Get: %v", err)
+				return
+			}
+			v, err := strconv.Atoi(s)
+			if err != nil {
+				t.Errorf("Get = %q", s)
+				return
+			}
+			gmu.Lock()
+			rets = append(rets, ret{b, e, v})
+			gmu.Unlock()
+		}()
+	}
+	gwg.Wait()
+	close(stop)
+	wg.Wait()
+	eventuallyNoCheck(t, f)
+	vmu.Lock()
+	defer vmu.Unlock()
+	gmu.Lock()
+	defer gmu.Unlock()
+	stale, older := 0, 0
+	for _, r := range rets {
+		want := 0 // the newest version renamed StatInterval before r began
+		for k, at := range renamed {
+			if !at.Add(StatInterval).After(r.began) {
+				want = k + 1
+			}
+		}
+		if r.v < want {
+			if stale++; stale <= 3 {
+				t.Errorf("a Get begun %v after version %d's rename returned version %d", r.began.Sub(renamed[want-1]), want, r.v)
+			}
+		}
+	}
+	sort.Slice(rets, func(i, j int) bool { return rets[i].ended.Before(rets[j].ended) })
+	newest := make([]int, len(rets))
+	for i, r := range rets {
+		newest[i] = r.v
+		if i > 0 {
+			newest[i] = max(newest[i], newest[i-1])
+		}
+	}
+	for _, r := range rets {
+		n := sort.Search(len(rets), func(i int) bool { return !rets[i].ended.Before(r.began) })
+		if n > 0 && r.v < newest[n-1] {
+			if older++; older <= 3 {
+				t.Errorf("a Get returned version %d; a Get returned %d before it began", r.v, newest[n-1])
+			}
+		}
+	}
+	if stale > 0 || older > 0 || len(renamed) < 8 {
+		t.Fatalf("%d of %d Gets returned a version renamed over StatInterval before they began, %d an older one than a Get returned before they began (%d renames)", stale, len(rets), older, len(renamed))
+	}
+	t.Logf("%d Gets, %d renames: none stale or older", len(rets), len(renamed))
+}
+
+// adv55bVersionErr is a look's error: its text says only which of two
+// states the file was in ("removed" or "empty": every other version looks
+// the same), its fields which version it found and which look found it.
+type adv55bVersionErr struct{ version, look int64 }
+
+func (e *adv55bVersionErr) Error() string {
+	if e.version%2 == 1 {
+		return "token_file: reading the secret: stat /run/secrets/token: no such file or directory"
+	}
+	return "token_file: /run/secrets/token is empty"
+}
+
+// adversary 55b (holds): A, B, A, B... - the file alternates between two
+// states whose errors have the same text each time (removed, emptied,
+// removed again: each a new version), every 20-80 ms, on a mount whose
+// stats wait 0-150 ms before and after they look (looks beside each
+// other, looking early or late, ending in any order, many finding the
+// same text as a look of another version). Eight goroutines Get for 3 s:
+// no Get returns an earlier version of the other text than one a Get
+// returned before it began (the same text of an earlier version is the
+// same outcome by outcome.same, and is only logged; see
+// TestAGetNeverReturnsAnEarlierLooksErrorThanOneReturnedBeforeItBeganThoughTheTextIsTheSame).
+func TestNoGetReturnsAnEarlierVersionOfTheOtherErrorThanOneReturnedBeforeItBeganWhileTheFileAlternates(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		version int64 = 1
+		looks   int64
+		rng     = rand.New(rand.NewSource(time.Now().UnixNano()))
+	)
+	pause := func() {
+		mu.Lock()
+		d := time.Duration(rng.Int63n(int64(150 * time.Millisecond)))
+		mu.Unlock()
+		time.Sleep(d)
+	}
+	f, _, _, _, _ := adv55bFile(t, "a", fileID{ino: 7, size: 1}, func(int64) (fileID, error) {
+		pause()
+		mu.Lock()
+		looks++
+		e := &adv55bVersionErr{version, looks}
+		mu.Unlock()
+		pause()
+		return fileID{}, e
+	})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			mu.Lock()
+			d := 20*time.Millisecond + time.Duration(rng.Int63n(int64(60*time.Millisecond)))
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-time.After(d):
+			}
+			mu.Lock()
+			version++
+			mu.Unlock()
+		}
+	}()
+	type get struct {
+		begin, end int64
+		e          *adv55bVersionErr
+	}
+	var (
+		ctr  atomic.Int64
+		gmu  sync.Mutex
+		gets []get
+	)
+	deadline := time.Now().Add(3 * time.Second)
+	var gwg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		gwg.Add(1)
+		go func() {
+			defer gwg.Done()
+			for time.Now().Before(deadline) {
+				b := ctr.Add(1)
+				_, err := f.Get()
+				e := ctr.Add(1)
+				var ve *adv55bVersionErr
+				if !errors.As(err, &ve) {
+					t.Errorf("Get: %v; want a look's error", err)
+					return
+				}
+				gmu.Lock()
+				gets = append(gets, get{b, e, ve})
+				gmu.Unlock()
+				time.Sleep(time.Millisecond + time.Duration(i)*3*time.Millisecond)
+			}
+		}()
+	}
+	gwg.Wait()
+	close(stop)
+	wg.Wait()
+	eventuallyNoCheck(t, f)
+	gmu.Lock()
+	defer gmu.Unlock()
+	bad, sameText := 0, 0
+	for _, g := range gets {
+		var worst *adv55bVersionErr // the newest version of the other text returned before g began
+		var sameWorst *adv55bVersionErr
+		for _, h := range gets {
+			if h.end >= g.begin {
+				continue
+			}
+			if h.e.version%2 != g.e.version%2 {
+				if h.e.version > g.e.version && (worst == nil || h.e.version > worst.version) {
+					worst = h.e
+				}
+			} else if h.e.look > g.e.look {
+				sameWorst = h.e
+			}
+		}
+		if worst != nil {
+			if bad++; bad <= 3 {
+				t.Errorf("a Get returned version %d (%q, look %d); a Get returned version %d (%q) before it began", g.e.version, g.e.Error(), g.e.look, worst.version, worst.Error())
+			}
+		}
+		if sameWorst != nil {
+			sameText++
+		}
+	}
+	if bad > 0 || len(gets) < 50 {
+		t.Fatalf("%d of %d Gets returned an earlier version of the other text than one returned before they began", bad, len(gets))
+	}
+	t.Logf("%d Gets, none older; %d returned an earlier look's error of the same text than one returned before they began", len(gets), sameText)
+}
+
+// adversary 55b (holds): a value rewritten in place (the stat never
+// changes) is read again within RecheckInterval of its read, on a mount
+// whose stats and reads wait 0-200 ms before and after the system call
+// (looks beside each other, many finding the same and kept), the file
+// rewritten every 300-700 ms, Gets every 2 ms for 5 s on the real clock:
+// a Get begun StatInterval after both the rewrite and RecheckInterval
+// after the last read begun before it returns the new version (or a
+// later one).
+func TestAnInPlaceRewriteIsReturnedRecheckIntervalAfterTheLastReadBeforeItWhileSlowLooksBesideEachOtherFindTheSame(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		version int
+		writes  []time.Time // writes[k-1]: when version k was written
+		reads   []time.Time // when each read was called
+		rng     = rand.New(rand.NewSource(time.Now().UnixNano()))
+	)
+	pause := func() {
+		mu.Lock()
+		d := time.Duration(rng.Int63n(int64(200 * time.Millisecond)))
+		mu.Unlock()
+		time.Sleep(d)
+	}
+	id := fileID{ino: 9, size: 1}
+	f, _, _, _, _ := adv55bFile(t, "0", id, func(int64) (fileID, error) {
+		pause()
+		defer pause()
+		return id, nil
+	})
+	f.mu.Lock()
+	f.now = time.Now
+	f.read = func(key, p string) (string, fileID, error) {
+		mu.Lock()
+		reads = append(reads, time.Now())
+		mu.Unlock()
+		pause()
+		defer pause()
+		mu.Lock()
+		defer mu.Unlock()
+		return strconv.Itoa(version), id, nil
+	}
+	f.mu.Unlock()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			mu.Lock()
+			d := 300*time.Millisecond + time.Duration(rng.Int63n(int64(400*time.Millisecond)))
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-time.After(d):
+			}
+			mu.Lock()
+			version++
+			writes = append(writes, time.Now())
+			mu.Unlock()
+		}
+	}()
+	type ret struct {
+		began time.Time
+		v     int
+	}
+	var (
+		gmu  sync.Mutex
+		rets []ret
+		gwg  sync.WaitGroup
+	)
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		gwg.Add(1)
+		go func() {
+			defer gwg.Done()
+			b := time.Now()
+			s, err := f.Get()
+			if err != nil {
+				t.Errorf("Get: %v", err)
+				return
+			}
+			v, err := strconv.Atoi(s)
+			if err != nil {
+				t.Errorf("Get = %q", s)
+				return
+			}
+			gmu.Lock()
+			rets = append(rets, ret{b, v})
+			gmu.Unlock()
+		}()
+	}
+	gwg.Wait()
+	close(stop)
+	wg.Wait()
+	eventuallyNoCheck(t, f)
+	mu.Lock()
+	defer mu.Unlock()
+	gmu.Lock()
+	defer gmu.Unlock()
+	// due[k-1]: from when every Get begun returns version k or later.
+	due := make([]time.Time, len(writes))
+	for k, w := range writes {
+		var last time.Time // the last read begun before the write
+		for _, r := range reads {
+			if r.Before(w) && r.After(last) {
+				last = r
+			}
+		}
+		d := last.Add(RecheckInterval)
+		if w.After(d) {
+			d = w
+		}
+		due[k] = d.Add(StatInterval)
+	}
+	stale := 0
+	for _, r := range rets {
+		for k := len(due) - 1; k >= 0; k-- {
+			if !r.began.Before(due[k]) {
+				if r.v < k+1 {
+					if stale++; stale <= 3 {
+						t.Errorf("a Get begun %v after version %d was due (written %v before it) returned version %d", r.began.Sub(due[k]), k+1, r.began.Sub(writes[k]), r.v)
+					}
+				}
+				break
+			}
+		}
+	}
+	if stale > 0 || len(writes) < 5 {
+		t.Fatalf("%d of %d Gets returned a version rewritten in place RecheckInterval after the last read before the rewrite, StatInterval before they began (%d writes, %d reads)", stale, len(rets), len(writes), len(reads))
+	}
+	t.Logf("%d Gets, %d writes, %d reads: none stale", len(rets), len(writes), len(reads))
+}
+
+// adversary 55b (holds): liveness where looks beside each other find the
+// same (f797c7b keeps them): the file unchanged, every stat taking 0.7,
+// 1.3 or 1.99 s (within MaxWait; past HungAfter, so a Get begins a look
+// beside a slow one), Gets every 1-5 ms for 6 s on the real clock: every
+// Get returns the secret within MaxWait + 100 ms.
+func TestGetsReturnTheSecretWithinMaxWaitOnAMountOfSlowLooksThatAllFindTheSame(t *testing.T) {
+	id := fileID{ino: 3, size: 1}
+	speeds := []time.Duration{700 * time.Millisecond, 1300 * time.Millisecond, 1990 * time.Millisecond}
+	var smu sync.Mutex
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	f, _, _, _, _ := adv55bFile(t, "a", id, func(int64) (fileID, error) {
+		smu.Lock()
+		d := speeds[rng.Intn(len(speeds))]
+		smu.Unlock()
+		time.Sleep(d)
+		return id, nil
+	})
+	f.mu.Lock()
+	f.now = time.Now
+	f.mu.Unlock()
+	var fails, gets, slow atomic.Int64
+	var first atomic.Value
+	var wg sync.WaitGroup
+	for stop := time.Now().Add(6 * time.Second); time.Now().Before(stop); {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := time.Now()
+			v, err := f.Get()
+			if time.Since(b) > MaxWait+100*time.Millisecond {
+				slow.Add(1)
+			}
+			gets.Add(1)
+			if err != nil || v != "a" {
+				fails.Add(1)
+				first.CompareAndSwap(nil, v+" "+errString(err))
+			}
+		}()
+		smu.Lock()
+		d := time.Duration(1+rng.Intn(5)) * time.Millisecond
+		smu.Unlock()
+		time.Sleep(d)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(MaxWait + time.Second):
+		t.Fatal("Gets did not return within MaxWait + 1 s")
+	}
+	if fails.Load() > 0 || slow.Load() > 0 {
+		t.Fatalf("%d of %d Gets failed (first: %v), %d took longer than MaxWait + 100 ms, though every look found the same within MaxWait", fails.Load(), gets.Load(), first.Load(), slow.Load())
+	}
+	t.Logf("%d Gets, none failed or slow", gets.Load())
 }
