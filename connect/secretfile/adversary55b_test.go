@@ -820,3 +820,39 @@ func TestGetsReturnTheSecretWithinMaxWaitOnAMountOfSlowLooksThatAllFindTheSame(t
 	}
 	t.Logf("%d Gets, none failed or slow", gets.Load())
 }
+
+// adversary 55b: an unchanged file whose read is an error - emptied (a
+// secret not provisioned yet), or larger than MaxSize (each read then
+// MaxSize+1 bytes) - is read at every look: look only reuses a value, so
+// after an error every look reads again though the stat tells nothing
+// changed. Gets every millisecond for 2 s on the real clock (a fast
+// mount): about one read per StatInterval (20), where the rule reads an
+// unchanged file about once per RecheckInterval.
+func TestAnUnchangedFileWhoseReadIsAnErrorIsReadAboutOncePerRecheckInterval(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		content []byte
+	}{{"empty", nil}, {"larger than MaxSize", make([]byte, MaxSize+1)}} {
+		t.Run(c.name, func(t *testing.T) {
+			f, path, _, _, reads := adv54aFile(t, "the-secret", 0)
+			if err := os.WriteFile(path, c.content, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * StatInterval) // the next Get looks, and reads: the file changed
+			if _, err := f.Get(); err == nil {
+				t.Fatal("setup: a Get after the file was emptied or grown returned no error")
+			}
+			r0 := reads.Load()
+			const d = 2 * time.Second
+			for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Millisecond) {
+				if _, err := f.Get(); err == nil {
+					t.Fatal("a Get returned no error")
+				}
+			}
+			r := reads.Load() - r0
+			if limit := int64(d/RecheckInterval) + 2; r > limit {
+				t.Fatalf("%v of Gets (one every ms) read the unchanged %s file %d times; want about one read per RecheckInterval (at most %d): after an error every look reads, the stat unchanged", d, c.name, r, limit)
+			}
+		})
+	}
+}
