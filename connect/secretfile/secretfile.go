@@ -146,6 +146,15 @@ func (w when) fresh(now when, d time.Duration) bool {
 	return now.file.Sub(w.file) < d && now.real.Sub(w.real) < d
 }
 
+// later is the later of two moments, by the real clock (which never steps
+// back); the zero moment is before any.
+func later(a, b when) when {
+	if b.real.After(a.real) {
+		return b
+	}
+	return a
+}
+
 // nowOf is the moment now by both of f's clocks.
 func (f *File) nowOf() when { return when{f.now(), time.Now()} }
 
@@ -353,9 +362,16 @@ func (f *File) start() *check {
 		case !c.mixed && c.overlap.same(out):
 			// Each that ended while it ran found the same: kept, unless
 			// the state is already one of them begun after it, whose
-			// look (and read) is the later (adversary 54b).
+			// look is the later (adversary 54b). Either way the value
+			// kept was read last by the later of their reads, which the
+			// next RecheckInterval counts from (adversary 55b).
+			if f.state.same(out) {
+				out.readAt = later(out.readAt, f.state.readAt)
+			}
 			if f.state.seq < c.seq || !f.state.same(out) {
 				f.state = out
+			} else {
+				f.state.readAt = out.readAt
 			}
 		default:
 			// Another check ended while it ran and found otherwise:
