@@ -5,6 +5,7 @@
 package secretfile
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -53,14 +54,24 @@ func read(key, path string) (string, fileID, error) {
 		return "", fileID{}, fmt.Errorf("%s: reading the secret: %w", key, err)
 	}
 	if len(b) > MaxSize {
-		return "", fileID{}, fmt.Errorf("%s: %s is larger than %d bytes: not a secret", key, path, MaxSize)
+		return "", idOf(st), &contentError{fmt.Sprintf("%s: %s is larger than %d bytes: not a secret", key, path, MaxSize)}
 	}
 	v := strings.TrimRight(string(b), "\r\n")
 	if v == "" {
-		return "", fileID{}, fmt.Errorf("%s: %s is empty", key, path)
+		return "", idOf(st), &contentError{fmt.Sprintf("%s: %s is empty", key, path)}
 	}
 	return v, idOf(st), nil
 }
+
+// contentError is a read's refusal of what the file holds (empty, larger
+// than MaxSize), with the file it read (read's fileID): the same file,
+// unchanged, holds the same, so a look reuses the refusal as it reuses a
+// value (adversary 55b: an emptied or grown file was read at every look,
+// a MiB each). An error of the file system is read again at every look:
+// it may heal.
+type contentError struct{ msg string }
+
+func (e *contentError) Error() string { return e.msg }
 
 // stat says what file path names now.
 func stat(key, path string) (fileID, error) {
@@ -396,15 +407,23 @@ func (f *File) look(c *check, prev outcome) outcome {
 		out.err = err
 		return out
 	}
-	if prev.value != "" && prev.err == nil && id == prev.id && prev.readAt.fresh(c.at, RecheckInterval) {
-		out.value, out.id, out.readAt = prev.value, prev.id, prev.readAt
+	if prev.read() && id == prev.id && prev.readAt.fresh(c.at, RecheckInterval) {
+		out.value, out.err, out.id, out.readAt = prev.value, prev.err, prev.id, prev.readAt
 		return out
 	}
 	v, rid, err := f.read(f.key, f.path)
-	if err != nil {
-		out.err = err
-		return out
+	out.value, out.err = v, err
+	var ce *contentError
+	if err == nil || errors.As(err, &ce) {
+		out.id, out.readAt = rid, c.at
 	}
-	out.value, out.id, out.readAt = v, rid, c.at
 	return out
+}
+
+// read says whether o is what a read of its file found (a value, or a
+// refusal of what the file holds), which a look may reuse while the file
+// is unchanged.
+func (o outcome) read() bool {
+	var ce *contentError
+	return o.err == nil && o.value != "" || o.err != nil && errors.As(o.err, &ce) && o.id != fileID{}
 }
