@@ -124,13 +124,14 @@ type File struct {
 	read      func(key, path string) (string, fileID, error) // read; a test's stand-in for a slow or hung mount
 	stat      func(key, path string) (fileID, error)         // stat; idem
 
-	mu      sync.Mutex
-	state   outcome       // the outcome taken: of the last check to end, if no other ended while it ran
-	checks  []*check      // in progress, in the order they began
-	recent  []*check      // the last maxChecks to end: a Get that did not see one in progress may still take its answer
-	seq     uint64        // of the last check begun
-	ticks   uint64        // counts checks' beginnings and ends: their order
-	changed chan struct{} // closed and replaced when a check ends
+	mu       sync.Mutex
+	state    outcome       // the outcome taken: of the last check to end, if no other ended while it ran
+	checks   []*check      // in progress, in the order they began
+	recent   []*check      // the last maxChecks to end: a Get that did not see one in progress may still take its answer
+	seq      uint64        // of the last check begun
+	ticks    uint64        // counts checks' beginnings and ends: their order
+	changed  chan struct{} // closed and replaced when a check ends
+	lastLook time.Duration // how long the last check to end took (real time)
 }
 
 // outcome is what a check found: the secret or an error, and when it
@@ -275,14 +276,28 @@ func (f *File) Get() (string, error) {
 		// able to answer this Get and not hung; else a new one, unless
 		// maxChecks are in progress (then a hung one still recent enough
 		// and able to answer, or none: wait for one to end).
+		// One that cannot answer only because others ended while it ran,
+		// each finding the same so far, is waited for too, until it took
+		// half as long again as the last look to end (then it is slow: a
+		// look beside it, not a Get past MaxWait): if it finds the same, it
+		// is taken, and the state this Get returns (adversary 55b: on a
+		// mount whose looks take about StatInterval, each end began
+		// another look).
 		var c *check
 		if n := len(f.checks); n > 0 {
 			c = f.checks[n-1]
 		}
-		if c == nil || !c.recentFor(seq, now) || !c.answers(start) || time.Since(c.at.real) >= HungAfter {
+		patience := HungAfter
+		if c != nil && !c.answers(start) {
+			patience = 0
+			if !c.mixed {
+				patience = min(HungAfter, f.lastLook+f.lastLook/2)
+			}
+		}
+		if c == nil || !c.recentFor(seq, now) || time.Since(c.at.real) >= patience {
 			switch {
 			case len(f.checks) < maxChecks:
-				c = f.start()
+				c, patience = f.start(), HungAfter
 				seen = append(seen, c)
 			case !c.recentFor(seq, now) || !c.answers(start):
 				c = nil
@@ -296,7 +311,7 @@ func (f *File) Get() (string, error) {
 			return "", fmt.Errorf("%s: reading the secret: %s did not answer within %s (%d looks at it in progress)", f.key, f.path, MaxWait, len(f.checks))
 		}
 		if c != nil {
-			if hung := HungAfter - time.Since(c.at.real); hung > 0 && hung < wait {
+			if hung := patience - time.Since(c.at.real); hung > 0 && hung < wait {
 				wait = hung // then, maybe, another check beside it
 			}
 		}
@@ -355,6 +370,7 @@ func (f *File) start() *check {
 		}
 		f.ticks++
 		c.ended = f.ticks
+		f.lastLook = time.Since(c.at.real)
 		if f.recent = append(f.recent, c); len(f.recent) > maxChecks {
 			f.recent = f.recent[1:]
 		}
@@ -398,14 +414,22 @@ func (f *File) start() *check {
 }
 
 // look is a check's work: a stat, and a read when the file changed since
-// the value of prev (the state when the check began) was read, or that
-// read is RecheckInterval old (by either clock: when.fresh).
+// the value of prev (the state when the check began, or the state when
+// the stat ended, if that was read later: a look beside it that read it
+// meanwhile, adversary 55b) was read, or that read is RecheckInterval old
+// (by either clock: when.fresh).
 func (f *File) look(c *check, prev outcome) outcome {
 	out := outcome{seq: c.seq, at: c.at}
 	id, err := f.stat(f.key, f.path)
 	if err != nil {
 		out.err = err
 		return out
+	}
+	f.mu.Lock()
+	cur := f.state
+	f.mu.Unlock()
+	if cur.read() && cur.id == id && (!prev.read() || prev.id != id || cur.readAt.real.After(prev.readAt.real)) {
+		prev = cur
 	}
 	if prev.read() && id == prev.id && prev.readAt.fresh(c.at, RecheckInterval) {
 		out.value, out.err, out.id, out.readAt = prev.value, prev.err, prev.id, prev.readAt
