@@ -3,6 +3,7 @@
 package secretfile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,6 +27,12 @@ import (
 //     look and takes longer than that for the next fails that Get (51g's
 //     one lost look with fast reads holds:
 //     TestGetsSucceedOnAMountThatLostOneLookForGood).
+//   - Two looks that found the same error text are the same outcome
+//     (outcome.same: which looked last does not matter, so a slow mount's
+//     looks beside each other are kept, adversary 54a): a Get may return
+//     the error value of a look that looked before the one whose error a
+//     Get returned before it began. The text is the same; only the error
+//     values differ (adversary 55b).
 
 // adversary 51e: a mount that lost two requests for good (a FUSE daemon
 // that dropped them, a hard NFS mount's requests to a server since
@@ -111,5 +118,49 @@ func TestAGetBesideALostLookDoesNotFailOnAMountAnsweringOtherLooksWithinMaxWait(
 	r := adv53aRecv(t, adv52aGet(f), "the Get")
 	if r.err != nil {
 		t.Fatalf("a Get beside a lost look failed after %v though the mount answers every other look in 1.2 s < MaxWait (its own look beside the lost one began at HungAfter, %d read begun): %v", time.Since(t0), reads.Load(), r.err)
+	}
+}
+
+// adversary 55b: errors count as outcomes, and their text is all that
+// outcome.same compares. C begins and is held before its stat; D begins
+// beside it and stats at once (look 1), then is held; C stats (look 2,
+// the later look) and ends first: taken, and its Get returns look 2's
+// error. D ends, with the same text: by f797c7b it is taken and, begun
+// after C, it replaces C's as the state (54eba99 keeps only a newer
+// state). A Get begun after look 2's error was returned returns look 1's:
+// the outcome of an earlier look than one a Get returned before it began
+// (the text is the same; the error values are not: errors.As, ==).
+func TestAGetNeverReturnsAnEarlierLooksErrorThanOneReturnedBeforeItBeganThoughTheTextIsTheSame(t *testing.T) {
+	var looks atomic.Int64
+	f, offset, _, _, hold := adv55bFile(t, "a", fileID{ino: 7, size: 1}, func(int64) (fileID, error) {
+		return fileID{}, &adv55bErr{looks.Add(1)}
+	})
+	c, d := hold(1, false), hold(2, true)
+	gc := adv52aGet(f) // C: stat 1, held before it looks
+	adv53aWait(t, c.began, "C's stat")
+	time.Sleep(200 * time.Millisecond) // C's look takes 200 ms of real time: looks take that long here
+	adv55bAt(offset, 150)              // C is not recent: the next Get begins D beside it
+	gd := adv52aGet(f)                 // D: stat 2, looks at once (look 1), then held
+	adv53aWait(t, d.began, "D's stat")
+	c.release() // C looks (look 2) and ends
+	rc := adv53aRecv(t, gc, "C's Get")
+	var ec *adv55bErr
+	if !errors.As(rc.err, &ec) || ec.look != 2 {
+		t.Fatalf("setup: C's Get = %q, %v; want look 2's error", rc.v, rc.err)
+	}
+	d.release() // D ends: look 1, the same text
+	rd := adv53aRecv(t, gd, "D's Get")
+	if rd.err == nil {
+		t.Fatalf("setup: D's Get = %q, nil; want an error", rd.v)
+	}
+	eventuallyNoCheck(t, f)
+	adv55bAt(offset, 200) // within StatInterval of D's beginning
+	v, err := f.Get()     // begun after C's Get returned look 2's error
+	var e *adv55bErr
+	if !errors.As(err, &e) {
+		t.Fatalf("a Get after C's = %q, %v; want an error", v, err)
+	}
+	if e.look < ec.look {
+		t.Fatalf("a Get begun after a Get returned look %d's error returned look %d's (%v), an earlier look's outcome: D (begun after C, looked before it) ended later with the same text and replaced C's as the state", ec.look, e.look, err)
 	}
 }
