@@ -89,8 +89,11 @@ func stat(key, path string) (fileID, error) {
 // when the stat tells it changed (its size, modification time and, on
 // Linux, its device, inode and change time: a file replaced by rename is
 // another file, whatever times it was given), and at least every
-// RecheckInterval (a file rewritten in place where a stat cannot tell).
-// A Get within StatInterval of the last look costs no system call.
+// RecheckInterval (a file rewritten in place where a stat cannot tell)
+// after the last read of it by any look; a read's refusal of what the
+// file holds (empty, larger than MaxSize) is kept like a value, an error
+// of the file system is not. A Get within StatInterval of the last look
+// costs no system call.
 //
 // Its rule: the look (stat, then the read if needed) is a check, a
 // goroutine of its own, which every Get needing a look as recent as it
