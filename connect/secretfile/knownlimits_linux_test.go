@@ -164,3 +164,13 @@ func TestAGetNeverReturnsAnEarlierLooksErrorThanOneReturnedBeforeItBeganThoughTh
 		t.Fatalf("a Get begun after a Get returned look %d's error returned look %d's (%v), an earlier look's outcome: D (begun after C, looked before it) ended later with the same text and replaced C's as the state", ec.look, e.look, err)
 	}
 }
+
+// adv55bErr is a stat's error whose text is the same for every look (a
+// removed file, at every look: "no such file or directory") but that
+// says which look made it (look: the order of the looks, by when they
+// looked).
+type adv55bErr struct{ look int64 }
+
+func (e *adv55bErr) Error() string {
+	return "token_file: reading the secret: stat /run/secrets/token: no such file or directory"
+}

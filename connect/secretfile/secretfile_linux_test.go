@@ -3531,16 +3531,6 @@ func TestAnUnchangedFileReadByALookThatANewerLookBesideItReplacedWithTheSameIsNo
 	}
 }
 
-// adv55bErr is a stat's error whose text is the same for every look (a
-// removed file, at every look: "no such file or directory") but that
-// says which look made it (look: the order of the looks, by when they
-// looked).
-type adv55bErr struct{ look int64 }
-
-func (e *adv55bErr) Error() string {
-	return "token_file: reading the secret: stat /run/secrets/token: no such file or directory"
-}
-
 // adversary 55b: a mount whose stats take 300 ms (reads fast; the real
 // clock), Gets every 2 ms for 6 s, the file unchanged. Every
 // RecheckInterval a look reads the file again; 100 ms into it (its stat
