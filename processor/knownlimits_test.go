@@ -61,7 +61,11 @@ import (
 //   - A rebalance the router sees during the final flush (a member
 //     joining in the last quarter of a 2s drain_timeout, 200 ms round
 //     trips) leaves what the flush marked uncommitted, as before e6f0866
-//     (adversary 55c; the cause inside kgo's rejoin is not established).
+//     (adversary 55c). Traced: the revoke of nothing commits nothing; the
+//     final commit begins, and reads the finished prefix, before the held
+//     mark lands in the fake ledger (whose gate ignores ctx; the gate opens
+//     at that commit's own OffsetFetch). Whether a real ledger's mark can
+//     land after the final flush gave up on it is not established.
 //     In both, nothing is lost: the next owner re-drives those records
 //     and the ledger answers them duplicates.
 
