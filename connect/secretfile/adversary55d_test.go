@@ -1,0 +1,101 @@
+//go:build linux
+
+package secretfile
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// adv55dGate is a channel closed once (release), and one closed when what
+// it holds arrived (began).
+type adv55dGate struct {
+	began, open chan struct{}
+	once        sync.Once
+}
+
+func newAdv55dGate(t *testing.T) *adv55dGate {
+	g := &adv55dGate{began: make(chan struct{}), open: make(chan struct{})}
+	t.Cleanup(g.release)
+	return g
+}
+
+func (g *adv55dGate) release() { g.once.Do(func() { close(g.open) }) }
+
+// adversary 55d: liveness of 57a0163's patience, a look whose duration
+// changes. Every look reads (each stat tells another file); the File's
+// clock stands still, so recency is real time. Look X (Get A) takes 0.67 s;
+// 600 ms into it Get B finds it not recent and begins look C beside it;
+// X ends (Get A: v1), and the secret is rotated (v2). Get G, begun 60 ms
+// after C began, finds C unable to answer it (X ended while C ran), not
+// mixed: it waits for C "as long as looks take", 1.5 x X's 0.67 s, capped
+// at HungAfter: until C is 1 s old. Only then does it begin look D, which
+// takes 1.3 s (like C's 1.05 s, within ~1.5 s: a mount slowing down). C
+// ends with v2 (X found v1: not taken, no state) and cannot answer G; D
+// ends 2.3 s after C began, 2.24 s after G began: G fails "did not
+// answer within 2s", though every look of the mount answered within
+// 1.3 s. (Before 57a0163, G began D at once: v2 within 1.3 s.) The
+// patience, 1.5 x the last look, plus the look begun after it, is up to
+// HungAfter + a look: past MaxWait for any look slower than MaxWait -
+// HungAfter (1 s).
+func TestAGetBesideALookThatCannotAnswerItDoesNotFailAfterASlowLookOnAMountAnsweringWithin1300ms(t *testing.T) {
+	f := adv53aNewFile(t)
+	x, c := newAdv55dGate(t), newAdv55dGate(t)
+	var stats, version atomic.Int64
+	version.Store(1)
+	base := time.Now().Add(time.Hour) // the set-up's look is old; the clock stands still
+	f.mu.Lock()
+	f.now = func() time.Time { return base }
+	f.stat = func(key, p string) (fileID, error) {
+		n := stats.Add(1)
+		switch n {
+		case 1:
+			close(x.began)
+			<-x.open
+		case 2:
+			close(c.began)
+			<-c.open
+		default:
+			time.Sleep(1300 * time.Millisecond)
+		}
+		return fileID{ino: 1, size: -n}, nil // another file each time: every look reads
+	}
+	f.read = func(key, p string) (string, fileID, error) {
+		v := version.Load()
+		return fmt.Sprintf("v%d", v), fileID{ino: 1, size: v}, nil
+	}
+	f.mu.Unlock()
+
+	a := adv52aGet(f) // X: stat 1
+	adv53aWait(t, x.began, "X's stat")
+	xAt := time.Now()
+	time.Sleep(600 * time.Millisecond)
+	b := adv52aGet(f) // X is not recent: C, stat 2, beside it
+	adv53aWait(t, c.began, "C's stat")
+	cAt := time.Now()
+	time.Sleep(time.Until(xAt.Add(670 * time.Millisecond)))
+	x.release() // X (0.67 s) reads v1 and ends: taken; lastLook 0.67 s: patience min(HungAfter, 1 s)
+	if r := adv53aRecv(t, a, "Get A"); r.err != nil || r.v != "v1" {
+		t.Fatalf("setup: Get A = %q, %v; want v1", r.v, r.err)
+	}
+	version.Store(2) // rotated: C and every later look read v2
+	if since := time.Since(cAt); since > 90*time.Millisecond {
+		t.Skipf("setup too slow (a loaded machine): Get G would begin %v after C", since)
+	}
+	g0 := time.Now()
+	g := adv52aGet(f)
+	time.Sleep(time.Until(cAt.Add(1050 * time.Millisecond)))
+	c.release() // C (1.05 s) reads v2 and ends: not taken (X found v1); it cannot answer G
+	if r := adv53aRecv(t, b, "Get B"); r.err != nil || r.v != "v2" {
+		t.Fatalf("setup: Get B = %q, %v; want v2", r.v, r.err)
+	}
+	rg := adv53aRecv(t, g, "Get G")
+	took := time.Since(g0)
+	eventuallyNoCheck(t, f)
+	if rg.err != nil || rg.v != "v2" {
+		t.Fatalf("Get G (begun %v after look C, just after look X ended) = %q, %v after %v; want v2 within MaxWait: every look answered within 1.3 s, but G waited for C, which could not answer it, 1.5 x X's 0.67 s (to HungAfter) before beginning its own 1.3 s look (%d stats)", g0.Sub(cAt), rg.v, rg.err, took, stats.Load())
+	}
+}
