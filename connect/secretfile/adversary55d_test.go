@@ -4,6 +4,7 @@ package secretfile
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,5 +98,103 @@ func TestAGetBesideALookThatCannotAnswerItDoesNotFailAfterASlowLookOnAMountAnswe
 	eventuallyNoCheck(t, f)
 	if rg.err != nil || rg.v != "v2" {
 		t.Fatalf("Get G (begun %v after look C, just after look X ended) = %q, %v after %v; want v2 within MaxWait: every look answered within 1.3 s, but G waited for C, which could not answer it, 1.5 x X's 0.67 s (to HungAfter) before beginning its own 1.3 s look (%d stats)", g0.Sub(cAt), rg.v, rg.err, took, stats.Load())
+	}
+}
+
+// adversary 55d: 8f4d43c with 06623ab - two refusals of different files
+// are "the same" (outcome.same compares an error's text only, and a
+// refusal's text names the path, not the file), so the state's refusal
+// of one file takes the other file's read as its readAt. The path is a
+// symlink toggled between two directories (blue/green; os.Stat follows
+// it, and the file of the directory not in use is unchanged, the same
+// inode and change time, when the link comes back to it). Both files are
+// empty. +0: a look reads blue (refused). The link goes to green; +500:
+// look C reads green (refused), its read slow. The link goes back to
+// blue; +600: look S (C is not recent) finds blue unchanged and reuses the
+// refusal of +0; S ends (taken). C ends: its refusal has S's text, so it
+// is kept as S's, and 8f4d43c gives the state - blue's refusal - C's
+// read of green, +500, as its readAt. +700: blue is rewritten in place
+// (the stat cannot tell) with a secret. +1150: a look finds blue
+// unchanged and reuses the refusal (read "at +500"), though blue was last
+// read at +0, 1150 ms before: the secret is not read until +1500, past
+// RecheckInterval after the last read of the file ("at least every
+// RecheckInterval ... after the last read of it by any look").
+func TestARefusalOfOneFileIsNotKeptPastRecheckIntervalByTheReadOfAnotherFileWithTheSameRefusal(t *testing.T) {
+	f := adv53aNewFile(t)
+	blue, green := fileID{ino: 11, size: 1}, fileID{ino: 12, size: 1}
+	var (
+		mu        sync.Mutex
+		target    = blue // the file the path names now
+		blueHolds string // "": empty
+		held      *adv55dGate
+		reads     atomic.Int64
+		offset    atomic.Int64
+	)
+	base := time.Now().Add(time.Hour) // the set-up's look is old
+	f.mu.Lock()
+	f.now = func() time.Time { return base.Add(time.Duration(offset.Load())) }
+	f.stat = func(key, p string) (fileID, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return target, nil
+	}
+	f.read = func(key, p string) (string, fileID, error) {
+		reads.Add(1)
+		mu.Lock()
+		id, v, g := target, "", held
+		if target == blue {
+			v = blueHolds
+		}
+		held = nil
+		mu.Unlock()
+		if g != nil { // what it read is decided; it answers late
+			close(g.began)
+			<-g.open
+		}
+		if v == "" {
+			return "", id, &contentError{fmt.Sprintf("%s: %s is empty", key, p)}
+		}
+		return v, id, nil
+	}
+	f.mu.Unlock()
+	isEmpty := func(err error) bool { return err != nil && strings.HasSuffix(err.Error(), " is empty") }
+
+	if v, err := f.Get(); !isEmpty(err) { // +0: blue read, refused
+		t.Fatalf("setup: a Get at +0 = %q, %v; want blue's refusal (empty)", v, err)
+	}
+	eventuallyNoCheck(t, f)
+	c := newAdv55dGate(t)
+	mu.Lock()
+	target, held = green, c
+	mu.Unlock()
+	adv55bAt(&offset, 500)
+	gc := adv52aGet(f) // C reads green, refused, and answers late
+	adv53aWait(t, c.began, "C's read of green")
+	mu.Lock()
+	target = blue // the link back to blue, unchanged
+	mu.Unlock()
+	adv55bAt(&offset, 600) // C is not recent: S begins beside it
+	n := reads.Load()
+	if v, err := f.Get(); !isEmpty(err) {
+		t.Fatalf("setup: a Get at +600 = %q, %v; want blue's refusal (empty)", v, err)
+	}
+	if got := reads.Load() - n; got != 0 {
+		t.Fatalf("setup: look S made %d reads; want 0 (blue unchanged, refused at +0)", got)
+	}
+	c.release()
+	if r := adv53aRecv(t, gc, "C's Get"); !isEmpty(r.err) {
+		t.Fatalf("setup: C's Get = %q, %v; want green's refusal (empty)", r.v, r.err)
+	}
+	eventuallyNoCheck(t, f)
+	adv55bAt(&offset, 700)
+	mu.Lock()
+	blueHolds = "the-secret" // blue rewritten in place: the stat cannot tell
+	mu.Unlock()
+	adv55bAt(&offset, 1150) // StatInterval past RecheckInterval after blue's last read (+0)
+	n = reads.Load()
+	v, err := f.Get()
+	eventuallyNoCheck(t, f)
+	if err != nil || v != "the-secret" {
+		t.Fatalf("a Get at +1150 = %q, %v (%d reads); want the-secret: blue, rewritten in place at +700, was last read at +0, 1150 ms before, but its refusal was kept with green's read of +500 as its readAt (the refusals' texts are the same)", v, err, reads.Load()-n)
 	}
 }
