@@ -4,6 +4,10 @@ package secretfile
 
 import (
 	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,6 +103,180 @@ func TestAGetBesideALookThatCannotAnswerItDoesNotFailAfterASlowLookOnAMountAnswe
 	if rg.err != nil || rg.v != "v2" {
 		t.Fatalf("Get G (begun %v after look C, just after look X ended) = %q, %v after %v; want v2 within MaxWait: every look answered within 1.3 s, but G waited for C, which could not answer it, 1.5 x X's 0.67 s (to HungAfter) before beginning its own 1.3 s look (%d stats)", g0.Sub(cAt), rg.v, rg.err, took, stats.Load())
 	}
+}
+
+// adversary 55d (holds): 06623ab with 8f4d43c and 57a0163 on a file
+// rewritten in place (the stat never changes, the real clock), its
+// versions alternating between a secret (even k: "k") and an empty file
+// (odd k: a read's refusal, the same text for every empty version, as
+// read makes it), rewritten every 300-700 ms, on a mount whose stats and
+// reads each wait 0-200 ms before and after (slow looks beside each
+// other, most finding the same, reusing reads and refusals), Gets every
+// 2 ms for 5 s: every Get begun StatInterval after RecheckInterval after
+// the last read begun before a rewrite (or after the rewrite, if later)
+// returns that version or a later one - a kept refusal is read again like
+// a value; and no Get returns an older secret than one returned before it
+// began, nor "empty" once a Get returned a secret written after every
+// empty version that was written before it ended.
+func TestAnInPlaceRewriteBetweenASecretAndAnEmptyFileIsReadAgainWithinRecheckIntervalWhileSlowLooksReuseRefusals(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		version int
+		writes  []time.Time // writes[k-1]: when version k was written
+		reads   []time.Time // when each read was called
+		rng     = rand.New(rand.NewSource(time.Now().UnixNano()))
+	)
+	pause := func() {
+		mu.Lock()
+		d := time.Duration(rng.Int63n(int64(200 * time.Millisecond)))
+		mu.Unlock()
+		time.Sleep(d)
+	}
+	id := fileID{ino: 9, size: 1}
+	f, _, _, _, _ := adv55bFile(t, "0", id, func(int64) (fileID, error) {
+		pause()
+		defer pause()
+		return id, nil
+	})
+	f.mu.Lock()
+	f.now = time.Now
+	f.read = func(key, p string) (string, fileID, error) {
+		mu.Lock()
+		reads = append(reads, time.Now())
+		mu.Unlock()
+		pause()
+		defer pause()
+		mu.Lock()
+		defer mu.Unlock()
+		if version%2 == 1 {
+			return "", id, &contentError{key + ": /run/secrets/token is empty"}
+		}
+		return strconv.Itoa(version), id, nil
+	}
+	f.mu.Unlock()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			mu.Lock()
+			d := 300*time.Millisecond + time.Duration(rng.Int63n(int64(400*time.Millisecond)))
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-time.After(d):
+			}
+			mu.Lock()
+			version++
+			writes = append(writes, time.Now())
+			mu.Unlock()
+		}
+	}()
+	type ret struct {
+		began, ended time.Time
+		v            int // -1: empty
+	}
+	var (
+		gmu  sync.Mutex
+		rets []ret
+		gwg  sync.WaitGroup
+	)
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		gwg.Add(1)
+		go func() {
+			defer gwg.Done()
+			b := time.Now()
+			s, err := f.Get()
+			e := time.Now()
+			v := -1
+			switch {
+			case err != nil && strings.HasSuffix(err.Error(), " is empty"):
+			case err != nil:
+				t.Errorf("Get: %v", err)
+				return
+			default:
+				n, cerr := strconv.Atoi(s)
+				if cerr != nil {
+					t.Errorf("Get = %q", s)
+					return
+				}
+				v = n
+			}
+			gmu.Lock()
+			rets = append(rets, ret{b, e, v})
+			gmu.Unlock()
+		}()
+	}
+	gwg.Wait()
+	close(stop)
+	wg.Wait()
+	eventuallyNoCheck(t, f)
+	mu.Lock()
+	defer mu.Unlock()
+	gmu.Lock()
+	defer gmu.Unlock()
+	// due[k-1]: from when every Get begun returns version k or later.
+	due := make([]time.Time, len(writes))
+	for k, w := range writes {
+		var last time.Time // the last read begun before the write
+		for _, r := range reads {
+			if r.Before(w) && r.After(last) {
+				last = r
+			}
+		}
+		d := last.Add(RecheckInterval)
+		if w.After(d) {
+			d = w
+		}
+		due[k] = d.Add(StatInterval)
+	}
+	// emptyBy(t): the newest empty version written by t (0: none).
+	emptyBy := func(at time.Time) int {
+		n := 0
+		for k, w := range writes {
+			if (k+1)%2 == 1 && w.Before(at) {
+				n = k + 1
+			}
+		}
+		return n
+	}
+	stale, older := 0, 0
+	for _, r := range rets {
+		k := 0
+		for i := range due {
+			if !r.began.Before(due[i]) {
+				k = i + 1
+			}
+		}
+		var bad bool
+		if r.v >= 0 {
+			bad = r.v < k
+		} else {
+			bad = k%2 == 0 && emptyBy(r.ended) < k // a secret was due and no empty version came after it
+		}
+		if bad {
+			if stale++; stale <= 3 {
+				t.Errorf("a Get begun %v after version %d was due (written %v before it) returned %d (-1: empty)", r.began.Sub(due[k-1]), k, r.began.Sub(writes[k-1]), r.v)
+			}
+		}
+		for _, q := range rets { // q returned before r began
+			if !q.ended.Before(r.began) || q.v < 0 {
+				continue
+			}
+			if (r.v >= 0 && r.v < q.v) || (r.v < 0 && emptyBy(r.ended) < q.v) {
+				if older++; older <= 3 {
+					t.Errorf("a Get returned %d (-1: empty); a Get returned secret %d before it began", r.v, q.v)
+				}
+				break
+			}
+		}
+	}
+	if stale > 0 || older > 0 || len(writes) < 6 {
+		t.Fatalf("%d of %d Gets returned a version (secret or empty) rewritten in place RecheckInterval after the last read before the rewrite, StatInterval before they began; %d an older one than a Get returned before they began (%d writes, %d reads)", stale, len(rets), older, len(writes), len(reads))
+	}
+	t.Logf("%d Gets, %d writes, %d reads: none stale or older", len(rets), len(writes), len(reads))
 }
 
 // adversary 55d: 8f4d43c with 06623ab - two refusals of different files
@@ -237,4 +415,285 @@ func TestAnUnchangedFileOnAMountWhoseReadsTake200msIsReadOncePerRecheckIntervalN
 	if limit := int64(d/RecheckInterval) + 2; r > limit {
 		t.Fatalf("%v of Gets on a mount whose reads take 200 ms read the unchanged file %d times (%d looks), at %v; want about one read per RecheckInterval (at most %d): 100 ms into each RecheckInterval's read a Get begins a look beside it, whose state (the read it would reuse) is as old, the reading look not having ended", d, r, s, at, limit)
 	}
+}
+
+// adversary 55d (holds): the readAt a look keeps is when the look began,
+// not when its read ended, so a read that began before an in-place
+// rewrite and ended after it (returning the old content) does not make
+// the old value fresh past RecheckInterval after that read began, even
+// when 8f4d43c keeps the later of two such reads beside each other. The
+// file (one id: the stat cannot tell) was read at +0 (v1). +1000: look A
+// reads (its state is old), its read held; +1150: look B (A not recent)
+// reads too, held. +1200: the file is rewritten in place (v2); both reads
+// return v1, B first (taken), then A (the same: B's later read kept). A
+// Get at +2260 (StatInterval past RecheckInterval after B's read began)
+// returns v2.
+func TestAReadThatBeganBeforeAnInPlaceRewriteAndEndedAfterItIsNotFreshPastRecheckIntervalAfterItBegan(t *testing.T) {
+	id := fileID{ino: 5, size: 2}
+	f, offset, _, _, _ := adv55bFile(t, "v1", id, nil)
+	var (
+		mu      sync.Mutex
+		version = 1
+		gates   []*adv55dGate // the reads to hold, in order
+	)
+	f.mu.Lock()
+	f.read = func(key, p string) (string, fileID, error) {
+		mu.Lock()
+		v := fmt.Sprintf("v%d", version)
+		var g *adv55dGate
+		if len(gates) > 0 {
+			g, gates = gates[0], gates[1:]
+		}
+		mu.Unlock()
+		if g != nil { // read at its call; it returns late
+			close(g.began)
+			<-g.open
+		}
+		return v, id, nil
+	}
+	f.mu.Unlock()
+	if v, err := f.Get(); err != nil || v != "v1" { // +0: read
+		t.Fatalf("setup: a Get at +0 = %q, %v; want v1", v, err)
+	}
+	eventuallyNoCheck(t, f)
+	a, b := newAdv55dGate(t), newAdv55dGate(t)
+	mu.Lock()
+	gates = []*adv55dGate{a, b}
+	mu.Unlock()
+	adv55bAt(offset, 1000)
+	ga := adv52aGet(f)
+	adv53aWait(t, a.began, "A's read")
+	adv55bAt(offset, 1150)
+	gb := adv52aGet(f)
+	adv53aWait(t, b.began, "B's read")
+	adv55bAt(offset, 1200)
+	mu.Lock()
+	version = 2 // rewritten in place
+	mu.Unlock()
+	b.release()
+	if r := adv53aRecv(t, gb, "B's Get"); r.err != nil || r.v != "v1" {
+		t.Fatalf("setup: B's Get = %q, %v; want v1", r.v, r.err)
+	}
+	a.release()
+	if r := adv53aRecv(t, ga, "A's Get"); r.err != nil || r.v != "v1" {
+		t.Fatalf("setup: A's Get = %q, %v; want v1", r.v, r.err)
+	}
+	eventuallyNoCheck(t, f)
+	adv55bAt(offset, 2260)
+	if v, err := f.Get(); err != nil || v != "v2" {
+		t.Fatalf("a Get at +2260 = %q, %v; want v2 (rewritten in place at +1200; the last reads before it began at +1000 and +1150)", v, err)
+	}
+}
+
+// adversary 55d (holds): 06623ab reuses only a refusal that carries the
+// file it read: a stand-in read that refuses without saying what file it
+// read (fileID{}), with a stat that tells nothing either (fileID{}), is
+// read again at every look, not reused as a refusal of "the same file".
+func TestARefusalWithoutAFileIsReadAgainAtEveryLook(t *testing.T) {
+	f, offset, _, reads, _ := adv55bFile(t, "a", fileID{}, nil)
+	f.mu.Lock()
+	f.read = func(key, p string) (string, fileID, error) {
+		reads.Add(1)
+		return "", fileID{}, &contentError{key + ": " + p + " is empty"}
+	}
+	f.mu.Unlock()
+	n := reads.Load()
+	for i := 1; i <= 5; i++ {
+		adv55bAt(offset, 200*i) // each Get looks (the last look is StatInterval old), within RecheckInterval of the first read
+		if _, err := f.Get(); err == nil {
+			t.Fatalf("Get %d returned no error", i)
+		}
+	}
+	eventuallyNoCheck(t, f)
+	if got := reads.Load() - n; got != 5 {
+		t.Fatalf("5 looks made %d reads; want 5: a refusal that names no file may be another file's", got)
+	}
+}
+
+// adversary 55d (holds): a symlink toggled between two directories
+// (blue/green), the directory not in use rewritten by rename before the
+// link comes to it, its versions alternating a secret (even k) and an
+// empty file (odd k: refusals, the same text for every empty file, which
+// 06623ab reuses and 8f4d43c keeps as "the same" across files), toggled
+// every 150-400 ms; real files and the real clock, stats and reads each
+// waiting 0-150 ms before and after, Gets every 2 ms for 4 s: every Get
+// begun StatInterval after a toggle returns that version or a later one,
+// none returns an older secret than one returned before it began (nor
+// "empty" once a secret newer than every empty version written before it
+// ended was returned), and every Get returns within MaxWait + 100 ms.
+func TestAToggledSymlinkBetweenASecretAndEmptyFilesIsSeenWithinStatIntervalAndNeverGoesBack(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"blue", "green"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "blue", "token"), []byte("0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("blue", filepath.Join(dir, "current")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "current", "token")
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rmu sync.Mutex
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	pause := func() {
+		rmu.Lock()
+		d := time.Duration(rng.Int63n(int64(150 * time.Millisecond)))
+		rmu.Unlock()
+		time.Sleep(d)
+	}
+	f.mu.Lock()
+	f.now = time.Now
+	f.stat = func(key, p string) (fileID, error) {
+		pause()
+		defer pause()
+		return stat(key, p)
+	}
+	f.read = func(key, p string) (string, fileID, error) {
+		pause()
+		defer pause()
+		return read(key, p)
+	}
+	f.mu.Unlock()
+	var (
+		vmu     sync.Mutex
+		toggled []time.Time // toggled[k-1]: when the link came to version k
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for k := 1; ; k++ {
+			rmu.Lock()
+			d := 150*time.Millisecond + time.Duration(rng.Int63n(int64(250*time.Millisecond)))
+			rmu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-time.After(d):
+			}
+			to := []string{"blue", "green"}[k%2]
+			content := strconv.Itoa(k) + "\n"
+			if k%2 == 1 {
+				content = "\n"
+			}
+			tmp := filepath.Join(dir, to, "tmp")
+			if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := os.Rename(tmp, filepath.Join(dir, to, "token")); err != nil {
+				t.Error(err)
+				return
+			}
+			link := filepath.Join(dir, "link.tmp")
+			if err := os.Symlink(to, link); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := os.Rename(link, filepath.Join(dir, "current")); err != nil {
+				t.Error(err)
+				return
+			}
+			vmu.Lock()
+			toggled = append(toggled, time.Now())
+			vmu.Unlock()
+		}
+	}()
+	type ret struct {
+		began, ended time.Time
+		v            int // -1: empty
+	}
+	var (
+		gmu  sync.Mutex
+		rets []ret
+		gwg  sync.WaitGroup
+	)
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		gwg.Add(1)
+		go func() {
+			defer gwg.Done()
+			b := time.Now()
+			s, err := f.Get()
+			e := time.Now()
+			if e.Sub(b) > MaxWait+100*time.Millisecond {
+				t.Errorf("a Get took %v", e.Sub(b))
+			}
+			v := -1
+			switch {
+			case err != nil && strings.HasSuffix(err.Error(), " is empty"):
+			case err != nil:
+				t.Errorf("Get: %v", err)
+				return
+			default:
+				n, cerr := strconv.Atoi(s)
+				if cerr != nil {
+					t.Errorf("Get = %q", s)
+					return
+				}
+				v = n
+			}
+			gmu.Lock()
+			rets = append(rets, ret{b, e, v})
+			gmu.Unlock()
+		}()
+	}
+	gwg.Wait()
+	close(stop)
+	wg.Wait()
+	eventuallyNoCheck(t, f)
+	vmu.Lock()
+	defer vmu.Unlock()
+	gmu.Lock()
+	defer gmu.Unlock()
+	emptyBy := func(at time.Time) int { // the newest empty version the link came to by at
+		n := 0
+		for k, w := range toggled {
+			if (k+1)%2 == 1 && w.Before(at) {
+				n = k + 1
+			}
+		}
+		return n
+	}
+	stale, older := 0, 0
+	for _, r := range rets {
+		k := 0
+		for i, at := range toggled {
+			if !at.Add(StatInterval).After(r.began) {
+				k = i + 1
+			}
+		}
+		var bad bool
+		if r.v >= 0 {
+			bad = r.v < k
+		} else {
+			bad = k%2 == 0 && emptyBy(r.ended) < k
+		}
+		if bad {
+			if stale++; stale <= 3 {
+				t.Errorf("a Get begun %v after the link came to version %d returned %d (-1: empty)", r.began.Sub(toggled[k-1]), k, r.v)
+			}
+		}
+		for _, q := range rets {
+			if !q.ended.Before(r.began) || q.v < 0 {
+				continue
+			}
+			if (r.v >= 0 && r.v < q.v) || (r.v < 0 && emptyBy(r.ended) < q.v) {
+				if older++; older <= 3 {
+					t.Errorf("a Get returned %d (-1: empty); a Get returned secret %d before it began", r.v, q.v)
+				}
+				break
+			}
+		}
+	}
+	if stale > 0 || older > 0 || len(toggled) < 8 {
+		t.Fatalf("%d of %d Gets returned a version the link left StatInterval before they began, %d an older one than a Get returned before they began (%d toggles)", stale, len(rets), older, len(toggled))
+	}
+	t.Logf("%d Gets, %d toggles: none stale or older", len(rets), len(toggled))
 }
