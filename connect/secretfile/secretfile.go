@@ -53,12 +53,18 @@ func read(key, path string) (string, fileID, error) {
 	if err != nil {
 		return "", fileID{}, fmt.Errorf("%s: reading the secret: %w", key, err)
 	}
+	id := idOf(st)
+	if !st.Mode().IsRegular() {
+		// A pipe's stat does not tell what it holds next: its refusal
+		// is read again at the next look.
+		id = fileID{}
+	}
 	if len(b) > MaxSize {
-		return "", idOf(st), &contentError{fmt.Sprintf("%s: %s is larger than %d bytes: not a secret", key, path, MaxSize)}
+		return "", id, &contentError{fmt.Sprintf("%s: %s is larger than %d bytes: not a secret", key, path, MaxSize)}
 	}
 	v := strings.TrimRight(string(b), "\r\n")
 	if v == "" {
-		return "", idOf(st), &contentError{fmt.Sprintf("%s: %s is empty", key, path)}
+		return "", id, &contentError{fmt.Sprintf("%s: %s is empty", key, path)}
 	}
 	return v, idOf(st), nil
 }
@@ -234,6 +240,12 @@ const MaxWait = 2 * time.Second
 // progress.
 const HungAfter = MaxWait / 2
 
+// maxPatience bounds how long a Get waits for a look in progress that
+// cannot answer it before it begins its own (Get): what it saves is a
+// look on a mount whose looks take about StatInterval; on a slower one a
+// Get keeps the time its own look takes.
+const maxPatience = 2 * StatInterval
+
 // maxChecks is how many checks of a File may be in progress at once (on a
 // hung mount, each holds a thread until the mount answers).
 const maxChecks = 2
@@ -281,11 +293,13 @@ func (f *File) Get() (string, error) {
 		// and able to answer, or none: wait for one to end).
 		// One that cannot answer only because others ended while it ran,
 		// each finding the same so far, is waited for too, until it took
-		// half as long again as the last look to end (then it is slow: a
-		// look beside it, not a Get past MaxWait): if it finds the same, it
-		// is taken, and the state this Get returns (adversary 55b: on a
-		// mount whose looks take about StatInterval, each end began
-		// another look).
+		// half as long again as the last look to end, and maxPatience at
+		// most (then it is slow: a look beside it, not a Get past
+		// MaxWait): if it finds the same, it is taken, and the state this
+		// Get returns (adversary 55b: on a mount whose looks take about
+		// StatInterval, each end began another look; adversary 55d: a
+		// Get that waited 1.5x a 0.67 s look for one that then found
+		// otherwise had too little of MaxWait left for its own).
 		var c *check
 		if n := len(f.checks); n > 0 {
 			c = f.checks[n-1]
@@ -294,7 +308,7 @@ func (f *File) Get() (string, error) {
 		if c != nil && !c.answers(start) {
 			patience = 0
 			if !c.mixed {
-				patience = min(HungAfter, f.lastLook+f.lastLook/2)
+				patience = min(f.lastLook+f.lastLook/2, maxPatience)
 			}
 		}
 		if c == nil || !c.recentFor(seq, now) || time.Since(c.at.real) >= patience {
@@ -395,12 +409,13 @@ func (f *File) start() *check {
 			// look is the later (adversary 54b). Either way the value
 			// kept was read last by the later of their reads, which the
 			// next RecheckInterval counts from (adversary 55b).
-			if f.state.same(out) {
+			sameRead := f.state.same(out) && f.state.id == out.id // a refusal's text names the path, not the file (adversary 55d)
+			if sameRead {
 				out.readAt = later(out.readAt, f.state.readAt)
 			}
 			if f.state.seq < c.seq || !f.state.same(out) {
 				f.state = out
-			} else {
+			} else if sameRead {
 				f.state.readAt = out.readAt
 			}
 		default:

@@ -883,6 +883,72 @@ func TestAFIFOWhoseWriterStopsMidSecretIsAnErrorNotThePartWritten(t *testing.T) 
 	}
 }
 
+// A FIFO at the path that read empty (no writer then) is read again at
+// the next look, not refused for RecheckInterval as an unchanged regular
+// file that is empty is: a pipe's stat does not tell what it holds next
+// (adversary 55d's suspicion, on 06623ab's reuse of refusals). The writer
+// opens the FIFO once a look opens it to read, writes the secret, and
+// closes it.
+func TestAFIFOThatReadEmptyIsReadAgainAtTheNextLook(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "token")
+	if err := os.WriteFile(path, []byte("old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFile("token_file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(fifo, path); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(StatInterval + 10*time.Millisecond)
+	if v, err := f.Get(); err == nil || !strings.Contains(err.Error(), "is empty") {
+		t.Fatalf("a FIFO with no writer: Get = %q, %v; want its refusal (empty)", v, err)
+	}
+	emptyAt := time.Now()
+	wrote := make(chan error, 1)
+	go func() {
+		w, err := os.OpenFile(path, os.O_WRONLY, 0) // until a look opens it to read
+		if err != nil {
+			wrote <- err
+			return
+		}
+		_, err = w.WriteString("the-secret\n")
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+		wrote <- err
+	}()
+	t.Cleanup(func() { // a writer still waiting for a reader is let go
+		if r, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+			_ = r.Close()
+		}
+	})
+	for {
+		v, err := f.Get()
+		if err == nil && v == "the-secret" {
+			break
+		}
+		if since := time.Since(emptyAt); since > RecheckInterval*8/10 {
+			t.Fatalf("%v after a FIFO read empty, with a writer waiting: Get = %q, %v; want the secret at the next look (a pipe's refusal is not kept)", since, v, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(MaxWait):
+		t.Fatal("the writer did not finish")
+	}
+}
+
 // adversary 51e: the size bound is exact: a secret file of MaxSize bytes
 // is read whole, one byte more is an error naming the path, and a file of
 // only line ends is empty, an error; a File that had a secret turns to
