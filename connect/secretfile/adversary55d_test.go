@@ -377,46 +377,6 @@ func TestARefusalOfOneFileIsNotKeptPastRecheckIntervalByTheReadOfAnotherFileWith
 	}
 }
 
-// adversary 55d: 57a0163's cure for a mount whose stats take 300 ms (a
-// look consults the state when its stat ended) does not reach a mount
-// whose READS are slow. Stats fast, reads 200 ms (the real clock), Gets
-// every 2 ms for 6 s, the file unchanged. Every RecheckInterval a look
-// reads the file again; 100 ms into its read a Get finds it not recent and
-// begins another beside it, whose stat ends at once: the state is still
-// the read of a second ago (the reading look has not ended), so it reads
-// too - two reads 100 ms apart every RecheckInterval, where the rule
-// reads an unchanged file about once per RecheckInterval ("a slow mount
-// costs ... one read per RecheckInterval"). (adversary 54a's test of
-// 150 ms reads allows d/1 s + 3 reads over 3 s, which two per second
-// pass; this is 55b's bound for 300 ms stats.)
-func TestAnUnchangedFileOnAMountWhoseReadsTake200msIsReadOncePerRecheckIntervalNotTwice(t *testing.T) {
-	f, _, setClock, stats, reads := adv54aFile(t, "the-secret", 0)
-	var mu sync.Mutex
-	var at []time.Duration
-	t0 := time.Now()
-	f.mu.Lock()
-	rd := f.read
-	f.read = func(key, p string) (string, fileID, error) {
-		mu.Lock()
-		at = append(at, time.Since(t0).Round(time.Millisecond))
-		mu.Unlock()
-		time.Sleep(200 * time.Millisecond)
-		return rd(key, p)
-	}
-	f.mu.Unlock()
-	setClock(func() time.Time { return time.Now().Add(time.Hour) }) // NewFile's read is old
-	s0, r0 := stats.Load(), reads.Load()
-	const d = 6 * time.Second
-	adv54aStream(t, f, 2*time.Millisecond, d, func(v string) bool { return v == "the-secret" })
-	s, r := stats.Load()-s0, reads.Load()-r0
-	mu.Lock()
-	defer mu.Unlock()
-	t.Logf("%v of Gets (one every 2 ms), reads taking 200 ms: %d looks, %d reads, at %v", d, s, r, at)
-	if limit := int64(d/RecheckInterval) + 2; r > limit {
-		t.Fatalf("%v of Gets on a mount whose reads take 200 ms read the unchanged file %d times (%d looks), at %v; want about one read per RecheckInterval (at most %d): 100 ms into each RecheckInterval's read a Get begins a look beside it, whose state (the read it would reuse) is as old, the reading look not having ended", d, r, s, at, limit)
-	}
-}
-
 // adversary 55d (holds): the readAt a look keeps is when the look began,
 // not when its read ended, so a read that began before an in-place
 // rewrite and ended after it (returning the old content) does not make

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +34,11 @@ import (
 //     the error value of a look that looked before the one whose error a
 //     Get returned before it began. The text is the same; only the error
 //     values differ (adversary 55b).
+//   - On a mount whose reads (not stats) take about StatInterval or
+//     longer, a look begun beside one that is reading finds the state as
+//     old as its own and reads too: an unchanged file is read twice per
+//     RecheckInterval, not once (maxChecks at most; adversary 55d). A look
+//     that waited for another's read would be held by that read if it hung.
 
 // adversary 51e: a mount that lost two requests for good (a FUSE daemon
 // that dropped them, a hard NFS mount's requests to a server since
@@ -173,4 +179,44 @@ type adv55bErr struct{ look int64 }
 
 func (e *adv55bErr) Error() string {
 	return "token_file: reading the secret: stat /run/secrets/token: no such file or directory"
+}
+
+// adversary 55d: 57a0163's cure for a mount whose stats take 300 ms (a
+// look consults the state when its stat ended) does not reach a mount
+// whose READS are slow. Stats fast, reads 200 ms (the real clock), Gets
+// every 2 ms for 6 s, the file unchanged. Every RecheckInterval a look
+// reads the file again; 100 ms into its read a Get finds it not recent and
+// begins another beside it, whose stat ends at once: the state is still
+// the read of a second ago (the reading look has not ended), so it reads
+// too - two reads 100 ms apart every RecheckInterval, where the rule
+// reads an unchanged file about once per RecheckInterval ("a slow mount
+// costs ... one read per RecheckInterval"). (adversary 54a's test of
+// 150 ms reads allows d/1 s + 3 reads over 3 s, which two per second
+// pass; this is 55b's bound for 300 ms stats.)
+func TestAnUnchangedFileOnAMountWhoseReadsTake200msIsReadOncePerRecheckIntervalNotTwice(t *testing.T) {
+	f, _, setClock, stats, reads := adv54aFile(t, "the-secret", 0)
+	var mu sync.Mutex
+	var at []time.Duration
+	t0 := time.Now()
+	f.mu.Lock()
+	rd := f.read
+	f.read = func(key, p string) (string, fileID, error) {
+		mu.Lock()
+		at = append(at, time.Since(t0).Round(time.Millisecond))
+		mu.Unlock()
+		time.Sleep(200 * time.Millisecond)
+		return rd(key, p)
+	}
+	f.mu.Unlock()
+	setClock(func() time.Time { return time.Now().Add(time.Hour) }) // NewFile's read is old
+	s0, r0 := stats.Load(), reads.Load()
+	const d = 6 * time.Second
+	adv54aStream(t, f, 2*time.Millisecond, d, func(v string) bool { return v == "the-secret" })
+	s, r := stats.Load()-s0, reads.Load()-r0
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%v of Gets (one every 2 ms), reads taking 200 ms: %d looks, %d reads, at %v", d, s, r, at)
+	if limit := int64(d/RecheckInterval) + 2; r > limit {
+		t.Fatalf("%v of Gets on a mount whose reads take 200 ms read the unchanged file %d times (%d looks), at %v; want about one read per RecheckInterval (at most %d): 100 ms into each RecheckInterval's read a Get begins a look beside it, whose state (the read it would reuse) is as old, the reading look not having ended", d, r, s, at, limit)
+	}
 }
