@@ -617,3 +617,78 @@ func TestALookWhoseStatOutlastsAnInPlaceRereadBesideItDoesNotGoBack(t *testing.T
 		t.Errorf("%d reads, want 2 (the held look reuses the reread)", n)
 	}
 }
+
+// adversary 55e: a fast mount, the file rewritten in place (stat
+// unchanged) every 70 ms to 700 ms at random, 6 Gets at a time for 5 s:
+// a Get begun RecheckInterval + StatInterval + 20 ms after the last read
+// before a rewrite returns the rewritten value or a later one.
+func TestAnInPlaceRewriteIsSeenByEveryGetBegunRecheckIntervalAfterTheLastReadBeforeIt(t *testing.T) {
+	id := fileID{size: 8, ino: 9}
+	var mu sync.Mutex
+	gen := 0
+	var lastRead time.Time
+	type rewrite struct {
+		gen      int
+		lastRead time.Time
+	}
+	var rewrites []rewrite
+	stat := func(key, path string) (fileID, error) { return id, nil }
+	rd := func(key, path string) (string, fileID, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		lastRead = time.Now()
+		return "gen-" + itoa55e(gen), id, nil
+	}
+	f := adv55eFile(stat, rd)
+	stop := make(chan struct{})
+	var w sync.WaitGroup
+	w.Add(1)
+	go func() {
+		defer w.Done()
+		r := rand.New(rand.NewSource(9))
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(70+r.Intn(630)) * time.Millisecond):
+				mu.Lock()
+				gen++
+				rewrites = append(rewrites, rewrite{gen, lastRead})
+				mu.Unlock()
+			}
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				begin := time.Now()
+				v, err := f.Get()
+				if err != nil {
+					t.Errorf("Get: %v", err)
+					return
+				}
+				g := atoi55e(strings.TrimPrefix(v, "gen-"))
+				mu.Lock()
+				want := 0
+				for _, rw := range rewrites {
+					if !rw.lastRead.IsZero() && begin.Sub(rw.lastRead) > RecheckInterval+StatInterval+20*time.Millisecond {
+						want = rw.gen
+					}
+				}
+				mu.Unlock()
+				if g < want && bad.Add(1) <= 5 {
+					t.Errorf("a Get begun at %v returned generation %d; %d was written after a read more than RecheckInterval+StatInterval before", begin.Format("05.000"), g, want)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	w.Wait()
+}
