@@ -39,6 +39,13 @@ import (
 //     old as its own and reads too: an unchanged file is read twice per
 //     RecheckInterval, not once (maxChecks at most; adversary 55d). A look
 //     that waited for another's read would be held by that read if it hung.
+//   - On a mount whose looks take longer than StatInterval (1.7 s here),
+//     both looks in progress (maxChecks) may have stat the file before a
+//     rename: a Get begun StatInterval after the rename then waits for one
+//     to end, begins its own, and at MaxWait returns the newest look that
+//     ended (File's rule for a mount slower than that), the old secret
+//     (adversary 55e; the same before session 55: a Get's fallback, with
+//     bounded threads, not a look per Get).
 
 // adversary 51e: a mount that lost two requests for good (a FUSE daemon
 // that dropped them, a hard NFS mount's requests to a server since
@@ -219,4 +226,78 @@ func TestAnUnchangedFileOnAMountWhoseReadsTake200msIsReadOncePerRecheckIntervalN
 	if limit := int64(d/RecheckInterval) + 2; r > limit {
 		t.Fatalf("%v of Gets on a mount whose reads take 200 ms read the unchanged file %d times (%d looks), at %v; want about one read per RecheckInterval (at most %d): 100 ms into each RecheckInterval's read a Get begins a look beside it, whose state (the read it would reuse) is as old, the reading look not having ended", d, r, s, at, limit)
 	}
+}
+
+// adversary 55e: every look here takes at most 1.7 s (claim 4's mount),
+// yet a Get begun 100 ms after a rename returns the secret of before it.
+// Look X (+0, 300 ms) reads the old file; A (+150, 1.7 s) and B (+450,
+// 1.7 s) begin beside, each looking early (before the rename at +500) and
+// reusing X's read; G begins at +600: B is not recent (150 ms old), A
+// cannot answer it (X ended while A ran), maxChecks are in progress, so G
+// waits. A ends at +1850; G begins its own look C then (1 s, ends +2850),
+// but its MaxWait ends at +2600 first and it returns the newest look that
+// ended while it waited and may answer it: B, which looked before the
+// rename. (Get's doc: the slow-mount fallback; here no look took longer
+// than 1.7 s.)
+func TestAGetBegunStatIntervalAfterARenameDoesNotReturnTheOldSecretOnAMountWhoseLooksTakeAtMost1700ms(t *testing.T) {
+	oldID, newID := fileID{size: 8, ino: 1}, fileID{size: 8, ino: 2}
+	var renamed atomic.Bool
+	idNow := func() fileID {
+		if renamed.Load() {
+			return newID
+		}
+		return oldID
+	}
+	var n atomic.Int64
+	stat := func(key, path string) (fileID, error) {
+		switch n.Add(1) {
+		case 1: // X
+			time.Sleep(300 * time.Millisecond)
+			return idNow(), nil
+		case 2, 3: // A, B: look early, answer late
+			id := idNow()
+			time.Sleep(1700 * time.Millisecond)
+			return id, nil
+		default: // C and later
+			time.Sleep(time.Second)
+			return idNow(), nil
+		}
+	}
+	rd := func(key, path string) (string, fileID, error) {
+		if renamed.Load() {
+			return "new-secret", newID, nil
+		}
+		return "old-secret", oldID, nil
+	}
+	f := adv55eFile(stat, rd)
+	t0 := time.Now()
+	at := func(ms int) { time.Sleep(time.Until(t0.Add(time.Duration(ms) * time.Millisecond))) }
+	var wg sync.WaitGroup
+	get := func() {
+		defer wg.Done()
+		_, _ = f.Get()
+	}
+	wg.Add(1)
+	go get() // X
+	at(150)
+	wg.Add(1)
+	go get() // A
+	at(450)
+	wg.Add(1)
+	go get() // B
+	at(500)
+	renamed.Store(true)
+	at(600)
+	begin := time.Now()
+	v, err := f.Get()
+	took := time.Since(begin)
+	f.mu.Lock()
+	looks := f.seq
+	f.mu.Unlock()
+	t.Logf("G (begun %v after the rename): %q, %v after %v; %d looks", begin.Sub(t0.Add(500*time.Millisecond)).Round(time.Millisecond), v, err, took.Round(time.Millisecond), looks)
+	if err == nil && v != "new-secret" {
+		t.Errorf("a Get begun StatInterval after the rename returned %q after %v (every look took at most 1.7 s)", v, took.Round(time.Millisecond))
+	}
+	wg.Wait()
+	time.Sleep(1200 * time.Millisecond) // C ends
 }
