@@ -533,3 +533,39 @@ func (e *testEnv) holdKeyOnce(key int16) (arm func(), held *atomic.Bool, release
 	})
 	return func() { armed.Store(true) }, held, release
 }
+
+// The env's close leaves no goroutine of the fake cluster behind when it
+// closes the cluster while control functions sleep (a test ending with
+// requests held at a slow coordinator): kfake's control goroutine, woken
+// by the cluster's death, takes the control lock the dead run loop would
+// have released, so a second one asleep waits for it forever.
+func TestTheEnvsCloseLeavesNoControlFunctionAsleep(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	e := newTestEnv(t, 1, envOpt{})
+	var slow atomic.Bool
+	slow.Store(true)
+	e.coordinatorSlowedBy(&slow, 3*time.Second)
+	var wg sync.WaitGroup
+	var cls []*kgo.Client
+	for range 2 {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cls = append(cls, cl)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _ = kadm.NewClient(cl).FetchOffsets(ctx, e.group)
+		}()
+	}
+	time.Sleep(time.Second) // both OffsetFetches asleep at the coordinator
+	e.close()
+	wg.Wait()
+	for _, cl := range cls {
+		cl.Close()
+	}
+	goleak.VerifyNone(t, ignore)
+}
