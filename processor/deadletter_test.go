@@ -377,7 +377,7 @@ func TestAStopWhileADeadLetterIsProducedReturnsWithinTheSmallestDrainTimeout(t *
 		// Produce names topics by ID from v13 on: every Produce once
 		// armed (after the test's own) is the router's dead letter.
 		if armed.Load() && !held.Swap(true) {
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-hold:
 				case <-time.After(60 * time.Second):
@@ -425,7 +425,7 @@ func TestAStopWhileAWorkerWritesADeadLetterReturnsWithinTheSmallestDrainTimeout(
 	e.cluster.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		e.cluster.KeepControl()
 		if armed.Load() && !held.Swap(true) { // Produce v13 names topics by ID: every Produce once armed is the router's
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-hold:
 				case <-time.After(60 * time.Second):

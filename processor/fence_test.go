@@ -3974,7 +3974,7 @@ func TestARetakeConfirmedBeforeTheRouterWasDroppedDoesNotTakeThePartitionFromIts
 				member = req.MemberID
 			}
 			if faking.Load() && member == r1Member {
-				e.cluster.SleepControl(func() { <-cut })
+				e.sleepControl(func() { <-cut })
 			}
 			return nil, nil, false
 		})
@@ -4346,7 +4346,7 @@ func TestARetakeWhoseSecondQuestionCannotBeAnsweredDoesNotTakeThePartitionFromIt
 				member = req.MemberID
 			}
 			if faking.Load() && member == r1Member {
-				e.cluster.SleepControl(func() { <-cut })
+				e.sleepControl(func() { <-cut })
 			}
 			return nil, nil, false
 		})
@@ -4359,7 +4359,7 @@ func TestARetakeWhoseSecondQuestionCannotBeAnsweredDoesNotTakeThePartitionFromIt
 			heldDescribe.Add(1)
 			ctx := <-ownCtx
 			ownCtx <- ctx
-			e.cluster.SleepControl(func() { <-ctx.Done(); time.Sleep(100 * time.Millisecond) })
+			e.sleepControl(func() { <-ctx.Done(); time.Sleep(100 * time.Millisecond) })
 		}
 		return nil, nil, false
 	})
@@ -4467,7 +4467,7 @@ func (e *testEnv) slowDescribeGroups(d time.Duration) (slow *atomic.Bool, descri
 		e.cluster.KeepControl()
 		if slow.Load() {
 			described.Add(1)
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-rel:
 				case <-time.After(d):
@@ -4807,7 +4807,7 @@ func TestARetakeWhoseSecondQuestionIsSlowNeverWritesUnderItsEpochAndHealsAfterTh
 		e.cluster.KeepControl()
 		if slowNext.CompareAndSwap(true, false) {
 			slowed.Add(1)
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-rel:
 				case <-time.After(4 * time.Second):

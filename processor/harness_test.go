@@ -55,6 +55,7 @@ type testEnv struct {
 	adm     *kadm.Client
 	dec     *eventid.Decoder
 	closeMu sync.Once
+	asleep  atomic.Int64 // control functions in sleepControl
 }
 
 type envOpt struct {
@@ -87,12 +88,28 @@ func newTestEnv(t *testing.T, partitions int32, o envOpt) *testEnv {
 	return e
 }
 
-// close closes the producer and the cluster (once; also at cleanup).
+// close closes the producer and the cluster (once; also at cleanup). It
+// first waits (up to 70 s: a held request's longest sleep and a margin)
+// for the control functions asleep to wake: kfake closed with two asleep
+// leaves one goroutine blocked forever on its control lock.
 func (e *testEnv) close() {
 	e.closeMu.Do(func() {
 		e.cl.Close()
+		for deadline := time.Now().Add(70 * time.Second); e.asleep.Load() > 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				e.t.Logf("closing the cluster with %d control functions asleep", e.asleep.Load())
+				break
+			}
+		}
 		e.cluster.Close()
 	})
+}
+
+// sleepControl is the cluster's SleepControl, counted for close.
+func (e *testEnv) sleepControl(wakeup func()) {
+	e.asleep.Add(1)
+	defer e.asleep.Add(-1)
+	e.cluster.SleepControl(wakeup)
 }
 
 // config is a router config for this env with short timings.
@@ -503,7 +520,7 @@ func (e *testEnv) coordinatorSlowedBy(slow *atomic.Bool, rtt time.Duration) {
 		e.cluster.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
 			e.cluster.KeepControl()
 			if slow.Load() {
-				e.cluster.SleepControl(func() { time.Sleep(rtt) })
+				e.sleepControl(func() { time.Sleep(rtt) })
 			}
 			return nil, nil, false
 		})
@@ -522,7 +539,7 @@ func (e *testEnv) holdKeyOnce(key int16) (arm func(), held *atomic.Bool, release
 	e.cluster.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
 		e.cluster.KeepControl()
 		if armed.Load() && !held.Swap(true) {
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-hold:
 				case <-time.After(60 * time.Second):
@@ -562,6 +579,9 @@ func TestTheEnvsCloseLeavesNoControlFunctionAsleep(t *testing.T) {
 		}()
 	}
 	time.Sleep(time.Second) // both OffsetFetches asleep at the coordinator
+	if n := e.asleep.Load(); n != 2 {
+		t.Fatalf("%d control functions asleep, want 2", n)
+	}
 	e.close()
 	wg.Wait()
 	for _, cl := range cls {

@@ -113,7 +113,7 @@ func TestAStopWhileTheConsumersOffsetResetIsSlowStillCommitsWhatStarted(t *testi
 			}
 		}
 		if start && !held.Swap(true) {
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-hold:
 				case <-time.After(60 * time.Second):
@@ -179,7 +179,7 @@ func TestARetentionGapSeenJustBeforeAStopIsStillCounted(t *testing.T) {
 		}
 		if start {
 			starts.Add(1)
-			e.cluster.SleepControl(func() { time.Sleep(500 * time.Millisecond) })
+			e.sleepControl(func() { time.Sleep(500 * time.Millisecond) })
 		}
 		return nil, nil, false
 	})
@@ -596,7 +596,7 @@ func TestARetentionGapBehindSixteenQueuedHarmlessGapsIsCounted(t *testing.T) {
 		}
 		if start && r.IsolationLevel == 0 && checks.Add(1) == 1 { // the lag watch's first gap check
 			checkOnce.Do(func() { close(checkHeld) })
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-releaseCheck:
 				case <-time.After(30 * time.Second):
@@ -622,7 +622,7 @@ func TestARetentionGapBehindSixteenQueuedHarmlessGapsIsCounted(t *testing.T) {
 		}
 		if hold {
 			fetchOnce.Do(func() { close(fetchHeld) })
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-releaseFetch:
 				case <-time.After(30 * time.Second):
@@ -730,7 +730,7 @@ func TestAnAbortedTransactionsGapCheckedAfterRetentionPassedItIsNotCountedLost(t
 		}
 		if start && r.IsolationLevel == 0 && checks.Add(1) == 1 { // the lag watch's first gap check
 			checkOnce.Do(func() { close(checkHeld) })
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-releaseCheck:
 				case <-time.After(30 * time.Second):

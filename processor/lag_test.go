@@ -175,7 +175,7 @@ func TestAStopWhileAGapIsSeenStillCommitsWhatStarted(t *testing.T) {
 			}
 		}
 		if start && armed.Load() && earliest.Add(1) == 1 {
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-hold:
 				case <-time.After(60 * time.Second):
@@ -287,7 +287,7 @@ func TestAStopWhileALagMeasureIsSlowStillCommitsWhatStarted(t *testing.T) {
 	e.cluster.ControlKey(kmsg.ListOffsets.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		e.cluster.KeepControl()
 		if armed.Load() && !held.Swap(true) {
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-time.After(2 * time.Second):
 				case <-slept:
@@ -531,7 +531,7 @@ func TestAStopWhileATelemetryPushIsSlowStillCommitsWhatFinished(t *testing.T) {
 		e.cluster.KeepControl()
 		if req.(*kmsg.PushTelemetryRequest).Terminating {
 			terminating.Add(1)
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-hold:
 				case <-time.After(60 * time.Second):
@@ -714,7 +714,7 @@ func TestAGapCheckOfABrokerThatDoesNotSayTheLogStartDoesNotHoldTheFinalCommit(t 
 			}
 		}
 		if start && armed.Load() && earliest.Add(1) == 1 {
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-hold:
 				case <-time.After(60 * time.Second):
@@ -914,7 +914,7 @@ func TestARetentionGapIsCountedWhenTheCommitPastItLandsButItsAnswerIsLost(t *tes
 		e.cluster.KeepControl()
 		if armed.Load() {
 			held.Add(1)
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-wake:
 				case <-time.After(20 * time.Second):
@@ -927,7 +927,7 @@ func TestARetentionGapIsCountedWhenTheCommitPastItLandsButItsAnswerIsLost(t *tes
 	// still in the group (its generation valid) when they are processed.
 	e.cluster.ControlKey(kmsg.LeaveGroup.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		e.cluster.KeepControl()
-		e.cluster.SleepControl(func() {
+		e.sleepControl(func() {
 			select {
 			case <-landed:
 			case <-time.After(20 * time.Second):
@@ -1097,7 +1097,7 @@ func TestASecondRetentionGapSeenWhileTheFirstIsCheckedIsCounted(t *testing.T) {
 		}
 		if start && r.IsolationLevel == 0 && checks.Add(1) == 1 { // the lag watch's first gap check
 			checkOnce.Do(func() { close(checkHeld) })
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-releaseCheck:
 				case <-time.After(30 * time.Second):
@@ -1116,7 +1116,7 @@ func TestASecondRetentionGapSeenWhileTheFirstIsCheckedIsCounted(t *testing.T) {
 		}
 		if hold {
 			fetchOnce.Do(func() { close(fetchHeld) })
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-releaseFetch:
 				case <-time.After(30 * time.Second):
@@ -1469,7 +1469,7 @@ func TestAStopWithAGapCheckHeldAndAnotherQueuedStillCommitsAndLeavesNoCheckBehin
 		}
 		if start && r.IsolationLevel == 0 { // every lag-watch gap check, on whichever client
 			checks.Add(1)
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-hold:
 				case <-time.After(60 * time.Second):

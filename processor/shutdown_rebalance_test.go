@@ -203,7 +203,7 @@ func TestShutdownWhileARevokeCommitsThroughAHungCoordinatorIsBoundedByTheDrainTi
 	e.cluster.ControlKey(kmsg.OffsetCommit.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		e.cluster.KeepControl()
 		if armed.Load() && !held.Swap(true) {
-			e.cluster.SleepControl(func() {
+			e.sleepControl(func() {
 				select {
 				case <-hold:
 				case <-time.After(60 * time.Second):
@@ -474,7 +474,7 @@ func (e *testEnv) adv55cCoordinator(slow, armed *atomic.Bool, rtt time.Duration,
 				once.Do(onFetch)
 			}
 			if slow.Load() {
-				e.cluster.SleepControl(func() { time.Sleep(rtt) })
+				e.sleepControl(func() { time.Sleep(rtt) })
 			}
 			return nil, nil, false
 		})
@@ -530,7 +530,7 @@ func TestARevokeOfNothingDuringTheStopDoesNotCostTheFinalCommitWhatFinishedInThe
 	e.cluster.ControlKey(kmsg.Heartbeat.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		e.cluster.KeepControl()
 		if until := time.Unix(0, holdHBUntil.Load()); time.Now().Before(until) {
-			e.cluster.SleepControl(func() { time.Sleep(time.Until(until)) })
+			e.sleepControl(func() { time.Sleep(time.Until(until)) })
 		}
 		return nil, nil, false
 	})
@@ -725,14 +725,14 @@ func finalFlushMark(t *testing.T, rebalance bool) {
 	e.cluster.ControlKey(kmsg.Heartbeat.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		e.cluster.KeepControl()
 		if now := time.Now(); hbFrom.Load() != 0 && now.After(time.Unix(0, hbFrom.Load())) && now.Before(time.Unix(0, hbUntil.Load())) {
-			e.cluster.SleepControl(func() { time.Sleep(time.Until(time.Unix(0, hbUntil.Load()))) })
+			e.sleepControl(func() { time.Sleep(time.Until(time.Unix(0, hbUntil.Load()))) })
 		}
 		return nil, nil, false
 	})
 	e.cluster.ControlKey(kmsg.JoinGroup.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		e.cluster.KeepControl()
 		if until := time.Unix(0, joinUntil.Load()); time.Now().Before(until) {
-			e.cluster.SleepControl(func() { time.Sleep(time.Until(until)) })
+			e.sleepControl(func() { time.Sleep(time.Until(until)) })
 		}
 		return nil, nil, false
 	})

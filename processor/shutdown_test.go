@@ -25,7 +25,7 @@ func TestShutdownWhileJoiningIsBoundedByTheDrainTimeout(t *testing.T) {
 	e.cluster.ControlKey(kmsg.JoinGroup.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		e.cluster.KeepControl()
 		joining.Store(true)
-		e.cluster.SleepControl(func() {
+		e.sleepControl(func() {
 			select {
 			case <-hold:
 			case <-time.After(60 * time.Second):
@@ -78,7 +78,7 @@ func TestShutdownAtTheSmallestDrainTimeoutCommitsThroughASlowCoordinator(t *test
 		e.cluster.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
 			e.cluster.KeepControl()
 			if stopping.Load() {
-				e.cluster.SleepControl(func() { time.Sleep(shutdownCoordinatorRTT) })
+				e.sleepControl(func() { time.Sleep(shutdownCoordinatorRTT) })
 			}
 			return nil, nil, false
 		})
