@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -243,6 +244,76 @@ func TestPayloadHashIsOverTheCanonicalDataWhicheverPassWroteIt(t *testing.T) {
 		}
 		if want := sha256.Sum256(assemble(cd, ev.Source, ev.Type, nil)); ev.PayloadHash != want {
 			t.Fatalf("%s (%s): payload hash is not over the canonical data %s", r.Value, ev.Envelope, cd)
+		}
+	}
+}
+
+// TestTheContentIDAndThePayloadHashAreOverTheirAssembledForms decodes
+// records whose IDs the content rule derives (keys nil, empty and set;
+// data of every size around SHA-256's 64-byte block), one after another
+// and from goroutines at once: each ID is SHA-256 of the assembled form
+// with the record's key, each payload hash of the form without it, and
+// no record's hash carries the state of one decoded before it.
+func TestTheContentIDAndThePayloadHashAreOverTheirAssembledForms(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Chain = []Rule{RuleContent}
+	d, err := NewDecoder(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []Record
+	for n := range 200 {
+		v := fmt.Sprintf(`{"type":"t%d","source":"s\u0001%d","data":{"pad":%q}}`, n%3, n%5, strings.Repeat("x", n))
+		var key []byte
+		switch n % 3 {
+		case 1:
+			key = []byte{}
+		case 2:
+			key = []byte(fmt.Sprintf("k\x00%d", n))
+		}
+		recs = append(recs, Record{Topic: "t", Key: key, Value: []byte(v)})
+	}
+	check := func(r Record) error {
+		ev, err := d.Decode(r)
+		if err != nil {
+			return fmt.Errorf("%s: %v", r.Value, err)
+		}
+		cd, err := jcs.Transform(ev.Data)
+		if err != nil {
+			return fmt.Errorf("%s: %v", ev.Data, err)
+		}
+		key := r.Key
+		if key == nil {
+			key = []byte{}
+		}
+		if want := contentID(sha256.Sum256(assemble(cd, ev.Source, ev.Type, key))); ev.ID != want {
+			return fmt.Errorf("%s (key %q): ID %s, want %s", r.Value, r.Key, ev.ID, want)
+		}
+		if want := sha256.Sum256(assemble(cd, ev.Source, ev.Type, nil)); ev.PayloadHash != want {
+			return fmt.Errorf("%s: payload hash %x, want %x", r.Value, ev.PayloadHash, want)
+		}
+		return nil
+	}
+	for _, r := range recs {
+		if err := check(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			for i := range 2000 {
+				if err := check(recs[(i*7+g*13)%len(recs)]); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
 		}
 	}
 }
