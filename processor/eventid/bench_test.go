@@ -35,7 +35,8 @@ func toRecord(kr *kgo.Record) Record {
 
 // BenchmarkDecodeContentRule decodes plain JSON records without an ID
 // (256-byte payloads): the default chain ends at the content rule, whose
-// ID is a second SHA-256 over the canonical data beside the payload hash.
+// ID is a second SHA-256 beside the payload hash (the data hashed once,
+// both from its state).
 func BenchmarkDecodeContentRule(b *testing.B) {
 	recs := make([]Record, 64)
 	for i := range recs {

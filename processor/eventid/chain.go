@@ -39,7 +39,7 @@ const (
 
 // apply tries one rule: the ID, where it came from (Event.IDFrom), and
 // whether the rule yielded one.
-func (d *Decoder) apply(rule Rule, r Record, env envelope, canonData []byte, s *scratch) (string, string, bool, error) {
+func (d *Decoder) apply(rule Rule, r Record, env envelope, s *scratch) (string, string, bool, error) {
 	switch rule {
 	case RuleHeader:
 		for _, name := range d.cfg.Headers {
@@ -76,8 +76,7 @@ func (d *Decoder) apply(rule Rule, r Record, env envelope, canonData []byte, s *
 		if key == nil {
 			key = []byte{} // a record without a key still has the "key" member
 		}
-		s.buf = appendAssembled(s.buf[:0], canonData, env.source, env.typ, key)
-		return contentID(sha256.Sum256(s.buf)), "", true, nil
+		return contentID(s.sumAssembled(env.source, env.typ, key)), "", true, nil
 	case RuleCoordinates:
 		// A record replayed from the dead-letter topic carries where it was
 		// first read (dedup-origin-*): it keeps that ID.

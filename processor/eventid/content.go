@@ -1,7 +1,10 @@
 package eventid
 
 import (
+	"crypto/sha256"
+	"encoding"
 	"encoding/base64"
+	"hash"
 	"slices"
 	"sync"
 )
@@ -20,8 +23,17 @@ func assemble(canonData []byte, source, typ string, key []byte) []byte {
 // appendAssembled appends assemble's bytes to b.
 func appendAssembled(b []byte, canonData []byte, source, typ string, key []byte) []byte {
 	b = slices.Grow(b, len(canonData)+len(source)+len(typ)+len(key)*4/3+48)
-	b = append(b, `{"data":`...)
+	b = append(b, dataPrefix...)
 	b = append(b, canonData...)
+	return appendAssembledTail(b, source, typ, key)
+}
+
+// dataPrefix opens the assembled form; the canonical data follows it.
+var dataPrefix = []byte(`{"data":`)
+
+// appendAssembledTail appends what follows the canonical data in the
+// assembled form: the key (when not nil), source and type, and the close.
+func appendAssembledTail(b []byte, source, typ string, key []byte) []byte {
 	if key != nil {
 		b = append(b, `,"key":"`...)
 		b = base64.StdEncoding.AppendEncode(b, key)
@@ -34,13 +46,56 @@ func appendAssembled(b []byte, canonData []byte, source, typ string, key []byte)
 	return append(b, '}')
 }
 
+// hashData starts the hashes of the assembled forms of canonData: SHA-256
+// over dataPrefix and the canonical data, its state kept in s. The payload
+// hash and the content rule's ID differ only after the data (the key, then
+// source and type), so a record's data, its bulk, is hashed once.
+func (s *scratch) hashData(canonData []byte) {
+	if s.h == nil {
+		h := sha256.New()
+		s.h, s.hState, s.hRestore = h, h.(encoding.BinaryAppender), h.(encoding.BinaryUnmarshaler)
+	}
+	s.h.Reset()
+	s.h.Write(dataPrefix)
+	s.h.Write(canonData)
+	var err error
+	if s.mid, err = s.hState.AppendBinary(s.mid[:0]); err != nil {
+		panic("eventid: saving SHA-256 state: " + err.Error()) // no error: a digest always marshals
+	}
+	s.atMid = true
+}
+
+// sumAssembled is SHA-256 of assemble(canonData, source, typ, key) for
+// the canonData of the last hashData.
+func (s *scratch) sumAssembled(source, typ string, key []byte) [sha256.Size]byte {
+	if !s.atMid {
+		if err := s.hRestore.UnmarshalBinary(s.mid); err != nil {
+			panic("eventid: restoring SHA-256 state: " + err.Error()) // no error: AppendBinary's own bytes
+		}
+	}
+	s.atMid = false
+	s.buf = appendAssembledTail(s.buf[:0], source, typ, key)
+	s.h.Write(s.buf)
+	s.h.Sum(s.sum[:0])
+	return s.sum
+}
+
 // scratch is one Decode's reusable buffers: the canonical writer (whose
 // output is the canonical data) and the bytes a hash is taken of. Nothing
 // of it outlives the Decode: IDs and hashes are copied out.
 type scratch struct {
 	c   canonWriter
 	buf []byte
-	ms  members // the record's top-level members (object)
+	// h is SHA-256 (hState and hRestore its state's save and restore);
+	// mid its state after hashData, atMid whether h is still in it, sum
+	// the last sum.
+	h        hash.Hash
+	hState   encoding.BinaryAppender
+	hRestore encoding.BinaryUnmarshaler
+	mid      []byte
+	atMid    bool
+	sum      [sha256.Size]byte
+	ms       members // the record's top-level members (object)
 	// once is whether ms came from canonWriter.objectOnce: its members'
 	// canonical values, and the whole object's, are in c.
 	once bool
@@ -56,7 +111,7 @@ func (s *scratch) release() {
 	}
 	s.c.reset()
 	clear(s.ms) // scanRecordObject cleared what a failed scan left past len
-	s.ms, s.once = s.ms[:0], false
+	s.ms, s.once, s.atMid = s.ms[:0], false, false
 	scratchPool.Put(s)
 }
 

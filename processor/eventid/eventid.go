@@ -1,7 +1,6 @@
 package eventid
 
 import (
-	"crypto/sha256"
 	"encoding/json"
 	"unicode/utf8"
 
@@ -134,10 +133,10 @@ func (d *Decoder) Decode(r Record) (Event, error) {
 			return Event{}, fail(ReasonUndecodable, "canonicalising data: %v", err)
 		}
 	}
-	s.buf = appendAssembled(s.buf[:0], canonData, env.source, env.typ, nil)
-	ev.PayloadHash = sha256.Sum256(s.buf)
+	s.hashData(canonData)
+	ev.PayloadHash = s.sumAssembled(env.source, env.typ, nil)
 	for _, rule := range d.cfg.Chain {
-		id, from, ok, err := d.apply(rule, r, env, canonData, s)
+		id, from, ok, err := d.apply(rule, r, env, s)
 		if err != nil {
 			return Event{}, err
 		}
