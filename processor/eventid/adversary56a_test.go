@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -221,3 +222,56 @@ func TestASharedScratchGivesEveryRecordTheHashesOfAFreshOne(t *testing.T) {
 		}
 	})
 }
+
+// adversary 56a: Decode allocates no more per record than before 92b5962.
+// The counts are the parent's (0722b46), measured with the same records
+// and testing.AllocsPerRun: a record over 64 KiB, whose scratch release
+// does not pool, and a small record decoded with a scratch of its own (as
+// after the GC empties the pool). 92b5962 costs each new scratch its own
+// SHA-256 digest, the saved state grown from nil by append (about five
+// allocations) and the tail buffer grown from nil (two): 13 -> 21, 7 ->
+// 15, 15 -> 22 (the pooled small record holds at 2).
+func TestDecodeAllocatesNoMoreThanBeforeForLargeRecordsAndFreshScratches(t *testing.T) {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "-race" && s.Value == "true" {
+				t.Skip("under -race sync.Pool drops what it is given at random: the parent's counts do not hold either")
+			}
+		}
+	}
+	ceText := []Header{{Key: "ce_type", Value: []byte("t")}, {Key: "ce_source", Value: []byte("s")}, {Key: "ce_specversion", Value: []byte("1.0")}, {Key: "content-type", Value: []byte("text/plain")}}
+	d := mustDecoder(t, nil)
+	small := Record{Topic: "t", Key: []byte("k"), Value: []byte(`{"type":"t","source":"s","data":{"b":1,"a":2}}`)}
+	bigPlain := Record{Topic: "t", Key: []byte("k"), Value: adv56aBigPlain}
+	bigText := Record{Topic: "t", Key: []byte("k"), Value: adv56aBigText, Headers: ceText}
+	cases := []struct {
+		name   string
+		before float64 // allocations per Decode at 0722b46
+		f      func()
+	}{
+		{"plain JSON over 64 KiB", 13, func() {
+			_, _ = d.Decode(bigPlain)
+		}},
+		{"binary text over 64 KiB", 7, func() {
+			_, _ = d.Decode(bigText)
+		}},
+		{"small record, a scratch of its own", 15, func() {
+			_ = scratchPool.Get() // AllocsPerRun runs on one P: the scratch the last Decode released
+			_, _ = d.Decode(small)
+		}},
+		{"small record, pooled scratch", 2, func() {
+			_, _ = d.Decode(small)
+		}},
+	}
+	for _, c := range cases {
+		c.f()
+		if n := testing.AllocsPerRun(200, c.f); n > c.before {
+			t.Errorf("%s: %v allocations per Decode, %v before 92b5962", c.name, n, c.before)
+		}
+	}
+}
+
+var (
+	adv56aBigPlain = []byte(fmt.Sprintf(`{"type":"t","source":"s","data":{"pad":%q}}`, strings.Repeat("x", 70<<10)))
+	adv56aBigText  = []byte(strings.Repeat("z", 80<<10))
+)
