@@ -34,6 +34,7 @@ var dataPrefix = []byte(`{"data":`)
 // appendAssembledTail appends what follows the canonical data in the
 // assembled form: the key (when not nil), source and type, and the close.
 func appendAssembledTail(b []byte, source, typ string, key []byte) []byte {
+	b = slices.Grow(b, len(source)+len(typ)+len(key)*4/3+40)
 	if key != nil {
 		b = append(b, `,"key":"`...)
 		b = base64.StdEncoding.AppendEncode(b, key)
@@ -59,7 +60,7 @@ func (s *scratch) hashData(canonData []byte) {
 	s.h.Write(dataPrefix)
 	s.h.Write(canonData)
 	var err error
-	if s.mid, err = s.hState.AppendBinary(s.mid[:0]); err != nil {
+	if s.mid, err = s.hState.AppendBinary(s.midBuf[:0]); err != nil {
 		panic("eventid: saving SHA-256 state: " + err.Error()) // no error: a digest always marshals
 	}
 	s.atMid = true
@@ -87,12 +88,13 @@ type scratch struct {
 	c   canonWriter
 	buf []byte
 	// h is SHA-256 (hState and hRestore its state's save and restore);
-	// mid its state after hashData, atMid whether h is still in it, sum
-	// the last sum.
+	// mid its state after hashData (in midBuf: SHA-256's saved state is
+	// 108 bytes), atMid whether h is still in it, sum the last sum.
 	h        hash.Hash
 	hState   encoding.BinaryAppender
 	hRestore encoding.BinaryUnmarshaler
 	mid      []byte
+	midBuf   [128]byte
 	atMid    bool
 	sum      [sha256.Size]byte
 	ms       members // the record's top-level members (object)
@@ -104,10 +106,22 @@ type scratch struct {
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 // release returns s to the pool; buffers grown by an unusually large
-// record are dropped rather than kept.
+// record are dropped rather than kept (the rest of s, its digest, is).
 func (s *scratch) release() {
-	if cap(s.c.out) > 64<<10 || cap(s.buf) > 64<<10 || cap(s.ms) > 1<<10 {
-		return
+	if cap(s.c.out) > 64<<10 {
+		s.c.out = nil
+	}
+	if cap(s.c.tmp) > 64<<10 {
+		s.c.tmp = nil
+	}
+	if cap(s.c.spans) > 1<<10 {
+		s.c.spans = nil
+	}
+	if cap(s.buf) > 64<<10 {
+		s.buf = nil
+	}
+	if cap(s.ms) > 1<<10 {
+		s.ms = nil
 	}
 	s.c.reset()
 	clear(s.ms) // scanRecordObject cleared what a failed scan left past len
