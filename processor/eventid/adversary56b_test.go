@@ -410,3 +410,32 @@ func TestTypicalRecordsOnAPooledScratchAllocateNoMoreAfterA10MiBRecord(t *testin
 		}
 	}
 }
+
+// adversary 56b: a record of about 11 KiB whose data is one object of 900
+// members allocates, on a pooled scratch, as one of 800 members does (2).
+// Before 0743eec release never looked at c.spans: the stack kept its
+// capacity in the pool. Now release drops it at a capacity over 1<<10,
+// and append grows a stack past 852 spans (27 KiB) to a capacity over it:
+// from 853 spans on (the data object's members and the record's two
+// before it) every Decode grows the stack from nil again, 12 more
+// allocations, for a record nowhere near 64 KiB. (Both tests pass with
+// 92b5962's content.go: go test -overlay.)
+func TestARecordWithADataObjectOf900MembersAllocatesOnAPooledScratchAsOneOf800(t *testing.T) {
+	if adv56bRaceBuild() {
+		t.Skip("under -race sync.Pool drops what it is given at random")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	d := mustDecoder(t, nil)
+	allocs := func(r Record) float64 {
+		drainScratchPool() // a new scratch: as after a GC, or on a P that had none
+		if _, err := d.Decode(r); err != nil {
+			t.Fatal(err)
+		}
+		return testing.AllocsPerRun(100, func() { _, _ = d.Decode(r) })
+	}
+	r800, r900 := adv56bDataObject(800), adv56bDataObject(900)
+	a800, a900 := allocs(r800), allocs(r900)
+	if a900 > a800 {
+		t.Errorf("data object of 900 members (%d bytes): %v allocations per Decode on a pooled scratch; of 800 members (%d bytes): %v", len(r900.Value), a900, len(r800.Value), a800)
+	}
+}
