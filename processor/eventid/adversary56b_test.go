@@ -439,3 +439,47 @@ func TestARecordWithADataObjectOf900MembersAllocatesOnAPooledScratchAsOneOf800(t
 		t.Errorf("data object of 900 members (%d bytes): %v allocations per Decode on a pooled scratch; of 800 members (%d bytes): %v", len(r900.Value), a900, len(r800.Value), a800)
 	}
 }
+
+// adv56bManyMembers is a plain record, its data the whole object, of n
+// members of about 100 bytes each, in reverse key order.
+func adv56bManyMembers(n int) Record {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, `,"k%04d":"%s"`, n-i, strings.Repeat("v", 90))
+	}
+	return Record{Topic: "t", Key: []byte("k"), Value: []byte(`{"type":"t","source":"s"` + b.String() + `}`)}
+}
+
+// adversary 56b: a plain record of about 59 KiB (580 members, data the whole
+// object) allocates on a pooled scratch as one of about 56 KiB (560
+// members) does (2). wholeObject writes the sorted object to c.tmp member
+// by member, and append grows it from 57344 to 73728 bytes, past 64 KiB
+// although the record and c.out (65536) are not. Before 0743eec release
+// never looked at c.tmp and the pool kept it; now it drops it, so every
+// Decode of such a record grows c.tmp from nil again: 21 allocations
+// and about 250 KiB copied per record. A scratch never leaves that state:
+// only one whose c.tmp already held 58 KiB to 64 KiB (grown by a record
+// with one large member) escapes it, so a new scratch (after a GC, or any
+// record over 64 KiB) is stuck with it.
+func TestAPlainRecordOf59KiBAllocatesOnAPooledScratchAsOneOf56KiB(t *testing.T) {
+	if adv56bRaceBuild() {
+		t.Skip("under -race sync.Pool drops what it is given at random")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	d := mustDecoder(t, nil)
+	allocs := func(r Record) float64 {
+		drainScratchPool() // a new scratch: as after a GC, or on a P that had none
+		if _, err := d.Decode(r); err != nil {
+			t.Fatal(err)
+		}
+		return testing.AllocsPerRun(100, func() { _, _ = d.Decode(r) })
+	}
+	r560, r580 := adv56bManyMembers(560), adv56bManyMembers(580)
+	if len(r580.Value) >= 64<<10 {
+		t.Fatalf("the record is %d bytes, not under 64 KiB", len(r580.Value))
+	}
+	a560, a580 := allocs(r560), allocs(r580)
+	if a580 > a560 {
+		t.Errorf("plain record of %d bytes: %v allocations per Decode on a pooled scratch; of %d bytes: %v", len(r580.Value), a580, len(r560.Value), a560)
+	}
+}
