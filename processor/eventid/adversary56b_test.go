@@ -483,3 +483,33 @@ func TestAPlainRecordOf59KiBAllocatesOnAPooledScratchAsOneOf56KiB(t *testing.T) 
 		t.Errorf("plain record of %d bytes: %v allocations per Decode on a pooled scratch; of %d bytes: %v", len(r580.Value), a580, len(r560.Value), a560)
 	}
 }
+
+// adversary 56b: release drops ms "over 1<<10 entries", but it looks at
+// the capacity, which append grows from 682 to over 1<<10 at the 683rd
+// member: a 9 KiB record of 702 top-level members (far fewer than 1<<10)
+// allocates 13 times per Decode on a pooled scratch where one of 682
+// allocates 2, every Decode growing ms from nil again. (Not new in
+// 0743eec: with 92b5962's content.go the whole scratch was dropped at the
+// same point, 50 allocations.)
+func TestARecordOf700TopLevelMembersAllocatesOnAPooledScratchAsOneOf680(t *testing.T) {
+	if adv56bRaceBuild() {
+		t.Skip("under -race sync.Pool drops what it is given at random")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	d := mustDecoder(t, func(c *Config) { c.Chain = []Rule{RuleContent} })
+	allocs := func(r Record) float64 {
+		drainScratchPool()
+		if _, err := d.Decode(r); err != nil {
+			t.Fatal(err)
+		}
+		return testing.AllocsPerRun(100, func() { _, _ = d.Decode(r) })
+	}
+	top := func(n int) Record {
+		return Record{Topic: "t", Key: []byte("k"), Value: []byte(`{"type":"t","source":"s",` + adv56bMembers(n, false) + `}`)}
+	}
+	r680, r700 := top(680), top(700)
+	a680, a700 := allocs(r680), allocs(r700)
+	if a700 > a680 {
+		t.Errorf("record of %d top-level members (%d bytes): %v allocations per Decode on a pooled scratch; of %d (%d bytes): %v", 702, len(r700.Value), a700, 682, len(r680.Value), a680)
+	}
+}
