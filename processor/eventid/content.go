@@ -105,23 +105,13 @@ type scratch struct {
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
-// release returns s to the pool; buffers grown by an unusually large
-// record are dropped rather than kept (the rest of s, its digest, is).
+// release returns s to the pool. The buffers of an unusually large record
+// (canonical data or hashed tail over 64 KiB, over 1<<10 top-level
+// members, or room for 4<<10 left by a scan that failed) are dropped
+// rather than kept; the rest of s, its digest, is.
 func (s *scratch) release() {
-	if cap(s.c.out) > 64<<10 {
-		s.c.out = nil
-	}
-	if cap(s.c.tmp) > 64<<10 {
-		s.c.tmp = nil
-	}
-	if cap(s.c.spans) > 1<<10 {
-		s.c.spans = nil
-	}
-	if cap(s.buf) > 64<<10 {
-		s.buf = nil
-	}
-	if cap(s.ms) > 1<<10 {
-		s.ms = nil
+	if cap(s.c.out) > 64<<10 || cap(s.buf) > 64<<10 || len(s.ms) > 1<<10 || cap(s.ms) > 4<<10 {
+		s.c.out, s.c.tmp, s.c.spans, s.buf, s.ms = nil, nil, nil, nil, nil
 	}
 	s.c.reset()
 	clear(s.ms) // scanRecordObject cleared what a failed scan left past len
