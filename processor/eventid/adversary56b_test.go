@@ -411,6 +411,112 @@ func TestTypicalRecordsOnAPooledScratchAllocateNoMoreAfterA10MiBRecord(t *testin
 	}
 }
 
+// adv56bValue is a random JSON value up to depth: objects with keys in any
+// order (escaped, non-ASCII, repeated in nested objects only when dup),
+// numbers ECMAScript prints otherwise (1e20, 1.50, -0, 5e-7), strings with
+// escapes, and now and then a large string.
+func adv56bValue(rng *rand.Rand, depth int) string {
+	switch k := rng.Intn(10); {
+	case depth > 0 && k < 3:
+		n, child := rng.Intn(6), depth-1
+		if rng.Intn(8) == 0 {
+			n, child = 700+rng.Intn(500), 0 // many members, of scalars
+		}
+		var b strings.Builder
+		b.WriteByte('{')
+		for i := 0; i < n; i++ {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			keys := []string{fmt.Sprintf("k%d", rng.Intn(1<<30)), `e\"` + fmt.Sprint(i), "é" + fmt.Sprint(i), `\u0041` + fmt.Sprint(i), "\U0001F600" + fmt.Sprint(i)}
+			key := keys[0]
+			if rng.Intn(6) == 0 {
+				key = keys[rng.Intn(len(keys))]
+			}
+			fmt.Fprintf(&b, `"%s":%s`, key, adv56bValue(rng, child))
+		}
+		b.WriteByte('}')
+		return b.String()
+	case depth > 0 && k < 5:
+		n := rng.Intn(5)
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = adv56bValue(rng, depth-1)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case k < 7:
+		nums := []string{"0", "-0", "1.50", "1e20", "1e21", "5e-7", "123456789012345678", "-12.5E+3", "0.1", "7"}
+		return nums[rng.Intn(len(nums))]
+	case k < 9:
+		strs := []string{`"a"`, `"\/\n\t\"x"`, `"é\u00e9"`, `"\ud83d\ude00"`, `""`}
+		s := strs[rng.Intn(len(strs))]
+		if depth > 0 && rng.Intn(15) == 0 {
+			s = `"` + strings.Repeat("w", 40<<10+rng.Intn(40<<10)) + `"`
+		}
+		return s
+	}
+	return []string{"true", "false", "null"}[rng.Intn(3)]
+}
+
+// adversary 56b: random records (random data of every shape, sizes around
+// release's limits, keys of every size) decoded one after another on one
+// P, each after a random refused or large record, give the ID and payload
+// hash computed with jcs and crypto/sha256 from their parts, and data
+// jcs refuses is refused as on a scratch of its own.
+func TestRandomRecordsOnAPooledScratchGiveTheHashesComputedFromTheirParts(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	decs := adv56bDecoders(t)
+	fillers := adv56bCases()
+	rng := rand.New(rand.NewSource(5656))
+	hdr := []Header{{Key: "ce_specversion", Value: []byte("1.0")}, {Key: "ce_type", Value: []byte("bin.t")}, {Key: "ce_source", Value: []byte("bin.s")}}
+	n := 400
+	if testing.Short() {
+		n = 100
+	}
+	for i := range n {
+		data := adv56bValue(rng, 4)
+		key := []byte(strings.Repeat("k", []int{0, 1, 48 << 10, 49 << 10}[rng.Intn(4)]))
+		if rng.Intn(4) == 0 {
+			key = nil
+		}
+		var c adv56bCase
+		switch rng.Intn(4) {
+		case 0:
+			v := `{"specversion":"1.0","type":"ce.t","source":"ce.s","data":` + data + `}`
+			c = adv56bCase{name: "structured", dec: "ce", rec: Record{Topic: "t", Key: key, Value: []byte(v)}, data: []byte(data), src: "ce.s", typ: "ce.t", content: true}
+		case 1:
+			c = adv56bCase{name: "binary", dec: "ce", rec: Record{Topic: "t", Key: key, Value: []byte(data), Headers: hdr}, data: []byte(data), src: "bin.s", typ: "bin.t", content: true}
+		case 2:
+			v := `{"meta":{"type":"m.t","src":"m.s"},"body":` + data + `}`
+			c = adv56bCase{name: "body", dec: "body", rec: Record{Topic: "t", Key: key, Value: []byte(v)}, data: []byte(data), src: "m.s", typ: "m.t", content: true}
+		default:
+			v := `{"type":"p.t","source":"p.s","data":` + data + `}`
+			c = adv56bCase{name: "whole", dec: "content", rec: Record{Topic: "t", Key: key, Value: []byte(v)}, data: []byte(v), src: "p.s", typ: "p.t", content: true}
+		}
+		c.name = fmt.Sprintf("%s %d %.60q", c.name, i, data)
+		_, jerr := jcs.Transform(c.data)
+		if c.dec == "ce" && c.rec.Headers != nil && jerr != nil {
+			continue // binary data jcs refuses: json.Valid may still take it as JSON, then refused
+		}
+		fresh := ""
+		if jerr != nil {
+			drainScratchPool()
+			_, err := decs[c.dec].Decode(c.rec)
+			if err == nil {
+				t.Fatalf("%s: jcs refuses the data (%v), Decode takes it", c.name, jerr)
+			}
+			fresh = string(ReasonOf(err)) + ": " + err.Error()
+			c.data = nil
+		}
+		f := fillers[rng.Intn(len(fillers))]
+		_, _ = decs[f.dec].Decode(f.rec)
+		ev, err := decs[c.dec].Decode(c.rec)
+		if e := adv56bCheck(c, ev, err, fresh); e != nil {
+			t.Fatalf("after %s: %v", f.name, e)
+		}
+	}
+}
+
 // adversary 56b: a record of about 11 KiB whose data is one object of 900
 // members allocates, on a pooled scratch, as one of 800 members does (2).
 // Before 0743eec release never looked at c.spans: the stack kept its
