@@ -334,7 +334,7 @@ func (r *Report) Markdown() string {
 	for _, x := range r.Profiles {
 		p(" **%s**: Temporal %s, PostgreSQL %s, Kafka %s;", x.Latency.Name, x.Latency.Temporal, x.Latency.Postgres, x.Latency.Kafka)
 	}
-	p(" CPU is the measured process's user + system time (getrusage) over the measured window only, which starts after the stage's set-up garbage is collected and its pages are given back to the OS (the stages' franz-go clients send no client metrics, KIP-714: kfake subscribes every client, an Apache Kafka broker without a telemetry plugin none); infra core busy is the share of that window the infrastructure's CPU was busy (/proc/stat): near 100%%, the infrastructure, not the measured process, sets the pace.\n\n")
+	p(" CPU is the measured process's user + system time (getrusage) over the measured window only, which starts after the stage's set-up garbage is collected (twice: sync.Pools keep theirs for one more collection; the stages' franz-go clients send no client metrics, KIP-714: kfake subscribes every client, an Apache Kafka broker without a telemetry plugin none); infra core busy is the share of that window the infrastructure's CPU was busy (/proc/stat): near 100%%, the infrastructure, not the measured process, sets the pace.\n\n")
 
 	p("| ratio or figure | profile | min / **median** / max | target | |\n|---|---|---|---|---|\n")
 	for _, x := range r.Ratios {

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,19 +124,17 @@ func (e *Env) measureStarts(ctx context.Context, reqs []decide.StartRequest, sta
 	return r, firstErr
 }
 
-// dropSetup collects a stage's set-up garbage and gives its pages back to
-// the OS before the measured window starts. One collection is not enough:
-// sync.Pools keep what they hold for one more (their victim cache), and a
-// router stage's set-up fills goose's SQL parser pool (the stage's
-// migration, 8 MB) against a router's live heap of about 12 MB. Left to
-// the window, the set-up's garbage raised the heap goal its first
-// collections aimed at, was freed during it, and the runtime's background
-// scavenger returned its pages then (with the telemetry compressors of
-// NoClientMetrics: 5-18% of a router stage's CPU samples in session 56's
-// profiles, bgscavenge; none in the start stages).
+// dropSetup collects a stage's set-up garbage before the measured window
+// starts. One collection is not enough: sync.Pools keep what they hold for
+// one more (their victim cache), and a router stage's set-up fills goose's
+// SQL parser pool (the stage's migration, 8 MB) against a router's live
+// heap of about 12 MB. Its pages stay with the process, as a running
+// router's stay with it: given back to the OS (debug.FreeOSMemory), the
+// replay faulted them in again and its CPU per duplicate rose 1.43x
+// (session 57, docs/benchmark.md).
 func dropSetup() {
 	runtime.GC()
-	debug.FreeOSMemory()
+	runtime.GC()
 }
 
 // uniqueRequests are the first n start requests the router would make of a
