@@ -123,6 +123,11 @@ func limitsDynamic() dynamicconfig.StaticClient {
 		dynamicconfig.BlobSizeLimitError.Key():         in(nsSignalLimit, 64*1024),
 		dynamicconfig.BlobSizeLimitWarn.Key():          in(nsSignalLimit, 16*1024), // the error limit is checked above it only
 		dynamicconfig.HistoryCountLimitError.Key():     in(nsHistoryLimit, 12),
+		// The search-attribute tests add attributes while the server runs
+		// (searchattrs_test.go): each start reads them afresh. Under this
+		// suite's load that is safe; a benchmark's is not (devstack's
+		// StartTemporal).
+		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
 	}
 }
 

@@ -36,7 +36,9 @@ type TemporalConfig struct {
 	// ExtraOptions are appended to the server options (interceptors, for
 	// the fault-injection tests).
 	ExtraOptions []temporal.ServerOption
-	// Dynamic overrides dynamic config, e.g. frontend rate limits.
+	// Dynamic overrides dynamic config, e.g. frontend rate limits, or
+	// ForceSearchAttributesCacheRefreshOnRead for a test that adds search
+	// attributes while the server runs.
 	Dynamic dynamicconfig.StaticClient
 	// TLS, when set, serves the frontend over TLS (the server's own
 	// config, Global.TLS, as a production cluster sets it).
@@ -59,12 +61,16 @@ type TemporalTLS struct {
 
 // Temporal is a running in-process Temporal server.
 type Temporal struct {
-	srv      temporal.Server
-	hostPort string
+	srv        temporal.Server
+	hostPort   string
+	metricsURL string
 }
 
 // HostPort is the frontend address to dial.
 func (t *Temporal) HostPort() string { return t.hostPort }
+
+// MetricsURL is the server's Prometheus endpoint (all four services).
+func (t *Temporal) MetricsURL() string { return t.metricsURL }
 
 // Stop shuts the server down; its state is lost (in-memory store).
 func (t *Temporal) Stop() error { return t.srv.Stop() }
@@ -96,8 +102,9 @@ func StartTemporal(cfg TemporalConfig) (*Temporal, error) {
 	}
 	sc := &config.Config{}
 	sc.Global.Membership = config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: cfg.IP}
+	metricsAt := fmt.Sprintf("%s:%d", cfg.IP, freeport.MustGetFreePort())
 	sc.Global.Metrics = &metrics.Config{Prometheus: &metrics.PrometheusConfig{
-		ListenAddress: fmt.Sprintf("%s:%d", cfg.IP, freeport.MustGetFreePort()),
+		ListenAddress: metricsAt,
 		HandlerPath:   "/metrics",
 	}}
 	sc.Global.PProf = config.PProf{Port: freeport.MustGetFreePort()}
@@ -165,9 +172,17 @@ func StartTemporal(cfg TemporalConfig) (*Temporal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building claim mapper: %w", err)
 	}
-	dyn := dynamicconfig.StaticClient{
-		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): []dynamicconfig.ConstrainedValue{{Value: true}},
-	}
+	// Not ForceSearchAttributesCacheRefreshOnRead (what `temporal server
+	// start-dev` sets, and a production server does not): with it every
+	// start that carries search attributes reads its namespace from
+	// persistence, one at a time under the namespace registry's lock,
+	// within 3 s, and a read that times out (the one SQLite connection
+	// busy under load) is answered "Namespace default is not found."
+	// (TestStartWithSearchAttributesIsServedFromTheNamespaceCache). Search
+	// attributes added while the server runs reach its caches within its
+	// refresh intervals instead; a test that adds them can set it in
+	// Dynamic.
+	dyn := dynamicconfig.StaticClient{}
 	for k, v := range cfg.Dynamic {
 		dyn[k] = v
 	}
@@ -189,5 +204,5 @@ func StartTemporal(cfg TemporalConfig) (*Temporal, error) {
 	}
 	// The lite server sleeps here too: ringpop may still be settling.
 	time.Sleep(100 * time.Millisecond)
-	return &Temporal{srv: srv, hostPort: front}, nil
+	return &Temporal{srv: srv, hostPort: front, metricsURL: "http://" + metricsAt + "/metrics"}, nil
 }

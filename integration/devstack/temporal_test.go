@@ -1,0 +1,91 @@
+package devstack
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/schemas"
+	"github.com/dedupio/dedup/sink/starter"
+)
+
+// A start that carries dedup's search attributes is answered from the
+// frontend's namespace cache, as a production server answers it. With
+// ForceSearchAttributesCacheRefreshOnRead (what `temporal server
+// start-dev` sets) every such start reads the namespace from persistence,
+// one at a time under the registry's lock, within 3 s: the in-memory
+// store's one SQLite connection, busy under a benchmark's load, made that
+// read time out, and the server answers a timed-out read "Namespace
+// default is not found." (nsregistry's getNamespaceByNamePersistence), a
+// refusal dedup takes as permanent.
+func TestStartWithSearchAttributesIsServedFromTheNamespaceCache(t *testing.T) {
+	tmp, err := StartTemporal(TemporalConfig{Namespaces: []string{"default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tmp.Stop() }()
+	tc, err := client.Dial(client.Options{HostPort: tmp.HostPort(), Namespace: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	st := starter.New(tc, starter.Config{Namespace: "default", StartTimeout: 10 * time.Second, SearchAttributes: starter.SearchAttributesOn})
+	ctx := context.Background()
+	start := func(i int) {
+		t.Helper()
+		id := fmt.Sprintf("evt-%d", i)
+		req := decide.StartRequest{WorkflowID: "activity-a:" + id, WorkflowType: "RunActivityWorkflow", TaskQueue: "nobody",
+			ReusePolicy: decide.ReuseRejectDuplicate, Input: schemas.WorkflowInput{EventID: id, ActivityID: "a", IDRule: "field"},
+			Record: &decide.RecordRef{Topic: "t", Partition: 0, Offset: int64(i)}}
+		if _, err := st.Start(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(0) // caches warm
+	before := namespaceReads(t, tmp.MetricsURL())
+	const n = 50
+	for i := 1; i <= n; i++ {
+		start(i)
+	}
+	if reads := namespaceReads(t, tmp.MetricsURL()) - before; reads >= n {
+		t.Fatalf("%d starts with search attributes read the namespace from persistence %v times", n, reads)
+	}
+}
+
+// namespaceReads is the server's count of persistence GetNamespace
+// requests (every service's; its persistence_requests counter stays 0,
+// its latency histogram counts them).
+func namespaceReads(t *testing.T, url string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "persistence_latency_count{") || !strings.Contains(l, `operation="GetNamespace"`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		sum += v
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return sum
+}
