@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
@@ -88,4 +90,61 @@ func namespaceReads(t *testing.T, url string) float64 {
 		t.Fatal(err)
 	}
 	return sum
+}
+
+// A dev-stack user who registers a namespace and dedup's search
+// attributes while the server runs gets a start within 30 s, and no error
+// before it that dedup would dead-letter (permanent).
+func TestNamespaceRegisteredWhileRunningStartsWithoutPermanentRefusal(t *testing.T) {
+	tmp, err := StartTemporal(TemporalConfig{Namespaces: []string{"default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tmp.Stop() }()
+	ctx := context.Background()
+	nc, err := client.NewNamespaceClient(client.Options{HostPort: tmp.HostPort()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	const ns = "late"
+	ret := durationpb.New(24 * time.Hour)
+	if err := nc.Register(ctx, &workflowservice.RegisterNamespaceRequest{Namespace: ns, WorkflowExecutionRetentionPeriod: ret}); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := client.Dial(client.Options{HostPort: tmp.HostPort(), Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	var regErr error
+	for i := 0; i < 100; i++ {
+		if regErr = RegisterSearchAttributes(ctx, tc.OperatorService(), ns); regErr == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if regErr != nil {
+		t.Fatal(regErr)
+	}
+	added := time.Now()
+	st := starter.New(tc, starter.Config{Namespace: ns, StartTimeout: 10 * time.Second, SearchAttributes: starter.SearchAttributesOn})
+	req := decide.StartRequest{WorkflowID: "activity-a:evt-1", WorkflowType: "RunActivityWorkflow", TaskQueue: "nobody",
+		ReusePolicy: decide.ReuseRejectDuplicate, Input: schemas.WorkflowInput{EventID: "evt-1", ActivityID: "a", IDRule: "field"},
+		Record: &decide.RecordRef{Topic: "t", Partition: 0, Offset: 1}}
+	for {
+		_, err := st.Start(ctx, req)
+		if err == nil {
+			t.Logf("started %v after the attributes were added", time.Since(added))
+			return
+		}
+		t.Logf("%v: %v (permanent %v)", time.Since(added).Round(time.Millisecond), err, starter.IsPermanent(err))
+		if starter.IsPermanent(err) {
+			t.Fatalf("permanent: %v", err)
+		}
+		if time.Since(added) > 30*time.Second {
+			t.Fatalf("no start within 30 s: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }

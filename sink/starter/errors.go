@@ -80,9 +80,11 @@ import (
 //     the retry meets the next run.
 //   - A search attribute of dedup's that the namespace does not define,
 //     or defines with another type (InvalidArgument with the server's
-//     "search attribute X is not defined" or "invalid value for search
-//     attribute X of type Y": searchattrs.go): the namespace's, healed by
-//     creating or fixing it.
+//     "search attribute X is not defined", "invalid value for search
+//     attribute X of type Y", or under SQL visibility "Namespace N has no
+//     mapping defined for search attribute X": searchattrs.go): the
+//     namespace's, healed by creating or fixing it (or by the frontend's
+//     namespace cache catching up with an attribute just created).
 //   - ResourceExhausted, Internal, Aborted, DataLoss, Unknown, and any
 //     error that is not a gRPC or Temporal service error (connection
 //     resets and the like).

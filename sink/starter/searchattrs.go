@@ -203,7 +203,12 @@ func CheckSearchAttributes(ctx context.Context, ops operatorservice.OperatorServ
 // "search attribute X is not defined"), or is defined with another type
 // than the contract's ("invalid value for search attribute X of type
 // Y: v": dedup's values are always of the contract's types, so the
-// refusal is the namespace's). Both InvalidArgument. Every start meets it
+// refusal is the namespace's), or, where the visibility store maps
+// custom attributes per namespace (SQL visibility), the namespace has no
+// mapping for one of dedup's ("Namespace N has no mapping defined for
+// search attribute X": not created, or created and not yet in the
+// frontend's namespace cache, refreshed every 10 s by default). All
+// InvalidArgument. Every start meets it
 // until an operator creates or fixes the attribute (or turns them off),
 // so it waits (not Permanent) rather than dead-lettering the stream;
 // start-up checks for it first.
@@ -214,7 +219,8 @@ func namespaceRefusesSearchAttributes(err error) bool {
 	}
 	m := inv.Message
 	return strings.HasPrefix(m, "search attribute ") && strings.HasSuffix(m, " is not defined") ||
-		strings.HasPrefix(m, "invalid value for search attribute Dedup")
+		strings.HasPrefix(m, "invalid value for search attribute Dedup") ||
+		strings.HasPrefix(m, "Namespace ") && strings.Contains(m, " has no mapping defined for search attribute Dedup")
 }
 
 // searchAttributes is req's search attributes, or nil when they are off.

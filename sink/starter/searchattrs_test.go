@@ -153,6 +153,22 @@ func TestSearchAttributeOfAnotherTypeWaitsForTheNamespace(t *testing.T) {
 	}
 }
 
+// A server whose visibility store maps custom attributes per namespace
+// (SQL visibility: PostgreSQL, MySQL, SQLite) refuses an attribute the
+// namespace has no mapping for with its own words; an attribute just
+// added reaches the frontend's namespace cache within its refresh
+// interval (integration/devstack:
+// TestNamespaceRegisteredWhileRunningStartsWithoutPermanentRefusal).
+func TestUnmappedSearchAttributeWaitsForTheNamespace(t *testing.T) {
+	err := fmt.Errorf("starting workflow w: %w", wire(serviceerror.NewInvalidArgument("Namespace late has no mapping defined for search attribute DedupKafkaPartition")))
+	if IsPermanent(err) {
+		t.Fatalf("%v is permanent: every record would be dead-lettered until the namespace's cache has the attribute", err)
+	}
+	if !IsPermanent(wire(serviceerror.NewInvalidArgument("Namespace late has no mapping defined for search attribute CustomerId"))) {
+		t.Fatal("an attribute that is not dedup's is no longer permanent")
+	}
+}
+
 func TestMissingSearchAttributesErrorNamesEachAndTheCommand(t *testing.T) {
 	e := &MissingSearchAttributesError{Namespace: "prod", Missing: SearchAttributes()[4:6]}
 	msg := e.Error()
