@@ -17,6 +17,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -226,12 +227,28 @@ func EncodeSearchAttributes(req decide.StartRequest) (*commonpb.SearchAttributes
 	return out, nil
 }
 
+// Datetime values every visibility store indexes: Elasticsearch's
+// refuses the start of any other (go.temporal.io/server v1.32.1,
+// visibility/store/elasticsearch: validateDatetime, the range of a
+// time.Time in int64 nanoseconds since 1970).
+var (
+	minSlot = time.Unix(0, 0).UTC()
+	maxSlot = time.Unix(0, math.MaxInt64).UTC()
+)
+
 // scheduledForPayload is DedupScheduledFor's payload: the slot, UTC, as
-// the JSON converter encodes a time.Time.
+// the JSON converter encodes a time.Time; nil for a slot outside
+// [minSlot, maxSlot] (a route keyed by scheduled_for takes it from the
+// record): left out, as a long event ID is, so that the record starts its
+// run instead of being refused for the attribute. The workflow ID still
+// holds the slot.
 func scheduledForPayload(req decide.StartRequest) (*commonpb.Payload, error) {
 	t, err := time.Parse(time.RFC3339, req.Input.ScheduledFor)
 	if err != nil {
 		return nil, fmt.Errorf("parsing scheduled_for %q of workflow %s: %w", req.Input.ScheduledFor, req.WorkflowID, err)
+	}
+	if t.Before(minSlot) || t.After(maxSlot) {
+		return nil, nil
 	}
 	p, err := converter.NewJSONPayloadConverter().ToPayload(t.UTC())
 	if err != nil {

@@ -104,6 +104,38 @@ func TestSearchAttributesLeaveOutAnEventIDLongerThanAKeyword(t *testing.T) {
 	}
 }
 
+// Elasticsearch visibility refuses a start whose Datetime attribute lies
+// outside [1970-01-01, 2262-04-11] (InvalidArgument "Visibility store
+// validation errors: [invalid search attribute date: ...]": go.temporal.io/server
+// v1.32.1, common/persistence/visibility/store/elasticsearch, validateDatetime).
+// A route keyed by scheduled_for takes the slot from the record, so a
+// backfilled slot of 1969 would dead-letter a record that starts fine
+// without the attribute: the slot is left out, as a long event ID is, and
+// the workflow ID still holds it.
+func TestSearchAttributesLeaveOutASlotOutsideWhatVisibilityIndexes(t *testing.T) {
+	for _, c := range []struct {
+		slot string
+		sent bool
+	}{
+		{"1969-12-31T23:59:59+00:00", false},
+		{"0001-01-01T00:00:00+00:00", false},
+		{"1970-01-01T00:00:00+00:00", true},
+		{"2262-04-11T23:47:16+00:00", true},
+		{"2262-04-11T23:47:17+00:00", false},
+		{"9999-12-31T23:59:59+00:00", false},
+	} {
+		got := decodedAttrs(t, decide.StartRequest{WorkflowID: "activity-report:" + c.slot,
+			Input: schemas.WorkflowInput{EventID: "e-1", ActivityID: "report", IDRule: "header",
+				TriggerKind: schemas.TriggerCron, ScheduledFor: c.slot}})
+		if _, ok := got[AttrScheduledFor]; ok != c.sent {
+			t.Errorf("slot %s: %s sent = %v, want %v", c.slot, AttrScheduledFor, ok, c.sent)
+		}
+		if got[AttrEventID] != "e-1" {
+			t.Errorf("slot %s: attributes %v, want the event ID still", c.slot, got)
+		}
+	}
+}
+
 func TestSearchAttributesOffSendsNone(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.SearchAttributes = SearchAttributesOff
@@ -166,6 +198,23 @@ func TestUnmappedSearchAttributeWaitsForTheNamespace(t *testing.T) {
 	}
 	if !IsPermanent(wire(serviceerror.NewInvalidArgument("Namespace late has no mapping defined for search attribute CustomerId"))) {
 		t.Fatal("an attribute that is not dedup's is no longer permanent")
+	}
+}
+
+// What waits is what refuses every record until an operator acts. A
+// refusal of one record's value (a namespace's per-value size limit
+// under a long event ID, Elasticsearch's date range) leaves the other
+// records starting: it is dead-lettered with the server's reason, to be
+// replayed once the limit is raised, and never holds the partition.
+func TestSearchAttributeRefusalOfOneRecordsValueIsDeadLettered(t *testing.T) {
+	for _, msg := range []string{
+		"search attribute DedupEventId value size 300 exceeds size limit 200",
+		"Visibility store validation errors: [invalid search attribute date: 1969-12-31 23:59:59 +0000 UTC, supported range: [1970-01-01 00:00:00 +0000 UTC, 2262-04-11 23:47:16.854775807 +0000 UTC]]",
+		"Namespace prod has no mapping defined for field name Keyword01",
+	} {
+		if err := wire(serviceerror.NewInvalidArgument(msg)); !IsPermanent(err) {
+			t.Errorf("%q waits: one record's refusal would hold its partition", msg)
+		}
 	}
 }
 
