@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -144,6 +145,75 @@ func TestNamespaceRegisteredWhileRunningStartsWithoutPermanentRefusal(t *testing
 		}
 		if time.Since(added) > 30*time.Second {
 			t.Fatalf("no start within 30 s: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// An operator who removes one of dedup's search attributes while routers
+// run (by mistake, or to recreate it) sees starts wait, never a refusal
+// dedup would dead-letter, and the starts resume once it is back.
+func TestSearchAttributeRemovedWhileRunningWaitsAndResumes(t *testing.T) {
+	tmp, err := StartTemporal(TemporalConfig{Namespaces: []string{"default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tmp.Stop() }()
+	tc, err := client.Dial(client.Options{HostPort: tmp.HostPort(), Namespace: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	ctx := context.Background()
+	st := starter.New(tc, starter.Config{Namespace: "default", StartTimeout: 10 * time.Second, SearchAttributes: starter.SearchAttributesOn})
+	req := func(i int) decide.StartRequest {
+		id := fmt.Sprintf("evt-%d", i)
+		return decide.StartRequest{WorkflowID: "activity-a:" + id, WorkflowType: "RunActivityWorkflow", TaskQueue: "nobody",
+			ReusePolicy: decide.ReuseRejectDuplicate, Input: schemas.WorkflowInput{EventID: id, ActivityID: "a", IDRule: "field"},
+			Record: &decide.RecordRef{Topic: "t", Partition: 0, Offset: int64(i)}}
+	}
+	if _, err := st.Start(ctx, req(0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.OperatorService().RemoveSearchAttributes(ctx, &operatorservice.RemoveSearchAttributesRequest{
+		Namespace: "default", SearchAttributes: []string{starter.AttrKafkaOffset}}); err != nil {
+		t.Fatal(err)
+	}
+	removed := time.Now()
+	refused := false
+	for i := 1; ; i++ {
+		_, err := st.Start(ctx, req(i))
+		if err != nil {
+			t.Logf("%v after removal: %v (permanent %v)", time.Since(removed).Round(time.Millisecond), err, starter.IsPermanent(err))
+			if starter.IsPermanent(err) {
+				t.Fatalf("permanent: %v: every record would be dead-lettered", err)
+			}
+			refused = true
+			break
+		}
+		if time.Since(removed) > 30*time.Second {
+			t.Fatal("starts still accepted 30 s after the attribute was removed: nothing tested")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !refused {
+		t.Fatal("never refused")
+	}
+	if err := RegisterSearchAttributes(ctx, tc.OperatorService(), "default"); err != nil {
+		t.Fatal(err)
+	}
+	added := time.Now()
+	for {
+		_, err := st.Start(ctx, req(1000))
+		if err == nil {
+			t.Logf("started %v after the attribute was back", time.Since(added).Round(time.Millisecond))
+			return
+		}
+		if starter.IsPermanent(err) {
+			t.Fatalf("permanent after re-adding: %v", err)
+		}
+		if time.Since(added) > 30*time.Second {
+			t.Fatalf("no start within 30 s of re-adding: %v", err)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
