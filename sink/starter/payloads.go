@@ -175,7 +175,9 @@ type attr struct {
 // with the attribute's type in the "type" metadata. Keywords and integers
 // are written here (appendJSONString, strconv.AppendInt) into one buffer,
 // their payloads in one slice, with the shared metadata above; a
-// scheduled slot (Datetime) is the JSON converter's.
+// scheduled slot (Datetime) is the JSON converter's. A value no
+// visibility store takes is left out, never refused: a Keyword over
+// maxKeywordBytes, a slot outside [minSlot, maxSlot].
 func EncodeSearchAttributes(req decide.StartRequest) (*commonpb.SearchAttributes, error) {
 	var (
 		list [6]attr
