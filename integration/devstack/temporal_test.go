@@ -20,6 +20,33 @@ import (
 	"github.com/dedupio/dedup/sink/starter"
 )
 
+// devTemporal is an embedded Temporal with namespace default, a client of
+// it, and dedup's starter over that client with its search attributes on:
+// stopped and closed when the test ends.
+func devTemporal(t *testing.T) (*Temporal, client.Client, *starter.Temporal) {
+	t.Helper()
+	tmp, err := StartTemporal(TemporalConfig{Namespaces: []string{"default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tmp.Stop() })
+	tc, err := client.Dial(client.Options{HostPort: tmp.HostPort(), Namespace: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Close)
+	return tmp, tc, starter.New(tc, starter.Config{Namespace: "default", StartTimeout: 10 * time.Second, SearchAttributes: starter.SearchAttributesOn})
+}
+
+// startRequest is the start of route a for event evt-i, from offset i of
+// topic t: it carries the router's six search attributes.
+func startRequest(i int) decide.StartRequest {
+	id := fmt.Sprintf("evt-%d", i)
+	return decide.StartRequest{WorkflowID: "activity-a:" + id, WorkflowType: "RunActivityWorkflow", TaskQueue: "nobody",
+		ReusePolicy: decide.ReuseRejectDuplicate, Input: schemas.WorkflowInput{EventID: id, ActivityID: "a", IDRule: "field"},
+		Record: &decide.RecordRef{Topic: "t", Partition: 0, Offset: int64(i)}}
+}
+
 // A start that carries dedup's search attributes is answered from the
 // frontend's namespace cache, as a production server answers it. With
 // ForceSearchAttributesCacheRefreshOnRead (what `temporal server
@@ -30,25 +57,11 @@ import (
 // default is not found." (nsregistry's getNamespaceByNamePersistence), a
 // refusal dedup takes as permanent.
 func TestStartWithSearchAttributesIsServedFromTheNamespaceCache(t *testing.T) {
-	tmp, err := StartTemporal(TemporalConfig{Namespaces: []string{"default"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tmp.Stop() }()
-	tc, err := client.Dial(client.Options{HostPort: tmp.HostPort(), Namespace: "default"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
-	st := starter.New(tc, starter.Config{Namespace: "default", StartTimeout: 10 * time.Second, SearchAttributes: starter.SearchAttributesOn})
+	tmp, _, st := devTemporal(t)
 	ctx := context.Background()
 	start := func(i int) {
 		t.Helper()
-		id := fmt.Sprintf("evt-%d", i)
-		req := decide.StartRequest{WorkflowID: "activity-a:" + id, WorkflowType: "RunActivityWorkflow", TaskQueue: "nobody",
-			ReusePolicy: decide.ReuseRejectDuplicate, Input: schemas.WorkflowInput{EventID: id, ActivityID: "a", IDRule: "field"},
-			Record: &decide.RecordRef{Topic: "t", Partition: 0, Offset: int64(i)}}
-		if _, err := st.Start(ctx, req); err != nil {
+		if _, err := st.Start(ctx, startRequest(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -130,9 +143,7 @@ func TestNamespaceRegisteredWhileRunningStartsWithoutPermanentRefusal(t *testing
 	}
 	added := time.Now()
 	st := starter.New(tc, starter.Config{Namespace: ns, StartTimeout: 10 * time.Second, SearchAttributes: starter.SearchAttributesOn})
-	req := decide.StartRequest{WorkflowID: "activity-a:evt-1", WorkflowType: "RunActivityWorkflow", TaskQueue: "nobody",
-		ReusePolicy: decide.ReuseRejectDuplicate, Input: schemas.WorkflowInput{EventID: "evt-1", ActivityID: "a", IDRule: "field"},
-		Record: &decide.RecordRef{Topic: "t", Partition: 0, Offset: 1}}
+	req := startRequest(1)
 	for {
 		_, err := st.Start(ctx, req)
 		if err == nil {
@@ -154,24 +165,9 @@ func TestNamespaceRegisteredWhileRunningStartsWithoutPermanentRefusal(t *testing
 // run (by mistake, or to recreate it) sees starts wait, never a refusal
 // dedup would dead-letter, and the starts resume once it is back.
 func TestSearchAttributeRemovedWhileRunningWaitsAndResumes(t *testing.T) {
-	tmp, err := StartTemporal(TemporalConfig{Namespaces: []string{"default"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tmp.Stop() }()
-	tc, err := client.Dial(client.Options{HostPort: tmp.HostPort(), Namespace: "default"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
+	_, tc, st := devTemporal(t)
 	ctx := context.Background()
-	st := starter.New(tc, starter.Config{Namespace: "default", StartTimeout: 10 * time.Second, SearchAttributes: starter.SearchAttributesOn})
-	req := func(i int) decide.StartRequest {
-		id := fmt.Sprintf("evt-%d", i)
-		return decide.StartRequest{WorkflowID: "activity-a:" + id, WorkflowType: "RunActivityWorkflow", TaskQueue: "nobody",
-			ReusePolicy: decide.ReuseRejectDuplicate, Input: schemas.WorkflowInput{EventID: id, ActivityID: "a", IDRule: "field"},
-			Record: &decide.RecordRef{Topic: "t", Partition: 0, Offset: int64(i)}}
-	}
+	req := startRequest
 	if _, err := st.Start(ctx, req(0)); err != nil {
 		t.Fatal(err)
 	}
