@@ -82,7 +82,8 @@ import (
 //     or defines with another type (InvalidArgument with the server's
 //     "search attribute X is not defined", "invalid value for search
 //     attribute X of type Y", or under SQL visibility "Namespace N has no
-//     mapping defined for search attribute X": searchattrs.go): the
+//     mapping defined for search attribute X" or "... for field name F":
+//     searchattrs.go): the
 //     namespace's, healed by creating or fixing it (or by the frontend's
 //     namespace cache catching up with an attribute just created).
 //   - ResourceExhausted, Internal, Aborted, DataLoss, Unknown, and any

@@ -207,7 +207,11 @@ func CheckSearchAttributes(ctx context.Context, ops operatorservice.OperatorServ
 // custom attributes per namespace (SQL visibility), the namespace has no
 // mapping for one of dedup's ("Namespace N has no mapping defined for
 // search attribute X": not created, or created and not yet in the
-// frontend's namespace cache, refreshed every 10 s by default). All
+// frontend's namespace cache, refreshed every 10 s by default; or
+// "Namespace N has no mapping defined for field name F" when it was
+// removed between the start's mapping and its validation, which names
+// a refused attribute by mapping its field back: dedup sends only its
+// own attributes, so F is one of them). All
 // InvalidArgument. Every start meets it
 // until an operator creates or fixes the attribute (or turns them off),
 // so it waits (not Permanent) rather than dead-lettering the stream;
@@ -220,7 +224,8 @@ func namespaceRefusesSearchAttributes(err error) bool {
 	m := inv.Message
 	return strings.HasPrefix(m, "search attribute ") && strings.HasSuffix(m, " is not defined") ||
 		strings.HasPrefix(m, "invalid value for search attribute Dedup") ||
-		strings.HasPrefix(m, "Namespace ") && strings.Contains(m, " has no mapping defined for search attribute Dedup")
+		strings.HasPrefix(m, "Namespace ") && (strings.Contains(m, " has no mapping defined for search attribute Dedup") ||
+			strings.Contains(m, " has no mapping defined for field name "))
 }
 
 // searchAttributes is req's search attributes, or nil when they are off.
