@@ -207,7 +207,7 @@ func CheckSearchAttributes(ctx context.Context, ops operatorservice.OperatorServ
 // custom attributes per namespace (SQL visibility), the namespace has no
 // mapping for one of dedup's ("Namespace N has no mapping defined for
 // search attribute X": not created, or created and not yet in the
-// frontend's namespace cache, refreshed every 10 s by default; or
+// frontend's namespace cache, refreshed every 2 s by default; or
 // "Namespace N has no mapping defined for field name F" when it was
 // removed between the start's mapping and its validation, which names
 // a refused attribute by mapping its field back: dedup sends only its
