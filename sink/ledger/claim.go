@@ -105,14 +105,12 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 	// first is, by intent, the position of the batch's first intent of
 	// its workflow ID: the one that is claimed, whose answer every copy
 	// gets (got, by that position).
-	first := make([]int32, len(intents))
-	seen := make(map[string]int32, len(intents))
-	keys := make([][16]byte, len(intents)) // by intent; set for uniq's
-	var sums [][32]byte                    // the IDs' SHA-256, as keys, when p remembers started rows
-	if p.started != nil {
-		sums = make([][32]byte, len(intents))
-	}
-	ps := make([]probe, 0, len(intents))
+	sc := getClaimScratch(len(intents), p.started != nil)
+	defer sc.release()
+	first, seen := sc.first, sc.seen
+	keys := sc.keys // by intent; set for uniq's
+	sums := sc.sums // the IDs' SHA-256, as keys, when p remembers started rows
+	ps := sc.ps
 	for i, in := range intents {
 		f, ok := seen[in.WorkflowID]
 		if ok {
@@ -132,11 +130,11 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 	// rows of one claimed batch (inserted in key order) are read in the
 	// order they lie in the heap.
 	slices.SortFunc(ps, probe.compare)
-	uniq := make([]int, len(ps))
+	uniq := sc.uniqOf(len(ps))
 	for j, pr := range ps {
 		uniq[j] = pr.at
 	}
-	got := make([]stored, len(intents)) // by first intent of an ID
+	got := sc.got // by first intent of an ID
 	all := len(uniq)
 	firsts := uniq
 	fences := fencesOf(len(intents), func(i int) processor.PartitionEpoch {
@@ -152,7 +150,7 @@ func (p *Postgres) claimBatch(ctx context.Context, intents []decide.Intent) ([]d
 	remembered := all - len(uniq)
 	if p.replaying.Load() && len(uniq) > 0 {
 		var err error
-		if uniq, err = p.answerStarted(ctx, intents, keys, sums, since, uniq, got); err != nil {
+		if uniq, err = p.answerStarted(ctx, sc, intents, keys, sums, since, uniq, got); err != nil {
 			return nil, err
 		}
 	}

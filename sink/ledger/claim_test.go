@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -2008,4 +2009,82 @@ func TestAReadWhosePreparationFailedOrWentStaleIsAnsweredByTheNextClaim(t *testi
 	}
 	want(t, claim(t, l, in), decide.VerdictDuplicate) // 0A000, prepared again, run once more
 	want(t, claim(t, l, in), decide.VerdictDuplicate)
+}
+
+// A claim's working memory is kept for the next claim (scratch.go); a
+// claim gets none of the answers of the claims before it, larger or
+// smaller, on the read of started rows or the claim statement, with the
+// memory of started rows or without. On one P, so that every claim takes
+// the memory the last one left.
+func TestAClaimGetsNoAnswerOfTheClaimBeforeIt(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for _, remember := range []bool{false, true} {
+		t.Run(fmt.Sprintf("started_cache=%v", remember), func(t *testing.T) {
+			url := pgtest.NewDatabase(t)
+			ctx := deadline(t, 2*time.Minute)
+			if err := ledger.Migrate(ctx, url); err != nil {
+				t.Fatal(err)
+			}
+			cfg := ledger.DefaultConfig()
+			cfg.URL = url
+			if !remember {
+				cfg.StartedCache = 0
+			}
+			l, err := ledger.Open(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(l.Close)
+			batch := func(prefix string, n int, payload string) []decide.Intent {
+				in := make([]decide.Intent, n)
+				for i := range in {
+					in[i] = intent(fmt.Sprintf("%s-%d", prefix, i), payload)
+					in[i].Offset = int64(i)
+				}
+				return in
+			}
+			a := batch("a", 60, "p")
+			want(t, claim(t, l, a...), slices.Repeat([]decide.Verdict{decide.VerdictNew}, 60)...)
+			started := make([]processor.Started, len(a))
+			for i, in := range a {
+				started[i] = processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1}
+			}
+			if err := l.MarkStarted(ctx, started); err != nil {
+				t.Fatal(err)
+			}
+			dups := slices.Repeat([]decide.Verdict{decide.VerdictDuplicate}, 60)
+			want(t, claim(t, l, a...), dups...) // the claim statement's answer: a replay from here
+			want(t, claim(t, l, a...), dups...) // the read's (or the memory's)
+			// The read answers the new IDs of a batch most of which is
+			// started, then none of the next batch's.
+			e := append(slices.Clone(a[:40]), batch("e", 20, "p")...)
+			want(t, claim(t, l, e...), append(slices.Repeat([]decide.Verdict{decide.VerdictDuplicate}, 40),
+				slices.Repeat([]decide.Verdict{decide.VerdictNew}, 20)...)...)
+			want(t, claim(t, l, a...), dups...)
+			// Fewer IDs, none in the ledger, where the last claim's
+			// answers were all started.
+			b := batch("b", 30, "p")
+			want(t, claim(t, l, b...), slices.Repeat([]decide.Verdict{decide.VerdictNew}, 30)...)
+			// More IDs: b's pending rows, then new ones past the last
+			// claim's length.
+			c := append(slices.Clone(b), batch("c", 50, "p")...)
+			want(t, claim(t, l, c...), append(slices.Repeat([]decide.Verdict{decide.VerdictRedrive}, 30),
+				slices.Repeat([]decide.Verdict{decide.VerdictNew}, 50)...)...)
+			// a's started rows again, every other one with another
+			// payload, and one copy of each in the batch twice.
+			d := slices.Clone(a[:20])
+			var wants []decide.Verdict
+			for i := range d {
+				wants = append(wants, decide.VerdictDuplicate)
+				if i%2 == 1 {
+					d[i].PayloadHash = sha256.Sum256([]byte("q"))
+					wants[i] = decide.VerdictConflict
+				}
+			}
+			d = append(d, d[:5]...)
+			wants = append(wants, wants[:5]...)
+			want(t, claim(t, l, d...), wants...)
+			want(t, claim(t, l, a[:3]...), dups[:3]...)
+		})
+	}
 }

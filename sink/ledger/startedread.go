@@ -66,13 +66,13 @@ func recordOf(in *decide.Intent) recordRef { return recordRef{in.Topic, in.Parti
 // answerStarted records in got the rows already started and returns the
 // indexes of the intents left to claim. A started row never goes back to
 // pending, so the read needs no lock.
-func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since startedSince, uniq []int, got []stored) ([]int, error) {
-	routes := make(map[recordRef]int, len(uniq))
+func (p *Postgres) answerStarted(ctx context.Context, sc *claimScratch, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since startedSince, uniq []int, got []stored) ([]int, error) {
+	routes := sc.routes
 	for _, i := range uniq {
 		routes[recordOf(&intents[i])]++
 	}
-	byRecord := make([]bool, len(uniq)) // else no topic: looked up by key alone
-	size := 6 * 20                      // the arrays' headers
+	byRecord := sc.byRecordOf(len(uniq)) // else no topic: looked up by key alone
+	size := 6 * 20                       // the arrays' headers
 	for j, i := range uniq {
 		in := &intents[i]
 		byRecord[j] = routes[recordOf(in)] <= maxRoutesByRecord
@@ -82,7 +82,7 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, k
 	defer p.keepEncodeBuffer(bp)
 	var params [6][]byte
 	*bp = encodeStartedParams(*bp, intents, keys, uniq, byRecord, &params)
-	answered := make([]bool, len(uniq))
+	answered := sc.answeredOf(len(uniq))
 	var left []int // positions in uniq
 	args := func() []any { return startedArgs(intents, keys, uniq, byRecord) }
 	err := p.queryEncoded(ctx, "dedup_started_rows", startedSQL, startedParamOIDs, params[:], args, func(cols [][]byte) error {
@@ -114,7 +114,8 @@ func (p *Postgres) answerStarted(ctx context.Context, intents []decide.Intent, k
 	if err != nil {
 		return nil, fmt.Errorf("reading %d workflow IDs: %w", len(uniq), err)
 	}
-	var seen []int // intents answered started with their payload, generation 1
+	seen := sc.seenAt[:0] // intents answered started with their payload, generation 1
+	defer func() { sc.seenAt = seen[:0] }()
 	for j, ok := range answered {
 		if !ok {
 			got[uniq[j]] = stored{found: true, state: StateStarted, hash: intents[uniq[j]].PayloadHash[:], generation: 1}
