@@ -10,6 +10,7 @@
 #
 #   integration/bench/instructions.sh [BASE]   (BASE: a commit, default HEAD)
 set -euo pipefail
+shopt -s inherit_errexit # a run that fails fails the script, not a row of the table
 base=${1:-HEAD}
 root=$(git rev-parse --show-toplevel)
 cd "$root"
@@ -26,10 +27,20 @@ benches=(
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dedup-instructions.XXXXXX")
 trap 'git worktree remove --force "$tmp/base" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 git worktree add --detach "$tmp/base" "$base" >/dev/null 2>&1
+# Valgrind's CPU has no RDTSCP either, which Go's runtime reads when a lock
+# of its own is contended (runtime.cputicks): the run died of SIGILL there
+# (the ledger's benchmark, with its PostgreSQL I/O, about every other run),
+# and its shorter count came out as a negative count per operation.
+# cpu.rdtscp=off makes cputicks fence and read RDTSC instead.
 count() { # binary, benchmark, iterations -> instructions of the whole run
-	GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 valgrind --tool=cachegrind --cache-sim=no \
-		--cachegrind-out-file=/dev/null "$1" -test.run '^$' -test.bench "$2" -test.benchtime "${3}x" 2>&1 |
-		awk '/I *refs:/ { gsub(",", "", $NF); print $NF }'
+	local out
+	if ! out=$(GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=cachegrind --cache-sim=no \
+		--cachegrind-out-file=/dev/null "$1" -test.run '^$' -test.bench "$2" -test.benchtime "${3}x" 2>&1); then
+		printf '%s\n' "$out" | tail -20 >&2
+		echo "$1 $2 at ${3}x failed under valgrind (its output's end above)" >&2
+		return 1
+	fi
+	printf '%s\n' "$out" | awk '/I *refs:/ { gsub(",", "", $NF); print $NF }'
 }
 perop() { # binary, benchmark, n1, n2
 	local a b
