@@ -30,8 +30,9 @@ import (
 
 // startCodec is the codec of the starter's StartWorkflowExecution calls
 // (startCall): it marshals a StartWorkflowExecutionRequest with
-// appendStartRequest, and everything else (the response) as gRPC's proto
-// codec does. Its name is gRPC's proto codec's: the call's content type
+// appendStartRequest, reads a StartWorkflowExecutionResponse with
+// readStartResponse (startresponse.go), and everything else as gRPC's
+// proto codec does. Its name is gRPC's proto codec's: the call's content type
 // is application/grpc+proto, which every gRPC server reads as protobuf.
 type startCodec struct{}
 
@@ -47,7 +48,24 @@ var startCall = grpc.ForceCodecV2(startCodec{})
 
 func (startCodec) Name() string { return protoCodec.Name() }
 
-func (startCodec) Unmarshal(data mem.BufferSlice, v any) error { return protoCodec.Unmarshal(data, v) }
+func (startCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	r, ok := v.(*workflowservice.StartWorkflowExecutionResponse)
+	if !ok || r == nil {
+		return protoCodec.Unmarshal(data, v)
+	}
+	var b []byte
+	if len(data) == 1 {
+		b = data[0].ReadOnlyData()
+	} else {
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		defer buf.Free()
+		b = buf.ReadOnlyData()
+	}
+	if readStartResponse(b, r) {
+		return nil
+	}
+	return protoCodec.Unmarshal(data, v)
+}
 
 func (startCodec) Marshal(v any) (mem.BufferSlice, error) {
 	r, ok := v.(*workflowservice.StartWorkflowExecutionRequest)

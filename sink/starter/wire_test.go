@@ -220,8 +220,10 @@ func TestStartRequestOnTheWireRefusesWhatProtobufGoRefuses(t *testing.T) {
 	onTheWire(t, r) // protobuf-go writes a nil entry as an empty payload
 }
 
-// Every other message of the call (the response) is gRPC's proto codec's.
-func TestStartCodecIsGRPCsProtoCodecForTheResponse(t *testing.T) {
+// A message other than the request (here the response) is marshalled as
+// gRPC's proto codec marshals it, and the response is read back whole
+// (startresponse_test.go holds every answer the server can send).
+func TestStartCodecMarshalsEveryOtherMessageAsGRPCsProtoCodec(t *testing.T) {
 	resp := &workflowservice.StartWorkflowExecutionResponse{RunId: "r", Started: true}
 	b, err := startCodec{}.Marshal(resp)
 	if err != nil {
