@@ -30,6 +30,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -55,6 +56,7 @@ import (
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/processor/eventid"
+	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 	"github.com/dedupio/dedup/sink/starter"
 )
@@ -462,11 +464,14 @@ func workflowIDs(recs []*kgo.Record) ([]decide.Intent, error) {
 
 // prefill inserts intents as started rows with COPY (the state a ledger is
 // in after they were processed), so that a replay of their records is
-// all-duplicate without first starting them in Temporal.
+// all-duplicate without first starting them in Temporal. The rows lie in
+// the heap as a router's claims left them (inHeapOrder), not in the
+// records' order: how far apart a replay's look-ups land is part of
+// what they cost.
 func prefill(ctx context.Context, pool *pgxpool.Pool, intents []decide.Intent) error {
 	rows := make([][]any, len(intents))
 	now := time.Now() // started rows have their start's time, as a mark writes it
-	for i, in := range intents {
+	for i, in := range inHeapOrder(intents, prefillClaim) {
 		rows[i] = []any{in.WorkflowID, in.ActivityID, in.EventID, in.IDRule, in.PayloadHash[:], in.Topic, in.Partition, in.Offset, "started", "prefilled", now}
 	}
 	_, err := pool.CopyFrom(ctx, pgx.Identifier{"dedup_ledger"},
@@ -484,6 +489,32 @@ func prefill(ctx context.Context, pool *pgxpool.Pool, intents []decide.Intent) e
 	// core, not the router's work.
 	_, err = pool.Exec(ctx, "VACUUM (ANALYZE) dedup_ledger")
 	return err
+}
+
+// prefillClaim is the claim a router made of the prefilled rows' records:
+// a poll of the benchmark's default batch (-batch).
+const prefillClaim = 1000
+
+// inHeapOrder is intents, in the records' order, in the order a router's
+// claims of claim intents each inserted them: by ledger key within each
+// claim (sink/ledger claims in key order), the claims in the records'
+// order. A started row's mark writes its next version in the same page
+// when it has room (the ledger's fillfactor is 90) or in the next with
+// room, in key order too, which keeps that order.
+func inHeapOrder(intents []decide.Intent, claim int) []decide.Intent {
+	out := slices.Clone(intents)
+	for at := 0; at < len(out); at += claim {
+		c := out[at:min(at+claim, len(out))]
+		keys := make(map[string][16]byte, len(c))
+		for _, in := range c {
+			keys[in.WorkflowID] = schemas.LedgerKey(in.WorkflowID)
+		}
+		slices.SortStableFunc(c, func(a, b decide.Intent) int {
+			ka, kb := keys[a.WorkflowID], keys[b.WorkflowID]
+			return bytes.Compare(ka[:], kb[:])
+		})
+	}
+	return out
 }
 
 // synthetic makes n intents with fresh IDs (the shape of real ones).

@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/schemas"
 )
 
 // waitCommitted (a5bf45c) reads the group's offsets after each commit its
@@ -131,4 +136,37 @@ func TestWaitCommittedSeesTheLastCommitAtOnce(t *testing.T) {
 			t.Errorf("waitCommitted returned its error after %v, want within its timeout (%v) and one safety-net period", took, timeout)
 		}
 	})
+}
+
+// The prefilled rows lie in the heap as a router's claims left them: each
+// claim's rows by ledger key, the claims in the records' order, every
+// intent once.
+func TestPrefilledRowsLieAsTheClaimsInsertedThem(t *testing.T) {
+	in := synthetic("heap", 2500)
+	got := inHeapOrder(in, 1000)
+	if len(got) != len(in) {
+		t.Fatalf("%d rows of %d intents", len(got), len(in))
+	}
+	for at := 0; at < len(in); at += 1000 {
+		end := min(at+1000, len(in))
+		want := map[string]bool{}
+		for _, x := range in[at:end] {
+			want[x.WorkflowID] = true
+		}
+		for i := at; i < end; i++ {
+			if !want[got[i].WorkflowID] {
+				t.Fatalf("row %d, %s, is not of the claim of intents %d-%d", i, got[i].WorkflowID, at, end-1)
+			}
+			delete(want, got[i].WorkflowID)
+			if i > at {
+				a, b := schemas.LedgerKey(got[i-1].WorkflowID), schemas.LedgerKey(got[i].WorkflowID)
+				if bytes.Compare(a[:], b[:]) > 0 {
+					t.Fatalf("rows %d and %d of one claim are not in key order", i-1, i)
+				}
+			}
+		}
+	}
+	if slices.EqualFunc(got, in, func(a, b decide.Intent) bool { return a.WorkflowID == b.WorkflowID }) {
+		t.Fatal("the rows are in the records' order: the claims' key order was not applied")
+	}
 }
