@@ -168,7 +168,11 @@ type Temporal struct {
 
 // New wraps an SDK client (the caller dials it and closes it). cfg's
 // Namespace is the default of requests that name none; every request
-// carries its namespace, so one client serves every route's.
+// carries its namespace, so one client serves every route's. A gRPC
+// interceptor of the client's own sees a start's answer as the starter
+// reads it (startresponse.go): its run ID, first run ID, started and
+// status, and its link to the started event among its unknown fields,
+// whole but unread.
 func New(c client.Client, cfg Config) *Temporal {
 	host, _ := os.Hostname()
 	return &Temporal{c: c, namespace: cfg.Namespace, timeout: cfg.StartTimeout,

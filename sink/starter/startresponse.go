@@ -9,7 +9,8 @@ package starter
 // are read as protobuf-go reads them; every other field, the link and
 // the eager workflow task dedup never asks for included, is kept whole
 // as the message's unknown bytes: marshalled again, the message is the
-// answer's (startresponse_test.go). Anything protobuf-go reads otherwise
+// answer's (startresponse_test.go); a gRPC interceptor of the client's
+// own finds the link there, unread. Anything protobuf-go reads otherwise
 // or refuses (a malformed field, a string that is not UTF-8, one of the
 // four fields with another wire type) is left to protobuf-go, whole,
 // errors included.

@@ -2,13 +2,25 @@ package starter
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	_ "google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -252,5 +264,420 @@ func BenchmarkStartAnswerOffTheWire(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// answerWith is the server's answer for run, its first run "first-"+run,
+// and two fields of a newer API, one of extra bytes.
+func answerWith(run string, extra int) []byte {
+	a := serversAnswer()
+	a.RunId = run
+	a.FirstExecutionRunId = "first-" + run
+	b, _ := proto.Marshal(a)
+	b = protowire.AppendBytes(protowire.AppendTag(b, 98, protowire.BytesType), bytes.Repeat([]byte("n"), extra))
+	b = protowire.AppendVarint(protowire.AppendTag(b, 99, protowire.VarintType), 7)
+	return b
+}
+
+// answerSnap is what an answer holds, its bytes marshalled again included.
+type answerSnap struct {
+	run, first string
+	started    bool
+	status     int32
+	unknown    string
+	wire       string
+}
+
+func snapOf(r *workflowservice.StartWorkflowExecutionResponse) answerSnap {
+	w, _ := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+	return answerSnap{r.GetRunId(), r.GetFirstExecutionRunId(), r.GetStarted(), int32(r.GetStatus()),
+		string(r.ProtoReflect().GetUnknown()), string(w)}
+}
+
+// Strings and unknown bytes must not alias the buffers gRPC hands the
+// codec (gRPC frees and reuses them once Unmarshal returns).
+// (adversary 62)
+func TestStartAnswerDoesNotAliasTheReceiveBuffer(t *testing.T) {
+	for _, extra := range []int{0, 5, 40000} {
+		for _, pieces := range []int{1, 2, 3, 7} {
+			b := answerWith(fmt.Sprintf("run-%d-%d", extra, pieces), extra)
+			want, err := readAnswer(append([]byte(nil), b...), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantSnap := snapOf(want)
+			// Split into pieces, each its own copy, as gRPC's buffers.
+			var data mem.BufferSlice
+			var raw [][]byte
+			step := (len(b) + pieces - 1) / pieces
+			for i := 0; i < len(b); i += step {
+				j := min(i+step, len(b))
+				p := append([]byte(nil), b[i:j]...)
+				raw = append(raw, p)
+				data = append(data, mem.SliceBuffer(p))
+			}
+			var got workflowservice.StartWorkflowExecutionResponse
+			if err := (startCodec{}).Unmarshal(data, &got); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range raw {
+				for i := range p {
+					p[i] = 0xEE
+				}
+			}
+			// Also churn the default pool, as gRPC would.
+			for range 100 {
+				buf := mem.DefaultBufferPool().Get(len(b))
+				for i := range *buf {
+					(*buf)[i] = 0xDD
+				}
+				mem.DefaultBufferPool().Put(buf)
+			}
+			if g := snapOf(&got); g != wantSnap {
+				t.Fatalf("extra %d, %d pieces: after the buffers were overwritten the answer reads %+v, want %+v", extra, pieces, g, wantSnap)
+			}
+		}
+	}
+}
+
+// A response reused across attempts (the SDK's retry interceptor passes
+// the same reply to every attempt) holds only the last attempt's answer.
+// (adversary 62)
+func TestStartAnswerReusedAcrossAttemptsHoldsOnlyTheLast(t *testing.T) {
+	first := answerWith("attempt-1", 100)
+	lasts := map[string][]byte{
+		"empty":    {},
+		"run only": protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "attempt-2"),
+		"server's": func() []byte { b, _ := proto.Marshal(serversAnswer()); return b }(),
+		"fallback": protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 3), // protobuf-go's
+		"broken":   {0x0a, 0x05, 'a'},                                                            // an error
+	}
+	for name, last := range lasts {
+		for _, split := range []bool{false, true} {
+			// with the codec
+			var r workflowservice.StartWorkflowExecutionResponse
+			d1 := mem.BufferSlice{mem.SliceBuffer(first)}
+			if err := (startCodec{}).Unmarshal(d1, &r); err != nil {
+				t.Fatal(err)
+			}
+			d2 := mem.BufferSlice{mem.SliceBuffer(last)}
+			if split && len(last) > 1 {
+				d2 = mem.BufferSlice{mem.SliceBuffer(last[:1]), mem.SliceBuffer(last[1:])}
+			}
+			err := (startCodec{}).Unmarshal(d2, &r)
+			// gRPC's proto codec
+			var w workflowservice.StartWorkflowExecutionResponse
+			_ = protoCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(first)}, &w)
+			werr := protoCodec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(last)}, &w)
+			if fmt.Sprint(err) != fmt.Sprint(werr) {
+				t.Errorf("%s: err %v, gRPC's %v", name, err, werr)
+			}
+			if r.GetRunId() != w.GetRunId() || r.GetStarted() != w.GetStarted() || r.GetStatus() != w.GetStatus() ||
+				r.GetFirstExecutionRunId() != w.GetFirstExecutionRunId() {
+				t.Errorf("%s: reused answer %v, gRPC's %v", name, &r, &w)
+			}
+			if err == nil {
+				again, _ := proto.Marshal(&r)
+				var whole workflowservice.StartWorkflowExecutionResponse
+				if err := proto.Unmarshal(again, &whole); err != nil || !proto.Equal(&whole, &w) {
+					t.Errorf("%s: reused answer marshalled again %v (%v), want %v", name, &whole, err, &w)
+				}
+			}
+		}
+	}
+}
+
+// Unmarshal on many goroutines at once (run with -race).
+// (adversary 62)
+func TestStartAnswerReadConcurrently(t *testing.T) {
+	var wg sync.WaitGroup
+	var fails atomic.Int32
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				run := fmt.Sprintf("g%d-%d", g, i)
+				b := answerWith(run, i%50)
+				var data mem.BufferSlice
+				if i%2 == 0 {
+					data = mem.BufferSlice{mem.SliceBuffer(b)}
+				} else {
+					data = mem.BufferSlice{mem.SliceBuffer(b[:len(b)/2]), mem.SliceBuffer(b[len(b)/2:])}
+				}
+				var r workflowservice.StartWorkflowExecutionResponse
+				if err := (startCodec{}).Unmarshal(data, &r); err != nil || r.GetRunId() != run || r.GetFirstExecutionRunId() != "first-"+run {
+					fails.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := fails.Load(); n > 0 {
+		t.Fatalf("%d concurrent reads went wrong", n)
+	}
+}
+
+// rawMsg and rawCodec let a gRPC server send any bytes as its answer.
+type rawMsg struct{ b []byte }
+
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), v.(*rawMsg).b...))}, nil
+}
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	v.(*rawMsg).b = data.Materialize()
+	return nil
+}
+
+// rawFrontend answers StartWorkflowExecution with the next of answers
+// (an error after the message when fail says), everything else empty.
+type rawFrontend struct {
+	mu      sync.Mutex
+	answers []rawAnswer
+	n       int
+}
+
+type rawAnswer struct {
+	b       []byte
+	failing bool // send b, then fail with Unavailable
+	noMsg   bool // fail with Unavailable, no message
+}
+
+func (f *rawFrontend) handle(_ any, st grpc.ServerStream) error {
+	method, _ := grpc.MethodFromServerStream(st)
+	var in rawMsg
+	if err := st.RecvMsg(&in); err != nil {
+		return err
+	}
+	if method != workflowservice.WorkflowService_StartWorkflowExecution_FullMethodName {
+		return st.SendMsg(&rawMsg{})
+	}
+	f.mu.Lock()
+	a := f.answers[f.n%len(f.answers)]
+	f.n++
+	f.mu.Unlock()
+	if a.noMsg {
+		return status.Error(codes.Unavailable, "try again")
+	}
+	if err := st.SendMsg(&rawMsg{a.b}); err != nil {
+		return err
+	}
+	if a.failing {
+		return status.Error(codes.Unavailable, "try again")
+	}
+	return nil
+}
+
+func serveRaw(t *testing.T, f *rawFrontend) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer(grpc.ForceServerCodecV2(rawCodec{}), grpc.UnknownServiceHandler(f.handle))
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+	return l.Addr().String()
+}
+
+func dialWith(t *testing.T, addr, compression string) *Temporal {
+	t.Helper()
+	c, err := client.NewLazyClient(client.Options{HostPort: addr, Namespace: "default",
+		Logger:            tlog.NewStructuredLogger(slog.New(slog.DiscardHandler)),
+		ConnectionOptions: client.ConnectionOptions{GrpcCompression: Compression(compression)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return New(c, Config{Namespace: "default", StartTimeout: 10 * time.Second})
+}
+
+// Over gRPC, through the SDK's interceptors (gzip: the answer arrives in
+// several buffers): the starter's call returns what the call without the
+// codec returns, and the answer it returned stays as it was while later
+// calls reuse gRPC's buffers.
+// (adversary 62)
+func TestStartAnswerOverGRPCIsAsWithoutTheCodec(t *testing.T) {
+	answers := map[string][]rawAnswer{
+		"server's":           {{b: answerWith("a", 0)}},
+		"big unknown":        {{b: answerWith("big", 300000)}},
+		"fallback":           {{b: append(answerWith("fb", 10), protowire.AppendVarint(protowire.AppendTag(nil, 6, protowire.VarintType), 1)...)}},
+		"retried after msg":  {{b: answerWith("one", 70000), failing: true}, {b: protowire.AppendVarint(protowire.AppendTag(nil, 5, protowire.VarintType), 2)}},
+		"retried, no msg":    {{noMsg: true}, {b: answerWith("two", 5)}},
+		"retried, fallback":  {{b: answerWith("three", 5), failing: true}, {b: []byte{0x08, 0x01, 0x18, 0x01}}},
+		"not started":        {{b: protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "nope")}},
+		"broken after retry": {{b: answerWith("four", 5), failing: true}, {b: []byte{0x0a, 0x09, 'x'}}},
+	}
+	for _, comp := range []string{"none", "gzip"} {
+		for name, as := range answers {
+			t.Run(comp+"/"+name, func(t *testing.T) {
+				f := &rawFrontend{answers: as}
+				addr := serveRaw(t, f)
+				s := dialWith(t, addr, comp)
+				req := benchStart()
+				sreq, err := s.startRequest(context.Background(), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				f.mu.Lock()
+				f.n = 0
+				f.mu.Unlock()
+				got, gerr := s.c.WorkflowService().StartWorkflowExecution(ctx, sreq, startCall)
+				var gs answerSnap
+				if got != nil {
+					gs = snapOf(got)
+				}
+				f.mu.Lock()
+				f.n = 0
+				f.mu.Unlock()
+				want, werr := s.c.WorkflowService().StartWorkflowExecution(ctx, sreq)
+				if fmt.Sprint(gerr) != fmt.Sprint(werr) {
+					t.Fatalf("error %v, without the codec %v", gerr, werr)
+				}
+				if gerr == nil && (got.GetRunId() != want.GetRunId() || got.GetStarted() != want.GetStarted() ||
+					got.GetStatus() != want.GetStatus() || got.GetFirstExecutionRunId() != want.GetFirstExecutionRunId()) {
+					t.Fatalf("answer %v, without the codec %v", got, want)
+				}
+				// Churn gRPC's buffers with more calls.
+				for range 5 {
+					f.mu.Lock()
+					f.n = 0
+					f.answers = []rawAnswer{{b: bytes.Repeat([]byte{0x92, 0x06, 0x02, 0xEE, 0xEE}, 20000)}}
+					f.mu.Unlock()
+					_, _ = s.c.WorkflowService().StartWorkflowExecution(ctx, sreq, startCall)
+					f.mu.Lock()
+					f.answers = as
+					f.mu.Unlock()
+				}
+				if got != nil {
+					if g := snapOf(got); g != gs {
+						t.Fatalf("the answer changed after later calls: %+v, was %+v", g, gs)
+					}
+				}
+			})
+		}
+	}
+}
+
+type countingCodec struct {
+	startCodec
+	pieces *atomic.Int32
+}
+
+func (c countingCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if _, ok := v.(*workflowservice.StartWorkflowExecutionResponse); ok {
+		c.pieces.Store(int32(len(data)))
+	}
+	return c.startCodec.Unmarshal(data, v)
+}
+
+// The test above reaches the codec as it means to: with gzip the answer
+// comes in several buffers, and a call that fails after its message is
+// tried once (Start's call carries no retry configuration, without which
+// the SDK's retry interceptor does not retry).
+// (adversary 62)
+func TestStartAnswerOverGRPCWithGzipReachesTheCodecInPieces(t *testing.T) {
+	f := &rawFrontend{answers: []rawAnswer{{b: answerWith("one", 300000), failing: true}, {b: answerWith("two", 300000)}}}
+	s := dialWith(t, serveRaw(t, f), "gzip")
+	sreq, _ := s.startRequest(context.Background(), benchStart())
+	var pieces atomic.Int32
+	r, err := s.c.WorkflowService().StartWorkflowExecution(context.Background(), sreq, grpc.ForceCodecV2(countingCodec{pieces: &pieces}))
+	t.Logf("run %q err %v, attempts %d, pieces %d", r.GetRunId(), err, f.n, pieces.Load())
+	// Start's direct call carries no retry config (the SDK's retry
+	// interceptor disables retries without one): one attempt.
+	if err == nil || f.n != 1 || pieces.Load() < 2 {
+		t.Fatal("not exercised")
+	}
+}
+
+// Unknown groups nested around protobuf-go's recursion limit, at the top
+// level (outside fields 2 and 4), and numbers past protobuf's inside a
+// group, and reserved numbers: read as protobuf-go reads them.
+// (adversary 62)
+func TestStartAnswerDeepGroupsAndOddNumbersAreAsProtobufGo(t *testing.T) {
+	nest := func(depth int) []byte {
+		var b []byte
+		for range depth {
+			b = protowire.AppendTag(b, 95, protowire.StartGroupType)
+		}
+		for range depth {
+			b = protowire.AppendTag(b, 95, protowire.EndGroupType)
+		}
+		return append(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "r"), b...)
+	}
+	cases := map[string][]byte{}
+	for _, d := range []int{9998, 9999, 10000, 10001, 10002} {
+		cases[fmt.Sprint("depth ", d)] = nest(d)
+	}
+	g := protowire.AppendTag(nil, 95, protowire.StartGroupType)
+	g = protowire.AppendVarint(protowire.AppendTag(g, protowire.MaxValidNumber+1, protowire.VarintType), 1)
+	g = protowire.AppendTag(g, 95, protowire.EndGroupType)
+	cases["MessageSet number in a group"] = g
+	cases["reserved number"] = protowire.AppendVarint(protowire.AppendTag(nil, 19500, protowire.VarintType), 1)
+	cases["max number"] = protowire.AppendVarint(protowire.AppendTag(nil, protowire.MaxValidNumber, protowire.VarintType), 1)
+	cases["group end at top"] = protowire.AppendTag(nil, 95, protowire.EndGroupType)
+	cases["group number mismatch"] = protowire.AppendTag(protowire.AppendTag(nil, 95, protowire.StartGroupType), 94, protowire.EndGroupType)
+	cases["wire type 6"] = []byte{0x0e}
+	cases["link as group"] = protowire.AppendTag(protowire.AppendTag(nil, 4, protowire.StartGroupType), 4, protowire.EndGroupType)
+	cases["eager as varint"] = protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), 1)
+	cases["overlong tag"] = []byte{0x8a, 0x80, 0x80, 0x00, 0x01, 'r', 0x98, 0x00, 0x01}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			for _, split := range []bool{false, true} {
+				got, err := readAnswer(b, split)
+				sameAnswer(t, b, got, err)
+			}
+		})
+	}
+}
+
+// A client New is given may carry gRPC interceptors of its own (dial
+// options). One that reads the start's answer finds its four fields, and
+// the link to the started event (which Temporal 1.27+ always sends) among
+// its unknown fields, unread but whole: read from them, the link is the
+// one the call without the codec gives. (adversary 62)
+func TestStartAnswerSeenByTheClientsOwnInterceptorKeepsTheLinkAsItsBytes(t *testing.T) {
+	b, _ := proto.Marshal(serversAnswer())
+	addr := serveRaw(t, &rawFrontend{answers: []rawAnswer{{b: b}}})
+	var seen []*workflowservice.StartWorkflowExecutionResponse
+	var mu sync.Mutex
+	watch := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if r, ok := reply.(*workflowservice.StartWorkflowExecutionResponse); ok {
+			mu.Lock()
+			seen = append(seen, r)
+			mu.Unlock()
+		}
+		return err
+	}
+	c, err := client.NewLazyClient(client.Options{HostPort: addr, Namespace: "default",
+		Logger:            tlog.NewStructuredLogger(slog.New(slog.DiscardHandler)),
+		ConnectionOptions: client.ConnectionOptions{DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(watch)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	s := New(c, Config{Namespace: "default", StartTimeout: 10 * time.Second})
+	if _, err := s.Start(context.Background(), benchStart()); err != nil {
+		t.Fatal(err)
+	}
+	sreq, _ := s.startRequest(context.Background(), benchStart())
+	if _, err := c.WorkflowService().StartWorkflowExecution(context.Background(), sreq); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 {
+		t.Fatalf("the interceptor saw %d answers, want 2", len(seen))
+	}
+	got, without := seen[0], seen[1]
+	if got.GetRunId() != without.GetRunId() || got.GetStarted() != without.GetStarted() || got.GetStatus() != without.GetStatus() {
+		t.Fatalf("through Start the interceptor saw %v, without the codec %v", got, without)
+	}
+	var kept workflowservice.StartWorkflowExecutionResponse
+	if err := proto.Unmarshal(got.ProtoReflect().GetUnknown(), &kept); err != nil || !proto.Equal(kept.GetLink(), without.GetLink()) {
+		t.Fatalf("the link read from the answer's unknown bytes: %v (%v), without the codec %v", kept.GetLink(), err, without.GetLink())
 	}
 }
