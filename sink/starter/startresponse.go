@@ -1,11 +1,12 @@
 package starter
 
 // The start's answer off the wire. A StartWorkflowExecutionResponse is
-// read for what the starter uses, without protobuf-go's reflection: since
-// Temporal 1.27 every answer carries a link to the run's started event
-// (three messages, one a oneof), which protobuf-go builds field by field
-// at about a tenth of the starter's CPU per start, and which dedup never
-// reads. Its four scalar fields (run ID, first run ID, started, status)
+// read for what the starter uses, without protobuf-go's reflection: the
+// server (1.32, the lab's) answers every start with a link to the run's
+// started event (three messages, one a oneof), which protobuf-go builds
+// field by field and dedup never reads (BenchmarkStartAnswerOffTheWire:
+// 850 ns and 12 allocations an answer through gRPC's proto codec, 300 ns
+// and 5 here). Its four scalar fields (run ID, first run ID, started, status)
 // are read as protobuf-go reads them; every other field, the link and
 // the eager workflow task dedup never asks for included, is kept whole
 // as the message's unknown bytes: marshalled again, the message is the

@@ -637,7 +637,7 @@ func TestStartAnswerDeepGroupsAndOddNumbersAreAsProtobufGo(t *testing.T) {
 
 // A client New is given may carry gRPC interceptors of its own (dial
 // options). One that reads the start's answer finds its four fields, and
-// the link to the started event (which Temporal 1.27+ always sends) among
+// the link to the started event (which the server sends with every start) among
 // its unknown fields, unread but whole: read from them, the link is the
 // one the call without the codec gives. (adversary 62)
 func TestStartAnswerSeenByTheClientsOwnInterceptorKeepsTheLinkAsItsBytes(t *testing.T) {
