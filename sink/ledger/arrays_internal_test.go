@@ -153,9 +153,9 @@ func startedParamsOf(n int) [][]byte {
 			Topic: "events", Partition: int32(i % 8), Offset: int64(i)}
 		keys[i], uniq[i], byRecord[i] = keyOf(in[i].WorkflowID), i, true
 	}
-	var params [6][]byte
-	encodeStartedParams(nil, in, keys, uniq, byRecord, &params)
-	return params[:]
+	var params [11][]byte
+	encodeStartedParams(nil, in, keys, uniq, byRecord, make([]int64, n), &params)
+	return params[:6]
 }
 
 // The room queryEncoded makes in the Frontend's write buffer (bindRoom)

@@ -24,6 +24,10 @@ func SetKeyFunc(f func(string) [16]byte) (restore func()) {
 // StartedSQL is the replay's read of started rows, for plan tests.
 var StartedSQL = startedSQL
 
+// StartedByRangeSQL is the replay's read of a batch with runs of records,
+// for plan tests.
+var StartedByRangeSQL = startedByRangeSQL
+
 // PlainArg is a statement argument as a plain Go slice when it is one of
 // the ledger's parameter arrays (params.go), else a itself: tests read what
 // a statement sent, and send it again, with the slices' own types.

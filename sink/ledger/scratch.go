@@ -25,10 +25,13 @@ type claimScratch struct {
 	byRecord []bool
 	answered []bool
 	seenAt   []int
+	runOf    []int64
+	runs     []run
+	runNum   map[partitionRef]int64
 }
 
 var claimScratches = sync.Pool{New: func() any {
-	return &claimScratch{seen: make(map[string]int32), routes: make(map[recordRef]int)}
+	return &claimScratch{seen: make(map[string]int32), routes: make(map[recordRef]int), runNum: make(map[partitionRef]int64)}
 }}
 
 // maxScratchIntents bounds the claims whose scratch is kept: a map keeps
@@ -59,6 +62,7 @@ func (s *claimScratch) byRecordOf(n int) []bool {
 	s.byRecord = zeroed(s.byRecord, n)
 	return s.byRecord
 }
+func (s *claimScratch) runOfOf(n int) []int64 { s.runOf = zeroed(s.runOf, n); return s.runOf }
 func (s *claimScratch) answeredOf(n int) []bool {
 	s.answered = zeroed(s.answered, n)
 	return s.answered
@@ -68,11 +72,14 @@ func (s *claimScratch) answeredOf(n int) []bool {
 // hashes got points at let go, unless the claim was larger than
 // maxScratchIntents.
 func (s *claimScratch) release() {
-	if cap(s.first) > maxScratchIntents || len(s.seen) > maxScratchIntents || len(s.routes) > maxScratchIntents {
+	if cap(s.first) > maxScratchIntents || len(s.seen) > maxScratchIntents || len(s.routes) > maxScratchIntents || len(s.runNum) > maxScratchIntents {
 		return
 	}
 	clear(s.seen)
 	clear(s.routes)
+	clear(s.runNum)
+	clear(s.runs)
+	s.runs = s.runs[:0]
 	clear(s.got)
 	claimScratches.Put(s)
 }

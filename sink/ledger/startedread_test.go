@@ -1,0 +1,316 @@
+package ledger_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/schemas"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+// The tests of the replay's read of a batch with runs of records
+// (startedByRangeSQL, startedread.go); the read's other tests are in
+// claim_test.go.
+
+// byKeySQL is what both replay reads stand for: each ID's row, found by
+// its key, unless it is started with the ID's payload at generation 1.
+var byKeySQL = `SELECT i.n, l.state, l.payload_hash, coalesce(l.generation, 0) FROM unnest($1::text[], $2::bytea[], $3::uuid[]) WITH ORDINALITY AS i(workflow_id, payload_hash, key, n)
+LEFT JOIN dedup_ledger l ON ` + schemas.LedgerRowIs("l", "i.workflow_id", "i.key") + `
+WHERE l.state IS DISTINCT FROM 'started' OR l.payload_hash <> i.payload_hash OR l.generation > 1`
+
+// A batch read by its runs is answered as by a look-up of each ID by its
+// key, on any ledger: rows started, pending, dead-lettered, re-run, under
+// another key than their ID's, of another topic at the same offsets, of
+// records the batch does not hold within its runs' offsets; IDs of the
+// run's records and of others (a producer's retry at another offset, an
+// ID never claimed, another payload), in a run or not, whatever the runs
+// (a run's offsets need not hold all its IDs'). Random ledgers and
+// batches, each answer compared row for row.
+func TestReplayReadOfRunsAnswersAsEachIDsKeyLookUp(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(63, 1))
+	type row struct {
+		id, state, topic string
+		part             int32
+		off              int64
+		hash             [32]byte
+		gen              int
+		key              [16]byte
+	}
+	var rows []row
+	topics := []string{"events", "audit"}
+	for _, topic := range topics {
+		for part := range int32(3) {
+			for off := range int64(120) {
+				for r := range 1 + rng.IntN(3) {
+					id := fmt.Sprintf("activity-r%d:%s-%d-%d", r, topic, part, off)
+					x := row{id: id, state: "started", topic: topic, part: part, off: off, hash: sha256.Sum256([]byte(id)), gen: 1, key: schemas.LedgerKey(id)}
+					switch rng.IntN(12) {
+					case 0:
+						x.state = "pending"
+					case 1:
+						x.state = "dead_lettered"
+					case 2:
+						x.gen = 2
+					case 3:
+						x.key = schemas.LedgerKey(id + "-not") // under another key
+					case 4:
+						x.off += 1000 // claimed by another record (a retry's)
+					}
+					rows = append(rows, x)
+				}
+			}
+		}
+	}
+	for _, x := range rows {
+		var runID, started any
+		if x.state == "started" {
+			runID, started = "r", "2026-12-06"
+		}
+		if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key, state, run_id, started_at, generation)
+			VALUES ($1, 'a', $1, 'field', $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			x.id, x.hash[:], x.topic, x.part, x.off, x.key, x.state, runID, started, x.gen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Pool().Exec(ctx, `VACUUM ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		n     int64
+		state string
+		hash  string
+		gen   int
+	}
+	read := func(sql string, args ...any) []answer {
+		t.Helper()
+		r, err := l.Pool().Query(ctx, sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		var out []answer
+		for r.Next() {
+			var a answer
+			var state *string
+			var hash []byte
+			if err := r.Scan(&a.n, &state, &hash, &a.gen); err != nil {
+				t.Fatal(err)
+			}
+			if state != nil {
+				a.state = *state
+			}
+			a.hash = fmt.Sprintf("%x", hash)
+			out = append(out, a)
+		}
+		if err := r.Err(); err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(out, func(a, b answer) int { return int(a.n - b.n) })
+		return out
+	}
+	for batch := range 40 {
+		var ids, bts, rts []string
+		var hashes [][]byte
+		var keys [][16]byte
+		var bps, rps []int32
+		var bos, runOf, rfs, rls []int64
+		runNum := map[string]int64{}
+		for _, x := range rows {
+			if rng.IntN(3) == 0 {
+				continue
+			}
+			id, hash, topic, part, off := x.id, x.hash, x.topic, x.part, x.off
+			switch rng.IntN(10) {
+			case 0:
+				hash[0]++ // another payload
+			case 1:
+				off += 500 // a producer's retry, at another offset
+			case 2:
+				id += "-fresh" // never claimed
+			}
+			if x.off >= 1000 {
+				off -= 1000 // its record, whose row another record claimed
+			}
+			ids, hashes, keys = append(ids, id), append(hashes, hash[:]), append(keys, schemas.LedgerKey(id))
+			var run int64
+			if rng.IntN(5) > 0 {
+				p := fmt.Sprintf("%s/%d", topic, part)
+				if run = runNum[p]; run == 0 {
+					first := int64(rng.IntN(60))
+					rts, rps, rfs, rls = append(rts, topic), append(rps, part), append(rfs, first), append(rls, first+int64(rng.IntN(600)))
+					run = int64(len(rts))
+					runNum[p] = run
+				}
+			}
+			runOf = append(runOf, run)
+			switch {
+			case run > 0: // by its run, else its key
+				bts, bps, bos = append(bts, ""), append(bps, part), append(bos, off)
+			case rng.IntN(2) == 0: // by its record, else its key
+				bts, bps, bos = append(bts, topic), append(bps, part), append(bos, off)
+			default: // by its key
+				bts, bps, bos = append(bts, ""), append(bps, 0), append(bos, 0)
+			}
+		}
+		want := read(byKeySQL, ids, hashes, keys)
+		got := read(ledger.StartedByRangeSQL, ids, hashes, keys, bts, bps, bos, runOf, rts, rps, rfs, rls)
+		if !slices.Equal(got, want) {
+			t.Fatalf("batch %d (%d IDs, %d runs): the read by runs answers %d rows, the key look-up %d\nby runs: %v\nby key:  %v",
+				batch, len(ids), len(rts), len(got), len(want), got, want)
+		}
+	}
+}
+
+// A replay's batch of polled records (a few partitions, each a run of
+// consecutive offsets) is read by its runs, and its verdicts are each
+// row's: duplicates, a re-drive of a pending row, a conflict, a new ID, a
+// producer's retry found by its key. A batch of records scattered over
+// the ledger (a claim of IDs in random order) is read one ID at a time.
+func TestReplayReadsAPollsRecordsByTheirRunsAndScatteredOnesOneByOne(t *testing.T) {
+	l, sql := openTraced(t)
+	ctx := context.Background()
+	var all []decide.Intent
+	for part := range int32(3) {
+		for off := range int64(400) {
+			in := intent(fmt.Sprintf("e-%d-%d", part, off), "p")
+			in.Partition, in.Offset = part, off
+			all = append(all, in)
+		}
+	}
+	var started []processor.Started
+	for i := 0; i < len(all); i += 300 {
+		claim(t, l, all[i:i+300]...)
+	}
+	for _, in := range all {
+		started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+	}
+	pending := all[1*400+30] // partition 1, offset 30: never marked
+	started = slices.DeleteFunc(started, func(s processor.Started) bool { return s.WorkflowID == pending.WorkflowID })
+	if err := l.MarkStarted(ctx, started); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, all[0]), decide.VerdictDuplicate) // a replay from here
+	sql.reset()
+	var batch []decide.Intent
+	for part := range 3 {
+		batch = append(batch, all[part*400+20:part*400+60]...)
+	}
+	conflict := all[2*400+40]
+	conflict.PayloadHash[0]++
+	fresh := intent("fresh", "f")
+	fresh.Partition, fresh.Offset = 0, 45
+	retry := all[0*400+300] // a producer's retry of an event at offset 300, read again at 50
+	retry.Offset = 50
+	batch = append(batch, conflict, fresh, retry)
+	cl, err := l.Claim(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sql.sent("FULL JOIN") {
+		t.Fatalf("a poll's records were not read by their runs: %q", sql.sql)
+	}
+	for i, c := range cl {
+		w := decide.VerdictDuplicate
+		switch batch[i].WorkflowID {
+		case pending.WorkflowID:
+			w = decide.VerdictRedrive
+		case conflict.WorkflowID:
+			if batch[i].PayloadHash == conflict.PayloadHash {
+				w = decide.VerdictConflict
+			}
+		case fresh.WorkflowID:
+			w = decide.VerdictNew
+		}
+		if c.Verdict != w {
+			t.Errorf("intent %d (%s at %d/%d): %s, want %s", i, batch[i].WorkflowID, batch[i].Partition, batch[i].Offset, c.Verdict, w)
+		}
+	}
+	// Scattered: 40 records of each partition, 10 offsets apart.
+	sql.reset()
+	batch = batch[:0]
+	for part := range 3 {
+		for off := 0; off < 400; off += 10 {
+			if in := all[part*400+off]; in.WorkflowID != pending.WorkflowID {
+				batch = append(batch, in)
+			}
+		}
+	}
+	cl, err = l.Claim(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sql.sent("FULL JOIN") || !sql.sent("LEFT JOIN LATERAL") {
+		t.Fatalf("records 10 offsets apart were read by runs: %q", sql.sql)
+	}
+	for i, c := range cl {
+		if c.Verdict != decide.VerdictDuplicate {
+			t.Errorf("intent %d (%s): %s, want a duplicate", i, batch[i].WorkflowID, c.Verdict)
+		}
+	}
+}
+
+// The read by runs is a hash (or merge) join of the batch and its runs'
+// rows in a generic plan, planned with no element of the arrays (10 a
+// piece, by PostgreSQL's estimate): a nested loop would scan every run for
+// each ID. Each run's rows are read along dedup_ledger_by_record, and no
+// row of the ledger outside the runs is read.
+func TestReplayReadOfRunsJoinsByHashInAGenericPlan(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key, state, run_id, started_at)
+		SELECT 'activity-a:fill-' || g, 'a', g::text, 'field', sha256(g::text::bytea), 'events', g % 8, g / 8, dedup_ledger_key('activity-a:fill-' || g),
+			'started', 'run', now() - interval '1 day'
+		FROM generate_series(1, 100000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pool().Exec(ctx, `VACUUM ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	var idl, hl, kl, pl, ol, rl []string
+	for g := 40000; g < 40800; g++ { // 100 records of each partition, offsets 5000 to 5099
+		id := fmt.Sprintf("activity-a:fill-%d", g)
+		h, k := sha256.Sum256([]byte(fmt.Sprint(g))), schemas.LedgerKey(id)
+		idl, hl, kl = append(idl, "'"+id+"'"), append(hl, fmt.Sprintf(`'\x%x'::bytea`, h[:])), append(kl, fmt.Sprintf("'%x'::uuid", k[:]))
+		pl, ol, rl = append(pl, fmt.Sprint(g%8)), append(ol, fmt.Sprintf("%d::int8", g/8)), append(rl, fmt.Sprintf("%d::int8", g%8+1))
+	}
+	conn, err := l.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	q := fmt.Sprintf(`SET plan_cache_mode = force_generic_plan; PREPARE runs(text[], bytea[], uuid[], text[], int4[], int8[], int8[], text[], int4[], int8[], int8[]) AS %s;
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE runs(ARRAY[%s], ARRAY[%s], ARRAY[%s], array_fill(''::text, ARRAY[%d]), ARRAY[%s], ARRAY[%s], ARRAY[%s],
+	array_fill('events'::text, ARRAY[8]), ARRAY[0, 1, 2, 3, 4, 5, 6, 7], array_fill(5000::int8, ARRAY[8]), array_fill(5099::int8, ARRAY[8]));
+DEALLOCATE runs; RESET plan_cache_mode`, ledger.StartedByRangeSQL, strings.Join(idl, ","), strings.Join(hl, ","), strings.Join(kl, ","), len(idl),
+		strings.Join(pl, ","), strings.Join(ol, ","), strings.Join(rl, ","))
+	res, err := conn.Conn().PgConn().Exec(ctx, q).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for _, r := range res[2].Rows {
+		plan = append(plan, string(r[0]))
+	}
+	text := strings.Join(plan, "\n")
+	if !strings.Contains(text, "Hash Full Join") && !strings.Contains(text, "Merge Full Join") {
+		t.Errorf("the batch and its runs' rows are not joined by hash or merge:\n%s", text)
+	}
+	if !strings.Contains(text, "dedup_ledger_by_record") {
+		t.Errorf("the runs are not read along dedup_ledger_by_record:\n%s", text)
+	}
+	for _, d := range ledgerScansDropping(plan) {
+		t.Errorf("the read of the runs read other rows: %s\n%s", d, text)
+	}
+	if !strings.Contains(text, "rows=0 loops=1") {
+		t.Errorf("the read of 800 started IDs answered rows:\n%s", text)
+	}
+}
