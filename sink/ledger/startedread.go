@@ -122,7 +122,9 @@ func recordOf(in *decide.Intent) recordRef { return recordRef{in.Topic, in.Parti
 
 // answerStarted records in got the rows already started and returns the
 // indexes of the intents left to claim. A started row never goes back to
-// pending, so the read needs no lock.
+// pending, so the read needs no lock. A batch with runs of records is read
+// by startedByRangeSQL, any other by startedSQL: both answer as a look-up
+// of each ID by its key (TestReplayReadOfRunsAnswersAsEachIDsKeyLookUp).
 func (p *Postgres) answerStarted(ctx context.Context, sc *claimScratch, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since startedSince, uniq []int, got []stored) ([]int, error) {
 	routes := sc.routes
 	for _, i := range uniq {

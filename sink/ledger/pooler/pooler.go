@@ -15,14 +15,14 @@
 //   - Transaction: the client has a server session for one transaction
 //     only; its next transaction may run on another, which other clients
 //     used in between. Named prepared statements (pgx's default,
-//     QueryExecModeCacheStatement: "stmtcache_…", and the ledger's read of
-//     started rows, "dedup_started_rows") then meet a session that
-//     lacks them (SQLSTATE 26000) or already has them (42P05), and a
-//     session advisory lock stays on a server session nobody owns. So
-//     Configure turns pgx to QueryExecModeCacheDescribe (unnamed
-//     statements, the parameter and result types cached per client
-//     connection), and what needs a session (migrations) is refused by its
-//     caller, naming the setting.
+//     QueryExecModeCacheStatement: "stmtcache_…", and the ledger's reads of
+//     started rows, "dedup_started_rows" and "dedup_started_by_range")
+//     then meet a session that lacks them (SQLSTATE 26000) or already has
+//     them (42P05), and a session advisory lock stays on a server session
+//     nobody owns. So Configure turns pgx to QueryExecModeCacheDescribe
+//     (unnamed statements, the parameter and result types cached per
+//     client connection), and what needs a session (migrations) is refused
+//     by its caller, naming the setting.
 //
 // A pooler the config does not name shows itself by those two SQLSTATEs:
 // Explain turns them into an error that names postgres.pooler.
