@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"slices"
 	"strings"
 	"testing"
@@ -312,5 +314,95 @@ DEALLOCATE runs; RESET plan_cache_mode`, ledger.StartedByRangeSQL, strings.Join(
 	}
 	if !strings.Contains(text, "rows=0 loops=1") {
 		t.Errorf("the read of 800 started IDs answered rows:\n%s", text)
+	}
+}
+
+// rootBuffers is the buffers (shared hit + read) an EXPLAIN (ANALYZE,
+// BUFFERS) plan's top node counts: the whole statement's.
+func rootBuffers(t *testing.T, plan []string) int {
+	t.Helper()
+	re := regexp.MustCompile(`Buffers: shared(?: hit=(\d+))?(?: read=(\d+))?`)
+	for _, line := range plan {
+		if m := re.FindStringSubmatch(line); m != nil {
+			n := 0
+			for _, s := range m[1:] {
+				if s != "" {
+					v, _ := strconv.Atoi(s)
+					n += v
+				}
+			}
+			return n
+		}
+	}
+	t.Fatalf("no buffers in the plan:\n%s", strings.Join(plan, "\n"))
+	return 0
+}
+
+// A replay of a partition from its first offset (a new consumer group,
+// a topic read again from the start) is a run over partition 0 from offset
+// 0, and every scheduler fire's row lies at partition 0, offset 0 (no
+// topic) in dedup_ledger_by_record: the run's scan reads them all to
+// answer its own records. The read by runs must cost no more than the
+// look-up of each ID by its record it replaced, whatever the fires.
+func TestAReplayReadOfRunsFromOffsetZeroDoesNotReadTheSchedulersFires(t *testing.T) {
+	l, log := openTraced(t)
+	ctx := context.Background()
+	if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key, state, run_id, started_at)
+		SELECT 'fire-' || g, 'a', g::text, 'schedule', sha256(g::text::bytea), '', 0, 0, dedup_ledger_key('fire-' || g), 'started', 'run', now()
+		FROM generate_series(1, 300000) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key, state, run_id, started_at)
+		SELECT 'activity-a:ev-' || g, 'a', 'ev-' || g, 'field', sha256('p'::bytea), 'events', 0, g, dedup_ledger_key('activity-a:ev-' || g), 'started', 'run', now()
+		FROM generate_series(0, 999) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pool().Exec(ctx, `VACUUM ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	rec := func(off int) decide.Intent {
+		in := intent(fmt.Sprintf("ev-%d", off), "p")
+		in.Partition, in.Offset = 0, int64(off)
+		return in
+	}
+	want(t, claim(t, l, rec(500)), decide.VerdictDuplicate) // replaying from here
+	log.reset()
+	var batch []decide.Intent
+	for off := range 40 {
+		batch = append(batch, rec(off))
+	}
+	want(t, claim(t, l, batch...), slices.Repeat([]decide.Verdict{decide.VerdictDuplicate}, len(batch))...)
+	var args []any
+	log.mu.Lock()
+	for i, q := range log.sql {
+		if strings.Contains(q, "FULL JOIN") {
+			args = log.args[i]
+		}
+	}
+	log.mu.Unlock()
+	if args == nil {
+		t.Fatal("the batch of 40 consecutive records was not read by its run")
+	}
+	conn, err := l.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	const explain = `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, SUMMARY OFF) `
+	byRuns := planOf(t, conn, explain+ledger.StartedByRangeSQL, args...)
+	// The same IDs, each looked up by its record (startedSQL, as before runs).
+	n := len(args[0].([]string))
+	topics, parts, offs := make([]string, n), make([]int32, n), make([]int64, n)
+	for j, id := range args[0].([]string) {
+		var off int64
+		fmt.Sscanf(strings.TrimPrefix(id, "activity-a:ev-"), "%d", &off)
+		topics[j], offs[j] = "events", off
+	}
+	byRecord := planOf(t, conn, explain+ledger.StartedSQL, args[0], args[1], args[2], topics, parts, offs)
+	r, o := rootBuffers(t, byRuns), rootBuffers(t, byRecord)
+	t.Logf("by runs: %d buffers; by record: %d", r, o)
+	if r > o {
+		t.Errorf("the read of 40 records by their run reads %d buffers, their look-up one by one %d:\nby runs:\n%s\nby record:\n%s",
+			r, o, strings.Join(byRuns, "\n"), strings.Join(byRecord, "\n"))
 	}
 }
