@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -395,7 +395,9 @@ func TestAReplayReadOfRunsFromOffsetZeroDoesNotReadTheSchedulersFires(t *testing
 	topics, parts, offs := make([]string, n), make([]int32, n), make([]int64, n)
 	for j, id := range args[0].([]string) {
 		var off int64
-		fmt.Sscanf(strings.TrimPrefix(id, "activity-a:ev-"), "%d", &off)
+		if _, err := fmt.Sscanf(strings.TrimPrefix(id, "activity-a:ev-"), "%d", &off); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
 		topics[j], offs[j] = "events", off
 	}
 	byRecord := planOf(t, conn, explain+ledger.StartedSQL, args[0], args[1], args[2], topics, parts, offs)
