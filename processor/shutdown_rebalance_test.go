@@ -504,9 +504,12 @@ func revokingPartition(rn *runner) int32 {
 // revoke's, 100 ms before the drain's end; with no such revoke, 50 ms
 // before the drain's end) is left to the final commit, queued behind it
 // and cut at deadline - reserve/4 (fixed: a revoke of nothing commits
-// nothing). The router's heartbeats are held until then, so
-// that it sees the rebalance (REBALANCE_IN_PROGRESS) 100 ms before the
-// drain's end. p0: a0 finished, h0 held (the drain lasts until drainBy);
+// nothing). The router's heartbeats are held from just before the stop
+// until then, so that it sees the rebalance (REBALANCE_IN_PROGRESS) 100 ms
+// before the drain's end; its session (3 s) outlasts the hold, so the
+// partitions are revoked, not lost (with the harness's 1 s session, a
+// heartbeat answered early before the hold expired the member: CI's -race
+// run, session 64, committed nothing at all). p0: a0 finished, h0 held (the drain lasts until drainBy);
 // p1: a1 finished, h1 held, released as above.
 // Coordinator round trips of 300 ms.
 func TestARevokeOfNothingDuringTheStopDoesNotCostTheFinalCommitWhatFinishedInTheDrain(t *testing.T) {
@@ -516,6 +519,10 @@ func TestARevokeOfNothingDuringTheStopDoesNotCostTheFinalCommitWhatFinishedInThe
 	cfg.DrainTimeout = minDrainTimeout
 	cfg.RevokeTimeout = DefaultConfig().RevokeTimeout
 	cfg.CommitInterval = time.Hour // only revokes and the final commit commit
+	// Longer than the heartbeats are held (up to the drain's second and a
+	// heartbeat interval): a held heartbeat must not expire the member,
+	// whose partitions would then be lost, not revoked.
+	cfg.SessionTimeout = 3 * time.Second
 	rel0 := e.starter.block(wid("h0"))
 	rel1 := e.starter.block(wid("h1"))
 	defer rel0()
@@ -529,8 +536,12 @@ func TestARevokeOfNothingDuringTheStopDoesNotCostTheFinalCommitWhatFinishedInThe
 	var holdHBUntil atomic.Int64
 	e.cluster.ControlKey(kmsg.Heartbeat.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		e.cluster.KeepControl()
-		if until := time.Unix(0, holdHBUntil.Load()); time.Now().Before(until) {
-			e.sleepControl(func() { time.Sleep(time.Until(until)) })
+		if time.Now().Before(time.Unix(0, holdHBUntil.Load())) {
+			e.sleepControl(func() { // until the hold's end, as it is when it comes (set again below)
+				for time.Now().Before(time.Unix(0, holdHBUntil.Load())) {
+					time.Sleep(time.Millisecond)
+				}
+			})
 		}
 		return nil, nil, false
 	})
@@ -559,6 +570,11 @@ func TestARevokeOfNothingDuringTheStopDoesNotCostTheFinalCommitWhatFinishedInThe
 	}
 	e.led.mu.Unlock()
 	slow.Store(true)
+	// The heartbeats are held from before the stop: the one in flight when
+	// the router stops (its answer came up to a heartbeat interval before)
+	// is answered 100 ms before the drain's end.
+	holdHBUntil.Store(time.Now().Add(time.Minute).UnixNano())
+	time.Sleep(150 * time.Millisecond)
 	rn.cancel() // the stop; rn.stop below waits for Run
 	errc := make(chan error, 1)
 	go func() { errc <- rn.stop() }()
