@@ -63,6 +63,17 @@ func BenchmarkClaimByExecMode(b *testing.B) {
 // cost is the client's: what the router spends on a duplicate's claim
 // besides the round trip (integration/bench/instructions.sh counts it).
 func BenchmarkClaimStartedRows(b *testing.B) {
+	benchClaimStartedRows(b, func(rec int) (int32, int64) { return int32(rec % 8), int64(rec) })
+}
+
+// BenchmarkClaimStartedRowsOfAPoll is BenchmarkClaimStartedRows as a
+// router's poll brings them: each of the 8 partitions' records at
+// consecutive offsets, read by their runs (startedByRangeSQL).
+func BenchmarkClaimStartedRowsOfAPoll(b *testing.B) {
+	benchClaimStartedRows(b, func(rec int) (int32, int64) { return int32(rec / 100 % 8), int64(rec) })
+}
+
+func benchClaimStartedRows(b *testing.B, record func(rec int) (int32, int64)) {
 	url := pgtest.NewDatabase(b)
 	ctx := context.Background()
 	if err := ledger.Migrate(ctx, url); err != nil {
@@ -82,7 +93,7 @@ func BenchmarkClaimStartedRows(b *testing.B) {
 		}
 		for r := range 1 + min(rec%5/4, 1) {
 			x := intent(fmt.Sprintf("route%d-evt-%09d", r, ev), fmt.Sprintf("payload %d", ev))
-			x.Partition, x.Offset = int32(rec%8), int64(rec)
+			x.Partition, x.Offset = record(rec)
 			in = append(in, x)
 		}
 	}

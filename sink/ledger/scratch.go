@@ -28,6 +28,13 @@ type claimScratch struct {
 	runOf    []int64
 	runs     []run
 	runNum   map[partitionRef]int64
+	// runsInOrder's: by intent, whether in uniq and its partition in
+	// runs; by partition, its run; the partitions in order; the runs.
+	inUniq  []bool
+	partOf  []int32
+	partRun []int64
+	order   []int
+	kept    []run
 }
 
 var claimScratches = sync.Pool{New: func() any {
@@ -80,6 +87,8 @@ func (s *claimScratch) release() {
 	clear(s.runNum)
 	clear(s.runs)
 	s.runs = s.runs[:0]
+	clear(s.kept)
+	s.kept = s.kept[:0]
 	clear(s.got)
 	claimScratches.Put(s)
 }

@@ -126,20 +126,10 @@ func recordOf(in *decide.Intent) recordRef { return recordRef{in.Topic, in.Parti
 // by startedByRangeSQL, any other by startedSQL: both answer as a look-up
 // of each ID by its key (TestReplayReadOfRunsAnswersAsEachIDsKeyLookUp).
 func (p *Postgres) answerStarted(ctx context.Context, sc *claimScratch, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since startedSince, uniq []int, got []stored) ([]int, error) {
-	routes := sc.routes
+	runs, runOf, byRecord := sc.readPlan(intents, uniq)
+	size := 7*20 + len(runs)*(4*4+8+4+8+8) + 4*20 // the arrays' headers and the runs
 	for _, i := range uniq {
-		routes[recordOf(&intents[i])]++
-	}
-	runs := sc.runsOf(routes)
-	byRecord := sc.byRecordOf(len(uniq))               // else no topic: looked up by key alone
-	runOf := sc.runOfOf(len(uniq))                     // by their run, when runs
-	size := 7*20 + len(runs.list)*(4*4+8+4+8+8) + 4*20 // the arrays' headers and the runs
-	for j, i := range uniq {
 		in := &intents[i]
-		if in.Topic != "" {
-			runOf[j] = runs.of(in.Topic, in.Partition)
-		}
-		byRecord[j] = runOf[j] == 0 && routes[recordOf(in)] <= maxRoutesByRecord
 		size += 7*4 + len(in.WorkflowID) + len(in.PayloadHash) + 16 + len(in.Topic) + 4 + 8 + 8
 	}
 	bp := p.encodeBuffer(size)
@@ -147,13 +137,13 @@ func (p *Postgres) answerStarted(ctx context.Context, sc *claimScratch, intents 
 	var params [11][]byte
 	*bp = encodeStartedParams(*bp, intents, keys, uniq, byRecord, runOf, &params)
 	name, sql, oids, n := "dedup_started_rows", startedSQL, startedParamOIDs, 6
-	if len(runs.list) > 0 {
-		*bp = encodeRuns(*bp, runOf, runs.list, &params)
+	if len(runs) > 0 {
+		*bp = encodeRuns(*bp, runOf, runs, &params)
 		name, sql, oids, n = "dedup_started_by_range", startedByRangeSQL, startedByRangeParamOIDs, 11
 	}
 	answered := sc.answeredOf(len(uniq))
 	var left []int // positions in uniq
-	args := func() []any { return startedArgs(intents, keys, uniq, byRecord, runOf, runs.list, n) }
+	args := func() []any { return startedArgs(intents, keys, uniq, byRecord, runOf, runs, n) }
 	err := p.queryEncoded(ctx, name, sql, oids, params[:n], args, func(cols [][]byte) error {
 		if len(cols) != 4 {
 			return fmt.Errorf("an answer of %d columns", len(cols))
@@ -357,6 +347,127 @@ func (r batchRuns) of(topic string, partition int32) int64 {
 		return 0
 	}
 	return r.num[partitionRef{topic, partition}]
+}
+
+// readPlan is how the read of started rows looks up each ID of uniq: by
+// its run (runOf[j], from 1; 0 for none), else by its record (byRecord[j])
+// or by its key alone; and the runs, in partition order. A batch whose
+// records of each partition come in offset order, as a router's polls
+// do, is counted in one pass in its order (runsInOrder: a map look-up a
+// change of partition, where counting by record took two an ID, about
+// 4% of a replay's CPU); any other by record (readPlanByRecord). Both
+// give the same plan (TestTheReadPlanInOffsetOrderIsTheReadPlanByRecord).
+func (s *claimScratch) readPlan(intents []decide.Intent, uniq []int) (runs []run, runOf []int64, byRecord []bool) {
+	runs, ok := s.runsInOrder(intents, uniq)
+	if !ok {
+		return s.readPlanByRecord(intents, uniq)
+	}
+	runOf, byRecord = s.runOfOf(len(uniq)), s.byRecordOf(len(uniq))
+	// The routes of a record no run reads: its partition is no run's,
+	// so all its IDs are counted here.
+	routes, some := s.routes, false
+	for j, i := range uniq {
+		in := &intents[i]
+		if in.Topic != "" {
+			runOf[j] = s.partRun[s.partOf[i]]
+		}
+		if runOf[j] == 0 {
+			routes[recordOf(in)]++
+			some = true
+		}
+	}
+	if some {
+		for j, i := range uniq {
+			byRecord[j] = runOf[j] == 0 && routes[recordOf(&intents[i])] <= maxRoutesByRecord
+		}
+	}
+	return runs, runOf, byRecord
+}
+
+// readPlanByRecord is readPlan for any batch: each ID's record counted
+// in a map.
+func (s *claimScratch) readPlanByRecord(intents []decide.Intent, uniq []int) (runs []run, runOf []int64, byRecord []bool) {
+	routes := s.routes
+	for _, i := range uniq {
+		routes[recordOf(&intents[i])]++
+	}
+	br := s.runsOf(routes)
+	runOf, byRecord = s.runOfOf(len(uniq)), s.byRecordOf(len(uniq))
+	for j, i := range uniq {
+		in := &intents[i]
+		if in.Topic != "" {
+			runOf[j] = br.of(in.Topic, in.Partition)
+		}
+		byRecord[j] = runOf[j] == 0 && routes[recordOf(in)] <= maxRoutesByRecord
+	}
+	return br.list, runOf, byRecord
+}
+
+// runsInOrder is runsOf for a batch whose IDs of uniq with a topic come,
+// in the batch's order, partition by partition in offset order (the
+// partitions may interleave, and a record's IDs need not be next to each
+// other, but no partition's offsets go back): its partitions' records
+// counted in one pass, where an offset above the partition's last is a
+// new record. partOf (by intent) is each ID's partition in s.runs, and
+// partRun (by partition) its run, 0 for none. ok is false, and s as
+// before, for a batch whose offsets go back.
+func (s *claimScratch) runsInOrder(intents []decide.Intent, uniq []int) (kept []run, ok bool) {
+	s.inUniq = zeroed(s.inUniq, len(intents))
+	for _, i := range uniq {
+		s.inUniq[i] = true
+	}
+	s.partOf = zeroed(s.partOf, len(intents))
+	parts := s.runs[:0]
+	cur := -1
+	for i := range intents {
+		in := &intents[i]
+		if !s.inUniq[i] || in.Topic == "" {
+			continue
+		}
+		if cur < 0 || parts[cur].partition != in.Partition || parts[cur].topic != in.Topic {
+			p := partitionRef{in.Topic, in.Partition}
+			k, found := s.runNum[p]
+			if !found {
+				parts = append(parts, run{topic: in.Topic, partition: in.Partition, first: in.Offset, last: in.Offset, records: 1})
+				k = int64(len(parts))
+				s.runNum[p] = k
+			}
+			cur = int(k - 1)
+		}
+		r := &parts[cur]
+		switch {
+		case in.Offset > r.last:
+			r.last = in.Offset
+			r.records++
+		case in.Offset < r.last:
+			clear(s.runNum)
+			clear(parts)
+			s.runs = parts[:0]
+			return nil, false
+		}
+		s.partOf[i] = int32(cur)
+	}
+	s.runs = parts
+	clear(s.runNum)
+	// Keep the runs that are runs, numbered in partition order, as
+	// runsOf does.
+	s.order = s.order[:0]
+	for k := range parts {
+		s.order = append(s.order, k)
+	}
+	slices.SortFunc(s.order, func(a, b int) int {
+		return cmp.Or(strings.Compare(parts[a].topic, parts[b].topic), cmp.Compare(parts[a].partition, parts[b].partition))
+	})
+	s.partRun = zeroed(s.partRun, len(parts))
+	kept = s.kept[:0]
+	for _, k := range s.order {
+		if r := parts[k]; r.records >= minRunRecords && uint64(r.last)-uint64(r.first) < uint64(runSpan*r.records) {
+			kept = append(kept, r)
+			s.partRun[k] = int64(len(kept))
+		}
+	}
+	s.kept = kept
+	return kept, true
 }
 
 // runsOf are the runs of the batch whose records (with a topic) routes

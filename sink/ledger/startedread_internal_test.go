@@ -309,3 +309,86 @@ func (p *Postgres) claimRunsSeen(b []decide.Intent) []run {
 	}
 	return slices.Clone(s.runsOf(routes).list)
 }
+
+// The read's plan counted in one pass over a batch whose partitions'
+// offsets never go back (readPlan's runsInOrder) is the plan counted by
+// record (readPlanByRecord): the same runs, each ID's run and whether it
+// is looked up by its record, on random batches of one to three topics
+// and records without one (the scheduler's fires), partitions
+// interleaved or not, a record's IDs together or apart, copies of an ID
+// left out of uniq, uniq in any order, offsets close together, far apart
+// or at the ends of int64, on one scratch claim after claim; and a batch
+// whose offsets go back is counted by record.
+func TestTheReadPlanInOffsetOrderIsTheReadPlanByRecord(t *testing.T) {
+	rng := rand.New(rand.NewPCG(65, 1))
+	topics := []string{"a", "b", "events", ""}
+	inOrder, mixed := 0, 0
+	for round := range 3000 {
+		var intents []decide.Intent
+		next := map[partitionRef]int64{}
+		span := []int64{1, 1, 2, 3, 50}[rng.IntN(5)]
+		base := []int64{0, 1000, math.MaxInt64 - 5000, math.MinInt64}[rng.IntN(4)]
+		records := rng.IntN(200)
+		backwards := rng.IntN(8) == 0
+		for range records {
+			topic := topics[rng.IntN(1+rng.IntN(len(topics)))]
+			part := int32(rng.IntN(1 + rng.IntN(4)))
+			p := partitionRef{topic, part}
+			off, ok := next[p]
+			if !ok {
+				off = base
+			}
+			if topic == "" {
+				part, off = 0, 0
+			}
+			next[p] = off + 1 + rng.Int64N(span)
+			if backwards && rng.IntN(20) == 0 {
+				off -= 2
+			}
+			routes := 1 + rng.IntN(1+rng.IntN(6))
+			for r := range routes {
+				in := decide.Intent{WorkflowID: fmt.Sprintf("r%d-%d-%d", r, round, len(intents)), Topic: topic, Partition: part, Offset: off}
+				intents = append(intents, in)
+			}
+		}
+		// A record's IDs apart: swap neighbours now and then.
+		for k := 0; k+1 < len(intents); k++ {
+			if rng.IntN(10) == 0 && intents[k].Topic == intents[k+1].Topic && intents[k].Partition == intents[k+1].Partition && intents[k].Offset == intents[k+1].Offset {
+				continue
+			}
+			if rng.IntN(30) == 0 {
+				intents[k], intents[k+1] = intents[k+1], intents[k]
+			}
+		}
+		// uniq: the IDs that are not copies, in any order.
+		var uniq []int
+		for i := range intents {
+			if rng.IntN(10) > 0 {
+				uniq = append(uniq, i)
+			}
+		}
+		rng.Shuffle(len(uniq), func(a, b int) { uniq[a], uniq[b] = uniq[b], uniq[a] })
+
+		sc := getClaimScratch(len(intents), false)
+		wantRuns, wantRunOf, wantByRecord := sc.readPlanByRecord(intents, uniq)
+		wantRuns, wantRunOf, wantByRecord = slices.Clone(wantRuns), slices.Clone(wantRunOf), slices.Clone(wantByRecord)
+		sc.release()
+		sc = getClaimScratch(len(intents), false)
+		_, ordered := sc.runsInOrder(intents, uniq)
+		runs, runOf, byRecord := sc.readPlan(intents, uniq)
+		if ordered {
+			inOrder++
+			if len(runs) > 0 && slices.Contains(byRecord, true) {
+				mixed++
+			}
+		}
+		if !slices.Equal(runs, wantRuns) || !slices.Equal(runOf, wantRunOf) || !slices.Equal(byRecord, wantByRecord) {
+			t.Fatalf("round %d (in offset order %v, %d intents, uniq %v):\nruns %v\nby record %v\nrun of %v\nby record: %v\nwant run of %v\nwant by record %v",
+				round, ordered, len(intents), uniq, runs, wantRuns, runOf, byRecord, wantRunOf, wantByRecord)
+		}
+		sc.release()
+	}
+	if inOrder < 1000 || mixed < 100 {
+		t.Fatalf("of 3000 batches, %d were in offset order, %d of them with runs and IDs looked up by record", inOrder, mixed)
+	}
+}
