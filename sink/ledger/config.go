@@ -83,10 +83,7 @@ type Config struct {
 	// first ID is remembered and never grown (8 MB at 100,000; no
 	// garbage). 0 remembers none. A copy with another payload still goes to
 	// the ledger (a conflict), and a started row changed by hand is read
-	// again within the minute. While it answers under 1 in 64 of the IDs
-	// it is asked (a replay of events no claim saw within the minute), it
-	// looks up and remembers only 1 ID in 16 (by its SHA-256), the rest
-	// are read, until copies come back.
+	// again within the minute.
 	StartedCache int `yaml:"started_cache"`
 }
 

@@ -22,27 +22,6 @@ const startedMaxAge = time.Minute
 // window of consecutive slots its SHA-256 picks.
 const startedWays = 4
 
-// While the memory answers under 1 in startedRareHits of the IDs it is
-// asked (over the last startedRateIDs asked), it asks and remembers only
-// the IDs of a sample, 1 in startedSample by their SHA-256, and the rest
-// go to the ledger's read: a replay of more IDs than the table holds, or
-// of events no claim saw within the minute, answers nothing from it, and
-// every ID cost a look-up and a write of a slot out of the processor's
-// caches (about 0.3 µs, BenchmarkStartedCacheReplayPastItsSize), which
-// the read that answers it anyway does not need. The sample's hits say
-// when copies come back (a producer's retries): from 1 in
-// startedRareHits of them on, every ID is asked and remembered again.
-const (
-	startedSample   = 16
-	startedRareHits = 64
-	startedRateIDs  = 1024
-)
-
-// inStartedSample says whether the ID of sum is in the sample the memory
-// keeps while it answers rarely: by its SHA-256's last byte, which
-// neither picks the window nor is compared first.
-func inStartedSample(sum *[32]byte) bool { return sum[31]%startedSample == 0 }
-
 // startedCache remembers the workflow IDs whose rows a claim of this
 // process found started with a payload hash, at generation 1, so that a
 // later copy of the same ID with the same hash is answered a duplicate
@@ -69,9 +48,8 @@ func inStartedSample(sum *[32]byte) bool { return sum[31]%startedSample == 0 }
 // ID answers for less than startedMaxAge after it was remembered, by the
 // clock's nanoseconds; a time the clock cannot tell (more than 292 years
 // from the memory's start) answers nothing and remembers nothing. A
-// lookup is one probe of memory, and an ID no lookup answers one more
-// write; while lookups answer rarely (a replay of new IDs), only a
-// sample of the IDs is looked up and written (startedSample).
+// lookup is one probe of memory, and a replay of more IDs than the table
+// holds, which no lookup answers, costs one more write an ID.
 type startedCache struct {
 	mu sync.Mutex
 	// changes counts the marks past generation 1 and the purges, begun
@@ -96,11 +74,6 @@ type startedCache struct {
 	// maybe is answer's scratch: whether a slot of the window of
 	// uniq[j] may hold its ID.
 	maybe []bool
-	// rare: the memory answered under 1 in startedRareHits of the IDs
-	// asked, counted in asked and hits (in the sample only, while rare)
-	// until startedRateIDs were asked.
-	rare        bool
-	asked, hits int
 }
 
 // startedSlot is one remembered ID: 80 bytes.
@@ -160,13 +133,7 @@ func (c *startedCache) answer(intents []decide.Intent, sums [][32]byte, uniq []i
 	// batches), and keeps the IDs a slot may hold. The second compares
 	// those in full, from the cache lines the first brought in.
 	c.maybe = slices.Grow(c.maybe[:0], len(uniq))[:len(uniq)]
-	asked := 0
 	for j, i := range uniq {
-		if c.rare && !inStartedSample(&sums[i]) {
-			c.maybe[j] = false
-			continue
-		}
-		asked++
 		word := binary.LittleEndian.Uint64(sums[i][8:16])
 		w := c.window(&sums[i])
 		m := false
@@ -178,7 +145,6 @@ func (c *startedCache) answer(intents []decide.Intent, sums [][32]byte, uniq []i
 		c.maybe[j] = m
 	}
 	left := uniq[:0:0]
-	defer func() { c.count(asked, len(uniq)-len(left)) }()
 next:
 	for j, i := range uniq {
 		if !c.maybe[j] {
@@ -196,18 +162,6 @@ next:
 		left = append(left, i)
 	}
 	return left
-}
-
-// count adds a look-up's IDs asked and answered to the rate, and at
-// startedRateIDs asked tells whether the memory answers rarely. Called
-// with mu held.
-func (c *startedCache) count(asked, hits int) {
-	c.asked += asked
-	c.hits += hits
-	if c.asked >= startedRateIDs {
-		c.rare = c.hits*startedRareHits < c.asked
-		c.asked, c.hits = 0, 0
-	}
 }
 
 // startedSince is what a claim passes to remember: the changes counted,
@@ -258,9 +212,6 @@ func (c *startedCache) remember(intents []decide.Intent, sums [][32]byte, at []i
 	// since must not stamp the read as newer than it can be.
 	stamp := min(since.at, now)
 	for _, i := range at {
-		if c.rare && !inStartedSample(&sums[i]) {
-			continue
-		}
 		w := c.window(&sums[i])
 		c.filled++
 		w[c.slotFor(w, &sums[i], now)] = startedSlot{sum: sums[i], hash: intents[i].PayloadHash, at: stamp, seq: c.filled}

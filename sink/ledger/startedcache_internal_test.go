@@ -36,20 +36,6 @@ func TestTheStartedCacheNeverHoldsMoreThanItsEntries(t *testing.T) {
 	}
 }
 
-// remembers says whether a live slot of sum's window holds it, without
-// counting a look-up.
-func (c *startedCache) remembers(sum *[32]byte) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now, _ := c.nanos(c.now())
-	for _, s := range c.window(sum) {
-		if s.sum == *sum && c.live(&s, now) {
-			return true
-		}
-	}
-	return false
-}
-
 // held is how many IDs c answers for.
 func (c *startedCache) held() int {
 	n := 0
@@ -138,37 +124,6 @@ func benchStartedCache(b *testing.B, entries, ids int) {
 // A replay of more IDs than the memory holds: every ID misses and is
 // remembered.
 func BenchmarkStartedCacheReplayPastItsSize(b *testing.B) { benchStartedCache(b, 100_000, 200_000) }
-
-// A replay of IDs no claim saw before (a backlog read again, a new
-// consumer group from the earliest offset): no lookup answers one.
-func BenchmarkStartedCacheReplayOfNewIDs(b *testing.B) {
-	other := make([]byte, 64<<20)
-	now := time.Unix(1e9, 0)
-	c := newStartedCache(100_000, func() time.Time { return now })
-	const batch = 1000
-	ins, sums := make([]decide.Intent, batch), make([][32]byte, batch)
-	got := make([]stored, batch)
-	uniq := make([]int, batch)
-	hits := 0
-	b.ResetTimer()
-	for n := 0; n < b.N; n += batch {
-		b.StopTimer()
-		for k := 0; k < len(other); k += 64 {
-			other[k]++
-		}
-		for j := range ins {
-			ins[j] = decide.Intent{WorkflowID: fmt.Sprintf("activity-a:%d", n+j)}
-			_, sums[j] = keySumOf(ins[j].WorkflowID)
-			uniq[j], got[j] = j, stored{}
-		}
-		b.StartTimer()
-		since := c.since()
-		left := c.answer(ins, sums, uniq, got)
-		hits += batch - len(left)
-		c.remember(ins, sums, left, since)
-	}
-	b.ReportMetric(float64(hits)/float64(b.N), "hits/ID")
-}
 
 // A producer's retries of IDs the memory holds: nearly every ID after the
 // first round is answered (hits/ID; a window of startedWays slots can be
@@ -808,9 +763,8 @@ func TestTheStartedCacheNeverAnswersARowAFailedChangeMovedOrDeletedWhenItLanded(
 }
 
 // singlePassAnswer is answer as it was before its two passes (4a4d2d3):
-// every ID of uniq compared in full against its window, in uniq's order
-// (while the memory answers rarely, only the IDs of its sample). The
-// reference the two-pass answer must agree with.
+// every ID of uniq compared in full against its window, in uniq's order.
+// The reference the two-pass answer must agree with.
 func (c *startedCache) singlePassAnswer(intents []decide.Intent, sums [][32]byte, uniq []int, got []stored) []int {
 	if c == nil {
 		return uniq
@@ -824,10 +778,6 @@ func (c *startedCache) singlePassAnswer(intents []decide.Intent, sums [][32]byte
 	left := uniq[:0:0]
 next:
 	for _, i := range uniq {
-		if c.rare && !inStartedSample(&sums[i]) {
-			left = append(left, i)
-			continue
-		}
 		in := &intents[i]
 		w := c.window(&sums[i])
 		for k := range w {
@@ -1156,106 +1106,5 @@ func TestTheAnswersScratchIsBoundedByTheLargestBatch(t *testing.T) {
 	fresh.answer(ins, sums, make([]int, 100_000), got)
 	if cap(fresh.maybe) != 0 {
 		t.Errorf("a memory that holds nothing took a scratch of %d", cap(fresh.maybe))
-	}
-}
-
-// A memory that answers under 1 in startedRareHits of the IDs it is asked
-// (a replay of new IDs) asks and remembers only its sample, 1 in
-// startedSample IDs by their SHA-256: every other ID goes to the read,
-// those it remembered before included. Once copies come back (the
-// sample's hits from 1 in startedRareHits on), every ID is asked and
-// remembered again, and the IDs it remembered before the sample answer
-// again.
-func TestAMemoryThatAnswersRarelyKeepsOnlyItsSampleUntilCopiesComeBack(t *testing.T) {
-	now := time.Unix(1e9, 0)
-	c := newStartedCache(100_000, func() time.Time { return now })
-	next := 0
-	batch := func(n int) ([]decide.Intent, [][32]byte) {
-		ins, sums := make([]decide.Intent, n), make([][32]byte, n)
-		for i := range ins {
-			ins[i] = decide.Intent{WorkflowID: fmt.Sprintf("activity-a:%d", next), PayloadHash: [32]byte{1}}
-			_, sums[i] = keySumOf(ins[i].WorkflowID)
-			next++
-		}
-		return ins, sums
-	}
-	all := func(n int) []int {
-		u := make([]int, n)
-		for i := range u {
-			u[i] = i
-		}
-		return u
-	}
-	// claim answers the IDs from memory and remembers the rest, as a
-	// claim whose read found every row started; it returns the IDs
-	// answered from memory.
-	claim := func(ins []decide.Intent, sums [][32]byte) map[int]bool {
-		since := c.since()
-		got := make([]stored, len(ins))
-		left := c.answer(ins, sums, all(len(ins)), got)
-		c.remember(ins, sums, left, since)
-		hit := map[int]bool{}
-		for i := range got {
-			if got[i].found {
-				hit[i] = true
-			}
-		}
-		return hit
-	}
-	firstIns, firstSums := batch(500)
-	claim(firstIns, firstSums) // remembered whole: the memory answered nothing yet
-	for range 3 {
-		if c.rare {
-			break
-		}
-		if hit := claim(batch(500)); len(hit) != 0 {
-			t.Fatalf("new IDs answered from memory: %v", hit)
-		}
-	}
-	if !c.rare {
-		t.Fatalf("after %d new IDs, none answered, the memory still asks and remembers every ID", next)
-	}
-	// Remembered before: only the sample's are asked now.
-	hit := claim(firstIns, firstSums)
-	sampled := 0
-	for i := range firstIns {
-		in := inStartedSample(&firstSums[i])
-		if in {
-			sampled++
-		}
-		if hit[i] != in {
-			t.Fatalf("an ID remembered before the memory answered rarely: answered %v, in the sample %v", hit[i], in)
-		}
-	}
-	if sampled == 0 || sampled == len(firstIns) {
-		t.Fatalf("%d of %d IDs in the sample", sampled, len(firstIns))
-	}
-	// New IDs while rare: only the sample's are remembered.
-	ins, sums := batch(2000)
-	claim(ins, sums)
-	for i := range ins {
-		if r := c.remembers(&sums[i]); r != inStartedSample(&sums[i]) {
-			t.Fatalf("an ID claimed while the memory answered rarely: remembered %v, in the sample %v", r, inStartedSample(&sums[i]))
-		}
-	}
-	if !c.rare {
-		t.Fatal("the memory stopped answering rarely before any copy came back")
-	}
-	// Copies come back: the sample answers them, and the memory asks
-	// every ID again.
-	for round := 0; c.rare; round++ {
-		if round > 100 {
-			t.Fatal("copies of remembered IDs came back 100 times and the memory still answers rarely")
-		}
-		claim(ins, sums)
-	}
-	hit = claim(firstIns, firstSums)
-	if len(hit) != len(firstIns) {
-		t.Fatalf("once copies came back, %d of the %d IDs remembered before the sample answered", len(hit), len(firstIns))
-	}
-	newIns, newSums := batch(300)
-	claim(newIns, newSums)
-	if hit := claim(newIns, newSums); len(hit) != len(newIns) {
-		t.Fatalf("once copies came back, %d of %d new IDs were remembered", len(hit), len(newIns))
 	}
 }
