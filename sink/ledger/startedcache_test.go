@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand"
 	"net"
 	"net/url"
 	"os"
@@ -1713,4 +1714,251 @@ func TestIDsSharingTheWordTheMemoryReadsFirstWithARememberedOneGetTheLedgersVerd
 	want(t, claim(t, l, a), decide.VerdictDuplicate) // remembered now
 	want(t, claim(t, l, a, b, c, d), decide.VerdictDuplicate, decide.VerdictNew, decide.VerdictNew, decide.VerdictNew)
 	want(t, claim(t, l, b, a, d, c, a), decide.VerdictRedrive, decide.VerdictDuplicate, decide.VerdictRedrive, decide.VerdictRedrive, decide.VerdictDuplicate)
+}
+
+// inMemorysSample says whether workflow ID id was in the sample a memory
+// of started rows kept while it answered rarely (dcd9c93, reverted): its
+// SHA-256's last byte a multiple of 16.
+func inMemorysSample(id string) bool { return sha256.Sum256([]byte(id))[31]%16 == 0 }
+
+// A producer retries one event, copy after copy, after either of two
+// workloads after which the memory answers under 1 in 64 of the IDs it
+// is asked: a replay of events no claim saw within the minute (a new
+// consumer group from the earliest offset: 2,100 started rows read
+// again), or a live stream of 2,100 new events (each claimed new, none a
+// copy) after one redelivered record. The retried event's row is
+// started, generation 1, with the copies' payload: from the second copy
+// on, the memory answers it without a statement, whatever the event's
+// workflow ID: here one of the 15 in 16 outside the sample that dcd9c93's
+// memory kept while it answered rarely, which never answered it again
+// (adversary 65a; reverted).
+func TestAProducersRetriesAfterAReplayOrAStreamOfNewEventsAreAnsweredFromMemoryWhateverTheirID(t *testing.T) {
+	for _, before := range []string{"replay", "stream of new events"} {
+		l, sql := openTraced(t)
+		clk := &clock{t: time.Unix(1e9, 0)}
+		l.RememberStartedAt(100_000, clk.now)
+		ctx := context.Background()
+		var events []decide.Intent
+		var st []processor.Started
+		for i := range 2100 {
+			in := intent(fmt.Sprintf("event-%d", i), "p")
+			in.Offset = int64(100 + i)
+			events = append(events, in)
+			st = append(st, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+		}
+		hot := intent("hot-0", "p")
+		for k := 1; inMemorysSample(hot.WorkflowID); k++ {
+			hot = intent(fmt.Sprintf("hot-%d", k), "p")
+		}
+		switch before {
+		case "replay":
+			if _, err := l.Claim(ctx, events); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.MarkStarted(ctx, st); err != nil {
+				t.Fatal(err)
+			}
+			for b := 0; b < len(events); b += 700 { // the replay, in polls of 700
+				if _, err := l.Claim(ctx, events[b:b+700]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		default:
+			redelivered := intent("redelivered", "p")
+			markedStarted(t, l, redelivered)
+			want(t, claim(t, l, redelivered), decide.VerdictDuplicate)
+			for b := 0; b < len(events); b += 300 { // polls of 300 new events, each started
+				if _, err := l.Claim(ctx, events[b:b+300]); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.MarkStarted(ctx, st[b:b+300]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		markedStarted(t, l, hot)
+		want(t, claim(t, l, hot), decide.VerdictDuplicate) // the ledger answers the first retry
+		sql.reset()
+		const copies = 500
+		for range copies {
+			want(t, claim(t, l, hot), decide.VerdictDuplicate)
+		}
+		if n := len(sql.sql); n != 0 {
+			t.Errorf("after a %s, %d more copies of a row a claim found started, within the minute: %d statements sent (%d IDs answered from memory), want none",
+				before, copies, n, l.StartedCacheHits())
+		}
+	}
+}
+
+// The retries the memory is for (the package docs: "a producer's retries
+// after the start"): on a live stream of new events (2,100, each claimed
+// new and started: the memory is asked every one and answers none), a
+// producer sends a batch of 100 events ten times over, within the
+// minute. Its first copies are claimed new and started, the second
+// copies read from the ledger (found started: remembered), and the
+// copies from the third on answered from memory, no statement: 800 IDs
+// of the 1,000. At least 90% of them must be (a window of startedWays
+// slots can be full; dcd9c93's memory, which kept a sample while it
+// answered rarely, answered 32: adversary 65a, reverted).
+func TestAProducersRetriesOfABatchAreAnsweredFromMemoryFromTheirThirdCopyOnALiveStream(t *testing.T) {
+	l, sql := openTraced(t)
+	clk := &clock{t: time.Unix(1e9, 0)}
+	l.RememberStartedAt(100_000, clk.now)
+	ctx := context.Background()
+	redelivered := intent("redelivered", "p")
+	markedStarted(t, l, redelivered)
+	want(t, claim(t, l, redelivered), decide.VerdictDuplicate) // one redelivered record: the memory holds one ID
+	started := func(ins []decide.Intent) {
+		t.Helper()
+		var st []processor.Started
+		for _, in := range ins {
+			st = append(st, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+		}
+		if err := l.MarkStarted(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for b := 0; b < 2100; b += 300 { // the live stream: polls of 300 new events, each started
+		var poll []decide.Intent
+		for i := b; i < b+300; i++ {
+			in := intent(fmt.Sprintf("event-%d", i), "p")
+			in.Offset = int64(100 + i)
+			poll = append(poll, in)
+		}
+		if _, err := l.Claim(ctx, poll); err != nil {
+			t.Fatal(err)
+		}
+		started(poll)
+	}
+	var burst []decide.Intent
+	for i := range 100 {
+		in := intent(fmt.Sprintf("retried-%d", i), "p")
+		in.Partition, in.Offset = 2, int64(i)
+		burst = append(burst, in)
+	}
+	for copy := 1; copy <= 2; copy++ {
+		if _, err := l.Claim(ctx, burst); err != nil {
+			t.Fatal(err)
+		}
+		if copy == 1 {
+			started(burst)
+		}
+	}
+	sql.reset()
+	hits := l.StartedCacheHits()
+	for range 8 {
+		if _, err := l.Claim(ctx, burst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := 0
+	sql.mu.Lock()
+	for _, args := range sql.args {
+		if ids, ok := args[0].([]string); ok {
+			read += len(ids)
+		}
+	}
+	sql.mu.Unlock()
+	if answered := l.StartedCacheHits() - hits; answered < 720 {
+		t.Errorf("the third to tenth copies of 100 events started within the minute: %d of 800 answered from memory, %d IDs sent to the ledger in %d statements; want at least 720 answered",
+			answered, read, len(sql.sql))
+	}
+}
+
+// The same run of claims, marks (first runs and re-runs) and purges on a
+// handle that remembers started rows and on one that does not, each on
+// its own ledger: every claim gets the same verdicts from both. The run
+// has phases of new events (the memory answers nothing) and phases of
+// retries of started rows, copies with another payload, re-runs of
+// remembered rows, purges, and the clock moving on (adversary 65a).
+func TestClaimsGetTheLedgersVerdictsThroughNewEventsRetriesReRunsAndPurges(t *testing.T) {
+	mem, plain := open(t), open(t)
+	clk := &clock{t: time.Unix(1e9, 0)}
+	mem.RememberStartedAt(100_000, clk.now)
+	plain.RememberStarted(0)
+	ctx := context.Background()
+	rng := rand.New(rand.NewSource(5))
+	var startedIDs []decide.Intent // started on both, generation 1 or more
+	gens := map[string]int{}
+	next := 0
+	both := func(f func(l *ledger.Postgres) error) {
+		t.Helper()
+		for _, l := range []*ledger.Postgres{mem, plain} {
+			if err := f(l); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	claimBoth := func(step int, batch []decide.Intent) []decide.Claimed {
+		t.Helper()
+		a, err := mem.Claim(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := plain.Claim(ctx, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range batch {
+			if a[i] != b[i] {
+				t.Fatalf("step %d: %s (payload %x): %+v with the memory, %+v without", step, batch[i].WorkflowID, batch[i].PayloadHash[:2], a[i], b[i])
+			}
+		}
+		return a
+	}
+	for step := range 240 {
+		phase := (step / 30) % 2 // 0: new events, 1: retries
+		var batch []decide.Intent
+		n := 1 + rng.Intn(150)
+		if phase == 1 {
+			n = 200 + rng.Intn(800) // retries: 200 to 1,000 IDs a claim
+		}
+		for range n {
+			if phase == 0 || len(startedIDs) == 0 || rng.Intn(10) == 0 {
+				in := intent(fmt.Sprintf("flip-%d", next), "p")
+				in.Offset = int64(next)
+				next++
+				batch = append(batch, in)
+				continue
+			}
+			in := startedIDs[rng.Intn(len(startedIDs))]
+			if rng.Intn(30) == 0 {
+				in.PayloadHash = sha256.Sum256([]byte("other"))
+			}
+			batch = append(batch, in)
+		}
+		cl := claimBoth(step, batch)
+		var st []processor.Started
+		marked := map[string]bool{}
+		for i, c := range cl {
+			if c.Verdict == decide.VerdictNew && !marked[batch[i].WorkflowID] {
+				marked[batch[i].WorkflowID] = true
+				st = append(st, processor.Started{WorkflowID: batch[i].WorkflowID, RunID: "r", Generation: 1})
+				startedIDs = append(startedIDs, batch[i])
+				gens[batch[i].WorkflowID] = 1
+			}
+		}
+		if len(st) > 0 {
+			both(func(l *ledger.Postgres) error { return l.MarkStarted(ctx, st) })
+		}
+		switch op := rng.Intn(20); {
+		case op < 3 && len(startedIDs) > 0: // re-runs of a few started rows
+			var rr []processor.Started
+			for range 1 + rng.Intn(5) {
+				in := startedIDs[rng.Intn(len(startedIDs))]
+				gens[in.WorkflowID]++
+				rr = append(rr, processor.Started{WorkflowID: in.WorkflowID, RunID: fmt.Sprint("re", step), Generation: gens[in.WorkflowID]})
+			}
+			for _, r := range rr {
+				both(func(l *ledger.Postgres) error { return l.MarkStarted(ctx, []processor.Started{r}) })
+			}
+		case op == 3: // a purge of every started row
+			both(func(l *ledger.Postgres) error { _, err := l.Purge(ctx, 0, 1000); return err })
+			startedIDs = nil
+			clear(gens)
+		case op == 4:
+			clk.add(time.Duration(rng.Int63n(int64(70 * time.Second))))
+		}
+	}
+	t.Logf("%d IDs, %d answered from memory", next, mem.StartedCacheHits())
 }
