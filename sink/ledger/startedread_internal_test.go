@@ -99,6 +99,23 @@ func twinLedger(t *testing.T, opts ...string) *Postgres {
 	return l
 }
 
+// twinIntent is the twin ledgers' intent of workflow ID id at a record.
+func twinIntent(id, payload, topic string, part int32, off int64) decide.Intent {
+	return decide.Intent{WorkflowID: id, ActivityID: "a", EventID: id, IDRule: "field", PayloadHash: sha256.Sum256([]byte(payload)),
+		Topic: topic, Partition: part, Offset: off}
+}
+
+// ledgerRows is every row of l's ledger as a line, by workflow ID: what
+// the twin ledgers compare after each batch.
+func ledgerRows(t *testing.T, l *Postgres) string {
+	t.Helper()
+	var s string
+	if err := l.pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(format('%s %s %s %s %s %s/%s/%s', workflow_id, state, attempts, generation, encode(payload_hash, 'hex'), topic, kafka_partition, kafka_offset), E'\n' ORDER BY workflow_id, key), '') FROM dedup_ledger`).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // The verdicts of a claim whose read of started rows goes by runs are the
 // claim statement's alone, on any ledger and batch: two ledgers of the
 // same rows, one claiming every batch as a replay (the read first), the
@@ -196,17 +213,8 @@ func replayTwins(t *testing.T, seed uint64, subjectOpts ...string) {
 			t.Fatal(err)
 		}
 	}
-	in := func(id, payload, topic string, part int32, off int64) decide.Intent {
-		return decide.Intent{WorkflowID: id, ActivityID: "a", EventID: id, IDRule: "field", PayloadHash: sha256.Sum256([]byte(payload)),
-			Topic: topic, Partition: part, Offset: off}
-	}
-	dump := func(l *Postgres) string {
-		var s string
-		if err := l.pool.QueryRow(ctx, `SELECT coalesce(string_agg(format('%s %s %s %s %s %s/%s/%s', workflow_id, state, attempts, generation, encode(payload_hash, 'hex'), topic, kafka_partition, kafka_offset), E'\n' ORDER BY workflow_id, key), '') FROM dedup_ledger`).Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	in := twinIntent
+	dump := func(l *Postgres) string { return ledgerRows(t, l) }
 	ranByRuns := 0
 	for batch := range 150 {
 		var b []decide.Intent
@@ -745,17 +753,8 @@ func TestAReplaysClaimOfAnyPollGivesTheClaimStatementsVerdicts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	in := func(id, payload, topic string, part int32, off int64) decide.Intent {
-		return decide.Intent{WorkflowID: id, ActivityID: "a", EventID: id, IDRule: "field", PayloadHash: sha256.Sum256([]byte(payload)),
-			Topic: topic, Partition: part, Offset: off}
-	}
-	dump := func(l *Postgres) string {
-		var s string
-		if err := l.pool.QueryRow(ctx, `SELECT coalesce(string_agg(format('%s %s %s %s %s %s/%s/%s', workflow_id, state, attempts, generation, encode(payload_hash, 'hex'), topic, kafka_partition, kafka_offset), E'\n' ORDER BY workflow_id, key), '') FROM dedup_ledger`).Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	in := twinIntent
+	dump := func(l *Postgres) string { return ledgerRows(t, l) }
 	var inOrder, withRuns int
 	for batch := range 120 {
 		// Segments: a partition's records from an offset on.
