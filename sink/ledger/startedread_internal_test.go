@@ -116,6 +116,39 @@ func ledgerRows(t *testing.T, l *Postgres) string {
 	return s
 }
 
+// markSomeStarted marks about half the intents of b that the claim
+// answered new started, on each ledger.
+func markSomeStarted(t *testing.T, rng *rand.Rand, b []decide.Intent, claimed []decide.Claimed, ledgers ...*Postgres) {
+	t.Helper()
+	var ms []processor.Started
+	for i, c := range claimed {
+		if c.Verdict == decide.VerdictNew && rng.IntN(2) == 0 {
+			ms = append(ms, processor.Started{WorkflowID: b[i].WorkflowID, RunID: "r2", Generation: c.Generation})
+		}
+	}
+	ms = slices.CompactFunc(ms, func(a, c processor.Started) bool { return a.WorkflowID == c.WorkflowID })
+	for _, l := range ledgers {
+		if err := l.MarkStarted(context.Background(), ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// sameVerdicts fails t unless each intent of batch b got the same
+// verdict after the replay's read (got) as from the claim alone (want).
+func sameVerdicts(t *testing.T, batch int, b []decide.Intent, got, want []decide.Claimed) {
+	t.Helper()
+	for i := range b {
+		if got[i] != want[i] {
+			t.Errorf("batch %d, intent %d (%s at %s/%d/%d): %+v after the replay's read, %+v from the claim alone",
+				batch, i, b[i].WorkflowID, b[i].Topic, b[i].Partition, b[i].Offset, got[i], want[i])
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
 // The verdicts of a claim whose read of started rows goes by runs are the
 // claim statement's alone, on any ledger and batch: two ledgers of the
 // same rows, one claiming every batch as a replay (the read first), the
@@ -265,15 +298,7 @@ func replayTwins(t *testing.T, seed uint64, subjectOpts ...string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range b {
-			if got[i] != wantV[i] {
-				t.Errorf("batch %d, intent %d (%s at %s/%d/%d): %+v after the replay's read, %+v from the claim alone",
-					batch, i, b[i].WorkflowID, b[i].Topic, b[i].Partition, b[i].Offset, got[i], wantV[i])
-			}
-		}
-		if t.Failed() {
-			t.FailNow()
-		}
+		sameVerdicts(t, batch, b, got, wantV)
 		if g, w := dump(subject), dump(control); g != w {
 			gl, wl := strings.Split(g, "\n"), strings.Split(w, "\n")
 			var diff []string
@@ -285,18 +310,7 @@ func replayTwins(t *testing.T, seed uint64, subjectOpts ...string) {
 			t.Fatalf("batch %d (%d intents): the ledgers differ after it:\n%s", batch, len(b), strings.Join(diff[:min(len(diff), 6)], "\n"))
 		}
 		// Mark a few of the claimed ones started, on both.
-		var ms []processor.Started
-		for i, c := range wantV {
-			if c.Verdict == decide.VerdictNew && rng.IntN(2) == 0 {
-				ms = append(ms, processor.Started{WorkflowID: b[i].WorkflowID, RunID: "r2", Generation: c.Generation})
-			}
-		}
-		ms = slices.CompactFunc(ms, func(a, c processor.Started) bool { return a.WorkflowID == c.WorkflowID })
-		for _, l := range []*Postgres{subject, control} {
-			if err := l.MarkStarted(ctx, ms); err != nil {
-				t.Fatal(err)
-			}
-		}
+		markSomeStarted(t, rng, b, wantV, subject, control)
 		if len(subject.claimRunsSeen(b)) > 0 {
 			ranByRuns++
 		}
@@ -860,30 +874,11 @@ func TestAReplaysClaimOfAnyPollGivesTheClaimStatementsVerdicts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("batch %d: the claim statement's: %v", batch, err)
 		}
-		for i := range b {
-			if got[i] != wantV[i] {
-				t.Errorf("batch %d, intent %d (%s at %s/%d/%d): %+v after the replay's read, %+v from the claim alone",
-					batch, i, b[i].WorkflowID, b[i].Topic, b[i].Partition, b[i].Offset, got[i], wantV[i])
-			}
-		}
-		if t.Failed() {
-			t.FailNow()
-		}
+		sameVerdicts(t, batch, b, got, wantV)
 		if g, w := dump(subject), dump(control); g != w {
 			t.Fatalf("batch %d (%d intents): the ledgers differ after it", batch, len(b))
 		}
-		var ms []processor.Started
-		for i, c := range wantV {
-			if c.Verdict == decide.VerdictNew && rng.IntN(2) == 0 {
-				ms = append(ms, processor.Started{WorkflowID: b[i].WorkflowID, RunID: "r2", Generation: c.Generation})
-			}
-		}
-		ms = slices.CompactFunc(ms, func(a, c processor.Started) bool { return a.WorkflowID == c.WorkflowID })
-		for _, l := range []*Postgres{subject, control} {
-			if err := l.MarkStarted(ctx, ms); err != nil {
-				t.Fatal(err)
-			}
-		}
+		markSomeStarted(t, rng, b, wantV, subject, control)
 	}
 	t.Logf("of 120 batches, %d in offset order, %d of them with runs", inOrder, withRuns)
 	if inOrder < 20 || withRuns < 20 {
