@@ -11,16 +11,20 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// The read of started rows (startedread.go) sends its batch's columns as
-// arrays it encodes itself, in PostgreSQL's binary array format
-// (array_send), straight from the intents into one buffer sized for them
-// and kept for the next statement, and runs on the connection's PgConn:
-// pgx's own path encodes each element through an interface into a buffer
-// it grows from 256 bytes on every statement (BenchmarkClaimStartedRows:
-// a replay's claim of 1,000 IDs allocated 1.0 MB, 0.54 MB so, 0.35 MB with
-// room made for its Bind first (reserve), 0.12 MB with the claim's working
-// memory kept for the next claim (scratch.go)). The bytes sent are pgx's,
-// element for element (TestOwnArraysAreTheBytesPgxSends).
+// The read of started rows (startedread.go), the claim (claim.go) and the
+// mark (marks.go) send their batch's columns as arrays they encode
+// themselves, in PostgreSQL's binary array format (array_send), straight
+// from the intents into one buffer sized for them and kept for the next
+// statement, and run on the connection's PgConn: pgx's own path encodes
+// each element through an interface into a buffer it grows from 256 bytes
+// on every statement (BenchmarkClaimStartedRows: a replay's claim of 1,000
+// IDs allocated 1.0 MB, 0.54 MB so, 0.35 MB with room made for its Bind
+// first (reserve), 0.12 MB with the claim's working memory kept for the
+// next claim (scratch.go); BenchmarkClaimByExecMode: a claim of 100 new
+// events 145 KB, 21 KB so; BenchmarkMarkStarted: a mark of 100 rows 83 KB,
+// 24 KB). The bytes sent are pgx's, element for element
+// (TestOwnArraysAreTheBytesPgxSends,
+// TestTheClaimsAndMarksOwnParametersAreTheBytesPgxSendsForTheirTracedArguments).
 
 // Element type OIDs (pg_type.oid) and their arrays'.
 const (
@@ -213,6 +217,41 @@ func int8Col(b []byte) (int64, error) {
 	}
 	return int64(binary.BigEndian.Uint64(b)), nil
 }
+
+// int8ArrayCol reads a binary one-dimensional int8[] (array_send) of no
+// NULL, each element from 1 to max: the ordinals a statement answers.
+func int8ArrayCol(b []byte, max int) ([]int64, error) {
+	if len(b) < 12 {
+		return nil, fmt.Errorf("an int8[] of %d bytes", len(b))
+	}
+	dims, elem := binary.BigEndian.Uint32(b), binary.BigEndian.Uint32(b[8:])
+	if dims == 0 {
+		return nil, nil // empty
+	}
+	if dims != 1 || elem != oidInt8 || len(b) < 20 {
+		return nil, fmt.Errorf("an array of %d dimensions of type %d, want an int8[]", dims, elem)
+	}
+	n := int(binary.BigEndian.Uint32(b[12:]))
+	b = b[20:]
+	if n < 0 || len(b) != 12*n {
+		return nil, fmt.Errorf("an int8[] of %d elements in %d bytes", n, len(b))
+	}
+	xs := make([]int64, n)
+	for i := range xs {
+		if binary.BigEndian.Uint32(b) != 8 {
+			return nil, fmt.Errorf("an int8[] whose element %d is not 8 bytes", i+1)
+		}
+		x := int64(binary.BigEndian.Uint64(b[4:]))
+		if x < 1 || x > int64(max) {
+			return nil, fmt.Errorf("an ordinal %d, want 1 to %d", x, max)
+		}
+		xs[i], b = x, b[12:]
+	}
+	return xs, nil
+}
+
+// boolCol reads a binary bool (NULL: false).
+func boolCol(b []byte) bool { return len(b) == 1 && b[0] != 0 }
 
 func intCol(b []byte) (int, error) {
 	switch len(b) {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -249,5 +250,105 @@ func TestARoomForAStatementThatNeverRanLeavesTheConnectionClean(t *testing.T) {
 	var one int
 	if err := c.Conn().QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
 		t.Fatalf("a query after it: %d, %v", one, err)
+	}
+}
+
+// The claim and the mark encode their parameters themselves too
+// (encodeClaimParams, encodeMarkParams, fenceArgs.encode), and a pool's
+// query tracer is shown the arguments pgx's own Query would have been
+// given (claimArgs, markArgs): each parameter must be pgx's bytes for that
+// argument, empty strings, several fences and extreme integers included.
+func TestTheClaimsAndMarksOwnParametersAreTheBytesPgxSendsForTheirTracedArguments(t *testing.T) {
+	m := pgtype.NewMap()
+	same := func(what string, params [][]byte, oids []uint32, args []any) {
+		t.Helper()
+		if len(params) != len(oids) || len(args) != len(oids) {
+			t.Fatalf("%s: %d parameters, %d types, %d arguments", what, len(params), len(oids), len(args))
+		}
+		for k, a := range args {
+			want, err := m.Encode(oids[k], pgtype.BinaryFormatCode, a, nil)
+			if err != nil {
+				t.Fatalf("%s: $%d: %v", what, k+1, err)
+			}
+			if !bytes.Equal(params[k], want) {
+				t.Errorf("%s: $%d:\n ours %x\n pgx's %x", what, k+1, params[k], want)
+			}
+		}
+	}
+	in := []decide.Intent{
+		{WorkflowID: "activity-a:evt-1", ActivityID: "a", EventID: "evt-1", IDRule: "header", PayloadHash: sha256.Sum256([]byte("1")),
+			Topic: "events", Partition: 3, Offset: 1<<63 - 1, Fence: decide.Fence{Group: "g", Epoch: 7}},
+		{WorkflowID: "", ActivityID: "", EventID: "", IDRule: "", Topic: "", Partition: -1 << 31, Offset: -1 << 63},
+		{WorkflowID: "activity-ü:" + strings.Repeat("x", 300), ActivityID: "ü", EventID: "e", IDRule: "derived",
+			Topic: "other", Partition: 1<<31 - 1, Offset: 0, Fence: decide.Fence{Group: "g2", Epoch: 1<<63 - 1}},
+	}
+	keys := make([][16]byte, len(in))
+	for i := range in {
+		keys[i] = keyOf(in[i].WorkflowID)
+	}
+	f := fencesOf(len(in), func(i int) processor.PartitionEpoch {
+		return processor.PartitionEpoch{Group: in[i].Fence.Group, Topic: in[i].Topic, Partition: in[i].Partition, Epoch: in[i].Fence.Epoch}
+	})
+	for _, uniq := range [][]int{{0, 1, 2}, {2, 0}, {1}} {
+		var params [13][]byte
+		b := encodeClaimParams(nil, in, keys, uniq, (*[9][]byte)(params[:9]))
+		f.encode(b, (*[4][]byte)(params[9:]))
+		same(fmt.Sprintf("the claim of %v", uniq), params[:], claimParamOIDs, claimArgs(in, keys, uniq, f))
+	}
+	for _, g := range []fenceArgs{fencesOf(0, nil), f} {
+		var params [4][]byte
+		g.encode(nil, &params)
+		same(fmt.Sprintf("%d fences", len(g.epochs)), params[:], fenceParamOIDs, g.args())
+	}
+	ms := []mark{
+		{s: processor.Started{WorkflowID: "activity-a:evt-1", RunID: "run", Generation: 1, Topic: "events", Partition: 3,
+			Fence: decide.Fence{Group: "g", Epoch: 7}}, key: keys[0]},
+		{s: processor.Started{Generation: -1 << 31, Partition: -1 << 31}},
+		{s: processor.Started{WorkflowID: in[2].WorkflowID, RunID: strings.Repeat("r", 70), Generation: 1<<31 - 1, Topic: "other",
+			Partition: 1<<31 - 1, Fence: decide.Fence{Group: "g2", Epoch: 1<<63 - 1}}, key: keys[2]},
+	}
+	for _, n := range []int{0, 1, 3} {
+		var params [12][]byte
+		b := encodeMarkParams(nil, ms[:n], (*[8][]byte)(params[:8]))
+		f.encode(b, (*[4][]byte)(params[8:]))
+		same(fmt.Sprintf("the mark of %d entries", n), params[:], markParamOIDs, markArgs(ms[:n], f))
+	}
+}
+
+// The mark's answer names the entries recorded as an int8[] of ordinals
+// (markStartedSQL), read by int8ArrayCol: what pgx sends of such an array
+// reads back as itself, and an ordinal outside the entries, a NULL or an
+// array of another type is an error, never an index into them.
+func TestTheMarksOrdinalsReadBackAndOnlyWithinItsEntries(t *testing.T) {
+	m := pgtype.NewMap()
+	enc := func(oid uint32, v any) []byte {
+		t.Helper()
+		b, err := m.Encode(oid, pgtype.BinaryFormatCode, v, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, v := range [][]int64{{}, {1}, {3, 1, 2}} {
+		got, err := int8ArrayCol(enc(oidInt8Array, v), 3)
+		if err != nil || len(got) != len(v) || (len(v) > 0 && !slices.Equal(got, v)) {
+			t.Errorf("%v read back as %v, %v", v, got, err)
+		}
+	}
+	for what, b := range map[string][]byte{
+		"an ordinal past the entries": enc(oidInt8Array, []int64{1, 4}),
+		"an ordinal 0":                enc(oidInt8Array, []int64{0}),
+		"a negative ordinal":          enc(oidInt8Array, []int64{-1 << 63}),
+		"a NULL element":              enc(oidInt8Array, []*int64{nil}),
+		"an int4[]":                   enc(oidInt4Array, []int32{1}),
+		"a two-dimensional int8[]": enc(oidInt8Array, pgtype.Array[int64]{Elements: []int64{1, 2},
+			Dims: []pgtype.ArrayDimension{{Length: 1, LowerBound: 1}, {Length: 2, LowerBound: 1}}, Valid: true}),
+		"a NULL array":                  nil,
+		"a truncated array":             enc(oidInt8Array, []int64{1, 2})[:30],
+		"an array with a trailing byte": append(enc(oidInt8Array, []int64{1}), 0),
+	} {
+		if got, err := int8ArrayCol(b, 3); err == nil {
+			t.Errorf("%s: read as %v, no error", what, got)
+		}
 	}
 }

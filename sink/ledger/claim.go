@@ -1,9 +1,11 @@
 package ledger
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -226,69 +228,146 @@ func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, keys [][1
 // in its answer is left out of got.
 // A fence that no longer holds fails it with a *processor.FencedError,
 // nothing written.
+//
+// Its parameters are encoded by the ledger (arrays.go, encodeClaimParams)
+// into a buffer kept for the next claim, as the replay's read's are: pgx's
+// own encoding of the same arrays allocated about 1 KB a workflow
+// (BenchmarkClaimByExecMode), most of a new event's claim.
 func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since startedSince, uniq []int, got []stored, f fenceArgs) error {
 	n := len(uniq)
-	var (
-		wf, act, ev, rule, topic = make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n)
-		hash                     = make(byteaArray, n)
-		part                     = make(int4Array, n)
-		off                      = make(int8Array, n)
-		key                      = make(uuidArray, n)
-	)
+	size := 9*20 + f.encodedSize()
+	for _, i := range uniq {
+		in := &intents[i]
+		size += 9*4 + len(in.WorkflowID) + len(in.ActivityID) + len(in.EventID) + len(in.IDRule) + len(in.PayloadHash) + len(in.Topic) + 4 + 8 + 16
+	}
+	bp := p.encodeBuffer(size)
+	defer p.keepEncodeBuffer(bp)
+	var params [13][]byte
+	*bp = encodeClaimParams(*bp, intents, keys, uniq, (*[9][]byte)(params[:9]))
+	*bp = f.encode(*bp, (*[4][]byte)(params[9:]))
+	held := true
+	var seen []int // intents answered started with their payload, generation 1
+	args := func() []any { return claimArgs(intents, keys, uniq, f) }
+	err := p.queryEncoded(ctx, "dedup_claim", claimSQL, claimParamOIDs, params[:], args, func(cols [][]byte) error {
+		if len(cols) != 6 {
+			return fmt.Errorf("an answer of %d columns", len(cols))
+		}
+		if held = boolCol(cols[5]); !held {
+			return errNotHeld
+		}
+		at, err := int8Col(cols[0])
+		if err != nil {
+			return err
+		}
+		j := int(at - 1)
+		if j < 0 || j >= n {
+			return fmt.Errorf("an answer for input %d", at)
+		}
+		var state stateColumn
+		_ = state.ScanBytes(cols[2])
+		if !state.valid {
+			// Another workflow ID's row holds this one's digest: no row
+			// of its own (claim).
+			return nil
+		}
+		gen, err := intCol(cols[4])
+		if err != nil {
+			return err
+		}
+		s := stored{found: true, inserted: boolCol(cols[1]), state: state.s, generation: gen}
+		in := &intents[uniq[j]]
+		if h := cols[3]; h != nil { // another payload's row: a conflict
+			s.hash = bytes.Clone(h)
+		} else { // the row's payload is the input's
+			s.hash = in.PayloadHash[:]
+			if s.state == StateStarted && s.generation == 1 && !s.inserted {
+				seen = append(seen, uniq[j])
+			}
+		}
+		got[uniq[j]] = s
+		return nil
+	})
+	if !held {
+		return p.fenced(ctx, f)
+	}
+	if err != nil {
+		return fmt.Errorf("claiming %d intents: %w", n, err)
+	}
+	p.started.remember(intents, sums, seen, since)
+	return nil
+}
+
+// errNotHeld stops the reading of a claim's answer whose fence did not
+// hold: every row of it says so, and nothing was written.
+var errNotHeld = errors.New("ledger: the fence did not hold")
+
+// claimParamOIDs are claimSQL's parameter types: the batch's nine columns
+// and its fences.
+var claimParamOIDs = append([]uint32{oidTextArray, oidTextArray, oidTextArray, oidTextArray, oidByteaArray, oidTextArray,
+	oidInt4Array, oidInt8Array, oidUUIDArray}, fenceParamOIDs...)
+
+// encodeClaimParams appends claimSQL's first nine parameters for the
+// intents uniq to b (binary arrays: arrays.go) and points params at them.
+func encodeClaimParams(b []byte, intents []decide.Intent, keys [][16]byte, uniq []int, params *[9][]byte) []byte {
+	texts := [...]func(in *decide.Intent) string{
+		func(in *decide.Intent) string { return in.WorkflowID },
+		func(in *decide.Intent) string { return in.ActivityID },
+		func(in *decide.Intent) string { return in.EventID },
+		func(in *decide.Intent) string { return in.IDRule },
+	}
+	for k, text := range texts {
+		at := len(b)
+		b = arrayHeader(b, len(uniq), oidText)
+		for _, i := range uniq {
+			b = appendTextElem(b, text(&intents[i]))
+		}
+		params[k] = b[at:len(b):len(b)]
+	}
+	at := len(b)
+	b = arrayHeader(b, len(uniq), oidBytea)
+	for _, i := range uniq {
+		b = appendBytesElem(b, intents[i].PayloadHash[:])
+	}
+	params[4] = b[at:len(b):len(b)]
+	at = len(b)
+	b = arrayHeader(b, len(uniq), oidText)
+	for _, i := range uniq {
+		b = appendTextElem(b, intents[i].Topic)
+	}
+	params[5] = b[at:len(b):len(b)]
+	at = len(b)
+	b = arrayHeader(b, len(uniq), oidInt4)
+	for _, i := range uniq {
+		b = appendInt4Elem(b, intents[i].Partition)
+	}
+	params[6] = b[at:len(b):len(b)]
+	at = len(b)
+	b = arrayHeader(b, len(uniq), oidInt8)
+	for _, i := range uniq {
+		b = appendInt8Elem(b, intents[i].Offset)
+	}
+	params[7] = b[at:len(b):len(b)]
+	at = len(b)
+	b = arrayHeader(b, len(uniq), oidUUID)
+	for _, i := range uniq {
+		b = appendBytesElem(b, keys[i][:])
+	}
+	params[8] = b[at:len(b):len(b)]
+	return b
+}
+
+// claimArgs are claimSQL's parameters as pgx's own Query would have been
+// given them: what a pool's query tracer sees.
+func claimArgs(intents []decide.Intent, keys [][16]byte, uniq []int, f fenceArgs) []any {
+	n := len(uniq)
+	wf, act, ev, rule, topic := make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n)
+	hash, part, off, key := make(byteaArray, n), make(int4Array, n), make(int8Array, n), make(uuidArray, n)
 	for j, i := range uniq {
 		in := &intents[i]
 		wf[j], act[j], ev[j], rule[j], topic[j] = in.WorkflowID, in.ActivityID, in.EventID, in.IDRule, in.Topic
 		hash[j], part[j], off[j], key[j] = in.PayloadHash[:], in.Partition, in.Offset, keys[i]
 	}
-	rows, err := p.pool.Query(ctx, claimSQL, wf, act, ev, rule, hash, topic, part, off, key,
-		f.groups, f.topics, f.parts, f.epochs)
-	if err != nil {
-		return fmt.Errorf("claiming %d intents: %w", n, err)
-	}
-	defer rows.Close()
-	held := true
-	var (
-		at    int64
-		s     stored
-		state stateColumn
-		h     []byte
-		seen  []int // intents answered started with their payload, generation 1
-	)
-	for rows.Next() {
-		if err := rows.Scan(&at, &s.inserted, &state, &h, &s.generation, &held); err != nil {
-			return fmt.Errorf("reading claim verdicts: %w", err)
-		}
-		if !held {
-			break
-		}
-		j := int(at - 1)
-		if j < 0 || j >= n {
-			return fmt.Errorf("claiming %d intents: an answer for input %d", n, at)
-		}
-		if !state.valid {
-			// Another workflow ID's row holds this one's digest: no row
-			// of its own (claim).
-			continue
-		}
-		s.state, s.hash = state.s, h
-		if h == nil { // the row's payload is the input's
-			s.hash = hash[j]
-			if s.state == StateStarted && s.generation == 1 && !s.inserted {
-				seen = append(seen, uniq[j])
-			}
-		}
-		s.found = true
-		got[uniq[j]] = s
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("claiming %d intents: %w", n, err)
-	}
-	if !held {
-		rows.Close()
-		return p.fenced(ctx, f)
-	}
-	p.started.remember(intents, sums, seen, since)
-	return nil
+	return append([]any{wf, act, ev, rule, hash, topic, part, off, key}, f.args()...)
 }
 
 // verdicts turns what the ledger holds for each workflow ID (the claim

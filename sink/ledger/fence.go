@@ -32,6 +32,48 @@ func (f *fenceArgs) stale(i int) processor.PartitionEpoch {
 	return processor.PartitionEpoch{Group: f.groups[i], Topic: f.topics[i], Partition: f.parts[i], Epoch: f.epochs[i]}
 }
 
+// fenceParamOIDs are the types of a statement's fence parameters
+// (fenceCTE), in order.
+var fenceParamOIDs = []uint32{oidTextArray, oidTextArray, oidInt4Array, oidInt8Array}
+
+// encodedSize is the room the fences' parameters take (encode).
+func (f *fenceArgs) encodedSize() int {
+	n := 4 * 20
+	for i := range f.groups {
+		n += 4 + len(f.groups[i]) + 4 + len(f.topics[i]) + 4 + 4 + 4 + 8
+	}
+	return n
+}
+
+// encode appends the fences' four parameters to b (binary arrays:
+// arrays.go) and points params at them.
+func (f *fenceArgs) encode(b []byte, params *[4][]byte) []byte {
+	for k, texts := range [...][]string{f.groups, f.topics} {
+		at := len(b)
+		b = arrayHeader(b, len(texts), oidText)
+		for _, s := range texts {
+			b = appendTextElem(b, s)
+		}
+		params[k] = b[at:len(b):len(b)]
+	}
+	at := len(b)
+	b = arrayHeader(b, len(f.parts), oidInt4)
+	for _, x := range f.parts {
+		b = appendInt4Elem(b, x)
+	}
+	params[2] = b[at:len(b):len(b)]
+	at = len(b)
+	b = arrayHeader(b, len(f.epochs), oidInt8)
+	for _, x := range f.epochs {
+		b = appendInt8Elem(b, x)
+	}
+	params[3] = b[at:len(b):len(b)]
+	return b
+}
+
+// args are the fences' parameters as pgx's own Query is given them.
+func (f *fenceArgs) args() []any { return []any{f.groups, f.topics, f.parts, f.epochs} }
+
 // fencesOf collects the distinct fenced partitions of n writes (at(i)
 // is write i's partition and fence; unfenced writes are left out).
 func fencesOf(n int, at func(i int) processor.PartitionEpoch) fenceArgs {

@@ -3,6 +3,7 @@ package ledger
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -28,25 +29,14 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 		}
 	}
 	// In key order, as the rows are locked (lk, below).
-	type mark struct {
-		s   processor.Started
-		key [16]byte
-		at  int // the entry's index in started
-	}
 	ms := make([]mark, len(started))
 	for i, s := range started {
 		ms[i] = mark{s, keyOf(s.WorkflowID), i}
 	}
 	slices.SortFunc(ms, func(a, b mark) int { return bytes.Compare(a.key[:], b.key[:]) })
-	n := len(ms)
-	ids, runs, gens, keys := make(textArray, n), make(textArray, n), make(int4Array, n), make(uuidArray, n)
-	groups, topics, parts, epochs := make(textArray, n), make(textArray, n), make(int4Array, n), make(int8Array, n)
-	for i, m := range ms {
-		ids[i], runs[i], gens[i], keys[i] = m.s.WorkflowID, m.s.RunID, int32(m.s.Generation), m.key
-		groups[i], topics[i], parts[i], epochs[i] = m.s.Fence.Group, m.s.Topic, m.s.Partition, m.s.Fence.Epoch
-	}
-	f := fencesOf(n, func(i int) processor.PartitionEpoch {
-		return processor.PartitionEpoch{Group: groups[i], Topic: topics[i], Partition: parts[i], Epoch: epochs[i]}
+	f := fencesOf(len(ms), func(i int) processor.PartitionEpoch {
+		s := &ms[i].s
+		return processor.PartitionEpoch{Group: s.Fence.Group, Topic: s.Topic, Partition: s.Partition, Epoch: s.Fence.Epoch}
 	})
 	for i := range started {
 		started[i].Recorded = false
@@ -56,6 +46,20 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	// that overlaps this mark in any part remembers nothing.
 	ended := p.started.forgetReruns(started)
 	defer func() { ended(err != nil) }()
+	// The entries' columns and their fences, encoded by the ledger
+	// (arrays.go) into a buffer kept for the next statement: pgx's own
+	// encoding of the same arrays allocated about 0.8 KB an entry
+	// (BenchmarkMarkStarted).
+	size := 8*20 + f.encodedSize()
+	for i := range ms {
+		s := &ms[i].s
+		size += 8*4 + len(s.WorkflowID) + len(s.RunID) + 4 + 16 + len(s.Fence.Group) + len(s.Topic) + 4 + 8
+	}
+	bp := p.encodeBuffer(size)
+	defer p.keepEncodeBuffer(bp)
+	var params [12][]byte
+	*bp = encodeMarkParams(*bp, ms, (*[8][]byte)(params[:8]))
+	*bp = f.encode(*bp, (*[4][]byte)(params[8:]))
 	var (
 		held     bool
 		recorded []int64 // the ordinals (in ms, from 1) of the entries Recorded
@@ -69,14 +73,25 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	// its row was already started at its generation or a newer one when
 	// lk read it (an earlier try whose answer was lost, another router's
 	// mark), or up left it so.
-	err = p.pool.QueryRow(ctx, markStartedSQL,
-		ids, runs, gens, keys, groups, topics, parts, epochs,
-		f.groups, f.topics, f.parts, f.epochs).Scan(&held, &recorded)
+	answers := 0
+	args := func() []any { return markArgs(ms, f) }
+	err = p.queryEncoded(ctx, "dedup_mark_started", markStartedSQL, markParamOIDs, params[:], args, func(cols [][]byte) error {
+		if answers++; answers > 1 || len(cols) != 2 {
+			return fmt.Errorf("an answer of %d rows of %d columns, want one of two", answers, len(cols))
+		}
+		held = boolCol(cols[0])
+		var err error
+		recorded, err = int8ArrayCol(cols[1], len(ms))
+		return err
+	})
+	if err == nil && answers == 0 {
+		err = errors.New("no answer")
+	}
 	if err != nil {
 		return p.classify(fmt.Errorf("marking %d workflows started: %w", len(started), err))
 	}
 	setRecorded := func() {
-		for _, n := range recorded {
+		for _, n := range recorded { // each from 1 to len(ms) (int8ArrayCol)
 			started[ms[n-1].at].Recorded = true
 		}
 	}
@@ -89,6 +104,80 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	}
 	setRecorded()
 	return nil
+}
+
+// mark is an entry of MarkStarted, with its row's key and its index in
+// the entries given.
+type mark struct {
+	s   processor.Started
+	key [16]byte
+	at  int
+}
+
+// markParamOIDs are markStartedSQL's parameter types: the entries' eight
+// columns and their fences.
+var markParamOIDs = append([]uint32{oidTextArray, oidTextArray, oidInt4Array, oidUUIDArray, oidTextArray, oidTextArray,
+	oidInt4Array, oidInt8Array}, fenceParamOIDs...)
+
+// encodeMarkParams appends markStartedSQL's first eight parameters for
+// the entries ms to b (binary arrays: arrays.go) and points params at
+// them.
+func encodeMarkParams(b []byte, ms []mark, params *[8][]byte) []byte {
+	texts := [...]struct {
+		k    int
+		text func(s *processor.Started) string
+	}{
+		{0, func(s *processor.Started) string { return s.WorkflowID }},
+		{1, func(s *processor.Started) string { return s.RunID }},
+		{4, func(s *processor.Started) string { return s.Fence.Group }},
+		{5, func(s *processor.Started) string { return s.Topic }},
+	}
+	for _, t := range texts {
+		at := len(b)
+		b = arrayHeader(b, len(ms), oidText)
+		for i := range ms {
+			b = appendTextElem(b, t.text(&ms[i].s))
+		}
+		params[t.k] = b[at:len(b):len(b)]
+	}
+	at := len(b)
+	b = arrayHeader(b, len(ms), oidInt4)
+	for i := range ms {
+		b = appendInt4Elem(b, int32(ms[i].s.Generation))
+	}
+	params[2] = b[at:len(b):len(b)]
+	at = len(b)
+	b = arrayHeader(b, len(ms), oidUUID)
+	for i := range ms {
+		b = appendBytesElem(b, ms[i].key[:])
+	}
+	params[3] = b[at:len(b):len(b)]
+	at = len(b)
+	b = arrayHeader(b, len(ms), oidInt4)
+	for i := range ms {
+		b = appendInt4Elem(b, ms[i].s.Partition)
+	}
+	params[6] = b[at:len(b):len(b)]
+	at = len(b)
+	b = arrayHeader(b, len(ms), oidInt8)
+	for i := range ms {
+		b = appendInt8Elem(b, ms[i].s.Fence.Epoch)
+	}
+	params[7] = b[at:len(b):len(b)]
+	return b
+}
+
+// markArgs are markStartedSQL's parameters as pgx's own Query would have
+// been given them: what a pool's query tracer sees.
+func markArgs(ms []mark, f fenceArgs) []any {
+	n := len(ms)
+	ids, runs, gens, keys := make(textArray, n), make(textArray, n), make(int4Array, n), make(uuidArray, n)
+	groups, topics, parts, epochs := make(textArray, n), make(textArray, n), make(int4Array, n), make(int8Array, n)
+	for i, m := range ms {
+		ids[i], runs[i], gens[i], keys[i] = m.s.WorkflowID, m.s.RunID, int32(m.s.Generation), m.key
+		groups[i], topics[i], parts[i], epochs[i] = m.s.Fence.Group, m.s.Topic, m.s.Partition, m.s.Fence.Epoch
+	}
+	return append([]any{ids, runs, gens, keys, groups, topics, parts, epochs}, f.args()...)
 }
 
 // MarkDeadLettered ends pending rows whose records were dead-lettered
