@@ -43,6 +43,18 @@ func arrayHeader(b []byte, n int, elem uint32) []byte {
 	return binary.BigEndian.AppendUint32(b, 1) // lower bound
 }
 
+// appendArray appends to b a one-dimensional array of n elements of type
+// oid, element i appended by elem(b, i), and points *param at the array.
+func appendArray(b []byte, param *[]byte, n int, oid uint32, elem func(b []byte, i int) []byte) []byte {
+	at := len(b)
+	b = arrayHeader(b, n, oid)
+	for i := range n {
+		b = elem(b, i)
+	}
+	*param = b[at:len(b):len(b)]
+	return b
+}
+
 func appendTextElem(b []byte, s string) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
 	return append(b, s...)

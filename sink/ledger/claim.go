@@ -309,51 +309,17 @@ var claimParamOIDs = append([]uint32{oidTextArray, oidTextArray, oidTextArray, o
 // encodeClaimParams appends claimSQL's first nine parameters for the
 // intents uniq to b (binary arrays: arrays.go) and points params at them.
 func encodeClaimParams(b []byte, intents []decide.Intent, keys [][16]byte, uniq []int, params *[9][]byte) []byte {
-	texts := [...]func(in *decide.Intent) string{
-		func(in *decide.Intent) string { return in.WorkflowID },
-		func(in *decide.Intent) string { return in.ActivityID },
-		func(in *decide.Intent) string { return in.EventID },
-		func(in *decide.Intent) string { return in.IDRule },
-	}
-	for k, text := range texts {
-		at := len(b)
-		b = arrayHeader(b, len(uniq), oidText)
-		for _, i := range uniq {
-			b = appendTextElem(b, text(&intents[i]))
-		}
-		params[k] = b[at:len(b):len(b)]
-	}
-	at := len(b)
-	b = arrayHeader(b, len(uniq), oidBytea)
-	for _, i := range uniq {
-		b = appendBytesElem(b, intents[i].PayloadHash[:])
-	}
-	params[4] = b[at:len(b):len(b)]
-	at = len(b)
-	b = arrayHeader(b, len(uniq), oidText)
-	for _, i := range uniq {
-		b = appendTextElem(b, intents[i].Topic)
-	}
-	params[5] = b[at:len(b):len(b)]
-	at = len(b)
-	b = arrayHeader(b, len(uniq), oidInt4)
-	for _, i := range uniq {
-		b = appendInt4Elem(b, intents[i].Partition)
-	}
-	params[6] = b[at:len(b):len(b)]
-	at = len(b)
-	b = arrayHeader(b, len(uniq), oidInt8)
-	for _, i := range uniq {
-		b = appendInt8Elem(b, intents[i].Offset)
-	}
-	params[7] = b[at:len(b):len(b)]
-	at = len(b)
-	b = arrayHeader(b, len(uniq), oidUUID)
-	for _, i := range uniq {
-		b = appendBytesElem(b, keys[i][:])
-	}
-	params[8] = b[at:len(b):len(b)]
-	return b
+	n := len(uniq)
+	in := func(j int) *decide.Intent { return &intents[uniq[j]] }
+	b = appendArray(b, &params[0], n, oidText, func(b []byte, j int) []byte { return appendTextElem(b, in(j).WorkflowID) })
+	b = appendArray(b, &params[1], n, oidText, func(b []byte, j int) []byte { return appendTextElem(b, in(j).ActivityID) })
+	b = appendArray(b, &params[2], n, oidText, func(b []byte, j int) []byte { return appendTextElem(b, in(j).EventID) })
+	b = appendArray(b, &params[3], n, oidText, func(b []byte, j int) []byte { return appendTextElem(b, in(j).IDRule) })
+	b = appendArray(b, &params[4], n, oidBytea, func(b []byte, j int) []byte { return appendBytesElem(b, in(j).PayloadHash[:]) })
+	b = appendArray(b, &params[5], n, oidText, func(b []byte, j int) []byte { return appendTextElem(b, in(j).Topic) })
+	b = appendArray(b, &params[6], n, oidInt4, func(b []byte, j int) []byte { return appendInt4Elem(b, in(j).Partition) })
+	b = appendArray(b, &params[7], n, oidInt8, func(b []byte, j int) []byte { return appendInt8Elem(b, in(j).Offset) })
+	return appendArray(b, &params[8], n, oidUUID, func(b []byte, j int) []byte { return appendBytesElem(b, keys[uniq[j]][:]) })
 }
 
 // claimArgs are claimSQL's parameters as pgx's own Query would have been

@@ -48,27 +48,11 @@ func (f *fenceArgs) encodedSize() int {
 // encode appends the fences' four parameters to b (binary arrays:
 // arrays.go) and points params at them.
 func (f *fenceArgs) encode(b []byte, params *[4][]byte) []byte {
-	for k, texts := range [...][]string{f.groups, f.topics} {
-		at := len(b)
-		b = arrayHeader(b, len(texts), oidText)
-		for _, s := range texts {
-			b = appendTextElem(b, s)
-		}
-		params[k] = b[at:len(b):len(b)]
-	}
-	at := len(b)
-	b = arrayHeader(b, len(f.parts), oidInt4)
-	for _, x := range f.parts {
-		b = appendInt4Elem(b, x)
-	}
-	params[2] = b[at:len(b):len(b)]
-	at = len(b)
-	b = arrayHeader(b, len(f.epochs), oidInt8)
-	for _, x := range f.epochs {
-		b = appendInt8Elem(b, x)
-	}
-	params[3] = b[at:len(b):len(b)]
-	return b
+	n := len(f.epochs)
+	b = appendArray(b, &params[0], n, oidText, func(b []byte, i int) []byte { return appendTextElem(b, f.groups[i]) })
+	b = appendArray(b, &params[1], n, oidText, func(b []byte, i int) []byte { return appendTextElem(b, f.topics[i]) })
+	b = appendArray(b, &params[2], n, oidInt4, func(b []byte, i int) []byte { return appendInt4Elem(b, f.parts[i]) })
+	return appendArray(b, &params[3], n, oidInt8, func(b []byte, i int) []byte { return appendInt8Elem(b, f.epochs[i]) })
 }
 
 // args are the fences' parameters as pgx's own Query is given them.

@@ -123,48 +123,16 @@ var markParamOIDs = append([]uint32{oidTextArray, oidTextArray, oidInt4Array, oi
 // the entries ms to b (binary arrays: arrays.go) and points params at
 // them.
 func encodeMarkParams(b []byte, ms []mark, params *[8][]byte) []byte {
-	texts := [...]struct {
-		k    int
-		text func(s *processor.Started) string
-	}{
-		{0, func(s *processor.Started) string { return s.WorkflowID }},
-		{1, func(s *processor.Started) string { return s.RunID }},
-		{4, func(s *processor.Started) string { return s.Fence.Group }},
-		{5, func(s *processor.Started) string { return s.Topic }},
-	}
-	for _, t := range texts {
-		at := len(b)
-		b = arrayHeader(b, len(ms), oidText)
-		for i := range ms {
-			b = appendTextElem(b, t.text(&ms[i].s))
-		}
-		params[t.k] = b[at:len(b):len(b)]
-	}
-	at := len(b)
-	b = arrayHeader(b, len(ms), oidInt4)
-	for i := range ms {
-		b = appendInt4Elem(b, int32(ms[i].s.Generation))
-	}
-	params[2] = b[at:len(b):len(b)]
-	at = len(b)
-	b = arrayHeader(b, len(ms), oidUUID)
-	for i := range ms {
-		b = appendBytesElem(b, ms[i].key[:])
-	}
-	params[3] = b[at:len(b):len(b)]
-	at = len(b)
-	b = arrayHeader(b, len(ms), oidInt4)
-	for i := range ms {
-		b = appendInt4Elem(b, ms[i].s.Partition)
-	}
-	params[6] = b[at:len(b):len(b)]
-	at = len(b)
-	b = arrayHeader(b, len(ms), oidInt8)
-	for i := range ms {
-		b = appendInt8Elem(b, ms[i].s.Fence.Epoch)
-	}
-	params[7] = b[at:len(b):len(b)]
-	return b
+	n := len(ms)
+	m := func(i int) *processor.Started { return &ms[i].s }
+	b = appendArray(b, &params[0], n, oidText, func(b []byte, i int) []byte { return appendTextElem(b, m(i).WorkflowID) })
+	b = appendArray(b, &params[1], n, oidText, func(b []byte, i int) []byte { return appendTextElem(b, m(i).RunID) })
+	b = appendArray(b, &params[2], n, oidInt4, func(b []byte, i int) []byte { return appendInt4Elem(b, int32(m(i).Generation)) })
+	b = appendArray(b, &params[3], n, oidUUID, func(b []byte, i int) []byte { return appendBytesElem(b, ms[i].key[:]) })
+	b = appendArray(b, &params[4], n, oidText, func(b []byte, i int) []byte { return appendTextElem(b, m(i).Fence.Group) })
+	b = appendArray(b, &params[5], n, oidText, func(b []byte, i int) []byte { return appendTextElem(b, m(i).Topic) })
+	b = appendArray(b, &params[6], n, oidInt4, func(b []byte, i int) []byte { return appendInt4Elem(b, m(i).Partition) })
+	return appendArray(b, &params[7], n, oidInt8, func(b []byte, i int) []byte { return appendInt8Elem(b, m(i).Fence.Epoch) })
 }
 
 // markArgs are markStartedSQL's parameters as pgx's own Query would have
