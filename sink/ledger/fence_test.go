@@ -3,10 +3,13 @@ package ledger_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
@@ -475,5 +478,83 @@ func TestAMarkWhoseFenceNoLongerHoldsLocksNoneOfItsRows(t *testing.T) {
 				t.Errorf("y after the mark: %q, want %s", got, m.state)
 			}
 		})
+	}
+}
+
+// endLog records how a pool's tracer hears each statement end: its SQL
+// (from the start) and the error it ended with.
+type endLog struct {
+	mu   sync.Mutex
+	ends []queryEnd
+}
+
+type queryEnd struct {
+	sql string
+	err error
+}
+
+type endLogSQL struct{}
+
+func (e *endLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, endLogSQL{}, d.SQL)
+}
+
+func (e *endLog) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	sql, _ := ctx.Value(endLogSQL{}).(string)
+	e.mu.Lock()
+	e.ends = append(e.ends, queryEnd{sql, d.Err})
+	e.mu.Unlock()
+}
+
+// A claim refused by its fence is a statement that ran and answered: the
+// fence's refusal is the ledger's reading of its answer, not a failure of
+// the statement. A pool's tracer (NewFromPool: pgx's tracelog, an
+// OpenTelemetry tracer) hears it end without an error, as pgx's own Query
+// ended it, and not as a failed query on every zombie's claim.
+func TestAPoolsTracerHearsAFencedClaimEndWithoutAnError(t *testing.T) {
+	pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &endLog{}
+	pc.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ledger.NewFromPool(pool)
+	ctx := context.Background()
+	p := processor.PartitionRef{Topic: "events", Partition: 1}
+	epochs, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "old", Parts: []processor.PartitionRef{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "new", Parts: []processor.PartitionRef{p}}); err != nil {
+		t.Fatal(err)
+	}
+	a := intent("traced-fenced", "A")
+	a.Fence = decide.Fence{Group: "g", Epoch: epochs[0]}
+	log.mu.Lock()
+	log.ends = nil
+	log.mu.Unlock()
+	_, err = l.Claim(ctx, []decide.Intent{a})
+	if _, ok := processor.IsFenced(err); !ok {
+		t.Fatalf("a claim under the old epoch: %v, want the fence's refusal", err)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	claims := 0
+	for _, e := range log.ends {
+		if !strings.Contains(e.sql, "INSERT INTO dedup_ledger") {
+			continue
+		}
+		claims++
+		if e.err != nil {
+			t.Errorf("the pool's tracer heard the fenced claim's statement end with %v, want no error (pgx's Query: the statement answered)", e.err)
+		}
+	}
+	if claims != 1 {
+		t.Errorf("the tracer heard %d claim statements end, want 1", claims)
 	}
 }
