@@ -2088,3 +2088,45 @@ func TestAClaimGetsNoAnswerOfTheClaimBeforeIt(t *testing.T) {
 		})
 	}
 }
+
+// A session that lost the claim's own statement (DISCARD ALL between two
+// claims on it) answers the next claim's statement with SQLSTATE 26000
+// before it runs any of it: the claim prepares the statement again and
+// runs it once more (arrays.go), and that one run is the only one that
+// writes: the pending row's re-drive counts one attempt, not two, and a
+// dead-lettered row is re-claimed once.
+func TestAReClaimAfterDiscardAllOnItsSessionCountsOneAttempt(t *testing.T) {
+	l, pool, url := onePooled(t)
+	side := sidePool(t, url)
+	ctx := deadline(t, time.Minute)
+	a, d := intent("discard-redrive", "p"), intent("discard-dead", "q")
+	want(t, claim(t, l, a, d), decide.VerdictNew, decide.VerdictNew) // the claim's statement, prepared on the one session
+	if err := l.MarkDeadLettered(ctx, []processor.DeadLettered{{WorkflowID: d.WorkflowID, Topic: d.Topic, Partition: d.Partition}}); err != nil {
+		t.Fatal(err)
+	}
+	attempts := func(id string) (n int, state string) {
+		t.Helper()
+		if err := side.QueryRow(ctx, `SELECT attempts, state FROM dedup_ledger WHERE workflow_id = $1`, id).Scan(&n, &state); err != nil {
+			t.Fatal(err)
+		}
+		return n, state
+	}
+	for round := 2; round <= 3; round++ {
+		if _, err := pool.Exec(ctx, `DISCARD ALL`); err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.Claim(ctx, []decide.Intent{a, d})
+		if err != nil {
+			t.Fatalf("round %d: the claim after DISCARD ALL on its session: %v (permanent: %v), want its verdicts", round, err, processor.IsPermanent(err))
+		}
+		if got[0].Verdict != decide.VerdictRedrive || got[1].Verdict != decide.VerdictRedrive {
+			t.Fatalf("round %d: verdicts %s, %s, want re-drives", round, got[0].Verdict, got[1].Verdict)
+		}
+		if n, st := attempts(a.WorkflowID); n != round || st != "pending" {
+			t.Fatalf("round %d: the pending row's attempts %d (%s), want %d (pending): the re-drive was applied %d times", round, n, st, round, n-round+1)
+		}
+	}
+	if n, st := attempts(d.WorkflowID); n != 3 || st != "pending" {
+		t.Fatalf("the dead-lettered row re-claimed twice: attempts %d (%s), want 3 (pending)", n, st)
+	}
+}

@@ -613,3 +613,38 @@ func TestFencedMarksAtTheTypesEndsLandAsSent(t *testing.T) {
 		}
 	}
 }
+
+// A session that lost the mark's statement (DISCARD ALL between two marks
+// on it) answers SQLSTATE 26000 before the statement runs: the mark
+// prepares it again and runs it once (arrays.go), and its answer is the
+// run's: every entry Recorded, each row started at its generation.
+func TestAMarkAfterDiscardAllOnItsSessionRecordsItsRows(t *testing.T) {
+	l, pool, url := onePooled(t)
+	side := sidePool(t, url)
+	ctx := deadline(t, time.Minute)
+	a, b := intent("discard-mark-a", "p"), intent("discard-mark-b", "p")
+	want(t, claim(t, l, a, b), decide.VerdictNew, decide.VerdictNew)
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "ra", Generation: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `DISCARD ALL`); err != nil {
+		t.Fatal(err)
+	}
+	st := []processor.Started{{WorkflowID: a.WorkflowID, RunID: "ra2", Generation: 2}, {WorkflowID: b.WorkflowID, RunID: "rb", Generation: 1}}
+	if err := l.MarkStarted(ctx, st); err != nil {
+		t.Fatalf("the mark after DISCARD ALL on its session: %v (permanent: %v)", err, processor.IsPermanent(err))
+	}
+	for _, s := range st {
+		if !s.Recorded {
+			t.Errorf("%s not Recorded after the mark", s.WorkflowID)
+		}
+		var gen int
+		var state, run string
+		if err := side.QueryRow(ctx, `SELECT generation, state, run_id FROM dedup_ledger WHERE workflow_id = $1`, s.WorkflowID).Scan(&gen, &state, &run); err != nil {
+			t.Fatal(err)
+		}
+		if gen != s.Generation || state != "started" || run != s.RunID {
+			t.Errorf("%s: generation %d, %s, run %s; want %d, started, %s", s.WorkflowID, gen, state, run, s.Generation, s.RunID)
+		}
+	}
+}
