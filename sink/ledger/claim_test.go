@@ -2130,3 +2130,95 @@ func TestAReClaimAfterDiscardAllOnItsSessionCountsOneAttempt(t *testing.T) {
 		t.Fatalf("the dead-lettered row re-claimed twice: attempts %d (%s), want 3 (pending)", n, st)
 	}
 }
+
+// Routers' claims and marks of new rows run at once on one handle, each
+// encoding its parameters into a buffer of that handle's
+// (Postgres.encodeBuffers) and reading its answer on its own session:
+// batches of IDs whose lengths differ per router (one past the buffers'
+// bound), each with a copy of another payload (a conflict, whose ledger
+// hash the claim records), marked started and then re-run. Every claim
+// gets its own batch's verdicts, every mark Records its own entries, and
+// every conflict row names the hash its ledger row holds. Run it with
+// -race too: the buffers are shared by every statement.
+func TestConcurrentClaimsAndMarksGiveEachBatchItsOwnAnswers(t *testing.T) {
+	l := open(t)
+	ctx := deadline(t, 3*time.Minute)
+	const routers, ids, rounds = 4, 12, 6
+	var wg sync.WaitGroup
+	errs := make(chan error, routers)
+	for r := range routers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pad := strings.Repeat("y", 1+r*r*331%2000)
+			if r == routers-1 {
+				pad = strings.Repeat("z", 400<<10) // a batch of 12 IDs of 400 KiB: past the buffers' 4 MiB bound
+			}
+			var prev []processor.Started
+			for round := range rounds {
+				var batch []decide.Intent
+				var wants []decide.Verdict
+				for i := range ids {
+					in := intent(fmt.Sprintf("r%d-%d-%d-%s", r, round, i, pad), fmt.Sprintf("payload %d/%d/%d", r, round, i))
+					in.Offset = int64(round*ids + i)
+					batch = append(batch, in)
+					wants = append(wants, decide.VerdictNew)
+				}
+				if r != routers-1 { // (a conflict row's ID is indexed: not 400 KiB)
+					other := batch[round%ids]
+					other.PayloadHash = sha256.Sum256([]byte(fmt.Sprintf("another payload %d/%d", r, round)))
+					batch = append(batch, other)
+					wants = append(wants, decide.VerdictConflict)
+				}
+				cl, err := l.Claim(ctx, batch)
+				if err != nil {
+					errs <- fmt.Errorf("router %d, round %d: claim: %w", r, round, err)
+					return
+				}
+				for i, c := range cl {
+					if c.Verdict != wants[i] {
+						errs <- fmt.Errorf("router %d, round %d, intent %d: %s, want %s", r, round, i, c.Verdict, wants[i])
+						return
+					}
+				}
+				st := make([]processor.Started, 0, ids+len(prev))
+				for i := range ids {
+					st = append(st, processor.Started{WorkflowID: batch[i].WorkflowID, RunID: fmt.Sprintf("run-%d-%d-%d", r, round, i), Generation: 1})
+				}
+				for _, p := range prev { // the last round's rows, re-run
+					p.Generation, p.RunID = p.Generation+1, p.RunID+"+"
+					st = append(st, p)
+				}
+				if err := l.MarkStarted(ctx, st); err != nil {
+					errs <- fmt.Errorf("router %d, round %d: mark: %w", r, round, err)
+					return
+				}
+				for i, s := range st {
+					if !s.Recorded {
+						errs <- fmt.Errorf("router %d, round %d: mark entry %d (generation %d) not Recorded", r, round, i, s.Generation)
+						return
+					}
+				}
+				prev = st[:ids]
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	var bad, conflicts, gen2 int
+	if err := l.Pool().QueryRow(ctx, `SELECT
+	(SELECT count(*) FROM dedup_conflicts c JOIN dedup_ledger l USING (workflow_id) WHERE c.ledger_payload_hash IS DISTINCT FROM l.payload_hash),
+	(SELECT count(*) FROM dedup_conflicts),
+	(SELECT count(*) FROM dedup_ledger WHERE generation = 2 AND state = 'started')`).Scan(&bad, &conflicts, &gen2); err != nil {
+		t.Fatal(err)
+	}
+	if conflicts != (routers-1)*rounds || bad != 0 {
+		t.Errorf("%d conflict rows (want %d), %d of them naming a hash their ledger row does not hold", conflicts, (routers-1)*rounds, bad)
+	}
+	if gen2 != routers*(rounds-1)*ids {
+		t.Errorf("%d rows re-run to generation 2, want %d", gen2, routers*(rounds-1)*ids)
+	}
+}
