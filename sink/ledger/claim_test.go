@@ -2222,3 +2222,44 @@ func TestConcurrentClaimsAndMarksGiveEachBatchItsOwnAnswers(t *testing.T) {
 		t.Errorf("%d rows re-run to generation 2, want %d", gen2, routers*(rounds-1)*ids)
 	}
 }
+
+// A pool's tracer that also hears prepares (pgx's PrepareTracer: pgx's
+// tracelog logs each) is told of the claim's and the mark's statements
+// as pgx's own Query told it in the exec modes that describe a statement
+// before they run it unnamed: CacheDescribe (what postgres.pooler:
+// transaction sets) describes it once a session, DescribeExec every time,
+// each as a prepare of the unnamed statement.
+func TestAPoolsTracerHearsOfTheClaimsAndMarksDescribesAsPgxToldIt(t *testing.T) {
+	url := open(t).Pool().Config().ConnString()
+	for _, c := range []struct {
+		mode pgx.QueryExecMode
+		want int // unnamed prepares of the claim's and the mark's statements, over three claims and marks
+	}{{pgx.QueryExecModeCacheDescribe, 2}, {pgx.QueryExecModeDescribeExec, 6}} {
+		t.Run(c.mode.String(), func(t *testing.T) {
+			pc, err := pgxpool.ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc.MaxConns = 1
+			pc.ConnConfig.DefaultQueryExecMode = c.mode
+			log := &prepareLog{}
+			pc.ConnConfig.Tracer = log
+			pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			l := ledger.NewFromPool(pool)
+			for i := range 3 {
+				in := intent(fmt.Sprintf("described-%s-%d", c.mode, i), "p")
+				want(t, claim(t, l, in), decide.VerdictNew)
+				if err := l.MarkStarted(context.Background(), []processor.Started{{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if names := log.take(); len(names) != c.want {
+				t.Fatalf("three claims and marks in %s: the tracer was told of %d prepares %q, want %d unnamed ones (pgx's Query's describes)", c.mode, len(names), names, c.want)
+			}
+		})
+	}
+}
