@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -646,5 +647,47 @@ func TestAMarkAfterDiscardAllOnItsSessionRecordsItsRows(t *testing.T) {
 		if gen != s.Generation || state != "started" || run != s.RunID {
 			t.Errorf("%s: generation %d, %s, run %s; want %d, started, %s", s.WorkflowID, gen, state, run, s.Generation, s.RunID)
 		}
+	}
+}
+
+// A mark cancelled while its statement waits on the server (for a row
+// another transaction holds) returns context.Canceled, says no entry
+// Recorded, and leaves no session in the middle of its answer: once the
+// row is let go, the next mark on the pool's one session answers, every
+// entry Recorded.
+func TestAMarkCancelledWhileItWaitsForARowLeavesThePoolServing(t *testing.T) {
+	l, pool, url := onePooled(t)
+	a, b := intent("cancelled-mark-a", "p"), intent("cancelled-mark-b", "p")
+	want(t, claim(t, l, a, b), decide.VerdictNew, decide.VerdictNew)
+	side := sidePool(t, url)
+	tx := holdRows(t, side, "dedup_ledger", b.WorkflowID)
+	st := []processor.Started{{WorkflowID: a.WorkflowID, RunID: "ra", Generation: 1}, {WorkflowID: b.WorkflowID, RunID: "rb", Generation: 1}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- l.MarkStarted(ctx, st) }()
+	waitBlockedHere(t, side, "RETURNING l.workflow_id, l.generation")
+	cancel()
+	err := within(t, done, 10*time.Second, "the cancelled mark")
+	if !errors.Is(err, context.Canceled) || processor.IsPermanent(err) {
+		t.Fatalf("the mark cancelled while it waited: %v (permanent: %v), want context.Canceled", err, processor.IsPermanent(err))
+	}
+	if st[0].Recorded || st[1].Recorded {
+		t.Fatalf("the cancelled mark says Recorded %v, %v; want false for all", st[0].Recorded, st[1].Recorded)
+	}
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(5 * time.Second); pool.Stat().AcquiredConns() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d sessions still acquired 5s after the cancelled mark returned", pool.Stat().AcquiredConns())
+		}
+	}
+	st = []processor.Started{{WorkflowID: a.WorkflowID, RunID: "ra", Generation: 1}, {WorkflowID: b.WorkflowID, RunID: "rb", Generation: 1}}
+	if err := l.MarkStarted(deadline(t, time.Minute), st); err != nil {
+		t.Fatalf("the mark after the cancelled one: %v", err)
+	}
+	if !st[0].Recorded || !st[1].Recorded {
+		t.Fatalf("the mark after the cancelled one: Recorded %v, %v; want true for all", st[0].Recorded, st[1].Recorded)
 	}
 }
