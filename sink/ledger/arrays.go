@@ -109,7 +109,8 @@ var binaryFormats = []int16{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
 // it sends the statement unnamed every time, as pgx's describe mode does.
 // A query tracer of the pool's (NewFromPool) sees it as pgx's own Query
 // would show it: a query with the arguments args gives (built only for a
-// tracer), and a prepare only when the statement is prepared.
+// tracer), and a prepare when pgx's would prepare or describe it (prepare,
+// describe).
 func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []uint32, params [][]byte, args func() []any, row func(cols [][]byte) error) (err error) {
 	c, err := p.pool.Acquire(ctx)
 	if err != nil {
@@ -124,7 +125,8 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 		defer func() { t.TraceQueryEnd(ctx, conn, pgx.TraceQueryEndData{CommandTag: tag, Err: err}) }()
 	}
 	formats := binaryFormats[:len(params)]
-	prepared := cfg.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+	mode := cfg.DefaultQueryExecMode
+	prepared := mode == pgx.QueryExecModeCacheStatement
 	bind := bindRoom(name, params)
 	for again := false; ; again = true {
 		var (
@@ -140,6 +142,9 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 			conn.PgConn().Frontend().Send(bind)
 			rr = conn.PgConn().ExecStatement(ctx, ps.sd, params, formats, binaryFormats[:1])
 		} else {
+			if err = describe(ctx, conn, cfg.Tracer, mode, name, sql, oids); err != nil {
+				return err
+			}
 			conn.PgConn().Frontend().Send(bind + reserve(len(sql)+4*len(oids))) // and its Parse
 			rr = conn.PgConn().ExecParams(ctx, sql, params, oids, formats, binaryFormats[:1])
 		}
@@ -150,6 +155,9 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 			}
 		}
 		tag, err = rr.Close()
+		if rowErr == errStopReading {
+			return err
+		}
 		if rowErr != nil {
 			return rowErr
 		}
@@ -169,6 +177,51 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 			return err
 		}
 	}
+}
+
+// errStopReading, returned by a row function of queryEncoded, stops the
+// reading of the answer: the statement answered, and neither its caller
+// nor a tracer hears of an error, as when pgx's Rows are closed early.
+var errStopReading = errors.New("ledger: answer read far enough")
+
+// describedStatement marks, in a connection's CustomData under its name,
+// a statement describe has described on it.
+type describedStatement struct{}
+
+// describe describes the statement name to the server, as pgx's own Query
+// does it in the exec modes that run a statement unnamed after a
+// description: once a session in QueryExecModeCacheDescribe (what
+// postgres.pooler: transaction sets), before every run in
+// QueryExecModeDescribeExec (a round trip of its own, as pgx's), each
+// told to the pool's tracer as a prepare of the unnamed statement
+// (TestAPoolsTracerHearsOfTheClaimsAndMarksDescribesAsPgxToldIt). In the
+// modes that describe nothing (Exec, SimpleProtocol) it does nothing.
+func describe(ctx context.Context, conn *pgx.Conn, tracer pgx.QueryTracer, mode pgx.QueryExecMode, name, sql string, oids []uint32) (err error) {
+	data := conn.PgConn().CustomData()
+	switch mode {
+	case pgx.QueryExecModeCacheDescribe:
+		if _, ok := data[name].(describedStatement); ok {
+			return nil
+		}
+	case pgx.QueryExecModeDescribeExec:
+	default:
+		return nil
+	}
+	if pt, ok := tracer.(pgx.PrepareTracer); ok {
+		ctx = pt.TracePrepareStart(ctx, conn, pgx.TracePrepareStartData{SQL: sql})
+		defer func() { pt.TracePrepareEnd(ctx, conn, pgx.TracePrepareEndData{Err: err}) }()
+	}
+	sd, err := conn.PgConn().Prepare(ctx, "", sql, nil)
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(sd.ParamOIDs, oids) {
+		return fmt.Errorf("statement %s takes parameters of types %v, not %v", name, sd.ParamOIDs, oids)
+	}
+	if mode == pgx.QueryExecModeCacheDescribe {
+		data[name] = describedStatement{}
+	}
+	return nil
 }
 
 // preparedStatement is a statement queryEncoded prepared on one

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -253,7 +252,7 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys 
 			return fmt.Errorf("an answer of %d columns", len(cols))
 		}
 		if held = boolCol(cols[5]); !held {
-			return errNotHeld
+			return errStopReading // every row says so; nothing was written
 		}
 		at, err := int8Col(cols[0])
 		if err != nil {
@@ -287,19 +286,15 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys 
 		got[uniq[j]] = s
 		return nil
 	})
-	if !held {
-		return p.fenced(ctx, f)
-	}
 	if err != nil {
 		return fmt.Errorf("claiming %d intents: %w", n, err)
+	}
+	if !held {
+		return p.fenced(ctx, f)
 	}
 	p.started.remember(intents, sums, seen, since)
 	return nil
 }
-
-// errNotHeld stops the reading of a claim's answer whose fence did not
-// hold: every row of it says so, and nothing was written.
-var errNotHeld = errors.New("ledger: the fence did not hold")
 
 // claimParamOIDs are claimSQL's parameter types: the batch's nine columns
 // and its fences.
