@@ -18,10 +18,9 @@ import (
 // each of pgx's exec modes, on a direct connection: the named prepared
 // statement of pgx's default (which a transaction pooler cannot keep)
 // against CacheDescribe, which needs none (postgres.pooler: transaction
-// uses it). pgx's third such mode, Exec, cannot run the claim at all: it
-// guesses each parameter's type from its Go type and has none for the
-// keys ([][16]byte as uuid[]). docs/runbook.md ("Behind PgBouncer") has the
-// figures.
+// uses it). The claim's parameters are encoded by the ledger (arrays.go),
+// so both modes send the same bytes. docs/runbook.md ("Behind PgBouncer")
+// has the figures.
 func BenchmarkClaimByExecMode(b *testing.B) {
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe} {
 		b.Run(mode.String(), func(b *testing.B) {
