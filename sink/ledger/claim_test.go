@@ -2263,3 +2263,92 @@ func TestAPoolsTracerHearsOfTheClaimsAndMarksDescribesAsPgxToldIt(t *testing.T) 
 		})
 	}
 }
+
+// sqlPrepareLog records the SQL of every prepare a pool's tracer hears of.
+type sqlPrepareLog struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (p *sqlPrepareLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (p *sqlPrepareLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (p *sqlPrepareLog) TracePrepareStart(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareStartData) context.Context {
+	p.mu.Lock()
+	p.sql = append(p.sql, d.SQL)
+	p.mu.Unlock()
+	return ctx
+}
+func (p *sqlPrepareLog) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
+
+// claims counts the prepares of the claim's statement since the last call.
+func (p *sqlPrepareLog) claims() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, s := range p.sql {
+		if strings.Contains(s, "INSERT INTO dedup_ledger") {
+			n++
+		}
+	}
+	p.sql = nil
+	return n
+}
+
+// In CacheDescribe (what postgres.pooler: transaction sets) pgx's own
+// Query forgets a statement's description on its session when a run of it
+// fails (pgx's Rows.Close invalidates its description cache entry), and
+// describes it again on the next run: a pool's tracer hears a prepare of
+// the claim's statement once more after a claim that failed (here: its
+// lock_timeout, waiting on a row another transaction holds), as pgx's
+// Query told it.
+func TestAPoolsTracerHearsTheClaimDescribedAgainAfterAFailedClaimInCacheDescribe(t *testing.T) {
+	url := open(t).Pool().Config().ConnString()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1 // one session
+	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	pc.ConnConfig.RuntimeParams["lock_timeout"] = "200ms"
+	log := &sqlPrepareLog{}
+	pc.ConnConfig.Tracer = log
+	ctx := deadline(t, time.Minute)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ledger.NewFromPool(pool)
+	in := intent("redescribed", "p")
+	want(t, claim(t, l, in), decide.VerdictNew)
+	if n := log.claims(); n != 1 {
+		t.Fatalf("the first claim: %d describes of its statement, want 1", n)
+	}
+	other, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	tx, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, in.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Claim(ctx, []decide.Intent{in}); err == nil {
+		t.Fatal("a claim of a row another transaction holds succeeded within lock_timeout")
+	} else if !ledger.Transient(err) {
+		t.Fatalf("the claim's lock_timeout: %v, want a transient error", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	log.claims()
+	want(t, claim(t, l, in), decide.VerdictRedrive)
+	if n := log.claims(); n != 1 {
+		t.Errorf("the claim after a failed one on the same session: the tracer heard %d describes of its statement, want 1 (pgx's Query forgot the description when the run failed)", n)
+	}
+}

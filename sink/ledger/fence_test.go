@@ -1,10 +1,16 @@
 package ledger_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
+	"net"
+	neturl "net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -556,5 +562,139 @@ func TestAPoolsTracerHearsAFencedClaimEndWithoutAnError(t *testing.T) {
 	}
 	if claims != 1 {
 		t.Errorf("the tracer heard %d claim statements end, want 1", claims)
+	}
+}
+
+// cutAfterRow is a TCP proxy to a PostgreSQL server that, once armed,
+// passes the server's messages up to and including the next DataRow and
+// then cuts that connection (a network or a server gone right after the
+// first row of an answer); it disarms itself. Every other connection,
+// before and after, goes through untouched.
+type cutAfterRow struct {
+	url   string
+	armed atomic.Bool
+	cut   atomic.Int32
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newCutAfterRow(t *testing.T, serverURL string) *cutAfterRow {
+	t.Helper()
+	u, err := neturl.Parse(serverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = ln.Addr().String()
+	q := u.Query()
+	q.Set("sslmode", "disable") // the proxy reads the server's messages
+	u.RawQuery = q.Encode()
+	p := &cutAfterRow{url: u.String(), ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(s, c); _ = s.Close() }()
+			go p.serverToClient(s, c)
+		}
+	}()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *cutAfterRow) serverToClient(s, c net.Conn) {
+	defer func() { _ = c.Close(); _ = s.Close() }()
+	r := bufio.NewReader(s)
+	for {
+		head := make([]byte, 5)
+		if _, err := io.ReadFull(r, head); err != nil {
+			return
+		}
+		body := make([]byte, int(binary.BigEndian.Uint32(head[1:]))-4)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return
+		}
+		if _, err := c.Write(append(head, body...)); err != nil {
+			return
+		}
+		if head[0] == 'D' && p.armed.CompareAndSwap(true, false) {
+			p.cut.Add(1)
+			return
+		}
+	}
+}
+
+func (p *cutAfterRow) close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// A claim whose fence did not hold is refused by its fence (a
+// *processor.FencedError naming the partition that moved) once its first
+// row says so, whatever becomes of the rest of the answer: here the
+// connection is cut right after that row (a network, a pooler, a server
+// gone while the answer's end is read and discarded). Nothing was written
+// either way (the statement wrote nothing, and its transaction never
+// committed), and the refusal is what the router must hear: it stops the
+// zombie's partition, where a transient error retries the claim. pgx's
+// own Query (the claim before 7eae5c2) broke off at that row and answered
+// the fence's refusal.
+func TestAFencedClaimIsRefusedByItsFenceWhenTheConnectionIsCutAfterItsFirstRow(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx := deadline(t, time.Minute)
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	px := newCutAfterRow(t, url)
+	pool, err := pgxpool.New(ctx, px.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ledger.NewFromPool(pool)
+	p := processor.PartitionRef{Topic: "events", Partition: 1}
+	epochs, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "old", Parts: []processor.PartitionRef{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "new", Parts: []processor.PartitionRef{p}}); err != nil {
+		t.Fatal(err)
+	}
+	a := intent("fenced-cut", "A")
+	a.Fence = decide.Fence{Group: "g", Epoch: epochs[0]}
+	px.armed.Store(true)
+	_, err = l.Claim(ctx, []decide.Intent{a})
+	if px.cut.Load() != 1 {
+		t.Fatalf("the proxy cut %d connections, want the claim's", px.cut.Load())
+	}
+	fe, ok := processor.IsFenced(err)
+	if !ok {
+		t.Fatalf("a claim under the old epoch, its connection cut after its first row (held=false): %v (transient %v), want the fence's refusal", err, ledger.Transient(err))
+	}
+	if len(fe.Stale) != 1 || !fe.Has(p.Topic, p.Partition, a.Fence) {
+		t.Errorf("the refusal names %+v, want partition %v at epoch %d", fe.Stale, p, a.Fence.Epoch)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM dedup_ledger WHERE workflow_id = $1`, a.WorkflowID).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d rows written by the refused claim (%v), want none", n, err)
 	}
 }
