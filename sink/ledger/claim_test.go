@@ -2282,19 +2282,23 @@ func (p *sqlPrepareLog) TracePrepareStart(ctx context.Context, _ *pgx.Conn, d pg
 }
 func (p *sqlPrepareLog) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
 
-// claims counts the prepares of the claim's statement since the last call.
-func (p *sqlPrepareLog) claims() int {
+// take counts the prepares of statements that contain sub since the
+// last take.
+func (p *sqlPrepareLog) take(sub string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
 	for _, s := range p.sql {
-		if strings.Contains(s, "INSERT INTO dedup_ledger") {
+		if strings.Contains(s, sub) {
 			n++
 		}
 	}
 	p.sql = nil
 	return n
 }
+
+// claims counts the prepares of the claim's statement since the last take.
+func (p *sqlPrepareLog) claims() int { return p.take("INSERT INTO dedup_ledger") }
 
 // In CacheDescribe (what postgres.pooler: transaction sets) pgx's own
 // Query forgets a statement's description on its session when a run of it

@@ -691,3 +691,65 @@ func TestAMarkCancelledWhileItWaitsForARowLeavesThePoolServing(t *testing.T) {
 		t.Fatalf("the mark after the cancelled one: Recorded %v, %v; want true for all", st[0].Recorded, st[1].Recorded)
 	}
 }
+
+// In CacheDescribe pgx's own Query forgets a statement's description on
+// its session when a run of it fails and describes it again on the next
+// run: a pool's tracer hears a prepare of the mark's statement once more
+// after a mark that failed (its lock_timeout, on a row another
+// transaction holds), as pgx's Query told it.
+func TestAPoolsTracerHearsTheMarkDescribedAgainAfterAFailedMarkInCacheDescribe(t *testing.T) {
+	url := open(t).Pool().Config().ConnString()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1 // one session
+	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	pc.ConnConfig.RuntimeParams["lock_timeout"] = "200ms"
+	log := &sqlPrepareLog{}
+	pc.ConnConfig.Tracer = log
+	ctx := deadline(t, time.Minute)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ledger.NewFromPool(pool)
+	const markSQL = "UPDATE dedup_ledger l SET state = 'started'"
+	a, b := intent("remark-a", "p"), intent("remark-b", "p")
+	want(t, claim(t, l, a, b), decide.VerdictNew, decide.VerdictNew)
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "r", Generation: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := log.take(markSQL); n != 1 {
+		t.Fatalf("the first mark: %d describes of its statement, want 1", n)
+	}
+	other, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	tx, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT FROM dedup_ledger WHERE workflow_id = $1 FOR UPDATE`, b.WorkflowID); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: b.WorkflowID, RunID: "r", Generation: 1}}); err == nil {
+		t.Fatal("a mark of a row another transaction holds succeeded within lock_timeout")
+	} else if !ledger.Transient(err) {
+		t.Fatalf("the mark's lock_timeout: %v, want a transient error", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	log.take(markSQL)
+	st := []processor.Started{{WorkflowID: b.WorkflowID, RunID: "r", Generation: 1}}
+	if err := l.MarkStarted(ctx, st); err != nil || !st[0].Recorded {
+		t.Fatalf("the mark after the lock went: %v, Recorded %v", err, st[0].Recorded)
+	}
+	if n := log.take(markSQL); n != 1 {
+		t.Errorf("the mark after a failed one on the same session: the tracer heard %d describes of its statement, want 1 (pgx's Query forgot the description when the run failed)", n)
+	}
+}
