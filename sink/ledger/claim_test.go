@@ -2356,3 +2356,65 @@ func TestAPoolsTracerHearsTheClaimDescribedAgainAfterAFailedClaimInCacheDescribe
 		t.Errorf("the claim after a failed one on the same session: the tracer heard %d describes of its statement, want 1 (pgx's Query forgot the description when the run failed)", n)
 	}
 }
+
+// In CacheDescribe a describe of the claim's statement that fails (its
+// lock_timeout against a migration's ACCESS EXCLUSIVE lock) fails the
+// claim with a transient error, leaves the session usable, and is not
+// remembered as done: the next claim on that session describes the
+// statement again (the tracer hears it, as pgx's Query told it) and
+// claims.
+func TestAFailedDescribeOfTheClaimIsTransientAndDescribedAgainOnTheNextClaim(t *testing.T) {
+	url := open(t).Pool().Config().ConnString()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1 // one session
+	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	pc.ConnConfig.RuntimeParams["lock_timeout"] = "200ms"
+	log := &sqlPrepareLog{}
+	pc.ConnConfig.Tracer = log
+	ctx := deadline(t, time.Minute)
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var pid int
+	if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	l := ledger.NewFromPool(pool)
+	other, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	tx, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE dedup_ledger IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	in := intent("describe-locked", "p")
+	_, err = l.Claim(ctx, []decide.Intent{in})
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "55P03" || !ledger.Transient(err) {
+		t.Fatalf("a claim whose describe meets the lock: %v, want a transient lock_timeout (55P03)", err)
+	}
+	if n := log.claims(); n != 1 {
+		t.Errorf("the claim whose describe failed: %d describes heard, want 1", n)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, in), decide.VerdictNew)
+	if n := log.claims(); n != 1 {
+		t.Errorf("the claim after a failed describe: %d describes heard, want 1 (described again)", n)
+	}
+	var again int
+	if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&again); err != nil || again != pid {
+		t.Errorf("the session after the failed describe: backend %d (%v), want the same %d", again, err, pid)
+	}
+}

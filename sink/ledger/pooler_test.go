@@ -519,3 +519,60 @@ func TestReplayReadsThroughAnUnnamedTransactionPoolerAnswerOrNameTheSetting(t *t
 	}
 	t.Logf("%d answered, %d named the setting", answer, named)
 }
+
+// Through PgBouncer in transaction pooling, a large claim whose fence did
+// not hold (its answer read only up to its first row, the rest
+// discarded) is refused by its fence, writes nothing, and leaves the
+// ledger's connections and PgBouncer's server sessions clean: the same
+// ledger's next claims, unfenced and fenced under the new epoch, answer.
+func TestAFencedLargeClaimThroughTransactionPoolerIsRefusedAndTheNextClaimsAnswer(t *testing.T) {
+	ls := openPooled(t, pgbouncer.Transaction, 2)
+	old, cur := ls[0], ls[1]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := processor.PartitionRef{Topic: "events", Partition: 1}
+	stale, err := old.Own(ctx, processor.Ownership{Group: "g", Member: "old", Parts: []processor.PartitionRef{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := cur.Own(ctx, processor.Ownership{Group: "g", Member: "new", Parts: []processor.PartitionRef{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := func(prefix string, epoch int64) []decide.Intent {
+		in := make([]decide.Intent, 2000)
+		for i := range in {
+			in[i] = intent(fmt.Sprintf("%s-%d", prefix, i), "x")
+			if epoch != 0 {
+				in[i].Fence = decide.Fence{Group: "g", Epoch: epoch}
+			}
+		}
+		return in
+	}
+	for round := range 3 {
+		_, err := old.Claim(ctx, batch(fmt.Sprintf("zombie-%d", round), stale[0]))
+		if fe, ok := processor.IsFenced(err); !ok || !fe.Has(p.Topic, p.Partition, decide.Fence{Group: "g", Epoch: stale[0]}) {
+			t.Fatalf("round %d: the old owner's claim: %v, want the fence's refusal of %v", round, err, p)
+		}
+		for _, c := range []struct {
+			l     *ledger.Postgres
+			name  string
+			epoch int64
+		}{{old, "unfenced", 0}, {old, "fenced-new", fresh[0]}} {
+			in := batch(fmt.Sprintf("%s-%d", c.name, round), c.epoch)
+			cl, err := c.l.Claim(ctx, in)
+			if err != nil {
+				t.Fatalf("round %d: the %s claim after the refused one: %v", round, c.name, err)
+			}
+			for i, v := range cl {
+				if v.Verdict != decide.VerdictNew {
+					t.Fatalf("round %d: %s intent %d: %v, want new", round, c.name, i, v.Verdict)
+				}
+			}
+		}
+	}
+	var n int
+	if err := cur.Pool().QueryRow(ctx, `SELECT count(*) FROM dedup_ledger WHERE workflow_id LIKE '%zombie-%'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d rows written by the refused claims (%v), want none", n, err)
+	}
+}
