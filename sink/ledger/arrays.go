@@ -156,12 +156,20 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 		}
 		tag, err = rr.Close()
 		if rowErr == errStopReading {
-			return err
+			rowErr = nil
 		}
 		if rowErr != nil {
-			return rowErr
+			err = rowErr
 		}
-		if ps == nil || !stalePrepared(err) {
+		if ps == nil {
+			if _, ok := conn.PgConn().CustomData()[name].(describedStatement); ok && err != nil {
+				// As pgx's Rows forget a statement's description when
+				// its run failed: described again next time.
+				delete(conn.PgConn().CustomData(), name)
+			}
+			return err
+		}
+		if rowErr != nil || !stalePrepared(err) {
 			return err
 		}
 		// The server no longer has the statement as prepared (DISCARD

@@ -286,11 +286,13 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys 
 		got[uniq[j]] = s
 		return nil
 	})
+	if !held {
+		// The fence's answer, whatever the rest of the answer met (pgx's
+		// Rows, closed early, ignored it too).
+		return p.fenced(ctx, f)
+	}
 	if err != nil {
 		return fmt.Errorf("claiming %d intents: %w", n, err)
-	}
-	if !held {
-		return p.fenced(ctx, f)
 	}
 	p.started.remember(intents, sums, seen, since)
 	return nil
