@@ -2334,7 +2334,7 @@ func TestAPoolsTracerHearsTheClaimDescribedAgainAfterAFailedClaimInCacheDescribe
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Close(context.Background())
+	defer func() { _ = other.Close(context.Background()) }()
 	tx, err := other.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -2389,7 +2389,7 @@ func TestAFailedDescribeOfTheClaimIsTransientAndDescribedAgainOnTheNextClaim(t *
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Close(context.Background())
+	defer func() { _ = other.Close(context.Background()) }()
 	tx, err := other.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -728,7 +728,7 @@ func TestAPoolsTracerHearsTheMarkDescribedAgainAfterAFailedMarkInCacheDescribe(t
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Close(context.Background())
+	defer func() { _ = other.Close(context.Background()) }()
 	tx, err := other.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
