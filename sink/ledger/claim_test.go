@@ -2297,6 +2297,28 @@ func (p *sqlPrepareLog) take(sub string) int {
 	return n
 }
 
+// describingSession is a pool of one session on a new ledger in
+// CacheDescribe (what postgres.pooler: transaction sets), waiting at most
+// 200ms for a lock, whose tracer is the log returned.
+func describingSession(t *testing.T, ctx context.Context) (*pgxpool.Pool, *sqlPrepareLog) {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1 // one session
+	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	pc.ConnConfig.RuntimeParams["lock_timeout"] = "200ms"
+	log := &sqlPrepareLog{}
+	pc.ConnConfig.Tracer = log
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool, log
+}
+
 // claims counts the prepares of the claim's statement since the last take.
 func (p *sqlPrepareLog) claims() int { return p.take("INSERT INTO dedup_ledger") }
 
@@ -2308,22 +2330,9 @@ func (p *sqlPrepareLog) claims() int { return p.take("INSERT INTO dedup_ledger")
 // lock_timeout, waiting on a row another transaction holds), as pgx's
 // Query told it.
 func TestAPoolsTracerHearsTheClaimDescribedAgainAfterAFailedClaimInCacheDescribe(t *testing.T) {
-	url := open(t).Pool().Config().ConnString()
-	pc, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.MaxConns = 1 // one session
-	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
-	pc.ConnConfig.RuntimeParams["lock_timeout"] = "200ms"
-	log := &sqlPrepareLog{}
-	pc.ConnConfig.Tracer = log
 	ctx := deadline(t, time.Minute)
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, log := describingSession(t, ctx)
+	url := pool.Config().ConnString()
 	l := ledger.NewFromPool(pool)
 	in := intent("redescribed", "p")
 	want(t, claim(t, l, in), decide.VerdictNew)
@@ -2364,22 +2373,9 @@ func TestAPoolsTracerHearsTheClaimDescribedAgainAfterAFailedClaimInCacheDescribe
 // statement again (the tracer hears it, as pgx's Query told it) and
 // claims.
 func TestAFailedDescribeOfTheClaimIsTransientAndDescribedAgainOnTheNextClaim(t *testing.T) {
-	url := open(t).Pool().Config().ConnString()
-	pc, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.MaxConns = 1 // one session
-	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
-	pc.ConnConfig.RuntimeParams["lock_timeout"] = "200ms"
-	log := &sqlPrepareLog{}
-	pc.ConnConfig.Tracer = log
 	ctx := deadline(t, time.Minute)
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, log := describingSession(t, ctx)
+	url := pool.Config().ConnString()
 	var pid int
 	if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 		t.Fatal(err)

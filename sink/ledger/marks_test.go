@@ -698,22 +698,9 @@ func TestAMarkCancelledWhileItWaitsForARowLeavesThePoolServing(t *testing.T) {
 // after a mark that failed (its lock_timeout, on a row another
 // transaction holds), as pgx's Query told it.
 func TestAPoolsTracerHearsTheMarkDescribedAgainAfterAFailedMarkInCacheDescribe(t *testing.T) {
-	url := open(t).Pool().Config().ConnString()
-	pc, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.MaxConns = 1 // one session
-	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
-	pc.ConnConfig.RuntimeParams["lock_timeout"] = "200ms"
-	log := &sqlPrepareLog{}
-	pc.ConnConfig.Tracer = log
 	ctx := deadline(t, time.Minute)
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, log := describingSession(t, ctx)
+	url := pool.Config().ConnString()
 	l := ledger.NewFromPool(pool)
 	const markSQL = "UPDATE dedup_ledger l SET state = 'started'"
 	a, b := intent("remark-a", "p"), intent("remark-b", "p")
