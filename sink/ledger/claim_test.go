@@ -1551,10 +1551,11 @@ func TestAClaimEndsByItsDeadlineWhenTheServerFallsSilentBetweenTheReplayReadsTwo
 }
 
 // prepareLog counts the prepares a pool's tracer is told of (pgx's
-// PrepareTracer), by statement name.
+// PrepareTracer), by statement name and SQL.
 type prepareLog struct {
 	mu    sync.Mutex
 	names []string
+	sql   []string
 }
 
 func (p *prepareLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -1563,7 +1564,7 @@ func (p *prepareLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 func (p *prepareLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 func (p *prepareLog) TracePrepareStart(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareStartData) context.Context {
 	p.mu.Lock()
-	p.names = append(p.names, d.Name)
+	p.names, p.sql = append(p.names, d.Name), append(p.sql, d.SQL)
 	p.mu.Unlock()
 	return ctx
 }
@@ -1573,7 +1574,22 @@ func (p *prepareLog) take() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := p.names
-	p.names = nil
+	p.names, p.sql = nil, nil
+	return n
+}
+
+// takeSQL counts the prepares of statements that contain sub since the
+// last take.
+func (p *prepareLog) takeSQL(sub string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, s := range p.sql {
+		if strings.Contains(s, sub) {
+			n++
+		}
+	}
+	p.names, p.sql = nil, nil
 	return n
 }
 
@@ -2264,43 +2280,10 @@ func TestAPoolsTracerHearsOfTheClaimsAndMarksDescribesAsPgxToldIt(t *testing.T) 
 	}
 }
 
-// sqlPrepareLog records the SQL of every prepare a pool's tracer hears of.
-type sqlPrepareLog struct {
-	mu  sync.Mutex
-	sql []string
-}
-
-func (p *sqlPrepareLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	return ctx
-}
-func (p *sqlPrepareLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (p *sqlPrepareLog) TracePrepareStart(ctx context.Context, _ *pgx.Conn, d pgx.TracePrepareStartData) context.Context {
-	p.mu.Lock()
-	p.sql = append(p.sql, d.SQL)
-	p.mu.Unlock()
-	return ctx
-}
-func (p *sqlPrepareLog) TracePrepareEnd(context.Context, *pgx.Conn, pgx.TracePrepareEndData) {}
-
-// take counts the prepares of statements that contain sub since the
-// last take.
-func (p *sqlPrepareLog) take(sub string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, s := range p.sql {
-		if strings.Contains(s, sub) {
-			n++
-		}
-	}
-	p.sql = nil
-	return n
-}
-
 // describingSession is a pool of one session on a new ledger in
 // CacheDescribe (what postgres.pooler: transaction sets), waiting at most
 // 200ms for a lock, whose tracer is the log returned.
-func describingSession(t *testing.T, ctx context.Context) (*pgxpool.Pool, *sqlPrepareLog) {
+func describingSession(t *testing.T, ctx context.Context) (*pgxpool.Pool, *prepareLog) {
 	t.Helper()
 	pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
 	if err != nil {
@@ -2309,7 +2292,7 @@ func describingSession(t *testing.T, ctx context.Context) (*pgxpool.Pool, *sqlPr
 	pc.MaxConns = 1 // one session
 	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	pc.ConnConfig.RuntimeParams["lock_timeout"] = "200ms"
-	log := &sqlPrepareLog{}
+	log := &prepareLog{}
 	pc.ConnConfig.Tracer = log
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -2320,7 +2303,7 @@ func describingSession(t *testing.T, ctx context.Context) (*pgxpool.Pool, *sqlPr
 }
 
 // claims counts the prepares of the claim's statement since the last take.
-func (p *sqlPrepareLog) claims() int { return p.take("INSERT INTO dedup_ledger") }
+func (p *prepareLog) claims() int { return p.takeSQL("INSERT INTO dedup_ledger") }
 
 // In CacheDescribe (what postgres.pooler: transaction sets) pgx's own
 // Query forgets a statement's description on its session when a run of it

@@ -708,7 +708,7 @@ func TestAPoolsTracerHearsTheMarkDescribedAgainAfterAFailedMarkInCacheDescribe(t
 	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "r", Generation: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if n := log.take(markSQL); n != 1 {
+	if n := log.takeSQL(markSQL); n != 1 {
 		t.Fatalf("the first mark: %d describes of its statement, want 1", n)
 	}
 	other, err := pgx.Connect(ctx, url)
@@ -731,12 +731,12 @@ func TestAPoolsTracerHearsTheMarkDescribedAgainAfterAFailedMarkInCacheDescribe(t
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	log.take(markSQL)
+	log.takeSQL(markSQL)
 	st := []processor.Started{{WorkflowID: b.WorkflowID, RunID: "r", Generation: 1}}
 	if err := l.MarkStarted(ctx, st); err != nil || !st[0].Recorded {
 		t.Fatalf("the mark after the lock went: %v, Recorded %v", err, st[0].Recorded)
 	}
-	if n := log.take(markSQL); n != 1 {
+	if n := log.takeSQL(markSQL); n != 1 {
 		t.Errorf("the mark after a failed one on the same session: the tracer heard %d describes of its statement, want 1 (pgx's Query forgot the description when the run failed)", n)
 	}
 }
