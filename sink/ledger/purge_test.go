@@ -630,11 +630,15 @@ func TestPurgeByTheOperatorKeepsALedgerRowMovedWhileItWaited(t *testing.T) {
 // batch again, not fail: the batch deleted nothing, and the old rows the
 // router did not take are still there. R2 < M1 < R1 by key; R1 ended
 // before M2, before R2. The claim takes R2 and waits for M1; the purge
-// deletes R1 and waits for M2; M2 let go, the purge waits for R2 (the
-// claim); M1 let go, the claim waits for R1 (the purge). The purge, having
-// waited longer, is the one PostgreSQL cancels.
+// deletes R1 and waits for M2; M1 let go, the claim waits for R1 (the
+// purge); M2 let go, the purge waits for R2 (the claim), closing the
+// circle. The purge is the one PostgreSQL cancels: the router's sessions
+// look for a deadlock only after minutes (lateToLookForDeadlocks), the
+// purge's a second after it began to wait, when the circle is closed.
 func TestPurgeByTheOperatorRunsABatchThatLostADeadlockAgain(t *testing.T) {
-	admin, router, operator := routerAnd(t, "dedup_operator")
+	admin, _ := rolesDB(t)
+	router := openAs(t, lateToLookForDeadlocks(t, admin, pgtest.NewLogin(t, admin, "", "dedup_router")))
+	operator := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_operator"))
 	ctx := deadline(t, 2*time.Minute)
 	in := func(n int) decide.Intent { return intent(fmt.Sprintf("purge-%d", n), "p") }
 	r2, m1, r1 := inKeyOrder(in)
@@ -668,14 +672,14 @@ func TestPurgeByTheOperatorRunsABatchThatLostADeadlockAgain(t *testing.T) {
 		purged <- err
 	}()
 	waitBlockedHere(t, side, "DELETE FROM dedup_ledger")
-	_ = t2.Rollback(ctx)
-	waitBlockedBy(t, side, "DELETE FROM dedup_ledger", "INSERT INTO dedup_ledger AS l")
 	_ = t1.Rollback(ctx)
+	waitBlockedBy(t, side, "INSERT INTO dedup_ledger AS l", "DELETE FROM dedup_ledger")
+	_ = t2.Rollback(ctx)
 	if err := within(t, purged, lockWaitPatience, "the purge"); err != nil {
 		t.Fatalf("dedup_operator's purge meeting a router's re-claim of the same rows: %v", err)
 	}
 	if err := within(t, claimed, lockWaitPatience, "the re-claim"); err != nil {
-		t.Fatalf("the router's re-claim meeting dedup_operator's purge of the same rows (the purge should have lost the deadlock, having waited longer): %v", err)
+		t.Fatalf("the router's re-claim meeting dedup_operator's purge of the same rows (the purge, closing the circle, should have lost the deadlock): %v", err)
 	}
 	var left []string
 	if err := side.QueryRow(ctx, `SELECT coalesce(array_agg(workflow_id ORDER BY workflow_id), '{}') FROM dedup_ledger`).Scan(&left); err != nil {
@@ -821,6 +825,27 @@ func TestPurgeByTheOperatorGoesOnPastAConflictAnotherPurgeDeleted(t *testing.T) 
 	}
 }
 
+// lateToLookForDeadlocks has the sessions of login (a URL of
+// pgtest.NewLogin's) look for a deadlock only after ten minutes of
+// waiting for a lock (deadlock_timeout, a superuser's setting, set by
+// admin for the login), and returns login. PostgreSQL cancels the session
+// whose own look finds the circle, one deadlock_timeout (a second) after
+// it began to wait, or none if the circle was not closed yet: which of two
+// sessions loses a deadlock then depends on the machine's pace (CI's
+// TestPurgeCountsEachDeletedRowOnceAfterADeadlock saw the wrong one lose).
+// With the login late, the other session loses, if it closes the circle.
+func lateToLookForDeadlocks(t *testing.T, admin, login string) string {
+	t.Helper()
+	u, err := url.Parse(login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sidePool(t, admin).Exec(deadline(t, time.Minute), `ALTER ROLE `+pgx.Identifier{u.User.Username()}.Sanitize()+` SET deadlock_timeout = '10min'`); err != nil {
+		t.Fatal(err)
+	}
+	return login
+}
+
 // routerAnd opens one new ledger with dedup's roles (rolesDB) as
 // dedup_router and as role: a router and another role's purge of the same
 // rows. admin is the database's superuser URL.
@@ -835,7 +860,9 @@ func routerAnd(t *testing.T, role string) (admin string, router, other *ledger.P
 // meeting). The count Purge returns is of the rows deleted, each once:
 // neither the cancelled run's victims nor the rows the router re-claimed.
 func TestPurgeCountsEachDeletedRowOnceAfterADeadlock(t *testing.T) {
-	admin, router, operator := routerAnd(t, "dedup_operator")
+	admin, _ := rolesDB(t)
+	router := openAs(t, lateToLookForDeadlocks(t, admin, pgtest.NewLogin(t, admin, "", "dedup_router")))
+	operator := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_operator"))
 	ctx := deadline(t, 2*time.Minute)
 	in := func(n int) decide.Intent { return intent(fmt.Sprintf("purge-%d", n), "p") }
 	r2, m1, r1 := inKeyOrder(in)
@@ -871,14 +898,14 @@ func TestPurgeCountsEachDeletedRowOnceAfterADeadlock(t *testing.T) {
 		purged <- err
 	}()
 	waitBlockedHere(t, side, "DELETE FROM dedup_ledger")
-	_ = t2.Rollback(ctx)
-	waitBlockedBy(t, side, "DELETE FROM dedup_ledger", "INSERT INTO dedup_ledger AS l")
 	_ = t1.Rollback(ctx)
+	waitBlockedBy(t, side, "INSERT INTO dedup_ledger AS l", "DELETE FROM dedup_ledger")
+	_ = t2.Rollback(ctx)
 	if err := within(t, purged, lockWaitPatience, "the purge"); err != nil {
 		t.Fatalf("dedup_operator's purge meeting a router's re-claim of the same rows: %v", err)
 	}
 	if err := within(t, claimed, lockWaitPatience, "the re-claim"); err != nil {
-		t.Fatalf("the router's re-claim meeting dedup_operator's purge of the same rows (the purge should have lost the deadlock, having waited longer): %v", err)
+		t.Fatalf("the router's re-claim meeting dedup_operator's purge of the same rows (the purge, closing the circle, should have lost the deadlock): %v", err)
 	}
 	var left []string
 	if err := side.QueryRow(ctx, `SELECT coalesce(array_agg(workflow_id ORDER BY workflow_id), '{}') FROM dedup_ledger`).Scan(&left); err != nil {
@@ -901,7 +928,7 @@ func TestPurgeCountsEachDeletedRowOnceAfterADeadlock(t *testing.T) {
 func TestPurgeByTheOperatorThroughTransactionPoolerRunsABatchThatLostADeadlockAgain(t *testing.T) {
 	admin, _ := rolesDB(t)
 	ctx := deadline(t, 2*time.Minute)
-	router := openAs(t, pgtest.NewLogin(t, admin, "", "dedup_router"))
+	router := openAs(t, lateToLookForDeadlocks(t, admin, pgtest.NewLogin(t, admin, "", "dedup_router")))
 	login := pgtest.NewLogin(t, admin, "", "dedup_operator")
 	b := pgbouncer.Start(t, login, pgbouncer.Options{Mode: pgbouncer.Transaction})
 	cfg := ledger.DefaultConfig()
@@ -946,14 +973,14 @@ func TestPurgeByTheOperatorThroughTransactionPoolerRunsABatchThatLostADeadlockAg
 		purged <- err
 	}()
 	waitBlockedHere(t, side, "DELETE FROM dedup_ledger")
-	_ = t2.Rollback(ctx)
-	waitBlockedBy(t, side, "DELETE FROM dedup_ledger", "INSERT INTO dedup_ledger AS l")
 	_ = t1.Rollback(ctx)
+	waitBlockedBy(t, side, "INSERT INTO dedup_ledger AS l", "DELETE FROM dedup_ledger")
+	_ = t2.Rollback(ctx)
 	if err := within(t, purged, lockWaitPatience, "the purge"); err != nil {
 		t.Fatalf("dedup_operator's purge meeting a router's re-claim of the same rows: %v", err)
 	}
 	if err := within(t, claimed, lockWaitPatience, "the re-claim"); err != nil {
-		t.Fatalf("the router's re-claim meeting dedup_operator's purge of the same rows (the purge should have lost the deadlock, having waited longer): %v", err)
+		t.Fatalf("the router's re-claim meeting dedup_operator's purge of the same rows (the purge, closing the circle, should have lost the deadlock): %v", err)
 	}
 	var left []string
 	if err := side.QueryRow(ctx, `SELECT coalesce(array_agg(workflow_id ORDER BY workflow_id), '{}') FROM dedup_ledger`).Scan(&left); err != nil {
