@@ -125,10 +125,10 @@ func TestLeaseLostMidCallCancelsTheCall(t *testing.T) {
 // stored all the same, and the next call gets it without running again.
 func TestOutcomeStoredAfterTheDeadline(t *testing.T) {
 	s, _ := store(t, idempotency.DefaultOptions())
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	_, _ = s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) {
-		time.Sleep(400 * time.Millisecond) // the call outlives the deadline
+	ctx := newPassingDeadline()
+	_, _ = s.Do(ctx, "k1", fp, func(fctx context.Context) ([]byte, error) {
+		ctx.pass()
+		<-fctx.Done() // the call outlives the deadline
 		return []byte("sent"), nil
 	})
 	out, err := s.Do(context.Background(), "k1", fp, func(context.Context) ([]byte, error) { t.Error("ran again"); return nil, nil })

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -118,12 +117,12 @@ func TestUnansweredFailureKeepsTheExternalKey(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Cut short: the caller's deadline ends the call; fn returns a plain
-	// error (as an HTTP client does).
-	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
+	// Cut short: the caller's deadline ends the call while fn runs; fn
+	// returns a plain error (as an HTTP client does).
+	cctx := newPassingDeadline()
 	_, err := s.DoKeyed(cctx, "c", 1, fpOld, func(ctx context.Context, ext string) ([]byte, error) {
 		got = append(got, ext)
+		cctx.pass()
 		<-ctx.Done()
 		return nil, fmt.Errorf("posting: %w", ctx.Err())
 	})

@@ -38,11 +38,23 @@ func storeWithMetrics(t *testing.T, o idempotency.Options) (*idempotency.Store, 
 	}
 	t.Cleanup(pool.Close)
 	reg := prometheus.NewRegistry()
+	return storeOnWithMetrics(t, pool, o, reg), pool, reg
+}
+
+// storeOn is another store of pool's keys, with its own options (another
+// worker's).
+func storeOn(t *testing.T, pool *pgxpool.Pool, o idempotency.Options) *idempotency.Store {
+	t.Helper()
+	return storeOnWithMetrics(t, pool, o, prometheus.NewRegistry())
+}
+
+func storeOnWithMetrics(t *testing.T, pool *pgxpool.Pool, o idempotency.Options, reg *prometheus.Registry) *idempotency.Store {
+	t.Helper()
 	s, err := idempotency.New(pool, o, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, pool, reg
+	return s
 }
 
 // metric sums a metric's samples (optionally those with label=value).

@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,16 +19,74 @@ import (
 // did happen, so its record must win.
 
 // stallAndReap makes key look as a holder that stopped renewing leaves it
-// after its lease and its TTL ran out, and reaps it.
+// after its lease and its TTL ran out, and reaps it. The holder's renewals
+// are paused meanwhile (pauseRenewals): one that ran between the two would
+// give the key a new lease, and the reaper would find nothing to reap.
 func stallAndReap(t *testing.T, s *idempotency.Store, pool *pgxpool.Pool, key string) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `UPDATE idempotency_keys SET lease_until = now() - interval '1 second', expires_at = now() - interval '1 second' WHERE key = $1`, key); err != nil {
+	own, resume := pauseRenewals(t, pool)
+	defer resume()
+	if _, err := own.Exec(ctx, `UPDATE idempotency_keys SET lease_until = now() - interval '1 second', expires_at = now() - interval '1 second' WHERE key = $1`, key); err != nil {
 		t.Fatal(err)
 	}
 	n, err := s.Reap(ctx, 100)
 	if err != nil || n != 1 {
 		t.Fatalf("reaped %d (%v), want the stalled holder's key", n, err)
+	}
+}
+
+// waitTakenBack waits until key, reaped, is in the table again: its
+// holder's renewal took it back.
+func waitTakenBack(t *testing.T, pool *pgxpool.Pool, key string) {
+	t.Helper()
+	for end := time.Now().Add(holderPatience); ; time.Sleep(10 * time.Millisecond) {
+		var back bool
+		if err := pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM idempotency_keys WHERE key = $1)`, key).Scan(&back); err != nil {
+			t.Fatal(err)
+		}
+		if back {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the reaped key %s was not taken back by its holder's renewal in %s", key, holderPatience)
+		}
+	}
+}
+
+// renewalsPaused is the advisory lock pauseRenewals holds.
+const renewalsPaused = 67067
+
+// pauseRenewals makes every UPDATE of idempotency_keys from another
+// session than own (a holder's renewal) wait, before it locks a row, until
+// resume: a statement-level trigger (created here, for good) asks for a
+// shared advisory lock that own holds. A renewal that waits past its
+// statement's timeout (a third of the lease) fails and runs again at its
+// next tick, after resume. own's statements pass, and so do the reaper's
+// (a DELETE). resume lets the lock go and gives own back.
+func pauseRenewals(t *testing.T, pool *pgxpool.Pool) (own *pgxpool.Conn, resume func()) {
+	t.Helper()
+	ctx := context.Background()
+	own, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE OR REPLACE FUNCTION test_renewals_paused() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_advisory_xact_lock_shared(` + fmt.Sprint(renewalsPaused) + `); RETURN NULL; END $$`,
+		`CREATE OR REPLACE TRIGGER test_renewals_paused BEFORE UPDATE ON idempotency_keys FOR EACH STATEMENT EXECUTE FUNCTION test_renewals_paused()`,
+		`SELECT pg_advisory_lock(` + fmt.Sprint(renewalsPaused) + `)`,
+	} {
+		if _, err := own.Exec(ctx, q); err != nil {
+			own.Release()
+			t.Fatal(err)
+		}
+	}
+	return own, func() {
+		if _, err := own.Exec(ctx, `SELECT pg_advisory_unlock_all()`); err != nil {
+			t.Error(err)
+		}
+		own.Release()
 	}
 }
 
@@ -53,9 +112,12 @@ func TestLateSuccessSurvivesTheReaper(t *testing.T) {
 // Reaped, then taken by a newcomer that is still running when the stalled
 // holder's success arrives: the success is stored, the newcomer's call is
 // cancelled by its renewal (its lease is gone) and it is told; the next
-// call gets the first success.
+// call gets the first success. The stalled holder renews its lease only
+// after an hour (a stall: no renewal of its own takes the reaped key back
+// before the newcomer does), the newcomer every 200 ms.
 func TestLateSuccessAfterTheReaperBeatsANewcomer(t *testing.T) {
-	s, pool := store(t, idempotency.Options{Lease: 600 * time.Millisecond, TTL: time.Hour})
+	s, pool := store(t, idempotency.Options{Lease: time.Hour, TTL: time.Hour})
+	other := storeOn(t, pool, idempotency.Options{Lease: 600 * time.Millisecond, TTL: time.Hour})
 	ctx := context.Background()
 	newcomer := make(chan error, 1)
 	holding := make(chan struct{})
@@ -63,13 +125,13 @@ func TestLateSuccessAfterTheReaperBeatsANewcomer(t *testing.T) {
 	_, lateErr := s.Do(ctx, "k1", fp, func(context.Context) ([]byte, error) {
 		stallAndReap(t, s, pool, "k1")
 		go func() {
-			_, err := s.Do(ctx, "k1", fp, func(ctx context.Context) ([]byte, error) {
+			_, err := other.Do(ctx, "k1", fp, func(ctx context.Context) ([]byte, error) {
 				close(holding)
 				select {
 				case <-ctx.Done():
 					cause = context.Cause(ctx)
 					return nil, ctx.Err()
-				case <-time.After(5 * time.Second):
+				case <-time.After(holderPatience):
 					return []byte("newcomer"), nil
 				}
 			})
@@ -100,7 +162,7 @@ func TestRenewalTakesBackAReapedKey(t *testing.T) {
 	var cancelled atomic.Bool
 	out, err := s.Do(ctx, "k1", fp, func(ctx context.Context) ([]byte, error) {
 		stallAndReap(t, s, pool, "k1")
-		time.Sleep(1500 * time.Millisecond) // renewals (every 200ms) run meanwhile
+		waitTakenBack(t, pool, "k1") // by a renewal (every 200ms)
 		var ip *idempotency.InProgressError
 		if _, err := s.Do(context.Background(), "k1", fp, func(context.Context) ([]byte, error) {
 			t.Error("a second caller ran the effect while the holder was back")

@@ -1,6 +1,8 @@
 package idempotency_test
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 )
@@ -30,3 +32,33 @@ func holds(t *testing.T, holding <-chan struct{}, ended <-chan error, what strin
 		t.Fatalf("%s: its fn did not run in %s", what, holderPatience)
 	}
 }
+
+// passingDeadline is a caller's context whose deadline passes when the
+// test calls pass, not on a clock: a test whose call must see its deadline
+// pass while fn runs would otherwise, on a loaded machine, see it pass
+// while the call still takes the key (its statement slow to answer), and
+// fn would never run. Its Err is context.DeadlineExceeded once passed, as
+// a context.WithTimeout's is.
+type passingDeadline struct {
+	context.Context
+	done chan struct{}
+	once sync.Once
+}
+
+func newPassingDeadline() *passingDeadline {
+	return &passingDeadline{Context: context.Background(), done: make(chan struct{})}
+}
+
+func (d *passingDeadline) Done() <-chan struct{} { return d.done }
+
+func (d *passingDeadline) Err() error {
+	select {
+	case <-d.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// pass makes the deadline pass.
+func (d *passingDeadline) pass() { d.once.Do(func() { close(d.done) }) }
