@@ -257,23 +257,34 @@ func TestLocksCallerCancelKeepsSession(t *testing.T) {
 	if rel, err := a.Acquire(cctx, "gone"); err == nil {
 		rel()
 	}
-	// Cancelled while waiting its turn behind a slow statement.
-	var wg sync.WaitGroup
-	var relBusy func()
-	wg.Go(func() { relBusy, _ = a.Acquire(ctx, "busy") })
-	time.Sleep(10 * time.Millisecond)
+	// Cancelled while waiting its turn behind a slow statement: the turn
+	// is held here, as a statement holds it, until the request returned,
+	// so that it can only have returned without it.
+	a.turn <- struct{}{}
 	wctx, wcancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	t0 := time.Now()
-	_, werr := a.Acquire(wctx, "waiting")
-	wcancel()
-	// Bound: had it waited, it would have returned after busy's statement
-	// and its own (about 190 ms); 150 ms leaves a loaded machine room.
-	if !errors.Is(werr, context.DeadlineExceeded) || time.Since(t0) > 150*time.Millisecond {
-		t.Errorf("cancelled while waiting its turn: %v after %s, want the deadline at once", werr, time.Since(t0))
+	type acquired struct {
+		rel func()
+		err error
 	}
-	wg.Wait()
-	if relBusy != nil {
-		relBusy()
+	waited := make(chan acquired, 1)
+	go func() {
+		rel, err := a.Acquire(wctx, "waiting")
+		waited <- acquired{rel, err}
+	}()
+	var w acquired
+	select {
+	case w = <-waited:
+	case <-time.After(time.Minute):
+		a.give() // so that a.Close does not wait for it
+		t.Fatal("cancelled while waiting its turn: still waiting for it a minute later, want the deadline at once")
+	}
+	wcancel()
+	a.give()
+	if w.err == nil {
+		w.rel()
+	}
+	if !errors.Is(w.err, context.DeadlineExceeded) {
+		t.Errorf("cancelled while waiting its turn: %v, want the deadline at once", w.err)
 	}
 
 	// A dropped session ends a moment later (pgx closes it in the
