@@ -289,19 +289,39 @@ func (e *testEnv) start(name string, cfg Config) *runner {
 func (e *testEnv) startWith(name string, cfg Config, change func(*Router, *prometheus.Registry)) *runner {
 	e.t.Helper()
 	reg := prometheus.NewRegistry()
+	applied := make(changeApplied)
 	r, err := New(cfg, Options{Ledger: e.led, DeadLetterLog: e.dlq, Starter: e.starter.as(name), Registerer: reg, Log: testLogger(name), KafkaOpts: []kgo.Opt{
-		kgo.HeartbeatInterval(100 * time.Millisecond), kgo.MetadataMinAge(50 * time.Millisecond)}})
+		kgo.HeartbeatInterval(100 * time.Millisecond), kgo.MetadataMinAge(50 * time.Millisecond), kgo.WithHooks(applied)}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if change != nil {
-		change(r, reg)
-	}
+	func() {
+		defer close(applied)
+		if change != nil {
+			change(r, reg)
+		}
+	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	rn := &runner{t: e.t, r: r, cancel: cancel, done: make(chan error, 1)}
 	go func() { rn.done <- r.Run(ctx) }()
 	e.t.Cleanup(func() { _ = rn.stop() }) // tests that care about Run's error call stop themselves
 	return rn
+}
+
+// changeApplied holds the router's Kafka client at its first answer from
+// a broker until startWith's change is applied (closed). New's client
+// joins the group as soon as it is made, from its own goroutines, which
+// call the router's callbacks (the committer's assigned, its own); change
+// replaces some of them. Without the hold, on a loaded machine the client
+// could be assigned partitions before change was applied, and what change
+// wrote was a data race with what the callback read (CI's -race run saw
+// one: TestARouterStoppedWhileDeadLetterMarksWaitOnTheirPartitionsBackoffReturnsInTime's
+// own, read by assigned). Waiting on the channel orders change before
+// every answer the client reads, and so before every callback.
+type changeApplied chan struct{}
+
+func (c changeApplied) OnBrokerRead(kgo.BrokerMetadata, int16, int, time.Duration, time.Duration, error) {
+	<-c
 }
 
 // waitJoined waits until the router owns partitions.

@@ -79,7 +79,10 @@ func (c *cluster) txn(id string, end *kgo.TransactionEndTry, rs ...*kgo.Record) 
 	cl.Close()
 }
 
-// produced reads the records of topic (read_uncommitted: everything).
+// produced reads the records of topic (read_uncommitted: everything):
+// at least want of them, waited for (a minute at most: on a loaded machine
+// the consumer's first fetch alone has taken 3 s), then whatever else the
+// next second brings (a record too many).
 func (c *cluster) produced(want int) []*kgo.Record {
 	c.t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.addrs...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -87,12 +90,16 @@ func (c *cluster) produced(want int) []*kgo.Record {
 		c.t.Fatal(err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
 	var out []*kgo.Record
-	for len(out) <= want && ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	read := func(d time.Duration, enough func() bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		for !enough() && ctx.Err() == nil {
+			cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+		}
 	}
+	read(time.Minute, func() bool { return len(out) >= want })
+	read(time.Second, func() bool { return false })
 	return out
 }
 
