@@ -25,7 +25,8 @@ type startRef struct {
 	j int
 }
 
-func (s startRef) request() decide.StartRequest { return s.d.Start(s.j) }
+// request is the intent's start request, its data its own (ownedRequest).
+func (s startRef) request() decide.StartRequest { return ownedRequest(s.d.Start(s.j)) }
 
 func (s startRef) route() *decide.Route { return s.d.Routes[s.j] }
 

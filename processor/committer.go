@@ -135,7 +135,7 @@ func (c *committer) end(rec *record, ok bool) {
 	if committable && c.parts[p.tp] == p {
 		p.tr.finish(rec)
 	}
-	rec.kr = nil
+	letGo(rec)
 	c.flight.done(p)
 }
 

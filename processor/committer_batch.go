@@ -77,7 +77,7 @@ func (c *committer) endAll(recs []*record, ok bool) {
 		if owned && !rec.failed {
 			p.tr.finish(rec)
 		}
-		rec.kr = nil
+		letGo(rec)
 	}
 	c.flight.doneAll(last)
 	clear(last)

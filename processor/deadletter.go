@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -203,23 +204,26 @@ type outgoing struct {
 
 // kafkaRecord is o's dead letter at its reduction: the original key, value
 // and headers (as far as kept), plus the reason and the record's
-// coordinates. It is built afresh for each try.
+// coordinates. It is built afresh for each try, in bytes of its own: a
+// Produce its context gave up on may still be sent after the source
+// record ended and its memory went back to the fetch pools
+// (fetchpools.go).
 func (o *outgoing) kafkaRecord() *kgo.Record {
 	d, src := o.d, o.d.rec.kr
 	kr := &kgo.Record{Topic: o.topic}
 	switch o.level {
 	case whole:
-		kr.Key, kr.Value = src.Key, src.Value
+		kr.Key, kr.Value = bytes.Clone(src.Key), bytes.Clone(src.Value)
 		kr.Headers = ownHeaders(src.Headers)
 	case noValue:
-		kr.Key = src.Key
+		kr.Key = bytes.Clone(src.Key)
 		kr.Headers = ownHeaders(src.Headers)
 	case summarised:
 		for _, h := range src.Headers {
 			switch h.Key {
 			case schemas.HeaderOriginTopic, schemas.HeaderOriginPartition, schemas.HeaderOriginOffset:
 				if len(h.Value) <= 255 { // a topic name, a number
-					kr.Headers = append(kr.Headers, h)
+					kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: h.Key, Value: bytes.Clone(h.Value)})
 				}
 			}
 		}
@@ -256,7 +260,8 @@ func (o *outgoing) kafkaRecord() *kgo.Record {
 	return kr
 }
 
-// ownHeaders are a record's headers for its dead letter: all of them but
+// ownHeaders are a record's headers for its dead letter, their values
+// copied (kafkaRecord): all of them but
 // those of the names the router sets (schemas.DeadLetterHeaders), which
 // only the router writes: a record carrying its own dedup-topic or
 // dedup-reason (a producer's, or a dead letter copied back by hand) does
@@ -265,7 +270,7 @@ func ownHeaders(hs []kgo.RecordHeader) []kgo.RecordHeader {
 	out := make([]kgo.RecordHeader, 0, len(hs)+8)
 	for _, h := range hs {
 		if !slices.Contains(schemas.DeadLetterHeaders, h.Key) {
-			out = append(out, h)
+			out = append(out, kgo.RecordHeader{Key: h.Key, Value: bytes.Clone(h.Value)})
 		}
 	}
 	return out

@@ -490,3 +490,31 @@ func TestAStopWhileAConflictsDeadLetterIsHeldCommitsNothingPastIt(t *testing.T) 
 	}
 	release()
 }
+
+// A dead letter carries its own copy of its record's key, value and
+// headers at every reduction: a Produce its context gave up on may still
+// be sent after the record ended and its memory went back to the fetch
+// pools, which lend it to the next fetch.
+func TestADeadLetterCarriesItsOwnCopyOfItsRecordsKeyValueAndHeaders(t *testing.T) {
+	for _, level := range []reduction{whole, noValue, summarised} {
+		src := &kgo.Record{Topic: testTopic, Partition: 1, Offset: 7, Key: []byte("the key"), Value: []byte("{not json"),
+			Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("a header")}, {Key: schemas.HeaderOriginTopic, Value: []byte("origin")}}}
+		o := &outgoing{d: &deadLetter{rec: &record{kr: src}, reason: decide.ReasonUndecodable, err: fmt.Errorf("bad")},
+			topic: testTopic + ".dlq", level: level}
+		kr := o.kafkaRecord()
+		want := &kgo.Record{Key: slices.Clone(kr.Key), Value: slices.Clone(kr.Value)}
+		for _, h := range kr.Headers {
+			want.Headers = append(want.Headers, kgo.RecordHeader{Key: h.Key, Value: slices.Clone(h.Value)})
+		}
+		for _, b := range append([][]byte{src.Key, src.Value}, src.Headers[0].Value, src.Headers[1].Value) {
+			for i := range b { // the pools lend the record's memory to the next fetch
+				b[i] = 'X'
+			}
+		}
+		if !slices.Equal(kr.Key, want.Key) || !slices.Equal(kr.Value, want.Value) ||
+			!slices.EqualFunc(kr.Headers, want.Headers, func(a, b kgo.RecordHeader) bool { return a.Key == b.Key && slices.Equal(a.Value, b.Value) }) {
+			t.Fatalf("reduction %d: the dead letter changed with its record: key %q value %q headers %q, was %q %q %q",
+				level, kr.Key, kr.Value, kr.Headers, want.Key, want.Value, want.Headers)
+		}
+	}
+}

@@ -39,6 +39,8 @@ type Router struct {
 	decider *decide.Decider
 	m       *metrics
 	cl      *kgo.Client
+	// pools are the client's fetch pools (fetchpools.go).
+	pools *fetchPools
 
 	commits *committer
 	claims  *claimer
@@ -117,7 +119,7 @@ func New(cfg Config, o Options) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, log: log, decider: decider, m: m, closed: make(chan struct{})}
+	r := &Router{cfg: cfg, log: log, decider: decider, m: m, pools: &fetchPools{}, closed: make(chan struct{})}
 	r.workCtx, r.workCancel = context.WithCancel(context.Background())
 	r.health = newHealth(cfg, log, m, r.pause, r.fatal)
 	r.commits = newCommitter(cfg, log, m, r.workCtx, r.health.Paused)
@@ -165,6 +167,9 @@ func New(cfg Config, o Options) (*Router, error) {
 		// assignment that was revoked or lost meanwhile, and assigned back,
 		// must not be taken by the newer assignment.
 		kgo.BlockRebalanceOnPoll(),
+		// Fetched batches are decompressed into, and decoded as, memory a
+		// record gives back when it ends (fetchpools.go).
+		kgo.WithPools(r.pools),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 		kgo.OnPartitionsAssigned(r.commits.assigned),
