@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/schemas"
 )
 
 // Every batch the router fetched goes back to its pools once its records
@@ -102,5 +107,312 @@ func TestAStartRequestsDataIsItsOwnNotItsRecordsValue(t *testing.T) {
 				t.Fatalf("the request's data changed with its record's value: %q, was %q", got, want)
 			}
 		})
+	}
+}
+
+// Adversary 68: the fetch pools (kgo.WithPools, fetchpools.go). A batch's
+// decompressed bytes are zeroed and lent to the next fetch once its
+// records' last pieces ended; these tests produce compressed batches
+// (each codec), split them across polls (max_poll_records 3), fan each
+// record out to two routes, copy events within and across batches, and
+// check that what outlives a record (a started workflow's data, a dead
+// letter's key, value and headers) is still what was produced.
+
+// compressedProducer is a producer on e's cluster whose batches are
+// compressed with codec.
+func (e *testEnv) compressedProducer(codec kgo.CompressionCodec) *kgo.Client {
+	e.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(codec), kgo.ProducerLinger(50*time.Millisecond))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(cl.Close)
+	return cl
+}
+
+// compressedBatches counts the compressed batches a router's client read
+// (a broker hook, added to the router's KafkaOpts by startWithOpts).
+type compressedBatches struct{ n atomic.Int64 }
+
+func (c *compressedBatches) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
+	if m.CompressionType != 0 {
+		c.n.Add(1)
+	}
+}
+
+// startWithOpts is startWith with extra Kafka client options of the
+// caller's (Options.KafkaOpts), after the harness's own.
+func (e *testEnv) startWithOpts(name string, cfg Config, extra ...kgo.Opt) *runner {
+	e.t.Helper()
+	applied := make(changeApplied)
+	close(applied)
+	r, err := New(cfg, Options{Ledger: e.led, DeadLetterLog: e.dlq, Starter: e.starter.as(name), Registerer: prometheus.NewRegistry(),
+		Log: testLogger(name), KafkaOpts: append([]kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond),
+			kgo.MetadataMinAge(50 * time.Millisecond), kgo.WithHooks(applied)}, extra...)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rn := &runner{t: e.t, r: r, cancel: cancel, done: make(chan error, 1)}
+	go func() { rn.done <- r.Run(ctx) }()
+	e.t.Cleanup(func() { _ = rn.stop() })
+	return rn
+}
+
+// payload is a compressible payload of id's, different for each id.
+func payload(id string) string { return strings.Repeat("payload of "+id+"; ", 40) }
+
+// Every started workflow's data is its event's, byte for byte, while the
+// batches it came from are zeroed and lent to the next fetches: records
+// fanned out to two routes (two pieces each), copies of an event on both
+// partitions in one batch (waiters) and in later batches (duplicates),
+// batches split across polls, for each codec.
+func TestStartedWorkflowsKeepTheirEventsDataWhileTheirBatchesGoBackToThePools(t *testing.T) {
+	for _, codec := range []kgo.CompressionCodec{kgo.SnappyCompression(), kgo.ZstdCompression(), kgo.GzipCompression(), kgo.Lz4Compression()} {
+		t.Run(fmt.Sprint(codec), func(t *testing.T) {
+			e := newTestEnv(t, 2, envOpt{})
+			cfg := e.config()
+			cfg.MaxPollRecords = 3
+			cfg.Routes = decide.Routes{
+				{ID: testRoute, Match: decide.Match{Type: testType}, WorkflowType: "W", TaskQueue: "q"},
+				{ID: "r2", Match: decide.Match{Type: testType}, WorkflowType: "W2", TaskQueue: "q"},
+			}
+			pr := e.compressedProducer(codec)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			const n = 24
+			for round := range 3 {
+				var recs []*kgo.Record
+				for i := range n {
+					id := fmt.Sprintf("e-%d", (round*n/2+i)%(2*n))
+					recs = append(recs, &kgo.Record{Topic: testTopic, Partition: int32(i % 2), Value: value(id, payload(id))})
+					if i%4 == 0 { // a copy on the other partition, in the same produce
+						recs = append(recs, &kgo.Record{Topic: testTopic, Partition: int32(1 - i%2), Value: value(id, payload(id))})
+					}
+				}
+				if err := pr.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var batches compressedBatches
+			rn := e.startWithOpts("a", cfg, kgo.WithHooks(&batches))
+			e.waitCommittedToEnd(30 * time.Second)
+			if batches.n.Load() == 0 {
+				t.Fatal("no compressed batch was read: the test proves nothing")
+			}
+			seen := 0
+			for i := range 2 * n {
+				id := fmt.Sprintf("e-%d", i)
+				for _, w := range []string{wid(id), decide.WorkflowID("r2", id)} {
+					x := e.starter.executionsOf(w)
+					if len(x) == 0 {
+						continue
+					}
+					seen++
+					if len(x) != 1 || !bytes.Equal(x[0].req.Input.Data, value(id, payload(id))) {
+						t.Fatalf("%s: %d executions, data %q, want %q", w, len(x), x[0].req.Input.Data, value(id, payload(id)))
+					}
+				}
+			}
+			if seen == 0 {
+				t.Fatal("nothing started")
+			}
+			p := rn.r.pools
+			eventually(t, 10*time.Second, func() bool { return p.lent.Load() > 0 && p.back.Load() == p.lent.Load() },
+				func() string {
+					return fmt.Sprintf("%d batches' records lent, %d given back", p.lent.Load(), p.back.Load())
+				})
+		})
+	}
+}
+
+// A dead letter carries its record's key, value and headers as produced,
+// whether it is written from the poll loop (undecodable), from the
+// claimer (a conflict) or from a start worker (temporal_permanent), while
+// the batches around it are zeroed and lent to the next fetches.
+func TestDeadLettersCarryTheirRecordsBytesWhileTheirBatchesGoBackToThePools(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cfg := e.config()
+	cfg.MaxPollRecords = 3
+	pr := e.compressedProducer(kgo.SnappyCompression())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type sent struct {
+		key, value []byte
+		headers    []kgo.RecordHeader
+	}
+	want := map[string]sent{} // by the "which" header
+	var recs []*kgo.Record
+	add := func(p int32, which string, v []byte) {
+		kr := &kgo.Record{Topic: testTopic, Partition: p, Key: []byte("key of " + which + strings.Repeat(".", 50)), Value: v,
+			Headers: []kgo.RecordHeader{{Key: "which", Value: []byte(which)}, {Key: "h", Value: []byte(strings.Repeat("header of "+which, 10))}}}
+		want[which] = sent{slices.Clone(kr.Key), slices.Clone(kr.Value), slices.Clone(kr.Headers)}
+		recs = append(recs, kr)
+	}
+	for i := range 12 {
+		p := int32(i % 2)
+		id := fmt.Sprintf("ok-%d", i)
+		add(p, "ok-"+fmt.Sprint(i), value(id, payload(id)))
+		add(p, "bad-"+fmt.Sprint(i), []byte("{not json "+payload(id)))
+	}
+	for i := range 4 {
+		id := fmt.Sprintf("perm-%d", i)
+		e.starter.failPermanent(wid(id))
+		add(int32(i%2), id, value(id, payload(id)))
+	}
+	if err := pr.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	recs = nil
+	for i := range 4 { // conflicts: ok-i again, with another payload
+		id := fmt.Sprintf("ok-%d", i)
+		add(int32(i%2), "conflict-"+fmt.Sprint(i), value(id, payload("other "+id)))
+	}
+	for i := range 12 {
+		id := fmt.Sprintf("more-%d", i)
+		add(int32(i%2), id, value(id, payload(id)))
+	}
+	if err := pr.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var batches compressedBatches
+	e.startWithOpts("a", cfg, kgo.WithHooks(&batches))
+	e.waitCommittedToEnd(30 * time.Second)
+	if batches.n.Load() == 0 {
+		t.Fatal("no compressed batch was read: the test proves nothing")
+	}
+	dls := e.dlqRecords()
+	got := map[string]bool{}
+	for _, d := range dls {
+		var which string
+		var own []kgo.RecordHeader
+		for _, h := range d.Headers {
+			if h.Key == "which" {
+				which = string(h.Value)
+			}
+			if !slices.Contains(schemas.DeadLetterHeaders, h.Key) {
+				own = append(own, h)
+			}
+		}
+		w, ok := want[which]
+		if !ok {
+			t.Fatalf("a dead letter of no record produced: which %q, key %q, value %q, headers %q", which, d.Key, d.Value, d.Headers)
+		}
+		got[which] = true
+		if !bytes.Equal(d.Key, w.key) || !bytes.Equal(d.Value, w.value) ||
+			!slices.EqualFunc(own, w.headers, func(a, b kgo.RecordHeader) bool { return a.Key == b.Key && bytes.Equal(a.Value, b.Value) }) {
+			t.Fatalf("%s: dead letter key %q value %q headers %q, produced %q %q %q", which, d.Key, d.Value, own, w.key, w.value, w.headers)
+		}
+	}
+	for _, which := range []string{"bad-0", "bad-11", "perm-0", "perm-3", "conflict-0", "conflict-3"} {
+		if !got[which] {
+			t.Fatalf("no dead letter of %s (got %v)", which, got)
+		}
+	}
+}
+
+// Transactions read committed, compressed: the aborted batches (none of
+// whose records the router sees) and the markers (control records, which
+// end at once) go back to the pools as the committed events' batches do,
+// and the committed events start with their data.
+func TestCompressedTransactionsBatchesGoBackToThePoolsAndStartWithTheirData(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.cluster.ListenAddrs()...), kgo.TransactionalID("tx-pools"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchCompression(kgo.ZstdCompression()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for round := range 6 {
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		var recs []*kgo.Record
+		for i := range 8 {
+			id := fmt.Sprintf("t%d-%d", round, i)
+			recs = append(recs, &kgo.Record{Topic: testTopic, Partition: int32(i % 2), Value: value(id, payload(id))})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(round%2 == 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := e.config()
+	cfg.MaxPollRecords = 3
+	rn := e.start("a", cfg)
+	e.waitCommittedToEnd(30 * time.Second)
+	for round := range 6 {
+		for i := range 8 {
+			id := fmt.Sprintf("t%d-%d", round, i)
+			x := e.starter.executionsOf(wid(id))
+			switch {
+			case round%2 == 1 && len(x) != 0:
+				t.Fatalf("%s of an aborted transaction started", id)
+			case round%2 == 0 && (len(x) != 1 || !bytes.Equal(x[0].req.Input.Data, value(id, payload(id)))):
+				t.Fatalf("%s: executions %+v", id, x)
+			}
+		}
+	}
+	p := rn.r.pools
+	eventually(t, 10*time.Second, func() bool { return p.lent.Load() > 0 && p.back.Load() == p.lent.Load() },
+		func() string {
+			return fmt.Sprintf("%d batches' records lent, %d given back", p.lent.Load(), p.back.Load())
+		})
+}
+
+// The owner of a start (partition 0) hangs in the starter, a copy on
+// partition 1 waits on it, and partition 0 is revoked: the owner's record
+// ends (abandoned) and its compressed batch goes back to the pools, zeroed
+// and lent to the fetches that follow; the waiter takes the start over
+// with the owner's request, whose data is still the event's.
+func TestAWaiterTakingAStartOverStartsItWithTheEventsDataAfterTheOwnersBatchWentBackToThePools(t *testing.T) {
+	e := newTestEnv(t, 2, envOpt{})
+	pr := e.compressedProducer(kgo.SnappyCompression())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	produce := func(p int32, id string) {
+		t.Helper()
+		if err := pr.ProduceSync(ctx, &kgo.Record{Topic: testTopic, Partition: p, Value: value(id, payload(id))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := wid("x")
+	release := e.starter.block(w)
+	defer release()
+	produce(0, "x")
+	var batches compressedBatches
+	rn := e.startWithOpts("r1", e.config(), kgo.WithHooks(&batches))
+	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(w) == 1 },
+		func() string { return "owner's start not in flight" })
+	produce(1, "x")
+	eventually(t, 10*time.Second, func() bool { return waitersOf(rn.r, w) == 1 },
+		func() string { return fmt.Sprintf("waiters %d", waitersOf(rn.r, w)) })
+	back := rn.r.pools.back.Load()
+	rn.r.commits.revoked(t.Context(), nil, map[string][]int32{testTopic: {0}})
+	eventually(t, 5*time.Second, func() bool { return e.starter.callCount(w) == 2 && e.starter.heldCount(w) == 1 },
+		func() string {
+			return fmt.Sprintf("calls %d held %d: the waiter did not take over", e.starter.callCount(w), e.starter.heldCount(w))
+		})
+	if rn.r.pools.back.Load() == back {
+		t.Fatal("the owner's batch did not go back to the pools")
+	}
+	for i := range 8 { // the pools lend the owner's memory to these fetches
+		produce(1, fmt.Sprintf("y-%d", i))
+	}
+	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(wid("y-7"))) == 1 },
+		func() string { return "y-7 not started" })
+	release()
+	eventually(t, 10*time.Second, func() bool { return len(e.starter.executionsOf(w)) == 1 },
+		func() string { return "x not started" })
+	if batches.n.Load() == 0 {
+		t.Fatal("no compressed batch was read: the test proves nothing")
+	}
+	if x := e.starter.executionsOf(w); !bytes.Equal(x[0].req.Input.Data, value("x", payload("x"))) {
+		t.Fatalf("x started with data %q, want %q", x[0].req.Input.Data, value("x", payload("x")))
 	}
 }
