@@ -17,7 +17,11 @@ import (
 // work ended, never before: until then the record, its value and its
 // headers are the router's as without pools. What may outlive the record
 // owns its bytes: a start request's data (ownedRequest) and a dead
-// letter's key, value and headers (outgoing.kafkaRecord).
+// letter's key, value and headers (outgoing.kafkaRecord). A batch some of
+// whose records never reach an end (the router dropped them: their
+// partition was revoked since the fetch; franz-go dropped them from its
+// buffer at a pause) is left to the collector, as is an empty batch's
+// buffer: nothing is lent twice.
 type fetchPools struct {
 	bytes sync.Pool // *[]byte
 	recs  sync.Pool // *[]kgo.Record

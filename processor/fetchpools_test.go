@@ -19,7 +19,9 @@ import (
 
 // Every batch the router fetched goes back to its pools once its records
 // ended, whichever way they ended: started, a duplicate, a dead letter, a
-// record no route matches, a tombstone.
+// record no route matches, a tombstone (a run without rebalances: the
+// records of a partition revoked since their fetch are left to the
+// collector).
 func TestEveryBatchTheRouterFetchedGoesBackToThePoolsOnceItsRecordsEnded(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
