@@ -2,9 +2,14 @@ package processor
 
 import (
 	"bytes"
+	"encoding/binary"
+	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/zstd"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/decide"
@@ -23,38 +28,117 @@ import (
 // buffer at a pause) is left to the collector, as is an empty batch's
 // buffer: nothing is lent twice.
 type fetchPools struct {
-	bytes sync.Pool // *[]byte
-	recs  sync.Pool // *[]kgo.Record
+	// bytes[k] holds buffers of at least 1<<(k+minBytesClass) bytes,
+	// recs[k] slices of at least 1<<(k+minRecordsClass) Records: a batch
+	// gets one of the smallest class that holds it (franz-go zeroes a
+	// buffer's whole capacity when it comes back, so a small batch must
+	// not get a large one).
+	bytes [bytesClasses]sync.Pool // *[]byte
+	recs  [recordsClasses]sync.Pool
 	// lent and back count the batches' Records lent and given back.
 	lent, back atomic.Int64
 }
 
-// GetDecompressBytes is a buffer of the pool's, else one of four times
-// the compressed size; franz-go grows it when the batch needs more and
-// puts the grown one back.
-func (p *fetchPools) GetDecompressBytes(compressed []byte, _ kgo.CompressionCodecType) []byte {
-	if b, ok := p.bytes.Get().(*[]byte); ok {
-		return (*b)[:0]
-	}
-	return make([]byte, 0, 4*len(compressed))
+const (
+	minBytesClass   = 12 // 4 KiB
+	bytesClasses    = 12 // to 8 MiB: a larger batch is franz-go's own
+	minRecordsClass = 4  // 16 Records
+	recordsClasses  = 14 // to 128Ki Records
+)
+
+// classOf is the smallest class whose size, 1<<(class+min), holds n
+// (ok false: over the largest of classes).
+func classOf(n, min, classes int) (class int, ok bool) {
+	k := max(bits.Len(uint(max(n, 1)-1))-min, 0)
+	return k, k < classes
 }
 
-// PutDecompressBytes takes back a batch's buffer, zeroed by franz-go.
-func (p *fetchPools) PutDecompressBytes(b []byte) { p.bytes.Put(&b) }
+// classHeld is the largest class whose size capacity c holds (ok false:
+// under the smallest, or over the largest).
+func classHeld(c, min, classes int) (class int, ok bool) {
+	k := bits.Len(uint(c)) - 1 - min
+	return k, k >= 0 && k < classes
+}
+
+// GetDecompressBytes is a buffer of the class that holds the batch's
+// decompressed size (decompressedSize), from the pool or made.
+func (p *fetchPools) GetDecompressBytes(compressed []byte, codec kgo.CompressionCodecType) []byte {
+	n := decompressedSize(compressed, codec)
+	k, ok := classOf(n, minBytesClass, bytesClasses)
+	if !ok {
+		return nil // franz-go's codecs allocate what they need
+	}
+	if b, ok := p.bytes[k].Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, 1<<(k+minBytesClass))
+}
+
+// PutDecompressBytes takes back a batch's buffer, zeroed by franz-go:
+// into the class its capacity holds (a codec may have grown it, or made
+// its own).
+func (p *fetchPools) PutDecompressBytes(b []byte) {
+	if k, ok := classHeld(cap(b), minBytesClass, bytesClasses); ok {
+		p.bytes[k].Put(&b)
+	}
+}
 
 // GetRecords is a slice of at least n Records.
 func (p *fetchPools) GetRecords(n int) []kgo.Record {
 	p.lent.Add(1)
-	if s, ok := p.recs.Get().(*[]kgo.Record); ok && cap(*s) >= n {
+	k, ok := classOf(n, minRecordsClass, recordsClasses)
+	if !ok {
+		return make([]kgo.Record, 0, n)
+	}
+	if s, ok := p.recs[k].Get().(*[]kgo.Record); ok {
 		return (*s)[:0]
 	}
-	return make([]kgo.Record, 0, n)
+	return make([]kgo.Record, 0, 1<<(k+minRecordsClass))
 }
 
 // PutRecords takes back a batch's Records, zeroed.
 func (p *fetchPools) PutRecords(s []kgo.Record) {
 	p.back.Add(1)
-	p.recs.Put(&s)
+	if k, ok := classHeld(cap(s), minRecordsClass, recordsClasses); ok {
+		p.recs[k].Put(&s)
+	}
+}
+
+// xerialMagic begins a snappy batch in xerial's framing (Java clients').
+var xerialMagic = []byte{130, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
+
+// decompressedSize is the size a batch's records decompress to, as its
+// codec's header states it (snappy's length, zstd's frame content size,
+// gzip's ISIZE, lz4's content size), else four times the compressed size.
+// It only picks a buffer: a batch that needs more gets it from its codec.
+func decompressedSize(compressed []byte, codec kgo.CompressionCodecType) int {
+	guess := 4 * len(compressed)
+	switch codec {
+	case kgo.CodecSnappy:
+		if !bytes.HasPrefix(compressed, xerialMagic) { // xerial's framing: blocks, each with its length
+			if n, err := s2.DecodedLen(compressed); err == nil {
+				return n
+			}
+		}
+	case kgo.CodecZstd:
+		var h zstd.Header
+		if h.Decode(compressed) == nil && h.HasFCS && h.FrameContentSize <= math.MaxInt32 {
+			return int(h.FrameContentSize)
+		}
+	case kgo.CodecGzip:
+		if len(compressed) >= 18 { // ISIZE: the last member's size, mod 2^32
+			return max(int(binary.LittleEndian.Uint32(compressed[len(compressed)-4:])), guess/4)
+		}
+	case kgo.CodecLz4:
+		// A frame: magic, FLG (content size present: bit 3), BD, then
+		// the content size.
+		if len(compressed) >= 14 && binary.LittleEndian.Uint32(compressed) == 0x184D2204 && compressed[4]&0x08 != 0 {
+			if n := binary.LittleEndian.Uint64(compressed[6:14]); n <= math.MaxInt32 {
+				return int(n)
+			}
+		}
+	}
+	return guess
 }
 
 // letGo gives rec's Kafka record back to the pools it came from (a record

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"slices"
@@ -10,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -418,3 +422,71 @@ func TestAWaiterTakingAStartOverStartsItWithTheEventsDataAfterTheOwnersBatchWent
 		t.Fatalf("x started with data %q, want %q", x[0].req.Input.Data, value("x", payload("x")))
 	}
 }
+
+// A batch gets a buffer of the smallest class that holds its decompressed
+// size, never a larger one (franz-go zeroes a buffer's whole capacity when
+// it comes back), and a batch over the largest class gets none: its codec
+// makes its own.
+func TestABatchGetsABufferOfTheSmallestClassThatHoldsIt(t *testing.T) {
+	p := &fetchPools{}
+	big := p.GetDecompressBytes(snappyOf(make([]byte, 1<<20)), kgo.CodecSnappy)
+	if cap(big) != 1<<20 {
+		t.Fatalf("a batch of 1 MiB got a buffer of %d bytes", cap(big))
+	}
+	p.PutDecompressBytes(big[:cap(big)])
+	for _, n := range []int{1, 4096, 4097, 100 << 10} {
+		b := p.GetDecompressBytes(snappyOf(make([]byte, n)), kgo.CodecSnappy)
+		if cap(b) < n || cap(b) > max(2*n, 4096) {
+			t.Fatalf("a batch of %d bytes got a buffer of %d", n, cap(b))
+		}
+	}
+	if b := p.GetDecompressBytes(snappyOf(make([]byte, 9<<20)), kgo.CodecSnappy); b != nil {
+		t.Fatalf("a batch of 9 MiB got a buffer of %d bytes", cap(b))
+	}
+	if r := p.GetRecords(100); cap(r) < 100 || cap(r) > 200 {
+		t.Fatalf("100 records got room for %d", cap(r))
+	}
+}
+
+// The decompressed size is what each codec's header states: snappy's
+// length, zstd's frame content size, gzip's ISIZE, lz4's content size
+// when its frame declares one; else four times the compressed size.
+func TestABatchsDecompressedSizeIsWhatItsCodecsHeaderStates(t *testing.T) {
+	raw := bytes.Repeat([]byte(`{"id":"e-1","type":"order.created","data":{"v":"payload"}}`), 100)
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	_, _ = w.Write(raw)
+	_ = w.Close()
+	zw, _ := zstd.NewWriter(nil)
+	var lz, lzSized bytes.Buffer
+	for _, c := range []struct {
+		buf  *bytes.Buffer
+		opts []lz4.Option
+	}{{&lz, nil}, {&lzSized, []lz4.Option{lz4.SizeOption(uint64(len(raw)))}}} {
+		lw := lz4.NewWriter(c.buf)
+		if err := lw.Apply(c.opts...); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = lw.Write(raw)
+		_ = lw.Close()
+	}
+	for _, c := range []struct {
+		name       string
+		compressed []byte
+		codec      kgo.CompressionCodecType
+		want       int
+	}{
+		{"snappy", snappyOf(raw), kgo.CodecSnappy, len(raw)},
+		{"snappy in xerial's framing", append(slices.Clone(xerialMagic), 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 9), kgo.CodecSnappy, 4 * 20},
+		{"zstd", zw.EncodeAll(raw, nil), kgo.CodecZstd, len(raw)},
+		{"gzip", gz.Bytes(), kgo.CodecGzip, len(raw)},
+		{"lz4 with its content size", lzSized.Bytes(), kgo.CodecLz4, len(raw)},
+		{"lz4 without", lz.Bytes(), kgo.CodecLz4, 4 * lz.Len()},
+	} {
+		if got := decompressedSize(c.compressed, c.codec); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+func snappyOf(b []byte) []byte { return s2.EncodeSnappy(nil, b) }
