@@ -28,11 +28,11 @@ import (
 // buffer at a pause) is left to the collector, as is an empty batch's
 // buffer: nothing is lent twice.
 type fetchPools struct {
-	// bytes[k] holds buffers of at least 1<<(k+minBytesClass) bytes,
-	// recs[k] slices of at least 1<<(k+minRecordsClass) Records: a batch
-	// gets one of the smallest class that holds it (franz-go zeroes a
-	// buffer's whole capacity when it comes back, so a small batch must
-	// not get a large one).
+	// bytes[k] holds buffers of at least class k's size in bytes, recs[k]
+	// slices of at least class k's size in Records (sizeClass): a batch
+	// gets one of the smallest class that holds it, at most a quarter
+	// larger than it needs (franz-go zeroes a buffer's whole capacity when
+	// it comes back: a small batch must not get a large one).
 	bytes [bytesClasses]sync.Pool // *[]byte
 	recs  [recordsClasses]sync.Pool
 	// lent and back count the batches' Records lent and given back.
@@ -40,45 +40,55 @@ type fetchPools struct {
 }
 
 const (
-	minBytesClass   = 12 // 4 KiB
-	bytesClasses    = 12 // to 8 MiB: a larger batch is franz-go's own
-	minRecordsClass = 4  // 16 Records
-	recordsClasses  = 14 // to 128Ki Records
+	minBytes       = 12 // classes from 4 KiB
+	bytesClasses   = 45 // to 8 MiB: a larger batch is franz-go's own
+	minRecords     = 4  // from 16 Records
+	recordsClasses = 53 // to 128Ki Records
 )
 
-// classOf is the smallest class whose size, 1<<(class+min), holds n
-// (ok false: over the largest of classes).
-func classOf(n, min, classes int) (class int, ok bool) {
-	k := max(bits.Len(uint(max(n, 1)-1))-min, 0)
-	return k, k < classes
+// sizeClass is the class of the smallest size that holds n, of the
+// sizes 1<<min and those above it with three significant bits (five,
+// six, seven and eight eighths of each power of two: 4, 5, 6, 7, 8, 10
+// KiB...), and that size; ok is false over the largest of classes.
+func sizeClass(n, min, classes int) (class, size int, ok bool) {
+	if n <= 1<<min {
+		return 0, 1 << min, true
+	}
+	shift := bits.Len(uint(n-1)) - 3
+	m := (n-1)>>shift + 1 // 5 to 8
+	class = (shift-min+2)*4 + m - 4
+	return class, m << shift, class < classes
 }
 
-// classHeld is the largest class whose size capacity c holds (ok false:
-// under the smallest, or over the largest).
-func classHeld(c, min, classes int) (class int, ok bool) {
-	k := bits.Len(uint(c)) - 1 - min
-	return k, k >= 0 && k < classes
+// heldClass is the class of the largest size of sizeClass's that
+// capacity c holds (ok false: under the smallest, or over the largest).
+func heldClass(c, min, classes int) (class int, ok bool) {
+	if c < 1<<min {
+		return 0, false
+	}
+	shift := bits.Len(uint(c)) - 3
+	class = (shift-min+2)*4 + c>>shift - 4
+	return class, class < classes
 }
 
 // GetDecompressBytes is a buffer of the class that holds the batch's
 // decompressed size (decompressedSize), from the pool or made.
 func (p *fetchPools) GetDecompressBytes(compressed []byte, codec kgo.CompressionCodecType) []byte {
-	n := decompressedSize(compressed, codec)
-	k, ok := classOf(n, minBytesClass, bytesClasses)
+	k, size, ok := sizeClass(decompressedSize(compressed, codec), minBytes, bytesClasses)
 	if !ok {
 		return nil // franz-go's codecs allocate what they need
 	}
 	if b, ok := p.bytes[k].Get().(*[]byte); ok {
 		return (*b)[:0]
 	}
-	return make([]byte, 0, 1<<(k+minBytesClass))
+	return make([]byte, 0, size)
 }
 
 // PutDecompressBytes takes back a batch's buffer, zeroed by franz-go:
 // into the class its capacity holds (a codec may have grown it, or made
 // its own).
 func (p *fetchPools) PutDecompressBytes(b []byte) {
-	if k, ok := classHeld(cap(b), minBytesClass, bytesClasses); ok {
+	if k, ok := heldClass(cap(b), minBytes, bytesClasses); ok {
 		p.bytes[k].Put(&b)
 	}
 }
@@ -86,20 +96,20 @@ func (p *fetchPools) PutDecompressBytes(b []byte) {
 // GetRecords is a slice of at least n Records.
 func (p *fetchPools) GetRecords(n int) []kgo.Record {
 	p.lent.Add(1)
-	k, ok := classOf(n, minRecordsClass, recordsClasses)
+	k, size, ok := sizeClass(n, minRecords, recordsClasses)
 	if !ok {
 		return make([]kgo.Record, 0, n)
 	}
 	if s, ok := p.recs[k].Get().(*[]kgo.Record); ok {
 		return (*s)[:0]
 	}
-	return make([]kgo.Record, 0, 1<<(k+minRecordsClass))
+	return make([]kgo.Record, 0, size)
 }
 
 // PutRecords takes back a batch's Records, zeroed.
 func (p *fetchPools) PutRecords(s []kgo.Record) {
 	p.back.Add(1)
-	if k, ok := classHeld(cap(s), minRecordsClass, recordsClasses); ok {
+	if k, ok := heldClass(cap(s), minRecords, recordsClasses); ok {
 		p.recs[k].Put(&s)
 	}
 }

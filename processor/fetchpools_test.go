@@ -436,15 +436,36 @@ func TestABatchGetsABufferOfTheSmallestClassThatHoldsIt(t *testing.T) {
 	p.PutDecompressBytes(big[:cap(big)])
 	for _, n := range []int{1, 4096, 4097, 100 << 10} {
 		b := p.GetDecompressBytes(snappyOf(make([]byte, n)), kgo.CodecSnappy)
-		if cap(b) < n || cap(b) > max(2*n, 4096) {
+		if cap(b) < n || cap(b) > max(n+n/4, 4096) {
 			t.Fatalf("a batch of %d bytes got a buffer of %d", n, cap(b))
 		}
 	}
 	if b := p.GetDecompressBytes(snappyOf(make([]byte, 9<<20)), kgo.CodecSnappy); b != nil {
 		t.Fatalf("a batch of 9 MiB got a buffer of %d bytes", cap(b))
 	}
-	if r := p.GetRecords(100); cap(r) < 100 || cap(r) > 200 {
+	if r := p.GetRecords(100); cap(r) < 100 || cap(r) > 125 {
 		t.Fatalf("100 records got room for %d", cap(r))
+	}
+}
+
+// A size class holds its sizes and is at most a quarter over them, and a
+// buffer of a class's size goes back into that class, one byte less into
+// a smaller one.
+func TestASizeClassHoldsItsSizesAtMostAQuarterOver(t *testing.T) {
+	for n := 1; n <= 8<<20; n += 1 + n/4096 {
+		k, size, ok := sizeClass(n, minBytes, bytesClasses)
+		if !ok || size < n || size > max(n+n/4, 4096) {
+			t.Fatalf("%d bytes: class %d of %d bytes (%v)", n, k, size, ok)
+		}
+		if held, ok := heldClass(size, minBytes, bytesClasses); !ok || held != k {
+			t.Fatalf("a buffer of %d bytes goes back into class %d, not its own %d", size, held, k)
+		}
+		if held, ok := heldClass(size-1, minBytes, bytesClasses); ok && held >= k {
+			t.Fatalf("a buffer of %d bytes goes back into class %d, of %d bytes", size-1, held, size)
+		}
+	}
+	if _, _, ok := sizeClass(8<<20+1, minBytes, bytesClasses); ok {
+		t.Fatal("a batch over 8 MiB has a class")
 	}
 }
 
