@@ -14,7 +14,6 @@ import (
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/dedupio/dedup/processor/decide"
@@ -52,11 +51,7 @@ func TestEveryBatchTheRouterFetchedGoesBackToThePoolsOnceItsRecordsEnded(t *test
 			t.Fatalf("%s: executions %+v", id, x)
 		}
 	}
-	p := rn.r.pools
-	eventually(t, 10*time.Second, func() bool { return p.lent.Load() > 0 && p.back.Load() == p.lent.Load() },
-		func() string {
-			return fmt.Sprintf("%d batches' records lent, %d given back", p.lent.Load(), p.back.Load())
-		})
+	allBatchesBack(t, rn)
 }
 
 // A start request's data is its own, not its record's value: the value
@@ -138,32 +133,13 @@ func (e *testEnv) compressedProducer(codec kgo.CompressionCodec) *kgo.Client {
 }
 
 // compressedBatches counts the compressed batches a router's client read
-// (a broker hook, added to the router's KafkaOpts by startWithOpts).
+// (a broker hook, added to the router's KafkaOpts by startOpts).
 type compressedBatches struct{ n atomic.Int64 }
 
 func (c *compressedBatches) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
 	if m.CompressionType != 0 {
 		c.n.Add(1)
 	}
-}
-
-// startWithOpts is startWith with extra Kafka client options of the
-// caller's (Options.KafkaOpts), after the harness's own.
-func (e *testEnv) startWithOpts(name string, cfg Config, extra ...kgo.Opt) *runner {
-	e.t.Helper()
-	applied := make(changeApplied)
-	close(applied)
-	r, err := New(cfg, Options{Ledger: e.led, DeadLetterLog: e.dlq, Starter: e.starter.as(name), Registerer: prometheus.NewRegistry(),
-		Log: testLogger(name), KafkaOpts: append([]kgo.Opt{kgo.HeartbeatInterval(100 * time.Millisecond),
-			kgo.MetadataMinAge(50 * time.Millisecond), kgo.WithHooks(applied)}, extra...)})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rn := &runner{t: e.t, r: r, cancel: cancel, done: make(chan error, 1)}
-	go func() { rn.done <- r.Run(ctx) }()
-	e.t.Cleanup(func() { _ = rn.stop() })
-	return rn
 }
 
 // payload is a compressible payload of id's, different for each id.
@@ -202,7 +178,7 @@ func TestStartedWorkflowsKeepTheirEventsDataWhileTheirBatchesGoBackToThePools(t 
 				}
 			}
 			var batches compressedBatches
-			rn := e.startWithOpts("a", cfg, kgo.WithHooks(&batches))
+			rn := e.startOpts("a", cfg, kgo.WithHooks(&batches))
 			e.waitCommittedToEnd(30 * time.Second)
 			if batches.n.Load() == 0 {
 				t.Fatal("no compressed batch was read: the test proves nothing")
@@ -224,11 +200,7 @@ func TestStartedWorkflowsKeepTheirEventsDataWhileTheirBatchesGoBackToThePools(t 
 			if seen == 0 {
 				t.Fatal("nothing started")
 			}
-			p := rn.r.pools
-			eventually(t, 10*time.Second, func() bool { return p.lent.Load() > 0 && p.back.Load() == p.lent.Load() },
-				func() string {
-					return fmt.Sprintf("%d batches' records lent, %d given back", p.lent.Load(), p.back.Load())
-				})
+			allBatchesBack(t, rn)
 		})
 	}
 }
@@ -283,7 +255,7 @@ func TestDeadLettersCarryTheirRecordsBytesWhileTheirBatchesGoBackToThePools(t *t
 		t.Fatal(err)
 	}
 	var batches compressedBatches
-	e.startWithOpts("a", cfg, kgo.WithHooks(&batches))
+	e.startOpts("a", cfg, kgo.WithHooks(&batches))
 	e.waitCommittedToEnd(30 * time.Second)
 	if batches.n.Load() == 0 {
 		t.Fatal("no compressed batch was read: the test proves nothing")
@@ -364,11 +336,7 @@ func TestCompressedTransactionsBatchesGoBackToThePoolsAndStartWithTheirData(t *t
 			}
 		}
 	}
-	p := rn.r.pools
-	eventually(t, 10*time.Second, func() bool { return p.lent.Load() > 0 && p.back.Load() == p.lent.Load() },
-		func() string {
-			return fmt.Sprintf("%d batches' records lent, %d given back", p.lent.Load(), p.back.Load())
-		})
+	allBatchesBack(t, rn)
 }
 
 // The owner of a start (partition 0) hangs in the starter, a copy on
@@ -392,7 +360,7 @@ func TestAWaiterTakingAStartOverStartsItWithTheEventsDataAfterTheOwnersBatchWent
 	defer release()
 	produce(0, "x")
 	var batches compressedBatches
-	rn := e.startWithOpts("r1", e.config(), kgo.WithHooks(&batches))
+	rn := e.startOpts("r1", e.config(), kgo.WithHooks(&batches))
 	eventually(t, 10*time.Second, func() bool { return e.starter.heldCount(w) == 1 },
 		func() string { return "owner's start not in flight" })
 	produce(1, "x")
@@ -511,3 +479,14 @@ func TestABatchsDecompressedSizeIsWhatItsCodecsHeaderStates(t *testing.T) {
 }
 
 func snappyOf(b []byte) []byte { return s2.EncodeSnappy(nil, b) }
+
+// allBatchesBack waits until the router has given back every batch's
+// Records it was lent (at least one).
+func allBatchesBack(t *testing.T, rn *runner) {
+	t.Helper()
+	p := rn.r.pools
+	eventually(t, 10*time.Second, func() bool { return p.lent.Load() > 0 && p.back.Load() == p.lent.Load() },
+		func() string {
+			return fmt.Sprintf("%d batches' records lent, %d given back", p.lent.Load(), p.back.Load())
+		})
+}
