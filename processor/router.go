@@ -167,9 +167,7 @@ func New(cfg Config, o Options) (*Router, error) {
 		// assignment that was revoked or lost meanwhile, and assigned back,
 		// must not be taken by the newer assignment.
 		kgo.BlockRebalanceOnPoll(),
-		// Fetched batches are decompressed into, and decoded as, memory a
-		// record gives back when it ends (fetchpools.go).
-		kgo.WithPools(r.pools),
+		kgo.WithPools(r.pools), // fetched batches' memory, given back as records end (fetchpools.go)
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 		kgo.OnPartitionsAssigned(r.commits.assigned),
