@@ -136,6 +136,10 @@ func (c *Cluster) startOnAFreePort(ctx context.Context) error {
 // errPortHeld: another process listens on the cluster's port.
 var errPortHeld = errors.New("the port is held by another process")
 
+// errExited: the server exited while it started, the port free by the
+// time it was looked at.
+var errExited = errors.New("postgres exited while starting")
+
 func (c *Cluster) startServer(ctx context.Context) error {
 	args := []string{"-D", c.dir, "-p", strconv.Itoa(c.port), "-k", c.dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
@@ -187,7 +191,7 @@ func (c *Cluster) startServer(ctx context.Context) error {
 			if held := portHeld(c.port); held != nil {
 				return fmt.Errorf("postgres exited while starting on 127.0.0.1:%d: %w (%v): %v", c.port, errPortHeld, held, err)
 			}
-			return fmt.Errorf("postgres exited while starting: %w", err)
+			return fmt.Errorf("%w: %w", errExited, err)
 		case <-ctx.Done():
 			c.kill()
 			return ctx.Err()
@@ -251,13 +255,30 @@ func (c *Cluster) StopImmediate() error {
 }
 
 // Restart starts the server again on the same port and data after
-// StopImmediate.
+// StopImmediate. While the port is held by another, or was when the
+// server tried to listen, it tries again, for up to restartPortWait:
+// clients that kept dialing the stopped server's port may hold it for a
+// while (a connection of the client's to itself, on that port).
 func (c *Cluster) Restart(ctx context.Context) error {
 	if c.cmd != nil {
 		return errors.New("postgres is running")
 	}
-	return c.startServer(ctx)
+	deadline := time.Now().Add(restartPortWait)
+	for {
+		err := c.startServer(ctx)
+		if err == nil || !(errors.Is(err, errPortHeld) || errors.Is(err, errExited)) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
+
+// restartPortWait bounds how long Restart waits for its port.
+const restartPortWait = 30 * time.Second
 
 // CreateDatabase creates a database and returns its URL.
 func (c *Cluster) CreateDatabase(ctx context.Context, name string) (string, error) {

@@ -205,3 +205,33 @@ func startWithin(t *testing.T, opts Options, bound time.Duration) (*Cluster, err
 		return nil, nil
 	}
 }
+
+// A restart waits for its port while something else holds it for a
+// while: clients that keep dialing a stopped server's port (the routers
+// of a test that stopped it) can take that port as their own, a TCP
+// connection to itself, held until the client gives up (CI: "bringing
+// postgres back: postgres exited while starting on 127.0.0.1:33705: the
+// port is held by another process").
+func TestARestartWaitsForItsPortWhileAnotherHoldsItForAWhile(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Stop() }()
+	if err := c.StopImmediate(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(2*time.Second, func() { _ = l.Close() })
+	if err := c.Restart(ctx); err != nil {
+		t.Fatalf("Restart while the port was held for 2s: %v", err)
+	}
+	if dir := dataDirectory(ctx, t, c.URL()); filepath.Clean(dir) != filepath.Clean(c.dir) {
+		t.Fatalf("restarted, answering from %s, not %s", dir, c.dir)
+	}
+}
