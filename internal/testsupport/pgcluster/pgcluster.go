@@ -266,7 +266,7 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	deadline := time.Now().Add(restartPortWait)
 	for {
 		err := c.startServer(ctx)
-		if err == nil || !(errors.Is(err, errPortHeld) || errors.Is(err, errExited)) || time.Now().After(deadline) {
+		if err == nil || !errors.Is(err, errPortHeld) && !errors.Is(err, errExited) || time.Now().After(deadline) {
 			return err
 		}
 		select {
