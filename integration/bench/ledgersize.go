@@ -40,7 +40,8 @@ import (
 type ScalePoint struct {
 	Rows int `json:"ledger_rows"`
 	// New claims IDs not in the ledger; Duplicate claims them again once
-	// started (the replay path). Batches of ClaimBatch intents.
+	// started (the replay path: a batch's records of each partition a run
+	// of offsets, as a poll's). Batches of ClaimBatch intents.
 	New       Rate        `json:"new"`
 	Duplicate Rate        `json:"duplicate"`
 	NewMs     Percentiles `json:"new_batch_latency_ms"`
@@ -54,6 +55,12 @@ type ScalePoint struct {
 	// not by their record as a replay's; RetryVsFirst as DupVsFirst.
 	Retry        Rate    `json:"duplicate_retry"`
 	RetryVsFirst float64 `json:"duplicate_retry_vs_first"`
+	// Scattered claims them again from their own records in no order: no
+	// run in a batch, each ID looked up by its record alone (the replay
+	// path of batches without runs, and this stage's replay before
+	// 2026-12-06); ScatteredVsFirst as DupVsFirst.
+	Scattered        Rate    `json:"duplicate_scattered"`
+	ScatteredVsFirst float64 `json:"duplicate_scattered_vs_first"`
 	// TableMiB and IndexMiB are the ledger's heap and indexes.
 	// NewWAL and DupWAL are the WAL bytes the claims wrote per row
 	// (pg_current_wal_lsn before and after; the server's full-page images
@@ -162,6 +169,14 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered 
 			return out, err
 		}
 		pt.DupIO = phase(io0, io1, len(intents))
+		// The same replay of records taken in no order: a batch's records
+		// of a partition are scattered over its offsets, no run, and each
+		// ID is looked up by its record alone (startedSQL).
+		scattered := slices.Clone(intents)
+		rand.New(rand.NewPCG(uint64(i+1), 0x5ca7)).Shuffle(len(scattered), func(a, b int) { scattered[a], scattered[b] = scattered[b], scattered[a] })
+		if pt.Scattered, _, err = claimAll(ctx, led, scattered, decide.VerdictDuplicate); err != nil {
+			return out, err
+		}
 		retries := slices.Clone(intents)
 		for j := range retries {
 			retries[j].Offset += int64(len(sizes) * claims)
@@ -188,11 +203,12 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered 
 		if len(out) > 0 {
 			pt.NewVsFirst, pt.DupVsFirst = pt.New.PerSec/out[0].New.PerSec, pt.Duplicate.PerSec/out[0].Duplicate.PerSec
 			pt.RetryVsFirst = pt.Retry.PerSec / out[0].Retry.PerSec
+			pt.ScatteredVsFirst = pt.Scattered.PerSec / out[0].Scattered.PerSec
 		} else {
-			pt.NewVsFirst, pt.DupVsFirst, pt.RetryVsFirst = 1, 1, 1
+			pt.NewVsFirst, pt.DupVsFirst, pt.RetryVsFirst, pt.ScatteredVsFirst = 1, 1, 1, 1
 		}
 		out = append(out, pt)
-		e.Log.Info("ledger scale", "rows", size, "new_per_sec", int(pt.New.PerSec), "dup_per_sec", int(pt.Duplicate.PerSec), "retry_per_sec", int(pt.Retry.PerSec),
+		e.Log.Info("ledger scale", "rows", size, "new_per_sec", int(pt.New.PerSec), "dup_per_sec", int(pt.Duplicate.PerSec), "scattered_per_sec", int(pt.Scattered.PerSec), "retry_per_sec", int(pt.Retry.PerSec),
 			"index_mib", int(pt.IndexMiB), "fill_s", int(pt.FillSeconds))
 	}
 	return out, nil
@@ -291,8 +307,11 @@ func fillLedger(ctx context.Context, pool *pgxpool.Pool, table string, from, to,
 }
 
 // uuidIntents are n intents with fresh event IDs: random UUIDs, or with
-// ordered UUIDv7s of now on, ten events a millisecond; their records are
-// offsets first, first+1, ... (partition: the offset mod 12, as the fill's).
+// ordered UUIDv7s of now on, ten events a millisecond. Their records lie
+// as a topic's do, each partition's offsets consecutive: intent i is
+// partition i mod 12 at offset first + i/12, so that a batch of them
+// holds each partition's records as a run of offsets, as a router's poll
+// does, and a replay of them is read as one (startedByRangeSQL).
 func uuidIntents(seed uint64, n int, ordered bool, first int64) []decide.Intent {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	now := time.Now().UnixMilli()
@@ -304,7 +323,7 @@ func uuidIntents(seed uint64, n int, ordered bool, first int64) []decide.Intent 
 			id = fmt.Sprintf("%08x-%04x-7%03x-%04x-%012x", ms>>16, ms&0xffff, rng.Uint32()&0xfff, rng.Uint32()&0x3fff|0x8000, rng.Uint64()&0xffffffffffff)
 		}
 		out[i] = decide.Intent{WorkflowID: decide.WorkflowID("order-confirmation", id), ActivityID: "order-confirmation",
-			EventID: id, IDRule: "field", Topic: "events", Partition: int32((first + int64(i)) % 12), Offset: first + int64(i)}
+			EventID: id, IDRule: "field", Topic: "events", Partition: int32(i % 12), Offset: first + int64(i/12)}
 		out[i].PayloadHash[0], out[i].PayloadHash[1] = byte(i), byte(i>>8)
 	}
 	return out

@@ -34,7 +34,7 @@ func TestLedgerScaleAndRetentionSmall(t *testing.T) {
 	}
 	b, _ := json.MarshalIndent(pts, "", "  ")
 	t.Logf("ledger scale: %s", b)
-	if len(pts) != 2 || pts[0].New.N != claims || pts[1].Duplicate.N != claims {
+	if len(pts) != 2 || pts[0].New.N != claims || pts[1].Duplicate.N != claims || pts[1].Scattered.N != claims || pts[1].Retry.N != claims {
 		t.Fatalf("want 2 points of %d claims each way", claims)
 	}
 	for _, pt := range pts {
@@ -89,6 +89,42 @@ func TestLedgerScaleAndRetentionSmall(t *testing.T) {
 	if !strings.HasPrefix(r.UniqueWorkflowIDError, "0A000") || !strings.HasPrefix(r.OnConflictError, "42P10") || r.RowsAfterTwoClaims != 2 {
 		t.Errorf("partitioned ledger: key %q, ON CONFLICT %q, %d rows after two claims; want 0A000, 42P10, 2",
 			r.UniqueWorkflowIDError, r.OnConflictError, r.RowsAfterTwoClaims)
+	}
+}
+
+// TestTheScaleStagesRecordsLieAsATopicsDo: in each batch the stage
+// claims, every partition's records are a run of consecutive offsets, as
+// in a router's poll, so that its replay is read as a router's is (one
+// scan a run); and no two intents share a record.
+func TestTheScaleStagesRecordsLieAsATopicsDo(t *testing.T) {
+	const first = 1_000_000
+	in := uuidIntents(1, 3*ClaimBatch, false, first)
+	seen := map[[2]int64]bool{}
+	for b := 0; b < len(in); b += ClaimBatch {
+		lo, hi, n := map[int32]int64{}, map[int32]int64{}, map[int32]int64{}
+		for _, x := range in[b : b+ClaimBatch] {
+			rec := [2]int64{int64(x.Partition), x.Offset}
+			if seen[rec] {
+				t.Fatalf("two intents at partition %d offset %d", x.Partition, x.Offset)
+			}
+			seen[rec] = true
+			if x.Offset < first {
+				t.Fatalf("offset %d before the first %d", x.Offset, first)
+			}
+			if _, ok := lo[x.Partition]; !ok {
+				lo[x.Partition] = x.Offset
+			}
+			lo[x.Partition], hi[x.Partition] = min(lo[x.Partition], x.Offset), max(hi[x.Partition], x.Offset)
+			n[x.Partition]++
+		}
+		if len(n) != 12 {
+			t.Fatalf("batch %d: %d partitions, want 12", b/ClaimBatch, len(n))
+		}
+		for p, c := range n {
+			if c < 16 || hi[p]-lo[p]+1 != c {
+				t.Errorf("batch %d, partition %d: %d records over offsets %d to %d, want a run of 16 or more consecutive ones", b/ClaimBatch, p, c, lo[p], hi[p])
+			}
+		}
 	}
 }
 
