@@ -127,10 +127,12 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 	formats := binaryFormats[:len(params)]
 	mode := cfg.DefaultQueryExecMode
 	prepared := mode == pgx.QueryExecModeCacheStatement
-	bind := bindRoom(name, params)
+	room := bindRoom(name, params) + jitOffRoom
+	if !prepared {
+		room += reserve(len(sql) + 4*len(oids)) // and its Parse
+	}
 	for again := false; ; again = true {
 		var (
-			rr     *pgconn.ResultReader
 			ps     *preparedStatement
 			rows   int
 			rowErr error
@@ -139,22 +141,46 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 			if ps, err = prepare(ctx, conn, cfg.Tracer, name, sql, oids); err != nil {
 				return err
 			}
-			conn.PgConn().Frontend().Send(bind)
-			rr = conn.PgConn().ExecStatement(ctx, ps.sd, params, formats, binaryFormats[:1])
 		} else {
 			if err = describe(ctx, conn, cfg.Tracer, mode, name, sql, oids); err != nil {
 				return err
 			}
-			conn.PgConn().Frontend().Send(bind + reserve(len(sql)+4*len(oids))) // and its Parse
-			rr = conn.PgConn().ExecParams(ctx, sql, params, oids, formats, binaryFormats[:1])
 		}
-		for rr.NextRow() {
-			rows++
-			if rowErr = row(rr.Values()); rowErr != nil {
-				break
+		// The statement runs after jitOffSQL, in one pipeline and one
+		// implicit transaction (nojit.go).
+		pc := conn.PgConn()
+		pc.Frontend().Send(room)
+		pl := pc.StartPipeline(ctx)
+		pl.SendQueryParams(jitOffSQL, nil, nil, nil, nil)
+		if prepared {
+			pl.SendQueryStatement(ps.sd, params, formats, binaryFormats[:1])
+		} else {
+			pl.SendQueryParams(sql, params, oids, formats, binaryFormats[:1])
+		}
+		err = pl.Sync()
+		if err == nil {
+			err = closeResult(pl.GetResults()) // jitOffSQL's
+		}
+		if err == nil {
+			var res any
+			if res, err = pl.GetResults(); err == nil {
+				rr, ok := res.(*pgconn.ResultReader)
+				if !ok {
+					err = fmt.Errorf("ledger: a pipeline answered %T, want a statement's rows", res)
+				} else {
+					for rr.NextRow() {
+						rows++
+						if rowErr = row(rr.Values()); rowErr != nil {
+							break
+						}
+					}
+					tag, err = rr.Close()
+				}
 			}
 		}
-		tag, err = rr.Close()
+		if cerr := pl.Close(); err == nil {
+			err = cerr // the Sync's error, if any
+		}
 		if rowErr == errStopReading {
 			rowErr = nil
 		}
@@ -185,6 +211,24 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 			return err
 		}
 	}
+}
+
+// jitOffRoom is the room jitOffSQL's messages take in a pipeline: its
+// Parse, Bind, Describe and Execute.
+const jitOffRoom = reserve(len(jitOffSQL) + 64)
+
+// closeResult closes the result reader a pipeline's GetResults answered
+// (res, err), and returns its error or err.
+func closeResult(res any, err error) error {
+	if err != nil {
+		return err
+	}
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		return fmt.Errorf("ledger: a pipeline answered %T, want a statement's rows", res)
+	}
+	_, err = rr.Close()
+	return err
 }
 
 // errStopReading, returned by a row function of queryEncoded, stops the

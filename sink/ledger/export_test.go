@@ -86,3 +86,7 @@ func SetKeySumFunc(f func(string) [32]byte) (restore func()) {
 	}
 	return func() { keySumOf = old }
 }
+
+// ClaimSQL and MarkStartedSQL are the claim's and the mark's statements,
+// for tests that find them in the server's plans.
+var ClaimSQL, MarkStartedSQL = claimSQL, markStartedSQL

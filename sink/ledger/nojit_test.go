@@ -1,0 +1,148 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dedupio/dedup/processor"
+	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/sink/ledger"
+)
+
+// planNotices collects the plans auto_explain sends a pool's sessions as
+// notices.
+type planNotices struct {
+	mu    sync.Mutex
+	plans []string
+}
+
+func (n *planNotices) add(_ *pgconn.PgConn, m *pgconn.Notice) {
+	if strings.Contains(m.Message, "Query Text:") {
+		n.mu.Lock()
+		n.plans = append(n.plans, m.Message)
+		n.mu.Unlock()
+	}
+}
+
+// of returns the plans of the statement sql.
+func (n *planNotices) of(sql string) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for _, p := range n.plans {
+		if strings.Contains(p, strings.TrimSpace(sql)) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// openJITEager is a ledger whose sessions JIT-compile every statement
+// (jit_above_cost 0) and send each statement's plan back as a notice
+// (auto_explain), in exec mode mode; it skips the test on a server
+// without JIT.
+func openJITEager(t *testing.T, mode pgx.QueryExecMode) (*ledger.Postgres, *pgxpool.Pool, *planNotices) {
+	t.Helper()
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	notices := &planNotices{}
+	pc.ConnConfig.DefaultQueryExecMode = mode
+	pc.ConnConfig.OnNotice = notices.add
+	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `LOAD 'auto_explain'`)
+		if err == nil {
+			_, err = c.Exec(ctx, `SET auto_explain.log_min_duration = 0; SET auto_explain.log_level = notice; SET client_min_messages = notice;
+				SET jit = on; SET jit_above_cost = 0; SET jit_inline_above_cost = -1; SET jit_optimize_above_cost = -1`)
+		}
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var available bool
+	if err := pool.QueryRow(ctx, `SELECT pg_jit_available()`).Scan(&available); err != nil {
+		t.Skipf("auto_explain cannot be loaded here (LOAD needs a superuser): %v", err)
+	}
+	if !available {
+		t.Skip("this PostgreSQL server has no JIT (pg_jit_available() is false)")
+	}
+	// The control: a statement of the pool's own is compiled, and its
+	// plan says so.
+	if _, err := pool.Exec(ctx, `SELECT count(*) FROM dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	ctl := notices.of(`SELECT count(*) FROM dedup_ledger`)
+	if len(ctl) == 0 || !strings.Contains(ctl[0], "JIT:") {
+		t.Fatalf("the control statement's plan shows no JIT: %q", ctl)
+	}
+	return ledger.NewFromPool(pool), pool, notices
+}
+
+// PostgreSQL's JIT compiles a statement whose estimated cost passes
+// jit_above_cost (100,000 by default), and the estimate of the replay's
+// read by runs grows with the ledger, not with what it reads (20,947 rows
+// a run at 50M rows, 83 read): at 50M rows every batch of a replay was
+// compiled, 300 to 550 ms each (docs/bench/ledger.md). The ledger's batch
+// statements run with the JIT off (nojit.go), whatever the server's
+// settings, in every exec mode a pooler setting gives: a server here that
+// compiles every statement compiles none of the claim's, the mark's or
+// the two reads of a replay, and a statement of the pool's own still is.
+func TestTheLedgersBatchStatementsAreNeverJITCompiled(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec} {
+		t.Run(mode.String(), func(t *testing.T) {
+			l, pool, notices := openJITEager(t, mode)
+			ctx := context.Background()
+			var batch []decide.Intent
+			var started []processor.Started
+			for off := range int64(40) {
+				in := intent(fmt.Sprintf("jit-%d", off), "p")
+				in.Offset = off
+				batch = append(batch, in)
+				started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+			}
+			want(t, claim(t, l, batch[0]), decide.VerdictNew)
+			if err := l.MarkStarted(ctx, started[:1]); err != nil {
+				t.Fatal(err)
+			}
+			want(t, claim(t, l, batch[0]), decide.VerdictDuplicate) // a replay from here
+			for range 7 {                                           // past the five custom plans of a prepared statement
+				claim(t, l, batch...) // the first claims, the rest read by runs
+				if err := l.MarkStarted(ctx, started); err != nil {
+					t.Fatal(err)
+				}
+				// Records 10 offsets apart: read one by one (startedSQL).
+				want(t, claim(t, l, batch[0], batch[10], batch[20], batch[30]), decide.VerdictDuplicate, decide.VerdictDuplicate,
+					decide.VerdictDuplicate, decide.VerdictDuplicate)
+			}
+			for name, sql := range map[string]string{"claim": ledger.ClaimSQL, "mark": ledger.MarkStartedSQL,
+				"read of started rows": ledger.StartedSQL, "read by runs": ledger.StartedByRangeSQL} {
+				plans := notices.of(sql)
+				if len(plans) == 0 {
+					t.Errorf("the %s ran with no plan sent back", name)
+				}
+				for _, p := range plans {
+					if strings.Contains(p, "JIT:") {
+						t.Errorf("the %s was JIT-compiled:\n%s", name, p)
+						break
+					}
+				}
+			}
+			var jit string
+			if err := pool.QueryRow(ctx, `SHOW jit`).Scan(&jit); err != nil || jit != "on" {
+				t.Errorf("the pool's sessions have jit %q (%v), want their own setting, on", jit, err)
+			}
+		})
+	}
+}
