@@ -234,7 +234,8 @@ func TestAPipelinedStatementWhoseContextEndsLeavesThePoolServing(t *testing.T) {
 // answered, was read only in part, failed after rows, or failed its
 // commit. Here PgBouncer has one server session, so the other client's
 // statements after each run on the very session the ledger's ran on, and
-// see the server's jit setting (on), never the ledger's statement's.
+// see the server's jit setting (on), never the ledger's statement's,
+// which itself sees jit off.
 func TestNoBatchStatementLeavesJITOffOnTheServerSessionATransactionPoolerHandsOn(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -289,6 +290,13 @@ func TestNoBatchStatementLeavesJITOffOnTheServerSessionATransactionPoolerHandsOn
 				ledgerPID = binary.BigEndian.Uint32(col)
 				return nil
 			}
+			var inside string
+			if err := series(ctx, p, "test_jit", `SELECT current_setting('jit') FROM generate_series(1, $1::int8)`, 1, func(_ int, col []byte) error {
+				inside = string(col)
+				return nil
+			}); err != nil || inside != "off" {
+				t.Errorf("through the pooler the statement saw jit %q (%v), want off", inside, err)
+			}
 			if err := series(ctx, p, "test_pid", `SELECT pg_backend_pid() FROM generate_series(1, $1::int8)`, 3, pidOf); err != nil {
 				t.Fatal(err)
 			}
@@ -320,6 +328,54 @@ func TestNoBatchStatementLeavesJITOffOnTheServerSessionATransactionPoolerHandsOn
 				t.Fatalf("a statement whose commit failed: %v, want SQLSTATE 23505", err)
 			}
 			check("a statement whose commit failed")
+		})
+	}
+}
+
+// A statement whose session the server ends while it runs (an
+// administrator's pg_terminate_backend, a fast shutdown: a FATAL error in
+// the middle of the pipeline, then the connection closed) ends with that
+// error, transient, and the pool then serves a session with its own jit
+// setting whose next statement answers.
+func TestAPipelinedStatementWhoseSessionTheServerEndsIsTransientAndThePoolServes(t *testing.T) {
+	for _, mode := range pipelineModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			p, pool := onePipelined(t, mode)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			pid := sessionOf(t, pool)
+			side, err := pgx.Connect(ctx, pool.Config().ConnString())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = side.Close(context.Background()) }()
+			done := make(chan error, 1)
+			go func() {
+				done <- series(ctx, p, "test_sleep", `SELECT 1 FROM pg_sleep(30), generate_series(1, $1::int8)`, 1, func(int, []byte) error { return nil })
+			}()
+			for {
+				var n int
+				if err := side.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE '%pg_sleep(30)%' AND state = 'active'`, pid).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n == 1 {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if _, err := side.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+				t.Fatal(err)
+			}
+			err = <-done
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "57P01" || !Transient(err) {
+				t.Errorf("a statement whose session was terminated: %v (transient %v), want SQLSTATE 57P01, transient", err, Transient(err))
+			}
+			rows := 0
+			if err := series(ctx, p, "test_after", `SELECT x FROM generate_series(1, $1::int8) x`, 3, func(int, []byte) error { rows++; return nil }); err != nil || rows != 3 {
+				t.Errorf("the next statement: %d rows, %v; want 3", rows, err)
+			}
+			cleanSession(t, pool, 0, "a terminated session")
 		})
 	}
 }

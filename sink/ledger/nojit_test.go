@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -144,5 +145,95 @@ func TestTheLedgersBatchStatementsAreNeverJITCompiled(t *testing.T) {
 				t.Errorf("the pool's sessions have jit %q (%v), want their own setting, on", jit, err)
 			}
 		})
+	}
+}
+
+// The claim, the mark and the replay's read leave the pool's one session
+// as they found it whatever their ends: answered, refused by a fence,
+// retried after the server forgot their prepared statements (DEALLOCATE
+// ALL, DISCARD ALL, on the session; last, unfenced, as pgx's own
+// statement cache of the ledger's other statements is stale after them).
+// After each, the next statement on the pool runs on the same session, out of any transaction, with its own jit setting.
+func TestTheLedgersSessionKeepsItsOwnJITAfterEveryEndOfAClaimMarkOrRead(t *testing.T) {
+	l, pool, _ := onePooled(t)
+	ctx := deadline(t, time.Minute)
+	var pid uint32
+	check := func(after string) {
+		t.Helper()
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release()
+		if pc := c.Conn().PgConn(); pc.TxStatus() != 'I' || pc.IsBusy() || (pid != 0 && pc.PID() != pid) {
+			t.Errorf("after %s: session %d (want %d), transaction status %q, busy %v", after, pc.PID(), pid, pc.TxStatus(), pc.IsBusy())
+		} else {
+			pid = pc.PID()
+		}
+		var jit string
+		if err := c.Conn().QueryRow(ctx, `SHOW jit`, pgx.QueryExecModeSimpleProtocol).Scan(&jit); err != nil || jit != "on" {
+			t.Errorf("after %s: the session's jit %q (%v), want on", after, jit, err)
+		}
+	}
+	check("nothing")
+	p := processor.PartitionRef{Topic: "events", Partition: 0}
+	epochs, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "zombie", Parts: []processor.PartitionRef{p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := decide.Fence{Group: "g", Epoch: epochs[0]}
+	a, b := intent("jit-end-a", "A"), intent("jit-end-b", "B")
+	for _, in := range []*decide.Intent{&a, &b} {
+		in.Topic, in.Partition, in.Fence = p.Topic, p.Partition, old
+	}
+	b.Offset = 1
+	want(t, claim(t, l, a, b), decide.VerdictNew, decide.VerdictNew)
+	check("a claim")
+	if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: a.WorkflowID, RunID: "r", Generation: 1, Topic: p.Topic, Partition: p.Partition, Fence: old}}); err != nil {
+		t.Fatal(err)
+	}
+	check("a mark")
+	want(t, claim(t, l, a), decide.VerdictDuplicate)
+	want(t, claim(t, l, a), decide.VerdictDuplicate) // the replay's read
+	check("a replay's read")
+	if _, err := l.Own(ctx, processor.Ownership{Group: "g", Member: "owner", Parts: []processor.PartitionRef{p}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Claim(ctx, []decide.Intent{b}); err == nil {
+		t.Fatal("the zombie's claim after the new owner's bump answered")
+	} else if _, ok := processor.IsFenced(err); !ok {
+		t.Fatalf("the zombie's claim: %v, want the fence's refusal", err)
+	}
+	check("a claim its fence refused")
+	err = l.MarkStarted(ctx, []processor.Started{{WorkflowID: b.WorkflowID, RunID: "r", Generation: 1, Topic: p.Topic, Partition: p.Partition, Fence: old}})
+	if _, ok := processor.IsFenced(err); !ok {
+		t.Fatalf("the zombie's mark: %v, want the fence's refusal", err)
+	}
+	check("a mark its fence refused")
+	want(t, claim(t, l, intent("jit-end-d", "D")), decide.VerdictNew)
+	check("the claim after them")
+	// Last: pgx's own statement cache, which the ledger's other
+	// statements use, does not survive them.
+	plain := a
+	plain.Fence = decide.Fence{}
+	for _, forget := range []string{`DEALLOCATE ALL`, `DISCARD ALL`} {
+		if _, err := pool.Exec(ctx, forget, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+		want(t, claim(t, l, plain), decide.VerdictDuplicate)
+		check("a replay's read after " + forget)
+		if _, err := pool.Exec(ctx, forget, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+		c := intent("jit-end-c-"+forget, "C")
+		want(t, claim(t, l, c), decide.VerdictNew)
+		check("a claim after " + forget)
+		if _, err := pool.Exec(ctx, forget, pgx.QueryExecModeSimpleProtocol); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.MarkStarted(ctx, []processor.Started{{WorkflowID: c.WorkflowID, RunID: "r", Generation: 1}}); err != nil {
+			t.Fatalf("a mark after %s: %v", forget, err)
+		}
+		check("a mark after " + forget)
 	}
 }
