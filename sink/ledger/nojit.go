@@ -19,5 +19,9 @@ package ledger
 // claim's and the mark's estimates grow with their batch. None of them
 // runs long enough for compiled expressions to pay for their compilation.
 // TestTheLedgersBatchStatementsAreNeverJITCompiled holds it, in every exec
-// mode a postgres.pooler setting gives.
+// mode a postgres.pooler setting gives; the tests in nojit_internal_test.go
+// that every end of such a statement (an error, a stop, a cancel, a
+// session ended) leaves its session as it found it, jit included, behind
+// PgBouncer too. Every server the ledger runs on has the setting: it came
+// in PostgreSQL 11, with sha256(), which migration 00012 needs.
 const jitOffSQL = `SELECT set_config('jit', 'off', true)`
