@@ -101,7 +101,8 @@ func (p *Postgres) keepEncodeBuffer(bp *[]byte) {
 // binaryFormats is every parameter's and column's format: binary.
 var binaryFormats = []int16{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
 
-// queryEncoded runs sql, named name when the pool's connections keep
+// queryEncoded runs sql after settings (jitOffSQL, or genericPlanSQL: a
+// statement of set_config calls local to the transaction, nojit.go), named name when the pool's connections keep
 // prepared statements (pgx's default, QueryExecModeCacheStatement), with
 // params already encoded in binary (their types oids), and calls row with
 // each answer row's columns in binary (valid until row returns). Behind a
@@ -111,7 +112,7 @@ var binaryFormats = []int16{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}
 // would show it: a query with the arguments args gives (built only for a
 // tracer), and a prepare when pgx's would prepare or describe it (prepare,
 // describe).
-func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []uint32, params [][]byte, args func() []any, row func(cols [][]byte) error) (err error) {
+func (p *Postgres) queryEncoded(ctx context.Context, settings, name, sql string, oids []uint32, params [][]byte, args func() []any, row func(cols [][]byte) error) (err error) {
 	c, err := p.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -127,7 +128,7 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 	formats := binaryFormats[:len(params)]
 	mode := cfg.DefaultQueryExecMode
 	prepared := mode == pgx.QueryExecModeCacheStatement
-	room := bindRoom(name, params) + jitOffRoom
+	room := bindRoom(name, params) + reserve(len(settings)+64) // and the settings' Parse, Bind, Describe and Execute
 	if !prepared {
 		room += reserve(len(sql) + 4*len(oids)) // and its Parse
 	}
@@ -146,12 +147,13 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 				return err
 			}
 		}
-		// The statement runs after jitOffSQL, in one pipeline and one
-		// implicit transaction (nojit.go).
+		// The statement runs after its settings (jitOffSQL, or
+		// genericPlanSQL), in one pipeline and one implicit transaction
+		// (nojit.go).
 		pc := conn.PgConn()
 		pc.Frontend().Send(room)
 		pl := pc.StartPipeline(ctx)
-		pl.SendQueryParams(jitOffSQL, nil, nil, nil, nil)
+		pl.SendQueryParams(settings, nil, nil, nil, nil)
 		if prepared {
 			pl.SendQueryStatement(ps.sd, params, formats, binaryFormats[:1])
 		} else {
@@ -159,7 +161,7 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 		}
 		err = pl.Sync()
 		if err == nil {
-			err = closeResult(pl.GetResults()) // jitOffSQL's
+			err = closeResult(pl.GetResults()) // the settings'
 		}
 		if err == nil {
 			var res any
@@ -212,10 +214,6 @@ func (p *Postgres) queryEncoded(ctx context.Context, name, sql string, oids []ui
 		}
 	}
 }
-
-// jitOffRoom is the room jitOffSQL's messages take in a pipeline: its
-// Parse, Bind, Describe and Execute.
-const jitOffRoom = reserve(len(jitOffSQL) + 64)
 
 // closeResult closes the result reader a pipeline's GetResults answered
 // (res, err), and returns its error or err.

@@ -247,7 +247,7 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys 
 	held := true
 	var seen []int // intents answered started with their payload, generation 1
 	args := func() []any { return claimArgs(intents, keys, uniq, f) }
-	err := p.queryEncoded(ctx, "dedup_claim", claimSQL, claimParamOIDs, params[:], args, func(cols [][]byte) error {
+	err := p.queryEncoded(ctx, jitOffSQL, "dedup_claim", claimSQL, claimParamOIDs, params[:], args, func(cols [][]byte) error {
 		if len(cols) != 6 {
 			return fmt.Errorf("an answer of %d columns", len(cols))
 		}

@@ -570,8 +570,7 @@ func TestAPoolsTracerHearsAFencedClaimEndWithoutAnError(t *testing.T) {
 // passes the server's messages up to and including the next DataRow and
 // then cuts that connection (a network or a server gone right after the
 // first row of an answer); it disarms itself. The row of jitOffSQL, which
-// runs before each of the ledger's batch statements (nojit.go), is not
-// one: it passes. Every other connection, before and after, goes through
+// runs before the claim (nojit.go), is not one: it passes. Every other connection, before and after, goes through
 // untouched.
 type cutAfterRow struct {
 	url   string

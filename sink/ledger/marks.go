@@ -75,7 +75,7 @@ func (p *Postgres) MarkStarted(ctx context.Context, started []processor.Started)
 	// mark), or up left it so.
 	answers := 0
 	args := func() []any { return markArgs(ms, f) }
-	err = p.queryEncoded(ctx, "dedup_mark_started", markStartedSQL, markParamOIDs, params[:], args, func(cols [][]byte) error {
+	err = p.queryEncoded(ctx, jitOffSQL, "dedup_mark_started", markStartedSQL, markParamOIDs, params[:], args, func(cols [][]byte) error {
 		if answers++; answers > 1 || len(cols) != 2 {
 			return fmt.Errorf("an answer of %d rows of %d columns, want one of two", answers, len(cols))
 		}

@@ -2,8 +2,9 @@ package ledger
 
 // The ledger's batch statements (the claim, the mark and the two reads of
 // a replay, each run by queryEncoded) run with PostgreSQL's JIT off:
-// queryEncoded sends jitOffSQL before each of them in one pipeline, ended
-// by one Sync, so that both are one implicit transaction and the setting
+// queryEncoded sends jitOffSQL before each of them (before the read by
+// runs genericPlanSQL, which sets plan_cache_mode too: genericplan.go) in
+// one pipeline, ended by one Sync, so that both are one implicit transaction and the setting
 // (set_config's is_local) ends with it. Nothing is left on the session,
 // so a transaction pooler may hand it to any client next, and a server's
 // or database's own jit setting holds for every other statement.
@@ -23,5 +24,6 @@ package ledger
 // that every end of such a statement (an error, a stop, a cancel, a
 // session ended) leaves its session as it found it, jit included, behind
 // PgBouncer too. Every server the ledger runs on has the setting: it came
-// in PostgreSQL 11, with sha256(), which migration 00012 needs.
+// in PostgreSQL 11, with sha256(), which migration 00012 needs
+// (plan_cache_mode in 12).
 const jitOffSQL = `SELECT set_config('jit', 'off', true)`

@@ -57,8 +57,8 @@ func sessionOf(t *testing.T, pool *pgxpool.Pool) uint32 {
 }
 
 // cleanSession fails the test unless the pool's one session is idle, out
-// of any transaction, with its own jit setting (on), and is still the
-// session pid (0: any).
+// of any transaction, with its own jit setting (on) and plan_cache_mode
+// (auto), and is still the session pid (0: any).
 func cleanSession(t *testing.T, pool *pgxpool.Pool, pid uint32, after string) {
 	t.Helper()
 	ctx := context.Background()
@@ -74,17 +74,19 @@ func cleanSession(t *testing.T, pool *pgxpool.Pool, pid uint32, after string) {
 	if pid != 0 && pc.PID() != pid {
 		t.Errorf("after %s: the pool's session is backend %d, want %d (the session was dropped)", after, pc.PID(), pid)
 	}
-	var jit string
-	if err := c.Conn().QueryRow(ctx, `SHOW jit`, pgx.QueryExecModeSimpleProtocol).Scan(&jit); err != nil || jit != "on" {
-		t.Errorf("after %s: the session's jit is %q (%v), want its own setting, on", after, jit, err)
+	var jit, plans string
+	if err := c.Conn().QueryRow(ctx, `SELECT current_setting('jit'), current_setting('plan_cache_mode')`, pgx.QueryExecModeSimpleProtocol).Scan(&jit, &plans); err != nil || jit != "on" || plans != "auto" {
+		t.Errorf("after %s: the session's jit is %q and plan_cache_mode %q (%v), want its own settings, on and auto", after, jit, plans, err)
 	}
 }
 
 // series runs through queryEncoded the statement sql of one int8
-// parameter, n, and calls row with each answer row's first column.
+// parameter, n, and calls row with each answer row's first column. It
+// runs it after genericPlanSQL, which sets what jitOffSQL sets and
+// plan_cache_mode too: neither may outlive the statement.
 func series(ctx context.Context, p *Postgres, name, sql string, n int64, row func(i int, col []byte) error) error {
 	i := 0
-	return p.queryEncoded(ctx, name, sql, []uint32{oidInt8}, int8Param(n), func() []any { return []any{n} }, func(cols [][]byte) error {
+	return p.queryEncoded(ctx, genericPlanSQL, name, sql, []uint32{oidInt8}, int8Param(n), func() []any { return []any{n} }, func(cols [][]byte) error {
 		i++
 		return row(i, cols[0])
 	})
@@ -165,10 +167,11 @@ func TestEveryEndOfAPipelinedStatementLeavesItsSessionCleanAndUsable(t *testing.
 	}
 }
 
-// jitOffSQL holds for the statement and for it only (nojit.go): the
-// statement itself sees jit off, on its first run and on the run after
+// The settings hold for the statement and for it only (nojit.go,
+// genericplan.go): the statement itself sees jit off and plan_cache_mode
+// force_generic_plan, on its first run and on the run after
 // its prepared statement went missing from its session (DEALLOCATE ALL,
-// DISCARD ALL), and the session sees its own setting after either.
+// DISCARD ALL), and the session sees its own settings after either.
 func TestAPipelinedStatementSeesJITOffAndItsSessionNeverDoes(t *testing.T) {
 	for _, mode := range pipelineModes {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -179,12 +182,12 @@ func TestAPipelinedStatementSeesJITOffAndItsSessionNeverDoes(t *testing.T) {
 			seen := func(what string) {
 				t.Helper()
 				var jit string
-				err := series(ctx, p, "test_jit", `SELECT current_setting('jit') || $1::int8::text`, 0, func(_ int, col []byte) error {
+				err := series(ctx, p, "test_jit", `SELECT current_setting('jit') || ' ' || current_setting('plan_cache_mode') || $1::int8::text`, 0, func(_ int, col []byte) error {
 					jit = string(col)
 					return nil
 				})
-				if err != nil || jit != "off0" {
-					t.Errorf("%s: the statement saw jit %q (%v), want off", what, jit, err)
+				if err != nil || jit != "off force_generic_plan0" {
+					t.Errorf("%s: the statement saw jit and plan_cache_mode %q (%v), want off force_generic_plan", what, jit, err)
 				}
 				cleanSession(t, pool, 0, what)
 			}
@@ -230,12 +233,13 @@ func TestAPipelinedStatementWhoseContextEndsLeavesThePoolServing(t *testing.T) {
 
 // Behind PgBouncer in transaction pooling the server session a batch
 // statement ran on goes to the next client as soon as its implicit
-// transaction ends: jitOffSQL must end with it, whether the statement
+// transaction ends: the settings sent before it (jitOffSQL,
+// genericPlanSQL) must end with it, whether the statement
 // answered, was read only in part, failed after rows, or failed its
 // commit. Here PgBouncer has one server session, so the other client's
 // statements after each run on the very session the ledger's ran on, and
-// see the server's jit setting (on), never the ledger's statement's,
-// which itself sees jit off.
+// see the server's jit setting (on) and plan_cache_mode (auto), never the
+// ledger's statement's, which itself sees jit off.
 func TestNoBatchStatementLeavesJITOffOnTheServerSessionATransactionPoolerHandsOn(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -274,16 +278,16 @@ func TestNoBatchStatementLeavesJITOffOnTheServerSessionATransactionPoolerHandsOn
 			var ledgerPID uint32
 			check := func(after string) {
 				t.Helper()
-				var jit string
+				var jit, plans string
 				var pid uint32
-				if err := other.QueryRow(ctx, `SELECT current_setting('jit'), pg_backend_pid()`, pgx.QueryExecModeSimpleProtocol).Scan(&jit, &pid); err != nil {
+				if err := other.QueryRow(ctx, `SELECT current_setting('jit'), current_setting('plan_cache_mode'), pg_backend_pid()`, pgx.QueryExecModeSimpleProtocol).Scan(&jit, &plans, &pid); err != nil {
 					t.Fatalf("after %s: the other client: %v", after, err)
 				}
 				if pid != ledgerPID {
 					t.Fatalf("after %s: the other client ran on server session %d, the ledger's statement on %d: the case did not happen", after, pid, ledgerPID)
 				}
-				if jit != "on" {
-					t.Errorf("after %s: the next client of the server session sees jit %q, want the server's, on", after, jit)
+				if jit != "on" || plans != "auto" {
+					t.Errorf("after %s: the next client of the server session sees jit %q and plan_cache_mode %q, want the server's, on and auto", after, jit, plans)
 				}
 			}
 			pidOf := func(_ int, col []byte) error {

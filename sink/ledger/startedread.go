@@ -105,15 +105,15 @@ func (p *Postgres) answerStarted(ctx context.Context, sc *claimScratch, intents 
 	defer p.keepEncodeBuffer(bp)
 	var params [11][]byte
 	*bp = encodeStartedParams(*bp, intents, keys, uniq, byRecord, runOf, &params)
-	name, sql, oids, n := "dedup_started_rows", startedSQL, startedParamOIDs, 6
+	settings, name, sql, oids, n := jitOffSQL, "dedup_started_rows", startedSQL, startedParamOIDs, 6
 	if len(runs) > 0 {
 		*bp = encodeRuns(*bp, runOf, runs, &params)
-		name, sql, oids, n = "dedup_started_by_range", startedByRangeSQL, startedByRangeParamOIDs, 11
+		settings, name, sql, oids, n = genericPlanSQL, "dedup_started_by_range", startedByRangeSQL, startedByRangeParamOIDs, 11
 	}
 	answered := sc.answeredOf(len(uniq))
 	var left []int // positions in uniq
 	args := func() []any { return startedArgs(intents, keys, uniq, byRecord, runOf, runs, n) }
-	err := p.queryEncoded(ctx, name, sql, oids, params[:n], args, func(cols [][]byte) error {
+	err := p.queryEncoded(ctx, settings, name, sql, oids, params[:n], args, func(cols [][]byte) error {
 		if len(cols) != 4 {
 			return fmt.Errorf("an answer of %d columns", len(cols))
 		}
