@@ -2,7 +2,10 @@ package ledger_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +14,7 @@ import (
 
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
 )
 
@@ -114,4 +118,393 @@ func TestTheReplaysReadByRunsIsPlannedWithoutItsBatchsValuesFromItsFirstBatch(t 
 func generic(notice, sql string) bool {
 	_, plan, ok := strings.Cut(notice, strings.TrimSpace(sql))
 	return ok && strings.Contains(plan, "unnest($1")
+}
+
+// A pool whose sessions set their own plan_cache_mode (here
+// force_custom_plan, in the connection string's options) keeps it for
+// every statement of the ledger's but the read by runs: on its one
+// session, after every batch of the read by runs (generic), the read
+// one by one is planned for its values every time, past the five custom
+// plans PostgreSQL's own choice would give, and the session still shows
+// its setting.
+func TestTheReadByRunsLeavesASessionsOwnPlanCacheModeToItsNextStatements(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := context.Background()
+			pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
+			if err != nil {
+				t.Fatal(err)
+			}
+			notices := &planNotices{}
+			pc.MaxConns = 1
+			pc.ConnConfig.DefaultQueryExecMode = mode
+			pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+			pc.ConnConfig.OnNotice = notices.add
+			pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+				_, err := c.Exec(ctx, `LOAD 'auto_explain'`)
+				if err == nil {
+					_, err = c.Exec(ctx, `SET auto_explain.log_min_duration = 0; SET auto_explain.log_level = notice;
+						SET auto_explain.log_verbose = on; SET client_min_messages = notice`)
+				}
+				return err
+			}
+			pool, err := pgxpool.NewWithConfig(ctx, pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			if err := pool.Ping(ctx); err != nil {
+				t.Skipf("auto_explain cannot be loaded here: %v", err)
+			}
+			l := ledger.NewFromPool(pool)
+			var batch []decide.Intent
+			var started []processor.Started
+			for off := range int64(40) {
+				in := intent(fmt.Sprintf("own-mode-%d", off), "p")
+				in.Offset = off
+				batch = append(batch, in)
+				started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+			}
+			want(t, claim(t, l, batch[0]), decide.VerdictNew)
+			if err := l.MarkStarted(ctx, started[:1]); err != nil {
+				t.Fatal(err)
+			}
+			want(t, claim(t, l, batch[0]), decide.VerdictDuplicate)
+			for range 8 {
+				claim(t, l, batch...)
+				if err := l.MarkStarted(ctx, started); err != nil {
+					t.Fatal(err)
+				}
+				want(t, claim(t, l, batch[0], batch[10], batch[20], batch[30]), decide.VerdictDuplicate, decide.VerdictDuplicate,
+					decide.VerdictDuplicate, decide.VerdictDuplicate)
+			}
+			byRuns := notices.of(ledger.StartedByRangeSQL)
+			if len(byRuns) < 8 {
+				t.Fatalf("the read by runs sent back %d plans, want 8 at least", len(byRuns))
+			}
+			for i, p := range byRuns {
+				if !generic(p, ledger.StartedByRangeSQL) {
+					t.Errorf("batch %d of the read by runs ran a custom plan:\n%s", i+1, p)
+					break
+				}
+			}
+			oneByOne := notices.of(ledger.StartedSQL)
+			if len(oneByOne) < 6 {
+				t.Fatalf("the read one by one sent back %d plans, want 6 at least (past the five custom ones)", len(oneByOne))
+			}
+			for i, p := range oneByOne {
+				if generic(p, ledger.StartedSQL) {
+					t.Errorf("batch %d of the read one by one, after a read by runs on its session, ran a generic plan; the session's own plan_cache_mode is force_custom_plan:\n%s", i+1, p)
+					break
+				}
+			}
+			var plans string
+			if err := pool.QueryRow(ctx, `SHOW plan_cache_mode`, pgx.QueryExecModeSimpleProtocol).Scan(&plans); err != nil || plans != "force_custom_plan" {
+				t.Errorf("the session's plan_cache_mode %q (%v), want its own, force_custom_plan", plans, err)
+			}
+		})
+	}
+}
+
+// The read by runs answers as a look-up of each ID by its key on a
+// generic plan too, and on one a prepared statement made while the
+// ledger was small and kept while it grew 40 times (no ANALYZE between),
+// and after an ANALYZE: random ledgers and batches (rows started,
+// pending, re-run, under another key, claimed by another record; IDs of
+// another payload, retried at another offset, never claimed; runs that
+// hold some of the IDs, gaps, several partitions and topics), each
+// answer compared row for row with the key look-up's.
+func TestTheReadByRunsOnAGenericPlanCachedBeforeTheLedgerGrewAnswersAsEachIDsKeyLookUp(t *testing.T) {
+	l := open(t)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(l.Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1
+	pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	generic, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(generic.Close)
+	rng := rand.New(rand.NewPCG(73, 7))
+	type row struct {
+		id, topic string
+		part      int32
+		off       int64
+		hash      [32]byte
+	}
+	var rows []row
+	topics := []string{"events", "audit"}
+	fill := func(from, to int64) {
+		t.Helper()
+		b := &pgx.Batch{}
+		for _, topic := range topics {
+			for part := range int32(3) {
+				for off := from; off < to; off++ {
+					for r := range 1 + rng.IntN(2) {
+						id := fmt.Sprintf("activity-g%d:%s-%d-%d", r, topic, part, off)
+						x := row{id: id, topic: topic, part: part, off: off, hash: sha256.Sum256([]byte(id))}
+						state, gen, key, stored := "started", 1, schemas.LedgerKey(id), off
+						switch rng.IntN(10) {
+						case 0:
+							state = "pending"
+						case 1:
+							gen = 2
+						case 2:
+							key = schemas.LedgerKey(id + "-not")
+						case 3:
+							stored += 100000 // claimed by another record
+						}
+						var runID, started any
+						if state == "started" {
+							runID, started = "r", "2026-12-06"
+						}
+						b.Queue(`INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key, state, run_id, started_at, generation)
+							VALUES ($1, 'a', $1, 'field', $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+							id, x.hash[:], topic, part, stored, key, state, runID, started, gen)
+						rows = append(rows, x)
+					}
+				}
+			}
+		}
+		if err := l.Pool().SendBatch(ctx, b).Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type answer struct {
+		n     int64
+		state string
+		hash  string
+		gen   int
+	}
+	read := func(pool *pgxpool.Pool, sql string, args ...any) []answer {
+		t.Helper()
+		r, err := pool.Query(ctx, sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		var out []answer
+		for r.Next() {
+			var a answer
+			var state *string
+			var hash []byte
+			if err := r.Scan(&a.n, &state, &hash, &a.gen); err != nil {
+				t.Fatal(err)
+			}
+			if state != nil {
+				a.state = *state
+			}
+			a.hash = fmt.Sprintf("%x", hash)
+			out = append(out, a)
+		}
+		if err := r.Err(); err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(out, func(a, b answer) int { return int(a.n - b.n) })
+		return out
+	}
+	batches := func(phase string, span int64) {
+		t.Helper()
+		for batch := range 15 {
+			var ids, bts, rts []string
+			var hashes [][]byte
+			var keys [][16]byte
+			var bps, rps []int32
+			var bos, runOf, rfs, rls []int64
+			runNum := map[string]int64{}
+			for _, x := range rows {
+				if rng.IntN(3) == 0 {
+					continue
+				}
+				id, hash, off := x.id, x.hash, x.off
+				switch rng.IntN(10) {
+				case 0:
+					hash[0]++
+				case 1:
+					off += 500
+				case 2:
+					id += "-fresh"
+				}
+				ids, hashes, keys = append(ids, id), append(hashes, hash[:]), append(keys, schemas.LedgerKey(id))
+				var run int64
+				if rng.IntN(5) > 0 {
+					p := fmt.Sprintf("%s/%d", x.topic, x.part)
+					if run = runNum[p]; run == 0 {
+						first := int64(rng.IntN(int(span/4 + 1)))
+						rts, rps, rfs, rls = append(rts, x.topic), append(rps, x.part), append(rfs, first), append(rls, first+int64(rng.IntN(int(span+1))))
+						run = int64(len(rts))
+						runNum[p] = run
+					}
+				}
+				runOf = append(runOf, run)
+				switch {
+				case run > 0:
+					bts, bps, bos = append(bts, ""), append(bps, x.part), append(bos, off)
+				case rng.IntN(2) == 0:
+					bts, bps, bos = append(bts, x.topic), append(bps, x.part), append(bos, off)
+				default:
+					bts, bps, bos = append(bts, ""), append(bps, 0), append(bos, 0)
+				}
+			}
+			want := read(l.Pool(), byKeySQL, ids, hashes, keys)
+			got := read(generic, ledger.StartedByRangeSQL, ids, hashes, keys, bts, bps, bos, runOf, rts, rps, rfs, rls)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s, batch %d (%d IDs, %d runs): the read by runs on a generic plan answers %d rows, the key look-up %d\nby runs: %v\nby key:  %v",
+					phase, batch, len(ids), len(rts), len(got), len(want), got, want)
+			}
+		}
+	}
+	fill(0, 10)
+	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	batches("a small ledger", 10)
+	fill(10, 400)
+	batches("the ledger grown 40 times, the plan kept", 400)
+	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	batches("after ANALYZE", 400)
+	var gplans, cplans int64
+	if err := generic.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`,
+		ledger.StartedByRangeSQL).Scan(&gplans, &cplans); err != nil {
+		t.Fatal(err)
+	}
+	if gplans < 45 || cplans != 0 {
+		t.Errorf("the read by runs ran %d generic plans and %d custom ones, want 45 generic", gplans, cplans)
+	}
+}
+
+// A session whose read by runs holds a generic plan (a prepared
+// statement's, kept for the session) when a migration widens a column it
+// answers (generation to bigint: "cached plan must not change result
+// type") answers the next replay batch as before, after preparing it
+// again, and leaves its session's plan_cache_mode its own.
+func TestTheReadByRunsPreparedWithAGenericPlanAnswersAfterAMigrationWidensAColumn(t *testing.T) {
+	l0 := open(t)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(l0.Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	l := ledger.NewFromPool(pool)
+	var batch []decide.Intent
+	var started []processor.Started
+	for off := range int64(40) {
+		in := intent(fmt.Sprintf("widen-%d", off), "p")
+		in.Offset = off
+		batch = append(batch, in)
+		started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+	}
+	want(t, claim(t, l, batch[0]), decide.VerdictNew)
+	if err := l.MarkStarted(ctx, started[:1]); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, batch[0]), decide.VerdictDuplicate)
+	claim(t, l, batch...)
+	if err := l.MarkStarted(ctx, started); err != nil {
+		t.Fatal(err)
+	}
+	all := make([]decide.Verdict, len(batch))
+	for i := range all {
+		all[i] = decide.VerdictDuplicate
+	}
+	want(t, claim(t, l, batch...), all...) // the read by runs, prepared with a generic plan
+	if _, err := l0.Pool().Exec(ctx, `ALTER TABLE dedup_ledger ALTER COLUMN generation TYPE bigint`); err != nil {
+		t.Fatal(err)
+	}
+	other := batch[5]
+	other.PayloadHash[0]++ // a conflict, answered by the read
+	batch[5] = other
+	all[5] = decide.VerdictConflict
+	cl, err := l.Claim(ctx, batch)
+	if err != nil {
+		t.Fatalf("the replay's batch after the migration: %v", err)
+	}
+	for i, c := range cl {
+		if c.Verdict != all[i] {
+			t.Errorf("intent %d after the migration: %v, want %v", i, c.Verdict, all[i])
+		}
+	}
+	var plans string
+	if err := pool.QueryRow(ctx, `SHOW plan_cache_mode`, pgx.QueryExecModeSimpleProtocol).Scan(&plans); err != nil || plans != "auto" {
+		t.Errorf("the session's plan_cache_mode %q (%v), want auto", plans, err)
+	}
+}
+
+// A session's read by runs keeps the generic plan its prepared statement
+// made on its first batch (genericplan.go: once a session): made while
+// the ledger was small, it must still read a run by its offsets, not
+// scan the ledger, once the ledger has grown (here 200,000 rows of
+// another partition, no ANALYZE since).
+func TestTheReadByRunsPlanMadeOnASmallLedgerScansNoWholeLedgerOnceItGrew(t *testing.T) {
+	l0 := open(t)
+	ctx := context.Background()
+	pc, err := pgxpool.ParseConfig(l0.Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	notices := &planNotices{}
+	pc.MaxConns = 1
+	pc.ConnConfig.OnNotice = notices.add
+	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `LOAD 'auto_explain'`)
+		if err == nil {
+			_, err = c.Exec(ctx, `SET auto_explain.log_min_duration = 0; SET auto_explain.log_level = notice;
+				SET auto_explain.log_verbose = on; SET auto_explain.log_analyze = on; SET client_min_messages = notice`)
+		}
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := pool.Ping(ctx); err != nil {
+		t.Skipf("auto_explain: %v", err)
+	}
+	l := ledger.NewFromPool(pool)
+	var batch []decide.Intent
+	var started []processor.Started
+	for off := range int64(40) {
+		in := intent(fmt.Sprintf("small-%d", off), "p")
+		in.Offset = off
+		batch = append(batch, in)
+		started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+	}
+	want(t, claim(t, l, batch[0]), decide.VerdictNew)
+	if err := l.MarkStarted(ctx, started[:1]); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, batch[0]), decide.VerdictDuplicate)
+	claim(t, l, batch...)
+	if err := l.MarkStarted(ctx, started); err != nil {
+		t.Fatal(err)
+	}
+	claim(t, l, batch...)
+	if _, err := l0.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key, state, run_id, started_at, generation)
+		SELECT 'g-' || x, 'a', 'g-' || x, 'field', '\x00', 'events', x % 4 + 1, x, md5(x::text)::uuid, 'started', 'r', now(), 1 FROM generate_series(1, 200000) x`); err != nil {
+		t.Fatal(err)
+	}
+	notices.mu.Lock()
+	notices.plans = nil
+	notices.mu.Unlock()
+	claim(t, l, batch...)
+	byRuns := notices.of(ledger.StartedByRangeSQL)
+	if len(byRuns) == 0 {
+		t.Fatal("no plan of the read by runs")
+	}
+	t.Logf("%s", byRuns[len(byRuns)-1])
+	if strings.Contains(byRuns[len(byRuns)-1], "Seq Scan on public.dedup_ledger") {
+		t.Errorf("the read by runs scans the whole ledger")
+	}
 }

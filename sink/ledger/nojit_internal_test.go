@@ -383,3 +383,104 @@ func TestAPipelinedStatementWhoseSessionTheServerEndsIsTransientAndThePoolServes
 		})
 	}
 }
+
+// A session whose own plan_cache_mode is not the server's (a pool's
+// AfterConnect, or a connection string's options=-c plan_cache_mode=...)
+// keeps it after every end of a statement run after genericPlanSQL (the
+// replay's read by runs): answered, a row refused, a read stopped early,
+// failed after rows, a commit that failed, a run after its prepared
+// statement went missing (DEALLOCATE ALL), and a run past its deadline.
+// The statement itself sees force_generic_plan every time.
+func TestTheReadByRunsLeavesTheSessionsOwnPlanCacheModeAfterEveryEnd(t *testing.T) {
+	for _, mode := range pipelineModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			url := pgtest.NewDatabase(t)
+			pc, err := pgxpool.ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc.MaxConns = 1
+			pc.ConnConfig.DefaultQueryExecMode = mode
+			pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+			pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+				_, err := c.Exec(ctx, `SET jit = on`)
+				return err
+			}
+			pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			p := NewFromPool(pool)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, err := pool.Exec(ctx, `CREATE TABLE u (x int8 UNIQUE DEFERRABLE INITIALLY DEFERRED); INSERT INTO u VALUES (1)`); err != nil {
+				t.Fatal(err)
+			}
+			own := func(after string) {
+				t.Helper()
+				var jit, plans string
+				if err := pool.QueryRow(ctx, `SELECT current_setting('jit'), current_setting('plan_cache_mode')`, pgx.QueryExecModeSimpleProtocol).Scan(&jit, &plans); err != nil {
+					t.Fatalf("after %s: %v", after, err)
+				}
+				if jit != "on" || plans != "force_custom_plan" {
+					t.Errorf("after %s: the session's jit %q and plan_cache_mode %q, want its own, on and force_custom_plan", after, jit, plans)
+				}
+				var inside string
+				if err := series(ctx, p, "test_inside", `SELECT current_setting('plan_cache_mode') || $1::int8::text`, 0, func(_ int, col []byte) error {
+					inside = string(col)
+					return nil
+				}); err != nil || inside != "force_generic_plan0" {
+					t.Errorf("after %s: the next statement saw plan_cache_mode %q (%v), want force_generic_plan", after, inside, err)
+				}
+			}
+			own("nothing")
+			const seriesSQL = `SELECT x FROM generate_series(1, $1::int8) x`
+			if err := series(ctx, p, "test_series", seriesSQL, 5, func(int, []byte) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			own("a statement that answered")
+			refused := errors.New("refused")
+			if err := series(ctx, p, "test_series", seriesSQL, 5, func(i int, _ []byte) error {
+				if i == 2 {
+					return refused
+				}
+				return nil
+			}); !errors.Is(err, refused) {
+				t.Fatalf("a row refused: %v", err)
+			}
+			own("a row refused mid-answer")
+			if err := series(ctx, p, "test_series", seriesSQL, 5, func(i int, _ []byte) error {
+				if i == 2 {
+					return errStopReading
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			own("a read stopped early")
+			if err := series(ctx, p, "test_div", `SELECT 1 / (3 - x) FROM generate_series(1, $1::int8) x`, 5, func(int, []byte) error { return nil }); err == nil {
+				t.Fatal("a division by zero answered")
+			}
+			own("a statement failed after rows")
+			if err := series(ctx, p, "test_deferred", `INSERT INTO u SELECT $1::int8 RETURNING x`, 1, func(int, []byte) error { return nil }); err == nil {
+				t.Fatal("a deferred unique violation committed")
+			}
+			own("a commit that failed")
+			if _, err := pool.Exec(ctx, `DEALLOCATE ALL`, pgx.QueryExecModeSimpleProtocol); err != nil {
+				t.Fatal(err)
+			}
+			if err := series(ctx, p, "test_series", seriesSQL, 5, func(int, []byte) error { return nil }); err != nil {
+				t.Fatalf("a run after DEALLOCATE ALL: %v", err)
+			}
+			own("a run after DEALLOCATE ALL")
+			short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+			err = series(short, p, "test_sleep", `SELECT 1 FROM pg_sleep(30), generate_series(1, $1::int8)`, 1, func(int, []byte) error { return nil })
+			stop()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("past its deadline: %v", err)
+			}
+			own("a statement past its deadline")
+		})
+	}
+}
