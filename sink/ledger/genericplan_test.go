@@ -508,3 +508,42 @@ func TestTheReadByRunsPlanMadeOnASmallLedgerScansNoWholeLedgerOnceItGrew(t *test
 		t.Errorf("the read by runs scans the whole ledger")
 	}
 }
+
+// generic, the check of TestTheReplaysReadByRunsIsPlannedWithoutItsBatchsValuesFromItsFirstBatch,
+// tells a custom plan of the read by runs from a generic one: the same
+// statement, run through pgx by a session forcing each, is told apart.
+func TestGenericTellsACustomPlanOfTheReadByRunsFromAGenericOne(t *testing.T) {
+	l, pool, notices := openExplained(t, pgx.QueryExecModeCacheStatement)
+	_ = l
+	ctx := context.Background()
+	args := []any{[]string{"a"}, [][]byte{{1}}, [][16]byte{{1}}, []string{""}, []int32{1}, []int64{1}, []int64{1},
+		[]string{"events"}, []int32{1}, []int64{0}, []int64{10}}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, `SET plan_cache_mode = `+mode); err != nil {
+			t.Fatal(err)
+		}
+		notices.mu.Lock()
+		notices.plans = nil
+		notices.mu.Unlock()
+		rows, err := c.Query(ctx, ledger.StartedByRangeSQL, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+		if _, err := c.Exec(ctx, `RESET plan_cache_mode`); err != nil {
+			t.Fatal(err)
+		}
+		c.Release()
+		ps := notices.of(ledger.StartedByRangeSQL)
+		if len(ps) != 1 {
+			t.Fatalf("%s: %d plans", mode, len(ps))
+		}
+		if got := generic(ps[0], ledger.StartedByRangeSQL); got != (mode == "force_generic_plan") {
+			t.Errorf("%s: generic says %v:\n%s", mode, got, ps[0])
+		}
+	}
+}
