@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/dedupio/dedup/internal/testsupport/pgbouncer"
@@ -574,5 +575,59 @@ func TestAFencedLargeClaimThroughTransactionPoolerIsRefusedAndTheNextClaimsAnswe
 	var n int
 	if err := cur.Pool().QueryRow(ctx, `SELECT count(*) FROM dedup_ledger WHERE workflow_id LIKE '%zombie-%'`).Scan(&n); err != nil || n != 0 {
 		t.Errorf("%d rows written by the refused claims (%v), want none", n, err)
+	}
+}
+
+// Behind PgBouncer in transaction pooling (postgres.pooler: transaction,
+// one server session), the replay's read by runs, through the ledger's
+// own claim, leaves the server session it ran on to the next client with
+// the server's jit and plan_cache_mode: every batch's generic plan is
+// its own transaction's.
+func TestTheReplaysReadByRunsLeavesNoPlanCacheModeOnTheServerSessionATransactionPoolerHandsOn(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	b := pgbouncer.Start(t, url, pgbouncer.Options{Mode: pgbouncer.Transaction, PoolSize: 1})
+	cfg := ledger.DefaultConfig()
+	cfg.URL = b.URL(url)
+	cfg.Pooler = pooler.Transaction
+	l, err := ledger.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	other, err := pgx.Connect(ctx, b.URL(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Close(context.Background()) }()
+	var batch []decide.Intent
+	var started []processor.Started
+	for off := range int64(40) {
+		in := intent(fmt.Sprintf("bounced-%d", off), "p")
+		in.Offset = off
+		batch = append(batch, in)
+		started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+	}
+	want(t, claim(t, l, batch[0]), decide.VerdictNew)
+	if err := l.MarkStarted(ctx, started[:1]); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, batch[0]), decide.VerdictDuplicate)
+	for round := range 4 {
+		claim(t, l, batch...)
+		var jit, plans string
+		if err := other.QueryRow(ctx, `SELECT current_setting('jit'), current_setting('plan_cache_mode')`, pgx.QueryExecModeSimpleProtocol).Scan(&jit, &plans); err != nil {
+			t.Fatal(err)
+		}
+		if jit != "on" || plans != "auto" {
+			t.Errorf("round %d: the next client of the server session sees jit %q and plan_cache_mode %q, want on and auto", round, jit, plans)
+		}
+		if err := l.MarkStarted(ctx, started); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
