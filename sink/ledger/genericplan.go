@@ -1,5 +1,11 @@
 package ledger
 
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
 // The replay's read by runs (startedByRangeSQL) runs with a generic plan,
 // one made without its batch's values: queryEncoded sends genericPlanSQL
 // before it, as jitOffSQL before the ledger's other batch statements, in
@@ -28,5 +34,30 @@ package ledger
 // does for the claim and the mark, which keep the server's choice.
 // TestTheReplaysReadByRunsIsPlannedWithoutItsBatchsValuesFromItsFirstBatch
 // holds it in every exec mode a postgres.pooler setting gives. The
-// setting came in PostgreSQL 12.
+// setting came in PostgreSQL 12: on an older server every batch of a
+// replay's read by runs would fail, so the ledger refuses one where it
+// migrates, at every process's start (checkServer).
 const genericPlanSQL = `SELECT set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+
+// checkServer refuses a server without plan_cache_mode (before PostgreSQL
+// 12), naming its version.
+func checkServer(ctx context.Context, db *sql.DB) error {
+	var (
+		num     int
+		version string
+	)
+	if err := db.QueryRowContext(ctx, `SELECT current_setting('server_version_num')::int, current_setting('server_version')`).Scan(&num, &version); err != nil {
+		return fmt.Errorf("reading the server's version: %w", err)
+	}
+	return serverSupported(num, version)
+}
+
+// serverSupported is checkServer's verdict on a server_version_num and
+// server_version.
+func serverSupported(num int, version string) error {
+	if num < 120000 {
+		return fmt.Errorf("the ledger's server is PostgreSQL %s: dedup needs PostgreSQL 12 or later "+
+			"(a replay's read sets plan_cache_mode, which came in 12; 11 is out of support since November 2023)", version)
+	}
+	return nil
+}

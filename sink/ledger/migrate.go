@@ -85,6 +85,9 @@ func migrateWith(ctx context.Context, cc *pgx.ConnConfig, apply bool) error {
 }
 
 func migrate(ctx context.Context, db *sql.DB, apply bool) error {
+	if err := checkServer(ctx, db); err != nil {
+		return err
+	}
 	sub, err := fs.Sub(schemas.Migrations, "migrations")
 	if err != nil {
 		return err
