@@ -43,7 +43,7 @@ func TestALedgerOnAServerBeforePostgreSQL12IsRefusedAtItsStartNamingTheVersion(t
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	if err := checkServer(context.Background(), db); err != nil {
 		t.Errorf("this server: %v", err)
 	}
