@@ -22,11 +22,13 @@ import (
 // work_mem: 8 batches written to temp files, for 1,000 rows), and as
 // that plan never looks dearer than a generic one, PostgreSQL makes it
 // again for every batch. At 50M rows every batch of a replay did both
-// (auto_explain's plans of a run, docs/bench/ledger.md), and the replay
-// claimed 0.66 of its rate at 0.1M; with generic plans 0.77. A generic
-// plan counts a few elements in each array and hashes the input, in one
+// (auto_explain's plans of a run, docs/bench/ledger.md). A generic plan
+// counts a few elements in each array and hashes the input, in one
 // batch, whatever the ledger's size; a prepared statement
-// (QueryExecModeCacheStatement) makes it once a session.
+// (QueryExecModeCacheStatement) makes it once a session. With it a replay
+// at 50M rows claimed 286,571 and 267,099 rows/s (0.86 and 0.84 of its
+// rate at 0.1M), and the build before it 183,587 and 157,469, in runs
+// that alternated (docs/bench/ledger.md).
 //
 // Only the read by runs: the read of started rows one by one (startedSQL)
 // goes down an index per ID, and a plan for its values did better at 50M
