@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -24,30 +23,8 @@ import (
 // mode; it skips the test where auto_explain cannot be loaded.
 func openExplained(t *testing.T, mode pgx.QueryExecMode) (*ledger.Postgres, *pgxpool.Pool, *planNotices) {
 	t.Helper()
-	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	notices := &planNotices{}
-	pc.ConnConfig.DefaultQueryExecMode = mode
-	pc.ConnConfig.OnNotice = notices.add
-	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		_, err := c.Exec(ctx, `LOAD 'auto_explain'`)
-		if err == nil {
-			_, err = c.Exec(ctx, `SET auto_explain.log_min_duration = 0; SET auto_explain.log_level = notice;
-				SET auto_explain.log_verbose = on; SET client_min_messages = notice`)
-		}
-		return err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := pool.Ping(ctx); err != nil {
-		t.Skipf("auto_explain cannot be loaded here (LOAD needs a superuser): %v", err)
-	}
+	pool, notices := explainedPool(t, open(t).Pool().Config().ConnString(), `SET auto_explain.log_verbose = on`,
+		func(pc *pgxpool.Config) { pc.ConnConfig.DefaultQueryExecMode = mode })
 	return ledger.NewFromPool(pool), pool, notices
 }
 
@@ -65,19 +42,7 @@ func TestTheReplaysReadByRunsIsPlannedWithoutItsBatchsValuesFromItsFirstBatch(t 
 		t.Run(mode.String(), func(t *testing.T) {
 			l, pool, notices := openExplained(t, mode)
 			ctx := context.Background()
-			var batch []decide.Intent
-			var started []processor.Started
-			for off := range int64(40) {
-				in := intent(fmt.Sprintf("generic-%d", off), "p")
-				in.Offset = off
-				batch = append(batch, in)
-				started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
-			}
-			want(t, claim(t, l, batch[0]), decide.VerdictNew)
-			if err := l.MarkStarted(ctx, started[:1]); err != nil {
-				t.Fatal(err)
-			}
-			want(t, claim(t, l, batch[0]), decide.VerdictDuplicate) // a replay from here
+			batch, started := aReplay(t, l, "generic", 40)
 			for range 3 {
 				claim(t, l, batch...) // the first claims, the rest read by runs
 				if err := l.MarkStarted(ctx, started); err != nil {
@@ -131,45 +96,13 @@ func TestTheReadByRunsLeavesASessionsOwnPlanCacheModeToItsNextStatements(t *test
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe} {
 		t.Run(mode.String(), func(t *testing.T) {
 			ctx := context.Background()
-			pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
-			if err != nil {
-				t.Fatal(err)
-			}
-			notices := &planNotices{}
-			pc.MaxConns = 1
-			pc.ConnConfig.DefaultQueryExecMode = mode
-			pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
-			pc.ConnConfig.OnNotice = notices.add
-			pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-				_, err := c.Exec(ctx, `LOAD 'auto_explain'`)
-				if err == nil {
-					_, err = c.Exec(ctx, `SET auto_explain.log_min_duration = 0; SET auto_explain.log_level = notice;
-						SET auto_explain.log_verbose = on; SET client_min_messages = notice`)
-				}
-				return err
-			}
-			pool, err := pgxpool.NewWithConfig(ctx, pc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			if err := pool.Ping(ctx); err != nil {
-				t.Skipf("auto_explain cannot be loaded here: %v", err)
-			}
+			pool, notices := explainedPool(t, open(t).Pool().Config().ConnString(), `SET auto_explain.log_verbose = on`, func(pc *pgxpool.Config) {
+				pc.MaxConns = 1
+				pc.ConnConfig.DefaultQueryExecMode = mode
+				pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+			})
 			l := ledger.NewFromPool(pool)
-			var batch []decide.Intent
-			var started []processor.Started
-			for off := range int64(40) {
-				in := intent(fmt.Sprintf("own-mode-%d", off), "p")
-				in.Offset = off
-				batch = append(batch, in)
-				started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
-			}
-			want(t, claim(t, l, batch[0]), decide.VerdictNew)
-			if err := l.MarkStarted(ctx, started[:1]); err != nil {
-				t.Fatal(err)
-			}
-			want(t, claim(t, l, batch[0]), decide.VerdictDuplicate)
+			batch, started := aReplay(t, l, "own-mode", 40)
 			for range 8 {
 				claim(t, l, batch...)
 				if err := l.MarkStarted(ctx, started); err != nil {
@@ -217,25 +150,12 @@ func TestTheReadByRunsLeavesASessionsOwnPlanCacheModeToItsNextStatements(t *test
 func TestTheReadByRunsOnAGenericPlanCachedBeforeTheLedgerGrewAnswersAsEachIDsKeyLookUp(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(l.Pool().Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.MaxConns = 1
-	pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	generic, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(generic.Close)
+	generic := poolOn(t, l.Pool().Config().ConnString(), func(pc *pgxpool.Config) {
+		pc.MaxConns = 1
+		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	})
 	rng := rand.New(rand.NewPCG(73, 7))
-	type row struct {
-		id, topic string
-		part      int32
-		off       int64
-		hash      [32]byte
-	}
-	var rows []row
+	var rows []readRow
 	topics := []string{"events", "audit"}
 	fill := func(from, to int64) {
 		t.Helper()
@@ -245,7 +165,7 @@ func TestTheReadByRunsOnAGenericPlanCachedBeforeTheLedgerGrewAnswersAsEachIDsKey
 				for off := from; off < to; off++ {
 					for r := range 1 + rng.IntN(2) {
 						id := fmt.Sprintf("activity-g%d:%s-%d-%d", r, topic, part, off)
-						x := row{id: id, topic: topic, part: part, off: off, hash: sha256.Sum256([]byte(id))}
+						x := readRow{id: id, topic: topic, part: part, off: off, hash: sha256.Sum256([]byte(id))}
 						state, gen, key, stored := "started", 1, schemas.LedgerKey(id), off
 						switch rng.IntN(10) {
 						case 0:
@@ -273,87 +193,15 @@ func TestTheReadByRunsOnAGenericPlanCachedBeforeTheLedgerGrewAnswersAsEachIDsKey
 			t.Fatal(err)
 		}
 	}
-	type answer struct {
-		n     int64
-		state string
-		hash  string
-		gen   int
-	}
-	read := func(pool *pgxpool.Pool, sql string, args ...any) []answer {
-		t.Helper()
-		r, err := pool.Query(ctx, sql, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		var out []answer
-		for r.Next() {
-			var a answer
-			var state *string
-			var hash []byte
-			if err := r.Scan(&a.n, &state, &hash, &a.gen); err != nil {
-				t.Fatal(err)
-			}
-			if state != nil {
-				a.state = *state
-			}
-			a.hash = fmt.Sprintf("%x", hash)
-			out = append(out, a)
-		}
-		if err := r.Err(); err != nil {
-			t.Fatal(err)
-		}
-		slices.SortFunc(out, func(a, b answer) int { return int(a.n - b.n) })
-		return out
-	}
-	batches := func(phase string, span int64) {
+	batches := func(phase string, span int) {
 		t.Helper()
 		for batch := range 15 {
-			var ids, bts, rts []string
-			var hashes [][]byte
-			var keys [][16]byte
-			var bps, rps []int32
-			var bos, runOf, rfs, rls []int64
-			runNum := map[string]int64{}
-			for _, x := range rows {
-				if rng.IntN(3) == 0 {
-					continue
-				}
-				id, hash, off := x.id, x.hash, x.off
-				switch rng.IntN(10) {
-				case 0:
-					hash[0]++
-				case 1:
-					off += 500
-				case 2:
-					id += "-fresh"
-				}
-				ids, hashes, keys = append(ids, id), append(hashes, hash[:]), append(keys, schemas.LedgerKey(id))
-				var run int64
-				if rng.IntN(5) > 0 {
-					p := fmt.Sprintf("%s/%d", x.topic, x.part)
-					if run = runNum[p]; run == 0 {
-						first := int64(rng.IntN(int(span/4 + 1)))
-						rts, rps, rfs, rls = append(rts, x.topic), append(rps, x.part), append(rfs, first), append(rls, first+int64(rng.IntN(int(span+1))))
-						run = int64(len(rts))
-						runNum[p] = run
-					}
-				}
-				runOf = append(runOf, run)
-				switch {
-				case run > 0:
-					bts, bps, bos = append(bts, ""), append(bps, x.part), append(bos, off)
-				case rng.IntN(2) == 0:
-					bts, bps, bos = append(bts, x.topic), append(bps, x.part), append(bos, off)
-				default:
-					bts, bps, bos = append(bts, ""), append(bps, 0), append(bos, 0)
-				}
-			}
-			want := read(l.Pool(), byKeySQL, ids, hashes, keys)
-			got := read(generic, ledger.StartedByRangeSQL, ids, hashes, keys, bts, bps, bos, runOf, rts, rps, rfs, rls)
+			b := randomReadBatch(rng, rows, span/4+1, span+1)
+			want := readAnswers(t, l.Pool(), byKeySQL, b.keyArgs()...)
+			got := readAnswers(t, generic, ledger.StartedByRangeSQL, b.runArgs()...)
 			if !slices.Equal(got, want) {
 				t.Fatalf("%s, batch %d (%d IDs, %d runs): the read by runs on a generic plan answers %d rows, the key look-up %d\nby runs: %v\nby key:  %v",
-					phase, batch, len(ids), len(rts), len(got), len(want), got, want)
+					phase, batch, len(b.ids), len(b.rts), len(got), len(want), got, want)
 			}
 		}
 	}
@@ -386,30 +234,9 @@ func TestTheReadByRunsOnAGenericPlanCachedBeforeTheLedgerGrewAnswersAsEachIDsKey
 func TestTheReadByRunsPreparedWithAGenericPlanAnswersAfterAMigrationWidensAColumn(t *testing.T) {
 	l0 := open(t)
 	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(l0.Pool().Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := poolOn(t, l0.Pool().Config().ConnString(), func(pc *pgxpool.Config) { pc.MaxConns = 1 })
 	l := ledger.NewFromPool(pool)
-	var batch []decide.Intent
-	var started []processor.Started
-	for off := range int64(40) {
-		in := intent(fmt.Sprintf("widen-%d", off), "p")
-		in.Offset = off
-		batch = append(batch, in)
-		started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
-	}
-	want(t, claim(t, l, batch[0]), decide.VerdictNew)
-	if err := l.MarkStarted(ctx, started[:1]); err != nil {
-		t.Fatal(err)
-	}
-	want(t, claim(t, l, batch[0]), decide.VerdictDuplicate)
+	batch, started := aReplay(t, l, "widen", 40)
 	claim(t, l, batch...)
 	if err := l.MarkStarted(ctx, started); err != nil {
 		t.Fatal(err)
@@ -449,43 +276,10 @@ func TestTheReadByRunsPreparedWithAGenericPlanAnswersAfterAMigrationWidensAColum
 func TestTheReadByRunsPlanMadeOnASmallLedgerScansNoWholeLedgerOnceItGrew(t *testing.T) {
 	l0 := open(t)
 	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(l0.Pool().Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	notices := &planNotices{}
-	pc.MaxConns = 1
-	pc.ConnConfig.OnNotice = notices.add
-	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		_, err := c.Exec(ctx, `LOAD 'auto_explain'`)
-		if err == nil {
-			_, err = c.Exec(ctx, `SET auto_explain.log_min_duration = 0; SET auto_explain.log_level = notice;
-				SET auto_explain.log_verbose = on; SET auto_explain.log_analyze = on; SET client_min_messages = notice`)
-		}
-		return err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := pool.Ping(ctx); err != nil {
-		t.Skipf("auto_explain: %v", err)
-	}
+	pool, notices := explainedPool(t, l0.Pool().Config().ConnString(), `SET auto_explain.log_verbose = on; SET auto_explain.log_analyze = on`,
+		func(pc *pgxpool.Config) { pc.MaxConns = 1 })
 	l := ledger.NewFromPool(pool)
-	var batch []decide.Intent
-	var started []processor.Started
-	for off := range int64(40) {
-		in := intent(fmt.Sprintf("small-%d", off), "p")
-		in.Offset = off
-		batch = append(batch, in)
-		started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
-	}
-	want(t, claim(t, l, batch[0]), decide.VerdictNew)
-	if err := l.MarkStarted(ctx, started[:1]); err != nil {
-		t.Fatal(err)
-	}
-	want(t, claim(t, l, batch[0]), decide.VerdictDuplicate)
+	batch, started := aReplay(t, l, "small", 40)
 	claim(t, l, batch...)
 	if err := l.MarkStarted(ctx, started); err != nil {
 		t.Fatal(err)

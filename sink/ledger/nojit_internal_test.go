@@ -23,6 +23,12 @@ var pipelineModes = []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.Que
 // whose session sets jit on itself (its own setting, which no batch
 // statement may change), and its pool.
 func onePipelined(t *testing.T, mode pgx.QueryExecMode) (*Postgres, *pgxpool.Pool) {
+	return onePipelinedWith(t, mode, nil)
+}
+
+// onePipelinedWith is onePipelined whose session starts with the
+// run-time parameters params too (its own settings).
+func onePipelinedWith(t *testing.T, mode pgx.QueryExecMode, params map[string]string) (*Postgres, *pgxpool.Pool) {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
 	pc, err := pgxpool.ParseConfig(url)
@@ -31,6 +37,9 @@ func onePipelined(t *testing.T, mode pgx.QueryExecMode) (*Postgres, *pgxpool.Poo
 	}
 	pc.MaxConns = 1
 	pc.ConnConfig.DefaultQueryExecMode = mode
+	for k, v := range params {
+		pc.ConnConfig.RuntimeParams[k] = v
+	}
 	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		_, err := c.Exec(ctx, `SET jit = on`)
 		return err
@@ -394,24 +403,7 @@ func TestAPipelinedStatementWhoseSessionTheServerEndsIsTransientAndThePoolServes
 func TestTheReadByRunsLeavesTheSessionsOwnPlanCacheModeAfterEveryEnd(t *testing.T) {
 	for _, mode := range pipelineModes {
 		t.Run(mode.String(), func(t *testing.T) {
-			url := pgtest.NewDatabase(t)
-			pc, err := pgxpool.ParseConfig(url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pc.MaxConns = 1
-			pc.ConnConfig.DefaultQueryExecMode = mode
-			pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
-			pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-				_, err := c.Exec(ctx, `SET jit = on`)
-				return err
-			}
-			pool, err := pgxpool.NewWithConfig(context.Background(), pc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			p := NewFromPool(pool)
+			p, pool := onePipelinedWith(t, mode, map[string]string{"plan_cache_mode": "force_custom_plan"})
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			if _, err := pool.Exec(ctx, `CREATE TABLE u (x int8 UNIQUE DEFERRABLE INITIALLY DEFERRED); INSERT INTO u VALUES (1)`); err != nil {
@@ -475,7 +467,7 @@ func TestTheReadByRunsLeavesTheSessionsOwnPlanCacheModeAfterEveryEnd(t *testing.
 			}
 			own("a run after DEALLOCATE ALL")
 			short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
-			err = series(short, p, "test_sleep", `SELECT 1 FROM pg_sleep(30), generate_series(1, $1::int8)`, 1, func(int, []byte) error { return nil })
+			err := series(short, p, "test_sleep", `SELECT 1 FROM pg_sleep(30), generate_series(1, $1::int8)`, 1, func(int, []byte) error { return nil })
 			stop()
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("past its deadline: %v", err)

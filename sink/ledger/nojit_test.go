@@ -45,6 +45,72 @@ func (n *planNotices) of(sql string) []string {
 	return out
 }
 
+// poolOn is a pool on the database url, configured by configure, closed
+// when the test ends.
+func poolOn(t *testing.T, url string, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configure(pc)
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// explainedPool is a pool on the database url whose sessions send each
+// statement's plan back as a notice (auto_explain), run the SET
+// statements settings after its own, and are configured further by
+// configure (if not nil), and the plans they sent; it skips the test
+// where auto_explain cannot be loaded (LOAD needs a superuser).
+func explainedPool(t *testing.T, url, settings string, configure func(*pgxpool.Config)) (*pgxpool.Pool, *planNotices) {
+	t.Helper()
+	notices := &planNotices{}
+	pool := poolOn(t, url, func(pc *pgxpool.Config) {
+		pc.ConnConfig.OnNotice = notices.add
+		pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			_, err := c.Exec(ctx, `LOAD 'auto_explain'`)
+			if err == nil {
+				_, err = c.Exec(ctx, `SET auto_explain.log_min_duration = 0; SET auto_explain.log_level = notice; SET client_min_messages = notice; `+settings)
+			}
+			return err
+		}
+		if configure != nil {
+			configure(pc)
+		}
+	})
+	if err := pool.Ping(context.Background()); err != nil {
+		t.Skipf("auto_explain cannot be loaded here (LOAD needs a superuser): %v", err)
+	}
+	return pool, notices
+}
+
+// aReplay is n intents of one partition at offsets 0 to n-1, named
+// prefix-0 on, and their marks: the first is claimed, marked started and
+// claimed again, so that the ledger reads started rows first from then
+// on (a replay), and a claim of the batch reads them by runs.
+func aReplay(t *testing.T, l *ledger.Postgres, prefix string, n int) ([]decide.Intent, []processor.Started) {
+	t.Helper()
+	var batch []decide.Intent
+	var started []processor.Started
+	for off := range int64(n) {
+		in := intent(fmt.Sprintf("%s-%d", prefix, off), "p")
+		in.Offset = off
+		batch = append(batch, in)
+		started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
+	}
+	want(t, claim(t, l, batch[0]), decide.VerdictNew)
+	if err := l.MarkStarted(context.Background(), started[:1]); err != nil {
+		t.Fatal(err)
+	}
+	want(t, claim(t, l, batch[0]), decide.VerdictDuplicate)
+	return batch, started
+}
+
 // openJITEager is a ledger whose sessions JIT-compile every statement
 // (jit_above_cost 0) and send each statement's plan back as a notice
 // (auto_explain), in exec mode mode; it skips the test on a server
@@ -52,29 +118,12 @@ func (n *planNotices) of(sql string) []string {
 func openJITEager(t *testing.T, mode pgx.QueryExecMode) (*ledger.Postgres, *pgxpool.Pool, *planNotices) {
 	t.Helper()
 	ctx := context.Background()
-	pc, err := pgxpool.ParseConfig(open(t).Pool().Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	notices := &planNotices{}
-	pc.ConnConfig.DefaultQueryExecMode = mode
-	pc.ConnConfig.OnNotice = notices.add
-	pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		_, err := c.Exec(ctx, `LOAD 'auto_explain'`)
-		if err == nil {
-			_, err = c.Exec(ctx, `SET auto_explain.log_min_duration = 0; SET auto_explain.log_level = notice; SET client_min_messages = notice;
-				SET jit = on; SET jit_above_cost = 0; SET jit_inline_above_cost = -1; SET jit_optimize_above_cost = -1`)
-		}
-		return err
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool, notices := explainedPool(t, open(t).Pool().Config().ConnString(),
+		`SET jit = on; SET jit_above_cost = 0; SET jit_inline_above_cost = -1; SET jit_optimize_above_cost = -1`,
+		func(pc *pgxpool.Config) { pc.ConnConfig.DefaultQueryExecMode = mode })
 	var available bool
 	if err := pool.QueryRow(ctx, `SELECT pg_jit_available()`).Scan(&available); err != nil {
-		t.Skipf("auto_explain cannot be loaded here (LOAD needs a superuser): %v", err)
+		t.Fatal(err)
 	}
 	if !available {
 		t.Skip("this PostgreSQL server has no JIT (pg_jit_available() is false)")
@@ -105,20 +154,8 @@ func TestTheLedgersBatchStatementsAreNeverJITCompiled(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			l, pool, notices := openJITEager(t, mode)
 			ctx := context.Background()
-			var batch []decide.Intent
-			var started []processor.Started
-			for off := range int64(40) {
-				in := intent(fmt.Sprintf("jit-%d", off), "p")
-				in.Offset = off
-				batch = append(batch, in)
-				started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
-			}
-			want(t, claim(t, l, batch[0]), decide.VerdictNew)
-			if err := l.MarkStarted(ctx, started[:1]); err != nil {
-				t.Fatal(err)
-			}
-			want(t, claim(t, l, batch[0]), decide.VerdictDuplicate) // a replay from here
-			for range 7 {                                           // past the five custom plans of a prepared statement
+			batch, started := aReplay(t, l, "jit", 40)
+			for range 7 { // past the five custom plans of a prepared statement
 				claim(t, l, batch...) // the first claims, the rest read by runs
 				if err := l.MarkStarted(ctx, started); err != nil {
 					t.Fatal(err)

@@ -604,19 +604,7 @@ func TestTheReplaysReadByRunsLeavesNoPlanCacheModeOnTheServerSessionATransaction
 		t.Fatal(err)
 	}
 	defer func() { _ = other.Close(context.Background()) }()
-	var batch []decide.Intent
-	var started []processor.Started
-	for off := range int64(40) {
-		in := intent(fmt.Sprintf("bounced-%d", off), "p")
-		in.Offset = off
-		batch = append(batch, in)
-		started = append(started, processor.Started{WorkflowID: in.WorkflowID, RunID: "r", Generation: 1})
-	}
-	want(t, claim(t, l, batch[0]), decide.VerdictNew)
-	if err := l.MarkStarted(ctx, started[:1]); err != nil {
-		t.Fatal(err)
-	}
-	want(t, claim(t, l, batch[0]), decide.VerdictDuplicate)
+	batch, started := aReplay(t, l, "bounced", 40)
 	for round := range 4 {
 		claim(t, l, batch...)
 		var jit, plans string

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/schemas"
@@ -86,88 +88,17 @@ func TestReplayReadOfRunsAnswersAsEachIDsKeyLookUp(t *testing.T) {
 	if _, err := l.Pool().Exec(ctx, `VACUUM ANALYZE dedup_ledger`); err != nil {
 		t.Fatal(err)
 	}
-	type answer struct {
-		n     int64
-		state string
-		hash  string
-		gen   int
-	}
-	read := func(sql string, args ...any) []answer {
-		t.Helper()
-		r, err := l.Pool().Query(ctx, sql, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
-		var out []answer
-		for r.Next() {
-			var a answer
-			var state *string
-			var hash []byte
-			if err := r.Scan(&a.n, &state, &hash, &a.gen); err != nil {
-				t.Fatal(err)
-			}
-			if state != nil {
-				a.state = *state
-			}
-			a.hash = fmt.Sprintf("%x", hash)
-			out = append(out, a)
-		}
-		if err := r.Err(); err != nil {
-			t.Fatal(err)
-		}
-		slices.SortFunc(out, func(a, b answer) int { return int(a.n - b.n) })
-		return out
+	records := make([]readRow, len(rows))
+	for i, x := range rows {
+		records[i] = readRow{id: x.id, topic: x.topic, part: x.part, off: x.off % 1000, hash: x.hash} // its record's offset
 	}
 	for batch := range 40 {
-		var ids, bts, rts []string
-		var hashes [][]byte
-		var keys [][16]byte
-		var bps, rps []int32
-		var bos, runOf, rfs, rls []int64
-		runNum := map[string]int64{}
-		for _, x := range rows {
-			if rng.IntN(3) == 0 {
-				continue
-			}
-			id, hash, topic, part, off := x.id, x.hash, x.topic, x.part, x.off
-			switch rng.IntN(10) {
-			case 0:
-				hash[0]++ // another payload
-			case 1:
-				off += 500 // a producer's retry, at another offset
-			case 2:
-				id += "-fresh" // never claimed
-			}
-			if x.off >= 1000 {
-				off -= 1000 // its record, whose row another record claimed
-			}
-			ids, hashes, keys = append(ids, id), append(hashes, hash[:]), append(keys, schemas.LedgerKey(id))
-			var run int64
-			if rng.IntN(5) > 0 {
-				p := fmt.Sprintf("%s/%d", topic, part)
-				if run = runNum[p]; run == 0 {
-					first := int64(rng.IntN(60))
-					rts, rps, rfs, rls = append(rts, topic), append(rps, part), append(rfs, first), append(rls, first+int64(rng.IntN(600)))
-					run = int64(len(rts))
-					runNum[p] = run
-				}
-			}
-			runOf = append(runOf, run)
-			switch {
-			case run > 0: // by its run, else its key
-				bts, bps, bos = append(bts, ""), append(bps, part), append(bos, off)
-			case rng.IntN(2) == 0: // by its record, else its key
-				bts, bps, bos = append(bts, topic), append(bps, part), append(bos, off)
-			default: // by its key
-				bts, bps, bos = append(bts, ""), append(bps, 0), append(bos, 0)
-			}
-		}
-		want := read(byKeySQL, ids, hashes, keys)
-		got := read(ledger.StartedByRangeSQL, ids, hashes, keys, bts, bps, bos, runOf, rts, rps, rfs, rls)
+		b := randomReadBatch(rng, records, 60, 600)
+		want := readAnswers(t, l.Pool(), byKeySQL, b.keyArgs()...)
+		got := readAnswers(t, l.Pool(), ledger.StartedByRangeSQL, b.runArgs()...)
 		if !slices.Equal(got, want) {
 			t.Fatalf("batch %d (%d IDs, %d runs): the read by runs answers %d rows, the key look-up %d\nby runs: %v\nby key:  %v",
-				batch, len(ids), len(rts), len(got), len(want), got, want)
+				batch, len(b.ids), len(b.rts), len(got), len(want), got, want)
 		}
 	}
 }
@@ -407,4 +338,117 @@ func TestAReplayReadOfRunsFromOffsetZeroDoesNotReadTheSchedulersFires(t *testing
 		t.Errorf("the read of 40 records by their run reads %d buffers, their look-up one by one %d:\nby runs:\n%s\nby record:\n%s",
 			r, o, strings.Join(byRuns, "\n"), strings.Join(byRecord, "\n"))
 	}
+}
+
+// readAnswer is a row of a read of started rows (startedSQL,
+// startedByRangeSQL): the input's number, the row's state, payload hash
+// and generation.
+type readAnswer struct {
+	n     int64
+	state string
+	hash  string
+	gen   int
+}
+
+// readAnswers runs a read of started rows on pool with args, and returns
+// its answer in the input's order.
+func readAnswers(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) []readAnswer {
+	t.Helper()
+	r, err := pool.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var out []readAnswer
+	for r.Next() {
+		var a readAnswer
+		var state *string
+		var hash []byte
+		if err := r.Scan(&a.n, &state, &hash, &a.gen); err != nil {
+			t.Fatal(err)
+		}
+		if state != nil {
+			a.state = *state
+		}
+		a.hash = fmt.Sprintf("%x", hash)
+		out = append(out, a)
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(out, func(a, b readAnswer) int { return int(a.n - b.n) })
+	return out
+}
+
+// readRow is a record a random read batch may ask for: its ID, its
+// record (topic, partition, offset) and its payload's hash.
+type readRow struct {
+	id, topic string
+	part      int32
+	off       int64
+	hash      [32]byte
+}
+
+// readBatch is the arguments of a read of started rows: the IDs, each
+// one's record as startedSQL takes it (bts, bps, bos: no topic for an ID
+// looked up by its key or its run) and run (runOf, 0 for none), and the
+// runs (rts, rps, rfs, rls: topic, partition, first and last offset).
+type readBatch struct {
+	ids, bts, rts        []string
+	hashes               [][]byte
+	keys                 [][16]byte
+	bps, rps             []int32
+	bos, runOf, rfs, rls []int64
+}
+
+// keyArgs are byKeySQL's arguments; runArgs startedByRangeSQL's.
+func (b readBatch) keyArgs() []any { return []any{b.ids, b.hashes, b.keys} }
+func (b readBatch) runArgs() []any {
+	return []any{b.ids, b.hashes, b.keys, b.bts, b.bps, b.bos, b.runOf, b.rts, b.rps, b.rfs, b.rls}
+}
+
+// randomReadBatch is a random batch over rows: about two thirds of them,
+// some with another payload, some at another offset (a producer's
+// retry), some with an ID never claimed; most of a partition's in its
+// run (a run per partition, its first offset under firstMax, at most
+// lenMax offsets long, which need not hold its IDs' offsets), the rest
+// looked up by their record or by their key.
+func randomReadBatch(rng *rand.Rand, rows []readRow, firstMax, lenMax int) readBatch {
+	var b readBatch
+	runNum := map[string]int64{}
+	for _, x := range rows {
+		if rng.IntN(3) == 0 {
+			continue
+		}
+		id, hash, off := x.id, x.hash, x.off
+		switch rng.IntN(10) {
+		case 0:
+			hash[0]++ // another payload
+		case 1:
+			off += 500 // a producer's retry, at another offset
+		case 2:
+			id += "-fresh" // never claimed
+		}
+		b.ids, b.hashes, b.keys = append(b.ids, id), append(b.hashes, hash[:]), append(b.keys, schemas.LedgerKey(id))
+		var run int64
+		if rng.IntN(5) > 0 {
+			p := fmt.Sprintf("%s/%d", x.topic, x.part)
+			if run = runNum[p]; run == 0 {
+				first := int64(rng.IntN(firstMax))
+				b.rts, b.rps, b.rfs, b.rls = append(b.rts, x.topic), append(b.rps, x.part), append(b.rfs, first), append(b.rls, first+int64(rng.IntN(lenMax)))
+				run = int64(len(b.rts))
+				runNum[p] = run
+			}
+		}
+		b.runOf = append(b.runOf, run)
+		switch {
+		case run > 0: // by its run, else its key
+			b.bts, b.bps, b.bos = append(b.bts, ""), append(b.bps, x.part), append(b.bos, off)
+		case rng.IntN(2) == 0: // by its record, else its key
+			b.bts, b.bps, b.bos = append(b.bts, x.topic), append(b.bps, x.part), append(b.bos, off)
+		default: // by its key
+			b.bts, b.bps, b.bos = append(b.bts, ""), append(b.bps, 0), append(b.bos, 0)
+		}
+	}
+	return b
 }
