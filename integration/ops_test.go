@@ -125,6 +125,23 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 	r := e.startRouter(cfg)
 	e.waitCommitted(time.Minute)
 	time.Sleep(time.Second) // one lag measurement after the commits
+	// The schedule's lag is set by this replica's first start of a fire:
+	// the per-second trigger's first slot comes a tick after the tick that
+	// creates its cursor, which a busy machine can put after the commits and
+	// the second above (CI, 2026-12-07). Wait for it rather than for a time.
+	waited := time.Now()
+	if !eventually(30*time.Second, func() bool {
+		mfs, err := r.reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "dedup_schedule_lag_seconds" {
+				return true
+			}
+		}
+		return err != nil
+	}) {
+		t.Error("the per-second trigger started no fire in 30 s: dedup_schedule_lag_seconds is set by a start")
+	}
+	t.Logf("the schedule's first start came %v after the commits and a second", time.Since(waited).Round(time.Millisecond))
 	mfs, err := r.reg.Gather()
 	r.stop(t)
 	if err != nil {
