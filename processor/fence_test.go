@@ -4566,7 +4566,7 @@ func TestAPartitionRefusedWhileTheCoordinatorIsSlowToAnswerDoesNotHoldTheClaimsO
 // Temporal, whose partition the router still owns, is left with its row
 // pending and its record uncommitted (redelivered to the next owner: lost
 // shutdown work, as in 29c, not a lost event). Interleaving: one
-// partition; mark_interval 3 s (below revoke_timeout 5 s), so that x@0's
+// partition; mark_interval 1 min (below revoke_timeout 2 min), so that x@0's
 // started job is still in the marker's batch when the drain begins; the
 // drain sends it at once (hurry, session 32), and the test holds that mark
 // until the drain's end cuts it short, so that it goes with the final
@@ -4582,8 +4582,12 @@ func TestAPartitionRefusedWhileTheCoordinatorIsSlowToAnswerDoesNotHoldTheClaimsO
 func TestAMarkRefusedInTheFinalFlushIsSentUnderTheFenceTakenAgain(t *testing.T) {
 	e := newTestEnv(t, 1, envOpt{})
 	cfg := e.config()
-	cfg.RevokeTimeout = 5 * time.Second
-	cfg.Starts.MarkInterval = 3 * time.Second
+	// The batch waits for the drain: the marker's ticker starts with the
+	// router, and with 3 s it would mark x before the check below whenever
+	// the join and x's start took 2.9 s (never in 120 runs on an idle
+	// machine; a join under CI's eight parallel tests can).
+	cfg.Starts.MarkInterval = time.Minute
+	cfg.RevokeTimeout = 2 * time.Minute // above mark_interval (Validate); nothing is revoked
 	r1 := e.start("r1", cfg)
 	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 1 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
 	var finalMarks, ghosted atomic.Int32
@@ -5405,7 +5409,7 @@ func TestAPartitionRevokedWhileItBacksOffIsLetGoAndEverythingHeals(t *testing.T)
 
 // Adversary 31-4 (focus c: d637f05's final-flush wait, waitRefused(ctx,
 // sent), with refusals from several partitions). Two partitions; x@0 and
-// y@1 started, their marks batched (mark_interval 3 s) when r1 is
+// y@1 started, their marks batched (mark_interval 1 min) when r1 is
 // stopped (the drain's hurried mark of them held until the drain's end
 // cuts it short, so that they go with the final flush); a member the group dropped takes both partitions before each
 // of the final flush's first three marks (three refusals naming both
@@ -5417,8 +5421,12 @@ func TestAPartitionRevokedWhileItBacksOffIsLetGoAndEverythingHeals(t *testing.T)
 func TestMarksOfTwoPartitionsRefusedThriceInTheFinalFlushLandBeforeFlushBy(t *testing.T) {
 	e := newTestEnv(t, 2, envOpt{})
 	cfg := e.config()
-	cfg.RevokeTimeout = 5 * time.Second
-	cfg.Starts.MarkInterval = 3 * time.Second
+	// The batch waits for the drain: the marker's ticker starts with the
+	// router, and with 3 s it would mark x before the check below whenever
+	// the join and x's start took 2.9 s (never in 120 runs on an idle
+	// machine; a join under CI's eight parallel tests can).
+	cfg.Starts.MarkInterval = time.Minute
+	cfg.RevokeTimeout = 2 * time.Minute // above mark_interval (Validate); nothing is revoked
 	r1 := e.start("r1", cfg)
 	eventually(t, 10*time.Second, func() bool { return len(r1.owned()) == 2 }, func() string { return fmt.Sprintf("r1 owns %v", r1.owned()) })
 	var finalMarks, bumps atomic.Int32
