@@ -128,20 +128,22 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 	// The schedule's lag is set by this replica's first start of a fire:
 	// the per-second trigger's first slot comes a tick after the tick that
 	// creates its cursor, which a busy machine can put after the commits and
-	// the second above (CI, 2026-12-07). Wait for it rather than for a time.
+	// the second above (CI, 2026-12-07). The consumer lag is set by a
+	// measurement. Wait for both rather than for a time.
 	waited := time.Now()
 	if !eventually(30*time.Second, func() bool {
 		mfs, err := r.reg.Gather()
+		n := 0
 		for _, mf := range mfs {
-			if mf.GetName() == "dedup_schedule_lag_seconds" {
-				return true
+			if mf.GetName() == "dedup_schedule_lag_seconds" || mf.GetName() == "dedup_consumer_lag" {
+				n++
 			}
 		}
-		return err != nil
+		return n == 2 || err != nil
 	}) {
-		t.Error("the per-second trigger started no fire in 30 s: dedup_schedule_lag_seconds is set by a start")
+		t.Error("no schedule start or no lag measurement in 30 s: dedup_schedule_lag_seconds is set by a start, dedup_consumer_lag by a measurement")
 	}
-	t.Logf("the schedule's first start came %v after the commits and a second", time.Since(waited).Round(time.Millisecond))
+	t.Logf("the schedule's first start and a lag measurement came %v after the commits and a second", time.Since(waited).Round(time.Millisecond))
 	mfs, err := r.reg.Gather()
 	r.stop(t)
 	if err != nil {

@@ -291,6 +291,9 @@ func TestScheduleInDedupRun(t *testing.T) {
 		t.Errorf("the pause's slots were not skipped on resume: %v skipped", sum("skipped"))
 	}
 	cli("pause") // nothing decided from here: count, then stop
+	// A tick's counter follows its decision's commit: a tick that committed
+	// just before the pause may not have counted yet.
+	eventually(10*time.Second, func() bool { return int(sum("on_time")) == fires() })
 	n := fires()
 	onTime := sum("on_time")
 	for _, p := range procs {

@@ -146,48 +146,59 @@ func TestSignalEndToEnd(t *testing.T) {
 	if code := crashed.wait(t, 2*time.Minute); code != 137 {
 		t.Fatalf("router exited %d, want 137 at the failpoint", code)
 	}
-	time.Sleep(example.FoldWindow + time.Second) // the folds' timers fire: runs that are due continue as new
 	// Where each event's signal landed so far, and the rows left pending
 	// whose signal an order already has: what the restart re-drives into
-	// its chain, the same run or a later one.
-	landed := map[string]string{} // event ID -> the run that has its signal
-	runsAtCrash := map[string][]chainRun{}
-	for entity, run := range first {
-		runsAtCrash[entity] = e.chain(entity, run)
-		for _, r := range runsAtCrash[entity] {
-			for _, sg := range r.Signals {
-				landed[sg.EventID] = r.RunID
+	// its chain, the same run or a later one. The folds' timers fire
+	// FoldWindow after the crash and the runs that are due continue as
+	// new: observed until one such row's run has (a fixed sleep of
+	// FoldWindow + 1 s left a busy machine one second for a timer and a
+	// workflow task).
+	var (
+		landed        map[string]string // event ID -> the run that has its signal
+		runsAtCrash   map[string][]chainRun
+		pending       map[string]bool
+		window        []string
+		windowMovedOn int // of those, the ones whose run has continued as new since
+	)
+	observe := func() bool {
+		landed, runsAtCrash, pending, window, windowMovedOn = map[string]string{}, map[string][]chainRun{}, map[string]bool{}, nil, 0
+		for entity, run := range first {
+			runsAtCrash[entity] = e.chain(entity, run)
+			for _, r := range runsAtCrash[entity] {
+				for _, sg := range r.Signals {
+					landed[sg.EventID] = r.RunID
+				}
 			}
 		}
-	}
-	pending := map[string]bool{}
-	rows, err := e.led.Pool().Query(ctx, `SELECT workflow_id FROM dedup_ledger WHERE state = 'pending'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var key string
-		if err := rows.Scan(&key); err != nil {
+		rows, err := e.led.Pool().Query(ctx, `SELECT workflow_id FROM dedup_ledger WHERE state = 'pending'`)
+		if err != nil {
 			t.Fatal(err)
 		}
-		pending[strings.TrimPrefix(key, "signal-orders:")] = true
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	var window []string
-	windowMovedOn := 0 // of those, the ones whose run has continued as new since
-	for ev := range pending {
-		run, ok := landed[ev]
-		if !ok {
-			continue
+		for rows.Next() {
+			var key string
+			if err := rows.Scan(&key); err != nil {
+				t.Fatal(err)
+			}
+			pending[strings.TrimPrefix(key, "signal-orders:")] = true
 		}
-		window = append(window, ev)
-		cur := runsAtCrash[entityOf[ev]]
-		if cur[len(cur)-1].RunID != run {
-			windowMovedOn++
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
 		}
+		for ev := range pending {
+			run, ok := landed[ev]
+			if !ok {
+				continue
+			}
+			window = append(window, ev)
+			cur := runsAtCrash[entityOf[ev]]
+			if cur[len(cur)-1].RunID != run {
+				windowMovedOn++
+			}
+		}
+		return windowMovedOn > 0
 	}
+	time.Sleep(example.FoldWindow)
+	eventually(30*time.Second, observe)
 	slices.Sort(window)
 	if len(window) == 0 {
 		t.Fatal("no pending row whose signal was delivered: the failpoint did not fire between signal and mark")
