@@ -142,8 +142,10 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 	if err != nil {
 		return Decision{DeadLetter: Reason(eventid.ReasonOf(err)), Err: err}
 	}
-	out := Decision{Event: ev, Routes: d.cfg.Routes.Match(&ev)}
-	if len(out.Routes) == 0 {
+	var buf [8]*Route // on the stack: routesAndIntents copies what matched
+	matched := d.cfg.Routes.appendMatch(buf[:0], &ev)
+	out := Decision{Event: ev}
+	if len(matched) == 0 {
 		out.NoRoute = true
 		if d.cfg.NoRoute == "dead_letter" {
 			out.DeadLetter, out.Err = ReasonNoRoute, fmt.Errorf("no route matches type %q source %q", ev.Type, ev.Source)
@@ -152,7 +154,7 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 	}
 	// Routes.Targets, on the routes matched once, without its slice: each
 	// target goes straight into its intent.
-	out.Intents = make([]Intent, len(out.Routes))
+	out.Routes, out.Intents = routesAndIntents(matched)
 	for j, rt := range out.Routes {
 		tg, err := targetOf(rt, &ev)
 		if err != nil {
@@ -182,4 +184,29 @@ func (d *Decider) Decide(kr *kgo.Record) Decision {
 		}
 	}
 	return out
+}
+
+// routesAndIntents returns a copy of matched and as many zero intents, in
+// one allocation for the one or two routes most records match: every
+// record that reaches the ledger pays it, a replay's duplicates included.
+// Each slice is capped at its length, so that an append to one cannot
+// write into the other.
+func routesAndIntents(matched []*Route) ([]*Route, []Intent) {
+	switch len(matched) {
+	case 1:
+		b := new(struct {
+			r [1]*Route
+			i [1]Intent
+		})
+		b.r[0] = matched[0]
+		return b.r[:], b.i[:]
+	case 2:
+		b := new(struct {
+			r [2]*Route
+			i [2]Intent
+		})
+		copy(b.r[:], matched)
+		return b.r[:], b.i[:]
+	}
+	return slices.Clone(matched), make([]Intent, len(matched))
 }

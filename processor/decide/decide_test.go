@@ -66,3 +66,39 @@ func TestNewDeciderDecidesAsTheRouterOrNamesTheField(t *testing.T) {
 		}
 	}
 }
+
+// A decision's Routes and Intents, made in one allocation, are two
+// slices a caller can append to without writing into the other.
+func TestAppendingToADecisionsRoutesLeavesItsIntents(t *testing.T) {
+	routes := decide.Routes{
+		{ID: "one", Match: decide.Match{Type: "a"}, WorkflowType: "W", TaskQueue: "q"},
+		{ID: "two", Match: decide.Match{Type: "a"}, WorkflowType: "W", TaskQueue: "q"},
+		{ID: "three", Match: decide.Match{Type: "a"}, WorkflowType: "W", TaskQueue: "q"},
+	}
+	for n := 1; n <= len(routes); n++ {
+		d, err := decide.NewDecider(decide.Config{EventID: eventid.DefaultConfig(), Routes: slices.Clone(routes[:n])})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := d.Decide(&kgo.Record{Topic: "t", Value: []byte(`{"specversion":"1.0","id":"e","type":"a","source":"s","data":{}}`)})
+		if len(dec.Routes) != n || len(dec.Intents) != n {
+			t.Fatalf("%d routes: decision has %d routes, %d intents", n, len(dec.Routes), len(dec.Intents))
+		}
+		want := slices.Clone(dec.Intents)
+		_ = append(dec.Routes, dec.Routes[0], dec.Routes[0])
+		_ = append(dec.Intents, decide.Intent{WorkflowID: "x"})
+		extended := append(dec.Routes, nil)
+		extended[0] = nil
+		if !reflect.DeepEqual(dec.Intents, want) {
+			t.Errorf("%d routes: appending to Routes changed Intents: %+v, want %+v", n, dec.Intents, want)
+		}
+		for j, rt := range dec.Routes {
+			if rt == nil || rt.ID != routes[j].ID {
+				t.Errorf("%d routes: route %d is %v after appending to the decision's slices, want %s", n, j, rt, routes[j].ID)
+			}
+			if dec.Intents[j].WorkflowID != "activity-"+routes[j].ID+":e" {
+				t.Errorf("%d routes: intent %d: %q", n, j, dec.Intents[j].WorkflowID)
+			}
+		}
+	}
+}

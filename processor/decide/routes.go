@@ -321,14 +321,19 @@ func (r *Route) Template() (*IDTemplate, error) {
 // Match returns the routes an event triggers, in table order.
 func (rs Routes) Match(ev *eventid.Event) []*Route {
 	var buf [8]*Route // on the stack: the result is allocated once, at its size
-	out := buf[:0]
+	out := rs.appendMatch(buf[:0], ev)
+	if len(out) == 0 {
+		return nil
+	}
+	return slices.Clone(out)
+}
+
+// appendMatch appends the routes ev triggers, in table order, to out.
+func (rs Routes) appendMatch(out []*Route, ev *eventid.Event) []*Route {
 	for i := range rs {
 		if rs[i].Match.matches(ev) {
 			out = append(out, &rs[i])
 		}
 	}
-	if len(out) == 0 {
-		return nil
-	}
-	return slices.Clone(out)
+	return out
 }
