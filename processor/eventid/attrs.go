@@ -24,11 +24,13 @@ func plainBody(v []byte) ([]byte, bool) {
 }
 
 // plainAttrs reads an envelope's type, source and time from their tokens
-// (nil: absent) in one allocation, when every token is absent, null or a
-// plain string (plainBody) and the type is not empty: what asString would
-// read one by one, with one allocation each. ok false means the caller
-// reads them one by one, with the errors they have.
-func plainAttrs(typ, source, time json.RawMessage) (t, s, tm string, ok bool) {
+// (nil: absent) when every token is absent, null or a plain string
+// (plainBody) and the type is not empty: what asString would read one by
+// one, with one allocation each. A type and source the Decoder has kept
+// (names.go) cost nothing; otherwise the three are read in one allocation
+// and the type and source kept. ok false means the caller reads them one
+// by one, with the errors they have.
+func (nm *names) plainAttrs(typ, source, time json.RawMessage) (t, s, tm string, ok bool) {
 	var bs [3][]byte
 	n := 0
 	for i, v := range [3]json.RawMessage{typ, source, time} {
@@ -43,6 +45,11 @@ func plainAttrs(typ, source, time json.RawMessage) (t, s, tm string, ok bool) {
 	if len(bs[0]) == 0 {
 		return "", "", "", false // missing or empty: the caller's error
 	}
+	if t, ok := nm.get(bs[0]); ok {
+		if s, ok := nm.get(bs[1]); ok {
+			return t, s, string(bs[2]), true
+		}
+	}
 	var b strings.Builder
 	b.Grow(n)
 	for _, v := range bs {
@@ -50,6 +57,8 @@ func plainAttrs(typ, source, time json.RawMessage) (t, s, tm string, ok bool) {
 	}
 	all := b.String()
 	a, c := len(bs[0]), len(bs[0])+len(bs[1])
+	nm.keep(all[:a], false)
+	nm.keep(all[a:c], false)
 	return all[:a], all[a:c], all[c:], true
 }
 
@@ -68,5 +77,5 @@ func (d *Decoder) plainEnvelopeAttrs(obj members) (t, s, tm string, ok bool) {
 		}
 		toks[i] = v
 	}
-	return plainAttrs(toks[0], toks[1], toks[2])
+	return d.names.plainAttrs(toks[0], toks[1], toks[2])
 }

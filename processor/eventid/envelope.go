@@ -56,7 +56,7 @@ func (d *Decoder) binary(r Record) bool {
 
 func (d *Decoder) envelope(r Record, s *scratch) (envelope, error) {
 	if d.binary(r) {
-		return binaryEnvelope(r, s)
+		return d.binaryEnvelope(r, s)
 	}
 	obj, err := scanRecordObject(r.Value, s)
 	if err != nil {
@@ -65,28 +65,29 @@ func (d *Decoder) envelope(r Record, s *scratch) (envelope, error) {
 	_, structured := obj.get("specversion")
 	switch {
 	case structured && d.cfg.Format != FormatPlain:
-		return structuredEnvelope(obj)
+		return d.structuredEnvelope(obj)
 	case d.cfg.Format == FormatCloudEvents:
 		return envelope{}, fail(ReasonUndecodable, "not a CloudEvent: no ce_specversion header and no specversion attribute")
 	}
 	return d.plainEnvelope(obj, r.Value, s)
 }
 
-func binaryEnvelope(r Record, s *scratch) (envelope, error) {
+func (d *Decoder) binaryEnvelope(r Record, s *scratch) (envelope, error) {
 	env := envelope{kind: EnvelopeBinary}
 	typ, _ := header(r.Headers, "ce_type")
 	if len(typ) == 0 {
 		return env, fail(ReasonMissingType, "ce_type header is missing or empty")
 	}
-	env.typ = string(typ)
 	if !utf8.Valid(typ) {
+		env.typ = string(typ)
 		return env, fail(ReasonMissingType, "ce_type header is not UTF-8")
 	}
+	env.typ = d.names.intern(typ)
 	if src, ok := header(r.Headers, "ce_source"); ok {
 		if !utf8.Valid(src) {
 			return env, fail(ReasonUndecodable, "ce_source header is not UTF-8")
 		}
-		env.source = string(src)
+		env.source = d.names.intern(src)
 	}
 	if sub, ok := header(r.Headers, "ce_subject"); ok && utf8.Valid(sub) {
 		env.subject = string(sub) // informative only: never a reason to refuse the event
@@ -153,13 +154,13 @@ func JSONContentType(ct string) bool {
 	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
 }
 
-func structuredEnvelope(obj members) (envelope, error) {
+func (d *Decoder) structuredEnvelope(obj members) (envelope, error) {
 	env := envelope{kind: EnvelopeStructured}
 	typ, _ := obj.get("type")
 	src, _ := obj.get("source")
 	tm, _ := obj.get("time")
 	var ok bool
-	if env.typ, env.source, env.time, ok = plainAttrs(typ, src, tm); !ok {
+	if env.typ, env.source, env.time, ok = d.names.plainAttrs(typ, src, tm); !ok {
 		var err error
 		if env.typ, err = stringAttr(obj, "type", true); err != nil {
 			return env, err

@@ -83,6 +83,9 @@ type Event struct {
 type Decoder struct {
 	cfg  Config
 	keys *tenantsig.Keyring // nil: no record is a tenant's
+	// names are the types and sources this Decoder has read (names.go),
+	// shared with the copies WithTenantKeys makes.
+	names *names
 }
 
 // WithTenantKeys is d verifying tenants' signatures with keys (and, for
@@ -99,7 +102,7 @@ func NewDecoder(cfg Config) (*Decoder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Decoder{cfg: cfg}, nil
+	return &Decoder{cfg: cfg, names: new(names)}, nil
 }
 
 // Decode turns a record into an Event, or returns an *Error.
