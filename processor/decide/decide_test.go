@@ -102,3 +102,76 @@ func TestAppendingToADecisionsRoutesLeavesItsIntents(t *testing.T) {
 		}
 	}
 }
+
+// A decision's Routes are the routes the record matches, in table order,
+// with one intent each, for any number of them (none, the one or two
+// routesAndIntents makes in one allocation, more, more than Decide's
+// eight on the stack), interleaved with routes it does not match; and a
+// decision dead-lettered by a route (a scheduled_for route without
+// data.scheduled_for) still names every matched route, with no intents,
+// as 5674815's Routes.Match did. No decision shares its slices with
+// another's. (Passes at f618a29; the existing test covers one to three
+// routes.)
+func TestADecisionsRoutesAreTheMatchedRoutesForAnyNumber(t *testing.T) {
+	const value = `{"specversion":"1.0","id":"e","type":"a","source":"s","data":{}}`
+	for _, scheduled := range []bool{false, true} {
+		for n := 0; n <= 11; n++ {
+			var routes decide.Routes
+			var want []string
+			for j := 0; j < n; j++ {
+				routes = append(routes, decide.Route{ID: "other" + string(rune('a'+j)), Match: decide.Match{Type: "b"}, WorkflowType: "W", TaskQueue: "q"})
+				id := "r" + string(rune('a'+j))
+				rt := decide.Route{ID: id, Match: decide.Match{Type: "a"}, WorkflowType: "W", TaskQueue: "q"}
+				if scheduled && j == n-1 {
+					rt.Key = decide.KeyScheduledFor
+				}
+				routes = append(routes, rt)
+				want = append(want, id)
+			}
+			if n == 0 {
+				routes = decide.Routes{{ID: "other", Match: decide.Match{Type: "b"}, WorkflowType: "W", TaskQueue: "q"}}
+			}
+			d, err := decide.NewDecider(decide.Config{EventID: eventid.DefaultConfig(), Routes: routes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := d.Decide(&kgo.Record{Topic: "t", Value: []byte(value)})
+			dec := d.Decide(&kgo.Record{Topic: "t", Value: []byte(value)})
+			var got []string
+			for _, rt := range dec.Routes {
+				got = append(got, rt.ID)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("scheduled %v, %d routes: decision's routes %v, want %v", scheduled, n, got, want)
+			}
+			switch {
+			case n == 0:
+				if !dec.NoRoute || dec.Routes != nil || dec.Intents != nil {
+					t.Errorf("no route: %+v", dec)
+				}
+			case scheduled:
+				if dec.DeadLetter != decide.ReasonUndecodable || dec.Intents != nil {
+					t.Errorf("scheduled, %d routes: dead letter %q, intents %+v", n, dec.DeadLetter, dec.Intents)
+				}
+			default:
+				if len(dec.Intents) != n || cap(dec.Intents) != n {
+					t.Errorf("%d routes: %d intents (cap %d)", n, len(dec.Intents), cap(dec.Intents))
+				}
+				for j := range dec.Intents {
+					if dec.Intents[j].ActivityID != want[j] || dec.Intents[j].WorkflowID != "activity-"+want[j]+":e" {
+						t.Errorf("%d routes: intent %d is %+v, want route %s's", n, j, dec.Intents[j], want[j])
+					}
+				}
+			}
+			if n > 0 {
+				dec.Routes[0] = nil
+				if len(dec.Intents) > 0 {
+					dec.Intents[0].WorkflowID = "x"
+				}
+				if first.Routes[0] == nil || (len(first.Intents) > 0 && first.Intents[0].WorkflowID == "x") {
+					t.Errorf("scheduled %v, %d routes: two decisions share their slices", scheduled, n)
+				}
+			}
+		}
+	}
+}

@@ -60,8 +60,10 @@ func (n *names) keep(s string, owned bool) {
 	if n == nil || s == "" || len(s) > maxNameBytes {
 		return
 	}
-	if m := n.m.Load(); m != nil && len(*m) >= maxNames {
-		return // full: no lock taken for the names of a stream that has many
+	if m := n.m.Load(); m != nil {
+		if _, ok := (*m)[s]; ok || len(*m) >= maxNames {
+			return // kept already, or full: no lock taken
+		}
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
