@@ -285,3 +285,29 @@ func (c *claimer) duplicate(in *decide.Intent, ledger string, now time.Time) {
 		logDecision(c.log, slog.LevelDebug, "duplicate", intentOf(in), "ledger", ledger, "workflow_id", in.WorkflowID)
 	}
 }
+
+// claimLoop is the claimer's goroutine (Router.Run): it claims the
+// batches of claimQ in poll order, the polls waiting behind one together
+// (gatherPolls), and a partition the fence refused over and over when its
+// turn comes (refused.go), until claimQ is closed.
+func (r *Router) claimLoop(ctx context.Context, claimQ <-chan *claimBatch) {
+	var held *claimBatch
+	for {
+		b := held
+		if b == nil {
+			var ok bool
+			select {
+			case b, ok = <-claimQ:
+				if !ok {
+					r.claims.abandonWaiting()
+					return
+				}
+			case <-r.claims.waitingDue(): // a partition refused over and over (refused.go)
+				r.claims.claim(ctx, nil)
+				continue
+			}
+		}
+		b, held = gatherPolls(b, claimQ)
+		r.claims.claim(ctx, b)
+	}
+}

@@ -277,25 +277,7 @@ func (r *Router) Run(ctx context.Context) error {
 	claimerDone := make(chan struct{})
 	go func() {
 		defer close(claimerDone)
-		var held *claimBatch
-		for {
-			b := held
-			if b == nil {
-				var ok bool
-				select {
-				case b, ok = <-claimQ:
-					if !ok {
-						r.claims.abandonWaiting()
-						return
-					}
-				case <-r.claims.waitingDue(): // a partition refused over and over (refused.go)
-					r.claims.claim(ctx, nil)
-					continue
-				}
-			}
-			b, held = gatherPolls(b, claimQ)
-			r.claims.claim(ctx, b)
-		}
+		r.claimLoop(ctx, claimQ)
 	}()
 
 	var runErr error
@@ -366,24 +348,15 @@ func (r *Router) Run(ctx context.Context) error {
 	return runErr
 }
 
-// prepare decides one poll (Decider.Decide: decode, route, workflow IDs),
-// dead-letters what can never succeed, and returns the batch's intents for
-// claim (nil if none).
+// prepare tracks one poll, decides it (decideRecords) and returns its
+// batch for the claimer (intentsOf; nil if none).
 func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 	// Track in poll order (the tracker needs offsets in order), then decide
 	// in parallel: decoding (JSON, RFC 8785, SHA-256) is most of the CPU a
 	// batch costs, and it is pure. The slices are sized for the poll, and
 	// the intents' for the decisions: grown by append, copying the
 	// decisions and intents cost a replay about a tenth of its CPU.
-	type polled struct {
-		kr  *kgo.Record
-		rec *record
-		d   decide.Decision
-	}
-	var (
-		batch = make([]polled, 0, fetches.NumRecords())
-		dead  []deadLetter
-	)
+	batch := make([]polled, 0, fetches.NumRecords())
 	krs := fetches.Records()
 	for i, rec := range r.commits.trackAll(krs, fetches) {
 		switch kr := krs[i]; {
@@ -403,63 +376,8 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 	if !r.resolve(ctx, len(batch), func(i int) *kgo.Record { return batch[i].kr }, func(i int) *record { return batch[i].rec }) {
 		return nil
 	}
-	parallel(len(batch), func(i int) {
-		p := &batch[i]
-		if r.trace != nil {
-			p.d = r.trace.decide(p.rec, p.kr, r.decider)
-			return
-		}
-		p.d = r.decider.Decide(p.kr)
-	})
-	n := 0
-	for i := range batch {
-		n += len(batch[i].d.Intents)
-	}
-	var (
-		intents = make([]decide.Intent, 0, n)
-		starts  = make([]startRef, 0, n)
-		owners  = make([]*record, 0, n)
-	)
-	for i := range batch {
-		kr, rec, d := batch[i].kr, batch[i].rec, &batch[i].d
-		if d.Tombstone {
-			r.m.tombstones.Inc()
-			r.commits.end(rec, true)
-			continue
-		}
-		if d.NoRoute {
-			r.m.noRoute.Inc()
-		}
-		if d.DeadLetter != "" {
-			dead = append(dead, deadLetter{rec: rec, reason: d.DeadLetter, err: d.Err, eventID: d.Event.ID, rule: string(d.Event.Rule)})
-			continue
-		}
-		if d.Skipped() {
-			logDecision(r.log, slog.LevelInfo, "skipped_no_route",
-				decisionOf{eventID: d.Event.ID, rule: string(d.Event.Rule), topic: kr.Topic, partition: kr.Partition, offset: kr.Offset},
-				"type", d.Event.Type, "source", d.Event.Source)
-			r.commits.end(rec, true)
-			continue
-		}
-		for _, in := range d.Intents {
-			in.Fence = rec.part.fence()
-			intents = append(intents, in)
-		}
-		for j := range d.Intents {
-			starts = append(starts, startRef{d: d, j: j})
-		}
-		for range d.Intents {
-			owners = append(owners, rec)
-		}
-		r.commits.flight.setPending(rec, len(d.Intents))
-	}
-	if len(dead) > 0 {
-		r.dlq.write(ctx, dead)
-	}
-	if len(intents) == 0 {
-		return nil
-	}
-	return &claimBatch{intents: intents, starts: starts, owners: owners}
+	r.decideRecords(batch)
+	return r.intentsOf(ctx, batch)
 }
 
 // parallel runs fn(0..n-1) on up to GOMAXPROCS goroutines.
