@@ -16,6 +16,10 @@ type claimBatch struct {
 	starts  []startRef // intent i is decision starts[i].d's intent starts[i].j
 	owners  []*record
 	refused map[PartitionRef]int // times the ledger's fence refused each partition's pieces of this batch
+	// undecided, when set, is a poll not decided yet (no intents): the
+	// records a replay looks up as known first (Router.settle, before the
+	// claimer).
+	undecided []polled
 }
 
 // startRef points at one intent of a decision, whose start request is

@@ -9,18 +9,53 @@ import (
 	"github.com/dedupio/dedup/processor/decide"
 )
 
-// polled is a record of a poll, and its decision once decided.
+// polled is a record of a poll: its decision once decided, and its
+// digest (knownDigest) when the router writes known records.
 type polled struct {
-	kr  *kgo.Record
-	rec *record
-	d   decide.Decision
+	kr     *kgo.Record
+	rec    *record
+	d      decide.Decision
+	digest [16]byte
+}
+
+// decideAll resolves the Schema Registry schemas of batch's records and
+// decides them, as one step (lockValues), and returns the batch's intents
+// for claim (intentsOf); nil if none, or if the resolve gave up (the
+// context ended: the records were abandoned).
+func (r *Router) decideAll(ctx context.Context, batch []polled) *claimBatch {
+	unlock := r.lockValues()
+	if !r.resolve(ctx, len(batch), func(i int) *kgo.Record { return batch[i].kr }, func(i int) *record { return batch[i].rec }) {
+		unlock()
+		return nil
+	}
+	r.decideRecords(batch)
+	unlock()
+	return r.intentsOf(ctx, batch)
+}
+
+// lockValues makes a resolve of Schema Registry schemas and the decisions
+// that read them one step against every other goroutine's (the poll loop,
+// the settler), until the returned unlock: the registry's cache is
+// bounded, and a resolve makes room by forgetting the schemas of other
+// batches, which another goroutine may be about to decode with. Without a
+// registry it locks nothing.
+func (r *Router) lockValues() (unlock func()) {
+	if !r.decider.ReadsValues() {
+		return func() {}
+	}
+	r.valuesMu.Lock()
+	return r.valuesMu.Unlock
 }
 
 // decideRecords decides the records of batch (Decider.Decide: decode,
-// route, workflow IDs), in parallel.
+// route, workflow IDs), in parallel; a record with no digest yet gets one
+// when the router writes known records.
 func (r *Router) decideRecords(batch []polled) {
 	parallel(len(batch), func(i int) {
 		p := &batch[i]
+		if r.known != nil && p.digest == ([16]byte{}) {
+			p.digest = knownDigest(&r.print, p.kr)
+		}
 		if r.trace != nil {
 			p.d = r.trace.decide(p.rec, p.kr, r.decider)
 			return
@@ -64,8 +99,10 @@ func (r *Router) intentsOf(ctx context.Context, batch []polled) *claimBatch {
 			r.commits.end(rec, true)
 			continue
 		}
+		known := r.knownOf(d, batch[i].digest)
 		for _, in := range d.Intents {
 			in.Fence = rec.part.fence()
+			in.Known = known
 			intents = append(intents, in)
 		}
 		for j := range d.Intents {

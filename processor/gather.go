@@ -52,3 +52,46 @@ func readsAgain(b, next *claimBatch) bool {
 	}
 	return false
 }
+
+// gatherUndecided is gatherPolls for the settler (Router.settle): an
+// undecided poll b with the undecided polls already waiting behind it in
+// q, up to claimPolls polls, so that a settler that fell behind reads
+// which records are known once for them. A decided poll waiting behind
+// (the ledger stopped replaying) is returned as held, as is a poll that
+// reads a partition again at or below b's records of it.
+func gatherUndecided(b *claimBatch, q <-chan *claimBatch) (settle, held *claimBatch) {
+	for polls := 1; polls < claimPolls; polls++ {
+		var next *claimBatch
+		select {
+		case next = <-q:
+		default:
+		}
+		if next == nil {
+			return b, nil
+		}
+		if next.undecided == nil || readsAgainUndecided(b, next) {
+			return b, next
+		}
+		b = &claimBatch{undecided: append(b.undecided, next.undecided...)}
+	}
+	return b, nil
+}
+
+// readsAgainUndecided is readsAgain for undecided polls.
+func readsAgainUndecided(b, next *claimBatch) bool {
+	last := map[topicPartition]int64{}
+	for i := range b.undecided {
+		kr := b.undecided[i].kr
+		tp := topicPartition{kr.Topic, kr.Partition}
+		if off, ok := last[tp]; !ok || kr.Offset > off {
+			last[tp] = kr.Offset
+		}
+	}
+	for i := range next.undecided {
+		kr := next.undecided[i].kr
+		if off, ok := last[topicPartition{kr.Topic, kr.Partition}]; ok && kr.Offset <= off {
+			return true
+		}
+	}
+	return false
+}

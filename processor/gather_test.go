@@ -314,3 +314,45 @@ func TestAHeldPollAtShutdownIsNotCommittedPastAndStartsOnceAfter(t *testing.T) {
 		t.Errorf("%d dead letters, want 0", n)
 	}
 }
+
+// A settler that fell behind reads the undecided polls waiting for it
+// together, two at most, in poll order; a decided poll waiting behind, or
+// one that reads a partition again at or below the first's records of
+// it, is held for the next turn, never merged or passed.
+func TestASettlerThatFellBehindReadsTheWaitingUndecidedPollsTogether(t *testing.T) {
+	poll := func(offs ...int64) *claimBatch {
+		b := &claimBatch{}
+		for _, o := range offs {
+			b.undecided = append(b.undecided, polled{kr: &kgo.Record{Topic: testTopic, Partition: 0, Offset: o}})
+		}
+		return b
+	}
+	offsets := func(b *claimBatch) []int64 {
+		var out []int64
+		for _, p := range b.undecided {
+			out = append(out, p.kr.Offset)
+		}
+		return out
+	}
+	q := make(chan *claimBatch, 3)
+	q <- poll(3, 4)
+	q <- poll(5)
+	got, held := gatherUndecided(poll(1, 2), q)
+	if fmt.Sprint(offsets(got)) != "[1 2 3 4]" || held != nil || len(q) != 1 {
+		t.Fatalf("gathered %v, held %v, %d left; want [1 2 3 4], none held, 1 left", offsets(got), held, len(q))
+	}
+	<-q
+	decided := &claimBatch{intents: []decide.Intent{{Topic: testTopic, Offset: 9}}}
+	q <- decided
+	if got, held := gatherUndecided(poll(7), q); fmt.Sprint(offsets(got)) != "[7]" || held != decided {
+		t.Fatalf("a decided poll behind: gathered %v, held %v; want [7] and the decided poll held", offsets(got), held)
+	}
+	again := poll(2, 3)
+	q <- again
+	if got, held := gatherUndecided(poll(1, 2), q); fmt.Sprint(offsets(got)) != "[1 2]" || held != again {
+		t.Fatalf("a poll reading offset 2 again: gathered %v, held %v; want [1 2] and it held", offsets(got), held)
+	}
+	if got, held := gatherUndecided(poll(1), q); fmt.Sprint(offsets(got)) != "[1]" || held != nil {
+		t.Fatalf("none waiting: gathered %v, held %v", offsets(got), held)
+	}
+}

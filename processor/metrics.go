@@ -15,6 +15,7 @@ type metrics struct {
 	intents          *prometheus.CounterVec // outcome: new, redrive, duplicate, conflict
 	noRoute          prometheus.Counter
 	tombstones       prometheus.Counter
+	known            prometheus.Counter
 	reruns           prometheus.Counter
 	deadLetters      *prometheus.CounterVec // reason
 	starts           *prometheus.CounterVec // result: started, already_started
@@ -43,6 +44,8 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 			Name: "dedup_intents_total", Help: "Workflow intents by ledger verdict: new, redrive (pending claim started again), duplicate, conflict."}, []string{"outcome"}),
 		tombstones: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dedup_records_tombstone_total", Help: "Records with a null value and no CloudEvents headers (tombstones): skipped and committed, not dead-lettered."}),
+		known: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dedup_records_known_total", Help: "Records a replay ended without deciding them again: the ledger held every one of their intents started, claimed by the record at its coordinates with its digest (their intents count as duplicates)."}),
 		reruns: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dedup_reruns_total", Help: "Redelivered events whose closed run the reuse policy let start again (one new run each)."}),
 		noRoute: prometheus.NewCounter(prometheus.CounterOpts{
@@ -114,7 +117,7 @@ func newMetrics(reg prometheus.Registerer, topics []string) (*metrics, error) {
 	for _, r := range []string{"started", "signaled"} {
 		m.signals.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.records, m.intents, m.reruns, m.noRoute, m.tombstones, m.deadLetters, m.starts, m.signals, m.startErrors, m.retries,
+	for _, c := range []prometheus.Collector{m.records, m.intents, m.known, m.reruns, m.noRoute, m.tombstones, m.deadLetters, m.starts, m.signals, m.startErrors, m.retries,
 		m.claimBatch, m.claimSeconds, m.startSeconds, m.commitSeconds, m.commits, m.committedOffset, m.inFlight,
 		m.pausedPartitions, m.dependencyUp, m.lost, m.partitionsGone, m.lag} {
 		if err := reg.Register(c); err != nil {

@@ -48,6 +48,19 @@ type Router struct {
 	dlq     *deadLetterWriter
 	health  *health
 	trace   *routerTracer // nil: tracing off (tracing.go)
+	// known is the ledger as a KnownLedger when records are written known
+	// (known.go), under print (knownPrint); nil: never. knownOff counts
+	// down the polls the known path is not taken.
+	known    KnownLedger
+	print    [32]byte
+	knownOff atomic.Int32
+	// knownLoggedAt and knownUnlogged sample the known duplicates'
+	// decision log (knownDuplicates; the settler's only).
+	knownLoggedAt time.Time
+	knownUnlogged int64
+	// valuesMu makes a resolve of Schema Registry schemas and the
+	// decisions that read them one step (lockValues).
+	valuesMu sync.Mutex
 
 	workCtx    context.Context // lives until the drain after shutdown
 	workCancel context.CancelFunc
@@ -138,6 +151,7 @@ func New(cfg Config, o Options) (*Router, error) {
 	r.claims = &claimer{log: log, m: m, ledger: ledger, health: r.health, hooks: hooks, starts: r.starts, dlq: r.dlq, end: r.commits.end,
 		endAll: r.commits.endAll, fenced: r.commits.fenced}
 	r.trace = newRouterTracer(o.Tracing)
+	r.known, r.print = knownLedgerOf(ledger, cfg, log)
 	r.commits.trace, r.claims.trace, r.starts.trace, r.dlq.trace = r.trace, r.trace, r.trace, r.trace
 	reset := kgo.NewOffset().AtStart()
 	if cfg.ResetOffset == "latest" {
@@ -176,8 +190,7 @@ func New(cfg Config, o Options) (*Router, error) {
 		kgo.ProducerBatchMaxBytes(int32(cfg.MaxValueBytes) + 64<<10),
 		kgo.RecordDeliveryTimeout(30 * time.Second),
 	}...), extra...)
-	// SASL in o.KafkaOpts goes off this machine only over verified TLS,
-	// checked at each broker's dial, unless kafka.allow_insecure.
+	// o.KafkaOpts' SASL leaves only over TLS verified at each dial (unless kafka.allow_insecure).
 	if kopts, err = dialguard.GuardKafka(kopts, cfg.AllowInsecure); err != nil {
 		return nil, fmt.Errorf("creating kafka client: %w", err)
 	}
@@ -274,6 +287,15 @@ func (r *Router) Run(ctx context.Context) error {
 	// A claimer that is behind claims the polls waiting for it together
 	// (gatherPolls).
 	claimQ := make(chan *claimBatch, 1)
+	// While the ledger replays, a poll goes to the claimer undecided and
+	// its known records end first (known.go): then a settler between the
+	// poll loop and the claimer reads which are known and decides the
+	// rest, in poll order, while the claimer claims the previous poll's.
+	polledQ := claimQ
+	if r.known != nil {
+		polledQ = make(chan *claimBatch, 1)
+		go r.settleLoop(ctx, polledQ, claimQ)
+	}
 	claimerDone := make(chan struct{})
 	go func() {
 		defer close(claimerDone)
@@ -308,10 +330,10 @@ func (r *Router) Run(ctx context.Context) error {
 			}
 		})
 		if b := r.prepare(ctx, fetches); b != nil {
-			claimQ <- b
+			polledQ <- b
 		}
 	}
-	close(claimQ)
+	close(polledQ)
 	<-claimerDone
 
 	// Shutdown takes at most DrainTimeout from the stop, whatever the
@@ -348,8 +370,10 @@ func (r *Router) Run(ctx context.Context) error {
 	return runErr
 }
 
-// prepare tracks one poll, decides it (decideRecords) and returns its
-// batch for the claimer (intentsOf; nil if none).
+// prepare tracks one poll and returns its batch for the claimer (nil if
+// none): decided (decideAll), or, while the ledger replays, undecided,
+// each record with its digest, for the claimer to end the known ones and
+// decide the rest (settle, known.go).
 func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 	// Track in poll order (the tracker needs offsets in order), then decide
 	// in parallel: decoding (JSON, RFC 8785, SHA-256) is most of the CPU a
@@ -373,10 +397,20 @@ func (r *Router) prepare(ctx context.Context, fetches kgo.Fetches) *claimBatch {
 	// Tracked: the group may rebalance again (BlockRebalanceOnPoll).
 	r.cl.AllowRebalance()
 	r.m.records.Add(float64(len(batch)))
+	unlock := r.lockValues() // the resolve and the decisions, one step
 	if !r.resolve(ctx, len(batch), func(i int) *kgo.Record { return batch[i].kr }, func(i int) *record { return batch[i].rec }) {
+		unlock()
 		return nil
 	}
+	if len(batch) > 0 && r.knownPath() {
+		// Undecided: the settler resolves the rest again when it decides
+		// them.
+		unlock()
+		parallel(len(batch), func(i int) { batch[i].digest = knownDigest(&r.print, batch[i].kr) })
+		return &claimBatch{undecided: batch}
+	}
 	r.decideRecords(batch)
+	unlock()
 	return r.intentsOf(ctx, batch)
 }
 

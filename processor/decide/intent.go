@@ -14,6 +14,22 @@ type Intent struct {
 	// Fence is the ownership of the record's partition the claim
 	// carries (zero: unfenced, the scheduler's fires).
 	Fence Fence
+	// Known, when its Intents is not 0, is what the ledger writes with
+	// the row this intent's record claims, so that a replay can end the
+	// record without deciding it again (processor/known.go); the zero
+	// Known writes nothing.
+	Known Known
+}
+
+// Known is how a replay knows a record: a digest of the record's bytes,
+// coordinates and of what decided it (the deciding configuration and the
+// binary), and how many intents that decision had. A replay that meets
+// the same digest on as many started rows, each claimed by the record at
+// those coordinates, knows the decision it would make again and each
+// verdict it would get (duplicate).
+type Known struct {
+	Digest  [16]byte
+	Intents int32
 }
 
 // Fence is the ownership a ledger write carries: the consumer group and

@@ -277,8 +277,10 @@ func TestTheClaimsAndMarksOwnParametersAreTheBytesPgxSendsForTheirTracedArgument
 	}
 	in := []decide.Intent{
 		{WorkflowID: "activity-a:evt-1", ActivityID: "a", EventID: "evt-1", IDRule: "header", PayloadHash: sha256.Sum256([]byte("1")),
-			Topic: "events", Partition: 3, Offset: 1<<63 - 1, Fence: decide.Fence{Group: "g", Epoch: 7}},
-		{WorkflowID: "", ActivityID: "", EventID: "", IDRule: "", Topic: "", Partition: -1 << 31, Offset: -1 << 63},
+			Topic: "events", Partition: 3, Offset: 1<<63 - 1, Fence: decide.Fence{Group: "g", Epoch: 7},
+			Known: decide.Known{Digest: [16]byte{1, 2, 3, 15: 0xff}, Intents: 3}},
+		{WorkflowID: "", ActivityID: "", EventID: "", IDRule: "", Topic: "", Partition: -1 << 31, Offset: -1 << 63,
+			Known: decide.Known{Intents: -1 << 31}},
 		{WorkflowID: "activity-ü:" + strings.Repeat("x", 300), ActivityID: "ü", EventID: "e", IDRule: "derived",
 			Topic: "other", Partition: 1<<31 - 1, Offset: 0, Fence: decide.Fence{Group: "g2", Epoch: 1<<63 - 1}},
 	}
@@ -290,10 +292,19 @@ func TestTheClaimsAndMarksOwnParametersAreTheBytesPgxSendsForTheirTracedArgument
 		return processor.PartitionEpoch{Group: in[i].Fence.Group, Topic: in[i].Topic, Partition: in[i].Partition, Epoch: in[i].Fence.Epoch}
 	})
 	for _, uniq := range [][]int{{0, 1, 2}, {2, 0}, {1}} {
-		var params [13][]byte
+		var params [15][]byte
 		b := encodeClaimParams(nil, in, keys, uniq, (*[9][]byte)(params[:9]))
-		f.encode(b, (*[4][]byte)(params[9:]))
+		b = f.encode(b, (*[4][]byte)(params[9:13]))
+		encodeKnownParams(b, in, uniq, (*[2][]byte)(params[13:]))
 		same(fmt.Sprintf("the claim of %v", uniq), params[:], claimParamOIDs, claimArgs(in, keys, uniq, f))
+	}
+	recs := []processor.KnownRecord{{Topic: "events", Partition: 3, Offset: 1<<63 - 1, Digest: [16]byte{1, 15: 0xff}},
+		{Topic: "", Partition: -1 << 31, Offset: -1 << 63}, {Topic: "ü" + strings.Repeat("t", 300), Partition: 1<<31 - 1}}
+	for _, n := range []int{0, 1, 3} {
+		var params [7][]byte
+		runs, runOf := knownRuns(recs[:n])
+		encodeKnownRecords(nil, recs[:n], runOf, runs, &params)
+		same(fmt.Sprintf("the known read of %d records", n), params[:], knownParamOIDs, knownArgs(recs[:n], runOf, runs))
 	}
 	for _, g := range []fenceArgs{fencesOf(0, nil), f} {
 		var params [4][]byte

@@ -36,22 +36,33 @@ import (
 // is share-locked first; unless every one still holds, nothing is
 // inserted or updated and the answer's last column (held) is false.
 //
+// A row is inserted with its record's Known ($14, $15: decide.Known,
+// processor/known.go; NULL for none, and for a count the column cannot
+// hold, which no router writes), which a replay reads to end the record
+// without deciding it (knownSQL). Only the insert writes it, with the
+// coordinates it belongs to: a re-claim keeps both.
+//
 // Each answer names its input by position (n, from 1), and carries the
 // row's payload hash only when it differs from the input's (a conflict):
 // the caller has the ID and the hash already, and reading them again
 // would copy both for every row.
 var claimSQL = `
 WITH input AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int4[], $8::int8[], $9::uuid[])
-		WITH ORDINALITY AS t(workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key, n)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::int4[], $8::int8[], $9::uuid[],
+			$14::uuid[], $15::int4[])
+		WITH ORDINALITY AS t(workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key,
+			record_digest, record_intents, n)
 ), ` + fenceCTE(10) + `, held AS MATERIALIZED (
 	SELECT count(*) = cardinality($13::int8[]) AS ok FROM fence
 ), cur AS MATERIALIZED (
 	SELECT l.workflow_id, l.state, l.payload_hash, l.generation FROM dedup_ledger l
 	WHERE ` + schemas.LedgerRowsOf("l", "$1", "$9") + ` AND l.state = 'started'
 ), up AS (
-	INSERT INTO dedup_ledger AS l (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key)
-	SELECT DISTINCT ON (i.key) i.workflow_id, i.activity_id, i.event_id, i.id_rule, i.payload_hash, i.topic, i.kafka_partition, i.kafka_offset, i.key
+	INSERT INTO dedup_ledger AS l (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset, key,
+		record_digest, record_intents)
+	SELECT DISTINCT ON (i.key) i.workflow_id, i.activity_id, i.event_id, i.id_rule, i.payload_hash, i.topic, i.kafka_partition, i.kafka_offset, i.key,
+		CASE WHEN i.record_intents BETWEEN 1 AND 32767 THEN i.record_digest END,
+		CASE WHEN i.record_intents BETWEEN 1 AND 32767 THEN i.record_intents::int2 END
 	FROM input i
 	WHERE (SELECT ok FROM held) AND NOT EXISTS (SELECT FROM cur WHERE cur.workflow_id = i.workflow_id)
 	ORDER BY i.key, i.workflow_id
@@ -234,16 +245,17 @@ func (p *Postgres) claim(ctx context.Context, intents []decide.Intent, keys [][1
 // (BenchmarkClaimByExecMode), most of a new event's claim.
 func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys [][16]byte, sums [][32]byte, since startedSince, uniq []int, got []stored, f fenceArgs) error {
 	n := len(uniq)
-	size := 9*20 + f.encodedSize()
+	size := 11*20 + f.encodedSize()
 	for _, i := range uniq {
 		in := &intents[i]
-		size += 9*4 + len(in.WorkflowID) + len(in.ActivityID) + len(in.EventID) + len(in.IDRule) + len(in.PayloadHash) + len(in.Topic) + 4 + 8 + 16
+		size += 11*4 + 16 + 4 + len(in.WorkflowID) + len(in.ActivityID) + len(in.EventID) + len(in.IDRule) + len(in.PayloadHash) + len(in.Topic) + 4 + 8 + 16
 	}
 	bp := p.encodeBuffer(size)
 	defer p.keepEncodeBuffer(bp)
-	var params [13][]byte
+	var params [15][]byte
 	*bp = encodeClaimParams(*bp, intents, keys, uniq, (*[9][]byte)(params[:9]))
-	*bp = f.encode(*bp, (*[4][]byte)(params[9:]))
+	*bp = f.encode(*bp, (*[4][]byte)(params[9:13]))
+	*bp = encodeKnownParams(*bp, intents, uniq, (*[2][]byte)(params[13:]))
 	held := true
 	var seen []int // intents answered started with their payload, generation 1
 	args := func() []any { return claimArgs(intents, keys, uniq, f) }
@@ -300,8 +312,18 @@ func (p *Postgres) claimOnce(ctx context.Context, intents []decide.Intent, keys 
 
 // claimParamOIDs are claimSQL's parameter types: the batch's nine columns
 // and its fences.
-var claimParamOIDs = append([]uint32{oidTextArray, oidTextArray, oidTextArray, oidTextArray, oidByteaArray, oidTextArray,
-	oidInt4Array, oidInt8Array, oidUUIDArray}, fenceParamOIDs...)
+var claimParamOIDs = append(append([]uint32{oidTextArray, oidTextArray, oidTextArray, oidTextArray, oidByteaArray, oidTextArray,
+	oidInt4Array, oidInt8Array, oidUUIDArray}, fenceParamOIDs...), oidUUIDArray, oidInt4Array)
+
+// encodeKnownParams appends claimSQL's last two parameters for the
+// intents uniq to b: each one's record's digest and number of intents
+// (decide.Known; zero for none).
+func encodeKnownParams(b []byte, intents []decide.Intent, uniq []int, params *[2][]byte) []byte {
+	n := len(uniq)
+	in := func(j int) *decide.Intent { return &intents[uniq[j]] }
+	b = appendArray(b, &params[0], n, oidUUID, func(b []byte, j int) []byte { return appendBytesElem(b, in(j).Known.Digest[:]) })
+	return appendArray(b, &params[1], n, oidInt4, func(b []byte, j int) []byte { return appendInt4Elem(b, in(j).Known.Intents) })
+}
 
 // encodeClaimParams appends claimSQL's first nine parameters for the
 // intents uniq to b (binary arrays: arrays.go) and points params at them.
@@ -325,12 +347,14 @@ func claimArgs(intents []decide.Intent, keys [][16]byte, uniq []int, f fenceArgs
 	n := len(uniq)
 	wf, act, ev, rule, topic := make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n), make(textArray, n)
 	hash, part, off, key := make(byteaArray, n), make(int4Array, n), make(int8Array, n), make(uuidArray, n)
+	digest, count := make(uuidArray, n), make(int4Array, n)
 	for j, i := range uniq {
 		in := &intents[i]
 		wf[j], act[j], ev[j], rule[j], topic[j] = in.WorkflowID, in.ActivityID, in.EventID, in.IDRule, in.Topic
 		hash[j], part[j], off[j], key[j] = in.PayloadHash[:], in.Partition, in.Offset, keys[i]
+		digest[j], count[j] = in.Known.Digest, in.Known.Intents
 	}
-	return append([]any{wf, act, ev, rule, hash, topic, part, off, key}, f.args()...)
+	return append(append([]any{wf, act, ev, rule, hash, topic, part, off, key}, f.args()...), digest, count)
 }
 
 // verdicts turns what the ledger holds for each workflow ID (the claim
