@@ -189,10 +189,11 @@ bench-instructions:
 # still be caught; and signal routes (claim -> SignalWithStart -> mark ->
 # commit, the entity workflow's seen-set): delivered at least once, observed
 # at most once, and the counterexamples without the seen-set; what heals
-# (a run's signal limit, dlq replay round trips): neither lost nor doubled.
+# (a run's signal limit, dlq replay round trips): neither lost nor doubled;
+# a replay's known records ended without a claim (--known).
 # The default mode runs in two lanes of its own; the other four modes run
 # in the two lanes of MODEL_LANES, one per core (about 90 s, then 55).
-MODEL_LANES = "--bug --holes" "--signals --heal"
+MODEL_LANES = "--bug --holes --known" "--signals --heal"
 model: deps
 	bash processor/model/check.sh
 	@pids=; for lane in $(MODEL_LANES); do \

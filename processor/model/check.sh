@@ -90,8 +90,19 @@
 #                                               the limit's refusal permanent (-DRUNLIMIT_PERM: the event
 #                                               lost), the origin dropped from a copy's dead letter
 #                                               (-DREPLAY_DROP_ORIGIN: a copy under another ID, doubled)
+#   bash processor/model/check.sh --known       a replay ends a record the ledger knows without a claim
+#                                               (-DKNOWN, processor/known.go): a polled record whose row
+#                                               is started and was inserted by the record itself is
+#                                               finished at once. S1, S2, S3, D, M, E, E2 and C (a copy
+#                                               with another payload than its row's is dead-lettered
+#                                               before it is committed), and with PERM (no crash); each
+#                                               mutation must show its counterexample: a row
+#                                               started by any copy (-DKNOWN_ANY_COPY: the conflicting
+#                                               copy committed without its dead letter, C), a row the
+#                                               record claimed but not started (-DKNOWN_PENDING: S1/D)
+#   bash processor/model/check.sh --known-big   the same plus liveness (a minute more)
 #
-# `make model` runs the default mode, --bug, --holes, --signals and --heal.
+# `make model` runs the default mode, --bug, --holes, --signals, --heal and --known.
 #
 # CHECK_SERIAL=1 runs the default mode's two lanes one after the other (for
 # a shared machine); by default they run in parallel.
@@ -102,8 +113,8 @@ set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 MODEL=$HERE/dedup.pml
 MODE=${1:-all}
-case $MODE in all|--big|--bug|--holes|--failed-only|--failed-only-big|--mutations|--signals|--signals-big|--heal) ;;
-*) echo "usage: $0 [--big|--bug|--holes|--failed-only|--failed-only-big|--mutations|--signals|--signals-big|--heal]" >&2; exit 2 ;; esac
+case $MODE in all|--big|--bug|--holes|--failed-only|--failed-only-big|--mutations|--signals|--signals-big|--heal|--known|--known-big) ;;
+*) echo "usage: $0 [--big|--bug|--holes|--failed-only|--failed-only-big|--mutations|--signals|--signals-big|--heal|--known|--known-big]" >&2; exit 2 ;; esac
 for tool in spin gcc; do
 	command -v $tool >/dev/null || { echo "$tool not found (apt-get install -y spin gcc)" >&2; exit 2; }
 done
@@ -249,6 +260,26 @@ all|--big)
 		wait $P1 || FAILED=1
 		wait $P2 || FAILED=1
 		cat lane1.log lane2.log
+	fi
+	;;
+--known|--known-big)
+	echo "== a replay ends known records without a claim (-DKNOWN) =="
+	OPT=-O0 expect_pass safety-known "-DKNOWN" "-DSAFETY -DNOCLAIM" ""
+	if [ "$MODE" = --known-big ]; then
+		expect_pass live-known "-DKNOWN" "" "-a -f -N live"
+	fi
+	OPT=-O0 expect_pass safety-known-perm-nocrash "-DKNOWN -DPERM -DNCRASH=0 -DNRESTART=0" "-DSAFETY -DNOCLAIM" ""
+	echo "-- mutation: known by a row started by any copy: expecting C"
+	if OPT=-O0 expect_violation known-any-copy "-DKNOWN -DKNOWN_ANY_COPY" "" 'failed assertion: assert\(\(dlw\[c_\]\|\|\(rhash'; then
+		echo "FOUND (as expected): a conflicting copy was committed without its dead letter"
+	else
+		echo "NOT FOUND (C)"; FAILED=1
+	fi
+	echo "-- mutation: known by a row the record claimed, started or not: expecting S1 or D"
+	if OPT=-O0 expect_violation known-pending "-DKNOWN -DKNOWN_PENDING" "" 'failed assertion: assert\(\(dlw\[c_\]\|\|\(exec|failed assertion: assert\(\(lst\[rwid|failed assertion: assert\(!\(\(dlw'; then
+		echo "FOUND (as expected): a record was committed before its workflow started"
+	else
+		echo "NOT FOUND (S1, D)"; FAILED=1
 	fi
 	;;
 --bug)

@@ -343,6 +343,11 @@ bit   rcl[NWID];        /* history for D: a copy re-claimed the row from
                          * marked dead_lettered */
 #endif
 bit   cfl[NREC];        /* dedup_conflicts row for the record */
+#ifdef KNOWN
+byte  lrec[NWID];       /* the record whose claim inserted the row, + 1: the
+                         * coordinates and the digest (record_digest) the
+                         * insert wrote (processor/known.go) */
+#endif
 #ifndef NO_FENCE
 byte  lep[NP];          /* the fence: dedup_partition_owners' epoch of the
                          * partition, bumped by Ledger.Own */
@@ -666,6 +671,40 @@ inline take(r, p, k) {
 	od
 }
 
+#ifdef KNOWN
+/* processor/known.go, Router.settle: while the ledger replays, a polled
+ * record whose row is started and was inserted by the record itself (its
+ * coordinates and digest: KnownLedger.Known) is finished without a claim,
+ * as its duplicate would have been; the others are claimed. The read
+ * changes no row and a started row never changes state, so the read and
+ * the claim of the rest may be one step. Two mutations: -DKNOWN_ANY_COPY
+ * drops the coordinates and digest (a row started by any copy), and
+ * -DKNOWN_PENDING the row's state (a row the record claimed, started or
+ * not) */
+#ifdef KNOWN_ANY_COPY
+#define KNOWNREC(c) (lst[rwid[c]] == L_STARTED)
+#elif defined(KNOWN_PENDING)
+#define KNOWNREC(c) (lst[rwid[c]] != L_NONE && lrec[rwid[c]] == (c) + 1)
+#else
+#define KNOWNREC(c) (lst[rwid[c]] == L_STARTED && lrec[rwid[c]] == (c) + 1)
+#endif
+inline known(r) {
+	j_ = 0;
+	for (i_ : 0 .. nb-1) {
+		c_ = b[i_];
+		if
+		:: KNOWNREC(c_) ->
+			printf("MSC: r%d   rec%d is known (its row started, written by it): finished, not claimed\n", r, c_);
+			finish(r, c_)
+		:: else ->
+			b[j_] = c_; j_++
+		fi
+	}
+	for (i_ : j_ .. NREC-1) { b[i_] = 0 }
+	nb = j_; j_ = 0; i_ = 0; c_ = 0
+}
+#endif
+
 /* ledger (*Postgres).Claim: one transaction, rows locked */
 inline claim(r) {
 	for (w_ : 0 .. NWID-1) {
@@ -681,6 +720,9 @@ inline claim(r) {
 			if
 			:: lst[w_] == L_NONE ->
 				lst[w_] = L_PENDING; lhash[w_] = rhash[b[f_]]; lgen[w_] = 1;
+#ifdef KNOWN
+				lrec[w_] = b[f_] + 1;
+#endif
 				printf("MSC: r%d   ledger: insert row wid%d pending hash %e\n", r, w_, lhash[w_])
 			:: else
 			fi;
@@ -800,6 +842,9 @@ inline pollclaim(r, k0, k1, first) {
 	:: first == 0 -> take(r, 0, k0); take(r, 1, k1)
 	:: else       -> take(r, 1, k1); take(r, 0, k0)
 	fi;
+#ifdef KNOWN
+	known(r);   /* a read, unfenced: it changes no row */
+#endif
 #ifndef NO_FENCE
 	/* the claim statement's fence (sink/ledger/claim.go): unless the epoch
 	 * of every partition of the batch still holds, it writes nothing and
@@ -1469,7 +1514,14 @@ inline accept(r, p, off) {
 			assert(dlw[c_] || exec[rwid[c_]] > 0);   /* S1 */
 #endif
 #endif
-			assert(fin[c_])                          /* S3 */
+			assert(fin[c_]);                         /* S3 */
+#ifdef KNOWN
+			/* C: a copy with another payload than its row's is
+			 * dead-lettered before it is committed */
+			assert(dlw[c_] || rhash[c_] == lhash[rwid[c_]])
+#else
+			skip
+#endif
 		fi
 	}
 #if !defined(LOSS_ONLY) && !defined(D_OFF) && !defined(RERUN_FIRST)
