@@ -450,12 +450,23 @@ func workflowIDs(recs []*kgo.Record) ([]decide.Intent, error) {
 		if err != nil {
 			continue
 		}
-		for _, r := range rs.Match(&ev) {
+		matched := rs.Match(&ev)
+		// The record's number of intents, as the router writes it with
+		// the rows its claim inserts (decide.Known; its digest is the
+		// router's: prefill); none when a route may run again.
+		known := int32(len(matched))
+		for _, r := range matched {
+			if r.MayRerun() {
+				known = 0
+			}
+		}
+		for _, r := range matched {
 			id := decide.WorkflowID(r.ID, ev.ID)
 			if !seen[id] {
 				seen[id] = true
 				out = append(out, decide.Intent{WorkflowID: id, ActivityID: r.ID, EventID: ev.ID, IDRule: string(ev.Rule),
-					PayloadHash: ev.PayloadHash, Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset})
+					PayloadHash: ev.PayloadHash, Topic: kr.Topic, Partition: kr.Partition, Offset: kr.Offset,
+					Known: decide.Known{Intents: known}})
 			}
 		}
 	}
@@ -472,10 +483,16 @@ func prefill(ctx context.Context, pool *pgxpool.Pool, intents []decide.Intent) e
 	rows := make([][]any, len(intents))
 	now := time.Now() // started rows have their start's time, as a mark writes it
 	for i, in := range inHeapOrder(intents, prefillClaim) {
-		rows[i] = []any{in.WorkflowID, in.ActivityID, in.EventID, in.IDRule, in.PayloadHash[:], in.Topic, in.Partition, in.Offset, "started", "prefilled", now}
+		var digest, count any // NULL: no Known (decide.Known)
+		if in.Known.Intents > 0 {
+			digest, count = in.Known.Digest, int16(in.Known.Intents)
+		}
+		rows[i] = []any{in.WorkflowID, in.ActivityID, in.EventID, in.IDRule, in.PayloadHash[:], in.Topic, in.Partition, in.Offset, "started", "prefilled", now,
+			digest, count}
 	}
 	_, err := pool.CopyFrom(ctx, pgx.Identifier{"dedup_ledger"},
-		[]string{"workflow_id", "activity_id", "event_id", "id_rule", "payload_hash", "topic", "kafka_partition", "kafka_offset", "state", "run_id", "started_at"},
+		[]string{"workflow_id", "activity_id", "event_id", "id_rule", "payload_hash", "topic", "kafka_partition", "kafka_offset", "state", "run_id", "started_at",
+			"record_digest", "record_intents"},
 		pgx.CopyFromRows(rows))
 	if err != nil {
 		return fmt.Errorf("prefilling %d ledger rows: %w", len(intents), err)

@@ -350,7 +350,36 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 		return res, nil, err
 	}
 	defer pool.Close()
+	cfg := e.routerConfig(rr.topic)
+	if rr.configure != nil {
+		rr.configure(&cfg)
+		if err := cfg.Validate(); err != nil {
+			return res, nil, fmt.Errorf("configuring the router: %w", err)
+		}
+	}
 	if len(rr.prefill) > 0 {
+		// The rows carry their records' digests as the router's claims
+		// would have written them (processor/known.go), so that a replay
+		// meets a ledger a first pass left.
+		if digest, err := processor.KnownDigester(cfg); err == nil {
+			byCoords := make(map[[2]int64]*kgo.Record, len(rr.recs))
+			for _, kr := range rr.recs {
+				byCoords[[2]int64{int64(kr.Partition), kr.Offset}] = kr
+			}
+			for i := range rr.prefill {
+				in := &rr.prefill[i]
+				if kr := byCoords[[2]int64{int64(in.Partition), in.Offset}]; kr != nil && in.Known.Intents > 0 {
+					in.Known.Digest = digest(kr)
+				} else {
+					in.Known = decide.Known{}
+				}
+			}
+		} else {
+			e.Log.Info("the prefilled rows carry no record digests", "why", err.Error())
+			for i := range rr.prefill {
+				rr.prefill[i].Known = decide.Known{}
+			}
+		}
 		if err := prefill(ctx, pool, rr.prefill); err != nil {
 			return res, nil, err
 		}
@@ -376,13 +405,6 @@ func (e *Env) runRouter(ctx context.Context, rr routerRun, live func(ctx context
 		inner = e.temporalStarter().WithTracing(rr.tracing)
 	}
 	st := &timedStarter{inner: inner, started: map[string]time.Time{}, events: map[string]time.Time{}}
-	cfg := e.routerConfig(rr.topic)
-	if rr.configure != nil {
-		rr.configure(&cfg)
-		if err := cfg.Validate(); err != nil {
-			return res, nil, fmt.Errorf("configuring the router: %w", err)
-		}
-	}
 	reg := newRegistry()
 	var first firstFetch
 	commits := newCommitSeen()
