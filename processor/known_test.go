@@ -205,13 +205,7 @@ func TestAKnownPathRecordIsDecidedWithTheSchemasItsPollResolved(t *testing.T) {
 		s := fmt.Sprintf(`{"type":"record","name":"Misc%d","namespace":"shop","fields":[{"name":"type","type":"string"}]}`, i)
 		otherIDs[i], _ = stand.Register(fmt.Sprintf("misc%d-value", i), sr.Schema{Schema: s})
 	}
-	cfg := registryConfig(t, stand.URL())
-	cfg.Brokers, cfg.Group = e.cluster.ListenAddrs(), e.group
-	base := e.config()
-	cfg.SessionTimeout, cfg.RebalanceTimeout, cfg.CommitInterval = base.SessionTimeout, base.RebalanceTimeout, base.CommitInterval
-	cfg.Starts, cfg.Retry, cfg.RevokeTimeout, cfg.DrainTimeout, cfg.LagInterval = base.Starts, base.Retry, base.RevokeTimeout, base.DrainTimeout, base.LagInterval
-	cfg.MaxPollRecords, cfg.MaxInFlight = 2*others, 4*others
-	cfg.FetchMaxPartitionBytes = 8 << 20
+	cfg := manySchemasConfig(t, e, stand.URL(), others)
 	e.produceRaw(0, avroRecord(t, orderAvro, idA, map[string]any{"type": "order.placed", "order_id": "o-7", "amount": int64(1)}))
 
 	kl := &blockingKnown{entered: make(chan struct{}), release: make(chan struct{})}
@@ -429,13 +423,7 @@ func TestAPollDecidedByThePollLoopKeepsItsSchemasWhileTheSettlerResolvesAgain(t 
 		otherIDs[i], _ = stand.Register(fmt.Sprintf("misc%d-value", i), sr.Schema{Schema: schemaOf(i)})
 	}
 	idA, _ := stand.Register("events-value", sr.Schema{Schema: orderAvro})
-	cfg := registryConfig(t, stand.URL())
-	cfg.Brokers, cfg.Group = e.cluster.ListenAddrs(), e.group
-	base := e.config()
-	cfg.SessionTimeout, cfg.RebalanceTimeout, cfg.CommitInterval = base.SessionTimeout, base.RebalanceTimeout, base.CommitInterval
-	cfg.Starts, cfg.Retry, cfg.RevokeTimeout, cfg.DrainTimeout, cfg.LagInterval = base.Starts, base.Retry, base.RevokeTimeout, base.DrainTimeout, base.LagInterval
-	cfg.MaxPollRecords, cfg.MaxInFlight = 2*others, 4*others
-	cfg.FetchMaxPartitionBytes = 8 << 20
+	cfg := manySchemasConfig(t, e, stand.URL(), others)
 	// The first poll: the 4096 other schemas' records, all produced before
 	// the router starts (one fetch, one poll).
 	recs := make([]*kgo.Record, others)
@@ -484,4 +472,18 @@ func TestAPollDecidedByThePollLoopKeepsItsSchemasWhileTheSettlerResolvesAgain(t 
 	if runs := e.starter.signalsOf("order-o-7"); len(runs) != 1 {
 		t.Errorf("order-o-7 received %v, want one delivery", runs)
 	}
+}
+
+// manySchemasConfig is e's router config with the Schema Registry at url,
+// its polls large enough for others records of as many schemas at once.
+func manySchemasConfig(t *testing.T, e *testEnv, url string, others int) Config {
+	t.Helper()
+	cfg := registryConfig(t, url)
+	cfg.Brokers, cfg.Group = e.cluster.ListenAddrs(), e.group
+	base := e.config()
+	cfg.SessionTimeout, cfg.RebalanceTimeout, cfg.CommitInterval = base.SessionTimeout, base.RebalanceTimeout, base.CommitInterval
+	cfg.Starts, cfg.Retry, cfg.RevokeTimeout, cfg.DrainTimeout, cfg.LagInterval = base.Starts, base.Retry, base.RevokeTimeout, base.DrainTimeout, base.LagInterval
+	cfg.MaxPollRecords, cfg.MaxInFlight = 2*others, 4*others
+	cfg.FetchMaxPartitionBytes = 8 << 20
+	return cfg
 }

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupio/dedup/internal/testsupport/pgbouncer"
-	"github.com/dedupio/dedup/internal/testsupport/pgtest"
 	"github.com/dedupio/dedup/processor"
 	"github.com/dedupio/dedup/processor/decide"
 	"github.com/dedupio/dedup/sink/ledger"
@@ -170,21 +170,7 @@ func TestKnownAnswersThroughATransactionPoolerAndInEveryExecMode(t *testing.T) {
 	t.Run("pgbouncer transaction", func(t *testing.T) { check(t, openPooled(t, pgbouncer.Transaction, 1)[0]) })
 	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec"} {
 		t.Run(mode, func(t *testing.T) {
-			url := pgtest.NewDatabase(t)
-			if err := ledger.Migrate(ctx, url); err != nil {
-				t.Fatal(err)
-			}
-			sep := "?"
-			if strings.Contains(url, "?") {
-				sep = "&"
-			}
-			cfg := ledger.DefaultConfig()
-			cfg.URL = url + sep + "default_query_exec_mode=" + mode
-			l, err := ledger.Open(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
+			l := openInExecMode(t, mode)
 			check(t, l)
 		})
 	}
@@ -226,23 +212,8 @@ func TestAClaimWhoseKnownHoldsMoreIntentsThanTheColumnStillClaimsTheBatch(t *tes
 // Known must not read the rows of every offset in between.
 func TestKnownReadsNoMoreRowsThanItsRecordsOwnWhenTheirOffsetsAreFarApart(t *testing.T) {
 	l := open(t)
-	ctx := context.Background()
 	const n = 100000
-	if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic,
-		kafka_partition, kafka_offset, key, state, started_at, record_digest, record_intents)
-	SELECT 'activity-a:e'||g, 'a', 'e'||g, 'field', '\x00'::bytea, 'events', 1, g, md5('activity-a:e'||g)::uuid, 'started', now(),
-		'00000000-0000-0000-0000-000000000001'::uuid, 1
-	FROM generate_series(1, $1::int) g`, n); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := l.Pool().Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	conn := knownRowsAt(t, l, n)
 	// Two records: offset 0 and offset n+1.
 	far := []processor.KnownRecord{{Topic: "events", Partition: 1, Offset: 0, Digest: [16]byte{15: 2}},
 		{Topic: "events", Partition: 1, Offset: n + 1, Digest: [16]byte{15: 2}}}
@@ -272,21 +243,7 @@ func TestKnownReadsAPartitionsRecordsRowsOnceUnderTheGenericPlan(t *testing.T) {
 	l := open(t)
 	ctx := context.Background()
 	const n = 1000
-	if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic,
-		kafka_partition, kafka_offset, key, state, started_at, record_digest, record_intents)
-	SELECT 'activity-a:e'||g, 'a', 'e'||g, 'field', '\x00'::bytea, 'events', 1, g, md5('activity-a:e'||g)::uuid, 'started', now(),
-		'00000000-0000-0000-0000-000000000001'::uuid, 1
-	FROM generate_series(1, $1::int) g`, n); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := l.Pool().Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	conn := knownRowsAt(t, l, n)
 	known := make([]processor.KnownRecord, n)
 	for i := range n {
 		known[i] = processor.KnownRecord{Topic: "events", Partition: 1, Offset: int64(i + 1), Digest: [16]byte{15: 1}}
@@ -323,4 +280,28 @@ func TestKnownReadsAPartitionsRecordsRowsOnceUnderTheGenericPlan(t *testing.T) {
 			t.Errorf("%s: the read of %d consecutive records read %d rows of dedup_ledger:\n%s", mode, n, read, strings.Join(plan, "\n"))
 		}
 	}
+}
+
+// knownRowsAt fills l with n started rows of topic events, partition 1, at
+// offsets 1 to n, one intent each, known under the digest {15: 1}, and
+// returns a connection of l's pool, released when the test ends.
+func knownRowsAt(t *testing.T, l *ledger.Postgres, n int) *pgxpool.Conn {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := l.Pool().Exec(ctx, `INSERT INTO dedup_ledger (workflow_id, activity_id, event_id, id_rule, payload_hash, topic,
+		kafka_partition, kafka_offset, key, state, started_at, record_digest, record_intents)
+	SELECT 'activity-a:e'||g, 'a', 'e'||g, 'field', '\x00'::bytea, 'events', 1, g, md5('activity-a:e'||g)::uuid, 'started', now(),
+		'00000000-0000-0000-0000-000000000001'::uuid, 1
+	FROM generate_series(1, $1::int) g`, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Pool().Exec(ctx, `ANALYZE dedup_ledger`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := l.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	return conn
 }

@@ -316,22 +316,8 @@ func TestFencedMarksThroughTransactionPoolerLand(t *testing.T) {
 func TestClaimReplayAndMarkInEveryExecMode(t *testing.T) {
 	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec"} {
 		t.Run(mode, func(t *testing.T) {
-			url := pgtest.NewDatabase(t)
 			ctx := context.Background()
-			if err := ledger.Migrate(ctx, url); err != nil {
-				t.Fatal(err)
-			}
-			sep := "?"
-			if strings.Contains(url, "?") {
-				sep = "&"
-			}
-			cfg := ledger.DefaultConfig()
-			cfg.URL = url + sep + "default_query_exec_mode=" + mode
-			l, err := ledger.Open(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(l.Close)
+			l := openInExecMode(t, mode)
 			// short: an encoding error names the whole argument
 			short := func(err error) string {
 				if s := err.Error(); len(s) > 300 {
@@ -618,4 +604,27 @@ func TestTheReplaysReadByRunsLeavesNoPlanCacheModeOnTheServerSessionATransaction
 			t.Fatal(err)
 		}
 	}
+}
+
+// openInExecMode is a ledger on a new migrated database whose pool runs
+// its statements in pgx's exec mode mode (default_query_exec_mode).
+func openInExecMode(t *testing.T, mode string) *ledger.Postgres {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	if err := ledger.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	cfg := ledger.DefaultConfig()
+	cfg.URL = url + sep + "default_query_exec_mode=" + mode
+	l, err := ledger.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	return l
 }
