@@ -230,7 +230,7 @@ func (r *Router) settle(ctx context.Context, b *claimBatch) *claimBatch {
 	known := make([]int32, len(recs))
 	if err := r.known.Known(ctx, look, known); err != nil {
 		// Only a shortcut: every record is decided and claimed.
-		r.log.Debug("ledger: the read of known records failed; the records are decided", "err", err)
+		r.log.Info("ledger: the read of known records failed; the records are decided and claimed", "err", err)
 		clear(known)
 	}
 	var (

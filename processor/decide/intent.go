@@ -18,7 +18,7 @@ type Intent struct {
 	// the row this intent's record claims, so that a replay can end the
 	// record without deciding it again (processor/known.go); the zero
 	// Known writes nothing.
-	Known Known
+	Known Known `json:",omitzero"`
 }
 
 // Known is how a replay knows a record: a digest of the record's bytes,
