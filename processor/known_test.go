@@ -14,9 +14,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 
+	"github.com/dedupio/dedup/connect/schemaregistry"
 	"github.com/dedupio/dedup/internal/testsupport/srstandin"
-
 	"github.com/dedupio/dedup/processor/decide"
+	"github.com/dedupio/dedup/processor/srdecode"
 )
 
 func knownTestConfig() Config {
@@ -187,19 +188,18 @@ func (k *blockingKnown) Known(ctx context.Context, _ []KnownRecord, known []int3
 // (settle), after the poll loop went on resolving the next polls. A
 // record the ledger does not know must be decided as it would have been
 // right after its own poll's resolve: with its schema. Here the next
-// poll names 4096 other schemas (the cache's bound), so its resolve
+// poll names as many other schemas as the cache keeps (a cache of 64,
+// boundedRegistry, in place of the default's 4096), so its resolve
 // forgets the first poll's schema before the claimer decides the first
 // poll: its record must still be delivered, not dead-lettered
 // undecodable (a permanent verdict for a record whose schema exists).
 func TestAKnownPathRecordIsDecidedWithTheSchemasItsPollResolved(t *testing.T) {
-	// 4096 schemas fetched and compiled, 4096 records decoded: minutes under
-	// the race detector, spent beside the package's tests that wait.
 	t.Parallel()
 	e := newTestEnv(t, 1, envOpt{})
 	stand := srstandin.New()
 	defer stand.Close()
 	idA, _ := stand.Register("events-value", sr.Schema{Schema: orderAvro})
-	const others = 4096
+	const others = boundedSchemas
 	otherIDs := make([]int, others)
 	for i := range others {
 		s := fmt.Sprintf(`{"type":"record","name":"Misc%d","namespace":"shop","fields":[{"name":"type","type":"string"}]}`, i)
@@ -215,7 +215,8 @@ func TestAKnownPathRecordIsDecidedWithTheSchemasItsPollResolved(t *testing.T) {
 			close(kl.release)
 		}
 	}()
-	e.startWith("r1", cfg, func(r *Router, _ *prometheus.Registry) { r.known = kl })
+	bounded := boundedRegistry(t, cfg)
+	e.startWith("r1", cfg, func(r *Router, _ *prometheus.Registry) { r.known, r.decider = kl, bounded })
 	select {
 	case <-kl.entered: // the first poll (the order) waits in the claimer, undecided
 	case <-time.After(20 * time.Second):
@@ -401,20 +402,18 @@ func (k *replayOnceKnown) Known(ctx context.Context, recs []KnownRecord, known [
 // bounded cache at once. A poll the poll loop decides itself (the ledger
 // stopped replaying, or the known path is off for a while) must be decided
 // with the schemas its own resolve fetched. Here the first poll names the
-// cache's bound of schemas (4096) and waits in the settler; the next poll,
+// cache's bound of schemas (64, boundedRegistry) and waits in the settler; the next poll,
 // one order, resolves its schema (the cache forgets one of the first
 // poll's for it); the settler then resolves the first poll again and,
 // fetching the one it lost, forgets the order's schema (the one entry not
 // of its own batch) before the poll loop decides the order: the order, whose
 // schema exists, must not be dead-lettered undecodable.
 func TestAPollDecidedByThePollLoopKeepsItsSchemasWhileTheSettlerResolvesAgain(t *testing.T) {
-	// 4096 schemas fetched and compiled, 4096 records decoded: minutes under
-	// the race detector, spent beside the package's tests that wait.
 	t.Parallel()
 	e := newTestEnv(t, 1, envOpt{})
 	stand := srstandin.New()
 	defer stand.Close()
-	const others = 4096
+	const others = boundedSchemas
 	schemaOf := func(i int) string {
 		return fmt.Sprintf(`{"type":"record","name":"Misc%d","namespace":"shop","fields":[{"name":"type","type":"string"}]}`, i)
 	}
@@ -424,7 +423,7 @@ func TestAPollDecidedByThePollLoopKeepsItsSchemasWhileTheSettlerResolvesAgain(t 
 	}
 	idA, _ := stand.Register("events-value", sr.Schema{Schema: orderAvro})
 	cfg := manySchemasConfig(t, e, stand.URL(), others)
-	// The first poll: the 4096 other schemas' records, all produced before
+	// The first poll: the other schemas' records, all produced before
 	// the router starts (one fetch, one poll).
 	recs := make([]*kgo.Record, others)
 	for i, id := range otherIDs {
@@ -443,7 +442,8 @@ func TestAPollDecidedByThePollLoopKeepsItsSchemasWhileTheSettlerResolvesAgain(t 
 			close(kl.settled)
 		}
 	}()
-	e.startWith("r1", cfg, func(r *Router, _ *prometheus.Registry) { r.known = kl })
+	bounded := boundedRegistry(t, cfg)
+	e.startWith("r1", cfg, func(r *Router, _ *prometheus.Registry) { r.known, r.decider = kl, bounded })
 	select {
 	case <-kl.entered:
 	case <-time.After(30 * time.Second):
@@ -472,6 +472,29 @@ func TestAPollDecidedByThePollLoopKeepsItsSchemasWhileTheSettlerResolvesAgain(t 
 	if runs := e.starter.signalsOf("order-o-7"); len(runs) != 1 {
 		t.Errorf("order-o-7 received %v, want one delivery", runs)
 	}
+}
+
+// boundedSchemas is the Schema Registry cache's bound under
+// boundedRegistry: a test that fills the cache fetches and compiles this
+// many schemas, not the default's 4096 (minutes under the race detector).
+const boundedSchemas = 64
+
+// boundedRegistry is the decider of cfg (with kafka.schema_registry) whose
+// registry cache keeps boundedSchemas schemas (srdecode.NewBounded), for
+// a test's startWith to put in place of New's.
+func boundedRegistry(t *testing.T, cfg Config) *decide.Decider {
+	t.Helper()
+	cl, err := schemaregistry.NewClient(cfg.SchemaRegistry, "kafka.schema_registry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := cfg.Decide()
+	dc.Values = registryValues{srdecode.NewBounded(cl, boundedSchemas)}
+	d, err := decide.NewDecider(dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // manySchemasConfig is e's router config with the Schema Registry at url,

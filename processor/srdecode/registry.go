@@ -36,6 +36,9 @@ const maxSchemas = 4096
 // cached by ID. It is safe for concurrent use.
 type Registry struct {
 	src Source
+	// keepSchemas and keepUnknown bound the cache (New: maxSchemas and
+	// maxUnknownIDs; NewBounded: its n, each).
+	keepSchemas, keepUnknown int
 
 	mu      sync.RWMutex
 	byID    map[int]*schema
@@ -55,9 +58,20 @@ type schema struct {
 	unknown bool
 }
 
-// New returns a Registry asking src.
+// New returns a Registry asking src. Its cache keeps up to 4096 schemas
+// that exist and 1024 "no such schema" answers.
 func New(src Source) *Registry {
-	return &Registry{src: src, byID: map[int]*schema{}}
+	return &Registry{src: src, keepSchemas: maxSchemas, keepUnknown: maxUnknownIDs, byID: map[int]*schema{}}
+}
+
+// NewBounded is New with a cache of n schemas that exist and n "no such
+// schema" answers (n below 1 is 1): for a process that reads few schemas
+// and wants the memory back, or a test that wants the cache to forget.
+// The IDs of the batch being resolved are never forgotten, so within one
+// Resolve the cache can hold more.
+func NewBounded(src Source, n int) *Registry {
+	n = max(n, 1)
+	return &Registry{src: src, keepSchemas: n, keepUnknown: n, byID: map[int]*schema{}}
 }
 
 // Resolve fetches and compiles the schemas the framed values among vs
@@ -100,16 +114,16 @@ func (r *Registry) Resolve(ctx context.Context, vs [][]byte) error {
 }
 
 // forget makes room for one more entry of its kind: "no such schema"
-// answers (unknown) up to maxUnknownIDs, schemas that exist up to
-// maxSchemas. It drops entries of that kind, none of keep's IDs (the
+// answers (unknown) up to r.keepUnknown, schemas that exist up to
+// r.keepSchemas. It drops entries of that kind, none of keep's IDs (the
 // batch being resolved); a forgotten ID is asked again when a value names
 // it. r.mu is held.
 func (r *Registry) forget(keep map[int]bool, unknown bool) {
 	full := func() bool {
 		if unknown {
-			return r.unknown >= maxUnknownIDs
+			return r.unknown >= r.keepUnknown
 		}
-		return len(r.byID)-r.unknown >= maxSchemas
+		return len(r.byID)-r.unknown >= r.keepSchemas
 	}
 	for id, s := range r.byID {
 		if !full() {

@@ -432,3 +432,51 @@ func TestSchemasTheCacheKeepsAreBounded(t *testing.T) {
 		t.Fatalf("a forgotten schema: %s", got)
 	}
 }
+
+// NewBounded's cache keeps n schemas that exist and n "no such schema"
+// answers (n below 1 is 1), as New's keeps its bounds: a schema resolved
+// alone after n others forgets one of them, which is fetched again when a
+// value names it, never answered wrongly.
+func TestABoundedRegistryKeepsNOfEachKind(t *testing.T) {
+	stand := srstandin.New()
+	defer stand.Close()
+	cl, err := sr.NewClient(sr.URLs(stand.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{-1, 0, 1, 8} {
+		keep := max(n, 1)
+		reg := srdecode.NewBounded(cl, n)
+		var vs [][]byte
+		for i := range keep + 3 {
+			schema := fmt.Sprintf(`{"type":"record","name":"B%d_%d","fields":[{"name":"f","type":"long"}]}`, n+1, i)
+			id, _ := stand.Register("b-value", sr.Schema{Schema: schema})
+			vs = append(vs, frame(t, id, nil, []byte{2}))
+			if got := decode(t, reg, vs[i]); got != `{"f":1}` {
+				t.Fatalf("n %d: schema %d decoded to %s", n, i, got)
+			}
+		}
+		if got := reg.CachedIDs(); got != keep {
+			t.Errorf("n %d: the cache holds %d schemas after %d, want %d", n, got, len(vs), keep)
+		}
+		for i := range keep + 3 {
+			v := frame(t, 7_000_000+100*(n+1)+i, nil, []byte{2})
+			if err := reg.Resolve(context.Background(), [][]byte{v}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := reg.Decode(v); err == nil || errors.Is(err, srdecode.ErrUnresolved) {
+				t.Fatalf("n %d: an unknown ID just resolved: %v, want the registry's answer", n, err)
+			}
+		}
+		if got := reg.CachedIDs(); got != 2*keep {
+			t.Errorf("n %d: the cache holds %d IDs after unknown ones, want %d schemas and as many answers", n, got, 2*keep)
+		}
+		before := stand.Requests()
+		if got := decode(t, reg, vs[0]); got != `{"f":1}` {
+			t.Fatalf("n %d: a forgotten schema decoded to %s", n, got)
+		}
+		if stand.Requests() == before {
+			t.Errorf("n %d: the first schema was decoded without being fetched again: the cache kept more than %d", n, keep)
+		}
+	}
+}
