@@ -10,8 +10,9 @@
 //     in the cache before; a schema ID not resolved yet is ErrUnresolved
 //     (the router resolves a poll batch before it decides it).
 //   - Schemas are cached by ID (a registry never changes what an ID
-//     names), up to 4096. So is the registry's "no such schema" (HTTP
-//     404: error_code 40403, or 40401/40402 for a reference), up to 1024,
+//     names), up to 4096 (NewBounded: n). So is the registry's "no such
+//     schema" (HTTP 404: error_code 40403, or 40401/40402 for a
+//     reference), up to 1024 (NewBounded: n),
 //     and a schema that does not compile: both make every record that names
 //     the ID undecodable, with the ID in the reason. Past the bounds an
 //     entry (never one of the batch being resolved) is forgotten and asked

@@ -17,8 +17,9 @@ type Source interface {
 	SchemaByVersion(ctx context.Context, subject string, version int) (sr.SubjectSchema, error)
 }
 
-// ErrUnresolved is Decode's error for a schema ID that Resolve has not
-// fetched: the caller skipped Resolve.
+// ErrUnresolved is Decode's error for a schema ID the cache does not
+// hold: the caller skipped Resolve, or a Resolve since forgot it (a full
+// cache): transient, resolve again.
 var ErrUnresolved = errors.New("schema ID not resolved")
 
 // maxReferences bounds the schemas one schema pulls in through its
@@ -42,7 +43,8 @@ type Registry struct {
 
 	mu      sync.RWMutex
 	byID    map[int]*schema
-	unknown int // entries of byID that are the registry's "no such schema"
+	unknown int         // entries of byID that are the registry's "no such schema"
+	pinned  map[int]int // IDs of the batches being resolved: never forgotten
 }
 
 // schema is one resolved ID: a decoder, or why none can be built.
@@ -61,26 +63,33 @@ type schema struct {
 // New returns a Registry asking src. Its cache keeps up to 4096 schemas
 // that exist and 1024 "no such schema" answers.
 func New(src Source) *Registry {
-	return &Registry{src: src, keepSchemas: maxSchemas, keepUnknown: maxUnknownIDs, byID: map[int]*schema{}}
+	return &Registry{src: src, keepSchemas: maxSchemas, keepUnknown: maxUnknownIDs, byID: map[int]*schema{}, pinned: map[int]int{}}
 }
 
 // NewBounded is New with a cache of n schemas that exist and n "no such
 // schema" answers (n below 1 is 1): for a process that reads few schemas
 // and wants the memory back, or a test that wants the cache to forget.
-// The IDs of the batch being resolved are never forgotten, so within one
-// Resolve the cache can hold more.
+// The IDs of the batches being resolved are never forgotten, so while
+// Resolves run the cache can hold more.
 func NewBounded(src Source, n int) *Registry {
 	n = max(n, 1)
-	return &Registry{src: src, keepSchemas: n, keepUnknown: n, byID: map[int]*schema{}}
+	return &Registry{src: src, keepSchemas: n, keepUnknown: n, byID: map[int]*schema{}, pinned: map[int]int{}}
 }
 
 // Resolve fetches and compiles the schemas the framed values among vs
 // name that the cache does not hold yet. It returns an error only when
 // the registry could not answer (transient: call again); an ID the
 // registry says does not exist is cached as such, and Decode reports it.
+//
+// When it returns nil, every ID its values name is in the cache. While it
+// fetches, no Resolve forgets one of them (its batch is pinned); one that
+// runs after it may, on a full cache, and Decode then returns
+// ErrUnresolved for that ID. A caller that resolves from several
+// goroutines and decodes what it resolved holds each Resolve and its
+// Decodes apart from the others' (the router does).
 func (r *Registry) Resolve(ctx context.Context, vs [][]byte) error {
-	var want []int
 	seen := map[int]bool{}
+	missing := false
 	r.mu.RLock()
 	for _, v := range vs {
 		if !Framed(v) {
@@ -91,11 +100,32 @@ func (r *Registry) Resolve(ctx context.Context, vs [][]byte) error {
 			continue
 		}
 		seen[id] = true
+		missing = missing || r.byID[id] == nil
+	}
+	r.mu.RUnlock()
+	if !missing {
+		return nil
+	}
+	// Pin the batch, then look again: another Resolve may have forgotten
+	// some of it, or fetched some, since.
+	var want []int
+	r.mu.Lock()
+	for id := range seen {
+		r.pinned[id]++
 		if r.byID[id] == nil {
 			want = append(want, id)
 		}
 	}
-	r.mu.RUnlock()
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		for id := range seen {
+			if r.pinned[id]--; r.pinned[id] == 0 {
+				delete(r.pinned, id)
+			}
+		}
+		r.mu.Unlock()
+	}()
 	sort.Ints(want)
 	for _, id := range want {
 		s, err := r.fetch(ctx, id)
@@ -103,11 +133,13 @@ func (r *Registry) Resolve(ctx context.Context, vs [][]byte) error {
 			return err
 		}
 		r.mu.Lock()
-		r.forget(seen, s.unknown)
-		if s.unknown {
-			r.unknown++
+		if r.byID[id] == nil { // else another Resolve of id stored it meanwhile
+			r.forget(s.unknown)
+			if s.unknown {
+				r.unknown++
+			}
+			r.byID[id] = s
 		}
-		r.byID[id] = s
 		r.mu.Unlock()
 	}
 	return nil
@@ -115,10 +147,10 @@ func (r *Registry) Resolve(ctx context.Context, vs [][]byte) error {
 
 // forget makes room for one more entry of its kind: "no such schema"
 // answers (unknown) up to r.keepUnknown, schemas that exist up to
-// r.keepSchemas. It drops entries of that kind, none of keep's IDs (the
-// batch being resolved); a forgotten ID is asked again when a value names
-// it. r.mu is held.
-func (r *Registry) forget(keep map[int]bool, unknown bool) {
+// r.keepSchemas. It drops entries of that kind, none pinned (the batches
+// being resolved); a forgotten ID is asked again when a value names it.
+// r.mu is held.
+func (r *Registry) forget(unknown bool) {
 	full := func() bool {
 		if unknown {
 			return r.unknown >= r.keepUnknown
@@ -129,7 +161,7 @@ func (r *Registry) forget(keep map[int]bool, unknown bool) {
 		if !full() {
 			return
 		}
-		if s.unknown == unknown && !keep[id] {
+		if s.unknown == unknown && r.pinned[id] == 0 {
 			delete(r.byID, id)
 			if unknown {
 				r.unknown--

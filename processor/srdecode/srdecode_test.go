@@ -8,7 +8,9 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/bufbuild/protocompile"
 	"github.com/hamba/avro/v2"
@@ -471,12 +473,202 @@ func TestABoundedRegistryKeepsNOfEachKind(t *testing.T) {
 		if got := reg.CachedIDs(); got != 2*keep {
 			t.Errorf("n %d: the cache holds %d IDs after unknown ones, want %d schemas and as many answers", n, got, 2*keep)
 		}
+		// A forgotten one (which ones is the cache's choice) is fetched again.
+		forgotten := -1
+		for i, v := range vs {
+			if id, _, _ := srdecode.SchemaID(v); !reg.Resolved(id) {
+				forgotten = i
+				break
+			}
+		}
+		if forgotten < 0 {
+			t.Fatalf("n %d: every one of %d schemas is still cached", n, len(vs))
+		}
 		before := stand.Requests()
-		if got := decode(t, reg, vs[0]); got != `{"f":1}` {
+		if got := decode(t, reg, vs[forgotten]); got != `{"f":1}` {
 			t.Fatalf("n %d: a forgotten schema decoded to %s", n, got)
 		}
 		if stand.Requests() == before {
-			t.Errorf("n %d: the first schema was decoded without being fetched again: the cache kept more than %d", n, keep)
+			t.Errorf("n %d: a forgotten schema was decoded without being fetched", n)
 		}
+	}
+}
+
+// gatedSource is a registry client whose SchemaByID of the gated ID waits,
+// once asked, until the test releases it: a test holds a Resolve in
+// flight after it looked at the cache and before it stores the answer.
+type gatedSource struct {
+	cl      *sr.Client
+	arrived chan int // the gated ID, each time it is asked
+
+	mu      sync.Mutex
+	id      int
+	release chan struct{}
+}
+
+func newGatedSource(cl *sr.Client) *gatedSource {
+	return &gatedSource{cl: cl, arrived: make(chan int, 16), id: -1}
+}
+
+// gate makes SchemaByID(id) wait until release is closed.
+func (g *gatedSource) gate(id int) (release chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.id, g.release = id, make(chan struct{})
+	return g.release
+}
+
+func (g *gatedSource) SchemaByID(ctx context.Context, id int) (sr.Schema, error) {
+	g.mu.Lock()
+	gated, release := id == g.id, g.release
+	g.mu.Unlock()
+	if gated {
+		g.arrived <- id
+		<-release
+	}
+	return g.cl.SchemaByID(ctx, id)
+}
+
+func (g *gatedSource) SchemaByVersion(ctx context.Context, subject string, version int) (sr.SubjectSchema, error) {
+	return g.cl.SchemaByVersion(ctx, subject, version)
+}
+
+// await waits until the gated ID has been asked n times.
+func (g *gatedSource) await(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-g.arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the gated schema ID was not asked for")
+		}
+	}
+}
+
+func standinClient(t *testing.T) (*srstandin.Registry, *sr.Client) {
+	t.Helper()
+	stand := srstandin.New()
+	t.Cleanup(stand.Close)
+	cl, err := sr.NewClient(sr.URLs(stand.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stand, cl
+}
+
+// NewBounded's n bounds the schemas that exist the cache keeps, whoever
+// calls Resolve (the Registry is safe for concurrent use). Two goroutines
+// that resolve the same unknown ID at once (both see it missing, both
+// ask, both store the registry's "no such schema") must count that answer
+// once: counted twice, the cache believes it holds more "no such schema"
+// answers than it does, hence fewer schemas that exist than it does, and
+// every such race lets it keep one more schema past n, for the life of
+// the Registry.
+func TestABoundedRegistryKeepsNSchemasAfterConcurrentResolvesOfOneUnknownID(t *testing.T) {
+	stand, cl := standinClient(t)
+	src := newGatedSource(cl)
+	reg := srdecode.NewBounded(src, 1)
+	const races = 3
+	for r := range races {
+		unknown := 8_000_000 + r
+		release := src.gate(unknown)
+		v := frame(t, unknown, nil, []byte{2})
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for g := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[g] = reg.Resolve(context.Background(), [][]byte{v})
+			}()
+		}
+		src.await(t, 2) // both asked: both saw the ID missing from the cache
+		close(release)
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := reg.Decode(v); err == nil || errors.Is(err, srdecode.ErrUnresolved) {
+			t.Fatalf("an unknown ID just resolved: %v, want the registry's answer", err)
+		}
+	}
+	var ids []int
+	for i := range races + 3 {
+		schema := fmt.Sprintf(`{"type":"record","name":"C%d","fields":[{"name":"f","type":"long"}]}`, i)
+		id, _ := stand.Register("c-value", sr.Schema{Schema: schema})
+		ids = append(ids, id)
+		if got := decode(t, reg, frame(t, id, nil, []byte{2})); got != `{"f":1}` {
+			t.Fatalf("schema %d decoded to %s", id, got)
+		}
+	}
+	var kept []int
+	for _, id := range ids {
+		if reg.Resolved(id) {
+			kept = append(kept, id)
+		}
+	}
+	if len(kept) > 1 {
+		t.Fatalf("NewBounded(_, 1) keeps %d schemas that exist (IDs %v) after %d resolved one at a time, want at most 1 (%d IDs cached in all)",
+			len(kept), kept, len(ids), reg.CachedIDs())
+	}
+}
+
+// While a Resolve fetches, no other Resolve forgets an ID of its batch
+// (the batch is pinned), so when it returns nil every value of its batch
+// decodes, even if another goroutine resolved another batch meanwhile.
+// Here goroutine A resolves {a, c} (a already cached, c asked for) and,
+// while A waits for c, goroutine B resolves {b} on a cache of one: B must
+// make room without forgetting a (unpinned, it did, and A's Decode of a,
+// right after its Resolve returned nil, was ErrUnresolved).
+func TestABoundedRegistryDecodesAValueRightAfterItsBatchResolvedWhileAnotherBatchResolves(t *testing.T) {
+	stand, cl := standinClient(t)
+	src := newGatedSource(cl)
+	reg := srdecode.NewBounded(src, 1)
+	var vs [3][]byte // a, b, c
+	for i := range vs {
+		schema := fmt.Sprintf(`{"type":"record","name":"D%d","fields":[{"name":"f","type":"long"}]}`, i)
+		id, _ := stand.Register("d-value", sr.Schema{Schema: schema})
+		vs[i] = frame(t, id, nil, []byte{2})
+	}
+	a, b, c := vs[0], vs[1], vs[2]
+	if got := decode(t, reg, a); got != `{"f":1}` {
+		t.Fatalf("a decoded to %s", got)
+	}
+	cID, _, _ := srdecode.SchemaID(c)
+	release := src.gate(cID)
+
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { // goroutine A
+		if err := reg.Resolve(context.Background(), [][]byte{a, c}); err != nil {
+			done <- result{err: fmt.Errorf("resolve: %w", err)}
+			return
+		}
+		out, err := reg.Decode(a)
+		done <- result{out, err}
+	}()
+	src.await(t, 1) // A is resolving its batch: a was cached, c is being asked
+
+	bDone := make(chan error, 1)
+	go func() { // goroutine B
+		if err := reg.Resolve(context.Background(), [][]byte{b}); err != nil {
+			bDone <- err
+			return
+		}
+		_, err := reg.Decode(b)
+		bDone <- err
+	}()
+	if err := <-bDone; err != nil {
+		t.Fatalf("goroutine B: %v", err)
+	}
+	close(release)
+	res := <-done
+	if res.err != nil || string(res.out) != `{"f":1}` {
+		t.Fatalf("goroutine A decoded a value of the batch its Resolve just returned nil for: %s, %v", res.out, res.err)
 	}
 }
