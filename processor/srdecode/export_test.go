@@ -23,3 +23,19 @@ func (r *Registry) CachedIDs() int {
 
 // MaxSchemas is how many schemas that exist the cache keeps.
 const MaxSchemas = maxSchemas
+
+// CacheState is the cache's books: schemas that exist and "no such
+// schema" answers it holds, the count of the latter it keeps, and the
+// IDs pinned.
+func (r *Registry) CacheState() (schemas, unknowns, unknownCount, pinned int) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, s := range r.byID {
+		if s.unknown {
+			unknowns++
+		} else {
+			schemas++
+		}
+	}
+	return schemas, unknowns, r.unknown, len(r.pinned)
+}

@@ -69,8 +69,9 @@ func New(src Source) *Registry {
 // NewBounded is New with a cache of n schemas that exist and n "no such
 // schema" answers (n below 1 is 1): for a process that reads few schemas
 // and wants the memory back, or a test that wants the cache to forget.
-// The IDs of the batches being resolved are never forgotten, so while
-// Resolves run the cache can hold more.
+// The IDs of the batches being resolved are never forgotten, so
+// concurrent Resolves can leave it holding more, by at most the IDs they
+// pinned at once, until the next entry of that kind is stored.
 func NewBounded(src Source, n int) *Registry {
 	n = max(n, 1)
 	return &Registry{src: src, keepSchemas: n, keepUnknown: n, byID: map[int]*schema{}, pinned: map[int]int{}}
@@ -256,6 +257,11 @@ func (r *Registry) fetch(ctx context.Context, id int) (*schema, error) {
 		s.err = fmt.Errorf("schema type %q is not avro, protobuf or json", top.Type)
 	}
 	if s.err != nil {
+		if ctx.Err() != nil {
+			// The compile may have failed for the context alone
+			// (protocompile's): transient, never the schema's verdict.
+			return nil, fmt.Errorf("compiling schema %d: %w", id, context.Cause(ctx))
+		}
 		s.err = fmt.Errorf("compiling %s schema: %w", typeName(top.Type), s.err)
 	}
 	return s, nil

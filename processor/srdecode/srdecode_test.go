@@ -672,3 +672,134 @@ func TestABoundedRegistryDecodesAValueRightAfterItsBatchResolvedWhileAnotherBatc
 		t.Fatalf("goroutine A decoded a value of the batch its Resolve just returned nil for: %s, %v", res.out, res.err)
 	}
 }
+
+// cancellingSource answers SchemaByID, then ends the Resolve's ctx: the
+// poll's ctx ending (a revoke, a shutdown, a deadline) right after the
+// registry answered, while the schema is being compiled.
+type cancellingSource struct {
+	cl     *sr.Client
+	cancel context.CancelFunc
+}
+
+func (c cancellingSource) SchemaByID(ctx context.Context, id int) (sr.Schema, error) {
+	s, err := c.cl.SchemaByID(ctx, id)
+	c.cancel()
+	return s, err
+}
+
+func (c cancellingSource) SchemaByVersion(ctx context.Context, subject string, version int) (sr.SubjectSchema, error) {
+	return c.cl.SchemaByVersion(ctx, subject, version)
+}
+
+// A Resolve whose ctx ends while it compiles a Protobuf schema that
+// exists could not finish: that is transient (the caller's ctx, not the
+// schema). It must not cache "does not compile" for the ID: the Registry
+// is the process's (one decider for every partition), so every later
+// Resolve of any partition takes the fast path and every record naming
+// the schema is dead-lettered with "compiling protobuf schema: context
+// canceled", a permanent verdict for a schema that exists.
+func TestResolveWhoseCtxEndsWhileItCompilesCachesNoPermanentVerdict(t *testing.T) {
+	stand, cl := standinClient(t)
+	id, _ := stand.Register("orders-value", sr.Schema{Schema: shopProto, Type: sr.TypeProtobuf})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg := srdecode.New(cancellingSource{cl: cl, cancel: cancel})
+	ping := protoMessage(t, []int{0}, `{"id":"p"}`)
+	v := frame(t, id, []int{0}, ping)
+	first := reg.Resolve(ctx, [][]byte{v}) // nil or transient: either is fine
+	// Another poll (another partition), its ctx live.
+	if err := reg.Resolve(context.Background(), [][]byte{v}); err != nil {
+		t.Fatalf("resolve with a live ctx: %v", err)
+	}
+	out, err := reg.Decode(v)
+	if err != nil || string(out) != `{"id":"p"}` {
+		t.Fatalf("a schema that exists, resolved after a Resolve whose ctx ended (it returned %v): %s, %v (permanent: the record is dead-lettered)", first, out, err)
+	}
+}
+
+// memSource is an in-memory registry: IDs below 1000 are JSON schemas,
+// others the registry's "no such schema"; every fail-th call is a
+// transient error.
+type memSource struct {
+	mu    sync.Mutex
+	calls int
+	fail  int
+}
+
+func (m *memSource) SchemaByID(ctx context.Context, id int) (sr.Schema, error) {
+	m.mu.Lock()
+	m.calls++
+	bad := m.fail > 0 && m.calls%m.fail == 0
+	m.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return sr.Schema{}, err
+	}
+	if bad {
+		return sr.Schema{}, &sr.ResponseError{StatusCode: 503}
+	}
+	if id >= 1000 {
+		return sr.Schema{}, &sr.ResponseError{StatusCode: 404, ErrorCode: 40403, Message: "no such schema"}
+	}
+	return sr.Schema{Schema: `{"type":"object"}`, Type: sr.TypeJSON}, nil
+}
+
+func (m *memSource) SchemaByVersion(ctx context.Context, subject string, version int) (sr.SubjectSchema, error) {
+	return sr.SubjectSchema{}, &sr.ResponseError{StatusCode: 404, ErrorCode: 40401}
+}
+
+// Many goroutines resolve mixed batches (schemas, unknown IDs, values
+// not framed or with a short header), some failing mid-batch and some
+// with their ctx ended: once they return, no pin is left, the "no such
+// schema" count is the answers held, and a Resolve of one more of each
+// kind brings the cache back to n of each.
+func TestABoundedRegistrySettlesToNOfEachKindAfterConcurrentMixedResolves(t *testing.T) {
+	const n = 3
+	src := &memSource{fail: 7}
+	reg := srdecode.NewBounded(src, n)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				ctx, cancel := context.WithCancel(context.Background())
+				if (g+i)%5 == 0 {
+					cancel()
+				}
+				var batch [][]byte
+				for j := range 1 + (g*7+i)%6 {
+					id := (g*31 + i*17 + j*13) % 40
+					if (g+i+j)%2 == 0 {
+						id += 1000
+					}
+					batch = append(batch, frame(t, id, nil, []byte(`{}`)))
+				}
+				batch = append(batch, []byte(`{"plain":1}`), []byte{0, 1})
+				if reg.Resolve(ctx, batch) == nil {
+					for _, v := range batch[:len(batch)-2] {
+						if _, err := reg.Decode(v); errors.Is(err, srdecode.ErrUnresolved) {
+							// another goroutine's Resolve may forget it (allowed)
+							_ = err
+						}
+					}
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	schemas, unknowns, count, pinned := reg.CacheState()
+	if pinned != 0 || unknowns != count {
+		t.Fatalf("after every Resolve returned: %d IDs pinned, %d answers held and %d counted", pinned, unknowns, count)
+	}
+	src.fail = 0
+	for _, id := range []int{500, 5000} {
+		if err := reg.Resolve(context.Background(), [][]byte{frame(t, id, nil, []byte(`{}`))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	schemas, unknowns, count, pinned = reg.CacheState()
+	if schemas > n || unknowns > n || unknowns != count || pinned != 0 {
+		t.Fatalf("settled: %d schemas, %d answers (%d counted), %d pinned; want at most %d of each", schemas, unknowns, count, pinned, n)
+	}
+}
