@@ -39,12 +39,7 @@ const orderV2 = `{"type":"record","name":"Order","namespace":"shop","fields":[
 
 func newRegistry(t *testing.T) (*srstandin.Registry, *srdecode.Registry) {
 	t.Helper()
-	stand := srstandin.New()
-	t.Cleanup(stand.Close)
-	cl, err := sr.NewClient(sr.URLs(stand.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	stand, cl := standinClient(t)
 	return stand, srdecode.New(cl)
 }
 
@@ -440,12 +435,7 @@ func TestSchemasTheCacheKeepsAreBounded(t *testing.T) {
 // alone after n others forgets one of them, which is fetched again when a
 // value names it, never answered wrongly.
 func TestABoundedRegistryKeepsNOfEachKind(t *testing.T) {
-	stand := srstandin.New()
-	defer stand.Close()
-	cl, err := sr.NewClient(sr.URLs(stand.URL()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	stand, cl := standinClient(t)
 	for _, n := range []int{-1, 0, 1, 8} {
 		keep := max(n, 1)
 		reg := srdecode.NewBounded(cl, n)
