@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -61,6 +62,13 @@ type ScalePoint struct {
 	// 2026-12-06); ScatteredVsFirst as DupVsFirst.
 	Scattered        Rate    `json:"duplicate_scattered"`
 	ScatteredVsFirst float64 `json:"duplicate_scattered_vs_first"`
+	// Known reads the same records as a replay's router does since
+	// known records (processor/known.go): which of them the ledger holds
+	// started under their digest, by runs, without claiming them
+	// (ledger.Postgres.Known); KnownVsFirst as DupVsFirst.
+	Known        Rate        `json:"known"`
+	KnownMs      Percentiles `json:"known_batch_latency_ms"`
+	KnownVsFirst float64     `json:"known_vs_first"`
 	// TableMiB and IndexMiB are the ledger's heap and indexes.
 	// NewWAL and DupWAL are the WAL bytes the claims wrote per row
 	// (pg_current_wal_lsn before and after; the server's full-page images
@@ -169,6 +177,9 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered 
 			return out, err
 		}
 		pt.DupIO = phase(io0, io1, len(intents))
+		if pt.Known, pt.KnownMs, err = knownAll(ctx, led, intents); err != nil {
+			return out, err
+		}
 		// The same replay of records taken in no order: a batch's records
 		// of a partition are scattered over its offsets, no run, and each
 		// ID is looked up by its record alone (startedSQL).
@@ -204,11 +215,12 @@ func (e *Env) LedgerScale(ctx context.Context, sizes []int, claims int, ordered 
 			pt.NewVsFirst, pt.DupVsFirst = pt.New.PerSec/out[0].New.PerSec, pt.Duplicate.PerSec/out[0].Duplicate.PerSec
 			pt.RetryVsFirst = pt.Retry.PerSec / out[0].Retry.PerSec
 			pt.ScatteredVsFirst = pt.Scattered.PerSec / out[0].Scattered.PerSec
+			pt.KnownVsFirst = pt.Known.PerSec / out[0].Known.PerSec
 		} else {
-			pt.NewVsFirst, pt.DupVsFirst, pt.RetryVsFirst, pt.ScatteredVsFirst = 1, 1, 1, 1
+			pt.NewVsFirst, pt.DupVsFirst, pt.RetryVsFirst, pt.ScatteredVsFirst, pt.KnownVsFirst = 1, 1, 1, 1, 1
 		}
 		out = append(out, pt)
-		e.Log.Info("ledger scale", "rows", size, "new_per_sec", int(pt.New.PerSec), "dup_per_sec", int(pt.Duplicate.PerSec), "scattered_per_sec", int(pt.Scattered.PerSec), "retry_per_sec", int(pt.Retry.PerSec),
+		e.Log.Info("ledger scale", "rows", size, "new_per_sec", int(pt.New.PerSec), "dup_per_sec", int(pt.Duplicate.PerSec), "known_per_sec", int(pt.Known.PerSec), "scattered_per_sec", int(pt.Scattered.PerSec), "retry_per_sec", int(pt.Retry.PerSec),
 			"index_mib", int(pt.IndexMiB), "fill_s", int(pt.FillSeconds))
 	}
 	return out, nil
@@ -286,6 +298,16 @@ func fillLedger(ctx context.Context, pool *pgxpool.Pool, table string, from, to,
 	if keyed {
 		keyCol, keyVal = ", key", ", dedup_ledger_key('activity-order-confirmation:' || y.e)"
 	}
+	// Since migration 00016 a router's claim writes its record's digest
+	// and intent count (processor/known.go): the filled rows carry them
+	// too, so that the rows are as wide as a router's.
+	var digested bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'record_digest' AND NOT attisdropped)`, table).Scan(&digested); err != nil {
+		return err
+	}
+	if digested {
+		keyCol, keyVal = keyCol+", record_digest, record_intents", keyVal+", md5('record' || g)::uuid, 1"
+	}
 	err = exec(fmt.Sprintf(`INSERT INTO %s (workflow_id, activity_id, event_id, id_rule, payload_hash, topic, kafka_partition, kafka_offset,
 		state, run_id, attempts, claimed_at, started_at, updated_at, generation%s)
 	SELECT 'activity-order-confirmation:' || y.e, 'order-confirmation', y.e, 'field', sha256(g::text::bytea), 'events', (g %% 12)::int, g,
@@ -325,8 +347,41 @@ func uuidIntents(seed uint64, n int, ordered bool, first int64) []decide.Intent 
 		out[i] = decide.Intent{WorkflowID: decide.WorkflowID("order-confirmation", id), ActivityID: "order-confirmation",
 			EventID: id, IDRule: "field", Topic: "events", Partition: int32(i % 12), Offset: first + int64(i/12)}
 		out[i].PayloadHash[0], out[i].PayloadHash[1] = byte(i), byte(i>>8)
+		// Its record's digest, as a router's claim writes it (one intent
+		// a record).
+		out[i].Known = decide.Known{Intents: 1}
+		binary.BigEndian.PutUint64(out[i].Known.Digest[:8], rng.Uint64())
+		binary.BigEndian.PutUint64(out[i].Known.Digest[8:], rng.Uint64())
 	}
 	return out
+}
+
+// knownAll reads, in batches of ClaimBatch, which of the intents' records
+// the ledger knows (ledger.Postgres.Known), and checks it knows each: the
+// intents were claimed with their digests and marked started.
+func knownAll(ctx context.Context, led *ledger.Postgres, intents []decide.Intent) (Rate, Percentiles, error) {
+	var lat []time.Duration
+	look := make([]processor.KnownRecord, 0, ClaimBatch)
+	known := make([]int32, ClaimBatch)
+	began := time.Now()
+	for i := 0; i < len(intents); i += ClaimBatch {
+		t := time.Now()
+		batch := intents[i:min(i+ClaimBatch, len(intents))]
+		look = look[:0]
+		for _, in := range batch {
+			look = append(look, processor.KnownRecord{Topic: in.Topic, Partition: in.Partition, Offset: in.Offset, Digest: in.Known.Digest})
+		}
+		if err := led.Known(ctx, look, known[:len(batch)]); err != nil {
+			return Rate{}, Percentiles{}, err
+		}
+		lat = append(lat, time.Since(t))
+		for j, k := range known[:len(batch)] {
+			if k != 1 {
+				return Rate{}, Percentiles{}, fmt.Errorf("the ledger knows the record of %s as %d intents, want 1", batch[j].WorkflowID, k)
+			}
+		}
+	}
+	return rate(len(intents), time.Since(began)), percentiles(lat), nil
 }
 
 // claimAll claims intents in batches of ClaimBatch and checks every

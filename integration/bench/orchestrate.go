@@ -239,7 +239,7 @@ func ledgerStages(p Params, stages StagePlan, r *Report, stage func(string, floa
 		}
 		r.Scale = x.Scale
 		for _, pt := range x.Scale {
-			say("  %d rows: new %.0f/s (%.2f of the first size), duplicate %.0f/s (%.2f), scattered %.0f/s (%.2f), retry %.0f/s (%.2f)", pt.Rows, pt.New.PerSec, pt.NewVsFirst, pt.Duplicate.PerSec, pt.DupVsFirst, pt.Scattered.PerSec, pt.ScatteredVsFirst, pt.Retry.PerSec, pt.RetryVsFirst)
+			say("  %d rows: new %.0f/s (%.2f of the first size), duplicate %.0f/s (%.2f), known %.0f/s (%.2f), scattered %.0f/s (%.2f), retry %.0f/s (%.2f)", pt.Rows, pt.New.PerSec, pt.NewVsFirst, pt.Duplicate.PerSec, pt.DupVsFirst, pt.Known.PerSec, pt.KnownVsFirst, pt.Scattered.PerSec, pt.ScatteredVsFirst, pt.Retry.PerSec, pt.RetryVsFirst)
 		}
 	}
 	if p.RetentionRows > 0 && stages.Runs(StageRetention) {
